@@ -1,0 +1,80 @@
+# turbospark: one GNU Makefile.
+#   make            build build/turbospark and build/libturbospark.a (CPU engine)
+#   make test       build and run the test suite (prints "N passed, N failed")
+#   make asan       build and run the suite under AddressSanitizer + UBSan (build-asan/)
+#   make run        build, then run the bundled default model
+#   make deps       install missing Debian packages (cJSON, PCRE2, utf8proc, libmicrohttpd)
+#
+# Sources are found by wildcard: a new module is a new .c file, no edit here.
+# Kernel files named *_avx2.c / *_avx512.c get their ISA flags; the code picks
+# one at run time, so the binary runs on any x86-64.
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+WERROR  ?=
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wno-unused-parameter -Wno-sign-compare $(WERROR)
+ALL_CFLAGS := -std=gnu11 $(CFLAGS) $(WARN) -Iinclude -Isrc \
+              -fvisibility=hidden -pthread $(EXTRA_CFLAGS)
+LDLIBS  := -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lreadline -lm -lpthread $(EXTRA_LDLIBS)
+
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+
+LIB_SRC  := $(sort $(wildcard src/*.c src/*/*.c))
+CLI_SRC  := $(sort $(wildcard tools/*.c))
+TEST_SRC := $(sort $(wildcard tests/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+DEPFILES := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+
+.PHONY: all test asan run deps clean bench
+all: $(BUILD)/turbospark $(BUILD)/ts_test
+
+$(BUILD)/libturbospark.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/turbospark: $(CLI_OBJ) $(BUILD)/libturbospark.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libturbospark.a $(LDLIBS)
+
+# The test runner links the library objects directly (it tests internals too).
+$(BUILD)/ts_test: $(TEST_OBJ) $(LIB_OBJ)
+	$(CC) $(ALL_CFLAGS) -o $@ $(TEST_OBJ) $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(AVX2_FLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+-include $(DEPFILES)
+
+deps:
+	@scripts/deps.sh
+
+# TS_TEST_ARGS selects groups, e.g. make test TS_TEST_ARGS="loader model".
+test: deps
+	@$(MAKE) --no-print-directory $(BUILD)/turbospark $(BUILD)/ts_test
+	TS_BIN=$(BUILD)/turbospark $(BUILD)/ts_test $(TS_TEST_ARGS)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 \
+	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  EXTRA_LDLIBS="-fsanitize=address,undefined" test
+
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD)/turbospark
+	$(BUILD)/turbospark run -n 48
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages turbospark builds against, if any is missing.
+# Idempotent: prints nothing and changes nothing when all are present.
+set -euo pipefail
+need=()
+have_header() { [ -e "/usr/include/$1" ]; }
+have_header cjson/cJSON.h       || need+=(libcjson-dev)
+have_header pcre2.h             || need+=(libpcre2-dev)
+have_header utf8proc.h          || need+=(libutf8proc-dev)
+have_header microhttpd.h        || need+=(libmicrohttpd-dev)
+have_header readline/readline.h || need+=(libreadline-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v xz >/dev/null        || need+=(xz-utils)
+[ ${#need[@]} -eq 0 ] && exit 0
+echo "turbospark: installing missing packages: ${need[*]}" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >&2

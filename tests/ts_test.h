@@ -1,0 +1,52 @@
+/* ts_test.h: a small test harness (one runner, named groups).
+ *
+ *   TS_TEST(group, name) { ... CHECK(cond); CHECK_MSG(cond, "fmt", ...); }
+ *
+ * Tests register themselves at load time (a constructor per test), so a new
+ * test file needs no edit elsewhere. A failed CHECK records the failure and
+ * returns from the test. The runner prints one line per failure and ends with
+ * "N passed, N failed" (CI reads that line).
+ *
+ * Paths: tests run from the repository root; fixtures live in tests/fixtures.
+ * TS_BIN names the CLI binary for black-box tests (default build/turbospark).
+ */
+#ifndef TS_TEST_H
+#define TS_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*ts_test_fn)(void);
+void ts_test_register(const char *group, const char *name, ts_test_fn fn);
+void ts_test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int ts_test_failed(void);
+/* The CLI binary path for black-box tests. */
+const char *ts_test_bin(void);
+/* Run a shell command; capture stdout+stderr (truncated to cap) into out.
+ * Returns the exit status (or -1). */
+int ts_test_sh(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A scratch directory unique to this run (created on first use). */
+const char *ts_test_tmpdir(void);
+
+#define TS_TEST(group, name)                                                  \
+    static void ts_test_##group##_##name(void);                               \
+    __attribute__((constructor)) static void ts_test_reg_##group##_##name(void) { \
+        ts_test_register(#group, #name, ts_test_##group##_##name);            \
+    }                                                                         \
+    static void ts_test_##group##_##name(void)
+
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        if (!(cond)) { ts_test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond); return; } \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                  \
+    do {                                                                      \
+        if (!(cond)) { ts_test_fail(__FILE__, __LINE__, __VA_ARGS__); return; } \
+    } while (0)
+
+#endif
