@@ -110,13 +110,23 @@ TS_API int ts_session_n_ctx(const ts_session *s);
 /* Feed n tokens at the current position (any n: split into chunks of
  * max_rows internally). If `logits` is not NULL it receives [n, vocab] f32,
  * the logits of every row; otherwise only the last row's logits are kept
- * (ts_session_logits). */
+ * (ts_session_logits). If `hidden` is not NULL it receives [n, hidden_size]
+ * f32, the final-normed hidden state of every row (the MTP head's input). */
 TS_API int ts_session_feed(ts_session *s, const int32_t *ids, int n,
-                           float *logits, ts_error *err);
+                           float *logits, float *hidden, ts_error *err);
 /* Logits of the last row fed: [vocab] f32, borrowed. */
 TS_API const float *ts_session_logits(const ts_session *s);
 /* Final-normed hidden state of the last row fed: [hidden] f32, borrowed. */
 TS_API const float *ts_session_hidden(const ts_session *s);
+
+/* The MTP head over rows r = 0..n-1: (token toks[r], main final-normed
+ * hidden hidden[r] [hidden_size], position pos + r). Its K/V rows land in the
+ * session's MTP cache at those positions (rows after them are forgotten).
+ * Writes the head's output hiddens [n, hidden_size] to h_out (may alias
+ * hidden; NULL to skip) and logits [n, vocab] (NULL to skip). The session
+ * must have been created with params.mtp = 1. */
+TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int n, int pos,
+                          float *h_out, float *logits, ts_error *err);
 
 #ifdef __cplusplus
 }
