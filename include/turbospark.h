@@ -128,6 +128,34 @@ TS_API const float *ts_session_hidden(const ts_session *s);
 TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int n, int pos,
                           float *h_out, float *logits, ts_error *err);
 
+/* ---- quantized installs, synthetic checkpoints, kernels, benchmarking ----
+ * (owned by src/quant/ and src/cpu/; see quant.h for the format) */
+
+typedef struct ts_convert_params {
+    int bits;        /* 4 or 8 (synth also takes 16: plain bf16, no quantization) */
+    int group;       /* group size along a row; 0 = auto: 64, halved until it divides every row */
+    int quiet;       /* 1: no progress bar or summary on stderr */
+    uint64_t seed;   /* synth: random seed (0 = fixed default) */
+} ts_convert_params;
+
+TS_API void ts_convert_params_default(ts_convert_params *p);
+/* Quantize the checkpoint directory src into a new install dst (which must not
+ * exist). Written under a temporary name and renamed at the end: on any
+ * failure nothing is left at dst. */
+TS_API int ts_convert(const char *src, const char *dst, const ts_convert_params *p, ts_error *err);
+/* Write a random-weight checkpoint for the shape file (a config.json-like
+ * object of text-config fields) into the new directory dst. */
+TS_API int ts_synth(const char *shape_path, const char *dst, const ts_convert_params *p, ts_error *err);
+
+/* Weight bytes one decoded token reads: every matrix once, one embedding row,
+ * and for MoE only the top-k routed experts of each layer (MTP head excluded). */
+TS_API uint64_t ts_engine_decode_bytes(const ts_engine *e);
+/* Kernel selection: "auto" (best for this CPU), "avx512", "avx2", "generic",
+ * "ref" (the plain reference). Returns 0, or TS_E_ARG for an unknown or
+ * unsupported name. The environment variable TS_KERNELS sets the initial choice. */
+TS_API int ts_kernels_select(const char *name);
+TS_API const char *ts_kernels_name(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,69 @@
 /* linear.c: dispatch of the matrix products to the best kernel available.
- * Until the fast kernels land, both entry points are the reference. */
+ *
+ * Modes: "ref" (linear_ref.c, the oracle), "generic" (portable C, threaded),
+ * "avx2", "avx512"; "auto" picks the best the CPU supports (cpuid through
+ * __builtin_cpu_supports). TS_KERNELS in the environment sets the first
+ * choice; ts_kernels_select changes it (tests use it to run both sides of a
+ * parity check in one process).
+ */
+#include <stdlib.h>
+
+#include "cpu/cpu.h"
 #include "kernels.h"
 
-void ts_kernels_set_threads(int n) { (void)n; }
+static int g_mode = -1;
 
-void ts_linear(const ts_weight *w, const float *x, float *y, int n) { ts_linear_ref(w, x, y, n); }
+static int cpu_has(int mode) {
+    switch (mode) {
+    case TS_KMODE_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma");
+    case TS_KMODE_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    default: return 1;
+    }
+}
 
-void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n) { ts_linear_ref(w, x, y, n); }
+static int best_mode(void) {
+    if (cpu_has(TS_KMODE_AVX512)) return TS_KMODE_AVX512;
+    if (cpu_has(TS_KMODE_AVX2)) return TS_KMODE_AVX2;
+    return TS_KMODE_GENERIC;
+}
+
+static const char *names[] = {"ref", "generic", "avx2", "avx512"};
+
+static int parse_mode(const char *name) {
+    if (!name || !*name || !strcmp(name, "auto")) return best_mode();
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, names[i])) return cpu_has(i) ? i : -1;
+    return -1;
+}
+
+int ts_kmode(void) {
+    if (g_mode < 0) {
+        int m = parse_mode(getenv("TS_KERNELS"));
+        g_mode = m < 0 ? best_mode() : m;
+    }
+    return g_mode;
+}
+
+int ts_kernels_select(const char *name) {
+    int m = parse_mode(name);
+    if (m < 0) return TS_E_ARG;
+    g_mode = m;
+    return 0;
+}
+
+const char *ts_kernels_name(void) { return names[ts_kmode()]; }
+
+void ts_linear(const ts_weight *w, const float *x, float *y, int n) {
+    int m = ts_kmode();
+    if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
+    else ts_cpu_linear(m, w, x, y, n, 0);
+}
+
+void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n) {
+    int m = ts_kmode();
+    if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
+    else ts_cpu_linear(m, w, x, y, n, 1);
+}

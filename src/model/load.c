@@ -11,8 +11,9 @@
  * multimodal checkpoints) or "model." (text-only); the MTP head under "mtp.".
  * Routed experts come fused ("mlp.experts.gate_up_proj" [E, 2*Im, H], gate
  * rows first; "mlp.experts.down_proj" [E, H, Im]) or per expert
- * ("mlp.experts.{e}.{gate,up,down}_proj.weight"); both forms are accepted in
- * both places. Quantized matrices (MLX convention) are "X.weight" U32
+ * ("mlp.experts.{e}.{gate,up,down}_proj.weight"), or stacked as MLX writes
+ * them ("mlp.switch_mlp.{gate,up,down}_proj.weight" [E, rows, cols], float or
+ * quantized); all forms are accepted in both places. Quantized matrices (MLX convention) are "X.weight" U32
  * [rows, cols*bits/32] with "X.scales" and "X.biases" [rows, cols/group].
  */
 #include <math.h>
@@ -202,6 +203,55 @@ static int bind_fused(binder *b, const char *name, int64_t E, int64_t rows, int6
     return 0;
 }
 
+/* MLX's stacked experts: "P.mlp.switch_mlp.{gate,up,down}_proj.weight" as
+ * [E, rows, cols] floats, or quantized U32 [E, rows, cols*bits/32] with
+ * .scales/.biases [E, rows, cols/group]. Per-expert views into them. */
+static int bind_switch(binder *b, const char *base, int64_t E, int64_t rows, int64_t cols, ts_weight *outs) {
+    char n[560], sn[560], bn[560];
+    snprintf(n, sizeof n, "%s.weight", base);
+    ts_st_tensor *t = ts_st_find_mut(b->st, n);
+    if (!t) return ts_fail(b->err, TS_E_MODEL, "missing tensor '%s'", n);
+    char expect[96];
+    int quant = t->dtype == TS_DTYPE_U32, bits = b->cfg->q_bits, group = b->cfg->q_group;
+    if (quant && (!bits || cols % group || (cols * bits) % 32))
+        return ts_fail(b->err, TS_E_MODEL, "tensor '%s': quantized, but config.json's \"quantization\" does not fit %lld columns", n, (long long)cols);
+    int64_t wc = quant ? cols * bits / 32 : cols;
+    snprintf(expect, sizeof expect, "[%lld, %lld, %lld]", (long long)E, (long long)rows, (long long)wc);
+    if (!(quant || is_float(t->dtype)) || t->n_dims != 3 || t->shape[0] != E || t->shape[1] != rows || t->shape[2] != wc)
+        return shape_fail(b, n, t, expect);
+    ts_st_tensor *s = NULL, *bi = NULL;
+    if (quant) {
+        snprintf(sn, sizeof sn, "%s.scales", base);
+        snprintf(bn, sizeof bn, "%s.biases", base);
+        s = ts_st_find_mut(b->st, sn);
+        bi = ts_st_find_mut(b->st, bn);
+        if (!s || !bi) return ts_fail(b->err, TS_E_MODEL, "quantized tensor '%s' lacks '%s' or '%s'", n, sn, bn);
+        snprintf(expect, sizeof expect, "[%lld, %lld, %lld]", (long long)E, (long long)rows, (long long)(cols / group));
+        if (s->n_dims != 3 || s->shape[0] != E || s->shape[1] != rows || s->shape[2] != cols / group || !is_float(s->dtype)) return shape_fail(b, sn, s, expect);
+        if (bi->n_dims != 3 || bi->shape[0] != E || bi->shape[1] != rows || bi->shape[2] != cols / group || bi->dtype != s->dtype) return shape_fail(b, bn, bi, expect);
+        s->used = bi->used = 1;
+    }
+    t->used = 1;
+    for (int64_t e = 0; e < E; e++) {
+        ts_weight *w = &outs[e];
+        memset(w, 0, sizeof *w);
+        w->rows = rows;
+        w->cols = cols;
+        w->dtype = t->dtype;
+        w->data = (const char *)t->data + (size_t)e * rows * wc * ts_dtype_size(t->dtype);
+        if (quant) {
+            size_t ss = (size_t)e * rows * (cols / group) * ts_dtype_size(s->dtype);
+            w->bits = bits;
+            w->group = group;
+            w->sdtype = s->dtype;
+            w->scales = (const char *)s->data + ss;
+            w->biases = (const char *)bi->data + ss;
+        }
+        b->m->weight_bytes += ts_weight_bytes(w);
+    }
+    return 0;
+}
+
 static int bind_ffn(binder *b, const char *p, ts_ffn_w *f) {
     const ts_config *c = b->cfg;
     int64_t H = c->H;
@@ -224,6 +274,17 @@ static int bind_ffn(binder *b, const char *p, ts_ffn_w *f) {
     f->e_up = f->e_gate + E;
     f->e_down = f->e_up + E;
     ts_weight *gu[2] = {f->e_gate, f->e_up};
+    NAME(n, "%smlp.switch_mlp.gate_proj.weight", p);
+    if (ts_st_find(b->st, n)) {
+        NAME(n, "%smlp.switch_mlp.gate_proj", p);
+        if ((rc = bind_switch(b, n, E, Im, H, f->e_gate))) return rc;
+        NAME(n, "%smlp.switch_mlp.up_proj", p);
+        if ((rc = bind_switch(b, n, E, Im, H, f->e_up))) return rc;
+        NAME(n, "%smlp.switch_mlp.down_proj", p);
+        if ((rc = bind_switch(b, n, E, H, Im, f->e_down))) return rc;
+        rc = 0;
+        goto shared;
+    }
     NAME(n, "%smlp.experts.gate_up_proj", p);
     rc = bind_fused(b, n, E, Im, H, 2, gu);
     if (rc == 0) {
@@ -243,6 +304,7 @@ static int bind_ffn(binder *b, const char *p, ts_ffn_w *f) {
     } else {
         return rc;
     }
+shared:
     NAME(n, "%smlp.shared_expert.gate_proj.weight", p);
     if ((rc = bind_mat(b, n, Is, H, &f->s_gate))) return rc;
     NAME(n, "%smlp.shared_expert.up_proj.weight", p);
