@@ -17,6 +17,31 @@ int ts_kmode(void);
  * multi-row kernels. */
 void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill);
 
+/* ---- prepared activations ----
+ * The VNNI path multiplies integer q by x in fixed point with one scale per
+ * (row, group), sx = max|x_g| / 32767: x/sx = hi + lo/65536 with hi and lo
+ * int16, so x keeps about 2^-32 of its group's largest value, finer than f32
+ * rounding of the sum (one int16 part alone, 2^-16, visibly moved the chaotic
+ * fixture models' logits). For 4-bit weights each 64-column block
+ * of x is stored permuted, even columns then odd ones, matching the low and
+ * high nibbles of the packed bytes; the bias term uses the exact f32 group
+ * sums xs. The prefill path uses f32 x, permuted the same way for 4-bit. */
+typedef struct ts_xprep {
+    int n;
+    int64_t cols, ng;   /* ng = cols / group */
+    int16_t *xq;        /* [2, n, cols]: hi parts, then lo parts */
+    float *sx, *xs;     /* [n, ng] */
+    float *xp;          /* [n, cols] f32, permuted for 4-bit */
+} ts_xprep;
+
+/* ---- row kernels: rows [r0, r1) of y[n, rows] ---- */
+void ts_generic_rows(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1, float *wbuf);
+void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0, int64_t r1);
+void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+/* Prefill: dequantize 4 rows at a time into wbuf [4, cols] f32 (column order
+ * of xp), then a 4x4 register-blocked f32 product. */
+void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_t r0, int64_t r1, float *wbuf);
+
 /* ---- thread pool ---- */
 /* Run fn(ctx, t, nt) on nt = ts_pool_threads() threads (t = 0 is the caller)
  * and wait for all. Not reentrant: one parallel region at a time. */

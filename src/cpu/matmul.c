@@ -1,7 +1,137 @@
-/* matmul.c: placeholder driver until the fast kernels land. */
+/* matmul.c: the CPU driver behind ts_linear / ts_linear_prefill.
+ *
+ * Picks a row kernel for (mode, dtype, group, prefill), prepares the
+ * activations once per call (ts_xprep in cpu.h), and splits the output rows
+ * over the thread pool in contiguous ranges (multiples of 16 rows, so threads
+ * do not share cache lines of y). Small products run on the caller alone:
+ * waking a worker costs more than it saves below ~64K weights.
+ *
+ * Row-exactness: every kernel computes a (weight row, x row) pair with an
+ * operation order fixed by that pair alone, and the x preparation is per x
+ * row, so ts_linear over n rows equals n one-row calls bit for bit. The
+ * prefill kernels (4 x 4 tiles) round differently and are only used when the
+ * caller allows it.
+ *
+ * Workspace: activation buffers and per-thread dequantization rows grow on
+ * demand (TS_MEM_SCRATCH) to the largest product seen and are then reused,
+ * so steady-state decode allocates nothing. One product at a time: a mutex
+ * serialises callers (sessions on different threads share the pool).
+ */
+#include <math.h>
+#include <pthread.h>
+
 #include "cpu/cpu.h"
 
+enum { K_GENERIC, K_QDOT, K_FDOT, K_GEMM };
+
+typedef struct job {
+    const ts_weight *w;
+    const float *x;
+    const ts_xprep *p;
+    float *y;
+    int n, kind;
+} job;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static ts_xprep g_p;
+static size_t g_cap_xq, g_cap_xp, g_cap_sx, g_cap_xs; /* elements allocated */
+static float *g_wbuf;           /* [threads, 4 * cols] */
+static size_t g_cap_w;
+
+static int grow(void **p, size_t *cap, size_t need, size_t es) {
+    if (need <= *cap) return 0;
+    void *np = ts_alloc(need * es, TS_MEM_SCRATCH);
+    if (!np) return -1;
+    ts_free(*p);
+    *p = np;
+    *cap = need;
+    return 0;
+}
+
+static void run_job(void *ctx, int t, int nt) {
+    const job *j = ctx;
+    int64_t rows = j->w->rows;
+    int64_t per = (rows + nt - 1) / nt;
+    per = (per + 15) & ~(int64_t)15;
+    int64_t r0 = (int64_t)t * per, r1 = TS_MIN(rows, r0 + per);
+    if (r0 >= r1) return;
+    float *wb = g_wbuf + (size_t)t * 4 * (size_t)j->w->cols;
+    switch (j->kind) {
+    case K_QDOT: ts_avx512_qdot(j->w, j->p, j->y, r0, r1); break;
+    case K_FDOT: ts_avx512_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
+    case K_GEMM: ts_avx512_gemm(j->w, j->p->xp, j->n, j->y, r0, r1, wb); break;
+    default: ts_generic_rows(j->w, j->x, j->n, j->y, r0, r1, wb); break;
+    }
+}
+
+/* x -> int16 per group (4-bit: permuted), exact f32 group sums. */
+static void prep_q(const ts_weight *w, const float *x, int n) {
+    const int64_t cols = w->cols, G = w->group, ng = cols / G;
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (int64_t)i * cols;
+        int16_t *q = g_p.xq + (int64_t)i * cols, *ql = q + (int64_t)n * cols;
+        for (int64_t g = 0; g < ng; g++) {
+            const float *xg = xi + g * G;
+            float mx = 0.f, s = 0.f;
+            for (int64_t c = 0; c < G; c++) { mx = fmaxf(mx, fabsf(xg[c])); s += xg[c]; }
+            float sx = mx / 32767.0f, inv = mx > 0.f ? 32767.0f / mx : 0.f;
+            g_p.sx[(int64_t)i * ng + g] = sx;
+            g_p.xs[(int64_t)i * ng + g] = s;
+            for (int64_t c = 0; c < G; c++) {
+                int64_t col = g * G + c, pos = col;
+                if (w->bits == 4) { int64_t c0 = col & ~(int64_t)63, k = col - c0; pos = c0 + (k & 1) * 32 + k / 2; }
+                float f = xg[c] * inv, v = nearbyintf(f);
+                v = v > 32767.f ? 32767.f : v < -32767.f ? -32767.f : v;
+                float l = nearbyintf((f - v) * 65536.0f);
+                q[pos] = (int16_t)v;
+                ql[pos] = (int16_t)(l > 32767.f ? 32767 : l < -32768.f ? -32768 : l);
+            }
+        }
+    }
+}
+
+/* f32 x, permuted for 4-bit (prefill). */
+static void prep_f(const ts_weight *w, const float *x, int n) {
+    const int64_t cols = w->cols;
+    for (int i = 0; i < n; i++)
+        for (int64_t col = 0; col < cols; col++) {
+            int64_t pos = col;
+            if (w->dtype == TS_DTYPE_U32 && w->bits == 4) { int64_t c0 = col & ~(int64_t)63, k = col - c0; pos = c0 + (k & 1) * 32 + k / 2; }
+            g_p.xp[(int64_t)i * cols + pos] = x[(int64_t)i * cols + col];
+        }
+}
+
 void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill) {
-    (void)mode; (void)prefill;
-    ts_linear_ref(w, x, y, n);
+    int simd = mode == TS_KMODE_AVX512;
+    int qok = w->dtype == TS_DTYPE_U32 && (w->bits == 4 || w->bits == 8) && w->group % 64 == 0 && w->group <= 1024;
+    int fok = w->dtype == TS_DTYPE_BF16 || w->dtype == TS_DTYPE_F32;
+    int kind = K_GENERIC;
+    if (simd && (qok || fok)) kind = prefill && n >= 4 ? K_GEMM : qok ? K_QDOT : K_FDOT;
+    pthread_mutex_lock(&g_lock);
+    int nt = ts_pool_threads();
+    const int64_t cols = w->cols;
+    size_t ng = (size_t)(w->group ? cols / w->group : 0);
+    int bad = 0;
+    if (kind == K_QDOT) {
+        bad |= grow((void **)&g_p.xq, &g_cap_xq, (size_t)2 * n * cols, sizeof(int16_t));
+        bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
+        bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    }
+    if (kind == K_GEMM) bad |= grow((void **)&g_p.xp, &g_cap_xp, (size_t)n * cols, sizeof(float));
+    bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)nt * 4 * cols, sizeof(float));
+    if (bad) {
+        /* out of memory for workspace: the reference needs none */
+        pthread_mutex_unlock(&g_lock);
+        ts_linear_ref(w, x, y, n);
+        return;
+    }
+    g_p.n = n;
+    g_p.cols = cols;
+    g_p.ng = (int64_t)ng;
+    if (kind == K_QDOT) prep_q(w, x, n);
+    if (kind == K_GEMM) prep_f(w, x, n);
+    job j = {w, x, &g_p, y, n, kind};
+    if ((double)w->rows * (double)cols * n < 65536.0 || nt == 1) run_job(&j, 0, 1);
+    else ts_pool_run(run_job, &j);
+    pthread_mutex_unlock(&g_lock);
 }
