@@ -70,3 +70,31 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
 }
 
 const ts_model_info *ts_engine_info(const ts_engine *e) { return &e->info; }
+
+/* ---- decode traffic (bench) ---- */
+
+static uint64_t layer_bytes(const ts_layer_w *l, const ts_config *c) {
+    uint64_t b = 0;
+    if (l->full) {
+        b += ts_weight_bytes(&l->attn.q_proj) + ts_weight_bytes(&l->attn.k_proj) + ts_weight_bytes(&l->attn.v_proj) +
+             ts_weight_bytes(&l->attn.o_proj);
+    } else {
+        b += ts_weight_bytes(&l->gdn.in_qkv) + ts_weight_bytes(&l->gdn.in_z) + ts_weight_bytes(&l->gdn.in_b) +
+             ts_weight_bytes(&l->gdn.in_a) + ts_weight_bytes(&l->gdn.out_proj);
+    }
+    const ts_ffn_w *f = &l->ffn;
+    if (!f->moe) return b + ts_weight_bytes(&f->gate) + ts_weight_bytes(&f->up) + ts_weight_bytes(&f->down);
+    b += ts_weight_bytes(&f->router) + ts_weight_bytes(&f->s_gate) + ts_weight_bytes(&f->s_up) +
+         ts_weight_bytes(&f->s_down) + ts_weight_bytes(&f->s_gate_w);
+    /* only the top-k routed experts are read (all experts have one shape) */
+    uint64_t e = ts_weight_bytes(&f->e_gate[0]) + ts_weight_bytes(&f->e_up[0]) + ts_weight_bytes(&f->e_down[0]);
+    return b + (uint64_t)c->topk * e;
+}
+
+uint64_t ts_engine_decode_bytes(const ts_engine *e) {
+    const ts_model *m = &e->model;
+    const ts_config *c = &m->cfg;
+    uint64_t b = ts_weight_bytes(&m->head) + ts_weight_bytes(&m->embed) / (uint64_t)c->vocab;
+    for (int i = 0; i < c->n_layers; i++) b += layer_bytes(&m->layers[i], c);
+    return b;
+}

@@ -37,16 +37,22 @@ typedef struct ts_xprep {
 /* ---- row kernels: rows [r0, r1) of y[n, rows] ---- */
 void ts_generic_rows(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1, float *wbuf);
 void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0, int64_t r1);
+void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t *hi, int16_t *lo, float *sx, float *xs);
 void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 /* Prefill: dequantize 4 rows at a time into wbuf [4, cols] f32 (column order
  * of xp), then a 4x4 register-blocked f32 product. */
 void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_t r0, int64_t r1, float *wbuf);
 
 /* ---- thread pool ---- */
-/* Run fn(ctx, t, nt) on nt = ts_pool_threads() threads (t = 0 is the caller)
- * and wait for all. Not reentrant: one parallel region at a time. */
-typedef void (*ts_pool_fn)(void *ctx, int t, int nt);
-void ts_pool_run(ts_pool_fn fn, void *ctx);
+/* Run fn(ctx, i, n) for every chunk i in [0, n) on the pool's threads (the
+ * caller takes part) and wait for all. Chunks are claimed dynamically, so
+ * which thread runs a chunk varies; results must not depend on it. Not
+ * reentrant: one region at a time. */
+typedef void (*ts_pool_fn)(void *ctx, int chunk, int n_chunks);
+void ts_pool_run(ts_pool_fn fn, void *ctx, int n_chunks);
 int ts_pool_threads(void);
+/* 0 for the calling thread, 1..n-1 for the pool's workers: an index for
+ * per-thread scratch (callers are serialised, so they share slot 0). */
+int ts_pool_slot(void);
 
 #endif

@@ -77,6 +77,48 @@ void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0,
     }
 }
 
+/* x -> fixed point per group (cpu.h), vectorised; group % 64 == 0. For 4-bit
+ * each 64-block is stored evens then odds. Rounding by VCVTPS2DQ (nearest
+ * even), which is what nearbyintf gives. */
+void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t *hi, int16_t *lo, float *sx, float *xs) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512 lim = _mm512_set1_ps(32767.0f), k64 = _mm512_set1_ps(65536.0f);
+    for (int64_t g = 0; g < cols / group; g++) {
+        const float *xg = x + g * group;
+        __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
+        for (int c = 0; c < group; c += 16) {
+            __m512 v = _mm512_loadu_ps(xg + c);
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+            sm = _mm512_add_ps(sm, v);
+        }
+        float m = _mm512_reduce_max_ps(mx);
+        sx[g] = m / 32767.0f;
+        xs[g] = _mm512_reduce_add_ps(sm);
+        __m512 inv = _mm512_set1_ps(m > 0.f ? 32767.0f / m : 0.f);
+        for (int c = 0; c < group; c += 64) {
+            __m512 v[4];
+            const float *xb = xg + c;
+            if (bits == 4) {
+                __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16), cc = _mm512_loadu_ps(xb + 32), d = _mm512_loadu_ps(xb + 48);
+                v[0] = _mm512_permutex2var_ps(a, ev, b);
+                v[1] = _mm512_permutex2var_ps(cc, ev, d);
+                v[2] = _mm512_permutex2var_ps(a, od, b);
+                v[3] = _mm512_permutex2var_ps(cc, od, d);
+            } else {
+                for (int k = 0; k < 4; k++) v[k] = _mm512_loadu_ps(xb + 16 * k);
+            }
+            for (int k = 0; k < 4; k++) {
+                __m512 f = _mm512_mul_ps(v[k], inv);
+                __m512 h = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+                __m512 l = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(f, h), k64), _mm512_set1_ps(-32768.0f)), lim);
+                _mm256_storeu_si256((__m256i *)(hi + g * group + c + 16 * k), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(h)));
+                _mm256_storeu_si256((__m256i *)(lo + g * group + c + 16 * k), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(l)));
+            }
+        }
+    }
+}
+
 /* 16 weights of row p at column c as f32 (mask for the tail). */
 static inline __m512 wload(const void *p, ts_dtype t, int64_t c, __mmask16 m) {
     if (t == TS_DTYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + c);

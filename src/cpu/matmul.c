@@ -30,6 +30,7 @@ typedef struct job {
     const ts_xprep *p;
     float *y;
     int n, kind;
+    int64_t per;   /* rows per chunk */
 } job;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -48,45 +49,18 @@ static int grow(void **p, size_t *cap, size_t need, size_t es) {
     return 0;
 }
 
-static void run_job(void *ctx, int t, int nt) {
+
+static void run_job(void *ctx, int chunk, int n_chunks) {
     const job *j = ctx;
-    int64_t rows = j->w->rows;
-    int64_t per = (rows + nt - 1) / nt;
-    per = (per + 15) & ~(int64_t)15;
-    int64_t r0 = (int64_t)t * per, r1 = TS_MIN(rows, r0 + per);
+    (void)n_chunks;
+    int64_t r0 = (int64_t)chunk * j->per, r1 = TS_MIN(j->w->rows, r0 + j->per);
     if (r0 >= r1) return;
-    float *wb = g_wbuf + (size_t)t * 4 * (size_t)j->w->cols;
+    float *wb = g_wbuf + (size_t)ts_pool_slot() * 4 * (size_t)j->w->cols;
     switch (j->kind) {
     case K_QDOT: ts_avx512_qdot(j->w, j->p, j->y, r0, r1); break;
     case K_FDOT: ts_avx512_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
     case K_GEMM: ts_avx512_gemm(j->w, j->p->xp, j->n, j->y, r0, r1, wb); break;
     default: ts_generic_rows(j->w, j->x, j->n, j->y, r0, r1, wb); break;
-    }
-}
-
-/* x -> int16 per group (4-bit: permuted), exact f32 group sums. */
-static void prep_q(const ts_weight *w, const float *x, int n) {
-    const int64_t cols = w->cols, G = w->group, ng = cols / G;
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (int64_t)i * cols;
-        int16_t *q = g_p.xq + (int64_t)i * cols, *ql = q + (int64_t)n * cols;
-        for (int64_t g = 0; g < ng; g++) {
-            const float *xg = xi + g * G;
-            float mx = 0.f, s = 0.f;
-            for (int64_t c = 0; c < G; c++) { mx = fmaxf(mx, fabsf(xg[c])); s += xg[c]; }
-            float sx = mx / 32767.0f, inv = mx > 0.f ? 32767.0f / mx : 0.f;
-            g_p.sx[(int64_t)i * ng + g] = sx;
-            g_p.xs[(int64_t)i * ng + g] = s;
-            for (int64_t c = 0; c < G; c++) {
-                int64_t col = g * G + c, pos = col;
-                if (w->bits == 4) { int64_t c0 = col & ~(int64_t)63, k = col - c0; pos = c0 + (k & 1) * 32 + k / 2; }
-                float f = xg[c] * inv, v = nearbyintf(f);
-                v = v > 32767.f ? 32767.f : v < -32767.f ? -32767.f : v;
-                float l = nearbyintf((f - v) * 65536.0f);
-                q[pos] = (int16_t)v;
-                ql[pos] = (int16_t)(l > 32767.f ? 32767 : l < -32768.f ? -32768 : l);
-            }
-        }
     }
 }
 
@@ -118,7 +92,7 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
         bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
     }
     if (kind == K_GEMM) bad |= grow((void **)&g_p.xp, &g_cap_xp, (size_t)n * cols, sizeof(float));
-    bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)nt * 4 * cols, sizeof(float));
+    bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)(nt + 1) * 4 * cols, sizeof(float));
     if (bad) {
         /* out of memory for workspace: the reference needs none */
         pthread_mutex_unlock(&g_lock);
@@ -128,10 +102,19 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
     g_p.n = n;
     g_p.cols = cols;
     g_p.ng = (int64_t)ng;
-    if (kind == K_QDOT) prep_q(w, x, n);
+    if (kind == K_QDOT)
+        for (int i = 0; i < n; i++)
+            ts_avx512_prep_q(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xq + (int64_t)i * cols,
+                             g_p.xq + (int64_t)(n + i) * cols, g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
     if (kind == K_GEMM) prep_f(w, x, n);
-    job j = {w, x, &g_p, y, n, kind};
-    if ((double)w->rows * (double)cols * n < 65536.0 || nt == 1) run_job(&j, 0, 1);
-    else ts_pool_run(run_job, &j);
+    /* chunks: ~8 per thread for balance, at least 16 rows (whole cache lines of y) */
+    job j = {w, x, &g_p, y, n, kind, w->rows};
+    if ((double)w->rows * (double)cols * n < 65536.0 || nt == 1) {
+        run_job(&j, 0, 1);
+    } else {
+        int64_t per = (w->rows + 8 * nt - 1) / (8 * nt);
+        j.per = TS_MAX(16, (per + 15) & ~(int64_t)15);
+        ts_pool_run(run_job, &j, (int)((w->rows + j.per - 1) / j.per));
+    }
     pthread_mutex_unlock(&g_lock);
 }

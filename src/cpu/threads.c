@@ -1,12 +1,16 @@
 /* threads.c: the persistent kernel thread pool.
  *
  * Owns: n-1 worker threads (the caller is thread 0), started on first use
- * and kept for the life of the process. A parallel region costs two atomic
- * handshakes, not a thread start: decode issues ~200 matrix products per
- * token, so per-region overhead must stay at the microsecond level. Workers
- * spin briefly (a region usually follows within microseconds), then sleep
- * on a condition variable so an idle engine does not burn a core.
- * Does not own: how work is split (the caller's fn decides from t and nt).
+ * and kept for the life of the process. A parallel region is a set of
+ * chunks claimed dynamically: one atomic word packs (region generation,
+ * chunk count, next chunk), and every participant, the caller included,
+ * claims chunks with a compare-and-swap until none are left. So a worker that
+ * is late (descheduled on a busy machine: the usual case on a shared 2-core
+ * box) costs nothing: the caller simply does the work; and a worker that
+ * wakes after its region ended sees a new generation and claims nothing.
+ * The caller waits only for chunks already claimed. Workers spin briefly
+ * (regions follow each other within microseconds in decode), then sleep on a
+ * condition variable so an idle engine burns no core.
  * Invariant: one region at a time (matmul.c serialises callers).
  */
 #include <pthread.h>
@@ -17,17 +21,20 @@
 
 #define MAX_THREADS 64
 #define SPIN 20000
+#define GEN_SHIFT 40
+#define N_SHIFT 20
+#define FIELD ((1ull << 20) - 1)
 
-static int g_want = 0;          /* requested (0 = all cores) */
-static int g_nt = 0;            /* running, incl. the caller; 0 = not started */
+static int g_want = 0;
+static int g_nt = 0;
 static pthread_t g_th[MAX_THREADS];
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static ts_pool_fn g_fn;
 static void *g_ctx;
-static unsigned long g_gen;     /* bumped per region (atomic) */
-static int g_pending;           /* workers not yet done with the region (atomic) */
-static int g_sleepers;          /* workers waiting on g_cv (under g_mu) */
+static uint64_t g_word;      /* gen << 40 | n_chunks << 20 | next chunk (atomic) */
+static int g_left;           /* chunks not yet finished (atomic) */
+static int g_sleepers;       /* under g_mu */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -35,23 +42,40 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void *worker(void *arg) {
-    int t = (int)(intptr_t)arg;
-    unsigned long seen = 0;
+/* Claim and run chunks of generation gen until none are left. */
+static void work(uint64_t gen) {
     for (;;) {
-        unsigned long g;
+        uint64_t v = __atomic_load_n(&g_word, __ATOMIC_ACQUIRE);
+        if ((v >> GEN_SHIFT) != gen) return;
+        uint64_t n = (v >> N_SHIFT) & FIELD, i = v & FIELD;
+        if (i >= n) return;
+        if (!__atomic_compare_exchange_n(&g_word, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+        /* chunk i of this generation is ours: the region cannot end before
+         * we finish it, so g_fn and g_ctx are this region's */
+        g_fn(g_ctx, (int)i, (int)n);
+        __atomic_fetch_sub(&g_left, 1, __ATOMIC_ACQ_REL);
+    }
+}
+
+static __thread int t_slot;
+int ts_pool_slot(void) { return t_slot; }
+
+static void *worker(void *arg) {
+    t_slot = (int)(intptr_t)arg;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t gen;
         int spins = 0;
-        while ((g = __atomic_load_n(&g_gen, __ATOMIC_ACQUIRE)) == seen) {
+        while ((gen = __atomic_load_n(&g_word, __ATOMIC_ACQUIRE) >> GEN_SHIFT) == seen) {
             if (++spins < SPIN) { cpu_relax(); continue; }
             pthread_mutex_lock(&g_mu);
             g_sleepers++;
-            while (__atomic_load_n(&g_gen, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&g_cv, &g_mu);
+            while ((__atomic_load_n(&g_word, __ATOMIC_ACQUIRE) >> GEN_SHIFT) == seen) pthread_cond_wait(&g_cv, &g_mu);
             g_sleepers--;
             pthread_mutex_unlock(&g_mu);
         }
-        seen = g;
-        g_fn(g_ctx, t, g_nt);
-        __atomic_fetch_sub(&g_pending, 1, __ATOMIC_ACQ_REL);
+        seen = gen;
+        work(gen);
     }
     return NULL;
 }
@@ -60,10 +84,8 @@ static void start(void) {
     int n = g_want > 0 ? g_want : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1) n = 1;
     if (n > MAX_THREADS) n = MAX_THREADS;
-    int ok = 1;
     for (int t = 1; t < n; t++)
-        if (pthread_create(&g_th[t], NULL, worker, (void *)(intptr_t)t) != 0) { n = t; ok = 0; break; }
-    (void)ok; /* fewer threads than asked is still correct */
+        if (pthread_create(&g_th[t], NULL, worker, (void *)(intptr_t)t) != 0) { n = t; break; } /* fewer threads is still correct */
     g_nt = n;
 }
 
@@ -77,19 +99,25 @@ int ts_pool_threads(void) {
     return g_nt;
 }
 
-void ts_pool_run(ts_pool_fn fn, void *ctx) {
+void ts_pool_run(ts_pool_fn fn, void *ctx, int n_chunks) {
     int nt = ts_pool_threads();
-    if (nt == 1) { fn(ctx, 0, 1); return; }
+    if (nt == 1 || n_chunks <= 1) {
+        for (int i = 0; i < n_chunks; i++) fn(ctx, i, n_chunks);
+        return;
+    }
+    if ((uint64_t)n_chunks > FIELD) n_chunks = (int)FIELD; /* callers keep chunk counts small */
     g_fn = fn;
     g_ctx = ctx;
-    __atomic_store_n(&g_pending, nt - 1, __ATOMIC_RELEASE);
-    __atomic_fetch_add(&g_gen, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&g_left, n_chunks, __ATOMIC_RELEASE);
+    uint64_t gen = ((__atomic_load_n(&g_word, __ATOMIC_ACQUIRE) >> GEN_SHIFT) + 1) & ((1ull << 24) - 1);
+    if (!gen) gen = 1; /* workers start with seen = 0 */
+    __atomic_store_n(&g_word, gen << GEN_SHIFT | (uint64_t)n_chunks << N_SHIFT, __ATOMIC_RELEASE);
     pthread_mutex_lock(&g_mu);
     if (g_sleepers) pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
-    fn(ctx, 0, nt);
+    work(gen);
     int spins = 0;
-    while (__atomic_load_n(&g_pending, __ATOMIC_ACQUIRE) > 0)
+    while (__atomic_load_n(&g_left, __ATOMIC_ACQUIRE) > 0)
         if (++spins < SPIN) cpu_relax();
         else sched_yield();
 }
