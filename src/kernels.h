@@ -40,6 +40,17 @@ size_t ts_weight_bytes(const ts_weight *w);
 /* Element (r, c) as f32 (slow; tests and tools). */
 float ts_weight_get(const ts_weight *w, int64_t r, int64_t c);
 
+/* One gated delta-rule step of one value head (model-spec.md §2, GDN):
+ *   S = decay * S;  p = S^T k;  S += k (beta (v - p))^T;  o = S^T q
+ * S [dk, dv] f32 in place; k, q [dk]; v [dv]; o [dv] (NULL: not wanted).
+ * The reference walks i (dk) outer and j (dv) inner in this order; the SIMD
+ * version vectorises over j with FMAs (each element's sum over i keeps its
+ * order; only the FMA rounding differs). */
+void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o, int dk,
+                 int dv);
+void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
+                     int dk, int dv);
+
 /* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);
 

@@ -125,3 +125,26 @@ TS_TEST(kernels, select) {
     CHECK(ts_kernels_select("auto") == 0);
     CHECK(ts_kernels_select(orig) == 0);
 }
+
+/* The vectorised delta-rule step against the reference: state and output
+ * within 1e-5 relative to their magnitude (only FMA rounding differs). */
+TS_TEST(kernels, gdn_step_parity) {
+    const int dk = 128, dv = 128;
+    float *S0 = malloc(sizeof(float) * dk * dv), *S1 = malloc(sizeof(float) * dk * dv);
+    float k[128], q[128], v[128], o0[128], o1[128];
+    for (int i = 0; i < dk * dv; i++) S0[i] = S1[i] = fr() * 0.5f;
+    for (int i = 0; i < 128; i++) { k[i] = fr() * 0.1f; q[i] = fr() * 0.1f; v[i] = fr(); }
+    const char *orig = ts_kernels_name();
+    for (int step = 0; step < 4; step++) {
+        ts_gdn_step_ref(S0, k, v, q, 0.9f, 0.7f, o0, dk, dv);
+        if (ts_kernels_select("avx512") != 0) { fprintf(stderr, "  (no avx512: reference only)\n"); break; }
+        ts_gdn_step(S1, k, v, q, 0.9f, 0.7f, o1, dk, dv);
+        ts_kernels_select(orig);
+        float es = 0, eo = 0, ms = 0, mo = 0;
+        for (int i = 0; i < dk * dv; i++) { es = fmaxf(es, fabsf(S0[i] - S1[i])); ms = fmaxf(ms, fabsf(S0[i])); }
+        for (int j = 0; j < dv; j++) { eo = fmaxf(eo, fabsf(o0[j] - o1[j])); mo = fmaxf(mo, fabsf(o0[j])); }
+        CHECK_MSG(es <= 1e-5f * ms && eo <= 1e-5f * mo, "step %d: state err %g (max %g), output err %g (max %g)", step, es, ms, eo, mo);
+    }
+    ts_kernels_select(orig);
+    free(S0); free(S1);
+}

@@ -38,6 +38,8 @@ typedef struct ts_xprep {
 void ts_generic_rows(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1, float *wbuf);
 void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0, int64_t r1);
 void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t *hi, int16_t *lo, float *sx, float *xs);
+void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
+                        int dk, int dv);
 void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 /* Prefill: dequantize 4 rows at a time into wbuf [4, cols] f32 (column order
  * of xp), then a 4x4 register-blocked f32 product. */

@@ -67,3 +67,9 @@ void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n) {
     if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
     else ts_cpu_linear(m, w, x, y, n, 1);
 }
+
+void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o, int dk,
+                 int dv) {
+    if (ts_kmode() == TS_KMODE_AVX512 && dv % 16 == 0) ts_avx512_gdn_step(S, k, v, q, decay, beta, o, dk, dv);
+    else ts_gdn_step_ref(S, k, v, q, decay, beta, o, dk, dv);
+}

@@ -236,3 +236,35 @@ void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_
         }
     }
 }
+
+/* The delta-rule step (kernels.h), 16 value columns at a time; dv % 16 == 0. */
+void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
+                        int dk, int dv) {
+    const __m512 dc = _mm512_set1_ps(decay), bt = _mm512_set1_ps(beta);
+    for (int j0 = 0; j0 < dv; j0 += 64) {
+        int nj = TS_MIN(4, (dv - j0) / 16);
+        __m512 p[4], ov[4];
+        for (int u = 0; u < 4; u++) p[u] = ov[u] = _mm512_setzero_ps();
+        for (int i = 0; i < dk; i++) {
+            float *Si = S + (size_t)i * dv + j0;
+            __m512 ki = _mm512_set1_ps(k[i]);
+            for (int u = 0; u < nj; u++) {
+                __m512 sv = _mm512_mul_ps(_mm512_loadu_ps(Si + 16 * u), dc);
+                _mm512_storeu_ps(Si + 16 * u, sv);
+                p[u] = _mm512_fmadd_ps(sv, ki, p[u]);
+            }
+        }
+        for (int u = 0; u < nj; u++) p[u] = _mm512_mul_ps(bt, _mm512_sub_ps(_mm512_loadu_ps(v + j0 + 16 * u), p[u]));
+        for (int i = 0; i < dk; i++) {
+            float *Si = S + (size_t)i * dv + j0;
+            __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
+            for (int u = 0; u < nj; u++) {
+                __m512 sv = _mm512_fmadd_ps(ki, p[u], _mm512_loadu_ps(Si + 16 * u));
+                _mm512_storeu_ps(Si + 16 * u, sv);
+                ov[u] = _mm512_fmadd_ps(sv, qi, ov[u]);
+            }
+        }
+        if (o)
+            for (int u = 0; u < nj; u++) _mm512_storeu_ps(o + j0 + 16 * u, ov[u]);
+    }
+}

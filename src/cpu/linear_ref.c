@@ -60,3 +60,27 @@ void ts_linear_ref(const ts_weight *w, const float *x, float *y, int n) {
         }
     }
 }
+
+void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
+                     int dk, int dv) {
+    /* decay, then predict p = S^T k with the decayed state */
+    float p[dv > 0 ? dv : 1];
+    for (int j = 0; j < dv; j++) p[j] = 0.f;
+    for (int i = 0; i < dk; i++) {
+        float *Si = S + (size_t)i * dv;
+        for (int j = 0; j < dv; j++) {
+            Si[j] *= decay;
+            p[j] += Si[j] * k[i];
+        }
+    }
+    /* delta = beta (v - p); S += k delta^T; read o = S^T q after the update */
+    for (int j = 0; j < dv; j++) p[j] = beta * (v[j] - p[j]);
+    if (o) for (int j = 0; j < dv; j++) o[j] = 0.f;
+    for (int i = 0; i < dk; i++) {
+        float *Si = S + (size_t)i * dv;
+        for (int j = 0; j < dv; j++) {
+            Si[j] += k[i] * p[j];
+            if (o) o[j] += Si[j] * q[i];
+        }
+    }
+}

@@ -147,27 +147,7 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
         float beta = sigmoid(b[h]);
         float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
         float *S = s->S + (size_t)h * dk * dv; /* [dk, dv] */
-        /* decay, then predict p = S^T k with the decayed state */
-        float p[dv > 0 ? dv : 1];
-        for (int j = 0; j < dv; j++) p[j] = 0.f;
-        for (int i = 0; i < dk; i++) {
-            float *Si = S + (size_t)i * dv;
-            for (int j = 0; j < dv; j++) {
-                Si[j] *= decay;
-                p[j] += Si[j] * kh[i];
-            }
-        }
-        /* delta = beta (v - p); S += k delta^T; read o = S^T q after the update */
-        for (int j = 0; j < dv; j++) p[j] = beta * (vh[j] - p[j]);
-        float *oh = o ? o + (size_t)h * dv : NULL;
-        if (oh) for (int j = 0; j < dv; j++) oh[j] = 0.f;
-        for (int i = 0; i < dk; i++) {
-            float *Si = S + (size_t)i * dv;
-            for (int j = 0; j < dv; j++) {
-                Si[j] += kh[i] * p[j];
-                if (oh) oh[j] += Si[j] * qh[i];
-            }
-        }
+        ts_gdn_step(S, kh, vh, qh, decay, beta, o ? o + (size_t)h * dv : NULL, dk, dv);
     }
 }
 
