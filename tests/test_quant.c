@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "engine.h"
+#include "loader/st_writer.h"
 #include "quant/quant.h"
 #include "ts_test.h"
 
@@ -232,4 +233,93 @@ TS_TEST(quant, convert_errors) {
     CHECK_MSG(rc != 0 && strstr(out, "write failed"), "%s", out);
     rc = ts_test_sh(out, sizeof out, "ls -d %s/e* 2>/dev/null | wc -l", tmp);
     CHECK_MSG(atoi(out) == 0, "partial output left behind: %s", out);
+}
+
+/* ---- MLX's stacked experts (switch_mlp) load like per-expert ones ---- */
+
+typedef struct restack {
+    ts_st_set *st;
+    const ts_st_tensor **src; /* per output: the source (copy), or NULL (stacked) */
+    int E;
+} restack;
+
+static int restack_fill(void *vctx, const ts_stw_tensor *t, int idx, void *buf, ts_error *err) {
+    restack *r = vctx;
+    (void)err;
+    if (r->src[idx]) { memcpy(buf, r->src[idx]->data, t->nbytes); return 0; }
+    /* t->name is "P.mlp.switch_mlp.PART.KIND": gather experts.{e}.PART.KIND */
+    char pre[200], rest[200];
+    const char *sw = strstr(t->name, "switch_mlp.");
+    snprintf(pre, sizeof pre, "%.*s", (int)(sw - t->name), t->name);
+    snprintf(rest, sizeof rest, "%s", sw + 11);
+    size_t off = 0;
+    for (int e = 0; e < r->E; e++) {
+        char n[480];
+        snprintf(n, sizeof n, "%sexperts.%d.%s", pre, e, rest);
+        const ts_st_tensor *s = ts_st_find(r->st, n);
+        memcpy((char *)buf + off, s->data, s->nbytes);
+        off += s->nbytes;
+    }
+    return 0;
+}
+
+/* The written set, kept open until the next call (so the test can look). */
+static ts_st_set *b_probe(const char *dir) {
+    static ts_st_set *last;
+    ts_st_close(last);
+    last = NULL;
+    ts_error err = {0};
+    if (ts_st_open_dir(dir, &last, &err)) return NULL;
+    return last;
+}
+
+TS_TEST(quant, mlx_switch_mlp_layout) {
+    char dir[512], out[600];
+    if (convert_fixture("tiny-moe", 4, dir, sizeof dir)) return;
+    snprintf(out, sizeof out, "%s/tiny-moe-switch", ts_test_tmpdir());
+    ts_st_set *st = NULL;
+    ts_error err = {0};
+    CHECK_MSG(ts_st_open_dir(dir, &st, &err) == 0, "%s", err.msg);
+    ts_stw_tensor *t = calloc(st->n_tensors, sizeof *t);
+    restack r = {st, calloc(st->n_tensors, sizeof(void *)), 8};
+    int n = 0;
+    for (int i = 0; i < st->n_tensors; i++) {
+        const ts_st_tensor *s = &st->tensors[i];
+        const char *ex = strstr(s->name, "mlp.experts.");
+        if (ex) {
+            if (strncmp(ex, "mlp.experts.0.", 14)) continue; /* expert 0 stands for the stack */
+            snprintf(t[n].name, sizeof t[n].name, "%.*smlp.switch_mlp.%s", (int)(ex - s->name), s->name, ex + 14);
+            t[n].n_dims = 3;
+            t[n].shape[0] = 8; t[n].shape[1] = s->shape[0]; t[n].shape[2] = s->shape[1];
+        } else {
+            snprintf(t[n].name, sizeof t[n].name, "%s", s->name);
+            t[n].n_dims = s->n_dims;
+            for (int d = 0; d < s->n_dims; d++) t[n].shape[d] = s->shape[d];
+            r.src[n] = s;
+        }
+        t[n].dtype = s->dtype;
+        t[n].unit = n;
+        n++;
+    }
+    int ns = ts_stw_plan(t, n, (size_t)1 << 30);
+    mkdir(out, 0755);
+    CHECK_MSG(ts_stw_write(out, t, n, ns, restack_fill, NULL, &r, &err) == 0, "%s", err.msg);
+    char o2[256];
+    CHECK(ts_test_sh(o2, sizeof o2, "cp %s/config.json %s/", dir, out) == 0);
+    CHECK(ts_st_find(b_probe(out), "model.language_model.layers.0.mlp.switch_mlp.gate_proj.scales") != NULL);
+    /* same logits, bit for bit, from both layouts */
+    ts_engine *a = NULL, *b = NULL;
+    CHECK_MSG(ts_engine_open(dir, NULL, &a, &err) == 0, "%s", err.msg);
+    CHECK_MSG(ts_engine_open(out, NULL, &b, &err) == 0, "%s", err.msg);
+    CHECK(ts_engine_info(a)->weight_bytes == ts_engine_info(b)->weight_bytes);
+    int32_t ids[12] = {1, 5, 9, 200, 17, 3, 1000, 44, 7, 8, 9, 10};
+    int V = ts_engine_info(a)->vocab_size;
+    float *la = malloc(sizeof(float) * 12 * V), *lb = malloc(sizeof(float) * 12 * V);
+    CHECK(run_logits(a, ids, 10, 2, ids + 10, la) == 0);
+    CHECK(run_logits(b, ids, 10, 2, ids + 10, lb) == 0);
+    CHECK_MSG(memcmp(la, lb, sizeof(float) * 12 * V) == 0, "switch_mlp layout gives different logits");
+    free(la); free(lb); free(t); free(r.src);
+    ts_engine_close(a);
+    ts_engine_close(b);
+    ts_st_close(st);
 }
