@@ -88,15 +88,15 @@ static int check_one(const ts_weight *w, int n, float tol, const char *what) {
 }
 
 TS_TEST(kernels, parity_and_row_exact) {
-    const char *modes[] = {"generic", "avx512"};
+    const char *modes[] = {"generic", "avx2", "avx512"};
     const char *orig = ts_kernels_name();
-    for (int mi = 0; mi < 2; mi++) {
+    for (int mi = 0; mi < 3; mi++) {
         if (ts_kernels_select(modes[mi]) != 0) { fprintf(stderr, "  (mode %s not supported here)\n", modes[mi]); continue; }
         struct { ts_dtype dt; int bits, group; ts_dtype sdt; float tol; } cases[] = {
             {TS_DTYPE_F32, 0, 0, 0, 1e-5f}, {TS_DTYPE_BF16, 0, 0, 0, 1e-5f}, {TS_DTYPE_F16, 0, 0, 0, 1e-5f},
             {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, 1e-5f}, {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, 1e-5f},
             {TS_DTYPE_U32, 4, 32, TS_DTYPE_BF16, 1e-5f}, {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, 1e-5f},
-            {TS_DTYPE_U32, 8, 128, TS_DTYPE_F16, 1e-5f},
+            {TS_DTYPE_U32, 8, 128, TS_DTYPE_F16, 1e-5f}, {TS_DTYPE_U32, 4, 16, TS_DTYPE_BF16, 1e-5f},
         };
         int64_t shapes[][2] = {{37, 256}, {300, 1024}, {1000, 384}};
         for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)

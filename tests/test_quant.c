@@ -132,8 +132,7 @@ static int run_logits(ts_engine *e, const int32_t *ids, int T, int steps, const 
     return rc;
 }
 
-TS_TEST(quant, fixtures_match_reference) {
-    const char *mode = ts_kernels_name();
+static void fixtures_in_mode(const char *mode) {
     for (size_t fi = 0; fi < sizeof FIX / sizeof FIX[0]; fi++)
         for (int bits = 4; bits <= 8; bits += 4) {
             char dir[512], rp[256];
@@ -167,6 +166,21 @@ TS_TEST(quant, fixtures_match_reference) {
             ts_st_close(ref);
             ts_engine_close(e);
         }
+}
+
+/* Every SIMD mode this CPU has (the generic mode is bit-identical to the
+ * reference by construction; test_kernels checks it). */
+TS_TEST(quant, fixtures_match_reference) {
+    char orig[32];
+    snprintf(orig, sizeof orig, "%s", ts_kernels_name());
+    const char *modes[] = {"avx512", "avx2"};
+    for (int i = 0; i < 2; i++) {
+        if (ts_kernels_select(modes[i]) != 0) continue;
+        fixtures_in_mode(modes[i]);
+        ts_kernels_select(orig);
+        if (ts_test_failed()) return;
+    }
+    ts_kernels_select(orig);
 }
 
 /* One expert of one layer is one contiguous byte range of one shard. */

@@ -41,6 +41,9 @@ void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t
 void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                         int dk, int dv);
 void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+void ts_avx2_prep_x(const float *x, int64_t cols, int group, int bits, float *xp, float *xs);
+void ts_avx2_qdot(const ts_weight *w, const float *xp, const float *xs, int n, float *y, int64_t r0, int64_t r1);
+void ts_avx2_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 /* Prefill: dequantize 4 rows at a time into wbuf [4, cols] f32 (column order
  * of xp), then a 4x4 register-blocked f32 product. */
 void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_t r0, int64_t r1, float *wbuf);

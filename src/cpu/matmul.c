@@ -22,7 +22,7 @@
 
 #include "cpu/cpu.h"
 
-enum { K_GENERIC, K_QDOT, K_FDOT, K_GEMM };
+enum { K_GENERIC, K_QDOT, K_FDOT, K_GEMM, K2_QDOT, K2_FDOT };
 
 typedef struct job {
     const ts_weight *w;
@@ -60,6 +60,8 @@ static void run_job(void *ctx, int chunk, int n_chunks) {
     case K_QDOT: ts_avx512_qdot(j->w, j->p, j->y, r0, r1); break;
     case K_FDOT: ts_avx512_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
     case K_GEMM: ts_avx512_gemm(j->w, j->p->xp, j->n, j->y, r0, r1, wb); break;
+    case K2_QDOT: ts_avx2_qdot(j->w, j->p->xp, j->p->xs, j->n, j->y, r0, r1); break;
+    case K2_FDOT: ts_avx2_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
     default: ts_generic_rows(j->w, j->x, j->n, j->y, r0, r1, wb); break;
     }
 }
@@ -81,6 +83,10 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
     int fok = w->dtype == TS_DTYPE_BF16 || w->dtype == TS_DTYPE_F32;
     int kind = K_GENERIC;
     if (simd && (qok || fok)) kind = prefill && n >= 4 ? K_GEMM : qok ? K_QDOT : K_FDOT;
+    if (mode == TS_KMODE_AVX2) {
+        int q2 = w->dtype == TS_DTYPE_U32 && (w->bits == 4 || w->bits == 8) && w->group % 16 == 0;
+        kind = q2 ? K2_QDOT : fok ? K2_FDOT : K_GENERIC;
+    }
     pthread_mutex_lock(&g_lock);
     int nt = ts_pool_threads();
     const int64_t cols = w->cols;
@@ -91,7 +97,8 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
         bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
         bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
     }
-    if (kind == K_GEMM) bad |= grow((void **)&g_p.xp, &g_cap_xp, (size_t)n * cols, sizeof(float));
+    if (kind == K_GEMM || kind == K2_QDOT) bad |= grow((void **)&g_p.xp, &g_cap_xp, (size_t)n * cols, sizeof(float));
+    if (kind == K2_QDOT) bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
     bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)(nt + 1) * 4 * cols, sizeof(float));
     if (bad) {
         /* out of memory for workspace: the reference needs none */
@@ -107,6 +114,9 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
             ts_avx512_prep_q(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xq + (int64_t)i * cols,
                              g_p.xq + (int64_t)(n + i) * cols, g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
     if (kind == K_GEMM) prep_f(w, x, n);
+    if (kind == K2_QDOT)
+        for (int i = 0; i < n; i++)
+            ts_avx2_prep_x(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xp + (int64_t)i * cols, g_p.xs + (int64_t)i * ng);
     /* chunks: ~8 per thread for balance, at least 16 rows (whole cache lines of y) */
     job j = {w, x, &g_p, y, n, kind, w->rows};
     if ((double)w->rows * (double)cols * n < 65536.0 || nt == 1) {
