@@ -8,6 +8,8 @@
  *   depend on cancellation). tol: 1e-6 for generic (same arithmetic), 1e-5
  *   for the int16-activation VNNI decode path (x carries 2^-16 of its group's
  *   max), 1e-5 for f32 FMA paths;
+ *   the opt-in avx512-q8 mode (int8 activations) is held to 3e-2 (the test x
+ *   has 8x outliers, so a group max is ~8x a typical element);
  * - row-exactness of ts_linear: n rows at once equal n one-row calls, bit
  *   for bit, for n = 1..9 and row counts that split unevenly over threads.
  */
@@ -88,9 +90,9 @@ static int check_one(const ts_weight *w, int n, float tol, const char *what) {
 }
 
 TS_TEST(kernels, parity_and_row_exact) {
-    const char *modes[] = {"generic", "avx2", "avx512"};
+    const char *modes[] = {"generic", "avx2", "avx512", "avx512-q8"};
     const char *orig = ts_kernels_name();
-    for (int mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < 4; mi++) {
         if (ts_kernels_select(modes[mi]) != 0) { fprintf(stderr, "  (mode %s not supported here)\n", modes[mi]); continue; }
         struct { ts_dtype dt; int bits, group; ts_dtype sdt; float tol; } cases[] = {
             {TS_DTYPE_F32, 0, 0, 0, 1e-5f}, {TS_DTYPE_BF16, 0, 0, 0, 1e-5f}, {TS_DTYPE_F16, 0, 0, 0, 1e-5f},
@@ -108,6 +110,8 @@ TS_TEST(kernels, parity_and_row_exact) {
                 snprintf(what, sizeof what, "%s %s%d g%d [%lld, %lld]", modes[mi], ts_dtype_name(cases[ci].dt), cases[ci].bits,
                          cases[ci].group, (long long)shapes[si][0], (long long)shapes[si][1]);
                 float tol = mi == 0 ? 1e-6f : cases[ci].tol;
+                /* int8 activations: each x within 2^-8 of its group's max */
+                if (mi == 3 && cases[ci].dt == TS_DTYPE_U32 && cases[ci].bits == 4 && cases[ci].group >= 64) tol = 3e-2f;
                 int bad = 0;
                 for (int n = 1; n <= 9 && !bad; n += (n < 5 ? 1 : 4)) bad = check_one(&b.w, n, tol, what);
                 free_w(&b);

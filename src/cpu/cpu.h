@@ -10,7 +10,7 @@
 
 #include "kernels.h"
 
-enum { TS_KMODE_REF = 0, TS_KMODE_GENERIC, TS_KMODE_AVX2, TS_KMODE_AVX512 };
+enum { TS_KMODE_REF = 0, TS_KMODE_GENERIC, TS_KMODE_AVX2, TS_KMODE_AVX512, TS_KMODE_AVX512Q8 };
 int ts_kmode(void);
 
 /* y = x W^T over the current mode; prefill may use differently-rounded
@@ -32,6 +32,7 @@ typedef struct ts_xprep {
     int16_t *xq;        /* [2, n, cols]: hi parts, then lo parts */
     float *sx, *xs;     /* [n, ng] */
     float *xp;          /* [n, cols] f32, permuted for 4-bit */
+    int8_t *x8;         /* [n, cols] int8 ("avx512-q8" mode), 128-blocks evens | odds */
 } ts_xprep;
 
 /* ---- row kernels: rows [r0, r1) of y[n, rows] ---- */
@@ -40,6 +41,9 @@ void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0,
 void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t *hi, int16_t *lo, float *sx, float *xs);
 void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                         int dk, int dv);
+void ts_avx512_prep_q8(const float *x, int64_t cols, int group, int8_t *x8, float *sx, float *xs);
+void ts_avx512_q8dot(const ts_weight *w, const int8_t *x8, const float *sx, const float *xs, int n, float *y,
+                     int64_t r0, int64_t r1);
 void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 void ts_avx2_prep_x(const float *x, int64_t cols, int group, int bits, float *xp, float *xs);
 void ts_avx2_qdot(const ts_weight *w, const float *xp, const float *xs, int n, float *y, int64_t r0, int64_t r1);

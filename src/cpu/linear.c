@@ -2,7 +2,8 @@
  *
  * Modes: "ref" (linear_ref.c, the oracle), "generic" (portable C, threaded),
  * "avx2", "avx512"; "auto" picks the best the CPU supports (cpuid through
- * __builtin_cpu_supports). TS_KERNELS in the environment sets the first
+ * __builtin_cpu_supports). "avx512-q8" (opt-in, never auto) rounds
+ * activations to int8 for 4-bit products, trading precision for speed. TS_KERNELS in the environment sets the first
  * choice; ts_kernels_select changes it (tests use it to run both sides of a
  * parity check in one process).
  */
@@ -16,9 +17,10 @@ static int g_mode = -1;
 static int cpu_has(int mode) {
     switch (mode) {
     case TS_KMODE_AVX512:
+    case TS_KMODE_AVX512Q8:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("fma");
+               __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx512vnni");
     case TS_KMODE_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     default: return 1;
     }
@@ -30,11 +32,11 @@ static int best_mode(void) {
     return TS_KMODE_GENERIC;
 }
 
-static const char *names[] = {"ref", "generic", "avx2", "avx512"};
+static const char *names[] = {"ref", "generic", "avx2", "avx512", "avx512-q8"};
 
 static int parse_mode(const char *name) {
     if (!name || !*name || !strcmp(name, "auto")) return best_mode();
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(name, names[i])) return cpu_has(i) ? i : -1;
     return -1;
 }
@@ -70,6 +72,6 @@ void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n) {
 
 void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o, int dk,
                  int dv) {
-    if (ts_kmode() == TS_KMODE_AVX512 && dv % 16 == 0) ts_avx512_gdn_step(S, k, v, q, decay, beta, o, dk, dv);
+    if (ts_kmode() >= TS_KMODE_AVX512 && dv % 16 == 0) ts_avx512_gdn_step(S, k, v, q, decay, beta, o, dk, dv);
     else ts_gdn_step_ref(S, k, v, q, decay, beta, o, dk, dv);
 }

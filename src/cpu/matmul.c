@@ -22,7 +22,7 @@
 
 #include "cpu/cpu.h"
 
-enum { K_GENERIC, K_QDOT, K_FDOT, K_GEMM, K2_QDOT, K2_FDOT };
+enum { K_GENERIC, K_QDOT, K_FDOT, K_GEMM, K2_QDOT, K2_FDOT, K_Q8DOT };
 
 typedef struct job {
     const ts_weight *w;
@@ -35,7 +35,7 @@ typedef struct job {
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static ts_xprep g_p;
-static size_t g_cap_xq, g_cap_xp, g_cap_sx, g_cap_xs; /* elements allocated */
+static size_t g_cap_xq, g_cap_xp, g_cap_sx, g_cap_xs, g_cap_x8; /* elements allocated */
 static float *g_wbuf;           /* [threads, 4 * cols] */
 static size_t g_cap_w;
 
@@ -62,6 +62,7 @@ static void run_job(void *ctx, int chunk, int n_chunks) {
     case K_GEMM: ts_avx512_gemm(j->w, j->p->xp, j->n, j->y, r0, r1, wb); break;
     case K2_QDOT: ts_avx2_qdot(j->w, j->p->xp, j->p->xs, j->n, j->y, r0, r1); break;
     case K2_FDOT: ts_avx2_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
+    case K_Q8DOT: ts_avx512_q8dot(j->w, j->p->x8, j->p->sx, j->p->xs, j->n, j->y, r0, r1); break;
     default: ts_generic_rows(j->w, j->x, j->n, j->y, r0, r1, wb); break;
     }
 }
@@ -78,11 +79,13 @@ static void prep_f(const ts_weight *w, const float *x, int n) {
 }
 
 void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill) {
-    int simd = mode == TS_KMODE_AVX512;
+    int simd = mode == TS_KMODE_AVX512 || mode == TS_KMODE_AVX512Q8;
     int qok = w->dtype == TS_DTYPE_U32 && (w->bits == 4 || w->bits == 8) && w->group % 64 == 0 && w->group <= 1024;
     int fok = w->dtype == TS_DTYPE_BF16 || w->dtype == TS_DTYPE_F32;
     int kind = K_GENERIC;
     if (simd && (qok || fok)) kind = prefill && n >= 4 ? K_GEMM : qok ? K_QDOT : K_FDOT;
+    if (mode == TS_KMODE_AVX512Q8 && kind == K_QDOT && w->bits == 4 && w->cols % 128 == 0 && w->cols / w->group <= 4096)
+        kind = K_Q8DOT;
     if (mode == TS_KMODE_AVX2) {
         int q2 = w->dtype == TS_DTYPE_U32 && (w->bits == 4 || w->bits == 8) && w->group % 16 == 0;
         kind = q2 ? K2_QDOT : fok ? K2_FDOT : K_GENERIC;
@@ -99,6 +102,11 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
     }
     if (kind == K_GEMM || kind == K2_QDOT) bad |= grow((void **)&g_p.xp, &g_cap_xp, (size_t)n * cols, sizeof(float));
     if (kind == K2_QDOT) bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    if (kind == K_Q8DOT) {
+        bad |= grow((void **)&g_p.x8, &g_cap_x8, (size_t)n * cols, 1);
+        bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
+        bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    }
     bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)(nt + 1) * 4 * cols, sizeof(float));
     if (bad) {
         /* out of memory for workspace: the reference needs none */
@@ -114,6 +122,10 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
             ts_avx512_prep_q(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xq + (int64_t)i * cols,
                              g_p.xq + (int64_t)(n + i) * cols, g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
     if (kind == K_GEMM) prep_f(w, x, n);
+    if (kind == K_Q8DOT)
+        for (int i = 0; i < n; i++)
+            ts_avx512_prep_q8(x + (int64_t)i * cols, cols, w->group, g_p.x8 + (int64_t)i * cols, g_p.sx + (int64_t)i * ng,
+                              g_p.xs + (int64_t)i * ng);
     if (kind == K2_QDOT)
         for (int i = 0; i < n; i++)
             ts_avx2_prep_x(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xp + (int64_t)i * cols, g_p.xs + (int64_t)i * ng);
