@@ -132,7 +132,7 @@ static int run_logits(ts_engine *e, const int32_t *ids, int T, int steps, const 
     return rc;
 }
 
-static void fixtures_in_mode(const char *mode) {
+static void fixtures_in_mode(const char *mode, float tol) {
     for (size_t fi = 0; fi < sizeof FIX / sizeof FIX[0]; fi++)
         for (int bits = 4; bits <= 8; bits += 4) {
             char dir[512], rp[256];
@@ -158,7 +158,7 @@ static void fixtures_in_mode(const char *mode) {
             for (size_t i = 0; i < (size_t)T * V; i++) scale = fmaxf(scale, fabsf(a[i]));
             fprintf(stderr, "  %-13s INT%d %-7s vs ref kernels: prompt %.2e, decode %.2e | quantization error vs bf16 %.3f (|logit| max %.2f)\n",
                     FIX[fi], bits, mode, ep, ed, eq, scale);
-            CHECK_MSG(ep < 1e-3f && ed < 1e-3f, "%s INT%d: fast vs reference %g / %g", FIX[fi], bits, ep, ed);
+            CHECK_MSG(ep < tol && ed < tol, "%s INT%d %s: fast vs reference %g / %g (tolerance %g)", FIX[fi], bits, mode, ep, ed, tol);
             /* The quantization error itself is only reported: these random
              * fixtures have weights ~10x larger than trained ones and are
              * chaotic (a 0.3% weight change moves logits by units). */
@@ -173,10 +173,15 @@ static void fixtures_in_mode(const char *mode) {
 TS_TEST(quant, fixtures_match_reference) {
     char orig[32];
     snprintf(orig, sizeof orig, "%s", ts_kernels_name());
-    const char *modes[] = {"avx512", "avx2"};
-    for (int i = 0; i < 2; i++) {
+    /* avx512-q8 (opt-in, int8 activations) is only reported (and must stay
+     * finite): these random fixtures amplify activation rounding chaotically
+     * (an x error of 2^-8 of a group max moves decode logits by units; the
+     * kernel itself is held to its stated tolerance in test_kernels.c) */
+    const char *modes[] = {"avx512", "avx2", "avx512-q8"};
+    const float tols[] = {1e-3f, 1e-3f, INFINITY};
+    for (int i = 0; i < 3; i++) {
         if (ts_kernels_select(modes[i]) != 0) continue;
-        fixtures_in_mode(modes[i]);
+        fixtures_in_mode(modes[i], tols[i]);
         ts_kernels_select(orig);
         if (ts_test_failed()) return;
     }
