@@ -68,6 +68,84 @@ static int print_ids(ts_tokenizer *t, const char *text, size_t len, const char *
     return 0;
 }
 
+/* cJSON strings are NUL-terminated, so a text holding U+0000 would be cut
+ * short. After cJSON has validated the line, the top-level "text" literal is
+ * decoded again here from the raw bytes, with its true length. */
+static const char *jstr_skip(const char *p, const char *e) {
+    for (p++; p < e && *p != '"'; p++)
+        if (*p == '\\') p++;
+    return p < e ? p + 1 : NULL;
+}
+
+static const char *jvalue_skip(const char *p, const char *e) {
+    int depth = 0;
+    while (p < e) {
+        if (*p == '"') {
+            if (!(p = jstr_skip(p, e))) return NULL;
+            if (!depth) return p;
+            continue;
+        }
+        if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') {
+            if (depth == 0) return p;
+            if (--depth == 0) return p + 1;
+        } else if (*p == ',' && !depth) return p;
+        p++;
+    }
+    return p;
+}
+
+/* Decode the literal at p into out (room for e - p bytes); returns length. */
+static size_t jstr_decode(const char *p, const char *e, char *out) {
+    size_t o = 0;
+    for (p++; p < e && *p != '"'; p++) {
+        if (*p != '\\') {
+            out[o++] = *p;
+            continue;
+        }
+        char c = *++p;
+        unsigned cp = (unsigned char)c;
+        if (c == 'n') cp = '\n';
+        else if (c == 't') cp = '\t';
+        else if (c == 'r') cp = '\r';
+        else if (c == 'b') cp = '\b';
+        else if (c == 'f') cp = '\f';
+        else if (c == 'u') {
+            cp = (unsigned)strtoul((char[5]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
+            p += 4;
+            if (cp >= 0xD800 && cp < 0xDC00 && p + 6 < e && p[1] == '\\' && p[2] == 'u') {
+                unsigned lo = (unsigned)strtoul((char[5]){p[3], p[4], p[5], p[6], 0}, NULL, 16);
+                if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00), p += 6;
+            }
+        }
+        if (cp < 0x80) out[o++] = (char)cp;
+        else if (cp < 0x800) out[o++] = (char)(0xC0 | cp >> 6), out[o++] = (char)(0x80 | (cp & 63));
+        else if (cp < 0x10000)
+            out[o++] = (char)(0xE0 | cp >> 12), out[o++] = (char)(0x80 | ((cp >> 6) & 63)),
+            out[o++] = (char)(0x80 | (cp & 63));
+        else
+            out[o++] = (char)(0xF0 | cp >> 18), out[o++] = (char)(0x80 | ((cp >> 12) & 63)),
+            out[o++] = (char)(0x80 | ((cp >> 6) & 63)), out[o++] = (char)(0x80 | (cp & 63));
+    }
+    return o;
+}
+
+/* The raw "text" value of a (valid) JSON object line, or NULL. */
+static const char *raw_text_field(const char *p, const char *e) {
+    while (p < e && *p != '{') p++;
+    for (p++; p < e;) {
+        while (p < e && (*p == ' ' || *p == '\t' || *p == ',' || *p == '\r')) p++;
+        if (p >= e || *p != '"') return NULL;
+        const char *k = p, *ke = jstr_skip(p, e);
+        if (!ke) return NULL;
+        p = ke;
+        while (p < e && (*p == ' ' || *p == '\t' || *p == ':')) p++;
+        if (ke - k == 6 && !memcmp(k, "\"text\"", 6)) return p;
+        if (!(p = jvalue_skip(p, e))) return NULL;
+    }
+    return NULL;
+}
+
 static int run_jsonl(ts_tokenizer *t, const char *path) {
     size_t len;
     char *buf = slurp(path, &len);
@@ -89,7 +167,14 @@ static int run_jsonl(ts_tokenizer *t, const char *path) {
         } else {
             char what[64];
             snprintf(what, sizeof what, "line %d", line);
-            rc = print_ids(t, tx->valuestring, strlen(tx->valuestring), what);
+            const char *raw = raw_text_field(p, le);
+            char *dec = raw && *raw == '"' ? malloc((size_t)(le - raw) + 1) : NULL;
+            if (dec) {
+                rc = print_ids(t, dec, jstr_decode(raw, le, dec), what);
+                free(dec);
+            } else {
+                rc = print_ids(t, tx->valuestring, strlen(tx->valuestring), what);
+            }
         }
         cJSON_Delete(o);
         p = le + 1;
