@@ -110,14 +110,59 @@ TS_API int ts_session_n_ctx(const ts_session *s);
 /* Feed n tokens at the current position (any n: split into chunks of
  * max_rows internally). If `logits` is not NULL it receives [n, vocab] f32,
  * the logits of every row; otherwise only the last row's logits are kept
- * (ts_session_logits). */
+ * (ts_session_logits). If `hidden` is not NULL it receives [n, hidden_size]
+ * f32, the final-normed hidden state of every row (the MTP head's input). */
 TS_API int ts_session_feed(ts_session *s, const int32_t *ids, int n,
-                           float *logits, ts_error *err);
+                           float *logits, float *hidden, ts_error *err);
 /* Logits of the last row fed: [vocab] f32, borrowed. */
 TS_API const float *ts_session_logits(const ts_session *s);
 /* Final-normed hidden state of the last row fed: [hidden] f32, borrowed. */
 TS_API const float *ts_session_hidden(const ts_session *s);
 
+/* ---- generation ---------------------------------------------------------- */
+
+typedef struct ts_gen_params {
+    int n_predict;            /* tokens to generate at most */
+    float temperature;        /* 0 = greedy */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float repeat_penalty;     /* 1 = off */
+    float presence_penalty;   /* 0 = off */
+    uint64_t seed;
+    int spec_draft;           /* 0: no drafting; M: MTP drafts M tokens per block */
+    const int32_t *stop_ids;  /* generation ends after emitting one of these */
+    int n_stop;
+} ts_gen_params;
+
+typedef struct ts_gen_stats {
+    int n_prompt, n_gen;
+    double t_prefill, t_decode;   /* seconds */
+    /* speculative decoding */
+    int n_blocks;                 /* verify passes */
+    int n_drafted, n_accepted;
+    int accepted_at[16];          /* per draft position: times accepted */
+    int drafted_at[16];           /* per draft position: times drafted */
+    double t_draft, t_verify, t_rollback;
+} ts_gen_stats;
+
+/* Called for every generated token, in order. Return non-zero to stop. */
+typedef int (*ts_token_cb)(void *user, int32_t id);
+
+TS_API void ts_gen_params_default(ts_gen_params *p);
+/* Feed the prompt at the session's current position, then generate. The
+ * session keeps the timeline (prompt + generated tokens) afterwards. */
+TS_API int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p,
+                       ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
+
+/* The MTP head over rows r = 0..n-1: (token toks[r], main final-normed
+ * hidden hidden[r] [hidden_size], position pos + r). Its K/V rows land in the
+ * session's MTP cache at those positions (rows after them are forgotten).
+ * Writes the head's output hiddens [n, hidden_size] to h_out (may alias
+ * hidden; NULL to skip) and logits [n, vocab] (NULL to skip). The session
+ * must have been created with params.mtp = 1. */
+TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int n, int pos,
+                          float *h_out, float *logits, ts_error *err);
 
 /* ==== tokenizer (src/text/tokenizer.c) ================================== *
  * A Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2 / Qwen
