@@ -259,6 +259,42 @@ static void select_top(cand *c, int n, int k) {
     insertion_sort(c, lo, hi);
 }
 
+/* Top-p without a full sort. Returns K, the length of the shortest prefix of
+ * c[0..n) in `before` order whose mass reaches target (the first rank whose
+ * mass-before is >= target), and leaves those K candidates in c[0..K) (in a
+ * deterministic, not necessarily sorted, order). A quickselect on mass:
+ * partition around a pivot; if the mass before the pivot already reaches the
+ * target, K is at or before the pivot, otherwise after it. Expected O(n),
+ * against O(n log n) for sorting a flat 150k-token tail. `.v` holds weights. */
+static int select_mass(cand *c, int n, double target, int sorted) {
+    int lo = 0, hi = n - 1;
+    double before_lo = 0; /* mass of c[0..lo), all ranked before c[lo..hi] */
+    if (!sorted) {
+        while (hi - lo > 16) {
+            int p = partition(c, lo, hi);
+            double m = before_lo;
+            for (int i = lo; i < p; i++) m += c[i].v;
+            if (m >= target) {
+                hi = p - 1; /* K <= p: the answer is in [lo, p] */
+                if (hi < lo) return p;
+                if (hi - lo <= 16) break;
+            } else {
+                before_lo = m + c[p].v;
+                lo = p + 1;
+                if (lo > hi) return lo > n ? n : lo;
+            }
+        }
+        /* the answer lies in [lo, hi + 1]; sort the small range and scan */
+        insertion_sort(c, lo, hi);
+    }
+    double acc = before_lo;
+    for (int i = lo; i <= hi; i++) {
+        if (acc >= target) return i > 0 ? i : 1;
+        acc += c[i].v;
+    }
+    return hi + 1 < n ? hi + 1 : n;
+}
+
 /* ---- the pipeline ---- */
 
 /* Leaves the kept candidates in s->cand[0..n_cand) with weights (not
@@ -305,35 +341,7 @@ static int prepare(ts_sampler *s, const float *logits, ts_error *err) {
         c[i].v = expf(c[i].v - m);
         z += c[i].v;
     }
-    if (s->p.top_p < 1.0f) {
-        /* Keep the most likely tokens while the mass before them is below
-         * top_p. Unsorted: sort only as large a head as needed, growing it
-         * until it holds the mass (usually a few hundred tokens). */
-        double target = (double)s->p.top_p * z;
-        int head = sorted ? n : (n < 256 ? n : 256);
-        for (;;) {
-            if (!sorted || head < n) {
-                if (head < n) select_top(c, n, head);
-                sort_cands(c, 0, head - 1);
-            }
-            double acc = 0;
-            int keep = -1;
-            for (int i = 0; i < head; i++) {
-                if (acc >= target) {
-                    keep = i;
-                    break;
-                }
-                acc += c[i].v;
-            }
-            if (keep < 0 && head == n) keep = n;
-            if (keep > 0) {
-                n = keep;
-                sorted = 1;
-                break;
-            }
-            head = head * 8 < n ? head * 8 : n;
-        }
-    }
+    if (s->p.top_p < 1.0f) n = select_mass(c, n, (double)s->p.top_p * z, sorted);
     if (s->p.min_p > 0.0f) {
         /* weights are relative to the max (which has weight 1) */
         float thr = s->p.min_p;
