@@ -129,6 +129,8 @@ typedef struct ts_gen_params {
     float min_p;              /* 0 = off */
     float repeat_penalty;     /* 1 = off */
     float presence_penalty;   /* 0 = off */
+    float frequency_penalty;  /* 0 = off */
+    int penalty_last_n;       /* window of ids the penalties see (-1 = all) */
     uint64_t seed;
     int spec_draft;           /* 0: no drafting; M: MTP drafts M tokens per block */
     const int32_t *stop_ids;  /* generation ends after emitting one of these */

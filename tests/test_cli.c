@@ -95,3 +95,15 @@ TS_TEST(cli, verbose_reports_unused_tensors) {
     CHECK_MSG(rc == 0, "%s", g_out);
     CHECK_MSG(strstr(g_out, "0 unused"), "%s", g_out);
 }
+
+/* Seeded sampling through the CLI: the same seed repeats, other seeds differ. */
+TS_TEST(cli, seeded_sampling_repeats) {
+    char a[4096], b[4096], c[4096];
+    const char *fmt = "%s run -m tests/fixtures/tiny-dense --ids 5,6,7 -n 24 --temp 1.0 --top-p 0.95 --seed %d 2>/dev/null";
+    CHECK(ts_test_sh(a, sizeof a, fmt, ts_test_bin(), 7) == 0);
+    CHECK(ts_test_sh(b, sizeof b, fmt, ts_test_bin(), 7) == 0);
+    CHECK(ts_test_sh(c, sizeof c, fmt, ts_test_bin(), 8) == 0);
+    CHECK_MSG(!strcmp(a, b), "same seed differs: %s vs %s", a, b);
+    CHECK_MSG(strcmp(a, c), "seeds 7 and 8 gave the same 24 tokens: %s", a);
+    CHECK(strchr(a, ','));
+}

@@ -1,10 +1,12 @@
-/* cmd_run.c: `turbospark run`: generate from a prompt (ids for now).
+/* cmd_run.c: `turbospark run`: generate from a prompt.
  *
- *   turbospark run [-m DIR] (--ids 1,2,3 | -p TEXT) [-n N] [--temp T] [--seed S]
+ *   turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [sampling options]
  *                  [--ctx N] [--threads N] [--print-ids] [-v]
  *
- * Prints generated ids (comma-separated, one line) with --print-ids, and one
- * line of statistics on stderr at the end.
+ * Text streams to stdout as it is generated (whole UTF-8 characters only);
+ * with --print-ids, or for a checkpoint without a tokenizer, the generated
+ * ids are printed comma-separated on one line instead. One line of
+ * statistics goes to stderr at the end.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,25 +15,54 @@
 #include "cli.h"
 #include "turbospark.h"
 
-static void usage(void) {
-    fprintf(stderr,
-            "usage: turbospark run [-m DIR] (--ids 1,2,3 | -p TEXT) [-n N] [--temp T] [--seed S]\n"
-            "                      [--ctx N] [--threads N] [--print-ids] [-v]\n");
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [options]\n"
+            "  -m DIR              model directory (default: the bundled model)\n"
+            "  -p TEXT             prompt text (needs tokenizer.json in DIR)\n"
+            "  --ids 1,2,3         prompt as token ids\n"
+            "  -n N                tokens to generate (default 64)\n"
+            "  --temp T            temperature (default 0 = greedy)\n"
+            "  --top-k K --top-p P --min-p P --seed S\n"
+            "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
+            "  --ctx N             context limit in tokens\n"
+            "  --threads N         CPU threads (default: all cores)\n"
+            "  --print-ids         print generated ids instead of text\n"
+            "  -v                  verbose loading (unused tensors)\n");
 }
 
 typedef struct {
     int print_ids;
     int n;
+    ts_detok *detok;
 } run_out;
 
 static int on_token(void *user, int32_t id) {
     run_out *o = user;
-    if (o->print_ids) {
+    if (o->print_ids || !o->detok) {
         printf("%s%d", o->n ? "," : "", id);
-        fflush(stdout);
+    } else {
+        const char *t;
+        size_t len;
+        ts_error err;
+        if (ts_detok_push(o->detok, id, &t, &len, &err) == 0 && len) fwrite(t, 1, len, stdout);
     }
+    fflush(stdout);
     o->n++;
     return 0;
+}
+
+static int parse_float(const char *s, float *out) {
+    char *end;
+    *out = strtof(s, &end);
+    return end != s && *end == 0;
+}
+
+static int parse_int(const char *s, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    *out = (int)v;
+    return end != s && *end == 0 && v >= -(1L << 30) && v <= (1L << 30);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -41,70 +72,117 @@ int cmd_run(int argc, char **argv) {
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int more = i + 1 < argc;
+        int more = i + 1 < argc, ok = 1;
 #define ARG(name) (!strcmp(a, name) && more)
         if (ARG("-m") || ARG("--model")) model = argv[++i];
         else if (ARG("--ids")) ids_s = argv[++i];
         else if (ARG("-p") || ARG("--prompt")) prompt = argv[++i];
-        else if (ARG("-n")) n_predict = atoi(argv[++i]);
-        else if (ARG("--ctx")) n_ctx = atoi(argv[++i]);
-        else if (ARG("--threads")) threads = atoi(argv[++i]);
-        else if (ARG("--temp")) gp.temperature = (float)atof(argv[++i]);
+        else if (ARG("-n")) ok = parse_int(argv[++i], &n_predict) && n_predict >= 0;
+        else if (ARG("--ctx")) ok = parse_int(argv[++i], &n_ctx) && n_ctx >= 0;
+        else if (ARG("--threads")) ok = parse_int(argv[++i], &threads) && threads >= 0;
+        else if (ARG("--temp")) ok = parse_float(argv[++i], &gp.temperature) && gp.temperature >= 0;
+        else if (ARG("--top-k")) ok = parse_int(argv[++i], &gp.top_k) && gp.top_k >= 0;
+        else if (ARG("--top-p")) ok = parse_float(argv[++i], &gp.top_p) && gp.top_p > 0 && gp.top_p <= 1;
+        else if (ARG("--min-p")) ok = parse_float(argv[++i], &gp.min_p) && gp.min_p >= 0 && gp.min_p <= 1;
+        else if (ARG("--repeat-penalty")) ok = parse_float(argv[++i], &gp.repeat_penalty) && gp.repeat_penalty > 0;
+        else if (ARG("--presence-penalty")) ok = parse_float(argv[++i], &gp.presence_penalty);
+        else if (ARG("--frequency-penalty")) ok = parse_float(argv[++i], &gp.frequency_penalty);
         else if (ARG("--seed")) gp.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "-v")) verbose = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else { fprintf(stderr, "turbospark run: unknown or incomplete argument '%s'\n", a); usage(); return 2; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { fprintf(stderr, "turbospark run: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
+        if (!ok) { fprintf(stderr, "turbospark run: bad value '%s' for %s\n", argv[i], a); return 2; }
 #undef ARG
     }
-    if (n_predict < 0) { fprintf(stderr, "turbospark run: -n must be >= 0\n"); return 2; }
     if (!model) model = cli_default_model();
     if (!model) { fprintf(stderr, "turbospark run: no model: pass -m DIR\n"); return 2; }
-    if (!ids_s && !prompt) ids_s = "1";
-    if (prompt) {
-        fprintf(stderr, "turbospark run: -p needs the tokenizer, which this build lacks: pass --ids\n");
-        return 2;
-    }
-    int *ids = NULL;
-    int n_ids = cli_parse_ids(ids_s, &ids);
-    if (n_ids <= 0) { fprintf(stderr, "turbospark run: --ids '%s' is not a list of token ids\n", ids_s); free(ids); return 2; }
+    if (prompt && ids_s) { fprintf(stderr, "turbospark run: pass -p or --ids, not both\n"); return 2; }
 
     ts_error err = {0};
+    ts_tokenizer *tok = NULL;
+    if (ts_tokenizer_load(model, &tok, &err) != 0) {
+        if (prompt) { fprintf(stderr, "turbospark run: -p needs a tokenizer: %s\n", err.msg); return 1; }
+        tok = NULL;
+    }
+    ts_tokens pt = {0};     /* owned by the tokenizer's allocator (ts_tokens_free) */
+    int32_t *cli_ids = NULL; /* --ids: malloc'd here */
+    if (prompt) {
+        if (ts_tokenizer_encode(tok, prompt, strlen(prompt), &pt, &err)) {
+            fprintf(stderr, "turbospark run: prompt: %s\n", err.msg);
+            ts_tokenizer_free(tok);
+            return 1;
+        }
+    } else {
+        int *ids = NULL;
+        int n = cli_parse_ids(ids_s ? ids_s : "1", &ids);
+        if (n <= 0) {
+            fprintf(stderr, "turbospark run: --ids '%s' is not a list of token ids\n", ids_s);
+            free(ids);
+            ts_tokenizer_free(tok);
+            return 2;
+        }
+        cli_ids = malloc(sizeof(int32_t) * n);
+        for (int i = 0; i < n; i++) cli_ids[i] = ids[i];
+        pt.n = n;
+        free(ids);
+        pt.cap = 0;
+    }
+    if (pt.n == 0) { fprintf(stderr, "turbospark run: the prompt encodes to no tokens\n"); ts_tokenizer_free(tok); return 2; }
+
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = threads;
     ep.verbose = verbose;
     ts_engine *e = NULL;
-    if (ts_engine_open(model, &ep, &e, &err)) {
-        fprintf(stderr, "turbospark run: %s\n", err.msg);
-        free(ids);
-        return 1;
-    }
-    const ts_model_info *info = ts_engine_info(e);
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = n_ctx;
     ts_session *s = NULL;
-    int rc = ts_session_new(e, &sp, &s, &err);
-    int32_t *prompt_ids = malloc(sizeof(int32_t) * n_ids);
-    for (int i = 0; i < n_ids; i++) prompt_ids[i] = ids[i];
+    ts_detok *dt = NULL;
+    int rc = ts_engine_open(model, &ep, &e, &err);
+    int32_t stops[16];
+    int n_stop = 0;
+    if (!rc) {
+        const ts_model_info *info = ts_engine_info(e);
+        for (int i = 0; i < info->n_eos; i++) stops[n_stop++] = info->eos_ids[i];
+        static const char *stop_tokens[] = {"<|im_end|>", "<|endoftext|>"};
+        for (int i = 0; tok && i < 2; i++) {
+            int id = ts_tokenizer_token_id(tok, stop_tokens[i]), dup = 0;
+            for (int j = 0; j < n_stop; j++) dup |= stops[j] == id;
+            if (id >= 0 && !dup && n_stop < 16) stops[n_stop++] = id;
+        }
+        ts_session_params sp;
+        ts_session_params_default(&sp);
+        sp.n_ctx = n_ctx;
+        rc = ts_session_new(e, &sp, &s, &err);
+    }
+    if (!rc && tok && !print_ids) rc = ts_detok_new(tok, &dt, &err);
     gp.n_predict = n_predict;
-    gp.stop_ids = info->eos_ids;
-    gp.n_stop = info->n_eos;
-    run_out out = {print_ids, 0};
+    gp.stop_ids = stops;
+    gp.n_stop = n_stop;
+    run_out out = {print_ids, 0, dt};
     ts_gen_stats stats;
-    if (!rc && n_predict > 0) rc = ts_generate(s, prompt_ids, n_ids, &gp, on_token, &out, &stats, &err);
-    if (print_ids) printf("\n");
+    memset(&stats, 0, sizeof stats);
+    if (!rc && n_predict > 0) rc = ts_generate(s, cli_ids ? cli_ids : pt.ids, pt.n, &gp, on_token, &out, &stats, &err);
+    if (dt) {
+        const char *t;
+        size_t len;
+        ts_detok_flush(dt, &t, &len);
+        fwrite(t, 1, len, stdout);
+    }
+    if (out.n || print_ids) printf("\n");
+    fflush(stdout);
     if (rc) {
         fprintf(stderr, "turbospark run: %s\n", err.msg);
     } else if (n_predict > 0) {
-        fprintf(stderr, "prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s\n",
-                stats.n_prompt, stats.n_gen, stats.n_prompt / (stats.t_prefill > 0 ? stats.t_prefill : 1e-9),
-                stats.n_gen > 1 ? (stats.n_gen - 1) / (stats.t_decode > 0 ? stats.t_decode : 1e-9) : 0.0);
+        double pf = stats.t_prefill > 0 ? stats.n_prompt / stats.t_prefill : 0;
+        double dc = stats.n_gen > 1 && stats.t_decode > 0 ? (stats.n_gen - 1) / stats.t_decode : 0;
+        fprintf(stderr, "[prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
+                stats.n_prompt, stats.n_gen, pf, dc);
     }
-    free(prompt_ids);
-    free(ids);
+    ts_detok_free(dt);
+    ts_tokens_free(&pt);
+    free(cli_ids);
     ts_session_free(s);
     ts_engine_close(e);
+    ts_tokenizer_free(tok);
     return rc ? 1 : 0;
 }
