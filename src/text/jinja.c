@@ -1970,16 +1970,22 @@ static jnode *parse_statement(parser *p, int loop_depth) {
         n->list = parse_body(p, ends, &n->n, &which, loop_depth);
         p->pos++;
         expect_block_end(p);
-    } else if (!strcmp(nm, "generation")) {
-        /* transformers' AssistantTracker marks assistant spans; rendering is unaffected */
+    } else if (!strcmp(nm, "generation") || !strcmp(nm, "block")) {
+        /* {% generation %}: transformers' AssistantTracker marks assistant
+         * spans, rendering is unaffected. {% block %} without inheritance
+         * renders in place. */
         n = mk_node(p, S_SCOPE, line);
-        n->op = 1; /* transparent: no new scope */
+        if (nm[0] == 'b') {
+            expect_name(p);
+            if (is_name(cur(p), "scoped") || is_name(cur(p), "required")) perr(p, line, TJ_UNSUPPORTED, "scoped/required blocks are not supported");
+        }
         expect_block_end(p);
-        static const char *const ends[] = {"endgeneration", NULL};
-        n->list = parse_body(p, ends, &n->n, &which, loop_depth);
+        static const char *const ends_g[] = {"endgeneration", NULL}, *const ends_b[] = {"endblock", NULL};
+        n->list = parse_body(p, nm[0] == 'b' ? ends_b : ends_g, &n->n, &which, loop_depth);
         p->pos++;
+        if (nm[0] == 'b' && cur(p)->kind == K_NAME) p->pos++;
         expect_block_end(p);
-    } else if (!strcmp(nm, "extends") || !strcmp(nm, "block") || !strcmp(nm, "include") || !strcmp(nm, "import") ||
+    } else if (!strcmp(nm, "extends") || !strcmp(nm, "include") || !strcmp(nm, "import") ||
                !strcmp(nm, "from") || !strcmp(nm, "call") || !strcmp(nm, "autoescape")) {
         perr(p, line, TJ_UNSUPPORTED, "the '%s' tag is not supported", nm);
     } else {
@@ -2882,12 +2888,12 @@ static jv str_split(rt *r, jv s, const jv *sep, int64_t maxsplit, int from_right
         if ((uint64_t)maxsplit >= nw - 1) {
             for (size_t k = 0; k < nw; k++) list_push(r->a, l, mk_str(s.u.s + st[k], en[k] - st[k]));
         } else if (!from_right) {
+            /* the remainder keeps its trailing whitespace, as in Python */
             for (int64_t k = 0; k < maxsplit; k++) list_push(r->a, l, mk_str(s.u.s + st[k], en[k] - st[k]));
-            jv rest = str_strip(mk_str(s.u.s + st[maxsplit], s.n - st[maxsplit]), NULL, 2);
-            list_push(r->a, l, rest);
+            list_push(r->a, l, mk_str(s.u.s + st[maxsplit], s.n - st[maxsplit]));
         } else {
             size_t first = nw - (size_t)maxsplit;
-            list_push(r->a, l, str_strip(mk_str(s.u.s, en[first - 1]), NULL, 1));
+            list_push(r->a, l, mk_str(s.u.s, en[first - 1]));
             for (size_t k = first; k < nw; k++) list_push(r->a, l, mk_str(s.u.s + st[k], en[k] - st[k]));
         }
         return mk_list(l, 0);
@@ -3363,7 +3369,6 @@ static jv apply_filter(rt *r, const char *f, jv v, const cargs *a) {
         return mk_str(sb_str(&b), b.n);
     }
     if (!strcmp(f, "first") || !strcmp(f, "last")) {
-        if (v.t == V_UNDEF) raise_undef(r, v);
         jlist *l = iter_list(r, v);
         if (!l->n) return mk_undef(f[0] == 'f' ? "No first item, sequence was empty." : "No last item, sequence was empty.");
         return f[0] == 'f' ? l->v[0] : l->v[l->n - 1];
@@ -3726,8 +3731,8 @@ static jv call_builtin(rt *r, int fn, const cargs *a) {
     jv x;
     switch (fn) {
     case F_RAISE: {
-        jv msg = mk_str("", 0);
-        arg(a, 0, "message", &msg);
+        jv msg;
+        if (!arg(a, 0, "message", &msg)) rerr(r, TJ_TYPE, "raise_exception() missing 1 required positional argument: 'message'");
         jv s = to_str(r, msg);
         r->err->kind = TJ_RAISED;
         r->err->line = r->line;
@@ -4165,6 +4170,8 @@ typedef struct vset {
     size_t len;
     jv val;
     int members;
+    const char *member; /* bind only this member of the object */
+    int found;
 } vset;
 
 static int vars_do(tj_vars *v, vset *c, tj_error *e) {
@@ -4176,6 +4183,17 @@ static int vars_do(tj_vars *v, vset *c, tj_error *e) {
             snprintf(e->msg, sizeof e->msg, "%s%s%s: %s", c->members ? "template variables" : "variable '",
                      c->members ? "" : c->name, c->members ? "" : "'", msg);
             return -1;
+        }
+        if (c->member) {
+            jv m;
+            if (x.t != V_DICT) {
+                e->kind = TJ_INPUT;
+                snprintf(e->msg, sizeof e->msg, "expected a JSON object");
+                return -1;
+            }
+            c->found = dict_get_cstr(x.u.d, c->member, &m);
+            if (!c->found || (c->members && m.t == V_NONE)) return 0;
+            x = m;
         }
         if (!c->members) {
             vars_put(v, c->name, x);
@@ -4222,27 +4240,39 @@ static int vars_trap(tj_vars *v, vset *c, tj_error *err) {
 }
 
 int tj_vars_set_json(tj_vars *v, const char *name, const char *json, size_t len, tj_error *err) {
-    vset c = {name, json, len, mk_none(), 0};
+    vset c = {name, json, len, mk_none(), 0, NULL, 0};
     return vars_trap(v, &c, err);
 }
 
+int tj_vars_set_json_member(tj_vars *v, const char *name, const char *json, size_t len, const char *member, tj_error *err) {
+    vset c = {name, json, len, mk_none(), 0, member, 0};
+    int rc = vars_trap(v, &c, err);
+    return rc < 0 ? rc : c.found;
+}
+
+int tj_vars_spread_json_member(tj_vars *v, const char *json, size_t len, const char *member, tj_error *err) {
+    vset c = {"", json, len, mk_none(), 1, member, 0};
+    int rc = vars_trap(v, &c, err);
+    return rc < 0 ? rc : c.found;
+}
+
 int tj_vars_set_json_members(tj_vars *v, const char *json, size_t len, tj_error *err) {
-    vset c = {"", json, len, mk_none(), 1};
+    vset c = {"", json, len, mk_none(), 1, NULL, 0};
     return vars_trap(v, &c, err);
 }
 
 int tj_vars_set_string(tj_vars *v, const char *name, const char *s) {
-    vset c = {name, NULL, 0, mk_str(s, strlen(s)), 0};
+    vset c = {name, NULL, 0, mk_str(s, strlen(s)), 0, NULL, 0};
     return vars_trap(v, &c, NULL);
 }
 
 int tj_vars_set_bool(tj_vars *v, const char *name, int b) {
-    vset c = {name, NULL, 0, mk_bool(b), 0};
+    vset c = {name, NULL, 0, mk_bool(b), 0, NULL, 0};
     return vars_trap(v, &c, NULL);
 }
 
 int tj_vars_set_none(tj_vars *v, const char *name) {
-    vset c = {name, NULL, 0, mk_none(), 0};
+    vset c = {name, NULL, 0, mk_none(), 0, NULL, 0};
     return vars_trap(v, &c, NULL);
 }
 

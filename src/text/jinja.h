@@ -78,8 +78,15 @@ int tj_vars_set_json(tj_vars *v, const char *name, const char *json, size_t len,
 int tj_vars_set_string(tj_vars *v, const char *name, const char *s);
 int tj_vars_set_bool(tj_vars *v, const char *name, int b);
 int tj_vars_set_none(tj_vars *v, const char *name);
+/* Bind member `member` of a JSON object text as variable `name`. Returns 1
+ * when bound, 0 when the object has no such member, -1 on error. */
+int tj_vars_set_json_member(tj_vars *v, const char *name, const char *json, size_t len,
+                            const char *member, tj_error *err);
 /* Bind every member of a JSON object text as a variable (kwargs). */
 int tj_vars_set_json_members(tj_vars *v, const char *json, size_t len, tj_error *err);
+/* Bind every member of the object found at member `member` of a JSON object
+ * text (null or absent: nothing). Returns 1/0 (found or not), -1 on error. */
+int tj_vars_spread_json_member(tj_vars *v, const char *json, size_t len, const char *member, tj_error *err);
 
 /* Render. *out is NUL-terminated, ts_alloc'd (TS_MEM_MISC): caller ts_free()s.
  * Returns 0, or -1 with err filled. */
