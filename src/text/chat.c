@@ -261,22 +261,24 @@ int ts_chat_render_json(const ts_chat_template *t, const char *json, size_t len,
 void ts_chat_text_free(char *text) { ts_free(text); }
 
 /* Append eos ids of one JSON node (int or list) without duplicates. */
-static void add_ids(const cJSON *node, int32_t *ids, int cap, int *n) {
+#define MAX_STOP_IDS 64
+static void add_ids(const cJSON *node, int32_t *ids, int *n) {
     const cJSON *it;
     if (!node) return;
     if (cJSON_IsNumber(node)) {
+        if (node->valuedouble < 0 || node->valuedouble > 2147483647.0) return;
         int32_t id = (int32_t)node->valuedouble;
-        for (int i = 0; i < *n && i < cap; i++)
+        for (int i = 0; i < *n; i++)
             if (ids[i] == id) return;
-        if (*n < cap) ids[*n] = id;
-        (*n)++;
+        if (*n < MAX_STOP_IDS) ids[(*n)++] = id;
         return;
     }
-    if (cJSON_IsArray(node)) cJSON_ArrayForEach(it, node) if (cJSON_IsNumber(it)) add_ids(it, ids, cap, n);
+    if (cJSON_IsArray(node)) cJSON_ArrayForEach(it, node) if (cJSON_IsNumber(it)) add_ids(it, ids, n);
 }
 
 int ts_chat_stop_ids(const char *model_dir, int32_t *ids, int cap, ts_error *err) {
     if (!model_dir || (cap > 0 && !ids)) return ts_fail(err, TS_E_ARG, "ts_chat_stop_ids: NULL argument");
+    int32_t all[MAX_STOP_IDS];
     int n = 0;
     static const char *const files[] = {"generation_config.json", "config.json"};
     for (int f = 0; f < 2; f++) {
@@ -284,10 +286,11 @@ int ts_chat_stop_ids(const char *model_dir, int32_t *ids, int cap, ts_error *err
         int rc = read_json(model_dir, files[f], &j, err);
         if (rc) return rc;
         if (!j) continue;
-        add_ids(cJSON_GetObjectItemCaseSensitive(j, "eos_token_id"), ids, cap, &n);
+        add_ids(cJSON_GetObjectItemCaseSensitive(j, "eos_token_id"), all, &n);
         const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
-        if (tc) add_ids(cJSON_GetObjectItemCaseSensitive(tc, "eos_token_id"), ids, cap, &n);
+        if (tc) add_ids(cJSON_GetObjectItemCaseSensitive(tc, "eos_token_id"), all, &n);
         cJSON_Delete(j);
     }
+    for (int i = 0; i < n && i < cap; i++) ids[i] = all[i];
     return n;
 }
