@@ -270,6 +270,13 @@ TS_TEST(chat, jinja_python_values) {
     CHECK(renders_to("{{ x }}", "{\"x\": {\"a\": 1, \"b\": 2, \"a\": 3}}", "{'a': 3, 'b': 2}"));
     /* trim is Python str.strip over Unicode whitespace, lstrip('\n') only newlines */
     CHECK(renders_to("[{{ x|trim }}][{{ x.lstrip('\\n') }}]", "{\"x\": \"\\n\\u3000 a \\u00a0\"}", "[a][\xe3\x80\x80 a \xc2\xa0]"));
+    /* the same writer, from JSON text to Python's json.dumps text */
+    char *pj = NULL;
+    tj_error je;
+    CHECK(tj_json_pydumps("{\"a\":1.0,\"b\":[1,2e3,\"\\u00e9\"],\"c\":{}}", 37, &pj, &je) == 0);
+    CHECK_MSG(!strcmp(pj, "{\"a\": 1.0, \"b\": [1, 2000.0, \"\xc3\xa9\"], \"c\": {}}"), "%s", pj);
+    ts_free(pj);
+    CHECK(tj_json_pydumps("[1,", 3, &pj, &je) != 0 && je.kind == TJ_INPUT);
     /* undefined vs false vs none */
     CHECK(renders_to("{{ a is defined }}{{ a is true }}{{ b is false }}{{ c is none }}", "{\"b\": false, \"c\": null}", "FalseFalseTrueTrue"));
 }
@@ -516,13 +523,15 @@ TS_TEST(chat, fuzz_template_mutations) {
     tj_vars_set_bool(v, "add_generation_prompt", 1);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     int parsed = 0, rendered = 0, total = 0;
+    int iters = getenv("TS_FUZZ_ITERS") ? atoi(getenv("TS_FUZZ_ITERS")) : 150; /* more for a long soak */
+    if (getenv("TS_FUZZ_SEED")) seed ^= (uint64_t)strtoull(getenv("TS_FUZZ_SEED"), NULL, 10) * 0x2545f4914f6cdd1dull;
     for (int k = 0; k < 4; k++) {
         char path[256];
         snprintf(path, sizeof path, FIX "templates/%s.jinja", TEMPLATES[k]);
         char *src = load(path, &n);
         CHECK(src != NULL);
         char *buf = malloc(n + 64 * 8 + 1);
-        for (int it = 0; it < 150; it++) {
+        for (int it = 0; it < iters; it++) {
             memcpy(buf, src, n);
             size_t m = n;
             int edits = 1 + (int)(rng_next(&seed) % 4);

@@ -13,10 +13,18 @@
  * (chat.c), tokenization.
  *
  * Not supported (clear error naming the construct and the line, never a
- * crash): template inheritance and inclusion (extends/block/include/import),
- * {% call %}, recursive loops, star-args in calls, Python %-formatting and
- * str.format, integers beyond 64 bits, and the rarer filters (see the filter
- * table in jinja.c).
+ * crash): template inheritance and inclusion (extends, include, import,
+ * from; a lone {% block %} renders in place), {% call %}, recursive loops,
+ * star-args in calls, Python %-formatting, str.format and the `format`
+ * filter, integers beyond 64 bits (a JSON integer that large becomes a
+ * float), the filters batch, slice, groupby, truncate, wordwrap, striptags,
+ * urlize, urlencode, xmlattr, filesizeformat, pprint, random, and the
+ * globals lipsum, cycler, joiner. Known small deviations: str() of
+ * dict.items()/keys()/values() prints a list (Python prints dict_items([...])),
+ * upper/lower use simple case mappings (Python: 'ß'.upper() == 'SS'),
+ * select/map return lists where jinja2 returns generators, and
+ * {% generation %} (transformers' AssistantTracker) is accepted and
+ * renders its body.
  *
  * Limits against hostile templates: nesting depth while parsing, macro call
  * depth, total loop iterations, range() length (the sandbox's 100000) and the
