@@ -289,6 +289,58 @@ TS_API int32_t ts_sampler_draw(ts_sampler *s, const float *probs);
 /* A uniform double in [0, 1) from the sampler's RNG. */
 TS_API double ts_sampler_uniform(ts_sampler *s);
 
+/* ==== chat template (src/text/chat.c, src/text/jinja.c) ==================
+ * The checkpoint's own Jinja chat template, rendered as Hugging Face
+ * transformers' apply_chat_template(tokenize=False) would: same bytes, Python
+ * quirks included (tojson is json.dumps, |string of true is "True", ...).
+ * Requests are JSON text, not cJSON trees: Python tells 1 from 1.0 and so
+ * must we, which cJSON cannot. */
+
+typedef struct ts_chat_template ts_chat_template;
+
+/* Load from a model directory: chat_template.jinja, else "chat_template" of
+ * tokenizer_config.json (a string, or a list of {"name","template"}: the one
+ * named "default", else the first), else chat_template.json. Special tokens
+ * (eos_token, pad_token, bos_token, unk_token) come from tokenizer_config.json
+ * where present. */
+TS_API int ts_chat_template_load(const char *model_dir, ts_chat_template **out, ts_error *err);
+/* Parse a template text. Special tokens: eos "<|im_end|>", pad
+ * "<|endoftext|>", bos and unk none (the Qwen ones). */
+TS_API int ts_chat_template_parse(const char *text, size_t len, ts_chat_template **out, ts_error *err);
+TS_API void ts_chat_template_free(ts_chat_template *t);
+/* The eos token text the template is given ("<|im_end|>"): a stop string.
+ * Borrowed. */
+TS_API const char *ts_chat_template_eos(const ts_chat_template *t);
+
+typedef struct ts_chat_request {
+    const char *messages_json;   /* JSON array of messages (required) */
+    const char *tools_json;      /* JSON array of tool schemas, or NULL */
+    int add_generation_prompt;
+    const char *kwargs_json;     /* JSON object of extra template variables
+                                    (enable_thinking, preserve_thinking, ...), or NULL */
+} ts_chat_request;
+
+/* Render a request. *out (NUL-terminated, *out_len bytes) is freed with
+ * ts_chat_text_free. Errors: TS_E_ARG when the template refuses the request
+ * (raise_exception: err->msg is exactly the template's message) or fails on
+ * it (err->msg names the line and the Python error, e.g. UndefinedError);
+ * TS_E_FORMAT for malformed JSON; TS_E_UNSUPPORTED for a construct this
+ * interpreter does not implement; TS_E_NOMEM. */
+TS_API int ts_chat_render(const ts_chat_template *t, const ts_chat_request *req,
+                          char **out, size_t *out_len, ts_error *err);
+/* The same from one JSON object: {"messages": [...], "tools": [...],
+ * "add_generation_prompt": true (the default), "chat_template_kwargs": {...}}. */
+TS_API int ts_chat_render_json(const ts_chat_template *t, const char *request_json, size_t len,
+                               char **out, size_t *out_len, ts_error *err);
+TS_API void ts_chat_text_free(char *text);
+
+/* Stop token ids of a model directory: eos_token_id of generation_config.json,
+ * then of config.json (and its text_config), each an int or a list; in that
+ * order, without duplicates. Writes at most cap ids; returns how many there
+ * are (may exceed cap), 0 when none is given, or a negative TS_E_*. */
+TS_API int ts_chat_stop_ids(const char *model_dir, int32_t *ids, int cap, ts_error *err);
+/* ==== end chat template ================================================== */
+
 #ifdef __cplusplus
 }
 #endif
