@@ -1,13 +1,15 @@
 /* cmd_run.c: `turbospark run`: generate from a prompt.
  *
  *   turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [sampling options]
- *                  [--ctx N] [--threads N] [--print-ids] [-v]
+ *                  [--chat [--system TEXT] [--no-think]] [--ctx N] [--threads N]
+ *                  [--print-ids] [-v]
  *
  * Text streams to stdout as it is generated (whole UTF-8 characters only);
  * with --print-ids, or for a checkpoint without a tokenizer, the generated
  * ids are printed comma-separated on one line instead. One line of
  * statistics goes to stderr at the end.
  */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +23,11 @@ static void usage(FILE *f) {
             "  -m DIR              model directory (default: the bundled model)\n"
             "  -p TEXT             prompt text (needs tokenizer.json in DIR)\n"
             "  --ids 1,2,3         prompt as token ids\n"
+            "  --chat              wrap -p in the model's chat template (a user turn)\n"
+            "  --system TEXT       system message for --chat\n"
+            "  --no-think          --chat without a thinking block (enable_thinking=false)\n"
             "  -n N                tokens to generate (default 64)\n"
-            "  --temp T            temperature (default 0 = greedy)\n"
-            "  --top-k K --top-p P --min-p P --seed S\n"
-            "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
+            CLI_SAMPLING_HELP
             "  --ctx N             context limit in tokens\n"
             "  --threads N         CPU threads (default: all cores)\n"
             "  --print-ids         print generated ids instead of text\n"
@@ -35,6 +38,8 @@ typedef struct {
     int print_ids;
     int n;
     ts_detok *detok;
+    const int32_t *stops; /* not printed as text: they end the reply */
+    int n_stop;
 } run_out;
 
 static int on_token(void *user, int32_t id) {
@@ -42,6 +47,8 @@ static int on_token(void *user, int32_t id) {
     if (o->print_ids || !o->detok) {
         printf("%s%d", o->n ? "," : "", id);
     } else {
+        for (int i = 0; i < o->n_stop; i++)
+            if (o->stops[i] == id) { o->n++; return 0; }
         const char *t;
         size_t len;
         ts_error err;
@@ -52,12 +59,6 @@ static int on_token(void *user, int32_t id) {
     return 0;
 }
 
-static int parse_float(const char *s, float *out) {
-    char *end;
-    *out = strtof(s, &end);
-    return end != s && *end == 0;
-}
-
 static int parse_int(const char *s, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
@@ -66,13 +67,17 @@ static int parse_int(const char *s, int *out) {
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *ids_s = NULL, *prompt = NULL;
+    const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
+    int chat = 0, no_think = 0;
     int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc, ok = 1;
+        int sr = cli_parse_sampling(argc, argv, &i, &gp, "run");
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
 #define ARG(name) (!strcmp(a, name) && more)
         if (ARG("-m") || ARG("--model")) model = argv[++i];
         else if (ARG("--ids")) ids_s = argv[++i];
@@ -80,15 +85,10 @@ int cmd_run(int argc, char **argv) {
         else if (ARG("-n")) ok = parse_int(argv[++i], &n_predict) && n_predict >= 0;
         else if (ARG("--ctx")) ok = parse_int(argv[++i], &n_ctx) && n_ctx >= 0;
         else if (ARG("--threads")) ok = parse_int(argv[++i], &threads) && threads >= 0;
-        else if (ARG("--temp")) ok = parse_float(argv[++i], &gp.temperature) && gp.temperature >= 0;
-        else if (ARG("--top-k")) ok = parse_int(argv[++i], &gp.top_k) && gp.top_k >= 0;
-        else if (ARG("--top-p")) ok = parse_float(argv[++i], &gp.top_p) && gp.top_p > 0 && gp.top_p <= 1;
-        else if (ARG("--min-p")) ok = parse_float(argv[++i], &gp.min_p) && gp.min_p >= 0 && gp.min_p <= 1;
-        else if (ARG("--repeat-penalty")) ok = parse_float(argv[++i], &gp.repeat_penalty) && gp.repeat_penalty > 0;
-        else if (ARG("--presence-penalty")) ok = parse_float(argv[++i], &gp.presence_penalty);
-        else if (ARG("--frequency-penalty")) ok = parse_float(argv[++i], &gp.frequency_penalty);
-        else if (ARG("--seed")) gp.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--no-think")) no_think = 1;
+        else if (ARG("--system")) system = argv[++i];
         else if (!strcmp(a, "-v")) verbose = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "turbospark run: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
@@ -98,6 +98,11 @@ int cmd_run(int argc, char **argv) {
     if (!model) model = cli_default_model();
     if (!model) { fprintf(stderr, "turbospark run: no model: pass -m DIR\n"); return 2; }
     if (prompt && ids_s) { fprintf(stderr, "turbospark run: pass -p or --ids, not both\n"); return 2; }
+    if ((chat || system || no_think) && !prompt) {
+        fprintf(stderr, "turbospark run: --chat, --system and --no-think need a text prompt (-p)\n");
+        return 2;
+    }
+    if ((system || no_think) && !chat) chat = 1;
 
     ts_error err = {0};
     ts_tokenizer *tok = NULL;
@@ -107,10 +112,29 @@ int cmd_run(int argc, char **argv) {
     }
     ts_tokens pt = {0};     /* owned by the tokenizer's allocator (ts_tokens_free) */
     int32_t *cli_ids = NULL; /* --ids: malloc'd here */
+    char *rendered = NULL;
+    if (chat) {
+        ts_chat_template *tpl = NULL;
+        cJSON *msgs = cJSON_CreateArray();
+        size_t rlen = 0;
+        int crc = ts_chat_template_load(model, &tpl, &err);
+        if (!crc && system) crc = cli_chat_add(msgs, "system", system) ? TS_E_NOMEM : 0;
+        if (!crc) crc = cli_chat_add(msgs, "user", prompt) ? TS_E_NOMEM : 0;
+        if (!crc) crc = cli_chat_render(tpl, msgs, no_think, &rendered, &rlen, &err);
+        cJSON_Delete(msgs);
+        ts_chat_template_free(tpl);
+        if (crc) {
+            fprintf(stderr, "turbospark run: chat template: %s\n", err.msg);
+            ts_tokenizer_free(tok);
+            return 1;
+        }
+        prompt = rendered;
+    }
     if (prompt) {
         if (ts_tokenizer_encode(tok, prompt, strlen(prompt), &pt, &err)) {
             fprintf(stderr, "turbospark run: prompt: %s\n", err.msg);
             ts_tokenizer_free(tok);
+            ts_chat_text_free(rendered);
             return 1;
         }
     } else {
@@ -141,14 +165,7 @@ int cmd_run(int argc, char **argv) {
     int32_t stops[16];
     int n_stop = 0;
     if (!rc) {
-        const ts_model_info *info = ts_engine_info(e);
-        for (int i = 0; i < info->n_eos; i++) stops[n_stop++] = info->eos_ids[i];
-        static const char *stop_tokens[] = {"<|im_end|>", "<|endoftext|>"};
-        for (int i = 0; tok && i < 2; i++) {
-            int id = ts_tokenizer_token_id(tok, stop_tokens[i]), dup = 0;
-            for (int j = 0; j < n_stop; j++) dup |= stops[j] == id;
-            if (id >= 0 && !dup && n_stop < 16) stops[n_stop++] = id;
-        }
+        n_stop = cli_stop_ids(e, tok, stops, 16);
         ts_session_params sp;
         ts_session_params_default(&sp);
         sp.n_ctx = n_ctx;
@@ -158,7 +175,7 @@ int cmd_run(int argc, char **argv) {
     gp.n_predict = n_predict;
     gp.stop_ids = stops;
     gp.n_stop = n_stop;
-    run_out out = {print_ids, 0, dt};
+    run_out out = {print_ids, 0, dt, stops, n_stop};
     ts_gen_stats stats;
     memset(&stats, 0, sizeof stats);
     if (!rc && n_predict > 0) rc = ts_generate(s, cli_ids ? cli_ids : pt.ids, pt.n, &gp, on_token, &out, &stats, &err);
@@ -181,6 +198,7 @@ int cmd_run(int argc, char **argv) {
     ts_detok_free(dt);
     ts_tokens_free(&pt);
     free(cli_ids);
+    ts_chat_text_free(rendered);
     ts_session_free(s);
     ts_engine_close(e);
     ts_tokenizer_free(tok);
