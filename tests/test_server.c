@@ -326,6 +326,19 @@ static void greedy_matches_run(server *s) {
     CHECK(!strcmp(str_at(j, "choices.0.finish_reason"), n_gen == 40 ? "length" : "stop"));
     cJSON_Delete(j);
 
+    /* Tools reach the template (its tool preamble lengthens the prompt), and
+     * so does an earlier tool call with its result. */
+    j = post(s->port, "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\","
+             "\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+             "\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+             "\"content\":\"sunny\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+             "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],"
+             "\"max_tokens\":4,\"temperature\":0}", &st);
+    CHECK_MSG(st == 200 && int_at(j, "usage.prompt_tokens") > n_prompt + 200, "tools: status %d, prompt_tokens %d", st,
+              int_at(j, "usage.prompt_tokens"));
+    cJSON_Delete(j);
+
     /* Thinking (the template's generation prompt opens <think>): the reply is
      * reasoning_content, the same text without its leading newlines. */
     j = post(s->port, "/v1/chat/completions",
@@ -352,6 +365,20 @@ static void greedy_matches_run(server *s) {
     CHECK_MSG(!strcmp(str_at(j, "choices.0.text"), want), "ids completion '%s' run '%s'", str_at(j, "choices.0.text"), want);
     CHECK(int_at(j, "usage.prompt_tokens") == 4);
     cJSON_Delete(j);
+
+    /* Sampling parameters reach the sampler as run's flags do: same seed,
+     * same draw (and twice the same). */
+    const char *sampled = "{\"prompt\":\"hi\",\"max_tokens\":8,\"temperature\":0.8,\"top_k\":5,\"top_p\":0.9,"
+                          "\"min_p\":0.05,\"seed\":7,\"repetition_penalty\":1.1,\"presence_penalty\":0.5,"
+                          "\"frequency_penalty\":0.2}";
+    CHECK(run_text("-p hi -n 8 --temp 0.8 --top-k 5 --top-p 0.9 --min-p 0.05 --seed 7 --repeat-penalty 1.1 "
+                   "--presence-penalty 0.5 --frequency-penalty 0.2", want, sizeof want) == 0);
+    for (int k = 0; k < 2; k++) {
+        j = post(s->port, "/v1/completions", sampled, &st);
+        CHECK_MSG(st == 200 && str_at(j, "choices.0.text") && !strcmp(str_at(j, "choices.0.text"), want),
+                  "sampled '%s' run '%s'", str_at(j, "choices.0.text"), want);
+        cJSON_Delete(j);
+    }
 
     /* Prefix reuse: a prompt that extends what the session holds feeds only
      * the rest, and gives what a fresh run gives. */
