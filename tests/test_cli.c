@@ -162,7 +162,7 @@ TS_TEST(cli, run_text_prompt_streams_and_reports) {
     CHECK_MSG(sscanf(g_out, "[prompt %d tokens, generated %d tokens; prefill", &np, &ng) == 2 && np > 0 && ng == 12 &&
               strstr(g_out, "decode"), "%s", g_out);
     /* invalid UTF-8 in the prompt is a clear error */
-    int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p \"$(printf 'ab\\xff')\" -n 2", ts_test_bin(), m);
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p \"$(printf 'ab\\377')\" -n 2", ts_test_bin(), m);
     CHECK_MSG(rc == 1 && strstr(g_out, "UTF-8"), "rc %d: %s", rc, g_out);
 }
 
