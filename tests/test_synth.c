@@ -62,14 +62,14 @@ TS_TEST(synth, bad_shapes) {
         {"bad-heads", "not a multiple of num_key_value_heads"},
     };
     for (int i = 0; i < 3; i++) {
-        int rc = ts_test_sh(out, sizeof out, "%s synth --shape tests/fixtures/quant/%s.json --out %s/bad%d --quiet",
+        int rc = ts_test_sh(out, sizeof out, "%s synth --shape tests/fixtures/quant/%s.json --out %s/synthbad%d --quiet",
                             ts_test_bin(), cases[i].file, ts_test_tmpdir(), i);
         CHECK_MSG(rc != 0 && strstr(out, cases[i].msg), "%s: %s", cases[i].file, out);
     }
-    int rc = ts_test_sh(out, sizeof out, "%s synth --shape tests/fixtures/quant/tiny-shape.json --out %s/bad9 --bits 3",
+    int rc = ts_test_sh(out, sizeof out, "%s synth --shape tests/fixtures/quant/tiny-shape.json --out %s/synthbad9 --bits 3",
                         ts_test_bin(), ts_test_tmpdir());
     CHECK_MSG(rc != 0 && strstr(out, "--bits 3"), "%s", out);
-    rc = ts_test_sh(out, sizeof out, "ls -d %s/bad* 2>/dev/null | wc -l", ts_test_tmpdir());
+    rc = ts_test_sh(out, sizeof out, "ls -d %s/synthbad* 2>/dev/null | wc -l", ts_test_tmpdir());
     CHECK_MSG(atoi(out) == 0, "output left behind: %s", out);
 }
 
