@@ -1,0 +1,62 @@
+/* linear_ref.c: the reference matrix products and weight accessors.
+ *
+ * Plain loops, f32 accumulation in column order: the oracle that every fast
+ * kernel (SIMD, threaded, quantized) is compared against. Quantized weights
+ * follow the MLX convention: value j of a row sits in u32 word j*bits/32 at
+ * bit offset (j*bits)%32, and w = scale * q + bias per group of `group` cols.
+ */
+#include "kernels.h"
+
+static inline float sget(ts_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case TS_DTYPE_F32: return ((const float *)p)[i];
+    case TS_DTYPE_F16: return ts_f16_to_f32(((const uint16_t *)p)[i]);
+    case TS_DTYPE_BF16: return ts_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return 0.f;
+    }
+}
+
+float ts_weight_get(const ts_weight *w, int64_t r, int64_t c) {
+    if (w->dtype != TS_DTYPE_U32) return sget(w->dtype, w->data, r * w->cols + c);
+    int64_t per_word = 32 / w->bits;
+    const uint32_t *row = (const uint32_t *)w->data + r * (w->cols / per_word);
+    uint32_t q = (row[c / per_word] >> ((c % per_word) * w->bits)) & ((1u << w->bits) - 1);
+    int64_t gi = r * (w->cols / w->group) + c / w->group;
+    return sget(w->sdtype, w->scales, gi) * (float)q + sget(w->sdtype, w->biases, gi);
+}
+
+void ts_weight_row(const ts_weight *w, int64_t r, float *out) {
+    if (w->dtype == TS_DTYPE_BF16) {
+        const uint16_t *p = (const uint16_t *)w->data + r * w->cols;
+        for (int64_t c = 0; c < w->cols; c++) out[c] = ts_bf16_to_f32(p[c]);
+        return;
+    }
+    for (int64_t c = 0; c < w->cols; c++) out[c] = ts_weight_get(w, r, c);
+}
+
+size_t ts_weight_bytes(const ts_weight *w) {
+    if (w->dtype != TS_DTYPE_U32) return (size_t)(w->rows * w->cols) * ts_dtype_size(w->dtype);
+    size_t q = (size_t)(w->rows * w->cols) * (size_t)w->bits / 8;
+    size_t s = (size_t)(w->rows * (w->cols / w->group)) * ts_dtype_size(w->sdtype);
+    return q + 2 * s;
+}
+
+void ts_linear_ref(const ts_weight *w, const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (int64_t)i * w->cols;
+        float *yi = y + (int64_t)i * w->rows;
+        for (int64_t r = 0; r < w->rows; r++) {
+            float acc = 0.f;
+            if (w->dtype == TS_DTYPE_BF16) {
+                const uint16_t *p = (const uint16_t *)w->data + r * w->cols;
+                for (int64_t c = 0; c < w->cols; c++) acc += ts_bf16_to_f32(p[c]) * xi[c];
+            } else if (w->dtype == TS_DTYPE_F32) {
+                const float *p = (const float *)w->data + r * w->cols;
+                for (int64_t c = 0; c < w->cols; c++) acc += p[c] * xi[c];
+            } else {
+                for (int64_t c = 0; c < w->cols; c++) acc += ts_weight_get(w, r, c) * xi[c];
+            }
+            yi[r] = acc;
+        }
+    }
+}

@@ -1,0 +1,72 @@
+/* engine.c: open a model directory into an immutable engine.
+ *
+ * Opening reads config.json, maps the safetensors, binds and checks every
+ * tensor the config calls for. Tensors the model does not use are allowed
+ * (the vision tower, extra heads) and listed in verbose mode.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine.h"
+
+void ts_engine_params_default(ts_engine_params *p) {
+    memset(p, 0, sizeof *p);
+}
+
+void ts_engine_close(ts_engine *e) {
+    if (!e) return;
+    ts_model_free(&e->model);
+    ts_st_close(e->st);
+    ts_free(e->dir);
+    ts_free(e);
+}
+
+int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, ts_error *err) {
+    *out = NULL;
+    if (!dir || !*dir) return ts_fail(err, TS_E_ARG, "no model directory given");
+    ts_engine *e = ts_alloc(sizeof *e, TS_MEM_MISC);
+    if (!e) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    if (p) e->params = *p;
+    else ts_engine_params_default(&e->params);
+    e->dir = ts_strdup(dir, TS_MEM_MISC);
+    ts_config cfg;
+    int rc = ts_config_load(dir, &cfg, err);
+    if (!rc) rc = ts_st_open_dir(dir, &e->st, err);
+    if (!rc) {
+        rc = ts_model_bind(&e->model, &cfg, e->st, err);
+        if (rc) ts_fail_prefix(err, "%s", dir);
+    }
+    if (rc) { ts_engine_close(e); return rc; }
+    ts_kernels_set_threads(e->params.n_threads);
+    if (e->params.verbose) {
+        int unused = 0;
+        for (int i = 0; i < e->st->n_tensors; i++) {
+            const ts_st_tensor *t = &e->st->tensors[i];
+            if (t->used || !strncmp(t->name, "model.visual.", 13)) continue;
+            fprintf(stderr, "turbospark: unused tensor '%s'\n", t->name);
+            unused++;
+        }
+        fprintf(stderr, "turbospark: %s: %d tensors, %d unused (vision tower not counted)\n", dir,
+                e->st->n_tensors, unused);
+    }
+    ts_model_info *in = &e->info;
+    const ts_config *c = &e->model.cfg;
+    in->model_type = e->model.cfg.model_type;
+    in->vocab_size = c->vocab;
+    in->hidden_size = c->H;
+    in->n_layers = c->n_layers;
+    in->n_full_attn_layers = c->n_full;
+    in->n_experts = c->E;
+    in->n_experts_per_tok = c->topk;
+    in->has_mtp = e->model.has_mtp;
+    in->tied_embeddings = c->tied;
+    in->max_position_embeddings = c->max_pos;
+    in->n_eos = c->n_eos;
+    for (int i = 0; i < c->n_eos; i++) in->eos_ids[i] = c->eos[i];
+    in->quant_bits = c->q_bits;
+    in->weight_bytes = e->model.weight_bytes;
+    *out = e;
+    return 0;
+}
+
+const ts_model_info *ts_engine_info(const ts_engine *e) { return &e->info; }

@@ -1,0 +1,25 @@
+/* engine.h: the engine and session objects behind the public API.
+ * Internal: tools and tests that need more than turbospark.h include it. */
+#ifndef TS_ENGINE_H
+#define TS_ENGINE_H
+
+#include "model/model.h"
+
+struct ts_engine {
+    char *dir;
+    ts_st_set *st;
+    ts_model model;
+    ts_model_info info;
+    ts_engine_params params;
+};
+
+struct ts_session {
+    ts_engine *e;
+    ts_session_params params;
+    ts_state st;
+    int pos;        /* tokens in the timeline */
+    int have_last;  /* logits/hidden of a last row exist */
+    float *last_hidden; /* [H] final-normed hidden of the last row fed */
+};
+
+#endif

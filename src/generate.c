@@ -1,0 +1,84 @@
+/* generate.c: the token loop behind ts_generate: prefill, then decode one
+ * token at a time (greedy or sampled), stopping at a stop id, the token
+ * budget or the callback's request. Speculative decoding plugs in here.
+ * The loop allocates nothing: the session holds every buffer.
+ */
+#include <math.h>
+
+#include "engine.h"
+
+void ts_gen_params_default(ts_gen_params *p) {
+    memset(p, 0, sizeof *p);
+    p->n_predict = 128;
+    p->top_p = 1.0f;
+    p->repeat_penalty = 1.0f;
+    p->penalty_last_n = 64;
+}
+
+/* A sampler is needed unless decoding is plain greedy. */
+static int needs_sampler(const ts_gen_params *p) {
+    return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static int is_stop(const ts_gen_params *p, int32_t id) {
+    for (int i = 0; i < p->n_stop; i++)
+        if (p->stop_ids[i] == id) return 1;
+    return 0;
+}
+
+int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
+                void *user, ts_gen_stats *stats, ts_error *err) {
+    ts_gen_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (!p) return ts_fail(err, TS_E_ARG, "no generation parameters");
+    if (p->spec_draft) return ts_fail(err, TS_E_UNSUPPORTED, "speculative decoding is not built yet");
+    const int V = s->e->model.cfg.vocab;
+    ts_sampler *smp = NULL;
+    int rc = 0;
+    if (needs_sampler(p)) {
+        ts_sampler_params sp;
+        ts_sampler_params_default(&sp);
+        sp.temperature = p->temperature;
+        sp.top_k = p->top_k;
+        sp.top_p = p->top_p;
+        sp.min_p = p->min_p;
+        sp.repetition_penalty = p->repeat_penalty;
+        sp.presence_penalty = p->presence_penalty;
+        sp.frequency_penalty = p->frequency_penalty;
+        sp.penalty_last_n = p->penalty_last_n;
+        sp.seed = p->seed;
+        if ((rc = ts_sampler_new(V, &sp, &smp, err))) return rc;
+        for (int i = 0; i < n_prompt; i++) ts_sampler_accept(smp, prompt[i]);
+    }
+    double t0 = ts_now();
+    rc = ts_session_feed(s, prompt, n_prompt, NULL, NULL, err);
+    if (rc) { ts_sampler_free(smp); return rc; }
+    stats->n_prompt = n_prompt;
+    stats->t_prefill = ts_now() - t0;
+    t0 = ts_now();
+    for (int i = 0; i < p->n_predict; i++) {
+        int32_t id;
+        if (smp) {
+            if ((rc = ts_sampler_sample(smp, ts_session_logits(s), &id, err))) break;
+            ts_sampler_accept(smp, id);
+        } else {
+            id = argmax(ts_session_logits(s), V);
+        }
+        stats->n_gen++;
+        int stop = cb ? cb(user, id) : 0;
+        if (stop || is_stop(p, id) || i + 1 == p->n_predict) break;
+        if (ts_session_pos(s) >= ts_session_n_ctx(s)) break; /* context full: stop cleanly */
+        if ((rc = ts_session_feed(s, &id, 1, NULL, NULL, err))) break;
+    }
+    stats->t_decode = ts_now() - t0;
+    ts_sampler_free(smp);
+    return rc;
+}

@@ -1,0 +1,347 @@
+/* load.c: bind checkpoint tensors to the model (model.h).
+ *
+ * Every tensor is checked for presence, shape and dtype before use; errors
+ * name the tensor, the expected and the found shape. Matrices stay in the
+ * mmap'd files (ts_weight points into them); small vectors (norms, conv,
+ * gates) are converted to f32 on the heap, with the (1 + w) of the
+ * zero-centred RMSNorms folded in (the sum is exact in f32 for bf16 w, and
+ * transformers forms it in f32 too).
+ *
+ * Names: the language model lives under "model.language_model." (released
+ * multimodal checkpoints) or "model." (text-only); the MTP head under "mtp.".
+ * Routed experts come fused ("mlp.experts.gate_up_proj" [E, 2*Im, H], gate
+ * rows first; "mlp.experts.down_proj" [E, H, Im]) or per expert
+ * ("mlp.experts.{e}.{gate,up,down}_proj.weight"); both forms are accepted in
+ * both places. Quantized matrices (MLX convention) are "X.weight" U32
+ * [rows, cols*bits/32] with "X.scales" and "X.biases" [rows, cols/group].
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/model.h"
+
+typedef struct binder {
+    ts_st_set *st;
+    const ts_config *cfg;
+    ts_error *err;
+    ts_model *m;
+} binder;
+
+static int is_float(ts_dtype t) { return t == TS_DTYPE_F32 || t == TS_DTYPE_F16 || t == TS_DTYPE_BF16; }
+
+static int shape_fail(binder *b, const char *name, const ts_st_tensor *t, const char *expect) {
+    char got[128];
+    return ts_fail(b->err, TS_E_MODEL, "tensor '%s': expected shape %s, found %s (%s)", name, expect,
+                   ts_st_shape_str(t, got, sizeof got), ts_dtype_name(t->dtype));
+}
+
+static ts_st_tensor *need(binder *b, const char *name) {
+    ts_st_tensor *t = ts_st_find_mut(b->st, name);
+    if (!t) ts_fail(b->err, TS_E_MODEL, "missing tensor '%s'", name);
+    return t;
+}
+
+/* Bind a [rows, cols] matrix `name` (a full tensor name). */
+static int bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, ts_weight *w) {
+    memset(w, 0, sizeof *w);
+    char expect[96];
+    snprintf(expect, sizeof expect, "[%lld, %lld]", (long long)rows, (long long)cols);
+    ts_st_tensor *t = ts_st_find_mut(b->st, name);
+    if (!t) return ts_fail(b->err, TS_E_MODEL, "missing tensor '%s' (expected %s)", name, expect);
+    w->rows = rows;
+    w->cols = cols;
+    if (t->dtype == TS_DTYPE_U32) {
+        /* quantized: find scales and biases next to it */
+        char base[512], sn[560], bn[560];
+        size_t l = strlen(name);
+        if (l < 7 || strcmp(name + l - 7, ".weight") || l - 7 >= sizeof base)
+            return ts_fail(b->err, TS_E_MODEL, "tensor '%s': U32 data but not a quantized .weight", name);
+        memcpy(base, name, l - 7);
+        base[l - 7] = 0;
+        snprintf(sn, sizeof sn, "%s.scales", base);
+        snprintf(bn, sizeof bn, "%s.biases", base);
+        ts_st_tensor *s = ts_st_find_mut(b->st, sn), *bi = ts_st_find_mut(b->st, bn);
+        if (!s || !bi) return ts_fail(b->err, TS_E_MODEL, "quantized tensor '%s' lacks '%s' or '%s'", name, sn, bn);
+        int bits = b->cfg->q_bits, group = b->cfg->q_group;
+        if (!bits) return ts_fail(b->err, TS_E_MODEL, "tensor '%s' is quantized (U32) but config.json has no \"quantization\"", name);
+        if (cols % group || (cols * bits) % 32)
+            return ts_fail(b->err, TS_E_MODEL, "tensor '%s': %lld columns do not split into groups of %d", name, (long long)cols, group);
+        char qe[96], se[96];
+        snprintf(qe, sizeof qe, "[%lld, %lld]", (long long)rows, (long long)(cols * bits / 32));
+        snprintf(se, sizeof se, "[%lld, %lld]", (long long)rows, (long long)(cols / group));
+        if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols * bits / 32) return shape_fail(b, name, t, qe);
+        if (s->n_dims != 2 || s->shape[0] != rows || s->shape[1] != cols / group || !is_float(s->dtype)) return shape_fail(b, sn, s, se);
+        if (bi->n_dims != 2 || bi->shape[0] != rows || bi->shape[1] != cols / group || bi->dtype != s->dtype) return shape_fail(b, bn, bi, se);
+        w->dtype = TS_DTYPE_U32;
+        w->bits = bits;
+        w->group = group;
+        w->data = t->data;
+        w->scales = s->data;
+        w->biases = bi->data;
+        w->sdtype = s->dtype;
+        t->used = s->used = bi->used = 1;
+        b->m->weight_bytes += ts_weight_bytes(w);
+        return 0;
+    }
+    if (!is_float(t->dtype))
+        return ts_fail(b->err, TS_E_MODEL, "tensor '%s': dtype %s is not F32, F16 or BF16", name, ts_dtype_name(t->dtype));
+    /* nn.Linear weights are [out, in]; a [1, H] gate may come as [H] */
+    int ok = (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols) ||
+             (rows == 1 && t->n_dims == 1 && t->shape[0] == cols);
+    if (!ok) return shape_fail(b, name, t, expect);
+    w->dtype = t->dtype;
+    w->data = t->data;
+    t->used = 1;
+    b->m->weight_bytes += ts_weight_bytes(w);
+    return 0;
+}
+
+/* Bind a vector of n values (shape [n], or [n, 1, K] flattened when k > 1) as f32. */
+static int bind_vec(binder *b, const char *name, int64_t n, int64_t k, int add_one, float **out) {
+    *out = NULL;
+    ts_st_tensor *t = need(b, name);
+    if (!t) return TS_E_MODEL;
+    if (!is_float(t->dtype))
+        return ts_fail(b->err, TS_E_MODEL, "tensor '%s': dtype %s is not F32, F16 or BF16", name, ts_dtype_name(t->dtype));
+    char expect[96];
+    int ok;
+    if (k == 1) {
+        snprintf(expect, sizeof expect, "[%lld]", (long long)n);
+        ok = t->n_dims == 1 && t->shape[0] == n;
+    } else {
+        snprintf(expect, sizeof expect, "[%lld, 1, %lld]", (long long)n, (long long)k);
+        ok = (t->n_dims == 3 && t->shape[0] == n && t->shape[1] == 1 && t->shape[2] == k) ||
+             (t->n_dims == 2 && t->shape[0] == n && t->shape[1] == k);
+    }
+    if (!ok) return shape_fail(b, name, t, expect);
+    float *v = ts_alloc(sizeof(float) * n * k, TS_MEM_WEIGHTS);
+    if (!v) return ts_fail(b->err, TS_E_NOMEM, "out of memory binding '%s'", name);
+    for (int64_t i = 0; i < n * k; i++) {
+        float x = t->dtype == TS_DTYPE_F32 ? ((const float *)t->data)[i]
+                : t->dtype == TS_DTYPE_BF16 ? ts_bf16_to_f32(((const uint16_t *)t->data)[i])
+                : ts_f16_to_f32(((const uint16_t *)t->data)[i]);
+        v[i] = add_one ? 1.0f + x : x;
+    }
+    t->used = 1;
+    *out = v;
+    return 0;
+}
+
+#define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
+
+static int bind_attn(binder *b, const char *p, ts_attn_w *a) {
+    const ts_config *c = b->cfg;
+    int64_t H = c->H, D = c->head_dim;
+    char n[512];
+    int rc;
+    NAME(n, "%sself_attn.q_proj.weight", p);
+    if ((rc = bind_mat(b, n, 2 * c->nq * D, H, &a->q_proj))) return rc;
+    NAME(n, "%sself_attn.k_proj.weight", p);
+    if ((rc = bind_mat(b, n, c->nkv * D, H, &a->k_proj))) return rc;
+    NAME(n, "%sself_attn.v_proj.weight", p);
+    if ((rc = bind_mat(b, n, c->nkv * D, H, &a->v_proj))) return rc;
+    NAME(n, "%sself_attn.o_proj.weight", p);
+    if ((rc = bind_mat(b, n, H, c->nq * D, &a->o_proj))) return rc;
+    NAME(n, "%sself_attn.q_norm.weight", p);
+    if ((rc = bind_vec(b, n, D, 1, 1, &a->q_norm))) return rc;
+    NAME(n, "%sself_attn.k_norm.weight", p);
+    return bind_vec(b, n, D, 1, 1, &a->k_norm);
+}
+
+static int bind_gdn(binder *b, const char *p, ts_gdn_w *g) {
+    const ts_config *c = b->cfg;
+    const ts_model *m = b->m;
+    int64_t H = c->H;
+    char n[512];
+    int rc;
+    NAME(n, "%slinear_attn.in_proj_qkv.weight", p);
+    if ((rc = bind_mat(b, n, m->C, H, &g->in_qkv))) return rc;
+    NAME(n, "%slinear_attn.in_proj_z.weight", p);
+    if ((rc = bind_mat(b, n, m->Vd, H, &g->in_z))) return rc;
+    NAME(n, "%slinear_attn.in_proj_b.weight", p);
+    if ((rc = bind_mat(b, n, c->Hv, H, &g->in_b))) return rc;
+    NAME(n, "%slinear_attn.in_proj_a.weight", p);
+    if ((rc = bind_mat(b, n, c->Hv, H, &g->in_a))) return rc;
+    NAME(n, "%slinear_attn.out_proj.weight", p);
+    if ((rc = bind_mat(b, n, H, m->Vd, &g->out_proj))) return rc;
+    NAME(n, "%slinear_attn.conv1d.weight", p);
+    if ((rc = bind_vec(b, n, m->C, c->conv_k, 0, &g->conv))) return rc;
+    NAME(n, "%slinear_attn.A_log", p);
+    if ((rc = bind_vec(b, n, c->Hv, 1, 0, &g->neg_A))) return rc;
+    for (int i = 0; i < c->Hv; i++) g->neg_A[i] = -expf(g->neg_A[i]);
+    NAME(n, "%slinear_attn.dt_bias", p);
+    if ((rc = bind_vec(b, n, c->Hv, 1, 0, &g->dt_bias))) return rc;
+    NAME(n, "%slinear_attn.norm.weight", p);
+    return bind_vec(b, n, c->dv, 1, 0, &g->norm);
+}
+
+/* Per-expert views into a fused [E, rows_per_e * k, cols] tensor. */
+static int bind_fused(binder *b, const char *name, int64_t E, int64_t rows, int64_t cols, int parts,
+                      ts_weight **outs) {
+    ts_st_tensor *t = ts_st_find_mut(b->st, name);
+    if (!t) return 1; /* not fused: caller tries per-expert names */
+    char expect[96];
+    snprintf(expect, sizeof expect, "[%lld, %lld, %lld]", (long long)E, (long long)(rows * parts), (long long)cols);
+    if (!is_float(t->dtype))
+        return ts_fail(b->err, TS_E_MODEL, "tensor '%s': dtype %s is not F32, F16 or BF16", name, ts_dtype_name(t->dtype));
+    if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != rows * parts || t->shape[2] != cols)
+        return shape_fail(b, name, t, expect);
+    size_t es = ts_dtype_size(t->dtype);
+    for (int64_t e = 0; e < E; e++)
+        for (int pi = 0; pi < parts; pi++) {
+            ts_weight *w = &outs[pi][e];
+            memset(w, 0, sizeof *w);
+            w->dtype = t->dtype;
+            w->rows = rows;
+            w->cols = cols;
+            w->data = (const char *)t->data + ((size_t)e * parts * rows + (size_t)pi * rows) * cols * es;
+            b->m->weight_bytes += ts_weight_bytes(w);
+        }
+    t->used = 1;
+    return 0;
+}
+
+static int bind_ffn(binder *b, const char *p, ts_ffn_w *f) {
+    const ts_config *c = b->cfg;
+    int64_t H = c->H;
+    char n[512];
+    int rc;
+    f->moe = c->is_moe;
+    if (!c->is_moe) {
+        NAME(n, "%smlp.gate_proj.weight", p);
+        if ((rc = bind_mat(b, n, c->I, H, &f->gate))) return rc;
+        NAME(n, "%smlp.up_proj.weight", p);
+        if ((rc = bind_mat(b, n, c->I, H, &f->up))) return rc;
+        NAME(n, "%smlp.down_proj.weight", p);
+        return bind_mat(b, n, H, c->I, &f->down);
+    }
+    int64_t E = c->E, Im = c->Im, Is = c->Is;
+    NAME(n, "%smlp.gate.weight", p);
+    if ((rc = bind_mat(b, n, E, H, &f->router))) return rc;
+    f->e_gate = ts_alloc(sizeof(ts_weight) * E * 3, TS_MEM_MISC);
+    if (!f->e_gate) return ts_fail(b->err, TS_E_NOMEM, "out of memory");
+    f->e_up = f->e_gate + E;
+    f->e_down = f->e_up + E;
+    ts_weight *gu[2] = {f->e_gate, f->e_up};
+    NAME(n, "%smlp.experts.gate_up_proj", p);
+    rc = bind_fused(b, n, E, Im, H, 2, gu);
+    if (rc == 0) {
+        NAME(n, "%smlp.experts.down_proj", p);
+        rc = bind_fused(b, n, E, H, Im, 1, &f->e_down);
+        if (rc == 1) return ts_fail(b->err, TS_E_MODEL, "missing tensor '%s' (the fused gate_up_proj is present)", n);
+        if (rc) return rc;
+    } else if (rc == 1) {
+        for (int64_t e = 0; e < E; e++) {
+            NAME(n, "%smlp.experts.%lld.gate_proj.weight", p, (long long)e);
+            if ((rc = bind_mat(b, n, Im, H, &f->e_gate[e]))) return rc;
+            NAME(n, "%smlp.experts.%lld.up_proj.weight", p, (long long)e);
+            if ((rc = bind_mat(b, n, Im, H, &f->e_up[e]))) return rc;
+            NAME(n, "%smlp.experts.%lld.down_proj.weight", p, (long long)e);
+            if ((rc = bind_mat(b, n, H, Im, &f->e_down[e]))) return rc;
+        }
+    } else {
+        return rc;
+    }
+    NAME(n, "%smlp.shared_expert.gate_proj.weight", p);
+    if ((rc = bind_mat(b, n, Is, H, &f->s_gate))) return rc;
+    NAME(n, "%smlp.shared_expert.up_proj.weight", p);
+    if ((rc = bind_mat(b, n, Is, H, &f->s_up))) return rc;
+    NAME(n, "%smlp.shared_expert.down_proj.weight", p);
+    if ((rc = bind_mat(b, n, H, Is, &f->s_down))) return rc;
+    NAME(n, "%smlp.shared_expert_gate.weight", p);
+    return bind_mat(b, n, 1, H, &f->s_gate_w);
+}
+
+static int bind_layer(binder *b, const char *p, int full, ts_layer_w *l) {
+    char n[512];
+    int rc;
+    l->full = full;
+    NAME(n, "%sinput_layernorm.weight", p);
+    if ((rc = bind_vec(b, n, b->cfg->H, 1, 1, &l->in_norm))) return rc;
+    NAME(n, "%spost_attention_layernorm.weight", p);
+    if ((rc = bind_vec(b, n, b->cfg->H, 1, 1, &l->post_norm))) return rc;
+    if (full) { if ((rc = bind_attn(b, p, &l->attn))) return rc; }
+    else if ((rc = bind_gdn(b, p, &l->gdn))) return rc;
+    return bind_ffn(b, p, &l->ffn);
+}
+
+int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    const ts_config *c = &m->cfg;
+    m->D = c->head_dim;
+    m->Kd = c->Hk * c->dk;
+    m->Vd = c->Hv * c->dv;
+    m->C = 2 * m->Kd + m->Vd;
+    m->qdim = c->nq * c->head_dim;
+    m->kvdim = c->nkv * c->head_dim;
+    m->max_ffn = c->is_moe ? TS_MAX(c->Im, c->Is) : c->I;
+    binder b = {st, c, err, m};
+    int rc;
+    const char *prefix = NULL;
+    static const char *prefixes[] = {"model.language_model.", "model.", ""};
+    char n[512];
+    for (int i = 0; i < 3 && !prefix; i++) {
+        NAME(n, "%sembed_tokens.weight", prefixes[i]);
+        if (ts_st_find(st, n)) prefix = prefixes[i];
+    }
+    if (!prefix) return ts_fail(err, TS_E_MODEL, "missing tensor 'model.language_model.embed_tokens.weight' (nor 'model.embed_tokens.weight')");
+    NAME(n, "%sembed_tokens.weight", prefix);
+    if ((rc = bind_mat(&b, n, c->vocab, c->H, &m->embed))) return rc;
+    if (c->tied) {
+        m->head = m->embed;
+    } else {
+        if ((rc = bind_mat(&b, "lm_head.weight", c->vocab, c->H, &m->head))) {
+            if (!ts_st_find(st, "lm_head.weight"))
+                ts_fail(err, TS_E_MODEL, "missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
+            return rc;
+        }
+    }
+    NAME(n, "%snorm.weight", prefix);
+    if ((rc = bind_vec(&b, n, c->H, 1, 1, &m->final_norm))) return rc;
+    m->layers = ts_alloc(sizeof(ts_layer_w) * c->n_layers, TS_MEM_MISC);
+    if (!m->layers) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    for (int i = 0; i < c->n_layers; i++) {
+        char p[256];
+        NAME(p, "%slayers.%d.", prefix, i);
+        if ((rc = bind_layer(&b, p, c->layer_full[i], &m->layers[i]))) return rc;
+    }
+    /* MTP head: present when its tensors are (a checkpoint without mtp.* runs,
+     * drafting is refused). A partial head is an error. */
+    if (ts_st_find(st, "mtp.fc.weight")) {
+        ts_mtp_w *t = &m->mtp;
+        if ((rc = bind_vec(&b, "mtp.pre_fc_norm_embedding.weight", c->H, 1, 1, &t->pre_norm_emb))) return rc;
+        if ((rc = bind_vec(&b, "mtp.pre_fc_norm_hidden.weight", c->H, 1, 1, &t->pre_norm_hid))) return rc;
+        if ((rc = bind_mat(&b, "mtp.fc.weight", c->H, 2 * (int64_t)c->H, &t->fc))) return rc;
+        if ((rc = bind_layer(&b, "mtp.layers.0.", 1, &t->layer))) return rc;
+        if ((rc = bind_vec(&b, "mtp.norm.weight", c->H, 1, 1, &t->norm))) return rc;
+        m->has_mtp = 1;
+    }
+    return 0;
+}
+
+static void free_layer(ts_layer_w *l) {
+    ts_free(l->in_norm);
+    ts_free(l->post_norm);
+    ts_free(l->attn.q_norm);
+    ts_free(l->attn.k_norm);
+    ts_free(l->gdn.conv);
+    ts_free(l->gdn.neg_A);
+    ts_free(l->gdn.dt_bias);
+    ts_free(l->gdn.norm);
+    ts_free(l->ffn.e_gate);
+}
+
+void ts_model_free(ts_model *m) {
+    if (!m) return;
+    if (m->layers)
+        for (int i = 0; i < m->cfg.n_layers; i++) free_layer(&m->layers[i]);
+    ts_free(m->layers);
+    free_layer(&m->mtp.layer);
+    ts_free(m->mtp.pre_norm_emb);
+    ts_free(m->mtp.pre_norm_hid);
+    ts_free(m->mtp.norm);
+    ts_free(m->final_norm);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,152 @@
+/* model.h: the Qwen3.5 model in memory: weights bound to the config, and the
+ * per-session state the forward pass reads and writes.
+ *
+ * Owns: the layout of every weight and state buffer (shape comments below),
+ * the binding of checkpoint tensors to it (load.c), the forward (qwen35.c),
+ * the MTP head (mtp.c).
+ * Does not own: the files (loader/), the kernels (kernels.h), the public API
+ * (engine.c, session.c).
+ *
+ * Notation (model-spec.md): H hidden, nq/nkv attention heads of size D,
+ * Hk/Hv GDN key/value heads of dk/dv, Kd = Hk*dk, Vd = Hv*dv,
+ * C = 2*Kd + Vd (conv channels), K = conv kernel width, V vocab.
+ */
+#ifndef TS_MODEL_H
+#define TS_MODEL_H
+
+#include "kernels.h"
+#include "loader/config.h"
+#include "loader/safetensors.h"
+
+/* A full-attention block (main stack or MTP). */
+typedef struct ts_attn_w {
+    ts_weight q_proj;   /* [2*nq*D, H]: per head [query D | gate D] interleaved */
+    ts_weight k_proj;   /* [nkv*D, H] */
+    ts_weight v_proj;   /* [nkv*D, H] */
+    ts_weight o_proj;   /* [H, nq*D] */
+    float *q_norm;      /* [D] f32, holds 1 + w */
+    float *k_norm;      /* [D] f32, holds 1 + w */
+} ts_attn_w;
+
+/* A Gated DeltaNet block. */
+typedef struct ts_gdn_w {
+    ts_weight in_qkv;   /* [C, H]: q (Kd) | k (Kd) | v (Vd), head-major */
+    ts_weight in_z;     /* [Vd, H] */
+    ts_weight in_b;     /* [Hv, H] */
+    ts_weight in_a;     /* [Hv, H] */
+    ts_weight out_proj; /* [H, Vd] */
+    float *conv;        /* [C, K] f32: conv[c*K + K-1] multiplies the current token */
+    float *neg_A;       /* [Hv] f32: -exp(A_log) */
+    float *dt_bias;     /* [Hv] f32 */
+    float *norm;        /* [dv] f32: plain weight of the gated RMSNorm (not 1 + w) */
+} ts_gdn_w;
+
+/* FFN: dense SwiGLU, or MoE with a sigmoid-gated shared expert. */
+typedef struct ts_ffn_w {
+    int moe;
+    ts_weight gate, up, down;       /* dense: [I, H], [I, H], [H, I] */
+    ts_weight router;               /* [E, H] */
+    ts_weight *e_gate, *e_up;       /* E entries, [Im, H] (views into fused tensors) */
+    ts_weight *e_down;              /* E entries, [H, Im] */
+    ts_weight s_gate, s_up, s_down; /* shared expert: [Is, H], [Is, H], [H, Is] */
+    ts_weight s_gate_w;             /* [1, H]: the shared expert's scalar gate */
+} ts_ffn_w;
+
+typedef struct ts_layer_w {
+    int full;           /* 1 = full attention, 0 = GDN */
+    float *in_norm;     /* [H] f32, 1 + w */
+    float *post_norm;   /* [H] f32, 1 + w */
+    ts_attn_w attn;
+    ts_gdn_w gdn;
+    ts_ffn_w ffn;
+} ts_layer_w;
+
+typedef struct ts_mtp_w {
+    float *pre_norm_emb;  /* [H] f32, 1 + w */
+    float *pre_norm_hid;  /* [H] f32, 1 + w */
+    ts_weight fc;         /* [H, 2H]: cols [0, H) act on the embedding, [H, 2H) on the hidden */
+    ts_layer_w layer;     /* a full-attention decoder layer */
+    float *norm;          /* [H] f32, 1 + w */
+} ts_mtp_w;
+
+typedef struct ts_model {
+    ts_config cfg;
+    ts_weight embed;      /* [V, H] */
+    ts_weight head;       /* [V, H] (= embed when tied) */
+    float *final_norm;    /* [H] f32, 1 + w */
+    ts_layer_w *layers;   /* n_layers */
+    int has_mtp;
+    ts_mtp_w mtp;
+    uint64_t weight_bytes;  /* bytes of the bound matrices (what decode reads, experts counted whole) */
+    /* derived sizes */
+    int D, Kd, Vd, C, qdim, kvdim, max_ffn;
+} ts_model;
+
+/* Bind the tensors of `st` to the model described by `cfg`, checking each
+ * one's presence, shape and dtype. Marks bound tensors used. */
+int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err);
+void ts_model_free(ts_model *m);
+
+/* ---- per-session state ---- */
+
+typedef struct ts_kv {
+    float *k;   /* [n_ctx, nkv, D] post-norm, post-RoPE keys */
+    float *v;   /* [n_ctx, nkv, D] */
+} ts_kv;
+
+typedef struct ts_gdn_state {
+    float *conv;  /* [K-1, C]: the last K-1 pre-conv inputs, oldest first */
+    float *S;     /* [Hv, dk, dv] recurrent state */
+} ts_gdn_state;
+
+/* Scratch for up to R rows at once. */
+typedef struct ts_scratch {
+    int R;
+    float *x;       /* [R, H] residual stream */
+    float *u;       /* [R, H] normed input of the current block */
+    float *t;       /* [R, H] block output */
+    float *big0;    /* [R, max(2*nq*D, C, 2*H)] */
+    float *big1;    /* [R, max(Vd, nkv*D, ffn)] */
+    float *big2;    /* [R, max(Vd, nkv*D, ffn, nq*D)] */
+    float *small;   /* [R, 2*Hv + E] */
+    float *att;     /* [n_ctx] attention scores of one head */
+    float *rowtmp;  /* [C] conv output of one GDN row */
+    float *moe_acc; /* [2*H]: routed sum, then one expert's output */
+    float *hidden;  /* [R, H] final-normed hidden states */
+    float *logits;  /* [V] */
+} ts_scratch;
+
+typedef struct ts_state {
+    int n_ctx;
+    ts_kv *kv;            /* n_layers entries (NULL buffers for GDN layers) */
+    ts_gdn_state *gdn;    /* n_layers entries (NULL buffers for full layers) */
+    ts_kv mtp_kv;         /* [n_ctx + draft slack] */
+    int mtp_ctx;
+    ts_scratch sc;
+    float *dbg_layers;    /* tests: if set, ts_forward stores the residual stream
+                             after the embedding and after each layer, [L+1, n, H] */
+} ts_state;
+
+/* Run rows ids[0..n) at positions pos..pos+n-1 through the main model
+ * (n <= sc.R). Writes final-normed hidden states to sc.hidden[0..n), and
+ * logits of every row to `logits` [n, V] if not NULL; the last row's logits
+ * always to sc.logits. `prefill` allows the faster, differently-rounded
+ * kernels. */
+void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill);
+
+/* MTP rows r = 0..n-1 (n <= sc.R): token toks[r], main final-normed hidden
+ * h[r] [H], position pos + r (its K/V land in mtp_kv[pos + r]). Writes the
+ * MTP output hiddens (post mtp.norm) to h_out [n, H] (may alias h) and, if
+ * not NULL, logits [n, V]; the last row's logits always to sc.logits. */
+void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
+                    float *h_out, float *logits);
+
+/* ---- building blocks shared by the forward, MTP and speculative code ---- */
+void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps);
+/* One GDN state advance for one token: conv over [state, qkv_in], SiLU, l2
+ * norms, gates, delta rule. qkv_in [C] is the pre-conv projection, a/b [Hv]
+ * the raw projections. Writes o [Vd] (before the gated norm) if not NULL. */
+void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
+                    const float *a, const float *b, float *o, float *tmp /* [C] */);
+
+#endif

@@ -1,0 +1,321 @@
+/* qwen35.c: the Qwen3.5 forward pass on f32 activations (model-spec.md §2).
+ *
+ * Rows are processed in blocks of n <= R: projections are matrix products
+ * over all n rows; the GDN recurrence, the conv and attention walk the rows
+ * in order, so a block of n rows gives the same result as n one-row calls
+ * (bit for bit when `prefill` is 0: ts_linear is row-exact). That property
+ * is what speculative verification stands on.
+ *
+ * Precision: weights as stored (bf16/f16/f32, or dequantized), f32
+ * everywhere else, f32 recurrent state. Norms accumulate in double, which
+ * keeps them within f32 rounding of transformers' f32 reductions.
+ */
+#include <math.h>
+
+#include "model/model.h"
+
+typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* torch.nn.functional.softplus with its default threshold 20 */
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps) {
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * dim;
+        float *yi = y + (size_t)i * dim;
+        double ss = 0;
+        for (int j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
+        float r = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int j = 0; j < dim; j++) yi[j] = xi[j] * r * w1p[j];
+    }
+}
+
+/* NeoX rotate-half RoPE on the first rot dims of one head, in place. For
+ * text, the interleaved M-RoPE of Qwen3.5 reduces to this (all three axes
+ * carry the token index). inv_freq and the angle are formed in f32 as
+ * transformers does. */
+static void rope_head(float *x, int rot, int pos, double theta) {
+    int half = rot / 2;
+    for (int j = 0; j < half; j++) {
+        float inv = 1.0f / powf((float)theta, (float)(2 * j) / (float)rot);
+        float a = (float)pos * inv;
+        float c = cosf(a), s = sinf(a);
+        float x0 = x[j], x1 = x[j + half];
+        x[j] = x0 * c - x1 * s;
+        x[j + half] = x1 * c + x0 * s;
+    }
+}
+
+/* ---- gated attention ---- */
+
+static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_kv *kv, int n, int pos,
+                       linear_fn lin) {
+    const ts_config *c = &m->cfg;
+    ts_scratch *sc = &st->sc;
+    const int D = m->D, nq = c->nq, nkv = c->nkv, grp = nq / nkv;
+    float *qg = sc->big0;  /* [n, nq, 2D]: query | gate per head */
+    float *kb = sc->big1;  /* [n, nkv*D] */
+    float *vb = sc->big2;  /* [n, nkv*D] */
+    lin(&w->q_proj, sc->u, qg, n);
+    lin(&w->k_proj, sc->u, kb, n);
+    lin(&w->v_proj, sc->u, vb, n);
+    for (int i = 0; i < n; i++) {
+        for (int h = 0; h < nq; h++) {
+            float *q = qg + ((size_t)i * nq + h) * 2 * D;
+            ts_rmsnorm1p(q, w->q_norm, q, 1, D, c->eps);
+            rope_head(q, c->rot_dim, pos + i, c->rope_theta);
+        }
+        for (int h = 0; h < nkv; h++) {
+            float *k = kb + ((size_t)i * nkv + h) * D;
+            ts_rmsnorm1p(k, w->k_norm, k, 1, D, c->eps);
+            rope_head(k, c->rot_dim, pos + i, c->rope_theta);
+        }
+        memcpy(kv->k + (size_t)(pos + i) * m->kvdim, kb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
+        memcpy(kv->v + (size_t)(pos + i) * m->kvdim, vb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
+    }
+    /* Causal attention, one row and head at a time; output [n, nq*D] in big2
+     * (the V rows are in the cache now). */
+    float *out = sc->big2;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int i = 0; i < n; i++) {
+        int T = pos + i + 1;
+        for (int h = 0; h < nq; h++) {
+            const float *q = qg + ((size_t)i * nq + h) * 2 * D;
+            const float *gate = q + D;
+            int kh = h / grp;
+            float mx = -INFINITY;
+            for (int t = 0; t < T; t++) {
+                const float *k = kv->k + (size_t)t * m->kvdim + (size_t)kh * D;
+                float s = 0.f;
+                for (int d = 0; d < D; d++) s += q[d] * k[d];
+                s *= scale;
+                sc->att[t] = s;
+                if (s > mx) mx = s;
+            }
+            double sum = 0;
+            for (int t = 0; t < T; t++) {
+                sc->att[t] = expf(sc->att[t] - mx);
+                sum += sc->att[t];
+            }
+            float inv = (float)(1.0 / sum);
+            float *o = out + (size_t)i * m->qdim + (size_t)h * D;
+            for (int d = 0; d < D; d++) o[d] = 0.f;
+            for (int t = 0; t < T; t++) {
+                const float *v = kv->v + (size_t)t * m->kvdim + (size_t)kh * D;
+                float p = sc->att[t] * inv;
+                for (int d = 0; d < D; d++) o[d] += p * v[d];
+            }
+            for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
+        }
+    }
+    lin(&w->o_proj, out, sc->t, n);
+}
+
+/* ---- Gated DeltaNet ---- */
+
+void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
+                    const float *a, const float *b, float *o, float *tmp) {
+    const ts_config *c = &m->cfg;
+    const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv, r = c->Hv / c->Hk;
+    /* causal depthwise conv over [last K-1 inputs, this input], then SiLU */
+    for (int ch = 0; ch < C; ch++) {
+        const float *cw = w->conv + (size_t)ch * K;
+        float acc = 0.f;
+        for (int j = 0; j < K - 1; j++) acc += cw[j] * s->conv[(size_t)j * C + ch];
+        acc += cw[K - 1] * qkv_in[ch];
+        tmp[ch] = silu(acc);
+    }
+    if (K > 1) {
+        memmove(s->conv, s->conv + C, sizeof(float) * (size_t)(K - 2) * C);
+        memcpy(s->conv + (size_t)(K - 2) * C, qkv_in, sizeof(float) * C);
+    }
+    float *q = tmp, *k = tmp + m->Kd, *v = tmp + 2 * m->Kd;
+    /* l2-normalise q and k per key head (eps inside the rsqrt), scale q */
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int h = 0; h < c->Hk; h++) {
+        float *qh = q + (size_t)h * dk, *kh = k + (size_t)h * dk;
+        double sq = 0, sk = 0;
+        for (int i = 0; i < dk; i++) { sq += (double)qh[i] * qh[i]; sk += (double)kh[i] * kh[i]; }
+        float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
+        for (int i = 0; i < dk; i++) { qh[i] = qh[i] * rq * qscale; kh[i] *= rk; }
+    }
+    for (int h = 0; h < Hv; h++) {
+        const float *qh = q + (size_t)(h / r) * dk, *kh = k + (size_t)(h / r) * dk;
+        const float *vh = v + (size_t)h * dv;
+        float beta = sigmoid(b[h]);
+        float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
+        float *S = s->S + (size_t)h * dk * dv; /* [dk, dv] */
+        /* decay, then predict p = S^T k with the decayed state */
+        float p[dv > 0 ? dv : 1];
+        for (int j = 0; j < dv; j++) p[j] = 0.f;
+        for (int i = 0; i < dk; i++) {
+            float *Si = S + (size_t)i * dv;
+            for (int j = 0; j < dv; j++) {
+                Si[j] *= decay;
+                p[j] += Si[j] * kh[i];
+            }
+        }
+        /* delta = beta (v - p); S += k delta^T; read o = S^T q after the update */
+        for (int j = 0; j < dv; j++) p[j] = beta * (vh[j] - p[j]);
+        float *oh = o ? o + (size_t)h * dv : NULL;
+        if (oh) for (int j = 0; j < dv; j++) oh[j] = 0.f;
+        for (int i = 0; i < dk; i++) {
+            float *Si = S + (size_t)i * dv;
+            for (int j = 0; j < dv; j++) {
+                Si[j] += kh[i] * p[j];
+                if (oh) oh[j] += Si[j] * qh[i];
+            }
+        }
+    }
+}
+
+static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, int n,
+                      linear_fn lin) {
+    const ts_config *c = &m->cfg;
+    ts_scratch *sc = &st->sc;
+    const int Hv = c->Hv, dv = c->dv;
+    float *qkv = sc->big0; /* [n, C] */
+    float *z = sc->big1;   /* [n, Vd] */
+    float *o = sc->big2;   /* [n, Vd] */
+    float *bb = sc->small, *aa = sc->small + (size_t)sc->R * Hv; /* [n, Hv] each */
+    lin(&w->in_qkv, sc->u, qkv, n);
+    lin(&w->in_z, sc->u, z, n);
+    lin(&w->in_b, sc->u, bb, n);
+    lin(&w->in_a, sc->u, aa, n);
+    for (int i = 0; i < n; i++)
+        ts_gdn_advance(m, w, gs, qkv + (size_t)i * m->C, aa + (size_t)i * Hv, bb + (size_t)i * Hv,
+                       o + (size_t)i * m->Vd, sc->rowtmp);
+    /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < Hv; h++) {
+            float *oh = o + (size_t)i * m->Vd + (size_t)h * dv;
+            const float *zh = z + (size_t)i * m->Vd + (size_t)h * dv;
+            double ss = 0;
+            for (int j = 0; j < dv; j++) ss += (double)oh[j] * oh[j];
+            float rr = 1.0f / sqrtf((float)(ss / dv) + c->eps);
+            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * w->norm[j] * silu(zh[j]);
+        }
+    lin(&w->out_proj, o, sc->t, n);
+}
+
+/* ---- FFN ---- */
+
+static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, const float *x, float *gb,
+                   float *ub, float *out, int n, linear_fn lin) {
+    lin(g, x, gb, n);
+    lin(u, x, ub, n);
+    size_t N = (size_t)n * g->rows;
+    for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
+    lin(d, gb, out, n);
+}
+
+static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n, linear_fn lin) {
+    const ts_config *c = &m->cfg;
+    ts_scratch *sc = &st->sc;
+    if (!f->moe) {
+        swiglu(&f->gate, &f->up, &f->down, sc->u, sc->big1, sc->big2, sc->t, n, lin);
+        return;
+    }
+    const int E = c->E, H = c->H;
+    float *logits = sc->small + (size_t)2 * sc->R * c->Hv; /* [n, E] */
+    lin(&f->router, sc->u, logits, n);
+    float *acc = sc->moe_acc, *eo = sc->moe_acc + H;
+    for (int i = 0; i < n; i++) {
+        const float *ui = sc->u + (size_t)i * H;
+        float *li = logits + (size_t)i * E;
+        /* softmax in f32 over all experts, top-k of the probabilities, renormalise */
+        float mx = -INFINITY;
+        for (int e = 0; e < E; e++) mx = li[e] > mx ? li[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < E; e++) { li[e] = expf(li[e] - mx); sum += li[e]; }
+        for (int e = 0; e < E; e++) li[e] = (float)(li[e] / sum);
+        int sel[64];
+        float wsel[64];
+        int k = c->topk;
+        float wsum = 0.f;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++) taken |= sel[q] == e;
+                if (!taken && (best < 0 || li[e] > li[best])) best = e;
+            }
+            sel[j] = best;
+            wsel[j] = li[best];
+            wsum += li[best];
+        }
+        for (int j = 0; j < H; j++) acc[j] = 0.f;
+        for (int j = 0; j < k; j++) {
+            int e = sel[j];
+            float wt = c->norm_topk ? wsel[j] / wsum : wsel[j];
+            swiglu(&f->e_gate[e], &f->e_up[e], &f->e_down[e], ui, sc->big1, sc->big2, eo, 1, lin);
+            for (int q = 0; q < H; q++) acc[q] += wt * eo[q];
+        }
+        /* shared expert with its scalar sigmoid gate */
+        swiglu(&f->s_gate, &f->s_up, &f->s_down, ui, sc->big1, sc->big2, eo, 1, lin);
+        float gl;
+        lin(&f->s_gate_w, ui, &gl, 1);
+        float sg = sigmoid(gl);
+        float *ti = sc->t + (size_t)i * H;
+        for (int q = 0; q < H; q++) ti[q] = acc[q] + sg * eo[q];
+    }
+}
+
+/* One decoder layer over rows sc.x[0..n). */
+static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, ts_kv *kv, ts_gdn_state *gs,
+                          int n, int pos, linear_fn lin) {
+    ts_scratch *sc = &st->sc;
+    const int H = m->cfg.H;
+    ts_rmsnorm1p(sc->x, l->in_norm, sc->u, n, H, m->cfg.eps);
+    if (l->full) attn_block(m, st, &l->attn, kv, n, pos, lin);
+    else gdn_block(m, st, &l->gdn, gs, n, lin);
+    for (size_t i = 0; i < (size_t)n * H; i++) sc->x[i] += sc->t[i];
+    ts_rmsnorm1p(sc->x, l->post_norm, sc->u, n, H, m->cfg.eps);
+    ffn_block(m, st, &l->ffn, n, lin);
+    for (size_t i = 0; i < (size_t)n * H; i++) sc->x[i] += sc->t[i];
+}
+
+static void head_out(const ts_model *m, ts_state *st, const float *hid, int n, float *logits, linear_fn lin) {
+    const int V = m->cfg.vocab, H = m->cfg.H;
+    if (logits) {
+        lin(&m->head, hid, logits, n);
+        memcpy(st->sc.logits, logits + (size_t)(n - 1) * V, sizeof(float) * V);
+    } else {
+        lin(&m->head, hid + (size_t)(n - 1) * H, st->sc.logits, 1);
+    }
+}
+
+void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill) {
+    linear_fn lin = prefill ? ts_linear_prefill : ts_linear;
+    ts_scratch *sc = &st->sc;
+    const int H = m->cfg.H;
+    const size_t nH = (size_t)n * H;
+    for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
+    if (st->dbg_layers) memcpy(st->dbg_layers, sc->x, sizeof(float) * nH);
+    for (int L = 0; L < m->cfg.n_layers; L++) {
+        layer_forward(m, st, &m->layers[L], &st->kv[L], &st->gdn[L], n, pos, lin);
+        if (st->dbg_layers) memcpy(st->dbg_layers + (L + 1) * nH, sc->x, sizeof(float) * nH);
+    }
+    ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
+    head_out(m, st, sc->hidden, n, logits, lin);
+}
+
+void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
+                    float *h_out, float *logits) {
+    const ts_mtp_w *w = &m->mtp;
+    ts_scratch *sc = &st->sc;
+    const int H = m->cfg.H;
+    float *cat = sc->big0; /* [n, 2H]: normed embedding | normed hidden */
+    for (int i = 0; i < n; i++) {
+        float *ci = cat + (size_t)i * 2 * H;
+        ts_weight_row(&m->embed, toks[i], ci);
+        ts_rmsnorm1p(ci, w->pre_norm_emb, ci, 1, H, m->cfg.eps);
+        ts_rmsnorm1p(h + (size_t)i * H, w->pre_norm_hid, ci + H, 1, H, m->cfg.eps);
+    }
+    ts_linear(&w->fc, cat, sc->x, n);
+    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, n, pos, ts_linear);
+    ts_rmsnorm1p(sc->x, w->norm, h_out, n, H, m->cfg.eps);
+    head_out(m, st, h_out, n, logits, ts_linear);
+}

@@ -1,0 +1,173 @@
+/* session.c: one timeline over an engine.
+ *
+ * All state is allocated here, at creation, from sizes known up front (the
+ * memory plan): KV caches for the full-attention layers, conv and recurrent
+ * state for the GDN layers, the MTP head's KV cache when asked for, and
+ * scratch for max_rows rows. Feeding tokens allocates nothing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine.h"
+
+#define MTP_SLACK 16 /* MTP rows beyond the context: drafts run ahead of the target */
+
+void ts_session_params_default(ts_session_params *p) {
+    memset(p, 0, sizeof *p);
+}
+
+static void state_free(ts_state *st, int n_layers) {
+    if (st->kv)
+        for (int i = 0; i < n_layers; i++) { ts_free(st->kv[i].k); ts_free(st->kv[i].v); }
+    if (st->gdn)
+        for (int i = 0; i < n_layers; i++) { ts_free(st->gdn[i].conv); ts_free(st->gdn[i].S); }
+    ts_free(st->kv);
+    ts_free(st->gdn);
+    ts_free(st->mtp_kv.k);
+    ts_free(st->mtp_kv.v);
+    ts_scratch *s = &st->sc;
+    float *bufs[] = {s->x, s->u, s->t, s->big0, s->big1, s->big2, s->small, s->att, s->rowtmp,
+                     s->moe_acc, s->hidden, s->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_free(bufs[i]);
+    memset(st, 0, sizeof *st);
+}
+
+void ts_session_free(ts_session *s) {
+    if (!s) return;
+    state_free(&s->st, s->e->model.cfg.n_layers);
+    ts_free(s->last_hidden);
+    ts_free(s);
+}
+
+#define ALLOC(dst, count, cat) \
+    do { if (!((dst) = ts_alloc(sizeof(float) * (size_t)(count), cat))) goto oom; } while (0)
+
+int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, ts_error *err) {
+    *out = NULL;
+    const ts_model *m = &e->model;
+    const ts_config *c = &m->cfg;
+    ts_session_params sp;
+    if (p) sp = *p;
+    else ts_session_params_default(&sp);
+    if (sp.n_ctx <= 0) sp.n_ctx = TS_MIN(4096, c->max_pos);
+    if (sp.max_rows <= 0) sp.max_rows = 64;
+    if (sp.n_ctx > 1 << 24) return ts_fail(err, TS_E_ARG, "context length %d is too large", sp.n_ctx);
+    if (sp.max_rows > 1 << 16) return ts_fail(err, TS_E_ARG, "max_rows %d is too large", sp.max_rows);
+    if (sp.mtp && !m->has_mtp)
+        return ts_fail(err, TS_E_UNSUPPORTED, "%s: the checkpoint has no MTP head (no mtp.* tensors)", e->dir);
+    ts_session *s = ts_alloc(sizeof *s, TS_MEM_MISC);
+    if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    s->e = e;
+    s->params = sp;
+    ts_state *st = &s->st;
+    st->n_ctx = sp.n_ctx;
+    const size_t R = (size_t)sp.max_rows, H = c->H;
+    if (!(st->kv = ts_alloc(sizeof(ts_kv) * c->n_layers, TS_MEM_MISC))) goto oom;
+    if (!(st->gdn = ts_alloc(sizeof(ts_gdn_state) * c->n_layers, TS_MEM_MISC))) goto oom;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_full[i]) {
+            ALLOC(st->kv[i].k, (size_t)sp.n_ctx * m->kvdim, TS_MEM_KV);
+            ALLOC(st->kv[i].v, (size_t)sp.n_ctx * m->kvdim, TS_MEM_KV);
+        } else {
+            ALLOC(st->gdn[i].conv, (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C, TS_MEM_GDN);
+            ALLOC(st->gdn[i].S, (size_t)c->Hv * c->dk * c->dv, TS_MEM_GDN);
+        }
+    }
+    int att_len = sp.n_ctx;
+    if (sp.mtp) {
+        st->mtp_ctx = sp.n_ctx + MTP_SLACK;
+        ALLOC(st->mtp_kv.k, (size_t)st->mtp_ctx * m->kvdim, TS_MEM_MTP);
+        ALLOC(st->mtp_kv.v, (size_t)st->mtp_ctx * m->kvdim, TS_MEM_MTP);
+        att_len = st->mtp_ctx;
+    }
+    ts_scratch *sc = &st->sc;
+    sc->R = sp.max_rows;
+    size_t b0 = TS_MAX(TS_MAX((size_t)2 * c->nq * m->D, (size_t)m->C), 2 * H);
+    size_t b1 = TS_MAX(TS_MAX((size_t)m->Vd, (size_t)m->kvdim), (size_t)m->max_ffn);
+    size_t b2 = TS_MAX(b1, (size_t)m->qdim);
+    ALLOC(sc->x, R * H, TS_MEM_SCRATCH);
+    ALLOC(sc->u, R * H, TS_MEM_SCRATCH);
+    ALLOC(sc->t, R * H, TS_MEM_SCRATCH);
+    ALLOC(sc->big0, R * b0, TS_MEM_SCRATCH);
+    ALLOC(sc->big1, R * b1, TS_MEM_SCRATCH);
+    ALLOC(sc->big2, R * b2, TS_MEM_SCRATCH);
+    ALLOC(sc->small, R * (2 * (size_t)c->Hv + (size_t)c->E), TS_MEM_SCRATCH);
+    ALLOC(sc->att, att_len, TS_MEM_SCRATCH);
+    ALLOC(sc->rowtmp, m->C, TS_MEM_SCRATCH);
+    ALLOC(sc->moe_acc, 2 * H, TS_MEM_SCRATCH);
+    ALLOC(sc->hidden, R * H, TS_MEM_SCRATCH);
+    ALLOC(sc->logits, c->vocab, TS_MEM_SCRATCH);
+    ALLOC(s->last_hidden, H, TS_MEM_SCRATCH);
+    *out = s;
+    return 0;
+oom:
+    ts_session_free(s);
+    return ts_fail(err, TS_E_NOMEM, "out of memory creating a session (context %d, %d rows)", sp.n_ctx, sp.max_rows);
+}
+
+void ts_session_reset(ts_session *s) {
+    const ts_model *m = &s->e->model;
+    const ts_config *c = &m->cfg;
+    for (int i = 0; i < c->n_layers; i++)
+        if (!c->layer_full[i]) {
+            memset(s->st.gdn[i].conv, 0, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);
+            memset(s->st.gdn[i].S, 0, sizeof(float) * (size_t)c->Hv * c->dk * c->dv);
+        }
+    /* KV rows past pos are never read, so they need no clearing. */
+    s->pos = 0;
+    s->have_last = 0;
+}
+
+int ts_session_pos(const ts_session *s) { return s->pos; }
+int ts_session_n_ctx(const ts_session *s) { return s->st.n_ctx; }
+
+static int check_ids(const ts_model *m, const int32_t *ids, int n, ts_error *err) {
+    if (n <= 0) return ts_fail(err, TS_E_ARG, "no tokens to feed");
+    if (!ids) return ts_fail(err, TS_E_ARG, "ids is NULL");
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab)
+            return ts_fail(err, TS_E_ARG, "token id %d (at index %d) is outside the vocabulary [0, %d)", ids[i], i,
+                           m->cfg.vocab);
+    return 0;
+}
+
+int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, float *hidden, ts_error *err) {
+    const ts_model *m = &s->e->model;
+    int rc = check_ids(m, ids, n, err);
+    if (rc) return rc;
+    if ((long)s->pos + n > s->st.n_ctx)
+        return ts_fail(err, TS_E_CONTEXT, "%d tokens at position %d exceed the context limit of %d tokens", n, s->pos,
+                       s->st.n_ctx);
+    const int R = s->st.sc.R, V = m->cfg.vocab;
+    for (int off = 0; off < n; off += R) {
+        int k = TS_MIN(R, n - off);
+        ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);
+        if (hidden) memcpy(hidden + (size_t)off * m->cfg.H, s->st.sc.hidden, sizeof(float) * k * m->cfg.H);
+        s->pos += k;
+    }
+    memcpy(s->last_hidden, s->st.sc.hidden + (size_t)((n - 1) % R) * m->cfg.H, sizeof(float) * m->cfg.H);
+    s->have_last = 1;
+    return 0;
+}
+
+const float *ts_session_logits(const ts_session *s) { return s->have_last ? s->st.sc.logits : NULL; }
+const float *ts_session_hidden(const ts_session *s) { return s->have_last ? s->last_hidden : NULL; }
+
+int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int n, int pos, float *h_out,
+                   float *logits, ts_error *err) {
+    const ts_model *m = &s->e->model;
+    if (!s->params.mtp) return ts_fail(err, TS_E_ARG, "the session was created without the MTP head (params.mtp = 0)");
+    int rc = check_ids(m, toks, n, err);
+    if (rc) return rc;
+    if (pos < 0 || (long)pos + n > s->st.mtp_ctx)
+        return ts_fail(err, TS_E_CONTEXT, "MTP rows [%d, %d) exceed the MTP cache of %d rows", pos, pos + n, s->st.mtp_ctx);
+    const int R = s->st.sc.R, V = m->cfg.vocab, H = m->cfg.H;
+    for (int off = 0; off < n; off += R) {
+        int k = TS_MIN(R, n - off);
+        /* h_out may alias hidden: ts_mtp_forward reads a row's hidden before writing it */
+        float *ho = h_out ? h_out + (size_t)off * H : s->st.sc.hidden;
+        ts_mtp_forward(m, &s->st, toks + off, hidden + (size_t)off * H, k, pos + off, ho,
+                       logits ? logits + (size_t)off * V : NULL);
+    }
+    return 0;
+}
