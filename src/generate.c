@@ -5,7 +5,7 @@
  */
 #include <math.h>
 
-#include "engine.h"
+#include "model/spec.h"
 
 void ts_gen_params_default(ts_gen_params *p) {
     memset(p, 0, sizeof *p);
@@ -33,7 +33,7 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     if (!p) return ts_fail(err, TS_E_ARG, "no generation parameters");
-    if (p->spec_draft) return ts_fail(err, TS_E_UNSUPPORTED, "speculative decoding is not built yet");
+    if (p->spec_draft) return ts_spec_generate(s, prompt, n_prompt, p, cb, user, stats, err);
     if (p->temperature != 0.0f) return ts_fail(err, TS_E_UNSUPPORTED, "sampling is not built yet (use temperature 0)");
     const int V = s->e->model.cfg.vocab;
     double t0 = ts_now();

@@ -114,7 +114,22 @@ typedef struct ts_scratch {
     float *moe_acc; /* [2*H]: routed sum, then one expert's output */
     float *hidden;  /* [R, H] final-normed hidden states */
     float *logits;  /* [V] */
+    /* chunked prefill (NULL when rows come one at a time) */
+    float *pf_conv;  /* [max_rows, C] conv + SiLU outputs */
+    float *pf_gate;  /* [2, max_rows, Hv] log-decay g, then beta */
+    float *pf_chunk; /* delta-rule chunk scratch, see chunked.c */
 } ts_scratch;
+
+/* Speculative verification, per GDN layer (NULL buffers for full layers and
+ * when the session has no drafting): the tape of what each verified row's
+ * state advance consumed, and the state at the start of the verify block.
+ * Rollback restores the snapshot and replays the kept rows from the tape. */
+typedef struct ts_gdn_tape {
+    float *qkv;       /* [Rv, C] pre-conv qkv projections, one per verified row */
+    float *a, *b;     /* [Rv, Hv] raw decay / beta projections */
+    float *snap_conv; /* [K-1, C] conv state at the block start */
+    float *snap_S;    /* [Hv, dk, dv] recurrent state at the block start */
+} ts_gdn_tape;
 
 typedef struct ts_state {
     int n_ctx;
@@ -123,6 +138,9 @@ typedef struct ts_state {
     ts_kv mtp_kv;         /* [n_ctx + draft slack] */
     int mtp_ctx;
     ts_scratch sc;
+    ts_gdn_tape *tape;    /* n_layers entries, NULL without drafting */
+    int tape_rows;        /* Rv: rows a verify block may have (M + 1) */
+    int tape_on;          /* ts_forward records the GDN tape (verify only) */
     float *dbg_layers;    /* tests: if set, ts_forward stores the residual stream
                              after the embedding and after each layer, [L+1, n, H] */
 } ts_state;

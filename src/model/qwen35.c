@@ -171,8 +171,8 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
     }
 }
 
-static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, int n,
-                      linear_fn lin) {
+static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp,
+                      int n, linear_fn lin) {
     const ts_config *c = &m->cfg;
     ts_scratch *sc = &st->sc;
     const int Hv = c->Hv, dv = c->dv;
@@ -184,6 +184,11 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     lin(&w->in_z, sc->u, z, n);
     lin(&w->in_b, sc->u, bb, n);
     lin(&w->in_a, sc->u, aa, n);
+    if (tp) { /* verify: record what the state advance consumes (not z: the state never reads it) */
+        memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
+        memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
+        memcpy(tp->b, bb, sizeof(float) * (size_t)n * Hv);
+    }
     for (int i = 0; i < n; i++)
         ts_gdn_advance(m, w, gs, qkv + (size_t)i * m->C, aa + (size_t)i * Hv, bb + (size_t)i * Hv,
                        o + (size_t)i * m->Vd, sc->rowtmp);
@@ -265,12 +270,12 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
 
 /* One decoder layer over rows sc.x[0..n). */
 static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, ts_kv *kv, ts_gdn_state *gs,
-                          int n, int pos, linear_fn lin) {
+                          ts_gdn_tape *tp, int n, int pos, linear_fn lin) {
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
     ts_rmsnorm1p(sc->x, l->in_norm, sc->u, n, H, m->cfg.eps);
     if (l->full) attn_block(m, st, &l->attn, kv, n, pos, lin);
-    else gdn_block(m, st, &l->gdn, gs, n, lin);
+    else gdn_block(m, st, &l->gdn, gs, tp, n, lin);
     for (size_t i = 0; i < (size_t)n * H; i++) sc->x[i] += sc->t[i];
     ts_rmsnorm1p(sc->x, l->post_norm, sc->u, n, H, m->cfg.eps);
     ffn_block(m, st, &l->ffn, n, lin);
@@ -295,7 +300,8 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
     for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
     if (st->dbg_layers) memcpy(st->dbg_layers, sc->x, sizeof(float) * nH);
     for (int L = 0; L < m->cfg.n_layers; L++) {
-        layer_forward(m, st, &m->layers[L], &st->kv[L], &st->gdn[L], n, pos, lin);
+        ts_gdn_tape *tp = st->tape_on && !m->layers[L].full ? &st->tape[L] : NULL;
+        layer_forward(m, st, &m->layers[L], &st->kv[L], &st->gdn[L], tp, n, pos, lin);
         if (st->dbg_layers) memcpy(st->dbg_layers + (L + 1) * nH, sc->x, sizeof(float) * nH);
     }
     ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
@@ -315,7 +321,7 @@ void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const 
         ts_rmsnorm1p(h + (size_t)i * H, w->pre_norm_hid, ci + H, 1, H, m->cfg.eps);
     }
     ts_linear(&w->fc, cat, sc->x, n);
-    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, n, pos, ts_linear);
+    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, ts_linear);
     ts_rmsnorm1p(sc->x, w->norm, h_out, n, H, m->cfg.eps);
     head_out(m, st, h_out, n, logits, ts_linear);
 }
