@@ -172,7 +172,7 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     add(pl, "activations (rows in flight)", TS_MEM_SCRATCH, 0, 0, 8, rows_chunk);
     add(pl, "activations: verify rows beyond max_rows", TS_MEM_SCRATCH, 0, 1, 8, rows - rows_chunk);
     add(pl, "attention scores", TS_MEM_SCRATCH, 0, 0, 1, F * (uint64_t)s.p.n_ctx);
-    add(pl, "attention scores, MTP rows past the context", TS_MEM_SCRATCH, 0, spec, 0,
+    add(pl, "attention scores, MTP rows past the context", TS_MEM_SCRATCH, 0, spec, 1,
         F * (uint64_t)(s.att_len - s.p.n_ctx));
     add(pl, "one-row buffers (conv row, MoE sums, logits, last hidden)", TS_MEM_SCRATCH, 0, 0, 4,
         F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
