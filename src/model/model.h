@@ -167,4 +167,10 @@ void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, fl
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
                     const float *a, const float *b, float *o, float *tmp /* [C] */);
 
+/* Prefill only: advance a GDN layer over n rows (n <= max_rows) with the
+ * chunked delta rule (chunked.c); writes o [n, Vd] before the gated norm.
+ * Differs from n ts_gdn_advance calls by rounding only. */
+void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, ts_scratch *sc, const float *qkv,
+                    const float *a, const float *b, float *o, int n);
+
 #endif

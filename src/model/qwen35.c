@@ -189,9 +189,14 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
         memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
         memcpy(tp->b, bb, sizeof(float) * (size_t)n * Hv);
     }
-    for (int i = 0; i < n; i++)
-        ts_gdn_advance(m, w, gs, qkv + (size_t)i * m->C, aa + (size_t)i * Hv, bb + (size_t)i * Hv,
-                       o + (size_t)i * m->Vd, sc->rowtmp);
+    if (lin == ts_linear_prefill && n > 1 && sc->pf_conv) {
+        /* prefill: the chunked delta rule (rounding may differ; never for verify) */
+        ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, o, n);
+    } else {
+        for (int i = 0; i < n; i++)
+            ts_gdn_advance(m, w, gs, qkv + (size_t)i * m->C, aa + (size_t)i * Hv, bb + (size_t)i * Hv,
+                           o + (size_t)i * m->Vd, sc->rowtmp);
+    }
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
     for (int i = 0; i < n; i++)
         for (int h = 0; h < Hv; h++) {
