@@ -74,7 +74,7 @@ asan:
 
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/turbospark
-	$(BUILD)/turbospark run -n 48
+	$(BUILD)/turbospark run -n 48 --print-ids
 
 clean:
 	rm -rf build build-asan

@@ -132,6 +132,8 @@ typedef struct ts_gen_params {
     float min_p;              /* 0 = off */
     float repeat_penalty;     /* 1 = off */
     float presence_penalty;   /* 0 = off */
+    float frequency_penalty;  /* 0 = off */
+    int penalty_last_n;       /* window of ids the penalties see (-1 = all) */
     uint64_t seed;
     int spec_draft;           /* 0: no drafting; M: MTP drafts M tokens per block */
     const int32_t *stop_ids;  /* generation ends after emitting one of these */
@@ -206,6 +208,181 @@ typedef struct ts_mem_plan {
 
 TS_API int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
 TS_API const char *ts_mem_cat_label(int cat);
+
+/* ==== tokenizer (src/text/tokenizer.c) ================================== *
+ * A Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2 / Qwen
+ * style): added tokens matched in the raw text, NFC, the file's Split regex,
+ * ByteLevel mapping, BPE by merge rank. encode(text) equals HF's
+ * `encode(text, add_special_tokens=False)`; nothing (no BOS/EOS) is added.
+ * A tokenizer may be shared by threads: encode serialises on an internal
+ * lock (it updates a piece cache); everything else is read-only. */
+
+typedef struct ts_tokenizer ts_tokenizer;
+
+/* A growable id vector. Zero-initialise it; encode appends; free with
+ * ts_tokens_free. */
+typedef struct ts_tokens {
+    int32_t *ids;
+    int n, cap;
+} ts_tokens;
+
+/* A growable byte string, always NUL-terminated when s != NULL (the bytes
+ * themselves may contain NUL). Zero-initialise; free with ts_text_free. */
+typedef struct ts_text {
+    char *s;
+    size_t len, cap;
+} ts_text;
+
+TS_API void ts_tokens_free(ts_tokens *v);
+TS_API void ts_text_free(ts_text *s);
+
+/* path: a tokenizer.json, or a directory that holds one. */
+TS_API int ts_tokenizer_load(const char *path, ts_tokenizer **out, ts_error *err);
+TS_API void ts_tokenizer_free(ts_tokenizer *t);
+/* Number of ids: 1 + the largest id of the vocab and the added tokens. */
+TS_API int ts_tokenizer_vocab_size(const ts_tokenizer *t);
+/* The id of a token given its string as written in tokenizer.json (an added
+ * token's content such as "<|im_end|>", or a vocab entry in the byte-level
+ * alphabet such as "Ġthe"); -1 when there is none. */
+TS_API int ts_tokenizer_token_id(const ts_tokenizer *t, const char *token);
+/* The bytes an id decodes to (borrowed; not NUL-terminated), NULL when the
+ * id has no token. */
+TS_API const char *ts_tokenizer_token_bytes(const ts_tokenizer *t, int32_t id, size_t *len);
+/* 1 when id is an added token marked "special" (e.g. <|im_end|>), else 0. */
+TS_API int ts_tokenizer_is_special(const ts_tokenizer *t, int32_t id);
+
+/* Encode len bytes of UTF-8 and append the ids to out. Invalid UTF-8 is a
+ * TS_E_ARG error naming the byte offset; out is unchanged on error. */
+TS_API int ts_tokenizer_encode(ts_tokenizer *t, const char *text, size_t len,
+                               ts_tokens *out, ts_error *err);
+/* Append the bytes of ids to out (added tokens give their content). The
+ * result is the raw byte concatenation: it may end inside a UTF-8 character.
+ * An id with no token is a TS_E_ARG error; out is unchanged on error. */
+TS_API int ts_tokenizer_decode(const ts_tokenizer *t, const int32_t *ids, int n,
+                               ts_text *out, ts_error *err);
+
+/* Streaming decoder: push ids one at a time, get back only complete UTF-8
+ * characters; bytes of a character split across tokens are held until it
+ * completes. Bytes that can never form a valid character come out as U+FFFD
+ * (one per maximal invalid subpart, as Rust's from_utf8_lossy does). */
+typedef struct ts_detok ts_detok;
+TS_API int ts_detok_new(const ts_tokenizer *t, ts_detok **out, ts_error *err);
+TS_API void ts_detok_free(ts_detok *d);
+TS_API void ts_detok_reset(ts_detok *d);
+/* *text (borrowed, valid until the next call on d) and *len receive the
+ * text completed by this id; often empty. */
+TS_API int ts_detok_push(ts_detok *d, int32_t id, const char **text, size_t *len,
+                         ts_error *err);
+/* End of stream: held bytes (an incomplete character) come out as U+FFFD. */
+TS_API void ts_detok_flush(ts_detok *d, const char **text, size_t *len);
+
+/* ==== sampling (src/model/sample.c) ===================================== *
+ * One sampler per sequence. All buffers are allocated by ts_sampler_new
+ * (sized by the vocabulary); sampling a token allocates nothing.
+ *
+ * Pipeline, in this order (the order of Hugging Face transformers' logits
+ * processors; penalties as llama.cpp and vLLM define them):
+ *   1. penalties over the distinct ids among the last `penalty_last_n`
+ *      accepted ids: repetition (logit > 0 ? logit / r : logit * r), then
+ *      presence (logit -= presence if seen) and frequency
+ *      (logit -= frequency * count);
+ *   2. temperature <= 0: greedy argmax (ties to the lowest id), stop here;
+ *   3. logits / temperature, softmax;
+ *   4. top-k (keep the k most likely; 0 = off);
+ *   5. top-p (keep the smallest most-likely prefix whose mass reaches p;
+ *      1 = off);
+ *   6. min-p (drop tokens with prob < min_p * max prob; 0 = off);
+ *   7. renormalise and draw with the seeded RNG (xoshiro256**).
+ * Ties in probability are ordered by lower id first, so results do not
+ * depend on sort internals: same seed, same logits, same ids. */
+
+typedef struct ts_sampler ts_sampler;
+
+typedef struct ts_sampler_params {
+    float temperature;        /* <= 0: greedy */
+    int top_k;                /* 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repetition_penalty; /* 1: off */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
+    int penalty_last_n;       /* window of accepted ids the penalties see */
+    uint64_t seed;
+} ts_sampler_params;
+
+/* temperature 1, top_k 0, top_p 1, min_p 0, penalties off, last_n 64, seed 0 */
+TS_API void ts_sampler_params_default(ts_sampler_params *p);
+TS_API int ts_sampler_new(int n_vocab, const ts_sampler_params *p, ts_sampler **out,
+                          ts_error *err);
+TS_API void ts_sampler_free(ts_sampler *s);
+/* Forget the accepted ids and reseed the RNG with params.seed. */
+TS_API void ts_sampler_reset(ts_sampler *s);
+/* Record an id as part of the sequence (prompt or generated): the penalties
+ * look at these. ts_sampler_sample does not accept by itself. */
+TS_API void ts_sampler_accept(ts_sampler *s, int32_t id);
+/* Draw one id from logits [n_vocab] f32. */
+TS_API int ts_sampler_sample(ts_sampler *s, const float *logits, int32_t *id, ts_error *err);
+/* The full distribution sample would draw from, after all transforms:
+ * probs [n_vocab], zero outside the kept set, summing to 1 (one-hot at the
+ * argmax when greedy). Consumes no randomness. */
+TS_API int ts_sampler_probs(ts_sampler *s, const float *logits, float *probs, ts_error *err);
+/* Draw an id from an arbitrary distribution probs [n_vocab] with this
+ * sampler's RNG (speculative sampling draws from residual distributions). */
+TS_API int32_t ts_sampler_draw(ts_sampler *s, const float *probs);
+/* A uniform double in [0, 1) from the sampler's RNG. */
+TS_API double ts_sampler_uniform(ts_sampler *s);
+
+/* ==== chat template (src/text/chat.c, src/text/jinja.c) ==================
+ * The checkpoint's own Jinja chat template, rendered as Hugging Face
+ * transformers' apply_chat_template(tokenize=False) would: same bytes, Python
+ * quirks included (tojson is json.dumps, |string of true is "True", ...).
+ * Requests are JSON text, not cJSON trees: Python tells 1 from 1.0 and so
+ * must we, which cJSON cannot. */
+
+typedef struct ts_chat_template ts_chat_template;
+
+/* Load from a model directory: chat_template.jinja, else "chat_template" of
+ * tokenizer_config.json (a string, or a list of {"name","template"}: the one
+ * named "default", else the first), else chat_template.json. Special tokens
+ * (eos_token, pad_token, bos_token, unk_token) come from tokenizer_config.json
+ * where present. */
+TS_API int ts_chat_template_load(const char *model_dir, ts_chat_template **out, ts_error *err);
+/* Parse a template text. Special tokens: eos "<|im_end|>", pad
+ * "<|endoftext|>", bos and unk none (the Qwen ones). */
+TS_API int ts_chat_template_parse(const char *text, size_t len, ts_chat_template **out, ts_error *err);
+TS_API void ts_chat_template_free(ts_chat_template *t);
+/* The eos token text the template is given ("<|im_end|>"): a stop string.
+ * Borrowed. */
+TS_API const char *ts_chat_template_eos(const ts_chat_template *t);
+
+typedef struct ts_chat_request {
+    const char *messages_json;   /* JSON array of messages (required) */
+    const char *tools_json;      /* JSON array of tool schemas, or NULL */
+    int add_generation_prompt;
+    const char *kwargs_json;     /* JSON object of extra template variables
+                                    (enable_thinking, preserve_thinking, ...), or NULL */
+} ts_chat_request;
+
+/* Render a request. *out (NUL-terminated, *out_len bytes) is freed with
+ * ts_chat_text_free. Errors: TS_E_ARG when the template refuses the request
+ * (raise_exception: err->msg is exactly the template's message) or fails on
+ * it (err->msg names the line and the Python error, e.g. UndefinedError);
+ * TS_E_FORMAT for malformed JSON; TS_E_UNSUPPORTED for a construct this
+ * interpreter does not implement; TS_E_NOMEM. */
+TS_API int ts_chat_render(const ts_chat_template *t, const ts_chat_request *req,
+                          char **out, size_t *out_len, ts_error *err);
+/* The same from one JSON object: {"messages": [...], "tools": [...],
+ * "add_generation_prompt": true (the default), "chat_template_kwargs": {...}}. */
+TS_API int ts_chat_render_json(const ts_chat_template *t, const char *request_json, size_t len,
+                               char **out, size_t *out_len, ts_error *err);
+TS_API void ts_chat_text_free(char *text);
+
+/* Stop token ids of a model directory: eos_token_id of generation_config.json,
+ * then of config.json (and its text_config), each an int or a list; in that
+ * order, without duplicates. Writes at most cap ids; returns how many there
+ * are (may exceed cap), 0 when none is given, or a negative TS_E_*. */
+TS_API int ts_chat_stop_ids(const char *model_dir, int32_t *ids, int cap, ts_error *err);
+/* ==== end chat template ================================================== */
 
 #ifdef __cplusplus
 }

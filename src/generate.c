@@ -12,6 +12,12 @@ void ts_gen_params_default(ts_gen_params *p) {
     p->n_predict = 128;
     p->top_p = 1.0f;
     p->repeat_penalty = 1.0f;
+    p->penalty_last_n = 64;
+}
+
+/* A sampler is needed unless decoding is plain greedy. */
+static int needs_sampler(const ts_gen_params *p) {
+    return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
 }
 
 static int argmax(const float *x, int n) {
@@ -33,17 +39,44 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     if (!p) return ts_fail(err, TS_E_ARG, "no generation parameters");
-    if (p->spec_draft) return ts_spec_generate(s, prompt, n_prompt, p, cb, user, stats, err);
-    if (p->temperature != 0.0f) return ts_fail(err, TS_E_UNSUPPORTED, "sampling is not built yet (use temperature 0)");
     const int V = s->e->model.cfg.vocab;
+    ts_sampler *smp = NULL;
+    int rc = 0;
+    if (needs_sampler(p)) {
+        ts_sampler_params sp;
+        ts_sampler_params_default(&sp);
+        sp.temperature = p->temperature;
+        sp.top_k = p->top_k;
+        sp.top_p = p->top_p;
+        sp.min_p = p->min_p;
+        sp.repetition_penalty = p->repeat_penalty;
+        sp.presence_penalty = p->presence_penalty;
+        sp.frequency_penalty = p->frequency_penalty;
+        sp.penalty_last_n = p->penalty_last_n;
+        sp.seed = p->seed;
+        if ((rc = ts_sampler_new(V, &sp, &smp, err))) return rc;
+        for (int i = 0; i < n_prompt; i++) ts_sampler_accept(smp, prompt[i]);
+    }
+    if (p->spec_draft) {
+        /* MTP drafting + batched verify (spec.c); greedy output is the same ids */
+        rc = ts_spec_generate(s, prompt, n_prompt, p, smp, cb, user, stats, err);
+        ts_sampler_free(smp);
+        return rc;
+    }
     double t0 = ts_now();
-    int rc = ts_session_feed(s, prompt, n_prompt, NULL, NULL, err);
-    if (rc) return rc;
+    rc = ts_session_feed(s, prompt, n_prompt, NULL, NULL, err);
+    if (rc) { ts_sampler_free(smp); return rc; }
     stats->n_prompt = n_prompt;
     stats->t_prefill = ts_now() - t0;
     t0 = ts_now();
     for (int i = 0; i < p->n_predict; i++) {
-        int32_t id = argmax(ts_session_logits(s), V);
+        int32_t id;
+        if (smp) {
+            if ((rc = ts_sampler_sample(smp, ts_session_logits(s), &id, err))) break;
+            ts_sampler_accept(smp, id);
+        } else {
+            id = argmax(ts_session_logits(s), V);
+        }
         stats->n_gen++;
         int stop = cb ? cb(user, id) : 0;
         if (stop || is_stop(p, id) || i + 1 == p->n_predict) break;
@@ -51,5 +84,6 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
         if ((rc = ts_session_feed(s, &id, 1, NULL, NULL, err))) break;
     }
     stats->t_decode = ts_now() - t0;
+    ts_sampler_free(smp);
     return rc;
 }

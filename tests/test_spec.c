@@ -211,29 +211,41 @@ TS_TEST(spec, rollback_bit_exact) {
  * 11 degrees of freedom; the threshold 31.26 is the 0.999 quantile (the
  * test is deterministic: fixed seeds). The tally is also checked against q
  * (it must be rejected), so the test has power. */
+static void softmax(const float *x, int V, float *p) {
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp(x[i]);
+    for (int i = 0; i < V; i++) p[i] = (float)(exp(x[i]) / sum);
+}
+
 TS_TEST(spec, sampling_matches_target) {
     enum { V = 12, M = 3, N = 40000 };
-    const float temp = 0.8f;
     float vl[(M + 1) * V], q[M * V], p[V], tmp[V];
     for (int r = 0; r <= M; r++)
         for (int i = 0; i < V; i++) vl[r * V + i] = 0.35f * (float)((i * 7 + r * 3) % V) - 1.0f;
-    ts_spec_softmax(vl, V, temp, p);
+    ts_sampler_params sp;
+    ts_sampler_params_default(&sp);
+    sp.temperature = 0.8f;
+    sp.seed = 42;
+    ts_sampler *smp = NULL;
+    ts_error err = {0};
+    CHECK(ts_sampler_new(V, &sp, &smp, &err) == 0);
+    CHECK(ts_sampler_probs(smp, vl, p, &err) == 0);
     for (int r = 0; r < M; r++) {
         /* bad draft: mass on the target's least likely tokens */
         float ql[V];
         for (int i = 0; i < V; i++) ql[i] = -2.0f * vl[r * V + i];
-        ts_spec_softmax(ql, V, 1.0f, q + r * V);
+        softmax(ql, V, q + r * V);
     }
     long cnt[V] = {0};
     int rejected = 0;
-    uint64_t rng = 42;
     for (int t = 0; t < N; t++) {
         int32_t d[M], out[M + 1];
-        for (int j = 0; j < M; j++) d[j] = ts_spec_draw(q + j * V, V, &rng);
-        int a = ts_spec_accept(vl, q, d, M, V, temp, &rng, tmp, out);
+        for (int j = 0; j < M; j++) d[j] = ts_sampler_draw(smp, q + j * V);
+        int a = ts_spec_accept(vl, q, d, M, V, smp, tmp, out);
         rejected += a == 0;
         cnt[out[0]]++;
     }
+    ts_sampler_free(smp);
     double chi = 0, chi_q = 0;
     for (int i = 0; i < V; i++) {
         double ex = p[i] * N, exq = q[i] * N;

@@ -1,13 +1,16 @@
-/* cmd_run.c: `turbospark run`: generate from a prompt (ids for now).
+/* cmd_run.c: `turbospark run`: generate from a prompt.
  *
- *   turbospark run [-m DIR] (--ids 1,2,3 | -p TEXT) [-n N] [--temp T] [--seed S]
- *                  [--ctx N] [--chunk N] [--spec mtp --draft M] [--threads N] [--print-ids] [-v]
+ *   turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [sampling options]
+ *                  [--chat [--system TEXT] [--no-think]] [--ctx N] [--threads N]
+ *                  [--chunk N] [--spec mtp --draft M] [--print-ids] [-v]
  *
- * Prints generated ids (comma-separated, one line) with --print-ids, and one
- * line of statistics on stderr at the end (with --spec, a second line:
- * acceptance per draft position, mean accepted length, draft/verify/rollback
- * time).
+ * Text streams to stdout as it is generated (whole UTF-8 characters only);
+ * with --print-ids, or for a checkpoint without a tokenizer, the generated
+ * ids are printed comma-separated on one line instead. One line of
+ * statistics goes to stderr at the end; with --spec a second one: acceptance
+ * per draft position, mean accepted length, draft/verify/rollback time.
  */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,55 +18,91 @@
 #include "cli.h"
 #include "turbospark.h"
 
-static void usage(void) {
-    fprintf(stderr,
-            "usage: turbospark run [-m DIR] (--ids 1,2,3 | -p TEXT) [-n N] [--temp T] [--seed S]\n"
-            "                      [--ctx N] [--chunk N] [--spec mtp --draft M] [--threads N] [--print-ids] [-v]\n");
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [options]\n"
+            "  -m DIR              model directory (default: the bundled model)\n"
+            "  -p TEXT             prompt text (needs tokenizer.json in DIR)\n"
+            "  --ids 1,2,3         prompt as token ids\n"
+            "  --chat              wrap -p in the model's chat template (a user turn)\n"
+            "  --system TEXT       system message for --chat\n"
+            "  --no-think          --chat without a thinking block (enable_thinking=false)\n"
+            "  -n N                tokens to generate (default 64)\n"
+            CLI_SAMPLING_HELP
+            "  --ctx N             context limit in tokens\n"
+            "  --chunk N           prompt rows per forward pass (default 64)\n"
+            "  --spec mtp          speculative decoding, drafting with the MTP head\n"
+            "  --draft M           tokens drafted per block, 1..8 (default 3)\n"
+            "  --threads N         CPU threads (default: all cores)\n"
+            "  --print-ids         print generated ids instead of text\n"
+            "  -v                  verbose loading (unused tensors)\n");
 }
 
 typedef struct {
     int print_ids;
     int n;
+    ts_detok *detok;
+    const int32_t *stops; /* not printed as text: they end the reply */
+    int n_stop;
 } run_out;
 
 static int on_token(void *user, int32_t id) {
     run_out *o = user;
-    if (o->print_ids) {
+    if (o->print_ids || !o->detok) {
         printf("%s%d", o->n ? "," : "", id);
-        fflush(stdout);
+    } else {
+        for (int i = 0; i < o->n_stop; i++)
+            if (o->stops[i] == id) { o->n++; return 0; }
+        const char *t;
+        size_t len;
+        ts_error err;
+        if (ts_detok_push(o->detok, id, &t, &len, &err) == 0 && len) fwrite(t, 1, len, stdout);
     }
+    fflush(stdout);
     o->n++;
     return 0;
 }
 
+static int parse_int(const char *s, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    *out = (int)v;
+    return end != s && *end == 0 && v >= -(1L << 30) && v <= (1L << 30);
+}
+
 int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *ids_s = NULL, *prompt = NULL;
+    const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
+    int chat = 0, no_think = 0;
+    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0, draft = -1;
     const char *spec = NULL;
-    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, draft = -1, chunk = 0;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int more = i + 1 < argc;
+        int more = i + 1 < argc, ok = 1;
+        int sr = cli_parse_sampling(argc, argv, &i, &gp, "run");
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
 #define ARG(name) (!strcmp(a, name) && more)
         if (ARG("-m") || ARG("--model")) model = argv[++i];
         else if (ARG("--ids")) ids_s = argv[++i];
         else if (ARG("-p") || ARG("--prompt")) prompt = argv[++i];
-        else if (ARG("-n")) n_predict = atoi(argv[++i]);
-        else if (ARG("--ctx")) n_ctx = atoi(argv[++i]);
-        else if (ARG("--chunk")) chunk = atoi(argv[++i]);
+        else if (ARG("-n")) ok = parse_int(argv[++i], &n_predict) && n_predict >= 0;
+        else if (ARG("--ctx")) ok = parse_int(argv[++i], &n_ctx) && n_ctx >= 0;
+        else if (ARG("--threads")) ok = parse_int(argv[++i], &threads) && threads >= 0;
+        else if (ARG("--chunk")) ok = parse_int(argv[++i], &chunk) && chunk >= 1;
         else if (ARG("--spec")) spec = argv[++i];
-        else if (ARG("--draft")) draft = atoi(argv[++i]);
-        else if (ARG("--threads")) threads = atoi(argv[++i]);
-        else if (ARG("--temp")) gp.temperature = (float)atof(argv[++i]);
-        else if (ARG("--seed")) gp.seed = strtoull(argv[++i], NULL, 10);
+        else if (ARG("--draft")) ok = parse_int(argv[++i], &draft);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--no-think")) no_think = 1;
+        else if (ARG("--system")) system = argv[++i];
         else if (!strcmp(a, "-v")) verbose = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else { fprintf(stderr, "turbospark run: unknown or incomplete argument '%s'\n", a); usage(); return 2; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { fprintf(stderr, "turbospark run: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
+        if (!ok) { fprintf(stderr, "turbospark run: bad value '%s' for %s\n", argv[i], a); return 2; }
 #undef ARG
     }
-    if (n_predict < 0) { fprintf(stderr, "turbospark run: -n must be >= 0\n"); return 2; }
     if (spec && strcmp(spec, "mtp")) {
         fprintf(stderr, "turbospark run: --spec '%s' is not supported (only 'mtp')\n", spec);
         return 2;
@@ -74,74 +113,129 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "turbospark run: --draft %d is outside 1..%d\n", draft, TS_SPEC_MAX_DRAFT);
         return 2;
     }
-    if (chunk < 0) { fprintf(stderr, "turbospark run: --chunk must be >= 1\n"); return 2; }
     if (!model) model = cli_default_model();
     if (!model) { fprintf(stderr, "turbospark run: no model: pass -m DIR\n"); return 2; }
-    if (!ids_s && !prompt) ids_s = "1";
-    if (prompt) {
-        fprintf(stderr, "turbospark run: -p needs the tokenizer, which this build lacks: pass --ids\n");
+    if (prompt && ids_s) { fprintf(stderr, "turbospark run: pass -p or --ids, not both\n"); return 2; }
+    if ((chat || system || no_think) && !prompt) {
+        fprintf(stderr, "turbospark run: --chat, --system and --no-think need a text prompt (-p)\n");
         return 2;
     }
-    int *ids = NULL;
-    int n_ids = cli_parse_ids(ids_s, &ids);
-    if (n_ids <= 0) { fprintf(stderr, "turbospark run: --ids '%s' is not a list of token ids\n", ids_s); free(ids); return 2; }
+    if ((system || no_think) && !chat) chat = 1;
 
     ts_error err = {0};
+    ts_tokenizer *tok = NULL;
+    if (ts_tokenizer_load(model, &tok, &err) != 0) {
+        if (prompt) { fprintf(stderr, "turbospark run: -p needs a tokenizer: %s\n", err.msg); return 1; }
+        tok = NULL;
+    }
+    ts_tokens pt = {0};     /* owned by the tokenizer's allocator (ts_tokens_free) */
+    int32_t *cli_ids = NULL; /* --ids: malloc'd here */
+    char *rendered = NULL;
+    if (chat) {
+        ts_chat_template *tpl = NULL;
+        cJSON *msgs = cJSON_CreateArray();
+        size_t rlen = 0;
+        int crc = ts_chat_template_load(model, &tpl, &err);
+        if (!crc && system) crc = cli_chat_add(msgs, "system", system) ? TS_E_NOMEM : 0;
+        if (!crc) crc = cli_chat_add(msgs, "user", prompt) ? TS_E_NOMEM : 0;
+        if (!crc) crc = cli_chat_render(tpl, msgs, no_think, &rendered, &rlen, &err);
+        cJSON_Delete(msgs);
+        ts_chat_template_free(tpl);
+        if (crc) {
+            fprintf(stderr, "turbospark run: chat template: %s\n", err.msg);
+            ts_tokenizer_free(tok);
+            return 1;
+        }
+        prompt = rendered;
+    }
+    if (prompt) {
+        if (ts_tokenizer_encode(tok, prompt, strlen(prompt), &pt, &err)) {
+            fprintf(stderr, "turbospark run: prompt: %s\n", err.msg);
+            ts_tokenizer_free(tok);
+            ts_chat_text_free(rendered);
+            return 1;
+        }
+    } else {
+        int *ids = NULL;
+        int n = cli_parse_ids(ids_s ? ids_s : "1", &ids);
+        if (n <= 0) {
+            fprintf(stderr, "turbospark run: --ids '%s' is not a list of token ids\n", ids_s);
+            free(ids);
+            ts_tokenizer_free(tok);
+            return 2;
+        }
+        cli_ids = malloc(sizeof(int32_t) * n);
+        for (int i = 0; i < n; i++) cli_ids[i] = ids[i];
+        pt.n = n;
+        free(ids);
+        pt.cap = 0;
+    }
+    if (pt.n == 0) { fprintf(stderr, "turbospark run: the prompt encodes to no tokens\n"); ts_tokenizer_free(tok); return 2; }
+
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = threads;
     ep.verbose = verbose;
     ts_engine *e = NULL;
-    if (ts_engine_open(model, &ep, &e, &err)) {
-        fprintf(stderr, "turbospark run: %s\n", err.msg);
-        free(ids);
-        return 1;
-    }
-    const ts_model_info *info = ts_engine_info(e);
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = n_ctx;
-    sp.max_rows = chunk;
-    if (spec) {
-        if (!info->has_mtp) {
-            fprintf(stderr, "turbospark run: --spec mtp: %s has no MTP head (no mtp.* tensors)\n", model);
-            free(ids);
-            ts_engine_close(e);
-            return 1;
-        }
-        sp.spec_draft = draft;
-        gp.spec_draft = draft;
-    }
     ts_session *s = NULL;
-    int rc = ts_session_new(e, &sp, &s, &err);
-    int32_t *prompt_ids = malloc(sizeof(int32_t) * n_ids);
-    for (int i = 0; i < n_ids; i++) prompt_ids[i] = ids[i];
+    ts_detok *dt = NULL;
+    int rc = ts_engine_open(model, &ep, &e, &err);
+    int32_t stops[16];
+    int n_stop = 0;
+    if (!rc) {
+        n_stop = cli_stop_ids(e, tok, stops, 16);
+        ts_session_params sp;
+        ts_session_params_default(&sp);
+        sp.n_ctx = n_ctx;
+        sp.max_rows = chunk;
+        if (spec && !ts_engine_info(e)->has_mtp) {
+            rc = TS_E_UNSUPPORTED;
+            snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
+        } else if (spec) {
+            sp.spec_draft = draft;
+            gp.spec_draft = draft;
+        }
+        if (!rc) rc = ts_session_new(e, &sp, &s, &err);
+    }
+    if (!rc && tok && !print_ids) rc = ts_detok_new(tok, &dt, &err);
     gp.n_predict = n_predict;
-    gp.stop_ids = info->eos_ids;
-    gp.n_stop = info->n_eos;
-    run_out out = {print_ids, 0};
+    gp.stop_ids = stops;
+    gp.n_stop = n_stop;
+    run_out out = {print_ids, 0, dt, stops, n_stop};
     ts_gen_stats stats;
-    if (!rc && n_predict > 0) rc = ts_generate(s, prompt_ids, n_ids, &gp, on_token, &out, &stats, &err);
-    if (print_ids) printf("\n");
+    memset(&stats, 0, sizeof stats);
+    if (!rc && n_predict > 0) rc = ts_generate(s, cli_ids ? cli_ids : pt.ids, pt.n, &gp, on_token, &out, &stats, &err);
+    if (dt) {
+        const char *t;
+        size_t len;
+        ts_detok_flush(dt, &t, &len);
+        fwrite(t, 1, len, stdout);
+    }
+    if (out.n || print_ids) printf("\n");
+    fflush(stdout);
     if (rc) {
         fprintf(stderr, "turbospark run: %s\n", err.msg);
     } else if (n_predict > 0) {
-        fprintf(stderr, "prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s\n",
-                stats.n_prompt, stats.n_gen, stats.n_prompt / (stats.t_prefill > 0 ? stats.t_prefill : 1e-9),
-                stats.n_gen > 1 ? (stats.n_gen - 1) / (stats.t_decode > 0 ? stats.t_decode : 1e-9) : 0.0);
+        double pf = stats.t_prefill > 0 ? stats.n_prompt / stats.t_prefill : 0;
+        double dc = stats.n_gen > 1 && stats.t_decode > 0 ? (stats.n_gen - 1) / stats.t_decode : 0;
+        fprintf(stderr, "[prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
+                stats.n_prompt, stats.n_gen, pf, dc);
         if (spec && stats.n_blocks > 0) {
-            fprintf(stderr, "spec mtp --draft %d: %d blocks, %d/%d drafts accepted, mean accepted length %.2f tokens/verify; acceptance by position:",
+            fprintf(stderr, "[spec mtp --draft %d: %d blocks, %d/%d drafts accepted, mean accepted length %.2f tokens/verify; acceptance by position:",
                     draft, stats.n_blocks, stats.n_accepted, stats.n_drafted,
                     (double)(stats.n_accepted + stats.n_blocks) / stats.n_blocks);
             for (int j = 0; j < draft; j++)
                 fprintf(stderr, " %d:%.2f", j + 1, stats.drafted_at[j] ? (double)stats.accepted_at[j] / stats.drafted_at[j] : 0.0);
-            fprintf(stderr, "; draft %.1f ms, verify %.1f ms, rollback %.2f ms (%.2f ms/verify)\n", stats.t_draft * 1e3,
+            fprintf(stderr, "; draft %.1f ms, verify %.1f ms, rollback %.2f ms (%.3f ms/verify)]\n", stats.t_draft * 1e3,
                     stats.t_verify * 1e3, stats.t_rollback * 1e3, stats.t_verify * 1e3 / stats.n_blocks);
         }
     }
-    free(prompt_ids);
-    free(ids);
+    ts_detok_free(dt);
+    ts_tokens_free(&pt);
+    free(cli_ids);
+    ts_chat_text_free(rendered);
     ts_session_free(s);
     ts_engine_close(e);
+    ts_tokenizer_free(tok);
     return rc ? 1 : 0;
 }

@@ -99,7 +99,10 @@ void ts_st_close(ts_st_set *s) {
         if (s->files[i].map && s->files[i].map != MAP_FAILED) munmap(s->files[i].map, s->files[i].size);
         ts_free(s->files[i].path);
     }
-    for (int i = 0; i < s->n_tensors; i++) ts_free(s->tensors[i].name);
+    for (int i = 0; i < s->n_tensors; i++) {
+        ts_free(s->tensors[i].name);
+        ts_free(s->tensors[i].owned);
+    }
     ts_free(s->files);
     ts_free(s->tensors);
     ts_free(s->hash);
@@ -215,19 +218,32 @@ static int add_file(ts_st_set *s, const char *path, ts_error *err) {
                          path, nm, e - b, ts_dtype_name(t.dtype), numel * (double)ts_dtype_size(t.dtype));
             break;
         }
+        t.off = (size_t)b;
         t.data = p + data_off + (size_t)b;
         t.nbytes = (size_t)(e - b);
+        if ((uintptr_t)t.data % ts_dtype_size(t.dtype)) {
+            /* unaligned for its dtype (an unpadded header): typed reads of it
+             * would be undefined behaviour, so take an aligned copy */
+            t.owned = ts_alloc(t.nbytes ? t.nbytes : 1, TS_MEM_WEIGHTS);
+            if (!t.owned) { rc = ts_fail(err, TS_E_NOMEM, "out of memory reading %s", path); break; }
+            memcpy(t.owned, t.data, t.nbytes);
+            t.data = t.owned;
+        }
         t.file = fi;
         if (ts_st_find(s, nm)) {
+            ts_free(t.owned);
             rc = ts_fail(err, TS_E_FORMAT, "%s: tensor '%s' appears twice in the set", path, nm);
             break;
         }
         t.name = ts_strdup(nm, TS_MEM_MISC);
-        if (!t.name || push_tensor(s, &t) != 0 || index_add(s) != 0) {
-            if (t.name && (s->n_tensors == 0 || s->tensors[s->n_tensors - 1].name != t.name)) ts_free(t.name);
+        if (!t.name || push_tensor(s, &t) != 0) {
+            ts_free(t.name);
+            ts_free(t.owned);
             rc = ts_fail(err, TS_E_NOMEM, "out of memory reading %s", path);
             break;
         }
+        /* from here the set owns t's name and copy */
+        if (index_add(s) != 0) { rc = ts_fail(err, TS_E_NOMEM, "out of memory reading %s", path); break; }
     }
     cJSON_Delete(root);
     if (rc) return rc;
@@ -240,7 +256,7 @@ static int add_file(ts_st_set *s, const char *path, ts_error *err) {
         if (!r) return ts_fail(err, TS_E_NOMEM, "out of memory");
         for (int i = 0; i < n; i++) {
             ts_st_tensor *t = &s->tensors[first + i];
-            r[i].b = (size_t)((const unsigned char *)t->data - p - data_off);
+            r[i].b = t->off;
             r[i].e = r[i].b + t->nbytes;
             r[i].idx = first + i;
         }

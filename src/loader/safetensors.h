@@ -11,7 +11,8 @@
  *
  * Every header is validated before any tensor is handed out: dtype known,
  * shape non-negative, e - b == numel * dtype size, ranges inside the file and
- * not overlapping. A tensor set spans one file or the shards named by
+ * not overlapping. Writers pad the header so data is aligned; a file that
+ * does not gets its misaligned tensors copied to aligned memory. A tensor set spans one file or the shards named by
  * model.safetensors.index.json. Tensor data stays in the mapping (borrowed
  * pointers, valid until ts_st_close).
  */
@@ -29,8 +30,10 @@ typedef struct ts_st_tensor {
     int64_t shape[TS_ST_MAX_DIMS];
     const void *data;   /* borrowed, in the mapping */
     size_t nbytes;
+    size_t off;         /* data offset within the file's data section */
     int file;           /* index into the set's files */
     int used;           /* set by the binder; unused tensors are reported */
+    void *owned;        /* heap copy when the mapped data is misaligned for its dtype */
 } ts_st_tensor;
 
 typedef struct ts_st_file {

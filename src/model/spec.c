@@ -93,44 +93,6 @@ void ts_spec_rollback(ts_session *s, int keep) {
     s->have_last = 1;
 }
 
-/* ---- sampling helpers (a minimal stand-in for the sampler module) ---- */
-
-double ts_spec_uniform(uint64_t *rng) {
-    /* splitmix64: small, seedable, good enough for sampling */
-    uint64_t z = (*rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
-
-void ts_spec_softmax(const float *logits, int V, float temp, float *probs) {
-    float mx = logits[0];
-    for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-        probs[i] = expf((logits[i] - mx) / temp);
-        sum += probs[i];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < V; i++) probs[i] *= inv;
-}
-
-/* Draw from an unnormalised non-negative vector. */
-int ts_spec_draw(const float *probs, int V, uint64_t *rng) {
-    double sum = 0;
-    for (int i = 0; i < V; i++) sum += probs[i];
-    double u = ts_spec_uniform(rng) * sum, acc = 0;
-    int last = 0;
-    for (int i = 0; i < V; i++) {
-        if (probs[i] <= 0) continue;
-        acc += probs[i];
-        last = i;
-        if (u < acc) return i;
-    }
-    return last; /* rounding at the top end */
-}
-
 static int argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -138,9 +100,9 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, float temp,
-                   uint64_t *rng, float *ptmp, int32_t *out) {
-    if (temp <= 0.0f) {
+int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
+                   float *ptmp, int32_t *out) {
+    if (!smp) {
         int a = 0;
         while (a < m && d[a] == argmax(vlogits + (size_t)a * V, V)) {
             out[a] = d[a];
@@ -151,20 +113,35 @@ int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, 
     }
     for (int j = 0; j < m; j++) {
         const float *q = dprobs + (size_t)j * V;
-        ts_spec_softmax(vlogits + (size_t)j * V, V, temp, ptmp);
+        /* the target distribution of row j: the sampler's full pipeline,
+         * with the drafts accepted so far in its history (penalties) */
+        ts_sampler_probs(smp, vlogits + (size_t)j * V, ptmp, NULL);
         float pd = ptmp[d[j]], qd = q[d[j]];
         /* accept with probability min(1, p/q); q(d) > 0 since d was drawn from q */
-        if (qd <= 0.0f || ts_spec_uniform(rng) * qd < pd) {
+        if (qd <= 0.0f || ts_sampler_uniform(smp) * qd < pd) {
             out[j] = d[j];
+            ts_sampler_accept(smp, d[j]);
             continue;
         }
         /* rejected: draw from the normalised residual max(0, p - q) */
-        for (int i = 0; i < V; i++) ptmp[i] = ptmp[i] > q[i] ? ptmp[i] - q[i] : 0.0f;
-        out[j] = ts_spec_draw(ptmp, V, rng);
+        double sum = 0;
+        for (int i = 0; i < V; i++) {
+            ptmp[i] = ptmp[i] > q[i] ? ptmp[i] - q[i] : 0.0f;
+            sum += ptmp[i];
+        }
+        if (sum > 0) {
+            float inv = (float)(1.0 / sum);
+            for (int i = 0; i < V; i++) ptmp[i] *= inv;
+            out[j] = ts_sampler_draw(smp, ptmp);
+        } else { /* p == q up to rounding: the rejection had probability ~0 */
+            out[j] = d[j];
+        }
+        ts_sampler_accept(smp, out[j]);
         return j;
     }
-    ts_spec_softmax(vlogits + (size_t)m * V, V, temp, ptmp);
-    out[m] = ts_spec_draw(ptmp, V, rng);
+    ts_sampler_probs(smp, vlogits + (size_t)m * V, ptmp, NULL);
+    out[m] = ts_sampler_draw(smp, ptmp);
+    ts_sampler_accept(smp, out[m]);
     return m;
 }
 
@@ -178,21 +155,24 @@ static int is_stop(const ts_gen_params *p, int32_t id) {
 
 /* Pick a draft from the MTP logits in sc.logits; with sampling, keep its
  * distribution in dprobs row j for the acceptance test. */
-static int32_t pick_draft(ts_session *s, int j, float temp, uint64_t *rng) {
+static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp) {
     const int V = s->e->model.cfg.vocab;
     const float *lg = s->st.sc.logits;
-    if (temp <= 0.0f) return argmax(lg, V);
+    if (!smp) return argmax(lg, V);
+    /* any q is correct as long as the acceptance test sees the q that was
+     * drawn from: the sampler's pipeline over the MTP logits (its penalty
+     * history lacks the earlier drafts of this block; that only costs
+     * acceptance) */
     float *q = s->dprobs + (size_t)j * V;
-    ts_spec_softmax(lg, V, temp, q);
-    return ts_spec_draw(q, V, rng);
+    ts_sampler_probs(smp, lg, q, NULL);
+    return ts_sampler_draw(smp, q);
 }
 
-int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
-                     void *user, ts_gen_stats *stats, ts_error *err) {
+int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
+                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
     const ts_model *m = &s->e->model;
     const int V = m->cfg.vocab, H = m->cfg.H, M = p->spec_draft;
     ts_state *st = &s->st;
-    const float temp = p->temperature;
     if (M < 1 || M > TS_SPEC_MAX_DRAFT)
         return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", M, TS_SPEC_MAX_DRAFT);
     if (!m->has_mtp)
@@ -201,12 +181,7 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
     if (s->params.spec_draft < M)
         return ts_fail(err, TS_E_ARG, "the session was created for drafts of %d tokens, %d asked (session params spec_draft)",
                        s->params.spec_draft, M);
-    if (temp < 0.0f || temp != temp) return ts_fail(err, TS_E_ARG, "temperature %g is negative", (double)temp);
-    if (temp > 0.0f && (p->top_k > 0 || p->top_p < 1.0f || p->min_p > 0.0f || p->repeat_penalty != 1.0f ||
-                        p->presence_penalty != 0.0f))
-        return ts_fail(err, TS_E_UNSUPPORTED, "speculative sampling supports temperature only (no top-k/top-p/min-p/penalties yet)");
     if (n_prompt < 1) return ts_fail(err, TS_E_ARG, "no prompt tokens");
-    uint64_t rng = p->seed;
 
     /* Prefill in the same chunks as ts_session_feed (identical rounding to
      * plain generation), running the MTP head over every row whose next
@@ -245,9 +220,9 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
 
     /* The first token comes from the prompt's logits. */
     int32_t last;
-    if (temp > 0.0f) {
-        ts_spec_softmax(s->vlogits, V, temp, st->sc.logits);
-        last = ts_spec_draw(st->sc.logits, V, &rng);
+    if (smp) {
+        if ((rc = ts_sampler_sample(smp, s->vlogits, &last, err))) goto done;
+        ts_sampler_accept(smp, last);
     } else {
         last = argmax(s->vlogits, V);
     }
@@ -270,19 +245,19 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
             double td = ts_now();
             ts_mtp_forward(m, st, rtok, rhid, nr, rpos, s->mtp_hid, NULL);
             float *h = s->mtp_hid + (size_t)(nr - 1) * H;
-            blk[1] = pick_draft(s, 0, temp, &rng);
+            blk[1] = pick_draft(s, 0, smp);
             for (int j = 1; j < mm; j++) {
                 ts_mtp_forward(m, st, &blk[j], h, 1, rpos + nr - 1 + j, h, NULL);
-                blk[j + 1] = pick_draft(s, j, temp, &rng);
+                blk[j + 1] = pick_draft(s, j, smp);
             }
-            if (s->test_drafts) s->test_drafts(s->test_user, s->pos, mm, blk + 1);
+            if (s->test_drafts && !smp) s->test_drafts(s->test_user, s->pos, mm, blk + 1);
             stats->t_draft += ts_now() - td;
         }
         double tv = ts_now();
         int pos_blk = s->pos;
         if ((rc = ts_spec_verify(s, blk, mm + 1, err))) break;
         stats->t_verify += ts_now() - tv;
-        int a = ts_spec_accept(s->vlogits, s->dprobs, blk + 1, mm, V, temp, &rng, st->sc.logits, out);
+        int a = ts_spec_accept(s->vlogits, s->dprobs, blk + 1, mm, V, smp, st->sc.logits, out);
         stats->n_blocks++;
         stats->n_drafted += mm;
         stats->n_accepted += a;

@@ -23,22 +23,20 @@ int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err);
 void ts_spec_rollback(ts_session *s, int keep);
 
 /* The acceptance rule over one block. vlogits [m+1, V] target logits,
- * drafts d[0..m) drawn from dprobs [m, V] (sampling) or argmax (temp 0).
- * Writes the emitted tokens out[0..a] (a accepted drafts, then the
- * correction or bonus token) and returns a. ptmp is scratch [V].
+ * drafts d[0..m) drawn from dprobs [m, V] (sampling) or argmax (smp NULL:
+ * greedy). Writes the emitted tokens out[0..a] (a accepted drafts, then the
+ * correction or bonus token) and returns a; ptmp is scratch [V].
  * Greedy: the longest prefix where d equals the target argmax, then the
- * target argmax. temp > 0: speculative sampling (accept d with probability
- * min(1, p/q), else draw from the normalised max(0, p - q)); the emitted
- * tokens are distributed exactly as the target's. */
-int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, float temp,
-                   uint64_t *rng, float *ptmp, int32_t *out);
+ * target argmax. Sampling: the target distribution of each row is the
+ * sampler's (ts_sampler_probs); accept d with probability min(1, p/q), else
+ * draw from the normalised max(0, p - q) and stop. The emitted tokens are
+ * then distributed exactly as sampling from the target one token at a time.
+ * Emitted tokens are accepted into the sampler's history. */
+int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
+                   float *ptmp, int32_t *out);
 
-/* Minimal sampling helpers (until the sampler module lands). */
-void ts_spec_softmax(const float *logits, int V, float temp, float *probs);
-int ts_spec_draw(const float *probs, int V, uint64_t *rng);
-double ts_spec_uniform(uint64_t *rng);
-
-int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
-                     void *user, ts_gen_stats *stats, ts_error *err);
+/* smp: NULL for plain greedy, else the sampler (prompt already accepted). */
+int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
+                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
 
 #endif

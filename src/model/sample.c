@@ -1,0 +1,403 @@
+/* sample.c: turning logits into the next token id.
+ *
+ * Owns: penalties over recent ids, greedy, temperature, top-k, top-p, min-p,
+ * the seeded RNG, and the transformed distribution (ts_sampler_probs) that
+ * speculative sampling needs. The order of the transforms is documented in
+ * include/turbospark.h (HF transformers' order; penalties as llama.cpp
+ * defines them: repetition divides positive and multiplies negative logits,
+ * presence and frequency subtract).
+ * Does not own: logits (the session's), stop conditions, speculative
+ * acceptance (spec.c uses ts_sampler_probs/draw/uniform).
+ *
+ * Invariants:
+ *  - Nothing is allocated after ts_sampler_new: every buffer is sized by the
+ *    vocabulary there, and sorting is our own in-place quicksort (glibc's
+ *    qsort may call malloc).
+ *  - Determinism: candidates are totally ordered by (value desc, id asc), so
+ *    every selection and sort has one answer whatever the algorithm does
+ *    internally, and draws walk candidates in a defined order. Same seed,
+ *    same logits, same accepted ids -> same output, on every run.
+ *  - count[id] is the number of occurrences of id in the penalty window;
+ *    distinct[0..n_distinct) lists exactly the ids with count > 0, and
+ *    dpos[id] is the index of id in that list.
+ *
+ * References: llama.cpp src/llama-sampling.cpp (penalties),
+ * transformers generation/logits_process.py (TopK, TopP, MinP warpers),
+ * Blackman & Vigna, "Scrambled linear pseudorandom number generators"
+ * (xoshiro256**, splitmix64 seeding).
+ */
+#include <math.h>
+
+#include "ts_int.h"
+
+typedef struct {
+    float v;      /* scaled logit, then weight exp(v - max) */
+    int32_t id;
+} cand;
+
+struct ts_sampler {
+    int n_vocab;
+    ts_sampler_params p;
+    uint64_t rng[4];
+
+    float *work;          /* [n_vocab] penalized logits */
+    cand *cand;           /* [n_vocab] */
+    int n_cand;
+    double z;             /* sum of cand weights */
+
+    int32_t *count;       /* [n_vocab] */
+    int32_t *dpos;        /* [n_vocab] */
+    int32_t *distinct;    /* [n_vocab] */
+    int n_distinct;
+    int32_t *ring;        /* [penalty_last_n] */
+    int ring_n, ring_pos;
+};
+
+/* ---- RNG: xoshiro256**, seeded through splitmix64 ---- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t s[4]) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+double ts_sampler_uniform(ts_sampler *s) { return (double)(rng_next(s->rng) >> 11) * 0x1.0p-53; }
+
+/* ---- lifecycle ---- */
+
+void ts_sampler_params_default(ts_sampler_params *p) {
+    memset(p, 0, sizeof *p);
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+    p->repetition_penalty = 1.0f;
+    p->penalty_last_n = 64;
+}
+
+void ts_sampler_reset(ts_sampler *s) {
+    if (!s) return;
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    for (int i = 0; i < s->n_distinct; i++) s->count[s->distinct[i]] = 0;
+    s->n_distinct = 0;
+    s->ring_n = s->ring_pos = 0;
+}
+
+void ts_sampler_free(ts_sampler *s) {
+    if (!s) return;
+    ts_free(s->work);
+    ts_free(s->cand);
+    ts_free(s->count);
+    ts_free(s->dpos);
+    ts_free(s->distinct);
+    ts_free(s->ring);
+    ts_free(s);
+}
+
+int ts_sampler_new(int n_vocab, const ts_sampler_params *pp, ts_sampler **out, ts_error *err) {
+    *out = NULL;
+    ts_sampler_params p;
+    if (pp) p = *pp;
+    else ts_sampler_params_default(&p);
+    if (n_vocab <= 0) return ts_fail(err, TS_E_ARG, "sampler: vocabulary size %d must be positive", n_vocab);
+    if (isnan(p.temperature) || isinf(p.temperature))
+        return ts_fail(err, TS_E_ARG, "sampler: temperature %g is not a finite number", (double)p.temperature);
+    if (p.top_k < 0) return ts_fail(err, TS_E_ARG, "sampler: top_k %d must be >= 0", p.top_k);
+    if (!(p.top_p > 0.0f)) return ts_fail(err, TS_E_ARG, "sampler: top_p %g must be in (0, 1]", (double)p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+        return ts_fail(err, TS_E_ARG, "sampler: min_p %g must be in [0, 1]", (double)p.min_p);
+    if (!(p.repetition_penalty > 0.0f) || isinf(p.repetition_penalty))
+        return ts_fail(err, TS_E_ARG, "sampler: repetition_penalty %g must be > 0", (double)p.repetition_penalty);
+    if (isnan(p.presence_penalty) || isnan(p.frequency_penalty) || isinf(p.presence_penalty) ||
+        isinf(p.frequency_penalty))
+        return ts_fail(err, TS_E_ARG, "sampler: presence/frequency penalties must be finite");
+    if (p.penalty_last_n < -1)
+        return ts_fail(err, TS_E_ARG, "sampler: penalty_last_n %d must be >= -1 (-1 = whole sequence)",
+                       p.penalty_last_n);
+    ts_sampler *s = ts_alloc(sizeof *s, TS_MEM_SCRATCH);
+    if (!s) return ts_fail(err, TS_E_NOMEM, "sampler: out of memory");
+    size_t v = (size_t)n_vocab;
+    s->n_vocab = n_vocab;
+    s->p = p;
+    s->work = ts_alloc(sizeof(float) * v, TS_MEM_SCRATCH);
+    s->cand = ts_alloc(sizeof(cand) * v, TS_MEM_SCRATCH);
+    s->count = ts_alloc(sizeof(int32_t) * v, TS_MEM_SCRATCH);
+    s->dpos = ts_alloc(sizeof(int32_t) * v, TS_MEM_SCRATCH);
+    s->distinct = ts_alloc(sizeof(int32_t) * v, TS_MEM_SCRATCH);
+    if (p.penalty_last_n > 0) s->ring = ts_alloc(sizeof(int32_t) * (size_t)p.penalty_last_n, TS_MEM_SCRATCH);
+    if (!s->work || !s->cand || !s->count || !s->dpos || !s->distinct || (p.penalty_last_n > 0 && !s->ring)) {
+        ts_sampler_free(s);
+        return ts_fail(err, TS_E_NOMEM, "sampler: out of memory for a vocabulary of %d", n_vocab);
+    }
+    ts_sampler_reset(s);
+    *out = s;
+    return 0;
+}
+
+/* ---- penalty window ---- */
+
+static void count_add(ts_sampler *s, int32_t id) {
+    if (s->count[id]++ == 0) {
+        s->dpos[id] = s->n_distinct;
+        s->distinct[s->n_distinct++] = id;
+    }
+}
+
+static void count_sub(ts_sampler *s, int32_t id) {
+    if (--s->count[id] == 0) {
+        int32_t last = s->distinct[--s->n_distinct];
+        s->distinct[s->dpos[id]] = last;
+        s->dpos[last] = s->dpos[id];
+    }
+}
+
+void ts_sampler_accept(ts_sampler *s, int32_t id) {
+    if (!s || id < 0 || id >= s->n_vocab || s->p.penalty_last_n == 0) return;
+    if (s->p.penalty_last_n < 0) {
+        count_add(s, id);
+        return;
+    }
+    if (s->ring_n == s->p.penalty_last_n) count_sub(s, s->ring[s->ring_pos]);
+    else s->ring_n++;
+    s->ring[s->ring_pos] = id;
+    s->ring_pos = (s->ring_pos + 1) % s->p.penalty_last_n;
+    count_add(s, id);
+}
+
+static int penalties_on(const ts_sampler *s) {
+    return s->n_distinct &&
+           (s->p.repetition_penalty != 1.0f || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f);
+}
+
+static void apply_penalties(ts_sampler *s) {
+    float r = s->p.repetition_penalty;
+    for (int i = 0; i < s->n_distinct; i++) {
+        int32_t id = s->distinct[i];
+        float x = s->work[id];
+        if (r != 1.0f) x = x > 0.0f ? x / r : x * r;
+        x -= (float)s->count[id] * s->p.frequency_penalty + s->p.presence_penalty;
+        s->work[id] = x;
+    }
+}
+
+/* ---- ordering, selection, sorting (no allocation) ---- */
+
+/* a before b: larger value first, then lower id */
+static inline int before(const cand *a, const cand *b) { return a->v > b->v || (a->v == b->v && a->id < b->id); }
+
+static inline void swap_c(cand *a, cand *b) {
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Partition c[lo..hi] (hi - lo > 2) around a median-of-three pivot;
+ * returns the pivot's final index: c[lo..p) come before it, c(p..hi] after. */
+static int partition(cand *c, int lo, int hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (before(&c[mid], &c[lo])) swap_c(&c[mid], &c[lo]);
+    if (before(&c[hi], &c[lo])) swap_c(&c[hi], &c[lo]);
+    if (before(&c[hi], &c[mid])) swap_c(&c[hi], &c[mid]);
+    /* c[lo], c[mid], c[hi] are in order; park the median at hi - 1 */
+    int pi = hi - 1;
+    swap_c(&c[mid], &c[pi]);
+    cand pv = c[pi];
+    int i = lo;
+    for (int j = lo; j < pi; j++)
+        if (before(&c[j], &pv)) swap_c(&c[i++], &c[j]);
+    swap_c(&c[i], &c[pi]);
+    return i;
+}
+
+static void insertion_sort(cand *c, int lo, int hi) {
+    for (int i = lo + 1; i <= hi; i++) {
+        cand x = c[i];
+        int j = i - 1;
+        while (j >= lo && before(&x, &c[j])) c[j + 1] = c[j], j--;
+        c[j + 1] = x;
+    }
+}
+
+/* Sort c[0..n) in `before` order: quicksort, recursing on the smaller side
+ * (stack depth O(log n)). */
+static void sort_cands(cand *c, int lo, int hi) {
+    while (hi - lo > 16) {
+        int p = partition(c, lo, hi);
+        if (p - lo < hi - p) {
+            sort_cands(c, lo, p - 1);
+            lo = p + 1;
+        } else {
+            sort_cands(c, p + 1, hi);
+            hi = p - 1;
+        }
+    }
+    insertion_sort(c, lo, hi);
+}
+
+/* Rearrange c[0..n) so that c[0..k) are the k first in `before` order. */
+static void select_top(cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (hi - lo > 16) {
+        int p = partition(c, lo, hi);
+        if (p == k || p == k - 1) return;
+        if (p < k) lo = p + 1;
+        else hi = p - 1;
+    }
+    insertion_sort(c, lo, hi);
+}
+
+/* Top-p without a full sort. Returns K, the length of the shortest prefix of
+ * c[0..n) in `before` order whose mass reaches target (the first rank whose
+ * mass-before is >= target), and leaves those K candidates in c[0..K) (in a
+ * deterministic, not necessarily sorted, order). A quickselect on mass:
+ * partition around a pivot; if the mass before the pivot already reaches the
+ * target, K is at or before the pivot, otherwise after it. Expected O(n),
+ * against O(n log n) for sorting a flat 150k-token tail. `.v` holds weights. */
+static int select_mass(cand *c, int n, double target, int sorted) {
+    int lo = 0, hi = n - 1;
+    double before_lo = 0; /* mass of c[0..lo), all ranked before c[lo..hi] */
+    if (!sorted) {
+        while (hi - lo > 16) {
+            int p = partition(c, lo, hi);
+            double m = before_lo;
+            for (int i = lo; i < p; i++) m += c[i].v;
+            if (m >= target) {
+                hi = p - 1; /* K <= p: the answer is in [lo, p] */
+                if (hi < lo) return p;
+                if (hi - lo <= 16) break;
+            } else {
+                before_lo = m + c[p].v;
+                lo = p + 1;
+                if (lo > hi) return lo > n ? n : lo;
+            }
+        }
+        /* the answer lies in [lo, hi + 1]; sort the small range and scan */
+        insertion_sort(c, lo, hi);
+    }
+    double acc = before_lo;
+    for (int i = lo; i <= hi; i++) {
+        if (acc >= target) return i > 0 ? i : 1;
+        acc += c[i].v;
+    }
+    return hi + 1 < n ? hi + 1 : n;
+}
+
+/* ---- the pipeline ---- */
+
+/* Leaves the kept candidates in s->cand[0..n_cand) with weights (not
+ * normalised) in .v and their sum in s->z. */
+static int prepare(ts_sampler *s, const float *logits, ts_error *err) {
+    int V = s->n_vocab;
+    const float *x = logits;
+    if (penalties_on(s)) {
+        memcpy(s->work, logits, sizeof(float) * (size_t)V);
+        apply_penalties(s);
+        x = s->work;
+    }
+    if (s->p.temperature <= 0.0f || s->p.top_k == 1) {
+        int best = -1;
+        float bv = -INFINITY;
+        for (int i = 0; i < V; i++)
+            if (x[i] > bv) bv = x[i], best = i;
+        if (best < 0) return ts_fail(err, TS_E_ARG, "sampler: every logit is -inf or NaN");
+        s->cand[0] = (cand){1.0f, best};
+        s->n_cand = 1;
+        s->z = 1.0;
+        return 0;
+    }
+    float inv_t = 1.0f / s->p.temperature;
+    cand *c = s->cand;
+    int n = 0;
+    float m = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        float v = x[i] * inv_t;
+        if (!(v > -INFINITY)) continue; /* -inf and NaN are never drawn */
+        c[n++] = (cand){v, i};
+        if (v > m) m = v;
+    }
+    if (!n || isinf(m)) return ts_fail(err, TS_E_ARG, "sampler: no finite logit to sample from");
+    int sorted = 0;
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        select_top(c, n, s->p.top_k);
+        n = s->p.top_k;
+        sort_cands(c, 0, n - 1);
+        sorted = 1;
+    }
+    double z = 0;
+    for (int i = 0; i < n; i++) {
+        c[i].v = expf(c[i].v - m);
+        z += c[i].v;
+    }
+    if (s->p.top_p < 1.0f) n = select_mass(c, n, (double)s->p.top_p * z, sorted);
+    if (s->p.min_p > 0.0f) {
+        /* weights are relative to the max (which has weight 1) */
+        float thr = s->p.min_p;
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].v >= thr) c[k++] = c[i];
+        n = k; /* the max always survives: its weight is 1 >= min_p */
+    }
+    z = 0;
+    for (int i = 0; i < n; i++) z += c[i].v;
+    s->n_cand = n;
+    s->z = z;
+    return 0;
+}
+
+int ts_sampler_sample(ts_sampler *s, const float *logits, int32_t *id, ts_error *err) {
+    if (!s || !logits || !id) return ts_fail(err, TS_E_ARG, "sampler: NULL argument");
+    int rc = prepare(s, logits, err);
+    if (rc) return rc;
+    if (s->n_cand == 1) {
+        *id = s->cand[0].id;
+        return 0;
+    }
+    double u = ts_sampler_uniform(s) * s->z, acc = 0;
+    for (int i = 0; i < s->n_cand; i++) {
+        acc += s->cand[i].v;
+        if (u < acc) {
+            *id = s->cand[i].id;
+            return 0;
+        }
+    }
+    *id = s->cand[s->n_cand - 1].id; /* u landed on the rounding slack */
+    return 0;
+}
+
+int ts_sampler_probs(ts_sampler *s, const float *logits, float *probs, ts_error *err) {
+    if (!s || !logits || !probs) return ts_fail(err, TS_E_ARG, "sampler: NULL argument");
+    int rc = prepare(s, logits, err);
+    if (rc) return rc;
+    memset(probs, 0, sizeof(float) * (size_t)s->n_vocab);
+    double inv = 1.0 / s->z;
+    for (int i = 0; i < s->n_cand; i++) probs[s->cand[i].id] = (float)(s->cand[i].v * inv);
+    return 0;
+}
+
+int32_t ts_sampler_draw(ts_sampler *s, const float *probs) {
+    double z = 0;
+    int32_t last = -1;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (probs[i] > 0.0f) z += probs[i], last = i;
+    if (last < 0) return -1;
+    double u = ts_sampler_uniform(s) * z, acc = 0;
+    for (int i = 0; i <= last; i++) {
+        if (!(probs[i] > 0.0f)) continue;
+        acc += probs[i];
+        if (u < acc) return i;
+    }
+    return last;
+}

@@ -1,0 +1,296 @@
+/* chat.c: chat requests in, prompt text out.
+ *
+ * Owns: finding a model's chat template (chat_template.jinja, tokenizer_config.json,
+ * chat_template.json), the variables a render gets (the set transformers'
+ * apply_chat_template passes: messages, tools or None, documents=None,
+ * add_generation_prompt, the special tokens, then the request's extra kwargs),
+ * mapping interpreter errors to TS_E_* codes, and the stop ids of
+ * generation_config.json / config.json.
+ * Does not own: Jinja semantics (jinja.c), tokenization, what a frontend does
+ * with a refused request.
+ *
+ * Requests are validated for shape with cJSON (messages must be a list, ...)
+ * but their values reach the template through jinja.c's own JSON reader, which
+ * keeps 1 and 1.0 apart as Python does.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cjson/cJSON.h>
+
+#include "text/jinja.h"
+#include "ts_int.h"
+
+struct ts_chat_template {
+    tj_template *tpl;
+    char *eos, *pad, *bos, *unk;   /* NULL = None */
+};
+
+static int map_err(const tj_error *je, ts_error *err, const char *what) {
+    switch (je->kind) {
+    case TJ_RAISED: return ts_fail(err, TS_E_ARG, "%s", je->msg);
+    case TJ_NOMEM: return ts_fail(err, TS_E_NOMEM, "%s: out of memory", what);
+    case TJ_INPUT: return ts_fail(err, TS_E_FORMAT, "%s: %s", what, je->msg);
+    case TJ_SYNTAX: return ts_fail(err, TS_E_FORMAT, "%s line %d: %s: %s", what, je->line, tj_kind_name(je->kind), je->msg);
+    case TJ_UNSUPPORTED: return ts_fail(err, TS_E_UNSUPPORTED, "%s line %d: not supported: %s", what, je->line, je->msg);
+    default: return ts_fail(err, TS_E_ARG, "%s line %d: %s: %s", what, je->line, tj_kind_name(je->kind), je->msg);
+    }
+}
+
+static char *dup_or_null(const char *s) { return s ? ts_strdup(s, TS_MEM_MISC) : NULL; }
+
+static int chat_new(const char *text, size_t len, ts_chat_template **out, ts_error *err) {
+    *out = NULL;
+    ts_chat_template *t = ts_alloc(sizeof *t, TS_MEM_MISC);
+    if (!t) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    tj_error je;
+    if (tj_parse(text, len, NULL, &t->tpl, &je) != 0) {
+        ts_free(t);
+        return map_err(&je, err, "chat template");
+    }
+    t->eos = dup_or_null("<|im_end|>");
+    t->pad = dup_or_null("<|endoftext|>");
+    if (!t->eos || !t->pad) {
+        ts_chat_template_free(t);
+        return ts_fail(err, TS_E_NOMEM, "out of memory");
+    }
+    *out = t;
+    return TS_OK;
+}
+
+int ts_chat_template_parse(const char *text, size_t len, ts_chat_template **out, ts_error *err) {
+    if (!text || !out) return ts_fail(err, TS_E_ARG, "ts_chat_template_parse: NULL argument");
+    return chat_new(text, len, out, err);
+}
+
+void ts_chat_template_free(ts_chat_template *t) {
+    if (!t) return;
+    tj_template_free(t->tpl);
+    ts_free(t->eos);
+    ts_free(t->pad);
+    ts_free(t->bos);
+    ts_free(t->unk);
+    ts_free(t);
+}
+
+const char *ts_chat_template_eos(const ts_chat_template *t) { return t ? t->eos : NULL; }
+
+/* A special token in tokenizer_config.json: a string, {"content": "..."} or null. */
+static void set_token(char **slot, const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (!v) return;
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (cJSON_IsNull(v)) {
+        ts_free(*slot);
+        *slot = NULL;
+    } else if (cJSON_IsString(v)) {
+        char *s = ts_strdup(v->valuestring, TS_MEM_MISC);
+        if (s) {
+            ts_free(*slot);
+            *slot = s;
+        }
+    }
+}
+
+/* Read dir/name as JSON; *out NULL when the file does not exist. */
+static int read_json(const char *dir, const char *name, cJSON **out, ts_error *err) {
+    char path[4096];
+    ts_path_join(path, sizeof path, dir, name);
+    *out = NULL;
+    if (!ts_file_exists(path)) return TS_OK;
+    char *text;
+    size_t n;
+    int rc = ts_read_file(path, &text, &n, err);
+    if (rc) return rc;
+    *out = cJSON_ParseWithLength(text, n);
+    ts_free(text);
+    if (!*out) return ts_fail(err, TS_E_FORMAT, "%s: malformed JSON", path);
+    return TS_OK;
+}
+
+int ts_chat_template_load(const char *model_dir, ts_chat_template **out, ts_error *err) {
+    if (!model_dir || !out) return ts_fail(err, TS_E_ARG, "ts_chat_template_load: NULL argument");
+    *out = NULL;
+    char path[4096];
+    cJSON *cfg = NULL;
+    int rc = read_json(model_dir, "tokenizer_config.json", &cfg, err);
+    if (rc) return rc;
+    ts_path_join(path, sizeof path, model_dir, "chat_template.jinja");
+    if (ts_file_exists(path)) {
+        char *text;
+        size_t n;
+        rc = ts_read_file(path, &text, &n, err);
+        if (rc == 0) {
+            rc = chat_new(text, n, out, err);
+            if (rc) ts_fail_prefix(err, "%s", path);
+            ts_free(text);
+        }
+    } else {
+        const cJSON *ct = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "chat_template") : NULL;
+        cJSON *proc = NULL;
+        const char *src_name = "tokenizer_config.json";
+        if (!ct) {
+            rc = read_json(model_dir, "chat_template.json", &proc, err);
+            if (rc) { cJSON_Delete(cfg); return rc; }
+            ct = proc ? cJSON_GetObjectItemCaseSensitive(proc, "chat_template") : NULL;
+            src_name = "chat_template.json";
+        }
+        if (cJSON_IsArray(ct)) {
+            /* named templates: "default", else the first */
+            const cJSON *pick = NULL, *it;
+            cJSON_ArrayForEach(it, ct) {
+                const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+                if (!pick) pick = it;
+                if (cJSON_IsString(nm) && !strcmp(nm->valuestring, "default")) { pick = it; break; }
+            }
+            ct = pick ? cJSON_GetObjectItemCaseSensitive(pick, "template") : NULL;
+        }
+        if (!cJSON_IsString(ct)) {
+            rc = ts_fail(err, TS_E_IO, "%s has no chat template (no chat_template.jinja, no \"chat_template\" in tokenizer_config.json or chat_template.json)", model_dir);
+        } else {
+            rc = chat_new(ct->valuestring, strlen(ct->valuestring), out, err);
+            if (rc) ts_fail_prefix(err, "%s/%s", model_dir, src_name);
+        }
+        cJSON_Delete(proc);
+    }
+    if (rc == 0 && cfg) {
+        set_token(&(*out)->eos, cfg, "eos_token");
+        set_token(&(*out)->pad, cfg, "pad_token");
+        set_token(&(*out)->bos, cfg, "bos_token");
+        set_token(&(*out)->unk, cfg, "unk_token");
+    }
+    cJSON_Delete(cfg);
+    return rc;
+}
+
+static int bind_token(tj_vars *v, const char *name, const char *val) {
+    return val ? tj_vars_set_string(v, name, val) : tj_vars_set_none(v, name);
+}
+
+/* Variables every render gets, before the request's own. */
+static int base_vars(const ts_chat_template *t, tj_vars *v) {
+    int rc = 0;
+    rc |= tj_vars_set_none(v, "tools");
+    rc |= tj_vars_set_none(v, "documents");
+    rc |= bind_token(v, "eos_token", t->eos);
+    rc |= bind_token(v, "pad_token", t->pad);
+    rc |= bind_token(v, "bos_token", t->bos);
+    rc |= bind_token(v, "unk_token", t->unk);
+    return rc;
+}
+
+static int do_render(const ts_chat_template *t, tj_vars *v, char **out, size_t *out_len, ts_error *err) {
+    tj_error je;
+    char *text;
+    size_t n;
+    if (tj_render(t->tpl, v, &text, &n, &je) != 0) return map_err(&je, err, "chat template");
+    *out = text;
+    if (out_len) *out_len = n;
+    return TS_OK;
+}
+
+static int check_json(const char *json, size_t len, int want_type, const char *what, ts_error *err) {
+    cJSON *j = cJSON_ParseWithLength(json, len);
+    if (!j) return ts_fail(err, TS_E_FORMAT, "%s: malformed JSON", what);
+    int ok = (j->type & 0xff) == want_type || (want_type == cJSON_Array && cJSON_IsNull(j) && strcmp(what, "messages"));
+    cJSON_Delete(j);
+    if (!ok) return ts_fail(err, TS_E_ARG, "%s: expected a JSON %s", what, want_type == cJSON_Array ? "array" : "object");
+    return TS_OK;
+}
+
+int ts_chat_render(const ts_chat_template *t, const ts_chat_request *req, char **out, size_t *out_len, ts_error *err) {
+    if (!t || !req || !out || !req->messages_json) return ts_fail(err, TS_E_ARG, "ts_chat_render: NULL argument");
+    *out = NULL;
+    int rc = check_json(req->messages_json, strlen(req->messages_json), cJSON_Array, "messages", err);
+    if (!rc && req->tools_json) rc = check_json(req->tools_json, strlen(req->tools_json), cJSON_Array, "tools", err);
+    if (!rc && req->kwargs_json) rc = check_json(req->kwargs_json, strlen(req->kwargs_json), cJSON_Object, "kwargs", err);
+    if (rc) return rc;
+    tj_vars *v = tj_vars_new();
+    if (!v) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    tj_error je;
+    if (base_vars(t, v) ||
+        tj_vars_set_json(v, "messages", req->messages_json, strlen(req->messages_json), &je) ||
+        (req->tools_json && tj_vars_set_json(v, "tools", req->tools_json, strlen(req->tools_json), &je)) ||
+        tj_vars_set_bool(v, "add_generation_prompt", req->add_generation_prompt) ||
+        (req->kwargs_json && tj_vars_set_json_members(v, req->kwargs_json, strlen(req->kwargs_json), &je))) {
+        tj_vars_free(v);
+        return map_err(&je, err, "chat request");
+    }
+    rc = do_render(t, v, out, out_len, err);
+    tj_vars_free(v);
+    return rc;
+}
+
+int ts_chat_render_json(const ts_chat_template *t, const char *json, size_t len, char **out, size_t *out_len, ts_error *err) {
+    if (!t || !json || !out) return ts_fail(err, TS_E_ARG, "ts_chat_render_json: NULL argument");
+    *out = NULL;
+    cJSON *j = cJSON_ParseWithLength(json, len);
+    if (!j) return ts_fail(err, TS_E_FORMAT, "chat request: malformed JSON");
+    int rc = TS_OK;
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
+    const cJSON *agp = cJSON_GetObjectItemCaseSensitive(j, "add_generation_prompt");
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
+    if (!cJSON_IsObject(j)) rc = ts_fail(err, TS_E_ARG, "chat request: expected a JSON object");
+    else if (!cJSON_IsArray(msgs)) rc = ts_fail(err, TS_E_ARG, "chat request: \"messages\" must be an array");
+    else if (tools && !cJSON_IsArray(tools) && !cJSON_IsNull(tools)) rc = ts_fail(err, TS_E_ARG, "chat request: \"tools\" must be an array or null");
+    else if (agp && !cJSON_IsBool(agp)) rc = ts_fail(err, TS_E_ARG, "chat request: \"add_generation_prompt\" must be true or false");
+    else if (kw && !cJSON_IsObject(kw) && !cJSON_IsNull(kw)) rc = ts_fail(err, TS_E_ARG, "chat request: \"chat_template_kwargs\" must be an object");
+    int add_gen = agp ? cJSON_IsTrue(agp) : 1;
+    int has_kw = kw && cJSON_IsObject(kw);
+    cJSON_Delete(j);
+    if (rc) return rc;
+
+    tj_vars *v = tj_vars_new();
+    if (!v) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    tj_error je;
+    if (base_vars(t, v) || tj_vars_set_json_member(v, "messages", json, len, "messages", &je) < 0 ||
+        tj_vars_set_json_member(v, "tools", json, len, "tools", &je) < 0 ||
+        tj_vars_set_bool(v, "add_generation_prompt", add_gen)) {
+        tj_vars_free(v);
+        return map_err(&je, err, "chat request");
+    }
+    rc = TS_OK;
+    if (has_kw && tj_vars_spread_json_member(v, json, len, "chat_template_kwargs", &je) < 0)
+        rc = map_err(&je, err, "chat request");
+    if (!rc) rc = do_render(t, v, out, out_len, err);
+    tj_vars_free(v);
+    return rc;
+}
+
+void ts_chat_text_free(char *text) { ts_free(text); }
+
+/* Append eos ids of one JSON node (int or list) without duplicates. */
+#define MAX_STOP_IDS 64
+static void add_ids(const cJSON *node, int32_t *ids, int *n) {
+    const cJSON *it;
+    if (!node) return;
+    if (cJSON_IsNumber(node)) {
+        if (node->valuedouble < 0 || node->valuedouble > 2147483647.0) return;
+        int32_t id = (int32_t)node->valuedouble;
+        for (int i = 0; i < *n; i++)
+            if (ids[i] == id) return;
+        if (*n < MAX_STOP_IDS) ids[(*n)++] = id;
+        return;
+    }
+    if (cJSON_IsArray(node)) cJSON_ArrayForEach(it, node) if (cJSON_IsNumber(it)) add_ids(it, ids, n);
+}
+
+int ts_chat_stop_ids(const char *model_dir, int32_t *ids, int cap, ts_error *err) {
+    if (!model_dir || (cap > 0 && !ids)) return ts_fail(err, TS_E_ARG, "ts_chat_stop_ids: NULL argument");
+    int32_t all[MAX_STOP_IDS];
+    int n = 0;
+    static const char *const files[] = {"generation_config.json", "config.json"};
+    for (int f = 0; f < 2; f++) {
+        cJSON *j;
+        int rc = read_json(model_dir, files[f], &j, err);
+        if (rc) return rc;
+        if (!j) continue;
+        add_ids(cJSON_GetObjectItemCaseSensitive(j, "eos_token_id"), all, &n);
+        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
+        if (tc) add_ids(cJSON_GetObjectItemCaseSensitive(tc, "eos_token_id"), all, &n);
+        cJSON_Delete(j);
+    }
+    for (int i = 0; i < n && i < cap; i++) ids[i] = all[i];
+    return n;
+}

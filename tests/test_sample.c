@@ -1,0 +1,478 @@
+/* test_sample.c: the sampler (group `sample`).
+ *
+ * Exact checks where the answer is exact (greedy, the kept set of top-k /
+ * top-p / min-p, penalties, probs), statistical checks for draws. Statistical
+ * tests use fixed seeds, so they are deterministic; their thresholds are
+ * stated at each: a frequency f over N draws of a token with probability p
+ * must satisfy |f - p| <= 5 sigma, sigma = sqrt(p (1 - p) / N) (a correct
+ * sampler fails one such check with probability ~6e-7), and a token outside
+ * the kept set must never be drawn.
+ */
+#include <stdint.h>
+
+#include "ts_int.h"
+#include "ts_test.h"
+
+static ts_sampler *mk(int V, float temp, int top_k, float top_p, float min_p, uint64_t seed) {
+    ts_sampler_params p;
+    ts_sampler_params_default(&p);
+    p.temperature = temp;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.seed = seed;
+    ts_sampler *s = NULL;
+    ts_error err;
+    if (ts_sampler_new(V, &p, &s, &err)) fprintf(stderr, "  sampler_new: %s\n", err.msg);
+    return s;
+}
+
+/* logits whose softmax at T=1 is exactly probs */
+static void logits_of(const double *probs, int V, float *l) {
+    for (int i = 0; i < V; i++) l[i] = probs[i] > 0 ? (float)log(probs[i]) : -INFINITY;
+}
+
+/* Draw N ids; check frequencies against expected probabilities (5 sigma)
+ * and that zero-probability ids never appear. */
+static int check_freq(ts_sampler *s, const float *logits, const double *expect, int V, int N) {
+    int *cnt = calloc((size_t)V, sizeof(int));
+    ts_error err;
+    for (int i = 0; i < N; i++) {
+        int32_t id;
+        if (ts_sampler_sample(s, logits, &id, &err) || id < 0 || id >= V) {
+            free(cnt);
+            return -1;
+        }
+        cnt[id]++;
+    }
+    int bad = 0;
+    for (int i = 0; i < V; i++) {
+        double f = (double)cnt[i] / N, p = expect[i];
+        double sig = sqrt(p * (1 - p) / N);
+        if (p == 0 ? cnt[i] != 0 : fabs(f - p) > 5 * sig) {
+            fprintf(stderr, "  id %d: frequency %.5f, expected %.5f (5 sigma = %.5f)\n", i, f, p, 5 * sig);
+            bad++;
+        }
+    }
+    free(cnt);
+    return bad;
+}
+
+static void softmax_d(const float *l, int V, double T, double *out) {
+    double m = -INFINITY, z = 0;
+    for (int i = 0; i < V; i++)
+        if (l[i] / T > m) m = l[i] / T;
+    for (int i = 0; i < V; i++) z += out[i] = exp(l[i] / T - m);
+    for (int i = 0; i < V; i++) out[i] /= z;
+}
+
+TS_TEST(sample, greedy) {
+    float l[6] = {0.5f, 3.0f, -1.0f, 3.0f, NAN, 2.9f};
+    ts_sampler *s = mk(6, 0.0f, 0, 1.0f, 0.0f, 1);
+    CHECK(s != NULL);
+    ts_error err;
+    int32_t id = -1;
+    for (int r = 0; r < 5; r++) {
+        CHECK(ts_sampler_sample(s, l, &id, &err) == 0);
+        CHECK_MSG(id == 1, "greedy picked %d (ties go to the lowest id)", id);
+    }
+    float probs[6];
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    CHECK(probs[1] == 1.0f && probs[3] == 0.0f && probs[0] == 0.0f);
+    /* top_k = 1 is greedy too, whatever the temperature */
+    ts_sampler *s1 = mk(6, 5.0f, 1, 1.0f, 0.0f, 7);
+    CHECK(ts_sampler_sample(s1, l, &id, &err) == 0 && id == 1);
+    float dead[6] = {-INFINITY, NAN, -INFINITY, -INFINITY, NAN, -INFINITY};
+    CHECK(ts_sampler_sample(s, dead, &id, &err) == TS_E_ARG);
+    ts_sampler_free(s);
+    ts_sampler_free(s1);
+}
+
+TS_TEST(sample, deterministic_seed) {
+    enum { V = 1000, N = 2000 };
+    float *l = malloc(sizeof(float) * V);
+    for (int i = 0; i < V; i++) l[i] = (float)((i * 7919) % 101) / 20.0f;
+    int32_t a[N], b[N], c[N];
+    ts_error err;
+    for (int run = 0; run < 3; run++) {
+        ts_sampler *s = mk(V, 0.8f, 50, 0.9f, 0.02f, run == 2 ? 43 : 42);
+        CHECK(s != NULL);
+        int32_t *dst = run == 0 ? a : run == 1 ? b : c;
+        for (int i = 0; i < N; i++) CHECK(ts_sampler_sample(s, l, &dst[i], &err) == 0);
+        /* reset reseeds: the first draws repeat */
+        ts_sampler_reset(s);
+        int32_t again;
+        CHECK(ts_sampler_sample(s, l, &again, &err) == 0 && again == dst[0]);
+        ts_sampler_free(s);
+    }
+    CHECK(!memcmp(a, b, sizeof a));
+    int diff = 0;
+    for (int i = 0; i < N; i++) diff += a[i] != c[i];
+    CHECK_MSG(diff > N / 2, "seeds 42 and 43 agree on %d of %d draws", N - diff, N);
+    free(l);
+}
+
+TS_TEST(sample, temperature_stats) {
+    float l[5] = {1.0f, 2.0f, 0.0f, -1.0f, 1.5f};
+    double e[5];
+    double temps[] = {1.0, 0.5, 2.0};
+    for (int k = 0; k < 3; k++) {
+        ts_sampler *s = mk(5, (float)temps[k], 0, 1.0f, 0.0f, 100 + (uint64_t)k);
+        CHECK(s != NULL);
+        softmax_d(l, 5, temps[k], e);
+        int bad = check_freq(s, l, e, 5, 200000);
+        CHECK_MSG(bad == 0, "T=%.1f: %d ids off by more than 5 sigma", temps[k], bad);
+        ts_sampler_free(s);
+    }
+}
+
+/* probs = [0.4, 0.25, 0.15, 0.1, 0.06, 0.04] in a shuffled id order */
+static const int PERM[6] = {3, 0, 5, 1, 4, 2};
+static const double P6[6] = {0.4, 0.25, 0.15, 0.1, 0.06, 0.04};
+
+static void shuffled(float *l, double *p) {
+    for (int i = 0; i < 6; i++) p[PERM[i]] = P6[i];
+    logits_of(p, 6, l);
+}
+
+TS_TEST(sample, top_k) {
+    float l[6];
+    double p[6], e[6] = {0};
+    shuffled(l, p);
+    ts_sampler *s = mk(6, 1.0f, 3, 1.0f, 0.0f, 5);
+    CHECK(s != NULL);
+    double z = 0.4 + 0.25 + 0.15;
+    for (int i = 0; i < 3; i++) e[PERM[i]] = P6[i] / z;
+    CHECK(check_freq(s, l, e, 6, 100000) == 0);
+    float probs[6];
+    ts_error err;
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    for (int i = 0; i < 6; i++) CHECK_MSG(fabs(probs[i] - e[i]) < 1e-5, "id %d: %g vs %g", i, probs[i], e[i]);
+    ts_sampler_free(s);
+}
+
+TS_TEST(sample, top_p) {
+    float l[6];
+    double p[6];
+    shuffled(l, p);
+    /* keep a token while the mass before it is below top_p:
+     * 0.6 -> {0.4, 0.25}; 0.66 -> {0.4, 0.25, 0.15}; 0.95 -> all but the last */
+    struct { float top_p; int keep; } cases[] = {{0.3f, 1}, {0.6f, 2}, {0.66f, 3}, {0.85f, 4}, {0.95f, 5}, {1.0f, 6}};
+    for (unsigned c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ts_sampler *s = mk(6, 1.0f, 0, cases[c].top_p, 0.0f, 9 + c);
+        CHECK(s != NULL);
+        double e[6] = {0}, z = 0;
+        for (int i = 0; i < cases[c].keep; i++) z += P6[i];
+        for (int i = 0; i < cases[c].keep; i++) e[PERM[i]] = P6[i] / z;
+        float probs[6];
+        ts_error err;
+        CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+        for (int i = 0; i < 6; i++)
+            CHECK_MSG(fabs(probs[i] - e[i]) < 1e-5, "top_p %.2f id %d: %g vs %g", cases[c].top_p, i, probs[i], e[i]);
+        CHECK(check_freq(s, l, e, 6, 50000) == 0);
+        ts_sampler_free(s);
+    }
+}
+
+TS_TEST(sample, min_p) {
+    float l[6];
+    double p[6];
+    shuffled(l, p);
+    /* min_p 0.3: threshold 0.12 keeps {0.4, 0.25, 0.15} */
+    ts_sampler *s = mk(6, 1.0f, 0, 1.0f, 0.3f, 11);
+    CHECK(s != NULL);
+    double e[6] = {0}, z = 0.8;
+    for (int i = 0; i < 3; i++) e[PERM[i]] = P6[i] / z;
+    float probs[6];
+    ts_error err;
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    for (int i = 0; i < 6; i++) CHECK_MSG(fabs(probs[i] - e[i]) < 1e-5, "id %d: %g vs %g", i, probs[i], e[i]);
+    CHECK(check_freq(s, l, e, 6, 50000) == 0);
+    ts_sampler_free(s);
+    /* combined: top_k 5, top_p 0.7 (over the renormalised top 5: 0.4/0.96 ...)
+     * then min_p 0.5 (keeps p >= 0.2 of the max): {0.4, 0.25} */
+    s = mk(6, 1.0f, 5, 0.7f, 0.5f, 12);
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    CHECK(fabs(probs[PERM[0]] - 0.4 / 0.65) < 1e-5 && fabs(probs[PERM[1]] - 0.25 / 0.65) < 1e-5);
+    ts_sampler_free(s);
+}
+
+/* Top-p on a large vocabulary, where only a head of the candidates is
+ * sorted: the kept set must equal a brute-force full sort's. */
+static int cmp_desc(const void *a, const void *b) {
+    const double *x = a, *y = b;
+    return x[0] < y[0] ? 1 : x[0] > y[0] ? -1 : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+TS_TEST(sample, top_p_large_vocab) {
+    enum { V = 151936 };
+    float *l = malloc(sizeof(float) * V), *probs = malloc(sizeof(float) * V);
+    double *pairs = malloc(sizeof(double) * 2 * V);
+    uint64_t x = 12345;
+    float temps[] = {0.7f, 1.0f, 3.0f};
+    float tps[] = {0.5f, 0.9f, 0.99f};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < V; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            l[i] = (float)((x >> 40) % 100000) / 10000.0f; /* [0, 10): a long flat tail */
+        }
+        ts_sampler *s = mk(V, temps[k], 0, tps[k], 0.0f, 3);
+        CHECK(s != NULL);
+        ts_error err;
+        CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+        double m = -1e30, z = 0;
+        for (int i = 0; i < V; i++) m = fmax(m, l[i] / temps[k]);
+        for (int i = 0; i < V; i++) {
+            pairs[2 * i] = exp((double)l[i] / temps[k] - m);
+            pairs[2 * i + 1] = i;
+            z += pairs[2 * i];
+        }
+        qsort(pairs, V, 2 * sizeof(double), cmp_desc);
+        int keep = 0;
+        double acc = 0;
+        while (keep < V && acc < tps[k] * z) acc += pairs[2 * keep++];
+        int n_pos = 0, bad = 0;
+        double sum = 0;
+        for (int i = 0; i < V; i++) n_pos += probs[i] > 0, sum += probs[i];
+        for (int i = 0; i < keep; i++) bad += probs[(int)pairs[2 * i + 1]] == 0;
+        /* the sampler computes in float: allow the boundary token to differ */
+        CHECK_MSG(abs(n_pos - keep) <= 1 && bad <= 1, "T %.1f top_p %.2f: kept %d, expected %d (%d missing)",
+                  temps[k], tps[k], n_pos, keep, bad);
+        CHECK(fabs(sum - 1.0) < 1e-3);
+        ts_sampler_free(s);
+    }
+    free(l), free(probs), free(pairs);
+}
+
+TS_TEST(sample, penalties) {
+    float l[4] = {2.0f, -1.0f, 0.5f, 1.0f};
+    ts_sampler_params p;
+    ts_sampler_params_default(&p);
+    p.repetition_penalty = 2.0f;
+    p.presence_penalty = 0.25f;
+    p.frequency_penalty = 0.5f;
+    ts_sampler *s;
+    ts_error err;
+    CHECK(ts_sampler_new(4, &p, &s, &err) == 0);
+    ts_sampler_accept(s, 0);
+    ts_sampler_accept(s, 0);
+    ts_sampler_accept(s, 1);
+    /* id 0: 2/2 - 2*0.5 - 0.25 = -0.25; id 1: -1*2 - 0.5 - 0.25 = -2.75 */
+    float want[4] = {-0.25f, -2.75f, 0.5f, 1.0f}, probs[4];
+    double e[4];
+    softmax_d(want, 4, 1.0, e);
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    for (int i = 0; i < 4; i++) CHECK_MSG(fabs(probs[i] - e[i]) < 1e-6, "id %d: %g vs %g", i, probs[i], e[i]);
+    /* the caller's logits are untouched */
+    CHECK(l[0] == 2.0f && l[1] == -1.0f);
+    /* greedy sees the penalties: id 0 (2.0) loses to id 3 (1.0) */
+    ts_sampler_free(s);
+    p.temperature = 0;
+    CHECK(ts_sampler_new(4, &p, &s, &err) == 0);
+    ts_sampler_accept(s, 0);
+    int32_t id;
+    CHECK(ts_sampler_sample(s, l, &id, &err) == 0 && id == 3);
+    /* reset forgets the history */
+    ts_sampler_reset(s);
+    CHECK(ts_sampler_sample(s, l, &id, &err) == 0 && id == 0);
+    ts_sampler_free(s);
+}
+
+TS_TEST(sample, penalty_window) {
+    float l[4] = {1.0f, 1.0f, 1.0f, 1.0f}, probs[4];
+    ts_sampler_params p;
+    ts_sampler_params_default(&p);
+    p.presence_penalty = 1.0f;
+    p.penalty_last_n = 2;
+    ts_sampler *s;
+    ts_error err;
+    CHECK(ts_sampler_new(4, &p, &s, &err) == 0);
+    ts_sampler_accept(s, 0);
+    ts_sampler_accept(s, 1);
+    ts_sampler_accept(s, 2); /* pushes 0 out of the window */
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    CHECK(probs[0] == probs[3] && probs[1] == probs[2] && probs[1] < probs[0]);
+    CHECK(fabs(probs[0] / probs[1] - exp(1.0)) < 1e-4);
+    ts_sampler_accept(s, 1); /* window {2, 1} */
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    CHECK(probs[0] == probs[3] && probs[1] == probs[2] && probs[1] < probs[0]);
+    ts_sampler_accept(s, 1); /* window {1, 1}: id 2 is free again */
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    CHECK(probs[2] == probs[0] && probs[1] < probs[0]);
+    /* out-of-range ids are ignored, not a crash */
+    ts_sampler_accept(s, -3);
+    ts_sampler_accept(s, 4);
+    ts_sampler_free(s);
+    /* -1 = the whole sequence */
+    p.penalty_last_n = -1;
+    CHECK(ts_sampler_new(4, &p, &s, &err) == 0);
+    for (int i = 0; i < 100; i++) ts_sampler_accept(s, 3);
+    ts_sampler_accept(s, 0);
+    for (int i = 0; i < 100; i++) ts_sampler_accept(s, 1);
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    CHECK(probs[0] == probs[1] && probs[0] == probs[3] && probs[2] > probs[0]);
+    ts_sampler_free(s);
+}
+
+/* probs() is the distribution sample() draws from. */
+TS_TEST(sample, probs_match_draws) {
+    enum { V = 50 };
+    float l[V], probs[V];
+    for (int i = 0; i < V; i++) l[i] = (float)sin(i * 1.3) * 3.0f;
+    ts_sampler *s = mk(V, 0.9f, 20, 0.9f, 0.05f, 77);
+    CHECK(s != NULL);
+    ts_error err;
+    CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+    double e[V], sum = 0;
+    int nz = 0;
+    for (int i = 0; i < V; i++) e[i] = probs[i], sum += probs[i], nz += probs[i] > 0;
+    CHECK(fabs(sum - 1.0) < 1e-5);
+    CHECK(nz > 2 && nz < 20);
+    CHECK(check_freq(s, l, e, V, 100000) == 0);
+    ts_sampler_free(s);
+}
+
+TS_TEST(sample, draw_and_uniform) {
+    ts_sampler *s = mk(4, 1.0f, 0, 1.0f, 0.0f, 2024);
+    CHECK(s != NULL);
+    float probs[4] = {0.1f, 0.0f, 0.6f, 0.3f};
+    int cnt[4] = {0};
+    enum { N = 100000 };
+    for (int i = 0; i < N; i++) {
+        int32_t id = ts_sampler_draw(s, probs);
+        CHECK(id >= 0 && id < 4);
+        cnt[id]++;
+    }
+    CHECK(cnt[1] == 0);
+    for (int i = 0; i < 4; i++) {
+        double p = probs[i], f = (double)cnt[i] / N;
+        CHECK_MSG(fabs(f - p) <= 5 * sqrt(p * (1 - p) / N), "id %d: %.4f vs %.4f", i, f, p);
+    }
+    float none[4] = {0};
+    CHECK(ts_sampler_draw(s, none) == -1);
+    /* uniform: in [0, 1), mean 1/2 within 5 sigma (sigma = sqrt(1/12/N)) */
+    double m = 0;
+    for (int i = 0; i < N; i++) {
+        double u = ts_sampler_uniform(s);
+        CHECK(u >= 0.0 && u < 1.0);
+        m += u;
+    }
+    m /= N;
+    CHECK_MSG(fabs(m - 0.5) < 5 * sqrt(1.0 / 12 / N), "mean %.5f", m);
+    ts_sampler_free(s);
+}
+
+/* Sampling allocates nothing: with every allocation failing, it still works
+ * and the allocator's counters do not move. */
+TS_TEST(sample, no_allocation_per_token) {
+    enum { V = 151936 };
+    float *l = malloc(sizeof(float) * V);
+    for (int i = 0; i < V; i++) l[i] = (float)((i * 2654435761u) % 1000) / 100.0f;
+    ts_sampler_params p;
+    ts_sampler_params_default(&p);
+    p.temperature = 0.7f;
+    p.top_p = 0.95f;
+    p.min_p = 0.01f;
+    p.repetition_penalty = 1.1f;
+    p.presence_penalty = 0.5f;
+    ts_sampler *s;
+    ts_error err;
+    CHECK(ts_sampler_new(V, &p, &s, &err) == 0);
+    float *probs = malloc(sizeof(float) * V);
+    size_t before = ts_mem_total();
+    ts_mem_fail_after(1);
+    int ok = 1;
+    double t0 = ts_now();
+    for (int i = 0; i < 50 && ok; i++) {
+        int32_t id;
+        ok = ts_sampler_sample(s, l, &id, &err) == 0;
+        ts_sampler_accept(s, id);
+        ok = ok && ts_sampler_probs(s, l, probs, &err) == 0;
+    }
+    double dt = (ts_now() - t0) / 100;
+    ts_mem_fail_after(0);
+    CHECK(ok);
+    CHECK(ts_mem_total() == before);
+    fprintf(stderr, "  %.2f ms per sample/probs call at vocab %d (top_p 0.95 over a flat tail)\n", dt * 1e3, V);
+    ts_sampler_free(s);
+    free(l);
+    free(probs);
+}
+
+TS_TEST(sample, bad_params) {
+    ts_sampler_params p;
+    ts_sampler *s;
+    ts_error err;
+    ts_sampler_params_default(&p);
+    CHECK(ts_sampler_new(0, &p, &s, &err) == TS_E_ARG);
+    p.top_p = 0.0f;
+    CHECK(ts_sampler_new(10, &p, &s, &err) == TS_E_ARG && strstr(err.msg, "top_p"));
+    ts_sampler_params_default(&p);
+    p.min_p = 1.5f;
+    CHECK(ts_sampler_new(10, &p, &s, &err) == TS_E_ARG && strstr(err.msg, "min_p"));
+    ts_sampler_params_default(&p);
+    p.top_k = -2;
+    CHECK(ts_sampler_new(10, &p, &s, &err) == TS_E_ARG && strstr(err.msg, "top_k"));
+    ts_sampler_params_default(&p);
+    p.temperature = NAN;
+    CHECK(ts_sampler_new(10, &p, &s, &err) == TS_E_ARG && strstr(err.msg, "temperature"));
+    ts_sampler_params_default(&p);
+    p.repetition_penalty = 0.0f;
+    CHECK(ts_sampler_new(10, &p, &s, &err) == TS_E_ARG && strstr(err.msg, "repetition_penalty"));
+    ts_sampler_params_default(&p);
+    CHECK(ts_sampler_new(10, NULL, &s, &err) == 0);
+    ts_sampler_free(s);
+    ts_sampler_free(NULL);
+}
+
+/* Top-p's selection (a quickselect on mass) against a brute-force sort, on
+ * 300 random vocabularies of 1..3000 tokens with heavy ties (small integer
+ * logits), random temperatures and top_p. Both order by (scaled logit desc,
+ * id asc) and use the same float weights, so the kept sets must be equal. */
+typedef struct { float v, w; int id; } bf_c;
+static int cmp_bf(const void *a, const void *b) {
+    const bf_c *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->id - y->id;
+}
+
+TS_TEST(sample, top_p_exact_random) {
+    uint64_t x = 99;
+#define RND() (x = x * 6364136223846793005ull + 1442695040888963407ull, (uint32_t)(x >> 33))
+    float *l = malloc(sizeof(float) * 3000), *probs = malloc(sizeof(float) * 3000);
+    bf_c *bf = malloc(sizeof(bf_c) * 3000);
+    int bad = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        int V = 1 + (int)(RND() % 3000);
+        float T = 0.3f + (float)(RND() % 1000) / 500.0f;
+        float tp = 0.05f + (float)(RND() % 1000) / 1060.0f;
+        for (int i = 0; i < V; i++) l[i] = (float)(RND() % 12) - 6.0f;
+        ts_sampler *s = mk(V, T, 0, tp, 0.0f, 1);
+        CHECK(s != NULL);
+        ts_error err;
+        CHECK(ts_sampler_probs(s, l, probs, &err) == 0);
+        ts_sampler_free(s);
+        float inv_t = 1.0f / T, m = -INFINITY;
+        for (int i = 0; i < V; i++) m = fmaxf(m, l[i] * inv_t);
+        double z = 0;
+        for (int i = 0; i < V; i++) {
+            bf[i].v = l[i] * inv_t;
+            bf[i].w = expf(bf[i].v - m);
+            bf[i].id = i;
+            z += bf[i].w;
+        }
+        qsort(bf, (size_t)V, sizeof *bf, cmp_bf);
+        double target = (double)tp * z, acc = 0;
+        int keep = 0;
+        while (keep < V && acc < target) acc += bf[keep++].w;
+        int mismatch = 0, n_pos = 0;
+        for (int i = 0; i < V; i++) n_pos += probs[i] > 0;
+        for (int i = 0; i < keep; i++) mismatch += probs[bf[i].id] == 0;
+        if (mismatch || n_pos != keep) {
+            if (++bad <= 3) fprintf(stderr, "  trial %d V %d T %.2f top_p %.3f: kept %d, expected %d\n", trial, V, T, tp, n_pos, keep);
+        }
+    }
+#undef RND
+    free(l), free(probs), free(bf);
+    CHECK_MSG(bad == 0, "%d of 300 trials differ", bad);
+}
