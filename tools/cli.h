@@ -8,6 +8,8 @@
 #ifndef TS_CLI_H
 #define TS_CLI_H
 
+#include "turbospark.h"
+
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
@@ -24,5 +26,29 @@ int cmd_serve(int argc, char **argv);
 int cli_parse_ids(const char *s, int **ids);
 /* The default model directory (the bundled install), or NULL if absent. */
 const char *cli_default_model(void);
+
+/* Sampling flags shared by run and chat (--temp, --top-k, --top-p, --min-p,
+ * --seed, --repeat-penalty, --presence-penalty, --frequency-penalty).
+ * Returns 1 if argv[*i] was one (and consumes its value), 0 if not, -1 on a
+ * bad value (after printing an error). */
+int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const char *cmd);
+#define CLI_SAMPLING_HELP \
+    "  --temp T            temperature (default 0 = greedy)\n" \
+    "  --top-k K --top-p P --min-p P --seed S\n" \
+    "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
+
+/* Chat helpers (tools/cli_chat.c). A conversation is a JSON array of
+ * {"role", "content"} messages kept as a cJSON tree (strings only, so
+ * cJSON's number printing never matters). */
+struct cJSON;
+/* Append a message; returns 0 or -1 (out of memory). */
+int cli_chat_add(struct cJSON *messages, const char *role, const char *content);
+/* Render the conversation with the generation prompt; no_think passes
+ * enable_thinking=false. *out is freed with ts_chat_text_free. */
+int cli_chat_render(const ts_chat_template *t, struct cJSON *messages, int no_think, char **out,
+                    size_t *len, ts_error *err);
+/* Stop ids for a model: config/generation_config eos ids plus the
+ * tokenizer's <|im_end|> and <|endoftext|> when present. Returns the count. */
+int cli_stop_ids(const ts_engine *e, const ts_tokenizer *tok, int32_t *ids, int cap);
 
 #endif

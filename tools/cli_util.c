@@ -1,5 +1,6 @@
 /* cli_util.c: small helpers shared by the subcommands. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -42,4 +43,43 @@ const char *cli_default_model(void) {
     for (int i = 0; candidates[i]; i++)
         if (stat(candidates[i], &st) == 0 && S_ISDIR(st.st_mode)) return candidates[i];
     return NULL;
+}
+
+static int pf(const char *s, float *out) {
+    char *end;
+    *out = strtof(s, &end);
+    return end != s && *end == 0;
+}
+
+static int pi(const char *s, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    *out = (int)v;
+    return end != s && *end == 0 && v >= 0 && v <= (1L << 30);
+}
+
+int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const char *cmd) {
+    const char *a = argv[*i];
+    if (*i + 1 >= argc) return 0;
+    const char *v = argv[*i + 1];
+    int ok;
+    if (!strcmp(a, "--temp")) ok = pf(v, &gp->temperature) && gp->temperature >= 0;
+    else if (!strcmp(a, "--top-k")) ok = pi(v, &gp->top_k);
+    else if (!strcmp(a, "--top-p")) ok = pf(v, &gp->top_p) && gp->top_p > 0 && gp->top_p <= 1;
+    else if (!strcmp(a, "--min-p")) ok = pf(v, &gp->min_p) && gp->min_p >= 0 && gp->min_p <= 1;
+    else if (!strcmp(a, "--repeat-penalty")) ok = pf(v, &gp->repeat_penalty) && gp->repeat_penalty > 0;
+    else if (!strcmp(a, "--presence-penalty")) ok = pf(v, &gp->presence_penalty);
+    else if (!strcmp(a, "--frequency-penalty")) ok = pf(v, &gp->frequency_penalty);
+    else if (!strcmp(a, "--seed")) {
+        char *end;
+        errno = 0;
+        gp->seed = strtoull(v, &end, 10);
+        ok = end != v && *end == 0 && !errno;
+    } else return 0;
+    (*i)++;
+    if (!ok) {
+        fprintf(stderr, "turbospark %s: bad value '%s' for %s\n", cmd, v, a);
+        return -1;
+    }
+    return 1;
 }

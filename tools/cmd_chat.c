@@ -1,0 +1,213 @@
+/* cmd_chat.c: `turbospark chat`: an interactive conversation.
+ *
+ *   turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [sampling] [--ctx N]
+ *
+ * Line editing and history come from readline. Each turn renders the whole
+ * conversation with the model's chat template; when the session's timeline
+ * is a prefix of the new prompt (the usual case) only the new tokens are fed,
+ * otherwise (the template rewrote history, e.g. dropped a thinking block) the
+ * session restarts from the full prompt. Commands: /reset, /quit.
+ */
+#include <cjson/cJSON.h>
+#include <readline/history.h>
+#include <readline/readline.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct {
+    ts_detok *detok;
+    const int32_t *stops;
+    int n_stop;
+    int32_t *gen;     /* generated ids of this turn */
+    int n_gen, cap;
+    char *text;       /* decoded reply of this turn */
+    size_t len, tcap;
+} turn;
+
+static void text_add(turn *t, const char *s, size_t n) {
+    if (t->len + n + 1 > t->tcap) {
+        size_t nc = (t->len + n + 1) * 2;
+        char *nt = realloc(t->text, nc);
+        if (!nt) return;
+        t->text = nt;
+        t->tcap = nc;
+    }
+    memcpy(t->text + t->len, s, n);
+    t->len += n;
+    t->text[t->len] = 0;
+}
+
+static int on_token(void *user, int32_t id) {
+    turn *t = user;
+    if (t->n_gen == t->cap) {
+        int nc = t->cap ? 2 * t->cap : 256;
+        int32_t *ng = realloc(t->gen, sizeof(int32_t) * nc);
+        if (!ng) return 1;
+        t->gen = ng;
+        t->cap = nc;
+    }
+    t->gen[t->n_gen++] = id;
+    for (int i = 0; i < t->n_stop; i++)
+        if (t->stops[i] == id) return 0;
+    const char *s;
+    size_t n;
+    ts_error err;
+    if (ts_detok_push(t->detok, id, &s, &n, &err) == 0 && n) {
+        fwrite(s, 1, n, stdout);
+        fflush(stdout);
+        text_add(t, s, n);
+    }
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [--ctx N] [options]\n"
+               "  -n N                reply length limit in tokens (default 512)\n" CLI_SAMPLING_HELP
+               "commands in the conversation: /reset (forget it), /quit\n");
+}
+
+int cmd_chat(int argc, char **argv) {
+    const char *model = NULL, *system = NULL;
+    int no_think = 0, n_ctx = 0, n_predict = 512, threads = 0;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        int sr = cli_parse_sampling(argc, argv, &i, &gp, "chat");
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
+        else if (!strcmp(a, "--system") && more) system = argv[++i];
+        else if (!strcmp(a, "--no-think")) no_think = 1;
+        else if (!strcmp(a, "-n") && more) n_predict = atoi(argv[++i]);
+        else if (!strcmp(a, "--ctx") && more) n_ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { fprintf(stderr, "turbospark chat: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (n_predict <= 0 || n_ctx < 0) { fprintf(stderr, "turbospark chat: -n must be > 0 and --ctx >= 0\n"); return 2; }
+    if (!model) model = cli_default_model();
+    if (!model) { fprintf(stderr, "turbospark chat: no model: pass -m DIR\n"); return 2; }
+
+    ts_error err = {0};
+    ts_tokenizer *tok = NULL;
+    ts_chat_template *tpl = NULL;
+    ts_engine *e = NULL;
+    ts_session *s = NULL;
+    ts_detok *dt = NULL;
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.n_threads = threads;
+    int rc = ts_tokenizer_load(model, &tok, &err);
+    if (!rc) rc = ts_chat_template_load(model, &tpl, &err);
+    if (!rc) rc = ts_engine_open(model, &ep, &e, &err);
+    if (!rc) {
+        ts_session_params sp;
+        ts_session_params_default(&sp);
+        sp.n_ctx = n_ctx;
+        rc = ts_session_new(e, &sp, &s, &err);
+    }
+    if (!rc) rc = ts_detok_new(tok, &dt, &err);
+    if (rc) {
+        fprintf(stderr, "turbospark chat: %s\n", err.msg);
+        ts_tokenizer_free(tok);
+        ts_chat_template_free(tpl);
+        ts_session_free(s);
+        ts_engine_close(e);
+        return 1;
+    }
+    int32_t stops[16];
+    int n_stop = cli_stop_ids(e, tok, stops, 16);
+    gp.stop_ids = stops;
+    gp.n_stop = n_stop;
+    cJSON *msgs = cJSON_CreateArray();
+    if (system) cli_chat_add(msgs, "system", system);
+    int32_t *hist = NULL; /* ids in the session's timeline */
+    int n_hist = 0;
+    int tty = isatty(0);
+    if (tty) fprintf(stderr, "turbospark chat: %s (/reset, /quit; Ctrl-D ends)\n", model);
+    char *line;
+    while ((line = readline(tty ? "> " : "")) != NULL) {
+        if (!*line) { free(line); continue; }
+        if (tty) add_history(line);
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) { free(line); break; }
+        if (!strcmp(line, "/reset")) {
+            cJSON_Delete(msgs);
+            msgs = cJSON_CreateArray();
+            if (system) cli_chat_add(msgs, "system", system);
+            ts_session_reset(s);
+            n_hist = 0;
+            free(line);
+            fprintf(stderr, "(conversation reset)\n");
+            continue;
+        }
+        cli_chat_add(msgs, "user", line);
+        free(line);
+        char *prompt = NULL;
+        size_t plen = 0;
+        ts_tokens ids = {0};
+        if (cli_chat_render(tpl, msgs, no_think, &prompt, &plen, &err) ||
+            ts_tokenizer_encode(tok, prompt, plen, &ids, &err)) {
+            fprintf(stderr, "turbospark chat: %s\n", err.msg);
+            cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
+            ts_chat_text_free(prompt);
+            ts_tokens_free(&ids);
+            continue;
+        }
+        ts_chat_text_free(prompt);
+        /* reuse the timeline when it is a prefix of the new prompt */
+        int keep = n_hist <= ids.n;
+        for (int i = 0; keep && i < n_hist; i++) keep = hist[i] == ids.ids[i];
+        if (!keep || n_hist == ids.n) { ts_session_reset(s); n_hist = 0; }
+        turn t = {dt, stops, n_stop, NULL, 0, 0, NULL, 0, 0};
+        ts_detok_reset(dt);
+        ts_gen_stats st;
+        gp.n_predict = n_predict;
+        rc = ts_generate(s, ids.ids + n_hist, ids.n - n_hist, &gp, on_token, &t, &st, &err);
+        const char *tail;
+        size_t tl;
+        ts_detok_flush(dt, &tail, &tl);
+        fwrite(tail, 1, tl, stdout);
+        text_add(&t, tail, tl);
+        printf("\n");
+        fflush(stdout);
+        if (rc) {
+            fprintf(stderr, "turbospark chat: %s\n", err.msg);
+            cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
+            ts_session_reset(s);
+            n_hist = 0;
+        } else {
+            cli_chat_add(msgs, "assistant", t.text ? t.text : "");
+            /* timeline = prompt + generated ids except the last (never fed) */
+            int32_t *nh = realloc(hist, sizeof(int32_t) * (ids.n + t.n_gen));
+            if (nh) {
+                hist = nh;
+                memcpy(hist, ids.ids, sizeof(int32_t) * ids.n);
+                if (t.n_gen > 1) memcpy(hist + ids.n, t.gen, sizeof(int32_t) * (t.n_gen - 1));
+                n_hist = ids.n + (t.n_gen > 0 ? t.n_gen - 1 : 0);
+            } else {
+                ts_session_reset(s);
+                n_hist = 0;
+            }
+            fprintf(stderr, "[prompt %d new tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
+                    st.n_prompt, st.n_gen, st.t_prefill > 0 ? st.n_prompt / st.t_prefill : 0,
+                    st.n_gen > 1 && st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0);
+        }
+        free(t.gen);
+        free(t.text);
+        ts_tokens_free(&ids);
+    }
+    cJSON_Delete(msgs);
+    free(hist);
+    ts_detok_free(dt);
+    ts_session_free(s);
+    ts_engine_close(e);
+    ts_chat_template_free(tpl);
+    ts_tokenizer_free(tok);
+    return 0;
+}
