@@ -129,6 +129,7 @@ typedef struct ts_gdn_tape {
     float *a, *b;     /* [Rv, Hv] raw decay / beta projections */
     float *snap_conv; /* [K-1, C] conv state at the block start */
     float *snap_S;    /* [Hv, dk, dv] recurrent state at the block start */
+    const float *S_from; /* verify: row 0 reads the recurrent state from here (the snapshot) */
 } ts_gdn_tape;
 
 typedef struct ts_state {
@@ -166,6 +167,10 @@ void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, fl
  * the raw projections. Writes o [Vd] (before the gated norm) if not NULL. */
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
                     const float *a, const float *b, float *o, float *tmp /* [C] */);
+/* The same advance reading the recurrent state from S_src [Hv, dk, dv]
+ * (may be s->S) and writing it to s->S; bit-identical to copying first. */
+void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
+                         const float *qkv_in, const float *a, const float *b, float *o, float *tmp);
 
 /* Prefill only: advance a GDN layer over n rows (n <= max_rows) with the
  * chunked delta rule (chunked.c); writes o [n, Vd] before the gated norm.

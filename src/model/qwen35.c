@@ -117,6 +117,16 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
 
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
                     const float *a, const float *b, float *o, float *tmp) {
+    ts_gdn_advance_from(m, w, s, s->S, qkv_in, a, b, o, tmp);
+}
+
+/* The state advance with the recurrent state read from S_src (== s->S for
+ * the in-place step) and written to s->S: the same operations in the same
+ * order either way, so the result is the same bits. Speculative verify and
+ * rollback use it to start from the block-start snapshot without copying it
+ * back first. */
+void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
+                         const float *qkv_in, const float *a, const float *b, float *o, float *tmp) {
     const ts_config *c = &m->cfg;
     const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv, r = c->Hv / c->Hk;
     /* causal depthwise conv over [last K-1 inputs, this input], then SiLU */
@@ -147,13 +157,15 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
         float beta = sigmoid(b[h]);
         float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
         float *S = s->S + (size_t)h * dk * dv; /* [dk, dv] */
+        const float *Sr = S_src + (size_t)h * dk * dv;
         /* decay, then predict p = S^T k with the decayed state */
         float p[dv > 0 ? dv : 1];
         for (int j = 0; j < dv; j++) p[j] = 0.f;
         for (int i = 0; i < dk; i++) {
             float *Si = S + (size_t)i * dv;
+            const float *Ri = Sr + (size_t)i * dv;
             for (int j = 0; j < dv; j++) {
-                Si[j] *= decay;
+                Si[j] = Ri[j] * decay;
                 p[j] += Si[j] * kh[i];
             }
         }
@@ -194,8 +206,8 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
         ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, o, n);
     } else {
         for (int i = 0; i < n; i++)
-            ts_gdn_advance(m, w, gs, qkv + (size_t)i * m->C, aa + (size_t)i * Hv, bb + (size_t)i * Hv,
-                           o + (size_t)i * m->Vd, sc->rowtmp);
+            ts_gdn_advance_from(m, w, gs, i == 0 && tp && tp->S_from ? tp->S_from : gs->S, qkv + (size_t)i * m->C,
+                                aa + (size_t)i * Hv, bb + (size_t)i * Hv, o + (size_t)i * m->Vd, sc->rowtmp);
     }
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
     for (int i = 0; i < n; i++)

@@ -19,6 +19,12 @@
  * KV caches (main and MTP) need no undo: rows past the position are never
  * read and are overwritten by the next block.
  *
+ * No state copies: the recurrent state (Hv*dk*dv floats per layer, the bulk
+ * of a session's GDN memory) is never memcpy'd. Verify swaps the live and
+ * snapshot buffers and advances row 0 from the block-start state into the
+ * other buffer (ts_gdn_advance_from); rollback advances row 0 from the
+ * snapshot into the live buffer again. Only the small conv state is copied.
+ *
  * Row pairing of the MTP head (model-spec §4.2): MTP row i is (token x_{i+1},
  * target hidden h_i, position i). After a verify that keeps rows
  * pos..pos+keep-1, their next tokens are known (the accepted drafts and the
@@ -54,13 +60,22 @@ int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err) {
         for (int L = 0; L < c->n_layers; L++) {
             if (c->layer_full[L]) continue;
             ts_gdn_tape *t = &st->tape[L];
+            /* The conv state is small: copy it. The recurrent state is not
+             * copied: the buffers swap roles, the block-start state becomes
+             * the snapshot and row 0 advances from it into the other one. */
             memcpy(t->snap_conv, st->gdn[L].conv, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);
-            memcpy(t->snap_S, st->gdn[L].S, sizeof(float) * (size_t)c->Hv * c->dk * c->dv);
+            float *start = st->gdn[L].S;
+            st->gdn[L].S = t->snap_S;
+            t->snap_S = start;
+            t->S_from = start;
         }
     }
     st->tape_on = n > 1;
     ts_forward(m, st, ids, n, s->pos, s->vlogits, 0);
     st->tape_on = 0;
+    if (n > 1)
+        for (int L = 0; L < c->n_layers; L++)
+            if (!c->layer_full[L]) st->tape[L].S_from = NULL;
     s->spec_rows = n;
     s->pos += n;
     s->have_last = 1;
@@ -80,10 +95,10 @@ void ts_spec_rollback(ts_session *s, int keep) {
             ts_gdn_tape *t = &st->tape[L];
             ts_gdn_state *g = &st->gdn[L];
             memcpy(g->conv, t->snap_conv, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);
-            memcpy(g->S, t->snap_S, sizeof(float) * (size_t)c->Hv * c->dk * c->dv);
+            /* row 0 reads the snapshot and overwrites the live state: no copy back */
             for (int r = 0; r < keep; r++)
-                ts_gdn_advance(m, &m->layers[L].gdn, g, t->qkv + (size_t)r * m->C, t->a + (size_t)r * c->Hv,
-                               t->b + (size_t)r * c->Hv, NULL, st->sc.rowtmp);
+                ts_gdn_advance_from(m, &m->layers[L].gdn, g, r == 0 ? t->snap_S : g->S, t->qkv + (size_t)r * m->C,
+                                    t->a + (size_t)r * c->Hv, t->b + (size_t)r * c->Hv, NULL, st->sc.rowtmp);
         }
         s->pos -= n - keep;
         s->spec_rows = keep;
