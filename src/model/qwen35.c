@@ -121,10 +121,12 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
 }
 
 /* The state advance with the recurrent state read from S_src (== s->S for
- * the in-place step) and written to s->S: the same operations in the same
- * order either way, so the result is the same bits. Speculative verify and
- * rollback use it to start from the block-start snapshot without copying it
- * back first. */
+ * the in-place step) and written to s->S. Each head's slice is brought over
+ * just before its step, so it is still in cache when the step runs: one
+ * pass over memory instead of a whole-state memcpy followed by the step.
+ * The arithmetic is the in-place step's, so the result is the same bits.
+ * Speculative verify and rollback use it to start from the block-start
+ * snapshot without copying the state back first. */
 void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
                          const float *qkv_in, const float *a, const float *b, float *o, float *tmp) {
     const ts_config *c = &m->cfg;
@@ -157,15 +159,15 @@ void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, 
         float beta = sigmoid(b[h]);
         float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
         float *S = s->S + (size_t)h * dk * dv; /* [dk, dv] */
-        const float *Sr = S_src + (size_t)h * dk * dv;
+        /* one head's state (dk*dv floats) at a time: it stays in cache for the step */
+        if (S_src != s->S) memcpy(S, S_src + (size_t)h * dk * dv, sizeof(float) * (size_t)dk * dv);
         /* decay, then predict p = S^T k with the decayed state */
         float p[dv > 0 ? dv : 1];
         for (int j = 0; j < dv; j++) p[j] = 0.f;
         for (int i = 0; i < dk; i++) {
             float *Si = S + (size_t)i * dv;
-            const float *Ri = Sr + (size_t)i * dv;
             for (int j = 0; j < dv; j++) {
-                Si[j] = Ri[j] * decay;
+                Si[j] *= decay;
                 p[j] += Si[j] * kh[i];
             }
         }
