@@ -17,10 +17,12 @@
 
 #include "model/spec.h"
 
+/* The minimum over the repetitions: the machine is shared, and the least
+ * disturbed run is the best estimate of the cost itself. */
 static double med(double *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
 }
 
 int main(int argc, char **argv) {
@@ -65,7 +67,7 @@ int main(int argc, char **argv) {
         (void)H;
     }
     double d = med(dec, reps), v = med(ver, reps), r1 = med(rb1, reps), rm = med(rbm, reps), m = med(dr, reps);
-    printf("model %s, %d reps (medians), draft M = %d, verify %d rows\n", dir, reps, M, M + 1);
+    printf("model %s, %d reps (minimum of each), draft M = %d, verify %d rows\n", dir, reps, M, M + 1);
     printf("decode step        %9.2f ms\n", d * 1e3);
     printf("verify %d rows      %9.2f ms   = %.2f x decode (target <= 1.3 for 4 rows)\n", M + 1, v * 1e3, v / d);
     printf("rollback keep 1    %9.3f ms   = %.2f%% of decode (target < 2%%)\n", r1 * 1e3, 100 * r1 / d);
