@@ -384,6 +384,37 @@ TS_API void ts_chat_text_free(char *text);
 TS_API int ts_chat_stop_ids(const char *model_dir, int32_t *ids, int cap, ts_error *err);
 /* ==== end chat template ================================================== */
 
+/* ==== reply parsing (src/text/reply.c) ====================================
+ * A Qwen reply as the model generated it -> reasoning (the <think> block),
+ * content and tool calls (<tool_call> blocks, in the JSON form of Qwen3's
+ * template or the <function=...><parameter=...> form of Qwen3.5's).
+ * Incremental: push text as it is generated; each push appends to
+ * `reasoning` and `content` only what is certain (text that may begin a tag,
+ * layout whitespace around tags and tool-call blocks are held), so the split
+ * is the same however the text was cut. Stop sequences and stop tokens are
+ * the caller's: push only the text that belongs to the reply. */
+
+typedef struct ts_reply ts_reply;
+
+/* 1 when a rendered prompt ends inside an opened think block ("<think>\n"):
+ * the reply then starts with reasoning. */
+TS_API int ts_reply_think_open(const char *prompt, size_t len);
+/* tools_json: the request's tool schemas (a JSON array, or NULL): typed
+ * parameters of the XML form become JSON numbers, booleans, objects. */
+TS_API int ts_reply_new(int think_open, const char *tools_json, ts_reply **out, ts_error *err);
+TS_API void ts_reply_free(ts_reply *r);
+/* Append the newly certain text to reasoning / content (either may be NULL to
+ * discard that channel). */
+TS_API int ts_reply_push(ts_reply *r, const char *text, size_t len, ts_text *reasoning, ts_text *content,
+                         ts_error *err);
+/* End of the reply: flush what is held. *tool_calls (owned, freed with
+ * ts_chat_text_free) receives a JSON array [{"name": N, "arguments": "JSON
+ * text"}, ...] when the reply ends in well-formed tool calls, else NULL (a
+ * malformed block is returned as content). */
+TS_API int ts_reply_finish(ts_reply *r, ts_text *reasoning, ts_text *content, char **tool_calls,
+                           ts_error *err);
+/* ==== end reply parsing =================================================== */
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "loader/safetensors.h"
+#include "turbospark.h"
 #include "ts_test.h"
 
 static char g_out[1 << 16];
@@ -106,4 +107,101 @@ TS_TEST(cli, seeded_sampling_repeats) {
     CHECK_MSG(!strcmp(a, b), "same seed differs: %s vs %s", a, b);
     CHECK_MSG(strcmp(a, c), "seeds 7 and 8 gave the same 24 tokens: %s", a);
     CHECK(strchr(a, ','));
+}
+
+/* A text model: tiny-dense with the server tests' small tokenizer and the
+ * Qwen3.5 template (its text is noise, but every id is real). */
+static const char *text_model(void) {
+    static char dir[512];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "%s/textm", ts_test_tmpdir());
+        ts_test_sh(g_out, sizeof g_out, "mkdir -p %s && cp tests/fixtures/tiny-dense/* %s/ && "
+                   "cp tests/fixtures/server/tokenizer.json tests/fixtures/server/chat_template.jinja %s/",
+                   dir, dir, dir);
+    }
+    return dir;
+}
+
+TS_TEST(cli, run_text_prompt_streams_and_reports) {
+    const char *m = text_model();
+    char ids[4096], text[4096];
+    /* the text printed equals the decode of the ids printed */
+    CHECK(ts_test_sh(ids, sizeof ids, "%s run -m %s -p 'Hello world' -n 12 --print-ids 2>/dev/null", ts_test_bin(), m) == 0);
+    char *nl = strchr(ids, '\n');
+    if (nl) *nl = 0;
+    CHECK(ts_test_sh(text, sizeof text, "%s run -m %s -p 'Hello world' -n 12 2>/dev/null", ts_test_bin(), m) == 0);
+    /* stream-decode the ids in-process: the CLI must print exactly that */
+    ts_tokenizer *tok = NULL;
+    ts_detok *dt = NULL;
+    ts_error err;
+    CHECK(ts_tokenizer_load(m, &tok, &err) == 0 && ts_detok_new(tok, &dt, &err) == 0);
+    char dec[4096];
+    size_t dl = 0;
+    for (char *p = ids; *p;) {
+        int32_t id = (int32_t)strtol(p, &p, 10);
+        if (*p == ',') p++;
+        const char *t;
+        size_t n;
+        CHECK(ts_detok_push(dt, id, &t, &n, &err) == 0);
+        memcpy(dec + dl, t, n);
+        dl += n;
+    }
+    const char *t;
+    size_t n;
+    ts_detok_flush(dt, &t, &n);
+    memcpy(dec + dl, t, n);
+    dl += n;
+    dec[dl++] = '\n';
+    dec[dl] = 0;
+    ts_detok_free(dt);
+    ts_tokenizer_free(tok);
+    CHECK_MSG(!strcmp(text, dec), "streamed text '%s' != decoded ids '%s'", text, dec);
+    /* one statistics line on stderr */
+    CHECK(ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p 'Hello world' -n 12 2>&1 >/dev/null", ts_test_bin(), m) == 0);
+    int np = 0, ng = 0;
+    CHECK_MSG(sscanf(g_out, "[prompt %d tokens, generated %d tokens; prefill", &np, &ng) == 2 && np > 0 && ng == 12 &&
+              strstr(g_out, "decode"), "%s", g_out);
+    /* invalid UTF-8 in the prompt is a clear error */
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p \"$(printf 'ab\\377')\" -n 2", ts_test_bin(), m);
+    CHECK_MSG(rc == 1 && strstr(g_out, "UTF-8"), "rc %d: %s", rc, g_out);
+}
+
+TS_TEST(cli, run_chat_uses_the_template) {
+    const char *m = text_model();
+    char a[4096], b[4096], req[600];
+    /* --chat --no-think must equal the ids of the template rendering fed as a prompt */
+    snprintf(req, sizeof req, "%s/req.json", ts_test_tmpdir());
+    FILE *f = fopen(req, "w");
+    fputs("{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi there\"}],"
+          "\"chat_template_kwargs\":{\"enable_thinking\":false}}", f);
+    fclose(f);
+    CHECK(ts_test_sh(a, sizeof a, "%s run -m %s --chat --system 'Be brief.' --no-think -p 'Hi there' -n 8 --print-ids 2>/dev/null",
+                     ts_test_bin(), m) == 0);
+    CHECK(ts_test_sh(b, sizeof b, "%s template -m %s --request %s > %s.txt && %s run -m %s -f %s.txt -n 8 --print-ids 2>/dev/null",
+                     ts_test_bin(), m, req, req, ts_test_bin(), m, req) == 0);
+    CHECK_MSG(!strcmp(a, b) && strchr(a, ','), "--chat gave %s, the rendered prompt gave %s", a, b);
+}
+
+TS_TEST(cli, interactive_chat_turns) {
+    const char *m = text_model();
+    /* two turns and a reset through stdin; each turn prints a stats line.
+     * (This noise model's replies do not re-tokenize to the ids it generated,
+     * so the second turn may re-feed the whole conversation: only its being
+     * longer than nothing is asserted.) */
+    int rc = ts_test_sh(g_out, sizeof g_out, "printf 'Hello\\nHow are you\\n/reset\\nHello\\n/quit\\n' | %s chat -m %s --no-think -n 6",
+                        ts_test_bin(), m);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, g_out);
+    int turns = 0;
+    for (const char *p = g_out; (p = strstr(p, "[prompt ")); p++) turns++;
+    CHECK_MSG(turns == 3, "expected 3 stats lines: %s", g_out);
+    CHECK_MSG(strstr(g_out, "(conversation reset)"), "%s", g_out);
+    int n1 = 0, n2 = 0, n3 = 0;
+    const char *p = strstr(g_out, "[prompt ");
+    sscanf(p, "[prompt %d", &n1);
+    p = strstr(p + 1, "[prompt ");
+    sscanf(p, "[prompt %d", &n2);
+    p = strstr(p + 1, "[prompt ");
+    sscanf(p, "[prompt %d", &n3);
+    CHECK_MSG(n1 > 0 && n3 == n1, "first turn %d tokens, after reset %d", n1, n3);
+    CHECK_MSG(n2 > 0, "second turn fed %d new tokens", n2);
 }

@@ -24,6 +24,8 @@ int cmd_serve(int argc, char **argv);
 /* Shared helpers (tools/cli_util.c). */
 /* Parse "1,2,3" into ids (caller frees *ids with free()). Returns count or -1. */
 int cli_parse_ids(const char *s, int **ids);
+/* Read a whole file ('-' = stdin) into a NUL-terminated malloc'd buffer, or NULL. */
+char *cli_read_file(const char *path);
 /* The default model directory (the bundled install), or NULL if absent. */
 const char *cli_default_model(void);
 

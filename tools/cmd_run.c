@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "usage: turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [options]\n"
             "  -m DIR              model directory (default: the bundled model)\n"
             "  -p TEXT             prompt text (needs tokenizer.json in DIR)\n"
+            "  -f FILE             prompt text from a file ('-' = stdin), byte for byte\n"
             "  --ids 1,2,3         prompt as token ids\n"
             "  --chat              wrap -p in the model's chat template (a user turn)\n"
             "  --system TEXT       system message for --chat\n"
@@ -72,6 +73,7 @@ static int parse_int(const char *s, int *out) {
 
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
+    char *file_prompt = NULL; /* -f: owned here */
     int chat = 0, no_think = 0;
     int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0, draft = -1;
     const char *spec = NULL;
@@ -87,6 +89,12 @@ int cmd_run(int argc, char **argv) {
         if (ARG("-m") || ARG("--model")) model = argv[++i];
         else if (ARG("--ids")) ids_s = argv[++i];
         else if (ARG("-p") || ARG("--prompt")) prompt = argv[++i];
+        else if (ARG("-f") || ARG("--file")) {
+            free(file_prompt);
+            file_prompt = cli_read_file(argv[++i]);
+            if (!file_prompt) { fprintf(stderr, "turbospark run: cannot read prompt file %s\n", argv[i]); return 2; }
+            prompt = file_prompt;
+        }
         else if (ARG("-n")) ok = parse_int(argv[++i], &n_predict) && n_predict >= 0;
         else if (ARG("--ctx")) ok = parse_int(argv[++i], &n_ctx) && n_ctx >= 0;
         else if (ARG("--threads")) ok = parse_int(argv[++i], &threads) && threads >= 0;

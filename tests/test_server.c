@@ -1,0 +1,770 @@
+/* test_server.c: black-box tests of `turbospark serve` over loopback HTTP.
+ *
+ * The model: tests/fixtures/tiny-dense (random weights, vocab 2048) plus the
+ * small Qwen-derived tokenizer and the Qwen3.5 chat template of
+ * tests/fixtures/server, assembled in the test's tmpdir. Its text is noise,
+ * but deterministic noise: greedy output must equal `turbospark run`'s.
+ *
+ * Each test starts its own server (fork + exec, --port 0, the port read from
+ * the server's log; PR_SET_PDEATHSIG so it cannot outlive the runner), talks
+ * to it with a minimal HTTP/1.1 client (Connection: close, chunked bodies
+ * decoded; every socket has a receive timeout so no loop can hang), and
+ * always stops it with SIGTERM at the end, checking that it exits cleanly
+ * (status 0: under `make asan` that includes LeakSanitizer's verdict).
+ */
+#define _GNU_SOURCE /* strcasestr */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ts_test.h"
+#include "turbospark.h"
+
+static char g_sh[1 << 16];
+
+/* ---- the test model -------------------------------------------------------- */
+
+static const char *model_dir(void) {
+    static char dir[512];
+    if (dir[0]) return dir;
+    snprintf(dir, sizeof dir, "%s/tsm", ts_test_tmpdir());
+    char cwd[1024];
+    if (!getcwd(cwd, sizeof cwd)) return NULL;
+    int rc = ts_test_sh(g_sh, sizeof g_sh,
+                        "mkdir -p %s && for f in %s/tests/fixtures/tiny-dense/*; do ln -sf \"$f\" %s/; done && "
+                        "cp tests/fixtures/server/tokenizer.json tests/fixtures/server/chat_template.jinja %s/",
+                        dir, cwd, dir, dir);
+    if (rc) { dir[0] = 0; return NULL; }
+    return dir;
+}
+
+/* ---- the server process -------------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char log[512];
+} server;
+
+static void msleep(int ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Start `turbospark serve -m MODEL --port 0 ARGS...` (NULL-terminated). */
+static int server_start(server *s, ...) {
+    memset(s, 0, sizeof *s);
+    const char *m = model_dir();
+    if (!m) return -1;
+    static int seq;
+    snprintf(s->log, sizeof s->log, "%s/server%d.log", ts_test_tmpdir(), seq++);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = ts_test_bin();
+    argv[n++] = "serve";
+    argv[n++] = "-m";
+    argv[n++] = m;
+    argv[n++] = "--port";
+    argv[n++] = "0";
+    va_list ap;
+    va_start(ap, s);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) && n < 30) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    s->pid = pid;
+    for (int i = 0; i < 600; i++) { /* up to 30 s (sanitizer builds load slowly) */
+        FILE *f = fopen(s->log, "r");
+        if (f) {
+            char line[1024];
+            while (fgets(line, sizeof line, f)) {
+                const char *p = strstr(line, "listening on http://127.0.0.1:");
+                if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+            }
+            fclose(f);
+        }
+        if (s->port) return 0;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) { s->pid = 0; return -1; }
+        msleep(50);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    s->pid = 0;
+    return -1;
+}
+
+/* SIGTERM, then wait up to 20 s (SIGKILL after). Returns the exit status,
+ * or -1 when it had to be killed. */
+static int server_stop(server *s) {
+    if (!s->pid) return -1;
+    kill(s->pid, SIGTERM);
+    for (int i = 0; i < 400; i++) {
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            s->pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        }
+        msleep(50);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    s->pid = 0;
+    return -1;
+}
+
+static void print_log(const server *s) {
+    ts_test_sh(g_sh, sizeof g_sh, "tail -c 3000 %s", s->log);
+    fprintf(stderr, "---- server log ----\n%s\n--------------------\n", g_sh);
+}
+
+/* ---- a minimal HTTP client ------------------------------------------------------- */
+
+typedef struct {
+    int status;
+    char *body;   /* decoded (chunked) body, NUL-terminated, malloc'd */
+    size_t len;
+} resp;
+
+static void resp_free(resp *r) {
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+static int connect_to(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {20, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) { close(fd); return -1; }
+    return fd;
+}
+
+static int send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Send a request; body may be NULL. extra: more header lines ("K: V\r\n"). */
+static int send_request(int fd, const char *method, const char *path, const char *extra, const char *body,
+                        size_t blen) {
+    char head[2048];
+    int n = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s", method, path,
+                     extra ? extra : "", body ? "Content-Type: application/json\r\n" : "");
+    if (body) n += snprintf(head + n, sizeof head - n, "Content-Length: %zu\r\n", blen);
+    n += snprintf(head + n, sizeof head - n, "\r\n");
+    if (send_all(fd, head, (size_t)n)) return -1;
+    return body && blen ? send_all(fd, body, blen) : 0;
+}
+
+/* Read to EOF and parse status line, headers and (chunked) body. */
+static int read_response(int fd, resp *r) {
+    memset(r, 0, sizeof *r);
+    size_t cap = 1 << 16, n = 0;
+    char *raw = malloc(cap);
+    for (;;) {
+        if (n + 4096 > cap) raw = realloc(raw, cap *= 2);
+        ssize_t k = recv(fd, raw + n, cap - n - 1, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    raw[n] = 0;
+    char *hend = strstr(raw, "\r\n\r\n");
+    if (!hend || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) { free(raw); return -1; }
+    *hend = 0;
+    int chunked = strcasestr(raw, "transfer-encoding: chunked") != NULL;
+    char *b = hend + 4, *end = raw + n;
+    r->body = malloc((size_t)(end - b) + 1);
+    if (!chunked) {
+        r->len = (size_t)(end - b);
+        memcpy(r->body, b, r->len);
+    } else {
+        while (b < end) {
+            size_t sz = strtoul(b, NULL, 16);
+            char *nl = strstr(b, "\r\n");
+            if (!nl || sz == 0) break;
+            b = nl + 2;
+            if (b + sz > end) sz = (size_t)(end - b);
+            memcpy(r->body + r->len, b, sz);
+            r->len += sz;
+            b += sz + 2;
+        }
+    }
+    r->body[r->len] = 0;
+    free(raw);
+    return 0;
+}
+
+static int http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r) {
+    memset(r, 0, sizeof *r);
+    int fd = connect_to(port);
+    if (fd < 0) return -1;
+    int rc = send_request(fd, method, path, extra, body, body ? strlen(body) : 0);
+    if (!rc) rc = read_response(fd, r);
+    close(fd);
+    return rc;
+}
+
+/* POST a JSON body; returns the parsed JSON (NULL if not JSON), status in *status. */
+static cJSON *post(int port, const char *path, const char *body, int *status) {
+    resp r;
+    *status = -1;
+    if (http(port, "POST", path, NULL, body, &r)) return NULL;
+    *status = r.status;
+    cJSON *j = cJSON_Parse(r.body);
+    resp_free(&r);
+    return j;
+}
+
+/* ---- JSON helpers -------------------------------------------------------------------- */
+
+static const cJSON *path_get(const cJSON *j, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *tok = strtok(buf, "."); tok && j; tok = strtok(NULL, "."))
+        j = (*tok >= '0' && *tok <= '9') ? cJSON_GetArrayItem(j, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(j, tok);
+    return j;
+}
+
+static const char *str_at(const cJSON *j, const char *path) {
+    const cJSON *v = path_get(j, path);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int int_at(const cJSON *j, const char *path) {
+    const cJSON *v = path_get(j, path);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+/* `turbospark run` text for the same request (stdout only; run appends "\n").
+ * run prints special tokens (<|im_start|>, <|video_pad|>, ...); the server
+ * leaves tokens marked special out of the text, as OpenAI-style servers do,
+ * so they are removed here (added tokens not marked special, like <think> or
+ * <|fim_prefix|>, stay in both). */
+static int run_text(const char *args, char *out, size_t cap) {
+    int rc = ts_test_sh(out, cap, "%s run -m %s %s 2>/dev/null", ts_test_bin(), model_dir(), args);
+    size_t n = strlen(out);
+    if (n && out[n - 1] == '\n') out[--n] = 0;
+    ts_tokenizer *tok = NULL;
+    ts_error err;
+    if (ts_tokenizer_load(model_dir(), &tok, &err)) return -1;
+    for (int id = 0; id < ts_tokenizer_vocab_size(tok); id++) {
+        size_t len;
+        const char *t = ts_tokenizer_token_bytes(tok, id, &len);
+        if (!t || !ts_tokenizer_is_special(tok, id)) continue;
+        char sp[64];
+        snprintf(sp, sizeof sp, "%.*s", (int)len, t);
+        char *at;
+        while ((at = strstr(out, sp))) memmove(at, at + len, strlen(at + len) + 1);
+    }
+    ts_tokenizer_free(tok);
+    return rc;
+}
+
+/* ---- tests ----------------------------------------------------------------------------- */
+
+static const char CHAT_NOTHINK[] =
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there, how are you?\"}],\"max_tokens\":40,"
+    "\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+
+static void greedy_matches_run(server *s) {
+    int st;
+    char want[8192];
+    /* No thinking: the reply is all content. */
+    cJSON *j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    CHECK_MSG(st == 200 && j, "status %d", st);
+    CHECK(run_text("--chat --no-think -p 'Hello there, how are you?' -n 40", want, sizeof want) == 0);
+    const char *content = str_at(j, "choices.0.message.content");
+    CHECK_MSG(content && !strcmp(content, want), "server '%s'\nrun    '%s'", content ? content : "(null)", want);
+    CHECK(!strcmp(str_at(j, "object"), "chat.completion"));
+    CHECK(!strcmp(str_at(j, "model"), "tsm"));
+    CHECK(!strcmp(str_at(j, "choices.0.message.role"), "assistant"));
+    /* usage: the prompt and generated counts run reports. */
+    ts_test_sh(g_sh, sizeof g_sh, "%s run -m %s --chat --no-think -p 'Hello there, how are you?' -n 40 --print-ids",
+               ts_test_bin(), model_dir());
+    const char *pp = strstr(g_sh, "[prompt ");
+    CHECK(pp);
+    int n_prompt = atoi(pp + 8), n_gen = atoi(strstr(pp, "generated ") + 10);
+    CHECK_MSG(int_at(j, "usage.prompt_tokens") == n_prompt, "prompt_tokens %d, run %d", int_at(j, "usage.prompt_tokens"), n_prompt);
+    CHECK_MSG(int_at(j, "usage.completion_tokens") == n_gen, "completion_tokens %d, run %d", int_at(j, "usage.completion_tokens"), n_gen);
+    CHECK(int_at(j, "usage.total_tokens") == n_prompt + n_gen);
+    CHECK(!strcmp(str_at(j, "choices.0.finish_reason"), n_gen == 40 ? "length" : "stop"));
+    cJSON_Delete(j);
+
+    /* Tools reach the template (its tool preamble lengthens the prompt), and
+     * so does an earlier tool call with its result. */
+    j = post(s->port, "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\","
+             "\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+             "\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+             "\"content\":\"sunny\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+             "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],"
+             "\"max_tokens\":4,\"temperature\":0}", &st);
+    CHECK_MSG(st == 200 && int_at(j, "usage.prompt_tokens") > n_prompt + 200, "tools: status %d, prompt_tokens %d", st,
+              int_at(j, "usage.prompt_tokens"));
+    cJSON_Delete(j);
+
+    /* Thinking (the template's generation prompt opens <think>): the reply is
+     * reasoning_content, the same text without its leading newlines. */
+    j = post(s->port, "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Why?\"}],\"max_tokens\":24,\"temperature\":0}", &st);
+    CHECK_MSG(st == 200 && j, "status %d", st);
+    CHECK(run_text("--chat -p 'Why?' -n 24", want, sizeof want) == 0);
+    const char *w = want;
+    while (*w == '\n') w++;
+    const char *reasoning = str_at(j, "choices.0.message.reasoning_content");
+    CHECK_MSG(reasoning && !strcmp(reasoning, w), "reasoning '%s'\nrun       '%s'", reasoning ? reasoning : "(null)", w);
+    cJSON_Delete(j);
+
+    /* Completions: raw text of a raw prompt, and a token-id prompt. */
+    j = post(s->port, "/v1/completions", "{\"prompt\":\"The capital of France\",\"max_tokens\":20,\"temperature\":0}", &st);
+    CHECK_MSG(st == 200 && j, "status %d", st);
+    CHECK(run_text("-p 'The capital of France' -n 20", want, sizeof want) == 0);
+    CHECK_MSG(str_at(j, "choices.0.text") && !strcmp(str_at(j, "choices.0.text"), want), "completion '%s'\nrun '%s'",
+              str_at(j, "choices.0.text"), want);
+    CHECK(!strcmp(str_at(j, "object"), "text_completion"));
+    cJSON_Delete(j);
+    j = post(s->port, "/v1/completions", "{\"prompt\":[5,6,7,8],\"max_tokens\":12,\"temperature\":0}", &st);
+    CHECK_MSG(st == 200 && j, "status %d", st);
+    CHECK(run_text("--ids 5,6,7,8 -n 12", want, sizeof want) == 0);
+    CHECK_MSG(!strcmp(str_at(j, "choices.0.text"), want), "ids completion '%s' run '%s'", str_at(j, "choices.0.text"), want);
+    CHECK(int_at(j, "usage.prompt_tokens") == 4);
+    cJSON_Delete(j);
+
+    /* Sampling parameters reach the sampler as run's flags do: same seed,
+     * same draw (and twice the same). */
+    const char *sampled = "{\"prompt\":\"hi\",\"max_tokens\":8,\"temperature\":0.8,\"top_k\":5,\"top_p\":0.9,"
+                          "\"min_p\":0.05,\"seed\":7,\"repetition_penalty\":1.1,\"presence_penalty\":0.5,"
+                          "\"frequency_penalty\":0.2}";
+    CHECK(run_text("-p hi -n 8 --temp 0.8 --top-k 5 --top-p 0.9 --min-p 0.05 --seed 7 --repeat-penalty 1.1 "
+                   "--presence-penalty 0.5 --frequency-penalty 0.2", want, sizeof want) == 0);
+    for (int k = 0; k < 2; k++) {
+        j = post(s->port, "/v1/completions", sampled, &st);
+        CHECK_MSG(st == 200 && str_at(j, "choices.0.text") && !strcmp(str_at(j, "choices.0.text"), want),
+                  "sampled '%s' run '%s'", str_at(j, "choices.0.text"), want);
+        cJSON_Delete(j);
+    }
+
+    /* Prefix reuse: a prompt that extends what the session holds feeds only
+     * the rest, and gives what a fresh run gives. */
+    j = post(s->port, "/v1/completions", "{\"prompt\":[11,12,13,14,15,16,17,18,19,20],\"max_tokens\":1,\"temperature\":0}", &st);
+    CHECK(st == 200);
+    cJSON_Delete(j);
+    j = post(s->port, "/v1/completions",
+             "{\"prompt\":[11,12,13,14,15,16,17,18,19,20,21,22],\"max_tokens\":10,\"temperature\":0}", &st);
+    CHECK(st == 200);
+    CHECK_MSG(int_at(j, "usage.prompt_tokens_details.cached_tokens") == 10, "cached %d",
+              int_at(j, "usage.prompt_tokens_details.cached_tokens"));
+    CHECK(run_text("--ids 11,12,13,14,15,16,17,18,19,20,21,22 -n 10", want, sizeof want) == 0);
+    CHECK_MSG(!strcmp(str_at(j, "choices.0.text"), want), "reused '%s' run '%s'", str_at(j, "choices.0.text"), want);
+    cJSON_Delete(j);
+
+    /* GET routes. */
+    resp r;
+    CHECK(http(s->port, "GET", "/v1/models", NULL, NULL, &r) == 0 && r.status == 200);
+    j = cJSON_Parse(r.body);
+    resp_free(&r);
+    CHECK(j && !strcmp(str_at(j, "data.0.id"), "tsm") && !strcmp(str_at(j, "object"), "list"));
+    cJSON_Delete(j);
+    CHECK(http(s->port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200);
+    resp_free(&r);
+    CHECK(http(s->port, "GET", "/metrics", NULL, NULL, &r) == 0 && r.status == 200);
+    const char *m = strstr(r.body, "\nturbospark_tokens_generated_total ");
+    int gen = m ? atoi(m + strlen("\nturbospark_tokens_generated_total ")) : -1;
+    int ok = gen >= 40 + 24 + 20 + 12 && strstr(r.body, "turbospark_queue_depth 0") &&
+             strstr(r.body, "turbospark_decode_tokens_per_second ") && strstr(r.body, "turbospark_requests_total ");
+    resp_free(&r);
+    CHECK_MSG(ok, "metrics: tokens generated %d", gen);
+}
+
+TS_TEST(server, greedy_matches_run) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    greedy_matches_run(&s);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* Parse an SSE body: concatenates delta text (chat: reasoning + content into
+ * the two buffers; completion: text into content). Returns the number of
+ * events; *done is set by a final [DONE]; last_finish / usage from chunks. */
+typedef struct {
+    char content[16384], reasoning[16384], finish[32];
+    int n_events, done, prompt_tokens, completion_tokens, role_seen, bad;
+} sse;
+
+static void parse_sse(const char *body, sse *o) {
+    memset(o, 0, sizeof *o);
+    o->prompt_tokens = o->completion_tokens = -1;
+    const char *p = body;
+    while ((p = strstr(p, "data: "))) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        if (!e) { o->bad = 1; break; }
+        o->n_events++;
+        if (o->done) o->bad = 1; /* nothing after [DONE] */
+        if (!strncmp(p, "[DONE]", 6)) { o->done = 1; p = e; continue; }
+        cJSON *j = cJSON_ParseWithLength(p, (size_t)(e - p));
+        if (!j) { o->bad = 1; break; }
+        const char *t;
+        if ((t = str_at(j, "choices.0.delta.content"))) strncat(o->content, t, sizeof o->content - strlen(o->content) - 1);
+        if ((t = str_at(j, "choices.0.delta.reasoning_content")))
+            strncat(o->reasoning, t, sizeof o->reasoning - strlen(o->reasoning) - 1);
+        if ((t = str_at(j, "choices.0.text"))) strncat(o->content, t, sizeof o->content - strlen(o->content) - 1);
+        if (str_at(j, "choices.0.delta.role")) o->role_seen = 1;
+        if ((t = str_at(j, "choices.0.finish_reason"))) snprintf(o->finish, sizeof o->finish, "%s", t);
+        if (path_get(j, "usage")) {
+            o->prompt_tokens = int_at(j, "usage.prompt_tokens");
+            o->completion_tokens = int_at(j, "usage.completion_tokens");
+        }
+        cJSON_Delete(j);
+        p = e;
+    }
+}
+
+static void stream_and_stop(server *s) {
+    int st;
+    resp r;
+    sse ev;
+    /* Chat: the chunks add up to the non-streamed reply. */
+    cJSON *j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    CHECK(st == 200 && j);
+    char *stream_body = strdup(CHAT_NOTHINK);
+    stream_body[strlen(stream_body) - 1] = 0;
+    char req[4096];
+    snprintf(req, sizeof req, "%s,\"stream\":true,\"stream_options\":{\"include_usage\":true}}", stream_body);
+    free(stream_body);
+    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
+    parse_sse(r.body, &ev);
+    resp_free(&r);
+    CHECK_MSG(!ev.bad && ev.done && ev.role_seen, "bad=%d done=%d role=%d", ev.bad, ev.done, ev.role_seen);
+    CHECK_MSG(!strcmp(ev.content, str_at(j, "choices.0.message.content")), "streamed '%s'\nwhole    '%s'", ev.content,
+              str_at(j, "choices.0.message.content"));
+    CHECK(!strcmp(ev.finish, str_at(j, "choices.0.finish_reason")));
+    CHECK(ev.prompt_tokens == int_at(j, "usage.prompt_tokens") && ev.completion_tokens == int_at(j, "usage.completion_tokens"));
+    CHECK(ev.n_events > 5);
+    cJSON_Delete(j);
+
+    /* Thinking, streamed: reasoning deltas add up too. */
+    const char *think = "{\"messages\":[{\"role\":\"user\",\"content\":\"Why?\"}],\"max_tokens\":24,\"temperature\":0%s}";
+    snprintf(req, sizeof req, think, "");
+    j = post(s->port, "/v1/chat/completions", req, &st);
+    CHECK(st == 200 && j);
+    snprintf(req, sizeof req, think, ",\"stream\":true");
+    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
+    parse_sse(r.body, &ev);
+    resp_free(&r);
+    CHECK(!ev.bad && ev.done && ev.prompt_tokens == -1); /* no usage chunk unless asked */
+    CHECK_MSG(!strcmp(ev.reasoning, str_at(j, "choices.0.message.reasoning_content")), "streamed reasoning '%s'", ev.reasoning);
+    cJSON_Delete(j);
+
+    /* Completions: a stop sequence cut out of the greedy text. */
+    const char *base = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0%s}";
+    snprintf(req, sizeof req, base, "");
+    j = post(s->port, "/v1/completions", req, &st);
+    CHECK(st == 200 && j);
+    char full[4096];
+    snprintf(full, sizeof full, "%s", str_at(j, "choices.0.text"));
+    cJSON_Delete(j);
+    size_t n = strlen(full);
+    CHECK_MSG(n >= 20, "greedy text too short: '%s'", full);
+    /* A stop string of 3 ASCII letters/spaces from the middle. */
+    size_t at = n / 2;
+    while (at + 3 < n && !(full[at] >= 'a' && full[at] <= 'z')) at++;
+    char stop[4] = {full[at], full[at + 1], full[at + 2], 0};
+    char expect[4096];
+    snprintf(expect, sizeof expect, "%.*s", (int)(strstr(full, stop) - full), full);
+    cJSON *stops = cJSON_CreateArray();
+    cJSON_AddItemToArray(stops, cJSON_CreateString("qqqqzzzz"));
+    cJSON_AddItemToArray(stops, cJSON_CreateString(stop));
+    char *sj = cJSON_PrintUnformatted(stops);
+    cJSON_Delete(stops);
+    char extra[256];
+    snprintf(extra, sizeof extra, ",\"stop\":%s", sj);
+    free(sj);
+    snprintf(req, sizeof req, base, extra);
+    j = post(s->port, "/v1/completions", req, &st);
+    CHECK(st == 200 && j);
+    CHECK_MSG(!strcmp(str_at(j, "choices.0.text"), expect), "stop '%s': got '%s' want '%s'", stop,
+              str_at(j, "choices.0.text"), expect);
+    CHECK(!strcmp(str_at(j, "choices.0.finish_reason"), "stop"));
+    CHECK(int_at(j, "usage.completion_tokens") < 40);
+    cJSON_Delete(j);
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",\"stream\":true");
+    snprintf(req, sizeof req, base, extra);
+    CHECK(http(s->port, "POST", "/v1/completions", NULL, req, &r) == 0 && r.status == 200);
+    parse_sse(r.body, &ev);
+    resp_free(&r);
+    CHECK_MSG(!ev.bad && ev.done && !strcmp(ev.content, expect) && !strcmp(ev.finish, "stop"),
+              "streamed with stop: '%s' finish %s", ev.content, ev.finish);
+    /* A single-string stop on chat, streamed and not. */
+    j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    CHECK(st == 200 && j);
+    snprintf(full, sizeof full, "%s", str_at(j, "choices.0.message.content"));
+    cJSON_Delete(j);
+    n = strlen(full);
+    at = n / 3;
+    while (at + 2 < n && !(full[at] >= 'a' && full[at] <= 'z')) at++;
+    char stop2[3] = {full[at], full[at + 1], 0};
+    snprintf(expect, sizeof expect, "%.*s", (int)(strstr(full, stop2) - full), full);
+    snprintf(req, sizeof req,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there, how are you?\"}],\"max_tokens\":40,"
+             "\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false},\"stop\":\"%s\",\"stream\":true}", stop2);
+    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
+    parse_sse(r.body, &ev);
+    resp_free(&r);
+    CHECK_MSG(!strcmp(ev.content, expect) && !strcmp(ev.finish, "stop"), "chat stop '%s': '%s' want '%s'", stop2, ev.content, expect);
+}
+
+TS_TEST(server, stream_and_stop_sequences) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    stream_and_stop(&s);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+static void errors(server *s) {
+    static const char AUTH[] = "Authorization: Bearer sekrit\r\n";
+    struct {
+        const char *method, *path, *body, *extra;
+        int status;
+        const char *msg_part;
+    } cases[] = {
+        {"POST", "/v1/chat/completions", "{\"messages\": [", AUTH, 400, "not valid JSON"},
+        {"POST", "/v1/chat/completions", "[1,2]", AUTH, 400, "JSON object"},
+        {"POST", "/v1/chat/completions", "{\"max_tokens\": 5}", AUTH, 400, "'messages' is required"},
+        {"POST", "/v1/chat/completions", "{\"messages\": \"hi\"}", AUTH, 400, "messages"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"temperature\": \"hot\"}", AUTH, 400, "'temperature' must be a number"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"max_tokens\": 1.5}", AUTH, 400, "max_tokens"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"max_tokens\": 100000}", AUTH, 400, "limit"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"n\": 2}", AUTH, 400, "n = 1"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"stop\": 5}", AUTH, 400, "'stop'"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"system\",\"content\":\"hi\"}]}", AUTH, 400, "No user query found in messages."},
+        {"POST", "/v1/completions", "{\"prompt\": [1, 99999]}", AUTH, 400, "token ids"},
+        {"POST", "/v1/completions", "{\"prompt\": {}}", AUTH, 400, "'prompt'"},
+        {"POST", "/v1/completions", "{\"prompt\": \"hi\", \"echo\": true}", AUTH, 400, "echo"},
+        {"GET", "/v1/nothing", NULL, AUTH, 404, "no route"},
+        {"GET", "/v1/chat/completions", NULL, AUTH, 405, "use POST"},
+        {"POST", "/v1/models", "{}", AUTH, 405, "use GET"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}]}", NULL, 401, "API key"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}]}",
+         "Authorization: Bearer wrong\r\n", 401, "API key"},
+        {"GET", "/v1/models", NULL, NULL, 401, "API key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        resp r;
+        CHECK_MSG(http(s->port, cases[i].method, cases[i].path, cases[i].extra, cases[i].body, &r) == 0, "case %zu: no response", i);
+        cJSON *j = cJSON_Parse(r.body);
+        const char *msg = str_at(j, "error.message");
+        int ok = r.status == cases[i].status && msg && strstr(msg, cases[i].msg_part) && str_at(j, "error.type") &&
+                 path_get(j, "error.param") && path_get(j, "error.code");
+        CHECK_MSG(ok, "case %zu (%s %s): status %d, body %s", i, cases[i].method, cases[i].path, r.status, r.body);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    /* Context overflow: the message names both numbers. */
+    char big[8192] = "{\"messages\":[{\"role\":\"user\",\"content\":\"";
+    for (int i = 0; i < 300; i++) strcat(big, "word ");
+    strcat(big, "\"}]}");
+    resp r;
+    CHECK(http(s->port, "POST", "/v1/chat/completions", AUTH, big, &r) == 0);
+    CHECK_MSG(r.status == 400 && strstr(r.body, "prompt is ") && strstr(r.body, "tokens, the context is 256") &&
+                  strstr(r.body, "context_length_exceeded"),
+              "overflow: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* 413: the headers announce 9 MiB; the server answers without reading it. */
+    int fd = connect_to(s->port);
+    CHECK(fd >= 0);
+    const char *h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                    "Authorization: Bearer sekrit\r\nContent-Length: 9437184\r\n\r\n{\"prompt\": \"";
+    send_all(fd, h, strlen(h));
+    CHECK(read_response(fd, &r) == 0);
+    close(fd);
+    CHECK_MSG(r.status == 413 && strstr(r.body, "\"error\""), "413: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* A client that sends half a request and leaves. */
+    fd = connect_to(s->port);
+    CHECK(fd >= 0);
+    send_all(fd, "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro", 57);
+    close(fd);
+    /* None of it disturbed the server. */
+    CHECK(http(s->port, "POST", "/v1/completions", AUTH, "{\"prompt\":\"ok\",\"max_tokens\":3,\"temperature\":0}", &r) == 0);
+    CHECK_MSG(r.status == 200, "after errors: %d %s", r.status, r.body);
+    resp_free(&r);
+    CHECK(http(s->port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200); /* no key needed */
+    resp_free(&r);
+}
+
+TS_TEST(server, errors_are_openai_json) {
+    server s;
+    CHECK_MSG(server_start(&s, "--ctx", "256", "--api-key", "sekrit", NULL) == 0, "the server did not start");
+    errors(&s);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* ---- concurrency -------------------------------------------------------------------- */
+
+typedef struct {
+    int port, status;
+    char body[1024], text[8192];
+} worker_arg;
+
+static void *client(void *p) {
+    worker_arg *a = p;
+    cJSON *j = post(a->port, "/v1/chat/completions", a->body, &a->status);
+    const char *t = str_at(j, "choices.0.message.content");
+    snprintf(a->text, sizeof a->text, "%s", t ? t : "(none)");
+    cJSON_Delete(j);
+    return NULL;
+}
+
+static void concurrent(server *s) {
+    enum { N = 4 };
+    worker_arg a[N];
+    char want[N][8192];
+    for (int i = 0; i < N; i++) {
+        memset(&a[i], 0, sizeof a[i]);
+        a[i].port = s->port;
+        snprintf(a[i].body, sizeof a[i].body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Question %d: tell me more\"}],\"max_tokens\":%d,"
+                 "\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false}}", i, 16 + 4 * i);
+        client(&a[i]); /* one at a time first: the reference */
+        CHECK(a[i].status == 200);
+        snprintf(want[i], sizeof want[i], "%s", a[i].text);
+    }
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) pthread_create(&th[i], NULL, client, &a[i]);
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++)
+        CHECK_MSG(a[i].status == 200 && !strcmp(a[i].text, want[i]), "request %d: status %d\n'%s'\nwant '%s'", i,
+                  a[i].status, a[i].text, want[i]);
+}
+
+TS_TEST(server, concurrent_requests_parallel2) {
+    server s;
+    CHECK_MSG(server_start(&s, "--parallel", "2", NULL) == 0, "the server did not start");
+    concurrent(&s);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* Open a long streaming completion and wait for its first data chunk. */
+static int open_stream(int port, int *got_data) {
+    int fd = connect_to(port);
+    if (fd < 0) return -1;
+    const char *body = "{\"prompt\":\"Go\",\"max_tokens\":3000,\"ignore_eos\":true,\"temperature\":0,\"stream\":true}";
+    if (send_request(fd, "POST", "/v1/completions", NULL, body, strlen(body))) { close(fd); return -1; }
+    *got_data = 0;
+    return fd;
+}
+
+/* Read from fd until "data: " shows up (or timeout / close). */
+static int wait_data(int fd) {
+    char buf[4096];
+    for (int i = 0; i < 100; i++) {
+        ssize_t k = recv(fd, buf, sizeof buf - 1, 0);
+        if (k <= 0) return 0;
+        buf[k] = 0;
+        if (strstr(buf, "data: ")) return 1;
+    }
+    return 0;
+}
+
+static int metric(int port, const char *name) {
+    resp r;
+    if (http(port, "GET", "/metrics", NULL, NULL, &r) || r.status != 200) return -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(r.body, key);
+    int v = p ? atoi(p + strlen(key)) : -1;
+    resp_free(&r);
+    return v;
+}
+
+static void disconnect_and_queue(server *s) {
+    int g;
+    int a = open_stream(s->port, &g);
+    CHECK(a >= 0);
+    CHECK_MSG(wait_data(a), "no data on the first stream");
+    int b = open_stream(s->port, &g); /* waits for the only session */
+    CHECK(b >= 0);
+    int queued = 0;
+    for (int i = 0; i < 200 && queued != 1; i++) { queued = metric(s->port, "turbospark_queue_depth"); msleep(10); }
+    CHECK_MSG(queued == 1, "queue depth %d", queued);
+    /* The queue (--queue 1) is full: the third gets a 503 at once. */
+    resp r;
+    CHECK(http(s->port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) == 0);
+    CHECK_MSG(r.status == 503 && strstr(r.body, "\"error\"") && strstr(r.body, "busy"), "full queue: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* The first client leaves mid-stream: its generation stops, the queued
+     * one starts streaming. */
+    close(a);
+    CHECK_MSG(wait_data(b), "the queued stream never started");
+    int gen1 = metric(s->port, "turbospark_tokens_generated_total");
+    close(b);
+    int busy = 1;
+    for (int i = 0; i < 400 && busy != 0; i++) { busy = metric(s->port, "turbospark_sessions_busy"); msleep(10); }
+    CHECK_MSG(busy == 0, "the cancelled generation still runs");
+    int gen2 = metric(s->port, "turbospark_tokens_generated_total");
+    CHECK_MSG(gen1 < 3000 && gen2 < 6000, "tokens generated %d then %d: cancellation did not stop them", gen1, gen2);
+    /* Later requests are served normally. */
+    int st;
+    cJSON *j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    CHECK_MSG(st == 200 && str_at(j, "choices.0.message.content"), "after disconnects: %d", st);
+    cJSON_Delete(j);
+    /* A non-streamed request abandoned while it waits in the queue or runs. */
+    int c = connect_to(s->port);
+    const char *body = "{\"prompt\":\"Go\",\"max_tokens\":3000,\"ignore_eos\":true}";
+    CHECK(c >= 0 && send_request(c, "POST", "/v1/completions", NULL, body, strlen(body)) == 0);
+    busy = 0;
+    for (int i = 0; i < 200 && busy != 1; i++) { busy = metric(s->port, "turbospark_sessions_busy"); msleep(10); }
+    close(c);
+    for (int i = 0; i < 400 && busy != 0; i++) { busy = metric(s->port, "turbospark_sessions_busy"); msleep(10); }
+    CHECK_MSG(busy == 0, "the abandoned non-streamed generation still runs");
+    CHECK(metric(s->port, "turbospark_tokens_generated_total") < 9000);
+}
+
+TS_TEST(server, disconnect_cancels_and_queue_is_bounded) {
+    server s;
+    CHECK_MSG(server_start(&s, "--queue", "1", "--ctx", "4096", NULL) == 0, "the server did not start");
+    disconnect_and_queue(&s);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}

@@ -1,0 +1,521 @@
+/* cmd_serve.c: `turbospark serve`: an OpenAI-compatible HTTP server.
+ *
+ *   turbospark serve -m DIR [--host 127.0.0.1] [--port 8080] [--ctx N]
+ *                    [--parallel N] [--queue N] [--max-tokens-limit N]
+ *                    [--api-key KEY] [--threads N] [-v]
+ *
+ * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /health, GET /metrics (Prometheus text).
+ *
+ * Owns: options, startup and orderly shutdown (SIGINT/SIGTERM), the HTTP
+ * layer on libmicrohttpd (one thread per connection): body accumulation with
+ * a size limit, auth, routing, OpenAI-style errors, streaming responses
+ * (server-sent events), disconnect detection, metrics.
+ * Does not own: request validation (server_req.c), the session pool and the
+ * token loop (server_gen.c).
+ *
+ * Disconnects: a connection thread waiting on its job (the whole reply, or
+ * the next SSE chunk) wakes every 50 ms and peeks at its socket; a closed
+ * peer cancels the job, which stops at its next token. A job still queued is
+ * dropped when a worker reaches it.
+ *
+ * Errors never take the server down: every bad request ends in a JSON error
+ * ({"error": {"message", "type", "param", "code"}}) on its own connection.
+ */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "server.h"
+
+enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_METRICS };
+
+typedef struct conn {
+    srv *s;
+    int fd;
+    char *body;
+    size_t len, cap;
+    int too_big, responded;
+    job *j;
+} conn;
+
+static time_t g_started;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: turbospark serve -m DIR [options]\n"
+            "  -m DIR                 model directory (needs tokenizer.json)\n"
+            "  --host H               address to listen on (default 127.0.0.1)\n"
+            "  --port P               port (default 8080; 0 picks a free one)\n"
+            "  --ctx N                context limit per session (default min(4096, model max))\n"
+            "  --parallel N           sessions, i.e. requests generated at once (default 1)\n"
+            "  --queue N              requests that may wait for a session (default 16); beyond: 503\n"
+            "  --max-tokens-limit N   largest max_tokens a request may ask for (default: the context)\n"
+            "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/\n"
+            "  --threads N            CPU threads (default: all cores)\n"
+            "  -v                     log every request on stderr\n");
+}
+
+/* ---- responses ----------------------------------------------------------------- */
+
+static enum MHD_Result send_body(struct MHD_Connection *c, int status, const char *type, const char *body,
+                                 size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, cJSON *obj) {
+    char *p = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!p) return MHD_NO;
+    enum MHD_Result ok = send_body(c, status, "application/json", p, strlen(p));
+    free(p);
+    return ok;
+}
+
+static enum MHD_Result send_err(conn *cc, struct MHD_Connection *c, const srv_err *e) {
+    srv *s = cc->s;
+    pthread_mutex_lock(&s->mu);
+    s->m_errors++;
+    pthread_mutex_unlock(&s->mu);
+    cc->responded = 1;
+    cJSON *o = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(eo, "message", e->msg);
+    cJSON_AddStringToObject(eo, "type", e->type ? e->type : "invalid_request_error");
+    if (e->param) cJSON_AddStringToObject(eo, "param", e->param);
+    else cJSON_AddNullToObject(eo, "param");
+    if (e->code) cJSON_AddStringToObject(eo, "code", e->code);
+    else cJSON_AddNullToObject(eo, "code");
+    return send_json(c, e->status, o);
+}
+
+static enum MHD_Result send_error(conn *cc, struct MHD_Connection *c, int status, const char *code,
+                                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result send_error(conn *cc, struct MHD_Connection *c, int status, const char *code,
+                                  const char *fmt, ...) {
+    srv_err e = {status, status >= 500 ? "server_error" : "invalid_request_error", NULL, code, {0}};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof e.msg, fmt, ap);
+    va_end(ap);
+    return send_err(cc, c, &e);
+}
+
+/* ---- disconnects ------------------------------------------------------------------ */
+
+/* 1 when the client has closed its side (or the socket failed). */
+static int peer_gone(int fd) {
+    if (fd < 0) return 0;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return 1;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
+    return 0;
+}
+
+static void wait_tick(job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+}
+
+/* The SSE body: hands out the job's bytes as the worker produces them. */
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    conn *cc = cls;
+    job *j = cc->j;
+    (void)pos;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        if (j->out.len > j->sent) {
+            size_t n = j->out.len - j->sent;
+            if (n > max) n = max;
+            memcpy(buf, j->out.s + j->sent, n);
+            j->sent += n;
+            if (j->sent == j->out.len) j->sent = j->out.len = 0;
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)n;
+        }
+        if (j->state == JOB_DONE) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        wait_tick(j);
+        if (peer_gone(cc->fd)) {
+            j->cancelled = 1;
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+/* ---- routes --------------------------------------------------------------------------- */
+
+static enum MHD_Result do_generate(conn *cc, struct MHD_Connection *c, int route) {
+    srv *s = cc->s;
+    srv_err e = {0};
+    job *j = route == R_CHAT ? srv_parse_chat(s, cc->body ? cc->body : "", cc->len, &e)
+                             : srv_parse_completion(s, cc->body ? cc->body : "", cc->len, &e);
+    if (!j) return send_err(cc, c, &e);
+    if (srv_submit(s, j)) {
+        srv_job_unref(j);
+        return send_error(cc, c, 503, "server_overloaded",
+                          "the server is busy (%d sessions busy, %d requests queued); retry later", s->parallel,
+                          s->queue_cap);
+    }
+    cc->j = j;
+    cc->responded = 1;
+    if (j->stream) {
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, cc, NULL);
+        if (!r) return MHD_NO;
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ok;
+    }
+    pthread_mutex_lock(&j->mu);
+    while (j->state != JOB_DONE) {
+        wait_tick(j);
+        if (j->state != JOB_DONE && peer_gone(cc->fd)) {
+            j->cancelled = 1;
+            pthread_mutex_unlock(&j->mu);
+            return MHD_NO; /* nobody to answer: close */
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (j->err_status) {
+        srv_err ge = {j->err_status, j->err_status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, {0}};
+        snprintf(ge.msg, sizeof ge.msg, "%s", j->err_msg);
+        return send_err(cc, c, &ge);
+    }
+    char *body = srv_job_response(s, j);
+    if (!body) return send_error(cc, c, 500, NULL, "out of memory");
+    enum MHD_Result ok = send_body(c, 200, "application/json", body, strlen(body));
+    free(body);
+    return ok;
+}
+
+static enum MHD_Result do_models(conn *cc, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", cc->s->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)g_started);
+    cJSON_AddStringToObject(m, "owned_by", "turbospark");
+    cJSON_AddNumberToObject(m, "max_model_len", cc->s->n_ctx);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    return send_json(c, 200, o);
+}
+
+static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
+    srv *s = cc->s;
+    char buf[4096];
+    pthread_mutex_lock(&s->mu);
+    double pf = s->m_prefill_s > 0 ? (double)s->m_prefill_tokens / s->m_prefill_s : 0;
+    double dc = s->m_decode_s > 0 ? (double)s->m_decode_tokens / s->m_decode_s : 0;
+    int n = snprintf(buf, sizeof buf,
+        "# HELP turbospark_requests_total HTTP requests received.\n"
+        "# TYPE turbospark_requests_total counter\nturbospark_requests_total %llu\n"
+        "# HELP turbospark_request_errors_total Requests answered with an error status.\n"
+        "# TYPE turbospark_request_errors_total counter\nturbospark_request_errors_total %llu\n"
+        "# HELP turbospark_requests_rejected_total Requests refused because the queue was full.\n"
+        "# TYPE turbospark_requests_rejected_total counter\nturbospark_requests_rejected_total %llu\n"
+        "# HELP turbospark_generations_total Generations run (completed or cancelled).\n"
+        "# TYPE turbospark_generations_total counter\nturbospark_generations_total %llu\n"
+        "# HELP turbospark_prompt_tokens_total Prompt tokens of all generations.\n"
+        "# TYPE turbospark_prompt_tokens_total counter\nturbospark_prompt_tokens_total %llu\n"
+        "# HELP turbospark_prompt_tokens_cached_total Prompt tokens reused from a session instead of prefilled.\n"
+        "# TYPE turbospark_prompt_tokens_cached_total counter\nturbospark_prompt_tokens_cached_total %llu\n"
+        "# HELP turbospark_tokens_generated_total Tokens generated.\n"
+        "# TYPE turbospark_tokens_generated_total counter\nturbospark_tokens_generated_total %llu\n"
+        "# HELP turbospark_prefill_tokens_per_second Prefill speed over all generations.\n"
+        "# TYPE turbospark_prefill_tokens_per_second gauge\nturbospark_prefill_tokens_per_second %.3f\n"
+        "# HELP turbospark_decode_tokens_per_second Decode speed over all generations.\n"
+        "# TYPE turbospark_decode_tokens_per_second gauge\nturbospark_decode_tokens_per_second %.3f\n"
+        "# HELP turbospark_queue_depth Requests waiting for a session.\n"
+        "# TYPE turbospark_queue_depth gauge\nturbospark_queue_depth %d\n"
+        "# HELP turbospark_sessions_busy Sessions generating now.\n"
+        "# TYPE turbospark_sessions_busy gauge\nturbospark_sessions_busy %d\n"
+        "# HELP turbospark_sessions Sessions in the pool.\n"
+        "# TYPE turbospark_sessions gauge\nturbospark_sessions %d\n",
+        (unsigned long long)s->m_requests, (unsigned long long)s->m_errors, (unsigned long long)s->m_rejected,
+        (unsigned long long)s->m_generations, (unsigned long long)s->m_prompt_tokens,
+        (unsigned long long)s->m_cached_tokens, (unsigned long long)s->m_gen_tokens, pf, dc,
+        s->q_len, s->n_busy, s->parallel);
+    pthread_mutex_unlock(&s->mu);
+    return send_body(c, 200, "text/plain; version=0.0.4", buf, (size_t)n);
+}
+
+static int route_of(const char *url, const char **method_needed) {
+    static const struct { const char *path, *method; int route; } routes[] = {
+        {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPLETIONS},
+        {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
+        {"/metrics", "GET", R_METRICS},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path)) {
+            *method_needed = routes[i].method;
+            return routes[i].route;
+        }
+    return R_NONE;
+}
+
+static int auth_ok(srv *s, struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    size_t a = strlen(h), b = strlen(s->api_key);
+    unsigned diff = a != b;
+    for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned char)(h[i] ^ s->api_key[i]);
+    return diff == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **ctx) {
+    srv *s = cls;
+    conn *cc = *ctx;
+    (void)version;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        cc->s = s;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        cc->fd = ci ? ci->connect_fd : -1;
+        *ctx = cc;
+        pthread_mutex_lock(&s->mu);
+        s->m_requests++;
+        pthread_mutex_unlock(&s->mu);
+        if (s->verbose) fprintf(stderr, "turbospark serve: %s %s\n", method, url);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > SRV_MAX_BODY) {
+            cc->too_big = 1;
+            return send_error(cc, c, 413, "request_too_large", "the request body is %s bytes; the limit is %u",
+                              cl, SRV_MAX_BODY);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cc->too_big && cc->len + *upload_size > SRV_MAX_BODY) {
+            cc->too_big = 1;
+            free(cc->body);
+            cc->body = NULL;
+            cc->len = cc->cap = 0;
+        }
+        if (!cc->too_big) {
+            if (cc->len + *upload_size + 1 > cc->cap) {
+                size_t cap = cc->cap ? cc->cap : 4096;
+                while (cap < cc->len + *upload_size + 1) cap *= 2;
+                char *p = realloc(cc->body, cap);
+                if (!p) return MHD_NO;
+                cc->body = p;
+                cc->cap = cap;
+            }
+            memcpy(cc->body + cc->len, upload, *upload_size);
+            cc->len += *upload_size;
+            cc->body[cc->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cc->responded) return MHD_YES;
+    if (cc->too_big)
+        return send_error(cc, c, 413, "request_too_large", "the request body exceeds the limit of %u bytes",
+                          SRV_MAX_BODY);
+
+    const char *want = NULL;
+    int route = route_of(url, &want);
+    if (route == R_NONE) return send_error(cc, c, 404, "not_found", "no route %s %s", method, url);
+    if (strcmp(method, want))
+        return send_error(cc, c, 405, "method_not_allowed", "%s is not allowed on %s; use %s", method, url, want);
+    if (s->api_key && !strncmp(url, "/v1/", 4) && !auth_ok(s, c))
+        return send_error(cc, c, 401, "invalid_api_key", "missing or incorrect API key (Authorization: Bearer KEY)");
+    cc->responded = 1;
+    switch (route) {
+    case R_HEALTH: return send_body(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+    case R_METRICS: return do_metrics(cc, c);
+    case R_MODELS: return do_models(cc, c);
+    default: return do_generate(cc, c, route);
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_RequestTerminationCode toe) {
+    conn *cc = *ctx;
+    (void)cls, (void)c, (void)toe;
+    if (!cc) return;
+    if (cc->j) {
+        srv_job_cancel(cc->j); /* no-op for a finished job */
+        srv_job_unref(cc->j);
+    }
+    free(cc->body);
+    free(cc);
+    *ctx = NULL;
+}
+
+static void log_access(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    vfprintf(stderr, fmt, ap);
+}
+
+/* ---- main ------------------------------------------------------------------------------- */
+
+static int parse_int(const char *s, int lo, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    *out = (int)v;
+    return end != s && *end == 0 && v >= lo && v <= (1L << 30);
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL;
+    int port = 8080, n_ctx = 0, parallel = 1, queue = 16, max_tokens_limit = 0, threads = 0, verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc, ok = 1;
+#define ARG(name) (!strcmp(a, name) && more)
+        if (ARG("-m") || ARG("--model")) model = argv[++i];
+        else if (ARG("--host")) host = argv[++i];
+        else if (ARG("--port")) ok = parse_int(argv[++i], 0, &port) && port <= 65535;
+        else if (ARG("--ctx")) ok = parse_int(argv[++i], 0, &n_ctx);
+        else if (ARG("--parallel")) ok = parse_int(argv[++i], 1, &parallel) && parallel <= 256;
+        else if (ARG("--queue")) ok = parse_int(argv[++i], 0, &queue) && queue <= 65536;
+        else if (ARG("--max-tokens-limit")) ok = parse_int(argv[++i], 1, &max_tokens_limit);
+        else if (ARG("--api-key")) api_key = argv[++i];
+        else if (ARG("--threads")) ok = parse_int(argv[++i], 0, &threads);
+        else if (!strcmp(a, "-v")) verbose = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { fprintf(stderr, "turbospark serve: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
+        if (!ok) { fprintf(stderr, "turbospark serve: bad value '%s' for %s\n", argv[i], a); return 2; }
+#undef ARG
+    }
+    if (!model) model = cli_default_model();
+    if (!model) { fprintf(stderr, "turbospark serve: no model: pass -m DIR\n"); return 2; }
+    if (api_key && !*api_key) { fprintf(stderr, "turbospark serve: --api-key is empty\n"); return 2; }
+
+    /* Resolve the address before loading anything. */
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int gai = getaddrinfo(host, NULL, &hints, &ai);
+    if (gai || !ai) {
+        fprintf(stderr, "turbospark serve: --host '%s': %s\n", host, gai_strerror(gai));
+        return 2;
+    }
+    struct sockaddr_storage addr;
+    memset(&addr, 0, sizeof addr);
+    memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    int ipv6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    if (ipv6) ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)port);
+    else ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)port);
+
+    srv S;
+    memset(&S, 0, sizeof S);
+    srv *s = &S;
+    s->model_dir = model;
+    s->n_ctx = n_ctx;
+    s->parallel = parallel;
+    s->queue_cap = queue;
+    s->api_key = api_key;
+    s->verbose = verbose;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->tpl_mu, NULL);
+    {
+        size_t n = strlen(model);
+        while (n > 1 && model[n - 1] == '/') n--;
+        size_t b = n;
+        while (b > 0 && model[b - 1] != '/') b--;
+        snprintf(s->model_id, sizeof s->model_id, "%.*s", (int)(n - b), model + b);
+    }
+
+    /* Everything the server starts inherits these: only the main thread takes
+     * SIGINT/SIGTERM (sigwait below); a closed socket is an error return, not
+     * a signal. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ts_error err = {0};
+    int rc = 0;
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.n_threads = threads;
+    struct MHD_Daemon *d = NULL;
+    if ((rc = ts_engine_open(model, &ep, &s->e, &err))) goto out;
+    if ((rc = ts_tokenizer_load(model, &s->tok, &err))) {
+        fprintf(stderr, "turbospark serve: the server needs a tokenizer: ");
+        goto out;
+    }
+    if (ts_chat_template_load(model, &s->tpl, &err)) {
+        fprintf(stderr, "turbospark serve: no chat template (%s): /v1/chat/completions will refuse requests\n", err.msg);
+        s->tpl = NULL;
+    }
+    s->n_vocab = ts_engine_info(s->e)->vocab_size;
+    s->n_stop_ids = cli_stop_ids(s->e, s->tok, s->stop_ids, 16);
+    if ((rc = srv_pool_start(s, &err))) goto out;
+    s->max_tokens_limit = max_tokens_limit ? max_tokens_limit : s->n_ctx;
+
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     (ipv6 ? MHD_USE_IPv6 : 0) | (verbose ? MHD_USE_ERROR_LOG : 0);
+    d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
+                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                         MHD_OPTION_EXTERNAL_LOGGER, log_access, NULL,
+                         MHD_OPTION_END);
+    if (!d) {
+        snprintf(err.msg, sizeof err.msg, "cannot listen on %s:%d: %s", host, port,
+                 errno ? strerror(errno) : "libmicrohttpd failed to start");
+        rc = TS_E_IO;
+        goto out;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    if (di) port = di->port;
+    g_started = time(NULL);
+    fprintf(stderr, "turbospark serve: listening on http://%s:%d (model %s, ctx %d, parallel %d, queue %d)\n",
+            host, port, s->model_id, s->n_ctx, s->parallel, s->queue_cap);
+    fflush(stderr);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "turbospark serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    /* Workers first: cancelling every job lets the connection threads that
+     * wait on them finish, so stopping the daemon (which joins them) cannot
+     * hang. */
+    srv_pool_stop(s);
+    MHD_stop_daemon(d);
+    d = NULL;
+out:
+    if (rc) fprintf(stderr, "turbospark serve: %s\n", err.msg);
+    if (d) MHD_stop_daemon(d);
+    srv_pool_stop(s);
+    ts_chat_template_free(s->tpl);
+    ts_tokenizer_free(s->tok);
+    ts_engine_close(s->e);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->tpl_mu);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,125 @@
+/* server.h: the pieces of `turbospark serve` shared by its files.
+ *
+ *   cmd_serve.c      options, startup and shutdown, HTTP (libmicrohttpd):
+ *                    routing, auth, body limits, errors, responses, metrics
+ *   server_req.c     OpenAI request JSON -> a job (validation, rendering,
+ *                    tokenizing, the context check)
+ *   server_gen.c     the session pool: workers, the bounded queue, the token
+ *                    callback (stop sequences, reply parsing, SSE chunks)
+ *
+ * Threads: libmicrohttpd runs one thread per connection; each of the
+ * --parallel workers owns one session and runs one job at a time. A job is
+ * shared by its connection thread and (once queued) its worker: refcounted,
+ * its mutable part under job->mu. The connection never touches a session.
+ *
+ * Invariants: a job is DONE exactly once, by its worker (or by the worker
+ * that drains a cancelled job from the queue); a cancelled job produces no
+ * more tokens after the next callback; the engine is shared read-only.
+ */
+#ifndef TS_SERVER_H
+#define TS_SERVER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cli.h"
+
+#define SRV_MAX_STOPS 16
+#define SRV_MAX_BODY (8u << 20) /* request bodies beyond this get 413 */
+
+typedef struct srv srv;
+
+enum { JOB_CHAT, JOB_COMPLETION };
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+typedef struct job {
+    /* ---- the request (immutable once queued) ---- */
+    int kind;                     /* JOB_CHAT or JOB_COMPLETION */
+    int stream, include_usage;
+    int32_t *prompt;              /* [n_prompt] ids, malloc'd */
+    int n_prompt;
+    ts_gen_params gp;             /* n_predict = max_tokens; stop ids set by the worker */
+    int ignore_eos;               /* extension: generate past the stop ids */
+    char *stops[SRV_MAX_STOPS];   /* stop sequences on the decoded text, malloc'd */
+    int n_stops;
+    int think_open;               /* chat: the prompt opened a <think> block */
+    char *tools_json;             /* chat: the request's tools (for parameter types), or NULL */
+    char id[48];                  /* chatcmpl-... / cmpl-... */
+    long created;
+
+    /* ---- shared state (under mu) ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs, state, cancelled;
+    ts_text out;                  /* stream: SSE bytes not yet sent */
+    size_t sent;                  /* bytes of out already handed to the connection */
+
+    /* ---- results (written by the worker, read after DONE) ---- */
+    ts_text text;                 /* completion text / chat content */
+    ts_text reasoning;            /* chat reasoning_content */
+    char *tool_calls;             /* chat: [{"name","arguments"}] JSON (ts_chat_text_free), or NULL */
+    const char *finish;           /* "stop", "length", "tool_calls" */
+    int n_gen, n_cached;          /* generated tokens, prompt tokens reused from the session */
+    int err_status;               /* non-zero: the generation failed (HTTP status) */
+    char err_msg[1024];
+} job;
+
+struct srv {
+    const char *model_dir;
+    char model_id[256];           /* the directory's base name */
+    ts_engine *e;
+    ts_tokenizer *tok;
+    ts_chat_template *tpl;        /* NULL: no template, chat completions refused */
+    pthread_mutex_t tpl_mu;       /* renders are serialised (the template is shared) */
+    int32_t stop_ids[16];
+    int n_stop_ids;
+    int n_ctx, parallel, queue_cap, max_tokens_limit;
+    const char *api_key;
+    int n_vocab, verbose;
+
+    /* the pool (under mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job **queue;                  /* ring of ring_cap = queue_cap + parallel */
+    int ring_cap, q_head, q_len, n_busy, stopping;
+    struct slot *slots;
+
+    /* metrics (under mu) */
+    uint64_t m_requests, m_errors, m_generations, m_rejected;
+    uint64_t m_prompt_tokens, m_cached_tokens, m_gen_tokens;
+    uint64_t m_prefill_tokens, m_decode_tokens;
+    double m_prefill_s, m_decode_s;
+};
+
+/* ---- server_gen.c ---- */
+int srv_pool_start(srv *s, ts_error *err);
+/* Cancel everything, let the workers drain, join them, free the sessions. */
+void srv_pool_stop(srv *s);
+/* Queue a job (takes a reference for the worker). Returns 0, or -1 when the
+ * queue is full or the server is stopping. */
+int srv_submit(srv *s, job *j);
+job *srv_job_new(int kind);
+void srv_job_unref(job *j);
+/* Mark a job cancelled (its connection went away). */
+void srv_job_cancel(job *j);
+
+/* ---- server_req.c ---- */
+/* An error for the client: HTTP status and the OpenAI error fields. */
+typedef struct srv_err {
+    int status;
+    const char *type;   /* "invalid_request_error", "server_error", ... */
+    const char *param;  /* the offending field, or NULL */
+    const char *code;   /* e.g. "context_length_exceeded", or NULL */
+    char msg[1024];
+} srv_err;
+
+/* Parse and check a request body into a new job; NULL with *e filled on a
+ * bad request. */
+job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e);
+job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e);
+
+/* A JSON value in the response envelope shape of the job: the full
+ * non-streamed response, malloc'd. */
+char *srv_job_response(srv *s, job *j);
+
+#endif

@@ -1,0 +1,349 @@
+/* server_req.c: OpenAI request bodies -> jobs for `turbospark serve`.
+ *
+ * Owns: validating /v1/chat/completions and /v1/completions bodies (types and
+ * ranges of every field we read, unsupported options refused rather than
+ * silently ignored), rendering chat requests with the checkpoint's own
+ * template, tokenizing, the context check and the max_tokens policy.
+ * Does not own: HTTP, generation.
+ *
+ * The chat body goes to the template as the request's own JSON text
+ * (ts_chat_render_json reads "messages", "tools", "add_generation_prompt" and
+ * "chat_template_kwargs" from it), so numbers keep their spelling (1 vs 1.0)
+ * exactly as the client wrote them.
+ *
+ * max_tokens: an explicit value above --max-tokens-limit is an error; an
+ * absent one means "until the context is full" for chat (capped by the limit)
+ * and 16 for completions (OpenAI's default). Generation that reaches the end
+ * of the context stops with finish_reason "length".
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server.h"
+
+static void fail(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void fail(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...) {
+    e->status = status;
+    e->type = status >= 500 ? "server_error" : "invalid_request_error";
+    e->param = param;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+}
+
+/* A member, with JSON null read as absent. */
+static const cJSON *get(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int is_int(const cJSON *v) {
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble) &&
+           fabs(v->valuedouble) < 9.007199254740992e15;
+}
+
+/* A number in [lo, hi]; returns 0 ok (absent leaves *out), -1 bad. */
+static int num_field(const cJSON *root, const char *k, double lo, double hi, int lo_open, float *out,
+                     srv_err *e) {
+    const cJSON *v = get(root, k);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+        fail(e, 400, k, "invalid_type", "'%s' must be a number", k);
+        return -1;
+    }
+    double x = v->valuedouble;
+    if (x < lo || x > hi || (lo_open && x == lo)) {
+        fail(e, 400, k, "invalid_value", "'%s' must be in %s%g, %g]; got %g", k, lo_open ? "(" : "[", lo, hi, x);
+        return -1;
+    }
+    *out = (float)x;
+    return 0;
+}
+
+static int bool_field(const cJSON *root, const char *k, int *out, srv_err *e) {
+    const cJSON *v = get(root, k);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) {
+        fail(e, 400, k, "invalid_type", "'%s' must be true or false", k);
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* Fields both endpoints share: n, stream, stream_options, max_tokens,
+ * sampling, seed, stop, ignore_eos. *max_tokens = -1 when absent. */
+static int parse_common(srv *s, const cJSON *root, job *j, int *max_tokens, srv_err *e) {
+    const cJSON *v;
+    if ((v = get(root, "n")) && (!is_int(v) || v->valuedouble != 1)) {
+        fail(e, 400, "n", "invalid_value", "only n = 1 is supported");
+        return -1;
+    }
+    if (bool_field(root, "stream", &j->stream, e) || bool_field(root, "ignore_eos", &j->ignore_eos, e)) return -1;
+    if ((v = get(root, "stream_options"))) {
+        if (!cJSON_IsObject(v)) {
+            fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+            return -1;
+        }
+        if (bool_field(v, "include_usage", &j->include_usage, e)) return -1;
+    }
+    *max_tokens = -1;
+    static const char *const mt_keys[] = {"max_completion_tokens", "max_tokens"};
+    for (int i = 0; i < 2; i++) {
+        if (!(v = get(root, mt_keys[i]))) continue;
+        if (!is_int(v) || v->valuedouble < 1) {
+            fail(e, 400, mt_keys[i], "invalid_value", "'%s' must be a positive integer", mt_keys[i]);
+            return -1;
+        }
+        if (v->valuedouble > s->max_tokens_limit) {
+            fail(e, 400, mt_keys[i], "invalid_value", "'%s' is %.0f, above this server's limit of %d", mt_keys[i],
+                 v->valuedouble, s->max_tokens_limit);
+            return -1;
+        }
+        *max_tokens = (int)v->valuedouble;
+        break;
+    }
+    ts_gen_params *gp = &j->gp;
+    gp->temperature = 1.0f; /* OpenAI's default */
+    if (num_field(root, "temperature", 0, 2, 0, &gp->temperature, e) ||
+        num_field(root, "top_p", 0, 1, 1, &gp->top_p, e) || num_field(root, "min_p", 0, 1, 0, &gp->min_p, e) ||
+        num_field(root, "presence_penalty", -2, 2, 0, &gp->presence_penalty, e) ||
+        num_field(root, "frequency_penalty", -2, 2, 0, &gp->frequency_penalty, e) ||
+        num_field(root, "repetition_penalty", 0, 100, 1, &gp->repeat_penalty, e))
+        return -1;
+    if ((v = get(root, "top_k"))) {
+        if (!is_int(v) || v->valuedouble < -1 || v->valuedouble > 1e9) {
+            fail(e, 400, "top_k", "invalid_value", "'top_k' must be an integer >= 0 (0 or -1: off)");
+            return -1;
+        }
+        gp->top_k = v->valuedouble < 0 ? 0 : (int)v->valuedouble;
+    }
+    if ((v = get(root, "seed"))) {
+        if (!is_int(v)) {
+            fail(e, 400, "seed", "invalid_type", "'seed' must be an integer");
+            return -1;
+        }
+        gp->seed = (uint64_t)(int64_t)v->valuedouble;
+    } else {
+        /* No seed: a different draw every request, as OpenAI does. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gp->seed = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)j;
+    }
+    if ((v = get(root, "stop"))) {
+        const cJSON *it;
+        if (cJSON_IsString(v)) {
+            if (*v->valuestring) j->stops[j->n_stops++] = strdup(v->valuestring);
+        } else if (cJSON_IsArray(v)) {
+            if (cJSON_GetArraySize(v) > SRV_MAX_STOPS) {
+                fail(e, 400, "stop", "invalid_value", "'stop' has more than %d sequences", SRV_MAX_STOPS);
+                return -1;
+            }
+            cJSON_ArrayForEach(it, v) {
+                if (!cJSON_IsString(it)) {
+                    fail(e, 400, "stop", "invalid_type", "'stop' must be a string or a list of strings");
+                    return -1;
+                }
+                if (*it->valuestring) j->stops[j->n_stops++] = strdup(it->valuestring);
+            }
+        } else {
+            fail(e, 400, "stop", "invalid_type", "'stop' must be a string or a list of strings");
+            return -1;
+        }
+        for (int i = 0; i < j->n_stops; i++)
+            if (!j->stops[i]) {
+                fail(e, 500, NULL, NULL, "out of memory");
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* Context check and the token budget, once the prompt is known. */
+static int finish_budget(srv *s, job *j, int max_tokens, int default_tokens, srv_err *e) {
+    if (j->n_prompt == 0) {
+        fail(e, 400, "prompt", "invalid_value", "the prompt is empty");
+        return -1;
+    }
+    if (j->n_prompt > s->n_ctx) {
+        fail(e, 400, j->kind == JOB_CHAT ? "messages" : "prompt", "context_length_exceeded",
+             "prompt is %d tokens, the context is %d", j->n_prompt, s->n_ctx);
+        return -1;
+    }
+    int room = s->n_ctx - j->n_prompt + 1; /* the last token needs no slot */
+    int n = max_tokens > 0 ? max_tokens : default_tokens;
+    if (max_tokens <= 0 && n > room) n = room;
+    if (n > s->max_tokens_limit) n = s->max_tokens_limit;
+    j->gp.n_predict = n;
+    return 0;
+}
+
+static int set_prompt_text(srv *s, job *j, const char *text, size_t len, const char *param, srv_err *e) {
+    ts_tokens t = {0};
+    ts_error err;
+    if (ts_tokenizer_encode(s->tok, text, len, &t, &err)) {
+        fail(e, 400, param, "invalid_value", "%s", err.msg);
+        return -1;
+    }
+    j->prompt = malloc(sizeof(int32_t) * (size_t)(t.n ? t.n : 1));
+    if (!j->prompt) {
+        ts_tokens_free(&t);
+        fail(e, 500, NULL, NULL, "out of memory");
+        return -1;
+    }
+    if (t.n) memcpy(j->prompt, t.ids, sizeof(int32_t) * (size_t)t.n);
+    j->n_prompt = t.n;
+    ts_tokens_free(&t);
+    return 0;
+}
+
+static cJSON *parse_body(const char *body, size_t len, srv_err *e) {
+    const char *at = NULL; /* cJSON's global error pointer is not thread-safe; this is */
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &at, 0);
+    if (!root) {
+        long off = at && at >= body && at <= body + len ? (long)(at - body) : -1;
+        fail(e, 400, NULL, "invalid_json", "the request body is not valid JSON (near byte %ld)", off);
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        fail(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
+    cJSON *root = parse_body(body, len, e);
+    if (!root) return NULL;
+    job *j = srv_job_new(JOB_CHAT);
+    char *text = NULL;
+    size_t tlen = 0;
+    int max_tokens;
+    const cJSON *v;
+    if (!j) { fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
+    v = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!v) { fail(e, 400, "messages", "missing_required_parameter", "'messages' is required"); goto bad; }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0) {
+        fail(e, 400, "messages", "invalid_value", "'messages' must be a non-empty list of messages");
+        goto bad;
+    }
+    const cJSON *m;
+    cJSON_ArrayForEach(m, v) {
+        if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role"))) {
+            fail(e, 400, "messages", "invalid_value", "every message must be an object with a string 'role'");
+            goto bad;
+        }
+    }
+    if (parse_common(s, root, j, &max_tokens, e)) goto bad;
+    if ((v = get(root, "logprobs")) && !cJSON_IsFalse(v)) {
+        fail(e, 400, "logprobs", "unsupported", "'logprobs' is not supported");
+        goto bad;
+    }
+    if ((v = get(root, "tools"))) {
+        if (!cJSON_IsArray(v)) { fail(e, 400, "tools", "invalid_type", "'tools' must be a list"); goto bad; }
+        if (cJSON_GetArraySize(v) && !(j->tools_json = cJSON_PrintUnformatted(v))) {
+            fail(e, 500, NULL, NULL, "out of memory");
+            goto bad;
+        }
+    }
+    if ((v = get(root, "chat_template_kwargs")) && !cJSON_IsObject(v)) {
+        fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
+        goto bad;
+    }
+    if ((v = get(root, "add_generation_prompt")) && !cJSON_IsBool(v)) {
+        fail(e, 400, "add_generation_prompt", "invalid_type", "'add_generation_prompt' must be true or false");
+        goto bad;
+    }
+    if (!s->tpl) {
+        fail(e, 400, NULL, "no_chat_template", "model '%s' has no chat template: use /v1/completions", s->model_id);
+        goto bad;
+    }
+    ts_error err = {0};
+    pthread_mutex_lock(&s->tpl_mu);
+    int rc = ts_chat_render_json(s->tpl, body, len, &text, &tlen, &err);
+    pthread_mutex_unlock(&s->tpl_mu);
+    if (rc) {
+        if (rc == TS_E_NOMEM) fail(e, 500, NULL, NULL, "out of memory rendering the chat template");
+        else fail(e, 400, "messages", "invalid_value", "%s", err.msg);
+        goto bad;
+    }
+    j->think_open = ts_reply_think_open(text, tlen);
+    if (set_prompt_text(s, j, text, tlen, "messages", e)) goto bad;
+    if (finish_budget(s, j, max_tokens, s->n_ctx, e)) goto bad;
+    ts_chat_text_free(text);
+    cJSON_Delete(root);
+    return j;
+bad:
+    ts_chat_text_free(text);
+    cJSON_Delete(root);
+    srv_job_unref(j);
+    return NULL;
+}
+
+job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e) {
+    cJSON *root = parse_body(body, len, e);
+    if (!root) return NULL;
+    job *j = srv_job_new(JOB_COMPLETION);
+    int max_tokens;
+    const cJSON *v, *p;
+    if (!j) { fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
+    if (parse_common(s, root, j, &max_tokens, e)) goto bad;
+    if ((v = get(root, "echo")) && !cJSON_IsFalse(v)) {
+        fail(e, 400, "echo", "unsupported", "'echo' is not supported");
+        goto bad;
+    }
+    if ((v = get(root, "logprobs")) && !(is_int(v) && v->valuedouble == 0) && !cJSON_IsFalse(v)) {
+        fail(e, 400, "logprobs", "unsupported", "'logprobs' is not supported");
+        goto bad;
+    }
+    if ((v = get(root, "best_of")) && !(is_int(v) && v->valuedouble == 1)) {
+        fail(e, 400, "best_of", "unsupported", "only best_of = 1 is supported");
+        goto bad;
+    }
+    if ((v = get(root, "suffix")) && !(cJSON_IsString(v) && !*v->valuestring)) {
+        fail(e, 400, "suffix", "unsupported", "'suffix' is not supported");
+        goto bad;
+    }
+    p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!p) { fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required"); goto bad; }
+    /* One prompt: a string, a list of ids, or a one-element list of either. */
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
+        (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
+        p = p->child;
+    if (cJSON_IsString(p)) {
+        if (set_prompt_text(s, j, p->valuestring, strlen(p->valuestring), "prompt", e)) goto bad;
+    } else if (cJSON_IsArray(p)) {
+        int n = cJSON_GetArraySize(p), k = 0;
+        j->prompt = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+        if (!j->prompt) { fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
+        const cJSON *it;
+        cJSON_ArrayForEach(it, p) {
+            if (!is_int(it) || it->valuedouble < 0 || it->valuedouble >= s->n_vocab) {
+                fail(e, 400, "prompt", "invalid_value",
+                     "'prompt' must be a string or a list of token ids in [0, %d); item %d is not", s->n_vocab, k);
+                goto bad;
+            }
+            j->prompt[k++] = (int32_t)it->valuedouble;
+        }
+        j->n_prompt = k;
+    } else {
+        fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string or a list of token ids (one prompt)");
+        goto bad;
+    }
+    if (finish_budget(s, j, max_tokens, 16, e)) goto bad;
+    cJSON_Delete(root);
+    return j;
+bad:
+    cJSON_Delete(root);
+    srv_job_unref(j);
+    return NULL;
+}
