@@ -1,9 +1,12 @@
 /* session.c: one timeline over an engine.
  *
  * All state is allocated here, at creation, from sizes known up front (the
- * memory plan): KV caches for the full-attention layers, conv and recurrent
- * state for the GDN layers, the MTP head's KV cache when asked for, and
- * scratch for max_rows rows. Feeding tokens allocates nothing.
+ * memory plan, plan.h: every size below comes from ts_sess_plan_make, which
+ * `turbospark plan` also calls): KV caches for the full-attention layers,
+ * conv and recurrent state for the GDN layers, the MTP head's KV cache when
+ * asked for, the drafter's buffers (GDN tape and snapshots, verify logits,
+ * draft distributions) only with spec_draft > 0, and scratch for max_rows
+ * rows (the verify block when larger). Feeding tokens allocates nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>

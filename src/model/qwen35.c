@@ -4,7 +4,9 @@
  * over all n rows; the GDN recurrence, the conv and attention walk the rows
  * in order, so a block of n rows gives the same result as n one-row calls
  * (bit for bit when `prefill` is 0: ts_linear is row-exact). That property
- * is what speculative verification stands on.
+ * is what speculative verification stands on. With `prefill` 1 the GDN
+ * layers use the chunked delta rule instead (chunked.c; rounding differs),
+ * and a verify pass records the GDN tape (model.h, ts_gdn_tape).
  *
  * Precision: weights as stored (bf16/f16/f32, or dequantized), f32
  * everywhere else, f32 recurrent state. Norms accumulate in double, which
