@@ -71,9 +71,10 @@ static int parse_int(const char *s, int *out) {
     return end != s && *end == 0 && v >= -(1L << 30) && v <= (1L << 30);
 }
 
-int cmd_run(int argc, char **argv) {
+/* file_prompt: the -f buffer, freed by cmd_run whichever way this returns */
+static int run_main(int argc, char **argv, char **file_prompt_out) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
-    char *file_prompt = NULL; /* -f: owned here */
+    char *file_prompt = NULL;
     int chat = 0, no_think = 0;
     int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0, draft = -1;
     const char *spec = NULL;
@@ -91,7 +92,7 @@ int cmd_run(int argc, char **argv) {
         else if (ARG("-p") || ARG("--prompt")) prompt = argv[++i];
         else if (ARG("-f") || ARG("--file")) {
             free(file_prompt);
-            file_prompt = cli_read_file(argv[++i]);
+            file_prompt = *file_prompt_out = cli_read_file(argv[++i]);
             if (!file_prompt) { fprintf(stderr, "turbospark run: cannot read prompt file %s\n", argv[i]); return 2; }
             prompt = file_prompt;
         }
@@ -246,4 +247,11 @@ int cmd_run(int argc, char **argv) {
     ts_engine_close(e);
     ts_tokenizer_free(tok);
     return rc ? 1 : 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    char *file_prompt = NULL;
+    int rc = run_main(argc, argv, &file_prompt);
+    free(file_prompt);
+    return rc;
 }
