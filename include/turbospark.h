@@ -96,6 +96,9 @@ typedef struct ts_session_params {
     int n_ctx;        /* context limit in tokens (0 = min(4096, model max)) */
     int max_rows;     /* rows per forward call (prefill chunk); 0 = 64 */
     int mtp;          /* 1: allocate the MTP head's KV cache and scratch */
+    int spec_draft;   /* M > 0: buffers for MTP drafting of M tokens per block
+                         (MTP cache, GDN tape and snapshots, verify logits);
+                         implies mtp. 0: none of them exist. */
 } ts_session_params;
 
 TS_API void ts_session_params_default(ts_session_params *p);
@@ -165,6 +168,46 @@ TS_API int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const
  * must have been created with params.mtp = 1. */
 TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int n, int pos,
                           float *h_out, float *logits, ts_error *err);
+
+/* ---- speculative decoding, chunked prefill, memory plan (issue 5) ------
+ *
+ * Speculative decoding: ts_generate with gen params spec_draft = M (1..8) on
+ * a session created with session params spec_draft >= M. Greedy output is
+ * bit-identical to ts_generate without drafting; with temperature > 0 the
+ * output distribution is the target's (speculative sampling).
+ *
+ * The memory plan: what the engine and a session will allocate, by
+ * category, computed from config.json and the safetensors headers only
+ * (no tensor data is read). The engine allocates exactly this. */
+
+#define TS_SPEC_MAX_DRAFT 8
+
+enum { /* memory categories (the allocator's) */
+    TS_MEMCAT_MISC = 0, TS_MEMCAT_WEIGHTS, TS_MEMCAT_KV, TS_MEMCAT_GDN, TS_MEMCAT_MTP,
+    TS_MEMCAT_SPEC, TS_MEMCAT_SCRATCH, TS_MEMCAT_EXPERT_CACHE, TS_MEMCAT_N
+};
+
+typedef struct ts_mem_plan_item {
+    char name[64];
+    int cat;          /* TS_MEMCAT_* */
+    int engine;       /* 1: held by the engine, 0: by the session */
+    int drafter;      /* 1: exists only because of spec_draft */
+    uint64_t count;   /* buffers of this kind */
+    uint64_t bytes;   /* all of them together */
+} ts_mem_plan_item;
+
+typedef struct ts_mem_plan {
+    uint64_t mapped_bytes;            /* tensor data read in place through mmap (not heap) */
+    uint64_t cat_bytes[TS_MEMCAT_N];  /* heap bytes by category, engine + session */
+    uint64_t engine_bytes, session_bytes, total_bytes;
+    uint64_t drafter_bytes;           /* the part that exists only because of spec_draft */
+    int n_ctx, max_rows, spec_draft;  /* the normalised session parameters */
+    int n_items;
+    ts_mem_plan_item items[64];
+} ts_mem_plan;
+
+TS_API int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
+TS_API const char *ts_mem_cat_label(int cat);
 
 /* ==== tokenizer (src/text/tokenizer.c) ================================== *
  * A Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2 / Qwen

@@ -20,6 +20,16 @@ struct ts_session {
     int pos;        /* tokens in the timeline */
     int have_last;  /* logits/hidden of a last row exist */
     float *last_hidden; /* [H] final-normed hidden of the last row fed */
+    /* drafting (params.spec_draft > 0), else NULL */
+    float *mtp_hid;     /* [R, H] MTP input/output hiddens */
+    float *vlogits;     /* [M + 1, V] logits of a verify block */
+    float *dprobs;      /* [M, V] draft distributions (sampling) */
+    int spec_rows;      /* rows of the last verify block (its tape and snapshot) */
+    /* tests only: replace the MTP drafts of a block (greedy) so that long
+     * accepted runs and every rollback length get exercised on random-weight
+     * fixtures, whose MTP heads rarely agree with their targets */
+    void (*test_drafts)(void *user, int pos, int m, int32_t *d);
+    void *test_user;
 };
 
 #endif

@@ -5,7 +5,7 @@
  */
 #include <math.h>
 
-#include "engine.h"
+#include "model/spec.h"
 
 void ts_gen_params_default(ts_gen_params *p) {
     memset(p, 0, sizeof *p);
@@ -39,7 +39,6 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     if (!p) return ts_fail(err, TS_E_ARG, "no generation parameters");
-    if (p->spec_draft) return ts_fail(err, TS_E_UNSUPPORTED, "speculative decoding is not built yet");
     const int V = s->e->model.cfg.vocab;
     ts_sampler *smp = NULL;
     int rc = 0;
@@ -57,6 +56,12 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
         sp.seed = p->seed;
         if ((rc = ts_sampler_new(V, &sp, &smp, err))) return rc;
         for (int i = 0; i < n_prompt; i++) ts_sampler_accept(smp, prompt[i]);
+    }
+    if (p->spec_draft) {
+        /* MTP drafting + batched verify (spec.c); greedy output is the same ids */
+        rc = ts_spec_generate(s, prompt, n_prompt, p, smp, cb, user, stats, err);
+        ts_sampler_free(smp);
+        return rc;
     }
     double t0 = ts_now();
     rc = ts_session_feed(s, prompt, n_prompt, NULL, NULL, err);

@@ -1,16 +1,18 @@
 /* session.c: one timeline over an engine.
  *
  * All state is allocated here, at creation, from sizes known up front (the
- * memory plan): KV caches for the full-attention layers, conv and recurrent
- * state for the GDN layers, the MTP head's KV cache when asked for, and
- * scratch for max_rows rows. Feeding tokens allocates nothing.
+ * memory plan, plan.h: every size below comes from ts_sess_plan_make, which
+ * `turbospark plan` also calls): KV caches for the full-attention layers,
+ * conv and recurrent state for the GDN layers, the MTP head's KV cache when
+ * asked for, the drafter's buffers (GDN tape and snapshots, verify logits,
+ * draft distributions) only with spec_draft > 0, and scratch for max_rows
+ * rows (the verify block when larger). Feeding tokens allocates nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "engine.h"
-
-#define MTP_SLACK 16 /* MTP rows beyond the context: drafts run ahead of the target */
+#include "plan.h"
 
 void ts_session_params_default(ts_session_params *p) {
     memset(p, 0, sizeof *p);
@@ -21,13 +23,19 @@ static void state_free(ts_state *st, int n_layers) {
         for (int i = 0; i < n_layers; i++) { ts_free(st->kv[i].k); ts_free(st->kv[i].v); }
     if (st->gdn)
         for (int i = 0; i < n_layers; i++) { ts_free(st->gdn[i].conv); ts_free(st->gdn[i].S); }
+    if (st->tape)
+        for (int i = 0; i < n_layers; i++) {
+            ts_gdn_tape *t = &st->tape[i];
+            ts_free(t->qkv); ts_free(t->a); ts_free(t->b); ts_free(t->snap_conv); ts_free(t->snap_S);
+        }
     ts_free(st->kv);
     ts_free(st->gdn);
+    ts_free(st->tape);
     ts_free(st->mtp_kv.k);
     ts_free(st->mtp_kv.v);
     ts_scratch *s = &st->sc;
     float *bufs[] = {s->x, s->u, s->t, s->big0, s->big1, s->big2, s->small, s->att, s->rowtmp,
-                     s->moe_acc, s->hidden, s->logits};
+                     s->moe_acc, s->hidden, s->logits, s->pf_conv, s->pf_gate, s->pf_chunk};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_free(bufs[i]);
     memset(st, 0, sizeof *st);
 }
@@ -36,68 +44,78 @@ void ts_session_free(ts_session *s) {
     if (!s) return;
     state_free(&s->st, s->e->model.cfg.n_layers);
     ts_free(s->last_hidden);
+    ts_free(s->mtp_hid);
+    ts_free(s->vlogits);
+    ts_free(s->dprobs);
     ts_free(s);
 }
 
+/* Allocate `count` floats (none when count is 0: features that are off
+ * allocate nothing, and the plan counts nothing for them). */
 #define ALLOC(dst, count, cat) \
-    do { if (!((dst) = ts_alloc(sizeof(float) * (size_t)(count), cat))) goto oom; } while (0)
+    do { if ((count) && !((dst) = ts_alloc(sizeof(float) * (size_t)(count), cat))) goto oom; } while (0)
 
 int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, ts_error *err) {
     *out = NULL;
     const ts_model *m = &e->model;
     const ts_config *c = &m->cfg;
-    ts_session_params sp;
-    if (p) sp = *p;
-    else ts_session_params_default(&sp);
-    if (sp.n_ctx <= 0) sp.n_ctx = TS_MIN(4096, c->max_pos);
-    if (sp.max_rows <= 0) sp.max_rows = 64;
-    if (sp.n_ctx > 1 << 24) return ts_fail(err, TS_E_ARG, "context length %d is too large", sp.n_ctx);
-    if (sp.max_rows > 1 << 16) return ts_fail(err, TS_E_ARG, "max_rows %d is too large", sp.max_rows);
-    if (sp.mtp && !m->has_mtp)
-        return ts_fail(err, TS_E_UNSUPPORTED, "%s: the checkpoint has no MTP head (no mtp.* tensors)", e->dir);
+    /* Every size below comes from the plan (plan.h): `turbospark plan`
+     * predicts this function's allocations by calling the same code. */
+    ts_sess_plan pl;
+    int rc = ts_sess_plan_make(c, m->has_mtp, p, &pl, err);
+    if (rc) return ts_fail_prefix(err, "%s", e->dir);
+    const ts_session_params sp = pl.p;
     ts_session *s = ts_alloc(sizeof *s, TS_MEM_MISC);
     if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
     s->e = e;
     s->params = sp;
     ts_state *st = &s->st;
     st->n_ctx = sp.n_ctx;
-    const size_t R = (size_t)sp.max_rows, H = c->H;
     if (!(st->kv = ts_alloc(sizeof(ts_kv) * c->n_layers, TS_MEM_MISC))) goto oom;
     if (!(st->gdn = ts_alloc(sizeof(ts_gdn_state) * c->n_layers, TS_MEM_MISC))) goto oom;
+    if (sp.spec_draft && !(st->tape = ts_alloc(sizeof(ts_gdn_tape) * c->n_layers, TS_MEM_MISC))) goto oom;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_full[i]) {
-            ALLOC(st->kv[i].k, (size_t)sp.n_ctx * m->kvdim, TS_MEM_KV);
-            ALLOC(st->kv[i].v, (size_t)sp.n_ctx * m->kvdim, TS_MEM_KV);
+            ALLOC(st->kv[i].k, pl.kv_layer, TS_MEM_KV);
+            ALLOC(st->kv[i].v, pl.kv_layer, TS_MEM_KV);
         } else {
-            ALLOC(st->gdn[i].conv, (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C, TS_MEM_GDN);
-            ALLOC(st->gdn[i].S, (size_t)c->Hv * c->dk * c->dv, TS_MEM_GDN);
+            ALLOC(st->gdn[i].conv, pl.gdn_conv, TS_MEM_GDN);
+            ALLOC(st->gdn[i].S, pl.gdn_S, TS_MEM_GDN);
+            if (st->tape) {
+                ts_gdn_tape *t = &st->tape[i];
+                ALLOC(t->qkv, pl.tape_qkv, TS_MEM_SPEC);
+                ALLOC(t->a, pl.tape_ab, TS_MEM_SPEC);
+                ALLOC(t->b, pl.tape_ab, TS_MEM_SPEC);
+                ALLOC(t->snap_conv, pl.snap_conv, TS_MEM_SPEC);
+                ALLOC(t->snap_S, pl.snap_S, TS_MEM_SPEC);
+            }
         }
     }
-    int att_len = sp.n_ctx;
-    if (sp.mtp) {
-        st->mtp_ctx = sp.n_ctx + MTP_SLACK;
-        ALLOC(st->mtp_kv.k, (size_t)st->mtp_ctx * m->kvdim, TS_MEM_MTP);
-        ALLOC(st->mtp_kv.v, (size_t)st->mtp_ctx * m->kvdim, TS_MEM_MTP);
-        att_len = st->mtp_ctx;
-    }
+    st->tape_rows = pl.Rv;
+    st->mtp_ctx = pl.mtp_ctx;
+    ALLOC(st->mtp_kv.k, pl.mtp_kv, TS_MEM_MTP);
+    ALLOC(st->mtp_kv.v, pl.mtp_kv, TS_MEM_MTP);
+    ALLOC(s->mtp_hid, pl.mtp_hid, TS_MEM_MTP);
+    ALLOC(s->vlogits, pl.vlogits, TS_MEM_SPEC);
+    ALLOC(s->dprobs, pl.dprobs, TS_MEM_SPEC);
     ts_scratch *sc = &st->sc;
-    sc->R = sp.max_rows;
-    size_t b0 = TS_MAX(TS_MAX((size_t)2 * c->nq * m->D, (size_t)m->C), 2 * H);
-    size_t b1 = TS_MAX(TS_MAX((size_t)m->Vd, (size_t)m->kvdim), (size_t)m->max_ffn);
-    size_t b2 = TS_MAX(b1, (size_t)m->qdim);
-    ALLOC(sc->x, R * H, TS_MEM_SCRATCH);
-    ALLOC(sc->u, R * H, TS_MEM_SCRATCH);
-    ALLOC(sc->t, R * H, TS_MEM_SCRATCH);
-    ALLOC(sc->big0, R * b0, TS_MEM_SCRATCH);
-    ALLOC(sc->big1, R * b1, TS_MEM_SCRATCH);
-    ALLOC(sc->big2, R * b2, TS_MEM_SCRATCH);
-    ALLOC(sc->small, R * (2 * (size_t)c->Hv + (size_t)c->E), TS_MEM_SCRATCH);
-    ALLOC(sc->att, att_len, TS_MEM_SCRATCH);
-    ALLOC(sc->rowtmp, m->C, TS_MEM_SCRATCH);
-    ALLOC(sc->moe_acc, 2 * H, TS_MEM_SCRATCH);
-    ALLOC(sc->hidden, R * H, TS_MEM_SCRATCH);
-    ALLOC(sc->logits, c->vocab, TS_MEM_SCRATCH);
-    ALLOC(s->last_hidden, H, TS_MEM_SCRATCH);
+    sc->R = pl.R;
+    ALLOC(sc->x, pl.x, TS_MEM_SCRATCH);
+    ALLOC(sc->u, pl.u, TS_MEM_SCRATCH);
+    ALLOC(sc->t, pl.t, TS_MEM_SCRATCH);
+    ALLOC(sc->big0, pl.big0, TS_MEM_SCRATCH);
+    ALLOC(sc->big1, pl.big1, TS_MEM_SCRATCH);
+    ALLOC(sc->big2, pl.big2, TS_MEM_SCRATCH);
+    ALLOC(sc->small, pl.small, TS_MEM_SCRATCH);
+    ALLOC(sc->att, pl.att, TS_MEM_SCRATCH);
+    ALLOC(sc->rowtmp, pl.rowtmp, TS_MEM_SCRATCH);
+    ALLOC(sc->moe_acc, pl.moe_acc, TS_MEM_SCRATCH);
+    ALLOC(sc->hidden, pl.hidden, TS_MEM_SCRATCH);
+    ALLOC(sc->logits, pl.logits, TS_MEM_SCRATCH);
+    ALLOC(sc->pf_conv, pl.pf_conv, TS_MEM_SCRATCH);
+    ALLOC(sc->pf_gate, pl.pf_gate, TS_MEM_SCRATCH);
+    ALLOC(sc->pf_chunk, pl.pf_chunk, TS_MEM_SCRATCH);
+    ALLOC(s->last_hidden, pl.last_hidden, TS_MEM_SCRATCH);
     *out = s;
     return 0;
 oom:
@@ -138,7 +156,7 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
     if ((long)s->pos + n > s->st.n_ctx)
         return ts_fail(err, TS_E_CONTEXT, "%d tokens at position %d exceed the context limit of %d tokens", n, s->pos,
                        s->st.n_ctx);
-    const int R = s->st.sc.R, V = m->cfg.vocab;
+    const int R = s->params.max_rows, V = m->cfg.vocab;
     for (int off = 0; off < n; off += R) {
         int k = TS_MIN(R, n - off);
         ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);

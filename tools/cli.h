@@ -20,6 +20,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 /* Shared helpers (tools/cli_util.c). */
 /* Parse "1,2,3" into ids (caller frees *ids with free()). Returns count or -1. */

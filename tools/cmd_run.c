@@ -2,12 +2,13 @@
  *
  *   turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [sampling options]
  *                  [--chat [--system TEXT] [--no-think]] [--ctx N] [--threads N]
- *                  [--print-ids] [-v]
+ *                  [--chunk N] [--spec mtp --draft M] [--print-ids] [-v]
  *
  * Text streams to stdout as it is generated (whole UTF-8 characters only);
  * with --print-ids, or for a checkpoint without a tokenizer, the generated
  * ids are printed comma-separated on one line instead. One line of
- * statistics goes to stderr at the end.
+ * statistics goes to stderr at the end; with --spec a second one: acceptance
+ * per draft position, mean accepted length, draft/verify/rollback time.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -30,6 +31,9 @@ static void usage(FILE *f) {
             "  -n N                tokens to generate (default 64)\n"
             CLI_SAMPLING_HELP
             "  --ctx N             context limit in tokens\n"
+            "  --chunk N           prompt rows per forward pass (default 64)\n"
+            "  --spec mtp          speculative decoding, drafting with the MTP head\n"
+            "  --draft M           tokens drafted per block, 1..8 (default 3)\n"
             "  --threads N         CPU threads (default: all cores)\n"
             "  --print-ids         print generated ids instead of text\n"
             "  -v                  verbose loading (unused tensors)\n");
@@ -67,11 +71,13 @@ static int parse_int(const char *s, int *out) {
     return end != s && *end == 0 && v >= -(1L << 30) && v <= (1L << 30);
 }
 
-int cmd_run(int argc, char **argv) {
+/* file_prompt: the -f buffer, freed by cmd_run whichever way this returns */
+static int run_main(int argc, char **argv, char **file_prompt_out) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
-    char *file_prompt = NULL; /* -f: owned here */
+    char *file_prompt = NULL;
     int chat = 0, no_think = 0;
-    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0;
+    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0, draft = -1;
+    const char *spec = NULL;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
@@ -86,13 +92,16 @@ int cmd_run(int argc, char **argv) {
         else if (ARG("-p") || ARG("--prompt")) prompt = argv[++i];
         else if (ARG("-f") || ARG("--file")) {
             free(file_prompt);
-            file_prompt = cli_read_file(argv[++i]);
+            file_prompt = *file_prompt_out = cli_read_file(argv[++i]);
             if (!file_prompt) { fprintf(stderr, "turbospark run: cannot read prompt file %s\n", argv[i]); return 2; }
             prompt = file_prompt;
         }
         else if (ARG("-n")) ok = parse_int(argv[++i], &n_predict) && n_predict >= 0;
         else if (ARG("--ctx")) ok = parse_int(argv[++i], &n_ctx) && n_ctx >= 0;
         else if (ARG("--threads")) ok = parse_int(argv[++i], &threads) && threads >= 0;
+        else if (ARG("--chunk")) ok = parse_int(argv[++i], &chunk) && chunk >= 1;
+        else if (ARG("--spec")) spec = argv[++i];
+        else if (ARG("--draft")) ok = parse_int(argv[++i], &draft);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
@@ -102,6 +111,16 @@ int cmd_run(int argc, char **argv) {
         else { fprintf(stderr, "turbospark run: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
         if (!ok) { fprintf(stderr, "turbospark run: bad value '%s' for %s\n", argv[i], a); return 2; }
 #undef ARG
+    }
+    if (spec && strcmp(spec, "mtp")) {
+        fprintf(stderr, "turbospark run: --spec '%s' is not supported (only 'mtp')\n", spec);
+        return 2;
+    }
+    if (draft != -1 && !spec) { fprintf(stderr, "turbospark run: --draft needs --spec mtp\n"); return 2; }
+    if (spec && draft == -1) draft = 3;
+    if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
+        fprintf(stderr, "turbospark run: --draft %d is outside 1..%d\n", draft, TS_SPEC_MAX_DRAFT);
+        return 2;
     }
     if (!model) model = cli_default_model();
     if (!model) { fprintf(stderr, "turbospark run: no model: pass -m DIR\n"); return 2; }
@@ -177,7 +196,15 @@ int cmd_run(int argc, char **argv) {
         ts_session_params sp;
         ts_session_params_default(&sp);
         sp.n_ctx = n_ctx;
-        rc = ts_session_new(e, &sp, &s, &err);
+        sp.max_rows = chunk;
+        if (spec && !ts_engine_info(e)->has_mtp) {
+            rc = TS_E_UNSUPPORTED;
+            snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
+        } else if (spec) {
+            sp.spec_draft = draft;
+            gp.spec_draft = draft;
+        }
+        if (!rc) rc = ts_session_new(e, &sp, &s, &err);
     }
     if (!rc && tok && !print_ids) rc = ts_detok_new(tok, &dt, &err);
     gp.n_predict = n_predict;
@@ -202,6 +229,15 @@ int cmd_run(int argc, char **argv) {
         double dc = stats.n_gen > 1 && stats.t_decode > 0 ? (stats.n_gen - 1) / stats.t_decode : 0;
         fprintf(stderr, "[prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
                 stats.n_prompt, stats.n_gen, pf, dc);
+        if (spec && stats.n_blocks > 0) {
+            fprintf(stderr, "[spec mtp --draft %d: %d blocks, %d/%d drafts accepted, mean accepted length %.2f tokens/verify; acceptance by position:",
+                    draft, stats.n_blocks, stats.n_accepted, stats.n_drafted,
+                    (double)(stats.n_accepted + stats.n_blocks) / stats.n_blocks);
+            for (int j = 0; j < draft; j++)
+                fprintf(stderr, " %d:%.2f", j + 1, stats.drafted_at[j] ? (double)stats.accepted_at[j] / stats.drafted_at[j] : 0.0);
+            fprintf(stderr, "; draft %.1f ms, verify %.1f ms, rollback %.2f ms (%.3f ms/verify)]\n", stats.t_draft * 1e3,
+                    stats.t_verify * 1e3, stats.t_rollback * 1e3, stats.t_verify * 1e3 / stats.n_blocks);
+        }
     }
     ts_detok_free(dt);
     ts_tokens_free(&pt);
@@ -211,4 +247,11 @@ int cmd_run(int argc, char **argv) {
     ts_engine_close(e);
     ts_tokenizer_free(tok);
     return rc ? 1 : 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    char *file_prompt = NULL;
+    int rc = run_main(argc, argv, &file_prompt);
+    free(file_prompt);
+    return rc;
 }

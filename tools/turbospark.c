@@ -16,6 +16,7 @@ static const command commands[] = {
     {"convert", cmd_convert, "quantize a checkpoint to an INT4/INT8 install"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a given shape"},
     {"plan", cmd_plan, "print the memory plan for a model and options"},
+    {"perplexity", cmd_perplexity, "held-out perplexity (and MTP agreement) over id windows"},
     {"bench", cmd_bench, "measure prefill/decode speed and bandwidth"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
 };
@@ -23,7 +24,7 @@ static const command commands[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: turbospark COMMAND [options]   (turbospark COMMAND --help)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
 }
 
 int main(int argc, char **argv) {

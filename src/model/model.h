@@ -114,7 +114,23 @@ typedef struct ts_scratch {
     float *moe_acc; /* [2*H]: routed sum, then one expert's output */
     float *hidden;  /* [R, H] final-normed hidden states */
     float *logits;  /* [V] */
+    /* chunked prefill (NULL when rows come one at a time) */
+    float *pf_conv;  /* [max_rows, C] conv + SiLU outputs */
+    float *pf_gate;  /* [2, max_rows, Hv] log-decay g, then beta */
+    float *pf_chunk; /* delta-rule chunk scratch, see chunked.c */
 } ts_scratch;
+
+/* Speculative verification, per GDN layer (NULL buffers for full layers and
+ * when the session has no drafting): the tape of what each verified row's
+ * state advance consumed, and the state at the start of the verify block.
+ * Rollback restores the snapshot and replays the kept rows from the tape. */
+typedef struct ts_gdn_tape {
+    float *qkv;       /* [Rv, C] pre-conv qkv projections, one per verified row */
+    float *a, *b;     /* [Rv, Hv] raw decay / beta projections */
+    float *snap_conv; /* [K-1, C] conv state at the block start */
+    float *snap_S;    /* [Hv, dk, dv] recurrent state at the block start */
+    const float *S_from; /* verify: row 0 reads the recurrent state from here (the snapshot) */
+} ts_gdn_tape;
 
 typedef struct ts_state {
     int n_ctx;
@@ -123,6 +139,9 @@ typedef struct ts_state {
     ts_kv mtp_kv;         /* [n_ctx + draft slack] */
     int mtp_ctx;
     ts_scratch sc;
+    ts_gdn_tape *tape;    /* n_layers entries, NULL without drafting */
+    int tape_rows;        /* Rv: rows a verify block may have (M + 1) */
+    int tape_on;          /* ts_forward records the GDN tape (verify only) */
     float *dbg_layers;    /* tests: if set, ts_forward stores the residual stream
                              after the embedding and after each layer, [L+1, n, H] */
 } ts_state;
@@ -148,5 +167,15 @@ void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, fl
  * the raw projections. Writes o [Vd] (before the gated norm) if not NULL. */
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
                     const float *a, const float *b, float *o, float *tmp /* [C] */);
+/* The same advance reading the recurrent state from S_src [Hv, dk, dv]
+ * (may be s->S) and writing it to s->S; bit-identical to copying first. */
+void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
+                         const float *qkv_in, const float *a, const float *b, float *o, float *tmp);
+
+/* Prefill only: advance a GDN layer over n rows (n <= max_rows) with the
+ * chunked delta rule (chunked.c); writes o [n, Vd] before the gated norm.
+ * Differs from n ts_gdn_advance calls by rounding only. */
+void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, ts_scratch *sc, const float *qkv,
+                    const float *a, const float *b, float *o, int n);
 
 #endif

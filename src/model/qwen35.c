@@ -4,7 +4,9 @@
  * over all n rows; the GDN recurrence, the conv and attention walk the rows
  * in order, so a block of n rows gives the same result as n one-row calls
  * (bit for bit when `prefill` is 0: ts_linear is row-exact). That property
- * is what speculative verification stands on.
+ * is what speculative verification stands on. With `prefill` 1 the GDN
+ * layers use the chunked delta rule instead (chunked.c; rounding differs),
+ * and a verify pass records the GDN tape (model.h, ts_gdn_tape).
  *
  * Precision: weights as stored (bf16/f16/f32, or dequantized), f32
  * everywhere else, f32 recurrent state. Norms accumulate in double, which
@@ -117,6 +119,18 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
 
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
                     const float *a, const float *b, float *o, float *tmp) {
+    ts_gdn_advance_from(m, w, s, s->S, qkv_in, a, b, o, tmp);
+}
+
+/* The state advance with the recurrent state read from S_src (== s->S for
+ * the in-place step) and written to s->S. Each head's slice is brought over
+ * just before its step, so it is still in cache when the step runs: one
+ * pass over memory instead of a whole-state memcpy followed by the step.
+ * The arithmetic is the in-place step's, so the result is the same bits.
+ * Speculative verify and rollback use it to start from the block-start
+ * snapshot without copying the state back first. */
+void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
+                         const float *qkv_in, const float *a, const float *b, float *o, float *tmp) {
     const ts_config *c = &m->cfg;
     const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv, r = c->Hv / c->Hk;
     /* causal depthwise conv over [last K-1 inputs, this input], then SiLU */
@@ -147,12 +161,14 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
         float beta = sigmoid(b[h]);
         float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
         float *S = s->S + (size_t)h * dk * dv; /* [dk, dv] */
+        /* one head's state (dk*dv floats) at a time: it stays in cache for the step */
+        if (S_src != s->S) memcpy(S, S_src + (size_t)h * dk * dv, sizeof(float) * (size_t)dk * dv);
         ts_gdn_step(S, kh, vh, qh, decay, beta, o ? o + (size_t)h * dv : NULL, dk, dv);
     }
 }
 
-static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, int n,
-                      linear_fn lin) {
+static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp,
+                      int n, linear_fn lin) {
     const ts_config *c = &m->cfg;
     ts_scratch *sc = &st->sc;
     const int Hv = c->Hv, dv = c->dv;
@@ -164,9 +180,19 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     lin(&w->in_z, sc->u, z, n);
     lin(&w->in_b, sc->u, bb, n);
     lin(&w->in_a, sc->u, aa, n);
-    for (int i = 0; i < n; i++)
-        ts_gdn_advance(m, w, gs, qkv + (size_t)i * m->C, aa + (size_t)i * Hv, bb + (size_t)i * Hv,
-                       o + (size_t)i * m->Vd, sc->rowtmp);
+    if (tp) { /* verify: record what the state advance consumes (not z: the state never reads it) */
+        memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
+        memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
+        memcpy(tp->b, bb, sizeof(float) * (size_t)n * Hv);
+    }
+    if (lin == ts_linear_prefill && n > 1 && sc->pf_conv) {
+        /* prefill: the chunked delta rule (rounding may differ; never for verify) */
+        ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, o, n);
+    } else {
+        for (int i = 0; i < n; i++)
+            ts_gdn_advance_from(m, w, gs, i == 0 && tp && tp->S_from ? tp->S_from : gs->S, qkv + (size_t)i * m->C,
+                                aa + (size_t)i * Hv, bb + (size_t)i * Hv, o + (size_t)i * m->Vd, sc->rowtmp);
+    }
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
     for (int i = 0; i < n; i++)
         for (int h = 0; h < Hv; h++) {
@@ -245,12 +271,12 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
 
 /* One decoder layer over rows sc.x[0..n). */
 static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, ts_kv *kv, ts_gdn_state *gs,
-                          int n, int pos, linear_fn lin) {
+                          ts_gdn_tape *tp, int n, int pos, linear_fn lin) {
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
     ts_rmsnorm1p(sc->x, l->in_norm, sc->u, n, H, m->cfg.eps);
     if (l->full) attn_block(m, st, &l->attn, kv, n, pos, lin);
-    else gdn_block(m, st, &l->gdn, gs, n, lin);
+    else gdn_block(m, st, &l->gdn, gs, tp, n, lin);
     for (size_t i = 0; i < (size_t)n * H; i++) sc->x[i] += sc->t[i];
     ts_rmsnorm1p(sc->x, l->post_norm, sc->u, n, H, m->cfg.eps);
     ffn_block(m, st, &l->ffn, n, lin);
@@ -275,7 +301,8 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
     for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
     if (st->dbg_layers) memcpy(st->dbg_layers, sc->x, sizeof(float) * nH);
     for (int L = 0; L < m->cfg.n_layers; L++) {
-        layer_forward(m, st, &m->layers[L], &st->kv[L], &st->gdn[L], n, pos, lin);
+        ts_gdn_tape *tp = st->tape_on && !m->layers[L].full ? &st->tape[L] : NULL;
+        layer_forward(m, st, &m->layers[L], &st->kv[L], &st->gdn[L], tp, n, pos, lin);
         if (st->dbg_layers) memcpy(st->dbg_layers + (L + 1) * nH, sc->x, sizeof(float) * nH);
     }
     ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
@@ -295,7 +322,7 @@ void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const 
         ts_rmsnorm1p(h + (size_t)i * H, w->pre_norm_hid, ci + H, 1, H, m->cfg.eps);
     }
     ts_linear(&w->fc, cat, sc->x, n);
-    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, n, pos, ts_linear);
+    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, ts_linear);
     ts_rmsnorm1p(sc->x, w->norm, h_out, n, H, m->cfg.eps);
     head_out(m, st, h_out, n, logits, ts_linear);
 }

@@ -1,0 +1,307 @@
+/* spec.c: speculative decoding with the model's own MTP head
+ * (design.md "Speculative decoding", model-spec.md §4).
+ *
+ * Owns: batched verification with a GDN tape, rollback by tape replay, the
+ * MTP drafting loop, greedy acceptance and speculative sampling, and the
+ * statistics of ts_gen_stats' spec fields.
+ * Does not own: the forward (qwen35.c), the buffers (session.c allocates them
+ * from the plan: plan.c), the plain decode loop (generate.c).
+ *
+ * Exactness. A verify block of M+1 rows goes through ts_forward with the
+ * row-exact kernels (prefill = 0): every row is computed with the same
+ * kernels and reduction order as a one-row decode step, so its logits are
+ * bit-identical to the ones plain decoding would see. Greedy acceptance
+ * therefore reproduces plain greedy output exactly. Rollback never recomputes
+ * a projection: each GDN layer's state is restored from the block-start
+ * snapshot and advanced over the kept rows with ts_gdn_advance on the taped
+ * inputs (pre-conv qkv, a, b), the very calls the verify pass made, so the
+ * restored state is the same bits as decoding the kept rows one at a time.
+ * KV caches (main and MTP) need no undo: rows past the position are never
+ * read and are overwritten by the next block.
+ *
+ * No state copies: the recurrent state (Hv*dk*dv floats per layer, the bulk
+ * of a session's GDN memory) is never memcpy'd. Verify swaps the live and
+ * snapshot buffers and advances row 0 from the block-start state into the
+ * other buffer (ts_gdn_advance_from); rollback advances row 0 from the
+ * snapshot into the live buffer again. Only the small conv state is copied.
+ *
+ * Row pairing of the MTP head (model-spec §4.2): MTP row i is (token x_{i+1},
+ * target hidden h_i, position i). After a verify that keeps rows
+ * pos..pos+keep-1, their next tokens are known (the accepted drafts and the
+ * correction/bonus token), so the head runs over exactly those rows, which
+ * also fills its KV cache for them; the last row's logits give draft 1, and
+ * drafts 2..M feed back the head's own normed output hidden at the following
+ * positions. Those speculative MTP rows are overwritten by the real ones
+ * after the next verify.
+ *
+ * Context limit: a block never writes past n_ctx: the drafts of a block are
+ * clipped to n_ctx - pos - 1 (and to the token budget), down to a plain
+ * one-row step.
+ */
+#include <math.h>
+
+#include "model/spec.h"
+
+/* ---- verify and rollback ---- */
+
+int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err) {
+    const ts_model *m = &s->e->model;
+    const ts_config *c = &m->cfg;
+    ts_state *st = &s->st;
+    if (n < 1 || n > st->tape_rows)
+        return ts_fail(err, TS_E_ARG, "a verify block of %d rows (the session allows 1..%d)", n, st->tape_rows);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab)
+            return ts_fail(err, TS_E_ARG, "token id %d is outside the vocabulary [0, %d)", ids[i], c->vocab);
+    if ((long)s->pos + n > st->n_ctx)
+        return ts_fail(err, TS_E_CONTEXT, "%d rows at position %d exceed the context limit of %d tokens", n, s->pos,
+                       st->n_ctx);
+    if (n > 1) {
+        for (int L = 0; L < c->n_layers; L++) {
+            if (c->layer_full[L]) continue;
+            ts_gdn_tape *t = &st->tape[L];
+            /* The conv state is small: copy it. The recurrent state is not
+             * copied: the buffers swap roles, the block-start state becomes
+             * the snapshot and row 0 advances from it into the other one. */
+            memcpy(t->snap_conv, st->gdn[L].conv, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);
+            float *start = st->gdn[L].S;
+            st->gdn[L].S = t->snap_S;
+            t->snap_S = start;
+            t->S_from = start;
+        }
+    }
+    st->tape_on = n > 1;
+    ts_forward(m, st, ids, n, s->pos, s->vlogits, 0);
+    st->tape_on = 0;
+    if (n > 1)
+        for (int L = 0; L < c->n_layers; L++)
+            if (!c->layer_full[L]) st->tape[L].S_from = NULL;
+    s->spec_rows = n;
+    s->pos += n;
+    s->have_last = 1;
+    memcpy(s->last_hidden, st->sc.hidden + (size_t)(n - 1) * c->H, sizeof(float) * c->H);
+    return 0;
+}
+
+void ts_spec_rollback(ts_session *s, int keep) {
+    const ts_model *m = &s->e->model;
+    const ts_config *c = &m->cfg;
+    ts_state *st = &s->st;
+    const int n = s->spec_rows;
+    if (keep < 1) keep = 1;
+    if (keep < n) {
+        for (int L = 0; L < c->n_layers; L++) {
+            if (c->layer_full[L]) continue;
+            ts_gdn_tape *t = &st->tape[L];
+            ts_gdn_state *g = &st->gdn[L];
+            memcpy(g->conv, t->snap_conv, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);
+            /* row 0 reads the snapshot and overwrites the live state: no copy back */
+            for (int r = 0; r < keep; r++)
+                ts_gdn_advance_from(m, &m->layers[L].gdn, g, r == 0 ? t->snap_S : g->S, t->qkv + (size_t)r * m->C,
+                                    t->a + (size_t)r * c->Hv, t->b + (size_t)r * c->Hv, NULL, st->sc.rowtmp);
+        }
+        s->pos -= n - keep;
+        s->spec_rows = keep;
+    }
+    memcpy(st->sc.logits, s->vlogits + (size_t)(keep - 1) * c->vocab, sizeof(float) * c->vocab);
+    memcpy(s->last_hidden, st->sc.hidden + (size_t)(keep - 1) * c->H, sizeof(float) * c->H);
+    s->have_last = 1;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
+                   float *ptmp, int32_t *out) {
+    if (!smp) {
+        int a = 0;
+        while (a < m && d[a] == argmax(vlogits + (size_t)a * V, V)) {
+            out[a] = d[a];
+            a++;
+        }
+        out[a] = argmax(vlogits + (size_t)a * V, V);
+        return a;
+    }
+    for (int j = 0; j < m; j++) {
+        const float *q = dprobs + (size_t)j * V;
+        /* the target distribution of row j: the sampler's full pipeline,
+         * with the drafts accepted so far in its history (penalties) */
+        ts_sampler_probs(smp, vlogits + (size_t)j * V, ptmp, NULL);
+        float pd = ptmp[d[j]], qd = q[d[j]];
+        /* accept with probability min(1, p/q); q(d) > 0 since d was drawn from q */
+        if (qd <= 0.0f || ts_sampler_uniform(smp) * qd < pd) {
+            out[j] = d[j];
+            ts_sampler_accept(smp, d[j]);
+            continue;
+        }
+        /* rejected: draw from the normalised residual max(0, p - q) */
+        double sum = 0;
+        for (int i = 0; i < V; i++) {
+            ptmp[i] = ptmp[i] > q[i] ? ptmp[i] - q[i] : 0.0f;
+            sum += ptmp[i];
+        }
+        if (sum > 0) {
+            float inv = (float)(1.0 / sum);
+            for (int i = 0; i < V; i++) ptmp[i] *= inv;
+            out[j] = ts_sampler_draw(smp, ptmp);
+        } else { /* p == q up to rounding: the rejection had probability ~0 */
+            out[j] = d[j];
+        }
+        ts_sampler_accept(smp, out[j]);
+        return j;
+    }
+    ts_sampler_probs(smp, vlogits + (size_t)m * V, ptmp, NULL);
+    out[m] = ts_sampler_draw(smp, ptmp);
+    ts_sampler_accept(smp, out[m]);
+    return m;
+}
+
+/* ---- the generation loop ---- */
+
+static int is_stop(const ts_gen_params *p, int32_t id) {
+    for (int i = 0; i < p->n_stop; i++)
+        if (p->stop_ids[i] == id) return 1;
+    return 0;
+}
+
+/* Pick a draft from the MTP logits in sc.logits; with sampling, keep its
+ * distribution in dprobs row j for the acceptance test. */
+static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp) {
+    const int V = s->e->model.cfg.vocab;
+    const float *lg = s->st.sc.logits;
+    if (!smp) return argmax(lg, V);
+    /* any q is correct as long as the acceptance test sees the q that was
+     * drawn from: the sampler's pipeline over the MTP logits (its penalty
+     * history lacks the earlier drafts of this block; that only costs
+     * acceptance) */
+    float *q = s->dprobs + (size_t)j * V;
+    ts_sampler_probs(smp, lg, q, NULL);
+    return ts_sampler_draw(smp, q);
+}
+
+int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
+                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
+    const ts_model *m = &s->e->model;
+    const int V = m->cfg.vocab, H = m->cfg.H, M = p->spec_draft;
+    ts_state *st = &s->st;
+    if (M < 1 || M > TS_SPEC_MAX_DRAFT)
+        return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", M, TS_SPEC_MAX_DRAFT);
+    if (!m->has_mtp)
+        return ts_fail(err, TS_E_UNSUPPORTED, "%s: the checkpoint has no MTP head (no mtp.* tensors): MTP drafting is not possible",
+                       s->e->dir);
+    if (s->params.spec_draft < M)
+        return ts_fail(err, TS_E_ARG, "the session was created for drafts of %d tokens, %d asked (session params spec_draft)",
+                       s->params.spec_draft, M);
+    if (n_prompt < 1) return ts_fail(err, TS_E_ARG, "no prompt tokens");
+
+    /* Prefill in the same chunks as ts_session_feed (identical rounding to
+     * plain generation), running the MTP head over every row whose next
+     * token is known. The row whose next token is not known yet waits in
+     * mtp_hid[0]. */
+    double t0 = ts_now();
+    const int R = s->params.max_rows;
+    int have_pend = 0, rc;
+    for (int off = 0; off < n_prompt; off += R) {
+        int k = TS_MIN(R, n_prompt - off);
+        if ((rc = ts_session_feed(s, prompt + off, k, NULL, NULL, err))) return rc;
+        if (off + k == n_prompt) memcpy(s->vlogits, st->sc.logits, sizeof(float) * V);
+        int32_t toks[2 * TS_SPEC_MAX_DRAFT + 2];
+        int nr = 0, p0 = s->pos - k - have_pend;
+        const int piece = TS_MIN((int)(sizeof toks / sizeof toks[0]), st->sc.R);
+        /* rows in pieces of at most R (toks is small: the head runs per piece) */
+        if (have_pend) toks[nr++] = prompt[off];
+        for (int i = 0; i + 1 < k; i++) {
+            memcpy(s->mtp_hid + (size_t)nr * H, st->sc.hidden + (size_t)i * H, sizeof(float) * H);
+            toks[nr++] = prompt[off + i + 1];
+            if (nr == piece || i + 2 == k) {
+                ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL);
+                p0 += nr;
+                nr = 0;
+            }
+        }
+        if (nr) { ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL); }
+        memcpy(s->mtp_hid, st->sc.hidden + (size_t)(k - 1) * H, sizeof(float) * H);
+        have_pend = 1;
+    }
+    stats->n_prompt = n_prompt;
+    stats->t_prefill = ts_now() - t0;
+    t0 = ts_now();
+    rc = 0;
+    if (p->n_predict <= 0) goto done;
+
+    /* The first token comes from the prompt's logits. */
+    int32_t last;
+    if (smp) {
+        if ((rc = ts_sampler_sample(smp, s->vlogits, &last, err))) goto done;
+        ts_sampler_accept(smp, last);
+    } else {
+        last = argmax(s->vlogits, V);
+    }
+    memcpy(st->sc.logits, s->vlogits, sizeof(float) * V);
+    stats->n_gen++;
+    if ((cb && cb(user, last)) || is_stop(p, last) || p->n_predict == 1 || s->pos >= st->n_ctx) goto done;
+
+    /* Real MTP rows waiting: tokens rtok[0..nr), hiddens rhid, from position rpos. */
+    int32_t rtok[TS_SPEC_MAX_DRAFT + 1];
+    rtok[0] = last;
+    int nr = 1, rpos = s->pos - 1;
+    const float *rhid = s->mtp_hid;
+    for (;;) {
+        int mm = TS_MIN(M, st->n_ctx - s->pos - 1);
+        mm = TS_MIN(mm, p->n_predict - stats->n_gen - 1);
+        if (mm < 0) mm = 0;
+        int32_t blk[TS_SPEC_MAX_DRAFT + 1], out[TS_SPEC_MAX_DRAFT + 1];
+        blk[0] = last;
+        if (mm > 0) {
+            double td = ts_now();
+            ts_mtp_forward(m, st, rtok, rhid, nr, rpos, s->mtp_hid, NULL);
+            float *h = s->mtp_hid + (size_t)(nr - 1) * H;
+            blk[1] = pick_draft(s, 0, smp);
+            for (int j = 1; j < mm; j++) {
+                ts_mtp_forward(m, st, &blk[j], h, 1, rpos + nr - 1 + j, h, NULL);
+                blk[j + 1] = pick_draft(s, j, smp);
+            }
+            if (s->test_drafts && !smp) s->test_drafts(s->test_user, s->pos, mm, blk + 1);
+            stats->t_draft += ts_now() - td;
+        }
+        double tv = ts_now();
+        int pos_blk = s->pos;
+        if ((rc = ts_spec_verify(s, blk, mm + 1, err))) break;
+        stats->t_verify += ts_now() - tv;
+        int a = ts_spec_accept(s->vlogits, s->dprobs, blk + 1, mm, V, smp, st->sc.logits, out);
+        stats->n_blocks++;
+        stats->n_drafted += mm;
+        stats->n_accepted += a;
+        for (int j = 0; j < mm && j < 16; j++) {
+            stats->drafted_at[j]++;
+            if (j < a) stats->accepted_at[j]++;
+        }
+        /* Emit in order; a stop after token j keeps rows 0..j (the stopping
+         * token itself is not fed, as in plain decoding). */
+        int keep = a + 1, stop = 0;
+        for (int j = 0; j <= a; j++) {
+            stats->n_gen++;
+            if ((cb && cb(user, out[j])) || is_stop(p, out[j]) || stats->n_gen >= p->n_predict) {
+                keep = j + 1;
+                stop = 1;
+                break;
+            }
+        }
+        double tr = ts_now();
+        ts_spec_rollback(s, keep);
+        stats->t_rollback += ts_now() - tr;
+        if (stop || s->pos >= st->n_ctx) break;
+        last = out[a];
+        memcpy(rtok, out, sizeof(int32_t) * (size_t)keep);
+        nr = keep;
+        rpos = pos_blk;
+        rhid = st->sc.hidden;
+    }
+done:
+    stats->t_decode = ts_now() - t0;
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* spec.h: speculative decoding with the MTP head (internal; spec.c).
+ *
+ * Verify runs a block of rows through the target with the one-row kernels
+ * (bit-identical to decoding them one at a time) while recording the GDN
+ * tape; rollback keeps a prefix of the block by restoring the block-start
+ * GDN snapshot and replaying the kept rows from the tape. The generation
+ * loop (MTP drafting, acceptance, statistics) is ts_spec_generate, called by
+ * ts_generate when gen params ask for drafting.
+ */
+#ifndef TS_SPEC_H
+#define TS_SPEC_H
+
+#include "engine.h"
+
+/* Rows ids[0..n) (1 <= n <= spec_draft + 1) at the session's position:
+ * logits of every row land in s->vlogits [n, V], final-normed hiddens in
+ * s->st.sc.hidden [n, H]; the position advances by n. With n > 1 the GDN
+ * block-start state is snapshotted and the tape recorded. */
+int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err);
+/* Keep the first `keep` rows (1..n) of the last verify block: KV caches are
+ * truncated by position, GDN states restored and replayed. Afterwards the
+ * session's last logits/hidden are those of row keep-1. */
+void ts_spec_rollback(ts_session *s, int keep);
+
+/* The acceptance rule over one block. vlogits [m+1, V] target logits,
+ * drafts d[0..m) drawn from dprobs [m, V] (sampling) or argmax (smp NULL:
+ * greedy). Writes the emitted tokens out[0..a] (a accepted drafts, then the
+ * correction or bonus token) and returns a; ptmp is scratch [V].
+ * Greedy: the longest prefix where d equals the target argmax, then the
+ * target argmax. Sampling: the target distribution of each row is the
+ * sampler's (ts_sampler_probs); accept d with probability min(1, p/q), else
+ * draw from the normalised max(0, p - q) and stop. The emitted tokens are
+ * then distributed exactly as sampling from the target one token at a time.
+ * Emitted tokens are accepted into the sampler's history. */
+int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
+                   float *ptmp, int32_t *out);
+
+/* smp: NULL for plain greedy, else the sampler (prompt already accepted). */
+int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
+                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
+
+#endif

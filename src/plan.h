@@ -1,0 +1,46 @@
+/* plan.h: the memory plan: every buffer a session allocates, sized from the
+ * config and the session parameters alone.
+ *
+ * Owns: the sizes (in floats) of every session buffer. session.c allocates
+ * exactly these and nothing else, so `turbospark plan` (plan.c) and the
+ * allocator's counters agree to the byte by construction; tests/test_plan.c
+ * checks that they do.
+ * Does not own: the allocation itself (session.c), the engine's heap
+ * (predicted in plan.c next to this, from the same config).
+ *
+ * Invariant: with spec_draft == 0 every drafter field (MTP beyond the
+ * optional head cache, tape, snapshots, verify logits) is 0.
+ */
+#ifndef TS_PLAN_H
+#define TS_PLAN_H
+
+#include "loader/config.h"
+
+#define TS_MTP_SLACK 16  /* MTP rows beyond the context: the head may draft past the target */
+#define TS_MAX_DRAFT 8   /* the largest block of drafted tokens */
+#define TS_DELTA_CHUNK 64 /* rows per chunk of the chunked delta rule (prefill) */
+
+typedef struct ts_sess_plan {
+    ts_session_params p;  /* normalised: defaults filled in */
+    int R;                /* scratch rows: max(max_rows, spec_draft + 1) */
+    int Rv;               /* verify rows (spec_draft + 1), 0 without drafting */
+    int mtp;              /* MTP head cache allocated */
+    int mtp_ctx;          /* MTP cache rows */
+    int att_len;          /* attention score buffer (n_ctx, or mtp_ctx) */
+    int n_full, n_gdn;
+    /* sizes in floats */
+    size_t kv_layer;      /* one K (or V) buffer of one full layer: n_ctx * nkv * D */
+    size_t gdn_conv, gdn_S;
+    size_t x, u, t, big0, big1, big2, small, att, rowtmp, moe_acc, hidden, logits, last_hidden;
+    size_t pf_conv, pf_gate, pf_chunk; /* chunked prefill (0 when max_rows == 1) */
+    size_t mtp_kv;        /* one of K / V of the MTP cache */
+    size_t mtp_hid;       /* drafter: MTP input/output hiddens [R, H] */
+    size_t tape_qkv, tape_ab, snap_conv, snap_S; /* drafter, per GDN layer (tape_ab: each of a, b) */
+    size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [M, V] */
+} ts_sess_plan;
+
+/* Validate and normalise session parameters and size every buffer. */
+int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *out,
+                      ts_error *err);
+
+#endif

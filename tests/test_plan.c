@@ -1,0 +1,107 @@
+/* test_plan.c: the memory plan (src/plan.c) against the allocator's counters.
+ *
+ * For both tiny fixtures, with and without drafting, several contexts and
+ * chunk sizes: ts_mem_plan_dir's bytes per category equal, to the byte, what
+ * ts_engine_open + ts_session_new make ts_mem_used() count; the plan itself
+ * leaves nothing allocated; with drafting the total grows by exactly the
+ * plan's drafter part, and without it the drafter categories (spec, mtp) are
+ * empty. The CLI prints the same totals.
+ */
+#include "engine.h"
+#include "ts_test.h"
+
+typedef struct { int ctx, chunk, draft; } cfg;
+
+static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = c.ctx;
+    sp.max_rows = c.chunk;
+    sp.spec_draft = c.draft;
+    size_t before[TS_MEM_N];
+    for (int k = 0; k < TS_MEM_N; k++) before[k] = ts_mem_used((ts_mem_cat)k);
+    ts_error err = {0};
+    if (ts_mem_plan_dir(dir, &sp, out, &err)) { ts_test_fail(__FILE__, __LINE__, "%s", err.msg); return -1; }
+    for (int k = 0; k < TS_MEM_N; k++)
+        if (ts_mem_used((ts_mem_cat)k) != before[k]) {
+            ts_test_fail(__FILE__, __LINE__, "the plan left %s bytes allocated", ts_mem_cat_name((ts_mem_cat)k));
+            return -1;
+        }
+    ts_engine *e = NULL;
+    ts_session *s = NULL;
+    if (ts_engine_open(dir, NULL, &e, &err) || ts_session_new(e, &sp, &s, &err)) {
+        ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
+        ts_engine_close(e);
+        return -1;
+    }
+    int bad = 0;
+    uint64_t sum = 0;
+    for (int k = 0; k < TS_MEM_N; k++) {
+        size_t got = ts_mem_used((ts_mem_cat)k) - before[k];
+        sum += out->cat_bytes[k];
+        if (got != out->cat_bytes[k]) {
+            ts_test_fail(__FILE__, __LINE__, "%s ctx %d chunk %d draft %d: %s: plan %llu bytes, allocated %zu", dir, c.ctx,
+                         c.chunk, c.draft, ts_mem_cat_name((ts_mem_cat)k), (unsigned long long)out->cat_bytes[k], got);
+            bad = 1;
+        }
+    }
+    if (sum != out->total_bytes || out->engine_bytes + out->session_bytes != out->total_bytes) {
+        ts_test_fail(__FILE__, __LINE__, "plan totals do not add up");
+        bad = 1;
+    }
+    ts_session_free(s);
+    ts_engine_close(e);
+    for (int k = 0; k < TS_MEM_N; k++)
+        if (ts_mem_used((ts_mem_cat)k) != before[k]) {
+            ts_test_fail(__FILE__, __LINE__, "%s bytes left after closing", ts_mem_cat_name((ts_mem_cat)k));
+            bad = 1;
+        }
+    return bad ? -1 : 0;
+}
+
+TS_TEST(plan, equals_allocations) {
+    static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
+    static const cfg cfgs[] = {{0, 0, 0}, {300, 7, 0}, {1000, 1, 0}, {512, 64, 0}};
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+            ts_mem_plan off, on;
+            cfg c = cfgs[i];
+            c.draft = 0;
+            CHECK(check_one(fx[f], c, &off) == 0);
+            CHECK_MSG(off.drafter_bytes == 0 && off.cat_bytes[TS_MEMCAT_SPEC] == 0 && off.cat_bytes[TS_MEMCAT_MTP] == 0,
+                      "without drafting: drafter %llu, spec %llu, mtp %llu bytes", (unsigned long long)off.drafter_bytes,
+                      (unsigned long long)off.cat_bytes[TS_MEMCAT_SPEC], (unsigned long long)off.cat_bytes[TS_MEMCAT_MTP]);
+            for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M += 3) {
+                c.draft = M;
+                CHECK(check_one(fx[f], c, &on) == 0);
+                CHECK_MSG(on.total_bytes - off.total_bytes == on.drafter_bytes,
+                          "%s ctx %d chunk %d draft %d: drafting adds %llu bytes, the plan's drafter part is %llu", fx[f],
+                          c.ctx, c.chunk, M, (unsigned long long)(on.total_bytes - off.total_bytes),
+                          (unsigned long long)on.drafter_bytes);
+                CHECK(on.cat_bytes[TS_MEMCAT_SPEC] > 0 && on.cat_bytes[TS_MEMCAT_MTP] > 0);
+                CHECK(on.engine_bytes == off.engine_bytes);
+            }
+        }
+}
+
+TS_TEST(plan, cli) {
+    char out[16384];
+    int rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --ctx 256 --spec mtp --draft 4", ts_test_bin());
+    CHECK_MSG(rc == 0, "%s", out);
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 256;
+    sp.spec_draft = 4;
+    ts_mem_plan pl;
+    ts_error err = {0};
+    CHECK(ts_mem_plan_dir("tests/fixtures/tiny-dense", &sp, &pl, &err) == 0);
+    char want[64];
+    snprintf(want, sizeof want, "%-13s %14llu", "total heap", (unsigned long long)pl.total_bytes);
+    CHECK_MSG(strstr(out, want) && strstr(out, "[drafter]") && strstr(out, "kv_cache"), "%s", out);
+    rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense", ts_test_bin());
+    CHECK_MSG(rc == 0 && !strstr(out, "[drafter]"), "%s", out);
+    rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --spec mtp --draft 0", ts_test_bin());
+    CHECK_MSG(rc != 0 && strstr(out, "outside 1..8"), "%s", out);
+    rc = ts_test_sh(out, sizeof out, "%s plan -m /nonexistent", ts_test_bin());
+    CHECK_MSG(rc != 0 && strstr(out, "/nonexistent"), "%s", out);
+}

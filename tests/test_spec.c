@@ -1,0 +1,362 @@
+/* test_spec.c: speculative decoding with the MTP head (src/model/spec.c).
+ *
+ * - exactness: greedy output with drafting (M = 1..8) is the same ids as plain
+ *   greedy, 520 generated tokens, on tiny-dense, tiny-moe and alt-dense, with
+ *   the model's own MTP drafts and with an oracle drafter (the plain output,
+ *   an eighth of the drafts corrupted) so that long accepted runs and every
+ *   rollback length occur: the random-weight MTP heads almost never agree
+ *   with their targets;
+ * - the context limit hit in the middle of a block;
+ * - rollback: after verify + rollback to C rows, every GDN conv/recurrent
+ *   state and KV row is bit-identical (memcmp) to decoding the C tokens one
+ *   at a time;
+ * - speculative sampling: the first emitted token of a block follows the
+ *   target distribution (chi-square), with a deliberately bad draft
+ *   distribution so that most drafts are rejected;
+ * - bad input: draft lengths out of range, a checkpoint without mtp.*.
+ */
+#include <math.h>
+#include <sys/stat.h>
+
+#include "model/spec.h"
+#include "ts_test.h"
+
+typedef struct {
+    int32_t ids[4096];
+    int n;
+} collect;
+
+static int on_tok(void *u, int32_t id) {
+    collect *c = u;
+    if (c->n < 4096) c->ids[c->n++] = id;
+    return 0;
+}
+
+typedef struct {
+    const int32_t *ref; /* plain greedy output */
+    int n_ref, T;       /* its length, the prompt length */
+    uint64_t lcg;
+    int n_calls;
+} oracle;
+
+static void oracle_drafts(void *user, int pos, int m, int32_t *d) {
+    oracle *o = user;
+    o->n_calls++;
+    for (int j = 0; j < m; j++) {
+        int i = pos - o->T + 1 + j; /* generated index of draft j */
+        int32_t t = i < o->n_ref ? o->ref[i] : 0;
+        o->lcg = o->lcg * 6364136223846793005ull + 1442695040888963407ull;
+        if ((o->lcg >> 33) % 8 == 0) t = (t + 1) % 7; /* corrupt: small ids exist in every vocab */
+        d[j] = t;
+    }
+}
+
+static ts_session *mk_session(ts_engine *e, int n_ctx, int draft) {
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = n_ctx;
+    sp.spec_draft = draft;
+    ts_session *s = NULL;
+    ts_error err = {0};
+    if (ts_session_new(e, &sp, &s, &err)) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return s;
+}
+
+/* Generate with drafting M (0 = plain) into c; returns the stats. */
+static int gen(ts_engine *e, const int32_t *prompt, int T, int n_ctx, int n_pred, int M, oracle *orc, collect *c,
+               ts_gen_stats *st) {
+    ts_session *s = mk_session(e, n_ctx, M);
+    if (!s) return -1;
+    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = n_pred;
+    gp.spec_draft = M;
+    c->n = 0;
+    ts_error err = {0};
+    int rc = ts_generate(s, prompt, T, &gp, on_tok, c, st, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    ts_session_free(s);
+    return rc;
+}
+
+static const int32_t PROMPT[] = {11, 5, 301, 42, 7, 99, 250, 3, 18, 64, 120, 9};
+#define T_PROMPT ((int)(sizeof PROMPT / sizeof PROMPT[0]))
+
+static ts_engine *open_fx(const char *name) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "tests/fixtures/%s", name);
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    if (ts_engine_open(dir, NULL, &e, &err)) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return e;
+}
+
+TS_TEST(spec, greedy_exact) {
+    static const char *fx[] = {"tiny-dense", "tiny-moe", "alt-dense"};
+    const int N = 520;
+    for (int f = 0; f < 3; f++) {
+        ts_engine *e = open_fx(fx[f]);
+        CHECK(e);
+        static collect ref, got;
+        ts_gen_stats st;
+        CHECK(gen(e, PROMPT, T_PROMPT, 1024, N, 0, NULL, &ref, &st) == 0);
+        CHECK_MSG(ref.n == N, "%s: plain run gave %d tokens", fx[f], ref.n);
+        int acc_total = 0, blocks = 0, keep_seen[TS_SPEC_MAX_DRAFT + 2] = {0};
+        for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+            /* oracle drafts over the whole run */
+            oracle o = {ref.ids, ref.n, T_PROMPT, 12345u + M, 0};
+            CHECK(gen(e, PROMPT, T_PROMPT, 1024, N, M, &o, &got, &st) == 0);
+            CHECK_MSG(got.n == N && !memcmp(got.ids, ref.ids, sizeof(int32_t) * N),
+                      "%s M=%d (oracle drafts): output differs from plain greedy (%d tokens)", fx[f], M, got.n);
+            CHECK_MSG(st.n_accepted > 0 && st.n_accepted < st.n_drafted, "%s M=%d: accepted %d of %d", fx[f], M,
+                      st.n_accepted, st.n_drafted);
+            acc_total += st.n_accepted;
+            blocks += st.n_blocks;
+            for (int j = 0; j < M; j++) keep_seen[j] += st.accepted_at[j];
+            /* the model's own MTP drafts (shorter: nearly all rejected, so slow) */
+            int n2 = M == 1 ? N : 40;
+            CHECK(gen(e, PROMPT, T_PROMPT, 1024, n2, M, NULL, &got, &st) == 0);
+            CHECK_MSG(got.n == n2 && !memcmp(got.ids, ref.ids, sizeof(int32_t) * n2),
+                      "%s M=%d (MTP drafts): output differs from plain greedy", fx[f], M);
+            CHECK(st.n_drafted > 0);
+        }
+        fprintf(stderr, "  %-10s 16 runs identical to plain greedy; oracle: %d drafts accepted over %d blocks\n", fx[f],
+                acc_total, blocks);
+        for (int j = 0; j < TS_SPEC_MAX_DRAFT; j++) CHECK_MSG(keep_seen[j] > 0, "draft position %d never accepted", j + 1);
+        ts_engine_close(e);
+    }
+}
+
+/* The context ends inside a block: output identical to plain greedy, which
+ * stops when the context is full; nothing is written past n_ctx. */
+TS_TEST(spec, context_limit_mid_block) {
+    ts_engine *e = open_fx("tiny-moe");
+    CHECK(e);
+    static collect ref, got;
+    ts_gen_stats st;
+    for (int extra = 29; extra <= 31; extra++) {
+        int n_ctx = T_PROMPT + extra;
+        CHECK(gen(e, PROMPT, T_PROMPT, n_ctx, 1000, 0, NULL, &ref, &st) == 0);
+        CHECK_MSG(ref.n == extra + 1, "plain: %d tokens in a context of %d", ref.n, n_ctx);
+        for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+            oracle o = {ref.ids, ref.n, T_PROMPT, 777u + M, 0};
+            CHECK(gen(e, PROMPT, T_PROMPT, n_ctx, 1000, M, &o, &got, &st) == 0);
+            CHECK_MSG(got.n == ref.n && !memcmp(got.ids, ref.ids, sizeof(int32_t) * ref.n),
+                      "ctx %d M=%d: %d tokens, plain %d", n_ctx, M, got.n, ref.n);
+        }
+    }
+    /* the token budget ends inside a block too */
+    CHECK(gen(e, PROMPT, T_PROMPT, 512, 23, 0, NULL, &ref, &st) == 0);
+    for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+        oracle o = {ref.ids, ref.n, T_PROMPT, 99u + M, 0};
+        CHECK(gen(e, PROMPT, T_PROMPT, 512, 23, M, &o, &got, &st) == 0);
+        CHECK_MSG(got.n == 23 && !memcmp(got.ids, ref.ids, sizeof(int32_t) * 23), "budget 23, M=%d", M);
+    }
+    ts_engine_close(e);
+}
+
+/* After verify + rollback to C rows, the whole state equals that of feeding
+ * the C tokens one at a time, to the bit. */
+TS_TEST(spec, rollback_bit_exact) {
+    static const char *fx[] = {"tiny-dense", "alt-moe"};
+    for (int f = 0; f < 2; f++) {
+        ts_engine *e = open_fx(fx[f]);
+        CHECK(e);
+        const ts_model *m = &e->model;
+        const ts_config *c = &m->cfg;
+        const int M = 6;
+        const int32_t blk[] = {17, 4, 250, 33, 8, 101, 2};
+        for (int C = 1; C <= M + 1; C++) {
+            ts_session *a = mk_session(e, 256, M), *b = mk_session(e, 256, 0);
+            CHECK(a && b);
+            ts_error err = {0};
+            CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+            CHECK(ts_session_feed(b, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+            CHECK_MSG(ts_spec_verify(a, blk, M + 1, &err) == 0, "%s", err.msg);
+            ts_spec_rollback(a, C);
+            for (int i = 0; i < C; i++) CHECK(ts_session_feed(b, &blk[i], 1, NULL, NULL, &err) == 0);
+            CHECK_MSG(a->pos == b->pos, "pos %d vs %d", a->pos, b->pos);
+            int same = 1;
+            for (int L = 0; L < c->n_layers; L++) {
+                if (c->layer_full[L]) {
+                    size_t bytes = sizeof(float) * (size_t)a->pos * m->kvdim;
+                    same &= !memcmp(a->st.kv[L].k, b->st.kv[L].k, bytes) && !memcmp(a->st.kv[L].v, b->st.kv[L].v, bytes);
+                } else {
+                    same &= !memcmp(a->st.gdn[L].conv, b->st.gdn[L].conv, sizeof(float) * (size_t)(c->conv_k - 1) * m->C);
+                    same &= !memcmp(a->st.gdn[L].S, b->st.gdn[L].S, sizeof(float) * (size_t)c->Hv * c->dk * c->dv);
+                }
+                CHECK_MSG(same, "%s C=%d: layer %d state differs after rollback", fx[f], C, L);
+            }
+            CHECK_MSG(!memcmp(ts_session_logits(a), ts_session_logits(b), sizeof(float) * c->vocab),
+                      "%s C=%d: last logits differ", fx[f], C);
+            CHECK_MSG(!memcmp(ts_session_hidden(a), ts_session_hidden(b), sizeof(float) * c->H),
+                      "%s C=%d: last hidden differs", fx[f], C);
+            /* and the timelines continue identically */
+            int32_t nx = 5;
+            CHECK(ts_session_feed(a, &nx, 1, NULL, NULL, &err) == 0);
+            CHECK(ts_session_feed(b, &nx, 1, NULL, NULL, &err) == 0);
+            CHECK(!memcmp(ts_session_logits(a), ts_session_logits(b), sizeof(float) * c->vocab));
+            ts_session_free(a);
+            ts_session_free(b);
+        }
+        ts_engine_close(e);
+    }
+}
+
+/* Speculative sampling leaves the target distribution. Target p over 12
+ * tokens (softmax of fixed logits at temperature 0.8), draft q concentrated
+ * on tokens the target finds unlikely. Over 40000 seeded trials the first
+ * emitted token is tallied and compared with p by Pearson's chi-square with
+ * 11 degrees of freedom; the threshold 31.26 is the 0.999 quantile (the
+ * test is deterministic: fixed seeds). The tally is also checked against q
+ * (it must be rejected), so the test has power. */
+static void softmax(const float *x, int V, float *p) {
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp(x[i]);
+    for (int i = 0; i < V; i++) p[i] = (float)(exp(x[i]) / sum);
+}
+
+TS_TEST(spec, sampling_matches_target) {
+    enum { V = 12, M = 3, N = 40000 };
+    float vl[(M + 1) * V], q[M * V], p[V], tmp[V];
+    for (int r = 0; r <= M; r++)
+        for (int i = 0; i < V; i++) vl[r * V + i] = 0.35f * (float)((i * 7 + r * 3) % V) - 1.0f;
+    ts_sampler_params sp;
+    ts_sampler_params_default(&sp);
+    sp.temperature = 0.8f;
+    sp.seed = 42;
+    ts_sampler *smp = NULL;
+    ts_error err = {0};
+    CHECK(ts_sampler_new(V, &sp, &smp, &err) == 0);
+    CHECK(ts_sampler_probs(smp, vl, p, &err) == 0);
+    for (int r = 0; r < M; r++) {
+        /* bad draft: mass on the target's least likely tokens */
+        float ql[V];
+        for (int i = 0; i < V; i++) ql[i] = -2.0f * vl[r * V + i];
+        softmax(ql, V, q + r * V);
+    }
+    long cnt[V] = {0};
+    int rejected = 0;
+    for (int t = 0; t < N; t++) {
+        int32_t d[M], out[M + 1];
+        for (int j = 0; j < M; j++) d[j] = ts_sampler_draw(smp, q + j * V);
+        int a = ts_spec_accept(vl, q, d, M, V, smp, tmp, out);
+        rejected += a == 0;
+        cnt[out[0]]++;
+    }
+    ts_sampler_free(smp);
+    double chi = 0, chi_q = 0;
+    for (int i = 0; i < V; i++) {
+        double ex = p[i] * N, exq = q[i] * N;
+        chi += (cnt[i] - ex) * (cnt[i] - ex) / ex;
+        chi_q += (cnt[i] - exq) * (cnt[i] - exq) / exq;
+    }
+    fprintf(stderr, "  first token vs target: chi2 = %.2f (11 dof, threshold 31.26); vs draft: %.0f; first draft rejected in %d/%d\n",
+            chi, chi_q, rejected, N);
+    CHECK_MSG(chi < 31.26, "chi-square %.2f over the 0.999 quantile", chi);
+    CHECK_MSG(chi_q > 1000, "the draft distribution is not distinguishable (chi2 %.1f)", chi_q);
+    CHECK_MSG(rejected > N / 2, "the bad draft was rejected only %d times", rejected);
+}
+
+/* End to end with temperature: runs, is deterministic for a seed, and with
+ * a seed different outputs appear. */
+TS_TEST(spec, sampling_generate) {
+    ts_engine *e = open_fx("tiny-dense");
+    CHECK(e);
+    collect a, b;
+    int differ = 0;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        ts_session *s = mk_session(e, 256, 4);
+        CHECK(s);
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = 40;
+        gp.spec_draft = 4;
+        gp.temperature = 1.5f;
+        gp.seed = seed;
+        ts_error err = {0};
+        a.n = 0;
+        ts_gen_stats st;
+        CHECK_MSG(ts_generate(s, PROMPT, T_PROMPT, &gp, on_tok, &a, &st, &err) == 0, "%s", err.msg);
+        ts_session_reset(s);
+        collect a2 = {{0}, 0};
+        CHECK(ts_generate(s, PROMPT, T_PROMPT, &gp, on_tok, &a2, &st, &err) == 0);
+        CHECK(a.n == 40 && a2.n == 40 && !memcmp(a.ids, a2.ids, sizeof(int32_t) * 40));
+        if (seed > 1 && memcmp(a.ids, b.ids, sizeof(int32_t) * 40)) differ = 1;
+        b = a;
+        ts_session_free(s);
+    }
+    CHECK(differ);
+    ts_engine_close(e);
+}
+
+/* Copy a fixture without its mtp.* tensors: the header entries are dropped
+ * (the data stays, unreferenced) and the index loses them too. */
+static int copy_without_mtp(const char *src, const char *dst) {
+    char out[4096];
+    if (ts_test_sh(out, sizeof out, "rm -rf %s && cp -r %s %s", dst, src, dst)) return -1;
+    const char *py =
+        "import json,struct,sys,glob,os\n"
+        "d=sys.argv[1]\n"
+        "for f in glob.glob(d+'/model*.safetensors'):\n"
+        "  b=open(f,'rb').read(); n=struct.unpack('<Q',b[:8])[0]; h=json.loads(b[8:8+n])\n"
+        "  h={k:v for k,v in h.items() if not k.startswith('mtp.')}\n"
+        "  hs=json.dumps(h).encode(); hs+=b' '*((8-len(hs)%8)%8)\n"
+        "  open(f,'wb').write(struct.pack('<Q',len(hs))+hs+b[8+n:])\n"
+        "ix=d+'/model.safetensors.index.json'\n"
+        "if os.path.exists(ix):\n"
+        "  j=json.load(open(ix)); j['weight_map']={k:v for k,v in j['weight_map'].items() if not k.startswith('mtp.')}\n"
+        "  json.dump(j,open(ix,'w'))\n";
+    char path[512];
+    snprintf(path, sizeof path, "%s/strip_mtp.py", ts_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(py, f);
+    fclose(f);
+    return ts_test_sh(out, sizeof out, "python3 %s %s", path, dst);
+}
+
+TS_TEST(spec, bad_input) {
+    char out[8192];
+    const char *bin = ts_test_bin();
+    int rc = ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --ids 1,2 -n 4 --spec mtp --draft 0", bin);
+    CHECK_MSG(rc != 0 && strstr(out, "--draft 0 is outside 1..8"), "draft 0: rc %d, %s", rc, out);
+    rc = ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --ids 1,2 -n 4 --spec mtp --draft 9", bin);
+    CHECK_MSG(rc != 0 && strstr(out, "--draft 9 is outside 1..8"), "draft 9: rc %d, %s", rc, out);
+    rc = ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --ids 1,2 -n 4 --spec eagle", bin);
+    CHECK_MSG(rc != 0 && strstr(out, "--spec 'eagle'"), "spec eagle: rc %d, %s", rc, out);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/nomtp", ts_test_tmpdir());
+    CHECK(copy_without_mtp("tests/fixtures/tiny-dense", dir) == 0);
+    rc = ts_test_sh(out, sizeof out, "%s run -m %s --ids 1,2 -n 4 --print-ids", bin, dir);
+    CHECK_MSG(rc == 0, "plain run without mtp.*: %s", out);
+    rc = ts_test_sh(out, sizeof out, "%s run -m %s --ids 1,2 -n 4 --spec mtp --draft 2", bin, dir);
+    CHECK_MSG(rc != 0 && strstr(out, "no MTP head (no mtp.* tensors)"), "no mtp: rc %d, %s", rc, out);
+    /* and through the API */
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    CHECK(ts_engine_open(dir, NULL, &e, &err) == 0);
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.spec_draft = 2;
+    ts_session *s = NULL;
+    CHECK(ts_session_new(e, &sp, &s, &err) == TS_E_UNSUPPORTED && strstr(err.msg, "mtp.*"));
+    ts_engine_close(e);
+    /* a session without drafting buffers refuses drafting; draft 9 refused */
+    e = open_fx("tiny-dense");
+    s = mk_session(e, 128, 0);
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.spec_draft = 2;
+    CHECK(ts_generate(s, PROMPT, T_PROMPT, &gp, NULL, NULL, NULL, &err) == TS_E_ARG && strstr(err.msg, "spec_draft"));
+    gp.spec_draft = 9;
+    CHECK(ts_generate(s, PROMPT, T_PROMPT, &gp, NULL, NULL, NULL, &err) == TS_E_ARG);
+    ts_session_free(s);
+    sp.spec_draft = 9;
+    CHECK(ts_session_new(e, &sp, &s, &err) == TS_E_ARG);
+    /* the CLI prints the statistics */
+    rc = ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --ids 1,2,3 -n 20 --spec mtp --draft 3", bin);
+    CHECK_MSG(rc == 0 && strstr(out, "mean accepted length") && strstr(out, "rollback"), "stats: %s", out);
+    ts_engine_close(e);
+}

@@ -1,0 +1,142 @@
+/* cmd_perplexity.c: `turbospark perplexity -m DIR -f IDS_FILE [--mtp] [--json]`
+ *
+ * The held-out protocol of tools/train/heldout_eval.py, in the engine: each
+ * line of IDS_FILE (comma-separated ids; '#' lines are comments) is one
+ * window, scored from an empty state. Perplexity = exp(mean over positions
+ * 1..n-1 of -log softmax(logits[i-1])[ids[i]]), log-softmax in double over the
+ * full row. With --mtp, the MTP head's row i (token ids[i+1], hidden i,
+ * position i) is scored against ids[i+2]: top-1 accuracy, and agreement with
+ * the main head's argmax at i+1 (the first-position acceptance of greedy
+ * MTP drafting on this text).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static double nll(const float *row, int V, int target) {
+    double mx = row[0];
+    for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+    double s = 0;
+    for (int j = 0; j < V; j++) s += exp((double)row[j] - mx);
+    return -((double)row[target] - mx - log(s));
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    const char *model = NULL, *file = NULL;
+    int mtp = 0, json = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
+        else if (!strcmp(a, "-f") && more) file = argv[++i];
+        else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--mtp")) mtp = 1;
+        else if (!strcmp(a, "--json")) json = 1;
+        else {
+            fprintf(stderr, "turbospark perplexity: unknown or incomplete argument '%s'\n"
+                            "usage: turbospark perplexity -m DIR -f IDS_FILE [--mtp] [--json]\n", a);
+            return 2;
+        }
+    }
+    if (!model) model = cli_default_model();
+    if (!model || !file) { fprintf(stderr, "turbospark perplexity: -m DIR and -f IDS_FILE are required\n"); return 2; }
+    char *txt = cli_read_file(file);
+    if (!txt) { fprintf(stderr, "turbospark perplexity: cannot read %s\n", file); return 1; }
+    ts_error err = {0};
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.n_threads = threads;
+    ts_engine *e = NULL;
+    if (ts_engine_open(model, &ep, &e, &err)) {
+        fprintf(stderr, "turbospark perplexity: %s\n", err.msg);
+        free(txt);
+        return 1;
+    }
+    const int V = ts_engine_info(e)->vocab_size, H = ts_engine_info(e)->hidden_size;
+    if (mtp && !ts_engine_info(e)->has_mtp) {
+        fprintf(stderr, "turbospark perplexity: --mtp: %s has no MTP head\n", model);
+        ts_engine_close(e);
+        free(txt);
+        return 1;
+    }
+    double sum = 0;
+    long scored = 0, mtp_rows = 0, mtp_top1 = 0, mtp_agree = 0;
+    int windows = 0, rc = 0;
+    ts_session *s = NULL;
+    float *lg = NULL, *hid = NULL, *ml = NULL;
+    int cap = 0;
+    for (char *line = strtok(txt, "\n"); line && !rc; line = strtok(NULL, "\n")) {
+        if (line[0] == '#' || !line[strspn(line, " \t\r")]) continue;
+        int *ids = NULL;
+        int n = cli_parse_ids(line, &ids);
+        if (n < 2) { fprintf(stderr, "turbospark perplexity: %s: a window needs at least 2 ids\n", file); free(ids); rc = 1; break; }
+        if (n > cap) {
+            ts_session_free(s);
+            s = NULL;
+            ts_session_params sp;
+            ts_session_params_default(&sp);
+            sp.n_ctx = n;
+            sp.mtp = mtp;
+            cap = n;
+            free(lg); free(hid); free(ml);
+            lg = malloc(sizeof(float) * (size_t)n * V);
+            hid = malloc(sizeof(float) * (size_t)n * H);
+            ml = mtp ? malloc(sizeof(float) * (size_t)n * V) : NULL;
+            if (!lg || !hid || (mtp && !ml) || ts_session_new(e, &sp, &s, &err)) {
+                fprintf(stderr, "turbospark perplexity: %s\n", err.msg[0] ? err.msg : "out of memory");
+                free(ids);
+                rc = 1;
+                break;
+            }
+        }
+        ts_session_reset(s);
+        int32_t *t = malloc(sizeof(int32_t) * n);
+        for (int i = 0; i < n; i++) t[i] = ids[i];
+        free(ids);
+        if (ts_session_feed(s, t, n, lg, hid, &err) || (mtp && ts_session_mtp(s, t + 1, hid, n - 1, 0, NULL, ml, &err))) {
+            fprintf(stderr, "turbospark perplexity: window %d: %s\n", windows, err.msg);
+            free(t);
+            rc = 1;
+            break;
+        }
+        for (int i = 1; i < n; i++) sum += nll(lg + (size_t)(i - 1) * V, V, t[i]);
+        scored += n - 1;
+        if (mtp)
+            for (int i = 0; i + 2 < n; i++) {
+                int d = argmax(ml + (size_t)i * V, V);
+                mtp_top1 += d == t[i + 2];
+                mtp_agree += d == argmax(lg + (size_t)(i + 1) * V, V);
+                mtp_rows++;
+            }
+        windows++;
+        free(t);
+    }
+    if (!rc && scored == 0) { fprintf(stderr, "turbospark perplexity: %s holds no windows\n", file); rc = 1; }
+    if (!rc) {
+        double ppl = exp(sum / (double)scored);
+        if (json) {
+            printf("{\"windows\": %d, \"tokens_scored\": %ld, \"ppl\": %.6f", windows, scored, ppl);
+            if (mtp) printf(", \"mtp_rows\": %ld, \"mtp_top1\": %.6f, \"mtp_agree_main_greedy\": %.6f", mtp_rows,
+                            (double)mtp_top1 / mtp_rows, (double)mtp_agree / mtp_rows);
+            printf("}\n");
+        } else {
+            printf("windows %d, tokens scored %ld, perplexity %.4f\n", windows, scored, ppl);
+            if (mtp) printf("MTP rows %ld: top-1 %.4f, agreement with the main head's greedy %.4f\n", mtp_rows,
+                            (double)mtp_top1 / mtp_rows, (double)mtp_agree / mtp_rows);
+        }
+    }
+    free(lg); free(hid); free(ml); free(txt);
+    ts_session_free(s);
+    ts_engine_close(e);
+    return rc;
+}

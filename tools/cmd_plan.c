@@ -1,0 +1,87 @@
+/* cmd_plan.c: `turbospark plan`: the memory plan of a model and session
+ * parameters, printed before anything is loaded.
+ *
+ *   turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp --draft M]
+ *
+ * Reads config.json and the safetensors headers only (ts_mem_plan_dir); the
+ * engine then allocates exactly the heap bytes listed (tests/test_plan.c).
+ * Mapped weights are read in place through mmap and are not heap.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "turbospark.h"
+
+static void usage(void) {
+    fprintf(stderr, "usage: turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp --draft M]\n");
+}
+
+static const char *human(uint64_t b, char *buf, size_t cap) {
+    if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+    else if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", b / 1048576.0);
+    else if (b >= 1024) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+    else snprintf(buf, cap, "%llu B", (unsigned long long)b);
+    return buf;
+}
+
+int cmd_plan(int argc, char **argv) {
+    const char *model = NULL, *spec = NULL;
+    int n_ctx = 0, chunk = 0, draft = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+#define ARG(name) (!strcmp(a, name) && more)
+        if (ARG("-m") || ARG("--model")) model = argv[++i];
+        else if (ARG("--ctx")) n_ctx = atoi(argv[++i]);
+        else if (ARG("--chunk")) chunk = atoi(argv[++i]);
+        else if (ARG("--spec")) spec = argv[++i];
+        else if (ARG("--draft")) draft = atoi(argv[++i]);
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else { fprintf(stderr, "turbospark plan: unknown or incomplete argument '%s'\n", a); usage(); return 2; }
+#undef ARG
+    }
+    if (spec && strcmp(spec, "mtp")) { fprintf(stderr, "turbospark plan: --spec '%s' is not supported (only 'mtp')\n", spec); return 2; }
+    if (draft != -1 && !spec) { fprintf(stderr, "turbospark plan: --draft needs --spec mtp\n"); return 2; }
+    if (spec && draft == -1) draft = 3;
+    if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
+        fprintf(stderr, "turbospark plan: --draft %d is outside 1..%d\n", draft, TS_SPEC_MAX_DRAFT);
+        return 2;
+    }
+    if (n_ctx < 0 || chunk < 0) { fprintf(stderr, "turbospark plan: --ctx and --chunk must be positive\n"); return 2; }
+    if (!model) model = cli_default_model();
+    if (!model) { fprintf(stderr, "turbospark plan: no model: pass -m DIR\n"); return 2; }
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = n_ctx;
+    sp.max_rows = chunk;
+    sp.spec_draft = spec ? draft : 0;
+    ts_mem_plan pl;
+    ts_error err = {0};
+    if (ts_mem_plan_dir(model, &sp, &pl, &err)) { fprintf(stderr, "turbospark plan: %s\n", err.msg); return 1; }
+    char h[32];
+    printf("memory plan for %s: context %d, chunk %d rows, %s\n", model, pl.n_ctx, pl.max_rows,
+           pl.spec_draft ? "speculative decoding: mtp" : "no speculative decoding");
+    if (pl.spec_draft) printf("  (draft %d tokens per block, verify %d rows)\n", pl.spec_draft, pl.spec_draft + 1);
+    printf("\n%-8s %-13s %-58s %6s %14s %12s\n", "owner", "category", "allocation", "count", "bytes", "");
+    for (int pass = 1; pass >= 0; pass--)
+        for (int i = 0; i < pl.n_items; i++) {
+            const ts_mem_plan_item *it = &pl.items[i];
+            if (it->engine != pass) continue;
+            printf("%-8s %-13s %-58s %6llu %14llu %12s%s\n", it->engine ? "engine" : "session", ts_mem_cat_label(it->cat),
+                   it->name, (unsigned long long)it->count, (unsigned long long)it->bytes, human(it->bytes, h, sizeof h),
+                   it->drafter ? "  [drafter]" : "");
+        }
+    printf("\nheap by category:\n");
+    for (int c = 0; c < TS_MEMCAT_N; c++)
+        printf("  %-13s %14llu %12s\n", ts_mem_cat_label(c), (unsigned long long)pl.cat_bytes[c],
+               human(pl.cat_bytes[c], h, sizeof h));
+    printf("  %-13s %14llu %12s\n", "engine", (unsigned long long)pl.engine_bytes, human(pl.engine_bytes, h, sizeof h));
+    printf("  %-13s %14llu %12s\n", "session", (unsigned long long)pl.session_bytes, human(pl.session_bytes, h, sizeof h));
+    printf("  %-13s %14llu %12s\n", "drafter", (unsigned long long)pl.drafter_bytes, human(pl.drafter_bytes, h, sizeof h));
+    printf("  %-13s %14llu %12s\n", "total heap", (unsigned long long)pl.total_bytes, human(pl.total_bytes, h, sizeof h));
+    printf("weights mapped (mmap, not heap): %llu bytes (%s)\n", (unsigned long long)pl.mapped_bytes,
+           human(pl.mapped_bytes, h, sizeof h));
+    return 0;
+}
