@@ -96,8 +96,7 @@ const ts_st_tensor *ts_st_find(const ts_st_set *s, const char *name) {
 void ts_st_close(ts_st_set *s) {
     if (!s) return;
     for (int i = 0; i < s->n_files; i++) {
-        if (s->files[i].anon_base) munmap(s->files[i].anon_base, s->files[i].anon_len);
-        else if (s->files[i].map && s->files[i].map != MAP_FAILED) munmap(s->files[i].map, s->files[i].size);
+        if (s->files[i].map && s->files[i].map != MAP_FAILED) munmap(s->files[i].map, s->files[i].size);
         ts_free(s->files[i].path);
     }
     for (int i = 0; i < s->n_tensors; i++) {
@@ -111,38 +110,6 @@ void ts_st_close(ts_st_set *s) {
 }
 
 typedef struct { size_t b, e; int idx; } range;
-
-/* Large shards are read into anonymous memory backed by 2 MiB pages instead
- * of being mapped from the page cache in 4 KiB pages. Decode streams every
- * weight once per token: with 4 KiB pages that is a TLB miss per 4 KiB, and
- * under virtualisation (nested page walks) those misses cut the achieved read
- * bandwidth several-fold (measured: 0.8B INT4 decode 6 GB/s mapped vs ~30 GB/s
- * copied). The copy costs one read of the file at open. TS_MMAP=1 keeps the
- * plain mapping (no copy, pages shared with the page cache). */
-#define HUGE_MIN ((size_t)32 << 20)
-#define HUGE_PAGE ((size_t)2 << 20)
-static int huge_copy(ts_st_file *f, int fd) {
-    const char *env = getenv("TS_MMAP");
-    if ((env && *env == '1') || f->size < HUGE_MIN) return 0;
-    size_t len = (f->size + 2 * HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-    char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) return 0;
-    char *al = (char *)(((uintptr_t)base + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-#ifdef MADV_HUGEPAGE
-    madvise(al, f->size, MADV_HUGEPAGE);
-#endif
-    size_t done = 0;
-    while (done < f->size) {
-        ssize_t r = pread(fd, al + done, TS_MIN(f->size - done, (size_t)64 << 20), (off_t)done);
-        if (r <= 0) { munmap(base, len); return 0; } /* fall back to mmap, which reports errors */
-        done += (size_t)r;
-    }
-    mprotect(al, f->size, PROT_READ);
-    f->map = al;
-    f->anon_base = base;
-    f->anon_len = len;
-    return 1;
-}
 
 static int cmp_range(const void *a, const void *b) {
     const range *x = a, *y = b;
@@ -187,13 +154,9 @@ static int add_file(ts_st_set *s, const char *path, ts_error *err) {
         close(fd);
         return ts_fail(err, TS_E_FORMAT, "%s: truncated: %zu bytes, shorter than the 8-byte header length", path, f->size);
     }
-    if (huge_copy(f, fd)) {
-        close(fd);
-    } else {
-        f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        close(fd);
-        if (f->map == MAP_FAILED) { f->map = NULL; return ts_fail(err, TS_E_IO, "cannot mmap %s: %s", path, strerror(errno)); }
-    }
+    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (f->map == MAP_FAILED) { f->map = NULL; return ts_fail(err, TS_E_IO, "cannot mmap %s: %s", path, strerror(errno)); }
 
     const unsigned char *p = f->map;
     uint64_t hlen = 0;

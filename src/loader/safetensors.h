@@ -40,8 +40,6 @@ typedef struct ts_st_file {
     char *path;
     void *map;
     size_t size;
-    void *anon_base;    /* non-NULL: map is a copy in anonymous huge pages (safetensors.c) */
-    size_t anon_len;
 } ts_st_file;
 
 typedef struct ts_st_set {
