@@ -1,0 +1,65 @@
+/* kbench.c: lab driver for the decode matrix-vector kernel (ts_linear) alone.
+ *
+ *   bench/kernels/run.sh            (builds this against build/libturbospark.a)
+ *
+ * For a 4-bit group-64 weight of a given shape (random bits; the kernel's cost
+ * does not depend on the values) it times ts_linear over n = 1..9 rows and
+ * prints ms per call, the weight GB/s that implies, and the cost of n rows
+ * relative to one. Two working sets: one that stays in L2 (kernel compute
+ * bound: what the arithmetic costs) and one the size of the 0.8B lm_head
+ * (streams from DRAM). Internal API (src/): a lab driver, not a frontend.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fill(void *p, size_t bytes, uint64_t *s) {
+    uint8_t *b = p;
+    for (size_t i = 0; i < bytes; i++) { *s = *s * 6364136223846793005ull + 1442695040888963407ull; b[i] = (uint8_t)(*s >> 56); }
+}
+
+static void one(int64_t rows, int64_t cols, int reps, const char *what) {
+    uint64_t s = 7;
+    ts_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16};
+    size_t qb = (size_t)(rows * cols / 2), sb = (size_t)(rows * cols / 64) * 2;
+    void *d = malloc(qb);
+    uint16_t *sc = malloc(sb), *bi = malloc(sb);
+    fill(d, qb, &s);
+    for (size_t i = 0; i < sb / 2; i++) { sc[i] = 0x3c00 >> 0; sc[i] = 0x3b80; bi[i] = 0xbc00; } /* bf16 ~0.0039, -0.0078 */
+    w.data = d; w.scales = sc; w.biases = bi;
+    float *x = malloc(sizeof(float) * cols * 9), *y = malloc(sizeof(float) * rows * 9);
+    for (int64_t i = 0; i < cols * 9; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
+    double t1 = 0;
+    printf("%s: [%lld x %lld] int4 g64, %.1f MB\n", what, (long long)rows, (long long)cols, ts_weight_bytes(&w) / 1e6);
+    for (int n = 1; n <= 9; n++) {
+        ts_linear(&w, x, y, n); /* warm */
+        double best = 1e9;
+        for (int r = 0; r < reps; r++) {
+            double t0 = now();
+            ts_linear(&w, x, y, n);
+            double dt = now() - t0;
+            if (dt < best) best = dt;
+        }
+        if (n == 1) t1 = best;
+        printf("  n=%d  %8.3f ms  %6.1f GB/s  %.2fx one row\n", n, best * 1e3, ts_weight_bytes(&w) / best / 1e9, best / t1);
+    }
+    free(d); free(sc); free(bi); free(x); free(y);
+}
+
+int main(int argc, char **argv) {
+    int nt = argc > 1 ? atoi(argv[1]) : 2;
+    ts_kernels_set_threads(nt);
+    printf("threads %d\n", nt);
+    one(1024, 1024, 200, "in cache");
+    one(248320, 1024, 10, "lm_head (DRAM)");
+    return 0;
+}

@@ -1,0 +1,8 @@
+#!/bin/sh
+# bench/kernels/run.sh [threads]: the decode kernel alone (kbench.c).
+set -e
+cd "$(dirname "$0")/../.."
+make -s build/libturbospark.a
+LIBS="-lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lreadline -lm -lpthread"
+cc -O2 -std=gnu11 -Iinclude -Isrc -o build/kbench bench/kernels/kbench.c build/libturbospark.a $LIBS
+build/kbench "${1:-2}"
