@@ -32,75 +32,49 @@ static inline __m512 load_s16(const void *p, ts_dtype t, int64_t g, int k) {
     return _mm512_cvtph_ps(h);
 }
 
-/* Weight rows [r, r+R) (R <= 4, a constant at each call site) against x row
- * i. The R rows share every x load and run as R independent dependency
- * chains: one row alone is latency bound (each group ends in a convert and
- * an FMA into the row's accumulator), four rows interleaved keep the vector
- * units busy. The operations on one (weight row, x row) pair are the same
- * whatever R is, so the result is too (row-exact). */
-static inline __attribute__((always_inline)) void qdot_block(const ts_weight *w, const ts_xprep *p, int i, float *y,
-                                                             int64_t r, const int R) {
+void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0, int64_t r1) {
     const int64_t cols = w->cols, ng = p->ng, G = w->group, bpr = cols * w->bits / 8;
     const int nb = (int)(G / 64); /* 64-column blocks per group */
     const __m512i m4 = _mm512_set1_epi16(0x0f);
-    const int16_t *xq = p->xq + (int64_t)i * cols, *xl = xq + (int64_t)p->n * cols;
-    const float *sx = p->sx + (int64_t)i * ng, *xs = p->xs + (int64_t)i * ng;
-    const uint8_t *row[4];
-    __m512 acc[4], accb[4];
-    float S[4][16];
-    _Pragma("GCC unroll 4") for (int j = 0; j < R; j++) {
-        row[j] = (const uint8_t *)w->data + (r + j) * bpr;
-        acc[j] = accb[j] = _mm512_setzero_ps();
-    }
-    for (int64_t g0 = 0; g0 < ng; g0 += 16) {
-        int k = (int)TS_MIN(16, ng - g0);
-        __mmask16 m = (__mmask16)((1u << k) - 1);
-        __m512 sxv = _mm512_maskz_loadu_ps(m, sx + g0), xsv = _mm512_maskz_loadu_ps(m, xs + g0);
-        _Pragma("GCC unroll 4") for (int j = 0; j < R; j++) {
-            _mm512_storeu_ps(S[j], _mm512_mul_ps(load_s16(w->scales, w->sdtype, (r + j) * ng + g0, k), sxv));
-            accb[j] = _mm512_fmadd_ps(load_s16(w->biases, w->sdtype, (r + j) * ng + g0, k), xsv, accb[j]);
-        }
-        for (int gi = 0; gi < k; gi++) {
-            int64_t g = g0 + gi;
-            __m512i t[4], tl[4];
-            _Pragma("GCC unroll 4") for (int j = 0; j < R; j++) t[j] = tl[j] = _mm512_setzero_si512();
-            for (int b = 0; b < nb; b++) {
-                int64_t c = g * G + (int64_t)b * 64;
-                __m512i xh0 = _mm512_loadu_si512(xq + c), xh1 = _mm512_loadu_si512(xq + c + 32);
-                __m512i xl0 = _mm512_loadu_si512(xl + c), xl1 = _mm512_loadu_si512(xl + c + 32);
-                _Pragma("GCC unroll 4") for (int j = 0; j < R; j++) {
-                    __m512i q0, q1;
-                    if (w->bits == 4) {
-                        __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row[j] + c / 2)));
-                        q0 = _mm512_and_si512(q, m4);
-                        q1 = _mm512_srli_epi16(q, 4);
-                    } else {
-                        q0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row[j] + c)));
-                        q1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row[j] + c + 32)));
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + r * bpr;
+        for (int i = 0; i < p->n; i++) {
+            const int16_t *xq = p->xq + (int64_t)i * cols, *xl = xq + (int64_t)p->n * cols;
+            const float *sx = p->sx + (int64_t)i * ng, *xs = p->xs + (int64_t)i * ng;
+            __m512 acc = _mm512_setzero_ps(), accb = _mm512_setzero_ps();
+            for (int64_t g0 = 0; g0 < ng; g0 += 16) {
+                int k = (int)TS_MIN(16, ng - g0);
+                __mmask16 m = (__mmask16)((1u << k) - 1);
+                __m512 S = _mm512_mul_ps(load_s16(w->scales, w->sdtype, r * ng + g0, k), _mm512_maskz_loadu_ps(m, sx + g0));
+                accb = _mm512_fmadd_ps(load_s16(w->biases, w->sdtype, r * ng + g0, k), _mm512_maskz_loadu_ps(m, xs + g0), accb);
+                for (int gi = 0; gi < k; gi++) {
+                    int64_t g = g0 + gi;
+                    __m512i t = _mm512_setzero_si512(), tl = t;
+                    for (int b = 0; b < nb; b++) {
+                        int64_t c = g * G + (int64_t)b * 64;
+                        const int16_t *xb = xq + c, *lb = xl + c;
+                        __m512i q0, q1;
+                        if (w->bits == 4) {
+                            __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row + c / 2)));
+                            q0 = _mm512_and_si512(q, m4);
+                            q1 = _mm512_srli_epi16(q, 4);
+                        } else {
+                            q0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row + c)));
+                            q1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row + c + 32)));
+                        }
+                        t = _mm512_dpwssd_epi32(t, q0, _mm512_loadu_si512(xb));
+                        t = _mm512_dpwssd_epi32(t, q1, _mm512_loadu_si512(xb + 32));
+                        tl = _mm512_dpwssd_epi32(tl, q0, _mm512_loadu_si512(lb));
+                        tl = _mm512_dpwssd_epi32(tl, q1, _mm512_loadu_si512(lb + 32));
                     }
-                    t[j] = _mm512_dpwssd_epi32(t[j], q0, xh0);
-                    t[j] = _mm512_dpwssd_epi32(t[j], q1, xh1);
-                    tl[j] = _mm512_dpwssd_epi32(tl[j], q0, xl0);
-                    tl[j] = _mm512_dpwssd_epi32(tl[j], q1, xl1);
+                    __m512 sg = _mm512_permutexvar_ps(_mm512_set1_epi32(gi), S);
+                    __m512 tf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tl), _mm512_set1_ps(1.0f / 65536.0f), _mm512_cvtepi32_ps(t));
+                    acc = _mm512_fmadd_ps(tf, sg, acc);
                 }
             }
-            _Pragma("GCC unroll 4") for (int j = 0; j < R; j++) {
-                __m512 tf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tl[j]), _mm512_set1_ps(1.0f / 65536.0f), _mm512_cvtepi32_ps(t[j]));
-                acc[j] = _mm512_fmadd_ps(tf, _mm512_set1_ps(S[j][gi]), acc[j]);
-            }
+            y[(int64_t)i * w->rows + r] = hsum(acc) + hsum(accb);
         }
     }
-    _Pragma("GCC unroll 4") for (int j = 0; j < R; j++) y[(int64_t)i * w->rows + r + j] = hsum(acc[j]) + hsum(accb[j]);
-}
-
-void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0, int64_t r1) {
-    /* four weight rows at a time, each against every x row while its bytes
-     * are in L1: the weights are read from memory once for all n rows */
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        for (int i = 0; i < p->n; i++) qdot_block(w, p, i, y, r, 4);
-    for (; r < r1; r++)
-        for (int i = 0; i < p->n; i++) qdot_block(w, p, i, y, r, 1);
 }
 
 /* x -> fixed point per group (cpu.h), vectorised; group % 64 == 0. For 4-bit
