@@ -74,7 +74,7 @@ asan:
 
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/turbospark
-	$(BUILD)/turbospark run -n 48 --print-ids
+	$(BUILD)/turbospark run -p "Once upon a time" -n 64 --temp 0.7 --top-p 0.9 --seed 42
 
 clean:
 	rm -rf build build-asan
