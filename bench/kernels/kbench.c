@@ -34,7 +34,7 @@ static void one(int64_t rows, int64_t cols, int reps, const char *what) {
     void *d = malloc(qb);
     uint16_t *sc = malloc(sb), *bi = malloc(sb);
     fill(d, qb, &s);
-    for (size_t i = 0; i < sb / 2; i++) { sc[i] = 0x3c00 >> 0; sc[i] = 0x3b80; bi[i] = 0xbc00; } /* bf16 ~0.0039, -0.0078 */
+    for (size_t i = 0; i < sb / 2; i++) { sc[i] = 0x3b80; bi[i] = 0xbc00; } /* bf16 0.0039, -0.0078 */
     w.data = d; w.scales = sc; w.biases = bi;
     float *x = malloc(sizeof(float) * cols * 9), *y = malloc(sizeof(float) * rows * 9);
     for (int64_t i = 0; i < cols * 9; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
