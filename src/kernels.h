@@ -51,6 +51,16 @@ void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float
 void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                      int dk, int dv);
 
+/* The kernels' shared workspace for products of up to `rows` rows and
+ * `cols` columns (quantized with groups of at least `group`; 0 = none) in the
+ * current kernel mode: returns the bytes that are (reserve = 0) or were
+ * (reserve = 1) added to what is reserved already; (size_t)-1 when a
+ * reservation fails for lack of memory. */
+size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve);
+/* Free the shared workspace (no product may be running; tests use it to
+ * measure a session's reservation from zero). */
+void ts_kernels_release(void);
+
 /* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);
 

@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "loader/safetensors.h"
 #include "plan.h"
+#include "kernels.h"
 
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *o, ts_error *err) {
     memset(o, 0, sizeof *o);
@@ -106,6 +107,14 @@ static void add(ts_mem_plan *pl, const char *name, int cat, int engine, int draf
     it->bytes = bytes;
 }
 
+int64_t ts_plan_max_cols(const ts_config *c, int has_mtp) {
+    int64_t m = c->H;
+    int64_t cand[] = {c->I, c->Im, c->Is, (int64_t)c->Hv * c->dv, (int64_t)c->nq * c->head_dim,
+                      has_mtp ? 2 * (int64_t)c->H : 0};
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) m = cand[i] > m ? cand[i] : m;
+    return m;
+}
+
 const char *ts_mem_cat_label(int cat) { return ts_mem_cat_name((ts_mem_cat)cat); }
 
 int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
@@ -178,5 +187,15 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
         F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
     add(pl, "chunked prefill (conv rows, gates, delta-rule chunk)", TS_MEM_SCRATCH, 0, 0, 3,
         F * (s.pf_conv + s.pf_gate + s.pf_chunk));
+    /* shared by the sessions of a process: what this session adds to the
+     * kernels' reservation (all of it in a fresh process) */
+    {
+        int64_t mc = ts_plan_max_cols(c, has_mtp);
+        int grp = c->q_bits ? c->q_group : 0;
+        size_t ws = ts_kernels_reserve(s.R, mc, grp, 0), ws_base = ts_kernels_reserve(s.p.max_rows, mc, grp, 0);
+        if (ws_base > ws) ws_base = ws;
+        add(pl, "kernel workspace (activations, dequant rows; shared)", TS_MEM_SCRATCH, 0, 0, 1, ws_base);
+        add(pl, "kernel workspace: verify rows beyond max_rows", TS_MEM_SCRATCH, 0, 1, 1, ws - ws_base);
+    }
     return 0;
 }

@@ -39,6 +39,9 @@ typedef struct ts_sess_plan {
     size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [M, V] */
 } ts_sess_plan;
 
+/* The widest input (columns) of any matrix product the model runs. */
+int64_t ts_plan_max_cols(const ts_config *c, int has_mtp);
+
 /* Validate and normalise session parameters and size every buffer. */
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *out,
                       ts_error *err);

@@ -116,6 +116,8 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(sc->pf_gate, pl.pf_gate, TS_MEM_SCRATCH);
     ALLOC(sc->pf_chunk, pl.pf_chunk, TS_MEM_SCRATCH);
     ALLOC(s->last_hidden, pl.last_hidden, TS_MEM_SCRATCH);
+    /* the kernels' shared workspace, so the token loop never grows it */
+    if (ts_kernels_reserve(pl.R, ts_plan_max_cols(c, m->has_mtp), c->q_bits ? c->q_group : 0, 1) == (size_t)-1) goto oom;
     *out = s;
     return 0;
 oom:

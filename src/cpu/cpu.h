@@ -60,6 +60,8 @@ void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_
 typedef void (*ts_pool_fn)(void *ctx, int chunk, int n_chunks);
 void ts_pool_run(ts_pool_fn fn, void *ctx, int n_chunks);
 int ts_pool_threads(void);
+/* The thread count the pool has, or will have when it starts (no side effect). */
+int ts_pool_threads_planned(void);
 /* 0 for the calling thread, 1..n-1 for the pool's workers: an index for
  * per-thread scratch (callers are serialised, so they share slot 0). */
 int ts_pool_slot(void);

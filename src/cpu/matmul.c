@@ -12,9 +12,11 @@
  * prefill kernels (4 x 4 tiles) round differently and are only used when the
  * caller allows it.
  *
- * Workspace: activation buffers and per-thread dequantization rows grow on
- * demand (TS_MEM_SCRATCH) to the largest product seen and are then reused,
- * so steady-state decode allocates nothing. One product at a time: a mutex
+ * Workspace: activation buffers and per-thread dequantization rows, shared
+ * by all sessions (TS_MEM_SCRATCH). Session creation reserves them for its
+ * largest product (ts_kernels_reserve, which the memory plan also calls), so
+ * the token loop allocates nothing; a product larger than any reservation
+ * still grows them on demand. One product at a time: a mutex
  * serialises callers (sessions on different threads share the pool).
  */
 #include <math.h>
@@ -49,6 +51,45 @@ static int grow(void **p, size_t *cap, size_t need, size_t es) {
     return 0;
 }
 
+
+void ts_kernels_release(void) {
+    pthread_mutex_lock(&g_lock);
+    void *bufs[] = {g_p.xq, g_p.sx, g_p.xs, g_p.xp, g_p.x8, g_wbuf};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_free(bufs[i]);
+    g_p.xq = NULL; g_p.sx = g_p.xs = g_p.xp = NULL; g_p.x8 = NULL; g_wbuf = NULL;
+    g_cap_xq = g_cap_xp = g_cap_sx = g_cap_xs = g_cap_x8 = g_cap_w = 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
+size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve) {
+    int mode = ts_kmode();
+    if (mode == TS_KMODE_REF || rows <= 0 || cols <= 0) return 0;
+    size_t R = (size_t)rows, C = (size_t)cols, ng = group > 0 ? C / (size_t)group : 0;
+    size_t need_xq = 0, need_sx = 0, need_xs = 0, need_xp = 0, need_x8 = 0;
+    size_t need_w = (size_t)(ts_pool_threads_planned() + 1) * 4 * C;
+    if (mode == TS_KMODE_AVX512 || mode == TS_KMODE_AVX512Q8) {
+        need_xp = R * C; /* the prefill GEMM */
+        if (group > 0) { need_xq = 2 * R * C; need_sx = need_xs = R * ng; }
+        if (mode == TS_KMODE_AVX512Q8 && group > 0) need_x8 = R * C;
+    } else if (mode == TS_KMODE_AVX2 && group > 0) {
+        need_xp = R * C;
+        need_xs = R * ng;
+    }
+    struct { void **p; size_t *cap, need, es; } b[] = {
+        {(void **)&g_p.xq, &g_cap_xq, need_xq, sizeof(int16_t)}, {(void **)&g_p.sx, &g_cap_sx, need_sx, sizeof(float)},
+        {(void **)&g_p.xs, &g_cap_xs, need_xs, sizeof(float)},   {(void **)&g_p.xp, &g_cap_xp, need_xp, sizeof(float)},
+        {(void **)&g_p.x8, &g_cap_x8, need_x8, 1},               {(void **)&g_wbuf, &g_cap_w, need_w, sizeof(float)},
+    };
+    size_t added = 0;
+    pthread_mutex_lock(&g_lock);
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+        if (b[i].need <= *b[i].cap) continue;
+        added += (b[i].need - *b[i].cap) * b[i].es;
+        if (reserve && grow(b[i].p, b[i].cap, b[i].need, b[i].es)) { added = (size_t)-1; break; }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return added;
+}
 
 static void run_job(void *ctx, int chunk, int n_chunks) {
     const job *j = ctx;

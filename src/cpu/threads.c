@@ -94,6 +94,12 @@ void ts_kernels_set_threads(int n) {
     if (!g_nt) g_want = n;
 }
 
+int ts_pool_threads_planned(void) {
+    if (g_nt) return g_nt;
+    int n = g_want > 0 ? g_want : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
+}
+
 int ts_pool_threads(void) {
     if (!g_nt) start();
     return g_nt;
