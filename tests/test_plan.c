@@ -99,6 +99,7 @@ TS_TEST(plan, cli) {
     sp.spec_draft = 4;
     ts_mem_plan pl;
     ts_error err = {0};
+    ts_kernels_release(); /* a fresh process, as the CLI is, has reserved no kernel workspace yet */
     CHECK(ts_mem_plan_dir("tests/fixtures/tiny-dense", &sp, &pl, &err) == 0);
     char want[64];
     snprintf(want, sizeof want, "%-13s %14llu", "total heap", (unsigned long long)pl.total_bytes);
