@@ -41,7 +41,7 @@
  * References: HF tokenizers (Rust) models/bpe/word.rs (merge order and
  * validation), pre_tokenizers/byte_level.rs (bytes_to_unicode),
  * tokenizer/added_vocabulary.rs (added-token splitting), utils/pattern.rs
- * (Isolated split with gaps); /work/shared/tokenizer/README.md.
+ * (Isolated split with gaps); ../shared/tokenizer/README.md (the team's golden data).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>

@@ -9,13 +9,13 @@
 # documents are visited in sorted order and the split is a hash of (source, document id), so a rebuild
 # on the same versions is byte-identical. Prose dominates by construction (see MIX below); code and
 # man pages are capped so the model's samples read as English text.
-# Output (in OUT, default /work/train-data/corpus): train.jsonl, heldout.jsonl (one {"src","id","text"}
+# Output (in OUT, default $TS_TRAIN_DATA/corpus, TS_TRAIN_DATA defaulting to build/train-data): train.jsonl, heldout.jsonl (one {"src","id","text"}
 # per line), sources.json.
 # Usage: /usr/bin/python3 tools/train/corpus.py [OUT] [--node-modules DIR]
 import glob, gzip, hashlib, html.parser, json, os, re, subprocess, sys, unicodedata
 
-OUT = "/work/train-data/corpus"
-NODE = "/work/train-data/node/node_modules"
+OUT = os.path.join(os.environ.get("TS_TRAIN_DATA", "build/train-data"), "corpus")
+NODE = os.path.join(os.environ.get("TS_TRAIN_DATA", "build/train-data"), "node", "node_modules")
 HELDOUT_PERCENT = 3          # of documents, per source, by hash
 
 

@@ -3,7 +3,7 @@
 # files, and the held-out windows. Run as root on the Debian 12 development machine (apt-get, npm).
 #
 # Owns: the package installs and the order of the steps. Does not: train (train.py, on the GPU machine)
-# or change anything outside WORK (default /work/train-data) and tools/train/ (tokenizer/, heldout.ids).
+# or change anything outside WORK (default $TS_TRAIN_DATA, else build/train-data) and tools/train/ (tokenizer/, heldout.ids).
 # Invariant: with the package versions recorded in CORPUS.md the outputs are byte-identical to the ones
 # the committed model was trained on (corpus.py and bpe_train.py are deterministic; check with
 # `sha256sum -c tools/train/corpus.sha256` from WORK).
@@ -12,7 +12,7 @@
 #        tools/train/tokenizer/* and shared/tools/mtp_ref.py to the GPU machine (RESULTS.md says how).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-WORK=${1:-/work/train-data}
+WORK=${1:-${TS_TRAIN_DATA:-build/train-data}}
 mkdir -p "$WORK/node"
 
 export DEBIAN_FRONTEND=noninteractive
