@@ -27,6 +27,8 @@ int cmd_perplexity(int argc, char **argv);
 int cli_parse_ids(const char *s, int **ids);
 /* Read a whole file ('-' = stdin) into a NUL-terminated malloc'd buffer, or NULL. */
 char *cli_read_file(const char *path);
+/* The same, with the length (the bytes may contain NUL); len may be NULL. */
+char *cli_read_file_len(const char *path, size_t *len);
 /* The default model directory (the bundled install), or NULL if absent. */
 const char *cli_default_model(void);
 

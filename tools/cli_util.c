@@ -84,7 +84,9 @@ int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const c
     return 1;
 }
 
-char *cli_read_file(const char *path) {
+char *cli_read_file(const char *path) { return cli_read_file_len(path, NULL); }
+
+char *cli_read_file_len(const char *path, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0;
@@ -103,5 +105,6 @@ char *cli_read_file(const char *path) {
     if (f != stdin) fclose(f);
     if (!buf || bad) { free(buf); return NULL; }
     buf[n] = 0;
+    if (len) *len = n;
     return buf;
 }

@@ -25,28 +25,6 @@ static void template_usage(FILE *f) {
             "prints the rendered prompt exactly (no trailing newline added)\n");
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t k = fread(buf + n, 1, cap - n - 1, f);
-        n += k;
-        if (k == 0) break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    if (f != stdin) fclose(f);
-    if (!buf || bad) { free(buf); return NULL; }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 int cmd_template(int argc, char **argv) {
     const char *model = NULL, *tfile = NULL, *request = NULL;
@@ -68,7 +46,7 @@ int cmd_template(int argc, char **argv) {
         rc = ts_chat_template_load(model, &t, &err);
     } else {
         size_t n;
-        char *text = slurp(tfile, &n);
+        char *text = cli_read_file_len(tfile, &n);
         if (!text) { fprintf(stderr, "turbospark template: cannot read %s\n", tfile); return 1; }
         rc = ts_chat_template_parse(text, n, &t, &err);
         free(text);
@@ -76,7 +54,7 @@ int cmd_template(int argc, char **argv) {
     if (rc) { fprintf(stderr, "turbospark template: %s\n", err.msg); return 1; }
 
     size_t rn;
-    char *req = slurp(request, &rn);
+    char *req = cli_read_file_len(request, &rn);
     if (!req) {
         fprintf(stderr, "turbospark template: cannot read %s\n", request);
         ts_chat_template_free(t);

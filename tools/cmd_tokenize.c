@@ -30,30 +30,6 @@ static void usage(FILE *f) {
             "  --decode IDS    print the text of comma-separated ids (bytes exactly, no newline)\n");
 }
 
-/* Read a whole file (or stdin for "-") with malloc. */
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
-        char *nb = realloc(buf, (cap *= 2) + 1);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    int bad = ferror(f);
-    if (f != stdin) fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 static int print_ids(ts_tokenizer *t, const char *text, size_t len, const char *what) {
     ts_tokens v = {0};
@@ -148,7 +124,7 @@ static const char *raw_text_field(const char *p, const char *e) {
 
 static int run_jsonl(ts_tokenizer *t, const char *path) {
     size_t len;
-    char *buf = slurp(path, &len);
+    char *buf = cli_read_file_len(path, &len);
     if (!buf) {
         fprintf(stderr, "turbospark tokenize: cannot read %s\n", path);
         return 1;
@@ -224,7 +200,7 @@ int cmd_tokenize(int argc, char **argv) {
         rc = print_ids(t, text, strlen(text), "-p");
     } else if (file) {
         size_t len;
-        char *buf = slurp(file, &len);
+        char *buf = cli_read_file_len(file, &len);
         if (!buf) {
             fprintf(stderr, "turbospark tokenize: cannot read %s\n", file);
             rc = 1;

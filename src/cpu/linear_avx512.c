@@ -163,6 +163,19 @@ void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0,
     }
 }
 
+/* max |x| and the sum of one group of x (group % 16 == 0), shared by the
+ * int16 and int8 activation preparations. */
+static inline void group_absmax_sum(const float *xg, int group, float *m, float *sum) {
+    __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
+    for (int c = 0; c < group; c += 16) {
+        __m512 v = _mm512_loadu_ps(xg + c);
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+        sm = _mm512_add_ps(sm, v);
+    }
+    *m = _mm512_reduce_max_ps(mx);
+    *sum = _mm512_reduce_add_ps(sm);
+}
+
 /* x -> fixed point per group (cpu.h), vectorised; group % 64 == 0. For 4-bit
  * each 64-block is stored evens then odds. Rounding by VCVTPS2DQ (nearest
  * even), which is what nearbyintf gives. */
@@ -172,15 +185,10 @@ void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t
     const __m512 lim = _mm512_set1_ps(32767.0f), k64 = _mm512_set1_ps(65536.0f);
     for (int64_t g = 0; g < cols / group; g++) {
         const float *xg = x + g * group;
-        __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-        for (int c = 0; c < group; c += 16) {
-            __m512 v = _mm512_loadu_ps(xg + c);
-            mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
-            sm = _mm512_add_ps(sm, v);
-        }
-        float m = _mm512_reduce_max_ps(mx);
+        float m, sum;
+        group_absmax_sum(xg, group, &m, &sum);
         sx[g] = m / 32767.0f;
-        xs[g] = _mm512_reduce_add_ps(sm);
+        xs[g] = sum;
         __m512 inv = _mm512_set1_ps(m > 0.f ? 32767.0f / m : 0.f);
         for (int c = 0; c < group; c += 64) {
             __m512 v[4];
@@ -368,15 +376,10 @@ void ts_avx512_prep_q8(const float *x, int64_t cols, int group, int8_t *x8, floa
     const int64_t ng = cols / group;
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * group;
-        __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-        for (int c = 0; c < group; c += 16) {
-            __m512 v = _mm512_loadu_ps(xg + c);
-            mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
-            sm = _mm512_add_ps(sm, v);
-        }
-        float m = _mm512_reduce_max_ps(mx);
+        float m, sum;
+        group_absmax_sum(xg, group, &m, &sum);
         sx[g] = m / 127.0f;
-        xs[g] = _mm512_reduce_add_ps(sm);
+        xs[g] = sum;
     }
     /* each 128-column block: its 64 even columns, then its 64 odd ones */
     for (int64_t c = 0; c < cols; c += 128)
