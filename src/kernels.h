@@ -25,6 +25,8 @@ typedef struct ts_weight {
     const void *scales;   /* quantized: [rows, cols/group] of sdtype */
     const void *biases;   /* quantized: [rows, cols/group] of sdtype */
     ts_dtype sdtype;      /* F32, F16 or BF16 */
+    const uint8_t *packed; /* quantized: the same values repacked for the
+                              AVX-512 kernels (cpu/pack.c), or NULL */
 } ts_weight;
 
 /* y[n, rows] = x[n, cols] . W^T  (row-exact: see above) */
@@ -60,6 +62,16 @@ size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve);
 /* Free the shared workspace (no product may be running; tests use it to
  * measure a session's reservation from zero). */
 void ts_kernels_release(void);
+
+/* ---- load-time repacking (cpu/pack.c) ----
+ * Bytes ts_weight_pack needs for a quantized [rows, cols] matrix in the
+ * current kernel mode; 0 when that mode reads the MLX layout directly (or
+ * TS_PACK=0 is set in the environment). The memory plan calls it too. */
+size_t ts_weight_pack_size(int64_t rows, int64_t cols, int bits, int group, ts_dtype sdtype);
+/* Fill dst (ts_weight_pack_size bytes) and point w->packed into it. */
+void ts_weight_pack(ts_weight *w, void *dst);
+/* Element (r, c) read back from the packed layout (tests). */
+float ts_packed_get(const ts_weight *w, int64_t r, int64_t c);
 
 /* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);
