@@ -73,6 +73,14 @@ void ts_weight_pack(ts_weight *w, void *dst);
 /* Element (r, c) read back from the packed layout (tests). */
 float ts_packed_get(const ts_weight *w, int64_t r, int64_t c);
 
+/* ---- parallel regions for model code ----
+ * fn(ctx, i, n) for every i in [0, n) on the kernels' thread pool (the
+ * caller takes part); returns when all are done. Work items must be
+ * independent and their results must not depend on which thread ran them.
+ * Serialised with the matrix products (one pool region at a time). */
+typedef void (*ts_par_fn)(void *ctx, int i, int n);
+void ts_parallel_for(int n, ts_par_fn fn, void *ctx);
+
 /* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);
 

@@ -201,3 +201,14 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
     }
     pthread_mutex_unlock(&g_lock);
 }
+
+void ts_parallel_for(int n, ts_par_fn fn, void *ctx) {
+    if (n <= 0) return;
+    pthread_mutex_lock(&g_lock);
+    if (n == 1 || ts_pool_threads() == 1) {
+        for (int i = 0; i < n; i++) fn(ctx, i, n);
+    } else {
+        ts_pool_run(fn, ctx, n);
+    }
+    pthread_mutex_unlock(&g_lock);
+}

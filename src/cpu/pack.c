@@ -59,43 +59,67 @@ size_t ts_weight_pack_size(int64_t rows, int64_t cols, int bits, int group, ts_d
     return blocks * ng * ts_pack_record_bytes(bits, group, sdtype) + 64;
 }
 
-/* q[r][c] of the MLX view (bits 4 or 8; values little-endian in u32 words). */
-static inline unsigned qget(const uint8_t *row, int bits, int64_t c) {
-    if (bits == 8) return row[c];
-    return (row[c >> 1] >> ((c & 1) * 4)) & 15u;
+/* Nibbles 0..3 of x (16 bits) into the low nibbles of bytes 0..3. */
+static inline uint32_t spread4(uint32_t x) {
+    x = (x | (x << 8)) & 0x00FF00FFu;
+    return (x | (x << 4)) & 0x0F0F0F0Fu;
 }
 
-void ts_weight_pack(ts_weight *w, void *dst) {
-    const int64_t rows = w->rows, cols = w->cols, G = w->group, ng = cols / G;
+typedef struct pack_job {
+    ts_weight *w;
+    uint8_t *base;
+} pack_job;
+
+/* Row blocks [chunk * per, ...): each record is written whole (padding
+ * lanes and scales zero), so no memset of the arena is needed. */
+static void pack_blocks(void *ctx, int chunk, int n_chunks) {
+    const pack_job *pj = ctx;
+    const ts_weight *w = pj->w;
+    const int64_t rows = w->rows, cols = w->cols, G = w->group, ng = cols / G, blocks = (rows + 15) / 16;
     const int bits = w->bits;
     const size_t ss = sbytes(w->sdtype), rec = ts_pack_record_bytes(bits, (int)G, w->sdtype);
     const size_t dbytes = (size_t)16 * (size_t)G * (size_t)bits / 8;
-    const int64_t bpr = cols * bits / 8;
-    uint8_t *base = (uint8_t *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
-    const int64_t blocks = (rows + 15) / 16;
-    for (int64_t rb = 0; rb < blocks; rb++)
+    const int64_t wpr = cols * bits / 32; /* u32 words per row */
+    int64_t per = (blocks + n_chunks - 1) / n_chunks, b0 = chunk * per, b1 = TS_MIN(blocks, b0 + per);
+    for (int64_t rb = b0; rb < b1; rb++)
         for (int64_t g = 0; g < ng; g++) {
-            uint8_t *out = base + ((size_t)rb * (size_t)ng + (size_t)g) * rec;
-            memset(out, 0, rec);
+            uint8_t *out = pj->base + ((size_t)rb * (size_t)ng + (size_t)g) * rec;
             for (int l = 0; l < 16; l++) {
                 int64_t r = rb * 16 + l;
-                if (r >= rows) break;
-                const uint8_t *row = (const uint8_t *)w->data + r * bpr;
-                int64_t c0 = g * G;
-                if (bits == 4) {
-                    for (int64_t j = 0; j < G / 8; j++)
-                        for (int k = 0; k < 4; k++)
-                            out[64 * j + 4 * l + k] =
-                                (uint8_t)(qget(row, 4, c0 + 8 * j + k) | (qget(row, 4, c0 + 8 * j + 4 + k) << 4));
+                const uint32_t *row = (const uint32_t *)w->data + r * wpr + g * G * bits / 32;
+                if (bits == 4)
+                    for (int64_t j = 0; j < G / 8; j++) {
+                        uint32_t u = 0, o;
+                        if (r < rows) memcpy(&u, row + j, 4);
+                        o = spread4(u & 0xFFFFu) | (spread4(u >> 16) << 4);
+                        memcpy(out + 64 * j + 4 * l, &o, 4);
+                    }
+                else
+                    for (int64_t j = 0; j < G / 4; j++) {
+                        uint32_t u = 0;
+                        if (r < rows) memcpy(&u, row + j, 4);
+                        memcpy(out + 64 * j + 4 * l, &u, 4);
+                    }
+                uint8_t *so = out + dbytes + (size_t)l * ss, *bo = out + dbytes + 16 * ss + (size_t)l * ss;
+                if (r < rows) {
+                    size_t gi = ((size_t)r * (size_t)ng + (size_t)g) * ss;
+                    memcpy(so, (const uint8_t *)w->scales + gi, ss);
+                    memcpy(bo, (const uint8_t *)w->biases + gi, ss);
                 } else {
-                    for (int64_t j = 0; j < G / 4; j++)
-                        for (int k = 0; k < 4; k++) out[64 * j + 4 * l + k] = row[c0 + 4 * j + k];
+                    memset(so, 0, ss);
+                    memset(bo, 0, ss);
                 }
-                memcpy(out + dbytes + (size_t)l * ss, (const uint8_t *)w->scales + ((size_t)r * (size_t)ng + (size_t)g) * ss, ss);
-                memcpy(out + dbytes + 16 * ss + (size_t)l * ss,
-                       (const uint8_t *)w->biases + ((size_t)r * (size_t)ng + (size_t)g) * ss, ss);
             }
         }
+}
+
+void ts_weight_pack(ts_weight *w, void *dst) {
+    uint8_t *base = (uint8_t *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
+    pack_job pj = {w, base};
+    int64_t blocks = (w->rows + 15) / 16;
+    int nt = ts_pool_threads();
+    if (nt > 1 && blocks >= 64) ts_pool_run(pack_blocks, &pj, (int)TS_MIN(blocks, 8 * nt));
+    else pack_blocks(&pj, 0, 1);
     w->packed = base;
 }
 

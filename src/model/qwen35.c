@@ -122,6 +122,30 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
     ts_gdn_advance_from(m, w, s, s->S, qkv_in, a, b, o, tmp);
 }
 
+typedef struct gdn_heads_job {
+    const ts_model *m;
+    const ts_gdn_w *w;
+    ts_gdn_state *s;
+    const float *S_src, *q, *k, *v, *a, *b;
+    float *o;
+} gdn_heads_job;
+
+/* One value head's step of ts_gdn_advance_from. */
+static void gdn_head(void *ctx, int h, int nh) {
+    const gdn_heads_job *j = ctx;
+    const ts_config *c = &j->m->cfg;
+    const int dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
+    (void)nh;
+    const float *qh = j->q + (size_t)(h / r) * dk, *kh = j->k + (size_t)(h / r) * dk;
+    const float *vh = j->v + (size_t)h * dv;
+    float beta = sigmoid(j->b[h]);
+    float decay = expf(j->w->neg_A[h] * softplus(j->a[h] + j->w->dt_bias[h]));
+    float *S = j->s->S + (size_t)h * dk * dv; /* [dk, dv] */
+    /* one head's state (dk*dv floats) at a time: it stays in cache for the step */
+    if (j->S_src != j->s->S) memcpy(S, j->S_src + (size_t)h * dk * dv, sizeof(float) * (size_t)dk * dv);
+    ts_gdn_step(S, kh, vh, qh, decay, beta, j->o ? j->o + (size_t)h * dv : NULL, dk, dv);
+}
+
 /* The state advance with the recurrent state read from S_src (== s->S for
  * the in-place step) and written to s->S. Each head's slice is brought over
  * just before its step, so it is still in cache when the step runs: one
@@ -132,7 +156,7 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
 void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
                          const float *qkv_in, const float *a, const float *b, float *o, float *tmp) {
     const ts_config *c = &m->cfg;
-    const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv, r = c->Hv / c->Hk;
+    const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv;
     /* causal depthwise conv over [last K-1 inputs, this input], then SiLU */
     for (int ch = 0; ch < C; ch++) {
         const float *cw = w->conv + (size_t)ch * K;
@@ -155,16 +179,13 @@ void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, 
         float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
         for (int i = 0; i < dk; i++) { qh[i] = qh[i] * rq * qscale; kh[i] *= rk; }
     }
-    for (int h = 0; h < Hv; h++) {
-        const float *qh = q + (size_t)(h / r) * dk, *kh = k + (size_t)(h / r) * dk;
-        const float *vh = v + (size_t)h * dv;
-        float beta = sigmoid(b[h]);
-        float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
-        float *S = s->S + (size_t)h * dk * dv; /* [dk, dv] */
-        /* one head's state (dk*dv floats) at a time: it stays in cache for the step */
-        if (S_src != s->S) memcpy(S, S_src + (size_t)h * dk * dv, sizeof(float) * (size_t)dk * dv);
-        ts_gdn_step(S, kh, vh, qh, decay, beta, o ? o + (size_t)h * dv : NULL, dk, dv);
-    }
+    gdn_heads_job j = {m, w, s, S_src, q, k, v, a, b, o};
+    /* the heads' states are independent: spread them over the pool when the
+     * state is large enough to pay for the wake-up (per head the arithmetic
+     * is the same whichever thread runs it: bit-identical results) */
+    if ((size_t)Hv * dk * dv >= 65536) ts_parallel_for(Hv, gdn_head, &j);
+    else
+        for (int h = 0; h < Hv; h++) gdn_head(&j, h, Hv);
 }
 
 static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp,
