@@ -31,6 +31,11 @@ typedef struct ts_weight {
 
 /* y[n, rows] = x[n, cols] . W^T  (row-exact: see above) */
 void ts_linear(const ts_weight *w, const float *x, float *y, int n);
+/* ts_linear (prefill 0) or ts_linear_prefill (1) of nw weights with the
+ * same cols on the same x: y[i] = x . w[i]^T, in one parallel region when
+ * the kernels allow it (same results as nw separate calls). */
+#define TS_LINEAR_MANY_MAX 8
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int prefill);
 /* Same product; may use faster, differently-rounded kernels. */
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
 /* The plain reference every fast kernel is tested against. */

@@ -127,7 +127,7 @@ static void prep_f(const ts_weight *w, const float *x, int n) {
         }
 }
 
-void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill) {
+static int pick_kind(int mode, const ts_weight *w, int n, int prefill) {
     int simd = mode == TS_KMODE_AVX512 || mode == TS_KMODE_AVX512Q8;
     int qok = w->dtype == TS_DTYPE_U32 && (w->bits == 4 || w->bits == 8) && w->group % 64 == 0 && w->group <= 1024;
     int fok = w->dtype == TS_DTYPE_BF16 || w->dtype == TS_DTYPE_F32;
@@ -142,6 +142,11 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
     else if (simd && kind == K_GENERIC && q2) kind = K2_QDOT;
     /* packed weights: one kernel for decode, verify and prefill */
     if (mode == TS_KMODE_AVX512 && w->packed) kind = K_PDOT;
+    return kind;
+}
+
+void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill) {
+    const int kind = pick_kind(mode, w, n, prefill);
     pthread_mutex_lock(&g_lock);
     int nt = ts_pool_threads();
     const int64_t cols = w->cols;
@@ -209,6 +214,76 @@ void ts_parallel_for(int n, ts_par_fn fn, void *ctx) {
         for (int i = 0; i < n; i++) fn(ctx, i, n);
     } else {
         ts_pool_run(fn, ctx, n);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- several products of the same x in one pool region ----
+ * The projections that read the same normalised x (q/k/v; GDN qkv/z/b/a;
+ * gate/up) run as one region: x is prepared once and the threads split the
+ * 16-row blocks of all of them, so a decode step pays one wake-up and one
+ * join per group instead of per matrix, and small matrices (GDN b and a:
+ * Hv rows) ride along instead of running alone on the caller. Each output
+ * row is computed by the same kernel call as in ts_linear: row-exact. */
+typedef struct many_job {
+    const ts_weight *const *w;
+    float *const *y;
+    int n;
+    int64_t start[TS_LINEAR_MANY_MAX + 1]; /* first global block of each weight */
+    int64_t per;                           /* blocks per chunk */
+} many_job;
+
+static void run_many(void *ctx, int chunk, int n_chunks) {
+    const many_job *j = ctx;
+    (void)n_chunks;
+    int64_t b0 = (int64_t)chunk * j->per, b1 = b0 + j->per;
+    for (int i = 0; j->start[i] < b1 && j->w[i]; i++) {
+        int64_t lo = TS_MAX(b0, j->start[i]), hi = TS_MIN(b1, j->start[i + 1]);
+        if (lo >= hi) continue;
+        const ts_weight *w = j->w[i];
+        int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
+        ts_avx512_pdot(w, g_p.xd, g_p.sx, g_p.xs, j->n, j->y[i], r0, r1);
+    }
+}
+
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int prefill) {
+    int mode = ts_kmode(), fuse = nw > 1 && nw <= TS_LINEAR_MANY_MAX && mode == TS_KMODE_AVX512;
+    for (int i = 0; i < nw && fuse; i++)
+        fuse = pick_kind(mode, w[i], n, prefill) == K_PDOT && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group;
+    if (!fuse) {
+        for (int i = 0; i < nw; i++) (prefill ? ts_linear_prefill : ts_linear)(w[i], x, y[i], n);
+        return;
+    }
+    const int64_t cols = w[0]->cols, ng = cols / w[0]->group;
+    pthread_mutex_lock(&g_lock);
+    int bad = grow((void **)&g_p.xd, &g_cap_xd, (size_t)3 * n * cols, 1);
+    bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
+    bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    if (bad) {
+        pthread_mutex_unlock(&g_lock);
+        for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x, y[i], n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        ts_avx512_prep_d(x + (int64_t)i * cols, cols, w[0]->group, g_p.xd + (int64_t)i * 3 * cols, g_p.sx + (int64_t)i * ng,
+                         g_p.xs + (int64_t)i * ng);
+    const ts_weight *wl[TS_LINEAR_MANY_MAX + 1] = {0};
+    many_job j = {wl, y, n, {0}, 0};
+    double macs = 0;
+    for (int i = 0; i < nw; i++) {
+        wl[i] = w[i];
+        j.start[i + 1] = j.start[i] + (w[i]->rows + 15) / 16;
+        macs += (double)w[i]->rows * (double)cols * n;
+    }
+    for (int i = nw + 1; i <= TS_LINEAR_MANY_MAX; i++) j.start[i] = j.start[nw];
+    int64_t blocks = j.start[nw];
+    int nt = ts_pool_threads();
+    if (macs < 65536.0 || nt == 1) {
+        j.per = blocks;
+        run_many(&j, 0, 1);
+    } else {
+        j.per = TS_MAX(1, (blocks + 8 * nt - 1) / (8 * nt));
+        ts_pool_run(run_many, &j, (int)((blocks + j.per - 1) / j.per));
     }
     pthread_mutex_unlock(&g_lock);
 }

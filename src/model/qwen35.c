@@ -18,6 +18,11 @@
 
 typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
 
+/* Products of one x by several weights (one parallel region; same bits). */
+static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill);
+}
+
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch.nn.functional.softplus with its default threshold 20 */
@@ -60,9 +65,7 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     float *qg = sc->big0;  /* [n, nq, 2D]: query | gate per head */
     float *kb = sc->big1;  /* [n, nkv*D] */
     float *vb = sc->big2;  /* [n, nkv*D] */
-    lin(&w->q_proj, sc->u, qg, n);
-    lin(&w->k_proj, sc->u, kb, n);
-    lin(&w->v_proj, sc->u, vb, n);
+    lin_many(lin, (const ts_weight *[]){&w->q_proj, &w->k_proj, &w->v_proj}, 3, sc->u, (float *[]){qg, kb, vb}, n);
     for (int i = 0; i < n; i++) {
         for (int h = 0; h < nq; h++) {
             float *q = qg + ((size_t)i * nq + h) * 2 * D;
@@ -197,10 +200,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     float *z = sc->big1;   /* [n, Vd] */
     float *o = sc->big2;   /* [n, Vd] */
     float *bb = sc->small, *aa = sc->small + (size_t)sc->R * Hv; /* [n, Hv] each */
-    lin(&w->in_qkv, sc->u, qkv, n);
-    lin(&w->in_z, sc->u, z, n);
-    lin(&w->in_b, sc->u, bb, n);
-    lin(&w->in_a, sc->u, aa, n);
+    lin_many(lin, (const ts_weight *[]){&w->in_qkv, &w->in_z, &w->in_b, &w->in_a}, 4, sc->u, (float *[]){qkv, z, bb, aa}, n);
     if (tp) { /* verify: record what the state advance consumes (not z: the state never reads it) */
         memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
         memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
@@ -231,8 +231,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
 
 static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, const float *x, float *gb,
                    float *ub, float *out, int n, linear_fn lin) {
-    lin(g, x, gb, n);
-    lin(u, x, ub, n);
+    lin_many(lin, (const ts_weight *[]){g, u}, 2, x, (float *[]){gb, ub}, n);
     size_t N = (size_t)n * g->rows;
     for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
     lin(d, gb, out, n);
