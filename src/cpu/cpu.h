@@ -42,6 +42,8 @@ void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0,
 void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t *hi, int16_t *lo, float *sx, float *xs);
 void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                         int dk, int dv);
+void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
+                        float *att, float *o);
 void ts_avx512_prep_q8(const float *x, int64_t cols, int group, int8_t *x8, float *sx, float *xs);
 void ts_avx512_q8dot(const ts_weight *w, const int8_t *x8, const float *sx, const float *xs, int n, float *y,
                      int64_t r0, int64_t r1);

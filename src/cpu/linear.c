@@ -75,3 +75,9 @@ void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float
     if (ts_kmode() >= TS_KMODE_AVX512 && dv % 16 == 0) ts_avx512_gdn_step(S, k, v, q, decay, beta, o, dk, dv);
     else ts_gdn_step_ref(S, k, v, q, decay, beta, o, dk, dv);
 }
+
+void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale, float *att,
+                 float *o) {
+    if (ts_kmode() >= TS_KMODE_AVX512 && D % 16 == 0) ts_avx512_attn_row(q, K, V, stride, T, D, scale, att, o);
+    else ts_attn_row_ref(q, K, V, stride, T, D, scale, att, o);
+}

@@ -90,28 +90,8 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
             const float *q = qg + ((size_t)i * nq + h) * 2 * D;
             const float *gate = q + D;
             int kh = h / grp;
-            float mx = -INFINITY;
-            for (int t = 0; t < T; t++) {
-                const float *k = kv->k + (size_t)t * m->kvdim + (size_t)kh * D;
-                float s = 0.f;
-                for (int d = 0; d < D; d++) s += q[d] * k[d];
-                s *= scale;
-                sc->att[t] = s;
-                if (s > mx) mx = s;
-            }
-            double sum = 0;
-            for (int t = 0; t < T; t++) {
-                sc->att[t] = expf(sc->att[t] - mx);
-                sum += sc->att[t];
-            }
-            float inv = (float)(1.0 / sum);
             float *o = out + (size_t)i * m->qdim + (size_t)h * D;
-            for (int d = 0; d < D; d++) o[d] = 0.f;
-            for (int t = 0; t < T; t++) {
-                const float *v = kv->v + (size_t)t * m->kvdim + (size_t)kh * D;
-                float p = sc->att[t] * inv;
-                for (int d = 0; d < D; d++) o[d] += p * v[d];
-            }
+            ts_attn_row(q, kv->k + (size_t)kh * D, kv->v + (size_t)kh * D, m->kvdim, T, D, scale, sc->att, o);
             for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
         }
     }
