@@ -31,11 +31,17 @@ typedef struct ts_weight {
 
 /* y[n, rows] = x[n, cols] . W^T  (row-exact: see above) */
 void ts_linear(const ts_weight *w, const float *x, float *y, int n);
-/* ts_linear (prefill 0) or ts_linear_prefill (1) of nw weights with the
- * same cols on the same x: y[i] = x . w[i]^T, in one parallel region when
- * the kernels allow it (same results as nw separate calls). */
+/* The product for drafting only (speculative decoding's MTP head): may
+ * round activations to int8 (~3x less arithmetic on the packed path). A
+ * draft never reaches the output unverified, so its precision only moves
+ * the acceptance rate, never the generated tokens. */
+void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n);
+/* ts_linear (flags 0), ts_linear_prefill (TS_LIN_PREFILL = 1) or
+ * ts_linear_draft (TS_LIN_DRAFT = 2) of nw weights with the same cols on the
+ * same x: y[i] = x . w[i]^T, in one parallel region when the kernels allow it
+ * (same results as nw separate calls). */
 #define TS_LINEAR_MANY_MAX 8
-void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int prefill);
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags);
 /* Same product; may use faster, differently-rounded kernels. */
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
 /* The plain reference every fast kernel is tested against. */

@@ -65,6 +65,7 @@ int main(int argc, char **argv) {
     ts_kernels_set_threads(nt);
     printf("threads %d\n", nt);
     one(1024, 1024, 200, "in cache");
+    one(32768, 1024, 40, "18 MB (L3-sized, like the default model)");
     one(248320, 1024, 10, "lm_head (DRAM)");
     return 0;
 }

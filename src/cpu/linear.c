@@ -67,7 +67,13 @@ void ts_linear(const ts_weight *w, const float *x, float *y, int n) {
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n) {
     int m = ts_kmode();
     if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
-    else ts_cpu_linear(m, w, x, y, n, 1);
+    else ts_cpu_linear(m, w, x, y, n, TS_LIN_PREFILL);
+}
+
+void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n) {
+    int m = ts_kmode();
+    if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
+    else ts_cpu_linear(m, w, x, y, n, TS_LIN_DRAFT);
 }
 
 void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o, int dk,

@@ -30,22 +30,28 @@
 
 #define P16_LIMIT 8290000.0f /* |X| bound keeping the top digit in [-128, 127] */
 
-void ts_avx512_prep_d(const float *x, int64_t cols, int group, int8_t *d, float *sx, float *xs) {
+void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, float *sx, float *xs) {
     const int64_t ng = cols / group;
     const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
-    const __m512 lim = _mm512_set1_ps(P16_LIMIT), nlim = _mm512_set1_ps(-P16_LIMIT);
+    /* one digit (drafting): plain int8, X in [-127, 127] */
+    const float L = nd == 1 ? 127.0f : P16_LIMIT;
+    const __m512 lim = _mm512_set1_ps(L), nlim = _mm512_set1_ps(-L);
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * group;
         __m512 mx = _mm512_setzero_ps();
         for (int c = 0; c < group; c += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(xg + c)));
         float m = _mm512_reduce_max_ps(mx);
-        sx[g] = m / P16_LIMIT;
-        __m512 inv = _mm512_set1_ps(m > 0.f ? P16_LIMIT / m : 0.f);
+        sx[g] = m / L;
+        __m512 inv = _mm512_set1_ps(m > 0.f ? L / m : 0.f);
         __m512i xsum = _mm512_setzero_si512(); /* |lane| <= 64 * L for G <= 1024 */
         for (int c = 0; c < group; c += 16) {
             __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + c), inv), nlim), lim);
             __m512i X = _mm512_cvtps_epi32(f); /* round to nearest even */
             xsum = _mm512_add_epi32(xsum, X);
+            if (nd == 1) {
+                _mm_storeu_si128((__m128i *)(d + g * group + c), _mm512_cvtepi32_epi8(X));
+                continue;
+            }
             __m512i d0 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
             X = _mm512_srai_epi32(_mm512_sub_epi32(X, d0), 8);
             __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
@@ -83,7 +89,8 @@ static inline __m512i bcast4(const int8_t *p) {
 
 /* One 16-row block against x rows [i0, i0 + X) (X a constant at each call). */
 static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, const int8_t *xd, const float *sx,
-                                                         const float *xs, float *y, int64_t rb, int i0, const int X) {
+                                                         const float *xs, float *y, int64_t rb, int i0, const int X,
+                                                         const int ND) {
     const int64_t cols = w->cols, G = w->group, ng = cols / G;
     const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
     const size_t dbytes = (size_t)16 * (size_t)G * (size_t)w->bits / 8, rec = dbytes + 32 * ss;
@@ -106,7 +113,7 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 const int64_t c = c0 + 8 * j;
                 _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-                    _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) {
+                    _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) {
                         a[u][k] = _mm512_dpbusd_epi32(a[u][k], lo, bcast4(d[u][k] + c));
                         a[u][k] = _mm512_dpbusd_epi32(a[u][k], hi, bcast4(d[u][k] + c + 4));
                     }
@@ -117,14 +124,19 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
                 __m512i v = _mm512_load_si512(rp + 64 * j);
                 const int64_t c = c0 + 4 * j;
                 _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-                    _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[u][k] = _mm512_dpbusd_epi32(a[u][k], v, bcast4(d[u][k] + c));
+                    _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) a[u][k] = _mm512_dpbusd_epi32(a[u][k], v, bcast4(d[u][k] + c));
                 }
             }
         }
         const __m512 sc = load16(rp + dbytes, w->sdtype), bi = load16(rp + dbytes + 16 * ss, w->sdtype);
         _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-            __m512i low = _mm512_add_epi32(_mm512_slli_epi32(a[u][1], 8), a[u][0]);
-            __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[u][2]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+            __m512 t;
+            if (ND == 1) {
+                t = _mm512_cvtepi32_ps(a[u][0]);
+            } else {
+                __m512i low = _mm512_add_epi32(_mm512_slli_epi32(a[u][1], 8), a[u][0]);
+                t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[u][2]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+            }
             int64_t o = (int64_t)(i0 + u) * ng + g;
             acc[u] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[u]);
             accb[u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), accb[u]);
@@ -137,17 +149,25 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
 }
 
 /* Rows [r0, r1) of y [n, rows]; r0 is a multiple of 16 (the driver splits
- * in whole blocks). x rows go in chunks of 4, the rest as 3, 2 or 1. */
-void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, float *y,
-                    int64_t r0, int64_t r1) {
+ * in whole blocks). x rows go in chunks of 4, the rest as 3, 2 or 1. nd: the
+ * digits prep_d wrote (3, or 1 for drafting). */
+static inline __attribute__((always_inline)) void pdot_nd(const ts_weight *w, const int8_t *xd, const float *sx,
+                                                          const float *xs, int n, float *y, int64_t r0, int64_t r1,
+                                                          const int ND) {
     for (int64_t rb = r0 / 16; rb * 16 < r1; rb++) {
         int i = 0;
-        for (; i + 4 <= n; i += 4) pdot_x(w, xd, sx, xs, y, rb, i, 4);
+        for (; i + 4 <= n; i += 4) pdot_x(w, xd, sx, xs, y, rb, i, 4, ND);
         switch (n - i) {
-        case 3: pdot_x(w, xd, sx, xs, y, rb, i, 3); break;
-        case 2: pdot_x(w, xd, sx, xs, y, rb, i, 2); break;
-        case 1: pdot_x(w, xd, sx, xs, y, rb, i, 1); break;
+        case 3: pdot_x(w, xd, sx, xs, y, rb, i, 3, ND); break;
+        case 2: pdot_x(w, xd, sx, xs, y, rb, i, 2, ND); break;
+        case 1: pdot_x(w, xd, sx, xs, y, rb, i, 1, ND); break;
         default: break;
         }
     }
+}
+
+void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, int nd, float *y,
+                    int64_t r0, int64_t r1) {
+    if (nd == 1) pdot_nd(w, xd, sx, xs, n, y, r0, r1, 1);
+    else pdot_nd(w, xd, sx, xs, n, y, r0, r1, 3);
 }

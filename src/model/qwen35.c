@@ -20,7 +20,7 @@ typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
 
 /* Products of one x by several weights (one parallel region; same bits). */
 static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill);
+    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0);
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -310,7 +310,8 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
 }
 
 void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
-                    float *h_out, float *logits) {
+                    float *h_out, float *logits, int draft) {
+    linear_fn lin = draft ? ts_linear_draft : ts_linear;
     const ts_mtp_w *w = &m->mtp;
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
@@ -321,8 +322,8 @@ void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const 
         ts_rmsnorm1p(ci, w->pre_norm_emb, ci, 1, H, m->cfg.eps);
         ts_rmsnorm1p(h + (size_t)i * H, w->pre_norm_hid, ci + H, 1, H, m->cfg.eps);
     }
-    ts_linear(&w->fc, cat, sc->x, n);
-    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, ts_linear);
+    lin(&w->fc, cat, sc->x, n);
+    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, lin);
     ts_rmsnorm1p(sc->x, w->norm, h_out, n, H, m->cfg.eps);
-    head_out(m, st, h_out, n, logits, ts_linear);
+    head_out(m, st, h_out, n, logits, lin);
 }
