@@ -75,6 +75,16 @@ void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride,
 void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                      float *att, float *o);
 
+/* Element-wise SiLU x / (1 + e^-x): y = silu(x) (y may be x), and
+ * g = silu(g) * u. The SIMD versions use a polynomial e^x within ~2 ulp of
+ * expf (kernels test); decode, verify and replay share them. */
+void ts_silu(float *y, const float *x, size_t n);
+void ts_silu_mul(float *g, const float *u, size_t n);
+
+/* The first index of the largest of x[0..n) (n >= 1), exactly as the loop
+ * `b = 0; for i: if (x[i] > x[b]) b = i` gives it (NaN never wins). */
+int ts_argmax(const float *x, int n);
+
 /* The kernels' shared workspace for products of up to `rows` rows and
  * `cols` columns (quantized with groups of at least `group`; 0 = none) in the
  * current kernel mode: returns the bytes that are (reserve = 0) or were

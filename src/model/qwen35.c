@@ -23,7 +23,6 @@ static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const flo
     ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0);
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch.nn.functional.softplus with its default threshold 20 */
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -146,8 +145,9 @@ void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, 
         float acc = 0.f;
         for (int j = 0; j < K - 1; j++) acc += cw[j] * s->conv[(size_t)j * C + ch];
         acc += cw[K - 1] * qkv_in[ch];
-        tmp[ch] = silu(acc);
+        tmp[ch] = acc;
     }
+    ts_silu(tmp, tmp, (size_t)C);
     if (K > 1) {
         memmove(s->conv, s->conv + C, sizeof(float) * (size_t)(K - 2) * C);
         memcpy(s->conv + (size_t)(K - 2) * C, qkv_in, sizeof(float) * C);
@@ -195,6 +195,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
                                 aa + (size_t)i * Hv, bb + (size_t)i * Hv, o + (size_t)i * m->Vd, sc->rowtmp);
     }
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
+    ts_silu(z, z, (size_t)n * m->Vd);
     for (int i = 0; i < n; i++)
         for (int h = 0; h < Hv; h++) {
             float *oh = o + (size_t)i * m->Vd + (size_t)h * dv;
@@ -202,7 +203,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
             double ss = 0;
             for (int j = 0; j < dv; j++) ss += (double)oh[j] * oh[j];
             float rr = 1.0f / sqrtf((float)(ss / dv) + c->eps);
-            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * w->norm[j] * silu(zh[j]);
+            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * w->norm[j] * zh[j];
         }
     lin(&w->out_proj, o, sc->t, n);
 }
@@ -213,7 +214,7 @@ static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, c
                    float *ub, float *out, int n, linear_fn lin) {
     lin_many(lin, (const ts_weight *[]){g, u}, 2, x, (float *[]){gb, ub}, n);
     size_t N = (size_t)n * g->rows;
-    for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
+    ts_silu_mul(gb, ub, N);
     lin(d, gb, out, n);
 }
 
