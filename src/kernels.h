@@ -40,8 +40,12 @@ void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n);
  * ts_linear_draft (TS_LIN_DRAFT = 2) of nw weights with the same cols on the
  * same x: y[i] = x . w[i]^T, in one parallel region when the kernels allow it
  * (same results as nw separate calls). */
-#define TS_LINEAR_MANY_MAX 8
+#define TS_LINEAR_MANY_MAX 32
 void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags);
+/* One row each: y[i] = x[i] . w[i]^T for nw weights (e.g. the selected MoE
+ * experts' down projections), in one parallel region when possible; flags as
+ * above. */
+void ts_linear_batch(const ts_weight *const *w, const float *const *x, float *const *y, int nw, int flags);
 /* Same product; may use faster, differently-rounded kernels. */
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
 /* The plain reference every fast kernel is tested against. */

@@ -18,9 +18,11 @@
 
 typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
 
+static int lin_flags(linear_fn lin) { return lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0; }
+
 /* Products of one x by several weights (one parallel region; same bits). */
 static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0);
+    ts_linear_many(w, nw, x, y, n, lin_flags(lin));
 }
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -254,6 +256,38 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
             wsum += li[best];
         }
         for (int j = 0; j < H; j++) acc[j] = 0.f;
+        float *ti = sc->t + (size_t)i * H;
+        if (k + 1 <= sc->R && 2 * k + 3 <= TS_LINEAR_MANY_MAX) {
+            /* all selected experts and the shared one in two parallel regions
+             * (gate/up of all, then the downs), each product computed as in
+             * the one-by-one path below: the same bits. Row j of big1/big2
+             * holds expert j's gate/up, row j of big0 its output. */
+            const size_t F = (size_t)m->max_ffn, B0 = (size_t)H; /* big0 rows hold >= 2H */
+            const ts_weight *wv[TS_LINEAR_MANY_MAX], *dv[TS_LINEAR_MANY_MAX];
+            float *yv[TS_LINEAR_MANY_MAX], *ov[TS_LINEAR_MANY_MAX];
+            const float *xv[TS_LINEAR_MANY_MAX];
+            float gl;
+            int nw = 0;
+            for (int j = 0; j <= k; j++) {
+                const ts_weight *g = j < k ? &f->e_gate[sel[j]] : &f->s_gate, *u = j < k ? &f->e_up[sel[j]] : &f->s_up;
+                wv[nw] = g, yv[nw++] = sc->big1 + j * F;
+                wv[nw] = u, yv[nw++] = sc->big2 + j * F;
+                dv[j] = j < k ? &f->e_down[sel[j]] : &f->s_down;
+                xv[j] = sc->big1 + j * F;
+                ov[j] = sc->big0 + j * B0;
+            }
+            wv[nw] = &f->s_gate_w, yv[nw++] = &gl;
+            lin_many(lin, wv, nw, ui, yv, 1);
+            for (int j = 0; j <= k; j++) ts_silu_mul(sc->big1 + j * F, sc->big2 + j * F, (size_t)dv[j]->cols);
+            ts_linear_batch(dv, xv, ov, k + 1, lin_flags(lin));
+            for (int j = 0; j < k; j++) {
+                float wt = c->norm_topk ? wsel[j] / wsum : wsel[j];
+                for (int q = 0; q < H; q++) acc[q] += wt * ov[j][q];
+            }
+            float sg = sigmoid(gl);
+            for (int q = 0; q < H; q++) ti[q] = acc[q] + sg * ov[k][q];
+            continue;
+        }
         for (int j = 0; j < k; j++) {
             int e = sel[j];
             float wt = c->norm_topk ? wsel[j] / wsum : wsel[j];
@@ -265,7 +299,6 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
         float gl;
         lin(&f->s_gate_w, ui, &gl, 1);
         float sg = sigmoid(gl);
-        float *ti = sc->t + (size_t)i * H;
         for (int q = 0; q < H; q++) ti[q] = acc[q] + sg * eo[q];
     }
 }
