@@ -7,6 +7,8 @@
  * plan's drafter part, and without it the drafter categories (spec, mtp) are
  * empty. The CLI prints the same totals.
  */
+#include <unistd.h>
+
 #include "engine.h"
 #include "kernels.h"
 #include "ts_test.h"
@@ -143,5 +145,45 @@ TS_TEST(plan, token_loop_allocates_nothing) {
         ts_session_free(s);
         ts_engine_close(e);
     }
+    ts_kernels_release();
+}
+
+/* Quantized MoE (tiny-moe converted to INT4): the plan still equals the
+ * allocations (the packed copy of every expert included), and the token loop
+ * (MoE experts batched per region) allocates nothing. */
+TS_TEST(plan, quantized_moe) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/plan-moe-q4", ts_test_tmpdir());
+    ts_convert_params p;
+    ts_convert_params_default(&p);
+    p.bits = 4;
+    p.quiet = 1;
+    ts_error err = {0};
+    if (access(dir, F_OK) != 0) CHECK_MSG(ts_convert("tests/fixtures/tiny-moe", dir, &p, &err) == 0, "%s", err.msg);
+    ts_mem_plan pl;
+    cfg c0 = {300, 7, 0}, c3 = {300, 7, 3};
+    CHECK(check_one(dir, c0, &pl) == 0);
+    CHECK(check_one(dir, c3, &pl) == 0);
+    ts_kernels_release();
+    ts_engine *e = NULL;
+    ts_session *s = NULL;
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 256;
+    sp.spec_draft = 2;
+    CHECK_MSG(ts_engine_open(dir, NULL, &e, &err) == 0 && ts_session_new(e, &sp, &s, &err) == 0, "%s", err.msg);
+    size_t before = ts_mem_total();
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = (i * 37 + 11) % 200;
+    CHECK_MSG(ts_session_feed(s, ids, 30, NULL, NULL, &err) == 0, "%s", err.msg);
+    for (int i = 30; i < 35; i++) CHECK(ts_session_feed(s, ids + i, 1, NULL, NULL, &err) == 0);
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 20;
+    gp.spec_draft = 2;
+    CHECK_MSG(ts_generate(s, ids + 35, 5, &gp, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK_MSG(ts_mem_total() == before, "the token loop allocated %lld bytes", (long long)ts_mem_total() - (long long)before);
+    ts_session_free(s);
+    ts_engine_close(e);
     ts_kernels_release();
 }

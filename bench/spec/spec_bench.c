@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
         ts_spec_rollback(s, 1);
         rb1[r] = ts_now() - t0;
         t0 = ts_now();
-        ts_mtp_forward(&e->model, &s->st, &t, s->last_hidden, 1, s->pos - 1, s->mtp_hid, NULL);
+        ts_mtp_forward(&e->model, &s->st, &t, s->last_hidden, 1, s->pos - 1, s->mtp_hid, NULL, s->draft_lowp);
         dr[r] = ts_now() - t0;
         (void)H;
     }
