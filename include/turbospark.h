@@ -437,6 +437,9 @@ TS_API int ts_synth(const char *shape_path, const char *dst, const ts_convert_pa
 /* Weight bytes one decoded token reads: every matrix once, one embedding row,
  * and for MoE only the top-k routed experts of each layer (MTP head excluded). */
 TS_API uint64_t ts_engine_decode_bytes(const ts_engine *e);
+/* Recurrent-state bytes one decoded token reads and writes: every GDN layer's
+ * state once each way (f32). Part of the memory traffic of a step. */
+TS_API uint64_t ts_engine_state_bytes(const ts_engine *e);
 /* Kernel selection: "auto" (best for this CPU), "avx512", "avx2", "generic",
  * "ref" (the plain reference). Returns 0, or TS_E_ARG for an unknown or
  * unsupported name. The environment variable TS_KERNELS sets the initial choice. */

@@ -92,6 +92,12 @@ static uint64_t layer_bytes(const ts_layer_w *l, const ts_config *c) {
     return b + (uint64_t)c->topk * e;
 }
 
+uint64_t ts_engine_state_bytes(const ts_engine *e) {
+    const ts_config *c = &e->model.cfg;
+    uint64_t per = (uint64_t)c->Hv * c->dk * c->dv * sizeof(float);
+    return 2 * per * (uint64_t)(c->n_layers - c->n_full);
+}
+
 uint64_t ts_engine_decode_bytes(const ts_engine *e) {
     const ts_model *m = &e->model;
     const ts_config *c = &m->cfg;

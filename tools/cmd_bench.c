@@ -269,24 +269,29 @@ int cmd_bench(int argc, char **argv) {
     uint64_t wb = ts_engine_decode_bytes(e);
     double loadavg[3] = {0};
     if (getloadavg(loadavg, 3) < 0) loadavg[0] = -1;
-    double gbs = wb * dd / 1e9;
+    uint64_t sb = ts_engine_state_bytes(e);
+    double gbs = wb * dd / 1e9, gbs_all = (wb + sb) * dd / 1e9;
     if (json) {
         printf("{\"model\": \"%s\", \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d,\n"
                " \"prefill_tok_s\": %.2f, \"prefill_tok_s_min\": %.2f, \"prefill_tok_s_max\": %.2f,\n"
                " \"decode_tok_s\": %.2f, \"decode_tok_s_min\": %.2f, \"decode_tok_s_max\": %.2f,\n"
-               " \"weight_bytes_per_token\": %llu, \"decode_gb_s\": %.2f,\n"
+               " \"weight_bytes_per_token\": %llu, \"state_bytes_per_token\": %llu, \"decode_gb_s\": %.2f,\n"
+               " \"decode_gb_s_with_state\": %.2f, \"pct_of_bandwidth_with_state\": %.1f,\n"
                " \"bandwidth_gb_s_1t\": %.2f, \"bandwidth_gb_s\": %.2f, \"pct_of_bandwidth\": %.1f,\n"
                " \"kernels\": \"%s\", \"loadavg\": %.2f}\n",
                dir, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
-               (unsigned long long)wb, gbs, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0, ts_kernels_name(), loadavg[0]);
+               (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0, ts_kernels_name(), loadavg[0]);
     } else {
         printf("model      %s (%s, %s, %d threads, kernels %s)\n", dir, in->model_type,
                in->quant_bits ? (in->quant_bits == 4 ? "INT4" : "INT8") : "bf16/f32", nt, ts_kernels_name());
         printf("prefill    %d tokens: %.1f tok/s (median of %d; min %.1f, max %.1f)\n", prompt, pp, runs, tp[1], tp[runs]);
         printf("decode     %d tokens: %.1f tok/s (median of %d; min %.1f, max %.1f)\n", gen, dd, runs, td[1], td[runs]);
         printf("weights    %.1f MB read per decoded token -> %.1f GB/s\n", wb / 1e6, gbs);
+        printf("state      %.1f MB of GDN state read and written per token -> %.1f GB/s with the weights\n", sb / 1e6,
+               gbs_all);
         printf("bandwidth  measured read: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n", bw1, bwn, nt);
-        printf("           decode reaches %.1f%% of the %d-thread read bandwidth\n", bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt);
+        printf("           decode reaches %.1f%% of the %d-thread read bandwidth (%.1f%% counting the state)\n",
+               bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0);
         printf("load       %.2f (1-minute load average at the end)\n", loadavg[0]);
     }
     if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, json, &err);
