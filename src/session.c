@@ -31,6 +31,7 @@ static void state_free(ts_state *st, int n_layers) {
     ts_free(st->kv);
     ts_free(st->gdn);
     ts_free(st->tape);
+    ts_free(st->gdn_rows);
     ts_free(st->mtp_kv.k);
     ts_free(st->mtp_kv.v);
     ts_scratch *s = &st->sc;
@@ -92,6 +93,8 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
         }
     }
     st->tape_rows = pl.Rv;
+    ALLOC(st->gdn_rows, pl.gdn_rows, TS_MEM_SPEC);
+    st->gdn_rows_cap = 2 * pl.Rv;
     st->mtp_ctx = pl.mtp_ctx;
     ALLOC(st->mtp_kv.k, pl.mtp_kv, TS_MEM_MTP);
     ALLOC(st->mtp_kv.v, pl.mtp_kv, TS_MEM_MTP);
@@ -128,6 +131,7 @@ oom:
 void ts_session_reset(ts_session *s) {
     const ts_model *m = &s->e->model;
     const ts_config *c = &m->cfg;
+    s->st.gdn_pend = 0; /* a pending lazy rollback is moot: the state restarts from zero */
     for (int i = 0; i < c->n_layers; i++)
         if (!c->layer_full[i]) {
             memset(s->st.gdn[i].conv, 0, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);

@@ -6,7 +6,9 @@
  * (bit for bit when `prefill` is 0: ts_linear is row-exact). That property
  * is what speculative verification stands on. With `prefill` 1 the GDN
  * layers use the chunked delta rule instead (chunked.c; rounding differs),
- * and a verify pass records the GDN tape (model.h, ts_gdn_tape).
+ * and a verify pass records the GDN tape (model.h, ts_gdn_tape). After a
+ * lazy rollback (spec.c) the GDN layers first apply the pending taped rows
+ * in the same per-head pass (see "Gated DeltaNet" below).
  *
  * Precision: weights as stored (bf16/f16/f32, or dequantized), f32
  * everywhere else, f32 recurrent state. Norms accumulate in double, which
@@ -115,55 +117,196 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     lin(&w->o_proj, out, sc->t, n);
 }
 
-/* ---- Gated DeltaNet ---- */
+/* ---- Gated DeltaNet ----
+ *
+ * A GDN pass over rows has two phases, so that the rows can be grouped by
+ * value head: one head's recurrent state (dk*dv floats, 64 KiB at 128x128)
+ * stays in cache while every row of the pass advances it, and is read and
+ * written once, instead of the layer's whole state (1 MiB) streaming through
+ * memory once per row.
+ *   gdn_prep:  per row, the causal conv over the input sequence, SiLU, the l2
+ *              norms of q and k and the q scale: one prepared row [C];
+ *   gdn_heads: per value head, the state comes from its source, every row
+ *              advances it with ts_gdn_step (gates formed per row and head),
+ *              and it is written once.
+ * Heads are independent and each element sees the operations of the
+ * row-by-row recurrence in the same order, so the grouping changes no bit:
+ * ts_gdn_advance (one row) is the reference, and a verify block, a decode
+ * step and the pending rows of a lazy rollback all compute the same bits.
+ *
+ * The input rows of a pass form one sequence: the conv history (K-1 rows,
+ * oldest first), then up to two runs of pre-conv rows, the pending rows of a
+ * lazy rollback (read from the tape) and the pass's own rows. */
+
+typedef struct gdn_seq {
+    const float *hist;   /* [K-1, C] conv state before the first row */
+    const float *r0;     /* [n0, C] first run of pre-conv rows */
+    int n0;
+    const float *r1;     /* [n1, C] second run (may be NULL with n1 = 0) */
+    int n1;
+} gdn_seq;
+
+/* Row s of the whole sequence: [0, K-1) history, then r0, then r1. */
+static inline const float *seq_row(const gdn_seq *q, int K, int C, int s) {
+    if (s < K - 1) return q->hist + (size_t)s * C;
+    s -= K - 1;
+    if (s < q->n0) return q->r0 + (size_t)s * C;
+    return q->r1 + (size_t)(s - q->n0) * C;
+}
+
+/* Prepared rows out [n0 + n1, C]: q (Kd, l2-normed and scaled) | k (Kd,
+ * l2-normed) | v (Vd), each after the causal depthwise conv and SiLU. */
+static void gdn_prep(const ts_model *m, const ts_gdn_w *w, const gdn_seq *q, float *out) {
+    const ts_config *c = &m->cfg;
+    const int C = m->C, K = c->conv_k, dk = c->dk, n = q->n0 + q->n1;
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int i = 0; i < n; i++) {
+        const float *x[K]; /* the K inputs of row i's conv window, oldest first; x[K-1] is row i */
+        for (int j = 0; j < K; j++) x[j] = seq_row(q, K, C, i + j);
+        float *y = out + (size_t)i * C;
+        for (int ch = 0; ch < C; ch++) {
+            const float *cw = w->conv + (size_t)ch * K;
+            float acc = 0.f;
+            for (int j = 0; j < K - 1; j++) acc += cw[j] * x[j][ch];
+            acc += cw[K - 1] * x[K - 1][ch];
+            y[ch] = silu(acc);
+        }
+        /* l2-normalise q and k per key head (eps inside the rsqrt), scale q */
+        float *qv = y, *kv = y + m->Kd;
+        for (int h = 0; h < c->Hk; h++) {
+            float *qh = qv + (size_t)h * dk, *kh = kv + (size_t)h * dk;
+            double sq = 0, sk = 0;
+            for (int t = 0; t < dk; t++) { sq += (double)qh[t] * qh[t]; sk += (double)kh[t] * kh[t]; }
+            float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
+            for (int t = 0; t < dk; t++) { qh[t] = qh[t] * rq * qscale; kh[t] *= rk; }
+        }
+    }
+}
+
+/* dst [K-1, C] = the last K-1 rows of the sequence. dst may be q->hist: row
+ * j takes row n+j >= j, so walking j upwards never reads an overwritten row. */
+static void gdn_conv_tail(const ts_model *m, const gdn_seq *q, float *dst) {
+    const int C = m->C, K = m->cfg.conv_k, n = q->n0 + q->n1;
+    for (int j = 0; j < K - 1; j++) {
+        const float *src = seq_row(q, K, C, n + j);
+        if (src != dst + (size_t)j * C) memmove(dst + (size_t)j * C, src, sizeof(float) * C);
+    }
+}
+
+/* The recurrent state over prepared rows prep[0, n_pre + n): per value head
+ * the state comes from src (copied into dst first unless src == dst), rows
+ * [0, n_pre) advance it without output (a lazy rollback's pending rows, raw
+ * gates a0/b0 [n_pre, Hv]), a copy goes to mid if not NULL (the block-start
+ * snapshot of a verify that follows a lazy rollback; mid may be src: the
+ * head's slice was read in full before), then rows [n_pre, n_pre + n)
+ * advance it writing o [n, Vd] (if not NULL; raw gates a1/b1 [n, Hv]). */
+static void gdn_heads(const ts_model *m, const ts_gdn_w *w, const float *src, float *dst, float *mid,
+                      const float *prep, int n_pre, const float *a0, const float *b0, int n, const float *a1,
+                      const float *b1, float *o) {
+    const ts_config *c = &m->cfg;
+    const int C = m->C, Hv = c->Hv, dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
+    const size_t hs = (size_t)dk * dv;
+    for (int h = 0; h < Hv; h++) {
+        float *S = dst + (size_t)h * hs; /* [dk, dv] */
+        if (src != dst) memcpy(S, src + (size_t)h * hs, sizeof(float) * hs);
+        for (int i = 0; i < n_pre + n; i++) {
+            if (i == n_pre && mid) memcpy(mid + (size_t)h * hs, S, sizeof(float) * hs);
+            const int own = i >= n_pre;
+            const float *a = own ? a1 + (size_t)(i - n_pre) * Hv : a0 + (size_t)i * Hv;
+            const float *b = own ? b1 + (size_t)(i - n_pre) * Hv : b0 + (size_t)i * Hv;
+            const float *row = prep + (size_t)i * C;
+            const float *qh = row + (size_t)(h / r) * dk, *kh = row + m->Kd + (size_t)(h / r) * dk;
+            const float *vh = row + 2 * (size_t)m->Kd + (size_t)h * dv;
+            float beta = sigmoid(b[h]);
+            float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
+            ts_gdn_step(S, kh, vh, qh, decay, beta, own && o ? o + (size_t)(i - n_pre) * m->Vd + (size_t)h * dv : NULL,
+                        dk, dv);
+        }
+        if (n == 0 && mid) memcpy(mid + (size_t)h * hs, S, sizeof(float) * hs);
+    }
+}
 
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
                     const float *a, const float *b, float *o, float *tmp) {
-    ts_gdn_advance_from(m, w, s, s->S, qkv_in, a, b, o, tmp);
+    gdn_seq q = {s->conv, qkv_in, 1, NULL, 0};
+    gdn_prep(m, w, &q, tmp);
+    gdn_conv_tail(m, &q, s->conv);
+    gdn_heads(m, w, s->S, s->S, NULL, tmp, 0, NULL, NULL, 1, a, b, o);
 }
 
-/* The state advance with the recurrent state read from S_src (== s->S for
- * the in-place step) and written to s->S. Each head's slice is brought over
- * just before its step, so it is still in cache when the step runs: one
- * pass over memory instead of a whole-state memcpy followed by the step.
- * The arithmetic is the in-place step's, so the result is the same bits.
- * Speculative verify and rollback use it to start from the block-start
- * snapshot without copying the state back first. */
-void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
-                         const float *qkv_in, const float *a, const float *b, float *o, float *tmp) {
-    const ts_config *c = &m->cfg;
-    const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv, r = c->Hv / c->Hk;
-    /* causal depthwise conv over [last K-1 inputs, this input], then SiLU */
-    for (int ch = 0; ch < C; ch++) {
-        const float *cw = w->conv + (size_t)ch * K;
-        float acc = 0.f;
-        for (int j = 0; j < K - 1; j++) acc += cw[j] * s->conv[(size_t)j * C + ch];
-        acc += cw[K - 1] * qkv_in[ch];
-        tmp[ch] = silu(acc);
+/* Eager form of a lazy rollback for one layer: conv and recurrent state
+ * become the snapshot advanced by the first P taped rows (P <= Rv <= the
+ * prepared-rows buffer). The snapshot and the tape stay as they are. */
+static void gdn_materialize_layer(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, const ts_gdn_tape *tp,
+                                  int P, float *prep) {
+    gdn_seq q = {tp->snap_conv, tp->qkv, P, NULL, 0};
+    gdn_prep(m, w, &q, prep);
+    gdn_conv_tail(m, &q, gs->conv);
+    gdn_heads(m, w, tp->snap_S, gs->S, NULL, prep, P, tp->a, tp->b, 0, NULL, NULL, NULL);
+}
+
+void ts_gdn_materialize(const ts_model *m, ts_state *st) {
+    if (!st->gdn_pend) return;
+    for (int L = 0; L < m->cfg.n_layers; L++)
+        if (!m->layers[L].full)
+            gdn_materialize_layer(m, &m->layers[L].gdn, &st->gdn[L], &st->tape[L], st->gdn_pend, st->gdn_rows);
+    st->gdn_pend = 0;
+}
+
+/* One state pass of a GDN layer over n rows (qkv [n, C], aa/bb [n, Hv]),
+ * P pending rows first; P + n <= the prepared-rows capacity. record: a
+ * verify block (n > 1): the block-start state becomes the snapshot and the
+ * rows' inputs the tape.
+ *
+ * The three ways the state can start:
+ *  - P > 0 (a lazy rollback is pending): it starts from the snapshot; the
+ *    pending rows advance it in cache, then the new rows; written once to the
+ *    live buffer. A verify also writes the post-pending state over the
+ *    snapshot (its own block start: the one extra write a verify after a
+ *    rejection pays, instead of an 18-layer restore + replay at rollback
+ *    time). The alternative, keeping the old snapshot and prefixing the new
+ *    tape with the pending rows, writes nothing but replays the pending rows
+ *    again at every later pass of the chain: measured on the 0.8B shape, one
+ *    in-cache row (~0.75 ms for 18 layers) costs more than the snapshot
+ *    write (~0.2-0.3 ms), so the chain is cut at every verify.
+ *  - verify, nothing pending: live and snapshot buffers swap (conv and
+ *    recurrent): the block-start state becomes the snapshot without a copy,
+ *    and the rows are written into the other buffer.
+ *  - otherwise the state advances in place. */
+static void gdn_pass(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp, int P, int record,
+                     const float *qkv, const float *aa, const float *bb, int n, float *o, float *prep) {
+    const int Hv = m->cfg.Hv;
+    gdn_seq q;
+    const float *src;
+    float *mid = NULL;
+    if (P) {
+        q = (gdn_seq){tp->snap_conv, tp->qkv, P, qkv, n};
+        src = tp->snap_S;
+        if (record) mid = tp->snap_S;
+    } else if (record) {
+        float *t = gs->S;
+        gs->S = tp->snap_S;
+        tp->snap_S = t;
+        t = gs->conv;
+        gs->conv = tp->snap_conv;
+        tp->snap_conv = t;
+        q = (gdn_seq){tp->snap_conv, qkv, n, NULL, 0};
+        src = tp->snap_S;
+    } else {
+        q = (gdn_seq){gs->conv, qkv, n, NULL, 0};
+        src = gs->S;
     }
-    if (K > 1) {
-        memmove(s->conv, s->conv + C, sizeof(float) * (size_t)(K - 2) * C);
-        memcpy(s->conv + (size_t)(K - 2) * C, qkv_in, sizeof(float) * C);
+    gdn_prep(m, w, &q, prep);
+    gdn_conv_tail(m, &q, gs->conv);
+    if (P && record) { /* the new block-start conv state: snapshot + pending rows, in place */
+        gdn_seq qp = {tp->snap_conv, tp->qkv, P, NULL, 0};
+        gdn_conv_tail(m, &qp, tp->snap_conv);
     }
-    float *q = tmp, *k = tmp + m->Kd, *v = tmp + 2 * m->Kd;
-    /* l2-normalise q and k per key head (eps inside the rsqrt), scale q */
-    const float qscale = 1.0f / sqrtf((float)dk);
-    for (int h = 0; h < c->Hk; h++) {
-        float *qh = q + (size_t)h * dk, *kh = k + (size_t)h * dk;
-        double sq = 0, sk = 0;
-        for (int i = 0; i < dk; i++) { sq += (double)qh[i] * qh[i]; sk += (double)kh[i] * kh[i]; }
-        float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
-        for (int i = 0; i < dk; i++) { qh[i] = qh[i] * rq * qscale; kh[i] *= rk; }
-    }
-    for (int h = 0; h < Hv; h++) {
-        const float *qh = q + (size_t)(h / r) * dk, *kh = k + (size_t)(h / r) * dk;
-        const float *vh = v + (size_t)h * dv;
-        float beta = sigmoid(b[h]);
-        float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
-        float *S = s->S + (size_t)h * dk * dv; /* [dk, dv] */
-        /* one head's state (dk*dv floats) at a time: it stays in cache for the step */
-        if (S_src != s->S) memcpy(S, S_src + (size_t)h * dk * dv, sizeof(float) * (size_t)dk * dv);
-        ts_gdn_step(S, kh, vh, qh, decay, beta, o ? o + (size_t)h * dv : NULL, dk, dv);
+    gdn_heads(m, w, src, gs->S, mid, prep, P, P ? tp->a : NULL, P ? tp->b : NULL, n, aa, bb, o);
+    if (record) { /* last: the pending rows above were read from the old tape */
+        memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
+        memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
+        memcpy(tp->b, bb, sizeof(float) * (size_t)n * Hv);
     }
 }
 
@@ -180,18 +323,27 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     lin(&w->in_z, sc->u, z, n);
     lin(&w->in_b, sc->u, bb, n);
     lin(&w->in_a, sc->u, aa, n);
-    if (tp) { /* verify: record what the state advance consumes (not z: the state never reads it) */
-        memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
-        memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
-        memcpy(tp->b, bb, sizeof(float) * (size_t)n * Hv);
+    /* prepared rows: the drafter's buffer (pending + a verify block), else one row at a time */
+    float *prep = st->gdn_rows ? st->gdn_rows : sc->rowtmp;
+    const int cap = st->gdn_rows ? st->gdn_rows_cap : 1;
+    const int record = tp && st->tape_on; /* verify: snapshot + tape (n <= Rv, so it fits in one pass) */
+    int P = tp ? st->gdn_pend : 0;
+    const int chunked = lin == ts_linear_prefill && n > 1 && sc->pf_conv;
+    if (P && (chunked || P + n > cap)) { /* a prompt chunk after a rollback: replay, then as usual */
+        gdn_materialize_layer(m, w, gs, tp, P, prep);
+        P = 0;
     }
-    if (lin == ts_linear_prefill && n > 1 && sc->pf_conv) {
+    if (chunked) {
         /* prefill: the chunked delta rule (rounding may differ; never for verify) */
         ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, o, n);
     } else {
-        for (int i = 0; i < n; i++)
-            ts_gdn_advance_from(m, w, gs, i == 0 && tp && tp->S_from ? tp->S_from : gs->S, qkv + (size_t)i * m->C,
-                                aa + (size_t)i * Hv, bb + (size_t)i * Hv, o + (size_t)i * m->Vd, sc->rowtmp);
+        for (int off = 0; off < n;) {
+            int k = TS_MIN(cap - P, n - off);
+            gdn_pass(m, w, gs, tp, P, record && off == 0, qkv + (size_t)off * m->C, aa + (size_t)off * Hv,
+                     bb + (size_t)off * Hv, k, o + (size_t)off * m->Vd, prep);
+            off += k;
+            P = 0;
+        }
     }
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
     for (int i = 0; i < n; i++)
@@ -301,10 +453,11 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
     for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
     if (st->dbg_layers) memcpy(st->dbg_layers, sc->x, sizeof(float) * nH);
     for (int L = 0; L < m->cfg.n_layers; L++) {
-        ts_gdn_tape *tp = st->tape_on && !m->layers[L].full ? &st->tape[L] : NULL;
+        ts_gdn_tape *tp = st->tape && !m->layers[L].full ? &st->tape[L] : NULL;
         layer_forward(m, st, &m->layers[L], &st->kv[L], &st->gdn[L], tp, n, pos, lin);
         if (st->dbg_layers) memcpy(st->dbg_layers + (L + 1) * nH, sc->x, sizeof(float) * nH);
     }
+    st->gdn_pend = 0; /* every GDN layer has applied the pending rows of a lazy rollback */
     ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
     head_out(m, st, sc->hidden, n, logits, lin);
 }
