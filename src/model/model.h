@@ -131,6 +131,9 @@ typedef struct ts_scratch {
 typedef struct ts_gdn_tape {
     float *qkv;       /* [Rv, C] pre-conv qkv projections, one per verified row */
     float *a, *b;     /* [Rv, Hv] raw decay / beta projections */
+    float *prep;      /* [2, Rv, C] the rows' prepared q|k|v (post conv, SiLU, norms):
+                         two halves, the last verify's (ts_state.tape_half) and the
+                         one the next verify writes while the first is still pending */
     float *snap_conv; /* [K-1, C] conv state at the block start */
     float *snap_S;    /* [Hv, dk, dv] recurrent state at the block start */
 } ts_gdn_tape;
@@ -151,9 +154,9 @@ typedef struct ts_state {
      * same per-head pass that advances its own rows (and clears gdn_pend);
      * anything else that reads the state calls ts_gdn_materialize first. */
     int gdn_pend;
-    float *gdn_rows;      /* [2*Rv, C] conv+SiLU+normed q|k|v of the rows of one
-                             GDN pass (pending + new); NULL without drafting */
-    int gdn_rows_cap;     /* its rows: 2*Rv (pending <= Rv, a verify <= Rv) */
+    int tape_half;        /* the half of each tape's prep holding the last verify's rows */
+    float *gdn_rows;      /* [Rv, C] prepared rows of a GDN pass that is not a verify
+                             (a decode row after a rollback); NULL without drafting */
     float *dbg_layers;    /* tests: if set, ts_forward stores the residual stream
                              after the embedding and after each layer, [L+1, n, H] */
 } ts_state;

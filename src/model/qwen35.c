@@ -134,9 +134,15 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
  * ts_gdn_advance (one row) is the reference, and a verify block, a decode
  * step and the pending rows of a lazy rollback all compute the same bits.
  *
- * The input rows of a pass form one sequence: the conv history (K-1 rows,
- * oldest first), then up to two runs of pre-conv rows, the pending rows of a
- * lazy rollback (read from the tape) and the pass's own rows. */
+ * A verify keeps its prepared rows in the tape (ts_gdn_tape.prep): a
+ * row's prepared values depend only on its conv window, so the rows a
+ * rollback keeps never need the conv again (that was ~40% of a replayed
+ * row's cost on the 0.8B shape: 6144 SiLUs per row and layer). Only the
+ * conv state is rebuilt, from the taped pre-conv rows.
+ *
+ * The pre-conv input rows of a pass form one sequence: the conv history
+ * (K-1 rows, oldest first), then up to two runs, the pending rows of a lazy
+ * rollback (from the tape) and the pass's own rows. */
 
 typedef struct gdn_seq {
     const float *hist;   /* [K-1, C] conv state before the first row */
@@ -154,16 +160,17 @@ static inline const float *seq_row(const gdn_seq *q, int K, int C, int s) {
     return q->r1 + (size_t)(s - q->n0) * C;
 }
 
-/* Prepared rows out [n0 + n1, C]: q (Kd, l2-normed and scaled) | k (Kd,
- * l2-normed) | v (Vd), each after the causal depthwise conv and SiLU. */
-static void gdn_prep(const ts_model *m, const ts_gdn_w *w, const gdn_seq *q, float *out) {
+/* Prepared rows out [n0 + n1 - skip, C] for the input rows [skip, n0 + n1):
+ * q (Kd, l2-normed and scaled) | k (Kd, l2-normed) | v (Vd), each after the
+ * causal depthwise conv and SiLU. */
+static void gdn_prep(const ts_model *m, const ts_gdn_w *w, const gdn_seq *q, int skip, float *out) {
     const ts_config *c = &m->cfg;
     const int C = m->C, K = c->conv_k, dk = c->dk, n = q->n0 + q->n1;
     const float qscale = 1.0f / sqrtf((float)dk);
-    for (int i = 0; i < n; i++) {
+    for (int i = skip; i < n; i++) {
         const float *x[K]; /* the K inputs of row i's conv window, oldest first; x[K-1] is row i */
         for (int j = 0; j < K; j++) x[j] = seq_row(q, K, C, i + j);
-        float *y = out + (size_t)i * C;
+        float *y = out + (size_t)(i - skip) * C;
         for (int ch = 0; ch < C; ch++) {
             const float *cw = w->conv + (size_t)ch * K;
             float acc = 0.f;
@@ -193,16 +200,17 @@ static void gdn_conv_tail(const ts_model *m, const gdn_seq *q, float *dst) {
     }
 }
 
-/* The recurrent state over prepared rows prep[0, n_pre + n): per value head
- * the state comes from src (copied into dst first unless src == dst), rows
- * [0, n_pre) advance it without output (a lazy rollback's pending rows, raw
- * gates a0/b0 [n_pre, Hv]), a copy goes to mid if not NULL (the block-start
- * snapshot of a verify that follows a lazy rollback; mid may be src: the
- * head's slice was read in full before), then rows [n_pre, n_pre + n)
- * advance it writing o [n, Vd] (if not NULL; raw gates a1/b1 [n, Hv]). */
+/* The recurrent state over two runs of prepared rows: per value head the
+ * state comes from src (copied into dst first unless src == dst), the
+ * n_pre rows pre [n_pre, C] advance it without output (a lazy rollback's
+ * pending rows, raw gates a0/b0 [n_pre, Hv]), a copy goes to mid if not
+ * NULL (the block-start snapshot of a verify that follows a lazy rollback;
+ * mid may be src: the head's slice was read in full before), then the n
+ * rows own [n, C] advance it writing o [n, Vd] (if not NULL; raw gates
+ * a1/b1 [n, Hv]). */
 static void gdn_heads(const ts_model *m, const ts_gdn_w *w, const float *src, float *dst, float *mid,
-                      const float *prep, int n_pre, const float *a0, const float *b0, int n, const float *a1,
-                      const float *b1, float *o) {
+                      const float *pre, int n_pre, const float *a0, const float *b0, const float *own, int n,
+                      const float *a1, const float *b1, float *o) {
     const ts_config *c = &m->cfg;
     const int C = m->C, Hv = c->Hv, dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
     const size_t hs = (size_t)dk * dv;
@@ -211,16 +219,14 @@ static void gdn_heads(const ts_model *m, const ts_gdn_w *w, const float *src, fl
         if (src != dst) memcpy(S, src + (size_t)h * hs, sizeof(float) * hs);
         for (int i = 0; i < n_pre + n; i++) {
             if (i == n_pre && mid) memcpy(mid + (size_t)h * hs, S, sizeof(float) * hs);
-            const int own = i >= n_pre;
-            const float *a = own ? a1 + (size_t)(i - n_pre) * Hv : a0 + (size_t)i * Hv;
-            const float *b = own ? b1 + (size_t)(i - n_pre) * Hv : b0 + (size_t)i * Hv;
-            const float *row = prep + (size_t)i * C;
+            const int ow = i >= n_pre, ri = ow ? i - n_pre : i;
+            const float *a = (ow ? a1 : a0) + (size_t)ri * Hv, *b = (ow ? b1 : b0) + (size_t)ri * Hv;
+            const float *row = (ow ? own : pre) + (size_t)ri * C;
             const float *qh = row + (size_t)(h / r) * dk, *kh = row + m->Kd + (size_t)(h / r) * dk;
             const float *vh = row + 2 * (size_t)m->Kd + (size_t)h * dv;
             float beta = sigmoid(b[h]);
             float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
-            ts_gdn_step(S, kh, vh, qh, decay, beta, own && o ? o + (size_t)(i - n_pre) * m->Vd + (size_t)h * dv : NULL,
-                        dk, dv);
+            ts_gdn_step(S, kh, vh, qh, decay, beta, ow && o ? o + (size_t)ri * m->Vd + (size_t)h * dv : NULL, dk, dv);
         }
         if (n == 0 && mid) memcpy(mid + (size_t)h * hs, S, sizeof(float) * hs);
     }
@@ -229,34 +235,39 @@ static void gdn_heads(const ts_model *m, const ts_gdn_w *w, const float *src, fl
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
                     const float *a, const float *b, float *o, float *tmp) {
     gdn_seq q = {s->conv, qkv_in, 1, NULL, 0};
-    gdn_prep(m, w, &q, tmp);
+    gdn_prep(m, w, &q, 0, tmp);
     gdn_conv_tail(m, &q, s->conv);
-    gdn_heads(m, w, s->S, s->S, NULL, tmp, 0, NULL, NULL, 1, a, b, o);
+    gdn_heads(m, w, s->S, s->S, NULL, NULL, 0, NULL, NULL, tmp, 1, a, b, o);
+}
+
+/* The tape's prepared rows of the last verify block (the half of tp->prep
+ * the last recorded verify wrote), and the half the next one writes. */
+static inline float *tape_prep(const ts_model *m, const ts_state *st, const ts_gdn_tape *tp, int next) {
+    return tp->prep + (size_t)(st->tape_half ^ next) * st->tape_rows * m->C;
 }
 
 /* Eager form of a lazy rollback for one layer: conv and recurrent state
- * become the snapshot advanced by the first P taped rows (P <= Rv <= the
- * prepared-rows buffer). The snapshot and the tape stay as they are. */
-static void gdn_materialize_layer(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, const ts_gdn_tape *tp,
-                                  int P, float *prep) {
+ * become the snapshot advanced by the first P taped rows. The snapshot and
+ * the tape stay as they are. */
+static void gdn_materialize_layer(const ts_model *m, const ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs,
+                                  const ts_gdn_tape *tp, int P) {
     gdn_seq q = {tp->snap_conv, tp->qkv, P, NULL, 0};
-    gdn_prep(m, w, &q, prep);
     gdn_conv_tail(m, &q, gs->conv);
-    gdn_heads(m, w, tp->snap_S, gs->S, NULL, prep, P, tp->a, tp->b, 0, NULL, NULL, NULL);
+    gdn_heads(m, w, tp->snap_S, gs->S, NULL, tape_prep(m, st, tp, 0), P, tp->a, tp->b, NULL, 0, NULL, NULL, NULL);
 }
 
 void ts_gdn_materialize(const ts_model *m, ts_state *st) {
     if (!st->gdn_pend) return;
     for (int L = 0; L < m->cfg.n_layers; L++)
-        if (!m->layers[L].full)
-            gdn_materialize_layer(m, &m->layers[L].gdn, &st->gdn[L], &st->tape[L], st->gdn_pend, st->gdn_rows);
+        if (!m->layers[L].full) gdn_materialize_layer(m, st, &m->layers[L].gdn, &st->gdn[L], &st->tape[L], st->gdn_pend);
     st->gdn_pend = 0;
 }
 
 /* One state pass of a GDN layer over n rows (qkv [n, C], aa/bb [n, Hv]),
- * P pending rows first; P + n <= the prepared-rows capacity. record: a
- * verify block (n > 1): the block-start state becomes the snapshot and the
- * rows' inputs the tape.
+ * with P pending rows of a lazy rollback first. record: a verify block
+ * (n > 1, n <= Rv): the block-start state becomes the snapshot and the
+ * rows' inputs and prepared rows the tape. prep: where the rows' prepared
+ * values go when not recorded ([n, C]).
  *
  * The three ways the state can start:
  *  - P > 0 (a lazy rollback is pending): it starts from the snapshot; the
@@ -266,19 +277,21 @@ void ts_gdn_materialize(const ts_model *m, ts_state *st) {
  *    rejection pays, instead of an 18-layer restore + replay at rollback
  *    time). The alternative, keeping the old snapshot and prefixing the new
  *    tape with the pending rows, writes nothing but replays the pending rows
- *    again at every later pass of the chain: measured on the 0.8B shape, one
- *    in-cache row (~0.75 ms for 18 layers) costs more than the snapshot
+ *    again at every later pass of the chain: on the 0.8B shape one replayed
+ *    row (~0.6 ms of arithmetic for 18 layers) costs more than the snapshot
  *    write (~0.2-0.3 ms), so the chain is cut at every verify.
  *  - verify, nothing pending: live and snapshot buffers swap (conv and
  *    recurrent): the block-start state becomes the snapshot without a copy,
  *    and the rows are written into the other buffer.
  *  - otherwise the state advances in place. */
-static void gdn_pass(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp, int P, int record,
-                     const float *qkv, const float *aa, const float *bb, int n, float *o, float *prep) {
+static void gdn_pass(const ts_model *m, const ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp,
+                     int P, int record, const float *qkv, const float *aa, const float *bb, int n, float *o,
+                     float *prep) {
     const int Hv = m->cfg.Hv;
     gdn_seq q;
     const float *src;
     float *mid = NULL;
+    if (record) prep = tape_prep(m, st, tp, 1); /* the other half: the pending rows may be in this one */
     if (P) {
         q = (gdn_seq){tp->snap_conv, tp->qkv, P, qkv, n};
         src = tp->snap_S;
@@ -296,13 +309,14 @@ static void gdn_pass(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, ts_
         q = (gdn_seq){gs->conv, qkv, n, NULL, 0};
         src = gs->S;
     }
-    gdn_prep(m, w, &q, prep);
+    gdn_prep(m, w, &q, P, prep); /* the pending rows are prepared already (tape) */
     gdn_conv_tail(m, &q, gs->conv);
     if (P && record) { /* the new block-start conv state: snapshot + pending rows, in place */
         gdn_seq qp = {tp->snap_conv, tp->qkv, P, NULL, 0};
         gdn_conv_tail(m, &qp, tp->snap_conv);
     }
-    gdn_heads(m, w, src, gs->S, mid, prep, P, P ? tp->a : NULL, P ? tp->b : NULL, n, aa, bb, o);
+    gdn_heads(m, w, src, gs->S, mid, P ? tape_prep(m, st, tp, 0) : NULL, P, P ? tp->a : NULL, P ? tp->b : NULL, prep,
+              n, aa, bb, o);
     if (record) { /* last: the pending rows above were read from the old tape */
         memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
         memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
@@ -323,23 +337,20 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     lin(&w->in_z, sc->u, z, n);
     lin(&w->in_b, sc->u, bb, n);
     lin(&w->in_a, sc->u, aa, n);
-    /* prepared rows: the drafter's buffer (pending + a verify block), else one row at a time */
+    /* prepared rows: the drafter's buffer (a block's rows), else one row at a time */
     float *prep = st->gdn_rows ? st->gdn_rows : sc->rowtmp;
-    const int cap = st->gdn_rows ? st->gdn_rows_cap : 1;
-    const int record = tp && st->tape_on; /* verify: snapshot + tape (n <= Rv, so it fits in one pass) */
+    const int cap = st->gdn_rows ? st->tape_rows : 1;
+    const int record = tp && st->tape_on; /* verify: snapshot + tape (n <= Rv: one pass) */
     int P = tp ? st->gdn_pend : 0;
-    const int chunked = lin == ts_linear_prefill && n > 1 && sc->pf_conv;
-    if (P && (chunked || P + n > cap)) { /* a prompt chunk after a rollback: replay, then as usual */
-        gdn_materialize_layer(m, w, gs, tp, P, prep);
-        P = 0;
-    }
-    if (chunked) {
-        /* prefill: the chunked delta rule (rounding may differ; never for verify) */
+    if (lin == ts_linear_prefill && n > 1 && sc->pf_conv) {
+        /* prefill: the chunked delta rule (rounding may differ; never for
+         * verify); after a rollback, apply it first */
+        if (P) gdn_materialize_layer(m, st, w, gs, tp, P);
         ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, o, n);
     } else {
         for (int off = 0; off < n;) {
-            int k = TS_MIN(cap - P, n - off);
-            gdn_pass(m, w, gs, tp, P, record && off == 0, qkv + (size_t)off * m->C, aa + (size_t)off * Hv,
+            int k = record ? n : TS_MIN(cap, n - off);
+            gdn_pass(m, st, w, gs, tp, P, record, qkv + (size_t)off * m->C, aa + (size_t)off * Hv,
                      bb + (size_t)off * Hv, k, o + (size_t)off * m->Vd, prep);
             off += k;
             P = 0;
@@ -458,6 +469,7 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
         if (st->dbg_layers) memcpy(st->dbg_layers + (L + 1) * nH, sc->x, sizeof(float) * nH);
     }
     st->gdn_pend = 0; /* every GDN layer has applied the pending rows of a lazy rollback */
+    if (st->tape_on) st->tape_half ^= 1; /* the block just verified is the tape now */
     ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
     head_out(m, st, sc->hidden, n, logits, lin);
 }
