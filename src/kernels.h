@@ -51,6 +51,17 @@ void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float
 void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                      int dk, int dv);
 
+/* ---- GDN: one head over several rows (kernels_gdn.c; added for the lazy
+ * speculative rollback, separate from the matrix-product contract) ----
+ * The step above for rows t = 0..n-1 in order on one head's state: S [dk, dv]
+ * starts as S_in (may be S: in place; else S_in is only read), row t uses
+ * k[t], q[t] [dk], v[t] [dv], decay[t], beta[t] and writes o[t] [dv] unless o
+ * or o[t] is NULL. Bit-identical to copying S_in into S and calling
+ * ts_gdn_step n times in the current kernel mode (n = 0: the copy). */
+void ts_gdn_step_rows(float *S, const float *S_in, const float *const *k, const float *const *v,
+                      const float *const *q, const float *decay, const float *beta, float *const *o, int n, int dk,
+                      int dv);
+
 /* The kernels' shared workspace for products of up to `rows` rows and
  * `cols` columns (quantized with groups of at least `group`; 0 = none) in the
  * current kernel mode: returns the bytes that are (reserve = 0) or were

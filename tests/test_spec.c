@@ -15,6 +15,8 @@
  *   blocks), a prompt chunk and a session reset after a lazy rollback give
  *   the same logits and state bits as the eager rollback
  *   (ts_spec_materialize right away) and as one-at-a-time decoding;
+ * - the multi-row GDN step (ts_gdn_step_rows) equals ts_gdn_step row after
+ *   row, bit for bit, in every kernel mode;
  * - speculative sampling: the first emitted token of a block follows the
  *   target distribution (chi-square), with a deliberately bad draft
  *   distribution so that most drafts are rejected;
@@ -377,6 +379,56 @@ TS_TEST(spec, lazy_rollback_then_prefill_reset) {
         ts_session_free(ea);
     }
     ts_engine_close(e);
+}
+
+/* ts_gdn_step_rows (the multi-row GDN step behind every GDN pass) against
+ * ts_gdn_step applied row after row, memcmp, in every kernel mode this
+ * machine has: shapes with one and several 128-column blocks and a partial
+ * block, in place and from a separate source, with and without outputs,
+ * 1..18 rows. If the one-row kernel changes without this one, this fails. */
+TS_TEST(spec, gdn_step_rows) {
+    static const char *modes[] = {"ref", "generic", "avx2", "avx512"};
+    static const int shapes[][2] = {{128, 128}, {16, 48}, {32, 272}, {8, 20}};
+    const char *orig = ts_kernels_name();
+    int tested = 0;
+    enum { NR = 18, MAXS = 128 * 272 };
+    static float S0[MAXS], S1[MAXS], S2[MAXS], K[NR][128], Q[NR][128], Vv[NR][272], O1[NR][272], O2[NR][272];
+    uint64_t lcg = 99;
+#define RND() (lcg = lcg * 6364136223846793005ull + 1442695040888963407ull, (float)((lcg >> 40) % 2001) / 1000.0f - 1.0f)
+    for (int mi = 0; mi < 4; mi++) {
+        if (ts_kernels_select(modes[mi]) != 0) continue;
+        tested++;
+        for (int si = 0; si < 4; si++) {
+            const int dk = shapes[si][0], dv = shapes[si][1];
+            for (int n = 1; n <= NR; n += (n < 4 ? 1 : 7)) {
+                for (int i = 0; i < dk * dv; i++) S0[i] = RND();
+                const float *kp[NR], *vp[NR], *qp[NR];
+                float *op[NR], dc[NR], bt[NR];
+                for (int t = 0; t < n; t++) {
+                    for (int i = 0; i < dk; i++) { K[t][i] = RND() * 0.2f; Q[t][i] = RND() * 0.1f; }
+                    for (int j = 0; j < dv; j++) Vv[t][j] = RND();
+                    dc[t] = 0.8f + 0.19f * (RND() + 1.0f) / 2.0f;
+                    bt[t] = 0.5f + 0.4f * RND();
+                    kp[t] = K[t]; vp[t] = Vv[t]; qp[t] = Q[t];
+                    op[t] = t % 3 == 1 ? NULL : O2[t];
+                }
+                memcpy(S1, S0, sizeof(float) * dk * dv);
+                for (int t = 0; t < n; t++) ts_gdn_step(S1, K[t], Vv[t], Q[t], dc[t], bt[t], op[t] ? O1[t] : NULL, dk, dv);
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    memset(S2, 0, sizeof S2);
+                    if (inplace) memcpy(S2, S0, sizeof(float) * dk * dv);
+                    ts_gdn_step_rows(S2, inplace ? S2 : S0, kp, vp, qp, dc, bt, op, n, dk, dv);
+                    int same = !memcmp(S1, S2, sizeof(float) * dk * dv);
+                    for (int t = 0; t < n; t++) same &= !op[t] || !memcmp(O1[t], O2[t], sizeof(float) * dv);
+                    CHECK_MSG(same, "mode %s dk %d dv %d rows %d %s: differs from ts_gdn_step", modes[mi], dk, dv, n,
+                              inplace ? "in place" : "from a source");
+                }
+            }
+        }
+    }
+#undef RND
+    ts_kernels_select(orig);
+    CHECK(tested >= 2);
 }
 
 /* Speculative sampling leaves the target distribution. Target p over 12

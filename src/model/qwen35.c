@@ -127,8 +127,8 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
  *   gdn_prep:  per row, the causal conv over the input sequence, SiLU, the l2
  *              norms of q and k and the q scale: one prepared row [C];
  *   gdn_heads: per value head, the state comes from its source, every row
- *              advances it with ts_gdn_step (gates formed per row and head),
- *              and it is written once.
+ *              advances it (ts_gdn_step_rows: ts_gdn_step's bits, one pass
+ *              over the head's state per row), and it is written once.
  * Heads are independent and each element sees the operations of the
  * row-by-row recurrence in the same order, so the grouping changes no bit:
  * ts_gdn_advance (one row) is the reference, and a verify block, a decode
@@ -200,35 +200,64 @@ static void gdn_conv_tail(const ts_model *m, const gdn_seq *q, float *dst) {
     }
 }
 
-/* The recurrent state over two runs of prepared rows: per value head the
- * state comes from src (copied into dst first unless src == dst), the
- * n_pre rows pre [n_pre, C] advance it without output (a lazy rollback's
- * pending rows, raw gates a0/b0 [n_pre, Hv]), a copy goes to mid if not
- * NULL (the block-start snapshot of a verify that follows a lazy rollback;
- * mid may be src: the head's slice was read in full before), then the n
- * rows own [n, C] advance it writing o [n, Vd] (if not NULL; raw gates
- * a1/b1 [n, Hv]). */
-static void gdn_heads(const ts_model *m, const ts_gdn_w *w, const float *src, float *dst, float *mid,
-                      const float *pre, int n_pre, const float *a0, const float *b0, const float *own, int n,
-                      const float *a1, const float *b1, float *o) {
+/* The rows of one gdn_heads call. */
+typedef struct gdn_rows {
+    const float *pre, *a0, *b0; /* rows [0, n_pre): prepared [n_pre, C], raw gates [n_pre, Hv] */
+    int n_pre;
+    const float *own, *a1, *b1; /* rows [n_pre, n_pre + n) */
+    int n;
+    float *o;                   /* [n, Vd] outputs of the own rows, or NULL */
+} gdn_rows;
+
+#define GDN_ROWS_MAX 16 /* rows per ts_gdn_step_rows call (a pass has at most 2 * 9) */
+
+/* Head h's state S over rows [i0, i1), starting from S_in. */
+static void gdn_head_rows(const ts_model *m, const ts_gdn_w *w, const gdn_rows *R, int h, float *S, const float *S_in,
+                          int i0, int i1) {
     const ts_config *c = &m->cfg;
     const int C = m->C, Hv = c->Hv, dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
-    const size_t hs = (size_t)dk * dv;
-    for (int h = 0; h < Hv; h++) {
-        float *S = dst + (size_t)h * hs; /* [dk, dv] */
-        if (src != dst) memcpy(S, src + (size_t)h * hs, sizeof(float) * hs);
-        for (int i = 0; i < n_pre + n; i++) {
-            if (i == n_pre && mid) memcpy(mid + (size_t)h * hs, S, sizeof(float) * hs);
-            const int ow = i >= n_pre, ri = ow ? i - n_pre : i;
-            const float *a = (ow ? a1 : a0) + (size_t)ri * Hv, *b = (ow ? b1 : b0) + (size_t)ri * Hv;
-            const float *row = (ow ? own : pre) + (size_t)ri * C;
-            const float *qh = row + (size_t)(h / r) * dk, *kh = row + m->Kd + (size_t)(h / r) * dk;
-            const float *vh = row + 2 * (size_t)m->Kd + (size_t)h * dv;
-            float beta = sigmoid(b[h]);
-            float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
-            ts_gdn_step(S, kh, vh, qh, decay, beta, ow && o ? o + (size_t)ri * m->Vd + (size_t)h * dv : NULL, dk, dv);
+    const float *kk[GDN_ROWS_MAX], *vv[GDN_ROWS_MAX], *qq[GDN_ROWS_MAX];
+    float *oo[GDN_ROWS_MAX], dc[GDN_ROWS_MAX], bt[GDN_ROWS_MAX];
+    do {
+        int cnt = TS_MIN(GDN_ROWS_MAX, i1 - i0);
+        for (int t = 0; t < cnt; t++) {
+            const int i = i0 + t, ow = i >= R->n_pre, ri = ow ? i - R->n_pre : i;
+            const float *a = (ow ? R->a1 : R->a0) + (size_t)ri * Hv, *b = (ow ? R->b1 : R->b0) + (size_t)ri * Hv;
+            const float *row = (ow ? R->own : R->pre) + (size_t)ri * C;
+            qq[t] = row + (size_t)(h / r) * dk;
+            kk[t] = row + m->Kd + (size_t)(h / r) * dk;
+            vv[t] = row + 2 * (size_t)m->Kd + (size_t)h * dv;
+            bt[t] = sigmoid(b[h]);
+            dc[t] = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
+            oo[t] = ow && R->o ? R->o + (size_t)ri * m->Vd + (size_t)h * dv : NULL;
         }
-        if (n == 0 && mid) memcpy(mid + (size_t)h * hs, S, sizeof(float) * hs);
+        ts_gdn_step_rows(S, S_in, kk, vv, qq, dc, bt, oo, cnt, dk, dv);
+        S_in = S;
+        i0 += cnt;
+    } while (i0 < i1);
+}
+
+/* The recurrent state over the rows R: per value head the state comes from
+ * src (into dst; src may be dst), the n_pre rows advance it without output
+ * (a lazy rollback's pending rows), a copy goes to mid if not NULL (the
+ * block-start snapshot of a verify that follows a lazy rollback; mid may be
+ * src: the head's slice was read in full before), then the n own rows
+ * advance it, writing their outputs. The head's state is read once and
+ * written once (plus mid) for all rows: ts_gdn_step_rows. */
+static void gdn_heads(const ts_model *m, const ts_gdn_w *w, const float *src, float *dst, float *mid,
+                      const gdn_rows *R) {
+    const ts_config *c = &m->cfg;
+    const size_t hs = (size_t)c->dk * c->dv;
+    for (int h = 0; h < c->Hv; h++) {
+        float *S = dst + (size_t)h * hs; /* [dk, dv] */
+        const float *S_in = src + (size_t)h * hs;
+        if (mid) {
+            gdn_head_rows(m, w, R, h, S, S_in, 0, R->n_pre);
+            memcpy(mid + (size_t)h * hs, S, sizeof(float) * hs);
+            if (R->n) gdn_head_rows(m, w, R, h, S, S, R->n_pre, R->n_pre + R->n);
+        } else {
+            gdn_head_rows(m, w, R, h, S, S_in, 0, R->n_pre + R->n);
+        }
     }
 }
 
@@ -237,7 +266,8 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
     gdn_seq q = {s->conv, qkv_in, 1, NULL, 0};
     gdn_prep(m, w, &q, 0, tmp);
     gdn_conv_tail(m, &q, s->conv);
-    gdn_heads(m, w, s->S, s->S, NULL, NULL, 0, NULL, NULL, tmp, 1, a, b, o);
+    gdn_rows R = {NULL, NULL, NULL, 0, tmp, a, b, 1, o};
+    gdn_heads(m, w, s->S, s->S, NULL, &R);
 }
 
 /* The tape's prepared rows of the last verify block (the half of tp->prep
@@ -253,7 +283,8 @@ static void gdn_materialize_layer(const ts_model *m, const ts_state *st, const t
                                   const ts_gdn_tape *tp, int P) {
     gdn_seq q = {tp->snap_conv, tp->qkv, P, NULL, 0};
     gdn_conv_tail(m, &q, gs->conv);
-    gdn_heads(m, w, tp->snap_S, gs->S, NULL, tape_prep(m, st, tp, 0), P, tp->a, tp->b, NULL, 0, NULL, NULL, NULL);
+    gdn_rows R = {tape_prep(m, st, tp, 0), tp->a, tp->b, P, NULL, NULL, NULL, 0, NULL};
+    gdn_heads(m, w, tp->snap_S, gs->S, NULL, &R);
 }
 
 void ts_gdn_materialize(const ts_model *m, ts_state *st) {
@@ -315,8 +346,8 @@ static void gdn_pass(const ts_model *m, const ts_state *st, const ts_gdn_w *w, t
         gdn_seq qp = {tp->snap_conv, tp->qkv, P, NULL, 0};
         gdn_conv_tail(m, &qp, tp->snap_conv);
     }
-    gdn_heads(m, w, src, gs->S, mid, P ? tape_prep(m, st, tp, 0) : NULL, P, P ? tp->a : NULL, P ? tp->b : NULL, prep,
-              n, aa, bb, o);
+    gdn_rows R = {P ? tape_prep(m, st, tp, 0) : NULL, P ? tp->a : NULL, P ? tp->b : NULL, P, prep, aa, bb, n, o};
+    gdn_heads(m, w, src, gs->S, mid, &R);
     if (record) { /* last: the pending rows above were read from the old tape */
         memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
         memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
