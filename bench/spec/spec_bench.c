@@ -82,6 +82,104 @@ static double t_rollback(int keep) {
     return ts_now() - t0;
 }
 
+/* The GDN state work alone, on the model's shape (all GDN layers, their
+ * recurrent states in separate buffers as in a session): the part of a pass
+ * a lazy rollback adds to. Times, minimum over reps, of one pass over every
+ * GDN layer's heads with ts_gdn_step_rows:
+ *   rows 1 in place             what a plain decode row does
+ *   P + 1 rows in the snapshot  a decode row after a rollback keeping P (in
+ *                               place in the snapshot buffer, then swapped)
+ *   M+1 rows from snapshot      a verify with nothing pending (buffers swapped)
+ *   P + M+1 rows, snapshot too  a verify after a rollback keeping P (writes
+ *                               its block-start state over the snapshot)
+ *   eager replay of P rows      snapshot -> live, P rows (no new rows)
+ * The differences are the lazy rollback's cost in the next pass with the
+ * noise of the rest of the forward (matrix products) taken out. */
+static void gdn_only(const ts_model *m, int M, int reps) {
+    const ts_config *c = &m->cfg;
+    const int Hv = c->Hv, dk = c->dk, dv = c->dv, ng = c->n_layers - c->n_full;
+    const size_t hs = (size_t)dk * dv, ls = hs * Hv;
+    float *live = malloc(sizeof(float) * ls * ng), *snap = malloc(sizeof(float) * ls * ng);
+    float *kq = malloc(sizeof(float) * 2 * (size_t)M * 2 * dk), *vv = malloc(sizeof(float) * 2 * (size_t)(M + 1) * dv);
+    float *o = malloc(sizeof(float) * 2 * (size_t)(M + 1) * dv);
+    for (size_t i = 0; i < ls * ng; i++) live[i] = snap[i] = (float)((i * 2654435761u) % 1000) * 1e-4f;
+    for (int i = 0; i < 2 * M * 2 * dk; i++) kq[i] = 0.01f * (float)(i % 17);
+    for (int i = 0; i < 2 * (M + 1) * dv; i++) vv[i] = 0.02f * (float)(i % 13);
+    const float *K[32], *Q[32], *Vp[32];
+    float *Op[32], dc[32], bt[32];
+    for (int t = 0; t < 2 * (M + 1); t++) {
+        K[t] = kq + (size_t)(t % (2 * M)) * dk;
+        Q[t] = K[t];
+        Vp[t] = vv + (size_t)t * dv;
+        Op[t] = o + (size_t)t * dv;
+        dc[t] = 0.97f;
+        bt[t] = 0.6f;
+    }
+    /* one pass: per layer, per head: n_pre rows from src (no output), an
+     * optional mid copy, n rows with output */
+#define PASS(src, dst, mid, n_pre, n)                                                                        \
+    do {                                                                                                     \
+        for (int L = 0; L < ng; L++)                                                                         \
+            for (int h = 0; h < Hv; h++) {                                                                   \
+                size_t off = (size_t)L * ls + (size_t)h * hs;                                                \
+                float *S = (dst) + off;                                                                      \
+                if (mid) {                                                                                   \
+                    ts_gdn_step_rows(S, (src) + off, K, Vp, Q, dc, bt, NULL, (n_pre), dk, dv);               \
+                    memcpy((float *)(mid) + off, S, sizeof(float) * hs);                                    \
+                    ts_gdn_step_rows(S, S, K + (n_pre), Vp + (n_pre), Q + (n_pre), dc, bt, Op, (n), dk, dv); \
+                } else {                                                                                     \
+                    ts_gdn_step_rows(S, (src) + off, K, Vp, Q, dc, bt, NULL, (n_pre), dk, dv);               \
+                    if (n) ts_gdn_step_rows(S, S, K + (n_pre), Vp + (n_pre), Q + (n_pre), dc, bt, Op, (n), dk, dv); \
+                }                                                                                            \
+            }                                                                                                \
+    } while (0)
+    /* the fused form: n_pre + n rows in one call per head (what gdn_heads does without mid) */
+#define FUSED(src, dst, nrows)                                                                                 \
+    do {                                                                                                     \
+        for (int L = 0; L < ng; L++)                                                                         \
+            for (int h = 0; h < Hv; h++) {                                                                   \
+                size_t off = (size_t)L * ls + (size_t)h * hs;                                                \
+                ts_gdn_step_rows((dst) + off, (src) + off, K, Vp, Q, dc, bt, Op, (nrows), dk, dv);           \
+            }                                                                                                \
+    } while (0)
+    double best[6][TS_SPEC_MAX_DRAFT + 2];
+    for (int a = 0; a < 6; a++)
+        for (int b = 0; b < TS_SPEC_MAX_DRAFT + 2; b++) best[a][b] = 1e9;
+    double t0;
+    for (int r = 0; r < reps; r++) {
+        t0 = ts_now(); FUSED(live, live, 1); best[0][0] = TS_MIN(best[0][0], ts_now() - t0);
+        t0 = ts_now(); FUSED(snap, live, M + 1); best[2][0] = TS_MIN(best[2][0], ts_now() - t0);
+        for (int P = 1; P <= M; P++) {
+            t0 = ts_now(); FUSED(snap, snap, P + 1); best[1][P] = TS_MIN(best[1][P], ts_now() - t0);
+            t0 = ts_now(); PASS(snap, live, snap, P, M + 1); best[3][P] = TS_MIN(best[3][P], ts_now() - t0);
+            t0 = ts_now(); FUSED(snap, live, P); best[4][P] = TS_MIN(best[4][P], ts_now() - t0);
+            /* the one-row kernel, row by row over the whole layer (before this branch) */
+            t0 = ts_now();
+            for (int L = 0; L < ng; L++)
+                for (int t = 0; t < P; t++)
+                    for (int h = 0; h < Hv; h++) {
+                        size_t off = (size_t)L * ls + (size_t)h * hs;
+                        if (t == 0) memcpy(live + off, snap + off, sizeof(float) * hs);
+                        ts_gdn_step(live + off, K[t], Vp[t], Q[t], dc[t], bt[t], NULL, dk, dv);
+                    }
+            best[5][P] = TS_MIN(best[5][P], ts_now() - t0);
+        }
+    }
+#undef PASS
+#undef FUSED
+    printf("GDN state work alone (%d layers x %d heads x %dx%d, min of %d):\n", ng, Hv, dk, dv, reps);
+    printf("  decode row, in place                 %7.3f ms\n", best[0][0] * 1e3);
+    printf("  verify %d rows (swap: from snapshot)  %7.3f ms\n", M + 1, best[2][0] * 1e3);
+    for (int P = 1; P <= M; P++)
+        printf("  keep %d: decode after %+7.3f ms | verify after %+7.3f ms | eager replay %7.3f ms (one-row kernel, row by row: %7.3f ms)\n",
+               P, (best[1][P] - best[0][0]) * 1e3, (best[3][P] - best[2][0]) * 1e3, best[4][P] * 1e3, best[5][P] * 1e3);
+    free(live);
+    free(snap);
+    free(kq);
+    free(vv);
+    free(o);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: spec_bench MODEL_DIR [reps] [draft M] [threads]\n"); return 2; }
     const char *dir = argv[1];
@@ -152,6 +250,7 @@ int main(int argc, char **argv) {
     printf("eager rollback, keep 1    %9.3f ms   = %.2f%% of decode\n", m[EAG1] * 1e3, 100 * m[EAG1] / d);
     printf("eager rollback, keep %d    %9.3f ms   = %.2f%% of decode\n", M, m[EAGM] * 1e3, 100 * m[EAGM] / d);
     printf("MTP draft step            %9.2f ms   = %.2f x decode\n", m[DRAFT] * 1e3, m[DRAFT] / d);
+    gdn_only(&e->model, M, reps);
     ts_session_free(s);
     ts_engine_close(e);
     return 0;

@@ -302,8 +302,13 @@ void ts_gdn_materialize(const ts_model *m, ts_state *st) {
  *
  * The three ways the state can start:
  *  - P > 0 (a lazy rollback is pending): it starts from the snapshot; the
- *    pending rows advance it in cache, then the new rows; written once to the
- *    live buffer. A verify also writes the post-pending state over the
+ *    pending rows advance it in cache, then the new rows; written once. A
+ *    decode row advances the snapshot buffer in place, which then trades
+ *    places with the stale live one (writing into a buffer that is not in
+ *    cache would cost a read for ownership of every line: on the 0.8B shape
+ *    that doubled the pass's memory traffic). The snapshot is not needed
+ *    after a decode: the next rollback refers to the next verify. A verify
+ *    writes its rows to the live buffer and the post-pending state over the
  *    snapshot (its own block start: the one extra write a verify after a
  *    rejection pays, instead of an 18-layer restore + replay at rollback
  *    time). The alternative, keeping the old snapshot and prefixing the new
@@ -323,10 +328,12 @@ static void gdn_pass(const ts_model *m, const ts_state *st, const ts_gdn_w *w, t
     const float *src;
     float *mid = NULL;
     if (record) prep = tape_prep(m, st, tp, 1); /* the other half: the pending rows may be in this one */
+    float *dst = NULL;
     if (P) {
         q = (gdn_seq){tp->snap_conv, tp->qkv, P, qkv, n};
         src = tp->snap_S;
         if (record) mid = tp->snap_S;
+        else dst = tp->snap_S; /* in place in the snapshot, which then becomes the live buffer */
     } else if (record) {
         float *t = gs->S;
         gs->S = tp->snap_S;
@@ -340,6 +347,7 @@ static void gdn_pass(const ts_model *m, const ts_state *st, const ts_gdn_w *w, t
         q = (gdn_seq){gs->conv, qkv, n, NULL, 0};
         src = gs->S;
     }
+    if (!dst) dst = gs->S; /* (after the swap above) */
     gdn_prep(m, w, &q, P, prep); /* the pending rows are prepared already (tape) */
     gdn_conv_tail(m, &q, gs->conv);
     if (P && record) { /* the new block-start conv state: snapshot + pending rows, in place */
@@ -347,7 +355,11 @@ static void gdn_pass(const ts_model *m, const ts_state *st, const ts_gdn_w *w, t
         gdn_conv_tail(m, &qp, tp->snap_conv);
     }
     gdn_rows R = {P ? tape_prep(m, st, tp, 0) : NULL, P ? tp->a : NULL, P ? tp->b : NULL, P, prep, aa, bb, n, o};
-    gdn_heads(m, w, src, gs->S, mid, &R);
+    gdn_heads(m, w, src, dst, mid, &R);
+    if (dst != gs->S) { /* the old live state is stale: it becomes the snapshot buffer */
+        tp->snap_S = gs->S;
+        gs->S = dst;
+    }
     if (record) { /* last: the pending rows above were read from the old tape */
         memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
         memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
