@@ -25,10 +25,23 @@ typedef struct ts_weight {
     const void *scales;   /* quantized: [rows, cols/group] of sdtype */
     const void *biases;   /* quantized: [rows, cols/group] of sdtype */
     ts_dtype sdtype;      /* F32, F16 or BF16 */
+    const uint8_t *packed; /* quantized: the same values repacked for the
+                              AVX-512 kernels (cpu/pack.c), or NULL */
 } ts_weight;
 
 /* y[n, rows] = x[n, cols] . W^T  (row-exact: see above) */
 void ts_linear(const ts_weight *w, const float *x, float *y, int n);
+/* The product for drafting only (speculative decoding's MTP head): may
+ * round activations to int8 (~3x less arithmetic on the packed path). A
+ * draft never reaches the output unverified, so its precision only moves
+ * the acceptance rate, never the generated tokens. */
+void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n);
+/* ts_linear (flags 0), ts_linear_prefill (TS_LIN_PREFILL = 1) or
+ * ts_linear_draft (TS_LIN_DRAFT = 2) of nw weights with the same cols on the
+ * same x: y[i] = x . w[i]^T, in one parallel region when the kernels allow it
+ * (same results as nw separate calls). */
+#define TS_LINEAR_MANY_MAX 8
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags);
 /* Same product; may use faster, differently-rounded kernels. */
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
 /* The plain reference every fast kernel is tested against. */
@@ -51,6 +64,17 @@ void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float
 void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                      int dk, int dv);
 
+/* Attention of one query row over T cached rows of one KV head:
+ *   att[t] = scale * q . K[t];  p = softmax(att);  o = sum_t p[t] V[t]
+ * K[t] = K + t * stride (likewise V), q and o of D floats, att [T] scratch.
+ * The reference sums q . K[t] in d order and o in t order; the SIMD version
+ * uses 16-wide partial sums (rounding differs; decode and verify share it, so
+ * speculative exactness is unaffected). Softmax sums in double. */
+void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale, float *att,
+                 float *o);
+void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
+                     float *att, float *o);
+
 /* ---- GDN: one head over several rows (kernels_gdn.c; added for the lazy
  * speculative rollback, separate from the matrix-product contract) ----
  * The step above for rows t = 0..n-1 in order on one head's state: S [dk, dv]
@@ -71,6 +95,24 @@ size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve);
 /* Free the shared workspace (no product may be running; tests use it to
  * measure a session's reservation from zero). */
 void ts_kernels_release(void);
+
+/* ---- load-time repacking (cpu/pack.c) ----
+ * Bytes ts_weight_pack needs for a quantized [rows, cols] matrix in the
+ * current kernel mode; 0 when that mode reads the MLX layout directly (or
+ * TS_PACK=0 is set in the environment). The memory plan calls it too. */
+size_t ts_weight_pack_size(int64_t rows, int64_t cols, int bits, int group, ts_dtype sdtype);
+/* Fill dst (ts_weight_pack_size bytes) and point w->packed into it. */
+void ts_weight_pack(ts_weight *w, void *dst);
+/* Element (r, c) read back from the packed layout (tests). */
+float ts_packed_get(const ts_weight *w, int64_t r, int64_t c);
+
+/* ---- parallel regions for model code ----
+ * fn(ctx, i, n) for every i in [0, n) on the kernels' thread pool (the
+ * caller takes part); returns when all are done. Work items must be
+ * independent and their results must not depend on which thread ran them.
+ * Serialised with the matrix products (one pool region at a time). */
+typedef void (*ts_par_fn)(void *ctx, int i, int n);
+void ts_parallel_for(int n, ts_par_fn fn, void *ctx);
 
 /* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);

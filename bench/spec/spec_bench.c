@@ -83,18 +83,67 @@ static double t_rollback(int keep) {
 }
 
 /* The GDN state work alone, on the model's shape (all GDN layers, their
- * recurrent states in separate buffers as in a session): the part of a pass
- * a lazy rollback adds to. Times, minimum over reps, of one pass over every
- * GDN layer's heads with ts_gdn_step_rows:
- *   rows 1 in place             what a plain decode row does
- *   P + 1 rows in the snapshot  a decode row after a rollback keeping P (in
- *                               place in the snapshot buffer, then swapped)
- *   M+1 rows from snapshot      a verify with nothing pending (buffers swapped)
- *   P + M+1 rows, snapshot too  a verify after a rollback keeping P (writes
- *                               its block-start state over the snapshot)
- *   eager replay of P rows      snapshot -> live, P rows (no new rows)
+ * recurrent states in separate buffers as in a session), heads spread over
+ * the kernels' pool as the forward does: the part of a pass a lazy rollback
+ * adds to. Times, minimum over reps, of one pass over every GDN layer with
+ * ts_gdn_step_rows:
+ *   decode row, in place        what a plain decode row does
+ *   decode after keep P         P + 1 rows in place in the snapshot buffer
+ *                               (a decode row after a rollback keeping P)
+ *   verify M+1 rows             from the snapshot into the live buffer (a
+ *                               verify with nothing pending: buffers swapped)
+ *   verify after keep P         P rows from the snapshot, the result written
+ *                               back over it, then M+1 rows into the live
+ *                               buffer (a verify after a rollback keeping P)
+ *   eager replay of P rows      snapshot -> live, P rows, no new rows
+ *   one-row kernel              the eager replay as main did it before the
+ *                               lazy rollback: ts_gdn_step row after row
  * The differences are the lazy rollback's cost in the next pass with the
  * noise of the rest of the forward (matrix products) taken out. */
+typedef struct gdn_job {
+    const float **K, **Q, **V;
+    float **O, *dc, *bt;
+    float *src, *dst, *mid;
+    int n_pre, n, dk, dv, row; /* row >= 0: the one-row kernel for that row */
+    size_t hs;
+} gdn_job;
+
+static void gdn_job_head(void *ctx, int h, int nh) {
+    const gdn_job *j = ctx;
+    (void)nh;
+    float *S = j->dst + (size_t)h * j->hs;
+    const float *S_in = j->src + (size_t)h * j->hs;
+    if (j->row >= 0) {
+        if (j->row == 0 && S != S_in) memcpy(S, S_in, sizeof(float) * j->hs);
+        ts_gdn_step(S, j->K[j->row], j->V[j->row], j->Q[j->row], j->dc[j->row], j->bt[j->row], NULL, j->dk, j->dv);
+        return;
+    }
+    if (j->mid) {
+        ts_gdn_step_rows(S, S_in, j->K, j->V, j->Q, j->dc, j->bt, NULL, j->n_pre, j->dk, j->dv);
+        memcpy(j->mid + (size_t)h * j->hs, S, sizeof(float) * j->hs);
+        ts_gdn_step_rows(S, S, j->K + j->n_pre, j->V + j->n_pre, j->Q + j->n_pre, j->dc, j->bt, j->O, j->n, j->dk,
+                         j->dv);
+    } else {
+        ts_gdn_step_rows(S, S_in, j->K, j->V, j->Q, j->dc, j->bt, j->O, j->n_pre + j->n, j->dk, j->dv);
+    }
+}
+
+static double gdn_pass_time(gdn_job *j, int ng, size_t ls, int Hv, float *src, float *dst, float *mid, int n_pre,
+                            int n, int row) {
+    double t0 = ts_now();
+    for (int L = 0; L < ng; L++) {
+        gdn_job jl = *j;
+        jl.src = src + (size_t)L * ls;
+        jl.dst = dst + (size_t)L * ls;
+        jl.mid = mid ? mid + (size_t)L * ls : NULL;
+        jl.n_pre = n_pre;
+        jl.n = n;
+        jl.row = row;
+        ts_parallel_for(Hv, gdn_job_head, &jl);
+    }
+    return ts_now() - t0;
+}
+
 static void gdn_only(const ts_model *m, int M, int reps) {
     const ts_config *c = &m->cfg;
     const int Hv = c->Hv, dk = c->dk, dv = c->dv, ng = c->n_layers - c->n_full;
@@ -115,59 +164,24 @@ static void gdn_only(const ts_model *m, int M, int reps) {
         dc[t] = 0.97f;
         bt[t] = 0.6f;
     }
-    /* one pass: per layer, per head: n_pre rows from src (no output), an
-     * optional mid copy, n rows with output */
-#define PASS(src, dst, mid, n_pre, n)                                                                        \
-    do {                                                                                                     \
-        for (int L = 0; L < ng; L++)                                                                         \
-            for (int h = 0; h < Hv; h++) {                                                                   \
-                size_t off = (size_t)L * ls + (size_t)h * hs;                                                \
-                float *S = (dst) + off;                                                                      \
-                if (mid) {                                                                                   \
-                    ts_gdn_step_rows(S, (src) + off, K, Vp, Q, dc, bt, NULL, (n_pre), dk, dv);               \
-                    memcpy((float *)(mid) + off, S, sizeof(float) * hs);                                    \
-                    ts_gdn_step_rows(S, S, K + (n_pre), Vp + (n_pre), Q + (n_pre), dc, bt, Op, (n), dk, dv); \
-                } else {                                                                                     \
-                    ts_gdn_step_rows(S, (src) + off, K, Vp, Q, dc, bt, NULL, (n_pre), dk, dv);               \
-                    if (n) ts_gdn_step_rows(S, S, K + (n_pre), Vp + (n_pre), Q + (n_pre), dc, bt, Op, (n), dk, dv); \
-                }                                                                                            \
-            }                                                                                                \
-    } while (0)
-    /* the fused form: n_pre + n rows in one call per head (what gdn_heads does without mid) */
-#define FUSED(src, dst, nrows)                                                                                 \
-    do {                                                                                                     \
-        for (int L = 0; L < ng; L++)                                                                         \
-            for (int h = 0; h < Hv; h++) {                                                                   \
-                size_t off = (size_t)L * ls + (size_t)h * hs;                                                \
-                ts_gdn_step_rows((dst) + off, (src) + off, K, Vp, Q, dc, bt, Op, (nrows), dk, dv);           \
-            }                                                                                                \
-    } while (0)
+    /* (the bench writes an output for every row, pending ones too: 512 bytes per row and head) */
+    gdn_job j = {K, Q, Vp, Op, dc, bt, NULL, NULL, NULL, 0, 0, dk, dv, -1, hs};
     double best[6][TS_SPEC_MAX_DRAFT + 2];
     for (int a = 0; a < 6; a++)
         for (int b = 0; b < TS_SPEC_MAX_DRAFT + 2; b++) best[a][b] = 1e9;
-    double t0;
     for (int r = 0; r < reps; r++) {
-        t0 = ts_now(); FUSED(live, live, 1); best[0][0] = TS_MIN(best[0][0], ts_now() - t0);
-        t0 = ts_now(); FUSED(snap, live, M + 1); best[2][0] = TS_MIN(best[2][0], ts_now() - t0);
+        best[0][0] = TS_MIN(best[0][0], gdn_pass_time(&j, ng, ls, Hv, live, live, NULL, 0, 1, -1));
+        best[2][0] = TS_MIN(best[2][0], gdn_pass_time(&j, ng, ls, Hv, snap, live, NULL, 0, M + 1, -1));
         for (int P = 1; P <= M; P++) {
-            t0 = ts_now(); FUSED(snap, snap, P + 1); best[1][P] = TS_MIN(best[1][P], ts_now() - t0);
-            t0 = ts_now(); PASS(snap, live, snap, P, M + 1); best[3][P] = TS_MIN(best[3][P], ts_now() - t0);
-            t0 = ts_now(); FUSED(snap, live, P); best[4][P] = TS_MIN(best[4][P], ts_now() - t0);
-            /* the one-row kernel, row by row over the whole layer (before this branch) */
-            t0 = ts_now();
-            for (int L = 0; L < ng; L++)
-                for (int t = 0; t < P; t++)
-                    for (int h = 0; h < Hv; h++) {
-                        size_t off = (size_t)L * ls + (size_t)h * hs;
-                        if (t == 0) memcpy(live + off, snap + off, sizeof(float) * hs);
-                        ts_gdn_step(live + off, K[t], Vp[t], Q[t], dc[t], bt[t], NULL, dk, dv);
-                    }
-            best[5][P] = TS_MIN(best[5][P], ts_now() - t0);
+            best[1][P] = TS_MIN(best[1][P], gdn_pass_time(&j, ng, ls, Hv, snap, snap, NULL, P, 1, -1));
+            best[3][P] = TS_MIN(best[3][P], gdn_pass_time(&j, ng, ls, Hv, snap, live, snap, P, M + 1, -1));
+            best[4][P] = TS_MIN(best[4][P], gdn_pass_time(&j, ng, ls, Hv, snap, live, NULL, P, 0, -1));
+            double t = 0;
+            for (int row = 0; row < P; row++) t += gdn_pass_time(&j, ng, ls, Hv, snap, live, NULL, 0, 0, row);
+            best[5][P] = TS_MIN(best[5][P], t);
         }
     }
-#undef PASS
-#undef FUSED
-    printf("GDN state work alone (%d layers x %d heads x %dx%d, min of %d):\n", ng, Hv, dk, dv, reps);
+    printf("GDN state work alone (%d layers x %d heads x %dx%d, heads over the pool, min of %d):\n", ng, Hv, dk, dv, reps);
     printf("  decode row, in place                 %7.3f ms\n", best[0][0] * 1e3);
     printf("  verify %d rows (swap: from snapshot)  %7.3f ms\n", M + 1, best[2][0] * 1e3);
     for (int P = 1; P <= M; P++)
@@ -227,7 +241,7 @@ int main(int argc, char **argv) {
         q[EAGM][r] = ts_now() - t0;
         int32_t t = tok(9);
         t0 = ts_now();
-        ts_mtp_forward(&e->model, &s->st, &t, s->last_hidden, 1, s->pos - 1, s->mtp_hid, NULL);
+        ts_mtp_forward(&e->model, &s->st, &t, s->last_hidden, 1, s->pos - 1, s->mtp_hid, NULL, s->draft_lowp);
         q[DRAFT][r] = ts_now() - t0;
     }
     double m[NQ];

@@ -20,6 +20,11 @@
 
 typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
 
+/* Products of one x by several weights (one parallel region; same bits). */
+static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0);
+}
+
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch.nn.functional.softplus with its default threshold 20 */
@@ -62,9 +67,7 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     float *qg = sc->big0;  /* [n, nq, 2D]: query | gate per head */
     float *kb = sc->big1;  /* [n, nkv*D] */
     float *vb = sc->big2;  /* [n, nkv*D] */
-    lin(&w->q_proj, sc->u, qg, n);
-    lin(&w->k_proj, sc->u, kb, n);
-    lin(&w->v_proj, sc->u, vb, n);
+    lin_many(lin, (const ts_weight *[]){&w->q_proj, &w->k_proj, &w->v_proj}, 3, sc->u, (float *[]){qg, kb, vb}, n);
     for (int i = 0; i < n; i++) {
         for (int h = 0; h < nq; h++) {
             float *q = qg + ((size_t)i * nq + h) * 2 * D;
@@ -89,28 +92,8 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
             const float *q = qg + ((size_t)i * nq + h) * 2 * D;
             const float *gate = q + D;
             int kh = h / grp;
-            float mx = -INFINITY;
-            for (int t = 0; t < T; t++) {
-                const float *k = kv->k + (size_t)t * m->kvdim + (size_t)kh * D;
-                float s = 0.f;
-                for (int d = 0; d < D; d++) s += q[d] * k[d];
-                s *= scale;
-                sc->att[t] = s;
-                if (s > mx) mx = s;
-            }
-            double sum = 0;
-            for (int t = 0; t < T; t++) {
-                sc->att[t] = expf(sc->att[t] - mx);
-                sum += sc->att[t];
-            }
-            float inv = (float)(1.0 / sum);
             float *o = out + (size_t)i * m->qdim + (size_t)h * D;
-            for (int d = 0; d < D; d++) o[d] = 0.f;
-            for (int t = 0; t < T; t++) {
-                const float *v = kv->v + (size_t)t * m->kvdim + (size_t)kh * D;
-                float p = sc->att[t] * inv;
-                for (int d = 0; d < D; d++) o[d] += p * v[d];
-            }
+            ts_attn_row(q, kv->k + (size_t)kh * D, kv->v + (size_t)kh * D, m->kvdim, T, D, scale, sc->att, o);
             for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
         }
     }
@@ -244,21 +227,40 @@ static void gdn_head_rows(const ts_model *m, const ts_gdn_w *w, const gdn_rows *
  * src: the head's slice was read in full before), then the n own rows
  * advance it, writing their outputs. The head's state is read once and
  * written once (plus mid) for all rows: ts_gdn_step_rows. */
+typedef struct gdn_heads_job {
+    const ts_model *m;
+    const ts_gdn_w *w;
+    const float *src;
+    float *dst, *mid;
+    const gdn_rows *R;
+} gdn_heads_job;
+
+static void gdn_head(void *ctx, int h, int nh) {
+    const gdn_heads_job *j = ctx;
+    const gdn_rows *R = j->R;
+    const size_t hs = (size_t)j->m->cfg.dk * j->m->cfg.dv;
+    float *S = j->dst + (size_t)h * hs; /* [dk, dv] */
+    const float *S_in = j->src + (size_t)h * hs;
+    (void)nh;
+    if (j->mid) {
+        gdn_head_rows(j->m, j->w, R, h, S, S_in, 0, R->n_pre);
+        memcpy(j->mid + (size_t)h * hs, S, sizeof(float) * hs);
+        if (R->n) gdn_head_rows(j->m, j->w, R, h, S, S, R->n_pre, R->n_pre + R->n);
+    } else {
+        gdn_head_rows(j->m, j->w, R, h, S, S_in, 0, R->n_pre + R->n);
+    }
+}
+
 static void gdn_heads(const ts_model *m, const ts_gdn_w *w, const float *src, float *dst, float *mid,
                       const gdn_rows *R) {
     const ts_config *c = &m->cfg;
-    const size_t hs = (size_t)c->dk * c->dv;
-    for (int h = 0; h < c->Hv; h++) {
-        float *S = dst + (size_t)h * hs; /* [dk, dv] */
-        const float *S_in = src + (size_t)h * hs;
-        if (mid) {
-            gdn_head_rows(m, w, R, h, S, S_in, 0, R->n_pre);
-            memcpy(mid + (size_t)h * hs, S, sizeof(float) * hs);
-            if (R->n) gdn_head_rows(m, w, R, h, S, S, R->n_pre, R->n_pre + R->n);
-        } else {
-            gdn_head_rows(m, w, R, h, S, S_in, 0, R->n_pre + R->n);
-        }
-    }
+    gdn_heads_job j = {m, w, src, dst, mid, R};
+    /* the heads' states are independent: spread them over the pool when the
+     * state is large enough to pay for the wake-up (per head the arithmetic
+     * is the same whichever thread runs it: bit-identical results) */
+    if ((size_t)c->Hv * c->dk * c->dv >= 65536) ts_parallel_for(c->Hv, gdn_head, &j);
+    else
+        for (int h = 0; h < c->Hv; h++) gdn_head(&j, h, c->Hv);
 }
 
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
@@ -376,10 +378,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     float *z = sc->big1;   /* [n, Vd] */
     float *o = sc->big2;   /* [n, Vd] */
     float *bb = sc->small, *aa = sc->small + (size_t)sc->R * Hv; /* [n, Hv] each */
-    lin(&w->in_qkv, sc->u, qkv, n);
-    lin(&w->in_z, sc->u, z, n);
-    lin(&w->in_b, sc->u, bb, n);
-    lin(&w->in_a, sc->u, aa, n);
+    lin_many(lin, (const ts_weight *[]){&w->in_qkv, &w->in_z, &w->in_b, &w->in_a}, 4, sc->u, (float *[]){qkv, z, bb, aa}, n);
     /* prepared rows: the drafter's buffer (a block's rows), else one row at a time */
     float *prep = st->gdn_rows ? st->gdn_rows : sc->rowtmp;
     const int cap = st->gdn_rows ? st->tape_rows : 1;
@@ -416,8 +415,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
 
 static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, const float *x, float *gb,
                    float *ub, float *out, int n, linear_fn lin) {
-    lin(g, x, gb, n);
-    lin(u, x, ub, n);
+    lin_many(lin, (const ts_weight *[]){g, u}, 2, x, (float *[]){gb, ub}, n);
     size_t N = (size_t)n * g->rows;
     for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
     lin(d, gb, out, n);
@@ -518,7 +516,8 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
 }
 
 void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
-                    float *h_out, float *logits) {
+                    float *h_out, float *logits, int draft) {
+    linear_fn lin = draft ? ts_linear_draft : ts_linear;
     const ts_mtp_w *w = &m->mtp;
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
@@ -529,8 +528,8 @@ void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const 
         ts_rmsnorm1p(ci, w->pre_norm_emb, ci, 1, H, m->cfg.eps);
         ts_rmsnorm1p(h + (size_t)i * H, w->pre_norm_hid, ci + H, 1, H, m->cfg.eps);
     }
-    ts_linear(&w->fc, cat, sc->x, n);
-    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, ts_linear);
+    lin(&w->fc, cat, sc->x, n);
+    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, lin);
     ts_rmsnorm1p(sc->x, w->norm, h_out, n, H, m->cfg.eps);
-    head_out(m, st, h_out, n, logits, ts_linear);
+    head_out(m, st, h_out, n, logits, lin);
 }
