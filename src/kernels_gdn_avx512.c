@@ -33,7 +33,7 @@
  * prediction is accumulated from D' = S_t * decay_{t+1} and D' is what gets
  * stored (the next pass reads it as its D); without, S_t itself. */
 static inline __attribute__((always_inline)) void update_pass(float *S, const float *src, int dk, int dv, int j0,
-                                                               const int NV, const int PRE, const int NEXT,
+                                                               const int NV, const int PRE, const int NEXT, const int OUT,
                                                                __m512 dc, __m512 dn, const float *kt, const float *qt,
                                                                const float *kn, const __m512 *p, __m512 *ov,
                                                                __m512 *pn) {
@@ -45,7 +45,7 @@ static inline __attribute__((always_inline)) void update_pass(float *S, const fl
         for (int u = 0; u < NV; u++) {
             __m512 d = PRE ? _mm512_loadu_ps(Ri + 16 * u) : _mm512_mul_ps(_mm512_loadu_ps(Ri + 16 * u), dc);
             __m512 sv = _mm512_fmadd_ps(ki, p[u], d);
-            ov[u] = _mm512_fmadd_ps(sv, qi, ov[u]);
+            if (OUT) ov[u] = _mm512_fmadd_ps(sv, qi, ov[u]);
             if (NEXT) {
                 __m512 dd = _mm512_mul_ps(sv, dn);
                 pn[u] = _mm512_fmadd_ps(dd, kni, pn[u]);
@@ -82,11 +82,17 @@ static inline __attribute__((always_inline)) void rows_block(float *S, const flo
             pn[u] = _mm512_setzero_ps();
         }
         const float *kn = t + 1 < n ? k[t + 1] : NULL;
-        if (t == 0 && t + 1 < n) update_pass(S, S_in, dk, dv, j0, NV, 0, 1, dc, dn, k[t], q[t], kn, p, ov, pn);
-        else if (t == 0) update_pass(S, S_in, dk, dv, j0, NV, 0, 0, dc, dn, k[t], q[t], kn, p, ov, pn);
-        else if (t + 1 < n) update_pass(S, S, dk, dv, j0, NV, 1, 1, dc, dn, k[t], q[t], kn, p, ov, pn);
-        else update_pass(S, S, dk, dv, j0, NV, 1, 0, dc, dn, k[t], q[t], kn, p, ov, pn);
-        if (o && o[t])
+        const int out = o && o[t]; /* pending rows of a rollback have no output: no o chain */
+#define UPD(PRE, NEXT, OUT) update_pass(S, PRE ? S : S_in, dk, dv, j0, NV, PRE, NEXT, OUT, dc, dn, k[t], q[t], kn, p, ov, pn)
+        if (t == 0) {
+            if (t + 1 < n) { if (out) UPD(0, 1, 1); else UPD(0, 1, 0); }
+            else { if (out) UPD(0, 0, 1); else UPD(0, 0, 0); }
+        } else {
+            if (t + 1 < n) { if (out) UPD(1, 1, 1); else UPD(1, 1, 0); }
+            else { if (out) UPD(1, 0, 1); else UPD(1, 0, 0); }
+        }
+#undef UPD
+        if (out)
             for (int u = 0; u < NV; u++) _mm512_storeu_ps(o[t] + j0 + 16 * u, ov[u]);
         for (int u = 0; u < NV; u++) p[u] = pn[u];
     }
