@@ -316,8 +316,10 @@ void ts_gdn_materialize(const ts_model *m, ts_state *st) {
  *    time). The alternative, keeping the old snapshot and prefixing the new
  *    tape with the pending rows, writes nothing but replays the pending rows
  *    again at every later pass of the chain: on the 0.8B shape one replayed
- *    row (~0.6 ms of arithmetic for 18 layers) costs more than the snapshot
- *    write (~0.2-0.3 ms), so the chain is cut at every verify.
+ *    row costs ~0.4-0.5 ms of arithmetic for 18 layers (one thread), while
+ *    the snapshot write does not show above the noise (a verify after a
+ *    rollback pays about what a decode row after it pays: bench/spec), so
+ *    the chain is cut at every verify.
  *  - verify, nothing pending: live and snapshot buffers swap (conv and
  *    recurrent): the block-start state becomes the snapshot without a copy,
  *    and the rows are written into the other buffer.
