@@ -58,7 +58,8 @@ void ts_avx2_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r
 int ts_pack_enabled(void);
 int ts_pack_supported(int bits, int group, int64_t cols);
 size_t ts_pack_record_bytes(int bits, int group, ts_dtype sdtype);
-void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, float *sx, float *xs);
+void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, int64_t qstride, float *sx, float *xs);
+void ts_p16_prep_rows(const float *x, int n, int64_t cols, int group, int nd, int8_t *xd, float *sx, float *xs);
 void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, int nd, float *y,
                     int64_t r0, int64_t r1);
 /* Prefill: dequantize 4 rows at a time into wbuf [4, cols] f32 (column order

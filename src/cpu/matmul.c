@@ -186,10 +186,7 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
                              g_p.xq + (int64_t)(n + i) * cols, g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
     if (kind == K_GEMM) prep_f(w, x, n);
     g_p.nd = flags & TS_LIN_DRAFT ? 1 : 3;
-    if (kind == K_PDOT)
-        for (int i = 0; i < n; i++)
-            ts_avx512_prep_d(x + (int64_t)i * cols, cols, w->group, g_p.nd, g_p.xd + (int64_t)i * 3 * cols,
-                             g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
+    if (kind == K_PDOT) ts_p16_prep_rows(x, n, cols, w->group, g_p.nd, g_p.xd, g_p.sx, g_p.xs);
     if (kind == K_Q8DOT)
         for (int i = 0; i < n; i++)
             ts_avx512_prep_q8(x + (int64_t)i * cols, cols, w->group, g_p.x8 + (int64_t)i * cols, g_p.sx + (int64_t)i * ng,
@@ -270,9 +267,7 @@ void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *co
         return;
     }
     g_p.nd = flags & TS_LIN_DRAFT ? 1 : 3;
-    for (int i = 0; i < n; i++)
-        ts_avx512_prep_d(x + (int64_t)i * cols, cols, w[0]->group, g_p.nd, g_p.xd + (int64_t)i * 3 * cols,
-                         g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
+    ts_p16_prep_rows(x, n, cols, w[0]->group, g_p.nd, g_p.xd, g_p.sx, g_p.xs);
     const ts_weight *wl[TS_LINEAR_MANY_MAX + 1] = {0};
     many_job j = {wl, y, n, {0}, 0};
     double macs = 0;
