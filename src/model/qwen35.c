@@ -20,12 +20,13 @@
 
 typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
 
+static int lin_flags(linear_fn lin) { return lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0; }
+
 /* Products of one x by several weights (one parallel region; same bits). */
 static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0);
+    ts_linear_many(w, nw, x, y, n, lin_flags(lin));
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch.nn.functional.softplus with its default threshold 20 */
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -119,9 +120,9 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
  *
  * A verify keeps its prepared rows in the tape (ts_gdn_tape.prep): a
  * row's prepared values depend only on its conv window, so the rows a
- * rollback keeps never need the conv again (that was ~40% of a replayed
- * row's cost on the 0.8B shape: 6144 SiLUs per row and layer). Only the
- * conv state is rebuilt, from the taped pre-conv rows.
+ * rollback keeps never need the conv again (with the scalar SiLU that was
+ * ~40% of a replayed row's cost on the 0.8B shape: 6144 SiLUs per row and
+ * layer). Only the conv state is rebuilt, from the taped pre-conv rows.
  *
  * The pre-conv input rows of a pass form one sequence: the conv history
  * (K-1 rows, oldest first), then up to two runs, the pending rows of a lazy
@@ -159,8 +160,9 @@ static void gdn_prep(const ts_model *m, const ts_gdn_w *w, const gdn_seq *q, int
             float acc = 0.f;
             for (int j = 0; j < K - 1; j++) acc += cw[j] * x[j][ch];
             acc += cw[K - 1] * x[K - 1][ch];
-            y[ch] = silu(acc);
+            y[ch] = acc;
         }
+        ts_silu(y, y, (size_t)C);
         /* l2-normalise q and k per key head (eps inside the rsqrt), scale q */
         float *qv = y, *kv = y + m->Kd;
         for (int h = 0; h < c->Hk; h++) {
@@ -401,6 +403,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
         }
     }
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
+    ts_silu(z, z, (size_t)n * m->Vd);
     for (int i = 0; i < n; i++)
         for (int h = 0; h < Hv; h++) {
             float *oh = o + (size_t)i * m->Vd + (size_t)h * dv;
@@ -408,7 +411,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
             double ss = 0;
             for (int j = 0; j < dv; j++) ss += (double)oh[j] * oh[j];
             float rr = 1.0f / sqrtf((float)(ss / dv) + c->eps);
-            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * w->norm[j] * silu(zh[j]);
+            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * w->norm[j] * zh[j];
         }
     lin(&w->out_proj, o, sc->t, n);
 }
@@ -419,7 +422,7 @@ static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, c
                    float *ub, float *out, int n, linear_fn lin) {
     lin_many(lin, (const ts_weight *[]){g, u}, 2, x, (float *[]){gb, ub}, n);
     size_t N = (size_t)n * g->rows;
-    for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
+    ts_silu_mul(gb, ub, N);
     lin(d, gb, out, n);
 }
 
@@ -459,6 +462,38 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
             wsum += li[best];
         }
         for (int j = 0; j < H; j++) acc[j] = 0.f;
+        float *ti = sc->t + (size_t)i * H;
+        if (k + 1 <= sc->R && 2 * k + 3 <= TS_LINEAR_MANY_MAX) {
+            /* all selected experts and the shared one in two parallel regions
+             * (gate/up of all, then the downs), each product computed as in
+             * the one-by-one path below: the same bits. Row j of big1/big2
+             * holds expert j's gate/up, row j of big0 its output. */
+            const size_t F = (size_t)m->max_ffn, B0 = (size_t)H; /* big0 rows hold >= 2H */
+            const ts_weight *wv[TS_LINEAR_MANY_MAX], *dv[TS_LINEAR_MANY_MAX];
+            float *yv[TS_LINEAR_MANY_MAX], *ov[TS_LINEAR_MANY_MAX];
+            const float *xv[TS_LINEAR_MANY_MAX];
+            float gl;
+            int nw = 0;
+            for (int j = 0; j <= k; j++) {
+                const ts_weight *g = j < k ? &f->e_gate[sel[j]] : &f->s_gate, *u = j < k ? &f->e_up[sel[j]] : &f->s_up;
+                wv[nw] = g, yv[nw++] = sc->big1 + j * F;
+                wv[nw] = u, yv[nw++] = sc->big2 + j * F;
+                dv[j] = j < k ? &f->e_down[sel[j]] : &f->s_down;
+                xv[j] = sc->big1 + j * F;
+                ov[j] = sc->big0 + j * B0;
+            }
+            wv[nw] = &f->s_gate_w, yv[nw++] = &gl;
+            lin_many(lin, wv, nw, ui, yv, 1);
+            for (int j = 0; j <= k; j++) ts_silu_mul(sc->big1 + j * F, sc->big2 + j * F, (size_t)dv[j]->cols);
+            ts_linear_batch(dv, xv, ov, k + 1, lin_flags(lin));
+            for (int j = 0; j < k; j++) {
+                float wt = c->norm_topk ? wsel[j] / wsum : wsel[j];
+                for (int q = 0; q < H; q++) acc[q] += wt * ov[j][q];
+            }
+            float sg = sigmoid(gl);
+            for (int q = 0; q < H; q++) ti[q] = acc[q] + sg * ov[k][q];
+            continue;
+        }
         for (int j = 0; j < k; j++) {
             int e = sel[j];
             float wt = c->norm_topk ? wsel[j] / wsum : wsel[j];
@@ -470,7 +505,6 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
         float gl;
         lin(&f->s_gate_w, ui, &gl, 1);
         float sg = sigmoid(gl);
-        float *ti = sc->t + (size_t)i * H;
         for (int q = 0; q < H; q++) ti[q] = acc[q] + sg * eo[q];
     }
 }
