@@ -89,6 +89,17 @@ void ts_silu_mul(float *g, const float *u, size_t n);
  * `b = 0; for i: if (x[i] > x[b]) b = i` gives it (NaN never wins). */
 int ts_argmax(const float *x, int n);
 
+/* ---- GDN: one head over several rows (kernels_gdn.c; added for the lazy
+ * speculative rollback, separate from the matrix-product contract) ----
+ * The step above for rows t = 0..n-1 in order on one head's state: S [dk, dv]
+ * starts as S_in (may be S: in place; else S_in is only read), row t uses
+ * k[t], q[t] [dk], v[t] [dv], decay[t], beta[t] and writes o[t] [dv] unless o
+ * or o[t] is NULL. Bit-identical to copying S_in into S and calling
+ * ts_gdn_step n times in the current kernel mode (n = 0: the copy). */
+void ts_gdn_step_rows(float *S, const float *S_in, const float *const *k, const float *const *v,
+                      const float *const *q, const float *decay, const float *beta, float *const *o, int n, int dk,
+                      int dv);
+
 /* The kernels' shared workspace for products of up to `rows` rows and
  * `cols` columns (quantized with groups of at least `group`; 0 = none) in the
  * current kernel mode: returns the bytes that are (reserve = 0) or were

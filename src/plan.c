@@ -82,6 +82,8 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
         o->tape_ab = (size_t)o->Rv * c->Hv;
         o->snap_conv = o->gdn_conv;
         o->snap_S = o->gdn_S;
+        o->tape_prep = 2 * (size_t)o->Rv * C;
+        o->gdn_rows = o->n_gdn ? (size_t)o->Rv * C : 0;
         o->vlogits = (size_t)o->Rv * c->vocab;
         o->dprobs = (size_t)sp.spec_draft * c->vocab;
     }
@@ -188,6 +190,8 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     add(pl, "verify: GDN tape (a, b rows)", TS_MEM_SPEC, 0, 1, 2 * ng, F * ng * 2 * s.tape_ab);
     add(pl, "verify: GDN block-start snapshots", TS_MEM_SPEC, 0, 1, 2 * ng, F * ng * (s.snap_conv + s.snap_S));
     add(pl, "verify: logits of the block", TS_MEM_SPEC, 0, 1, 1, F * s.vlogits);
+    add(pl, "verify: GDN tape (prepared rows, two blocks)", TS_MEM_SPEC, 0, 1, ng, F * ng * s.tape_prep);
+    add(pl, "verify: prepared GDN rows of a pass", TS_MEM_SPEC, 0, 1, 1, F * s.gdn_rows);
     add(pl, "draft distributions", TS_MEM_SPEC, 0, 1, 1, F * s.dprobs);
     /* activations scale with the rows in flight: max_rows, or the verify
      * block when that is larger (the excess belongs to the drafter) */

@@ -36,6 +36,8 @@ typedef struct ts_sess_plan {
     size_t mtp_kv;        /* one of K / V of the MTP cache */
     size_t mtp_hid;       /* drafter: MTP input/output hiddens [R, H] */
     size_t tape_qkv, tape_ab, snap_conv, snap_S; /* drafter, per GDN layer (tape_ab: each of a, b) */
+    size_t tape_prep;     /* drafter, per GDN layer: prepared rows, two halves [2, Rv, C] */
+    size_t gdn_rows;      /* drafter: prepared GDN rows of a pass that is not a verify [Rv, C] */
     size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [M, V] */
 } ts_sess_plan;
 

@@ -27,10 +27,12 @@ static void state_free(ts_state *st, int n_layers) {
         for (int i = 0; i < n_layers; i++) {
             ts_gdn_tape *t = &st->tape[i];
             ts_free(t->qkv); ts_free(t->a); ts_free(t->b); ts_free(t->snap_conv); ts_free(t->snap_S);
+            ts_free(t->prep);
         }
     ts_free(st->kv);
     ts_free(st->gdn);
     ts_free(st->tape);
+    ts_free(st->gdn_rows);
     ts_free(st->mtp_kv.k);
     ts_free(st->mtp_kv.v);
     ts_scratch *s = &st->sc;
@@ -92,10 +94,12 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
                 ALLOC(t->b, pl.tape_ab, TS_MEM_SPEC);
                 ALLOC(t->snap_conv, pl.snap_conv, TS_MEM_SPEC);
                 ALLOC(t->snap_S, pl.snap_S, TS_MEM_SPEC);
+                ALLOC(t->prep, pl.tape_prep, TS_MEM_SPEC);
             }
         }
     }
     st->tape_rows = pl.Rv;
+    ALLOC(st->gdn_rows, pl.gdn_rows, TS_MEM_SPEC);
     st->mtp_ctx = pl.mtp_ctx;
     ALLOC(st->mtp_kv.k, pl.mtp_kv, TS_MEM_MTP);
     ALLOC(st->mtp_kv.v, pl.mtp_kv, TS_MEM_MTP);
@@ -132,6 +136,7 @@ oom:
 void ts_session_reset(ts_session *s) {
     const ts_model *m = &s->e->model;
     const ts_config *c = &m->cfg;
+    s->st.gdn_pend = 0; /* a pending lazy rollback is moot: the state restarts from zero */
     for (int i = 0; i < c->n_layers; i++)
         if (!c->layer_full[i]) {
             memset(s->st.gdn[i].conv, 0, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);

@@ -10,6 +10,13 @@
  * - rollback: after verify + rollback to C rows, every GDN conv/recurrent
  *   state and KV row is bit-identical (memcmp) to decoding the C tokens one
  *   at a time;
+ * - lazy rollback (the GDN state is applied by the next pass): a decode row,
+ *   a chain of verify blocks with rollbacks (double rollbacks, one-row
+ *   blocks), a prompt chunk and a session reset after a lazy rollback give
+ *   the same logits and state bits as the eager rollback
+ *   (ts_spec_materialize right away) and as one-at-a-time decoding;
+ * - the multi-row GDN step (ts_gdn_step_rows) equals ts_gdn_step row after
+ *   row, bit for bit, in every kernel mode;
  * - speculative sampling: the first emitted token of a block follows the
  *   target distribution (chi-square), with a deliberately bad draft
  *   distribution so that most drafts are rejected;
@@ -175,6 +182,7 @@ TS_TEST(spec, rollback_bit_exact) {
             CHECK(ts_session_feed(b, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
             CHECK_MSG(ts_spec_verify(a, blk, M + 1, &err) == 0, "%s", err.msg);
             ts_spec_rollback(a, C);
+            ts_spec_materialize(a); /* the rollback is lazy: apply it to read the raw state */
             for (int i = 0; i < C; i++) CHECK(ts_session_feed(b, &blk[i], 1, NULL, NULL, &err) == 0);
             CHECK_MSG(a->pos == b->pos, "pos %d vs %d", a->pos, b->pos);
             int same = 1;
@@ -202,6 +210,225 @@ TS_TEST(spec, rollback_bit_exact) {
         }
         ts_engine_close(e);
     }
+}
+
+/* Every GDN conv/recurrent state and the KV rows below pos, byte for byte
+ * (the raw buffers: a pending lazy rollback must have been applied). */
+static int states_equal(const ts_session *a, const ts_session *b) {
+    const ts_model *m = &a->e->model;
+    const ts_config *c = &m->cfg;
+    if (a->pos != b->pos || a->st.gdn_pend || b->st.gdn_pend) return 0;
+    for (int L = 0; L < c->n_layers; L++) {
+        if (c->layer_full[L]) {
+            size_t bytes = sizeof(float) * (size_t)a->pos * m->kvdim;
+            if (memcmp(a->st.kv[L].k, b->st.kv[L].k, bytes) || memcmp(a->st.kv[L].v, b->st.kv[L].v, bytes)) return 0;
+        } else {
+            if (memcmp(a->st.gdn[L].conv, b->st.gdn[L].conv, sizeof(float) * (size_t)(c->conv_k - 1) * m->C)) return 0;
+            if (memcmp(a->st.gdn[L].S, b->st.gdn[L].S, sizeof(float) * (size_t)c->Hv * c->dk * c->dv)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* Rollback to C rows, then two decode rows through ts_session_feed: the
+ * first row's pass applies the pending rows (lazy), against the eager
+ * rollback and against one-at-a-time decoding. */
+TS_TEST(spec, lazy_rollback_then_decode) {
+    static const char *fx[] = {"tiny-dense", "alt-moe"};
+    for (int f = 0; f < 2; f++) {
+        ts_engine *e = open_fx(fx[f]);
+        CHECK(e);
+        const int V = e->model.cfg.vocab, M = 6;
+        const int32_t blk[] = {17, 4, 250, 33, 8, 101, 2}, nx[] = {5, 77};
+        for (int C = 1; C <= M + 1; C++) {
+            ts_session *a = mk_session(e, 256, M), *ea = mk_session(e, 256, M), *b = mk_session(e, 256, 0);
+            CHECK(a && ea && b);
+            ts_error err = {0};
+            CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+            CHECK(ts_session_feed(ea, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+            CHECK(ts_session_feed(b, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+            CHECK(ts_spec_verify(a, blk, M + 1, &err) == 0 && ts_spec_verify(ea, blk, M + 1, &err) == 0);
+            ts_spec_rollback(a, C);
+            ts_spec_rollback(ea, C);
+            /* lazy: nothing applied yet when rows were dropped */
+            CHECK_MSG(a->st.gdn_pend == (C <= M ? C : 0), "C=%d: %d rows pending", C, a->st.gdn_pend);
+            ts_spec_materialize(ea);
+            for (int i = 0; i < C; i++) CHECK(ts_session_feed(b, &blk[i], 1, NULL, NULL, &err) == 0);
+            for (int i = 0; i < 2; i++) {
+                CHECK(ts_session_feed(a, &nx[i], 1, NULL, NULL, &err) == 0);
+                CHECK(ts_session_feed(ea, &nx[i], 1, NULL, NULL, &err) == 0);
+                CHECK(ts_session_feed(b, &nx[i], 1, NULL, NULL, &err) == 0);
+                CHECK_MSG(!memcmp(ts_session_logits(a), ts_session_logits(b), sizeof(float) * V) &&
+                              !memcmp(ts_session_logits(ea), ts_session_logits(b), sizeof(float) * V),
+                          "%s C=%d: logits of decode row %d differ", fx[f], C, i);
+            }
+            CHECK_MSG(a->st.gdn_pend == 0, "the decode row left %d rows pending", a->st.gdn_pend);
+            CHECK_MSG(states_equal(a, b) && states_equal(ea, b), "%s C=%d: state differs after decoding", fx[f], C);
+            ts_session_free(a);
+            ts_session_free(ea);
+            ts_session_free(b);
+        }
+        ts_engine_close(e);
+    }
+}
+
+/* A chain of verify blocks, each rolled back (lazily) before the next: the
+ * next verify starts from the pending rows and must also produce the right
+ * block-start snapshot for its own rollback. Block sizes and kept rows
+ * vary (one-row blocks and fully accepted blocks included; sometimes a
+ * second, shorter rollback of the same block). Every verified row's logits
+ * are compared with one-at-a-time decoding; the lazy session, an eager one
+ * (materialized after every rollback) and the reference end in the same
+ * state. */
+TS_TEST(spec, lazy_rollback_chain) {
+    static const char *fx[] = {"tiny-dense", "alt-moe"};
+    for (int f = 0; f < 2; f++) {
+        ts_engine *e = open_fx(fx[f]);
+        CHECK(e);
+        const int V = e->model.cfg.vocab, M = 5;
+        ts_session *a = mk_session(e, 512, M), *ea = mk_session(e, 512, M), *b = mk_session(e, 512, 0);
+        CHECK(a && ea && b);
+        ts_error err = {0};
+        CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(ea, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(b, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+        uint64_t lcg = 2024;
+        int lazy_verifies = 0, bad = 0;
+        for (int blkno = 0; blkno < 40 && !bad; blkno++) {
+            int32_t blk[TS_SPEC_MAX_DRAFT + 1];
+            lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+            int n = 1 + (int)((lcg >> 33) % (M + 1)); /* 1..M+1 rows */
+            for (int j = 0; j < n; j++) {
+                lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+                blk[j] = (int32_t)((lcg >> 33) % (uint64_t)V);
+            }
+            lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+            int keep = 1 + (int)((lcg >> 33) % (uint64_t)n);
+            lazy_verifies += a->st.gdn_pend > 0 && n > 1;
+            CHECK(ts_spec_verify(a, blk, n, &err) == 0 && ts_spec_verify(ea, blk, n, &err) == 0);
+            CHECK(a->st.gdn_pend == 0);
+            for (int j = 0; j < keep; j++) {
+                CHECK(ts_session_feed(b, &blk[j], 1, NULL, NULL, &err) == 0);
+                if (memcmp(a->vlogits + (size_t)j * V, ts_session_logits(b), sizeof(float) * V) ||
+                    memcmp(ea->vlogits + (size_t)j * V, ts_session_logits(b), sizeof(float) * V)) {
+                    ts_test_fail(__FILE__, __LINE__, "%s block %d (%d rows): logits of row %d differ", fx[f], blkno, n, j);
+                    bad = 1;
+                }
+            }
+            if (keep > 1 && (lcg >> 40) % 4 == 0) { /* roll back further first, then to keep */
+                ts_spec_rollback(a, keep + (n > keep)); /* n > keep: one more row than kept */
+            }
+            ts_spec_rollback(a, keep);
+            ts_spec_rollback(ea, keep);
+            ts_spec_materialize(ea);
+            CHECK(!memcmp(ts_session_logits(a), ts_session_logits(b), sizeof(float) * V));
+        }
+        CHECK_MSG(lazy_verifies >= 10, "only %d verify blocks started from a pending rollback", lazy_verifies);
+        ts_spec_materialize(a);
+        CHECK_MSG(states_equal(a, b) && states_equal(ea, b), "%s: state differs at the end of the chain", fx[f]);
+        fprintf(stderr, "  %-10s 40 blocks, %d verified from a pending rollback: logits and state identical\n", fx[f],
+                lazy_verifies);
+        ts_session_free(a);
+        ts_session_free(ea);
+        ts_session_free(b);
+        ts_engine_close(e);
+    }
+}
+
+/* After a lazy rollback: a prompt chunk (chunked delta rule: it applies the
+ * pending rows eagerly first) equals the same chunk after an eager
+ * rollback; a session reset drops the pending rows (the next prompt gives a
+ * fresh session's bits). */
+TS_TEST(spec, lazy_rollback_then_prefill_reset) {
+    ts_engine *e = open_fx("tiny-moe");
+    CHECK(e);
+    const int V = e->model.cfg.vocab, M = 4;
+    const int32_t blk[] = {9, 31, 4, 200, 6}, chunk[] = {3, 14, 15, 92, 65, 35, 89};
+    ts_error err = {0};
+    for (int C = 1; C <= M; C++) {
+        ts_session *a = mk_session(e, 256, M), *ea = mk_session(e, 256, M);
+        CHECK(a && ea);
+        CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(ea, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+        CHECK(ts_spec_verify(a, blk, M + 1, &err) == 0 && ts_spec_verify(ea, blk, M + 1, &err) == 0);
+        ts_spec_rollback(a, C);
+        ts_spec_rollback(ea, C);
+        ts_spec_materialize(ea);
+        CHECK(a->st.gdn_pend == C);
+        CHECK(ts_session_feed(a, chunk, 7, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(ea, chunk, 7, NULL, NULL, &err) == 0);
+        CHECK_MSG(!memcmp(ts_session_logits(a), ts_session_logits(ea), sizeof(float) * V),
+                  "C=%d: logits after a prompt chunk differ", C);
+        CHECK_MSG(states_equal(a, ea), "C=%d: state after a prompt chunk differs", C);
+        /* reset with a rollback pending */
+        CHECK(ts_spec_verify(a, blk, M + 1, &err) == 0);
+        ts_spec_rollback(a, C);
+        CHECK(a->st.gdn_pend == C);
+        ts_session_reset(a);
+        ts_session *fresh = mk_session(e, 256, M);
+        CHECK(fresh);
+        CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(fresh, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+        int32_t one = 7;
+        CHECK(ts_session_feed(a, &one, 1, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(fresh, &one, 1, NULL, NULL, &err) == 0);
+        CHECK_MSG(!memcmp(ts_session_logits(a), ts_session_logits(fresh), sizeof(float) * V) && states_equal(a, fresh),
+                  "C=%d: a reset with a pending rollback differs from a fresh session", C);
+        ts_session_free(fresh);
+        ts_session_free(a);
+        ts_session_free(ea);
+    }
+    ts_engine_close(e);
+}
+
+/* ts_gdn_step_rows (the multi-row GDN step behind every GDN pass) against
+ * ts_gdn_step applied row after row, memcmp, in every kernel mode this
+ * machine has: shapes with one and several 128-column blocks and a partial
+ * block, in place and from a separate source, with and without outputs,
+ * 1..18 rows. If the one-row kernel changes without this one, this fails. */
+TS_TEST(spec, gdn_step_rows) {
+    static const char *modes[] = {"ref", "generic", "avx2", "avx512"};
+    static const int shapes[][2] = {{128, 128}, {16, 48}, {32, 272}, {8, 20}};
+    const char *orig = ts_kernels_name();
+    int tested = 0;
+    enum { NR = 18, MAXS = 128 * 272 };
+    static float S0[MAXS], S1[MAXS], S2[MAXS], K[NR][128], Q[NR][128], Vv[NR][272], O1[NR][272], O2[NR][272];
+    uint64_t lcg = 99;
+#define RND() (lcg = lcg * 6364136223846793005ull + 1442695040888963407ull, (float)((lcg >> 40) % 2001) / 1000.0f - 1.0f)
+    for (int mi = 0; mi < 4; mi++) {
+        if (ts_kernels_select(modes[mi]) != 0) continue;
+        tested++;
+        for (int si = 0; si < 4; si++) {
+            const int dk = shapes[si][0], dv = shapes[si][1];
+            for (int n = 1; n <= NR; n += (n < 4 ? 1 : 7)) {
+                for (int i = 0; i < dk * dv; i++) S0[i] = RND();
+                const float *kp[NR], *vp[NR], *qp[NR];
+                float *op[NR], dc[NR], bt[NR];
+                for (int t = 0; t < n; t++) {
+                    for (int i = 0; i < dk; i++) { K[t][i] = RND() * 0.2f; Q[t][i] = RND() * 0.1f; }
+                    for (int j = 0; j < dv; j++) Vv[t][j] = RND();
+                    dc[t] = 0.8f + 0.19f * (RND() + 1.0f) / 2.0f;
+                    bt[t] = 0.5f + 0.4f * RND();
+                    kp[t] = K[t]; vp[t] = Vv[t]; qp[t] = Q[t];
+                    op[t] = t % 3 == 1 ? NULL : O2[t];
+                }
+                memcpy(S1, S0, sizeof(float) * dk * dv);
+                for (int t = 0; t < n; t++) ts_gdn_step(S1, K[t], Vv[t], Q[t], dc[t], bt[t], op[t] ? O1[t] : NULL, dk, dv);
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    memset(S2, 0, sizeof S2);
+                    if (inplace) memcpy(S2, S0, sizeof(float) * dk * dv);
+                    ts_gdn_step_rows(S2, inplace ? S2 : S0, kp, vp, qp, dc, bt, op, n, dk, dv);
+                    int same = !memcmp(S1, S2, sizeof(float) * dk * dv);
+                    for (int t = 0; t < n; t++) same &= !op[t] || !memcmp(O1[t], O2[t], sizeof(float) * dv);
+                    CHECK_MSG(same, "mode %s dk %d dv %d rows %d %s: differs from ts_gdn_step", modes[mi], dk, dv, n,
+                              inplace ? "in place" : "from a source");
+                }
+            }
+        }
+    }
+#undef RND
+    ts_kernels_select(orig);
+    CHECK(tested >= 2);
 }
 
 /* Speculative sampling leaves the target distribution. Target p over 12

@@ -125,13 +125,19 @@ typedef struct ts_scratch {
 /* Speculative verification, per GDN layer (NULL buffers for full layers and
  * when the session has no drafting): the tape of what each verified row's
  * state advance consumed, and the state at the start of the verify block.
- * Rollback restores the snapshot and replays the kept rows from the tape. */
+ * Rollback is lazy (spec.c): it only records how many taped rows the state
+ * keeps (ts_state.gdn_pend); the next pass over the layer starts from the
+ * snapshot and advances those rows first. The snapshot and live buffers
+ * trade places (pointer swaps), so both pairs may point to memory allocated
+ * under the other's category; each is freed once. */
 typedef struct ts_gdn_tape {
     float *qkv;       /* [Rv, C] pre-conv qkv projections, one per verified row */
     float *a, *b;     /* [Rv, Hv] raw decay / beta projections */
+    float *prep;      /* [2, Rv, C] the rows' prepared q|k|v (post conv, SiLU, norms):
+                         two halves, the last verify's (ts_state.tape_half) and the
+                         one the next verify writes while the first is still pending */
     float *snap_conv; /* [K-1, C] conv state at the block start */
     float *snap_S;    /* [Hv, dk, dv] recurrent state at the block start */
-    const float *S_from; /* verify: row 0 reads the recurrent state from here (the snapshot) */
 } ts_gdn_tape;
 
 typedef struct ts_state {
@@ -144,6 +150,15 @@ typedef struct ts_state {
     ts_gdn_tape *tape;    /* n_layers entries, NULL without drafting */
     int tape_rows;        /* Rv: rows a verify block may have (M + 1) */
     int tape_on;          /* ts_forward records the GDN tape (verify only) */
+    /* Lazy rollback: when gdn_pend > 0, the GDN conv and recurrent state of
+     * every GDN layer is NOT in gdn[L]: it is tape[L]'s snapshot advanced by
+     * the first gdn_pend taped rows. The next ts_forward applies them in the
+     * same per-head pass that advances its own rows (and clears gdn_pend);
+     * anything else that reads the state calls ts_gdn_materialize first. */
+    int gdn_pend;
+    int tape_half;        /* the half of each tape's prep holding the last verify's rows */
+    float *gdn_rows;      /* [Rv, C] prepared rows of a GDN pass that is not a verify
+                             (a decode row after a rollback); NULL without drafting */
     float *dbg_layers;    /* tests: if set, ts_forward stores the residual stream
                              after the embedding and after each layer, [L+1, n, H] */
 } ts_state;
@@ -167,13 +182,18 @@ void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const 
 void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps);
 /* One GDN state advance for one token: conv over [state, qkv_in], SiLU, l2
  * norms, gates, delta rule. qkv_in [C] is the pre-conv projection, a/b [Hv]
- * the raw projections. Writes o [Vd] (before the gated norm) if not NULL. */
+ * the raw projections. Writes o [Vd] (before the gated norm) if not NULL.
+ * The reference token recurrence: every GDN pass of the forward (one row,
+ * verify blocks, pending rows of a lazy rollback) computes each row with
+ * these operations in this order, only grouped by head instead of by row. */
 void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
                     const float *a, const float *b, float *o, float *tmp /* [C] */);
-/* The same advance reading the recurrent state from S_src [Hv, dk, dv]
- * (may be s->S) and writing it to s->S; bit-identical to copying first. */
-void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
-                         const float *qkv_in, const float *a, const float *b, float *o, float *tmp);
+/* Apply a lazy rollback's pending rows (ts_state.gdn_pend) to every GDN
+ * layer's conv and recurrent state, eagerly, and clear gdn_pend. Afterwards
+ * st->gdn holds the state, bit-identical to an eager rollback. No-op when
+ * nothing is pending. Call before reading or overwriting the GDN state
+ * other than through ts_forward. */
+void ts_gdn_materialize(const ts_model *m, ts_state *st);
 
 /* Prefill only: advance a GDN layer over n rows (n <= max_rows) with the
  * chunked delta rule (chunked.c); writes o [n, Vd] before the gated norm.

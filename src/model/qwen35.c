@@ -6,7 +6,9 @@
  * (bit for bit when `prefill` is 0: ts_linear is row-exact). That property
  * is what speculative verification stands on. With `prefill` 1 the GDN
  * layers use the chunked delta rule instead (chunked.c; rounding differs),
- * and a verify pass records the GDN tape (model.h, ts_gdn_tape).
+ * and a verify pass records the GDN tape (model.h, ts_gdn_tape). After a
+ * lazy rollback (spec.c) the GDN layers first apply the pending taped rows
+ * in the same per-head pass (see "Gated DeltaNet" below).
  *
  * Precision: weights as stored (bf16/f16/f32, or dequantized), f32
  * everywhere else, f32 recurrent state. Norms accumulate in double, which
@@ -99,78 +101,276 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     lin(&w->o_proj, out, sc->t, n);
 }
 
-/* ---- Gated DeltaNet ---- */
+/* ---- Gated DeltaNet ----
+ *
+ * A GDN pass over rows has two phases, so that the rows can be grouped by
+ * value head: one head's recurrent state (dk*dv floats, 64 KiB at 128x128)
+ * stays in cache while every row of the pass advances it, and is read and
+ * written once, instead of the layer's whole state (1 MiB) streaming through
+ * memory once per row.
+ *   gdn_prep:  per row, the causal conv over the input sequence, SiLU, the l2
+ *              norms of q and k and the q scale: one prepared row [C];
+ *   gdn_heads: per value head, the state comes from its source, every row
+ *              advances it (ts_gdn_step_rows: ts_gdn_step's bits, one pass
+ *              over the head's state per row), and it is written once.
+ * Heads are independent and each element sees the operations of the
+ * row-by-row recurrence in the same order, so the grouping changes no bit:
+ * ts_gdn_advance (one row) is the reference, and a verify block, a decode
+ * step and the pending rows of a lazy rollback all compute the same bits.
+ *
+ * A verify keeps its prepared rows in the tape (ts_gdn_tape.prep): a
+ * row's prepared values depend only on its conv window, so the rows a
+ * rollback keeps never need the conv again (with the scalar SiLU that was
+ * ~40% of a replayed row's cost on the 0.8B shape: 6144 SiLUs per row and
+ * layer). Only the conv state is rebuilt, from the taped pre-conv rows.
+ *
+ * The pre-conv input rows of a pass form one sequence: the conv history
+ * (K-1 rows, oldest first), then up to two runs, the pending rows of a lazy
+ * rollback (from the tape) and the pass's own rows. */
 
-void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
-                    const float *a, const float *b, float *o, float *tmp) {
-    ts_gdn_advance_from(m, w, s, s->S, qkv_in, a, b, o, tmp);
+typedef struct gdn_seq {
+    const float *hist;   /* [K-1, C] conv state before the first row */
+    const float *r0;     /* [n0, C] first run of pre-conv rows */
+    int n0;
+    const float *r1;     /* [n1, C] second run (may be NULL with n1 = 0) */
+    int n1;
+} gdn_seq;
+
+/* Row s of the whole sequence: [0, K-1) history, then r0, then r1. */
+static inline const float *seq_row(const gdn_seq *q, int K, int C, int s) {
+    if (s < K - 1) return q->hist + (size_t)s * C;
+    s -= K - 1;
+    if (s < q->n0) return q->r0 + (size_t)s * C;
+    return q->r1 + (size_t)(s - q->n0) * C;
 }
 
+/* Prepared rows out [n0 + n1 - skip, C] for the input rows [skip, n0 + n1):
+ * q (Kd, l2-normed and scaled) | k (Kd, l2-normed) | v (Vd), each after the
+ * causal depthwise conv and SiLU. */
+static void gdn_prep(const ts_model *m, const ts_gdn_w *w, const gdn_seq *q, int skip, float *out) {
+    const ts_config *c = &m->cfg;
+    const int C = m->C, K = c->conv_k, dk = c->dk, n = q->n0 + q->n1;
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int i = skip; i < n; i++) {
+        const float *x[K]; /* the K inputs of row i's conv window, oldest first; x[K-1] is row i */
+        for (int j = 0; j < K; j++) x[j] = seq_row(q, K, C, i + j);
+        float *y = out + (size_t)(i - skip) * C;
+        for (int ch = 0; ch < C; ch++) {
+            const float *cw = w->conv + (size_t)ch * K;
+            float acc = 0.f;
+            for (int j = 0; j < K - 1; j++) acc += cw[j] * x[j][ch];
+            acc += cw[K - 1] * x[K - 1][ch];
+            y[ch] = acc;
+        }
+        ts_silu(y, y, (size_t)C);
+        /* l2-normalise q and k per key head (eps inside the rsqrt), scale q */
+        float *qv = y, *kv = y + m->Kd;
+        for (int h = 0; h < c->Hk; h++) {
+            float *qh = qv + (size_t)h * dk, *kh = kv + (size_t)h * dk;
+            double sq = 0, sk = 0;
+            for (int t = 0; t < dk; t++) { sq += (double)qh[t] * qh[t]; sk += (double)kh[t] * kh[t]; }
+            float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
+            for (int t = 0; t < dk; t++) { qh[t] = qh[t] * rq * qscale; kh[t] *= rk; }
+        }
+    }
+}
+
+/* dst [K-1, C] = the last K-1 rows of the sequence. dst may be q->hist: row
+ * j takes row n+j >= j, so walking j upwards never reads an overwritten row. */
+static void gdn_conv_tail(const ts_model *m, const gdn_seq *q, float *dst) {
+    const int C = m->C, K = m->cfg.conv_k, n = q->n0 + q->n1;
+    for (int j = 0; j < K - 1; j++) {
+        const float *src = seq_row(q, K, C, n + j);
+        if (src != dst + (size_t)j * C) memmove(dst + (size_t)j * C, src, sizeof(float) * C);
+    }
+}
+
+/* The rows of one gdn_heads call. */
+typedef struct gdn_rows {
+    const float *pre, *a0, *b0; /* rows [0, n_pre): prepared [n_pre, C], raw gates [n_pre, Hv] */
+    int n_pre;
+    const float *own, *a1, *b1; /* rows [n_pre, n_pre + n) */
+    int n;
+    float *o;                   /* [n, Vd] outputs of the own rows, or NULL */
+} gdn_rows;
+
+#define GDN_ROWS_MAX 16 /* rows per ts_gdn_step_rows call (a pass has at most 2 * 9) */
+
+/* Head h's state S over rows [i0, i1), starting from S_in. */
+static void gdn_head_rows(const ts_model *m, const ts_gdn_w *w, const gdn_rows *R, int h, float *S, const float *S_in,
+                          int i0, int i1) {
+    const ts_config *c = &m->cfg;
+    const int C = m->C, Hv = c->Hv, dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
+    const float *kk[GDN_ROWS_MAX], *vv[GDN_ROWS_MAX], *qq[GDN_ROWS_MAX];
+    float *oo[GDN_ROWS_MAX], dc[GDN_ROWS_MAX], bt[GDN_ROWS_MAX];
+    do {
+        int cnt = TS_MIN(GDN_ROWS_MAX, i1 - i0);
+        for (int t = 0; t < cnt; t++) {
+            const int i = i0 + t, ow = i >= R->n_pre, ri = ow ? i - R->n_pre : i;
+            const float *a = (ow ? R->a1 : R->a0) + (size_t)ri * Hv, *b = (ow ? R->b1 : R->b0) + (size_t)ri * Hv;
+            const float *row = (ow ? R->own : R->pre) + (size_t)ri * C;
+            qq[t] = row + (size_t)(h / r) * dk;
+            kk[t] = row + m->Kd + (size_t)(h / r) * dk;
+            vv[t] = row + 2 * (size_t)m->Kd + (size_t)h * dv;
+            bt[t] = sigmoid(b[h]);
+            dc[t] = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
+            oo[t] = ow && R->o ? R->o + (size_t)ri * m->Vd + (size_t)h * dv : NULL;
+        }
+        ts_gdn_step_rows(S, S_in, kk, vv, qq, dc, bt, oo, cnt, dk, dv);
+        S_in = S;
+        i0 += cnt;
+    } while (i0 < i1);
+}
+
+/* The recurrent state over the rows R: per value head the state comes from
+ * src (into dst; src may be dst), the n_pre rows advance it without output
+ * (a lazy rollback's pending rows), a copy goes to mid if not NULL (the
+ * block-start snapshot of a verify that follows a lazy rollback; mid may be
+ * src: the head's slice was read in full before), then the n own rows
+ * advance it, writing their outputs. The head's state is read once and
+ * written once (plus mid) for all rows: ts_gdn_step_rows. */
 typedef struct gdn_heads_job {
     const ts_model *m;
     const ts_gdn_w *w;
-    ts_gdn_state *s;
-    const float *S_src, *q, *k, *v, *a, *b;
-    float *o;
+    const float *src;
+    float *dst, *mid;
+    const gdn_rows *R;
 } gdn_heads_job;
 
-/* One value head's step of ts_gdn_advance_from. */
 static void gdn_head(void *ctx, int h, int nh) {
     const gdn_heads_job *j = ctx;
-    const ts_config *c = &j->m->cfg;
-    const int dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
+    const gdn_rows *R = j->R;
+    const size_t hs = (size_t)j->m->cfg.dk * j->m->cfg.dv;
+    float *S = j->dst + (size_t)h * hs; /* [dk, dv] */
+    const float *S_in = j->src + (size_t)h * hs;
     (void)nh;
-    const float *qh = j->q + (size_t)(h / r) * dk, *kh = j->k + (size_t)(h / r) * dk;
-    const float *vh = j->v + (size_t)h * dv;
-    float beta = sigmoid(j->b[h]);
-    float decay = expf(j->w->neg_A[h] * softplus(j->a[h] + j->w->dt_bias[h]));
-    float *S = j->s->S + (size_t)h * dk * dv; /* [dk, dv] */
-    /* one head's state (dk*dv floats) at a time: it stays in cache for the step */
-    if (j->S_src != j->s->S) memcpy(S, j->S_src + (size_t)h * dk * dv, sizeof(float) * (size_t)dk * dv);
-    ts_gdn_step(S, kh, vh, qh, decay, beta, j->o ? j->o + (size_t)h * dv : NULL, dk, dv);
+    if (j->mid) {
+        gdn_head_rows(j->m, j->w, R, h, S, S_in, 0, R->n_pre);
+        memcpy(j->mid + (size_t)h * hs, S, sizeof(float) * hs);
+        if (R->n) gdn_head_rows(j->m, j->w, R, h, S, S, R->n_pre, R->n_pre + R->n);
+    } else {
+        gdn_head_rows(j->m, j->w, R, h, S, S_in, 0, R->n_pre + R->n);
+    }
 }
 
-/* The state advance with the recurrent state read from S_src (== s->S for
- * the in-place step) and written to s->S. Each head's slice is brought over
- * just before its step, so it is still in cache when the step runs: one
- * pass over memory instead of a whole-state memcpy followed by the step.
- * The arithmetic is the in-place step's, so the result is the same bits.
- * Speculative verify and rollback use it to start from the block-start
- * snapshot without copying the state back first. */
-void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
-                         const float *qkv_in, const float *a, const float *b, float *o, float *tmp) {
+static void gdn_heads(const ts_model *m, const ts_gdn_w *w, const float *src, float *dst, float *mid,
+                      const gdn_rows *R) {
     const ts_config *c = &m->cfg;
-    const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv;
-    /* causal depthwise conv over [last K-1 inputs, this input], then SiLU */
-    for (int ch = 0; ch < C; ch++) {
-        const float *cw = w->conv + (size_t)ch * K;
-        float acc = 0.f;
-        for (int j = 0; j < K - 1; j++) acc += cw[j] * s->conv[(size_t)j * C + ch];
-        acc += cw[K - 1] * qkv_in[ch];
-        tmp[ch] = acc;
-    }
-    ts_silu(tmp, tmp, (size_t)C);
-    if (K > 1) {
-        memmove(s->conv, s->conv + C, sizeof(float) * (size_t)(K - 2) * C);
-        memcpy(s->conv + (size_t)(K - 2) * C, qkv_in, sizeof(float) * C);
-    }
-    float *q = tmp, *k = tmp + m->Kd, *v = tmp + 2 * m->Kd;
-    /* l2-normalise q and k per key head (eps inside the rsqrt), scale q */
-    const float qscale = 1.0f / sqrtf((float)dk);
-    for (int h = 0; h < c->Hk; h++) {
-        float *qh = q + (size_t)h * dk, *kh = k + (size_t)h * dk;
-        double sq = 0, sk = 0;
-        for (int i = 0; i < dk; i++) { sq += (double)qh[i] * qh[i]; sk += (double)kh[i] * kh[i]; }
-        float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
-        for (int i = 0; i < dk; i++) { qh[i] = qh[i] * rq * qscale; kh[i] *= rk; }
-    }
-    gdn_heads_job j = {m, w, s, S_src, q, k, v, a, b, o};
+    gdn_heads_job j = {m, w, src, dst, mid, R};
     /* the heads' states are independent: spread them over the pool when the
      * state is large enough to pay for the wake-up (per head the arithmetic
      * is the same whichever thread runs it: bit-identical results) */
-    if ((size_t)Hv * dk * dv >= 65536) ts_parallel_for(Hv, gdn_head, &j);
+    if ((size_t)c->Hv * c->dk * c->dv >= 65536) ts_parallel_for(c->Hv, gdn_head, &j);
     else
-        for (int h = 0; h < Hv; h++) gdn_head(&j, h, Hv);
+        for (int h = 0; h < c->Hv; h++) gdn_head(&j, h, c->Hv);
+}
+
+void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
+                    const float *a, const float *b, float *o, float *tmp) {
+    gdn_seq q = {s->conv, qkv_in, 1, NULL, 0};
+    gdn_prep(m, w, &q, 0, tmp);
+    gdn_conv_tail(m, &q, s->conv);
+    gdn_rows R = {NULL, NULL, NULL, 0, tmp, a, b, 1, o};
+    gdn_heads(m, w, s->S, s->S, NULL, &R);
+}
+
+/* The tape's prepared rows of the last verify block (the half of tp->prep
+ * the last recorded verify wrote), and the half the next one writes. */
+static inline float *tape_prep(const ts_model *m, const ts_state *st, const ts_gdn_tape *tp, int next) {
+    return tp->prep + (size_t)(st->tape_half ^ next) * st->tape_rows * m->C;
+}
+
+/* Eager form of a lazy rollback for one layer: conv and recurrent state
+ * become the snapshot advanced by the first P taped rows. The snapshot and
+ * the tape stay as they are. */
+static void gdn_materialize_layer(const ts_model *m, const ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs,
+                                  const ts_gdn_tape *tp, int P) {
+    gdn_seq q = {tp->snap_conv, tp->qkv, P, NULL, 0};
+    gdn_conv_tail(m, &q, gs->conv);
+    gdn_rows R = {tape_prep(m, st, tp, 0), tp->a, tp->b, P, NULL, NULL, NULL, 0, NULL};
+    gdn_heads(m, w, tp->snap_S, gs->S, NULL, &R);
+}
+
+void ts_gdn_materialize(const ts_model *m, ts_state *st) {
+    if (!st->gdn_pend) return;
+    for (int L = 0; L < m->cfg.n_layers; L++)
+        if (!m->layers[L].full) gdn_materialize_layer(m, st, &m->layers[L].gdn, &st->gdn[L], &st->tape[L], st->gdn_pend);
+    st->gdn_pend = 0;
+}
+
+/* One state pass of a GDN layer over n rows (qkv [n, C], aa/bb [n, Hv]),
+ * with P pending rows of a lazy rollback first. record: a verify block
+ * (n > 1, n <= Rv): the block-start state becomes the snapshot and the
+ * rows' inputs and prepared rows the tape. prep: where the rows' prepared
+ * values go when not recorded ([n, C]).
+ *
+ * The three ways the state can start:
+ *  - P > 0 (a lazy rollback is pending): it starts from the snapshot; the
+ *    pending rows advance it in cache, then the new rows; written once. A
+ *    decode row advances the snapshot buffer in place, which then trades
+ *    places with the stale live one (writing into a buffer that is not in
+ *    cache would cost a read for ownership of every line: on the 0.8B shape
+ *    that doubled the pass's memory traffic). The snapshot is not needed
+ *    after a decode: the next rollback refers to the next verify. A verify
+ *    writes its rows to the live buffer and the post-pending state over the
+ *    snapshot (its own block start: the one extra write a verify after a
+ *    rejection pays, instead of an 18-layer restore + replay at rollback
+ *    time). The alternative, keeping the old snapshot and prefixing the new
+ *    tape with the pending rows, writes nothing but replays the pending rows
+ *    again at every later pass of the chain: on the 0.8B shape one replayed
+ *    row costs ~0.4-0.5 ms of arithmetic for 18 layers (one thread), while
+ *    the snapshot write does not show above the noise (a verify after a
+ *    rollback pays about what a decode row after it pays: bench/spec), so
+ *    the chain is cut at every verify.
+ *  - verify, nothing pending: live and snapshot buffers swap (conv and
+ *    recurrent): the block-start state becomes the snapshot without a copy,
+ *    and the rows are written into the other buffer.
+ *  - otherwise the state advances in place. */
+static void gdn_pass(const ts_model *m, const ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp,
+                     int P, int record, const float *qkv, const float *aa, const float *bb, int n, float *o,
+                     float *prep) {
+    const int Hv = m->cfg.Hv;
+    gdn_seq q;
+    const float *src;
+    float *mid = NULL;
+    if (record) prep = tape_prep(m, st, tp, 1); /* the other half: the pending rows may be in this one */
+    float *dst = NULL;
+    if (P) {
+        q = (gdn_seq){tp->snap_conv, tp->qkv, P, qkv, n};
+        src = tp->snap_S;
+        if (record) mid = tp->snap_S;
+        else dst = tp->snap_S; /* in place in the snapshot, which then becomes the live buffer */
+    } else if (record) {
+        float *t = gs->S;
+        gs->S = tp->snap_S;
+        tp->snap_S = t;
+        t = gs->conv;
+        gs->conv = tp->snap_conv;
+        tp->snap_conv = t;
+        q = (gdn_seq){tp->snap_conv, qkv, n, NULL, 0};
+        src = tp->snap_S;
+    } else {
+        q = (gdn_seq){gs->conv, qkv, n, NULL, 0};
+        src = gs->S;
+    }
+    if (!dst) dst = gs->S; /* (after the swap above) */
+    gdn_prep(m, w, &q, P, prep); /* the pending rows are prepared already (tape) */
+    gdn_conv_tail(m, &q, gs->conv);
+    if (P && record) { /* the new block-start conv state: snapshot + pending rows, in place */
+        gdn_seq qp = {tp->snap_conv, tp->qkv, P, NULL, 0};
+        gdn_conv_tail(m, &qp, tp->snap_conv);
+    }
+    gdn_rows R = {P ? tape_prep(m, st, tp, 0) : NULL, P ? tp->a : NULL, P ? tp->b : NULL, P, prep, aa, bb, n, o};
+    gdn_heads(m, w, src, dst, mid, &R);
+    if (dst != gs->S) { /* the old live state is stale: it becomes the snapshot buffer */
+        tp->snap_S = gs->S;
+        gs->S = dst;
+    }
+    if (record) { /* last: the pending rows above were read from the old tape */
+        memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
+        memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
+        memcpy(tp->b, bb, sizeof(float) * (size_t)n * Hv);
+    }
 }
 
 static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp,
@@ -183,18 +383,24 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     float *o = sc->big2;   /* [n, Vd] */
     float *bb = sc->small, *aa = sc->small + (size_t)sc->R * Hv; /* [n, Hv] each */
     lin_many(lin, (const ts_weight *[]){&w->in_qkv, &w->in_z, &w->in_b, &w->in_a}, 4, sc->u, (float *[]){qkv, z, bb, aa}, n);
-    if (tp) { /* verify: record what the state advance consumes (not z: the state never reads it) */
-        memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
-        memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
-        memcpy(tp->b, bb, sizeof(float) * (size_t)n * Hv);
-    }
+    /* prepared rows: the drafter's buffer (a block's rows), else one row at a time */
+    float *prep = st->gdn_rows ? st->gdn_rows : sc->rowtmp;
+    const int cap = st->gdn_rows ? st->tape_rows : 1;
+    const int record = tp && st->tape_on; /* verify: snapshot + tape (n <= Rv: one pass) */
+    int P = tp ? st->gdn_pend : 0;
     if (lin == ts_linear_prefill && n > 1 && sc->pf_conv) {
-        /* prefill: the chunked delta rule (rounding may differ; never for verify) */
+        /* prefill: the chunked delta rule (rounding may differ; never for
+         * verify); after a rollback, apply it first */
+        if (P) gdn_materialize_layer(m, st, w, gs, tp, P);
         ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, o, n);
     } else {
-        for (int i = 0; i < n; i++)
-            ts_gdn_advance_from(m, w, gs, i == 0 && tp && tp->S_from ? tp->S_from : gs->S, qkv + (size_t)i * m->C,
-                                aa + (size_t)i * Hv, bb + (size_t)i * Hv, o + (size_t)i * m->Vd, sc->rowtmp);
+        for (int off = 0; off < n;) {
+            int k = record ? n : TS_MIN(cap, n - off);
+            gdn_pass(m, st, w, gs, tp, P, record, qkv + (size_t)off * m->C, aa + (size_t)off * Hv,
+                     bb + (size_t)off * Hv, k, o + (size_t)off * m->Vd, prep);
+            off += k;
+            P = 0;
+        }
     }
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
     ts_silu(z, z, (size_t)n * m->Vd);
@@ -335,10 +541,12 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
     for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
     if (st->dbg_layers) memcpy(st->dbg_layers, sc->x, sizeof(float) * nH);
     for (int L = 0; L < m->cfg.n_layers; L++) {
-        ts_gdn_tape *tp = st->tape_on && !m->layers[L].full ? &st->tape[L] : NULL;
+        ts_gdn_tape *tp = st->tape && !m->layers[L].full ? &st->tape[L] : NULL;
         layer_forward(m, st, &m->layers[L], &st->kv[L], &st->gdn[L], tp, n, pos, lin);
         if (st->dbg_layers) memcpy(st->dbg_layers + (L + 1) * nH, sc->x, sizeof(float) * nH);
     }
+    st->gdn_pend = 0; /* every GDN layer has applied the pending rows of a lazy rollback */
+    if (st->tape_on) st->tape_half ^= 1; /* the block just verified is the tape now */
     ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
     head_out(m, st, sc->hidden, n, logits, lin);
 }

@@ -12,18 +12,32 @@
  * kernels and reduction order as a one-row decode step, so its logits are
  * bit-identical to the ones plain decoding would see. Greedy acceptance
  * therefore reproduces plain greedy output exactly. Rollback never recomputes
- * a projection: each GDN layer's state is restored from the block-start
- * snapshot and advanced over the kept rows with ts_gdn_advance on the taped
- * inputs (pre-conv qkv, a, b), the very calls the verify pass made, so the
- * restored state is the same bits as decoding the kept rows one at a time.
+ * a projection: each GDN layer's state is the block-start snapshot advanced
+ * over the kept rows with the state-advance arithmetic on the taped inputs
+ * (pre-conv qkv, a, b), the very operations the verify pass did, so it is
+ * the same bits as decoding the kept rows one at a time.
  * KV caches (main and MTP) need no undo: rows past the position are never
  * read and are overwritten by the next block.
  *
- * No state copies: the recurrent state (Hv*dk*dv floats per layer, the bulk
- * of a session's GDN memory) is never memcpy'd. Verify swaps the live and
- * snapshot buffers and advances row 0 from the block-start state into the
- * other buffer (ts_gdn_advance_from); rollback advances row 0 from the
- * snapshot into the live buffer again. Only the small conv state is copied.
+ * Lazy rollback. Replaying at rollback time costs a read of the snapshot and
+ * a write of the live state for all GDN layers (18 x 1 MiB each way on the
+ * 0.8B shape) on top of the replay arithmetic, and the next pass reads and
+ * writes that state again. So ts_spec_rollback only truncates (position)
+ * and records the kept row count (ts_state.gdn_pend): O(1). The next
+ * forward (a decode row, the next verify block, a prompt chunk) starts each
+ * head of each GDN layer from the snapshot, advances the pending rows while
+ * the head's state is in cache, then its own rows, and writes the state
+ * once (qwen35.c, gdn_pass): the replay's memory traffic disappears, its
+ * arithmetic moves into the next pass. A verify after a rollback also
+ * writes its block-start state (snapshot + pending rows) over the snapshot,
+ * so pending rows never chain across blocks. Readers of the raw state
+ * (tests, anything outside ts_forward) call ts_spec_materialize first;
+ * ts_session_reset drops the pending rows. The MTP head has no GDN layer,
+ * so drafting between a rollback and the next verify never needs the state.
+ *
+ * No state copies on the happy path: verify swaps the live and snapshot
+ * buffers (recurrent and conv) and advances from the block-start state into
+ * the other buffer; nothing is copied when every draft is accepted.
  *
  * Row pairing of the MTP head (model-spec §4.2): MTP row i is (token x_{i+1},
  * target hidden h_i, position i). After a verify that keeps rows
@@ -56,26 +70,9 @@ int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err) {
     if ((long)s->pos + n > st->n_ctx)
         return ts_fail(err, TS_E_CONTEXT, "%d rows at position %d exceed the context limit of %d tokens", n, s->pos,
                        st->n_ctx);
-    if (n > 1) {
-        for (int L = 0; L < c->n_layers; L++) {
-            if (c->layer_full[L]) continue;
-            ts_gdn_tape *t = &st->tape[L];
-            /* The conv state is small: copy it. The recurrent state is not
-             * copied: the buffers swap roles, the block-start state becomes
-             * the snapshot and row 0 advances from it into the other one. */
-            memcpy(t->snap_conv, st->gdn[L].conv, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);
-            float *start = st->gdn[L].S;
-            st->gdn[L].S = t->snap_S;
-            t->snap_S = start;
-            t->S_from = start;
-        }
-    }
     st->tape_on = n > 1;
     ts_forward(m, st, ids, n, s->pos, s->vlogits, 0);
     st->tape_on = 0;
-    if (n > 1)
-        for (int L = 0; L < c->n_layers; L++)
-            if (!c->layer_full[L]) st->tape[L].S_from = NULL;
     s->spec_rows = n;
     s->pos += n;
     s->have_last = 1;
@@ -84,22 +81,16 @@ int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err) {
 }
 
 void ts_spec_rollback(ts_session *s, int keep) {
-    const ts_model *m = &s->e->model;
-    const ts_config *c = &m->cfg;
+    const ts_config *c = &s->e->model.cfg;
     ts_state *st = &s->st;
     const int n = s->spec_rows;
     if (keep < 1) keep = 1;
     if (keep < n) {
-        for (int L = 0; L < c->n_layers; L++) {
-            if (c->layer_full[L]) continue;
-            ts_gdn_tape *t = &st->tape[L];
-            ts_gdn_state *g = &st->gdn[L];
-            memcpy(g->conv, t->snap_conv, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);
-            /* row 0 reads the snapshot and overwrites the live state: no copy back */
-            for (int r = 0; r < keep; r++)
-                ts_gdn_advance_from(m, &m->layers[L].gdn, g, r == 0 ? t->snap_S : g->S, t->qkv + (size_t)r * m->C,
-                                    t->a + (size_t)r * c->Hv, t->b + (size_t)r * c->Hv, NULL, st->sc.rowtmp);
-        }
+        /* Lazy: the GDN state is now "snapshot + the first keep taped rows"
+         * (model.h, gdn_pend); the next forward applies them in its own pass
+         * over the state. A second rollback of the same block just moves the
+         * mark (both count from the same snapshot). */
+        st->gdn_pend = keep;
         s->pos -= n - keep;
         s->spec_rows = keep;
     }
@@ -107,6 +98,8 @@ void ts_spec_rollback(ts_session *s, int keep) {
     memcpy(s->last_hidden, st->sc.hidden + (size_t)(keep - 1) * c->H, sizeof(float) * c->H);
     s->have_last = 1;
 }
+
+void ts_spec_materialize(ts_session *s) { ts_gdn_materialize(&s->e->model, &s->st); }
 
 static int argmax(const float *x, int n) { return ts_argmax(x, n); }
 

@@ -2,8 +2,8 @@
  *
  * Verify runs a block of rows through the target with the one-row kernels
  * (bit-identical to decoding them one at a time) while recording the GDN
- * tape; rollback keeps a prefix of the block by restoring the block-start
- * GDN snapshot and replaying the kept rows from the tape. The generation
+ * tape; rollback keeps a prefix of the block: the block-start GDN snapshot
+ * advanced by the kept rows of the tape, applied lazily by the next pass. The generation
  * loop (MTP drafting, acceptance, statistics) is ts_spec_generate, called by
  * ts_generate when gen params ask for drafting.
  */
@@ -18,9 +18,15 @@
  * block-start state is snapshotted and the tape recorded. */
 int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err);
 /* Keep the first `keep` rows (1..n) of the last verify block: KV caches are
- * truncated by position, GDN states restored and replayed. Afterwards the
- * session's last logits/hidden are those of row keep-1. */
+ * truncated by position; the GDN states are rolled back lazily (model.h,
+ * gdn_pend: the next forward replays the kept rows from the snapshot in its
+ * own pass). Afterwards the session's last logits/hidden are those of row
+ * keep-1. */
 void ts_spec_rollback(ts_session *s, int keep);
+/* Apply a pending lazy rollback to the GDN states now (st->gdn then holds
+ * the same bits an eager rollback would have left). For code that reads the
+ * raw state; the forward never needs it. */
+void ts_spec_materialize(ts_session *s);
 
 /* The acceptance rule over one block. vlogits [m+1, V] target logits,
  * drafts d[0..m) drawn from dprobs [m, V] (sampling) or argmax (smp NULL:
