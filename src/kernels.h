@@ -64,4 +64,39 @@ void ts_kernels_release(void);
 /* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);
 
+/* ==== prefill kernels (chunked prefill only; decode and verify never call
+ * these, so their rounding is free to differ from the token path) ==== */
+
+/* Run fn(ctx, i, n) for every item i in [0, n) on the kernel threads (the
+ * caller takes part) and wait for all. Items are claimed dynamically: the
+ * result must not depend on which thread runs an item. fn must not call
+ * any other kernel that goes parallel (ts_linear*, ts_kernels_parallel). */
+typedef void (*ts_par_fn)(void *ctx, int item, int n_items);
+void ts_kernels_parallel(ts_par_fn fn, void *ctx, int n_items);
+
+/* One chunk of L rows (L <= 64) of the chunked gated delta rule for one
+ * value head (model-spec.md §6.2; the algebra is in src/cpu/prefill.c):
+ *   S [dk, dv] f32, the state at the chunk start, advanced in place;
+ *   q, k rows t at q + t*ld, k + t*ld [dk] (l2-normed, q scaled);
+ *   v rows at v + t*ld [dv]; g (log decay, <= 0) and beta of row t at
+ *   g[t*ldg], beta[t*ldg]; o row t (before the gated norm) at o + t*ldo.
+ * ws: ts_delta_chunk_ws(L, dk, dv) floats of workspace. */
+void ts_delta_chunk(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
+                    const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
+void ts_delta_chunk_ref(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
+                        const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
+size_t ts_delta_chunk_ws(int L, int dk, int dv);
+
+/* Causal softmax attention of n query rows of one head: row i (query at
+ * q + i*ldq [D], already scaled by nothing: `scale` is applied to the
+ * scores) sees keys and values 0..pos+i at k + t*ldkv, v + t*ldkv [D];
+ * writes o + i*ldo [D]. No scratch: the softmax is accumulated online. */
+void ts_attn_rows(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo, int n,
+                  int pos, int D, float scale);
+void ts_attn_rows_ref(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
+                      int n, int pos, int D, float scale);
+
+/* y[i] = silu(x[i]) (* m[i] when m is not NULL), i < n; y may alias x. */
+void ts_silu_mul(float *y, const float *x, const float *m, size_t n);
+
 #endif

@@ -50,7 +50,74 @@ static void rope_head(float *x, int rot, int pos, double theta) {
     }
 }
 
+/* RoPE of one row's heads: nh heads of D at x + h * hstride, with the
+ * angles formed once for the row (the same expressions as rope_head). */
+static void rope_row(float *x, int nh, size_t hstride, int rot, int pos, double theta) {
+    float cs[512], sn[512];
+    const int half = rot / 2;
+    for (int j = 0; j < half; j++) {
+        float inv = 1.0f / powf((float)theta, (float)(2 * j) / (float)rot);
+        float a = (float)pos * inv;
+        cs[j] = cosf(a);
+        sn[j] = sinf(a);
+    }
+    for (int h = 0; h < nh; h++) {
+        float *xh = x + (size_t)h * hstride;
+        for (int j = 0; j < half; j++) {
+            float x0 = xh[j], x1 = xh[j + half];
+            xh[j] = x0 * cs[j] - x1 * sn[j];
+            xh[j + half] = x1 * cs[j] + x0 * sn[j];
+        }
+    }
+}
+
 /* ---- gated attention ---- */
+
+typedef struct attn_job {
+    const ts_model *m;
+    const float *qg; /* [n, nq, 2D] */
+    const ts_kv *kv;
+    float *out;      /* [n, nq*D] */
+    int n, pos;
+} attn_job;
+
+/* Prefill: one query head over all n rows (multi-row causal attention),
+ * then its output gate. */
+static void attn_head(void *ctx, int h, int nh) {
+    const attn_job *j = ctx;
+    const ts_model *m = j->m;
+    const int D = m->D, grp = m->cfg.nq / m->cfg.nkv, kh = h / grp;
+    (void)nh;
+    const size_t ldq = (size_t)2 * m->qdim;
+    ts_attn_rows(j->qg + (size_t)h * 2 * D, ldq, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim,
+                 j->out + (size_t)h * D, m->qdim, j->n, j->pos, D, 1.0f / sqrtf((float)D));
+    for (int i = 0; i < j->n; i++) {
+        const float *gate = j->qg + (size_t)i * ldq + (size_t)h * 2 * D + D;
+        float *o = j->out + (size_t)i * m->qdim + (size_t)h * D;
+        for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
+    }
+}
+
+/* The prefill form of the attention block after the projections: norms and
+ * RoPE row by row (angles once per row), the rows' K/V into the cache, then
+ * the heads in parallel. Rounding differs from the token path (online
+ * softmax, FMAs). */
+static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, ts_kv *kv, float *qg, float *kb,
+                         const float *vb, int n, int pos) {
+    const ts_config *c = &m->cfg;
+    const int D = m->D, nq = c->nq, nkv = c->nkv;
+    for (int i = 0; i < n; i++) {
+        float *qi = qg + (size_t)i * nq * 2 * D, *ki = kb + (size_t)i * m->kvdim;
+        for (int h = 0; h < nq; h++) ts_rmsnorm1p(qi + (size_t)h * 2 * D, w->q_norm, qi + (size_t)h * 2 * D, 1, D, c->eps);
+        ts_rmsnorm1p(ki, w->k_norm, ki, nkv, D, c->eps);
+        rope_row(qi, nq, (size_t)2 * D, c->rot_dim, pos + i, c->rope_theta);
+        rope_row(ki, nkv, (size_t)D, c->rot_dim, pos + i, c->rope_theta);
+    }
+    memcpy(kv->k + (size_t)pos * m->kvdim, kb, sizeof(float) * (size_t)n * m->kvdim);
+    memcpy(kv->v + (size_t)pos * m->kvdim, vb, sizeof(float) * (size_t)n * m->kvdim);
+    attn_job j = {m, qg, kv, sc->big2, n, pos};
+    ts_kernels_parallel(attn_head, &j, nq);
+}
 
 static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_kv *kv, int n, int pos,
                        linear_fn lin) {
@@ -63,6 +130,11 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     lin(&w->q_proj, sc->u, qg, n);
     lin(&w->k_proj, sc->u, kb, n);
     lin(&w->v_proj, sc->u, vb, n);
+    if (lin == ts_linear_prefill && n > 1 && c->rot_dim <= 1024) {
+        attn_prefill(m, sc, w, kv, qg, kb, vb, n, pos);
+        lin(&w->o_proj, sc->big2, sc->t, n);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         for (int h = 0; h < nq; h++) {
             float *q = qg + ((size_t)i * nq + h) * 2 * D;
@@ -186,13 +258,15 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
         memcpy(tp->b, bb, sizeof(float) * (size_t)n * Hv);
     }
     if (lin == ts_linear_prefill && n > 1 && sc->pf_conv) {
-        /* prefill: the chunked delta rule (rounding may differ; never for verify) */
-        ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, o, n);
-    } else {
-        for (int i = 0; i < n; i++)
-            ts_gdn_advance_from(m, w, gs, i == 0 && tp && tp->S_from ? tp->S_from : gs->S, qkv + (size_t)i * m->C,
-                                aa + (size_t)i * Hv, bb + (size_t)i * Hv, o + (size_t)i * m->Vd, sc->rowtmp);
+        /* prefill: the chunked delta rule and the gated norm, threaded over
+         * heads (rounding may differ; never for verify) */
+        ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, z, o, n);
+        lin(&w->out_proj, o, sc->t, n);
+        return;
     }
+    for (int i = 0; i < n; i++)
+        ts_gdn_advance_from(m, w, gs, i == 0 && tp && tp->S_from ? tp->S_from : gs->S, qkv + (size_t)i * m->C,
+                            aa + (size_t)i * Hv, bb + (size_t)i * Hv, o + (size_t)i * m->Vd, sc->rowtmp);
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
     for (int i = 0; i < n; i++)
         for (int h = 0; h < Hv; h++) {

@@ -1,0 +1,176 @@
+/* test_prefill_kernels.c: the prefill-only kernels (kernels.h "prefill
+ * kernels" block, src/cpu/prefill*.c) against their references.
+ *
+ * - delta_chunk: ts_delta_chunk (AVX-512 when available) and the reference
+ *   both against L steps of the token recurrence ts_gdn_step_ref, on shapes
+ *   with tails (dk, dv, L not multiples of 16) and strided rows.
+ * - attn_rows: multi-row causal attention against the reference, with a
+ *   cache prefix (pos > 0) and row counts across the tile sizes.
+ * - silu: the vectorised SiLU against expf-based SiLU, within 4 ulp-ish.
+ * - parallel: every item of ts_kernels_parallel runs exactly once.
+ */
+#include <math.h>
+
+#include "cpu/cpu.h"
+#include "kernels.h"
+#include "ts_test.h"
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (2.0 / 16777216.0) - 1.0);
+}
+
+static float rel_err(const float *a, const float *b, size_t n) {
+    float e = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (!(d <= e)) e = d;
+        if (fabsf(b[i]) > mx) mx = fabsf(b[i]);
+    }
+    return mx > 0 ? e / mx : e;
+}
+
+static void l2n(float *x, int d, float s) {
+    double ss = 0;
+    for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss + 1e-6)) * s;
+    for (int i = 0; i < d; i++) x[i] *= r;
+}
+
+/* One chunk of L rows through `mode` ("ref" = ts_delta_chunk_ref, else the
+ * dispatching ts_delta_chunk under that kernel mode) vs the recurrence. */
+static int check_chunk(const char *mode, int L, int dk, int dv) {
+    const size_t ld = (size_t)2 * dk + dv + 5, ldo = (size_t)dv + 3, ldg = 3;
+    float *x = malloc(sizeof(float) * L * ld), *g = malloc(sizeof(float) * L * ldg), *be = malloc(sizeof(float) * L * ldg);
+    float *S0 = malloc(sizeof(float) * dk * dv), *S1 = malloc(sizeof(float) * dk * dv);
+    float *o0 = malloc(sizeof(float) * L * ldo), *o1 = malloc(sizeof(float) * L * ldo);
+    float *ws = malloc(sizeof(float) * ts_delta_chunk_ws(L, dk, dv));
+    for (size_t i = 0; i < (size_t)L * ld; i++) x[i] = frand();
+    for (int t = 0; t < L; t++) {
+        l2n(x + t * ld, dk, 1.0f / sqrtf((float)dk));
+        l2n(x + t * ld + dk, dk, 1.0f);
+        g[t * ldg] = -0.5f * (frand() + 1.0f) - (t % 9 == 0 ? 3.0f : 0.0f); /* some strong decays */
+        be[t * ldg] = 0.5f * (frand() + 1.0f);
+    }
+    for (int i = 0; i < dk * dv; i++) S0[i] = S1[i] = frand() * 0.3f;
+    for (size_t i = 0; i < (size_t)L * ldo; i++) o0[i] = o1[i] = 0.f;
+    for (int t = 0; t < L; t++)
+        ts_gdn_step_ref(S0, x + t * ld + dk, x + t * ld + 2 * dk, x + t * ld, expf(g[t * ldg]), be[t * ldg], o0 + t * ldo, dk,
+                        dv);
+    const char *orig = ts_kernels_name();
+    int bad = 0;
+    if (!strcmp(mode, "ref")) {
+        ts_delta_chunk_ref(S1, x, x + dk, x + 2 * dk, ld, g, be, ldg, o1, ldo, L, dk, dv, ws);
+    } else {
+        ts_kernels_select(mode);
+        ts_delta_chunk(S1, x, x + dk, x + 2 * dk, ld, g, be, ldg, o1, ldo, L, dk, dv, ws);
+        ts_kernels_select(orig);
+    }
+    float es = rel_err(S1, S0, (size_t)dk * dv), eo = rel_err(o1, o0, (size_t)L * ldo);
+    if (!(es < 2e-5f && eo < 2e-5f)) {
+        ts_test_fail(__FILE__, __LINE__, "%s L %d dk %d dv %d: state rel err %g, output rel err %g", mode, L, dk, dv, es, eo);
+        bad = 1;
+    }
+    free(x); free(g); free(be); free(S0); free(S1); free(o0); free(o1); free(ws);
+    return bad;
+}
+
+TS_TEST(prefill_kernels, delta_chunk) {
+    static const int shapes[][3] = {{64, 128, 128}, {37, 48, 24}, {1, 32, 64}, {7, 16, 16}, {64, 64, 32}, {50, 128, 80}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (check_chunk("ref", shapes[i][0], shapes[i][1], shapes[i][2])) return;
+        if (ts_kernels_select("avx512") == 0) {
+            ts_kernels_select("auto");
+            if (check_chunk("avx512", shapes[i][0], shapes[i][1], shapes[i][2])) return;
+        }
+    }
+}
+
+static int check_attn(int n, int pos, int D) {
+    const int T = pos + n;
+    const size_t ldq = (size_t)2 * D + 1, ldkv = (size_t)D + 7, ldo = (size_t)D + 2;
+    float *q = malloc(sizeof(float) * n * ldq), *k = malloc(sizeof(float) * T * ldkv), *v = malloc(sizeof(float) * T * ldkv);
+    float *o0 = calloc((size_t)n * ldo, sizeof(float)), *o1 = calloc((size_t)n * ldo, sizeof(float));
+    for (size_t i = 0; i < (size_t)n * ldq; i++) q[i] = frand() * 2.0f;
+    for (size_t i = 0; i < (size_t)T * ldkv; i++) { k[i] = frand() * 2.0f; v[i] = frand(); }
+    const float scale = 1.0f / sqrtf((float)D);
+    ts_attn_rows_ref(q, ldq, k, v, ldkv, o0, ldo, n, pos, D, scale);
+    /* the reference itself against a plain two-pass softmax on one row */
+    int bad = 0;
+    {
+        int i = n - 1;
+        double *p = malloc(sizeof(double) * T), mx = -1e300, sum = 0;
+        for (int t = 0; t <= pos + i; t++) {
+            double s = 0;
+            for (int d = 0; d < D; d++) s += (double)q[i * ldq + d] * k[t * ldkv + d];
+            p[t] = s * scale;
+            if (p[t] > mx) mx = p[t];
+        }
+        for (int t = 0; t <= pos + i; t++) { p[t] = exp(p[t] - mx); sum += p[t]; }
+        float e = 0;
+        for (int d = 0; d < D; d++) {
+            double acc = 0;
+            for (int t = 0; t <= pos + i; t++) acc += p[t] / sum * v[t * ldkv + d];
+            e = fmaxf(e, fabsf((float)acc - o0[i * ldo + d]));
+        }
+        free(p);
+        if (!(e < 1e-5f)) { ts_test_fail(__FILE__, __LINE__, "reference n %d pos %d D %d: err %g", n, pos, D, e); bad = 1; }
+    }
+    const char *orig = ts_kernels_name();
+    if (!bad && ts_kernels_select("avx512") == 0) {
+        ts_attn_rows(q, ldq, k, v, ldkv, o1, ldo, n, pos, D, scale);
+        ts_kernels_select(orig);
+        float e = rel_err(o1, o0, (size_t)n * ldo);
+        if (!(e < 1e-5f)) { ts_test_fail(__FILE__, __LINE__, "avx512 n %d pos %d D %d: rel err %g", n, pos, D, e); bad = 1; }
+        /* the padding between rows is not written */
+        for (int i = 0; i < n && !bad; i++)
+            for (size_t d = (size_t)D; d < ldo; d++)
+                if (o1[i * ldo + d] != 0.f) { ts_test_fail(__FILE__, __LINE__, "avx512 wrote past D"); bad = 1; break; }
+    }
+    free(q); free(k); free(v); free(o0); free(o1);
+    return bad;
+}
+
+TS_TEST(prefill_kernels, attn_rows) {
+    static const int cases[][3] = {{1, 0, 32}, {7, 0, 64}, {64, 0, 256}, {100, 37, 40}, {130, 70, 128}, {3, 200, 256}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (check_attn(cases[i][0], cases[i][1], cases[i][2])) return;
+}
+
+TS_TEST(prefill_kernels, silu) {
+    enum { N = 4099 };
+    static float x[N], m[N], y[N];
+    for (int i = 0; i < N; i++) { x[i] = (float)(i - N / 2) * 0.05f; m[i] = frand(); }
+    x[0] = -200.f; x[1] = 200.f; x[2] = 0.f; x[3] = -1e-30f;
+    const char *orig = ts_kernels_name();
+    const char *modes[] = {"generic", "avx512"};
+    for (int mi = 0; mi < 2; mi++) {
+        if (ts_kernels_select(modes[mi]) != 0) continue;
+        for (int wm = 0; wm < 2; wm++) {
+            ts_silu_mul(y, x, wm ? m : NULL, N - mi); /* odd lengths: masked tail */
+            float e = 0;
+            for (int i = 0; i < N - mi; i++) {
+                float r = x[i] / (1.0f + expf(-x[i])) * (wm ? m[i] : 1.0f);
+                float d = fabsf(y[i] - r), tol = 4e-7f * fabsf(r) + 1e-37f;
+                if (!(d <= tol) && d > e) e = d;
+                if (!(d <= tol)) { ts_test_fail(__FILE__, __LINE__, "%s x %g: %g vs %g", modes[mi], x[i], y[i], r); break; }
+            }
+        }
+    }
+    ts_kernels_select(orig);
+}
+
+static void count_item(void *ctx, int i, int n) {
+    int *c = ctx;
+    (void)n;
+    __atomic_fetch_add(&c[i], 1, __ATOMIC_RELAXED);
+}
+
+TS_TEST(prefill_kernels, parallel) {
+    int c[37] = {0};
+    ts_kernels_parallel(count_item, c, 37);
+    for (int i = 0; i < 37; i++) CHECK_MSG(c[i] == 1, "item %d ran %d times", i, c[i]);
+}
