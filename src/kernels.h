@@ -99,4 +99,16 @@ void ts_attn_rows_ref(const float *q, size_t ldq, const float *k, const float *v
 /* y[i] = silu(x[i]) (* m[i] when m is not NULL), i < n; y may alias x. */
 void ts_silu_mul(float *y, const float *x, const float *m, size_t n);
 
+/* Rows i < n of dim: x_i += add_i (add may be NULL), then
+ * y_i = x_i * rsqrt(mean(x_i^2) + eps) * w (w holds 1 + w for the (1+w)
+ * norms). y may alias x. */
+void ts_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps);
+
+/* Causal depthwise conv + SiLU of nc channels over n rows:
+ *   out[i*ldo + c] = silu(sum_{t<K} w[c*K + t] * in(i - (K-1) + t)[c])
+ * where in(r) is x + r*ldx for r >= 0 and state + (K-1+r)*lds for r < 0
+ * (the K-1 inputs before the chunk, oldest first). Sums in t order. */
+void ts_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
+                  size_t ldo, int n, int nc);
+
 #endif

@@ -166,3 +166,35 @@ void ts_silu_mul(float *y, const float *x, const float *m, size_t n) {
         y[i] = m ? s * m[i] : s;
     }
 }
+
+/* ---- residual add + RMSNorm, conv + SiLU ---- */
+
+void ts_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
+    if (use_avx512()) { ts_avx512_add_rmsnorm(x, add, w, y, n, dim, eps); return; }
+    for (int i = 0; i < n; i++) {
+        float *xi = x + (size_t)i * dim, *yi = y + (size_t)i * dim;
+        if (add)
+            for (int j = 0; j < dim; j++) xi[j] += add[(size_t)i * dim + j];
+        double ss = 0;
+        for (int j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
+        float r = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int j = 0; j < dim; j++) yi[j] = xi[j] * r * w[j];
+    }
+}
+
+void ts_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
+                  size_t ldo, int n, int nc) {
+    if (use_avx512() && K <= 8) { ts_avx512_conv_silu(x, ldx, state, lds, w, K, out, ldo, n, nc); return; }
+    for (int i = 0; i < n; i++) {
+        float *oi = out + (size_t)i * ldo;
+        for (int c = 0; c < nc; c++) {
+            float acc = 0.f;
+            for (int t = 0; t < K; t++) {
+                int r = i - (K - 1) + t;
+                float v = r >= 0 ? x[(size_t)r * ldx + c] : state[(size_t)(K - 1 + r) * lds + c];
+                acc += w[(size_t)c * K + t] * v;
+            }
+            oi[c] = acc / (1.0f + expf(-acc));
+        }
+    }
+}

@@ -26,19 +26,19 @@
 AI void tile(const int MR, const int NV, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C,
              size_t ldc, __mmask16 mlast, int acc) {
     __m512 c[4][4];
-    for (int r = 0; r < MR; r++)
-        for (int u = 0; u < NV; u++) c[r][u] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) c[r][u] = _mm512_setzero_ps();
     for (int kk = 0; kk < K; kk++) {
         __m512 b[4];
         const float *Bk = B + (size_t)kk * ldb;
-        for (int u = 0; u < NV; u++) b[u] = _mm512_maskz_loadu_ps(u == NV - 1 ? mlast : 0xFFFF, Bk + 16 * u);
-        for (int r = 0; r < MR; r++) {
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) b[u] = _mm512_maskz_loadu_ps(u == NV - 1 ? mlast : 0xFFFF, Bk + 16 * u);
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) {
             __m512 a = _mm512_set1_ps(A[(size_t)r * lda + kk]);
-            for (int u = 0; u < NV; u++) c[r][u] = _mm512_fmadd_ps(a, b[u], c[r][u]);
+            _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) c[r][u] = _mm512_fmadd_ps(a, b[u], c[r][u]);
         }
     }
-    for (int r = 0; r < MR; r++)
-        for (int u = 0; u < NV; u++) {
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) {
             __mmask16 mk = u == NV - 1 ? mlast : 0xFFFF;
             float *p = C + (size_t)r * ldc + 16 * u;
             __m512 x = c[r][u];
@@ -238,6 +238,56 @@ void ts_avx512_attn_rows(const float *q, size_t ldq, const float *k, const float
         for (int r = 0; r < rb; r++) {
             float inv = 1.0f / lrow[r], *orow = o + (size_t)(i0 + r) * ldo;
             for (int d = 0; d < D; d++) orow[d] *= inv;
+        }
+    }
+}
+
+/* ---- residual add + RMSNorm, conv + SiLU ---- */
+
+void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
+    for (int i = 0; i < n; i++) {
+        float *xi = x + (size_t)i * dim, *yi = y + (size_t)i * dim;
+        const float *ai = add ? add + (size_t)i * dim : NULL;
+        __m512 ss = _mm512_setzero_ps();
+        for (int j = 0; j < dim; j += 16) {
+            __mmask16 mk = dim - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - j)) - 1);
+            __m512 v = _mm512_maskz_loadu_ps(mk, xi + j);
+            if (ai) {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, ai + j));
+                _mm512_mask_storeu_ps(xi + j, mk, v);
+            }
+            ss = _mm512_fmadd_ps(v, v, ss);
+        }
+        const __m512 r = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / (float)dim + eps));
+        for (int j = 0; j < dim; j += 16) {
+            __mmask16 mk = dim - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - j)) - 1);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, xi + j), r);
+            _mm512_mask_storeu_ps(yi + j, mk, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mk, w + j)));
+        }
+    }
+}
+
+/* 16 channels at a time: their K weights gathered once into registers,
+ * then every row is K FMAs and a SiLU. */
+void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
+                         size_t ldo, int n, int nc) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(K));
+    for (int c = 0; c < nc; c += 16) {
+        const __mmask16 mk = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+        __m512 wv[8];
+        for (int t = 0; t < K; t++)
+            wv[t] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, w + (size_t)c * K + t, 4);
+        for (int i = 0; i < n; i++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int t = 0; t < K; t++) {
+                int r = i - (K - 1) + t;
+                const float *src = r >= 0 ? x + (size_t)r * ldx : state + (size_t)(K - 1 + r) * lds;
+                acc = _mm512_fmadd_ps(wv[t], _mm512_maskz_loadu_ps(mk, src + c), acc);
+            }
+            __m512 s = _mm512_div_ps(acc, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), acc))));
+            _mm512_mask_storeu_ps(out + (size_t)i * ldo + c, mk, s);
         }
     }
 }

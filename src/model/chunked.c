@@ -42,29 +42,13 @@ typedef struct gdn_job {
     int n;
 } gdn_job;
 
-/* Causal conv + SiLU of channels [c0, c0 + nc) over n rows (sums in the order
- * of ts_gdn_advance), then those channels' conv state takes the last K-1
- * inputs. */
+/* Causal conv + SiLU of channels [c0, c0 + nc) over n rows, then those
+ * channels' conv state takes the last K-1 inputs. */
 static void conv_channels(const gdn_job *j, int c0, int nc) {
     const ts_model *m = j->m;
     const int C = m->C, K = m->cfg.conv_k, n = j->n;
-    const float *qkv = j->qkv, *st = j->s->conv;
-    float *x = j->sc->pf_conv;
-    for (int i = 0; i < n; i++) {
-        float *oi = x + (size_t)i * C + c0;
-        const float *xi = qkv + (size_t)i * C + c0;
-        for (int ch = 0; ch < nc; ch++) {
-            const float *cw = j->w->conv + (size_t)(c0 + ch) * K;
-            float acc = 0.f;
-            for (int t = 0; t < K - 1; t++) {
-                int src = i - (K - 1) + t; /* row index; < 0 reads the conv state */
-                float v = src >= 0 ? qkv[(size_t)src * C + c0 + ch] : st[(size_t)(K - 1 + src) * C + c0 + ch];
-                acc += cw[t] * v;
-            }
-            oi[ch] = acc + cw[K - 1] * xi[ch];
-        }
-        ts_silu_mul(oi, oi, NULL, (size_t)nc);
-    }
+    const float *qkv = j->qkv;
+    ts_conv_silu(qkv + c0, C, j->s->conv + c0, C, j->w->conv + (size_t)c0 * K, K, j->sc->pf_conv + c0, C, n, nc);
     if (K > 1) {
         /* new state = last K-1 rows of [old state ; inputs]; increasing t
          * reads increasing rows, so shifting the old state down in place is safe */

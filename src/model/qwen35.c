@@ -280,6 +280,45 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     lin(&w->out_proj, o, sc->t, n);
 }
 
+/* ---- prefill: row-wise work spread over the kernel threads ---- */
+
+#define PAR_ITEMS 8 /* items per row-wise region: a few per thread evens out late workers */
+
+typedef struct rows_job {
+    float *x;
+    const float *add, *w, *m;
+    float *y;
+    int n, dim;
+    float eps;
+    size_t N;
+} rows_job;
+
+/* rows of item: x += add, then (w != NULL) y = rmsnorm1p(x) * w */
+static void rows_item(void *ctx, int it, int nit) {
+    const rows_job *j = ctx;
+    int r0 = (int)((int64_t)j->n * it / nit), r1 = (int)((int64_t)j->n * (it + 1) / nit);
+    size_t o = (size_t)r0 * j->dim;
+    if (j->w) {
+        ts_add_rmsnorm(j->x + o, j->add ? j->add + o : NULL, j->w, j->y + o, r1 - r0, j->dim, j->eps);
+    } else {
+        for (size_t i = o; i < (size_t)r1 * j->dim; i++) j->x[i] += j->add[i];
+    }
+}
+
+static void par_rows(float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
+    rows_job j = {x, add, w, NULL, y, n, dim, eps, 0};
+    ts_kernels_parallel(rows_item, &j, TS_MIN(n, PAR_ITEMS));
+}
+
+/* y = silu(y) * m over N elements, in 16-aligned pieces */
+static void silu_item(void *ctx, int it, int nit) {
+    const rows_job *j = ctx;
+    size_t per = (j->N + (size_t)nit - 1) / (size_t)nit;
+    per = (per + 15) & ~(size_t)15;
+    size_t a = per * (size_t)it, b = TS_MIN(j->N, a + per);
+    if (a < b) ts_silu_mul(j->y + a, j->y + a, j->m + a, b - a);
+}
+
 /* ---- FFN ---- */
 
 static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, const float *x, float *gb,
@@ -287,7 +326,12 @@ static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, c
     lin(g, x, gb, n);
     lin(u, x, ub, n);
     size_t N = (size_t)n * g->rows;
-    for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
+    if (lin == ts_linear_prefill && n > 1) {
+        rows_job j = {NULL, NULL, NULL, ub, gb, 0, 0, 0.f, N};
+        ts_kernels_parallel(silu_item, &j, PAR_ITEMS);
+    } else {
+        for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
+    }
     lin(d, gb, out, n);
 }
 
@@ -348,6 +392,16 @@ static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, 
                           ts_gdn_tape *tp, int n, int pos, linear_fn lin) {
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
+    if (lin == ts_linear_prefill && n > 1) {
+        /* prefill: the same steps with the row-wise parts vectorised and threaded */
+        par_rows(sc->x, NULL, l->in_norm, sc->u, n, H, m->cfg.eps);
+        if (l->full) attn_block(m, st, &l->attn, kv, n, pos, lin);
+        else gdn_block(m, st, &l->gdn, gs, tp, n, lin);
+        par_rows(sc->x, sc->t, l->post_norm, sc->u, n, H, m->cfg.eps);
+        ffn_block(m, st, &l->ffn, n, lin);
+        par_rows(sc->x, sc->t, NULL, NULL, n, H, 0.f);
+        return;
+    }
     ts_rmsnorm1p(sc->x, l->in_norm, sc->u, n, H, m->cfg.eps);
     if (l->full) attn_block(m, st, &l->attn, kv, n, pos, lin);
     else gdn_block(m, st, &l->gdn, gs, tp, n, lin);
