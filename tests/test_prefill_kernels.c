@@ -3,7 +3,8 @@
  *
  * - delta_chunk: ts_delta_chunk (AVX-512 when available) and the reference
  *   both against L steps of the token recurrence ts_gdn_step_ref, on shapes
- *   with tails (dk, dv, L not multiples of 16) and strided rows.
+ *   with tails (dk, dv, L not multiples of 16) and strided rows, from a
+ *   random and from a zero start state (the AVX-512 version skips S0 then).
  * - attn_rows: multi-row causal attention against the reference, with a
  *   cache prefix (pos > 0) and row counts across the tile sizes.
  * - silu: the vectorised SiLU against expf-based SiLU, within 4 ulp-ish.
@@ -42,7 +43,7 @@ static void l2n(float *x, int d, float s) {
 
 /* One chunk of L rows through `mode` ("ref" = ts_delta_chunk_ref, else the
  * dispatching ts_delta_chunk under that kernel mode) vs the recurrence. */
-static int check_chunk(const char *mode, int L, int dk, int dv) {
+static int check_chunk(const char *mode, int L, int dk, int dv, int zero) {
     const size_t ld = (size_t)2 * dk + dv + 5, ldo = (size_t)dv + 3, ldg = 3;
     float *x = malloc(sizeof(float) * L * ld), *g = malloc(sizeof(float) * L * ldg), *be = malloc(sizeof(float) * L * ldg);
     float *S0 = malloc(sizeof(float) * dk * dv), *S1 = malloc(sizeof(float) * dk * dv);
@@ -55,7 +56,7 @@ static int check_chunk(const char *mode, int L, int dk, int dv) {
         g[t * ldg] = -0.5f * (frand() + 1.0f) - (t % 9 == 0 ? 3.0f : 0.0f); /* some strong decays */
         be[t * ldg] = 0.5f * (frand() + 1.0f);
     }
-    for (int i = 0; i < dk * dv; i++) S0[i] = S1[i] = frand() * 0.3f;
+    for (int i = 0; i < dk * dv; i++) S0[i] = S1[i] = zero ? 0.f : frand() * 0.3f;
     for (size_t i = 0; i < (size_t)L * ldo; i++) o0[i] = o1[i] = 0.f;
     for (int t = 0; t < L; t++)
         ts_gdn_step_ref(S0, x + t * ld + dk, x + t * ld + 2 * dk, x + t * ld, expf(g[t * ldg]), be[t * ldg], o0 + t * ldo, dk,
@@ -71,7 +72,8 @@ static int check_chunk(const char *mode, int L, int dk, int dv) {
     }
     float es = rel_err(S1, S0, (size_t)dk * dv), eo = rel_err(o1, o0, (size_t)L * ldo);
     if (!(es < 2e-5f && eo < 2e-5f)) {
-        ts_test_fail(__FILE__, __LINE__, "%s L %d dk %d dv %d: state rel err %g, output rel err %g", mode, L, dk, dv, es, eo);
+        ts_test_fail(__FILE__, __LINE__, "%s L %d dk %d dv %d%s: state rel err %g, output rel err %g", mode, L, dk, dv,
+                     zero ? " (zero start state)" : "", es, eo);
         bad = 1;
     }
     free(x); free(g); free(be); free(S0); free(S1); free(o0); free(o1); free(ws);
@@ -80,13 +82,14 @@ static int check_chunk(const char *mode, int L, int dk, int dv) {
 
 TS_TEST(prefill_kernels, delta_chunk) {
     static const int shapes[][3] = {{64, 128, 128}, {37, 48, 24}, {1, 32, 64}, {7, 16, 16}, {64, 64, 32}, {50, 128, 80}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        if (check_chunk("ref", shapes[i][0], shapes[i][1], shapes[i][2])) return;
-        if (ts_kernels_select("avx512") == 0) {
-            ts_kernels_select("auto");
-            if (check_chunk("avx512", shapes[i][0], shapes[i][1], shapes[i][2])) return;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int zero = 0; zero < 2; zero++) {
+            if (check_chunk("ref", shapes[i][0], shapes[i][1], shapes[i][2], zero)) return;
+            if (ts_kernels_select("avx512") == 0) {
+                ts_kernels_select("auto");
+                if (check_chunk("avx512", shapes[i][0], shapes[i][1], shapes[i][2], zero)) return;
+            }
         }
-    }
 }
 
 static int check_attn(int n, int pos, int D) {

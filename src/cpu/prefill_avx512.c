@@ -107,6 +107,25 @@ void ts_avx512_silu_mul(float *y, const float *x, const float *m, size_t n) {
 
 /* ---- chunked delta rule ---- */
 
+AI __mmask16 tail_mask(size_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
+
+/* y = a * x over n floats (y may alias x) */
+static void scale_to(float *y, const float *x, float a, size_t n) {
+    const __m512 av = _mm512_set1_ps(a);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 mk = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, mk, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, x + i)));
+    }
+}
+
+static int all_zero(const float *x, size_t n) {
+    __m512i acc = _mm512_setzero_si512();
+    for (size_t i = 0; i < n; i += 16)
+        acc = _mm512_or_si512(acc, _mm512_castps_si512(_mm512_maskz_loadu_ps(tail_mask(n - i), x + i)));
+    /* -0.0 counts as non-zero here: only a skipped product is at stake */
+    return _mm512_test_epi32_mask(acc, acc) == 0;
+}
+
 /* The algebra is in prefill.c. As products (L rows, compact buffers):
  *   KT = K^T [dk, L];  KK = K KT, QK = Q KT [L, L];  Dl = K S0, Tq = Q S0 [L, dv]
  *   E[t,s] = e^{G_t - G_s}: KK *= E (s < t), QK *= E (s <= t, 0 above)
@@ -132,14 +151,22 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
         for (int i = 0; i < dk; i++) KT[(size_t)i * L + s] = k[(size_t)s * ld + i];
     ts_avx512_sgemm(L, L, dk, k, ld, KT, L, KK, L, 0);
     ts_avx512_sgemm(L, L, dk, q, ld, KT, L, QK, L, 0);
-    ts_avx512_sgemm(L, dv, dk, k, ld, S, dv, Dl, dv, 0);
-    ts_avx512_sgemm(L, dv, dk, q, ld, S, dv, Tq, dv, 0);
+    /* a zero start state (the first chunk of a prompt) contributes nothing */
+    const int S0_zero = all_zero(S, (size_t)dk * dv);
+    if (!S0_zero) { /* else Dl and Tq are zero: not formed, not read */
+        ts_avx512_sgemm(L, dv, dk, k, ld, S, dv, Dl, dv, 0);
+        ts_avx512_sgemm(L, dv, dk, q, ld, S, dv, Tq, dv, 0);
+    }
+    float dG[64];
     for (int t = 0; t < L; t++) {
         float *kk = KK + (size_t)t * L, *qk = QK + (size_t)t * L;
-        for (int s = 0; s < t; s++) {
-            float e = expf((float)(G[t] - G[s]));
-            kk[s] *= e;
-            qk[s] *= e;
+        /* E[t, s] = e^{G_t - G_s}: the difference in double, the exp in f32 */
+        for (int s = 0; s < t; s++) dG[s] = (float)(G[t] - G[s]);
+        for (int s = 0; s < t; s += 16) {
+            __mmask16 mk = tail_mask((size_t)(t - s));
+            __m512 e = exp512(_mm512_maskz_loadu_ps(mk, dG + s));
+            _mm512_mask_storeu_ps(kk + s, mk, _mm512_mul_ps(e, _mm512_maskz_loadu_ps(mk, kk + s)));
+            _mm512_mask_storeu_ps(qk + s, mk, _mm512_mul_ps(e, _mm512_maskz_loadu_ps(mk, qk + s)));
         }
         for (int s = t + 1; s < L; s++) qk[s] = 0.f;
     }
@@ -155,8 +182,8 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
             for (int u = 0; u < 4; u++) {
                 int w = nn - 16 * u;
                 mk[u] = w >= 16 ? (__mmask16)0xFFFF : w > 0 ? (__mmask16)((1u << w) - 1) : 0;
-                a[u] = _mm512_fnmadd_ps(et, _mm512_maskz_loadu_ps(mk[u], dt + j + 16 * u),
-                                        _mm512_maskz_loadu_ps(mk[u], vt + j + 16 * u));
+                a[u] = _mm512_maskz_loadu_ps(mk[u], vt + j + 16 * u);
+                if (!S0_zero) a[u] = _mm512_fnmadd_ps(et, _mm512_maskz_loadu_ps(mk[u], dt + j + 16 * u), a[u]);
             }
             for (int s = 0; s < t; s++) {
                 const __m512 c = _mm512_set1_ps(kk[s]);
@@ -167,21 +194,20 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
         }
     }
     /* outputs: o_t = e^{G_t} Tq_t, then += QK Dl */
-    for (int t = 0; t < L; t++) {
-        float *ot = o + (size_t)t * ldo;
-        const float *tq = Tq + (size_t)t * dv;
-        for (int j = 0; j < dv; j++) ot[j] = eG[t] * tq[j];
+    if (S0_zero) {
+        ts_avx512_sgemm(L, dv, L, QK, L, Dl, dv, o, ldo, 0);
+    } else {
+        for (int t = 0; t < L; t++) scale_to(o + (size_t)t * ldo, Tq + (size_t)t * dv, eG[t], (size_t)dv);
+        ts_avx512_sgemm(L, dv, L, QK, L, Dl, dv, o, ldo, 1);
     }
-    ts_avx512_sgemm(L, dv, L, QK, L, Dl, dv, o, ldo, 1);
     /* state at the chunk end */
     const float eL = eG[L - 1];
     for (int s = 0; s < L; s++) {
         float w = expf((float)(G[L - 1] - G[s]));
-        float *ds = Dl + (size_t)s * dv;
-        for (int j = 0; j < dv; j++) ds[j] *= w;
+        scale_to(Dl + (size_t)s * dv, Dl + (size_t)s * dv, w, (size_t)dv);
     }
-    for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= eL;
-    ts_avx512_sgemm(dk, dv, L, KT, L, Dl, dv, S, dv, 1);
+    if (!S0_zero) scale_to(S, S, eL, (size_t)dk * dv);
+    ts_avx512_sgemm(dk, dv, L, KT, L, Dl, dv, S, dv, !S0_zero);
 }
 
 /* ---- multi-row causal attention ---- */

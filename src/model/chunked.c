@@ -62,14 +62,23 @@ static void conv_channels(const gdn_job *j, int c0, int nc) {
     }
 }
 
+/* x_i *= scale / sqrt(|x_i|^2 + 1e-6) for n rows of d at stride ld, as the
+ * vectorised RMSNorm: 1/sqrt(ss + e) = d^-1/2 / sqrt(ss/d + e/d), so the
+ * norm with eps e/d and a constant weight scale/sqrt(d) is the same map. */
 static void l2norm_rows(float *x, size_t ld, int n, int d, float scale) {
-    for (int i = 0; i < n; i++) {
-        float *xi = x + (size_t)i * ld;
-        double ss = 0;
-        for (int t = 0; t < d; t++) ss += (double)xi[t] * xi[t];
-        float r = 1.0f / sqrtf((float)ss + 1e-6f) * scale;
-        for (int t = 0; t < d; t++) xi[t] *= r;
+    float w[1024];
+    if (d > 1024) {
+        for (int i = 0; i < n; i++) {
+            float *xi = x + (size_t)i * ld;
+            double ss = 0;
+            for (int t = 0; t < d; t++) ss += (double)xi[t] * xi[t];
+            float r = 1.0f / sqrtf((float)ss + 1e-6f) * scale;
+            for (int t = 0; t < d; t++) xi[t] *= r;
+        }
+        return;
     }
+    for (int t = 0; t < d; t++) w[t] = scale / sqrtf((float)d);
+    for (int i = 0; i < n; i++) ts_add_rmsnorm(x + (size_t)i * ld, NULL, w, x + (size_t)i * ld, 1, d, 1e-6f / (float)d);
 }
 
 /* Pass 1: item < Hk is key head item, else value head item - Hk. */
