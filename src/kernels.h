@@ -25,10 +25,17 @@ typedef struct ts_weight {
     const void *scales;   /* quantized: [rows, cols/group] of sdtype */
     const void *biases;   /* quantized: [rows, cols/group] of sdtype */
     ts_dtype sdtype;      /* F32, F16 or BF16 */
+    const uint8_t *packed; /* quantized: the same values repacked for the
+                              AVX-512 kernels (cpu/pack.c), or NULL */
 } ts_weight;
 
 /* y[n, rows] = x[n, cols] . W^T  (row-exact: see above) */
 void ts_linear(const ts_weight *w, const float *x, float *y, int n);
+/* ts_linear (prefill 0) or ts_linear_prefill (1) of nw weights with the
+ * same cols on the same x: y[i] = x . w[i]^T, in one parallel region when
+ * the kernels allow it (same results as nw separate calls). */
+#define TS_LINEAR_MANY_MAX 8
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int prefill);
 /* Same product; may use faster, differently-rounded kernels. */
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
 /* The plain reference every fast kernel is tested against. */
@@ -61,18 +68,31 @@ size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve);
  * measure a session's reservation from zero). */
 void ts_kernels_release(void);
 
+/* ---- load-time repacking (cpu/pack.c) ----
+ * Bytes ts_weight_pack needs for a quantized [rows, cols] matrix in the
+ * current kernel mode; 0 when that mode reads the MLX layout directly (or
+ * TS_PACK=0 is set in the environment). The memory plan calls it too. */
+size_t ts_weight_pack_size(int64_t rows, int64_t cols, int bits, int group, ts_dtype sdtype);
+/* Fill dst (ts_weight_pack_size bytes) and point w->packed into it. */
+void ts_weight_pack(ts_weight *w, void *dst);
+/* Element (r, c) read back from the packed layout (tests). */
+float ts_packed_get(const ts_weight *w, int64_t r, int64_t c);
+
+/* ---- parallel regions for model code ----
+ * fn(ctx, i, n) for every i in [0, n) on the kernels' thread pool (the
+ * caller takes part); returns when all are done. Work items must be
+ * independent and their results must not depend on which thread ran them.
+ * Serialised with the matrix products (one pool region at a time). */
+typedef void (*ts_par_fn)(void *ctx, int i, int n);
+void ts_parallel_for(int n, ts_par_fn fn, void *ctx);
+
 /* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);
 
 /* ==== prefill kernels (chunked prefill only; decode and verify never call
  * these, so their rounding is free to differ from the token path) ==== */
 
-/* Run fn(ctx, i, n) for every item i in [0, n) on the kernel threads (the
- * caller takes part) and wait for all. Items are claimed dynamically: the
- * result must not depend on which thread runs an item. fn must not call
- * any other kernel that goes parallel (ts_linear*, ts_kernels_parallel). */
-typedef void (*ts_par_fn)(void *ctx, int item, int n_items);
-void ts_kernels_parallel(ts_par_fn fn, void *ctx, int n_items);
+/* (Model code spreads these over the threads with ts_parallel_for above.) */
 
 /* One chunk of L rows (L <= 64) of the chunked gated delta rule for one
  * value head (model-spec.md §6.2; the algebra is in src/cpu/prefill.c):

@@ -131,8 +131,22 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     if ((rc = ts_st_open_dir(dir, &st, err))) return rc;
     size_t index_bytes = ts_mem_used(TS_MEM_MISC) - misc0;
     int has_mtp = ts_st_find(st, "mtp.fc.weight") != NULL;
-    for (int i = 0; i < st->n_tensors; i++)
-        if (strncmp(st->tensors[i].name, "model.visual.", 13)) pl->mapped_bytes += st->tensors[i].nbytes;
+    uint64_t packed = 0; /* load-time repacking of quantized matrices (model/load.c pack_all) */
+    for (int i = 0; i < st->n_tensors; i++) {
+        const ts_st_tensor *t = &st->tensors[i];
+        if (!strncmp(t->name, "model.visual.", 13)) continue;
+        pl->mapped_bytes += t->nbytes;
+        size_t l = strlen(t->name);
+        if (t->dtype != TS_DTYPE_U32 || !c->q_bits || l < 7 || strcmp(t->name + l - 7, ".weight") || t->n_dims < 2) continue;
+        if (!c->tied && l >= 19 && !strcmp(t->name + l - 19, "embed_tokens.weight")) continue; /* gathered in place */
+        char sn[600];
+        snprintf(sn, sizeof sn, "%.*s.scales", (int)(l - 7), t->name);
+        const ts_st_tensor *sc = ts_st_find(st, sn);
+        if (!sc) continue;
+        int64_t nmat = t->n_dims == 3 ? t->shape[0] : 1, rows = t->shape[t->n_dims - 2];
+        int64_t cols = t->shape[t->n_dims - 1] * 32 / c->q_bits;
+        packed += (uint64_t)nmat * ts_weight_pack_size(rows, cols, c->q_bits, c->q_group, sc->dtype);
+    }
     ts_st_close(st);
 
     ts_sess_plan s;
@@ -157,6 +171,7 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     add(pl, "GDN conv, A, dt_bias, norm (f32)", TS_MEM_WEIGHTS, 1, 0, 4 * ng,
         F * ng * (C * (uint64_t)c->conv_k + 2 * (uint64_t)c->Hv + (uint64_t)c->dv));
     if (has_mtp) add(pl, "MTP norms (f32)", TS_MEM_WEIGHTS, 1, 0, 7, F * (5 * H + 2 * D));
+    if (packed) add(pl, "quantized matrices repacked for the kernels", TS_MEM_WEIGHTS, 1, 0, 1, packed);
 
     /* session */
     int spec = s.p.spec_draft > 0;

@@ -25,7 +25,7 @@ static float fr(void) {
     return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-typedef struct { ts_weight w; void *d, *s, *b; } wbox;
+typedef struct { ts_weight w; void *d, *s, *b, *p; } wbox;
 
 static void make_w(wbox *o, ts_dtype dt, int bits, int group, ts_dtype sdt, int64_t rows, int64_t cols) {
     memset(o, 0, sizeof *o);
@@ -52,7 +52,16 @@ static void make_w(wbox *o, ts_dtype dt, int bits, int group, ts_dtype sdt, int6
     free(row);
 }
 
-static void free_w(wbox *o) { free(o->d); free(o->s); free(o->b); }
+static void free_w(wbox *o) { free(o->d); free(o->s); free(o->b); free(o->p); }
+
+/* Repack for the current mode (cpu/pack.c); 0 when the mode has no packing. */
+static int pack_w(wbox *o) {
+    size_t sz = ts_weight_pack_size(o->w.rows, o->w.cols, o->w.bits, o->w.group, o->w.sdtype);
+    if (!sz) return 0;
+    o->p = malloc(sz);
+    ts_weight_pack(&o->w, o->p);
+    return 1;
+}
 
 static int check_one(const ts_weight *w, int n, float tol, const char *what) {
     const int64_t rows = w->rows, cols = w->cols;
@@ -114,6 +123,18 @@ TS_TEST(kernels, parity_and_row_exact) {
                 if (mi == 3 && cases[ci].dt == TS_DTYPE_U32 && cases[ci].bits == 4 && cases[ci].group >= 64) tol = 3e-2f;
                 int bad = 0;
                 for (int n = 1; n <= 9 && !bad; n += (n < 5 ? 1 : 4)) bad = check_one(&b.w, n, tol, what);
+                /* the same weight repacked (P16, activations in three int8 digits: 2^-23) */
+                if (!bad && cases[ci].dt == TS_DTYPE_U32 && pack_w(&b)) {
+                    strncat(what, " packed", sizeof what - strlen(what) - 1);
+                    for (int64_t r = 0; r < b.w.rows && !bad; r++)
+                        for (int64_t c = 0; c < b.w.cols && !bad; c++)
+                            if (ts_packed_get(&b.w, r, c) != ts_weight_get(&b.w, r, c)) {
+                                ts_test_fail(__FILE__, __LINE__, "%s: element (%lld, %lld) %g != %g", what, (long long)r,
+                                             (long long)c, ts_packed_get(&b.w, r, c), ts_weight_get(&b.w, r, c));
+                                bad = 1;
+                            }
+                    for (int n = 1; n <= 9 && !bad; n += (n < 5 ? 1 : 4)) bad = check_one(&b.w, n, 2e-6f, what);
+                }
                 free_w(&b);
                 if (bad) { ts_kernels_select(orig); return; }
             }

@@ -8,7 +8,7 @@
  * - attn_rows: multi-row causal attention against the reference, with a
  *   cache prefix (pos > 0) and row counts across the tile sizes.
  * - silu: the vectorised SiLU against expf-based SiLU, within 4 ulp-ish.
- * - parallel: every item of ts_kernels_parallel runs exactly once.
+ * - parallel: every item of ts_parallel_for runs exactly once.
  */
 #include <math.h>
 
@@ -174,6 +174,6 @@ static void count_item(void *ctx, int i, int n) {
 
 TS_TEST(prefill_kernels, parallel) {
     int c[37] = {0};
-    ts_kernels_parallel(count_item, c, 37);
+    ts_parallel_for(37, count_item, c);
     for (int i = 0; i < 37; i++) CHECK_MSG(c[i] == 1, "item %d ran %d times", i, c[i]);
 }

@@ -39,7 +39,7 @@ TS_TEST(quant, pack_layout) {
             vals[j] = (j * 7 + 3) & ((1 << bits) - 1);
             q[j * bits / 32] |= (uint32_t)vals[j] << ((j * bits) % 32);
         }
-        ts_weight w = {TS_DTYPE_U32, bits, group, 1, cols, q, sc, bi, TS_DTYPE_BF16};
+        ts_weight w = {TS_DTYPE_U32, bits, group, 1, cols, q, sc, bi, TS_DTYPE_BF16, NULL};
         for (int j = 0; j < cols; j++) {
             float expect = j < 32 ? 1.0f * vals[j] + 0.5f : 2.0f * vals[j] - 1.0f;
             CHECK_MSG(ts_weight_get(&w, 0, j) == expect, "bits %d col %d: %g != %g", bits, j, ts_weight_get(&w, 0, j), expect);
@@ -66,7 +66,7 @@ TS_TEST(quant, roundtrip) {
             for (int g = 0; g < cols / group; g++) w[g * group + 5] = w[g * group + 5]; /* keep groups distinct */
             ts_quant_row(w, cols, bits, group, TS_DTYPE_F32, q, sc, bi);
             ts_dequant_row(q, sc, bi, cols, bits, group, TS_DTYPE_F32, d);
-            ts_weight wt = {TS_DTYPE_U32, bits, group, 1, cols, q, sc, bi, TS_DTYPE_F32};
+            ts_weight wt = {TS_DTYPE_U32, bits, group, 1, cols, q, sc, bi, TS_DTYPE_F32, NULL};
             for (int j = 0; j < cols; j++) {
                 float step = sc[j / group];
                 CHECK_MSG(fabsf(d[j] - w[j]) <= 0.5f * step * 1.0001f + 1e-7f, "bits %d group %d col %d: %g vs %g (step %g)",

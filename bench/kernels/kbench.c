@@ -29,17 +29,22 @@ static void fill(void *p, size_t bytes, uint64_t *s) {
 
 static void one(int64_t rows, int64_t cols, int reps, const char *what) {
     uint64_t s = 7;
-    ts_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16};
+    ts_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16, NULL};
     size_t qb = (size_t)(rows * cols / 2), sb = (size_t)(rows * cols / 64) * 2;
     void *d = malloc(qb);
     uint16_t *sc = malloc(sb), *bi = malloc(sb);
     fill(d, qb, &s);
     for (size_t i = 0; i < sb / 2; i++) { sc[i] = 0x3b80; bi[i] = 0xbc00; } /* bf16 0.0039, -0.0078 */
     w.data = d; w.scales = sc; w.biases = bi;
+    /* the layout the engine uses in this mode (P16 repacking on AVX-512) */
+    size_t psz = ts_weight_pack_size(rows, cols, 4, 64, TS_DTYPE_BF16);
+    void *pk = psz ? malloc(psz) : NULL;
+    if (pk) ts_weight_pack(&w, pk);
     float *x = malloc(sizeof(float) * cols * 9), *y = malloc(sizeof(float) * rows * 9);
     for (int64_t i = 0; i < cols * 9; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
     double t1 = 0;
-    printf("%s: [%lld x %lld] int4 g64, %.1f MB\n", what, (long long)rows, (long long)cols, ts_weight_bytes(&w) / 1e6);
+    printf("%s: [%lld x %lld] int4 g64%s, %.1f MB\n", what, (long long)rows, (long long)cols, pk ? " packed" : "",
+           ts_weight_bytes(&w) / 1e6);
     for (int n = 1; n <= 9; n++) {
         ts_linear(&w, x, y, n); /* warm */
         double best = 1e9;
@@ -52,7 +57,7 @@ static void one(int64_t rows, int64_t cols, int reps, const char *what) {
         if (n == 1) t1 = best;
         printf("  n=%d  %8.3f ms  %6.1f GB/s  %.2fx one row\n", n, best * 1e3, ts_weight_bytes(&w) / best / 1e9, best / t1);
     }
-    free(d); free(sc); free(bi); free(x); free(y);
+    free(d); free(sc); free(bi); free(x); free(y); free(pk);
 }
 
 int main(int argc, char **argv) {

@@ -33,6 +33,7 @@ typedef struct ts_xprep {
     float *sx, *xs;     /* [n, ng] */
     float *xp;          /* [n, cols] f32, permuted for 4-bit */
     int8_t *x8;         /* [n, cols] int8 ("avx512-q8" mode), 128-blocks evens | odds */
+    int8_t *xd;         /* [n, 3, cols]: the three int8 digits of the P16 kernel */
 } ts_xprep;
 
 /* ---- row kernels: rows [r0, r1) of y[n, rows] ---- */
@@ -48,6 +49,13 @@ void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t
 void ts_avx2_prep_x(const float *x, int64_t cols, int group, int bits, float *xp, float *xs);
 void ts_avx2_qdot(const ts_weight *w, const float *xp, const float *xs, int n, float *y, int64_t r0, int64_t r1);
 void ts_avx2_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+/* P16-packed weights (pack.c, linear_p16_avx512.c) */
+int ts_pack_enabled(void);
+int ts_pack_supported(int bits, int group, int64_t cols);
+size_t ts_pack_record_bytes(int bits, int group, ts_dtype sdtype);
+void ts_avx512_prep_d(const float *x, int64_t cols, int group, int8_t *d, float *sx, float *xs);
+void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, float *y,
+                    int64_t r0, int64_t r1);
 /* Prefill: dequantize 4 rows at a time into wbuf [4, cols] f32 (column order
  * of xp), then a 4x4 register-blocked f32 product. */
 void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_t r0, int64_t r1, float *wbuf);

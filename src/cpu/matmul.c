@@ -24,7 +24,7 @@
 
 #include "cpu/cpu.h"
 
-enum { K_GENERIC, K_QDOT, K_FDOT, K_GEMM, K2_QDOT, K2_FDOT, K_Q8DOT };
+enum { K_GENERIC, K_QDOT, K_FDOT, K_GEMM, K2_QDOT, K2_FDOT, K_Q8DOT, K_PDOT };
 
 typedef struct job {
     const ts_weight *w;
@@ -37,7 +37,7 @@ typedef struct job {
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static ts_xprep g_p;
-static size_t g_cap_xq, g_cap_xp, g_cap_sx, g_cap_xs, g_cap_x8; /* elements allocated */
+static size_t g_cap_xq, g_cap_xp, g_cap_sx, g_cap_xs, g_cap_x8, g_cap_xd; /* elements allocated */
 static float *g_wbuf;           /* [threads, 4 * cols] */
 static size_t g_cap_w;
 
@@ -54,10 +54,10 @@ static int grow(void **p, size_t *cap, size_t need, size_t es) {
 
 void ts_kernels_release(void) {
     pthread_mutex_lock(&g_lock);
-    void *bufs[] = {g_p.xq, g_p.sx, g_p.xs, g_p.xp, g_p.x8, g_wbuf};
+    void *bufs[] = {g_p.xq, g_p.sx, g_p.xs, g_p.xp, g_p.x8, g_p.xd, g_wbuf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_free(bufs[i]);
-    g_p.xq = NULL; g_p.sx = g_p.xs = g_p.xp = NULL; g_p.x8 = NULL; g_wbuf = NULL;
-    g_cap_xq = g_cap_xp = g_cap_sx = g_cap_xs = g_cap_x8 = g_cap_w = 0;
+    g_p.xq = NULL; g_p.sx = g_p.xs = g_p.xp = NULL; g_p.x8 = g_p.xd = NULL; g_wbuf = NULL;
+    g_cap_xq = g_cap_xp = g_cap_sx = g_cap_xs = g_cap_x8 = g_cap_xd = g_cap_w = 0;
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -65,9 +65,15 @@ size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve) {
     int mode = ts_kmode();
     if (mode == TS_KMODE_REF || rows <= 0 || cols <= 0) return 0;
     size_t R = (size_t)rows, C = (size_t)cols, ng = group > 0 ? C / (size_t)group : 0;
-    size_t need_xq = 0, need_sx = 0, need_xs = 0, need_xp = 0, need_x8 = 0;
+    size_t need_xq = 0, need_sx = 0, need_xs = 0, need_xp = 0, need_x8 = 0, need_xd = 0;
     size_t need_w = (size_t)(ts_pool_threads_planned() + 1) * 4 * C;
-    if (mode == TS_KMODE_AVX512 || mode == TS_KMODE_AVX512Q8) {
+    if (mode == TS_KMODE_AVX512 && group > 0 && ts_pack_enabled() && ts_pack_supported(4, group, group)) {
+        /* quantized weights are packed: digits for them, f32 x for the
+         * bf16/f32 matrices' prefill GEMM */
+        need_xp = R * C;
+        need_xd = 3 * R * C;
+        need_sx = need_xs = R * ng;
+    } else if (mode == TS_KMODE_AVX512 || mode == TS_KMODE_AVX512Q8) {
         need_xp = R * C; /* the prefill GEMM */
         if (group > 0) { need_xq = 2 * R * C; need_sx = need_xs = R * ng; }
         if (mode == TS_KMODE_AVX512Q8 && group > 0) need_x8 = R * C;
@@ -79,6 +85,7 @@ size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve) {
         {(void **)&g_p.xq, &g_cap_xq, need_xq, sizeof(int16_t)}, {(void **)&g_p.sx, &g_cap_sx, need_sx, sizeof(float)},
         {(void **)&g_p.xs, &g_cap_xs, need_xs, sizeof(float)},   {(void **)&g_p.xp, &g_cap_xp, need_xp, sizeof(float)},
         {(void **)&g_p.x8, &g_cap_x8, need_x8, 1},               {(void **)&g_wbuf, &g_cap_w, need_w, sizeof(float)},
+        {(void **)&g_p.xd, &g_cap_xd, need_xd, 1},
     };
     size_t added = 0;
     pthread_mutex_lock(&g_lock);
@@ -104,6 +111,7 @@ static void run_job(void *ctx, int chunk, int n_chunks) {
     case K2_QDOT: ts_avx2_qdot(j->w, j->p->xp, j->p->xs, j->n, j->y, r0, r1); break;
     case K2_FDOT: ts_avx2_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
     case K_Q8DOT: ts_avx512_q8dot(j->w, j->p->x8, j->p->sx, j->p->xs, j->n, j->y, r0, r1); break;
+    case K_PDOT: ts_avx512_pdot(j->w, j->p->xd, j->p->sx, j->p->xs, j->n, j->y, r0, r1); break;
     default: ts_generic_rows(j->w, j->x, j->n, j->y, r0, r1, wb); break;
     }
 }
@@ -119,7 +127,7 @@ static void prep_f(const ts_weight *w, const float *x, int n) {
         }
 }
 
-void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill) {
+static int pick_kind(int mode, const ts_weight *w, int n, int prefill) {
     int simd = mode == TS_KMODE_AVX512 || mode == TS_KMODE_AVX512Q8;
     int qok = w->dtype == TS_DTYPE_U32 && (w->bits == 4 || w->bits == 8) && w->group % 64 == 0 && w->group <= 1024;
     int fok = w->dtype == TS_DTYPE_BF16 || w->dtype == TS_DTYPE_F32;
@@ -132,6 +140,13 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
     /* groups of 16 or 32 (not a multiple of the AVX-512 kernels' 64): the
      * AVX2 kernel, which every AVX-512 CPU runs, beats the generic path ~40x */
     else if (simd && kind == K_GENERIC && q2) kind = K2_QDOT;
+    /* packed weights: one kernel for decode, verify and prefill */
+    if (mode == TS_KMODE_AVX512 && w->packed) kind = K_PDOT;
+    return kind;
+}
+
+void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill) {
+    const int kind = pick_kind(mode, w, n, prefill);
     pthread_mutex_lock(&g_lock);
     int nt = ts_pool_threads();
     const int64_t cols = w->cols;
@@ -144,6 +159,11 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
     }
     if (kind == K_GEMM || kind == K2_QDOT) bad |= grow((void **)&g_p.xp, &g_cap_xp, (size_t)n * cols, sizeof(float));
     if (kind == K2_QDOT) bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    if (kind == K_PDOT) {
+        bad |= grow((void **)&g_p.xd, &g_cap_xd, (size_t)3 * n * cols, 1);
+        bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
+        bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    }
     if (kind == K_Q8DOT) {
         bad |= grow((void **)&g_p.x8, &g_cap_x8, (size_t)n * cols, 1);
         bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
@@ -164,6 +184,10 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
             ts_avx512_prep_q(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xq + (int64_t)i * cols,
                              g_p.xq + (int64_t)(n + i) * cols, g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
     if (kind == K_GEMM) prep_f(w, x, n);
+    if (kind == K_PDOT)
+        for (int i = 0; i < n; i++)
+            ts_avx512_prep_d(x + (int64_t)i * cols, cols, w->group, g_p.xd + (int64_t)i * 3 * cols, g_p.sx + (int64_t)i * ng,
+                             g_p.xs + (int64_t)i * ng);
     if (kind == K_Q8DOT)
         for (int i = 0; i < n; i++)
             ts_avx512_prep_q8(x + (int64_t)i * cols, cols, w->group, g_p.x8 + (int64_t)i * cols, g_p.sx + (int64_t)i * ng,
@@ -179,6 +203,87 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
         int64_t per = (w->rows + 8 * nt - 1) / (8 * nt);
         j.per = TS_MAX(16, (per + 15) & ~(int64_t)15);
         ts_pool_run(run_job, &j, (int)((w->rows + j.per - 1) / j.per));
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+void ts_parallel_for(int n, ts_par_fn fn, void *ctx) {
+    if (n <= 0) return;
+    pthread_mutex_lock(&g_lock);
+    if (n == 1 || ts_pool_threads() == 1) {
+        for (int i = 0; i < n; i++) fn(ctx, i, n);
+    } else {
+        ts_pool_run(fn, ctx, n);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- several products of the same x in one pool region ----
+ * The projections that read the same normalised x (q/k/v; GDN qkv/z/b/a;
+ * gate/up) run as one region: x is prepared once and the threads split the
+ * 16-row blocks of all of them, so a decode step pays one wake-up and one
+ * join per group instead of per matrix, and small matrices (GDN b and a:
+ * Hv rows) ride along instead of running alone on the caller. Each output
+ * row is computed by the same kernel call as in ts_linear: row-exact. */
+typedef struct many_job {
+    const ts_weight *const *w;
+    float *const *y;
+    int n;
+    int64_t start[TS_LINEAR_MANY_MAX + 1]; /* first global block of each weight */
+    int64_t per;                           /* blocks per chunk */
+} many_job;
+
+static void run_many(void *ctx, int chunk, int n_chunks) {
+    const many_job *j = ctx;
+    (void)n_chunks;
+    int64_t b0 = (int64_t)chunk * j->per, b1 = b0 + j->per;
+    for (int i = 0; j->start[i] < b1 && j->w[i]; i++) {
+        int64_t lo = TS_MAX(b0, j->start[i]), hi = TS_MIN(b1, j->start[i + 1]);
+        if (lo >= hi) continue;
+        const ts_weight *w = j->w[i];
+        int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
+        ts_avx512_pdot(w, g_p.xd, g_p.sx, g_p.xs, j->n, j->y[i], r0, r1);
+    }
+}
+
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int prefill) {
+    int mode = ts_kmode(), fuse = nw > 1 && nw <= TS_LINEAR_MANY_MAX && mode == TS_KMODE_AVX512;
+    for (int i = 0; i < nw && fuse; i++)
+        fuse = pick_kind(mode, w[i], n, prefill) == K_PDOT && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group;
+    if (!fuse) {
+        for (int i = 0; i < nw; i++) (prefill ? ts_linear_prefill : ts_linear)(w[i], x, y[i], n);
+        return;
+    }
+    const int64_t cols = w[0]->cols, ng = cols / w[0]->group;
+    pthread_mutex_lock(&g_lock);
+    int bad = grow((void **)&g_p.xd, &g_cap_xd, (size_t)3 * n * cols, 1);
+    bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
+    bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    if (bad) {
+        pthread_mutex_unlock(&g_lock);
+        for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x, y[i], n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        ts_avx512_prep_d(x + (int64_t)i * cols, cols, w[0]->group, g_p.xd + (int64_t)i * 3 * cols, g_p.sx + (int64_t)i * ng,
+                         g_p.xs + (int64_t)i * ng);
+    const ts_weight *wl[TS_LINEAR_MANY_MAX + 1] = {0};
+    many_job j = {wl, y, n, {0}, 0};
+    double macs = 0;
+    for (int i = 0; i < nw; i++) {
+        wl[i] = w[i];
+        j.start[i + 1] = j.start[i] + (w[i]->rows + 15) / 16;
+        macs += (double)w[i]->rows * (double)cols * n;
+    }
+    for (int i = nw + 1; i <= TS_LINEAR_MANY_MAX; i++) j.start[i] = j.start[nw];
+    int64_t blocks = j.start[nw];
+    int nt = ts_pool_threads();
+    if (macs < 65536.0 || nt == 1) {
+        j.per = blocks;
+        run_many(&j, 0, 1);
+    } else {
+        j.per = TS_MAX(1, (blocks + 8 * nt - 1) / (8 * nt));
+        ts_pool_run(run_many, &j, (int)((blocks + j.per - 1) / j.per));
     }
     pthread_mutex_unlock(&g_lock);
 }

@@ -1,6 +1,6 @@
 /* prefill.c: the prefill-only kernels behind kernels.h's "prefill kernels"
- * block: the parallel loop for model code, one chunk of the chunked delta
- * rule, multi-row causal attention, SiLU; plain C references and the
+ * block: one chunk of the chunked delta rule, multi-row causal attention,
+ * SiLU, residual + RMSNorm, conv + SiLU; plain C references and the
  * dispatch to the AVX-512 versions (prefill_avx512.c).
  *
  * Does not own: the projections (matmul.c), the token recurrence
@@ -31,10 +31,6 @@
 #include "cpu/cpu.h"
 
 static int use_avx512(void) { return ts_kmode() >= TS_KMODE_AVX512; }
-
-/* ---- parallel loop ---- */
-
-void ts_kernels_parallel(ts_par_fn fn, void *ctx, int n_items) { ts_pool_run(fn, ctx, n_items); }
 
 /* ---- chunked delta rule ---- */
 

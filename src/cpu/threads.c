@@ -11,10 +11,7 @@
  * The caller waits only for chunks already claimed. Workers spin briefly
  * (regions follow each other within microseconds in decode), then sleep on a
  * condition variable so an idle engine burns no core.
- * Invariant: one region at a time. g_region serialises callers: matmul.c
- * (which also holds its own lock around a product) and the model's
- * parallel loops (ts_kernels_parallel, prefill) may be called from sessions
- * on different threads. A region body must not start another region.
+ * Invariant: one region at a time (matmul.c serialises callers).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -38,7 +35,6 @@ static void *g_ctx;
 static uint64_t g_word;      /* gen << 40 | n_chunks << 20 | next chunk (atomic) */
 static int g_left;           /* chunks not yet finished (atomic) */
 static int g_sleepers;       /* under g_mu */
-static pthread_mutex_t g_region = PTHREAD_MUTEX_INITIALIZER; /* one region at a time */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -116,7 +112,6 @@ void ts_pool_run(ts_pool_fn fn, void *ctx, int n_chunks) {
         return;
     }
     if ((uint64_t)n_chunks > FIELD) n_chunks = (int)FIELD; /* callers keep chunk counts small */
-    pthread_mutex_lock(&g_region);
     g_fn = fn;
     g_ctx = ctx;
     __atomic_store_n(&g_left, n_chunks, __ATOMIC_RELEASE);
@@ -131,5 +126,4 @@ void ts_pool_run(ts_pool_fn fn, void *ctx, int n_chunks) {
     while (__atomic_load_n(&g_left, __ATOMIC_ACQUIRE) > 0)
         if (++spins < SPIN) cpu_relax();
         else sched_yield();
-    pthread_mutex_unlock(&g_region);
 }

@@ -2,7 +2,7 @@
  * chunked delta rule, for prefill only (model-spec.md §2.3 step 7 and §6.2).
  *
  * Owns: ts_gdn_chunked, which advances one GDN layer over n rows in two
- * parallel passes over the kernel threads (ts_kernels_parallel):
+ * parallel passes over the kernel threads (ts_parallel_for):
  *   1. per key head (its q and k channels) and per value head (its v
  *      channels): the causal conv + SiLU of those channels for all rows,
  *      the conv state update of those channels, the l2 norms of the key
@@ -145,6 +145,6 @@ int ts_gdn_chunk_slots(const ts_config *c) { return TS_MIN(c->Hv, TS_DELTA_SLOTS
 void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, ts_scratch *sc, const float *qkv,
                     const float *a, const float *b, const float *z, float *o, int n) {
     gdn_job j = {m, w, gs, sc, qkv, a, b, z, o, n};
-    ts_kernels_parallel(pass_conv, &j, m->cfg.Hk + m->cfg.Hv);
-    ts_kernels_parallel(pass_delta, &j, ts_gdn_chunk_slots(&m->cfg));
+    ts_parallel_for(m->cfg.Hk + m->cfg.Hv, pass_conv, &j);
+    ts_parallel_for(ts_gdn_chunk_slots(&m->cfg), pass_delta, &j);
 }

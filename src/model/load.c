@@ -328,6 +328,88 @@ static int bind_layer(binder *b, const char *p, int full, ts_layer_w *l) {
     return bind_ffn(b, p, &l->ffn);
 }
 
+/* ---- load-time repacking ----
+ * Every quantized matrix the forward reads is copied once into the layout of
+ * the current kernel mode (cpu/pack.c) when that mode has one: one arena,
+ * counted as weights and predicted by the memory plan. The untied embedding is
+ * only gathered row by row, so it stays in the file; the tied one is the head
+ * and is packed once (embed and head share the view). */
+typedef struct wlist {
+    ts_weight **w;
+    int n, cap;
+} wlist;
+
+static int wl_add(wlist *l, ts_weight *w) {
+    if (l->n == l->cap) {
+        int nc = l->cap ? 2 * l->cap : 256;
+        ts_weight **nw = ts_alloc(sizeof *nw * (size_t)nc, TS_MEM_MISC);
+        if (!nw) return -1;
+        if (l->n) memcpy(nw, l->w, sizeof *nw * (size_t)l->n);
+        ts_free(l->w);
+        l->w = nw;
+        l->cap = nc;
+    }
+    l->w[l->n++] = w;
+    return 0;
+}
+
+static int wl_layer(wlist *l, ts_layer_w *ly, const ts_config *c) {
+    int rc = 0;
+    if (ly->full) {
+        ts_weight *a[] = {&ly->attn.q_proj, &ly->attn.k_proj, &ly->attn.v_proj, &ly->attn.o_proj};
+        for (int i = 0; i < 4; i++) rc |= wl_add(l, a[i]);
+    } else {
+        ts_weight *g[] = {&ly->gdn.in_qkv, &ly->gdn.in_z, &ly->gdn.in_b, &ly->gdn.in_a, &ly->gdn.out_proj};
+        for (int i = 0; i < 5; i++) rc |= wl_add(l, g[i]);
+    }
+    ts_ffn_w *f = &ly->ffn;
+    if (!f->moe) {
+        rc |= wl_add(l, &f->gate) | wl_add(l, &f->up) | wl_add(l, &f->down);
+        return rc;
+    }
+    rc |= wl_add(l, &f->router);
+    for (int e = 0; e < c->E; e++) rc |= wl_add(l, &f->e_gate[e]) | wl_add(l, &f->e_up[e]) | wl_add(l, &f->e_down[e]);
+    rc |= wl_add(l, &f->s_gate) | wl_add(l, &f->s_up) | wl_add(l, &f->s_down) | wl_add(l, &f->s_gate_w);
+    return rc;
+}
+
+static int pack_all(ts_model *m, ts_error *err) {
+    const ts_config *c = &m->cfg;
+    wlist l = {0};
+    int rc = wl_add(&l, &m->head);
+    for (int i = 0; i < c->n_layers; i++) rc |= wl_layer(&l, &m->layers[i], c);
+    if (m->has_mtp) rc |= wl_add(&l, &m->mtp.fc) | wl_layer(&l, &m->mtp.layer, c);
+    if (rc) {
+        ts_free(l.w);
+        return ts_fail(err, TS_E_NOMEM, "out of memory");
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < l.n; i++) {
+        ts_weight *w = l.w[i];
+        if (w->dtype == TS_DTYPE_U32) total += ts_weight_pack_size(w->rows, w->cols, w->bits, w->group, w->sdtype);
+    }
+    if (total) {
+        uint8_t *arena = ts_alloc(total, TS_MEM_WEIGHTS);
+        if (!arena) {
+            ts_free(l.w);
+            return ts_fail(err, TS_E_NOMEM, "out of memory packing %.1f MB of quantized weights (TS_PACK=0 reads them in place)",
+                           (double)total / 1e6);
+        }
+        m->packed_arena = arena;
+        m->packed_bytes = total;
+        for (int i = 0; i < l.n; i++) {
+            ts_weight *w = l.w[i];
+            size_t sz = w->dtype == TS_DTYPE_U32 ? ts_weight_pack_size(w->rows, w->cols, w->bits, w->group, w->sdtype) : 0;
+            if (!sz) continue;
+            ts_weight_pack(w, arena);
+            arena += sz;
+        }
+    }
+    if (c->tied) m->embed.packed = m->head.packed;
+    ts_free(l.w);
+    return 0;
+}
+
 int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -380,7 +462,7 @@ int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *er
         if ((rc = bind_vec(&b, "mtp.norm.weight", c->H, 1, 1, &t->norm))) return rc;
         m->has_mtp = 1;
     }
-    return 0;
+    return pack_all(m, err);
 }
 
 static void free_layer(ts_layer_w *l) {
@@ -405,5 +487,6 @@ void ts_model_free(ts_model *m) {
     ts_free(m->mtp.pre_norm_hid);
     ts_free(m->mtp.norm);
     ts_free(m->final_norm);
+    ts_free(m->packed_arena);
     memset(m, 0, sizeof *m);
 }

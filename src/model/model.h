@@ -78,6 +78,8 @@ typedef struct ts_model {
     int has_mtp;
     ts_mtp_w mtp;
     uint64_t weight_bytes;  /* bytes of the bound matrices (what decode reads, experts counted whole) */
+    void *packed_arena;     /* every matrix's repacked copy (cpu/pack.c), or NULL */
+    uint64_t packed_bytes;
     /* derived sizes */
     int D, Kd, Vd, C, qdim, kvdim, max_ffn;
 } ts_model;

@@ -18,6 +18,11 @@
 
 typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
 
+/* Products of one x by several weights (one parallel region; same bits). */
+static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill);
+}
+
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch.nn.functional.softplus with its default threshold 20 */
@@ -116,7 +121,7 @@ static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, 
     memcpy(kv->k + (size_t)pos * m->kvdim, kb, sizeof(float) * (size_t)n * m->kvdim);
     memcpy(kv->v + (size_t)pos * m->kvdim, vb, sizeof(float) * (size_t)n * m->kvdim);
     attn_job j = {m, qg, kv, sc->big2, n, pos};
-    ts_kernels_parallel(attn_head, &j, nq);
+    ts_parallel_for(nq, attn_head, &j);
 }
 
 static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_kv *kv, int n, int pos,
@@ -127,9 +132,7 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     float *qg = sc->big0;  /* [n, nq, 2D]: query | gate per head */
     float *kb = sc->big1;  /* [n, nkv*D] */
     float *vb = sc->big2;  /* [n, nkv*D] */
-    lin(&w->q_proj, sc->u, qg, n);
-    lin(&w->k_proj, sc->u, kb, n);
-    lin(&w->v_proj, sc->u, vb, n);
+    lin_many(lin, (const ts_weight *[]){&w->q_proj, &w->k_proj, &w->v_proj}, 3, sc->u, (float *[]){qg, kb, vb}, n);
     if (lin == ts_linear_prefill && n > 1 && c->rot_dim <= 1024) {
         attn_prefill(m, sc, w, kv, qg, kb, vb, n, pos);
         lin(&w->o_proj, sc->big2, sc->t, n);
@@ -194,6 +197,30 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
     ts_gdn_advance_from(m, w, s, s->S, qkv_in, a, b, o, tmp);
 }
 
+typedef struct gdn_heads_job {
+    const ts_model *m;
+    const ts_gdn_w *w;
+    ts_gdn_state *s;
+    const float *S_src, *q, *k, *v, *a, *b;
+    float *o;
+} gdn_heads_job;
+
+/* One value head's step of ts_gdn_advance_from. */
+static void gdn_head(void *ctx, int h, int nh) {
+    const gdn_heads_job *j = ctx;
+    const ts_config *c = &j->m->cfg;
+    const int dk = c->dk, dv = c->dv, r = c->Hv / c->Hk;
+    (void)nh;
+    const float *qh = j->q + (size_t)(h / r) * dk, *kh = j->k + (size_t)(h / r) * dk;
+    const float *vh = j->v + (size_t)h * dv;
+    float beta = sigmoid(j->b[h]);
+    float decay = expf(j->w->neg_A[h] * softplus(j->a[h] + j->w->dt_bias[h]));
+    float *S = j->s->S + (size_t)h * dk * dv; /* [dk, dv] */
+    /* one head's state (dk*dv floats) at a time: it stays in cache for the step */
+    if (j->S_src != j->s->S) memcpy(S, j->S_src + (size_t)h * dk * dv, sizeof(float) * (size_t)dk * dv);
+    ts_gdn_step(S, kh, vh, qh, decay, beta, j->o ? j->o + (size_t)h * dv : NULL, dk, dv);
+}
+
 /* The state advance with the recurrent state read from S_src (== s->S for
  * the in-place step) and written to s->S. Each head's slice is brought over
  * just before its step, so it is still in cache when the step runs: one
@@ -204,7 +231,7 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
 void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *S_src,
                          const float *qkv_in, const float *a, const float *b, float *o, float *tmp) {
     const ts_config *c = &m->cfg;
-    const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv, r = c->Hv / c->Hk;
+    const int C = m->C, K = c->conv_k, dk = c->dk, dv = c->dv, Hv = c->Hv;
     /* causal depthwise conv over [last K-1 inputs, this input], then SiLU */
     for (int ch = 0; ch < C; ch++) {
         const float *cw = w->conv + (size_t)ch * K;
@@ -227,16 +254,13 @@ void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, 
         float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
         for (int i = 0; i < dk; i++) { qh[i] = qh[i] * rq * qscale; kh[i] *= rk; }
     }
-    for (int h = 0; h < Hv; h++) {
-        const float *qh = q + (size_t)(h / r) * dk, *kh = k + (size_t)(h / r) * dk;
-        const float *vh = v + (size_t)h * dv;
-        float beta = sigmoid(b[h]);
-        float decay = expf(w->neg_A[h] * softplus(a[h] + w->dt_bias[h]));
-        float *S = s->S + (size_t)h * dk * dv; /* [dk, dv] */
-        /* one head's state (dk*dv floats) at a time: it stays in cache for the step */
-        if (S_src != s->S) memcpy(S, S_src + (size_t)h * dk * dv, sizeof(float) * (size_t)dk * dv);
-        ts_gdn_step(S, kh, vh, qh, decay, beta, o ? o + (size_t)h * dv : NULL, dk, dv);
-    }
+    gdn_heads_job j = {m, w, s, S_src, q, k, v, a, b, o};
+    /* the heads' states are independent: spread them over the pool when the
+     * state is large enough to pay for the wake-up (per head the arithmetic
+     * is the same whichever thread runs it: bit-identical results) */
+    if ((size_t)Hv * dk * dv >= 65536) ts_parallel_for(Hv, gdn_head, &j);
+    else
+        for (int h = 0; h < Hv; h++) gdn_head(&j, h, Hv);
 }
 
 static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn_state *gs, ts_gdn_tape *tp,
@@ -248,10 +272,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     float *z = sc->big1;   /* [n, Vd] */
     float *o = sc->big2;   /* [n, Vd] */
     float *bb = sc->small, *aa = sc->small + (size_t)sc->R * Hv; /* [n, Hv] each */
-    lin(&w->in_qkv, sc->u, qkv, n);
-    lin(&w->in_z, sc->u, z, n);
-    lin(&w->in_b, sc->u, bb, n);
-    lin(&w->in_a, sc->u, aa, n);
+    lin_many(lin, (const ts_weight *[]){&w->in_qkv, &w->in_z, &w->in_b, &w->in_a}, 4, sc->u, (float *[]){qkv, z, bb, aa}, n);
     if (tp) { /* verify: record what the state advance consumes (not z: the state never reads it) */
         memcpy(tp->qkv, qkv, sizeof(float) * (size_t)n * m->C);
         memcpy(tp->a, aa, sizeof(float) * (size_t)n * Hv);
@@ -307,7 +328,7 @@ static void rows_item(void *ctx, int it, int nit) {
 
 static void par_rows(float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
     rows_job j = {x, add, w, NULL, y, n, dim, eps, 0};
-    ts_kernels_parallel(rows_item, &j, TS_MIN(n, PAR_ITEMS));
+    ts_parallel_for(TS_MIN(n, PAR_ITEMS), rows_item, &j);
 }
 
 /* y = silu(y) * m over N elements, in 16-aligned pieces */
@@ -323,12 +344,11 @@ static void silu_item(void *ctx, int it, int nit) {
 
 static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, const float *x, float *gb,
                    float *ub, float *out, int n, linear_fn lin) {
-    lin(g, x, gb, n);
-    lin(u, x, ub, n);
+    lin_many(lin, (const ts_weight *[]){g, u}, 2, x, (float *[]){gb, ub}, n);
     size_t N = (size_t)n * g->rows;
     if (lin == ts_linear_prefill && n > 1) {
         rows_job j = {NULL, NULL, NULL, ub, gb, 0, 0, 0.f, N};
-        ts_kernels_parallel(silu_item, &j, PAR_ITEMS);
+        ts_parallel_for(PAR_ITEMS, silu_item, &j);
     } else {
         for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
     }

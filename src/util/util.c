@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -44,10 +45,12 @@ int ts_fail_prefix(ts_error *err, const char *fmt, ...) {
 typedef struct {
     size_t bytes;
     int cat;
+    int mapped; /* 1: an anonymous mapping of its own (large blocks) */
     uint32_t magic;
 } blk_hdr;
 #define TS_HDR TS_ALIGN /* header padded to keep the payload aligned */
 #define TS_MAGIC 0x7511a10cu
+#define TS_BIG_BLOCK ((size_t)4 << 20)
 
 static size_t g_used[TS_MEM_N];
 static long g_fail_after; /* fault injection countdown, 0 = off */
@@ -58,9 +61,25 @@ void *ts_alloc(size_t bytes, ts_mem_cat cat) {
     if (g_fail_after > 0 && --g_fail_after == 0) return NULL;
     if (bytes > SIZE_MAX - 2 * TS_ALIGN) return NULL;
     void *raw = NULL;
-    if (posix_memalign(&raw, TS_ALIGN, TS_HDR + bytes) != 0) return NULL;
-    memset(raw, 0, TS_HDR + bytes);
+    int mapped = 0;
+    if (bytes >= TS_BIG_BLOCK) {
+        /* Large blocks (weights repacked at load, KV caches, GDN states): a
+         * mapping of their own comes zeroed by the kernel, page by page as
+         * it is first touched (by the threads that fill it, not one memset),
+         * and may use transparent huge pages: fewer TLB misses, and the
+         * hardware prefetchers are not stopped at every 4 KiB boundary. */
+        raw = mmap(NULL, TS_HDR + bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(raw, TS_HDR + bytes, MADV_HUGEPAGE);
+#endif
+        mapped = 1;
+    } else {
+        if (posix_memalign(&raw, TS_ALIGN, TS_HDR + bytes) != 0) return NULL;
+        memset(raw, 0, TS_HDR + bytes);
+    }
     blk_hdr *h = raw;
+    h->mapped = mapped;
     h->bytes = bytes;
     h->cat = cat;
     h->magic = TS_MAGIC;
@@ -74,7 +93,8 @@ void ts_free(void *p) {
     if (h->magic != TS_MAGIC) abort(); /* broken invariant: not ours */
     h->magic = 0;
     __atomic_sub_fetch(&g_used[h->cat], h->bytes, __ATOMIC_RELAXED);
-    free(h);
+    if (h->mapped) munmap(h, TS_HDR + h->bytes);
+    else free(h);
 }
 
 char *ts_strdup(const char *s, ts_mem_cat cat) {

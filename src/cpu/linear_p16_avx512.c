@@ -1,0 +1,153 @@
+/* linear_p16_avx512.c: the AVX-512 VNNI product over P16-packed weights
+ * (cpu/pack.c describes the layout), for decode, verify and prefill alike.
+ *
+ * Activations in three int8 digits. Per x row and group, sx = max|x_g| / L
+ * and X = round(x / sx), an integer of 24 bits (|X| <= L = 8,290,000), written
+ * in balanced base 256: X = d2 * 65536 + d1 * 256 + d0 with every digit in
+ * [-128, 127]. VPDPBUSD multiplies the unsigned weight bytes (q in 0..15 or
+ * 0..255) by signed digit bytes exactly, so per group
+ *     sum_c q x = sx * (A2 * 65536 + (A1 * 256 + A0)),  A_k = sum_c q d_k,
+ * where A1 * 256 + A0 is formed in int32 (no overflow for G <= 1024) and one
+ * FMA joins the two halves in f32. x keeps 2^-23 of its group's largest value:
+ * f32 precision, so the quantized engine stays within 1e-3 of the f32
+ * reference even on the chaotic random fixture models, where one int8 digit
+ * (llama.cpp's Q8 activations) moves logits by units.
+ * Cost per 16 rows x 64 columns of INT4: 8 chunk loads, 24 nibble
+ * extractions, 48 VPDPBUSD, ~12 per-group operations: ~5.5 vector
+ * instructions per 64 weights, against ~15 for the row-major int16 kernel.
+ *
+ * Row-exactness (kernels.h): integer sums are exact, and the f32 operations
+ * per (16-row block, x row) run in the same order whatever the number of x
+ * rows processed together or the split of blocks over threads; so n rows give
+ * the bits of n one-row calls, and prefill equals decode.
+ *
+ * Several x rows (verify, prefill): each chunk's nibbles are extracted once
+ * and feed up to 4 x rows (12 int32 accumulators in registers).
+ */
+#include <immintrin.h>
+
+#include "cpu/cpu.h"
+
+#define P16_LIMIT 8290000.0f /* |X| bound keeping the top digit in [-128, 127] */
+
+void ts_avx512_prep_d(const float *x, int64_t cols, int group, int8_t *d, float *sx, float *xs) {
+    const int64_t ng = cols / group;
+    const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
+    const __m512 lim = _mm512_set1_ps(P16_LIMIT), nlim = _mm512_set1_ps(-P16_LIMIT);
+    for (int64_t g = 0; g < ng; g++) {
+        const float *xg = x + g * group;
+        __m512 mx = _mm512_setzero_ps();
+        for (int c = 0; c < group; c += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(xg + c)));
+        float m = _mm512_reduce_max_ps(mx);
+        sx[g] = m / P16_LIMIT;
+        __m512 inv = _mm512_set1_ps(m > 0.f ? P16_LIMIT / m : 0.f);
+        __m512i xsum = _mm512_setzero_si512(); /* |lane| <= 64 * L for G <= 1024 */
+        for (int c = 0; c < group; c += 16) {
+            __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + c), inv), nlim), lim);
+            __m512i X = _mm512_cvtps_epi32(f); /* round to nearest even */
+            xsum = _mm512_add_epi32(xsum, X);
+            __m512i d0 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
+            X = _mm512_srai_epi32(_mm512_sub_epi32(X, d0), 8);
+            __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
+            __m512i d2 = _mm512_srai_epi32(_mm512_sub_epi32(X, d1), 8);
+            int64_t o = g * group + c;
+            _mm_storeu_si128((__m128i *)(d + o), _mm512_cvtepi32_epi8(d0));
+            _mm_storeu_si128((__m128i *)(d + cols + o), _mm512_cvtepi32_epi8(d1));
+            _mm_storeu_si128((__m128i *)(d + 2 * cols + o), _mm512_cvtepi32_epi8(d2));
+        }
+        /* The bias term uses the sum of the ROUNDED x (exact integer), not of
+         * x: then the group's result is exactly sx * sum_c (s q_c + b) X_c up
+         * to the final f32 roundings, and the rounding error of x enters only
+         * through w_c, never through the much larger s q_c or b alone (their
+         * terms cancel to w; with the exact sum of x here, the fixtures'
+         * logits moved 10x more). */
+        int64_t tot = (int64_t)_mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(xsum))) +
+                      (int64_t)_mm512_reduce_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(xsum, 1)));
+        xs[g] = (float)((double)tot * (double)sx[g]);
+    }
+}
+
+/* 16 scales (or biases) of a group record as f32. */
+static inline __m512 load16(const uint8_t *p, ts_dtype t) {
+    if (t == TS_DTYPE_F32) return _mm512_load_ps((const float *)p);
+    __m256i h = _mm256_load_si256((const __m256i *)p);
+    if (t == TS_DTYPE_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+static inline __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* One 16-row block against x rows [i0, i0 + X) (X a constant at each call). */
+static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, const int8_t *xd, const float *sx,
+                                                         const float *xs, float *y, int64_t rb, int i0, const int X) {
+    const int64_t cols = w->cols, G = w->group, ng = cols / G;
+    const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
+    const size_t dbytes = (size_t)16 * (size_t)G * (size_t)w->bits / 8, rec = dbytes + 32 * ss;
+    const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int8_t *d[4][3];
+    __m512 acc[4], accb[4];
+    _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
+        for (int k = 0; k < 3; k++) d[u][k] = xd + ((int64_t)(i0 + u) * 3 + k) * cols;
+        acc[u] = accb[u] = _mm512_setzero_ps();
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *rp = blk + (size_t)g * rec;
+        const int64_t c0 = g * G;
+        __m512i a[4][3];
+        _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) a[u][0] = a[u][1] = a[u][2] = _mm512_setzero_si512();
+        if (w->bits == 4) {
+            for (int64_t j = 0; j < G / 8; j++) {
+                __m512i v = _mm512_load_si512(rp + 64 * j);
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                const int64_t c = c0 + 8 * j;
+                _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
+                    _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) {
+                        a[u][k] = _mm512_dpbusd_epi32(a[u][k], lo, bcast4(d[u][k] + c));
+                        a[u][k] = _mm512_dpbusd_epi32(a[u][k], hi, bcast4(d[u][k] + c + 4));
+                    }
+                }
+            }
+        } else {
+            for (int64_t j = 0; j < G / 4; j++) {
+                __m512i v = _mm512_load_si512(rp + 64 * j);
+                const int64_t c = c0 + 4 * j;
+                _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
+                    _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[u][k] = _mm512_dpbusd_epi32(a[u][k], v, bcast4(d[u][k] + c));
+                }
+            }
+        }
+        const __m512 sc = load16(rp + dbytes, w->sdtype), bi = load16(rp + dbytes + 16 * ss, w->sdtype);
+        _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
+            __m512i low = _mm512_add_epi32(_mm512_slli_epi32(a[u][1], 8), a[u][0]);
+            __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[u][2]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+            int64_t o = (int64_t)(i0 + u) * ng + g;
+            acc[u] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[u]);
+            accb[u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), accb[u]);
+        }
+    }
+    const int64_t r = rb * 16, left = w->rows - r;
+    const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+    _Pragma("GCC unroll 4") for (int u = 0; u < X; u++)
+        _mm512_mask_storeu_ps(y + (int64_t)(i0 + u) * w->rows + r, m, _mm512_add_ps(acc[u], accb[u]));
+}
+
+/* Rows [r0, r1) of y [n, rows]; r0 is a multiple of 16 (the driver splits
+ * in whole blocks). x rows go in chunks of 4, the rest as 3, 2 or 1. */
+void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, float *y,
+                    int64_t r0, int64_t r1) {
+    for (int64_t rb = r0 / 16; rb * 16 < r1; rb++) {
+        int i = 0;
+        for (; i + 4 <= n; i += 4) pdot_x(w, xd, sx, xs, y, rb, i, 4);
+        switch (n - i) {
+        case 3: pdot_x(w, xd, sx, xs, y, rb, i, 3); break;
+        case 2: pdot_x(w, xd, sx, xs, y, rb, i, 2); break;
+        case 1: pdot_x(w, xd, sx, xs, y, rb, i, 1); break;
+        default: break;
+        }
+    }
+}
