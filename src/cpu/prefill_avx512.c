@@ -179,7 +179,7 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
             const int nn = TS_MIN(64, dv - j);
             __mmask16 mk[4];
             __m512 a[4];
-            for (int u = 0; u < 4; u++) {
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
                 int w = nn - 16 * u;
                 mk[u] = w >= 16 ? (__mmask16)0xFFFF : w > 0 ? (__mmask16)((1u << w) - 1) : 0;
                 a[u] = _mm512_maskz_loadu_ps(mk[u], vt + j + 16 * u);
@@ -188,9 +188,10 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
             for (int s = 0; s < t; s++) {
                 const __m512 c = _mm512_set1_ps(kk[s]);
                 const float *ds = Dl + (size_t)s * dv + j;
-                for (int u = 0; u < 4; u++) a[u] = _mm512_fnmadd_ps(c, _mm512_maskz_loadu_ps(mk[u], ds + 16 * u), a[u]);
+                _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)
+                    a[u] = _mm512_fnmadd_ps(c, _mm512_maskz_loadu_ps(mk[u], ds + 16 * u), a[u]);
             }
-            for (int u = 0; u < 4; u++) _mm512_mask_storeu_ps(dt + j + 16 * u, mk[u], _mm512_mul_ps(a[u], bt));
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) _mm512_mask_storeu_ps(dt + j + 16 * u, mk[u], _mm512_mul_ps(a[u], bt));
         }
     }
     /* outputs: o_t = e^{G_t} Tq_t, then += QK Dl */

@@ -2,7 +2,8 @@
  * chunked delta rule, for prefill only (model-spec.md §2.3 step 7 and §6.2).
  *
  * Owns: ts_gdn_chunked, which advances one GDN layer over n rows in two
- * parallel passes over the kernel threads (ts_parallel_for):
+ * parallel passes over the kernel threads (ts_parallel_for; one fused pass
+ * when Hv == Hk, as in the 0.8B shape: no head waits for another):
  *   1. per key head (its q and k channels) and per value head (its v
  *      channels): the causal conv + SiLU of those channels for all rows,
  *      the conv state update of those channels, the l2 norms of the key
@@ -81,62 +82,77 @@ static void l2norm_rows(float *x, size_t ld, int n, int d, float scale) {
     for (int i = 0; i < n; i++) ts_add_rmsnorm(x + (size_t)i * ld, NULL, w, x + (size_t)i * ld, 1, d, 1e-6f / (float)d);
 }
 
-/* Pass 1: item < Hk is key head item, else value head item - Hk. */
-static void pass_conv(void *ctx, int item, int n_items) {
-    const gdn_job *j = ctx;
+/* The conv, l2 norms of key head h's q and k channels. */
+static void key_head(const gdn_job *j, int h) {
     const ts_model *m = j->m;
-    const ts_config *c = &m->cfg;
-    const int C = m->C, dk = c->dk, dv = c->dv, Hk = c->Hk, Hv = c->Hv, n = j->n;
+    const int C = m->C, dk = m->cfg.dk;
     float *x = j->sc->pf_conv;
-    (void)n_items;
-    if (item < Hk) {
-        const int h = item;
-        conv_channels(j, h * dk, dk);
-        conv_channels(j, m->Kd + h * dk, dk);
-        l2norm_rows(x + (size_t)h * dk, C, n, dk, 1.0f / sqrtf((float)dk));
-        l2norm_rows(x + m->Kd + (size_t)h * dk, C, n, dk, 1.0f);
-    } else {
-        const int h = item - Hk;
-        conv_channels(j, 2 * m->Kd + h * dv, dv);
-        float *g = j->sc->pf_gate, *beta = j->sc->pf_gate + (size_t)n * Hv;
-        for (int i = 0; i < n; i++) {
-            g[(size_t)i * Hv + h] = j->w->neg_A[h] * softplus(j->a[(size_t)i * Hv + h] + j->w->dt_bias[h]);
-            beta[(size_t)i * Hv + h] = sigmoid(j->b[(size_t)i * Hv + h]);
-        }
+    conv_channels(j, h * dk, dk);
+    conv_channels(j, m->Kd + h * dk, dk);
+    l2norm_rows(x + (size_t)h * dk, C, j->n, dk, 1.0f / sqrtf((float)dk));
+    l2norm_rows(x + m->Kd + (size_t)h * dk, C, j->n, dk, 1.0f);
+}
+
+/* The conv of value head h's v channels, its log decay g and beta. */
+static void value_head(const gdn_job *j, int h) {
+    const ts_model *m = j->m;
+    const int Hv = m->cfg.Hv, n = j->n;
+    conv_channels(j, 2 * m->Kd + h * m->cfg.dv, m->cfg.dv);
+    float *g = j->sc->pf_gate, *beta = j->sc->pf_gate + (size_t)n * Hv;
+    for (int i = 0; i < n; i++) {
+        g[(size_t)i * Hv + h] = j->w->neg_A[h] * softplus(j->a[(size_t)i * Hv + h] + j->w->dt_bias[h]);
+        beta[(size_t)i * Hv + h] = sigmoid(j->b[(size_t)i * Hv + h]);
     }
 }
 
-/* Pass 2: the delta rule of heads item, item + n_items, ..., then their
+/* The delta rule of value head h over the rows (chunks in order), then its
  * gated RMSNorm (plain weight, norm before the silu(z) gate). */
-static void pass_delta(void *ctx, int item, int n_items) {
-    const gdn_job *j = ctx;
+static void delta_head(const gdn_job *j, int h, float *ws) {
     const ts_model *m = j->m;
     const ts_config *c = &m->cfg;
     const int C = m->C, dk = c->dk, dv = c->dv, Hv = c->Hv, r = Hv / c->Hk, n = j->n;
     const float *x = j->sc->pf_conv, *g = j->sc->pf_gate, *beta = j->sc->pf_gate + (size_t)n * Hv;
-    float *ws = j->sc->pf_chunk + (size_t)item * ts_delta_chunk_ws(TS_DELTA_CHUNK, dk, dv);
-    float gate[1024];
-    for (int h = item; h < Hv; h += n_items) {
-        float *S = j->s->S + (size_t)h * dk * dv;
-        const float *q = x + (size_t)(h / r) * dk, *k = x + m->Kd + (size_t)(h / r) * dk, *v = x + 2 * (size_t)m->Kd + (size_t)h * dv;
-        for (int c0 = 0; c0 < n; c0 += TS_DELTA_CHUNK) {
-            const int L = TS_MIN(TS_DELTA_CHUNK, n - c0);
-            const size_t off = (size_t)c0 * C;
-            ts_delta_chunk(S, q + off, k + off, v + off, C, g + (size_t)c0 * Hv + h, beta + (size_t)c0 * Hv + h, Hv,
-                           j->o + (size_t)c0 * m->Vd + (size_t)h * dv, m->Vd, L, dk, dv, ws);
-        }
-        for (int i = 0; i < n; i++) {
-            float *oh = j->o + (size_t)i * m->Vd + (size_t)h * dv;
-            const float *zh = j->z + (size_t)i * m->Vd + (size_t)h * dv;
-            double ss = 0;
-            for (int t = 0; t < dv; t++) ss += (double)oh[t] * oh[t];
-            float rr = 1.0f / sqrtf((float)(ss / dv) + c->eps);
-            for (int d0 = 0; d0 < dv; d0 += 1024) {
-                const int nd = TS_MIN(1024, dv - d0);
-                ts_silu_mul(gate, zh + d0, NULL, (size_t)nd);
-                for (int t = 0; t < nd; t++) oh[d0 + t] = oh[d0 + t] * rr * j->w->norm[d0 + t] * gate[t];
-            }
-        }
+    float *S = j->s->S + (size_t)h * dk * dv;
+    const float *q = x + (size_t)(h / r) * dk, *k = x + m->Kd + (size_t)(h / r) * dk, *v = x + 2 * (size_t)m->Kd + (size_t)h * dv;
+    for (int c0 = 0; c0 < n; c0 += TS_DELTA_CHUNK) {
+        const int L = TS_MIN(TS_DELTA_CHUNK, n - c0);
+        const size_t off = (size_t)c0 * C;
+        ts_delta_chunk(S, q + off, k + off, v + off, C, g + (size_t)c0 * Hv + h, beta + (size_t)c0 * Hv + h, Hv,
+                       j->o + (size_t)c0 * m->Vd + (size_t)h * dv, m->Vd, L, dk, dv, ws);
+    }
+    for (int i = 0; i < n; i++) {
+        float *oh = j->o + (size_t)i * m->Vd + (size_t)h * dv;
+        ts_add_rmsnorm(oh, NULL, j->w->norm, oh, 1, dv, c->eps);
+        ts_silu_mul(oh, j->z + (size_t)i * m->Vd + (size_t)h * dv, oh, (size_t)dv);
+    }
+}
+
+static float *slot_ws(const gdn_job *j, int item) {
+    return j->sc->pf_chunk + (size_t)item * ts_delta_chunk_ws(TS_DELTA_CHUNK, j->m->cfg.dk, j->m->cfg.dv);
+}
+
+/* Two passes (value heads share key heads): item < Hk is key head item,
+ * else value head item - Hk; then the delta rule per work item. */
+static void pass_conv(void *ctx, int item, int n_items) {
+    const gdn_job *j = ctx;
+    (void)n_items;
+    if (item < j->m->cfg.Hk) key_head(j, item);
+    else value_head(j, item - j->m->cfg.Hk);
+}
+
+static void pass_delta(void *ctx, int item, int n_items) {
+    const gdn_job *j = ctx;
+    for (int h = item; h < j->m->cfg.Hv; h += n_items) delta_head(j, h, slot_ws(j, item));
+}
+
+/* One pass when every value head has its own key head (Hv == Hk): a head's
+ * conv, norms, delta rule and gated norm in one go, its rows still in cache. */
+static void pass_fused(void *ctx, int item, int n_items) {
+    const gdn_job *j = ctx;
+    for (int h = item; h < j->m->cfg.Hv; h += n_items) {
+        key_head(j, h);
+        value_head(j, h);
+        delta_head(j, h, slot_ws(j, item));
     }
 }
 
@@ -145,6 +161,10 @@ int ts_gdn_chunk_slots(const ts_config *c) { return TS_MIN(c->Hv, TS_DELTA_SLOTS
 void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, ts_scratch *sc, const float *qkv,
                     const float *a, const float *b, const float *z, float *o, int n) {
     gdn_job j = {m, w, gs, sc, qkv, a, b, z, o, n};
+    if (m->cfg.Hv == m->cfg.Hk) {
+        ts_parallel_for(ts_gdn_chunk_slots(&m->cfg), pass_fused, &j);
+        return;
+    }
     ts_parallel_for(m->cfg.Hk + m->cfg.Hv, pass_conv, &j);
     ts_parallel_for(ts_gdn_chunk_slots(&m->cfg), pass_delta, &j);
 }
