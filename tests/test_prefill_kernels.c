@@ -177,3 +177,52 @@ TS_TEST(prefill_kernels, parallel) {
     ts_parallel_for(37, count_item, c);
     for (int i = 0; i < 37; i++) CHECK_MSG(c[i] == 1, "item %d ran %d times", i, c[i]);
 }
+
+/* ts_weight_row of quantized weights (the embedding gather) reproduces
+ * ts_weight_get bit for bit: decode reads embeddings through it too. */
+TS_TEST(prefill_kernels, weight_row_quantized) {
+    const int64_t rows = 5, cols = 256;
+    const ts_dtype sdts[] = {TS_DTYPE_BF16, TS_DTYPE_F16, TS_DTYPE_F32};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int group = 32; group <= 128; group *= 2)
+            for (int si = 0; si < 3; si++) {
+                const int64_t ng = cols / group, words = rows * cols * bits / 32;
+                uint32_t *q = malloc(sizeof(uint32_t) * (size_t)words);
+                float *sf = malloc(sizeof(float) * (size_t)(rows * ng) * 2);
+                uint16_t *sh = malloc(sizeof(uint16_t) * (size_t)(rows * ng) * 2);
+                for (int64_t i = 0; i < words; i++) {
+                    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+                    q[i] = (uint32_t)(g_rng >> 32);
+                }
+                for (int64_t i = 0; i < rows * ng * 2; i++) {
+                    sf[i] = frand() * 0.1f;
+                    sh[i] = sdts[si] == TS_DTYPE_BF16 ? ts_f32_to_bf16(sf[i]) : (uint16_t)(0x2000u + (unsigned)(i * 37 % 0x3000));
+                }
+                ts_weight w = {0};
+                w.dtype = TS_DTYPE_U32;
+                w.bits = bits;
+                w.group = group;
+                w.rows = rows;
+                w.cols = cols;
+                w.data = q;
+                w.sdtype = sdts[si];
+                w.scales = sdts[si] == TS_DTYPE_F32 ? (const void *)sf : (const void *)sh;
+                w.biases = sdts[si] == TS_DTYPE_F32 ? (const void *)(sf + rows * ng) : (const void *)(sh + rows * ng);
+                float out[256];
+                int bad = 0;
+                for (int64_t r = 0; r < rows && !bad; r++) {
+                    ts_weight_row(&w, r, out);
+                    for (int64_t c = 0; c < cols; c++) {
+                        float e = ts_weight_get(&w, r, c);
+                        if (memcmp(&e, &out[c], sizeof e)) {
+                            ts_test_fail(__FILE__, __LINE__, "bits %d group %d sdtype %d: (%lld, %lld) %g vs %g", bits, group,
+                                         si, (long long)r, (long long)c, out[c], e);
+                            bad = 1;
+                            break;
+                        }
+                    }
+                }
+                free(q); free(sf); free(sh);
+                if (bad) return;
+            }
+}
