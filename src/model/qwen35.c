@@ -103,8 +103,8 @@ static void attn_head(void *ctx, int h, int nh) {
     }
 }
 
-/* The prefill form of the attention block after the projections: norms and
- * RoPE row by row (angles once per row), the rows' K/V into the cache, then
+/* The prefill form of the attention block after the projections: norms
+ * (vectorised) and RoPE row by row (angles once per row), the rows' K/V into the cache, then
  * the heads in parallel. Rounding differs from the token path (online
  * softmax, FMAs). */
 static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, ts_kv *kv, float *qg, float *kb,
@@ -113,8 +113,8 @@ static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, 
     const int D = m->D, nq = c->nq, nkv = c->nkv;
     for (int i = 0; i < n; i++) {
         float *qi = qg + (size_t)i * nq * 2 * D, *ki = kb + (size_t)i * m->kvdim;
-        for (int h = 0; h < nq; h++) ts_rmsnorm1p(qi + (size_t)h * 2 * D, w->q_norm, qi + (size_t)h * 2 * D, 1, D, c->eps);
-        ts_rmsnorm1p(ki, w->k_norm, ki, nkv, D, c->eps);
+        for (int h = 0; h < nq; h++) ts_add_rmsnorm(qi + (size_t)h * 2 * D, NULL, w->q_norm, qi + (size_t)h * 2 * D, 1, D, c->eps);
+        ts_add_rmsnorm(ki, NULL, w->k_norm, ki, nkv, D, c->eps);
         rope_row(qi, nq, (size_t)2 * D, c->rot_dim, pos + i, c->rope_theta);
         rope_row(ki, nkv, (size_t)D, c->rot_dim, pos + i, c->rope_theta);
     }
