@@ -94,15 +94,18 @@ void ts_kernels_set_threads(int n);
 
 /* (Model code spreads these over the threads with ts_parallel_for above.) */
 
-/* One chunk of L rows (L <= 64) of the chunked gated delta rule for one
+/* One chunk of L rows of the chunked gated delta rule for one
  * value head (model-spec.md §6.2; the algebra is in src/cpu/prefill.c):
  *   S [dk, dv] f32, the state at the chunk start, advanced in place;
  *   q, k rows t at q + t*ld, k + t*ld [dk] (l2-normed, q scaled);
  *   v rows at v + t*ld [dv]; g (log decay, <= 0) and beta of row t at
  *   g[t*ldg], beta[t*ldg]; o row t (before the gated norm) at o + t*ldo.
- * ws: ts_delta_chunk_ws(L, dk, dv) floats of workspace. */
+ * ws: ts_delta_chunk_ws(min(L, 64), dk, dv) floats of workspace. Rows past
+ * 64 run as further chunks of 64, in order. */
 void ts_delta_chunk(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
                     const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
+/* The reference: one chunk, 1 <= L <= 64 (ts_delta_chunk splits longer runs;
+ * its workspace need is ts_delta_chunk_ws(min(L, 64), dk, dv)). */
 void ts_delta_chunk_ref(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
                         const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
 size_t ts_delta_chunk_ws(int L, int dk, int dv);

@@ -3,7 +3,8 @@
  *
  * - delta_chunk: ts_delta_chunk (AVX-512 when available) and the reference
  *   both against L steps of the token recurrence ts_gdn_step_ref, on shapes
- *   with tails (dk, dv, L not multiples of 16) and strided rows, from a
+ *   with tails (dk, dv, L not multiples of 16), more than 64 rows (split
+ *   into chunks of 64) and strided rows, from a
  *   random and from a zero start state (the AVX-512 version skips S0 then).
  * - attn_rows: multi-row causal attention against the reference, with a
  *   cache prefix (pos > 0) and row counts across the tile sizes.
@@ -48,7 +49,7 @@ static int check_chunk(const char *mode, int L, int dk, int dv, int zero) {
     float *x = malloc(sizeof(float) * L * ld), *g = malloc(sizeof(float) * L * ldg), *be = malloc(sizeof(float) * L * ldg);
     float *S0 = malloc(sizeof(float) * dk * dv), *S1 = malloc(sizeof(float) * dk * dv);
     float *o0 = malloc(sizeof(float) * L * ldo), *o1 = malloc(sizeof(float) * L * ldo);
-    float *ws = malloc(sizeof(float) * ts_delta_chunk_ws(L, dk, dv));
+    float *ws = malloc(sizeof(float) * ts_delta_chunk_ws(TS_MIN(L, 64), dk, dv));
     for (size_t i = 0; i < (size_t)L * ld; i++) x[i] = frand();
     for (int t = 0; t < L; t++) {
         l2n(x + t * ld, dk, 1.0f / sqrtf((float)dk));
@@ -63,7 +64,11 @@ static int check_chunk(const char *mode, int L, int dk, int dv, int zero) {
                         dv);
     const char *orig = ts_kernels_name();
     int bad = 0;
-    if (!strcmp(mode, "ref")) {
+    if (!strcmp(mode, "ref") && L > 64) { /* the reference takes one chunk: the generic dispatch splits */
+        ts_kernels_select("generic");
+        ts_delta_chunk(S1, x, x + dk, x + 2 * dk, ld, g, be, ldg, o1, ldo, L, dk, dv, ws);
+        ts_kernels_select(orig);
+    } else if (!strcmp(mode, "ref")) {
         ts_delta_chunk_ref(S1, x, x + dk, x + 2 * dk, ld, g, be, ldg, o1, ldo, L, dk, dv, ws);
     } else {
         ts_kernels_select(mode);
@@ -81,7 +86,8 @@ static int check_chunk(const char *mode, int L, int dk, int dv, int zero) {
 }
 
 TS_TEST(prefill_kernels, delta_chunk) {
-    static const int shapes[][3] = {{64, 128, 128}, {37, 48, 24}, {1, 32, 64}, {7, 16, 16}, {64, 64, 32}, {50, 128, 80}};
+    static const int shapes[][3] = {{64, 128, 128}, {37, 48, 24}, {1, 32, 64}, {7, 16, 16}, {64, 64, 32}, {50, 128, 80},
+                                    {150, 32, 48}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int zero = 0; zero < 2; zero++) {
             if (check_chunk("ref", shapes[i][0], shapes[i][1], shapes[i][2], zero)) return;

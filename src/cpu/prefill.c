@@ -46,6 +46,7 @@ void ts_delta_chunk_ref(float *S, const float *q, const float *k, const float *v
     float *Tq = Dl + (size_t)L * dv;  /* [L, dv] S0^T q_t */
     double G[64];
     float eG[64];
+    if (L <= 0 || L > 64) return; /* ts_delta_chunk splits longer runs */
     double acc = 0.0;
     for (int t = 0; t < L; t++) {
         acc += g[(size_t)t * ldg];
@@ -111,9 +112,18 @@ void ts_delta_chunk_ref(float *S, const float *q, const float *k, const float *v
 
 void ts_delta_chunk(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
                     const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws) {
-    if (L <= 0) return;
-    if (use_avx512()) ts_avx512_delta_chunk(S, q, k, v, ld, g, beta, ldg, o, ldo, L, dk, dv, ws);
-    else ts_delta_chunk_ref(S, q, k, v, ld, g, beta, ldg, o, ldo, L, dk, dv, ws);
+    /* more than 64 rows: consecutive chunks of 64 (the kernels' G arrays and
+     * the workspace are sized for that) */
+    for (int t0 = 0; t0 < L; t0 += 64) {
+        const int l = TS_MIN(64, L - t0);
+        const size_t r = (size_t)t0;
+        if (use_avx512())
+            ts_avx512_delta_chunk(S, q + r * ld, k + r * ld, v + r * ld, ld, g + r * ldg, beta + r * ldg, ldg, o + r * ldo,
+                                  ldo, l, dk, dv, ws);
+        else
+            ts_delta_chunk_ref(S, q + r * ld, k + r * ld, v + r * ld, ld, g + r * ldg, beta + r * ldg, ldg, o + r * ldo, ldo,
+                               l, dk, dv, ws);
+    }
 }
 
 /* ---- multi-row causal attention ---- */
