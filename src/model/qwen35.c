@@ -340,6 +340,21 @@ static void silu_item(void *ctx, int it, int nit) {
     if (a < b) ts_silu_mul(j->y + a, j->y + a, j->m + a, b - a);
 }
 
+/* embedding rows of a prompt chunk (the same ts_weight_row per row) */
+typedef struct embed_job {
+    const ts_model *m;
+    const int32_t *ids;
+    float *x;
+    int n;
+} embed_job;
+
+static void embed_item(void *ctx, int it, int nit) {
+    const embed_job *j = ctx;
+    const int H = j->m->cfg.H;
+    for (int i = (int)((int64_t)j->n * it / nit); i < (int)((int64_t)j->n * (it + 1) / nit); i++)
+        ts_weight_row(&j->m->embed, j->ids[i], j->x + (size_t)i * H);
+}
+
 /* ---- FFN ---- */
 
 static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, const float *x, float *gb,
@@ -446,14 +461,21 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
     const size_t nH = (size_t)n * H;
-    for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
+    const int pf = prefill && n > 1;
+    if (pf) {
+        embed_job j = {m, ids, sc->x, n};
+        ts_parallel_for(TS_MIN(n, PAR_ITEMS), embed_item, &j);
+    } else {
+        for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
+    }
     if (st->dbg_layers) memcpy(st->dbg_layers, sc->x, sizeof(float) * nH);
     for (int L = 0; L < m->cfg.n_layers; L++) {
         ts_gdn_tape *tp = st->tape_on && !m->layers[L].full ? &st->tape[L] : NULL;
         layer_forward(m, st, &m->layers[L], &st->kv[L], &st->gdn[L], tp, n, pos, lin);
         if (st->dbg_layers) memcpy(st->dbg_layers + (L + 1) * nH, sc->x, sizeof(float) * nH);
     }
-    ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
+    if (pf) par_rows(sc->x, NULL, m->final_norm, sc->hidden, n, H, m->cfg.eps);
+    else ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
     head_out(m, st, sc->hidden, n, logits, lin);
 }
 
