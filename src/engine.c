@@ -29,6 +29,8 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     if (p) e->params = *p;
     else ts_engine_params_default(&e->params);
     e->dir = ts_strdup(dir, TS_MEM_MISC);
+    /* before binding: packing the weights already runs on the pool */
+    ts_kernels_set_threads(e->params.n_threads);
     ts_config cfg;
     int rc = ts_config_load(dir, &cfg, err);
     if (!rc) rc = ts_st_open_dir(dir, &e->st, err);
@@ -37,7 +39,6 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
         if (rc) ts_fail_prefix(err, "%s", dir);
     }
     if (rc) { ts_engine_close(e); return rc; }
-    ts_kernels_set_threads(e->params.n_threads);
     if (e->params.verbose) {
         int unused = 0;
         for (int i = 0; i < e->st->n_tensors; i++) {

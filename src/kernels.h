@@ -31,11 +31,17 @@ typedef struct ts_weight {
 
 /* y[n, rows] = x[n, cols] . W^T  (row-exact: see above) */
 void ts_linear(const ts_weight *w, const float *x, float *y, int n);
-/* ts_linear (prefill 0) or ts_linear_prefill (1) of nw weights with the
- * same cols on the same x: y[i] = x . w[i]^T, in one parallel region when
- * the kernels allow it (same results as nw separate calls). */
+/* The product for drafting only (speculative decoding's MTP head): may
+ * round activations to int8 (~3x less arithmetic on the packed path). A
+ * draft never reaches the output unverified, so its precision only moves
+ * the acceptance rate, never the generated tokens. */
+void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n);
+/* ts_linear (flags 0), ts_linear_prefill (TS_LIN_PREFILL = 1) or
+ * ts_linear_draft (TS_LIN_DRAFT = 2) of nw weights with the same cols on the
+ * same x: y[i] = x . w[i]^T, in one parallel region when the kernels allow it
+ * (same results as nw separate calls). */
 #define TS_LINEAR_MANY_MAX 8
-void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int prefill);
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags);
 /* Same product; may use faster, differently-rounded kernels. */
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
 /* The plain reference every fast kernel is tested against. */
@@ -57,6 +63,17 @@ void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float
                  int dv);
 void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                      int dk, int dv);
+
+/* Attention of one query row over T cached rows of one KV head:
+ *   att[t] = scale * q . K[t];  p = softmax(att);  o = sum_t p[t] V[t]
+ * K[t] = K + t * stride (likewise V), q and o of D floats, att [T] scratch.
+ * The reference sums q . K[t] in d order and o in t order; the SIMD version
+ * uses 16-wide partial sums (rounding differs; decode and verify share it, so
+ * speculative exactness is unaffected). Softmax sums in double. */
+void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale, float *att,
+                 float *o);
+void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
+                     float *att, float *o);
 
 /* The kernels' shared workspace for products of up to `rows` rows and
  * `cols` columns (quantized with groups of at least `group`; 0 = none) in the

@@ -69,6 +69,10 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
     s->e = e;
     s->params = sp;
+    {
+        const char *de = getenv("TS_DRAFT_EXACT");
+        s->draft_lowp = !(de && *de && strcmp(de, "0"));
+    }
     ts_state *st = &s->st;
     st->n_ctx = sp.n_ctx;
     if (!(st->kv = ts_alloc(sizeof(ts_kv) * c->n_layers, TS_MEM_MISC))) goto oom;
@@ -187,7 +191,7 @@ int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int 
         /* h_out may alias hidden: ts_mtp_forward reads a row's hidden before writing it */
         float *ho = h_out ? h_out + (size_t)off * H : s->st.sc.hidden;
         ts_mtp_forward(m, &s->st, toks + off, hidden + (size_t)off * H, k, pos + off, ho,
-                       logits ? logits + (size_t)off * V : NULL);
+                       logits ? logits + (size_t)off * V : NULL, 0);
     }
     return 0;
 }

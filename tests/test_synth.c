@@ -87,3 +87,20 @@ TS_TEST(synth, bench_json) {
     if (p) d = atof(p + 15);
     CHECK_MSG(d > 0, "decode tok/s %g", d);
 }
+
+/* bench --spec mtp: plain and drafted outputs compared (identical), the
+ * statistics fields present; bad draft lengths refused with the range. */
+TS_TEST(synth, bench_spec) {
+    char out[8192];
+    int rc = ts_test_sh(out, sizeof out, "%s bench -m tests/fixtures/tiny-dense --prompt 8 --gen 24 --runs 2 --json --bw-mib 16 "
+                        "--spec mtp --draft 3", ts_test_bin());
+    CHECK_MSG(rc == 0, "%s", out);
+    CHECK_MSG(strstr(out, "\"identical\": true"), "%s", out);
+    const char *keys[] = {"\"speedup\"", "\"mean_accepted_length\"", "\"accept_by_position\"", "\"ms_verify_per_block\"",
+                          "\"ms_rollback_per_block\""};
+    for (int i = 0; i < 5; i++) CHECK_MSG(strstr(out, keys[i]), "bench --spec --json lacks %s: %s", keys[i], out);
+    rc = ts_test_sh(out, sizeof out, "%s bench -m tests/fixtures/tiny-dense --spec mtp --draft 9 2>&1", ts_test_bin());
+    CHECK_MSG(rc != 0 && strstr(out, "1..8"), "%s", out);
+    rc = ts_test_sh(out, sizeof out, "%s bench -m tests/fixtures/tiny-dense --spec eagle --draft 2 2>&1", ts_test_bin());
+    CHECK_MSG(rc != 0 && strstr(out, "only 'mtp'"), "%s", out);
+}

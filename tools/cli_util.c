@@ -14,7 +14,7 @@ int cli_parse_ids(const char *s, int **ids) {
     if (!v) return -1;
     const char *p = s;
     while (*p) {
-        while (*p == ' ' || *p == ',') p++;
+        while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\r' || *p == '\t') p++;
         if (!*p) break;
         char *end;
         errno = 0;
@@ -27,7 +27,7 @@ int cli_parse_ids(const char *s, int **ids) {
         }
         v[n++] = (int)x;
         p = end;
-        if (*p && *p != ',' && *p != ' ') { free(v); return -1; }
+        if (*p && *p != ',' && *p != ' ' && *p != '\n' && *p != '\r' && *p != '\t') { free(v); return -1; }
     }
     *ids = v;
     return n;

@@ -1,4 +1,5 @@
-/* cmd_bench.c: `turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json]`.
+/* cmd_bench.c: `turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json]
+ *                               [--spec mtp --draft M] [--ids-file FILE]`.
  *
  * Measures, on this machine, in one process:
  * - the memory read bandwidth: sum over a 1 GiB uint64 array, best of 5
@@ -12,7 +13,13 @@
  *   with the same thread count. (The GDN recurrent state, read and written
  *   once per token, is not counted: 18.9 MB per token on the 0.8B shape.)
  * Each phase runs --runs times (default 5) after a warm-up; the median is
- * reported, with min and max. Load matters on a shared machine: the load
+ * reported, with min and max.
+ * With --spec mtp --draft M it also generates --gen tokens greedily with MTP
+ * drafting after the same prompt, interleaved with plain runs, and reports
+ * the speedup, per-position acceptance, mean accepted length and the draft,
+ * verify and rollback times (checking that both outputs are identical).
+ * --ids-file takes the prompt from a file of comma-separated token ids
+ * (acceptance means little on random prompts of random-weight models). Load matters on a shared machine: the load
  * average is printed alongside.
  */
 #include <pthread.h>
@@ -73,12 +80,91 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json] [--bw-mib M]\n");
+    fprintf(f, "usage: turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json] [--bw-mib M]\n"
+               "                       [--spec mtp --draft M] [--ids-file FILE]\n");
+}
+
+typedef struct collect {
+    int32_t *ids;
+    int n, cap;
+} collect;
+
+static int collect_cb(void *user, int32_t id) {
+    collect *c = user;
+    if (c->n < c->cap) c->ids[c->n++] = id;
+    return 0;
+}
+
+/* Plain vs MTP-drafted greedy generation after the same prompt, `runs`
+ * times interleaved (after a warm-up pair); prints the medians and the
+ * speculative statistics summed over the timed runs. */
+static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int json, ts_error *err) {
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = gen;
+    gp.temperature = 0.0f;
+    double *tpl = malloc(sizeof(double) * (runs + 1)), *tsp = malloc(sizeof(double) * (runs + 1));
+    collect a = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen}, b = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen};
+    ts_gen_stats sum = {0};
+    int rc = 0, same = 1;
+    for (int r = 0; r <= runs && !rc; r++) {
+        ts_gen_stats st;
+        ts_session_reset(s);
+        a.n = 0;
+        gp.spec_draft = 0;
+        rc = ts_generate(s, ids, prompt, &gp, collect_cb, &a, &st, err);
+        tpl[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
+        if (rc) break;
+        ts_session_reset(s);
+        b.n = 0;
+        gp.spec_draft = M;
+        rc = ts_generate(s, ids, prompt, &gp, collect_cb, &b, &st, err);
+        tsp[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
+        same &= a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n);
+        if (r == 0) continue;
+        sum.n_blocks += st.n_blocks;
+        sum.n_drafted += st.n_drafted;
+        sum.n_accepted += st.n_accepted;
+        sum.t_draft += st.t_draft;
+        sum.t_verify += st.t_verify;
+        sum.t_rollback += st.t_rollback;
+        for (int j = 0; j < 16; j++) { sum.accepted_at[j] += st.accepted_at[j]; sum.drafted_at[j] += st.drafted_at[j]; }
+    }
+    if (!rc) {
+        qsort(tpl + 1, runs, sizeof(double), cmp_d);
+        qsort(tsp + 1, runs, sizeof(double), cmp_d);
+        double p = tpl[1 + runs / 2], q = tsp[1 + runs / 2], nb = sum.n_blocks > 0 ? sum.n_blocks : 1;
+        double mal = (sum.n_accepted + sum.n_blocks) / nb;
+        if (json) {
+            printf("{\"spec\": \"mtp\", \"draft\": %d, \"plain_tok_s\": %.2f, \"spec_tok_s\": %.2f, \"speedup\": %.3f,"
+                   " \"identical\": %s, \"mean_accepted_length\": %.3f, \"accept_by_position\": [",
+                   M, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal);
+            for (int j = 0; j < M && j < 16; j++)
+                printf("%s%.3f", j ? ", " : "", sum.drafted_at[j] ? (double)sum.accepted_at[j] / sum.drafted_at[j] : 0.0);
+            printf("], \"ms_draft_per_block\": %.4f, \"ms_verify_per_block\": %.4f, \"ms_rollback_per_block\": %.4f}\n",
+                   1e3 * sum.t_draft / nb, 1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb);
+        } else {
+            printf("spec       mtp --draft %d: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n", M, q, p,
+                   p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
+            printf("           mean accepted length %.2f tokens/verify; acceptance by position:", mal);
+            for (int j = 0; j < M && j < 16; j++)
+                printf(" %d:%.2f", j + 1, sum.drafted_at[j] ? (double)sum.accepted_at[j] / sum.drafted_at[j] : 0.0);
+            printf("\n           per block: draft %.3f ms, verify %.3f ms, rollback %.3f ms\n", 1e3 * sum.t_draft / nb,
+                   1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb);
+        }
+        if (!same) {
+            snprintf(err->msg, sizeof err->msg, "speculative output differs from plain greedy output");
+            rc = -1;
+        }
+    }
+    free(tpl); free(tsp); free(a.ids); free(b.ids);
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
-    int prompt = 128, gen = 64, threads = 0, runs = 5, json = 0, bw_mib = 1024;
+    int prompt = 128, gen = 64, threads = 0, runs = 5, json = 0, bw_mib = 1024, draft = 0, spec = 0;
+    const char *ids_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -88,16 +174,42 @@ int cmd_bench(int argc, char **argv) {
         char *end;
         long x = strtol(v, &end, 10);
         if (!strcmp(a, "-m")) { dir = v; continue; }
+        if (!strcmp(a, "--ids-file")) { ids_file = v; continue; }
+        if (!strcmp(a, "--spec")) {
+            if (strcmp(v, "mtp")) { fprintf(stderr, "turbospark bench: --spec '%s': only 'mtp' exists\n", v); return 2; }
+            spec = 1;
+            continue;
+        }
         if (*end || end == v || x < 0) { fprintf(stderr, "turbospark bench: %s '%s' is not a count\n", a, v); return 2; }
         if (!strcmp(a, "--prompt")) prompt = (int)x;
         else if (!strcmp(a, "--gen")) gen = (int)x;
         else if (!strcmp(a, "--threads")) threads = (int)x;
         else if (!strcmp(a, "--runs")) runs = (int)x;
         else if (!strcmp(a, "--bw-mib")) bw_mib = (int)x; /* bandwidth array size (tests use a small one) */
+        else if (!strcmp(a, "--draft")) draft = (int)x;
         else { fprintf(stderr, "turbospark bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
     if (!dir) dir = cli_default_model();
     if (!dir || prompt < 1 || gen < 1 || runs < 1 || runs > 100) { usage(stderr); return 2; }
+    if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
+        fprintf(stderr, "turbospark bench: --spec mtp needs --draft M with M in 1..%d\n", TS_SPEC_MAX_DRAFT);
+        return 2;
+    }
+    if (!spec && draft) { fprintf(stderr, "turbospark bench: --draft needs --spec mtp\n"); return 2; }
+    int32_t *file_ids = NULL;
+    if (ids_file) {
+        char *txt = cli_read_file(ids_file);
+        if (!txt) { fprintf(stderr, "turbospark bench: cannot read %s\n", ids_file); return 1; }
+        int n = cli_parse_ids(txt, &file_ids);
+        if (n < 1) {
+            fprintf(stderr, "turbospark bench: %s: not a list of token ids\n", ids_file);
+            free(txt);
+            free(file_ids);
+            return 1;
+        }
+        free(txt);
+        if (n < prompt) prompt = n;
+    }
     int nt = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nt > 64) nt = 64;
 
@@ -110,13 +222,16 @@ int cmd_bench(int argc, char **argv) {
     const ts_model_info *in = ts_engine_info(e);
     ts_session_params sp;
     ts_session_params_default(&sp);
-    sp.n_ctx = prompt + gen + 8;
+    sp.n_ctx = prompt + gen + 8 + (spec ? draft + 1 : 0);
     sp.max_rows = prompt;
+    sp.spec_draft = spec ? draft : 0;
     ts_session *s = NULL;
     if (ts_session_new(e, &sp, &s, &err)) { fprintf(stderr, "turbospark bench: %s\n", err.msg); ts_engine_close(e); return 1; }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
     uint64_t rs = 12345;
     for (int i = 0; i < prompt; i++) { rs = rs * 6364136223846793005ull + 1442695040888963407ull; ids[i] = (int32_t)((rs >> 33) % (uint64_t)in->vocab_size); }
+    if (file_ids) memcpy(ids, file_ids, sizeof(int32_t) * (size_t)prompt);
+    free(file_ids);
 
     double *tp = malloc(sizeof(double) * (runs + 1)), *td = malloc(sizeof(double) * (runs + 1));
     int rc = 0;
@@ -174,6 +289,8 @@ int cmd_bench(int argc, char **argv) {
         printf("           decode reaches %.1f%% of the %d-thread read bandwidth\n", bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt);
         printf("load       %.2f (1-minute load average at the end)\n", loadavg[0]);
     }
+    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, json, &err);
+    if (rc) fprintf(stderr, "turbospark bench: %s\n", err.msg);
 out:
     free(tp); free(td); free(ids);
     ts_session_free(s);

@@ -13,9 +13,11 @@
 enum { TS_KMODE_REF = 0, TS_KMODE_GENERIC, TS_KMODE_AVX2, TS_KMODE_AVX512, TS_KMODE_AVX512Q8 };
 int ts_kmode(void);
 
-/* y = x W^T over the current mode; prefill may use differently-rounded
- * multi-row kernels. */
-void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill);
+/* y = x W^T over the current mode. flags: TS_LIN_PREFILL may use
+ * differently-rounded multi-row kernels; TS_LIN_DRAFT may round activations
+ * to int8 (drafting only). */
+enum { TS_LIN_PREFILL = 1, TS_LIN_DRAFT = 2 };
+void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int flags);
 
 /* ---- prepared activations ----
  * The VNNI path multiplies integer q by x in fixed point with one scale per
@@ -34,6 +36,7 @@ typedef struct ts_xprep {
     float *xp;          /* [n, cols] f32, permuted for 4-bit */
     int8_t *x8;         /* [n, cols] int8 ("avx512-q8" mode), 128-blocks evens | odds */
     int8_t *xd;         /* [n, 3, cols]: the three int8 digits of the P16 kernel */
+    int nd;             /* digits in xd: 3, or 1 when drafting */
 } ts_xprep;
 
 /* ---- row kernels: rows [r0, r1) of y[n, rows] ---- */
@@ -42,6 +45,8 @@ void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0,
 void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t *hi, int16_t *lo, float *sx, float *xs);
 void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                         int dk, int dv);
+void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
+                        float *att, float *o);
 void ts_avx512_prep_q8(const float *x, int64_t cols, int group, int8_t *x8, float *sx, float *xs);
 void ts_avx512_q8dot(const ts_weight *w, const int8_t *x8, const float *sx, const float *xs, int n, float *y,
                      int64_t r0, int64_t r1);
@@ -53,8 +58,9 @@ void ts_avx2_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t r
 int ts_pack_enabled(void);
 int ts_pack_supported(int bits, int group, int64_t cols);
 size_t ts_pack_record_bytes(int bits, int group, ts_dtype sdtype);
-void ts_avx512_prep_d(const float *x, int64_t cols, int group, int8_t *d, float *sx, float *xs);
-void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, float *y,
+void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, int64_t qstride, float *sx, float *xs);
+void ts_p16_prep_rows(const float *x, int n, int64_t cols, int group, int nd, int8_t *xd, float *sx, float *xs);
+void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, int nd, float *y,
                     int64_t r0, int64_t r1);
 /* Prefill: dequantize 4 rows at a time into wbuf [4, cols] f32 (column order
  * of xp), then a 4x4 register-blocked f32 product. */

@@ -67,11 +67,23 @@ void ts_linear(const ts_weight *w, const float *x, float *y, int n) {
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n) {
     int m = ts_kmode();
     if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
-    else ts_cpu_linear(m, w, x, y, n, 1);
+    else ts_cpu_linear(m, w, x, y, n, TS_LIN_PREFILL);
+}
+
+void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n) {
+    int m = ts_kmode();
+    if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
+    else ts_cpu_linear(m, w, x, y, n, TS_LIN_DRAFT);
 }
 
 void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o, int dk,
                  int dv) {
     if (ts_kmode() >= TS_KMODE_AVX512 && dv % 16 == 0) ts_avx512_gdn_step(S, k, v, q, decay, beta, o, dk, dv);
     else ts_gdn_step_ref(S, k, v, q, decay, beta, o, dk, dv);
+}
+
+void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale, float *att,
+                 float *o) {
+    if (ts_kmode() >= TS_KMODE_AVX512 && D % 16 == 0) ts_avx512_attn_row(q, K, V, stride, T, D, scale, att, o);
+    else ts_attn_row_ref(q, K, V, stride, T, D, scale, att, o);
 }

@@ -21,6 +21,7 @@
  * with 16 accumulators: each loaded vector feeds 4 FMAs.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "cpu/cpu.h"
 
@@ -360,6 +361,38 @@ void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q
         }
         if (o)
             for (int u = 0; u < nj; u++) _mm512_storeu_ps(o + j0 + 16 * u, ov[u]);
+    }
+}
+
+/* One query row's attention (kernels.h, ts_attn_row); D % 16 == 0. Scores:
+ * 16-wide partial products, reduced once per key; output: 16-wide FMAs over
+ * t with up to 4 vectors of o in registers per pass. */
+void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
+                        float *att, float *o) {
+    float mx = -INFINITY;
+    for (int t = 0; t < T; t++) {
+        const float *k = K + (int64_t)t * stride;
+        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+        for (int d = 16; d < D; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), a);
+        float s = hsum(a) * scale;
+        att[t] = s;
+        if (s > mx) mx = s;
+    }
+    double sum = 0;
+    for (int t = 0; t < T; t++) {
+        att[t] = expf(att[t] - mx);
+        sum += att[t];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        int nv = TS_MIN(4, (D - d0) / 16);
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int t = 0; t < T; t++) {
+            const float *v = V + (int64_t)t * stride + d0;
+            __m512 p = _mm512_set1_ps(att[t] * inv);
+            for (int u = 0; u < nv; u++) acc[u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * u), acc[u]);
+        }
+        for (int u = 0; u < nv; u++) _mm512_storeu_ps(o + d0 + 16 * u, acc[u]);
     }
 }
 

@@ -22,7 +22,9 @@
  * the bits of n one-row calls, and prefill equals decode.
  *
  * Several x rows (verify, prefill): each chunk's nibbles are extracted once
- * and feed up to 4 x rows (12 int32 accumulators in registers).
+ * and feed up to 4 x rows (12 int32 accumulators in registers). The x rows
+ * come in tiles of 4 (the last one shorter) whose digits are interleaved
+ * (ts_p16_prep_rows), so the broadcasts need one address register.
  */
 #include <immintrin.h>
 
@@ -30,30 +32,43 @@
 
 #define P16_LIMIT 8290000.0f /* |X| bound keeping the top digit in [-128, 127] */
 
-void ts_avx512_prep_d(const float *x, int64_t cols, int group, int8_t *d, float *sx, float *xs) {
+void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, int64_t qstride, float *sx, float *xs) {
     const int64_t ng = cols / group;
     const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
-    const __m512 lim = _mm512_set1_ps(P16_LIMIT), nlim = _mm512_set1_ps(-P16_LIMIT);
+    /* one digit (drafting): plain int8, X in [-127, 127] */
+    const float L = nd == 1 ? 127.0f : P16_LIMIT;
+    const __m512 lim = _mm512_set1_ps(L), nlim = _mm512_set1_ps(-L);
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * group;
         __m512 mx = _mm512_setzero_ps();
         for (int c = 0; c < group; c += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(xg + c)));
         float m = _mm512_reduce_max_ps(mx);
-        sx[g] = m / P16_LIMIT;
-        __m512 inv = _mm512_set1_ps(m > 0.f ? P16_LIMIT / m : 0.f);
+        sx[g] = m / L;
+        __m512 inv = _mm512_set1_ps(m > 0.f ? L / m : 0.f);
         __m512i xsum = _mm512_setzero_si512(); /* |lane| <= 64 * L for G <= 1024 */
         for (int c = 0; c < group; c += 16) {
             __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + c), inv), nlim), lim);
             __m512i X = _mm512_cvtps_epi32(f); /* round to nearest even */
             xsum = _mm512_add_epi32(xsum, X);
-            __m512i d0 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
-            X = _mm512_srai_epi32(_mm512_sub_epi32(X, d0), 8);
-            __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
-            __m512i d2 = _mm512_srai_epi32(_mm512_sub_epi32(X, d1), 8);
-            int64_t o = g * group + c;
-            _mm_storeu_si128((__m128i *)(d + o), _mm512_cvtepi32_epi8(d0));
-            _mm_storeu_si128((__m128i *)(d + cols + o), _mm512_cvtepi32_epi8(d1));
-            _mm_storeu_si128((__m128i *)(d + 2 * cols + o), _mm512_cvtepi32_epi8(d2));
+            __m128i dg[3];
+            if (nd == 1) {
+                dg[0] = _mm512_cvtepi32_epi8(X);
+            } else {
+                __m512i d0 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
+                X = _mm512_srai_epi32(_mm512_sub_epi32(X, d0), 8);
+                __m512i d1 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
+                __m512i d2 = _mm512_srai_epi32(_mm512_sub_epi32(X, d1), 8);
+                dg[0] = _mm512_cvtepi32_epi8(d0);
+                dg[1] = _mm512_cvtepi32_epi8(d1);
+                dg[2] = _mm512_cvtepi32_epi8(d2);
+            }
+            /* 16 columns = 4 quads; quad q's digit k at d + q * qstride + 4k */
+            int8_t *o = d + (g * group + c) / 4 * qstride;
+            for (int k = 0; k < nd; k++) {
+                int32_t q4[4];
+                _mm_storeu_si128((__m128i *)q4, dg[k]);
+                for (int q = 0; q < 4; q++) memcpy(o + q * qstride + 4 * k, &q4[q], 4);
+            }
         }
         /* The bias term uses the sum of the ROUNDED x (exact integer), not of
          * x: then the group's result is exactly sx * sum_c (s q_c + b) X_c up
@@ -81,50 +96,60 @@ static inline __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-/* One 16-row block against x rows [i0, i0 + X) (X a constant at each call). */
-static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, const int8_t *xd, const float *sx,
-                                                         const float *xs, float *y, int64_t rb, int i0, const int X) {
+/* One 16-row block against the x rows of one tile: rows [i0, i0 + X) (X a
+ * constant at each call), whose digits are interleaved per column quad
+ * (matmul.c): quad q, row u, digit k at xt + (q * X + u) * ND * 4 + 4k, so one
+ * pointer with constant offsets addresses all of them. */
+static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, const int8_t *xt, const float *sx,
+                                                         const float *xs, float *y, int64_t rb, int i0, const int X,
+                                                         const int ND) {
     const int64_t cols = w->cols, G = w->group, ng = cols / G;
     const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
     const size_t dbytes = (size_t)16 * (size_t)G * (size_t)w->bits / 8, rec = dbytes + 32 * ss;
     const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const int8_t *d[4][3];
+    const int QS = X * ND * 4; /* bytes per column quad */
     __m512 acc[4], accb[4];
-    _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-        for (int k = 0; k < 3; k++) d[u][k] = xd + ((int64_t)(i0 + u) * 3 + k) * cols;
-        acc[u] = accb[u] = _mm512_setzero_ps();
-    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) acc[u] = accb[u] = _mm512_setzero_ps();
+    const int8_t *xq = xt;
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *rp = blk + (size_t)g * rec;
-        const int64_t c0 = g * G;
-        __m512i a[4][3];
+        /* one x row: separate accumulators for the low and high nibbles, so
+         * six dependency chains run in parallel instead of three */
+        __m512i a[4][3], b[3];
         _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) a[u][0] = a[u][1] = a[u][2] = _mm512_setzero_si512();
+        b[0] = b[1] = b[2] = _mm512_setzero_si512();
         if (w->bits == 4) {
-            for (int64_t j = 0; j < G / 8; j++) {
+            for (int64_t j = 0; j < G / 8; j++, xq += 2 * QS) {
                 __m512i v = _mm512_load_si512(rp + 64 * j);
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                const int64_t c = c0 + 8 * j;
                 _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-                    _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) {
-                        a[u][k] = _mm512_dpbusd_epi32(a[u][k], lo, bcast4(d[u][k] + c));
-                        a[u][k] = _mm512_dpbusd_epi32(a[u][k], hi, bcast4(d[u][k] + c + 4));
+                    _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) {
+                        a[u][k] = _mm512_dpbusd_epi32(a[u][k], lo, bcast4(xq + u * ND * 4 + 4 * k));
+                        if (X == 1) b[k] = _mm512_dpbusd_epi32(b[k], hi, bcast4(xq + QS + 4 * k));
+                        else a[u][k] = _mm512_dpbusd_epi32(a[u][k], hi, bcast4(xq + QS + u * ND * 4 + 4 * k));
                     }
                 }
             }
         } else {
-            for (int64_t j = 0; j < G / 4; j++) {
+            for (int64_t j = 0; j < G / 4; j++, xq += QS) {
                 __m512i v = _mm512_load_si512(rp + 64 * j);
-                const int64_t c = c0 + 4 * j;
                 _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-                    _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) a[u][k] = _mm512_dpbusd_epi32(a[u][k], v, bcast4(d[u][k] + c));
+                    _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) a[u][k] = _mm512_dpbusd_epi32(a[u][k], v, bcast4(xq + u * ND * 4 + 4 * k));
                 }
             }
         }
+        if (X == 1 && w->bits == 4)
+            _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) a[0][k] = _mm512_add_epi32(a[0][k], b[k]);
         const __m512 sc = load16(rp + dbytes, w->sdtype), bi = load16(rp + dbytes + 16 * ss, w->sdtype);
         _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-            __m512i low = _mm512_add_epi32(_mm512_slli_epi32(a[u][1], 8), a[u][0]);
-            __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[u][2]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+            __m512 t;
+            if (ND == 1) {
+                t = _mm512_cvtepi32_ps(a[u][0]);
+            } else {
+                __m512i low = _mm512_add_epi32(_mm512_slli_epi32(a[u][1], 8), a[u][0]);
+                t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[u][2]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+            }
             int64_t o = (int64_t)(i0 + u) * ng + g;
             acc[u] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[u]);
             accb[u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), accb[u]);
@@ -137,17 +162,37 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
 }
 
 /* Rows [r0, r1) of y [n, rows]; r0 is a multiple of 16 (the driver splits
- * in whole blocks). x rows go in chunks of 4, the rest as 3, 2 or 1. */
-void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, float *y,
-                    int64_t r0, int64_t r1) {
+ * in whole blocks). x rows go in chunks of 4, the rest as 3, 2 or 1. nd: the
+ * digits prep_d wrote (3, or 1 for drafting). */
+static inline __attribute__((always_inline)) void pdot_nd(const ts_weight *w, const int8_t *xd, const float *sx,
+                                                          const float *xs, int n, float *y, int64_t r0, int64_t r1,
+                                                          const int ND) {
+    const int64_t tile = 4 * w->cols * ND; /* bytes of a full tile of 4 rows */
     for (int64_t rb = r0 / 16; rb * 16 < r1; rb++) {
         int i = 0;
-        for (; i + 4 <= n; i += 4) pdot_x(w, xd, sx, xs, y, rb, i, 4);
+        for (; i + 4 <= n; i += 4) pdot_x(w, xd + i / 4 * tile, sx, xs, y, rb, i, 4, ND);
         switch (n - i) {
-        case 3: pdot_x(w, xd, sx, xs, y, rb, i, 3); break;
-        case 2: pdot_x(w, xd, sx, xs, y, rb, i, 2); break;
-        case 1: pdot_x(w, xd, sx, xs, y, rb, i, 1); break;
+        case 3: pdot_x(w, xd + i / 4 * tile, sx, xs, y, rb, i, 3, ND); break;
+        case 2: pdot_x(w, xd + i / 4 * tile, sx, xs, y, rb, i, 2, ND); break;
+        case 1: pdot_x(w, xd + i / 4 * tile, sx, xs, y, rb, i, 1, ND); break;
         default: break;
         }
+    }
+}
+
+void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, int nd, float *y,
+                    int64_t r0, int64_t r1) {
+    if (nd == 1) pdot_nd(w, xd, sx, xs, n, y, r0, r1, 1);
+    else pdot_nd(w, xd, sx, xs, n, y, r0, r1, 3);
+}
+
+/* Digits of n x rows in the tiled layout pdot_x reads. */
+void ts_p16_prep_rows(const float *x, int n, int64_t cols, int group, int nd, int8_t *xd, float *sx, float *xs) {
+    const int64_t ng = cols / group;
+    for (int i = 0; i < n; i++) {
+        int t = i / 4, X = TS_MIN(4, n - 4 * t), u = i % 4;
+        int8_t *base = xd + (int64_t)t * 4 * cols * nd + (int64_t)u * nd * 4;
+        ts_avx512_prep_d(x + (int64_t)i * cols, cols, group, nd, base, (int64_t)X * nd * 4, sx + (int64_t)i * ng,
+                         xs + (int64_t)i * ng);
     }
 }

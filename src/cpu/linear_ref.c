@@ -5,6 +5,8 @@
  * follow the MLX convention: value j of a row sits in u32 word j*bits/32 at
  * bit offset (j*bits)%32, and w = scale * q + bias per group of `group` cols.
  */
+#include <math.h>
+
 #include "kernels.h"
 
 static inline float sget(ts_dtype t, const void *p, int64_t i) {
@@ -97,5 +99,30 @@ void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, f
             Si[j] += k[i] * p[j];
             if (o) o[j] += Si[j] * q[i];
         }
+    }
+}
+
+void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
+                     float *att, float *o) {
+    float mx = -INFINITY;
+    for (int t = 0; t < T; t++) {
+        const float *k = K + (int64_t)t * stride;
+        float s = 0.f;
+        for (int d = 0; d < D; d++) s += q[d] * k[d];
+        s *= scale;
+        att[t] = s;
+        if (s > mx) mx = s;
+    }
+    double sum = 0;
+    for (int t = 0; t < T; t++) {
+        att[t] = expf(att[t] - mx);
+        sum += att[t];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int d = 0; d < D; d++) o[d] = 0.f;
+    for (int t = 0; t < T; t++) {
+        const float *v = V + (int64_t)t * stride;
+        float p = att[t] * inv;
+        for (int d = 0; d < D; d++) o[d] += p * v[d];
     }
 }

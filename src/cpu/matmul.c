@@ -111,7 +111,7 @@ static void run_job(void *ctx, int chunk, int n_chunks) {
     case K2_QDOT: ts_avx2_qdot(j->w, j->p->xp, j->p->xs, j->n, j->y, r0, r1); break;
     case K2_FDOT: ts_avx2_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
     case K_Q8DOT: ts_avx512_q8dot(j->w, j->p->x8, j->p->sx, j->p->xs, j->n, j->y, r0, r1); break;
-    case K_PDOT: ts_avx512_pdot(j->w, j->p->xd, j->p->sx, j->p->xs, j->n, j->y, r0, r1); break;
+    case K_PDOT: ts_avx512_pdot(j->w, j->p->xd, j->p->sx, j->p->xs, j->n, j->p->nd, j->y, r0, r1); break;
     default: ts_generic_rows(j->w, j->x, j->n, j->y, r0, r1, wb); break;
     }
 }
@@ -127,7 +127,8 @@ static void prep_f(const ts_weight *w, const float *x, int n) {
         }
 }
 
-static int pick_kind(int mode, const ts_weight *w, int n, int prefill) {
+static int pick_kind(int mode, const ts_weight *w, int n, int flags) {
+    const int prefill = flags & TS_LIN_PREFILL;
     int simd = mode == TS_KMODE_AVX512 || mode == TS_KMODE_AVX512Q8;
     int qok = w->dtype == TS_DTYPE_U32 && (w->bits == 4 || w->bits == 8) && w->group % 64 == 0 && w->group <= 1024;
     int fok = w->dtype == TS_DTYPE_BF16 || w->dtype == TS_DTYPE_F32;
@@ -145,8 +146,8 @@ static int pick_kind(int mode, const ts_weight *w, int n, int prefill) {
     return kind;
 }
 
-void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int prefill) {
-    const int kind = pick_kind(mode, w, n, prefill);
+void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int flags) {
+    const int kind = pick_kind(mode, w, n, flags);
     pthread_mutex_lock(&g_lock);
     int nt = ts_pool_threads();
     const int64_t cols = w->cols;
@@ -184,10 +185,8 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
             ts_avx512_prep_q(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xq + (int64_t)i * cols,
                              g_p.xq + (int64_t)(n + i) * cols, g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
     if (kind == K_GEMM) prep_f(w, x, n);
-    if (kind == K_PDOT)
-        for (int i = 0; i < n; i++)
-            ts_avx512_prep_d(x + (int64_t)i * cols, cols, w->group, g_p.xd + (int64_t)i * 3 * cols, g_p.sx + (int64_t)i * ng,
-                             g_p.xs + (int64_t)i * ng);
+    g_p.nd = flags & TS_LIN_DRAFT ? 1 : 3;
+    if (kind == K_PDOT) ts_p16_prep_rows(x, n, cols, w->group, g_p.nd, g_p.xd, g_p.sx, g_p.xs);
     if (kind == K_Q8DOT)
         for (int i = 0; i < n; i++)
             ts_avx512_prep_q8(x + (int64_t)i * cols, cols, w->group, g_p.x8 + (int64_t)i * cols, g_p.sx + (int64_t)i * ng,
@@ -242,16 +241,19 @@ static void run_many(void *ctx, int chunk, int n_chunks) {
         if (lo >= hi) continue;
         const ts_weight *w = j->w[i];
         int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
-        ts_avx512_pdot(w, g_p.xd, g_p.sx, g_p.xs, j->n, j->y[i], r0, r1);
+        ts_avx512_pdot(w, g_p.xd, g_p.sx, g_p.xs, j->n, g_p.nd, j->y[i], r0, r1);
     }
 }
 
-void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int prefill) {
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags) {
     int mode = ts_kmode(), fuse = nw > 1 && nw <= TS_LINEAR_MANY_MAX && mode == TS_KMODE_AVX512;
     for (int i = 0; i < nw && fuse; i++)
-        fuse = pick_kind(mode, w[i], n, prefill) == K_PDOT && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group;
+        fuse = pick_kind(mode, w[i], n, flags) == K_PDOT && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group;
     if (!fuse) {
-        for (int i = 0; i < nw; i++) (prefill ? ts_linear_prefill : ts_linear)(w[i], x, y[i], n);
+        for (int i = 0; i < nw; i++) {
+            if (mode == TS_KMODE_REF) ts_linear_ref(w[i], x, y[i], n);
+            else ts_cpu_linear(mode, w[i], x, y[i], n, flags);
+        }
         return;
     }
     const int64_t cols = w[0]->cols, ng = cols / w[0]->group;
@@ -264,9 +266,8 @@ void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *co
         for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x, y[i], n);
         return;
     }
-    for (int i = 0; i < n; i++)
-        ts_avx512_prep_d(x + (int64_t)i * cols, cols, w[0]->group, g_p.xd + (int64_t)i * 3 * cols, g_p.sx + (int64_t)i * ng,
-                         g_p.xs + (int64_t)i * ng);
+    g_p.nd = flags & TS_LIN_DRAFT ? 1 : 3;
+    ts_p16_prep_rows(x, n, cols, w[0]->group, g_p.nd, g_p.xd, g_p.sx, g_p.xs);
     const ts_weight *wl[TS_LINEAR_MANY_MAX + 1] = {0};
     many_job j = {wl, y, n, {0}, 0};
     double macs = 0;

@@ -158,9 +158,10 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
 /* MTP rows r = 0..n-1 (n <= sc.R): token toks[r], main final-normed hidden
  * h[r] [H], position pos + r (its K/V land in mtp_kv[pos + r]). Writes the
  * MTP output hiddens (post mtp.norm) to h_out [n, H] (may alias h) and, if
- * not NULL, logits [n, V]; the last row's logits always to sc.logits. */
+ * not NULL, logits [n, V]; the last row's logits always to sc.logits.
+ * draft 1: drafting precision (ts_linear_draft); 0: exact (ts_session_mtp). */
 void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
-                    float *h_out, float *logits);
+                    float *h_out, float *logits, int draft);
 
 /* ---- building blocks shared by the forward, MTP and speculative code ---- */
 void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps);

@@ -20,7 +20,7 @@ typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
 
 /* Products of one x by several weights (one parallel region; same bits). */
 static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill);
+    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0);
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -162,28 +162,8 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
             const float *q = qg + ((size_t)i * nq + h) * 2 * D;
             const float *gate = q + D;
             int kh = h / grp;
-            float mx = -INFINITY;
-            for (int t = 0; t < T; t++) {
-                const float *k = kv->k + (size_t)t * m->kvdim + (size_t)kh * D;
-                float s = 0.f;
-                for (int d = 0; d < D; d++) s += q[d] * k[d];
-                s *= scale;
-                sc->att[t] = s;
-                if (s > mx) mx = s;
-            }
-            double sum = 0;
-            for (int t = 0; t < T; t++) {
-                sc->att[t] = expf(sc->att[t] - mx);
-                sum += sc->att[t];
-            }
-            float inv = (float)(1.0 / sum);
             float *o = out + (size_t)i * m->qdim + (size_t)h * D;
-            for (int d = 0; d < D; d++) o[d] = 0.f;
-            for (int t = 0; t < T; t++) {
-                const float *v = kv->v + (size_t)t * m->kvdim + (size_t)kh * D;
-                float p = sc->att[t] * inv;
-                for (int d = 0; d < D; d++) o[d] += p * v[d];
-            }
+            ts_attn_row(q, kv->k + (size_t)kh * D, kv->v + (size_t)kh * D, m->kvdim, T, D, scale, sc->att, o);
             for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
         }
     }
@@ -480,7 +460,8 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
 }
 
 void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
-                    float *h_out, float *logits) {
+                    float *h_out, float *logits, int draft) {
+    linear_fn lin = draft ? ts_linear_draft : ts_linear;
     const ts_mtp_w *w = &m->mtp;
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
@@ -491,8 +472,8 @@ void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const 
         ts_rmsnorm1p(ci, w->pre_norm_emb, ci, 1, H, m->cfg.eps);
         ts_rmsnorm1p(h + (size_t)i * H, w->pre_norm_hid, ci + H, 1, H, m->cfg.eps);
     }
-    ts_linear(&w->fc, cat, sc->x, n);
-    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, ts_linear);
+    lin(&w->fc, cat, sc->x, n);
+    layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, lin);
     ts_rmsnorm1p(sc->x, w->norm, h_out, n, H, m->cfg.eps);
-    head_out(m, st, h_out, n, logits, ts_linear);
+    head_out(m, st, h_out, n, logits, lin);
 }

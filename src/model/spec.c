@@ -218,12 +218,12 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
             memcpy(s->mtp_hid + (size_t)nr * H, st->sc.hidden + (size_t)i * H, sizeof(float) * H);
             toks[nr++] = prompt[off + i + 1];
             if (nr == piece || i + 2 == k) {
-                ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL);
+                ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp);
                 p0 += nr;
                 nr = 0;
             }
         }
-        if (nr) { ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL); }
+        if (nr) { ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp); }
         memcpy(s->mtp_hid, st->sc.hidden + (size_t)(k - 1) * H, sizeof(float) * H);
         have_pend = 1;
     }
@@ -258,11 +258,11 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         blk[0] = last;
         if (mm > 0) {
             double td = ts_now();
-            ts_mtp_forward(m, st, rtok, rhid, nr, rpos, s->mtp_hid, NULL);
+            ts_mtp_forward(m, st, rtok, rhid, nr, rpos, s->mtp_hid, NULL, s->draft_lowp);
             float *h = s->mtp_hid + (size_t)(nr - 1) * H;
             blk[1] = pick_draft(s, 0, smp);
             for (int j = 1; j < mm; j++) {
-                ts_mtp_forward(m, st, &blk[j], h, 1, rpos + nr - 1 + j, h, NULL);
+                ts_mtp_forward(m, st, &blk[j], h, 1, rpos + nr - 1 + j, h, NULL, s->draft_lowp);
                 blk[j + 1] = pick_draft(s, j, smp);
             }
             if (s->test_drafts && !smp) s->test_drafts(s->test_user, s->pos, mm, blk + 1);
