@@ -127,14 +127,16 @@ void ts_delta_chunk_ref(float *S, const float *q, const float *k, const float *v
                         const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
 size_t ts_delta_chunk_ws(int L, int dk, int dv);
 
-/* Causal softmax attention of n query rows of one head: row i (query at
- * q + i*ldq [D], already scaled by nothing: `scale` is applied to the
- * scores) sees keys and values 0..pos+i at k + t*ldkv, v + t*ldkv [D];
- * writes o + i*ldo [D]. No scratch: the softmax is accumulated online. */
-void ts_attn_rows(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo, int n,
-                  int pos, int D, float scale);
-void ts_attn_rows_ref(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
-                      int n, int pos, int D, float scale);
+/* Causal softmax attention of a prompt chunk, n query rows of one head (the
+ * multi-row form of ts_attn_row): row i (query at q + i*ldq [D]; `scale`
+ * multiplies the scores) sees keys and values 0..pos+i at k + t*ldkv,
+ * v + t*ldkv [D]; writes o + i*ldo [D]. No caller scratch: the softmax is
+ * accumulated online (the AVX-512 version keeps ~80 KiB of tiles on the
+ * stack for D <= 256). */
+void ts_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo, int n,
+                   int pos, int D, float scale);
+void ts_attn_chunk_ref(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
+                       int n, int pos, int D, float scale);
 
 /* y[i] = silu(x[i]) (* m[i] when m is not NULL), i < n; y may alias x. */
 void ts_silu_mul(float *y, const float *x, const float *m, size_t n);

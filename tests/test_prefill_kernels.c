@@ -6,7 +6,7 @@
  *   with tails (dk, dv, L not multiples of 16), more than 64 rows (split
  *   into chunks of 64) and strided rows, from a
  *   random and from a zero start state (the AVX-512 version skips S0 then).
- * - attn_rows: multi-row causal attention against the reference, with a
+ * - attn_chunk: multi-row causal attention against the reference, with a
  *   cache prefix (pos > 0) and row counts across the tile sizes.
  * - silu: the vectorised SiLU against expf-based SiLU, within 4 ulp-ish.
  * - parallel: every item of ts_parallel_for runs exactly once.
@@ -106,7 +106,7 @@ static int check_attn(int n, int pos, int D) {
     for (size_t i = 0; i < (size_t)n * ldq; i++) q[i] = frand() * 2.0f;
     for (size_t i = 0; i < (size_t)T * ldkv; i++) { k[i] = frand() * 2.0f; v[i] = frand(); }
     const float scale = 1.0f / sqrtf((float)D);
-    ts_attn_rows_ref(q, ldq, k, v, ldkv, o0, ldo, n, pos, D, scale);
+    ts_attn_chunk_ref(q, ldq, k, v, ldkv, o0, ldo, n, pos, D, scale);
     /* the reference itself against a plain two-pass softmax on one row */
     int bad = 0;
     {
@@ -130,7 +130,7 @@ static int check_attn(int n, int pos, int D) {
     }
     const char *orig = ts_kernels_name();
     if (!bad && ts_kernels_select("avx512") == 0) {
-        ts_attn_rows(q, ldq, k, v, ldkv, o1, ldo, n, pos, D, scale);
+        ts_attn_chunk(q, ldq, k, v, ldkv, o1, ldo, n, pos, D, scale);
         ts_kernels_select(orig);
         float e = rel_err(o1, o0, (size_t)n * ldo);
         if (!(e < 1e-5f)) { ts_test_fail(__FILE__, __LINE__, "avx512 n %d pos %d D %d: rel err %g", n, pos, D, e); bad = 1; }
@@ -143,7 +143,7 @@ static int check_attn(int n, int pos, int D) {
     return bad;
 }
 
-TS_TEST(prefill_kernels, attn_rows) {
+TS_TEST(prefill_kernels, attn_chunk) {
     static const int cases[][3] = {{1, 0, 32}, {7, 0, 64}, {64, 0, 256}, {100, 37, 40}, {130, 70, 128}, {3, 200, 256}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (check_attn(cases[i][0], cases[i][1], cases[i][2])) return;

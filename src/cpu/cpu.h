@@ -88,8 +88,8 @@ void ts_avx512_sgemm(int M, int N, int K, const float *A, size_t lda, const floa
                      int acc);
 void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
                            const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
-void ts_avx512_attn_rows(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
-                         int n, int pos, int D, float scale);
+void ts_avx512_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
+                          int n, int pos, int D, float scale);
 void ts_avx512_silu_mul(float *y, const float *x, const float *m, size_t n);
 void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps);
 void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,

@@ -130,8 +130,8 @@ void ts_delta_chunk(float *S, const float *q, const float *k, const float *v, si
 
 /* One row at a time with the online softmax: running max m, running sum l,
  * output rescaled by e^{m_old - m_new} when the max grows. */
-void ts_attn_rows_ref(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
-                      int n, int pos, int D, float scale) {
+void ts_attn_chunk_ref(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
+                       int n, int pos, int D, float scale) {
     for (int i = 0; i < n; i++) {
         const float *qi = q + (size_t)i * ldq;
         float *oi = o + (size_t)i * ldo;
@@ -157,10 +157,10 @@ void ts_attn_rows_ref(const float *q, size_t ldq, const float *k, const float *v
     }
 }
 
-void ts_attn_rows(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo, int n,
-                  int pos, int D, float scale) {
-    if (use_avx512() && D <= TS_ATTN_MAX_D) ts_avx512_attn_rows(q, ldq, k, v, ldkv, o, ldo, n, pos, D, scale);
-    else ts_attn_rows_ref(q, ldq, k, v, ldkv, o, ldo, n, pos, D, scale);
+void ts_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo, int n,
+                   int pos, int D, float scale) {
+    if (use_avx512() && D <= TS_ATTN_MAX_D) ts_avx512_attn_chunk(q, ldq, k, v, ldkv, o, ldo, n, pos, D, scale);
+    else ts_attn_chunk_ref(q, ldq, k, v, ldkv, o, ldo, n, pos, D, scale);
 }
 
 /* ---- SiLU ---- */

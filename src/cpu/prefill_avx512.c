@@ -222,8 +222,8 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
  * accumulated as a product with the value tile. Keys past a row's position
  * get probability 0. Scratch on the stack: a [D, AT_KT] key tile and the
  * [AT_RB, AT_KT] scores (80 KiB at D = 256). */
-void ts_avx512_attn_rows(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
-                         int n, int pos, int D, float scale) {
+void ts_avx512_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
+                          int n, int pos, int D, float scale) {
     float KT[TS_ATTN_MAX_D * AT_KT];
     float P[AT_RB * AT_KT];
     float mrow[AT_RB], lrow[AT_RB];

@@ -94,7 +94,7 @@ static void attn_head(void *ctx, int h, int nh) {
     const int D = m->D, grp = m->cfg.nq / m->cfg.nkv, kh = h / grp;
     (void)nh;
     const size_t ldq = (size_t)2 * m->qdim;
-    ts_attn_rows(j->qg + (size_t)h * 2 * D, ldq, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim,
+    ts_attn_chunk(j->qg + (size_t)h * 2 * D, ldq, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim,
                  j->out + (size_t)h * D, m->qdim, j->n, j->pos, D, 1.0f / sqrtf((float)D));
     for (int i = 0; i < j->n; i++) {
         const float *gate = j->qg + (size_t)i * ldq + (size_t)h * 2 * D + D;
