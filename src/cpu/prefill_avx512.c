@@ -127,7 +127,8 @@ static int all_zero(const float *x, size_t n) {
 }
 
 /* The algebra is in prefill.c. As products (L rows, compact buffers):
- *   KT = K^T [dk, L];  KK = K KT, QK = Q KT [L, L];  Dl = K S0, Tq = Q S0 [L, dv]
+ *   KT = K^T [dk, L];  KK = K KT, QK = Q KT [L, L] (lower triangles, in
+ *   strips of 4 rows);  Dl = K S0, Tq = Q S0 [L, dv]
  *   E[t,s] = e^{G_t - G_s}: KK *= E (s < t), QK *= E (s <= t, 0 above)
  *   delta rows by forward substitution (vectorised over dv)
  *   O = diag(e^G) Tq + QK Dl;  S = e^{G_last} S0 + KT diag(e^{G_last - G}) Dl */
@@ -149,8 +150,13 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
     }
     for (int s = 0; s < L; s++)
         for (int i = 0; i < dk; i++) KT[(size_t)i * L + s] = k[(size_t)s * ld + i];
-    ts_avx512_sgemm(L, L, dk, k, ld, KT, L, KK, L, 0);
-    ts_avx512_sgemm(L, L, dk, q, ld, KT, L, QK, L, 0);
+    /* lower triangles only: rows i0..i0+3 need columns s <= i0+3 (the
+     * entries above are never read; QK's are zeroed below) */
+    for (int i0 = 0; i0 < L; i0 += 4) {
+        const int mr = TS_MIN(4, L - i0), nc = TS_MIN(L, i0 + 4);
+        ts_avx512_sgemm(mr, nc, dk, k + (size_t)i0 * ld, ld, KT, L, KK + (size_t)i0 * L, L, 0);
+        ts_avx512_sgemm(mr, nc, dk, q + (size_t)i0 * ld, ld, KT, L, QK + (size_t)i0 * L, L, 0);
+    }
     /* a zero start state (the first chunk of a prompt) contributes nothing */
     const int S0_zero = all_zero(S, (size_t)dk * dv);
     if (!S0_zero) { /* else Dl and Tq are zero: not formed, not read */
@@ -195,12 +201,12 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
         }
     }
     /* outputs: o_t = e^{G_t} Tq_t, then += QK Dl */
-    if (S0_zero) {
-        ts_avx512_sgemm(L, dv, L, QK, L, Dl, dv, o, ldo, 0);
-    } else {
+    if (!S0_zero)
         for (int t = 0; t < L; t++) scale_to(o + (size_t)t * ldo, Tq + (size_t)t * dv, eG[t], (size_t)dv);
-        ts_avx512_sgemm(L, dv, L, QK, L, Dl, dv, o, ldo, 1);
-    }
+    /* QK is lower triangular: rows i0..i0+3 sum over s <= i0+3 only */
+    for (int i0 = 0; i0 < L; i0 += 4)
+        ts_avx512_sgemm(TS_MIN(4, L - i0), dv, TS_MIN(L, i0 + 4), QK + (size_t)i0 * L, L, Dl, dv, o + (size_t)i0 * ldo, ldo,
+                        !S0_zero);
     /* state at the chunk end */
     const float eL = eG[L - 1];
     for (int s = 0; s < L; s++) {
