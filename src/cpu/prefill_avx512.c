@@ -300,27 +300,32 @@ void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y,
     }
 }
 
-/* 16 channels at a time: their K weights gathered once into registers,
- * then every row is K FMAs and a SiLU. */
+/* Blocks of up to 128 channels: their weights transposed once to [K, 128]
+ * (L1-resident), then row by row, 16 channels per vector: K FMAs and a SiLU.
+ * Rows outer keeps the reads and writes sequential within a row. */
 void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
                          size_t ldo, int n, int nc) {
     const __m512 one = _mm512_set1_ps(1.0f);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32(K));
-    for (int c = 0; c < nc; c += 16) {
-        const __mmask16 mk = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
-        __m512 wv[8];
-        for (int t = 0; t < K; t++)
-            wv[t] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, w + (size_t)c * K + t, 4);
+    float wt[8 * 128];
+    for (int c0 = 0; c0 < nc; c0 += 128) {
+        const int bc = TS_MIN(128, nc - c0);
+        for (int c = 0; c < bc; c++)
+            for (int t = 0; t < K; t++) wt[t * 128 + c] = w[(size_t)(c0 + c) * K + t];
         for (int i = 0; i < n; i++) {
-            __m512 acc = _mm512_setzero_ps();
+            const float *src[8];
             for (int t = 0; t < K; t++) {
                 int r = i - (K - 1) + t;
-                const float *src = r >= 0 ? x + (size_t)r * ldx : state + (size_t)(K - 1 + r) * lds;
-                acc = _mm512_fmadd_ps(wv[t], _mm512_maskz_loadu_ps(mk, src + c), acc);
+                src[t] = (r >= 0 ? x + (size_t)r * ldx : state + (size_t)(K - 1 + r) * lds) + c0;
             }
-            __m512 s = _mm512_div_ps(acc, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), acc))));
-            _mm512_mask_storeu_ps(out + (size_t)i * ldo + c, mk, s);
+            float *dst = out + (size_t)i * ldo + c0;
+            for (int c = 0; c < bc; c += 16) {
+                const __mmask16 mk = tail_mask((size_t)(bc - c));
+                __m512 acc = _mm512_setzero_ps();
+                for (int t = 0; t < K; t++)
+                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wt + t * 128 + c), _mm512_maskz_loadu_ps(mk, src[t] + c), acc);
+                __m512 s = _mm512_div_ps(acc, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), acc))));
+                _mm512_mask_storeu_ps(dst + c, mk, s);
+            }
         }
     }
 }
