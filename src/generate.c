@@ -20,12 +20,7 @@ static int needs_sampler(const ts_gen_params *p) {
     return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
+static int argmax(const float *x, int n) { return ts_argmax(x, n); }
 
 static int is_stop(const ts_gen_params *p, int32_t id) {
     for (int i = 0; i < p->n_stop; i++)

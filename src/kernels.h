@@ -40,8 +40,12 @@ void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n);
  * ts_linear_draft (TS_LIN_DRAFT = 2) of nw weights with the same cols on the
  * same x: y[i] = x . w[i]^T, in one parallel region when the kernels allow it
  * (same results as nw separate calls). */
-#define TS_LINEAR_MANY_MAX 8
+#define TS_LINEAR_MANY_MAX 32
 void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags);
+/* One row each: y[i] = x[i] . w[i]^T for nw weights (e.g. the selected MoE
+ * experts' down projections), in one parallel region when possible; flags as
+ * above. */
+void ts_linear_batch(const ts_weight *const *w, const float *const *x, float *const *y, int nw, int flags);
 /* Same product; may use faster, differently-rounded kernels. */
 void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
 /* The plain reference every fast kernel is tested against. */
@@ -74,6 +78,16 @@ void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride,
                  float *o);
 void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                      float *att, float *o);
+
+/* Element-wise SiLU x / (1 + e^-x): y = silu(x) (y may be x), and
+ * g = silu(g) * u. The SIMD versions use a polynomial e^x within ~2 ulp of
+ * expf (kernels test); decode, verify and replay share them. */
+void ts_silu(float *y, const float *x, size_t n);
+void ts_silu_mul(float *g, const float *u, size_t n);
+
+/* The first index of the largest of x[0..n) (n >= 1), exactly as the loop
+ * `b = 0; for i: if (x[i] > x[b]) b = i` gives it (NaN never wins). */
+int ts_argmax(const float *x, int n);
 
 /* The kernels' shared workspace for products of up to `rows` rows and
  * `cols` columns (quantized with groups of at least `group`; 0 = none) in the
@@ -138,8 +152,7 @@ void ts_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, s
 void ts_attn_chunk_ref(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
                        int n, int pos, int D, float scale);
 
-/* y[i] = silu(x[i]) (* m[i] when m is not NULL), i < n; y may alias x. */
-void ts_silu_mul(float *y, const float *x, const float *m, size_t n);
+/* (SiLU: ts_silu, ts_silu_mul above.) */
 
 /* Rows i < n of dim: x_i += add_i (add may be NULL), then
  * y_i = x_i * rsqrt(mean(x_i^2) + eps) * w (w holds 1 + w for the (1+w)

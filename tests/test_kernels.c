@@ -199,3 +199,57 @@ TS_TEST(kernels, attn_row_parity) {
         }
     ts_kernels_select(orig);
 }
+
+/* ts_argmax equals the scalar first-maximum loop, with ties, NaNs, -inf and
+ * lengths around the vector width. */
+TS_TEST(kernels, argmax_matches_scalar) {
+    const char *orig = ts_kernels_name();
+    const char *modes[] = {"generic", "avx512"};
+    float x[1000];
+    for (int mi = 0; mi < 2; mi++) {
+        if (ts_kernels_select(modes[mi]) != 0) continue;
+        for (int trial = 0; trial < 400; trial++) {
+            int n = 1 + trial % 67 + (trial % 5 == 0 ? 900 : 0);
+            for (int i = 0; i < n; i++) x[i] = (float)((int)(fr() * 6.0f)); /* few values: many ties */
+            if (trial % 3 == 0) x[(trial * 7) % n] = NAN;
+            if (trial % 4 == 0) x[0] = -INFINITY;
+            if (trial % 11 == 0) x[0] = NAN;
+            int b = 0;
+            for (int i = 1; i < n; i++)
+                if (x[i] > x[b]) b = i;
+            int got = ts_argmax(x, n);
+            CHECK_MSG(got == b, "%s n %d trial %d: %d != %d", modes[mi], n, trial, got, b);
+        }
+    }
+    ts_kernels_select(orig);
+}
+
+/* The vectorised SiLU against libm's expf over [-100, 100]: within 4e-7
+ * relative (+1e-25 absolute: below x = -87, e^x is clamped and silu ~ 0), and silu * u the same. */
+TS_TEST(kernels, silu_accuracy) {
+    const char *orig = ts_kernels_name();
+    if (ts_kernels_select("avx512") != 0) return;
+    enum { N = 20011 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) { x[i] = -100.0f + 200.0f * (float)i / (N - 1); u[i] = fr(); }
+    ts_silu(y, x, N);
+    float worst = 0;
+    for (int i = 0; i < N; i++) {
+        double ref = (double)x[i] / (1.0 + exp(-(double)x[i]));
+        double e = fabs(y[i] - ref) / (fabs(ref) + 1e-25);
+        if (e > worst) worst = (float)e;
+    }
+    CHECK_MSG(worst <= 4e-7f, "silu relative error %g", worst);
+    fprintf(stderr, "  silu: worst relative error %.3g\n", worst);
+    memcpy(y, x, sizeof(float) * N);
+    ts_silu_mul(y, u, N);
+    worst = 0;
+    for (int i = 0; i < N; i++) {
+        double ref = (double)x[i] / (1.0 + exp(-(double)x[i])) * u[i];
+        double e = fabs(y[i] - ref) / (fabs(ref) + 1e-25);
+        if (e > worst) worst = (float)e;
+    }
+    CHECK_MSG(worst <= 6e-7f, "silu * u relative error %g", worst);
+    free(x); free(y); free(u);
+    ts_kernels_select(orig);
+}

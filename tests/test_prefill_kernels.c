@@ -8,7 +8,8 @@
  *   random and from a zero start state (the AVX-512 version skips S0 then).
  * - attn_chunk: multi-row causal attention against the reference, with a
  *   cache prefix (pos > 0) and row counts across the tile sizes.
- * - silu: the vectorised SiLU against expf-based SiLU, within 4 ulp-ish.
+ * - conv_and_norm: conv + SiLU and residual + RMSNorm against the plain C.
+ * - weight_row_quantized: the embedding gather bit for bit.
  * - parallel: every item of ts_parallel_for runs exactly once.
  */
 #include <math.h>
@@ -147,29 +148,6 @@ TS_TEST(prefill_kernels, attn_chunk) {
     static const int cases[][3] = {{1, 0, 32}, {7, 0, 64}, {64, 0, 256}, {100, 37, 40}, {130, 70, 128}, {3, 200, 256}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (check_attn(cases[i][0], cases[i][1], cases[i][2])) return;
-}
-
-TS_TEST(prefill_kernels, silu) {
-    enum { N = 4099 };
-    static float x[N], m[N], y[N];
-    for (int i = 0; i < N; i++) { x[i] = (float)(i - N / 2) * 0.05f; m[i] = frand(); }
-    x[0] = -200.f; x[1] = 200.f; x[2] = 0.f; x[3] = -1e-30f;
-    const char *orig = ts_kernels_name();
-    const char *modes[] = {"generic", "avx512"};
-    for (int mi = 0; mi < 2; mi++) {
-        if (ts_kernels_select(modes[mi]) != 0) continue;
-        for (int wm = 0; wm < 2; wm++) {
-            ts_silu_mul(y, x, wm ? m : NULL, N - mi); /* odd lengths: masked tail */
-            float e = 0;
-            for (int i = 0; i < N - mi; i++) {
-                float r = x[i] / (1.0f + expf(-x[i])) * (wm ? m[i] : 1.0f);
-                float d = fabsf(y[i] - r), tol = 4e-7f * fabsf(r) + 1e-37f;
-                if (!(d <= tol) && d > e) e = d;
-                if (!(d <= tol)) { ts_test_fail(__FILE__, __LINE__, "%s x %g: %g vs %g", modes[mi], x[i], y[i], r); break; }
-            }
-        }
-    }
-    ts_kernels_select(orig);
 }
 
 static void count_item(void *ctx, int i, int n) {

@@ -47,6 +47,9 @@ void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q
                         int dk, int dv);
 void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                         float *att, float *o);
+int ts_avx512_argmax(const float *x, int n);
+/* y = silu(x) (* u when u is not NULL) */
+void ts_avx512_silu(float *y, const float *x, const float *u, size_t n);
 void ts_avx512_prep_q8(const float *x, int64_t cols, int group, int8_t *x8, float *sx, float *xs);
 void ts_avx512_q8dot(const ts_weight *w, const int8_t *x8, const float *sx, const float *xs, int n, float *y,
                      int64_t r0, int64_t r1);
@@ -90,7 +93,6 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
                            const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
 void ts_avx512_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
                           int n, int pos, int D, float scale);
-void ts_avx512_silu_mul(float *y, const float *x, const float *m, size_t n);
 void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps);
 void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
                          size_t ldo, int n, int nc);

@@ -7,6 +7,7 @@
  * choice; ts_kernels_select changes it (tests use it to run both sides of a
  * parity check in one process).
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "cpu/cpu.h"
@@ -86,4 +87,22 @@ void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride,
                  float *o) {
     if (ts_kmode() >= TS_KMODE_AVX512 && D % 16 == 0) ts_avx512_attn_row(q, K, V, stride, T, D, scale, att, o);
     else ts_attn_row_ref(q, K, V, stride, T, D, scale, att, o);
+}
+
+int ts_argmax(const float *x, int n) {
+    if (ts_kmode() >= TS_KMODE_AVX512) return ts_avx512_argmax(x, n);
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+void ts_silu(float *y, const float *x, size_t n) {
+    if (ts_kmode() >= TS_KMODE_AVX512) { ts_avx512_silu(y, x, NULL, n); return; }
+    for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void ts_silu_mul(float *g, const float *u, size_t n) {
+    if (ts_kmode() >= TS_KMODE_AVX512) { ts_avx512_silu(g, g, u, n); return; }
+    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }

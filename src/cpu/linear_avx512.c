@@ -396,6 +396,54 @@ void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t 
     }
 }
 
+/* e^x for x in [-87, 88] (clamped outside): x = k ln2 + r with ln2 split in
+ * two parts (Cody-Waite), |r| <= ln2/2, e^r by its Taylor polynomial to r^7
+ * (truncation < 2e-9 relative), scaled by 2^k through the exponent bits. */
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, k);
+}
+
+void ts_avx512_silu(float *y, const float *x, const float *u, size_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 s = _mm512_div_ps(v, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+        if (u) s = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + i));
+        _mm512_mask_storeu_ps(y + i, m, s);
+    }
+}
+
+/* ts_argmax: 16 at a time, a block is rescanned in order only when one of
+ * its lanes beats the best so far (so ties and NaNs go as in the scalar loop). */
+int ts_avx512_argmax(const float *x, int n) {
+    int b = 0;
+    float bv = x[0];
+    int i = 1;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        if (!_mm512_cmp_ps_mask(v, _mm512_set1_ps(bv), _CMP_GT_OQ)) continue;
+        for (int k = i; k < i + 16; k++)
+            if (x[k] > bv) bv = x[b = k];
+    }
+    for (; i < n; i++)
+        if (x[i] > bv) bv = x[b = i];
+    return b;
+}
+
 /* ---- opt-in "avx512-q8": int8 activations (llama.cpp-class numerics) ----
  *
  * x is rounded to int8 per 64-column group (sx = max|x_g| / 127), so each x

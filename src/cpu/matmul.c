@@ -217,16 +217,19 @@ void ts_parallel_for(int n, ts_par_fn fn, void *ctx) {
     pthread_mutex_unlock(&g_lock);
 }
 
-/* ---- several products of the same x in one pool region ----
+/* ---- several products in one pool region ----
  * The projections that read the same normalised x (q/k/v; GDN qkv/z/b/a;
  * gate/up) run as one region: x is prepared once and the threads split the
  * 16-row blocks of all of them, so a decode step pays one wake-up and one
  * join per group instead of per matrix, and small matrices (GDN b and a:
- * Hv rows) ride along instead of running alone on the caller. Each output
- * row is computed by the same kernel call as in ts_linear: row-exact. */
+ * Hv rows) ride along instead of running alone on the caller. MoE decode
+ * batches the selected experts the same way, each with its own x
+ * (ts_linear_batch). Each output row is computed by the same kernel call as
+ * in ts_linear: row-exact. */
 typedef struct many_job {
-    const ts_weight *const *w;
-    float *const *y;
+    const ts_weight *w[TS_LINEAR_MANY_MAX + 1];
+    float *y[TS_LINEAR_MANY_MAX];
+    size_t xo[TS_LINEAR_MANY_MAX], so[TS_LINEAR_MANY_MAX]; /* offsets into xd and sx/xs */
     int n;
     int64_t start[TS_LINEAR_MANY_MAX + 1]; /* first global block of each weight */
     int64_t per;                           /* blocks per chunk */
@@ -241,38 +244,67 @@ static void run_many(void *ctx, int chunk, int n_chunks) {
         if (lo >= hi) continue;
         const ts_weight *w = j->w[i];
         int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
-        ts_avx512_pdot(w, g_p.xd, g_p.sx, g_p.xs, j->n, g_p.nd, j->y[i], r0, r1);
+        ts_avx512_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1);
     }
 }
 
-void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags) {
-    int mode = ts_kmode(), fuse = nw > 1 && nw <= TS_LINEAR_MANY_MAX && mode == TS_KMODE_AVX512;
-    for (int i = 0; i < nw && fuse; i++)
-        fuse = pick_kind(mode, w[i], n, flags) == K_PDOT && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group;
-    if (!fuse) {
-        for (int i = 0; i < nw; i++) {
-            if (mode == TS_KMODE_REF) ts_linear_ref(w[i], x, y[i], n);
-            else ts_cpu_linear(mode, w[i], x, y[i], n, flags);
-        }
-        return;
+/* Can these run as one region of packed products? */
+static int fusable(const ts_weight *const *w, int nw, int n, int flags, int same_cols) {
+    int mode = ts_kmode();
+    if (nw < 2 || nw > TS_LINEAR_MANY_MAX || mode != TS_KMODE_AVX512) return 0;
+    for (int i = 0; i < nw; i++)
+        if (pick_kind(mode, w[i], n, flags) != K_PDOT || w[i]->group != w[0]->group ||
+            (same_cols && w[i]->cols != w[0]->cols))
+            return 0;
+    return 1;
+}
+
+static void one_by_one(const ts_weight *const *w, int nw, const float *const *x, float *const *y, int n, int flags) {
+    int mode = ts_kmode();
+    for (int i = 0; i < nw; i++) {
+        if (mode == TS_KMODE_REF) ts_linear_ref(w[i], x[i], y[i], n);
+        else ts_cpu_linear(mode, w[i], x[i], y[i], n, flags);
     }
-    const int64_t cols = w[0]->cols, ng = cols / w[0]->group;
+}
+
+/* The region itself; xs_distinct: x[i] per weight (else x[0] for all). */
+static void run_region(const ts_weight *const *w, int nw, const float *const *x, int xs_distinct, float *const *y, int n,
+                       int flags) {
+    const int G = w[0]->group;
+    size_t need_d = 0, need_s = 0;
+    for (int i = 0; i < (xs_distinct ? nw : 1); i++) {
+        need_d += (size_t)3 * n * (size_t)w[i]->cols;
+        need_s += (size_t)n * (size_t)(w[i]->cols / G);
+    }
     pthread_mutex_lock(&g_lock);
-    int bad = grow((void **)&g_p.xd, &g_cap_xd, (size_t)3 * n * cols, 1);
-    bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
-    bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    int bad = grow((void **)&g_p.xd, &g_cap_xd, need_d, 1);
+    bad |= grow((void **)&g_p.sx, &g_cap_sx, need_s, sizeof(float));
+    bad |= grow((void **)&g_p.xs, &g_cap_xs, need_s, sizeof(float));
     if (bad) {
         pthread_mutex_unlock(&g_lock);
-        for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x, y[i], n);
+        for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x[xs_distinct ? i : 0], y[i], n);
         return;
     }
     g_p.nd = flags & TS_LIN_DRAFT ? 1 : 3;
-    ts_p16_prep_rows(x, n, cols, w[0]->group, g_p.nd, g_p.xd, g_p.sx, g_p.xs);
-    const ts_weight *wl[TS_LINEAR_MANY_MAX + 1] = {0};
-    many_job j = {wl, y, n, {0}, 0};
+    many_job j;
+    memset(&j, 0, sizeof j);
+    j.n = n;
+    size_t xo = 0, so = 0;
     double macs = 0;
     for (int i = 0; i < nw; i++) {
-        wl[i] = w[i];
+        const int64_t cols = w[i]->cols;
+        if (i == 0 || xs_distinct) {
+            ts_p16_prep_rows(x[i], n, cols, G, g_p.nd, g_p.xd + xo, g_p.sx + so, g_p.xs + so);
+            j.xo[i] = xo;
+            j.so[i] = so;
+            xo += (size_t)3 * n * (size_t)cols;
+            so += (size_t)n * (size_t)(cols / G);
+        } else {
+            j.xo[i] = j.xo[0];
+            j.so[i] = j.so[0];
+        }
+        j.w[i] = w[i];
+        j.y[i] = y[i];
         j.start[i + 1] = j.start[i] + (w[i]->rows + 15) / 16;
         macs += (double)w[i]->rows * (double)cols * n;
     }
@@ -287,4 +319,22 @@ void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *co
         ts_pool_run(run_many, &j, (int)((blocks + j.per - 1) / j.per));
     }
     pthread_mutex_unlock(&g_lock);
+}
+
+void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags) {
+    const float *xs[TS_LINEAR_MANY_MAX];
+    if (!fusable(w, nw, n, flags, 1)) {
+        for (int i = 0; i < nw; i++) one_by_one(w + i, 1, &x, y + i, n, flags);
+        return;
+    }
+    xs[0] = x;
+    run_region(w, nw, xs, 0, y, n, flags);
+}
+
+void ts_linear_batch(const ts_weight *const *w, const float *const *x, float *const *y, int nw, int flags) {
+    if (!fusable(w, nw, 1, flags, 0)) {
+        one_by_one(w, nw, x, y, 1, flags);
+        return;
+    }
+    run_region(w, nw, x, 1, y, 1, flags);
 }

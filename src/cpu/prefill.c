@@ -1,6 +1,6 @@
 /* prefill.c: the prefill-only kernels behind kernels.h's "prefill kernels"
  * block: one chunk of the chunked delta rule, multi-row causal attention,
- * SiLU, residual + RMSNorm, conv + SiLU; plain C references and the
+ * residual + RMSNorm, conv + SiLU; plain C references and the
  * dispatch to the AVX-512 versions (prefill_avx512.c).
  *
  * Does not own: the projections (matmul.c), the token recurrence
@@ -161,16 +161,6 @@ void ts_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, s
                    int pos, int D, float scale) {
     if (use_avx512() && D <= TS_ATTN_MAX_D) ts_avx512_attn_chunk(q, ldq, k, v, ldkv, o, ldo, n, pos, D, scale);
     else ts_attn_chunk_ref(q, ldq, k, v, ldkv, o, ldo, n, pos, D, scale);
-}
-
-/* ---- SiLU ---- */
-
-void ts_silu_mul(float *y, const float *x, const float *m, size_t n) {
-    if (use_avx512()) { ts_avx512_silu_mul(y, x, m, n); return; }
-    for (size_t i = 0; i < n; i++) {
-        float s = x[i] / (1.0f + expf(-x[i]));
-        y[i] = m ? s * m[i] : s;
-    }
 }
 
 /* ---- residual add + RMSNorm, conv + SiLU ---- */

@@ -70,7 +70,7 @@ void ts_avx512_sgemm(int M, int N, int K, const float *A, size_t lda, const floa
     }
 }
 
-/* ---- exp and SiLU ---- */
+/* ---- exp (for the conv's SiLU) ---- */
 
 /* e^x: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two parts so n ln2 is
  * exact), e^r by a degree-7 Taylor polynomial (error below 2^-26 relative
@@ -92,17 +92,6 @@ AI __m512 exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
-}
-
-void ts_avx512_silu_mul(float *y, const float *x, const float *m, size_t n) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512 xv = _mm512_maskz_loadu_ps(mk, x + i);
-        __m512 s = _mm512_div_ps(xv, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), xv))));
-        if (m) s = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(mk, m + i));
-        _mm512_mask_storeu_ps(y + i, mk, s);
-    }
 }
 
 /* ---- chunked delta rule ---- */

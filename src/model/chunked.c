@@ -38,8 +38,8 @@ typedef struct gdn_job {
     const ts_gdn_w *w;
     ts_gdn_state *s;
     ts_scratch *sc;
-    const float *qkv, *a, *b, *z;
-    float *o;
+    const float *qkv, *a, *b;
+    float *z, *o;
     int n;
 } gdn_job;
 
@@ -122,8 +122,10 @@ static void delta_head(const gdn_job *j, int h, float *ws) {
     }
     for (int i = 0; i < n; i++) {
         float *oh = j->o + (size_t)i * m->Vd + (size_t)h * dv;
+        float *zh = j->z + (size_t)i * m->Vd + (size_t)h * dv; /* scratch: overwritten */
         ts_add_rmsnorm(oh, NULL, j->w->norm, oh, 1, dv, c->eps);
-        ts_silu_mul(oh, j->z + (size_t)i * m->Vd + (size_t)h * dv, oh, (size_t)dv);
+        ts_silu_mul(zh, oh, (size_t)dv);
+        memcpy(oh, zh, sizeof(float) * (size_t)dv);
     }
 }
 
@@ -159,7 +161,7 @@ static void pass_fused(void *ctx, int item, int n_items) {
 int ts_gdn_chunk_slots(const ts_config *c) { return TS_MIN(c->Hv, TS_DELTA_SLOTS); }
 
 void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, ts_scratch *sc, const float *qkv,
-                    const float *a, const float *b, const float *z, float *o, int n) {
+                    const float *a, const float *b, float *z, float *o, int n) {
     gdn_job j = {m, w, gs, sc, qkv, a, b, z, o, n};
     if (m->cfg.Hv == m->cfg.Hk) {
         ts_parallel_for(ts_gdn_chunk_slots(&m->cfg), pass_fused, &j);

@@ -177,10 +177,11 @@ void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, 
 
 /* Prefill only: advance a GDN layer over n rows (n <= max_rows) with the
  * chunked delta rule (chunked.c); writes o [n, Vd] after the gated norm
- * with z [n, Vd]. Differs from n ts_gdn_advance calls + the norm by
- * rounding only. Runs on the kernel threads. */
+ * with z [n, Vd] (z is used as scratch: overwritten). Differs from n
+ * ts_gdn_advance calls + the norm by rounding only. Runs on the kernel
+ * threads. */
 void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, ts_scratch *sc, const float *qkv,
-                    const float *a, const float *b, const float *z, float *o, int n);
+                    const float *a, const float *b, float *z, float *o, int n);
 /* Work items of the chunked delta rule, each with its own pf_chunk slice. */
 int ts_gdn_chunk_slots(const ts_config *c);
 

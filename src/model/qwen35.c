@@ -18,12 +18,13 @@
 
 typedef void (*linear_fn)(const ts_weight *, const float *, float *, int);
 
+static int lin_flags(linear_fn lin) { return lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0; }
+
 /* Products of one x by several weights (one parallel region; same bits). */
 static void lin_many(linear_fn lin, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    ts_linear_many(w, nw, x, y, n, lin == ts_linear_prefill ? 1 : lin == ts_linear_draft ? 2 : 0);
+    ts_linear_many(w, nw, x, y, n, lin_flags(lin));
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch.nn.functional.softplus with its default threshold 20 */
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -218,8 +219,9 @@ void ts_gdn_advance_from(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, 
         float acc = 0.f;
         for (int j = 0; j < K - 1; j++) acc += cw[j] * s->conv[(size_t)j * C + ch];
         acc += cw[K - 1] * qkv_in[ch];
-        tmp[ch] = silu(acc);
+        tmp[ch] = acc;
     }
+    ts_silu(tmp, tmp, (size_t)C);
     if (K > 1) {
         memmove(s->conv, s->conv + C, sizeof(float) * (size_t)(K - 2) * C);
         memcpy(s->conv + (size_t)(K - 2) * C, qkv_in, sizeof(float) * C);
@@ -269,6 +271,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
         ts_gdn_advance_from(m, w, gs, i == 0 && tp && tp->S_from ? tp->S_from : gs->S, qkv + (size_t)i * m->C,
                             aa + (size_t)i * Hv, bb + (size_t)i * Hv, o + (size_t)i * m->Vd, sc->rowtmp);
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
+    ts_silu(z, z, (size_t)n * m->Vd);
     for (int i = 0; i < n; i++)
         for (int h = 0; h < Hv; h++) {
             float *oh = o + (size_t)i * m->Vd + (size_t)h * dv;
@@ -276,7 +279,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
             double ss = 0;
             for (int j = 0; j < dv; j++) ss += (double)oh[j] * oh[j];
             float rr = 1.0f / sqrtf((float)(ss / dv) + c->eps);
-            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * w->norm[j] * silu(zh[j]);
+            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * w->norm[j] * zh[j];
         }
     lin(&w->out_proj, o, sc->t, n);
 }
@@ -317,7 +320,7 @@ static void silu_item(void *ctx, int it, int nit) {
     size_t per = (j->N + (size_t)nit - 1) / (size_t)nit;
     per = (per + 15) & ~(size_t)15;
     size_t a = per * (size_t)it, b = TS_MIN(j->N, a + per);
-    if (a < b) ts_silu_mul(j->y + a, j->y + a, j->m + a, b - a);
+    if (a < b) ts_silu_mul(j->y + a, j->m + a, b - a);
 }
 
 /* embedding rows of a prompt chunk (the same ts_weight_row per row) */
@@ -345,7 +348,7 @@ static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, c
         rows_job j = {NULL, NULL, NULL, ub, gb, 0, 0, 0.f, N};
         ts_parallel_for(PAR_ITEMS, silu_item, &j);
     } else {
-        for (size_t i = 0; i < N; i++) gb[i] = silu(gb[i]) * ub[i];
+        ts_silu_mul(gb, ub, N);
     }
     lin(d, gb, out, n);
 }
@@ -386,6 +389,38 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
             wsum += li[best];
         }
         for (int j = 0; j < H; j++) acc[j] = 0.f;
+        float *ti = sc->t + (size_t)i * H;
+        if (k + 1 <= sc->R && 2 * k + 3 <= TS_LINEAR_MANY_MAX) {
+            /* all selected experts and the shared one in two parallel regions
+             * (gate/up of all, then the downs), each product computed as in
+             * the one-by-one path below: the same bits. Row j of big1/big2
+             * holds expert j's gate/up, row j of big0 its output. */
+            const size_t F = (size_t)m->max_ffn, B0 = (size_t)H; /* big0 rows hold >= 2H */
+            const ts_weight *wv[TS_LINEAR_MANY_MAX], *dv[TS_LINEAR_MANY_MAX];
+            float *yv[TS_LINEAR_MANY_MAX], *ov[TS_LINEAR_MANY_MAX];
+            const float *xv[TS_LINEAR_MANY_MAX];
+            float gl;
+            int nw = 0;
+            for (int j = 0; j <= k; j++) {
+                const ts_weight *g = j < k ? &f->e_gate[sel[j]] : &f->s_gate, *u = j < k ? &f->e_up[sel[j]] : &f->s_up;
+                wv[nw] = g, yv[nw++] = sc->big1 + j * F;
+                wv[nw] = u, yv[nw++] = sc->big2 + j * F;
+                dv[j] = j < k ? &f->e_down[sel[j]] : &f->s_down;
+                xv[j] = sc->big1 + j * F;
+                ov[j] = sc->big0 + j * B0;
+            }
+            wv[nw] = &f->s_gate_w, yv[nw++] = &gl;
+            lin_many(lin, wv, nw, ui, yv, 1);
+            for (int j = 0; j <= k; j++) ts_silu_mul(sc->big1 + j * F, sc->big2 + j * F, (size_t)dv[j]->cols);
+            ts_linear_batch(dv, xv, ov, k + 1, lin_flags(lin));
+            for (int j = 0; j < k; j++) {
+                float wt = c->norm_topk ? wsel[j] / wsum : wsel[j];
+                for (int q = 0; q < H; q++) acc[q] += wt * ov[j][q];
+            }
+            float sg = sigmoid(gl);
+            for (int q = 0; q < H; q++) ti[q] = acc[q] + sg * ov[k][q];
+            continue;
+        }
         for (int j = 0; j < k; j++) {
             int e = sel[j];
             float wt = c->norm_topk ? wsel[j] / wsum : wsel[j];
@@ -397,7 +432,6 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
         float gl;
         lin(&f->s_gate_w, ui, &gl, 1);
         float sg = sigmoid(gl);
-        float *ti = sc->t + (size_t)i * H;
         for (int q = 0; q < H; q++) ti[q] = acc[q] + sg * eo[q];
     }
 }

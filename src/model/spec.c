@@ -108,12 +108,7 @@ void ts_spec_rollback(ts_session *s, int keep) {
     s->have_last = 1;
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
+static int argmax(const float *x, int n) { return ts_argmax(x, n); }
 
 int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
                    float *ptmp, int32_t *out) {
