@@ -131,4 +131,50 @@ void ts_parallel_for(int n, ts_par_fn fn, void *ctx);
 /* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);
 
+/* ==== prefill kernels (chunked prefill only; decode and verify never call
+ * these, so their rounding is free to differ from the token path) ==== */
+
+/* (Model code spreads these over the threads with ts_parallel_for above.) */
+
+/* One chunk of L rows of the chunked gated delta rule for one
+ * value head (model-spec.md §6.2; the algebra is in src/cpu/prefill.c):
+ *   S [dk, dv] f32, the state at the chunk start, advanced in place;
+ *   q, k rows t at q + t*ld, k + t*ld [dk] (l2-normed, q scaled);
+ *   v rows at v + t*ld [dv]; g (log decay, <= 0) and beta of row t at
+ *   g[t*ldg], beta[t*ldg]; o row t (before the gated norm) at o + t*ldo.
+ * ws: ts_delta_chunk_ws(min(L, 64), dk, dv) floats of workspace. Rows past
+ * 64 run as further chunks of 64, in order. */
+void ts_delta_chunk(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
+                    const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
+/* The reference: one chunk, 1 <= L <= 64 (ts_delta_chunk splits longer runs;
+ * its workspace need is ts_delta_chunk_ws(min(L, 64), dk, dv)). */
+void ts_delta_chunk_ref(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
+                        const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
+size_t ts_delta_chunk_ws(int L, int dk, int dv);
+
+/* Causal softmax attention of a prompt chunk, n query rows of one head (the
+ * multi-row form of ts_attn_row): row i (query at q + i*ldq [D]; `scale`
+ * multiplies the scores) sees keys and values 0..pos+i at k + t*ldkv,
+ * v + t*ldkv [D]; writes o + i*ldo [D]. No caller scratch: the softmax is
+ * accumulated online (the AVX-512 version keeps ~80 KiB of tiles on the
+ * stack for D <= 256). */
+void ts_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo, int n,
+                   int pos, int D, float scale);
+void ts_attn_chunk_ref(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
+                       int n, int pos, int D, float scale);
+
+/* (SiLU: ts_silu, ts_silu_mul above.) */
+
+/* Rows i < n of dim: x_i += add_i (add may be NULL), then
+ * y_i = x_i * rsqrt(mean(x_i^2) + eps) * w (w holds 1 + w for the (1+w)
+ * norms). y may alias x. */
+void ts_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps);
+
+/* Causal depthwise conv + SiLU of nc channels over n rows:
+ *   out[i*ldo + c] = silu(sum_{t<K} w[c*K + t] * in(i - (K-1) + t)[c])
+ * where in(r) is x + r*ldx for r >= 0 and state + (K-1+r)*lds for r < 0
+ * (the K-1 inputs before the chunk, oldest first). Sums in t order. */
+void ts_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
+                  size_t ldo, int n, int nc);
+
 #endif

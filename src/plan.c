@@ -73,7 +73,8 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
         const size_t CH = TS_DELTA_CHUNK;
         o->pf_conv = (size_t)sp.max_rows * C;                 /* conv + SiLU outputs of the chunk's rows */
         o->pf_gate = 2 * (size_t)sp.max_rows * c->Hv; /* log-decay g and beta per row and value head */
-        o->pf_chunk = 2 * CH * CH + 2 * CH * (size_t)c->dv; /* k.k, q.k, delta, S0^T q */
+        /* one delta-rule workspace per work item (chunked.c) */
+        o->pf_chunk = (size_t)TS_MIN(c->Hv, TS_DELTA_SLOTS) * ts_delta_chunk_ws((int)CH, c->dk, c->dv);
     }
     if (sp.mtp) o->mtp_kv = (size_t)o->mtp_ctx * kvdim;
     if (sp.spec_draft) {

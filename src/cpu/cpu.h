@@ -83,4 +83,18 @@ int ts_pool_threads_planned(void);
  * per-thread scratch (callers are serialised, so they share slot 0). */
 int ts_pool_slot(void);
 
+/* ---- prefill kernels (prefill.c dispatches; prefill_avx512.c) ---- */
+#define TS_ATTN_MAX_D 256 /* the AVX-512 attention keeps a [D, 64] key tile on the stack */
+/* C[M, N] = A[M, K] B[K, N] (acc = 0) or C += A B (acc = 1); row-major with
+ * leading dimensions lda, ldb, ldc; any M, N, K. */
+void ts_avx512_sgemm(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc,
+                     int acc);
+void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
+                           const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
+void ts_avx512_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
+                          int n, int pos, int D, float scale);
+void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps);
+void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
+                         size_t ldo, int n, int nc);
+
 #endif

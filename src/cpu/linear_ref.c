@@ -33,6 +33,21 @@ void ts_weight_row(const ts_weight *w, int64_t r, float *out) {
         for (int64_t c = 0; c < w->cols; c++) out[c] = ts_bf16_to_f32(p[c]);
         return;
     }
+    if (w->dtype == TS_DTYPE_U32 && w->group > 0 && 32 % w->bits == 0 && w->cols % w->group == 0) {
+        /* ts_weight_get's arithmetic (scale * q + bias, the same operations
+         * per element, so the same bits) with the group's scale and bias
+         * read once: the embedding gather of a prompt chunk runs this per row */
+        const int bits = w->bits, per_word = 32 / bits;
+        const uint32_t mask = (1u << bits) - 1;
+        const uint32_t *row = (const uint32_t *)w->data + r * (w->cols / per_word);
+        const int64_t ng = w->cols / w->group;
+        for (int64_t g = 0; g < ng; g++) {
+            const float s = sget(w->sdtype, w->scales, r * ng + g), b = sget(w->sdtype, w->biases, r * ng + g);
+            for (int64_t c = g * w->group; c < (g + 1) * w->group; c++)
+                out[c] = s * (float)((row[c / per_word] >> ((c % per_word) * bits)) & mask) + b;
+        }
+        return;
+    }
     for (int64_t c = 0; c < w->cols; c++) out[c] = ts_weight_get(w, r, c);
 }
 

@@ -1,26 +1,26 @@
-/* chunked.c: the chunked form of the gated delta rule, for prefill only
- * (model-spec.md §2.3 step 7 and §6.2).
+/* chunked.c: one GDN layer's state advance over a prompt chunk, with the
+ * chunked delta rule, for prefill only (model-spec.md §2.3 step 7 and §6.2).
  *
- * Owns: ts_gdn_chunked, which advances one GDN layer over n rows: the causal
- * conv + SiLU and l2 norms for all rows, then, per value head, chunks of up
- * to TS_DELTA_CHUNK rows solved with matrix products, the chunks in order.
- * Does not own: the projections and the gated norm (qwen35.c), verify and
- * decode (they keep the token recurrence, ts_gdn_advance, which is the
- * reference this file is tested against in tests/test_prefill.c).
+ * Owns: ts_gdn_chunked, which advances one GDN layer over n rows in two
+ * parallel passes over the kernel threads (ts_parallel_for; one fused pass
+ * when Hv == Hk, as in the 0.8B shape: no head waits for another):
+ *   1. per key head (its q and k channels) and per value head (its v
+ *      channels): the causal conv + SiLU of those channels for all rows,
+ *      the conv state update of those channels, the l2 norms of the key
+ *      head's q and k rows, the value head's decay and beta;
+ *   2. per value head: chunks of up to TS_DELTA_CHUNK rows through
+ *      ts_delta_chunk (kernels.h; the algebra is in src/cpu/prefill.c), the
+ *      chunks in order, then the gated RMSNorm of that head's outputs.
+ * Heads are independent in both passes, so the result does not depend on
+ * the thread count or on which thread ran which head.
+ * Does not own: the projections (qwen35.c), verify and decode (they keep the
+ * token recurrence, ts_gdn_advance, which is the reference this file is
+ * tested against in tests/test_prefill.c).
  *
- * The algebra. Within a chunk with start state S0 [dk, dv], let G_t be the
- * cumulative log decay (G_t = g_0 + ... + g_t, all g <= 0). Unrolling the
- * recurrence S_t = e^{g_t} S_{t-1} + k_t delta_t^T gives
- *   delta_t = beta_t (v_t - e^{G_t} S0^T k_t - sum_{s<t} e^{G_t-G_s} (k_s.k_t) delta_s)
- *   o_t     = e^{G_t} S0^T q_t + sum_{s<=t} e^{G_t-G_s} (q_t.k_s) delta_s
- *   S_end   = e^{G_last} S0 + sum_s e^{G_last-G_s} k_s delta_s^T
- * The first line is the forward substitution that the UT/WY transform
- * writes as (I + A)^{-1} with A[t,s] = beta_t e^{G_t-G_s} k_t.k_s (s < t):
- * solved row by row here instead of forming the inverse (same result, fewer
- * operations at these chunk sizes). S0 is read once per chunk for all rows
- * (S0^T K, S0^T Q as matrix products) instead of once per row, and written
- * once. Rounding differs from the token recurrence (products of decays are
- * formed as exp of sums): prefill only, within the 1e-3 logits tolerance.
+ * Workspace: pass 2 gives each of TS_DELTA_SLOTS work items its own slice of
+ * sc->pf_chunk (ts_delta_chunk_ws floats); item i runs heads i, i + slots, ...
+ * Rounding differs from the token recurrence (decays as exp of sums, FMAs,
+ * the prefill SiLU): prefill only, within the 1e-3 logits tolerance.
  *
  * Layouts as in ts_gdn_advance: state [Hv, dk, dv]; value head h reads key
  * head h / (Hv / Hk).
@@ -30,151 +30,143 @@
 #include "model/model.h"
 #include "plan.h"
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* Conv + SiLU over n rows, in the order and with the sums of
- * ts_gdn_advance, then the conv state takes the last K-1 inputs. */
-static void conv_rows(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv, float *out, int n) {
-    const int C = m->C, K = m->cfg.conv_k;
-    for (int i = 0; i < n; i++) {
-        float *oi = out + (size_t)i * C;
-        const float *xi = qkv + (size_t)i * C;
-        for (int ch = 0; ch < C; ch++) {
-            const float *cw = w->conv + (size_t)ch * K;
-            float acc = 0.f;
-            for (int j = 0; j < K - 1; j++) {
-                int src = i - (K - 1) + j; /* row index; < 0 reads the conv state */
-                float x = src >= 0 ? qkv[(size_t)src * C + ch] : s->conv[(size_t)(K - 1 + src) * C + ch];
-                acc += cw[j] * x;
-            }
-            acc += cw[K - 1] * xi[ch];
-            oi[ch] = silu(acc);
-        }
-    }
+typedef struct gdn_job {
+    const ts_model *m;
+    const ts_gdn_w *w;
+    ts_gdn_state *s;
+    ts_scratch *sc;
+    const float *qkv, *a, *b;
+    float *z, *o;
+    int n;
+} gdn_job;
+
+/* Causal conv + SiLU of channels [c0, c0 + nc) over n rows, then those
+ * channels' conv state takes the last K-1 inputs. */
+static void conv_channels(const gdn_job *j, int c0, int nc) {
+    const ts_model *m = j->m;
+    const int C = m->C, K = m->cfg.conv_k, n = j->n;
+    const float *qkv = j->qkv;
+    ts_conv_silu(qkv + c0, C, j->s->conv + c0, C, j->w->conv + (size_t)c0 * K, K, j->sc->pf_conv + c0, C, n, nc);
     if (K > 1) {
-        /* new state = last K-1 rows of [old state ; inputs] */
-        for (int j = 0; j < K - 1; j++) {
-            int src = n - (K - 1) + j;
-            if (src >= 0) continue;
-            /* still from the old state: shift it down first (increasing j reads increasing rows) */
-            memmove(s->conv + (size_t)j * C, s->conv + (size_t)(K - 1 + src) * C, sizeof(float) * C);
-        }
-        for (int j = 0; j < K - 1; j++) {
-            int src = n - (K - 1) + j;
-            if (src >= 0) memcpy(s->conv + (size_t)j * C, qkv + (size_t)src * C, sizeof(float) * C);
+        /* new state = last K-1 rows of [old state ; inputs]; increasing t
+         * reads increasing rows, so shifting the old state down in place is safe */
+        float *sw = j->s->conv;
+        for (int t = 0; t < K - 1; t++) {
+            int src = n - (K - 1) + t;
+            float *dst = sw + (size_t)t * C + c0;
+            if (src < 0) memmove(dst, sw + (size_t)(K - 1 + src) * C + c0, sizeof(float) * nc);
+            else memcpy(dst, qkv + (size_t)src * C + c0, sizeof(float) * nc);
         }
     }
 }
 
-void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, ts_scratch *sc, const float *qkv,
-                    const float *a, const float *b, float *o, int n) {
-    const ts_config *c = &m->cfg;
-    const int C = m->C, dk = c->dk, dv = c->dv, Hv = c->Hv, Hk = c->Hk, r = Hv / Hk;
-    float *x = sc->pf_conv;                         /* [n, C] conv outputs: q | k | v */
-    float *g = sc->pf_gate, *beta = sc->pf_gate + (size_t)n * Hv; /* [n, Hv] each */
-    const int CH = TS_DELTA_CHUNK;
-    float *KK = sc->pf_chunk;                       /* [CH, CH] k_t . k_s */
-    float *QK = KK + (size_t)CH * CH;               /* [CH, CH] q_t . k_s */
-    float *Dl = QK + (size_t)CH * CH;               /* [CH, dv] S0^T k_t, then delta_t */
-    float *Tq = Dl + (size_t)CH * dv;               /* [CH, dv] S0^T q_t */
-    /* cumulative log decays in double: over a chunk they reach hundreds, where
-     * f32 would lose the small differences G_t - G_s that the decays need */
-    double G[TS_DELTA_CHUNK];
-    float eG[TS_DELTA_CHUNK];
+/* x_i *= scale / sqrt(|x_i|^2 + 1e-6) for n rows of d at stride ld, as the
+ * vectorised RMSNorm: 1/sqrt(ss + e) = d^-1/2 / sqrt(ss/d + e/d), so the
+ * norm with eps e/d and a constant weight scale/sqrt(d) is the same map. */
+static void l2norm_rows(float *x, size_t ld, int n, int d, float scale) {
+    float w[1024];
+    if (d > 1024) {
+        for (int i = 0; i < n; i++) {
+            float *xi = x + (size_t)i * ld;
+            double ss = 0;
+            for (int t = 0; t < d; t++) ss += (double)xi[t] * xi[t];
+            float r = 1.0f / sqrtf((float)ss + 1e-6f) * scale;
+            for (int t = 0; t < d; t++) xi[t] *= r;
+        }
+        return;
+    }
+    for (int t = 0; t < d; t++) w[t] = scale / sqrtf((float)d);
+    for (int i = 0; i < n; i++) ts_add_rmsnorm(x + (size_t)i * ld, NULL, w, x + (size_t)i * ld, 1, d, 1e-6f / (float)d);
+}
 
-    conv_rows(m, w, gs, qkv, x, n);
-    const float qscale = 1.0f / sqrtf((float)dk);
+/* The conv, l2 norms of key head h's q and k channels. */
+static void key_head(const gdn_job *j, int h) {
+    const ts_model *m = j->m;
+    const int C = m->C, dk = m->cfg.dk;
+    float *x = j->sc->pf_conv;
+    conv_channels(j, h * dk, dk);
+    conv_channels(j, m->Kd + h * dk, dk);
+    l2norm_rows(x + (size_t)h * dk, C, j->n, dk, 1.0f / sqrtf((float)dk));
+    l2norm_rows(x + m->Kd + (size_t)h * dk, C, j->n, dk, 1.0f);
+}
+
+/* The conv of value head h's v channels, its log decay g and beta. */
+static void value_head(const gdn_job *j, int h) {
+    const ts_model *m = j->m;
+    const int Hv = m->cfg.Hv, n = j->n;
+    conv_channels(j, 2 * m->Kd + h * m->cfg.dv, m->cfg.dv);
+    float *g = j->sc->pf_gate, *beta = j->sc->pf_gate + (size_t)n * Hv;
     for (int i = 0; i < n; i++) {
-        float *xi = x + (size_t)i * C;
-        for (int h = 0; h < Hk; h++) {
-            float *qh = xi + (size_t)h * dk, *kh = xi + m->Kd + (size_t)h * dk;
-            double sq = 0, sk = 0;
-            for (int t = 0; t < dk; t++) { sq += (double)qh[t] * qh[t]; sk += (double)kh[t] * kh[t]; }
-            float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
-            for (int t = 0; t < dk; t++) { qh[t] = qh[t] * rq * qscale; kh[t] *= rk; }
-        }
-        for (int h = 0; h < Hv; h++) {
-            g[(size_t)i * Hv + h] = w->neg_A[h] * softplus(a[(size_t)i * Hv + h] + w->dt_bias[h]);
-            beta[(size_t)i * Hv + h] = sigmoid(b[(size_t)i * Hv + h]);
-        }
+        g[(size_t)i * Hv + h] = j->w->neg_A[h] * softplus(j->a[(size_t)i * Hv + h] + j->w->dt_bias[h]);
+        beta[(size_t)i * Hv + h] = sigmoid(j->b[(size_t)i * Hv + h]);
     }
-#define QROW(t) (x + (size_t)(c0 + (t)) * C + (size_t)(h / r) * dk)
-#define KROW(t) (x + (size_t)(c0 + (t)) * C + m->Kd + (size_t)(h / r) * dk)
-#define VROW(t) (x + (size_t)(c0 + (t)) * C + 2 * (size_t)m->Kd + (size_t)h * dv)
-    for (int h = 0; h < Hv; h++) {
-        float *S = gs->S + (size_t)h * dk * dv;
-        for (int c0 = 0; c0 < n; c0 += CH) {
-            const int L = TS_MIN(CH, n - c0);
-            double acc = 0.0;
-            for (int t = 0; t < L; t++) {
-                acc += g[(size_t)(c0 + t) * Hv + h];
-                G[t] = acc;
-                eG[t] = (float)exp(acc);
-            }
-            /* inner products within the chunk */
-            for (int t = 0; t < L; t++) {
-                const float *kt = KROW(t), *qt = QROW(t);
-                for (int s = 0; s <= t; s++) {
-                    const float *ks = KROW(s);
-                    float kk = 0.f, qk = 0.f;
-                    for (int i = 0; i < dk; i++) { kk += kt[i] * ks[i]; qk += qt[i] * ks[i]; }
-                    KK[(size_t)t * CH + s] = kk;
-                    QK[(size_t)t * CH + s] = qk;
-                }
-            }
-            /* S0^T k_t and S0^T q_t for all rows: one pass over S0 */
-            memset(Dl, 0, sizeof(float) * (size_t)L * dv);
-            memset(Tq, 0, sizeof(float) * (size_t)L * dv);
-            for (int i = 0; i < dk; i++) {
-                const float *Si = S + (size_t)i * dv;
-                for (int t = 0; t < L; t++) {
-                    float kti = KROW(t)[i], qti = QROW(t)[i];
-                    float *dt = Dl + (size_t)t * dv, *tt = Tq + (size_t)t * dv;
-                    for (int j = 0; j < dv; j++) { dt[j] += Si[j] * kti; tt[j] += Si[j] * qti; }
-                }
-            }
-            /* forward substitution for delta, then the outputs */
-            for (int t = 0; t < L; t++) {
-                float *dt = Dl + (size_t)t * dv;
-                const float *vt = VROW(t);
-                const float bt = beta[(size_t)(c0 + t) * Hv + h];
-                for (int j = 0; j < dv; j++) dt[j] = vt[j] - eG[t] * dt[j];
-                for (int s = 0; s < t; s++) {
-                    float coef = (float)exp(G[t] - G[s]) * KK[(size_t)t * CH + s];
-                    const float *ds = Dl + (size_t)s * dv;
-                    for (int j = 0; j < dv; j++) dt[j] -= coef * ds[j];
-                }
-                for (int j = 0; j < dv; j++) dt[j] *= bt;
-                float *ot = o + (size_t)(c0 + t) * m->Vd + (size_t)h * dv;
-                const float *tq = Tq + (size_t)t * dv;
-                for (int j = 0; j < dv; j++) ot[j] = eG[t] * tq[j];
-                for (int s = 0; s <= t; s++) {
-                    float coef = (float)exp(G[t] - G[s]) * QK[(size_t)t * CH + s];
-                    const float *ds = Dl + (size_t)s * dv;
-                    for (int j = 0; j < dv; j++) ot[j] += coef * ds[j];
-                }
-            }
-            /* state at the chunk end */
-            const float eL = eG[L - 1];
-            for (int s = 0; s < L; s++) {
-                float ws = (float)exp(G[L - 1] - G[s]);
-                float *ds = Dl + (size_t)s * dv;
-                for (int j = 0; j < dv; j++) ds[j] *= ws;
-            }
-            for (int i = 0; i < dk; i++) {
-                float *Si = S + (size_t)i * dv;
-                for (int j = 0; j < dv; j++) Si[j] *= eL;
-                for (int s = 0; s < L; s++) {
-                    float ksi = KROW(s)[i];
-                    const float *ds = Dl + (size_t)s * dv;
-                    for (int j = 0; j < dv; j++) Si[j] += ksi * ds[j];
-                }
-            }
-        }
+}
+
+/* The delta rule of value head h over the rows (chunks in order), then its
+ * gated RMSNorm (plain weight, norm before the silu(z) gate). */
+static void delta_head(const gdn_job *j, int h, float *ws) {
+    const ts_model *m = j->m;
+    const ts_config *c = &m->cfg;
+    const int C = m->C, dk = c->dk, dv = c->dv, Hv = c->Hv, r = Hv / c->Hk, n = j->n;
+    const float *x = j->sc->pf_conv, *g = j->sc->pf_gate, *beta = j->sc->pf_gate + (size_t)n * Hv;
+    float *S = j->s->S + (size_t)h * dk * dv;
+    const float *q = x + (size_t)(h / r) * dk, *k = x + m->Kd + (size_t)(h / r) * dk, *v = x + 2 * (size_t)m->Kd + (size_t)h * dv;
+    for (int c0 = 0; c0 < n; c0 += TS_DELTA_CHUNK) {
+        const int L = TS_MIN(TS_DELTA_CHUNK, n - c0);
+        const size_t off = (size_t)c0 * C;
+        ts_delta_chunk(S, q + off, k + off, v + off, C, g + (size_t)c0 * Hv + h, beta + (size_t)c0 * Hv + h, Hv,
+                       j->o + (size_t)c0 * m->Vd + (size_t)h * dv, m->Vd, L, dk, dv, ws);
     }
-#undef QROW
-#undef KROW
-#undef VROW
+    for (int i = 0; i < n; i++) {
+        float *oh = j->o + (size_t)i * m->Vd + (size_t)h * dv;
+        float *zh = j->z + (size_t)i * m->Vd + (size_t)h * dv; /* scratch: overwritten */
+        ts_add_rmsnorm(oh, NULL, j->w->norm, oh, 1, dv, c->eps);
+        ts_silu_mul(zh, oh, (size_t)dv);
+        memcpy(oh, zh, sizeof(float) * (size_t)dv);
+    }
+}
+
+static float *slot_ws(const gdn_job *j, int item) {
+    return j->sc->pf_chunk + (size_t)item * ts_delta_chunk_ws(TS_DELTA_CHUNK, j->m->cfg.dk, j->m->cfg.dv);
+}
+
+/* Two passes (value heads share key heads): item < Hk is key head item,
+ * else value head item - Hk; then the delta rule per work item. */
+static void pass_conv(void *ctx, int item, int n_items) {
+    const gdn_job *j = ctx;
+    (void)n_items;
+    if (item < j->m->cfg.Hk) key_head(j, item);
+    else value_head(j, item - j->m->cfg.Hk);
+}
+
+static void pass_delta(void *ctx, int item, int n_items) {
+    const gdn_job *j = ctx;
+    for (int h = item; h < j->m->cfg.Hv; h += n_items) delta_head(j, h, slot_ws(j, item));
+}
+
+/* One pass when every value head has its own key head (Hv == Hk): a head's
+ * conv, norms, delta rule and gated norm in one go, its rows still in cache. */
+static void pass_fused(void *ctx, int item, int n_items) {
+    const gdn_job *j = ctx;
+    for (int h = item; h < j->m->cfg.Hv; h += n_items) {
+        key_head(j, h);
+        value_head(j, h);
+        delta_head(j, h, slot_ws(j, item));
+    }
+}
+
+int ts_gdn_chunk_slots(const ts_config *c) { return TS_MIN(c->Hv, TS_DELTA_SLOTS); }
+
+void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *gs, ts_scratch *sc, const float *qkv,
+                    const float *a, const float *b, float *z, float *o, int n) {
+    gdn_job j = {m, w, gs, sc, qkv, a, b, z, o, n};
+    if (m->cfg.Hv == m->cfg.Hk) {
+        ts_parallel_for(ts_gdn_chunk_slots(&m->cfg), pass_fused, &j);
+        return;
+    }
+    ts_parallel_for(m->cfg.Hk + m->cfg.Hv, pass_conv, &j);
+    ts_parallel_for(ts_gdn_chunk_slots(&m->cfg), pass_delta, &j);
 }

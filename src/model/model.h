@@ -119,7 +119,7 @@ typedef struct ts_scratch {
     /* chunked prefill (NULL when rows come one at a time) */
     float *pf_conv;  /* [max_rows, C] conv + SiLU outputs */
     float *pf_gate;  /* [2, max_rows, Hv] log-decay g, then beta */
-    float *pf_chunk; /* delta-rule chunk scratch, see chunked.c */
+    float *pf_chunk; /* [slots, ts_delta_chunk_ws] delta-rule workspace per work item, see chunked.c */
 } ts_scratch;
 
 /* Speculative verification, per GDN layer (NULL buffers for full layers and
@@ -196,9 +196,13 @@ void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const
 void ts_gdn_materialize(const ts_model *m, ts_state *st);
 
 /* Prefill only: advance a GDN layer over n rows (n <= max_rows) with the
- * chunked delta rule (chunked.c); writes o [n, Vd] before the gated norm.
- * Differs from n ts_gdn_advance calls by rounding only. */
+ * chunked delta rule (chunked.c); writes o [n, Vd] after the gated norm
+ * with z [n, Vd] (z is used as scratch: overwritten). Differs from n
+ * ts_gdn_advance calls + the norm by rounding only. Runs on the kernel
+ * threads. */
 void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, ts_scratch *sc, const float *qkv,
-                    const float *a, const float *b, float *o, int n);
+                    const float *a, const float *b, float *z, float *o, int n);
+/* Work items of the chunked delta rule, each with its own pf_chunk slice. */
+int ts_gdn_chunk_slots(const ts_config *c);
 
 #endif

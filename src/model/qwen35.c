@@ -58,7 +58,74 @@ static void rope_head(float *x, int rot, int pos, double theta) {
     }
 }
 
+/* RoPE of one row's heads: nh heads of D at x + h * hstride, with the
+ * angles formed once for the row (the same expressions as rope_head). */
+static void rope_row(float *x, int nh, size_t hstride, int rot, int pos, double theta) {
+    float cs[512], sn[512];
+    const int half = rot / 2;
+    for (int j = 0; j < half; j++) {
+        float inv = 1.0f / powf((float)theta, (float)(2 * j) / (float)rot);
+        float a = (float)pos * inv;
+        cs[j] = cosf(a);
+        sn[j] = sinf(a);
+    }
+    for (int h = 0; h < nh; h++) {
+        float *xh = x + (size_t)h * hstride;
+        for (int j = 0; j < half; j++) {
+            float x0 = xh[j], x1 = xh[j + half];
+            xh[j] = x0 * cs[j] - x1 * sn[j];
+            xh[j + half] = x1 * cs[j] + x0 * sn[j];
+        }
+    }
+}
+
 /* ---- gated attention ---- */
+
+typedef struct attn_job {
+    const ts_model *m;
+    const float *qg; /* [n, nq, 2D] */
+    const ts_kv *kv;
+    float *out;      /* [n, nq*D] */
+    int n, pos;
+} attn_job;
+
+/* Prefill: one query head over all n rows (multi-row causal attention),
+ * then its output gate. */
+static void attn_head(void *ctx, int h, int nh) {
+    const attn_job *j = ctx;
+    const ts_model *m = j->m;
+    const int D = m->D, grp = m->cfg.nq / m->cfg.nkv, kh = h / grp;
+    (void)nh;
+    const size_t ldq = (size_t)2 * m->qdim;
+    ts_attn_chunk(j->qg + (size_t)h * 2 * D, ldq, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim,
+                 j->out + (size_t)h * D, m->qdim, j->n, j->pos, D, 1.0f / sqrtf((float)D));
+    for (int i = 0; i < j->n; i++) {
+        const float *gate = j->qg + (size_t)i * ldq + (size_t)h * 2 * D + D;
+        float *o = j->out + (size_t)i * m->qdim + (size_t)h * D;
+        for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
+    }
+}
+
+/* The prefill form of the attention block after the projections: norms
+ * (vectorised) and RoPE row by row (angles once per row), the rows' K/V into the cache, then
+ * the heads in parallel. Rounding differs from the token path (online
+ * softmax, FMAs). */
+static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, ts_kv *kv, float *qg, float *kb,
+                         const float *vb, int n, int pos) {
+    const ts_config *c = &m->cfg;
+    const int D = m->D, nq = c->nq, nkv = c->nkv;
+    for (int i = 0; i < n; i++) {
+        float *qi = qg + (size_t)i * nq * 2 * D, *ki = kb + (size_t)i * m->kvdim;
+        for (int h = 0; h < nq; h++) ts_add_rmsnorm(qi + (size_t)h * 2 * D, NULL, w->q_norm, qi + (size_t)h * 2 * D, 1, D, c->eps);
+        ts_add_rmsnorm(ki, NULL, w->k_norm, ki, nkv, D, c->eps);
+        rope_row(qi, nq, (size_t)2 * D, c->rot_dim, pos + i, c->rope_theta);
+        rope_row(ki, nkv, (size_t)D, c->rot_dim, pos + i, c->rope_theta);
+    }
+    memcpy(kv->k + (size_t)pos * m->kvdim, kb, sizeof(float) * (size_t)n * m->kvdim);
+    memcpy(kv->v + (size_t)pos * m->kvdim, vb, sizeof(float) * (size_t)n * m->kvdim);
+    attn_job j = {m, qg, kv, sc->big2, n, pos};
+    ts_parallel_for(nq, attn_head, &j);
+}
 
 static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_kv *kv, int n, int pos,
                        linear_fn lin) {
@@ -69,6 +136,11 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     float *kb = sc->big1;  /* [n, nkv*D] */
     float *vb = sc->big2;  /* [n, nkv*D] */
     lin_many(lin, (const ts_weight *[]){&w->q_proj, &w->k_proj, &w->v_proj}, 3, sc->u, (float *[]){qg, kb, vb}, n);
+    if (lin == ts_linear_prefill && n > 1 && c->rot_dim <= 1024) {
+        attn_prefill(m, sc, w, kv, qg, kb, vb, n, pos);
+        lin(&w->o_proj, sc->big2, sc->t, n);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         for (int h = 0; h < nq; h++) {
             float *q = qg + ((size_t)i * nq + h) * 2 * D;
@@ -389,18 +461,20 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     const int record = tp && st->tape_on; /* verify: snapshot + tape (n <= Rv: one pass) */
     int P = tp ? st->gdn_pend : 0;
     if (lin == ts_linear_prefill && n > 1 && sc->pf_conv) {
-        /* prefill: the chunked delta rule (rounding may differ; never for
-         * verify); after a rollback, apply it first */
+        /* prefill: the chunked delta rule and the gated norm, threaded over
+         * heads (rounding may differ; never for verify); after a lazy
+         * rollback, the pending rows are applied first */
         if (P) gdn_materialize_layer(m, st, w, gs, tp, P);
-        ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, o, n);
-    } else {
-        for (int off = 0; off < n;) {
-            int k = record ? n : TS_MIN(cap, n - off);
-            gdn_pass(m, st, w, gs, tp, P, record, qkv + (size_t)off * m->C, aa + (size_t)off * Hv,
-                     bb + (size_t)off * Hv, k, o + (size_t)off * m->Vd, prep);
-            off += k;
-            P = 0;
-        }
+        ts_gdn_chunked(m, w, gs, sc, qkv, aa, bb, z, o, n);
+        lin(&w->out_proj, o, sc->t, n);
+        return;
+    }
+    for (int off = 0; off < n;) {
+        int k = record ? n : TS_MIN(cap, n - off);
+        gdn_pass(m, st, w, gs, tp, P, record, qkv + (size_t)off * m->C, aa + (size_t)off * Hv, bb + (size_t)off * Hv,
+                 k, o + (size_t)off * m->Vd, prep);
+        off += k;
+        P = 0;
     }
     /* gated RMSNorm per (row, head): plain weight, norm before the silu(z) gate */
     ts_silu(z, z, (size_t)n * m->Vd);
@@ -416,13 +490,72 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, ts_gdn
     lin(&w->out_proj, o, sc->t, n);
 }
 
+/* ---- prefill: row-wise work spread over the kernel threads ---- */
+
+#define PAR_ITEMS 8 /* items per row-wise region: a few per thread evens out late workers */
+
+typedef struct rows_job {
+    float *x;
+    const float *add, *w, *m;
+    float *y;
+    int n, dim;
+    float eps;
+    size_t N;
+} rows_job;
+
+/* rows of item: x += add, then (w != NULL) y = rmsnorm1p(x) * w */
+static void rows_item(void *ctx, int it, int nit) {
+    const rows_job *j = ctx;
+    int r0 = (int)((int64_t)j->n * it / nit), r1 = (int)((int64_t)j->n * (it + 1) / nit);
+    size_t o = (size_t)r0 * j->dim;
+    if (j->w) {
+        ts_add_rmsnorm(j->x + o, j->add ? j->add + o : NULL, j->w, j->y + o, r1 - r0, j->dim, j->eps);
+    } else {
+        for (size_t i = o; i < (size_t)r1 * j->dim; i++) j->x[i] += j->add[i];
+    }
+}
+
+static void par_rows(float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
+    rows_job j = {x, add, w, NULL, y, n, dim, eps, 0};
+    ts_parallel_for(TS_MIN(n, PAR_ITEMS), rows_item, &j);
+}
+
+/* y = silu(y) * m over N elements, in 16-aligned pieces */
+static void silu_item(void *ctx, int it, int nit) {
+    const rows_job *j = ctx;
+    size_t per = (j->N + (size_t)nit - 1) / (size_t)nit;
+    per = (per + 15) & ~(size_t)15;
+    size_t a = per * (size_t)it, b = TS_MIN(j->N, a + per);
+    if (a < b) ts_silu_mul(j->y + a, j->m + a, b - a);
+}
+
+/* embedding rows of a prompt chunk (the same ts_weight_row per row) */
+typedef struct embed_job {
+    const ts_model *m;
+    const int32_t *ids;
+    float *x;
+    int n;
+} embed_job;
+
+static void embed_item(void *ctx, int it, int nit) {
+    const embed_job *j = ctx;
+    const int H = j->m->cfg.H;
+    for (int i = (int)((int64_t)j->n * it / nit); i < (int)((int64_t)j->n * (it + 1) / nit); i++)
+        ts_weight_row(&j->m->embed, j->ids[i], j->x + (size_t)i * H);
+}
+
 /* ---- FFN ---- */
 
 static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, const float *x, float *gb,
                    float *ub, float *out, int n, linear_fn lin) {
     lin_many(lin, (const ts_weight *[]){g, u}, 2, x, (float *[]){gb, ub}, n);
     size_t N = (size_t)n * g->rows;
-    ts_silu_mul(gb, ub, N);
+    if (lin == ts_linear_prefill && n > 1) {
+        rows_job j = {NULL, NULL, NULL, ub, gb, 0, 0, 0.f, N};
+        ts_parallel_for(PAR_ITEMS, silu_item, &j);
+    } else {
+        ts_silu_mul(gb, ub, N);
+    }
     lin(d, gb, out, n);
 }
 
@@ -514,6 +647,16 @@ static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, 
                           ts_gdn_tape *tp, int n, int pos, linear_fn lin) {
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
+    if (lin == ts_linear_prefill && n > 1) {
+        /* prefill: the same steps with the row-wise parts vectorised and threaded */
+        par_rows(sc->x, NULL, l->in_norm, sc->u, n, H, m->cfg.eps);
+        if (l->full) attn_block(m, st, &l->attn, kv, n, pos, lin);
+        else gdn_block(m, st, &l->gdn, gs, tp, n, lin);
+        par_rows(sc->x, sc->t, l->post_norm, sc->u, n, H, m->cfg.eps);
+        ffn_block(m, st, &l->ffn, n, lin);
+        par_rows(sc->x, sc->t, NULL, NULL, n, H, 0.f);
+        return;
+    }
     ts_rmsnorm1p(sc->x, l->in_norm, sc->u, n, H, m->cfg.eps);
     if (l->full) attn_block(m, st, &l->attn, kv, n, pos, lin);
     else gdn_block(m, st, &l->gdn, gs, tp, n, lin);
@@ -538,7 +681,13 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
     const size_t nH = (size_t)n * H;
-    for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
+    const int pf = prefill && n > 1;
+    if (pf) {
+        embed_job j = {m, ids, sc->x, n};
+        ts_parallel_for(TS_MIN(n, PAR_ITEMS), embed_item, &j);
+    } else {
+        for (int i = 0; i < n; i++) ts_weight_row(&m->embed, ids[i], sc->x + (size_t)i * H);
+    }
     if (st->dbg_layers) memcpy(st->dbg_layers, sc->x, sizeof(float) * nH);
     for (int L = 0; L < m->cfg.n_layers; L++) {
         ts_gdn_tape *tp = st->tape && !m->layers[L].full ? &st->tape[L] : NULL;
@@ -547,7 +696,8 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
     }
     st->gdn_pend = 0; /* every GDN layer has applied the pending rows of a lazy rollback */
     if (st->tape_on) st->tape_half ^= 1; /* the block just verified is the tape now */
-    ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
+    if (pf) par_rows(sc->x, NULL, m->final_norm, sc->hidden, n, H, m->cfg.eps);
+    else ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
     head_out(m, st, sc->hidden, n, logits, lin);
 }
 
