@@ -90,10 +90,14 @@ static inline __m512 load16(const uint8_t *p, ts_dtype t) {
     return _mm512_cvtph_ps(h);
 }
 
-static inline __m512i bcast4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
+
+/* acc += w (u8) . the 4 signed bytes at p broadcast to every lane: one
+ * instruction with an embedded broadcast ({1to16}) instead of a broadcast
+ * load plus the product (GCC does not fold _mm512_set1_epi32 of a load into
+ * VPDPBUSD's memory operand): fewer micro-ops in the inner loops. */
+static inline __m512i dpb_bcast(__m512i acc, __m512i w, const int8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
 }
 
 /* One 16-row block against the x rows of one tile: rows [i0, i0 + X) (X a
@@ -125,9 +129,9 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
                     _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) {
-                        a[u][k] = _mm512_dpbusd_epi32(a[u][k], lo, bcast4(xq + u * ND * 4 + 4 * k));
-                        if (X == 1) b[k] = _mm512_dpbusd_epi32(b[k], hi, bcast4(xq + QS + 4 * k));
-                        else a[u][k] = _mm512_dpbusd_epi32(a[u][k], hi, bcast4(xq + QS + u * ND * 4 + 4 * k));
+                        a[u][k] = dpb_bcast(a[u][k], lo, xq + u * ND * 4 + 4 * k);
+                        if (X == 1) b[k] = dpb_bcast(b[k], hi, xq + QS + 4 * k);
+                        else a[u][k] = dpb_bcast(a[u][k], hi, xq + QS + u * ND * 4 + 4 * k);
                     }
                 }
             }
@@ -135,7 +139,7 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
             for (int64_t j = 0; j < G / 4; j++, xq += QS) {
                 __m512i v = _mm512_load_si512(rp + 64 * j);
                 _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-                    _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) a[u][k] = _mm512_dpbusd_epi32(a[u][k], v, bcast4(xq + u * ND * 4 + 4 * k));
+                    _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) a[u][k] = dpb_bcast(a[u][k], v, xq + u * ND * 4 + 4 * k);
                 }
             }
         }
