@@ -118,11 +118,16 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
     const int8_t *xq = xt;
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *rp = blk + (size_t)g * rec;
-        /* one x row: separate accumulators for the low and high nibbles, so
-         * six dependency chains run in parallel instead of three */
-        __m512i a[4][3], b[3];
-        _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) a[u][0] = a[u][1] = a[u][2] = _mm512_setzero_si512();
-        b[0] = b[1] = b[2] = _mm512_setzero_si512();
+        /* up to 3 x rows: separate accumulators for the low and high
+         * nibbles, so each chain takes one VPDPBUSD per chunk and the
+         * multiplier, not its latency, sets the pace (4 rows have enough
+         * chains already, and no registers to spare) */
+        const int SPLIT = X <= 3;
+        __m512i a[4][3], b[4][3];
+        _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
+            a[u][0] = a[u][1] = a[u][2] = _mm512_setzero_si512();
+            b[u][0] = b[u][1] = b[u][2] = _mm512_setzero_si512();
+        }
         if (w->bits == 4) {
             for (int64_t j = 0; j < G / 8; j++, xq += 2 * QS) {
                 __m512i v = _mm512_load_si512(rp + 64 * j);
@@ -130,7 +135,7 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
                 _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
                     _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) {
                         a[u][k] = dpb_bcast(a[u][k], lo, xq + u * ND * 4 + 4 * k);
-                        if (X == 1) b[k] = dpb_bcast(b[k], hi, xq + QS + 4 * k);
+                        if (SPLIT) b[u][k] = dpb_bcast(b[u][k], hi, xq + QS + u * ND * 4 + 4 * k);
                         else a[u][k] = dpb_bcast(a[u][k], hi, xq + QS + u * ND * 4 + 4 * k);
                     }
                 }
@@ -143,8 +148,9 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
                 }
             }
         }
-        if (X == 1 && w->bits == 4)
-            _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) a[0][k] = _mm512_add_epi32(a[0][k], b[k]);
+        if (SPLIT && w->bits == 4)
+            _Pragma("GCC unroll 4") for (int u = 0; u < X; u++)
+                _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) a[u][k] = _mm512_add_epi32(a[u][k], b[u][k]);
         const __m512 sc = load16(rp + dbytes, w->sdtype), bi = load16(rp + dbytes + 16 * ss, w->sdtype);
         _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
             __m512 t;
