@@ -1,6 +1,6 @@
 /* steps.c: per-token decode time, robust to a shared machine.
  *
- *   build/steps MODEL_DIR [threads] [tokens]   (built by bench/kernels/run.sh)
+ *   build/steps MODEL_DIR [threads] [tokens] [prompt]   (built by bench/kernels/run.sh)
  *
  * Decodes `tokens` tokens one at a time after a 16-token prompt and prints
  * the minimum and median wall time of one step (the verify/decode ratio is
@@ -37,13 +37,16 @@ int main(int argc, char **argv) {
     if (ts_engine_open(argv[1], &ep, &e, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     ts_session_params sp;
     ts_session_params_default(&sp);
-    sp.n_ctx = 16 + N + 8;
-    sp.max_rows = 16;
+    int P = argc > 4 ? atoi(argv[4]) : 16; /* prompt length (and chunk rows) */
+    if (P < 1 || P > 4096) P = 16;
+    sp.n_ctx = P + N + 8;
+    sp.max_rows = P;
     ts_session *s = NULL;
     if (ts_session_new(e, &sp, &s, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    int32_t ids[16];
-    for (int i = 0; i < 16; i++) ids[i] = (int32_t)(i * 7919 % 1000 + 10);
-    if (ts_session_feed(s, ids, 16, NULL, NULL, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
+    for (int i = 0; i < P; i++) ids[i] = (int32_t)(i * 7919 % 1000 + 10);
+    if (ts_session_feed(s, ids, P, NULL, NULL, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    free(ids);
     double *d1 = malloc(sizeof(double) * N);
     for (int g = 0; g < N; g++) {
         int32_t t = (int32_t)(g * 31 % 1000 + 3);
