@@ -89,7 +89,7 @@ void ts_silu_mul(float *g, const float *u, size_t n);
  * `b = 0; for i: if (x[i] > x[b]) b = i` gives it (NaN never wins). */
 int ts_argmax(const float *x, int n);
 
-/* ---- GDN: one head over several rows (kernels_gdn.c; added for the lazy
+/* ---- GDN: one head over several rows (cpu/gdn_rows.c; added for the lazy
  * speculative rollback, separate from the matrix-product contract) ----
  * The step above for rows t = 0..n-1 in order on one head's state: S [dk, dv]
  * starts as S_in (may be S: in place; else S_in is only read), row t uses

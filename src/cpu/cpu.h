@@ -48,6 +48,10 @@ void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q
 void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                         float *att, float *o);
 int ts_avx512_argmax(const float *x, int n);
+/* ts_gdn_step_rows (kernels.h) with AVX-512, dv % 16 == 0 (gdn_rows_avx512.c) */
+void ts_avx512_gdn_step_rows(float *S, const float *S_in, const float *const *k, const float *const *v,
+                             const float *const *q, const float *decay, const float *beta, float *const *o, int n,
+                             int dk, int dv);
 /* y = silu(x) (* u when u is not NULL) */
 void ts_avx512_silu(float *y, const float *x, const float *u, size_t n);
 void ts_avx512_prep_q8(const float *x, int64_t cols, int group, int8_t *x8, float *sx, float *xs);

@@ -1,12 +1,12 @@
-/* kernels_gdn.c: the GDN delta-rule step over several rows of one head
+/* gdn_rows.c: the GDN delta-rule step over several rows of one head
  * (kernels.h, "GDN: one head over several rows"): dispatch and the plain
  * form.
  *
  * Owns: ts_gdn_step_rows. Does not own: the one-row step ts_gdn_step and its
- * kernels (src/cpu/), whose results this must reproduce bit for bit: the
- * dispatch condition below is ts_gdn_step's (src/cpu/linear.c), the plain
+ * kernels (linear*.c), whose results this must reproduce bit for bit: the
+ * dispatch condition below is ts_gdn_step's (linear.c), the plain
  * form simply calls ts_gdn_step per row, and the AVX-512 form
- * (kernels_gdn_avx512.c) performs ts_avx512_gdn_step's operations per
+ * (gdn_rows_avx512.c) performs ts_avx512_gdn_step's operations per
  * element in the same order. tests/test_spec.c (spec.gdn_step_rows) checks
  * the equality against ts_gdn_step in every kernel mode the machine has, so
  * a change to the one-row kernel that is not mirrored here fails there.
@@ -22,7 +22,6 @@
 
 #include "cpu/cpu.h"
 #include "kernels.h"
-#include "kernels_gdn.h"
 
 void ts_gdn_step_rows(float *S, const float *S_in, const float *const *k, const float *const *v,
                       const float *const *q, const float *decay, const float *beta, float *const *o, int n, int dk,

@@ -1,7 +1,7 @@
-/* kernels_gdn_avx512.c: ts_gdn_step_rows with AVX-512 (dv % 16 == 0).
+/* gdn_rows_avx512.c: ts_gdn_step_rows with AVX-512 (dv % 16 == 0).
  *
  * Owns: ts_avx512_gdn_step_rows. The reference for its bits is
- * ts_avx512_gdn_step (src/cpu/linear_avx512.c), applied row after row; per
+ * ts_avx512_gdn_step (linear_avx512.c), applied row after row; per
  * element and row this performs the same operations in the same order:
  *   sv = S * decay                      (mul)
  *   p  = fma(sv, k_i, p)  over i = 0..dk-1 in order, from 0
@@ -18,13 +18,13 @@
  * instead of two; the first row adds one read-only pass (and recomputes
  * its decay in the update pass instead of storing it). Columns are taken 128 at a time (8 vectors: 8 prediction
  * chains and 8 output chains in flight hide the FMA latency).
- * Does not own: the dispatch (kernels_gdn.c).
+ * Does not own: the dispatch (gdn_rows.c).
  */
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "kernels.h"
-#include "kernels_gdn.h"
 
 /* Row t's update pass over one block of NV vectors: S_t = fma(k, p_t, D)
  * where D is the decayed state S_{t-1} * decay_t: formed here from src when
