@@ -116,6 +116,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(sc->big2, pl.big2, TS_MEM_SCRATCH);
     ALLOC(sc->small, pl.small, TS_MEM_SCRATCH);
     ALLOC(sc->att, pl.att, TS_MEM_SCRATCH);
+    sc->att_len = pl.att_len;
     ALLOC(sc->rowtmp, pl.rowtmp, TS_MEM_SCRATCH);
     ALLOC(sc->moe_acc, pl.moe_acc, TS_MEM_SCRATCH);
     ALLOC(sc->hidden, pl.hidden, TS_MEM_SCRATCH);

@@ -111,7 +111,8 @@ typedef struct ts_scratch {
     float *big1;    /* [R, max(Vd, nkv*D, ffn)] */
     float *big2;    /* [R, max(Vd, nkv*D, ffn, nq*D)] */
     float *small;   /* [R, 2*Hv + E] */
-    float *att;     /* [n_ctx] attention scores of one head */
+    float *att;     /* [nq, att_len] attention scores, a row per query head */
+    int att_len;    /* its row length (n_ctx, or the MTP cache's rows) */
     float *rowtmp;  /* [C] conv output of one GDN row */
     float *moe_acc; /* [2*H]: routed sum, then one expert's output */
     float *hidden;  /* [R, H] final-normed hidden states */

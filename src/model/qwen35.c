@@ -127,6 +127,33 @@ static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, 
     ts_parallel_for(nq, attn_head, &j);
 }
 
+typedef struct attn_rows_job {
+    const ts_model *m;
+    const float *qg; /* [n, nq, 2D] */
+    const ts_kv *kv;
+    float *out;      /* [n, nq*D] */
+    float *att;      /* [nq, att_len] */
+    int att_len, n, pos;
+} attn_rows_job;
+
+/* Decode and verify: one query head over the block's rows, each row with its
+ * own causal length (ts_attn_row, the same for every row count), then the
+ * output gate. */
+static void attn_rows_head(void *ctx, int h, int nh) {
+    const attn_rows_job *j = ctx;
+    const ts_model *m = j->m;
+    const int D = m->D, nq = m->cfg.nq, kh = h / (nq / m->cfg.nkv);
+    const float scale = 1.0f / sqrtf((float)D);
+    (void)nh;
+    for (int i = 0; i < j->n; i++) {
+        const float *q = j->qg + ((size_t)i * nq + h) * 2 * D, *gate = q + D;
+        float *o = j->out + (size_t)i * m->qdim + (size_t)h * D;
+        ts_attn_row(q, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim, j->pos + i + 1, D, scale,
+                    j->att + (size_t)h * j->att_len, o);
+        for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
+    }
+}
+
 static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_kv *kv, int n, int pos,
                        linear_fn lin) {
     const ts_config *c = &m->cfg;
@@ -155,22 +182,16 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
         memcpy(kv->k + (size_t)(pos + i) * m->kvdim, kb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
         memcpy(kv->v + (size_t)(pos + i) * m->kvdim, vb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
     }
-    /* Causal attention, one row and head at a time; output [n, nq*D] in big2
-     * (the V rows are in the cache now). */
-    float *out = sc->big2;
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int i = 0; i < n; i++) {
-        int T = pos + i + 1;
-        for (int h = 0; h < nq; h++) {
-            const float *q = qg + ((size_t)i * nq + h) * 2 * D;
-            const float *gate = q + D;
-            int kh = h / grp;
-            float *o = out + (size_t)i * m->qdim + (size_t)h * D;
-            ts_attn_row(q, kv->k + (size_t)kh * D, kv->v + (size_t)kh * D, m->kvdim, T, D, scale, sc->att, o);
-            for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
-        }
-    }
-    lin(&w->o_proj, out, sc->t, n);
+    /* Causal attention, each row and head on its own; output [n, nq*D] in
+     * big2 (the V rows are in the cache now). The heads run in parallel once
+     * the context makes them worth a pool region (each head has its own row
+     * of scores; per head the arithmetic does not depend on the thread). */
+    attn_rows_job j = {m, qg, kv, sc->big2, sc->att, sc->att_len, n, pos};
+    (void)grp;
+    if ((double)(pos + n) * D * nq * n >= 262144.0) ts_parallel_for(nq, attn_rows_head, &j);
+    else
+        for (int h = 0; h < nq; h++) attn_rows_head(&j, h, nq);
+    lin(&w->o_proj, sc->big2, sc->t, n);
 }
 
 /* ---- Gated DeltaNet ----
