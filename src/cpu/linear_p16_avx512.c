@@ -12,9 +12,17 @@
  * f32 precision, so the quantized engine stays within 1e-3 of the f32
  * reference even on the chaotic random fixture models, where one int8 digit
  * (llama.cpp's Q8 activations) moves logits by units.
+ * The bias term takes sx * sum_c X_c (the rounded x, exact in integers), not
+ * the f32 sum of x: both s*q and bias terms must see the same rounded x, or
+ * their cancellation to w amplifies the rounding (10x larger fixture errors).
  * Cost per 16 rows x 64 columns of INT4: 8 chunk loads, 24 nibble
- * extractions, 48 VPDPBUSD, ~12 per-group operations: ~5.5 vector
- * instructions per 64 weights, against ~15 for the row-major int16 kernel.
+ * extractions, 48 VPDPBUSD (each with its digit broadcast from memory in the
+ * same instruction), ~12 per-group operations: ~5.5 vector instructions per
+ * 64 weights, against ~15 for the row-major int16 kernel. One row streams
+ * INT4 at ~55 GB/s per core from cache; prefill tiles run at ~80% of the
+ * VPDPBUSD peak (bench/RESULTS.md).
+ * Drafting (nd = 1, ts_linear_draft): one plain int8 digit, a third of the
+ * multiplies; only the MTP head uses it.
  *
  * Row-exactness (kernels.h): integer sums are exact, and the f32 operations
  * per (16-row block, x row) run in the same order whatever the number of x
