@@ -20,7 +20,6 @@ static int needs_sampler(const ts_gen_params *p) {
     return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
 }
 
-static int argmax(const float *x, int n) { return ts_argmax(x, n); }
 
 static int is_stop(const ts_gen_params *p, int32_t id) {
     for (int i = 0; i < p->n_stop; i++)
@@ -70,7 +69,7 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
             if ((rc = ts_sampler_sample(smp, ts_session_logits(s), &id, err))) break;
             ts_sampler_accept(smp, id);
         } else {
-            id = argmax(ts_session_logits(s), V);
+            id = ts_argmax(ts_session_logits(s), V);
         }
         stats->n_gen++;
         int stop = cb ? cb(user, id) : 0;

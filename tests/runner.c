@@ -5,6 +5,7 @@
  * With no arguments every test runs. Each failure prints file:line and a
  * message; the last line is "N passed, N failed".
  */
+#include <math.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -117,4 +118,13 @@ int main(int argc, char **argv) {
     if (system(cmd) != 0) { /* best effort */ }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
+}
+
+float ts_test_max_abs(const float *a, const float *b, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (!(d <= m)) m = d;
+    }
+    return m;
 }

@@ -51,15 +51,6 @@ static void fx_close(fixture *f) {
 
 static const float *ref(fixture *f, const char *name) { return ts_st_find(f->ref, name)->data; }
 
-static float max_abs(const float *a, const float *b, size_t n) {
-    float m = 0;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        if (!(d <= m)) m = d; /* NaN propagates as failure */
-    }
-    return m;
-}
-
 static int argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
@@ -93,7 +84,7 @@ TS_TEST(model, prompt_logits_and_layers) {
         ts_error err = {0};
         CHECK_MSG(ts_session_feed(s, f.prompt, f.T, lg, hid, &err) == 0, "%s", err.msg);
         s->st.dbg_layers = NULL;
-        float e_log = max_abs(lg, ref(&f, "prompt_logits"), (size_t)f.T * f.V);
+        float e_log = ts_test_max_abs(lg, ref(&f, "prompt_logits"), (size_t)f.T * f.V);
         /* The residual stream grows to |x| ~ 30 in these random models; compare
          * each layer relative to its own scale (transformers' chunked GDN
          * rounds differently from the token recurrence at the 1e-6 level). */
@@ -102,10 +93,10 @@ TS_TEST(model, prompt_logits_and_layers) {
             const float *rl = ref(&f, "layer_outputs") + (size_t)l * f.T * f.H;
             float scale = 1e-6f;
             for (size_t i = 0; i < (size_t)f.T * f.H; i++) scale = fmaxf(scale, fabsf(rl[i]));
-            float el = max_abs(layers + (size_t)l * f.T * f.H, rl, (size_t)f.T * f.H) / scale;
+            float el = ts_test_max_abs(layers + (size_t)l * f.T * f.H, rl, (size_t)f.T * f.H) / scale;
             e_lay = el > e_lay ? el : e_lay;
         }
-        float e_hid = max_abs(hid, ref(&f, "final_hidden"), (size_t)f.T * f.H);
+        float e_hid = ts_test_max_abs(hid, ref(&f, "final_hidden"), (size_t)f.T * f.H);
         fprintf(stderr, "  %-13s prompt logits max|err| %.2e, layers (relative) %.2e, final hidden %.2e\n", FIXTURES[fi], e_log,
                 e_lay, e_hid);
         CHECK_MSG(e_log < TOL, "%s: prompt logits err %g", FIXTURES[fi], e_log);
@@ -118,7 +109,7 @@ TS_TEST(model, prompt_logits_and_layers) {
         float *lg1 = malloc(sizeof(float) * f.T * f.V);
         for (int i = 0; i < f.T; i++)
             CHECK_MSG(ts_session_feed(s, f.prompt + i, 1, lg1 + (size_t)i * f.V, NULL, &err) == 0, "%s", err.msg);
-        float e_seq = max_abs(lg1, lg, (size_t)f.T * f.V);
+        float e_seq = ts_test_max_abs(lg1, lg, (size_t)f.T * f.V);
         fprintf(stderr, "  %-13s prefill vs one-by-one max|diff| %.2e\n", FIXTURES[fi], e_seq);
         CHECK_MSG(e_seq < TOL, "%s: prefill vs sequential %g", FIXTURES[fi], e_seq);
         ts_session_free(s);
@@ -144,7 +135,7 @@ TS_TEST(model, greedy_steps) {
         int id_ok = 0;
         for (int i = 0; i < f.N; i++) {
             const float *lg = ts_session_logits(s);
-            float e = max_abs(lg, gl + (size_t)i * f.V, f.V);
+            float e = ts_test_max_abs(lg, gl + (size_t)i * f.V, f.V);
             worst = e > worst ? e : worst;
             id_ok += argmax(lg, f.V) == f.greedy[i];
             CHECK_MSG(ts_session_feed(s, &f.greedy[i], 1, NULL, NULL, &err) == 0, "%s", err.msg);
@@ -174,7 +165,7 @@ TS_TEST(model, mtp_head) {
         /* teacher-forced: row i = (seq[i+1], hid[i], i) */
         float *lg = malloc(sizeof(float) * (L - 1) * f.V);
         CHECK_MSG(ts_session_mtp(s, seq + 1, hid, L - 1, 0, NULL, lg, &err) == 0, "%s", err.msg);
-        float e = max_abs(lg, ref(&f, "mtp_logits"), (size_t)(L - 1) * f.V);
+        float e = ts_test_max_abs(lg, ref(&f, "mtp_logits"), (size_t)(L - 1) * f.V);
         /* drafting after prefill: rows 0..T-1 then depth 4 on its own output */
         float *hcur = malloc(sizeof(float) * f.T * f.H);
         memcpy(hcur, hid, sizeof(float) * f.T * f.H);
@@ -182,14 +173,14 @@ TS_TEST(model, mtp_head) {
         CHECK(ts_session_mtp(s, seq + 1, hcur, f.T, 0, hcur, dl, &err) == 0);
         const int32_t *rd = (const int32_t *)ts_st_find(f.ref, "mtp_draft_ids")->data;
         const float *rdl = ref(&f, "mtp_draft_logits");
-        float ed = max_abs(dl + (size_t)(f.T - 1) * f.V, rdl, f.V);
+        float ed = ts_test_max_abs(dl + (size_t)(f.T - 1) * f.V, rdl, f.V);
         int32_t d = argmax(dl + (size_t)(f.T - 1) * f.V, f.V);
         int ok = d == rd[0];
         float h[4096];
         memcpy(h, hcur + (size_t)(f.T - 1) * f.H, sizeof(float) * f.H);
         for (int k = 1; k < 4; k++) {
             CHECK(ts_session_mtp(s, &d, h, 1, f.T - 1 + k, h, dl, &err) == 0);
-            float ek = max_abs(dl, rdl + (size_t)k * f.V, f.V);
+            float ek = ts_test_max_abs(dl, rdl + (size_t)k * f.V, f.V);
             ed = ek > ed ? ek : ed;
             d = argmax(dl, f.V);
             ok += d == rd[k];

@@ -13,15 +13,6 @@
 
 #define NP 150
 
-static float max_abs(const float *a, const float *b, size_t n) {
-    float m = 0;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        if (!(d <= m)) m = d;
-    }
-    return m;
-}
-
 static int run(ts_engine *e, int chunk, const int32_t *ids, float *lg, float *next) {
     ts_session_params sp;
     ts_session_params_default(&sp);
@@ -60,7 +51,7 @@ static void chunked_vs_recurrence(int n_fx, const int *chunks, int n_chunks) {
         fprintf(stderr, "  %-13s", fx[f]);
         for (int c = 0; c < n_chunks; c++) {
             CHECK(run(e, chunks[c], ids, lg, nx) == 0);
-            float d = max_abs(lg, ref, (size_t)NP * V), dn = max_abs(nx, rn, V);
+            float d = ts_test_max_abs(lg, ref, (size_t)NP * V), dn = ts_test_max_abs(nx, rn, V);
             fprintf(stderr, " chunk %d: %.1e (next %.1e)", chunks[c], d, dn);
             CHECK_MSG(d < 1e-3f && dn < 1e-3f, "%s chunk %d: max|diff| %g, next token %g", fx[f], chunks[c], d, dn);
             if (chunks[c] == 1) CHECK_MSG(d == 0.0f, "chunk 1 must be the recurrence itself");

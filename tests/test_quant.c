@@ -106,15 +106,6 @@ static int convert_fixture(const char *name, int bits, char *out, size_t cap) {
     return rc;
 }
 
-static float max_abs(const float *a, const float *b, size_t n) {
-    float m = 0;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        if (!(d <= m)) m = d;
-    }
-    return m;
-}
-
 /* Prompt (one prefill block) then 8 decode steps; logits of every row. */
 static int run_logits(ts_engine *e, const int32_t *ids, int T, int steps, const int32_t *next, float *lg) {
     ts_session_params sp;
@@ -152,8 +143,8 @@ static void fixtures_in_mode(const char *mode, float tol) {
             ts_kernels_select(mode);
             if (!rc) rc = run_logits(e, pi->data, T, S, gi->data, b);
             CHECK(rc == 0);
-            float ep = max_abs(a, b, (size_t)T * V), ed = max_abs(a + (size_t)T * V, b + (size_t)T * V, (size_t)S * V);
-            float eq = max_abs(a, ts_st_find(ref, "prompt_logits")->data, (size_t)T * V);
+            float ep = ts_test_max_abs(a, b, (size_t)T * V), ed = ts_test_max_abs(a + (size_t)T * V, b + (size_t)T * V, (size_t)S * V);
+            float eq = ts_test_max_abs(a, ts_st_find(ref, "prompt_logits")->data, (size_t)T * V);
             float scale = 0;
             for (size_t i = 0; i < (size_t)T * V; i++) scale = fmaxf(scale, fabsf(a[i]));
             fprintf(stderr, "  %-13s INT%d %-7s vs ref kernels: prompt %.2e, decode %.2e | quantization error vs bf16 %.3f (|logit| max %.2f)\n",

@@ -31,6 +31,8 @@ int ts_test_sh(char *out, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A scratch directory unique to this run (created on first use). */
 const char *ts_test_tmpdir(void);
+/* max_i |a[i] - b[i]| (the helper three test files had each kept a copy of). */
+float ts_test_max_abs(const float *a, const float *b, size_t n);
 
 #define TS_TEST(group, name)                                                  \
     static void ts_test_##group##_##name(void);                               \

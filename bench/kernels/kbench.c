@@ -27,19 +27,32 @@ static void fill(void *p, size_t bytes, uint64_t *s) {
     for (size_t i = 0; i < bytes; i++) { *s = *s * 6364136223846793005ull + 1442695040888963407ull; b[i] = (uint8_t)(*s >> 56); }
 }
 
-static void one(int64_t rows, int64_t cols, int reps, const char *what) {
-    uint64_t s = 7;
+/* A random INT4 group-64 weight (bf16 scales and biases) in the layout the
+ * engine uses in this mode (P16 repacking on AVX-512); q4_free frees it. */
+typedef struct q4 { ts_weight w; void *d, *pk; uint16_t *sc, *bi; } q4;
+
+static void q4_make(q4 *o, int64_t rows, int64_t cols, uint64_t seed) {
     ts_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16, NULL};
     size_t qb = (size_t)(rows * cols / 2), sb = (size_t)(rows * cols / 64) * 2;
-    void *d = malloc(qb);
-    uint16_t *sc = malloc(sb), *bi = malloc(sb);
-    fill(d, qb, &s);
-    for (size_t i = 0; i < sb / 2; i++) { sc[i] = 0x3b80; bi[i] = 0xbc00; } /* bf16 0.0039, -0.0078 */
-    w.data = d; w.scales = sc; w.biases = bi;
-    /* the layout the engine uses in this mode (P16 repacking on AVX-512) */
+    o->d = malloc(qb);
+    o->sc = malloc(sb);
+    o->bi = malloc(sb);
+    fill(o->d, qb, &seed);
+    for (size_t i = 0; i < sb / 2; i++) { o->sc[i] = 0x3b80; o->bi[i] = 0xbc00; } /* bf16 0.0039, -0.0078 */
+    w.data = o->d; w.scales = o->sc; w.biases = o->bi;
     size_t psz = ts_weight_pack_size(rows, cols, 4, 64, TS_DTYPE_BF16);
-    void *pk = psz ? malloc(psz) : NULL;
-    if (pk) ts_weight_pack(&w, pk);
+    o->pk = psz ? malloc(psz) : NULL;
+    if (o->pk) ts_weight_pack(&w, o->pk);
+    o->w = w;
+}
+
+static void q4_free(q4 *o) { free(o->d); free(o->sc); free(o->bi); free(o->pk); }
+
+static void one(int64_t rows, int64_t cols, int reps, const char *what) {
+    q4 q;
+    q4_make(&q, rows, cols, 7);
+    const ts_weight w = q.w;
+    const void *pk = q.pk;
     float *x = malloc(sizeof(float) * cols * 9), *y = malloc(sizeof(float) * rows * 9);
     for (int64_t i = 0; i < cols * 9; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
     double t1 = 0;
@@ -57,22 +70,16 @@ static void one(int64_t rows, int64_t cols, int reps, const char *what) {
         if (n == 1) t1 = best;
         printf("  n=%d  %8.3f ms  %6.1f GB/s  %.2fx one row\n", n, best * 1e3, ts_weight_bytes(&w) / best / 1e9, best / t1);
     }
-    free(d); free(sc); free(bi); free(x); free(y); free(pk);
+    free(x); free(y);
+    q4_free(&q);
 }
 
 /* Prefill-shaped: n = 128 rows through ts_linear_prefill, in GMAC/s. */
 static void gemm(int64_t rows, int64_t cols, int n, int reps) {
-    uint64_t s = 11;
-    ts_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16, NULL};
-    size_t qb = (size_t)(rows * cols / 2), sb = (size_t)(rows * cols / 64) * 2;
-    void *d = malloc(qb);
-    uint16_t *sc = malloc(sb), *bi = malloc(sb);
-    fill(d, qb, &s);
-    for (size_t i = 0; i < sb / 2; i++) { sc[i] = 0x3b80; bi[i] = 0xbc00; }
-    w.data = d; w.scales = sc; w.biases = bi;
-    size_t psz = ts_weight_pack_size(rows, cols, 4, 64, TS_DTYPE_BF16);
-    void *pk = psz ? malloc(psz) : NULL;
-    if (pk) ts_weight_pack(&w, pk);
+    q4 q;
+    q4_make(&q, rows, cols, 11);
+    const ts_weight w = q.w;
+    const void *pk = q.pk;
     float *x = malloc(sizeof(float) * cols * n), *y = malloc(sizeof(float) * rows * n);
     for (int64_t i = 0; i < cols * n; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
     ts_linear_prefill(&w, x, y, n);
@@ -85,7 +92,8 @@ static void gemm(int64_t rows, int64_t cols, int n, int reps) {
     }
     printf("prefill GEMM [%lld x %lld] x %d rows%s: %.3f ms, %.1f GMAC/s\n", (long long)rows, (long long)cols, n,
            pk ? " packed" : "", best * 1e3, (double)rows * cols * n / best / 1e9);
-    free(d); free(sc); free(bi); free(x); free(y); free(pk);
+    free(x); free(y);
+    q4_free(&q);
 }
 
 int main(int argc, char **argv) {

@@ -24,6 +24,7 @@
 #include <math.h>
 
 #include "cpu/cpu.h"
+#include "cpu/simd_avx512.h"
 
 static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
@@ -36,54 +37,9 @@ static inline __m512 load_s16(const void *p, ts_dtype t, int64_t g, int k) {
     return _mm512_cvtph_ps(h);
 }
 
-static void qdot_1(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0, int64_t r1) {
-    const int64_t cols = w->cols, ng = p->ng, G = w->group, bpr = cols * w->bits / 8;
-    const int nb = (int)(G / 64); /* 64-column blocks per group */
-    const __m512i m4 = _mm512_set1_epi16(0x0f);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + r * bpr;
-        for (int i = 0; i < p->n; i++) {
-            const int16_t *xq = p->xq + (int64_t)i * cols, *xl = xq + (int64_t)p->n * cols;
-            const float *sx = p->sx + (int64_t)i * ng, *xs = p->xs + (int64_t)i * ng;
-            __m512 acc = _mm512_setzero_ps(), accb = _mm512_setzero_ps();
-            for (int64_t g0 = 0; g0 < ng; g0 += 16) {
-                int k = (int)TS_MIN(16, ng - g0);
-                __mmask16 m = (__mmask16)((1u << k) - 1);
-                __m512 S = _mm512_mul_ps(load_s16(w->scales, w->sdtype, r * ng + g0, k), _mm512_maskz_loadu_ps(m, sx + g0));
-                accb = _mm512_fmadd_ps(load_s16(w->biases, w->sdtype, r * ng + g0, k), _mm512_maskz_loadu_ps(m, xs + g0), accb);
-                for (int gi = 0; gi < k; gi++) {
-                    int64_t g = g0 + gi;
-                    __m512i t = _mm512_setzero_si512(), tl = t;
-                    for (int b = 0; b < nb; b++) {
-                        int64_t c = g * G + (int64_t)b * 64;
-                        const int16_t *xb = xq + c, *lb = xl + c;
-                        __m512i q0, q1;
-                        if (w->bits == 4) {
-                            __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row + c / 2)));
-                            q0 = _mm512_and_si512(q, m4);
-                            q1 = _mm512_srli_epi16(q, 4);
-                        } else {
-                            q0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row + c)));
-                            q1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row + c + 32)));
-                        }
-                        t = _mm512_dpwssd_epi32(t, q0, _mm512_loadu_si512(xb));
-                        t = _mm512_dpwssd_epi32(t, q1, _mm512_loadu_si512(xb + 32));
-                        tl = _mm512_dpwssd_epi32(tl, q0, _mm512_loadu_si512(lb));
-                        tl = _mm512_dpwssd_epi32(tl, q1, _mm512_loadu_si512(lb + 32));
-                    }
-                    __m512 sg = _mm512_permutexvar_ps(_mm512_set1_epi32(gi), S);
-                    __m512 tf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tl), _mm512_set1_ps(1.0f / 65536.0f), _mm512_cvtepi32_ps(t));
-                    acc = _mm512_fmadd_ps(tf, sg, acc);
-                }
-            }
-            y[(int64_t)i * w->rows + r] = hsum(acc) + hsum(accb);
-        }
-    }
-}
-
 /* Weight row r against x rows [i0, i0+X) (X <= 4, a constant at each call
  * site): the row's q are unpacked once per 64 columns and feed all X rows.
- * Per (weight row, x row) pair the operations are exactly qdot_1's, so the
+ * Per (weight row, x row) pair the operations do not depend on X, so the
  * result is the same bits as a one-row call (row-exact). */
 static inline __attribute__((always_inline)) void qdot_x(const ts_weight *w, const ts_xprep *p, float *y, int64_t r,
                                                          int i0, const int X) {
@@ -142,12 +98,16 @@ static inline __attribute__((always_inline)) void qdot_x(const ts_weight *w, con
     _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) y[(int64_t)(i0 + u) * w->rows + r] = hsum(acc[u]) + hsum(accb[u]);
 }
 
-/* One x row: the plain loop (qdot_1) streams each weight row once, in
- * order, which is what the hardware prefetchers like best (interleaving four
- * weight rows was faster in cache but 15% slower end-to-end). Several x rows
- * (verify, MTP): each weight row is unpacked once for up to 4 of them. */
+/* One x row: weight rows one after the other (qdot_x with X = 1), each
+ * streamed once, in order, which is what the hardware prefetchers like best
+ * (interleaving four weight rows was faster in cache but 15% slower
+ * end-to-end). Several x rows (verify, MTP): each weight row is unpacked
+ * once for up to 4 of them. */
 void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0, int64_t r1) {
-    if (p->n == 1) { qdot_1(w, p, y, r0, r1); return; }
+    if (p->n == 1) {
+        for (int64_t r = r0; r < r1; r++) qdot_x(w, p, y, r, 0, 1);
+        return;
+    }
     /* x rows in chunks of 3, a remainder of 4 as 2 + 2: with 4 at once the
      * accumulators no longer fit the registers (measured: 4 rows cost 2.8x one
      * row as one chunk, 2.7x as 2 + 2) */
@@ -238,7 +198,7 @@ void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t
                 a3 = _mm512_fmadd_ps(wload(row, w->dtype, c + 48, 0xffff), _mm512_loadu_ps(xi + c + 48), a3);
             }
             for (; c < cols; c += 16) {
-                __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16)((1u << (cols - c)) - 1);
+                __mmask16 m = ts_tail16((size_t)(cols - c));
                 a0 = _mm512_fmadd_ps(wload(row, w->dtype, c, m), _mm512_maskz_loadu_ps(m, xi + c), a0);
             }
             y[(int64_t)i * w->rows + r] = hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
@@ -251,7 +211,7 @@ static void deq_row(const ts_weight *w, int64_t r, float *out) {
     const int64_t cols = w->cols;
     if (w->dtype != TS_DTYPE_U32) {
         for (int64_t c = 0; c < cols; c += 16) {
-            __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16)((1u << (cols - c)) - 1);
+            __mmask16 m = ts_tail16((size_t)(cols - c));
             _mm512_mask_storeu_ps(out + c, m, wload((const char *)w->data + r * cols * ts_dtype_size(w->dtype), w->dtype, c, m));
         }
         return;
@@ -309,7 +269,7 @@ void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_
             __m512 a[16];
             for (int k = 0; k < 16; k++) a[k] = _mm512_setzero_ps();
             for (int64_t c = 0; c < cols; c += 16) {
-                __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16)((1u << (cols - c)) - 1);
+                __mmask16 m = ts_tail16((size_t)(cols - c));
                 __m512 v0 = _mm512_maskz_loadu_ps(m, w0 + c), v1 = _mm512_maskz_loadu_ps(m, w1 + c);
                 __m512 v2 = _mm512_maskz_loadu_ps(m, w2 + c), v3 = _mm512_maskz_loadu_ps(m, w3 + c);
                 __m512 u;
@@ -378,12 +338,7 @@ void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t 
         att[t] = s;
         if (s > mx) mx = s;
     }
-    double sum = 0;
-    for (int t = 0; t < T; t++) {
-        att[t] = expf(att[t] - mx);
-        sum += att[t];
-    }
-    const float inv = (float)(1.0 / sum);
+    const float inv = ts_softmax_exp(att, T, mx);
     for (int d0 = 0; d0 < D; d0 += 64) {
         int nv = TS_MIN(4, (D - d0) / 16);
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -396,32 +351,12 @@ void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t 
     }
 }
 
-/* e^x for x in [-87, 88] (clamped outside): x = k ln2 + r with ln2 split in
- * two parts (Cody-Waite), |r| <= ln2/2, e^r by its Taylor polynomial to r^7
- * (truncation < 2e-9 relative), scaled by 2^k through the exponent bits. */
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, k);
-}
-
 void ts_avx512_silu(float *y, const float *x, const float *u, size_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __mmask16 m = ts_tail16(n - i);
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        __m512 s = _mm512_div_ps(v, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+        __m512 s = _mm512_div_ps(v, _mm512_add_ps(one, ts_exp512(_mm512_sub_ps(_mm512_setzero_ps(), v))));
         if (u) s = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + i));
         _mm512_mask_storeu_ps(y + i, m, s);
     }

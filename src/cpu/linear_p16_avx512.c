@@ -37,6 +37,7 @@
 #include <immintrin.h>
 
 #include "cpu/cpu.h"
+#include "cpu/simd_avx512.h"
 
 #define P16_LIMIT 8290000.0f /* |X| bound keeping the top digit in [-128, 127] */
 
@@ -174,7 +175,7 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
         }
     }
     const int64_t r = rb * 16, left = w->rows - r;
-    const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+    const __mmask16 m = ts_tail16((size_t)left);
     _Pragma("GCC unroll 4") for (int u = 0; u < X; u++)
         _mm512_mask_storeu_ps(y + (int64_t)(i0 + u) * w->rows + r, m, _mm512_add_ps(acc[u], accb[u]));
 }

@@ -7,6 +7,7 @@
  */
 #include <math.h>
 
+#include "cpu/cpu.h"
 #include "kernels.h"
 
 static inline float sget(ts_dtype t, const void *p, int64_t i) {
@@ -102,6 +103,15 @@ void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, f
     }
 }
 
+float ts_softmax_exp(float *att, int T, float mx) {
+    double sum = 0;
+    for (int t = 0; t < T; t++) {
+        att[t] = expf(att[t] - mx);
+        sum += att[t];
+    }
+    return (float)(1.0 / sum);
+}
+
 void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                      float *att, float *o) {
     float mx = -INFINITY;
@@ -113,12 +123,7 @@ void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t str
         att[t] = s;
         if (s > mx) mx = s;
     }
-    double sum = 0;
-    for (int t = 0; t < T; t++) {
-        att[t] = expf(att[t] - mx);
-        sum += att[t];
-    }
-    float inv = (float)(1.0 / sum);
+    float inv = ts_softmax_exp(att, T, mx);
     for (int d = 0; d < D; d++) o[d] = 0.f;
     for (int t = 0; t < T; t++) {
         const float *v = V + (int64_t)t * stride;

@@ -111,7 +111,6 @@ static void run_job(void *ctx, int chunk, int n_chunks) {
     case K2_QDOT: ts_avx2_qdot(j->w, j->p->xp, j->p->xs, j->n, j->y, r0, r1); break;
     case K2_FDOT: ts_avx2_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
     case K_Q8DOT: ts_avx512_q8dot(j->w, j->p->x8, j->p->sx, j->p->xs, j->n, j->y, r0, r1); break;
-    case K_PDOT: ts_avx512_pdot(j->w, j->p->xd, j->p->sx, j->p->xs, j->n, j->p->nd, j->y, r0, r1); break;
     default: ts_generic_rows(j->w, j->x, j->n, j->y, r0, r1, wb); break;
     }
 }
@@ -146,8 +145,15 @@ static int pick_kind(int mode, const ts_weight *w, int n, int flags) {
     return kind;
 }
 
+static void run_region(const ts_weight *const *w, int nw, const float *const *x, int xs_distinct, float *const *y, int n,
+                       int flags);
+
 void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int flags) {
     const int kind = pick_kind(mode, w, n, flags);
+    if (kind == K_PDOT) { /* packed: the region driver below, with one weight */
+        run_region(&w, 1, &x, 0, &y, n, flags);
+        return;
+    }
     pthread_mutex_lock(&g_lock);
     int nt = ts_pool_threads();
     const int64_t cols = w->cols;
@@ -160,11 +166,6 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
     }
     if (kind == K_GEMM || kind == K2_QDOT) bad |= grow((void **)&g_p.xp, &g_cap_xp, (size_t)n * cols, sizeof(float));
     if (kind == K2_QDOT) bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
-    if (kind == K_PDOT) {
-        bad |= grow((void **)&g_p.xd, &g_cap_xd, (size_t)3 * n * cols, 1);
-        bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
-        bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
-    }
     if (kind == K_Q8DOT) {
         bad |= grow((void **)&g_p.x8, &g_cap_x8, (size_t)n * cols, 1);
         bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
@@ -185,8 +186,6 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
             ts_avx512_prep_q(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xq + (int64_t)i * cols,
                              g_p.xq + (int64_t)(n + i) * cols, g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
     if (kind == K_GEMM) prep_f(w, x, n);
-    g_p.nd = flags & TS_LIN_DRAFT ? 1 : 3;
-    if (kind == K_PDOT) ts_p16_prep_rows(x, n, cols, w->group, g_p.nd, g_p.xd, g_p.sx, g_p.xs);
     if (kind == K_Q8DOT)
         for (int i = 0; i < n; i++)
             ts_avx512_prep_q8(x + (int64_t)i * cols, cols, w->group, g_p.x8 + (int64_t)i * cols, g_p.sx + (int64_t)i * ng,

@@ -7,7 +7,7 @@
  * SiLU with its own exp.
  * Does not own: the quantized products (linear_avx512.c, matmul.c).
  *
- * Precision: f32 with FMAs. exp512 is a degree-7 polynomial after the
+ * Precision: f32 with FMAs. ts_exp512 (simd_avx512.h) is a degree-7 polynomial after the
  * usual range reduction, within a few ulp of expf over the range used.
  * Nothing here is row-exact with the token path; prefill only.
  */
@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "cpu/cpu.h"
+#include "cpu/simd_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -70,39 +71,13 @@ void ts_avx512_sgemm(int M, int N, int K, const float *A, size_t lda, const floa
     }
 }
 
-/* ---- exp (for the conv's SiLU) ---- */
-
-/* e^x: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two parts so n ln2 is
- * exact), e^r by a degree-7 Taylor polynomial (error below 2^-26 relative
- * on that interval), times 2^n by scalef (which also handles underflow
- * to 0 and overflow to inf). */
-AI __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    x = _mm512_min_ps(x, _mm512_set1_ps(89.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* ---- chunked delta rule ---- */
-
-AI __mmask16 tail_mask(size_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 
 /* y = a * x over n floats (y may alias x) */
 static void scale_to(float *y, const float *x, float a, size_t n) {
     const __m512 av = _mm512_set1_ps(a);
     for (size_t i = 0; i < n; i += 16) {
-        __mmask16 mk = tail_mask(n - i);
+        __mmask16 mk = ts_tail16(n - i);
         _mm512_mask_storeu_ps(y + i, mk, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, x + i)));
     }
 }
@@ -110,7 +85,7 @@ static void scale_to(float *y, const float *x, float a, size_t n) {
 static int all_zero(const float *x, size_t n) {
     __m512i acc = _mm512_setzero_si512();
     for (size_t i = 0; i < n; i += 16)
-        acc = _mm512_or_si512(acc, _mm512_castps_si512(_mm512_maskz_loadu_ps(tail_mask(n - i), x + i)));
+        acc = _mm512_or_si512(acc, _mm512_castps_si512(_mm512_maskz_loadu_ps(ts_tail16(n - i), x + i)));
     /* -0.0 counts as non-zero here: only a skipped product is at stake */
     return _mm512_test_epi32_mask(acc, acc) == 0;
 }
@@ -158,8 +133,8 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
         /* E[t, s] = e^{G_t - G_s}: the difference in double, the exp in f32 */
         for (int s = 0; s < t; s++) dG[s] = (float)(G[t] - G[s]);
         for (int s = 0; s < t; s += 16) {
-            __mmask16 mk = tail_mask((size_t)(t - s));
-            __m512 e = exp512(_mm512_maskz_loadu_ps(mk, dG + s));
+            __mmask16 mk = ts_tail16((size_t)(t - s));
+            __m512 e = ts_exp512(_mm512_maskz_loadu_ps(mk, dG + s));
             _mm512_mask_storeu_ps(kk + s, mk, _mm512_mul_ps(e, _mm512_maskz_loadu_ps(mk, kk + s)));
             _mm512_mask_storeu_ps(qk + s, mk, _mm512_mul_ps(e, _mm512_maskz_loadu_ps(mk, qk + s)));
         }
@@ -272,7 +247,7 @@ void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y,
         const float *ai = add ? add + (size_t)i * dim : NULL;
         __m512 ss = _mm512_setzero_ps();
         for (int j = 0; j < dim; j += 16) {
-            __mmask16 mk = dim - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - j)) - 1);
+            __mmask16 mk = ts_tail16((size_t)(dim - j));
             __m512 v = _mm512_maskz_loadu_ps(mk, xi + j);
             if (ai) {
                 v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, ai + j));
@@ -282,7 +257,7 @@ void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y,
         }
         const __m512 r = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / (float)dim + eps));
         for (int j = 0; j < dim; j += 16) {
-            __mmask16 mk = dim - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - j)) - 1);
+            __mmask16 mk = ts_tail16((size_t)(dim - j));
             __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, xi + j), r);
             _mm512_mask_storeu_ps(yi + j, mk, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mk, w + j)));
         }
@@ -308,11 +283,11 @@ void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t 
             }
             float *dst = out + (size_t)i * ldo + c0;
             for (int c = 0; c < bc; c += 16) {
-                const __mmask16 mk = tail_mask((size_t)(bc - c));
+                const __mmask16 mk = ts_tail16((size_t)(bc - c));
                 __m512 acc = _mm512_setzero_ps();
                 for (int t = 0; t < K; t++)
                     acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wt + t * 128 + c), _mm512_maskz_loadu_ps(mk, src[t] + c), acc);
-                __m512 s = _mm512_div_ps(acc, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), acc))));
+                __m512 s = _mm512_div_ps(acc, _mm512_add_ps(one, ts_exp512(_mm512_sub_ps(_mm512_setzero_ps(), acc))));
                 _mm512_mask_storeu_ps(dst + c, mk, s);
             }
         }

@@ -158,7 +158,7 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
                        linear_fn lin) {
     const ts_config *c = &m->cfg;
     ts_scratch *sc = &st->sc;
-    const int D = m->D, nq = c->nq, nkv = c->nkv, grp = nq / nkv;
+    const int D = m->D, nq = c->nq, nkv = c->nkv;
     float *qg = sc->big0;  /* [n, nq, 2D]: query | gate per head */
     float *kb = sc->big1;  /* [n, nkv*D] */
     float *vb = sc->big2;  /* [n, nkv*D] */
@@ -187,7 +187,6 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
      * the context makes them worth a pool region (each head has its own row
      * of scores; per head the arithmetic does not depend on the thread). */
     attn_rows_job j = {m, qg, kv, sc->big2, sc->att, sc->att_len, n, pos};
-    (void)grp;
     if ((double)(pos + n) * D * nq * n >= 262144.0) ts_parallel_for(nq, attn_rows_head, &j);
     else
         for (int h = 0; h < nq; h++) attn_rows_head(&j, h, nq);

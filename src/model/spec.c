@@ -101,18 +101,17 @@ void ts_spec_rollback(ts_session *s, int keep) {
 
 void ts_spec_materialize(ts_session *s) { ts_gdn_materialize(&s->e->model, &s->st); }
 
-static int argmax(const float *x, int n) { return ts_argmax(x, n); }
 
 int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
                    float *ptmp, int32_t *out) {
     if (!smp) {
+        /* row a's target token: the draft while they agree, then the
+         * target's own token (each row's argmax taken once) */
         int a = 0;
-        while (a < m && d[a] == argmax(vlogits + (size_t)a * V, V)) {
-            out[a] = d[a];
-            a++;
+        for (;; a++) {
+            out[a] = ts_argmax(vlogits + (size_t)a * V, V);
+            if (a == m || out[a] != d[a]) return a;
         }
-        out[a] = argmax(vlogits + (size_t)a * V, V);
-        return a;
     }
     for (int j = 0; j < m; j++) {
         const float *q = dprobs + (size_t)j * V;
@@ -161,7 +160,7 @@ static int is_stop(const ts_gen_params *p, int32_t id) {
 static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp) {
     const int V = s->e->model.cfg.vocab;
     const float *lg = s->st.sc.logits;
-    if (!smp) return argmax(lg, V);
+    if (!smp) return ts_argmax(lg, V);
     /* any q is correct as long as the acceptance test sees the q that was
      * drawn from: the sampler's pipeline over the MTP logits (its penalty
      * history lacks the earlier drafts of this block; that only costs
@@ -227,7 +226,7 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         if ((rc = ts_sampler_sample(smp, s->vlogits, &last, err))) goto done;
         ts_sampler_accept(smp, last);
     } else {
-        last = argmax(s->vlogits, V);
+        last = ts_argmax(s->vlogits, V);
     }
     memcpy(st->sc.logits, s->vlogits, sizeof(float) * V);
     stats->n_gen++;
