@@ -20,7 +20,6 @@ static int needs_sampler(const ts_gen_params *p) {
     return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
 }
 
-
 static int is_stop(const ts_gen_params *p, int32_t id) {
     for (int i = 0; i < p->n_stop; i++)
         if (p->stop_ids[i] == id) return 1;
