@@ -117,8 +117,9 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
                                                          const float *xs, float *y, int64_t rb, int i0, const int X,
                                                          const int ND) {
     const int64_t cols = w->cols, G = w->group, ng = cols / G;
-    const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
-    const size_t dbytes = (size_t)16 * (size_t)G * (size_t)w->bits / 8, rec = dbytes + 32 * ss;
+    const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2; /* the record layout of pack.c */
+    const size_t dbytes = (size_t)16 * (size_t)G * (size_t)w->bits / 8;
+    const size_t rec = ts_pack_record_bytes(w->bits, (int)G, w->sdtype);
     const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const int QS = X * ND * 4; /* bytes per column quad */
