@@ -6,7 +6,7 @@
 #   make deps       install missing Debian packages (cJSON, PCRE2, utf8proc, libmicrohttpd)
 #
 # Sources are found by wildcard: a new module is a new .c file, no edit here.
-# Kernel files named *_avx2.c / *_avx512.c get their ISA flags; the code picks
+# Kernel files named *_avx2.c / *_avx512.c / *_amx.c get their ISA flags; the code picks
 # one at run time, so the binary runs on any x86-64.
 
 CC      ?= cc
@@ -52,6 +52,10 @@ $(BUILD)/%_avx2.o: %_avx2.c
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -mamx-tile -mamx-int8 -MMD -MP -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -136,6 +136,13 @@ typedef struct ts_gen_params {
     int penalty_last_n;       /* window of ids the penalties see (-1 = all) */
     uint64_t seed;
     int spec_draft;           /* 0: no drafting; M: MTP drafts M tokens per block */
+    int draft_vocab;          /* K > 0: MTP drafts are chosen among token ids [0, K)
+                                 only, so the head's product has K rows instead
+                                 of vocab (BPE ids are in merge order, roughly
+                                 by frequency). Output unchanged (every draft is
+                                 verified); only acceptance may drop.
+                                 0: automatic, max(2048, vocab / 8);
+                                 -1: the whole vocabulary. */
     const int32_t *stop_ids;  /* generation ends after emitting one of these */
     int n_stop;
 } ts_gen_params;
@@ -149,6 +156,7 @@ typedef struct ts_gen_stats {
     int accepted_at[16];          /* per draft position: times accepted */
     int drafted_at[16];           /* per draft position: times drafted */
     double t_draft, t_verify, t_rollback;
+    int draft_vocab;              /* the drafting vocabulary used: ids [0, draft_vocab) */
 } ts_gen_stats;
 
 /* Called for every generated token, in order. Return non-zero to stop. */

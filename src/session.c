@@ -197,7 +197,7 @@ int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int 
         /* h_out may alias hidden: ts_mtp_forward reads a row's hidden before writing it */
         float *ho = h_out ? h_out + (size_t)off * H : s->st.sc.hidden;
         ts_mtp_forward(m, &s->st, toks + off, hidden + (size_t)off * H, k, pos + off, ho,
-                       logits ? logits + (size_t)off * V : NULL, 0);
+                       logits ? logits + (size_t)off * V : NULL, 0, 0);
     }
     return 0;
 }

@@ -15,6 +15,7 @@
  */
 #include <math.h>
 
+#include "cpu/cpu.h"
 #include "kernels.h"
 #include "quant/quant.h"
 #include "ts_test.h"
@@ -139,6 +140,74 @@ TS_TEST(kernels, parity_and_row_exact) {
                 if (bad) { ts_kernels_select(orig); return; }
             }
     }
+    ts_kernels_select(orig);
+}
+
+/* The AMX kernel (linear_p16_amx.c) gives the VNNI kernel's bits exactly:
+ * INT4/INT8, groups 16 to 256, bf16/f16/f32 scales, 1 to 16 x rows (tiles
+ * of 5 and the shifted last tile), exact and drafting (one digit) products,
+ * and a fused region of several weights. Decode may run on one kernel and
+ * verify on the other, so anything short of memcmp equality would break
+ * speculative decoding's bit-identity. Skipped where AMX is not available. */
+TS_TEST(kernels, amx_matches_vnni) {
+    const char *orig = ts_kernels_name();
+    if (ts_kernels_select("avx512") != 0 || !ts_amx_available() || !ts_pack_enabled()) {
+        fprintf(stderr, "  (AMX not available here: skipped)\n");
+        ts_kernels_select(orig);
+        return;
+    }
+    struct { int bits, group; ts_dtype sdt; int64_t rows, cols; } cases[] = {
+        {4, 64, TS_DTYPE_BF16, 300, 1024}, {4, 128, TS_DTYPE_F32, 37, 256}, {4, 32, TS_DTYPE_F16, 64, 96},
+        {4, 16, TS_DTYPE_BF16, 33, 48},    {8, 64, TS_DTYPE_BF16, 100, 320}, {8, 256, TS_DTYPE_F32, 17, 512},
+        {8, 32, TS_DTYPE_BF16, 50, 64},    {4, 256, TS_DTYPE_BF16, 20, 768},
+    };
+    const int ns[] = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 16};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        wbox b[2];
+        for (int k = 0; k < 2; k++) {
+            make_w(&b[k], TS_DTYPE_U32, cases[ci].bits, cases[ci].group, cases[ci].sdt, cases[ci].rows + 16 * k,
+                   cases[ci].cols);
+            CHECK(pack_w(&b[k]));
+        }
+        const int64_t cols = cases[ci].cols, rows = cases[ci].rows;
+        float *x = malloc(sizeof(float) * 16 * cols);
+        for (int64_t i = 0; i < 16 * cols; i++) x[i] = fr() * (i % 53 == 0 ? 30.0f : 1.0f);
+        size_t ny = (size_t)16 * (rows + 16);
+        float *y[2][2];
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < 2; k++) y[a][k] = calloc(ny, sizeof(float));
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int mode = 0; mode < 3; mode++) { /* ts_linear, ts_linear_draft, ts_linear_many */
+                int n = ns[ni];
+                for (int a = 0; a < 2; a++) { /* a = 0: VNNI, 1: AMX */
+                    ts_amx_min_rows(a ? 1 : 1000);
+                    const ts_weight *wl[2] = {&b[0].w, &b[1].w};
+                    for (int k = 0; k < 2; k++) memset(y[a][k], 0xAB, ny * sizeof(float));
+                    if (mode == 0) ts_linear(wl[0], x, y[a][0], n);
+                    else if (mode == 1) ts_linear_draft(wl[0], x, y[a][0], n);
+                    else ts_linear_many(wl, 2, x, y[a], n, 0);
+                }
+                for (int k = 0; k < (mode == 2 ? 2 : 1); k++) {
+                    size_t cnt = (size_t)n * (size_t)(rows + 16 * k);
+                    if (memcmp(y[0][k], y[1][k], cnt * sizeof(float))) {
+                        size_t e = 0;
+                        while (e < cnt && !memcmp(&y[0][k][e], &y[1][k][e], sizeof(float))) e++;
+                        ts_test_fail(__FILE__, __LINE__, "INT%d g%d [%lld, %lld] n=%d mode %d: AMX %g != VNNI %g at %zu",
+                                     cases[ci].bits, cases[ci].group, (long long)rows, (long long)cols, n, mode,
+                                     y[1][k][e], y[0][k][e], e);
+                        ni = sizeof ns / sizeof ns[0] - 1;
+                        mode = 3;
+                        break;
+                    }
+                }
+            }
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < 2; k++) free(y[a][k]);
+        free(x);
+        free_w(&b[0]);
+        free_w(&b[1]);
+    }
+    ts_amx_min_rows(-1);
     ts_kernels_select(orig);
 }
 

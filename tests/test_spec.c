@@ -444,7 +444,9 @@ static void softmax(const float *x, int V, float *p) {
     for (int i = 0; i < V; i++) p[i] = (float)(exp(x[i]) / sum);
 }
 
-TS_TEST(spec, sampling_matches_target) {
+/* K < V: the draft distribution is zero outside ids [0, K), as drafting
+ * with a limited vocabulary (gen params draft_vocab) makes it. */
+static void chi_square_run(int K) {
     enum { V = 12, M = 3, N = 40000 };
     float vl[(M + 1) * V], q[M * V], p[V], tmp[V];
     for (int r = 0; r <= M; r++)
@@ -460,7 +462,7 @@ TS_TEST(spec, sampling_matches_target) {
     for (int r = 0; r < M; r++) {
         /* bad draft: mass on the target's least likely tokens */
         float ql[V];
-        for (int i = 0; i < V; i++) ql[i] = -2.0f * vl[r * V + i];
+        for (int i = 0; i < V; i++) ql[i] = i < K ? -2.0f * vl[r * V + i] : -INFINITY;
         softmax(ql, V, q + r * V);
     }
     long cnt[V] = {0};
@@ -479,11 +481,64 @@ TS_TEST(spec, sampling_matches_target) {
         chi += (cnt[i] - ex) * (cnt[i] - ex) / ex;
         chi_q += (cnt[i] - exq) * (cnt[i] - exq) / exq;
     }
-    fprintf(stderr, "  first token vs target: chi2 = %.2f (11 dof, threshold 31.26); vs draft: %.0f; first draft rejected in %d/%d\n",
-            chi, chi_q, rejected, N);
+    fprintf(stderr, "  drafts among %d of %d ids: first token vs target: chi2 = %.2f (11 dof, threshold 31.26); vs draft: %.0f;"
+            " first draft rejected in %d/%d\n", K, V, chi, chi_q, rejected, N);
     CHECK_MSG(chi < 31.26, "chi-square %.2f over the 0.999 quantile", chi);
     CHECK_MSG(chi_q > 1000, "the draft distribution is not distinguishable (chi2 %.1f)", chi_q);
     CHECK_MSG(rejected > N / 2, "the bad draft was rejected only %d times", rejected);
+}
+
+TS_TEST(spec, sampling_matches_target) {
+    chi_square_run(12);
+    chi_square_run(5);
+}
+
+/* A drafting vocabulary (ids [0, K)): every draft lies in it, greedy output
+ * stays identical to plain decoding, and the automatic size follows its
+ * rule. */
+typedef struct { int K, n, bad; } dv_check;
+static void dv_drafts(void *user, int pos, int m, int32_t *d) {
+    dv_check *c = user;
+    for (int j = 0; j < m; j++) { c->n++; if (d[j] < 0 || d[j] >= c->K) c->bad++; }
+}
+
+TS_TEST(spec, draft_vocab) {
+    CHECK(ts_spec_draft_vocab(0, 248320) == 31040 && ts_spec_draft_vocab(0, 12288) == 2048);
+    CHECK(ts_spec_draft_vocab(0, 1000) == 1000 && ts_spec_draft_vocab(-1, 248320) == 248320);
+    CHECK(ts_spec_draft_vocab(100, 1000) == 100 && ts_spec_draft_vocab(5000, 1000) == 1000);
+    ts_engine *e = open_fx("tiny-dense");
+    CHECK(e);
+    static collect ref, got;
+    ts_gen_stats st;
+    CHECK(gen(e, PROMPT, T_PROMPT, 512, 200, 0, NULL, &ref, &st) == 0);
+    for (int K = 16; K <= 4096; K *= 16) {
+        ts_session *s = mk_session(e, 512, 3);
+        CHECK(s);
+        dv_check c = {K, 0, 0};
+        s->test_drafts = dv_drafts;
+        s->test_user = &c;
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = 200;
+        gp.spec_draft = 3;
+        gp.draft_vocab = K;
+        got.n = 0;
+        ts_error err = {0};
+        CHECK_MSG(ts_generate(s, PROMPT, T_PROMPT, &gp, on_tok, &got, &st, &err) == 0, "%s", err.msg);
+        CHECK_MSG(got.n == 200 && !memcmp(got.ids, ref.ids, sizeof(int32_t) * 200), "K=%d: output differs", K);
+        const int Kv = ts_spec_draft_vocab(K, ts_engine_info(e)->vocab_size);
+        CHECK_MSG(c.n > 0 && c.bad == 0 && st.draft_vocab == Kv, "K=%d: %d of %d drafts outside, stats %d", K, c.bad, c.n,
+                  st.draft_vocab);
+        gp.draft_vocab = -2;
+        CHECK(ts_generate(s, PROMPT, T_PROMPT, &gp, on_tok, &got, &st, &err) == TS_E_ARG);
+        ts_session_free(s);
+    }
+    ts_engine_close(e);
+    char out[4096];
+    int rc = ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --ids 1,2 -n 4 --draft-vocab 64", ts_test_bin());
+    CHECK_MSG(rc != 0 && strstr(out, "need --spec mtp"), "draft-vocab without spec: %s", out);
+    rc = ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --ids 1,2 -n 4 --spec mtp --draft-vocab 0", ts_test_bin());
+    CHECK_MSG(rc != 0 && strstr(out, "bad value"), "draft-vocab 0: %s", out);
 }
 
 /* End to end with temperature: runs, is deterministic for a seed, and with

@@ -81,7 +81,7 @@ static int cmp_d(const void *a, const void *b) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json] [--bw-mib M]\n"
-               "                       [--spec mtp --draft M] [--ids-file FILE]\n");
+               "                       [--spec mtp --draft M [--draft-vocab K|all]] [--ids-file FILE]\n");
 }
 
 typedef struct collect {
@@ -98,9 +98,11 @@ static int collect_cb(void *user, int32_t id) {
 /* Plain vs MTP-drafted greedy generation after the same prompt, `runs`
  * times interleaved (after a warm-up pair); prints the medians and the
  * speculative statistics summed over the timed runs. */
-static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int json, ts_error *err) {
+static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int K, int json,
+                      ts_error *err) {
     ts_gen_params gp;
     ts_gen_params_default(&gp);
+    gp.draft_vocab = K;
     gp.n_predict = gen;
     gp.temperature = 0.0f;
     double *tpl = malloc(sizeof(double) * (runs + 1)), *tsp = malloc(sizeof(double) * (runs + 1));
@@ -123,6 +125,7 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         same &= a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n);
         if (r == 0) continue;
         sum.n_blocks += st.n_blocks;
+        sum.draft_vocab = st.draft_vocab;
         sum.n_drafted += st.n_drafted;
         sum.n_accepted += st.n_accepted;
         sum.t_draft += st.t_draft;
@@ -136,16 +139,16 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         double p = tpl[1 + runs / 2], q = tsp[1 + runs / 2], nb = sum.n_blocks > 0 ? sum.n_blocks : 1;
         double mal = (sum.n_accepted + sum.n_blocks) / nb;
         if (json) {
-            printf("{\"spec\": \"mtp\", \"draft\": %d, \"plain_tok_s\": %.2f, \"spec_tok_s\": %.2f, \"speedup\": %.3f,"
-                   " \"identical\": %s, \"mean_accepted_length\": %.3f, \"accept_by_position\": [",
-                   M, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal);
+            printf("{\"spec\": \"mtp\", \"draft\": %d, \"draft_vocab\": %d, \"plain_tok_s\": %.2f, \"spec_tok_s\": %.2f,"
+                   " \"speedup\": %.3f, \"identical\": %s, \"mean_accepted_length\": %.3f, \"accept_by_position\": [",
+                   M, sum.draft_vocab, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal);
             for (int j = 0; j < M && j < 16; j++)
                 printf("%s%.3f", j ? ", " : "", sum.drafted_at[j] ? (double)sum.accepted_at[j] / sum.drafted_at[j] : 0.0);
             printf("], \"ms_draft_per_block\": %.4f, \"ms_verify_per_block\": %.4f, \"ms_rollback_per_block\": %.4f}\n",
                    1e3 * sum.t_draft / nb, 1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb);
         } else {
-            printf("spec       mtp --draft %d: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n", M, q, p,
-                   p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
+            printf("spec       mtp --draft %d --draft-vocab %d: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
+                   M, sum.draft_vocab, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
             printf("           mean accepted length %.2f tokens/verify; acceptance by position:", mal);
             for (int j = 0; j < M && j < 16; j++)
                 printf(" %d:%.2f", j + 1, sum.drafted_at[j] ? (double)sum.accepted_at[j] / sum.drafted_at[j] : 0.0);
@@ -163,7 +166,7 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
 
 int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
-    int prompt = 128, gen = 64, threads = 0, runs = 5, json = 0, bw_mib = 1024, draft = 0, spec = 0;
+    int prompt = 128, gen = 64, threads = 0, runs = 5, json = 0, bw_mib = 1024, draft = 0, spec = 0, dvocab = 0;
     const char *ids_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -175,6 +178,7 @@ int cmd_bench(int argc, char **argv) {
         long x = strtol(v, &end, 10);
         if (!strcmp(a, "-m")) { dir = v; continue; }
         if (!strcmp(a, "--ids-file")) { ids_file = v; continue; }
+        if (!strcmp(a, "--draft-vocab") && !strcmp(v, "all")) { dvocab = -1; continue; }
         if (!strcmp(a, "--spec")) {
             if (strcmp(v, "mtp")) { fprintf(stderr, "turbospark bench: --spec '%s': only 'mtp' exists\n", v); return 2; }
             spec = 1;
@@ -187,6 +191,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--runs")) runs = (int)x;
         else if (!strcmp(a, "--bw-mib")) bw_mib = (int)x; /* bandwidth array size (tests use a small one) */
         else if (!strcmp(a, "--draft")) draft = (int)x;
+        else if (!strcmp(a, "--draft-vocab")) dvocab = (int)x;
         else { fprintf(stderr, "turbospark bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
     if (!dir) dir = cli_default_model();
@@ -195,7 +200,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "turbospark bench: --spec mtp needs --draft M with M in 1..%d\n", TS_SPEC_MAX_DRAFT);
         return 2;
     }
-    if (!spec && draft) { fprintf(stderr, "turbospark bench: --draft needs --spec mtp\n"); return 2; }
+    if (!spec && (draft || dvocab)) { fprintf(stderr, "turbospark bench: --draft and --draft-vocab need --spec mtp\n"); return 2; }
     int32_t *file_ids = NULL;
     if (ids_file) {
         char *txt = cli_read_file(ids_file);
@@ -293,7 +298,7 @@ int cmd_bench(int argc, char **argv) {
                bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0);
         printf("load       %.2f (1-minute load average at the end)\n", loadavg[0]);
     }
-    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, json, &err);
+    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, dvocab, json, &err);
     if (rc) fprintf(stderr, "turbospark bench: %s\n", err.msg);
 out:
     free(tp); free(td); free(ids);

@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "  --chunk N           prompt rows per forward pass (default 64)\n"
             "  --spec mtp          speculative decoding, drafting with the MTP head\n"
             "  --draft M           tokens drafted per block, 1..8 (default 3)\n"
+            "  --draft-vocab K|all drafts among token ids [0, K) only: a K-row head product\n"
+            "                      (default max(2048, vocab/8); output is unchanged)\n"
             "  --threads N         CPU threads (default: all cores)\n"
             "  --print-ids         print generated ids instead of text\n"
             "  -v                  verbose loading (unused tensors)\n");
@@ -76,7 +78,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
     char *file_prompt = NULL;
     int chat = 0, no_think = 0;
-    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0, draft = -1;
+    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0, draft = -1, draft_vocab = 0;
     const char *spec = NULL;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
@@ -102,6 +104,10 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         else if (ARG("--chunk")) ok = parse_int(argv[++i], &chunk) && chunk >= 1;
         else if (ARG("--spec")) spec = argv[++i];
         else if (ARG("--draft")) ok = parse_int(argv[++i], &draft);
+        else if (ARG("--draft-vocab")) {
+            if (!strcmp(argv[++i], "all")) draft_vocab = -1;
+            else ok = parse_int(argv[i], &draft_vocab) && draft_vocab >= 1;
+        }
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
@@ -116,7 +122,10 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         fprintf(stderr, "turbospark run: --spec '%s' is not supported (only 'mtp')\n", spec);
         return 2;
     }
-    if (draft != -1 && !spec) { fprintf(stderr, "turbospark run: --draft needs --spec mtp\n"); return 2; }
+    if ((draft != -1 || draft_vocab) && !spec) {
+        fprintf(stderr, "turbospark run: --draft and --draft-vocab need --spec mtp\n");
+        return 2;
+    }
     if (spec && draft == -1) draft = 3;
     if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
         fprintf(stderr, "turbospark run: --draft %d is outside 1..%d\n", draft, TS_SPEC_MAX_DRAFT);
@@ -203,6 +212,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         } else if (spec) {
             sp.spec_draft = draft;
             gp.spec_draft = draft;
+            gp.draft_vocab = draft_vocab;
         }
         if (!rc) rc = ts_session_new(e, &sp, &s, &err);
     }
@@ -230,8 +240,8 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         fprintf(stderr, "[prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
                 stats.n_prompt, stats.n_gen, pf, dc);
         if (spec && stats.n_blocks > 0) {
-            fprintf(stderr, "[spec mtp --draft %d: %d blocks, %d/%d drafts accepted, mean accepted length %.2f tokens/verify; acceptance by position:",
-                    draft, stats.n_blocks, stats.n_accepted, stats.n_drafted,
+            fprintf(stderr, "[spec mtp --draft %d --draft-vocab %d: %d blocks, %d/%d drafts accepted, mean accepted length %.2f tokens/verify; acceptance by position:",
+                    draft, stats.draft_vocab, stats.n_blocks, stats.n_accepted, stats.n_drafted,
                     (double)(stats.n_accepted + stats.n_blocks) / stats.n_blocks);
             for (int j = 0; j < draft; j++)
                 fprintf(stderr, " %d:%.2f", j + 1, stats.drafted_at[j] ? (double)stats.accepted_at[j] / stats.drafted_at[j] : 0.0);

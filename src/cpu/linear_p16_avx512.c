@@ -41,7 +41,8 @@
 
 #define P16_LIMIT 8290000.0f /* |X| bound keeping the top digit in [-128, 127] */
 
-void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, int64_t qstride, float *sx, float *xs) {
+void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, int64_t qstride, int64_t kstride,
+                      float *sx, float *xs) {
     const int64_t ng = cols / group;
     const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
     /* one digit (drafting): plain int8, X in [-127, 127] */
@@ -71,12 +72,12 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
                 dg[1] = _mm512_cvtepi32_epi8(d1);
                 dg[2] = _mm512_cvtepi32_epi8(d2);
             }
-            /* 16 columns = 4 quads; quad q's digit k at d + q * qstride + 4k */
+            /* 16 columns = 4 quads; quad q's digit k at d + q * qstride + k * kstride */
             int8_t *o = d + (g * group + c) / 4 * qstride;
             for (int k = 0; k < nd; k++) {
                 int32_t q4[4];
                 _mm_storeu_si128((__m128i *)q4, dg[k]);
-                for (int q = 0; q < 4; q++) memcpy(o + q * qstride + 4 * k, &q4[q], 4);
+                for (int q = 0; q < 4; q++) memcpy(o + q * qstride + k * kstride, &q4[q], 4);
             }
         }
         /* The bias term uses the sum of the ROUNDED x (exact integer), not of
@@ -212,7 +213,7 @@ void ts_p16_prep_rows(const float *x, int n, int64_t cols, int group, int nd, in
     for (int i = 0; i < n; i++) {
         int t = i / 4, X = TS_MIN(4, n - 4 * t), u = i % 4;
         int8_t *base = xd + (int64_t)t * 4 * cols * nd + (int64_t)u * nd * 4;
-        ts_avx512_prep_d(x + (int64_t)i * cols, cols, group, nd, base, (int64_t)X * nd * 4, sx + (int64_t)i * ng,
+        ts_avx512_prep_d(x + (int64_t)i * cols, cols, group, nd, base, (int64_t)X * nd * 4, 4, sx + (int64_t)i * ng,
                          xs + (int64_t)i * ng);
     }
 }

@@ -21,6 +21,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "cpu/cpu.h"
 
@@ -235,7 +236,25 @@ typedef struct many_job {
     int n;
     int64_t start[TS_LINEAR_MANY_MAX + 1]; /* first global block of each weight */
     int64_t per;                           /* blocks per chunk */
+    int amx;                               /* digits in the AMX layout, AMX kernel */
+    size_t ub_stride;                      /* floats of g_wbuf per pool slot (AMX unpacking) */
 } many_job;
+
+/* AMX from this many x rows up (TS_AMX_ROWS; tests set it with
+ * ts_amx_min_rows): both kernels give the same bits, so this is a speed
+ * choice only. */
+static int g_amx_min = -1;
+
+static int amx_min(void) {
+    if (g_amx_min < 0) {
+        const char *e = getenv("TS_AMX_ROWS");
+        g_amx_min = e && *e ? atoi(e) : 1;
+        if (g_amx_min < 1) g_amx_min = 1;
+    }
+    return g_amx_min;
+}
+
+void ts_amx_min_rows(int rows) { g_amx_min = rows; }
 
 static void run_many(void *ctx, int chunk, int n_chunks) {
     const many_job *j = ctx;
@@ -246,7 +265,11 @@ static void run_many(void *ctx, int chunk, int n_chunks) {
         if (lo >= hi) continue;
         const ts_weight *w = j->w[i];
         int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
-        ts_avx512_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1);
+        if (j->amx)
+            ts_amx_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1,
+                        (uint8_t *)(g_wbuf + (size_t)ts_pool_slot() * j->ub_stride));
+        else
+            ts_avx512_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1);
     }
 }
 
@@ -273,15 +296,20 @@ static void one_by_one(const ts_weight *const *w, int nw, const float *const *x,
 static void run_region(const ts_weight *const *w, int nw, const float *const *x, int xs_distinct, float *const *y, int n,
                        int flags) {
     const int G = w[0]->group;
-    size_t need_d = 0, need_s = 0;
+    size_t need_d = 0, need_s = 0, maxc = 0;
     for (int i = 0; i < (xs_distinct ? nw : 1); i++) {
         need_d += (size_t)3 * n * (size_t)w[i]->cols;
         need_s += (size_t)n * (size_t)(w[i]->cols / G);
     }
+    for (int i = 0; i < nw; i++) maxc = TS_MAX(maxc, (size_t)w[i]->cols);
+    const int amx = n >= amx_min() && ts_amx_available();
     pthread_mutex_lock(&g_lock);
     int bad = grow((void **)&g_p.xd, &g_cap_xd, need_d, 1);
     bad |= grow((void **)&g_p.sx, &g_cap_sx, need_s, sizeof(float));
     bad |= grow((void **)&g_p.xs, &g_cap_xs, need_s, sizeof(float));
+    /* AMX: 16 * cols bytes per thread to unpack INT4 into (the same
+     * per-thread rows ts_kernels_reserve sets aside for dequantization) */
+    if (amx) bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)(ts_pool_threads() + 1) * 4 * maxc, sizeof(float));
     if (bad) {
         pthread_mutex_unlock(&g_lock);
         for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x[xs_distinct ? i : 0], y[i], n);
@@ -291,12 +319,15 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
     many_job j;
     memset(&j, 0, sizeof j);
     j.n = n;
+    j.amx = amx;
+    j.ub_stride = 4 * maxc;
     size_t xo = 0, so = 0;
     double macs = 0;
     for (int i = 0; i < nw; i++) {
         const int64_t cols = w[i]->cols;
         if (i == 0 || xs_distinct) {
-            ts_p16_prep_rows(x[i], n, cols, G, g_p.nd, g_p.xd + xo, g_p.sx + so, g_p.xs + so);
+            if (amx) ts_amx_prep_rows(x[i], n, cols, G, g_p.nd, g_p.xd + xo, g_p.sx + so, g_p.xs + so);
+            else ts_p16_prep_rows(x[i], n, cols, G, g_p.nd, g_p.xd + xo, g_p.sx + so, g_p.xs + so);
             j.xo[i] = xo;
             j.so[i] = so;
             xo += (size_t)3 * n * (size_t)cols;

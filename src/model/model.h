@@ -175,9 +175,13 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
  * h[r] [H], position pos + r (its K/V land in mtp_kv[pos + r]). Writes the
  * MTP output hiddens (post mtp.norm) to h_out [n, H] (may alias h) and, if
  * not NULL, logits [n, V]; the last row's logits always to sc.logits.
- * draft 1: drafting precision (ts_linear_draft); 0: exact (ts_session_mtp). */
+ * draft 1: drafting precision (ts_linear_draft); 0: exact (ts_session_mtp).
+ * head_rows > 0: only the logits of ids [0, head_rows) are computed (a
+ * drafting vocabulary, gen params draft_vocab); the rest of sc.logits is
+ * stale. 0: the whole vocabulary; < 0: no logits at all (filling the
+ * head's cache over rows whose drafts are not wanted). */
 void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
-                    float *h_out, float *logits, int draft);
+                    float *h_out, float *logits, int draft, int head_rows);
 
 /* ---- building blocks shared by the forward, MTP and speculative code ---- */
 void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps);

@@ -686,13 +686,17 @@ static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, 
     for (size_t i = 0; i < (size_t)n * H; i++) sc->x[i] += sc->t[i];
 }
 
-static void head_out(const ts_model *m, ts_state *st, const float *hid, int n, float *logits, linear_fn lin) {
+/* rows > 0: the first `rows` rows of the head only (a view: rows of the
+ * MLX layout and 16-row blocks of the packed one are both prefixes). */
+static void head_out(const ts_model *m, ts_state *st, const float *hid, int n, float *logits, linear_fn lin, int rows) {
     const int V = m->cfg.vocab, H = m->cfg.H;
+    ts_weight head = m->head;
+    if (rows > 0 && rows < V) head.rows = rows;
     if (logits) {
-        lin(&m->head, hid, logits, n);
+        lin(&head, hid, logits, n);
         memcpy(st->sc.logits, logits + (size_t)(n - 1) * V, sizeof(float) * V);
     } else {
-        lin(&m->head, hid + (size_t)(n - 1) * H, st->sc.logits, 1);
+        lin(&head, hid + (size_t)(n - 1) * H, st->sc.logits, 1);
     }
 }
 
@@ -718,11 +722,11 @@ void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int 
     if (st->tape_on) st->tape_half ^= 1; /* the block just verified is the tape now */
     if (pf) par_rows(sc->x, NULL, m->final_norm, sc->hidden, n, H, m->cfg.eps);
     else ts_rmsnorm1p(sc->x, m->final_norm, sc->hidden, n, H, m->cfg.eps);
-    head_out(m, st, sc->hidden, n, logits, lin);
+    head_out(m, st, sc->hidden, n, logits, lin, 0);
 }
 
 void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
-                    float *h_out, float *logits, int draft) {
+                    float *h_out, float *logits, int draft, int head_rows) {
     linear_fn lin = draft ? ts_linear_draft : ts_linear;
     const ts_mtp_w *w = &m->mtp;
     ts_scratch *sc = &st->sc;
@@ -737,5 +741,5 @@ void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const 
     lin(&w->fc, cat, sc->x, n);
     layer_forward(m, st, &w->layer, &st->mtp_kv, NULL, NULL, n, pos, lin);
     ts_rmsnorm1p(sc->x, w->norm, h_out, n, H, m->cfg.eps);
-    head_out(m, st, h_out, n, logits, lin);
+    if (logits || head_rows >= 0) head_out(m, st, h_out, n, logits, lin, logits ? 0 : head_rows);
 }

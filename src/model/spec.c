@@ -147,6 +147,20 @@ int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, 
     return m;
 }
 
+/* The drafting vocabulary: ids [0, K). Automatic: an eighth of the
+ * vocabulary, at least 2048. A BPE vocabulary lists its tokens in merge
+ * order, which follows their frequency in the tokenizer's training text, so
+ * a prefix holds the tokens a draft is likely to be right about; the head's
+ * product (a 248K x H matrix on the released models, the bulk of a draft
+ * step) shrinks by the same factor. Measured on the default model (12,288
+ * ids, 4 held-out windows, --draft 2): acceptance 0.584 with every id, 0.586
+ * with 2048, 0.488 with 1024 (bench/spec/RESULTS.md). */
+int ts_spec_draft_vocab(int want, int V) {
+    if (want < 0) return V;
+    int K = want > 0 ? want : TS_MAX(2048, V / 8);
+    return TS_MIN(K, V);
+}
+
 /* ---- the generation loop ---- */
 
 static int is_stop(const ts_gen_params *p, int32_t id) {
@@ -155,16 +169,18 @@ static int is_stop(const ts_gen_params *p, int32_t id) {
     return 0;
 }
 
-/* Pick a draft from the MTP logits in sc.logits; with sampling, keep its
- * distribution in dprobs row j for the acceptance test. */
-static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp) {
+/* Pick a draft from the MTP logits in sc.logits, of which the first K (the
+ * drafting vocabulary) were computed; with sampling, keep its distribution in
+ * dprobs row j for the acceptance test. */
+static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp, int K) {
     const int V = s->e->model.cfg.vocab;
-    const float *lg = s->st.sc.logits;
-    if (!smp) return ts_argmax(lg, V);
+    float *lg = s->st.sc.logits;
+    if (!smp) return ts_argmax(lg, K);
     /* any q is correct as long as the acceptance test sees the q that was
      * drawn from: the sampler's pipeline over the MTP logits (its penalty
      * history lacks the earlier drafts of this block; that only costs
-     * acceptance) */
+     * acceptance), with probability 0 outside the drafting vocabulary */
+    for (int i = K; i < V; i++) lg[i] = -INFINITY;
     float *q = s->dprobs + (size_t)j * V;
     ts_sampler_probs(smp, lg, q, NULL);
     return ts_sampler_draw(smp, q);
@@ -184,6 +200,10 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         return ts_fail(err, TS_E_ARG, "the session was created for drafts of %d tokens, %d asked (session params spec_draft)",
                        s->params.spec_draft, M);
     if (n_prompt < 1) return ts_fail(err, TS_E_ARG, "no prompt tokens");
+    if (p->draft_vocab < -1) return ts_fail(err, TS_E_ARG, "drafting vocabulary %d: use K > 0, 0 (automatic) or -1 (all)",
+                                            p->draft_vocab);
+    const int K = ts_spec_draft_vocab(p->draft_vocab, V);
+    stats->draft_vocab = K;
 
     /* Prefill in the same chunks as ts_session_feed (identical rounding to
      * plain generation), running the MTP head over every row whose next
@@ -205,12 +225,12 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
             memcpy(s->mtp_hid + (size_t)nr * H, st->sc.hidden + (size_t)i * H, sizeof(float) * H);
             toks[nr++] = prompt[off + i + 1];
             if (nr == piece || i + 2 == k) {
-                ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp);
+                ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp, -1);
                 p0 += nr;
                 nr = 0;
             }
         }
-        if (nr) { ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp); }
+        if (nr) { ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp, -1); }
         memcpy(s->mtp_hid, st->sc.hidden + (size_t)(k - 1) * H, sizeof(float) * H);
         have_pend = 1;
     }
@@ -245,12 +265,12 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         blk[0] = last;
         if (mm > 0) {
             double td = ts_now();
-            ts_mtp_forward(m, st, rtok, rhid, nr, rpos, s->mtp_hid, NULL, s->draft_lowp);
+            ts_mtp_forward(m, st, rtok, rhid, nr, rpos, s->mtp_hid, NULL, s->draft_lowp, K);
             float *h = s->mtp_hid + (size_t)(nr - 1) * H;
-            blk[1] = pick_draft(s, 0, smp);
+            blk[1] = pick_draft(s, 0, smp, K);
             for (int j = 1; j < mm; j++) {
-                ts_mtp_forward(m, st, &blk[j], h, 1, rpos + nr - 1 + j, h, NULL, s->draft_lowp);
-                blk[j + 1] = pick_draft(s, j, smp);
+                ts_mtp_forward(m, st, &blk[j], h, 1, rpos + nr - 1 + j, h, NULL, s->draft_lowp, K);
+                blk[j + 1] = pick_draft(s, j, smp, K);
             }
             if (s->test_drafts && !smp) s->test_drafts(s->test_user, s->pos, mm, blk + 1);
             stats->t_draft += ts_now() - td;

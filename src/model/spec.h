@@ -42,6 +42,9 @@ int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, 
                    float *ptmp, int32_t *out);
 
 /* smp: NULL for plain greedy, else the sampler (prompt already accepted). */
+/* Rows of the MTP head a draft computes: gen params draft_vocab `want`
+ * (K > 0, 0 automatic, -1 all) for a vocabulary of V ids. */
+int ts_spec_draft_vocab(int want, int V);
 int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
                      ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
 

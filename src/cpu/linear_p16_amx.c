@@ -1,0 +1,217 @@
+/* linear_p16_amx.c: the P16 product on Intel AMX tiles (Sapphire Rapids and
+ * later), bit-identical to the AVX-512 VNNI kernel (linear_p16_avx512.c).
+ *
+ * Why. The VNNI kernel multiplies one x row's three int8 digits by 16 weight
+ * rows with three VPDPBUSD per 4 columns, so every extra x row (verify,
+ * prefill) adds its own multiplies: on this Xeon, 4 rows cost 2.4x one row in
+ * cache. One AMX TDPBSUD multiplies up to 16 "virtual rows" (x row, digit) by
+ * 16 weight rows over 64 columns in about the time of a few VPDPBUSD, and
+ * its cost does not depend on how many of the 16 rows are used (measured: M
+ * = 1..9 rows, same throughput). So the kernel takes x rows in tiles of 5
+ * (15 digit rows), and 1 to 5 rows cost about the same.
+ *
+ * Exactness. Per group the tile computes A_k = sum_c q_c d_k,c exactly in
+ * int32, the same integers the VNNI kernel accumulates; the f32 steps that
+ * follow (joining the digits, scale, bias) are the same operations in the same
+ * order (p16_group below mirrors pdot_x). So y is bit-identical to the VNNI
+ * kernel's, and the two may be mixed (decode on one, verify on the other)
+ * without breaking the row-exactness speculative decoding depends on; the
+ * tests compare them bit for bit.
+ *
+ * Layouts. The B tile (weights) is 16 weight rows x 4 columns per 64-byte
+ * tile row: exactly one P16 chunk of INT8, and one nibble half of an INT4
+ * chunk. So INT8 tiles load straight from the packed weights; INT4 groups
+ * are unpacked once per 16-row block into a per-thread buffer (& 15 and >> 4,
+ * as the VNNI kernel does in registers) and reused by every x tile. The A
+ * tile wants each (x row, digit) as a contiguous run of columns: the digits
+ * are laid out [row][digit][cols] (ts_amx_prep_rows), so one x tile is one
+ * strided tile load.
+ *
+ * The tile registers are configured per call (row counts depend on the number
+ * of x rows and the group size) and released at its end, so a thread holds
+ * no AMX state between products.
+ */
+#include <immintrin.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cpu/cpu.h"
+#include "cpu/simd_avx512.h"
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+typedef struct tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed)) tilecfg;
+
+int ts_amx_available(void) {
+    static int ok = -1;
+    if (ok >= 0) return ok;
+    ok = 0;
+    const char *e = getenv("TS_AMX");
+    if (e && !strcmp(e, "0")) return ok;
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!((d >> 24) & 1) || !((d >> 25) & 1)) return ok; /* AMX-TILE, AMX-INT8 */
+    /* Linux hands out the 8 KB tile state only on request (per process) */
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return ok;
+    ok = 1;
+    return ok;
+}
+
+/* Digits of n x rows as the A tiles read them: row i, digit k, column c at
+ * xa[(i * nd + k) * cols + c] (same values as ts_p16_prep_rows). */
+void ts_amx_prep_rows(const float *x, int n, int64_t cols, int group, int nd, int8_t *xa, float *sx, float *xs) {
+    const int64_t ng = cols / group;
+    for (int i = 0; i < n; i++)
+        ts_avx512_prep_d(x + (int64_t)i * cols, cols, group, nd, xa + (int64_t)i * nd * cols, 4, cols,
+                         sx + (int64_t)i * ng, xs + (int64_t)i * ng);
+}
+
+static inline __m512 load16(const uint8_t *p, ts_dtype t) {
+    if (t == TS_DTYPE_F32) return _mm512_load_ps((const float *)p);
+    __m256i h = _mm256_load_si256((const __m256i *)p);
+    if (t == TS_DTYPE_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+#define XT 5 /* x rows per tile: 5 x 3 digits = 15 of the 16 tile rows */
+
+/* One group's f32 steps for X x rows from the int32 tile C (row u * ND + k =
+ * digit k of x row u), in pdot_x's order. */
+static inline __attribute__((always_inline)) void p16_group(const int32_t *C, __m512 sc, __m512 bi, const float *sx,
+                                                            const float *xs, int64_t ng, int64_t g, int i0, __m512 *acc,
+                                                            __m512 *accb, const int X, const int ND) {
+    _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) {
+        const int32_t *cu = C + u * ND * 16;
+        __m512 t;
+        if (ND == 1) {
+            t = _mm512_cvtepi32_ps(_mm512_load_si512(cu));
+        } else {
+            __m512i low = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cu + 16), 8), _mm512_load_si512(cu));
+            t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cu + 32)), _mm512_set1_ps(65536.0f),
+                                _mm512_cvtepi32_ps(low));
+        }
+        int64_t o = (int64_t)(i0 + u) * ng + g;
+        acc[u] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[u]);
+        accb[u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), accb[u]);
+    }
+}
+
+/* Tiles: two sets (A, B, C) = (0, 1, 2) and (3, 4, 5), used by even and odd
+ * groups. The tile numbers must be literals (they are encoded in the
+ * instruction). The products of a group land in cbuf[g % 3] through memory
+ * (there is no tile-to-register move), and a vector load of freshly stored
+ * tile data waits for the store to complete: so the f32 steps of a group run
+ * two groups later (software pipelining), behind the next groups' tile work. */
+#define LAG 2
+#define GROUP_TILES(TA, TB, TC, g)                                                                                  \
+    do {                                                                                                            \
+        for (int s_ = 0; s_ < nsl; s_++) {                                                                          \
+            _tile_loadd(TA, xa + (size_t)i0 * ND * cols + (size_t)(g) * G + (size_t)s_ * KS, cols);                 \
+            if (bits == 4) _tile_loadd(TB, ub + ((size_t)(g) * (G / 4) + (size_t)s_ * (KS / 4)) * 64, 64);          \
+            else _tile_loadd(TB, blk + (size_t)(g) * rec + (size_t)s_ * (KS / 4) * 64, 64);                         \
+            _tile_dpbsud(TC, TA, TB);                                                                               \
+        }                                                                                                           \
+        _tile_stored(TC, cbuf[(g) % (LAG + 1)], 64);                                                                \
+        _tile_zero(TC);                                                                                             \
+    } while (0)
+
+#define GROUP_POST(g)                                                                                               \
+    do {                                                                                                            \
+        const uint8_t *rp_ = blk + (size_t)(g) * rec;                                                               \
+        p16_group(cbuf[(g) % (LAG + 1)][0], load16(rp_ + dbytes, w->sdtype), load16(rp_ + dbytes + 16 * ss, w->sdtype), \
+                  sx, xs, ng, (g), i0, acc, accb, X, ND);                                                           \
+    } while (0)
+
+/* One x tile (rows [i0, i0 + X)) against one 16-row block; rows below
+ * `skip` were done by the previous tile and are not stored again. */
+static inline __attribute__((always_inline)) void tile_block(const ts_weight *w, const int8_t *xa, const float *sx,
+                                                             const float *xs, float *y, int64_t rb, int i0, int skip,
+                                                             const uint8_t *ub, const int X, const int ND) {
+    const int64_t cols = w->cols, G = w->group, ng = cols / G;
+    const int bits = w->bits;
+    const int KS = G < 64 ? (int)G : 64, nsl = (int)(G / KS);
+    const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
+    const size_t dbytes = (size_t)16 * (size_t)G * (size_t)bits / 8;
+    const size_t rec = ts_pack_record_bytes(bits, (int)G, w->sdtype);
+    const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
+    int32_t cbuf[LAG + 1][16][16] __attribute__((aligned(64)));
+    __m512 acc[XT], accb[XT];
+    _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) acc[u] = accb[u] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        if (g & 1) GROUP_TILES(3, 4, 5, g);
+        else GROUP_TILES(0, 1, 2, g);
+        if (g >= LAG) GROUP_POST(g - LAG);
+    }
+    for (int64_t g = ng > LAG ? ng - LAG : 0; g < ng; g++) GROUP_POST(g);
+    const int64_t r = rb * 16, left = w->rows - r;
+    const __mmask16 m = ts_tail16((size_t)left);
+    _Pragma("GCC unroll 5") for (int u = skip; u < X; u++)
+        _mm512_mask_storeu_ps(y + (int64_t)(i0 + u) * w->rows + r, m, _mm512_add_ps(acc[u], accb[u]));
+}
+
+/* INT4: the block's nibbles as bytes, [group][column quad][16 rows x 4]. */
+static void unpack_block(const ts_weight *w, int64_t rb, uint8_t *ub) {
+    const int64_t G = w->group, ng = w->cols / G;
+    const size_t rec = ts_pack_record_bytes(4, (int)G, w->sdtype);
+    const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *rp = blk + (size_t)g * rec;
+        uint8_t *o = ub + (size_t)g * (size_t)G * 16;
+        for (int64_t j = 0; j < G / 8; j++) {
+            __m512i v = _mm512_load_si512(rp + 64 * j);
+            _mm512_store_si512(o + 128 * j, _mm512_and_si512(v, m4));
+            _mm512_store_si512(o + 128 * j + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void pdot_amx_nd(const ts_weight *w, const int8_t *xa, const float *sx,
+                                                               const float *xs, int n, float *y, int64_t r0, int64_t r1,
+                                                               uint8_t *ub, const int ND) {
+    const int64_t G = w->group;
+    const int KS = G < 64 ? (int)G : 64;
+    const int X = n < XT ? n : XT;
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int s = 0; s < 2; s++) {
+        cfg.rows[3 * s + 0] = (uint8_t)(X * ND); /* A: digit rows x KS columns */
+        cfg.colsb[3 * s + 0] = (uint16_t)KS;
+        cfg.rows[3 * s + 1] = (uint8_t)(KS / 4); /* B: column quads x (16 rows x 4) */
+        cfg.colsb[3 * s + 1] = 64;
+        cfg.rows[3 * s + 2] = (uint8_t)(X * ND); /* C: digit rows x 16 int32 */
+        cfg.colsb[3 * s + 2] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    _tile_zero(2);
+    _tile_zero(5);
+    for (int64_t rb = r0 / 16; rb * 16 < r1; rb++) {
+        if (w->bits == 4) unpack_block(w, rb, ub);
+        /* tiles of X rows; a last partial tile is shifted back to end at n
+         * (it redoes a few rows rather than needing a second tile shape) */
+        for (int i0 = 0; i0 < n; i0 += X) {
+            int start = i0 + X <= n ? i0 : n - X, skip = i0 - start;
+            switch (X) {
+            case 5: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 5, ND); break;
+            case 4: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 4, ND); break;
+            case 3: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 3, ND); break;
+            case 2: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 2, ND); break;
+            default: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 1, ND); break;
+            }
+        }
+    }
+    _tile_release();
+}
+
+void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, int nd, float *y,
+                 int64_t r0, int64_t r1, uint8_t *ubuf) {
+    if (nd == 1) pdot_amx_nd(w, xa, sx, xs, n, y, r0, r1, ubuf, 1);
+    else pdot_amx_nd(w, xa, sx, xs, n, y, r0, r1, ubuf, 3);
+}
