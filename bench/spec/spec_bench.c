@@ -241,7 +241,7 @@ int main(int argc, char **argv) {
         q[EAGM][r] = ts_now() - t0;
         int32_t t = tok(9);
         t0 = ts_now();
-        ts_mtp_forward(&e->model, &s->st, &t, s->last_hidden, 1, s->pos - 1, s->mtp_hid, NULL, s->draft_lowp);
+        ts_mtp_forward(&e->model, &s->st, &t, s->last_hidden, 1, s->pos - 1, s->mtp_hid, NULL, s->draft_lowp, 0);
         q[DRAFT][r] = ts_now() - t0;
     }
     double m[NQ];
