@@ -26,8 +26,23 @@ static int is_stop(const ts_gen_params *p, int32_t id) {
     return 0;
 }
 
+static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
+                    void *user, ts_gen_stats *stats, ts_error *err);
+
+/* The whole generation runs with denormals flushed (ts_fp_begin): the
+ * speculative path calls the model below ts_session_feed, and one mode for
+ * every step keeps plain and drafted output identical. The token callback
+ * runs in that mode too. */
 int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
                 void *user, ts_gen_stats *stats, ts_error *err) {
+    unsigned fp = ts_fp_begin();
+    int rc = generate(s, prompt, n_prompt, p, cb, user, stats, err);
+    ts_fp_end(fp);
+    return rc;
+}
+
+static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
+                    void *user, ts_gen_stats *stats, ts_error *err) {
     ts_gen_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);

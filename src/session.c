@@ -169,12 +169,14 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
         return ts_fail(err, TS_E_CONTEXT, "%d tokens at position %d exceed the context limit of %d tokens", n, s->pos,
                        s->st.n_ctx);
     const int R = s->params.max_rows, V = m->cfg.vocab;
+    unsigned fp = ts_fp_begin();
     for (int off = 0; off < n; off += R) {
         int k = TS_MIN(R, n - off);
         ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);
         if (hidden) memcpy(hidden + (size_t)off * m->cfg.H, s->st.sc.hidden, sizeof(float) * k * m->cfg.H);
         s->pos += k;
     }
+    ts_fp_end(fp);
     memcpy(s->last_hidden, s->st.sc.hidden + (size_t)((n - 1) % R) * m->cfg.H, sizeof(float) * m->cfg.H);
     s->have_last = 1;
     return 0;
@@ -192,6 +194,7 @@ int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int 
     if (pos < 0 || (long)pos + n > s->st.mtp_ctx)
         return ts_fail(err, TS_E_CONTEXT, "MTP rows [%d, %d) exceed the MTP cache of %d rows", pos, pos + n, s->st.mtp_ctx);
     const int R = s->st.sc.R, V = m->cfg.vocab, H = m->cfg.H;
+    unsigned fp = ts_fp_begin();
     for (int off = 0; off < n; off += R) {
         int k = TS_MIN(R, n - off);
         /* h_out may alias hidden: ts_mtp_forward reads a row's hidden before writing it */
@@ -199,5 +202,6 @@ int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int 
         ts_mtp_forward(m, &s->st, toks + off, hidden + (size_t)off * H, k, pos + off, ho,
                        logits ? logits + (size_t)off * V : NULL, 0, 0);
     }
+    ts_fp_end(fp);
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ts_test.h"
+#include "kernels.h"
 
 typedef struct { const char *group, *name; ts_test_fn fn; } test_entry;
 static test_entry g_tests[1024];
@@ -95,6 +96,10 @@ static int selected(const test_entry *t, int argc, char **argv) {
 
 int main(int argc, char **argv) {
     qsort(g_tests, g_n_tests, sizeof g_tests[0], cmp_entry);
+    /* the engine's floating-point mode (what ts_generate and ts_session_feed
+     * run under), so that tests calling internals directly compare like
+     * with like */
+    ts_fp_begin();
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--list")) {
             for (int t = 0; t < g_n_tests; t++) printf("%s.%s\n", g_tests[t].group, g_tests[t].name);

@@ -99,6 +99,7 @@ static void gemm(int64_t rows, int64_t cols, int n, int reps) {
 int main(int argc, char **argv) {
     int nt = argc > 1 ? atoi(argv[1]) : 2;
     ts_kernels_set_threads(nt);
+    ts_fp_begin(); /* the engine's floating-point mode */
     printf("threads %d\n", nt);
     if (argc > 2 && !strcmp(argv[2], "gemm")) {
         gemm(3584, 1024, 128, 10);

@@ -196,6 +196,9 @@ static void gdn_only(const ts_model *m, int M, int reps) {
 
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: spec_bench MODEL_DIR [reps] [draft M] [threads]\n"); return 2; }
+    /* the engine's floating-point mode (ts_generate's), also for the
+     * internal calls below (verify, rollback, state passes) */
+    ts_fp_begin();
     const char *dir = argv[1];
     int reps = argc > 2 ? atoi(argv[2]) : 5, M = argc > 3 ? atoi(argv[3]) : 3, nt = argc > 4 ? atoi(argv[4]) : 0;
     if (reps < 1 || reps > 64 || M < 1 || M > TS_SPEC_MAX_DRAFT) { fprintf(stderr, "bad reps or M\n"); return 2; }

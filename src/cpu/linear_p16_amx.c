@@ -194,6 +194,9 @@ static inline __attribute__((always_inline)) void pdot_amx_nd(const ts_weight *w
     _tile_zero(5);
     for (int64_t rb = r0 / 16; rb * 16 < r1; rb++) {
         if (w->bits == 4) unpack_block(w, rb, ub);
+        /* GCC's tile loads are asm statements without memory operands: keep
+         * the unpacking stores before them */
+        __asm__ volatile("" ::: "memory");
         /* tiles of X rows; a last partial tile is shifted back to end at n
          * (it redoes a few rows rather than needing a second tile shape) */
         for (int i0 = 0; i0 < n; i0 += X) {
