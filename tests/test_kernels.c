@@ -322,3 +322,35 @@ TS_TEST(kernels, silu_accuracy) {
     free(x); free(y); free(u);
     ts_kernels_select(orig);
 }
+
+/* Every chunk of a pool region runs under the caller's floating-point mode
+ * (threads.c): with denormals flushed and without, whichever thread claims
+ * it. A product computed by a worker must not differ from the caller's. */
+static void csr_chunk(void *ctx, int chunk, int n) {
+    unsigned m = 0;
+#if defined(__x86_64__)
+    __asm__ volatile("stmxcsr %0" : "=m"(m));
+#endif
+    ((unsigned *)ctx)[chunk] = m;
+    volatile double spin = 0; /* long enough for the workers to claim some */
+    for (int i = 0; i < 20000; i++) spin += i;
+    (void)n;
+}
+
+TS_TEST(kernels, pool_follows_caller_fp_mode) {
+    enum { N = 64 };
+    unsigned seen[N];
+    const unsigned old = ts_fp_begin(); /* ts_fp_end(m) sets mode m */
+#if defined(__x86_64__)
+    CHECK_MSG((ts_fp_begin() & 0x8040u) == 0x8040u, "ts_fp_begin did not set FTZ and DAZ");
+#endif
+    const unsigned modes[2] = {old & ~0x8040u, old | 0x8040u}; /* denormals kept, flushed */
+    for (int round = 0; round < 4; round++) {
+        const unsigned want = modes[round % 2];
+        ts_fp_end(want);
+        memset(seen, 0, sizeof seen);
+        ts_pool_run(csr_chunk, seen, N);
+        for (int i = 0; i < N; i++) CHECK_MSG(seen[i] == want, "round %d chunk %d: mxcsr %#x, caller %#x", round, i, seen[i], want);
+    }
+    ts_fp_end(old);
+}
