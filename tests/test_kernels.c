@@ -350,7 +350,8 @@ TS_TEST(kernels, pool_follows_caller_fp_mode) {
         ts_fp_end(want);
         memset(seen, 0, sizeof seen);
         ts_pool_run(csr_chunk, seen, N);
-        for (int i = 0; i < N; i++) CHECK_MSG(seen[i] == want, "round %d chunk %d: mxcsr %#x, caller %#x", round, i, seen[i], want);
+        for (int i = 0; i < N; i++) /* the mode bits; bits 0-5 are sticky exception flags */
+            CHECK_MSG(!((seen[i] ^ want) & ~0x3fu), "round %d chunk %d: mxcsr %#x, caller %#x", round, i, seen[i], want);
     }
     ts_fp_end(old);
 }

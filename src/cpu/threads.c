@@ -87,7 +87,7 @@ static void work(uint64_t gen) {
         if (!__atomic_compare_exchange_n(&g_word, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
         /* chunk i of this generation is ours: the region cannot end before
          * we finish it, so g_fn, g_ctx and g_csr are this region's */
-        if (get_csr() != g_csr) set_csr(g_csr);
+        if ((get_csr() ^ g_csr) & ~0x3fu) set_csr(g_csr); /* modes differ (bits 0-5 are sticky flags) */
         g_fn(g_ctx, (int)i, (int)n);
         __atomic_fetch_sub(&g_left, 1, __ATOMIC_ACQ_REL);
     }
