@@ -211,6 +211,51 @@ TS_TEST(kernels, amx_matches_vnni) {
     ts_kernels_select(orig);
 }
 
+/* The AMX prefill pass (two x tiles by two row blocks) computes each row the
+ * same way whatever the pairing: a fused region (whose chunks split and pair
+ * the blocks differently) equals separate products, bit for bit; and it is
+ * within 2e-6 (relative to sum |w x|) of the exact kernel. */
+TS_TEST(kernels, amx_prefill_pairing) {
+    const char *orig = ts_kernels_name();
+    if (ts_kernels_select("avx512") != 0 || !ts_amx_available() || !ts_pack_enabled()) {
+        fprintf(stderr, "  (AMX not available here: skipped)\n");
+        ts_kernels_select(orig);
+        return;
+    }
+    const int64_t rows[3] = {400, 80, 33}, cols = 512;
+    wbox b[3];
+    for (int k = 0; k < 3; k++) {
+        make_w(&b[k], TS_DTYPE_U32, k == 2 ? 8 : 4, 64, TS_DTYPE_BF16, rows[k], cols);
+        CHECK(pack_w(&b[k]));
+    }
+    const int n = 23;
+    float *x = malloc(sizeof(float) * n * cols);
+    for (int64_t i = 0; i < n * cols; i++) x[i] = fr();
+    float *ya[3], *yb[3], *ye = malloc(sizeof(float) * n * 400);
+    for (int k = 0; k < 3; k++) { ya[k] = malloc(sizeof(float) * n * rows[k]); yb[k] = malloc(sizeof(float) * n * rows[k]); }
+    const ts_weight *wl[3] = {&b[0].w, &b[1].w, &b[2].w};
+    ts_linear_many(wl, 2, x, ya, n, 1 /* TS_LIN_PREFILL */);
+    for (int k = 0; k < 3; k++) ts_linear_prefill(wl[k], x, yb[k], n);
+    for (int k = 0; k < 2; k++)
+        CHECK_MSG(!memcmp(ya[k], yb[k], sizeof(float) * n * rows[k]), "weight %d: fused region differs from its own product", k);
+    for (int k = 0; k < 3; k++) {
+        ts_linear(wl[k], x, ye, n);
+        float worst = 0;
+        for (int i = 0; i < n; i++)
+            for (int64_t r = 0; r < rows[k]; r++) {
+                double mag = 0;
+                for (int64_t c = 0; c < cols; c++) mag += fabs((double)ts_weight_get(wl[k], r, c) * x[i * cols + c]);
+                float e = fabsf(yb[k][i * rows[k] + r] - ye[i * rows[k] + r]) / (float)(mag + 1e-30);
+                if (!(e <= worst)) worst = e;
+            }
+        CHECK_MSG(worst <= 2e-6f, "weight %d: prefill vs exact relative error %g", k, worst);
+    }
+    for (int k = 0; k < 3; k++) { free(ya[k]); free(yb[k]); free_w(&b[k]); }
+    free(ye);
+    free(x);
+    ts_kernels_select(orig);
+}
+
 /* The reference stays callable, and selection reports unknown names. */
 TS_TEST(kernels, select) {
     const char *orig = ts_kernels_name();

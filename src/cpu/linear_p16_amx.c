@@ -172,6 +172,138 @@ static void unpack_block(const ts_weight *w, int64_t rb, uint8_t *ub) {
     }
 }
 
+/* ---- prefill: 2 x tiles x 2 row blocks per pass ----
+ * Prompt chunks (ts_linear_prefill, n > 5) may round differently from
+ * decode, and use that for speed: four products per group share two A and two
+ * B tile loads (tiles 0-1: x tiles, 2-3: weight blocks, 4-7: the four C),
+ * four independent multiplies keep the tile unit busy, and each (x row,
+ * block) keeps ONE f32 accumulator (scale and bias terms summed in it, rather
+ * than in two joined at the end), so the 20 of a pass stay in registers.
+ * Every row of a prefill product goes through this same per-row arithmetic,
+ * whatever the pairing of tiles and blocks: results do not depend on the
+ * split over threads. */
+#define PF_TDP(TC, TA, TB) _tile_dpbsud(TC, TA, TB)
+
+static inline __attribute__((always_inline)) void pf_post(const int32_t (*C)[16][16], const uint8_t *const *blkp,
+                                                          size_t rec, size_t dbytes, size_t ss, ts_dtype sdt,
+                                                          const float *sx, const float *xs, int64_t ng, int64_t g,
+                                                          const int *st, __m512 (*acc)[2][XT], const int NT,
+                                                          const int NB) {
+    _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) {
+        const uint8_t *rp = blkp[b] + (size_t)g * rec;
+        const __m512 sc = load16(rp + dbytes, sdt), bi = load16(rp + dbytes + 16 * ss, sdt);
+        _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
+            const int32_t *c = C[2 * t + b][0];
+            _Pragma("GCC unroll 5") for (int u = 0; u < XT; u++) {
+                const int32_t *cu = c + u * 48;
+                __m512i low = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cu + 16), 8), _mm512_load_si512(cu));
+                __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cu + 32)), _mm512_set1_ps(65536.0f),
+                                           _mm512_cvtepi32_ps(low));
+                int64_t o = (int64_t)(st[t] + u) * ng + g;
+                __m512 a = _mm512_fmadd_ps(v, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[t][b][u]);
+                acc[t][b][u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), a);
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void pf_pass(const ts_weight *w, const int8_t *xa, const float *sx,
+                                                          const float *xs, float *y, int64_t rb, const int *st,
+                                                          const int *sk, const uint8_t *ub, const int NT, const int NB) {
+    const int64_t cols = w->cols, G = w->group, ng = cols / G;
+    const int KS = G < 64 ? (int)G : 64, nsl = (int)(G / KS);
+    const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
+    const size_t dbytes = (size_t)16 * (size_t)G * (size_t)w->bits / 8;
+    const size_t rec = ts_pack_record_bytes(w->bits, (int)G, w->sdtype);
+    const uint8_t *blkp[2] = {w->packed + (size_t)rb * (size_t)ng * rec, w->packed + (size_t)(rb + 1) * (size_t)ng * rec};
+    const uint8_t *ubp[2] = {ub, ub + (size_t)16 * (size_t)cols};
+    const int8_t *ap[2] = {xa + (size_t)st[0] * 3 * (size_t)cols, xa + (size_t)st[NT - 1] * 3 * (size_t)cols};
+    int32_t cbuf[2][4][16][16] __attribute__((aligned(64)));
+    __m512 acc[2][2][XT];
+    _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++)
+        _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++)
+            _Pragma("GCC unroll 5") for (int u = 0; u < XT; u++) acc[t][b][u] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        for (int s = 0; s < nsl; s++) {
+            const size_t ko = (size_t)g * (size_t)G + (size_t)s * (size_t)KS;
+            const size_t bo = (size_t)g * (size_t)(G / 4) + (size_t)s * (size_t)(KS / 4); /* column quad */
+            _tile_loadd(0, ap[0] + ko, cols);
+            if (NT == 2) _tile_loadd(1, ap[1] + ko, cols);
+            if (w->bits == 4) _tile_loadd(2, ubp[0] + bo * 64, 64);
+            else _tile_loadd(2, blkp[0] + (size_t)g * rec + (size_t)s * (KS / 4) * 64, 64);
+            if (NB == 2) {
+                if (w->bits == 4) _tile_loadd(3, ubp[1] + bo * 64, 64);
+                else _tile_loadd(3, blkp[1] + (size_t)g * rec + (size_t)s * (KS / 4) * 64, 64);
+            }
+            PF_TDP(4, 0, 2);
+            if (NB == 2) PF_TDP(5, 0, 3);
+            if (NT == 2) PF_TDP(6, 1, 2);
+            if (NT == 2 && NB == 2) PF_TDP(7, 1, 3);
+        }
+        _tile_stored(4, cbuf[g & 1][0], 64);
+        _tile_zero(4);
+        if (NB == 2) { _tile_stored(5, cbuf[g & 1][1], 64); _tile_zero(5); }
+        if (NT == 2) { _tile_stored(6, cbuf[g & 1][2], 64); _tile_zero(6); }
+        if (NT == 2 && NB == 2) { _tile_stored(7, cbuf[g & 1][3], 64); _tile_zero(7); }
+        /* the previous group's f32 steps, behind this group's tile work */
+        if (g >= 1) pf_post(cbuf[(g - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 1, st, acc, NT, NB);
+    }
+    pf_post(cbuf[(ng - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 1, st, acc, NT, NB);
+    _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) {
+        const int64_t r = (rb + b) * 16, left = w->rows - r;
+        const __mmask16 m = ts_tail16((size_t)left);
+        _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++)
+            _Pragma("GCC unroll 5") for (int u = 0; u < XT; u++)
+                if (u >= sk[t]) _mm512_mask_storeu_ps(y + (int64_t)(st[t] + u) * w->rows + r, m, acc[t][b][u]);
+    }
+}
+
+/* n > 5 rows of a prompt chunk, three digits. */
+static void pdot_amx_prefill(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, float *y,
+                             int64_t r0, int64_t r1, uint8_t *ub) {
+    const int64_t G = w->group, blocks_end = (r1 + 15) / 16;
+    const int KS = G < 64 ? (int)G : 64;
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 2; t++) {
+        cfg.rows[t] = 3 * XT; /* A */
+        cfg.colsb[t] = (uint16_t)KS;
+        cfg.rows[2 + t] = (uint8_t)(KS / 4); /* B */
+        cfg.colsb[2 + t] = 64;
+    }
+    for (int c = 4; c < 8; c++) {
+        cfg.rows[c] = 3 * XT; /* C */
+        cfg.colsb[c] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    const int T = (n + XT - 1) / XT; /* x tiles; the last one shifted back to end at n */
+    for (int64_t rb = r0 / 16; rb < blocks_end; rb += 2) {
+        const int nb = rb + 1 < blocks_end ? 2 : 1;
+        if (w->bits == 4)
+            for (int b = 0; b < nb; b++) unpack_block(w, rb + b, ub + (size_t)b * 16 * (size_t)w->cols);
+        __asm__ volatile("" ::: "memory"); /* the unpacking stores before the tile loads */
+        for (int t0 = 0; t0 < T; t0 += 2) {
+            int st[2], sk[2];
+            const int nt = t0 + 1 < T ? 2 : 1;
+            for (int t = 0; t < nt; t++) {
+                int i0 = (t0 + t) * XT;
+                st[t] = i0 + XT <= n ? i0 : n - XT;
+                sk[t] = i0 - st[t];
+            }
+            if (nt == 2 && nb == 2) pf_pass(w, xa, sx, xs, y, rb, st, sk, ub, 2, 2);
+            else if (nt == 2) pf_pass(w, xa, sx, xs, y, rb, st, sk, ub, 2, 1);
+            else if (nb == 2) pf_pass(w, xa, sx, xs, y, rb, st, sk, ub, 1, 2);
+            else pf_pass(w, xa, sx, xs, y, rb, st, sk, ub, 1, 1);
+        }
+    }
+    _tile_release();
+}
+
 static inline __attribute__((always_inline)) void pdot_amx_nd(const ts_weight *w, const int8_t *xa, const float *sx,
                                                                const float *xs, int n, float *y, int64_t r0, int64_t r1,
                                                                uint8_t *ub, const int ND) {
@@ -213,8 +345,9 @@ static inline __attribute__((always_inline)) void pdot_amx_nd(const ts_weight *w
     _tile_release();
 }
 
-void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, int nd, float *y,
-                 int64_t r0, int64_t r1, uint8_t *ubuf) {
-    if (nd == 1) pdot_amx_nd(w, xa, sx, xs, n, y, r0, r1, ubuf, 1);
+void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, int nd, int prefill,
+                 float *y, int64_t r0, int64_t r1, uint8_t *ubuf) {
+    if (prefill && nd == 3 && n > XT) pdot_amx_prefill(w, xa, sx, xs, n, y, r0, r1, ubuf);
+    else if (nd == 1) pdot_amx_nd(w, xa, sx, xs, n, y, r0, r1, ubuf, 1);
     else pdot_amx_nd(w, xa, sx, xs, n, y, r0, r1, ubuf, 3);
 }

@@ -39,7 +39,7 @@ typedef struct job {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static ts_xprep g_p;
 static size_t g_cap_xq, g_cap_xp, g_cap_sx, g_cap_xs, g_cap_x8, g_cap_xd; /* elements allocated */
-static float *g_wbuf;           /* [threads, 4 * cols] */
+static float *g_wbuf;           /* [threads, 4 * cols], [threads, 8 * cols] with AMX */
 static size_t g_cap_w;
 
 static int grow(void **p, size_t *cap, size_t need, size_t es) {
@@ -67,7 +67,8 @@ size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve) {
     if (mode == TS_KMODE_REF || rows <= 0 || cols <= 0) return 0;
     size_t R = (size_t)rows, C = (size_t)cols, ng = group > 0 ? C / (size_t)group : 0;
     size_t need_xq = 0, need_sx = 0, need_xs = 0, need_xp = 0, need_x8 = 0, need_xd = 0;
-    size_t need_w = (size_t)(ts_pool_threads_planned() + 1) * 4 * C;
+    /* per thread: 4 dequantized f32 rows, or two unpacked INT4 row blocks (AMX) */
+    size_t need_w = (size_t)(ts_pool_threads_planned() + 1) * (ts_amx_available() ? 8 : 4) * C;
     if (mode == TS_KMODE_AVX512 && group > 0 && ts_pack_enabled() && ts_pack_supported(4, group, group)) {
         /* quantized weights are packed: digits for them, f32 x for the
          * bf16/f32 matrices' prefill GEMM */
@@ -237,6 +238,7 @@ typedef struct many_job {
     int64_t start[TS_LINEAR_MANY_MAX + 1]; /* first global block of each weight */
     int64_t per;                           /* blocks per chunk */
     int amx;                               /* digits in the AMX layout, AMX kernel */
+    int prefill;                           /* TS_LIN_PREFILL: may round differently */
     size_t ub_stride;                      /* floats of g_wbuf per pool slot (AMX unpacking) */
 } many_job;
 
@@ -266,7 +268,7 @@ static void run_many(void *ctx, int chunk, int n_chunks) {
         const ts_weight *w = j->w[i];
         int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
         if (j->amx)
-            ts_amx_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1,
+            ts_amx_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->prefill, j->y[i], r0, r1,
                         (uint8_t *)(g_wbuf + (size_t)ts_pool_slot() * j->ub_stride));
         else
             ts_avx512_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1);
@@ -307,9 +309,9 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
     int bad = grow((void **)&g_p.xd, &g_cap_xd, need_d, 1);
     bad |= grow((void **)&g_p.sx, &g_cap_sx, need_s, sizeof(float));
     bad |= grow((void **)&g_p.xs, &g_cap_xs, need_s, sizeof(float));
-    /* AMX: 16 * cols bytes per thread to unpack INT4 into (the same
-     * per-thread rows ts_kernels_reserve sets aside for dequantization) */
-    if (amx) bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)(ts_pool_threads() + 1) * 4 * maxc, sizeof(float));
+    /* AMX: 32 * cols bytes per thread to unpack two INT4 row blocks into
+     * (the per-thread rows ts_kernels_reserve sets aside) */
+    if (amx) bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)(ts_pool_threads() + 1) * 8 * maxc, sizeof(float));
     if (bad) {
         pthread_mutex_unlock(&g_lock);
         for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x[xs_distinct ? i : 0], y[i], n);
@@ -320,7 +322,8 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
     memset(&j, 0, sizeof j);
     j.n = n;
     j.amx = amx;
-    j.ub_stride = 4 * maxc;
+    j.prefill = (flags & TS_LIN_PREFILL) != 0;
+    j.ub_stride = 8 * maxc;
     size_t xo = 0, so = 0;
     double macs = 0;
     for (int i = 0; i < nw; i++) {
