@@ -2,18 +2,19 @@
  * later), bit-identical to the AVX-512 VNNI kernel (linear_p16_avx512.c).
  *
  * Why. The VNNI kernel multiplies one x row's three int8 digits by 16 weight
- * rows with three VPDPBUSD per 4 columns, so every extra x row (verify,
- * prefill) adds its own multiplies: on this Xeon, 4 rows cost 2.4x one row in
- * cache. One AMX TDPBSUD multiplies up to 16 "virtual rows" (x row, digit) by
- * 16 weight rows over 64 columns in about the time of a few VPDPBUSD, and
- * its cost does not depend on how many of the 16 rows are used (measured: M
- * = 1..9 rows, same throughput). So the kernel takes x rows in tiles of 5
- * (15 digit rows), and 1 to 5 rows cost about the same.
+ * rows with three VPDPBUSD per 4 columns, so every x row adds its own
+ * multiplies. One AMX TDPBSUD multiplies up to 16 "virtual rows" (x row,
+ * digit) by 16 weight rows over 64 columns at once, whatever the number of
+ * rows used: x rows go in tiles of 5 (15 digit rows). What limits it is the
+ * traffic through memory around each multiply (tile loads, the int32 results
+ * stored and read back every group, INT4 unpacked to bytes), so it pays on
+ * prompt chunks (prefill GEMM 1.6x the VNNI kernel per core on the Xeon) and
+ * not for a few rows (matmul.c picks by row count).
  *
  * Exactness. Per group the tile computes A_k = sum_c q_c d_k,c exactly in
  * int32, the same integers the VNNI kernel accumulates; the f32 steps that
  * follow (joining the digits, scale, bias) are the same operations in the same
- * order (p16_group below mirrors pdot_x). So y is bit-identical to the VNNI
+ * order (pass_post below mirrors pdot_x). So y is bit-identical to the VNNI
  * kernel's, and the two may be mixed (decode on one, verify on the other)
  * without breaking the row-exactness speculative decoding depends on; the
  * tests compare them bit for bit.
@@ -80,79 +81,10 @@ static inline __m512 load16(const uint8_t *p, ts_dtype t) {
 }
 
 #define XT 5 /* x rows per tile: 5 x 3 digits = 15 of the 16 tile rows */
+#define PFD 6144 /* software prefetch distance along the weight stream (as linear_p16_avx512.c) */
 
-/* One group's f32 steps for X x rows from the int32 tile C (row u * ND + k =
- * digit k of x row u), in pdot_x's order. */
-static inline __attribute__((always_inline)) void p16_group(const int32_t *C, __m512 sc, __m512 bi, const float *sx,
-                                                            const float *xs, int64_t ng, int64_t g, int i0, __m512 *acc,
-                                                            __m512 *accb, const int X, const int ND) {
-    _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) {
-        const int32_t *cu = C + u * ND * 16;
-        __m512 t;
-        if (ND == 1) {
-            t = _mm512_cvtepi32_ps(_mm512_load_si512(cu));
-        } else {
-            __m512i low = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cu + 16), 8), _mm512_load_si512(cu));
-            t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cu + 32)), _mm512_set1_ps(65536.0f),
-                                _mm512_cvtepi32_ps(low));
-        }
-        int64_t o = (int64_t)(i0 + u) * ng + g;
-        acc[u] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[u]);
-        accb[u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), accb[u]);
-    }
-}
-
-/* Tiles: two sets (A, B, C) = (0, 1, 2) and (3, 4, 5), used by even and odd
- * groups. The tile numbers must be literals (they are encoded in the
- * instruction). The products of a group land in cbuf[g % 3] through memory
- * (there is no tile-to-register move), and a vector load of freshly stored
- * tile data waits for the store to complete: so the f32 steps of a group run
- * two groups later (software pipelining), behind the next groups' tile work. */
-#define LAG 2
-#define GROUP_TILES(TA, TB, TC, g)                                                                                  \
-    do {                                                                                                            \
-        for (int s_ = 0; s_ < nsl; s_++) {                                                                          \
-            _tile_loadd(TA, xa + (size_t)i0 * ND * cols + (size_t)(g) * G + (size_t)s_ * KS, cols);                 \
-            if (bits == 4) _tile_loadd(TB, ub + ((size_t)(g) * (G / 4) + (size_t)s_ * (KS / 4)) * 64, 64);          \
-            else _tile_loadd(TB, blk + (size_t)(g) * rec + (size_t)s_ * (KS / 4) * 64, 64);                         \
-            _tile_dpbsud(TC, TA, TB);                                                                               \
-        }                                                                                                           \
-        _tile_stored(TC, cbuf[(g) % (LAG + 1)], 64);                                                                \
-        _tile_zero(TC);                                                                                             \
-    } while (0)
-
-#define GROUP_POST(g)                                                                                               \
-    do {                                                                                                            \
-        const uint8_t *rp_ = blk + (size_t)(g) * rec;                                                               \
-        p16_group(cbuf[(g) % (LAG + 1)][0], load16(rp_ + dbytes, w->sdtype), load16(rp_ + dbytes + 16 * ss, w->sdtype), \
-                  sx, xs, ng, (g), i0, acc, accb, X, ND);                                                           \
-    } while (0)
-
-/* One x tile (rows [i0, i0 + X)) against one 16-row block; rows below
- * `skip` were done by the previous tile and are not stored again. */
-static inline __attribute__((always_inline)) void tile_block(const ts_weight *w, const int8_t *xa, const float *sx,
-                                                             const float *xs, float *y, int64_t rb, int i0, int skip,
-                                                             const uint8_t *ub, const int X, const int ND) {
-    const int64_t cols = w->cols, G = w->group, ng = cols / G;
-    const int bits = w->bits;
-    const int KS = G < 64 ? (int)G : 64, nsl = (int)(G / KS);
-    const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
-    const size_t dbytes = (size_t)16 * (size_t)G * (size_t)bits / 8;
-    const size_t rec = ts_pack_record_bytes(bits, (int)G, w->sdtype);
-    const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
-    int32_t cbuf[LAG + 1][16][16] __attribute__((aligned(64)));
-    __m512 acc[XT], accb[XT];
-    _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) acc[u] = accb[u] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < ng; g++) {
-        if (g & 1) GROUP_TILES(3, 4, 5, g);
-        else GROUP_TILES(0, 1, 2, g);
-        if (g >= LAG) GROUP_POST(g - LAG);
-    }
-    for (int64_t g = ng > LAG ? ng - LAG : 0; g < ng; g++) GROUP_POST(g);
-    const int64_t r = rb * 16, left = w->rows - r;
-    const __mmask16 m = ts_tail16((size_t)left);
-    _Pragma("GCC unroll 5") for (int u = skip; u < X; u++)
-        _mm512_mask_storeu_ps(y + (int64_t)(i0 + u) * w->rows + r, m, _mm512_add_ps(acc[u], accb[u]));
+static inline void prefetch_record(const uint8_t *rp, size_t rec) {
+    for (size_t l = 0; l < rec; l += 64) _mm_prefetch((const char *)rp + PFD + l, _MM_HINT_T0);
 }
 
 /* INT4: the block's nibbles as bytes, [group][column quad][16 rows x 4]. */
@@ -164,6 +96,7 @@ static void unpack_block(const ts_weight *w, int64_t rb, uint8_t *ub) {
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *rp = blk + (size_t)g * rec;
         uint8_t *o = ub + (size_t)g * (size_t)G * 16;
+        prefetch_record(rp, rec);
         for (int64_t j = 0; j < G / 8; j++) {
             __m512i v = _mm512_load_si512(rp + 64 * j);
             _mm512_store_si512(o + 128 * j, _mm512_and_si512(v, m4));
@@ -172,29 +105,26 @@ static void unpack_block(const ts_weight *w, int64_t rb, uint8_t *ub) {
     }
 }
 
-/* ---- prefill: 2 x tiles x 2 row blocks per pass ----
- * Prompt chunks (ts_linear_prefill, n > 5) may round differently from
- * decode, and use that for speed: four products per group share two A and two
- * B tile loads (tiles 0-1: x tiles, 2-3: weight blocks, 4-7: the four C),
- * four independent multiplies keep the tile unit busy, and each (x row,
- * block) keeps ONE f32 accumulator (scale and bias terms summed in it, rather
- * than in two joined at the end), so the 20 of a pass stay in registers.
- * Every row of a prefill product goes through this same per-row arithmetic,
- * whatever the pairing of tiles and blocks: results do not depend on the
- * split over threads. */
-#define PF_TDP(TC, TA, TB) _tile_dpbsud(TC, TA, TB)
-
-static inline __attribute__((always_inline)) void pf_post(const int32_t (*C)[16][16], const uint8_t *const *blkp,
-                                                          size_t rec, size_t dbytes, size_t ss, ts_dtype sdt,
-                                                          const float *sx, const float *xs, int64_t ng, int64_t g,
-                                                          const int *st, __m512 (*acc)[2][XT], const int NT,
-                                                          const int NB) {
+/* ---- one pass: up to 2 x tiles by 2 row blocks ----
+ * Tiles 0-1: the x tiles (X rows x 3 digits), 2-3: the weight blocks, 4-7:
+ * the four C = A B. Four products per group share two A and two B tile loads,
+ * and the four multiplies are independent, so the tile unit is not left
+ * waiting on one chain. The C tiles go through memory (there is no
+ * tile-to-register move): a group's f32 steps run while the next group's
+ * tiles are computed (cbuf double-buffered). Per (x row, row block) the f32
+ * arithmetic is pdot_x's, in its order, so every row equals the VNNI
+ * kernel's whatever the pairing of tiles and blocks. */
+static inline __attribute__((always_inline)) void pass_post(const int32_t (*C)[16][16], const uint8_t *const *blkp,
+                                                            size_t rec, size_t dbytes, size_t ss, ts_dtype sdt,
+                                                            const float *sx, const float *xs, int64_t ng, int64_t g,
+                                                            const int *st, __m512 (*acc)[2][XT], const int X,
+                                                            const int NT, const int NB) {
     _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) {
         const uint8_t *rp = blkp[b] + (size_t)g * rec;
         const __m512 sc = load16(rp + dbytes, sdt), bi = load16(rp + dbytes + 16 * ss, sdt);
         _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
             const int32_t *c = C[2 * t + b][0];
-            _Pragma("GCC unroll 5") for (int u = 0; u < XT; u++) {
+            _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) {
                 const int32_t *cu = c + u * 48;
                 __m512i low = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cu + 16), 8), _mm512_load_si512(cu));
                 __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cu + 32)), _mm512_set1_ps(65536.0f),
@@ -207,9 +137,10 @@ static inline __attribute__((always_inline)) void pf_post(const int32_t (*C)[16]
     }
 }
 
-static inline __attribute__((always_inline)) void pf_pass(const ts_weight *w, const int8_t *xa, const float *sx,
-                                                          const float *xs, float *y, int64_t rb, const int *st,
-                                                          const int *sk, const uint8_t *ub, const int NT, const int NB) {
+static inline __attribute__((always_inline)) void pass(const ts_weight *w, const int8_t *xa, const float *sx,
+                                                       const float *xs, float *y, int64_t rb, const int *st,
+                                                       const int *sk, const uint8_t *ub, const int X, const int NT,
+                                                       const int NB) {
     const int64_t cols = w->cols, G = w->group, ng = cols / G;
     const int KS = G < 64 ? (int)G : 64, nsl = (int)(G / KS);
     const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
@@ -218,12 +149,17 @@ static inline __attribute__((always_inline)) void pf_pass(const ts_weight *w, co
     const uint8_t *blkp[2] = {w->packed + (size_t)rb * (size_t)ng * rec, w->packed + (size_t)(rb + 1) * (size_t)ng * rec};
     const uint8_t *ubp[2] = {ub, ub + (size_t)16 * (size_t)cols};
     const int8_t *ap[2] = {xa + (size_t)st[0] * 3 * (size_t)cols, xa + (size_t)st[NT - 1] * 3 * (size_t)cols};
+    /* INT8 tiles load straight from the weights: the first x tiles of a
+     * block stream them, so they prefetch */
+    const int pf8 = w->bits == 8 && st[0] == 0;
     int32_t cbuf[2][4][16][16] __attribute__((aligned(64)));
     __m512 acc[2][2][XT];
     _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++)
         _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++)
-            _Pragma("GCC unroll 5") for (int u = 0; u < XT; u++) acc[t][b][u] = _mm512_setzero_ps();
+            _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) acc[t][b][u] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
+        if (pf8)
+            _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) prefetch_record(blkp[b] + (size_t)g * rec, rec);
         for (int s = 0; s < nsl; s++) {
             const size_t ko = (size_t)g * (size_t)G + (size_t)s * (size_t)KS;
             const size_t bo = (size_t)g * (size_t)(G / 4) + (size_t)s * (size_t)(KS / 4); /* column quad */
@@ -235,45 +171,51 @@ static inline __attribute__((always_inline)) void pf_pass(const ts_weight *w, co
                 if (w->bits == 4) _tile_loadd(3, ubp[1] + bo * 64, 64);
                 else _tile_loadd(3, blkp[1] + (size_t)g * rec + (size_t)s * (KS / 4) * 64, 64);
             }
-            PF_TDP(4, 0, 2);
-            if (NB == 2) PF_TDP(5, 0, 3);
-            if (NT == 2) PF_TDP(6, 1, 2);
-            if (NT == 2 && NB == 2) PF_TDP(7, 1, 3);
+            _tile_dpbsud(4, 0, 2);
+            if (NB == 2) _tile_dpbsud(5, 0, 3);
+            if (NT == 2) _tile_dpbsud(6, 1, 2);
+            if (NT == 2 && NB == 2) _tile_dpbsud(7, 1, 3);
         }
         _tile_stored(4, cbuf[g & 1][0], 64);
         _tile_zero(4);
         if (NB == 2) { _tile_stored(5, cbuf[g & 1][1], 64); _tile_zero(5); }
         if (NT == 2) { _tile_stored(6, cbuf[g & 1][2], 64); _tile_zero(6); }
         if (NT == 2 && NB == 2) { _tile_stored(7, cbuf[g & 1][3], 64); _tile_zero(7); }
-        /* the previous group's f32 steps, behind this group's tile work */
-        if (g >= 1) pf_post(cbuf[(g - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 1, st, acc, NT, NB);
+        if (g >= 1) pass_post(cbuf[(g - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 1, st, acc, X, NT, NB);
     }
-    pf_post(cbuf[(ng - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 1, st, acc, NT, NB);
+    pass_post(cbuf[(ng - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 1, st, acc, X, NT, NB);
     _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) {
         const int64_t r = (rb + b) * 16, left = w->rows - r;
         const __mmask16 m = ts_tail16((size_t)left);
         _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++)
-            _Pragma("GCC unroll 5") for (int u = 0; u < XT; u++)
+            _Pragma("GCC unroll 5") for (int u = 0; u < X; u++)
                 if (u >= sk[t]) _mm512_mask_storeu_ps(y + (int64_t)(st[t] + u) * w->rows + r, m, acc[t][b][u]);
     }
 }
 
-/* n > 5 rows of a prompt chunk, three digits. */
-static void pdot_amx_prefill(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, float *y,
-                             int64_t r0, int64_t r1, uint8_t *ub) {
+/* Passes of one x tile of X < 5 rows (n < 5), or of pairs of 5-row tiles. */
+#define PASS_NB(X, NT)                                                                                              \
+    do {                                                                                                            \
+        if (nb == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2);                                             \
+        else pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 1);                                                     \
+    } while (0)
+
+void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, float *y, int64_t r0,
+                 int64_t r1, uint8_t *ub) {
     const int64_t G = w->group, blocks_end = (r1 + 15) / 16;
     const int KS = G < 64 ? (int)G : 64;
+    const int X = n < XT ? n : XT;
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 2; t++) {
-        cfg.rows[t] = 3 * XT; /* A */
+        cfg.rows[t] = (uint8_t)(3 * X); /* A: digit rows x KS columns */
         cfg.colsb[t] = (uint16_t)KS;
-        cfg.rows[2 + t] = (uint8_t)(KS / 4); /* B */
+        cfg.rows[2 + t] = (uint8_t)(KS / 4); /* B: column quads x (16 rows x 4) */
         cfg.colsb[2 + t] = 64;
     }
     for (int c = 4; c < 8; c++) {
-        cfg.rows[c] = 3 * XT; /* C */
+        cfg.rows[c] = (uint8_t)(3 * X); /* C: digit rows x 16 int32 */
         cfg.colsb[c] = 64;
     }
     _tile_loadconfig(&cfg);
@@ -281,73 +223,31 @@ static void pdot_amx_prefill(const ts_weight *w, const int8_t *xa, const float *
     _tile_zero(5);
     _tile_zero(6);
     _tile_zero(7);
-    const int T = (n + XT - 1) / XT; /* x tiles; the last one shifted back to end at n */
+    const int T = (n + X - 1) / X; /* x tiles; the last one shifted back to end at n */
     for (int64_t rb = r0 / 16; rb < blocks_end; rb += 2) {
         const int nb = rb + 1 < blocks_end ? 2 : 1;
         if (w->bits == 4)
             for (int b = 0; b < nb; b++) unpack_block(w, rb + b, ub + (size_t)b * 16 * (size_t)w->cols);
-        __asm__ volatile("" ::: "memory"); /* the unpacking stores before the tile loads */
+        /* GCC's tile loads are asm statements without memory operands: keep
+         * the unpacking stores before them */
+        __asm__ volatile("" ::: "memory");
         for (int t0 = 0; t0 < T; t0 += 2) {
             int st[2], sk[2];
             const int nt = t0 + 1 < T ? 2 : 1;
             for (int t = 0; t < nt; t++) {
-                int i0 = (t0 + t) * XT;
-                st[t] = i0 + XT <= n ? i0 : n - XT;
+                int i0 = (t0 + t) * X;
+                st[t] = i0 + X <= n ? i0 : n - X;
                 sk[t] = i0 - st[t];
             }
-            if (nt == 2 && nb == 2) pf_pass(w, xa, sx, xs, y, rb, st, sk, ub, 2, 2);
-            else if (nt == 2) pf_pass(w, xa, sx, xs, y, rb, st, sk, ub, 2, 1);
-            else if (nb == 2) pf_pass(w, xa, sx, xs, y, rb, st, sk, ub, 1, 2);
-            else pf_pass(w, xa, sx, xs, y, rb, st, sk, ub, 1, 1);
+            if (nt == 2) PASS_NB(XT, 2); /* two tiles: n > 5, so X = 5 */
+            else switch (X) {
+                case 5: PASS_NB(5, 1); break;
+                case 4: PASS_NB(4, 1); break;
+                case 3: PASS_NB(3, 1); break;
+                case 2: PASS_NB(2, 1); break;
+                default: PASS_NB(1, 1); break;
+                }
         }
     }
     _tile_release();
-}
-
-static inline __attribute__((always_inline)) void pdot_amx_nd(const ts_weight *w, const int8_t *xa, const float *sx,
-                                                               const float *xs, int n, float *y, int64_t r0, int64_t r1,
-                                                               uint8_t *ub, const int ND) {
-    const int64_t G = w->group;
-    const int KS = G < 64 ? (int)G : 64;
-    const int X = n < XT ? n : XT;
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int s = 0; s < 2; s++) {
-        cfg.rows[3 * s + 0] = (uint8_t)(X * ND); /* A: digit rows x KS columns */
-        cfg.colsb[3 * s + 0] = (uint16_t)KS;
-        cfg.rows[3 * s + 1] = (uint8_t)(KS / 4); /* B: column quads x (16 rows x 4) */
-        cfg.colsb[3 * s + 1] = 64;
-        cfg.rows[3 * s + 2] = (uint8_t)(X * ND); /* C: digit rows x 16 int32 */
-        cfg.colsb[3 * s + 2] = 64;
-    }
-    _tile_loadconfig(&cfg);
-    _tile_zero(2);
-    _tile_zero(5);
-    for (int64_t rb = r0 / 16; rb * 16 < r1; rb++) {
-        if (w->bits == 4) unpack_block(w, rb, ub);
-        /* GCC's tile loads are asm statements without memory operands: keep
-         * the unpacking stores before them */
-        __asm__ volatile("" ::: "memory");
-        /* tiles of X rows; a last partial tile is shifted back to end at n
-         * (it redoes a few rows rather than needing a second tile shape) */
-        for (int i0 = 0; i0 < n; i0 += X) {
-            int start = i0 + X <= n ? i0 : n - X, skip = i0 - start;
-            switch (X) {
-            case 5: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 5, ND); break;
-            case 4: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 4, ND); break;
-            case 3: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 3, ND); break;
-            case 2: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 2, ND); break;
-            default: tile_block(w, xa, sx, xs, y, rb, start, skip, ub, 1, ND); break;
-            }
-        }
-    }
-    _tile_release();
-}
-
-void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, int nd, int prefill,
-                 float *y, int64_t r0, int64_t r1, uint8_t *ubuf) {
-    if (prefill && nd == 3 && n > XT) pdot_amx_prefill(w, xa, sx, xs, n, y, r0, r1, ubuf);
-    else if (nd == 1) pdot_amx_nd(w, xa, sx, xs, n, y, r0, r1, ubuf, 1);
-    else pdot_amx_nd(w, xa, sx, xs, n, y, r0, r1, ubuf, 3);
 }

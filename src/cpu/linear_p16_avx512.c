@@ -39,6 +39,15 @@
 #include "cpu/cpu.h"
 #include "cpu/simd_avx512.h"
 
+/* Software prefetch distance in bytes along a thread's stream of group
+ * records. The hardware prefetchers stop at every 4 KiB page and ramp up
+ * again; prefetching 4-8 KiB ahead keeps enough misses in flight for one core
+ * to pull its share of the bus. On the 2-core Xeon (Emerald Rapids) it took
+ * 0.8B INT4 decode from 37 to 57-62 tok/s (2 KiB: 48-52, 16 KiB: 58-60,
+ * 32 KiB: 54-56; bench/RESULTS.md). */
+#ifndef PFD
+#define PFD 6144
+#endif
 #define P16_LIMIT 8290000.0f /* |X| bound keeping the top digit in [-128, 127] */
 
 void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, int64_t qstride, int64_t kstride,
@@ -124,11 +133,15 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
     const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const int QS = X * ND * 4; /* bytes per column quad */
-    __m512 acc[4], accb[4];
-    _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) acc[u] = accb[u] = _mm512_setzero_ps();
+    __m512 acc[4];
+    _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) acc[u] = _mm512_setzero_ps();
     const int8_t *xq = xt;
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *rp = blk + (size_t)g * rec;
+        if (PFD > 0) { /* past the matrix's end it touches nothing: prefetches never fault */
+            const char *pf = (const char *)rp + PFD;
+            for (size_t l = 0; l < rec; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+        }
         /* up to 3 x rows: separate accumulators for the low and high
          * nibbles, so each chain takes one VPDPBUSD per chunk and the
          * multiplier, not its latency, sets the pace (4 rows have enough
@@ -172,14 +185,16 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
                 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[u][2]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
             }
             int64_t o = (int64_t)(i0 + u) * ng + g;
+            /* the per-row arithmetic every P16 kernel shares (the AMX
+             * kernel too): scale term, then bias term, into one accumulator */
             acc[u] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[u]);
-            accb[u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), accb[u]);
+            acc[u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), acc[u]);
         }
     }
     const int64_t r = rb * 16, left = w->rows - r;
     const __mmask16 m = ts_tail16((size_t)left);
     _Pragma("GCC unroll 4") for (int u = 0; u < X; u++)
-        _mm512_mask_storeu_ps(y + (int64_t)(i0 + u) * w->rows + r, m, _mm512_add_ps(acc[u], accb[u]));
+        _mm512_mask_storeu_ps(y + (int64_t)(i0 + u) * w->rows + r, m, acc[u]);
 }
 
 /* Rows [r0, r1) of y [n, rows]; r0 is a multiple of 16 (the driver splits

@@ -238,19 +238,22 @@ typedef struct many_job {
     int64_t start[TS_LINEAR_MANY_MAX + 1]; /* first global block of each weight */
     int64_t per;                           /* blocks per chunk */
     int amx;                               /* digits in the AMX layout, AMX kernel */
-    int prefill;                           /* TS_LIN_PREFILL: may round differently */
     size_t ub_stride;                      /* floats of g_wbuf per pool slot (AMX unpacking) */
 } many_job;
 
 /* AMX from this many x rows up (TS_AMX_ROWS; tests set it with
  * ts_amx_min_rows): both kernels give the same bits, so this is a speed
- * choice only. */
+ * choice only. Measured on the 2-core Xeon (kbench, 2 threads): the VNNI
+ * kernel wins up to 9 rows (one row 52 GB/s from L3, 28 GB/s from DRAM; AMX
+ * first unpacks INT4 to bytes through memory, which a few x rows do not
+ * amortise), AMX wins on prompt chunks (prefill GEMM 147 vs 89 GMAC/s per
+ * core; 0.8B pp128 405 vs 276 tok/s). */
 static int g_amx_min = -1;
 
 static int amx_min(void) {
     if (g_amx_min < 0) {
         const char *e = getenv("TS_AMX_ROWS");
-        g_amx_min = e && *e ? atoi(e) : 1;
+        g_amx_min = e && *e ? atoi(e) : 16;
         if (g_amx_min < 1) g_amx_min = 1;
     }
     return g_amx_min;
@@ -268,7 +271,7 @@ static void run_many(void *ctx, int chunk, int n_chunks) {
         const ts_weight *w = j->w[i];
         int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
         if (j->amx)
-            ts_amx_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->prefill, j->y[i], r0, r1,
+            ts_amx_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, j->y[i], r0, r1,
                         (uint8_t *)(g_wbuf + (size_t)ts_pool_slot() * j->ub_stride));
         else
             ts_avx512_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1);
@@ -304,7 +307,8 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
         need_s += (size_t)n * (size_t)(w[i]->cols / G);
     }
     for (int i = 0; i < nw; i++) maxc = TS_MAX(maxc, (size_t)w[i]->cols);
-    const int amx = n >= amx_min() && ts_amx_available();
+    /* AMX for exact products (three digits) of enough rows */
+    const int amx = n >= amx_min() && !(flags & TS_LIN_DRAFT) && ts_amx_available();
     pthread_mutex_lock(&g_lock);
     int bad = grow((void **)&g_p.xd, &g_cap_xd, need_d, 1);
     bad |= grow((void **)&g_p.sx, &g_cap_sx, need_s, sizeof(float));
@@ -322,7 +326,6 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
     memset(&j, 0, sizeof j);
     j.n = n;
     j.amx = amx;
-    j.prefill = (flags & TS_LIN_PREFILL) != 0;
     j.ub_stride = 8 * maxc;
     size_t xo = 0, so = 0;
     double macs = 0;
