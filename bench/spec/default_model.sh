@@ -4,23 +4,24 @@
 # ids are the prompt, 128 tokens are generated greedily, plainly and with
 # --spec mtp --draft M (M = 1..4). Checks the ids are identical, sums the
 # acceptance statistics and times (from run's stderr) over all windows.
-#   bench/spec/default_model.sh [MODEL_DIR] [THREADS]
+#   bench/spec/default_model.sh [MODEL_DIR] [THREADS] [DRAFT_VOCAB (a count, or all; default automatic)]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M_DIR=${1:-models/default}
 T=${2:-2}
+DV=${3:-}
 BIN=build/turbospark
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 grep -v '^#' tools/train/heldout.ids | cut -d, -f1-64 > "$tmp/prompts"
 for M in 0 1 2 3 4; do
-  args=""; [ "$M" -gt 0 ] && args="--spec mtp --draft $M"
+  args=""; [ "$M" -gt 0 ] && args="--spec mtp --draft $M${DV:+ --draft-vocab $DV}"
   : > "$tmp/ids$M"; : > "$tmp/err$M"
   while read -r p; do
     $BIN run -m "$M_DIR" --threads "$T" --ids "$p" -n 128 $args --print-ids >>"$tmp/ids$M" 2>>"$tmp/err$M"
   done < "$tmp/prompts"
 done
-echo "model $M_DIR, threads $T, 16 held-out windows, prompt 64 ids, 128 greedy tokens each"
+echo "model $M_DIR, threads $T, drafting vocabulary ${DV:-automatic}, 16 held-out windows, prompt 64 ids, 128 greedy tokens each"
 for M in 1 2 3 4; do
   if cmp -s "$tmp/ids0" "$tmp/ids$M"; then same=identical; else same=DIFFERENT; fi
   echo "draft $M: output $same to plain greedy"
