@@ -192,6 +192,14 @@ void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             int64_t c = 0;
             for (; c < c64; c += 64) {
+                /* the weight stream 6 KiB ahead, past row ends (rows are
+                 * consecutive): see linear_p16_avx512.c on prefetching */
+                if (i == 0) {
+                    const char *pf = row + (size_t)c * es + 6144;
+                    _mm_prefetch(pf, _MM_HINT_T0);
+                    if (es > 1) _mm_prefetch(pf + 64, _MM_HINT_T0);
+                    if (es > 2) { _mm_prefetch(pf + 128, _MM_HINT_T0); _mm_prefetch(pf + 192, _MM_HINT_T0); }
+                }
                 a0 = _mm512_fmadd_ps(wload(row, w->dtype, c, 0xffff), _mm512_loadu_ps(xi + c), a0);
                 a1 = _mm512_fmadd_ps(wload(row, w->dtype, c + 16, 0xffff), _mm512_loadu_ps(xi + c + 16), a1);
                 a2 = _mm512_fmadd_ps(wload(row, w->dtype, c + 32, 0xffff), _mm512_loadu_ps(xi + c + 32), a2);
