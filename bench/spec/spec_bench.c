@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
     int32_t prompt[32];
     for (int i = 0; i < 32; i++) prompt[i] = (int32_t)((i * 7919 + 11) % V);
     if (ts_session_feed(s, prompt, 32, NULL, NULL, &g_err)) { fprintf(stderr, "%s\n", g_err.msg); return 1; }
-    enum { DEC, VER, RB1, RBM, DEC1, DECM, VER1, VERM, EAG1, EAGM, DRAFT, NQ };
+    enum { DEC, VER, RB1, RBM, DEC1, DECM, VER1, VERM, EAG1, EAGM, DRAFT, DRAFTV, NQ };
     static double q[NQ][64];
     for (g_r = 0; g_r < reps; g_r++) {
         int r = g_r;
@@ -246,6 +246,10 @@ int main(int argc, char **argv) {
         t0 = ts_now();
         ts_mtp_forward(&e->model, &s->st, &t, s->last_hidden, 1, s->pos - 1, s->mtp_hid, NULL, s->draft_lowp, 0);
         q[DRAFT][r] = ts_now() - t0;
+        t0 = ts_now(); /* the same with the automatic drafting vocabulary */
+        ts_mtp_forward(&e->model, &s->st, &t, s->last_hidden, 1, s->pos - 1, s->mtp_hid, NULL, s->draft_lowp,
+                       ts_spec_draft_vocab(0, V));
+        q[DRAFTV][r] = ts_now() - t0;
     }
     double m[NQ];
     for (int k = 0; k < NQ; k++) m[k] = vmin(q[k], reps);
@@ -267,6 +271,8 @@ int main(int argc, char **argv) {
     printf("eager rollback, keep 1    %9.3f ms   = %.2f%% of decode\n", m[EAG1] * 1e3, 100 * m[EAG1] / d);
     printf("eager rollback, keep %d    %9.3f ms   = %.2f%% of decode\n", M, m[EAGM] * 1e3, 100 * m[EAGM] / d);
     printf("MTP draft step            %9.2f ms   = %.2f x decode\n", m[DRAFT] * 1e3, m[DRAFT] / d);
+    printf("  drafting ids [0, %d)    %9.2f ms   = %.2f x decode (the automatic drafting vocabulary)\n",
+           ts_spec_draft_vocab(0, V), m[DRAFTV] * 1e3, m[DRAFTV] / d);
     gdn_only(&e->model, M, 10 * reps); /* cheap: a pass is a few ms */
     ts_session_free(s);
     ts_engine_close(e);
