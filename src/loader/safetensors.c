@@ -93,6 +93,18 @@ const ts_st_tensor *ts_st_find(const ts_st_set *s, const char *name) {
     return ts_st_find_mut((ts_st_set *)s, name);
 }
 
+void ts_st_release(const ts_st_set *s, const void *p, size_t n) {
+    const uintptr_t a = (uintptr_t)p, b = a + n;
+    for (int i = 0; i < s->n_files; i++) {
+        const uintptr_t m0 = (uintptr_t)s->files[i].map, m1 = m0 + s->files[i].size;
+        if (!s->files[i].map || a < m0 || b > m1) continue;
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        const uintptr_t lo = (a + pg - 1) & ~(pg - 1), hi = b & ~(pg - 1);
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: failure changes nothing */
+        return;
+    }
+}
+
 void ts_st_close(ts_st_set *s) {
     if (!s) return;
     for (int i = 0; i < s->n_files; i++) {

@@ -58,6 +58,12 @@ int ts_st_open_dir(const char *dir, ts_st_set **out, ts_error *err);
 int ts_st_open_file(const char *path, ts_st_set **out, ts_error *err);
 void ts_st_close(ts_st_set *s);
 const ts_st_tensor *ts_st_find(const ts_st_set *s, const char *name);
+/* Drop this process's pages of [p, p + n) when the range lies in one of the
+ * set's file mappings (heap copies are left alone). Later reads fault them
+ * back in from the file, so what the bytes read as never changes; pages the
+ * range only partly covers are kept. For data that has been copied elsewhere
+ * (the repacked quantized matrices): the process stops holding it twice. */
+void ts_st_release(const ts_st_set *s, const void *p, size_t n);
 ts_st_tensor *ts_st_find_mut(ts_st_set *s, const char *name);
 int64_t ts_st_numel(const ts_st_tensor *t);
 /* "[a, b, c]" into buf. */

@@ -373,7 +373,7 @@ static int wl_layer(wlist *l, ts_layer_w *ly, const ts_config *c) {
     return rc;
 }
 
-static int pack_all(ts_model *m, ts_error *err) {
+static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
     const ts_config *c = &m->cfg;
     wlist l = {0};
     int rc = wl_add(&l, &m->head);
@@ -403,6 +403,15 @@ static int pack_all(ts_model *m, ts_error *err) {
             if (!sz) continue;
             ts_weight_pack(w, arena);
             arena += sz;
+            /* the kernels read the packed copy from now on: let the file's
+             * pages go (the tied head is also the embedding, whose rows are
+             * gathered from the file) */
+            if (!(c->tied && w == &m->head)) {
+                const size_t ng = (size_t)(w->cols / w->group), ss = ts_dtype_size(w->sdtype);
+                ts_st_release(st, w->data, (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8);
+                ts_st_release(st, w->scales, (size_t)w->rows * ng * ss);
+                ts_st_release(st, w->biases, (size_t)w->rows * ng * ss);
+            }
         }
     }
     if (c->tied) m->embed.packed = m->head.packed;
@@ -462,7 +471,7 @@ int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *er
         if ((rc = bind_vec(&b, "mtp.norm.weight", c->H, 1, 1, &t->norm))) return rc;
         m->has_mtp = 1;
     }
-    return pack_all(m, err);
+    return pack_all(m, st, err);
 }
 
 static void free_layer(ts_layer_w *l) {
