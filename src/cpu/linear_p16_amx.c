@@ -14,7 +14,7 @@
  * Exactness. Per group the tile computes A_k = sum_c q_c d_k,c exactly in
  * int32, the same integers the VNNI kernel accumulates; the f32 steps that
  * follow (joining the digits, scale, bias) are the same operations in the same
- * order (pass_post below mirrors pdot_x). So y is bit-identical to the VNNI
+ * order (one definition, p16_step in p16_avx512.h). So y is bit-identical to the VNNI
  * kernel's, and the two may be mixed (decode on one, verify on the other)
  * without breaking the row-exactness speculative decoding depends on; the
  * tests compare them bit for bit.
@@ -22,8 +22,8 @@
  * Layouts. The B tile (weights) is 16 weight rows x 4 columns per 64-byte
  * tile row: exactly one P16 chunk of INT8, and one nibble half of an INT4
  * chunk. So INT8 tiles load straight from the packed weights; INT4 groups
- * are unpacked once per 16-row block into a per-thread buffer (& 15 and >> 4,
- * as the VNNI kernel does in registers) and reused by every x tile. The A
+ * are unpacked per pass of two 16-row blocks into a per-thread buffer (& 15
+ * and >> 4, as the VNNI kernel does in registers) and reused by every x tile. The A
  * tile wants each (x row, digit) as a contiguous run of columns: the digits
  * are laid out [row][digit][cols] (ts_amx_prep_rows), so one x tile is one
  * strided tile load.
@@ -37,8 +37,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "cpu/cpu.h"
-#include "cpu/simd_avx512.h"
+#include "cpu/p16_avx512.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -73,13 +72,6 @@ void ts_amx_prep_rows(const float *x, int n, int64_t cols, int group, int nd, in
                          sx + (int64_t)i * ng, xs + (int64_t)i * ng);
 }
 
-static inline __m512 load16(const uint8_t *p, ts_dtype t) {
-    if (t == TS_DTYPE_F32) return _mm512_load_ps((const float *)p);
-    __m256i h = _mm256_load_si256((const __m256i *)p);
-    if (t == TS_DTYPE_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_cvtph_ps(h);
-}
-
 #define XT 5 /* x rows per tile: 5 x 3 digits = 15 of the 16 tile rows */
 #define PFD 6144 /* software prefetch distance along the weight stream (as linear_p16_avx512.c) */
 
@@ -112,8 +104,8 @@ static void unpack_block(const ts_weight *w, int64_t rb, uint8_t *ub) {
  * waiting on one chain. The C tiles go through memory (there is no
  * tile-to-register move): a group's f32 steps run while the next group's
  * tiles are computed (cbuf double-buffered). Per (x row, row block) the f32
- * arithmetic is pdot_x's, in its order, so every row equals the VNNI
- * kernel's whatever the pairing of tiles and blocks. */
+ * arithmetic is p16_step, as in the VNNI kernel, so every row equals the
+ * VNNI kernel's whatever the pairing of tiles and blocks. */
 static inline __attribute__((always_inline)) void pass_post(const int32_t (*C)[16][16], const uint8_t *const *blkp,
                                                             size_t rec, size_t dbytes, size_t ss, ts_dtype sdt,
                                                             const float *sx, const float *xs, int64_t ng, int64_t g,
@@ -121,17 +113,14 @@ static inline __attribute__((always_inline)) void pass_post(const int32_t (*C)[1
                                                             const int NT, const int NB) {
     _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) {
         const uint8_t *rp = blkp[b] + (size_t)g * rec;
-        const __m512 sc = load16(rp + dbytes, sdt), bi = load16(rp + dbytes + 16 * ss, sdt);
+        const __m512 sc = p16_load16(rp + dbytes, sdt), bi = p16_load16(rp + dbytes + 16 * ss, sdt);
         _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
             const int32_t *c = C[2 * t + b][0];
             _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) {
-                const int32_t *cu = c + u * 48;
-                __m512i low = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cu + 16), 8), _mm512_load_si512(cu));
-                __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cu + 32)), _mm512_set1_ps(65536.0f),
-                                           _mm512_cvtepi32_ps(low));
+                const int32_t *cu = c + u * 48; /* C row 3u + k: digit k of x row u */
                 int64_t o = (int64_t)(st[t] + u) * ng + g;
-                __m512 a = _mm512_fmadd_ps(v, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[t][b][u]);
-                acc[t][b][u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), a);
+                acc[t][b][u] = p16_step(acc[t][b][u], _mm512_load_si512(cu), _mm512_load_si512(cu + 16),
+                                        _mm512_load_si512(cu + 32), sc, bi, sx[o], xs[o], 3);
             }
         }
     }

@@ -36,8 +36,7 @@
  */
 #include <immintrin.h>
 
-#include "cpu/cpu.h"
-#include "cpu/simd_avx512.h"
+#include "cpu/p16_avx512.h"
 
 /* Software prefetch distance in bytes along a thread's stream of group
  * records. The hardware prefetchers stop at every 4 KiB page and ramp up
@@ -100,15 +99,6 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
         xs[g] = (float)((double)tot * (double)sx[g]);
     }
 }
-
-/* 16 scales (or biases) of a group record as f32. */
-static inline __m512 load16(const uint8_t *p, ts_dtype t) {
-    if (t == TS_DTYPE_F32) return _mm512_load_ps((const float *)p);
-    __m256i h = _mm256_load_si256((const __m256i *)p);
-    if (t == TS_DTYPE_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_cvtph_ps(h);
-}
-
 
 /* acc += w (u8) . the 4 signed bytes at p broadcast to every lane: one
  * instruction with an embedded broadcast ({1to16}) instead of a broadcast
@@ -175,20 +165,10 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
         if (SPLIT && w->bits == 4)
             _Pragma("GCC unroll 4") for (int u = 0; u < X; u++)
                 _Pragma("GCC unroll 3") for (int k = 0; k < ND; k++) a[u][k] = _mm512_add_epi32(a[u][k], b[u][k]);
-        const __m512 sc = load16(rp + dbytes, w->sdtype), bi = load16(rp + dbytes + 16 * ss, w->sdtype);
+        const __m512 sc = p16_load16(rp + dbytes, w->sdtype), bi = p16_load16(rp + dbytes + 16 * ss, w->sdtype);
         _Pragma("GCC unroll 4") for (int u = 0; u < X; u++) {
-            __m512 t;
-            if (ND == 1) {
-                t = _mm512_cvtepi32_ps(a[u][0]);
-            } else {
-                __m512i low = _mm512_add_epi32(_mm512_slli_epi32(a[u][1], 8), a[u][0]);
-                t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[u][2]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
-            }
             int64_t o = (int64_t)(i0 + u) * ng + g;
-            /* the per-row arithmetic every P16 kernel shares (the AMX
-             * kernel too): scale term, then bias term, into one accumulator */
-            acc[u] = _mm512_fmadd_ps(t, _mm512_mul_ps(sc, _mm512_set1_ps(sx[o])), acc[u]);
-            acc[u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(xs[o]), acc[u]);
+            acc[u] = p16_step(acc[u], a[u][0], a[u][ND > 1], a[u][ND > 1 ? 2 : 0], sc, bi, sx[o], xs[o], ND);
         }
     }
     const int64_t r = rb * 16, left = w->rows - r;
