@@ -141,7 +141,8 @@ typedef struct ts_gen_params {
                                  of vocab (BPE ids are in merge order, roughly
                                  by frequency). Output unchanged (every draft is
                                  verified); only acceptance may drop.
-                                 0: automatic, max(2048, vocab / 8);
+                                 0: automatic, the whole vocabulary up
+                                 to 32768 ids, else max(32768, vocab / 8);
                                  -1: the whole vocabulary. */
     const int32_t *stop_ids;  /* generation ends after emitting one of these */
     int n_stop;

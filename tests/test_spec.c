@@ -503,7 +503,8 @@ static void dv_drafts(void *user, int pos, int m, int32_t *d) {
 }
 
 TS_TEST(spec, draft_vocab) {
-    CHECK(ts_spec_draft_vocab(0, 248320) == 31040 && ts_spec_draft_vocab(0, 12288) == 2048);
+    CHECK(ts_spec_draft_vocab(0, 248320) == 32768 && ts_spec_draft_vocab(0, 12288) == 12288);
+    CHECK(ts_spec_draft_vocab(0, 524288) == 65536 && ts_spec_draft_vocab(0, 32769) == 32768);
     CHECK(ts_spec_draft_vocab(0, 1000) == 1000 && ts_spec_draft_vocab(-1, 248320) == 248320);
     CHECK(ts_spec_draft_vocab(100, 1000) == 100 && ts_spec_draft_vocab(5000, 1000) == 1000);
     ts_engine *e = open_fx("tiny-dense");

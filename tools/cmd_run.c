@@ -35,7 +35,8 @@ static void usage(FILE *f) {
             "  --spec mtp          speculative decoding, drafting with the MTP head\n"
             "  --draft M           tokens drafted per block, 1..8 (default 3)\n"
             "  --draft-vocab K|all drafts among token ids [0, K) only: a K-row head product\n"
-            "                      (default max(2048, vocab/8); output is unchanged)\n"
+            "                      (default: all ids up to 32768, else max(32768, vocab/8);\n"
+            "                      output is unchanged)\n"
             "  --threads N         CPU threads (default: all cores)\n"
             "  --print-ids         print generated ids instead of text\n"
             "  -v                  verbose loading (unused tensors)\n");
