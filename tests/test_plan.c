@@ -114,6 +114,35 @@ TS_TEST(plan, cli) {
     CHECK_MSG(rc != 0 && strstr(out, "/nonexistent"), "%s", out);
 }
 
+/* On a fresh session of dir (n_ctx, drafting M): a prompt of P ids in one
+ * feed, `steps` one-token feeds, then a speculative generation of n_pred
+ * tokens after 5 more ids; nothing may be allocated after session creation.
+ * Ids are taken modulo vmod (within every vocabulary used). */
+static void token_loop(const char *dir, int n_ctx, int M, int P, int steps, int vmod, int n_pred) {
+    ts_error err = {0};
+    ts_engine *e = NULL;
+    ts_session *s = NULL;
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = n_ctx;
+    sp.spec_draft = M;
+    CHECK_MSG(ts_engine_open(dir, NULL, &e, &err) == 0 && ts_session_new(e, &sp, &s, &err) == 0, "%s", err.msg);
+    size_t before = ts_mem_total();
+    int32_t ids[160];
+    for (int i = 0; i < P + steps + 5; i++) ids[i] = (i * 37 + 11) % vmod;
+    CHECK_MSG(ts_session_feed(s, ids, P, NULL, NULL, &err) == 0, "%s", err.msg);
+    for (int i = P; i < P + steps; i++) CHECK(ts_session_feed(s, ids + i, 1, NULL, NULL, &err) == 0);
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = n_pred;
+    gp.spec_draft = M;
+    CHECK_MSG(ts_generate(s, ids + P + steps, 5, &gp, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK_MSG(ts_mem_total() == before, "%s: the token loop allocated %lld bytes", dir,
+              (long long)ts_mem_total() - (long long)before);
+    ts_session_free(s);
+    ts_engine_close(e);
+}
+
 /* After session creation the token loop allocates nothing: prefill chunks,
  * one-token decode and speculative blocks run in what the session (and its
  * reservation of the kernels' workspace) already holds. Checked on a bf16
@@ -122,28 +151,7 @@ TS_TEST(plan, token_loop_allocates_nothing) {
     static const char *dirs[] = {"tests/fixtures/tiny-dense", "models/default"};
     for (int d = 0; d < 2; d++) {
         ts_kernels_release();
-        ts_error err = {0};
-        ts_engine *e = NULL;
-        ts_session *s = NULL;
-        ts_session_params sp;
-        ts_session_params_default(&sp);
-        sp.n_ctx = 512;
-        sp.spec_draft = 3;
-        CHECK_MSG(ts_engine_open(dirs[d], NULL, &e, &err) == 0 && ts_session_new(e, &sp, &s, &err) == 0, "%s", err.msg);
-        size_t before = ts_mem_total();
-        int32_t ids[150];
-        for (int i = 0; i < 150; i++) ids[i] = (i * 37 + 11) % 1000;
-        CHECK_MSG(ts_session_feed(s, ids, 130, NULL, NULL, &err) == 0, "%s", err.msg);
-        for (int i = 130; i < 140; i++) CHECK(ts_session_feed(s, ids + i, 1, NULL, NULL, &err) == 0);
-        ts_gen_params gp;
-        ts_gen_params_default(&gp);
-        gp.n_predict = 40;
-        gp.spec_draft = 3;
-        CHECK_MSG(ts_generate(s, ids + 140, 5, &gp, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
-        CHECK_MSG(ts_mem_total() == before, "%s: the token loop allocated %lld bytes", dirs[d],
-                  (long long)ts_mem_total() - (long long)before);
-        ts_session_free(s);
-        ts_engine_close(e);
+        token_loop(dirs[d], 512, 3, 130, 10, 1000, 40);
     }
     ts_kernels_release();
 }
@@ -165,25 +173,6 @@ TS_TEST(plan, quantized_moe) {
     CHECK(check_one(dir, c0, &pl) == 0);
     CHECK(check_one(dir, c3, &pl) == 0);
     ts_kernels_release();
-    ts_engine *e = NULL;
-    ts_session *s = NULL;
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = 256;
-    sp.spec_draft = 2;
-    CHECK_MSG(ts_engine_open(dir, NULL, &e, &err) == 0 && ts_session_new(e, &sp, &s, &err) == 0, "%s", err.msg);
-    size_t before = ts_mem_total();
-    int32_t ids[40];
-    for (int i = 0; i < 40; i++) ids[i] = (i * 37 + 11) % 200;
-    CHECK_MSG(ts_session_feed(s, ids, 30, NULL, NULL, &err) == 0, "%s", err.msg);
-    for (int i = 30; i < 35; i++) CHECK(ts_session_feed(s, ids + i, 1, NULL, NULL, &err) == 0);
-    ts_gen_params gp;
-    ts_gen_params_default(&gp);
-    gp.n_predict = 20;
-    gp.spec_draft = 2;
-    CHECK_MSG(ts_generate(s, ids + 35, 5, &gp, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
-    CHECK_MSG(ts_mem_total() == before, "the token loop allocated %lld bytes", (long long)ts_mem_total() - (long long)before);
-    ts_session_free(s);
-    ts_engine_close(e);
+    token_loop(dir, 256, 2, 30, 5, 200, 20);
     ts_kernels_release();
 }

@@ -163,6 +163,28 @@ TS_TEST(spec, context_limit_mid_block) {
     ts_engine_close(e);
 }
 
+/* The first layer whose state differs between a and b (KV rows below pos
+ * for attention layers, conv and recurrent state for GDN layers, byte for
+ * byte: the raw buffers, so a pending lazy rollback must have been applied),
+ * n_layers if the positions or the pending rows differ, -1 if all equal. */
+static int state_diff(const ts_session *a, const ts_session *b) {
+    const ts_model *m = &a->e->model;
+    const ts_config *c = &m->cfg;
+    if (a->pos != b->pos || a->st.gdn_pend || b->st.gdn_pend) return c->n_layers;
+    for (int L = 0; L < c->n_layers; L++) {
+        if (c->layer_full[L]) {
+            size_t bytes = sizeof(float) * (size_t)a->pos * m->kvdim;
+            if (memcmp(a->st.kv[L].k, b->st.kv[L].k, bytes) || memcmp(a->st.kv[L].v, b->st.kv[L].v, bytes)) return L;
+        } else {
+            if (memcmp(a->st.gdn[L].conv, b->st.gdn[L].conv, sizeof(float) * (size_t)(c->conv_k - 1) * m->C)) return L;
+            if (memcmp(a->st.gdn[L].S, b->st.gdn[L].S, sizeof(float) * (size_t)c->Hv * c->dk * c->dv)) return L;
+        }
+    }
+    return -1;
+}
+
+static int states_equal(const ts_session *a, const ts_session *b) { return state_diff(a, b) < 0; }
+
 /* After verify + rollback to C rows, the whole state equals that of feeding
  * the C tokens one at a time, to the bit. */
 TS_TEST(spec, rollback_bit_exact) {
@@ -185,17 +207,8 @@ TS_TEST(spec, rollback_bit_exact) {
             ts_spec_materialize(a); /* the rollback is lazy: apply it to read the raw state */
             for (int i = 0; i < C; i++) CHECK(ts_session_feed(b, &blk[i], 1, NULL, NULL, &err) == 0);
             CHECK_MSG(a->pos == b->pos, "pos %d vs %d", a->pos, b->pos);
-            int same = 1;
-            for (int L = 0; L < c->n_layers; L++) {
-                if (c->layer_full[L]) {
-                    size_t bytes = sizeof(float) * (size_t)a->pos * m->kvdim;
-                    same &= !memcmp(a->st.kv[L].k, b->st.kv[L].k, bytes) && !memcmp(a->st.kv[L].v, b->st.kv[L].v, bytes);
-                } else {
-                    same &= !memcmp(a->st.gdn[L].conv, b->st.gdn[L].conv, sizeof(float) * (size_t)(c->conv_k - 1) * m->C);
-                    same &= !memcmp(a->st.gdn[L].S, b->st.gdn[L].S, sizeof(float) * (size_t)c->Hv * c->dk * c->dv);
-                }
-                CHECK_MSG(same, "%s C=%d: layer %d state differs after rollback", fx[f], C, L);
-            }
+            const int L = state_diff(a, b);
+            CHECK_MSG(L < 0, "%s C=%d: layer %d state differs after rollback", fx[f], C, L);
             CHECK_MSG(!memcmp(ts_session_logits(a), ts_session_logits(b), sizeof(float) * c->vocab),
                       "%s C=%d: last logits differ", fx[f], C);
             CHECK_MSG(!memcmp(ts_session_hidden(a), ts_session_hidden(b), sizeof(float) * c->H),
@@ -210,24 +223,6 @@ TS_TEST(spec, rollback_bit_exact) {
         }
         ts_engine_close(e);
     }
-}
-
-/* Every GDN conv/recurrent state and the KV rows below pos, byte for byte
- * (the raw buffers: a pending lazy rollback must have been applied). */
-static int states_equal(const ts_session *a, const ts_session *b) {
-    const ts_model *m = &a->e->model;
-    const ts_config *c = &m->cfg;
-    if (a->pos != b->pos || a->st.gdn_pend || b->st.gdn_pend) return 0;
-    for (int L = 0; L < c->n_layers; L++) {
-        if (c->layer_full[L]) {
-            size_t bytes = sizeof(float) * (size_t)a->pos * m->kvdim;
-            if (memcmp(a->st.kv[L].k, b->st.kv[L].k, bytes) || memcmp(a->st.kv[L].v, b->st.kv[L].v, bytes)) return 0;
-        } else {
-            if (memcmp(a->st.gdn[L].conv, b->st.gdn[L].conv, sizeof(float) * (size_t)(c->conv_k - 1) * m->C)) return 0;
-            if (memcmp(a->st.gdn[L].S, b->st.gdn[L].S, sizeof(float) * (size_t)c->Hv * c->dk * c->dv)) return 0;
-        }
-    }
-    return 1;
 }
 
 /* Rollback to C rows, then two decode rows through ts_session_feed: the

@@ -48,6 +48,20 @@ static void q4_make(q4 *o, int64_t rows, int64_t cols, uint64_t seed) {
 
 static void q4_free(q4 *o) { free(o->d); free(o->sc); free(o->bi); free(o->pk); }
 
+/* Best of reps timed calls of f after a warm-up call, in seconds. */
+static double best_of(void (*f)(const ts_weight *, const float *, float *, int), const ts_weight *w, const float *x,
+                      float *y, int n, int reps) {
+    f(w, x, y, n); /* warm */
+    double best = 1e9;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        f(w, x, y, n);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
 static void one(int64_t rows, int64_t cols, int reps, const char *what) {
     q4 q;
     q4_make(&q, rows, cols, 7);
@@ -59,14 +73,7 @@ static void one(int64_t rows, int64_t cols, int reps, const char *what) {
     printf("%s: [%lld x %lld] int4 g64%s, %.1f MB\n", what, (long long)rows, (long long)cols, pk ? " packed" : "",
            ts_weight_bytes(&w) / 1e6);
     for (int n = 1; n <= 9; n++) {
-        ts_linear(&w, x, y, n); /* warm */
-        double best = 1e9;
-        for (int r = 0; r < reps; r++) {
-            double t0 = now();
-            ts_linear(&w, x, y, n);
-            double dt = now() - t0;
-            if (dt < best) best = dt;
-        }
+        double best = best_of(ts_linear, &w, x, y, n, reps);
         if (n == 1) t1 = best;
         printf("  n=%d  %8.3f ms  %6.1f GB/s  %.2fx one row\n", n, best * 1e3, ts_weight_bytes(&w) / best / 1e9, best / t1);
     }
@@ -82,14 +89,7 @@ static void gemm(int64_t rows, int64_t cols, int n, int reps) {
     const void *pk = q.pk;
     float *x = malloc(sizeof(float) * cols * n), *y = malloc(sizeof(float) * rows * n);
     for (int64_t i = 0; i < cols * n; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
-    ts_linear_prefill(&w, x, y, n);
-    double best = 1e9;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now();
-        ts_linear_prefill(&w, x, y, n);
-        double dt = now() - t0;
-        if (dt < best) best = dt;
-    }
+    double best = best_of(ts_linear_prefill, &w, x, y, n, reps);
     printf("prefill GEMM [%lld x %lld] x %d rows%s: %.3f ms, %.1f GMAC/s\n", (long long)rows, (long long)cols, n,
            pk ? " packed" : "", best * 1e3, (double)rows * cols * n / best / 1e9);
     free(x); free(y);

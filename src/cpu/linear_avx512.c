@@ -192,10 +192,10 @@ void ts_avx512_fdot(const ts_weight *w, const float *x, int n, float *y, int64_t
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             int64_t c = 0;
             for (; c < c64; c += 64) {
-                /* the weight stream 6 KiB ahead, past row ends (rows are
-                 * consecutive): see linear_p16_avx512.c on prefetching */
+                /* the weight stream ahead, past row ends (rows are
+                 * consecutive): TS_PREFETCH_AHEAD in simd_avx512.h */
                 if (i == 0) {
-                    const char *pf = row + (size_t)c * es + 6144;
+                    const char *pf = row + (size_t)c * es + TS_PREFETCH_AHEAD;
                     _mm_prefetch(pf, _MM_HINT_T0);
                     if (es > 1) _mm_prefetch(pf + 64, _MM_HINT_T0);
                     if (es > 2) { _mm_prefetch(pf + 128, _MM_HINT_T0); _mm_prefetch(pf + 192, _MM_HINT_T0); }

@@ -73,22 +73,17 @@ void ts_amx_prep_rows(const float *x, int n, int64_t cols, int group, int nd, in
 }
 
 #define XT 5 /* x rows per tile: 5 x 3 digits = 15 of the 16 tile rows */
-#define PFD 6144 /* software prefetch distance along the weight stream (as linear_p16_avx512.c) */
-
-static inline void prefetch_record(const uint8_t *rp, size_t rec) {
-    for (size_t l = 0; l < rec; l += 64) _mm_prefetch((const char *)rp + PFD + l, _MM_HINT_T0);
-}
 
 /* INT4: the block's nibbles as bytes, [group][column quad][16 rows x 4]. */
 static void unpack_block(const ts_weight *w, int64_t rb, uint8_t *ub) {
     const int64_t G = w->group, ng = w->cols / G;
-    const size_t rec = ts_pack_record_bytes(4, (int)G, w->sdtype);
+    const size_t rec = p16_geometry(w).rec;
     const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *rp = blk + (size_t)g * rec;
         uint8_t *o = ub + (size_t)g * (size_t)G * 16;
-        prefetch_record(rp, rec);
+        p16_prefetch(rp, rec);
         for (int64_t j = 0; j < G / 8; j++) {
             __m512i v = _mm512_load_si512(rp + 64 * j);
             _mm512_store_si512(o + 128 * j, _mm512_and_si512(v, m4));
@@ -132,9 +127,8 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
                                                        const int NB) {
     const int64_t cols = w->cols, G = w->group, ng = cols / G;
     const int KS = G < 64 ? (int)G : 64, nsl = (int)(G / KS);
-    const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2;
-    const size_t dbytes = (size_t)16 * (size_t)G * (size_t)w->bits / 8;
-    const size_t rec = ts_pack_record_bytes(w->bits, (int)G, w->sdtype);
+    const p16_geom pg = p16_geometry(w);
+    const size_t ss = pg.ss, dbytes = pg.dbytes, rec = pg.rec;
     const uint8_t *blkp[2] = {w->packed + (size_t)rb * (size_t)ng * rec, w->packed + (size_t)(rb + 1) * (size_t)ng * rec};
     const uint8_t *ubp[2] = {ub, ub + (size_t)16 * (size_t)cols};
     const int8_t *ap[2] = {xa + (size_t)st[0] * 3 * (size_t)cols, xa + (size_t)st[NT - 1] * 3 * (size_t)cols};
@@ -148,7 +142,7 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
             _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) acc[t][b][u] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
         if (pf8)
-            _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) prefetch_record(blkp[b] + (size_t)g * rec, rec);
+            _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) p16_prefetch(blkp[b] + (size_t)g * rec, rec);
         for (int s = 0; s < nsl; s++) {
             const size_t ko = (size_t)g * (size_t)G + (size_t)s * (size_t)KS;
             const size_t bo = (size_t)g * (size_t)(G / 4) + (size_t)s * (size_t)(KS / 4); /* column quad */
@@ -182,7 +176,8 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
     }
 }
 
-/* Passes of one x tile of X < 5 rows (n < 5), or of pairs of 5-row tiles. */
+/* The passes over a pair of row blocks (or the last single one): one x tile
+ * of X <= 5 rows, or a pair of 5-row tiles. */
 #define PASS_NB(X, NT)                                                                                              \
     do {                                                                                                            \
         if (nb == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2);                                             \

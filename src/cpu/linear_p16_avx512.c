@@ -38,15 +38,6 @@
 
 #include "cpu/p16_avx512.h"
 
-/* Software prefetch distance in bytes along a thread's stream of group
- * records. The hardware prefetchers stop at every 4 KiB page and ramp up
- * again; prefetching 4-8 KiB ahead keeps enough misses in flight for one core
- * to pull its share of the bus. On the 2-core Xeon (Emerald Rapids) it took
- * 0.8B INT4 decode from 37 to 57-62 tok/s (2 KiB: 48-52, 16 KiB: 58-60,
- * 32 KiB: 54-56; bench/RESULTS.md). */
-#ifndef PFD
-#define PFD 6144
-#endif
 #define P16_LIMIT 8290000.0f /* |X| bound keeping the top digit in [-128, 127] */
 
 void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, int64_t qstride, int64_t kstride,
@@ -117,9 +108,8 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
                                                          const float *xs, float *y, int64_t rb, int i0, const int X,
                                                          const int ND) {
     const int64_t cols = w->cols, G = w->group, ng = cols / G;
-    const size_t ss = w->sdtype == TS_DTYPE_F32 ? 4 : 2; /* the record layout of pack.c */
-    const size_t dbytes = (size_t)16 * (size_t)G * (size_t)w->bits / 8;
-    const size_t rec = ts_pack_record_bytes(w->bits, (int)G, w->sdtype);
+    const p16_geom pg = p16_geometry(w);
+    const size_t ss = pg.ss, dbytes = pg.dbytes, rec = pg.rec;
     const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const int QS = X * ND * 4; /* bytes per column quad */
@@ -128,10 +118,7 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
     const int8_t *xq = xt;
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *rp = blk + (size_t)g * rec;
-        if (PFD > 0) { /* past the matrix's end it touches nothing: prefetches never fault */
-            const char *pf = (const char *)rp + PFD;
-            for (size_t l = 0; l < rec; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
-        }
+        if (i0 == 0) p16_prefetch(rp, rec); /* the first x tile streams the block; later ones find it in cache */
         /* up to 3 x rows: separate accumulators for the low and high
          * nibbles, so each chain takes one VPDPBUSD per chunk and the
          * multiplier, not its latency, sets the pace (4 rows have enough

@@ -12,6 +12,24 @@
 #include "cpu/cpu.h"
 #include "cpu/simd_avx512.h"
 
+/* Where things are in a weight's group records (the layout of cpu/pack.c). */
+typedef struct p16_geom {
+    size_t rec;    /* bytes of one group record */
+    size_t dbytes; /* its data: 16 rows x G columns */
+    size_t ss;     /* bytes of one scale (or bias) */
+} p16_geom;
+
+static inline p16_geom p16_geometry(const ts_weight *w) {
+    p16_geom g = {ts_pack_record_bytes(w->bits, w->group, w->sdtype), (size_t)16 * (size_t)w->group * (size_t)w->bits / 8,
+                  w->sdtype == TS_DTYPE_F32 ? 4u : 2u};
+    return g;
+}
+
+/* The record TS_PREFETCH_AHEAD bytes ahead of rp, one line at a time. */
+static inline __attribute__((always_inline)) void p16_prefetch(const uint8_t *rp, size_t rec) {
+    for (size_t l = 0; l < rec; l += 64) _mm_prefetch((const char *)rp + TS_PREFETCH_AHEAD + l, _MM_HINT_T0);
+}
+
 /* The 16 scales (or biases) of a group record (cpu/pack.c) as f32. */
 static inline __attribute__((always_inline)) __m512 p16_load16(const uint8_t *p, ts_dtype t) {
     if (t == TS_DTYPE_F32) return _mm512_load_ps((const float *)p);

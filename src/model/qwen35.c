@@ -42,39 +42,29 @@ void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, fl
     }
 }
 
-/* NeoX rotate-half RoPE on the first rot dims of one head, in place. For
+/* NeoX rotate-half RoPE on the first rot dims of one row's heads (nh heads
+ * at x + h * hstride), in place, the angles formed once for the row. For
  * text, the interleaved M-RoPE of Qwen3.5 reduces to this (all three axes
  * carry the token index). inv_freq and the angle are formed in f32 as
- * transformers does. */
-static void rope_head(float *x, int rot, int pos, double theta) {
-    int half = rot / 2;
-    for (int j = 0; j < half; j++) {
-        float inv = 1.0f / powf((float)theta, (float)(2 * j) / (float)rot);
-        float a = (float)pos * inv;
-        float c = cosf(a), s = sinf(a);
-        float x0 = x[j], x1 = x[j + half];
-        x[j] = x0 * c - x1 * s;
-        x[j + half] = x1 * c + x0 * s;
-    }
-}
-
-/* RoPE of one row's heads: nh heads of D at x + h * hstride, with the
- * angles formed once for the row (the same expressions as rope_head). */
+ * transformers does. Angles in pieces of 256: any rot. */
 static void rope_row(float *x, int nh, size_t hstride, int rot, int pos, double theta) {
-    float cs[512], sn[512];
+    float cs[256], sn[256];
     const int half = rot / 2;
-    for (int j = 0; j < half; j++) {
-        float inv = 1.0f / powf((float)theta, (float)(2 * j) / (float)rot);
-        float a = (float)pos * inv;
-        cs[j] = cosf(a);
-        sn[j] = sinf(a);
-    }
-    for (int h = 0; h < nh; h++) {
-        float *xh = x + (size_t)h * hstride;
-        for (int j = 0; j < half; j++) {
-            float x0 = xh[j], x1 = xh[j + half];
-            xh[j] = x0 * cs[j] - x1 * sn[j];
-            xh[j + half] = x1 * cs[j] + x0 * sn[j];
+    for (int j0 = 0; j0 < half; j0 += 256) {
+        const int nj = TS_MIN(256, half - j0);
+        for (int j = 0; j < nj; j++) {
+            float inv = 1.0f / powf((float)theta, (float)(2 * (j0 + j)) / (float)rot);
+            float a = (float)pos * inv;
+            cs[j] = cosf(a);
+            sn[j] = sinf(a);
+        }
+        for (int h = 0; h < nh; h++) {
+            float *xh = x + (size_t)h * hstride + j0;
+            for (int j = 0; j < nj; j++) {
+                float x0 = xh[j], x1 = xh[j + half];
+                xh[j] = x0 * cs[j] - x1 * sn[j];
+                xh[j + half] = x1 * cs[j] + x0 * sn[j];
+            }
         }
     }
 }
@@ -163,22 +153,17 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     float *kb = sc->big1;  /* [n, nkv*D] */
     float *vb = sc->big2;  /* [n, nkv*D] */
     lin_many(lin, (const ts_weight *[]){&w->q_proj, &w->k_proj, &w->v_proj}, 3, sc->u, (float *[]){qg, kb, vb}, n);
-    if (lin == ts_linear_prefill && n > 1 && c->rot_dim <= 1024) {
+    if (lin == ts_linear_prefill && n > 1) {
         attn_prefill(m, sc, w, kv, qg, kb, vb, n, pos);
         lin(&w->o_proj, sc->big2, sc->t, n);
         return;
     }
     for (int i = 0; i < n; i++) {
-        for (int h = 0; h < nq; h++) {
-            float *q = qg + ((size_t)i * nq + h) * 2 * D;
-            ts_rmsnorm1p(q, w->q_norm, q, 1, D, c->eps);
-            rope_head(q, c->rot_dim, pos + i, c->rope_theta);
-        }
-        for (int h = 0; h < nkv; h++) {
-            float *k = kb + ((size_t)i * nkv + h) * D;
-            ts_rmsnorm1p(k, w->k_norm, k, 1, D, c->eps);
-            rope_head(k, c->rot_dim, pos + i, c->rope_theta);
-        }
+        float *qi = qg + (size_t)i * nq * 2 * D, *ki = kb + (size_t)i * nkv * D;
+        for (int h = 0; h < nq; h++) ts_rmsnorm1p(qi + (size_t)h * 2 * D, w->q_norm, qi + (size_t)h * 2 * D, 1, D, c->eps);
+        ts_rmsnorm1p(ki, w->k_norm, ki, nkv, D, c->eps);
+        rope_row(qi, nq, (size_t)2 * D, c->rot_dim, pos + i, c->rope_theta);
+        rope_row(ki, nkv, (size_t)D, c->rot_dim, pos + i, c->rope_theta);
         memcpy(kv->k + (size_t)(pos + i) * m->kvdim, kb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
         memcpy(kv->v + (size_t)(pos + i) * m->kvdim, vb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
     }
