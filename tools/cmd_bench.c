@@ -1,5 +1,5 @@
 /* cmd_bench.c: `turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json]
- *                               [--spec mtp --draft M] [--ids-file FILE]`.
+ *                               [--spec mtp --draft M [--draft-vocab K|all]] [--ids-file FILE]`.
  *
  * Measures, on this machine, in one process:
  * - the memory read bandwidth: sum over a 1 GiB uint64 array, best of 9
@@ -11,8 +11,9 @@
  * - the weight bytes one decoded token reads (every matrix once, one
  *   embedding row, only the top-k routed experts; MTP head not used), the
  *   GB/s that implies, and that as a percentage of the measured bandwidth
- *   with the same thread count. (The GDN recurrent state, read and written
- *   once per token, is not counted: 18.9 MB per token on the 0.8B shape.)
+ *   with the same thread count; and the same again counting the GDN
+ *   recurrent state, read and written once per token (37.7 MB on the 0.8B
+ *   shape), reported on its own line.
  * Each phase runs --runs times (default 5) after a warm-up; the median is
  * reported, with min and max.
  * With --spec mtp --draft M it also generates --gen tokens greedily with MTP

@@ -101,7 +101,6 @@ void ts_spec_rollback(ts_session *s, int keep) {
 
 void ts_spec_materialize(ts_session *s) { ts_gdn_materialize(&s->e->model, &s->st); }
 
-
 int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
                    float *ptmp, int32_t *out) {
     if (!smp) {
