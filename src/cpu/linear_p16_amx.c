@@ -7,9 +7,10 @@
  * digit) by 16 weight rows over 64 columns at once, whatever the number of
  * rows used: x rows go in tiles of 5 (15 digit rows). What limits it is the
  * traffic through memory around each multiply (tile loads, the int32 results
- * stored and read back every group, INT4 unpacked to bytes), so it pays on
- * prompt chunks (prefill GEMM 1.6x the VNNI kernel per core on the Xeon) and
- * not for a few rows (matmul.c picks by row count).
+ * stored and read back every group, INT4 unpacked to bytes), a fixed cost per
+ * weight byte: it pays from about 4 x rows (matmul.c picks by row count), and
+ * on prompt chunks runs the prefill GEMM at 1.6x the VNNI kernel per core on
+ * the Xeon.
  *
  * Exactness. Per group the tile computes A_k = sum_c q_c d_k,c exactly in
  * int32, the same integers the VNNI kernel accumulates; the f32 steps that
@@ -22,8 +23,10 @@
  * Layouts. The B tile (weights) is 16 weight rows x 4 columns per 64-byte
  * tile row: exactly one P16 chunk of INT8, and one nibble half of an INT4
  * chunk. So INT8 tiles load straight from the packed weights; INT4 groups
- * are unpacked per pass of two 16-row blocks into a per-thread buffer (& 15
- * and >> 4, as the VNNI kernel does in registers) and reused by every x tile. The A
+ * are unpacked group by group, one group ahead of the multiplies, into a
+ * per-thread buffer (& 15 and >> 4, as the VNNI kernel does in registers):
+ * the whole block when later x tiles reuse the bytes, else a ring of 4
+ * groups. The A
  * tile wants each (x row, digit) as a contiguous run of columns: the digits
  * are laid out [row][digit][cols] (ts_amx_prep_rows), so one x tile is one
  * strided tile load.
@@ -72,23 +75,18 @@ void ts_amx_prep_rows(const float *x, int n, int64_t cols, int group, int nd, in
                          sx + (int64_t)i * ng, xs + (int64_t)i * ng);
 }
 
+#define UNPACK_AHEAD 1 /* groups unpacked ahead of the multiplies (2 and 4 measured no better) */
 #define XT 5 /* x rows per tile: 5 x 3 digits = 15 of the 16 tile rows */
 
-/* INT4: the block's nibbles as bytes, [group][column quad][16 rows x 4]. */
-static void unpack_block(const ts_weight *w, int64_t rb, uint8_t *ub) {
-    const int64_t G = w->group, ng = w->cols / G;
-    const size_t rec = p16_geometry(w).rec;
-    const uint8_t *blk = w->packed + (size_t)rb * (size_t)ng * rec;
+/* INT4: group g of a block's nibbles as bytes, [column quad][16 rows x 4],
+ * at o; rp is the group's record. */
+static inline __attribute__((always_inline)) void unpack_group(const uint8_t *rp, size_t rec, int64_t G, uint8_t *o) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (int64_t g = 0; g < ng; g++) {
-        const uint8_t *rp = blk + (size_t)g * rec;
-        uint8_t *o = ub + (size_t)g * (size_t)G * 16;
-        p16_prefetch(rp, rec);
-        for (int64_t j = 0; j < G / 8; j++) {
-            __m512i v = _mm512_load_si512(rp + 64 * j);
-            _mm512_store_si512(o + 128 * j, _mm512_and_si512(v, m4));
-            _mm512_store_si512(o + 128 * j + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-        }
+    p16_prefetch(rp, rec);
+    for (int64_t j = 0; j < G / 8; j++) {
+        __m512i v = _mm512_load_si512(rp + 64 * j);
+        _mm512_store_si512(o + 128 * j, _mm512_and_si512(v, m4));
+        _mm512_store_si512(o + 128 * j + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
     }
 }
 
@@ -123,29 +121,46 @@ static inline __attribute__((always_inline)) void pass_post(const int32_t (*C)[1
 
 static inline __attribute__((always_inline)) void pass(const ts_weight *w, const int8_t *xa, const float *sx,
                                                        const float *xs, float *y, int64_t rb, const int *st,
-                                                       const int *sk, const uint8_t *ub, const int X, const int NT,
-                                                       const int NB) {
+                                                       const int *sk, uint8_t *ub, const int X, const int NT,
+                                                       const int NB, const int UNPACK) {
     const int64_t cols = w->cols, G = w->group, ng = cols / G;
     const int KS = G < 64 ? (int)G : 64, nsl = (int)(G / KS);
     const p16_geom pg = p16_geometry(w);
     const size_t ss = pg.ss, dbytes = pg.dbytes, rec = pg.rec;
     const uint8_t *blkp[2] = {w->packed + (size_t)rb * (size_t)ng * rec, w->packed + (size_t)(rb + 1) * (size_t)ng * rec};
-    const uint8_t *ubp[2] = {ub, ub + (size_t)16 * (size_t)cols};
+    uint8_t *ubp[2] = {ub, ub + (size_t)16 * (size_t)cols};
     const int8_t *ap[2] = {xa + (size_t)st[0] * 3 * (size_t)cols, xa + (size_t)st[NT - 1] * 3 * (size_t)cols};
     /* INT8 tiles load straight from the weights: the first x tiles of a
      * block stream them, so they prefetch */
     const int pf8 = w->bits == 8 && st[0] == 0;
     int32_t cbuf[2][4][16][16] __attribute__((aligned(64)));
     __m512 acc[2][2][XT];
+#define SLOT(g) (UNPACK == 2 ? ((g) & 3) : (g)) /* a ring of 4 groups when no later x tile reads the bytes */
     _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++)
         _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++)
             _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) acc[t][b][u] = _mm512_setzero_ps();
+    /* The first x tile of a block pair unpacks its INT4 groups one ahead of
+     * the multiplies, so the weight stream from memory overlaps the tile
+     * work (unpacking the blocks whole first left memory idle during it:
+     * one row took 1.9x the VNNI kernel from DRAM). GCC's tile loads are asm
+     * statements without memory operands: the barrier keeps the unpacking
+     * stores before them. */
+    if (UNPACK) {
+        for (int64_t g = 0; g < UNPACK_AHEAD && g < ng; g++)
+            _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++)
+                unpack_group(blkp[b] + (size_t)g * rec, rec, G, ubp[b] + (size_t)SLOT(g) * (size_t)G * 16);
+        __asm__ volatile("" ::: "memory");
+    }
     for (int64_t g = 0; g < ng; g++) {
         if (pf8)
             _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) p16_prefetch(blkp[b] + (size_t)g * rec, rec);
+        /* one x tile: the C tiles alternate between pairs 4-5 and 6-7 by
+         * group, so a group's multiplies never wait for the previous
+         * group's results to be stored and the tiles zeroed */
+        const int odd = NT == 1 && (g & 1);
         for (int s = 0; s < nsl; s++) {
             const size_t ko = (size_t)g * (size_t)G + (size_t)s * (size_t)KS;
-            const size_t bo = (size_t)g * (size_t)(G / 4) + (size_t)s * (size_t)(KS / 4); /* column quad */
+            const size_t bo = (size_t)SLOT(g) * (size_t)(G / 4) + (size_t)s * (size_t)(KS / 4); /* column quad */
             _tile_loadd(0, ap[0] + ko, cols);
             if (NT == 2) _tile_loadd(1, ap[1] + ko, cols);
             if (w->bits == 4) _tile_loadd(2, ubp[0] + bo * 64, 64);
@@ -154,17 +169,57 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
                 if (w->bits == 4) _tile_loadd(3, ubp[1] + bo * 64, 64);
                 else _tile_loadd(3, blkp[1] + (size_t)g * rec + (size_t)s * (KS / 4) * 64, 64);
             }
-            _tile_dpbsud(4, 0, 2);
-            if (NB == 2) _tile_dpbsud(5, 0, 3);
+            if (odd) {
+                _tile_dpbsud(6, 0, 2);
+                if (NB == 2) _tile_dpbsud(7, 0, 3);
+            } else {
+                _tile_dpbsud(4, 0, 2);
+                if (NB == 2) _tile_dpbsud(5, 0, 3);
+            }
             if (NT == 2) _tile_dpbsud(6, 1, 2);
             if (NT == 2 && NB == 2) _tile_dpbsud(7, 1, 3);
         }
-        _tile_stored(4, cbuf[g & 1][0], 64);
-        _tile_zero(4);
-        if (NB == 2) { _tile_stored(5, cbuf[g & 1][1], 64); _tile_zero(5); }
-        if (NT == 2) { _tile_stored(6, cbuf[g & 1][2], 64); _tile_zero(6); }
-        if (NT == 2 && NB == 2) { _tile_stored(7, cbuf[g & 1][3], 64); _tile_zero(7); }
-        if (g >= 1) pass_post(cbuf[(g - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 1, st, acc, X, NT, NB);
+        if (UNPACK && g + UNPACK_AHEAD < ng) {
+            _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++)
+                unpack_group(blkp[b] + (size_t)(g + UNPACK_AHEAD) * rec, rec, G,
+                             ubp[b] + (size_t)SLOT(g + UNPACK_AHEAD) * (size_t)G * 16);
+            __asm__ volatile("" ::: "memory");
+        }
+        if (NT == 2) {
+            _tile_stored(4, cbuf[g & 1][0], 64);
+            _tile_zero(4);
+            if (NB == 2) { _tile_stored(5, cbuf[g & 1][1], 64); _tile_zero(5); }
+            _tile_stored(6, cbuf[g & 1][2], 64);
+            _tile_zero(6);
+            if (NB == 2) { _tile_stored(7, cbuf[g & 1][3], 64); _tile_zero(7); }
+            if (g >= 1) pass_post(cbuf[(g - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 1, st, acc, X, NT, NB);
+        } else if (g >= 1) {
+            /* store the previous group's pair (its multiplies had this
+             * group's to overlap), then the f32 steps of the one before */
+            if (odd) {
+                _tile_stored(4, cbuf[(g - 1) & 1][0], 64);
+                _tile_zero(4);
+                if (NB == 2) { _tile_stored(5, cbuf[(g - 1) & 1][1], 64); _tile_zero(5); }
+            } else {
+                _tile_stored(6, cbuf[(g - 1) & 1][0], 64);
+                _tile_zero(6);
+                if (NB == 2) { _tile_stored(7, cbuf[(g - 1) & 1][1], 64); _tile_zero(7); }
+            }
+            if (g >= 2) pass_post(cbuf[g & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 2, st, acc, X, NT, NB);
+        }
+    }
+    if (NT == 1) {
+        const int64_t g = ng - 1;
+        if (g & 1) {
+            _tile_stored(6, cbuf[g & 1][0], 64);
+            _tile_zero(6);
+            if (NB == 2) { _tile_stored(7, cbuf[g & 1][1], 64); _tile_zero(7); }
+        } else {
+            _tile_stored(4, cbuf[g & 1][0], 64);
+            _tile_zero(4);
+            if (NB == 2) { _tile_stored(5, cbuf[g & 1][1], 64); _tile_zero(5); }
+        }
+        if (ng >= 2) pass_post(cbuf[(ng - 2) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 2, st, acc, X, NT, NB);
     }
     pass_post(cbuf[(ng - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 1, st, acc, X, NT, NB);
     _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) {
@@ -180,8 +235,12 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
  * of X <= 5 rows, or a pair of 5-row tiles. */
 #define PASS_NB(X, NT)                                                                                              \
     do {                                                                                                            \
-        if (nb == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2);                                             \
-        else pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 1);                                                     \
+        if (nb == 2 && unpack == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2, 2);                           \
+        else if (nb == 2 && unpack) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2, 1);                           \
+        else if (nb == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2, 0);                                     \
+        else if (unpack == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 1, 2);                                 \
+        else if (unpack) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 1, 1);                                      \
+        else pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 1, 0);                                                  \
     } while (0)
 
 void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, float *y, int64_t r0,
@@ -210,12 +269,9 @@ void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const fl
     const int T = (n + X - 1) / X; /* x tiles; the last one shifted back to end at n */
     for (int64_t rb = r0 / 16; rb < blocks_end; rb += 2) {
         const int nb = rb + 1 < blocks_end ? 2 : 1;
-        if (w->bits == 4)
-            for (int b = 0; b < nb; b++) unpack_block(w, rb + b, ub + (size_t)b * 16 * (size_t)w->cols);
-        /* GCC's tile loads are asm statements without memory operands: keep
-         * the unpacking stores before them */
-        __asm__ volatile("" ::: "memory");
         for (int t0 = 0; t0 < T; t0 += 2) {
+            /* INT4: the first x tiles unpack; later ones reuse the bytes */
+            const int unpack = w->bits != 4 || t0 > 0 ? 0 : T > 2 ? 1 : 2;
             int st[2], sk[2];
             const int nt = t0 + 1 < T ? 2 : 1;
             for (int t = 0; t < nt; t++) {

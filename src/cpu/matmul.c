@@ -243,17 +243,19 @@ typedef struct many_job {
 
 /* AMX from this many x rows up (TS_AMX_ROWS; tests set it with
  * ts_amx_min_rows): both kernels give the same bits, so this is a speed
- * choice only. Measured on the 2-core Xeon (kbench, 2 threads): the VNNI
- * kernel wins up to 9 rows (one row 52 GB/s from L3, 28 GB/s from DRAM; AMX
- * first unpacks INT4 to bytes through memory, which a few x rows do not
- * amortise), AMX wins on prompt chunks (prefill GEMM 147 vs 89 GMAC/s per
- * core; 0.8B pp128 405 vs 276 tok/s). */
+ * choice only. Measured on the 2-core Xeon (kbench, 2 threads, INT4; VNNI
+ * vs AMX): 2 rows VNNI wins (L3 0.73 vs 0.82 ms, DRAM 7.2 vs 8.4), 3 rows
+ * about even, 4 rows AMX from L3 (1.01 vs 1.08 ms) and even from DRAM, 5
+ * rows AMX (DRAM 10.0 vs 13.1 ms); the 0.8B verify of 4 rows went from
+ * 1.69-1.86x to 1.54-1.55x a decode step (spec_bench, interleaved runs).
+ * The VNNI kernel's multiplies grow with every x row (three digits each);
+ * AMX pays a fixed unpacking of INT4 to bytes through memory instead. */
 static int g_amx_min = -1;
 
 static int amx_min(void) {
     if (g_amx_min < 0) {
         const char *e = getenv("TS_AMX_ROWS");
-        g_amx_min = e && *e ? atoi(e) : 16;
+        g_amx_min = e && *e ? atoi(e) : 4;
         if (g_amx_min < 1) g_amx_min = 1;
     }
     return g_amx_min;
