@@ -78,6 +78,11 @@ void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride,
                  float *o);
 void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                      float *att, float *o);
+/* g query heads over the same KV head (grouped-query attention): head j's
+ * query at q + j*qs, scores at att + j*as, output at o + j*os. Every head
+ * gets exactly ts_attn_row's bits; K and V are read once for all of them. */
+void ts_attn_heads(const float *q, size_t qs, int g, const float *K, const float *V, int64_t stride, int T, int D,
+                   float scale, float *att, size_t as, float *o, size_t os);
 
 /* Element-wise SiLU x / (1 + e^-x): y = silu(x) (y may be x), and
  * g = silu(g) * u. The SIMD versions use a polynomial e^x within ~2 ulp of
@@ -136,6 +141,8 @@ void ts_parallel_for(int n, ts_par_fn fn, void *ctx);
 unsigned ts_fp_begin(void);
 void ts_fp_end(unsigned old);
 void ts_kernels_set_threads(int n);
+/* The pool's thread count (the caller included); starts the pool. */
+int ts_kernels_threads(void);
 
 /* ==== prefill kernels (chunked prefill only; decode and verify never call
  * these, so their rounding is free to differ from the token path) ==== */

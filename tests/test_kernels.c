@@ -319,6 +319,41 @@ TS_TEST(kernels, attn_row_parity) {
     ts_kernels_select(orig);
 }
 
+/* Grouped-query attention (ts_attn_heads): g heads over one KV head give
+ * every head exactly ts_attn_row's bits (decode and verify rows depend on
+ * it), for 1 to 8 heads (groups of 4 and the remainders), head sizes with
+ * and without a 16-multiple, and context lengths around the 1, 2 and 4 keys
+ * a step takes. */
+TS_TEST(kernels, attn_heads_match_rows) {
+    const char *orig = ts_kernels_name();
+    const char *modes[] = {"generic", "avx512"};
+    for (int mi = 0; mi < 2; mi++) {
+        if (ts_kernels_select(modes[mi]) != 0) continue;
+        int Ds[] = {16, 64, 256, 24};
+        int Ts[] = {1, 2, 3, 5, 8, 37, 300};
+        for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+                for (int g = 1; g <= 8; g++) {
+                    const int D = Ds[di], T = Ts[ti];
+                    const int64_t stride = 2 * D + 16;
+                    const size_t qs = (size_t)2 * D + 8, as = (size_t)T + 3, os = (size_t)D + 16;
+                    float *q = malloc(sizeof(float) * qs * g), *K = malloc(sizeof(float) * stride * T);
+                    float *V = malloc(sizeof(float) * stride * T), *att = malloc(sizeof(float) * as * g);
+                    float *o = calloc(os * g, sizeof(float)), *o1 = malloc(sizeof(float) * D), *a1 = malloc(sizeof(float) * T);
+                    for (size_t i = 0; i < qs * g; i++) q[i] = fr();
+                    for (int64_t i = 0; i < stride * T; i++) { K[i] = fr() * 2.0f; V[i] = fr(); }
+                    ts_attn_heads(q, qs, g, K, V, stride, T, D, 0.0625f, att, as, o, os);
+                    for (int j = 0; j < g; j++) {
+                        ts_attn_row(q + j * qs, K, V, stride, T, D, 0.0625f, a1, o1);
+                        CHECK_MSG(!memcmp(o1, o + j * os, sizeof(float) * D), "%s D %d T %d g %d: head %d differs",
+                                  modes[mi], D, T, g, j);
+                    }
+                    free(q); free(K); free(V); free(att); free(o); free(o1); free(a1);
+                }
+    }
+    ts_kernels_select(orig);
+}
+
 /* ts_argmax equals the scalar first-maximum loop, with ties, NaNs, -inf and
  * lengths around the vector width. */
 TS_TEST(kernels, argmax_matches_scalar) {

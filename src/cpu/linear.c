@@ -89,6 +89,16 @@ void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride,
     else ts_attn_row_ref(q, K, V, stride, T, D, scale, att, o);
 }
 
+void ts_attn_heads(const float *q, size_t qs, int g, const float *K, const float *V, int64_t stride, int T, int D,
+                   float scale, float *att, size_t as, float *o, size_t os) {
+    if (ts_kmode() >= TS_KMODE_AVX512 && D % 16 == 0) {
+        ts_avx512_attn_heads(q, qs, g, K, V, stride, T, D, scale, att, as, o, os);
+        return;
+    }
+    for (int j = 0; j < g; j++)
+        ts_attn_row_ref(q + (size_t)j * qs, K, V, stride, T, D, scale, att + (size_t)j * as, o + (size_t)j * os);
+}
+
 int ts_argmax(const float *x, int n) {
     if (ts_kmode() >= TS_KMODE_AVX512) return ts_avx512_argmax(x, n);
     int b = 0;

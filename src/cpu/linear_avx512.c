@@ -335,28 +335,116 @@ void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q
 /* One query row's attention (kernels.h, ts_attn_row); D % 16 == 0. Scores:
  * 16-wide partial products, reduced once per key; output: 16-wide FMAs over
  * t with up to 4 vectors of o in registers per pass. */
+/* att[t] = e^(att[t] - mx), returning 1 / sum (summed in double, 8 lanes
+ * per half): ts_softmax_exp's job with the vector exponential; the token
+ * path's own (decode and verify share it; at a 4K context the scalar expf
+ * took ~5% of a 0.8B decode step). */
+static float softmax_exp512(float *att, int T, float mx) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    const __m512 m = _mm512_set1_ps(mx);
+    for (int t = 0; t < T; t += 16) {
+        const __mmask16 k = ts_tail16((size_t)(T - t));
+        __m512 e = _mm512_maskz_mov_ps(k, ts_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, att + t), m)));
+        _mm512_mask_storeu_ps(att + t, k, e);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    return (float)(1.0 / _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)));
+}
+
+/* o_j[0, 16 NV) = sum_t (att_j[t] * inv_j) V[t][0, 16 NV) for G heads, t in
+ * order (one accumulator chain per head and vector). */
+static inline __attribute__((always_inline)) void attn_out_block(const float *V, int64_t stride, int T,
+                                                                 const float *att, size_t as, const float *inv,
+                                                                 float *o, size_t os, const int G, const int NV) {
+    __m512 acc[4][4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) acc[j][u] = _mm512_setzero_ps();
+    for (int t = 0; t < T; t++) {
+        const float *v = V + (int64_t)t * stride;
+        __m512 vv[4];
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) vv[u] = _mm512_loadu_ps(v + 16 * u);
+        _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {
+            const __m512 p = _mm512_set1_ps(att[j * as + t] * inv[j]);
+            _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) acc[j][u] = _mm512_fmadd_ps(p, vv[u], acc[j][u]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) _mm512_storeu_ps(o + j * os + 16 * u, acc[j][u]);
+}
+
+/* Attention of G query heads (G <= 4) that share one KV head (GQA), each
+ * head's arithmetic exactly that of one head alone: per (head, key) one
+ * accumulator chain over d in order, then hsum * scale; softmax per head;
+ * per head the output accumulated over t in order, p = att[t] * inv. What
+ * sharing changes is only the loop order: K and V are read once for the G
+ * heads, and the G x KB independent score chains (KB keys at a time) hide
+ * the FMA latency that one head's single chain waits on. */
+static inline __attribute__((always_inline)) void attn_group(const float *q, size_t qs, const float *K,
+                                                             const float *V, int64_t stride, int T, int D,
+                                                             float scale, float *att, size_t as, float *o, size_t os,
+                                                             const int G) {
+    const int KB = G == 1 ? 4 : G == 2 ? 2 : 1; /* keys per step */
+    float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int t = 0;
+    for (; t + KB <= T; t += KB) {
+        __m512 a[4][4];
+        _Pragma("GCC unroll 4") for (int b = 0; b < KB; b++) {
+            const __m512 kv = _mm512_loadu_ps(K + (int64_t)(t + b) * stride);
+            _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) a[j][b] = _mm512_mul_ps(_mm512_loadu_ps(q + j * qs), kv);
+        }
+        for (int d = 16; d < D; d += 16)
+            _Pragma("GCC unroll 4") for (int b = 0; b < KB; b++) {
+                const __m512 kv = _mm512_loadu_ps(K + (int64_t)(t + b) * stride + d);
+                _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)
+                    a[j][b] = _mm512_fmadd_ps(_mm512_loadu_ps(q + j * qs + d), kv, a[j][b]);
+            }
+        _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)
+            _Pragma("GCC unroll 4") for (int b = 0; b < KB; b++) {
+                float sc = hsum(a[j][b]) * scale;
+                att[j * as + t + b] = sc;
+                if (sc > mx[j]) mx[j] = sc;
+            }
+    }
+    for (; t < T; t++) { /* the last keys one at a time: the same chains */
+        const float *k = K + (int64_t)t * stride;
+        _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q + j * qs), _mm512_loadu_ps(k));
+            for (int d = 16; d < D; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + j * qs + d), _mm512_loadu_ps(k + d), a);
+            float sc = hsum(a) * scale;
+            att[j * as + t] = sc;
+            if (sc > mx[j]) mx[j] = sc;
+        }
+    }
+    float inv[4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) inv[j] = softmax_exp512(att + j * as, T, mx[j]);
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        switch (TS_MIN(4, (D - d0) / 16)) { /* vectors in this block: a constant for the compiler */
+        case 4: attn_out_block(V + d0, stride, T, att, as, inv, o + d0, os, G, 4); break;
+        case 3: attn_out_block(V + d0, stride, T, att, as, inv, o + d0, os, G, 3); break;
+        case 2: attn_out_block(V + d0, stride, T, att, as, inv, o + d0, os, G, 2); break;
+        default: attn_out_block(V + d0, stride, T, att, as, inv, o + d0, os, G, 1); break;
+        }
+    }
+}
+
+void ts_avx512_attn_heads(const float *q, size_t qs, int g, const float *K, const float *V, int64_t stride, int T,
+                          int D, float scale, float *att, size_t as, float *o, size_t os) {
+    for (int j0 = 0; j0 < g; j0 += 4) {
+        const float *qj = q + (size_t)j0 * qs;
+        float *aj = att + (size_t)j0 * as, *oj = o + (size_t)j0 * os;
+        switch (TS_MIN(4, g - j0)) {
+        case 4: attn_group(qj, qs, K, V, stride, T, D, scale, aj, as, oj, os, 4); break;
+        case 3: attn_group(qj, qs, K, V, stride, T, D, scale, aj, as, oj, os, 3); break;
+        case 2: attn_group(qj, qs, K, V, stride, T, D, scale, aj, as, oj, os, 2); break;
+        default: attn_group(qj, qs, K, V, stride, T, D, scale, aj, as, oj, os, 1); break;
+        }
+    }
+}
+
 void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                         float *att, float *o) {
-    float mx = -INFINITY;
-    for (int t = 0; t < T; t++) {
-        const float *k = K + (int64_t)t * stride;
-        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-        for (int d = 16; d < D; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), a);
-        float s = hsum(a) * scale;
-        att[t] = s;
-        if (s > mx) mx = s;
-    }
-    const float inv = ts_softmax_exp(att, T, mx);
-    for (int d0 = 0; d0 < D; d0 += 64) {
-        int nv = TS_MIN(4, (D - d0) / 16);
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int t = 0; t < T; t++) {
-            const float *v = V + (int64_t)t * stride + d0;
-            __m512 p = _mm512_set1_ps(att[t] * inv);
-            for (int u = 0; u < nv; u++) acc[u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * u), acc[u]);
-        }
-        for (int u = 0; u < nv; u++) _mm512_storeu_ps(o + d0 + 16 * u, acc[u]);
-    }
+    attn_group(q, 0, K, V, stride, T, D, scale, att, 0, o, 0, 1);
 }
 
 void ts_avx512_silu(float *y, const float *x, const float *u, size_t n) {

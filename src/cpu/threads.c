@@ -141,6 +141,8 @@ int ts_pool_threads(void) {
     return g_nt;
 }
 
+int ts_kernels_threads(void) { return ts_pool_threads(); }
+
 void ts_pool_run(ts_pool_fn fn, void *ctx, int n_chunks) {
     int nt = ts_pool_threads();
     if (nt == 1 || n_chunks <= 1) {

@@ -124,23 +124,33 @@ typedef struct attn_rows_job {
     float *out;      /* [n, nq*D] */
     float *att;      /* [nq, att_len] */
     int att_len, n, pos;
+    int hg;          /* query heads per work item (of one KV head) */
 } attn_rows_job;
 
-/* Decode and verify: one query head over the block's rows, each row with its
- * own causal length (ts_attn_row, the same for every row count), then the
- * output gate. */
-static void attn_rows_head(void *ctx, int h, int nh) {
+/* Decode and verify: work item = (KV head, group of its query heads): the
+ * group's heads attend together over each row's causal length in turn
+ * (ts_attn_heads: K and V read once for the group; each head's bits those
+ * of ts_attn_row alone, whatever the grouping), then the output gates. An
+ * item owns its heads' score rows of att, so items never share scratch. */
+static void attn_rows_item(void *ctx, int it, int n_items) {
     const attn_rows_job *j = ctx;
     const ts_model *m = j->m;
-    const int D = m->D, nq = m->cfg.nq, kh = h / (nq / m->cfg.nkv);
+    const int D = m->D, nq = m->cfg.nq, nkv = m->cfg.nkv, g = nq / nkv;
+    const int ng = (g + j->hg - 1) / j->hg; /* head groups per KV head */
+    const int kh = it / ng, h0 = kh * g + it % ng * j->hg, nh = TS_MIN(j->hg, kh * g + g - h0);
     const float scale = 1.0f / sqrtf((float)D);
-    (void)nh;
+    (void)n_items;
+    (void)nkv;
     for (int i = 0; i < j->n; i++) {
-        const float *q = j->qg + ((size_t)i * nq + h) * 2 * D, *gate = q + D;
-        float *o = j->out + (size_t)i * m->qdim + (size_t)h * D;
-        ts_attn_row(q, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim, j->pos + i + 1, D, scale,
-                    j->att + (size_t)h * j->att_len, o);
-        for (int d = 0; d < D; d++) o[d] *= sigmoid(gate[d]);
+        const float *q = j->qg + ((size_t)i * nq + h0) * 2 * D;
+        float *o = j->out + (size_t)i * m->qdim + (size_t)h0 * D;
+        ts_attn_heads(q, (size_t)2 * D, nh, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim,
+                      j->pos + i + 1, D, scale, j->att + (size_t)h0 * j->att_len, (size_t)j->att_len, o, (size_t)D);
+        for (int h = 0; h < nh; h++) {
+            const float *gate = q + (size_t)h * 2 * D + D;
+            float *oh = o + (size_t)h * D;
+            for (int d = 0; d < D; d++) oh[d] *= sigmoid(gate[d]);
+        }
     }
 }
 
@@ -167,14 +177,18 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
         memcpy(kv->k + (size_t)(pos + i) * m->kvdim, kb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
         memcpy(kv->v + (size_t)(pos + i) * m->kvdim, vb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
     }
-    /* Causal attention, each row and head on its own; output [n, nq*D] in
-     * big2 (the V rows are in the cache now). The heads run in parallel once
-     * the context makes them worth a pool region (each head has its own row
-     * of scores; per head the arithmetic does not depend on the thread). */
-    attn_rows_job j = {m, qg, kv, sc->big2, sc->att, sc->att_len, n, pos};
-    if ((double)(pos + n) * D * nq * n >= 262144.0) ts_parallel_for(nq, attn_rows_head, &j);
+    /* Causal attention; output [n, nq*D] in big2 (the V rows are in the
+     * cache now). Each KV head's query heads go together (the cache is read
+     * once per group), in groups small enough to give every thread work when
+     * the context makes a pool region worth it. */
+    const int g = nq / nkv, par = (double)(pos + n) * D * nq * n >= 262144.0;
+    int hg = g;
+    while (par && hg > 1 && (long)nkv * ((g + hg - 1) / hg) < ts_kernels_threads()) hg = (hg + 1) / 2;
+    attn_rows_job j = {m, qg, kv, sc->big2, sc->att, sc->att_len, n, pos, hg};
+    const int items = nkv * ((g + hg - 1) / hg);
+    if (par) ts_parallel_for(items, attn_rows_item, &j);
     else
-        for (int h = 0; h < nq; h++) attn_rows_head(&j, h, nq);
+        for (int it = 0; it < items; it++) attn_rows_item(&j, it, items);
     lin(&w->o_proj, sc->big2, sc->t, n);
 }
 
