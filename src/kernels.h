@@ -78,11 +78,23 @@ void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride,
                  float *o);
 void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                      float *att, float *o);
-/* g query heads over the same KV head (grouped-query attention): head j's
- * query at q + j*qs, scores at att + j*as, output at o + j*os. Every head
- * gets exactly ts_attn_row's bits; K and V are read once for all of them. */
-void ts_attn_heads(const float *q, size_t qs, int g, const float *K, const float *V, int64_t stride, int T, int D,
-                   float scale, float *att, size_t as, float *o, size_t os);
+/* Queries of n rows x g heads over the same KV head (a verify block's rows;
+ * the query heads of grouped-query attention): query (i, j) at
+ * q + i*q_row + j*q_head, its scores at att + i*att_row + j*att_head (T0 + i
+ * of them: row i attends to keys [0, T0 + i)), its output at
+ * o + i*o_row + j*o_head. Every query gets exactly ts_attn_row's bits (the
+ * same for any n and g); K and V are read once for all of them. */
+#define TS_ATTN_MAX_Q 256 /* n * g per call on the SIMD path (more: one query at a time) */
+typedef struct ts_attn_q {
+    const float *q;
+    size_t q_row, q_head;
+    float *att;
+    size_t att_row, att_head;
+    float *o;
+    size_t o_row, o_head;
+    int n, g, T0;
+} ts_attn_q;
+void ts_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t stride, int D, float scale);
 
 /* Element-wise SiLU x / (1 + e^-x): y = silu(x) (y may be x), and
  * g = silu(g) * u. The SIMD versions use a polynomial e^x within ~2 ulp of

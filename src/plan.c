@@ -64,7 +64,10 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     o->big1 = R * b1;
     o->big2 = R * TS_MAX(b1, qdim);
     o->small = R * (2 * (size_t)c->Hv + (size_t)c->E);
-    o->att = (size_t)o->att_len * (size_t)c->nq; /* one row of scores per query head (heads run in parallel) */
+    /* one row of scores per query head (heads run in parallel) and per row of
+     * a verify block (its rows share each read of the KV cache) */
+    o->att_rows = sp.spec_draft ? o->Rv : 1;
+    o->att = (size_t)o->att_len * (size_t)c->nq * (size_t)o->att_rows;
     o->rowtmp = C;
     o->moe_acc = 2 * H;
     o->logits = (size_t)c->vocab;
@@ -203,6 +206,8 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     add(pl, "attention scores (one row per query head)", TS_MEM_SCRATCH, 0, 0, 1, F * (uint64_t)s.p.n_ctx * c->nq);
     add(pl, "attention scores, MTP rows past the context", TS_MEM_SCRATCH, 0, spec, 1,
         F * (uint64_t)(s.att_len - s.p.n_ctx) * c->nq);
+    add(pl, "attention scores: the verify block's other rows", TS_MEM_SCRATCH, 0, 1, 1,
+        F * (uint64_t)s.att_len * c->nq * (uint64_t)(s.att_rows - 1));
     add(pl, "one-row buffers (conv row, MoE sums, logits, last hidden)", TS_MEM_SCRATCH, 0, 0, 4,
         F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
     add(pl, "chunked prefill (conv rows, gates, delta-rule chunk)", TS_MEM_SCRATCH, 0, 0, 3,

@@ -28,6 +28,7 @@ typedef struct ts_sess_plan {
     int mtp;              /* MTP head cache allocated */
     int mtp_ctx;          /* MTP cache rows */
     int att_len;          /* attention score buffer (n_ctx, or mtp_ctx) */
+    int att_rows;         /* rows of a token-path pass whose scores it holds at once (Rv with drafting, else 1) */
     int n_full, n_gdn;
     /* sizes in floats */
     size_t kv_layer;      /* one K (or V) buffer of one full layer: n_ctx * nkv * D */

@@ -117,6 +117,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(sc->small, pl.small, TS_MEM_SCRATCH);
     ALLOC(sc->att, pl.att, TS_MEM_SCRATCH);
     sc->att_len = pl.att_len;
+    sc->att_rows = pl.att_rows;
     ALLOC(sc->rowtmp, pl.rowtmp, TS_MEM_SCRATCH);
     ALLOC(sc->moe_acc, pl.moe_acc, TS_MEM_SCRATCH);
     ALLOC(sc->hidden, pl.hidden, TS_MEM_SCRATCH);

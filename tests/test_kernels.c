@@ -319,37 +319,45 @@ TS_TEST(kernels, attn_row_parity) {
     ts_kernels_select(orig);
 }
 
-/* Grouped-query attention (ts_attn_heads): g heads over one KV head give
- * every head exactly ts_attn_row's bits (decode and verify rows depend on
- * it), for 1 to 8 heads (groups of 4 and the remainders), head sizes with
- * and without a 16-multiple, and context lengths around the 1, 2 and 4 keys
- * a step takes. */
-TS_TEST(kernels, attn_heads_match_rows) {
+/* The token path's attention over several queries (ts_attn_rows: the query
+ * heads of a KV head, the rows of a verify block) gives every (row, head)
+ * exactly ts_attn_row's bits for its own causal length (decode and verify
+ * rows depend on it): 1 to 8 heads (groups of 4 and the remainders), 1 to 9
+ * rows, head sizes with and without a 16-multiple, lengths around the 1, 2
+ * and 4 keys a step takes and across the 128-key blocks. */
+TS_TEST(kernels, attn_rows_match_row) {
     const char *orig = ts_kernels_name();
     const char *modes[] = {"generic", "avx512"};
     for (int mi = 0; mi < 2; mi++) {
         if (ts_kernels_select(modes[mi]) != 0) continue;
         int Ds[] = {16, 64, 256, 24};
-        int Ts[] = {1, 2, 3, 5, 8, 37, 300};
+        int T0s[] = {1, 3, 5, 127, 300};
+        int ns[] = {1, 2, 4, 9};
         for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++)
-            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
-                for (int g = 1; g <= 8; g++) {
-                    const int D = Ds[di], T = Ts[ti];
-                    const int64_t stride = 2 * D + 16;
-                    const size_t qs = (size_t)2 * D + 8, as = (size_t)T + 3, os = (size_t)D + 16;
-                    float *q = malloc(sizeof(float) * qs * g), *K = malloc(sizeof(float) * stride * T);
-                    float *V = malloc(sizeof(float) * stride * T), *att = malloc(sizeof(float) * as * g);
-                    float *o = calloc(os * g, sizeof(float)), *o1 = malloc(sizeof(float) * D), *a1 = malloc(sizeof(float) * T);
-                    for (size_t i = 0; i < qs * g; i++) q[i] = fr();
-                    for (int64_t i = 0; i < stride * T; i++) { K[i] = fr() * 2.0f; V[i] = fr(); }
-                    ts_attn_heads(q, qs, g, K, V, stride, T, D, 0.0625f, att, as, o, os);
-                    for (int j = 0; j < g; j++) {
-                        ts_attn_row(q + j * qs, K, V, stride, T, D, 0.0625f, a1, o1);
-                        CHECK_MSG(!memcmp(o1, o + j * os, sizeof(float) * D), "%s D %d T %d g %d: head %d differs",
-                                  modes[mi], D, T, g, j);
+            for (size_t ti = 0; ti < sizeof T0s / sizeof T0s[0]; ti++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (int g = 1; g <= 8; g += (g < 5 ? 1 : 3)) {
+                        const int D = Ds[di], T0 = T0s[ti], n = ns[ni], T = T0 + n - 1;
+                        const int64_t stride = 2 * D + 16;
+                        const size_t qh = (size_t)2 * D + 8, qr = qh * g + 4, ah = (size_t)T + 3, ar = ah * g;
+                        const size_t oh = (size_t)D + 16, orow = oh * g + 16;
+                        float *q = malloc(sizeof(float) * qr * n), *K = malloc(sizeof(float) * stride * T);
+                        float *V = malloc(sizeof(float) * stride * T), *att = malloc(sizeof(float) * ar * n);
+                        float *o = calloc(orow * n, sizeof(float)), *o1 = malloc(sizeof(float) * D);
+                        float *a1 = malloc(sizeof(float) * T);
+                        for (size_t i = 0; i < qr * n; i++) q[i] = fr();
+                        for (int64_t i = 0; i < stride * T; i++) { K[i] = fr() * 2.0f; V[i] = fr(); }
+                        const ts_attn_q a = {q, qr, qh, att, ar, ah, o, orow, oh, n, g, T0};
+                        ts_attn_rows(&a, K, V, stride, D, 0.0625f);
+                        for (int i = 0; i < n; i++)
+                            for (int j = 0; j < g; j++) {
+                                ts_attn_row(q + i * qr + j * qh, K, V, stride, T0 + i, D, 0.0625f, a1, o1);
+                                CHECK_MSG(!memcmp(o1, o + i * orow + j * oh, sizeof(float) * D),
+                                          "%s D %d T0 %d n %d g %d: row %d head %d differs", modes[mi], D, T0, n, g,
+                                          i, j);
+                            }
+                        free(q); free(K); free(V); free(att); free(o); free(o1); free(a1);
                     }
-                    free(q); free(K); free(V); free(att); free(o); free(o1); free(a1);
-                }
     }
     ts_kernels_select(orig);
 }

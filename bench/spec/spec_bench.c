@@ -1,6 +1,8 @@
 /* spec_bench.c: cost of the speculative path relative to one decode step.
  *
- *   bench/spec/run.sh MODEL_DIR [reps] [draft M] [threads]  (builds this against build/libturbospark.a)
+ *   bench/spec/run.sh MODEL_DIR [reps] [draft M] [threads] [prompt tokens]
+ *   (builds this against build/libturbospark.a; the steps run after a prompt
+ *   of that many tokens, 32 by default)
  *
  * Measures, after a short prefill, per repetition (the minimum over the
  * repetitions is reported: the machine is shared):
@@ -195,12 +197,13 @@ static void gdn_only(const ts_model *m, int M, int reps) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: spec_bench MODEL_DIR [reps] [draft M] [threads]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: spec_bench MODEL_DIR [reps] [draft M] [threads] [prompt tokens]\n"); return 2; }
     /* the engine's floating-point mode (ts_generate's), also for the
      * internal calls below (verify, rollback, state passes) */
     ts_fp_begin();
     const char *dir = argv[1];
     int reps = argc > 2 ? atoi(argv[2]) : 5, M = argc > 3 ? atoi(argv[3]) : 3, nt = argc > 4 ? atoi(argv[4]) : 0;
+    int np = argc > 5 ? atoi(argv[5]) : 32; /* the context the steps run at */
     if (reps < 1 || reps > 64 || M < 1 || M > TS_SPEC_MAX_DRAFT) { fprintf(stderr, "bad reps or M\n"); return 2; }
     ts_engine *e = NULL;
     ts_engine_params ep;
@@ -209,14 +212,16 @@ int main(int argc, char **argv) {
     if (ts_engine_open(dir, &ep, &e, &g_err)) { fprintf(stderr, "%s\n", g_err.msg); return 1; }
     ts_session_params sp;
     ts_session_params_default(&sp);
-    sp.n_ctx = 2048;
+    sp.n_ctx = np + 2048;
     sp.spec_draft = M;
     if (ts_session_new(e, &sp, &g_s, &g_err)) { fprintf(stderr, "%s\n", g_err.msg); return 1; }
     ts_session *s = g_s;
     const int V = e->model.cfg.vocab;
-    int32_t prompt[32];
-    for (int i = 0; i < 32; i++) prompt[i] = (int32_t)((i * 7919 + 11) % V);
-    if (ts_session_feed(s, prompt, 32, NULL, NULL, &g_err)) { fprintf(stderr, "%s\n", g_err.msg); return 1; }
+    if (np < 1 || np > 1 << 20) { fprintf(stderr, "bad prompt length\n"); return 2; }
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)np);
+    for (int i = 0; i < np; i++) prompt[i] = (int32_t)(((int64_t)i * 7919 + 11) % V);
+    if (ts_session_feed(s, prompt, np, NULL, NULL, &g_err)) { fprintf(stderr, "%s\n", g_err.msg); return 1; }
+    free(prompt);
     enum { DEC, VER, RB1, RBM, DEC1, DECM, VER1, VERM, EAG1, EAGM, DRAFT, DRAFTV, NQ };
     static double q[NQ][64];
     for (g_r = 0; g_r < reps; g_r++) {
@@ -254,8 +259,8 @@ int main(int argc, char **argv) {
     double m[NQ];
     for (int k = 0; k < NQ; k++) m[k] = vmin(q[k], reps);
     const double d = m[DEC], v = m[VER];
-    printf("model %s, %d reps (minimum of each), draft M = %d, verify %d rows, threads %d (0 = all)\n", dir, reps, M,
-           M + 1, nt);
+    printf("model %s, %d reps (minimum of each), draft M = %d, verify %d rows, threads %d (0 = all), context %d+\n", dir,
+           reps, M, M + 1, nt, np);
     printf("decode step               %9.2f ms\n", d * 1e3);
     printf("verify %d rows             %9.2f ms   = %.2f x decode (target <= 1.3 for 4 rows)\n", M + 1, v * 1e3, v / d);
     printf("rollback call, keep 1     %9.3f ms   = %.2f%% of decode (target < 2%%)\n", m[RB1] * 1e3, 100 * m[RB1] / d);

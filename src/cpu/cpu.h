@@ -48,8 +48,7 @@ void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q
 /* The softmax step both attention-row kernels share (linear_ref.c):
  * att[t] = e^(att[t] - mx) in t order, returns 1 / their sum (summed in double). */
 float ts_softmax_exp(float *att, int T, float mx);
-void ts_avx512_attn_heads(const float *q, size_t qs, int g, const float *K, const float *V, int64_t stride, int T,
-                          int D, float scale, float *att, size_t as, float *o, size_t os);
+void ts_avx512_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t stride, int D, float scale);
 void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                         float *att, float *o);
 int ts_avx512_argmax(const float *x, int n);

@@ -89,14 +89,15 @@ void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride,
     else ts_attn_row_ref(q, K, V, stride, T, D, scale, att, o);
 }
 
-void ts_attn_heads(const float *q, size_t qs, int g, const float *K, const float *V, int64_t stride, int T, int D,
-                   float scale, float *att, size_t as, float *o, size_t os) {
-    if (ts_kmode() >= TS_KMODE_AVX512 && D % 16 == 0) {
-        ts_avx512_attn_heads(q, qs, g, K, V, stride, T, D, scale, att, as, o, os);
+void ts_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t stride, int D, float scale) {
+    if (ts_kmode() >= TS_KMODE_AVX512 && D % 16 == 0 && a->n * a->g <= TS_ATTN_MAX_Q) {
+        ts_avx512_attn_rows(a, K, V, stride, D, scale);
         return;
     }
-    for (int j = 0; j < g; j++)
-        ts_attn_row_ref(q + (size_t)j * qs, K, V, stride, T, D, scale, att + (size_t)j * as, o + (size_t)j * os);
+    for (int i = 0; i < a->n; i++)
+        for (int j = 0; j < a->g; j++)
+            ts_attn_row(a->q + i * a->q_row + j * a->q_head, K, V, stride, a->T0 + i, D, scale,
+                        a->att + i * a->att_row + j * a->att_head, a->o + i * a->o_row + j * a->o_head);
 }
 
 int ts_argmax(const float *x, int n) {

@@ -352,42 +352,28 @@ static float softmax_exp512(float *att, int T, float mx) {
     return (float)(1.0 / _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)));
 }
 
-/* o_j[0, 16 NV) = sum_t (att_j[t] * inv_j) V[t][0, 16 NV) for G heads, t in
- * order (one accumulator chain per head and vector). */
-static inline __attribute__((always_inline)) void attn_out_block(const float *V, int64_t stride, int T,
-                                                                 const float *att, size_t as, const float *inv,
-                                                                 float *o, size_t os, const int G, const int NV) {
-    __m512 acc[4][4];
-    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)
-        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) acc[j][u] = _mm512_setzero_ps();
-    for (int t = 0; t < T; t++) {
-        const float *v = V + (int64_t)t * stride;
-        __m512 vv[4];
-        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) vv[u] = _mm512_loadu_ps(v + 16 * u);
-        _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {
-            const __m512 p = _mm512_set1_ps(att[j * as + t] * inv[j]);
-            _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) acc[j][u] = _mm512_fmadd_ps(p, vv[u], acc[j][u]);
-        }
-    }
-    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)
-        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) _mm512_storeu_ps(o + j * os + 16 * u, acc[j][u]);
-}
+/* ---- attention of the token path (decode and verify) ----
+ *
+ * Each query (row, head) gets exactly the arithmetic of one query alone:
+ * per key one accumulator chain over d in order, then hsum * scale; the
+ * softmax over its own causal length; the output accumulated over t in
+ * order with p = att[t] * inv (one chain per vector of 16 outputs). Only the
+ * loop order differs with the number of queries: the keys go in blocks of
+ * ATT_KBLK whose K (then V) rows every row and head of the call uses while
+ * they are in L2, so the cache is read once per call instead of once per
+ * query (the query heads of a KV head, and a verify block's rows), and up
+ * to 4 heads x KB keys of independent score chains hide the FMA latency one
+ * chain waits on. An output's partial sums pass through memory between key
+ * blocks: exact, so the bits do not depend on the blocking either. */
+#define ATT_KBLK 128
 
-/* Attention of G query heads (G <= 4) that share one KV head (GQA), each
- * head's arithmetic exactly that of one head alone: per (head, key) one
- * accumulator chain over d in order, then hsum * scale; softmax per head;
- * per head the output accumulated over t in order, p = att[t] * inv. What
- * sharing changes is only the loop order: K and V are read once for the G
- * heads, and the G x KB independent score chains (KB keys at a time) hide
- * the FMA latency that one head's single chain waits on. */
-static inline __attribute__((always_inline)) void attn_group(const float *q, size_t qs, const float *K,
-                                                             const float *V, int64_t stride, int T, int D,
-                                                             float scale, float *att, size_t as, float *o, size_t os,
-                                                             const int G) {
+/* Scores of G heads (of one row) for keys [t0, t1), their maxima raised. */
+static inline __attribute__((always_inline)) void att_scores(const float *q, size_t qs, const float *K,
+                                                             int64_t stride, int t0, int t1, int D, float scale,
+                                                             float *att, size_t as, float *mx, const int G) {
     const int KB = G == 1 ? 4 : G == 2 ? 2 : 1; /* keys per step */
-    float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int t = 0;
-    for (; t + KB <= T; t += KB) {
+    int t = t0;
+    for (; t + KB <= t1; t += KB) {
         __m512 a[4][4];
         _Pragma("GCC unroll 4") for (int b = 0; b < KB; b++) {
             const __m512 kv = _mm512_loadu_ps(K + (int64_t)(t + b) * stride);
@@ -406,7 +392,7 @@ static inline __attribute__((always_inline)) void attn_group(const float *q, siz
                 if (sc > mx[j]) mx[j] = sc;
             }
     }
-    for (; t < T; t++) { /* the last keys one at a time: the same chains */
+    for (; t < t1; t++) { /* the last keys one at a time: the same chains */
         const float *k = K + (int64_t)t * stride;
         _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {
             __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q + j * qs), _mm512_loadu_ps(k));
@@ -416,35 +402,88 @@ static inline __attribute__((always_inline)) void attn_group(const float *q, siz
             if (sc > mx[j]) mx[j] = sc;
         }
     }
-    float inv[4];
-    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) inv[j] = softmax_exp512(att + j * as, T, mx[j]);
-    for (int d0 = 0; d0 < D; d0 += 64) {
-        switch (TS_MIN(4, (D - d0) / 16)) { /* vectors in this block: a constant for the compiler */
-        case 4: attn_out_block(V + d0, stride, T, att, as, inv, o + d0, os, G, 4); break;
-        case 3: attn_out_block(V + d0, stride, T, att, as, inv, o + d0, os, G, 3); break;
-        case 2: attn_out_block(V + d0, stride, T, att, as, inv, o + d0, os, G, 2); break;
-        default: attn_out_block(V + d0, stride, T, att, as, inv, o + d0, os, G, 1); break;
+}
+
+/* o_j[0, 16 NV) += sum over t in [t0, t1) of (att_j[t] * inv_j) V[t][0, 16 NV)
+ * for G heads, t in order (from zero when t0 == 0). */
+static inline __attribute__((always_inline)) void att_out(const float *V, int64_t stride, int t0, int t1,
+                                                          const float *att, size_t as, const float *inv, float *o,
+                                                          size_t os, const int G, const int NV) {
+    __m512 acc[4][4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++)
+            acc[j][u] = t0 ? _mm512_loadu_ps(o + j * os + 16 * u) : _mm512_setzero_ps();
+    for (int t = t0; t < t1; t++) {
+        const float *v = V + (int64_t)t * stride;
+        __m512 vv[4];
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) vv[u] = _mm512_loadu_ps(v + 16 * u);
+        _Pragma("GCC unroll 4") for (int j = 0; j < G; j++) {
+            const __m512 p = _mm512_set1_ps(att[j * as + t] * inv[j]);
+            _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) acc[j][u] = _mm512_fmadd_ps(p, vv[u], acc[j][u]);
         }
+    }
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; j++)
+        _Pragma("GCC unroll 4") for (int u = 0; u < NV; u++) _mm512_storeu_ps(o + j * os + 16 * u, acc[j][u]);
+}
+
+static void att_scores_g(const float *q, size_t qs, int G, const float *K, int64_t stride, int t0, int t1, int D,
+                         float scale, float *att, size_t as, float *mx) {
+    switch (G) {
+    case 4: att_scores(q, qs, K, stride, t0, t1, D, scale, att, as, mx, 4); break;
+    case 3: att_scores(q, qs, K, stride, t0, t1, D, scale, att, as, mx, 3); break;
+    case 2: att_scores(q, qs, K, stride, t0, t1, D, scale, att, as, mx, 2); break;
+    default: att_scores(q, qs, K, stride, t0, t1, D, scale, att, as, mx, 1); break;
     }
 }
 
-void ts_avx512_attn_heads(const float *q, size_t qs, int g, const float *K, const float *V, int64_t stride, int T,
-                          int D, float scale, float *att, size_t as, float *o, size_t os) {
-    for (int j0 = 0; j0 < g; j0 += 4) {
-        const float *qj = q + (size_t)j0 * qs;
-        float *aj = att + (size_t)j0 * as, *oj = o + (size_t)j0 * os;
-        switch (TS_MIN(4, g - j0)) {
-        case 4: attn_group(qj, qs, K, V, stride, T, D, scale, aj, as, oj, os, 4); break;
-        case 3: attn_group(qj, qs, K, V, stride, T, D, scale, aj, as, oj, os, 3); break;
-        case 2: attn_group(qj, qs, K, V, stride, T, D, scale, aj, as, oj, os, 2); break;
-        default: attn_group(qj, qs, K, V, stride, T, D, scale, aj, as, oj, os, 1); break;
+#define ATT_OUT_NV(G)                                                                                               \
+    switch (NV) {                                                                                                   \
+    case 4: att_out(V, stride, t0, t1, att, as, inv, o, os, G, 4); break;                                          \
+    case 3: att_out(V, stride, t0, t1, att, as, inv, o, os, G, 3); break;                                          \
+    case 2: att_out(V, stride, t0, t1, att, as, inv, o, os, G, 2); break;                                          \
+    default: att_out(V, stride, t0, t1, att, as, inv, o, os, G, 1); break;                                         \
+    }
+
+static void att_out_g(const float *V, int64_t stride, int t0, int t1, const float *att, size_t as, const float *inv,
+                      float *o, size_t os, int G, int NV) {
+    switch (G) {
+    case 4: ATT_OUT_NV(4) break;
+    case 3: ATT_OUT_NV(3) break;
+    case 2: ATT_OUT_NV(2) break;
+    default: ATT_OUT_NV(1) break;
+    }
+}
+
+void ts_avx512_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t stride, int D, float scale) {
+    const int n = a->n, g = a->g, Tn = a->T0 + n - 1; /* the last row's length: the longest */
+    float mx[TS_ATTN_MAX_Q], inv[TS_ATTN_MAX_Q];         /* per query: row i, head j at i * g + j */
+    for (int k = 0; k < n * g; k++) mx[k] = -INFINITY;
+    for (int t0 = 0; t0 < Tn; t0 += ATT_KBLK)
+        for (int i = 0; i < n; i++) {
+            const int t1 = TS_MIN(t0 + ATT_KBLK, a->T0 + i);
+            for (int j = 0; j < g && t0 < t1; j += 4)
+                att_scores_g(a->q + i * a->q_row + j * a->q_head, a->q_head, TS_MIN(4, g - j), K, stride, t0, t1, D,
+                             scale, a->att + i * a->att_row + j * a->att_head, a->att_head, mx + i * g + j);
         }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < g; j++)
+            inv[i * g + j] = softmax_exp512(a->att + i * a->att_row + j * a->att_head, a->T0 + i, mx[i * g + j]);
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        const int NV = TS_MIN(4, (D - d0) / 16);
+        for (int t0 = 0; t0 < Tn; t0 += ATT_KBLK)
+            for (int i = 0; i < n; i++) {
+                const int t1 = TS_MIN(t0 + ATT_KBLK, a->T0 + i);
+                for (int j = 0; j < g && t0 < t1; j += 4)
+                    att_out_g(V + d0, stride, t0, t1, a->att + i * a->att_row + j * a->att_head, a->att_head,
+                              inv + i * g + j, a->o + i * a->o_row + j * a->o_head + d0, a->o_head, TS_MIN(4, g - j), NV);
+            }
     }
 }
 
 void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                         float *att, float *o) {
-    attn_group(q, 0, K, V, stride, T, D, scale, att, 0, o, 0, 1);
+    const ts_attn_q a = {q, 0, 0, att, 0, 0, o, 0, 0, 1, 1, T};
+    ts_avx512_attn_rows(&a, K, V, stride, D, scale);
 }
 
 void ts_avx512_silu(float *y, const float *x, const float *u, size_t n) {

@@ -111,8 +111,9 @@ typedef struct ts_scratch {
     float *big1;    /* [R, max(Vd, nkv*D, ffn)] */
     float *big2;    /* [R, max(Vd, nkv*D, ffn, nq*D)] */
     float *small;   /* [R, 2*Hv + E] */
-    float *att;     /* [nq, att_len] attention scores, a row per query head */
+    float *att;     /* [att_rows, nq, att_len] attention scores, a row per (row, query head) */
     int att_len;    /* its row length (n_ctx, or the MTP cache's rows) */
+    int att_rows;   /* rows of a token-path pass scored at once */
     float *rowtmp;  /* [C] conv output of one GDN row */
     float *moe_acc; /* [2*H]: routed sum, then one expert's output */
     float *hidden;  /* [R, H] final-normed hidden states */

@@ -122,16 +122,18 @@ typedef struct attn_rows_job {
     const float *qg; /* [n, nq, 2D] */
     const ts_kv *kv;
     float *out;      /* [n, nq*D] */
-    float *att;      /* [nq, att_len] */
+    float *att;      /* [att_rows, nq, att_len] */
     int att_len, n, pos;
     int hg;          /* query heads per work item (of one KV head) */
+    int att_rows;    /* rows whose scores att holds at once */
 } attn_rows_job;
 
 /* Decode and verify: work item = (KV head, group of its query heads): the
- * group's heads attend together over each row's causal length in turn
- * (ts_attn_heads: K and V read once for the group; each head's bits those
- * of ts_attn_row alone, whatever the grouping), then the output gates. An
- * item owns its heads' score rows of att, so items never share scratch. */
+ * group's heads and the block's rows (att_rows at a time: the scratch holds
+ * their scores) attend together (ts_attn_rows: the KV cache is read once
+ * for all of them; every (row, head) gets the bits of ts_attn_row alone,
+ * whatever the grouping), then the output gates. An item owns its heads'
+ * score rows, so items never share scratch. */
 static void attn_rows_item(void *ctx, int it, int n_items) {
     const attn_rows_job *j = ctx;
     const ts_model *m = j->m;
@@ -141,17 +143,20 @@ static void attn_rows_item(void *ctx, int it, int n_items) {
     const float scale = 1.0f / sqrtf((float)D);
     (void)n_items;
     (void)nkv;
-    for (int i = 0; i < j->n; i++) {
-        const float *q = j->qg + ((size_t)i * nq + h0) * 2 * D;
-        float *o = j->out + (size_t)i * m->qdim + (size_t)h0 * D;
-        ts_attn_heads(q, (size_t)2 * D, nh, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim,
-                      j->pos + i + 1, D, scale, j->att + (size_t)h0 * j->att_len, (size_t)j->att_len, o, (size_t)D);
+    for (int i0 = 0; i0 < j->n; i0 += j->att_rows) {
+        const int nr = TS_MIN(j->att_rows, j->n - i0);
+        const ts_attn_q a = {j->qg + ((size_t)i0 * nq + h0) * 2 * D, (size_t)nq * 2 * D, (size_t)2 * D,
+                             j->att + (size_t)h0 * j->att_len, (size_t)nq * j->att_len, (size_t)j->att_len,
+                             j->out + (size_t)i0 * m->qdim + (size_t)h0 * D, (size_t)m->qdim, (size_t)D,
+                             nr, nh, j->pos + i0 + 1};
+        ts_attn_rows(&a, j->kv->k + (size_t)kh * D, j->kv->v + (size_t)kh * D, m->kvdim, D, scale);
+    }
+    for (int i = 0; i < j->n; i++)
         for (int h = 0; h < nh; h++) {
-            const float *gate = q + (size_t)h * 2 * D + D;
-            float *oh = o + (size_t)h * D;
+            const float *gate = j->qg + ((size_t)i * nq + h0 + h) * 2 * D + D;
+            float *oh = j->out + (size_t)i * m->qdim + (size_t)(h0 + h) * D;
             for (int d = 0; d < D; d++) oh[d] *= sigmoid(gate[d]);
         }
-    }
 }
 
 static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_kv *kv, int n, int pos,
@@ -184,7 +189,7 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     const int g = nq / nkv, par = (double)(pos + n) * D * nq * n >= 262144.0;
     int hg = g;
     while (par && hg > 1 && (long)nkv * ((g + hg - 1) / hg) < ts_kernels_threads()) hg = (hg + 1) / 2;
-    attn_rows_job j = {m, qg, kv, sc->big2, sc->att, sc->att_len, n, pos, hg};
+    attn_rows_job j = {m, qg, kv, sc->big2, sc->att, sc->att_len, n, pos, hg, sc->att_rows};
     const int items = nkv * ((g + hg - 1) / hg);
     if (par) ts_parallel_for(items, attn_rows_item, &j);
     else
