@@ -96,6 +96,11 @@ typedef struct ts_attn_q {
 } ts_attn_q;
 void ts_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t stride, int D, float scale);
 
+/* One row of the GDN causal depthwise conv (the token path): y[c] =
+ * sum_{t<K} w[c*K + t] * x[t][c], summed from zero in t order with separate
+ * multiplies and adds, so every kernel mode gives the same bits. */
+void ts_conv_row(const float *const *x, const float *w, int K, float *y, int C);
+
 /* Element-wise SiLU x / (1 + e^-x): y = silu(x) (y may be x), and
  * g = silu(g) * u. The SIMD versions use a polynomial e^x within ~2 ulp of
  * expf (kernels test); decode, verify and replay share them. */

@@ -362,6 +362,31 @@ TS_TEST(kernels, attn_rows_match_row) {
     ts_kernels_select(orig);
 }
 
+/* The token path's GDN conv row (ts_conv_row) gives the same bits in every
+ * kernel mode (multiplies and adds in tap order, no fused multiply-add):
+ * taps 1 to 9 (the vector path takes up to 8), channel counts around 16. */
+TS_TEST(kernels, conv_row_same_in_every_mode) {
+    const char *orig = ts_kernels_name();
+    if (ts_kernels_select("avx512") != 0) { fprintf(stderr, "  (no avx512 here)\n"); ts_kernels_select(orig); return; }
+    const int Cs[] = {1, 16, 37, 6144};
+    for (int K = 1; K <= 9; K++)
+        for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
+            const int C = Cs[ci];
+            float *w = malloc(sizeof(float) * C * K), *xs = malloc(sizeof(float) * C * K);
+            float *y0 = malloc(sizeof(float) * C), *y1 = malloc(sizeof(float) * C);
+            const float *x[9];
+            for (int i = 0; i < C * K; i++) { w[i] = fr(); xs[i] = fr() * 3.0f; }
+            for (int t = 0; t < K; t++) x[t] = xs + (size_t)t * C;
+            ts_kernels_select("generic");
+            ts_conv_row(x, w, K, y0, C);
+            ts_kernels_select("avx512");
+            ts_conv_row(x, w, K, y1, C);
+            CHECK_MSG(!memcmp(y0, y1, sizeof(float) * C), "K %d C %d: avx512 differs from generic", K, C);
+            free(w); free(xs); free(y0); free(y1);
+        }
+    ts_kernels_select(orig);
+}
+
 /* ts_argmax equals the scalar first-maximum loop, with ties, NaNs, -inf and
  * lengths around the vector width. */
 TS_TEST(kernels, argmax_matches_scalar) {

@@ -48,6 +48,7 @@ void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q
 /* The softmax step both attention-row kernels share (linear_ref.c):
  * att[t] = e^(att[t] - mx) in t order, returns 1 / their sum (summed in double). */
 float ts_softmax_exp(float *att, int T, float mx);
+int ts_avx512_conv_row(const float *const *x, const float *w, int K, float *y, int C);
 void ts_avx512_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t stride, int D, float scale);
 void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                         float *att, float *o);

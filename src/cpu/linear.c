@@ -100,6 +100,20 @@ void ts_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t st
                         a->att + i * a->att_row + j * a->att_head, a->o + i * a->o_row + j * a->o_head);
 }
 
+void ts_conv_row(const float *const *x, const float *w, int K, float *y, int C) {
+    int c0 = 0;
+    if (ts_kmode() >= TS_KMODE_AVX512 && K <= 8) c0 = ts_avx512_conv_row(x, w, K, y, C);
+    for (int c = c0; c < C; c++) {
+        const float *cw = w + (size_t)c * K;
+        float acc = 0.f;
+        for (int t = 0; t < K; t++) {
+            float p = cw[t] * x[t][c];
+            acc = acc + p;
+        }
+        y[c] = acc;
+    }
+}
+
 int ts_argmax(const float *x, int n) {
     if (ts_kmode() >= TS_KMODE_AVX512) return ts_avx512_argmax(x, n);
     int b = 0;

@@ -251,13 +251,7 @@ static void gdn_prep(const ts_model *m, const ts_gdn_w *w, const gdn_seq *q, int
         const float *x[K]; /* the K inputs of row i's conv window, oldest first; x[K-1] is row i */
         for (int j = 0; j < K; j++) x[j] = seq_row(q, K, C, i + j);
         float *y = out + (size_t)(i - skip) * C;
-        for (int ch = 0; ch < C; ch++) {
-            const float *cw = w->conv + (size_t)ch * K;
-            float acc = 0.f;
-            for (int j = 0; j < K - 1; j++) acc += cw[j] * x[j][ch];
-            acc += cw[K - 1] * x[K - 1][ch];
-            y[ch] = acc;
-        }
+        ts_conv_row(x, w->conv, K, y, C);
         ts_silu(y, y, (size_t)C);
         /* l2-normalise q and k per key head (eps inside the rsqrt), scale q */
         float *qv = y, *kv = y + m->Kd;
