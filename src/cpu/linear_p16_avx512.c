@@ -73,10 +73,27 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
             }
             /* 16 columns = 4 quads; quad q's digit k at d + q * qstride + k * kstride */
             int8_t *o = d + (g * group + c) / 4 * qstride;
-            for (int k = 0; k < nd; k++) {
-                int32_t q4[4];
-                _mm_storeu_si128((__m128i *)q4, dg[k]);
-                for (int q = 0; q < 4; q++) memcpy(o + q * qstride + k * kstride, &q4[q], 4);
+            if (qstride == 4) { /* AMX layout: each digit's 16 bytes are contiguous */
+                for (int k = 0; k < nd; k++) _mm_storeu_si128((__m128i *)(o + k * kstride), dg[k]);
+            } else if (nd == 3 && kstride == 4) {
+                /* VNNI layout: quad q's three digit dwords are 12 contiguous
+                 * bytes; gather them into 128-bit lane q and store 3 dwords
+                 * per quad (this was ~3/4 of the preparation's time as 12
+                 * scalar stores) */
+                __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(dg[0]), dg[1], 1);
+                z = _mm512_inserti32x4(z, dg[2], 2);
+                const __m512i lanes = _mm512_setr_epi32(0, 4, 8, 0, 1, 5, 9, 0, 2, 6, 10, 0, 3, 7, 11, 0);
+                z = _mm512_permutexvar_epi32(lanes, z);
+                _mm_mask_storeu_epi32(o, 0x7, _mm512_extracti32x4_epi32(z, 0));
+                _mm_mask_storeu_epi32(o + qstride, 0x7, _mm512_extracti32x4_epi32(z, 1));
+                _mm_mask_storeu_epi32(o + 2 * qstride, 0x7, _mm512_extracti32x4_epi32(z, 2));
+                _mm_mask_storeu_epi32(o + 3 * qstride, 0x7, _mm512_extracti32x4_epi32(z, 3));
+            } else {
+                for (int k = 0; k < nd; k++) {
+                    int32_t q4[4];
+                    _mm_storeu_si128((__m128i *)q4, dg[k]);
+                    for (int q = 0; q < 4; q++) memcpy(o + q * qstride + k * kstride, &q4[q], 4);
+                }
             }
         }
         /* The bias term uses the sum of the ROUNDED x (exact integer), not of
