@@ -7,13 +7,18 @@
  * prints ms per call, the weight GB/s that implies, and the cost of n rows
  * relative to one. Two working sets: one that stays in L2 (kernel compute
  * bound: what the arithmetic costs) and one the size of the 0.8B lm_head
- * (streams from DRAM). Internal API (src/): a lab driver, not a frontend.
+ * (streams from DRAM).
+ *   build/kbench THREADS gemm     prefill-shaped products (GMAC/s)
+ *   build/kbench THREADS stream   the 0.8B layer shapes streamed from memory,
+ *                                 VNNI against AMX for 1-4 rows
+ * Internal API (src/): a lab driver, not a frontend.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cpu/cpu.h"
 #include "kernels.h"
 
 static double now(void) {
@@ -81,6 +86,36 @@ static void one(int64_t rows, int64_t cols, int reps, const char *what) {
     q4_free(&q);
 }
 
+/* The model's own matrix shapes as a decode or verify step meets them:
+ * streamed from memory (copies filling ~400 MB, past the L3), one product
+ * per copy; n = 1..4 rows on the VNNI kernel and on AMX (where the CPU has
+ * it), each relative to one VNNI row. Best of 5 passes, the kernels
+ * alternating within each pass. */
+static void stream(int64_t rows, int64_t cols, const char *what) {
+    int K = (int)(400e6 / (rows * cols / 2 * 1.07)); /* copies: ~400 MB, past the L3 */
+    q4 *q = malloc(sizeof(q4) * K);
+    for (int k = 0; k < K; k++) q4_make(&q[k], rows, cols, 7 + k);
+    float *x = malloc(sizeof(float) * cols * 9), *y = malloc(sizeof(float) * rows * 9);
+    for (int64_t i = 0; i < cols * 9; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
+    double best[2][5] = {{1e9, 1e9, 1e9, 1e9, 1e9}, {1e9, 1e9, 1e9, 1e9, 1e9}};
+    for (int rep = 0; rep < 5; rep++)
+        for (int amx = 0; amx < 2; amx++)
+            for (int n = 1; n <= 4; n++) {
+                ts_amx_min_rows(amx ? 1 : 100);
+                double t0 = now();
+                for (int k = 0; k < K; k++) ts_linear(&q[k].w, x, y, n);
+                double dt = (now() - t0) / K;
+                if (dt < best[amx][n]) best[amx][n] = dt;
+            }
+    printf("%s [%lld x %lld] x%d copies: vnni n1 %.3f ms | n=1..4 vs vnni n1: vnni", what, (long long)rows, (long long)cols, K, best[0][1] * 1e3);
+    for (int n = 1; n <= 4; n++) printf(" %.2f", best[0][n] / best[0][1]);
+    printf(" | amx");
+    for (int n = 1; n <= 4; n++) printf(" %.2f", best[1][n] / best[0][1]);
+    printf("\n");
+    for (int k = 0; k < K; k++) q4_free(&q[k]);
+    free(q); free(x); free(y);
+}
+
 /* Prefill-shaped: n = 128 rows through ts_linear_prefill, in GMAC/s. */
 static void gemm(int64_t rows, int64_t cols, int n, int reps) {
     q4 q;
@@ -101,6 +136,13 @@ int main(int argc, char **argv) {
     ts_kernels_set_threads(nt);
     ts_fp_begin(); /* the engine's floating-point mode */
     printf("threads %d\n", nt);
+    if (argc > 2 && !strcmp(argv[2], "stream")) {
+        stream(6144, 1024, "GDN in-proj (qkv)");
+        stream(3584, 1024, "MLP gate or up");
+        stream(1024, 3584, "MLP down");
+        stream(1024, 2048, "GDN out-proj");
+        return 0;
+    }
     if (argc > 2 && !strcmp(argv[2], "gemm")) {
         gemm(3584, 1024, 128, 10);
         gemm(1024, 3584, 128, 10);
