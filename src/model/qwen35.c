@@ -142,7 +142,6 @@ static void attn_rows_item(void *ctx, int it, int n_items) {
     const int kh = it / ng, h0 = kh * g + it % ng * j->hg, nh = TS_MIN(j->hg, kh * g + g - h0);
     const float scale = 1.0f / sqrtf((float)D);
     (void)n_items;
-    (void)nkv;
     for (int i0 = 0; i0 < j->n; i0 += j->att_rows) {
         const int nr = TS_MIN(j->att_rows, j->n - i0);
         const ts_attn_q a = {j->qg + ((size_t)i0 * nq + h0) * 2 * D, (size_t)nq * 2 * D, (size_t)2 * D,
