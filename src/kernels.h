@@ -84,7 +84,7 @@ void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t str
  * of them: row i attends to keys [0, T0 + i)), its output at
  * o + i*o_row + j*o_head. Every query gets exactly ts_attn_row's bits (the
  * same for any n and g); K and V are read once for all of them. */
-#define TS_ATTN_MAX_Q 256 /* n * g per call on the SIMD path (more: one query at a time) */
+#define TS_ATTN_MAX_Q 1024 /* n * g per call on the SIMD path (more: one query at a time) */
 typedef struct ts_attn_q {
     const float *q;
     size_t q_row, q_head;

@@ -324,7 +324,8 @@ TS_TEST(kernels, attn_row_parity) {
  * exactly ts_attn_row's bits for its own causal length (decode and verify
  * rows depend on it): 1 to 8 heads (groups of 4 and the remainders), 1 to 9
  * rows, head sizes with and without a 16-multiple, lengths around the 1, 2
- * and 4 keys a step takes and across the 128-key blocks. */
+ * and 4 keys a step takes and across the 128-key blocks; and 40 rows x 32
+ * heads, past what one SIMD call takes (TS_ATTN_MAX_Q). */
 TS_TEST(kernels, attn_rows_match_row) {
     const char *orig = ts_kernels_name();
     const char *modes[] = {"generic", "avx512"};
@@ -332,11 +333,13 @@ TS_TEST(kernels, attn_rows_match_row) {
         if (ts_kernels_select(modes[mi]) != 0) continue;
         int Ds[] = {16, 64, 256, 24};
         int T0s[] = {1, 3, 5, 127, 300};
-        int ns[] = {1, 2, 4, 9};
+        int ns[] = {1, 2, 4, 9, 40};
         for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++)
             for (size_t ti = 0; ti < sizeof T0s / sizeof T0s[0]; ti++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-                    for (int g = 1; g <= 8; g += (g < 5 ? 1 : 3)) {
+                    for (int g = 1; g <= 32; g += (g < 5 ? 1 : g < 8 ? 3 : 24)) {
+                        /* 40 rows x 32 heads: more queries than one SIMD call takes */
+                        if ((ns[ni] == 40) != (g == 32) || (g == 32 && (Ds[di] != 16 || T0s[ti] != 3))) continue;
                         const int D = Ds[di], T0 = T0s[ti], n = ns[ni], T = T0 + n - 1;
                         const int64_t stride = 2 * D + 16;
                         const size_t qh = (size_t)2 * D + 8, qr = qh * g + 4, ah = (size_t)T + 3, ar = ah * g;
