@@ -243,19 +243,21 @@ typedef struct many_job {
 
 /* AMX from this many x rows up (TS_AMX_ROWS; tests set it with
  * ts_amx_min_rows): both kernels give the same bits, so this is a speed
- * choice only. Measured on the 2-core Xeon (kbench, 2 threads, INT4; VNNI
- * vs AMX): 2 rows VNNI wins (L3 0.73 vs 0.82 ms, DRAM 7.2 vs 8.4), 3 rows
- * about even, 4 rows AMX from L3 (1.01 vs 1.08 ms) and even from DRAM, 5
- * rows AMX (DRAM 10.0 vs 13.1 ms); the 0.8B verify of 4 rows went from
- * 1.69-1.86x to 1.54-1.55x a decode step (spec_bench, interleaved runs).
- * The VNNI kernel's multiplies grow with every x row (three digits each);
- * AMX pays a fixed unpacking of INT4 to bytes through memory instead. */
+ * choice only. The VNNI kernel's multiplies grow with every x row (three
+ * digits each); AMX pays a fixed unpacking of INT4 to bytes through memory
+ * instead. Measured on the 2-core Xeon (2 threads, interleaved): 2 rows VNNI
+ * wins (0.8B verify of 2 rows 1.17-1.21x a decode step against 1.26-1.28x
+ * with AMX; the default model 1.53-1.55x against 1.57-1.60x); from 3 rows AMX
+ * wins or ties (0.8B verify of 3 rows 1.33-1.39x against 1.32-1.42x, the
+ * default model 1.78-1.93x against 2.09-2.12x; 4 rows: 1.54-1.55x against
+ * 1.69-1.86x; kbench: 3 rows on 18 MB 0.52 against 0.62-0.67 ms, even on the
+ * 143 MB head). */
 static int g_amx_min = -1;
 
 static int amx_min(void) {
     if (g_amx_min < 0) {
         const char *e = getenv("TS_AMX_ROWS");
-        g_amx_min = e && *e ? atoi(e) : 4;
+        g_amx_min = e && *e ? atoi(e) : 3;
         if (g_amx_min < 1) g_amx_min = 1;
     }
     return g_amx_min;
