@@ -72,8 +72,9 @@ void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, f
  *   att[t] = scale * q . K[t];  p = softmax(att);  o = sum_t p[t] V[t]
  * K[t] = K + t * stride (likewise V), q and o of D floats, att [T] scratch.
  * The reference sums q . K[t] in d order and o in t order; the SIMD version
- * uses 16-wide partial sums (rounding differs; decode and verify share it, so
- * speculative exactness is unaffected). Softmax sums in double. */
+ * uses 16-wide partial sums and a vector exponential (rounding differs;
+ * decode and verify share it, so speculative exactness is unaffected).
+ * Softmax sums in double. */
 void ts_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale, float *att,
                  float *o);
 void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
