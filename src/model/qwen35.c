@@ -42,12 +42,25 @@ void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, fl
     }
 }
 
-/* NeoX rotate-half RoPE on the first rot dims of one row's heads (nh heads
- * at x + h * hstride), in place, the angles formed once for the row. For
- * text, the interleaved M-RoPE of Qwen3.5 reduces to this (all three axes
- * carry the token index). inv_freq and the angle are formed in f32 as
- * transformers does. Angles in pieces of 256: any rot. */
-static void rope_row(float *x, int nh, size_t hstride, int rot, int pos, double theta) {
+/* NeoX rotate-half RoPE on the first rot dims of one row's heads, in place:
+ * nq query heads at q + h * qstride and nk key heads at k + h * kstride,
+ * the angles formed once for the row and used by both. For text, the
+ * interleaved M-RoPE of Qwen3.5 reduces to this (all three axes carry the
+ * token index). inv_freq and the angle are formed in f32 as transformers
+ * does. Angles in pieces of 256: any rot. */
+static void rope_heads(float *x, int nh, size_t hstride, int j0, int nj, int half, const float *cs, const float *sn) {
+    for (int h = 0; h < nh; h++) {
+        float *xh = x + (size_t)h * hstride + j0;
+        for (int j = 0; j < nj; j++) {
+            float x0 = xh[j], x1 = xh[j + half];
+            xh[j] = x0 * cs[j] - x1 * sn[j];
+            xh[j + half] = x1 * cs[j] + x0 * sn[j];
+        }
+    }
+}
+
+static void rope_row(float *q, int nq, size_t qstride, float *k, int nk, size_t kstride, int rot, int pos,
+                     double theta) {
     float cs[256], sn[256];
     const int half = rot / 2;
     for (int j0 = 0; j0 < half; j0 += 256) {
@@ -58,14 +71,8 @@ static void rope_row(float *x, int nh, size_t hstride, int rot, int pos, double 
             cs[j] = cosf(a);
             sn[j] = sinf(a);
         }
-        for (int h = 0; h < nh; h++) {
-            float *xh = x + (size_t)h * hstride + j0;
-            for (int j = 0; j < nj; j++) {
-                float x0 = xh[j], x1 = xh[j + half];
-                xh[j] = x0 * cs[j] - x1 * sn[j];
-                xh[j + half] = x1 * cs[j] + x0 * sn[j];
-            }
-        }
+        rope_heads(q, nq, qstride, j0, nj, half, cs, sn);
+        rope_heads(k, nk, kstride, j0, nj, half, cs, sn);
     }
 }
 
@@ -97,7 +104,7 @@ static void attn_head(void *ctx, int h, int nh) {
 }
 
 /* The prefill form of the attention block after the projections: norms
- * (vectorised) and RoPE row by row (angles once per row), the rows' K/V into the cache, then
+ * (vectorised) and RoPE row by row (angles once per row for its q and k), the rows' K/V into the cache, then
  * the heads in parallel. Rounding differs from the token path (online
  * softmax, FMAs). */
 static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, ts_kv *kv, float *qg, float *kb,
@@ -108,8 +115,7 @@ static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, 
         float *qi = qg + (size_t)i * nq * 2 * D, *ki = kb + (size_t)i * m->kvdim;
         for (int h = 0; h < nq; h++) ts_add_rmsnorm(qi + (size_t)h * 2 * D, NULL, w->q_norm, qi + (size_t)h * 2 * D, 1, D, c->eps);
         ts_add_rmsnorm(ki, NULL, w->k_norm, ki, nkv, D, c->eps);
-        rope_row(qi, nq, (size_t)2 * D, c->rot_dim, pos + i, c->rope_theta);
-        rope_row(ki, nkv, (size_t)D, c->rot_dim, pos + i, c->rope_theta);
+        rope_row(qi, nq, (size_t)2 * D, ki, nkv, (size_t)D, c->rot_dim, pos + i, c->rope_theta);
     }
     memcpy(kv->k + (size_t)pos * m->kvdim, kb, sizeof(float) * (size_t)n * m->kvdim);
     memcpy(kv->v + (size_t)pos * m->kvdim, vb, sizeof(float) * (size_t)n * m->kvdim);
@@ -176,8 +182,7 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
         float *qi = qg + (size_t)i * nq * 2 * D, *ki = kb + (size_t)i * nkv * D;
         for (int h = 0; h < nq; h++) ts_rmsnorm1p(qi + (size_t)h * 2 * D, w->q_norm, qi + (size_t)h * 2 * D, 1, D, c->eps);
         ts_rmsnorm1p(ki, w->k_norm, ki, nkv, D, c->eps);
-        rope_row(qi, nq, (size_t)2 * D, c->rot_dim, pos + i, c->rope_theta);
-        rope_row(ki, nkv, (size_t)D, c->rot_dim, pos + i, c->rope_theta);
+        rope_row(qi, nq, (size_t)2 * D, ki, nkv, (size_t)D, c->rot_dim, pos + i, c->rope_theta);
         memcpy(kv->k + (size_t)(pos + i) * m->kvdim, kb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
         memcpy(kv->v + (size_t)(pos + i) * m->kvdim, vb + (size_t)i * m->kvdim, sizeof(float) * m->kvdim);
     }
