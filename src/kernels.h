@@ -151,13 +151,13 @@ float ts_packed_get(const ts_weight *w, int64_t r, int64_t c);
 typedef void (*ts_par_fn)(void *ctx, int i, int n);
 void ts_parallel_for(int n, ts_par_fn fn, void *ctx);
 
-/* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 /* Denormals flushed to zero on the calling thread until ts_fp_end (returns
  * the previous mode). The API's compute entry points (feed, generate, MTP)
  * wrap themselves in it; pool workers always run a region under the
  * caller's mode, so results never depend on which thread ran a chunk. */
 unsigned ts_fp_begin(void);
 void ts_fp_end(unsigned old);
+/* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
 void ts_kernels_set_threads(int n);
 /* The pool's thread count (the caller included); starts the pool. */
 int ts_kernels_threads(void);

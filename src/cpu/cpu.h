@@ -45,9 +45,6 @@ void ts_avx512_qdot(const ts_weight *w, const ts_xprep *p, float *y, int64_t r0,
 void ts_avx512_prep_q(const float *x, int64_t cols, int group, int bits, int16_t *hi, int16_t *lo, float *sx, float *xs);
 void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o,
                         int dk, int dv);
-/* The softmax step both attention-row kernels share (linear_ref.c):
- * att[t] = e^(att[t] - mx) in t order, returns 1 / their sum (summed in double). */
-float ts_softmax_exp(float *att, int T, float mx);
 int ts_avx512_conv_row(const float *const *x, const float *w, int K, float *y, int C);
 void ts_avx512_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t stride, int D, float scale);
 void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,

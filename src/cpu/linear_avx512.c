@@ -332,11 +332,8 @@ void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q
     }
 }
 
-/* One query row's attention (kernels.h, ts_attn_row); D % 16 == 0. Scores:
- * 16-wide partial products, reduced once per key; output: 16-wide FMAs over
- * t with up to 4 vectors of o in registers per pass. */
 /* att[t] = e^(att[t] - mx), returning 1 / sum (summed in double, 8 lanes
- * per half): ts_softmax_exp's job with the vector exponential; the token
+ * per half): the reference's softmax step (linear_ref.c) with the vector exponential; the token
  * path's own (decode and verify share it; at a 4K context the scalar expf
  * took ~5% of a 0.8B decode step). */
 static float softmax_exp512(float *att, int T, float mx) {
@@ -480,6 +477,8 @@ void ts_avx512_attn_rows(const ts_attn_q *a, const float *K, const float *V, int
     }
 }
 
+/* One query row's attention (kernels.h, ts_attn_row); D % 16 == 0: the
+ * single-query case of the above. */
 void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t stride, int T, int D, float scale,
                         float *att, float *o) {
     const ts_attn_q a = {q, 0, 0, att, 0, 0, o, 0, 0, 1, 1, T};

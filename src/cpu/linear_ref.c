@@ -103,7 +103,10 @@ void ts_gdn_step_ref(float *S, const float *k, const float *v, const float *q, f
     }
 }
 
-float ts_softmax_exp(float *att, int T, float mx) {
+/* The reference attention's softmax step: att[t] = e^(att[t] - mx) in t
+ * order, returns 1 / their sum (summed in double). (The AVX-512 kernels use
+ * their own with a vector exponential: linear_avx512.c.) */
+static float softmax_exp(float *att, int T, float mx) {
     double sum = 0;
     for (int t = 0; t < T; t++) {
         att[t] = expf(att[t] - mx);
@@ -123,7 +126,7 @@ void ts_attn_row_ref(const float *q, const float *K, const float *V, int64_t str
         att[t] = s;
         if (s > mx) mx = s;
     }
-    float inv = ts_softmax_exp(att, T, mx);
+    float inv = softmax_exp(att, T, mx);
     for (int d = 0; d < D; d++) o[d] = 0.f;
     for (int t = 0; t < T; t++) {
         const float *v = V + (int64_t)t * stride;
