@@ -333,9 +333,9 @@ void ts_avx512_gdn_step(float *S, const float *k, const float *v, const float *q
 }
 
 /* att[t] = e^(att[t] - mx), returning 1 / sum (summed in double, 8 lanes
- * per half): the reference's softmax step (linear_ref.c) with the vector exponential; the token
- * path's own (decode and verify share it; at a 4K context the scalar expf
- * took ~5% of a 0.8B decode step). */
+ * per half): the reference's softmax step (linear_ref.c) with the vector
+ * exponential; the token path's own (decode and verify share it; at a 4K
+ * context the scalar expf took ~5% of a 0.8B decode step). */
 static float softmax_exp512(float *att, int T, float mx) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     const __m512 m = _mm512_set1_ps(mx);

@@ -119,6 +119,21 @@ static inline __attribute__((always_inline)) void pass_post(const int32_t (*C)[1
     }
 }
 
+/* Store the C tiles of pair p (p = 0: tiles 4-5, 1: tiles 6-7; NB of them)
+ * to dst[0..NB) and zero them for their next group. Tile numbers must be
+ * immediates, hence the two branches. */
+static inline __attribute__((always_inline)) void store_pair(int p, int32_t (*dst)[16][16], const int NB) {
+    if (p) {
+        _tile_stored(6, dst[0], 64);
+        _tile_zero(6);
+        if (NB == 2) { _tile_stored(7, dst[1], 64); _tile_zero(7); }
+    } else {
+        _tile_stored(4, dst[0], 64);
+        _tile_zero(4);
+        if (NB == 2) { _tile_stored(5, dst[1], 64); _tile_zero(5); }
+    }
+}
+
 static inline __attribute__((always_inline)) void pass(const ts_weight *w, const int8_t *xa, const float *sx,
                                                        const float *xs, float *y, int64_t rb, const int *st,
                                                        const int *sk, uint8_t *ub, const int X, const int NT,
@@ -145,12 +160,14 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
      * one row took 1.9x the VNNI kernel from DRAM). GCC's tile loads are asm
      * statements without memory operands: the barrier keeps the unpacking
      * stores before them. */
-    if (UNPACK) {
-        for (int64_t g = 0; g < UNPACK_AHEAD && g < ng; g++)
-            _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++)
-                unpack_group(blkp[b] + (size_t)g * rec, rec, G, ubp[b] + (size_t)SLOT(g) * (size_t)G * 16);
-        __asm__ volatile("" ::: "memory");
-    }
+#define UNPACK_GROUP(gu)                                                                                            \
+    do {                                                                                                            \
+        _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++)                                                        \
+            unpack_group(blkp[b] + (size_t)(gu) * rec, rec, G, ubp[b] + (size_t)SLOT(gu) * (size_t)G * 16);         \
+        __asm__ volatile("" ::: "memory");                                                                          \
+    } while (0)
+    if (UNPACK)
+        for (int64_t g = 0; g < UNPACK_AHEAD && g < ng; g++) UNPACK_GROUP(g);
     for (int64_t g = 0; g < ng; g++) {
         if (pf8)
             _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) p16_prefetch(blkp[b] + (size_t)g * rec, rec);
@@ -179,46 +196,20 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
             if (NT == 2) _tile_dpbsud(6, 1, 2);
             if (NT == 2 && NB == 2) _tile_dpbsud(7, 1, 3);
         }
-        if (UNPACK && g + UNPACK_AHEAD < ng) {
-            _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++)
-                unpack_group(blkp[b] + (size_t)(g + UNPACK_AHEAD) * rec, rec, G,
-                             ubp[b] + (size_t)SLOT(g + UNPACK_AHEAD) * (size_t)G * 16);
-            __asm__ volatile("" ::: "memory");
-        }
+        if (UNPACK && g + UNPACK_AHEAD < ng) UNPACK_GROUP(g + UNPACK_AHEAD);
         if (NT == 2) {
-            _tile_stored(4, cbuf[g & 1][0], 64);
-            _tile_zero(4);
-            if (NB == 2) { _tile_stored(5, cbuf[g & 1][1], 64); _tile_zero(5); }
-            _tile_stored(6, cbuf[g & 1][2], 64);
-            _tile_zero(6);
-            if (NB == 2) { _tile_stored(7, cbuf[g & 1][3], 64); _tile_zero(7); }
+            store_pair(0, cbuf[g & 1], NB);     /* tiles 4-5: x tile 0 */
+            store_pair(1, cbuf[g & 1] + 2, NB); /* tiles 6-7: x tile 1 */
             if (g >= 1) pass_post(cbuf[(g - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 1, st, acc, X, NT, NB);
         } else if (g >= 1) {
             /* store the previous group's pair (its multiplies had this
              * group's to overlap), then the f32 steps of the one before */
-            if (odd) {
-                _tile_stored(4, cbuf[(g - 1) & 1][0], 64);
-                _tile_zero(4);
-                if (NB == 2) { _tile_stored(5, cbuf[(g - 1) & 1][1], 64); _tile_zero(5); }
-            } else {
-                _tile_stored(6, cbuf[(g - 1) & 1][0], 64);
-                _tile_zero(6);
-                if (NB == 2) { _tile_stored(7, cbuf[(g - 1) & 1][1], 64); _tile_zero(7); }
-            }
+            store_pair(!odd, cbuf[(g - 1) & 1], NB);
             if (g >= 2) pass_post(cbuf[g & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 2, st, acc, X, NT, NB);
         }
     }
     if (NT == 1) {
-        const int64_t g = ng - 1;
-        if (g & 1) {
-            _tile_stored(6, cbuf[g & 1][0], 64);
-            _tile_zero(6);
-            if (NB == 2) { _tile_stored(7, cbuf[g & 1][1], 64); _tile_zero(7); }
-        } else {
-            _tile_stored(4, cbuf[g & 1][0], 64);
-            _tile_zero(4);
-            if (NB == 2) { _tile_stored(5, cbuf[g & 1][1], 64); _tile_zero(5); }
-        }
+        store_pair((int)((ng - 1) & 1), cbuf[(ng - 1) & 1], NB);
         if (ng >= 2) pass_post(cbuf[(ng - 2) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 2, st, acc, X, NT, NB);
     }
     pass_post(cbuf[(ng - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 1, st, acc, X, NT, NB);
@@ -229,6 +220,8 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
             _Pragma("GCC unroll 5") for (int u = 0; u < X; u++)
                 if (u >= sk[t]) _mm512_mask_storeu_ps(y + (int64_t)(st[t] + u) * w->rows + r, m, acc[t][b][u]);
     }
+#undef UNPACK_GROUP
+#undef SLOT
 }
 
 /* The passes over a pair of row blocks (or the last single one): one x tile
