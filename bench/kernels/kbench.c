@@ -11,6 +11,8 @@
  *   build/kbench THREADS gemm     prefill-shaped products (GMAC/s)
  *   build/kbench THREADS stream   the 0.8B layer shapes streamed from memory,
  *                                 VNNI against AMX for 1-4 rows
+ *   build/kbench THREADS small    the same for the default model's shapes
+ *                                 from ~16 MB of copies (L3-resident)
  * Internal API (src/): a lab driver, not a frontend.
  */
 #include <stdio.h>
@@ -91,8 +93,9 @@ static void one(int64_t rows, int64_t cols, int reps, const char *what) {
  * per copy; n = 1..4 rows on the VNNI kernel and on AMX (where the CPU has
  * it), each relative to one VNNI row. Best of 5 passes, the kernels
  * alternating within each pass. */
-static void stream(int64_t rows, int64_t cols, const char *what) {
-    int K = (int)(400e6 / (rows * cols / 2 * 1.07)); /* copies: ~400 MB, past the L3 */
+static void stream(int64_t rows, int64_t cols, const char *what, double bytes) {
+    int K = (int)(bytes / (rows * cols / 2 * 1.07)); /* copies filling about that many bytes */
+    if (K < 1) K = 1;
     q4 *q = malloc(sizeof(q4) * K);
     for (int k = 0; k < K; k++) q4_make(&q[k], rows, cols, 7 + k);
     float *x = malloc(sizeof(float) * cols * 9), *y = malloc(sizeof(float) * rows * 9);
@@ -107,7 +110,7 @@ static void stream(int64_t rows, int64_t cols, const char *what) {
                 double dt = (now() - t0) / K;
                 if (dt < best[amx][n]) best[amx][n] = dt;
             }
-    printf("%s [%lld x %lld] x%d copies: vnni n1 %.3f ms | n=1..4 vs vnni n1: vnni", what, (long long)rows, (long long)cols, K, best[0][1] * 1e3);
+    printf("%s [%lld x %lld] x%d copies: vnni n1 %.4f ms | n=1..4 vs vnni n1: vnni", what, (long long)rows, (long long)cols, K, best[0][1] * 1e3);
     for (int n = 1; n <= 4; n++) printf(" %.2f", best[0][n] / best[0][1]);
     printf(" | amx");
     for (int n = 1; n <= 4; n++) printf(" %.2f", best[1][n] / best[0][1]);
@@ -137,10 +140,19 @@ int main(int argc, char **argv) {
     ts_fp_begin(); /* the engine's floating-point mode */
     printf("threads %d\n", nt);
     if (argc > 2 && !strcmp(argv[2], "stream")) {
-        stream(6144, 1024, "GDN in-proj (qkv)");
-        stream(3584, 1024, "MLP gate or up");
-        stream(1024, 3584, "MLP down");
-        stream(1024, 2048, "GDN out-proj");
+        stream(6144, 1024, "GDN in-proj (qkv)", 400e6); /* ~400 MB: past the L3 */
+        stream(3584, 1024, "MLP gate or up", 400e6);
+        stream(1024, 3584, "MLP down", 400e6);
+        stream(1024, 2048, "GDN out-proj", 400e6);
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[2], "small")) {
+        /* the bundled default model's shapes (hidden 512), ~16 MB of copies:
+         * the L3-resident regime its decode and verify run in */
+        stream(1024, 512, "GDN in-proj / MLP gate, up / attn q", 16e6);
+        stream(512, 1024, "MLP down", 16e6);
+        stream(512, 512, "GDN z / out-proj", 16e6);
+        stream(12288, 512, "head", 16e6);
         return 0;
     }
     if (argc > 2 && !strcmp(argv[2], "gemm")) {

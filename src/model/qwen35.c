@@ -318,11 +318,12 @@ static void gdn_head_rows(const ts_model *m, const ts_gdn_w *w, const gdn_rows *
 
 /* The recurrent state over the rows R: per value head the state comes from
  * src (into dst; src may be dst), the n_pre rows advance it without output
- * (a lazy rollback's pending rows), a copy goes to mid if not NULL (the
- * block-start snapshot of a verify that follows a lazy rollback; mid may be
- * src: the head's slice was read in full before), then the n own rows
- * advance it, writing their outputs. The head's state is read once and
- * written once (plus mid) for all rows: ts_gdn_step_rows. */
+ * (a lazy rollback's pending rows), then the n own rows advance it, writing
+ * their outputs. The head's state is read once and written once for all
+ * rows (ts_gdn_step_rows). With mid (the block-start snapshot of a verify
+ * that follows a lazy rollback; mid may be src, then it is updated in
+ * place) the pending rows write their state to mid and the own rows start
+ * from there: mid is written by the pass itself, no copy. */
 typedef struct gdn_heads_job {
     const ts_model *m;
     const ts_gdn_w *w;
@@ -339,9 +340,12 @@ static void gdn_head(void *ctx, int h, int nh) {
     const float *S_in = j->src + (size_t)h * hs;
     (void)nh;
     if (j->mid) {
-        gdn_head_rows(j->m, j->w, R, h, S, S_in, 0, R->n_pre);
-        memcpy(j->mid + (size_t)h * hs, S, sizeof(float) * hs);
-        if (R->n) gdn_head_rows(j->m, j->w, R, h, S, S, R->n_pre, R->n_pre + R->n);
+        /* the pending rows advance the state into mid (in place when mid is
+         * src), the own rows from there into dst: the block-start snapshot
+         * is written by the pass itself, not copied afterwards */
+        float *Mh = j->mid + (size_t)h * hs;
+        gdn_head_rows(j->m, j->w, R, h, Mh, S_in, 0, R->n_pre);
+        gdn_head_rows(j->m, j->w, R, h, S, Mh, R->n_pre, R->n_pre + R->n);
     } else {
         gdn_head_rows(j->m, j->w, R, h, S, S_in, 0, R->n_pre + R->n);
     }
