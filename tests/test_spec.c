@@ -535,6 +535,9 @@ TS_TEST(spec, draft_vocab) {
     CHECK_MSG(rc != 0 && strstr(out, "need --spec mtp"), "draft-vocab without spec: %s", out);
     rc = ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --ids 1,2 -n 4 --spec mtp --draft-vocab 0", ts_test_bin());
     CHECK_MSG(rc != 0 && strstr(out, "bad value"), "draft-vocab 0: %s", out);
+    /* bench follows the same rule (one parser, cli_parse_draft_vocab) */
+    rc = ts_test_sh(out, sizeof out, "%s bench -m tests/fixtures/tiny-dense --spec mtp --draft 2 --draft-vocab 0", ts_test_bin());
+    CHECK_MSG(rc != 0 && strstr(out, "--draft-vocab '0'"), "bench draft-vocab 0: %s", out);
 }
 
 /* End to end with temperature: runs, is deterministic for a seed, and with

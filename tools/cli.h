@@ -31,6 +31,10 @@ char *cli_read_file(const char *path);
 char *cli_read_file_len(const char *path, size_t *len);
 /* The default model directory (the bundled install), or NULL if absent. */
 const char *cli_default_model(void);
+/* --draft-vocab's value, one rule for run and bench: "all" gives -1 (every
+ * id), a count K >= 1 gives K. Returns 1, or 0 for anything else (0 is not
+ * a value: leaving the flag out is how the automatic choice is asked for). */
+int cli_parse_draft_vocab(const char *s, int *out);
 
 /* Sampling flags shared by run and chat (--temp, --top-k, --top-p, --min-p,
  * --seed, --repeat-penalty, --presence-penalty, --frequency-penalty).

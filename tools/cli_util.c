@@ -58,6 +58,14 @@ static int pi(const char *s, int *out) {
     return end != s && *end == 0 && v >= 0 && v <= (1L << 30);
 }
 
+int cli_parse_draft_vocab(const char *s, int *out) {
+    if (!strcmp(s, "all")) {
+        *out = -1;
+        return 1;
+    }
+    return pi(s, out) && *out >= 1;
+}
+
 int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const char *cmd) {
     const char *a = argv[*i];
     if (*i + 1 >= argc) return 0;

@@ -188,7 +188,13 @@ int cmd_bench(int argc, char **argv) {
         long x = strtol(v, &end, 10);
         if (!strcmp(a, "-m")) { dir = v; continue; }
         if (!strcmp(a, "--ids-file")) { ids_file = v; continue; }
-        if (!strcmp(a, "--draft-vocab") && !strcmp(v, "all")) { dvocab = -1; continue; }
+        if (!strcmp(a, "--draft-vocab")) {
+            if (!cli_parse_draft_vocab(v, &dvocab)) {
+                fprintf(stderr, "turbospark bench: --draft-vocab '%s': use a count K >= 1 or 'all'\n", v);
+                return 2;
+            }
+            continue;
+        }
         if (!strcmp(a, "--spec")) {
             if (strcmp(v, "mtp")) { fprintf(stderr, "turbospark bench: --spec '%s': only 'mtp' exists\n", v); return 2; }
             spec = 1;
@@ -201,7 +207,6 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--runs")) runs = (int)x;
         else if (!strcmp(a, "--bw-mib")) bw_mib = (int)x; /* bandwidth array size (tests use a small one) */
         else if (!strcmp(a, "--draft")) draft = (int)x;
-        else if (!strcmp(a, "--draft-vocab")) dvocab = (int)x;
         else { fprintf(stderr, "turbospark bench: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
     if (!dir) dir = cli_default_model();

@@ -105,10 +105,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         else if (ARG("--chunk")) ok = parse_int(argv[++i], &chunk) && chunk >= 1;
         else if (ARG("--spec")) spec = argv[++i];
         else if (ARG("--draft")) ok = parse_int(argv[++i], &draft);
-        else if (ARG("--draft-vocab")) {
-            if (!strcmp(argv[++i], "all")) draft_vocab = -1;
-            else ok = parse_int(argv[i], &draft_vocab) && draft_vocab >= 1;
-        }
+        else if (ARG("--draft-vocab")) ok = cli_parse_draft_vocab(argv[++i], &draft_vocab);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
