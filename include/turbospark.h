@@ -144,6 +144,11 @@ typedef struct ts_gen_params {
                                  0: automatic, the whole vocabulary up
                                  to 32768 ids, else max(32768, vocab / 8);
                                  -1: the whole vocabulary. */
+    float draft_p_min;        /* drafting stops at the first draft whose
+                                 probability under the MTP head is below this
+                                 (that draft is not verified); 0 = off, always
+                                 M drafts. Output unchanged: only how many
+                                 rows each verify has. */
     const int32_t *stop_ids;  /* generation ends after emitting one of these */
     int n_stop;
 } ts_gen_params;

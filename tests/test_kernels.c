@@ -444,6 +444,35 @@ TS_TEST(kernels, silu_accuracy) {
     ts_kernels_select(orig);
 }
 
+/* ts_sum_exp (the drafter's confidence) in every kernel mode against a
+ * double sum, over lengths with vector tails, a spread of values below the
+ * subtracted maximum, and -inf entries (a drafting vocabulary's cut). */
+TS_TEST(kernels, sum_exp) {
+    const char *orig = ts_kernels_name();
+    const char *modes[] = {"ref", "avx2", "avx512"};
+    enum { N = 12301 };
+    float *x = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+        const float r = fr();
+        x[i] = i % 97 == 5 ? -INFINITY : -30.0f * r * r; /* e^0 .. e^-30 */
+    }
+    x[17] = 0.0f;
+    for (int mi = 0; mi < 3; mi++) {
+        if (ts_kernels_select(modes[mi]) != 0) continue;
+        const int lens[] = {1, 15, 16, 17, 100, N};
+        for (int li = 0; li < 6; li++) {
+            const int n = lens[li];
+            double ref = 0;
+            for (int i = 0; i < n; i++) ref += exp((double)x[i] - 0.25);
+            const float got = ts_sum_exp(x, n, 0.25f);
+            /* f32 sums of up to 12K terms: a few ulp per term at worst */
+            CHECK_MSG(fabs(got - ref) <= 1e-5 * ref, "%s n=%d: %.9g vs %.9g", modes[mi], n, (double)got, ref);
+        }
+    }
+    free(x);
+    ts_kernels_select(orig);
+}
+
 /* Every chunk of a pool region runs under the caller's floating-point mode
  * (threads.c): with denormals flushed and without, whichever thread claims
  * it. A product computed by a worker must not differ from the caller's. */

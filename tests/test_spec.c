@@ -540,6 +540,53 @@ TS_TEST(spec, draft_vocab) {
     CHECK_MSG(rc != 0 && strstr(out, "--draft-vocab '0'"), "bench draft-vocab 0: %s", out);
 }
 
+/* draft_p_min: the output never changes; 1 leaves no draft standing (every
+ * verify is one row); on the trained default model (whose drafter's
+ * probabilities spread) a floor of 0.5 cuts some drafts, keeps others, and
+ * the kept ones are accepted more often than drafts taken blindly. Out of
+ * [0, 1] (or NaN) is refused. */
+TS_TEST(spec, draft_p_min) {
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    CHECK_MSG(ts_engine_open("models/default", NULL, &e, &err) == 0, "%s", err.msg);
+    static const int32_t P[] = {464, 1236, 286, 262, 1110, 11, 290, 262, 995, 373, 257, 3797, 13, 383, 1110, 286};
+    const int TP = (int)(sizeof P / sizeof P[0]), N = 160, M = 4;
+    static collect ref, got;
+    ts_gen_stats st;
+    CHECK(gen(e, P, TP, 512, N, 0, NULL, &ref, &st) == 0);
+    const float floors[] = {0.0f, 0.5f, 1.0f};
+    int drafted[3] = {0}, accepted[3] = {0}, blocks[3] = {0};
+    for (int f = 0; f < 3; f++) {
+        ts_session *s = mk_session(e, 512, M);
+        CHECK(s);
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = N;
+        gp.spec_draft = M;
+        gp.draft_p_min = floors[f];
+        got.n = 0;
+        CHECK_MSG(ts_generate(s, P, TP, &gp, on_tok, &got, &st, &err) == 0, "%s", err.msg);
+        CHECK_MSG(got.n == ref.n && !memcmp(got.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n), "floor %g: output differs",
+                  (double)floors[f]);
+        drafted[f] = st.n_drafted;
+        accepted[f] = st.n_accepted;
+        blocks[f] = st.n_blocks;
+        const float bad[] = {-0.1f, 1.5f, NAN};
+        for (int b = 0; b < 3 && f == 0; b++) {
+            gp.draft_p_min = bad[b];
+            CHECK(ts_generate(s, P, TP, &gp, on_tok, &got, &st, &err) == TS_E_ARG && strstr(err.msg, "probability floor"));
+        }
+        ts_session_free(s);
+    }
+    CHECK_MSG(drafted[2] == 0 && blocks[2] == ref.n - 1, "floor 1: %d drafts, %d blocks for %d tokens", drafted[2], blocks[2],
+              ref.n);
+    CHECK_MSG(drafted[0] >= M * (blocks[0] - 1), "floor 0: %d drafts in %d blocks", drafted[0], blocks[0]);
+    CHECK_MSG(drafted[1] > 0 && drafted[1] < M * blocks[1], "floor 0.5: %d drafts in %d blocks", drafted[1], blocks[1]);
+    CHECK_MSG((double)accepted[1] / drafted[1] > (double)accepted[0] / drafted[0],
+              "floor 0.5 accepted %d/%d, no floor %d/%d", accepted[1], drafted[1], accepted[0], drafted[0]);
+    ts_engine_close(e);
+}
+
 /* End to end with temperature: runs, is deterministic for a seed, and with
  * a seed different outputs appear. */
 TS_TEST(spec, sampling_generate) {

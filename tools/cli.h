@@ -35,6 +35,8 @@ const char *cli_default_model(void);
  * id), a count K >= 1 gives K. Returns 1, or 0 for anything else (0 is not
  * a value: leaving the flag out is how the automatic choice is asked for). */
 int cli_parse_draft_vocab(const char *s, int *out);
+/* A probability: a number in [0, 1]. Returns 1, or 0 for anything else. */
+int cli_parse_prob(const char *s, float *out);
 
 /* Sampling flags shared by run and chat (--temp, --top-k, --top-p, --min-p,
  * --seed, --repeat-penalty, --presence-penalty, --frequency-penalty).

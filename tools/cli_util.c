@@ -66,6 +66,8 @@ int cli_parse_draft_vocab(const char *s, int *out) {
     return pi(s, out) && *out >= 1;
 }
 
+int cli_parse_prob(const char *s, float *out) { return pf(s, out) && *out >= 0.0f && *out <= 1.0f; }
+
 int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const char *cmd) {
     const char *a = argv[*i];
     if (*i + 1 >= argc) return 0;

@@ -1,5 +1,6 @@
 /* cmd_bench.c: `turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json]
- *                               [--spec mtp --draft M [--draft-vocab K|all]] [--ids-file FILE]`.
+ *                               [--spec mtp --draft M [--draft-vocab K|all] [--draft-p-min P]]
+ *                               [--ids-file FILE]`.
  *
  * Measures, on this machine, in one process:
  * - the memory read bandwidth: sum over a 1 GiB uint64 array, best of 9
@@ -91,7 +92,7 @@ static int cmp_d(const void *a, const void *b) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json] [--bw-mib M]\n"
-               "                       [--spec mtp --draft M [--draft-vocab K|all]] [--ids-file FILE]\n");
+               "                       [--spec mtp --draft M [--draft-vocab K|all] [--draft-p-min P]] [--ids-file FILE]\n");
 }
 
 typedef struct collect {
@@ -108,11 +109,12 @@ static int collect_cb(void *user, int32_t id) {
 /* Plain vs MTP-drafted greedy generation after the same prompt, `runs`
  * times interleaved (after a warm-up pair); prints the medians and the
  * speculative statistics summed over the timed runs. */
-static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int K, int json,
-                      ts_error *err) {
+static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int K, float pmin,
+                      int json, ts_error *err) {
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.draft_vocab = K;
+    gp.draft_p_min = pmin;
     gp.n_predict = gen;
     gp.temperature = 0.0f;
     double *tpl = malloc(sizeof(double) * (runs + 1)), *tsp = malloc(sizeof(double) * (runs + 1));
@@ -149,19 +151,25 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         double p = tpl[1 + runs / 2], q = tsp[1 + runs / 2], nb = sum.n_blocks > 0 ? sum.n_blocks : 1;
         double mal = (sum.n_accepted + sum.n_blocks) / nb;
         if (json) {
-            printf("{\"spec\": \"mtp\", \"draft\": %d, \"draft_vocab\": %d, \"plain_tok_s\": %.2f, \"spec_tok_s\": %.2f,"
-                   " \"speedup\": %.3f, \"identical\": %s, \"mean_accepted_length\": %.3f, \"accept_by_position\": [",
-                   M, sum.draft_vocab, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal);
-            for (int j = 0; j < M && j < 16; j++)
-                printf("%s%.3f", j ? ", " : "", sum.drafted_at[j] ? (double)sum.accepted_at[j] / sum.drafted_at[j] : 0.0);
+            printf("{\"spec\": \"mtp\", \"draft\": %d, \"draft_vocab\": %d, \"draft_p_min\": %g, \"plain_tok_s\": %.2f,"
+                   " \"spec_tok_s\": %.2f, \"speedup\": %.3f, \"identical\": %s, \"mean_accepted_length\": %.3f,"
+                   " \"drafts_per_block\": %.3f, \"accept_by_position\": [",
+                   M, sum.draft_vocab, (double)pmin, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal, sum.n_drafted / nb);
+            for (int j = 0; j < M && j < 16; j++) {
+                if (sum.drafted_at[j]) printf("%s%.3f", j ? ", " : "", (double)sum.accepted_at[j] / sum.drafted_at[j]);
+                else printf("%snull", j ? ", " : ""); /* never drafted there */
+            }
             printf("], \"ms_draft_per_block\": %.4f, \"ms_verify_per_block\": %.4f, \"ms_rollback_per_block\": %.4f}\n",
                    1e3 * sum.t_draft / nb, 1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb);
         } else {
-            printf("spec       mtp --draft %d --draft-vocab %d: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
-                   M, sum.draft_vocab, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
-            printf("           mean accepted length %.2f tokens/verify; acceptance by position:", mal);
-            for (int j = 0; j < M && j < 16; j++)
-                printf(" %d:%.2f", j + 1, sum.drafted_at[j] ? (double)sum.accepted_at[j] / sum.drafted_at[j] : 0.0);
+            printf("spec       mtp --draft %d --draft-vocab %d --draft-p-min %g: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
+                   M, sum.draft_vocab, (double)pmin, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
+            printf("           mean accepted length %.2f tokens/verify, %.2f drafts/verify; acceptance by position:", mal,
+                   sum.n_drafted / nb);
+            for (int j = 0; j < M && j < 16; j++) {
+                if (sum.drafted_at[j]) printf(" %d:%.2f", j + 1, (double)sum.accepted_at[j] / sum.drafted_at[j]);
+                else printf(" %d:-", j + 1);
+            }
             printf("\n           per block: draft %.3f ms, verify %.3f ms, rollback %.3f ms\n", 1e3 * sum.t_draft / nb,
                    1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb);
         }
@@ -177,6 +185,7 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
 int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
     int prompt = 128, gen = 64, threads = 0, runs = 5, json = 0, bw_mib = 1024, draft = 0, spec = 0, dvocab = 0;
+    float pmin = -1; /* -1: not given */
     const char *ids_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -191,6 +200,13 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--draft-vocab")) {
             if (!cli_parse_draft_vocab(v, &dvocab)) {
                 fprintf(stderr, "turbospark bench: --draft-vocab '%s': use a count K >= 1 or 'all'\n", v);
+                return 2;
+            }
+            continue;
+        }
+        if (!strcmp(a, "--draft-p-min")) {
+            if (!cli_parse_prob(v, &pmin)) {
+                fprintf(stderr, "turbospark bench: --draft-p-min '%s': use a probability in [0, 1]\n", v);
                 return 2;
             }
             continue;
@@ -215,7 +231,10 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "turbospark bench: --spec mtp needs --draft M with M in 1..%d\n", TS_SPEC_MAX_DRAFT);
         return 2;
     }
-    if (!spec && (draft || dvocab)) { fprintf(stderr, "turbospark bench: --draft and --draft-vocab need --spec mtp\n"); return 2; }
+    if (!spec && (draft || dvocab || pmin >= 0)) {
+        fprintf(stderr, "turbospark bench: --draft, --draft-vocab and --draft-p-min need --spec mtp\n");
+        return 2;
+    }
     int32_t *file_ids = NULL;
     if (ids_file) {
         char *txt = cli_read_file(ids_file);
@@ -313,7 +332,7 @@ int cmd_bench(int argc, char **argv) {
                bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0);
         printf("load       %.2f (1-minute load average at the end)\n", loadavg[0]);
     }
-    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, dvocab, json, &err);
+    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, dvocab, pmin > 0 ? pmin : 0, json, &err);
     if (rc) fprintf(stderr, "turbospark bench: %s\n", err.msg);
 out:
     free(tp); free(td); free(ids);

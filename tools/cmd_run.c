@@ -37,6 +37,9 @@ static void usage(FILE *f) {
             "  --draft-vocab K|all drafts among token ids [0, K) only: a K-row head product\n"
             "                      (default: all ids up to 32768, else max(32768, vocab/8);\n"
             "                      output is unchanged)\n"
+            "  --draft-p-min P     stop a block's drafting at the first draft whose\n"
+            "                      probability under the MTP head is below P\n"
+            "                      (default 0: always M drafts; output is unchanged)\n"
             "  --threads N         CPU threads (default: all cores)\n"
             "  --print-ids         print generated ids instead of text\n"
             "  -v                  verbose loading (unused tensors)\n");
@@ -80,6 +83,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     char *file_prompt = NULL;
     int chat = 0, no_think = 0;
     int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0, draft = -1, draft_vocab = 0;
+    float draft_p_min = -1; /* -1: not given */
     const char *spec = NULL;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
@@ -106,6 +110,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         else if (ARG("--spec")) spec = argv[++i];
         else if (ARG("--draft")) ok = parse_int(argv[++i], &draft);
         else if (ARG("--draft-vocab")) ok = cli_parse_draft_vocab(argv[++i], &draft_vocab);
+        else if (ARG("--draft-p-min")) ok = cli_parse_prob(argv[++i], &draft_p_min);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
@@ -120,8 +125,8 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         fprintf(stderr, "turbospark run: --spec '%s' is not supported (only 'mtp')\n", spec);
         return 2;
     }
-    if ((draft != -1 || draft_vocab) && !spec) {
-        fprintf(stderr, "turbospark run: --draft and --draft-vocab need --spec mtp\n");
+    if ((draft != -1 || draft_vocab || draft_p_min >= 0) && !spec) {
+        fprintf(stderr, "turbospark run: --draft, --draft-vocab and --draft-p-min need --spec mtp\n");
         return 2;
     }
     if (spec && draft == -1) draft = 3;
@@ -211,6 +216,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
             sp.spec_draft = draft;
             gp.spec_draft = draft;
             gp.draft_vocab = draft_vocab;
+            if (draft_p_min >= 0) gp.draft_p_min = draft_p_min;
         }
         if (!rc) rc = ts_session_new(e, &sp, &s, &err);
     }
@@ -238,11 +244,13 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         fprintf(stderr, "[prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
                 stats.n_prompt, stats.n_gen, pf, dc);
         if (spec && stats.n_blocks > 0) {
-            fprintf(stderr, "[spec mtp --draft %d --draft-vocab %d: %d blocks, %d/%d drafts accepted, mean accepted length %.2f tokens/verify; acceptance by position:",
-                    draft, stats.draft_vocab, stats.n_blocks, stats.n_accepted, stats.n_drafted,
+            fprintf(stderr, "[spec mtp --draft %d --draft-vocab %d --draft-p-min %g: %d blocks, %d/%d drafts accepted, mean accepted length %.2f tokens/verify; acceptance by position:",
+                    draft, stats.draft_vocab, (double)gp.draft_p_min, stats.n_blocks, stats.n_accepted, stats.n_drafted,
                     (double)(stats.n_accepted + stats.n_blocks) / stats.n_blocks);
-            for (int j = 0; j < draft; j++)
-                fprintf(stderr, " %d:%.2f", j + 1, stats.drafted_at[j] ? (double)stats.accepted_at[j] / stats.drafted_at[j] : 0.0);
+            for (int j = 0; j < draft && j < 16; j++) {
+                if (stats.drafted_at[j]) fprintf(stderr, " %d:%.2f", j + 1, (double)stats.accepted_at[j] / stats.drafted_at[j]);
+                else fprintf(stderr, " %d:-", j + 1); /* never drafted there */
+            }
             fprintf(stderr, "; draft %.1f ms, verify %.1f ms, rollback %.2f ms (%.3f ms/verify)]\n", stats.t_draft * 1e3,
                     stats.t_verify * 1e3, stats.t_rollback * 1e3, stats.t_verify * 1e3 / stats.n_blocks);
         }

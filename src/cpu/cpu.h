@@ -54,6 +54,7 @@ int ts_avx512_argmax(const float *x, int n);
 void ts_avx512_gdn_step_rows(float *S, const float *S_in, const float *const *k, const float *const *v,
                              const float *const *q, const float *decay, const float *beta, float *const *o, int n,
                              int dk, int dv);
+float ts_avx512_sum_exp(const float *x, int n, float m);
 /* y = silu(x) (* u when u is not NULL) */
 void ts_avx512_silu(float *y, const float *x, const float *u, size_t n);
 void ts_avx512_prep_q8(const float *x, int64_t cols, int group, int8_t *x8, float *sx, float *xs);

@@ -122,6 +122,13 @@ int ts_argmax(const float *x, int n) {
     return b;
 }
 
+float ts_sum_exp(const float *x, int n, float m) {
+    if (ts_kmode() >= TS_KMODE_AVX512) return ts_avx512_sum_exp(x, n, m);
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += expf(x[i] - m);
+    return s;
+}
+
 void ts_silu(float *y, const float *x, size_t n) {
     if (ts_kmode() >= TS_KMODE_AVX512) { ts_avx512_silu(y, x, NULL, n); return; }
     for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));

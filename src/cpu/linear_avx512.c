@@ -504,6 +504,17 @@ __attribute__((optimize("fp-contract=off"))) int ts_avx512_conv_row(const float 
     return c;
 }
 
+float ts_avx512_sum_exp(const float *x, int n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = ts_tail16((size_t)(n - i));
+        /* masked-off lanes and -inf inputs add exactly 0 */
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, ts_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv))));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 void ts_avx512_silu(float *y, const float *x, const float *u, size_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (size_t i = 0; i < n; i += 16) {

@@ -172,11 +172,17 @@ static int is_stop(const ts_gen_params *p, int32_t id) {
 
 /* Pick a draft from the MTP logits in sc.logits, of which the first K (the
  * drafting vocabulary) were computed; with sampling, keep its distribution in
- * dprobs row j for the acceptance test. */
-static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp, int K) {
+ * dprobs row j for the acceptance test. *prob (if prob is not NULL): the
+ * draft's probability under the drafter (greedy: the softmax over the K
+ * logits, one more pass over them). */
+static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp, int K, float *prob) {
     const int V = s->e->model.cfg.vocab;
     float *lg = s->st.sc.logits;
-    if (!smp) return ts_argmax(lg, K);
+    if (!smp) {
+        int32_t d = ts_argmax(lg, K);
+        if (prob) *prob = 1.0f / ts_sum_exp(lg, K, lg[d]);
+        return d;
+    }
     /* any q is correct as long as the acceptance test sees the q that was
      * drawn from: the sampler's pipeline over the MTP logits (its penalty
      * history lacks the earlier drafts of this block; that only costs
@@ -184,7 +190,9 @@ static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp, int K) {
     for (int i = K; i < V; i++) lg[i] = -INFINITY;
     float *q = s->dprobs + (size_t)j * V;
     ts_sampler_probs(smp, lg, q, NULL);
-    return ts_sampler_draw(smp, q);
+    int32_t d = ts_sampler_draw(smp, q);
+    if (prob) *prob = q[d];
+    return d;
 }
 
 int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
@@ -203,6 +211,8 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
     if (n_prompt < 1) return ts_fail(err, TS_E_ARG, "no prompt tokens");
     if (p->draft_vocab < -1) return ts_fail(err, TS_E_ARG, "drafting vocabulary %d: use K > 0, 0 (automatic) or -1 (all)",
                                             p->draft_vocab);
+    if (!(p->draft_p_min >= 0.0f && p->draft_p_min <= 1.0f))
+        return ts_fail(err, TS_E_ARG, "draft probability floor %g is outside [0, 1]", (double)p->draft_p_min);
     const int K = ts_spec_draft_vocab(p->draft_vocab, V);
     stats->draft_vocab = K;
 
@@ -268,10 +278,20 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
             double td = ts_now();
             ts_mtp_forward(m, st, rtok, rhid, nr, rpos, s->mtp_hid, NULL, s->draft_lowp, K);
             float *h = s->mtp_hid + (size_t)(nr - 1) * H;
-            blk[1] = pick_draft(s, 0, smp, K);
+            /* confidence cut (draft_p_min): a draft the drafter itself
+             * thinks unlikely is not worth a verify row, nor are the drafts
+             * that would follow it. Which rows get verified never changes
+             * the output, only the work. */
+            float pd = 1.0f, *pp = p->draft_p_min > 0 ? &pd : NULL;
+            blk[1] = pick_draft(s, 0, smp, K, pp);
+            if (pd < p->draft_p_min) mm = 0;
             for (int j = 1; j < mm; j++) {
                 ts_mtp_forward(m, st, &blk[j], h, 1, rpos + nr - 1 + j, h, NULL, s->draft_lowp, K);
-                blk[j + 1] = pick_draft(s, j, smp, K);
+                blk[j + 1] = pick_draft(s, j, smp, K, pp);
+                if (pd < p->draft_p_min) {
+                    mm = j;
+                    break;
+                }
             }
             if (s->test_drafts && !smp) s->test_drafts(s->test_user, s->pos, mm, blk + 1);
             stats->t_draft += ts_now() - td;
