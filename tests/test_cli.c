@@ -97,6 +97,31 @@ TS_TEST(cli, verbose_reports_unused_tensors) {
     CHECK_MSG(strstr(g_out, "0 unused"), "%s", g_out);
 }
 
+/* chat with MTP drafting: the conversation (every reply, over turns that
+ * continue the session and after a reset) prints exactly what plain chat
+ * prints, and each turn reports its drafting statistics; bad drafting flags
+ * are refused. (Whether a turn continues the session or re-feeds the
+ * conversation is chat's own choice, the same with and without drafting;
+ * drafting on a continued session is tested in spec.continued_session.) */
+TS_TEST(cli, chat_with_drafting) {
+    char plain[8192], spec[8192], err[2048];
+    const char *in = "printf 'Hello there\\nTell me more\\n/reset\\nHello there\\n'";
+    CHECK(ts_test_sh(plain, sizeof plain, "%s | %s chat -m models/default -n 24 2>/dev/null", in, ts_test_bin()) == 0);
+    CHECK(ts_test_sh(spec, sizeof spec, "%s | %s chat -m models/default -n 24 --spec mtp --draft 3 2>/dev/null", in,
+                     ts_test_bin()) == 0);
+    CHECK_MSG(strlen(plain) > 20 && !strcmp(plain, spec), "plain:\n%s\ndrafted:\n%s", plain, spec);
+    CHECK(ts_test_sh(spec, sizeof spec, "%s | %s chat -m models/default -n 24 --spec mtp --draft 3 2>&1 >/dev/null", in,
+                     ts_test_bin()) == 0);
+    int lines = 0;
+    for (const char *p = spec; (p = strstr(p, "[spec mtp --draft 3")); p++) lines++;
+    CHECK_MSG(lines == 3, "expected a drafting line per turn: %s", spec);
+    const char *bad[] = {"--draft 2", "--spec mtp --draft 9", "--spec eagle", "-n x", "--spec mtp --draft-p-min 2"};
+    for (int i = 0; i < 5; i++) {
+        int rc = ts_test_sh(err, sizeof err, "echo hi | %s chat -m models/default %s 2>&1", ts_test_bin(), bad[i]);
+        CHECK_MSG(rc == 2 && strstr(err, "turbospark chat:"), "'%s' gave rc %d: %s", bad[i], rc, err);
+    }
+}
+
 /* Seeded sampling through the CLI: the same seed repeats, other seeds differ. */
 TS_TEST(cli, seeded_sampling_repeats) {
     char a[4096], b[4096], c[4096];

@@ -35,6 +35,8 @@ const char *cli_default_model(void);
  * id), a count K >= 1 gives K. Returns 1, or 0 for anything else (0 is not
  * a value: leaving the flag out is how the automatic choice is asked for). */
 int cli_parse_draft_vocab(const char *s, int *out);
+/* A count: a whole decimal number in [0, 2^30]. Returns 1, or 0 for anything else. */
+int cli_parse_count(const char *s, int *out);
 /* A probability: a number in [0, 1]. Returns 1, or 0 for anything else. */
 int cli_parse_prob(const char *s, float *out);
 
@@ -47,6 +49,35 @@ int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const c
     "  --temp T            temperature (default 0 = greedy)\n" \
     "  --top-k K --top-p P --min-p P --seed S\n" \
     "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
+
+/* Speculative decoding flags shared by run and chat: --spec mtp, --draft M,
+ * --draft-vocab K|all, --draft-p-min P. */
+typedef struct cli_spec {
+    int on;          /* --spec mtp given */
+    int draft;       /* -1: not given (3 once checked) */
+    int draft_vocab; /* 0: not given (automatic) */
+    float p_min;     /* -1: not given (off) */
+} cli_spec;
+#define CLI_SPEC_INIT {0, -1, 0, -1.0f}
+/* 1 if argv[*i] was one of them (its value consumed), 0 if not, -1 on a bad
+ * value (after printing an error naming cmd). */
+int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd);
+/* The combination: --draft and friends need --spec mtp, M in 1..8. Sets the
+ * default M. Returns 0, or -1 after printing an error. */
+int cli_spec_check(cli_spec *o, const char *cmd);
+/* Into session and generation parameters (nothing when the flags are off). */
+void cli_spec_apply(const cli_spec *o, ts_session_params *sp, ts_gen_params *gp);
+/* The "[spec ...]" statistics line on stderr (nothing without verify blocks). */
+void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_stats *st);
+#define CLI_SPEC_HELP \
+    "  --spec mtp          speculative decoding, drafting with the MTP head\n" \
+    "  --draft M           tokens drafted per block, 1..8 (default 3)\n" \
+    "  --draft-vocab K|all drafts among token ids [0, K) only: a K-row head product\n" \
+    "                      (default: all ids up to 32768, else max(32768, vocab/8);\n" \
+    "                      output is unchanged)\n" \
+    "  --draft-p-min P     stop a block's drafting at the first draft whose\n" \
+    "                      probability under the MTP head is below P\n" \
+    "                      (default 0: always M drafts; output is unchanged)\n"
 
 /* Chat helpers (tools/cli_chat.c). A conversation is a JSON array of
  * {"role", "content"} messages kept as a cJSON tree (strings only, so

@@ -66,7 +66,71 @@ int cli_parse_draft_vocab(const char *s, int *out) {
     return pi(s, out) && *out >= 1;
 }
 
+int cli_parse_count(const char *s, int *out) { return pi(s, out); }
+
 int cli_parse_prob(const char *s, float *out) { return pf(s, out) && *out >= 0.0f && *out <= 1.0f; }
+
+int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd) {
+    const char *a = argv[*i];
+    if (strcmp(a, "--spec") && strcmp(a, "--draft") && strcmp(a, "--draft-vocab") && strcmp(a, "--draft-p-min")) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "turbospark %s: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    int ok = 1;
+    if (!strcmp(a, "--spec")) {
+        if (strcmp(v, "mtp")) {
+            fprintf(stderr, "turbospark %s: --spec '%s' is not supported (only 'mtp')\n", cmd, v);
+            return -1;
+        }
+        o->on = 1;
+    } else if (!strcmp(a, "--draft")) {
+        ok = pi(v, &o->draft);
+    } else if (!strcmp(a, "--draft-vocab")) {
+        ok = cli_parse_draft_vocab(v, &o->draft_vocab);
+    } else {
+        ok = cli_parse_prob(v, &o->p_min);
+    }
+    if (!ok) fprintf(stderr, "turbospark %s: bad value '%s' for %s\n", cmd, v, a);
+    return ok ? 1 : -1;
+}
+
+int cli_spec_check(cli_spec *o, const char *cmd) {
+    if (!o->on && (o->draft != -1 || o->draft_vocab || o->p_min >= 0)) {
+        fprintf(stderr, "turbospark %s: --draft, --draft-vocab and --draft-p-min need --spec mtp\n", cmd);
+        return -1;
+    }
+    if (o->on && o->draft == -1) o->draft = 3;
+    if (o->on && (o->draft < 1 || o->draft > TS_SPEC_MAX_DRAFT)) {
+        fprintf(stderr, "turbospark %s: --draft %d is outside 1..%d\n", cmd, o->draft, TS_SPEC_MAX_DRAFT);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_spec_apply(const cli_spec *o, ts_session_params *sp, ts_gen_params *gp) {
+    if (!o->on) return;
+    sp->spec_draft = o->draft;
+    gp->spec_draft = o->draft;
+    gp->draft_vocab = o->draft_vocab;
+    if (o->p_min >= 0) gp->draft_p_min = o->p_min;
+}
+
+void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_stats *st) {
+    if (!o->on || st->n_blocks <= 0) return;
+    fprintf(stderr,
+            "[spec mtp --draft %d --draft-vocab %d --draft-p-min %g: %d blocks, %d/%d drafts accepted, mean accepted "
+            "length %.2f tokens/verify; acceptance by position:",
+            o->draft, st->draft_vocab, (double)gp->draft_p_min, st->n_blocks, st->n_accepted, st->n_drafted,
+            (double)(st->n_accepted + st->n_blocks) / st->n_blocks);
+    for (int j = 0; j < o->draft && j < 16; j++) {
+        if (st->drafted_at[j]) fprintf(stderr, " %d:%.2f", j + 1, (double)st->accepted_at[j] / st->drafted_at[j]);
+        else fprintf(stderr, " %d:-", j + 1); /* never drafted there */
+    }
+    fprintf(stderr, "; draft %.1f ms, verify %.1f ms, rollback %.2f ms (%.3f ms/verify)]\n", st->t_draft * 1e3,
+            st->t_verify * 1e3, st->t_rollback * 1e3, st->t_verify * 1e3 / st->n_blocks);
+}
 
 int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const char *cmd) {
     const char *a = argv[*i];

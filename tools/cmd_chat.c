@@ -1,6 +1,7 @@
 /* cmd_chat.c: `turbospark chat`: an interactive conversation.
  *
  *   turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [sampling] [--ctx N]
+ *                   [--spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]]
  *
  * Line editing and history come from readline. Each turn renders the whole
  * conversation with the model's chat template; when the session's timeline
@@ -66,31 +67,38 @@ static int on_token(void *user, int32_t id) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [--ctx N] [options]\n"
-               "  -n N                reply length limit in tokens (default 512)\n" CLI_SAMPLING_HELP
+               "  -n N                reply length limit in tokens (default 512)\n"
+               "  --ctx N             context limit in tokens\n"
+               "  --threads N         CPU threads (default: all cores)\n" CLI_SAMPLING_HELP CLI_SPEC_HELP
                "commands in the conversation: /reset (forget it), /quit\n");
 }
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL;
     int no_think = 0, n_ctx = 0, n_predict = 512, threads = 0;
+    cli_spec spec = CLI_SPEC_INIT;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int more = i + 1 < argc;
+        int more = i + 1 < argc, ok = 1;
         int sr = cli_parse_sampling(argc, argv, &i, &gp, "chat");
         if (sr < 0) return 2;
+        if (sr > 0) continue;
+        if ((sr = cli_parse_spec(argc, argv, &i, &spec, "chat")) < 0) return 2;
         if (sr > 0) continue;
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
         else if (!strcmp(a, "--system") && more) system = argv[++i];
         else if (!strcmp(a, "--no-think")) no_think = 1;
-        else if (!strcmp(a, "-n") && more) n_predict = atoi(argv[++i]);
-        else if (!strcmp(a, "--ctx") && more) n_ctx = atoi(argv[++i]);
-        else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "-n") && more) ok = cli_parse_count(argv[++i], &n_predict);
+        else if (!strcmp(a, "--ctx") && more) ok = cli_parse_count(argv[++i], &n_ctx);
+        else if (!strcmp(a, "--threads") && more) ok = cli_parse_count(argv[++i], &threads);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "turbospark chat: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
+        if (!ok) { fprintf(stderr, "turbospark chat: bad value '%s' for %s\n", argv[i], a); return 2; }
     }
-    if (n_predict <= 0 || n_ctx < 0) { fprintf(stderr, "turbospark chat: -n must be > 0 and --ctx >= 0\n"); return 2; }
+    if (n_predict <= 0) { fprintf(stderr, "turbospark chat: -n must be > 0\n"); return 2; }
+    if (cli_spec_check(&spec, "chat")) return 2;
     if (!model) model = cli_default_model();
     if (!model) { fprintf(stderr, "turbospark chat: no model: pass -m DIR\n"); return 2; }
 
@@ -110,7 +118,13 @@ int cmd_chat(int argc, char **argv) {
         ts_session_params sp;
         ts_session_params_default(&sp);
         sp.n_ctx = n_ctx;
-        rc = ts_session_new(e, &sp, &s, &err);
+        cli_spec_apply(&spec, &sp, &gp); /* turns continue the session: drafting is exact there too (tested) */
+        if (spec.on && !ts_engine_info(e)->has_mtp) {
+            rc = TS_E_UNSUPPORTED;
+            snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
+        } else {
+            rc = ts_session_new(e, &sp, &s, &err);
+        }
     }
     if (!rc) rc = ts_detok_new(tok, &dt, &err);
     if (rc) {
@@ -197,6 +211,7 @@ int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "[prompt %d new tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
                     st.n_prompt, st.n_gen, st.t_prefill > 0 ? st.n_prompt / st.t_prefill : 0,
                     st.n_gen > 1 && st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0);
+            cli_spec_report(&spec, &gp, &st);
         }
         free(t.gen);
         free(t.text);

@@ -2,7 +2,8 @@
  *
  *   turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [sampling options]
  *                  [--chat [--system TEXT] [--no-think]] [--ctx N] [--threads N]
- *                  [--chunk N] [--spec mtp --draft M] [--print-ids] [-v]
+ *                  [--chunk N] [--spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]]
+ *                  [--print-ids] [-v]
  *
  * Text streams to stdout as it is generated (whole UTF-8 characters only);
  * with --print-ids, or for a checkpoint without a tokenizer, the generated
@@ -32,14 +33,7 @@ static void usage(FILE *f) {
             CLI_SAMPLING_HELP
             "  --ctx N             context limit in tokens\n"
             "  --chunk N           prompt rows per forward pass (default 64)\n"
-            "  --spec mtp          speculative decoding, drafting with the MTP head\n"
-            "  --draft M           tokens drafted per block, 1..8 (default 3)\n"
-            "  --draft-vocab K|all drafts among token ids [0, K) only: a K-row head product\n"
-            "                      (default: all ids up to 32768, else max(32768, vocab/8);\n"
-            "                      output is unchanged)\n"
-            "  --draft-p-min P     stop a block's drafting at the first draft whose\n"
-            "                      probability under the MTP head is below P\n"
-            "                      (default 0: always M drafts; output is unchanged)\n"
+            CLI_SPEC_HELP
             "  --threads N         CPU threads (default: all cores)\n"
             "  --print-ids         print generated ids instead of text\n"
             "  -v                  verbose loading (unused tensors)\n");
@@ -82,9 +76,8 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
     char *file_prompt = NULL;
     int chat = 0, no_think = 0;
-    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0, draft = -1, draft_vocab = 0;
-    float draft_p_min = -1; /* -1: not given */
-    const char *spec = NULL;
+    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0;
+    cli_spec spec = CLI_SPEC_INIT;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
@@ -92,6 +85,8 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         int more = i + 1 < argc, ok = 1;
         int sr = cli_parse_sampling(argc, argv, &i, &gp, "run");
         if (sr < 0) return 2;
+        if (sr > 0) continue;
+        if ((sr = cli_parse_spec(argc, argv, &i, &spec, "run")) < 0) return 2;
         if (sr > 0) continue;
 #define ARG(name) (!strcmp(a, name) && more)
         if (ARG("-m") || ARG("--model")) model = argv[++i];
@@ -107,10 +102,6 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         else if (ARG("--ctx")) ok = parse_int(argv[++i], &n_ctx) && n_ctx >= 0;
         else if (ARG("--threads")) ok = parse_int(argv[++i], &threads) && threads >= 0;
         else if (ARG("--chunk")) ok = parse_int(argv[++i], &chunk) && chunk >= 1;
-        else if (ARG("--spec")) spec = argv[++i];
-        else if (ARG("--draft")) ok = parse_int(argv[++i], &draft);
-        else if (ARG("--draft-vocab")) ok = cli_parse_draft_vocab(argv[++i], &draft_vocab);
-        else if (ARG("--draft-p-min")) ok = cli_parse_prob(argv[++i], &draft_p_min);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
@@ -121,19 +112,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         if (!ok) { fprintf(stderr, "turbospark run: bad value '%s' for %s\n", argv[i], a); return 2; }
 #undef ARG
     }
-    if (spec && strcmp(spec, "mtp")) {
-        fprintf(stderr, "turbospark run: --spec '%s' is not supported (only 'mtp')\n", spec);
-        return 2;
-    }
-    if ((draft != -1 || draft_vocab || draft_p_min >= 0) && !spec) {
-        fprintf(stderr, "turbospark run: --draft, --draft-vocab and --draft-p-min need --spec mtp\n");
-        return 2;
-    }
-    if (spec && draft == -1) draft = 3;
-    if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
-        fprintf(stderr, "turbospark run: --draft %d is outside 1..%d\n", draft, TS_SPEC_MAX_DRAFT);
-        return 2;
-    }
+    if (cli_spec_check(&spec, "run")) return 2;
     if (!model) model = cli_default_model();
     if (!model) { fprintf(stderr, "turbospark run: no model: pass -m DIR\n"); return 2; }
     if (prompt && ids_s) { fprintf(stderr, "turbospark run: pass -p or --ids, not both\n"); return 2; }
@@ -209,15 +188,11 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         ts_session_params_default(&sp);
         sp.n_ctx = n_ctx;
         sp.max_rows = chunk;
-        if (spec && !ts_engine_info(e)->has_mtp) {
+        if (spec.on && !ts_engine_info(e)->has_mtp) {
             rc = TS_E_UNSUPPORTED;
             snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
-        } else if (spec) {
-            sp.spec_draft = draft;
-            gp.spec_draft = draft;
-            gp.draft_vocab = draft_vocab;
-            if (draft_p_min >= 0) gp.draft_p_min = draft_p_min;
         }
+        cli_spec_apply(&spec, &sp, &gp);
         if (!rc) rc = ts_session_new(e, &sp, &s, &err);
     }
     if (!rc && tok && !print_ids) rc = ts_detok_new(tok, &dt, &err);
@@ -243,17 +218,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         double dc = stats.n_gen > 1 && stats.t_decode > 0 ? (stats.n_gen - 1) / stats.t_decode : 0;
         fprintf(stderr, "[prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
                 stats.n_prompt, stats.n_gen, pf, dc);
-        if (spec && stats.n_blocks > 0) {
-            fprintf(stderr, "[spec mtp --draft %d --draft-vocab %d --draft-p-min %g: %d blocks, %d/%d drafts accepted, mean accepted length %.2f tokens/verify; acceptance by position:",
-                    draft, stats.draft_vocab, (double)gp.draft_p_min, stats.n_blocks, stats.n_accepted, stats.n_drafted,
-                    (double)(stats.n_accepted + stats.n_blocks) / stats.n_blocks);
-            for (int j = 0; j < draft && j < 16; j++) {
-                if (stats.drafted_at[j]) fprintf(stderr, " %d:%.2f", j + 1, (double)stats.accepted_at[j] / stats.drafted_at[j]);
-                else fprintf(stderr, " %d:-", j + 1); /* never drafted there */
-            }
-            fprintf(stderr, "; draft %.1f ms, verify %.1f ms, rollback %.2f ms (%.3f ms/verify)]\n", stats.t_draft * 1e3,
-                    stats.t_verify * 1e3, stats.t_rollback * 1e3, stats.t_verify * 1e3 / stats.n_blocks);
-        }
+        cli_spec_report(&spec, &gp, &stats);
     }
     ts_detok_free(dt);
     ts_tokens_free(&pt);
