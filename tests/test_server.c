@@ -276,8 +276,10 @@ static int int_at(const cJSON *j, const char *path) {
  * leaves tokens marked special out of the text, as OpenAI-style servers do,
  * so they are removed here (added tokens not marked special, like <think> or
  * <|fim_prefix|>, stay in both). */
+static const char *g_run_extra = ""; /* the server's drafting flags, for run too */
+
 static int run_text(const char *args, char *out, size_t cap) {
-    int rc = ts_test_sh(out, cap, "%s run -m %s %s 2>/dev/null", ts_test_bin(), model_dir(), args);
+    int rc = ts_test_sh(out, cap, "%s run -m %s %s %s 2>/dev/null", ts_test_bin(), model_dir(), args, g_run_extra);
     size_t n = strlen(out);
     if (n && out[n - 1] == '\n') out[--n] = 0;
     ts_tokenizer *tok = NULL;
@@ -767,4 +769,30 @@ TS_TEST(server, disconnect_cancels_and_queue_is_bounded) {
     disconnect_and_queue(&s);
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* --spec mtp: every generation drafts with the MTP head. The same checks as
+ * greedy_matches_run and stream_and_stop (requests that reuse a session's
+ * prefix included) against `run` with the same drafting flags: greedy
+ * replies are plain run's (drafting never changes them: tests/test_spec.c),
+ * and a seeded sampled request repeats run's drafted draws exactly. The
+ * drafting counters show in /metrics. Bad drafting flags are refused before
+ * anything loads. */
+TS_TEST(server, drafting_matches_run) {
+    server s;
+    CHECK_MSG(server_start(&s, "--spec", "mtp", "--draft", "3", NULL) == 0, "the server did not start");
+    g_run_extra = "--spec mtp --draft 3";
+    greedy_matches_run(&s);
+    stream_and_stop(&s);
+    g_run_extra = "";
+    int drafted = metric(s.port, "turbospark_draft_tokens_total"), blocks = metric(s.port, "turbospark_verify_blocks_total");
+    CHECK_MSG(drafted > 0 && blocks > 0 && metric(s.port, "turbospark_draft_tokens_accepted_total") >= 0,
+              "drafted %d, verify blocks %d", drafted, blocks);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+    const char *bad[] = {"--draft 2", "--spec mtp --draft 0", "--spec medusa"};
+    for (int i = 0; i < 3; i++) {
+        int rc = ts_test_sh(g_sh, sizeof g_sh, "%s serve -m %s --port 0 %s 2>&1", ts_test_bin(), model_dir(), bad[i]);
+        CHECK_MSG(rc == 2 && strstr(g_sh, "turbospark serve:"), "'%s': rc %d, %s", bad[i], rc, g_sh);
+    }
 }

@@ -62,6 +62,9 @@ static void usage(FILE *f) {
             "  --max-tokens-limit N   largest max_tokens a request may ask for (default: the context)\n"
             "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/\n"
             "  --threads N            CPU threads (default: all cores)\n"
+            "  --spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]\n"
+            "                         every generation drafts with the MTP head (as in run;\n"
+            "                         output unchanged, sampled requests keep their distribution)\n"
             "  -v                     log every request on stderr\n");
 }
 
@@ -225,7 +228,7 @@ static enum MHD_Result do_models(conn *cc, struct MHD_Connection *c) {
 
 static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
     srv *s = cc->s;
-    char buf[4096];
+    char buf[8192];
     pthread_mutex_lock(&s->mu);
     double pf = s->m_prefill_s > 0 ? (double)s->m_prefill_tokens / s->m_prefill_s : 0;
     double dc = s->m_decode_s > 0 ? (double)s->m_decode_tokens / s->m_decode_s : 0;
@@ -253,12 +256,20 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
         "# HELP turbospark_sessions_busy Sessions generating now.\n"
         "# TYPE turbospark_sessions_busy gauge\nturbospark_sessions_busy %d\n"
         "# HELP turbospark_sessions Sessions in the pool.\n"
-        "# TYPE turbospark_sessions gauge\nturbospark_sessions %d\n",
+        "# TYPE turbospark_sessions gauge\nturbospark_sessions %d\n"
+        "# HELP turbospark_draft_tokens_total MTP drafts verified (0 without --spec).\n"
+        "# TYPE turbospark_draft_tokens_total counter\nturbospark_draft_tokens_total %llu\n"
+        "# HELP turbospark_draft_tokens_accepted_total MTP drafts accepted.\n"
+        "# TYPE turbospark_draft_tokens_accepted_total counter\nturbospark_draft_tokens_accepted_total %llu\n"
+        "# HELP turbospark_verify_blocks_total Verify passes of drafted generations.\n"
+        "# TYPE turbospark_verify_blocks_total counter\nturbospark_verify_blocks_total %llu\n",
         (unsigned long long)s->m_requests, (unsigned long long)s->m_errors, (unsigned long long)s->m_rejected,
         (unsigned long long)s->m_generations, (unsigned long long)s->m_prompt_tokens,
         (unsigned long long)s->m_cached_tokens, (unsigned long long)s->m_gen_tokens, pf, dc,
-        s->q_len, s->n_busy, s->parallel);
+        s->q_len, s->n_busy, s->parallel, (unsigned long long)s->m_drafted, (unsigned long long)s->m_accepted,
+        (unsigned long long)s->m_verify_blocks);
     pthread_mutex_unlock(&s->mu);
+    if (n < 0 || (size_t)n >= sizeof buf) n = (int)strlen(buf); /* cannot happen: the text is bounded */
     return send_body(c, 200, "text/plain; version=0.0.4", buf, (size_t)n);
 }
 
@@ -384,9 +395,13 @@ static int parse_int(const char *s, int lo, int *out) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL;
     int port = 8080, n_ctx = 0, parallel = 1, queue = 16, max_tokens_limit = 0, threads = 0, verbose = 0;
+    cli_spec spec = CLI_SPEC_INIT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc, ok = 1;
+        int sr = cli_parse_spec(argc, argv, &i, &spec, "serve");
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
 #define ARG(name) (!strcmp(a, name) && more)
         if (ARG("-m") || ARG("--model")) model = argv[++i];
         else if (ARG("--host")) host = argv[++i];
@@ -406,6 +421,7 @@ int cmd_serve(int argc, char **argv) {
     if (!model) model = cli_default_model();
     if (!model) { fprintf(stderr, "turbospark serve: no model: pass -m DIR\n"); return 2; }
     if (api_key && !*api_key) { fprintf(stderr, "turbospark serve: --api-key is empty\n"); return 2; }
+    if (cli_spec_check(&spec, "serve")) return 2;
 
     /* Resolve the address before loading anything. */
     struct addrinfo hints, *ai = NULL;
@@ -435,6 +451,7 @@ int cmd_serve(int argc, char **argv) {
     s->queue_cap = queue;
     s->api_key = api_key;
     s->verbose = verbose;
+    s->spec = spec;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->tpl_mu, NULL);
@@ -463,6 +480,11 @@ int cmd_serve(int argc, char **argv) {
     ep.n_threads = threads;
     struct MHD_Daemon *d = NULL;
     if ((rc = ts_engine_open(model, &ep, &s->e, &err))) goto out;
+    if (spec.on && !ts_engine_info(s->e)->has_mtp) {
+        rc = TS_E_UNSUPPORTED;
+        snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
+        goto out;
+    }
     if ((rc = ts_tokenizer_load(model, &s->tok, &err))) {
         fprintf(stderr, "turbospark serve: the server needs a tokenizer: ");
         goto out;

@@ -76,6 +76,7 @@ struct srv {
     int n_ctx, parallel, queue_cap, max_tokens_limit;
     const char *api_key;
     int n_vocab, verbose;
+    cli_spec spec;                /* --spec mtp ...: every generation drafts with the MTP head */
 
     /* the pool (under mu) */
     pthread_mutex_t mu;
@@ -89,6 +90,7 @@ struct srv {
     uint64_t m_prompt_tokens, m_cached_tokens, m_gen_tokens;
     uint64_t m_prefill_tokens, m_decode_tokens;
     double m_prefill_s, m_decode_s;
+    uint64_t m_drafted, m_accepted, m_verify_blocks;
 };
 
 /* ---- server_gen.c ---- */

@@ -389,6 +389,11 @@ static void run_job(slot *sl, job *j) {
     sl->n_cache = 0; /* valid again only after a clean generation */
     r.base = j->n_prompt;
     j->n_cached = reuse;
+    /* drafting: exact for greedy requests, the target distribution for
+     * sampled ones, and exact on a reused prefix too (tests/test_spec.c) */
+    ts_session_params unused;
+    ts_session_params_default(&unused);
+    cli_spec_apply(&s->spec, &unused, &gp);
     if (!j->ignore_eos) {
         gp.stop_ids = s->stop_ids;
         gp.n_stop = s->n_stop_ids;
@@ -468,6 +473,9 @@ static void run_job(slot *sl, job *j) {
         s->m_decode_tokens += (uint64_t)(st.n_gen - 1);
         s->m_decode_s += st.t_decode;
     }
+    s->m_drafted += (uint64_t)st.n_drafted;
+    s->m_accepted += (uint64_t)st.n_accepted;
+    s->m_verify_blocks += (uint64_t)st.n_blocks;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -542,6 +550,9 @@ int srv_pool_start(srv *s, ts_error *err) {
     ts_session_params sp;
     ts_session_params_default(&sp);
     sp.n_ctx = s->n_ctx;
+    ts_gen_params unused;
+    ts_gen_params_default(&unused);
+    cli_spec_apply(&s->spec, &sp, &unused); /* drafting buffers in every session */
     for (int i = 0; i < s->parallel; i++) {
         slot *sl = &s->slots[i];
         sl->s = s;
