@@ -516,8 +516,10 @@ int cmd_serve(int argc, char **argv) {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     if (di) port = di->port;
     g_started = time(NULL);
-    fprintf(stderr, "turbospark serve: listening on http://%s:%d (model %s, ctx %d, parallel %d, queue %d)\n",
-            host, port, s->model_id, s->n_ctx, s->parallel, s->queue_cap);
+    char drafting[64] = "";
+    if (s->spec.on) snprintf(drafting, sizeof drafting, ", drafting mtp %d", s->spec.draft);
+    fprintf(stderr, "turbospark serve: listening on http://%s:%d (model %s, ctx %d, parallel %d, queue %d%s)\n",
+            host, port, s->model_id, s->n_ctx, s->parallel, s->queue_cap, drafting);
     fflush(stderr);
 
     int sig = 0;
