@@ -110,8 +110,8 @@ void ts_silu_mul(float *g, const float *u, size_t n);
 
 /* sum_{i<n} e^(x[i] - m): a softmax's denominator (the MTP drafter's
  * confidence, spec.c). The SIMD version uses the polynomial e^x of ts_silu
- * and 16 partial sums (rounding differs from the scalar loop); a -inf term
- * adds at most e^-104 there (the polynomial's input is clamped). */
+ * and 16 partial sums (rounding differs from the scalar loop); -inf terms
+ * add 0 in both. */
 float ts_sum_exp(const float *x, int n, float m);
 
 /* The first index of the largest of x[0..n) (n >= 1), exactly as the loop

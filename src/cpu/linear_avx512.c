@@ -509,7 +509,8 @@ float ts_avx512_sum_exp(const float *x, int n, float m) {
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {
         const __mmask16 k = ts_tail16((size_t)(n - i));
-        /* masked-off lanes and -inf inputs add exactly 0 */
+        /* masked-off lanes add exactly 0; a -inf input is clamped to
+         * e^-104, which rounds to 0 in f32 */
         acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, ts_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv))));
     }
     return _mm512_reduce_add_ps(acc);
