@@ -98,8 +98,9 @@ typedef struct ts_attn_q {
 void ts_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t stride, int D, float scale);
 
 /* One row of the GDN causal depthwise conv (the token path): y[c] =
- * sum_{t<K} w[c*K + t] * x[t][c], summed from zero in t order with separate
- * multiplies and adds, so every kernel mode gives the same bits. */
+ * sum_{t<K} w[t*C + c] * x[t][c] (weights [K, C]), summed from zero in t
+ * order with separate multiplies and adds, so every kernel mode gives the
+ * same bits. */
 void ts_conv_row(const float *const *x, const float *w, int K, float *y, int C);
 
 /* Element-wise SiLU x / (1 + e^-x): y = silu(x) (y may be x), and
@@ -208,10 +209,11 @@ void ts_attn_chunk_ref(const float *q, size_t ldq, const float *k, const float *
 void ts_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps);
 
 /* Causal depthwise conv + SiLU of nc channels over n rows:
- *   out[i*ldo + c] = silu(sum_{t<K} w[c*K + t] * in(i - (K-1) + t)[c])
+ *   out[i*ldo + c] = silu(sum_{t<K} w[t*ldw + c] * in(i - (K-1) + t)[c])
  * where in(r) is x + r*ldx for r >= 0 and state + (K-1+r)*lds for r < 0
- * (the K-1 inputs before the chunk, oldest first). Sums in t order. */
-void ts_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
-                  size_t ldo, int n, int nc);
+ * (the K-1 inputs before the chunk, oldest first); w is tap-major ([K, C]
+ * weights, ldw = C, offset to the first channel). Sums in t order. */
+void ts_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, size_t ldw, int K,
+                  float *out, size_t ldo, int n, int nc);
 
 #endif

@@ -366,8 +366,9 @@ TS_TEST(kernels, attn_rows_match_row) {
 }
 
 /* The token path's GDN conv row (ts_conv_row) gives the same bits in every
- * kernel mode (multiplies and adds in tap order, no fused multiply-add):
- * taps 1 to 9 (the vector path takes up to 8), channel counts around 16. */
+ * kernel mode (multiplies and adds in tap order, no fused multiply-add), and
+ * they are the sum over the [K, C] weights' taps: taps 1 to 9, channel
+ * counts around 16. */
 TS_TEST(kernels, conv_row_same_in_every_mode) {
     const char *orig = ts_kernels_name();
     if (ts_kernels_select("avx512") != 0) { fprintf(stderr, "  (no avx512 here)\n"); ts_kernels_select(orig); return; }
@@ -385,6 +386,13 @@ TS_TEST(kernels, conv_row_same_in_every_mode) {
             ts_kernels_select("avx512");
             ts_conv_row(x, w, K, y1, C);
             CHECK_MSG(!memcmp(y0, y1, sizeof(float) * C), "K %d C %d: avx512 differs from generic", K, C);
+            const int c = C - 1; /* the last channel: tap t's weight at w[t * C + c] */
+            float want = 0.f;
+            for (int t = 0; t < K; t++) {
+                volatile float p = w[(size_t)t * C + c] * x[t][c]; /* no FMA contraction */
+                want = want + p;
+            }
+            CHECK_MSG(!memcmp(&want, &y1[c], sizeof want), "K %d C %d: %g, the taps sum to %g", K, C, y1[c], want);
             free(w); free(xs); free(y0); free(y1);
         }
     ts_kernels_select(orig);

@@ -223,9 +223,10 @@ TS_TEST(prefill_kernels, conv_and_norm) {
         for (int i = 0; i < 3 * ld; i++) st[i] = frand() * 3.0f;
         for (int i = 0; i < nc * K; i++) w[i] = frand();
         CHECK(ts_kernels_select("generic") == 0);
-        ts_conv_silu(x, ld, st, ld, w, K, o0, ld, n, nc);
+        /* weights [K, nc] (tap-major), read from channel 0 */
+        ts_conv_silu(x, ld, st, ld, w, nc, K, o0, ld, n, nc);
         int have = ts_kernels_select("avx512") == 0;
-        if (have) ts_conv_silu(x, ld, st, ld, w, K, o1, ld, n, nc);
+        if (have) ts_conv_silu(x, ld, st, ld, w, nc, K, o1, ld, n, nc);
         ts_kernels_select(orig);
         if (have) {
             float e = rel_err(o1, o0, (size_t)n * ld);
@@ -237,7 +238,7 @@ TS_TEST(prefill_kernels, conv_and_norm) {
         }
         /* the plain C against a direct sum: row 0 reads the state */
         float acc = 0.f;
-        for (int t = 0; t < K; t++) acc += w[5 * K + t] * (t == K - 1 ? x[5] : st[(t + 3 - (K - 1)) * ld + 5]);
+        for (int t = 0; t < K; t++) acc += w[t * nc + 5] * (t == K - 1 ? x[5] : st[(t + 3 - (K - 1)) * ld + 5]);
         float want = acc / (1.0f + expf(-acc));
         CHECK_MSG(fabsf(o0[5] - want) <= 1e-6f * fabsf(want) + 1e-7f, "conv K %d row 0: %g vs %g", K, o0[5], want);
         free(x); free(st); free(w); free(o0); free(o1);

@@ -112,7 +112,7 @@ void ts_avx512_delta_chunk(float *S, const float *q, const float *k, const float
 void ts_avx512_attn_chunk(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv, float *o, size_t ldo,
                           int n, int pos, int D, float scale);
 void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps);
-void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
+void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, size_t ldw, int K, float *out,
                          size_t ldo, int n, int nc);
 
 #endif

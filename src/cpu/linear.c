@@ -102,12 +102,11 @@ void ts_attn_rows(const ts_attn_q *a, const float *K, const float *V, int64_t st
 
 void ts_conv_row(const float *const *x, const float *w, int K, float *y, int C) {
     int c0 = 0;
-    if (ts_kmode() >= TS_KMODE_AVX512 && K <= 8) c0 = ts_avx512_conv_row(x, w, K, y, C);
+    if (ts_kmode() >= TS_KMODE_AVX512) c0 = ts_avx512_conv_row(x, w, K, y, C);
     for (int c = c0; c < C; c++) {
-        const float *cw = w + (size_t)c * K;
         float acc = 0.f;
         for (int t = 0; t < K; t++) {
-            float p = cw[t] * x[t][c];
+            float p = w[(size_t)t * C + c] * x[t][c];
             acc = acc + p;
         }
         y[c] = acc;

@@ -485,20 +485,17 @@ void ts_avx512_attn_row(const float *q, const float *K, const float *V, int64_t 
     ts_avx512_attn_rows(&a, K, V, stride, D, scale);
 }
 
-/* ts_conv_row, 16 channels at a time (the taps of 16 channels gathered from
- * the [C, K] weights); returns the channels done (a multiple of 16; the
- * caller finishes the rest). The same multiplies and adds, in the same
- * order, as the scalar loop (GCC would otherwise fuse the intrinsics' multiply
- * and add into one FMA: contraction is off for this function). */
+/* ts_conv_row, 16 channels at a time (each tap a contiguous row of the
+ * [K, C] weights); returns the channels done (a multiple of 16; the caller
+ * finishes the rest). The same multiplies and adds, in the same order, as
+ * the scalar loop (GCC would otherwise fuse the intrinsics' multiply and add
+ * into one FMA: contraction is off for this function). */
 __attribute__((optimize("fp-contract=off"))) int ts_avx512_conv_row(const float *const *x, const float *w, int K, float *y, int C) {
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(K));
     int c = 0;
     for (; c + 16 <= C; c += 16) {
-        const float *wc = w + (size_t)c * K;
         __m512 acc = _mm512_setzero_ps();
         for (int t = 0; t < K; t++)
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_i32gather_ps(idx, wc + t, 4), _mm512_loadu_ps(x[t] + c)));
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)t * C + c), _mm512_loadu_ps(x[t] + c)));
         _mm512_storeu_ps(y + c, acc);
     }
     return c;

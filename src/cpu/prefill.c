@@ -178,9 +178,9 @@ void ts_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n,
     }
 }
 
-void ts_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
-                  size_t ldo, int n, int nc) {
-    if (use_avx512() && K <= 8) { ts_avx512_conv_silu(x, ldx, state, lds, w, K, out, ldo, n, nc); return; }
+void ts_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, size_t ldw, int K,
+                  float *out, size_t ldo, int n, int nc) {
+    if (use_avx512() && K <= 8) { ts_avx512_conv_silu(x, ldx, state, lds, w, ldw, K, out, ldo, n, nc); return; }
     for (int i = 0; i < n; i++) {
         float *oi = out + (size_t)i * ldo;
         for (int c = 0; c < nc; c++) {
@@ -188,7 +188,7 @@ void ts_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, co
             for (int t = 0; t < K; t++) {
                 int r = i - (K - 1) + t;
                 float v = r >= 0 ? x[(size_t)r * ldx + c] : state[(size_t)(K - 1 + r) * lds + c];
-                acc += w[(size_t)c * K + t] * v;
+                acc += w[(size_t)t * ldw + c] * v;
             }
             oi[c] = acc / (1.0f + expf(-acc));
         }

@@ -264,17 +264,14 @@ void ts_avx512_add_rmsnorm(float *x, const float *add, const float *w, float *y,
     }
 }
 
-/* Blocks of up to 128 channels: their weights transposed once to [K, 128]
- * (L1-resident), then row by row, 16 channels per vector: K FMAs and a SiLU.
- * Rows outer keeps the reads and writes sequential within a row. */
-void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, int K, float *out,
-                         size_t ldo, int n, int nc) {
+/* Blocks of up to 128 channels (their K weight rows stay in L1), row by row,
+ * 16 channels per vector: K FMAs and a SiLU. Rows outer keeps the reads and
+ * writes sequential within a row. */
+void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t lds, const float *w, size_t ldw, int K,
+                         float *out, size_t ldo, int n, int nc) {
     const __m512 one = _mm512_set1_ps(1.0f);
-    float wt[8 * 128];
     for (int c0 = 0; c0 < nc; c0 += 128) {
         const int bc = TS_MIN(128, nc - c0);
-        for (int c = 0; c < bc; c++)
-            for (int t = 0; t < K; t++) wt[t * 128 + c] = w[(size_t)(c0 + c) * K + t];
         for (int i = 0; i < n; i++) {
             const float *src[8];
             for (int t = 0; t < K; t++) {
@@ -286,7 +283,7 @@ void ts_avx512_conv_silu(const float *x, size_t ldx, const float *state, size_t 
                 const __mmask16 mk = ts_tail16((size_t)(bc - c));
                 __m512 acc = _mm512_setzero_ps();
                 for (int t = 0; t < K; t++)
-                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wt + t * 128 + c), _mm512_maskz_loadu_ps(mk, src[t] + c), acc);
+                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w + (size_t)t * ldw + c0 + c), _mm512_maskz_loadu_ps(mk, src[t] + c), acc);
                 __m512 s = _mm512_div_ps(acc, _mm512_add_ps(one, ts_exp512(_mm512_sub_ps(_mm512_setzero_ps(), acc))));
                 _mm512_mask_storeu_ps(dst + c, mk, s);
             }

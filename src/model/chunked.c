@@ -49,7 +49,7 @@ static void conv_channels(const gdn_job *j, int c0, int nc) {
     const ts_model *m = j->m;
     const int C = m->C, K = m->cfg.conv_k, n = j->n;
     const float *qkv = j->qkv;
-    ts_conv_silu(qkv + c0, C, j->s->conv + c0, C, j->w->conv + (size_t)c0 * K, K, j->sc->pf_conv + c0, C, n, nc);
+    ts_conv_silu(qkv + c0, C, j->s->conv + c0, C, j->w->conv + c0, C, K, j->sc->pf_conv + c0, C, n, nc);
     if (K > 1) {
         /* new state = last K-1 rows of [old state ; inputs]; increasing t
          * reads increasing rows, so shifting the old state down in place is safe */

@@ -99,7 +99,8 @@ static int bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, ts_
 }
 
 /* Bind a vector of n values (shape [n], or [n, 1, K] flattened when k > 1) as f32. */
-static int bind_vec(binder *b, const char *name, int64_t n, int64_t k, int add_one, float **out) {
+/* transpose (k > 1): store [k, n] (v[t*n + i]) instead of the file's [n, k]. */
+static int bind_vec(binder *b, const char *name, int64_t n, int64_t k, int add_one, int transpose, float **out) {
     *out = NULL;
     ts_st_tensor *t = need(b, name);
     if (!t) return TS_E_MODEL;
@@ -122,7 +123,7 @@ static int bind_vec(binder *b, const char *name, int64_t n, int64_t k, int add_o
         float x = t->dtype == TS_DTYPE_F32 ? ((const float *)t->data)[i]
                 : t->dtype == TS_DTYPE_BF16 ? ts_bf16_to_f32(((const uint16_t *)t->data)[i])
                 : ts_f16_to_f32(((const uint16_t *)t->data)[i]);
-        v[i] = add_one ? 1.0f + x : x;
+        v[transpose ? (i % k) * n + i / k : i] = add_one ? 1.0f + x : x;
     }
     t->used = 1;
     *out = v;
@@ -145,9 +146,9 @@ static int bind_attn(binder *b, const char *p, ts_attn_w *a) {
     NAME(n, "%sself_attn.o_proj.weight", p);
     if ((rc = bind_mat(b, n, H, c->nq * D, &a->o_proj))) return rc;
     NAME(n, "%sself_attn.q_norm.weight", p);
-    if ((rc = bind_vec(b, n, D, 1, 1, &a->q_norm))) return rc;
+    if ((rc = bind_vec(b, n, D, 1, 1, 0, &a->q_norm))) return rc;
     NAME(n, "%sself_attn.k_norm.weight", p);
-    return bind_vec(b, n, D, 1, 1, &a->k_norm);
+    return bind_vec(b, n, D, 1, 1, 0, &a->k_norm);
 }
 
 static int bind_gdn(binder *b, const char *p, ts_gdn_w *g) {
@@ -167,14 +168,17 @@ static int bind_gdn(binder *b, const char *p, ts_gdn_w *g) {
     NAME(n, "%slinear_attn.out_proj.weight", p);
     if ((rc = bind_mat(b, n, H, m->Vd, &g->out_proj))) return rc;
     NAME(n, "%slinear_attn.conv1d.weight", p);
-    if ((rc = bind_vec(b, n, m->C, c->conv_k, 0, &g->conv))) return rc;
+    /* [C, K] in the file, [K, C] here: the token path's conv reads each tap
+     * as one contiguous row of channels (no gathers) and prefill reads its
+     * channel blocks in place */
+    if ((rc = bind_vec(b, n, m->C, c->conv_k, 0, 1, &g->conv))) return rc;
     NAME(n, "%slinear_attn.A_log", p);
-    if ((rc = bind_vec(b, n, c->Hv, 1, 0, &g->neg_A))) return rc;
+    if ((rc = bind_vec(b, n, c->Hv, 1, 0, 0, &g->neg_A))) return rc;
     for (int i = 0; i < c->Hv; i++) g->neg_A[i] = -expf(g->neg_A[i]);
     NAME(n, "%slinear_attn.dt_bias", p);
-    if ((rc = bind_vec(b, n, c->Hv, 1, 0, &g->dt_bias))) return rc;
+    if ((rc = bind_vec(b, n, c->Hv, 1, 0, 0, &g->dt_bias))) return rc;
     NAME(n, "%slinear_attn.norm.weight", p);
-    return bind_vec(b, n, c->dv, 1, 0, &g->norm);
+    return bind_vec(b, n, c->dv, 1, 0, 0, &g->norm);
 }
 
 /* Per-expert views into a fused [E, rows_per_e * k, cols] tensor. */
@@ -320,9 +324,9 @@ static int bind_layer(binder *b, const char *p, int full, ts_layer_w *l) {
     int rc;
     l->full = full;
     NAME(n, "%sinput_layernorm.weight", p);
-    if ((rc = bind_vec(b, n, b->cfg->H, 1, 1, &l->in_norm))) return rc;
+    if ((rc = bind_vec(b, n, b->cfg->H, 1, 1, 0, &l->in_norm))) return rc;
     NAME(n, "%spost_attention_layernorm.weight", p);
-    if ((rc = bind_vec(b, n, b->cfg->H, 1, 1, &l->post_norm))) return rc;
+    if ((rc = bind_vec(b, n, b->cfg->H, 1, 1, 0, &l->post_norm))) return rc;
     if (full) { if ((rc = bind_attn(b, p, &l->attn))) return rc; }
     else if ((rc = bind_gdn(b, p, &l->gdn))) return rc;
     return bind_ffn(b, p, &l->ffn);
@@ -452,7 +456,7 @@ int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *er
         }
     }
     NAME(n, "%snorm.weight", prefix);
-    if ((rc = bind_vec(&b, n, c->H, 1, 1, &m->final_norm))) return rc;
+    if ((rc = bind_vec(&b, n, c->H, 1, 1, 0, &m->final_norm))) return rc;
     m->layers = ts_alloc(sizeof(ts_layer_w) * c->n_layers, TS_MEM_MISC);
     if (!m->layers) return ts_fail(err, TS_E_NOMEM, "out of memory");
     for (int i = 0; i < c->n_layers; i++) {
@@ -464,11 +468,11 @@ int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *er
      * drafting is refused). A partial head is an error. */
     if (ts_st_find(st, "mtp.fc.weight")) {
         ts_mtp_w *t = &m->mtp;
-        if ((rc = bind_vec(&b, "mtp.pre_fc_norm_embedding.weight", c->H, 1, 1, &t->pre_norm_emb))) return rc;
-        if ((rc = bind_vec(&b, "mtp.pre_fc_norm_hidden.weight", c->H, 1, 1, &t->pre_norm_hid))) return rc;
+        if ((rc = bind_vec(&b, "mtp.pre_fc_norm_embedding.weight", c->H, 1, 1, 0, &t->pre_norm_emb))) return rc;
+        if ((rc = bind_vec(&b, "mtp.pre_fc_norm_hidden.weight", c->H, 1, 1, 0, &t->pre_norm_hid))) return rc;
         if ((rc = bind_mat(&b, "mtp.fc.weight", c->H, 2 * (int64_t)c->H, &t->fc))) return rc;
         if ((rc = bind_layer(&b, "mtp.layers.0.", 1, &t->layer))) return rc;
-        if ((rc = bind_vec(&b, "mtp.norm.weight", c->H, 1, 1, &t->norm))) return rc;
+        if ((rc = bind_vec(&b, "mtp.norm.weight", c->H, 1, 1, 0, &t->norm))) return rc;
         m->has_mtp = 1;
     }
     return pack_all(m, st, err);

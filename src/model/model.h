@@ -35,7 +35,7 @@ typedef struct ts_gdn_w {
     ts_weight in_b;     /* [Hv, H] */
     ts_weight in_a;     /* [Hv, H] */
     ts_weight out_proj; /* [H, Vd] */
-    float *conv;        /* [C, K] f32: conv[c*K + K-1] multiplies the current token */
+    float *conv;        /* [K, C] f32 (the file's [C, K] transposed at bind): conv[(K-1)*C + c] multiplies the current token */
     float *neg_A;       /* [Hv] f32: -exp(A_log) */
     float *dt_bias;     /* [Hv] f32 */
     float *norm;        /* [dv] f32: plain weight of the gated RMSNorm (not 1 + w) */
