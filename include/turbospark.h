@@ -99,6 +99,9 @@ typedef struct ts_session_params {
     int spec_draft;   /* M > 0: buffers for MTP drafting of M tokens per block
                          (MTP cache, GDN tape and snapshots, verify logits);
                          implies mtp. 0: none of them exist. */
+    int checkpoint;   /* 1: room to save the timeline's state once
+                         (ts_session_save / ts_session_restore): a copy of
+                         every GDN layer's conv and recurrent state. */
 } ts_session_params;
 
 TS_API void ts_session_params_default(ts_session_params *p);
@@ -109,6 +112,21 @@ TS_API void ts_session_free(ts_session *s);
 TS_API void ts_session_reset(ts_session *s);
 TS_API int ts_session_pos(const ts_session *s);
 TS_API int ts_session_n_ctx(const ts_session *s);
+/* Checkpoint (session params checkpoint = 1). The GDN state cannot be cut
+ * back to an earlier position the way a KV cache can, so a caller that will
+ * want to return to this point (a chat's history before the generation
+ * prompt, which the template renders differently afterwards) saves it:
+ * ts_session_save keeps the state at the current position (one slot: a new
+ * save replaces the old); ts_session_restore returns the timeline to it (the
+ * KV rows before it were never overwritten). Continuing from a restored
+ * state gives the same bits as continuing from the saved moment. After a
+ * restore the last row's logits are gone: feed tokens next.
+ * ts_session_reset forgets the saved state. Errors: TS_E_ARG without the
+ * checkpoint buffers, or with nothing saved. */
+TS_API int ts_session_save(ts_session *s, ts_error *err);
+TS_API int ts_session_restore(ts_session *s, ts_error *err);
+/* The saved position, or -1 when nothing is saved. */
+TS_API int ts_session_saved_pos(const ts_session *s);
 
 /* Feed n tokens at the current position (any n: split into chunks of
  * max_rows internally). If `logits` is not NULL it receives [n, vocab] f32,

@@ -25,6 +25,8 @@ struct ts_session {
     float *vlogits;     /* [M + 1, V] logits of a verify block */
     float *dprobs;      /* [M, V] draft distributions (sampling) */
     int spec_rows;      /* rows of the last verify block (its tape and snapshot) */
+    float *ckpt;        /* params.checkpoint: every GDN layer's conv then recurrent state, in layer order */
+    int ckpt_pos;       /* the saved position, -1 when nothing is saved */
     int draft_lowp;     /* 1: the MTP head drafts at int8 activation precision
                            (ts_linear_draft); TS_DRAFT_EXACT=1 turns it off */
     /* tests only: replace the MTP drafts of a block (greedy) so that long

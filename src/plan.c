@@ -37,6 +37,8 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     if (sp.spec_draft < 0 || sp.spec_draft > TS_MAX_DRAFT)
         return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", sp.spec_draft, TS_MAX_DRAFT);
     if (sp.spec_draft) sp.mtp = 1;
+    if (sp.checkpoint != 0 && sp.checkpoint != 1)
+        return ts_fail(err, TS_E_ARG, "checkpoint %d: use 0 or 1", sp.checkpoint);
     if (sp.mtp && !has_mtp)
         return ts_fail(err, TS_E_UNSUPPORTED, "the checkpoint has no MTP head (no mtp.* tensors)%s",
                        sp.spec_draft ? ": MTP drafting is not possible" : "");
@@ -54,6 +56,7 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     o->kv_layer = (size_t)sp.n_ctx * kvdim;
     o->gdn_conv = (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * C;
     o->gdn_S = (size_t)c->Hv * c->dk * c->dv;
+    o->ckpt = sp.checkpoint ? (size_t)o->n_gdn * (o->gdn_conv + o->gdn_S) : 0;
     o->mtp = sp.mtp;
     o->mtp_ctx = sp.mtp ? sp.n_ctx + TS_MTP_SLACK : 0;
     o->att_len = sp.mtp ? o->mtp_ctx : sp.n_ctx;
@@ -186,6 +189,7 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     add(pl, "KV cache (K and V, full-attention layers)", TS_MEM_KV, 0, 0, 2 * nf, F * 2 * nf * s.kv_layer);
     add(pl, "GDN conv state", TS_MEM_GDN, 0, 0, ng, F * ng * s.gdn_conv);
     add(pl, "GDN recurrent state", TS_MEM_GDN, 0, 0, ng, F * ng * s.gdn_S);
+    add(pl, "checkpoint: a saved copy of the GDN states", TS_MEM_GDN, 0, 0, 1, F * s.ckpt);
     /* the MTP cache exists with params.mtp alone (ts_session_mtp); with
      * drafting it is part of the drafter */
     add(pl, "MTP KV cache", TS_MEM_MTP, 0, spec, 2, F * 2 * s.mtp_kv);

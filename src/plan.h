@@ -41,6 +41,7 @@ typedef struct ts_sess_plan {
     size_t tape_prep;     /* drafter, per GDN layer: prepared rows, two halves [2, Rv, C] */
     size_t gdn_rows;      /* drafter: prepared GDN rows of a pass that is not a verify [Rv, C] */
     size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [M, V] */
+    size_t ckpt;          /* checkpoint: n_gdn * (gdn_conv + gdn_S), 0 without */
 } ts_sess_plan;
 
 /* The widest input (columns) of any matrix product the model runs. */

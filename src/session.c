@@ -49,6 +49,7 @@ void ts_session_free(ts_session *s) {
     ts_free(s->mtp_hid);
     ts_free(s->vlogits);
     ts_free(s->dprobs);
+    ts_free(s->ckpt);
     ts_free(s);
 }
 
@@ -126,6 +127,8 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(sc->pf_gate, pl.pf_gate, TS_MEM_SCRATCH);
     ALLOC(sc->pf_chunk, pl.pf_chunk, TS_MEM_SCRATCH);
     ALLOC(s->last_hidden, pl.last_hidden, TS_MEM_SCRATCH);
+    ALLOC(s->ckpt, pl.ckpt, TS_MEM_GDN);
+    s->ckpt_pos = -1;
     /* the kernels' shared workspace, so the token loop never grows it */
     if (ts_kernels_reserve(pl.R, ts_plan_max_cols(c, m->has_mtp), c->q_bits ? c->q_group : 0, 1) == (size_t)-1) goto oom;
     *out = s;
@@ -146,10 +149,51 @@ void ts_session_reset(ts_session *s) {
         }
     /* KV rows past pos are never read, so they need no clearing. */
     s->pos = 0;
+    s->ckpt_pos = -1; /* the saved state belonged to the forgotten timeline */
     s->have_last = 0;
 }
 
 int ts_session_pos(const ts_session *s) { return s->pos; }
+
+/* Copy every GDN layer's conv and recurrent state to (save) or from the
+ * checkpoint block, in layer order. */
+static void ckpt_copy(ts_session *s, int save) {
+    const ts_model *m = &s->e->model;
+    const ts_config *c = &m->cfg;
+    const size_t nconv = (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C, nS = (size_t)c->Hv * c->dk * c->dv;
+    float *p = s->ckpt;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_full[i]) continue;
+        ts_gdn_state *g = &s->st.gdn[i];
+        if (save) { memcpy(p, g->conv, sizeof(float) * nconv); memcpy(p + nconv, g->S, sizeof(float) * nS); }
+        else { memcpy(g->conv, p, sizeof(float) * nconv); memcpy(g->S, p + nconv, sizeof(float) * nS); }
+        p += nconv + nS;
+    }
+}
+
+int ts_session_save(ts_session *s, ts_error *err) {
+    if (!s->params.checkpoint)
+        return ts_fail(err, TS_E_ARG, "the session has no checkpoint buffers (session params checkpoint = 1)");
+    /* a lazy rollback's pending rows belong to the state being saved */
+    ts_gdn_materialize(&s->e->model, &s->st);
+    ckpt_copy(s, 1);
+    s->ckpt_pos = s->pos;
+    return 0;
+}
+
+int ts_session_restore(ts_session *s, ts_error *err) {
+    if (!s->params.checkpoint)
+        return ts_fail(err, TS_E_ARG, "the session has no checkpoint buffers (session params checkpoint = 1)");
+    if (s->ckpt_pos < 0) return ts_fail(err, TS_E_ARG, "no saved state to restore (ts_session_save first)");
+    ckpt_copy(s, 0);
+    s->st.gdn_pend = 0; /* the saved state had none: save materialized them */
+    s->spec_rows = 0;
+    s->pos = s->ckpt_pos;
+    s->have_last = 0;
+    return 0;
+}
+
+int ts_session_saved_pos(const ts_session *s) { return s->ckpt_pos; }
 int ts_session_n_ctx(const ts_session *s) { return s->st.n_ctx; }
 
 static int check_ids(const ts_model *m, const int32_t *ids, int n, ts_error *err) {

@@ -13,7 +13,7 @@
 #include "kernels.h"
 #include "ts_test.h"
 
-typedef struct { int ctx, chunk, draft; } cfg;
+typedef struct { int ctx, chunk, draft, checkpoint; } cfg;
 
 static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
     ts_session_params sp;
@@ -21,6 +21,7 @@ static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
     sp.n_ctx = c.ctx;
     sp.max_rows = c.chunk;
     sp.spec_draft = c.draft;
+    sp.checkpoint = c.checkpoint;
     /* the kernels' workspace is shared by a process's sessions: measure this
      * session's reservation from an empty one */
     ts_kernels_release();
@@ -68,7 +69,7 @@ static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
 
 TS_TEST(plan, equals_allocations) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
-    static const cfg cfgs[] = {{0, 0, 0}, {300, 7, 0}, {1000, 1, 0}, {512, 64, 0}};
+    static const cfg cfgs[] = {{0, 0, 0, 0}, {300, 7, 0, 0}, {1000, 1, 0, 0}, {512, 64, 0, 0}};
     for (int f = 0; f < 2; f++)
         for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
             ts_mem_plan off, on;
@@ -88,6 +89,16 @@ TS_TEST(plan, equals_allocations) {
                 CHECK(on.cat_bytes[TS_MEMCAT_SPEC] > 0 && on.cat_bytes[TS_MEMCAT_MTP] > 0);
                 CHECK(on.engine_bytes == off.engine_bytes);
             }
+            /* a checkpoint adds exactly one copy of the GDN states (the
+             * whole GDN category without it) */
+            c.draft = 0;
+            c.checkpoint = 1;
+            CHECK(check_one(fx[f], c, &on) == 0);
+            CHECK_MSG(off.cat_bytes[TS_MEMCAT_GDN] > 0 && on.cat_bytes[TS_MEMCAT_GDN] == 2 * off.cat_bytes[TS_MEMCAT_GDN] &&
+                          on.total_bytes - off.total_bytes == off.cat_bytes[TS_MEMCAT_GDN] && on.drafter_bytes == 0,
+                      "%s: checkpoint adds %llu bytes, GDN states %llu", fx[f],
+                      (unsigned long long)(on.total_bytes - off.total_bytes),
+                      (unsigned long long)off.cat_bytes[TS_MEMCAT_GDN]);
         }
 }
 
@@ -169,7 +180,7 @@ TS_TEST(plan, quantized_moe) {
     ts_error err = {0};
     if (access(dir, F_OK) != 0) CHECK_MSG(ts_convert("tests/fixtures/tiny-moe", dir, &p, &err) == 0, "%s", err.msg);
     ts_mem_plan pl;
-    cfg c0 = {300, 7, 0}, c3 = {300, 7, 3};
+    cfg c0 = {300, 7, 0, 0}, c3 = {300, 7, 3, 0};
     CHECK(check_one(dir, c0, &pl) == 0);
     CHECK(check_one(dir, c3, &pl) == 0);
     ts_kernels_release();

@@ -628,6 +628,73 @@ TS_TEST(spec, continued_session) {
     ts_engine_close(e);
 }
 
+/* Session checkpoints: continuing from a restored state gives the bits of
+ * continuing from the moment of the save, whether the save came after a
+ * plain prefill, a drafted generation, or a rollback whose rows are still
+ * pending (the save must apply them); and a checkpoint can be restored more
+ * than once.
+ * Without the buffers, with nothing saved, or after a reset: refused. */
+TS_TEST(spec, checkpoint_restore) {
+    ts_engine *e = open_fx("tiny-dense");
+    CHECK(e);
+    const int V = ts_engine_info(e)->vocab_size;
+    static const int32_t Q[] = {9, 100, 3, 47, 250};
+    static const int32_t JUNK[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    float *la = malloc(sizeof(float) * 5 * V), *lb = malloc(sizeof(float) * 5 * V);
+    ts_error err = {0};
+    ts_gen_stats st;
+    static collect out;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 23;
+    gp.spec_draft = 3;
+    static const int32_t BLK[] = {5, 6, 7, 8};
+    for (int after_gen = 0; after_gen < 3; after_gen++) {
+        ts_session_params sp;
+        ts_session_params_default(&sp);
+        sp.n_ctx = 256;
+        sp.spec_draft = 3;
+        sp.checkpoint = 1;
+        ts_session *a = NULL, *b = NULL;
+        CHECK(ts_session_new(e, &sp, &a, &err) == 0 && ts_session_new(e, &sp, &b, &err) == 0);
+        ts_session *both[2] = {a, b};
+        for (int k = 0; k < 2; k++) { /* the same history in both */
+            CHECK(ts_session_feed(both[k], PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
+            out.n = 0;
+            if (after_gen == 1) CHECK(ts_generate(both[k], Q, 2, &gp, on_tok, &out, &st, &err) == 0);
+            if (after_gen == 2) { /* a verify block rolled back to 2 rows: a lazy rollback pending */
+                CHECK(ts_spec_verify(both[k], BLK, 4, &err) == 0);
+                ts_spec_rollback(both[k], 2);
+                CHECK(both[k]->st.gdn_pend == 2);
+            }
+        }
+        CHECK(ts_session_saved_pos(a) == -1 && ts_session_restore(a, &err) == TS_E_ARG);
+        CHECK(ts_session_save(a, &err) == 0 && ts_session_saved_pos(a) == ts_session_pos(a));
+        const int saved = ts_session_pos(a);
+        CHECK(ts_session_feed(b, Q, 5, lb, NULL, &err) == 0);
+        for (int round = 0; round < 2; round++) {
+            CHECK(ts_session_feed(a, JUNK, 11, NULL, NULL, &err) == 0); /* moves on: KV rows and GDN state change */
+            out.n = 0;
+            CHECK(ts_generate(a, JUNK, 3, &gp, on_tok, &out, &st, &err) == 0);
+            CHECK(ts_session_restore(a, &err) == 0 && ts_session_pos(a) == saved);
+            CHECK(ts_session_feed(a, Q, 5, la, NULL, &err) == 0);
+            CHECK_MSG(!memcmp(la, lb, sizeof(float) * 5 * V), "after %s, restore round %d: logits differ",
+                      after_gen == 2 ? "a rollback" : after_gen ? "a drafted generation" : "a prefill", round);
+        }
+        ts_session_reset(a);
+        CHECK(ts_session_saved_pos(a) == -1 && ts_session_restore(a, &err) == TS_E_ARG);
+        ts_session_free(a);
+        ts_session_free(b);
+    }
+    ts_session *p = mk_session(e, 256, 0); /* no checkpoint buffers */
+    CHECK(ts_session_save(p, &err) == TS_E_ARG && strstr(err.msg, "checkpoint"));
+    CHECK(ts_session_restore(p, &err) == TS_E_ARG);
+    ts_session_free(p);
+    free(la);
+    free(lb);
+    ts_engine_close(e);
+}
+
 /* End to end with temperature: runs, is deterministic for a seed, and with
  * a seed different outputs appear. */
 TS_TEST(spec, sampling_generate) {

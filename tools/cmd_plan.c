@@ -1,7 +1,7 @@
 /* cmd_plan.c: `turbospark plan`: the memory plan of a model and session
  * parameters, printed before anything is loaded.
  *
- *   turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp --draft M]
+ *   turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp --draft M] [--checkpoint]
  *
  * Reads config.json and the safetensors headers only (ts_mem_plan_dir); the
  * engine then allocates exactly the heap bytes listed (tests/test_plan.c).
@@ -15,7 +15,7 @@
 #include "turbospark.h"
 
 static void usage(void) {
-    fprintf(stderr, "usage: turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp --draft M]\n");
+    fprintf(stderr, "usage: turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp --draft M] [--checkpoint]\n");
 }
 
 static const char *human(uint64_t b, char *buf, size_t cap) {
@@ -28,7 +28,7 @@ static const char *human(uint64_t b, char *buf, size_t cap) {
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *spec = NULL;
-    int n_ctx = 0, chunk = 0, draft = -1;
+    int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -38,6 +38,7 @@ int cmd_plan(int argc, char **argv) {
         else if (ARG("--chunk")) chunk = atoi(argv[++i]);
         else if (ARG("--spec")) spec = argv[++i];
         else if (ARG("--draft")) draft = atoi(argv[++i]);
+        else if (!strcmp(a, "--checkpoint")) checkpoint = 1; /* what chat's sessions hold */
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else { fprintf(stderr, "turbospark plan: unknown or incomplete argument '%s'\n", a); usage(); return 2; }
 #undef ARG
@@ -57,6 +58,7 @@ int cmd_plan(int argc, char **argv) {
     sp.n_ctx = n_ctx;
     sp.max_rows = chunk;
     sp.spec_draft = spec ? draft : 0;
+    sp.checkpoint = checkpoint;
     ts_mem_plan pl;
     ts_error err = {0};
     if (ts_mem_plan_dir(model, &sp, &pl, &err)) { fprintf(stderr, "turbospark plan: %s\n", err.msg); return 1; }
