@@ -122,6 +122,22 @@ TS_TEST(cli, chat_with_drafting) {
     }
 }
 
+/* chat's checkpoint: each turn returns to the history saved before the last
+ * generation prompt, so the third turn feeds only what follows it (the last
+ * reply as the template re-renders it, the new message, the generation
+ * prompt), not the whole conversation again: fewer tokens than the first two
+ * turns fed together, which the whole conversation exceeds. */
+TS_TEST(cli, chat_reuses_history) {
+    char err[4096];
+    int rc = ts_test_sh(err, sizeof err, "printf 'Hello there\\nTell me more\\nAnd then?\\n' | %s chat -m models/default "
+                        "-n 24 2>&1 >/dev/null", ts_test_bin());
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, err);
+    int n[3] = {0, 0, 0}, k = 0;
+    for (const char *p = err; k < 3 && (p = strstr(p, "[prompt ")); p++) n[k++] = atoi(p + 8);
+    CHECK_MSG(k == 3 && n[0] > 0 && n[1] > 0 && n[2] > 0 && n[2] < n[0] + n[1], "new tokens per turn %d, %d, %d: %s",
+              n[0], n[1], n[2], err);
+}
+
 /* Seeded sampling through the CLI: the same seed repeats, other seeds differ. */
 TS_TEST(cli, seeded_sampling_repeats) {
     char a[4096], b[4096], c[4096];

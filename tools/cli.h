@@ -85,9 +85,10 @@ void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_st
 struct cJSON;
 /* Append a message; returns 0 or -1 (out of memory). */
 int cli_chat_add(struct cJSON *messages, const char *role, const char *content);
-/* Render the conversation with the generation prompt; no_think passes
- * enable_thinking=false. *out is freed with ts_chat_text_free. */
-int cli_chat_render(const ts_chat_template *t, struct cJSON *messages, int no_think, char **out,
+/* Render the conversation, with the generation prompt when gen_prompt;
+ * no_think passes enable_thinking=false. *out is freed with
+ * ts_chat_text_free. */
+int cli_chat_render(const ts_chat_template *t, struct cJSON *messages, int no_think, int gen_prompt, char **out,
                     size_t *len, ts_error *err);
 /* Stop ids for a model: config/generation_config eos ids plus the
  * tokenizer's <|im_end|> and <|endoftext|> when present. Returns the count. */

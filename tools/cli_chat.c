@@ -17,14 +17,14 @@ int cli_chat_add(cJSON *messages, const char *role, const char *content) {
     return 0;
 }
 
-int cli_chat_render(const ts_chat_template *t, cJSON *messages, int no_think, char **out, size_t *len,
-                    ts_error *err) {
+int cli_chat_render(const ts_chat_template *t, cJSON *messages, int no_think, int gen_prompt, char **out,
+                    size_t *len, ts_error *err) {
     char *msgs = cJSON_PrintUnformatted(messages);
     if (!msgs) {
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return TS_E_NOMEM;
     }
-    ts_chat_request req = {msgs, NULL, 1, no_think ? "{\"enable_thinking\": false}" : NULL};
+    ts_chat_request req = {msgs, NULL, gen_prompt, no_think ? "{\"enable_thinking\": false}" : NULL};
     int rc = ts_chat_render(t, &req, out, len, err);
     free(msgs);
     return rc;

@@ -5,9 +5,13 @@
  *
  * Line editing and history come from readline. Each turn renders the whole
  * conversation with the model's chat template; when the session's timeline
- * is a prefix of the new prompt (the usual case) only the new tokens are fed,
- * otherwise (the template rewrote history, e.g. dropped a thinking block) the
- * session restarts from the full prompt. Commands: /reset, /quit.
+ * is a prefix of the new prompt only the new tokens are fed. The Qwen
+ * templates rewrite history (an earlier assistant turn loses the think block
+ * its generation prompt opened), so each turn also saves the session's state
+ * at the end of the history before its generation prompt (a checkpoint:
+ * ts_session_save). The next turn returns there (ts_session_restore) when the
+ * saved part still matches, and else restarts from the full prompt.
+ * Commands: /reset, /quit.
  */
 #include <cjson/cJSON.h>
 #include <readline/history.h>
@@ -15,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -118,6 +123,7 @@ int cmd_chat(int argc, char **argv) {
         ts_session_params sp;
         ts_session_params_default(&sp);
         sp.n_ctx = n_ctx;
+        sp.checkpoint = 1; /* turns return to the history before the generation prompt */
         cli_spec_apply(&spec, &sp, &gp); /* turns continue the session: drafting is exact there too (tested) */
         if (spec.on && !ts_engine_info(e)->has_mtp) {
             rc = TS_E_UNSUPPORTED;
@@ -162,22 +168,67 @@ int cmd_chat(int argc, char **argv) {
         }
         cli_chat_add(msgs, "user", line);
         free(line);
-        char *prompt = NULL;
-        size_t plen = 0;
-        ts_tokens ids = {0};
-        if (cli_chat_render(tpl, msgs, no_think, &prompt, &plen, &err) ||
-            ts_tokenizer_encode(tok, prompt, plen, &ids, &err)) {
+        char *prompt = NULL, *hprompt = NULL;
+        size_t plen = 0, hlen = 0;
+        ts_tokens ids = {0}, hids = {0};
+        if (cli_chat_render(tpl, msgs, no_think, 1, &prompt, &plen, &err) ||
+            ts_tokenizer_encode(tok, prompt, plen, &ids, &err) ||
+            cli_chat_render(tpl, msgs, no_think, 0, &hprompt, &hlen, &err) ||
+            ts_tokenizer_encode(tok, hprompt, hlen, &hids, &err)) {
             fprintf(stderr, "turbospark chat: %s\n", err.msg);
             cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
             ts_chat_text_free(prompt);
+            ts_chat_text_free(hprompt);
             ts_tokens_free(&ids);
+            ts_tokens_free(&hids);
             continue;
         }
         ts_chat_text_free(prompt);
-        /* reuse the timeline when it is a prefix of the new prompt */
+        ts_chat_text_free(hprompt);
+        /* The history without the generation prompt ends where the next
+         * turn's rendering may part from this one (the Qwen templates render
+         * an earlier assistant turn without the think block the generation
+         * prompt opened). When it is a prefix of the prompt, the state there
+         * is saved (a checkpoint: the GDN state cannot be cut back later). */
+        int L0 = hids.n < ids.n ? hids.n : -1;
+        for (int i = 0; L0 > 0 && i < L0; i++)
+            if (hids.ids[i] != ids.ids[i]) L0 = -1;
+        ts_tokens_free(&hids);
+        /* Reuse the timeline when it is a prefix of the new prompt; else
+         * return to the checkpoint when that still matches; else restart. */
         int keep = n_hist <= ids.n;
         for (int i = 0; keep && i < n_hist; i++) keep = hist[i] == ids.ids[i];
-        if (!keep || n_hist == ids.n) { ts_session_reset(s); n_hist = 0; }
+        if (!keep || n_hist == ids.n) {
+            int sv = ts_session_saved_pos(s);
+            int back = sv > 0 && sv <= n_hist && sv < ids.n;
+            for (int i = 0; back && i < sv; i++) back = hist[i] == ids.ids[i];
+            if (back && ts_session_restore(s, &err) == 0) {
+                n_hist = sv;
+            } else {
+                ts_session_reset(s);
+                n_hist = 0;
+            }
+        }
+        int fed = 0; /* prompt tokens fed before the generation call */
+        double t_fed = 0;
+        if (L0 > n_hist) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            rc = ts_session_feed(s, ids.ids + n_hist, L0 - n_hist, NULL, NULL, &err);
+            if (!rc) rc = ts_session_save(s, &err);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (rc) { /* a failed feed leaves no usable timeline */
+                fprintf(stderr, "turbospark chat: %s\n", err.msg);
+                cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
+                ts_session_reset(s);
+                n_hist = 0;
+                ts_tokens_free(&ids);
+                continue;
+            }
+            fed = L0 - n_hist;
+            t_fed = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            n_hist = L0;
+        }
         turn t = {dt, stops, n_stop, NULL, 0, 0, NULL, 0, 0};
         ts_detok_reset(dt);
         ts_gen_stats st;
@@ -209,7 +260,7 @@ int cmd_chat(int argc, char **argv) {
                 n_hist = 0;
             }
             fprintf(stderr, "[prompt %d new tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
-                    st.n_prompt, st.n_gen, st.t_prefill > 0 ? st.n_prompt / st.t_prefill : 0,
+                    st.n_prompt + fed, st.n_gen, st.t_prefill + t_fed > 0 ? (st.n_prompt + fed) / (st.t_prefill + t_fed) : 0,
                     st.n_gen > 1 && st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0);
             cli_spec_report(&spec, &gp, &st);
         }

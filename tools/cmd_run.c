@@ -138,7 +138,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         int crc = ts_chat_template_load(model, &tpl, &err);
         if (!crc && system) crc = cli_chat_add(msgs, "system", system) ? TS_E_NOMEM : 0;
         if (!crc) crc = cli_chat_add(msgs, "user", prompt) ? TS_E_NOMEM : 0;
-        if (!crc) crc = cli_chat_render(tpl, msgs, no_think, &rendered, &rlen, &err);
+        if (!crc) crc = cli_chat_render(tpl, msgs, no_think, 1, &rendered, &rlen, &err);
         cJSON_Delete(msgs);
         ts_chat_template_free(tpl);
         if (crc) {
