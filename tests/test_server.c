@@ -796,3 +796,45 @@ TS_TEST(server, drafting_matches_run) {
         CHECK_MSG(rc == 2 && strstr(g_sh, "turbospark serve:"), "'%s': rc %d, %s", bad[i], rc, g_sh);
     }
 }
+
+/* A chat's next turn: the template renders the earlier assistant turn
+ * without the think block its generation prompt opened, so the session's
+ * timeline never extends into the new prompt; the worker saved the state at
+ * the end of the first turn's history and returns there. The second turn
+ * reports those tokens as cached, and its reply is the one a fresh server
+ * gives for the same conversation. */
+TS_TEST(server, chat_turn_resumes_from_history) {
+    static const char TURN2_FMT[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there, how are you?\"},"
+        "{\"role\":\"assistant\",\"content\":%s},{\"role\":\"user\",\"content\":\"Tell me more.\"}],"
+        "\"max_tokens\":24,\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    server s, f;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    int st;
+    cJSON *j = post(s.port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    CHECK_MSG(st == 200 && j && str_at(j, "choices.0.message.content"), "status %d", st);
+    cJSON *reply = cJSON_CreateString(j ? str_at(j, "choices.0.message.content") : "");
+    char *quoted = cJSON_PrintUnformatted(reply);
+    char body[16384];
+    snprintf(body, sizeof body, TURN2_FMT, quoted);
+    free(quoted);
+    cJSON_Delete(reply);
+    cJSON_Delete(j);
+    j = post(s.port, "/v1/chat/completions", body, &st);
+    CHECK_MSG(st == 200 && j, "turn 2: status %d", st);
+    const int cached = int_at(j, "usage.prompt_tokens_details.cached_tokens");
+    CHECK_MSG(cached > 5 && cached < int_at(j, "usage.prompt_tokens"), "turn 2 cached %d of %d prompt tokens", cached,
+              int_at(j, "usage.prompt_tokens"));
+    char got[4096];
+    snprintf(got, sizeof got, "%s", str_at(j, "choices.0.message.content") ? str_at(j, "choices.0.message.content") : "");
+    cJSON_Delete(j);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+    CHECK_MSG(server_start(&f, NULL) == 0, "the fresh server did not start");
+    j = post(f.port, "/v1/chat/completions", body, &st);
+    CHECK_MSG(st == 200 && j && int_at(j, "usage.prompt_tokens_details.cached_tokens") == 0, "fresh: status %d", st);
+    const char *want = j ? str_at(j, "choices.0.message.content") : NULL;
+    CHECK_MSG(want && !strcmp(got, want), "resumed '%s'\nfresh   '%s'", got, want ? want : "(null)");
+    cJSON_Delete(j);
+    CHECK_MSG(server_stop(&f) == 0, "the fresh server did not exit cleanly");
+}

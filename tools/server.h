@@ -43,6 +43,8 @@ typedef struct job {
     char *stops[SRV_MAX_STOPS];   /* stop sequences on the decoded text, malloc'd */
     int n_stops;
     int think_open;               /* chat: the prompt opened a <think> block */
+    int n_history;                /* chat: prompt ids before the generation prompt (the rendering
+                                     without it is a prefix of the prompt), else -1 */
     char *tools_json;             /* chat: the request's tools (for parameter types), or NULL */
     char id[48];                  /* chatcmpl-... / cmpl-... */
     long created;

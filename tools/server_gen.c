@@ -43,6 +43,7 @@ typedef struct slot {
     ts_detok *dt;
     int32_t *cache;   /* [n_ctx + 2] ids the session holds (first n_cache) */
     int n_cache;
+    int32_t *ckpt_ids; /* [n_ctx] ids before the session's saved state (its checkpoint) */
 } slot;
 
 /* ---- small text helpers --------------------------------------------------- */
@@ -114,6 +115,7 @@ job *srv_job_new(int kind) {
     if (!j) return NULL;
     j->kind = kind;
     j->refs = 1;
+    j->n_history = -1;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     ts_gen_params_default(&j->gp);
@@ -384,11 +386,36 @@ static void run_job(slot *sl, job *j) {
     if (!penalties && sl->n_cache > 0 && sl->n_cache < j->n_prompt &&
         !memcmp(sl->cache, j->prompt, sizeof(int32_t) * (size_t)sl->n_cache))
         reuse = sl->n_cache;
+    /* Else the session's checkpoint, when its ids still start this prompt:
+     * a chat's previous turn saved the state at the end of its history (the
+     * template re-renders that turn's reply, so the timeline never matches
+     * past it). */
+    int sv = ts_session_saved_pos(sl->sess);
+    if (!reuse && !penalties && sv > 0 && sv < j->n_prompt &&
+        !memcmp(sl->ckpt_ids, j->prompt, sizeof(int32_t) * (size_t)sv) && ts_session_restore(sl->sess, &err) == 0)
+        reuse = sv;
     if (!reuse) ts_session_reset(sl->sess);
     memcpy(sl->cache + reuse, j->prompt + reuse, sizeof(int32_t) * (size_t)(j->n_prompt - reuse));
     sl->n_cache = 0; /* valid again only after a clean generation */
     r.base = j->n_prompt;
     j->n_cached = reuse;
+    /* A chat prompt's history is fed first and the state saved there (not
+     * with penalties: their window sees only what ts_generate is given). */
+    int fed = 0;
+    double t_fed = 0;
+    if (!rc && !penalties && j->n_history > reuse) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        rc = ts_session_feed(sl->sess, j->prompt + reuse, j->n_history - reuse, NULL, NULL, &err);
+        if (!rc) rc = ts_session_save(sl->sess, &err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (!rc) {
+            memcpy(sl->ckpt_ids, j->prompt, sizeof(int32_t) * (size_t)j->n_history);
+            fed = j->n_history - reuse;
+            t_fed = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            reuse = j->n_history;
+        }
+    }
     /* drafting: exact for greedy requests, the target distribution for
      * sampled ones, and exact on a reused prefix too (tests/test_spec.c) */
     ts_session_params unused;
@@ -467,8 +494,8 @@ static void run_job(slot *sl, job *j) {
     s->m_prompt_tokens += (uint64_t)j->n_prompt;
     s->m_cached_tokens += (uint64_t)reuse;
     s->m_gen_tokens += (uint64_t)r.n_gen;
-    s->m_prefill_tokens += (uint64_t)st.n_prompt;
-    s->m_prefill_s += st.t_prefill;
+    s->m_prefill_tokens += (uint64_t)(st.n_prompt + fed);
+    s->m_prefill_s += st.t_prefill + t_fed;
     if (st.n_gen > 1) {
         s->m_decode_tokens += (uint64_t)(st.n_gen - 1);
         s->m_decode_s += st.t_decode;
@@ -553,6 +580,7 @@ int srv_pool_start(srv *s, ts_error *err) {
     ts_gen_params unused;
     ts_gen_params_default(&unused);
     cli_spec_apply(&s->spec, &sp, &unused); /* drafting buffers in every session */
+    sp.checkpoint = 1; /* chat turns return to their history (run_job) */
     for (int i = 0; i < s->parallel; i++) {
         slot *sl = &s->slots[i];
         sl->s = s;
@@ -561,7 +589,8 @@ int srv_pool_start(srv *s, ts_error *err) {
         if (rc) return rc;
         if (i == 0) s->n_ctx = ts_session_n_ctx(sl->sess); /* 0 meant "the default" */
         sl->cache = malloc(sizeof(int32_t) * (size_t)(s->n_ctx + 2));
-        if (!sl->cache) {
+        sl->ckpt_ids = malloc(sizeof(int32_t) * (size_t)(s->n_ctx + 2));
+        if (!sl->cache || !sl->ckpt_ids) {
             snprintf(err->msg, sizeof err->msg, "out of memory");
             return TS_E_NOMEM;
         }
@@ -587,6 +616,7 @@ void srv_pool_stop(srv *s) {
         ts_detok_free(sl->dt);
         ts_session_free(sl->sess);
         free(sl->cache);
+        free(sl->ckpt_ids);
     }
     free(s->slots);
     free(s->queue);

@@ -205,6 +205,39 @@ static int set_prompt_text(srv *s, job *j, const char *text, size_t len, const c
     return 0;
 }
 
+/* The number of prompt ids the conversation renders to without the
+ * generation prompt, when those ids are a prefix of the prompt (-1 when not,
+ * or when the request asked for no generation prompt): where the worker
+ * saves the session's state, because the template renders the assistant
+ * turn differently once it is history (server_gen.c). Best effort: any
+ * failure gives -1. */
+static int history_ids(srv *s, const cJSON *root, const job *j) {
+    const cJSON *agp = get(root, "add_generation_prompt");
+    if (agp && cJSON_IsFalse(agp)) return -1;
+    cJSON *h = cJSON_Duplicate(root, 1);
+    if (!h) return -1;
+    cJSON_DeleteItemFromObjectCaseSensitive(h, "add_generation_prompt");
+    cJSON_AddFalseToObject(h, "add_generation_prompt");
+    char *body = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    if (!body) return -1;
+    char *text = NULL;
+    size_t tlen = 0;
+    ts_error err = {0};
+    pthread_mutex_lock(&s->tpl_mu);
+    int rc = ts_chat_render_json(s->tpl, body, strlen(body), &text, &tlen, &err);
+    pthread_mutex_unlock(&s->tpl_mu);
+    free(body);
+    ts_tokens t = {0};
+    int n = -1;
+    if (!rc && !ts_tokenizer_encode(s->tok, text, tlen, &t, &err) && t.n > 0 && t.n < j->n_prompt &&
+        !memcmp(t.ids, j->prompt, sizeof(int32_t) * (size_t)t.n))
+        n = t.n;
+    ts_tokens_free(&t);
+    ts_chat_text_free(text);
+    return n;
+}
+
 static cJSON *parse_body(const char *body, size_t len, srv_err *e) {
     const char *at = NULL; /* cJSON's global error pointer is not thread-safe; this is */
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &at, 0);
@@ -278,6 +311,7 @@ job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
     }
     j->think_open = ts_reply_think_open(text, tlen);
     if (set_prompt_text(s, j, text, tlen, "messages", e)) goto bad;
+    j->n_history = history_ids(s, root, j);
     if (finish_budget(s, j, max_tokens, s->n_ctx, e)) goto bad;
     ts_chat_text_free(text);
     cJSON_Delete(root);
