@@ -838,3 +838,44 @@ TS_TEST(server, chat_turn_resumes_from_history) {
     cJSON_Delete(j);
     CHECK_MSG(server_stop(&f) == 0, "the fresh server did not exit cleanly");
 }
+
+/* With two sessions, a conversation's next turn goes to the session that
+ * holds its start, and unrelated requests in between go to the session
+ * whose state is worth less (no saved conversation start, then least
+ * recently used): every second turn reports its history as cached. Without
+ * the affinity the first round already misses. */
+TS_TEST(server, next_turn_finds_its_session) {
+    server s;
+    CHECK_MSG(server_start(&s, "--parallel", "2", NULL) == 0, "the server did not start");
+    static const char *firsts[] = {"Hello there, how are you?", "What is a tree?", "Name a color.", "Why is the sky blue?"};
+    for (int r = 0; r < 4; r++) {
+        char t1[1024], t2[8192];
+        snprintf(t1, sizeof t1,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":12,\"temperature\":0,"
+                 "\"chat_template_kwargs\":{\"enable_thinking\":false}}", firsts[r]);
+        int st;
+        cJSON *j = post(s.port, "/v1/chat/completions", t1, &st);
+        CHECK_MSG(st == 200 && j, "round %d turn 1: status %d", r, st);
+        cJSON *reply = cJSON_CreateString(j && str_at(j, "choices.0.message.content") ? str_at(j, "choices.0.message.content") : "");
+        char *quoted = cJSON_PrintUnformatted(reply);
+        snprintf(t2, sizeof t2,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"},{\"role\":\"assistant\",\"content\":%s},"
+                 "{\"role\":\"user\",\"content\":\"And then?\"}],\"max_tokens\":8,\"temperature\":0,"
+                 "\"chat_template_kwargs\":{\"enable_thinking\":false}}", firsts[r], quoted);
+        free(quoted);
+        cJSON_Delete(reply);
+        cJSON_Delete(j);
+        /* other requests in between: they go to the session holding less */
+        for (int o = 0; o < 2; o++) {
+            j = post(s.port, "/v1/completions", "{\"prompt\":[40,41,42,43,44,45],\"max_tokens\":4,\"temperature\":0}", &st);
+            CHECK(st == 200);
+            cJSON_Delete(j);
+        }
+        j = post(s.port, "/v1/chat/completions", t2, &st);
+        CHECK_MSG(st == 200 && j && int_at(j, "usage.prompt_tokens_details.cached_tokens") > 5,
+                  "round %d turn 2: status %d, cached %d", r, st, j ? int_at(j, "usage.prompt_tokens_details.cached_tokens") : -1);
+        cJSON_Delete(j);
+    }
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}

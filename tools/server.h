@@ -45,6 +45,8 @@ typedef struct job {
     int think_open;               /* chat: the prompt opened a <think> block */
     int n_history;                /* chat: prompt ids before the generation prompt (the rendering
                                      without it is a prefix of the prompt), else -1 */
+    int pref;                     /* the idle session that holds the longest start of the
+                                     prompt when it was queued, else -1 (under srv.mu) */
     char *tools_json;             /* chat: the request's tools (for parameter types), or NULL */
     char id[48];                  /* chatcmpl-... / cmpl-... */
     long created;
@@ -86,6 +88,7 @@ struct srv {
     job **queue;                  /* ring of ring_cap = queue_cap + parallel */
     int ring_cap, q_head, q_len, n_busy, stopping;
     struct slot *slots;
+    uint64_t jobs_taken;          /* jobs the workers have taken (the slots' last_used clock) */
 
     /* metrics (under mu) */
     uint64_t m_requests, m_errors, m_generations, m_rejected;

@@ -44,6 +44,8 @@ typedef struct slot {
     int32_t *cache;   /* [n_ctx + 2] ids the session holds (first n_cache) */
     int n_cache;
     int32_t *ckpt_ids; /* [n_ctx] ids before the session's saved state (its checkpoint) */
+    int busy;          /* running a job (under srv.mu): its session and ids may change */
+    uint64_t last_used; /* when it last took a job (a count of jobs taken; under srv.mu) */
 } slot;
 
 /* ---- small text helpers --------------------------------------------------- */
@@ -116,6 +118,7 @@ job *srv_job_new(int kind) {
     j->kind = kind;
     j->refs = 1;
     j->n_history = -1;
+    j->pref = -1;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     ts_gen_params_default(&j->gp);
@@ -508,17 +511,55 @@ static void run_job(slot *sl, job *j) {
 
 /* ---- the pool -------------------------------------------------------------- */
 
+/* Session affinity. A conversation's next turn should land on the session
+ * that holds its start (its timeline, or its checkpoint): any other session
+ * would prefill the whole prompt. At submit time the job notes the idle
+ * session with the longest match, or (no match) the idle session whose
+ * state is worth least; a worker leaves such a job to that session while it
+ * is idle, and takes it otherwise. Under s->mu; an idle slot's ids and session do
+ * not change. */
+static int slot_match(const slot *sl, const job *j) {
+    int best = 0;
+    if (sl->n_cache > 0 && sl->n_cache < j->n_prompt && !memcmp(sl->cache, j->prompt, sizeof(int32_t) * (size_t)sl->n_cache))
+        best = sl->n_cache;
+    int sv = ts_session_saved_pos(sl->sess);
+    if (sv > best && sv < j->n_prompt && !memcmp(sl->ckpt_ids, j->prompt, sizeof(int32_t) * (size_t)sv)) best = sv;
+    return best;
+}
+
+/* The first queued job (its index from the head) worker `me` may take, or -1. */
+static int takeable(const srv *s, int me) {
+    for (int k = 0; k < s->q_len; k++) {
+        const job *j = s->queue[(s->q_head + k) % s->ring_cap];
+        if (j->pref < 0 || j->pref == me || s->slots[j->pref].busy) return k;
+    }
+    return -1;
+}
+
 static void *worker(void *arg) {
     slot *sl = arg;
     srv *s = sl->s;
+    const int me = (int)(sl - s->slots);
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->q_len && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->q_len) { pthread_mutex_unlock(&s->mu); break; }
-        job *j = s->queue[s->q_head];
+        int k;
+        for (;;) {
+            k = takeable(s, me);
+            if (k >= 0 || (s->stopping && !s->q_len)) break;
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        if (k < 0) { pthread_mutex_unlock(&s->mu); break; }
+        job *j = s->queue[(s->q_head + k) % s->ring_cap];
+        for (int i = k; i > 0; i--) /* keep the others in order */
+            s->queue[(s->q_head + i) % s->ring_cap] = s->queue[(s->q_head + i - 1) % s->ring_cap];
         s->q_head = (s->q_head + 1) % s->ring_cap;
         s->q_len--;
         s->n_busy++;
+        sl->busy = 1;
+        sl->last_used = ++s->jobs_taken;
+        /* jobs left for this session are anyone's now, and at shutdown the
+         * others must see the queue drained */
+        if (s->q_len || s->stopping) pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
 
         pthread_mutex_lock(&j->mu);
@@ -532,15 +573,17 @@ static void *worker(void *arg) {
         } else {
             run_job(sl, j);
         }
+        /* idle before the job is DONE: the client's next request (a
+         * conversation's next turn) must find this session free */
+        pthread_mutex_lock(&s->mu);
+        s->n_busy--;
+        sl->busy = 0;
+        pthread_mutex_unlock(&s->mu);
         pthread_mutex_lock(&j->mu);
         j->state = JOB_DONE;
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
         srv_job_unref(j);
-
-        pthread_mutex_lock(&s->mu);
-        s->n_busy--;
-        pthread_mutex_unlock(&s->mu);
     }
     return NULL;
 }
@@ -559,9 +602,29 @@ int srv_submit(srv *s, job *j) {
     j->refs++;
     j->state = JOB_QUEUED;
     pthread_mutex_unlock(&j->mu);
+    /* the idle session holding the longest start of the prompt; when none
+     * holds any, the idle one whose state is worth least: one without a
+     * saved conversation start before one with, then the least recently
+     * used (so a conversation's next turn still finds its start) */
+    int best = 0, evict = -1, idle_n = 0;
+    j->pref = -1;
+    for (int i = 0; i < s->parallel && s->parallel > 1; i++) {
+        const slot *o = &s->slots[i];
+        if (o->busy) continue;
+        idle_n++;
+        int m = slot_match(o, j);
+        if (m > best) { best = m; j->pref = i; }
+        if (evict < 0) { evict = i; continue; }
+        const slot *e = &s->slots[evict];
+        int oc = ts_session_saved_pos(o->sess) > 0, ec = ts_session_saved_pos(e->sess) > 0;
+        if (oc < ec || (oc == ec && o->last_used < e->last_used)) evict = i;
+    }
+    if (j->pref < 0 && idle_n > 1) j->pref = evict;
     s->queue[(s->q_head + s->q_len) % s->ring_cap] = j;
     s->q_len++;
-    pthread_cond_signal(&s->cv);
+    /* a job meant for one session must wake that one */
+    if (j->pref >= 0) pthread_cond_broadcast(&s->cv);
+    else pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
