@@ -80,6 +80,8 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     st->n_ctx = sp.n_ctx;
     if (!(st->kv = ts_alloc(sizeof(ts_kv) * c->n_layers, TS_MEM_MISC))) goto oom;
     if (!(st->gdn = ts_alloc(sizeof(ts_gdn_state) * c->n_layers, TS_MEM_MISC))) goto oom;
+    st->gdn_conv_n = pl.gdn_conv;
+    st->gdn_S_n = pl.gdn_S;
     if (sp.spec_draft && !(st->tape = ts_alloc(sizeof(ts_gdn_tape) * c->n_layers, TS_MEM_MISC))) goto oom;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_full[i]) {
@@ -139,13 +141,12 @@ oom:
 }
 
 void ts_session_reset(ts_session *s) {
-    const ts_model *m = &s->e->model;
-    const ts_config *c = &m->cfg;
+    const ts_config *c = &s->e->model.cfg;
     s->st.gdn_pend = 0; /* a pending lazy rollback is moot: the state restarts from zero */
     for (int i = 0; i < c->n_layers; i++)
         if (!c->layer_full[i]) {
-            memset(s->st.gdn[i].conv, 0, sizeof(float) * (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C);
-            memset(s->st.gdn[i].S, 0, sizeof(float) * (size_t)c->Hv * c->dk * c->dv);
+            memset(s->st.gdn[i].conv, 0, sizeof(float) * s->st.gdn_conv_n);
+            memset(s->st.gdn[i].S, 0, sizeof(float) * s->st.gdn_S_n);
         }
     /* KV rows past pos are never read, so they need no clearing. */
     s->pos = 0;
@@ -158,9 +159,8 @@ int ts_session_pos(const ts_session *s) { return s->pos; }
 /* Copy every GDN layer's conv and recurrent state to (save) or from the
  * checkpoint block, in layer order. */
 static void ckpt_copy(ts_session *s, int save) {
-    const ts_model *m = &s->e->model;
-    const ts_config *c = &m->cfg;
-    const size_t nconv = (size_t)(c->conv_k - 1 > 0 ? c->conv_k - 1 : 1) * m->C, nS = (size_t)c->Hv * c->dk * c->dv;
+    const ts_config *c = &s->e->model.cfg;
+    const size_t nconv = s->st.gdn_conv_n, nS = s->st.gdn_S_n;
     float *p = s->ckpt;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_full[i]) continue;

@@ -29,6 +29,8 @@ int cli_parse_ids(const char *s, int **ids);
 char *cli_read_file(const char *path);
 /* The same, with the length (the bytes may contain NUL); len may be NULL. */
 char *cli_read_file_len(const char *path, size_t *len);
+/* Monotonic seconds (for the statistics lines). */
+double cli_now(void);
 /* The default model directory (the bundled install), or NULL if absent. */
 const char *cli_default_model(void);
 /* --draft-vocab's value, one rule for run and bench: "all" gives -1 (every
@@ -65,7 +67,8 @@ int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd);
 /* The combination: --draft and friends need --spec mtp, M in 1..8. Sets the
  * default M. Returns 0, or -1 after printing an error. */
 int cli_spec_check(cli_spec *o, const char *cmd);
-/* Into session and generation parameters (nothing when the flags are off). */
+/* Into session and/or generation parameters (either may be NULL; nothing
+ * when the flags are off). */
 void cli_spec_apply(const cli_spec *o, ts_session_params *sp, ts_gen_params *gp);
 /* The "[spec ...]" statistics line on stderr (nothing without verify blocks). */
 void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_stats *st);

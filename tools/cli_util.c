@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -31,6 +32,12 @@ int cli_parse_ids(const char *s, int **ids) {
     }
     *ids = v;
     return n;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 const char *cli_default_model(void) {
@@ -111,7 +118,8 @@ int cli_spec_check(cli_spec *o, const char *cmd) {
 
 void cli_spec_apply(const cli_spec *o, ts_session_params *sp, ts_gen_params *gp) {
     if (!o->on) return;
-    sp->spec_draft = o->draft;
+    if (sp) sp->spec_draft = o->draft;
+    if (!gp) return;
     gp->spec_draft = o->draft;
     gp->draft_vocab = o->draft_vocab;
     if (o->p_min >= 0) gp->draft_p_min = o->p_min;

@@ -35,12 +35,6 @@
 #include "cli.h"
 #include "turbospark.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct { const uint64_t *a; size_t n; size_t pf; uint64_t sum; } bw_part;
 
 /* Sum of the part, one cache line per iteration; pf > 0: a software
@@ -66,7 +60,7 @@ static double bandwidth(const uint64_t *buf, size_t n, int nt) {
     for (int pass = 0; pass < 9; pass++) {
         pthread_t th[64];
         bw_part parts[64];
-        double t0 = now();
+        double t0 = cli_now();
         for (int t = 0; t < nt; t++) {
             parts[t].a = buf + n / nt * t;
             parts[t].pf = (size_t)(pass % 3) * 4096;
@@ -75,7 +69,7 @@ static double bandwidth(const uint64_t *buf, size_t n, int nt) {
         }
         bw_sum(&parts[0]);
         for (int t = 1; t < nt; t++) pthread_join(th[t], NULL);
-        double dt = now() - t0;
+        double dt = cli_now() - t0;
         volatile uint64_t sink = 0;
         for (int t = 0; t < nt; t++) sink += parts[t].sum;
         (void)sink;

@@ -212,11 +212,9 @@ int cmd_chat(int argc, char **argv) {
         int fed = 0; /* prompt tokens fed before the generation call */
         double t_fed = 0;
         if (L0 > n_hist) {
-            struct timespec t0, t1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+            const double t0 = cli_now();
             rc = ts_session_feed(s, ids.ids + n_hist, L0 - n_hist, NULL, NULL, &err);
             if (!rc) rc = ts_session_save(s, &err);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
             if (rc) { /* a failed feed leaves no usable timeline */
                 fprintf(stderr, "turbospark chat: %s\n", err.msg);
                 cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
@@ -226,7 +224,7 @@ int cmd_chat(int argc, char **argv) {
                 continue;
             }
             fed = L0 - n_hist;
-            t_fed = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            t_fed = cli_now() - t0;
             n_hist = L0;
         }
         turn t = {dt, stops, n_stop, NULL, 0, 0, NULL, 0, 0};

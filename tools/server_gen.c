@@ -371,6 +371,20 @@ static int on_token(void *user, int32_t id) {
            __atomic_load_n(&s->stopping, __ATOMIC_RELAXED);
 }
 
+/* How much of j's prompt the session's timeline holds (its ids are the
+ * prompt's start, and something is left to feed), or 0. */
+static int cache_match(const slot *sl, const job *j) {
+    const int n = sl->n_cache;
+    return n > 0 && n < j->n_prompt && !memcmp(sl->cache, j->prompt, sizeof(int32_t) * (size_t)n) ? n : 0;
+}
+
+/* The same for the session's checkpoint (ts_session_save): its position
+ * when the ids before it start the prompt, or 0. */
+static int ckpt_match(const slot *sl, const job *j) {
+    const int n = ts_session_saved_pos(sl->sess);
+    return n > 0 && n < j->n_prompt && !memcmp(sl->ckpt_ids, j->prompt, sizeof(int32_t) * (size_t)n) ? n : 0;
+}
+
 static void run_job(slot *sl, job *j) {
     srv *s = sl->s;
     run_ctx r;
@@ -385,18 +399,13 @@ static void run_job(slot *sl, job *j) {
     /* Prefix reuse: feed only what the session does not hold yet. */
     ts_gen_params gp = j->gp;
     int penalties = gp.repeat_penalty != 1.0f || gp.presence_penalty != 0 || gp.frequency_penalty != 0;
-    int reuse = 0;
-    if (!penalties && sl->n_cache > 0 && sl->n_cache < j->n_prompt &&
-        !memcmp(sl->cache, j->prompt, sizeof(int32_t) * (size_t)sl->n_cache))
-        reuse = sl->n_cache;
+    int reuse = penalties ? 0 : cache_match(sl, j);
     /* Else the session's checkpoint, when its ids still start this prompt:
      * a chat's previous turn saved the state at the end of its history (the
      * template re-renders that turn's reply, so the timeline never matches
      * past it). */
-    int sv = ts_session_saved_pos(sl->sess);
-    if (!reuse && !penalties && sv > 0 && sv < j->n_prompt &&
-        !memcmp(sl->ckpt_ids, j->prompt, sizeof(int32_t) * (size_t)sv) && ts_session_restore(sl->sess, &err) == 0)
-        reuse = sv;
+    const int sv = penalties || reuse ? 0 : ckpt_match(sl, j);
+    if (sv && ts_session_restore(sl->sess, &err) == 0) reuse = sv;
     if (!reuse) ts_session_reset(sl->sess);
     memcpy(sl->cache + reuse, j->prompt + reuse, sizeof(int32_t) * (size_t)(j->n_prompt - reuse));
     sl->n_cache = 0; /* valid again only after a clean generation */
@@ -407,23 +416,19 @@ static void run_job(slot *sl, job *j) {
     int fed = 0;
     double t_fed = 0;
     if (!rc && !penalties && j->n_history > reuse) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const double t0 = cli_now();
         rc = ts_session_feed(sl->sess, j->prompt + reuse, j->n_history - reuse, NULL, NULL, &err);
         if (!rc) rc = ts_session_save(sl->sess, &err);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
         if (!rc) {
             memcpy(sl->ckpt_ids, j->prompt, sizeof(int32_t) * (size_t)j->n_history);
             fed = j->n_history - reuse;
-            t_fed = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            t_fed = cli_now() - t0;
             reuse = j->n_history;
         }
     }
     /* drafting: exact for greedy requests, the target distribution for
      * sampled ones, and exact on a reused prefix too (tests/test_spec.c) */
-    ts_session_params unused;
-    ts_session_params_default(&unused);
-    cli_spec_apply(&s->spec, &unused, &gp);
+    cli_spec_apply(&s->spec, NULL, &gp);
     if (!j->ignore_eos) {
         gp.stop_ids = s->stop_ids;
         gp.n_stop = s->n_stop_ids;
@@ -516,15 +521,11 @@ static void run_job(slot *sl, job *j) {
  * would prefill the whole prompt. At submit time the job notes the idle
  * session with the longest match, or (no match) the idle session whose
  * state is worth least; a worker leaves such a job to that session while it
- * is idle, and takes it otherwise. Under s->mu; an idle slot's ids and session do
- * not change. */
+ * is idle, and takes it otherwise. Under s->mu; an idle slot's ids and
+ * session do not change. */
 static int slot_match(const slot *sl, const job *j) {
-    int best = 0;
-    if (sl->n_cache > 0 && sl->n_cache < j->n_prompt && !memcmp(sl->cache, j->prompt, sizeof(int32_t) * (size_t)sl->n_cache))
-        best = sl->n_cache;
-    int sv = ts_session_saved_pos(sl->sess);
-    if (sv > best && sv < j->n_prompt && !memcmp(sl->ckpt_ids, j->prompt, sizeof(int32_t) * (size_t)sv)) best = sv;
-    return best;
+    const int c = cache_match(sl, j), k = ckpt_match(sl, j);
+    return c > k ? c : k;
 }
 
 /* The first queued job (its index from the head) worker `me` may take, or -1. */
@@ -616,7 +617,7 @@ int srv_submit(srv *s, job *j) {
         if (m > best) { best = m; j->pref = i; }
         if (evict < 0) { evict = i; continue; }
         const slot *e = &s->slots[evict];
-        int oc = ts_session_saved_pos(o->sess) > 0, ec = ts_session_saved_pos(e->sess) > 0;
+        const int oc = ts_session_saved_pos(o->sess) > 0, ec = ts_session_saved_pos(e->sess) > 0;
         if (oc < ec || (oc == ec && o->last_used < e->last_used)) evict = i;
     }
     if (j->pref < 0 && idle_n > 1) j->pref = evict;
@@ -640,9 +641,7 @@ int srv_pool_start(srv *s, ts_error *err) {
     ts_session_params sp;
     ts_session_params_default(&sp);
     sp.n_ctx = s->n_ctx;
-    ts_gen_params unused;
-    ts_gen_params_default(&unused);
-    cli_spec_apply(&s->spec, &sp, &unused); /* drafting buffers in every session */
+    cli_spec_apply(&s->spec, &sp, NULL); /* drafting buffers in every session */
     sp.checkpoint = 1; /* chat turns return to their history (run_job) */
     for (int i = 0; i < s->parallel; i++) {
         slot *sl = &s->slots[i];

@@ -98,8 +98,9 @@ static int bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, ts_
     return 0;
 }
 
-/* Bind a vector of n values (shape [n], or [n, 1, K] flattened when k > 1) as f32. */
-/* transpose (k > 1): store [k, n] (v[t*n + i]) instead of the file's [n, k]. */
+/* Bind a vector of n values (shape [n], or [n, 1, K] flattened when k > 1) as
+ * f32; transpose (k > 1): stored [k, n] (v[t*n + i]) instead of the file's
+ * [n, k]. */
 static int bind_vec(binder *b, const char *name, int64_t n, int64_t k, int add_one, int transpose, float **out) {
     *out = NULL;
     ts_st_tensor *t = need(b, name);

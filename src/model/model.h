@@ -35,7 +35,8 @@ typedef struct ts_gdn_w {
     ts_weight in_b;     /* [Hv, H] */
     ts_weight in_a;     /* [Hv, H] */
     ts_weight out_proj; /* [H, Vd] */
-    float *conv;        /* [K, C] f32 (the file's [C, K] transposed at bind): conv[(K-1)*C + c] multiplies the current token */
+    float *conv;        /* [K, C] f32 (the file's [C, K] transposed at bind):
+                           conv[(K-1)*C + c] multiplies the current token */
     float *neg_A;       /* [Hv] f32: -exp(A_log) */
     float *dt_bias;     /* [Hv] f32 */
     float *norm;        /* [dv] f32: plain weight of the gated RMSNorm (not 1 + w) */
@@ -146,6 +147,7 @@ typedef struct ts_state {
     int n_ctx;
     ts_kv *kv;            /* n_layers entries (NULL buffers for GDN layers) */
     ts_gdn_state *gdn;    /* n_layers entries (NULL buffers for full layers) */
+    size_t gdn_conv_n, gdn_S_n; /* floats of one GDN layer's conv and recurrent state (the plan's sizes) */
     ts_kv mtp_kv;         /* [n_ctx + draft slack] */
     int mtp_ctx;
     ts_scratch sc;

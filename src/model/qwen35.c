@@ -42,12 +42,8 @@ void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, fl
     }
 }
 
-/* NeoX rotate-half RoPE on the first rot dims of one row's heads, in place:
- * nq query heads at q + h * qstride and nk key heads at k + h * kstride,
- * the angles formed once for the row and used by both. For text, the
- * interleaved M-RoPE of Qwen3.5 reduces to this (all three axes carry the
- * token index). inv_freq and the angle are formed in f32 as transformers
- * does. Angles in pieces of 256: any rot. */
+/* Rotate dims [j0, j0 + nj) (and their partners half further) of nh heads
+ * at x + h * hstride by the angles' cosines cs and sines sn. */
 static void rope_heads(float *x, int nh, size_t hstride, int j0, int nj, int half, const float *cs, const float *sn) {
     for (int h = 0; h < nh; h++) {
         float *xh = x + (size_t)h * hstride + j0;
@@ -59,6 +55,12 @@ static void rope_heads(float *x, int nh, size_t hstride, int j0, int nj, int hal
     }
 }
 
+/* NeoX rotate-half RoPE on the first rot dims of one row's heads, in place:
+ * nq query heads at q + h * qstride and nk key heads at k + h * kstride,
+ * the angles formed once for the row and used by both. For text, the
+ * interleaved M-RoPE of Qwen3.5 reduces to this (all three axes carry the
+ * token index). inv_freq and the angle are formed in f32 as transformers
+ * does. Angles in pieces of 256: any rot. */
 static void rope_row(float *q, int nq, size_t qstride, float *k, int nk, size_t kstride, int rot, int pos,
                      double theta) {
     float cs[256], sn[256];
@@ -104,8 +106,8 @@ static void attn_head(void *ctx, int h, int nh) {
 }
 
 /* The prefill form of the attention block after the projections: norms
- * (vectorised) and RoPE row by row (angles once per row for its q and k), the rows' K/V into the cache, then
- * the heads in parallel. Rounding differs from the token path (online
+ * (vectorised) and RoPE row by row (angles once per row for its q and k),
+ * the rows' K/V into the cache, then the heads in parallel. Rounding differs from the token path (online
  * softmax, FMAs). */
 static void attn_prefill(const ts_model *m, ts_scratch *sc, const ts_attn_w *w, ts_kv *kv, float *qg, float *kb,
                          const float *vb, int n, int pos) {
