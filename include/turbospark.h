@@ -63,7 +63,13 @@ typedef struct ts_engine ts_engine;
 typedef struct ts_engine_params {
     int n_threads;  /* 0 = all cores */
     int verbose;    /* 1: report unused tensors and load details on stderr */
+    int act_bits;   /* quantized installs on the AVX-512 path: activation
+                       precision of the products, 8, 16 or 24 bits; 0 =
+                       TS_ACT_BITS_DEFAULT. Fewer bits: cheaper prompt
+                       chunks and verify blocks, logits rounded a little
+                       more (README, "Activation precision"). */
 } ts_engine_params;
+#define TS_ACT_BITS_DEFAULT 8
 
 /* What a caller may want to know about the opened model. */
 typedef struct ts_model_info {

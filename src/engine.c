@@ -28,6 +28,11 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     if (!e) return ts_fail(err, TS_E_NOMEM, "out of memory");
     if (p) e->params = *p;
     else ts_engine_params_default(&e->params);
+    const int ab = e->params.act_bits;
+    if (ab != 0 && ab != 8 && ab != 16 && ab != 24) {
+        ts_free(e);
+        return ts_fail(err, TS_E_ARG, "activation precision of %d bits: use 8, 16 or 24", ab);
+    }
     e->dir = ts_strdup(dir, TS_MEM_MISC);
     /* before binding: packing the weights already runs on the pool */
     ts_kernels_set_threads(e->params.n_threads);
@@ -37,6 +42,8 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     if (!rc) {
         rc = ts_model_bind(&e->model, &cfg, e->st, err);
         if (rc) ts_fail_prefix(err, "%s", dir);
+        else if (ts_model_set_act_digits(&e->model, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8))
+            rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     }
     if (rc) { ts_engine_close(e); return rc; }
     if (e->params.verbose) {

@@ -27,7 +27,23 @@ typedef struct ts_weight {
     ts_dtype sdtype;      /* F32, F16 or BF16 */
     const uint8_t *packed; /* quantized: the same values repacked for the
                               AVX-512 kernels (cpu/pack.c), or NULL */
+    int act_digits;        /* packed products: the activations' precision,
+                              in int8 digits (1 = 8 bits, 2 = 16, 3 = 24);
+                              0 = TS_ACT_DIGITS_DEFAULT. See ts_act_digits. */
 } ts_weight;
+
+/* Activation precision of the packed (AVX-512 VNNI / AMX) products. Those
+ * kernels carry x as integer digits of its group's largest value: 3 digits
+ * keep f32-class precision (2^-23; within 1e-3 of the f32 reference even on
+ * the chaotic random fixtures), 2 digits 2^-15, 1 digit 2^-7 (llama.cpp's
+ * Q8 activations). Each digit is a multiply per weight and x row, so fewer
+ * digits make prompt chunks and verify blocks cheaper; a one-row decode
+ * streaming its weights from memory barely changes. Every product of one
+ * engine uses the same precision, and row-exactness holds at each: verify
+ * rows still equal decode rows bit for bit. Other kernels (reference,
+ * AVX2, unpacked weights) compute in f32 and ignore it. */
+#define TS_ACT_DIGITS_DEFAULT 3
+static inline int ts_act_digits(const ts_weight *w) { return w->act_digits ? w->act_digits : TS_ACT_DIGITS_DEFAULT; }
 
 /* y[n, rows] = x[n, cols] . W^T  (row-exact: see above) */
 void ts_linear(const ts_weight *w, const float *x, float *y, int n);

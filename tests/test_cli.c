@@ -83,6 +83,10 @@ TS_TEST(cli, errors_are_clear) {
         {"logits -m tests/fixtures/tiny-dense --ids 1,2 -o /dev/null --head side", "--head must be main or mtp"},
         {"logits -m tests/fixtures/tiny-dense --ids 1,2 -o /nonexistent-dir/x.bin", "cannot write /nonexistent-dir/x.bin"},
         {"frobnicate", "unknown command 'frobnicate'"},
+        {"run -m tests/fixtures/tiny-dense --ids 1 -n 1 --act-bits 12", "bad value '12' for --act-bits"},
+        {"perplexity -m tests/fixtures/tiny-dense -f /dev/null --act-bits 4", "--act-bits '4': use 8, 16 or 24"},
+        {"bench -m tests/fixtures/tiny-dense --act-bits x", "--act-bits 'x': use 8, 16 or 24"},
+        {"logits -m tests/fixtures/tiny-dense --ids 1 -o /dev/null --act-bits 32", "--act-bits '32': use 8, 16 or 24"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = ts_test_sh(g_out, sizeof g_out, "%s %s", bin, cases[i].args);

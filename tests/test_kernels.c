@@ -154,6 +154,16 @@ TS_TEST(kernels, parity_and_row_exact) {
                                 bad = 1;
                             }
                     for (int n = 1; n <= 9 && !bad; n += (n < 5 ? 1 : 4)) bad = check_one(&b.w, n, 2e-6f, what);
+                    /* the lower activation precisions (--act-bits 16 and 8):
+                     * x within 2^-16 / 2^-8 of its group's max (the test x
+                     * has 8x outliers), rows still exact */
+                    const float dtol[] = {0, 3e-2f, 3e-4f};
+                    for (int d = 2; d >= 1 && !bad; d--) {
+                        b.w.act_digits = d;
+                        char wd[160];
+                        snprintf(wd, sizeof wd, "%s, %d-bit activations", what, 8 * d);
+                        for (int n = 1; n <= 9 && !bad; n += (n < 5 ? 1 : 4)) bad = check_one(&b.w, n, dtol[d], wd);
+                    }
                 }
                 free_w(&b);
                 if (bad) { ts_kernels_select(orig); return; }
@@ -164,8 +174,9 @@ TS_TEST(kernels, parity_and_row_exact) {
 
 /* The AMX kernel (linear_p16_amx.c) gives the VNNI kernel's bits exactly:
  * INT4/INT8, groups 16 to 256, bf16/f16/f32 scales, 1 to 16 x rows (tiles
- * of 5 and the shifted last tile), exact and drafting (one digit) products,
- * and a fused region of several weights. Decode may run on one kernel and
+ * of 5 and the shifted last tile), every activation precision (3, 2 and 1
+ * digits) and drafting (one digit) products, and a fused region of several
+ * weights. Decode may run on one kernel and
  * verify on the other, so anything short of memcmp equality would break
  * speculative decoding's bit-identity. Skipped where AMX is not available. */
 TS_TEST(kernels, amx_matches_vnni) {
@@ -191,9 +202,10 @@ TS_TEST(kernels, amx_matches_vnni) {
         float *y[2][2];
         for (int a = 0; a < 2; a++)
             for (int k = 0; k < 2; k++) y[a][k] = calloc(ny, sizeof(float));
-        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0] * 3; ni++)
             for (int mode = 0; mode < 3; mode++) { /* ts_linear, ts_linear_draft, ts_linear_many */
-                int n = ns[ni];
+                int n = ns[ni % (sizeof ns / sizeof ns[0])], nd = 3 - (int)(ni / (sizeof ns / sizeof ns[0]));
+                b[0].w.act_digits = b[1].w.act_digits = nd;
                 for (int a = 0; a < 2; a++) { /* a = 0: VNNI, 1: AMX */
                     ts_amx_min_rows(a ? 1 : 1000);
                     const ts_weight *wl[2] = {&b[0].w, &b[1].w};
@@ -207,10 +219,10 @@ TS_TEST(kernels, amx_matches_vnni) {
                     if (memcmp(y[0][k], y[1][k], cnt * sizeof(float))) {
                         size_t e = 0;
                         while (e < cnt && !memcmp(&y[0][k][e], &y[1][k][e], sizeof(float))) e++;
-                        ts_test_fail(__FILE__, __LINE__, "INT%d g%d [%lld, %lld] n=%d mode %d: AMX %g != VNNI %g at %zu",
-                                     cases[ci].bits, cases[ci].group, (long long)rows, (long long)cols, n, mode,
+                        ts_test_fail(__FILE__, __LINE__, "INT%d g%d [%lld, %lld] n=%d digits %d mode %d: AMX %g != VNNI %g at %zu",
+                                     cases[ci].bits, cases[ci].group, (long long)rows, (long long)cols, n, nd, mode,
                                      y[1][k][e], y[0][k][e], e);
-                        ni = sizeof ns / sizeof ns[0] - 1;
+                        ni = sizeof ns / sizeof ns[0] * 3 - 1;
                         mode = 3;
                         break;
                     }

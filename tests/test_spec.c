@@ -20,6 +20,8 @@
  * - speculative sampling: the first emitted token of a block follows the
  *   target distribution (chi-square), with a deliberately bad draft
  *   distribution so that most drafts are rejected;
+ * - every activation precision of the packed kernels (24, 16, 8 bits) on
+ *   the bundled INT4 model: drafted greedy equals plain greedy at each;
  * - bad input: draft lengths out of range, a checkpoint without mtp.*.
  */
 #include <math.h>
@@ -585,6 +587,94 @@ TS_TEST(spec, draft_p_min) {
     CHECK_MSG((double)accepted[1] / drafted[1] > (double)accepted[0] / drafted[0],
               "floor 0.5 accepted %d/%d, no floor %d/%d", accepted[1], drafted[1], accepted[0], drafted[0]);
     ts_engine_close(e);
+}
+
+/* Every activation precision (--act-bits 24, 16, 8) keeps verify rows equal
+ * to decode rows, so drafted greedy output is plain greedy output at that
+ * precision: the bundled INT4 model (the packed kernels; the bf16 fixtures
+ * above never reach them), M = 1..4 (up to 5 verify rows: VNNI and AMX
+ * both, where the CPU has AMX), MTP and oracle drafts. The precisions give
+ * different outputs (otherwise the option would not reach the kernels), and
+ * an unknown one is refused by name. */
+TS_TEST(spec, greedy_exact_every_precision) {
+    static const int32_t P[] = {464, 1236, 286, 262, 1110, 11, 290, 262, 995, 373, 257, 3797, 13, 383, 1110, 286};
+    const int TP = (int)(sizeof P / sizeof P[0]), N = 200;
+    static collect ref[3], got;
+    const int bits[] = {24, 16, 8};
+    for (int b = 0; b < 3; b++) {
+        ts_engine_params ep;
+        ts_engine_params_default(&ep);
+        ep.act_bits = bits[b];
+        ts_engine *e = NULL;
+        ts_error err = {0};
+        CHECK_MSG(ts_engine_open("models/default", &ep, &e, &err) == 0, "%s", err.msg);
+        ts_gen_stats st;
+        CHECK(gen(e, P, TP, 512, N, 0, NULL, &ref[b], &st) == 0);
+        /* a trained model's argmax hides small differences, so first the
+         * bits: each row of a verify block of 5 (VNNI below the AMX
+         * threshold, AMX at or above it) against one-at-a-time decoding,
+         * then rolled back to 2 rows, the whole state */
+        const int V = ts_engine_info(e)->vocab_size;
+        ts_session *va = mk_session(e, 512, 4), *vb = mk_session(e, 512, 0);
+        CHECK(va && vb);
+        CHECK(ts_session_feed(va, P, TP, NULL, NULL, &err) == 0 && ts_session_feed(vb, P, TP, NULL, NULL, &err) == 0);
+        CHECK_MSG(ts_spec_verify(va, ref[b].ids, 5, &err) == 0, "%s", err.msg);
+        for (int i = 0; i < 5; i++) {
+            CHECK(ts_session_feed(vb, &ref[b].ids[i], 1, NULL, NULL, &err) == 0);
+            CHECK_MSG(!memcmp(va->vlogits + (size_t)i * V, ts_session_logits(vb), sizeof(float) * V),
+                      "%d-bit activations: verify row %d differs from its decode step", bits[b], i);
+        }
+        ts_session_free(vb);
+        vb = mk_session(e, 512, 0);
+        CHECK(ts_session_feed(vb, P, TP, NULL, NULL, &err) == 0 && ts_session_feed(vb, ref[b].ids, 1, NULL, NULL, &err) == 0 &&
+              ts_session_feed(vb, ref[b].ids + 1, 1, NULL, NULL, &err) == 0);
+        ts_spec_rollback(va, 2);
+        ts_spec_materialize(va);
+        CHECK_MSG(state_diff(va, vb) < 0, "%d-bit activations: state after rollback differs", bits[b]);
+        ts_session_free(va);
+        ts_session_free(vb);
+        for (int M = 1; M <= 4; M++) {
+            oracle o = {ref[b].ids, ref[b].n, TP, 777u + M, 0};
+            for (int k = 0; k < 2; k++) {
+                CHECK(gen(e, P, TP, 512, N, M, k ? &o : NULL, &got, &st) == 0);
+                CHECK_MSG(got.n == ref[b].n && !memcmp(got.ids, ref[b].ids, sizeof(int32_t) * (size_t)got.n),
+                          "%d-bit activations, M=%d (%s drafts): output differs from plain greedy", bits[b], M,
+                          k ? "oracle" : "MTP");
+                CHECK(st.n_accepted > 0 && st.n_accepted < st.n_drafted);
+            }
+        }
+        ts_engine_close(e);
+    }
+    /* the logits differ between precisions; 200 tokens of a trained model
+     * may still agree, so compare the last prompt row's logits instead */
+    float *lg[2];
+    for (int b = 0; b < 2; b++) {
+        ts_engine_params ep;
+        ts_engine_params_default(&ep);
+        ep.act_bits = b ? 8 : 24;
+        ts_engine *e = NULL;
+        ts_error err = {0};
+        CHECK_MSG(ts_engine_open("models/default", &ep, &e, &err) == 0, "%s", err.msg);
+        int V = ts_engine_info(e)->vocab_size;
+        lg[b] = malloc(sizeof(float) * (size_t)V * TP);
+        ts_session *s = mk_session(e, 512, 0);
+        CHECK(s && ts_session_feed(s, P, TP, lg[b], NULL, &err) == 0);
+        ts_session_free(s);
+        if (b) {
+            float d = ts_test_max_abs(lg[0], lg[1], (size_t)V * TP);
+            fprintf(stderr, "  prompt logits, 8-bit against 24-bit activations: max |diff| %.3g\n", (double)d);
+            CHECK_MSG(d > 0 && d < 0.5f, "8-bit vs 24-bit logits differ by %g", (double)d);
+        }
+        ts_engine_close(e);
+    }
+    free(lg[0]);
+    free(lg[1]);
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.act_bits = 12;
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    CHECK(ts_engine_open("models/default", &ep, &e, &err) == TS_E_ARG && e == NULL && strstr(err.msg, "12 bits"));
 }
 
 /* A session that continues (a chat's next turn, a server's reused prefix):

@@ -41,6 +41,11 @@ int cli_parse_draft_vocab(const char *s, int *out);
 int cli_parse_count(const char *s, int *out);
 /* A probability: a number in [0, 1]. Returns 1, or 0 for anything else. */
 int cli_parse_prob(const char *s, float *out);
+/* --act-bits: 8, 16 or 24 (ts_engine_params.act_bits). Returns 1, or 0 for anything else. */
+int cli_parse_act_bits(const char *s, int *out);
+#define CLI_ACT_BITS_HELP \
+    "  --act-bits N        activation precision of quantized products: 8 (default, as llama.cpp),\n" \
+    "                      16, or 24 (f32-class; slower prompts and drafting blocks)\n"
 
 /* Sampling flags shared by run and chat (--temp, --top-k, --top-p, --min-p,
  * --seed, --repeat-penalty, --presence-penalty, --frequency-penalty).

@@ -75,6 +75,13 @@ int cli_parse_draft_vocab(const char *s, int *out) {
 
 int cli_parse_count(const char *s, int *out) { return pi(s, out); }
 
+int cli_parse_act_bits(const char *s, int *out) {
+    int v;
+    if (!pi(s, &v) || (v != 8 && v != 16 && v != 24)) return 0;
+    *out = v;
+    return 1;
+}
+
 int cli_parse_prob(const char *s, float *out) { return pf(s, out) && *out >= 0.0f && *out <= 1.0f; }
 
 int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd) {

@@ -86,7 +86,7 @@ static int cmp_d(const void *a, const void *b) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json] [--bw-mib M]\n"
-               "                       [--spec mtp --draft M [--draft-vocab K|all] [--draft-p-min P]] [--ids-file FILE]\n");
+               "                       [--act-bits 8|16|24] [--spec mtp --draft M [--draft-vocab K|all] [--draft-p-min P]] [--ids-file FILE]\n");
 }
 
 typedef struct collect {
@@ -180,6 +180,7 @@ int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
     int prompt = 128, gen = 64, threads = 0, runs = 5, json = 0, bw_mib = 1024, draft = 0, spec = 0, dvocab = 0;
     float pmin = -1; /* -1: not given */
+    int act_bits = 0;
     const char *ids_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -201,6 +202,13 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--draft-p-min")) {
             if (!cli_parse_prob(v, &pmin)) {
                 fprintf(stderr, "turbospark bench: --draft-p-min '%s': use a probability in [0, 1]\n", v);
+                return 2;
+            }
+            continue;
+        }
+        if (!strcmp(a, "--act-bits")) {
+            if (!cli_parse_act_bits(v, &act_bits)) {
+                fprintf(stderr, "turbospark bench: --act-bits '%s': use 8, 16 or 24\n", v);
                 return 2;
             }
             continue;
@@ -250,6 +258,7 @@ int cmd_bench(int argc, char **argv) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = nt;
+    ep.act_bits = act_bits;
     ts_engine *e = NULL;
     if (ts_engine_open(dir, &ep, &e, &err)) { fprintf(stderr, "turbospark bench: %s\n", err.msg); return 1; }
     const ts_model_info *in = ts_engine_info(e);
@@ -310,12 +319,14 @@ int cmd_bench(int argc, char **argv) {
                " \"weight_bytes_per_token\": %llu, \"state_bytes_per_token\": %llu, \"decode_gb_s\": %.2f,\n"
                " \"decode_gb_s_with_state\": %.2f, \"pct_of_bandwidth_with_state\": %.1f,\n"
                " \"bandwidth_gb_s_1t\": %.2f, \"bandwidth_gb_s\": %.2f, \"pct_of_bandwidth\": %.1f,\n"
-               " \"kernels\": \"%s\", \"loadavg\": %.2f}\n",
+               " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f}\n",
                dir, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
-               (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0, ts_kernels_name(), loadavg[0]);
+               (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0, ts_kernels_name(),
+               act_bits ? act_bits : TS_ACT_BITS_DEFAULT, loadavg[0]);
     } else {
-        printf("model      %s (%s, %s, %d threads, kernels %s)\n", dir, in->model_type,
-               in->quant_bits ? (in->quant_bits == 4 ? "INT4" : "INT8") : "bf16/f32", nt, ts_kernels_name());
+        printf("model      %s (%s, %s, %d threads, kernels %s, %d-bit activations)\n", dir, in->model_type,
+               in->quant_bits ? (in->quant_bits == 4 ? "INT4" : "INT8") : "bf16/f32", nt, ts_kernels_name(),
+               act_bits ? act_bits : TS_ACT_BITS_DEFAULT);
         printf("prefill    %d tokens: %.1f tok/s (median of %d; min %.1f, max %.1f)\n", prompt, pp, runs, tp[1], tp[runs]);
         printf("decode     %d tokens: %.1f tok/s (median of %d; min %.1f, max %.1f)\n", gen, dd, runs, td[1], td[runs]);
         printf("weights    %.1f MB read per decoded token -> %.1f GB/s\n", wb / 1e6, gbs);

@@ -74,13 +74,13 @@ static void usage(FILE *f) {
     fprintf(f, "usage: turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [--ctx N] [options]\n"
                "  -n N                reply length limit in tokens (default 512)\n"
                "  --ctx N             context limit in tokens\n"
-               "  --threads N         CPU threads (default: all cores)\n" CLI_SAMPLING_HELP CLI_SPEC_HELP
+               "  --threads N         CPU threads (default: all cores)\n" CLI_ACT_BITS_HELP CLI_SAMPLING_HELP CLI_SPEC_HELP
                "commands in the conversation: /reset (forget it), /quit\n");
 }
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL;
-    int no_think = 0, n_ctx = 0, n_predict = 512, threads = 0;
+    int no_think = 0, n_ctx = 0, n_predict = 512, threads = 0, act_bits = 0;
     cli_spec spec = CLI_SPEC_INIT;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
@@ -98,6 +98,7 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "-n") && more) ok = cli_parse_count(argv[++i], &n_predict);
         else if (!strcmp(a, "--ctx") && more) ok = cli_parse_count(argv[++i], &n_ctx);
         else if (!strcmp(a, "--threads") && more) ok = cli_parse_count(argv[++i], &threads);
+        else if (!strcmp(a, "--act-bits") && more) ok = cli_parse_act_bits(argv[++i], &act_bits);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "turbospark chat: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
         if (!ok) { fprintf(stderr, "turbospark chat: bad value '%s' for %s\n", argv[i], a); return 2; }
@@ -116,6 +117,7 @@ int cmd_chat(int argc, char **argv) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = threads;
+    ep.act_bits = act_bits;
     int rc = ts_tokenizer_load(model, &tok, &err);
     if (!rc) rc = ts_chat_template_load(model, &tpl, &err);
     if (!rc) rc = ts_engine_open(model, &ep, &e, &err);

@@ -13,6 +13,8 @@
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *outp = NULL, *head = "main";
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -20,9 +22,15 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--ids") && more) ids_s = argv[++i];
         else if (!strcmp(a, "-o") && more) outp = argv[++i];
         else if (!strcmp(a, "--head") && more) head = argv[++i];
+        else if (!strcmp(a, "--act-bits") && more) {
+            if (!cli_parse_act_bits(argv[++i], &ep.act_bits)) {
+                fprintf(stderr, "turbospark logits: --act-bits '%s': use 8, 16 or 24\n", argv[i]);
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "turbospark logits: unknown or incomplete argument '%s'\n"
-                            "usage: turbospark logits -m DIR --ids 1,2,3 -o FILE [--head main|mtp]\n", a);
+                            "usage: turbospark logits -m DIR --ids 1,2,3 -o FILE [--head main|mtp] [--act-bits 8|16|24]\n", a);
             return 2;
         }
     }
@@ -35,7 +43,7 @@ int cmd_logits(int argc, char **argv) {
     if (mtp && n < 2) { fprintf(stderr, "turbospark logits: --head mtp needs at least 2 ids\n"); free(ids); return 2; }
     ts_error err = {0};
     ts_engine *e = NULL;
-    if (ts_engine_open(model, NULL, &e, &err)) { fprintf(stderr, "turbospark logits: %s\n", err.msg); free(ids); return 1; }
+    if (ts_engine_open(model, &ep, &e, &err)) { fprintf(stderr, "turbospark logits: %s\n", err.msg); free(ids); return 1; }
     const ts_model_info *info = ts_engine_info(e);
     int V = info->vocab_size, H = info->hidden_size;
     ts_session_params sp;

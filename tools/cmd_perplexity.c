@@ -33,18 +33,24 @@ static double nll(const float *row, int V, int target) {
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
-    int mtp = 0, json = 0, threads = 0;
+    int mtp = 0, json = 0, threads = 0, act_bits = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
         else if (!strcmp(a, "-f") && more) file = argv[++i];
         else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--act-bits") && more) {
+            if (!cli_parse_act_bits(argv[++i], &act_bits)) {
+                fprintf(stderr, "turbospark perplexity: --act-bits '%s': use 8, 16 or 24\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--json")) json = 1;
         else {
             fprintf(stderr, "turbospark perplexity: unknown or incomplete argument '%s'\n"
-                            "usage: turbospark perplexity -m DIR -f IDS_FILE [--mtp] [--json]\n", a);
+                            "usage: turbospark perplexity -m DIR -f IDS_FILE [--mtp] [--json] [--threads N] [--act-bits 8|16|24]\n", a);
             return 2;
         }
     }
@@ -56,6 +62,7 @@ int cmd_perplexity(int argc, char **argv) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = threads;
+    ep.act_bits = act_bits;
     ts_engine *e = NULL;
     if (ts_engine_open(model, &ep, &e, &err)) {
         fprintf(stderr, "turbospark perplexity: %s\n", err.msg);

@@ -35,6 +35,7 @@ static void usage(FILE *f) {
             "  --chunk N           prompt rows per forward pass (default 64)\n"
             CLI_SPEC_HELP
             "  --threads N         CPU threads (default: all cores)\n"
+            CLI_ACT_BITS_HELP
             "  --print-ids         print generated ids instead of text\n"
             "  -v                  verbose loading (unused tensors)\n");
 }
@@ -76,7 +77,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
     char *file_prompt = NULL;
     int chat = 0, no_think = 0;
-    int n_predict = 64, n_ctx = 0, threads = 0, print_ids = 0, verbose = 0, chunk = 0;
+    int n_predict = 64, n_ctx = 0, threads = 0, act_bits = 0, print_ids = 0, verbose = 0, chunk = 0;
     cli_spec spec = CLI_SPEC_INIT;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
@@ -101,6 +102,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         else if (ARG("-n")) ok = parse_int(argv[++i], &n_predict) && n_predict >= 0;
         else if (ARG("--ctx")) ok = parse_int(argv[++i], &n_ctx) && n_ctx >= 0;
         else if (ARG("--threads")) ok = parse_int(argv[++i], &threads) && threads >= 0;
+        else if (ARG("--act-bits")) ok = cli_parse_act_bits(argv[++i], &act_bits);
         else if (ARG("--chunk")) ok = parse_int(argv[++i], &chunk) && chunk >= 1;
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
@@ -175,6 +177,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = threads;
+    ep.act_bits = act_bits;
     ep.verbose = verbose;
     ts_engine *e = NULL;
     ts_session *s = NULL;

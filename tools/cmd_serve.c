@@ -62,6 +62,7 @@ static void usage(FILE *f) {
             "  --max-tokens-limit N   largest max_tokens a request may ask for (default: the context)\n"
             "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/\n"
             "  --threads N            CPU threads (default: all cores)\n"
+            "  --act-bits N           activation precision of quantized products: 8 (default), 16 or 24\n"
             "  --spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]\n"
             "                         every generation drafts with the MTP head (as in run;\n"
             "                         output unchanged, sampled requests keep their distribution)\n"
@@ -394,7 +395,8 @@ static int parse_int(const char *s, int lo, int *out) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL;
-    int port = 8080, n_ctx = 0, parallel = 1, queue = 16, max_tokens_limit = 0, threads = 0, verbose = 0;
+    int port = 8080, n_ctx = 0, parallel = 1, queue = 16, max_tokens_limit = 0, threads = 0, verbose = 0,
+        act_bits = 0;
     cli_spec spec = CLI_SPEC_INIT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -412,6 +414,7 @@ int cmd_serve(int argc, char **argv) {
         else if (ARG("--max-tokens-limit")) ok = parse_int(argv[++i], 1, &max_tokens_limit);
         else if (ARG("--api-key")) api_key = argv[++i];
         else if (ARG("--threads")) ok = parse_int(argv[++i], 0, &threads);
+        else if (ARG("--act-bits")) ok = cli_parse_act_bits(argv[++i], &act_bits);
         else if (!strcmp(a, "-v")) verbose = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "turbospark serve: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
@@ -478,6 +481,7 @@ int cmd_serve(int argc, char **argv) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = threads;
+    ep.act_bits = act_bits;
     struct MHD_Daemon *d = NULL;
     if ((rc = ts_engine_open(model, &ep, &s->e, &err))) goto out;
     if (spec.on && !ts_engine_info(s->e)->has_mtp) {

@@ -8,7 +8,7 @@
  *
  *   cc -O2 -std=gnu11 -Iinclude -Isrc -o build/products bench/kernels/products.c build/libturbospark.a \
  *      -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lreadline -lm -lpthread
- *   build/products MODEL_DIR [threads] [reps] [nmax] [per-matrix: any 5th argument]
+ *   build/products MODEL_DIR [threads] [reps] [nmax] [per-matrix: a 5th argument other than -] [act bits]
  *
  * Each product is one ts_linear call (the step fuses some of them into one
  * pool region; this does not). Minimum over reps of the whole pass.
@@ -16,6 +16,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu/cpu.h"
 #include "model/spec.h"
@@ -33,13 +34,15 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: products MODEL_DIR [threads] [reps] [nmax] [per-matrix]\n"); return 2; }
     ts_fp_begin();
     const int nt = argc > 2 ? atoi(argv[2]) : 2, reps = argc > 3 ? atoi(argv[3]) : 100;
-    const int nmax = argc > 4 ? atoi(argv[4]) : 4, per_matrix = argc > 5;
+    const int nmax = argc > 4 ? atoi(argv[4]) : 4, per_matrix = argc > 5 && strcmp(argv[5], "-");
+    const int act_bits = argc > 6 ? atoi(argv[6]) : 0; /* --act-bits */
     if (reps < 1 || nmax < 1 || nmax > 9) { fprintf(stderr, "bad reps or nmax (1..9)\n"); return 2; }
     ts_engine *e = NULL;
     ts_error err;
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = nt;
+    ep.act_bits = act_bits;
     if (ts_engine_open(argv[1], &ep, &e, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     const ts_model *m = &e->model;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -82,7 +85,7 @@ int main(int argc, char **argv) {
                 double dt = ts_now() - t0;
                 if (dt < best[a][n]) best[a][n] = dt;
             }
-    ts_amx_min_rows(3);
+    ts_amx_min_rows(-1);
     printf("%s: %d products per step, threads %d, minimum of %d passes\n", argv[1], nw, nt, reps);
     for (int a = 0; a <= has_amx; a++) {
         printf("%s:", a ? "amx " : "vnni");

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/spec/run.sh MODEL_DIR [reps] [draft M] [threads] [prompt tokens]: verify/rollback cost vs a decode step.
+# bench/spec/run.sh MODEL_DIR [reps] [draft M] [threads] [prompt tokens] [act bits]: verify/rollback cost vs a decode step.
 # Builds the library (make), then bench/spec/spec_bench against build/libturbospark.a.
 # Without a model: synthesizes a Qwen3.5-0.8B-shaped INT4 checkpoint into /tmp/q08b first.
 set -e
@@ -12,4 +12,4 @@ if [ ! -f "$MODEL/config.json" ]; then
     cc -O2 -o build/synth08b bench/spec/synth08b.c
     build/synth08b "$MODEL"
 fi
-build/spec_bench "$MODEL" "${2:-5}" "${3:-3}" "${4:-0}" "${5:-32}"
+build/spec_bench "$MODEL" "${2:-5}" "${3:-3}" "${4:-0}" "${5:-32}" "${6:-0}"

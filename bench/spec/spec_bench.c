@@ -1,6 +1,6 @@
 /* spec_bench.c: cost of the speculative path relative to one decode step.
  *
- *   bench/spec/run.sh MODEL_DIR [reps] [draft M] [threads] [prompt tokens]
+ *   bench/spec/run.sh MODEL_DIR [reps] [draft M] [threads] [prompt tokens] [act bits]
  *   (builds this against build/libturbospark.a; the steps run after a prompt
  *   of that many tokens, 32 by default)
  *
@@ -197,18 +197,20 @@ static void gdn_only(const ts_model *m, int M, int reps) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: spec_bench MODEL_DIR [reps] [draft M] [threads] [prompt tokens]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: spec_bench MODEL_DIR [reps] [draft M] [threads] [prompt tokens] [act bits]\n"); return 2; }
     /* the engine's floating-point mode (ts_generate's), also for the
      * internal calls below (verify, rollback, state passes) */
     ts_fp_begin();
     const char *dir = argv[1];
     int reps = argc > 2 ? atoi(argv[2]) : 5, M = argc > 3 ? atoi(argv[3]) : 3, nt = argc > 4 ? atoi(argv[4]) : 0;
     int np = argc > 5 ? atoi(argv[5]) : 32; /* the context the steps run at */
+    int act_bits = argc > 6 ? atoi(argv[6]) : 0; /* activation precision (--act-bits) */
     if (reps < 1 || reps > 64 || M < 1 || M > TS_SPEC_MAX_DRAFT) { fprintf(stderr, "bad reps or M\n"); return 2; }
     ts_engine *e = NULL;
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.n_threads = nt;
+    ep.act_bits = act_bits;
     if (ts_engine_open(dir, &ep, &e, &g_err)) { fprintf(stderr, "%s\n", g_err.msg); return 1; }
     ts_session_params sp;
     ts_session_params_default(&sp);

@@ -74,15 +74,15 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
 void ts_p16_prep_rows(const float *x, int n, int64_t cols, int group, int nd, int8_t *xd, float *sx, float *xs);
 void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, int nd, float *y,
                     int64_t r0, int64_t r1);
-/* The same product on AMX tiles, bit-identical (linear_p16_amx.c), three
- * digits only: digits laid out [row][digit][cols] (ts_amx_prep_rows); ubuf:
- * 32 * cols bytes of per-thread scratch for INT4 unpacking.
+/* The same product on AMX tiles, bit-identical (linear_p16_amx.c), for nd
+ * = 1, 2 or 3 digits: digits laid out [row][digit][cols] (ts_amx_prep_rows);
+ * ubuf: 32 * cols bytes of per-thread scratch for INT4 unpacking.
  * ts_amx_available: CPU, kernel permission and TS_AMX != 0. */
 int ts_amx_available(void);
-void ts_amx_min_rows(int rows); /* use AMX for products of >= rows x rows (matmul.c) */
+void ts_amx_min_rows(int rows); /* AMX for products of >= rows x rows, every precision; < 0: the default rule (matmul.c) */
 void ts_amx_prep_rows(const float *x, int n, int64_t cols, int group, int nd, int8_t *xa, float *sx, float *xs);
-void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, float *y, int64_t r0,
-                 int64_t r1, uint8_t *ubuf);
+void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, int nd, float *y,
+                 int64_t r0, int64_t r1, uint8_t *ubuf);
 /* Prefill: dequantize 4 rows at a time into wbuf [4, cols] f32 (column order
  * of xp), then a 4x4 register-blocked f32 product. */
 void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_t r0, int64_t r1, float *wbuf);

@@ -5,7 +5,9 @@
  * rows with three VPDPBUSD per 4 columns, so every x row adds its own
  * multiplies. One AMX TDPBSUD multiplies up to 16 "virtual rows" (x row,
  * digit) by 16 weight rows over 64 columns at once, whatever the number of
- * rows used: x rows go in tiles of 5 (15 digit rows). What limits it is the
+ * rows used: x rows go in tiles of 5 (15 digit rows at three digits; 10 or 5
+ * at the lower activation precisions, where the accumulators, 4 x 5 zmm,
+ * rather than the tile rows set the tile size). What limits it is the
  * traffic through memory around each multiply (tile loads, the int32 results
  * stored and read back every group, INT4 unpacked to bytes), a fixed cost per
  * weight byte: it pays from about 4 x rows (matmul.c picks by row count), and
@@ -91,7 +93,7 @@ static inline __attribute__((always_inline)) void unpack_group(const uint8_t *rp
 }
 
 /* ---- one pass: up to 2 x tiles by 2 row blocks ----
- * Tiles 0-1: the x tiles (X rows x 3 digits), 2-3: the weight blocks, 4-7:
+ * Tiles 0-1: the x tiles (X rows x ND digits), 2-3: the weight blocks, 4-7:
  * the four C = A B. Four products per group share two A and two B tile loads,
  * and the four multiplies are independent, so the tile unit is not left
  * waiting on one chain. The C tiles go through memory (there is no
@@ -103,17 +105,18 @@ static inline __attribute__((always_inline)) void pass_post(const int32_t (*C)[1
                                                             size_t rec, size_t dbytes, size_t ss, ts_dtype sdt,
                                                             const float *sx, const float *xs, int64_t ng, int64_t g,
                                                             const int *st, __m512 (*acc)[2][XT], const int X,
-                                                            const int NT, const int NB) {
+                                                            const int NT, const int NB, const int ND) {
     _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) {
         const uint8_t *rp = blkp[b] + (size_t)g * rec;
         const __m512 sc = p16_load16(rp + dbytes, sdt), bi = p16_load16(rp + dbytes + 16 * ss, sdt);
         _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
             const int32_t *c = C[2 * t + b][0];
             _Pragma("GCC unroll 5") for (int u = 0; u < X; u++) {
-                const int32_t *cu = c + u * 48; /* C row 3u + k: digit k of x row u */
+                const int32_t *cu = c + u * ND * 16; /* C row ND u + k: digit k of x row u */
                 int64_t o = (int64_t)(st[t] + u) * ng + g;
-                acc[t][b][u] = p16_step(acc[t][b][u], _mm512_load_si512(cu), _mm512_load_si512(cu + 16),
-                                        _mm512_load_si512(cu + 32), sc, bi, sx[o], xs[o], 3);
+                const __m512i z = _mm512_setzero_si512();
+                acc[t][b][u] = p16_step(acc[t][b][u], _mm512_load_si512(cu), ND > 1 ? _mm512_load_si512(cu + 16) : z,
+                                        ND > 2 ? _mm512_load_si512(cu + 32) : z, sc, bi, sx[o], xs[o], ND);
             }
         }
     }
@@ -137,14 +140,14 @@ static inline __attribute__((always_inline)) void store_pair(int p, int32_t (*ds
 static inline __attribute__((always_inline)) void pass(const ts_weight *w, const int8_t *xa, const float *sx,
                                                        const float *xs, float *y, int64_t rb, const int *st,
                                                        const int *sk, uint8_t *ub, const int X, const int NT,
-                                                       const int NB, const int UNPACK) {
+                                                       const int NB, const int UNPACK, const int ND) {
     const int64_t cols = w->cols, G = w->group, ng = cols / G;
     const int KS = G < 64 ? (int)G : 64, nsl = (int)(G / KS);
     const p16_geom pg = p16_geometry(w);
     const size_t ss = pg.ss, dbytes = pg.dbytes, rec = pg.rec;
     const uint8_t *blkp[2] = {w->packed + (size_t)rb * (size_t)ng * rec, w->packed + (size_t)(rb + 1) * (size_t)ng * rec};
     uint8_t *ubp[2] = {ub, ub + (size_t)16 * (size_t)cols};
-    const int8_t *ap[2] = {xa + (size_t)st[0] * 3 * (size_t)cols, xa + (size_t)st[NT - 1] * 3 * (size_t)cols};
+    const int8_t *ap[2] = {xa + (size_t)st[0] * ND * (size_t)cols, xa + (size_t)st[NT - 1] * ND * (size_t)cols};
     /* INT8 tiles load straight from the weights: the first x tiles of a
      * block stream them, so they prefetch */
     const int pf8 = w->bits == 8 && st[0] == 0;
@@ -200,19 +203,19 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
         if (NT == 2) {
             store_pair(0, cbuf[g & 1], NB);     /* tiles 4-5: x tile 0 */
             store_pair(1, cbuf[g & 1] + 2, NB); /* tiles 6-7: x tile 1 */
-            if (g >= 1) pass_post(cbuf[(g - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 1, st, acc, X, NT, NB);
+            if (g >= 1) pass_post(cbuf[(g - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 1, st, acc, X, NT, NB, ND);
         } else if (g >= 1) {
             /* store the previous group's pair (its multiplies had this
              * group's to overlap), then the f32 steps of the one before */
             store_pair(!odd, cbuf[(g - 1) & 1], NB);
-            if (g >= 2) pass_post(cbuf[g & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 2, st, acc, X, NT, NB);
+            if (g >= 2) pass_post(cbuf[g & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, g - 2, st, acc, X, NT, NB, ND);
         }
     }
     if (NT == 1) {
         store_pair((int)((ng - 1) & 1), cbuf[(ng - 1) & 1], NB);
-        if (ng >= 2) pass_post(cbuf[(ng - 2) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 2, st, acc, X, NT, NB);
+        if (ng >= 2) pass_post(cbuf[(ng - 2) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 2, st, acc, X, NT, NB, ND);
     }
-    pass_post(cbuf[(ng - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 1, st, acc, X, NT, NB);
+    pass_post(cbuf[(ng - 1) & 1], blkp, rec, dbytes, ss, w->sdtype, sx, xs, ng, ng - 1, st, acc, X, NT, NB, ND);
     _Pragma("GCC unroll 2") for (int b = 0; b < NB; b++) {
         const int64_t r = (rb + b) * 16, left = w->rows - r;
         const __mmask16 m = ts_tail16((size_t)left);
@@ -226,18 +229,24 @@ static inline __attribute__((always_inline)) void pass(const ts_weight *w, const
 
 /* The passes over a pair of row blocks (or the last single one): one x tile
  * of X <= 5 rows, or a pair of 5-row tiles. */
+#define PASS_ND(X, NT, NB, U)                                                                                       \
+    do {                                                                                                            \
+        if (nd == 1) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, NB, U, 1);                                      \
+        else if (nd == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, NB, U, 2);                                 \
+        else pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, NB, U, 3);                                              \
+    } while (0)
 #define PASS_NB(X, NT)                                                                                              \
     do {                                                                                                            \
-        if (nb == 2 && unpack == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2, 2);                           \
-        else if (nb == 2 && unpack) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2, 1);                           \
-        else if (nb == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 2, 0);                                     \
-        else if (unpack == 2) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 1, 2);                                 \
-        else if (unpack) pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 1, 1);                                      \
-        else pass(w, xa, sx, xs, y, rb, st, sk, ub, X, NT, 1, 0);                                                  \
+        if (nb == 2 && unpack == 2) PASS_ND(X, NT, 2, 2);                                                           \
+        else if (nb == 2 && unpack) PASS_ND(X, NT, 2, 1);                                                           \
+        else if (nb == 2) PASS_ND(X, NT, 2, 0);                                                                     \
+        else if (unpack == 2) PASS_ND(X, NT, 1, 2);                                                                 \
+        else if (unpack) PASS_ND(X, NT, 1, 1);                                                                      \
+        else PASS_ND(X, NT, 1, 0);                                                                                  \
     } while (0)
 
-void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, float *y, int64_t r0,
-                 int64_t r1, uint8_t *ub) {
+void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const float *xs, int n, int nd, float *y,
+                 int64_t r0, int64_t r1, uint8_t *ub) {
     const int64_t G = w->group, blocks_end = (r1 + 15) / 16;
     const int KS = G < 64 ? (int)G : 64;
     const int X = n < XT ? n : XT;
@@ -245,13 +254,13 @@ void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const fl
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 2; t++) {
-        cfg.rows[t] = (uint8_t)(3 * X); /* A: digit rows x KS columns */
+        cfg.rows[t] = (uint8_t)(nd * X); /* A: digit rows x KS columns */
         cfg.colsb[t] = (uint16_t)KS;
         cfg.rows[2 + t] = (uint8_t)(KS / 4); /* B: column quads x (16 rows x 4) */
         cfg.colsb[2 + t] = 64;
     }
     for (int c = 4; c < 8; c++) {
-        cfg.rows[c] = (uint8_t)(3 * X); /* C: digit rows x 16 int32 */
+        cfg.rows[c] = (uint8_t)(nd * X); /* C: digit rows x 16 int32 */
         cfg.colsb[c] = 64;
     }
     _tile_loadconfig(&cfg);

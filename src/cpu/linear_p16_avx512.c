@@ -21,8 +21,11 @@
  * 64 weights, against ~15 for the row-major int16 kernel. One row streams
  * INT4 at ~55 GB/s per core from cache; prefill tiles run at ~80% of the
  * VPDPBUSD peak (bench/RESULTS.md).
- * Drafting (nd = 1, ts_linear_draft): one plain int8 digit, a third of the
- * multiplies; only the MTP head uses it.
+ * Fewer digits (the engine's act_bits; kernels.h ts_act_digits): nd = 2
+ * keeps X in 16 bits (|X| <= 32639, two balanced digits), nd = 1 in plain
+ * int8 (|X| <= 127, llama.cpp's Q8 activations); the same kernel with a
+ * digit loop of that length, so two thirds or one third of the multiplies.
+ * Drafting (ts_linear_draft) always uses one digit.
  *
  * Row-exactness (kernels.h): integer sums are exact, and the f32 operations
  * per (16-row block, x row) run in the same order whatever the number of x
@@ -39,13 +42,14 @@
 #include "cpu/p16_avx512.h"
 
 #define P16_LIMIT 8290000.0f /* |X| bound keeping the top digit in [-128, 127] */
+#define P16_LIMIT2 32639.0f  /* two digits: 127 * 256 + 127 */
 
 void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d, int64_t qstride, int64_t kstride,
                       float *sx, float *xs) {
     const int64_t ng = cols / group;
     const __m512i c128 = _mm512_set1_epi32(128), c255 = _mm512_set1_epi32(255);
-    /* one digit (drafting): plain int8, X in [-127, 127] */
-    const float L = nd == 1 ? 127.0f : P16_LIMIT;
+    /* one digit (int8 activations, drafting): plain int8, X in [-127, 127] */
+    const float L = nd == 1 ? 127.0f : nd == 2 ? P16_LIMIT2 : P16_LIMIT;
     const __m512 lim = _mm512_set1_ps(L), nlim = _mm512_set1_ps(-L);
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * group;
@@ -62,6 +66,10 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
             __m128i dg[3];
             if (nd == 1) {
                 dg[0] = _mm512_cvtepi32_epi8(X);
+            } else if (nd == 2) {
+                __m512i d0 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
+                dg[0] = _mm512_cvtepi32_epi8(d0);
+                dg[1] = _mm512_cvtepi32_epi8(_mm512_srai_epi32(_mm512_sub_epi32(X, d0), 8));
             } else {
                 __m512i d0 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(X, c128), c255), c128);
                 X = _mm512_srai_epi32(_mm512_sub_epi32(X, d0), 8);
@@ -88,6 +96,19 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
                 _mm_mask_storeu_epi32(o + qstride, 0x7, _mm512_extracti32x4_epi32(z, 1));
                 _mm_mask_storeu_epi32(o + 2 * qstride, 0x7, _mm512_extracti32x4_epi32(z, 2));
                 _mm_mask_storeu_epi32(o + 3 * qstride, 0x7, _mm512_extracti32x4_epi32(z, 3));
+            } else if (nd == 2 && kstride == 4) {
+                /* quad q's two digit dwords: 8 contiguous bytes */
+                __m128i lo = _mm_unpacklo_epi32(dg[0], dg[1]), hi = _mm_unpackhi_epi32(dg[0], dg[1]);
+                _mm_storel_epi64((__m128i *)o, lo);
+                _mm_storeh_pd((double *)(o + qstride), _mm_castsi128_pd(lo));
+                _mm_storel_epi64((__m128i *)(o + 2 * qstride), hi);
+                _mm_storeh_pd((double *)(o + 3 * qstride), _mm_castsi128_pd(hi));
+            } else if (nd == 1 && kstride == 4) {
+                for (int q = 0; q < 4; q++) {
+                    int32_t v = _mm_extract_epi32(dg[0], 0);
+                    memcpy(o + q * qstride, &v, 4);
+                    dg[0] = _mm_srli_si128(dg[0], 4);
+                }
             } else {
                 for (int k = 0; k < nd; k++) {
                     int32_t q4[4];
@@ -183,7 +204,7 @@ static inline __attribute__((always_inline)) void pdot_x(const ts_weight *w, con
 
 /* Rows [r0, r1) of y [n, rows]; r0 is a multiple of 16 (the driver splits
  * in whole blocks). x rows go in chunks of 4, the rest as 3, 2 or 1. nd: the
- * digits prep_d wrote (3, or 1 for drafting). */
+ * digits prep_d wrote (1, 2 or 3). */
 static inline __attribute__((always_inline)) void pdot_nd(const ts_weight *w, const int8_t *xd, const float *sx,
                                                           const float *xs, int n, float *y, int64_t r0, int64_t r1,
                                                           const int ND) {
@@ -203,6 +224,7 @@ static inline __attribute__((always_inline)) void pdot_nd(const ts_weight *w, co
 void ts_avx512_pdot(const ts_weight *w, const int8_t *xd, const float *sx, const float *xs, int n, int nd, float *y,
                     int64_t r0, int64_t r1) {
     if (nd == 1) pdot_nd(w, xd, sx, xs, n, y, r0, r1, 1);
+    else if (nd == 2) pdot_nd(w, xd, sx, xs, n, y, r0, r1, 2);
     else pdot_nd(w, xd, sx, xs, n, y, r0, r1, 3);
 }
 

@@ -241,9 +241,10 @@ typedef struct many_job {
     size_t ub_stride;                      /* floats of g_wbuf per pool slot (AMX unpacking) */
 } many_job;
 
-/* AMX from this many x rows up (TS_AMX_ROWS; tests set it with
- * ts_amx_min_rows): both kernels give the same bits, so this is a speed
- * choice only. The VNNI kernel's multiplies grow with every x row (three
+/* AMX from this many x rows up at 24-bit activations, one more per digit
+ * less (amx_rows). TS_AMX_ROWS, or ts_amx_min_rows in the tests, sets one
+ * threshold for every precision. Both kernels give the same bits, so this
+ * is a speed choice only. The VNNI kernel's multiplies grow with every x row (three
  * digits each); AMX pays a fixed unpacking of INT4 to bytes through memory
  * instead. Measured on the 2-core Xeon (2 threads, interleaved): 2 rows VNNI
  * wins (0.8B verify of 2 rows 1.17-1.21x a decode step against 1.26-1.28x
@@ -252,18 +253,17 @@ typedef struct many_job {
  * default model 1.78-1.93x against 2.09-2.12x; 4 rows: 1.54-1.55x against
  * 1.69-1.86x; kbench: 3 rows on 18 MB 0.52 against 0.62-0.67 ms, even on the
  * 143 MB head). */
-static int g_amx_min = -1;
+static int g_amx_min = -1; /* -1: not read yet, 0: the default rule */
 
-static int amx_min(void) {
+static int amx_rows(int nd) {
     if (g_amx_min < 0) {
         const char *e = getenv("TS_AMX_ROWS");
-        g_amx_min = e && *e ? atoi(e) : 3;
-        if (g_amx_min < 1) g_amx_min = 1;
+        g_amx_min = e && *e ? TS_MAX(1, atoi(e)) : 0;
     }
-    return g_amx_min;
+    return g_amx_min ? g_amx_min : 3 + 3 - nd;
 }
 
-void ts_amx_min_rows(int rows) { g_amx_min = rows; }
+void ts_amx_min_rows(int rows) { g_amx_min = rows < 0 ? 0 : TS_MAX(1, rows); }
 
 static void run_many(void *ctx, int chunk, int n_chunks) {
     const many_job *j = ctx;
@@ -275,7 +275,7 @@ static void run_many(void *ctx, int chunk, int n_chunks) {
         const ts_weight *w = j->w[i];
         int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
         if (j->amx)
-            ts_amx_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, j->y[i], r0, r1,
+            ts_amx_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1,
                         (uint8_t *)(g_wbuf + (size_t)ts_pool_slot() * j->ub_stride));
         else
             ts_avx512_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1);
@@ -288,6 +288,7 @@ static int fusable(const ts_weight *const *w, int nw, int n, int flags, int same
     if (nw < 2 || nw > TS_LINEAR_MANY_MAX || mode != TS_KMODE_AVX512) return 0;
     for (int i = 0; i < nw; i++)
         if (pick_kind(mode, w[i], n, flags) != K_PDOT || w[i]->group != w[0]->group ||
+            ts_act_digits(w[i]) != ts_act_digits(w[0]) ||
             (same_cols && w[i]->cols != w[0]->cols))
             return 0;
     return 1;
@@ -305,14 +306,21 @@ static void one_by_one(const ts_weight *const *w, int nw, const float *const *x,
 static void run_region(const ts_weight *const *w, int nw, const float *const *x, int xs_distinct, float *const *y, int n,
                        int flags) {
     const int G = w[0]->group;
+    /* drafts: one digit whatever the weight asks (a draft's precision only
+     * moves the acceptance rate) */
+    const int nd = flags & TS_LIN_DRAFT ? 1 : ts_act_digits(w[0]);
     size_t need_d = 0, need_s = 0, maxc = 0;
     for (int i = 0; i < (xs_distinct ? nw : 1); i++) {
-        need_d += (size_t)3 * n * (size_t)w[i]->cols;
+        need_d += (size_t)nd * n * (size_t)w[i]->cols;
         need_s += (size_t)n * (size_t)(w[i]->cols / G);
     }
     for (int i = 0; i < nw; i++) maxc = TS_MAX(maxc, (size_t)w[i]->cols);
-    /* AMX for exact products (three digits) of enough rows */
-    const int amx = n >= amx_min() && !(flags & TS_LIN_DRAFT) && ts_amx_available();
+    /* AMX for the row-exact products of enough rows: a row more per digit
+     * less, as VNNI's cost per row falls with the digits and AMX's fixed
+     * unpacking does not (default model, 2 threads, products of a step: at 8
+     * bits VNNI wins up to 4 rows, 0.84 against 0.88 ms, AMX from 5, 0.98
+     * against 1.09; at 16 bits VNNI still wins at 4, 0.97 against 1.02) */
+    const int amx = n >= amx_rows(nd) && !(flags & TS_LIN_DRAFT) && ts_amx_available();
     pthread_mutex_lock(&g_lock);
     int bad = grow((void **)&g_p.xd, &g_cap_xd, need_d, 1);
     bad |= grow((void **)&g_p.sx, &g_cap_sx, need_s, sizeof(float));
@@ -325,7 +333,7 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
         for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x[xs_distinct ? i : 0], y[i], n);
         return;
     }
-    g_p.nd = flags & TS_LIN_DRAFT ? 1 : 3;
+    g_p.nd = nd;
     many_job j;
     memset(&j, 0, sizeof j);
     j.n = n;
@@ -340,7 +348,7 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
             else ts_p16_prep_rows(x[i], n, cols, G, g_p.nd, g_p.xd + xo, g_p.sx + so, g_p.xs + so);
             j.xo[i] = xo;
             j.so[i] = so;
-            xo += (size_t)3 * n * (size_t)cols;
+            xo += (size_t)nd * n * (size_t)cols;
             so += (size_t)n * (size_t)(cols / G);
         } else {
             j.xo[i] = j.xo[0];

@@ -42,14 +42,17 @@ static inline __attribute__((always_inline)) __m512 p16_load16(const uint8_t *p,
  * A2 * 65536 + (A1 * 256 + A0) (the low pair in int32, no overflow for
  * G <= 1024; one FMA for the top digit), times the weight scales and the
  * row's group scale sx, then the bias term (biases times sx * sum of the
- * rounded x, xs). One accumulator for both terms. nd = 1 (drafting): A0 is
- * the whole sum. */
+ * rounded x, xs). One accumulator for both terms. nd = 2: A1 * 256 + A0;
+ * nd = 1 (int8 activations, and drafting): A0 is the whole sum. */
 static inline __attribute__((always_inline)) __m512 p16_step(__m512 acc, __m512i a0, __m512i a1, __m512i a2,
                                                              __m512 sc, __m512 bi, float sx, float xs,
                                                              const int nd) {
     __m512 t;
     if (nd == 1) {
         t = _mm512_cvtepi32_ps(a0);
+    } else if (nd == 2) {
+        (void)a2;
+        t = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(a1, 8), a0));
     } else {
         __m512i low = _mm512_add_epi32(_mm512_slli_epi32(a1, 8), a0);
         t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));

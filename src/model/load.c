@@ -378,12 +378,28 @@ static int wl_layer(wlist *l, ts_layer_w *ly, const ts_config *c) {
     return rc;
 }
 
+/* Every matrix the forward multiplies by (the untied embedding is only
+ * gathered). */
+static int wl_products(wlist *l, ts_model *m) {
+    const ts_config *c = &m->cfg;
+    int rc = wl_add(l, &m->head);
+    for (int i = 0; i < c->n_layers; i++) rc |= wl_layer(l, &m->layers[i], c);
+    if (m->has_mtp) rc |= wl_add(l, &m->mtp.fc) | wl_layer(l, &m->mtp.layer, c);
+    return rc;
+}
+
+int ts_model_set_act_digits(ts_model *m, int digits) {
+    wlist l = {0};
+    int rc = wl_products(&l, m);
+    for (int i = 0; !rc && i < l.n; i++) l.w[i]->act_digits = digits;
+    ts_free(l.w);
+    return rc;
+}
+
 static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
     const ts_config *c = &m->cfg;
     wlist l = {0};
-    int rc = wl_add(&l, &m->head);
-    for (int i = 0; i < c->n_layers; i++) rc |= wl_layer(&l, &m->layers[i], c);
-    if (m->has_mtp) rc |= wl_add(&l, &m->mtp.fc) | wl_layer(&l, &m->mtp.layer, c);
+    int rc = wl_products(&l, m);
     if (rc) {
         ts_free(l.w);
         return ts_fail(err, TS_E_NOMEM, "out of memory");

@@ -88,6 +88,9 @@ typedef struct ts_model {
 /* Bind the tensors of `st` to the model described by `cfg`, checking each
  * one's presence, shape and dtype. Marks bound tensors used. */
 int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err);
+/* The activation precision of every product (kernels.h, ts_act_digits);
+ * nonzero only when out of memory for the walk. */
+int ts_model_set_act_digits(ts_model *m, int digits);
 void ts_model_free(ts_model *m);
 
 /* ---- per-session state ---- */
