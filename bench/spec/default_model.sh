@@ -12,7 +12,7 @@ M_DIR=${1:-models/default}
 T=${2:-2}
 DV=${3:-}
 N=${4:-128}
-AB=${5:-24}
+AB=${5:-} # activation bits: the engine's default when not given
 BIN=build/turbospark
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -23,10 +23,10 @@ for M in 0 1 2 3 4; do : > "$tmp/ids$M"; : > "$tmp/err$M"; done
 while read -r p; do
   for M in 0 1 2 3 4; do
     args=""; [ "$M" -gt 0 ] && args="--spec mtp --draft $M${DV:+ --draft-vocab $DV}"
-    $BIN run -m "$M_DIR" --threads "$T" --act-bits "$AB" --ids "$p" -n "$N" $args --print-ids >>"$tmp/ids$M" 2>>"$tmp/err$M"
+    $BIN run -m "$M_DIR" --threads "$T" ${AB:+--act-bits $AB} --ids "$p" -n "$N" $args --print-ids >>"$tmp/ids$M" 2>>"$tmp/err$M"
   done
 done < "$tmp/prompts"
-echo "model $M_DIR, threads $T, $AB-bit activations, drafting vocabulary ${DV:-automatic}, 16 held-out windows, prompt 64 ids, $N greedy tokens each"
+echo "model $M_DIR, threads $T, activations ${AB:-default} bits, drafting vocabulary ${DV:-automatic}, 16 held-out windows, prompt 64 ids, $N greedy tokens each"
 for M in 1 2 3 4; do
   if cmp -s "$tmp/ids0" "$tmp/ids$M"; then same=identical; else same=DIFFERENT; fi
   echo "draft $M: output $same to plain greedy"
