@@ -381,21 +381,22 @@ TS_TEST(spec, lazy_rollback_then_prefill_reset) {
 /* ts_gdn_step_rows (the multi-row GDN step behind every GDN pass) against
  * ts_gdn_step applied row after row, memcmp, in every kernel mode this
  * machine has: shapes with one and several 128-column blocks and a partial
- * block, in place and from a separate source, with and without outputs,
+ * block, a key dimension past the AVX-512 scratch, in place and from a separate source, with and without outputs,
  * 1..18 rows. If the one-row kernel changes without this one, this fails. */
 TS_TEST(spec, gdn_step_rows) {
     static const char *modes[] = {"ref", "generic", "avx2", "avx512"};
-    static const int shapes[][2] = {{128, 128}, {16, 48}, {32, 272}, {8, 20}};
+    /* {300, 32}: dk beyond the AVX-512 kernel's stack scratch (its rows stay in S) */
+    static const int shapes[][2] = {{128, 128}, {16, 48}, {32, 272}, {8, 20}, {300, 32}};
     const char *orig = ts_kernels_name();
     int tested = 0;
     enum { NR = 18, MAXS = 128 * 272 };
-    static float S0[MAXS], S1[MAXS], S2[MAXS], K[NR][128], Q[NR][128], Vv[NR][272], O1[NR][272], O2[NR][272];
+    static float S0[MAXS], S1[MAXS], S2[MAXS], K[NR][300], Q[NR][300], Vv[NR][272], O1[NR][272], O2[NR][272];
     uint64_t lcg = 99;
 #define RND() (lcg = lcg * 6364136223846793005ull + 1442695040888963407ull, (float)((lcg >> 40) % 2001) / 1000.0f - 1.0f)
     for (int mi = 0; mi < 4; mi++) {
         if (ts_kernels_select(modes[mi]) != 0) continue;
         tested++;
-        for (int si = 0; si < 4; si++) {
+        for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
             const int dk = shapes[si][0], dv = shapes[si][1];
             for (int n = 1; n <= NR; n += (n < 4 ? 1 : 7)) {
                 for (int i = 0; i < dk * dv; i++) S0[i] = RND();
