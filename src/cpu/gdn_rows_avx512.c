@@ -42,8 +42,10 @@
  * Streaming cut the verify block's GDN time in the forward by ~35% (perf
  * samples of this function, 4 rows, 0.8B shape, 2 threads). In place (a
  * decode row) the lines were just read, and streaming them out measured
- * slower. The stores are fenced before returning: the pool's hand-off is an
- * ordinary release, which does not order streaming stores.
+ * slower. The stores are fenced (sfence) before returning, so they are
+ * ordered before whatever hands the state to another thread: streaming
+ * stores are weakly ordered, and the C11 atomics the pool uses promise
+ * nothing about them.
  * Does not own: the dispatch (gdn_rows.c).
  */
 #include <immintrin.h>
