@@ -167,8 +167,10 @@ static inline __attribute__((always_inline)) void rows_group(float *S, const flo
 void ts_avx512_gdn_step_rows(float *S, const float *S_in, const float *const *k, const float *const *v,
                              const float *const *q, const float *decay, const float *beta, float *const *o, int n,
                              int dk, int dv) {
-    float X[XDK_MAX * 16 * XV] __attribute__((aligned(64)));
-    float *scratch = dk <= XDK_MAX ? X : NULL;
+    /* sized by dk (16 KiB at 128), so a caller's stack pays only what the shape needs */
+    const int xs = dk <= XDK_MAX && n > 1 ? dk * 16 * XV : 1;
+    float X[xs] __attribute__((aligned(64)));
+    float *scratch = xs > 1 ? X : NULL;
     const int nt = S != S_in && ((uintptr_t)S & 63) == 0;
     for (int j0 = 0; j0 < dv; j0 += 128) {
         switch ((dv - j0) / 16 < 8 ? (dv - j0) / 16 : 8) {
