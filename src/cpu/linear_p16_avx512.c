@@ -51,6 +51,15 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
     /* one digit (int8 activations, drafting): plain int8, X in [-127, 127] */
     const float L = nd == 1 ? 127.0f : nd == 2 ? P16_LIMIT2 : P16_LIMIT;
     const __m512 lim = _mm512_set1_ps(L), nlim = _mm512_set1_ps(-L);
+    /* one digit, VNNI layout: where each quad's dword goes (see the store below) */
+    const int qd = (int)(qstride / 4);
+    __m512i p1_idx = _mm512_setzero_si512();
+    __mmask16 p1_mask = 0;
+    if (nd == 1 && kstride == 4 && qstride <= 16 && qstride % 4 == 0) {
+        int32_t idx[16] = {0};
+        for (int q = 0; q < 4; q++) { idx[q * qd] = q; p1_mask |= (__mmask16)(1u << (q * qd)); }
+        p1_idx = _mm512_loadu_si512(idx);
+    }
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * group;
         __m512 mx = _mm512_setzero_ps();
@@ -103,6 +112,11 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
                 _mm_storeh_pd((double *)(o + qstride), _mm_castsi128_pd(lo));
                 _mm_storel_epi64((__m128i *)(o + 2 * qstride), hi);
                 _mm_storeh_pd((double *)(o + 3 * qstride), _mm_castsi128_pd(hi));
+            } else if (p1_mask) {
+                /* quad q's dword to dword q * qstride / 4: one permute and
+                 * one masked store (qstride is 4, 8, 12 or 16: a tile of 1-4
+                 * rows), instead of four extract-and-store pairs */
+                _mm512_mask_storeu_epi32(o, p1_mask, _mm512_permutexvar_epi32(p1_idx, _mm512_castsi128_si512(dg[0])));
             } else if (nd == 1 && kstride == 4) {
                 for (int q = 0; q < 4; q++) {
                     int32_t v = _mm_extract_epi32(dg[0], 0);
