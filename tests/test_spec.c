@@ -381,8 +381,8 @@ TS_TEST(spec, lazy_rollback_then_prefill_reset) {
 /* ts_gdn_step_rows (the multi-row GDN step behind every GDN pass) against
  * ts_gdn_step applied row after row, memcmp, in every kernel mode this
  * machine has: shapes with one and several 128-column blocks and a partial
- * block, a key dimension past the AVX-512 scratch, in place and from a separate source, with and without outputs,
- * 1..18 rows. If the one-row kernel changes without this one, this fails. */
+ * block, a key dimension past the AVX-512 scratch, in place and from a
+ * separate source, with and without outputs, 1..18 rows. If the one-row kernel changes without this one, this fails. */
 TS_TEST(spec, gdn_step_rows) {
     static const char *modes[] = {"ref", "generic", "avx2", "avx512"};
     /* {300, 32}: dk beyond the AVX-512 kernel's stack scratch (its rows stay in S) */

@@ -112,7 +112,7 @@ static inline __attribute__((always_inline)) void rows_block(float *S, const flo
                                                               const float *const *q, const float *decay,
                                                               const float *beta, float *const *o, int n, int dk,
                                                               int dv, int j0, const int NV, const int nt, __m512 *p) {
-    __m512 pn[XV > 8 ? XV : 8], ov[XV > 8 ? XV : 8];
+    __m512 pn[8], ov[8]; /* NV <= 8 */
     for (int t = 0; t < n; t++) {
         const __m512 dc = _mm512_set1_ps(decay[t]), bt = _mm512_set1_ps(beta[t]);
         const __m512 dn = _mm512_set1_ps(t + 1 < n ? decay[t + 1] : 0.f);

@@ -114,15 +114,9 @@ void ts_avx512_prep_d(const float *x, int64_t cols, int group, int nd, int8_t *d
                 _mm_storeh_pd((double *)(o + 3 * qstride), _mm_castsi128_pd(hi));
             } else if (p1_mask) {
                 /* quad q's dword to dword q * qstride / 4: one permute and
-                 * one masked store (qstride is 4, 8, 12 or 16: a tile of 1-4
-                 * rows), instead of four extract-and-store pairs */
+                 * one masked store (qstride 8, 12 or 16: a tile of 2-4 rows;
+                 * one row is the contiguous case above) */
                 _mm512_mask_storeu_epi32(o, p1_mask, _mm512_permutexvar_epi32(p1_idx, _mm512_castsi128_si512(dg[0])));
-            } else if (nd == 1 && kstride == 4) {
-                for (int q = 0; q < 4; q++) {
-                    int32_t v = _mm_extract_epi32(dg[0], 0);
-                    memcpy(o + q * qstride, &v, 4);
-                    dg[0] = _mm_srli_si128(dg[0], 4);
-                }
             } else {
                 for (int k = 0; k < nd; k++) {
                     int32_t q4[4];

@@ -8,15 +8,15 @@
 #
 # Owns: dequantizing an INT4/INT8 install (MLX layout) into the transformers model, the distillation
 # loop, choosing the MTP weights with the best held-out agreement, and writing them as
-# --meta/mtp.safetensors (bf16, 6 MB: what splice_mtp.py puts into the install) and a full bf16
-# checkpoint in --out (main: the install's dequantized values; mtp: the new layer) for inspection.
+# --meta/mtp.safetensors (bf16, 6 MB: what splice_mtp.py puts into the install) and, with --out, a
+# full bf16 checkpoint (main: the install's dequantized values; mtp: the new layer) for inspection.
 # Continuing a distillation: pass the spliced install as --install (its MTP layer is the start).
 # Does not: build the corpus (corpus.sh / tokenize.js), quantize or splice (splice_mtp.py, on the
 # development machine), or define the model (train.py: CONFIG, MTP module, checkpoint writer).
 # Invariants: seeded (--seed); the step count comes from --steps; held-out = the first windows of
 # heldout.bin (as train.py), never tools/train/heldout.ids (the turbospark measurements' windows).
-# Usage (GPU machine): python3 distill_mtp.py --install DIR --data DIR --tok DIR --out DIR --meta DIR
-import argparse, csv, json, math, os, struct, sys, time
+# Usage (GPU machine): python3 distill_mtp.py --install DIR --data DIR --tok DIR --meta DIR [--out DIR]
+import argparse, csv, json, math, os, sys, time
 
 import numpy as np
 import torch
@@ -25,33 +25,28 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import train as T  # noqa: E402  (the model definition and checkpoint writer)
+import st_io  # noqa: E402  (the safetensors header and bytes, shared with splice_mtp.py)
 
 
 def read_safetensors(path):
     """name -> numpy array (U32, BF16 as float32, F32, F16 as float32), without a bf16-capable numpy."""
+    n, hdr = st_io.read_header(path)
     out = {}
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        hdr = json.loads(f.read(n))
-        base = 8 + n
-        for k, v in hdr.items():
-            if k == "__metadata__":
-                continue
-            a, b = v["data_offsets"]
-            f.seek(base + a)
-            raw = f.read(b - a)
-            dt, shape = v["dtype"], v["shape"]
-            if dt == "U32":
-                arr = np.frombuffer(raw, dtype=np.uint32)
-            elif dt == "BF16":
-                arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-            elif dt == "F16":
-                arr = np.frombuffer(raw, dtype=np.float16).astype(np.float32)
-            elif dt == "F32":
-                arr = np.frombuffer(raw, dtype=np.float32)
-            else:
-                raise ValueError(f"{path}: {k}: dtype {dt} not handled")
-            out[k] = arr.reshape(shape)
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        raw, dt = st_io.tensor_bytes(path, n, hdr, k), v["dtype"]
+        if dt == "U32":
+            arr = np.frombuffer(raw, dtype=np.uint32)
+        elif dt == "BF16":
+            arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif dt == "F16":
+            arr = np.frombuffer(raw, dtype=np.float16).astype(np.float32)
+        elif dt == "F32":
+            arr = np.frombuffer(raw, dtype=np.float32)
+        else:
+            raise ValueError(f"{path}: {k}: dtype {dt} not handled")
+        out[k] = arr.reshape(v["shape"])
     return out
 
 
@@ -86,7 +81,7 @@ def main():
     ap.add_argument("--bits", type=int, default=4, help="its weight bits (4 or 8)")
     ap.add_argument("--data", required=True, help="folder with train.bin, heldout.bin (tokenize.js)")
     ap.add_argument("--tok", required=True, help="tokenizer folder")
-    ap.add_argument("--out", required=True, help="bf16 checkpoint folder (for turbospark convert)")
+    ap.add_argument("--out", help="also write the whole bf16 checkpoint here (for inspection; 61 MB)")
     ap.add_argument("--meta", required=True, help="folder for log, metrics.csv, report.json")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--batch", type=int, default=128)
@@ -213,7 +208,7 @@ def main():
     mf.close()
     mtp.load_state_dict(best[2])
     T.log(f"best held-out agreement {best[0]:.4f} at step {best[1]} (start {a0:.4f})")
-    nsh, tot = T.write_checkpoint(model, mtp, args.out, args.tok)
+    nsh, tot = T.write_checkpoint(model, mtp, args.out, args.tok) if args.out else (None, None)
     # the MTP tensors alone (bf16, one small file): all splice_mtp.py needs from this machine
     from safetensors.torch import save_file
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in T.export_mtp(mtp).items()},

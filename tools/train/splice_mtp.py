@@ -18,54 +18,17 @@
 # Pure Python (no numpy: the development machine has none).
 # Usage: python3 splice_mtp.py --install models/default --mtp NEW/mtp.safetensors --turbospark build/turbospark
 #        [--out DIR (default: the install itself, replaced atomically)] [--bits 4 --group 64]
-import argparse, json, os, shutil, struct, subprocess, sys, tempfile
+import argparse, json, os, shutil, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "U32": 4}
+sys.path.insert(0, HERE)
+from st_io import read_header, tensor_bytes, write_safetensors  # noqa: E402
+
 TORCH_TO_ST = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32"}
 
 
-def read_header(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        hdr = json.loads(f.read(n))
-    return n, hdr
-
-
-def write_safetensors(path, tensors):
-    """tensors: list of (name, dtype, shape, bytes-or-None); None = zeros of the tensor's size."""
-    hdr, off = {"__metadata__": {"format": "pt"}}, 0
-    for name, dt, shape, data in tensors:
-        size = DTYPE_BYTES[dt]
-        for s in shape:
-            size *= s
-        if data is not None and len(data) != size:
-            raise SystemExit(f"{name}: {len(data)} bytes for shape {shape} {dt}")
-        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + size]}
-        off += size
-    blob = json.dumps(hdr, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for name, dt, shape, data in tensors:
-            a, b = hdr[name]["data_offsets"]
-            if data is None:
-                f.seek(b - a, 1)  # a hole reads back as zeros
-            else:
-                f.write(data)
-        f.truncate()
-
-
-def tensor_bytes(path, n, hdr, name):
-    a, b = hdr[name]["data_offsets"]
-    with open(path, "rb") as f:
-        f.seek(8 + n + a)
-        return f.read(b - a)
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser()
     ap.add_argument("--install", required=True)
     ap.add_argument("--mtp", required=True, help="safetensors with the new bf16 mtp.* tensors")
     ap.add_argument("--turbospark", required=True, help="the turbospark binary (its convert)")
@@ -119,7 +82,9 @@ def main():
         cpath = os.path.join(dst, conv[0])
         cn, chdr = read_header(cpath)
 
-        body = bytearray(open(old, "rb").read())
+        with open(old, "rb") as f:
+            before = f.read()
+        body = bytearray(before)
         spliced = 0
         for k, v in ohdr.items():
             if not k.startswith("mtp."):
@@ -135,7 +100,6 @@ def main():
             raise SystemExit("convert wrote mtp tensors the install does not have")
 
     # Checks: header untouched; every byte outside the mtp.* ranges identical.
-    before = open(old, "rb").read()
     if before[:8 + on] != bytes(body[:8 + on]):
         raise SystemExit("internal error: header changed")
     ranges = sorted(tuple(v["data_offsets"]) for k, v in ohdr.items() if k.startswith("mtp."))
