@@ -18,13 +18,15 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wno-unused-parameter -Wno-sign-compare $(WERROR)
 ALL_CFLAGS := -std=gnu11 $(CFLAGS) $(WARN) -Iinclude -Isrc \
               -fvisibility=hidden -pthread $(EXTRA_CFLAGS)
+TOOL_CFLAGS := -std=gnu11 $(CFLAGS) $(WARN) -Iinclude -Itools/cli -Itools/server \
+              -fvisibility=hidden -pthread $(EXTRA_CFLAGS)
 LDLIBS  := -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lreadline -lm -lpthread $(EXTRA_LDLIBS)
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
 
 LIB_SRC  := $(sort $(wildcard src/*.c src/*/*.c))
-CLI_SRC  := $(sort $(wildcard tools/*.c))
+CLI_SRC  := $(sort $(wildcard tools/*/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -56,6 +58,12 @@ $(BUILD)/%_avx512.o: %_avx512.c
 $(BUILD)/%_amx.o: %_amx.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -mamx-tile -mamx-int8 -MMD -MP -c -o $@ $<
+
+# Frontends see the public header only: tools/ compile without -Isrc, so an
+# #include of an internal header there fails the build (style.md's layering rule).
+$(BUILD)/tools/%.o: tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TOOL_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

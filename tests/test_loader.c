@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "st_write.h"
 #include "ts_test.h"
 

@@ -10,7 +10,7 @@
  */
 #include <math.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "ts_test.h"
 
 #define TOL 1e-3f

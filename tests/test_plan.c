@@ -1,4 +1,4 @@
-/* test_plan.c: the memory plan (src/plan.c) against the allocator's counters.
+/* test_plan.c: the memory plan (src/engine/plan.c) against the allocator's counters.
  *
  * For both tiny fixtures, with and without drafting, several contexts and
  * chunk sizes: ts_mem_plan_dir's bytes per category equal, to the byte, what
@@ -9,7 +9,7 @@
  */
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "kernels.h"
 #include "ts_test.h"
 

@@ -8,7 +8,7 @@
  * states left behind (checked through the logits of one more token fed one
  * at a time after the prompt).
  */
-#include "engine.h"
+#include "engine/engine.h"
 #include "ts_test.h"
 
 #define NP 150

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <sys/stat.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "loader/st_writer.h"
 #include "quant/quant.h"
 #include "ts_test.h"

@@ -1,4 +1,4 @@
-/* test_spec.c: speculative decoding with the MTP head (src/model/spec.c).
+/* test_spec.c: speculative decoding with the MTP head (src/gen/spec.c).
  *
  * - exactness: greedy output with drafting (M = 1..8) is the same ids as plain
  *   greedy, 520 generated tokens, on tiny-dense, tiny-moe and alt-dense, with
@@ -27,7 +27,7 @@
 #include <math.h>
 #include <sys/stat.h>
 
-#include "model/spec.h"
+#include "gen/spec.h"
 #include "ts_test.h"
 
 typedef struct {

@@ -8,7 +8,7 @@
  */
 #include <math.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "ts_test.h"
 
 static int open_run(const char *dir, int *bits, uint64_t *dbytes, uint64_t *wbytes) {

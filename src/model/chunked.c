@@ -28,7 +28,7 @@
 #include <math.h>
 
 #include "model/model.h"
-#include "plan.h"
+#include "engine/plan.h"
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }

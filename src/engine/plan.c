@@ -20,9 +20,9 @@
  */
 #include <stdio.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "loader/safetensors.h"
-#include "plan.h"
+#include "engine/plan.h"
 #include "kernels.h"
 
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *o, ts_error *err) {

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 
 void ts_engine_params_default(ts_engine_params *p) {
     memset(p, 0, sizeof *p);

@@ -1,4 +1,4 @@
-/* turbospark.c: command-line entry point; dispatches to tools/cmd_*.c.
+/* turbospark.c: command-line entry point; dispatches to tools/cli/cmd_*.c and tools/server/cmd_serve.c.
  * The command set and flags are the stable contract of design.md. */
 #include <stdio.h>
 #include <string.h>

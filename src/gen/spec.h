@@ -10,7 +10,7 @@
 #ifndef TS_SPEC_H
 #define TS_SPEC_H
 
-#include "engine.h"
+#include "engine/engine.h"
 
 /* Rows ids[0..n) (1 <= n <= spec_draft + 1) at the session's position:
  * logits of every row land in s->vlogits [n, V], final-normed hiddens in

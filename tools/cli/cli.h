@@ -1,6 +1,6 @@
 /* cli.h: the subcommands of the turbospark command line.
  *
- * Each subcommand lives in its own tools/cmd_<name>.c and defines
+ * Each subcommand lives in its own tools/cli/cmd_<name>.c (serve: tools/server/) and defines
  * `int cmd_<name>(int argc, char **argv)` (argv[0] is the subcommand name);
  * it returns the process exit status. Frontends include only turbospark.h
  * (and this header); they never reach into src/.
@@ -22,7 +22,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 
-/* Shared helpers (tools/cli_util.c). */
+/* Shared helpers (tools/cli/cli_util.c). */
 /* Parse "1,2,3" into ids (caller frees *ids with free()). Returns count or -1. */
 int cli_parse_ids(const char *s, int **ids);
 /* Read a whole file ('-' = stdin) into a NUL-terminated malloc'd buffer, or NULL. */
@@ -87,7 +87,7 @@ void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_st
     "                      probability under the MTP head is below P\n" \
     "                      (default 0: always M drafts; output is unchanged)\n"
 
-/* Chat helpers (tools/cli_chat.c). A conversation is a JSON array of
+/* Chat helpers (tools/cli/cli_chat.c). A conversation is a JSON array of
  * {"role", "content"} messages kept as a cJSON tree (strings only, so
  * cJSON's number printing never matters). */
 struct cJSON;

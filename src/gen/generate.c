@@ -5,7 +5,7 @@
  */
 #include <math.h>
 
-#include "model/spec.h"
+#include "gen/spec.h"
 
 void ts_gen_params_default(ts_gen_params *p) {
     memset(p, 0, sizeof *p);

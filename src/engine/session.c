@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine.h"
-#include "plan.h"
+#include "engine/engine.h"
+#include "engine/plan.h"
 
 void ts_session_params_default(ts_session_params *p) {
     memset(p, 0, sizeof *p);

@@ -54,7 +54,7 @@
  */
 #include <math.h>
 
-#include "model/spec.h"
+#include "gen/spec.h"
 
 /* ---- verify and rollback ---- */
 
