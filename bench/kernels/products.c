@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
-#include "model/spec.h"
+#include "gen/spec.h"
 
 #define MAXW 4096
 
