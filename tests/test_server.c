@@ -943,3 +943,97 @@ TS_TEST(server, empty_reply_does_not_crash) {
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
 }
+
+/* What changes what a client gets is honoured or refused, never ignored
+ * (issue 20, items 4 and 6): each case is a 4xx with the OpenAI error shape
+ * and the code a client can branch on; the harmless well-known fields are
+ * accepted. Also: a string-arguments tool history renders like the object
+ * one (item 2), GET /v1/models/{id}, trailing bytes, duplicate keys, and a
+ * --ctx above the model's limit. */
+#define MSGS "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define TOOLS_F "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]"
+TS_TEST(server, unsupported_fields_refused) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    struct {
+        const char *path, *body;
+        int status;
+        const char *code, *param;
+    } cases[] = {
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}", 400, "unsupported_response_format", "response_format"},
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", 400, "unsupported_response_format", "response_format"},
+        {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":100}}", 400, "unsupported_logit_bias", "logit_bias"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":-100}}", 400, "unsupported_logit_bias", "logit_bias"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"required\"}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"none\"}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what is this?\"},"
+                                 "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AAAA\"}}]}]}", 400, "unsupported_content_part", "messages"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\",\"input_audio\":{\"data\":\"AA\",\"format\":\"wav\"}}]}]}", 400, "unsupported_content_part", "messages"},
+        {"/v1/chat/completions", "{" MSGS ",\"frobnicate\":true}", 400, "unsupported_parameter", "frobnicate"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"tools\":[]}", 400, "unsupported_parameter", "tools"},
+        {"/v1/chat/completions", "{" MSGS ",\"parallel_tool_calls\":false}", 400, "unsupported_parameter", "parallel_tool_calls"},
+        {"/v1/chat/completions", "{" MSGS ",\"model\":\"gpt-4o\"}", 404, "model_not_found", "model"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"model\":\"nope\"}", 404, "model_not_found", "model"},
+        {"/v1/chat/completions", "{" MSGS ",\"max_tokens\":2} {\"x\":1}", 400, "invalid_json", NULL},
+        {"/v1/chat/completions", "{" MSGS ",\"max_tokens\":2}xyz", 400, "invalid_json", NULL},
+        {"/v1/chat/completions", "{" MSGS ",\"max_tokens\":2,\"max_tokens\":5000}", 400, "invalid_json", NULL},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"content\":\"b\"}]}", 400, "invalid_json", NULL},
+        /* accepted: what changes nothing a client gets */
+        {"/v1/chat/completions", "{" MSGS ",\"model\":\"tsm\",\"user\":\"u1\",\"metadata\":{\"k\":\"v\"},\"store\":false,"
+                                 "\"response_format\":{\"type\":\"text\"},\"logit_bias\":{},\"tool_choice\":\"auto\","
+                                 "\"parallel_tool_calls\":true,\"max_tokens\":2} \r\n", 200, NULL, NULL},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"tool_choice\":\"none\",\"max_tokens\":2}", 200, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        resp r;
+        CHECK_MSG(http(s.port, "POST", cases[i].path, NULL, cases[i].body, &r) == 0, "case %zu: no response", i);
+        cJSON *j = cJSON_Parse(r.body ? r.body : "");
+        int ok = r.status == cases[i].status;
+        if (cases[i].code)
+            ok = ok && str_at(j, "error.message") && str_at(j, "error.type") && str_at(j, "error.code") &&
+                 !strcmp(str_at(j, "error.code"), cases[i].code) &&
+                 (cases[i].param ? str_at(j, "error.param") && !strcmp(str_at(j, "error.param"), cases[i].param)
+                                 : cJSON_IsNull(path_get(j, "error.param")));
+        CHECK_MSG(ok, "case %zu: status %d, body %s", i, r.status, r.body);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    /* A tool-call history with string arguments (what OpenAI clients send)
+     * gives the prompt of the object form. */
+    const char *hist = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\","
+                       "\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+                       "\"get_weather\",\"arguments\":%s}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}],"
+                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+                       "\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"number\"}}}}}],"
+                       "\"max_tokens\":6,\"temperature\":0}";
+    char body[4096];
+    int pt[2] = {-1, -1}, st;
+    char text[2][1024];
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body, hist, k ? "\"{\\\"city\\\": \\\"Paris\\\", \\\"days\\\": 2.0}\"" : "{\"city\": \"Paris\", \"days\": 2.0}");
+        cJSON *j = post(s.port, "/v1/chat/completions", body, &st);
+        CHECK_MSG(st == 200 && j, "tool history %d: status %d", k, st);
+        pt[k] = int_at(j, "usage.prompt_tokens");
+        snprintf(text[k], sizeof text[k], "%s", str_at(j, "choices.0.message.content") ? str_at(j, "choices.0.message.content") : "");
+        cJSON_Delete(j);
+    }
+    CHECK_MSG(pt[0] > 0 && pt[0] == pt[1] && !strcmp(text[0], text[1]), "object %d tokens '%s', string %d tokens '%s'", pt[0],
+              text[0], pt[1], text[1]);
+    /* GET /v1/models/{id} */
+    resp r;
+    CHECK(http(s.port, "GET", "/v1/models/tsm", NULL, NULL, &r) == 0);
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    CHECK_MSG(r.status == 200 && str_at(j, "id") && !strcmp(str_at(j, "id"), "tsm") && !strcmp(str_at(j, "object"), "model"),
+              "models/tsm: %d %s", r.status, r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    CHECK(http(s.port, "GET", "/v1/models/other", NULL, NULL, &r) == 0);
+    CHECK_MSG(r.status == 404 && strstr(r.body, "model_not_found"), "models/other: %d %s", r.status, r.body);
+    resp_free(&r);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+    /* --ctx above the model's limit (32768 in the fixture's config.json) */
+    int rc = ts_test_sh(g_sh, sizeof g_sh, "%s serve -m %s --port 0 --ctx 40000 2>&1", ts_test_bin(), model_dir());
+    CHECK_MSG(rc == 2 && strstr(g_sh, "--ctx 40000 is above the model's limit of 32768"), "rc %d: %s", rc, g_sh);
+}

@@ -5,7 +5,7 @@
  *                    [--api-key KEY] [--threads N] [-v]
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /health, GET /metrics (Prometheus text).
+ * GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
  *
  * Owns: options, startup and orderly shutdown (SIGINT/SIGTERM), the HTTP
  * layer on libmicrohttpd (one thread per connection): body accumulation with
@@ -37,7 +37,7 @@
 
 #include "server.h"
 
-enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_METRICS };
+enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS };
 
 typedef struct conn {
     srv *s;
@@ -110,7 +110,7 @@ static enum MHD_Result send_error(conn *cc, struct MHD_Connection *c, int status
                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 static enum MHD_Result send_error(conn *cc, struct MHD_Connection *c, int status, const char *code,
                                   const char *fmt, ...) {
-    srv_err e = {status, status >= 500 ? "server_error" : "invalid_request_error", NULL, code, {0}};
+    srv_err e = {status, status >= 500 ? "server_error" : "invalid_request_error", NULL, code, {0}, {0}};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e.msg, sizeof e.msg, fmt, ap);
@@ -203,7 +203,7 @@ static enum MHD_Result do_generate(conn *cc, struct MHD_Connection *c, int route
     }
     pthread_mutex_unlock(&j->mu);
     if (j->err_status) {
-        srv_err ge = {j->err_status, j->err_status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, {0}};
+        srv_err ge = {j->err_status, j->err_status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, {0}, {0}};
         snprintf(ge.msg, sizeof ge.msg, "%s", j->err_msg);
         return send_err(cc, c, &ge);
     }
@@ -214,17 +214,31 @@ static enum MHD_Result do_generate(conn *cc, struct MHD_Connection *c, int route
     return ok;
 }
 
-static enum MHD_Result do_models(conn *cc, struct MHD_Connection *c) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
+static cJSON *model_obj(const srv *s) {
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", cc->s->model_id);
+    cJSON_AddStringToObject(m, "id", s->model_id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)g_started);
     cJSON_AddStringToObject(m, "owned_by", "turbospark");
-    cJSON_AddNumberToObject(m, "max_model_len", cc->s->n_ctx);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    cJSON_AddNumberToObject(m, "max_model_len", s->n_ctx);
+    return m;
+}
+
+static enum MHD_Result do_models(conn *cc, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_obj(cc->s));
     return send_json(c, 200, o);
+}
+
+/* GET /v1/models/{id}: the model object, or 404 model_not_found. */
+static enum MHD_Result do_model(conn *cc, struct MHD_Connection *c, const char *id) {
+    if (strcmp(id, cc->s->model_id)) {
+        srv_err e = {404, "invalid_request_error", "model", "model_not_found", {0}, {0}};
+        snprintf(e.msg, sizeof e.msg, "the model '%.200s' does not exist; this server serves '%s'", id, cc->s->model_id);
+        return send_err(cc, c, &e);
+    }
+    return send_json(c, 200, model_obj(cc->s));
 }
 
 static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
@@ -285,6 +299,10 @@ static int route_of(const char *url, const char **method_needed) {
             *method_needed = routes[i].method;
             return routes[i].route;
         }
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) {
+        *method_needed = "GET";
+        return R_MODEL;
+    }
     return R_NONE;
 }
 
@@ -362,6 +380,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_HEALTH: return send_body(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
     case R_METRICS: return do_metrics(cc, c);
     case R_MODELS: return do_models(cc, c);
+    case R_MODEL: return do_model(cc, c, url + 11);
     default: return do_generate(cc, c, route);
     }
 }
@@ -489,6 +508,18 @@ int cmd_serve(int argc, char **argv) {
         snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         goto out;
     }
+    {
+        /* the engine accepts any context it can allocate, but positions past
+         * the model's trained length give garbage, not an error */
+        const int max_pos = ts_engine_info(s->e)->max_position_embeddings;
+        if (max_pos > 0 && n_ctx > max_pos) {
+            rc = TS_E_ARG;
+            snprintf(err.msg, sizeof err.msg,
+                     "--ctx %d is above the model's limit of %d tokens (max_position_embeddings of %s/config.json)",
+                     n_ctx, max_pos, model);
+            goto out;
+        }
+    }
     if ((rc = ts_tokenizer_load(model, &s->tok, &err))) {
         fprintf(stderr, "turbospark serve: the server needs a tokenizer: ");
         goto out;
@@ -545,5 +576,5 @@ out:
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->tpl_mu);
-    return rc ? 1 : 0;
+    return rc == TS_E_ARG ? 2 : rc ? 1 : 0;
 }

@@ -118,6 +118,7 @@ typedef struct srv_err {
     const char *param;  /* the offending field, or NULL */
     const char *code;   /* e.g. "context_length_exceeded", or NULL */
     char msg[1024];
+    char param_buf[128]; /* param, when it names a field of the (freed) request */
 } srv_err;
 
 /* Parse and check a request body into a new job; NULL with *e filled on a
