@@ -144,6 +144,7 @@ static void print_log(const server *s) {
 
 typedef struct {
     int status;
+    int retry_after; /* the Retry-After header's value, -1 when absent */
     char *body;   /* decoded (chunked) body, NUL-terminated, malloc'd */
     size_t len;
 } resp;
@@ -208,6 +209,8 @@ static int read_response(int fd, resp *r) {
     if (!hend || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) { free(raw); return -1; }
     *hend = 0;
     int chunked = strcasestr(raw, "transfer-encoding: chunked") != NULL;
+    const char *ra = strcasestr(raw, "\r\nretry-after:");
+    r->retry_after = ra ? atoi(ra + 14) : -1;
     char *b = hend + 4, *end = raw + n;
     r->body = malloc((size_t)(end - b) + 1);
     if (!chunked) {
@@ -733,7 +736,14 @@ static void disconnect_and_queue(server *s) {
     /* The queue (--queue 1) is full: the third gets a 503 at once. */
     resp r;
     CHECK(http(s->port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) == 0);
-    CHECK_MSG(r.status == 503 && strstr(r.body, "\"error\"") && strstr(r.body, "busy"), "full queue: %d %s", r.status, r.body);
+    CHECK_MSG(r.status == 503 && r.retry_after > 0 && strstr(r.body, "\"error\"") && strstr(r.body, "busy"),
+              "full queue: %d (Retry-After %d) %s", r.status, r.retry_after, r.body);
+    resp_free(&r);
+    /* Refused from the headers, before any parsing: a body that is not
+     * even JSON gets the 503 too (issue 20, item 5; it used to be parsed,
+     * rendered and tokenized first). */
+    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, "{not json", &r) == 0);
+    CHECK_MSG(r.status == 503 && r.retry_after > 0, "full queue, bad body: %d %s", r.status, r.body);
     resp_free(&r);
     /* The first client leaves mid-stream: its generation stops, the queued
      * one starts streaming. */
@@ -746,6 +756,17 @@ static void disconnect_and_queue(server *s) {
     CHECK_MSG(busy == 0, "the cancelled generation still runs");
     int gen2 = metric(s->port, "turbospark_tokens_generated_total");
     CHECK_MSG(gen1 < 3000 && gen2 < 6000, "tokens generated %d then %d: cancellation did not stop them", gen1, gen2);
+    /* Clients admitted at their headers that leave before their body is
+     * complete give their place back (else these 10 would fill --queue 1
+     * for good). */
+    for (int i = 0; i < 10; i++) {
+        int h = connect_to(s->port);
+        const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro";
+        CHECK(h >= 0 && send_all(h, part, strlen(part)) == 0);
+        msleep(20);
+        close(h);
+    }
+    msleep(100);
     /* Later requests are served normally. */
     int st;
     cJSON *j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
@@ -1036,4 +1057,127 @@ TS_TEST(server, unsupported_fields_refused) {
     /* --ctx above the model's limit (32768 in the fixture's config.json) */
     int rc = ts_test_sh(g_sh, sizeof g_sh, "%s serve -m %s --port 0 --ctx 40000 2>&1", ts_test_bin(), model_dir());
     CHECK_MSG(rc == 2 && strstr(g_sh, "--ctx 40000 is above the model's limit of 32768"), "rc %d: %s", rc, g_sh);
+}
+
+/* ---- connection limits and shutdown (issue 20, items 5 and 6) ---------------------- */
+
+/* Read a whole response from an open socket (the request already sent). */
+static int read_on(int fd, resp *r) {
+    int rc = read_response(fd, r);
+    close(fd);
+    return rc;
+}
+
+static int send_stream(int port, const char *path, const char *body) {
+    int fd = connect_to(port);
+    if (fd < 0) return -1;
+    if (send_request(fd, "POST", path, NULL, body, strlen(body))) { close(fd); return -1; }
+    return fd;
+}
+
+/* 530 connections that never send a request (more than --max-idle 256 and
+ * than the old hard limit of 512) cannot lock out a client: its request is
+ * answered, a stream that was running goes on to its end, and the server
+ * closed the idle connections beyond the limit, oldest first. */
+TS_TEST(server, idle_connections_cannot_lock_out) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    const char *body = "{\"prompt\":\"Go\",\"max_tokens\":400,\"ignore_eos\":true,\"temperature\":0,\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true}}";
+    int a = send_stream(s.port, "/v1/completions", body);
+    CHECK(a >= 0);
+    enum { N = 530 };
+    static int idle[N];
+    int opened = 0;
+    for (int i = 0; i < N; i++)
+        if ((idle[i] = connect_to(s.port)) >= 0) opened++;
+    CHECK_MSG(opened == N, "opened %d of %d idle connections", opened, N);
+    msleep(300);
+    resp r;
+    CHECK_MSG(http(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"ok\",\"max_tokens\":3,\"temperature\":0}", &r) == 0 &&
+                  r.status == 200,
+              "a client behind %d idle connections: status %d", N, r.status);
+    resp_free(&r);
+    CHECK(read_on(a, &r) == 0 && r.status == 200);
+    sse ev;
+    parse_sse(r.body ? r.body : "", &ev);
+    resp_free(&r);
+    CHECK_MSG(ev.done && ev.completion_tokens == 400, "the running stream: done %d, %d tokens", ev.done, ev.completion_tokens);
+    int closed = 0, first_open = -1;
+    for (int i = 0; i < N; i++) {
+        char b;
+        if (idle[i] < 0) continue;
+        ssize_t k = recv(idle[i], &b, 1, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed++;
+        else if (first_open < 0) first_open = i;
+        close(idle[i]);
+    }
+    CHECK_MSG(closed >= N - 256 && first_open >= N - 256 - 2, "closed %d idle connections, the oldest still open #%d", closed,
+              first_open);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* SIGTERM drains: the running stream finishes (all its tokens, then
+ * [DONE]); the queued ones, streamed or not, get 503 with Retry-After (not a
+ * 200 holding only [DONE]); the server exits 0. With a short
+ * --drain-timeout, a stream still running then ends with an error chunk,
+ * not a finish_reason a client would take for a whole reply. */
+static void drain_case(int timeout_case) {
+    server s;
+    CHECK_MSG(server_start(&s, "--queue", "4", "--drain-timeout", timeout_case ? "0.3" : "30", NULL) == 0,
+              "the server did not start");
+    char body[512];
+    const int n_tok = timeout_case ? 3000 : 600;
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"Go\",\"max_tokens\":%d,\"ignore_eos\":true,\"temperature\":0,\"stream\":true,"
+             "\"stream_options\":{\"include_usage\":true}}", n_tok);
+    int a = send_stream(s.port, "/v1/completions", body);
+    CHECK(a >= 0 && wait_data(a));
+    int b = send_stream(s.port, "/v1/completions", body);
+    int c = send_stream(s.port, "/v1/completions", "{\"prompt\":\"Go\",\"max_tokens\":5}");
+    int queued = 0;
+    for (int i = 0; i < 300 && queued != 2; i++) { queued = metric(s.port, "turbospark_queue_depth"); msleep(10); }
+    CHECK_MSG(queued == 2, "queue depth %d", queued);
+    kill(s.pid, SIGTERM);
+    resp r;
+    /* a: read the rest of the stream (wait_data consumed its first bytes) */
+    char *rest = malloc(1 << 22);
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = recv(a, rest + n, (1 << 22) - 1 - n, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    rest[n] = 0;
+    close(a);
+    if (!timeout_case) {
+        const char *u = strstr(rest, "\"completion_tokens\":");
+        CHECK_MSG(u && atoi(u + 20) == n_tok && strstr(rest, "\"finish_reason\":\"length\"") && strstr(rest, "data: [DONE]"),
+                  "the running stream did not finish: %.300s", n > 300 ? rest + n - 300 : rest);
+    } else {
+        CHECK_MSG(strstr(rest, "\"error\"") && strstr(rest, "server_shutting_down") && !strstr(rest, "\"finish_reason\":\""),
+                  "the stream cut at the drain timeout: %.300s", n > 300 ? rest + n - 300 : rest);
+    }
+    free(rest);
+    for (int k = 0; k < 2; k++) {
+        int fd = k ? c : b;
+        CHECK(fd >= 0 && read_on(fd, &r) == 0);
+        CHECK_MSG(r.status == 503 && r.retry_after > 0 && strstr(r.body ? r.body : "", "shutting down"),
+                  "queued %s: %d (Retry-After %d) %s", k ? "request" : "stream", r.status, r.retry_after, r.body);
+        resp_free(&r);
+    }
+    int st = -1;
+    for (int i = 0; i < 400; i++) {
+        if (waitpid(s.pid, &st, WNOHANG) == s.pid) { s.pid = 0; break; }
+        msleep(50);
+    }
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(!s.pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server did not exit cleanly");
+    if (s.pid) server_stop(&s);
+}
+
+TS_TEST(server, sigterm_drains) {
+    drain_case(0);
+    drain_case(1);
 }
