@@ -64,9 +64,11 @@ static void msleep(int ms) {
 }
 
 /* Start `turbospark serve -m MODEL --port 0 ARGS...` (NULL-terminated). */
+static const char *g_model_override; /* another model directory for server_start */
+
 static int server_start(server *s, ...) {
     memset(s, 0, sizeof *s);
-    const char *m = model_dir();
+    const char *m = g_model_override ? g_model_override : model_dir();
     if (!m) return -1;
     static int seq;
     snprintf(s->log, sizeof s->log, "%s/server%d.log", ts_test_tmpdir(), seq++);
@@ -1180,4 +1182,35 @@ static void drain_case(int timeout_case) {
 TS_TEST(server, sigterm_drains) {
     drain_case(0);
     drain_case(1);
+}
+
+/* The official openai npm client, unmodified, against a server on loopback
+ * with the bundled default model (tests/openai/check.mjs: models, chat,
+ * streaming with usage, completions, a string-arguments tool history,
+ * reasoning, seeds, aborts, typed errors). The client is installed by
+ * scripts/deps.sh; without node or the package this test says so and
+ * passes without checking (offline machines). */
+TS_TEST(server, openai_npm_client) {
+    char cwd[1024], mdir[1200], pkg[1300];
+    if (!getcwd(cwd, sizeof cwd)) return;
+    snprintf(mdir, sizeof mdir, "%s/models/default", cwd);
+    snprintf(pkg, sizeof pkg, "%s/tests/openai/node_modules/openai/package.json", cwd);
+    if (ts_test_sh(g_sh, sizeof g_sh, "node --version 2>&1") != 0 || access(pkg, R_OK) != 0) {
+        printf("  skipped: %s (run scripts/deps.sh with npm and a registry reachable)\n",
+               access(pkg, R_OK) ? "the openai npm package is not installed in tests/openai" : "node is not installed");
+        return;
+    }
+    server s;
+    g_model_override = mdir;
+    int started = server_start(&s, "--parallel", "1", NULL);
+    g_model_override = NULL;
+    CHECK_MSG(started == 0, "the server did not start on %s", mdir);
+    if (started) return;
+    int rc = ts_test_sh(g_sh, sizeof g_sh,
+                        "OPENAI_BASE_URL=http://127.0.0.1:%d/v1 TS_MODEL=default timeout 300 node %s/tests/openai/check.mjs 2>&1",
+                        s.port, cwd);
+    printf("%s", g_sh);
+    CHECK_MSG(rc == 0 && strstr(g_sh, " passed, 0 failed"), "check.mjs: rc %d", rc);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
 }
