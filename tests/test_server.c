@@ -1116,6 +1116,8 @@ TS_TEST(server, idle_connections_cannot_lock_out) {
     }
     CHECK_MSG(closed >= N - 256 && first_open >= N - 256 - 2, "closed %d idle connections, the oldest still open #%d", closed,
               first_open);
+    CHECK_MSG(metric(s.port, "turbospark_idle_connections_closed_total") >= N - 256, "metric: %d closed",
+              metric(s.port, "turbospark_idle_connections_closed_total"));
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
 }

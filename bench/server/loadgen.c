@@ -3,7 +3,8 @@
  *
  *   cc -O2 -o build/loadgen bench/server/loadgen.c -lpthread
  *   build/loadgen --port P --conns 40 --seconds 10 [--max-tokens 16]
- *                 [--retry-ms M | --honour-retry-after] [--chat]
+ *                 [--retry-ms M | --honour-retry-after] [--chat] [--pad BYTES]
+ *                 [--server-pid PID]
  *
  * Owns: N client threads, each looping for the duration: connect to
  * 127.0.0.1 (only: there is no host option), one POST with Connection:
@@ -12,6 +13,9 @@
  * or a fixed --retry-ms (0: retry at once, a hostile client). At the end it
  * waits for the server to go idle and reads /metrics to prove no session or
  * queue slot leaked.
+ *
+ * --pad BYTES puts that much text before the question (the cost of parsing
+ * a long history); --server-pid reads the server's CPU time from /proc.
  *
  * Prints one line: goodput (200s completed inside the window per second),
  * statuses, 503s without Retry-After, p50/p99 latency of the 200s, and the
@@ -35,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_port, g_conns = 8, g_max_tokens = 16, g_retry_ms = -1, g_chat;
+static int g_port, g_conns = 8, g_max_tokens = 16, g_retry_ms = -1, g_chat, g_pad, g_server_pid;
 static double g_seconds = 10, g_t0;
 
 static double now(void) {
@@ -99,13 +103,19 @@ static int request(const char *path, const char *body, int *retry_after, char *b
 
 static void *client(void *arg) {
     stats *st = arg;
-    char body[512], *buf = malloc(1 << 20);
+    /* --pad N: N bytes of words before the question (a long history costs
+     * the server a long render and tokenization per request it parses) */
+    char *pad = malloc((size_t)g_pad + 1), *body = malloc((size_t)g_pad + 512), *buf = malloc(1 << 20);
+    static const char words[] = "the cat sat on a warm mat and looked at the bird ";
+    for (int i = 0; i < g_pad; i++) pad[i] = words[i % (sizeof words - 1)];
+    pad[g_pad] = 0;
     if (g_chat)
-        snprintf(body, sizeof body,
-                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story about a cat.\"}],\"max_tokens\":%d,"
-                 "\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false}}", g_max_tokens);
+        snprintf(body, (size_t)g_pad + 512,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"%sTell me a story about a cat.\"}],\"max_tokens\":%d,"
+                 "\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false}}", pad, g_max_tokens);
     else
-        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":%d,\"temperature\":0}", g_max_tokens);
+        snprintf(body, (size_t)g_pad + 512, "{\"prompt\":\"%sOnce upon a time\",\"max_tokens\":%d,\"temperature\":0}", pad,
+                 g_max_tokens);
     const char *path = g_chat ? "/v1/chat/completions" : "/v1/completions";
     while (now() - g_t0 < g_seconds) {
         double t = now();
@@ -130,7 +140,25 @@ static void *client(void *arg) {
         }
     }
     free(buf);
+    free(body);
+    free(pad);
     return NULL;
+}
+
+/* The server's CPU seconds (user + system) from /proc, or -1. */
+static double server_cpu(void) {
+    if (!g_server_pid) return -1;
+    char path[64], line[4096];
+    snprintf(path, sizeof path, "/proc/%d/stat", g_server_pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[n] = 0;
+    const char *p = strrchr(line, ')'); /* fields after the command name */
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -159,18 +187,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--retry-ms") && more) g_retry_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--honour-retry-after")) g_retry_ms = -1;
         else if (!strcmp(a, "--chat")) g_chat = 1;
+        else if (!strcmp(a, "--pad") && more) g_pad = atoi(argv[++i]);
+        else if (!strcmp(a, "--server-pid") && more) g_server_pid = atoi(argv[++i]);
         else { fprintf(stderr, "loadgen: bad argument '%s' (see the comment at the top of loadgen.c)\n", a); return 2; }
     }
     if (g_port <= 0 || g_port > 65535 || g_conns < 1 || g_conns > 1024 || g_seconds <= 0 || g_seconds > 120 ||
-        g_max_tokens < 1 || g_max_tokens > 4096) {
-        fprintf(stderr, "loadgen: need --port, 1..1024 connections, 0..120 s, 1..4096 tokens\n");
+        g_max_tokens < 1 || g_max_tokens > 4096 || g_pad < 0 || g_pad > (1 << 20)) {
+        fprintf(stderr, "loadgen: need --port, 1..1024 connections, 0..120 s, 1..4096 tokens, --pad up to 1 MiB\n");
         return 2;
     }
     stats *st = calloc((size_t)g_conns, sizeof *st);
     pthread_t *th = calloc((size_t)g_conns, sizeof *th);
+    const double cpu0 = server_cpu();
     g_t0 = now();
     for (int i = 0; i < g_conns; i++) pthread_create(&th[i], NULL, client, &st[i]);
     for (int i = 0; i < g_conns; i++) pthread_join(th[i], NULL);
+    const double cpu = cpu0 >= 0 && server_cpu() >= 0 ? server_cpu() - cpu0 : -1;
     stats t = {0};
     double *lat = NULL;
     for (int i = 0; i < g_conns; i++) {
@@ -191,9 +223,10 @@ int main(int argc, char **argv) {
         sleep_ms(100);
     }
     printf("conns %d seconds %g max_tokens %d retry %s: goodput %.2f req/s (%ld ok), 503 %ld (%ld without Retry-After), "
-           "other %ld, network errors %ld, latency p50 %.3f s p99 %.3f s; after: sessions busy %ld, queue depth %ld\n",
+           "other %ld, network errors %ld, latency p50 %.3f s p99 %.3f s; server CPU %.2f s; after: sessions busy %ld, "
+           "queue depth %ld\n",
            g_conns, g_seconds, g_max_tokens, g_retry_ms < 0 ? "Retry-After" : (g_retry_ms ? "fixed" : "immediate"),
-           t.ok / g_seconds, t.ok, t.r503, t.r503_no_retry, t.other, t.neterr, p50, p99, busy, depth);
+           t.ok / g_seconds, t.ok, t.r503, t.r503_no_retry, t.other, t.neterr, p50, p99, cpu, busy, depth);
     free(lat);
     free(st);
     free(th);

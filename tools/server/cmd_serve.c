@@ -443,6 +443,15 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
         s->q_len, s->n_busy, s->parallel, (unsigned long long)s->m_drafted, (unsigned long long)s->m_accepted,
         (unsigned long long)s->m_verify_blocks);
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&g_idle.mu);
+    if (n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n,
+                      "# HELP turbospark_connections_idle Connections without a complete request (limit --max-idle).\n"
+                      "# TYPE turbospark_connections_idle gauge\nturbospark_connections_idle %d\n"
+                      "# HELP turbospark_idle_connections_closed_total Idle connections closed to stay under --max-idle.\n"
+                      "# TYPE turbospark_idle_connections_closed_total counter\nturbospark_idle_connections_closed_total %llu\n",
+                      g_idle.n_idle, (unsigned long long)g_idle.evicted);
+    pthread_mutex_unlock(&g_idle.mu);
     if (n < 0 || (size_t)n >= sizeof buf) n = (int)strlen(buf); /* cannot happen: the text is bounded */
     return send_body(c, 200, "text/plain; version=0.0.4", buf, (size_t)n);
 }
