@@ -8,17 +8,20 @@
  * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
  * GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
  *
- * Owns: options, startup and orderly shutdown (SIGINT/SIGTERM), the HTTP
- * layer on libmicrohttpd (one thread per connection): body accumulation with
- * a size limit, auth, routing, OpenAI-style errors, streaming responses
- * (server-sent events), disconnect detection, metrics.
+ * Owns: options, startup and orderly shutdown (SIGINT/SIGTERM: the drain),
+ * the HTTP layer on libmicrohttpd (one thread per connection): admission
+ * from the headers (an overloaded server answers 503 + Retry-After without
+ * parsing the body), body accumulation with a size limit, auth, routing,
+ * OpenAI-style errors, streaming responses (server-sent events), disconnect
+ * detection, the idle-connection limit, metrics.
  * Does not own: request validation (server_req.c), the session pool and the
  * token loop (server_gen.c).
  *
  * Disconnects: a connection thread waiting on its job (the whole reply, or
  * the next SSE chunk) wakes every 50 ms and peeks at its socket; a closed
  * peer cancels the job, which stops at its next token. A job still queued is
- * dropped when a worker reaches it.
+ * dropped when a worker reaches it. A streamed job's response (its 200 and
+ * headers) starts only once a worker runs it.
  *
  * Errors never take the server down: every bad request ends in a JSON error
  * ({"error": {"message", "type", "param", "code"}}) on its own connection.

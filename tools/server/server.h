@@ -1,11 +1,14 @@
 /* server.h: the pieces of `turbospark serve` shared by its files.
  *
- *   cmd_serve.c      options, startup and shutdown, HTTP (libmicrohttpd):
- *                    routing, auth, body limits, errors, responses, metrics
- *   server_req.c     OpenAI request JSON -> a job (validation, rendering,
- *                    tokenizing, the context check)
- *   server_gen.c     the session pool: workers, the bounded queue, the token
- *                    callback (stop sequences, reply parsing, SSE chunks)
+ *   cmd_serve.c      options, startup and the SIGTERM drain, HTTP
+ *                    (libmicrohttpd): routing, auth, admission at the headers,
+ *                    body limits, the idle-connection limit, errors,
+ *                    responses, metrics
+ *   server_req.c     OpenAI request JSON -> a job (validation and refusals,
+ *                    rendering, tokenizing, the context check)
+ *   server_gen.c     the session pool: admission, workers, the bounded
+ *                    queue, the drain, the token callback (stop sequences,
+ *                    reply parsing, SSE chunks)
  *
  * Threads: libmicrohttpd runs one thread per connection; each of the
  * --parallel workers owns one session and runs one job at a time. A job is
