@@ -64,9 +64,11 @@ static void msleep(int ms) {
 }
 
 /* Start `turbospark serve -m MODEL --port 0 ARGS...` (NULL-terminated). */
+static const char *g_model_override; /* another model directory for server_start */
+
 static int server_start(server *s, ...) {
     memset(s, 0, sizeof *s);
-    const char *m = model_dir();
+    const char *m = g_model_override ? g_model_override : model_dir();
     if (!m) return -1;
     static int seq;
     snprintf(s->log, sizeof s->log, "%s/server%d.log", ts_test_tmpdir(), seq++);
@@ -144,6 +146,7 @@ static void print_log(const server *s) {
 
 typedef struct {
     int status;
+    int retry_after; /* the Retry-After header's value, -1 when absent */
     char *body;   /* decoded (chunked) body, NUL-terminated, malloc'd */
     size_t len;
 } resp;
@@ -208,6 +211,8 @@ static int read_response(int fd, resp *r) {
     if (!hend || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) { free(raw); return -1; }
     *hend = 0;
     int chunked = strcasestr(raw, "transfer-encoding: chunked") != NULL;
+    const char *ra = strcasestr(raw, "\r\nretry-after:");
+    r->retry_after = ra ? atoi(ra + 14) : -1;
     char *b = hend + 4, *end = raw + n;
     r->body = malloc((size_t)(end - b) + 1);
     if (!chunked) {
@@ -733,7 +738,14 @@ static void disconnect_and_queue(server *s) {
     /* The queue (--queue 1) is full: the third gets a 503 at once. */
     resp r;
     CHECK(http(s->port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) == 0);
-    CHECK_MSG(r.status == 503 && strstr(r.body, "\"error\"") && strstr(r.body, "busy"), "full queue: %d %s", r.status, r.body);
+    CHECK_MSG(r.status == 503 && r.retry_after > 0 && strstr(r.body, "\"error\"") && strstr(r.body, "busy"),
+              "full queue: %d (Retry-After %d) %s", r.status, r.retry_after, r.body);
+    resp_free(&r);
+    /* Refused from the headers, before any parsing: a body that is not
+     * even JSON gets the 503 too (issue 20, item 5; it used to be parsed,
+     * rendered and tokenized first). */
+    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, "{not json", &r) == 0);
+    CHECK_MSG(r.status == 503 && r.retry_after > 0, "full queue, bad body: %d %s", r.status, r.body);
     resp_free(&r);
     /* The first client leaves mid-stream: its generation stops, the queued
      * one starts streaming. */
@@ -746,6 +758,17 @@ static void disconnect_and_queue(server *s) {
     CHECK_MSG(busy == 0, "the cancelled generation still runs");
     int gen2 = metric(s->port, "turbospark_tokens_generated_total");
     CHECK_MSG(gen1 < 3000 && gen2 < 6000, "tokens generated %d then %d: cancellation did not stop them", gen1, gen2);
+    /* Clients admitted at their headers that leave before their body is
+     * complete give their place back (else these 10 would fill --queue 1
+     * for good). */
+    for (int i = 0; i < 10; i++) {
+        int h = connect_to(s->port);
+        const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro";
+        CHECK(h >= 0 && send_all(h, part, strlen(part)) == 0);
+        msleep(20);
+        close(h);
+    }
+    msleep(100);
     /* Later requests are served normally. */
     int st;
     cJSON *j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
@@ -876,6 +899,320 @@ TS_TEST(server, next_turn_finds_its_session) {
                   "round %d turn 2: status %d, cached %d", r, st, j ? int_at(j, "usage.prompt_tokens_details.cached_tokens") : -1);
         cJSON_Delete(j);
     }
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* A reply that comes out empty (issue 20, item 1): a stop string equal to
+ * the reply's first characters, on chat with and without thinking, streamed
+ * and not. The server answers 200 with empty text and finish_reason "stop",
+ * and keeps serving (before the fix the reply parser crashed the process). */
+TS_TEST(server, empty_reply_does_not_crash) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    static const char *const kw[] = {",\"chat_template_kwargs\":{\"enable_thinking\":false}", ""};
+    for (int think = 0; think < 2; think++) {
+        char req[2048];
+        snprintf(req, sizeof req,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story about a cat.\"}],\"max_tokens\":8,"
+                 "\"temperature\":0%s}", kw[think]);
+        int st;
+        cJSON *j = post(s.port, "/v1/chat/completions", req, &st);
+        const char *t = str_at(j, think ? "choices.0.message.reasoning_content" : "choices.0.message.content");
+        CHECK_MSG(st == 200 && t && strlen(t) >= 3, "think %d: status %d, reply '%s'", think, st, t ? t : "(null)");
+        /* whole UTF-8 characters of the first 3 bytes (at least one): a
+         * stop string must be valid text */
+        char stop[8] = {0};
+        size_t sl = 0, tl = t ? strlen(t) : 0;
+        while (sl < tl) {
+            unsigned char b = (unsigned char)t[sl];
+            size_t cl = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+            if (sl && sl + cl > 3) break;
+            sl += cl;
+        }
+        if (sl > tl) sl = tl;
+        if (t) memcpy(stop, t, sl);
+        cJSON_Delete(j);
+        cJSON *sj = cJSON_CreateString(stop);
+        char *q = cJSON_PrintUnformatted(sj);
+        cJSON_Delete(sj);
+        for (int stream = 0; stream < 2; stream++) {
+            snprintf(req, sizeof req,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story about a cat.\"}],\"max_tokens\":8,"
+                     "\"temperature\":0,\"stop\":%s%s%s}", q, kw[think], stream ? ",\"stream\":true" : "");
+            resp r;
+            CHECK_MSG(http(s.port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200,
+                      "think %d stream %d: status %d", think, stream, r.status);
+            if (stream) {
+                sse ev;
+                parse_sse(r.body ? r.body : "", &ev);
+                CHECK_MSG(!ev.bad && ev.done && !ev.content[0] && !ev.reasoning[0] && !strcmp(ev.finish, "stop"),
+                          "think %d streamed: '%s' '%s' finish '%s'", think, ev.content, ev.reasoning, ev.finish);
+            } else {
+                j = cJSON_Parse(r.body ? r.body : "");
+                const char *c = str_at(j, "choices.0.message.content");
+                CHECK_MSG(c && !*c && !path_get(j, "choices.0.message.reasoning_content") &&
+                              !strcmp(str_at(j, "choices.0.finish_reason"), "stop"),
+                          "think %d: body %s", think, r.body);
+                cJSON_Delete(j);
+            }
+            resp_free(&r);
+        }
+        free(q);
+    }
+    resp r;
+    CHECK_MSG(http(s.port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200, "the server died");
+    resp_free(&r);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* What changes what a client gets is honoured or refused, never ignored
+ * (issue 20, items 4 and 6): each case is a 4xx with the OpenAI error shape
+ * and the code a client can branch on; the harmless well-known fields are
+ * accepted. Also: a string-arguments tool history renders like the object
+ * one (item 2), GET /v1/models/{id}, trailing bytes, duplicate keys, and a
+ * --ctx above the model's limit. */
+#define MSGS "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define TOOLS_F "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]"
+TS_TEST(server, unsupported_fields_refused) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    struct {
+        const char *path, *body;
+        int status;
+        const char *code, *param;
+    } cases[] = {
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}", 400, "unsupported_response_format", "response_format"},
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", 400, "unsupported_response_format", "response_format"},
+        {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":100}}", 400, "unsupported_logit_bias", "logit_bias"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":-100}}", 400, "unsupported_logit_bias", "logit_bias"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"required\"}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"none\"}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what is this?\"},"
+                                 "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AAAA\"}}]}]}", 400, "unsupported_content_part", "messages"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\",\"input_audio\":{\"data\":\"AA\",\"format\":\"wav\"}}]}]}", 400, "unsupported_content_part", "messages"},
+        {"/v1/chat/completions", "{" MSGS ",\"frobnicate\":true}", 400, "unsupported_parameter", "frobnicate"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"tools\":[]}", 400, "unsupported_parameter", "tools"},
+        {"/v1/chat/completions", "{" MSGS ",\"parallel_tool_calls\":false}", 400, "unsupported_parameter", "parallel_tool_calls"},
+        {"/v1/chat/completions", "{" MSGS ",\"model\":\"gpt-4o\"}", 404, "model_not_found", "model"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"model\":\"nope\"}", 404, "model_not_found", "model"},
+        {"/v1/chat/completions", "{" MSGS ",\"max_tokens\":2} {\"x\":1}", 400, "invalid_json", NULL},
+        {"/v1/chat/completions", "{" MSGS ",\"max_tokens\":2}xyz", 400, "invalid_json", NULL},
+        {"/v1/chat/completions", "{" MSGS ",\"max_tokens\":2,\"max_tokens\":5000}", 400, "invalid_json", NULL},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"content\":\"b\"}]}", 400, "invalid_json", NULL},
+        /* accepted: what changes nothing a client gets */
+        {"/v1/chat/completions", "{" MSGS ",\"model\":\"tsm\",\"user\":\"u1\",\"metadata\":{\"k\":\"v\"},\"store\":false,"
+                                 "\"response_format\":{\"type\":\"text\"},\"logit_bias\":{},\"tool_choice\":\"auto\","
+                                 "\"parallel_tool_calls\":true,\"max_tokens\":2} \r\n", 200, NULL, NULL},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"tool_choice\":\"none\",\"max_tokens\":2}", 200, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        resp r;
+        CHECK_MSG(http(s.port, "POST", cases[i].path, NULL, cases[i].body, &r) == 0, "case %zu: no response", i);
+        cJSON *j = cJSON_Parse(r.body ? r.body : "");
+        int ok = r.status == cases[i].status;
+        if (cases[i].code)
+            ok = ok && str_at(j, "error.message") && str_at(j, "error.type") && str_at(j, "error.code") &&
+                 !strcmp(str_at(j, "error.code"), cases[i].code) &&
+                 (cases[i].param ? str_at(j, "error.param") && !strcmp(str_at(j, "error.param"), cases[i].param)
+                                 : cJSON_IsNull(path_get(j, "error.param")));
+        CHECK_MSG(ok, "case %zu: status %d, body %s", i, r.status, r.body);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    /* A tool-call history with string arguments (what OpenAI clients send)
+     * gives the prompt of the object form. */
+    const char *hist = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\","
+                       "\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+                       "\"get_weather\",\"arguments\":%s}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}],"
+                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+                       "\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"number\"}}}}}],"
+                       "\"max_tokens\":6,\"temperature\":0}";
+    char body[4096];
+    int pt[2] = {-1, -1}, st;
+    char text[2][1024];
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body, hist, k ? "\"{\\\"city\\\": \\\"Paris\\\", \\\"days\\\": 2.0}\"" : "{\"city\": \"Paris\", \"days\": 2.0}");
+        cJSON *j = post(s.port, "/v1/chat/completions", body, &st);
+        CHECK_MSG(st == 200 && j, "tool history %d: status %d", k, st);
+        pt[k] = int_at(j, "usage.prompt_tokens");
+        snprintf(text[k], sizeof text[k], "%s", str_at(j, "choices.0.message.content") ? str_at(j, "choices.0.message.content") : "");
+        cJSON_Delete(j);
+    }
+    CHECK_MSG(pt[0] > 0 && pt[0] == pt[1] && !strcmp(text[0], text[1]), "object %d tokens '%s', string %d tokens '%s'", pt[0],
+              text[0], pt[1], text[1]);
+    /* GET /v1/models/{id} */
+    resp r;
+    CHECK(http(s.port, "GET", "/v1/models/tsm", NULL, NULL, &r) == 0);
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    CHECK_MSG(r.status == 200 && str_at(j, "id") && !strcmp(str_at(j, "id"), "tsm") && !strcmp(str_at(j, "object"), "model"),
+              "models/tsm: %d %s", r.status, r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    CHECK(http(s.port, "GET", "/v1/models/other", NULL, NULL, &r) == 0);
+    CHECK_MSG(r.status == 404 && strstr(r.body, "model_not_found"), "models/other: %d %s", r.status, r.body);
+    resp_free(&r);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+    /* --ctx above the model's limit (32768 in the fixture's config.json) */
+    int rc = ts_test_sh(g_sh, sizeof g_sh, "%s serve -m %s --port 0 --ctx 40000 2>&1", ts_test_bin(), model_dir());
+    CHECK_MSG(rc == 2 && strstr(g_sh, "--ctx 40000 is above the model's limit of 32768"), "rc %d: %s", rc, g_sh);
+}
+
+/* ---- connection limits and shutdown (issue 20, items 5 and 6) ---------------------- */
+
+/* Read a whole response from an open socket (the request already sent). */
+static int read_on(int fd, resp *r) {
+    int rc = read_response(fd, r);
+    close(fd);
+    return rc;
+}
+
+static int send_stream(int port, const char *path, const char *body) {
+    int fd = connect_to(port);
+    if (fd < 0) return -1;
+    if (send_request(fd, "POST", path, NULL, body, strlen(body))) { close(fd); return -1; }
+    return fd;
+}
+
+/* 530 connections that never send a request (more than --max-idle 256 and
+ * than the old hard limit of 512) cannot lock out a client: its request is
+ * answered, a stream that was running goes on to its end, and the server
+ * closed the idle connections beyond the limit, oldest first. */
+TS_TEST(server, idle_connections_cannot_lock_out) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    const char *body = "{\"prompt\":\"Go\",\"max_tokens\":400,\"ignore_eos\":true,\"temperature\":0,\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true}}";
+    int a = send_stream(s.port, "/v1/completions", body);
+    CHECK(a >= 0);
+    enum { N = 530 };
+    static int idle[N];
+    int opened = 0;
+    for (int i = 0; i < N; i++)
+        if ((idle[i] = connect_to(s.port)) >= 0) opened++;
+    CHECK_MSG(opened == N, "opened %d of %d idle connections", opened, N);
+    msleep(300);
+    resp r;
+    CHECK_MSG(http(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"ok\",\"max_tokens\":3,\"temperature\":0}", &r) == 0 &&
+                  r.status == 200,
+              "a client behind %d idle connections: status %d", N, r.status);
+    resp_free(&r);
+    CHECK(read_on(a, &r) == 0 && r.status == 200);
+    sse ev;
+    parse_sse(r.body ? r.body : "", &ev);
+    resp_free(&r);
+    CHECK_MSG(ev.done && ev.completion_tokens == 400, "the running stream: done %d, %d tokens", ev.done, ev.completion_tokens);
+    int closed = 0, first_open = -1;
+    for (int i = 0; i < N; i++) {
+        char b;
+        if (idle[i] < 0) continue;
+        ssize_t k = recv(idle[i], &b, 1, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed++;
+        else if (first_open < 0) first_open = i;
+        close(idle[i]);
+    }
+    CHECK_MSG(closed >= N - 256 && first_open >= N - 256 - 2, "closed %d idle connections, the oldest still open #%d", closed,
+              first_open);
+    CHECK_MSG(metric(s.port, "turbospark_idle_connections_closed_total") >= N - 256, "metric: %d closed",
+              metric(s.port, "turbospark_idle_connections_closed_total"));
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* SIGTERM drains: the running stream finishes (all its tokens, then
+ * [DONE]); the queued ones, streamed or not, get 503 with Retry-After (not a
+ * 200 holding only [DONE]); the server exits 0. With a short
+ * --drain-timeout, a stream still running then ends with an error chunk,
+ * not a finish_reason a client would take for a whole reply. */
+static void drain_case(int timeout_case) {
+    server s;
+    CHECK_MSG(server_start(&s, "--queue", "4", "--drain-timeout", timeout_case ? "0.3" : "30", NULL) == 0,
+              "the server did not start");
+    char body[512];
+    const int n_tok = timeout_case ? 3000 : 2400; /* ~1.5 s: still running at the SIGTERM */
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"Go\",\"max_tokens\":%d,\"ignore_eos\":true,\"temperature\":0,\"stream\":true,"
+             "\"stream_options\":{\"include_usage\":true}}", n_tok);
+    int a = send_stream(s.port, "/v1/completions", body);
+    CHECK(a >= 0 && wait_data(a));
+    int b = send_stream(s.port, "/v1/completions", body);
+    int c = send_stream(s.port, "/v1/completions", "{\"prompt\":\"Go\",\"max_tokens\":5}");
+    int queued = 0;
+    for (int i = 0; i < 300 && queued != 2; i++) { queued = metric(s.port, "turbospark_queue_depth"); msleep(10); }
+    CHECK_MSG(queued == 2, "queue depth %d", queued);
+    kill(s.pid, SIGTERM);
+    resp r;
+    /* a: read the rest of the stream (wait_data consumed its first bytes) */
+    char *rest = malloc(1 << 22);
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = recv(a, rest + n, (1 << 22) - 1 - n, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    rest[n] = 0;
+    close(a);
+    if (!timeout_case) {
+        const char *u = strstr(rest, "\"completion_tokens\":");
+        CHECK_MSG(u && atoi(u + 20) == n_tok && strstr(rest, "\"finish_reason\":\"length\"") && strstr(rest, "data: [DONE]"),
+                  "the running stream did not finish: %.300s", n > 300 ? rest + n - 300 : rest);
+    } else {
+        CHECK_MSG(strstr(rest, "\"error\"") && strstr(rest, "server_shutting_down") && !strstr(rest, "\"finish_reason\":\""),
+                  "the stream cut at the drain timeout: %.300s", n > 300 ? rest + n - 300 : rest);
+    }
+    free(rest);
+    for (int k = 0; k < 2; k++) {
+        int fd = k ? c : b;
+        CHECK(fd >= 0 && read_on(fd, &r) == 0);
+        CHECK_MSG(r.status == 503 && r.retry_after > 0 && strstr(r.body ? r.body : "", "shutting down"),
+                  "queued %s: %d (Retry-After %d) %s", k ? "request" : "stream", r.status, r.retry_after, r.body);
+        resp_free(&r);
+    }
+    int st = -1;
+    for (int i = 0; i < 400; i++) {
+        if (waitpid(s.pid, &st, WNOHANG) == s.pid) { s.pid = 0; break; }
+        msleep(50);
+    }
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(!s.pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server did not exit cleanly");
+    if (s.pid) server_stop(&s);
+}
+
+TS_TEST(server, sigterm_drains) {
+    drain_case(0);
+    drain_case(1);
+}
+
+/* The official openai npm client, unmodified, against a server on loopback
+ * with the bundled default model (tests/openai/check.mjs: models, chat,
+ * streaming with usage, completions, a string-arguments tool history,
+ * reasoning, seeds, aborts, typed errors). The client is installed by
+ * scripts/deps.sh; without node or the package this test says so and
+ * passes without checking (offline machines). */
+TS_TEST(server, openai_npm_client) {
+    char cwd[1024], mdir[1200], pkg[1300];
+    if (!getcwd(cwd, sizeof cwd)) return;
+    snprintf(mdir, sizeof mdir, "%s/models/default", cwd);
+    snprintf(pkg, sizeof pkg, "%s/tests/openai/node_modules/openai/package.json", cwd);
+    if (ts_test_sh(g_sh, sizeof g_sh, "node --version 2>&1") != 0 || access(pkg, R_OK) != 0) {
+        printf("  skipped: %s (run scripts/deps.sh with npm and a registry reachable)\n",
+               access(pkg, R_OK) ? "the openai npm package is not installed in tests/openai" : "node is not installed");
+        return;
+    }
+    server s;
+    g_model_override = mdir;
+    int started = server_start(&s, "--parallel", "1", NULL);
+    g_model_override = NULL;
+    CHECK_MSG(started == 0, "the server did not start on %s", mdir);
+    if (started) return;
+    int rc = ts_test_sh(g_sh, sizeof g_sh,
+                        "OPENAI_BASE_URL=http://127.0.0.1:%d/v1 TS_MODEL=default timeout 300 node %s/tests/openai/check.mjs 2>&1",
+                        s.port, cwd);
+    printf("%s", g_sh);
+    CHECK_MSG(rc == 0 && strstr(g_sh, " passed, 0 failed"), "check.mjs: rc %d", rc);
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
 }

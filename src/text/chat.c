@@ -11,7 +11,8 @@
  *
  * Requests are validated for shape with cJSON (messages must be a list, ...)
  * but their values reach the template through jinja.c's own JSON reader, which
- * keeps 1 and 1.0 apart as Python does.
+ * keeps 1 and 1.0 apart as Python does. Tool-call arguments sent as a JSON
+ * string (the OpenAI shape) reach it as the object they hold (args_rewrite).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +199,200 @@ static int check_json(const char *json, size_t len, int want_type, const char *w
     return TS_OK;
 }
 
+/* ---- tool-call arguments sent as JSON strings ----------------------------
+ *
+ * The OpenAI API (and every client) sends an assistant turn's
+ * tool_calls[].function.arguments as a JSON *string*; the Qwen templates
+ * iterate it as a mapping (arguments|items) and fail on a string. As other
+ * servers do, a string that holds a JSON object is replaced by that object
+ * before rendering, so the prompt is the one the template gives for the
+ * object (the golden cases, tests/test_chat.c). A string that is not a JSON
+ * object is kept as it was (the template decides: Qwen3's prints it as is,
+ * Qwen3.5's refuses it with its own error).
+ *
+ * Done on the request's text, not on a parsed tree: the object's text is
+ * spliced in verbatim, so 1 and 1.0 keep their spelling as everywhere else
+ * in the request (jinja.c reads numbers as Python's json.loads does). The
+ * scanner runs on text cJSON has already accepted, descends only along
+ * messages[i].tool_calls[k](.function).arguments and skips everything else
+ * without recursion. */
+
+static const char *js_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* p at '"': the byte after the closing quote. */
+static const char *js_str_end(const char *p, const char *e) {
+    for (p++; p < e && *p != '"'; p++)
+        if (*p == '\\') p++;
+    return p < e ? p + 1 : e;
+}
+
+/* The byte after the value at p (any value; nesting counted, not recursed). */
+static const char *js_skip(const char *p, const char *e) {
+    if (p >= e) return e;
+    if (*p == '"') return js_str_end(p, e);
+    if (*p != '{' && *p != '[') {
+        while (p < e && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+            p++;
+        return p;
+    }
+    size_t depth = 0;
+    while (p < e) {
+        if (*p == '"') { p = js_str_end(p, e); continue; }
+        if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') {
+            if (--depth == 0) return p + 1;
+        }
+        p++;
+    }
+    return e;
+}
+
+/* Is the string literal [p, q) equal to key once unescaped? */
+static int js_key_is(const char *p, const char *q, const char *key) {
+    size_t k = strlen(key);
+    if (!memchr(p, '\\', (size_t)(q - p))) return (size_t)(q - p) == k + 2 && !memcmp(p + 1, key, k);
+    cJSON *j = cJSON_ParseWithLength(p, (size_t)(q - p));
+    int eq = cJSON_IsString(j) && !strcmp(j->valuestring, key);
+    cJSON_Delete(j);
+    return eq;
+}
+
+/* Walk the members of the object at p: for each, the key and value ranges in *m; returns
+ * the next position to pass back in (iterate while it returns non-NULL). */
+typedef struct { const char *k, *ke, *v, *ve; } js_member;
+static const char *js_next_member(const char *p, const char *e, js_member *m) {
+    p = js_ws(p, e);
+    if (p < e && (*p == '{' || *p == ',')) p = js_ws(p + 1, e);
+    if (p >= e || *p != '"') return NULL;
+    m->k = p;
+    m->ke = js_str_end(p, e);
+    p = js_ws(m->ke, e);
+    if (p >= e || *p != ':') return NULL;
+    m->v = js_ws(p + 1, e);
+    m->ve = js_skip(m->v, e);
+    return m->ve;
+}
+
+/* Elements of the array at p, the same way. */
+static const char *js_next_elem(const char *p, const char *e, const char **v, const char **ve) {
+    p = js_ws(p, e);
+    if (p < e && (*p == '[' || *p == ',')) p = js_ws(p + 1, e);
+    if (p >= e || *p == ']') return NULL;
+    *v = p;
+    *ve = js_skip(p, e);
+    return *ve;
+}
+
+typedef struct {
+    const char *from, *to; /* the string literal replaced */
+    char *with;            /* its decoded text (malloc'd by cJSON) */
+} js_splice;
+
+typedef struct {
+    js_splice *v;
+    size_t n, cap;
+    int nomem;
+} js_splices;
+
+/* If the literal [p, q) holds a JSON object, note the splice. */
+static void args_string(js_splices *sp, const char *p, const char *q) {
+    if (*p != '"') return;
+    /* \u0000 would cut cJSON's C string short: keep such a string */
+    for (const char *c = p; c + 6 <= q; c++)
+        if (c[0] == '\\' && c[1] == 'u' && c[2] == '0' && c[3] == '0' && c[4] == '0' && c[5] == '0') return;
+    cJSON *lit = cJSON_ParseWithLength(p, (size_t)(q - p));
+    if (!cJSON_IsString(lit)) { cJSON_Delete(lit); return; }
+    const char *txt = lit->valuestring, *end = NULL;
+    size_t tl = strlen(txt);
+    cJSON *obj = cJSON_ParseWithLengthOpts(txt, tl, &end, 0);
+    int ok = cJSON_IsObject(obj) && end && js_ws(end, txt + tl) == txt + tl;
+    cJSON_Delete(obj);
+    if (ok && sp->n == sp->cap) {
+        size_t cap = sp->cap ? 2 * sp->cap : 8;
+        js_splice *v = realloc(sp->v, cap * sizeof *v);
+        if (!v) { sp->nomem = 1; ok = 0; }
+        else { sp->v = v; sp->cap = cap; }
+    }
+    if (ok) {
+        sp->v[sp->n].from = p;
+        sp->v[sp->n].to = q;
+        sp->v[sp->n].with = lit->valuestring;
+        lit->valuestring = NULL; /* taken: cJSON_Delete skips a NULL valuestring */
+        sp->n++;
+    }
+    cJSON_Delete(lit);
+}
+
+static void args_in_messages(js_splices *sp, const char *p, const char *e) {
+    const char *m, *me;
+    if (p >= e || *p != '[') return;
+    for (const char *it = p; (it = js_next_elem(it, e, &m, &me));) {
+        if (*m != '{') continue;
+        js_member mm;
+        for (const char *jt = m; (jt = js_next_member(jt, e, &mm));) {
+            if (!js_key_is(mm.k, mm.ke, "tool_calls") || *mm.v != '[') continue;
+            const char *c, *ce;
+            for (const char *kt = mm.v; (kt = js_next_elem(kt, e, &c, &ce));) {
+                if (*c != '{') continue;
+                js_member cm;
+                for (const char *lt = c; (lt = js_next_member(lt, e, &cm));) {
+                    if (js_key_is(cm.k, cm.ke, "arguments")) args_string(sp, cm.v, cm.ve);
+                    if (!js_key_is(cm.k, cm.ke, "function") || *cm.v != '{') continue;
+                    js_member fm;
+                    for (const char *ft = cm.v; (ft = js_next_member(ft, e, &fm));)
+                        if (js_key_is(fm.k, fm.ke, "arguments")) args_string(sp, fm.v, fm.ve);
+                }
+            }
+        }
+    }
+}
+
+/* json with string arguments replaced: *out is NULL when nothing changes
+ * (use json as it is), else a malloc'd text of *out_len bytes. is_request:
+ * json is the request object (messages is its member), else the array. */
+static int args_rewrite(const char *json, size_t len, int is_request, char **out, size_t *out_len, ts_error *err) {
+    *out = NULL;
+    const char *e = json + len, *p = js_ws(json, e);
+    js_splices sp = {0};
+    if (!is_request) args_in_messages(&sp, p, e);
+    else if (p < e && *p == '{') {
+        js_member mm;
+        for (const char *it = p; (it = js_next_member(it, e, &mm));)
+            if (js_key_is(mm.k, mm.ke, "messages")) args_in_messages(&sp, mm.v, mm.ve);
+    }
+    int rc = TS_OK;
+    if (sp.nomem) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+    else if (sp.n) {
+        size_t n = len;
+        for (size_t i = 0; i < sp.n; i++) n = n - (size_t)(sp.v[i].to - sp.v[i].from) + strlen(sp.v[i].with);
+        char *o = malloc(n + 1);
+        if (!o) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+        else {
+            const char *at = json;
+            size_t w = 0;
+            for (size_t i = 0; i < sp.n; i++) {
+                memcpy(o + w, at, (size_t)(sp.v[i].from - at));
+                w += (size_t)(sp.v[i].from - at);
+                size_t k = strlen(sp.v[i].with);
+                memcpy(o + w, sp.v[i].with, k);
+                w += k;
+                at = sp.v[i].to;
+            }
+            memcpy(o + w, at, (size_t)(e - at));
+            w += (size_t)(e - at);
+            o[w] = 0;
+            *out = o;
+            *out_len = w;
+        }
+    }
+    for (size_t i = 0; i < sp.n; i++) cJSON_free(sp.v[i].with);
+    free(sp.v);
+    return rc;
+}
+
 int ts_chat_render(const ts_chat_template *t, const ts_chat_request *req, char **out, size_t *out_len, ts_error *err) {
     if (!t || !req || !out || !req->messages_json) return ts_fail(err, TS_E_ARG, "ts_chat_render: NULL argument");
     *out = NULL;
@@ -205,17 +400,23 @@ int ts_chat_render(const ts_chat_template *t, const ts_chat_request *req, char *
     if (!rc && req->tools_json) rc = check_json(req->tools_json, strlen(req->tools_json), cJSON_Array, "tools", err);
     if (!rc && req->kwargs_json) rc = check_json(req->kwargs_json, strlen(req->kwargs_json), cJSON_Object, "kwargs", err);
     if (rc) return rc;
+    char *msgs = NULL;
+    size_t msgs_len = 0;
+    if ((rc = args_rewrite(req->messages_json, strlen(req->messages_json), 0, &msgs, &msgs_len, err))) return rc;
+    const char *mj = msgs ? msgs : req->messages_json;
     tj_vars *v = tj_vars_new();
-    if (!v) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    if (!v) { free(msgs); return ts_fail(err, TS_E_NOMEM, "out of memory"); }
     tj_error je;
     if (base_vars(t, v) ||
-        tj_vars_set_json(v, "messages", req->messages_json, strlen(req->messages_json), &je) ||
+        tj_vars_set_json(v, "messages", mj, msgs ? msgs_len : strlen(mj), &je) ||
         (req->tools_json && tj_vars_set_json(v, "tools", req->tools_json, strlen(req->tools_json), &je)) ||
         tj_vars_set_bool(v, "add_generation_prompt", req->add_generation_prompt) ||
         (req->kwargs_json && tj_vars_set_json_members(v, req->kwargs_json, strlen(req->kwargs_json), &je))) {
         tj_vars_free(v);
+        free(msgs);
         return map_err(&je, err, "chat request");
     }
+    free(msgs);
     rc = do_render(t, v, out, out_len, err);
     tj_vars_free(v);
     return rc;
@@ -241,18 +442,27 @@ int ts_chat_render_json(const ts_chat_template *t, const char *json, size_t len,
     cJSON_Delete(j);
     if (rc) return rc;
 
+    char *rew = NULL;
+    size_t rew_len = 0;
+    if ((rc = args_rewrite(json, len, 1, &rew, &rew_len, err))) return rc;
+    if (rew) {
+        json = rew;
+        len = rew_len;
+    }
     tj_vars *v = tj_vars_new();
-    if (!v) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    if (!v) { free(rew); return ts_fail(err, TS_E_NOMEM, "out of memory"); }
     tj_error je;
     if (base_vars(t, v) || tj_vars_set_json_member(v, "messages", json, len, "messages", &je) < 0 ||
         tj_vars_set_json_member(v, "tools", json, len, "tools", &je) < 0 ||
         tj_vars_set_bool(v, "add_generation_prompt", add_gen)) {
         tj_vars_free(v);
+        free(rew);
         return map_err(&je, err, "chat request");
     }
     rc = TS_OK;
     if (has_kw && tj_vars_spread_json_member(v, json, len, "chat_template_kwargs", &je) < 0)
         rc = map_err(&je, err, "chat request");
+    free(rew);
     if (!rc) rc = do_render(t, v, out, out_len, err);
     tj_vars_free(v);
     return rc;

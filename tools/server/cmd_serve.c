@@ -2,22 +2,26 @@
  *
  *   turbospark serve -m DIR [--host 127.0.0.1] [--port 8080] [--ctx N]
  *                    [--parallel N] [--queue N] [--max-tokens-limit N]
- *                    [--api-key KEY] [--threads N] [-v]
+ *                    [--api-key KEY] [--threads N] [--max-idle N]
+ *                    [--drain-timeout S] [-v]
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /health, GET /metrics (Prometheus text).
+ * GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
  *
- * Owns: options, startup and orderly shutdown (SIGINT/SIGTERM), the HTTP
- * layer on libmicrohttpd (one thread per connection): body accumulation with
- * a size limit, auth, routing, OpenAI-style errors, streaming responses
- * (server-sent events), disconnect detection, metrics.
+ * Owns: options, startup and orderly shutdown (SIGINT/SIGTERM: the drain),
+ * the HTTP layer on libmicrohttpd (one thread per connection): admission
+ * from the headers (an overloaded server answers 503 + Retry-After without
+ * parsing the body), body accumulation with a size limit, auth, routing,
+ * OpenAI-style errors, streaming responses (server-sent events), disconnect
+ * detection, the idle-connection limit, metrics.
  * Does not own: request validation (server_req.c), the session pool and the
  * token loop (server_gen.c).
  *
  * Disconnects: a connection thread waiting on its job (the whole reply, or
  * the next SSE chunk) wakes every 50 ms and peeks at its socket; a closed
  * peer cancels the job, which stops at its next token. A job still queued is
- * dropped when a worker reaches it.
+ * dropped when a worker reaches it. A streamed job's response (its 200 and
+ * headers) starts only once a worker runs it.
  *
  * Errors never take the server down: every bad request ends in a JSON error
  * ({"error": {"message", "type", "param", "code"}}) on its own connection.
@@ -37,7 +41,7 @@
 
 #include "server.h"
 
-enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_METRICS };
+enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS };
 
 typedef struct conn {
     srv *s;
@@ -45,10 +49,117 @@ typedef struct conn {
     char *body;
     size_t len, cap;
     int too_big, responded;
+    int route;          /* from the headers */
+    int admitted;       /* holds a queue reservation (srv_admit) not yet spent */
+    int refused;        /* refused at the headers: the body is read and dropped, then 503 */
     job *j;
 } conn;
 
 static time_t g_started;
+
+/* ---- idle connections ---------------------------------------------------------------
+ *
+ * A connection is "serving" from the moment its request is complete (the
+ * final handler call) until the response is done; before that (no request
+ * yet, headers or a body still arriving) and between keep-alive requests it
+ * is idle. At most --max-idle connections may be idle: when a new
+ * connection would exceed it, the one idle longest is shut down
+ * (shutdown(2) on its socket: its own thread then sees the end and closes
+ * it, so the fd stays MHD's). A serving connection is never chosen, so idle
+ * or slow clients, however many, cannot lock out clients being served, and
+ * a new client is never refused for them. libmicrohttpd's own limit is set
+ * above max_idle + the queue + the sessions, so it is not what refuses.
+ *
+ * Safety: entries live under g_idle.mu; MHD reports a connection closed
+ * (NOTIFY_CLOSED, which removes the entry) before it closes the socket, so
+ * an fd in the list is always the connection's own. */
+typedef struct cnode {
+    struct cnode *prev, *next;
+    int fd, serving;
+} cnode;
+
+static struct {
+    pthread_mutex_t mu;
+    cnode head; /* sentinel: head.next is the oldest idle (or serving) entry */
+    int n_idle, max_idle;
+    uint64_t evicted;
+} g_idle = {PTHREAD_MUTEX_INITIALIZER, {NULL, NULL, -1, 0}, 0, 256, 0};
+
+static void cn_unlink(cnode *n) {
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+}
+
+static void cn_append(cnode *n) { /* newest at the tail */
+    n->prev = g_idle.head.prev;
+    n->next = &g_idle.head;
+    g_idle.head.prev->next = n;
+    g_idle.head.prev = n;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code) {
+    (void)cls;
+    pthread_mutex_lock(&g_idle.mu);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        cnode *n = calloc(1, sizeof *n);
+        if (n) {
+            const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+            n->fd = ci ? ci->connect_fd : -1;
+            cn_append(n);
+            g_idle.n_idle++;
+            /* over the limit: the oldest idle connection goes */
+            for (cnode *o = g_idle.head.next; g_idle.n_idle > g_idle.max_idle && o != &g_idle.head; o = o->next)
+                if (!o->serving && o != n && o->fd >= 0) {
+                    shutdown(o->fd, SHUT_RDWR);
+                    o->fd = -1; /* once */
+                    o->serving = 1; /* no longer counted as idle: it is closing */
+                    g_idle.n_idle--;
+                    g_idle.evicted++;
+                    break;
+                }
+        }
+        *socket_ctx = n;
+    } else if (*socket_ctx) {
+        cnode *n = *socket_ctx;
+        if (!n->serving) g_idle.n_idle--;
+        cn_unlink(n);
+        free(n);
+        *socket_ctx = NULL;
+    }
+    pthread_mutex_unlock(&g_idle.mu);
+}
+
+static cnode *conn_node(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The request is complete: this connection is serving until its response ends. */
+static void conn_serving(struct MHD_Connection *c) {
+    cnode *n = conn_node(c);
+    if (!n) return;
+    pthread_mutex_lock(&g_idle.mu);
+    if (!n->serving) {
+        n->serving = 1;
+        g_idle.n_idle--;
+    }
+    pthread_mutex_unlock(&g_idle.mu);
+}
+
+/* The response is done: idle again, and the newest idle (keep-alive). */
+static void conn_idle(struct MHD_Connection *c) {
+    cnode *n = conn_node(c);
+    if (!n) return;
+    pthread_mutex_lock(&g_idle.mu);
+    if (n->serving && n->fd >= 0) {
+        n->serving = 0;
+        g_idle.n_idle++;
+        cn_unlink(n);
+        cn_append(n);
+    }
+    pthread_mutex_unlock(&g_idle.mu);
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -66,16 +177,26 @@ static void usage(FILE *f) {
             "  --spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]\n"
             "                         every generation drafts with the MTP head (as in run;\n"
             "                         output unchanged, sampled requests keep their distribution)\n"
+            "  --max-idle N           connections that may sit idle (no complete request; default 256);\n"
+            "                         beyond, the one idle longest is closed (never one being served)\n"
+            "  --drain-timeout S      on SIGTERM/SIGINT: queued requests get 503 at once, running ones\n"
+            "                         may finish for S seconds (default 10), then end with an error\n"
             "  -v                     log every request on stderr\n");
 }
 
 /* ---- responses ----------------------------------------------------------------- */
+
+/* Retry-After on a 503: the seconds a refused client should wait. One
+ * second: a queued request of the bundled model takes well under that,
+ * and clients (the openai packages among them) honour the header. */
+#define SRV_RETRY_AFTER "1"
 
 static enum MHD_Result send_body(struct MHD_Connection *c, int status, const char *type, const char *body,
                                  size_t len) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, SRV_RETRY_AFTER);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
@@ -110,7 +231,7 @@ static enum MHD_Result send_error(conn *cc, struct MHD_Connection *c, int status
                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 static enum MHD_Result send_error(conn *cc, struct MHD_Connection *c, int status, const char *code,
                                   const char *fmt, ...) {
-    srv_err e = {status, status >= 500 ? "server_error" : "invalid_request_error", NULL, code, {0}};
+    srv_err e = {status, status >= 500 ? "server_error" : "invalid_request_error", NULL, code, {0}, {0}};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e.msg, sizeof e.msg, fmt, ap);
@@ -169,21 +290,61 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 /* ---- routes --------------------------------------------------------------------------- */
 
+static enum MHD_Result overloaded(conn *cc, struct MHD_Connection *c) {
+    srv *s = cc->s;
+    pthread_mutex_lock(&s->mu);
+    const int draining = s->draining || s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (draining) return send_error(cc, c, 503, "server_shutting_down", "the server is shutting down; retry later");
+    return send_error(cc, c, 503, "server_overloaded",
+                      "the server is busy (%d sessions busy, %d requests queued); retry after %s s", s->parallel,
+                      s->queue_cap, SRV_RETRY_AFTER);
+}
+
+/* Wait while j is queued; 0 when it left the queue, -1 when the client
+ * went away (the job is cancelled). */
+static int wait_queued(conn *cc, job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (j->state == JOB_QUEUED) {
+        wait_tick(j);
+        if (j->state == JOB_QUEUED && peer_gone(cc->fd)) {
+            j->cancelled = 1;
+            pthread_mutex_unlock(&j->mu);
+            return -1;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
 static enum MHD_Result do_generate(conn *cc, struct MHD_Connection *c, int route) {
     srv *s = cc->s;
     srv_err e = {0};
+    /* admitted at the headers (on_request): the queue has room for it */
     job *j = route == R_CHAT ? srv_parse_chat(s, cc->body ? cc->body : "", cc->len, &e)
                              : srv_parse_completion(s, cc->body ? cc->body : "", cc->len, &e);
-    if (!j) return send_err(cc, c, &e);
-    if (srv_submit(s, j)) {
+    cc->admitted = 0;
+    if (!j) {
+        srv_unadmit(s);
+        return send_err(cc, c, &e);
+    }
+    if (srv_submit(s, j)) { /* draining since the headers */
         srv_job_unref(j);
-        return send_error(cc, c, 503, "server_overloaded",
-                          "the server is busy (%d sessions busy, %d requests queued); retry later", s->parallel,
-                          s->queue_cap);
+        return overloaded(cc, c);
     }
     cc->j = j;
     cc->responded = 1;
     if (j->stream) {
+        /* Headers only once a worker runs it: a job answered while queued
+         * (the drain at shutdown) gets a real status, not a 200 stream
+         * holding only [DONE]. */
+        if (wait_queued(cc, j)) return MHD_NO;
+        if (j->state == JOB_DONE && j->err_status) {
+            srv_err ge = {j->err_status, j->err_status >= 500 ? "server_error" : "invalid_request_error", NULL,
+                          j->err_status == 503 ? "server_shutting_down" : NULL, {0}, {0}};
+            snprintf(ge.msg, sizeof ge.msg, "%s", j->err_msg);
+            return send_err(cc, c, &ge);
+        }
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, cc, NULL);
         if (!r) return MHD_NO;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -203,7 +364,8 @@ static enum MHD_Result do_generate(conn *cc, struct MHD_Connection *c, int route
     }
     pthread_mutex_unlock(&j->mu);
     if (j->err_status) {
-        srv_err ge = {j->err_status, j->err_status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, {0}};
+        srv_err ge = {j->err_status, j->err_status >= 500 ? "server_error" : "invalid_request_error", NULL,
+                      j->err_status == 503 ? "server_shutting_down" : NULL, {0}, {0}};
         snprintf(ge.msg, sizeof ge.msg, "%s", j->err_msg);
         return send_err(cc, c, &ge);
     }
@@ -214,17 +376,31 @@ static enum MHD_Result do_generate(conn *cc, struct MHD_Connection *c, int route
     return ok;
 }
 
-static enum MHD_Result do_models(conn *cc, struct MHD_Connection *c) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
+static cJSON *model_obj(const srv *s) {
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", cc->s->model_id);
+    cJSON_AddStringToObject(m, "id", s->model_id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)g_started);
     cJSON_AddStringToObject(m, "owned_by", "turbospark");
-    cJSON_AddNumberToObject(m, "max_model_len", cc->s->n_ctx);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    cJSON_AddNumberToObject(m, "max_model_len", s->n_ctx);
+    return m;
+}
+
+static enum MHD_Result do_models(conn *cc, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_obj(cc->s));
     return send_json(c, 200, o);
+}
+
+/* GET /v1/models/{id}: the model object, or 404 model_not_found. */
+static enum MHD_Result do_model(conn *cc, struct MHD_Connection *c, const char *id) {
+    if (strcmp(id, cc->s->model_id)) {
+        srv_err e = {404, "invalid_request_error", "model", "model_not_found", {0}, {0}};
+        snprintf(e.msg, sizeof e.msg, "the model '%.200s' does not exist; this server serves '%s'", id, cc->s->model_id);
+        return send_err(cc, c, &e);
+    }
+    return send_json(c, 200, model_obj(cc->s));
 }
 
 static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
@@ -270,6 +446,15 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
         s->q_len, s->n_busy, s->parallel, (unsigned long long)s->m_drafted, (unsigned long long)s->m_accepted,
         (unsigned long long)s->m_verify_blocks);
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&g_idle.mu);
+    if (n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n,
+                      "# HELP turbospark_connections_idle Connections without a complete request (limit --max-idle).\n"
+                      "# TYPE turbospark_connections_idle gauge\nturbospark_connections_idle %d\n"
+                      "# HELP turbospark_idle_connections_closed_total Idle connections closed to stay under --max-idle.\n"
+                      "# TYPE turbospark_idle_connections_closed_total counter\nturbospark_idle_connections_closed_total %llu\n",
+                      g_idle.n_idle, (unsigned long long)g_idle.evicted);
+    pthread_mutex_unlock(&g_idle.mu);
     if (n < 0 || (size_t)n >= sizeof buf) n = (int)strlen(buf); /* cannot happen: the text is bounded */
     return send_body(c, 200, "text/plain; version=0.0.4", buf, (size_t)n);
 }
@@ -285,6 +470,10 @@ static int route_of(const char *url, const char **method_needed) {
             *method_needed = routes[i].method;
             return routes[i].route;
         }
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) {
+        *method_needed = "GET";
+        return R_MODEL;
+    }
     return R_NONE;
 }
 
@@ -320,9 +509,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return send_error(cc, c, 413, "request_too_large", "the request body is %s bytes; the limit is %u",
                               cl, SRV_MAX_BODY);
         }
+        /* Overload is decided here, from the headers: a refused request
+         * costs no JSON parse, no template render, no tokenization. Its
+         * body is read and dropped (answering before it is read would make
+         * the close reset the connection under the client's reply). */
+        const char *want = NULL;
+        cc->route = route_of(url, &want);
+        if ((cc->route == R_CHAT || cc->route == R_COMPLETIONS) && !strcmp(method, want) &&
+            !(s->api_key && !auth_ok(s, c))) {
+            if (srv_admit(s) == 0) cc->admitted = 1;
+            else cc->refused = 1;
+        }
         return MHD_YES;
     }
     if (*upload_size) {
+        if (cc->refused) { /* dropped unread */
+            *upload_size = 0;
+            return MHD_YES;
+        }
         if (!cc->too_big && cc->len + *upload_size > SRV_MAX_BODY) {
             cc->too_big = 1;
             free(cc->body);
@@ -346,6 +550,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (cc->responded) return MHD_YES;
+    conn_serving(c);
+    if (cc->refused) return overloaded(cc, c);
     if (cc->too_big)
         return send_error(cc, c, 413, "request_too_large", "the request body exceeds the limit of %u bytes",
                           SRV_MAX_BODY);
@@ -362,14 +568,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_HEALTH: return send_body(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
     case R_METRICS: return do_metrics(cc, c);
     case R_MODELS: return do_models(cc, c);
+    case R_MODEL: return do_model(cc, c, url + 11);
     default: return do_generate(cc, c, route);
     }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_RequestTerminationCode toe) {
     conn *cc = *ctx;
-    (void)cls, (void)c, (void)toe;
+    (void)cls, (void)toe;
+    conn_idle(c);
     if (!cc) return;
+    if (cc->admitted) srv_unadmit(cc->s); /* left (or was refused) before its body was parsed */
     if (cc->j) {
         srv_job_cancel(cc->j); /* no-op for a finished job */
         srv_job_unref(cc->j);
@@ -397,6 +606,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL;
     int port = 8080, n_ctx = 0, parallel = 1, queue = 16, max_tokens_limit = 0, threads = 0, verbose = 0,
         act_bits = 0;
+    double drain_s = 10;
     cli_spec spec = CLI_SPEC_INIT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -415,6 +625,12 @@ int cmd_serve(int argc, char **argv) {
         else if (ARG("--api-key")) api_key = argv[++i];
         else if (ARG("--threads")) ok = parse_int(argv[++i], 0, &threads);
         else if (ARG("--act-bits")) ok = cli_parse_act_bits(argv[++i], &act_bits);
+        else if (ARG("--max-idle")) ok = parse_int(argv[++i], 1, &g_idle.max_idle) && g_idle.max_idle <= 4096;
+        else if (ARG("--drain-timeout")) {
+            char *end;
+            drain_s = strtod(argv[++i], &end);
+            ok = end != argv[i] && !*end && drain_s >= 0 && drain_s <= 3600;
+        }
         else if (!strcmp(a, "-v")) verbose = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "turbospark serve: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
@@ -489,6 +705,18 @@ int cmd_serve(int argc, char **argv) {
         snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         goto out;
     }
+    {
+        /* the engine accepts any context it can allocate, but positions past
+         * the model's trained length give garbage, not an error */
+        const int max_pos = ts_engine_info(s->e)->max_position_embeddings;
+        if (max_pos > 0 && n_ctx > max_pos) {
+            rc = TS_E_ARG;
+            snprintf(err.msg, sizeof err.msg,
+                     "--ctx %d is above the model's limit of %d tokens (max_position_embeddings of %s/config.json)",
+                     n_ctx, max_pos, model);
+            goto out;
+        }
+    }
     if ((rc = ts_tokenizer_load(model, &s->tok, &err))) {
         fprintf(stderr, "turbospark serve: the server needs a tokenizer: ");
         goto out;
@@ -502,12 +730,14 @@ int cmd_serve(int argc, char **argv) {
     if ((rc = srv_pool_start(s, &err))) goto out;
     s->max_tokens_limit = max_tokens_limit ? max_tokens_limit : s->n_ctx;
 
+    g_idle.head.next = g_idle.head.prev = &g_idle.head;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      (ipv6 ? MHD_USE_IPv6 : 0) | (verbose ? MHD_USE_ERROR_LOG : 0);
     d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
+                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(g_idle.max_idle + s->ring_cap + 64),
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
                          MHD_OPTION_EXTERNAL_LOGGER, log_access, NULL,
                          MHD_OPTION_END);
@@ -528,10 +758,14 @@ int cmd_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "turbospark serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    /* Workers first: cancelling every job lets the connection threads that
-     * wait on them finish, so stopping the daemon (which joins them) cannot
-     * hang. */
+    fprintf(stderr, "turbospark serve: %s, draining (up to %g s), then shutting down\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", drain_s);
+    fflush(stderr);
+    /* The drain: new requests and the queued ones get 503, running ones
+     * finish (up to --drain-timeout). Then the workers: stopping what still
+     * runs lets the connection threads that wait on it finish, so stopping
+     * the daemon (which joins them) cannot hang. */
+    srv_pool_drain(s, drain_s);
     srv_pool_stop(s);
     MHD_stop_daemon(d);
     d = NULL;
@@ -545,5 +779,5 @@ out:
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->tpl_mu);
-    return rc ? 1 : 0;
+    return rc == TS_E_ARG ? 2 : rc ? 1 : 0;
 }

@@ -1,20 +1,26 @@
 /* server.h: the pieces of `turbospark serve` shared by its files.
  *
- *   cmd_serve.c      options, startup and shutdown, HTTP (libmicrohttpd):
- *                    routing, auth, body limits, errors, responses, metrics
- *   server_req.c     OpenAI request JSON -> a job (validation, rendering,
- *                    tokenizing, the context check)
- *   server_gen.c     the session pool: workers, the bounded queue, the token
- *                    callback (stop sequences, reply parsing, SSE chunks)
+ *   cmd_serve.c      options, startup and the SIGTERM drain, HTTP
+ *                    (libmicrohttpd): routing, auth, admission at the headers,
+ *                    body limits, the idle-connection limit, errors,
+ *                    responses, metrics
+ *   server_req.c     OpenAI request JSON -> a job (validation and refusals,
+ *                    rendering, tokenizing, the context check)
+ *   server_gen.c     the session pool: admission, workers, the bounded
+ *                    queue, the drain, the token callback (stop sequences,
+ *                    reply parsing, SSE chunks)
  *
  * Threads: libmicrohttpd runs one thread per connection; each of the
  * --parallel workers owns one session and runs one job at a time. A job is
  * shared by its connection thread and (once queued) its worker: refcounted,
  * its mutable part under job->mu. The connection never touches a session.
  *
- * Invariants: a job is DONE exactly once, by its worker (or by the worker
- * that drains a cancelled job from the queue); a cancelled job produces no
- * more tokens after the next callback; the engine is shared read-only.
+ * Invariants: a job is DONE exactly once: by its worker, by the worker that
+ * takes a cancelled job from the queue, or by the drain (srv_pool_drain)
+ * for the jobs still queued at SIGTERM; a job is RUNNING only once a worker
+ * runs it (a streamed response sends its headers only then); a cancelled
+ * job produces no more tokens after the next callback; the engine is
+ * shared read-only.
  */
 #ifndef TS_SERVER_H
 #define TS_SERVER_H
@@ -87,6 +93,8 @@ struct srv {
     pthread_cond_t cv;
     job **queue;                  /* ring of ring_cap = queue_cap + parallel */
     int ring_cap, q_head, q_len, n_busy, stopping;
+    int n_admitted;               /* requests admitted at their headers, not yet queued (srv_admit) */
+    int draining;                 /* SIGTERM: no new requests; the queue answered 503; running jobs finish */
     struct slot *slots;
     uint64_t jobs_taken;          /* jobs the workers have taken (the slots' last_used clock) */
 
@@ -102,9 +110,21 @@ struct srv {
 int srv_pool_start(srv *s, ts_error *err);
 /* Cancel everything, let the workers drain, join them, free the sessions. */
 void srv_pool_stop(srv *s);
-/* Queue a job (takes a reference for the worker). Returns 0, or -1 when the
- * queue is full or the server is stopping. */
+/* Admission, decided from the headers alone (before the body is parsed,
+ * rendered or tokenized): 0 and a place reserved in the queue, or -1 (the
+ * queue is full, or the server is draining) and the request is refused
+ * with 503 and Retry-After. An admitted request ends in srv_submit or
+ * srv_unadmit, exactly once. */
+int srv_admit(srv *s);
+void srv_unadmit(srv *s);
+/* Queue an admitted job (takes a reference for the worker). Returns 0, or
+ * -1 when the server started draining since (the reservation is released
+ * either way). */
 int srv_submit(srv *s, job *j);
+/* SIGTERM: refuse new requests, answer every queued job 503 now, and wait
+ * up to timeout_s for the running ones to finish (they end normally); the
+ * ones still running then are stopped by srv_pool_stop. */
+void srv_pool_drain(srv *s, double timeout_s);
 job *srv_job_new(int kind);
 void srv_job_unref(job *j);
 /* Mark a job cancelled (its connection went away). */
@@ -118,6 +138,7 @@ typedef struct srv_err {
     const char *param;  /* the offending field, or NULL */
     const char *code;   /* e.g. "context_length_exceeded", or NULL */
     char msg[1024];
+    char param_buf[128]; /* param, when it names a field of the (freed) request */
 } srv_err;
 
 /* Parse and check a request body into a new job; NULL with *e filled on a

@@ -7,8 +7,14 @@
  * dropped, stop sequences cut on the decoded text, chat replies split by
  * ts_reply into reasoning / content / tool calls), the SSE chunks of a
  * streamed job and the JSON body of a non-streamed one, the generation
- * metrics. Does not own: HTTP (cmd_serve.c), request validation
+ * metrics, admission (srv_admit: decided before a body is parsed) and the
+ * drain at shutdown. Does not own: HTTP (cmd_serve.c), request validation
  * (server_req.c).
+ *
+ * Shutdown: srv_pool_drain answers the queue 503 at once and lets running
+ * jobs finish for a while; srv_pool_stop then stops what still runs, which
+ * ends in an error (a 503, or an error chunk on a stream), never in a
+ * "length" finish that a client would take for a whole reply.
  *
  * Stop sequences: the text that could still become a stop sequence is held
  * back (the longest suffix that is a proper prefix of one), so no byte of a
@@ -289,6 +295,7 @@ typedef struct run_ctx {
     ts_text hold;          /* text that may still become a stop sequence */
     ts_text d_reason, d_content; /* per-push deltas from the reply parser (library-allocated) */
     int stop_hit, stop_id_hit, n_gen;
+    int shutdown;          /* the server stopped the generation (after its drain timeout) */
     int base;              /* index in sl->cache of generated id 0 */
 } run_ctx;
 
@@ -367,8 +374,8 @@ static int on_token(void *user, int32_t id) {
         ts_error err;
         if (ts_detok_push(r->sl->dt, id, &t, &len, &err) == 0 && len) text_in(r, t, len);
     }
-    return r->stop_hit || __atomic_load_n(&j->cancelled, __ATOMIC_RELAXED) ||
-           __atomic_load_n(&s->stopping, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&s->stopping, __ATOMIC_RELAXED)) r->shutdown = 1;
+    return r->stop_hit || r->shutdown || __atomic_load_n(&j->cancelled, __ATOMIC_RELAXED);
 }
 
 /* How much of j's prompt the session's timeline holds (its ids are the
@@ -466,6 +473,13 @@ static void run_job(slot *sl, job *j) {
     if (rc) {
         j->err_status = rc == TS_E_CONTEXT || rc == TS_E_ARG ? 400 : 500;
         snprintf(j->err_msg, sizeof j->err_msg, "%s", err.msg);
+    } else if (r.shutdown && !r.stop_hit && !r.stop_id_hit) {
+        /* cut short by the shutdown: an error, not a "length" finish a
+         * client would take for the whole reply */
+        rc = TS_E_IO;
+        j->err_status = 503;
+        snprintf(j->err_msg, sizeof j->err_msg, "the server shut down before the reply was complete (%d tokens generated)",
+                 r.n_gen);
     }
     j->finish = j->tool_calls ? "tool_calls" : (r.stop_hit || r.stop_id_hit) ? "stop" : "length";
     if (j->stream) {
@@ -474,7 +488,8 @@ static void run_job(slot *sl, job *j) {
             cJSON_AddStringToObject(eo, "message", j->err_msg);
             cJSON_AddStringToObject(eo, "type", j->err_status == 400 ? "invalid_request_error" : "server_error");
             cJSON_AddNullToObject(eo, "param");
-            cJSON_AddNullToObject(eo, "code");
+            if (j->err_status == 503) cJSON_AddStringToObject(eo, "code", "server_shutting_down");
+            else cJSON_AddNullToObject(eo, "code");
             sse_send(j, e);
         } else {
             if (j->tool_calls) {
@@ -563,17 +578,21 @@ static void *worker(void *arg) {
         if (s->q_len || s->stopping) pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
 
+        /* A job cancelled or caught by the shutdown while queued is answered
+         * without running: it never was RUNNING, so a streamed one has sent
+         * no headers yet and gets a plain 503 (cmd_serve.c). */
         pthread_mutex_lock(&j->mu);
         int skip = j->cancelled || __atomic_load_n(&s->stopping, __ATOMIC_RELAXED);
-        j->state = JOB_RUNNING;
-        pthread_mutex_unlock(&j->mu);
         if (skip) {
             j->err_status = 503;
-            snprintf(j->err_msg, sizeof j->err_msg, "the request was cancelled");
-            if (j->stream) sse_raw(j, "data: [DONE]\n\n");
+            snprintf(j->err_msg, sizeof j->err_msg, "%s",
+                     j->cancelled ? "the request was cancelled" : "the server is shutting down");
         } else {
-            run_job(sl, j);
+            j->state = JOB_RUNNING;
+            pthread_cond_broadcast(&j->cv);
         }
+        pthread_mutex_unlock(&j->mu);
+        if (!skip) run_job(sl, j);
         /* idle before the job is DONE: the client's next request (a
          * conversation's next turn) must find this session free */
         pthread_mutex_lock(&s->mu);
@@ -589,12 +608,29 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+int srv_admit(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    /* Bounded: at most queue_cap jobs wait (or are being parsed to wait)
+     * beyond those that idle sessions are about to pick up. So q_len +
+     * n_admitted never exceeds queue_cap + parallel = ring_cap. */
+    const int idle = s->parallel - s->n_busy;
+    const int ok = !s->stopping && !s->draining && s->q_len + s->n_admitted - idle < s->queue_cap;
+    if (ok) s->n_admitted++;
+    else s->m_rejected++;
+    pthread_mutex_unlock(&s->mu);
+    return ok ? 0 : -1;
+}
+
+void srv_unadmit(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    s->n_admitted--;
+    pthread_mutex_unlock(&s->mu);
+}
+
 int srv_submit(srv *s, job *j) {
     pthread_mutex_lock(&s->mu);
-    /* Bounded: at most queue_cap jobs wait beyond those that idle sessions
-     * are about to pick up. */
-    int idle = s->parallel - s->n_busy;
-    if (s->stopping || s->q_len - idle >= s->queue_cap || s->q_len >= s->ring_cap) {
+    s->n_admitted--;
+    if (s->stopping || s->draining || s->q_len >= s->ring_cap) {
         s->m_rejected++;
         pthread_mutex_unlock(&s->mu);
         return -1;
@@ -665,6 +701,39 @@ int srv_pool_start(srv *s, ts_error *err) {
         s->slots[i].started = 1;
     }
     return 0;
+}
+
+/* Mark a job that never ran DONE with a 503 (it was queued) and drop the
+ * queue's reference. */
+static void answer_503(job *j, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    j->err_status = 503;
+    snprintf(j->err_msg, sizeof j->err_msg, "%s", msg);
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    srv_job_unref(j);
+}
+
+void srv_pool_drain(srv *s, double timeout_s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    const int n = s->q_len;
+    job **q = n ? malloc(sizeof *q * (size_t)n) : NULL;
+    for (int k = 0; q && k < n; k++) q[k] = s->queue[(s->q_head + k) % s->ring_cap];
+    if (q) s->q_len = 0; /* out of memory: the workers answer them (srv_pool_stop) */
+    pthread_mutex_unlock(&s->mu);
+    for (int k = 0; q && k < n; k++) answer_503(q[k], "the server is shutting down; retry on another instance");
+    free(q);
+    const double t0 = cli_now();
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        const int busy = s->n_busy;
+        pthread_mutex_unlock(&s->mu);
+        if (!busy || cli_now() - t0 >= timeout_s) break;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 void srv_pool_stop(srv *s) {

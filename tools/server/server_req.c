@@ -1,8 +1,11 @@
 /* server_req.c: OpenAI request bodies -> jobs for `turbospark serve`.
  *
- * Owns: validating /v1/chat/completions and /v1/completions bodies (types and
- * ranges of every field we read, unsupported options refused rather than
- * silently ignored), rendering chat requests with the checkpoint's own
+ * Owns: validating /v1/chat/completions and /v1/completions bodies (one JSON
+ * object, nothing after it, no key twice; types and ranges of every field we
+ * read; unknown fields and unsupported options refused with 400
+ * "unsupported_*" rather than silently ignored, the accepted-and-ignored
+ * list at check_fields; a model other than ours 404 model_not_found),
+ * rendering chat requests with the checkpoint's own
  * template, tokenizing, the context check and the max_tokens policy.
  * Does not own: HTTP, generation.
  *
@@ -25,6 +28,8 @@
 #include <time.h>
 
 #include "server.h"
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 static void fail(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -238,6 +243,41 @@ static int history_ids(srv *s, const cJSON *root, const job *j) {
     return n;
 }
 
+/* A duplicate key anywhere in v: its name, else NULL. Refused rather than
+ * resolved: cJSON (what this file checks) reads the first copy, jinja.c
+ * (what the template renders) the last, as Python's json.loads does, so a
+ * request with both would be validated on one value and rendered from
+ * another; RFC 8259 leaves the meaning open, so no choice is "the" right
+ * one. Depth is bounded by cJSON's nesting limit. */
+static const char *dup_key(const cJSON *v) {
+    const cJSON *a, *b;
+    if (cJSON_IsObject(v)) {
+        int n = cJSON_GetArraySize(v);
+        if (n > 1 && n <= 64) {
+            for (a = v->child; a; a = a->next)
+                for (b = a->next; b; b = b->next)
+                    if (!strcmp(a->string, b->string)) return a->string;
+        } else if (n > 64) {
+            const char **k = malloc(sizeof *k * (size_t)n);
+            if (!k) return "(out of memory)";
+            int i = 0;
+            for (a = v->child; a; a = a->next) k[i++] = a->string;
+            qsort(k, (size_t)n, sizeof *k, cmp_str);
+            const char *d = NULL;
+            for (i = 1; i < n && !d; i++)
+                if (!strcmp(k[i - 1], k[i])) d = k[i];
+            free(k);
+            if (d) return d;
+        }
+    }
+    if (cJSON_IsObject(v) || cJSON_IsArray(v))
+        for (a = v->child; a; a = a->next) {
+            const char *d = dup_key(a);
+            if (d) return d;
+        }
+    return NULL;
+}
+
 static cJSON *parse_body(const char *body, size_t len, srv_err *e) {
     const char *at = NULL; /* cJSON's global error pointer is not thread-safe; this is */
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &at, 0);
@@ -251,7 +291,151 @@ static cJSON *parse_body(const char *body, size_t len, srv_err *e) {
         cJSON_Delete(root);
         return NULL;
     }
+    /* Bytes after the object: a second object, a truncated concatenation, a
+     * proxy's garbage. Whitespace is fine. */
+    const char *p = at ? at : body + len;
+    while (p < body + len && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    if (p < body + len) {
+        fail(e, 400, NULL, "invalid_json", "the request body has %zu bytes after its JSON object (from byte %ld)",
+             (size_t)(body + len - p), (long)(p - body));
+        cJSON_Delete(root);
+        return NULL;
+    }
+    const char *d = dup_key(root);
+    if (d) {
+        fail(e, 400, NULL, "invalid_json", "the request body has the key '%.200s' twice in one object", d);
+        cJSON_Delete(root);
+        return NULL;
+    }
     return root;
+}
+
+/* ---- fields refused rather than ignored -----------------------------------
+ *
+ * The rule: a field that changes what a client gets is either honoured or
+ * refused with a 400 "unsupported_*" error, never silently ignored. Fields
+ * accepted and ignored because they change nothing a client gets back:
+ *   user, safety_identifier   an end-user id for the provider's abuse monitoring
+ *   metadata, store           tags for / storing of the completion on the provider's side
+ *   prompt_cache_key          a caching hint (this server reuses prefixes anyway)
+ *   service_tier              "auto" or "default" only
+ * Everything else that is not a field this server reads is refused
+ * ("unsupported_parameter"). */
+
+static int known(const char *k, const char *const *list) {
+    for (; *list; list++)
+        if (!strcmp(k, *list)) return 1;
+    return 0;
+}
+
+static const char *const COMMON_FIELDS[] = {
+    "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "seed", "stop", "stream", "stream_options", "n", "ignore_eos", "logprobs", "logit_bias",
+    /* accepted and ignored (above) */
+    "user", "safety_identifier", "metadata", "store", "prompt_cache_key", "service_tier", NULL};
+static const char *const CHAT_FIELDS[] = {
+    "messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+    "add_generation_prompt", "top_logprobs", "response_format", "modalities", NULL};
+static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "best_of", "suffix", NULL};
+
+static int unsupported(srv_err *e, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int unsupported(srv_err *e, const char *param, const char *code, const char *fmt, ...) {
+    e->status = 400;
+    e->type = "invalid_request_error";
+    e->param = param;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Unknown fields, the model, and the options both endpoints refuse. */
+static int check_fields(srv *s, const cJSON *root, int chat, srv_err *e) {
+    const cJSON *it, *v;
+    cJSON_ArrayForEach(it, root) {
+        if (known(it->string, COMMON_FIELDS) || known(it->string, chat ? CHAT_FIELDS : COMPLETION_FIELDS)) continue;
+        snprintf(e->param_buf, sizeof e->param_buf, "%s", it->string);
+        return unsupported(e, e->param_buf, "unsupported_parameter",
+                           "'%.200s' is not a field this server supports; it is refused rather than ignored",
+                           it->string);
+    }
+    if ((v = get(root, "model"))) {
+        if (!cJSON_IsString(v)) {
+            fail(e, 400, "model", "invalid_type", "'model' must be a string");
+            return -1;
+        }
+        if (strcmp(v->valuestring, s->model_id)) {
+            fail(e, 404, "model", "model_not_found", "the model '%.200s' does not exist; this server serves '%s' (GET /v1/models)",
+                 v->valuestring, s->model_id);
+            return -1;
+        }
+    }
+    if ((v = get(root, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
+        return unsupported(e, "logit_bias", "unsupported_logit_bias", "'logit_bias' is not supported");
+    if ((v = get(root, "service_tier")) &&
+        !(cJSON_IsString(v) && (!strcmp(v->valuestring, "auto") || !strcmp(v->valuestring, "default"))))
+        return unsupported(e, "service_tier", "unsupported_parameter", "'service_tier' may only be \"auto\" or \"default\"");
+    return 0;
+}
+
+/* Chat-only refusals: response formats, forced tool choice, parts a
+ * text-only model cannot take. */
+static int check_chat_fields(const cJSON *root, srv_err *e) {
+    const cJSON *v, *it;
+    if ((v = get(root, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
+            return unsupported(e, "response_format", "unsupported_response_format",
+                               "'response_format' other than {\"type\": \"text\"} is not supported (no constrained decoding)");
+    }
+    const cJSON *tools = get(root, "tools");
+    int has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
+    if ((v = get(root, "tool_choice"))) {
+        int ok = cJSON_IsString(v) && (!strcmp(v->valuestring, "auto") || (!strcmp(v->valuestring, "none") && !has_tools));
+        if (!ok)
+            return unsupported(e, "tool_choice", "unsupported_tool_choice",
+                               "'tool_choice' may only be \"auto\" (or \"none\" without tools): forcing or forbidding a "
+                               "tool call is not supported (leave out 'tools' instead of \"none\")");
+    }
+    if ((v = get(root, "parallel_tool_calls")) && !cJSON_IsTrue(v))
+        return unsupported(e, "parallel_tool_calls", "unsupported_parameter",
+                           "'parallel_tool_calls' false is not supported (a reply may hold several calls)");
+    if ((v = get(root, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
+        return unsupported(e, "top_logprobs", "unsupported_parameter", "'top_logprobs' is not supported");
+    if ((v = get(root, "modalities"))) {
+        int ok = cJSON_IsArray(v);
+        cJSON_ArrayForEach(it, v) ok = ok && cJSON_IsString(it) && !strcmp(it->valuestring, "text");
+        if (!ok) return unsupported(e, "modalities", "unsupported_parameter", "only the \"text\" modality is supported");
+    }
+    /* Content parts: text only (an image part would render as a vision
+     * placeholder into a text-only model). */
+    int k = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(root, "messages")) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content"), *part;
+        if (cJSON_IsArray(c)) {
+            cJSON_ArrayForEach(part, c) {
+                const cJSON *t = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
+                if (!cJSON_IsString(t))
+                    return unsupported(e, "messages", "invalid_value",
+                                       "messages[%d]: every content part must be an object with a string 'type'", k);
+                if (strcmp(t->valuestring, "text"))
+                    return unsupported(e, "messages", "unsupported_content_part",
+                                       "messages[%d]: '%.64s' content parts are not supported: this model takes text only",
+                                       k, t->valuestring);
+                if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(part, "text")))
+                    return unsupported(e, "messages", "invalid_value", "messages[%d]: a text part needs a string 'text'", k);
+            }
+        } else if (c && !cJSON_IsString(c) && !cJSON_IsNull(c)) {
+            return unsupported(e, "messages", "invalid_value",
+                               "messages[%d]: 'content' must be a string, null or a list of parts", k);
+        }
+        if (get(it, "audio")) return unsupported(e, "messages", "unsupported_content_part", "messages[%d]: audio is not supported", k);
+        k++;
+    }
+    return 0;
 }
 
 job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
@@ -276,9 +460,10 @@ job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
             goto bad;
         }
     }
+    if (check_fields(s, root, 1, e) || check_chat_fields(root, e)) goto bad;
     if (parse_common(s, root, j, &max_tokens, e)) goto bad;
     if ((v = get(root, "logprobs")) && !cJSON_IsFalse(v)) {
-        fail(e, 400, "logprobs", "unsupported", "'logprobs' is not supported");
+        fail(e, 400, "logprobs", "unsupported_parameter", "'logprobs' is not supported");
         goto bad;
     }
     if ((v = get(root, "tools"))) {
@@ -330,21 +515,22 @@ job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e) {
     int max_tokens;
     const cJSON *v, *p;
     if (!j) { fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
+    if (check_fields(s, root, 0, e)) goto bad;
     if (parse_common(s, root, j, &max_tokens, e)) goto bad;
     if ((v = get(root, "echo")) && !cJSON_IsFalse(v)) {
-        fail(e, 400, "echo", "unsupported", "'echo' is not supported");
+        fail(e, 400, "echo", "unsupported_parameter", "'echo' is not supported");
         goto bad;
     }
     if ((v = get(root, "logprobs")) && !(is_int(v) && v->valuedouble == 0) && !cJSON_IsFalse(v)) {
-        fail(e, 400, "logprobs", "unsupported", "'logprobs' is not supported");
+        fail(e, 400, "logprobs", "unsupported_parameter", "'logprobs' is not supported");
         goto bad;
     }
     if ((v = get(root, "best_of")) && !(is_int(v) && v->valuedouble == 1)) {
-        fail(e, 400, "best_of", "unsupported", "only best_of = 1 is supported");
+        fail(e, 400, "best_of", "unsupported_parameter", "only best_of = 1 is supported");
         goto bad;
     }
     if ((v = get(root, "suffix")) && !(cJSON_IsString(v) && !*v->valuestring)) {
-        fail(e, 400, "suffix", "unsupported", "'suffix' is not supported");
+        fail(e, 400, "suffix", "unsupported_parameter", "'suffix' is not supported");
         goto bad;
     }
     p = cJSON_GetObjectItemCaseSensitive(root, "prompt");

@@ -1,0 +1,218 @@
+// check.mjs: the official `openai` npm client, unmodified, against a running
+// `turbospark serve` (started by tests/test_server.c: server.openai_npm_client,
+// on loopback, with the bundled default model).
+//
+//   OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 TS_MODEL=default node tests/openai/check.mjs
+//
+// Owns: black-box checks of what a new user's code sees through the client:
+// models, chat (greedy repeatability, usage arithmetic), streaming with usage
+// (deltas add up to the non-streamed reply), completions, a tool-calling
+// conversation whose history carries string arguments (what the client's own
+// types say), reasoning_content, seeds, aborts (the server stops generating),
+// and the errors the client raises for refused requests. Each check asserts
+// something that could fail. Prints one line per check and "N passed, N
+// failed"; exits 1 on any failure.
+//
+// Bounded: every request has a 60 s timeout; no retries (maxRetries 0), so
+// a 503 shows as a failure instead of a slow pass.
+import OpenAI from "openai";
+
+const baseURL = process.env.OPENAI_BASE_URL;
+const MODEL = process.env.TS_MODEL || "default";
+if (!baseURL || !/^http:\/\/127\.0\.0\.1:\d+\/v1$/.test(baseURL)) {
+  console.error("check.mjs: OPENAI_BASE_URL must be http://127.0.0.1:PORT/v1 (loopback only)");
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60000 });
+const root = baseURL.replace(/\/v1$/, "");
+
+let passed = 0, failed = 0;
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`  ok   ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`  FAIL ${name}: ${e && e.stack ? e.stack.split("\n").slice(0, 3).join(" | ") : e}`);
+  }
+}
+
+async function metric(name) {
+  const t = await (await fetch(`${root}/metrics`)).text();
+  const m = t.match(new RegExp(`^${name} (\\S+)$`, "m"));
+  return m ? Number(m[1]) : NaN;
+}
+
+const NOTHINK = { chat_template_kwargs: { enable_thinking: false } };
+const userMsg = [{ role: "user", content: "Tell me a story about a cat." }];
+
+await check("models.list and models.retrieve", async () => {
+  const list = await client.models.list();
+  const ids = list.data.map((m) => m.id);
+  assert(ids.length === 1 && ids[0] === MODEL, `ids ${JSON.stringify(ids)}`);
+  const m = await client.models.retrieve(MODEL);
+  assert(m.id === MODEL && m.object === "model", JSON.stringify(m));
+});
+
+let greedy = null;
+await check("chat: greedy repeats, usage adds up", async () => {
+  const req = { model: MODEL, messages: userMsg, max_tokens: 24, temperature: 0, ...NOTHINK };
+  const a = await client.chat.completions.create(req);
+  const b = await client.chat.completions.create(req);
+  const c = a.choices[0];
+  assert(a.object === "chat.completion" && c.message.role === "assistant", JSON.stringify(a));
+  assert(typeof c.message.content === "string" && c.message.content.length > 0, "empty content");
+  assert(c.message.content === b.choices[0].message.content, "greedy differs between two identical requests");
+  assert(["stop", "length"].includes(c.finish_reason), `finish ${c.finish_reason}`);
+  const u = a.usage;
+  assert(u.prompt_tokens > 5 && u.completion_tokens > 0 && u.completion_tokens <= 24, JSON.stringify(u));
+  assert(u.total_tokens === u.prompt_tokens + u.completion_tokens, JSON.stringify(u));
+  assert(c.finish_reason !== "length" || u.completion_tokens === 24, "length before max_tokens");
+  greedy = a;
+});
+
+await check("chat: streaming with usage adds up to the reply", async () => {
+  assert(greedy, "no greedy reply to compare");
+  const stream = await client.chat.completions.create({
+    model: MODEL, messages: userMsg, max_tokens: 24, temperature: 0, ...NOTHINK,
+    stream: true, stream_options: { include_usage: true },
+  });
+  let text = "", finish = null, usage = null, chunks = 0, role = null;
+  for await (const ch of stream) {
+    chunks++;
+    if (ch.usage) usage = ch.usage;
+    const d = ch.choices[0];
+    if (!d) continue;
+    if (d.delta.role) role = d.delta.role;
+    if (d.delta.content) text += d.delta.content;
+    if (d.finish_reason) finish = d.finish_reason;
+  }
+  assert(role === "assistant", `role ${role}`);
+  assert(text === greedy.choices[0].message.content, `streamed '${text}' vs '${greedy.choices[0].message.content}'`);
+  assert(finish === greedy.choices[0].finish_reason, `finish ${finish}`);
+  assert(usage && usage.completion_tokens === greedy.usage.completion_tokens &&
+         usage.prompt_tokens === greedy.usage.prompt_tokens, `usage ${JSON.stringify(usage)}`);
+  assert(chunks > 3, `${chunks} chunks`);
+});
+
+await check("completions: text, streamed the same", async () => {
+  const req = { model: MODEL, prompt: "Once upon a time", max_tokens: 20, temperature: 0 };
+  const a = await client.completions.create(req);
+  assert(a.object === "text_completion" && a.choices[0].text.length > 0, JSON.stringify(a));
+  assert(a.usage.completion_tokens > 0 && a.usage.completion_tokens <= 20, JSON.stringify(a.usage));
+  let text = "";
+  for await (const ch of await client.completions.create({ ...req, stream: true })) text += ch.choices[0]?.text ?? "";
+  assert(text === a.choices[0].text, `streamed '${text}' vs '${a.choices[0].text}'`);
+});
+
+const tools = [{
+  type: "function",
+  function: {
+    name: "get_weather", description: "Weather of a city",
+    parameters: { type: "object", properties: { city: { type: "string" }, days: { type: "integer" } }, required: ["city"] },
+  },
+}];
+await check("tools: a history with string arguments is accepted and rendered", async () => {
+  const history = (args) => [
+    { role: "user", content: "What is the weather in Paris?" },
+    { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: args } }] },
+    { role: "tool", tool_call_id: "call_1", content: "sunny, 24 C" },
+  ];
+  const base = { model: MODEL, tools, max_tokens: 8, temperature: 0, ...NOTHINK };
+  const plain = await client.chat.completions.create({ ...base, messages: history(undefined).slice(0, 1) });
+  const r = await client.chat.completions.create({ ...base, messages: history(JSON.stringify({ city: "Paris", days: 2 })) });
+  assert(r.choices[0].message.role === "assistant", JSON.stringify(r));
+  // the call and its result are in the prompt: more tokens than the question alone
+  assert(r.usage.prompt_tokens > plain.usage.prompt_tokens + 15, `prompt ${r.usage.prompt_tokens} vs ${plain.usage.prompt_tokens}`);
+  // the same with a string that differs only in spacing renders the same prompt (it is parsed)
+  const r2 = await client.chat.completions.create({ ...base, messages: history('{ "city" : "Paris" , "days" : 2 }') });
+  assert(r2.usage.prompt_tokens === r.usage.prompt_tokens, `spacing changed the prompt: ${r2.usage.prompt_tokens} vs ${r.usage.prompt_tokens}`);
+  const mc = r.choices[0].message;
+  if (mc.tool_calls) {
+    for (const tc of mc.tool_calls) {
+      assert(tc.type === "function" && typeof tc.id === "string" && typeof tc.function.arguments === "string", JSON.stringify(tc));
+      JSON.parse(tc.function.arguments);
+    }
+    assert(r.choices[0].finish_reason === "tool_calls", r.choices[0].finish_reason);
+  }
+});
+
+await check("reasoning: thinking replies carry reasoning_content, streamed the same", async () => {
+  // the bundled model's template thinks only when asked (as the small Qwen3.5 checkpoints)
+  const req = { model: MODEL, messages: [{ role: "user", content: "Why is the sky blue?" }], max_tokens: 16, temperature: 0,
+                chat_template_kwargs: { enable_thinking: true } };
+  const a = await client.chat.completions.create(req);
+  const m = a.choices[0].message;
+  const reasoning = m.reasoning_content;
+  assert(typeof reasoning === "string" && reasoning.length > 0, `reasoning_content ${JSON.stringify(reasoning)}`);
+  let r = "", c = "";
+  for await (const ch of await client.chat.completions.create({ ...req, stream: true })) {
+    const d = ch.choices[0]?.delta ?? {};
+    if (d.reasoning_content) r += d.reasoning_content;
+    if (d.content) c += d.content;
+  }
+  assert(r === reasoning && c === (m.content ?? ""), `streamed reasoning '${r}' vs '${reasoning}'`);
+  // without thinking there is none
+  const b = await client.chat.completions.create({ ...req, ...NOTHINK });
+  assert(b.choices[0].message.reasoning_content === undefined, "reasoning_content with thinking off");
+});
+
+await check("seeds: same seed same draw, other seeds differ", async () => {
+  const req = (seed) => client.completions.create({ model: MODEL, prompt: "The little dog", max_tokens: 24, temperature: 1.0, seed });
+  const a = (await req(42)).choices[0].text, b = (await req(42)).choices[0].text;
+  assert(a === b, `seed 42 twice: '${a}' vs '${b}'`);
+  const others = [(await req(43)).choices[0].text, (await req(44)).choices[0].text];
+  assert(others.some((t) => t !== a), "three seeds gave one text: the seed is not used");
+});
+
+await check("aborts: a cancelled stream stops the generation", async () => {
+  const before = await metric("turbospark_tokens_generated_total");
+  const controller = new AbortController();
+  const stream = await client.completions.create(
+    { model: MODEL, prompt: "Go", max_tokens: 3000, temperature: 0, stream: true, ignore_eos: true },
+    { signal: controller.signal });
+  let got = 0;
+  try {
+    for await (const ch of stream) {
+      if (ch.choices[0]?.text) got++;
+      if (got >= 3) controller.abort();
+    }
+  } catch (e) {
+    assert(e.name === "AbortError" || e instanceof OpenAI.APIUserAbortError || /abort/i.test(String(e)), `unexpected ${e}`);
+  }
+  assert(got >= 3, `${got} chunks before the abort`);
+  let busy = 1;
+  for (let i = 0; i < 100 && busy !== 0; i++) {
+    busy = await metric("turbospark_sessions_busy");
+    if (busy !== 0) await new Promise((r) => setTimeout(r, 50));
+  }
+  assert(busy === 0, "the session still generates after the abort");
+  const after = await metric("turbospark_tokens_generated_total");
+  assert(after - before < 3000, `generated ${after - before} tokens: the abort did not stop it`);
+  // the server goes on serving
+  const r = await client.completions.create({ model: MODEL, prompt: "ok", max_tokens: 2, temperature: 0 });
+  assert(r.choices[0].text !== undefined, "no reply after the abort");
+});
+
+await check("errors: refused requests raise the client's typed errors", async () => {
+  const cases = [
+    [{ model: MODEL, messages: userMsg, response_format: { type: "json_object" } }, OpenAI.BadRequestError, 400, "unsupported_response_format"],
+    [{ model: MODEL, messages: userMsg, tools, tool_choice: "required" }, OpenAI.BadRequestError, 400, "unsupported_tool_choice"],
+    [{ model: MODEL, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }] }] },
+     OpenAI.BadRequestError, 400, "unsupported_content_part"],
+    [{ model: "gpt-4o", messages: userMsg }, OpenAI.NotFoundError, 404, "model_not_found"],
+  ];
+  for (const [body, cls, status, code] of cases) {
+    let err = null;
+    try { await client.chat.completions.create(body); } catch (e) { err = e; }
+    assert(err instanceof cls && err.status === status && err.code === code,
+      `${JSON.stringify(body).slice(0, 80)}: ${err && err.constructor.name} ${err && err.status} ${err && err.code}`);
+  }
+});
+
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
