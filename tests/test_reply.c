@@ -81,3 +81,53 @@ TS_TEST(reply, think_open_detection) {
     CHECK(ts_reply_think_open(closed, strlen(closed)) == 0);
     CHECK(ts_reply_think_open("", 0) == 0);
 }
+
+/* An empty reply (a stop string matching its first characters, a first
+ * token that is a stop id, only special tokens: nothing reaches the parser)
+ * and replies that empty out (only layout whitespace, a lone tag) finish
+ * cleanly in every state the parser can start in, with zero-length pushes
+ * mixed in. Before the fix, finishing a parser that never held a byte
+ * dereferenced its NULL hold buffer (issue 20, item 1). */
+TS_TEST(reply, empty_replies_finish) {
+    struct {
+        const char *text;
+        int think_open;
+        const char *reasoning, *content;
+    } cases[] = {
+        {"", 0, "", ""},
+        {"", 1, "", ""},
+        {"\n\n", 0, "", "\n\n"},
+        {"\n\n", 1, "", ""},
+        {"<think>", 0, "", ""},
+        {"</think>", 1, "", ""},
+        {"</think>\n\n", 1, "", ""},
+        {"<tool_call>", 0, "", "<tool_call>"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int tools = 0; tools < 2; tools++)
+            for (int empties = 0; empties < 2; empties++) {
+                ts_reply *r = NULL;
+                ts_error err;
+                CHECK(ts_reply_new(cases[c].think_open, tools ? TOOLS : NULL, &r, &err) == 0);
+                ts_text re = {0}, co = {0};
+                int rc = 0;
+                if (empties) rc |= ts_reply_push(r, "", 0, &re, &co, &err);
+                size_t n = strlen(cases[c].text);
+                for (size_t i = 0; i < n; i++) {
+                    rc |= ts_reply_push(r, cases[c].text + i, 1, &re, &co, &err);
+                    if (empties) rc |= ts_reply_push(r, cases[c].text + i, 0, &re, &co, &err);
+                }
+                char *calls = NULL;
+                rc |= ts_reply_finish(r, &re, &co, &calls, &err);
+                CHECK_MSG(rc == 0 && !calls, "case %zu: rc %d", c, rc);
+                CHECK_MSG(!strcmp(re.s ? re.s : "", cases[c].reasoning), "case %zu: reasoning '%s'", c, re.s);
+                CHECK_MSG(!strcmp(co.s ? co.s : "", cases[c].content), "case %zu tools %d empties %d: content '%s'", c,
+                          tools, empties, co.s);
+                /* finishing twice is harmless too */
+                CHECK(ts_reply_finish(r, &re, &co, NULL, &err) == 0);
+                ts_chat_text_free(calls);
+                ts_text_free(&re);
+                ts_text_free(&co);
+                ts_reply_free(r);
+            }
+}

@@ -879,3 +879,67 @@ TS_TEST(server, next_turn_finds_its_session) {
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
 }
+
+/* A reply that comes out empty (issue 20, item 1): a stop string equal to
+ * the reply's first characters, on chat with and without thinking, streamed
+ * and not. The server answers 200 with empty text and finish_reason "stop",
+ * and keeps serving (before the fix the reply parser crashed the process). */
+TS_TEST(server, empty_reply_does_not_crash) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    static const char *const kw[] = {",\"chat_template_kwargs\":{\"enable_thinking\":false}", ""};
+    for (int think = 0; think < 2; think++) {
+        char req[2048];
+        snprintf(req, sizeof req,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story about a cat.\"}],\"max_tokens\":8,"
+                 "\"temperature\":0%s}", kw[think]);
+        int st;
+        cJSON *j = post(s.port, "/v1/chat/completions", req, &st);
+        const char *t = str_at(j, think ? "choices.0.message.reasoning_content" : "choices.0.message.content");
+        CHECK_MSG(st == 200 && t && strlen(t) >= 3, "think %d: status %d, reply '%s'", think, st, t ? t : "(null)");
+        /* whole UTF-8 characters of the first 3 bytes (at least one): a
+         * stop string must be valid text */
+        char stop[8] = {0};
+        size_t sl = 0, tl = t ? strlen(t) : 0;
+        while (sl < tl) {
+            unsigned char b = (unsigned char)t[sl];
+            size_t cl = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+            if (sl && sl + cl > 3) break;
+            sl += cl;
+        }
+        if (sl > tl) sl = tl;
+        if (t) memcpy(stop, t, sl);
+        cJSON_Delete(j);
+        cJSON *sj = cJSON_CreateString(stop);
+        char *q = cJSON_PrintUnformatted(sj);
+        cJSON_Delete(sj);
+        for (int stream = 0; stream < 2; stream++) {
+            snprintf(req, sizeof req,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story about a cat.\"}],\"max_tokens\":8,"
+                     "\"temperature\":0,\"stop\":%s%s%s}", q, kw[think], stream ? ",\"stream\":true" : "");
+            resp r;
+            CHECK_MSG(http(s.port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200,
+                      "think %d stream %d: status %d", think, stream, r.status);
+            if (stream) {
+                sse ev;
+                parse_sse(r.body ? r.body : "", &ev);
+                CHECK_MSG(!ev.bad && ev.done && !ev.content[0] && !ev.reasoning[0] && !strcmp(ev.finish, "stop"),
+                          "think %d streamed: '%s' '%s' finish '%s'", think, ev.content, ev.reasoning, ev.finish);
+            } else {
+                j = cJSON_Parse(r.body ? r.body : "");
+                const char *c = str_at(j, "choices.0.message.content");
+                CHECK_MSG(c && !*c && !path_get(j, "choices.0.message.reasoning_content") &&
+                              !strcmp(str_at(j, "choices.0.finish_reason"), "stop"),
+                          "think %d: body %s", think, r.body);
+                cJSON_Delete(j);
+            }
+            resp_free(&r);
+        }
+        free(q);
+    }
+    resp r;
+    CHECK_MSG(http(s.port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200, "the server died");
+    resp_free(&r);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}

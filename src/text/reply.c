@@ -64,14 +64,18 @@ static int text_add(ts_text *s, const char *p, size_t n) {
     return 0;
 }
 
-/* Drop the first n bytes of the hold buffer. */
+/* Drop the first n bytes of the hold buffer. The buffer is NULL until the
+ * first non-empty push (an empty reply: a stop string at its start, a
+ * first token that is a stop id), so n == 0 must not touch it. */
 static void hold_drop(ts_reply *r, size_t n) {
+    if (!n || !r->hold.s) return;
     memmove(r->hold.s, r->hold.s + n, r->hold.len - n);
     r->hold.len -= n;
     r->hold.s[r->hold.len] = 0;
 }
 
 static const char *find(const char *s, size_t n, const char *tag) {
+    if (!s) return NULL;
     size_t k = strlen(tag);
     for (size_t i = 0; i + k <= n; i++)
         if (s[i] == tag[0] && !memcmp(s + i, tag, k)) return s + i;
@@ -180,6 +184,8 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
 
 int ts_reply_push(ts_reply *r, const char *text, size_t len, ts_text *reasoning, ts_text *content,
                   ts_error *err) {
+    if (!r || (!text && len)) return ts_fail(err, TS_E_ARG, "ts_reply_push: NULL argument");
+    if (!len) return 0; /* nothing new: nothing can become certain */
     if (text_add(&r->hold, text, len)) return ts_fail(err, TS_E_NOMEM, "out of memory");
     if (advance(r, reasoning, content, 0)) return ts_fail(err, TS_E_NOMEM, "out of memory");
     return 0;
@@ -339,6 +345,7 @@ bad:
 
 int ts_reply_finish(ts_reply *r, ts_text *reasoning, ts_text *content, char **tool_calls, ts_error *err) {
     if (tool_calls) *tool_calls = NULL;
+    if (!r) return ts_fail(err, TS_E_ARG, "ts_reply_finish: NULL argument");
     if (advance(r, reasoning, content, 1)) return ts_fail(err, TS_E_NOMEM, "out of memory");
     if (r->state != R_TOOL) return 0;
     cJSON *calls = parse_calls(r->hold.s, r->hold.len, r->tools);
