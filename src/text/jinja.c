@@ -3293,7 +3293,9 @@ static jv filter_select(rt *r, jv seq, const cargs *a, int with_attr, int want) 
     jv attribute = mk_none(), tname;
     if (with_attr && !arg(a, 0, NULL, &attribute)) rerr(r, TJ_TYPE, "selectattr/rejectattr need an attribute");
     int has_test = arg(a, off, NULL, &tname);
-    cargs ta = {a->pos + off + 1, a->np > off + 1 ? a->np - off - 1 : 0, NULL, NULL, 0};
+    /* the test's own arguments follow its name; none: no pointer arithmetic on
+     * a call without positionals (pos is NULL there: `x | select`) */
+    cargs ta = {a->np > off + 1 ? a->pos + off + 1 : NULL, a->np > off + 1 ? a->np - off - 1 : 0, NULL, NULL, 0};
     for (size_t i = 0; i < in->n; i++) {
         jv item = with_attr ? attr_path(r, in->v[i], attribute) : in->v[i];
         int ok;

@@ -1319,7 +1319,7 @@ static int encode_all(ts_tokenizer *t, const piece_sink *sk, const char *text, s
 
 int ts_tokenizer_encode(ts_tokenizer *t, const char *text, size_t len, ts_tokens *out, ts_error *err) {
     if (!t || !out || (!text && len)) return ts_fail(err, TS_E_ARG, "tokenizer encode: NULL argument");
-    int n0 = out->n;
+    int n0 = out->n, fresh = out->ids == NULL;
     /* most text is 3-5 bytes per token: one reservation avoids regrowth */
     if (tokens_reserve(out, len / 3 + 16)) return ts_fail(err, TS_E_NOMEM, "tokenizer: out of memory");
     pthread_mutex_lock(&t->mu);
@@ -1328,7 +1328,12 @@ int ts_tokenizer_encode(ts_tokenizer *t, const char *text, size_t len, ts_tokens
     int rc = encode_all(t, &sk, text, len, err);
     t->out = NULL;
     pthread_mutex_unlock(&t->mu);
-    if (rc) out->n = n0;
+    if (rc) {
+        out->n = n0;
+        /* unchanged on error means unallocated too: a caller that passed an
+         * empty vector need not free it after a refusal */
+        if (fresh) ts_tokens_free(out);
+    }
     return rc;
 }
 
