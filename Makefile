@@ -4,6 +4,8 @@
 #   make asan       build and run the suite under AddressSanitizer + UBSan (build-asan/)
 #   make run        build, then run the bundled default model
 #   make deps       install missing Debian packages (cJSON, PCRE2, utf8proc, libmicrohttpd)
+#   make fuzz       build the libFuzzer harnesses (clang, ASan + UBSan + LeakSanitizer) into
+#                   build-fuzz/fuzz/NAME (tests/fuzz/RESULTS.md: how to run them)
 #
 # Sources are found by wildcard: a new module is a new .c file, no edit here.
 # Kernel files named *_avx2.c / *_avx512.c / *_amx.c get their ISA flags; the code picks
@@ -27,13 +29,17 @@ AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512
 
 LIB_SRC  := $(sort $(wildcard src/*.c src/*/*.c))
 CLI_SRC  := $(sort $(wildcard tools/*/*.c))
-TEST_SRC := $(sort $(wildcard tests/*.c))
+# tests/fuzz/: the fuzz harnesses, also linked into ts_test (group fuzz replays their
+# corpora); the server's request layer comes with them (and what it calls).
+FUZZ_SRC := $(filter-out tests/fuzz/libfuzzer.c,$(sort $(wildcard tests/fuzz/*.c)))
+FUZZ_TOOL_SRC := tools/server/server_req.c tools/server/server_gen.c tools/cli/cli_util.c
+TEST_SRC := $(sort $(wildcard tests/*.c)) $(FUZZ_SRC)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(FUZZ_TOOL_SRC:%.c=$(BUILD)/%.o)
 DEPFILES := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan run deps clean bench
+.PHONY: all test asan run deps clean bench fuzz fuzz-bins
 all: $(BUILD)/turbospark $(BUILD)/ts_test
 
 $(BUILD)/libturbospark.a: $(LIB_OBJ)
@@ -69,6 +75,9 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
+# The server harness includes tools/server/server.h.
+$(BUILD)/tests/fuzz/%.o: ALL_CFLAGS += -Itools/cli -Itools/server
+
 -include $(DEPFILES)
 
 deps:
@@ -88,5 +97,38 @@ run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/turbospark
 	$(BUILD)/turbospark run -p "Once upon a time" -n 64 --temp 0.7 --top-p 0.9 --seed 42
 
+# libFuzzer binaries, one per harness (FUZZ=1 is the sub-make's mode). The parsers (src/text,
+# src/loader, src/util), the server objects and the harnesses carry coverage instrumentation and
+# the sanitizers; the numeric code no harness reaches (src/cpu, model, engine, gen, quant) is
+# compiled plainly, which keeps this build minutes shorter. tests/fuzz/libfuzzer.c is the entry.
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(filter tests/fuzz/fuzz_%.c,$(FUZZ_SRC)))
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+fuzz: deps
+	@command -v clang >/dev/null || { echo "make fuzz needs clang (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
+	$(MAKE) FUZZ=1 BUILD=build-fuzz CC=clang OPT=-O1 fuzz-bins
+
+fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
+
+ifeq ($(FUZZ),1)
+FUZZ_INSTR := -fsanitize=fuzzer-no-link $(FUZZ_SAN)
+FUZZ_PLAIN := $(BUILD)/src/cpu/%.o $(BUILD)/src/model/%.o $(BUILD)/src/engine/%.o $(BUILD)/src/gen/%.o \
+              $(BUILD)/src/quant/%.o
+ALL_CFLAGS += $(FUZZ_INSTR)
+TOOL_CFLAGS += $(FUZZ_INSTR)
+$(FUZZ_PLAIN): ALL_CFLAGS := $(filter-out $(FUZZ_INSTR),$(ALL_CFLAGS))
+# clang 14 does not know __builtin_cpu_supports("f16c") (src/cpu/linear.c's kernel choice):
+# that one file is compiled with gcc (plain, like its neighbours).
+$(BUILD)/src/cpu/linear.o: src/cpu/linear.c
+	@mkdir -p $(dir $@)
+	gcc -std=gnu11 $(OPT) -g $(WARN) -Iinclude -Isrc -fvisibility=hidden -pthread -MMD -MP -c -o $@ $<
+endif
+
+# Every harness object goes in (common.c's table names them all); only NAME's runs.
+$(BUILD)/fuzz/%: tests/fuzz/libfuzzer.c $(FUZZ_SRC:%.c=$(BUILD)/%.o) $(FUZZ_TOOL_SRC:%.c=$(BUILD)/%.o) \
+                 $(BUILD)/libturbospark.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -DFUZZ_ENTRY=fuzz_$* -o $@ $< \
+	  $(filter %.o %.a,$^) $(LDLIBS) $(FUZZ_SAN)
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

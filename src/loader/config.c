@@ -1,10 +1,17 @@
 /* config.c: config.json -> ts_config (see config.h). */
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "loader/config.h"
+
+/* Every integer field is at most 2^24 (real checkpoints: vocab 248320,
+ * positions 262144), and the widths the loader multiplies out in int (heads
+ * times head size) at most 2^28, so no product in the model code overflows. */
+#define CFG_MAX_INT (1 << 24)
+#define CFG_MAX_WIDTH (1 << 28)
 
 /* Look a key up in the text config first, then at top level. */
 static cJSON *get2(cJSON *tc, cJSON *top, const char *k) {
@@ -21,20 +28,24 @@ static int get_int(cJSON *tc, cJSON *top, const char *k, int def, int required, 
         *out = def;
         return 0;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9)
-        return ts_fail(err, TS_E_FORMAT, "%s: field \"%s\" must be a non-negative integer", what, k);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || !(v->valuedouble >= 0) ||
+        v->valuedouble > CFG_MAX_INT)
+        return ts_fail(err, TS_E_FORMAT, "%s: field \"%s\" must be an integer in [0, %d]", what, k, CFG_MAX_INT);
     *out = (int)v->valuedouble;
     return 0;
 }
 
-static void add_eos(ts_config *c, cJSON *v) {
+/* eos_token_id: an id or a flat list of ids (nested lists and non-ids are
+ * ignored, as before; the range check comes before the cast). */
+static void add_eos(ts_config *c, cJSON *v, int nested) {
     if (!v) return;
     if (cJSON_IsArray(v)) {
+        if (nested) return;
         cJSON *it;
-        cJSON_ArrayForEach(it, v) add_eos(c, it);
+        cJSON_ArrayForEach(it, v) add_eos(c, it, 1);
         return;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0) return;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= CFG_MAX_INT)) return;
     int id = (int)v->valuedouble;
     for (int i = 0; i < c->n_eos; i++)
         if (c->eos[i] == id) return;
@@ -112,6 +123,16 @@ int ts_config_parse(const char *json, const char *gen_json, const char *what, ts
         rc = ts_fail(err, TS_E_FORMAT, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", what, c->Hv, c->Hk);
         goto done;
     }
+    {
+        const int64_t widths[] = {2 * (int64_t)c->nq * c->head_dim, (int64_t)c->nkv * c->head_dim,
+                                  2 * (int64_t)c->Hk * c->dk + (int64_t)c->Hv * c->dv, (int64_t)c->Hv * c->dk,
+                                  (int64_t)c->E * c->topk};
+        for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+            if (widths[i] > CFG_MAX_WIDTH) {
+                rc = ts_fail(err, TS_E_FORMAT, "%s: head counts times head sizes exceed %d", what, CFG_MAX_WIDTH);
+                goto done;
+            }
+    }
     if (moe && (c->E < 1 || c->topk < 1 || c->topk > c->E)) {
         rc = ts_fail(err, TS_E_FORMAT, "%s: num_experts_per_tok %d must be in [1, num_experts %d]", what, c->topk, c->E);
         goto done;
@@ -164,18 +185,25 @@ int ts_config_parse(const char *json, const char *gen_json, const char *what, ts
     c->rot_dim &= ~1;
 
     v = get2(tc, top, "rms_norm_eps");
-    c->eps = (v && cJSON_IsNumber(v)) ? (float)v->valuedouble : 1e-6f;
+    c->eps = 1e-6f;
+    if (v && cJSON_IsNumber(v)) {
+        if (!(v->valuedouble >= FLT_MIN && v->valuedouble < 1)) { /* checked before the cast to float */
+            rc = ts_fail(err, TS_E_FORMAT, "%s: rms_norm_eps must be in [%g, 1)", what, FLT_MIN);
+            goto done;
+        }
+        c->eps = (float)v->valuedouble;
+    }
 
     /* tied head: text_config wins over top level; default false */
     v = tc ? cJSON_GetObjectItemCaseSensitive(tc, "tie_word_embeddings") : NULL;
     if (!v) v = cJSON_GetObjectItemCaseSensitive(top, "tie_word_embeddings");
     c->tied = v && cJSON_IsTrue(v);
 
-    add_eos(c, tc ? cJSON_GetObjectItemCaseSensitive(tc, "eos_token_id") : NULL);
-    add_eos(c, cJSON_GetObjectItemCaseSensitive(top, "eos_token_id"));
+    add_eos(c, tc ? cJSON_GetObjectItemCaseSensitive(tc, "eos_token_id") : NULL, 0);
+    add_eos(c, cJSON_GetObjectItemCaseSensitive(top, "eos_token_id"), 0);
     if (gen_json) {
         cJSON *g = cJSON_Parse(gen_json);
-        if (g) add_eos(c, cJSON_GetObjectItemCaseSensitive(g, "eos_token_id"));
+        if (g) add_eos(c, cJSON_GetObjectItemCaseSensitive(g, "eos_token_id"), 0);
         cJSON_Delete(g);
     }
 
@@ -185,7 +213,8 @@ int ts_config_parse(const char *json, const char *gen_json, const char *what, ts
     if (cJSON_IsObject(q)) {
         cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "bits");
         cJSON *gs = cJSON_GetObjectItemCaseSensitive(q, "group_size");
-        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(gs) || (b->valueint != 4 && b->valueint != 8) || gs->valueint < 8) {
+        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(gs) || (b->valuedouble != 4 && b->valuedouble != 8) ||
+            !(gs->valuedouble >= 8 && gs->valuedouble <= CFG_MAX_INT) || gs->valuedouble != floor(gs->valuedouble)) {
             rc = ts_fail(err, TS_E_FORMAT, "%s: \"quantization\" needs bits 4 or 8 and a group_size >= 8", what);
             goto done;
         }

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -142,6 +143,8 @@ static int push_tensor(ts_st_set *s, ts_st_tensor *t) {
     return 0;
 }
 
+static int parse_file(ts_st_set *s, int fi, const unsigned char *p, size_t size, const char *path, ts_error *err);
+
 /* Map one file and append its tensors to the set. */
 static int add_file(ts_st_set *s, const char *path, ts_error *err) {
     for (int i = 0; i < s->n_files; i++)
@@ -169,15 +172,22 @@ static int add_file(ts_st_set *s, const char *path, ts_error *err) {
     f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (f->map == MAP_FAILED) { f->map = NULL; return ts_fail(err, TS_E_IO, "cannot mmap %s: %s", path, strerror(errno)); }
+    return parse_file(s, fi, f->map, f->size, path, err);
+}
 
-    const unsigned char *p = f->map;
+/* Validate one file's header (the file's bytes p[0, size)) and append its
+ * tensors to the set as file fi. Pure: no I/O, so tests and the fuzzer feed
+ * it bytes directly (ts_st_open_mem). */
+static int parse_file(ts_st_set *s, int fi, const unsigned char *p, size_t size, const char *path, ts_error *err) {
+    if (size < 8)
+        return ts_fail(err, TS_E_FORMAT, "%s: truncated: %zu bytes, shorter than the 8-byte header length", path, size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
-    if (hlen > f->size - 8 || hlen > ST_MAX_HEADER)
+    if (hlen > size - 8 || hlen > ST_MAX_HEADER)
         return ts_fail(err, TS_E_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes): truncated or not a safetensors file",
-                       path, (unsigned long long)hlen, f->size);
+                       path, (unsigned long long)hlen, size);
     size_t data_off = 8 + (size_t)hlen;
-    size_t data_size = f->size - data_off;
+    size_t data_size = size - data_off;
     cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
@@ -208,15 +218,31 @@ static int add_file(ts_st_set *s, const char *path, ts_error *err) {
             rc = ts_fail(err, TS_E_FORMAT, "%s: tensor '%s': %d dimensions (at most %d)", path, nm, t.n_dims, TS_ST_MAX_DIMS);
             break;
         }
+        /* Every number is range-checked before a cast or a product: dims
+         * and offsets integral in [0, 2^53], the product of the non-zero dims
+         * at most 2^62 (so ts_st_numel's running product cannot overflow
+         * even when a later dim is 0). */
         int bad = 0;
-        double numel = 1;
-        for (int d = 0; d < t.n_dims; d++) {
+        uint64_t numel = 1, nz = 1;
+        for (int d = 0; d < t.n_dims && !bad; d++) {
             cJSON *v = cJSON_GetArrayItem(sh, d);
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e15 || v->valuedouble != (double)(int64_t)v->valuedouble) bad = 1;
-            else { t.shape[d] = (int64_t)v->valuedouble; numel *= v->valuedouble; }
+            if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0) ||
+                v->valuedouble != floor(v->valuedouble)) {
+                bad = 1;
+                break;
+            }
+            uint64_t x = (uint64_t)v->valuedouble;
+            if (x && nz > (UINT64_C(1) << 62) / x) bad = 1;
+            else {
+                if (x) nz *= x;
+                numel *= x;
+                t.shape[d] = (int64_t)x;
+            }
         }
-        double b = cJSON_GetArrayItem(of, 0)->valuedouble, e = cJSON_GetArrayItem(of, 1)->valuedouble;
-        if (bad || !cJSON_IsNumber(cJSON_GetArrayItem(of, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(of, 1)) || b < 0 || e < b) {
+        const cJSON *ob = cJSON_GetArrayItem(of, 0), *oe = cJSON_GetArrayItem(of, 1);
+        double b = cJSON_IsNumber(ob) ? ob->valuedouble : -1, e = cJSON_IsNumber(oe) ? oe->valuedouble : -1;
+        if (bad || !(b >= 0 && b <= 9007199254740992.0) || !(e >= b && e <= 9007199254740992.0) || b != floor(b) ||
+            e != floor(e)) {
             rc = ts_fail(err, TS_E_FORMAT, "%s: tensor '%s': malformed shape or data_offsets", path, nm);
             break;
         }
@@ -225,9 +251,11 @@ static int add_file(ts_st_set *s, const char *path, ts_error *err) {
                          path, nm, b, e, data_size);
             break;
         }
-        if (numel * (double)ts_dtype_size(t.dtype) != e - b) {
-            rc = ts_fail(err, TS_E_FORMAT, "%s: tensor '%s': data_offsets span %.0f bytes but shape and dtype %s need %.0f",
-                         path, nm, e - b, ts_dtype_name(t.dtype), numel * (double)ts_dtype_size(t.dtype));
+        /* e - b <= data_size here, so a product beyond it is a mismatch */
+        uint64_t span = (uint64_t)e - (uint64_t)b, dsz = ts_dtype_size(t.dtype);
+        if (numel > span / (dsz ? dsz : 1) || numel * dsz != span) {
+            rc = ts_fail(err, TS_E_FORMAT, "%s: tensor '%s': data_offsets span %llu bytes but shape and dtype %s need %.0f",
+                         path, nm, (unsigned long long)span, ts_dtype_name(t.dtype), (double)numel * (double)dsz);
             break;
         }
         t.off = (size_t)b;
@@ -293,6 +321,25 @@ int ts_st_open_file(const char *path, ts_st_set **out, ts_error *err) {
     ts_st_set *s = set_new();
     if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
     int rc = add_file(s, path, err);
+    if (rc == 0 && !s->hash) rc = index_rebuild(s) ? ts_fail(err, TS_E_NOMEM, "out of memory") : 0;
+    if (rc) { ts_st_close(s); return rc; }
+    *out = s;
+    return 0;
+}
+
+int ts_st_open_mem(const void *buf, size_t size, const char *name, ts_st_set **out, ts_error *err) {
+    *out = NULL;
+    ts_st_set *s = set_new();
+    if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    int rc = 0;
+    s->files = ts_alloc(sizeof *s->files, TS_MEM_MISC);
+    if (!s->files || !(s->files[0].path = ts_strdup(name, TS_MEM_MISC))) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+    if (!rc) {
+        s->n_files = 1;
+        s->files[0].map = NULL; /* borrowed: ts_st_close leaves it alone */
+        s->files[0].size = size;
+        rc = parse_file(s, 0, buf, size, name, err);
+    }
     if (rc == 0 && !s->hash) rc = index_rebuild(s) ? ts_fail(err, TS_E_NOMEM, "out of memory") : 0;
     if (rc) { ts_st_close(s); return rc; }
     *out = s;

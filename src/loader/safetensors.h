@@ -56,6 +56,9 @@ typedef struct ts_st_set {
 int ts_st_open_dir(const char *dir, ts_st_set **out, ts_error *err);
 /* Open one file into a new set (tests, tools). */
 int ts_st_open_file(const char *path, ts_st_set **out, ts_error *err);
+/* The same validation over a file's bytes held in memory (tests, fuzzing):
+ * the set borrows buf, which must outlive it; name appears in errors. */
+int ts_st_open_mem(const void *buf, size_t size, const char *name, ts_st_set **out, ts_error *err);
 void ts_st_close(ts_st_set *s);
 const ts_st_tensor *ts_st_find(const ts_st_set *s, const char *name);
 /* Drop this process's pages of [p, p + n) when the range lies in one of the

@@ -42,6 +42,7 @@
 
 #define TJ_MAX_PARSE_DEPTH 200
 #define TJ_MAX_CALL_DEPTH 100
+#define TJ_MAX_VALUE_DEPTH 1000 /* comparisons of nested values (JSON input nests at most 500) */
 #define TJ_MAX_RANGE 100000
 
 const char *tj_kind_name(tj_kind k) {
@@ -461,31 +462,42 @@ static int dict_get_cstr(const jdict *d, const char *key, jv *out) {
 static int is_num(jv v) { return v.t == V_INT || v.t == V_BOOL || v.t == V_FLOAT; }
 static double num_f(jv v) { return v.t == V_FLOAT ? v.u.f : (double)v.u.i; }
 
-static int v_eq(jv a, jv b) {
+/* Equality recurses into lists and dicts, and a template can build a value
+ * nested as deep as its step budget allows (`{% set x = [x] %}` in a loop):
+ * past TJ_MAX_VALUE_DEPTH levels the answer is -1 (too deep), which v_eqr
+ * raises as a LimitError. v_eq (hash lookups) reads it as "not equal". */
+static int v_eq_d(jv a, jv b, int depth) {
     if (is_num(a) && is_num(b)) {
         if (a.t != V_FLOAT && b.t != V_FLOAT) return a.u.i == b.u.i;
         return num_f(a) == num_f(b);
     }
     if (a.t != b.t) return 0;
+    if (depth > TJ_MAX_VALUE_DEPTH && (a.t == V_LIST || a.t == V_DICT)) return -1;
     switch (a.t) {
     case V_UNDEF: case V_NONE: return 1;
     case V_STR: return a.n == b.n && (a.n == 0 || memcmp(a.u.s, b.u.s, a.n) == 0);
     case V_LIST:
         if (a.flag != b.flag || a.u.l->n != b.u.l->n) return 0;
-        for (size_t i = 0; i < a.u.l->n; i++)
-            if (!v_eq(a.u.l->v[i], b.u.l->v[i])) return 0;
+        for (size_t i = 0; i < a.u.l->n; i++) {
+            int e = v_eq_d(a.u.l->v[i], b.u.l->v[i], depth + 1);
+            if (e != 1) return e;
+        }
         return 1;
     case V_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
         for (size_t i = 0; i < a.u.d->n; i++) {
             long j = dict_find(b.u.d, a.u.d->k[i]);
-            if (j < 0 || !v_eq(a.u.d->v[i], b.u.d->v[j])) return 0;
+            if (j < 0) return 0;
+            int e = v_eq_d(a.u.d->v[i], b.u.d->v[j], depth + 1);
+            if (e != 1) return e;
         }
         return 1;
     case V_FUNC: return a.u.i == b.u.i;
     default: return a.u.s == b.u.s; /* identity */
     }
 }
+
+static int v_eq(jv a, jv b) { return v_eq_d(a, b, 0) == 1; }
 
 static int v_truthy(jv v) {
     switch (v.t) {
@@ -2360,8 +2372,16 @@ static int frame_get(frame *f, const char *name, jv *out) {
 
 static const char *OPNAME[] = {"", "+", "-", "*", "/", "//", "%", "**", "==", "!=", "<", "<=", ">", ">=", "in", "not in"};
 
+/* v_eq for the evaluator: a comparison too deep to finish is a LimitError. */
+static int v_eqr(rt *r, jv a, jv b) {
+    int e = v_eq_d(a, b, 0);
+    if (e < 0) rerr(r, TJ_LIMIT, "values nested too deeply to compare (more than %d levels)", TJ_MAX_VALUE_DEPTH);
+    return e;
+}
+
 /* -1/0/1 for a < b; raises TypeError where Python would. */
-static int v_cmp(rt *r, jv a, jv b, int op) {
+static int v_cmp_d(rt *r, jv a, jv b, int op, int depth) {
+    if (depth > TJ_MAX_VALUE_DEPTH) rerr(r, TJ_LIMIT, "values nested too deeply to compare (more than %d levels)", TJ_MAX_VALUE_DEPTH);
     if (a.t == V_UNDEF) raise_undef(r, a);
     if (b.t == V_UNDEF) raise_undef(r, b);
     if (is_num(a) && is_num(b)) {
@@ -2378,13 +2398,15 @@ static int v_cmp(rt *r, jv a, jv b, int op) {
     if (a.t == V_LIST && b.t == V_LIST && a.flag == b.flag) {
         size_t m = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < m; i++) {
-            if (v_eq(a.u.l->v[i], b.u.l->v[i])) continue;
-            return v_cmp(r, a.u.l->v[i], b.u.l->v[i], op);
+            if (v_eqr(r, a.u.l->v[i], b.u.l->v[i])) continue;
+            return v_cmp_d(r, a.u.l->v[i], b.u.l->v[i], op, depth + 1);
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
     rerr(r, TJ_TYPE, "'%s' not supported between instances of '%s' and '%s'", OPNAME[op], v_typename(a), v_typename(b));
 }
+
+static int v_cmp(rt *r, jv a, jv b, int op) { return v_cmp_d(r, a, b, op, 0); }
 
 static int str_contains(jv hay, jv needle) {
     if (needle.n == 0) return 1;
@@ -2399,7 +2421,7 @@ static int v_in(rt *r, jv item, jv container) {
         return str_contains(container, item);
     case V_LIST:
         for (size_t i = 0; i < container.u.l->n; i++)
-            if (v_eq(container.u.l->v[i], item)) return 1;
+            if (v_eqr(r, container.u.l->v[i], item)) return 1;
         return 0;
     case V_DICT:
         return dict_find(container.u.d, item) >= 0;
@@ -3188,7 +3210,7 @@ static jv call_method(rt *r, bmethod *bm, const cargs *a) {
             if (!arg(a, 0, NULL, &x)) rerr(r, TJ_TYPE, "%s() takes exactly one argument (0 given)", m);
             int64_t k = 0;
             for (size_t i = 0; i < l->n; i++)
-                if (v_eq(l->v[i], x)) {
+                if (v_eqr(r, l->v[i], x)) {
                     if (m[0] == 'i') return mk_int((int64_t)i);
                     k++;
                 }
@@ -3271,7 +3293,9 @@ static jv filter_select(rt *r, jv seq, const cargs *a, int with_attr, int want) 
     jv attribute = mk_none(), tname;
     if (with_attr && !arg(a, 0, NULL, &attribute)) rerr(r, TJ_TYPE, "selectattr/rejectattr need an attribute");
     int has_test = arg(a, off, NULL, &tname);
-    cargs ta = {a->pos + off + 1, a->np > off + 1 ? a->np - off - 1 : 0, NULL, NULL, 0};
+    /* the test's own arguments follow its name; none: no pointer arithmetic on
+     * a call without positionals (pos is NULL there: `x | select`) */
+    cargs ta = {a->np > off + 1 ? a->pos + off + 1 : NULL, a->np > off + 1 ? a->np - off - 1 : 0, NULL, NULL, 0};
     for (size_t i = 0; i < in->n; i++) {
         jv item = with_attr ? attr_path(r, in->v[i], attribute) : in->v[i];
         int ok;
@@ -3558,7 +3582,7 @@ static jv apply_filter(rt *r, const char *f, jv v, const cargs *a) {
             jlist *seen = list_new(r->a, n + 1);
             for (size_t i = 0; i < n; i++) {
                 int dup = 0;
-                for (size_t j = 0; j < seen->n && !dup; j++) dup = v_eq(seen->v[j], keys[i]);
+                for (size_t j = 0; j < seen->n && !dup; j++) dup = v_eqr(r, seen->v[j], keys[i]);
                 if (!dup) { list_push(r->a, seen, keys[i]); list_push(r->a, out, vals[i]); }
             }
             return mk_list(out, 0);
@@ -3641,11 +3665,11 @@ static int apply_test(rt *r, const char *t, jv v, const cargs *a) {
         if (v.t != x.t) return 0;
         if (v.t == V_NONE || v.t == V_UNDEF) return v.t == V_NONE;
         if (v.t == V_BOOL || v.t == V_INT) return v.u.i == x.u.i;
-        return v_eq(v, x) && (v.t == V_STR ? v.u.s == x.u.s : v.t == V_FLOAT ? 1 : v.u.l == x.u.l);
+        return v_eqr(r, v, x) && (v.t == V_STR ? v.u.s == x.u.s : v.t == V_FLOAT ? 1 : v.u.l == x.u.l);
     }
     if (!strcmp(t, "in")) return v_in(r, v, x);
-    if (!strcmp(t, "==") || !strcmp(t, "eq") || !strcmp(t, "equalto")) return v_eq(v, x);
-    if (!strcmp(t, "!=") || !strcmp(t, "ne")) return !v_eq(v, x);
+    if (!strcmp(t, "==") || !strcmp(t, "eq") || !strcmp(t, "equalto")) return v_eqr(r, v, x);
+    if (!strcmp(t, "!=") || !strcmp(t, "ne")) return !v_eqr(r, v, x);
     int c = v_cmp(r, v, x, OP_LT);
     if (!strcmp(t, "<") || !strcmp(t, "lt") || !strcmp(t, "lessthan")) return c < 0;
     if (!strcmp(t, "<=") || !strcmp(t, "le")) return c <= 0;
@@ -3887,8 +3911,8 @@ static jv eval(rt *r, jnode *n, frame *f) {
             r->line = n->line;
             int ok;
             switch (n->ops[i]) {
-            case OP_EQ: ok = v_eq(left, right); break;
-            case OP_NE: ok = !v_eq(left, right); break;
+            case OP_EQ: ok = v_eqr(r, left, right); break;
+            case OP_NE: ok = !v_eqr(r, left, right); break;
             case OP_IN: ok = v_in(r, left, right); break;
             case OP_NOTIN: ok = !v_in(r, left, right); break;
             case OP_LT: ok = v_cmp(r, left, right, OP_LT) < 0; break;

@@ -250,9 +250,16 @@ typedef struct {
     int32_t id;
 } merge_ent;
 
-/* Cache of piece -> ids. A hit costs one hash and one memcmp. When the
- * arena fills up the whole cache is dropped (cheap, and rare). */
+/* Cache of piece -> ids. A hit costs one hash and one memcmp. It starts
+ * small (a tokenizer that encodes little pays little: loading is cheap) and
+ * doubles each time it fills, up to CACHE_MAX_ENTS entries and
+ * CACHE_MAX_ARENA bytes; when full at that size it is dropped whole (cheap,
+ * and rare). Growing also drops the contents: the cache only saves time. */
 #define CACHE_MAX_PIECE 256
+#define CACHE_MIN_ENTS (1u << 10)
+#define CACHE_MIN_ARENA ((size_t)64 << 10)
+#define CACHE_MAX_ENTS (1u << 16)
+#define CACHE_MAX_ARENA ((size_t)4 << 20)
 typedef struct {
     uint64_t h;
     uint32_t off;     /* into arena: key bytes, then ids (4-byte aligned) */
@@ -538,8 +545,13 @@ static int json_flag(const cJSON *o, const char *key, int def) {
     return cJSON_IsTrue(v);
 }
 
-static int load_normalizer(ts_tokenizer *t, const cJSON *nz, ts_error *err, const char *path) {
+/* Sequences nest; real files use one level. */
+#define TOK_MAX_SEQ_DEPTH 8
+
+static int load_normalizer(ts_tokenizer *t, const cJSON *nz, ts_error *err, const char *path, int depth) {
     if (!nz || cJSON_IsNull(nz)) return 0;
+    if (depth > TOK_MAX_SEQ_DEPTH)
+        return LOAD_FAIL(TS_E_FORMAT, "normalizer Sequences nested more than %d deep", TOK_MAX_SEQ_DEPTH);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(nz, "type");
     if (!cJSON_IsString(type)) return LOAD_FAIL(TS_E_FORMAT, "normalizer has no \"type\" string");
     if (!strcmp(type->valuestring, "NFC")) {
@@ -551,7 +563,7 @@ static int load_normalizer(ts_tokenizer *t, const cJSON *nz, ts_error *err, cons
         if (!cJSON_IsArray(list)) return LOAD_FAIL(TS_E_FORMAT, "normalizer Sequence has no \"normalizers\" array");
         const cJSON *it;
         cJSON_ArrayForEach(it, list) {
-            int rc = load_normalizer(t, it, err, path);
+            int rc = load_normalizer(t, it, err, path, depth + 1);
             if (rc) return rc;
         }
         return 0;
@@ -567,6 +579,11 @@ static int set_regex(ts_tokenizer *t, const char *pat, ts_error *err, const char
     if (t->has_split)
         return LOAD_FAIL(TS_E_UNSUPPORTED, "pre_tokenizer: more than one regex split is not supported");
     t->has_split = 1;
+    /* compiled with PCRE2_NO_UTF_CHECK, and cJSON passes string bytes
+     * through unchecked: validate here, or PCRE2 reads invalid UTF-8 */
+    size_t plen = strlen(pat), bad = ts_utf8_check(pat, plen);
+    if (bad != plen)
+        return LOAD_FAIL(TS_E_FORMAT, "pre_tokenizer regex is not valid UTF-8 (byte %zu)", bad);
     t->regex = tok_rewrite_regex(pat, err, path);
     if (!t->regex) return err ? err->code : TS_E_FORMAT;
     int ec;
@@ -593,8 +610,10 @@ static int set_regex(ts_tokenizer *t, const char *pat, ts_error *err, const char
     return 0;
 }
 
-static int load_pretok(ts_tokenizer *t, const cJSON *pt, ts_error *err, const char *path) {
+static int load_pretok(ts_tokenizer *t, const cJSON *pt, ts_error *err, const char *path, int depth) {
     if (!pt || cJSON_IsNull(pt)) return 0;
+    if (depth > TOK_MAX_SEQ_DEPTH)
+        return LOAD_FAIL(TS_E_FORMAT, "pre_tokenizer Sequences nested more than %d deep", TOK_MAX_SEQ_DEPTH);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(pt, "type");
     if (!cJSON_IsString(type)) return LOAD_FAIL(TS_E_FORMAT, "pre_tokenizer has no \"type\" string");
     const char *ty = type->valuestring;
@@ -603,7 +622,7 @@ static int load_pretok(ts_tokenizer *t, const cJSON *pt, ts_error *err, const ch
         if (!cJSON_IsArray(list)) return LOAD_FAIL(TS_E_FORMAT, "pre_tokenizer Sequence has no \"pretokenizers\" array");
         const cJSON *it;
         cJSON_ArrayForEach(it, list) {
-            int rc = load_pretok(t, it, err, path);
+            int rc = load_pretok(t, it, err, path, depth + 1);
             if (rc) return rc;
         }
         return 0;
@@ -815,9 +834,9 @@ static int load_json(ts_tokenizer *t, const cJSON *root, ts_error *err, const ch
     if (rc) return rc;
     t->n_merges = rank;
 
-    rc = load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), err, path);
+    rc = load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), err, path, 0);
     if (rc) return rc;
-    rc = load_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), err, path);
+    rc = load_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), err, path, 0);
     if (rc) return rc;
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     if (dec && !cJSON_IsNull(dec)) {
@@ -841,28 +860,33 @@ int ts_tokenizer_load(const char *path_in, ts_tokenizer **out, ts_error *err) {
     size_t len = 0;
     int rc = ts_read_file(path, &text, &len, err);
     if (rc) return rc;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    rc = ts_tokenizer_load_mem(text, len, path, out, err);
+    ts_free(text);
+    return rc;
+}
+
+int ts_tokenizer_load_mem(const char *text, size_t len, const char *path, ts_tokenizer **out, ts_error *err) {
+    *out = NULL;
+    /* cJSON's global error pointer is not thread-safe; the Opts form's is */
+    const char *ep = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &ep, 0);
     if (!root) {
-        const char *ep = cJSON_GetErrorPtr();
         size_t off = (ep && ep >= text && ep <= text + len) ? (size_t)(ep - text) : 0;
         int line = 1;
         for (size_t i = 0; i < off; i++) line += text[i] == '\n';
-        ts_free(text);
         return ts_fail(err, TS_E_FORMAT, "%s: invalid JSON near byte %zu (line %d)", path, off, line);
     }
     ts_tokenizer *t = ts_alloc(sizeof *t, TS_MEM_MISC);
     if (!t) {
         cJSON_Delete(root);
-        ts_free(text);
         return ts_fail(err, TS_E_NOMEM, "%s: out of memory", path);
     }
     pthread_mutex_init(&t->mu, NULL);
-    rc = load_json(t, root, err, path);
+    int rc = load_json(t, root, err, path);
     cJSON_Delete(root);
-    ts_free(text);
     if (!rc) {
-        t->cache_mask = (1u << 16) - 1;
-        t->cache_cap = 4u << 20;
+        t->cache_mask = CACHE_MIN_ENTS - 1;
+        t->cache_cap = CACHE_MIN_ARENA;
         t->cache = ts_alloc(sizeof(cache_ent) * (t->cache_mask + 1), TS_MEM_MISC);
         t->cache_arena = ts_alloc(t->cache_cap, TS_MEM_MISC);
         if (!t->cache || !t->cache_arena) rc = ts_fail(err, TS_E_NOMEM, "%s: out of memory for the cache", path);
@@ -1093,7 +1117,24 @@ static int bpe_piece(ts_tokenizer *t, const char *p, size_t n) {
     if (ce && k <= 0xffff) {
         size_t need = ((n + 3) & ~(size_t)3) + sizeof(int32_t) * (size_t)k;
         if (t->cache_used + need > t->cache_cap || t->cache_n * 2 > t->cache_mask) {
-            memset(t->cache, 0, sizeof(cache_ent) * (t->cache_mask + 1));
+            cache_ent *nc = NULL;
+            char *na = NULL;
+            if (t->cache_mask + 1 < CACHE_MAX_ENTS) {
+                nc = ts_alloc(sizeof(cache_ent) * 2 * ((size_t)t->cache_mask + 1), TS_MEM_MISC);
+                na = ts_alloc(2 * t->cache_cap, TS_MEM_MISC);
+            }
+            if (nc && na) { /* zeroed: empty */
+                ts_free(t->cache);
+                ts_free(t->cache_arena);
+                t->cache = nc;
+                t->cache_arena = na;
+                t->cache_mask = 2 * t->cache_mask + 1;
+                t->cache_cap *= 2;
+            } else { /* at the largest size, or out of memory: drop the contents */
+                ts_free(nc);
+                ts_free(na);
+                memset(t->cache, 0, sizeof(cache_ent) * (t->cache_mask + 1));
+            }
             t->cache_used = 0;
             t->cache_n = 0;
             uint32_t i = (uint32_t)h & t->cache_mask;
@@ -1278,7 +1319,7 @@ static int encode_all(ts_tokenizer *t, const piece_sink *sk, const char *text, s
 
 int ts_tokenizer_encode(ts_tokenizer *t, const char *text, size_t len, ts_tokens *out, ts_error *err) {
     if (!t || !out || (!text && len)) return ts_fail(err, TS_E_ARG, "tokenizer encode: NULL argument");
-    int n0 = out->n;
+    int n0 = out->n, fresh = out->ids == NULL;
     /* most text is 3-5 bytes per token: one reservation avoids regrowth */
     if (tokens_reserve(out, len / 3 + 16)) return ts_fail(err, TS_E_NOMEM, "tokenizer: out of memory");
     pthread_mutex_lock(&t->mu);
@@ -1287,7 +1328,12 @@ int ts_tokenizer_encode(ts_tokenizer *t, const char *text, size_t len, ts_tokens
     int rc = encode_all(t, &sk, text, len, err);
     t->out = NULL;
     pthread_mutex_unlock(&t->mu);
-    if (rc) out->n = n0;
+    if (rc) {
+        out->n = n0;
+        /* unchanged on error means unallocated too: a caller that passed an
+         * empty vector need not free it after a refusal */
+        if (fresh) ts_tokens_free(out);
+    }
     return rc;
 }
 

@@ -30,4 +30,9 @@ size_t ts_utf8_check(const char *s, size_t len);
  * reference engine's (Oniguruma's) whitespace set; borrowed. */
 const char *ts_tok_regex(const ts_tokenizer *t);
 
+/* Load from tokenizer.json's text held in memory (ts_tokenizer_load reads
+ * the file and calls this; the fuzzer calls it directly). path names the
+ * source in errors. */
+int ts_tokenizer_load_mem(const char *text, size_t len, const char *path, ts_tokenizer **out, ts_error *err);
+
 #endif

@@ -1,0 +1,56 @@
+/* fuzz.h: the fuzz harnesses of tests/fuzz/, one per parser a user's bytes reach.
+ *
+ * Each harness is a function fuzz_NAME(data, size) that feeds the bytes to one
+ * parser and checks what must hold of any input: no crash, no leak, no
+ * undefined behaviour (the sanitizers' part) and the parser's own contract
+ * (an error with a message, or a result whose invariants hold; for the
+ * incremental parsers, the same result however the input was cut). A broken
+ * property calls fuzz_fail, which aborts: libFuzzer records the input.
+ *
+ * The same functions serve two drivers:
+ *   make fuzz          build-fuzz/fuzz/NAME, libFuzzer binaries (clang,
+ *                      ASan + UBSan + LeakSanitizer; tests/fuzz/libfuzzer.c)
+ *   build/ts_test fuzz the test suite replays every file of
+ *                      tests/fuzz/corpus/NAME/ through fuzz_NAME (tests/test_fuzz.c)
+ *
+ * Harnesses read their fixed inputs (a tokenizer, templates) from
+ * tests/fixtures relative to the current directory: run from the repo root.
+ * They allocate those once and keep them for the process (not a leak:
+ * reachable through a static).
+ */
+#ifndef TS_FUZZ_H
+#define TS_FUZZ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int (*fuzz_fn)(const uint8_t *data, size_t size);
+
+int fuzz_server(const uint8_t *data, size_t size);       /* server_req.c: request bodies -> jobs */
+int fuzz_chat(const uint8_t *data, size_t size);         /* chat.c + jinja.c: request JSON, shipped templates */
+int fuzz_template(const uint8_t *data, size_t size);     /* jinja.c: template text (and a request) */
+int fuzz_tokenizer(const uint8_t *data, size_t size);    /* tokenizer.c: encode, decode, streaming decode */
+int fuzz_tokenizer_json(const uint8_t *data, size_t size); /* tokenizer.c: tokenizer.json loading */
+int fuzz_safetensors(const uint8_t *data, size_t size);  /* safetensors.c: the header */
+int fuzz_config(const uint8_t *data, size_t size);       /* config.c: config.json (+ generation_config.json) */
+int fuzz_reply(const uint8_t *data, size_t size);        /* reply.c: think blocks, tool calls */
+
+typedef struct fuzz_target {
+    const char *name; /* also the corpus directory tests/fuzz/corpus/NAME */
+    fuzz_fn fn;
+} fuzz_target;
+extern const fuzz_target fuzz_targets[];
+extern const int fuzz_n_targets;
+
+/* A property failed: print it (with fuzz_current, the input's name when the
+ * driver knows it) and abort. */
+void fuzz_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+extern const char *fuzz_current;
+
+/* A fixture file's whole contents (NUL-terminated, *len bytes), or abort. */
+char *fuzz_read_fixture(const char *path, size_t *len);
+
+/* A malloc'd copy of n bytes plus a terminating NUL. */
+char *fuzz_strndup(const uint8_t *p, size_t n);
+
+#endif

@@ -1,0 +1,73 @@
+/* fuzz_server.c: an HTTP request body -> a job, the server's request layer
+ * (tools/server/server_req.c: srv_parse_chat and srv_parse_completion, the
+ * functions the connection threads call with the body as received), on the
+ * server's test model setup: the small Qwen-derived tokenizer and the
+ * Qwen3.5 chat template of tests/fixtures/server, a 512-token context.
+ * Input: the body (both endpoints get it).
+ * Properties: a refusal has a 4xx/5xx status and a message; an accepted job
+ * has a prompt of 1..n_ctx ids inside the vocabulary, a budget of 1..limit
+ * tokens and at most SRV_MAX_STOPS non-empty stop strings; nothing leaks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "server.h"
+
+static srv *server(void) {
+    static srv s;
+    static int ready;
+    if (!ready) {
+        ts_error err = {0};
+        if (ts_tokenizer_load("tests/fixtures/server/tokenizer.json", &s.tok, &err))
+            fuzz_fail("tokenizer: %s", err.msg);
+        size_t n;
+        char *text = fuzz_read_fixture("tests/fixtures/server/chat_template.jinja", &n);
+        if (ts_chat_template_parse(text, n, &s.tpl, &err)) fuzz_fail("template: %s", err.msg);
+        free(text);
+        pthread_mutex_init(&s.tpl_mu, NULL);
+        pthread_mutex_init(&s.mu, NULL);
+        s.model_dir = "tests/fixtures/server";
+        strcpy(s.model_id, "fuzz");
+        s.n_vocab = ts_tokenizer_vocab_size(s.tok);
+        s.n_ctx = 512;
+        s.max_tokens_limit = 256;
+        s.parallel = 1;
+        s.queue_cap = 1;
+        ready = 1;
+    }
+    return &s;
+}
+
+static void check(const srv *s, job *j, const srv_err *e, const char *what) {
+    if (!j) {
+        if (e->status < 400 || e->status > 599 || !e->msg[0] || !e->type)
+            fuzz_fail("%s: refusal with status %d, message '%s'", what, e->status, e->msg);
+        return;
+    }
+    if (j->n_prompt < 1 || j->n_prompt > s->n_ctx) fuzz_fail("%s: prompt of %d ids accepted", what, j->n_prompt);
+    for (int i = 0; i < j->n_prompt; i++)
+        if (j->prompt[i] < 0 || j->prompt[i] >= s->n_vocab) fuzz_fail("%s: id %d in the prompt", what, j->prompt[i]);
+    if (j->gp.n_predict < 1 || j->gp.n_predict > s->max_tokens_limit)
+        fuzz_fail("%s: budget %d tokens", what, j->gp.n_predict);
+    if (j->n_stops < 0 || j->n_stops > SRV_MAX_STOPS) fuzz_fail("%s: %d stops", what, j->n_stops);
+    for (int i = 0; i < j->n_stops; i++)
+        if (!j->stops[i] || !j->stops[i][0]) fuzz_fail("%s: empty stop string", what);
+    if (!(j->gp.temperature >= 0 && j->gp.temperature <= 2)) fuzz_fail("%s: temperature %g", what, j->gp.temperature);
+    if (j->n_history > j->n_prompt) fuzz_fail("%s: history %d of %d ids", what, j->n_history, j->n_prompt);
+    srv_job_unref(j);
+}
+
+int fuzz_server(const uint8_t *data, size_t size) {
+    srv *s = server();
+    /* the body exactly as long as it is, as the connection hands it over */
+    char *body = malloc(size ? size : 1);
+    if (!body) fuzz_fail("out of memory");
+    if (size) memcpy(body, data, size);
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    check(s, srv_parse_chat(s, body, size, &e), &e, "chat");
+    memset(&e, 0, sizeof e);
+    check(s, srv_parse_completion(s, body, size, &e), &e, "completion");
+    free(body);
+    return 0;
+}
