@@ -126,20 +126,26 @@ TS_TEST(cli, chat_with_drafting) {
     }
 }
 
-/* chat's checkpoint: each turn returns to the history saved before the last
- * generation prompt, so the third turn feeds only what follows it (the last
- * reply as the template re-renders it, the new message, the generation
- * prompt), not the whole conversation again: fewer tokens than the first two
- * turns fed together, which the whole conversation exceeds. */
+/* chat's checkpoint: each turn returns to the state saved at the last
+ * prefill grid point (64 rows) of the previous turn's history, so later
+ * turns report a multiple of 64 tokens as cached and feed only the rest,
+ * not the whole conversation again: the third turn feeds fewer tokens than
+ * the first two turns fed together, which the whole conversation exceeds. */
 TS_TEST(cli, chat_reuses_history) {
     char err[4096];
     int rc = ts_test_sh(err, sizeof err, "printf 'Hello there\\nTell me more\\nAnd then?\\n' | %s chat -m models/default "
-                        "-n 24 2>&1 >/dev/null", ts_test_bin());
+                        "-n 24 --system 'You are a storyteller. You tell long stories about kings and queens, rivers "
+                        "and cities, old houses by the water and the people who lived in them a long time ago, and you "
+                        "always answer in plain English sentences, one after another, until the story is done.' "
+                        "2>&1 >/dev/null", ts_test_bin());
     CHECK_MSG(rc == 0, "rc %d: %s", rc, err);
-    int n[3] = {0, 0, 0}, k = 0;
-    for (const char *p = err; k < 3 && (p = strstr(p, "[prompt ")); p++) n[k++] = atoi(p + 8);
+    int n[3] = {0, 0, 0}, c[3] = {0, 0, 0}, k = 0;
+    for (const char *p = err; k < 3 && (p = strstr(p, "[prompt ")); p++, k++)
+        CHECK_MSG(sscanf(p, "[prompt %d new tokens (%d cached)", &n[k], &c[k]) == 2, "%s", p);
     CHECK_MSG(k == 3 && n[0] > 0 && n[1] > 0 && n[2] > 0 && n[2] < n[0] + n[1], "new tokens per turn %d, %d, %d: %s",
               n[0], n[1], n[2], err);
+    CHECK_MSG(c[0] == 0 && c[1] >= 64 && c[1] % 64 == 0 && c[2] >= c[1] && c[2] % 64 == 0, "cached %d, %d, %d: %s", c[0],
+              c[1], c[2], err);
 }
 
 /* Seeded sampling through the CLI: the same seed repeats, other seeds differ. */

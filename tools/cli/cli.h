@@ -87,6 +87,30 @@ void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_st
     "                      probability under the MTP head is below P\n" \
     "                      (default 0: always M drafts; output is unchanged)\n"
 
+/* Exact reuse of a session across requests (tools/cli/cli_reuse.c): chat's
+ * turns and the server's jobs resume from a checkpoint saved at a grid point
+ * of the prefill, so a reply never depends on what the session served
+ * before. The session needs params.checkpoint = 1. */
+typedef struct cli_reuse {
+    int32_t *ids; /* [cap] the ids before the session's saved state */
+    int cap;      /* the session's context */
+} cli_reuse;
+/* 0, or -1 when out of memory. */
+int cli_reuse_init(cli_reuse *r, int n_ctx);
+void cli_reuse_free(cli_reuse *r);
+/* The saved position when the ids before it start ids[0..n) and leave
+ * something to feed, else 0: how much of the prompt a resume skips. */
+int cli_reuse_match(const cli_reuse *r, const ts_session *s, const int32_t *ids, int n);
+/* Bring the session to a position from which feeding ids[from..n) gives the
+ * bits of a cold feed of ids[0..n): restore the checkpoint when it matches
+ * (*cached: its position), else reset; then feed up to the last grid point
+ * at or before n_keep (the part the next request is expected to share: a
+ * chat's history, a completion's prompt; capped at n - 1) and save there
+ * (*fed: the ids fed here). Returns from (>= 0), or a negative TS_E_* with
+ * err set and the session reset. */
+int cli_reuse_prepare(cli_reuse *r, ts_session *s, const int32_t *ids, int n, int n_keep, int *cached, int *fed,
+                      ts_error *err);
+
 /* Chat helpers (tools/cli/cli_chat.c). A conversation is a JSON array of
  * {"role", "content"} messages kept as a cJSON tree (strings only, so
  * cJSON's number printing never matters). */
