@@ -1,7 +1,7 @@
 /* cmd_chat.c: `turbospark chat`: an interactive conversation.
  *
- *   turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [sampling] [--ctx N]
- *                   [--spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]]
+ *   turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [sampling]
+ *                   [engine options: cli.h, cli_engine]
  *
  * Line editing and history come from readline. Each turn renders the whole
  * conversation with the model's chat template. The Qwen templates rewrite
@@ -61,18 +61,22 @@ static int on_token(void *user, int32_t id) {
     return 0;
 }
 
+#define CHAT_OPTS (CLI_OPT_ALL)
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [--ctx N] [options]\n"
-               "  -n N                reply length limit in tokens (default 512)\n"
-               "  --ctx N             context limit in tokens\n"
-               "  --threads N         CPU threads (default: all cores)\n" CLI_ACT_BITS_HELP CLI_SAMPLING_HELP CLI_SPEC_HELP
-               "commands in the conversation: /reset (forget it), /quit\n");
+    fprintf(f, "usage: turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [options]\n"
+               "  --system TEXT       system message of the conversation\n"
+               "  --no-think          no thinking block (enable_thinking=false)\n"
+               "  -n N                reply length limit in tokens (default 512)\n" CLI_SAMPLING_HELP);
+    cli_engine_help(f, CHAT_OPTS);
+    fprintf(f, "commands in the conversation: /reset (forget it), /quit\n");
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system = NULL;
-    int no_think = 0, n_ctx = 0, n_predict = 512, threads = 0, act_bits = 0;
-    cli_spec spec = CLI_SPEC_INIT;
+    const char *system = NULL;
+    int no_think = 0, n_predict = 512;
+    cli_engine eo;
+    cli_engine_init(&eo, "chat", CHAT_OPTS);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
@@ -81,23 +85,18 @@ int cmd_chat(int argc, char **argv) {
         int sr = cli_parse_sampling(argc, argv, &i, &gp, "chat");
         if (sr < 0) return 2;
         if (sr > 0) continue;
-        if ((sr = cli_parse_spec(argc, argv, &i, &spec, "chat")) < 0) return 2;
+        if ((sr = cli_engine_parse(argc, argv, &i, &eo)) < 0) return 2;
         if (sr > 0) continue;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
-        else if (!strcmp(a, "--system") && more) system = argv[++i];
+        if (!strcmp(a, "--system") && more) system = argv[++i];
         else if (!strcmp(a, "--no-think")) no_think = 1;
         else if (!strcmp(a, "-n") && more) ok = cli_parse_count(argv[++i], &n_predict);
-        else if (!strcmp(a, "--ctx") && more) ok = cli_parse_count(argv[++i], &n_ctx);
-        else if (!strcmp(a, "--threads") && more) ok = cli_parse_count(argv[++i], &threads);
-        else if (!strcmp(a, "--act-bits") && more) ok = cli_parse_act_bits(argv[++i], &act_bits);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "turbospark chat: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
         if (!ok) { fprintf(stderr, "turbospark chat: bad value '%s' for %s\n", argv[i], a); return 2; }
     }
     if (n_predict <= 0) { fprintf(stderr, "turbospark chat: -n must be > 0\n"); return 2; }
-    if (cli_spec_check(&spec, "chat")) return 2;
-    if (!model) model = cli_default_model();
-    if (!model) { fprintf(stderr, "turbospark chat: no model: pass -m DIR\n"); return 2; }
+    if (cli_engine_check(&eo)) return 2;
+    const char *model = eo.model;
 
     ts_error err = {0};
     ts_tokenizer *tok = NULL;
@@ -107,18 +106,16 @@ int cmd_chat(int argc, char **argv) {
     ts_detok *dt = NULL;
     ts_engine_params ep;
     ts_engine_params_default(&ep);
-    ep.n_threads = threads;
-    ep.act_bits = act_bits;
+    cli_engine_apply(&eo, &ep, NULL, NULL);
     int rc = ts_tokenizer_load(model, &tok, &err);
     if (!rc) rc = ts_chat_template_load(model, &tpl, &err);
     if (!rc) rc = ts_engine_open(model, &ep, &e, &err);
     if (!rc) {
         ts_session_params sp;
         ts_session_params_default(&sp);
-        sp.n_ctx = n_ctx;
         sp.checkpoint = 1; /* turns return to the history before the generation prompt */
-        cli_spec_apply(&spec, &sp, &gp); /* turns continue the session: drafting is exact there too (tested) */
-        if (spec.on && !ts_engine_info(e)->has_mtp) {
+        cli_engine_apply(&eo, NULL, &sp, &gp); /* turns continue the session: drafting is exact there too (tested) */
+        if (eo.spec.on && !ts_engine_info(e)->has_mtp) {
             rc = TS_E_UNSUPPORTED;
             snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         } else {
@@ -223,7 +220,7 @@ int cmd_chat(int argc, char **argv) {
                     np, np == 1 ? "" : "s", cached, st.n_gen, st.n_gen == 1 ? "" : "s",
                     st.t_prefill + t_fed > 0 ? np / (st.t_prefill + t_fed) : 0,
                     st.n_gen > 1 && st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0);
-            cli_spec_report(&spec, &gp, &st);
+            cli_spec_report(&eo.spec, &gp, &st);
         }
         free(t.text);
         ts_tokens_free(&ids);

@@ -620,6 +620,7 @@ int srv_pool_start(srv *s, ts_error *err) {
     ts_session_params sp;
     ts_session_params_default(&sp);
     sp.n_ctx = s->n_ctx;
+    sp.max_rows = s->chunk;
     cli_spec_apply(&s->spec, &sp, NULL); /* drafting buffers in every session */
     sp.checkpoint = 1; /* chat turns return to their history (run_job) */
     for (int i = 0; i < s->parallel; i++) {
