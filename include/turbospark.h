@@ -100,7 +100,8 @@ typedef struct ts_session ts_session;
 
 typedef struct ts_session_params {
     int n_ctx;        /* context limit in tokens (0 = min(4096, model max)) */
-    int max_rows;     /* rows per forward call (prefill chunk); 0 = 64 */
+    int max_rows;     /* rows per forward call (prefill chunk), which is
+                         also the prefill grid (ts_session_feed); 0 = 64 */
     int mtp;          /* 1: allocate the MTP head's KV cache and scratch */
     int spec_draft;   /* M > 0: buffers for MTP drafting of M tokens per block
                          (MTP cache, GDN tape and snapshots, verify logits);

@@ -11,15 +11,15 @@
  *   grid checkpoint and a reset session that served something else all give
  *   the bits of one cold feed; a feed that starts off the grid is cut at the
  *   next grid point; the speculative prefill follows the same grid;
- * - through `turbospark serve --parallel 2`: 50+ multi-turn conversations
+ * - through `turbospark serve --parallel 2`: 52 three-turn conversations
  *   (lengths spread over every offset of the 64-row grid), each reply as it
  *   comes warm (continued from the conversation's checkpoint, with other
  *   conversations served in between) equal to the reply of a server whose
  *   one session served something else just before and takes the request
  *   cold (cached_tokens 0), and through `turbospark chat` (its turns
  *   continue its session) for a subset of them.
- * On the commit before the fix the server comparison fails (7 of 80 replies
- * differed on 20 conversations of this kind).
+ * On the commit before the fix (TS_BIN=its turbospark) 2 of the 156 replies
+ * differ, and its chat gave other replies in 1 of the 13 conversations.
  */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -316,7 +316,21 @@ static void words(char *buf, size_t cap, int n) {
         o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? " " : "", WORDS[rnd() % (sizeof WORDS / sizeof WORDS[0])]);
 }
 
+/* 52 conversations (156 replies) in the suite; under the sanitizers, where
+ * both servers and chat run ten times slower, 16 (the sanitizer build checks
+ * memory, the plain build the replies). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TS_DET_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TS_DET_SANITIZED 1
+#endif
+#endif
+#ifdef TS_DET_SANITIZED
+enum { N_CONV = 16, N_TURN = 3 };
+#else
 enum { N_CONV = 52, N_TURN = 3 };
+#endif
 
 typedef struct {
     cJSON *msgs;          /* the conversation, replies as the warm server gave them */
@@ -413,9 +427,10 @@ TS_TEST(determinism, replies_cold_warm_and_across_sessions) {
     for (int i = 1; i < 8; i++) ncached += cached_seen[i];
     /* the test means something: most later turns resumed, at several grid
      * points, and the prompts ended at most offsets of the grid */
-    CHECK_MSG(n_warm >= 40 && n_req - N_CONV - n_warm >= 40, "%d of %d requests resumed from a checkpoint, %d later "
-              "turns did not", n_warm, n_req, n_req - N_CONV - n_warm);
-    CHECK_MSG(ncached >= 3 && nres >= 40, "%d distinct checkpoints, %d distinct prompt offsets", ncached, nres);
+    CHECK_MSG(n_warm >= N_CONV * 3 / 4 && n_req - N_CONV - n_warm >= N_CONV * 3 / 4,
+              "%d of %d requests resumed from a checkpoint, %d later turns did not", n_warm, n_req, n_req - N_CONV - n_warm);
+    CHECK_MSG(ncached >= (N_CONV >= 52 ? 3 : 2) && nres >= (N_CONV >= 52 ? 40 : 20), "%d distinct checkpoints, %d distinct prompt offsets",
+              ncached, nres);
 
     /* `turbospark chat`: the conversations without a system message, one
      * after another in one process (/reset between), each turn continuing
@@ -445,5 +460,5 @@ TS_TEST(determinism, replies_cold_warm_and_across_sessions) {
     for (int c = 0; c < N_CONV; c++)
         for (int t = 0; t < N_TURN; t++) free(cv[c].reply[t]);
     for (int c = 0; c < N_CONV; c++) cJSON_Delete(cv[c].msgs);
-    CHECK_MSG(n_chat >= 12 && !strcmp(got, want), "%d conversations through chat:\n%s\nwant:\n%s", n_chat, got, want);
+    CHECK_MSG(n_chat >= N_CONV / 4 && !strcmp(got, want), "%d conversations through chat:\n%s\nwant:\n%s", n_chat, got, want);
 }

@@ -857,8 +857,9 @@ TS_TEST(server, chat_turn_resumes_from_history) {
 /* With two sessions, a conversation's next turn goes to the session that
  * holds its start, and unrelated requests in between go to the session
  * whose state is worth less (no saved conversation start, then least
- * recently used): every second turn reports its history as cached. Without
- * the affinity the first round already misses. */
+ * recently used): every second turn reports its history (up to its last
+ * prefill grid point) as cached. Without the affinity the first round
+ * already misses. */
 #define LONG_TAIL "Take your time, and answer in a few words, as a friend would on a quiet evening by the fire."
 TS_TEST(server, next_turn_finds_its_session) {
     server s;

@@ -209,15 +209,19 @@ static int check_ids(const ts_model *m, const int32_t *ids, int n, ts_error *err
 /* The prefill grid. Prefill kernels (chunked GDN, multi-row products) round
  * differently from the one-row decode kernels and from each other for other
  * chunk extents, so a row's bits depend on the chunk it was fed in. Chunks
- * are therefore cut at multiples of max_rows in absolute positions (a chunk
- * never crosses a grid point), not from wherever a call starts: the chunks
- * covering [0, n) are a function of n alone, and any sequence of feeds whose
- * cuts all fall on grid points computes every row exactly as one feed from
- * position 0 would. A cut elsewhere (a decode step, a feed that ends mid
- * chunk and is continued) gives other bits from there on; callers that want
- * output independent of their cache state resume only at grid points
- * (ts_session_grid; the CLI's and the server's checkpoints do). The rule is
- * shared with the speculative prefill (spec.c) through ts_session_chunk. */
+ * are cut at multiples of max_rows in absolute positions (a chunk never
+ * crosses a grid point): the chunks covering [0, n) are a function of n
+ * alone, and any sequence of feeds whose cuts all fall on grid points
+ * computes every row exactly as one feed from position 0 would. A cut
+ * elsewhere (a decode step, a feed that ends mid-chunk and is continued)
+ * gives other bits from there on, whatever the chunking; so callers that
+ * want output independent of their cache state resume only from states
+ * saved at grid points (ts_session_grid; tools/cli/cli_reuse.c for chat and
+ * the server). Chunks counted from each call's start would give the same
+ * bits for such resumes; the grid makes exactness a property of positions
+ * that a caller can state without knowing how earlier calls were cut, and
+ * the speculative prefill, which reads each forward's hidden rows, takes
+ * the very same cuts through ts_session_chunk. */
 int ts_session_chunk(const ts_session *s, int n) {
     const int G = s->params.max_rows;
     return TS_MIN(n, G - s->pos % G);

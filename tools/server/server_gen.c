@@ -2,8 +2,8 @@
  * one job.
  *
  * Owns: the --parallel worker threads (each owns one ts_session and one
- * streaming detokenizer, and keeps the ids its session holds for prefix
- * reuse), the bounded FIFO of queued jobs, the token callback (special tokens
+ * streaming detokenizer, and keeps the ids before its session's checkpoint
+ * for prefix reuse), the bounded FIFO of queued jobs, the token callback (special tokens
  * dropped, stop sequences cut on the decoded text, chat replies split by
  * ts_reply into reasoning / content / tool calls), the SSE chunks of a
  * streamed job and the JSON body of a non-streamed one, the generation
@@ -498,8 +498,8 @@ static void run_job(slot *sl, job *j) {
 /* ---- the pool -------------------------------------------------------------- */
 
 /* Session affinity. A conversation's next turn should land on the session
- * that holds its start (its timeline, or its checkpoint): any other session
- * would prefill the whole prompt. At submit time the job notes the idle
+ * that holds its start (its checkpoint): any other session would prefill
+ * the whole prompt. At submit time the job notes the idle
  * session with the longest match, or (no match) the idle session whose
  * state is worth least; a worker leaves such a job to that session while it
  * is idle, and takes it otherwise. Under s->mu; an idle slot's ids and
