@@ -429,8 +429,8 @@ TS_TEST(determinism, replies_cold_warm_and_across_sessions) {
      * points, and the prompts ended at most offsets of the grid */
     CHECK_MSG(n_warm >= N_CONV * 3 / 4 && n_req - N_CONV - n_warm >= N_CONV * 3 / 4,
               "%d of %d requests resumed from a checkpoint, %d later turns did not", n_warm, n_req, n_req - N_CONV - n_warm);
-    CHECK_MSG(ncached >= (N_CONV >= 52 ? 3 : 2) && nres >= (N_CONV >= 52 ? 40 : 20), "%d distinct checkpoints, %d distinct prompt offsets",
-              ncached, nres);
+    CHECK_MSG(ncached >= (N_CONV >= 52 ? 3 : 2) && nres >= (N_CONV >= 52 ? 40 : 20),
+              "%d distinct checkpoints, %d distinct prompt offsets", ncached, nres);
 
     /* `turbospark chat`: the conversations without a system message, one
      * after another in one process (/reset between), each turn continuing
