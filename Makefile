@@ -32,7 +32,7 @@ CLI_SRC  := $(sort $(wildcard tools/*/*.c))
 # tests/fuzz/: the fuzz harnesses, also linked into ts_test (group fuzz replays their
 # corpora); the server's request layer comes with them (and what it calls).
 FUZZ_SRC := $(filter-out tests/fuzz/libfuzzer.c,$(sort $(wildcard tests/fuzz/*.c)))
-FUZZ_TOOL_SRC := tools/server/server_req.c tools/server/server_gen.c tools/cli/cli_util.c
+FUZZ_TOOL_SRC := tools/server/server_req.c tools/server/server_gen.c tools/cli/cli_util.c tools/cli/cli_reuse.c
 TEST_SRC := $(sort $(wildcard tests/*.c)) $(FUZZ_SRC)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)

@@ -100,7 +100,8 @@ typedef struct ts_session ts_session;
 
 typedef struct ts_session_params {
     int n_ctx;        /* context limit in tokens (0 = min(4096, model max)) */
-    int max_rows;     /* rows per forward call (prefill chunk); 0 = 64 */
+    int max_rows;     /* rows per forward call (prefill chunk), which is
+                         also the prefill grid (ts_session_feed); 0 = 64 */
     int mtp;          /* 1: allocate the MTP head's KV cache and scratch */
     int spec_draft;   /* M > 0: buffers for MTP drafting of M tokens per block
                          (MTP cache, GDN tape and snapshots, verify logits);
@@ -138,9 +139,20 @@ TS_API int ts_session_saved_pos(const ts_session *s);
  * max_rows internally). If `logits` is not NULL it receives [n, vocab] f32,
  * the logits of every row; otherwise only the last row's logits are kept
  * (ts_session_logits). If `hidden` is not NULL it receives [n, hidden_size]
- * f32, the final-normed hidden state of every row (the MTP head's input). */
+ * f32, the final-normed hidden state of every row (the MTP head's input).
+ *
+ * Chunks lie on a grid of absolute positions: none crosses a multiple of
+ * ts_session_grid(s). A row's bits depend on the chunk it was computed in
+ * (prefill and one-row decode kernels round differently), so the timeline
+ * equals a cold feed of the same ids from position 0 bit for bit exactly
+ * when every earlier cut between calls (feeds, decode steps, restores) fell
+ * on a grid point. To make output independent of a session's history,
+ * resume only from a state saved at a grid point (ts_session_save) and feed
+ * the rest from there. */
 TS_API int ts_session_feed(ts_session *s, const int32_t *ids, int n,
                            float *logits, float *hidden, ts_error *err);
+/* The prefill grid: max_rows of the session parameters (after defaults). */
+TS_API int ts_session_grid(const ts_session *s);
 /* Logits of the last row fed: [vocab] f32, borrowed. */
 TS_API const float *ts_session_logits(const ts_session *s);
 /* Final-normed hidden state of the last row fed: [hidden] f32, borrowed. */

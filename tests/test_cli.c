@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "loader/safetensors.h"
 #include "turbospark.h"
@@ -84,9 +85,9 @@ TS_TEST(cli, errors_are_clear) {
         {"logits -m tests/fixtures/tiny-dense --ids 1,2 -o /nonexistent-dir/x.bin", "cannot write /nonexistent-dir/x.bin"},
         {"frobnicate", "unknown command 'frobnicate'"},
         {"run -m tests/fixtures/tiny-dense --ids 1 -n 1 --act-bits 12", "bad value '12' for --act-bits"},
-        {"perplexity -m tests/fixtures/tiny-dense -f /dev/null --act-bits 4", "--act-bits '4': use 8, 16 or 24"},
-        {"bench -m tests/fixtures/tiny-dense --act-bits x", "--act-bits 'x': use 8, 16 or 24"},
-        {"logits -m tests/fixtures/tiny-dense --ids 1 -o /dev/null --act-bits 32", "--act-bits '32': use 8, 16 or 24"},
+        {"perplexity -m tests/fixtures/tiny-dense -f /dev/null --act-bits 4", "bad value '4' for --act-bits (use 8, 16 or 24)"},
+        {"bench -m tests/fixtures/tiny-dense --act-bits x", "bad value 'x' for --act-bits (use 8, 16 or 24)"},
+        {"logits -m tests/fixtures/tiny-dense --ids 1 -o /dev/null --act-bits 32", "bad value '32' for --act-bits (use 8, 16 or 24)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = ts_test_sh(g_out, sizeof g_out, "%s %s", bin, cases[i].args);
@@ -126,20 +127,26 @@ TS_TEST(cli, chat_with_drafting) {
     }
 }
 
-/* chat's checkpoint: each turn returns to the history saved before the last
- * generation prompt, so the third turn feeds only what follows it (the last
- * reply as the template re-renders it, the new message, the generation
- * prompt), not the whole conversation again: fewer tokens than the first two
- * turns fed together, which the whole conversation exceeds. */
+/* chat's checkpoint: each turn returns to the state saved at the last
+ * prefill grid point (64 rows) of the previous turn's history, so later
+ * turns report a multiple of 64 tokens as cached and feed only the rest,
+ * not the whole conversation again: the third turn feeds fewer tokens than
+ * the first two turns fed together, which the whole conversation exceeds. */
 TS_TEST(cli, chat_reuses_history) {
     char err[4096];
     int rc = ts_test_sh(err, sizeof err, "printf 'Hello there\\nTell me more\\nAnd then?\\n' | %s chat -m models/default "
-                        "-n 24 2>&1 >/dev/null", ts_test_bin());
+                        "-n 24 --system 'You are a storyteller. You tell long stories about kings and queens, rivers "
+                        "and cities, old houses by the water and the people who lived in them a long time ago, and you "
+                        "always answer in plain English sentences, one after another, until the story is done.' "
+                        "2>&1 >/dev/null", ts_test_bin());
     CHECK_MSG(rc == 0, "rc %d: %s", rc, err);
-    int n[3] = {0, 0, 0}, k = 0;
-    for (const char *p = err; k < 3 && (p = strstr(p, "[prompt ")); p++) n[k++] = atoi(p + 8);
+    int n[3] = {0, 0, 0}, c[3] = {0, 0, 0}, k = 0;
+    for (const char *p = err; k < 3 && (p = strstr(p, "[prompt ")); p++, k++)
+        CHECK_MSG(sscanf(p, "[prompt %d new tokens (%d cached)", &n[k], &c[k]) == 2, "%s", p);
     CHECK_MSG(k == 3 && n[0] > 0 && n[1] > 0 && n[2] > 0 && n[2] < n[0] + n[1], "new tokens per turn %d, %d, %d: %s",
               n[0], n[1], n[2], err);
+    CHECK_MSG(c[0] == 0 && c[1] >= 64 && c[1] % 64 == 0 && c[2] >= c[1] && c[2] % 64 == 0, "cached %d, %d, %d: %s", c[0],
+              c[1], c[2], err);
 }
 
 /* Seeded sampling through the CLI: the same seed repeats, other seeds differ. */
@@ -249,4 +256,143 @@ TS_TEST(cli, interactive_chat_turns) {
     sscanf(p, "[prompt %d", &n3);
     CHECK_MSG(n1 > 0 && n3 == n1, "first turn %d tokens, after reset %d", n1, n3);
     CHECK_MSG(n2 > 0, "second turn fed %d new tokens", n2);
+}
+
+/* ---- first contact (issue 20, item 7) ---------------------------------------- */
+
+/* A bare `turbospark` prints the commands (it used to generate text). */
+TS_TEST(cli, bare_prints_usage) {
+    char err[4096];
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s 2>/dev/null", ts_test_bin());
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, g_out);
+    static const char *cmds[] = {"run", "chat", "serve", "bench", "plan", "logits", "perplexity", "convert", "synth",
+                                 "tokenize", "template"};
+    CHECK_MSG(strstr(g_out, "usage: turbospark COMMAND") && strstr(g_out, "TURBOSPARK_MODEL"), "%s", g_out);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "\n  %s ", cmds[i]);
+        CHECK_MSG(strstr(g_out, line), "'%s' is not listed: %s", cmds[i], g_out);
+    }
+    rc = ts_test_sh(err, sizeof err, "%s 2>&1 >/dev/null", ts_test_bin());
+    CHECK_MSG(rc == 0 && !strstr(err, "[prompt"), "a bare turbospark generated: %s", err);
+}
+
+/* Every command's --help goes to stdout, exits 0 and lists every option its
+ * parser takes (the lists below are read off each parser). */
+TS_TEST(cli, help_lists_options) {
+    static const struct { const char *cmd; const char *opts; } t[] = {
+        {"run", "-m -p -f --ids --chat --system --no-think -n --temp --top-k --top-p --min-p --seed --repeat-penalty "
+                "--presence-penalty --frequency-penalty --ctx --chunk --threads --act-bits --kernels --spec --draft "
+                "--draft-vocab --draft-p-min --print-ids -v"},
+        {"chat", "-m --system --no-think -n --temp --top-k --seed --ctx --chunk --threads --act-bits --kernels --spec "
+                 "--draft --draft-vocab --draft-p-min /reset /quit"},
+        {"serve", "-m --host --port --ctx --chunk --parallel --queue --max-tokens-limit --api-key --threads --act-bits "
+                  "--kernels --spec --draft --draft-vocab --draft-p-min -v"},
+        {"bench", "-m --prompt --gen --runs --json --bw-mib --ids-file --threads --act-bits --kernels --spec --draft "
+                  "--draft-vocab --draft-p-min median"},
+        {"plan", "-m --ctx --chunk --spec --draft --checkpoint"},
+        {"logits", "-m --ids -o --head --threads --act-bits --kernels --chunk"},
+        {"perplexity", "-m -f --mtp --json --threads --act-bits --kernels --chunk"},
+        {"convert", "--bits --group --quiet"},
+        {"synth", "--shape --out --bits --group --seed --quiet"},
+        {"tokenize", "-t -m -p -f --jsonl --decode"},
+        {"template", "-m --template --request"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char err[1024];
+        int rc = ts_test_sh(g_out, sizeof g_out, "%s %s --help 2>/dev/null", ts_test_bin(), t[i].cmd);
+        CHECK_MSG(rc == 0 && !strncmp(g_out, "usage: turbospark ", 18), "%s --help: exit %d: %s", t[i].cmd, rc, g_out);
+        ts_test_sh(err, sizeof err, "%s %s --help 2>&1 >/dev/null", ts_test_bin(), t[i].cmd);
+        CHECK_MSG(!err[0], "%s --help wrote to stderr: %s", t[i].cmd, err);
+        char opts[512];
+        snprintf(opts, sizeof opts, "%s", t[i].opts);
+        for (char *o = strtok(opts, " "); o; o = strtok(NULL, " ")) {
+            char a[64], b[64], c[64];
+            snprintf(a, sizeof a, " %s ", o);  /* an option is a word of its own */
+            snprintf(b, sizeof b, " %s,", o);
+            snprintf(c, sizeof c, " %s\n", o);
+            CHECK_MSG(strstr(g_out, a) || strstr(g_out, b) || strstr(g_out, c), "%s --help does not list %s:\n%s",
+                      t[i].cmd, o, g_out);
+        }
+    }
+}
+
+/* Without -m outside the repository: the error says where the model was
+ * looked for and names TURBOSPARK_MODEL, which works. */
+TS_TEST(cli, no_model_says_where_it_looked) {
+    char dir[600], cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd));
+    snprintf(dir, sizeof dir, "%s/away", ts_test_tmpdir());
+    CHECK(ts_test_sh(g_out, sizeof g_out, "mkdir -p %s/bin && cp %s %s/bin/turbospark", dir, ts_test_bin(), dir) == 0);
+    int rc = ts_test_sh(g_out, sizeof g_out, "cd %s && env -u TURBOSPARK_MODEL bin/turbospark run -p hi -n 2", dir);
+    char want1[700], want2[700];
+    snprintf(want1, sizeof want1, "%s/models/default", dir);
+    snprintf(want2, sizeof want2, "%s/bin/../models/default", dir);
+    CHECK_MSG(rc == 2 && strstr(g_out, "no model: pass -m DIR or set TURBOSPARK_MODEL") && strstr(g_out, want1) &&
+              strstr(g_out, want2), "rc %d: %s", rc, g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "cd %s && TURBOSPARK_MODEL=%s/models/default bin/turbospark run --ids 5 -n 2 --print-ids",
+                    dir, cwd);
+    CHECK_MSG(rc == 0 && strstr(g_out, "[prompt 1 token,"), "rc %d: %s", rc, g_out);
+    /* the binary in the repository finds the bundled model from anywhere */
+    rc = ts_test_sh(g_out, sizeof g_out, "cd %s && env -u TURBOSPARK_MODEL %s/%s run --ids 5 -n 2 --print-ids", dir, cwd,
+                    ts_test_bin());
+    CHECK_MSG(ts_test_bin()[0] == '/' || (rc == 0 && strstr(g_out, "[prompt 1 token,")), "rc %d: %s", rc, g_out);
+}
+
+/* "median of R" is the median: for an even R the mean of the two middle
+ * runs (it used to print the larger of two). */
+TS_TEST(cli, bench_median_is_the_median) {
+    for (int runs = 2; runs <= 4; runs += 2) {
+        int rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m tests/fixtures/tiny-dense --prompt 16 --gen 8 --runs %d "
+                            "--bw-mib 1 2>&1", ts_test_bin(), runs);
+        CHECK_MSG(rc == 0, "rc %d: %s", rc, g_out);
+        static const char *const lines[] = {"prefill ", "decode "};
+        for (int k = 0; k < 2; k++) {
+            const char *p = strstr(g_out, lines[k]);
+            double med, lo, hi;
+            int n, r;
+            CHECK_MSG(p && sscanf(p + strlen(lines[k]), "%d tokens: %lf tok/s (median of %d; min %lf, max %lf)", &n, &med,
+                                  &r, &lo, &hi) == 5 && r == runs, "%s", g_out);
+            /* printed to 0.1: for 2 runs the mean of both; for 4 strictly inside */
+            if (runs == 2) CHECK_MSG(fabs(med - 0.5 * (lo + hi)) <= 0.1, "median %.1f of min %.1f max %.1f", med, lo, hi);
+            else CHECK_MSG(med >= lo && med <= hi && (hi - lo < 0.3 || med < hi), "median %.1f of min %.1f max %.1f", med, lo, hi);
+        }
+    }
+}
+
+/* One count, one word: "prompt 1 token", "generated 1 token". */
+TS_TEST(cli, stats_line_singular) {
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m tests/fixtures/tiny-dense --ids 5 -n 1 --print-ids 2>&1 >/dev/null",
+                        ts_test_bin());
+    CHECK_MSG(rc == 0 && strstr(g_out, "[prompt 1 token, generated 1 token; "), "%s", g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "%s run -m tests/fixtures/tiny-dense --ids 5,6 -n 2 --print-ids 2>&1 >/dev/null",
+                    ts_test_bin());
+    CHECK_MSG(rc == 0 && strstr(g_out, "[prompt 2 tokens, generated 2 tokens; "), "%s", g_out);
+}
+
+/* The engine options the commands share go through one parser: the same
+ * value is refused the same way by every command that takes it (perplexity
+ * used to read --threads x as 0, bench and logits spelled their own
+ * errors), and an unknown kernel is an error. */
+TS_TEST(cli, engine_options_one_parser) {
+    static const char *cmds[] = {"run --ids 1 -n 1", "chat", "serve --port 0", "bench", "logits --ids 1 -o /dev/null",
+                                 "perplexity -f /dev/null"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char name[32], want[128];
+        sscanf(cmds[i], "%31s", name);
+        static const char *bad[][2] = {{"--threads x", "bad value 'x' for --threads"},
+                                       {"--act-bits 7", "bad value '7' for --act-bits (use 8, 16 or 24)"},
+                                       {"--chunk 0", "bad value '0' for --chunk"},
+                                       {"--kernels nope", "--kernels 'nope': use auto, avx512, avx2, generic or ref"},
+                                       {"--threads", "--threads needs a value"}};
+        for (int k = 0; k < 5; k++) {
+            if (k == 2 && !strcmp(name, "bench")) continue; /* bench sets its own chunk (its prompt) */
+            int rc = ts_test_sh(g_out, sizeof g_out, "echo | %s %s -m tests/fixtures/tiny-dense %s", ts_test_bin(), cmds[i],
+                                bad[k][0]);
+            snprintf(want, sizeof want, "turbospark %s: %s", name, bad[k][1]);
+            CHECK_MSG(rc == 2 && strstr(g_out, want), "'%s %s' exited %d: %s", cmds[i], bad[k][0], rc, g_out);
+        }
+    }
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s plan -m tests/fixtures/tiny-dense --ctx x", ts_test_bin());
+    CHECK_MSG(rc == 2 && strstr(g_out, "turbospark plan: bad value 'x' for --ctx"), "plan --ctx x: %d %s", rc, g_out);
 }

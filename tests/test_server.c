@@ -387,17 +387,26 @@ static void greedy_matches_run(server *s) {
         cJSON_Delete(j);
     }
 
-    /* Prefix reuse: a prompt that extends what the session holds feeds only
-     * the rest, and gives what a fresh run gives. */
-    j = post(s->port, "/v1/completions", "{\"prompt\":[11,12,13,14,15,16,17,18,19,20],\"max_tokens\":1,\"temperature\":0}", &st);
+    /* Prefix reuse: a prompt that extends the previous one resumes from the
+     * state saved at the last prefill grid point (64 rows) before its end,
+     * feeds only the rest, and gives what a fresh run gives. */
+    char ids70[512], ids72[512], body[1024];
+    size_t io = 0;
+    for (int i = 0; i < 72; i++) {
+        if (i == 70) memcpy(ids70, ids72, io + 1);
+        io += (size_t)snprintf(ids72 + io, sizeof ids72 - io, "%s%d", i ? "," : "", 11 + i);
+    }
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":1,\"temperature\":0}", ids70);
+    j = post(s->port, "/v1/completions", body, &st);
     CHECK(st == 200);
     cJSON_Delete(j);
-    j = post(s->port, "/v1/completions",
-             "{\"prompt\":[11,12,13,14,15,16,17,18,19,20,21,22],\"max_tokens\":10,\"temperature\":0}", &st);
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":10,\"temperature\":0}", ids72);
+    j = post(s->port, "/v1/completions", body, &st);
     CHECK(st == 200);
-    CHECK_MSG(int_at(j, "usage.prompt_tokens_details.cached_tokens") == 10, "cached %d",
+    CHECK_MSG(int_at(j, "usage.prompt_tokens_details.cached_tokens") == 64, "cached %d",
               int_at(j, "usage.prompt_tokens_details.cached_tokens"));
-    CHECK(run_text("--ids 11,12,13,14,15,16,17,18,19,20,21,22 -n 10", want, sizeof want) == 0);
+    snprintf(body, sizeof body, "--ids %s -n 10", ids72);
+    CHECK(run_text(body, want, sizeof want) == 0);
     CHECK_MSG(!strcmp(str_at(j, "choices.0.text"), want), "reused '%s' run '%s'", str_at(j, "choices.0.text"), want);
     cJSON_Delete(j);
 
@@ -823,18 +832,24 @@ TS_TEST(server, drafting_matches_run) {
 /* A chat's next turn: the template renders the earlier assistant turn
  * without the think block its generation prompt opened, so the session's
  * timeline never extends into the new prompt; the worker saved the state at
- * the end of the first turn's history and returns there. The second turn
- * reports those tokens as cached, and its reply is the one a fresh server
- * gives for the same conversation. */
+ * the last prefill grid point of the first turn's history and returns there.
+ * The second turn reports those tokens as cached, and its reply is the one a
+ * fresh server gives for the same conversation. */
+#define LONG_FIRST "Hello there, how are you? I have a long story to tell you about the river, the city and the king, " \
+                   "and about the old house by the water where they lived a long time ago. It begins on a cold " \
+                   "morning in winter, when the river was frozen and nobody in the city knew what would happen next."
 TS_TEST(server, chat_turn_resumes_from_history) {
+    static const char TURN1[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"" LONG_FIRST "\"}],\"max_tokens\":40,"
+        "\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false}}";
     static const char TURN2_FMT[] =
-        "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there, how are you?\"},"
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"" LONG_FIRST "\"},"
         "{\"role\":\"assistant\",\"content\":%s},{\"role\":\"user\",\"content\":\"Tell me more.\"}],"
         "\"max_tokens\":24,\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false}}";
     server s, f;
     CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
     int st;
-    cJSON *j = post(s.port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    cJSON *j = post(s.port, "/v1/chat/completions", TURN1, &st);
     CHECK_MSG(st == 200 && j && str_at(j, "choices.0.message.content"), "status %d", st);
     cJSON *reply = cJSON_CreateString(j ? str_at(j, "choices.0.message.content") : "");
     char *quoted = cJSON_PrintUnformatted(reply);
@@ -865,12 +880,22 @@ TS_TEST(server, chat_turn_resumes_from_history) {
 /* With two sessions, a conversation's next turn goes to the session that
  * holds its start, and unrelated requests in between go to the session
  * whose state is worth less (no saved conversation start, then least
- * recently used): every second turn reports its history as cached. Without
- * the affinity the first round already misses. */
+ * recently used): every second turn reports its history (up to its last
+ * prefill grid point) as cached. Without the affinity the first round
+ * already misses. */
+#define LONG_TAIL "Take your time, and answer in a few words, as a friend would on a quiet evening by the fire."
 TS_TEST(server, next_turn_finds_its_session) {
     server s;
     CHECK_MSG(server_start(&s, "--parallel", "2", NULL) == 0, "the server did not start");
-    static const char *firsts[] = {"Hello there, how are you?", "What is a tree?", "Name a color.", "Why is the sky blue?"};
+    /* first messages long enough that their history reaches a grid point (64 rows) */
+    static const char *firsts[] = {"Hello there, how are you? Tell me everything about the river and the city, the "
+                                   "king who lived there and the old house by the water. " LONG_TAIL,
+                                   "What is a tree? Is it a plant, and how long does it live in the forest before it "
+                                   "falls down and becomes a home for small animals? " LONG_TAIL,
+                                   "Name a color. Then name another one, and tell me which of the two you like, and "
+                                   "why you like it more than all the other colors. " LONG_TAIL,
+                                   "Why is the sky blue? And why is the sunset red when the sun goes down behind the "
+                                   "hills at the end of a long summer day? " LONG_TAIL};
     for (int r = 0; r < 4; r++) {
         char t1[1024], t2[8192];
         snprintf(t1, sizeof t1,

@@ -36,4 +36,9 @@ struct ts_session {
     void *test_user;
 };
 
+/* Rows of the next prefill chunk for n tokens at the session's position: at
+ * most max_rows, and never across a multiple of max_rows (session.c, "The
+ * prefill grid"). ts_session_feed and the speculative prefill both cut here. */
+int ts_session_chunk(const ts_session *s, int n);
+
 #endif

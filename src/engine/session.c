@@ -206,6 +206,29 @@ static int check_ids(const ts_model *m, const int32_t *ids, int n, ts_error *err
     return 0;
 }
 
+/* The prefill grid. Prefill kernels (chunked GDN, multi-row products) round
+ * differently from the one-row decode kernels and from each other for other
+ * chunk extents, so a row's bits depend on the chunk it was fed in. Chunks
+ * are cut at multiples of max_rows in absolute positions (a chunk never
+ * crosses a grid point): the chunks covering [0, n) are a function of n
+ * alone, and any sequence of feeds whose cuts all fall on grid points
+ * computes every row exactly as one feed from position 0 would. A cut
+ * elsewhere (a decode step, a feed that ends mid-chunk and is continued)
+ * gives other bits from there on, whatever the chunking; so callers that
+ * want output independent of their cache state resume only from states
+ * saved at grid points (ts_session_grid; tools/cli/cli_reuse.c for chat and
+ * the server). Chunks counted from each call's start would give the same
+ * bits for such resumes; the grid makes exactness a property of positions
+ * that a caller can state without knowing how earlier calls were cut, and
+ * the speculative prefill, which reads each forward's hidden rows, takes
+ * the very same cuts through ts_session_chunk. */
+int ts_session_chunk(const ts_session *s, int n) {
+    const int G = s->params.max_rows;
+    return TS_MIN(n, G - s->pos % G);
+}
+
+int ts_session_grid(const ts_session *s) { return s->params.max_rows; }
+
 int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, float *hidden, ts_error *err) {
     const ts_model *m = &s->e->model;
     int rc = check_ids(m, ids, n, err);
@@ -213,16 +236,17 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
     if ((long)s->pos + n > s->st.n_ctx)
         return ts_fail(err, TS_E_CONTEXT, "%d tokens at position %d exceed the context limit of %d tokens", n, s->pos,
                        s->st.n_ctx);
-    const int R = s->params.max_rows, V = m->cfg.vocab;
+    const int V = m->cfg.vocab;
     unsigned fp = ts_fp_begin();
-    for (int off = 0; off < n; off += R) {
-        int k = TS_MIN(R, n - off);
+    int k = 0;
+    for (int off = 0; off < n; off += k) {
+        k = ts_session_chunk(s, n - off);
         ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);
         if (hidden) memcpy(hidden + (size_t)off * m->cfg.H, s->st.sc.hidden, sizeof(float) * k * m->cfg.H);
         s->pos += k;
     }
     ts_fp_end(fp);
-    memcpy(s->last_hidden, s->st.sc.hidden + (size_t)((n - 1) % R) * m->cfg.H, sizeof(float) * m->cfg.H);
+    memcpy(s->last_hidden, s->st.sc.hidden + (size_t)(k - 1) * m->cfg.H, sizeof(float) * m->cfg.H);
     s->have_last = 1;
     return 0;
 }

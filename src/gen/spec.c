@@ -216,15 +216,14 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
     const int K = ts_spec_draft_vocab(p->draft_vocab, V);
     stats->draft_vocab = K;
 
-    /* Prefill in the same chunks as ts_session_feed (identical rounding to
-     * plain generation), running the MTP head over every row whose next
-     * token is known. The row whose next token is not known yet waits in
-     * mtp_hid[0]. */
+    /* Prefill in the same chunks as ts_session_feed (its grid of absolute
+     * positions, ts_session_chunk: identical rounding to plain generation),
+     * running the MTP head over every row whose next token is known. The
+     * row whose next token is not known yet waits in mtp_hid[0]. */
     double t0 = ts_now();
-    const int R = s->params.max_rows;
     int have_pend = 0, rc;
-    for (int off = 0; off < n_prompt; off += R) {
-        int k = TS_MIN(R, n_prompt - off);
+    for (int off = 0, k; off < n_prompt; off += k) {
+        k = ts_session_chunk(s, n_prompt - off);
         if ((rc = ts_session_feed(s, prompt + off, k, NULL, NULL, err))) return rc;
         if (off + k == n_prompt) memcpy(s->vlogits, st->sc.logits, sizeof(float) * V);
         int32_t toks[2 * TS_SPEC_MAX_DRAFT + 2];

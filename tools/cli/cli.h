@@ -8,6 +8,8 @@
 #ifndef TS_CLI_H
 #define TS_CLI_H
 
+#include <stdio.h>
+
 #include "turbospark.h"
 
 int cmd_run(int argc, char **argv);
@@ -31,8 +33,15 @@ char *cli_read_file(const char *path);
 char *cli_read_file_len(const char *path, size_t *len);
 /* Monotonic seconds (for the statistics lines). */
 double cli_now(void);
-/* The default model directory (the bundled install), or NULL if absent. */
+/* The default model directory: $TURBOSPARK_MODEL when set, else the bundled
+ * install (models/default under the working directory, then next to the
+ * executable: <dir of turbospark>/../models/default), or NULL if absent. */
 const char *cli_default_model(void);
+/* Print "turbospark CMD: no model: ..." naming every place looked in. */
+void cli_no_model(const char *cmd);
+/* The median of v[0..n) (sorts v): the middle value, or the mean of the two
+ * middle values when n is even. */
+double cli_median(double *v, int n);
 /* --draft-vocab's value, one rule for run and bench: "all" gives -1 (every
  * id), a count K >= 1 gives K. Returns 1, or 0 for anything else (0 is not
  * a value: leaving the flag out is how the automatic choice is asked for). */
@@ -43,9 +52,6 @@ int cli_parse_count(const char *s, int *out);
 int cli_parse_prob(const char *s, float *out);
 /* --act-bits: 8, 16 or 24 (ts_engine_params.act_bits). Returns 1, or 0 for anything else. */
 int cli_parse_act_bits(const char *s, int *out);
-#define CLI_ACT_BITS_HELP \
-    "  --act-bits N        activation precision of quantized products: 8 (default, as llama.cpp),\n" \
-    "                      16, or 24 (f32-class; slower prompts and drafting blocks)\n"
 
 /* Sampling flags shared by run and chat (--temp, --top-k, --top-p, --min-p,
  * --seed, --repeat-penalty, --presence-penalty, --frequency-penalty).
@@ -86,6 +92,69 @@ void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_st
     "  --draft-p-min P     stop a block's drafting at the first draft whose\n" \
     "                      probability under the MTP head is below P\n" \
     "                      (default 0: always M drafts; output is unchanged)\n"
+
+/* Exact reuse of a session across requests (tools/cli/cli_reuse.c): chat's
+ * turns and the server's jobs resume from a checkpoint saved at a grid point
+ * of the prefill, so a reply never depends on what the session served
+ * before. The session needs params.checkpoint = 1. */
+typedef struct cli_reuse {
+    int32_t *ids; /* [cap] the ids before the session's saved state */
+    int cap;      /* the session's context */
+} cli_reuse;
+/* 0, or -1 when out of memory. */
+int cli_reuse_init(cli_reuse *r, int n_ctx);
+void cli_reuse_free(cli_reuse *r);
+/* The saved position when the ids before it start ids[0..n) and leave
+ * something to feed, else 0: how much of the prompt a resume skips. */
+int cli_reuse_match(const cli_reuse *r, const ts_session *s, const int32_t *ids, int n);
+/* Bring the session to a position from which feeding ids[from..n) gives the
+ * bits of a cold feed of ids[0..n): restore the checkpoint when it matches
+ * (*cached: its position), else reset; then feed up to the last grid point
+ * at or before n_keep (the part the next request is expected to share: a
+ * chat's history, a completion's prompt; capped at n - 1) and save there
+ * (*fed: the ids fed here). Returns from (>= 0), or a negative TS_E_* with
+ * err set and the session reset. */
+int cli_reuse_prepare(cli_reuse *r, ts_session *s, const int32_t *ids, int n, int n_keep, int *cached, int *fed,
+                      ts_error *err);
+
+/* The engine and session options the commands share, parsed in one place
+ * (tools/cli/cli_util.c): -m/--model, --threads, --ctx, --act-bits, --chunk,
+ * --kernels and the speculative decoding flags. A command names the ones it
+ * takes (CLI_OPT_*); the others stay unknown to it. */
+enum {
+    CLI_OPT_MODEL = 1 << 0,    /* -m, --model DIR */
+    CLI_OPT_THREADS = 1 << 1,  /* --threads N */
+    CLI_OPT_CTX = 1 << 2,      /* --ctx N */
+    CLI_OPT_ACT_BITS = 1 << 3, /* --act-bits 8|16|24 */
+    CLI_OPT_CHUNK = 1 << 4,    /* --chunk N */
+    CLI_OPT_KERNELS = 1 << 5,  /* --kernels NAME */
+    CLI_OPT_SPEC = 1 << 6,     /* --spec mtp, --draft, --draft-vocab, --draft-p-min */
+    CLI_OPT_ENGINE = CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_ACT_BITS | CLI_OPT_KERNELS,
+    CLI_OPT_ALL = (1 << 7) - 1
+};
+typedef struct cli_engine {
+    const char *cmd;      /* for messages: "turbospark CMD: ..." */
+    unsigned accept;      /* CLI_OPT_* */
+    const char *model;    /* NULL: the default model (cli_engine_check) */
+    int threads;          /* 0: all cores */
+    int n_ctx;            /* 0: the session default */
+    int act_bits;         /* 0: TS_ACT_BITS_DEFAULT */
+    int chunk;            /* 0: the session default (64 rows) */
+    const char *kernels;  /* NULL: TS_KERNELS or auto */
+    cli_spec spec;
+} cli_engine;
+void cli_engine_init(cli_engine *o, const char *cmd, unsigned accept);
+/* 1 if argv[*i] was one of the accepted options (its value consumed), 0 if
+ * not, -1 on a missing or bad value (after printing an error). */
+int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o);
+/* After parsing: the speculative flags' combination, the kernels, and the
+ * model (the default when not given; an error naming where it looked when
+ * there is none). Returns 0, or -1 after printing an error. */
+int cli_engine_check(cli_engine *o);
+/* Into engine, session and generation parameters (any may be NULL). */
+void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_params *sp, ts_gen_params *gp);
+/* The help lines of the accepted options. */
+void cli_engine_help(FILE *f, unsigned accept);
 
 /* Chat helpers (tools/cli/cli_chat.c). A conversation is a JSON array of
  * {"role", "content"} messages kept as a cJSON tree (strings only, so

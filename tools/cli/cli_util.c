@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -40,16 +41,57 @@ double cli_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-const char *cli_default_model(void) {
-    /* The bundled install, relative to the working directory or to the
-     * TURBOSPARK_MODEL environment variable. */
+/* Where the default model is looked for, in order; [0] is the environment
+ * variable's value (empty when unset). */
+static int model_candidates(char out[3][4096]) {
     const char *env = getenv("TURBOSPARK_MODEL");
-    if (env && *env) return env;
-    static const char *candidates[] = {"models/default", "tests/fixtures/tiny-dense", NULL};
+    snprintf(out[0], sizeof out[0], "%s", env ? env : "");
+    snprintf(out[1], sizeof out[1], "models/default");
+    out[2][0] = 0;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0; /* the executable's directory, e.g. REPO/build */
+            snprintf(out[2], sizeof out[2], "%.4000s/../models/default", exe);
+        }
+    }
+    return 3;
+}
+
+const char *cli_default_model(void) {
+    /* An explicit TURBOSPARK_MODEL is taken as given: a wrong one is then
+     * an error naming it, not a silent fall back to the bundled model. */
+    static char c[3][4096];
+    model_candidates(c);
+    if (c[0][0]) return c[0];
     struct stat st;
-    for (int i = 0; candidates[i]; i++)
-        if (stat(candidates[i], &st) == 0 && S_ISDIR(st.st_mode)) return candidates[i];
+    for (int i = 1; i < 3; i++)
+        if (c[i][0] && stat(c[i], &st) == 0 && S_ISDIR(st.st_mode)) return c[i];
     return NULL;
+}
+
+void cli_no_model(const char *cmd) {
+    char c[3][4096], cwd[4096];
+    model_candidates(c);
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
+    fprintf(stderr,
+            "turbospark %s: no model: pass -m DIR or set TURBOSPARK_MODEL=DIR\n"
+            "  looked for the bundled model in %s/%s and %s (TURBOSPARK_MODEL is not set)\n",
+            cmd, cwd, c[1], c[2][0] ? c[2] : "(the executable's directory is unknown)");
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double cli_median(double *v, int n) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int pf(const char *s, float *out) {
@@ -196,4 +238,89 @@ char *cli_read_file_len(const char *path, size_t *len) {
     buf[n] = 0;
     if (len) *len = n;
     return buf;
+}
+
+/* ---- the shared engine and session options ---- */
+
+void cli_engine_init(cli_engine *o, const char *cmd, unsigned accept) {
+    memset(o, 0, sizeof *o);
+    o->cmd = cmd;
+    o->accept = accept;
+    o->spec = (cli_spec)CLI_SPEC_INIT;
+}
+
+int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
+    const char *a = argv[*i];
+    if (o->accept & CLI_OPT_SPEC) {
+        int r = cli_parse_spec(argc, argv, i, &o->spec, o->cmd);
+        if (r) return r;
+    }
+    unsigned opt = !strcmp(a, "-m") || !strcmp(a, "--model") ? CLI_OPT_MODEL
+                 : !strcmp(a, "--threads")                   ? CLI_OPT_THREADS
+                 : !strcmp(a, "--ctx")                       ? CLI_OPT_CTX
+                 : !strcmp(a, "--act-bits")                  ? CLI_OPT_ACT_BITS
+                 : !strcmp(a, "--chunk")                     ? CLI_OPT_CHUNK
+                 : !strcmp(a, "--kernels")                   ? CLI_OPT_KERNELS
+                                                             : 0;
+    if (!(opt & o->accept)) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "turbospark %s: %s needs a value\n", o->cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    int ok = 1;
+    const char *want = "a count";
+    switch (opt) {
+    case CLI_OPT_MODEL: o->model = v; break;
+    case CLI_OPT_THREADS: ok = pi(v, &o->threads); break;
+    case CLI_OPT_CTX: ok = pi(v, &o->n_ctx); break;
+    case CLI_OPT_ACT_BITS: ok = cli_parse_act_bits(v, &o->act_bits), want = "use 8, 16 or 24"; break;
+    case CLI_OPT_CHUNK: ok = pi(v, &o->chunk) && o->chunk >= 1, want = "a count >= 1"; break;
+    case CLI_OPT_KERNELS: o->kernels = v; break;
+    }
+    if (!ok) fprintf(stderr, "turbospark %s: bad value '%s' for %s (%s)\n", o->cmd, v, a, want);
+    return ok ? 1 : -1;
+}
+
+int cli_engine_check(cli_engine *o) {
+    if ((o->accept & CLI_OPT_SPEC) && cli_spec_check(&o->spec, o->cmd)) return -1;
+    if (o->kernels && ts_kernels_select(o->kernels)) {
+        fprintf(stderr, "turbospark %s: --kernels '%s': use auto, avx512, avx2, generic or ref (one this CPU runs)\n",
+                o->cmd, o->kernels);
+        return -1;
+    }
+    if ((o->accept & CLI_OPT_MODEL) && !o->model && !(o->model = cli_default_model())) {
+        cli_no_model(o->cmd);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_params *sp, ts_gen_params *gp) {
+    if (ep) {
+        ep->n_threads = o->threads;
+        ep->act_bits = o->act_bits;
+    }
+    if (sp) {
+        sp->n_ctx = o->n_ctx;
+        sp->max_rows = o->chunk;
+    }
+    cli_spec_apply(&o->spec, sp, gp);
+}
+
+void cli_engine_help(FILE *f, unsigned accept) {
+    if (accept & CLI_OPT_MODEL)
+        fputs("  -m, --model DIR     model directory (default: $TURBOSPARK_MODEL, else the bundled\n"
+              "                      models/default, under the working directory or next to the binary)\n", f);
+    if (accept & CLI_OPT_CTX) fputs("  --ctx N             context limit in tokens (default min(4096, the model's))\n", f);
+    if (accept & CLI_OPT_CHUNK)
+        fputs("  --chunk N           prompt rows per forward pass (default 64); also the prefill grid:\n"
+              "                      outputs are reproducible bit for bit for one chunk size\n", f);
+    if (accept & CLI_OPT_THREADS) fputs("  --threads N         CPU threads (default 0: all cores)\n", f);
+    if (accept & CLI_OPT_ACT_BITS)
+        fputs("  --act-bits N        activation precision of quantized products: 8 (default, as llama.cpp),\n"
+              "                      16, or 24 (f32-class; slower prompts and drafting blocks)\n", f);
+    if (accept & CLI_OPT_KERNELS)
+        fputs("  --kernels NAME      auto (default, or $TS_KERNELS), avx512, avx2, generic, ref\n", f);
+    if (accept & CLI_OPT_SPEC) fputs(CLI_SPEC_HELP, f);
 }

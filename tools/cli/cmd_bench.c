@@ -1,6 +1,6 @@
-/* cmd_bench.c: `turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json]
- *                               [--spec mtp --draft M [--draft-vocab K|all] [--draft-p-min P]]
- *                               [--ids-file FILE]`.
+/* cmd_bench.c: `turbospark bench [-m DIR] [--prompt N] [--gen N] [--runs R] [--json] [--bw-mib M]
+ *                               [--ids-file FILE] [engine options: --threads, --act-bits, --kernels,
+ *                               --spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]]`.
  *
  * Measures, on this machine, in one process:
  * - the memory read bandwidth: sum over a 1 GiB uint64 array, best of 9
@@ -16,7 +16,8 @@
  *   recurrent state, read and written once per token (37.7 MB on the 0.8B
  *   shape), reported on its own line.
  * Each phase runs --runs times (default 5) after a warm-up; the median is
- * reported, with min and max.
+ * reported (the mean of the two middle runs for an even count), with min
+ * and max.
  * With --spec mtp --draft M it also generates --gen tokens greedily with MTP
  * drafting after the same prompt, interleaved with plain runs, and reports
  * the speedup, per-position acceptance, mean accepted length and the draft,
@@ -79,14 +80,21 @@ static double bandwidth(const uint64_t *buf, size_t n, int nt) {
     return best;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#define BENCH_OPTS (CLI_OPT_ENGINE | CLI_OPT_SPEC)
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: turbospark bench -m DIR [--prompt N] [--gen N] [--threads N] [--runs R] [--json] [--bw-mib M]\n"
-               "                       [--act-bits 8|16|24] [--spec mtp --draft M [--draft-vocab K|all] [--draft-p-min P]] [--ids-file FILE]\n");
+    fprintf(f, "usage: turbospark bench [-m DIR] [--prompt N] [--gen N] [--runs R] [--json] [options]\n"
+               "  --prompt N          prompt tokens, fed in one chunk (default 128)\n"
+               "  --gen N             tokens generated one at a time (default 64)\n"
+               "  --runs R            timed runs of each phase after a warm-up, 1..100 (default 5);\n"
+               "                      the median is reported (the mean of the two middle runs when R\n"
+               "                      is even), with min and max\n"
+               "  --ids-file FILE     the prompt from comma-separated token ids (default: random ids)\n"
+               "  --bw-mib M          MiB of the memory bandwidth array (default 1024)\n"
+               "  --json              one JSON object instead of the text report\n"
+               "  (--threads N: the threads of the model and of the bandwidth measure;\n"
+               "   with --spec mtp: drafted vs plain greedy, interleaved, checked identical)\n");
+    cli_engine_help(f, BENCH_OPTS);
 }
 
 typedef struct collect {
@@ -140,9 +148,7 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         for (int j = 0; j < 16; j++) { sum.accepted_at[j] += st.accepted_at[j]; sum.drafted_at[j] += st.drafted_at[j]; }
     }
     if (!rc) {
-        qsort(tpl + 1, runs, sizeof(double), cmp_d);
-        qsort(tsp + 1, runs, sizeof(double), cmp_d);
-        double p = tpl[1 + runs / 2], q = tsp[1 + runs / 2], nb = sum.n_blocks > 0 ? sum.n_blocks : 1;
+        double p = cli_median(tpl + 1, runs), q = cli_median(tsp + 1, runs), nb = sum.n_blocks > 0 ? sum.n_blocks : 1;
         double mal = (sum.n_accepted + sum.n_blocks) / nb;
         if (json) {
             printf("{\"spec\": \"mtp\", \"draft\": %d, \"draft_vocab\": %d, \"draft_p_min\": %g, \"plain_tok_s\": %.2f,"
@@ -177,66 +183,37 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *dir = NULL;
-    int prompt = 128, gen = 64, threads = 0, runs = 5, json = 0, bw_mib = 1024, draft = 0, spec = 0, dvocab = 0;
-    float pmin = -1; /* -1: not given */
-    int act_bits = 0;
+    int prompt = 128, gen = 64, runs = 5, json = 0, bw_mib = 1024;
     const char *ids_file = NULL;
+    cli_engine eo;
+    cli_engine_init(&eo, "bench", BENCH_OPTS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "turbospark bench: '%s' needs a value or is unknown\n", a); return 2; }
+        int sr = cli_engine_parse(argc, argv, &i, &eo);
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
+        int *dst = !strcmp(a, "--prompt") ? &prompt : !strcmp(a, "--gen") ? &gen : !strcmp(a, "--runs") ? &runs
+                 : !strcmp(a, "--bw-mib") ? &bw_mib : NULL;
+        if (!dst && strcmp(a, "--ids-file")) {
+            fprintf(stderr, "turbospark bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) { fprintf(stderr, "turbospark bench: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
-        char *end;
-        long x = strtol(v, &end, 10);
-        if (!strcmp(a, "-m")) { dir = v; continue; }
-        if (!strcmp(a, "--ids-file")) { ids_file = v; continue; }
-        if (!strcmp(a, "--draft-vocab")) {
-            if (!cli_parse_draft_vocab(v, &dvocab)) {
-                fprintf(stderr, "turbospark bench: --draft-vocab '%s': use a count K >= 1 or 'all'\n", v);
-                return 2;
-            }
-            continue;
-        }
-        if (!strcmp(a, "--draft-p-min")) {
-            if (!cli_parse_prob(v, &pmin)) {
-                fprintf(stderr, "turbospark bench: --draft-p-min '%s': use a probability in [0, 1]\n", v);
-                return 2;
-            }
-            continue;
-        }
-        if (!strcmp(a, "--act-bits")) {
-            if (!cli_parse_act_bits(v, &act_bits)) {
-                fprintf(stderr, "turbospark bench: --act-bits '%s': use 8, 16 or 24\n", v);
-                return 2;
-            }
-            continue;
-        }
-        if (!strcmp(a, "--spec")) {
-            if (strcmp(v, "mtp")) { fprintf(stderr, "turbospark bench: --spec '%s': only 'mtp' exists\n", v); return 2; }
-            spec = 1;
-            continue;
-        }
-        if (*end || end == v || x < 0) { fprintf(stderr, "turbospark bench: %s '%s' is not a count\n", a, v); return 2; }
-        if (!strcmp(a, "--prompt")) prompt = (int)x;
-        else if (!strcmp(a, "--gen")) gen = (int)x;
-        else if (!strcmp(a, "--threads")) threads = (int)x;
-        else if (!strcmp(a, "--runs")) runs = (int)x;
-        else if (!strcmp(a, "--bw-mib")) bw_mib = (int)x; /* bandwidth array size (tests use a small one) */
-        else if (!strcmp(a, "--draft")) draft = (int)x;
-        else { fprintf(stderr, "turbospark bench: unknown option '%s'\n", a); usage(stderr); return 2; }
+        if (!dst) ids_file = v;
+        else if (!cli_parse_count(v, dst)) { fprintf(stderr, "turbospark bench: %s '%s' is not a count\n", a, v); return 2; }
     }
-    if (!dir) dir = cli_default_model();
-    if (!dir || prompt < 1 || gen < 1 || runs < 1 || runs > 100) { usage(stderr); return 2; }
-    if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
-        fprintf(stderr, "turbospark bench: --spec mtp needs --draft M with M in 1..%d\n", TS_SPEC_MAX_DRAFT);
+    if (prompt < 1 || gen < 1 || runs < 1 || runs > 100) {
+        fprintf(stderr, "turbospark bench: --prompt and --gen must be >= 1, --runs in 1..100\n");
         return 2;
     }
-    if (!spec && (draft || dvocab || pmin >= 0)) {
-        fprintf(stderr, "turbospark bench: --draft, --draft-vocab and --draft-p-min need --spec mtp\n");
-        return 2;
-    }
+    if (cli_engine_check(&eo)) return 2;
+    const char *dir = eo.model;
+    const int spec = eo.spec.on, draft = eo.spec.draft, dvocab = eo.spec.draft_vocab;
+    const float pmin = eo.spec.p_min;
     int32_t *file_ids = NULL;
     if (ids_file) {
         char *txt = cli_read_file(ids_file);
@@ -251,14 +228,15 @@ int cmd_bench(int argc, char **argv) {
         free(txt);
         if (n < prompt) prompt = n;
     }
-    int nt = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = eo.threads > 0 ? eo.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nt > 64) nt = 64;
 
     ts_error err = {0};
     ts_engine_params ep;
     ts_engine_params_default(&ep);
+    cli_engine_apply(&eo, &ep, NULL, NULL);
     ep.n_threads = nt;
-    ep.act_bits = act_bits;
+    const int act_bits = eo.act_bits;
     ts_engine *e = NULL;
     if (ts_engine_open(dir, &ep, &e, &err)) { fprintf(stderr, "turbospark bench: %s\n", err.msg); return 1; }
     const ts_model_info *in = ts_engine_info(e);
@@ -292,9 +270,8 @@ int cmd_bench(int argc, char **argv) {
         td[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
     }
     if (rc) { fprintf(stderr, "turbospark bench: %s\n", err.msg); goto out; }
-    qsort(tp + 1, runs, sizeof(double), cmp_d);
-    qsort(td + 1, runs, sizeof(double), cmp_d);
-    double pp = tp[1 + runs / 2], dd = td[1 + runs / 2];
+    /* the medians sort each array: [1] is then the min, [runs] the max */
+    double pp = cli_median(tp + 1, runs), dd = cli_median(td + 1, runs);
 
     /* bandwidth after the model runs, so the model's pages are not evicted before it */
     size_t n = (size_t)(bw_mib > 0 ? bw_mib : 1) << 17; /* MiB of uint64 (default 1 GiB) */

@@ -1,16 +1,17 @@
 /* cmd_chat.c: `turbospark chat`: an interactive conversation.
  *
- *   turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [sampling] [--ctx N]
- *                   [--spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]]
+ *   turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [sampling]
+ *                   [engine options: cli.h, cli_engine]
  *
  * Line editing and history come from readline. Each turn renders the whole
- * conversation with the model's chat template; when the session's timeline
- * is a prefix of the new prompt only the new tokens are fed. The Qwen
- * templates rewrite history (an earlier assistant turn loses the think block
- * its generation prompt opened), so each turn also saves the session's state
- * at the end of the history before its generation prompt (a checkpoint:
- * ts_session_save). The next turn returns there (ts_session_restore) when the
- * saved part still matches, and else restarts from the full prompt.
+ * conversation with the model's chat template. The Qwen templates rewrite
+ * history (an earlier assistant turn loses the think block its generation
+ * prompt opened), and a reply decoded one token at a time has other bits
+ * than the same ids prefilled, so a turn never continues the live timeline:
+ * it returns to the state saved at the last prefill grid point of the
+ * previous turn's history (cli_reuse.c) when the ids before it still match,
+ * and feeds the rest. Every reply is therefore the one a fresh session gives
+ * for the whole conversation.
  * Commands: /reset, /quit.
  */
 #include <cjson/cJSON.h>
@@ -28,8 +29,6 @@ typedef struct {
     ts_detok *detok;
     const int32_t *stops;
     int n_stop;
-    int32_t *gen;     /* generated ids of this turn */
-    int n_gen, cap;
     char *text;       /* decoded reply of this turn */
     size_t len, tcap;
 } turn;
@@ -49,14 +48,6 @@ static void text_add(turn *t, const char *s, size_t n) {
 
 static int on_token(void *user, int32_t id) {
     turn *t = user;
-    if (t->n_gen == t->cap) {
-        int nc = t->cap ? 2 * t->cap : 256;
-        int32_t *ng = realloc(t->gen, sizeof(int32_t) * nc);
-        if (!ng) return 1;
-        t->gen = ng;
-        t->cap = nc;
-    }
-    t->gen[t->n_gen++] = id;
     for (int i = 0; i < t->n_stop; i++)
         if (t->stops[i] == id) return 0;
     const char *s;
@@ -70,18 +61,22 @@ static int on_token(void *user, int32_t id) {
     return 0;
 }
 
+#define CHAT_OPTS (CLI_OPT_ALL)
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [--ctx N] [options]\n"
-               "  -n N                reply length limit in tokens (default 512)\n"
-               "  --ctx N             context limit in tokens\n"
-               "  --threads N         CPU threads (default: all cores)\n" CLI_ACT_BITS_HELP CLI_SAMPLING_HELP CLI_SPEC_HELP
-               "commands in the conversation: /reset (forget it), /quit\n");
+    fprintf(f, "usage: turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [options]\n"
+               "  --system TEXT       system message of the conversation\n"
+               "  --no-think          no thinking block (enable_thinking=false)\n"
+               "  -n N                reply length limit in tokens (default 512)\n" CLI_SAMPLING_HELP);
+    cli_engine_help(f, CHAT_OPTS);
+    fprintf(f, "commands in the conversation: /reset (forget it), /quit\n");
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system = NULL;
-    int no_think = 0, n_ctx = 0, n_predict = 512, threads = 0, act_bits = 0;
-    cli_spec spec = CLI_SPEC_INIT;
+    const char *system = NULL;
+    int no_think = 0, n_predict = 512;
+    cli_engine eo;
+    cli_engine_init(&eo, "chat", CHAT_OPTS);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
@@ -90,23 +85,18 @@ int cmd_chat(int argc, char **argv) {
         int sr = cli_parse_sampling(argc, argv, &i, &gp, "chat");
         if (sr < 0) return 2;
         if (sr > 0) continue;
-        if ((sr = cli_parse_spec(argc, argv, &i, &spec, "chat")) < 0) return 2;
+        if ((sr = cli_engine_parse(argc, argv, &i, &eo)) < 0) return 2;
         if (sr > 0) continue;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
-        else if (!strcmp(a, "--system") && more) system = argv[++i];
+        if (!strcmp(a, "--system") && more) system = argv[++i];
         else if (!strcmp(a, "--no-think")) no_think = 1;
         else if (!strcmp(a, "-n") && more) ok = cli_parse_count(argv[++i], &n_predict);
-        else if (!strcmp(a, "--ctx") && more) ok = cli_parse_count(argv[++i], &n_ctx);
-        else if (!strcmp(a, "--threads") && more) ok = cli_parse_count(argv[++i], &threads);
-        else if (!strcmp(a, "--act-bits") && more) ok = cli_parse_act_bits(argv[++i], &act_bits);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "turbospark chat: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
         if (!ok) { fprintf(stderr, "turbospark chat: bad value '%s' for %s\n", argv[i], a); return 2; }
     }
     if (n_predict <= 0) { fprintf(stderr, "turbospark chat: -n must be > 0\n"); return 2; }
-    if (cli_spec_check(&spec, "chat")) return 2;
-    if (!model) model = cli_default_model();
-    if (!model) { fprintf(stderr, "turbospark chat: no model: pass -m DIR\n"); return 2; }
+    if (cli_engine_check(&eo)) return 2;
+    const char *model = eo.model;
 
     ts_error err = {0};
     ts_tokenizer *tok = NULL;
@@ -116,18 +106,16 @@ int cmd_chat(int argc, char **argv) {
     ts_detok *dt = NULL;
     ts_engine_params ep;
     ts_engine_params_default(&ep);
-    ep.n_threads = threads;
-    ep.act_bits = act_bits;
+    cli_engine_apply(&eo, &ep, NULL, NULL);
     int rc = ts_tokenizer_load(model, &tok, &err);
     if (!rc) rc = ts_chat_template_load(model, &tpl, &err);
     if (!rc) rc = ts_engine_open(model, &ep, &e, &err);
     if (!rc) {
         ts_session_params sp;
         ts_session_params_default(&sp);
-        sp.n_ctx = n_ctx;
         sp.checkpoint = 1; /* turns return to the history before the generation prompt */
-        cli_spec_apply(&spec, &sp, &gp); /* turns continue the session: drafting is exact there too (tested) */
-        if (spec.on && !ts_engine_info(e)->has_mtp) {
+        cli_engine_apply(&eo, NULL, &sp, &gp); /* turns continue the session: drafting is exact there too (tested) */
+        if (eo.spec.on && !ts_engine_info(e)->has_mtp) {
             rc = TS_E_UNSUPPORTED;
             snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         } else {
@@ -135,8 +123,14 @@ int cmd_chat(int argc, char **argv) {
         }
     }
     if (!rc) rc = ts_detok_new(tok, &dt, &err);
+    cli_reuse ru = {0};
+    if (!rc && cli_reuse_init(&ru, ts_session_n_ctx(s))) {
+        rc = TS_E_NOMEM;
+        snprintf(err.msg, sizeof err.msg, "out of memory");
+    }
     if (rc) {
         fprintf(stderr, "turbospark chat: %s\n", err.msg);
+        ts_detok_free(dt);
         ts_tokenizer_free(tok);
         ts_chat_template_free(tpl);
         ts_session_free(s);
@@ -149,8 +143,6 @@ int cmd_chat(int argc, char **argv) {
     gp.n_stop = n_stop;
     cJSON *msgs = cJSON_CreateArray();
     if (system) cli_chat_add(msgs, "system", system);
-    int32_t *hist = NULL; /* ids in the session's timeline */
-    int n_hist = 0;
     int tty = isatty(0);
     if (tty) fprintf(stderr, "turbospark chat: %s (/reset, /quit; Ctrl-D ends)\n", model);
     char *line;
@@ -163,7 +155,6 @@ int cmd_chat(int argc, char **argv) {
             msgs = cJSON_CreateArray();
             if (system) cli_chat_add(msgs, "system", system);
             ts_session_reset(s);
-            n_hist = 0;
             free(line);
             fprintf(stderr, "(conversation reset)\n");
             continue;
@@ -190,50 +181,27 @@ int cmd_chat(int argc, char **argv) {
         /* The history without the generation prompt ends where the next
          * turn's rendering may part from this one (the Qwen templates render
          * an earlier assistant turn without the think block the generation
-         * prompt opened). When it is a prefix of the prompt, the state there
-         * is saved (a checkpoint: the GDN state cannot be cut back later). */
-        int L0 = hids.n < ids.n ? hids.n : -1;
+         * prompt opened): the next checkpoint goes at its last grid point
+         * when it is a prefix of the prompt. */
+        int L0 = hids.n < ids.n ? hids.n : 0;
         for (int i = 0; L0 > 0 && i < L0; i++)
-            if (hids.ids[i] != ids.ids[i]) L0 = -1;
+            if (hids.ids[i] != ids.ids[i]) L0 = 0;
         ts_tokens_free(&hids);
-        /* Reuse the timeline when it is a prefix of the new prompt; else
-         * return to the checkpoint when that still matches; else restart. */
-        int keep = n_hist <= ids.n;
-        for (int i = 0; keep && i < n_hist; i++) keep = hist[i] == ids.ids[i];
-        if (!keep || n_hist == ids.n) {
-            int sv = ts_session_saved_pos(s);
-            int back = sv > 0 && sv <= n_hist && sv < ids.n;
-            for (int i = 0; back && i < sv; i++) back = hist[i] == ids.ids[i];
-            if (back && ts_session_restore(s, &err) == 0) {
-                n_hist = sv;
-            } else {
-                ts_session_reset(s);
-                n_hist = 0;
-            }
+        int cached, fed; /* prompt tokens restored, and fed before the generation call */
+        const double t0 = cli_now();
+        const int from = cli_reuse_prepare(&ru, s, ids.ids, ids.n, L0, &cached, &fed, &err);
+        const double t_fed = cli_now() - t0;
+        if (from < 0) {
+            fprintf(stderr, "turbospark chat: %s\n", err.msg);
+            cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
+            ts_tokens_free(&ids);
+            continue;
         }
-        int fed = 0; /* prompt tokens fed before the generation call */
-        double t_fed = 0;
-        if (L0 > n_hist) {
-            const double t0 = cli_now();
-            rc = ts_session_feed(s, ids.ids + n_hist, L0 - n_hist, NULL, NULL, &err);
-            if (!rc) rc = ts_session_save(s, &err);
-            if (rc) { /* a failed feed leaves no usable timeline */
-                fprintf(stderr, "turbospark chat: %s\n", err.msg);
-                cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
-                ts_session_reset(s);
-                n_hist = 0;
-                ts_tokens_free(&ids);
-                continue;
-            }
-            fed = L0 - n_hist;
-            t_fed = cli_now() - t0;
-            n_hist = L0;
-        }
-        turn t = {dt, stops, n_stop, NULL, 0, 0, NULL, 0, 0};
+        turn t = {dt, stops, n_stop, NULL, 0, 0};
         ts_detok_reset(dt);
         ts_gen_stats st;
         gp.n_predict = n_predict;
-        rc = ts_generate(s, ids.ids + n_hist, ids.n - n_hist, &gp, on_token, &t, &st, &err);
+        rc = ts_generate(s, ids.ids + from, ids.n - from, &gp, on_token, &t, &st, &err);
         const char *tail;
         size_t tl;
         ts_detok_flush(dt, &tail, &tl);
@@ -245,31 +213,20 @@ int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "turbospark chat: %s\n", err.msg);
             cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
             ts_session_reset(s);
-            n_hist = 0;
         } else {
             cli_chat_add(msgs, "assistant", t.text ? t.text : "");
-            /* timeline = prompt + generated ids except the last (never fed) */
-            int32_t *nh = realloc(hist, sizeof(int32_t) * (ids.n + t.n_gen));
-            if (nh) {
-                hist = nh;
-                memcpy(hist, ids.ids, sizeof(int32_t) * ids.n);
-                if (t.n_gen > 1) memcpy(hist + ids.n, t.gen, sizeof(int32_t) * (t.n_gen - 1));
-                n_hist = ids.n + (t.n_gen > 0 ? t.n_gen - 1 : 0);
-            } else {
-                ts_session_reset(s);
-                n_hist = 0;
-            }
-            fprintf(stderr, "[prompt %d new tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
-                    st.n_prompt + fed, st.n_gen, st.t_prefill + t_fed > 0 ? (st.n_prompt + fed) / (st.t_prefill + t_fed) : 0,
+            const int np = st.n_prompt + fed;
+            fprintf(stderr, "[prompt %d new token%s (%d cached), generated %d token%s; prefill %.1f tok/s, decode %.1f tok/s]\n",
+                    np, np == 1 ? "" : "s", cached, st.n_gen, st.n_gen == 1 ? "" : "s",
+                    st.t_prefill + t_fed > 0 ? np / (st.t_prefill + t_fed) : 0,
                     st.n_gen > 1 && st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0);
-            cli_spec_report(&spec, &gp, &st);
+            cli_spec_report(&eo.spec, &gp, &st);
         }
-        free(t.gen);
         free(t.text);
         ts_tokens_free(&ids);
     }
     cJSON_Delete(msgs);
-    free(hist);
+    cli_reuse_free(&ru);
     ts_detok_free(dt);
     ts_session_free(s);
     ts_engine_close(e);

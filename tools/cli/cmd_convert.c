@@ -11,7 +11,8 @@ static void usage(FILE *f) {
                "  Quantize the checkpoint directory SRC into a new install DST (MLX layout).\n"
                "  --bits   4 (default) or 8\n"
                "  --group  values per scale/bias; default 64, halved automatically until it divides\n"
-               "           every row (an explicit --group that does not divide a row is an error)\n");
+               "           every row (an explicit --group that does not divide a row is an error)\n"
+               "  --quiet  no progress bar or summary\n");
 }
 
 int cmd_convert(int argc, char **argv) {

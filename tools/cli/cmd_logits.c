@@ -1,4 +1,4 @@
-/* cmd_logits.c: `turbospark logits -m DIR --ids 1,2,3 -o FILE [--head main|mtp]`
+/* cmd_logits.c: `turbospark logits [-m DIR] --ids 1,2,3 -o FILE [--head main|mtp] [engine options]`
  *
  * Writes raw little-endian f32 logits: [n_ids, vocab] for the main head; for
  * --head mtp, row i is the MTP head for (token ids[i+1], main final hidden at
@@ -11,32 +11,45 @@
 #include "cli.h"
 #include "turbospark.h"
 
+#define LOGITS_OPTS (CLI_OPT_ENGINE | CLI_OPT_CHUNK)
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: turbospark logits [-m DIR] --ids 1,2,3 -o FILE [--head main|mtp] [options]\n"
+               "  --ids 1,2,3         the token ids, fed from position 0\n"
+               "  -o FILE             where the raw little-endian f32 logits go: [n, vocab] (main head),\n"
+               "                      [n - 1, vocab] (MTP head: row i for token i+1 with hidden i)\n"
+               "  --head main|mtp     which head (default main)\n");
+    cli_engine_help(f, LOGITS_OPTS);
+}
+
 int cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *ids_s = NULL, *outp = NULL, *head = "main";
-    ts_engine_params ep;
-    ts_engine_params_default(&ep);
+    const char *ids_s = NULL, *outp = NULL, *head = "main";
+    cli_engine eo;
+    cli_engine_init(&eo, "logits", LOGITS_OPTS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
+        int sr = cli_engine_parse(argc, argv, &i, &eo);
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--ids") && more) ids_s = argv[++i];
         else if (!strcmp(a, "-o") && more) outp = argv[++i];
         else if (!strcmp(a, "--head") && more) head = argv[++i];
-        else if (!strcmp(a, "--act-bits") && more) {
-            if (!cli_parse_act_bits(argv[++i], &ep.act_bits)) {
-                fprintf(stderr, "turbospark logits: --act-bits '%s': use 8, 16 or 24\n", argv[i]);
-                return 2;
-            }
-        }
         else {
-            fprintf(stderr, "turbospark logits: unknown or incomplete argument '%s'\n"
-                            "usage: turbospark logits -m DIR --ids 1,2,3 -o FILE [--head main|mtp] [--act-bits 8|16|24]\n", a);
+            fprintf(stderr, "turbospark logits: unknown or incomplete argument '%s'\n", a);
+            usage(stderr);
             return 2;
         }
     }
     int mtp = !strcmp(head, "mtp");
     if (!mtp && strcmp(head, "main")) { fprintf(stderr, "turbospark logits: --head must be main or mtp, not '%s'\n", head); return 2; }
-    if (!model || !ids_s || !outp) { fprintf(stderr, "turbospark logits: -m, --ids and -o are required\n"); return 2; }
+    if (!ids_s || !outp) { fprintf(stderr, "turbospark logits: --ids and -o are required\n"); return 2; }
+    if (cli_engine_check(&eo)) return 2;
+    const char *model = eo.model;
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    cli_engine_apply(&eo, &ep, NULL, NULL);
     int *ids = NULL;
     int n = cli_parse_ids(ids_s, &ids);
     if (n <= 0) { fprintf(stderr, "turbospark logits: --ids '%s' is not a list of token ids\n", ids_s); free(ids); return 2; }
@@ -48,6 +61,7 @@ int cmd_logits(int argc, char **argv) {
     int V = info->vocab_size, H = info->hidden_size;
     ts_session_params sp;
     ts_session_params_default(&sp);
+    cli_engine_apply(&eo, NULL, &sp, NULL);
     sp.n_ctx = n;
     sp.mtp = mtp;
     ts_session *s = NULL;

@@ -1,4 +1,4 @@
-/* cmd_perplexity.c: `turbospark perplexity -m DIR -f IDS_FILE [--mtp] [--json]`
+/* cmd_perplexity.c: `turbospark perplexity [-m DIR] -f IDS_FILE [--mtp] [--json] [engine options]`
  *
  * The held-out protocol of tools/train/heldout_eval.py, in the engine: each
  * line of IDS_FILE (comma-separated ids; '#' lines are comments) is one
@@ -31,38 +31,47 @@ static double nll(const float *row, int V, int target) {
     return -((double)row[target] - mx - log(s));
 }
 
+#define PPL_OPTS (CLI_OPT_ENGINE | CLI_OPT_CHUNK)
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: turbospark perplexity [-m DIR] -f IDS_FILE [--mtp] [--json] [options]\n"
+               "  -f IDS_FILE         one window of comma-separated ids per line ('#' lines: comments),\n"
+               "                      each scored from an empty state\n"
+               "  --mtp               also score the MTP head (top-1, agreement with the main head)\n"
+               "  --json              one JSON object instead of the text report\n");
+    cli_engine_help(f, PPL_OPTS);
+}
+
 int cmd_perplexity(int argc, char **argv) {
-    const char *model = NULL, *file = NULL;
-    int mtp = 0, json = 0, threads = 0, act_bits = 0;
+    const char *file = NULL;
+    int mtp = 0, json = 0;
+    cli_engine eo;
+    cli_engine_init(&eo, "perplexity", PPL_OPTS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
+        int sr = cli_engine_parse(argc, argv, &i, &eo);
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "-f") && more) file = argv[++i];
-        else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--act-bits") && more) {
-            if (!cli_parse_act_bits(argv[++i], &act_bits)) {
-                fprintf(stderr, "turbospark perplexity: --act-bits '%s': use 8, 16 or 24\n", argv[i]);
-                return 2;
-            }
-        }
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--json")) json = 1;
         else {
-            fprintf(stderr, "turbospark perplexity: unknown or incomplete argument '%s'\n"
-                            "usage: turbospark perplexity -m DIR -f IDS_FILE [--mtp] [--json] [--threads N] [--act-bits 8|16|24]\n", a);
+            fprintf(stderr, "turbospark perplexity: unknown or incomplete argument '%s'\n", a);
+            usage(stderr);
             return 2;
         }
     }
-    if (!model) model = cli_default_model();
-    if (!model || !file) { fprintf(stderr, "turbospark perplexity: -m DIR and -f IDS_FILE are required\n"); return 2; }
+    if (!file) { fprintf(stderr, "turbospark perplexity: -f IDS_FILE is required\n"); return 2; }
+    if (cli_engine_check(&eo)) return 2;
+    const char *model = eo.model;
     char *txt = cli_read_file(file);
     if (!txt) { fprintf(stderr, "turbospark perplexity: cannot read %s\n", file); return 1; }
     ts_error err = {0};
     ts_engine_params ep;
     ts_engine_params_default(&ep);
-    ep.n_threads = threads;
-    ep.act_bits = act_bits;
+    cli_engine_apply(&eo, &ep, NULL, NULL);
     ts_engine *e = NULL;
     if (ts_engine_open(model, &ep, &e, &err)) {
         fprintf(stderr, "turbospark perplexity: %s\n", err.msg);
@@ -92,6 +101,7 @@ int cmd_perplexity(int argc, char **argv) {
             s = NULL;
             ts_session_params sp;
             ts_session_params_default(&sp);
+            cli_engine_apply(&eo, NULL, &sp, NULL);
             sp.n_ctx = n;
             sp.mtp = mtp;
             cap = n;

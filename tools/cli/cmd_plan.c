@@ -14,8 +14,14 @@
 #include "cli.h"
 #include "turbospark.h"
 
-static void usage(void) {
-    fprintf(stderr, "usage: turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp --draft M] [--checkpoint]\n");
+#define PLAN_OPTS (CLI_OPT_MODEL | CLI_OPT_CTX | CLI_OPT_CHUNK | CLI_OPT_SPEC)
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp [--draft M]] [--checkpoint]\n"
+               "  the heap bytes the engine and one session will allocate, by category, and the weights\n"
+               "  mapped in place, from config.json and the safetensors headers only (nothing is loaded)\n"
+               "  --checkpoint        count a session checkpoint (what chat's and the server's sessions hold)\n");
+    cli_engine_help(f, PLAN_OPTS);
 }
 
 static const char *human(uint64_t b, char *buf, size_t cap) {
@@ -27,37 +33,23 @@ static const char *human(uint64_t b, char *buf, size_t cap) {
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *model = NULL, *spec = NULL;
-    int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0;
+    int checkpoint = 0;
+    cli_engine eo;
+    cli_engine_init(&eo, "plan", PLAN_OPTS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int more = i + 1 < argc;
-#define ARG(name) (!strcmp(a, name) && more)
-        if (ARG("-m") || ARG("--model")) model = argv[++i];
-        else if (ARG("--ctx")) n_ctx = atoi(argv[++i]);
-        else if (ARG("--chunk")) chunk = atoi(argv[++i]);
-        else if (ARG("--spec")) spec = argv[++i];
-        else if (ARG("--draft")) draft = atoi(argv[++i]);
-        else if (!strcmp(a, "--checkpoint")) checkpoint = 1; /* what chat's sessions hold */
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else { fprintf(stderr, "turbospark plan: unknown or incomplete argument '%s'\n", a); usage(); return 2; }
-#undef ARG
+        int sr = cli_engine_parse(argc, argv, &i, &eo);
+        if (sr < 0) return 2;
+        if (sr > 0) continue;
+        if (!strcmp(a, "--checkpoint")) checkpoint = 1; /* what chat's sessions hold */
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { fprintf(stderr, "turbospark plan: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
     }
-    if (spec && strcmp(spec, "mtp")) { fprintf(stderr, "turbospark plan: --spec '%s' is not supported (only 'mtp')\n", spec); return 2; }
-    if (draft != -1 && !spec) { fprintf(stderr, "turbospark plan: --draft needs --spec mtp\n"); return 2; }
-    if (spec && draft == -1) draft = 3;
-    if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
-        fprintf(stderr, "turbospark plan: --draft %d is outside 1..%d\n", draft, TS_SPEC_MAX_DRAFT);
-        return 2;
-    }
-    if (n_ctx < 0 || chunk < 0) { fprintf(stderr, "turbospark plan: --ctx and --chunk must be positive\n"); return 2; }
-    if (!model) model = cli_default_model();
-    if (!model) { fprintf(stderr, "turbospark plan: no model: pass -m DIR\n"); return 2; }
+    if (cli_engine_check(&eo)) return 2;
+    const char *model = eo.model;
     ts_session_params sp;
     ts_session_params_default(&sp);
-    sp.n_ctx = n_ctx;
-    sp.max_rows = chunk;
-    sp.spec_draft = spec ? draft : 0;
+    cli_engine_apply(&eo, NULL, &sp, NULL);
     sp.checkpoint = checkpoint;
     ts_mem_plan pl;
     ts_error err = {0};

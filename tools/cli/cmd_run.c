@@ -1,8 +1,7 @@
 /* cmd_run.c: `turbospark run`: generate from a prompt.
  *
- *   turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [sampling options]
- *                  [--chat [--system TEXT] [--no-think]] [--ctx N] [--threads N]
- *                  [--chunk N] [--spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]]
+ *   turbospark run [-m DIR] (-p TEXT | -f FILE | --ids 1,2,3) [-n N] [sampling options]
+ *                  [--chat [--system TEXT] [--no-think]] [engine options: cli.h, cli_engine]
  *                  [--print-ids] [-v]
  *
  * Text streams to stdout as it is generated (whole UTF-8 characters only);
@@ -19,25 +18,22 @@
 #include "cli.h"
 #include "turbospark.h"
 
+#define RUN_OPTS (CLI_OPT_ALL)
+
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: turbospark run [-m DIR] (-p TEXT | --ids 1,2,3) [-n N] [options]\n"
-            "  -m DIR              model directory (default: the bundled model)\n"
+            "usage: turbospark run [-m DIR] (-p TEXT | -f FILE | --ids 1,2,3) [-n N] [options]\n"
             "  -p TEXT             prompt text (needs tokenizer.json in DIR)\n"
             "  -f FILE             prompt text from a file ('-' = stdin), byte for byte\n"
-            "  --ids 1,2,3         prompt as token ids\n"
+            "  --ids 1,2,3         prompt as token ids (default: the id 1)\n"
             "  --chat              wrap -p in the model's chat template (a user turn)\n"
             "  --system TEXT       system message for --chat\n"
             "  --no-think          --chat without a thinking block (enable_thinking=false)\n"
             "  -n N                tokens to generate (default 64)\n"
             CLI_SAMPLING_HELP
-            "  --ctx N             context limit in tokens\n"
-            "  --chunk N           prompt rows per forward pass (default 64)\n"
-            CLI_SPEC_HELP
-            "  --threads N         CPU threads (default: all cores)\n"
-            CLI_ACT_BITS_HELP
             "  --print-ids         print generated ids instead of text\n"
             "  -v                  verbose loading (unused tensors)\n");
+    cli_engine_help(f, RUN_OPTS);
 }
 
 typedef struct {
@@ -65,20 +61,14 @@ static int on_token(void *user, int32_t id) {
     return 0;
 }
 
-static int parse_int(const char *s, int *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    *out = (int)v;
-    return end != s && *end == 0 && v >= -(1L << 30) && v <= (1L << 30);
-}
-
 /* file_prompt: the -f buffer, freed by cmd_run whichever way this returns */
 static int run_main(int argc, char **argv, char **file_prompt_out) {
-    const char *model = NULL, *ids_s = NULL, *prompt = NULL, *system = NULL;
+    const char *ids_s = NULL, *prompt = NULL, *system = NULL;
     char *file_prompt = NULL;
     int chat = 0, no_think = 0;
-    int n_predict = 64, n_ctx = 0, threads = 0, act_bits = 0, print_ids = 0, verbose = 0, chunk = 0;
-    cli_spec spec = CLI_SPEC_INIT;
+    int n_predict = 64, print_ids = 0, verbose = 0;
+    cli_engine eo;
+    cli_engine_init(&eo, "run", RUN_OPTS);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     for (int i = 1; i < argc; i++) {
@@ -87,11 +77,10 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         int sr = cli_parse_sampling(argc, argv, &i, &gp, "run");
         if (sr < 0) return 2;
         if (sr > 0) continue;
-        if ((sr = cli_parse_spec(argc, argv, &i, &spec, "run")) < 0) return 2;
+        if ((sr = cli_engine_parse(argc, argv, &i, &eo)) < 0) return 2;
         if (sr > 0) continue;
 #define ARG(name) (!strcmp(a, name) && more)
-        if (ARG("-m") || ARG("--model")) model = argv[++i];
-        else if (ARG("--ids")) ids_s = argv[++i];
+        if (ARG("--ids")) ids_s = argv[++i];
         else if (ARG("-p") || ARG("--prompt")) prompt = argv[++i];
         else if (ARG("-f") || ARG("--file")) {
             free(file_prompt);
@@ -99,11 +88,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
             if (!file_prompt) { fprintf(stderr, "turbospark run: cannot read prompt file %s\n", argv[i]); return 2; }
             prompt = file_prompt;
         }
-        else if (ARG("-n")) ok = parse_int(argv[++i], &n_predict) && n_predict >= 0;
-        else if (ARG("--ctx")) ok = parse_int(argv[++i], &n_ctx) && n_ctx >= 0;
-        else if (ARG("--threads")) ok = parse_int(argv[++i], &threads) && threads >= 0;
-        else if (ARG("--act-bits")) ok = cli_parse_act_bits(argv[++i], &act_bits);
-        else if (ARG("--chunk")) ok = parse_int(argv[++i], &chunk) && chunk >= 1;
+        else if (ARG("-n")) ok = cli_parse_count(argv[++i], &n_predict);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
@@ -114,9 +99,8 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         if (!ok) { fprintf(stderr, "turbospark run: bad value '%s' for %s\n", argv[i], a); return 2; }
 #undef ARG
     }
-    if (cli_spec_check(&spec, "run")) return 2;
-    if (!model) model = cli_default_model();
-    if (!model) { fprintf(stderr, "turbospark run: no model: pass -m DIR\n"); return 2; }
+    if (cli_engine_check(&eo)) return 2;
+    const char *model = eo.model;
     if (prompt && ids_s) { fprintf(stderr, "turbospark run: pass -p or --ids, not both\n"); return 2; }
     if ((chat || system || no_think) && !prompt) {
         fprintf(stderr, "turbospark run: --chat, --system and --no-think need a text prompt (-p)\n");
@@ -176,8 +160,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
 
     ts_engine_params ep;
     ts_engine_params_default(&ep);
-    ep.n_threads = threads;
-    ep.act_bits = act_bits;
+    cli_engine_apply(&eo, &ep, NULL, NULL);
     ep.verbose = verbose;
     ts_engine *e = NULL;
     ts_session *s = NULL;
@@ -189,13 +172,11 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         n_stop = cli_stop_ids(e, tok, stops, 16);
         ts_session_params sp;
         ts_session_params_default(&sp);
-        sp.n_ctx = n_ctx;
-        sp.max_rows = chunk;
-        if (spec.on && !ts_engine_info(e)->has_mtp) {
+        if (eo.spec.on && !ts_engine_info(e)->has_mtp) {
             rc = TS_E_UNSUPPORTED;
             snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         }
-        cli_spec_apply(&spec, &sp, &gp);
+        cli_engine_apply(&eo, NULL, &sp, &gp);
         if (!rc) rc = ts_session_new(e, &sp, &s, &err);
     }
     if (!rc && tok && !print_ids) rc = ts_detok_new(tok, &dt, &err);
@@ -219,9 +200,9 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     } else if (n_predict > 0) {
         double pf = stats.t_prefill > 0 ? stats.n_prompt / stats.t_prefill : 0;
         double dc = stats.n_gen > 1 && stats.t_decode > 0 ? (stats.n_gen - 1) / stats.t_decode : 0;
-        fprintf(stderr, "[prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s]\n",
-                stats.n_prompt, stats.n_gen, pf, dc);
-        cli_spec_report(&spec, &gp, &stats);
+        fprintf(stderr, "[prompt %d token%s, generated %d token%s; prefill %.1f tok/s, decode %.1f tok/s]\n",
+                stats.n_prompt, stats.n_prompt == 1 ? "" : "s", stats.n_gen, stats.n_gen == 1 ? "" : "s", pf, dc);
+        cli_spec_report(&eo.spec, &gp, &stats);
     }
     ts_detok_free(dt);
     ts_tokens_free(&pt);

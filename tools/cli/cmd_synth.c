@@ -9,7 +9,13 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: turbospark synth --shape SHAPE.json --out DIR [--bits 4|8|16] [--group 64] [--seed S] [--quiet]\n"
                "  Write a random-weight checkpoint of the shape (shapes/*.json) in the release layout.\n"
-               "  --bits 4 (default) or 8: quantized install; 16: bf16 checkpoint\n");
+               "  --shape FILE  a shape file: config.json-like text-config fields (shapes/*.json)\n"
+               "  --out DIR     the new checkpoint directory (must not exist)\n"
+               "  --bits B      4 (default) or 8: quantized install; 16: bf16 checkpoint\n"
+               "  --group G     values per scale/bias of a quantized install (default 64, halved until it\n"
+               "                divides every row)\n"
+               "  --seed S      random seed (default: a fixed one, so the same command gives the same bytes)\n"
+               "  --quiet       no progress bar or summary\n");
 }
 
 int cmd_synth(int argc, char **argv) {

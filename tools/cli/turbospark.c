@@ -1,5 +1,7 @@
 /* turbospark.c: command-line entry point; dispatches to tools/cli/cmd_*.c and tools/server/cmd_serve.c.
- * The command set and flags are the stable contract of design.md. */
+ * The command set and flags are the stable contract of design.md. Without a
+ * command it prints the usage (a first contact should say what there is, not
+ * start generating); every command answers --help with its options. */
 #include <stdio.h>
 #include <string.h>
 
@@ -22,18 +24,16 @@ static const command commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: turbospark COMMAND [options]   (turbospark COMMAND --help)\n\ncommands:\n");
+    fprintf(f, "usage: turbospark COMMAND [options]   (turbospark COMMAND --help lists its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nThe model is -m DIR (a Hugging Face checkpoint or an install made by convert); without it,\n"
+               "$TURBOSPARK_MODEL, else the bundled models/default (under the working directory or next to\n"
+               "the binary). Try: turbospark run -p \"Once upon a time\" -n 64\n");
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        /* No command: run the default model, as the README's first command does. */
-        char *def[] = {"run", NULL};
-        return cmd_run(1, def);
-    }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;
     }

@@ -1,9 +1,9 @@
 /* cmd_serve.c: `turbospark serve`: an OpenAI-compatible HTTP server.
  *
- *   turbospark serve -m DIR [--host 127.0.0.1] [--port 8080] [--ctx N]
+ *   turbospark serve [-m DIR] [--host 127.0.0.1] [--port 8080]
  *                    [--parallel N] [--queue N] [--max-tokens-limit N]
- *                    [--api-key KEY] [--threads N] [--max-idle N]
- *                    [--drain-timeout S] [-v]
+ *                    [--api-key KEY] [--max-idle N] [--drain-timeout S] [-v]
+ *                    [engine options: cli.h, cli_engine]
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
  * GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
@@ -161,27 +161,25 @@ static void conn_idle(struct MHD_Connection *c) {
     pthread_mutex_unlock(&g_idle.mu);
 }
 
+#define SERVE_OPTS (CLI_OPT_ALL)
+
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: turbospark serve -m DIR [options]\n"
-            "  -m DIR                 model directory (needs tokenizer.json)\n"
+            "usage: turbospark serve [-m DIR] [options]\n"
             "  --host H               address to listen on (default 127.0.0.1)\n"
             "  --port P               port (default 8080; 0 picks a free one)\n"
-            "  --ctx N                context limit per session (default min(4096, model max))\n"
             "  --parallel N           sessions, i.e. requests generated at once (default 1)\n"
             "  --queue N              requests that may wait for a session (default 16); beyond: 503\n"
             "  --max-tokens-limit N   largest max_tokens a request may ask for (default: the context)\n"
             "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/\n"
-            "  --threads N            CPU threads (default: all cores)\n"
-            "  --act-bits N           activation precision of quantized products: 8 (default), 16 or 24\n"
-            "  --spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]\n"
-            "                         every generation drafts with the MTP head (as in run;\n"
-            "                         output unchanged, sampled requests keep their distribution)\n"
             "  --max-idle N           connections that may sit idle (no complete request; default 256);\n"
             "                         beyond, the one idle longest is closed (never one being served)\n"
             "  --drain-timeout S      on SIGTERM/SIGINT: queued requests get 503 at once, running ones\n"
             "                         may finish for S seconds (default 10), then end with an error\n"
-            "  -v                     log every request on stderr\n");
+            "  -v                     log every request on stderr\n"
+            "engine options (per session; with --spec mtp every generation drafts with the MTP head,\n"
+            "as in run: output unchanged, sampled requests keep their distribution):\n");
+    cli_engine_help(f, SERVE_OPTS);
 }
 
 /* ---- responses ----------------------------------------------------------------- */
@@ -603,28 +601,24 @@ static int parse_int(const char *s, int lo, int *out) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL;
-    int port = 8080, n_ctx = 0, parallel = 1, queue = 16, max_tokens_limit = 0, threads = 0, verbose = 0,
-        act_bits = 0;
+    const char *host = "127.0.0.1", *api_key = NULL;
+    int port = 8080, parallel = 1, queue = 16, max_tokens_limit = 0, verbose = 0;
+    cli_engine eo;
+    cli_engine_init(&eo, "serve", SERVE_OPTS);
     double drain_s = 10;
-    cli_spec spec = CLI_SPEC_INIT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc, ok = 1;
-        int sr = cli_parse_spec(argc, argv, &i, &spec, "serve");
+        int sr = cli_engine_parse(argc, argv, &i, &eo);
         if (sr < 0) return 2;
         if (sr > 0) continue;
 #define ARG(name) (!strcmp(a, name) && more)
-        if (ARG("-m") || ARG("--model")) model = argv[++i];
-        else if (ARG("--host")) host = argv[++i];
+        if (ARG("--host")) host = argv[++i];
         else if (ARG("--port")) ok = parse_int(argv[++i], 0, &port) && port <= 65535;
-        else if (ARG("--ctx")) ok = parse_int(argv[++i], 0, &n_ctx);
         else if (ARG("--parallel")) ok = parse_int(argv[++i], 1, &parallel) && parallel <= 256;
         else if (ARG("--queue")) ok = parse_int(argv[++i], 0, &queue) && queue <= 65536;
         else if (ARG("--max-tokens-limit")) ok = parse_int(argv[++i], 1, &max_tokens_limit);
         else if (ARG("--api-key")) api_key = argv[++i];
-        else if (ARG("--threads")) ok = parse_int(argv[++i], 0, &threads);
-        else if (ARG("--act-bits")) ok = cli_parse_act_bits(argv[++i], &act_bits);
         else if (ARG("--max-idle")) ok = parse_int(argv[++i], 1, &g_idle.max_idle) && g_idle.max_idle <= 4096;
         else if (ARG("--drain-timeout")) {
             char *end;
@@ -637,10 +631,9 @@ int cmd_serve(int argc, char **argv) {
         if (!ok) { fprintf(stderr, "turbospark serve: bad value '%s' for %s\n", argv[i], a); return 2; }
 #undef ARG
     }
-    if (!model) model = cli_default_model();
-    if (!model) { fprintf(stderr, "turbospark serve: no model: pass -m DIR\n"); return 2; }
+    if (cli_engine_check(&eo)) return 2;
+    const char *model = eo.model;
     if (api_key && !*api_key) { fprintf(stderr, "turbospark serve: --api-key is empty\n"); return 2; }
-    if (cli_spec_check(&spec, "serve")) return 2;
 
     /* Resolve the address before loading anything. */
     struct addrinfo hints, *ai = NULL;
@@ -665,12 +658,13 @@ int cmd_serve(int argc, char **argv) {
     memset(&S, 0, sizeof S);
     srv *s = &S;
     s->model_dir = model;
-    s->n_ctx = n_ctx;
+    s->n_ctx = eo.n_ctx;
+    s->chunk = eo.chunk;
     s->parallel = parallel;
     s->queue_cap = queue;
     s->api_key = api_key;
     s->verbose = verbose;
-    s->spec = spec;
+    s->spec = eo.spec;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->tpl_mu, NULL);
@@ -696,11 +690,10 @@ int cmd_serve(int argc, char **argv) {
     int rc = 0;
     ts_engine_params ep;
     ts_engine_params_default(&ep);
-    ep.n_threads = threads;
-    ep.act_bits = act_bits;
+    cli_engine_apply(&eo, &ep, NULL, NULL);
     struct MHD_Daemon *d = NULL;
     if ((rc = ts_engine_open(model, &ep, &s->e, &err))) goto out;
-    if (spec.on && !ts_engine_info(s->e)->has_mtp) {
+    if (eo.spec.on && !ts_engine_info(s->e)->has_mtp) {
         rc = TS_E_UNSUPPORTED;
         snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         goto out;
@@ -709,11 +702,11 @@ int cmd_serve(int argc, char **argv) {
         /* the engine accepts any context it can allocate, but positions past
          * the model's trained length give garbage, not an error */
         const int max_pos = ts_engine_info(s->e)->max_position_embeddings;
-        if (max_pos > 0 && n_ctx > max_pos) {
+        if (max_pos > 0 && eo.n_ctx > max_pos) {
             rc = TS_E_ARG;
             snprintf(err.msg, sizeof err.msg,
                      "--ctx %d is above the model's limit of %d tokens (max_position_embeddings of %s/config.json)",
-                     n_ctx, max_pos, model);
+                     eo.n_ctx, max_pos, model);
             goto out;
         }
     }

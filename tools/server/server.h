@@ -84,6 +84,7 @@ struct srv {
     int32_t stop_ids[16];
     int n_stop_ids;
     int n_ctx, parallel, queue_cap, max_tokens_limit;
+    int chunk;                    /* --chunk: session max_rows, the prefill grid (0 = default) */
     const char *api_key;
     int n_vocab, verbose;
     cli_spec spec;                /* --spec mtp ...: every generation drafts with the MTP head */
