@@ -1,39 +1,54 @@
 /* test_plan.c: the memory plan (src/engine/plan.c) against the allocator's counters.
  *
- * For both tiny fixtures, with and without drafting, several contexts and
- * chunk sizes: ts_mem_plan_dir's bytes per category equal, to the byte, what
- * ts_engine_open + ts_session_new make ts_mem_used() count; the plan itself
- * leaves nothing allocated; with drafting the total grows by exactly the
- * plan's drafter part, and without it the drafter categories (spec, mtp) are
- * empty. The CLI prints the same totals.
+ * For both tiny fixtures and a quantized MoE, with and without drafting,
+ * several contexts and chunk sizes: ts_mem_plan_dir's bytes per domain and
+ * category equal, to the byte, what ts_engine_open + ts_session_new make
+ * ts_mem_used_in() count; the plan itself leaves nothing allocated; an
+ * option that is off (drafting, the MTP cache, the checkpoint, chunked
+ * prefill) adds no byte and no line. For a shape (no checkpoint),
+ * ts_mem_plan_shape equals ts_mem_plan_dir of the install `synth` writes
+ * for it, item by item; the planned tensor index equals the one opened from
+ * written shards. The released shapes' totals are frozen in
+ * tests/plan_shapes.txt. The CLI prints the same totals, and its --help
+ * lists its options.
  */
 #include <unistd.h>
 
 #include "engine/engine.h"
 #include "kernels.h"
+#include "loader/safetensors.h"
+#include "loader/st_writer.h"
 #include "ts_test.h"
 
-typedef struct { int ctx, chunk, draft, checkpoint; } cfg;
+typedef struct { int ctx, chunk, draft, checkpoint, mtp; } cfg;
+
+static void params(cfg c, ts_session_params *sp) {
+    ts_session_params_default(sp);
+    sp->n_ctx = c.ctx;
+    sp->max_rows = c.chunk;
+    sp->spec_draft = c.draft;
+    sp->checkpoint = c.checkpoint;
+    sp->mtp = c.mtp;
+}
 
 static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
     ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = c.ctx;
-    sp.max_rows = c.chunk;
-    sp.spec_draft = c.draft;
-    sp.checkpoint = c.checkpoint;
+    params(c, &sp);
     /* the kernels' workspace is shared by a process's sessions: measure this
      * session's reservation from an empty one */
     ts_kernels_release();
-    size_t before[TS_MEM_N];
-    for (int k = 0; k < TS_MEM_N; k++) before[k] = ts_mem_used((ts_mem_cat)k);
+    size_t before[TS_DOM_N][TS_MEM_N];
+    for (int d = 0; d < TS_DOM_N; d++)
+        for (int k = 0; k < TS_MEM_N; k++) before[d][k] = ts_mem_used_in((ts_mem_domain)d, (ts_mem_cat)k);
     ts_error err = {0};
     if (ts_mem_plan_dir(dir, &sp, out, &err)) { ts_test_fail(__FILE__, __LINE__, "%s", err.msg); return -1; }
-    for (int k = 0; k < TS_MEM_N; k++)
-        if (ts_mem_used((ts_mem_cat)k) != before[k]) {
-            ts_test_fail(__FILE__, __LINE__, "the plan left %s bytes allocated", ts_mem_cat_name((ts_mem_cat)k));
-            return -1;
-        }
+    for (int d = 0; d < TS_DOM_N; d++)
+        for (int k = 0; k < TS_MEM_N; k++)
+            if (ts_mem_used_in((ts_mem_domain)d, (ts_mem_cat)k) != before[d][k]) {
+                ts_test_fail(__FILE__, __LINE__, "the plan left %s %s bytes allocated", ts_mem_domain_name((ts_mem_domain)d),
+                             ts_mem_cat_name((ts_mem_cat)k));
+                return -1;
+            }
     ts_engine *e = NULL;
     ts_session *s = NULL;
     if (ts_engine_open(dir, NULL, &e, &err) || ts_session_new(e, &sp, &s, &err)) {
@@ -42,43 +57,55 @@ static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
         return -1;
     }
     int bad = 0;
-    uint64_t sum = 0;
-    for (int k = 0; k < TS_MEM_N; k++) {
-        size_t got = ts_mem_used((ts_mem_cat)k) - before[k];
-        sum += out->cat_bytes[k];
-        if (got != out->cat_bytes[k]) {
-            ts_test_fail(__FILE__, __LINE__, "%s ctx %d chunk %d draft %d: %s: plan %llu bytes, allocated %zu", dir, c.ctx,
-                         c.chunk, c.draft, ts_mem_cat_name((ts_mem_cat)k), (unsigned long long)out->cat_bytes[k], got);
-            bad = 1;
+    uint64_t sum = 0, dsum = 0;
+    for (int d = 0; d < TS_DOM_N; d++) {
+        uint64_t in_dom = 0;
+        for (int k = 0; k < TS_MEM_N; k++) {
+            size_t got = ts_mem_used_in((ts_mem_domain)d, (ts_mem_cat)k) - before[d][k];
+            sum += out->bytes[d][k];
+            in_dom += out->bytes[d][k];
+            if (got != out->bytes[d][k]) {
+                ts_test_fail(__FILE__, __LINE__, "%s ctx %d chunk %d draft %d: %s %s: plan %llu bytes, allocated %zu", dir,
+                             c.ctx, c.chunk, c.draft, ts_mem_domain_name((ts_mem_domain)d),
+                             ts_mem_cat_name((ts_mem_cat)k), (unsigned long long)out->bytes[d][k], got);
+                bad = 1;
+            }
         }
+        if (in_dom != out->dom_bytes[d]) bad = 1;
+        dsum += out->dom_bytes[d];
     }
-    if (sum != out->total_bytes || out->engine_bytes + out->session_bytes != out->total_bytes) {
+    uint64_t csum = 0, isum = 0;
+    for (int k = 0; k < TS_MEM_N; k++) csum += out->cat_bytes[k];
+    for (int i = 0; i < out->n_items; i++) isum += out->items[i].bytes;
+    if (sum != out->total_bytes || dsum != sum || csum != sum || isum != sum ||
+        out->engine_bytes + out->session_bytes != out->total_bytes) {
         ts_test_fail(__FILE__, __LINE__, "plan totals do not add up");
         bad = 1;
     }
     ts_session_free(s);
     ts_engine_close(e);
     ts_kernels_release();
-    for (int k = 0; k < TS_MEM_N; k++)
-        if (ts_mem_used((ts_mem_cat)k) != before[k]) {
-            ts_test_fail(__FILE__, __LINE__, "%s bytes left after closing", ts_mem_cat_name((ts_mem_cat)k));
-            bad = 1;
-        }
+    for (int d = 0; d < TS_DOM_N; d++)
+        for (int k = 0; k < TS_MEM_N; k++)
+            if (ts_mem_used_in((ts_mem_domain)d, (ts_mem_cat)k) != before[d][k]) {
+                ts_test_fail(__FILE__, __LINE__, "%s bytes left after closing", ts_mem_cat_name((ts_mem_cat)k));
+                bad = 1;
+            }
     return bad ? -1 : 0;
 }
 
 TS_TEST(plan, equals_allocations) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
-    static const cfg cfgs[] = {{0, 0, 0, 0}, {300, 7, 0, 0}, {1000, 1, 0, 0}, {512, 64, 0, 0}};
+    static const cfg cfgs[] = {{0, 0, 0, 0, 0}, {300, 7, 0, 0, 0}, {1000, 1, 0, 0, 0}, {512, 64, 0, 0, 0}};
     for (int f = 0; f < 2; f++)
         for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
             ts_mem_plan off, on;
             cfg c = cfgs[i];
             c.draft = 0;
             CHECK(check_one(fx[f], c, &off) == 0);
-            CHECK_MSG(off.drafter_bytes == 0 && off.cat_bytes[TS_MEMCAT_SPEC] == 0 && off.cat_bytes[TS_MEMCAT_MTP] == 0,
+            CHECK_MSG(off.drafter_bytes == 0 && off.cat_bytes[TS_MEM_SPEC] == 0 && off.cat_bytes[TS_MEM_MTP] == 0,
                       "without drafting: drafter %llu, spec %llu, mtp %llu bytes", (unsigned long long)off.drafter_bytes,
-                      (unsigned long long)off.cat_bytes[TS_MEMCAT_SPEC], (unsigned long long)off.cat_bytes[TS_MEMCAT_MTP]);
+                      (unsigned long long)off.cat_bytes[TS_MEM_SPEC], (unsigned long long)off.cat_bytes[TS_MEM_MTP]);
             for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M += 3) {
                 c.draft = M;
                 CHECK(check_one(fx[f], c, &on) == 0);
@@ -86,7 +113,7 @@ TS_TEST(plan, equals_allocations) {
                           "%s ctx %d chunk %d draft %d: drafting adds %llu bytes, the plan's drafter part is %llu", fx[f],
                           c.ctx, c.chunk, M, (unsigned long long)(on.total_bytes - off.total_bytes),
                           (unsigned long long)on.drafter_bytes);
-                CHECK(on.cat_bytes[TS_MEMCAT_SPEC] > 0 && on.cat_bytes[TS_MEMCAT_MTP] > 0);
+                CHECK(on.cat_bytes[TS_MEM_SPEC] > 0 && on.cat_bytes[TS_MEM_MTP] > 0);
                 CHECK(on.engine_bytes == off.engine_bytes);
             }
             /* a checkpoint adds exactly one copy of the GDN states (the
@@ -94,11 +121,11 @@ TS_TEST(plan, equals_allocations) {
             c.draft = 0;
             c.checkpoint = 1;
             CHECK(check_one(fx[f], c, &on) == 0);
-            CHECK_MSG(off.cat_bytes[TS_MEMCAT_GDN] > 0 && on.cat_bytes[TS_MEMCAT_GDN] == 2 * off.cat_bytes[TS_MEMCAT_GDN] &&
-                          on.total_bytes - off.total_bytes == off.cat_bytes[TS_MEMCAT_GDN] && on.drafter_bytes == 0,
+            CHECK_MSG(off.cat_bytes[TS_MEM_GDN] > 0 && on.cat_bytes[TS_MEM_GDN] == 2 * off.cat_bytes[TS_MEM_GDN] &&
+                          on.total_bytes - off.total_bytes == off.cat_bytes[TS_MEM_GDN] && on.drafter_bytes == 0,
                       "%s: checkpoint adds %llu bytes, GDN states %llu", fx[f],
                       (unsigned long long)(on.total_bytes - off.total_bytes),
-                      (unsigned long long)off.cat_bytes[TS_MEMCAT_GDN]);
+                      (unsigned long long)off.cat_bytes[TS_MEM_GDN]);
         }
 }
 
@@ -115,14 +142,33 @@ TS_TEST(plan, cli) {
     ts_kernels_release(); /* a fresh process, as the CLI is, has reserved no kernel workspace yet */
     CHECK(ts_mem_plan_dir("tests/fixtures/tiny-dense", &sp, &pl, &err) == 0);
     char want[64];
-    snprintf(want, sizeof want, "%-13s %14llu", "total heap", (unsigned long long)pl.total_bytes);
-    CHECK_MSG(strstr(out, want) && strstr(out, "[drafter]") && strstr(out, "kv_cache"), "%s", out);
+    snprintf(want, sizeof want, "%-13s %16llu", "total heap", (unsigned long long)pl.total_bytes);
+    CHECK_MSG(strstr(out, want) && strstr(out, "  [drafter]") && strstr(out, "kv_cache") && strstr(out, "device"), "%s", out);
+    rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --ctx 256 --spec mtp --draft 4 --json", ts_test_bin());
+    snprintf(want, sizeof want, "\"total_bytes\": %llu,", (unsigned long long)pl.total_bytes);
+    CHECK_MSG(rc == 0 && out[0] == '{' && strstr(out, want) && strstr(out, "\"pinned\": {\"total\": 0"), "%s", out);
     rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense", ts_test_bin());
-    CHECK_MSG(rc == 0 && !strstr(out, "[drafter]"), "%s", out);
-    rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --spec mtp --draft 0", ts_test_bin());
-    CHECK_MSG(rc != 0 && strstr(out, "outside 1..8"), "%s", out);
-    rc = ts_test_sh(out, sizeof out, "%s plan -m /nonexistent", ts_test_bin());
-    CHECK_MSG(rc != 0 && strstr(out, "/nonexistent"), "%s", out);
+    CHECK_MSG(rc == 0 && !strstr(out, "  [drafter]"), "%s", out);
+    static const struct { const char *args, *msg; } bad[] = {
+        {"-m tests/fixtures/tiny-dense --spec mtp --draft 0", "outside 1..8"},
+        {"-m /nonexistent", "/nonexistent"},
+        {"--shape /nonexistent.json", "/nonexistent.json"},
+        {"--shape tests/fixtures/quant/tiny-shape.json --bits 5", "--bits 5"},
+        {"-m tests/fixtures/tiny-dense --bits 8", "go with --shape"},
+        {"-m tests/fixtures/tiny-dense --shape tests/fixtures/quant/tiny-shape.json", "not both"},
+        {"--shape tests/fixtures/quant/bad-heads.json", "bad-heads.json"},
+        {"--ctx x", "not a count"},
+        {"--frobnicate", "unknown argument"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rc = ts_test_sh(out, sizeof out, "%s plan %s", ts_test_bin(), bad[i].args);
+        CHECK_MSG(rc != 0 && strstr(out, bad[i].msg), "plan %s: rc %d: %s", bad[i].args, rc, out);
+    }
+    /* --help lists every option */
+    rc = ts_test_sh(out, sizeof out, "%s plan --help", ts_test_bin());
+    static const char *opts[] = {"-m, --model", "--shape", "--bits", "--group", "--ctx", "--chunk", "--spec", "--draft",
+                                 "--checkpoint", "--json"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) CHECK_MSG(rc == 0 && strstr(out, opts[i]), "%s missing: %s", opts[i], out);
 }
 
 /* On a fresh session of dir (n_ctx, drafting M): a prompt of P ids in one
@@ -180,7 +226,7 @@ TS_TEST(plan, quantized_moe) {
     ts_error err = {0};
     if (access(dir, F_OK) != 0) CHECK_MSG(ts_convert("tests/fixtures/tiny-moe", dir, &p, &err) == 0, "%s", err.msg);
     ts_mem_plan pl;
-    cfg c0 = {300, 7, 0, 0}, c3 = {300, 7, 3, 0};
+    cfg c0 = {300, 7, 0, 0, 0}, c3 = {300, 7, 3, 0, 0};
     CHECK(check_one(dir, c0, &pl) == 0);
     CHECK(check_one(dir, c3, &pl) == 0);
     ts_kernels_release();
