@@ -233,3 +233,155 @@ TS_TEST(plan, quantized_moe) {
     token_loop(dir, 256, 2, 30, 5, 200, 20);
     ts_kernels_release();
 }
+
+/* ---- plans without a checkpoint ---- */
+
+/* ts_mem_plan_shape equals ts_mem_plan_dir of the install synth writes for
+ * the shape, byte for byte (every item and total), and that equals the
+ * allocations (check_one), for a dense and a MoE shape at every width. */
+TS_TEST(plan, shape_equals_synth) {
+    static const char *shapes[] = {"tiny-shape", "tiny-moe-shape"};
+    static const cfg cfgs[] = {{300, 7, 0, 0, 0}, {300, 7, 3, 1, 0}};
+    for (int si = 0; si < 2; si++)
+        for (int bits = 4; bits <= 16; bits += 4) {
+            if (bits == 12) continue;
+            char shape[256], dir[512];
+            snprintf(shape, sizeof shape, "tests/fixtures/quant/%s.json", shapes[si]);
+            snprintf(dir, sizeof dir, "%s/plan-synth-%s-%d", ts_test_tmpdir(), shapes[si], bits);
+            ts_convert_params p;
+            ts_convert_params_default(&p);
+            p.bits = bits;
+            p.quiet = 1;
+            ts_error err = {0};
+            if (access(dir, F_OK) != 0) CHECK_MSG(ts_synth(shape, dir, &p, &err) == 0, "%s", err.msg);
+            for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+                ts_session_params sp;
+                params(cfgs[i], &sp);
+                static ts_mem_plan a, b;
+                ts_kernels_release();
+                CHECK_MSG(ts_mem_plan_shape(shape, bits, 0, dir, &sp, &a, &err) == 0, "%s", err.msg);
+                CHECK_MSG(ts_mem_plan_dir(dir, &sp, &b, &err) == 0, "%s", err.msg);
+                CHECK(a.n_items == b.n_items && a.n_items > 10);
+                for (int k = 0; k < a.n_items; k++)
+                    CHECK_MSG(!strcmp(a.items[k].name, b.items[k].name) && a.items[k].bytes == b.items[k].bytes &&
+                                  a.items[k].count == b.items[k].count,
+                              "%s %d bits: '%s' %llu bytes (shape) vs '%s' %llu (install)", shape, bits, a.items[k].name,
+                              (unsigned long long)a.items[k].bytes, b.items[k].name, (unsigned long long)b.items[k].bytes);
+                CHECK_MSG(memcmp(&a, &b, sizeof a) == 0 && a.mapped_bytes > 0, "%s %d bits: plans differ", shape, bits);
+                CHECK(check_one(dir, cfgs[i], &b) == 0);
+            }
+        }
+}
+
+/* The planned index (no files) is the one ts_st_open_dir builds from the
+ * shards ts_stw_write writes: same files, tensors, offsets, copies of the
+ * misaligned ones, and heap bytes. Many shards, and f32 tensors after odd
+ * bf16 ones (misaligned: the reader copies them). */
+static int zero_fill(void *ctx, const ts_stw_tensor *t, int idx, void *buf, ts_error *err) {
+    (void)ctx; (void)idx; (void)err;
+    memset(buf, 0, t->nbytes);
+    return 0;
+}
+
+TS_TEST(plan, planned_index_equals_written) {
+    enum { N = 700 };
+    static ts_stw_tensor t[N];
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < N; i++) {
+        snprintf(t[i].name, sizeof t[i].name, "model.layers.%d.some_tensor_%d.weight", i / 3, i);
+        t[i].dtype = i % 2 ? TS_DTYPE_F32 : TS_DTYPE_BF16;
+        t[i].n_dims = 2;
+        t[i].shape[0] = 1 + i % 3;
+        t[i].shape[1] = 3 + i % 5;
+        t[i].unit = i / 2;
+    }
+    int ns = ts_stw_plan(t, N, 4000);
+    CHECK(ns > 3);
+    char dir[512], cmd[1100];
+    snprintf(dir, sizeof dir, "%s/plan-index", ts_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    CHECK(system(cmd) == 0);
+    ts_error err = {0};
+    CHECK_MSG(ts_stw_write(dir, t, N, ns, zero_fill, NULL, NULL, &err) == 0, "%s", err.msg);
+    size_t m0[TS_MEM_N], m1[TS_MEM_N], m2[TS_MEM_N];
+    for (int k = 0; k < TS_MEM_N; k++) m0[k] = ts_mem_used((ts_mem_cat)k);
+    ts_st_set *a = NULL, *b = NULL;
+    CHECK_MSG(ts_st_open_dir(dir, &a, &err) == 0, "%s", err.msg);
+    for (int k = 0; k < TS_MEM_N; k++) m1[k] = ts_mem_used((ts_mem_cat)k);
+    CHECK_MSG(ts_st_open_planned(dir, t, N, ns, &b, &err) == 0, "%s", err.msg);
+    for (int k = 0; k < TS_MEM_N; k++) m2[k] = ts_mem_used((ts_mem_cat)k);
+    int bad = a->n_files != b->n_files || a->n_tensors != b->n_tensors || a->hash_cap != b->hash_cap;
+    for (int k = 0; k < TS_MEM_N; k++) bad |= m1[k] - m0[k] != m2[k] - m1[k];
+    for (int i = 0; !bad && i < a->n_files; i++) bad |= strcmp(a->files[i].path, b->files[i].path) != 0;
+    int owned = 0;
+    for (int i = 0; !bad && i < a->n_tensors; i++) {
+        const ts_st_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+        bad |= strcmp(x->name, y->name) || x->dtype != y->dtype || x->n_dims != y->n_dims || x->nbytes != y->nbytes ||
+               x->off != y->off || x->file != y->file || !x->owned != !y->owned ||
+               memcmp(x->shape, y->shape, sizeof x->shape);
+        owned += x->owned != NULL;
+    }
+    ts_st_close(a);
+    ts_st_close(b);
+    CHECK_MSG(!bad, "the planned index differs from the one read from %s", dir);
+    CHECK_MSG(owned > 0, "no misaligned tensor was exercised");
+}
+
+/* An option that is off adds no byte and no line; turned on, it adds its
+ * own lines and changes no other (drafting's extra rows are lines of their
+ * own), and the allocations still equal the plan. */
+static int has_item(const ts_mem_plan *p, const char *prefix) {
+    for (int i = 0; i < p->n_items; i++)
+        if (!strncmp(p->items[i].name, prefix, strlen(prefix))) return 1;
+    return 0;
+}
+
+static void off_subset_of_on(const ts_mem_plan *off, const ts_mem_plan *on, const char *what) {
+    for (int i = 0; i < off->n_items; i++) {
+        int found = 0;
+        for (int j = 0; j < on->n_items; j++)
+            if (!strcmp(off->items[i].name, on->items[j].name) && off->items[i].engine == on->items[j].engine) {
+                found = 1;
+                CHECK_MSG(off->items[i].bytes == on->items[j].bytes, "%s changes '%s': %llu -> %llu bytes", what,
+                          off->items[i].name, (unsigned long long)off->items[i].bytes,
+                          (unsigned long long)on->items[j].bytes);
+            }
+        CHECK_MSG(found, "%s drops '%s'", what, off->items[i].name);
+    }
+}
+
+TS_TEST(plan, options_off_add_nothing) {
+    static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
+    for (int f = 0; f < 2; f++) {
+        static ts_mem_plan off, on;
+        cfg c = {300, 7, 0, 0, 0};
+        CHECK(check_one(fx[f], c, &off) == 0);
+        CHECK(off.drafter_bytes == 0 && off.cat_bytes[TS_MEM_MTP] == 0 && off.cat_bytes[TS_MEM_SPEC] == 0 &&
+              off.cat_bytes[TS_MEM_EXPERT_CACHE] == 0);
+        CHECK(!has_item(&off, "checkpoint") && !has_item(&off, "MTP") && !has_item(&off, "verify"));
+        for (int i = 0; i < off.n_items; i++) CHECK(!off.items[i].drafter && off.items[i].bytes > 0);
+        for (int d = 1; d < TS_DOM_N; d++) CHECK(off.dom_bytes[d] == 0); /* the CPU backend: host only */
+        cfg m = c;
+        m.mtp = 1; /* the MTP head's cache alone */
+        CHECK(check_one(fx[f], m, &on) == 0);
+        CHECK(on.cat_bytes[TS_MEM_MTP] > 0 && on.drafter_bytes == 0 && has_item(&on, "MTP KV cache"));
+        off_subset_of_on(&off, &on, "mtp");
+        cfg k = c;
+        k.checkpoint = 1;
+        CHECK(check_one(fx[f], k, &on) == 0);
+        CHECK(has_item(&on, "checkpoint") && on.n_items == off.n_items + 1);
+        off_subset_of_on(&off, &on, "checkpoint");
+        cfg s = c;
+        s.draft = 3;
+        CHECK(check_one(fx[f], s, &on) == 0);
+        off_subset_of_on(&off, &on, "drafting");
+        uint64_t added = 0;
+        for (int j = 0; j < on.n_items; j++) added += on.items[j].drafter ? on.items[j].bytes : 0;
+        CHECK(added == on.drafter_bytes && on.total_bytes - off.total_bytes == added);
+        /* one row per pass: no chunked-prefill buffers */
+        cfg r = c;
+        r.chunk = 1;
+        CHECK(check_one(fx[f], r, &on) == 0);
+        CHECK(has_item(&off, "chunked prefill") && !has_item(&on, "chunked prefill"));
+    }
+}
