@@ -385,3 +385,110 @@ TS_TEST(plan, options_off_add_nothing) {
         CHECK(has_item(&off, "chunked prefill") && !has_item(&on, "chunked prefill"));
     }
 }
+
+/* ---- the frozen table: every released shape's plan ----
+ * tests/plan_shapes.txt holds, for every shape file in shapes/ at INT4 (group 64,
+ * chunk 64 rows) x three contexts x drafting off / MTP with 3 drafts, the
+ * install's bytes and the heap bytes by category. A change of any size
+ * fails this test until the table is regenerated on purpose:
+ *   TS_PLAN_FREEZE=1 build/ts_test plan     (then review `git diff tests/plan_shapes.txt`)
+ * Left out, because they are not the model's: misc (descriptor structs and
+ * the tensor index, which change with any struct) and the [backend] lines
+ * (packed copies, workspace: the machine's kernel mode and thread count). */
+#include <dirent.h>
+
+#define FROZEN "tests/plan_shapes.txt"
+static const int frozen_ctx[] = {4096, 32768, 262144};
+static const int frozen_draft[] = {0, 3};
+
+static int frozen_line(const char *shape, int ctx, int draft, char *buf, size_t cap) {
+    char path[512];
+    snprintf(path, sizeof path, "shapes/%s.json", shape);
+    cfg c = {ctx, 64, draft, 0, 0};
+    ts_session_params sp;
+    params(c, &sp);
+    static ts_mem_plan pl;
+    ts_error err = {0};
+    if (ts_mem_plan_shape(path, 4, 64, NULL, &sp, &pl, &err)) {
+        ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
+        return -1;
+    }
+    uint64_t cat[TS_MEM_N] = {0}, total = 0;
+    for (int i = 0; i < pl.n_items; i++)
+        if (!pl.items[i].backend && pl.items[i].cat != TS_MEM_MISC) cat[pl.items[i].cat] += pl.items[i].bytes;
+    for (int k = 0; k < TS_MEM_N; k++) total += cat[k];
+    snprintf(buf, cap, "%-20s %6d %5d %12llu %10llu %11llu %10llu %10llu %9llu %9llu %11llu", shape, ctx, draft,
+             (unsigned long long)pl.mapped_bytes, (unsigned long long)cat[TS_MEM_WEIGHTS],
+             (unsigned long long)cat[TS_MEM_KV], (unsigned long long)cat[TS_MEM_GDN],
+             (unsigned long long)cat[TS_MEM_MTP], (unsigned long long)cat[TS_MEM_SPEC],
+             (unsigned long long)cat[TS_MEM_SCRATCH], (unsigned long long)total);
+    return 0;
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+TS_TEST(plan, frozen_shapes) {
+    char *names[64];
+    int n = 0;
+    DIR *d = opendir("shapes");
+    CHECK_MSG(d, "no shapes/ directory");
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 64) {
+        size_t l = strlen(de->d_name);
+        if (l > 5 && !strcmp(de->d_name + l - 5, ".json")) names[n++] = strndup(de->d_name, l - 5);
+    }
+    closedir(d);
+    qsort(names, n, sizeof names[0], cmp_names);
+    CHECK(n >= 8);
+    /* the table as the code computes it now */
+    size_t cap = 256 * (size_t)n * 6 + 4096, len = 0;
+    char *now = malloc(cap), line[256];
+    now[0] = 0;
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++)
+        for (size_t ci = 0; ci < sizeof frozen_ctx / sizeof frozen_ctx[0] && !bad; ci++)
+            for (size_t di = 0; di < sizeof frozen_draft / sizeof frozen_draft[0] && !bad; di++) {
+                bad = frozen_line(names[i], frozen_ctx[ci], frozen_draft[di], line, sizeof line);
+                len += (size_t)snprintf(now + len, cap - len, "%s\n", line);
+            }
+    for (int i = 0; i < n; i++) free(names[i]);
+    if (bad) { free(now); return; }
+    static const char *hdr =
+        "# Frozen memory plans of the released shapes (tests/test_plan.c, plan.frozen_shapes): every shapes/*.json\n"
+        "# at INT4 (group 64), chunk 64 rows, by context and drafts (0: off, 3: MTP drafting 3 per block).\n"
+        "# file: the install's bytes (what synth/convert write); then heap bytes by category, and their total.\n"
+        "# Not frozen: misc (descriptors, tensor index) and the [backend] lines (packed copies, kernel workspace),\n"
+        "# which depend on struct layouts and on the machine, not on the model.\n"
+        "# A size that changes fails the test. To accept a change deliberately, regenerate and review the diff:\n"
+        "#   TS_PLAN_FREEZE=1 build/ts_test plan && git diff tests/plan_shapes.txt\n"
+        "#shape                 ctx draft         file    weights    kv_cache  gdn_state        mtp      spec   scratch       total\n";
+    const char *fz = getenv("TS_PLAN_FREEZE");
+    if (fz && *fz && strcmp(fz, "0")) {
+        FILE *f = fopen(FROZEN, "w");
+        CHECK_MSG(f && fputs(hdr, f) >= 0 && fputs(now, f) >= 0 && fclose(f) == 0, "cannot write %s", FROZEN);
+        fprintf(stderr, "plan.frozen_shapes: wrote %s\n", FROZEN);
+        free(now);
+        return;
+    }
+    FILE *f = fopen(FROZEN, "r");
+    if (!f) { free(now); CHECK_MSG(0, "%s is missing (TS_PLAN_FREEZE=1 build/ts_test plan writes it)", FROZEN); }
+    /* compare line by line, comments skipped */
+    const char *p = now;
+    int lineno = 0, mism = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (line[0] == '#' || line[0] == '\n') continue;
+        const char *e = strchr(p, '\n');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        size_t fl = strcspn(line, "\n");
+        if (!*p || fl != l || strncmp(line, p, l)) {
+            ts_test_fail(__FILE__, __LINE__, "%s:%d: frozen\n    %.*s\n  but the plan is now\n    %.*s", FROZEN, lineno,
+                         (int)fl, line, (int)l, *p ? p : "(no line)");
+            if (++mism >= 5) break;
+        }
+        p = e ? e + 1 : p + l;
+    }
+    fclose(f);
+    if (!mism && *p) ts_test_fail(__FILE__, __LINE__, "%s lacks lines, first: %.*s", FROZEN, (int)strcspn(p, "\n"), p);
+    free(now);
+}
