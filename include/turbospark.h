@@ -214,9 +214,11 @@ TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidde
  * bit-identical to ts_generate without drafting; with temperature > 0 the
  * output distribution is the target's (speculative sampling).
  *
- * The memory plan: what the engine and a session will allocate, by
- * category, computed from config.json and the safetensors headers only
- * (no tensor data is read). The engine allocates exactly this. */
+ * The memory plan: what the engine and a session will allocate, in bytes
+ * by memory domain and category, computed from config.json and the
+ * safetensors headers only (no tensor data is read), or from a shape file
+ * alone (a released size, before downloading it). The engine allocates
+ * exactly this. */
 
 #define TS_SPEC_MAX_DRAFT 8
 

@@ -492,3 +492,22 @@ TS_TEST(plan, frozen_shapes) {
     if (!mism && *p) ts_test_fail(__FILE__, __LINE__, "%s lacks lines, first: %.*s", FROZEN, (int)strcspn(p, "\n"), p);
     free(now);
 }
+
+/* The allocator's counters per domain: ts_alloc counts host memory; a
+ * backend's own allocations (device, pinned) are counted with
+ * ts_mem_account and show in their domain and in the all-domain sums. */
+TS_TEST(plan, counters_per_domain) {
+    size_t h0 = ts_mem_used_in(TS_DOM_HOST, TS_MEM_KV), d0 = ts_mem_used_in(TS_DOM_DEVICE, TS_MEM_KV);
+    size_t p0 = ts_mem_used_in(TS_DOM_PINNED, TS_MEM_KV), all0 = ts_mem_used(TS_MEM_KV), t0 = ts_mem_total();
+    void *p = ts_alloc(1000, TS_MEM_KV);
+    CHECK(p && ts_mem_used_in(TS_DOM_HOST, TS_MEM_KV) == h0 + 1000 && ts_mem_used_in(TS_DOM_DEVICE, TS_MEM_KV) == d0);
+    ts_mem_account(TS_DOM_DEVICE, TS_MEM_KV, 4096);
+    ts_mem_account(TS_DOM_PINNED, TS_MEM_KV, 64);
+    CHECK(ts_mem_used_in(TS_DOM_DEVICE, TS_MEM_KV) == d0 + 4096 && ts_mem_used_in(TS_DOM_PINNED, TS_MEM_KV) == p0 + 64);
+    CHECK(ts_mem_used(TS_MEM_KV) == all0 + 1000 + 4096 + 64 && ts_mem_total() == t0 + 1000 + 4096 + 64);
+    ts_mem_account(TS_DOM_DEVICE, TS_MEM_KV, -4096);
+    ts_mem_account(TS_DOM_PINNED, TS_MEM_KV, -64);
+    ts_free(p);
+    CHECK(ts_mem_used(TS_MEM_KV) == all0 && ts_mem_total() == t0 && ts_mem_used_in(TS_DOM_DEVICE, TS_MEM_KV) == d0);
+    CHECK(!strcmp(ts_mem_domain_name(TS_DOM_PINNED), "pinned") && !strcmp(ts_mem_cat_name(TS_MEM_KV), "kv_cache"));
+}

@@ -15,6 +15,12 @@
  * them ("mlp.switch_mlp.{gate,up,down}_proj.weight" [E, rows, cols], float or
  * quantized); all forms are accepted in both places. Quantized matrices (MLX convention) are "X.weight" U32
  * [rows, cols*bits/32] with "X.scales" and "X.biases" [rows, cols/group].
+ *
+ * Sizing: everything the model keeps on the heap is allocated through
+ * keep(), which reports it to an optional sink. ts_model_size runs the same
+ * binding dry (no tensor data read, no packing; the packed arena reported,
+ * not made) so that the memory plan (engine/plan.c) is this code's own
+ * account of what it allocates, not a second description of it.
  */
 #include <math.h>
 #include <stdio.h>
