@@ -511,3 +511,34 @@ TS_TEST(plan, counters_per_domain) {
     CHECK(ts_mem_used(TS_MEM_KV) == all0 && ts_mem_total() == t0 && ts_mem_used_in(TS_DOM_DEVICE, TS_MEM_KV) == d0);
     CHECK(!strcmp(ts_mem_domain_name(TS_DOM_PINNED), "pinned") && !strcmp(ts_mem_cat_name(TS_MEM_KV), "kv_cache"));
 }
+
+/* What convert writes is what the plan of the shape says: a checkpoint's
+ * own config.json read as a shape file plans the install `convert` makes of
+ * it, byte for byte (the fixtures carry the released dtypes: f32 A_log and
+ * gated norm, bf16 conv and dt_bias, as synth writes them). */
+TS_TEST(plan, shape_equals_convert) {
+    static const char *fx[] = {"tiny-dense", "tiny-moe"};
+    for (int f = 0; f < 2; f++)
+        for (int bits = 4; bits <= 8; bits += 4) {
+            char src[256], shape[300], dir[512];
+            snprintf(src, sizeof src, "tests/fixtures/%s", fx[f]);
+            snprintf(shape, sizeof shape, "%s/config.json", src);
+            snprintf(dir, sizeof dir, "%s/plan-convert-%s-%d", ts_test_tmpdir(), fx[f], bits);
+            ts_convert_params p;
+            ts_convert_params_default(&p);
+            p.bits = bits;
+            p.quiet = 1;
+            ts_error err = {0};
+            if (access(dir, F_OK) != 0) CHECK_MSG(ts_convert(src, dir, &p, &err) == 0, "%s", err.msg);
+            ts_session_params sp;
+            params((cfg){300, 7, 2, 0, 0}, &sp);
+            static ts_mem_plan a, b;
+            ts_kernels_release();
+            CHECK_MSG(ts_mem_plan_shape(shape, bits, 0, dir, &sp, &a, &err) == 0, "%s", err.msg);
+            CHECK_MSG(ts_mem_plan_dir(dir, &sp, &b, &err) == 0, "%s", err.msg);
+            CHECK_MSG(a.mapped_bytes == b.mapped_bytes && a.mapped_kept_bytes == b.mapped_kept_bytes,
+                      "%s %d bits: install %llu bytes, planned %llu", fx[f], bits, (unsigned long long)b.mapped_bytes,
+                      (unsigned long long)a.mapped_bytes);
+            CHECK_MSG(memcmp(&a, &b, sizeof a) == 0, "%s %d bits: plans differ", fx[f], bits);
+        }
+}
