@@ -143,7 +143,8 @@ TS_TEST(plan, cli) {
     CHECK(ts_mem_plan_dir("tests/fixtures/tiny-dense", &sp, &pl, &err) == 0);
     char want[64];
     snprintf(want, sizeof want, "%-13s %16llu", "total heap", (unsigned long long)pl.total_bytes);
-    CHECK_MSG(strstr(out, want) && strstr(out, "  [drafter]") && strstr(out, "kv_cache") && strstr(out, "device"), "%s", out);
+    CHECK_MSG(strstr(out, want) && strstr(out, "  [drafter]") && strstr(out, "kv_cache") &&
+                  strstr(out, "nothing in device or pinned memory"), "%s", out);
     rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --ctx 256 --spec mtp --draft 4 --json", ts_test_bin());
     snprintf(want, sizeof want, "\"total_bytes\": %llu,", (unsigned long long)pl.total_bytes);
     CHECK_MSG(rc == 0 && out[0] == '{' && strstr(out, want) && strstr(out, "\"pinned\": {\"total\": 0"), "%s", out);
@@ -155,6 +156,7 @@ TS_TEST(plan, cli) {
         {"--shape /nonexistent.json", "/nonexistent.json"},
         {"--shape tests/fixtures/quant/tiny-shape.json --bits 5", "--bits 5"},
         {"-m tests/fixtures/tiny-dense --bits 8", "go with --shape"},
+        {"-m tests/fixtures/tiny-dense --install x", "go with --shape"},
         {"-m tests/fixtures/tiny-dense --shape tests/fixtures/quant/tiny-shape.json", "not both"},
         {"--shape tests/fixtures/quant/bad-heads.json", "bad-heads.json"},
         {"--ctx x", "not a count"},
@@ -166,8 +168,8 @@ TS_TEST(plan, cli) {
     }
     /* --help lists every option */
     rc = ts_test_sh(out, sizeof out, "%s plan --help", ts_test_bin());
-    static const char *opts[] = {"-m, --model", "--shape", "--bits", "--group", "--ctx", "--chunk", "--spec", "--draft",
-                                 "--checkpoint", "--json"};
+    static const char *opts[] = {"-m, --model", "--shape", "--bits", "--group", "--install", "--ctx", "--chunk", "--spec",
+                                 "--draft", "--checkpoint", "--json"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) CHECK_MSG(rc == 0 && strstr(out, opts[i]), "%s missing: %s", opts[i], out);
 }
 
@@ -270,6 +272,13 @@ TS_TEST(plan, shape_equals_synth) {
                 CHECK_MSG(memcmp(&a, &b, sizeof a) == 0 && a.mapped_bytes > 0, "%s %d bits: plans differ", shape, bits);
                 CHECK(check_one(dir, cfgs[i], &b) == 0);
             }
+            /* the CLI: the same JSON from --shape (opened from dir) and -m dir, but for the source named */
+            static char o1[1 << 16], o2[1 << 16];
+            int r1 = ts_test_sh(o1, sizeof o1, "%s plan --shape %s --bits %d --install %s --ctx 300 --spec mtp --json",
+                                ts_test_bin(), shape, bits, dir);
+            int r2 = ts_test_sh(o2, sizeof o2, "%s plan -m %s --ctx 300 --spec mtp --json", ts_test_bin(), dir);
+            const char *j1 = strstr(o1, "\"n_ctx\""), *j2 = strstr(o2, "\"n_ctx\"");
+            CHECK_MSG(r1 == 0 && r2 == 0 && j1 && j2 && !strcmp(j1, j2), "plan --shape:\n%s\nplan -m:\n%s", o1, o2);
         }
 }
 

@@ -2,7 +2,7 @@
  * size without any checkpoint, and session parameters, printed before
  * anything is loaded.
  *
- *   turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G]) [--ctx N] [--chunk N]
+ *   turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR]) [--ctx N] [--chunk N]
  *                   [--spec mtp --draft M] [--checkpoint] [--json]
  *
  * -m reads config.json and the safetensors headers only (ts_mem_plan_dir);
@@ -20,8 +20,9 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G]) [--ctx N] [--chunk N]\n"
-            "                       [--spec mtp --draft M] [--checkpoint] [--json]\n"
+            "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR])\n"
+            "                       [--ctx N] [--chunk N]"
+" [--spec mtp --draft M] [--checkpoint] [--json]\n"
             "  Print every allocation the engine and one session will make, by owner, memory domain\n"
             "  and category, with totals, without loading any weights.\n"
             "  -m, --model DIR     an install (reads config.json and the safetensors headers only;\n"
@@ -30,6 +31,8 @@ static void usage(FILE *f) {
             "                      that `synth --shape FILE` or `convert` of the real checkpoint writes\n"
             "  --bits 4|8|16       with --shape: INT4 (default), INT8 or bf16 weights\n"
             "  --group G           with --shape: quantization group (default 64)\n"
+            "  --install DIR       with --shape: where the install will be opened from (the path is\n"
+            "                      part of the tensor index's bytes; default 'model')\n"
             "  --ctx N             context length in tokens (default 4096, or the model's maximum if less)\n"
             "  --chunk N           prefill rows per pass (default 64)\n"
             "  --spec mtp          speculative decoding with the MTP head ...\n"
@@ -110,19 +113,33 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
                    (unsigned long long)it->bytes, human(it->bytes, h, sizeof h), it->drafter ? "  [drafter]" : "",
                    it->backend ? "  [backend]" : "");
         }
+    /* a column per domain that holds anything (host always) */
+    int shown[TS_DOM_N], n_shown = 0;
+    for (int d = 0; d < TS_DOM_N; d++) {
+        shown[d] = d == TS_DOM_HOST || pl->dom_bytes[d];
+        n_shown += shown[d];
+    }
     printf("\n%-13s", "by category");
-    for (int d = 0; d < TS_DOM_N; d++) printf(" %16s %11s", ts_mem_domain_name((ts_mem_domain)d), "");
+    for (int d = 0; d < TS_DOM_N; d++)
+        if (shown[d]) printf(" %16s %11s", ts_mem_domain_name((ts_mem_domain)d), "");
     printf("\n");
     for (int c = 0; c < TS_MEM_N; c++) {
         printf("  %-11s", ts_mem_cat_name((ts_mem_cat)c));
         for (int d = 0; d < TS_DOM_N; d++)
-            printf(" %16llu %11s", (unsigned long long)pl->bytes[d][c], human(pl->bytes[d][c], h, sizeof h));
+            if (shown[d]) printf(" %16llu %11s", (unsigned long long)pl->bytes[d][c], human(pl->bytes[d][c], h, sizeof h));
         printf("\n");
     }
     printf("  %-11s", "total");
     for (int d = 0; d < TS_DOM_N; d++)
-        printf(" %16llu %11s", (unsigned long long)pl->dom_bytes[d], human(pl->dom_bytes[d], h, sizeof h));
-    printf("\n\n");
+        if (shown[d]) printf(" %16llu %11s", (unsigned long long)pl->dom_bytes[d], human(pl->dom_bytes[d], h, sizeof h));
+    printf("\n");
+    if (n_shown < TS_DOM_N) {
+        printf("  (nothing in");
+        for (int d = 0, k = 0; d < TS_DOM_N; d++)
+            if (!shown[d]) printf("%s %s", k++ ? " or" : "", ts_mem_domain_name((ts_mem_domain)d));
+        printf(" memory: the CPU backend allocates host memory only)\n");
+    }
+    printf("\n");
     printf("  %-13s %16llu %11s   (engine %s, session %s)\n", "total heap", (unsigned long long)pl->total_bytes,
            human(pl->total_bytes, h, sizeof h), human(pl->engine_bytes, h2, sizeof h2),
            human(pl->session_bytes, h3, sizeof h3));
@@ -140,7 +157,7 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *model = NULL, *shape = NULL, *spec = NULL;
+    const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL;
     int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -149,7 +166,8 @@ int cmd_plan(int argc, char **argv) {
         if (!strcmp(a, "--json")) { json = 1; continue; }
         int num = !strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--draft") || !strcmp(a, "--bits") ||
                   !strcmp(a, "--group");
-        int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec");
+        int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
+                  !strcmp(a, "--install");
         if (!num && !str) {
             fprintf(stderr, "turbospark plan: unknown argument '%s'\n", a);
             usage(stderr);
@@ -160,6 +178,7 @@ int cmd_plan(int argc, char **argv) {
         if (str) {
             if (!strcmp(a, "--shape")) shape = v;
             else if (!strcmp(a, "--spec")) spec = v;
+            else if (!strcmp(a, "--install")) install = v;
             else model = v;
             continue;
         }
@@ -179,7 +198,10 @@ int cmd_plan(int argc, char **argv) {
         return 2;
     }
     if (model && shape) { fprintf(stderr, "turbospark plan: give -m DIR or --shape FILE, not both\n"); return 2; }
-    if ((bits || group) && !shape) { fprintf(stderr, "turbospark plan: --bits and --group go with --shape (an install has its own)\n"); return 2; }
+    if ((bits || group || install) && !shape) {
+        fprintf(stderr, "turbospark plan: --bits, --group and --install go with --shape (an install has its own)\n");
+        return 2;
+    }
     if (shape && !bits) bits = 4;
     if (!model && !shape) model = cli_default_model();
     if (!model && !shape) { fprintf(stderr, "turbospark plan: no model: pass -m DIR or --shape FILE\n"); return 2; }
@@ -192,7 +214,7 @@ int cmd_plan(int argc, char **argv) {
     ts_mem_plan *pl = malloc(sizeof *pl);
     if (!pl) { fprintf(stderr, "turbospark plan: out of memory\n"); return 1; }
     ts_error err = {0};
-    int rc = shape ? ts_mem_plan_shape(shape, bits, group, NULL, &sp, pl, &err) : ts_mem_plan_dir(model, &sp, pl, &err);
+    int rc = shape ? ts_mem_plan_shape(shape, bits, group, install, &sp, pl, &err) : ts_mem_plan_dir(model, &sp, pl, &err);
     if (rc) {
         fprintf(stderr, "turbospark plan: %s\n", err.msg);
         free(pl);
