@@ -226,29 +226,55 @@ TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidde
  * bit-identical to ts_generate without drafting; with temperature > 0 the
  * output distribution is the target's (speculative sampling).
  *
- * The memory plan: what the engine and a session will allocate, by
- * category, computed from config.json and the safetensors headers only
- * (no tensor data is read). The engine allocates exactly this. */
+ * The memory plan: what the engine and a session will allocate, in bytes
+ * by memory domain and category, computed from config.json and the
+ * safetensors headers only (no tensor data is read), or from a shape file
+ * alone (a released size, before downloading it). The engine allocates
+ * exactly this. */
 
 #define TS_SPEC_MAX_DRAFT 8
 
-enum { /* memory categories (the allocator's) */
-    TS_MEMCAT_MISC = 0, TS_MEMCAT_WEIGHTS, TS_MEMCAT_KV, TS_MEMCAT_GDN, TS_MEMCAT_MTP,
-    TS_MEMCAT_SPEC, TS_MEMCAT_SCRATCH, TS_MEMCAT_EXPERT_CACHE, TS_MEMCAT_N
-};
+/* Memory categories: the one definition, used by the counted allocator
+ * (src/util/util.c), the plan and its callers. */
+typedef enum ts_mem_cat {
+    TS_MEM_MISC = 0,     /* objects, descriptors, the tensor index */
+    TS_MEM_WEIGHTS,      /* weights converted or copied off the files (f32 vectors, packed matrices) */
+    TS_MEM_KV,           /* full-attention KV cache */
+    TS_MEM_GDN,          /* GDN conv + recurrent state (and its checkpoint copy) */
+    TS_MEM_MTP,          /* MTP head KV cache and hiddens */
+    TS_MEM_SPEC,         /* verify: tape, snapshots, block logits, draft distributions */
+    TS_MEM_SCRATCH,      /* per-session activations, backend workspace */
+    TS_MEM_EXPERT_CACHE, /* streamed expert slots (nothing allocates it yet) */
+    TS_MEM_N
+} ts_mem_cat;
+
+/* Memory domains: where a buffer lives. The CPU backend allocates host
+ * memory only; a device backend adds device buffers and pinned host staging,
+ * counted through the same allocator counters (ts_mem_used_in). */
+typedef enum ts_mem_domain { TS_DOM_HOST = 0, TS_DOM_DEVICE, TS_DOM_PINNED, TS_DOM_N } ts_mem_domain;
+
+TS_API const char *ts_mem_cat_name(ts_mem_cat cat);       /* "kv_cache", ... */
+TS_API const char *ts_mem_domain_name(ts_mem_domain dom); /* "host", "device", "pinned" */
 
 typedef struct ts_mem_plan_item {
     char name[64];
-    int cat;          /* TS_MEMCAT_* */
+    ts_mem_cat cat;
+    ts_mem_domain dom;
     int engine;       /* 1: held by the engine, 0: by the session */
     int drafter;      /* 1: exists only because of spec_draft */
+    int backend;      /* 1: sized by the backend (packed weight copies, kernel workspace): depends on the
+                         machine's kernel mode and thread count, not on the model alone */
     uint64_t count;   /* buffers of this kind */
     uint64_t bytes;   /* all of them together */
 } ts_mem_plan_item;
 
 typedef struct ts_mem_plan {
-    uint64_t mapped_bytes;            /* tensor data read in place through mmap (not heap) */
-    uint64_t cat_bytes[TS_MEMCAT_N];  /* heap bytes by category, engine + session */
+    uint64_t mapped_bytes;            /* tensor data read in place through mmap (not heap): the install's size */
+    uint64_t mapped_kept_bytes;       /* of it, what stays mapped once the packed copies are made (their
+                                         file pages are let go): host memory in use = this + dom_bytes[host] */
+    uint64_t bytes[TS_DOM_N][TS_MEM_N]; /* allocated bytes by domain and category, engine + session */
+    uint64_t dom_bytes[TS_DOM_N];     /* by domain, all categories */
+    uint64_t cat_bytes[TS_MEM_N];     /* by category, all domains */
     uint64_t engine_bytes, session_bytes, total_bytes;
     uint64_t drafter_bytes;           /* the part that exists only because of spec_draft */
     int n_ctx, max_rows, spec_draft;  /* the normalised session parameters */
@@ -256,8 +282,16 @@ typedef struct ts_mem_plan {
     ts_mem_plan_item items[64];
 } ts_mem_plan;
 
+/* The plan of the install in dir: config.json and the safetensors headers
+ * only (no tensor data is read). */
 TS_API int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
-TS_API const char *ts_mem_cat_label(int cat);
+/* The plan of a released size without any checkpoint: the install that
+ * `turbospark synth --shape SHAPE --bits BITS --group GROUP` (or `convert`
+ * of the real checkpoint) writes, opened from install_dir (the directory
+ * name is part of the tensor index; NULL: "model"). bits 4, 8 or 16 (bf16);
+ * group 0: 64. Equal, byte for byte, to ts_mem_plan_dir of that install. */
+TS_API int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *install_dir,
+                             const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
 
 /* ==== tokenizer (src/text/tokenizer.c) ================================== *
  * A Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2 / Qwen

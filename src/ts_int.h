@@ -33,25 +33,19 @@ int ts_fail_prefix(ts_error *err, const char *fmt, ...)
  * Every buffer the engine owns comes from here, tagged with a category. The
  * memory plan (`turbospark plan`) predicts these counters; tests compare the
  * two to the byte. Weights read through mmap are not heap allocations and are
- * accounted separately by the loader. */
-typedef enum {
-    TS_MEM_MISC = 0,     /* config, tensor index, names */
-    TS_MEM_WEIGHTS,      /* weights converted or copied to the heap */
-    TS_MEM_KV,           /* full-attention KV cache */
-    TS_MEM_GDN,          /* GDN conv + recurrent state */
-    TS_MEM_MTP,          /* MTP head KV cache and scratch */
-    TS_MEM_SPEC,         /* verify, tape, snapshots */
-    TS_MEM_SCRATCH,      /* per-session activations */
-    TS_MEM_EXPERT_CACHE, /* streamed expert slots */
-    TS_MEM_N
-} ts_mem_cat;
+ * accounted separately by the loader. The categories and domains are the
+ * public ones (turbospark.h: ts_mem_cat, ts_mem_domain); ts_alloc is host
+ * memory. */
 
 void *ts_alloc(size_t bytes, ts_mem_cat cat);      /* zeroed, 64-byte aligned */
 void ts_free(void *p);                              /* NULL ok */
 char *ts_strdup(const char *s, ts_mem_cat cat);
-size_t ts_mem_used(ts_mem_cat cat);                 /* bytes live now */
+size_t ts_mem_used(ts_mem_cat cat);                 /* bytes live now, all domains */
+size_t ts_mem_used_in(ts_mem_domain dom, ts_mem_cat cat); /* bytes live now in one domain */
 size_t ts_mem_total(void);
-const char *ts_mem_cat_name(ts_mem_cat cat);
+/* Count memory that a backend allocates outside ts_alloc (device buffers,
+ * pinned host staging): +bytes when allocated, -bytes when freed. */
+void ts_mem_account(ts_mem_domain dom, ts_mem_cat cat, int64_t delta);
 /* Fault injection for tests: fail the n-th allocation from now (0 = off). */
 void ts_mem_fail_after(long n);
 

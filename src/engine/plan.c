@@ -1,30 +1,38 @@
 /* plan.c: the memory plan (design.md "Memory plan").
  *
  * Owns: ts_sess_plan_make (the size of every session buffer, used by
- * session.c to allocate) and ts_mem_plan_dir (the public plan: engine heap +
- * session buffers + mapped weights, by category, for `turbospark plan`).
+ * session.c to allocate), ts_plan_workspace (the one place that asks the
+ * backend for its workspace), and the public plan (ts_mem_plan_dir,
+ * ts_mem_plan_shape): engine + session allocations in bytes, by memory
+ * domain and category, plus the install's mapped bytes, for `turbospark plan`.
  * Does not own: any allocation of the running engine.
  *
- * Inputs are config.json and the safetensors headers, nothing else: the
- * headers decide whether the checkpoint carries mtp.* (config.json's
- * mtp_num_hidden_layers is a declaration, the tensors are the fact) and
- * size the tensor index the loader keeps. The index is the one engine
- * allocation that depends on the file contents rather than the config (the
- * names of the tensors), so the plan measures it by building the index
- * itself (headers only, no tensor data is touched) instead of guessing.
+ * Where each part comes from (no part is a tally that mirrors another file):
+ * - the tensor index: built by the loader's own code (ts_st_open_dir over
+ *   the headers, or ts_st_open_planned over the tensor list `synth` writes
+ *   for a shape) and measured with the allocator's counters;
+ * - the model's heap (f32 vectors, descriptors, the packed copies of the
+ *   quantized matrices): the binder itself, run dry (ts_model_size), which
+ *   reports each allocation it keeps;
+ * - the session: ts_sess_plan_make, the sizes session.c allocates;
+ * - the backend's workspace: ts_plan_workspace, which session.c calls too.
+ * The engine object (two allocations in engine.c) is the one item counted by
+ * hand here.
  *
  * Invariant checked by tests/test_plan.c: after ts_engine_open +
- * ts_session_new with the same parameters, ts_mem_used(cat) equals
- * cat_bytes[cat] for every category, and spec_draft > 0 adds exactly
- * drafter_bytes.
+ * ts_session_new with the same parameters, ts_mem_used_in(dom, cat) grows by
+ * bytes[dom][cat] for every domain and category; an option that is off
+ * (drafting, the MTP cache, the checkpoint, chunked prefill) adds no byte;
+ * the frozen totals of every released shape (tests/plan_shapes.txt) hold.
  */
 #include <stdio.h>
 
 #include "engine/engine.h"
 #include "loader/safetensors.h"
+#include "loader/st_writer.h"
 #include "engine/plan.h"
 #include "kernels.h"
-
+#include "quant/quant.h"
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *o, ts_error *err) {
     memset(o, 0, sizeof *o);
     ts_session_params sp;
@@ -97,25 +105,9 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     return 0;
 }
 
-/* ---- the public plan ---- */
+/* ---- the backend's workspace ---- */
 
-static void add(ts_mem_plan *pl, const char *name, int cat, int engine, int drafter, uint64_t count, uint64_t bytes) {
-    if (!bytes) return;
-    pl->cat_bytes[cat] += bytes;
-    if (engine) pl->engine_bytes += bytes;
-    else pl->session_bytes += bytes;
-    pl->total_bytes += bytes;
-    if (drafter) pl->drafter_bytes += bytes;
-    if (pl->n_items >= (int)(sizeof pl->items / sizeof pl->items[0])) return;
-    ts_mem_plan_item *it = &pl->items[pl->n_items++];
-    snprintf(it->name, sizeof it->name, "%s", name);
-    it->cat = cat;
-    it->engine = engine;
-    it->drafter = drafter;
-    it->count = count;
-    it->bytes = bytes;
-}
-
+/* The widest input (columns) of any matrix product the model runs. */
 int64_t ts_plan_max_cols(const ts_config *c, int has_mtp) {
     int64_t m = c->H;
     int64_t cand[] = {c->I, c->Im, c->Is, (int64_t)c->Hv * c->dv, (int64_t)c->nq * c->head_dim,
@@ -124,7 +116,124 @@ int64_t ts_plan_max_cols(const ts_config *c, int has_mtp) {
     return m;
 }
 
-const char *ts_mem_cat_label(int cat) { return ts_mem_cat_name((ts_mem_cat)cat); }
+size_t ts_plan_workspace(const ts_config *c, int has_mtp, int rows, int commit) {
+    /* today: the CPU kernels' shared reservation (matmul.c); a per-engine
+     * backend answers here instead */
+    return ts_kernels_reserve(rows, ts_plan_max_cols(c, has_mtp), c->q_bits ? c->q_group : 0, commit);
+}
+
+/* ---- the public plan ---- */
+
+/* Add bytes to the item (name, cat, dom, owner), creating it on first use. */
+static void add(ts_mem_plan *pl, const char *name, ts_mem_cat cat, ts_mem_domain dom, int engine, int drafter,
+                int backend, uint64_t count, uint64_t bytes) {
+    if (!bytes) return; /* an option that is off has no line */
+    pl->bytes[dom][cat] += bytes;
+    pl->dom_bytes[dom] += bytes;
+    pl->cat_bytes[cat] += bytes;
+    if (engine) pl->engine_bytes += bytes;
+    else pl->session_bytes += bytes;
+    pl->total_bytes += bytes;
+    if (drafter) pl->drafter_bytes += bytes;
+    ts_mem_plan_item *it = NULL;
+    for (int i = 0; i < pl->n_items && !it; i++)
+        if (pl->items[i].cat == cat && pl->items[i].dom == dom && pl->items[i].engine == engine &&
+            !strcmp(pl->items[i].name, name))
+            it = &pl->items[i];
+    if (!it) {
+        /* the totals above stay exact even if the list were full */
+        if (pl->n_items >= (int)(sizeof pl->items / sizeof pl->items[0])) return;
+        it = &pl->items[pl->n_items++];
+        snprintf(it->name, sizeof it->name, "%s", name);
+        it->cat = cat;
+        it->dom = dom;
+        it->engine = engine;
+        it->drafter = drafter;
+        it->backend = backend;
+    }
+    it->count += count;
+    it->bytes += bytes;
+}
+
+static void from_binder(void *user, const char *what, ts_mem_cat cat, ts_mem_domain dom, int backend, uint64_t bytes) {
+    add(user, what, cat, dom, 1, 0, backend, 1, bytes);
+}
+
+/* Bytes per category that `open` allocated in the host heap and kept. */
+typedef struct heap_mark { size_t at[TS_MEM_N]; } heap_mark;
+static void mark(heap_mark *m) {
+    for (int k = 0; k < TS_MEM_N; k++) m->at[k] = ts_mem_used_in(TS_DOM_HOST, (ts_mem_cat)k);
+}
+
+/* The plan of config c over the tensor set st of install dir; index holds
+ * the heap bytes the set itself took (by category). */
+static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const heap_mark *index,
+                     const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+    for (int i = 0; i < st->n_tensors; i++)
+        if (strncmp(st->tensors[i].name, "model.visual.", 13)) pl->mapped_bytes += st->tensors[i].nbytes;
+
+    /* engine: its object (engine.c), the tensor index, the binder's heap */
+    add(pl, "engine object", TS_MEM_MISC, TS_DOM_HOST, 1, 0, 0, 1, sizeof(ts_engine) + strlen(dir) + 1);
+    add(pl, "tensor index (names, shapes, hash)", TS_MEM_MISC, TS_DOM_HOST, 1, 0, 0, 1, index->at[TS_MEM_MISC]);
+    add(pl, "misaligned tensors copied off the files", TS_MEM_WEIGHTS, TS_DOM_HOST, 1, 0, 0, 1,
+        index->at[TS_MEM_WEIGHTS]);
+    uint64_t dropped = 0;
+    int has_mtp = 0, rc = ts_model_size(c, st, from_binder, pl, &has_mtp, &dropped, err);
+    if (rc) return ts_fail_prefix(err, "%s", dir);
+    pl->mapped_kept_bytes = pl->mapped_bytes - dropped;
+
+    ts_sess_plan s;
+    if ((rc = ts_sess_plan_make(c, has_mtp, sp, &s, err))) return ts_fail_prefix(err, "%s", dir);
+    pl->n_ctx = s.p.n_ctx;
+    pl->max_rows = s.p.max_rows;
+    pl->spec_draft = s.p.spec_draft;
+    const uint64_t F = sizeof(float), L = (uint64_t)c->n_layers;
+    const ts_mem_domain HOST = TS_DOM_HOST;
+
+    /* session (session.c allocates each buffer below from s) */
+    int spec = s.p.spec_draft > 0;
+    uint64_t nf = s.n_full, ng = s.n_gdn;
+#define S(name, cat, drafter, count, bytes) add(pl, name, cat, HOST, 0, drafter, 0, count, bytes)
+    S("session object", TS_MEM_MISC, 0, 1, sizeof(ts_session));
+    S("per-layer state descriptors", TS_MEM_MISC, 0, 2 * L, (sizeof(ts_kv) + sizeof(ts_gdn_state)) * L);
+    S("GDN tape descriptors", TS_MEM_MISC, 1, spec ? L : 0, spec ? sizeof(ts_gdn_tape) * L : 0);
+    S("KV cache (K and V, full-attention layers)", TS_MEM_KV, 0, 2 * nf, F * 2 * nf * s.kv_layer);
+    S("GDN conv state", TS_MEM_GDN, 0, ng, F * ng * s.gdn_conv);
+    S("GDN recurrent state", TS_MEM_GDN, 0, ng, F * ng * s.gdn_S);
+    S("checkpoint: a saved copy of the GDN states", TS_MEM_GDN, 0, 1, F * s.ckpt);
+    /* the MTP cache exists with params.mtp alone (ts_session_mtp); with
+     * drafting it is part of the drafter */
+    S("MTP KV cache", TS_MEM_MTP, spec, 2, F * 2 * s.mtp_kv);
+    S("MTP input/output hiddens", TS_MEM_MTP, 1, 1, F * s.mtp_hid);
+    S("verify: GDN tape (qkv rows)", TS_MEM_SPEC, 1, ng, F * ng * s.tape_qkv);
+    S("verify: GDN tape (a, b rows)", TS_MEM_SPEC, 1, 2 * ng, F * ng * 2 * s.tape_ab);
+    S("verify: GDN block-start snapshots", TS_MEM_SPEC, 1, 2 * ng, F * ng * (s.snap_conv + s.snap_S));
+    S("verify: logits of the block", TS_MEM_SPEC, 1, 1, F * s.vlogits);
+    S("verify: GDN tape (prepared rows, two blocks)", TS_MEM_SPEC, 1, ng, F * ng * s.tape_prep);
+    S("verify: prepared GDN rows of a pass", TS_MEM_SPEC, 1, 1, F * s.gdn_rows);
+    S("draft distributions", TS_MEM_SPEC, 1, 1, F * s.dprobs);
+    /* activations scale with the rows in flight: max_rows, or the verify
+     * block when that is larger (the excess belongs to the drafter) */
+    uint64_t rows = F * (s.x + s.u + s.t + s.hidden + s.big0 + s.big1 + s.big2 + s.small);
+    uint64_t rows_chunk = rows / (uint64_t)s.R * (uint64_t)s.p.max_rows;
+    S("activations (rows in flight)", TS_MEM_SCRATCH, 0, 8, rows_chunk);
+    S("activations: verify rows beyond max_rows", TS_MEM_SCRATCH, 1, 8, rows - rows_chunk);
+    S("attention scores (one row per query head)", TS_MEM_SCRATCH, 0, 1, F * (uint64_t)s.p.n_ctx * c->nq);
+    S("attention scores, MTP rows past the context", TS_MEM_SCRATCH, spec, 1, F * (uint64_t)(s.att_len - s.p.n_ctx) * c->nq);
+    S("attention scores: the verify block's other rows", TS_MEM_SCRATCH, 1, 1,
+      F * (uint64_t)s.att_len * c->nq * (uint64_t)(s.att_rows - 1));
+    S("one-row buffers (conv row, MoE sums, logits, last hidden)", TS_MEM_SCRATCH, 0, 4,
+      F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
+    S("chunked prefill (conv rows, gates, delta-rule chunk)", TS_MEM_SCRATCH, 0, 3, F * (s.pf_conv + s.pf_gate + s.pf_chunk));
+#undef S
+    /* the backend's workspace: shared by the sessions of a process, so this
+     * is what a session adds to it (all of it in a fresh process) */
+    size_t ws = ts_plan_workspace(c, has_mtp, s.R, 0), ws_base = ts_plan_workspace(c, has_mtp, s.p.max_rows, 0);
+    if (ws_base > ws) ws_base = ws;
+    add(pl, "backend workspace (activations, dequant rows; shared)", TS_MEM_SCRATCH, HOST, 0, 0, 1, 1, ws_base);
+    add(pl, "backend workspace: verify rows beyond max_rows", TS_MEM_SCRATCH, HOST, 0, 1, 1, 1, ws - ws_base);
+    return 0;
+}
 
 int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
     memset(pl, 0, sizeof *pl);
@@ -132,99 +241,37 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     ts_config cfg;
     int rc = ts_config_load(dir, &cfg, err);
     if (rc) return rc;
-    const ts_config *c = &cfg;
     /* The tensor index, built exactly as ts_engine_open builds it. */
-    size_t misc0 = ts_mem_used(TS_MEM_MISC);
+    heap_mark m0, m1;
+    mark(&m0);
     ts_st_set *st = NULL;
     if ((rc = ts_st_open_dir(dir, &st, err))) return rc;
-    size_t index_bytes = ts_mem_used(TS_MEM_MISC) - misc0;
-    int has_mtp = ts_st_find(st, "mtp.fc.weight") != NULL;
-    uint64_t packed = 0; /* load-time repacking of quantized matrices (model/load.c pack_all) */
-    for (int i = 0; i < st->n_tensors; i++) {
-        const ts_st_tensor *t = &st->tensors[i];
-        if (!strncmp(t->name, "model.visual.", 13)) continue;
-        pl->mapped_bytes += t->nbytes;
-        size_t l = strlen(t->name);
-        if (t->dtype != TS_DTYPE_U32 || !c->q_bits || l < 7 || strcmp(t->name + l - 7, ".weight") || t->n_dims < 2) continue;
-        if (!c->tied && l >= 19 && !strcmp(t->name + l - 19, "embed_tokens.weight")) continue; /* gathered in place */
-        char sn[600];
-        snprintf(sn, sizeof sn, "%.*s.scales", (int)(l - 7), t->name);
-        const ts_st_tensor *sc = ts_st_find(st, sn);
-        if (!sc) continue;
-        int64_t nmat = t->n_dims == 3 ? t->shape[0] : 1, rows = t->shape[t->n_dims - 2];
-        int64_t cols = t->shape[t->n_dims - 1] * 32 / c->q_bits;
-        packed += (uint64_t)nmat * ts_weight_pack_size(rows, cols, c->q_bits, c->q_group, sc->dtype);
-    }
+    mark(&m1);
+    for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
+    rc = plan_over(dir, &cfg, st, &m1, sp, pl, err);
     ts_st_close(st);
+    return rc;
+}
 
-    ts_sess_plan s;
-    if ((rc = ts_sess_plan_make(c, has_mtp, sp, &s, err))) return ts_fail_prefix(err, "%s", dir);
-    pl->n_ctx = s.p.n_ctx;
-    pl->max_rows = s.p.max_rows;
-    pl->spec_draft = s.p.spec_draft;
-    const uint64_t F = sizeof(float), L = (uint64_t)c->n_layers, H = c->H, D = c->head_dim;
-    const uint64_t C = 2 * (uint64_t)c->Hk * c->dk + (uint64_t)c->Hv * c->dv;
-
-    /* engine: objects and the index (misc), f32 vectors converted at bind time (weights) */
-    add(pl, "engine object", TS_MEM_MISC, 1, 0, 1, sizeof(ts_engine) + strlen(dir) + 1);
-    add(pl, "tensor index (names, shapes, hash)", TS_MEM_MISC, 1, 0, 1, index_bytes);
-    add(pl, "layer descriptors", TS_MEM_MISC, 1, 0, L, sizeof(ts_layer_w) * L);
-    if (c->is_moe) {
-        uint64_t n = L + (has_mtp ? 1 : 0);
-        add(pl, "expert views", TS_MEM_MISC, 1, 0, n, n * sizeof(ts_weight) * 3 * (uint64_t)c->E);
-    }
-    uint64_t nf = s.n_full, ng = s.n_gdn;
-    add(pl, "norms (f32, 1 + w)", TS_MEM_WEIGHTS, 1, 0, 2 * L + 1, F * (2 * L + 1) * H);
-    add(pl, "q/k norms (f32)", TS_MEM_WEIGHTS, 1, 0, 2 * nf, F * 2 * nf * D);
-    add(pl, "GDN conv, A, dt_bias, norm (f32)", TS_MEM_WEIGHTS, 1, 0, 4 * ng,
-        F * ng * (C * (uint64_t)c->conv_k + 2 * (uint64_t)c->Hv + (uint64_t)c->dv));
-    if (has_mtp) add(pl, "MTP norms (f32)", TS_MEM_WEIGHTS, 1, 0, 7, F * (5 * H + 2 * D));
-    if (packed) add(pl, "quantized matrices repacked for the kernels", TS_MEM_WEIGHTS, 1, 0, 1, packed);
-
-    /* session */
-    int spec = s.p.spec_draft > 0;
-    add(pl, "session object", TS_MEM_MISC, 0, 0, 1, sizeof(ts_session));
-    add(pl, "per-layer state descriptors", TS_MEM_MISC, 0, 0, 2 * L, (sizeof(ts_kv) + sizeof(ts_gdn_state)) * L);
-    add(pl, "GDN tape descriptors", TS_MEM_MISC, 0, 1, spec ? L : 0, spec ? sizeof(ts_gdn_tape) * L : 0);
-    add(pl, "KV cache (K and V, full-attention layers)", TS_MEM_KV, 0, 0, 2 * nf, F * 2 * nf * s.kv_layer);
-    add(pl, "GDN conv state", TS_MEM_GDN, 0, 0, ng, F * ng * s.gdn_conv);
-    add(pl, "GDN recurrent state", TS_MEM_GDN, 0, 0, ng, F * ng * s.gdn_S);
-    add(pl, "checkpoint: a saved copy of the GDN states", TS_MEM_GDN, 0, 0, 1, F * s.ckpt);
-    /* the MTP cache exists with params.mtp alone (ts_session_mtp); with
-     * drafting it is part of the drafter */
-    add(pl, "MTP KV cache", TS_MEM_MTP, 0, spec, 2, F * 2 * s.mtp_kv);
-    add(pl, "MTP input/output hiddens", TS_MEM_MTP, 0, 1, 1, F * s.mtp_hid);
-    add(pl, "verify: GDN tape (qkv rows)", TS_MEM_SPEC, 0, 1, ng, F * ng * s.tape_qkv);
-    add(pl, "verify: GDN tape (a, b rows)", TS_MEM_SPEC, 0, 1, 2 * ng, F * ng * 2 * s.tape_ab);
-    add(pl, "verify: GDN block-start snapshots", TS_MEM_SPEC, 0, 1, 2 * ng, F * ng * (s.snap_conv + s.snap_S));
-    add(pl, "verify: logits of the block", TS_MEM_SPEC, 0, 1, 1, F * s.vlogits);
-    add(pl, "verify: GDN tape (prepared rows, two blocks)", TS_MEM_SPEC, 0, 1, ng, F * ng * s.tape_prep);
-    add(pl, "verify: prepared GDN rows of a pass", TS_MEM_SPEC, 0, 1, 1, F * s.gdn_rows);
-    add(pl, "draft distributions", TS_MEM_SPEC, 0, 1, 1, F * s.dprobs);
-    /* activations scale with the rows in flight: max_rows, or the verify
-     * block when that is larger (the excess belongs to the drafter) */
-    uint64_t rows = F * (s.x + s.u + s.t + s.hidden + s.big0 + s.big1 + s.big2 + s.small);
-    uint64_t rows_chunk = rows / (uint64_t)s.R * (uint64_t)s.p.max_rows;
-    add(pl, "activations (rows in flight)", TS_MEM_SCRATCH, 0, 0, 8, rows_chunk);
-    add(pl, "activations: verify rows beyond max_rows", TS_MEM_SCRATCH, 0, 1, 8, rows - rows_chunk);
-    add(pl, "attention scores (one row per query head)", TS_MEM_SCRATCH, 0, 0, 1, F * (uint64_t)s.p.n_ctx * c->nq);
-    add(pl, "attention scores, MTP rows past the context", TS_MEM_SCRATCH, 0, spec, 1,
-        F * (uint64_t)(s.att_len - s.p.n_ctx) * c->nq);
-    add(pl, "attention scores: the verify block's other rows", TS_MEM_SCRATCH, 0, 1, 1,
-        F * (uint64_t)s.att_len * c->nq * (uint64_t)(s.att_rows - 1));
-    add(pl, "one-row buffers (conv row, MoE sums, logits, last hidden)", TS_MEM_SCRATCH, 0, 0, 4,
-        F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
-    add(pl, "chunked prefill (conv rows, gates, delta-rule chunk)", TS_MEM_SCRATCH, 0, 0, 3,
-        F * (s.pf_conv + s.pf_gate + s.pf_chunk));
-    /* shared by the sessions of a process: what this session adds to the
-     * kernels' reservation (all of it in a fresh process) */
-    {
-        int64_t mc = ts_plan_max_cols(c, has_mtp);
-        int grp = c->q_bits ? c->q_group : 0;
-        size_t ws = ts_kernels_reserve(s.R, mc, grp, 0), ws_base = ts_kernels_reserve(s.p.max_rows, mc, grp, 0);
-        if (ws_base > ws) ws_base = ws;
-        add(pl, "kernel workspace (activations, dequant rows; shared)", TS_MEM_SCRATCH, 0, 0, 1, ws_base);
-        add(pl, "kernel workspace: verify rows beyond max_rows", TS_MEM_SCRATCH, 0, 1, 1, ws - ws_base);
-    }
-    return 0;
+int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *install_dir,
+                      const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+    memset(pl, 0, sizeof *pl);
+    if (!shape_path || !*shape_path) return ts_fail(err, TS_E_ARG, "no shape file given");
+    const char *dir = install_dir && *install_dir ? install_dir : "model";
+    ts_config cfg;
+    ts_stw_tensor *t = NULL;
+    int n = 0, ns = 0;
+    int rc = ts_synth_plan(shape_path, bits, group, &cfg, &t, &n, &ns, err);
+    if (rc) return rc;
+    heap_mark m0, m1;
+    mark(&m0);
+    ts_st_set *st = NULL;
+    rc = ts_st_open_planned(dir, t, n, ns, &st, err);
+    mark(&m1);
+    for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
+    ts_free(t); /* after the mark: the list is the plan's, not the index's */
+    if (!rc) rc = plan_over(dir, &cfg, st, &m1, sp, pl, err);
+    if (rc) ts_fail_prefix(err, "%s", shape_path);
+    ts_st_close(st);
+    return rc;
 }

@@ -1,7 +1,8 @@
 /* plan.h: the memory plan: every buffer a session allocates, sized from the
  * config and the session parameters alone.
  *
- * Owns: the sizes (in floats) of every session buffer. session.c allocates
+ * Owns: the sizes (in elements, f32 today; bytes and domains are the public
+ * plan's, plan.c) of every session buffer. session.c allocates
  * exactly these and nothing else, so `turbospark plan` (plan.c) and the
  * allocator's counters agree to the byte by construction; tests/test_plan.c
  * checks that they do.
@@ -46,6 +47,13 @@ typedef struct ts_sess_plan {
 
 /* The widest input (columns) of any matrix product the model runs. */
 int64_t ts_plan_max_cols(const ts_config *c, int has_mtp);
+
+/* The backend's workspace for sessions of `rows` rows: the one call that
+ * asks the backend (today the CPU kernels' process-wide reservation,
+ * ts_kernels_reserve). commit 1: reserve it (session creation), 0: only size
+ * it (the plan). Bytes this adds to the reservation; (size_t)-1 when out of
+ * memory. */
+size_t ts_plan_workspace(const ts_config *c, int has_mtp, int rows, int commit);
 
 /* Validate and normalise session parameters and size every buffer. */
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *out,

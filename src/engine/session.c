@@ -132,7 +132,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(s->ckpt, pl.ckpt, TS_MEM_GDN);
     s->ckpt_pos = -1;
     /* the kernels' shared workspace, so the token loop never grows it */
-    if (ts_kernels_reserve(pl.R, ts_plan_max_cols(c, m->has_mtp), c->q_bits ? c->q_group : 0, 1) == (size_t)-1) goto oom;
+    if (ts_plan_workspace(c, m->has_mtp, pl.R, 1) == (size_t)-1) goto oom;
     *out = s;
     return 0;
 oom:

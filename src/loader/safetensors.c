@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "loader/safetensors.h"
+#include "loader/st_writer.h"
 
 #define ST_MAX_HEADER (256u << 20) /* a header over 256 MiB is not a real checkpoint */
 
@@ -414,6 +415,72 @@ int ts_st_open_dir(const char *dir, ts_st_set **out, ts_error *err) {
         }
         if (rc == 0 && !s->hash && index_rebuild(s)) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     }
+    if (rc) { ts_st_close(s); return rc; }
+    *out = s;
+    return 0;
+}
+
+/* Mirrors ts_st_open_dir over an index (shards in the order the index names
+ * them, which ts_stw_write makes the tensor order; each shard's tensors in
+ * header order, which is the tensor order too) through the same push_tensor
+ * and index_add, so the index's allocations are the ones the real open
+ * makes. Data sections start 8-aligned (the writer pads the header), so a
+ * tensor is misaligned for its dtype exactly when its offset is; such a
+ * tensor gets the same (zeroed) heap copy the real open would take. */
+int ts_st_open_planned(const char *dir, const ts_stw_tensor *t, int n, int n_shards, ts_st_set **out, ts_error *err) {
+    *out = NULL;
+    ts_st_set *s = set_new();
+    if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    int rc = 0;
+    char name[64], path[4096];
+    /* ts_stw_plan assigns shards in tensor order, so each shard is one run
+     * of the list: one pass, a new file where the shard changes */
+    for (int i = 0; i < n && !rc; i++) {
+        if (t[i].shard < s->n_files - 1 || t[i].shard > s->n_files || t[i].shard >= n_shards) {
+            rc = ts_fail(err, TS_E_ARG, "tensor '%s': shard %d out of order", t[i].name, t[i].shard);
+            break;
+        }
+        if (t[i].shard == s->n_files) {
+            ts_stw_shard_name(name, sizeof name, t[i].shard, n_shards);
+            ts_path_join(path, sizeof path, dir, name);
+            ts_st_file *nf = ts_alloc(sizeof *nf * (s->n_files + 1), TS_MEM_MISC);
+            if (!nf) { rc = ts_fail(err, TS_E_NOMEM, "out of memory"); break; }
+            if (s->n_files) memcpy(nf, s->files, sizeof *nf * s->n_files);
+            ts_free(s->files);
+            s->files = nf;
+            ts_st_file *f = &s->files[s->n_files++];
+            memset(f, 0, sizeof *f);
+            if (!(f->path = ts_strdup(path, TS_MEM_MISC))) { rc = ts_fail(err, TS_E_NOMEM, "out of memory"); break; }
+        }
+        ts_st_tensor x;
+        memset(&x, 0, sizeof x);
+        x.dtype = t[i].dtype;
+        x.n_dims = t[i].n_dims;
+        for (int d = 0; d < t[i].n_dims; d++) x.shape[d] = t[i].shape[d];
+        x.nbytes = t[i].nbytes;
+        x.off = t[i].off;
+        x.file = s->n_files - 1;
+        if (x.off % ts_dtype_size(x.dtype) && !(x.data = x.owned = ts_alloc(x.nbytes ? x.nbytes : 1, TS_MEM_WEIGHTS))) {
+            rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+            break;
+        }
+        if (ts_st_find(s, t[i].name)) {
+            ts_free(x.owned);
+            rc = ts_fail(err, TS_E_FORMAT, "tensor '%s' appears twice in the set", t[i].name);
+            break;
+        }
+        x.name = ts_strdup(t[i].name, TS_MEM_MISC);
+        if (!x.name || push_tensor(s, &x) != 0) {
+            ts_free(x.name);
+            ts_free(x.owned);
+            rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+            break;
+        }
+        if (index_add(s) != 0) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+    }
+    /* ts_stw_plan makes no empty shard; a list that claims one is not its */
+    if (rc == 0 && s->n_files != n_shards) rc = ts_fail(err, TS_E_ARG, "%d shards planned, %d hold tensors", n_shards, s->n_files);
+    if (rc == 0 && !s->hash && index_rebuild(s)) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     if (rc) { ts_st_close(s); return rc; }
     *out = s;
     return 0;

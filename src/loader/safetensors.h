@@ -59,6 +59,14 @@ int ts_st_open_file(const char *path, ts_st_set **out, ts_error *err);
 /* The same validation over a file's bytes held in memory (tests, fuzzing):
  * the set borrows buf, which must outlive it; name appears in errors. */
 int ts_st_open_mem(const void *buf, size_t size, const char *name, ts_st_set **out, ts_error *err);
+/* The set ts_st_open_dir builds from the install ts_stw_write writes of t[n]
+ * (assigned by ts_stw_plan) into dir, without any file: the same files,
+ * names, shapes, dtypes and offsets, and the same allocations, but no
+ * mappings (tensor data NULL). For the memory plan of an install that does
+ * not exist (a released size, before downloading it). */
+struct ts_stw_tensor;
+int ts_st_open_planned(const char *dir, const struct ts_stw_tensor *t, int n, int n_shards, ts_st_set **out,
+                       ts_error *err);
 void ts_st_close(ts_st_set *s);
 const ts_st_tensor *ts_st_find(const ts_st_set *s, const char *name);
 /* Drop this process's pages of [p, p + n) when the range lies in one of the

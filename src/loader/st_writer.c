@@ -37,7 +37,7 @@ int ts_stw_plan(ts_stw_tensor *t, int n, size_t shard_max) {
     return n ? shard + 1 : 0;
 }
 
-static void shard_name(char *buf, size_t cap, int i, int n) {
+void ts_stw_shard_name(char *buf, size_t cap, int i, int n) {
     snprintf(buf, cap, "model-%05d-of-%05d.safetensors", i + 1, n);
 }
 
@@ -74,7 +74,7 @@ int ts_stw_write(const char *dir, ts_stw_tensor *t, int n, int n_shards, ts_stw_
     int rc = 0;
     char name[64], path[4096];
     for (int s = 0; s < n_shards && !rc; s++) {
-        shard_name(name, sizeof name, s, n_shards);
+        ts_stw_shard_name(name, sizeof name, s, n_shards);
         ts_path_join(path, sizeof path, dir, name);
         char *hdr = shard_header(t, n, s, err);
         if (!hdr) { rc = TS_E_NOMEM; break; }
@@ -108,7 +108,7 @@ int ts_stw_write(const char *dir, ts_stw_tensor *t, int n, int n_shards, ts_stw_
     cJSON_AddNumberToObject(meta, "total_size", (double)total);
     cJSON *wm = cJSON_AddObjectToObject(ix, "weight_map");
     for (int i = 0; i < n; i++) {
-        shard_name(name, sizeof name, t[i].shard, n_shards);
+        ts_stw_shard_name(name, sizeof name, t[i].shard, n_shards);
         cJSON_AddStringToObject(wm, t[i].name, name);
     }
     char *js = cJSON_Print(ix);

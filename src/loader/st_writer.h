@@ -38,6 +38,8 @@ typedef void (*ts_stw_progress_fn)(void *ctx, size_t done, size_t total);
 /* Assign shards (at most shard_max bytes of data each, unless one unit is
  * larger) and offsets. Returns the number of shards. */
 int ts_stw_plan(ts_stw_tensor *t, int n, size_t shard_max);
+/* The file name of shard i (0-based) of n: "model-0000{i+1}-of-0000{n}.safetensors". */
+void ts_stw_shard_name(char *buf, size_t cap, int i, int n);
 /* Write the shards and the index into the existing directory `dir`. */
 int ts_stw_write(const char *dir, ts_stw_tensor *t, int n, int n_shards, ts_stw_fill_fn fill,
                  ts_stw_progress_fn progress, void *ctx, ts_error *err);

@@ -15,6 +15,12 @@
  * them ("mlp.switch_mlp.{gate,up,down}_proj.weight" [E, rows, cols], float or
  * quantized); all forms are accepted in both places. Quantized matrices (MLX convention) are "X.weight" U32
  * [rows, cols*bits/32] with "X.scales" and "X.biases" [rows, cols/group].
+ *
+ * Sizing: everything the model keeps on the heap is allocated through
+ * keep(), which reports it to an optional sink. ts_model_size runs the same
+ * binding dry (no tensor data read, no packing; the packed arena reported,
+ * not made) so that the memory plan (engine/plan.c) is this code's own
+ * account of what it allocates, not a second description of it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +33,20 @@ typedef struct binder {
     const ts_config *cfg;
     ts_error *err;
     ts_model *m;
+    int dry;            /* ts_model_size: no tensor data read, nothing packed */
+    ts_bind_sink sink;  /* every allocation the model keeps, as it is made (NULL: none) */
+    void *user;
+    uint64_t dropped;   /* file bytes of the packed matrices, released from the mapping */
 } binder;
+
+/* The one way the binder allocates what the model keeps: the memory plan
+ * is the sum of what passes through here (tests/test_plan.c checks it
+ * against the allocator's counters). */
+static void *keep(binder *b, size_t bytes, ts_mem_cat cat, const char *what, int backend) {
+    void *p = ts_alloc(bytes, cat);
+    if (p && b->sink) b->sink(b->user, what, cat, TS_DOM_HOST, backend, bytes);
+    return p;
+}
 
 static int is_float(ts_dtype t) { return t == TS_DTYPE_F32 || t == TS_DTYPE_F16 || t == TS_DTYPE_BF16; }
 
@@ -118,9 +137,10 @@ static int bind_vec(binder *b, const char *name, int64_t n, int64_t k, int add_o
              (t->n_dims == 2 && t->shape[0] == n && t->shape[1] == k);
     }
     if (!ok) return shape_fail(b, name, t, expect);
-    float *v = ts_alloc(sizeof(float) * n * k, TS_MEM_WEIGHTS);
+    float *v = keep(b, sizeof(float) * n * k, TS_MEM_WEIGHTS,
+                    strstr(name, "norm") ? "norms (f32; 1 + w where zero-centred)" : "GDN conv, A, dt_bias (f32)", 0);
     if (!v) return ts_fail(b->err, TS_E_NOMEM, "out of memory binding '%s'", name);
-    for (int64_t i = 0; i < n * k; i++) {
+    for (int64_t i = 0; !b->dry && i < n * k; i++) {
         float x = t->dtype == TS_DTYPE_F32 ? ((const float *)t->data)[i]
                 : t->dtype == TS_DTYPE_BF16 ? ts_bf16_to_f32(((const uint16_t *)t->data)[i])
                 : ts_f16_to_f32(((const uint16_t *)t->data)[i]);
@@ -274,7 +294,7 @@ static int bind_ffn(binder *b, const char *p, ts_ffn_w *f) {
     int64_t E = c->E, Im = c->Im, Is = c->Is;
     NAME(n, "%smlp.gate.weight", p);
     if ((rc = bind_mat(b, n, E, H, &f->router))) return rc;
-    f->e_gate = ts_alloc(sizeof(ts_weight) * E * 3, TS_MEM_MISC);
+    f->e_gate = keep(b, sizeof(ts_weight) * E * 3, TS_MEM_MISC, "expert views (descriptors)", 0);
     if (!f->e_gate) return ts_fail(b->err, TS_E_NOMEM, "out of memory");
     f->e_up = f->e_gate + E;
     f->e_down = f->e_up + E;
@@ -396,7 +416,16 @@ int ts_model_set_act_digits(ts_model *m, int digits) {
     return rc;
 }
 
-static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
+/* The file bytes (data, scales, biases) of a packed matrix that the process
+ * lets go once its copy is made: all of them, except for the tied head,
+ * which is also the embedding whose rows are gathered from the file. */
+static size_t file_dropped(const ts_model *m, const ts_weight *w) {
+    if (m->cfg.tied && w == &m->head) return 0;
+    const size_t ng = (size_t)(w->cols / w->group), ss = ts_dtype_size(w->sdtype);
+    return (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8 + 2 * (size_t)w->rows * ng * ss;
+}
+
+static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_error *err) {
     const ts_config *c = &m->cfg;
     wlist l = {0};
     int rc = wl_products(&l, m);
@@ -407,10 +436,15 @@ static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
     uint64_t total = 0;
     for (int i = 0; i < l.n; i++) {
         ts_weight *w = l.w[i];
-        if (w->dtype == TS_DTYPE_U32) total += ts_weight_pack_size(w->rows, w->cols, w->bits, w->group, w->sdtype);
+        size_t sz = w->dtype == TS_DTYPE_U32 ? ts_weight_pack_size(w->rows, w->cols, w->bits, w->group, w->sdtype) : 0;
+        total += sz;
+        if (sz) b->dropped += file_dropped(m, w);
     }
-    if (total) {
-        uint8_t *arena = ts_alloc(total, TS_MEM_WEIGHTS);
+    if (total && b->dry) {
+        /* the arena's size is the plan's; a dry run makes no copy */
+        if (b->sink) b->sink(b->user, "quantized matrices repacked for the kernels", TS_MEM_WEIGHTS, TS_DOM_HOST, 1, total);
+    } else if (total) {
+        uint8_t *arena = keep(b, total, TS_MEM_WEIGHTS, "quantized matrices repacked for the kernels", 1);
         if (!arena) {
             ts_free(l.w);
             return ts_fail(err, TS_E_NOMEM, "out of memory packing %.1f MB of quantized weights (TS_PACK=0 reads them in place)",
@@ -427,7 +461,7 @@ static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
             /* the kernels read the packed copy from now on: let the file's
              * pages go (the tied head is also the embedding, whose rows are
              * gathered from the file) */
-            if (!(c->tied && w == &m->head)) {
+            if (file_dropped(m, w)) {
                 const size_t ng = (size_t)(w->cols / w->group), ss = ts_dtype_size(w->sdtype);
                 ts_st_release(st, w->data, (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8);
                 ts_st_release(st, w->scales, (size_t)w->rows * ng * ss);
@@ -440,7 +474,8 @@ static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
     return 0;
 }
 
-int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err) {
+static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, int dry, ts_bind_sink sink, void *user,
+                    uint64_t *dropped, ts_error *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     const ts_config *c = &m->cfg;
@@ -451,7 +486,7 @@ int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *er
     m->qdim = c->nq * c->head_dim;
     m->kvdim = c->nkv * c->head_dim;
     m->max_ffn = c->is_moe ? TS_MAX(c->Im, c->Is) : c->I;
-    binder b = {st, c, err, m};
+    binder b = {st, c, err, m, dry, sink, user, 0};
     int rc;
     const char *prefix = NULL;
     static const char *prefixes[] = {"model.language_model.", "model.", ""};
@@ -474,7 +509,7 @@ int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *er
     }
     NAME(n, "%snorm.weight", prefix);
     if ((rc = bind_vec(&b, n, c->H, 1, 1, 0, &m->final_norm))) return rc;
-    m->layers = ts_alloc(sizeof(ts_layer_w) * c->n_layers, TS_MEM_MISC);
+    m->layers = keep(&b, sizeof(ts_layer_w) * c->n_layers, TS_MEM_MISC, "layer descriptors", 0);
     if (!m->layers) return ts_fail(err, TS_E_NOMEM, "out of memory");
     for (int i = 0; i < c->n_layers; i++) {
         char p[256];
@@ -492,7 +527,23 @@ int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *er
         if ((rc = bind_vec(&b, "mtp.norm.weight", c->H, 1, 1, 0, &t->norm))) return rc;
         m->has_mtp = 1;
     }
-    return pack_all(m, st, err);
+    rc = pack_all(&b, m, st, err);
+    if (dropped) *dropped = b.dropped;
+    return rc;
+}
+
+int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err) {
+    return bind_all(m, cfg, st, 0, NULL, NULL, NULL, err);
+}
+
+int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_bind_sink sink, void *user, int *has_mtp,
+                  uint64_t *dropped, ts_error *err) {
+    ts_model m;
+    int rc = bind_all(&m, cfg, st, 1, sink, user, dropped, err);
+    if (has_mtp) *has_mtp = m.has_mtp;
+    ts_model_free(&m);
+    for (int i = 0; i < st->n_tensors; i++) st->tensors[i].used = 0; /* a dry run leaves the set as it found it */
+    return rc;
 }
 
 static void free_layer(ts_layer_w *l) {

@@ -88,6 +88,19 @@ typedef struct ts_model {
 /* Bind the tensors of `st` to the model described by `cfg`, checking each
  * one's presence, shape and dtype. Marks bound tensors used. */
 int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err);
+/* Every allocation the binder keeps, as it is made: a label, where, how
+ * many bytes; backend 1: sized by the backend's layout (the packed copies),
+ * not by the checkpoint alone. */
+typedef void (*ts_bind_sink)(void *user, const char *what, ts_mem_cat cat, ts_mem_domain dom, int backend,
+                             uint64_t bytes);
+/* ts_model_bind as a dry run, for the memory plan: the same checks and the
+ * same allocations, reported to sink, with no tensor data read and no
+ * weights packed (the packed arena is reported, not made); frees what it
+ * made and clears the set's used marks. *has_mtp (may be NULL): whether the
+ * checkpoint carries the MTP head; *dropped (may be NULL): the file bytes of
+ * the packed matrices, which the process lets go of once they are copied. */
+int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_bind_sink sink, void *user, int *has_mtp,
+                  uint64_t *dropped, ts_error *err);
 /* The activation precision of every product (kernels.h, ts_act_digits);
  * nonzero only when out of memory for the walk. */
 int ts_model_set_act_digits(ts_model *m, int digits);

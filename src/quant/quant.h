@@ -19,7 +19,7 @@
 #ifndef TS_QUANT_H
 #define TS_QUANT_H
 
-#include "ts_int.h"
+#include "loader/config.h"
 
 /* Quantize one row of cols f32 values. q: cols*bits/32 words; scales and
  * biases: cols/group values of sdtype (F32, F16 or BF16). */
@@ -44,6 +44,13 @@ void ts_install_abort(const char *tmp);
 /* Write dst_dir/config.json: src_json with "quantization" (and MLX's
  * duplicate "quantization_config") set to {group_size, bits}; bits 0 = none. */
 int ts_write_config_quant(const char *src_json, const char *dst_dir, int bits, int group, ts_error *err);
+/* The tensors ts_synth writes for a shape at bits 4, 8 or 16 (bf16) and
+ * group (0: 64), in write order with nbytes, shards and offsets assigned
+ * (ts_stw_plan), and the config its install's config.json parses to
+ * (the shape with the quantization). *t is the caller's (ts_free). */
+struct ts_stw_tensor;
+int ts_synth_plan(const char *shape_path, int bits, int group, ts_config *cfg, struct ts_stw_tensor **t, int *n,
+                  int *n_shards, ts_error *err);
 /* A progress bar on stderr: "label [#####     ]  45%  123 / 456 MB". */
 void ts_install_progress(const char *label, size_t done, size_t total);
 

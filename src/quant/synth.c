@@ -9,6 +9,8 @@
  * scales and biases (w = s*q + b centred on 0), with no bf16 intermediate, so
  * a 397B-shaped install costs only its own size. Speed does not depend on the
  * values; finiteness does, which these scales keep.
+ * ts_synth_plan gives the same tensor list without writing anything, for
+ * the memory plan of a released size (`turbospark plan --shape`).
  * Does not own: the shape validation (config.c parses the shape file like a
  * config.json, plus the group checks here), the output files (st_writer.c).
  */
@@ -188,23 +190,81 @@ static void progress(void *vctx, size_t done, size_t total) {
     ts_install_progress("synth", done, total);
 }
 
+/* Parse and check a shape file; bits 4/8/16 and the group validated. */
+static int shape_load(const char *shape_path, int bits, int group, char **txt, ts_config *c, ts_error *err) {
+    *txt = NULL;
+    if (bits != 4 && bits != 8 && bits != 16) return ts_fail(err, TS_E_ARG, "--bits %d: must be 4, 8 or 16 (bf16)", bits);
+    if (bits != 16 && (group < 64 || group > 1024 || (group & (group - 1))))
+        return ts_fail(err, TS_E_ARG, "--group %d: must be a power of two from 64 to 1024", group);
+    int rc = ts_read_file(shape_path, txt, NULL, err);
+    if (rc) return rc;
+    rc = ts_config_parse(*txt, NULL, shape_path, c, err);
+    if (!rc && c->q_bits) rc = ts_fail(err, TS_E_FORMAT, "%s: a shape file must not carry \"quantization\" (use --bits)", shape_path);
+    if (!rc && (c->rot_dim > c->head_dim || c->vocab <= 0))
+        rc = ts_fail(err, TS_E_FORMAT, "%s: inconsistent shape (rotary dims %d > head_dim %d, or no vocab)", shape_path, c->rot_dim, c->head_dim);
+    if (rc) { ts_free(*txt); *txt = NULL; }
+    return rc;
+}
+
+/* The tensor list of the install, in write order. */
+static void build(sctx *s, const ts_config *c) {
+    const char *pre = "model.language_model.";
+    char n[256];
+    snprintf(n, sizeof n, "%sembed_tokens", pre);
+    s->unit++;
+    mat(s, n, c->vocab, c->H);
+    for (int i = 0; i < c->n_layers && !s->rc; i++) {
+        snprintf(n, sizeof n, "%slayers.%d.", pre, i);
+        layer(s, c, n, c->layer_full[i]);
+    }
+    s->unit++;
+    snprintf(n, sizeof n, "%snorm.weight", pre);
+    vec(s, n, TS_DTYPE_BF16, c->H, S_NORM);
+    if (!c->tied) mat(s, "lm_head", c->vocab, c->H);
+    if (c->mtp_layers > 0) {
+        s->unit++;
+        vec(s, "mtp.pre_fc_norm_embedding.weight", TS_DTYPE_BF16, c->H, S_NORM);
+        vec(s, "mtp.pre_fc_norm_hidden.weight", TS_DTYPE_BF16, c->H, S_NORM);
+        mat(s, "mtp.fc", c->H, 2 * (int64_t)c->H);
+        vec(s, "mtp.norm.weight", TS_DTYPE_BF16, c->H, S_NORM);
+        layer(s, c, "mtp.layers.0.", 1);
+    }
+}
+
+int ts_synth_plan(const char *shape_path, int bits, int group, ts_config *cfg, ts_stw_tensor **t, int *n, int *n_shards,
+                  ts_error *err) {
+    *t = NULL;
+    *n = *n_shards = 0;
+    char *txt = NULL;
+    if (!group) group = 64;
+    int rc = shape_load(shape_path, bits, group, &txt, cfg, err);
+    ts_free(txt);
+    if (rc) return rc;
+    sctx s = {0};
+    s.bits = bits == 16 ? 0 : bits;
+    s.group = group;
+    s.err = err;
+    build(&s, cfg);
+    ts_free(s.it);
+    if (s.rc) { ts_free(s.t); return s.rc; }
+    /* what the install's config.json says (ts_write_config_quant) */
+    cfg->q_bits = s.bits;
+    cfg->q_group = s.bits ? group : 0;
+    *n_shards = ts_stw_plan(s.t, s.n, SHARD_MAX);
+    *t = s.t;
+    *n = s.n;
+    return 0;
+}
+
 int ts_synth(const char *shape_path, const char *dst, const ts_convert_params *pp, ts_error *err) {
     ts_convert_params p;
     if (pp) p = *pp;
     else ts_convert_params_default(&p);
-    if (p.bits != 4 && p.bits != 8 && p.bits != 16) return ts_fail(err, TS_E_ARG, "--bits %d: must be 4, 8 or 16 (bf16)", p.bits);
     int group = p.group ? p.group : 64;
-    if (p.bits != 16 && (group < 64 || group > 1024 || (group & (group - 1))))
-        return ts_fail(err, TS_E_ARG, "--group %d: must be a power of two from 64 to 1024", group);
     char *txt = NULL;
-    int rc = ts_read_file(shape_path, &txt, NULL, err);
-    if (rc) return rc;
     ts_config c;
-    rc = ts_config_parse(txt, NULL, shape_path, &c, err);
-    if (!rc && c.q_bits) rc = ts_fail(err, TS_E_FORMAT, "%s: a shape file must not carry \"quantization\" (use --bits)", shape_path);
-    if (!rc && (c.rot_dim > c.head_dim || c.vocab <= 0))
-        rc = ts_fail(err, TS_E_FORMAT, "%s: inconsistent shape (rotary dims %d > head_dim %d, or no vocab)", shape_path, c.rot_dim, c.head_dim);
-    if (rc) { ts_free(txt); return rc; }
+    int rc = shape_load(shape_path, p.bits, group, &txt, &c, err);
+    if (rc) return rc;
     sctx s = {0};
     s.bits = p.bits == 16 ? 0 : p.bits;
     s.group = group;
@@ -212,27 +272,7 @@ int ts_synth(const char *shape_path, const char *dst, const ts_convert_params *p
     s.err = err;
     s.quiet = p.quiet;
     s.last_pct = -1;
-    const char *pre = "model.language_model.";
-    char n[256];
-    snprintf(n, sizeof n, "%sembed_tokens", pre);
-    s.unit++;
-    mat(&s, n, c.vocab, c.H);
-    for (int i = 0; i < c.n_layers && !s.rc; i++) {
-        snprintf(n, sizeof n, "%slayers.%d.", pre, i);
-        layer(&s, &c, n, c.layer_full[i]);
-    }
-    s.unit++;
-    snprintf(n, sizeof n, "%snorm.weight", pre);
-    vec(&s, n, TS_DTYPE_BF16, c.H, S_NORM);
-    if (!c.tied) mat(&s, "lm_head", c.vocab, c.H);
-    if (c.mtp_layers > 0) {
-        s.unit++;
-        vec(&s, "mtp.pre_fc_norm_embedding.weight", TS_DTYPE_BF16, c.H, S_NORM);
-        vec(&s, "mtp.pre_fc_norm_hidden.weight", TS_DTYPE_BF16, c.H, S_NORM);
-        mat(&s, "mtp.fc", c.H, 2 * (int64_t)c.H);
-        vec(&s, "mtp.norm.weight", TS_DTYPE_BF16, c.H, S_NORM);
-        layer(&s, &c, "mtp.layers.0.", 1);
-    }
+    build(&s, &c);
     char tmp[4096];
     int made = 0;
     rc = s.rc;

@@ -52,7 +52,7 @@ typedef struct {
 #define TS_MAGIC 0x7511a10cu
 #define TS_BIG_BLOCK ((size_t)4 << 20)
 
-static size_t g_used[TS_MEM_N];
+static size_t g_used[TS_DOM_N][TS_MEM_N]; /* ts_alloc counts host; backends count the rest (ts_mem_account) */
 static long g_fail_after; /* fault injection countdown, 0 = off */
 
 void ts_mem_fail_after(long n) { g_fail_after = n; }
@@ -83,7 +83,7 @@ void *ts_alloc(size_t bytes, ts_mem_cat cat) {
     h->bytes = bytes;
     h->cat = cat;
     h->magic = TS_MAGIC;
-    __atomic_add_fetch(&g_used[cat], bytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&g_used[TS_DOM_HOST][cat], bytes, __ATOMIC_RELAXED);
     return (char *)raw + TS_HDR;
 }
 
@@ -92,7 +92,7 @@ void ts_free(void *p) {
     blk_hdr *h = (blk_hdr *)((char *)p - TS_HDR);
     if (h->magic != TS_MAGIC) abort(); /* broken invariant: not ours */
     h->magic = 0;
-    __atomic_sub_fetch(&g_used[h->cat], h->bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&g_used[TS_DOM_HOST][h->cat], h->bytes, __ATOMIC_RELAXED);
     if (h->mapped) munmap(h, TS_HDR + h->bytes);
     else free(h);
 }
@@ -104,7 +104,21 @@ char *ts_strdup(const char *s, ts_mem_cat cat) {
     return d;
 }
 
-size_t ts_mem_used(ts_mem_cat cat) { return __atomic_load_n(&g_used[cat], __ATOMIC_RELAXED); }
+size_t ts_mem_used_in(ts_mem_domain dom, ts_mem_cat cat) {
+    if ((unsigned)dom >= TS_DOM_N || (unsigned)cat >= TS_MEM_N) return 0;
+    return __atomic_load_n(&g_used[dom][cat], __ATOMIC_RELAXED);
+}
+
+size_t ts_mem_used(ts_mem_cat cat) {
+    size_t t = 0;
+    for (int d = 0; d < TS_DOM_N; d++) t += ts_mem_used_in((ts_mem_domain)d, cat);
+    return t;
+}
+
+void ts_mem_account(ts_mem_domain dom, ts_mem_cat cat, int64_t delta) {
+    if ((unsigned)dom >= TS_DOM_N || (unsigned)cat >= TS_MEM_N) return;
+    __atomic_add_fetch(&g_used[dom][cat], (size_t)delta, __ATOMIC_RELAXED); /* two's complement: a negative delta subtracts */
+}
 
 size_t ts_mem_total(void) {
     size_t t = 0;
@@ -116,6 +130,11 @@ const char *ts_mem_cat_name(ts_mem_cat cat) {
     static const char *names[TS_MEM_N] = {"misc", "weights", "kv_cache", "gdn_state", "mtp",
                                           "spec", "scratch", "expert_cache"};
     return (unsigned)cat < TS_MEM_N ? names[cat] : "?";
+}
+
+const char *ts_mem_domain_name(ts_mem_domain dom) {
+    static const char *names[TS_DOM_N] = {"host", "device", "pinned"};
+    return (unsigned)dom < TS_DOM_N ? names[dom] : "?";
 }
 
 /* ---- dtypes ---- */

@@ -1,10 +1,14 @@
-/* cmd_plan.c: `turbospark plan`: the memory plan of a model and session
- * parameters, printed before anything is loaded.
+/* cmd_plan.c: `turbospark plan`: the memory plan of a model, or of a released
+ * size without any checkpoint, and session parameters, printed before
+ * anything is loaded.
  *
- *   turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp --draft M] [--checkpoint]
+ *   turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR]) [--ctx N] [--chunk N]
+ *                   [--spec mtp --draft M] [--checkpoint] [--json]
  *
- * Reads config.json and the safetensors headers only (ts_mem_plan_dir); the
- * engine then allocates exactly the heap bytes listed (tests/test_plan.c).
+ * -m reads config.json and the safetensors headers only (ts_mem_plan_dir);
+ * --shape reads a shape file (one of shapes/) and plans the install `synth`
+ * (or `convert` of the real checkpoint) writes for it (ts_mem_plan_shape).
+ * The engine then allocates exactly the bytes listed (tests/test_plan.c).
  * Mapped weights are read in place through mmap and are not heap.
  */
 #include <stdio.h>
@@ -14,14 +18,28 @@
 #include "cli.h"
 #include "turbospark.h"
 
-#define PLAN_OPTS (CLI_OPT_MODEL | CLI_OPT_CTX | CLI_OPT_CHUNK | CLI_OPT_SPEC)
-
 static void usage(FILE *f) {
-    fprintf(f, "usage: turbospark plan [-m DIR] [--ctx N] [--chunk N] [--spec mtp [--draft M]] [--checkpoint]\n"
-               "  the heap bytes the engine and one session will allocate, by category, and the weights\n"
-               "  mapped in place, from config.json and the safetensors headers only (nothing is loaded)\n"
-               "  --checkpoint        count a session checkpoint (what chat's and the server's sessions hold)\n");
-    cli_engine_help(f, PLAN_OPTS);
+    fprintf(f,
+            "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR])\n"
+            "                       [--ctx N] [--chunk N]"
+" [--spec mtp --draft M] [--checkpoint] [--json]\n"
+            "  Print every allocation the engine and one session will make, by owner, memory domain\n"
+            "  and category, with totals, without loading any weights.\n"
+            "  -m, --model DIR     an install (reads config.json and the safetensors headers only;\n"
+            "                      default: the bundled model)\n"
+            "  --shape FILE        a released size (shapes/*.json), no checkpoint needed: the install\n"
+            "                      that `synth --shape FILE` or `convert` of the real checkpoint writes\n"
+            "  --bits 4|8|16       with --shape: INT4 (default), INT8 or bf16 weights\n"
+            "  --group G           with --shape: quantization group (default 64)\n"
+            "  --install DIR       with --shape: where the install will be opened from (the path is\n"
+            "                      part of the tensor index's bytes; default 'model')\n"
+            "  --ctx N             context length in tokens (default 4096, or the model's maximum if less)\n"
+            "  --chunk N           prefill rows per pass (default 64)\n"
+            "  --spec mtp          speculative decoding with the MTP head ...\n"
+            "  --draft M           ... drafting M tokens per block (1..%d, default 3)\n"
+            "  --checkpoint        a checkpoint copy of the GDN states (what chat's sessions hold)\n"
+            "  --json              the plan as one JSON object\n",
+            TS_SPEC_MAX_DRAFT);
 }
 
 static const char *human(uint64_t b, char *buf, size_t cap) {
@@ -32,50 +50,178 @@ static const char *human(uint64_t b, char *buf, size_t cap) {
     return buf;
 }
 
+/* A JSON string body: our labels and paths, with quotes, backslashes and
+ * control characters escaped. */
+static void jstr(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+static void print_json(const ts_mem_plan *pl, const char *source, int bits) {
+    printf("{\"source\": ");
+    jstr(source);
+    if (bits) printf(", \"bits\": %d", bits);
+    printf(", \"n_ctx\": %d, \"max_rows\": %d, \"spec_draft\": %d", pl->n_ctx, pl->max_rows, pl->spec_draft);
+    printf(", \"mapped_bytes\": %llu, \"mapped_kept_bytes\": %llu, \"total_bytes\": %llu, \"engine_bytes\": %llu, \"session_bytes\": %llu"
+           ", \"drafter_bytes\": %llu",
+           (unsigned long long)pl->mapped_bytes, (unsigned long long)pl->mapped_kept_bytes,
+           (unsigned long long)pl->total_bytes,
+           (unsigned long long)pl->engine_bytes, (unsigned long long)pl->session_bytes,
+           (unsigned long long)pl->drafter_bytes);
+    printf(", \"domains\": {");
+    for (int d = 0; d < TS_DOM_N; d++) {
+        printf("%s\"%s\": {\"total\": %llu", d ? ", " : "", ts_mem_domain_name((ts_mem_domain)d),
+               (unsigned long long)pl->dom_bytes[d]);
+        for (int c = 0; c < TS_MEM_N; c++)
+            printf(", \"%s\": %llu", ts_mem_cat_name((ts_mem_cat)c), (unsigned long long)pl->bytes[d][c]);
+        printf("}");
+    }
+    printf("}, \"items\": [");
+    for (int i = 0; i < pl->n_items; i++) {
+        const ts_mem_plan_item *it = &pl->items[i];
+        printf("%s{\"name\": ", i ? ", " : "");
+        jstr(it->name);
+        printf(", \"owner\": \"%s\", \"domain\": \"%s\", \"category\": \"%s\", \"count\": %llu, \"bytes\": %llu"
+               ", \"drafter\": %s, \"backend\": %s}",
+               it->engine ? "engine" : "session", ts_mem_domain_name(it->dom), ts_mem_cat_name(it->cat),
+               (unsigned long long)it->count, (unsigned long long)it->bytes, it->drafter ? "true" : "false",
+               it->backend ? "true" : "false");
+    }
+    printf("]}\n");
+}
+
+static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
+    char h[32], h2[32], h3[32];
+    printf("memory plan for %s", source);
+    if (bits) printf(" (%s)", bits == 16 ? "bf16" : bits == 8 ? "INT8" : "INT4");
+    printf(": context %d, chunk %d rows, %s\n", pl->n_ctx, pl->max_rows,
+           pl->spec_draft ? "speculative decoding: mtp" : "no speculative decoding");
+    if (pl->spec_draft) printf("  (draft %d tokens per block, verify %d rows)\n", pl->spec_draft, pl->spec_draft + 1);
+    printf("\n%-8s %-7s %-13s %-58s %6s %16s %11s\n", "owner", "domain", "category", "allocation", "count", "bytes", "");
+    for (int pass = 1; pass >= 0; pass--)
+        for (int i = 0; i < pl->n_items; i++) {
+            const ts_mem_plan_item *it = &pl->items[i];
+            if (it->engine != pass) continue;
+            printf("%-8s %-7s %-13s %-58s %6llu %16llu %11s%s%s\n", it->engine ? "engine" : "session",
+                   ts_mem_domain_name(it->dom), ts_mem_cat_name(it->cat), it->name, (unsigned long long)it->count,
+                   (unsigned long long)it->bytes, human(it->bytes, h, sizeof h), it->drafter ? "  [drafter]" : "",
+                   it->backend ? "  [backend]" : "");
+        }
+    /* a column per domain that holds anything (host always) */
+    int shown[TS_DOM_N], n_shown = 0;
+    for (int d = 0; d < TS_DOM_N; d++) {
+        shown[d] = d == TS_DOM_HOST || pl->dom_bytes[d];
+        n_shown += shown[d];
+    }
+    printf("\n%-13s", "by category");
+    for (int d = 0; d < TS_DOM_N; d++)
+        if (shown[d]) printf(" %16s %11s", ts_mem_domain_name((ts_mem_domain)d), "");
+    printf("\n");
+    for (int c = 0; c < TS_MEM_N; c++) {
+        printf("  %-11s", ts_mem_cat_name((ts_mem_cat)c));
+        for (int d = 0; d < TS_DOM_N; d++)
+            if (shown[d]) printf(" %16llu %11s", (unsigned long long)pl->bytes[d][c], human(pl->bytes[d][c], h, sizeof h));
+        printf("\n");
+    }
+    printf("  %-11s", "total");
+    for (int d = 0; d < TS_DOM_N; d++)
+        if (shown[d]) printf(" %16llu %11s", (unsigned long long)pl->dom_bytes[d], human(pl->dom_bytes[d], h, sizeof h));
+    printf("\n");
+    if (n_shown < TS_DOM_N) {
+        printf("  (nothing in");
+        for (int d = 0, k = 0; d < TS_DOM_N; d++)
+            if (!shown[d]) printf("%s %s", k++ ? " or" : "", ts_mem_domain_name((ts_mem_domain)d));
+        printf(" memory: the CPU backend allocates host memory only)\n");
+    }
+    printf("\n");
+    printf("  %-13s %16llu %11s   (engine %s, session %s)\n", "total heap", (unsigned long long)pl->total_bytes,
+           human(pl->total_bytes, h, sizeof h), human(pl->engine_bytes, h2, sizeof h2),
+           human(pl->session_bytes, h3, sizeof h3));
+    printf("  %-13s %16llu %11s   (what drafting adds)\n", "drafter", (unsigned long long)pl->drafter_bytes,
+           human(pl->drafter_bytes, h, sizeof h));
+    printf("  %-13s %16llu %11s   (the install's size; mmap, read in place, not heap)\n", "weights file",
+           (unsigned long long)pl->mapped_bytes, human(pl->mapped_bytes, h, sizeof h));
+    printf("  %-13s %16llu %11s   (the part not repacked into the heap stays mapped)\n", "file mapped",
+           (unsigned long long)pl->mapped_kept_bytes, human(pl->mapped_kept_bytes, h, sizeof h));
+    uint64_t host = pl->dom_bytes[TS_DOM_HOST] + pl->mapped_kept_bytes;
+    printf("host memory in use: %s (heap + file mapped)", human(host, h, sizeof h));
+    if (pl->dom_bytes[TS_DOM_DEVICE]) printf(", device memory: %s", human(pl->dom_bytes[TS_DOM_DEVICE], h, sizeof h));
+    printf("\n");
+    printf("[backend]: sized by this machine's kernels (packed layout, threads); [drafter]: only with --spec\n");
+}
+
 int cmd_plan(int argc, char **argv) {
-    int checkpoint = 0;
-    cli_engine eo;
-    cli_engine_init(&eo, "plan", PLAN_OPTS);
+    const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL;
+    int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int sr = cli_engine_parse(argc, argv, &i, &eo);
-        if (sr < 0) return 2;
-        if (sr > 0) continue;
-        if (!strcmp(a, "--checkpoint")) checkpoint = 1; /* what chat's sessions hold */
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else { fprintf(stderr, "turbospark plan: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--checkpoint")) { checkpoint = 1; continue; }
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        int num = !strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--draft") || !strcmp(a, "--bits") ||
+                  !strcmp(a, "--group");
+        int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
+                  !strcmp(a, "--install");
+        if (!num && !str) {
+            fprintf(stderr, "turbospark plan: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) { fprintf(stderr, "turbospark plan: %s needs a value\n", a); return 2; }
+        const char *v = argv[++i];
+        if (str) {
+            if (!strcmp(a, "--shape")) shape = v;
+            else if (!strcmp(a, "--spec")) spec = v;
+            else if (!strcmp(a, "--install")) install = v;
+            else model = v;
+            continue;
+        }
+        int x;
+        if (!cli_parse_count(v, &x)) { fprintf(stderr, "turbospark plan: %s '%s' is not a count\n", a, v); return 2; }
+        if (!strcmp(a, "--ctx")) n_ctx = x;
+        else if (!strcmp(a, "--chunk")) chunk = x;
+        else if (!strcmp(a, "--draft")) draft = x;
+        else if (!strcmp(a, "--bits")) bits = x;
+        else group = x;
     }
-    if (cli_engine_check(&eo)) return 2;
-    const char *model = eo.model;
+    if (spec && strcmp(spec, "mtp")) { fprintf(stderr, "turbospark plan: --spec '%s' is not supported (only 'mtp')\n", spec); return 2; }
+    if (draft != -1 && !spec) { fprintf(stderr, "turbospark plan: --draft needs --spec mtp\n"); return 2; }
+    if (spec && draft == -1) draft = 3;
+    if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
+        fprintf(stderr, "turbospark plan: --draft %d is outside 1..%d\n", draft, TS_SPEC_MAX_DRAFT);
+        return 2;
+    }
+    if (model && shape) { fprintf(stderr, "turbospark plan: give -m DIR or --shape FILE, not both\n"); return 2; }
+    if ((bits || group || install) && !shape) {
+        fprintf(stderr, "turbospark plan: --bits, --group and --install go with --shape (an install has its own)\n");
+        return 2;
+    }
+    if (shape && !bits) bits = 4;
+    if (!model && !shape) model = cli_default_model();
+    if (!model && !shape) { fprintf(stderr, "turbospark plan: no model: pass -m DIR or --shape FILE\n"); return 2; }
     ts_session_params sp;
     ts_session_params_default(&sp);
-    cli_engine_apply(&eo, NULL, &sp, NULL);
+    sp.n_ctx = n_ctx;
+    sp.max_rows = chunk;
+    sp.spec_draft = spec ? draft : 0;
     sp.checkpoint = checkpoint;
-    ts_mem_plan pl;
+    ts_mem_plan *pl = malloc(sizeof *pl);
+    if (!pl) { fprintf(stderr, "turbospark plan: out of memory\n"); return 1; }
     ts_error err = {0};
-    if (ts_mem_plan_dir(model, &sp, &pl, &err)) { fprintf(stderr, "turbospark plan: %s\n", err.msg); return 1; }
-    char h[32];
-    printf("memory plan for %s: context %d, chunk %d rows, %s\n", model, pl.n_ctx, pl.max_rows,
-           pl.spec_draft ? "speculative decoding: mtp" : "no speculative decoding");
-    if (pl.spec_draft) printf("  (draft %d tokens per block, verify %d rows)\n", pl.spec_draft, pl.spec_draft + 1);
-    printf("\n%-8s %-13s %-58s %6s %14s %12s\n", "owner", "category", "allocation", "count", "bytes", "");
-    for (int pass = 1; pass >= 0; pass--)
-        for (int i = 0; i < pl.n_items; i++) {
-            const ts_mem_plan_item *it = &pl.items[i];
-            if (it->engine != pass) continue;
-            printf("%-8s %-13s %-58s %6llu %14llu %12s%s\n", it->engine ? "engine" : "session", ts_mem_cat_label(it->cat),
-                   it->name, (unsigned long long)it->count, (unsigned long long)it->bytes, human(it->bytes, h, sizeof h),
-                   it->drafter ? "  [drafter]" : "");
-        }
-    printf("\nheap by category:\n");
-    for (int c = 0; c < TS_MEMCAT_N; c++)
-        printf("  %-13s %14llu %12s\n", ts_mem_cat_label(c), (unsigned long long)pl.cat_bytes[c],
-               human(pl.cat_bytes[c], h, sizeof h));
-    printf("  %-13s %14llu %12s\n", "engine", (unsigned long long)pl.engine_bytes, human(pl.engine_bytes, h, sizeof h));
-    printf("  %-13s %14llu %12s\n", "session", (unsigned long long)pl.session_bytes, human(pl.session_bytes, h, sizeof h));
-    printf("  %-13s %14llu %12s\n", "drafter", (unsigned long long)pl.drafter_bytes, human(pl.drafter_bytes, h, sizeof h));
-    printf("  %-13s %14llu %12s\n", "total heap", (unsigned long long)pl.total_bytes, human(pl.total_bytes, h, sizeof h));
-    printf("weights mapped (mmap, not heap): %llu bytes (%s)\n", (unsigned long long)pl.mapped_bytes,
-           human(pl.mapped_bytes, h, sizeof h));
+    int rc = shape ? ts_mem_plan_shape(shape, bits, group, install, &sp, pl, &err) : ts_mem_plan_dir(model, &sp, pl, &err);
+    if (rc) {
+        fprintf(stderr, "turbospark plan: %s\n", err.msg);
+        free(pl);
+        return 1;
+    }
+    if (json) print_json(pl, shape ? shape : model, shape ? bits : 0);
+    else print_table(pl, shape ? shape : model, shape ? bits : 0);
+    free(pl);
     return 0;
 }
