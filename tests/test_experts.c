@@ -685,3 +685,53 @@ TS_TEST(experts, dry_matches_real) {
     ts_expert_map_free(syn);
     inst_close(&x);
 }
+
+/* Views onto a slot compute what the engine's bound expert weights compute,
+ * bit for bit (reference kernel on both), for every expert of every layer
+ * that one slot cycles through. */
+#include "engine/engine.h"
+
+TS_TEST(experts, slot_views_match_bound_weights) {
+    const char *dirs[2] = {install("tiny-moe", 4), install("tiny-moe", 16)};
+    for (int d = 0; d < 2; d++) {
+        inst x;
+        if (inst_open(&x, dirs[d])) return;
+        ts_engine *e = NULL;
+        ts_error err = {0};
+        CHECK_MSG(ts_engine_open(dirs[d], NULL, &e, &err) == 0, "%s", err.msg);
+        const ts_model *mo = &e->model;
+        ts_xc_params p;
+        ts_xc_params_default(&p);
+        p.cache_bytes = (uint64_t)x.map->topk * ts_xc_slot_stride(x.map);
+        ts_xc *c = NULL;
+        CHECK(ts_xc_open(x.map, &p, &c, &err) == 0);
+        int H = x.cfg.H, Im = x.cfg.Im;
+        float *in = malloc(sizeof(float) * (H > Im ? H : Im)), *y0 = malloc(sizeof(float) * (H > Im ? H : Im)),
+              *y1 = malloc(sizeof(float) * (H > Im ? H : Im));
+        uint64_t seed = 3;
+        for (int i = 0; i < (H > Im ? H : Im); i++) in[i] = (float)((int)(rng_next(&seed) % 2001) - 1000) / 1000.f;
+        for (int l = 0; l < x.map->n_layers && !ts_test_failed(); l++) {
+            const ts_ffn_w *f = l < x.map->n_main ? &mo->layers[l].ffn : &mo->mtp.layer.ffn;
+            for (int ex = 0; ex < x.map->E; ex++) {
+                int32_t id = ex, slot;
+                CHECK(ts_xc_ensure(c, l, &id, 1, &slot, &err) == 0);
+                ts_weight w[3];
+                CHECK_MSG(ts_expert_views(x.map, &x.cfg, l, ts_xc_slot_data(c, slot), w, &err) == 0, "%s", err.msg);
+                const ts_weight *b[3] = {&f->e_gate[ex], &f->e_up[ex], &f->e_down[ex]};
+                for (int j = 0; j < 3; j++) {
+                    CHECK(w[j].rows == b[j]->rows && w[j].cols == b[j]->cols && w[j].dtype == b[j]->dtype && w[j].bits == b[j]->bits);
+                    ts_weight bw = *b[j];
+                    bw.packed = NULL;
+                    ts_linear_ref(&w[j], in, y0, 1);
+                    ts_linear_ref(&bw, in, y1, 1);
+                    CHECK_MSG(!memcmp(y0, y1, sizeof(float) * w[j].rows), "%s layer %d expert %d part %d: slot view differs", dirs[d], l, ex, j);
+                }
+                ts_xc_unpin(c, l);
+            }
+        }
+        free(in); free(y0); free(y1);
+        ts_xc_close(c);
+        ts_engine_close(e);
+        inst_close(&x);
+    }
+}

@@ -225,7 +225,9 @@ static int map_layer(ts_expert_map *m, const ts_st_set *st, const char *p, int m
                 snprintf(lp[a].suffix, sizeof lp[a].suffix, "%s", suf);
                 lp[a].off = loc[a].off - base;
                 lp[a].nbytes = loc[a].t->nbytes;
-            } else if (strcmp(lp[a].suffix, suf) || lp[a].off != loc[a].off - base || lp[a].nbytes != loc[a].t->nbytes) {
+                lp[a].dtype = loc[a].t->dtype;
+            } else if (strcmp(lp[a].suffix, suf) || lp[a].off != loc[a].off - base || lp[a].nbytes != loc[a].t->nbytes ||
+                       lp[a].dtype != loc[a].t->dtype) {
                 return ts_fail(err, TS_E_MODEL,
                                "tensor '%s': laid out differently from expert 0 of its layer (offset %llu, %llu bytes inside the "
                                "expert; expert 0 has %s at %llu, %llu bytes)",
@@ -279,6 +281,55 @@ int ts_expert_map_build(const ts_st_set *st, const ts_config *cfg, ts_expert_map
     return 0;
 }
 
+static const ts_xmap_part *find_part(const ts_xmap_part *lp, int np, const char *suffix) {
+    for (int i = 0; i < np; i++)
+        if (!strcmp(lp[i].suffix, suffix)) return &lp[i];
+    return NULL;
+}
+
+int ts_expert_views(const ts_expert_map *m, const ts_config *cfg, int layer, const uint8_t *data, ts_weight w[3], ts_error *err) {
+    if (layer < 0 || layer >= m->n_layers || !m->parts) return ts_fail(err, TS_E_ARG, "expert views: layer %d out of range", layer);
+    const ts_xmap_part *lp = m->parts + (size_t)layer * TS_XMAP_MAX_PARTS;
+    for (int j = 0; j < 3; j++) {
+        ts_weight *v = &w[j];
+        memset(v, 0, sizeof *v);
+        v->rows = j < 2 ? cfg->Im : cfg->H;
+        v->cols = j < 2 ? cfg->H : cfg->Im;
+        char suf[32];
+        snprintf(suf, sizeof suf, "%s.weight", PROJ[j]);
+        const ts_xmap_part *pw = find_part(lp, m->n_parts, suf);
+        if (!pw) return ts_fail(err, TS_E_MODEL, "expert views: layer %d has no %s", layer, suf);
+        v->dtype = pw->dtype;
+        v->data = data + pw->off;
+        uint64_t want;
+        if (pw->dtype == TS_DTYPE_U32) {
+            if (!cfg->q_bits || !cfg->q_group || v->cols % cfg->q_group)
+                return ts_fail(err, TS_E_MODEL, "expert views: layer %d %s is quantized but the config's quantization does not fit", layer, suf);
+            v->bits = cfg->q_bits;
+            v->group = cfg->q_group;
+            snprintf(suf, sizeof suf, "%s.scales", PROJ[j]);
+            const ts_xmap_part *ps = find_part(lp, m->n_parts, suf);
+            snprintf(suf, sizeof suf, "%s.biases", PROJ[j]);
+            const ts_xmap_part *pb = find_part(lp, m->n_parts, suf);
+            if (!ps || !pb) return ts_fail(err, TS_E_MODEL, "expert views: layer %d lacks %s scales or biases", layer, PROJ[j]);
+            v->sdtype = ps->dtype;
+            v->scales = data + ps->off;
+            v->biases = data + pb->off;
+            uint64_t sb = (uint64_t)v->rows * (v->cols / v->group) * ts_dtype_size(ps->dtype);
+            if (ps->nbytes != sb || pb->nbytes != sb || pb->dtype != ps->dtype)
+                return ts_fail(err, TS_E_MODEL, "expert views: layer %d %s scales/biases are %llu bytes, expected %llu", layer, PROJ[j],
+                               (unsigned long long)ps->nbytes, (unsigned long long)sb);
+            want = (uint64_t)v->rows * v->cols * v->bits / 8;
+        } else {
+            want = (uint64_t)v->rows * v->cols * ts_dtype_size(pw->dtype);
+        }
+        if (pw->nbytes != want)
+            return ts_fail(err, TS_E_MODEL, "expert views: layer %d %s.weight is %llu bytes, [%lld, %lld] needs %llu", layer, PROJ[j],
+                           (unsigned long long)pw->nbytes, (long long)v->rows, (long long)v->cols, (unsigned long long)want);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------ the cache */
 
 const char *ts_xc_policy_name(ts_xc_policy p) {
@@ -297,6 +348,7 @@ void ts_xc_params_default(ts_xc_params *p) {
     p->policy = TS_XC_LFRU;
     p->n_io = 4;
     p->halflife = 32;
+    p->direct = 1;
 }
 
 typedef struct xc_job {
@@ -456,6 +508,10 @@ static void xc_read(ts_xc *c, xc_job *j) {
     uint64_t r1 = direct ? (off + len + XC_PAGE - 1) & ~(uint64_t)(XC_PAGE - 1) : off + len;
     uint8_t *dst = slot + (r0 - a0);
     uint64_t done = 0, want = r1 - r0, need = off + len - r0;
+    /* buffered: optionally ask for the whole range at once (the kernel's
+     * readahead otherwise grows its window step by step); measured no gain
+     * here (bench/experts/RESULTS.md), so off by default */
+    if (!direct && c->p.willneed) posix_fadvise(c->fd[f], (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
     while (done < want) {
         ssize_t r;
         long fa = __atomic_load_n(&c->fail_after, __ATOMIC_RELAXED);

@@ -46,6 +46,7 @@
 #ifndef TS_EXPERTS_H
 #define TS_EXPERTS_H
 
+#include "kernels.h"
 #include "loader/config.h"
 #include "loader/safetensors.h"
 
@@ -66,6 +67,7 @@ typedef struct ts_xmap_part {
     char suffix[32];     /* "gate_proj.weight", "down_proj.biases", ... */
     uint64_t off;        /* byte offset inside the expert's range */
     uint64_t nbytes;
+    ts_dtype dtype;
 } ts_xmap_part;
 
 typedef struct ts_expert_map {
@@ -92,6 +94,13 @@ int ts_expert_map_build(const ts_st_set *st, const ts_config *cfg, ts_expert_map
 int ts_expert_map_synthetic(int n_layers, int E, int topk, uint64_t bytes, ts_expert_map **out, ts_error *err);
 void ts_expert_map_free(ts_expert_map *m); /* NULL ok */
 
+/* Views of one expert of `layer` onto its bytes `data` (a pinned slot's
+ * ts_xc_slot_data, or the mapping at map->off): w[0] gate [Im, H], w[1] up
+ * [Im, H], w[2] down [H, Im], as the binder (load.c) would make them from the
+ * tensors, packed = NULL. TS_E_MODEL if the layer's parts do not have the
+ * sizes cfg implies. */
+int ts_expert_views(const ts_expert_map *m, const ts_config *cfg, int layer, const uint8_t *data, ts_weight w[3], ts_error *err);
+
 static inline size_t ts_xmap_idx(const ts_expert_map *m, int layer, int e) { return (size_t)layer * m->E + e; }
 
 /* ---- the slot cache ---- */
@@ -110,10 +119,15 @@ typedef struct ts_xc_params {
     uint64_t cache_bytes;   /* the budget: slots = cache_bytes / ts_xc_slot_stride() */
     ts_xc_policy policy;
     int n_io;               /* I/O threads = reads in flight (default 4, 1..64) */
-    int direct;             /* 1: O_DIRECT reads of the page-aligned span (falls back to
-                               buffered, with a note in stats, where the file system refuses) */
+    int direct;             /* 1 (default): O_DIRECT reads of the page-aligned span (falls back
+                               to buffered, stats.direct_active = 0, where the file system
+                               refuses). Measured about 2x buffered preads from a cold page
+                               cache here (bench/experts/RESULTS.md), and streamed experts do
+                               not also fill RAM with page cache */
     double halflife;        /* TS_XC_LFRU: tokens after which an access counts half
                                (default 32; time advances one token per n_layers ensures) */
+    int willneed;           /* buffered reads: posix_fadvise(WILLNEED) the expert's range first
+                               (default 0: measured no gain) */
     int dry;                /* 1: bookkeeping only, no pool, no reads (the simulator) */
 } ts_xc_params;
 
