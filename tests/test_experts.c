@@ -369,11 +369,24 @@ static void cache_run(const inst *x, int policy, int n_slots, int direct, int n_
                 }
                 ids[n++] = e;
             }
+        uint64_t misses0 = ts_xc_get_stats(c)->misses;
         int rc = ts_xc_ensure(c, layer, ids, n, slots, &err);
         int nu = ref_ensure2(&r, m, layer, ids, n, &ref_hits);
         distinct += (uint64_t)nu;
         CHECK_MSG(rc == 0, "ensure: %s", err.msg);
         CHECK(ts_xc_pinned(c) == nu);
+        {
+            /* the filled slots are exactly this call's misses */
+            const int32_t *fl;
+            int nf = ts_xc_last_filled(c, &fl);
+            CHECK((uint64_t)nf == ts_xc_get_stats(c)->misses - misses0);
+            for (int q = 0; q < nf; q++) {
+                int fl_l, fl_e, in = 0;
+                ts_xc_slot_owner(c, fl[q], &fl_l, &fl_e);
+                for (int i = 0; i < n; i++) in |= ids[i] == fl_e;
+                CHECK(fl_l == layer && in);
+            }
+        }
         for (int i = 0; i < n; i++) {
             int l2, e2;
             CHECK(slots[i] >= 0 && slots[i] < ns);
@@ -476,6 +489,15 @@ TS_TEST(experts, capacity_errors) {
     CHECK_MSG(strstr(err.msg, "--expert-cache") && strstr(err.msg, "top-2"), "%s", err.msg);
     CHECK(ts_xc_plan_bytes(m, &p) == 0);
     CHECK(ts_mem_used(TS_MEM_EXPERT_CACHE) == used0);
+    /* the map's own bytes, as it reports them */
+    {
+        ts_expert_map *m2 = NULL;
+        size_t u1 = ts_mem_used(TS_MEM_EXPERT_CACHE);
+        CHECK(ts_expert_map_build(x.st, &x.cfg, &m2, &err) == 0);
+        CHECK_MSG(ts_mem_used(TS_MEM_EXPERT_CACHE) - u1 == ts_expert_map_bytes(m2), "map allocated %zu, reports %llu",
+                  ts_mem_used(TS_MEM_EXPERT_CACHE) - u1, (unsigned long long)ts_expert_map_bytes(m2));
+        ts_expert_map_free(m2);
+    }
     /* exactly the top-k: opens, and the allocator rises by the plan's bytes */
     p.cache_bytes += 1;
     CHECK_MSG(ts_xc_open(m, &p, &c, &err) == 0, "%s", err.msg);

@@ -112,6 +112,17 @@ void ts_expert_map_free(ts_expert_map *m) {
     ts_free(m);
 }
 
+uint64_t ts_expert_map_bytes(const ts_expert_map *m) {
+    size_t n = (size_t)m->n_layers * m->E;
+    uint64_t b = sizeof *m + n * (sizeof *m->file + sizeof *m->off + sizeof *m->bytes);
+    if (m->parts) b += sizeof *m->parts * TS_XMAP_MAX_PARTS * m->n_layers;
+    if (m->paths) {
+        b += sizeof *m->paths * m->n_files;
+        for (int i = 0; i < m->n_files; i++) b += strlen(m->paths[i]) + 1;
+    }
+    return b;
+}
+
 static int map_alloc(ts_expert_map *m, int n_layers, int E, int n_files, ts_error *err) {
     size_t n = (size_t)n_layers * E;
     m->n_layers = n_layers;
@@ -389,6 +400,7 @@ struct ts_xc {
     int32_t *took;             /* [E] slots this ensure pinned */
     xc_job *jobs;              /* [E] */
     int32_t stamp;
+    int last_hits, last_filled;  /* took[last_hits .. + last_filled) = the last ensure's misses */
     /* files */
     int *fd, *dfd;             /* [n_files] buffered / O_DIRECT (-1) */
     /* I/O threads */
@@ -836,9 +848,12 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
         }
         for (int q = 0; q < hits; q++) unpin_one(c, c->took[q]);
         c->st.read_errors++;
+        c->last_hits = c->last_filled = 0;
         return TS_E_IO;
     }
     for (int j = 0; j < nj; j++) c->table[c->jobs[j].ix] = c->jobs[j].slot;
+    c->last_hits = hits;
+    c->last_filled = nj;
     c->st.ensures++;
     c->st.hits += (uint64_t)hits;
     c->st.misses += (uint64_t)nj;
@@ -858,6 +873,11 @@ void ts_xc_slot_owner(const ts_xc *c, int slot, int *layer, int *expert) {
     int o = slot >= 0 && slot < c->n_slots ? c->owner[slot] : -1;
     *layer = o < 0 ? -1 : o / c->m->E;
     *expert = o < 0 ? -1 : o % c->m->E;
+}
+
+int ts_xc_last_filled(const ts_xc *c, const int32_t **slots) {
+    *slots = c->took + c->last_hits;
+    return c->last_filled;
 }
 
 int ts_xc_n_slots(const ts_xc *c) { return c->n_slots; }

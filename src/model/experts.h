@@ -37,6 +37,17 @@
  * Does not own: the forward that consumes the slots (qwen35.c, through the
  * backend contract), the CLI option (it calls ts_parse_size), device slots.
  *
+ * Wiring (for the forward): per MoE layer L of a batch of n rows, after the
+ * router's top-k of every row is known (one wait for the whole batch):
+ *   ts_xc_ensure(c, L, sel, n * topk, slot, err);   reads all misses at once
+ *   for each (row, j): ts_expert_views(map, cfg, L, ts_xc_slot_data(c, slot[..]), w, err)
+ *                      (or a per-slot view table built once per slot fill)
+ *   ... the expert products ...
+ *   ts_xc_unpin(c, L);
+ * The MTP layer's experts are map layer map->n_main. A device backend keeps
+ * its slots elsewhere but can reuse the table and policy with dry = 1 and
+ * do its own copies for the slots ts_xc_last_filled reports.
+ *
  * Invariants: a slot in the table holds exactly the file's bytes of its
  * (layer, expert); a failed ensure leaves no half-read slot in the table and
  * no pins of its own; after ts_xc_close (and ts_expert_map_free) the
@@ -93,6 +104,9 @@ int ts_expert_map_build(const ts_st_set *st, const ts_config *cfg, ts_expert_map
  * `bytes` each; no part table. */
 int ts_expert_map_synthetic(int n_layers, int E, int topk, uint64_t bytes, ts_expert_map **out, ts_error *err);
 void ts_expert_map_free(ts_expert_map *m); /* NULL ok */
+/* Bytes the map holds from the counted allocator (TS_MEM_EXPERT_CACHE): with
+ * ts_xc_plan_bytes, what --expert-cache adds to the memory plan. */
+uint64_t ts_expert_map_bytes(const ts_expert_map *m);
 
 /* Views of one expert of `layer` onto its bytes `data` (a pinned slot's
  * ts_xc_slot_data, or the mapping at map->off): w[0] gate [Im, H], w[1] up
@@ -121,7 +135,7 @@ typedef struct ts_xc_params {
     int n_io;               /* I/O threads = reads in flight (default 4, 1..64) */
     int direct;             /* 1 (default): O_DIRECT reads of the page-aligned span (falls back
                                to buffered, stats.direct_active = 0, where the file system
-                               refuses). Measured about 2x buffered preads from a cold page
+                               refuses). Measured 1.4-2.4x buffered preads from a cold page
                                cache here (bench/experts/RESULTS.md), and streamed experts do
                                not also fill RAM with page cache */
     double halflife;        /* TS_XC_LFRU: tokens after which an access counts half
@@ -176,6 +190,9 @@ void ts_xc_close(ts_xc *c); /* NULL ok; joins the I/O threads */
  * (layer, expert) for a failed or short read. On error nothing of this call
  * stays pinned and no slot of the table holds a partial read. */
 int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots, ts_error *err);
+/* The slots the last successful ensure filled (its misses), borrowed until
+ * the next ensure; returns their count. */
+int ts_xc_last_filled(const ts_xc *c, const int32_t **slots);
 /* Drop the pins that ensures of `layer` took (the layer's compute is done). */
 void ts_xc_unpin(ts_xc *c, int layer);
 /* The expert bytes held by `slot` (borrowed; NULL in dry mode): valid while
