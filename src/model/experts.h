@@ -1,0 +1,211 @@
+/* experts.h: MoE expert streaming, the engine-independent core (issue 18).
+ *
+ * Owns three things:
+ *
+ *   1. The expert map: for an opened install, where every (layer, expert)'s
+ *      routed weights live on disk. An install written by `turbospark convert`
+ *      or `synth` stores one expert of one layer as nine adjacent tensors
+ *      (bf16 checkpoints: three) in one shard:
+ *
+ *        | P.mlp.experts.{e}.gate_proj.weight | .scales | .biases |
+ *        | P.mlp.experts.{e}.up_proj.weight   | .scales | .biases |
+ *        | P.mlp.experts.{e}.down_proj.weight | .scales | .biases |
+ *
+ *      P = "model.language_model.layers.{l}." / "model.layers.{l}." for the
+ *      main stack, "mtp.layers.0." for the MTP layer (map layer n_main). A
+ *      tensor's file offset is 8 + N + data_offsets[0] (N: the shard's header
+ *      length, safetensors.h), so the expert is the byte range [min, max) of
+ *      its tensors' ranges, which must sum to max - min (no gap: the writer
+ *      pads nothing between tensors). Fused ("experts.gate_up_proj") and MLX
+ *      stacked ("switch_mlp") layouts spread one expert over several ranges
+ *      and are refused with the tensor's name: convert them first.
+ *      Where each tensor sits inside the expert's bytes (part offsets) is
+ *      checked to be the same for every expert of a layer, so one table of
+ *      views serves every slot.
+ *
+ *   2. The slot cache (ts_xc): a fixed pool of equal slots, each holding one
+ *      expert's bytes, allocated once (TS_MEM_EXPERT_CACHE) at open; a
+ *      (layer, expert) -> slot table; ts_xc_ensure takes the routed ids of a
+ *      whole batch of rows for one layer, deduplicates them, pins them, reads
+ *      every missing expert at once with several preads in flight (a small
+ *      pool of I/O threads), and returns each id's slot.
+ *
+ *   3. Eviction: plain LRU or decayed frequency (LRFU-style, see experts.c),
+ *      one min-heap over the unpinned-or-pinned resident slots keyed so that
+ *      a key changes only when its expert is accessed.
+ *
+ * Does not own: the forward that consumes the slots (qwen35.c, through the
+ * backend contract), the CLI option (it calls ts_parse_size), device slots.
+ *
+ * Wiring (for the forward): per MoE layer L of a batch of n rows, after the
+ * router's top-k of every row is known (one wait for the whole batch):
+ *   ts_xc_ensure(c, L, sel, n * topk, slot, err);   reads all misses at once
+ *   for each (row, j): ts_expert_views(map, cfg, L, ts_xc_slot_data(c, slot[..]), w, err)
+ *                      (or a per-slot view table built once per slot fill)
+ *   ... the expert products ...
+ *   ts_xc_unpin(c, L);
+ * The MTP layer's experts are map layer map->n_main. A device backend keeps
+ * its slots elsewhere but can reuse the table and policy with dry = 1 and
+ * do its own copies for the slots ts_xc_last_filled reports.
+ *
+ * Invariants: a slot in the table holds exactly the file's bytes of its
+ * (layer, expert); a failed ensure leaves no half-read slot in the table and
+ * no pins of its own; after ts_xc_close (and ts_expert_map_free) the
+ * TS_MEM_EXPERT_CACHE counter is back where it was.
+ * Threads: one caller thread; the I/O threads touch only their jobs.
+ */
+#ifndef TS_EXPERTS_H
+#define TS_EXPERTS_H
+
+#include "kernels.h"
+#include "loader/config.h"
+#include "loader/safetensors.h"
+
+/* ---- sizes ---- */
+
+/* "SIZE" as --expert-cache takes it: a positive number of bytes, optionally
+ * with a fraction and one suffix K, M, G, T (powers of 1024, either case),
+ * optionally followed by "B" or "iB" ("512M", "1.5G", "64KiB", "4096").
+ * Errors (TS_E_ARG, message names the text): empty, negative, zero, a bad
+ * character, overflow of 64 bits. *out unchanged on error. */
+int ts_parse_size(const char *s, uint64_t *out, ts_error *err);
+
+/* ---- the expert map ---- */
+
+#define TS_XMAP_MAX_PARTS 9
+
+typedef struct ts_xmap_part {
+    char suffix[32];     /* "gate_proj.weight", "down_proj.biases", ... */
+    uint64_t off;        /* byte offset inside the expert's range */
+    uint64_t nbytes;
+    ts_dtype dtype;
+} ts_xmap_part;
+
+typedef struct ts_expert_map {
+    int n_layers;        /* main layers + 1 when the MTP layer has routed experts */
+    int n_main;          /* main-stack layers (map layer n_main = the MTP layer) */
+    int E, topk;
+    uint64_t expert_bytes;  /* bytes of one expert (the largest, all are equal in practice) */
+    int n_parts;            /* tensors per expert: 9 quantized, 3 float */
+    ts_xmap_part *parts;    /* [n_layers][n_parts], sorted by offset */
+    int n_files;
+    char **paths;           /* [n_files] owned copies: the map outlives the set */
+    int32_t *file;          /* [n_layers * E] index into paths */
+    uint64_t *off;          /* [n_layers * E] absolute offset of the expert in its file */
+    uint64_t *bytes;        /* [n_layers * E] its length */
+} ts_expert_map;
+
+/* Build from an opened install. TS_E_MODEL naming the tensor for a
+ * non-MoE config, a missing expert tensor, fused/stacked experts, an expert
+ * split over two files, a gap inside an expert, or a layer whose experts are
+ * laid out differently. TS_E_NOMEM on allocation failure. */
+int ts_expert_map_build(const ts_st_set *st, const ts_config *cfg, ts_expert_map **out, ts_error *err);
+/* A map without files (the trace simulator): n_layers x E experts of
+ * `bytes` each; no part table. */
+int ts_expert_map_synthetic(int n_layers, int E, int topk, uint64_t bytes, ts_expert_map **out, ts_error *err);
+void ts_expert_map_free(ts_expert_map *m); /* NULL ok */
+/* Bytes the map holds from the counted allocator (TS_MEM_EXPERT_CACHE): with
+ * ts_xc_plan_bytes, what --expert-cache adds to the memory plan. */
+uint64_t ts_expert_map_bytes(const ts_expert_map *m);
+
+/* Views of one expert of `layer` onto its bytes `data` (a pinned slot's
+ * ts_xc_slot_data, or the mapping at map->off): w[0] gate [Im, H], w[1] up
+ * [Im, H], w[2] down [H, Im], as the binder (load.c) would make them from the
+ * tensors, packed = NULL. TS_E_MODEL if the layer's parts do not have the
+ * sizes cfg implies. */
+int ts_expert_views(const ts_expert_map *m, const ts_config *cfg, int layer, const uint8_t *data, ts_weight w[3], ts_error *err);
+
+static inline size_t ts_xmap_idx(const ts_expert_map *m, int layer, int e) { return (size_t)layer * m->E + e; }
+
+/* ---- the slot cache ---- */
+
+typedef enum {
+    TS_XC_LRU = 0,   /* evict the least recently used unpinned slot */
+    TS_XC_LFRU,      /* evict the lowest decayed access count (halflife below) */
+    TS_XC_POLICY_N
+} ts_xc_policy;
+
+const char *ts_xc_policy_name(ts_xc_policy p);
+/* "lru" / "lfru" (also "freq"); TS_XC_POLICY_N if unknown. */
+ts_xc_policy ts_xc_policy_parse(const char *s);
+
+typedef struct ts_xc_params {
+    uint64_t cache_bytes;   /* the budget: slots = cache_bytes / ts_xc_slot_stride() */
+    ts_xc_policy policy;
+    int n_io;               /* I/O threads = reads in flight (default 4, 1..64) */
+    int direct;             /* 1 (default): O_DIRECT reads of the page-aligned span (falls back
+                               to buffered, stats.direct_active = 0, where the file system
+                               refuses). Measured 1.4-2.4x buffered preads from a cold page
+                               cache here (bench/experts/RESULTS.md), and streamed experts do
+                               not also fill RAM with page cache */
+    double halflife;        /* TS_XC_LFRU: tokens after which an access counts half
+                               (default 32; time advances one token per n_layers ensures) */
+    int willneed;           /* buffered reads: posix_fadvise(WILLNEED) the expert's range first
+                               (default 0: measured no gain) */
+    int dry;                /* 1: bookkeeping only, no pool, no reads (the simulator) */
+} ts_xc_params;
+
+void ts_xc_params_default(ts_xc_params *p);
+
+typedef struct ts_xc_layer_stats {
+    uint64_t hits, misses;  /* counted per distinct expert of an ensure */
+} ts_xc_layer_stats;
+
+typedef struct ts_xc_stats {
+    uint64_t ensures;       /* ensure calls that succeeded */
+    uint64_t hits, misses;  /* distinct experts found resident / read */
+    uint64_t evictions;
+    uint64_t reads;         /* pread calls issued (a short read retried counts again) */
+    uint64_t bytes_read;    /* bytes the reads returned (O_DIRECT: whole aligned spans) */
+    uint64_t read_errors;   /* ensures that failed on I/O */
+    double io_wait_s;       /* caller time spent waiting for reads */
+    int direct_active;      /* O_DIRECT actually in use */
+    int n_layers;
+    ts_xc_layer_stats *layer; /* [n_layers], owned by the cache */
+} ts_xc_stats;
+
+typedef struct ts_xc ts_xc;
+
+/* Bytes one slot takes from the budget: the expert rounded up to pages, plus
+ * one page, so that the page-aligned span around any expert fits (O_DIRECT
+ * reads whole pages; a buffered read lands at the same in-page offset, which
+ * keeps every tensor's alignment what it was in the mmap'd file). */
+uint64_t ts_xc_slot_stride(const ts_expert_map *m);
+/* Every byte ts_xc_open will allocate for these params (pool + tables): the
+ * memory plan's number. 0 when params->cache_bytes holds too few slots. */
+uint64_t ts_xc_plan_bytes(const ts_expert_map *m, const ts_xc_params *p);
+
+/* Open a cache over `map` (borrowed: must outlive the cache). TS_E_ARG when
+ * the budget holds fewer slots than one layer's top-k; TS_E_IO naming the
+ * file when a shard cannot be opened; TS_E_NOMEM. */
+int ts_xc_open(const ts_expert_map *map, const ts_xc_params *p, ts_xc **out, ts_error *err);
+void ts_xc_close(ts_xc *c); /* NULL ok; joins the I/O threads */
+
+/* Make ids[0..n) of `layer` resident and pinned: `ids` are the routed experts
+ * of every row of a batch (n = rows * topk, duplicates expected). slots[i]
+ * (may be NULL) receives the slot of ids[i]. Every missing expert is read at
+ * once. Pins add up across calls until ts_xc_unpin(layer).
+ * Errors: TS_E_ARG for a bad layer/expert id, or more distinct experts (plus
+ * those already pinned) than there are slots; TS_E_IO naming the file and
+ * (layer, expert) for a failed or short read. On error nothing of this call
+ * stays pinned and no slot of the table holds a partial read. */
+int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots, ts_error *err);
+/* The slots the last successful ensure filled (its misses), borrowed until
+ * the next ensure; returns their count. */
+int ts_xc_last_filled(const ts_xc *c, const int32_t **slots);
+/* Drop the pins that ensures of `layer` took (the layer's compute is done). */
+void ts_xc_unpin(ts_xc *c, int layer);
+/* The expert bytes held by `slot` (borrowed; NULL in dry mode): valid while
+ * the slot is pinned. Tensor views: add map->parts[layer * n_parts + i].off. */
+const uint8_t *ts_xc_slot_data(const ts_xc *c, int slot);
+/* (layer, expert) resident in `slot`, or -1 (layer) when empty. */
+void ts_xc_slot_owner(const ts_xc *c, int slot, int *layer, int *expert);
+int ts_xc_n_slots(const ts_xc *c);
+int ts_xc_pinned(const ts_xc *c); /* slots pinned now */
+const ts_xc_stats *ts_xc_get_stats(const ts_xc *c);
+void ts_xc_reset_stats(ts_xc *c);
+
+/* Tests only: make the n-th pread from now fail with EIO (0 = off). */
+void ts_xc_fail_read_after(ts_xc *c, long n);
+
+#endif
