@@ -80,6 +80,8 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
         qs[hh][d] = a.qg[((int64_t)i * a.nq + kh * G + hh) * 2 * D + d];
     }
     __syncthreads();
+    /* unrolled so that several keys' loads are in flight per warp */
+#pragma unroll 4
     for (int tt = warp; tt < nt; tt += 8) {
         const float *kr = a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
         float kv[DMAX / 32];
@@ -114,6 +116,8 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
 #pragma unroll
         for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
         const float *vc = a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
+        /* unrolled: the V loads of 16 keys in flight, not one at a time */
+#pragma unroll 16
         for (int tt = 0; tt < nt; tt++) {
             const float v = vc[(int64_t)tt * kvdim];
 #pragma unroll

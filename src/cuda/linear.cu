@@ -64,7 +64,8 @@ struct lin_args {
     int nw, sdt, group;
     int64_t cols, pitch; /* row pitch in bytes */
     const float *x;
-    int n; /* x rows of this pass (== NR) */
+    int n;   /* x rows of this pass (== NR) */
+    int nvb; /* virtual blocks over all weights */
 };
 
 template <int FMT> struct fmt_t;
@@ -81,9 +82,17 @@ __device__ __forceinline__ float byte_f(uint32_t u, int j) {
 
 /* Accumulate one 16-byte chunk of each of the R rows (wv[r]) against the NR x
  * rows at column c. acc[r][i] is the running sum. */
-template <int FMT, int NR>
-__device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float *__restrict__ x, int64_t cols, int64_t c,
-                                      const float (&s)[R], const float (&b)[R], float (&acc)[R][NR]) {
+/* float4 f of x row i: from the block's swizzled shared copy (XS) or through L1 */
+template <bool XS>
+__device__ __forceinline__ float4 ldx(const float4 *__restrict__ xg, const float4 *xsm, int64_t c4, int i, int64_t f) {
+    if constexpr (XS) return xsm[i * c4 + (f ^ ((f >> 3) & 7))];
+    else return __ldg(xg + i * c4 + f);
+}
+
+template <int FMT, int NR, bool XS>
+__device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float4 *__restrict__ xg, const float4 *xsm, int64_t cols,
+                                      int64_t c, const float (&s)[R], const float (&b)[R], float (&acc)[R][NR]) {
+    const int64_t c4 = cols / 4;
     constexpr int V = fmt_t<FMT>::V;
     if constexpr (FMT == FMT_Q4 || FMT == FMT_Q8) {
         float d[R][NR], xs[NR];
@@ -100,11 +109,11 @@ __device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float *__restr
             float xv[NR][PW];
 #pragma unroll
             for (int i = 0; i < NR; i++) {
-                const float4 *xp = (const float4 *)(x + i * cols + c + wi * PW);
-                float4 a = __ldg(xp);
+                const int64_t f = (c + wi * PW) / 4;
+                float4 a = ldx<XS>(xg, xsm, c4, i, f);
                 xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
                 if constexpr (PW == 8) {
-                    float4 e = __ldg(xp + 1);
+                    float4 e = ldx<XS>(xg, xsm, c4, i, f + 1);
                     xv[i][4] = e.x, xv[i][5] = e.y, xv[i][6] = e.z, xv[i][7] = e.w;
                 }
 #pragma unroll
@@ -137,10 +146,9 @@ __device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float *__restr
         float xv[NR][V];
 #pragma unroll
         for (int i = 0; i < NR; i++) {
-            const float4 *xp = (const float4 *)(x + i * cols + c);
 #pragma unroll
             for (int k = 0; k < V / 4; k++) {
-                float4 a = __ldg(xp + k);
+                float4 a = ldx<XS>(xg, xsm, c4, i, c / 4 + k);
                 xv[i][4 * k] = a.x, xv[i][4 * k + 1] = a.y, xv[i][4 * k + 2] = a.z, xv[i][4 * k + 3] = a.w;
             }
         }
@@ -166,77 +174,94 @@ __device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float *__restr
     }
 }
 
-template <int FMT, int NR>
+template <int FMT, int NR, bool XS>
 __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ lin_args a) {
     constexpr int V = fmt_t<FMT>::V;
     __shared__ float red[WARPS][R][NR];
-    int wi = 0;
-    while (wi + 1 < a.nw && (int)blockIdx.x >= a.w[wi + 1].blk0) wi++;
-    const lin_w &w = a.w[wi];
-    const int ks = w.ks, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int rg = warp / ks, sl = warp % ks;              /* row group in the block, column slice */
-    const int64_t r0 = ((int64_t)(blockIdx.x - w.blk0) * (WARPS / ks) + rg) * R;
+    extern __shared__ float4 xsm[]; /* XS: [NR][cols/4], float4 f of a row at f ^ ((f >> 3) & 7) */
+    const int64_t c4 = a.cols / 4;
+    const float4 *xg = (const float4 *)a.x;
+    if constexpr (XS) {
+        /* the swizzle keeps the lanes' strided reads (one 16-32-value chunk per
+         * lane) free of bank conflicts: 8 lanes of a phase hit 8 bank quads */
+        for (int64_t idx = threadIdx.x; idx < NR * c4; idx += blockDim.x) {
+            const int i = (int)(idx / c4);
+            const int64_t f = idx - i * c4;
+            xsm[i * c4 + (f ^ ((f >> 3) & 7))] = __ldg(xg + idx);
+        }
+        __syncthreads();
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t step_cols = 32 * V, nsteps = (a.cols + step_cols - 1) / step_cols;
-    const int64_t bpc = FMT == FMT_Q4 ? 2 : FMT == FMT_Q8 ? 1 : FMT == FMT_F32 ? -4 : -2; /* bytes/col: >0 cols per byte */
-    int64_t rr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) rr[r] = r0 + r < w.rows ? r0 + r : w.rows - 1; /* clamp: loads stay in bounds */
-    float acc[R][NR];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
+    const int64_t bpc = FMT == FMT_Q4 ? 2 : FMT == FMT_Q8 ? 1 : FMT == FMT_F32 ? -4 : -2; /* >0: cols per byte */
     const int64_t ng = (FMT == FMT_Q4 || FMT == FMT_Q8) ? a.cols / a.group : 0;
-    auto col_byte = [&](int64_t c) -> int64_t { return bpc > 0 ? c / bpc : c * -bpc; };
-#pragma unroll 2
-    for (int64_t st = sl; st < nsteps; st += ks) {
-        const int64_t c = st * step_cols + (int64_t)lane * V;
-        if (c < a.cols) {
-            uint4 wv[R];
-            float s[R], b[R];
+    /* virtual blocks (a fixed map from rows to work, whatever block runs it) */
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
+        int wi = 0;
+        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+        const lin_w &w = a.w[wi];
+        const int ks = w.ks, rg = warp / ks, sl = warp % ks; /* row group in the block, column slice */
+        const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
+        int64_t rr[R];
 #pragma unroll
-            for (int r = 0; r < R; r++) wv[r] = __ldg((const uint4 *)(w.data + rr[r] * a.pitch + col_byte(c)));
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                if constexpr (FMT == FMT_Q4 || FMT == FMT_Q8) {
-                    const int64_t gi = rr[r] * ng + c / a.group;
-                    s[r] = load_s(w.scales, a.sdt, gi);
-                    b[r] = load_s(w.biases, a.sdt, gi);
-                } else {
-                    s[r] = b[r] = 0.f;
-                }
-            }
-            chunk<FMT, NR>(wv, a.x, a.cols, c, s, b, acc);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int i = 0; i < NR; i++) acc[r][i] = warp_sum(acc[r][i]);
-    if (ks == 1) {
-        if (lane < R * NR) {
-            const int r = lane / NR, i = lane % NR;
-            float v = 0.f;
-#pragma unroll
-            for (int q = 0; q < R * NR; q++)
-                if (q == lane) v = acc[q / NR][q % NR];
-            if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
-        }
-        return;
-    }
-    if (lane == 0)
+        for (int r = 0; r < R; r++) rr[r] = r0 + r < w.rows ? r0 + r : w.rows - 1; /* clamp: loads stay in bounds */
+        float acc[R][NR];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int i = 0; i < NR; i++) red[warp][r][i] = acc[r][i];
-    __syncthreads();
-    const int t = threadIdx.x, ngrp = WARPS / ks;
-    if (t < ngrp * R * NR) {
-        const int g = t / (R * NR), r = t / NR % R, i = t % NR;
-        float v = red[g * ks][r][i];
-        for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[g * ks + q][r][i]);
-        const int64_t row = ((int64_t)(blockIdx.x - w.blk0) * ngrp + g) * R + r;
-        if (row < w.rows) w.y[(int64_t)i * w.rows + row] = v;
+            for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
+#pragma unroll 2
+        for (int64_t st = sl; st < nsteps; st += ks) {
+            const int64_t c = st * step_cols + (int64_t)lane * V;
+            if (c < a.cols) {
+                uint4 wv[R];
+                float sc[R], bi[R];
+                const int64_t cb = bpc > 0 ? c / bpc : c * -bpc;
+#pragma unroll
+                for (int r = 0; r < R; r++) wv[r] = __ldg((const uint4 *)(w.data + rr[r] * a.pitch + cb));
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if constexpr (FMT == FMT_Q4 || FMT == FMT_Q8) {
+                        const int64_t gi = rr[r] * ng + c / a.group;
+                        sc[r] = load_s(w.scales, a.sdt, gi);
+                        bi[r] = load_s(w.biases, a.sdt, gi);
+                    } else {
+                        sc[r] = bi[r] = 0.f;
+                    }
+                }
+                chunk<FMT, NR, XS>(wv, xg, xsm, a.cols, c, sc, bi, acc);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) acc[r][i] = warp_sum(acc[r][i]);
+        if (ks == 1) {
+            if (lane < R * NR) {
+                const int r = lane / NR, i = lane % NR;
+                float v = 0.f;
+#pragma unroll
+                for (int q = 0; q < R * NR; q++)
+                    if (q == lane) v = acc[q / NR][q % NR];
+                if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
+            }
+            continue; /* ks is uniform over the block: every thread continues */
+        }
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int i = 0; i < NR; i++) red[warp][r][i] = acc[r][i];
+        __syncthreads();
+        const int t = threadIdx.x, ngrp = WARPS / ks;
+        if (t < ngrp * R * NR) {
+            const int g = t / (R * NR), r = t / NR % R, i = t % NR;
+            float v = red[g * ks][r][i];
+            for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[g * ks + q][r][i]);
+            const int64_t row = ((int64_t)(vb - w.blk0) * ngrp + g) * R + r;
+            if (row < w.rows) w.y[(int64_t)i * w.rows + row] = v;
+        }
+        __syncthreads(); /* red is reused by the next virtual block */
     }
 }
 
@@ -265,13 +290,38 @@ int pick_ks(int64_t rows, int64_t cols, int fmt, int n_sm) {
     return ks;
 }
 
+/* x in shared memory when it fits (up to XS_MAX bytes: two blocks of 8 warps
+ * still fit a multiprocessor), else through L1. */
+constexpr size_t XS_MAX = 100 * 1024;
+
+template <int FMT, int NR, bool XS>
+void launch1(tsc_ctx *c, lin_args &a) {
+    const size_t smem = XS ? (size_t)NR * a.cols * sizeof(float) : 0;
+    static bool attr; /* raise the dynamic shared-memory limit once per instantiation */
+    if (XS && !attr) {
+        cudaFuncSetAttribute(k_linear<FMT, NR, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)XS_MAX);
+        attr = true;
+    }
+    int per_sm = 1;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_linear<FMT, NR, XS>, WARPS * 32, smem);
+    if (per_sm < 1) per_sm = 1;
+    const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
+    k_linear<FMT, NR, XS><<<grid, WARPS * 32, smem, c->stream>>>(a);
+}
+
+template <int FMT, int NR>
+void launch_nr(tsc_ctx *c, lin_args &a) {
+    if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a);
+    else launch1<FMT, NR, false>(c, a);
+}
+
 template <int FMT>
-void launch_fmt(tsc_ctx *c, lin_args &a, int nblk, int nr) {
+void launch_fmt(tsc_ctx *c, lin_args &a, int nr) {
     switch (nr) {
-    case 1: k_linear<FMT, 1><<<nblk, WARPS * 32, 0, c->stream>>>(a); break;
-    case 2: k_linear<FMT, 2><<<nblk, WARPS * 32, 0, c->stream>>>(a); break;
-    case 3: k_linear<FMT, 3><<<nblk, WARPS * 32, 0, c->stream>>>(a); break;
-    default: k_linear<FMT, 4><<<nblk, WARPS * 32, 0, c->stream>>>(a); break;
+    case 1: launch_nr<FMT, 1>(c, a); break;
+    case 2: launch_nr<FMT, 2>(c, a); break;
+    case 3: launch_nr<FMT, 3>(c, a); break;
+    default: launch_nr<FMT, 4>(c, a); break;
     }
 }
 
@@ -313,17 +363,18 @@ extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const
         const int64_t rpb = (int64_t)R * (WARPS / lw.ks);
         nblk += (int)((lw.rows + rpb - 1) / rpb);
     }
+    a.nvb = nblk;
     for (int i0 = 0; i0 < n; i0 += 4) {
         const int nr = n - i0 < 4 ? n - i0 : 4;
         a.x = x + (int64_t)i0 * a.cols;
         a.n = nr;
         for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
         switch (fmt) {
-        case FMT_Q4: launch_fmt<FMT_Q4>(c, a, nblk, nr); break;
-        case FMT_Q8: launch_fmt<FMT_Q8>(c, a, nblk, nr); break;
-        case FMT_BF16: launch_fmt<FMT_BF16>(c, a, nblk, nr); break;
-        case FMT_F16: launch_fmt<FMT_F16>(c, a, nblk, nr); break;
-        default: launch_fmt<FMT_F32>(c, a, nblk, nr); break;
+        case FMT_Q4: launch_fmt<FMT_Q4>(c, a, nr); break;
+        case FMT_Q8: launch_fmt<FMT_Q8>(c, a, nr); break;
+        case FMT_BF16: launch_fmt<FMT_BF16>(c, a, nr); break;
+        case FMT_F16: launch_fmt<FMT_F16>(c, a, nr); break;
+        default: launch_fmt<FMT_F32>(c, a, nr); break;
         }
         TSC_LAUNCHED(c, "tsc_linear");
     }

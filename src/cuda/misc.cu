@@ -30,7 +30,8 @@ __global__ void k_embed(const tsc_weight w, const int32_t *ids, float *x) {
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) xo[c] = 0.f;
         return;
     }
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    /* 32-bit index arithmetic inside a row (64-bit division is slow) */
+    for (int c = threadIdx.x; c < (int)cols; c += blockDim.x) {
         float v;
         if (w.dtype == TS_DTYPE_U32) {
             const int bits = w.bits, per = 32 / bits;
@@ -57,7 +58,8 @@ extern "C" void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, i
 
 /* ---- add + RMSNorm ---- */
 
-__global__ void k_add_rmsnorm(float *x, const float *add, const float *w, float *y, int dim, float eps) {
+__global__ void k_add_rmsnorm(float *x, const float *__restrict__ add, const float *__restrict__ w, float *y, int dim,
+                              float eps) {
     __shared__ double red[32];
     const int64_t o = (int64_t)blockIdx.x * dim;
     double ss = 0;
@@ -78,7 +80,8 @@ extern "C" void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const fl
                                 float eps) {
     TSC_GUARD(c);
     if (n < 1 || n > 65535 || dim < 1) { tsc_fail_(c, TS_E_ARG, "tsc_add_rmsnorm: %d rows of %d", n, dim); return; }
-    k_add_rmsnorm<<<n, 256, 0, c->stream>>>(x, add, w, y, dim, eps);
+    /* 1024 threads: a 4096 row is 4 elements a thread, loads all in flight */
+    k_add_rmsnorm<<<n, dim >= 2048 ? 1024 : 256, 0, c->stream>>>(x, add, w, y, dim, eps);
     TSC_LAUNCHED(c, "tsc_add_rmsnorm");
 }
 
