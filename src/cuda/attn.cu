@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     }
     __syncthreads();
     /* unrolled so that several keys' loads are in flight per warp */
-#pragma unroll 4
+#pragma unroll 2
     for (int tt = warp; tt < nt; tt += 8) {
         const float *kr = a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
         float kv[DMAX / 32];
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
         for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
         const float *vc = a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
         /* unrolled: the V loads of 16 keys in flight, not one at a time */
-#pragma unroll 16
+#pragma unroll 8
         for (int tt = 0; tt < nt; tt++) {
             const float v = vc[(int64_t)tt * kvdim];
 #pragma unroll
@@ -134,25 +134,42 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     }
 }
 
+/* Per row and query head: M = max of the pieces' maxima, each piece's factor
+ * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
+ * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
+ * Block: D threads. */
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
-    const int h = blockIdx.x, i = blockIdx.y, D = a.D;
+    __shared__ float es[1024];
+    __shared__ float red[32];
+    __shared__ float Ls;
+    const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
     const int T = a.pos + i + 1, ns = (T + SPL - 1) / SPL;
     const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);
     float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, p[(int64_t)s * (D + 2) + D]);
-    float L = 0.f;
-    for (int s = 0; s < ns; s++) {
-        const float *ps = p + (int64_t)s * (D + 2);
-        L = __fmaf_rn(ps[D + 1], expf(__fsub_rn(ps[D], M)), L);
-    }
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float o = 0.f;
-        for (int s = 0; s < ns; s++) {
-            const float *ps = p + (int64_t)s * (D + 2);
-            o = __fmaf_rn(ps[d], expf(__fsub_rn(ps[D], M)), o);
+    for (int s = t; s < ns; s += blockDim.x) M = fmaxf(M, p[(int64_t)s * (D + 2) + D]);
+    M = warp_max(M);
+    if ((t & 31) == 0) red[t >> 5] = M;
+    __syncthreads();
+    M = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
+    float o = 0.f, L = 0.f;
+    for (int s0 = 0; s0 < ns; s0 += 1024) {
+        const int nc = min(1024, ns - s0);
+        __syncthreads();
+        for (int s = t; s < nc; s += blockDim.x) es[s] = expf(__fsub_rn(p[(int64_t)(s0 + s) * (D + 2) + D], M));
+        __syncthreads();
+        if (t == 0)
+            for (int s = 0; s < nc; s++) L = __fmaf_rn(p[(int64_t)(s0 + s) * (D + 2) + D + 1], es[s], L);
+        if (t < D) {
+#pragma unroll 8
+            for (int s = 0; s < nc; s++) o = __fmaf_rn(p[(int64_t)(s0 + s) * (D + 2) + t], es[s], o);
         }
-        const float gate = a.qg[((int64_t)i * a.nq + h) * 2 * D + D + d];
-        a.out[(int64_t)i * a.nq * D + (int64_t)h * D + d] = __fmul_rn(__fdiv_rn(o, L), sigmoid_f(gate));
+    }
+    if (t == 0) Ls = L;
+    __syncthreads();
+    if (t < D) {
+        const float gate = a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
+        a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t] = __fmul_rn(__fdiv_rn(o, Ls), sigmoid_f(gate));
     }
 }
 

@@ -227,10 +227,10 @@ extern "C" int tsc_weight_check(const tsc_weight *w, ts_error *err) {
         const int per = w->bits == 4 ? 32 : 16; /* values per 16-byte load */
         if (w->bits != 4 && w->bits != 8)
             return ts_fail(err, TS_E_UNSUPPORTED, "quantized weight of %d bits (4 or 8 supported)", w->bits);
-        if (w->group <= 0 || w->group % per || w->cols % w->group)
+        if (w->group <= 0 || w->group % per || (w->group & (w->group - 1)) || w->cols % w->group)
             return ts_fail(err, TS_E_UNSUPPORTED,
-                           "%d-bit weight with group %d over %lld cols: need group %% %d == 0 and cols %% group == 0",
-                           w->bits, w->group, (long long)w->cols, per);
+                           "%d-bit weight with group %d over %lld cols: need a power-of-two group, group %% %d == 0 "
+                           "and cols %% group == 0", w->bits, w->group, (long long)w->cols, per);
         if (w->sdtype != TS_DTYPE_F32 && w->sdtype != TS_DTYPE_F16 && w->sdtype != TS_DTYPE_BF16)
             return ts_fail(err, TS_E_UNSUPPORTED, "scales of dtype %s", ts_dtype_name(w->sdtype));
         return 0;

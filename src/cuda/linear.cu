@@ -61,7 +61,7 @@ struct lin_w {
 
 struct lin_args {
     lin_w w[TSC_LIN_MAX];
-    int nw, sdt, group;
+    int nw, sdt, group, lg; /* lg: log2(group) */
     int64_t cols, pitch; /* row pitch in bytes */
     const float *x;
     int n;   /* x rows of this pass (== NR) */
@@ -210,19 +210,25 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
+        /* in-row indices in 32 bits, the group by a shift (power-of-two
+         * groups: tsc_weight_check); two steps unrolled: 2 x R x 16 bytes in
+         * flight per lane (4 steps made the loop body ~2x larger and the
+         * products 2x slower on the H200: bench/cuda/run3; a software-pipelined
+         * one-step body with a prefetch of the next step was 1.35x slower:
+         * bench/cuda/run4-prefetch) */
 #pragma unroll 2
-        for (int64_t st = sl; st < nsteps; st += ks) {
-            const int64_t c = st * step_cols + (int64_t)lane * V;
-            if (c < a.cols) {
+        for (int st = sl; st < (int)nsteps; st += ks) {
+            const int c = st * (int)step_cols + lane * V;
+            if (c < (int)a.cols) {
                 uint4 wv[R];
                 float sc[R], bi[R];
-                const int64_t cb = bpc > 0 ? c / bpc : c * -bpc;
+                const int cb = bpc > 0 ? c / (int)bpc : c * (int)-bpc;
 #pragma unroll
                 for (int r = 0; r < R; r++) wv[r] = __ldg((const uint4 *)(w.data + rr[r] * a.pitch + cb));
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     if constexpr (FMT == FMT_Q4 || FMT == FMT_Q8) {
-                        const int64_t gi = rr[r] * ng + c / a.group;
+                        const int64_t gi = rr[r] * ng + (c >> a.lg);
                         sc[r] = load_s(w.scales, a.sdt, gi);
                         bi[r] = load_s(w.biases, a.sdt, gi);
                     } else {
@@ -349,6 +355,8 @@ extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const
     a.nw = nw;
     a.cols = w[0]->cols;
     a.group = w[0]->group;
+    a.lg = 0;
+    while (a.group > 0 && (1 << (a.lg + 1)) <= a.group) a.lg++;
     a.sdt = (int)w[0]->sdtype;
     a.pitch = fmt == FMT_Q4 ? a.cols / 2 : fmt == FMT_Q8 ? a.cols : a.cols * (int64_t)ts_dtype_size(w[0]->dtype);
     int nblk = 0;

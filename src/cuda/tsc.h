@@ -104,8 +104,8 @@ typedef struct tsc_weight {
 /* Bytes of data + scales + biases. */
 size_t tsc_weight_bytes(const tsc_weight *w);
 /* 0 when the products support w's layout, else TS_E_UNSUPPORTED with the
- * reason (err may be NULL): 4- or 8-bit with group % 32 == 0 (4-bit) or
- * % 16 == 0 (8-bit), cols a multiple of the group (of 8 for F16/BF16, 4 for
+ * reason (err may be NULL): 4- or 8-bit with a power-of-two group, group %
+ * 32 == 0 (4-bit) or % 16 == 0 (8-bit), cols a multiple of the group (of 8 for F16/BF16, 4 for
  * F32), rows >= 1. */
 int tsc_weight_check(const tsc_weight *w, ts_error *err);
 /* Copy a host-pointer descriptor's arrays to one device allocation each
@@ -174,7 +174,7 @@ void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a);
  * sigmoid(gate). The sequence is split in pieces of TSC_ATTN_SPLIT keys, each
  * a block, combined per row in piece order: the split depends on the row's
  * length only, so rows stay exact. Needs D % 32 == 0, D <= 256, nq/nkv <= 16. */
-#define TSC_ATTN_SPLIT 64
+#define TSC_ATTN_SPLIT 32
 typedef struct tsc_attn_args {
     int n, pos, nq, nkv, D, rot;
     float theta, eps;
