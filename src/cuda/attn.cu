@@ -21,8 +21,10 @@
  * at 67 TFLOP/s f32: both floors meet around there (GQA 4: each K/V element
  * feeds 4 query heads). At T = 512: ~1 us of bytes; launch-bound.
  * Prediction: ~6-8 us for the three kernels at T = 512; ~2x the byte floor
- * at T = 4096 (scores go through shared memory). Measured: see
- * bench/cuda/RESULTS.md.
+ * at T = 4096 (scores go through shared memory). Measured (run4): 19 us at
+ * T = 513 (run1 with pieces of 64 and a serial combine: 34 us), 118 us at
+ * T = 8192 (67 MB of K+V: 570 GB/s, 13% of the probe: each piece is a
+ * block with little in flight; far from the floor).
  */
 #include "cuda/common.cuh"
 

@@ -28,7 +28,9 @@
  * spread over 128 blocks (32 KiB each), so per-SM bandwidth (~30-60 GB/s
  * when all SMs pull) is not the limit; launch and the per-row barriers are.
  * Prediction: ~4-6 us per layer for both kernels at n = 1 (launch-bound),
- * ~+1 us per extra row. Measured: see bench/cuda/RESULTS.md.
+ * ~+1 us per extra row. Measured (run4): 5.7 us at 1 row, 13.0 us at 4
+ * rows (~2.4 us a row: the per-row barriers, a cluster barrier included,
+ * cost more than predicted).
  */
 #include <cooperative_groups.h>
 

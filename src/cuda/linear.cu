@@ -40,7 +40,17 @@
  * Prediction before measuring: 80-85% of the copy probe on the large
  * projections (gate/up/down, qkv, head) at NR=1; 50-70% on the 4096-row
  * ones (fewer blocks in flight); the 32-row in_a/in_b are launch-bound.
- * Measured: see bench/cuda/RESULTS.md (filled in from scripts/gpu_check.sh).
+ * Measured (H200, bench/cuda/run4, probe 4262 GB/s): far below the
+ * prediction: head 2015 GB/s (47%), gate+up 33%, qkv/in_proj 25-28%, down 27%,
+ * the 4096-row out/o projections 18%; 16 KiB x from L1 with lane-strided
+ * addresses was the first limit (run1: 12-35%; staging x in shared memory
+ * and persistent blocks gave run2's 1.3-1.5x). What still limits is not
+ * established (no counters read yet): the candidates are issue rate (each
+ * INT4 value costs ~3.4 instructions plus indexing at NR = 1, so the kernel
+ * sits within ~2x of its issue ceiling) and too few bytes in flight per SM
+ * between virtual blocks. Rows: 4 rows cost 2.8x one row (issue-bound: NR
+ * FFMAs per value). Next: a relayout at upload so that one 16-byte load
+ * feeds fewer instructions, and tensor-core (mma) products for rows > 1.
  */
 #include "cuda/common.cuh"
 
