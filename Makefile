@@ -6,6 +6,9 @@
 #   make deps       install missing Debian packages (cJSON, PCRE2, utf8proc, libmicrohttpd)
 #   make fuzz       build the libFuzzer harnesses (clang, ASan + UBSan + LeakSanitizer) into
 #                   build-fuzz/fuzz/NAME (tests/fuzz/RESULTS.md: how to run them)
+#   make CUDA=1     also build src/cuda/*.cu with nvcc (CUDA_ARCH=sm_90 by default) into the same
+#                   binaries and library, plus build/cuda_bench; without it src/cuda/stub.c
+#                   stands in ("built without CUDA")
 #
 # Sources are found by wildcard: a new module is a new .c file, no edit here.
 # Kernel files named *_avx2.c / *_avx512.c / *_amx.c get their ISA flags; the code picks
@@ -34,24 +37,55 @@ CLI_SRC  := $(sort $(wildcard tools/*/*.c))
 FUZZ_SRC := $(filter-out tests/fuzz/libfuzzer.c,$(sort $(wildcard tests/fuzz/*.c)))
 FUZZ_TOOL_SRC := tools/server/server_req.c tools/server/server_gen.c tools/cli/cli_util.c tools/cli/cli_reuse.c
 TEST_SRC := $(sort $(wildcard tests/*.c)) $(FUZZ_SRC)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+# ---- CUDA (make CUDA=1): the kernels of src/cuda/ under nvcc, linked with the
+# static CUDA runtime (a GPU host needs the driver only); the stub otherwise.
+CUDA      ?= 0
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH ?= sm_90
+NVCC_FLAGS := -std=c++17 -O3 -lineinfo -arch=$(CUDA_ARCH) -Iinclude -Isrc \
+              -Xcompiler -fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter \
+              $(if $(WERROR),-Werror all-warnings) $(EXTRA_NVCC_FLAGS)
+CU_OBJ :=
+ifeq ($(CUDA),1)
+LIB_SRC := $(filter-out src/cuda/stub.c,$(LIB_SRC))
+CU_OBJ  := $(patsubst %.cu,$(BUILD)/%.o,$(sort $(wildcard src/cuda/*.cu)))
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++
+endif
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(FUZZ_TOOL_SRC:%.c=$(BUILD)/%.o)
 DEPFILES := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 
-.PHONY: all test asan run deps clean bench fuzz fuzz-bins
-all: $(BUILD)/turbospark $(BUILD)/ts_test
+.PHONY: all test asan run deps clean bench fuzz fuzz-bins FORCE
+all: $(BUILD)/turbospark $(BUILD)/ts_test $(if $(filter 1,$(CUDA)),$(BUILD)/cuda_bench)
 
-$(BUILD)/libturbospark.a: $(LIB_OBJ)
+# Rebuilds the library and test runner when CUDA= or CUDA_ARCH= changes
+# (the object lists differ, the objects' times do not).
+$(BUILD)/cuda.stamp: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CUDA) $(CUDA_ARCH)' | cmp -s - $@ || echo '$(CUDA) $(CUDA_ARCH)' > $@
+
+$(BUILD)/libturbospark.a: $(LIB_OBJ) $(BUILD)/cuda.stamp
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(LIB_OBJ)
 
 $(BUILD)/turbospark: $(CLI_OBJ) $(BUILD)/libturbospark.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libturbospark.a $(LDLIBS)
 
 # The test runner links the library objects directly (it tests internals too).
-$(BUILD)/ts_test: $(TEST_OBJ) $(LIB_OBJ)
+$(BUILD)/ts_test: $(TEST_OBJ) $(LIB_OBJ) $(BUILD)/cuda.stamp
 	$(CC) $(ALL_CFLAGS) -o $@ $(TEST_OBJ) $(LIB_OBJ) $(LDLIBS)
+
+# The GPU kernels' benchmark (bench/cuda/, CUDA=1 only; scripts/gpu_check.sh runs it).
+$(BUILD)/cuda_bench: $(BUILD)/bench/cuda/cuda_bench.o $(BUILD)/libturbospark.a
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libturbospark.a $(LDLIBS)
+
+$(BUILD)/%.o: %.cu $(BUILD)/cuda.stamp
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -131,4 +165,4 @@ $(BUILD)/fuzz/%: tests/fuzz/libfuzzer.c $(FUZZ_SRC:%.c=$(BUILD)/%.o) $(FUZZ_TOOL
 	  $(filter %.o %.a,$^) $(LDLIBS) $(FUZZ_SAN)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-cuda

@@ -35,6 +35,16 @@ void ts_test_fail(const char *file, int line, const char *fmt, ...) {
 
 int ts_test_failed(void) { return g_cur_failed; }
 
+static char g_cur_skip[256];
+
+void ts_test_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_cur_skip, sizeof g_cur_skip, fmt, ap);
+    va_end(ap);
+    if (!g_cur_skip[0]) snprintf(g_cur_skip, sizeof g_cur_skip, "skipped");
+}
+
 const char *ts_test_bin(void) {
     const char *b = getenv("TS_BIN");
     return b && *b ? b : "build/turbospark";
@@ -105,13 +115,17 @@ int main(int argc, char **argv) {
             for (int t = 0; t < g_n_tests; t++) printf("%s.%s\n", g_tests[t].group, g_tests[t].name);
             return 0;
         }
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (int t = 0; t < g_n_tests; t++) {
         if (!selected(&g_tests[t], argc, argv)) continue;
         g_cur_failed = 0;
+        g_cur_skip[0] = 0;
         fprintf(stderr, "[ RUN  ] %s.%s\n", g_tests[t].group, g_tests[t].name);
         g_tests[t].fn();
-        if (g_cur_failed) {
+        if (g_cur_skip[0] && !g_cur_failed) {
+            skipped++;
+            fprintf(stderr, "[ SKIP ] %s.%s: %s\n", g_tests[t].group, g_tests[t].name, g_cur_skip);
+        } else if (g_cur_failed) {
             failed++;
             fprintf(stderr, "[ FAIL ] %s.%s\n", g_tests[t].group, g_tests[t].name);
         } else {
@@ -121,6 +135,7 @@ int main(int argc, char **argv) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf /tmp/ts_test.%d", (int)getpid());
     if (system(cmd) != 0) { /* best effort */ }
+    if (skipped) printf("%d skipped (counted neither passed nor failed)\n", skipped);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -31,6 +31,11 @@ int ts_test_sh(char *out, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A scratch directory unique to this run (created on first use). */
 const char *ts_test_tmpdir(void);
+/* Mark the running test skipped (a requirement the machine lacks, e.g. a
+ * CUDA device): the runner prints "[ SKIP ] group.name: why" and counts it
+ * neither passed nor failed. Use SKIP(...) to skip and return. */
+void ts_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define SKIP(...) do { ts_test_skip(__VA_ARGS__); return; } while (0)
 /* max_i |a[i] - b[i]| (the helper three test files had each kept a copy of). */
 float ts_test_max_abs(const float *a, const float *b, size_t n);
 

@@ -1,0 +1,205 @@
+/* attn.cu: gated attention decode over the KV cache, n rows (tsc_attn_decode).
+ *
+ * Owns: the three kernels of the attention block between its projections:
+ * prep (q/k (1+w) RMSNorm per head, NeoX RoPE on the first rot dims, K/V
+ * append), split (one block per (row, KV head, piece of TSC_ATTN_SPLIT keys):
+ * the scores of the KV head's nq/nkv query heads, their piece-local softmax
+ * max and sum, the piece's weighted V sum), combine (per row and query head:
+ * the pieces in order, rescaled to the common max, divided by the total, times
+ * sigmoid(gate)). Does not own: q/k/v/o projections (linear.cu), the cache's
+ * allocation.
+ *
+ * Why this shape: at decode a row reads the whole cache once; one block per
+ * KV head would pull it through nkv SMs (4 for the 9B), so the sequence is
+ * split. The piece size is a constant: the split depends only on the row's
+ * own length, so rows are exact across n. K/V are read once per KV head for
+ * all of its query heads (GQA).
+ *
+ * Floors (H200, 9B attention layer: nq 16, nkv 4, D 256, f32 cache, one row,
+ * T cached rows): K+V = T * 8 KiB -> at T = 4096, 32 MiB -> ~8 us at 4.3 TB/s;
+ * 4 flop per cached element per query head -> ~0.5 Gflop at T = 4096 -> ~8 us
+ * at 67 TFLOP/s f32: both floors meet around there (GQA 4: each K/V element
+ * feeds 4 query heads). At T = 512: ~1 us of bytes; launch-bound.
+ * Prediction: ~6-8 us for the three kernels at T = 512; ~2x the byte floor
+ * at T = 4096 (scores go through shared memory). Measured (run4): 19 us at
+ * T = 513 (run1 with pieces of 64 and a serial combine: 34 us), 118 us at
+ * T = 8192 (67 MB of K+V: 570 GB/s, 13% of the probe: each piece is a
+ * block with little in flight; far from the floor).
+ */
+#include "cuda/common.cuh"
+
+namespace {
+
+constexpr int SPL = TSC_ATTN_SPLIT, GMAX = 16, DMAX = 256;
+
+__global__ void k_attn_prep(const tsc_attn_args a) {
+    __shared__ double red[32];
+    __shared__ float ys[DMAX];
+    const int i = blockIdx.y, hd = blockIdx.x, d = threadIdx.x, D = a.D, kvdim = a.nkv * a.D;
+    const bool isq = hd < a.nq;
+    const int kh = hd - a.nq;
+    float *x = isq ? a.qg + ((int64_t)i * a.nq + hd) * 2 * D : a.k + (int64_t)i * kvdim + (int64_t)kh * D;
+    const float *w = isq ? a.q_norm : a.k_norm;
+    const float v = x[d];
+    const double ss = block_sum_d((double)v * v, red);
+    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / D), a.eps)));
+    const float y = __fmul_rn(__fmul_rn(v, r), w[d]);
+    ys[d] = y;
+    __syncthreads();
+    float out = y;
+    const int half = a.rot / 2;
+    if (d < a.rot) {
+        const int jj = d < half ? d : d - half;
+        /* the CPU's f32 angle: inv = 1 / theta^(2j/rot), a = pos * inv; the
+         * power and the cosine in double, rounded once */
+        const float e = __fdiv_rn((float)(2 * jj), (float)a.rot);
+        const float inv = __fdiv_rn(1.0f, (float)pow((double)a.theta, (double)e));
+        const float ang = __fmul_rn((float)(a.pos + i), inv);
+        const float cs = (float)cos((double)ang), sn = (float)sin((double)ang);
+        if (d < half) out = __fsub_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d + half], sn));
+        else out = __fadd_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d - half], sn));
+    }
+    x[d] = out;
+    if (!isq) {
+        const int64_t o = (int64_t)(a.pos + i) * kvdim + (int64_t)kh * D + d;
+        a.Kc[o] = out;
+        a.Vc[o] = a.v[(int64_t)i * kvdim + (int64_t)kh * D + d];
+    }
+}
+
+__global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int nsplit) {
+    __shared__ float qs[GMAX][DMAX];
+    __shared__ float sc[GMAX][SPL];
+    __shared__ float mrow[GMAX], lrow[GMAX];
+    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z;
+    const int T = a.pos + i + 1, t0 = s * SPL;
+    if (t0 >= T) return;
+    const int nt = min(SPL, T - t0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
+    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+        const int hh = e / D, d = e % D;
+        qs[hh][d] = a.qg[((int64_t)i * a.nq + kh * G + hh) * 2 * D + d];
+    }
+    __syncthreads();
+    /* unrolled so that several keys' loads are in flight per warp */
+#pragma unroll 2
+    for (int tt = warp; tt < nt; tt += 8) {
+        const float *kr = a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
+        float kv[DMAX / 32];
+#pragma unroll
+        for (int m = 0; m < DMAX / 32; m++) kv[m] = m < M ? kr[lane + 32 * m] : 0.f;
+        for (int hh = 0; hh < G; hh++) {
+            float dot = 0.f;
+#pragma unroll
+            for (int m = 0; m < DMAX / 32; m++)
+                if (m < M) dot = __fmaf_rn(qs[hh][lane + 32 * m], kv[m], dot);
+            dot = warp_sum(dot);
+            if (lane == 0) sc[hh][tt] = __fmul_rn(dot, scale);
+        }
+    }
+    __syncthreads();
+    for (int hh = warp; hh < G; hh += 8) {
+        float mx = -INFINITY;
+        for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
+        mx = warp_max(mx);
+        float l = 0.f;
+        for (int tt = lane; tt < nt; tt += 32) {
+            const float e = expf(__fsub_rn(sc[hh][tt], mx));
+            sc[hh][tt] = e;
+            l = __fadd_rn(l, e);
+        }
+        l = warp_sum(l);
+        if (lane == 0) mrow[hh] = mx, lrow[hh] = l;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o[GMAX];
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
+        const float *vc = a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
+        /* unrolled: the V loads of 16 keys in flight, not one at a time */
+#pragma unroll 8
+        for (int tt = 0; tt < nt; tt++) {
+            const float v = vc[(int64_t)tt * kvdim];
+#pragma unroll
+            for (int hh = 0; hh < GMAX; hh++)
+                if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
+        }
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++)
+            if (hh < G) {
+                float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
+                p[d] = o[hh];
+                if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
+            }
+    }
+}
+
+/* Per row and query head: M = max of the pieces' maxima, each piece's factor
+ * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
+ * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
+ * Block: D threads. */
+__global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
+    __shared__ float es[1024];
+    __shared__ float red[32];
+    __shared__ float Ls;
+    const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
+    const int T = a.pos + i + 1, ns = (T + SPL - 1) / SPL;
+    const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);
+    float M = -INFINITY;
+    for (int s = t; s < ns; s += blockDim.x) M = fmaxf(M, p[(int64_t)s * (D + 2) + D]);
+    M = warp_max(M);
+    if ((t & 31) == 0) red[t >> 5] = M;
+    __syncthreads();
+    M = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
+    float o = 0.f, L = 0.f;
+    for (int s0 = 0; s0 < ns; s0 += 1024) {
+        const int nc = min(1024, ns - s0);
+        __syncthreads();
+        for (int s = t; s < nc; s += blockDim.x) es[s] = expf(__fsub_rn(p[(int64_t)(s0 + s) * (D + 2) + D], M));
+        __syncthreads();
+        if (t == 0)
+            for (int s = 0; s < nc; s++) L = __fmaf_rn(p[(int64_t)(s0 + s) * (D + 2) + D + 1], es[s], L);
+        if (t < D) {
+#pragma unroll 8
+            for (int s = 0; s < nc; s++) o = __fmaf_rn(p[(int64_t)(s0 + s) * (D + 2) + t], es[s], o);
+        }
+    }
+    if (t == 0) Ls = L;
+    __syncthreads();
+    if (t < D) {
+        const float gate = a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
+        a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t] = __fmul_rn(__fdiv_rn(o, Ls), sigmoid_f(gate));
+    }
+}
+
+} // namespace
+
+extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
+    const size_t ns = ((size_t)max_T + SPL - 1) / SPL;
+    return (size_t)n * nq * ns * (D + 2) * sizeof(float);
+}
+
+extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
+    TSC_GUARD(c);
+    if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || a->pos + a->n > a->max_T) {
+        tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows", a->n, a->pos, a->max_T);
+        return;
+    }
+    if (a->D % 32 || a->D > DMAX || a->nkv < 1 || a->nq % a->nkv || a->nq / a->nkv > GMAX || a->rot > a->D ||
+        a->rot % 2) {
+        tsc_fail_(c, TS_E_UNSUPPORTED,
+                  "tsc_attn_decode: head dim %d, %d query / %d KV heads, rot %d (need D %% 32 == 0, D <= %d, nq/nkv <= %d)",
+                  a->D, a->nq, a->nkv, a->rot, DMAX, GMAX);
+        return;
+    }
+    const int nsplit = (a->max_T + SPL - 1) / SPL, used = (a->pos + a->n + SPL - 1) / SPL;
+    k_attn_prep<<<dim3(a->nq + a->nkv, a->n), a->D, 0, c->stream>>>(*a);
+    TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
+    k_attn_split<<<dim3(used, a->nkv, a->n), 256, 0, c->stream>>>(*a, nsplit);
+    TSC_LAUNCHED(c, "tsc_attn_decode (split)");
+    k_attn_combine<<<dim3(a->nq, a->n), a->D, 0, c->stream>>>(*a, nsplit);
+    TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
+}

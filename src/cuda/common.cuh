@@ -1,0 +1,84 @@
+/* common.cuh: what every .cu file of src/cuda/ shares: the context's layout,
+ * the sticky-error helpers, small device math.
+ *
+ * Owns: struct tsc_ctx, tsc_fail_ (first error wins), TSC_LAUNCHED (a launch
+ * error check after each kernel), warp reductions. Does not own: any op.
+ * Invariant: an op returns at once when the context has an error (TSC_GUARD),
+ * so a broken context never queues more work.
+ */
+#ifndef TS_CUDA_COMMON_CUH
+#define TS_CUDA_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "cuda/tsc.h"
+
+struct tsc_ctx {
+    int device, n_sm, cc_major, cc_minor;
+    cudaStream_t stream;
+    cudaEvent_t ev0, ev1;
+    int err_code;
+    char err_msg[512];
+    size_t used;        /* bytes of live tsc_alloc */
+    struct tsc_blk *blocks; /* live allocations (sizes for the count; freed at close) */
+    int capturing;
+};
+
+struct tsc_blk {
+    void *p;
+    size_t bytes;
+    struct tsc_blk *next;
+};
+
+/* Record the first error (later ones are consequences). */
+void tsc_fail_(tsc_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A launch just queued: check its configuration error. */
+void tsc_launched_(tsc_ctx *c, const char *op);
+
+#define TSC_GUARD(c) do { if (!(c) || (c)->err_code) return; } while (0)
+#define TSC_LAUNCHED(c, op) tsc_launched_((c), (op))
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide double sum of one value per thread (blockDim.x a multiple of 32,
+ * <= 1024), in a fixed order: warp butterflies, then the warps' sums in warp
+ * order by every thread. red holds 32 doubles. The result is returned to all
+ * threads; the caller syncs before reusing red. */
+__device__ __forceinline__ double block_sum_d(double v, double *red) {
+    v = warp_sum_d(v);
+    const int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if ((threadIdx.x & 31) == 0) red[w] = v;
+    __syncthreads();
+    double s = 0;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+/* x / (1 + e^-x), the CPU reference's form (expf, IEEE division). */
+__device__ __forceinline__ float silu_f(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float sigmoid_f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+__device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* A scale or bias element of dtype dt (F32, F16, BF16). */
+__device__ __forceinline__ float load_s(const void *p, int dt, int64_t i) {
+    if (dt == TS_DTYPE_BF16) return bf16f(((const uint16_t *)p)[i]);
+    if (dt == TS_DTYPE_F16) return f16f(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+#endif

@@ -1,0 +1,344 @@
+/* ctx.cu: the CUDA context: device, stream, sticky errors, counted device
+ * memory, transfers, fills, graphs, timers.
+ *
+ * Owns: tsc_open/close/info/sync/error, tsc_alloc/free/write/read/copy/fill,
+ * tsc_fill_random, weights' upload and checks, graphs, timers.
+ * Does not own: the compute ops (linear.cu, gdn.cu, attn.cu, misc.cu).
+ * Invariants: every device allocation is on the context's list (tsc_mem_used
+ * is exact; tsc_close frees what is left); the first error is kept.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/common.cuh"
+
+extern "C" int tsc_built(void) { return 1; }
+
+void tsc_fail_(tsc_ctx *c, int code, const char *fmt, ...) {
+    if (!c || c->err_code) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
+    va_end(ap);
+    c->err_code = code;
+}
+
+void tsc_launched_(tsc_ctx *c, const char *op) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "%s: kernel launch failed: %s", op, cudaGetErrorString(e));
+}
+
+extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
+    *out = NULL;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        return ts_fail(err, TS_E_UNSUPPORTED, "no CUDA device (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees none");
+    if (device < 0 || device >= n)
+        return ts_fail(err, TS_E_ARG, "--device %d: there %s %d CUDA device%s (0..%d)", device, n == 1 ? "is" : "are", n,
+                       n == 1 ? "" : "s", n - 1);
+    cudaDeviceProp p;
+    if ((e = cudaGetDeviceProperties(&p, device)) != cudaSuccess)
+        return ts_fail(err, TS_E_UNSUPPORTED, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    if (p.major < 9)
+        return ts_fail(err, TS_E_UNSUPPORTED,
+                       "CUDA device %d (%s) has compute capability %d.%d; these kernels need 9.0 (Hopper) or newer",
+                       device, p.name, p.major, p.minor);
+    if ((e = cudaSetDevice(device)) != cudaSuccess)
+        return ts_fail(err, TS_E_UNSUPPORTED, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    tsc_ctx *c = (tsc_ctx *)calloc(1, sizeof *c);
+    if (!c) return ts_fail(err, TS_E_NOMEM, "out of memory (CUDA context)");
+    c->device = device;
+    c->n_sm = p.multiProcessorCount;
+    c->cc_major = p.major;
+    c->cc_minor = p.minor;
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
+        free(c);
+        return ts_fail(err, TS_E_UNSUPPORTED, "CUDA device %d: cannot create a stream: %s", device,
+                       cudaGetErrorString(e));
+    }
+    *out = c;
+    return 0;
+}
+
+extern "C" void tsc_close(tsc_ctx *c) {
+    if (!c) return;
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    while (c->blocks) {
+        tsc_blk *b = c->blocks;
+        c->blocks = b->next;
+        cudaFree(b->p);
+        free(b);
+    }
+    cudaEventDestroy(c->ev0);
+    cudaEventDestroy(c->ev1);
+    cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+extern "C" int tsc_info(tsc_ctx *c, char *name, size_t cap, int *n_sm, size_t *free_bytes, size_t *total_bytes) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, c->device) != cudaSuccess) return TS_E_IO;
+    if (name && cap) snprintf(name, cap, "%s (cc %d.%d)", p.name, p.major, p.minor);
+    if (n_sm) *n_sm = c->n_sm;
+    size_t f = 0, t = 0;
+    cudaMemGetInfo(&f, &t);
+    if (free_bytes) *free_bytes = f;
+    if (total_bytes) *total_bytes = t;
+    return 0;
+}
+
+extern "C" int tsc_sync(tsc_ctx *c, ts_error *err) {
+    if (!c) return ts_fail(err, TS_E_ARG, "tsc_sync: no context");
+    if (!c->err_code) {
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "CUDA device %d: %s", c->device, cudaGetErrorString(e));
+    }
+    if (c->err_code) return ts_fail(err, c->err_code, "%s", c->err_msg);
+    return 0;
+}
+
+extern "C" int tsc_error(const tsc_ctx *c) { return c ? c->err_code : TS_E_ARG; }
+
+extern "C" void *tsc_alloc(tsc_ctx *c, size_t bytes) {
+    if (!c || c->err_code) return NULL;
+    tsc_blk *b = (tsc_blk *)malloc(sizeof *b);
+    void *p = NULL;
+    cudaError_t e = b ? cudaMalloc(&p, bytes ? bytes : 1) : cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+        free(b);
+        size_t f = 0, t = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&f, &t);
+        tsc_fail_(c, TS_E_NOMEM, "CUDA device %d: cannot allocate %zu bytes (%zu of %zu free): %s", c->device, bytes, f,
+                  t, cudaGetErrorString(e));
+        return NULL;
+    }
+    b->p = p;
+    b->bytes = bytes;
+    b->next = c->blocks;
+    c->blocks = b;
+    c->used += bytes;
+    return p;
+}
+
+extern "C" void tsc_free(tsc_ctx *c, void *p) {
+    if (!c || !p) return;
+    for (tsc_blk **q = &c->blocks; *q; q = &(*q)->next)
+        if ((*q)->p == p) {
+            tsc_blk *b = *q;
+            *q = b->next;
+            c->used -= b->bytes;
+            cudaFree(p);
+            free(b);
+            return;
+        }
+    tsc_fail_(c, TS_E_ARG, "tsc_free: %p is not a live allocation of this context", p);
+}
+
+extern "C" size_t tsc_mem_used(const tsc_ctx *c) { return c ? c->used : 0; }
+
+extern "C" void tsc_write(tsc_ctx *c, void *dst, const void *src, size_t bytes) {
+    TSC_GUARD(c);
+    /* synchronous with respect to the host buffer: pageable memory is staged
+     * by the driver before cudaMemcpyAsync returns only for small sizes, so
+     * wait for this copy to keep "host_src read before return" true */
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess && !c->capturing) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "tsc_write of %zu bytes: %s", bytes, cudaGetErrorString(e));
+}
+
+extern "C" void tsc_read(tsc_ctx *c, void *dst, const void *src, size_t bytes) {
+    TSC_GUARD(c);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "tsc_read of %zu bytes: %s", bytes, cudaGetErrorString(e));
+}
+
+extern "C" void tsc_copy(tsc_ctx *c, void *dst, const void *src, size_t bytes) {
+    TSC_GUARD(c);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+    if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "tsc_copy of %zu bytes: %s", bytes, cudaGetErrorString(e));
+}
+
+__global__ void k_fill(float *d, float v, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) d[i] = v;
+}
+
+extern "C" void tsc_fill(tsc_ctx *c, float *dst, float v, size_t n) {
+    TSC_GUARD(c);
+    if (!n) return;
+    unsigned g = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    k_fill<<<g, 256, 0, c->stream>>>(dst, v, n);
+    TSC_LAUNCHED(c, "tsc_fill");
+}
+
+__device__ __forceinline__ uint32_t hash32(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+__global__ void k_fill_random(void *d, size_t n, int dt, float lo, float hi, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = hash32(((uint64_t)seed << 40) ^ i);
+        float u = lo + (hi - lo) * (float)(h >> 8) * (1.0f / 16777216.0f);
+        switch (dt) {
+        case TS_DTYPE_U32: ((uint32_t *)d)[i] = h; break;
+        case TS_DTYPE_F32: ((float *)d)[i] = u; break;
+        case TS_DTYPE_F16: ((uint16_t *)d)[i] = __half_as_ushort(__float2half_rn(u)); break;
+        default: ((uint16_t *)d)[i] = (uint16_t)(__float_as_uint(u) >> 16); break;
+        }
+    }
+}
+
+extern "C" void tsc_fill_random(tsc_ctx *c, void *dst, size_t n, ts_dtype dt, float lo, float hi, uint32_t seed) {
+    TSC_GUARD(c);
+    if (dt != TS_DTYPE_U32 && dt != TS_DTYPE_F32 && dt != TS_DTYPE_F16 && dt != TS_DTYPE_BF16) {
+        tsc_fail_(c, TS_E_ARG, "tsc_fill_random: dtype %s not supported", ts_dtype_name(dt));
+        return;
+    }
+    if (!n) return;
+    k_fill_random<<<4096, 256, 0, c->stream>>>(dst, n, (int)dt, lo, hi, seed);
+    TSC_LAUNCHED(c, "tsc_fill_random");
+}
+
+/* ---- weights ---- */
+
+extern "C" size_t tsc_weight_bytes(const tsc_weight *w) {
+    if (w->dtype != TS_DTYPE_U32) return (size_t)(w->rows * w->cols) * ts_dtype_size(w->dtype);
+    size_t q = (size_t)(w->rows * w->cols) * (size_t)w->bits / 8;
+    size_t s = (size_t)(w->rows * (w->cols / w->group)) * ts_dtype_size(w->sdtype);
+    return q + 2 * s;
+}
+
+extern "C" int tsc_weight_check(const tsc_weight *w, ts_error *err) {
+    if (w->rows < 1 || w->cols < 1) return ts_fail(err, TS_E_UNSUPPORTED, "weight of %lld x %lld", (long long)w->rows,
+                                                   (long long)w->cols);
+    switch (w->dtype) {
+    case TS_DTYPE_U32: {
+        const int per = w->bits == 4 ? 32 : 16; /* values per 16-byte load */
+        if (w->bits != 4 && w->bits != 8)
+            return ts_fail(err, TS_E_UNSUPPORTED, "quantized weight of %d bits (4 or 8 supported)", w->bits);
+        if (w->group <= 0 || w->group % per || (w->group & (w->group - 1)) || w->cols % w->group)
+            return ts_fail(err, TS_E_UNSUPPORTED,
+                           "%d-bit weight with group %d over %lld cols: need a power-of-two group, group %% %d == 0 "
+                           "and cols %% group == 0", w->bits, w->group, (long long)w->cols, per);
+        if (w->sdtype != TS_DTYPE_F32 && w->sdtype != TS_DTYPE_F16 && w->sdtype != TS_DTYPE_BF16)
+            return ts_fail(err, TS_E_UNSUPPORTED, "scales of dtype %s", ts_dtype_name(w->sdtype));
+        return 0;
+    }
+    case TS_DTYPE_BF16:
+    case TS_DTYPE_F16:
+        if (w->cols % 8) return ts_fail(err, TS_E_UNSUPPORTED, "%s weight with %lld cols (need a multiple of 8)",
+                                        ts_dtype_name(w->dtype), (long long)w->cols);
+        return 0;
+    case TS_DTYPE_F32:
+        if (w->cols % 4) return ts_fail(err, TS_E_UNSUPPORTED, "F32 weight with %lld cols (need a multiple of 4)",
+                                        (long long)w->cols);
+        return 0;
+    default: return ts_fail(err, TS_E_UNSUPPORTED, "weight of dtype %s", ts_dtype_name(w->dtype));
+    }
+}
+
+extern "C" int tsc_weight_upload(tsc_ctx *c, const tsc_weight *h, tsc_weight *d, ts_error *err) {
+    int rc = tsc_weight_check(h, err);
+    if (rc) return rc;
+    *d = *h;
+    d->data = d->scales = d->biases = NULL;
+    size_t db = h->dtype == TS_DTYPE_U32 ? (size_t)(h->rows * h->cols) * (size_t)h->bits / 8
+                                         : (size_t)(h->rows * h->cols) * ts_dtype_size(h->dtype);
+    void *p = tsc_alloc(c, db);
+    if (p) tsc_write(c, p, h->data, db);
+    d->data = p;
+    if (h->dtype == TS_DTYPE_U32) {
+        size_t sb = (size_t)(h->rows * (h->cols / h->group)) * ts_dtype_size(h->sdtype);
+        void *s = tsc_alloc(c, sb), *b = tsc_alloc(c, sb);
+        if (s) tsc_write(c, s, h->scales, sb);
+        if (b) tsc_write(c, b, h->biases, sb);
+        d->scales = s;
+        d->biases = b;
+    }
+    if (c->err_code) {
+        tsc_weight_free(c, d);
+        return ts_fail(err, c->err_code, "%s", c->err_msg);
+    }
+    return 0;
+}
+
+extern "C" void tsc_weight_free(tsc_ctx *c, tsc_weight *d) {
+    tsc_free(c, (void *)d->data);
+    tsc_free(c, (void *)d->scales);
+    tsc_free(c, (void *)d->biases);
+    d->data = d->scales = d->biases = NULL;
+}
+
+/* ---- graphs and timers ---- */
+
+struct tsc_graph {
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+};
+
+extern "C" void tsc_graph_begin(tsc_ctx *c) {
+    TSC_GUARD(c);
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "graph capture: %s", cudaGetErrorString(e));
+    else c->capturing = 1;
+}
+
+extern "C" tsc_graph *tsc_graph_end(tsc_ctx *c) {
+    if (!c || !c->capturing) return NULL;
+    c->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e != cudaSuccess || c->err_code) {
+        if (g) cudaGraphDestroy(g);
+        tsc_fail_(c, TS_E_IO, "graph capture: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    tsc_graph *r = (tsc_graph *)calloc(1, sizeof *r);
+    r->g = g;
+    if ((e = cudaGraphInstantiate(&r->x, g, 0)) != cudaSuccess) {
+        cudaGraphDestroy(g);
+        free(r);
+        tsc_fail_(c, TS_E_IO, "graph instantiate: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    return r;
+}
+
+extern "C" void tsc_graph_launch(tsc_ctx *c, tsc_graph *g) {
+    TSC_GUARD(c);
+    if (!g) { tsc_fail_(c, TS_E_ARG, "tsc_graph_launch: no graph"); return; }
+    cudaError_t e = cudaGraphLaunch(g->x, c->stream);
+    if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "graph launch: %s", cudaGetErrorString(e));
+}
+
+extern "C" void tsc_graph_free(tsc_graph *g) {
+    if (!g) return;
+    cudaGraphExecDestroy(g->x);
+    cudaGraphDestroy(g->g);
+    free(g);
+}
+
+extern "C" void tsc_timer_start(tsc_ctx *c) {
+    TSC_GUARD(c);
+    cudaEventRecord(c->ev0, c->stream);
+}
+
+extern "C" double tsc_timer_ms(tsc_ctx *c) {
+    if (!c || c->err_code) return -1;
+    cudaEventRecord(c->ev1, c->stream);
+    cudaEventSynchronize(c->ev1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, c->ev0, c->ev1);
+    return ms;
+}

@@ -1,0 +1,399 @@
+/* linear.cu: matrix-vector products y = x . W^T for 1..16 rows of x, weights
+ * INT4/INT8 (MLX layout) or BF16/F16/F32 (tsc_linear).
+ *
+ * Owns: the product kernel and its launch plan. Does not own: weight upload
+ * (ctx.cu), any relayout (none: the kernels read the MLX layout as stored).
+ *
+ * Shape of the work. A warp computes R = 4 output rows of one weight over a
+ * slice of the columns; a block is 8 warps; the columns of a row group are
+ * split over KS warps of the block (KS in 1, 2, 4, 8, chosen from the
+ * weight's rows and cols only, so that small-row weights still spread over
+ * the chip) and the KS partial sums are added in warp order in shared
+ * memory. Each lane loads 16 bytes of each of its R rows per step (32 INT4
+ * values, 16 INT8, 8 BF16/F16, 4 F32): a warp's load is 512 contiguous bytes
+ * of a row, and all steps of a slice are unrolled by 2 so that 2 x R x 16
+ * bytes per lane are in flight. x is read through L1 (it is tiny and shared by
+ * every warp); one x load serves R rows. Rows of x are taken NR <= 4 at a time
+ * (templates 1..4); more rows run as further passes over the weight (a
+ * verify block of 5..16 rows reads the weight ceil(n/4) times; M+1 <= 4 is the
+ * one-pass case).
+ *
+ * Quantized arithmetic, per lane chunk (32 or 16 values inside one group):
+ * d_i = sum_c q_c x_ic (q exact in f32 through the 2^23 trick: no int-to-float
+ * conversion), xs_i = sum_c x_ic, then acc_i = s * d_i + b * xs_i + acc_i (as
+ * fmaf(s, d, fmaf(b, xs, acc))). Same value as sum_c (s q_c + b) x_ic up to
+ * rounding; one FMA per weight per x row instead of two.
+ *
+ * Row-exactness (the verify rule): for a given weight the KS, the lane
+ * slices, the step order, every fmaf and the shuffle tree are the same for
+ * every NR and every n, so row i of an n-row call has the bits of a one-row
+ * call. tests/test_cuda.c checks it bit for bit.
+ *
+ * Floors (H200, INT4 g64 bf16 scales, 9B shapes, one row): bytes = rows *
+ * cols * 0.5625; e.g. the head 248320 x 4096 = 572 MB -> 133 us at the 4.3
+ * TB/s copy rate; compute ~2 flop per weight -> 2 Gflop -> ~30 us at the
+ * ~67 TFLOP/s f32 rate: bandwidth-bound by ~4x. Instruction issue is the
+ * closer limit: per INT4 value ~1.4 int ops (mask/shift/permute) + 1 FADD +
+ * NR FFMA, i.e. ~3.4 issue slots per value at NR=1 -> ~5.6 TB/s of INT4
+ * equivalent, 1.3x above the copy rate; NR=2 reaches it, NR=4 is issue-bound
+ * at ~65% of it.
+ * Prediction before measuring: 80-85% of the copy probe on the large
+ * projections (gate/up/down, qkv, head) at NR=1; 50-70% on the 4096-row
+ * ones (fewer blocks in flight); the 32-row in_a/in_b are launch-bound.
+ * Measured (H200, bench/cuda/run4, probe 4262 GB/s): far below the
+ * prediction: head 2015 GB/s (47%), gate+up 33%, qkv/in_proj 25-28%, down 27%,
+ * the 4096-row out/o projections 18%; 16 KiB x from L1 with lane-strided
+ * addresses was the first limit (run1: 12-35%; staging x in shared memory
+ * and persistent blocks gave run2's 1.3-1.5x). What still limits is not
+ * established (no counters read yet): the candidates are issue rate (each
+ * INT4 value costs ~3.4 instructions plus indexing at NR = 1, so the kernel
+ * sits within ~2x of its issue ceiling) and too few bytes in flight per SM
+ * between virtual blocks. Rows: 4 rows cost 2.8x one row (issue-bound: NR
+ * FFMAs per value). Next: a relayout at upload so that one 16-byte load
+ * feeds fewer instructions, and tensor-core (mma) products for rows > 1.
+ */
+#include "cuda/common.cuh"
+
+namespace {
+
+enum { FMT_Q4, FMT_Q8, FMT_BF16, FMT_F16, FMT_F32 };
+constexpr int R = 4;      /* output rows per warp */
+constexpr int WARPS = 8;  /* warps per block */
+
+struct lin_w {
+    const uint8_t *data;
+    const void *scales, *biases;
+    float *y;
+    int64_t rows;
+    int ks;   /* warps splitting the columns */
+    int blk0; /* first block of this weight in the launch */
+};
+
+struct lin_args {
+    lin_w w[TSC_LIN_MAX];
+    int nw, sdt, group, lg; /* lg: log2(group) */
+    int64_t cols, pitch; /* row pitch in bytes */
+    const float *x;
+    int n;   /* x rows of this pass (== NR) */
+    int nvb; /* virtual blocks over all weights */
+};
+
+template <int FMT> struct fmt_t;
+template <> struct fmt_t<FMT_Q4> { static constexpr int V = 32; };
+template <> struct fmt_t<FMT_Q8> { static constexpr int V = 16; };
+template <> struct fmt_t<FMT_BF16> { static constexpr int V = 8; };
+template <> struct fmt_t<FMT_F16> { static constexpr int V = 8; };
+template <> struct fmt_t<FMT_F32> { static constexpr int V = 4; };
+
+/* byte j of u as an exact float (0..255): PRMT builds 0x4B0000bb = 2^23 + b */
+__device__ __forceinline__ float byte_f(uint32_t u, int j) {
+    return __fsub_rn(__uint_as_float(__byte_perm(u, 0x4B000000u, (unsigned)j | 0x7540u)), 8388608.0f);
+}
+
+/* Accumulate one 16-byte chunk of each of the R rows (wv[r]) against the NR x
+ * rows at column c. acc[r][i] is the running sum. */
+/* float4 f of x row i: from the block's swizzled shared copy (XS) or through L1 */
+template <bool XS>
+__device__ __forceinline__ float4 ldx(const float4 *__restrict__ xg, const float4 *xsm, int64_t c4, int i, int64_t f) {
+    if constexpr (XS) return xsm[i * c4 + (f ^ ((f >> 3) & 7))];
+    else return __ldg(xg + i * c4 + f);
+}
+
+template <int FMT, int NR, bool XS>
+__device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float4 *__restrict__ xg, const float4 *xsm, int64_t cols,
+                                      int64_t c, const float (&s)[R], const float (&b)[R], float (&acc)[R][NR]) {
+    const int64_t c4 = cols / 4;
+    constexpr int V = fmt_t<FMT>::V;
+    if constexpr (FMT == FMT_Q4 || FMT == FMT_Q8) {
+        float d[R][NR], xs[NR];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) d[r][i] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NR; i++) xs[i] = 0.f;
+#pragma unroll
+        for (int wi = 0; wi < 4; wi++) {
+            /* the word's values: 8 (INT4) or 4 (INT8) consecutive columns */
+            constexpr int PW = FMT == FMT_Q4 ? 8 : 4;
+            float xv[NR][PW];
+#pragma unroll
+            for (int i = 0; i < NR; i++) {
+                const int64_t f = (c + wi * PW) / 4;
+                float4 a = ldx<XS>(xg, xsm, c4, i, f);
+                xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
+                if constexpr (PW == 8) {
+                    float4 e = ldx<XS>(xg, xsm, c4, i, f + 1);
+                    xv[i][4] = e.x, xv[i][5] = e.y, xv[i][6] = e.z, xv[i][7] = e.w;
+                }
+#pragma unroll
+                for (int j = 0; j < PW; j++) xs[i] = __fadd_rn(xs[i], xv[i][j]);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t u = wi == 0 ? wv[r].x : wi == 1 ? wv[r].y : wi == 2 ? wv[r].z : wv[r].w;
+                float q[PW];
+                if constexpr (FMT == FMT_Q4) {
+                    const uint32_t lo = u & 0x0F0F0F0Fu, hi = (u >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) q[2 * j] = byte_f(lo, j), q[2 * j + 1] = byte_f(hi, j);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 4; j++) q[j] = byte_f(u, j);
+                }
+#pragma unroll
+                for (int i = 0; i < NR; i++)
+#pragma unroll
+                    for (int j = 0; j < PW; j++) d[r][i] = __fmaf_rn(q[j], xv[i][j], d[r][i]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) acc[r][i] = __fmaf_rn(s[r], d[r][i], __fmaf_rn(b[r], xs[i], acc[r][i]));
+        (void)V;
+    } else {
+        float xv[NR][V];
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+#pragma unroll
+            for (int k = 0; k < V / 4; k++) {
+                float4 a = ldx<XS>(xg, xsm, c4, i, c / 4 + k);
+                xv[i][4 * k] = a.x, xv[i][4 * k + 1] = a.y, xv[i][4 * k + 2] = a.z, xv[i][4 * k + 3] = a.w;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float wf[V];
+            const uint32_t u[4] = {wv[r].x, wv[r].y, wv[r].z, wv[r].w};
+            if constexpr (FMT == FMT_BF16) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) wf[2 * k] = __uint_as_float(u[k] << 16), wf[2 * k + 1] = __uint_as_float(u[k] & 0xFFFF0000u);
+            } else if constexpr (FMT == FMT_F16) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) wf[2 * k] = f16f((uint16_t)(u[k] & 0xFFFF)), wf[2 * k + 1] = f16f((uint16_t)(u[k] >> 16));
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) wf[k] = __uint_as_float(u[k]);
+            }
+#pragma unroll
+            for (int i = 0; i < NR; i++)
+#pragma unroll
+                for (int j = 0; j < V; j++) acc[r][i] = __fmaf_rn(wf[j], xv[i][j], acc[r][i]);
+        }
+    }
+}
+
+template <int FMT, int NR, bool XS>
+__global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ lin_args a) {
+    constexpr int V = fmt_t<FMT>::V;
+    __shared__ float red[WARPS][R][NR];
+    extern __shared__ float4 xsm[]; /* XS: [NR][cols/4], float4 f of a row at f ^ ((f >> 3) & 7) */
+    const int64_t c4 = a.cols / 4;
+    const float4 *xg = (const float4 *)a.x;
+    if constexpr (XS) {
+        /* the swizzle keeps the lanes' strided reads (one 16-32-value chunk per
+         * lane) free of bank conflicts: 8 lanes of a phase hit 8 bank quads */
+        for (int64_t idx = threadIdx.x; idx < NR * c4; idx += blockDim.x) {
+            const int i = (int)(idx / c4);
+            const int64_t f = idx - i * c4;
+            xsm[i * c4 + (f ^ ((f >> 3) & 7))] = __ldg(xg + idx);
+        }
+        __syncthreads();
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t step_cols = 32 * V, nsteps = (a.cols + step_cols - 1) / step_cols;
+    const int64_t bpc = FMT == FMT_Q4 ? 2 : FMT == FMT_Q8 ? 1 : FMT == FMT_F32 ? -4 : -2; /* >0: cols per byte */
+    const int64_t ng = (FMT == FMT_Q4 || FMT == FMT_Q8) ? a.cols / a.group : 0;
+    /* virtual blocks (a fixed map from rows to work, whatever block runs it) */
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
+        int wi = 0;
+        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+        const lin_w &w = a.w[wi];
+        const int ks = w.ks, rg = warp / ks, sl = warp % ks; /* row group in the block, column slice */
+        const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
+        int64_t rr[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) rr[r] = r0 + r < w.rows ? r0 + r : w.rows - 1; /* clamp: loads stay in bounds */
+        float acc[R][NR];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
+        /* in-row indices in 32 bits, the group by a shift (power-of-two
+         * groups: tsc_weight_check); two steps unrolled: 2 x R x 16 bytes in
+         * flight per lane (4 steps made the loop body ~2x larger and the
+         * products 2x slower on the H200: bench/cuda/run3; a software-pipelined
+         * one-step body with a prefetch of the next step was 1.35x slower:
+         * bench/cuda/run4-prefetch) */
+#pragma unroll 2
+        for (int st = sl; st < (int)nsteps; st += ks) {
+            const int c = st * (int)step_cols + lane * V;
+            if (c < (int)a.cols) {
+                uint4 wv[R];
+                float sc[R], bi[R];
+                const int cb = bpc > 0 ? c / (int)bpc : c * (int)-bpc;
+#pragma unroll
+                for (int r = 0; r < R; r++) wv[r] = __ldg((const uint4 *)(w.data + rr[r] * a.pitch + cb));
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if constexpr (FMT == FMT_Q4 || FMT == FMT_Q8) {
+                        const int64_t gi = rr[r] * ng + (c >> a.lg);
+                        sc[r] = load_s(w.scales, a.sdt, gi);
+                        bi[r] = load_s(w.biases, a.sdt, gi);
+                    } else {
+                        sc[r] = bi[r] = 0.f;
+                    }
+                }
+                chunk<FMT, NR, XS>(wv, xg, xsm, a.cols, c, sc, bi, acc);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) acc[r][i] = warp_sum(acc[r][i]);
+        if (ks == 1) {
+            if (lane < R * NR) {
+                const int r = lane / NR, i = lane % NR;
+                float v = 0.f;
+#pragma unroll
+                for (int q = 0; q < R * NR; q++)
+                    if (q == lane) v = acc[q / NR][q % NR];
+                if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
+            }
+            continue; /* ks is uniform over the block: every thread continues */
+        }
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int i = 0; i < NR; i++) red[warp][r][i] = acc[r][i];
+        __syncthreads();
+        const int t = threadIdx.x, ngrp = WARPS / ks;
+        if (t < ngrp * R * NR) {
+            const int g = t / (R * NR), r = t / NR % R, i = t % NR;
+            float v = red[g * ks][r][i];
+            for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[g * ks + q][r][i]);
+            const int64_t row = ((int64_t)(vb - w.blk0) * ngrp + g) * R + r;
+            if (row < w.rows) w.y[(int64_t)i * w.rows + row] = v;
+        }
+        __syncthreads(); /* red is reused by the next virtual block */
+    }
+}
+
+int fmt_of(const tsc_weight *w) {
+    switch (w->dtype) {
+    case TS_DTYPE_U32: return w->bits == 4 ? FMT_Q4 : FMT_Q8;
+    case TS_DTYPE_BF16: return FMT_BF16;
+    case TS_DTYPE_F16: return FMT_F16;
+    default: return FMT_F32;
+    }
+}
+
+int vals_per_load(int fmt) { return fmt == FMT_Q4 ? 32 : fmt == FMT_Q8 ? 16 : fmt == FMT_F32 ? 4 : 8; }
+
+/* KS from the weight's shape alone (the verify rule): split the columns
+ * until the weight alone has ~2 blocks per multiprocessor, never past one
+ * step per warp. */
+int pick_ks(int64_t rows, int64_t cols, int fmt, int n_sm) {
+    const int64_t steps = (cols + 32 * vals_per_load(fmt) - 1) / (32 * vals_per_load(fmt));
+    int ks = 1;
+    while (ks < WARPS && 2 * ks <= steps) {
+        const int64_t blocks = (rows + (int64_t)R * (WARPS / ks) - 1) / ((int64_t)R * (WARPS / ks));
+        if (blocks >= 2 * n_sm) break;
+        ks *= 2;
+    }
+    return ks;
+}
+
+/* x in shared memory when it fits (up to XS_MAX bytes: two blocks of 8 warps
+ * still fit a multiprocessor), else through L1. */
+constexpr size_t XS_MAX = 100 * 1024;
+
+template <int FMT, int NR, bool XS>
+void launch1(tsc_ctx *c, lin_args &a) {
+    const size_t smem = XS ? (size_t)NR * a.cols * sizeof(float) : 0;
+    static bool attr; /* raise the dynamic shared-memory limit once per instantiation */
+    if (XS && !attr) {
+        cudaFuncSetAttribute(k_linear<FMT, NR, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)XS_MAX);
+        attr = true;
+    }
+    int per_sm = 1;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_linear<FMT, NR, XS>, WARPS * 32, smem);
+    if (per_sm < 1) per_sm = 1;
+    const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
+    k_linear<FMT, NR, XS><<<grid, WARPS * 32, smem, c->stream>>>(a);
+}
+
+template <int FMT, int NR>
+void launch_nr(tsc_ctx *c, lin_args &a) {
+    if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a);
+    else launch1<FMT, NR, false>(c, a);
+}
+
+template <int FMT>
+void launch_fmt(tsc_ctx *c, lin_args &a, int nr) {
+    switch (nr) {
+    case 1: launch_nr<FMT, 1>(c, a); break;
+    case 2: launch_nr<FMT, 2>(c, a); break;
+    case 3: launch_nr<FMT, 3>(c, a); break;
+    default: launch_nr<FMT, 4>(c, a); break;
+    }
+}
+
+} // namespace
+
+extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    TSC_GUARD(c);
+    if (nw < 1 || nw > TSC_LIN_MAX || n < 1 || n > TSC_ROWS_MAX) {
+        tsc_fail_(c, TS_E_ARG, "tsc_linear: %d weights and %d rows (1..%d and 1..%d)", nw, n, TSC_LIN_MAX,
+                  TSC_ROWS_MAX);
+        return;
+    }
+    ts_error e;
+    for (int i = 0; i < nw; i++) {
+        if (tsc_weight_check(w[i], &e)) { tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear: %s", e.msg); return; }
+        if (w[i]->cols != w[0]->cols || w[i]->dtype != w[0]->dtype || w[i]->bits != w[0]->bits ||
+            (w[i]->dtype == TS_DTYPE_U32 && (w[i]->group != w[0]->group || w[i]->sdtype != w[0]->sdtype))) {
+            tsc_fail_(c, TS_E_ARG, "tsc_linear: weight %d's layout differs from weight 0's (one launch needs one layout)", i);
+            return;
+        }
+    }
+    const int fmt = fmt_of(w[0]);
+    lin_args a;
+    memset(&a, 0, sizeof a);
+    a.nw = nw;
+    a.cols = w[0]->cols;
+    a.group = w[0]->group;
+    a.lg = 0;
+    while (a.group > 0 && (1 << (a.lg + 1)) <= a.group) a.lg++;
+    a.sdt = (int)w[0]->sdtype;
+    a.pitch = fmt == FMT_Q4 ? a.cols / 2 : fmt == FMT_Q8 ? a.cols : a.cols * (int64_t)ts_dtype_size(w[0]->dtype);
+    int nblk = 0;
+    for (int i = 0; i < nw; i++) {
+        lin_w &lw = a.w[i];
+        lw.data = (const uint8_t *)w[i]->data;
+        lw.scales = w[i]->scales;
+        lw.biases = w[i]->biases;
+        lw.rows = w[i]->rows;
+        lw.ks = pick_ks(w[i]->rows, a.cols, fmt, c->n_sm);
+        lw.blk0 = nblk;
+        const int64_t rpb = (int64_t)R * (WARPS / lw.ks);
+        nblk += (int)((lw.rows + rpb - 1) / rpb);
+    }
+    a.nvb = nblk;
+    for (int i0 = 0; i0 < n; i0 += 4) {
+        const int nr = n - i0 < 4 ? n - i0 : 4;
+        a.x = x + (int64_t)i0 * a.cols;
+        a.n = nr;
+        for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
+        switch (fmt) {
+        case FMT_Q4: launch_fmt<FMT_Q4>(c, a, nr); break;
+        case FMT_Q8: launch_fmt<FMT_Q8>(c, a, nr); break;
+        case FMT_BF16: launch_fmt<FMT_BF16>(c, a, nr); break;
+        case FMT_F16: launch_fmt<FMT_F16>(c, a, nr); break;
+        default: launch_fmt<FMT_F32>(c, a, nr); break;
+        }
+        TSC_LAUNCHED(c, "tsc_linear");
+    }
+}

@@ -1,0 +1,244 @@
+/* misc.cu: the small row-wise ops of a decode step: embedding gather,
+ * add + RMSNorm, SiLU / SwiGLU, MoE routing, argmax.
+ *
+ * Owns: tsc_embed, tsc_add_rmsnorm, tsc_silu, tsc_silu_mul, tsc_moe_route,
+ * tsc_argmax. Does not own: products (linear.cu), GDN, attention.
+ * Invariants: one block per row for the row ops (so a row's arithmetic
+ * never depends on n); arithmetic written with rounding intrinsics where the
+ * CPU reference's separate multiply and add must be mirrored (embed is
+ * bit-exact with ts_weight_row).
+ *
+ * Floors (H200, 9B, one row): all of these move a few KiB to 1 MB
+ * (argmax over the 248,320 logits: 1 MB -> ~0.25 us at 4.3 TB/s) and are
+ * launch-bound (~2-3 us a launch without graphs, ~1 us in a graph). The one
+ * that could be slow is argmax: one block per row would pull 1 MB through one
+ * SM (~10 us), so it runs in two stages (64 blocks a row, then one).
+ * Prediction: each op a few microseconds, launch overhead included.
+ * Measured (run4, in a graph): add_rmsnorm 3.5 us, silu_mul 1.6 us, embed
+ * 6.6 us, argmax 6.6 us, moe_route 6.0 us: launch-bound as predicted; their
+ * count (65 norms, 32 SwiGLUs a 9B step) is what costs (~0.3 ms of 4.0):
+ * fusing norm and SwiGLU into the next product's x staging is the fix.
+ */
+#include <float.h>
+
+#include "cuda/common.cuh"
+
+/* ---- embed ---- */
+
+__global__ void k_embed(const tsc_weight w, const int32_t *ids, float *x) {
+    const int i = blockIdx.x;
+    const int64_t id = ids[i], cols = w.cols;
+    float *xo = x + (int64_t)i * cols;
+    if (id < 0 || id >= w.rows) {
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) xo[c] = 0.f;
+        return;
+    }
+    /* 32-bit index arithmetic inside a row (64-bit division is slow) */
+    for (int c = threadIdx.x; c < (int)cols; c += blockDim.x) {
+        float v;
+        if (w.dtype == TS_DTYPE_U32) {
+            const int bits = w.bits, per = 32 / bits;
+            const uint32_t *row = (const uint32_t *)w.data + id * (cols / per);
+            const uint32_t q = (row[c / per] >> ((c % per) * bits)) & ((1u << bits) - 1);
+            const int64_t gi = id * (cols / w.group) + c / w.group;
+            /* s * q + b with separate roundings: ts_weight_row's bits */
+            v = __fadd_rn(__fmul_rn(load_s(w.scales, w.sdtype, gi), (float)q), load_s(w.biases, w.sdtype, gi));
+        } else {
+            v = load_s(w.data, w.dtype, id * cols + c);
+        }
+        xo[c] = v;
+    }
+}
+
+extern "C" void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, int n, float *x) {
+    TSC_GUARD(c);
+    ts_error e;
+    if (n < 1 || n > 4096) { tsc_fail_(c, TS_E_ARG, "tsc_embed: %d rows", n); return; }
+    if (tsc_weight_check(w, &e)) { tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_embed: %s", e.msg); return; }
+    k_embed<<<n, 256, 0, c->stream>>>(*w, ids, x);
+    TSC_LAUNCHED(c, "tsc_embed");
+}
+
+/* ---- add + RMSNorm ---- */
+
+__global__ void k_add_rmsnorm(float *x, const float *__restrict__ add, const float *__restrict__ w, float *y, int dim,
+                              float eps) {
+    __shared__ double red[32];
+    const int64_t o = (int64_t)blockIdx.x * dim;
+    double ss = 0;
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+        float v = x[o + j];
+        if (add) {
+            v = __fadd_rn(v, add[o + j]);
+            x[o + j] = v;
+        }
+        ss += (double)v * v;
+    }
+    ss = block_sum_d(ss, red);
+    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dim), eps)));
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) y[o + j] = __fmul_rn(__fmul_rn(x[o + j], r), w[j]);
+}
+
+extern "C" void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const float *w, float *y, int n, int dim,
+                                float eps) {
+    TSC_GUARD(c);
+    if (n < 1 || n > 65535 || dim < 1) { tsc_fail_(c, TS_E_ARG, "tsc_add_rmsnorm: %d rows of %d", n, dim); return; }
+    /* 1024 threads: a 4096 row is 4 elements a thread, loads all in flight */
+    k_add_rmsnorm<<<n, dim >= 2048 ? 1024 : 256, 0, c->stream>>>(x, add, w, y, dim, eps);
+    TSC_LAUNCHED(c, "tsc_add_rmsnorm");
+}
+
+/* ---- SiLU ---- */
+
+__global__ void k_silu(float *y, const float *x, const float *u, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float s = silu_f(x[i]);
+        y[i] = u ? __fmul_rn(s, u[i]) : s;
+    }
+}
+
+static unsigned grid_for(size_t n) { return (unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048); }
+
+extern "C" void tsc_silu(tsc_ctx *c, float *y, const float *x, size_t n) {
+    TSC_GUARD(c);
+    if (!n) return;
+    k_silu<<<grid_for(n), 256, 0, c->stream>>>(y, x, NULL, n);
+    TSC_LAUNCHED(c, "tsc_silu");
+}
+
+extern "C" void tsc_silu_mul(tsc_ctx *c, float *g, const float *u, size_t n) {
+    TSC_GUARD(c);
+    if (!n) return;
+    k_silu<<<grid_for(n), 256, 0, c->stream>>>(g, g, u, n);
+    TSC_LAUNCHED(c, "tsc_silu_mul");
+}
+
+/* ---- MoE routing ---- */
+
+/* The better of two (value, index) candidates: larger value, then lower
+ * index; NaN never better. */
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+/* Block argmax over p[0..E) skipping taken[]; every thread gets the result. */
+__device__ int block_argmax(const float *p, const unsigned char *taken, int E, float *rv, int *ri) {
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        if (!taken[e] && better(p[e], e, bv, bi)) bv = p[e], bi = e;
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    const int w = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) rv[w] = bv, ri[w] = bi;
+    __syncthreads();
+    bv = rv[0], bi = ri[0];
+    for (int q = 1; q < (int)(blockDim.x >> 5); q++)
+        if (better(rv[q], ri[q], bv, bi)) bv = rv[q], bi = ri[q];
+    __syncthreads();
+    return bi;
+}
+
+__global__ void k_moe_route(const float *logits, int E, int k, int norm, int32_t *ids, float *wts) {
+    __shared__ float p[1024];
+    __shared__ unsigned char taken[1024];
+    __shared__ double red[32];
+    __shared__ float rv[32];
+    __shared__ int ri[32];
+    const float *l = logits + (int64_t)blockIdx.x * E;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        p[e] = l[e];
+        taken[e] = 0;
+        mx = fmaxf(mx, l[e]);
+    }
+    mx = warp_max(mx);
+    if ((threadIdx.x & 31) == 0) rv[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = rv[0];
+    for (int q = 1; q < (int)(blockDim.x >> 5); q++) mx = fmaxf(mx, rv[q]);
+    double s = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        p[e] = expf(__fsub_rn(p[e], mx));
+        s += p[e];
+    }
+    __syncthreads();
+    s = block_sum_d(s, red);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = (float)((double)p[e] / s);
+    __syncthreads();
+    float wsum = 0.f; /* the CPU's float sum of the selected, in selection order */
+    for (int j = 0; j < k; j++) {
+        int b = block_argmax(p, taken, E, rv, ri);
+        if (threadIdx.x == 0) {
+            taken[b] = 1;
+            ids[blockIdx.x * k + j] = b;
+            wts[blockIdx.x * k + j] = p[b];
+        }
+        wsum = __fadd_rn(wsum, p[b]);
+        __syncthreads();
+    }
+    if (norm && threadIdx.x < k) wts[blockIdx.x * k + threadIdx.x] = __fdiv_rn(wts[blockIdx.x * k + threadIdx.x], wsum);
+}
+
+extern "C" void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts) {
+    TSC_GUARD(c);
+    if (n < 1 || n > 65535 || E < 1 || E > 1024 || k < 1 || k > 32 || k > E) {
+        tsc_fail_(c, TS_E_ARG, "tsc_moe_route: %d rows, %d experts, top %d (E <= 1024, k <= 32)", n, E, k);
+        return;
+    }
+    k_moe_route<<<n, 256, 0, c->stream>>>(logits, E, k, norm, ids, wts);
+    TSC_LAUNCHED(c, "tsc_moe_route");
+}
+
+/* ---- argmax ---- */
+
+#define ARGMAX_BLOCKS 64
+
+struct amx_part { float v; int i; };
+
+__global__ void k_argmax1(const float *x, int V, amx_part *part) {
+    __shared__ float rv[32];
+    __shared__ int ri[32];
+    const float *xr = x + (int64_t)blockIdx.y * V;
+    const int per = (V + ARGMAX_BLOCKS - 1) / ARGMAX_BLOCKS, a = blockIdx.x * per, b = min(V, a + per);
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int e = a + threadIdx.x; e < b; e += blockDim.x) {
+        const float v = xr[e];
+        if (better(v, e, bv, bi)) bv = v, bi = e;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if ((threadIdx.x & 31) == 0) rv[threadIdx.x >> 5] = bv, ri[threadIdx.x >> 5] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        bv = rv[0], bi = ri[0];
+        for (int q = 1; q < (int)(blockDim.x >> 5); q++)
+            if (better(rv[q], ri[q], bv, bi)) bv = rv[q], bi = ri[q];
+        part[blockIdx.y * ARGMAX_BLOCKS + blockIdx.x] = amx_part{bv, bi};
+    }
+}
+
+__global__ void k_argmax2(const amx_part *part, int32_t *ids) {
+    if (threadIdx.x) return;
+    const amx_part *p = part + blockIdx.x * ARGMAX_BLOCKS;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int q = 0; q < ARGMAX_BLOCKS; q++)
+        if (better(p[q].v, p[q].i, bv, bi)) bv = p[q].v, bi = p[q].i;
+    ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+}
+
+extern "C" size_t tsc_argmax_ws_bytes(int n) { return (size_t)n * ARGMAX_BLOCKS * sizeof(amx_part); }
+
+extern "C" void tsc_argmax(tsc_ctx *c, const float *x, int n, int V, int32_t *ids, void *ws) {
+    TSC_GUARD(c);
+    if (n < 1 || n > 65535 || V < 1) { tsc_fail_(c, TS_E_ARG, "tsc_argmax: %d rows of %d", n, V); return; }
+    k_argmax1<<<dim3(ARGMAX_BLOCKS, n), 256, 0, c->stream>>>(x, V, (amx_part *)ws);
+    k_argmax2<<<n, 32, 0, c->stream>>>((const amx_part *)ws, ids);
+    TSC_LAUNCHED(c, "tsc_argmax");
+}

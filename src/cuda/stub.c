@@ -1,0 +1,67 @@
+/* stub.c: the CUDA host API (tsc.h) in a build without CUDA (plain `make`).
+ *
+ * Owns: definitions of every tsc_* entry point that fail cleanly: tsc_open
+ * says "built without CUDA", so no context ever exists and nothing else can
+ * be reached with a valid one. Compiled only without CUDA=1 (the Makefile
+ * drops it from the source list when the .cu files are built).
+ */
+#include "cuda/tsc.h"
+
+int tsc_built(void) { return 0; }
+
+int tsc_open(int device, tsc_ctx **out, ts_error *err) {
+    (void)device;
+    if (out) *out = NULL;
+    return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");
+}
+
+void tsc_close(tsc_ctx *c) { (void)c; }
+int tsc_info(tsc_ctx *c, char *name, size_t cap, int *n_sm, size_t *free_bytes, size_t *total_bytes) {
+    (void)c, (void)name, (void)cap, (void)n_sm, (void)free_bytes, (void)total_bytes;
+    return TS_E_UNSUPPORTED;
+}
+int tsc_sync(tsc_ctx *c, ts_error *err) { (void)c; return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA"); }
+int tsc_error(const tsc_ctx *c) { (void)c; return TS_E_UNSUPPORTED; }
+void *tsc_alloc(tsc_ctx *c, size_t bytes) { (void)c, (void)bytes; return NULL; }
+void tsc_free(tsc_ctx *c, void *p) { (void)c, (void)p; }
+size_t tsc_mem_used(const tsc_ctx *c) { (void)c; return 0; }
+void tsc_write(tsc_ctx *c, void *dst, const void *src, size_t bytes) { (void)c, (void)dst, (void)src, (void)bytes; }
+void tsc_read(tsc_ctx *c, void *dst, const void *src, size_t bytes) { (void)c, (void)dst, (void)src, (void)bytes; }
+void tsc_copy(tsc_ctx *c, void *dst, const void *src, size_t bytes) { (void)c, (void)dst, (void)src, (void)bytes; }
+void tsc_fill(tsc_ctx *c, float *dst, float v, size_t n) { (void)c, (void)dst, (void)v, (void)n; }
+void tsc_fill_random(tsc_ctx *c, void *dst, size_t n, ts_dtype dt, float lo, float hi, uint32_t seed) {
+    (void)c, (void)dst, (void)n, (void)dt, (void)lo, (void)hi, (void)seed;
+}
+size_t tsc_weight_bytes(const tsc_weight *w) { (void)w; return 0; }
+int tsc_weight_check(const tsc_weight *w, ts_error *err) { (void)w; return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA"); }
+int tsc_weight_upload(tsc_ctx *c, const tsc_weight *h, tsc_weight *d, ts_error *err) {
+    (void)c, (void)h, (void)d;
+    return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA");
+}
+void tsc_weight_free(tsc_ctx *c, tsc_weight *d) { (void)c, (void)d; }
+void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
+}
+void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, int n, float *x) { (void)c, (void)w, (void)ids, (void)n, (void)x; }
+void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
+    (void)c, (void)x, (void)add, (void)w, (void)y, (void)n, (void)dim, (void)eps;
+}
+void tsc_silu(tsc_ctx *c, float *y, const float *x, size_t n) { (void)c, (void)y, (void)x, (void)n; }
+void tsc_silu_mul(tsc_ctx *c, float *g, const float *u, size_t n) { (void)c, (void)g, (void)u, (void)n; }
+size_t tsc_gdn_ws_bytes(int n, int C) { (void)n, (void)C; return 0; }
+void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) { (void)c, (void)a; }
+size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) { (void)n, (void)nq, (void)D, (void)max_T; return 0; }
+void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) { (void)c, (void)a; }
+void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts) {
+    (void)c, (void)logits, (void)n, (void)E, (void)k, (void)norm, (void)ids, (void)wts;
+}
+size_t tsc_argmax_ws_bytes(int n) { (void)n; return 0; }
+void tsc_argmax(tsc_ctx *c, const float *x, int n, int V, int32_t *ids, void *ws) {
+    (void)c, (void)x, (void)n, (void)V, (void)ids, (void)ws;
+}
+void tsc_graph_begin(tsc_ctx *c) { (void)c; }
+tsc_graph *tsc_graph_end(tsc_ctx *c) { (void)c; return NULL; }
+void tsc_graph_launch(tsc_ctx *c, tsc_graph *g) { (void)c, (void)g; }
+void tsc_graph_free(tsc_graph *g) { (void)g; }
+void tsc_timer_start(tsc_ctx *c) { (void)c; }
+double tsc_timer_ms(tsc_ctx *c) { (void)c; return -1; }

@@ -1,0 +1,221 @@
+/* tsc.h: the CUDA kernels' internal host API (src/cuda/).
+ *
+ * Owns: one device context (a device, a stream, a sticky error, counted
+ * device allocations), device weight descriptors, and one entry point per
+ * op of a decode step: matrix-vector products over 1..16 rows, embedding
+ * gather, add+RMSNorm, SiLU / SwiGLU, the fused GDN step, gated attention
+ * decode over the KV cache, MoE routing, argmax; CUDA graph capture; timing.
+ * Does not own: models, the backend contract (src/backend.h maps its ops onto
+ * these one to one: linear, embed, add_norm, swiglu, gdn (prep + scan),
+ * attn, moe_route, argmax, alloc/free/write/read/copy/fill/sync, graph
+ * begin/end/launch), the memory plan, engine selection.
+ *
+ * Conventions (every entry point):
+ *  - Pointers named in the argument lists are device pointers unless the
+ *    name says host. Work is queued on the context's stream; nothing waits
+ *    except tsc_sync, tsc_read_sync and the timers.
+ *  - Errors are sticky: the first failure (a bad argument found on the host,
+ *    a failed allocation, a launch or kernel error) is kept with a sentence
+ *    naming the op and the cause; every later call becomes a no-op, and
+ *    tsc_sync returns it (TS_E_ARG, TS_E_NOMEM, TS_E_UNSUPPORTED or TS_E_IO
+ *    for a device fault). A context that failed is closed and reopened.
+ *  - Without CUDA (plain `make`), src/cuda/stub.c defines these: tsc_open
+ *    fails with "built without CUDA" and nothing else is reachable.
+ *
+ * Activations are f32 (x, y, norms, GDN rows, attention q/k/v and the KV
+ * cache). Why f32 and not bf16: at batch 1 an activation row is H*4 bytes
+ * (16 KiB at H = 4096) against ~140 MB of weights per 9B layer, so bf16
+ * activations would save under 0.1% of the bytes a step reads; f32 keeps
+ * every op within f32 rounding of the CPU reference (the tests' tolerances
+ * are f32 reduction-order bounds, not bf16 ones) and lets the same parity
+ * checks cover both backends. The one place the choice costs bandwidth is
+ * the KV cache at long contexts (the 9B reads 64 KiB of f32 K+V per cached
+ * token, ~5% of a step at 4K tokens, ~40% at 32K): a bf16 cache is the
+ * first thing to add there. Accumulation f32 everywhere; norms accumulate in
+ * double; GDN state and softmax f32.
+ *
+ * The verify rule (design.md): every op here computes each row exactly as a
+ * one-row call does, bit for bit, for any number of rows n in a call. Ops
+ * keep it by fixing every reduction's shape from the weight or model shape
+ * alone (never from n) and by writing the arithmetic with explicit
+ * rounding intrinsics where the compiler could contract differently.
+ */
+#ifndef TS_CUDA_TSC_H
+#define TS_CUDA_TSC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "ts_int.h" /* ts_error, ts_dtype, ts_fail: C linkage from C++ too */
+
+typedef struct tsc_ctx tsc_ctx;
+typedef struct tsc_graph tsc_graph;
+
+/* ---- context ---- */
+
+/* 1 when this build has CUDA; 0 for the stub. */
+int tsc_built(void);
+/* Open device `device` (0-based) with its own stream. Errors:
+ * TS_E_UNSUPPORTED "built without CUDA" (stub), "no CUDA device" (none
+ * visible, with the driver's reason), "device N has compute capability X.Y;
+ * these kernels need 9.0" (older than the build's target); TS_E_ARG for a
+ * device index out of range. */
+int tsc_open(int device, tsc_ctx **out, ts_error *err);
+void tsc_close(tsc_ctx *c); /* NULL ok; frees every allocation still live */
+/* Device name, multiprocessor count, free and total device memory. */
+int tsc_info(tsc_ctx *c, char *name, size_t cap, int *n_sm, size_t *free_bytes, size_t *total_bytes);
+/* Wait for the stream; 0 or the sticky error (err filled). */
+int tsc_sync(tsc_ctx *c, ts_error *err);
+/* The sticky error's code without waiting (0: none yet). */
+int tsc_error(const tsc_ctx *c);
+
+/* ---- memory (counted: tsc_mem_used is the sum of live tsc_alloc) ---- */
+void *tsc_alloc(tsc_ctx *c, size_t bytes); /* 256-byte aligned; NULL + sticky TS_E_NOMEM */
+void tsc_free(tsc_ctx *c, void *p);        /* NULL ok */
+size_t tsc_mem_used(const tsc_ctx *c);
+void tsc_write(tsc_ctx *c, void *dst, const void *host_src, size_t bytes); /* host_src read before return */
+void tsc_read(tsc_ctx *c, void *host_dst, const void *src, size_t bytes);  /* complete on return */
+void tsc_copy(tsc_ctx *c, void *dst, const void *src, size_t bytes);
+void tsc_fill(tsc_ctx *c, float *dst, float v, size_t n);
+/* n elements of dtype dt (F32, F16, BF16: uniform in [lo, hi); U32: random
+ * bits) from a counter hash of seed: benchmark weights without a host copy. */
+void tsc_fill_random(tsc_ctx *c, void *dst, size_t n, ts_dtype dt, float lo, float hi, uint32_t seed);
+
+/* ---- weights ----
+ * A logical [rows, cols] matrix (out x in) in F32, F16 or BF16, or quantized
+ * in the MLX layout: dtype U32, value j of a row in u32 word j*bits/32 at bit
+ * (j*bits)%32, w = scale * q + bias per group of `group` columns, scales and
+ * biases [rows, cols/group] in sdtype (F32, F16, BF16). The same fields as
+ * the CPU's ts_weight (kernels.h), with device pointers. */
+typedef struct tsc_weight {
+    ts_dtype dtype;
+    int bits, group;
+    int64_t rows, cols;
+    const void *data;   /* [rows, cols] elements, or [rows, cols*bits/32] u32 */
+    const void *scales; /* [rows, cols/group] sdtype, quantized only */
+    const void *biases; /* [rows, cols/group] sdtype, quantized only */
+    ts_dtype sdtype;
+} tsc_weight;
+
+/* Bytes of data + scales + biases. */
+size_t tsc_weight_bytes(const tsc_weight *w);
+/* 0 when the products support w's layout, else TS_E_UNSUPPORTED with the
+ * reason (err may be NULL): 4- or 8-bit with a power-of-two group, group %
+ * 32 == 0 (4-bit) or % 16 == 0 (8-bit), cols a multiple of the group (of 8 for F16/BF16, 4 for
+ * F32), rows >= 1. */
+int tsc_weight_check(const tsc_weight *w, ts_error *err);
+/* Copy a host-pointer descriptor's arrays to one device allocation each
+ * (dev gets the device pointers); tsc_weight_free releases them. */
+int tsc_weight_upload(tsc_ctx *c, const tsc_weight *host, tsc_weight *dev, ts_error *err);
+void tsc_weight_free(tsc_ctx *c, tsc_weight *dev);
+
+/* ---- compute ---- */
+
+#define TSC_LIN_MAX 8   /* weights per tsc_linear call */
+#define TSC_ROWS_MAX 16 /* rows per call of the row-wise ops */
+
+/* y[i][r, rows_i] = x[r, cols] . w[i]^T for r < n rows (1..16), nw weights of
+ * the same cols and dtype sharing x (one launch). Row-exact: each (x row,
+ * output) is computed by the same operations whatever n and whatever other
+ * weights share the call. x [n, cols] f32, y[i] [n, w[i]->rows] f32. */
+void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
+
+/* x[i, cols] = row ids[i] of w as f32, i < n (ids on the device; an id out of
+ * range gives a zero row and the sticky error is not raised: the host cannot
+ * see it without a sync). Exactly ts_weight_row's bits. */
+void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, int n, float *x);
+
+/* Rows i < n of dim: x_i += add_i (add may be NULL; then x is only read),
+ * y_i = x_i * rsqrt(mean(x_i^2) + eps) * w (w holds 1 + w for the (1+w)
+ * norms). y may alias x. The sum of squares in double, as on the CPU. */
+void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const float *w, float *y, int n, int dim, float eps);
+
+/* y = silu(x) (y may be x); g = silu(g) * u. n elements. */
+void tsc_silu(tsc_ctx *c, float *y, const float *x, size_t n);
+void tsc_silu_mul(tsc_ctx *c, float *g, const float *u, size_t n);
+
+/* The GDN decode step of one layer over n rows (1..16) in order (model-spec.md
+ * §2.3): causal depthwise conv over [conv_state, qkv rows] + SiLU, l2 norms of
+ * q and k per key head (q scaled by dk^-1/2), beta = sigmoid(b), decay =
+ * exp(neg_A * softplus(a + dt_bias)), the delta rule on the f32 state
+ * (value head h uses key head h / (Hv/Hk)), the gated RMSNorm (plain w,
+ * silu(z)). conv_state and S advance in place: after the call they hold the
+ * state after the n rows, so n one-row calls equal one n-row call bit for
+ * bit. Two kernels: prep (conv, SiLU, l2 norms, conv tail; into ws) and
+ * scan (gates, state, output, gated norm). Needs dk == dv == 128, K == 4. */
+typedef struct tsc_gdn_args {
+    int n, Hk, Hv, dk, dv, K;
+    const float *qkv;     /* [n, C] pre-conv, C = 2*Hk*dk + Hv*dv: q | k | v */
+    const float *z;       /* [n, Hv*dv] */
+    const float *b, *a;   /* [n, Hv] raw beta and decay inputs */
+    float *conv_state;    /* [K-1, C] the previous inputs, oldest first */
+    const float *conv_w;  /* [K, C]: conv_w[(K-1)*C + c] multiplies the current row */
+    float *S;             /* [Hv, dk, dv] f32 recurrent state */
+    const float *neg_A;   /* [Hv] -exp(A_log) */
+    const float *dt_bias; /* [Hv] */
+    const float *norm_w;  /* [dv] plain gated-norm weight */
+    float eps;
+    float *o;             /* [n, Hv*dv] out: the gated norm's output (out_proj's input) */
+    float *ws;            /* tsc_gdn_ws_bytes(n, C) */
+} tsc_gdn_args;
+size_t tsc_gdn_ws_bytes(int n, int C);
+void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a);
+
+/* Gated attention decode over the KV cache for n rows (1..16): row i sits at
+ * position pos + i. In place: q heads (first D of each [q | gate] pair) and
+ * k get the (1+w) RMSNorm per head and NeoX RoPE on their first rot dims
+ * (theta); k and v rows go into the cache at pos + i; then row i attends to
+ * cache rows [0, pos + i] (GQA: query head h uses KV head h / (nq/nkv),
+ * scale 1/sqrt(D), softmax in f32), the output is multiplied by
+ * sigmoid(gate). The sequence is split in pieces of TSC_ATTN_SPLIT keys, each
+ * a block, combined per row in piece order: the split depends on the row's
+ * length only, so rows stay exact. Needs D % 32 == 0, D <= 256, nq/nkv <= 16. */
+#define TSC_ATTN_SPLIT 32
+typedef struct tsc_attn_args {
+    int n, pos, nq, nkv, D, rot;
+    float theta, eps;
+    float *qg;            /* [n, nq, 2D]: per head query D | gate D */
+    float *k;             /* [n, nkv*D] */
+    const float *v;       /* [n, nkv*D] */
+    const float *q_norm;  /* [D] 1 + w */
+    const float *k_norm;  /* [D] 1 + w */
+    float *Kc, *Vc;       /* [max_T, nkv*D] the cache */
+    int max_T;
+    float *out;           /* [n, nq*D] */
+    float *ws;            /* tsc_attn_ws_bytes(n, nq, D, max_T) */
+} tsc_attn_args;
+size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);
+void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a);
+
+/* MoE routing of n rows (1..16): p = softmax(logits[i, E]) in f32 (sum in
+ * double), the top k of p (ties: the lower expert index, as the CPU's scan),
+ * weights p_j / sum_j p_j when norm, else p_j. ids [n, k], wts [n, k].
+ * E <= 1024, k <= 32. */
+void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts);
+
+/* ids[i] = the first index of the largest of x[i, V] for i < n rows; NaN
+ * never wins (an all-NaN row gives 0). ws: tsc_argmax_ws_bytes(n). */
+size_t tsc_argmax_ws_bytes(int n);
+void tsc_argmax(tsc_ctx *c, const float *x, int n, int V, int32_t *ids, void *ws);
+
+/* ---- graphs and timing ---- */
+/* Capture everything queued between begin and end into a graph (no work
+ * runs while capturing); launch replays it on the stream. */
+void tsc_graph_begin(tsc_ctx *c);
+tsc_graph *tsc_graph_end(tsc_ctx *c);
+void tsc_graph_launch(tsc_ctx *c, tsc_graph *g);
+void tsc_graph_free(tsc_graph *g);
+/* Events on the stream: mark, then elapsed milliseconds since the mark
+ * (waits for the work queued in between). */
+void tsc_timer_start(tsc_ctx *c);
+double tsc_timer_ms(tsc_ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

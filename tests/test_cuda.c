@@ -1,0 +1,643 @@
+/* test_cuda.c: the CUDA kernels (src/cuda/, tsc.h) against the CPU reference.
+ *
+ * Every test opens device TS_CUDA_DEVICE (default 0); without a CUDA build or
+ * without a device it is skipped (the runner prints "[ SKIP ]" with the
+ * reason and counts it neither passed nor failed), so the group is honest on
+ * the CI machine and only means something on a GPU (scripts/gpu_check.sh
+ * fails when any of them skips).
+ *
+ * Inputs are fresh random values on every run (seeded from the clock; the
+ * seed is printed so a failure can be replayed with TS_TEST_SEED). Two kinds
+ * of checks:
+ *  - parity with the CPU reference (linear_ref.c and mirrors of qwen35.c's
+ *    row math), with tolerances stated per op: f32 reduction-order bounds
+ *    (the GPU sums in other orders, with FMAs), never bf16 ones;
+ *  - the verify rule: an n-row call equals n one-row calls bit for bit
+ *    (memcmp), and a product's rows do not depend on the other weights
+ *    sharing its launch.
+ */
+#include <math.h>
+#include <time.h>
+
+#include "cuda/tsc.h"
+#include "kernels.h"
+#include "quant/quant.h"
+#include "ts_test.h"
+
+static uint64_t rs;
+static void seed_once(void) {
+    if (rs) return;
+    const char *e = getenv("TS_TEST_SEED");
+    rs = e && *e ? strtoull(e, NULL, 0) : ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) | 1;
+    fprintf(stderr, "  cuda tests: TS_TEST_SEED=%llu\n", (unsigned long long)rs);
+}
+static float fr(void) {
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+static void frand(float *p, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) p[i] = fr() * scale;
+}
+
+static int dev_index(void) {
+    const char *e = getenv("TS_CUDA_DEVICE");
+    return e && *e ? atoi(e) : 0;
+}
+
+/* Open the device or skip the test with the reason. */
+#define OPEN(c)                                                                  \
+    tsc_ctx *c = NULL;                                                           \
+    do {                                                                         \
+        ts_error e_;                                                             \
+        seed_once();                                                             \
+        if (tsc_open(dev_index(), &c, &e_)) SKIP("no CUDA: %s", e_.msg);         \
+    } while (0)
+
+#define SYNC_OK(c)                                                               \
+    do {                                                                         \
+        ts_error e_;                                                             \
+        if (tsc_sync((c), &e_)) {                                                \
+            ts_test_fail(__FILE__, __LINE__, "device error: %s", e_.msg);        \
+            tsc_close(c);                                                        \
+            return;                                                              \
+        }                                                                        \
+    } while (0)
+
+static void *up(tsc_ctx *c, const void *h, size_t bytes) {
+    void *d = tsc_alloc(c, bytes);
+    if (d) tsc_write(c, d, h, bytes);
+    return d;
+}
+
+static float *down(tsc_ctx *c, const void *d, size_t n) {
+    float *h = malloc(n * sizeof(float));
+    tsc_read(c, h, d, n * sizeof(float));
+    return h;
+}
+
+/* ---- host weights ---- */
+
+typedef struct { ts_weight w; void *d, *s, *b; } hw;
+
+static void make_w(hw *o, ts_dtype dt, int bits, int group, ts_dtype sdt, int64_t rows, int64_t cols) {
+    memset(o, 0, sizeof *o);
+    o->w.rows = rows, o->w.cols = cols;
+    float *row = malloc(sizeof(float) * cols);
+    if (dt == TS_DTYPE_U32) {
+        const size_t es = ts_dtype_size(sdt);
+        o->d = malloc((size_t)rows * cols * bits / 8);
+        o->s = malloc((size_t)rows * (cols / group) * es);
+        o->b = malloc((size_t)rows * (cols / group) * es);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++) row[c] = fr() * 0.05f;
+            ts_quant_row(row, cols, bits, group, sdt, (uint32_t *)o->d + r * (cols * bits / 32),
+                         (char *)o->s + r * (cols / group) * es, (char *)o->b + r * (cols / group) * es);
+        }
+        o->w.dtype = TS_DTYPE_U32, o->w.bits = bits, o->w.group = group, o->w.sdtype = sdt;
+        o->w.scales = o->s, o->w.biases = o->b;
+    } else {
+        o->d = malloc((size_t)rows * cols * ts_dtype_size(dt));
+        for (int64_t i = 0; i < rows * cols; i++) ts_quant_sset(dt, o->d, i, fr() * 0.05f);
+        o->w.dtype = dt;
+    }
+    o->w.data = o->d;
+    free(row);
+}
+
+static void free_hw(hw *o) { free(o->d), free(o->s), free(o->b); }
+
+static tsc_weight desc(const ts_weight *w) {
+    tsc_weight t = {w->dtype, w->bits, w->group, w->rows, w->cols, w->data, w->scales, w->biases, w->sdtype};
+    return t;
+}
+
+/* ---- context, memory, errors ---- */
+
+TS_TEST(cuda, context_errors_memory) {
+    OPEN(c);
+    char name[128];
+    int n_sm = 0;
+    size_t fr_b = 0, tot = 0;
+    CHECK(tsc_info(c, name, sizeof name, &n_sm, &fr_b, &tot) == 0);
+    fprintf(stderr, "  device: %s, %d SMs, %.1f of %.1f GiB free\n", name, n_sm, fr_b / 1073741824.0, tot / 1073741824.0);
+    CHECK(n_sm > 0 && tot > 0);
+    /* counted allocations */
+    CHECK(tsc_mem_used(c) == 0);
+    void *a = tsc_alloc(c, 1000), *b = tsc_alloc(c, 24);
+    CHECK(a && b && tsc_mem_used(c) == 1024);
+    tsc_free(c, a);
+    CHECK(tsc_mem_used(c) == 24);
+    tsc_free(c, b);
+    CHECK(tsc_mem_used(c) == 0);
+    SYNC_OK(c);
+    /* a bad argument is sticky and named by sync; later calls do nothing */
+    float *x = tsc_alloc(c, 64);
+    tsc_weight w = {TS_DTYPE_F32, 0, 0, 4, 4, x, NULL, NULL, TS_DTYPE_F32};
+    const tsc_weight *wl[1] = {&w};
+    float *yl[1] = {x};
+    tsc_linear(c, wl, 1, x, yl, 17);
+    ts_error e;
+    CHECK(tsc_sync(c, &e) == TS_E_ARG);
+    CHECK_MSG(strstr(e.msg, "tsc_linear") != NULL, "message: %s", e.msg);
+    CHECK(tsc_alloc(c, 16) == NULL);
+    CHECK(tsc_error(c) == TS_E_ARG);
+    tsc_close(c);
+    /* an unsupported layout is refused with its reason */
+    tsc_weight q = {TS_DTYPE_U32, 4, 48, 4, 96, NULL, NULL, NULL, TS_DTYPE_BF16};
+    CHECK(tsc_weight_check(&q, &e) == TS_E_UNSUPPORTED && strstr(e.msg, "group"));
+    /* a device index out of range */
+    tsc_ctx *c2 = NULL;
+    CHECK(tsc_open(999, &c2, &e) == TS_E_ARG && c2 == NULL);
+    CHECK_MSG(strstr(e.msg, "999") != NULL, "message: %s", e.msg);
+}
+
+/* ---- products ---- */
+
+typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; } lin_cfg;
+
+static const lin_cfg LIN_CFG[] = {
+    {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "int4 g64 bf16"}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "int4 g32 f16"},
+    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "int4 g128 f32"}, {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, "int8 g64 bf16"},
+    {TS_DTYPE_U32, 8, 32, TS_DTYPE_F32, "int8 g32 f32"},   {TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, "bf16"},
+    {TS_DTYPE_F16, 0, 0, TS_DTYPE_F32, "f16"},             {TS_DTYPE_F32, 0, 0, TS_DTYPE_F32, "f32"},
+};
+
+static double sval(ts_dtype t, const void *p, int64_t i) {
+    if (t == TS_DTYPE_BF16) return ts_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (t == TS_DTYPE_F16) return ts_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* The magnitude a product term's rounding scales with: |w| for plain
+ * weights, |s q| + |b| for quantized ones (the GPU sums s q x and b x apart,
+ * so a weight near zero from s q ~ -b still carries the rounding of each). */
+static double wmag(const ts_weight *w, int64_t r, int64_t c) {
+    if (w->dtype != TS_DTYPE_U32) return fabs((double)ts_weight_get(w, r, c));
+    const int64_t gi = r * (w->cols / w->group) + c / w->group;
+    const double b = sval(w->sdtype, w->biases, gi);
+    return fabs((double)ts_weight_get(w, r, c) - b) + fabs(b);
+}
+
+/* Tolerance of the products: |y - y_ref| <= 3e-5 * sum_c m_rc |x_c| (m: wmag). The GPU
+ * sums a row in another order (32-value lane chunks, a 5-level shuffle tree,
+ * KS slices) with FMAs, and the quantized path sums s * (q . x) + b * sum(x)
+ * per chunk instead of (s q + b) x per element: each term's rounding is
+ * ~eps * (|s q x| + |b x|), over chunks of 32 and a tree of 32 lanes:
+ * ~100-200 eps of the bound in the worst case, about 1e-5. */
+#define LIN_TOL 3e-5f
+
+TS_TEST(cuda, linear_parity_and_row_exact) {
+    OPEN(c);
+    static const int64_t shapes[][2] = {{77, 1024}, {260, 2560}, {3, 4096}, {1100, 512}, {33, 12288}};
+    const int N = TSC_ROWS_MAX;
+    for (size_t ci = 0; ci < sizeof LIN_CFG / sizeof LIN_CFG[0]; ci++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const lin_cfg *cf = &LIN_CFG[ci];
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            if (cf->dt == TS_DTYPE_U32 && cols % cf->group) continue;
+            hw h, h2;
+            make_w(&h, cf->dt, cf->bits, cf->group, cf->sdt, rows, cols);
+            make_w(&h2, cf->dt, cf->bits, cf->group, cf->sdt, 40, cols);
+            float *x = malloc(sizeof(float) * N * cols), *ref = malloc(sizeof(float) * N * rows);
+            frand(x, (size_t)N * cols, 1.0f);
+            for (int k = 0; k < 8; k++) x[(size_t)((fr() * 0.5f + 0.5f) * (float)(N * cols - 1))] *= 8.0f; /* outliers */
+            ts_linear_ref(&h.w, x, ref, N);
+            tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
+            ts_error e;
+            CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
+            float *dx = up(c, x, sizeof(float) * N * cols), *dy = tsc_alloc(c, sizeof(float) * N * rows);
+            float *dy1 = tsc_alloc(c, sizeof(float) * N * rows), *dz = tsc_alloc(c, sizeof(float) * N * 40);
+            const tsc_weight *wl[3] = {&dw2, &dw, &dw2};
+            float *yl[3] = {dz, dy, dz};
+            /* all 16 rows at once, between two other weights in the launch */
+            tsc_linear(c, wl, 3, dx, yl, N);
+            /* each row alone, and rows in calls of 3 and 5 (passes of 4 + 1) */
+            for (int i = 0; i < N; i++) {
+                float *y1 = dy1 + (size_t)i * rows;
+                tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx + (size_t)i * cols, &y1, 1);
+            }
+            SYNC_OK(c);
+            float *y = down(c, dy, (size_t)N * rows), *y1 = down(c, dy1, (size_t)N * rows);
+            float worst = 0;
+            int bad = -1;
+            double *wa = malloc(sizeof(double) * cols);
+            for (int64_t r = 0; r < rows && bad < 0; r++) {
+                for (int64_t k = 0; k < cols; k++) wa[k] = wmag(&h.w, r, k);
+                for (int i = 0; i < N; i++) {
+                    double bound = 0;
+                    for (int64_t k = 0; k < cols; k++) bound += wa[k] * fabs((double)x[(size_t)i * cols + k]);
+                    const float d = fabsf(y[(size_t)i * rows + r] - ref[(size_t)i * rows + r]);
+                    const float rel = d / (float)(bound + 1e-30);
+                    if (!(rel <= LIN_TOL)) { bad = (int)r; worst = rel; break; }
+                    if (rel > worst) worst = rel;
+                }
+            }
+            free(wa);
+            CHECK_MSG(bad < 0, "%s %lldx%lld: row %d off by %.3g of sum m|x| (tol %.0e)", cf->name, (long long)rows,
+                      (long long)cols, bad, worst, LIN_TOL);
+            CHECK_MSG(!memcmp(y, y1, sizeof(float) * N * rows), "%s %lldx%lld: 16-row call != 16 one-row calls",
+                      cf->name, (long long)rows, (long long)cols);
+            for (int n = 3; n <= 5; n += 2) {
+                tsc_fill(c, dy1, NAN, (size_t)N * rows);
+                float *yy = dy1;
+                tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx, &yy, n);
+                SYNC_OK(c);
+                float *yn = down(c, dy1, (size_t)n * rows);
+                CHECK_MSG(!memcmp(yn, y, sizeof(float) * n * rows), "%s: %d-row call differs", cf->name, n);
+                free(yn);
+            }
+            if (si == 0) fprintf(stderr, "  %-14s worst %.2g of sum m|x| (tol %.0e)\n", cf->name, worst, LIN_TOL);
+            free(y), free(y1), free(x), free(ref);
+            tsc_free(c, dx), tsc_free(c, dy), tsc_free(c, dy1), tsc_free(c, dz);
+            tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
+            free_hw(&h), free_hw(&h2);
+        }
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
+/* ---- embed: exactly ts_weight_row's bits ---- */
+
+TS_TEST(cuda, embed_exact) {
+    OPEN(c);
+    for (int q = 0; q < 3; q++) {
+        hw h;
+        const int64_t V = 500, H = 1024;
+        if (q == 0) make_w(&h, TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, V, H);
+        else make_w(&h, TS_DTYPE_U32, q == 1 ? 4 : 8, 64, q == 1 ? TS_DTYPE_BF16 : TS_DTYPE_F16, V, H);
+        tsc_weight hd = desc(&h.w), dw;
+        ts_error e;
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+        int32_t ids[5] = {0, 499, 17, (int32_t)(fr() * 200 + 250), 600 /* out of range: zeros */};
+        int32_t *did = up(c, ids, sizeof ids);
+        float *dx = tsc_alloc(c, sizeof(float) * 5 * H);
+        tsc_embed(c, &dw, did, 5, dx);
+        SYNC_OK(c);
+        float *x = down(c, dx, 5 * H), *ref = malloc(sizeof(float) * H);
+        for (int i = 0; i < 4; i++) {
+            ts_weight_row(&h.w, ids[i], ref);
+            CHECK_MSG(!memcmp(ref, x + i * H, sizeof(float) * H), "embed row %d (format %d) differs", ids[i], q);
+        }
+        for (int k = 0; k < H; k++) CHECK(x[4 * H + k] == 0.f);
+        free(x), free(ref);
+        tsc_free(c, did), tsc_free(c, dx);
+        tsc_weight_free(c, &dw);
+        free_hw(&h);
+    }
+    tsc_close(c);
+}
+
+/* ---- add + RMSNorm, SiLU ---- */
+
+static void ref_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
+    for (int i = 0; i < n; i++) {
+        float *xi = x + (size_t)i * dim;
+        if (add) for (int j = 0; j < dim; j++) xi[j] += add[(size_t)i * dim + j];
+    }
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * dim;
+        double ss = 0;
+        for (int j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
+        float r = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int j = 0; j < dim; j++) y[(size_t)i * dim + j] = xi[j] * r * w[j];
+    }
+}
+
+static float silu_ref(float x) { return x / (1.0f + expf(-x)); }
+
+/* max |a - b| / max(|b|, floor) over n */
+static float max_rel(const float *a, const float *b, size_t n, float floor) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]) / fmaxf(fabsf(b[i]), floor);
+        if (!(d <= m)) m = d;
+    }
+    return m;
+}
+
+TS_TEST(cuda, norm_silu_parity) {
+    OPEN(c);
+    static const int dims[] = {4096, 1000};
+    for (int di = 0; di < 2; di++) {
+        const int n = 5, dim = dims[di];
+        float *x = malloc(sizeof(float) * n * dim), *add = malloc(sizeof(float) * n * dim);
+        float *w = malloc(sizeof(float) * dim), *y = malloc(sizeof(float) * n * dim);
+        frand(x, (size_t)n * dim, 3.0f), frand(add, (size_t)n * dim, 1.0f), frand(w, dim, 1.0f);
+        float *dx = up(c, x, sizeof(float) * n * dim), *da = up(c, add, sizeof(float) * n * dim);
+        float *dw = up(c, w, sizeof(float) * dim), *dy = tsc_alloc(c, sizeof(float) * n * dim);
+        tsc_add_rmsnorm(c, dx, da, dw, dy, n, dim, 1e-6f);
+        SYNC_OK(c);
+        ref_add_rmsnorm(x, add, w, y, n, dim, 1e-6f);
+        float *gx = down(c, dx, (size_t)n * dim), *gy = down(c, dy, (size_t)n * dim);
+        CHECK_MSG(!memcmp(gx, x, sizeof(float) * n * dim), "residual add differs");
+        /* same operations; only the order of the double sum differs, which
+         * almost never moves the rounded f32 rsqrt: 2 ulp */
+        const float ry = max_rel(gy, y, (size_t)n * dim, 1e-6f);
+        CHECK_MSG(ry <= 3e-7f, "rmsnorm dim %d: rel %.3g", dim, ry);
+        /* SiLU and SwiGLU: CUDA's expf within 2 ulp of glibc's */
+        tsc_silu(c, dy, dx, (size_t)n * dim);
+        tsc_silu_mul(c, dx, da, (size_t)n * dim);
+        SYNC_OK(c);
+        float *s1 = down(c, dy, (size_t)n * dim), *s2 = down(c, dx, (size_t)n * dim);
+        float m1 = 0, m2 = 0;
+        for (size_t i = 0; i < (size_t)n * dim; i++) {
+            const float r1 = silu_ref(x[i]), r2 = silu_ref(x[i]) * add[i];
+            m1 = fmaxf(m1, fabsf(s1[i] - r1) / fmaxf(fabsf(r1), 1e-30f));
+            m2 = fmaxf(m2, fabsf(s2[i] - r2) / fmaxf(fabsf(r2), 1e-30f));
+        }
+        CHECK_MSG(m1 <= 5e-7f && m2 <= 5e-7f, "silu rel %.3g, silu_mul rel %.3g", m1, m2);
+        free(x), free(add), free(w), free(y), free(gx), free(gy), free(s1), free(s2);
+        tsc_free(c, dx), tsc_free(c, da), tsc_free(c, dw), tsc_free(c, dy);
+    }
+    tsc_close(c);
+}
+
+/* ---- GDN step ---- */
+
+static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float softp(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+typedef struct {
+    int n, Hk, Hv, dk, dv, K, C, Kd, Vd;
+    float *qkv, *z, *b, *a, *cs, *cw, *S, *nA, *dtb, *nw, *o;
+} gdn_host;
+
+/* qwen35.c's gdn_prep + gdn heads + gated norm on one layer, reference
+ * kernels (ts_conv_row is mode-independent; the delta step is
+ * ts_gdn_step_ref). Advances g->cs and g->S, writes g->o. */
+static void gdn_ref(gdn_host *g) {
+    const int C = g->C, K = g->K, dk = g->dk, dv = g->dv, r = g->Hv / g->Hk;
+    float *seq = malloc(sizeof(float) * (size_t)(K - 1 + g->n) * C), *y = malloc(sizeof(float) * C);
+    memcpy(seq, g->cs, sizeof(float) * (K - 1) * C);
+    memcpy(seq + (size_t)(K - 1) * C, g->qkv, sizeof(float) * g->n * C);
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < g->n; t++) {
+        const float *x[8];
+        for (int j = 0; j < K; j++) x[j] = seq + (size_t)(t + j) * C;
+        ts_conv_row(x, g->cw, K, y, C);
+        for (int k = 0; k < C; k++) y[k] = silu_ref(y[k]);
+        for (int h = 0; h < g->Hk; h++) {
+            float *qh = y + h * dk, *kh = y + g->Kd + h * dk;
+            double sq = 0, sk = 0;
+            for (int i = 0; i < dk; i++) sq += (double)qh[i] * qh[i], sk += (double)kh[i] * kh[i];
+            float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
+            for (int i = 0; i < dk; i++) qh[i] = qh[i] * rq * qscale, kh[i] *= rk;
+        }
+        for (int h = 0; h < g->Hv; h++) {
+            const float beta = sigm(g->b[t * g->Hv + h]), dc = expf(g->nA[h] * softp(g->a[t * g->Hv + h] + g->dtb[h]));
+            float *oh = g->o + (size_t)t * g->Vd + h * dv;
+            ts_gdn_step_ref(g->S + (size_t)h * dk * dv, y + g->Kd + (h / r) * dk, y + 2 * g->Kd + h * dv, y + (h / r) * dk,
+                            dc, beta, oh, dk, dv);
+            double ss = 0;
+            for (int j = 0; j < dv; j++) ss += (double)oh[j] * oh[j];
+            float rr = 1.0f / sqrtf((float)(ss / dv) + 1e-6f);
+            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * g->nw[j] * silu_ref(g->z[(size_t)t * g->Vd + h * dv + j]);
+        }
+    }
+    memcpy(g->cs, seq + (size_t)g->n * C, sizeof(float) * (K - 1) * C);
+    free(seq), free(y);
+}
+
+TS_TEST(cuda, gdn_step_parity_and_row_exact) {
+    OPEN(c);
+    gdn_host g = {.n = 5, .Hk = 2, .Hv = 4, .dk = 128, .dv = 128, .K = 4};
+    g.Kd = g.Hk * g.dk, g.Vd = g.Hv * g.dv, g.C = 2 * g.Kd + g.Vd;
+    const int n = g.n, C = g.C, Hv = g.Hv, K = g.K;
+    const size_t nS = (size_t)Hv * g.dk * g.dv;
+#define GA(f, cnt, sc) g.f = malloc(sizeof(float) * (cnt)), frand(g.f, (cnt), sc)
+    GA(qkv, (size_t)n * C, 1.0f); GA(z, (size_t)n * g.Vd, 2.0f); GA(b, (size_t)n * Hv, 2.0f); GA(a, (size_t)n * Hv, 2.0f);
+    GA(cs, (size_t)(K - 1) * C, 1.0f); GA(cw, (size_t)K * C, 0.5f); GA(S, nS, 0.05f); GA(nA, Hv, 1.0f);
+    GA(dtb, Hv, 1.0f); GA(nw, g.dv, 1.0f); GA(o, (size_t)n * g.Vd, 1.0f);
+#undef GA
+    for (int h = 0; h < Hv; h++) g.nA[h] = -expf(g.nA[h]);
+    /* device copies: state and conv state twice (one n-row call, n one-row calls) */
+    float *dq = up(c, g.qkv, sizeof(float) * n * C), *dz = up(c, g.z, sizeof(float) * n * g.Vd);
+    float *db = up(c, g.b, sizeof(float) * n * Hv), *da = up(c, g.a, sizeof(float) * n * Hv);
+    float *dcs = up(c, g.cs, sizeof(float) * (K - 1) * C), *dcs1 = up(c, g.cs, sizeof(float) * (K - 1) * C);
+    float *dS = up(c, g.S, sizeof(float) * nS), *dS1 = up(c, g.S, sizeof(float) * nS);
+    float *dcw = up(c, g.cw, sizeof(float) * K * C), *dnA = up(c, g.nA, sizeof(float) * Hv);
+    float *ddt = up(c, g.dtb, sizeof(float) * Hv), *dnw = up(c, g.nw, sizeof(float) * g.dv);
+    float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
+    float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
+    tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws};
+    tsc_gdn_step(c, &A);
+    for (int t = 0; t < n; t++) {
+        tsc_gdn_args B = A;
+        B.n = 1, B.qkv = dq + (size_t)t * C, B.z = dz + (size_t)t * g.Vd, B.b = db + t * Hv, B.a = da + t * Hv;
+        B.conv_state = dcs1, B.S = dS1, B.o = dout1 + (size_t)t * g.Vd;
+        tsc_gdn_step(c, &B);
+    }
+    SYNC_OK(c);
+    gdn_ref(&g);
+    float *o = down(c, dout, (size_t)n * g.Vd), *o1 = down(c, dout1, (size_t)n * g.Vd);
+    float *S = down(c, dS, nS), *S1 = down(c, dS1, nS), *cs = down(c, dcs, (size_t)(K - 1) * C);
+    float *cs1 = down(c, dcs1, (size_t)(K - 1) * C);
+    /* tolerance: 128-term dot products summed as 8 partials of 16 with FMAs
+     * (the reference: one sequential sum, separate roundings), over 5 rows of
+     * the recurrence, then a norm (gains up to ~1/rms): 1e-4 of the output's
+     * scale, 1e-5 of the state's */
+    float mo = 0, ms = 0, maxo = 0, maxs = 0;
+    for (size_t i = 0; i < (size_t)n * g.Vd; i++) mo = fmaxf(mo, fabsf(o[i] - g.o[i])), maxo = fmaxf(maxo, fabsf(g.o[i]));
+    for (size_t i = 0; i < nS; i++) ms = fmaxf(ms, fabsf(S[i] - g.S[i])), maxs = fmaxf(maxs, fabsf(g.S[i]));
+    fprintf(stderr, "  gdn: max |o - ref| %.3g (max |o| %.3g), max |S - ref| %.3g (max |S| %.3g)\n", mo, maxo, ms, maxs);
+    CHECK_MSG(mo <= 1e-4f * maxo, "gdn output off by %.3g", mo);
+    CHECK_MSG(ms <= 1e-5f * maxs, "gdn state off by %.3g", ms);
+    CHECK_MSG(!memcmp(cs, g.cs, sizeof(float) * (K - 1) * C), "conv state differs from the reference");
+    CHECK_MSG(!memcmp(o, o1, sizeof(float) * n * g.Vd), "gdn: %d-row call != %d one-row calls (output)", n, n);
+    CHECK_MSG(!memcmp(S, S1, sizeof(float) * nS), "gdn: %d-row call != %d one-row calls (state)", n, n);
+    CHECK_MSG(!memcmp(cs, cs1, sizeof(float) * (K - 1) * C), "gdn: conv state differs between the two");
+    free(o), free(o1), free(S), free(S1), free(cs), free(cs1);
+    free(g.qkv), free(g.z), free(g.b), free(g.a), free(g.cs), free(g.cw), free(g.S), free(g.nA), free(g.dtb), free(g.nw),
+        free(g.o);
+    tsc_close(c);
+}
+
+/* ---- attention ---- */
+
+static void rope_ref(float *x, int rot, int pos, float theta) {
+    const int half = rot / 2;
+    for (int j = 0; j < half; j++) {
+        float inv = 1.0f / powf(theta, (float)(2 * j) / (float)rot);
+        float a = (float)pos * inv, cs = cosf(a), sn = sinf(a);
+        float x0 = x[j], x1 = x[j + half];
+        x[j] = x0 * cs - x1 * sn;
+        x[j + half] = x1 * cs + x0 * sn;
+    }
+}
+
+static void attn_case(int nq, int nkv, int pos0, int n, int max_T) {
+    OPEN(c);
+    const int D = 256, rot = 64, kvdim = nkv * D, G = nq / nkv;
+    const float theta = 1e7f, eps = 1e-6f;
+    float *qg = malloc(sizeof(float) * n * nq * 2 * D), *k = malloc(sizeof(float) * n * kvdim);
+    float *v = malloc(sizeof(float) * n * kvdim), *qn = malloc(sizeof(float) * D), *kn = malloc(sizeof(float) * D);
+    float *Kc = calloc((size_t)max_T * kvdim, sizeof(float)), *Vc = calloc((size_t)max_T * kvdim, sizeof(float));
+    frand(qg, (size_t)n * nq * 2 * D, 2.0f), frand(k, (size_t)n * kvdim, 2.0f), frand(v, (size_t)n * kvdim, 1.0f);
+    frand(qn, D, 1.0f), frand(kn, D, 1.0f);
+    frand(Kc, (size_t)pos0 * kvdim, 1.0f), frand(Vc, (size_t)pos0 * kvdim, 1.0f);
+    float *dqg = up(c, qg, sizeof(float) * n * nq * 2 * D), *dk = up(c, k, sizeof(float) * n * kvdim);
+    float *dqg1 = up(c, qg, sizeof(float) * n * nq * 2 * D), *dk1 = up(c, k, sizeof(float) * n * kvdim);
+    float *dv = up(c, v, sizeof(float) * n * kvdim), *dqn = up(c, qn, sizeof(float) * D), *dkn = up(c, kn, sizeof(float) * D);
+    float *dK = up(c, Kc, sizeof(float) * max_T * kvdim), *dV = up(c, Vc, sizeof(float) * max_T * kvdim);
+    float *dK1 = up(c, Kc, sizeof(float) * max_T * kvdim), *dV1 = up(c, Vc, sizeof(float) * max_T * kvdim);
+    float *dout = tsc_alloc(c, sizeof(float) * n * nq * D), *dout1 = tsc_alloc(c, sizeof(float) * n * nq * D);
+    float *ws = tsc_alloc(c, tsc_attn_ws_bytes(n, nq, D, max_T));
+    tsc_attn_args A = {n, pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws};
+    tsc_attn_decode(c, &A);
+    for (int i = 0; i < n; i++) {
+        tsc_attn_args B = A;
+        B.n = 1, B.pos = pos0 + i, B.qg = dqg1 + (size_t)i * nq * 2 * D, B.k = dk1 + (size_t)i * kvdim;
+        B.v = dv + (size_t)i * kvdim, B.Kc = dK1, B.Vc = dV1, B.out = dout1 + (size_t)i * nq * D;
+        tsc_attn_decode(c, &B);
+    }
+    SYNC_OK(c);
+    /* reference: qwen35.c's attn_block row path with the reference kernels */
+    float *out = malloc(sizeof(float) * n * nq * D), *att = malloc(sizeof(float) * max_T);
+    for (int i = 0; i < n; i++) {
+        float *qi = qg + (size_t)i * nq * 2 * D, *ki = k + (size_t)i * kvdim;
+        for (int h = 0; h < nq; h++) ref_add_rmsnorm(qi + h * 2 * D, NULL, qn, qi + h * 2 * D, 1, D, eps);
+        ref_add_rmsnorm(ki, NULL, kn, ki, nkv, D, eps);
+        for (int h = 0; h < nq; h++) rope_ref(qi + h * 2 * D, rot, pos0 + i, theta);
+        for (int h = 0; h < nkv; h++) rope_ref(ki + h * D, rot, pos0 + i, theta);
+        memcpy(Kc + (size_t)(pos0 + i) * kvdim, ki, sizeof(float) * kvdim);
+        memcpy(Vc + (size_t)(pos0 + i) * kvdim, v + (size_t)i * kvdim, sizeof(float) * kvdim);
+        for (int h = 0; h < nq; h++) {
+            float *oh = out + (size_t)i * nq * D + h * D;
+            ts_attn_row_ref(qi + h * 2 * D, Kc + (h / G) * D, Vc + (h / G) * D, kvdim, pos0 + i + 1, D,
+                            1.0f / sqrtf((float)D), att, oh);
+            for (int d = 0; d < D; d++) oh[d] *= sigm(qi[h * 2 * D + D + d]);
+        }
+    }
+    float *go = down(c, dout, (size_t)n * nq * D), *go1 = down(c, dout1, (size_t)n * nq * D);
+    float *gK = down(c, dK, (size_t)max_T * kvdim), *gK1 = down(c, dK1, (size_t)max_T * kvdim);
+    float *gV = down(c, dV, (size_t)max_T * kvdim), *gq = down(c, dqg, (size_t)n * nq * 2 * D);
+    /* tolerances: normed + rotated q/k within 4 ulp-ish (cos/sin and pow in
+     * double vs glibc's f32: 1e-6 of the row's scale); the output is a convex
+     * combination of V rows (|v| <= 1) computed in another order (split
+     * softmax, FMAs): 2e-6 absolute */
+    const float dk_ = ts_test_max_abs(gK + (size_t)pos0 * kvdim, Kc + (size_t)pos0 * kvdim, (size_t)n * kvdim);
+    const float dq_ = ts_test_max_abs(gq, qg, (size_t)n * nq * 2 * D);
+    const float do_ = ts_test_max_abs(go, out, (size_t)n * nq * D);
+    fprintf(stderr, "  attn nq %d nkv %d T %d..%d: |q| %.2g |k| %.2g |out| %.2g\n", nq, nkv, pos0 + 1, pos0 + n, dq_, dk_, do_);
+    CHECK_MSG(dq_ <= 1e-5f && dk_ <= 1e-5f, "q/k after norm + RoPE off by %.3g / %.3g", dq_, dk_);
+    CHECK_MSG(do_ <= 2e-6f, "attention output off by %.3g", do_);
+    CHECK_MSG(!memcmp(gV + (size_t)pos0 * kvdim, v, sizeof(float) * n * kvdim), "V rows not appended as given");
+    CHECK_MSG(!memcmp(go, go1, sizeof(float) * n * nq * D), "attn: %d-row call != %d one-row calls", n, n);
+    CHECK_MSG(!memcmp(gK, gK1, sizeof(float) * max_T * kvdim), "attn: K cache differs between the two");
+    free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
+    free(go), free(go1), free(gK), free(gK1), free(gV), free(gq);
+    tsc_close(c);
+}
+
+TS_TEST(cuda, attn_short_parity_and_row_exact) { attn_case(8, 2, 37, 3, 64); }
+TS_TEST(cuda, attn_long_split_parity_and_row_exact) { attn_case(16, 4, 1000, 4, 1100); }
+
+/* ---- MoE routing, argmax ---- */
+
+TS_TEST(cuda, moe_route_exact) {
+    OPEN(c);
+    static const int cfg[][3] = {{256, 8, 1}, {64, 4, 0}, {512, 10, 1}};
+    for (int ci = 0; ci < 3; ci++) {
+        const int n = 4, E = cfg[ci][0], k = cfg[ci][1], norm = cfg[ci][2];
+        float *l = malloc(sizeof(float) * n * E);
+        frand(l, (size_t)n * E, 4.0f);
+        /* ties: the lower index must win, as in the CPU's scan */
+        l[3 * E + 5] = l[3 * E + 9] = l[3 * E + 2] = 9.0f;
+        float *dl = up(c, l, sizeof(float) * n * E), *dw = tsc_alloc(c, sizeof(float) * n * k);
+        int32_t *di = tsc_alloc(c, sizeof(int32_t) * n * k);
+        tsc_moe_route(c, dl, n, E, k, norm, di, dw);
+        SYNC_OK(c);
+        int32_t *ids = malloc(sizeof(int32_t) * n * k);
+        tsc_read(c, ids, di, sizeof(int32_t) * n * k);
+        float *w = down(c, dw, (size_t)n * k);
+        for (int i = 0; i < n; i++) {
+            /* qwen35.c's ffn_block routing */
+            float *li = l + (size_t)i * E, mx = -INFINITY;
+            for (int e = 0; e < E; e++) mx = li[e] > mx ? li[e] : mx;
+            double sum = 0;
+            for (int e = 0; e < E; e++) { li[e] = expf(li[e] - mx); sum += li[e]; }
+            for (int e = 0; e < E; e++) li[e] = (float)(li[e] / sum);
+            int sel[64];
+            float ws[64], wsum = 0;
+            for (int j = 0; j < k; j++) {
+                int best = -1;
+                for (int e = 0; e < E; e++) {
+                    int taken = 0;
+                    for (int q = 0; q < j; q++) taken |= sel[q] == e;
+                    if (!taken && (best < 0 || li[e] > li[best])) best = e;
+                }
+                sel[j] = best, ws[j] = li[best], wsum += li[best];
+            }
+            for (int j = 0; j < k; j++) {
+                CHECK_MSG(ids[i * k + j] == sel[j], "row %d pick %d: %d, CPU %d", i, j, ids[i * k + j], sel[j]);
+                const float ref = norm ? ws[j] / wsum : ws[j];
+                /* expf differs from glibc's by <= 2 ulp; the double sum's order */
+                CHECK_MSG(fabsf(w[i * k + j] - ref) <= 1e-6f * ref, "row %d weight %d: %.9g vs %.9g", i, j, w[i * k + j], ref);
+            }
+        }
+        free(l), free(ids), free(w);
+        tsc_free(c, dl), tsc_free(c, dw), tsc_free(c, di);
+    }
+    tsc_close(c);
+}
+
+TS_TEST(cuda, argmax_exact) {
+    OPEN(c);
+    const int n = 4, V = 248320;
+    float *x = malloc(sizeof(float) * n * V);
+    frand(x, (size_t)n * V, 10.0f);
+    x[0 * V + 12345] = 50.0f;                                /* one clear max */
+    x[1 * V + 200000] = x[1 * V + 7] = x[1 * V + 100] = 60.0f; /* ties: the first */
+    x[2 * V + V - 1] = 70.0f;                                /* the last element */
+    for (int i = 1; i < V; i += 977) x[3 * V + i] = NAN;     /* NaN never wins */
+    x[3 * V + 3] = 20.0f;
+    float *dx = up(c, x, sizeof(float) * n * V);
+    int32_t *di = tsc_alloc(c, sizeof(int32_t) * n);
+    void *ws = tsc_alloc(c, tsc_argmax_ws_bytes(n));
+    tsc_argmax(c, dx, n, V, di, ws);
+    int32_t ids[4];
+    tsc_read(c, ids, di, sizeof ids);
+    SYNC_OK(c);
+    for (int i = 0; i < n; i++) {
+        int b = 0;
+        for (int e = 1; e < V; e++)
+            if (x[(size_t)i * V + e] > x[(size_t)i * V + b]) b = e;
+        CHECK_MSG(ids[i] == b, "row %d: %d, CPU %d", i, ids[i], b);
+    }
+    CHECK(ids[1] == 7 && ids[2] == V - 1);
+    free(x);
+    tsc_close(c);
+}
+
+/* ---- a captured graph replays the same work ---- */
+
+TS_TEST(cuda, graph_replay_same_bits) {
+    OPEN(c);
+    hw h;
+    make_w(&h, TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, 300, 1024);
+    tsc_weight hd = desc(&h.w), dw;
+    ts_error e;
+    CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+    float x[1024];
+    frand(x, 1024, 1.0f);
+    float *dx = up(c, x, sizeof x), *dy = tsc_alloc(c, sizeof(float) * 300), *dy2 = tsc_alloc(c, sizeof(float) * 300);
+    int32_t *di = tsc_alloc(c, 4);
+    void *ws = tsc_alloc(c, tsc_argmax_ws_bytes(1));
+    tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx, &dy, 1);
+    tsc_graph_begin(c);
+    tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx, &dy2, 1);
+    tsc_argmax(c, dy2, 1, 300, di, ws);
+    tsc_graph *g = tsc_graph_end(c);
+    CHECK(g != NULL);
+    tsc_graph_launch(c, g);
+    tsc_graph_launch(c, g);
+    SYNC_OK(c);
+    float *y = down(c, dy, 300), *y2 = down(c, dy2, 300);
+    int32_t id;
+    tsc_read(c, &id, di, 4);
+    CHECK(!memcmp(y, y2, sizeof(float) * 300));
+    CHECK(id == ts_argmax(y, 300) || y[id] == y[ts_argmax(y, 300)]);
+    tsc_graph_free(g);
+    free(y), free(y2), free_hw(&h);
+    tsc_close(c);
+}
