@@ -188,6 +188,11 @@ static void usage(FILE *f) {
  * second: a queued request of the bundled model takes well under that,
  * and clients (the openai packages among them) honour the header. */
 #define SRV_RETRY_AFTER "1"
+#define SRV_REFUSE_PAUSE_MS 50
+/* Connections beyond --max-idle, the queue and the sessions that may be
+ * open at once: refusals waiting out their pause, GETs. libmicrohttpd's
+ * limit is the sum, so idle connections alone never reach it. */
+#define SRV_CONN_SLACK 1024
 
 static enum MHD_Result send_body(struct MHD_Connection *c, int status, const char *type, const char *body,
                                  size_t len) {
@@ -294,6 +299,13 @@ static enum MHD_Result overloaded(conn *cc, struct MHD_Connection *c) {
     const int draining = s->draining || s->stopping;
     pthread_mutex_unlock(&s->mu);
     if (draining) return send_error(cc, c, 503, "server_shutting_down", "the server is shutting down; retry later");
+    /* A short pause before the 503: a client that retries at once without
+     * honouring Retry-After then costs at most SRV_REFUSE_PAUSE_MS worth of
+     * refusals per connection (a sleeping thread, no CPU) instead of
+     * thousands a second of connection setup that the sessions pay for
+     * (bench/server/RESULTS.md). */
+    struct timespec ts = {0, SRV_REFUSE_PAUSE_MS * 1000000L};
+    nanosleep(&ts, NULL);
     return send_error(cc, c, 503, "server_overloaded",
                       "the server is busy (%d sessions busy, %d requests queued); retry after %s s", s->parallel,
                       s->queue_cap, SRV_RETRY_AFTER);
@@ -730,7 +742,7 @@ int cmd_serve(int argc, char **argv) {
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(g_idle.max_idle + s->ring_cap + 64),
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(g_idle.max_idle + s->ring_cap + SRV_CONN_SLACK),
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
                          MHD_OPTION_EXTERNAL_LOGGER, log_access, NULL,
                          MHD_OPTION_END);
