@@ -137,8 +137,8 @@ run: deps
 # compiled plainly, which keeps this build minutes shorter. tests/fuzz/libfuzzer.c is the entry.
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(filter tests/fuzz/fuzz_%.c,$(FUZZ_SRC)))
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-fuzz: deps
-	@command -v clang >/dev/null || { echo "make fuzz needs clang (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
+fuzz:
+	@scripts/deps.sh fuzz
 	$(MAKE) FUZZ=1 BUILD=build-fuzz CC=clang OPT=-O1 fuzz-bins
 
 fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)

@@ -12,6 +12,12 @@ have_header microhttpd.h        || need+=(libmicrohttpd-dev)
 have_header readline/readline.h || need+=(libreadline-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v xz >/dev/null        || need+=(xz-utils)
+# `scripts/deps.sh fuzz` (make fuzz): clang and its libFuzzer / sanitizer runtime as well
+if [ "${1:-}" = fuzz ]; then
+    command -v clang >/dev/null || need+=(clang)
+    [ -n "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null | grep /)" ] &&
+        [ -e "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a)" ] || need+=(libclang-rt-14-dev)
+fi
 # The official openai npm client for the black-box server test
 # (tests/openai/, pinned by its package.json and package-lock.json), installed
 # into tests/openai/node_modules. Idempotent and offline-tolerant: without npm

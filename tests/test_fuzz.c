@@ -213,3 +213,37 @@ TS_TEST(fuzz, rule_jinja_value_depth) {
         CHECK_MSG(rc != 0 && strstr(err.msg, "nested too deeply"), "%s: rc %d, %s", uses[u], rc, err.msg);
     }
 }
+
+/* A left-associative chain parses into a tree as deep as it is long; the
+ * tree walk is bounded (a LimitError), where 20,000 terms overflowed the
+ * stack. And an empty sequence repeated a huge number of times is empty at
+ * once (the fuzzer's timeout: () * 92 ** 9 looped 4.7e17 times). */
+TS_TEST(fuzz, rule_jinja_chain_depth) {
+    static const char *const unit[] = {" + 1", "|lower", ".a", "[0]", "()", " and 1"};
+    for (size_t u = 0; u < sizeof unit / sizeof unit[0]; u++) {
+        size_t k = strlen(unit[u]), n = 300000;
+        char *text = malloc(k * n + 64);
+        size_t o = (size_t)sprintf(text, "{{ x");
+        for (size_t i = 0; i < n; i++) memcpy(text + o, unit[u], k), o += k;
+        o += (size_t)sprintf(text + o, " }}");
+        ts_chat_template *t = NULL;
+        ts_error err = {0};
+        int rc = ts_chat_template_parse(text, o, &t, &err);
+        free(text);
+        CHECK_MSG(rc == 0, "'%s' chain: %s", unit[u], err.msg);
+        char *out = NULL;
+        rc = ts_chat_render_json(t, "{\"messages\":[],\"x\":1}", 21, &out, NULL, &err);
+        ts_chat_text_free(out);
+        ts_chat_template_free(t);
+        CHECK_MSG(rc != 0 && strstr(err.msg, "nested too deeply"), "'%s' chain: rc %d, %s", unit[u], rc, err.msg);
+    }
+    static const char rep[] = "{{ (() * 92 ** 9) | length }}{{ ('' * 9223372036854775807) | length }}";
+    ts_chat_template *t = NULL;
+    ts_error err = {0};
+    CHECK(ts_chat_template_parse(rep, sizeof rep - 1, &t, &err) == 0);
+    char *out = NULL;
+    int rc = ts_chat_render_json(t, "{\"messages\":[]}", 15, &out, NULL, &err);
+    CHECK_MSG(rc == 0 && out && !strcmp(out, "00"), "rc %d, %s", rc, rc ? err.msg : out);
+    ts_chat_text_free(out);
+    ts_chat_template_free(t);
+}
