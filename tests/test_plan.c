@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "ts_test.h"
 
 typedef struct { int ctx, chunk, draft, checkpoint; } cfg;

@@ -23,7 +23,6 @@
 #include "engine/engine.h"
 #include "loader/safetensors.h"
 #include "engine/plan.h"
-#include "kernels.h"
 
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *o, ts_error *err) {
     memset(o, 0, sizeof *o);
@@ -34,8 +33,8 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     if (sp.max_rows <= 0) sp.max_rows = 64;
     if (sp.n_ctx > 1 << 24) return ts_fail(err, TS_E_ARG, "context length %d is too large", sp.n_ctx);
     if (sp.max_rows > 1 << 16) return ts_fail(err, TS_E_ARG, "max_rows %d is too large", sp.max_rows);
-    if (sp.spec_draft < 0 || sp.spec_draft > TS_MAX_DRAFT)
-        return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", sp.spec_draft, TS_MAX_DRAFT);
+    if (sp.spec_draft < 0 || sp.spec_draft > TS_SPEC_MAX_DRAFT)
+        return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", sp.spec_draft, TS_SPEC_MAX_DRAFT);
     if (sp.spec_draft) sp.mtp = 1;
     if (sp.checkpoint != 0 && sp.checkpoint != 1)
         return ts_fail(err, TS_E_ARG, "checkpoint %d: use 0 or 1", sp.checkpoint);
@@ -79,7 +78,7 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
         const size_t CH = TS_DELTA_CHUNK;
         o->pf_conv = (size_t)sp.max_rows * C;                 /* conv + SiLU outputs of the chunk's rows */
         o->pf_gate = 2 * (size_t)sp.max_rows * c->Hv; /* log-decay g and beta per row and value head */
-        /* one delta-rule workspace per work item (chunked.c) */
+        /* one delta-rule workspace per work item (cpu/gdn.c) */
         o->pf_chunk = (size_t)TS_MIN(c->Hv, TS_DELTA_SLOTS) * ts_delta_chunk_ws((int)CH, c->dk, c->dv);
     }
     if (sp.mtp) o->mtp_kv = (size_t)o->mtp_ctx * kvdim;
@@ -138,6 +137,10 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     ts_st_set *st = NULL;
     if ((rc = ts_st_open_dir(dir, &st, err))) return rc;
     size_t index_bytes = ts_mem_used(TS_MEM_MISC) - misc0;
+    /* the backend a default engine opens answers its own sizes (prepared
+     * weights, stream workspace); nothing runs on it */
+    ts_backend *be = NULL;
+    if ((rc = ts_cpu_backend_new(NULL, &be, err))) { ts_st_close(st); return rc; }
     int has_mtp = ts_st_find(st, "mtp.fc.weight") != NULL;
     uint64_t packed = 0; /* load-time repacking of quantized matrices (model/load.c pack_all) */
     for (int i = 0; i < st->n_tensors; i++) {
@@ -153,12 +156,13 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
         if (!sc) continue;
         int64_t nmat = t->n_dims == 3 ? t->shape[0] : 1, rows = t->shape[t->n_dims - 2];
         int64_t cols = t->shape[t->n_dims - 1] * 32 / c->q_bits;
-        packed += (uint64_t)nmat * ts_weight_pack_size(rows, cols, c->q_bits, c->q_group, sc->dtype);
+        ts_weight w = {TS_DTYPE_U32, c->q_bits, c->q_group, rows, cols, NULL, NULL, NULL, sc->dtype, NULL, 0};
+        packed += (uint64_t)nmat * be->ops->weight_bytes(be, &w);
     }
     ts_st_close(st);
 
     ts_sess_plan s;
-    if ((rc = ts_sess_plan_make(c, has_mtp, sp, &s, err))) return ts_fail_prefix(err, "%s", dir);
+    if ((rc = ts_sess_plan_make(c, has_mtp, sp, &s, err))) { ts_backend_free(be); return ts_fail_prefix(err, "%s", dir); }
     pl->n_ctx = s.p.n_ctx;
     pl->max_rows = s.p.max_rows;
     pl->spec_draft = s.p.spec_draft;
@@ -216,15 +220,16 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
         F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
     add(pl, "chunked prefill (conv rows, gates, delta-rule chunk)", TS_MEM_SCRATCH, 0, 0, 3,
         F * (s.pf_conv + s.pf_gate + s.pf_chunk));
-    /* shared by the sessions of a process: what this session adds to the
-     * kernels' reservation (all of it in a fresh process) */
+    /* the session's backend stream reserves its own workspace (the backend's
+     * answer, for a stream of R rows) */
     {
         int64_t mc = ts_plan_max_cols(c, has_mtp);
         int grp = c->q_bits ? c->q_group : 0;
-        size_t ws = ts_kernels_reserve(s.R, mc, grp, 0), ws_base = ts_kernels_reserve(s.p.max_rows, mc, grp, 0);
+        size_t ws = be->ops->workspace_bytes(be, s.R, mc, grp), ws_base = be->ops->workspace_bytes(be, s.p.max_rows, mc, grp);
         if (ws_base > ws) ws_base = ws;
-        add(pl, "kernel workspace (activations, dequant rows; shared)", TS_MEM_SCRATCH, 0, 0, 1, ws_base);
+        add(pl, "kernel workspace (activations, dequant rows; per session)", TS_MEM_SCRATCH, 0, 0, 1, ws_base);
         add(pl, "kernel workspace: verify rows beyond max_rows", TS_MEM_SCRATCH, 0, 1, 1, ws - ws_base);
     }
+    ts_backend_free(be);
     return 0;
 }

@@ -14,12 +14,10 @@
 #ifndef TS_PLAN_H
 #define TS_PLAN_H
 
+#include "backend.h" /* TS_DELTA_CHUNK, TS_DELTA_SLOTS */
 #include "loader/config.h"
 
 #define TS_MTP_SLACK 16  /* MTP rows beyond the context: the head may draft past the target */
-#define TS_MAX_DRAFT 8   /* the largest block of drafted tokens */
-#define TS_DELTA_CHUNK 64 /* rows per chunk of the chunked delta rule (prefill) */
-#define TS_DELTA_SLOTS 16 /* most work items (workspaces) of the chunked delta rule: min(Hv, this) */
 
 typedef struct ts_sess_plan {
     ts_session_params p;  /* normalised: defaults filled in */

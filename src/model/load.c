@@ -396,7 +396,9 @@ int ts_model_set_act_digits(ts_model *m, int digits) {
     return rc;
 }
 
-static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
+/* Every product's backend-prepared copy (the CPU backend: the repacked
+ * layout of its VNNI/AMX kernels; 0 bytes: read in place), in one arena. */
+static int pack_all(ts_model *m, ts_st_set *st, ts_backend *be, ts_error *err) {
     const ts_config *c = &m->cfg;
     wlist l = {0};
     int rc = wl_products(&l, m);
@@ -407,7 +409,7 @@ static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
     uint64_t total = 0;
     for (int i = 0; i < l.n; i++) {
         ts_weight *w = l.w[i];
-        if (w->dtype == TS_DTYPE_U32) total += ts_weight_pack_size(w->rows, w->cols, w->bits, w->group, w->sdtype);
+        total += be->ops->weight_bytes(be, w);
     }
     if (total) {
         uint8_t *arena = ts_alloc(total, TS_MEM_WEIGHTS);
@@ -420,9 +422,9 @@ static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
         m->packed_bytes = total;
         for (int i = 0; i < l.n; i++) {
             ts_weight *w = l.w[i];
-            size_t sz = w->dtype == TS_DTYPE_U32 ? ts_weight_pack_size(w->rows, w->cols, w->bits, w->group, w->sdtype) : 0;
+            size_t sz = be->ops->weight_bytes(be, w);
             if (!sz) continue;
-            ts_weight_pack(w, arena);
+            be->ops->weight_prepare(be, w, arena);
             arena += sz;
             /* the kernels read the packed copy from now on: let the file's
              * pages go (the tied head is also the embedding, whose rows are
@@ -440,7 +442,7 @@ static int pack_all(ts_model *m, ts_st_set *st, ts_error *err) {
     return 0;
 }
 
-int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err) {
+int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_error *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     const ts_config *c = &m->cfg;
@@ -492,7 +494,7 @@ int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *er
         if ((rc = bind_vec(&b, "mtp.norm.weight", c->H, 1, 1, 0, &t->norm))) return rc;
         m->has_mtp = 1;
     }
-    return pack_all(m, st, err);
+    return be ? pack_all(m, st, be, err) : 0;
 }
 
 static void free_layer(ts_layer_w *l) {
