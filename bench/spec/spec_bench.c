@@ -34,7 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/spec.h"
+#include "cpu/kernels.h" /* ts_fp_begin */
+#include "gen/spec.h"
 
 /* The minimum over the repetitions: the machine is shared, and the least
  * disturbed run is the best estimate of the cost itself. */

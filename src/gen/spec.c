@@ -69,7 +69,9 @@ int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err) {
         return ts_fail(err, TS_E_CONTEXT, "%d rows at position %d exceed the context limit of %d tokens", n, s->pos,
                        st->n_ctx);
     st->tape_on = n > 1;
+    unsigned fp = st->s->be->ops->enter(st->s); /* (nests inside ts_generate's) */
     int rc = ts_forward(m, st, ids, n, s->pos, s->vlogits, 0);
+    st->s->be->ops->leave(st->s, fp);
     st->tape_on = 0;
     if (rc) {
         s->have_last = 0;
@@ -101,7 +103,11 @@ void ts_spec_rollback(ts_session *s, int keep) {
     s->have_last = 1;
 }
 
-void ts_spec_materialize(ts_session *s) { ts_gdn_materialize(&s->e->model, &s->st); }
+void ts_spec_materialize(ts_session *s) {
+    unsigned fp = s->st.s->be->ops->enter(s->st.s);
+    ts_gdn_materialize(&s->e->model, &s->st);
+    s->st.s->be->ops->leave(s->st.s, fp);
+}
 
 int ts_spec_accept_greedy(const int32_t *targ, const int32_t *d, int m, int32_t *out) {
     /* row a's target token: the draft while they agree, then the target's
