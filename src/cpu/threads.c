@@ -177,7 +177,7 @@ static void start(ts_pool *p) {
         a->slot = t;
         if (pthread_create(&p->th[t], NULL, worker, a) != 0) { n = t; break; } /* fewer threads is still correct */
     }
-    p->nt = n;
+    __atomic_store_n(&p->nt, n, __ATOMIC_RELEASE); /* read without the lock by ts_pool_threads */
 }
 
 void ts_pool_free(ts_pool *p) {
@@ -188,7 +188,8 @@ void ts_pool_free(ts_pool *p) {
     pthread_mutex_unlock(&p->mu);
     /* a spinning worker sees quit once it sleeps: wake it by a new
      * generation with no chunks, which it claims nothing of */
-    __atomic_store_n(&p->word, ((__atomic_load_n(&p->word, __ATOMIC_ACQUIRE) >> GEN_SHIFT) + 1) << GEN_SHIFT, __ATOMIC_RELEASE);
+    uint64_t gen = ((__atomic_load_n(&p->word, __ATOMIC_ACQUIRE) >> GEN_SHIFT) + 1) & ((1ull << 24) - 1);
+    __atomic_store_n(&p->word, (gen ? gen : 1) << GEN_SHIFT, __ATOMIC_RELEASE);
     pthread_mutex_lock(&p->mu);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
@@ -199,15 +200,20 @@ void ts_pool_free(ts_pool *p) {
     free(p);
 }
 
-int ts_pool_threads_planned(const ts_pool *p) { return p->nt ? p->nt : planned(p->want); }
+int ts_pool_threads_planned(const ts_pool *p) {
+    int nt = __atomic_load_n(&p->nt, __ATOMIC_ACQUIRE);
+    return nt ? nt : planned(p->want);
+}
 
 int ts_pool_threads(ts_pool *p) {
-    if (!p->nt) {
+    int nt = __atomic_load_n(&p->nt, __ATOMIC_ACQUIRE);
+    if (!nt) { /* first use: start the workers once (sessions of one engine may race here) */
         pthread_mutex_lock(&p->run_mu);
         if (!p->nt) start(p);
+        nt = p->nt;
         pthread_mutex_unlock(&p->run_mu);
     }
-    return p->nt;
+    return nt;
 }
 
 /* The pool for kernel calls made outside any engine (tests, tools). */
