@@ -68,6 +68,9 @@ typedef struct ts_engine_params {
                        TS_ACT_BITS_DEFAULT. Fewer bits: cheaper prompt
                        chunks and verify blocks, logits rounded a little
                        more (README, "Activation precision"). */
+    const char *kernels; /* CPU kernel mode of this engine ("auto", "avx512",
+                            "avx2", "generic", "ref"); NULL = the process
+                            default (TS_KERNELS, ts_kernels_select) */
 } ts_engine_params;
 #define TS_ACT_BITS_DEFAULT 8
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "ts_test.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 typedef struct { const char *group, *name; ts_test_fn fn; } test_entry;
 static test_entry g_tests[1024];

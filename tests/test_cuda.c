@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "cuda/tsc.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "quant/quant.h"
 #include "ts_test.h"
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "model/experts.h"
+#include "cpu/kernels.h" /* ts_linear_ref: the reference product */
 #include "ts_test.h"
 
 /* ---- helpers ---- */

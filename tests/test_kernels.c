@@ -16,7 +16,7 @@
 #include <math.h>
 
 #include "cpu/cpu.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "quant/quant.h"
 #include "ts_test.h"
 
@@ -519,7 +519,7 @@ TS_TEST(kernels, pool_follows_caller_fp_mode) {
         const unsigned want = modes[round % 2];
         ts_fp_end(want);
         memset(seen, 0, sizeof seen);
-        ts_pool_run(csr_chunk, seen, N);
+        ts_pool_run(ts_pool_default(), csr_chunk, seen, N);
         for (int i = 0; i < N; i++) /* the mode bits; bits 0-5 are sticky exception flags */
             CHECK_MSG(!((seen[i] ^ want) & ~0x3fu), "round %d chunk %d: mxcsr %#x, caller %#x", round, i, seen[i], want);
     }

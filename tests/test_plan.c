@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "loader/safetensors.h"
 #include "loader/st_writer.h"
 #include "ts_test.h"

@@ -1,4 +1,4 @@
-/* test_prefill.c: chunked prefill (src/model/chunked.c) against the token
+/* test_prefill.c: chunked prefill (src/cpu/gdn.c) against the token
  * recurrence.
  *
  * A 150-token prompt is fed one token at a time (the reference: the token

@@ -15,7 +15,7 @@
 #include <math.h>
 
 #include "cpu/cpu.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "ts_test.h"
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;

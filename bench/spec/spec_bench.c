@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cpu/kernels.h" /* ts_fp_begin */
 #include "gen/spec.h"
 
 /* The minimum over the repetitions: the machine is shared, and the least

@@ -1,23 +1,81 @@
 /* cpu.h: internals of the CPU backend shared by its files.
  *
- * Owns: the kernel modes, the thread pool interface (threads.c), the
- * per-ISA row kernels (linear_{generic,avx2,avx512}.c) and the driver that
- * splits a product into row ranges over the pool (matmul.c).
- * Does not own: the contract (kernels.h), the reference (linear_ref.c).
+ * Owns: the kernel modes (per thread: set by the engine's backend), the
+ * thread pools (threads.c), the streams' kernel workspace, the per-ISA row
+ * kernels (linear_{generic,avx2,avx512}.c), the driver that splits a product
+ * into row ranges over a pool (matmul.c), and the backend's op entry points
+ * (backend.c, attn.c, gdn.c, moe.c).
+ * Does not own: the contract (backend.h), the kernel list (kernels.h), the
+ * reference (linear_ref.c).
  */
 #ifndef TS_CPU_H
 #define TS_CPU_H
 
-#include "kernels.h"
+#include <math.h>
+
+#include "cpu/kernels.h"
 
 enum { TS_KMODE_REF = 0, TS_KMODE_GENERIC, TS_KMODE_AVX2, TS_KMODE_AVX512, TS_KMODE_AVX512Q8 };
+/* The calling thread's kernel mode: the one its engine's backend set on
+ * entry (ts_kmode_swap, cpu/backend.c), else the process default that
+ * TS_KERNELS / ts_kernels_select choose (for direct kernel calls: tests).
+ * Pool workers run a region under its caller's mode. */
 int ts_kmode(void);
+int ts_kmode_thread(void);     /* -1 when the thread has none set */
+int ts_kmode_swap(int mode);   /* set the thread's mode (-1: none); returns the old one */
+int ts_kmode_parse(const char *name); /* -1: unknown or not supported by this CPU */
 
-/* y = x W^T over the current mode. flags: TS_LIN_PREFILL may use
+/* ---- thread pools (threads.c) ----
+ * Run fn(ctx, i, n) for every chunk i in [0, n) on the pool's threads (the
+ * caller takes part) and wait for all. Chunks are claimed dynamically, so
+ * which thread runs a chunk varies; results must not depend on it. One
+ * region at a time per pool (callers from several sessions take turns). */
+typedef struct ts_pool ts_pool;
+typedef void (*ts_pool_fn)(void *ctx, int chunk, int n_chunks);
+ts_pool *ts_pool_new(int n_threads); /* 0 = all cores; threads start on first use */
+void ts_pool_free(ts_pool *p);
+ts_pool *ts_pool_default(void);      /* for kernel calls outside any engine */
+void ts_pool_run(ts_pool *p, ts_pool_fn fn, void *ctx, int n_chunks);
+int ts_pool_threads(ts_pool *p);
+/* The thread count the pool has, or will have when it starts (no side effect). */
+int ts_pool_threads_planned(const ts_pool *p);
+/* 0 for the calling thread, 1..n-1 for the pool's workers: an index for
+ * per-thread scratch (a stream's workspace is used by one caller at a time,
+ * so callers share slot 0). */
+int ts_pool_slot(void);
+
+/* ---- prepared activations ---- (see below) */
+typedef struct ts_xprep ts_xprep;
+
+/* y = x W^T in the thread's kernel mode. flags: TS_LIN_PREFILL may use
  * differently-rounded multi-row kernels; TS_LIN_DRAFT may round activations
- * to int8 (drafting only). */
+ * to int8 (drafting only). The context names the pool and the workspace
+ * (one per session: sessions never share one, so they need no lock).
+ * Returns 0, or TS_E_NOMEM when the workspace cannot grow (never a quietly
+ * different kernel: that would change the rounding). */
 enum { TS_LIN_PREFILL = 1, TS_LIN_DRAFT = 2 };
-void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int flags);
+/* the contract's mode as product flags */
+static inline int ts_cpu_lin_flags(ts_mode m) {
+    return m == TS_MODE_PREFILL ? TS_LIN_PREFILL : m == TS_MODE_DRAFT ? TS_LIN_DRAFT : 0;
+}
+typedef struct ts_cpu_ws ts_cpu_ws;
+typedef struct ts_cpu_ctx {
+    ts_pool *pool;
+    ts_cpu_ws *ws;
+} ts_cpu_ctx;
+int ts_cpu_linear(const ts_cpu_ctx *cx, const ts_weight *w, const float *x, float *y, int n, int flags);
+int ts_cpu_linear_many(const ts_cpu_ctx *cx, const ts_weight *const *w, int nw, const float *x, float *const *y, int n,
+                       int flags);
+int ts_cpu_linear_batch(const ts_cpu_ctx *cx, const ts_weight *const *w, const float *const *x, float *const *y, int nw,
+                        int flags);
+void ts_cpu_parallel_for(const ts_cpu_ctx *cx, int n, ts_par_fn fn, void *ctx);
+/* The workspace for products of up to `rows` rows and `cols` columns
+ * (quantized with groups of at least `group`; 0 = none) on `threads`
+ * threads, in the thread's kernel mode: the bytes that are (reserve = 0) or
+ * were (reserve = 1) added to what ws holds already (ws may be a zeroed
+ * struct: the whole need); (size_t)-1 when a reservation fails. */
+size_t ts_cpu_ws_reserve(ts_cpu_ws *ws, int threads, int rows, int64_t cols, int group, int reserve);
+void ts_cpu_ws_release(ts_cpu_ws *ws);
 
 /* ---- prepared activations ----
  * The VNNI path multiplies integer q by x in fixed point with one scale per
@@ -28,7 +86,7 @@ void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n
  * of x is stored permuted, even columns then odd ones, matching the low and
  * high nibbles of the packed bytes; the bias term uses the exact f32 group
  * sums xs. The prefill path uses f32 x, permuted the same way for 4-bit. */
-typedef struct ts_xprep {
+struct ts_xprep {
     int n;
     int64_t cols, ng;   /* ng = cols / group */
     int16_t *xq;        /* [2, n, cols]: hi parts, then lo parts */
@@ -37,7 +95,17 @@ typedef struct ts_xprep {
     int8_t *x8;         /* [n, cols] int8 ("avx512-q8" mode), 128-blocks evens | odds */
     int8_t *xd;         /* [n, 3, cols]: the three int8 digits of the P16 kernel */
     int nd;             /* digits in xd: 3, or 1 when drafting */
-} ts_xprep;
+};
+
+/* A stream's kernel workspace: activation buffers and per-thread
+ * dequantization rows, grown only by reservation or (rarely) by a product
+ * larger than any reservation. */
+struct ts_cpu_ws {
+    ts_xprep p;
+    size_t cap_xq, cap_xp, cap_sx, cap_xs, cap_x8, cap_xd; /* elements allocated */
+    float *wbuf;  /* [threads, 4 * cols], [threads, 8 * cols] with AMX */
+    size_t cap_w;
+};
 
 /* ---- row kernels: rows [r0, r1) of y[n, rows] ---- */
 void ts_generic_rows(const ts_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1, float *wbuf);
@@ -87,19 +155,18 @@ void ts_amx_pdot(const ts_weight *w, const int8_t *xa, const float *sx, const fl
  * of xp), then a 4x4 register-blocked f32 product. */
 void ts_avx512_gemm(const ts_weight *w, const float *xp, int n, float *y, int64_t r0, int64_t r1, float *wbuf);
 
-/* ---- thread pool ---- */
-/* Run fn(ctx, i, n) for every chunk i in [0, n) on the pool's threads (the
- * caller takes part) and wait for all. Chunks are claimed dynamically, so
- * which thread runs a chunk varies; results must not depend on it. Not
- * reentrant: one region at a time. */
-typedef void (*ts_pool_fn)(void *ctx, int chunk, int n_chunks);
-void ts_pool_run(ts_pool_fn fn, void *ctx, int n_chunks);
-int ts_pool_threads(void);
-/* The thread count the pool has, or will have when it starts (no side effect). */
-int ts_pool_threads_planned(void);
-/* 0 for the calling thread, 1..n-1 for the pool's workers: an index for
- * per-thread scratch (callers are serialised, so they share slot 0). */
-int ts_pool_slot(void);
+/* ---- the CPU backend's ops (cpu/backend.c, attn.c, gdn.c, moe.c) ---- */
+const ts_cpu_ctx *ts_cpu_stream_ctx(ts_stream *s);
+void ts_cpu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a);
+void ts_cpu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a);
+void ts_cpu_gdn_materialize(ts_stream *s, const ts_gdn_args *a);
+void ts_cpu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a);
+/* the token path's RMSNorm: rows of dim, double accumulation, w = 1 + w */
+void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps);
+/* The gates of the GDN and the attention output, one definition each. */
+static inline float ts_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* torch.nn.functional.softplus with its default threshold 20 */
+static inline float ts_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* ---- prefill kernels (prefill.c dispatches; prefill_avx512.c) ---- */
 #define TS_ATTN_MAX_D 256 /* the AVX-512 attention keeps a [D, 64] key tile on the stack */

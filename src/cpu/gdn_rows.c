@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 void ts_gdn_step_rows(float *S, const float *S_in, const float *const *k, const float *const *v,
                       const float *const *q, const float *decay, const float *beta, float *const *o, int n, int dk,

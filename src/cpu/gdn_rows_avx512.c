@@ -52,7 +52,7 @@
 #include <stdint.h>
 
 #include "cpu/cpu.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 #define XV 2          /* vectors per column block between the first and the last row */
 #define XDK_MAX 256   /* the stack scratch holds dk <= this; larger dk keeps the rows in S */

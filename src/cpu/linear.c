@@ -1,5 +1,8 @@
-/* linear.c: dispatch of the matrix products to the best kernel available.
+/* linear.c: dispatch of the kernels to the best implementation available,
+ * and the default context of direct kernel calls.
  *
+ * The mode is the calling thread's (ts_kmode: set by the engine's backend on
+ * entry, cpu/backend.c) or, outside any engine, the process default.
  * Modes: "ref" (linear_ref.c, the oracle), "generic" (portable C, threaded),
  * "avx2", "avx512"; "auto" picks the best the CPU supports (cpuid through
  * __builtin_cpu_supports). "avx512-q8" (opt-in, never auto) rounds
@@ -8,12 +11,13 @@
  * parity check in one process).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "cpu/cpu.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 
-static int g_mode = -1;
+static int g_mode = -1; /* the process default: what engines start from, and direct calls use */
 
 static int cpu_has(int mode) {
     switch (mode) {
@@ -35,7 +39,7 @@ static int best_mode(void) {
 
 static const char *names[] = {"ref", "generic", "avx2", "avx512", "avx512-q8"};
 
-static int parse_mode(const char *name) {
+int ts_kmode_parse(const char *name) {
     if (!name || !*name || !strcmp(name, "auto")) return best_mode();
     for (int i = 0; i < 5; i++)
         if (!strcmp(name, names[i])) return cpu_has(i) ? i : -1;
@@ -43,15 +47,17 @@ static int parse_mode(const char *name) {
 }
 
 int ts_kmode(void) {
+    int t = ts_kmode_thread();
+    if (t >= 0) return t;
     if (g_mode < 0) {
-        int m = parse_mode(getenv("TS_KERNELS"));
+        int m = ts_kmode_parse(getenv("TS_KERNELS"));
         g_mode = m < 0 ? best_mode() : m;
     }
     return g_mode;
 }
 
 int ts_kernels_select(const char *name) {
-    int m = parse_mode(name);
+    int m = ts_kmode_parse(name);
     if (m < 0) return TS_E_ARG;
     g_mode = m;
     return 0;
@@ -59,22 +65,39 @@ int ts_kernels_select(const char *name) {
 
 const char *ts_kernels_name(void) { return names[ts_kmode()]; }
 
-void ts_linear(const ts_weight *w, const float *x, float *y, int n) {
-    int m = ts_kmode();
-    if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
-    else ts_cpu_linear(m, w, x, y, n, 0);
+/* ---- direct calls: the default pool and one workspace, under a lock ---- */
+static ts_cpu_ws g_ws;
+static pthread_mutex_t g_ws_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void ts_kernels_release(void) {
+    pthread_mutex_lock(&g_ws_mu);
+    ts_cpu_ws_release(&g_ws);
+    pthread_mutex_unlock(&g_ws_mu);
 }
 
-void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n) {
-    int m = ts_kmode();
-    if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
-    else ts_cpu_linear(m, w, x, y, n, TS_LIN_PREFILL);
+static int direct(const ts_weight *const *w, int nw, const float *const *x, int batch, float *const *y, int n,
+                  int flags) {
+    ts_cpu_ctx cx = {ts_pool_default(), &g_ws};
+    pthread_mutex_lock(&g_ws_mu);
+    int rc = batch ? ts_cpu_linear_batch(&cx, w, x, y, nw, flags) : ts_cpu_linear_many(&cx, w, nw, x[0], y, n, flags);
+    pthread_mutex_unlock(&g_ws_mu);
+    return rc;
 }
 
-void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n) {
-    int m = ts_kmode();
-    if (m == TS_KMODE_REF) ts_linear_ref(w, x, y, n);
-    else ts_cpu_linear(m, w, x, y, n, TS_LIN_DRAFT);
+int ts_linear(const ts_weight *w, const float *x, float *y, int n) { return direct(&w, 1, &x, 0, &y, n, 0); }
+int ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n) {
+    return direct(&w, 1, &x, 0, &y, n, TS_LIN_PREFILL);
+}
+int ts_linear_draft(const ts_weight *w, const float *x, float *y, int n) { return direct(&w, 1, &x, 0, &y, n, TS_LIN_DRAFT); }
+int ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags) {
+    return direct(w, nw, &x, 0, y, n, flags);
+}
+int ts_linear_batch(const ts_weight *const *w, const float *const *x, float *const *y, int nw, int flags) {
+    return direct(w, nw, x, 1, y, 1, flags);
+}
+void ts_parallel_for(int n, ts_par_fn fn, void *ctx) {
+    ts_cpu_ctx cx = {ts_pool_default(), &g_ws};
+    ts_cpu_parallel_for(&cx, n, fn, ctx);
 }
 
 void ts_gdn_step(float *S, const float *k, const float *v, const float *q, float decay, float beta, float *o, int dk,

@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "cpu/cpu.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 static inline float sget(ts_dtype t, const void *p, int64_t i) {
     switch (t) {

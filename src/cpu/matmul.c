@@ -1,4 +1,4 @@
-/* matmul.c: the CPU driver behind ts_linear / ts_linear_prefill.
+/* matmul.c: the CPU driver behind the backend's linear op (ts_cpu_linear*).
  *
  * Picks a row kernel for (mode, dtype, group, prefill), prepares the
  * activations once per call (ts_xprep in cpu.h), and splits the output rows
@@ -12,15 +12,16 @@
  * prefill kernels (4 x 4 tiles) round differently and are only used when the
  * caller allows it.
  *
- * Workspace: activation buffers and per-thread dequantization rows, shared
- * by all sessions (TS_MEM_SCRATCH). Session creation reserves them for its
- * largest product (ts_kernels_reserve, which the memory plan also calls), so
- * the token loop allocates nothing; a product larger than any reservation
- * still grows them on demand. One product at a time: a mutex
- * serialises callers (sessions on different threads share the pool).
+ * Workspace: activation buffers and per-thread dequantization rows, one set
+ * per stream (a session's: ts_cpu_ws, TS_MEM_SCRATCH). Stream creation
+ * reserves them for its largest product (ts_cpu_ws_reserve, which the memory
+ * plan asks through the backend too), so the token loop allocates nothing; a
+ * product larger than any reservation still grows them, and when that fails
+ * the product fails with TS_E_NOMEM (the backend's sticky error), never a
+ * quietly different kernel. No lock: a stream is used by one thread at a
+ * time, and pool regions take turns inside ts_pool_run.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "cpu/cpu.h"
@@ -34,13 +35,9 @@ typedef struct job {
     float *y;
     int n, kind;
     int64_t per;   /* rows per chunk */
+    ts_cpu_ws *ws;
 } job;
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static ts_xprep g_p;
-static size_t g_cap_xq, g_cap_xp, g_cap_sx, g_cap_xs, g_cap_x8, g_cap_xd; /* elements allocated */
-static float *g_wbuf;           /* [threads, 4 * cols], [threads, 8 * cols] with AMX */
-static size_t g_cap_w;
 
 static int grow(void **p, size_t *cap, size_t need, size_t es) {
     if (need <= *cap) return 0;
@@ -53,22 +50,20 @@ static int grow(void **p, size_t *cap, size_t need, size_t es) {
 }
 
 
-void ts_kernels_release(void) {
-    pthread_mutex_lock(&g_lock);
-    void *bufs[] = {g_p.xq, g_p.sx, g_p.xs, g_p.xp, g_p.x8, g_p.xd, g_wbuf};
+void ts_cpu_ws_release(ts_cpu_ws *ws) {
+    void *bufs[] = {ws->p.xq, ws->p.sx, ws->p.xs, ws->p.xp, ws->p.x8, ws->p.xd, ws->wbuf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_free(bufs[i]);
-    g_p.xq = NULL; g_p.sx = g_p.xs = g_p.xp = NULL; g_p.x8 = g_p.xd = NULL; g_wbuf = NULL;
-    g_cap_xq = g_cap_xp = g_cap_sx = g_cap_xs = g_cap_x8 = g_cap_xd = g_cap_w = 0;
-    pthread_mutex_unlock(&g_lock);
+    ws->p.xq = NULL; ws->p.sx = ws->p.xs = ws->p.xp = NULL; ws->p.x8 = ws->p.xd = NULL; ws->wbuf = NULL;
+    ws->cap_xq = ws->cap_xp = ws->cap_sx = ws->cap_xs = ws->cap_x8 = ws->cap_xd = ws->cap_w = 0;
 }
 
-size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve) {
+size_t ts_cpu_ws_reserve(ts_cpu_ws *ws, int threads, int rows, int64_t cols, int group, int reserve) {
     int mode = ts_kmode();
     if (mode == TS_KMODE_REF || rows <= 0 || cols <= 0) return 0;
     size_t R = (size_t)rows, C = (size_t)cols, ng = group > 0 ? C / (size_t)group : 0;
     size_t need_xq = 0, need_sx = 0, need_xs = 0, need_xp = 0, need_x8 = 0, need_xd = 0;
     /* per thread: 4 dequantized f32 rows, or two unpacked INT4 row blocks (AMX) */
-    size_t need_w = (size_t)(ts_pool_threads_planned() + 1) * (ts_amx_available() ? 8 : 4) * C;
+    size_t need_w = (size_t)(threads + 1) * (ts_amx_available() ? 8 : 4) * C;
     if (mode == TS_KMODE_AVX512 && group > 0 && ts_pack_enabled() && ts_pack_supported(4, group, group)) {
         /* quantized weights are packed: digits for them, f32 x for the
          * bf16/f32 matrices' prefill GEMM */
@@ -84,19 +79,17 @@ size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve) {
         need_xs = R * ng;
     }
     struct { void **p; size_t *cap, need, es; } b[] = {
-        {(void **)&g_p.xq, &g_cap_xq, need_xq, sizeof(int16_t)}, {(void **)&g_p.sx, &g_cap_sx, need_sx, sizeof(float)},
-        {(void **)&g_p.xs, &g_cap_xs, need_xs, sizeof(float)},   {(void **)&g_p.xp, &g_cap_xp, need_xp, sizeof(float)},
-        {(void **)&g_p.x8, &g_cap_x8, need_x8, 1},               {(void **)&g_wbuf, &g_cap_w, need_w, sizeof(float)},
-        {(void **)&g_p.xd, &g_cap_xd, need_xd, 1},
+        {(void **)&ws->p.xq, &ws->cap_xq, need_xq, sizeof(int16_t)}, {(void **)&ws->p.sx, &ws->cap_sx, need_sx, sizeof(float)},
+        {(void **)&ws->p.xs, &ws->cap_xs, need_xs, sizeof(float)},   {(void **)&ws->p.xp, &ws->cap_xp, need_xp, sizeof(float)},
+        {(void **)&ws->p.x8, &ws->cap_x8, need_x8, 1},               {(void **)&ws->wbuf, &ws->cap_w, need_w, sizeof(float)},
+        {(void **)&ws->p.xd, &ws->cap_xd, need_xd, 1},
     };
     size_t added = 0;
-    pthread_mutex_lock(&g_lock);
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
         if (b[i].need <= *b[i].cap) continue;
         added += (b[i].need - *b[i].cap) * b[i].es;
         if (reserve && grow(b[i].p, b[i].cap, b[i].need, b[i].es)) { added = (size_t)-1; break; }
     }
-    pthread_mutex_unlock(&g_lock);
     return added;
 }
 
@@ -105,7 +98,7 @@ static void run_job(void *ctx, int chunk, int n_chunks) {
     (void)n_chunks;
     int64_t r0 = (int64_t)chunk * j->per, r1 = TS_MIN(j->w->rows, r0 + j->per);
     if (r0 >= r1) return;
-    float *wb = g_wbuf + (size_t)ts_pool_slot() * 4 * (size_t)j->w->cols;
+    float *wb = j->ws->wbuf + (size_t)ts_pool_slot() * 4 * (size_t)j->w->cols;
     switch (j->kind) {
     case K_QDOT: ts_avx512_qdot(j->w, j->p, j->y, r0, r1); break;
     case K_FDOT: ts_avx512_fdot(j->w, j->x, j->n, j->y, r0, r1); break;
@@ -118,13 +111,13 @@ static void run_job(void *ctx, int chunk, int n_chunks) {
 }
 
 /* f32 x, permuted for 4-bit (prefill). */
-static void prep_f(const ts_weight *w, const float *x, int n) {
+static void prep_f(ts_cpu_ws *ws, const ts_weight *w, const float *x, int n) {
     const int64_t cols = w->cols;
     for (int i = 0; i < n; i++)
         for (int64_t col = 0; col < cols; col++) {
             int64_t pos = col;
             if (w->dtype == TS_DTYPE_U32 && w->bits == 4) { int64_t c0 = col & ~(int64_t)63, k = col - c0; pos = c0 + (k & 1) * 32 + k / 2; }
-            g_p.xp[(int64_t)i * cols + pos] = x[(int64_t)i * cols + col];
+            ws->p.xp[(int64_t)i * cols + pos] = x[(int64_t)i * cols + col];
         }
 }
 
@@ -147,78 +140,75 @@ static int pick_kind(int mode, const ts_weight *w, int n, int flags) {
     return kind;
 }
 
-static void run_region(const ts_weight *const *w, int nw, const float *const *x, int xs_distinct, float *const *y, int n,
-                       int flags);
+static int run_region(const ts_cpu_ctx *cx, const ts_weight *const *w, int nw, const float *const *x, int xs_distinct,
+                      float *const *y, int n, int flags);
 
-void ts_cpu_linear(int mode, const ts_weight *w, const float *x, float *y, int n, int flags) {
-    const int kind = pick_kind(mode, w, n, flags);
-    if (kind == K_PDOT) { /* packed: the region driver below, with one weight */
-        run_region(&w, 1, &x, 0, &y, n, flags);
-        return;
+int ts_cpu_linear(const ts_cpu_ctx *cx, const ts_weight *w, const float *x, float *y, int n, int flags) {
+    const int mode = ts_kmode();
+    if (mode == TS_KMODE_REF) {
+        ts_linear_ref(w, x, y, n);
+        return 0;
     }
-    pthread_mutex_lock(&g_lock);
-    int nt = ts_pool_threads();
+    const int kind = pick_kind(mode, w, n, flags);
+    if (kind == K_PDOT) /* packed: the region driver below, with one weight */
+        return run_region(cx, &w, 1, &x, 0, &y, n, flags);
+    ts_cpu_ws *ws = cx->ws;
+    int nt = ts_pool_threads(cx->pool);
     const int64_t cols = w->cols;
     size_t ng = (size_t)(w->group ? cols / w->group : 0);
     int bad = 0;
     if (kind == K_QDOT) {
-        bad |= grow((void **)&g_p.xq, &g_cap_xq, (size_t)2 * n * cols, sizeof(int16_t));
-        bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
-        bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+        bad |= grow((void **)&ws->p.xq, &ws->cap_xq, (size_t)2 * n * cols, sizeof(int16_t));
+        bad |= grow((void **)&ws->p.sx, &ws->cap_sx, (size_t)n * ng, sizeof(float));
+        bad |= grow((void **)&ws->p.xs, &ws->cap_xs, (size_t)n * ng, sizeof(float));
     }
-    if (kind == K_GEMM || kind == K2_QDOT) bad |= grow((void **)&g_p.xp, &g_cap_xp, (size_t)n * cols, sizeof(float));
-    if (kind == K2_QDOT) bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+    if (kind == K_GEMM || kind == K2_QDOT) bad |= grow((void **)&ws->p.xp, &ws->cap_xp, (size_t)n * cols, sizeof(float));
+    if (kind == K2_QDOT) bad |= grow((void **)&ws->p.xs, &ws->cap_xs, (size_t)n * ng, sizeof(float));
     if (kind == K_Q8DOT) {
-        bad |= grow((void **)&g_p.x8, &g_cap_x8, (size_t)n * cols, 1);
-        bad |= grow((void **)&g_p.sx, &g_cap_sx, (size_t)n * ng, sizeof(float));
-        bad |= grow((void **)&g_p.xs, &g_cap_xs, (size_t)n * ng, sizeof(float));
+        bad |= grow((void **)&ws->p.x8, &ws->cap_x8, (size_t)n * cols, 1);
+        bad |= grow((void **)&ws->p.sx, &ws->cap_sx, (size_t)n * ng, sizeof(float));
+        bad |= grow((void **)&ws->p.xs, &ws->cap_xs, (size_t)n * ng, sizeof(float));
     }
-    bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)(nt + 1) * 4 * cols, sizeof(float));
-    if (bad) {
-        /* out of memory for workspace: the reference needs none */
-        pthread_mutex_unlock(&g_lock);
-        ts_linear_ref(w, x, y, n);
-        return;
-    }
-    g_p.n = n;
-    g_p.cols = cols;
-    g_p.ng = (int64_t)ng;
+    bad |= grow((void **)&ws->wbuf, &ws->cap_w, (size_t)(nt + 1) * 4 * cols, sizeof(float));
+    if (bad) /* out of memory for workspace: an error, never a quietly different kernel */
+        return TS_E_NOMEM;
+    ws->p.n = n;
+    ws->p.cols = cols;
+    ws->p.ng = (int64_t)ng;
     if (kind == K_QDOT)
         for (int i = 0; i < n; i++)
-            ts_avx512_prep_q(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xq + (int64_t)i * cols,
-                             g_p.xq + (int64_t)(n + i) * cols, g_p.sx + (int64_t)i * ng, g_p.xs + (int64_t)i * ng);
-    if (kind == K_GEMM) prep_f(w, x, n);
+            ts_avx512_prep_q(x + (int64_t)i * cols, cols, w->group, w->bits, ws->p.xq + (int64_t)i * cols,
+                             ws->p.xq + (int64_t)(n + i) * cols, ws->p.sx + (int64_t)i * ng, ws->p.xs + (int64_t)i * ng);
+    if (kind == K_GEMM) prep_f(ws, w, x, n);
     if (kind == K_Q8DOT)
         for (int i = 0; i < n; i++)
-            ts_avx512_prep_q8(x + (int64_t)i * cols, cols, w->group, g_p.x8 + (int64_t)i * cols, g_p.sx + (int64_t)i * ng,
-                              g_p.xs + (int64_t)i * ng);
+            ts_avx512_prep_q8(x + (int64_t)i * cols, cols, w->group, ws->p.x8 + (int64_t)i * cols, ws->p.sx + (int64_t)i * ng,
+                              ws->p.xs + (int64_t)i * ng);
     if (kind == K2_QDOT)
         for (int i = 0; i < n; i++)
-            ts_avx2_prep_x(x + (int64_t)i * cols, cols, w->group, w->bits, g_p.xp + (int64_t)i * cols, g_p.xs + (int64_t)i * ng);
+            ts_avx2_prep_x(x + (int64_t)i * cols, cols, w->group, w->bits, ws->p.xp + (int64_t)i * cols, ws->p.xs + (int64_t)i * ng);
     /* chunks: ~4 per thread, at least 16 rows (whole cache lines of y): long
      * contiguous ranges keep the hardware prefetchers streaming (16 per thread
      * measured ~15% slower decode than 4 on the 0.8B shape, 8 ~5%), and a few
      * of them still let a thread that was held up hand work to the other */
-    job j = {w, x, &g_p, y, n, kind, w->rows};
+    job j = {w, x, &ws->p, y, n, kind, w->rows, ws};
     if ((double)w->rows * (double)cols * n < 65536.0 || nt == 1) {
         run_job(&j, 0, 1);
     } else {
         int64_t per = (w->rows + 4 * nt - 1) / (4 * nt);
         j.per = TS_MAX(16, (per + 15) & ~(int64_t)15);
-        ts_pool_run(run_job, &j, (int)((w->rows + j.per - 1) / j.per));
+        ts_pool_run(cx->pool, run_job, &j, (int)((w->rows + j.per - 1) / j.per));
     }
-    pthread_mutex_unlock(&g_lock);
+    return 0;
 }
 
-void ts_parallel_for(int n, ts_par_fn fn, void *ctx) {
+void ts_cpu_parallel_for(const ts_cpu_ctx *cx, int n, ts_par_fn fn, void *ctx) {
     if (n <= 0) return;
-    pthread_mutex_lock(&g_lock);
-    if (n == 1 || ts_pool_threads() == 1) {
+    if (n == 1 || ts_pool_threads(cx->pool) == 1) {
         for (int i = 0; i < n; i++) fn(ctx, i, n);
     } else {
-        ts_pool_run(fn, ctx, n);
+        ts_pool_run(cx->pool, fn, ctx, n);
     }
-    pthread_mutex_unlock(&g_lock);
 }
 
 /* ---- several products in one pool region ----
@@ -238,7 +228,8 @@ typedef struct many_job {
     int64_t start[TS_LINEAR_MANY_MAX + 1]; /* first global block of each weight */
     int64_t per;                           /* blocks per chunk */
     int amx;                               /* digits in the AMX layout, AMX kernel */
-    size_t ub_stride;                      /* floats of g_wbuf per pool slot (AMX unpacking) */
+    size_t ub_stride;                      /* floats of ws->wbuf per pool slot (AMX unpacking) */
+    ts_cpu_ws *ws;
 } many_job;
 
 /* AMX from this many x rows up at 24-bit activations, one more per digit
@@ -267,6 +258,7 @@ void ts_amx_min_rows(int rows) { g_amx_min = rows < 0 ? 0 : TS_MAX(1, rows); }
 
 static void run_many(void *ctx, int chunk, int n_chunks) {
     const many_job *j = ctx;
+    const ts_cpu_ws *ws = j->ws;
     (void)n_chunks;
     int64_t b0 = (int64_t)chunk * j->per, b1 = b0 + j->per;
     for (int i = 0; j->start[i] < b1 && j->w[i]; i++) {
@@ -275,10 +267,10 @@ static void run_many(void *ctx, int chunk, int n_chunks) {
         const ts_weight *w = j->w[i];
         int64_t r0 = (lo - j->start[i]) * 16, r1 = TS_MIN(w->rows, (hi - j->start[i]) * 16);
         if (j->amx)
-            ts_amx_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1,
-                        (uint8_t *)(g_wbuf + (size_t)ts_pool_slot() * j->ub_stride));
+            ts_amx_pdot(w, ws->p.xd + j->xo[i], ws->p.sx + j->so[i], ws->p.xs + j->so[i], j->n, ws->p.nd, j->y[i], r0, r1,
+                        (uint8_t *)(ws->wbuf + (size_t)ts_pool_slot() * j->ub_stride));
         else
-            ts_avx512_pdot(w, g_p.xd + j->xo[i], g_p.sx + j->so[i], g_p.xs + j->so[i], j->n, g_p.nd, j->y[i], r0, r1);
+            ts_avx512_pdot(w, ws->p.xd + j->xo[i], ws->p.sx + j->so[i], ws->p.xs + j->so[i], j->n, ws->p.nd, j->y[i], r0, r1);
     }
 }
 
@@ -294,17 +286,19 @@ static int fusable(const ts_weight *const *w, int nw, int n, int flags, int same
     return 1;
 }
 
-static void one_by_one(const ts_weight *const *w, int nw, const float *const *x, float *const *y, int n, int flags) {
-    int mode = ts_kmode();
+static int one_by_one(const ts_cpu_ctx *cx, const ts_weight *const *w, int nw, const float *const *x, float *const *y,
+                      int n, int flags) {
     for (int i = 0; i < nw; i++) {
-        if (mode == TS_KMODE_REF) ts_linear_ref(w[i], x[i], y[i], n);
-        else ts_cpu_linear(mode, w[i], x[i], y[i], n, flags);
+        int rc = ts_cpu_linear(cx, w[i], x[i], y[i], n, flags);
+        if (rc) return rc;
     }
+    return 0;
 }
 
 /* The region itself; xs_distinct: x[i] per weight (else x[0] for all). */
-static void run_region(const ts_weight *const *w, int nw, const float *const *x, int xs_distinct, float *const *y, int n,
-                       int flags) {
+static int run_region(const ts_cpu_ctx *cx, const ts_weight *const *w, int nw, const float *const *x, int xs_distinct,
+                      float *const *y, int n, int flags) {
+    ts_cpu_ws *ws = cx->ws;
     const int G = w[0]->group;
     /* drafts: one digit whatever the weight asks (a draft's precision only
      * moves the acceptance rate) */
@@ -321,31 +315,27 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
      * bits VNNI wins up to 4 rows, 0.84 against 0.88 ms, AMX from 5, 0.98
      * against 1.09; at 16 bits VNNI still wins at 4, 0.97 against 1.02) */
     const int amx = n >= amx_rows(nd) && !(flags & TS_LIN_DRAFT) && ts_amx_available();
-    pthread_mutex_lock(&g_lock);
-    int bad = grow((void **)&g_p.xd, &g_cap_xd, need_d, 1);
-    bad |= grow((void **)&g_p.sx, &g_cap_sx, need_s, sizeof(float));
-    bad |= grow((void **)&g_p.xs, &g_cap_xs, need_s, sizeof(float));
+    int bad = grow((void **)&ws->p.xd, &ws->cap_xd, need_d, 1);
+    bad |= grow((void **)&ws->p.sx, &ws->cap_sx, need_s, sizeof(float));
+    bad |= grow((void **)&ws->p.xs, &ws->cap_xs, need_s, sizeof(float));
     /* AMX: 32 * cols bytes per thread to unpack two INT4 row blocks into
-     * (the per-thread rows ts_kernels_reserve sets aside) */
-    if (amx) bad |= grow((void **)&g_wbuf, &g_cap_w, (size_t)(ts_pool_threads() + 1) * 8 * maxc, sizeof(float));
-    if (bad) {
-        pthread_mutex_unlock(&g_lock);
-        for (int i = 0; i < nw; i++) ts_linear_ref(w[i], x[xs_distinct ? i : 0], y[i], n);
-        return;
-    }
-    g_p.nd = nd;
+     * (the per-thread rows ts_cpu_ws_reserve sets aside) */
+    if (amx) bad |= grow((void **)&ws->wbuf, &ws->cap_w, (size_t)(ts_pool_threads(cx->pool) + 1) * 8 * maxc, sizeof(float));
+    if (bad) return TS_E_NOMEM; /* never a quietly different kernel */
+    ws->p.nd = nd;
     many_job j;
     memset(&j, 0, sizeof j);
     j.n = n;
     j.amx = amx;
     j.ub_stride = 8 * maxc;
+    j.ws = ws;
     size_t xo = 0, so = 0;
     double macs = 0;
     for (int i = 0; i < nw; i++) {
         const int64_t cols = w[i]->cols;
         if (i == 0 || xs_distinct) {
-            if (amx) ts_amx_prep_rows(x[i], n, cols, G, g_p.nd, g_p.xd + xo, g_p.sx + so, g_p.xs + so);
-            else ts_p16_prep_rows(x[i], n, cols, G, g_p.nd, g_p.xd + xo, g_p.sx + so, g_p.xs + so);
+            if (amx) ts_amx_prep_rows(x[i], n, cols, G, ws->p.nd, ws->p.xd + xo, ws->p.sx + so, ws->p.xs + so);
+            else ts_p16_prep_rows(x[i], n, cols, G, ws->p.nd, ws->p.xd + xo, ws->p.sx + so, ws->p.xs + so);
             j.xo[i] = xo;
             j.so[i] = so;
             xo += (size_t)nd * n * (size_t)cols;
@@ -361,31 +351,33 @@ static void run_region(const ts_weight *const *w, int nw, const float *const *x,
     }
     for (int i = nw + 1; i <= TS_LINEAR_MANY_MAX; i++) j.start[i] = j.start[nw];
     int64_t blocks = j.start[nw];
-    int nt = ts_pool_threads();
+    int nt = ts_pool_threads(cx->pool);
     if (macs < 65536.0 || nt == 1) {
         j.per = blocks;
         run_many(&j, 0, 1);
     } else {
         j.per = TS_MAX(1, (blocks + 4 * nt - 1) / (4 * nt));
-        ts_pool_run(run_many, &j, (int)((blocks + j.per - 1) / j.per));
+        ts_pool_run(cx->pool, run_many, &j, (int)((blocks + j.per - 1) / j.per));
     }
-    pthread_mutex_unlock(&g_lock);
+    return 0;
 }
 
-void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags) {
+int ts_cpu_linear_many(const ts_cpu_ctx *cx, const ts_weight *const *w, int nw, const float *x, float *const *y, int n,
+                       int flags) {
     const float *xs[TS_LINEAR_MANY_MAX];
     if (!fusable(w, nw, n, flags, 1)) {
-        for (int i = 0; i < nw; i++) one_by_one(w + i, 1, &x, y + i, n, flags);
-        return;
+        for (int i = 0; i < nw; i++) {
+            int rc = one_by_one(cx, w + i, 1, &x, y + i, n, flags);
+            if (rc) return rc;
+        }
+        return 0;
     }
     xs[0] = x;
-    run_region(w, nw, xs, 0, y, n, flags);
+    return run_region(cx, w, nw, xs, 0, y, n, flags);
 }
 
-void ts_linear_batch(const ts_weight *const *w, const float *const *x, float *const *y, int nw, int flags) {
-    if (!fusable(w, nw, 1, flags, 0)) {
-        one_by_one(w, nw, x, y, 1, flags);
-        return;
-    }
-    run_region(w, nw, x, 1, y, 1, flags);
+int ts_cpu_linear_batch(const ts_cpu_ctx *cx, const ts_weight *const *w, const float *const *x, float *const *y, int nw,
+                        int flags) {
+    if (!fusable(w, nw, 1, flags, 0)) return one_by_one(cx, w, nw, x, y, 1, flags);
+    return run_region(cx, w, nw, x, 1, y, 1, flags);
 }

@@ -4,7 +4,7 @@
  * dispatch to the AVX-512 versions (prefill_avx512.c).
  *
  * Does not own: the projections (matmul.c), the token recurrence
- * (ts_gdn_step), the model-level loops that call these (model/chunked.c,
+ * (ts_gdn_step), the model-level loops that call these (cpu/gdn.c,
  * model/qwen35.c).
  *
  * Decode and verify never reach this file, so nothing here has to match the

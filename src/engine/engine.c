@@ -16,6 +16,7 @@ void ts_engine_params_default(ts_engine_params *p) {
 void ts_engine_close(ts_engine *e) {
     if (!e) return;
     ts_model_free(&e->model);
+    ts_backend_free(e->be);
     ts_st_close(e->st);
     ts_free(e->dir);
     ts_free(e);
@@ -34,13 +35,15 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
         return ts_fail(err, TS_E_ARG, "activation precision of %d bits: use 8, 16 or 24", ab);
     }
     e->dir = ts_strdup(dir, TS_MEM_MISC);
-    /* before binding: packing the weights already runs on the pool */
-    ts_kernels_set_threads(e->params.n_threads);
+    /* before binding: preparing the weights already runs on the backend */
+    ts_backend_params bp = {e->params.n_threads, e->params.kernels};
+    int rc = ts_cpu_backend_new(&bp, &e->be, err);
+    if (rc) { ts_engine_close(e); return rc; }
     ts_config cfg;
-    int rc = ts_config_load(dir, &cfg, err);
+    rc = ts_config_load(dir, &cfg, err);
     if (!rc) rc = ts_st_open_dir(dir, &e->st, err);
     if (!rc) {
-        rc = ts_model_bind(&e->model, &cfg, e->st, err);
+        rc = ts_model_bind(&e->model, &cfg, e->st, e->be, err);
         if (rc) ts_fail_prefix(err, "%s", dir);
         else if (ts_model_set_act_digits(&e->model, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8))
             rc = ts_fail(err, TS_E_NOMEM, "out of memory");

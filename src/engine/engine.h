@@ -6,6 +6,7 @@
 #include "model/model.h"
 
 struct ts_engine {
+    ts_backend *be;     /* the engine's own backend (threads, kernel mode): nothing process-global */
     char *dir;
     ts_st_set *st;
     ts_model model;

@@ -31,7 +31,6 @@
 #include "loader/safetensors.h"
 #include "loader/st_writer.h"
 #include "engine/plan.h"
-#include "kernels.h"
 #include "quant/quant.h"
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *o, ts_error *err) {
     memset(o, 0, sizeof *o);
@@ -42,8 +41,8 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     if (sp.max_rows <= 0) sp.max_rows = 64;
     if (sp.n_ctx > 1 << 24) return ts_fail(err, TS_E_ARG, "context length %d is too large", sp.n_ctx);
     if (sp.max_rows > 1 << 16) return ts_fail(err, TS_E_ARG, "max_rows %d is too large", sp.max_rows);
-    if (sp.spec_draft < 0 || sp.spec_draft > TS_MAX_DRAFT)
-        return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", sp.spec_draft, TS_MAX_DRAFT);
+    if (sp.spec_draft < 0 || sp.spec_draft > TS_SPEC_MAX_DRAFT)
+        return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", sp.spec_draft, TS_SPEC_MAX_DRAFT);
     if (sp.spec_draft) sp.mtp = 1;
     if (sp.checkpoint != 0 && sp.checkpoint != 1)
         return ts_fail(err, TS_E_ARG, "checkpoint %d: use 0 or 1", sp.checkpoint);
@@ -87,7 +86,7 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
         const size_t CH = TS_DELTA_CHUNK;
         o->pf_conv = (size_t)sp.max_rows * C;                 /* conv + SiLU outputs of the chunk's rows */
         o->pf_gate = 2 * (size_t)sp.max_rows * c->Hv; /* log-decay g and beta per row and value head */
-        /* one delta-rule workspace per work item (chunked.c) */
+        /* one delta-rule workspace per work item (cpu/gdn.c) */
         o->pf_chunk = (size_t)TS_MIN(c->Hv, TS_DELTA_SLOTS) * ts_delta_chunk_ws((int)CH, c->dk, c->dv);
     }
     if (sp.mtp) o->mtp_kv = (size_t)o->mtp_ctx * kvdim;
@@ -116,10 +115,10 @@ int64_t ts_plan_max_cols(const ts_config *c, int has_mtp) {
     return m;
 }
 
-size_t ts_plan_workspace(const ts_config *c, int has_mtp, int rows, int commit) {
-    /* today: the CPU kernels' shared reservation (matmul.c); a per-engine
-     * backend answers here instead */
-    return ts_kernels_reserve(rows, ts_plan_max_cols(c, has_mtp), c->q_bits ? c->q_group : 0, commit);
+size_t ts_plan_workspace(ts_backend *be, const ts_config *c, int has_mtp, int rows) {
+    /* the backend's own answer for a stream of `rows` rows (session.c's
+     * stream_new reserves exactly this) */
+    return be->ops->workspace_bytes(be, rows, ts_plan_max_cols(c, has_mtp), c->q_bits ? c->q_group : 0);
 }
 
 /* ---- the public plan ---- */
@@ -178,12 +177,23 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     add(pl, "misaligned tensors copied off the files", TS_MEM_WEIGHTS, TS_DOM_HOST, 1, 0, 0, 1,
         index->at[TS_MEM_WEIGHTS]);
     uint64_t dropped = 0;
-    int has_mtp = 0, rc = ts_model_size(c, st, from_binder, pl, &has_mtp, &dropped, err);
-    if (rc) return ts_fail_prefix(err, "%s", dir);
+    /* the backend a default engine opens answers its own sizes (prepared
+     * weights, stream workspace); nothing runs on it */
+    ts_backend *be = NULL;
+    int has_mtp = 0, rc = ts_cpu_backend_new(NULL, &be, err);
+    if (rc) return rc;
+    rc = ts_model_size(c, st, be, from_binder, pl, &has_mtp, &dropped, err);
+    if (rc) {
+        ts_backend_free(be);
+        return ts_fail_prefix(err, "%s", dir);
+    }
     pl->mapped_kept_bytes = pl->mapped_bytes - dropped;
 
     ts_sess_plan s;
-    if ((rc = ts_sess_plan_make(c, has_mtp, sp, &s, err))) return ts_fail_prefix(err, "%s", dir);
+    if ((rc = ts_sess_plan_make(c, has_mtp, sp, &s, err))) {
+        ts_backend_free(be);
+        return ts_fail_prefix(err, "%s", dir);
+    }
     pl->n_ctx = s.p.n_ctx;
     pl->max_rows = s.p.max_rows;
     pl->spec_draft = s.p.spec_draft;
@@ -226,12 +236,13 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
       F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
     S("chunked prefill (conv rows, gates, delta-rule chunk)", TS_MEM_SCRATCH, 0, 3, F * (s.pf_conv + s.pf_gate + s.pf_chunk));
 #undef S
-    /* the backend's workspace: shared by the sessions of a process, so this
-     * is what a session adds to it (all of it in a fresh process) */
-    size_t ws = ts_plan_workspace(c, has_mtp, s.R, 0), ws_base = ts_plan_workspace(c, has_mtp, s.p.max_rows, 0);
+    /* the session's backend stream reserves its own workspace (sessions never
+     * share one, so they never wait for each other's products) */
+    size_t ws = ts_plan_workspace(be, c, has_mtp, s.R), ws_base = ts_plan_workspace(be, c, has_mtp, s.p.max_rows);
     if (ws_base > ws) ws_base = ws;
-    add(pl, "backend workspace (activations, dequant rows; shared)", TS_MEM_SCRATCH, HOST, 0, 0, 1, 1, ws_base);
+    add(pl, "backend workspace (activations, dequant rows; per session)", TS_MEM_SCRATCH, HOST, 0, 0, 1, 1, ws_base);
     add(pl, "backend workspace: verify rows beyond max_rows", TS_MEM_SCRATCH, HOST, 0, 1, 1, 1, ws - ws_base);
+    ts_backend_free(be);
     return 0;
 }
 

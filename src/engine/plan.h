@@ -15,12 +15,10 @@
 #ifndef TS_PLAN_H
 #define TS_PLAN_H
 
+#include "backend.h" /* TS_DELTA_CHUNK, TS_DELTA_SLOTS */
 #include "loader/config.h"
 
 #define TS_MTP_SLACK 16  /* MTP rows beyond the context: the head may draft past the target */
-#define TS_MAX_DRAFT 8   /* the largest block of drafted tokens */
-#define TS_DELTA_CHUNK 64 /* rows per chunk of the chunked delta rule (prefill) */
-#define TS_DELTA_SLOTS 16 /* most work items (workspaces) of the chunked delta rule: min(Hv, this) */
 
 typedef struct ts_sess_plan {
     ts_session_params p;  /* normalised: defaults filled in */
@@ -48,12 +46,9 @@ typedef struct ts_sess_plan {
 /* The widest input (columns) of any matrix product the model runs. */
 int64_t ts_plan_max_cols(const ts_config *c, int has_mtp);
 
-/* The backend's workspace for sessions of `rows` rows: the one call that
- * asks the backend (today the CPU kernels' process-wide reservation,
- * ts_kernels_reserve). commit 1: reserve it (session creation), 0: only size
- * it (the plan). Bytes this adds to the reservation; (size_t)-1 when out of
- * memory. */
-size_t ts_plan_workspace(const ts_config *c, int has_mtp, int rows, int commit);
+/* The workspace a session's stream of `rows` rows reserves on backend be:
+ * the backend's own answer (workspace_bytes), what stream_new allocates. */
+size_t ts_plan_workspace(ts_backend *be, const ts_config *c, int has_mtp, int rows);
 
 /* Validate and normalise session parameters and size every buffer. */
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *out,

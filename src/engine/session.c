@@ -6,7 +6,11 @@
  * conv and recurrent state for the GDN layers, the MTP head's KV cache when
  * asked for, the drafter's buffers (GDN tape and snapshots, verify logits,
  * draft distributions) only with spec_draft > 0, and scratch for max_rows
- * rows (the verify block when larger). Feeding tokens allocates nothing.
+ * rows (the verify block when larger), and the session's backend stream
+ * (its kernel workspace: sessions never share one, so they never wait for
+ * each other but for the engine's thread pool). Feeding tokens allocates
+ * nothing. Buffers are backend memory: this file reads and writes them
+ * through ops only (copy, fill, read), never directly.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,44 +22,55 @@ void ts_session_params_default(ts_session_params *p) {
     memset(p, 0, sizeof *p);
 }
 
-static void state_free(ts_state *st, int n_layers) {
+/* Backend memory back to the backend (NULL: nothing). */
+static void bfree(ts_backend *be, void *p) {
+    if (p) be->ops->free(be, p);
+}
+
+static void state_free(ts_backend *be, ts_state *st, int n_layers) {
     if (st->kv)
-        for (int i = 0; i < n_layers; i++) { ts_free(st->kv[i].k); ts_free(st->kv[i].v); }
+        for (int i = 0; i < n_layers; i++) { bfree(be, st->kv[i].k); bfree(be, st->kv[i].v); }
     if (st->gdn)
-        for (int i = 0; i < n_layers; i++) { ts_free(st->gdn[i].conv); ts_free(st->gdn[i].S); }
+        for (int i = 0; i < n_layers; i++) { bfree(be, st->gdn[i].conv); bfree(be, st->gdn[i].S); }
     if (st->tape)
         for (int i = 0; i < n_layers; i++) {
             ts_gdn_tape *t = &st->tape[i];
-            ts_free(t->qkv); ts_free(t->a); ts_free(t->b); ts_free(t->snap_conv); ts_free(t->snap_S);
-            ts_free(t->prep);
+            bfree(be, t->qkv); bfree(be, t->a); bfree(be, t->b); bfree(be, t->snap_conv); bfree(be, t->snap_S);
+            bfree(be, t->prep);
         }
     ts_free(st->kv);
     ts_free(st->gdn);
     ts_free(st->tape);
-    ts_free(st->gdn_rows);
-    ts_free(st->mtp_kv.k);
-    ts_free(st->mtp_kv.v);
+    bfree(be, st->gdn_rows);
+    bfree(be, st->mtp_kv.k);
+    bfree(be, st->mtp_kv.v);
     ts_scratch *s = &st->sc;
     float *bufs[] = {s->x, s->u, s->t, s->big0, s->big1, s->big2, s->small, s->att, s->rowtmp,
                      s->moe_acc, s->hidden, s->logits, s->pf_conv, s->pf_gate, s->pf_chunk};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) bfree(be, bufs[i]);
     memset(st, 0, sizeof *st);
 }
 
 void ts_session_free(ts_session *s) {
     if (!s) return;
-    state_free(&s->st, s->e->model.cfg.n_layers);
-    ts_free(s->last_hidden);
-    ts_free(s->mtp_hid);
-    ts_free(s->vlogits);
-    ts_free(s->dprobs);
-    ts_free(s->ckpt);
+    ts_backend *be = s->e->be;
+    ts_stream *stream = s->st.s;
+    state_free(be, &s->st, s->e->model.cfg.n_layers);
+    if (stream) be->ops->stream_free(stream);
+    bfree(be, s->last_hidden);
+    bfree(be, s->mtp_hid);
+    bfree(be, s->vlogits);
+    ts_free(s->dprobs); /* host memory: the sampler's draft distributions */
+    bfree(be, s->ckpt);
     ts_free(s);
 }
 
-/* Allocate `count` floats (none when count is 0: features that are off
- * allocate nothing, and the plan counts nothing for them). */
+/* Allocate `count` floats of backend memory (none when count is 0: features
+ * that are off allocate nothing, and the plan counts nothing for them);
+ * HALLOC: host memory (what host code reads and writes: the sampler's). */
 #define ALLOC(dst, count, cat) \
+    do { if ((count) && !((dst) = e->be->ops->alloc(e->be, sizeof(float) * (size_t)(count), cat))) goto oom; } while (0)
+#define HALLOC(dst, count, cat) \
     do { if ((count) && !((dst) = ts_alloc(sizeof(float) * (size_t)(count), cat))) goto oom; } while (0)
 
 int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, ts_error *err) {
@@ -108,7 +123,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(st->mtp_kv.v, pl.mtp_kv, TS_MEM_MTP);
     ALLOC(s->mtp_hid, pl.mtp_hid, TS_MEM_MTP);
     ALLOC(s->vlogits, pl.vlogits, TS_MEM_SPEC);
-    ALLOC(s->dprobs, pl.dprobs, TS_MEM_SPEC);
+    HALLOC(s->dprobs, pl.dprobs, TS_MEM_SPEC);
     ts_scratch *sc = &st->sc;
     sc->R = pl.R;
     ALLOC(sc->x, pl.x, TS_MEM_SCRATCH);
@@ -131,8 +146,9 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(s->last_hidden, pl.last_hidden, TS_MEM_SCRATCH);
     ALLOC(s->ckpt, pl.ckpt, TS_MEM_GDN);
     s->ckpt_pos = -1;
-    /* the kernels' shared workspace, so the token loop never grows it */
-    if (ts_plan_workspace(c, m->has_mtp, pl.R, 1) == (size_t)-1) goto oom;
+    /* the stream and its workspace, reserved for the largest product so the
+     * token loop never grows it */
+    if (e->be->ops->stream_new(e->be, pl.R, ts_plan_max_cols(c, m->has_mtp), c->q_bits ? c->q_group : 0, &st->s)) goto oom;
     *out = s;
     return 0;
 oom:
@@ -145,8 +161,10 @@ void ts_session_reset(ts_session *s) {
     s->st.gdn_pend = 0; /* a pending lazy rollback is moot: the state restarts from zero */
     for (int i = 0; i < c->n_layers; i++)
         if (!c->layer_full[i]) {
-            memset(s->st.gdn[i].conv, 0, sizeof(float) * s->st.gdn_conv_n);
-            memset(s->st.gdn[i].S, 0, sizeof(float) * s->st.gdn_S_n);
+            float *conv, *S;
+            ts_gdn_live(&s->st, i, &conv, &S);
+            ts_be_fill(s->st.s, conv, s->st.gdn_conv_n, 0.0f);
+            ts_be_fill(s->st.s, S, s->st.gdn_S_n, 0.0f);
         }
     /* KV rows past pos are never read, so they need no clearing. */
     s->pos = 0;
@@ -162,11 +180,13 @@ static void ckpt_copy(ts_session *s, int save) {
     const ts_config *c = &s->e->model.cfg;
     const size_t nconv = s->st.gdn_conv_n, nS = s->st.gdn_S_n;
     float *p = s->ckpt;
+    ts_stream *st = s->st.s;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_full[i]) continue;
-        ts_gdn_state *g = &s->st.gdn[i];
-        if (save) { memcpy(p, g->conv, sizeof(float) * nconv); memcpy(p + nconv, g->S, sizeof(float) * nS); }
-        else { memcpy(g->conv, p, sizeof(float) * nconv); memcpy(g->S, p + nconv, sizeof(float) * nS); }
+        float *conv, *S;
+        ts_gdn_live(&s->st, i, &conv, &S);
+        if (save) { ts_be_copy(st, p, conv, nconv); ts_be_copy(st, p + nconv, S, nS); }
+        else { ts_be_copy(st, conv, p, nconv); ts_be_copy(st, S, p + nconv, nS); }
         p += nconv + nS;
     }
 }
@@ -175,8 +195,12 @@ int ts_session_save(ts_session *s, ts_error *err) {
     if (!s->params.checkpoint)
         return ts_fail(err, TS_E_ARG, "the session has no checkpoint buffers (session params checkpoint = 1)");
     /* a lazy rollback's pending rows belong to the state being saved */
+    unsigned fp = s->e->be->ops->enter(s->st.s);
     ts_gdn_materialize(&s->e->model, &s->st);
     ckpt_copy(s, 1);
+    s->e->be->ops->leave(s->st.s, fp);
+    int rc = ts_be_sync(s->st.s, err);
+    if (rc) return rc;
     s->ckpt_pos = s->pos;
     return 0;
 }
@@ -187,6 +211,8 @@ int ts_session_restore(ts_session *s, ts_error *err) {
     if (s->ckpt_pos < 0) return ts_fail(err, TS_E_ARG, "no saved state to restore (ts_session_save first)");
     ckpt_copy(s, 0);
     s->st.gdn_pend = 0; /* the saved state had none: save materialized them */
+    int rc = ts_be_sync(s->st.s, err);
+    if (rc) return rc;
     s->spec_rows = 0;
     s->pos = s->ckpt_pos;
     s->have_last = 0;
@@ -236,23 +262,35 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
     if ((long)s->pos + n > s->st.n_ctx)
         return ts_fail(err, TS_E_CONTEXT, "%d tokens at position %d exceed the context limit of %d tokens", n, s->pos,
                        s->st.n_ctx);
-    const int V = m->cfg.vocab;
-    unsigned fp = ts_fp_begin();
+    const int V = m->cfg.vocab, H = m->cfg.H;
+    ts_stream *bs = s->st.s;
+    unsigned fp = bs->be->ops->enter(bs);
     int k = 0;
-    for (int off = 0; off < n; off += k) {
+    for (int off = 0; off < n && !rc; off += k) {
         k = ts_session_chunk(s, n - off);
-        ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);
-        if (hidden) memcpy(hidden + (size_t)off * m->cfg.H, s->st.sc.hidden, sizeof(float) * k * m->cfg.H);
+        /* logits: the caller's host rows (a backend the host cannot address
+         * would need a staging copy here; the CPU writes them in place) */
+        rc = ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);
+        if (hidden) ts_be_read(bs, hidden + (size_t)off * H, s->st.sc.hidden, (size_t)k * H);
         s->pos += k;
     }
-    ts_fp_end(fp);
-    memcpy(s->last_hidden, s->st.sc.hidden + (size_t)(k - 1) * m->cfg.H, sizeof(float) * m->cfg.H);
+    if (!rc) ts_be_copy(bs, s->last_hidden, s->st.sc.hidden + (size_t)(k - 1) * H, (size_t)H);
+    bs->be->ops->leave(bs, fp);
+    if (rc || (rc = ts_be_sync(bs, NULL))) {
+        s->have_last = 0;
+        return ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
+    }
     s->have_last = 1;
     return 0;
 }
 
-const float *ts_session_logits(const ts_session *s) { return s->have_last ? s->st.sc.logits : NULL; }
-const float *ts_session_hidden(const ts_session *s) { return s->have_last ? s->last_hidden : NULL; }
+/* Host-readable rows (the CPU's own memory; another backend's staging copy). */
+const float *ts_session_logits(const ts_session *s) {
+    return s->have_last ? ts_be_host(s->st.s, s->st.sc.logits, (size_t)s->e->model.cfg.vocab) : NULL;
+}
+const float *ts_session_hidden(const ts_session *s) {
+    return s->have_last ? ts_be_host(s->st.s, s->last_hidden, (size_t)s->e->model.cfg.H) : NULL;
+}
 
 int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int n, int pos, float *h_out,
                    float *logits, ts_error *err) {
@@ -263,14 +301,16 @@ int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidden, int 
     if (pos < 0 || (long)pos + n > s->st.mtp_ctx)
         return ts_fail(err, TS_E_CONTEXT, "MTP rows [%d, %d) exceed the MTP cache of %d rows", pos, pos + n, s->st.mtp_ctx);
     const int R = s->st.sc.R, V = m->cfg.vocab, H = m->cfg.H;
-    unsigned fp = ts_fp_begin();
-    for (int off = 0; off < n; off += R) {
+    ts_stream *bs = s->st.s;
+    unsigned fp = bs->be->ops->enter(bs);
+    for (int off = 0; off < n && !rc; off += R) {
         int k = TS_MIN(R, n - off);
         /* h_out may alias hidden: ts_mtp_forward reads a row's hidden before writing it */
         float *ho = h_out ? h_out + (size_t)off * H : s->st.sc.hidden;
-        ts_mtp_forward(m, &s->st, toks + off, hidden + (size_t)off * H, k, pos + off, ho,
-                       logits ? logits + (size_t)off * V : NULL, 0, 0);
+        rc = ts_mtp_forward(m, &s->st, toks + off, hidden + (size_t)off * H, k, pos + off, ho,
+                            logits ? logits + (size_t)off * V : NULL, 0, 0);
     }
-    ts_fp_end(fp);
+    bs->be->ops->leave(bs, fp);
+    if (rc) return ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
     return 0;
 }

@@ -20,24 +20,19 @@ static int needs_sampler(const ts_gen_params *p) {
     return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
 }
 
-static int is_stop(const ts_gen_params *p, int32_t id) {
-    for (int i = 0; i < p->n_stop; i++)
-        if (p->stop_ids[i] == id) return 1;
-    return 0;
-}
-
 static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
                     void *user, ts_gen_stats *stats, ts_error *err);
 
-/* The whole generation runs with denormals flushed (ts_fp_begin): the
- * speculative path calls the model below ts_session_feed, and one mode for
- * every step keeps plain and drafted output identical. The token callback
- * runs in that mode too. */
+/* The whole generation runs inside the backend (CPU: denormals flushed and
+ * the engine's kernel mode on this thread): the speculative path calls the
+ * model below ts_session_feed, and one mode for every step keeps plain and
+ * drafted output identical. The token callback runs in that mode too. */
 int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
                 void *user, ts_gen_stats *stats, ts_error *err) {
-    unsigned fp = ts_fp_begin();
+    ts_stream *bs = s->st.s;
+    unsigned fp = bs->be->ops->enter(bs);
     int rc = generate(s, prompt, n_prompt, p, cb, user, stats, err);
-    ts_fp_end(fp);
+    bs->be->ops->leave(bs, fp);
     return rc;
 }
 
@@ -82,12 +77,12 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         if (smp) {
             if ((rc = ts_sampler_sample(smp, ts_session_logits(s), &id, err))) break;
             ts_sampler_accept(smp, id);
-        } else {
-            id = ts_argmax(ts_session_logits(s), V);
+        } else { /* the backend's argmax, one id read back */
+            s->st.s->be->ops->argmax(s->st.s, tv_f32(s->st.sc.logits, 1, V), V, &id, NULL);
         }
         stats->n_gen++;
         int stop = cb ? cb(user, id) : 0;
-        if (stop || is_stop(p, id) || i + 1 == p->n_predict) break;
+        if (stop || ts_gen_is_stop(p, id) || i + 1 == p->n_predict) break;
         if (ts_session_pos(s) >= ts_session_n_ctx(s)) break; /* context full: stop cleanly */
         if ((rc = ts_session_feed(s, &id, 1, NULL, NULL, err))) break;
     }

@@ -2,7 +2,7 @@
  * (design.md "Speculative decoding", model-spec.md §4).
  *
  * Owns: batched verification with a GDN tape, rollback by tape replay, the
- * MTP drafting loop, greedy acceptance and speculative sampling, and the
+ * generation loop over a drafter, greedy acceptance and speculative sampling, and the
  * statistics of ts_gen_stats' spec fields.
  * Does not own: the forward (qwen35.c), the buffers (session.c allocates them
  * from the plan: plan.c), the plain decode loop (generate.c).
@@ -39,14 +39,11 @@
  * buffers (recurrent and conv) and advances from the block-start state into
  * the other buffer; nothing is copied when every draft is accepted.
  *
- * Row pairing of the MTP head (model-spec §4.2): MTP row i is (token x_{i+1},
- * target hidden h_i, position i). After a verify that keeps rows
- * pos..pos+keep-1, their next tokens are known (the accepted drafts and the
- * correction/bonus token), so the head runs over exactly those rows, which
- * also fills its KV cache for them; the last row's logits give draft 1, and
- * drafts 2..M feed back the head's own normed output hidden at the following
- * positions. Those speculative MTP rows are overwritten by the real ones
- * after the next verify.
+ * Drafting is behind the drafter interface (drafter.h; the MTP head today,
+ * gen/mtp_draft.c): this loop asks it to catch up on the prompt, to propose
+ * a block, and tells it which rows a verify kept. Verification reads back
+ * the argmax ids of the block's rows (greedy) or the rows themselves
+ * (sampling), never logit planes it does not need.
  *
  * Context limit: a block never writes past n_ctx: the drafts of a block are
  * clipped to n_ctx - pos - 1 (and to the token budget), down to a plain
@@ -54,6 +51,7 @@
  */
 #include <math.h>
 
+#include "gen/drafter.h"
 #include "gen/spec.h"
 
 /* ---- verify and rollback ---- */
@@ -71,12 +69,18 @@ int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err) {
         return ts_fail(err, TS_E_CONTEXT, "%d rows at position %d exceed the context limit of %d tokens", n, s->pos,
                        st->n_ctx);
     st->tape_on = n > 1;
-    ts_forward(m, st, ids, n, s->pos, s->vlogits, 0);
+    unsigned fp = st->s->be->ops->enter(st->s); /* (nests inside ts_generate's) */
+    int rc = ts_forward(m, st, ids, n, s->pos, s->vlogits, 0);
+    st->s->be->ops->leave(st->s, fp);
     st->tape_on = 0;
+    if (rc) {
+        s->have_last = 0;
+        return ts_fail(err, rc, "backend %s: %s", st->s->be->name, st->s->msg);
+    }
     s->spec_rows = n;
     s->pos += n;
     s->have_last = 1;
-    memcpy(s->last_hidden, st->sc.hidden + (size_t)(n - 1) * c->H, sizeof(float) * c->H);
+    ts_be_copy(st->s, s->last_hidden, st->sc.hidden + (size_t)(n - 1) * c->H, (size_t)c->H);
     return 0;
 }
 
@@ -94,24 +98,29 @@ void ts_spec_rollback(ts_session *s, int keep) {
         s->pos -= n - keep;
         s->spec_rows = keep;
     }
-    memcpy(st->sc.logits, s->vlogits + (size_t)(keep - 1) * c->vocab, sizeof(float) * c->vocab);
-    memcpy(s->last_hidden, st->sc.hidden + (size_t)(keep - 1) * c->H, sizeof(float) * c->H);
+    ts_be_copy(st->s, st->sc.logits, s->vlogits + (size_t)(keep - 1) * c->vocab, (size_t)c->vocab);
+    ts_be_copy(st->s, s->last_hidden, st->sc.hidden + (size_t)(keep - 1) * c->H, (size_t)c->H);
     s->have_last = 1;
 }
 
-void ts_spec_materialize(ts_session *s) { ts_gdn_materialize(&s->e->model, &s->st); }
+void ts_spec_materialize(ts_session *s) {
+    unsigned fp = s->st.s->be->ops->enter(s->st.s);
+    ts_gdn_materialize(&s->e->model, &s->st);
+    s->st.s->be->ops->leave(s->st.s, fp);
+}
+
+int ts_spec_accept_greedy(const int32_t *targ, const int32_t *d, int m, int32_t *out) {
+    /* row a's target token: the draft while they agree, then the target's
+     * own token */
+    int a = 0;
+    for (;; a++) {
+        out[a] = targ[a];
+        if (a == m || out[a] != d[a]) return a;
+    }
+}
 
 int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
                    float *ptmp, int32_t *out) {
-    if (!smp) {
-        /* row a's target token: the draft while they agree, then the
-         * target's own token (each row's argmax taken once) */
-        int a = 0;
-        for (;; a++) {
-            out[a] = ts_argmax(vlogits + (size_t)a * V, V);
-            if (a == m || out[a] != d[a]) return a;
-        }
-    }
     for (int j = 0; j < m; j++) {
         const float *q = dprobs + (size_t)j * V;
         /* the target distribution of row j: the sampler's full pipeline,
@@ -164,42 +173,13 @@ int ts_spec_draft_vocab(int want, int V) {
 
 /* ---- the generation loop ---- */
 
-static int is_stop(const ts_gen_params *p, int32_t id) {
-    for (int i = 0; i < p->n_stop; i++)
-        if (p->stop_ids[i] == id) return 1;
-    return 0;
-}
-
-/* Pick a draft from the MTP logits in sc.logits, of which the first K (the
- * drafting vocabulary) were computed; with sampling, keep its distribution in
- * dprobs row j for the acceptance test. *prob (if prob is not NULL): the
- * draft's probability under the drafter (greedy: the softmax over the K
- * logits, one more pass over them). */
-static int32_t pick_draft(ts_session *s, int j, ts_sampler *smp, int K, float *prob) {
-    const int V = s->e->model.cfg.vocab;
-    float *lg = s->st.sc.logits;
-    if (!smp) {
-        int32_t d = ts_argmax(lg, K);
-        if (prob) *prob = 1.0f / ts_sum_exp(lg, K, lg[d]);
-        return d;
-    }
-    /* any q is correct as long as the acceptance test sees the q that was
-     * drawn from: the sampler's pipeline over the MTP logits (its penalty
-     * history lacks the earlier drafts of this block; that only costs
-     * acceptance), with probability 0 outside the drafting vocabulary */
-    for (int i = K; i < V; i++) lg[i] = -INFINITY;
-    float *q = s->dprobs + (size_t)j * V;
-    ts_sampler_probs(smp, lg, q, NULL);
-    int32_t d = ts_sampler_draw(smp, q);
-    if (prob) *prob = q[d];
-    return d;
-}
-
 int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
                      ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
     const ts_model *m = &s->e->model;
-    const int V = m->cfg.vocab, H = m->cfg.H, M = p->spec_draft;
+    const int V = m->cfg.vocab, M = p->spec_draft;
     ts_state *st = &s->st;
+    ts_stream *bs = st->s;
+    const ts_backend_ops *op = bs->be->ops;
     if (M < 1 || M > TS_SPEC_MAX_DRAFT)
         return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", M, TS_SPEC_MAX_DRAFT);
     if (!m->has_mtp)
@@ -217,32 +197,17 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
     stats->draft_vocab = K;
 
     /* Prefill in the same chunks as ts_session_feed (its grid of absolute
-     * positions, ts_session_chunk: identical rounding to plain generation),
-     * running the MTP head over every row whose next token is known. The
-     * row whose next token is not known yet waits in mtp_hid[0]. */
+     * positions, ts_session_chunk: identical rounding to plain generation);
+     * the drafter catches up on every chunk. */
+    ts_mtp_drafter mtp;
+    ts_drafter *dr = ts_mtp_drafter_init(&mtp, s, smp, K, p->draft_p_min);
     double t0 = ts_now();
-    int have_pend = 0, rc;
+    int rc;
     for (int off = 0, k; off < n_prompt; off += k) {
         k = ts_session_chunk(s, n_prompt - off);
         if ((rc = ts_session_feed(s, prompt + off, k, NULL, NULL, err))) return rc;
-        if (off + k == n_prompt) memcpy(s->vlogits, st->sc.logits, sizeof(float) * V);
-        int32_t toks[2 * TS_SPEC_MAX_DRAFT + 2];
-        int nr = 0, p0 = s->pos - k - have_pend;
-        const int piece = TS_MIN((int)(sizeof toks / sizeof toks[0]), st->sc.R);
-        /* rows in pieces of at most R (toks is small: the head runs per piece) */
-        if (have_pend) toks[nr++] = prompt[off];
-        for (int i = 0; i + 1 < k; i++) {
-            memcpy(s->mtp_hid + (size_t)nr * H, st->sc.hidden + (size_t)i * H, sizeof(float) * H);
-            toks[nr++] = prompt[off + i + 1];
-            if (nr == piece || i + 2 == k) {
-                ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp, -1);
-                p0 += nr;
-                nr = 0;
-            }
-        }
-        if (nr) { ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp, -1); }
-        memcpy(s->mtp_hid, st->sc.hidden + (size_t)(k - 1) * H, sizeof(float) * H);
-        have_pend = 1;
+        if (off + k == n_prompt) ts_be_copy(bs, s->vlogits, st->sc.logits, (size_t)V);
+        if ((rc = dr->ops->prompt(dr, prompt + off, k))) goto backend;
     }
     stats->n_prompt = n_prompt;
     stats->t_prefill = ts_now() - t0;
@@ -253,20 +218,16 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
     /* The first token comes from the prompt's logits. */
     int32_t last;
     if (smp) {
-        if ((rc = ts_sampler_sample(smp, s->vlogits, &last, err))) goto done;
+        if ((rc = ts_sampler_sample(smp, ts_be_host(bs, s->vlogits, (size_t)V), &last, err))) goto done;
         ts_sampler_accept(smp, last);
     } else {
-        last = ts_argmax(s->vlogits, V);
+        op->argmax(bs, tv_f32(s->vlogits, 1, V), V, &last, NULL);
     }
-    memcpy(st->sc.logits, s->vlogits, sizeof(float) * V);
+    ts_be_copy(bs, st->sc.logits, s->vlogits, (size_t)V);
     stats->n_gen++;
-    if ((cb && cb(user, last)) || is_stop(p, last) || p->n_predict == 1 || s->pos >= st->n_ctx) goto done;
+    if ((cb && cb(user, last)) || ts_gen_is_stop(p, last) || p->n_predict == 1 || s->pos >= st->n_ctx) goto done;
 
-    /* Real MTP rows waiting: tokens rtok[0..nr), hiddens rhid, from position rpos. */
-    int32_t rtok[TS_SPEC_MAX_DRAFT + 1];
-    rtok[0] = last;
-    int nr = 1, rpos = s->pos - 1;
-    const float *rhid = s->mtp_hid;
+    dr->ops->start(dr, last);
     for (;;) {
         int mm = TS_MIN(M, st->n_ctx - s->pos - 1);
         mm = TS_MIN(mm, p->n_predict - stats->n_gen - 1);
@@ -275,22 +236,9 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         blk[0] = last;
         if (mm > 0) {
             double td = ts_now();
-            ts_mtp_forward(m, st, rtok, rhid, nr, rpos, s->mtp_hid, NULL, s->draft_lowp, K);
-            float *h = s->mtp_hid + (size_t)(nr - 1) * H;
-            /* confidence cut (draft_p_min): a draft the drafter itself
-             * thinks unlikely is not worth a verify row, nor are the drafts
-             * that would follow it. Which rows get verified never changes
-             * the output, only the work. */
-            float pd = 1.0f, *pp = p->draft_p_min > 0 ? &pd : NULL;
-            blk[1] = pick_draft(s, 0, smp, K, pp);
-            if (pd < p->draft_p_min) mm = 0;
-            for (int j = 1; j < mm; j++) {
-                ts_mtp_forward(m, st, &blk[j], h, 1, rpos + nr - 1 + j, h, NULL, s->draft_lowp, K);
-                blk[j + 1] = pick_draft(s, j, smp, K, pp);
-                if (pd < p->draft_p_min) {
-                    mm = j;
-                    break;
-                }
+            if ((mm = dr->ops->propose(dr, mm, blk + 1)) < 0) {
+                rc = mm;
+                goto backend;
             }
             if (s->test_drafts && !smp) s->test_drafts(s->test_user, s->pos, mm, blk + 1);
             stats->t_draft += ts_now() - td;
@@ -299,7 +247,19 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         int pos_blk = s->pos;
         if ((rc = ts_spec_verify(s, blk, mm + 1, err))) break;
         stats->t_verify += ts_now() - tv;
-        int a = ts_spec_accept(s->vlogits, s->dprobs, blk + 1, mm, V, smp, st->sc.logits, out);
+        /* greedy: the backend's argmax of the block's mm + 1 rows, read back
+         * as ids (not logit planes); sampling reads the rows explicitly */
+        int a;
+        if (!smp) {
+            int32_t targ[TS_SPEC_MAX_DRAFT + 1];
+            op->argmax(bs, tv_f32(s->vlogits, mm + 1, V), V, targ, NULL);
+            a = ts_spec_accept_greedy(targ, blk + 1, mm, out);
+        } else {
+            /* host rows: the block's logits, and scratch for the target distribution */
+            const float *vl = ts_be_host(bs, s->vlogits, (size_t)(mm + 1) * V);
+            float *ptmp = (float *)ts_be_host(bs, st->sc.logits, (size_t)V);
+            a = ts_spec_accept(vl, s->dprobs, blk + 1, mm, V, smp, ptmp, out);
+        }
         stats->n_blocks++;
         stats->n_drafted += mm;
         stats->n_accepted += a;
@@ -312,7 +272,7 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         int keep = a + 1, stop = 0;
         for (int j = 0; j <= a; j++) {
             stats->n_gen++;
-            if ((cb && cb(user, out[j])) || is_stop(p, out[j]) || stats->n_gen >= p->n_predict) {
+            if ((cb && cb(user, out[j])) || ts_gen_is_stop(p, out[j]) || stats->n_gen >= p->n_predict) {
                 keep = j + 1;
                 stop = 1;
                 break;
@@ -323,12 +283,11 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         stats->t_rollback += ts_now() - tr;
         if (stop || s->pos >= st->n_ctx) break;
         last = out[a];
-        memcpy(rtok, out, sizeof(int32_t) * (size_t)keep);
-        nr = keep;
-        rpos = pos_blk;
-        rhid = st->sc.hidden;
+        dr->ops->on_accept(dr, out, keep, pos_blk);
     }
 done:
     stats->t_decode = ts_now() - t0;
     return rc;
+backend:
+    return ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
 }

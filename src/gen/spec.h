@@ -28,18 +28,28 @@ void ts_spec_rollback(ts_session *s, int keep);
  * raw state; the forward never needs it. */
 void ts_spec_materialize(ts_session *s);
 
-/* The acceptance rule over one block. vlogits [m+1, V] target logits,
- * drafts d[0..m) drawn from dprobs [m, V] (sampling) or argmax (smp NULL:
- * greedy). Writes the emitted tokens out[0..a] (a accepted drafts, then the
- * correction or bonus token) and returns a; ptmp is scratch [V].
- * Greedy: the longest prefix where d equals the target argmax, then the
- * target argmax. Sampling: the target distribution of each row is the
+/* The sampling acceptance rule over one block (smp not NULL; greedy:
+ * ts_spec_accept_greedy). vlogits [m+1, V] target logits (host rows),
+ * drafts d[0..m) drawn from dprobs [m, V]. Writes the emitted tokens
+ * out[0..a] (a accepted drafts, then the correction or bonus token) and
+ * returns a; ptmp is host scratch [V]. The target distribution of each row is the
  * sampler's (ts_sampler_probs); accept d with probability min(1, p/q), else
  * draw from the normalised max(0, p - q) and stop. The emitted tokens are
  * then distributed exactly as sampling from the target one token at a time.
  * Emitted tokens are accepted into the sampler's history. */
 int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
                    float *ptmp, int32_t *out);
+/* Greedy acceptance over the target's ids targ[0..m] (the backend's argmax
+ * of the block's rows, read back): the longest prefix where d equals targ,
+ * then targ's token. Writes out[0..a], returns a. */
+int ts_spec_accept_greedy(const int32_t *targ, const int32_t *d, int m, int32_t *out);
+
+/* Generation ends after emitting one of the gen params' stop ids. */
+static inline int ts_gen_is_stop(const ts_gen_params *p, int32_t id) {
+    for (int i = 0; i < p->n_stop; i++)
+        if (p->stop_ids[i] == id) return 1;
+    return 0;
+}
 
 /* smp: NULL for plain greedy, else the sampler (prompt already accepted). */
 /* Rows of the MTP head a draft computes: gen params draft_vocab `want`

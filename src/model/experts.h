@@ -57,7 +57,7 @@
 #ifndef TS_EXPERTS_H
 #define TS_EXPERTS_H
 
-#include "kernels.h"
+#include "backend.h" /* ts_weight */
 #include "loader/config.h"
 #include "loader/safetensors.h"
 

@@ -425,7 +425,9 @@ static size_t file_dropped(const ts_model *m, const ts_weight *w) {
     return (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8 + 2 * (size_t)w->rows * ng * ss;
 }
 
-static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_error *err) {
+/* Every product's backend-prepared copy (the CPU backend: the repacked
+ * layout of its VNNI/AMX kernels; 0 bytes: read in place), in one arena. */
+static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_backend *be, ts_error *err) {
     const ts_config *c = &m->cfg;
     wlist l = {0};
     int rc = wl_products(&l, m);
@@ -436,7 +438,7 @@ static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_error *err) {
     uint64_t total = 0;
     for (int i = 0; i < l.n; i++) {
         ts_weight *w = l.w[i];
-        size_t sz = w->dtype == TS_DTYPE_U32 ? ts_weight_pack_size(w->rows, w->cols, w->bits, w->group, w->sdtype) : 0;
+        size_t sz = be->ops->weight_bytes(be, w);
         total += sz;
         if (sz) b->dropped += file_dropped(m, w);
     }
@@ -454,9 +456,9 @@ static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_error *err) {
         m->packed_bytes = total;
         for (int i = 0; i < l.n; i++) {
             ts_weight *w = l.w[i];
-            size_t sz = w->dtype == TS_DTYPE_U32 ? ts_weight_pack_size(w->rows, w->cols, w->bits, w->group, w->sdtype) : 0;
+            size_t sz = be->ops->weight_bytes(be, w);
             if (!sz) continue;
-            ts_weight_pack(w, arena);
+            be->ops->weight_prepare(be, w, arena);
             arena += sz;
             /* the kernels read the packed copy from now on: let the file's
              * pages go (the tied head is also the embedding, whose rows are
@@ -474,8 +476,8 @@ static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_error *err) {
     return 0;
 }
 
-static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, int dry, ts_bind_sink sink, void *user,
-                    uint64_t *dropped, ts_error *err) {
+static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, int dry, ts_bind_sink sink,
+                    void *user, uint64_t *dropped, ts_error *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     const ts_config *c = &m->cfg;
@@ -527,19 +529,19 @@ static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, int dry, t
         if ((rc = bind_vec(&b, "mtp.norm.weight", c->H, 1, 1, 0, &t->norm))) return rc;
         m->has_mtp = 1;
     }
-    rc = pack_all(&b, m, st, err);
+    rc = be ? pack_all(&b, m, st, be, err) : 0;
     if (dropped) *dropped = b.dropped;
     return rc;
 }
 
-int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err) {
-    return bind_all(m, cfg, st, 0, NULL, NULL, NULL, err);
+int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_error *err) {
+    return bind_all(m, cfg, st, be, 0, NULL, NULL, NULL, err);
 }
 
-int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_bind_sink sink, void *user, int *has_mtp,
+int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_bind_sink sink, void *user, int *has_mtp,
                   uint64_t *dropped, ts_error *err) {
     ts_model m;
-    int rc = bind_all(&m, cfg, st, 1, sink, user, dropped, err);
+    int rc = bind_all(&m, cfg, st, be, 1, sink, user, dropped, err);
     if (has_mtp) *has_mtp = m.has_mtp;
     ts_model_free(&m);
     for (int i = 0; i < st->n_tensors; i++) st->tensors[i].used = 0; /* a dry run leaves the set as it found it */

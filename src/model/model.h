@@ -2,10 +2,11 @@
  * per-session state the forward pass reads and writes.
  *
  * Owns: the layout of every weight and state buffer (shape comments below),
- * the binding of checkpoint tensors to it (load.c), the forward (qwen35.c),
- * the MTP head (mtp.c).
- * Does not own: the files (loader/), the kernels (kernels.h), the public API
- * (engine.c, session.c).
+ * the binding of checkpoint tensors to it (load.c), the forward and the MTP
+ * head's forward (qwen35.c), as sequences of backend ops.
+ * Does not own: the files (loader/), the computation (the backend:
+ * backend.h; model code computes addresses of activation, state and logit
+ * memory but never dereferences them), the public API (engine/).
  *
  * Notation (model-spec.md): H hidden, nq/nkv attention heads of size D,
  * Hk/Hv GDN key/value heads of dk/dv, Kd = Hk*dk, Vd = Hv*dv,
@@ -14,7 +15,7 @@
 #ifndef TS_MODEL_H
 #define TS_MODEL_H
 
-#include "kernels.h"
+#include "backend.h"
 #include "loader/config.h"
 #include "loader/safetensors.h"
 
@@ -87,7 +88,7 @@ typedef struct ts_model {
 
 /* Bind the tensors of `st` to the model described by `cfg`, checking each
  * one's presence, shape and dtype. Marks bound tensors used. */
-int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_error *err);
+int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_error *err);
 /* Every allocation the binder keeps, as it is made: a label, where, how
  * many bytes; backend 1: sized by the backend's layout (the packed copies),
  * not by the checkpoint alone. */
@@ -95,13 +96,13 @@ typedef void (*ts_bind_sink)(void *user, const char *what, ts_mem_cat cat, ts_me
                              uint64_t bytes);
 /* ts_model_bind as a dry run, for the memory plan: the same checks and the
  * same allocations, reported to sink, with no tensor data read and no
- * weights packed (the packed arena is reported, not made); frees what it
+ * weights packed (the packed arena, sized by be, is reported, not made); frees what it
  * made and clears the set's used marks. *has_mtp (may be NULL): whether the
  * checkpoint carries the MTP head; *dropped (may be NULL): the file bytes of
  * the packed matrices, which the process lets go of once they are copied. */
-int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_bind_sink sink, void *user, int *has_mtp,
+int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_bind_sink sink, void *user, int *has_mtp,
                   uint64_t *dropped, ts_error *err);
-/* The activation precision of every product (kernels.h, ts_act_digits);
+/* The activation precision of every product (backend.h, ts_act_digits);
  * nonzero only when out of memory for the walk. */
 int ts_model_set_act_digits(ts_model *m, int digits);
 void ts_model_free(ts_model *m);
@@ -113,6 +114,8 @@ typedef struct ts_kv {
     float *v;   /* [n_ctx, nkv, D] */
 } ts_kv;
 
+/* Buffer 0 of each GDN state pair (buffer 1 is the tape's snapshot, when
+ * there is a tape); which one is live is ts_state's parity (ts_gdn_live). */
 typedef struct ts_gdn_state {
     float *conv;  /* [K-1, C]: the last K-1 pre-conv inputs, oldest first */
     float *S;     /* [Hv, dk, dv] recurrent state */
@@ -138,7 +141,7 @@ typedef struct ts_scratch {
     /* chunked prefill (NULL when rows come one at a time) */
     float *pf_conv;  /* [max_rows, C] conv + SiLU outputs */
     float *pf_gate;  /* [2, max_rows, Hv] log-decay g, then beta */
-    float *pf_chunk; /* [slots, ts_delta_chunk_ws] delta-rule workspace per work item, see chunked.c */
+    float *pf_chunk; /* [slots, ts_delta_chunk_ws] delta-rule workspace per work item, see cpu/gdn.c */
 } ts_scratch;
 
 /* Speculative verification, per GDN layer (NULL buffers for full layers and
@@ -147,19 +150,21 @@ typedef struct ts_scratch {
  * Rollback is lazy (spec.c): it only records how many taped rows the state
  * keeps (ts_state.gdn_pend); the next pass over the layer starts from the
  * snapshot and advances those rows first. The snapshot and live buffers
- * trade places (pointer swaps), so both pairs may point to memory allocated
- * under the other's category; each is freed once. */
+ * trade places by parity (ts_state par_S, par_conv: one bit for all layers,
+ * so a captured device graph stays valid across blocks); the pointers never
+ * move, so each buffer is freed by its owner. */
 typedef struct ts_gdn_tape {
     float *qkv;       /* [Rv, C] pre-conv qkv projections, one per verified row */
     float *a, *b;     /* [Rv, Hv] raw decay / beta projections */
     float *prep;      /* [2, Rv, C] the rows' prepared q|k|v (post conv, SiLU, norms):
                          two halves, the last verify's (ts_state.tape_half) and the
                          one the next verify writes while the first is still pending */
-    float *snap_conv; /* [K-1, C] conv state at the block start */
-    float *snap_S;    /* [Hv, dk, dv] recurrent state at the block start */
+    float *snap_conv; /* [K-1, C] buffer 1 of the conv pair (the block-start snapshot while buffer 0 is live) */
+    float *snap_S;    /* [Hv, dk, dv] buffer 1 of the recurrent pair */
 } ts_gdn_tape;
 
 typedef struct ts_state {
+    ts_stream *s;         /* the session's backend stream: every op goes through it */
     int n_ctx;
     ts_kv *kv;            /* n_layers entries (NULL buffers for GDN layers) */
     ts_gdn_state *gdn;    /* n_layers entries (NULL buffers for full layers) */
@@ -177,56 +182,51 @@ typedef struct ts_state {
      * anything else that reads the state calls ts_gdn_materialize first. */
     int gdn_pend;
     int tape_half;        /* the half of each tape's prep holding the last verify's rows */
+    int par_S, par_conv;  /* live = buffer par of each GDN pair (0: ts_gdn_state, 1: the tape's) */
     float *gdn_rows;      /* [Rv, C] prepared rows of a GDN pass that is not a verify
                              (a decode row after a rollback); NULL without drafting */
-    float *dbg_layers;    /* tests: if set, ts_forward stores the residual stream
-                             after the embedding and after each layer, [L+1, n, H] */
+    /* hidden-state taps (a drafter's, e.g. DFlash's; none for MTP): after
+     * layer tap_layer[t] the forward copies the residual stream of the pass's
+     * rows to tap_out + t * R * H (backend memory) */
+    int n_taps;
+    const int *tap_layer;
+    float *tap_out;
+    float *dbg_layers;    /* tests: if set (host memory), ts_forward reads the residual
+                             stream back after the embedding and after each layer, [L+1, n, H] */
 } ts_state;
 
-/* Run rows ids[0..n) at positions pos..pos+n-1 through the main model
- * (n <= sc.R). Writes final-normed hidden states to sc.hidden[0..n), and
- * logits of every row to `logits` [n, V] if not NULL; the last row's logits
- * always to sc.logits. `prefill` allows the faster, differently-rounded
- * kernels. */
-void ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill);
+/* The live conv and recurrent buffers of GDN layer L (pointers only). */
+static inline void ts_gdn_live(const ts_state *st, int L, float **conv, float **S) {
+    *conv = st->par_conv ? st->tape[L].snap_conv : st->gdn[L].conv;
+    *S = st->par_S ? st->tape[L].snap_S : st->gdn[L].S;
+}
 
-/* MTP rows r = 0..n-1 (n <= sc.R): token toks[r], main final-normed hidden
- * h[r] [H], position pos + r (its K/V land in mtp_kv[pos + r]). Writes the
+/* Run rows ids[0..n) (host ids) at positions pos..pos+n-1 through the main
+ * model (n <= sc.R). Writes final-normed hidden states to sc.hidden[0..n),
+ * and logits of every row to `logits` [n, V] if not NULL (backend memory,
+ * or host memory on a backend the host can address); the last row's logits
+ * always to sc.logits. `prefill` allows the faster, differently-rounded
+ * prompt-chunk ops (TS_MODE_PREFILL). Returns the stream's first error. */
+int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill);
+
+/* MTP rows r = 0..n-1 (n <= sc.R): token toks[r] (host), main final-normed
+ * hidden h[r] [H], position pos + r (its K/V land in mtp_kv[pos + r]). Writes the
  * MTP output hiddens (post mtp.norm) to h_out [n, H] (may alias h) and, if
  * not NULL, logits [n, V]; the last row's logits always to sc.logits.
- * draft 1: drafting precision (ts_linear_draft); 0: exact (ts_session_mtp).
+ * draft 1: drafting precision (TS_MODE_DRAFT); 0: exact (ts_session_mtp).
  * head_rows > 0: only the logits of ids [0, head_rows) are computed (a
  * drafting vocabulary, gen params draft_vocab); the rest of sc.logits is
  * stale. 0: the whole vocabulary; < 0: no logits at all (filling the
- * head's cache over rows whose drafts are not wanted). */
-void ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
-                    float *h_out, float *logits, int draft, int head_rows);
+ * head's cache over rows whose drafts are not wanted). Returns the
+ * stream's first error. */
+int ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
+                   float *h_out, float *logits, int draft, int head_rows);
 
-/* ---- building blocks shared by the forward, MTP and speculative code ---- */
-void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps);
-/* One GDN state advance for one token: conv over [state, qkv_in], SiLU, l2
- * norms, gates, delta rule. qkv_in [C] is the pre-conv projection, a/b [Hv]
- * the raw projections. Writes o [Vd] (before the gated norm) if not NULL.
- * The reference token recurrence: every GDN pass of the forward (one row,
- * verify blocks, pending rows of a lazy rollback) computes each row with
- * these operations in this order, only grouped by head instead of by row. */
-void ts_gdn_advance(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, const float *qkv_in,
-                    const float *a, const float *b, float *o, float *tmp /* [C] */);
 /* Apply a lazy rollback's pending rows (ts_state.gdn_pend) to every GDN
  * layer's conv and recurrent state, eagerly, and clear gdn_pend. Afterwards
- * st->gdn holds the state, bit-identical to an eager rollback. No-op when
- * nothing is pending. Call before reading or overwriting the GDN state
+ * the live buffers hold the state, bit-identical to an eager rollback. No-op
+ * when nothing is pending. Call before reading or overwriting the GDN state
  * other than through ts_forward. */
 void ts_gdn_materialize(const ts_model *m, ts_state *st);
-
-/* Prefill only: advance a GDN layer over n rows (n <= max_rows) with the
- * chunked delta rule (chunked.c); writes o [n, Vd] after the gated norm
- * with z [n, Vd] (z is used as scratch: overwritten). Differs from n
- * ts_gdn_advance calls + the norm by rounding only. Runs on the kernel
- * threads. */
-void ts_gdn_chunked(const ts_model *m, const ts_gdn_w *w, ts_gdn_state *s, ts_scratch *sc, const float *qkv,
-                    const float *a, const float *b, float *z, float *o, int n);
-/* Work items of the chunked delta rule, each with its own pf_chunk slice. */
-int ts_gdn_chunk_slots(const ts_config *c);
 
 #endif

@@ -331,9 +331,10 @@ int ts_convert(const char *src, const char *dst, const ts_convert_params *pp, ts
             ts_st_close(st);
             return rc;
         }
-    /* validate the source as the engine will read it */
+    /* validate the source as the engine will read it (no backend: nothing
+     * is prepared for kernels) */
     ts_model m;
-    rc = ts_model_bind(&m, &cfg, st, err);
+    rc = ts_model_bind(&m, &cfg, st, NULL, err);
     ts_model_free(&m);
     if (rc) { ts_fail_prefix(err, "%s", src); ts_st_close(st); return rc; }
 

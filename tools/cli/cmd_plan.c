@@ -183,7 +183,7 @@ int cmd_plan(int argc, char **argv) {
             continue;
         }
         int x;
-        if (!cli_parse_count(v, &x)) { fprintf(stderr, "turbospark plan: %s '%s' is not a count\n", a, v); return 2; }
+        if (!cli_parse_count(v, &x)) { fprintf(stderr, "turbospark plan: bad value '%s' for %s (a count)\n", v, a); return 2; }
         if (!strcmp(a, "--ctx")) n_ctx = x;
         else if (!strcmp(a, "--chunk")) chunk = x;
         else if (!strcmp(a, "--draft")) draft = x;

@@ -1,6 +1,6 @@
-/* kernels.h: the compute contract the model code calls.
+/* kernels.h: the CPU kernels (CPU-private: only src/cpu/ and the kernel tests include it).
  *
- * Model code (src/model/) sees only this header, never src/cpu/ directly.
+ * Model code sees backend.h only; the CPU backend (cpu/backend.c) calls these.
  * Weights are described by ts_weight: a logical [rows, cols] matrix (out x in,
  * as PyTorch's nn.Linear stores it) in F32, F16 or BF16, or quantized in the
  * MLX convention (U32-packed values, per-group scales and biases along cols).
@@ -15,22 +15,13 @@
 #ifndef TS_KERNELS_H
 #define TS_KERNELS_H
 
-#include "ts_int.h"
+#include "backend.h"
 
-typedef struct ts_weight {
-    ts_dtype dtype;       /* F32, F16, BF16; U32 = packed quantized */
-    int bits, group;      /* quantized: 4 or 8 bits; group size along cols */
-    int64_t rows, cols;   /* logical shape [rows (out), cols (in)] */
-    const void *data;     /* [rows, cols] elements, or [rows, cols*bits/32] u32 */
-    const void *scales;   /* quantized: [rows, cols/group] of sdtype */
-    const void *biases;   /* quantized: [rows, cols/group] of sdtype */
-    ts_dtype sdtype;      /* F32, F16 or BF16 */
-    const uint8_t *packed; /* quantized: the same values repacked for the
-                              AVX-512 kernels (cpu/pack.c), or NULL */
-    int act_digits;        /* packed products: the activations' precision,
-                              in int8 digits (1 = 8 bits, 2 = 16, 3 = 24);
-                              0 = TS_ACT_DIGITS_DEFAULT. See ts_act_digits. */
-} ts_weight;
+/* ts_weight, ts_act_digits and the row-exactness rule: backend.h. The
+ * functions below are the CPU kernels; called directly (tests, tools) they
+ * run in the process default kernel mode (TS_KERNELS, ts_kernels_select)
+ * on a default pool and workspace; engines call them through their own
+ * CPU backend (cpu/backend.c), which sets its mode on the calling thread. */
 
 /* Activation precision of the packed (AVX-512 VNNI / AMX) products. Those
  * kernels carry x as integer digits of its group's largest value: 3 digits
@@ -42,34 +33,29 @@ typedef struct ts_weight {
  * engine uses the same precision, and row-exactness holds at each: verify
  * rows still equal decode rows bit for bit. Other kernels (reference,
  * AVX2, unpacked weights) compute in f32 and ignore it. */
-#define TS_ACT_DIGITS_DEFAULT 3
-static inline int ts_act_digits(const ts_weight *w) { return w->act_digits ? w->act_digits : TS_ACT_DIGITS_DEFAULT; }
 
 /* y[n, rows] = x[n, cols] . W^T  (row-exact: see above) */
-void ts_linear(const ts_weight *w, const float *x, float *y, int n);
+int ts_linear(const ts_weight *w, const float *x, float *y, int n);
 /* The product for drafting only (speculative decoding's MTP head): may
  * round activations to int8 (~3x less arithmetic on the packed path). A
  * draft never reaches the output unverified, so its precision only moves
  * the acceptance rate, never the generated tokens. */
-void ts_linear_draft(const ts_weight *w, const float *x, float *y, int n);
+int ts_linear_draft(const ts_weight *w, const float *x, float *y, int n);
 /* ts_linear (flags 0), ts_linear_prefill (TS_LIN_PREFILL = 1) or
  * ts_linear_draft (TS_LIN_DRAFT = 2) of nw weights with the same cols on the
  * same x: y[i] = x . w[i]^T, in one parallel region when the kernels allow it
  * (same results as nw separate calls). */
-#define TS_LINEAR_MANY_MAX 32
-void ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags);
+int ts_linear_many(const ts_weight *const *w, int nw, const float *x, float *const *y, int n, int flags);
 /* One row each: y[i] = x[i] . w[i]^T for nw weights (e.g. the selected MoE
  * experts' down projections), in one parallel region when possible; flags as
  * above. */
-void ts_linear_batch(const ts_weight *const *w, const float *const *x, float *const *y, int nw, int flags);
+int ts_linear_batch(const ts_weight *const *w, const float *const *x, float *const *y, int nw, int flags);
 /* Same product; may use faster, differently-rounded kernels. */
-void ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
+int ts_linear_prefill(const ts_weight *w, const float *x, float *y, int n);
 /* The plain reference every fast kernel is tested against. */
 void ts_linear_ref(const ts_weight *w, const float *x, float *y, int n);
 /* Row r of W as f32 (embedding gather). */
 void ts_weight_row(const ts_weight *w, int64_t r, float *out);
-/* Bytes the weight occupies (data + scales + biases). */
-size_t ts_weight_bytes(const ts_weight *w);
 /* Element (r, c) as f32 (slow; tests and tools). */
 float ts_weight_get(const ts_weight *w, int64_t r, int64_t c);
 
@@ -146,14 +132,8 @@ void ts_gdn_step_rows(float *S, const float *S_in, const float *const *k, const 
                       const float *const *q, const float *decay, const float *beta, float *const *o, int n, int dk,
                       int dv);
 
-/* The kernels' shared workspace for products of up to `rows` rows and
- * `cols` columns (quantized with groups of at least `group`; 0 = none) in the
- * current kernel mode: returns the bytes that are (reserve = 0) or were
- * (reserve = 1) added to what is reserved already; (size_t)-1 when a
- * reservation fails for lack of memory. */
-size_t ts_kernels_reserve(int rows, int64_t cols, int group, int reserve);
-/* Free the shared workspace (no product may be running; tests use it to
- * measure a session's reservation from zero). */
+/* Free the default workspace of direct kernel calls (tests measure
+ * allocations from zero with it; engines' streams have their own). */
 void ts_kernels_release(void);
 
 /* ---- load-time repacking (cpu/pack.c) ----
@@ -161,16 +141,19 @@ void ts_kernels_release(void);
  * current kernel mode; 0 when that mode reads the MLX layout directly (or
  * TS_PACK=0 is set in the environment). The memory plan calls it too. */
 size_t ts_weight_pack_size(int64_t rows, int64_t cols, int bits, int group, ts_dtype sdtype);
-/* Fill dst (ts_weight_pack_size bytes) and point w->packed into it. */
+/* Fill dst (ts_weight_pack_size bytes) and point w->packed into it, on
+ * pool p (ts_weight_pack: the default pool). */
 void ts_weight_pack(ts_weight *w, void *dst);
+struct ts_pool;
+void ts_weight_pack_on(struct ts_pool *p, ts_weight *w, void *dst);
 /* Element (r, c) read back from the packed layout (tests). */
 float ts_packed_get(const ts_weight *w, int64_t r, int64_t c);
 
-/* ---- parallel regions for model code ----
- * fn(ctx, i, n) for every i in [0, n) on the kernels' thread pool (the
- * caller takes part); returns when all are done. Work items must be
- * independent and their results must not depend on which thread ran them.
- * Serialised with the matrix products (one pool region at a time). */
+/* ---- parallel regions ----
+ * fn(ctx, i, n) for every i in [0, n) on the default pool (the caller
+ * takes part); returns when all are done. Work items must be independent
+ * and their results must not depend on which thread ran them. The CPU
+ * backend's ops use their engine's pool (ts_cpu_parallel_for, cpu.h). */
 typedef void (*ts_par_fn)(void *ctx, int i, int n);
 void ts_parallel_for(int n, ts_par_fn fn, void *ctx);
 
@@ -180,15 +163,11 @@ void ts_parallel_for(int n, ts_par_fn fn, void *ctx);
  * caller's mode, so results never depend on which thread ran a chunk. */
 unsigned ts_fp_begin(void);
 void ts_fp_end(unsigned old);
-/* Thread count for kernels (0 = all cores). Safe to call before any kernel. */
-void ts_kernels_set_threads(int n);
-/* The pool's thread count (the caller included); starts the pool. */
-int ts_kernels_threads(void);
 
 /* ==== prefill kernels (chunked prefill only; decode and verify never call
  * these, so their rounding is free to differ from the token path) ==== */
 
-/* (Model code spreads these over the threads with ts_parallel_for above.) */
+/* (The CPU backend spreads these over its pool: cpu/gdn.c, cpu/attn.c.) */
 
 /* One chunk of L rows of the chunked gated delta rule for one
  * value head (model-spec.md §6.2; the algebra is in src/cpu/prefill.c):
@@ -204,7 +183,6 @@ void ts_delta_chunk(float *S, const float *q, const float *k, const float *v, si
  * its workspace need is ts_delta_chunk_ws(min(L, 64), dk, dv)). */
 void ts_delta_chunk_ref(float *S, const float *q, const float *k, const float *v, size_t ld, const float *g,
                         const float *beta, size_t ldg, float *o, size_t ldo, int L, int dk, int dv, float *ws);
-size_t ts_delta_chunk_ws(int L, int dk, int dv);
 
 /* Causal softmax attention of a prompt chunk, n query rows of one head (the
  * multi-row form of ts_attn_row): row i (query at q + i*ldq [D]; `scale`

@@ -1,0 +1,315 @@
+/* backend.h: the contract between the model and the machines it runs on.
+ *
+ * Owns: memory domains, views, the execution mode, the step record, the
+ * backend and stream handles and the op table every backend implements
+ * (src/cpu/backend.c today, src/cuda/ next, tests/test_poison.c's poisoned
+ * wrapper for the tests). Does not own: the kernels (src/cpu/, CPU-private),
+ * the model's layout (src/model/model.h), the memory plan (engine/plan.c).
+ *
+ * Layering: model, generation and session code compute addresses of
+ * activation, state and logit memory (pointer arithmetic on what a backend
+ * allocated) but never dereference them: every read, write and computation
+ * goes through an op. Weights are host descriptors (ts_weight) the backend
+ * prepares once (weight_prepare) and reads on its own terms. A backend
+ * includes no model header: the op arguments below carry sizes, not configs.
+ *
+ * Why streams: the engine owns one backend (kind, threads, kernel mode);
+ * every session owns a stream of it (workspace, sticky error, step record),
+ * so sessions of one engine never share scratch and need no lock beyond the
+ * backend's own (the CPU pool runs one region at a time). A CUDA stream maps
+ * onto it one to one.
+ *
+ * Errors are sticky: an op that fails records its error on the stream and
+ * later ops may do nothing; ts_be_sync returns the first error (and clears
+ * it). ts_forward and everything above it return it, so an asynchronous
+ * device fault has a way out.
+ *
+ * THE ROW-EXACTNESS RULE (from kernels.h, word for word): ts_linear computes
+ * each output row exactly as a one-row call would (same reduction order, bit
+ * for bit), for any n. Speculative verification runs M+1 rows through
+ * ts_linear and must reproduce one-token decode exactly. ts_linear_prefill
+ * may round differently (it is used for prompt chunks only).
+ * Here: under TS_MODE_EXACT every op computes each row bit for bit as a
+ * one-row call of that op would, whatever n; TS_MODE_PREFILL may round
+ * differently (prompt chunks); TS_MODE_DRAFT may round differently too
+ * (the MTP head's drafts, always verified, so only acceptance moves).
+ *
+ * Graphs: a backend that captures (CUDA graphs) keys a capture by (kind,
+ * rows); every per-token value a captured op needs (position, attention
+ * length, pending rows, parities) is in the step record, which the host
+ * writes before each launch (ts_be_step), never in an op's arguments. That
+ * is why the GDN snapshot/live pair is chosen by a parity bit instead of a
+ * pointer swap. The CPU backend leaves the hooks NULL.
+ */
+#ifndef TS_BACKEND_H
+#define TS_BACKEND_H
+
+#include <stdio.h>
+
+#include "ts_int.h"
+
+/* ---- weights (host descriptors) ----
+ * A logical [rows, cols] matrix (out x in, as PyTorch's nn.Linear stores
+ * it) in F32, F16 or BF16, or quantized in the MLX convention (U32-packed
+ * values, per-group scales and biases along cols). `prep` and `act_digits`
+ * belong to the backend that prepared the weight (weight_prepare): the CPU
+ * backend's repacked copy for its VNNI/AMX kernels, and the activation
+ * precision of those products. */
+typedef struct ts_weight {
+    ts_dtype dtype;       /* F32, F16, BF16; U32 = packed quantized */
+    int bits, group;      /* quantized: 4 or 8 bits; group size along cols */
+    int64_t rows, cols;   /* logical shape [rows (out), cols (in)] */
+    const void *data;     /* [rows, cols] elements, or [rows, cols*bits/32] u32 */
+    const void *scales;   /* quantized: [rows, cols/group] of sdtype */
+    const void *biases;   /* quantized: [rows, cols/group] of sdtype */
+    ts_dtype sdtype;      /* F32, F16 or BF16 */
+    const uint8_t *packed; /* backend-prepared copy (CPU: cpu/pack.c), or NULL */
+    int act_digits;        /* packed products: the activations' precision,
+                              in int8 digits (1 = 8 bits, 2 = 16, 3 = 24);
+                              0 = TS_ACT_DIGITS_DEFAULT. */
+} ts_weight;
+#define TS_ACT_DIGITS_DEFAULT 3
+static inline int ts_act_digits(const ts_weight *w) { return w->act_digits ? w->act_digits : TS_ACT_DIGITS_DEFAULT; }
+/* Bytes the weight occupies in its file (data + scales + biases). */
+size_t ts_weight_bytes(const ts_weight *w);
+
+/* ---- memory ---- */
+/* Memory domains: ts_mem_domain of the public header (host, device, pinned
+ * host), so that the plan and the backends count in the same terms. */
+typedef ts_mem_domain ts_domain;
+
+/* A borrowed view of backend memory: f32 (or I32 ids) rows of `cols`
+ * elements, `ld` elements apart. Constructing and slicing a view is pointer
+ * arithmetic only. */
+typedef struct ts_view {
+    void *p;
+    ts_dtype dt;
+    int64_t rows, cols, ld;
+} ts_view;
+
+static inline ts_view tv_f32(float *p, int64_t rows, int64_t cols) { return (ts_view){p, TS_DTYPE_F32, rows, cols, cols}; }
+static inline ts_view tv_ld(float *p, int64_t rows, int64_t cols, int64_t ld) {
+    return (ts_view){p, TS_DTYPE_F32, rows, cols, ld};
+}
+/* rows [r0, r0 + n) of v */
+static inline ts_view tv_rows(ts_view v, int64_t r0, int64_t n) {
+    v.p = (char *)v.p + (size_t)r0 * (size_t)v.ld * ts_dtype_size(v.dt);
+    v.rows = n;
+    return v;
+}
+
+/* The execution mode, passed down explicitly (it used to be inferred by
+ * comparing function pointers). */
+typedef enum { TS_MODE_EXACT = 0, TS_MODE_PREFILL, TS_MODE_DRAFT } ts_mode;
+
+/* The per-pass values a captured graph reads (ts_be_step writes them). */
+typedef struct ts_step {
+    int32_t pos;     /* position of the first row */
+    int32_t n;       /* rows of the pass */
+    int32_t pend;    /* pending rows of a lazy rollback (GDN) */
+    int32_t record;  /* 1: a verify block records the GDN tape */
+    int32_t par_S;   /* parity of the GDN recurrent-state pair: live = S[par_S] */
+    int32_t par_conv;/* parity of the GDN conv-state pair */
+    int32_t half;    /* the tape half holding the last verify's prepared rows */
+} ts_step;
+
+typedef struct ts_backend ts_backend;
+typedef struct ts_stream ts_stream;
+typedef struct ts_backend_ops ts_backend_ops;
+
+struct ts_backend {
+    const ts_backend_ops *ops;
+    const char *name;   /* "cpu", "poison", "cuda" */
+    ts_domain dom;      /* where its allocations live */
+    void *impl;
+    void (*destroy)(ts_backend *be);
+};
+
+struct ts_stream {
+    ts_backend *be;
+    int err;            /* sticky: the first error, 0 if none */
+    char msg[256];
+    ts_step step;       /* the current pass (host copy; a device mirrors it) */
+    void *impl;
+};
+
+/* ---- fused-op arguments: device addresses computed by the caller ---- */
+
+/* Gated attention after the projections, rows [0, n) at positions pos..:
+ * per-head RMSNorm of q and k (1 + w weights), RoPE on the first rot dims,
+ * the rows' K/V appended to the cache, causal attention over the cache, the
+ * output gate sigmoid(gate) per element; out [n, nq*D]. */
+typedef struct ts_attn_args {
+    float *qg;                  /* [n, nq, 2D]: query | gate per head (normed and rotated in place) */
+    float *k, *v;               /* [n, nkv*D] the rows' projections (k normed and rotated in place) */
+    const float *q_norm, *k_norm; /* [D] 1 + w */
+    float *kc, *vc;             /* caches [ctx, nkv*D] */
+    float *att;                 /* scores scratch [att_rows, nq, att_len] */
+    int att_len, att_rows;
+    float *out;                 /* [n, nq*D] */
+    int n, nq, nkv, D, rot;
+    int pos;                    /* the backend's: it takes the position from the step record */
+    double theta;
+    float eps;
+    int mask;                   /* TS_MASK_CAUSAL (0); TS_MASK_BLOCK: a drafted block's rows see
+                                   the whole block (DFlash; a backend may answer TS_E_UNSUPPORTED) */
+} ts_attn_args;
+enum { TS_MASK_CAUSAL = 0, TS_MASK_BLOCK = 1 };
+
+/* A Gated DeltaNet layer after its projections (model-spec.md §2): the
+ * causal conv over the conv history and the rows, SiLU, l2 norms, gates,
+ * the delta rule per value head, then the gated RMSNorm; out [n, Vd].
+ * The state pairs are chosen by the step record's parities; a verify
+ * (step.record) snapshots the block start and tapes the rows; pending rows
+ * of a lazy rollback (step.pend) are applied first from the tape. The
+ * backend never changes a parity: the caller flips them after the pass by
+ * the rule ts_gdn_parity_after gives. */
+typedef struct ts_gdn_args {
+    const float *conv_w;   /* [K, C] tap-major */
+    const float *neg_A, *dt_bias; /* [Hv] */
+    const float *norm;     /* [dv] plain weight */
+    float *S[2];           /* [Hv, dk, dv] live/snapshot pair (S[1] NULL without a tape) */
+    float *conv[2];        /* [K-1, C] */
+    float *tape_qkv, *tape_a, *tape_b; /* [Rv, C], [Rv, Hv] x 2; NULL without a tape */
+    float *tape_prep;      /* [2, Rv, C] */
+    int Rv;
+    float *rows;           /* [cap, C] prepared rows of a pass (cap = Rv with a tape, else 1) */
+    int cap;
+    float *pf_conv, *pf_gate, *pf_chunk; /* chunked prefill scratch, NULL when rows come one at a time */
+    const float *qkv, *a, *b; /* [n, C], [n, Hv] x 2 (a, b at ld Hv) */
+    float *z;              /* [n, Vd] (overwritten) */
+    float *out;            /* [n, Vd] */
+    int n, Hk, Hv, dk, dv, K;
+    float eps;
+} ts_gdn_args;
+
+/* The parities after a GDN pass of step s (uniform over layers, so one rule
+ * for the whole forward): a verify that nothing precedes swaps both pairs
+ * (the block-start state becomes the snapshot without a copy); a token-path
+ * pass after a lazy rollback advances the snapshot buffer in place, which
+ * then becomes the live one. chunked: the pass ran the chunked prefill. */
+static inline void ts_gdn_parity_after(ts_step *s, int chunked) {
+    if (chunked) return;
+    if (s->record && !s->pend) { s->par_S ^= 1; s->par_conv ^= 1; }
+    else if (s->pend && !s->record) s->par_S ^= 1;
+}
+
+/* A MoE FFN over rows [0, n): router product, softmax over E experts in
+ * f32, top-k, optional renormalisation, the selected experts' SwiGLU
+ * through the expert table, the shared expert with its sigmoid gate; the
+ * sum into t [n, H]. */
+typedef struct ts_moe_args {
+    const ts_weight *router;            /* [E, H] */
+    const ts_weight *e_gate, *e_up, *e_down; /* E entries */
+    const ts_weight *s_gate, *s_up, *s_down, *s_gate_w;
+    const float *u;                     /* [n, H] */
+    float *t;                           /* [n, H] */
+    float *logits;                      /* [n, E] scratch */
+    float *acc;                         /* [2H] scratch */
+    float *b0, *b1, *b2;                /* [R, >= 2H], [R, F], [R, F] scratch */
+    int R, F;                           /* rows of the scratch, its row length (max FFN) */
+    int n, E, topk, norm_topk, H;
+} ts_moe_args;
+
+#define TS_LINEAR_MANY_MAX 32
+/* The chunked prefill's scratch geometry (the session allocates pf_chunk
+ * for the backend from these; the plan counts it). */
+#define TS_DELTA_CHUNK 64 /* rows per chunk of the chunked delta rule (prefill) */
+#define TS_DELTA_SLOTS 16 /* most work items (workspaces) of the chunked delta rule: min(Hv, this) */
+/* floats of one work item's workspace for chunks of L rows (cpu/prefill.c) */
+size_t ts_delta_chunk_ws(int L, int dk, int dv);
+
+struct ts_backend_ops {
+    /* memory (the domain is the backend's); zeroed */
+    void *(*alloc)(ts_backend *be, size_t bytes, ts_mem_cat cat);
+    void (*free)(ts_backend *be, void *p);
+    void (*write)(ts_stream *s, ts_view dst, const void *host);
+    void (*read)(ts_stream *s, void *host, ts_view src);
+    void (*copy)(ts_stream *s, ts_view dst, ts_view src);
+    void (*fill)(ts_stream *s, ts_view dst, float v);
+    /* Host-readable rows of v: v's own memory when the host can read it
+     * (CPU), else a copy in the stream's staging (valid until the next
+     * call). Sampling reads logits rows through it, explicitly. */
+    const float *(*host_rows)(ts_stream *s, ts_view v);
+    int (*sync)(ts_stream *s);
+
+    /* streams: one per session; rows/cols/group size the workspace */
+    int (*stream_new)(ts_backend *be, int rows, int64_t cols, int group, ts_stream **out);
+    void (*stream_free)(ts_stream *s);
+    /* the workspace bytes a stream of those sizes reserves (the plan) */
+    size_t (*workspace_bytes)(ts_backend *be, int rows, int64_t cols, int group);
+    /* Enter/leave the backend on the calling thread (CPU: denormals flushed,
+     * the engine's kernel mode); API entry points wrap their work in it. */
+    unsigned (*enter)(ts_stream *s);
+    void (*leave)(ts_stream *s, unsigned old);
+
+    /* weights, once at load: bytes of the prepared copy (0: read in place),
+     * and the preparation into dst (that many bytes) */
+    size_t (*weight_bytes)(ts_backend *be, const ts_weight *w);
+    void (*weight_prepare)(ts_backend *be, ts_weight *w, void *dst);
+
+    /* compute; rows in x, row-exact under TS_MODE_EXACT */
+    /* y[i] = x . w[i]^T for nw weights with the same cols (one region) */
+    void (*linear)(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const float *x, float *const *y, int n);
+    /* x row i (ld ldx) = embedding row ids[i] (ids: device or host-visible) */
+    void (*embed)(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, float *x, size_t ldx, int n);
+    /* rows i < n: x_i += add_i (add may be NULL); then (w not NULL)
+     * y_i = x_i * rsqrt(mean(x_i^2) + eps) * w; ld* in floats */
+    void (*norm)(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, const float *w, float *y, size_t ldy,
+                 int n, int dim, float eps);
+    /* g = silu(g) * u over N elements */
+    void (*swiglu)(ts_stream *s, ts_mode m, float *g, const float *u, size_t N);
+    void (*attn)(ts_stream *s, ts_mode m, const ts_attn_args *a);
+    void (*gdn)(ts_stream *s, ts_mode m, const ts_gdn_args *a);
+    /* a lazy rollback's pending rows (step.pend) applied to the live state */
+    void (*gdn_materialize)(ts_stream *s, const ts_gdn_args *a);
+    void (*moe)(ts_stream *s, ts_mode m, const ts_moe_args *a);
+    /* For n rows of logits (K of the row's cols considered): ids[i] = the
+     * first index of the row's largest value (NaN never wins), read back to
+     * the host; prob (if not NULL) = 1 / sum_k e^(x_k - x_max), the
+     * winner's softmax probability. */
+    void (*argmax)(ts_stream *s, ts_view logits, int K, int32_t *ids, float *prob);
+
+    /* graph capture (NULL: not supported; callers then just run the ops) */
+    int (*graph_begin)(ts_stream *s, uint32_t key);
+    int (*graph_end)(ts_stream *s, uint32_t key);
+    int (*graph_launch)(ts_stream *s, uint32_t key);
+};
+
+/* ---- the backends ---- */
+typedef struct ts_backend_params {
+    int n_threads;        /* 0 = all cores */
+    const char *kernels;  /* CPU kernel mode name (NULL: TS_KERNELS / the process default) */
+} ts_backend_params;
+int ts_cpu_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *err);
+static inline void ts_backend_free(ts_backend *be) {
+    if (be) be->destroy(be);
+}
+
+/* ---- thin helpers (no work of their own) ---- */
+static inline void ts_be_fail(ts_stream *s, int code, const char *what) {
+    if (!s->err) {
+        s->err = code;
+        snprintf(s->msg, sizeof s->msg, "%s", what);
+    }
+}
+/* The first error since the last sync (0 if none), into err. */
+static inline int ts_be_sync(ts_stream *s, ts_error *err) {
+    int rc = s->be->ops->sync(s);
+    if (rc && err) ts_fail(err, rc, "backend %s: %s", s->be->name, s->msg);
+    return rc;
+}
+static inline void ts_be_copy(ts_stream *s, float *dst, const float *src, size_t n) {
+    s->be->ops->copy(s, tv_f32(dst, 1, (int64_t)n), tv_f32((float *)src, 1, (int64_t)n));
+}
+static inline void ts_be_fill(ts_stream *s, float *dst, size_t n, float v) {
+    s->be->ops->fill(s, tv_f32(dst, 1, (int64_t)n), v);
+}
+static inline void ts_be_read(ts_stream *s, void *host, const float *src, size_t n) {
+    s->be->ops->read(s, host, tv_f32((float *)src, 1, (int64_t)n));
+}
+static inline const float *ts_be_host(ts_stream *s, const float *src, size_t n) {
+    return s->be->ops->host_rows(s, tv_f32((float *)src, 1, (int64_t)n));
+}
+
+#endif

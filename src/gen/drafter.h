@@ -1,0 +1,67 @@
+/* drafter.h: what the speculative loop (spec.c) asks of a drafter.
+ *
+ * Owns: the interface (sizes, prompt catch-up, propose, on_accept) and the
+ * MTP drafter's state (mtp_draft.c). Does not own: verification,
+ * acceptance and rollback (spec.c), the forward passes (model/).
+ *
+ * The loop: after each prompt chunk the target fed, `prompt` lets the
+ * drafter catch up on those rows (MTP: runs its head over every row whose
+ * next token is known); `start` gives it the first generated token;
+ * `propose` drafts up to m tokens after the last emitted one; after the
+ * verify block at position pos_blk keeps tokens out[0..keep), `on_accept`
+ * tells it which rows became real. A drafter never changes the output: its
+ * drafts are verified; it only moves how many rows a verify has.
+ *
+ * Ready for DFlash: a drafter declares the target layers whose hidden
+ * states it reads (taps: the target's forward copies those layers' outputs
+ * for it; MTP taps only the final hidden, which every forward leaves in
+ * sc.hidden) and drafts a whole block in one pass of its own (its attention
+ * over the target's context K/V with a block mask: ts_attn_args gains the
+ * mask kind then; the CPU backend implements the causal one today).
+ */
+#ifndef TS_DRAFTER_H
+#define TS_DRAFTER_H
+
+#include "engine/engine.h"
+
+typedef struct ts_drafter ts_drafter;
+
+typedef struct ts_drafter_ops {
+    const char *name;
+    /* the target just fed prompt rows toks[0..k) (hiddens in sc.hidden) */
+    int (*prompt)(ts_drafter *d, const int32_t *toks, int k);
+    /* the first generated token, from the prompt's logits */
+    void (*start)(ts_drafter *d, int32_t last);
+    /* up to m drafts following the last emitted token into out[0..);
+     * returns how many (0..m), or a negative error (the stream's) */
+    int (*propose)(ts_drafter *d, int m, int32_t *out);
+    /* the verify block at pos_blk kept tokens out[0..keep) */
+    void (*on_accept)(ts_drafter *d, const int32_t *out, int keep, int pos_blk);
+} ts_drafter_ops;
+
+struct ts_drafter {
+    const ts_drafter_ops *ops;
+    ts_session *s;
+    int max_draft;          /* sizes: the most drafts per block */
+    int n_taps;             /* target layers it reads (MTP: 0, the final hidden only) */
+    const int *tap_layers;
+    /* this generation's drafting parameters */
+    ts_sampler *smp;        /* NULL: greedy drafts */
+    int K;                  /* drafting vocabulary: ids [0, K) */
+    float p_min;            /* confidence floor (gen params draft_p_min) */
+};
+
+/* The MTP drafter: the model's own multi-token-prediction head. */
+typedef struct ts_mtp_drafter {
+    ts_drafter base;
+    /* real MTP rows waiting: tokens rtok[0..nr), hiddens rhid, from position rpos */
+    int32_t rtok[TS_SPEC_MAX_DRAFT + 1];
+    int nr, rpos;
+    const float *rhid;
+    int have_pend;          /* prompt: the last row, whose next token is not known yet, waits in mtp_hid[0] */
+    int p0;                 /* prompt: the MTP position of the next catch-up row */
+} ts_mtp_drafter;
+
+ts_drafter *ts_mtp_drafter_init(ts_mtp_drafter *md, ts_session *s, ts_sampler *smp, int K, float p_min);
+
+#endif
