@@ -159,7 +159,7 @@ TS_TEST(plan, cli) {
         {"-m tests/fixtures/tiny-dense --install x", "go with --shape"},
         {"-m tests/fixtures/tiny-dense --shape tests/fixtures/quant/tiny-shape.json", "not both"},
         {"--shape tests/fixtures/quant/bad-heads.json", "bad-heads.json"},
-        {"--ctx x", "not a count"},
+        {"--ctx x", "bad value 'x' for --ctx"},
         {"--frobnicate", "unknown argument"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
