@@ -39,6 +39,10 @@ struct ts_reply {
     int strip_lead;      /* drop leading newlines of the next text in this state */
     ts_text hold;        /* bytes not yet given to a channel */
     ts_text ws_before;   /* whitespace dropped before "<tool_call>" (restored if parsing fails) */
+    size_t ws_held;      /* the first ws_held bytes of hold are whitespace, already scanned. Every
+                            tag starts with '<', so no tag starts there and the scans of the next
+                            push resume past them: a long whitespace run (held until the next other
+                            byte decides where it belongs) then costs O(1) per push, not O(run). */
     cJSON *tools;        /* the request's tool schemas, or NULL */
 };
 
@@ -69,6 +73,7 @@ static int text_add(ts_text *s, const char *p, size_t n) {
  * first token that is a stop id), so n == 0 must not touch it. */
 static void hold_drop(ts_reply *r, size_t n) {
     if (!n || !r->hold.s) return;
+    r->ws_held = r->ws_held > n ? r->ws_held - n : 0;
     memmove(r->hold.s, r->hold.s + n, r->hold.len - n);
     r->hold.len -= n;
     r->hold.s[r->hold.len] = 0;
@@ -130,7 +135,7 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
         char *s = r->hold.s;
         size_t n = r->hold.len;
         if (r->state == R_START) {
-            size_t w = 0;
+            size_t w = r->ws_held;
             while (w < n && is_ws(s[w])) w++;
             size_t k = sizeof T_THINK - 1;
             if (n - w >= k && !memcmp(s + w, T_THINK, k)) {
@@ -139,7 +144,10 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
                 r->strip_lead = 1;
                 continue;
             }
-            if (!final && (n - w < k && !memcmp(s + w, T_THINK, n - w))) return 0; /* maybe "<think>" */
+            if (!final && (n - w < k && !memcmp(s + w, T_THINK, n - w))) { /* maybe "<think>" */
+                r->ws_held = w;
+                return 0;
+            }
             r->state = R_CONTENT;
             continue;
         }
@@ -155,10 +163,12 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
             r->strip_lead = 0;
         }
         const char *tag = reasoning_state ? T_END_THINK : T_CALL;
-        const char *at = find(s, n, tag);
+        const size_t lo = r->ws_held; /* [0, lo) is whitespace: no tag starts there */
+        const char *at = find(s + lo, n - lo, tag);
         if (at) {
             size_t m = (size_t)(at - s), e = m;
-            while (e && is_ws(s[e - 1])) e--; /* layout whitespace before the tag */
+            while (e > lo && is_ws(s[e - 1])) e--; /* layout whitespace before the tag */
+            if (e == lo) e = 0;
             if (text_add(ch, s, e)) return TS_E_NOMEM;
             if (reasoning_state) {
                 hold_drop(r, m + sizeof T_END_THINK - 1);
@@ -174,10 +184,13 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
         }
         size_t keep = final ? 0 : partial_tag(s, n, tag);
         size_t e = n - keep;
-        if (!final)
-            while (e && is_ws(s[e - 1])) e--;
+        if (!final) {
+            while (e > lo && is_ws(s[e - 1])) e--;
+            if (e == lo) e = 0;
+        }
         if (text_add(ch, s, e)) return TS_E_NOMEM;
         hold_drop(r, e);
+        r->ws_held = n - keep - e; /* what stays before the partial tag is whitespace */
         return 0;
     }
 }
@@ -362,6 +375,7 @@ int ts_reply_finish(ts_reply *r, ts_text *reasoning, ts_text *content, char **to
             return ts_fail(err, TS_E_NOMEM, "out of memory");
     }
     r->hold.len = 0;
+    r->ws_held = 0;
     r->state = R_CONTENT;
     return 0;
 }
