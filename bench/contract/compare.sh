@@ -1,6 +1,6 @@
 #!/bin/sh
 # compare.sh: bit-identity of this tree against a build of the commit before
-# the backend refactor (default /work/base, commit cde7cb6, already built).
+# the backend refactor (default ../base beside the repository: `git worktree add ../base cde7cb6 && make -C ../base -j2`).
 # For every fixture model in tests/fixtures/ and models/default, at 8 and 24
 # bit activations, bench/contract/dump.c (public API only) is built against
 # both libraries and writes prefill logits and hiddens (one chunk; chunks of
@@ -11,7 +11,7 @@
 # --spec mtp --draft 1..8, outputs compared with cmp.
 # usage: bench/contract/compare.sh [BASE_DIR]   (run from the repository root)
 set -e
-BASE=${1:-/work/base}
+BASE=${1:-../base}
 NEW=$(pwd)
 T=$(mktemp -d)
 LIBS="-lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lreadline -lm -lpthread"
