@@ -33,14 +33,18 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *c
 
 static void fail(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void fail(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...) {
+static void vfail(srv_err *e, int status, const char *param, const char *code, const char *fmt, va_list ap) {
     e->status = status;
     e->type = status >= 500 ? "server_error" : "invalid_request_error";
     e->param = param;
     e->code = code;
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+}
+
+static void fail(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    vfail(e, status, param, code, fmt, ap);
     va_end(ap);
 }
 
@@ -341,13 +345,9 @@ static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "best_of", "su
 static int unsupported(srv_err *e, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int unsupported(srv_err *e, const char *param, const char *code, const char *fmt, ...) {
-    e->status = 400;
-    e->type = "invalid_request_error";
-    e->param = param;
-    e->code = code;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    vfail(e, 400, param, code, fmt, ap);
     va_end(ap);
     return -1;
 }
