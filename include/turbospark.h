@@ -71,6 +71,11 @@ typedef struct ts_engine_params {
     const char *kernels; /* CPU kernel mode of this engine ("auto", "avx512",
                             "avx2", "generic", "ref"); NULL = the process
                             default (TS_KERNELS, ts_kernels_select) */
+    int dflash;     /* 1: also load the DFlash block drafter (issue 19):
+                       from drafter_dir, else the checkpoint's dflash/
+                       subfolder; an error when there is none */
+    const char *drafter_dir; /* the drafter's directory (its config.json and
+                                safetensors); NULL: DIR/dflash */
 } ts_engine_params;
 #define TS_ACT_BITS_DEFAULT 8
 
@@ -89,6 +94,10 @@ typedef struct ts_model_info {
     int n_eos;
     int quant_bits;           /* 0 = bf16/f16/f32 weights, else 4 or 8 */
     uint64_t weight_bytes;    /* bytes of weights the model reads */
+    int has_dflash;           /* a DFlash drafter is loaded (engine params dflash) */
+    int dflash_block;         /* its trained block size (config block_size) */
+    int dflash_layers;        /* its decoder layers */
+    int dflash_taps;          /* target layers whose hidden states it reads */
 } ts_model_info;
 
 TS_API void ts_engine_params_default(ts_engine_params *p);
@@ -112,6 +121,11 @@ typedef struct ts_session_params {
     int checkpoint;   /* 1: room to save the timeline's state once
                          (ts_session_save / ts_session_restore): a copy of
                          every GDN layer's conv and recurrent state. */
+    int dflash_block; /* B in 2..TS_DFLASH_MAX_BLOCK: buffers for DFlash
+                         drafting of blocks of B rows (B-1 drafts; the
+                         engine must have its drafter): the verify buffers
+                         of B rows, the drafter's context K/V cache, the
+                         hidden-state taps and its scratch. 0: none. */
 } ts_session_params;
 
 TS_API void ts_session_params_default(ts_session_params *p);
@@ -190,6 +204,11 @@ typedef struct ts_gen_params {
                                  rows each verify has. */
     const int32_t *stop_ids;  /* generation ends after emitting one of these */
     int n_stop;
+    int dflash_block;         /* B > 0: DFlash drafting instead of MTP, blocks of
+                                 B rows ([last token, B-1 masks] drafted in one
+                                 pass, verified at once; 2..16, at most the
+                                 session's dflash_block); spec_draft is then
+                                 ignored. draft_vocab applies as for MTP. */
 } ts_gen_params;
 
 typedef struct ts_gen_stats {
@@ -236,6 +255,7 @@ TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidde
  * exactly this. */
 
 #define TS_SPEC_MAX_DRAFT 8
+#define TS_DFLASH_MAX_BLOCK 16 /* DFlash: rows of a drafted block, the verify block's too */
 
 /* Memory categories: the one definition, used by the counted allocator
  * (src/util/util.c), the plan and its callers. */
@@ -281,6 +301,7 @@ typedef struct ts_mem_plan {
     uint64_t engine_bytes, session_bytes, total_bytes;
     uint64_t drafter_bytes;           /* the part that exists only because of spec_draft */
     int n_ctx, max_rows, spec_draft;  /* the normalised session parameters */
+    int dflash_block;                 /* DFlash block rows (0: none) */
     int n_items;
     ts_mem_plan_item items[64];
 } ts_mem_plan;
@@ -288,6 +309,12 @@ typedef struct ts_mem_plan {
 /* The plan of the install in dir: config.json and the safetensors headers
  * only (no tensor data is read). */
 TS_API int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
+/* The same with the DFlash drafter of drafter_dir (NULL: dir/dflash), which
+ * session params dflash_block > 0 needs: its weights join the engine part,
+ * its buffers the session's (ts_mem_plan_dir plans dflash_block > 0 with
+ * dir/dflash). */
+TS_API int ts_mem_plan_dir_dflash(const char *dir, const char *drafter_dir, const ts_session_params *sp,
+                                  ts_mem_plan *plan, ts_error *err);
 /* The plan of a released size without any checkpoint: the install that
  * `turbospark synth --shape SHAPE --bits BITS --group GROUP` (or `convert`
  * of the real checkpoint) writes, opened from install_dir (the directory

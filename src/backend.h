@@ -153,6 +153,16 @@ typedef struct ts_attn_args {
     float eps;
     int mask;                   /* TS_MASK_CAUSAL (0); TS_MASK_BLOCK: a drafted block's rows see
                                    the whole block (DFlash; a backend may answer TS_E_UNSUPPORTED) */
+    /* TS_MASK_BLOCK only (DFlash's draft layers): rows [0, n_kv) are context
+     * rows: their K/V are normed, rotated and appended at pos.., and they
+     * have no query; rows [n_kv, n) are the block: queries qg [n - n_kv, ...]
+     * and out [n - n_kv, nq*D] count from the block's first row, and every
+     * block row attends to cache rows [0, pos + n) (context and the whole
+     * block, no causal mask inside it). n_kv = n: append only. */
+    int n_kv;
+    int no_gate;                /* 1: no output gate (Qwen3-style layers): qg rows hold queries only,
+                                   [rows, nq, D] (the norms multiply by q_norm/k_norm as stored
+                                   in either case: 1 + w for Qwen3.5, w for Qwen3) */
 } ts_attn_args;
 enum { TS_MASK_CAUSAL = 0, TS_MASK_BLOCK = 1 };
 

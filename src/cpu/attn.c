@@ -119,15 +119,64 @@ static void attn_rows_item(void *ctx, int it, int n_items) {
         }
 }
 
+/* The block mask (DFlash's draft layers, backend.h): one query head over
+ * every row of the block; each row sees the same T = pos + n cache rows. */
+static void attn_block_head(void *ctx, int h, int nh) {
+    const ts_attn_args *a = ctx;
+    const int D = a->D, grp = a->nq / a->nkv, kh = h / grp, qdim = a->nq * D, kvdim = a->nkv * D;
+    const int qw = a->no_gate ? D : 2 * D, T = a->pos + a->n;
+    (void)nh;
+    float *att = a->att + (size_t)h * a->att_len;
+    for (int j = 0; j < a->n - a->n_kv; j++) {
+        const float *q = a->qg + ((size_t)j * a->nq + h) * qw;
+        float *o = a->out + (size_t)j * qdim + (size_t)h * D;
+        ts_attn_row(q, a->kc + (size_t)kh * D, a->vc + (size_t)kh * D, kvdim, T, D, 1.0f / sqrtf((float)D), att, o);
+        if (!a->no_gate)
+            for (int d = 0; d < D; d++) o[d] *= ts_sigmoid(q[D + d]);
+    }
+}
+
+/* Context rows [0, n_kv): K normed and rotated, K/V appended; block rows
+ * [n_kv, n): also the query normed and rotated at its own position, then
+ * attention without a causal mask inside the block. Token-path norms
+ * (the drafts are verified: any rounding is correct, this one is the
+ * decode path's). Scores: a->att holds one row of att_len per query head. */
+static void attn_block_mask(const ts_cpu_ctx *cx, const ts_attn_args *a) {
+    const int D = a->D, nq = a->nq, nkv = a->nkv, kvdim = nkv * D, n = a->n, pos = a->pos;
+    const int qw = a->no_gate ? D : 2 * D;
+    for (int i = 0; i < n; i++) {
+        float *ki = a->k + (size_t)i * kvdim;
+        float *qi = i >= a->n_kv ? a->qg + (size_t)(i - a->n_kv) * nq * qw : NULL;
+        if (qi)
+            for (int h = 0; h < nq; h++) ts_rmsnorm1p(qi + (size_t)h * qw, a->q_norm, qi + (size_t)h * qw, 1, D, a->eps);
+        ts_rmsnorm1p(ki, a->k_norm, ki, nkv, D, a->eps);
+        rope_row(qi ? qi : ki, qi ? nq : 0, (size_t)qw, ki, nkv, (size_t)D, a->rot, pos + i, a->theta);
+        memcpy(a->kc + (size_t)(pos + i) * kvdim, ki, sizeof(float) * kvdim);
+        memcpy(a->vc + (size_t)(pos + i) * kvdim, a->v + (size_t)i * kvdim, sizeof(float) * kvdim);
+    }
+    if (a->n_kv >= n) return;
+    if ((double)(pos + n) * D * nq * (n - a->n_kv) >= 262144.0) ts_cpu_parallel_for(cx, nq, attn_block_head, (void *)a);
+    else
+        for (int h = 0; h < nq; h++) attn_block_head((void *)a, h, nq);
+}
+
 void ts_cpu_attn(ts_stream *s, ts_mode m, const ts_attn_args *args) {
     const ts_cpu_ctx *cx = ts_cpu_stream_ctx(s);
-    if (args->mask != TS_MASK_CAUSAL) {
-        ts_be_fail(s, TS_E_UNSUPPORTED, "the CPU attention has no block mask yet");
-        return;
-    }
     ts_attn_args a_pos = *args;
     a_pos.pos = s->step.pos; /* per-token values come from the step record */
     const ts_attn_args *a = &a_pos;
+    if (args->mask == TS_MASK_BLOCK) {
+        if (a->n_kv < 0 || a->n_kv > a->n || a->pos + a->n > a->att_len) {
+            ts_be_fail(s, TS_E_ARG, "block-mask attention: bad context rows or scores scratch too short");
+            return;
+        }
+        attn_block_mask(cx, a);
+        return;
+    }
+    if (args->mask != TS_MASK_CAUSAL || args->no_gate) {
+        ts_be_fail(s, TS_E_UNSUPPORTED, "the CPU attention knows the causal (gated) and the block masks only");
+        return;
+    }
     const int D = a->D, nq = a->nq, nkv = a->nkv, kvdim = nkv * D, n = a->n, pos = a->pos;
     if (m == TS_MODE_PREFILL && n > 1) {
         attn_prefill(cx, a);

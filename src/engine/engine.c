@@ -15,6 +15,7 @@ void ts_engine_params_default(ts_engine_params *p) {
 
 void ts_engine_close(ts_engine *e) {
     if (!e) return;
+    ts_dflash_free(e->dflash);
     ts_model_free(&e->model);
     ts_backend_free(e->be);
     ts_st_close(e->st);
@@ -48,6 +49,17 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
         else if (ts_model_set_act_digits(&e->model, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8))
             rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     }
+    /* The DFlash drafter: a released drafter is its own repository (z-lab's
+     * Qwen3-8B-DFlash-b16 beside Qwen/Qwen3-8B), hence --drafter DIR; the
+     * bundled default model carries its trained one in dflash/, so that
+     * `--spec dflash` needs nothing else. */
+    if (!rc && e->params.dflash) {
+        char ddir[4096];
+        if (e->params.drafter_dir && *e->params.drafter_dir) snprintf(ddir, sizeof ddir, "%s", e->params.drafter_dir);
+        else ts_path_join(ddir, sizeof ddir, dir, "dflash");
+        rc = ts_dflash_open(ddir, &e->model.cfg, e->be, 0, NULL, NULL, &e->dflash, err);
+        if (!rc) ts_dflash_set_act_digits(e->dflash, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8);
+    }
     if (rc) { ts_engine_close(e); return rc; }
     if (e->params.verbose) {
         int unused = 0;
@@ -76,6 +88,12 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     for (int i = 0; i < c->n_eos; i++) in->eos_ids[i] = c->eos[i];
     in->quant_bits = c->q_bits;
     in->weight_bytes = e->model.weight_bytes;
+    if (e->dflash) {
+        in->has_dflash = 1;
+        in->dflash_block = e->dflash->cfg.block;
+        in->dflash_layers = e->dflash->cfg.n_layers;
+        in->dflash_taps = e->dflash->cfg.n_taps;
+    }
     *out = e;
     return 0;
 }

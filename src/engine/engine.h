@@ -3,6 +3,7 @@
 #ifndef TS_ENGINE_H
 #define TS_ENGINE_H
 
+#include "model/dflash.h"
 #include "model/model.h"
 
 struct ts_engine {
@@ -12,6 +13,7 @@ struct ts_engine {
     ts_model model;
     ts_model_info info;
     ts_engine_params params;
+    ts_dflash *dflash;  /* the DFlash drafter (params.dflash), else NULL */
 };
 
 struct ts_session {
@@ -35,6 +37,9 @@ struct ts_session {
      * fixtures, whose MTP heads rarely agree with their targets */
     void (*test_drafts)(void *user, int pos, int m, int32_t *d);
     void *test_user;
+    /* DFlash drafting (params.dflash_block > 0), else zeroed */
+    ts_dflash_state df;
+    float *df_taps;     /* [R, n_taps*H]: the target's taps of a pass (st.tap_out while drafting) */
 };
 
 /* Rows of the next prefill chunk for n tokens at the session's position: at

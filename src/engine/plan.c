@@ -33,6 +33,11 @@
 #include "engine/plan.h"
 #include "quant/quant.h"
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *o, ts_error *err) {
+    return ts_sess_plan_make_df(c, has_mtp, NULL, p, o, err);
+}
+
+int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *dc, const ts_session_params *p,
+                         ts_sess_plan *o, ts_error *err) {
     memset(o, 0, sizeof *o);
     ts_session_params sp;
     if (p) sp = *p;
@@ -44,6 +49,10 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     if (sp.spec_draft < 0 || sp.spec_draft > TS_SPEC_MAX_DRAFT)
         return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", sp.spec_draft, TS_SPEC_MAX_DRAFT);
     if (sp.spec_draft) sp.mtp = 1;
+    if (sp.dflash_block && (sp.dflash_block < 2 || sp.dflash_block > TS_DFLASH_MAX_BLOCK))
+        return ts_fail(err, TS_E_ARG, "DFlash block of %d rows is outside 2..%d", sp.dflash_block, TS_DFLASH_MAX_BLOCK);
+    if (sp.dflash_block && !dc)
+        return ts_fail(err, TS_E_UNSUPPORTED, "DFlash drafting needs the engine's DFlash drafter (engine params dflash)");
     if (sp.checkpoint != 0 && sp.checkpoint != 1)
         return ts_fail(err, TS_E_ARG, "checkpoint %d: use 0 or 1", sp.checkpoint);
     if (sp.mtp && !has_mtp)
@@ -53,7 +62,9 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     const size_t H = c->H, D = c->head_dim, kvdim = (size_t)c->nkv * D, qdim = (size_t)c->nq * D;
     const size_t Kd = (size_t)c->Hk * c->dk, Vd = (size_t)c->Hv * c->dv, C = 2 * Kd + Vd;
     const size_t max_ffn = c->is_moe ? (size_t)TS_MAX(c->Im, c->Is) : (size_t)c->I;
-    o->Rv = sp.spec_draft ? sp.spec_draft + 1 : 0;
+    /* verify rows: the longer of an MTP block and a DFlash block */
+    const int M = TS_MAX(sp.spec_draft, sp.dflash_block ? sp.dflash_block - 1 : 0);
+    o->Rv = M ? M + 1 : 0;
     o->R = TS_MAX(sp.max_rows, o->Rv);
     const size_t R = o->R;
     for (int i = 0; i < c->n_layers; i++) {
@@ -76,7 +87,7 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     o->small = R * (2 * (size_t)c->Hv + (size_t)c->E);
     /* one row of scores per query head (heads run in parallel) and per row of
      * a verify block (its rows share each read of the KV cache) */
-    o->att_rows = sp.spec_draft ? o->Rv : 1;
+    o->att_rows = M ? o->Rv : 1;
     o->att = (size_t)o->att_len * (size_t)c->nq * (size_t)o->att_rows;
     o->rowtmp = C;
     o->moe_acc = 2 * H;
@@ -90,8 +101,8 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
         o->pf_chunk = (size_t)TS_MIN(c->Hv, TS_DELTA_SLOTS) * ts_delta_chunk_ws((int)CH, c->dk, c->dv);
     }
     if (sp.mtp) o->mtp_kv = (size_t)o->mtp_ctx * kvdim;
-    if (sp.spec_draft) {
-        o->mtp_hid = R * H;
+    if (M) {
+        o->mtp_hid = sp.spec_draft ? R * H : 0;
         o->tape_qkv = (size_t)o->Rv * C;
         o->tape_ab = (size_t)o->Rv * c->Hv;
         o->snap_conv = o->gdn_conv;
@@ -99,7 +110,21 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
         o->tape_prep = 2 * (size_t)o->Rv * C;
         o->gdn_rows = o->n_gdn ? (size_t)o->Rv * C : 0;
         o->vlogits = (size_t)o->Rv * c->vocab;
-        o->dprobs = (size_t)sp.spec_draft * c->vocab;
+        o->dprobs = (size_t)M * c->vocab;
+    }
+    if (sp.dflash_block) {
+        const size_t B = (size_t)sp.dflash_block, dq = (size_t)dc->nq * dc->D, dkv = (size_t)dc->nkv * dc->D;
+        o->df_layers = dc->n_layers;
+        o->df_ctx = sp.n_ctx + TS_DFLASH_MAX_BLOCK; /* a block's rows may lie past the context */
+        o->df_kv = (size_t)o->df_ctx * dkv;
+        o->df_taps = R * (size_t)dc->n_taps * H;
+        o->df_feat = R * H;
+        o->df_x = B * H;
+        o->df_q = B * dq;
+        o->df_k = R * dkv;
+        o->df_ffn = B * (size_t)dc->I;
+        o->df_att = (size_t)dc->nq * o->df_ctx;
+        o->df_cols = ts_dflash_max_cols(dc);
     }
     return 0;
 }
@@ -119,6 +144,11 @@ size_t ts_plan_workspace(ts_backend *be, const ts_config *c, int has_mtp, int ro
     /* the backend's own answer for a stream of `rows` rows (session.c's
      * stream_new reserves exactly this) */
     return be->ops->workspace_bytes(be, rows, ts_plan_max_cols(c, has_mtp), c->q_bits ? c->q_group : 0);
+}
+
+int64_t ts_plan_stream_cols(const ts_config *c, int has_mtp, const ts_sess_plan *s) {
+    int64_t m = ts_plan_max_cols(c, has_mtp);
+    return s->df_cols > m ? s->df_cols : m;
 }
 
 /* ---- the public plan ---- */
@@ -157,6 +187,10 @@ static void add(ts_mem_plan *pl, const char *name, ts_mem_cat cat, ts_mem_domain
 static void from_binder(void *user, const char *what, ts_mem_cat cat, ts_mem_domain dom, int backend, uint64_t bytes) {
     add(user, what, cat, dom, 1, 0, backend, 1, bytes);
 }
+/* the DFlash drafter's heap: the engine's, and there only for drafting */
+static void from_drafter(void *user, const char *what, ts_mem_cat cat, ts_mem_domain dom, int backend, uint64_t bytes) {
+    add(user, what, cat, dom, 1, 1, backend, 1, bytes);
+}
 
 /* Bytes per category that `open` allocated in the host heap and kept. */
 typedef struct heap_mark { size_t at[TS_MEM_N]; } heap_mark;
@@ -166,7 +200,7 @@ static void mark(heap_mark *m) {
 
 /* The plan of config c over the tensor set st of install dir; index holds
  * the heap bytes the set itself took (by category). */
-static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const heap_mark *index,
+static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_st_set *st, const heap_mark *index,
                      const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
     for (int i = 0; i < st->n_tensors; i++)
         if (strncmp(st->tensors[i].name, "model.visual.", 13)) pl->mapped_bytes += st->tensors[i].nbytes;
@@ -189,19 +223,34 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     }
     pl->mapped_kept_bytes = pl->mapped_bytes - dropped;
 
+    /* the DFlash drafter, when the session drafts with it: its binder run dry */
+    ts_dflash_cfg dcfg, *dc = NULL;
+    if (sp && sp->dflash_block) {
+        char dd[4096];
+        if (ddir && *ddir) snprintf(dd, sizeof dd, "%s", ddir);
+        else ts_path_join(dd, sizeof dd, dir, "dflash");
+        ts_dflash *none = NULL;
+        if ((rc = ts_dflash_config_load(dd, c, &dcfg, err)) ||
+            (rc = ts_dflash_open(dd, c, be, 1, from_drafter, pl, &none, err))) {
+            ts_backend_free(be);
+            return rc;
+        }
+        dc = &dcfg;
+    }
     ts_sess_plan s;
-    if ((rc = ts_sess_plan_make(c, has_mtp, sp, &s, err))) {
+    if ((rc = ts_sess_plan_make_df(c, has_mtp, dc, sp, &s, err))) {
         ts_backend_free(be);
         return ts_fail_prefix(err, "%s", dir);
     }
     pl->n_ctx = s.p.n_ctx;
     pl->max_rows = s.p.max_rows;
     pl->spec_draft = s.p.spec_draft;
+    pl->dflash_block = s.p.dflash_block;
     const uint64_t F = sizeof(float), L = (uint64_t)c->n_layers;
     const ts_mem_domain HOST = TS_DOM_HOST;
 
     /* session (session.c allocates each buffer below from s) */
-    int spec = s.p.spec_draft > 0;
+    int spec = s.Rv > 0, mspec = s.p.spec_draft > 0;
     uint64_t nf = s.n_full, ng = s.n_gdn;
 #define S(name, cat, drafter, count, bytes) add(pl, name, cat, HOST, 0, drafter, 0, count, bytes)
     S("session object", TS_MEM_MISC, 0, 1, sizeof(ts_session));
@@ -213,7 +262,7 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     S("checkpoint: a saved copy of the GDN states", TS_MEM_GDN, 0, 1, F * s.ckpt);
     /* the MTP cache exists with params.mtp alone (ts_session_mtp); with
      * drafting it is part of the drafter */
-    S("MTP KV cache", TS_MEM_MTP, spec, 2, F * 2 * s.mtp_kv);
+    S("MTP KV cache", TS_MEM_MTP, mspec, 2, F * 2 * s.mtp_kv);
     S("MTP input/output hiddens", TS_MEM_MTP, 1, 1, F * s.mtp_hid);
     S("verify: GDN tape (qkv rows)", TS_MEM_SPEC, 1, ng, F * ng * s.tape_qkv);
     S("verify: GDN tape (a, b rows)", TS_MEM_SPEC, 1, 2 * ng, F * ng * 2 * s.tape_ab);
@@ -222,6 +271,13 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     S("verify: GDN tape (prepared rows, two blocks)", TS_MEM_SPEC, 1, ng, F * ng * s.tape_prep);
     S("verify: prepared GDN rows of a pass", TS_MEM_SPEC, 1, 1, F * s.gdn_rows);
     S("draft distributions", TS_MEM_SPEC, 1, 1, F * s.dprobs);
+    /* DFlash (session.c: ts_dflash_state and the taps) */
+    const uint64_t dl = (uint64_t)s.df_layers;
+    S("DFlash: per-layer layer descriptors of the context cache", TS_MEM_MISC, 1, dl ? 1 : 0, dl * sizeof(ts_kv));
+    S("DFlash: context K/V cache (every draft layer)", TS_MEM_SPEC, 1, 2 * dl, F * 2 * dl * s.df_kv);
+    S("DFlash: target hidden-state taps of a pass", TS_MEM_SPEC, 1, 1, F * s.df_taps);
+    S("DFlash: context features, block rows, scores", TS_MEM_SPEC, 1, 11,
+      F * (s.df_feat + 3 * s.df_x + 2 * s.df_q + 2 * s.df_k + 2 * s.df_ffn + s.df_att));
     /* activations scale with the rows in flight: max_rows, or the verify
      * block when that is larger (the excess belongs to the drafter) */
     uint64_t rows = F * (s.x + s.u + s.t + s.hidden + s.big0 + s.big1 + s.big2 + s.small);
@@ -229,7 +285,7 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     S("activations (rows in flight)", TS_MEM_SCRATCH, 0, 8, rows_chunk);
     S("activations: verify rows beyond max_rows", TS_MEM_SCRATCH, 1, 8, rows - rows_chunk);
     S("attention scores (one row per query head)", TS_MEM_SCRATCH, 0, 1, F * (uint64_t)s.p.n_ctx * c->nq);
-    S("attention scores, MTP rows past the context", TS_MEM_SCRATCH, spec, 1, F * (uint64_t)(s.att_len - s.p.n_ctx) * c->nq);
+    S("attention scores, MTP rows past the context", TS_MEM_SCRATCH, mspec, 1, F * (uint64_t)(s.att_len - s.p.n_ctx) * c->nq);
     S("attention scores: the verify block's other rows", TS_MEM_SCRATCH, 1, 1,
       F * (uint64_t)s.att_len * c->nq * (uint64_t)(s.att_rows - 1));
     S("one-row buffers (conv row, MoE sums, logits, last hidden)", TS_MEM_SCRATCH, 0, 4,
@@ -238,7 +294,8 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
 #undef S
     /* the session's backend stream reserves its own workspace (sessions never
      * share one, so they never wait for each other's products) */
-    size_t ws = ts_plan_workspace(be, c, has_mtp, s.R), ws_base = ts_plan_workspace(be, c, has_mtp, s.p.max_rows);
+    size_t ws = be->ops->workspace_bytes(be, s.R, ts_plan_stream_cols(c, has_mtp, &s), c->q_bits ? c->q_group : 0),
+           ws_base = ts_plan_workspace(be, c, has_mtp, s.p.max_rows);
     if (ws_base > ws) ws_base = ws;
     add(pl, "backend workspace (activations, dequant rows; per session)", TS_MEM_SCRATCH, HOST, 0, 0, 1, 1, ws_base);
     add(pl, "backend workspace: verify rows beyond max_rows", TS_MEM_SCRATCH, HOST, 0, 1, 1, 1, ws - ws_base);
@@ -259,7 +316,25 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     if ((rc = ts_st_open_dir(dir, &st, err))) return rc;
     mark(&m1);
     for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
-    rc = plan_over(dir, &cfg, st, &m1, sp, pl, err);
+    rc = plan_over(dir, NULL, &cfg, st, &m1, sp, pl, err);
+    ts_st_close(st);
+    return rc;
+}
+
+int ts_mem_plan_dir_dflash(const char *dir, const char *drafter_dir, const ts_session_params *sp, ts_mem_plan *pl,
+                           ts_error *err) {
+    memset(pl, 0, sizeof *pl);
+    if (!dir || !*dir) return ts_fail(err, TS_E_ARG, "no model directory given");
+    ts_config cfg;
+    int rc = ts_config_load(dir, &cfg, err);
+    if (rc) return rc;
+    heap_mark m0, m1;
+    mark(&m0);
+    ts_st_set *st = NULL;
+    if ((rc = ts_st_open_dir(dir, &st, err))) return rc;
+    mark(&m1);
+    for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
+    rc = plan_over(dir, drafter_dir, &cfg, st, &m1, sp, pl, err);
     ts_st_close(st);
     return rc;
 }
@@ -281,7 +356,7 @@ int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *i
     mark(&m1);
     for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
     ts_free(t); /* after the mark: the list is the plan's, not the index's */
-    if (!rc) rc = plan_over(dir, &cfg, st, &m1, sp, pl, err);
+    if (!rc) rc = plan_over(dir, NULL, &cfg, st, &m1, sp, pl, err);
     if (rc) ts_fail_prefix(err, "%s", shape_path);
     ts_st_close(st);
     return rc;

@@ -17,6 +17,7 @@
 
 #include "backend.h" /* TS_DELTA_CHUNK, TS_DELTA_SLOTS */
 #include "loader/config.h"
+#include "model/dflash.h"
 
 #define TS_MTP_SLACK 16  /* MTP rows beyond the context: the head may draft past the target */
 
@@ -41,6 +42,11 @@ typedef struct ts_sess_plan {
     size_t gdn_rows;      /* drafter: prepared GDN rows of a pass that is not a verify [Rv, C] */
     size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [M, V] */
     size_t ckpt;          /* checkpoint: n_gdn * (gdn_conv + gdn_S), 0 without */
+    /* DFlash (p.dflash_block > 0), else 0: the drafter's per-layer K/V cache
+     * (each of K, V of one layer), the target's taps, its scratch */
+    int df_layers, df_ctx;
+    size_t df_kv, df_taps, df_feat, df_x, df_q, df_k, df_ffn, df_att;
+    int64_t df_cols;      /* the drafter's widest product input (workspace) */
 } ts_sess_plan;
 
 /* The widest input (columns) of any matrix product the model runs. */
@@ -50,8 +56,16 @@ int64_t ts_plan_max_cols(const ts_config *c, int has_mtp);
  * the backend's own answer (workspace_bytes), what stream_new allocates. */
 size_t ts_plan_workspace(ts_backend *be, const ts_config *c, int has_mtp, int rows);
 
+/* The widest product input of a session's stream (the target's, or the
+ * DFlash drafter's when that is wider): what stream_new is asked for. */
+int64_t ts_plan_stream_cols(const ts_config *c, int has_mtp, const ts_sess_plan *s);
+
 /* Validate and normalise session parameters and size every buffer. */
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *out,
                       ts_error *err);
+/* The same with the engine's DFlash drafter config (NULL: none, and
+ * p->dflash_block > 0 is then an error). */
+int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *dc, const ts_session_params *p,
+                         ts_sess_plan *out, ts_error *err);
 
 #endif

@@ -61,6 +61,12 @@ void ts_session_free(ts_session *s) {
     bfree(be, s->mtp_hid);
     bfree(be, s->vlogits);
     ts_free(s->dprobs); /* host memory: the sampler's draft distributions */
+    ts_dflash_state *df = &s->df;
+    if (df->kv)
+        for (int i = 0; i < s->e->dflash->cfg.n_layers; i++) { bfree(be, df->kv[i].k); bfree(be, df->kv[i].v); }
+    ts_free(df->kv);
+    float *dbufs[] = {s->df_taps, df->feat, df->x, df->u, df->t, df->q, df->o, df->k, df->v, df->g, df->up, df->att};
+    for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++) bfree(be, dbufs[i]);
     bfree(be, s->ckpt);
     ts_free(s);
 }
@@ -80,7 +86,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     /* Every size below comes from the plan (plan.h): `turbospark plan`
      * predicts this function's allocations by calling the same code. */
     ts_sess_plan pl;
-    int rc = ts_sess_plan_make(c, m->has_mtp, p, &pl, err);
+    int rc = ts_sess_plan_make_df(c, m->has_mtp, e->dflash ? &e->dflash->cfg : NULL, p, &pl, err);
     if (rc) return ts_fail_prefix(err, "%s", e->dir);
     const ts_session_params sp = pl.p;
     ts_session *s = ts_alloc(sizeof *s, TS_MEM_MISC);
@@ -97,7 +103,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     if (!(st->gdn = ts_alloc(sizeof(ts_gdn_state) * c->n_layers, TS_MEM_MISC))) goto oom;
     st->gdn_conv_n = pl.gdn_conv;
     st->gdn_S_n = pl.gdn_S;
-    if (sp.spec_draft && !(st->tape = ts_alloc(sizeof(ts_gdn_tape) * c->n_layers, TS_MEM_MISC))) goto oom;
+    if (pl.Rv && !(st->tape = ts_alloc(sizeof(ts_gdn_tape) * c->n_layers, TS_MEM_MISC))) goto oom;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_full[i]) {
             ALLOC(st->kv[i].k, pl.kv_layer, TS_MEM_KV);
@@ -145,10 +151,35 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(sc->pf_chunk, pl.pf_chunk, TS_MEM_SCRATCH);
     ALLOC(s->last_hidden, pl.last_hidden, TS_MEM_SCRATCH);
     ALLOC(s->ckpt, pl.ckpt, TS_MEM_GDN);
+    /* DFlash: the drafter's context cache, the target's taps, its scratch */
+    if (pl.df_layers) {
+        ts_dflash_state *df = &s->df;
+        df->B = sp.dflash_block;
+        df->ctx = pl.df_ctx;
+        df->R = pl.R;
+        if (!(df->kv = ts_alloc(sizeof(ts_kv) * pl.df_layers, TS_MEM_MISC))) goto oom;
+        for (int i = 0; i < pl.df_layers; i++) {
+            ALLOC(df->kv[i].k, pl.df_kv, TS_MEM_SPEC);
+            ALLOC(df->kv[i].v, pl.df_kv, TS_MEM_SPEC);
+        }
+        ALLOC(s->df_taps, pl.df_taps, TS_MEM_SPEC);
+        ALLOC(df->feat, pl.df_feat, TS_MEM_SPEC);
+        ALLOC(df->x, pl.df_x, TS_MEM_SPEC);
+        ALLOC(df->u, pl.df_x, TS_MEM_SPEC);
+        ALLOC(df->t, pl.df_x, TS_MEM_SPEC);
+        ALLOC(df->q, pl.df_q, TS_MEM_SPEC);
+        ALLOC(df->o, pl.df_q, TS_MEM_SPEC);
+        ALLOC(df->k, pl.df_k, TS_MEM_SPEC);
+        ALLOC(df->v, pl.df_k, TS_MEM_SPEC);
+        ALLOC(df->g, pl.df_ffn, TS_MEM_SPEC);
+        ALLOC(df->up, pl.df_ffn, TS_MEM_SPEC);
+        ALLOC(df->att, pl.df_att, TS_MEM_SPEC);
+    }
     s->ckpt_pos = -1;
     /* the stream and its workspace, reserved for the largest product so the
      * token loop never grows it */
-    if (e->be->ops->stream_new(e->be, pl.R, ts_plan_max_cols(c, m->has_mtp), c->q_bits ? c->q_group : 0, &st->s)) goto oom;
+    if (e->be->ops->stream_new(e->be, pl.R, ts_plan_stream_cols(c, m->has_mtp, &pl), c->q_bits ? c->q_group : 0, &st->s))
+        goto oom;
     *out = s;
     return 0;
 oom:

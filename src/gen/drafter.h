@@ -12,12 +12,11 @@
  * tells it which rows became real. A drafter never changes the output: its
  * drafts are verified; it only moves how many rows a verify has.
  *
- * Ready for DFlash: a drafter declares the target layers whose hidden
- * states it reads (taps: the target's forward copies those layers' outputs
- * for it; MTP taps only the final hidden, which every forward leaves in
- * sc.hidden) and drafts a whole block in one pass of its own (its attention
- * over the target's context K/V with a block mask: ts_attn_args gains the
- * mask kind then; the CPU backend implements the causal one today).
+ * A drafter declares the target layers whose hidden states it reads (taps:
+ * the target's forward copies those layers' outputs for it; MTP taps only
+ * the final hidden, which every forward leaves in sc.hidden). DFlash drafts
+ * a whole block in one pass of its own (its attention over its context K/V
+ * and the block, TS_MASK_BLOCK).
  */
 #ifndef TS_DRAFTER_H
 #define TS_DRAFTER_H
@@ -63,5 +62,18 @@ typedef struct ts_mtp_drafter {
 } ts_mtp_drafter;
 
 ts_drafter *ts_mtp_drafter_init(ts_mtp_drafter *md, ts_session *s, ts_sampler *smp, int K, float p_min);
+
+/* The DFlash drafter (gen/dflash_draft.c over model/dflash.c): blocks of B
+ * rows, [last emitted token, mask x (B-1)], drafted in one pass over the
+ * context K/V of every accepted position (taps: the engine drafter's
+ * target_layer_ids, which the target's forward copies to s->df_taps). */
+typedef struct ts_dflash_drafter {
+    ts_drafter base;
+    int B;          /* block rows (gen params dflash_block) */
+    int32_t last;   /* the last emitted token: row 0 of the next block */
+    int err;        /* an error of on_accept's context pass, returned by the next propose */
+} ts_dflash_drafter;
+
+ts_drafter *ts_dflash_drafter_init(ts_dflash_drafter *dd, ts_session *s, ts_sampler *smp, int B, int K, float p_min);
 
 #endif

@@ -60,7 +60,7 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         if ((rc = ts_sampler_new(V, &sp, &smp, err))) return rc;
         for (int i = 0; i < n_prompt; i++) ts_sampler_accept(smp, prompt[i]);
     }
-    if (p->spec_draft) {
+    if (p->spec_draft || p->dflash_block) {
         /* MTP drafting + batched verify (spec.c); greedy output is the same ids */
         rc = ts_spec_generate(s, prompt, n_prompt, p, smp, cb, user, stats, err);
         ts_sampler_free(smp);

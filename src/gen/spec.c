@@ -173,13 +173,39 @@ int ts_spec_draft_vocab(int want, int V) {
 
 /* ---- the generation loop ---- */
 
+/* rows of a verify block at most: MTP's M + 1 or a DFlash block */
+#define SPEC_ROWS TS_DFLASH_MAX_BLOCK
+_Static_assert(SPEC_ROWS >= TS_SPEC_MAX_DRAFT + 1, "a verify block holds an MTP block");
+
+static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
+                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
+
+/* Which drafter, and the checks of its parameters; DFlash turns the
+ * target's hidden-state taps on for the generation (and only then). */
 int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
                      ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
     const ts_model *m = &s->e->model;
-    const int V = m->cfg.vocab, M = p->spec_draft;
-    ts_state *st = &s->st;
-    ts_stream *bs = st->s;
-    const ts_backend_ops *op = bs->be->ops;
+    const int B = p->dflash_block;
+    if (B) {
+        if (B < 2 || B > TS_DFLASH_MAX_BLOCK)
+            return ts_fail(err, TS_E_ARG, "DFlash block of %d rows is outside 2..%d", B, TS_DFLASH_MAX_BLOCK);
+        if (!s->e->dflash)
+            return ts_fail(err, TS_E_UNSUPPORTED, "%s: the engine has no DFlash drafter (open it with engine params dflash = 1)",
+                           s->e->dir);
+        if (s->params.dflash_block < B)
+            return ts_fail(err, TS_E_ARG, "the session was created for DFlash blocks of %d rows, %d asked (session params dflash_block)",
+                           s->params.dflash_block, B);
+        ts_state *st = &s->st;
+        st->n_taps = s->e->dflash->cfg.n_taps;
+        st->tap_layer = s->e->dflash->cfg.taps;
+        st->tap_out = s->df_taps;
+        int rc = spec_loop(s, prompt, n_prompt, p, smp, cb, user, stats, err);
+        st->n_taps = 0;
+        st->tap_layer = NULL;
+        st->tap_out = NULL;
+        return rc;
+    }
+    const int M = p->spec_draft;
     if (M < 1 || M > TS_SPEC_MAX_DRAFT)
         return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", M, TS_SPEC_MAX_DRAFT);
     if (!m->has_mtp)
@@ -188,6 +214,16 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
     if (s->params.spec_draft < M)
         return ts_fail(err, TS_E_ARG, "the session was created for drafts of %d tokens, %d asked (session params spec_draft)",
                        s->params.spec_draft, M);
+    return spec_loop(s, prompt, n_prompt, p, smp, cb, user, stats, err);
+}
+
+static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
+                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
+    const ts_model *m = &s->e->model;
+    const int V = m->cfg.vocab, M = p->dflash_block ? p->dflash_block - 1 : p->spec_draft;
+    ts_state *st = &s->st;
+    ts_stream *bs = st->s;
+    const ts_backend_ops *op = bs->be->ops;
     if (n_prompt < 1) return ts_fail(err, TS_E_ARG, "no prompt tokens");
     if (p->draft_vocab < -1) return ts_fail(err, TS_E_ARG, "drafting vocabulary %d: use K > 0, 0 (automatic) or -1 (all)",
                                             p->draft_vocab);
@@ -200,7 +236,9 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
      * positions, ts_session_chunk: identical rounding to plain generation);
      * the drafter catches up on every chunk. */
     ts_mtp_drafter mtp;
-    ts_drafter *dr = ts_mtp_drafter_init(&mtp, s, smp, K, p->draft_p_min);
+    ts_dflash_drafter dfd;
+    ts_drafter *dr = p->dflash_block ? ts_dflash_drafter_init(&dfd, s, smp, p->dflash_block, K, p->draft_p_min)
+                                     : ts_mtp_drafter_init(&mtp, s, smp, K, p->draft_p_min);
     double t0 = ts_now();
     int rc;
     for (int off = 0, k; off < n_prompt; off += k) {
@@ -232,7 +270,7 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         int mm = TS_MIN(M, st->n_ctx - s->pos - 1);
         mm = TS_MIN(mm, p->n_predict - stats->n_gen - 1);
         if (mm < 0) mm = 0;
-        int32_t blk[TS_SPEC_MAX_DRAFT + 1], out[TS_SPEC_MAX_DRAFT + 1];
+        int32_t blk[SPEC_ROWS], out[SPEC_ROWS];
         blk[0] = last;
         if (mm > 0) {
             double td = ts_now();
@@ -251,7 +289,7 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
          * as ids (not logit planes); sampling reads the rows explicitly */
         int a;
         if (!smp) {
-            int32_t targ[TS_SPEC_MAX_DRAFT + 1];
+            int32_t targ[SPEC_ROWS];
             op->argmax(bs, tv_f32(s->vlogits, mm + 1, V), V, targ, NULL);
             a = ts_spec_accept_greedy(targ, blk + 1, mm, out);
         } else {

@@ -28,16 +28,7 @@
 
 #include "model/model.h"
 
-typedef struct binder {
-    ts_st_set *st;
-    const ts_config *cfg;
-    ts_error *err;
-    ts_model *m;
-    int dry;            /* ts_model_size: no tensor data read, nothing packed */
-    ts_bind_sink sink;  /* every allocation the model keeps, as it is made (NULL: none) */
-    void *user;
-    uint64_t dropped;   /* file bytes of the packed matrices, released from the mapping */
-} binder;
+#include "model/bind.h"
 
 /* The one way the binder allocates what the model keeps: the memory plan
  * is the sum of what passes through here (tests/test_plan.c checks it
@@ -572,4 +563,16 @@ void ts_model_free(ts_model *m) {
     ts_free(m->final_norm);
     ts_free(m->packed_arena);
     memset(m, 0, sizeof *m);
+}
+
+/* ---- for the other binders of model/ (bind.h) ---- */
+
+void *ts_bind_keep(binder *b, size_t bytes, ts_mem_cat cat, const char *what, int backend) {
+    return keep(b, bytes, cat, what, backend);
+}
+int ts_bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, ts_weight *w) {
+    return bind_mat(b, name, rows, cols, w);
+}
+int ts_bind_vec(binder *b, const char *name, int64_t n, int add_one, float **out) {
+    return bind_vec(b, name, n, 1, add_one, 0, out);
 }

@@ -187,7 +187,9 @@ typedef struct ts_state {
                              (a decode row after a rollback); NULL without drafting */
     /* hidden-state taps (a drafter's, e.g. DFlash's; none for MTP): after
      * layer tap_layer[t] the forward copies the residual stream of the pass's
-     * rows to tap_out + t * R * H (backend memory) */
+     * rows to columns [t*H, (t+1)*H) of tap_out [R, n_taps*H] (backend
+     * memory): row i is the concatenation of its position's taps, the input
+     * of DFlash's fc as it is */
     int n_taps;
     const int *tap_layer;
     float *tap_out;

@@ -46,7 +46,7 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
                     (float *[]){qg, kb, vb}, n);
     /* output [n, nq*D] in big2 (the V rows are in the cache by then) */
     ts_attn_args a = {qg, kb, vb, w->q_norm, w->k_norm, kv->k, kv->v, sc->att, sc->att_len, sc->att_rows,
-                      sc->big2, n, c->nq, c->nkv, m->D, c->rot_dim, 0, c->rope_theta, c->eps, TS_MASK_CAUSAL};
+                      sc->big2, n, c->nq, c->nkv, m->D, c->rot_dim, 0, c->rope_theta, c->eps, TS_MASK_CAUSAL, 0, 0};
     OPS(st)->attn(st->s, md, &a);
     linear(st, md, &w->o_proj, sc->big2, sc->t, n);
 }
@@ -194,7 +194,8 @@ int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int p
     for (int L = 0; L < m->cfg.n_layers; L++) {
         layer_forward(m, st, &m->layers[L], &st->kv[L], L, n, md);
         for (int t = 0; t < st->n_taps; t++)
-            if (st->tap_layer[t] == L) ts_be_copy(st->s, st->tap_out + (size_t)t * sc->R * H, sc->x, nH);
+            if (st->tap_layer[t] == L)
+                op->copy(st->s, tv_ld(st->tap_out + (size_t)t * H, n, H, (int64_t)st->n_taps * H), tv_f32(sc->x, n, H));
         if (st->dbg_layers) ts_be_read(st->s, st->dbg_layers + (L + 1) * nH, sc->x, nH);
     }
     /* every GDN layer has applied the pending rows of a lazy rollback, and

@@ -66,17 +66,21 @@ int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const c
 /* Speculative decoding flags shared by run and chat: --spec mtp, --draft M,
  * --draft-vocab K|all, --draft-p-min P. */
 typedef struct cli_spec {
-    int on;          /* --spec mtp given */
+    int on;          /* --spec mtp or --spec dflash given */
     int draft;       /* -1: not given (3 once checked) */
     int draft_vocab; /* 0: not given (automatic) */
     float p_min;     /* -1: not given (off) */
+    int dflash;      /* --spec dflash */
+    int block;       /* --block B: -1 not given (16 once checked) */
+    const char *drafter; /* --drafter DIR: NULL = the model's dflash/ */
 } cli_spec;
-#define CLI_SPEC_INIT {0, -1, 0, -1.0f}
+#define CLI_SPEC_INIT {0, -1, 0, -1.0f, 0, -1, NULL}
 /* 1 if argv[*i] was one of them (its value consumed), 0 if not, -1 on a bad
  * value (after printing an error naming cmd). */
 int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd);
-/* The combination: --draft and friends need --spec mtp, M in 1..8. Sets the
- * default M. Returns 0, or -1 after printing an error. */
+/* The combination: --draft and friends need --spec mtp, M in 1..8; --block
+ * and --drafter need --spec dflash, B in 2..16. Sets the default M or B.
+ * Returns 0, or -1 after printing an error. */
 int cli_spec_check(cli_spec *o, const char *cmd);
 /* Into session and/or generation parameters (either may be NULL; nothing
  * when the flags are off). */
@@ -85,6 +89,11 @@ void cli_spec_apply(const cli_spec *o, ts_session_params *sp, ts_gen_params *gp)
 void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_stats *st);
 #define CLI_SPEC_HELP \
     "  --spec mtp          speculative decoding, drafting with the MTP head\n" \
+    "  --spec dflash       speculative decoding, drafting blocks with the DFlash drafter\n" \
+    "                      (the model's dflash/ folder, or --drafter DIR)\n" \
+    "  --block B           DFlash: rows per block, the last token + B-1 drafts, 2..16\n" \
+    "                      (default 16)\n" \
+    "  --drafter DIR       DFlash: the drafter's directory (config.json + safetensors)\n" \
     "  --draft M           tokens drafted per block, 1..8 (default 3)\n" \
     "  --draft-vocab K|all drafts among token ids [0, K) only: a K-row head product\n" \
     "                      (default: all ids up to 32768, else max(32768, vocab/8);\n" \

@@ -128,7 +128,9 @@ int cli_parse_prob(const char *s, float *out) { return pf(s, out) && *out >= 0.0
 
 int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd) {
     const char *a = argv[*i];
-    if (strcmp(a, "--spec") && strcmp(a, "--draft") && strcmp(a, "--draft-vocab") && strcmp(a, "--draft-p-min")) return 0;
+    if (strcmp(a, "--spec") && strcmp(a, "--draft") && strcmp(a, "--draft-vocab") && strcmp(a, "--draft-p-min") &&
+        strcmp(a, "--block") && strcmp(a, "--drafter"))
+        return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "turbospark %s: %s needs a value\n", cmd, a);
         return -1;
@@ -136,11 +138,16 @@ int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd) 
     const char *v = argv[++*i];
     int ok = 1;
     if (!strcmp(a, "--spec")) {
-        if (strcmp(v, "mtp")) {
-            fprintf(stderr, "turbospark %s: --spec '%s' is not supported (only 'mtp')\n", cmd, v);
+        if (strcmp(v, "mtp") && strcmp(v, "dflash")) {
+            fprintf(stderr, "turbospark %s: --spec '%s' is not supported (use 'mtp' or 'dflash')\n", cmd, v);
             return -1;
         }
         o->on = 1;
+        o->dflash = !strcmp(v, "dflash");
+    } else if (!strcmp(a, "--block")) {
+        ok = pi(v, &o->block);
+    } else if (!strcmp(a, "--drafter")) {
+        o->drafter = v;
     } else if (!strcmp(a, "--draft")) {
         ok = pi(v, &o->draft);
     } else if (!strcmp(a, "--draft-vocab")) {
@@ -154,8 +161,25 @@ int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd) 
 
 int cli_spec_check(cli_spec *o, const char *cmd) {
     if (!o->on && (o->draft != -1 || o->draft_vocab || o->p_min >= 0)) {
-        fprintf(stderr, "turbospark %s: --draft, --draft-vocab and --draft-p-min need --spec mtp\n", cmd);
+        fprintf(stderr, "turbospark %s: --draft, --draft-vocab and --draft-p-min need --spec mtp (or dflash)\n", cmd);
         return -1;
+    }
+    if (!o->dflash && (o->block != -1 || o->drafter)) {
+        fprintf(stderr, "turbospark %s: --block and --drafter need --spec dflash\n", cmd);
+        return -1;
+    }
+    if (o->dflash) {
+        if (o->draft != -1) {
+            fprintf(stderr, "turbospark %s: --draft is MTP's; DFlash drafts --block B rows (B-1 drafts)\n", cmd);
+            return -1;
+        }
+        if (o->block == -1) o->block = TS_DFLASH_MAX_BLOCK;
+        if (o->block < 2 || o->block > TS_DFLASH_MAX_BLOCK) {
+            fprintf(stderr, "turbospark %s: --block %d is outside 2..%d\n", cmd, o->block, TS_DFLASH_MAX_BLOCK);
+            return -1;
+        }
+        o->draft = o->block - 1; /* what the statistics count per block */
+        return 0;
     }
     if (o->on && o->draft == -1) o->draft = 3;
     if (o->on && (o->draft < 1 || o->draft > TS_SPEC_MAX_DRAFT)) {
@@ -167,19 +191,26 @@ int cli_spec_check(cli_spec *o, const char *cmd) {
 
 void cli_spec_apply(const cli_spec *o, ts_session_params *sp, ts_gen_params *gp) {
     if (!o->on) return;
-    if (sp) sp->spec_draft = o->draft;
+    if (sp) {
+        if (o->dflash) sp->dflash_block = o->block;
+        else sp->spec_draft = o->draft;
+    }
     if (!gp) return;
-    gp->spec_draft = o->draft;
+    if (o->dflash) gp->dflash_block = o->block;
+    else gp->spec_draft = o->draft;
     gp->draft_vocab = o->draft_vocab;
     if (o->p_min >= 0) gp->draft_p_min = o->p_min;
 }
 
 void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_stats *st) {
     if (!o->on || st->n_blocks <= 0) return;
+    char what[32];
+    if (o->dflash) snprintf(what, sizeof what, "dflash --block %d", o->block);
+    else snprintf(what, sizeof what, "mtp --draft %d", o->draft);
     fprintf(stderr,
-            "[spec mtp --draft %d --draft-vocab %d --draft-p-min %g: %d blocks, %d/%d drafts accepted, mean accepted "
+            "[spec %s --draft-vocab %d --draft-p-min %g: %d blocks, %d/%d drafts accepted, mean accepted "
             "length %.2f tokens/verify; acceptance by position:",
-            o->draft, st->draft_vocab, (double)gp->draft_p_min, st->n_blocks, st->n_accepted, st->n_drafted,
+            what, st->draft_vocab, (double)gp->draft_p_min, st->n_blocks, st->n_accepted, st->n_drafted,
             (double)(st->n_accepted + st->n_blocks) / st->n_blocks);
     for (int j = 0; j < o->draft && j < 16; j++) {
         if (st->drafted_at[j]) fprintf(stderr, " %d:%.2f", j + 1, (double)st->accepted_at[j] / st->drafted_at[j]);
@@ -300,6 +331,10 @@ void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_para
     if (ep) {
         ep->n_threads = o->threads;
         ep->act_bits = o->act_bits;
+        if (o->spec.dflash) {
+            ep->dflash = 1;
+            ep->drafter_dir = o->spec.drafter;
+        }
     }
     if (sp) {
         sp->n_ctx = o->n_ctx;

@@ -115,7 +115,7 @@ int cmd_chat(int argc, char **argv) {
         ts_session_params_default(&sp);
         sp.checkpoint = 1; /* turns return to the history before the generation prompt */
         cli_engine_apply(&eo, NULL, &sp, &gp); /* turns continue the session: drafting is exact there too (tested) */
-        if (eo.spec.on && !ts_engine_info(e)->has_mtp) {
+        if (eo.spec.on && !eo.spec.dflash && !ts_engine_info(e)->has_mtp) {
             rc = TS_E_UNSUPPORTED;
             snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         } else {

@@ -455,6 +455,26 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
         (unsigned long long)s->m_cached_tokens, (unsigned long long)s->m_gen_tokens, pf, dc,
         s->q_len, s->n_busy, s->parallel, (unsigned long long)s->m_drafted, (unsigned long long)s->m_accepted,
         (unsigned long long)s->m_verify_blocks);
+    /* drafting detail (MTP or DFlash): mean accepted length, by position, times */
+    if (n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n,
+                      "# HELP turbospark_spec_mean_accepted_length Tokens emitted per verify pass (accepted drafts + 1).\n"
+                      "# TYPE turbospark_spec_mean_accepted_length gauge\nturbospark_spec_mean_accepted_length %.4f\n"
+                      "# HELP turbospark_spec_seconds_total Drafting, verify and rollback time.\n"
+                      "# TYPE turbospark_spec_seconds_total counter\n"
+                      "turbospark_spec_seconds_total{phase=\"draft\"} %.6f\n"
+                      "turbospark_spec_seconds_total{phase=\"verify\"} %.6f\n"
+                      "turbospark_spec_seconds_total{phase=\"rollback\"} %.6f\n"
+                      "# HELP turbospark_draft_position_total Drafts verified at each block position (1-based).\n"
+                      "# TYPE turbospark_draft_position_total counter\n",
+                      s->m_verify_blocks ? (double)(s->m_accepted + s->m_verify_blocks) / (double)s->m_verify_blocks : 0.0,
+                      s->m_draft_s, s->m_verify_s, s->m_rollback_s);
+    for (int k = 0; k < 16 && n > 0 && (size_t)n < sizeof buf; k++)
+        if (s->m_drafted_at[k])
+            n += snprintf(buf + n, sizeof buf - (size_t)n,
+                          "turbospark_draft_position_total{position=\"%d\"} %llu\n"
+                          "turbospark_draft_position_accepted_total{position=\"%d\"} %llu\n",
+                          k + 1, (unsigned long long)s->m_drafted_at[k], k + 1, (unsigned long long)s->m_accepted_at[k]);
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&g_idle.mu);
     if (n > 0 && (size_t)n < sizeof buf)
@@ -705,7 +725,7 @@ int cmd_serve(int argc, char **argv) {
     cli_engine_apply(&eo, &ep, NULL, NULL);
     struct MHD_Daemon *d = NULL;
     if ((rc = ts_engine_open(model, &ep, &s->e, &err))) goto out;
-    if (eo.spec.on && !ts_engine_info(s->e)->has_mtp) {
+    if (eo.spec.on && !eo.spec.dflash && !ts_engine_info(s->e)->has_mtp) {
         rc = TS_E_UNSUPPORTED;
         snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         goto out;
@@ -756,7 +776,8 @@ int cmd_serve(int argc, char **argv) {
     if (di) port = di->port;
     g_started = time(NULL);
     char drafting[64] = "";
-    if (s->spec.on) snprintf(drafting, sizeof drafting, ", drafting mtp %d", s->spec.draft);
+    if (s->spec.on && s->spec.dflash) snprintf(drafting, sizeof drafting, ", drafting dflash block %d", s->spec.block);
+    else if (s->spec.on) snprintf(drafting, sizeof drafting, ", drafting mtp %d", s->spec.draft);
     fprintf(stderr, "turbospark serve: listening on http://%s:%d (model %s, ctx %d, parallel %d, queue %d%s)\n",
             host, port, s->model_id, s->n_ctx, s->parallel, s->queue_cap, drafting);
     fflush(stderr);

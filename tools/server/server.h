@@ -105,6 +105,8 @@ struct srv {
     uint64_t m_prefill_tokens, m_decode_tokens;
     double m_prefill_s, m_decode_s;
     uint64_t m_drafted, m_accepted, m_verify_blocks;
+    uint64_t m_drafted_at[16], m_accepted_at[16]; /* by draft position */
+    double m_draft_s, m_verify_s, m_rollback_s;
 };
 
 /* ---- server_gen.c ---- */

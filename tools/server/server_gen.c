@@ -507,6 +507,13 @@ static void run_job(slot *sl, job *j) {
     s->m_drafted += (uint64_t)st.n_drafted;
     s->m_accepted += (uint64_t)st.n_accepted;
     s->m_verify_blocks += (uint64_t)st.n_blocks;
+    for (int k = 0; k < 16; k++) {
+        s->m_drafted_at[k] += (uint64_t)st.drafted_at[k];
+        s->m_accepted_at[k] += (uint64_t)st.accepted_at[k];
+    }
+    s->m_draft_s += st.t_draft;
+    s->m_verify_s += st.t_verify;
+    s->m_rollback_s += st.t_rollback;
     pthread_mutex_unlock(&s->mu);
 }
 
