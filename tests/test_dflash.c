@@ -543,3 +543,103 @@ TS_TEST(dflash, bad_input) {
                     bin, dd);
     CHECK_MSG(rc == 0 && strstr(out, "spec dflash --block 4") && strstr(out, "mean accepted length"), "stats: %s", out);
 }
+
+/* Parity with the training code (tools/train/dflash_train.py): its
+ * check.safetensors holds, for two sequences, the ids up to an anchor a, the
+ * target's taps of positions [0, a) as transformers computed them, and the
+ * trained drafter's logits of the block [ids[a], mask x 15] (fp32 over the
+ * exported bf16 weights). The engine drafts the same block twice: from the
+ * file's taps (the drafter alone: logits within 1e-3 of their scale), and from
+ * its own taps after feeding ids[0..a) (the whole chain: taps close,
+ * argmax of the drafts mostly equal). Runs when TS_DFLASH_CHECK names the
+ * file (TS_DFLASH_MODEL: the target, default models/default; TS_DFLASH_DIR:
+ * the bf16 drafter); otherwise SKIP. */
+TS_TEST(dflash, torch_parity) {
+    const char *chk = getenv("TS_DFLASH_CHECK"), *mdir = getenv("TS_DFLASH_MODEL"), *ddir = getenv("TS_DFLASH_DIR");
+    if (!chk || !*chk || !ddir) {
+        fprintf(stderr, "  SKIP: TS_DFLASH_CHECK / TS_DFLASH_DIR not set (a check file of dflash_train.py)\n");
+        return;
+    }
+    if (!mdir) mdir = "models/default";
+    ts_st_set *cf = NULL;
+    ts_error err = {0};
+    CHECK_MSG(ts_st_open_file(chk, &cf, &err) == 0, "%s", err.msg);
+    const ts_st_tensor *tid = ts_st_find(cf, "ids"), *tan = ts_st_find(cf, "anchor"), *tlg = ts_st_find(cf, "logits"),
+                       *ttp = ts_st_find(cf, "taps");
+    CHECK(tid && tan && tlg && ttp);
+    const int nseq = (int)tid->shape[0], a = ((const int32_t *)tan->data)[0], V = (int)tlg->shape[2];
+    const int nrow = (int)tlg->shape[1], W = (int)ttp->shape[2];
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.dflash = 1;
+    ep.drafter_dir = ddir;
+    ep.act_bits = 24;
+    ts_engine *e = NULL;
+    CHECK_MSG(ts_engine_open(mdir, &ep, &e, &err) == 0, "%s", err.msg);
+    const ts_dflash *df = e->dflash;
+    CHECK(V == e->model.cfg.vocab && W == df->cfg.n_taps * df->cfg.H && nrow == TS_DFLASH_MAX_BLOCK - 1);
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 256;
+    sp.dflash_block = TS_DFLASH_MAX_BLOCK;
+    ts_session *s = NULL;
+    CHECK_MSG(ts_session_new(e, &sp, &s, &err) == 0, "%s", err.msg);
+    ts_stream *bs = s->st.s;
+    int32_t blk[TS_DFLASH_MAX_BLOCK];
+    float *lg = malloc(sizeof(float) * (size_t)nrow * V);
+    double worst_rel = 0, tap_rel = 0;
+    int agree_file = 0, agree_own = 0;
+    for (int r = 0; r < nseq; r++) {
+        const int32_t *ids = (const int32_t *)tid->data + (size_t)r * (a + 1);
+        const float *ref = (const float *)tlg->data + (size_t)r * nrow * V;
+        const float *taps = (const float *)ttp->data + (size_t)r * a * W;
+        blk[0] = ids[a];
+        for (int i = 1; i < TS_DFLASH_MAX_BLOCK; i++) blk[i] = df->cfg.mask_id;
+        for (int pass = 0; pass < 2; pass++) {
+            ts_session_reset(s);
+            if (pass == 0) {
+                bs->be->ops->write(bs, tv_f32(s->df_taps, a, W), taps);
+            } else {
+                s->st.n_taps = df->cfg.n_taps;
+                s->st.tap_layer = df->cfg.taps;
+                s->st.tap_out = s->df_taps;
+                CHECK(ts_session_feed(s, ids, a, NULL, NULL, &err) == 0);
+                s->st.n_taps = 0;
+                const float *mine = ts_be_host(bs, s->df_taps, (size_t)a * W);
+                double num = 0, den = 0;
+                for (size_t i = 0; i < (size_t)a * W; i++) {
+                    num += (double)(mine[i] - taps[i]) * (mine[i] - taps[i]);
+                    den += (double)taps[i] * taps[i];
+                }
+                tap_rel = fmax(tap_rel, sqrt(num / den));
+            }
+            CHECK(ts_dflash_context(df, &s->df, bs, s->df_taps, a, 0, TS_MODE_EXACT) == 0);
+            CHECK(ts_dflash_block(df, &s->df, &e->model, bs, blk, TS_DFLASH_MAX_BLOCK, a, s->vlogits, 0, TS_MODE_EXACT) == 0);
+            memcpy(lg, ts_be_host(bs, s->vlogits, (size_t)nrow * V), sizeof(float) * (size_t)nrow * V);
+            for (int j = 0; j < nrow; j++) {
+                const float *x = lg + (size_t)j * V, *y = ref + (size_t)j * V;
+                int ax = 0, ay = 0;
+                double mx = 0, d = 0;
+                for (int i = 0; i < V; i++) {
+                    if (x[i] > x[ax]) ax = i;
+                    if (y[i] > y[ay]) ay = i;
+                    mx = fmax(mx, fabs(y[i]));
+                    d = fmax(d, fabs(x[i] - y[i]));
+                }
+                if (pass == 0) { worst_rel = fmax(worst_rel, d / mx); agree_file += ax == ay; }
+                else agree_own += ax == ay;
+            }
+        }
+    }
+    fprintf(stderr, "  torch parity (%d blocks): from the file's taps: max |dlogit| / max|logit| = %.2e, argmax %d/%d; "
+                    "engine taps vs transformers' %.2e (rms rel), drafts from them: argmax %d/%d\n",
+            nseq, worst_rel, agree_file, nseq * nrow, tap_rel, agree_own, nseq * nrow);
+    CHECK_MSG(worst_rel < 1e-3, "the drafter's logits differ from the training code's by %.2e of their scale", worst_rel);
+    CHECK(agree_file >= nseq * nrow - 1);
+    CHECK_MSG(tap_rel < 2e-2, "the engine's taps differ from transformers' hidden states by %.2e", tap_rel);
+    CHECK(agree_own >= nseq * nrow * 3 / 4);
+    free(lg);
+    ts_session_free(s);
+    ts_engine_close(e);
+    ts_st_close(cf);
+}

@@ -74,7 +74,7 @@ static int parse(cJSON *top, const char *what, const ts_config *tg, ts_dflash_cf
     rc = rc ? rc : int_field(top, NULL, "vocab_size", 0, 1, &c->vocab, what, err);
     rc = rc ? rc : int_field(top, dc, "block_size", 16, 0, &c->block, what, err);
     rc = rc ? rc : int_field(dc, NULL, "mask_token_id", 0, 1, &c->mask_id, what, err);
-    rc = rc ? rc : int_field(top, NULL, "num_target_layers", tg->n_layers, 0, &c->n_target_layers, what, err);
+    rc = rc ? rc : int_field(top, NULL, "num_target_layers", tg ? tg->n_layers : 0, !tg, &c->n_target_layers, what, err);
     if (rc) return rc;
     if (!c->H || !c->n_layers || !c->nq || !c->nkv || !c->D || !c->I || c->nq % c->nkv)
         return ts_fail(err, TS_E_FORMAT, "%s: sizes must be positive and num_attention_heads a multiple of num_key_value_heads", what);
@@ -121,7 +121,11 @@ static int parse(cJSON *top, const char *what, const ts_config *tg, ts_dflash_cf
         c->q_group = (int)num_field(q, "group_size", 64);
         if ((c->q_bits != 4 && c->q_bits != 8) || c->q_group < 8)
             return ts_fail(err, TS_E_FORMAT, "%s: quantization of %d bits in groups of %d is not supported", what, c->q_bits, c->q_group);
+        if (tg && tg->q_bits && c->q_group != tg->q_group)
+            return ts_fail(err, TS_E_MODEL, "%s: the drafter's quantization group %d differs from the target's %d", what,
+                           c->q_group, tg->q_group);
     }
+    if (!tg) return 0; /* convert: the drafter alone */
     /* against the target */
     if (c->H != tg->H)
         return ts_fail(err, TS_E_MODEL, "%s: the drafter's hidden size %d does not match the target's %d", what, c->H, tg->H);
@@ -158,6 +162,16 @@ int ts_dflash_config_load(const char *dir, const ts_config *target, ts_dflash_cf
     rc = parse(top, path, target, c, err);
     cJSON_Delete(top);
     return rc;
+}
+
+int ts_dflash_is_dir(const char *dir) {
+    char path[4096];
+    char *txt = NULL;
+    ts_path_join(path, sizeof path, dir, "config.json");
+    if (!ts_file_exists(path) || ts_read_file(path, &txt, NULL, NULL)) return 0;
+    int is = strstr(txt, "\"DFlashDraftModel\"") != NULL;
+    ts_free(txt);
+    return is;
 }
 
 int64_t ts_dflash_max_cols(const ts_dflash_cfg *c) {

@@ -72,10 +72,13 @@ typedef struct ts_dflash {
 } ts_dflash;
 
 /* Parse dir/config.json and check it against the target (hidden size,
- * vocabulary, tapped layers): errors name the file and the field. */
+ * vocabulary, tapped layers): errors name the file and the field. target
+ * NULL: the drafter alone (convert). */
 int ts_dflash_config_load(const char *dir, const ts_config *target, ts_dflash_cfg *c, ts_error *err);
-/* Open and bind the drafter of dir for the target (its weights prepared by
- * be). dry: the memory plan's run: the same checks and allocations reported
+/* 1 when dir/config.json declares a DFlashDraftModel. */
+int ts_dflash_is_dir(const char *dir);
+/* Open and bind the drafter of dir for the target (NULL: unchecked; its
+ * weights prepared by be, NULL: not prepared). dry: the memory plan's run: the same checks and allocations reported
  * to sink, nothing read, freed again before returning (*out stays NULL). */
 int ts_dflash_open(const char *dir, const ts_config *target, ts_backend *be, int dry, ts_bind_sink sink, void *user,
                    ts_dflash **out, ts_error *err);

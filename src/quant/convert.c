@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 
 #include "loader/st_writer.h"
+#include "model/dflash.h"
 #include "model/model.h"
 #include "quant/quant.h"
 
@@ -317,8 +318,17 @@ int ts_convert(const char *src, const char *dst, const ts_convert_params *pp, ts
         return ts_fail(err, TS_E_ARG, "--group %d: must be a power of two from 8 to 1024 (32, 64 or 128 usual)", p.group);
     if (!src || !dst) return ts_fail(err, TS_E_ARG, "convert needs a source and a destination directory");
     ts_config cfg;
-    int rc = ts_config_load(src, &cfg, err);
+    /* a DFlash drafter (its own directory: model/dflash.h) converts alone:
+     * its config, its matrices by the same rule */
+    const int drafter = ts_dflash_is_dir(src);
+    ts_dflash_cfg dcfg;
+    int rc = drafter ? ts_dflash_config_load(src, NULL, &dcfg, err) : ts_config_load(src, &cfg, err);
     if (rc) return rc;
+    if (drafter) {
+        memset(&cfg, 0, sizeof cfg);
+        cfg.q_bits = dcfg.q_bits;
+        cfg.q_group = dcfg.q_group;
+    }
     if (cfg.q_bits)
         return ts_fail(err, TS_E_ARG, "%s: already quantized (%d-bit, group %d): convert needs a bf16/f16/f32 checkpoint",
                        src, cfg.q_bits, cfg.q_group);
@@ -333,9 +343,14 @@ int ts_convert(const char *src, const char *dst, const ts_convert_params *pp, ts
         }
     /* validate the source as the engine will read it (no backend: nothing
      * is prepared for kernels) */
-    ts_model m;
-    rc = ts_model_bind(&m, &cfg, st, NULL, err);
-    ts_model_free(&m);
+    if (drafter) {
+        ts_dflash *none = NULL;
+        rc = ts_dflash_open(src, NULL, NULL, 1, NULL, NULL, &none, err);
+    } else {
+        ts_model m;
+        rc = ts_model_bind(&m, &cfg, st, NULL, err);
+        ts_model_free(&m);
+    }
     if (rc) { ts_fail_prefix(err, "%s", src); ts_st_close(st); return rc; }
 
     olist o = {0};
