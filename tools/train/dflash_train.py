@@ -37,12 +37,16 @@ import st_io  # noqa: E402
 
 T0 = time.time()
 LOG = []
+LOGFILE = None
 
 
 def log(*a):
     s = f"[{time.time() - T0:7.1f}s] " + " ".join(str(x) for x in a)
     print(s, flush=True)
     LOG.append(s)
+    if LOGFILE:
+        with open(LOGFILE, "a") as f:
+            f.write(s + "\n")
 
 
 # ------------------------------------------------------------------------------------------ drafter
@@ -322,6 +326,9 @@ def run(a, dev, model, E, Hd, prompts, smoke):
             except Exception as e:  # noqa: BLE001  (one device call: fall back rather than stop)
                 log(f"{tag}: model.generate failed ({e!r}); generating without a cache")
                 y = generate_nocache(model, x, G, sample, torch.Generator(device=dev).manual_seed(a.seed + nb))
+            if y.shape[1] != P + G:
+                log(f"{tag}: model.generate gave {y.shape[1]} of {P + G} tokens; generating without a cache")
+                y = generate_nocache(model, x, G, sample, torch.Generator(device=dev).manual_seed(a.seed + nb))
         seqs.append(y)
         kinds += [int(sample)] * y.shape[0]
         nb += 1
@@ -369,7 +376,10 @@ def run(a, dev, model, E, Hd, prompts, smoke):
         return loss.item(), accepted_length(hit), hit.float().mean(0).mean(0).tolist()
 
     steps_max = 20 if smoke else a.steps
-    budget = 1e9 if smoke else a.budget_train
+    # the training budget, cut so that evaluation and export end before --deadline
+    budget = 1e9 if smoke else max(10.0, min(a.budget_train, a.deadline - (time.time() - T0) - 20))
+    if not smoke:
+        log(f"{tag}: training budget {budget:.0f} s")
     sizes = [16, 16, 8, 4] if B == 16 else [B]
     metrics = []
     best = (-1.0, None)
@@ -460,6 +470,7 @@ def main():
     ap.add_argument("--budget-gen", type=float, default=40)
     ap.add_argument("--budget-train", type=float, default=75)
     ap.add_argument("--steps", type=int, default=100000)
+    ap.add_argument("--deadline", type=float, default=1e9, help="seconds after start by which the run must end")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--anchors", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -474,6 +485,8 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     os.makedirs(a.out, exist_ok=True)
+    global LOGFILE
+    LOGFILE = os.path.join(a.out, "log.txt")
     log(f"torch {torch.__version__}, device {dev}" + (f" ({torch.cuda.get_device_name(0)})" if dev == "cuda" else ""))
     if a.fake:
         # tests/fixtures/tiny-dense's embedding and head (H 128, 2048 ids, untied), random taps: a
@@ -520,7 +533,6 @@ def main():
     rep["total_s"] = round(time.time() - T0, 1)
     json.dump(rep, open(os.path.join(a.out, "report.json"), "w"), indent=1)
     log(f"done in {time.time() - T0:.1f} s")
-    open(os.path.join(a.out, "log.txt"), "w").write("\n".join(LOG) + "\n")
 
 
 if __name__ == "__main__":
