@@ -111,8 +111,13 @@ static int collect_cb(void *user, int32_t id) {
 /* Plain vs MTP-drafted greedy generation after the same prompt, `runs`
  * times interleaved (after a warm-up pair); prints the medians and the
  * speculative statistics summed over the timed runs. */
-static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int K, float pmin,
+static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int B, int K, float pmin,
                       int json, ts_error *err) {
+    /* B > 0: DFlash blocks of B rows (B - 1 drafts), else MTP drafts of M */
+    char what[48];
+    if (B) snprintf(what, sizeof what, "dflash --block %d", B);
+    else snprintf(what, sizeof what, "mtp --draft %d", M);
+    if (B) M = B - 1;
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.draft_vocab = K;
@@ -128,12 +133,14 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         ts_session_reset(s);
         a.n = 0;
         gp.spec_draft = 0;
+        gp.dflash_block = 0;
         rc = ts_generate(s, ids, prompt, &gp, collect_cb, &a, &st, err);
         tpl[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
         if (rc) break;
         ts_session_reset(s);
         b.n = 0;
-        gp.spec_draft = M;
+        gp.spec_draft = B ? 0 : M;
+        gp.dflash_block = B;
         rc = ts_generate(s, ids, prompt, &gp, collect_cb, &b, &st, err);
         tsp[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
         same &= a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n);
@@ -151,10 +158,10 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         double p = cli_median(tpl + 1, runs), q = cli_median(tsp + 1, runs), nb = sum.n_blocks > 0 ? sum.n_blocks : 1;
         double mal = (sum.n_accepted + sum.n_blocks) / nb;
         if (json) {
-            printf("{\"spec\": \"mtp\", \"draft\": %d, \"draft_vocab\": %d, \"draft_p_min\": %g, \"plain_tok_s\": %.2f,"
+            printf("{\"spec\": \"%s\", \"block\": %d, \"draft\": %d, \"draft_vocab\": %d, \"draft_p_min\": %g, \"plain_tok_s\": %.2f,"
                    " \"spec_tok_s\": %.2f, \"speedup\": %.3f, \"identical\": %s, \"mean_accepted_length\": %.3f,"
                    " \"drafts_per_block\": %.3f, \"accept_by_position\": [",
-                   M, sum.draft_vocab, (double)pmin, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal, sum.n_drafted / nb);
+                   B ? "dflash" : "mtp", B, M, sum.draft_vocab, (double)pmin, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal, sum.n_drafted / nb);
             for (int j = 0; j < M && j < 16; j++) {
                 if (sum.drafted_at[j]) printf("%s%.3f", j ? ", " : "", (double)sum.accepted_at[j] / sum.drafted_at[j]);
                 else printf("%snull", j ? ", " : ""); /* never drafted there */
@@ -162,8 +169,8 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
             printf("], \"ms_draft_per_block\": %.4f, \"ms_verify_per_block\": %.4f, \"ms_rollback_per_block\": %.4f}\n",
                    1e3 * sum.t_draft / nb, 1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb);
         } else {
-            printf("spec       mtp --draft %d --draft-vocab %d --draft-p-min %g: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
-                   M, sum.draft_vocab, (double)pmin, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
+            printf("spec       %s --draft-vocab %d --draft-p-min %g: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
+                   what, sum.draft_vocab, (double)pmin, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
             printf("           mean accepted length %.2f tokens/verify, %.2f drafts/verify; acceptance by position:", mal,
                    sum.n_drafted / nb);
             for (int j = 0; j < M && j < 16; j++) {
@@ -242,9 +249,11 @@ int cmd_bench(int argc, char **argv) {
     const ts_model_info *in = ts_engine_info(e);
     ts_session_params sp;
     ts_session_params_default(&sp);
+    const int block = spec && eo.spec.dflash ? eo.spec.block : 0;
     sp.n_ctx = prompt + gen + 8 + (spec ? draft + 1 : 0);
     sp.max_rows = prompt;
-    sp.spec_draft = spec ? draft : 0;
+    sp.spec_draft = spec && !block ? draft : 0;
+    sp.dflash_block = block;
     ts_session *s = NULL;
     if (ts_session_new(e, &sp, &s, &err)) { fprintf(stderr, "turbospark bench: %s\n", err.msg); ts_engine_close(e); return 1; }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
@@ -314,7 +323,7 @@ int cmd_bench(int argc, char **argv) {
                bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0);
         printf("load       %.2f (1-minute load average at the end)\n", loadavg[0]);
     }
-    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, dvocab, pmin > 0 ? pmin : 0, json, &err);
+    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, block, dvocab, pmin > 0 ? pmin : 0, json, &err);
     if (rc) fprintf(stderr, "turbospark bench: %s\n", err.msg);
 out:
     free(tp); free(td); free(ids);

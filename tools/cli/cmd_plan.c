@@ -37,6 +37,8 @@ static void usage(FILE *f) {
             "  --chunk N           prefill rows per pass (default 64)\n"
             "  --spec mtp          speculative decoding with the MTP head ...\n"
             "  --draft M           ... drafting M tokens per block (1..%d, default 3)\n"
+            "  --spec dflash       speculative decoding with the DFlash drafter (DIR/dflash, or\n"
+            "  --drafter DIR       its directory) ... --block B rows per block (2..16, default 16)\n"
             "  --checkpoint        a checkpoint copy of the GDN states (what chat's sessions hold)\n"
             "  --json              the plan as one JSON object\n",
             TS_SPEC_MAX_DRAFT);
@@ -101,8 +103,10 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
     printf("memory plan for %s", source);
     if (bits) printf(" (%s)", bits == 16 ? "bf16" : bits == 8 ? "INT8" : "INT4");
     printf(": context %d, chunk %d rows, %s\n", pl->n_ctx, pl->max_rows,
-           pl->spec_draft ? "speculative decoding: mtp" : "no speculative decoding");
+           pl->spec_draft ? "speculative decoding: mtp" : pl->dflash_block ? "speculative decoding: dflash" : "no speculative decoding");
     if (pl->spec_draft) printf("  (draft %d tokens per block, verify %d rows)\n", pl->spec_draft, pl->spec_draft + 1);
+    if (pl->dflash_block) printf("  (DFlash: blocks of %d rows, %d drafts, verify %d rows)\n", pl->dflash_block,
+                                 pl->dflash_block - 1, pl->dflash_block);
     printf("\n%-8s %-7s %-13s %-58s %6s %16s %11s\n", "owner", "domain", "category", "allocation", "count", "bytes", "");
     for (int pass = 1; pass >= 0; pass--)
         for (int i = 0; i < pl->n_items; i++) {
@@ -157,7 +161,8 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL;
+    const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL, *drafter = NULL;
+    int block = -1;
     int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -165,9 +170,9 @@ int cmd_plan(int argc, char **argv) {
         if (!strcmp(a, "--checkpoint")) { checkpoint = 1; continue; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
         int num = !strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--draft") || !strcmp(a, "--bits") ||
-                  !strcmp(a, "--group");
+                  !strcmp(a, "--group") || !strcmp(a, "--block");
         int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
-                  !strcmp(a, "--install");
+                  !strcmp(a, "--install") || !strcmp(a, "--drafter");
         if (!num && !str) {
             fprintf(stderr, "turbospark plan: unknown argument '%s'\n", a);
             usage(stderr);
@@ -179,6 +184,7 @@ int cmd_plan(int argc, char **argv) {
             if (!strcmp(a, "--shape")) shape = v;
             else if (!strcmp(a, "--spec")) spec = v;
             else if (!strcmp(a, "--install")) install = v;
+            else if (!strcmp(a, "--drafter")) drafter = v;
             else model = v;
             continue;
         }
@@ -187,10 +193,24 @@ int cmd_plan(int argc, char **argv) {
         if (!strcmp(a, "--ctx")) n_ctx = x;
         else if (!strcmp(a, "--chunk")) chunk = x;
         else if (!strcmp(a, "--draft")) draft = x;
+        else if (!strcmp(a, "--block")) block = x;
         else if (!strcmp(a, "--bits")) bits = x;
         else group = x;
     }
-    if (spec && strcmp(spec, "mtp")) { fprintf(stderr, "turbospark plan: --spec '%s' is not supported (only 'mtp')\n", spec); return 2; }
+    if (spec && strcmp(spec, "mtp") && strcmp(spec, "dflash")) {
+        fprintf(stderr, "turbospark plan: --spec '%s' is not supported (use 'mtp' or 'dflash')\n", spec);
+        return 2;
+    }
+    const int dflash = spec && !strcmp(spec, "dflash");
+    if ((block != -1 || drafter) && !dflash) { fprintf(stderr, "turbospark plan: --block and --drafter need --spec dflash\n"); return 2; }
+    if (dflash && shape) { fprintf(stderr, "turbospark plan: --spec dflash needs -m DIR (the drafter's files)\n"); return 2; }
+    if (dflash && block == -1) block = TS_DFLASH_MAX_BLOCK;
+    if (dflash && (block < 2 || block > TS_DFLASH_MAX_BLOCK)) {
+        fprintf(stderr, "turbospark plan: --block %d is outside 2..%d\n", block, TS_DFLASH_MAX_BLOCK);
+        return 2;
+    }
+    if (dflash && draft != -1) { fprintf(stderr, "turbospark plan: --draft is MTP's; DFlash takes --block\n"); return 2; }
+    if (dflash) spec = NULL; /* the MTP checks below do not apply */
     if (draft != -1 && !spec) { fprintf(stderr, "turbospark plan: --draft needs --spec mtp\n"); return 2; }
     if (spec && draft == -1) draft = 3;
     if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
@@ -210,11 +230,13 @@ int cmd_plan(int argc, char **argv) {
     sp.n_ctx = n_ctx;
     sp.max_rows = chunk;
     sp.spec_draft = spec ? draft : 0;
+    sp.dflash_block = dflash ? block : 0;
     sp.checkpoint = checkpoint;
     ts_mem_plan *pl = malloc(sizeof *pl);
     if (!pl) { fprintf(stderr, "turbospark plan: out of memory\n"); return 1; }
     ts_error err = {0};
-    int rc = shape ? ts_mem_plan_shape(shape, bits, group, install, &sp, pl, &err) : ts_mem_plan_dir(model, &sp, pl, &err);
+    int rc = shape ? ts_mem_plan_shape(shape, bits, group, install, &sp, pl, &err)
+                   : ts_mem_plan_dir_dflash(model, drafter, &sp, pl, &err);
     if (rc) {
         fprintf(stderr, "turbospark plan: %s\n", err.msg);
         free(pl);
