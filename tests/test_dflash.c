@@ -643,3 +643,133 @@ TS_TEST(dflash, torch_parity) {
     ts_engine_close(e);
     ts_st_close(cf);
 }
+
+/* The drafts of a generation equal the drafts of a fresh session that feeds
+ * the same ids up to the block and drafts once: the drafter's context cache,
+ * built incrementally from prompt chunks and kept verify rows, holds what one
+ * pass over the whole prefix would. Recorded through the test_drafts hook
+ * (which leaves the drafts as they are). */
+typedef struct { int pos[64], n[64], k; int32_t d[64][16]; } rec_drafts;
+static void record_drafts(void *user, int pos, int m, int32_t *d) {
+    rec_drafts *r = user;
+    if (r->k >= 64) return;
+    r->pos[r->k] = pos;
+    r->n[r->k] = m;
+    memcpy(r->d[r->k], d, sizeof(int32_t) * (size_t)m);
+    r->k++;
+}
+
+static void incremental_check(const char *mdir, const char *ddir, const int32_t *prompt, int T) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.dflash = 1;
+    ep.drafter_dir = ddir;
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    CHECK_MSG(ts_engine_open(mdir, &ep, &e, &err) == 0, "%s", err.msg);
+    const int B = 8;
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 512;
+    sp.dflash_block = B;
+    ts_session *s = NULL;
+    CHECK(ts_session_new(e, &sp, &s, &err) == 0);
+    static rec_drafts rec;
+    memset(&rec, 0, sizeof rec);
+    s->test_drafts = record_drafts;
+    s->test_user = &rec;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 120;
+    gp.dflash_block = B;
+    static collect c;
+    c.n = 0;
+    ts_gen_stats st;
+    CHECK(ts_generate(s, prompt, T, &gp, on_tok, &c, &st, &err) == 0);
+    int32_t all[1024];
+    memcpy(all, prompt, sizeof(int32_t) * (size_t)T);
+    memcpy(all + T, c.ids, sizeof(int32_t) * (size_t)c.n);
+    const ts_dflash *df = e->dflash;
+    int same = 0, total = 0, blocks = 0;
+    for (int b = 0; b < rec.k && blocks < 12; b += 3, blocks++) {
+        const int p = rec.pos[b], m = rec.n[b];
+        ts_session_reset(s);
+        s->st.n_taps = df->cfg.n_taps;
+        s->st.tap_layer = df->cfg.taps;
+        s->st.tap_out = s->df_taps;
+        for (int off = 0, k; off < p; off += k) { /* the same prefill cuts as generation */
+            k = ts_session_chunk(s, p - off);
+            CHECK(ts_session_feed(s, all + off, k, NULL, NULL, &err) == 0);
+            CHECK(ts_dflash_context(df, &s->df, s->st.s, s->df_taps, k, off, TS_MODE_DRAFT) == 0);
+        }
+        s->st.n_taps = 0;
+        int32_t ids[16];
+        ids[0] = all[p];
+        for (int i = 1; i <= m; i++) ids[i] = df->cfg.mask_id;
+        CHECK(ts_dflash_block(df, &s->df, &e->model, s->st.s, ids, m + 1, p, s->vlogits, 0, TS_MODE_DRAFT) == 0);
+        int32_t d[16];
+        s->st.s->be->ops->argmax(s->st.s, tv_f32(s->vlogits, m, e->model.cfg.vocab), e->model.cfg.vocab, d, NULL);
+        for (int j = 0; j < m; j++) { same += d[j] == rec.d[b][j]; total++; }
+    }
+    fprintf(stderr, "  %s: drafts of the generation vs a fresh pass over the prefix: %d/%d equal over %d blocks\n",
+            mdir, same, total, blocks);
+    CHECK_MSG(same >= total * 9 / 10, "incremental context differs from a fresh one: %d/%d drafts equal", same, total);
+    ts_session_free(s);
+    ts_engine_close(e);
+}
+
+TS_TEST(dflash, incremental_context) {
+    const char *dd = fx_drafter("tiny-dense", "df-inc", NULL);
+    CHECK(dd);
+    incremental_check("tests/fixtures/tiny-dense", dd, PROMPT, T_PROMPT);
+    struct stat sb;
+    if (!stat("models/default/dflash/config.json", &sb)) {
+        static const int32_t pr[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
+        incremental_check("models/default", "models/default/dflash", pr, 9);
+    }
+}
+
+/* A development aid (runs only when TS_DFLASH_DUMP names an output file):
+ * the engine's taps of the ids in TS_DFLASH_DUMP_IDS (comma-separated),
+ * raw f32 [n, n_taps*H], for checking the training code on long contexts. */
+TS_TEST(dflash, dump_taps) {
+    const char *outp = getenv("TS_DFLASH_DUMP"), *idp = getenv("TS_DFLASH_DUMP_IDS");
+    if (!outp || !idp) {
+        fprintf(stderr, "  SKIP: TS_DFLASH_DUMP / TS_DFLASH_DUMP_IDS not set\n");
+        return;
+    }
+    static int32_t ids[4096];
+    int n = 0;
+    for (const char *p = idp; *p && n < 4096;) {
+        ids[n++] = (int32_t)strtol(p, (char **)&p, 10);
+        if (*p == ',') p++;
+    }
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.dflash = 1;
+    ep.act_bits = 24;
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    CHECK_MSG(ts_engine_open("models/default", &ep, &e, &err) == 0, "%s", err.msg);
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 4096;
+    sp.dflash_block = 16;
+    ts_session *s = NULL;
+    CHECK(ts_session_new(e, &sp, &s, &err) == 0);
+    const ts_dflash *df = e->dflash;
+    const int W = df->cfg.n_taps * df->cfg.H;
+    FILE *f = fopen(outp, "wb");
+    CHECK(f);
+    s->st.n_taps = df->cfg.n_taps;
+    s->st.tap_layer = df->cfg.taps;
+    s->st.tap_out = s->df_taps;
+    for (int off = 0, k; off < n; off += k) {
+        k = ts_session_chunk(s, n - off);
+        CHECK(ts_session_feed(s, ids + off, k, NULL, NULL, &err) == 0);
+        fwrite(ts_be_host(s->st.s, s->df_taps, (size_t)k * W), sizeof(float), (size_t)k * W, f);
+    }
+    fclose(f);
+    ts_session_free(s);
+    ts_engine_close(e);
+}
