@@ -3,8 +3,10 @@
 # (the windows of bench/spec/default_model.sh): for each of the 16 held-out
 # windows (tools/train/heldout.ids) the first 64 ids are the prompt and N
 # tokens (128 by default) are generated greedily: plainly, with --spec mtp
-# --draft M (M = 1..4) and with --spec dflash --block B (B = 4, 8, 16), back
-# to back per window (the machine's speed drifts). Checks that every mode's
+# --draft M (M = 1..4) and with --spec dflash --block B (B = 4, 8, 16; and
+# with the confidence cut --draft-p-min P: a block ends at the first draft the
+# drafter gives less than P), back to back per window (the machine's speed
+# drifts). Checks that every mode's
 # ids equal plain greedy, sums the acceptance statistics over the windows.
 #   bench/spec/dflash.sh [MODEL_DIR] [THREADS] [N] [ACT_BITS]
 set -euo pipefail
@@ -14,7 +16,7 @@ T=${2:-1}
 N=${3:-128}
 AB=${4:-}
 BIN=build/turbospark
-MODES=("plain" "mtp 1" "mtp 2" "mtp 3" "mtp 4" "dflash 4" "dflash 8" "dflash 16")
+MODES=("plain" "mtp 1" "mtp 2" "mtp 3" "mtp 4" "dflash 4" "dflash 8" "dflash 16" "dflash 8 0.3" "dflash 16 0.3" "dflash 16 0.6")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 grep -v '^#' tools/train/heldout.ids | cut -d, -f1-64 > "$tmp/prompts"
@@ -25,7 +27,7 @@ while read -r p; do
     case $1 in
       plain) args="" ;;
       mtp) args="--spec mtp --draft $2" ;;
-      dflash) args="--spec dflash --block $2" ;;
+      dflash) args="--spec dflash --block $2${3:+ --draft-p-min $3}" ;;
     esac
     $BIN run -m "$M_DIR" --threads "$T" ${AB:+--act-bits $AB} --ids "$p" -n "$N" $args --print-ids >>"$tmp/ids$i" 2>>"$tmp/err$i"
   done
@@ -54,6 +56,7 @@ for i in "${!MODES[@]}"; do
       if (mode == "plain") { printf "| plain | | %.1f | 1.00 | | 1.00 | |\n", rate; print rate > "/dev/stderr"; exit }
       pos = ""
       for (k = 1; k <= K; k++) pos = pos sprintf(" %d:%.2f", k, pa[k] / np[k])
+      sub(/ 0\./, " p-min 0.", mode)
       printf "| %s | %s | %.1f | %.2f | %d/%d | %.2f |%s |\n", mode, same, rate, rate / base, acc, dr, (acc + blocks) / blocks, pos
     }' "$tmp/err$i" 2>"$tmp/base"
   [ -z "$base" ] && base=$(cat "$tmp/base")
