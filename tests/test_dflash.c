@@ -542,6 +542,13 @@ TS_TEST(dflash, bad_input) {
     rc = ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --ids 1,2,3 -n 20 --spec dflash --drafter %s --block 4",
                     bin, dd);
     CHECK_MSG(rc == 0 && strstr(out, "spec dflash --block 4") && strstr(out, "mean accepted length"), "stats: %s", out);
+    rc = ts_test_sh(out, sizeof out, "%s bench -m tests/fixtures/tiny-dense --spec dflash --drafter %s --block 4 --runs 1 "
+                    "--gen 24 --prompt 16 --bw-mib 8", bin, dd);
+    CHECK_MSG(rc == 0 && strstr(out, "dflash --block 4") && strstr(out, "output identical"), "bench: %s", out);
+    rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --spec dflash --drafter %s --block 8", bin, dd);
+    CHECK_MSG(rc == 0 && strstr(out, "DFlash: context K/V cache") && strstr(out, "blocks of 8 rows"), "plan: %s", out);
+    rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --spec dflash --drafter %s --block 99", bin, dd);
+    CHECK_MSG(rc != 0 && strstr(out, "--block 99 is outside 2..16"), "plan block 99: %s", out);
 }
 
 /* Parity with the training code (tools/train/dflash_train.py): its

@@ -444,9 +444,9 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
         "# TYPE turbospark_sessions_busy gauge\nturbospark_sessions_busy %d\n"
         "# HELP turbospark_sessions Sessions in the pool.\n"
         "# TYPE turbospark_sessions gauge\nturbospark_sessions %d\n"
-        "# HELP turbospark_draft_tokens_total MTP drafts verified (0 without --spec).\n"
+        "# HELP turbospark_draft_tokens_total Drafts verified, MTP or DFlash (0 without --spec).\n"
         "# TYPE turbospark_draft_tokens_total counter\nturbospark_draft_tokens_total %llu\n"
-        "# HELP turbospark_draft_tokens_accepted_total MTP drafts accepted.\n"
+        "# HELP turbospark_draft_tokens_accepted_total Drafts accepted.\n"
         "# TYPE turbospark_draft_tokens_accepted_total counter\nturbospark_draft_tokens_accepted_total %llu\n"
         "# HELP turbospark_verify_blocks_total Verify passes of drafted generations.\n"
         "# TYPE turbospark_verify_blocks_total counter\nturbospark_verify_blocks_total %llu\n",
@@ -469,12 +469,17 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
                       "# TYPE turbospark_draft_position_total counter\n",
                       s->m_verify_blocks ? (double)(s->m_accepted + s->m_verify_blocks) / (double)s->m_verify_blocks : 0.0,
                       s->m_draft_s, s->m_verify_s, s->m_rollback_s);
-    for (int k = 0; k < 16 && n > 0 && (size_t)n < sizeof buf; k++)
-        if (s->m_drafted_at[k])
+    for (int f = 0; f < 2; f++) {
+        if (f && n > 0 && (size_t)n < sizeof buf)
             n += snprintf(buf + n, sizeof buf - (size_t)n,
-                          "turbospark_draft_position_total{position=\"%d\"} %llu\n"
-                          "turbospark_draft_position_accepted_total{position=\"%d\"} %llu\n",
-                          k + 1, (unsigned long long)s->m_drafted_at[k], k + 1, (unsigned long long)s->m_accepted_at[k]);
+                          "# HELP turbospark_draft_position_accepted_total Blocks whose drafts were accepted through "
+                          "that position.\n# TYPE turbospark_draft_position_accepted_total counter\n");
+        for (int k = 0; k < 16 && n > 0 && (size_t)n < sizeof buf; k++)
+            if (s->m_drafted_at[k])
+                n += snprintf(buf + n, sizeof buf - (size_t)n, "turbospark_draft_position%s_total{position=\"%d\"} %llu\n",
+                              f ? "_accepted" : "", k + 1,
+                              (unsigned long long)(f ? s->m_accepted_at[k] : s->m_drafted_at[k]));
+    }
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&g_idle.mu);
     if (n > 0 && (size_t)n < sizeof buf)
