@@ -19,6 +19,7 @@
 
 #include "engine/engine.h"
 #include "gen/spec.h"
+#include "dflash_fx.h"
 #include "loader/st_writer.h"
 #include "ts_test.h"
 
@@ -130,6 +131,8 @@ static const char *fx_drafter(const char *fx, const char *name, df_spec *d) {
     if (make_drafter(dir, d)) return NULL;
     return dir;
 }
+
+const char *ts_test_dflash_drafter(const char *fx, const char *name) { return fx_drafter(fx, name, NULL); }
 
 static ts_engine *open_with(const char *fx, const char *ddir) {
     char dir[256];
