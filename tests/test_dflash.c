@@ -669,7 +669,9 @@ static void record_drafts(void *user, int pos, int m, int32_t *d) {
     r->k++;
 }
 
-static void incremental_check(const char *mdir, const char *ddir, const int32_t *prompt, int T) {
+/* hist > 0: the first hist prompt ids are fed with ts_session_feed before
+ * ts_generate drafts from the rest (chat's and the server's way). */
+static void incremental_check(const char *mdir, const char *ddir, const int32_t *prompt, int T, int hist) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.dflash = 1;
@@ -695,7 +697,8 @@ static void incremental_check(const char *mdir, const char *ddir, const int32_t 
     static collect c;
     c.n = 0;
     ts_gen_stats st;
-    CHECK(ts_generate(s, prompt, T, &gp, on_tok, &c, &st, &err) == 0);
+    if (hist) CHECK(ts_session_feed(s, prompt, hist, NULL, NULL, &err) == 0);
+    CHECK(ts_generate(s, prompt + hist, T - hist, &gp, on_tok, &c, &st, &err) == 0);
     int32_t all[1024];
     memcpy(all, prompt, sizeof(int32_t) * (size_t)T);
     memcpy(all + T, c.ids, sizeof(int32_t) * (size_t)c.n);
@@ -721,8 +724,8 @@ static void incremental_check(const char *mdir, const char *ddir, const int32_t 
         s->st.s->be->ops->argmax(s->st.s, tv_f32(s->vlogits, m, e->model.cfg.vocab), e->model.cfg.vocab, d, NULL);
         for (int j = 0; j < m; j++) { same += d[j] == rec.d[b][j]; total++; }
     }
-    fprintf(stderr, "  %s: drafts of the generation vs a fresh pass over the prefix: %d/%d equal over %d blocks\n",
-            mdir, same, total, blocks);
+    fprintf(stderr, "  %s%s: drafts of the generation vs a fresh pass over the prefix: %d/%d equal over %d blocks\n",
+            mdir, hist ? " (history fed first)" : "", same, total, blocks);
     CHECK_MSG(same >= total * 9 / 10, "incremental context differs from a fresh one: %d/%d drafts equal", same, total);
     ts_session_free(s);
     ts_engine_close(e);
@@ -731,11 +734,13 @@ static void incremental_check(const char *mdir, const char *ddir, const int32_t 
 TS_TEST(dflash, incremental_context) {
     const char *dd = fx_drafter("tiny-dense", "df-inc", NULL);
     CHECK(dd);
-    incremental_check("tests/fixtures/tiny-dense", dd, PROMPT, T_PROMPT);
+    incremental_check("tests/fixtures/tiny-dense", dd, PROMPT, T_PROMPT, 0);
+    incremental_check("tests/fixtures/tiny-dense", dd, PROMPT, T_PROMPT, 9);
     struct stat sb;
     if (!stat("models/default/dflash/config.json", &sb)) {
         static const int32_t pr[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
-        incremental_check("models/default", "models/default/dflash", pr, 9);
+        incremental_check("models/default", "models/default/dflash", pr, 9, 0);
+        incremental_check("models/default", "models/default/dflash", pr, 9, 6);
     }
 }
 

@@ -40,6 +40,7 @@ struct ts_session {
     /* DFlash drafting (params.dflash_block > 0), else zeroed */
     ts_dflash_state df;
     float *df_taps;     /* [R, n_taps*H]: the target's taps of a pass (st.tap_out while drafting) */
+    int df_quiet;       /* 1: ts_session_feed leaves the drafter's context alone (plain generation) */
 };
 
 /* Rows of the next prefill chunk for n tokens at the session's position: at

@@ -296,6 +296,19 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
     const int V = m->cfg.vocab, H = m->cfg.H;
     ts_stream *bs = s->st.s;
     unsigned fp = bs->be->ops->enter(bs);
+    /* A DFlash session keeps its drafter's context for every row fed, not
+     * only for the prompts of drafted generations: chat and the server feed
+     * a request's history here before ts_generate drafts the rest. The
+     * target's taps are on for the feed (and as they were afterwards). */
+    const ts_dflash *df = s->df.B && !s->df_quiet ? s->e->dflash : NULL;
+    const int taps0 = s->st.n_taps;
+    const int *tl0 = s->st.tap_layer;
+    float *to0 = s->st.tap_out;
+    if (df) {
+        s->st.n_taps = df->cfg.n_taps;
+        s->st.tap_layer = df->cfg.taps;
+        s->st.tap_out = s->df_taps;
+    }
     int k = 0;
     for (int off = 0; off < n && !rc; off += k) {
         k = ts_session_chunk(s, n - off);
@@ -303,8 +316,13 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
          * would need a staging copy here; the CPU writes them in place) */
         rc = ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);
         if (hidden) ts_be_read(bs, hidden + (size_t)off * H, s->st.sc.hidden, (size_t)k * H);
+        if (!rc && df)
+            rc = ts_dflash_context(df, &s->df, bs, s->df_taps, k, s->pos, s->draft_lowp ? TS_MODE_DRAFT : TS_MODE_EXACT);
         s->pos += k;
     }
+    s->st.n_taps = taps0;
+    s->st.tap_layer = tl0;
+    s->st.tap_out = to0;
     if (!rc) ts_be_copy(bs, s->last_hidden, s->st.sc.hidden + (size_t)(k - 1) * H, (size_t)H);
     bs->be->ops->leave(bs, fp);
     if (rc || (rc = ts_be_sync(bs, NULL))) {

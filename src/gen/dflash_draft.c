@@ -1,7 +1,8 @@
 /* dflash_draft.c: the DFlash drafter (drafter.h) over model/dflash.c.
  *
- * Owns: when context rows enter the drafter's cache (every prompt chunk,
- * the kept rows of every verify), the block [last, mask x (B-1)] and the
+ * Owns: the kept rows of every verify entering the drafter's cache (the
+ * rows a DFlash session feeds, prompt chunks and a chat's or a request's
+ * history alike, enter in ts_session_feed), the block [last, mask x (B-1)] and the
  * choice of its drafts (argmax on the backend, or the sampler over rows read
  * explicitly) with the confidence cut.
  * Does not own: the drafter's forward (model/dflash.c), the loop (spec.c).
@@ -25,10 +26,13 @@
 
 static ts_mode draft_mode(const ts_session *s) { return s->draft_lowp ? TS_MODE_DRAFT : TS_MODE_EXACT; }
 
+/* Nothing to do: ts_session_feed has put the chunk's context rows into the
+ * drafter's cache (it does so for every row a DFlash session feeds). */
 static int df_prompt(ts_drafter *d, const int32_t *toks, int k) {
-    ts_session *s = d->s;
+    (void)d;
     (void)toks;
-    return ts_dflash_context(s->e->dflash, &s->df, s->st.s, s->df_taps, k, s->pos - k, draft_mode(s));
+    (void)k;
+    return 0;
 }
 
 static void df_start(ts_drafter *d, int32_t last) { ((ts_dflash_drafter *)d)->last = last; }

@@ -67,8 +67,12 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         return rc;
     }
     double t0 = ts_now();
+    /* plain generation leaves a DFlash session's drafter context alone
+     * (drafts are only ever verified: a missing row costs acceptance, and
+     * plain decoding does not pay for a drafter it does not use) */
+    s->df_quiet = 1;
     rc = ts_session_feed(s, prompt, n_prompt, NULL, NULL, err);
-    if (rc) { ts_sampler_free(smp); return rc; }
+    if (rc) { s->df_quiet = 0; ts_sampler_free(smp); return rc; }
     stats->n_prompt = n_prompt;
     stats->t_prefill = ts_now() - t0;
     t0 = ts_now();
@@ -87,6 +91,7 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         if ((rc = ts_session_feed(s, &id, 1, NULL, NULL, err))) break;
     }
     stats->t_decode = ts_now() - t0;
+    s->df_quiet = 0;
     ts_sampler_free(smp);
     return rc;
 }
