@@ -244,9 +244,11 @@ TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidde
 /* ---- speculative decoding, chunked prefill, memory plan (issue 5) ------
  *
  * Speculative decoding: ts_generate with gen params spec_draft = M (1..8) on
- * a session created with session params spec_draft >= M. Greedy output is
- * bit-identical to ts_generate without drafting; with temperature > 0 the
- * output distribution is the target's (speculative sampling).
+ * a session created with session params spec_draft >= M (MTP drafts), or
+ * gen params dflash_block = B (2..16) on a session with dflash_block >= B
+ * of an engine opened with engine params dflash = 1 (DFlash blocks). Greedy
+ * output is bit-identical to ts_generate without drafting; with temperature
+ * > 0 the output distribution is the target's (speculative sampling).
  *
  * The memory plan: what the engine and a session will allocate, in bytes
  * by memory domain and category, computed from config.json and the

@@ -39,8 +39,9 @@
  * buffers (recurrent and conv) and advances from the block-start state into
  * the other buffer; nothing is copied when every draft is accepted.
  *
- * Drafting is behind the drafter interface (drafter.h; the MTP head today,
- * gen/mtp_draft.c): this loop asks it to catch up on the prompt, to propose
+ * Drafting is behind the drafter interface (drafter.h; the MTP head,
+ * gen/mtp_draft.c, or the DFlash block drafter, gen/dflash_draft.c, when gen
+ * params dflash_block > 0: blocks of B rows verified the same way): this loop asks it to catch up on the prompt, to propose
  * a block, and tells it which rows a verify kept. Verification reads back
  * the argmax ids of the block's rows (greedy) or the rows themselves
  * (sampling), never logit planes it does not need.
