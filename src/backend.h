@@ -280,8 +280,30 @@ struct ts_backend_ops {
 typedef struct ts_backend_params {
     int n_threads;        /* 0 = all cores */
     const char *kernels;  /* CPU kernel mode name (NULL: TS_KERNELS / the process default) */
+    int device;           /* CUDA: the device index */
+    int plan_only;        /* CUDA: sizes only (the memory plan): no device is opened, nothing runs */
+    int progress;         /* CUDA: weight upload progress on stderr */
 } ts_backend_params;
 int ts_cpu_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *err);
+/* The CUDA backend (src/cuda/backend.cu; src/cuda/stub.c without CUDA:
+ * "built without CUDA"). Errors: no device, bad index, unsupported
+ * architecture, with the driver's words. */
+int ts_cuda_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *err);
+/* 1 in a CUDA build (make CUDA=1), else 0. */
+int ts_cuda_built(void);
+/* The first weight the CUDA products cannot read (a layout tsc_weight_check
+ * refuses), found while sizing or preparing: 0 or TS_E_UNSUPPORTED naming it. */
+int ts_cuda_backend_check(ts_backend *be, ts_error *err);
+/* Device name, device memory: ours (the counted allocations), free and
+ * total as the driver reports them now. */
+int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b);
+/* The device-copy bandwidth probe: GB/s of a device-to-device copy of
+ * `bytes` (read + written counted), best of a few; < 0 on error. */
+double ts_cuda_copy_probe(ts_backend *be, size_t bytes);
+/* Graph statistics of a stream: graphs captured, replays, kernels in the
+ * last captured graph (0 when it has none), mean host microseconds of a
+ * replay's launch call. */
+void ts_cuda_stream_stats(ts_stream *s, int *graphs, long *replays, int *kernels, double *launch_us);
 static inline void ts_backend_free(ts_backend *be) {
     if (be) be->destroy(be);
 }

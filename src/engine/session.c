@@ -83,6 +83,8 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     int rc = ts_sess_plan_make(c, m->has_mtp, p, &pl, err);
     if (rc) return ts_fail_prefix(err, "%s", e->dir);
     const ts_session_params sp = pl.p;
+    if (sp.spec_draft && !strcmp(e->be->name, "cuda"))
+        return ts_fail(err, TS_E_UNSUPPORTED, "speculative decoding on CUDA: not yet (issue 17); use --backend cpu");
     ts_session *s = ts_alloc(sizeof *s, TS_MEM_MISC);
     if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
     s->e = e;
@@ -270,7 +272,9 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
         k = ts_session_chunk(s, n - off);
         /* logits: the caller's host rows (a backend the host cannot address
          * would need a staging copy here; the CPU writes them in place) */
+        s->st.logits_host = logits && bs->be->dom != TS_DOM_HOST; /* read back row by row (qwen35.c) */
         rc = ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);
+        s->st.logits_host = 0;
         if (hidden) ts_be_read(bs, hidden + (size_t)off * H, s->st.sc.hidden, (size_t)k * H);
         s->pos += k;
     }

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR])\n"
             "                       [--ctx N] [--chunk N]"
-" [--spec mtp --draft M] [--checkpoint] [--json]\n"
+" [--spec mtp --draft M] [--checkpoint] [--backend cpu|cuda] [--json]\n"
             "  Print every allocation the engine and one session will make, by owner, memory domain\n"
             "  and category, with totals, without loading any weights.\n"
             "  -m, --model DIR     an install (reads config.json and the safetensors headers only;\n"
@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "  --spec mtp          speculative decoding with the MTP head ...\n"
             "  --draft M           ... drafting M tokens per block (1..%d, default 3)\n"
             "  --checkpoint        a checkpoint copy of the GDN states (what chat's sessions hold)\n"
+            "  --backend cpu|cuda  the engine of that backend (default cpu): cuda puts the weights and\n"
+            "                      the session's buffers in device memory (needs a CUDA build; no GPU)\n"
             "  --json              the plan as one JSON object\n",
             TS_SPEC_MAX_DRAFT);
 }
@@ -157,7 +159,7 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL;
+    const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL, *backend = "cpu";
     int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -167,7 +169,7 @@ int cmd_plan(int argc, char **argv) {
         int num = !strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--draft") || !strcmp(a, "--bits") ||
                   !strcmp(a, "--group");
         int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
-                  !strcmp(a, "--install");
+                  !strcmp(a, "--install") || !strcmp(a, "--backend");
         if (!num && !str) {
             fprintf(stderr, "turbospark plan: unknown argument '%s'\n", a);
             usage(stderr);
@@ -179,6 +181,7 @@ int cmd_plan(int argc, char **argv) {
             if (!strcmp(a, "--shape")) shape = v;
             else if (!strcmp(a, "--spec")) spec = v;
             else if (!strcmp(a, "--install")) install = v;
+            else if (!strcmp(a, "--backend")) backend = v;
             else model = v;
             continue;
         }
@@ -214,7 +217,13 @@ int cmd_plan(int argc, char **argv) {
     ts_mem_plan *pl = malloc(sizeof *pl);
     if (!pl) { fprintf(stderr, "turbospark plan: out of memory\n"); return 1; }
     ts_error err = {0};
-    int rc = shape ? ts_mem_plan_shape(shape, bits, group, install, &sp, pl, &err) : ts_mem_plan_dir(model, &sp, pl, &err);
+    if (strcmp(backend, "cpu") && strcmp(backend, "cuda")) {
+        fprintf(stderr, "turbospark plan: --backend '%s': plans are made for cpu or cuda\n", backend);
+        free(pl);
+        return 2;
+    }
+    int rc = shape ? ts_mem_plan_shape_on(shape, bits, group, install, backend, &sp, pl, &err)
+                   : ts_mem_plan_dir_on(model, backend, &sp, pl, &err);
     if (rc) {
         fprintf(stderr, "turbospark plan: %s\n", err.msg);
         free(pl);
