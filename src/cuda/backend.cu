@@ -418,7 +418,9 @@ void *cu_alloc(ts_backend *be, size_t bytes, ts_mem_cat cat) {
         free(k);
         return NULL;
     }
-    if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+    /* zeroed before any stream uses it (the streams do not wait for the
+     * legacy default stream: cudaStreamNonBlocking) */
+    if (cudaMemsetAsync(p, 0, bytes, b->c->stream) != cudaSuccess || cudaStreamSynchronize(b->c->stream) != cudaSuccess) {
         tsc_free(b->c, p);
         free(k);
         return NULL;
@@ -565,7 +567,8 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->rows = rows, q->cols = cols;
     q->hstep = (dev_step *)calloc(1, sizeof(ts_step) + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
     uint8_t *w = (uint8_t *)tsc_alloc(q->c, l.total);
-    if (!w || !q->hstep || cudaMemset(w, 0, l.total) != cudaSuccess) {
+    if (!w || !q->hstep || cudaMemsetAsync(w, 0, l.total, q->c->stream) != cudaSuccess ||
+        cudaStreamSynchronize(q->c->stream) != cudaSuccess) {
         tsc_close(q->c);
         free(q->hstep);
         free(q);
@@ -784,12 +787,11 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     if (a->mask != TS_MASK_CAUSAL) { fail(s, TS_E_UNSUPPORTED, "block-masked attention (DFlash) on CUDA: not yet"); return; }
     const int L = a->att_len, D = a->D;
     const size_t cap_att = (size_t)a->nq * (size_t)L * (size_t)(a->att_rows > 0 ? a->att_rows : 1);
+    /* the buffer that allows the finer split (more pieces: more blocks in flight) */
     float *ws = a->att;
     int P = pick_split(L, a->nq, D, cap_att);
-    if (!P) {
-        ws = q->att_small;
-        P = pick_split(L, a->nq, D, q->att_small_n);
-    }
+    const int P2 = pick_split(L, a->nq, D, q->att_small_n);
+    if (P2 && (!P || P2 < P)) ws = q->att_small, P = P2;
     if (!P) { fail(s, TS_E_UNSUPPORTED, "attention: no workspace split fits this context and head shape"); return; }
     const int qd = a->nq * 2 * D, kvd = a->nkv * D;
     for (int i = 0; i < a->n; i++) {
