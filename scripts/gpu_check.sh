@@ -149,12 +149,12 @@ PY
     bj "$sh" "$d"
   done
   if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    TS_CUDA_ENGINE_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
+    TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
       cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.plan_equals_device_allocations_and_close_returns_all \
       cuda.attn_device_pos_big_pieces >"$OUT/engine_memcheck.log" 2>&1
     echo "| memcheck (engine parity, quick set; plan; attn device pos) | rc $? : $(grep 'ERROR SUMMARY' "$OUT/engine_memcheck.log" | tail -1) |"
     grep -q 'ERROR SUMMARY: 0 errors' "$OUT/engine_memcheck.log" || status=1
-    TS_CUDA_ENGINE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test \
+    TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test \
       cuda_engine.parity_every_fixture_and_the_default_model cuda.attn_device_pos_big_pieces >"$OUT/engine_racecheck.log" 2>&1
     echo "| racecheck (engine parity, quick set; attn device pos) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/engine_racecheck.log" | tail -1) |"
     grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/engine_racecheck.log" || status=1
