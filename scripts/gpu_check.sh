@@ -130,7 +130,7 @@ T="$OUT/gpu_check.md"
   # ---- bench --backend cuda --json: the default model and the synth shapes (INT4 g64) ----
   mkdir -p "$SYN"
   bj() { # label, model dir
-    "$TS" bench --backend cuda -m "$2" --prompt 512 --gen 128 --runs 3 --json >"$OUT/bench_$1.json" 2>>"$OUT/engine_bench.log" || {
+    "$TS" bench --backend cuda -m "$2" --prompt 512 --gen 128 --runs ${BENCH_RUNS:-3} --json >"$OUT/bench_$1.json" 2>>"$OUT/engine_bench.log" || {
       echo "| bench $1 | FAILED: $(tail -1 "$OUT/engine_bench.log") |"; status=1; return; }
     command -v python3 >/dev/null || { echo "| bench $1 | $(tr -d '\n' <"$OUT/bench_$1.json") |"; return; }
     python3 - "$OUT/bench_$1.json" "$1" <<'PY'

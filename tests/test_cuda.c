@@ -487,7 +487,7 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
     tsc_write(c, dpos, &pos0, sizeof(int32_t));
     tsc_attn_args A = {n, devpos ? 0 : pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws,
-                       devpos ? dpos : NULL, split};
+                       devpos ? dpos : NULL, split, 0};
     tsc_attn_decode(c, &A);
     for (int i = 0; i < n; i++) {
         tsc_attn_args B = A;

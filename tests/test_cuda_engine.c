@@ -162,6 +162,45 @@ out:
     return rc;
 }
 
+/* Where a failing install parts: the residual stream after the embedding
+ * and after every layer (ts_state.dbg_layers), CPU vs GPU, for a 5-row
+ * chunk (the prefill path) and for 5 tokens fed one at a time (the token
+ * path; the last step's rows printed). */
+static void layer_diag(const char *dir) {
+    ts_error err = {0};
+    ts_engine *ec = NULL, *eg = NULL;
+    if (open_on(dir, "cpu", &ec, &err) || open_on(dir, "cuda", &eg, &err)) { ts_engine_close(ec); return; }
+    const ts_config *c = &ec->model.cfg;
+    const int H = c->H, L = c->n_layers, n = 5;
+    const int32_t ids[5] = {1, 7, 42, 99, 3};
+    for (int mode = 0; mode < 2; mode++) {
+        ts_session_params sp;
+        ts_session_params_default(&sp);
+        sp.n_ctx = 64;
+        sp.max_rows = 16;
+        ts_session *sc = NULL, *sg = NULL;
+        if (ts_session_new(ec, &sp, &sc, &err) || ts_session_new(eg, &sp, &sg, &err)) break;
+        const int rows = mode ? 1 : n;
+        float *dc = calloc((size_t)(L + 1) * rows * H, sizeof(float)), *dg = calloc((size_t)(L + 1) * rows * H, sizeof(float));
+        sc->st.dbg_layers = dc, sg->st.dbg_layers = dg;
+        for (int i = 0; i < (mode ? n : 1); i++) {
+            ts_session_feed(sc, mode ? ids + i : ids, rows, NULL, NULL, &err);
+            ts_session_feed(sg, mode ? ids + i : ids, rows, NULL, NULL, &err);
+        }
+        fprintf(stderr, "  diag %s (%s):", dir, mode ? "token path, 5th token" : "5-row chunk");
+        for (int l = 0; l <= L; l++)
+            fprintf(stderr, " %s%s %.2g", l ? (c->layer_full[l - 1] ? "A" : "G") : "emb", l ? "" : "",
+                    ts_test_max_abs(dc + (size_t)l * rows * H, dg + (size_t)l * rows * H, (size_t)rows * H));
+        fprintf(stderr, "\n");
+        sc->st.dbg_layers = sg->st.dbg_layers = NULL;
+        free(dc), free(dg);
+        ts_session_free(sc);
+        ts_session_free(sg);
+    }
+    ts_engine_close(ec);
+    ts_engine_close(eg);
+}
+
 TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
     NEED_GPU();
     static const char *const FIX[] = {"tiny-dense", "tiny-moe", "alt-dense", "alt-moe", "alt-moe-tied", "default"};
@@ -189,6 +228,7 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
             const float tol = REL_TOL * fmaxf(1.0f, pr.max_logit);
             fprintf(stderr, "  %-13s %-5s %8d %10.3g %9.3g %d/%d%s\n", FIX[f], bn, pr.rows, pr.max_err, pr.max_logit,
                     pr.top1_ok, pr.top1_checked, pr.max_err <= tol && pr.top1_ok == pr.top1_checked ? "" : "  <- FAIL");
+            if (pr.max_err > tol || pr.top1_ok != pr.top1_checked) layer_diag(dir);
             CHECK_MSG(pr.max_err <= tol, "%s %s: max abs logit error %.3g > %.3g", FIX[f], bn, pr.max_err, tol);
             CHECK_MSG(pr.top1_ok == pr.top1_checked, "%s %s: top-1 agrees on %d of %d rows", FIX[f], bn, pr.top1_ok,
                       pr.top1_checked);

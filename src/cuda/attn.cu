@@ -130,6 +130,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
                 l = __fadd_rn(l, e);
             }
             l = warp_sum(l);
+            __syncwarp(); /* every lane has read mrow[hh] (mo) before lane 0 rewrites it */
             if (lane == 0) {
                 const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
                 frow[hh] = f;
@@ -238,8 +239,11 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
      * pieces past a row's length return at once), so a graph replays as is */
     const int P = a->split ? a->split : SPL, nsplit = (a->max_T + P - 1) / P;
     const int used = a->pos_dev ? nsplit : (a->pos + a->n + P - 1) / P;
-    k_attn_prep<<<dim3(a->nq + a->nkv, a->n), a->D, 0, c->stream>>>(*a);
-    TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
+    if (a->phase != 2) {
+        k_attn_prep<<<dim3(a->nq + a->nkv, a->n), a->D, 0, c->stream>>>(*a);
+        TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
+    }
+    if (a->phase == 1) return;
     k_attn_split<<<dim3(used, a->nkv, a->n), 256, 0, c->stream>>>(*a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
     k_attn_combine<<<dim3(a->nq, a->n), a->D, 0, c->stream>>>(*a, nsplit);

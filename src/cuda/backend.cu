@@ -794,15 +794,23 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     if (P2 && (!P || P2 < P)) ws = q->att_small, P = P2;
     if (!P) { fail(s, TS_E_UNSUPPORTED, "attention: no workspace split fits this context and head shape"); return; }
     const int qd = a->nq * 2 * D, kvd = a->nkv * D;
+    tsc_attn_args t;
+    memset(&t, 0, sizeof t);
+    t.nq = a->nq, t.nkv = a->nkv, t.D = D, t.rot = a->rot;
+    t.theta = (float)a->theta, t.eps = a->eps;
+    t.q_norm = a->q_norm, t.k_norm = a->k_norm, t.Kc = a->kc, t.Vc = a->vc, t.max_T = L;
+    t.ws = ws, t.pos_dev = &q->dstep->step.pos, t.split = P;
+    /* every row's q/k norms, RoPE and K/V append first (the output rows
+     * below overwrite the v rows of later rows: the model's out is big2) */
+    for (int r0 = 0; r0 < a->n; r0 += RB) {
+        t.n = a->n - r0 < RB ? a->n - r0 : RB, t.pos = r0, t.phase = 1;
+        t.qg = a->qg + (size_t)r0 * qd, t.k = a->k + (size_t)r0 * kvd, t.v = a->v + (size_t)r0 * kvd;
+        tsc_attn_decode(q->c, &t);
+    }
     for (int i = 0; i < a->n; i++) {
-        tsc_attn_args t;
-        memset(&t, 0, sizeof t);
-        t.n = 1, t.pos = i, t.nq = a->nq, t.nkv = a->nkv, t.D = D, t.rot = a->rot;
-        t.theta = (float)a->theta, t.eps = a->eps;
+        t.n = 1, t.pos = i, t.phase = 2;
         t.qg = a->qg + (size_t)i * qd, t.k = a->k + (size_t)i * kvd, t.v = a->v + (size_t)i * kvd;
-        t.q_norm = a->q_norm, t.k_norm = a->k_norm, t.Kc = a->kc, t.Vc = a->vc, t.max_T = L;
-        t.out = a->out + (size_t)i * a->nq * D, t.ws = ws;
-        t.pos_dev = &q->dstep->step.pos, t.split = P;
+        t.out = a->out + (size_t)i * a->nq * D;
         tsc_attn_decode(q->c, &t);
     }
 }

@@ -196,6 +196,11 @@ typedef struct tsc_attn_args {
      * rescaling, so fewer partials need less workspace. */
     const int32_t *pos_dev;
     int split;
+    /* 0: the whole op; 1: prep only (norms, RoPE, K/V appended); 2: the
+     * attention only, over q already prepared (the engine appends a block's
+     * rows first, then attends row by row: the output may overwrite later
+     * rows' v inputs, as the model's buffers do) */
+    int phase;
 } tsc_attn_args;
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);
 size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split);
