@@ -302,6 +302,20 @@ __global__ void __launch_bounds__(256) k_moe_down(const xw d, const int32_t *ids
     }
 }
 
+/* y[r, o] = w_o . x_r for weights the products' kernel does not take yet:
+ * linear.cu stages x in shared memory with a swizzle that assumes cols % 32
+ * == 0 (cols = 200 read past the staged rows: an illegal address on the
+ * H200, alt-dense's down_proj). One warp per output, row_dot's fixed order. */
+__global__ void __launch_bounds__(256) k_lin_plain(const tsc_weight w, const float *x, float *y) {
+    const int r = blockIdx.y, o = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (o >= w.rows) return;
+    int lg = 0;
+    while (w.group > 1 && (1 << lg) < w.group) lg++;
+    const float v = row_dot(w.dtype, w.bits, lg, w.sdtype, (const uint8_t *)w.data, w.scales, w.biases, o, w.cols,
+                            x + (int64_t)r * w.cols);
+    if ((threadIdx.x & 31) == 0) y[(int64_t)r * w.rows + o] = v;
+}
+
 /* t[r] = routed[r] + sigmoid(gl[r]) * shared[r] */
 __global__ void k_moe_combine(float *t, const float *routed, const float *shared, const float *gl, int H) {
     const int r = blockIdx.y;
@@ -687,6 +701,20 @@ bool dev_w(ts_stream *s, const ts_weight *w, tsc_weight *d) {
 
 /* ---- compute ---- */
 
+/* nw weights of one layout on n <= 16 rows: tsc_linear, or k_lin_plain
+ * where linear.cu cannot take the columns yet */
+void lin_rows(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    if (w[0]->cols % 32 == 0) {
+        tsc_linear(c, w, nw, x, y, n);
+        return;
+    }
+    if (tsc_error(c)) return;
+    for (int i = 0; i < nw; i++) {
+        k_lin_plain<<<dim3((unsigned)((w[i]->rows + 7) / 8), n), 256, 0, c->stream>>>(*w[i], x, y[i]);
+        tsc_launched_(c, "linear (cols not a multiple of 32)");
+    }
+}
+
 void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
     if (dead(s) || n <= 0) return;
     tsc_ctx *c = ST(s)->c;
@@ -703,10 +731,11 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
         const tsc_weight *pw[TSC_LIN_MAX];
         float *py[TSC_LIN_MAX];
         const int64_t cols = dw[i0].cols;
+
         for (int r0 = 0; r0 < n; r0 += RB) {
             const int nr = n - r0 < RB ? n - r0 : RB;
             for (int i = i0; i < i1; i++) pw[i - i0] = &dw[i], py[i - i0] = y[i] + (size_t)r0 * (size_t)dw[i].rows;
-            tsc_linear(c, pw, i1 - i0, x + (size_t)r0 * (size_t)cols, py, nr);
+            lin_rows(c, pw, i1 - i0, x + (size_t)r0 * (size_t)cols, py, nr);
         }
         i0 = i1;
     }
@@ -914,7 +943,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         float *lg_ = a->logits + (size_t)r0 * E;
         const tsc_weight *pr[1] = {&rw};
         float *yr[1] = {lg_};
-        tsc_linear(c, pr, 1, u_, yr, nr);
+        lin_rows(c, pr, 1, u_, yr, nr);
         tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
         float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
         for (int j = 0; j < k; j++) {
@@ -927,15 +956,15 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         const tsc_weight *ps[3] = {&sg, &su, &sgw};
         float *ys[3] = {a->b1, a->b2, q->gl};
         if (sgw.dtype == sg.dtype && sgw.bits == sg.bits && sgw.group == sg.group && sgw.sdtype == sg.sdtype) {
-            tsc_linear(c, ps, 3, u_, ys, nr);
+            lin_rows(c, ps, 3, u_, ys, nr);
         } else {
-            tsc_linear(c, ps, 2, u_, ys, nr);
-            tsc_linear(c, ps + 2, 1, u_, ys + 2, nr);
+            lin_rows(c, ps, 2, u_, ys, nr);
+            lin_rows(c, ps + 2, 1, u_, ys + 2, nr);
         }
         tsc_silu_mul(c, a->b1, a->b2, (size_t)nr * Is);
         const tsc_weight *pd[1] = {&sd};
         float *yd[1] = {shared};
-        tsc_linear(c, pd, 1, a->b1, yd, nr);
+        lin_rows(c, pd, 1, a->b1, yd, nr);
         k_moe_combine<<<dim3((unsigned)((H + 255) / 256), nr), 256, 0, c->stream>>>(a->t + (size_t)r0 * H, routed, shared,
                                                                                  q->gl, H);
         tsc_launched_(c, "MoE combine");
