@@ -3,7 +3,8 @@
  * or in a build without CUDA).
  *
  * - parity: every fixture (dense and MoE; BF16 as shipped, INT8 and INT4
- *   installs made by ts_convert) and the bundled default model: prompt
+ *   installs made by ts_convert) and the bundled default model (an INT4
+ *   install as shipped, "INT4*"): prompt
  *   logits of every row (fed in 16-row chunks: the prefill path) and 24
  *   decoded steps (teacher-forced with the CPU's greedy ids: the token path,
  *   replayed from a CUDA graph after the first step), max abs logit error and
@@ -214,11 +215,12 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
         for (int b = 0; b < 3; b++) {
             char dir[512], why[600] = "";
             if (quick && !((f == 1 && b == 2) || (f == 5 && b == 0))) continue;
+            if (f == 5 && b) continue; /* the default model ships INT4: convert takes checkpoints, not installs */
             if (make_install(FIX[f], BITS[b], dir, sizeof dir)) return;
             parity pr;
             int rc = run_parity(dir, 40, 24, &pr, why, sizeof why);
             if (rc < 0) return;
-            const char *bn = BITS[b] == 0 ? "bf16" : BITS[b] == 8 ? "INT8" : "INT4";
+            const char *bn = BITS[b] == 0 ? (f == 5 ? "INT4*" : "bf16") : BITS[b] == 8 ? "INT8" : "INT4"; /* *: as shipped */
             if (rc == 1) {
                 fprintf(stderr, "  %-13s %-5s refused by the CUDA backend: %s\n", FIX[f], bn, why);
                 refused++;
@@ -235,7 +237,7 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
         }
     fprintf(stderr, "  %d installs compared, %d refused by the CUDA backend (shapes named above)\n", ran, refused);
     /* the default model and the tiny fixtures have shapes the kernels take */
-    CHECK_MSG(ran >= (quick ? 2 : 9), "only %d installs ran on the GPU", ran);
+    CHECK_MSG(ran >= (quick ? 2 : 8), "only %d installs ran on the GPU", ran);
 }
 
 typedef struct collect { int32_t *o; int n; } collect;
