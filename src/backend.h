@@ -294,6 +294,13 @@ int ts_cuda_built(void);
 /* The first weight the CUDA products cannot read (a layout tsc_weight_check
  * refuses), found while sizing or preparing: 0 or TS_E_UNSUPPORTED naming it. */
 int ts_cuda_backend_check(ts_backend *be, ts_error *err);
+/* The model shapes the CUDA ops take (a sentence naming the first one they
+ * do not, TS_E_UNSUPPORTED): attention heads (D % 32 == 0, D <= 256, nq a
+ * multiple of nkv, nq/nkv <= 16, rot even and <= D), GDN heads (dk <= 128,
+ * dv <= 1024, K <= 8, Hv a multiple of Hk), MoE (E <= 1024, topk <= 32;
+ * E = 0: dense). Checked at open, before anything is uploaded. */
+int ts_cuda_backend_shapes(ts_backend *be, int D, int nq, int nkv, int rot, int dk, int dv, int K, int Hk, int Hv,
+                           int E, int topk, ts_error *err);
 /* Device name, device memory: ours (the counted allocations), free and
  * total as the driver reports them now. */
 int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b);

@@ -434,3 +434,34 @@ TS_TEST(cuda_engine, errors_are_clear) {
     rc = ts_test_sh(out, sizeof out, "CUDA_VISIBLE_DEVICES= %s run -m models/default -p hi -n 2 2>&1", ts_test_bin());
     CHECK_MSG(rc == 0 && strstr(out, "running on the CPU"), "auto without a device: %s", out);
 }
+
+/* The shape check and the device plan need a CUDA build, not a device (a
+ * plan-only backend opens none): they run on any machine of a CUDA build. */
+TS_TEST(cuda_engine, shapes_refused_before_upload_and_plan_without_device) {
+    if (!ts_cuda_built()) SKIP("built without CUDA");
+    ts_backend *be = NULL;
+    ts_backend_params bp = {0};
+    bp.plan_only = 1;
+    ts_error err = {0};
+    CHECK_MSG(!ts_cuda_backend_new(&bp, &be, &err), "%s", err.msg);
+    /* 9B-like: fused GDN heads, D 256; the default model's 64/64 GDN heads */
+    CHECK(!ts_cuda_backend_shapes(be, 256, 16, 4, 64, 128, 128, 4, 16, 32, 0, 0, &err));
+    CHECK(!ts_cuda_backend_shapes(be, 128, 4, 2, 64, 64, 64, 4, 4, 8, 256, 8, &err));
+    int rc = ts_cuda_backend_shapes(be, 40, 4, 4, 10, 48, 24, 4, 1, 3, 6, 1, &err);
+    CHECK_MSG(rc == TS_E_UNSUPPORTED && strstr(err.msg, "head dim 40"), "D 40: %s", err.msg);
+    rc = ts_cuda_backend_shapes(be, 128, 4, 2, 64, 256, 64, 4, 4, 8, 0, 0, &err);
+    CHECK_MSG(rc == TS_E_UNSUPPORTED && strstr(err.msg, "GDN"), "dk 256: %s", err.msg);
+    rc = ts_cuda_backend_shapes(be, 128, 4, 2, 64, 64, 64, 4, 4, 8, 64, 40, &err);
+    CHECK_MSG(rc == TS_E_UNSUPPORTED && strstr(err.msg, "MoE"), "top-k 40: %s", err.msg);
+    ts_backend_free(be);
+    /* the device plan of the default model: weights, caches and scratch on the device */
+    ts_mem_plan *pl = malloc(sizeof *pl);
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    CHECK_MSG(!ts_mem_plan_dir_on("models/default", "cuda", &sp, pl, &err), "%s", err.msg);
+    CHECK(pl->bytes[TS_DOM_DEVICE][TS_MEM_WEIGHTS] > 0 && pl->bytes[TS_DOM_DEVICE][TS_MEM_KV] > 0);
+    CHECK(pl->bytes[TS_DOM_HOST][TS_MEM_KV] == 0 && pl->bytes[TS_DOM_HOST][TS_MEM_WEIGHTS] == 0);
+    fprintf(stderr, "  plan --backend cuda, default model: %llu device bytes, %llu host\n",
+            (unsigned long long)pl->dom_bytes[TS_DOM_DEVICE], (unsigned long long)pl->dom_bytes[TS_DOM_HOST]);
+    free(pl);
+}

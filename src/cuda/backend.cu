@@ -1095,6 +1095,24 @@ extern "C" int ts_cuda_backend_check(ts_backend *be, ts_error *err) {
     return 0;
 }
 
+extern "C" int ts_cuda_backend_shapes(ts_backend *be, int D, int nq, int nkv, int rot, int dk, int dv, int K, int Hk,
+                                      int Hv, int E, int topk, ts_error *err) {
+    (void)be;
+    if (nq > 0 && (D % 32 || D > 256 || nkv < 1 || nq % nkv || nq / nkv > 16 || rot % 2 || rot > D))
+        return ts_fail(err, TS_E_UNSUPPORTED,
+                       "attention with head dim %d, %d query / %d KV heads, rot %d on CUDA: the kernels need D %% 32 == 0, "
+                       "D <= 256, nq a multiple of nkv with nq/nkv <= 16, rot even and <= D", D, nq, nkv, rot);
+    const bool fused = dk == 128 && dv == 128 && K == 4;
+    if (Hv > 0 && !fused && (dk > GDK_MAX || dv > 1024 || K > GK_MAX || K < 1 || Hk < 1 || Hv % Hk))
+        return ts_fail(err, TS_E_UNSUPPORTED,
+                       "GDN with key/value heads of %d/%d (%d/%d heads) and a conv of %d taps on CUDA: need dk <= %d, "
+                       "dv <= 1024, K <= %d, Hv a multiple of Hk", dk, dv, Hk, Hv, K, GDK_MAX, GK_MAX);
+    if (E > 0 && (E > 1024 || topk < 1 || topk > TOPK_MAX || topk > E))
+        return ts_fail(err, TS_E_UNSUPPORTED, "MoE with %d experts, %d a token on CUDA: need E <= 1024, top-k <= %d", E,
+                       topk, TOPK_MAX);
+    return 0;
+}
+
 extern "C" int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b) {
     cu_be *b = BE(be);
     if (!b->c) return TS_E_UNSUPPORTED;

@@ -78,6 +78,11 @@ int ts_cuda_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *
 }
 int ts_cuda_built(void) { return 0; }
 int ts_cuda_backend_check(ts_backend *be, ts_error *err) { (void)be, (void)err; return 0; }
+int ts_cuda_backend_shapes(ts_backend *be, int D, int nq, int nkv, int rot, int dk, int dv, int K, int Hk, int Hv,
+                           int E, int topk, ts_error *err) {
+    (void)be, (void)D, (void)nq, (void)nkv, (void)rot, (void)dk, (void)dv, (void)K, (void)Hk, (void)Hv, (void)E, (void)topk;
+    return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA");
+}
 int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b) {
     (void)be, (void)name, (void)cap, (void)ours, (void)free_b, (void)total_b;
     return TS_E_UNSUPPORTED;

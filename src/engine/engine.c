@@ -28,7 +28,12 @@ static int open_cuda(ts_engine *e, const ts_config *cfg, ts_error *err) {
     int rc = ts_cuda_backend_new(&bp, &e->be, err);
     if (rc) return rc;
     uint64_t need = 0;
-    rc = ts_model_size(cfg, e->st, e->be, sum_device, &need, NULL, NULL, err);
+    /* attention is always checked: the MTP head is an attention layer too */
+    const int has_gdn = cfg->n_layers > cfg->n_full;
+    rc = ts_cuda_backend_shapes(e->be, cfg->head_dim, cfg->nq, cfg->nkv, cfg->rot_dim, cfg->dk,
+                                cfg->dv, cfg->conv_k, cfg->Hk, has_gdn ? cfg->Hv : 0, cfg->is_moe ? cfg->E : 0,
+                                cfg->topk, err);
+    if (!rc) rc = ts_model_size(cfg, e->st, e->be, sum_device, &need, NULL, NULL, err);
     if (!rc) rc = ts_cuda_backend_check(e->be, err);
     char name[128] = "";
     size_t ours = 0, fr = 0, tot = 0;
