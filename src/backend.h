@@ -2,7 +2,7 @@
  *
  * Owns: memory domains, views, the execution mode, the step record, the
  * backend and stream handles and the op table every backend implements
- * (src/cpu/backend.c today, src/cuda/ next, tests/test_poison.c's poisoned
+ * (src/cpu/backend.c, src/cuda/backend.cu, tests/test_poison.c's poisoned
  * wrapper for the tests). Does not own: the kernels (src/cpu/, CPU-private),
  * the model's layout (src/model/model.h), the memory plan (engine/plan.c).
  *
@@ -37,9 +37,15 @@
  * Graphs: a backend that captures (CUDA graphs) keys a capture by (kind,
  * rows); every per-token value a captured op needs (position, attention
  * length, pending rows, parities) is in the step record, which the host
- * writes before each launch (ts_be_step), never in an op's arguments. That
+ * writes before each pass (ts_step), never in an op's arguments. That
  * is why the GDN snapshot/live pair is chosen by a parity bit instead of a
- * pointer swap. The CPU backend leaves the hooks NULL.
+ * pointer swap. The CPU backend leaves the hooks NULL. CUDA
+ * (src/cuda/backend.cu): the embedding, the first op of a pass and never
+ * captured, copies the record and the token ids to the device; qwen35.c
+ * captures the token path after it, one graph per key and stream.
+ * graph_begin answers 0 when capturing started, nonzero to run the ops
+ * uncaptured; graph_launch 0 when a graph for the key was replayed, 1 when
+ * there is none yet.
  */
 #ifndef TS_BACKEND_H
 #define TS_BACKEND_H
