@@ -76,6 +76,11 @@ typedef struct ts_engine_params {
                        subfolder; an error when there is none */
     const char *drafter_dir; /* the drafter's directory (its config.json and
                                 safetensors); NULL: DIR/dflash */
+    const char *backend; /* "cpu", "cuda" or "auto" (CUDA when a usable GPU is
+                            present and the model fits, else the CPU with one
+                            line on stderr saying why; a build without CUDA:
+                            the CPU silently); NULL or "" = "cpu" */
+    int device;          /* CUDA device index (0-based) */
 } ts_engine_params;
 #define TS_ACT_BITS_DEFAULT 8
 
@@ -324,6 +329,13 @@ TS_API int ts_mem_plan_dir_dflash(const char *dir, const char *drafter_dir, cons
  * group 0: 64. Equal, byte for byte, to ts_mem_plan_dir of that install. */
 TS_API int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *install_dir,
                              const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
+/* The same plans for the engine a backend ("cpu", "cuda"; NULL: "cpu")
+ * opens: its buffers in its memory domain, its prepared weights and
+ * workspace. Sizes only: no device is opened (CUDA sizes need a CUDA build). */
+TS_API int ts_mem_plan_dir_on(const char *dir, const char *backend, const ts_session_params *sp, ts_mem_plan *plan,
+                              ts_error *err);
+TS_API int ts_mem_plan_shape_on(const char *shape_path, int bits, int group, const char *install_dir,
+                                const char *backend, const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
 
 /* ==== tokenizer (src/text/tokenizer.c) ================================== *
  * A Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2 / Qwen
@@ -556,6 +568,20 @@ TS_API uint64_t ts_engine_decode_bytes(const ts_engine *e);
 /* Recurrent-state bytes one decoded token reads and writes: every GDN layer's
  * state once each way (f32). Part of the memory traffic of a step. */
 TS_API uint64_t ts_engine_state_bytes(const ts_engine *e);
+/* The backend the engine runs on, for messages and statistics: "cpu", or
+ * "cuda:N (device name)". */
+TS_API const char *ts_engine_backend(const ts_engine *e);
+/* Device memory (CUDA engines; else TS_E_UNSUPPORTED): ours (every device
+ * allocation, counted), free and total as the driver reports them now;
+ * total - free - ours is what the driver and other processes hold. */
+TS_API int ts_engine_device_mem(const ts_engine *e, size_t *ours, size_t *free_bytes, size_t *total_bytes);
+/* The device-copy bandwidth probe (CUDA engines): GB/s (read + write) of a
+ * device-to-device copy of `bytes`, best of five; < 0 when not available. */
+TS_API double ts_engine_copy_probe(ts_engine *e, size_t bytes);
+/* Graphs of a session's stream (CUDA): captured graphs, replays, kernel
+ * nodes of the last captured graph, the mean host time of one replay's
+ * launch call in microseconds (all 0 on the CPU). */
+TS_API void ts_session_graph_stats(const ts_session *s, int *graphs, long *replays, int *kernels, double *launch_us);
 /* Kernel selection: "auto" (best for this CPU), "avx512", "avx2", "generic",
  * "ref" (the plain reference). Returns 0, or TS_E_ARG for an unknown or
  * unsupported name. The environment variable TS_KERNELS sets the initial choice. */

@@ -4,6 +4,13 @@
 #
 #   scripts/gpu_check.sh [BUILD_DIR]          (default build-cuda; `make CUDA=1 BUILD=build-cuda`)
 #   OUT=dir  SANITIZE=0 (skip compute-sanitizer)  QUICK=1 (short benchmark)
+#   KERNELS=0 (skip the kernels' tests and cuda_bench)  ENGINE=0 (skip the engine's: group cuda_engine,
+#   the CLI on --backend cuda, bench --backend cuda --json on the default model and the synth shapes)
+#   SHAPES="qwen3.5-0.8B qwen3.5-9B" (the shapes/*.json benchmarked, INT4 g64 from `turbospark synth`)
+#   BENCH_KERNELS=0 (skip cuda_bench)  SANITIZE_KERNELS=0 (no sanitizer on the kernels' group)
+#
+# Run from the repository root (the engine tests read models/default, tests/fixtures, README.md,
+# shapes/). The CLI is BUILD_DIR/turbospark.
 #
 # What it needs on the GPU host: the NVIDIA driver (the CUDA runtime is linked
 # statically) and the shared libraries listed under "links" below; a folder
@@ -17,9 +24,16 @@ OUT=${OUT:-$PWD/gpu-check-out}
 SANITIZE=${SANITIZE:-1}
 QUICK=${QUICK:-0}
 mkdir -p "$OUT"
-for f in ts_test cuda_bench; do
+KERNELS=${KERNELS:-1}
+ENGINE=${ENGINE:-1}
+SHAPES=${SHAPES:-"qwen3.5-0.8B qwen3.5-9B"}
+need="ts_test turbospark"; [ "$KERNELS" = 1 ] && [ "${BENCH_KERNELS:-1}" = 1 ] && need="$need cuda_bench"
+for f in $need; do
   [ -x "$B/$f" ] || { echo "gpu_check: $B/$f missing: build with make CUDA=1 BUILD=$B first" >&2; exit 2; }
 done
+export TS_BIN="$B/turbospark"
+TS="$B/turbospark"
+SYN=${SYN:-/tmp/gpu_check_synth}
 [ -d "$B/lib" ] && export LD_LIBRARY_PATH="$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
 T="$OUT/gpu_check.md"
@@ -36,13 +50,14 @@ T="$OUT/gpu_check.md"
   echo "| links (beyond libc, libstdc++, static cudart) | ${libs:-none} |"
   echo "$libs" | grep -q "NOT FOUND" && status=1
 
+  if [ "$KERNELS" = 1 ]; then
   ./"$B"/ts_test cuda >"$OUT/tests.log" 2>&1
   rc=$?
   res=$(tail -1 "$OUT/tests.log"); sk=$(grep -c '^\[ SKIP \]' "$OUT/tests.log")
   echo "| tests (group cuda) | $res, $sk skipped (rc $rc) |"
   [ "$rc" = 0 ] && [ "$sk" = 0 ] || status=1
   grep -E '^  (int|bf16|f16|f32|gdn|attn)' "$OUT/tests.log" | sed 's/^ */| parity | /; s/$/ |/'
-  if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  if [ "${SANITIZE_KERNELS:-$SANITIZE}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test cuda >"$OUT/memcheck.log" 2>&1
     echo "| compute-sanitizer memcheck (all cuda tests) | rc $? : $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) |"
     grep -q 'ERROR SUMMARY: 0 errors' "$OUT/memcheck.log" || status=1
@@ -53,6 +68,7 @@ T="$OUT/gpu_check.md"
     grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/racecheck.log" || status=1
   fi
   args=""; [ "$QUICK" = 1 ] && args="--quick"
+  if [ "${BENCH_KERNELS:-1}" = 1 ]; then
   ./"$B"/cuda_bench $args >"$OUT/bench.log" 2>&1 || { echo "| bench | FAILED: $(tail -1 "$OUT/bench.log") |"; status=1; }
   kv() { awk -v k="$1" '$1 == "KV" && $2 == k {print $3}' "$OUT/bench.log"; }
   echo "| copy probe (2 GiB D2D, read+write) | $(kv probe_gbs) GB/s |"
@@ -64,8 +80,88 @@ T="$OUT/gpu_check.md"
   echo "| 9B products only, one graph / whole step eager | $(kv step_products_graph_ms) ms / $(kv step_eager_ms) ms |"
   for n in 2 3 4 5 8 16; do r=$(kv rows_ratio.$n); [ -n "$r" ] && echo "| whole step at $n rows (verify) | x$r of 1 row |"; done
   awk '$1 == "KV" && $2 ~ /^op_us\./ {sub("op_us.", "", $2); $1=""; n=$NF; $NF=""; print "| op: " substr($0, 2) "| " n " us |"}' "$OUT/bench.log"
+  fi
+  fi
+
+  if [ "$ENGINE" = 1 ]; then
+  # ---- the engine on the GPU (src/cuda/backend.cu): parity, determinism, perplexity, plan, errors ----
+  ./"$B"/ts_test cuda_engine >"$OUT/engine_tests.log" 2>&1
+  rc=$?
+  res=$(tail -1 "$OUT/engine_tests.log"); sk=$(grep -c '^\[ SKIP \]' "$OUT/engine_tests.log")
+  echo "| engine tests (group cuda_engine) | $res, $sk skipped (rc $rc) |"
+  [ "$rc" = 0 ] && [ "$sk" = 0 ] || status=1
+  grep -E '^  (tiny|alt|default)' "$OUT/engine_tests.log" | sed 's/^ */| engine parity (model bits rows max-err max-logit top1) | /; s/$/ |/'
+  grep -E '^  (sampled|default model|models/|/tmp|--device|no device|[0-9]+ installs)' "$OUT/engine_tests.log" | sed 's/^ */| engine | /; s/$/ |/'
+  # ---- the commands on --backend cuda ----
+  L="$OUT/engine_cli.log"; : >"$L"
+  cli() { # name, then the command
+    local n=$1; shift
+    echo "### $n: $*" >>"$L"
+    if timeout 120 "$@" >>"$L" 2>&1; then echo "| cli: $n | ok |"; else echo "| cli: $n | FAILED (rc $?) |"; status=1; fi
+  }
+  cli run "$TS" run --backend cuda -m models/default -p "The quick brown fox" -n 24
+  cli run-sampled "$TS" run --backend cuda -m models/default -p "Once upon a time" -n 24 --temp 0.8 --top-p 0.9 --seed 7
+  echo "hello there" | cli chat "$TS" chat --backend cuda -m models/default -n 16
+  printf '1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20\n' >"$OUT/ids.txt"
+  cli perplexity "$TS" perplexity --backend cuda -m models/default -f "$OUT/ids.txt"
+  cli logits "$TS" logits --backend cuda -m models/default --ids 1,2,3,4 -o "$OUT/logits.bin"
+  "$TS" logits --backend cpu -m models/default --ids 1,2,3,4 -o "$OUT/logits_cpu.bin" >/dev/null 2>&1
+  echo "| cli: logits cuda vs cpu, max abs diff | $(python3 -c "import array,sys;a=array.array('f',open('$OUT/logits.bin','rb').read());b=array.array('f',open('$OUT/logits_cpu.bin','rb').read());print(max(abs(x-y) for x,y in zip(a,b)) if len(a)==len(b) and a else 'size mismatch')" 2>&1) |"
+  out=$("$TS" run --backend cuda --spec mtp -m models/default -p hi -n 4 2>&1); echo "$out" >>"$L"
+  if echo "$out" | grep -q 'issue 17'; then echo "| cli: --spec mtp on cuda | refused: $(echo "$out" | tail -1) |"
+  else echo "| cli: --spec mtp on cuda | NOT refused clearly |"; status=1; fi
+  port=$((20000 + RANDOM % 20000))
+  timeout 90 "$TS" serve --backend cuda -m models/default --port $port >"$OUT/serve.log" 2>&1 &
+  spid=$!
+  ok=0; out=""
+  for i in $(seq 1 60); do
+    sleep 0.5
+    if command -v curl >/dev/null; then
+      out=$(curl -s -m 20 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
+            -d '{"prompt": "Hello", "max_tokens": 8}' 2>/dev/null)
+    else
+      out=$(python3 -c "import urllib.request as u;print(u.urlopen(u.Request('http://127.0.0.1:$port/v1/completions',data=b'{\"prompt\": \"Hello\", \"max_tokens\": 8}',headers={'Content-Type':'application/json'}),timeout=20).read().decode())" 2>/dev/null)
+    fi
+    echo "$out" | grep -q '"text"' && { ok=1; break; }
+  done
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+  echo "$out" >>"$L"
+  if [ $ok = 1 ]; then echo "| cli: serve --backend cuda (one completion) | ok: $(echo "$out" | head -c 160) |"; else echo "| cli: serve (one completion) | FAILED: $(tail -2 "$OUT/serve.log" | tr '\n' ' ') |"; status=1; fi
+  # ---- bench --backend cuda --json: the default model and the synth shapes (INT4 g64) ----
+  mkdir -p "$SYN"
+  bj() { # label, model dir
+    "$TS" bench --backend cuda -m "$2" --prompt 512 --gen 128 --runs ${BENCH_RUNS:-3} --json >"$OUT/bench_$1.json" 2>>"$OUT/engine_bench.log" || {
+      echo "| bench $1 | FAILED: $(tail -1 "$OUT/engine_bench.log") |"; status=1; return; }
+    command -v python3 >/dev/null || { echo "| bench $1 | $(tr -d '\n' <"$OUT/bench_$1.json") |"; return; }
+    python3 - "$OUT/bench_$1.json" "$1" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+print("| bench %s (512 + 128, %s) | decode %.1f tok/s, %.1f MB/token, %.0f GB/s = %.1f%% of the %.0f GB/s copy probe; prefill %.0f tok/s; %d kernels per decode graph, %.3f ms per token, %.1f us to launch a replay; device mem ours %.2f GB, driver+others %.2f GB |" % (
+    sys.argv[2], j["backend"], j["decode_tok_s"], j["weight_bytes_per_token"] / 1e6, j["decode_gb_s"], j["pct_of_copy_probe"],
+    j["copy_probe_gb_s"], j["prefill_tok_s"], j["graph_kernels"], j["ms_per_token"], j["graph_launch_us"],
+    j["device_mem_ours"] / 1e9, j["device_mem_driver_and_others"] / 1e9))
+PY
+  }
+  bj default models/default
+  for sh in $SHAPES; do
+    d="$SYN/$sh-q4"
+    [ -d "$d" ] || "$TS" synth --shape "shapes/$sh.json" --out "$d" --bits 4 --quiet >>"$OUT/engine_bench.log" 2>&1
+    bj "$sh" "$d"
+  done
+  if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
+      cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.plan_equals_device_allocations_and_close_returns_all \
+      cuda.attn_device_pos_big_pieces >"$OUT/engine_memcheck.log" 2>&1
+    echo "| memcheck (engine parity, quick set; plan; attn device pos) | rc $? : $(grep 'ERROR SUMMARY' "$OUT/engine_memcheck.log" | tail -1) |"
+    grep -q 'ERROR SUMMARY: 0 errors' "$OUT/engine_memcheck.log" || status=1
+    TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test \
+      cuda_engine.parity_every_fixture_and_the_default_model cuda.attn_device_pos_big_pieces >"$OUT/engine_racecheck.log" 2>&1
+    echo "| racecheck (engine parity, quick set; attn device pos) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/engine_racecheck.log" | tail -1) |"
+    grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/engine_racecheck.log" || status=1
+  fi
+  fi
 } >"$T"
 cat "$T"
 echo
-echo "gpu_check: $([ $status = 0 ] && echo OK || echo FAILED); logs in $OUT (tests.log, bench.log, memcheck.log, racecheck.log)"
+echo "gpu_check: $([ $status = 0 ] && echo OK || echo FAILED); logs in $OUT (tests.log, bench.log, memcheck.log, racecheck.log, engine_*.log, bench_*.json)"
 exit $status

@@ -2,7 +2,7 @@
  *
  * Owns: memory domains, views, the execution mode, the step record, the
  * backend and stream handles and the op table every backend implements
- * (src/cpu/backend.c today, src/cuda/ next, tests/test_poison.c's poisoned
+ * (src/cpu/backend.c, src/cuda/backend.cu, tests/test_poison.c's poisoned
  * wrapper for the tests). Does not own: the kernels (src/cpu/, CPU-private),
  * the model's layout (src/model/model.h), the memory plan (engine/plan.c).
  *
@@ -37,9 +37,15 @@
  * Graphs: a backend that captures (CUDA graphs) keys a capture by (kind,
  * rows); every per-token value a captured op needs (position, attention
  * length, pending rows, parities) is in the step record, which the host
- * writes before each launch (ts_be_step), never in an op's arguments. That
+ * writes before each pass (ts_step), never in an op's arguments. That
  * is why the GDN snapshot/live pair is chosen by a parity bit instead of a
- * pointer swap. The CPU backend leaves the hooks NULL.
+ * pointer swap. The CPU backend leaves the hooks NULL. CUDA
+ * (src/cuda/backend.cu): the embedding, the first op of a pass and never
+ * captured, copies the record and the token ids to the device; qwen35.c
+ * captures the token path after it, one graph per key and stream.
+ * graph_begin answers 0 when capturing started, nonzero to run the ops
+ * uncaptured; graph_launch 0 when a graph for the key was replayed, 1 when
+ * there is none yet.
  */
 #ifndef TS_BACKEND_H
 #define TS_BACKEND_H
@@ -290,8 +296,37 @@ struct ts_backend_ops {
 typedef struct ts_backend_params {
     int n_threads;        /* 0 = all cores */
     const char *kernels;  /* CPU kernel mode name (NULL: TS_KERNELS / the process default) */
+    int device;           /* CUDA: the device index */
+    int plan_only;        /* CUDA: sizes only (the memory plan): no device is opened, nothing runs */
+    int progress;         /* CUDA: weight upload progress on stderr */
 } ts_backend_params;
 int ts_cpu_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *err);
+/* The CUDA backend (src/cuda/backend.cu; src/cuda/stub.c without CUDA:
+ * "built without CUDA"). Errors: no device, bad index, unsupported
+ * architecture, with the driver's words. */
+int ts_cuda_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *err);
+/* 1 in a CUDA build (make CUDA=1), else 0. */
+int ts_cuda_built(void);
+/* The first weight the CUDA products cannot read (a layout tsc_weight_check
+ * refuses), found while sizing or preparing: 0 or TS_E_UNSUPPORTED naming it. */
+int ts_cuda_backend_check(ts_backend *be, ts_error *err);
+/* The model shapes the CUDA ops take (a sentence naming the first one they
+ * do not, TS_E_UNSUPPORTED): attention heads (D % 32 == 0, D <= 256, nq a
+ * multiple of nkv, nq/nkv <= 16, rot even and <= D), GDN heads (dk <= 128,
+ * dv <= 1024, K <= 8, Hv a multiple of Hk), MoE (E <= 1024, topk <= 32;
+ * E = 0: dense). Checked at open, before anything is uploaded. */
+int ts_cuda_backend_shapes(ts_backend *be, int D, int nq, int nkv, int rot, int dk, int dv, int K, int Hk, int Hv,
+                           int E, int topk, ts_error *err);
+/* Device name, device memory: ours (the counted allocations), free and
+ * total as the driver reports them now. */
+int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b);
+/* The device-copy bandwidth probe: GB/s of a device-to-device copy of
+ * `bytes` (read + written counted), best of a few; < 0 on error. */
+double ts_cuda_copy_probe(ts_backend *be, size_t bytes);
+/* Graph statistics of a stream: graphs captured, replays, kernels in the
+ * last captured graph (0 when it has none), mean host microseconds of a
+ * replay's launch call. */
+void ts_cuda_stream_stats(ts_stream *s, int *graphs, long *replays, int *kernels, double *launch_us);
 static inline void ts_backend_free(ts_backend *be) {
     if (be) be->destroy(be);
 }

@@ -33,7 +33,7 @@ typedef struct bk {
 } bk;
 
 static int bk_open(bk *b, const char *kernels) {
-    ts_backend_params p = {0, kernels};
+    ts_backend_params p = {.n_threads = 0, .kernels = kernels};
     ts_error err = {0};
     memset(b, 0, sizeof *b);
     b->name = kernels;

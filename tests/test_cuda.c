@@ -465,7 +465,9 @@ static void rope_ref(float *x, int rot, int pos, float theta) {
     }
 }
 
-static void attn_case(int nq, int nkv, int pos0, int n, int max_T) {
+/* split: keys per piece (0: TSC_ATTN_SPLIT); devpos: the position from a
+ * device int (the engine's form: backend.cu, graphs replay at any position) */
+static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split, int devpos) {
     OPEN(c);
     const int D = 256, rot = 64, kvdim = nkv * D, G = nq / nkv;
     const float theta = 1e7f, eps = 1e-6f;
@@ -481,12 +483,15 @@ static void attn_case(int nq, int nkv, int pos0, int n, int max_T) {
     float *dK = up(c, Kc, sizeof(float) * max_T * kvdim), *dV = up(c, Vc, sizeof(float) * max_T * kvdim);
     float *dK1 = up(c, Kc, sizeof(float) * max_T * kvdim), *dV1 = up(c, Vc, sizeof(float) * max_T * kvdim);
     float *dout = tsc_alloc(c, sizeof(float) * n * nq * D), *dout1 = tsc_alloc(c, sizeof(float) * n * nq * D);
-    float *ws = tsc_alloc(c, tsc_attn_ws_bytes(n, nq, D, max_T));
-    tsc_attn_args A = {n, pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws};
+    float *ws = tsc_alloc(c, tsc_attn_ws_bytes_split(n, nq, D, max_T, split));
+    int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
+    tsc_write(c, dpos, &pos0, sizeof(int32_t));
+    tsc_attn_args A = {n, devpos ? 0 : pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws,
+                       devpos ? dpos : NULL, split, 0};
     tsc_attn_decode(c, &A);
     for (int i = 0; i < n; i++) {
         tsc_attn_args B = A;
-        B.n = 1, B.pos = pos0 + i, B.qg = dqg1 + (size_t)i * nq * 2 * D, B.k = dk1 + (size_t)i * kvdim;
+        B.n = 1, B.pos = (devpos ? 0 : pos0) + i, B.qg = dqg1 + (size_t)i * nq * 2 * D, B.k = dk1 + (size_t)i * kvdim;
         B.v = dv + (size_t)i * kvdim, B.Kc = dK1, B.Vc = dV1, B.out = dout1 + (size_t)i * nq * D;
         tsc_attn_decode(c, &B);
     }
@@ -529,7 +534,14 @@ static void attn_case(int nq, int nkv, int pos0, int n, int max_T) {
     tsc_close(c);
 }
 
+static void attn_case(int nq, int nkv, int pos0, int n, int max_T) { attn_case_on(nq, nkv, pos0, n, max_T, 0, 0); }
+
 TS_TEST(cuda, attn_short_parity_and_row_exact) { attn_case(8, 2, 37, 3, 64); }
+/* the engine's form: position on the device, pieces of several sub-chunks */
+TS_TEST(cuda, attn_device_pos_big_pieces) {
+    attn_case_on(16, 4, 1000, 4, 1100, 288, 1);
+    attn_case_on(8, 2, 37, 3, 64, 64, 1);
+}
 TS_TEST(cuda, attn_long_split_parity_and_row_exact) { attn_case(16, 4, 1000, 4, 1100); }
 
 /* ---- MoE routing, argmax ---- */

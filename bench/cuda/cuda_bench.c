@@ -196,7 +196,7 @@ static void step(int n, int products_only) {
             b += group_call(P_ATT_QKV, l, n);
             if (!products_only) {
                 tsc_attn_args a = {n, POS, NQ, NKV, HD, 64, 1e7f, 1e-6f, QG, KB, VB, y->q_norm, y->k_norm,
-                                   y->Kc, y->Vc, MAXT, AO, AWS};
+                                   y->Kc, y->Vc, MAXT, AO, AWS, NULL, 0, 0};
                 tsc_attn_decode(C, &a);
             }
             b += group_call(P_ATT_O, l, n);
@@ -357,7 +357,7 @@ int main(int argc, char **argv) {
         OPT("gdn_step (Hv 32, 1 row)", tsc_gdn_step(C, &g));
         g.n = 4;
         OPT("gdn_step (Hv 32, 4 rows)", tsc_gdn_step(C, &g));
-        tsc_attn_args a = {1, POS, NQ, NKV, HD, 64, 1e7f, 1e-6f, QG, KB, VB, f->q_norm, f->k_norm, f->Kc, f->Vc, MAXT, AO, AWS};
+        tsc_attn_args a = {1, POS, NQ, NKV, HD, 64, 1e7f, 1e-6f, QG, KB, VB, f->q_norm, f->k_norm, f->Kc, f->Vc, MAXT, AO, AWS, NULL, 0, 0};
         OPT("attn_decode (T = pos + 1)", tsc_attn_decode(C, &a));
         OPT("add_rmsnorm (4096)", tsc_add_rmsnorm(C, X, T, y->in_norm, U, 1, H, 1e-6f));
         OPT("silu_mul (12288)", tsc_silu_mul(C, G, UP, FF));
@@ -371,7 +371,7 @@ int main(int argc, char **argv) {
         const int T2 = 8192;
         float *K2 = vec((size_t)(T2 + 1) * NKV * HD, -1, 1, 500), *V2 = vec((size_t)(T2 + 1) * NKV * HD, -1, 1, 501);
         float *W2 = tsc_alloc(C, tsc_attn_ws_bytes(1, NQ, HD, T2 + 1));
-        tsc_attn_args a = {1, T2 - 1, NQ, NKV, HD, 64, 1e7f, 1e-6f, QG, KB, VB, L[3].q_norm, L[3].k_norm, K2, V2, T2 + 1, AO, W2};
+        tsc_attn_args a = {1, T2 - 1, NQ, NKV, HD, 64, 1e7f, 1e-6f, QG, KB, VB, L[3].q_norm, L[3].k_norm, K2, V2, T2 + 1, AO, W2, NULL, 0, 0};
         OPT("attn_decode (T = 8192)", tsc_attn_decode(C, &a));
         printf("   (K+V read at T = 8192: %.1f MB)\n", 2.0 * T2 * NKV * HD * 4 / 1e6);
     }

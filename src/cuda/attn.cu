@@ -32,10 +32,18 @@ namespace {
 
 constexpr int SPL = TSC_ATTN_SPLIT, GMAX = 16, DMAX = 256;
 
+/* The position of row 0: a.pos, plus the device step record's position when
+ * a.pos_dev is set (a captured graph replays with the record's value). */
+__device__ __forceinline__ int row_pos(const tsc_attn_args &a) { return a.pos + (a.pos_dev ? *a.pos_dev : 0); }
+/* keys per piece: a.split (a multiple of SPL), else SPL */
+__device__ __forceinline__ int piece_of(const tsc_attn_args &a) { return a.split ? a.split : SPL; }
+
 __global__ void k_attn_prep(const tsc_attn_args a) {
     __shared__ double red[32];
     __shared__ float ys[DMAX];
     const int i = blockIdx.y, hd = blockIdx.x, d = threadIdx.x, D = a.D, kvdim = a.nkv * a.D;
+    const int pos = row_pos(a);
+    if (pos + i >= a.max_T) return; /* a device position past the cache: nothing written */
     const bool isq = hd < a.nq;
     const int kh = hd - a.nq;
     float *x = isq ? a.qg + ((int64_t)i * a.nq + hd) * 2 * D : a.k + (int64_t)i * kvdim + (int64_t)kh * D;
@@ -54,14 +62,14 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
          * power and the cosine in double, rounded once */
         const float e = __fdiv_rn((float)(2 * jj), (float)a.rot);
         const float inv = __fdiv_rn(1.0f, (float)pow((double)a.theta, (double)e));
-        const float ang = __fmul_rn((float)(a.pos + i), inv);
+        const float ang = __fmul_rn((float)(pos + i), inv);
         const float cs = (float)cos((double)ang), sn = (float)sin((double)ang);
         if (d < half) out = __fsub_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d + half], sn));
         else out = __fadd_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d - half], sn));
     }
     x[d] = out;
     if (!isq) {
-        const int64_t o = (int64_t)(a.pos + i) * kvdim + (int64_t)kh * D + d;
+        const int64_t o = (int64_t)(pos + i) * kvdim + (int64_t)kh * D + d;
         a.Kc[o] = out;
         a.Vc[o] = a.v[(int64_t)i * kvdim + (int64_t)kh * D + d];
     }
@@ -70,62 +78,85 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
 __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int nsplit) {
     __shared__ float qs[GMAX][DMAX];
     __shared__ float sc[GMAX][SPL];
-    __shared__ float mrow[GMAX], lrow[GMAX];
-    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z;
-    const int T = a.pos + i + 1, t0 = s * SPL;
-    if (t0 >= T) return;
-    const int nt = min(SPL, T - t0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
+    __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
+    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z, P = piece_of(a);
+    const int pos = row_pos(a);
+    const int T = min(pos + i + 1, a.max_T), p0 = s * P;
+    if (p0 >= T) return;
+    const int pn = min(P, T - p0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
     for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
         const int hh = e / D, d = e % D;
         qs[hh][d] = a.qg[((int64_t)i * a.nq + kh * G + hh) * 2 * D + d];
     }
-    __syncthreads();
+    /* The piece in sub-chunks of SPL keys (one when split == SPL: then the
+     * arithmetic is exactly the one-chunk form): scores, the chunk's max and
+     * sum, the weighted V sum; a later chunk rescales the running o and l by
+     * exp(m_old - m_new) (flash-decoding). */
+    float o[GMAX];
+#pragma unroll
+    for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
+    const int d = threadIdx.x; /* D <= 256 = blockDim.x: one output dim a thread */
+    for (int c0 = 0; c0 < pn; c0 += SPL) {
+        const int t0 = p0 + c0, nt = min(SPL, pn - c0);
+        __syncthreads();
     /* unrolled so that several keys' loads are in flight per warp */
 #pragma unroll 2
-    for (int tt = warp; tt < nt; tt += 8) {
-        const float *kr = a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
-        float kv[DMAX / 32];
+        for (int tt = warp; tt < nt; tt += 8) {
+            const float *kr = a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
+            float kv[DMAX / 32];
 #pragma unroll
-        for (int m = 0; m < DMAX / 32; m++) kv[m] = m < M ? kr[lane + 32 * m] : 0.f;
-        for (int hh = 0; hh < G; hh++) {
-            float dot = 0.f;
+            for (int m = 0; m < DMAX / 32; m++) kv[m] = m < M ? kr[lane + 32 * m] : 0.f;
+            for (int hh = 0; hh < G; hh++) {
+                float dot = 0.f;
 #pragma unroll
-            for (int m = 0; m < DMAX / 32; m++)
-                if (m < M) dot = __fmaf_rn(qs[hh][lane + 32 * m], kv[m], dot);
-            dot = warp_sum(dot);
-            if (lane == 0) sc[hh][tt] = __fmul_rn(dot, scale);
+                for (int m = 0; m < DMAX / 32; m++)
+                    if (m < M) dot = __fmaf_rn(qs[hh][lane + 32 * m], kv[m], dot);
+                dot = warp_sum(dot);
+                if (lane == 0) sc[hh][tt] = __fmul_rn(dot, scale);
+            }
         }
-    }
-    __syncthreads();
-    for (int hh = warp; hh < G; hh += 8) {
-        float mx = -INFINITY;
-        for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
-        mx = warp_max(mx);
-        float l = 0.f;
-        for (int tt = lane; tt < nt; tt += 32) {
-            const float e = expf(__fsub_rn(sc[hh][tt], mx));
-            sc[hh][tt] = e;
-            l = __fadd_rn(l, e);
+        __syncthreads();
+        for (int hh = warp; hh < G; hh += 8) {
+            float mx = -INFINITY;
+            for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
+            mx = warp_max(mx);
+            const float mo = c0 ? mrow[hh] : -INFINITY, mn = fmaxf(mo, mx);
+            float l = 0.f;
+            for (int tt = lane; tt < nt; tt += 32) {
+                const float e = expf(__fsub_rn(sc[hh][tt], mn));
+                sc[hh][tt] = e;
+                l = __fadd_rn(l, e);
+            }
+            l = warp_sum(l);
+            __syncwarp(); /* every lane has read mrow[hh] (mo) before lane 0 rewrites it */
+            if (lane == 0) {
+                const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
+                frow[hh] = f;
+                mrow[hh] = mn;
+                lrow[hh] = c0 ? __fmaf_rn(lrow[hh], f, l) : l;
+            }
         }
-        l = warp_sum(l);
-        if (lane == 0) mrow[hh] = mx, lrow[hh] = l;
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float o[GMAX];
+        __syncthreads();
+        if (d < D) {
+            if (c0) {
 #pragma unroll
-        for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
-        const float *vc = a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
-        /* unrolled: the V loads of 16 keys in flight, not one at a time */
+                for (int hh = 0; hh < GMAX; hh++)
+                    if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
+            }
+            const float *vc = a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
+        /* unrolled: the V loads of several keys in flight, not one at a time */
 #pragma unroll 8
-        for (int tt = 0; tt < nt; tt++) {
-            const float v = vc[(int64_t)tt * kvdim];
+            for (int tt = 0; tt < nt; tt++) {
+                const float v = vc[(int64_t)tt * kvdim];
 #pragma unroll
-            for (int hh = 0; hh < GMAX; hh++)
-                if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
+                for (int hh = 0; hh < GMAX; hh++)
+                    if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
+            }
         }
+    }
+    if (d < D) {
 #pragma unroll
         for (int hh = 0; hh < GMAX; hh++)
             if (hh < G) {
@@ -144,8 +175,10 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     __shared__ float es[1024];
     __shared__ float red[32];
     __shared__ float Ls;
-    const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
-    const int T = a.pos + i + 1, ns = (T + SPL - 1) / SPL;
+    const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x, P = piece_of(a);
+    const int pos = row_pos(a);
+    if (pos + i >= a.max_T) return;
+    const int T = pos + i + 1, ns = (T + P - 1) / P;
     const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);
     float M = -INFINITY;
     for (int s = t; s < ns; s += blockDim.x) M = fmaxf(M, p[(int64_t)s * (D + 2) + D]);
@@ -177,6 +210,11 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
 
 } // namespace
 
+extern "C" size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split) {
+    const size_t P = split ? (size_t)split : SPL, ns = ((size_t)max_T + P - 1) / P;
+    return (size_t)n * nq * ns * (D + 2) * sizeof(float);
+}
+
 extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
     const size_t ns = ((size_t)max_T + SPL - 1) / SPL;
     return (size_t)n * nq * ns * (D + 2) * sizeof(float);
@@ -184,8 +222,10 @@ extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
 
 extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     TSC_GUARD(c);
-    if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || a->pos + a->n > a->max_T) {
-        tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows", a->n, a->pos, a->max_T);
+    if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || (!a->pos_dev && a->pos + a->n > a->max_T) ||
+        a->split < 0 || a->split % SPL) {
+        tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows (split %d)", a->n,
+                  a->pos, a->max_T, a->split);
         return;
     }
     if (a->D % 32 || a->D > DMAX || a->nkv < 1 || a->nq % a->nkv || a->nq / a->nkv > GMAX || a->rot > a->D ||
@@ -195,9 +235,15 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
                   a->D, a->nq, a->nkv, a->rot, DMAX, GMAX);
         return;
     }
-    const int nsplit = (a->max_T + SPL - 1) / SPL, used = (a->pos + a->n + SPL - 1) / SPL;
-    k_attn_prep<<<dim3(a->nq + a->nkv, a->n), a->D, 0, c->stream>>>(*a);
-    TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
+    /* with the position on the device the grid covers the whole cache (the
+     * pieces past a row's length return at once), so a graph replays as is */
+    const int P = a->split ? a->split : SPL, nsplit = (a->max_T + P - 1) / P;
+    const int used = a->pos_dev ? nsplit : (a->pos + a->n + P - 1) / P;
+    if (a->phase != 2) {
+        k_attn_prep<<<dim3(a->nq + a->nkv, a->n), a->D, 0, c->stream>>>(*a);
+        TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
+    }
+    if (a->phase == 1) return;
     k_attn_split<<<dim3(used, a->nkv, a->n), 256, 0, c->stream>>>(*a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
     k_attn_combine<<<dim3(a->nq, a->n), a->D, 0, c->stream>>>(*a, nsplit);

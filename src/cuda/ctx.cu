@@ -322,6 +322,21 @@ extern "C" void tsc_graph_launch(tsc_ctx *c, tsc_graph *g) {
     if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "graph launch: %s", cudaGetErrorString(e));
 }
 
+extern "C" int tsc_graph_kernels(tsc_graph *g) {
+    if (!g) return 0;
+    size_t n = 0;
+    if (cudaGraphGetNodes(g->g, NULL, &n) != cudaSuccess || !n) return 0;
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(sizeof *nodes * n);
+    int k = 0;
+    if (nodes && cudaGraphGetNodes(g->g, nodes, &n) == cudaSuccess)
+        for (size_t i = 0; i < n; i++) {
+            cudaGraphNodeType t;
+            if (cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) k++;
+        }
+    free(nodes);
+    return k;
+}
+
 extern "C" void tsc_graph_free(tsc_graph *g) {
     if (!g) return;
     cudaGraphExecDestroy(g->x);

@@ -5,6 +5,7 @@
  * be reached with a valid one. Compiled only without CUDA=1 (the Makefile
  * drops it from the source list when the .cu files are built).
  */
+#include "backend.h"
 #include "cuda/tsc.h"
 
 int tsc_built(void) { return 0; }
@@ -63,5 +64,36 @@ void tsc_graph_begin(tsc_ctx *c) { (void)c; }
 tsc_graph *tsc_graph_end(tsc_ctx *c) { (void)c; return NULL; }
 void tsc_graph_launch(tsc_ctx *c, tsc_graph *g) { (void)c, (void)g; }
 void tsc_graph_free(tsc_graph *g) { (void)g; }
+int tsc_graph_kernels(tsc_graph *g) { (void)g; return 0; }
+size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split) {
+    (void)n, (void)nq, (void)D, (void)max_T, (void)split;
+    return 0;
+}
+
+/* the CUDA backend (backend.cu) */
+int ts_cuda_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *err) {
+    (void)p;
+    if (out) *out = NULL;
+    return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");
+}
+int ts_cuda_built(void) { return 0; }
+int ts_cuda_backend_check(ts_backend *be, ts_error *err) { (void)be, (void)err; return 0; }
+int ts_cuda_backend_shapes(ts_backend *be, int D, int nq, int nkv, int rot, int dk, int dv, int K, int Hk, int Hv,
+                           int E, int topk, ts_error *err) {
+    (void)be, (void)D, (void)nq, (void)nkv, (void)rot, (void)dk, (void)dv, (void)K, (void)Hk, (void)Hv, (void)E, (void)topk;
+    return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA");
+}
+int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b) {
+    (void)be, (void)name, (void)cap, (void)ours, (void)free_b, (void)total_b;
+    return TS_E_UNSUPPORTED;
+}
+double ts_cuda_copy_probe(ts_backend *be, size_t bytes) { (void)be, (void)bytes; return -1; }
+void ts_cuda_stream_stats(ts_stream *s, int *graphs, long *replays, int *kernels, double *launch_us) {
+    (void)s;
+    if (launch_us) *launch_us = 0;
+    if (graphs) *graphs = 0;
+    if (replays) *replays = 0;
+    if (kernels) *kernels = 0;
+}
 void tsc_timer_start(tsc_ctx *c) { (void)c; }
 double tsc_timer_ms(tsc_ctx *c) { (void)c; return -1; }

@@ -186,9 +186,24 @@ typedef struct tsc_attn_args {
     float *Kc, *Vc;       /* [max_T, nkv*D] the cache */
     int max_T;
     float *out;           /* [n, nq*D] */
-    float *ws;            /* tsc_attn_ws_bytes(n, nq, D, max_T) */
+    float *ws;            /* tsc_attn_ws_bytes(n, nq, D, max_T) (tsc_attn_ws_bytes_split with split) */
+    /* The engine's form (src/cuda/backend.cu), both 0/NULL in the kernel
+     * tests: pos_dev, a device int added to pos (the step record's position,
+     * so that a captured graph replays at every position; the split grid then
+     * covers the whole cache and pieces past a row's length exit); split,
+     * keys per piece (a multiple of TSC_ATTN_SPLIT; 0 = TSC_ATTN_SPLIT), a
+     * piece processed in sub-chunks of TSC_ATTN_SPLIT keys with online
+     * rescaling, so fewer partials need less workspace. */
+    const int32_t *pos_dev;
+    int split;
+    /* 0: the whole op; 1: prep only (norms, RoPE, K/V appended); 2: the
+     * attention only, over q already prepared (the engine appends a block's
+     * rows first, then attends row by row: the output may overwrite later
+     * rows' v inputs, as the model's buffers do) */
+    int phase;
 } tsc_attn_args;
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);
+size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split);
 void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a);
 
 /* MoE routing of n rows (1..16): p = softmax(logits[i, E]) in f32 (sum in
@@ -209,6 +224,8 @@ void tsc_graph_begin(tsc_ctx *c);
 tsc_graph *tsc_graph_end(tsc_ctx *c);
 void tsc_graph_launch(tsc_ctx *c, tsc_graph *g);
 void tsc_graph_free(tsc_graph *g);
+/* The kernel nodes of a captured graph. */
+int tsc_graph_kernels(tsc_graph *g);
 /* Events on the stream: mark, then elapsed milliseconds since the mark
  * (waits for the work queued in between). */
 void tsc_timer_start(tsc_ctx *c);

@@ -13,6 +13,90 @@ void ts_engine_params_default(ts_engine_params *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* ---- backend selection ---- */
+
+static void sum_device(void *user, const char *what, ts_mem_cat cat, ts_mem_domain dom, int backend, uint64_t bytes) {
+    (void)what, (void)cat, (void)backend;
+    if (dom == TS_DOM_DEVICE) *(uint64_t *)user += bytes;
+}
+
+/* A CUDA backend on params.device whose weights fit: the binder's dry run
+ * (the plan's own account) against the free device memory, before anything
+ * is uploaded. */
+static int open_cuda(ts_engine *e, const ts_config *cfg, ts_error *err) {
+    ts_backend_params bp = {e->params.n_threads, e->params.kernels, e->params.device, 0, 0};
+    int rc = ts_cuda_backend_new(&bp, &e->be, err);
+    if (rc) return rc;
+    uint64_t need = 0;
+    /* attention is always checked: the MTP head is an attention layer too */
+    const int has_gdn = cfg->n_layers > cfg->n_full;
+    rc = ts_cuda_backend_shapes(e->be, cfg->head_dim, cfg->nq, cfg->nkv, cfg->rot_dim, cfg->dk,
+                                cfg->dv, cfg->conv_k, cfg->Hk, has_gdn ? cfg->Hv : 0, cfg->is_moe ? cfg->E : 0,
+                                cfg->topk, err);
+    if (!rc) rc = ts_model_size(cfg, e->st, e->be, sum_device, &need, NULL, NULL, err);
+    if (!rc) rc = ts_cuda_backend_check(e->be, err);
+    char name[128] = "";
+    size_t ours = 0, fr = 0, tot = 0;
+    if (!rc && !ts_cuda_backend_info(e->be, name, sizeof name, &ours, &fr, &tot)) {
+        /* the weights, plus room for a session's state and the driver's own */
+        const uint64_t slack = (uint64_t)256 << 20;
+        if (need + slack > fr)
+            rc = ts_fail(err, TS_E_NOMEM,
+                         "the model needs %.2f GB of device memory for its weights (+ %.2f GB headroom); CUDA device %d "
+                         "(%s) has %.2f GB free of %.2f GB", (double)need / 1e9, (double)slack / 1e9, e->params.device,
+                         name, (double)fr / 1e9, (double)tot / 1e9);
+    }
+    if (rc) {
+        ts_backend_free(e->be);
+        e->be = NULL;
+        return rc;
+    }
+    /* the real bind reports the upload's progress for large models */
+    ts_backend_free(e->be);
+    bp.progress = need > ((uint64_t)2 << 30) || e->params.verbose;
+    return ts_cuda_backend_new(&bp, &e->be, err);
+}
+
+static int open_backend(ts_engine *e, const ts_config *cfg, ts_error *err) {
+    const char *want = e->params.backend && *e->params.backend ? e->params.backend : "cpu";
+    ts_backend_params bp = {e->params.n_threads, e->params.kernels, 0, 0, 0};
+    if (!strcmp(want, "cpu")) return ts_cpu_backend_new(&bp, &e->be, err);
+    if (!strcmp(want, "cuda")) {
+        int rc = open_cuda(e, cfg, err);
+        return rc ? ts_fail_prefix(err, "--backend cuda") : 0;
+    }
+    if (strcmp(want, "auto")) return ts_fail(err, TS_E_ARG, "backend '%s': use auto, cpu or cuda", want);
+    ts_error ce = {0};
+    if (!ts_cuda_built()) return ts_cpu_backend_new(&bp, &e->be, err); /* a build without CUDA: the CPU, silently */
+    if (!open_cuda(e, cfg, &ce)) return 0;
+    fprintf(stderr, "turbospark: --backend auto: %s; running on the CPU\n", ce.msg);
+    return ts_cpu_backend_new(&bp, &e->be, err);
+}
+
+/* (a thread's buffer: the engine object's size is part of the frozen plans) */
+const char *ts_engine_backend(const ts_engine *e) {
+    static __thread char label[192];
+    if (!e->be || strcmp(e->be->name, "cuda")) return "cpu";
+    char name[128] = "?";
+    ts_cuda_backend_info(e->be, name, sizeof name, NULL, NULL, NULL);
+    snprintf(label, sizeof label, "cuda:%d (%s)", e->params.device, name);
+    return label;
+}
+
+int ts_engine_device_mem(const ts_engine *e, size_t *ours, size_t *free_bytes, size_t *total_bytes) {
+    if (!e->be || strcmp(e->be->name, "cuda")) return TS_E_UNSUPPORTED;
+    return ts_cuda_backend_info(e->be, NULL, 0, ours, free_bytes, total_bytes);
+}
+
+double ts_engine_copy_probe(ts_engine *e, size_t bytes) {
+    if (!e->be || strcmp(e->be->name, "cuda")) return -1;
+    return ts_cuda_copy_probe(e->be, bytes);
+}
+
+void ts_session_graph_stats(const ts_session *s, int *graphs, long *replays, int *kernels, double *launch_us) {
+    ts_cuda_stream_stats(s->st.s, graphs, replays, kernels, launch_us);
+}
+
 void ts_engine_close(ts_engine *e) {
     if (!e) return;
     ts_dflash_free(e->dflash);
@@ -36,15 +120,14 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
         return ts_fail(err, TS_E_ARG, "activation precision of %d bits: use 8, 16 or 24", ab);
     }
     e->dir = ts_strdup(dir, TS_MEM_MISC);
-    /* before binding: preparing the weights already runs on the backend */
-    ts_backend_params bp = {e->params.n_threads, e->params.kernels};
-    int rc = ts_cpu_backend_new(&bp, &e->be, err);
-    if (rc) { ts_engine_close(e); return rc; }
     ts_config cfg;
-    rc = ts_config_load(dir, &cfg, err);
+    int rc = ts_config_load(dir, &cfg, err);
     if (!rc) rc = ts_st_open_dir(dir, &e->st, err);
+    /* before binding: preparing the weights already runs on the backend */
+    if (!rc) rc = open_backend(e, &cfg, err);
     if (!rc) {
         rc = ts_model_bind(&e->model, &cfg, e->st, e->be, err);
+        if (!rc && e->be->dom == TS_DOM_DEVICE) rc = ts_cuda_backend_check(e->be, err);
         if (rc) ts_fail_prefix(err, "%s", dir);
         else if (ts_model_set_act_digits(&e->model, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8))
             rc = ts_fail(err, TS_E_NOMEM, "out of memory");
@@ -53,6 +136,8 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
      * Qwen3-8B-DFlash-b16 beside Qwen/Qwen3-8B), hence --drafter DIR; the
      * bundled default model carries its trained one in dflash/, so that
      * `--spec dflash` needs nothing else. */
+    if (!rc && e->params.dflash && e->be->dom == TS_DOM_DEVICE)
+        rc = ts_fail(err, TS_E_UNSUPPORTED, "DFlash drafting on CUDA: not yet (issue 17); use --backend cpu");
     if (!rc && e->params.dflash) {
         char ddir[4096];
         if (e->params.drafter_dir && *e->params.drafter_dir) snprintf(ddir, sizeof ddir, "%s", e->params.drafter_dir);

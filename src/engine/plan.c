@@ -200,8 +200,20 @@ static void mark(heap_mark *m) {
 
 /* The plan of config c over the tensor set st of install dir; index holds
  * the heap bytes the set itself took (by category). */
+/* The backend a plan is made for, sizes only (nothing runs on it). */
+static int plan_backend(const char *name, ts_backend **be, ts_error *err) {
+    if (!name || !*name || !strcmp(name, "cpu")) return ts_cpu_backend_new(NULL, be, err);
+    if (!strcmp(name, "cuda")) {
+        ts_backend_params bp = {0, NULL, 0, 1, 0};
+        return ts_cuda_backend_new(&bp, be, err);
+    }
+    return ts_fail(err, TS_E_ARG, "backend '%s': plans are made for cpu or cuda", name);
+}
+
+/* ddir: the DFlash drafter's directory (NULL: dir/dflash), read only when
+ * the session drafts with it */
 static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_st_set *st, const heap_mark *index,
-                     const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+                     const char *backend, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
     for (int i = 0; i < st->n_tensors; i++)
         if (strncmp(st->tensors[i].name, "model.visual.", 13)) pl->mapped_bytes += st->tensors[i].nbytes;
 
@@ -214,7 +226,7 @@ static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_s
     /* the backend a default engine opens answers its own sizes (prepared
      * weights, stream workspace); nothing runs on it */
     ts_backend *be = NULL;
-    int has_mtp = 0, rc = ts_cpu_backend_new(NULL, &be, err);
+    int has_mtp = 0, rc = plan_backend(backend, &be, err);
     if (rc) return rc;
     rc = ts_model_size(c, st, be, from_binder, pl, &has_mtp, &dropped, err);
     if (rc) {
@@ -247,15 +259,16 @@ static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_s
     pl->spec_draft = s.p.spec_draft;
     pl->dflash_block = s.p.dflash_block;
     const uint64_t F = sizeof(float), L = (uint64_t)c->n_layers;
-    const ts_mem_domain HOST = TS_DOM_HOST;
+    const ts_mem_domain HOST = be->dom; /* the session's buffers live in the backend's domain */
 
     /* session (session.c allocates each buffer below from s) */
     int spec = s.Rv > 0, mspec = s.p.spec_draft > 0;
     uint64_t nf = s.n_full, ng = s.n_gdn;
 #define S(name, cat, drafter, count, bytes) add(pl, name, cat, HOST, 0, drafter, 0, count, bytes)
-    S("session object", TS_MEM_MISC, 0, 1, sizeof(ts_session));
-    S("per-layer state descriptors", TS_MEM_MISC, 0, 2 * L, (sizeof(ts_kv) + sizeof(ts_gdn_state)) * L);
-    S("GDN tape descriptors", TS_MEM_MISC, 1, spec ? L : 0, spec ? sizeof(ts_gdn_tape) * L : 0);
+    /* host objects whatever the backend */
+    add(pl, "session object", TS_MEM_MISC, TS_DOM_HOST, 0, 0, 0, 1, sizeof(ts_session));
+    add(pl, "per-layer state descriptors", TS_MEM_MISC, TS_DOM_HOST, 0, 0, 0, 2 * L, (sizeof(ts_kv) + sizeof(ts_gdn_state)) * L);
+    add(pl, "GDN tape descriptors", TS_MEM_MISC, TS_DOM_HOST, 0, 1, 0, spec ? L : 0, spec ? sizeof(ts_gdn_tape) * L : 0);
     S("KV cache (K and V, full-attention layers)", TS_MEM_KV, 0, 2 * nf, F * 2 * nf * s.kv_layer);
     S("GDN conv state", TS_MEM_GDN, 0, ng, F * ng * s.gdn_conv);
     S("GDN recurrent state", TS_MEM_GDN, 0, ng, F * ng * s.gdn_S);
@@ -270,10 +283,11 @@ static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_s
     S("verify: logits of the block", TS_MEM_SPEC, 1, 1, F * s.vlogits);
     S("verify: GDN tape (prepared rows, two blocks)", TS_MEM_SPEC, 1, ng, F * ng * s.tape_prep);
     S("verify: prepared GDN rows of a pass", TS_MEM_SPEC, 1, 1, F * s.gdn_rows);
-    S("draft distributions", TS_MEM_SPEC, 1, 1, F * s.dprobs);
+    add(pl, "draft distributions", TS_MEM_SPEC, TS_DOM_HOST, 0, 1, 0, 1, F * s.dprobs); /* host: the sampler's */
     /* DFlash (session.c: ts_dflash_state and the taps) */
     const uint64_t dl = (uint64_t)s.df_layers;
-    S("DFlash: per-layer layer descriptors of the context cache", TS_MEM_MISC, 1, dl ? 1 : 0, dl * sizeof(ts_kv));
+    add(pl, "DFlash: per-layer layer descriptors of the context cache", TS_MEM_MISC, TS_DOM_HOST, 0, 1, 0, dl ? 1 : 0,
+        dl * sizeof(ts_kv));
     S("DFlash: context K/V cache (every draft layer)", TS_MEM_SPEC, 1, 2 * dl, F * 2 * dl * s.df_kv);
     S("DFlash: target hidden-state taps of a pass", TS_MEM_SPEC, 1, 1, F * s.df_taps);
     S("DFlash: context features, block rows, scores", TS_MEM_SPEC, 1, 11,
@@ -304,6 +318,13 @@ static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_s
 }
 
 int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+    return ts_mem_plan_dir_on(dir, NULL, sp, pl, err);
+}
+
+/* The plan of the install in dir with the drafter of ddir (NULL: dir/dflash,
+ * read only when sp asks for DFlash) on the named backend. */
+static int plan_dir(const char *dir, const char *ddir, const char *backend, const ts_session_params *sp,
+                    ts_mem_plan *pl, ts_error *err) {
     memset(pl, 0, sizeof *pl);
     if (!dir || !*dir) return ts_fail(err, TS_E_ARG, "no model directory given");
     ts_config cfg;
@@ -316,31 +337,27 @@ int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *p
     if ((rc = ts_st_open_dir(dir, &st, err))) return rc;
     mark(&m1);
     for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
-    rc = plan_over(dir, NULL, &cfg, st, &m1, sp, pl, err);
+    rc = plan_over(dir, ddir, &cfg, st, &m1, backend, sp, pl, err);
     ts_st_close(st);
     return rc;
+}
+
+int ts_mem_plan_dir_on(const char *dir, const char *backend, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+    return plan_dir(dir, NULL, backend, sp, pl, err);
 }
 
 int ts_mem_plan_dir_dflash(const char *dir, const char *drafter_dir, const ts_session_params *sp, ts_mem_plan *pl,
                            ts_error *err) {
-    memset(pl, 0, sizeof *pl);
-    if (!dir || !*dir) return ts_fail(err, TS_E_ARG, "no model directory given");
-    ts_config cfg;
-    int rc = ts_config_load(dir, &cfg, err);
-    if (rc) return rc;
-    heap_mark m0, m1;
-    mark(&m0);
-    ts_st_set *st = NULL;
-    if ((rc = ts_st_open_dir(dir, &st, err))) return rc;
-    mark(&m1);
-    for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
-    rc = plan_over(dir, drafter_dir, &cfg, st, &m1, sp, pl, err);
-    ts_st_close(st);
-    return rc;
+    return plan_dir(dir, drafter_dir, NULL, sp, pl, err);
 }
 
 int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *install_dir,
                       const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+    return ts_mem_plan_shape_on(shape_path, bits, group, install_dir, NULL, sp, pl, err);
+}
+
+int ts_mem_plan_shape_on(const char *shape_path, int bits, int group, const char *install_dir, const char *backend,
+                         const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
     memset(pl, 0, sizeof *pl);
     if (!shape_path || !*shape_path) return ts_fail(err, TS_E_ARG, "no shape file given");
     const char *dir = install_dir && *install_dir ? install_dir : "model";
@@ -356,7 +373,7 @@ int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *i
     mark(&m1);
     for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
     ts_free(t); /* after the mark: the list is the plan's, not the index's */
-    if (!rc) rc = plan_over(dir, NULL, &cfg, st, &m1, sp, pl, err);
+    if (!rc) rc = plan_over(dir, NULL, &cfg, st, &m1, backend, sp, pl, err);
     if (rc) ts_fail_prefix(err, "%s", shape_path);
     ts_st_close(st);
     return rc;

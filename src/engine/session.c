@@ -79,6 +79,30 @@ void ts_session_free(ts_session *s) {
 #define HALLOC(dst, count, cat) \
     do { if ((count) && !((dst) = ts_alloc(sizeof(float) * (size_t)(count), cat))) goto oom; } while (0)
 
+/* A device backend: the session's device bytes (the plan's own account, as
+ * `plan --backend cuda` prints it) against the free device memory, before
+ * anything is allocated, so that a context too large for the device gets a
+ * sentence naming both. 0 when it fits or when either is unknown. */
+static int device_room(ts_engine *e, const ts_session_params *sp, ts_error *err) {
+    ts_mem_plan *pl = ts_alloc(sizeof *pl, TS_MEM_MISC);
+    size_t fr = 0, tot = 0;
+    int rc = 0;
+    ts_error pe = {0};
+    if (pl && !ts_mem_plan_dir_on(e->dir, "cuda", sp, pl, &pe) &&
+        !ts_cuda_backend_info(e->be, NULL, 0, NULL, &fr, &tot)) {
+        uint64_t need = 0;
+        for (int i = 0; i < pl->n_items; i++)
+            if (!pl->items[i].engine && pl->items[i].dom == TS_DOM_DEVICE) need += pl->items[i].bytes;
+        if (need > fr)
+            rc = ts_fail(err, TS_E_NOMEM,
+                         "a session of %d tokens of context (%d rows a pass) needs %.2f GB of device memory; the CUDA "
+                         "device has %.2f GB free of %.2f GB (a smaller --ctx fits)", pl->n_ctx, pl->max_rows,
+                         (double)need / 1e9, (double)fr / 1e9, (double)tot / 1e9);
+    }
+    ts_free(pl);
+    return rc;
+}
+
 int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, ts_error *err) {
     *out = NULL;
     const ts_model *m = &e->model;
@@ -89,6 +113,9 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     int rc = ts_sess_plan_make_df(c, m->has_mtp, e->dflash ? &e->dflash->cfg : NULL, p, &pl, err);
     if (rc) return ts_fail_prefix(err, "%s", e->dir);
     const ts_session_params sp = pl.p;
+    if ((sp.spec_draft || sp.dflash_block) && !strcmp(e->be->name, "cuda"))
+        return ts_fail(err, TS_E_UNSUPPORTED, "speculative decoding on CUDA: not yet (issue 17); use --backend cpu");
+    if (!strcmp(e->be->name, "cuda") && (rc = device_room(e, &sp, err))) return rc;
     ts_session *s = ts_alloc(sizeof *s, TS_MEM_MISC);
     if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
     s->e = e;
@@ -314,7 +341,9 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
         k = ts_session_chunk(s, n - off);
         /* logits: the caller's host rows (a backend the host cannot address
          * would need a staging copy here; the CPU writes them in place) */
+        s->st.logits_host = logits && bs->be->dom != TS_DOM_HOST; /* read back row by row (qwen35.c) */
         rc = ts_forward(m, &s->st, ids + off, k, s->pos, logits ? logits + (size_t)off * V : NULL, k > 1);
+        s->st.logits_host = 0;
         if (hidden) ts_be_read(bs, hidden + (size_t)off * H, s->st.sc.hidden, (size_t)k * H);
         if (!rc && df)
             rc = ts_dflash_context(df, &s->df, bs, s->df_taps, k, s->pos, s->draft_lowp ? TS_MODE_DRAFT : TS_MODE_EXACT);

@@ -20,9 +20,11 @@ typedef struct binder {
     ts_bind_sink sink;  /* every allocation the model keeps, as it is made (NULL: none) */
     void *user;
     uint64_t dropped;   /* file bytes of the packed matrices, released from the mapping */
+    ts_backend *dev;    /* a backend whose memory the host cannot address (CUDA): the f32
+                           vectors and the prepared matrices live there; NULL: host */
 } binder;
 
-/* The one allocator of what a model keeps (ts_alloc + the sink). */
+/* The one allocator of what a model keeps (host or b->dev memory, + the sink). */
 void *ts_bind_keep(binder *b, size_t bytes, ts_mem_cat cat, const char *what, int backend);
 /* A [rows, cols] matrix (float, or MLX-quantized with .scales/.biases). */
 int ts_bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, ts_weight *w);

@@ -110,7 +110,11 @@ static int bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, ts_
 
 /* Bind a vector of n values (shape [n], or [n, 1, K] flattened when k > 1) as
  * f32; transpose (k > 1): stored [k, n] (v[t*n + i]) instead of the file's
- * [n, k]. */
+ * [n, k]. add_one: 1 stores 1 + w, VEC_NEG_EXP stores -exp(w) (A_log).
+ * On a device backend the vector is formed on the host and copied into its
+ * own device allocation (through the backend's weight_prepare, as an f32
+ * [1, n*k] weight); the host copy is freed. */
+#define VEC_NEG_EXP 2
 static int bind_vec(binder *b, const char *name, int64_t n, int64_t k, int add_one, int transpose, float **out) {
     *out = NULL;
     ts_st_tensor *t = need(b, name);
@@ -128,16 +132,36 @@ static int bind_vec(binder *b, const char *name, int64_t n, int64_t k, int add_o
              (t->n_dims == 2 && t->shape[0] == n && t->shape[1] == k);
     }
     if (!ok) return shape_fail(b, name, t, expect);
-    float *v = keep(b, sizeof(float) * n * k, TS_MEM_WEIGHTS,
-                    strstr(name, "norm") ? "norms (f32; 1 + w where zero-centred)" : "GDN conv, A, dt_bias (f32)", 0);
+    const char *what = strstr(name, "norm") ? "norms (f32; 1 + w where zero-centred)" : "GDN conv, A, dt_bias (f32)";
+    const size_t bytes = sizeof(float) * (size_t)(n * k);
+    if (b->dev && b->dry) {
+        /* the plan: the device allocation below, not made */
+        if (b->sink) b->sink(b->user, what, TS_MEM_WEIGHTS, b->dev->dom, 0, bytes);
+        t->used = 1;
+        return 0;
+    }
+    float *v = b->dev ? ts_alloc(bytes, TS_MEM_WEIGHTS) : keep(b, bytes, TS_MEM_WEIGHTS, what, 0);
     if (!v) return ts_fail(b->err, TS_E_NOMEM, "out of memory binding '%s'", name);
     for (int64_t i = 0; !b->dry && i < n * k; i++) {
         float x = t->dtype == TS_DTYPE_F32 ? ((const float *)t->data)[i]
                 : t->dtype == TS_DTYPE_BF16 ? ts_bf16_to_f32(((const uint16_t *)t->data)[i])
                 : ts_f16_to_f32(((const uint16_t *)t->data)[i]);
-        v[transpose ? (i % k) * n + i / k : i] = add_one ? 1.0f + x : x;
+        v[transpose ? (i % k) * n + i / k : i] = add_one == VEC_NEG_EXP ? -expf(x) : add_one ? 1.0f + x : x;
     }
     t->used = 1;
+    if (b->dev) {
+        ts_backend *be = b->dev;
+        float *d = be->ops->alloc(be, bytes, TS_MEM_WEIGHTS);
+        if (!d) {
+            ts_free(v);
+            return ts_fail(b->err, TS_E_NOMEM, "out of %s memory binding '%s'", be->name, name);
+        }
+        if (b->sink) b->sink(b->user, what, TS_MEM_WEIGHTS, be->dom, 0, bytes);
+        ts_weight w = {.dtype = TS_DTYPE_F32, .rows = 1, .cols = n * k, .data = v};
+        be->ops->weight_prepare(be, &w, d);
+        ts_free(v);
+        v = d;
+    }
     *out = v;
     return 0;
 }
@@ -185,8 +209,7 @@ static int bind_gdn(binder *b, const char *p, ts_gdn_w *g) {
      * channel blocks in place */
     if ((rc = bind_vec(b, n, m->C, c->conv_k, 0, 1, &g->conv))) return rc;
     NAME(n, "%slinear_attn.A_log", p);
-    if ((rc = bind_vec(b, n, c->Hv, 1, 0, 0, &g->neg_A))) return rc;
-    for (int i = 0; i < c->Hv; i++) g->neg_A[i] = -expf(g->neg_A[i]);
+    if ((rc = bind_vec(b, n, c->Hv, 1, VEC_NEG_EXP, 0, &g->neg_A))) return rc;
     NAME(n, "%slinear_attn.dt_bias", p);
     if ((rc = bind_vec(b, n, c->Hv, 1, 0, 0, &g->dt_bias))) return rc;
     NAME(n, "%slinear_attn.norm.weight", p);
@@ -410,18 +433,35 @@ int ts_model_set_act_digits(ts_model *m, int digits) {
 /* The file bytes (data, scales, biases) of a packed matrix that the process
  * lets go once its copy is made: all of them, except for the tied head,
  * which is also the embedding whose rows are gathered from the file. */
-static size_t file_dropped(const ts_model *m, const ts_weight *w) {
-    if (m->cfg.tied && w == &m->head) return 0;
+static size_t file_dropped(const ts_model *m, const ts_weight *w, int dev) {
+    if (m->cfg.tied && w == &m->head && !dev) return 0; /* on a device backend the embedding is on the device too */
+    if (w->dtype != TS_DTYPE_U32) return (size_t)w->rows * (size_t)w->cols * ts_dtype_size(w->dtype);
     const size_t ng = (size_t)(w->cols / w->group), ss = ts_dtype_size(w->sdtype);
     return (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8 + 2 * (size_t)w->rows * ng * ss;
+}
+
+/* Let the file's pages of a prepared matrix go (its bytes are counted by
+ * file_dropped). */
+static void release_file(ts_st_set *st, const ts_weight *w) {
+    if (w->dtype != TS_DTYPE_U32) {
+        ts_st_release(st, w->data, (size_t)w->rows * (size_t)w->cols * ts_dtype_size(w->dtype));
+        return;
+    }
+    const size_t ng = (size_t)(w->cols / w->group), ss = ts_dtype_size(w->sdtype);
+    ts_st_release(st, w->data, (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8);
+    ts_st_release(st, w->scales, (size_t)w->rows * ng * ss);
+    ts_st_release(st, w->biases, (size_t)w->rows * ng * ss);
 }
 
 /* Every product's backend-prepared copy (the CPU backend: the repacked
  * layout of its VNNI/AMX kernels; 0 bytes: read in place), in one arena. */
 static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_backend *be, ts_error *err) {
     const ts_config *c = &m->cfg;
+    const int dev = be->dom != TS_DOM_HOST;
     wlist l = {0};
     int rc = wl_products(&l, m);
+    /* a device backend gathers the untied embedding's rows on the device too */
+    if (!rc && dev && !c->tied) rc = wl_add(&l, &m->embed);
     if (rc) {
         ts_free(l.w);
         return ts_fail(err, TS_E_NOMEM, "out of memory");
@@ -431,18 +471,23 @@ static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_backend *be, ts_er
         ts_weight *w = l.w[i];
         size_t sz = be->ops->weight_bytes(be, w);
         total += sz;
-        if (sz) b->dropped += file_dropped(m, w);
+        if (sz) b->dropped += file_dropped(m, w, dev);
     }
+    const char *what = dev ? "matrices on the device (the weight arena)" : "quantized matrices repacked for the kernels";
     if (total && b->dry) {
         /* the arena's size is the plan's; a dry run makes no copy */
-        if (b->sink) b->sink(b->user, "quantized matrices repacked for the kernels", TS_MEM_WEIGHTS, TS_DOM_HOST, 1, total);
+        if (b->sink) b->sink(b->user, what, TS_MEM_WEIGHTS, be->dom, 1, total);
     } else if (total) {
-        uint8_t *arena = keep(b, total, TS_MEM_WEIGHTS, "quantized matrices repacked for the kernels", 1);
+        uint8_t *arena = dev ? be->ops->alloc(be, total, TS_MEM_WEIGHTS) : keep(b, total, TS_MEM_WEIGHTS, what, 1);
         if (!arena) {
             ts_free(l.w);
+            if (dev)
+                return ts_fail(err, TS_E_NOMEM, "%s: cannot allocate %.2f GB of device memory for the weights", be->name,
+                               (double)total / 1e9);
             return ts_fail(err, TS_E_NOMEM, "out of memory packing %.1f MB of quantized weights (TS_PACK=0 reads them in place)",
                            (double)total / 1e6);
         }
+        if (dev && b->sink) b->sink(b->user, what, TS_MEM_WEIGHTS, be->dom, 1, total);
         m->packed_arena = arena;
         m->packed_bytes = total;
         for (int i = 0; i < l.n; i++) {
@@ -454,12 +499,7 @@ static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_backend *be, ts_er
             /* the kernels read the packed copy from now on: let the file's
              * pages go (the tied head is also the embedding, whose rows are
              * gathered from the file) */
-            if (file_dropped(m, w)) {
-                const size_t ng = (size_t)(w->cols / w->group), ss = ts_dtype_size(w->sdtype);
-                ts_st_release(st, w->data, (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8);
-                ts_st_release(st, w->scales, (size_t)w->rows * ng * ss);
-                ts_st_release(st, w->biases, (size_t)w->rows * ng * ss);
-            }
+            if (file_dropped(m, w, dev)) release_file(st, w);
         }
     }
     if (c->tied) m->embed.packed = m->head.packed;
@@ -479,7 +519,8 @@ static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend
     m->qdim = c->nq * c->head_dim;
     m->kvdim = c->nkv * c->head_dim;
     m->max_ffn = c->is_moe ? TS_MAX(c->Im, c->Is) : c->I;
-    binder b = {st, c, err, m, dry, sink, user, 0};
+    binder b = {st, c, err, m, dry, sink, user, 0, be && be->dom != TS_DOM_HOST ? be : NULL};
+    m->dev_be = b.dev;
     int rc;
     const char *prefix = NULL;
     static const char *prefixes[] = {"model.language_model.", "model.", ""};
@@ -539,29 +580,35 @@ int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_bind_s
     return rc;
 }
 
-static void free_layer(ts_layer_w *l) {
-    ts_free(l->in_norm);
-    ts_free(l->post_norm);
-    ts_free(l->attn.q_norm);
-    ts_free(l->attn.k_norm);
-    ts_free(l->gdn.conv);
-    ts_free(l->gdn.neg_A);
-    ts_free(l->gdn.dt_bias);
-    ts_free(l->gdn.norm);
+/* a vector or the arena: the host heap's, or the device backend's */
+static void vfree(const ts_model *m, void *p) {
+    if (m->dev_be && p) m->dev_be->ops->free(m->dev_be, p);
+    else ts_free(p);
+}
+
+static void free_layer(const ts_model *m, ts_layer_w *l) {
+    vfree(m, l->in_norm);
+    vfree(m, l->post_norm);
+    vfree(m, l->attn.q_norm);
+    vfree(m, l->attn.k_norm);
+    vfree(m, l->gdn.conv);
+    vfree(m, l->gdn.neg_A);
+    vfree(m, l->gdn.dt_bias);
+    vfree(m, l->gdn.norm);
     ts_free(l->ffn.e_gate);
 }
 
 void ts_model_free(ts_model *m) {
     if (!m) return;
     if (m->layers)
-        for (int i = 0; i < m->cfg.n_layers; i++) free_layer(&m->layers[i]);
+        for (int i = 0; i < m->cfg.n_layers; i++) free_layer(m, &m->layers[i]);
     ts_free(m->layers);
-    free_layer(&m->mtp.layer);
-    ts_free(m->mtp.pre_norm_emb);
-    ts_free(m->mtp.pre_norm_hid);
-    ts_free(m->mtp.norm);
-    ts_free(m->final_norm);
-    ts_free(m->packed_arena);
+    free_layer(m, &m->mtp.layer);
+    vfree(m, m->mtp.pre_norm_emb);
+    vfree(m, m->mtp.pre_norm_hid);
+    vfree(m, m->mtp.norm);
+    vfree(m, m->final_norm);
+    vfree(m, m->packed_arena);
     memset(m, 0, sizeof *m);
 }
 

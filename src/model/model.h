@@ -82,6 +82,8 @@ typedef struct ts_model {
     uint64_t weight_bytes;  /* bytes of the bound matrices (what decode reads, experts counted whole) */
     void *packed_arena;     /* every matrix's repacked copy (cpu/pack.c), or NULL */
     uint64_t packed_bytes;
+    ts_backend *dev_be;     /* the backend holding the f32 vectors and the arena when the host
+                               cannot address its memory (CUDA), else NULL (host heap) */
     /* derived sizes */
     int D, Kd, Vd, C, qdim, kvdim, max_ffn;
 } ts_model;
@@ -193,6 +195,8 @@ typedef struct ts_state {
     int n_taps;
     const int *tap_layer;
     float *tap_out;
+    int logits_host;      /* ts_forward's logits rows are host memory on a backend whose memory the
+                             host cannot address (ts_session_feed on CUDA): they are read back */
     float *dbg_layers;    /* tests: if set (host memory), ts_forward reads the residual
                              stream back after the embedding and after each layer, [L+1, n, H] */
 } ts_state;

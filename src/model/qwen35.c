@@ -26,6 +26,8 @@
  * token path, which keeps them within f32 rounding of transformers' f32
  * reductions.
  */
+#include <stdlib.h>
+
 #include "model/model.h"
 
 static inline const ts_backend_ops *OPS(const ts_state *st) { return st->s->be->ops; }
@@ -161,7 +163,15 @@ static void head_out(const ts_model *m, ts_state *st, const float *hid, int n, f
     const int V = m->cfg.vocab, H = m->cfg.H;
     ts_weight head = m->head;
     if (rows > 0 && rows < V) head.rows = rows;
-    if (logits) {
+    if (logits && st->logits_host) {
+        /* the caller's host rows on a device backend: row by row through
+         * sc.logits, each read back (row-exact: the bits of one n-row call);
+         * the last row stays in sc.logits */
+        for (int r = 0; r < n; r++) {
+            linear(st, md, &head, hid + (size_t)r * H, st->sc.logits, 1);
+            ts_be_read(st->s, logits + (size_t)r * V, st->sc.logits, (size_t)V);
+        }
+    } else if (logits) {
         linear(st, md, &head, hid, logits, n);
         ts_be_copy(st->s, st->sc.logits, logits + (size_t)(n - 1) * V, (size_t)V);
     } else {
@@ -181,6 +191,23 @@ static void step_begin(ts_state *st, int pos, int n) {
     sp->half = st->tape_half;
 }
 
+/* Graphs (a backend with the hooks: CUDA): the token path's pass after the
+ * embedding (the embedding copies the step record and the ids to the device,
+ * so it stays outside) is captured once per (kind, rows) key and replayed;
+ * every per-token value is in the step record. Passes that read back or tap
+ * (host logits rows, debug reads, drafter taps) or that verify or roll back
+ * run the ops directly. TS_GRAPHS=0 turns graphs off (tests compare both). */
+#define TS_GRAPH_KEY(kind, rows) ((uint32_t)(kind) << 16 | (uint32_t)(rows))
+static int graphs_on(const ts_state *st, const float *logits, ts_mode md) {
+    static int env = -1;
+    if (env < 0) {
+        const char *g = getenv("TS_GRAPHS");
+        env = !(g && !strcmp(g, "0"));
+    }
+    return env && OPS(st)->graph_launch && md == TS_MODE_EXACT && !logits && !st->dbg_layers && !st->n_taps &&
+           !st->tape_on && !st->gdn_pend;
+}
+
 int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill) {
     /* prompt-chunk forms only for chunks: one row is the token path */
     const ts_mode md = prefill && n > 1 ? TS_MODE_PREFILL : TS_MODE_EXACT;
@@ -191,7 +218,13 @@ int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int p
     step_begin(st, pos, n);
     op->embed(st->s, md, &m->embed, ids, sc->x, (size_t)H, n);
     if (st->dbg_layers) ts_be_read(st->s, st->dbg_layers, sc->x, nH);
-    for (int L = 0; L < m->cfg.n_layers; L++) {
+    const uint32_t key = TS_GRAPH_KEY(1, n);
+    int replay = 0, capture = 0;
+    if (graphs_on(st, logits, md)) {
+        if (op->graph_launch(st->s, key) == 0) replay = 1;
+        else capture = op->graph_begin(st->s, key) == 0;
+    }
+    for (int L = 0; L < m->cfg.n_layers && !replay; L++) {
         layer_forward(m, st, &m->layers[L], &st->kv[L], L, n, md);
         for (int t = 0; t < st->n_taps; t++)
             if (st->tap_layer[t] == L)
@@ -206,8 +239,11 @@ int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int p
     st->par_conv = after.par_conv;
     st->gdn_pend = 0;
     if (st->tape_on) st->tape_half ^= 1; /* the block just verified is the tape now */
-    op->norm(st->s, md, sc->x, H, NULL, m->final_norm, sc->hidden, H, n, H, m->cfg.eps);
-    head_out(m, st, sc->hidden, n, logits, md, 0);
+    if (!replay) {
+        op->norm(st->s, md, sc->x, H, NULL, m->final_norm, sc->hidden, H, n, H, m->cfg.eps);
+        head_out(m, st, sc->hidden, n, logits, md, 0);
+    }
+    if (capture && op->graph_end(st->s, key) == 0) op->graph_launch(st->s, key);
     return ts_be_sync(st->s, NULL);
 }
 

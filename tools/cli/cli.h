@@ -138,8 +138,9 @@ enum {
     CLI_OPT_CHUNK = 1 << 4,    /* --chunk N */
     CLI_OPT_KERNELS = 1 << 5,  /* --kernels NAME */
     CLI_OPT_SPEC = 1 << 6,     /* --spec mtp, --draft, --draft-vocab, --draft-p-min */
-    CLI_OPT_ENGINE = CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_ACT_BITS | CLI_OPT_KERNELS,
-    CLI_OPT_ALL = (1 << 7) - 1
+    CLI_OPT_BACKEND = 1 << 7,  /* --backend auto|cpu|cuda, --device N */
+    CLI_OPT_ENGINE = CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_ACT_BITS | CLI_OPT_KERNELS | CLI_OPT_BACKEND,
+    CLI_OPT_ALL = (1 << 8) - 1
 };
 typedef struct cli_engine {
     const char *cmd;      /* for messages: "turbospark CMD: ..." */
@@ -150,6 +151,8 @@ typedef struct cli_engine {
     int act_bits;         /* 0: TS_ACT_BITS_DEFAULT */
     int chunk;            /* 0: the session default (64 rows) */
     const char *kernels;  /* NULL: TS_KERNELS or auto */
+    const char *backend;  /* --backend: "auto" (default), "cpu", "cuda" */
+    int device;           /* --device N (CUDA) */
     cli_spec spec;
 } cli_engine;
 void cli_engine_init(cli_engine *o, const char *cmd, unsigned accept);

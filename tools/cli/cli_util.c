@@ -292,6 +292,7 @@ int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
                  : !strcmp(a, "--act-bits")                  ? CLI_OPT_ACT_BITS
                  : !strcmp(a, "--chunk")                     ? CLI_OPT_CHUNK
                  : !strcmp(a, "--kernels")                   ? CLI_OPT_KERNELS
+                 : !strcmp(a, "--backend") || !strcmp(a, "--device") ? CLI_OPT_BACKEND
                                                              : 0;
     if (!(opt & o->accept)) return 0;
     if (*i + 1 >= argc) {
@@ -308,6 +309,10 @@ int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
     case CLI_OPT_ACT_BITS: ok = cli_parse_act_bits(v, &o->act_bits), want = "use 8, 16 or 24"; break;
     case CLI_OPT_CHUNK: ok = pi(v, &o->chunk) && o->chunk >= 1, want = "a count >= 1"; break;
     case CLI_OPT_KERNELS: o->kernels = v; break;
+    case CLI_OPT_BACKEND:
+        if (!strcmp(a, "--device")) ok = pi(v, &o->device), want = "a device index >= 0";
+        else ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"), o->backend = v, want = "auto, cpu or cuda";
+        break;
     }
     if (!ok) fprintf(stderr, "turbospark %s: bad value '%s' for %s (%s)\n", o->cmd, v, a, want);
     return ok ? 1 : -1;
@@ -335,6 +340,10 @@ void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_para
             ep->dflash = 1;
             ep->drafter_dir = o->spec.drafter;
         }
+        ep->backend = o->backend ? o->backend : "auto";
+        ep->device = o->device;
+        /* speculative decoding runs on the CPU only (issue 17): auto picks it */
+        if ((o->accept & CLI_OPT_SPEC) && o->spec.on && !strcmp(ep->backend, "auto")) ep->backend = "cpu";
     }
     if (sp) {
         sp->n_ctx = o->n_ctx;
@@ -357,5 +366,9 @@ void cli_engine_help(FILE *f, unsigned accept) {
               "                      16, or 24 (f32-class; slower prompts and drafting blocks)\n", f);
     if (accept & CLI_OPT_KERNELS)
         fputs("  --kernels NAME      auto (default, or $TS_KERNELS), avx512, avx2, generic, ref\n", f);
+    if (accept & CLI_OPT_BACKEND)
+        fputs("  --backend NAME      auto (default: CUDA when a usable GPU is present and the model fits, else\n"
+              "                      the CPU), cpu, cuda\n"
+              "  --device N          CUDA device index (default 0)\n", f);
     if (accept & CLI_OPT_SPEC) fputs(CLI_SPEC_HELP, f);
 }

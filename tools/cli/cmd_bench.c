@@ -282,9 +282,13 @@ int cmd_bench(int argc, char **argv) {
     /* the medians sort each array: [1] is then the min, [runs] the max */
     double pp = cli_median(tp + 1, runs), dd = cli_median(td + 1, runs);
 
-    /* bandwidth after the model runs, so the model's pages are not evicted before it */
+    /* bandwidth after the model runs, so the model's pages are not evicted before it;
+     * on a GPU the device-copy probe (the same process, the same device) */
+    const char *bname = ts_engine_backend(e);
+    const int on_gpu = strncmp(bname, "cpu", 3) != 0;
+    double probe = on_gpu ? ts_engine_copy_probe(e, (size_t)1 << 30) : -1;
     size_t n = (size_t)(bw_mib > 0 ? bw_mib : 1) << 17; /* MiB of uint64 (default 1 GiB) */
-    uint64_t *buf = malloc(n * sizeof(uint64_t));
+    uint64_t *buf = on_gpu ? NULL : malloc(n * sizeof(uint64_t));
     double bw1 = 0, bwn = 0;
     if (buf) {
         for (size_t i = 0; i < n; i++) buf[i] = i;
@@ -292,35 +296,57 @@ int cmd_bench(int argc, char **argv) {
         bwn = nt > 1 ? bandwidth(buf, n, nt) : bw1;
         free(buf);
     }
-    double bwt = nt > 1 ? bwn : bw1;
+    double bwt = on_gpu ? probe : nt > 1 ? bwn : bw1;
     uint64_t wb = ts_engine_decode_bytes(e);
     double loadavg[3] = {0};
     if (getloadavg(loadavg, 3) < 0) loadavg[0] = -1;
     uint64_t sb = ts_engine_state_bytes(e);
     double gbs = wb * dd / 1e9, gbs_all = (wb + sb) * dd / 1e9;
+    int graphs = 0, gkern = 0;
+    long replays = 0;
+    double glaunch = 0;
+    ts_session_graph_stats(s, &graphs, &replays, &gkern, &glaunch);
+    size_t dours = 0, dfree = 0, dtot = 0;
+    const int dmem = on_gpu && !ts_engine_device_mem(e, &dours, &dfree, &dtot);
     if (json) {
-        printf("{\"model\": \"%s\", \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d,\n"
+        printf("{\"model\": \"%s\", \"backend\": \"%s\", \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d,\n"
                " \"prefill_tok_s\": %.2f, \"prefill_tok_s_min\": %.2f, \"prefill_tok_s_max\": %.2f,\n"
                " \"decode_tok_s\": %.2f, \"decode_tok_s_min\": %.2f, \"decode_tok_s_max\": %.2f,\n"
                " \"weight_bytes_per_token\": %llu, \"state_bytes_per_token\": %llu, \"decode_gb_s\": %.2f,\n"
                " \"decode_gb_s_with_state\": %.2f, \"pct_of_bandwidth_with_state\": %.1f,\n"
                " \"bandwidth_gb_s_1t\": %.2f, \"bandwidth_gb_s\": %.2f, \"pct_of_bandwidth\": %.1f,\n"
+               " \"copy_probe_gb_s\": %.2f, \"pct_of_copy_probe\": %.1f, \"ms_per_token\": %.4f,\n"
+               " \"graphs\": %d, \"graph_replays\": %ld, \"graph_kernels\": %d, \"graph_launch_us\": %.2f,\n"
+               " \"device_mem_ours\": %llu, \"device_mem_driver_and_others\": %llu,\n"
                " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f}\n",
-               dir, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
-               (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0, ts_kernels_name(),
-               act_bits ? act_bits : TS_ACT_BITS_DEFAULT, loadavg[0]);
+               dir, bname, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
+               (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0,
+               probe, probe > 0 ? 100.0 * gbs / probe : 0.0, dd > 0 ? 1000.0 / dd : 0.0, graphs, replays, gkern, glaunch,
+               (unsigned long long)dours, (unsigned long long)(dmem && dtot > dfree + dours ? dtot - dfree - dours : 0),
+               ts_kernels_name(), act_bits ? act_bits : TS_ACT_BITS_DEFAULT, loadavg[0]);
     } else {
-        printf("model      %s (%s, %s, %d threads, kernels %s, %d-bit activations)\n", dir, in->model_type,
-               in->quant_bits ? (in->quant_bits == 4 ? "INT4" : "INT8") : "bf16/f32", nt, ts_kernels_name(),
+        printf("model      %s (%s, %s, backend %s, %d threads, kernels %s, %d-bit activations)\n", dir, in->model_type,
+               in->quant_bits ? (in->quant_bits == 4 ? "INT4" : "INT8") : "bf16/f32", bname, nt, ts_kernels_name(),
                act_bits ? act_bits : TS_ACT_BITS_DEFAULT);
         printf("prefill    %d tokens: %.1f tok/s (median of %d; min %.1f, max %.1f)\n", prompt, pp, runs, tp[1], tp[runs]);
         printf("decode     %d tokens: %.1f tok/s (median of %d; min %.1f, max %.1f)\n", gen, dd, runs, td[1], td[runs]);
         printf("weights    %.1f MB read per decoded token -> %.1f GB/s\n", wb / 1e6, gbs);
         printf("state      %.1f MB of GDN state read and written per token -> %.1f GB/s with the weights\n", sb / 1e6,
                gbs_all);
-        printf("bandwidth  measured read: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n", bw1, bwn, nt);
-        printf("           decode reaches %.1f%% of the %d-thread read bandwidth (%.1f%% counting the state)\n",
-               bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0);
+        if (on_gpu) {
+            printf("bandwidth  device-copy probe: %.1f GB/s (read + write, 1 GiB)\n", probe);
+            printf("           decode reaches %.1f%% of the probe (%.1f%% counting the state)\n",
+                   probe > 0 ? 100.0 * gbs / probe : 0.0, probe > 0 ? 100.0 * gbs_all / probe : 0.0);
+            printf("graphs     %d captured, %ld replays, %d kernels in the decode graph, %.1f us to launch one\n",
+                   graphs, replays, gkern, glaunch);
+            if (dmem)
+                printf("device mem ours %.2f GB (counted); driver and others %.2f GB (measured: total - free - ours)\n",
+                       dours / 1e9, dtot > dfree + dours ? (dtot - dfree - dours) / 1e9 : 0.0);
+        } else {
+            printf("bandwidth  measured read: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n", bw1, bwn, nt);
+            printf("           decode reaches %.1f%% of the %d-thread read bandwidth (%.1f%% counting the state)\n",
+                   bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0);
+        }
         printf("load       %.2f (1-minute load average at the end)\n", loadavg[0]);
     }
     if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, block, dvocab, pmin > 0 ? pmin : 0, json, &err);

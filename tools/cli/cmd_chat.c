@@ -216,10 +216,10 @@ int cmd_chat(int argc, char **argv) {
         } else {
             cli_chat_add(msgs, "assistant", t.text ? t.text : "");
             const int np = st.n_prompt + fed;
-            fprintf(stderr, "[prompt %d new token%s (%d cached), generated %d token%s; prefill %.1f tok/s, decode %.1f tok/s]\n",
+            fprintf(stderr, "[prompt %d new token%s (%d cached), generated %d token%s; prefill %.1f tok/s, decode %.1f tok/s; %s]\n",
                     np, np == 1 ? "" : "s", cached, st.n_gen, st.n_gen == 1 ? "" : "s",
                     st.t_prefill + t_fed > 0 ? np / (st.t_prefill + t_fed) : 0,
-                    st.n_gen > 1 && st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0);
+                    st.n_gen > 1 && st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0, ts_engine_backend(e));
             cli_spec_report(&eo.spec, &gp, &st);
         }
         free(t.text);

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR])\n"
             "                       [--ctx N] [--chunk N]"
-" [--spec mtp --draft M] [--checkpoint] [--json]\n"
+" [--spec mtp --draft M] [--checkpoint] [--backend cpu|cuda] [--json]\n"
             "  Print every allocation the engine and one session will make, by owner, memory domain\n"
             "  and category, with totals, without loading any weights.\n"
             "  -m, --model DIR     an install (reads config.json and the safetensors headers only;\n"
@@ -40,6 +40,8 @@ static void usage(FILE *f) {
             "  --spec dflash       speculative decoding with the DFlash drafter (DIR/dflash, or\n"
             "  --drafter DIR       its directory) ... --block B rows per block (2..16, default 16)\n"
             "  --checkpoint        a checkpoint copy of the GDN states (what chat's sessions hold)\n"
+            "  --backend cpu|cuda  the engine of that backend (default cpu): cuda puts the weights and\n"
+            "                      the session's buffers in device memory (needs a CUDA build; no GPU)\n"
             "  --json              the plan as one JSON object\n",
             TS_SPEC_MAX_DRAFT);
 }
@@ -161,7 +163,7 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL, *drafter = NULL;
+    const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL, *drafter = NULL, *backend = "cpu";
     int block = -1;
     int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
     for (int i = 1; i < argc; i++) {
@@ -172,7 +174,7 @@ int cmd_plan(int argc, char **argv) {
         int num = !strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--draft") || !strcmp(a, "--bits") ||
                   !strcmp(a, "--group") || !strcmp(a, "--block");
         int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
-                  !strcmp(a, "--install") || !strcmp(a, "--drafter");
+                  !strcmp(a, "--install") || !strcmp(a, "--drafter") || !strcmp(a, "--backend");
         if (!num && !str) {
             fprintf(stderr, "turbospark plan: unknown argument '%s'\n", a);
             usage(stderr);
@@ -185,6 +187,7 @@ int cmd_plan(int argc, char **argv) {
             else if (!strcmp(a, "--spec")) spec = v;
             else if (!strcmp(a, "--install")) install = v;
             else if (!strcmp(a, "--drafter")) drafter = v;
+            else if (!strcmp(a, "--backend")) backend = v;
             else model = v;
             continue;
         }
@@ -235,8 +238,19 @@ int cmd_plan(int argc, char **argv) {
     ts_mem_plan *pl = malloc(sizeof *pl);
     if (!pl) { fprintf(stderr, "turbospark plan: out of memory\n"); return 1; }
     ts_error err = {0};
-    int rc = shape ? ts_mem_plan_shape(shape, bits, group, install, &sp, pl, &err)
-                   : ts_mem_plan_dir_dflash(model, drafter, &sp, pl, &err);
+    if (strcmp(backend, "cpu") && strcmp(backend, "cuda")) {
+        fprintf(stderr, "turbospark plan: --backend '%s': plans are made for cpu or cuda\n", backend);
+        free(pl);
+        return 2;
+    }
+    if (dflash && strcmp(backend, "cpu")) {
+        fprintf(stderr, "turbospark plan: --spec dflash runs on the CPU only (CUDA: issue 17)\n");
+        free(pl);
+        return 2;
+    }
+    int rc = shape  ? ts_mem_plan_shape_on(shape, bits, group, install, backend, &sp, pl, &err)
+             : dflash ? ts_mem_plan_dir_dflash(model, drafter, &sp, pl, &err)
+                      : ts_mem_plan_dir_on(model, backend, &sp, pl, &err);
     if (rc) {
         fprintf(stderr, "turbospark plan: %s\n", err.msg);
         free(pl);

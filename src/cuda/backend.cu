@@ -1,0 +1,1164 @@
+/* backend.cu: the CUDA backend behind the contract (src/backend.h), on the
+ * kernels of tsc.h.
+ *
+ * Owns: the backend object of one engine (a tsc context for its weights and
+ * the session buffers it allocates, the device index, the counted
+ * allocations by category), the streams (one tsc context, hence one CUDA
+ * stream, per session: its workspace, the device copy of the step record,
+ * its captured graphs), the weights' device layout (weight_bytes /
+ * weight_prepare), and the few kernels the contract needs beyond tsc.h:
+ * strided fills and adds, the routed experts' products through device-side
+ * expert ids, the MoE combine, the argmax winner's probability.
+ * Does not own: the product, GDN, attention, norm and routing kernels
+ * (linear.cu, gdn.cu, attn.cu, misc.cu), the model.
+ *
+ * Memory: every device byte goes through tsc_alloc and is counted in the
+ * process's counters (ts_mem_account, domain device) with its category, so
+ * `turbospark plan --backend cuda` and the allocator agree. Weights are one
+ * arena (load.c allocates it through alloc: the plan's size), the f32
+ * vectors one allocation each. The host staging of host_rows (the logits row
+ * the sampler reads) is pinned memory, grown on first use to the largest
+ * read and counted in the pinned domain: it is the one buffer the plan does
+ * not predict (its size is the caller's request, not a plan input).
+ *
+ * Weights' layout on the device: the MLX layout the products read (data,
+ * then scales, then biases, each 256-byte aligned, in one slot of the arena);
+ * a host map from a slot's address to its tsc_weight descriptor (control
+ * blocks, outside the plan as the CPU backend's are). A relayout for faster
+ * products changes place() and the expert kernels here together.
+ *
+ * Per-token values: the step record (ts_step) and the pass's token ids are
+ * copied to the stream's device block by embed, the first op of every pass
+ * and the one op a graph never contains; attention reads the position from
+ * there, so a graph captured once per (kind, rows) replays at every position.
+ *
+ * Rows: the row ops of tsc.h take 1..16 rows; larger passes (prompt chunks)
+ * run in blocks of 16 (attention one row at a time, see attn()), which keeps
+ * every row exact (each op is row-exact).
+ *
+ * Not here yet (issue 17): speculative verify and rollback (step.record,
+ * step.pend, gdn_materialize) answer TS_E_UNSUPPORTED; sampling reads the
+ * logits row back through host_rows (argmax runs on the device, 4 bytes
+ * come back).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/common.cuh"
+
+extern "C" {
+#include "backend.h"
+}
+
+namespace {
+
+constexpr int RB = TSC_ROWS_MAX; /* rows per block of the row ops */
+constexpr int TOPK_MAX = 32;
+
+size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* ---- the weight map: slot address -> descriptor ---- */
+
+struct wmap {
+    const void **key;
+    tsc_weight *val;
+    size_t cap, n;
+};
+
+size_t hptr(const void *p, size_t cap) { return (size_t)(((uintptr_t)p >> 8) * 0x9e3779b97f4a7c15ull) & (cap - 1); }
+
+int wmap_put(wmap *m, const void *k, const tsc_weight *v) {
+    if (2 * (m->n + 1) > m->cap) {
+        size_t nc = m->cap ? 2 * m->cap : 1024;
+        const void **nk = (const void **)calloc(nc, sizeof *nk);
+        tsc_weight *nv = (tsc_weight *)calloc(nc, sizeof *nv);
+        if (!nk || !nv) { free(nk); free(nv); return -1; }
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->key[i]) {
+                size_t j = hptr(m->key[i], nc);
+                while (nk[j]) j = (j + 1) & (nc - 1);
+                nk[j] = m->key[i];
+                nv[j] = m->val[i];
+            }
+        free(m->key);
+        free(m->val);
+        m->key = nk, m->val = nv, m->cap = nc;
+    }
+    size_t j = hptr(k, m->cap);
+    while (m->key[j] && m->key[j] != k) j = (j + 1) & (m->cap - 1);
+    if (!m->key[j]) m->n++;
+    m->key[j] = k;
+    m->val[j] = *v;
+    return 0;
+}
+
+const tsc_weight *wmap_get(const wmap *m, const void *k) {
+    if (!m->cap || !k) return NULL;
+    size_t j = hptr(k, m->cap);
+    while (m->key[j]) {
+        if (m->key[j] == k) return &m->val[j];
+        j = (j + 1) & (m->cap - 1);
+    }
+    return NULL;
+}
+
+/* ---- backend and stream objects ---- */
+
+struct ablk {
+    void *p;
+    size_t bytes;
+    int cat;
+    ablk *next;
+};
+
+struct cu_be {
+    ts_backend base;
+    tsc_ctx *c; /* NULL for a plan-only backend */
+    int device, progress;
+    ablk *blocks;
+    wmap wm;
+    size_t uploaded, next_report;
+    int bad;          /* a weight the products cannot read */
+    char bad_msg[512];
+};
+
+struct gent {
+    uint32_t key;
+    tsc_graph *g;
+    int kernels;
+};
+
+constexpr int GMAXN = 16; /* graphs per stream: (kind, rows) of the token path */
+
+/* The device block of a stream: the step record and the pass's ids, then
+ * the small scratch of the ops (routing, argmax, attention partials of
+ * short contexts). */
+struct dev_step {
+    ts_step step;
+    int32_t ids[1]; /* [rows] */
+};
+
+struct cu_stream {
+    ts_stream base;
+    tsc_ctx *c;
+    void *ws;
+    size_t ws_bytes;
+    int rows;
+    int64_t cols;
+    dev_step *dstep; /* device */
+    int32_t *r_ids;  /* [RB * TOPK_MAX] routed expert ids */
+    float *r_wts;    /* [RB * TOPK_MAX] */
+    float *gl;       /* [RB] shared expert gate logits */
+    void *amx_ws;    /* tsc_argmax_ws_bytes(RB) */
+    int32_t *amx_ids; /* [RB] */
+    float *amx_prob; /* [RB] */
+    float *att_small; /* [4 * cols] attention partials when the score buffer is too small */
+    size_t att_small_n;
+    dev_step *hstep; /* host copy of the block (step + ids), pageable */
+    float *stage;    /* pinned host staging of host_rows */
+    size_t stage_bytes;
+    gent graphs[GMAXN];
+    int n_graphs;
+    long replays;
+    double launch_s; /* host seconds in the replays' launch calls */
+    int last_kernels;
+    int capturing;
+};
+
+struct ws_layout {
+    size_t step, rids, rwts, gl, amx_ws, amx_ids, amx_prob, att_small, total;
+};
+
+ws_layout layout_of(int rows, int64_t cols) {
+    ws_layout l;
+    size_t o = 0;
+    l.step = o, o += al256(sizeof(ts_step) + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
+    l.rids = o, o += al256(sizeof(int32_t) * RB * TOPK_MAX);
+    l.rwts = o, o += al256(sizeof(float) * RB * TOPK_MAX);
+    l.gl = o, o += al256(sizeof(float) * RB);
+    l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
+    l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
+    l.amx_prob = o, o += al256(sizeof(float) * RB);
+    l.att_small = o, o += al256(sizeof(float) * 4 * (size_t)cols);
+    l.total = o;
+    return l;
+}
+
+inline cu_be *BE(ts_backend *b) { return (cu_be *)b; }
+inline cu_stream *ST(ts_stream *s) { return (cu_stream *)s; }
+
+/* The stream's sticky errors: the contract's (ours) or the context's. */
+inline bool dead(ts_stream *s) { return s->err || tsc_error(ST(s)->c); }
+
+void fail(ts_stream *s, int code, const char *msg) { ts_be_fail(s, code, msg); }
+
+/* ---- kernels the contract needs beyond tsc.h ---- */
+
+__global__ void k_fill2d(float *d, int64_t ld, int64_t cols, int64_t rows, float v) {
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.x * blockDim.x)
+            d[r * ld + c] = v;
+}
+
+__global__ void k_add2d(float *x, int64_t ldx, const float *add, int dim, int n) {
+    for (int r = blockIdx.y; r < n; r += gridDim.y)
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < dim; c += gridDim.x * blockDim.x)
+            x[(int64_t)r * ldx + c] = __fadd_rn(x[(int64_t)r * ldx + c], add[(int64_t)r * dim + c]);
+}
+
+/* The dot product of one weight row (device descriptor fields) with x, by
+ * one warp: 16-byte loads per lane (32 INT4 / 16 INT8 / 8 BF16 / 4 F32
+ * values, inside one quantization group: tsc_weight_check guarantees it),
+ * lanes strided over the row, then a shuffle sum. Fixed order for a given
+ * shape, so every row of x gets the same operations whatever n. */
+__device__ float row_dot(int dtype, int bits, int lg, int sdt, const uint8_t *data, const void *scales,
+                         const void *biases, int64_t row, int64_t cols, const float *x) {
+    const int lane = threadIdx.x & 31;
+    float acc = 0.f;
+    if (dtype == TS_DTYPE_U32) {
+        const int per = bits == 4 ? 32 : 16;
+        const int64_t pitch = cols * bits / 8, ng = cols >> lg;
+        const uint8_t *rp = data + row * pitch;
+        for (int64_t c0 = (int64_t)lane * per; c0 < cols; c0 += 32 * per) {
+            const uint4 q = *(const uint4 *)(rp + c0 * bits / 8);
+            const int64_t g = row * ng + (c0 >> lg);
+            const float s = load_s(scales, sdt, g), b = load_s(biases, sdt, g);
+            const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+            float d = 0.f, xs = 0.f;
+            if (bits == 4) {
+#pragma unroll
+                for (int k = 0; k < 32; k++) {
+                    const float xv = x[c0 + k];
+                    d = __fmaf_rn((float)((w[k >> 3] >> ((k & 7) * 4)) & 15u), xv, d);
+                    xs = __fadd_rn(xs, xv);
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 16; k++) {
+                    const float xv = x[c0 + k];
+                    d = __fmaf_rn((float)((w[k >> 2] >> ((k & 3) * 8)) & 255u), xv, d);
+                    xs = __fadd_rn(xs, xv);
+                }
+            }
+            acc = __fmaf_rn(s, d, __fmaf_rn(b, xs, acc));
+        }
+    } else {
+        const int es = dtype == TS_DTYPE_F32 ? 4 : 2, per = 16 / es;
+        const uint8_t *rp = data + row * cols * es;
+        for (int64_t c0 = (int64_t)lane * per; c0 < cols; c0 += 32 * per) {
+            const uint4 q = *(const uint4 *)(rp + c0 * es);
+            const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+            if (es == 4) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) acc = __fmaf_rn(__uint_as_float(w[k]), x[c0 + k], acc);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const uint16_t h = (uint16_t)(w[k >> 1] >> ((k & 1) * 16));
+                    acc = __fmaf_rn(dtype == TS_DTYPE_BF16 ? bf16f(h) : f16f(h), x[c0 + k], acc);
+                }
+            }
+        }
+    }
+    return warp_sum(acc);
+}
+
+/* The routed experts of one MoE layer as the kernels see them: slot e of
+ * expert e's gate (up, down) at base + e * stride, scales and biases at
+ * fixed offsets inside a slot (all experts share one shape). */
+struct xw {
+    const uint8_t *base;
+    int64_t stride, soff, boff, rows, cols;
+    int dtype, bits, lg, sdt;
+};
+
+/* h[r, o] = silu(gate_e . x_r) * (up_e . x_r), e = ids[r * k + j]: one warp
+ * per output o, block (8 warps) x rows in y. */
+__global__ void __launch_bounds__(256) k_moe_gu(const xw g, const xw u, const int32_t *ids, int k, int j,
+                                                const float *x, int ldx, float *h, int ldh) {
+    const int r = blockIdx.y, o = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (o >= g.rows) return;
+    const int64_t e = ids[r * k + j];
+    const float *xr = x + (int64_t)r * ldx;
+    const uint8_t *gb = g.base + e * g.stride, *ub = u.base + e * u.stride;
+    const float gv = row_dot(g.dtype, g.bits, g.lg, g.sdt, gb, gb + g.soff, gb + g.boff, o, g.cols, xr);
+    const float uv = row_dot(u.dtype, u.bits, u.lg, u.sdt, ub, ub + u.soff, ub + u.boff, o, u.cols, xr);
+    if ((threadIdx.x & 31) == 0) h[(int64_t)r * ldh + o] = __fmul_rn(silu_f(gv), uv);
+}
+
+/* acc[r, o] (+)= wts[r * k + j] * (down_e . h_r): slot j of the routed sum,
+ * slots added in order (j = 0 writes). */
+__global__ void __launch_bounds__(256) k_moe_down(const xw d, const int32_t *ids, const float *wts, int k, int j,
+                                                  const float *h, int ldh, float *acc, int ldacc) {
+    const int r = blockIdx.y, o = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (o >= d.rows) return;
+    const int64_t e = ids[r * k + j];
+    const uint8_t *db = d.base + e * d.stride;
+    const float v = row_dot(d.dtype, d.bits, d.lg, d.sdt, db, db + d.soff, db + d.boff, o, d.cols, h + (int64_t)r * ldh);
+    if ((threadIdx.x & 31) == 0) {
+        float *a = acc + (int64_t)r * ldacc + o;
+        const float w = wts[r * k + j];
+        *a = j ? __fmaf_rn(w, v, *a) : __fmul_rn(w, v);
+    }
+}
+
+/* y[r, o] = w_o . x_r for weights the products' kernel does not take yet:
+ * linear.cu stages x in shared memory with a swizzle that assumes cols % 32
+ * == 0 (cols = 200 read past the staged rows: an illegal address on the
+ * H200, alt-dense's down_proj). One warp per output, row_dot's fixed order. */
+__global__ void __launch_bounds__(256) k_lin_plain(const tsc_weight w, const float *x, float *y) {
+    const int r = blockIdx.y, o = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (o >= w.rows) return;
+    int lg = 0;
+    while (w.group > 1 && (1 << lg) < w.group) lg++;
+    const float v = row_dot(w.dtype, w.bits, lg, w.sdtype, (const uint8_t *)w.data, w.scales, w.biases, o, w.cols,
+                            x + (int64_t)r * w.cols);
+    if ((threadIdx.x & 31) == 0) y[(int64_t)r * w.rows + o] = v;
+}
+
+/* t[r] = routed[r] + sigmoid(gl[r]) * shared[r] */
+__global__ void k_moe_combine(float *t, const float *routed, const float *shared, const float *gl, int H) {
+    const int r = blockIdx.y;
+    const float sg = sigmoid_f(gl[r]);
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x)
+        t[(int64_t)r * H + c] = __fadd_rn(routed[(int64_t)r * H + c], __fmul_rn(sg, shared[(int64_t)r * H + c]));
+}
+
+/* prob[r] = 1 / sum_k exp(x_k - x[id]) (double sum; the winner's softmax) */
+__global__ void k_win_prob(const float *x, int64_t ld, int K, const int32_t *ids, float *prob) {
+    __shared__ double red[32];
+    const float *xr = x + (int64_t)blockIdx.x * ld;
+    const float m = xr[ids[blockIdx.x]];
+    double s = 0;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) s += (double)expf(__fsub_rn(xr[i], m));
+    s = block_sum_d(s, red);
+    if (threadIdx.x == 0) prob[blockIdx.x] = (float)(1.0 / s);
+}
+
+/* ---- the GDN step for head sizes the fused kernels (gdn.cu: 128/128, 4
+ * taps) do not take: the small fixtures and the bundled default model ----
+ * The reference's order (cpu/gdn.c, linear_ref.c's ts_gdn_step_ref): conv
+ * taps oldest first, SiLU, l2 norms per key head in double (q times
+ * dk^-1/2), then per value head: decay, prediction with the decayed state,
+ * delta, update, output after the update; the gated RMSNorm (double sum).
+ * Three small kernels, rows walked in order inside each: row-exact. */
+constexpr int GK_MAX = 8, GDK_MAX = 128;
+
+__global__ void k_gdn_conv(const float *qkv, float *conv_state, const float *conv_w, int C, int K, int n, float *prep) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float h[GK_MAX], w[GK_MAX];
+    for (int j = 0; j < K - 1; j++) h[j] = conv_state[(int64_t)j * C + c];
+    for (int j = 0; j < K; j++) w[j] = conv_w[(int64_t)j * C + c];
+    for (int t = 0; t < n; t++) {
+        const float x = qkv[(int64_t)t * C + c];
+        float acc = 0.f;
+        for (int j = 0; j < K - 1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], h[j]));
+        acc = __fadd_rn(acc, __fmul_rn(w[K - 1], x));
+        prep[(int64_t)t * C + c] = silu_f(acc);
+        for (int j = 0; j + 1 < K - 1; j++) h[j] = h[j + 1];
+        if (K > 1) h[K - 2] = x;
+    }
+    for (int j = 0; j < K - 1; j++) conv_state[(int64_t)j * C + c] = h[j];
+}
+
+/* block (head of q or k, row): l2 norm in place */
+__global__ void k_gdn_l2(float *prep, int C, int Hk, int dk) {
+    __shared__ double red[32];
+    const int hh = blockIdx.x, t = blockIdx.y;
+    const bool isq = hh < Hk;
+    float *x = prep + (int64_t)t * C + (int64_t)hh * dk; /* q heads then k heads: contiguous */
+    double ss = 0;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) ss += (double)x[i] * x[i];
+    ss = block_sum_d(ss, red);
+    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)ss, 1e-6f)));
+    const float qs = __fdiv_rn(1.0f, __fsqrt_rn((float)dk));
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) x[i] = isq ? __fmul_rn(__fmul_rn(x[i], r), qs) : __fmul_rn(x[i], r);
+}
+
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* block = value head h, thread = state column j */
+__global__ void k_gdn_scan(const float *prep, const float *a_, const float *b_, const float *z, float *S,
+                           const float *neg_A, const float *dt_bias, const float *norm_w, float eps, float *o, int n,
+                           int Hk, int Hv, int dk, int dv) {
+    __shared__ float qs[GDK_MAX], ks[GDK_MAX];
+    __shared__ double red[32];
+    const int h = blockIdx.x, j = threadIdx.x, kh = h / (Hv / Hk);
+    const int Kd = Hk * dk, C = 2 * Kd + Hv * dv, Vd = Hv * dv;
+    const bool on = j < dv;
+    float s[GDK_MAX];
+    float *Sh = S + (int64_t)h * dk * dv;
+    for (int i = 0; i < dk; i++) s[i] = on ? Sh[(int64_t)i * dv + j] : 0.f;
+    for (int t = 0; t < n; t++) {
+        const float *row = prep + (int64_t)t * C;
+        __syncthreads();
+        for (int i = threadIdx.x; i < dk; i += blockDim.x) qs[i] = row[(int64_t)kh * dk + i], ks[i] = row[Kd + (int64_t)kh * dk + i];
+        __syncthreads();
+        const float beta = sigmoid_f(b_[(int64_t)t * Hv + h]);
+        const float decay = expf(__fmul_rn(neg_A[h], softplus_f(__fadd_rn(a_[(int64_t)t * Hv + h], dt_bias[h]))));
+        float p = 0.f;
+        for (int i = 0; i < dk; i++) {
+            s[i] = __fmul_rn(s[i], decay);
+            p = __fadd_rn(p, __fmul_rn(s[i], ks[i]));
+        }
+        const float v = on ? row[2 * Kd + (int64_t)h * dv + j] : 0.f;
+        const float delta = __fmul_rn(beta, __fsub_rn(v, p));
+        float ov = 0.f;
+        for (int i = 0; i < dk; i++) {
+            s[i] = __fadd_rn(s[i], __fmul_rn(ks[i], delta));
+            ov = __fadd_rn(ov, __fmul_rn(s[i], qs[i]));
+        }
+        const double ss = block_sum_d(on ? (double)ov * ov : 0.0, red);
+        const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dv), eps)));
+        if (on) {
+            const int64_t oi = (int64_t)t * Vd + (int64_t)h * dv + j;
+            o[oi] = __fmul_rn(__fmul_rn(__fmul_rn(ov, rr), norm_w[j]), silu_f(z[oi]));
+        }
+    }
+    if (on)
+        for (int i = 0; i < dk; i++) Sh[(int64_t)i * dv + j] = s[i];
+}
+
+/* ---- memory ---- */
+
+void *cu_alloc(ts_backend *be, size_t bytes, ts_mem_cat cat) {
+    cu_be *b = BE(be);
+    if (!b->c) return NULL;
+    ablk *k = (ablk *)malloc(sizeof *k);
+    if (!k) return NULL;
+    void *p = tsc_alloc(b->c, bytes);
+    if (!p) {
+        free(k);
+        return NULL;
+    }
+    /* zeroed before any stream uses it (the streams do not wait for the
+     * legacy default stream: cudaStreamNonBlocking) */
+    if (cudaMemsetAsync(p, 0, bytes, b->c->stream) != cudaSuccess || cudaStreamSynchronize(b->c->stream) != cudaSuccess) {
+        tsc_free(b->c, p);
+        free(k);
+        return NULL;
+    }
+    k->p = p, k->bytes = bytes, k->cat = cat, k->next = b->blocks;
+    b->blocks = k;
+    ts_mem_account(TS_DOM_DEVICE, cat, (int64_t)bytes);
+    return p;
+}
+
+void cu_free(ts_backend *be, void *p) {
+    cu_be *b = BE(be);
+    if (!p || !b->c) return;
+    for (ablk **q = &b->blocks; *q; q = &(*q)->next)
+        if ((*q)->p == p) {
+            ablk *k = *q;
+            *q = k->next;
+            ts_mem_account(TS_DOM_DEVICE, (ts_mem_cat)k->cat, -(int64_t)k->bytes);
+            tsc_free(b->c, p);
+            free(k);
+            return;
+        }
+}
+
+size_t vbytes(ts_view v) { return (size_t)v.cols * ts_dtype_size(v.dt); }
+size_t vld(ts_view v) { return (size_t)v.ld * ts_dtype_size(v.dt); }
+
+void io_err(ts_stream *s, const char *what, cudaError_t e) {
+    char m[200];
+    snprintf(m, sizeof m, "%s: %s", what, cudaGetErrorString(e));
+    fail(s, TS_E_IO, m);
+}
+
+void cu_write(ts_stream *s, ts_view dst, const void *host) {
+    if (dead(s)) return;
+    cudaStream_t cs = ST(s)->c->stream;
+    cudaError_t e = cudaMemcpy2DAsync(dst.p, vld(dst), host, vbytes(dst), vbytes(dst), (size_t)dst.rows,
+                                      cudaMemcpyHostToDevice, cs);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs); /* the host buffer is the caller's again on return */
+    if (e != cudaSuccess) io_err(s, "write to the device", e);
+}
+
+void cu_read(ts_stream *s, void *host, ts_view src) {
+    if (dead(s)) return;
+    cudaStream_t cs = ST(s)->c->stream;
+    cudaError_t e = cudaMemcpy2DAsync(host, vbytes(src), src.p, vld(src), vbytes(src), (size_t)src.rows,
+                                      cudaMemcpyDeviceToHost, cs);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
+    if (e != cudaSuccess) io_err(s, "read from the device", e);
+}
+
+void cu_copy(ts_stream *s, ts_view dst, ts_view src) {
+    if (dead(s)) return;
+    cudaError_t e = cudaMemcpy2DAsync(dst.p, vld(dst), src.p, vld(src), vbytes(src), (size_t)src.rows,
+                                      cudaMemcpyDeviceToDevice, ST(s)->c->stream);
+    if (e != cudaSuccess) io_err(s, "device copy", e);
+}
+
+void cu_fill(ts_stream *s, ts_view dst, float v) {
+    if (dead(s) || dst.rows <= 0 || dst.cols <= 0) return;
+    tsc_ctx *c = ST(s)->c;
+    if (dst.ld == dst.cols) {
+        tsc_fill(c, (float *)dst.p, v, (size_t)(dst.rows * dst.cols));
+        return;
+    }
+    unsigned gx = (unsigned)((dst.cols + 255) / 256 < 64 ? (dst.cols + 255) / 256 : 64);
+    unsigned gy = (unsigned)(dst.rows < 1024 ? dst.rows : 1024);
+    k_fill2d<<<dim3(gx, gy), 256, 0, c->stream>>>((float *)dst.p, dst.ld, dst.cols, dst.rows, v);
+    tsc_launched_(c, "fill");
+}
+
+const float *cu_host_rows(ts_stream *s, ts_view v) {
+    cu_stream *q = ST(s);
+    const size_t need = vbytes(v) * (size_t)v.rows;
+    if (dead(s)) return NULL;
+    if (need > q->stage_bytes) {
+        if (q->stage) {
+            cudaFreeHost(q->stage);
+            ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, -(int64_t)q->stage_bytes);
+            q->stage = NULL, q->stage_bytes = 0;
+        }
+        cudaError_t e = cudaMallocHost((void **)&q->stage, need);
+        if (e != cudaSuccess) {
+            q->stage = NULL;
+            io_err(s, "pinned staging for a read", e);
+            return NULL;
+        }
+        q->stage_bytes = need;
+        ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, (int64_t)need);
+    }
+    cu_read(s, q->stage, v);
+    return dead(s) ? NULL : q->stage;
+}
+
+int cu_sync(ts_stream *s) {
+    cu_stream *q = ST(s);
+    ts_error e;
+    int rc = tsc_sync(q->c, &e);
+    if (rc && !s->err) {
+        s->err = rc;
+        snprintf(s->msg, sizeof s->msg, "%.250s", e.msg);
+    }
+    /* a refused argument leaves the device usable; a device fault does not */
+    if (rc && rc != TS_E_IO) q->c->err_code = 0, q->c->err_msg[0] = 0;
+    rc = s->err;
+    s->err = 0;
+    return rc;
+}
+
+/* ---- streams ---- */
+
+size_t cu_workspace_bytes(ts_backend *be, int rows, int64_t cols, int group) {
+    (void)be, (void)group;
+    return layout_of(rows, cols).total;
+}
+
+void cu_stream_free(ts_stream *st) {
+    if (!st) return;
+    cu_stream *q = ST(st);
+    for (int i = 0; i < q->n_graphs; i++) tsc_graph_free(q->graphs[i].g);
+    if (q->ws) ts_mem_account(TS_DOM_DEVICE, TS_MEM_SCRATCH, -(int64_t)q->ws_bytes);
+    if (q->stage) {
+        cudaFreeHost(q->stage);
+        ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, -(int64_t)q->stage_bytes);
+    }
+    tsc_close(q->c); /* frees the workspace */
+    free(q->hstep);
+    free(q);
+}
+
+int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream **out) {
+    cu_be *b = BE(be);
+    *out = NULL;
+    if (!b->c) return TS_E_UNSUPPORTED;
+    cu_stream *q = (cu_stream *)calloc(1, sizeof *q); /* a control block: outside the plan */
+    if (!q) return TS_E_NOMEM;
+    q->base.be = be;
+    ts_error err;
+    if (tsc_open(b->device, &q->c, &err)) {
+        free(q);
+        return TS_E_NOMEM;
+    }
+    const ws_layout l = layout_of(rows, cols);
+    q->rows = rows, q->cols = cols;
+    q->hstep = (dev_step *)calloc(1, sizeof(ts_step) + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
+    uint8_t *w = (uint8_t *)tsc_alloc(q->c, l.total);
+    if (!w || !q->hstep || cudaMemsetAsync(w, 0, l.total, q->c->stream) != cudaSuccess ||
+        cudaStreamSynchronize(q->c->stream) != cudaSuccess) {
+        tsc_close(q->c);
+        free(q->hstep);
+        free(q);
+        return TS_E_NOMEM;
+    }
+    q->ws = w, q->ws_bytes = l.total;
+    ts_mem_account(TS_DOM_DEVICE, TS_MEM_SCRATCH, (int64_t)l.total);
+    q->dstep = (dev_step *)(w + l.step);
+    q->r_ids = (int32_t *)(w + l.rids);
+    q->r_wts = (float *)(w + l.rwts);
+    q->gl = (float *)(w + l.gl);
+    q->amx_ws = w + l.amx_ws;
+    q->amx_ids = (int32_t *)(w + l.amx_ids);
+    q->amx_prob = (float *)(w + l.amx_prob);
+    q->att_small = (float *)(w + l.att_small);
+    q->att_small_n = 4 * (size_t)cols;
+    *out = &q->base;
+    return 0;
+}
+
+unsigned cu_enter(ts_stream *s) {
+    cudaSetDevice(BE(s->be)->device); /* the calling thread's device (the server's workers) */
+    return 0;
+}
+void cu_leave(ts_stream *s, unsigned old) { (void)s, (void)old; }
+
+/* ---- weights ---- */
+
+void wsizes(const ts_weight *w, size_t *db, size_t *sb) {
+    if (w->dtype == TS_DTYPE_U32) {
+        *db = (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8;
+        *sb = (size_t)w->rows * (size_t)(w->cols / (w->group ? w->group : 1)) * ts_dtype_size(w->sdtype);
+    } else {
+        *db = (size_t)w->rows * (size_t)w->cols * ts_dtype_size(w->dtype);
+        *sb = 0;
+    }
+}
+
+tsc_weight host_desc(const ts_weight *w) {
+    tsc_weight t;
+    memset(&t, 0, sizeof t);
+    t.dtype = w->dtype, t.bits = w->bits, t.group = w->group, t.rows = w->rows, t.cols = w->cols;
+    t.data = w->data, t.scales = w->scales, t.biases = w->biases, t.sdtype = w->sdtype;
+    return t;
+}
+
+void note_bad(cu_be *b, const ts_weight *w, const char *why) {
+    if (b->bad) return;
+    b->bad = 1;
+    snprintf(b->bad_msg, sizeof b->bad_msg, "a %lld x %lld %s weight: the CUDA products need %.300s", (long long)w->rows,
+             (long long)w->cols, w->dtype == TS_DTYPE_U32 ? (w->bits == 4 ? "4-bit" : w->bits == 8 ? "8-bit" : "quantized")
+                                                          : ts_dtype_name(w->dtype), why);
+}
+
+size_t cu_weight_bytes(ts_backend *be, const ts_weight *w) {
+    cu_be *b = BE(be);
+    size_t db, sb;
+    wsizes(w, &db, &sb);
+    /* vectors ([1, n] f32, load.c) have any length; matrices must fit the products */
+    if (w->rows > 1 || w->dtype != TS_DTYPE_F32) {
+        tsc_weight t = host_desc(w);
+        ts_error e;
+        if (tsc_weight_check(&t, &e)) note_bad(b, w, e.msg);
+    }
+    return al256(db) + 2 * al256(sb);
+}
+
+void cu_weight_prepare(ts_backend *be, ts_weight *w, void *dst) {
+    cu_be *b = BE(be);
+    if (!b->c) return;
+    size_t db, sb;
+    wsizes(w, &db, &sb);
+    tsc_weight d = host_desc(w);
+    uint8_t *p = (uint8_t *)dst;
+    d.data = p;
+    cudaError_t e = cudaMemcpy(p, w->data, db, cudaMemcpyHostToDevice);
+    if (w->dtype == TS_DTYPE_U32) {
+        d.scales = p + al256(db);
+        d.biases = p + al256(db) + al256(sb);
+        if (e == cudaSuccess) e = cudaMemcpy((void *)d.scales, w->scales, sb, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMemcpy((void *)d.biases, w->biases, sb, cudaMemcpyHostToDevice);
+    }
+    if (e != cudaSuccess) {
+        if (!b->bad) {
+            b->bad = 1;
+            snprintf(b->bad_msg, sizeof b->bad_msg, "uploading weights to CUDA device %d: %s", b->device,
+                     cudaGetErrorString(e));
+        }
+        return;
+    }
+    if (wmap_put(&b->wm, p, &d) && !b->bad) {
+        b->bad = 1;
+        snprintf(b->bad_msg, sizeof b->bad_msg, "out of memory (weight map)");
+    }
+    w->packed = p;
+    b->uploaded += db + 2 * sb;
+    if (b->progress && b->uploaded >= b->next_report) {
+        fprintf(stderr, "\rturbospark: weights to cuda:%d: %.2f GB", b->device, (double)b->uploaded / 1e9);
+        fflush(stderr);
+        b->next_report = b->uploaded + (size_t)1 << 30;
+    }
+}
+
+/* The device descriptor of a prepared weight; rows may be a prefix (the
+ * head's drafting rows). */
+bool dev_w(ts_stream *s, const ts_weight *w, tsc_weight *d) {
+    const tsc_weight *t = wmap_get(&BE(s->be)->wm, w->packed);
+    if (!t) {
+        fail(s, TS_E_ARG, "a weight was not prepared for the CUDA backend");
+        return false;
+    }
+    *d = *t;
+    d->rows = w->rows < t->rows ? w->rows : t->rows;
+    return true;
+}
+
+/* ---- compute ---- */
+
+/* nw weights of one layout on n <= 16 rows: tsc_linear, or k_lin_plain
+ * where linear.cu cannot take the columns yet */
+void lin_rows(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    if (w[0]->cols % 32 == 0) {
+        tsc_linear(c, w, nw, x, y, n);
+        return;
+    }
+    if (tsc_error(c)) return;
+    for (int i = 0; i < nw; i++) {
+        k_lin_plain<<<dim3((unsigned)((w[i]->rows + 7) / 8), n), 256, 0, c->stream>>>(*w[i], x, y[i]);
+        tsc_launched_(c, "linear (cols not a multiple of 32)");
+    }
+}
+
+void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    if (dead(s) || n <= 0) return;
+    tsc_ctx *c = ST(s)->c;
+    tsc_weight dw[TS_LINEAR_MANY_MAX];
+    if (nw > TS_LINEAR_MANY_MAX) { fail(s, TS_E_ARG, "linear: too many weights"); return; }
+    for (int i = 0; i < nw; i++)
+        if (!dev_w(s, w[i], &dw[i])) return;
+    /* one launch per run of weights that share the products' format */
+    for (int i0 = 0; i0 < nw;) {
+        int i1 = i0 + 1;
+        while (i1 < nw && i1 - i0 < TSC_LIN_MAX && dw[i1].dtype == dw[i0].dtype && dw[i1].bits == dw[i0].bits &&
+               dw[i1].group == dw[i0].group && dw[i1].sdtype == dw[i0].sdtype && dw[i1].cols == dw[i0].cols)
+            i1++;
+        const tsc_weight *pw[TSC_LIN_MAX];
+        float *py[TSC_LIN_MAX];
+        const int64_t cols = dw[i0].cols;
+
+        for (int r0 = 0; r0 < n; r0 += RB) {
+            const int nr = n - r0 < RB ? n - r0 : RB;
+            for (int i = i0; i < i1; i++) pw[i - i0] = &dw[i], py[i - i0] = y[i] + (size_t)r0 * (size_t)dw[i].rows;
+            lin_rows(c, pw, i1 - i0, x + (size_t)r0 * (size_t)cols, py, nr);
+        }
+        i0 = i1;
+    }
+}
+
+/* The first op of every pass: the step record and the ids to the device
+ * block (outside any graph), then the gather. */
+void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, float *x, size_t ldx, int n) {
+    cu_stream *q = ST(s);
+    if (dead(s) || n <= 0) return;
+    if (q->capturing) { fail(s, TS_E_ARG, "embed inside a graph capture"); return; }
+    if (n > q->rows) { fail(s, TS_E_ARG, "embed: more rows than the stream was made for"); return; }
+    tsc_weight dw;
+    if (!dev_w(s, w, &dw)) return;
+    cudaPointerAttributes pa;
+    const bool on_dev = cudaPointerGetAttributes(&pa, ids) == cudaSuccess &&
+                        (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged);
+    cudaGetLastError();
+    q->hstep->step = s->step;
+    size_t bytes = sizeof(ts_step);
+    if (!on_dev) {
+        memcpy(q->hstep->ids, ids, sizeof(int32_t) * (size_t)n);
+        bytes += sizeof(int32_t) * (size_t)n;
+    }
+    /* pageable source: the driver has staged it when the call returns */
+    cudaError_t e = cudaMemcpyAsync(q->dstep, q->hstep, bytes, cudaMemcpyHostToDevice, q->c->stream);
+    if (e != cudaSuccess) { io_err(s, "step record to the device", e); return; }
+    const int32_t *dids = on_dev ? ids : q->dstep->ids;
+    if (ldx == (size_t)dw.cols) tsc_embed(q->c, &dw, dids, n, x);
+    else
+        for (int i = 0; i < n; i++) tsc_embed(q->c, &dw, dids + i, 1, x + (size_t)i * ldx);
+}
+
+void cu_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, const float *w, float *y, size_t ldy,
+             int n, int dim, float eps) {
+    if (dead(s) || n <= 0) return;
+    tsc_ctx *c = ST(s)->c;
+    if (!w) {
+        if (!add) return;
+        unsigned gx = (unsigned)((dim + 255) / 256), gy = (unsigned)(n < 1024 ? n : 1024);
+        k_add2d<<<dim3(gx, gy), 256, 0, c->stream>>>(x, (int64_t)ldx, add, dim, n);
+        tsc_launched_(c, "add");
+        return;
+    }
+    if (ldx == (size_t)dim && ldy == (size_t)dim) {
+        tsc_add_rmsnorm(c, x, add, w, y, n, dim, eps);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        tsc_add_rmsnorm(c, x + (size_t)i * ldx, add ? add + (size_t)i * dim : NULL, w, y + (size_t)i * ldy, 1, dim, eps);
+}
+
+void cu_swiglu(ts_stream *s, ts_mode m, float *g, const float *u, size_t N) {
+    if (dead(s)) return;
+    tsc_silu_mul(ST(s)->c, g, u, N);
+}
+
+/* Keys per attention piece for a cache of L rows whose partials must fit
+ * cap floats per row (nq heads, D + 2 floats a piece): the smallest
+ * multiple of TSC_ATTN_SPLIT that fits (more pieces: more blocks in flight).
+ * 0 when none does. */
+int pick_split(int L, int nq, int D, size_t cap) {
+    const int top = (L + TSC_ATTN_SPLIT - 1) / TSC_ATTN_SPLIT * TSC_ATTN_SPLIT;
+    for (int P = TSC_ATTN_SPLIT; P <= top; P += TSC_ATTN_SPLIT) {
+        const size_t np = ((size_t)L + P - 1) / P;
+        if (np <= 1024 && np * (size_t)nq * (size_t)(D + 2) <= cap) return P;
+    }
+    return 0;
+}
+
+/* One row per call: the partials of a row go to the contract's score
+ * buffer (one row of att_len per query head), or to the stream's own small
+ * area for contexts shorter than a head's partial. The position comes from
+ * the device step record plus the row. */
+void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
+    cu_stream *q = ST(s);
+    if (dead(s)) return;
+    if (a->mask != TS_MASK_CAUSAL) { fail(s, TS_E_UNSUPPORTED, "block-masked attention (DFlash) on CUDA: not yet"); return; }
+    const int L = a->att_len, D = a->D;
+    const size_t cap_att = (size_t)a->nq * (size_t)L * (size_t)(a->att_rows > 0 ? a->att_rows : 1);
+    /* the buffer that allows the finer split (more pieces: more blocks in flight) */
+    float *ws = a->att;
+    int P = pick_split(L, a->nq, D, cap_att);
+    const int P2 = pick_split(L, a->nq, D, q->att_small_n);
+    if (P2 && (!P || P2 < P)) ws = q->att_small, P = P2;
+    if (!P) { fail(s, TS_E_UNSUPPORTED, "attention: no workspace split fits this context and head shape"); return; }
+    const int qd = a->nq * 2 * D, kvd = a->nkv * D;
+    tsc_attn_args t;
+    memset(&t, 0, sizeof t);
+    t.nq = a->nq, t.nkv = a->nkv, t.D = D, t.rot = a->rot;
+    t.theta = (float)a->theta, t.eps = a->eps;
+    t.q_norm = a->q_norm, t.k_norm = a->k_norm, t.Kc = a->kc, t.Vc = a->vc, t.max_T = L;
+    t.ws = ws, t.pos_dev = &q->dstep->step.pos, t.split = P;
+    /* every row's q/k norms, RoPE and K/V append first (the output rows
+     * below overwrite the v rows of later rows: the model's out is big2) */
+    for (int r0 = 0; r0 < a->n; r0 += RB) {
+        t.n = a->n - r0 < RB ? a->n - r0 : RB, t.pos = r0, t.phase = 1;
+        t.qg = a->qg + (size_t)r0 * qd, t.k = a->k + (size_t)r0 * kvd, t.v = a->v + (size_t)r0 * kvd;
+        tsc_attn_decode(q->c, &t);
+    }
+    for (int i = 0; i < a->n; i++) {
+        t.n = 1, t.pos = i, t.phase = 2;
+        t.qg = a->qg + (size_t)i * qd, t.k = a->k + (size_t)i * kvd, t.v = a->v + (size_t)i * kvd;
+        t.out = a->out + (size_t)i * a->nq * D;
+        tsc_attn_decode(q->c, &t);
+    }
+}
+
+const char *SPEC_MSG = "speculative decoding on CUDA: not yet (issue 17)";
+
+void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
+    cu_stream *q = ST(s);
+    if (dead(s)) return;
+    const ts_step *sp = &s->step;
+    if (sp->record || sp->pend) { fail(s, TS_E_UNSUPPORTED, SPEC_MSG); return; }
+    float *S = a->S[sp->par_S & 1], *conv = a->conv[sp->par_conv & 1];
+    if (!S || !conv) { fail(s, TS_E_UNSUPPORTED, SPEC_MSG); return; }
+    const bool fused = a->dk == 128 && a->dv == 128 && a->K == 4;
+    if (!fused && (a->dk > GDK_MAX || a->dv > 1024 || a->K > GK_MAX || a->K < 1 || a->Hv % a->Hk)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "GDN with key/value heads of %d/%d and a conv of %d taps on CUDA: need dk <= %d, "
+                 "dv <= 1024, K <= %d", a->dk, a->dv, a->K, GDK_MAX, GK_MAX);
+        fail(s, TS_E_UNSUPPORTED, msg);
+        return;
+    }
+    const int C = 2 * a->Hk * a->dk + a->Hv * a->dv, Vd = a->Hv * a->dv;
+    /* the prepared rows' workspace: the chunked prefill's conv rows (max_rows
+     * of them) when the session has them, else the one-row buffer */
+    float *ws = a->pf_conv ? a->pf_conv : a->rows;
+    const int cap = a->pf_conv ? RB : (a->cap > 0 ? a->cap : 1);
+    const int blk = cap < RB ? cap : RB;
+    for (int r0 = 0; r0 < a->n; r0 += blk) {
+        const int nr = a->n - r0 < blk ? a->n - r0 : blk;
+        tsc_gdn_args g;
+        g.n = nr, g.Hk = a->Hk, g.Hv = a->Hv, g.dk = a->dk, g.dv = a->dv, g.K = a->K;
+        g.qkv = a->qkv + (size_t)r0 * C, g.z = a->z + (size_t)r0 * Vd;
+        g.b = a->b + (size_t)r0 * a->Hv, g.a = a->a + (size_t)r0 * a->Hv;
+        g.conv_state = conv, g.conv_w = a->conv_w, g.S = S, g.neg_A = a->neg_A, g.dt_bias = a->dt_bias;
+        g.norm_w = a->norm, g.eps = a->eps, g.o = a->out + (size_t)r0 * Vd, g.ws = ws;
+        if (fused) {
+            tsc_gdn_step(q->c, &g);
+            continue;
+        }
+        cudaStream_t cs = q->c->stream;
+        k_gdn_conv<<<(unsigned)((C + 127) / 128), 128, 0, cs>>>(g.qkv, conv, a->conv_w, C, a->K, nr, ws);
+        k_gdn_l2<<<dim3((unsigned)(2 * a->Hk), nr), 128, 0, cs>>>(ws, C, a->Hk, a->dk);
+        k_gdn_scan<<<a->Hv, (unsigned)((a->dv + 31) / 32 * 32), 0, cs>>>(ws, g.a, g.b, g.z, S, a->neg_A, a->dt_bias,
+                                                                     a->norm, a->eps, g.o, nr, a->Hk, a->Hv, a->dk, a->dv);
+        tsc_launched_(q->c, "GDN step (general head sizes)");
+    }
+}
+
+void cu_gdn_materialize(ts_stream *s, const ts_gdn_args *a) {
+    (void)a;
+    if (s->step.pend) fail(s, TS_E_UNSUPPORTED, SPEC_MSG);
+}
+
+bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {
+    tsc_weight d0, d1;
+    if (!dev_w(s, &e[0], &d0)) return false;
+    const uint8_t *b0 = (const uint8_t *)d0.data;
+    int64_t stride = 0;
+    if (E > 1) {
+        if (!dev_w(s, &e[1], &d1)) return false;
+        stride = (const uint8_t *)d1.data - b0;
+        tsc_weight dl;
+        if (!dev_w(s, &e[E - 1], &dl)) return false;
+        if ((const uint8_t *)dl.data != b0 + (int64_t)(E - 1) * stride || stride <= 0) {
+            fail(s, TS_E_UNSUPPORTED, "MoE on CUDA: the experts' slots are not evenly spaced in the weight arena");
+            return false;
+        }
+    }
+    o->base = b0, o->stride = stride, o->rows = d0.rows, o->cols = d0.cols, o->dtype = d0.dtype, o->bits = d0.bits;
+    o->sdt = d0.sdtype;
+    o->soff = d0.scales ? (const uint8_t *)d0.scales - b0 : 0;
+    o->boff = d0.biases ? (const uint8_t *)d0.biases - b0 : 0;
+    int lg = 0;
+    while (d0.group > 1 && (1 << lg) < d0.group) lg++;
+    o->lg = lg;
+    return true;
+}
+
+/* Router product, routing on the device (tsc_moe_route), then per selected
+ * slot j: gate/up of the expert ids[r, j] (device-side ids: the weights of
+ * the chosen experts only are read, no host round trip), down into the
+ * routed sum in slot order; the shared expert through tsc_linear; the
+ * combine. Rows in blocks of 16. */
+void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
+    cu_stream *q = ST(s);
+    if (dead(s)) return;
+    tsc_ctx *c = q->c;
+    if (a->topk > TOPK_MAX || a->topk < 1) { fail(s, TS_E_UNSUPPORTED, "MoE with more than 32 experts a token on CUDA"); return; }
+    xw g, u, d;
+    if (!experts_of(s, a->e_gate, a->E, &g) || !experts_of(s, a->e_up, a->E, &u) ||
+        !experts_of(s, a->e_down, a->E, &d))
+        return;
+    tsc_weight rw, sg, su, sd, sgw;
+    if (!dev_w(s, a->router, &rw) || !dev_w(s, a->s_gate, &sg) || !dev_w(s, a->s_up, &su) ||
+        !dev_w(s, a->s_down, &sd) || !dev_w(s, a->s_gate_w, &sgw))
+        return;
+    const int H = a->H, E = a->E, k = a->topk, Im = (int)g.rows, Is = (int)sg.rows;
+    for (int r0 = 0; r0 < a->n; r0 += RB) {
+        const int nr = a->n - r0 < RB ? a->n - r0 : RB;
+        const float *u_ = a->u + (size_t)r0 * H;
+        float *lg_ = a->logits + (size_t)r0 * E;
+        const tsc_weight *pr[1] = {&rw};
+        float *yr[1] = {lg_};
+        lin_rows(c, pr, 1, u_, yr, nr);
+        tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
+        float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
+        for (int j = 0; j < k; j++) {
+            k_moe_gu<<<dim3((unsigned)((Im + 7) / 8), nr), 256, 0, c->stream>>>(g, u, q->r_ids, k, j, u_, H, a->b1, Im);
+            tsc_launched_(c, "MoE experts (gate, up)");
+            k_moe_down<<<dim3((unsigned)((H + 7) / 8), nr), 256, 0, c->stream>>>(d, q->r_ids, q->r_wts, k, j, a->b1, Im,
+                                                                                 routed, H);
+            tsc_launched_(c, "MoE experts (down)");
+        }
+        const tsc_weight *ps[3] = {&sg, &su, &sgw};
+        float *ys[3] = {a->b1, a->b2, q->gl};
+        if (sgw.dtype == sg.dtype && sgw.bits == sg.bits && sgw.group == sg.group && sgw.sdtype == sg.sdtype) {
+            lin_rows(c, ps, 3, u_, ys, nr);
+        } else {
+            lin_rows(c, ps, 2, u_, ys, nr);
+            lin_rows(c, ps + 2, 1, u_, ys + 2, nr);
+        }
+        tsc_silu_mul(c, a->b1, a->b2, (size_t)nr * Is);
+        const tsc_weight *pd[1] = {&sd};
+        float *yd[1] = {shared};
+        lin_rows(c, pd, 1, a->b1, yd, nr);
+        k_moe_combine<<<dim3((unsigned)((H + 255) / 256), nr), 256, 0, c->stream>>>(a->t + (size_t)r0 * H, routed, shared,
+                                                                                 q->gl, H);
+        tsc_launched_(c, "MoE combine");
+    }
+}
+
+void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
+    cu_stream *q = ST(s);
+    if (dead(s) || lg.rows <= 0) return;
+    tsc_ctx *c = q->c;
+    for (int64_t r0 = 0; r0 < lg.rows; r0 += RB) {
+        const int nr = (int)(lg.rows - r0 < RB ? lg.rows - r0 : RB);
+        const float *x = (const float *)lg.p + r0 * lg.ld;
+        if (lg.ld == K) tsc_argmax(c, x, nr, K, q->amx_ids, q->amx_ws);
+        else
+            for (int i = 0; i < nr; i++) tsc_argmax(c, x + i * lg.ld, 1, K, q->amx_ids + i, q->amx_ws);
+        if (prob) {
+            k_win_prob<<<nr, 256, 0, c->stream>>>(x, lg.ld, K, q->amx_ids, q->amx_prob);
+            tsc_launched_(c, "argmax probability");
+        }
+        tsc_read(c, ids + r0, q->amx_ids, sizeof(int32_t) * (size_t)nr);
+        if (prob) tsc_read(c, prob + r0, q->amx_prob, sizeof(float) * (size_t)nr);
+    }
+    if (tsc_error(c)) memset(ids, 0, sizeof(int32_t) * (size_t)lg.rows);
+}
+
+/* ---- graphs: one per (kind, rows) key, per stream ---- */
+
+gent *gfind(cu_stream *q, uint32_t key) {
+    for (int i = 0; i < q->n_graphs; i++)
+        if (q->graphs[i].key == key) return &q->graphs[i];
+    return NULL;
+}
+
+int cu_graph_begin(ts_stream *s, uint32_t key) {
+    cu_stream *q = ST(s);
+    if (dead(s) || q->capturing || gfind(q, key) || q->n_graphs == GMAXN) return 1; /* run the ops uncaptured */
+    tsc_graph_begin(q->c);
+    if (tsc_error(q->c)) return TS_E_IO;
+    q->capturing = 1;
+    return 0;
+}
+
+int cu_graph_end(ts_stream *s, uint32_t key) {
+    cu_stream *q = ST(s);
+    if (!q->capturing) return 1;
+    q->capturing = 0;
+    tsc_graph *g = tsc_graph_end(q->c);
+    if (!g || s->err) {
+        tsc_graph_free(g);
+        if (!s->err && !tsc_error(q->c)) fail(s, TS_E_IO, "graph capture failed");
+        return s->err ? s->err : TS_E_IO;
+    }
+    gent *e = &q->graphs[q->n_graphs++];
+    e->key = key, e->g = g;
+    /* the kernels of the graph (statistics: bench reports them) */
+    e->kernels = tsc_graph_kernels(g);
+    q->last_kernels = e->kernels;
+    return 0;
+}
+
+int cu_graph_launch(ts_stream *s, uint32_t key) {
+    cu_stream *q = ST(s);
+    if (dead(s)) return s->err ? s->err : TS_E_IO;
+    gent *e = gfind(q, key);
+    if (!e) return 1;
+    const double t0 = ts_now();
+    tsc_graph_launch(q->c, e->g);
+    q->launch_s += ts_now() - t0;
+    q->replays++;
+    return tsc_error(q->c) ? TS_E_IO : 0;
+}
+
+const ts_backend_ops cu_ops = {
+    cu_alloc,        cu_free,      cu_write,      cu_read,      cu_copy,           cu_fill,
+    cu_host_rows,    cu_sync,      cu_stream_new, cu_stream_free, cu_workspace_bytes, cu_enter,
+    cu_leave,        cu_weight_bytes, cu_weight_prepare, cu_linear, cu_embed,    cu_norm,
+    cu_swiglu,       cu_attn,      cu_gdn,        cu_gdn_materialize, cu_moe,    cu_argmax,
+    cu_graph_begin,  cu_graph_end, cu_graph_launch,
+};
+
+void cu_destroy(ts_backend *be) {
+    cu_be *b = BE(be);
+    while (b->blocks) {
+        ablk *k = b->blocks;
+        b->blocks = k->next;
+        ts_mem_account(TS_DOM_DEVICE, (ts_mem_cat)k->cat, -(int64_t)k->bytes);
+        free(k);
+    }
+    tsc_close(b->c);
+    free(b->wm.key);
+    free(b->wm.val);
+    free(b);
+}
+
+} // namespace
+
+extern "C" int ts_cuda_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *err) {
+    *out = NULL;
+    cu_be *b = (cu_be *)calloc(1, sizeof *b); /* a control block: outside the plan */
+    if (!b) return ts_fail(err, TS_E_NOMEM, "out of memory");
+    b->base.ops = &cu_ops;
+    b->base.name = "cuda";
+    b->base.dom = TS_DOM_DEVICE;
+    b->base.impl = b;
+    b->base.destroy = cu_destroy;
+    b->device = p ? p->device : 0;
+    b->progress = p ? p->progress : 0;
+    b->next_report = (size_t)1 << 30;
+    if (!(p && p->plan_only)) {
+        int rc = tsc_open(b->device, &b->c, err);
+        if (rc) {
+            free(b);
+            return rc;
+        }
+    }
+    *out = &b->base;
+    return 0;
+}
+
+extern "C" int ts_cuda_built(void) { return 1; }
+
+extern "C" int ts_cuda_backend_check(ts_backend *be, ts_error *err) {
+    cu_be *b = BE(be);
+    if (b->progress && b->uploaded) fprintf(stderr, "\rturbospark: weights to cuda:%d: %.2f GB, done\n", b->device,
+                                            (double)b->uploaded / 1e9);
+    if (b->bad) return ts_fail(err, TS_E_UNSUPPORTED, "%s", b->bad_msg);
+    return 0;
+}
+
+extern "C" int ts_cuda_backend_shapes(ts_backend *be, int D, int nq, int nkv, int rot, int dk, int dv, int K, int Hk,
+                                      int Hv, int E, int topk, ts_error *err) {
+    (void)be;
+    if (nq > 0 && (D % 32 || D > 256 || nkv < 1 || nq % nkv || nq / nkv > 16 || rot % 2 || rot > D))
+        return ts_fail(err, TS_E_UNSUPPORTED,
+                       "attention with head dim %d, %d query / %d KV heads, rot %d on CUDA: the kernels need D %% 32 == 0, "
+                       "D <= 256, nq a multiple of nkv with nq/nkv <= 16, rot even and <= D", D, nq, nkv, rot);
+    const bool fused = dk == 128 && dv == 128 && K == 4;
+    if (Hv > 0 && !fused && (dk > GDK_MAX || dv > 1024 || K > GK_MAX || K < 1 || Hk < 1 || Hv % Hk))
+        return ts_fail(err, TS_E_UNSUPPORTED,
+                       "GDN with key/value heads of %d/%d (%d/%d heads) and a conv of %d taps on CUDA: need dk <= %d, "
+                       "dv <= 1024, K <= %d, Hv a multiple of Hk", dk, dv, Hk, Hv, K, GDK_MAX, GK_MAX);
+    if (E > 0 && (E > 1024 || topk < 1 || topk > TOPK_MAX || topk > E))
+        return ts_fail(err, TS_E_UNSUPPORTED, "MoE with %d experts, %d a token on CUDA: need E <= 1024, top-k <= %d", E,
+                       topk, TOPK_MAX);
+    return 0;
+}
+
+extern "C" int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b) {
+    cu_be *b = BE(be);
+    if (!b->c) return TS_E_UNSUPPORTED;
+    int rc = tsc_info(b->c, name, cap, NULL, free_b, total_b);
+    if (ours) {
+        *ours = 0;
+        for (int k = 0; k < TS_MEM_N; k++) *ours += ts_mem_used_in(TS_DOM_DEVICE, (ts_mem_cat)k);
+    }
+    return rc;
+}
+
+extern "C" double ts_cuda_copy_probe(ts_backend *be, size_t bytes) {
+    cu_be *b = BE(be);
+    if (!b->c) return -1;
+    void *x = tsc_alloc(b->c, bytes), *y = tsc_alloc(b->c, bytes);
+    double best = -1;
+    if (x && y) {
+        tsc_copy(b->c, y, x, bytes); /* warm */
+        for (int i = 0; i < 5; i++) {
+            tsc_timer_start(b->c);
+            tsc_copy(b->c, y, x, bytes);
+            double ms = tsc_timer_ms(b->c);
+            if (ms > 0) {
+                double gbs = 2.0 * (double)bytes / (ms * 1e6);
+                if (gbs > best) best = gbs;
+            }
+        }
+    }
+    tsc_free(b->c, x);
+    tsc_free(b->c, y);
+    ts_error e;
+    if (tsc_sync(b->c, &e)) best = -1;
+    return best;
+}
+
+extern "C" void ts_cuda_stream_stats(ts_stream *s, int *graphs, long *replays, int *kernels, double *launch_us) {
+    if (launch_us) *launch_us = 0;
+    if (!s || strcmp(s->be->name, "cuda")) {
+        if (graphs) *graphs = 0;
+        if (replays) *replays = 0;
+        if (kernels) *kernels = 0;
+        return;
+    }
+    cu_stream *q = ST(s);
+    if (graphs) *graphs = q->n_graphs;
+    if (replays) *replays = q->replays;
+    if (kernels) *kernels = q->last_kernels;
+    if (launch_us && q->replays) *launch_us = q->launch_s * 1e6 / (double)q->replays;
+}
