@@ -188,7 +188,8 @@ static double wmag(const ts_weight *w, int64_t r, int64_t c) {
 
 TS_TEST(cuda, linear_parity_and_row_exact) {
     OPEN(c);
-    static const int64_t shapes[][2] = {{77, 1024}, {260, 2560}, {3, 4096}, {1100, 512}, {33, 12288}};
+    /* the last: many virtual blocks a persistent block (the Q4T ring runs across them) */
+    static const int64_t shapes[][2] = {{77, 1024}, {260, 2560}, {3, 4096}, {1100, 512}, {33, 12288}, {9600, 1024}};
     const int N = TSC_ROWS_MAX;
     for (size_t ci = 0; ci < sizeof LIN_CFG / sizeof LIN_CFG[0]; ci++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

@@ -229,20 +229,26 @@ static size_t group_call(int p, int l, int n) {
     }
 }
 
-/* One pass of group p over every layer it applies to; median ms over reps. */
+/* One pass of group p over every layer it applies to, captured as one graph
+ * (launch gaps of a graph, as in the step); median ms over reps. */
 static double time_group(int p, int n, int reps, size_t *bytes, int *calls) {
     double t[64];
     *calls = 0;
     for (int l = 0; l < S->NL; l++) *calls += group_applies(p, l);
+    size_t b = 0;
+    tsc_graph_begin(C);
+    for (int l = 0; l < S->NL; l++)
+        if (group_applies(p, l)) b += group_call(p, l, n);
+    tsc_graph *g = tsc_graph_end(C);
+    *bytes = b;
+    die_if_err(PNAME[p]);
     for (int r = -1; r < reps; r++) {
-        size_t b = 0;
         tsc_timer_start(C);
-        for (int l = 0; l < S->NL; l++)
-            if (group_applies(p, l)) b += group_call(p, l, n);
+        tsc_graph_launch(C, g);
         double ms = tsc_timer_ms(C);
         if (r >= 0) t[r] = ms;
-        *bytes = b;
     }
+    tsc_graph_free(g);
     die_if_err(PNAME[p]);
     return median(t, reps);
 }
@@ -337,9 +343,9 @@ static void step(int n, int fused) {
 static int NODES;
 
 /* median ms of one replay of the step's graph */
-static double time_step(int n, int fused, int reps) {
+static double time_step_pdl(int n, int fused, int pdl, int reps) {
     double t[64];
-    tsc_set_pdl(C, fused);
+    tsc_set_pdl(C, pdl);
     tsc_graph_begin(C);
     step(n, fused);
     tsc_graph *g = tsc_graph_end(C);
@@ -356,6 +362,8 @@ static double time_step(int n, int fused, int reps) {
     tsc_graph_free(g);
     return median(t, reps);
 }
+
+static double time_step(int n, int fused, int reps) { return time_step_pdl(n, fused, fused, reps); }
 
 static void free_all(void) {
     for (int l = 0; l < S->NL; l++) free(L[l].eg), free(L[l].eu), free(L[l].ed);
@@ -378,7 +386,7 @@ static void run_shape(int quick, int prof) {
         return;
     }
     printf("\n== %s (%s): %d layers, H %d, INT4 g64 bf16 (Q4T), pos %d\n", S->name, S->key, S->NL, S->H, POS);
-    printf("%-40s %8s %9s %8s %8s\n", "products, 1 row (all layers)", "MB", "us/call", "GB/s", "% probe");
+    printf("%-40s %8s %9s %8s %8s\n", "products, 1 row (all layers, one graph)", "MB", "us/call", "GB/s", "% probe");
     for (int p = 0; p < P_N; p++) {
         if (!group_applies(p, 0) && !group_applies(p, 3) && p != P_HEAD) continue;
         size_t b;
@@ -390,18 +398,21 @@ static void run_shape(int quick, int prof) {
     }
     const double sp = time_step(1, 0, reps);
     const int np = NODES;
+    const double snp = time_step_pdl(1, 1, 0, reps);
     const double sf = time_step(1, 1, reps);
     const int nf = NODES;
     const double bytes = (double)STEP_BYTES, pct = 100 * bytes / (sf * 1e-3) / 1e9 / PROBE;
     printf("\n%s decode step, one graph: %.3f GB of weights per token\n", S->name, bytes / 1e9);
     printf("%-34s %9.3f ms %8.1f tok/s %6.1f%% of probe, %d kernels\n", "plain (op per kernel, no PDL)", sp, 1e3 / sp,
            100 * bytes / (sp * 1e-3) / 1e9 / PROBE, np);
+    printf("%-34s %9.3f ms %8.1f tok/s %6.1f%% of probe, %d kernels\n", "fused, no PDL", snp, 1e3 / snp,
+           100 * bytes / (snp * 1e-3) / 1e9 / PROBE, nf);
     printf("%-34s %9.3f ms %8.1f tok/s %6.1f%% of probe, %d kernels\n", "fused + PDL", sf, 1e3 / sf, pct, nf);
     if (S->llama_tok_s > 0)
         printf("%-34s %9.3f ms %8.1f tok/s  -> x%.2f (target x3)\n", "llama.cpp Q4_K_M (anchors.md)", 1e3 / S->llama_tok_s,
                S->llama_tok_s, 1e3 / sf / S->llama_tok_s);
-    printf("KV %s.step_ms %.4f\nKV %s.tok_s %.1f\nKV %s.pct %.2f\nKV %s.kernels %d\nKV %s.plain_ms %.4f\nKV %s.bytes %.0f\n",
-           S->key, sf, S->key, 1e3 / sf, S->key, pct, S->key, nf, S->key, sp, S->key, bytes);
+    printf("KV %s.step_ms %.4f\nKV %s.tok_s %.1f\nKV %s.pct %.2f\nKV %s.kernels %d\nKV %s.plain_ms %.4f\nKV %s.bytes %.0f\nKV %s.nopdl_ms %.4f\n",
+           S->key, sf, S->key, 1e3 / sf, S->key, pct, S->key, nf, S->key, sp, S->key, bytes, S->key, snp);
     if (S->llama_tok_s > 0) printf("KV %s.vs_llama %.2f\n", S->key, 1e3 / sf / S->llama_tok_s);
     if (!strcmp(S->key, "9b")) {
         printf("\n%-20s %9s %9s\n", "rows (fused step)", "ms", "x 1 row");

@@ -32,15 +32,17 @@
  * depend on the other columns' values, so row i of an n-row call has the
  * bits of a one-row call (tests/test_cuda.c checks by memcmp).
  *
- * Work. A virtual block of 8 warps is 8/KS tiles x KS column slices; a warp
- * loads U = 8 chunks (128 bytes a lane, with their scale entries) before it
- * computes them; blocks are persistent (a grid of what fits, striding over
- * the virtual blocks); KS comes from the shape so that the virtual blocks
- * fill the chip in whole waves. x is staged once per block in shared memory,
- * already split and in B-fragment order (one LDS.128 per lane per two
- * k-steps, arrays padded by 64 bytes: conflict-free).
- * Programmatic dependent launch: before waiting for the previous kernel,
- * each warp asks L2 for its first chunks (weights never depend on it).
+ * Work. A virtual block of 8 warps is 8/KS tiles x KS column slices; blocks
+ * are persistent (a grid of what fits, striding over the virtual blocks); KS
+ * comes from the shape so that the virtual blocks fill the chip in whole
+ * waves. Weights stream through a per-warp ring in shared memory (cp.async,
+ * 4 stages of 4 chunks: 3 stages = 6 KiB a warp in flight while one is
+ * used, 96 KiB an SM at 2 blocks), which runs ahead across virtual blocks.
+ * The first stages are issued before waiting for the previous kernel
+ * (programmatic dependent launch: weights never depend on it), then x is
+ * staged once per block in shared memory, already split and in B-fragment
+ * order (one LDS.128 per lane per two k-steps, arrays padded by 64 bytes:
+ * conflict-free).
  *
  * Floors (H200, probe ~4.25 TB/s; INT4 g64 bf16: 0.5625 bytes a value):
  * head 248320 x 4096: 572 MB -> 135 us; 9B step 4.46 GB -> 1.05 ms. Ops:
@@ -52,7 +54,14 @@
  * 8192-row products 75-85%; 4096 x 4096 ~60% (9.4 MB: 2 us of bytes against
  * ~1-2 us of start and tail); 4 rows <= 1.1x one row (the same loads, 4x the
  * mma work that is not the limit).
- * Measured: see bench/cuda/RESULTS.md (run 5 onwards).
+ * Measured (bench/cuda/RESULTS.md). Run 6, the first version (each warp
+ * loaded 8 chunks into registers, then computed them; 114 registers, 2
+ * blocks an SM): slower than the MLX kernel it replaces: head 37% of the
+ * probe (was 47%), 4096 x 4096 18%, gate+up 30%: loads only in flight
+ * between a warp's compute phases and only after x was staged (the old
+ * kernel had 2x the warps). Run 7: the cp.async ring above (75 registers,
+ * no register batches, weights first): prediction head >= 80%, the 9B step
+ * >= 60% of the probe; outcome in RESULTS.md.
  */
 #include <cuda_bf16.h>
 
@@ -61,15 +70,9 @@
 
 namespace {
 
-constexpr int WARPS = 8, U1 = 8; /* chunks a warp loads before using them (one x column block) */
-constexpr size_t XS_MAX = 200 * 1024; /* staged x per block */
+constexpr int WARPS = 8;
+constexpr size_t XS_MAX = 144 * 1024; /* staged x per block (beside the 72 KiB weight ring) */
 enum { XM_PLAIN, XM_SWIGLU, XM_ADDNORM };
-
-__device__ __forceinline__ uint4 ldw(const uint4 *p) {
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-}
 
 __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -126,69 +129,128 @@ template <> struct tab_of<true> { using type = q4_exp_tab; };
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
 
-/* The staged value of x row r (source row r + row0 of the pass), column c. */
-template <int XM>
-__device__ __forceinline__ float xval(const q4_args &a, int r, int c, float rn) {
-    const int64_t o = (int64_t)r * a.cols + c;
-    if constexpr (XM == XM_SWIGLU) return __fmul_rn(silu_f(a.x0[o]), a.x1[o]);
-    else if constexpr (XM == XM_ADDNORM) {
-        const float v = a.x1 ? __fadd_rn(a.x0[o], a.x1[o]) : a.x0[o];
-        return __fmul_rn(__fmul_rn(v, rn), a.nwt[c]);
-    } else return a.x0[o];
-}
-
 /* Stage n rows of x: arrays 2r (hi) and 2r+1 (lo) in B-fragment order, and
- * the groups' f32 sums. XM_ADDNORM also computes the rows' norms (and block 0
- * writes x_out / u_out). */
+ * the groups' f32 sums (each group: 8 parts of G/8 consecutive columns, each
+ * part summed in column order by one thread, the 8 parts added by a fixed
+ * xor tree). XM_ADDNORM first computes the rows' norms (block 0 writes x_out
+ * and u_out). Loads are float4 and issued in batches before their use (a
+ * loop that waits for each load costs one L2 latency per iteration: run 6
+ * spent ~5-8 us a product that way). */
 template <int XM>
 __device__ void stage(const q4_args &a, uint8_t *sm, float *sx, float *rn) {
-    const int astr = a.cols * 2 + 64, nt = blockDim.x;
+    const int astr = a.cols * 2 + 64, nt = blockDim.x, c4 = a.cols / 4;
     if constexpr (XM == XM_ADDNORM) {
         __shared__ double red[32];
         for (int r = 0; r < a.n; r++) {
+            const float4 *x0 = (const float4 *)(a.x0 + (int64_t)r * a.cols);
+            const float4 *x1 = a.x1 ? (const float4 *)(a.x1 + (int64_t)r * a.cols) : nullptr;
+            float4 *xo = a.xo && blockIdx.x == 0 ? (float4 *)(a.xo + (int64_t)r * a.cols) : nullptr;
             double ss = 0;
-            for (int c = threadIdx.x; c < a.cols; c += nt) {
-                const int64_t o = (int64_t)r * a.cols + c;
-                const float v = a.x1 ? __fadd_rn(a.x0[o], a.x1[o]) : a.x0[o];
-                ss += (double)v * v;
-                if (blockIdx.x == 0 && a.xo) a.xo[o] = v;
+            for (int f0 = threadIdx.x; f0 < c4; f0 += 4 * nt) {
+                float4 va[4], vb[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int f = f0 + k * nt;
+                    if (f < c4) {
+                        va[k] = x0[f];
+                        vb[k] = x1 ? x1[f] : make_float4(0.f, 0.f, 0.f, 0.f);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int f = f0 + k * nt;
+                    if (f < c4) {
+                        float4 v = va[k];
+                        if (x1) v = make_float4(__fadd_rn(v.x, vb[k].x), __fadd_rn(v.y, vb[k].y), __fadd_rn(v.z, vb[k].z),
+                                                __fadd_rn(v.w, vb[k].w));
+                        ss += (double)v.x * v.x;
+                        ss += (double)v.y * v.y;
+                        ss += (double)v.z * v.z;
+                        ss += (double)v.w * v.w;
+                        if (xo) xo[f] = v;
+                    }
+                }
             }
             ss = block_sum_d(ss, red);
             if (threadIdx.x == 0) rn[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / a.cols), a.eps)));
             __syncthreads();
         }
     }
-    const float *rnv = rn;
-    const int half = a.cols / 2;
-    for (int idx = threadIdx.x; idx < a.n * half; idx += nt) {
-        const int r = idx / half, c = (idx - r * half) * 2;
-        const float r_n = XM == XM_ADDNORM ? rnv[r] : 0.f;
-        const float v0 = xval<XM>(a, r, c, r_n), v1 = xval<XM>(a, r, c + 1, r_n);
-        if (XM == XM_ADDNORM && blockIdx.x == 0 && a.uo) {
-            a.uo[(int64_t)r * a.cols + c] = v0;
-            a.uo[(int64_t)r * a.cols + c + 1] = v1;
+    const int G = a.cols / a.ng, per = G / 8, prow = a.ng * 8, tot = a.n * prow;
+    for (int base = 0; base < tot; base += 2 * nt) {
+        float s[2] = {0.f, 0.f};
+        for (int j0 = 0; j0 < per; j0 += 8) {
+            const int nj = per - j0 < 8 ? per - j0 : 8; /* 4 or 8 */
+            float4 A[2][2], B[2][2], W[2][2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int p = base + threadIdx.x + h * nt;
+                if (p < tot) {
+                    const int r = p / prow, c = (p - r * prow) * per + j0;
+                    const int64_t o = (int64_t)r * a.cols + c;
+#pragma unroll
+                    for (int k = 0; k < 2; k++)
+                        if (4 * k < nj) {
+                            A[h][k] = *(const float4 *)(a.x0 + o + 4 * k);
+                            if (XM != XM_PLAIN && a.x1) B[h][k] = *(const float4 *)(a.x1 + o + 4 * k);
+                            if (XM == XM_ADDNORM) W[h][k] = *(const float4 *)(a.nwt + c + 4 * k);
+                        }
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int p = base + threadIdx.x + h * nt;
+                if (p < tot) {
+                    const int r = p / prow, c = (p - r * prow) * per + j0;
+                    const float r_n = XM == XM_ADDNORM ? rn[r] : 0.f;
+#pragma unroll
+                    for (int k = 0; k < 2; k++)
+                        if (4 * k < nj) {
+                            float v[4] = {A[h][k].x, A[h][k].y, A[h][k].z, A[h][k].w};
+                            if constexpr (XM == XM_SWIGLU) {
+                                const float u[4] = {B[h][k].x, B[h][k].y, B[h][k].z, B[h][k].w};
+#pragma unroll
+                                for (int e = 0; e < 4; e++) v[e] = __fmul_rn(silu_f(v[e]), u[e]);
+                            } else if constexpr (XM == XM_ADDNORM) {
+                                const float ad[4] = {B[h][k].x, B[h][k].y, B[h][k].z, B[h][k].w};
+                                const float w[4] = {W[h][k].x, W[h][k].y, W[h][k].z, W[h][k].w};
+#pragma unroll
+                                for (int e = 0; e < 4; e++) {
+                                    const float xv = a.x1 ? __fadd_rn(v[e], ad[e]) : v[e];
+                                    v[e] = __fmul_rn(__fmul_rn(xv, r_n), w[e]);
+                                }
+                            }
+#pragma unroll
+                            for (int e = 0; e < 4; e++) s[h] = __fadd_rn(s[h], v[e]);
+                            const int cc = c + 4 * k;
+                            if (XM == XM_ADDNORM && blockIdx.x == 0 && a.uo)
+                                *(float4 *)(a.uo + (int64_t)r * a.cols + cc) = make_float4(v[0], v[1], v[2], v[3]);
+#pragma unroll
+                            for (int e = 0; e < 4; e += 2) {
+                                const int col = cc + e;
+                                const __nv_bfloat162 hi = __floats2bfloat162_rn(v[e], v[e + 1]);
+                                const __nv_bfloat162 lo = __floats2bfloat162_rn(__fsub_rn(v[e], __low2float(hi)),
+                                                                                 __fsub_rn(v[e + 1], __high2float(hi)));
+                                const int ks = col >> 4, kk = col & 15;
+                                const int wi = (((ks >> 1) * 4 + ((kk & 7) >> 1)) * 4 + (ks & 1) * 2 + (kk >> 3));
+                                ((uint32_t *)(sm + (2 * r) * astr))[wi] = *(const uint32_t *)&hi;
+                                ((uint32_t *)(sm + (2 * r + 1) * astr))[wi] = *(const uint32_t *)&lo;
+                            }
+                        }
+                }
+            }
         }
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(v0, v1);
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(__fsub_rn(v0, __low2float(hi)), __fsub_rn(v1, __high2float(hi)));
-        const int ks = c >> 4, kk = c & 15;
-        const int wi = (((ks >> 1) * 4 + ((kk & 7) >> 1)) * 4 + (ks & 1) * 2 + (kk >> 3));
-        ((uint32_t *)(sm + (2 * r) * astr))[wi] = *(const uint32_t *)&hi;
-        ((uint32_t *)(sm + (2 * r + 1) * astr))[wi] = *(const uint32_t *)&lo;
-    }
-    /* group sums: 8 threads a group, 8 sequential values each, a fixed xor tree */
-    const int G = a.cols / a.ng, per = G / 8, tot = a.n * a.ng * 8;
-    for (int base = 0; base < tot; base += nt) {
-        const int idx = base + threadIdx.x;
-        float s = 0.f;
-        if (idx < tot) {
-            const int part = idx & 7, rg = idx >> 3, r = rg / a.ng, grp = rg - r * a.ng;
-            const float r_n = XM == XM_ADDNORM ? rnv[r] : 0.f;
-            for (int j = 0; j < per; j++) s = __fadd_rn(s, xval<XM>(a, r, grp * G + part * per + j, r_n));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            /* the 8 parts of a group sit in 8 consecutive lanes (prow and nt
+             * are multiples of 8); every lane takes part in the shuffles */
+            float v = s[h];
+            v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+            v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+            v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 4));
+            const int p = base + threadIdx.x + h * nt;
+            if (p < tot && (p & 7) == 0) sx[p >> 3] = v;
         }
-        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 1));
-        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 2));
-        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 4));
-        if (idx < tot && (idx & 7) == 0) sx[idx >> 3] = s;
     }
 }
 
@@ -227,17 +289,115 @@ __device__ __forceinline__ void sb_dec(const sbe_t<GEN> &e, int sdt, float &s0, 
     else s0 = sb_val(e.v[0], 0, sdt), b0 = sb_val(e.v[0], 1, sdt), s1 = sb_val(e.v[1], 0, sdt), b1 = sb_val(e.v[1], 1, sdt);
 }
 
-/* One warp's work item: tile `tile` of a weight, chunks [c0, c1). NCB column
- * blocks of 4 x rows (EX: one x row, xr, in columns 0-1). acc[cb][0..1]:
- * rows g and g+8 of x row 4cb + t (EX: t == 0 holds it). */
+/* What virtual block vb asks of warp `warp`: the weight's arrays at the
+ * tile, the chunk range, where the rows go. empty: nothing to load. */
+struct vbi {
+    const uint4 *dp;     /* the tile's data */
+    const uint8_t *sbp;  /* the tile's scale entries */
+    float *yo;
+    int rows, tiles, ks, tile, t0, xr, c0, c1, zero;
+};
+
+template <bool EX>
+__device__ __forceinline__ vbi decode_vb(const q4_args &a, const typename tab_of<EX>::type &tb, int vb, int warp) {
+    vbi v;
+    v.zero = 0, v.xr = 0;
+    const uint4 *data;
+    const uint8_t *sb;
+    int tl;
+    if constexpr (EX) {
+        const int per_tab = a.nslots * a.vps, tbi = vb / per_tab, rem = vb - tbi * per_tab, s = rem / a.vps;
+        const int slot = a.slot0 + s, e = a.ids[slot];
+        v.zero = e < 0 || e >= a.E;
+        const int ee = v.zero ? 0 : e;
+        data = tb.data[tbi][ee], sb = tb.sb[tbi][ee];
+        v.rows = a.erows, v.tiles = a.etiles, v.ks = a.eks;
+        v.t0 = (rem - s * a.vps) * (WARPS / v.ks);
+        v.yo = a.ey[tbi] + (int64_t)slot * v.rows;
+        v.xr = (a.x_per_slot ? slot : slot / a.k) - a.xrow0;
+    } else {
+        int wi = 0;
+        while (wi + 1 < a.nw && vb >= a.w[wi + 1].vb0) wi++;
+        const q4_w &w = a.w[wi];
+        data = w.data, sb = w.sb, v.yo = w.y, v.rows = w.rows, v.tiles = w.tiles, v.ks = w.ks;
+        v.t0 = (vb - w.vb0) * (WARPS / v.ks);
+    }
+    tl = warp / v.ks;
+    v.tile = v.t0 + tl;
+    slice_of(a, v.ks, warp % v.ks, v.c0, v.c1);
+    if (v.tile >= v.tiles || v.zero) v.c1 = v.c0;
+    v.dp = data + (int64_t)v.tile * a.nc * 32;
+    v.sbp = sb + (int64_t)v.tile * a.ng * 8 * a.sbw;
+    return v;
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* The weight ring: per warp RS stages of RU chunks, each chunk 512 bytes of
+ * data (lane l's 16 at 16 l) and the 8 row pairs' scale entries (64 bytes,
+ * 16-bit scales; GEN weights read their entries from global memory). Each
+ * lane copies its own 16 bytes (cp.async), lane t == 0 of a row pair its
+ * entry; a warp barrier after the wait makes the entries visible to the
+ * other 3 lanes of the pair. RS - 1 stages are in flight while one is used:
+ * 3 x 4 x 512 = 6 KiB a warp, 48-96 KiB an SM. */
+constexpr int RU = 4, RS = 4, RCH = 576, RING = WARPS * RS * RU * RCH;
+
+template <bool GEN, bool EX>
+struct producer {
+    int vb, ch, c1;
+    const uint4 *dp;
+    const uint8_t *sbp;
+    int slot;
+    __device__ __forceinline__ void next_item(const q4_args &a, const typename tab_of<EX>::type &tb, int warp) {
+        while (vb < a.nvb) {
+            const vbi v = decode_vb<EX>(a, tb, vb, warp);
+            if (v.c0 < v.c1) {
+                ch = v.c0, c1 = v.c1, dp = v.dp, sbp = v.sbp;
+                return;
+            }
+            vb += gridDim.x;
+        }
+    }
+    __device__ __forceinline__ void issue(const q4_args &a, const typename tab_of<EX>::type &tb, uint8_t *ring, int warp) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        if (vb < a.nvb) {
+            const int cpg = a.gsteps >= 4 ? a.gsteps >> 2 : 1;
+            uint8_t *st = ring + slot * RU * RCH;
+#pragma unroll
+            for (int u = 0; u < RU; u++) {
+                const int cc = ch + u;
+                if (cc < c1) {
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(st + u * RCH + lane * 16)),
+                                 "l"(dp + (int64_t)cc * 32 + lane));
+                    if (!GEN && t == 0)
+                        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(st + u * RCH + 512 + g * 8)),
+                                     "l"(sbp + ((int64_t)(cc / cpg) * 8 + g) * 8));
+                }
+            }
+            ch += RU;
+            if (ch >= c1) {
+                vb += gridDim.x;
+                next_item(a, tb, warp);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        slot = slot + 1 == RS ? 0 : slot + 1;
+    }
+};
+
+/* Consume one stage: chunks [ch, min(ch + RU, c1)) of the warp's item. NCB
+ * column blocks of 4 x rows (EX: one x row, xr, in columns 0-1).
+ * acc[cb][0..1]: rows g and g+8 of x row 4cb + t (EX: t == 0 holds it).
+ * D[kp]: the two k-step pairs of a chunk sum into separate accumulators
+ * (two independent mma chains), added at the group's end. */
 template <int NCB, bool GEN, bool EX>
-__device__ __forceinline__ void work(const q4_args &a, const uint4 *__restrict__ dp, const uint8_t *__restrict__ sbp,
-                                     int c0, int c1, const uint8_t *sm, const float *sx, int xr, float (&acc)[NCB][2]) {
+__device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, const uint8_t *sbg, int ch, int c1,
+                                        const uint8_t *sm, const float *sx, int xr, float (&D)[2][NCB][4],
+                                        float (&acc)[NCB][2]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int astr = a.cols * 2 + 64;
     const bool g32 = GEN && a.gsteps == 2;
-    const int cpg = g32 ? 1 : a.gsteps >> 2; /* chunks per group (group >= 64) */
-    /* the B arrays this lane reads, per column block (NULL: a zero column) */
+    const int cpg = g32 ? 1 : a.gsteps >> 2;
     const uint8_t *bsrc[NCB];
     int sxr[NCB];
 #pragma unroll
@@ -251,59 +411,57 @@ __device__ __forceinline__ void work(const q4_args &a, const uint4 *__restrict__
             sxr[cb] = 4 * cb + t < a.n ? 4 * cb + t : 0;
         }
     }
-    float D[NCB][4];
-#pragma unroll
-    for (int cb = 0; cb < NCB; cb++) D[cb][0] = D[cb][1] = D[cb][2] = D[cb][3] = 0.f;
-    auto apply = [&](const sbe_t<GEN> &e, int grp) {
+    auto apply = [&](const sbe_t<GEN> &e, int grp, int which) { /* which: 0, 1 (one pair), 2 (both) */
         float s0, b0, s1, b1;
         sb_dec<GEN>(e, a.sdt, s0, b0, s1, b1);
 #pragma unroll
         for (int cb = 0; cb < NCB; cb++) {
             const float sxv = sx[sxr[cb] * a.ng + grp];
-            acc[cb][0] = __fmaf_rn(s0, __fadd_rn(D[cb][0], D[cb][1]), __fmaf_rn(b0, sxv, acc[cb][0]));
-            acc[cb][1] = __fmaf_rn(s1, __fadd_rn(D[cb][2], D[cb][3]), __fmaf_rn(b1, sxv, acc[cb][1]));
-            D[cb][0] = D[cb][1] = D[cb][2] = D[cb][3] = 0.f;
+            float d0, d1;
+            if (which == 2) {
+                d0 = __fadd_rn(__fadd_rn(D[0][cb][0], D[1][cb][0]), __fadd_rn(D[0][cb][1], D[1][cb][1]));
+                d1 = __fadd_rn(__fadd_rn(D[0][cb][2], D[1][cb][2]), __fadd_rn(D[0][cb][3], D[1][cb][3]));
+            } else {
+                d0 = __fadd_rn(D[which][cb][0], D[which][cb][1]);
+                d1 = __fadd_rn(D[which][cb][2], D[which][cb][3]);
+            }
+            acc[cb][0] = __fmaf_rn(s0, d0, __fmaf_rn(b0, sxv, acc[cb][0]));
+            acc[cb][1] = __fmaf_rn(s1, d1, __fmaf_rn(b1, sxv, acc[cb][1]));
+#pragma unroll
+            for (int k = 0; k < 2; k++)
+                if (which == 2 || which == k) D[k][cb][0] = D[k][cb][1] = D[k][cb][2] = D[k][cb][3] = 0.f;
         }
     };
-    constexpr int U = NCB == 1 && !GEN ? U1 : U1 / 2;
-    for (int ch = c0; ch < c1; ch += U) {
-        /* the next batch's lines into L2 while this one is loaded and used:
-         * U chunks are 4U lines of 128 bytes, one a lane (U <= 8) */
-        if (ch + U < c1 && lane < 4 * U && (ch + U + (lane >> 2)) < c1)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"((const uint8_t *)(dp - lane + (int64_t)(ch + U) * 32) + lane * 128));
-        uint4 q[U];
-        sbe_t<GEN> ea[U], eb[GEN ? U : 1];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int cc = ch + u;
-            if (cc < c1) {
-                q[u] = ldw(dp + (int64_t)cc * 32);
-                ea[u] = ld_sb<GEN>(sbp, (int64_t)(g32 ? 2 * cc : cc / cpg) * 8 + g, a.sdt);
-                if (g32) eb[GEN ? u : 0] = ld_sb<GEN>(sbp, (int64_t)(2 * cc + 1) * 8 + g, a.sdt);
-            }
-        }
+    for (int u = 0; u < RU; u++) {
+        const int cc = ch + u;
+        if (cc < c1) {
+            const uint4 q = *(const uint4 *)(st + u * RCH + lane * 16);
+            const uint32_t wv[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int cc = ch + u;
-            if (cc < c1) {
-                const uint32_t wv[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+            for (int kp = 0; kp < 2; kp++) {
+                uint4 bf[NCB];
 #pragma unroll
-                for (int kp = 0; kp < 2; kp++) {
-                    uint4 bf[NCB];
+                for (int cb = 0; cb < NCB; cb++)
+                    bf[cb] = bsrc[cb] ? *(const uint4 *)(bsrc[cb] + (cc * 2 + kp) * 64) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t w = wv[kp * 2 + h];
+                    const uint32_t a0 = nib2(w, 0), a1 = nib2(w, 1), a2 = nib2(w, 2), a3 = nib2(w, 3);
 #pragma unroll
                     for (int cb = 0; cb < NCB; cb++)
-                        bf[cb] = bsrc[cb] ? *(const uint4 *)(bsrc[cb] + (cc * 2 + kp) * 64) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const uint32_t w = wv[kp * 2 + h];
-                        const uint32_t a0 = nib2(w, 0), a1 = nib2(w, 1), a2 = nib2(w, 2), a3 = nib2(w, 3);
-#pragma unroll
-                        for (int cb = 0; cb < NCB; cb++)
-                            mma16816(D[cb], a0, a1, a2, a3, h ? bf[cb].z : bf[cb].x, h ? bf[cb].w : bf[cb].y);
-                    }
-                    if (g32) apply(kp ? eb[GEN ? u : 0] : ea[u], 2 * cc + kp);
+                        mma16816(D[kp][cb], a0, a1, a2, a3, h ? bf[cb].z : bf[cb].x, h ? bf[cb].w : bf[cb].y);
                 }
-                if (!g32 && (cc + 1) % cpg == 0) apply(ea[u], cc / cpg);
+                if (g32) apply(ld_sb<GEN>(sbg, (int64_t)(2 * cc + kp) * 8 + g, a.sdt), 2 * cc + kp, kp);
+            }
+            if (!g32 && (cc + 1) % cpg == 0) {
+                sbe_t<GEN> e;
+                if constexpr (GEN) e = ld_sb<GEN>(sbg, (int64_t)(cc / cpg) * 8 + g, a.sdt);
+                else {
+                    const uint2 v = *(const uint2 *)(st + u * RCH + 512 + g * 8);
+                    e.v[0] = v.x, e.v[1] = v.y;
+                }
+                apply(e, cc / cpg, 2);
             }
         }
     }
@@ -312,76 +470,57 @@ __device__ __forceinline__ void work(const q4_args &a, const uint4 *__restrict__
 template <int NCB, int XM, bool GEN, bool EX>
 __global__ void __launch_bounds__(WARPS * 32, 2)
     k_q4t(const __grid_constant__ q4_args a, const __grid_constant__ typename tab_of<EX>::type tb) {
-    extern __shared__ __align__(16) uint8_t sm[];
+    extern __shared__ __align__(16) uint8_t smd[];
     __shared__ float red[WARPS][16][EX ? 1 : 4 * NCB];
     __shared__ float rn[TSC_ROWS_MAX];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    uint8_t *ring = smd + warp * (RS * RU * RCH), *sm = smd + RING;
     const int astr = a.cols * 2 + 64;
     float *sx = (float *)(sm + 2 * a.n * astr);
-    /* before the previous kernel ends: the first chunks of this block's first
-     * virtual block into L2 (dense only: experts wait for their ids) */
-    if (!EX && lane == 0 && (int)blockIdx.x < a.nvb) {
-        const int vb = blockIdx.x;
-        int wi = 0;
-        while (wi + 1 < a.nw && vb >= a.w[wi + 1].vb0) wi++;
-        const q4_w &w = a.w[wi];
-        const int tile = (vb - w.vb0) * (WARPS / w.ks) + warp / w.ks, sl = warp % w.ks;
-        int c0, c1;
-        slice_of(a, w.ks, sl, c0, c1);
-        if (tile < w.tiles && c0 < c1) {
-            const int nb = min(c1 - c0, 8) * 512;
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w.data + ((int64_t)tile * a.nc + c0) * 32), "r"(nb)
-                         : "memory");
-        }
+    producer<GEN, EX> pr;
+    pr.vb = blockIdx.x, pr.slot = 0, pr.ch = pr.c1 = 0, pr.dp = nullptr, pr.sbp = nullptr;
+    /* dense: the first stages of weights before the previous kernel ends
+     * (they never depend on it); experts wait for their ids */
+    if constexpr (!EX) {
+        pr.next_item(a, tb, warp);
+        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp);
     }
     griddep_wait();
     griddep_launch();
+    if constexpr (EX) {
+        pr.next_item(a, tb, warp);
+        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp);
+    }
     stage<XM>(a, sm, sx, rn);
     __syncthreads();
+    int cslot = 0;
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
-        const uint4 *data;
-        const uint8_t *sbp;
-        float *yo;
-        int rows, tiles, ks, tile, xr = 0, nxr, zero = 0;
-        if constexpr (EX) {
-            const int per_tab = a.nslots * a.vps, tbi = vb / per_tab, rem = vb - tbi * per_tab, s = rem / a.vps;
-            const int slot = a.slot0 + s;
-            const int e = a.ids[slot];
-            zero = e < 0 || e >= a.E;
-            const int ee = zero ? 0 : e;
-            if constexpr (EX) data = tb.data[tbi][ee], sbp = tb.sb[tbi][ee];
-            rows = a.erows, tiles = a.etiles, ks = a.eks;
-            tile = (rem - s * a.vps) * (WARPS / ks) + warp / ks;
-            yo = a.ey[tbi] + (int64_t)slot * rows;
-            xr = (a.x_per_slot ? slot : slot / a.k) - a.xrow0;
-            nxr = 1;
-        } else {
-            int wi = 0;
-            while (wi + 1 < a.nw && vb >= a.w[wi + 1].vb0) wi++;
-            const q4_w &w = a.w[wi];
-            data = w.data, sbp = w.sb, yo = w.y, rows = w.rows, tiles = w.tiles, ks = w.ks;
-            tile = (vb - w.vb0) * (WARPS / ks) + warp / ks;
-            nxr = a.n;
-        }
-        const int sl = warp % ks;
-        float acc[NCB][2];
+        const vbi v = decode_vb<EX>(a, tb, vb, warp);
+        const int nxr = EX ? 1 : a.n;
+        float acc[NCB][2], D[2][NCB][4];
 #pragma unroll
-        for (int cb = 0; cb < NCB; cb++) acc[cb][0] = acc[cb][1] = 0.f;
-        if (tile < tiles && !zero) {
-            int c0, c1;
-            slice_of(a, ks, sl, c0, c1);
-            work<NCB, GEN, EX>(a, data + (int64_t)tile * a.nc * 32 + lane, sbp + (int64_t)tile * a.ng * 8 * a.sbw, c0, c1,
-                                sm, sx, xr, acc);
+        for (int cb = 0; cb < NCB; cb++) {
+            acc[cb][0] = acc[cb][1] = 0.f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) D[0][cb][k] = D[1][cb][k] = 0.f;
         }
-        const int r0 = tile * 16 + g;
-        if (ks == 1) {
-            if (tile < tiles) {
+        for (int ch = v.c0; ch < v.c1; ch += RU) {
+            pr.issue(a, tb, ring, warp);
+            asm volatile("cp.async.wait_group %0;" ::"n"(RS - 1) : "memory");
+            __syncwarp();
+            consume<NCB, GEN, EX>(a, ring + cslot * RU * RCH, v.sbp, ch, v.c1, sm, sx, v.xr, D, acc);
+            __syncwarp();
+            cslot = cslot + 1 == RS ? 0 : cslot + 1;
+        }
+        const int r0 = v.tile * 16 + g;
+        if (v.ks == 1) {
+            if (v.tile < v.tiles) {
 #pragma unroll
                 for (int cb = 0; cb < NCB; cb++) {
                     const int xi = EX ? (t == 0 ? 0 : 99) : 4 * cb + t;
                     if (xi < nxr) {
-                        if (r0 < rows) yo[(int64_t)xi * rows + r0] = acc[cb][0];
-                        if (r0 + 8 < rows) yo[(int64_t)xi * rows + r0 + 8] = acc[cb][1];
+                        if (r0 < v.rows) v.yo[(int64_t)xi * v.rows + r0] = acc[cb][0];
+                        if (r0 + 8 < v.rows) v.yo[(int64_t)xi * v.rows + r0 + 8] = acc[cb][1];
                     }
                 }
             }
@@ -394,19 +533,17 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
             if (xi < NX) red[warp][g][xi] = acc[cb][0], red[warp][g + 8][xi] = acc[cb][1];
         }
         __syncthreads();
-        const int tpb = WARPS / ks;
+        const int ks = v.ks, tpb = WARPS / ks;
         for (int idx = threadIdx.x; idx < tpb * 16 * nxr; idx += blockDim.x) {
             const int tl = idx / (16 * nxr), r = idx / nxr % 16, xi = idx % nxr;
-            float v = red[tl * ks][r][xi];
-            for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[tl * ks + q][r][xi]);
-            int ti;
-            if constexpr (EX) ti = (vb % a.vps) * tpb + tl;
-            else ti = tile - warp / ks + tl;
-            const int row = ti * 16 + r;
-            if (ti < tiles && row < rows) yo[(int64_t)xi * rows + row] = v;
+            float s = red[tl * ks][r][xi];
+            for (int q = 1; q < ks; q++) s = __fadd_rn(s, red[tl * ks + q][r][xi]);
+            const int ti = v.t0 + tl, row = ti * 16 + r;
+            if (ti < v.tiles && row < v.rows) v.yo[(int64_t)xi * v.rows + row] = s;
         }
         __syncthreads();
     }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 
 /* ---- relayout ---- */
@@ -471,13 +608,14 @@ int pick_ks(int64_t tiles, int nc, int n_sm) {
     return best;
 }
 
-size_t smem_for(int rows_staged, int cols, int ng) {
+size_t xs_for(int rows_staged, int cols, int ng) {
     return (size_t)2 * rows_staged * (cols * 2 + 64) + (size_t)rows_staged * ng * sizeof(float);
 }
+size_t smem_for(int rows_staged, int cols, int ng) { return RING + xs_for(rows_staged, cols, ng); }
 
 int rows_per_pass(int cols, int ng) {
     int p = TSC_ROWS_MAX;
-    while (p > 1 && smem_for(p, cols, ng) > XS_MAX) p--;
+    while (p > 1 && xs_for(p, cols, ng) > XS_MAX) p--;
     return p;
 }
 
@@ -487,7 +625,7 @@ void launch(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
     auto k = k_q4t<NCB, XM, GEN, EX>;
     static int attr_set;
     if (!attr_set) {
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)XS_MAX);
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(RING + XS_MAX));
         attr_set = 1;
     }
     int per_sm = 1;
@@ -546,6 +684,12 @@ void q4t_relayout(tsc_ctx *c, const tsc_weight *src, void *data, void *sb) {
 
 void q4t_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const float *x0, const float *x1,
                 const float *nwt, float eps, float *xo, float *uo, float *const *y, int n) {
+    const void *ptrs[5] = {x0, x1, nwt, xo, uo};
+    for (int i = 0; i < 5; i++)
+        if ((uintptr_t)ptrs[i] & 15) {
+            tsc_fail_(c, TS_E_ARG, "tsc_linear (q4t): activation pointer %p is not 16-byte aligned", ptrs[i]);
+            return;
+        }
     q4_args a;
     memset(&a, 0, sizeof a);
     fill_common(a, w[0]);
@@ -613,6 +757,10 @@ extern "C" void tsc_moe_linear(tsc_ctx *c, const tsc_weight *const *tab, int nt,
     static q4_exp_tab tb; /* copied into the launch's parameters */
     for (int t = 0; t < nt; t++)
         for (int e = 0; e < E; e++) tb.data[t][e] = (const uint4 *)tab[t][e].data, tb.sb[t][e] = (const uint8_t *)tab[t][e].scales;
+    if (((uintptr_t)x | (uintptr_t)u) & 15) {
+        tsc_fail_(c, TS_E_ARG, "tsc_moe_linear: x or u is not 16-byte aligned");
+        return;
+    }
     q4_args a;
     memset(&a, 0, sizeof a);
     fill_common(a, w0);
