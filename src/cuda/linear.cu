@@ -1,8 +1,13 @@
 /* linear.cu: matrix-vector products y = x . W^T for 1..16 rows of x, weights
- * INT4/INT8 (MLX layout) or BF16/F16/F32 (tsc_linear).
+ * INT4/INT8 (MLX layout) or BF16/F16/F32 (tsc_linear); the entry points of
+ * the fused products (tsc_linear_swiglu, tsc_linear_addnorm).
  *
- * Owns: the product kernel and its launch plan. Does not own: weight upload
- * (ctx.cu), any relayout (none: the kernels read the MLX layout as stored).
+ * Owns: the MLX-layout product kernel and its launch plan, the entry points'
+ * checks. Does not own: weight upload (ctx.cu), 4-bit weights stored as Q4T
+ * (tsc_weight_upload's choice for cols % 64 == 0: their products are the
+ * tensor-core kernels of q4t.cu, which tsc_linear dispatches to; this
+ * kernel then serves INT8, BF16/F16/F32 and 4-bit weights kept in the MLX
+ * layout).
  *
  * Shape of the work. A warp computes R = 4 output rows of one weight over a
  * slice of the columns; a block is 8 warps; the columns of a row group are
