@@ -98,12 +98,13 @@ struct q4_w {
     const uint4 *data;
     const uint8_t *sb;
     float *y;
-    int tiles, rows, ks, vb0;
+    int tiles, rows, ks, vb0, per; /* per: chunks a slice (whole groups) */
 };
 
 struct q4_args {
     q4_w w[TSC_LIN_MAX];
     int nw, nvb, cols, nc, ng, gsteps, sdt, sbw; /* sbw: bytes of a scale entry (8 or 16) */
+    int lcpg;                                   /* log2 chunks a group (groups >= 64) */
     int n;                                      /* x rows staged (this pass) */
     int xm;
     const float *x0, *x1, *nwt; /* x (or g) rows, add (or u) rows, norm weight */
@@ -113,7 +114,7 @@ struct q4_args {
     int ex, nt, E, k, slot0, nslots, vps, x_per_slot, xrow0;
     const int32_t *ids;
     float *ey[2];
-    int erows, etiles, eks;
+    int erows, etiles, eks, eper;
 };
 
 struct q4_exp_tab {
@@ -256,16 +257,15 @@ __device__ void stage(const q4_args &a, uint8_t *sm, float *sx, float *rn) {
 
 /* Chunks [c0, c1) of slice sl of ks: equal slices rounded up to whole
  * groups (a group's sums are applied inside one slice). */
-__device__ __forceinline__ void slice_of(const q4_args &a, int ks, int sl, int &c0, int &c1) {
-    const int cpg = a.gsteps >= 4 ? a.gsteps >> 2 : 1;
-    const int per = ((a.nc + ks - 1) / ks + cpg - 1) / cpg * cpg;
+__device__ __forceinline__ void slice_of(const q4_args &a, int per, int sl, int &c0, int &c1) {
     c0 = min(a.nc, sl * per), c1 = min(a.nc, c0 + per);
 }
 
 /* Scale entry of (tile, group) for lane row-pair g: 2 words (16-bit) or 4 (f32). */
-/* GEN = 0: 16-bit scales and groups >= 64 (the released checkpoints: two
- * words an entry, one entry a chunk, 8 chunks in flight); GEN = 1: any
- * (f32 entries of four words, group 32: two entries a chunk; 4 in flight). */
+/* GEN = 0: bf16 scales and groups >= 64 (the released checkpoints: two words
+ * an entry, one entry a chunk, read from the ring; integer work by shifts);
+ * GEN = 1: any (f16, f32 entries of four words, group 32: two entries a
+ * chunk), entries read from global memory. */
 template <bool GEN> struct sbe_t { uint32_t v[GEN ? 4 : 2]; };
 
 template <bool GEN>
@@ -286,6 +286,9 @@ __device__ __forceinline__ void sb_dec(const sbe_t<GEN> &e, int sdt, float &s0, 
     if (GEN && sdt == TS_DTYPE_F32)
         s0 = __uint_as_float(e.v[0]), b0 = __uint_as_float(e.v[1]), s1 = __uint_as_float(e.v[GEN ? 2 : 0]),
         b1 = __uint_as_float(e.v[GEN ? 3 : 1]);
+    else if (!GEN)
+        s0 = __uint_as_float(e.v[0] << 16), b0 = __uint_as_float(e.v[0] & 0xFFFF0000u), s1 = __uint_as_float(e.v[1] << 16),
+        b1 = __uint_as_float(e.v[1] & 0xFFFF0000u);
     else s0 = sb_val(e.v[0], 0, sdt), b0 = sb_val(e.v[0], 1, sdt), s1 = sb_val(e.v[1], 0, sdt), b1 = sb_val(e.v[1], 1, sdt);
 }
 
@@ -295,7 +298,7 @@ struct vbi {
     const uint4 *dp;     /* the tile's data */
     const uint8_t *sbp;  /* the tile's scale entries */
     float *yo;
-    int rows, tiles, ks, tile, t0, xr, c0, c1, zero;
+    int rows, tiles, ks, per, tile, t0, xr, c0, c1, zero;
 };
 
 template <bool EX>
@@ -311,7 +314,7 @@ __device__ __forceinline__ vbi decode_vb(const q4_args &a, const typename tab_of
         v.zero = e < 0 || e >= a.E;
         const int ee = v.zero ? 0 : e;
         data = tb.data[tbi][ee], sb = tb.sb[tbi][ee];
-        v.rows = a.erows, v.tiles = a.etiles, v.ks = a.eks;
+        v.rows = a.erows, v.tiles = a.etiles, v.ks = a.eks, v.per = a.eper;
         v.t0 = (rem - s * a.vps) * (WARPS / v.ks);
         v.yo = a.ey[tbi] + (int64_t)slot * v.rows;
         v.xr = (a.x_per_slot ? slot : slot / a.k) - a.xrow0;
@@ -319,12 +322,12 @@ __device__ __forceinline__ vbi decode_vb(const q4_args &a, const typename tab_of
         int wi = 0;
         while (wi + 1 < a.nw && vb >= a.w[wi + 1].vb0) wi++;
         const q4_w &w = a.w[wi];
-        data = w.data, sb = w.sb, v.yo = w.y, v.rows = w.rows, v.tiles = w.tiles, v.ks = w.ks;
+        data = w.data, sb = w.sb, v.yo = w.y, v.rows = w.rows, v.tiles = w.tiles, v.ks = w.ks, v.per = w.per;
         v.t0 = (vb - w.vb0) * (WARPS / v.ks);
     }
-    tl = warp / v.ks;
+    tl = warp / v.ks; /* ks: 1, 2, 4 or 8 */
     v.tile = v.t0 + tl;
-    slice_of(a, v.ks, warp % v.ks, v.c0, v.c1);
+    slice_of(a, v.per, warp & (v.ks - 1), v.c0, v.c1);
     if (v.tile >= v.tiles || v.zero) v.c1 = v.c0;
     v.dp = data + (int64_t)v.tile * a.nc * 32;
     v.sbp = sb + (int64_t)v.tile * a.ng * 8 * a.sbw;
@@ -361,17 +364,16 @@ struct producer {
     __device__ __forceinline__ void issue(const q4_args &a, const typename tab_of<EX>::type &tb, uint8_t *ring, int warp) {
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
         if (vb < a.nvb) {
-            const int cpg = a.gsteps >= 4 ? a.gsteps >> 2 : 1;
-            uint8_t *st = ring + slot * RU * RCH;
+            const uint32_t st = smem_u32(ring + slot * RU * RCH);
+            const uint4 *src = dp + (int64_t)ch * 32 + lane;
+            const uint8_t *sbl = sbp + g * 8;
 #pragma unroll
             for (int u = 0; u < RU; u++) {
-                const int cc = ch + u;
-                if (cc < c1) {
-                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(st + u * RCH + lane * 16)),
-                                 "l"(dp + (int64_t)cc * 32 + lane));
+                if (ch + u < c1) {
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(st + u * RCH + lane * 16), "l"(src + u * 32));
                     if (!GEN && t == 0)
-                        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(st + u * RCH + 512 + g * 8)),
-                                     "l"(sbp + ((int64_t)(cc / cpg) * 8 + g) * 8));
+                        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(st + u * RCH + 512 + g * 8),
+                                     "l"(sbl + ((int64_t)((ch + u) >> a.lcpg) << 6)));
                 }
             }
             ch += RU;
@@ -397,7 +399,7 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int astr = a.cols * 2 + 64;
     const bool g32 = GEN && a.gsteps == 2;
-    const int cpg = g32 ? 1 : a.gsteps >> 2;
+    const int cpm = g32 ? 0 : (1 << a.lcpg) - 1; /* chunks a group - 1 */
     const uint8_t *bsrc[NCB];
     int sxr[NCB];
 #pragma unroll
@@ -454,14 +456,14 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
                 }
                 if (g32) apply(ld_sb<GEN>(sbg, (int64_t)(2 * cc + kp) * 8 + g, a.sdt), 2 * cc + kp, kp);
             }
-            if (!g32 && (cc + 1) % cpg == 0) {
+            if (!g32 && ((cc + 1) & cpm) == 0) {
                 sbe_t<GEN> e;
-                if constexpr (GEN) e = ld_sb<GEN>(sbg, (int64_t)(cc / cpg) * 8 + g, a.sdt);
+                if constexpr (GEN) e = ld_sb<GEN>(sbg, (int64_t)(cc >> a.lcpg) * 8 + g, a.sdt);
                 else {
                     const uint2 v = *(const uint2 *)(st + u * RCH + 512 + g * 8);
                     e.v[0] = v.x, e.v[1] = v.y;
                 }
-                apply(e, cc / cpg, 2);
+                apply(e, cc >> a.lcpg, 2);
             }
         }
     }
@@ -646,7 +648,7 @@ void launch_ncb(tsc_ctx *c, const q4_args &a, size_t smem) {
     }
 }
 
-bool gen_of(const tsc_weight *w) { return w->sdtype == TS_DTYPE_F32 || w->group < 64; }
+bool gen_of(const tsc_weight *w) { return w->sdtype != TS_DTYPE_BF16 || w->group < 64; }
 
 void fill_common(q4_args &a, const tsc_weight *w0) {
     a.cols = (int)w0->cols;
@@ -655,6 +657,14 @@ void fill_common(q4_args &a, const tsc_weight *w0) {
     a.gsteps = w0->group / 16;
     a.sdt = (int)w0->sdtype;
     a.sbw = 4 * (int)ts_dtype_size(w0->sdtype);
+    a.lcpg = 0;
+    while (w0->group >= 128 && (64 << a.lcpg) < w0->group) a.lcpg++;
+}
+
+/* chunks a slice: equal slices rounded up to whole groups */
+int per_of(const q4_args &a, int ks) {
+    const int cpg = a.gsteps >= 4 ? a.gsteps >> 2 : 1;
+    return ((a.nc + ks - 1) / ks + cpg - 1) / cpg * cpg;
 }
 
 } // namespace
@@ -705,6 +715,7 @@ void q4t_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const fl
         lw.rows = (int)w[i]->rows;
         lw.tiles = (int)tiles_of(w[i]->rows);
         lw.ks = pick_ks(lw.tiles, a.nc, c->n_sm);
+        lw.per = per_of(a, lw.ks);
         lw.vb0 = nvb;
         const int tpb = WARPS / lw.ks;
         nvb += (lw.tiles + tpb - 1) / tpb;
@@ -768,6 +779,7 @@ extern "C" void tsc_moe_linear(tsc_ctx *c, const tsc_weight *const *tab, int nt,
     a.erows = (int)w0->rows;
     a.etiles = (int)tiles_of(w0->rows);
     a.eks = pick_ks((int64_t)a.etiles * 8, a.nc, c->n_sm); /* from the expert's shape only (8: a typical top k) */
+    a.eper = per_of(a, a.eks);
     const int tpb = WARPS / a.eks;
     a.vps = (a.etiles + tpb - 1) / tpb;
     a.xm = u ? XM_SWIGLU : XM_PLAIN;
