@@ -343,6 +343,9 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)_
  * entry; a warp barrier after the wait makes the entries visible to the
  * other 3 lanes of the pair. RS - 1 stages are in flight while one is used:
  * 3 x 4 x 512 = 6 KiB a warp, 48-96 KiB an SM. */
+#ifndef Q4T_TMA
+#define Q4T_TMA 0 /* 1: the ring's stages by bulk copies (the copy engine) instead of cp.async */
+#endif
 constexpr int RU = 4, RS = 4, RCH = 576, RING = WARPS * RS * RU * RCH;
 
 template <bool GEN, bool EX>
@@ -361,8 +364,38 @@ struct producer {
             vb += gridDim.x;
         }
     }
-    __device__ __forceinline__ void issue(const q4_args &a, const typename tab_of<EX>::type &tb, uint8_t *ring, int warp) {
-        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    __device__ __forceinline__ void issue(const q4_args &a, const typename tab_of<EX>::type &tb, uint8_t *ring, int warp,
+                                          uint64_t *bars) {
+        const int lane = threadIdx.x & 31;
+#if Q4T_TMA
+        if (vb < a.nvb) {
+            /* one bulk copy of the stage's chunks (contiguous in the tile) and
+             * one of their scale entries, completing on the stage's barrier */
+            const int nch = c1 - ch < RU ? c1 - ch : RU;
+            const uint32_t st = smem_u32(ring + slot * RU * RCH), bar = smem_u32(bars + slot);
+            const int e0 = ch >> a.lcpg, ne = ((ch + nch - 1) >> a.lcpg) - e0 + 1;
+            const uint32_t bd = nch * 512, bs = GEN ? 0 : ne * 64;
+            if (lane == 0) {
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bd + bs) : "memory");
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(st),
+                             "l"(dp + (int64_t)ch * 32), "r"(bd), "r"(bar)
+                             : "memory");
+                if (!GEN)
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                                     st + RU * 512),
+                                 "l"(sbp + (int64_t)e0 * 64), "r"(bs), "r"(bar)
+                                 : "memory");
+            }
+            ch += RU;
+            if (ch >= c1) {
+                vb += gridDim.x;
+                next_item(a, tb, warp);
+            }
+        }
+        slot = slot + 1 == RS ? 0 : slot + 1;
+#else
+        (void)bars;
+        const int g = lane >> 2, t = lane & 3;
         if (vb < a.nvb) {
             const uint32_t st = smem_u32(ring + slot * RU * RCH);
             const uint4 *src = dp + (int64_t)ch * 32 + lane;
@@ -384,6 +417,7 @@ struct producer {
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         slot = slot + 1 == RS ? 0 : slot + 1;
+#endif
     }
 };
 
@@ -438,7 +472,7 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
     for (int u = 0; u < RU; u++) {
         const int cc = ch + u;
         if (cc < c1) {
-            const uint4 q = *(const uint4 *)(st + u * RCH + lane * 16);
+            const uint4 q = *(const uint4 *)(st + (Q4T_TMA ? u * 512 : u * RCH) + lane * 16);
             const uint32_t wv[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
             for (int kp = 0; kp < 2; kp++) {
@@ -460,7 +494,8 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
                 sbe_t<GEN> e;
                 if constexpr (GEN) e = ld_sb<GEN>(sbg, (int64_t)(cc >> a.lcpg) * 8 + g, a.sdt);
                 else {
-                    const uint2 v = *(const uint2 *)(st + u * RCH + 512 + g * 8);
+                    const uint2 v = *(const uint2 *)(st + (Q4T_TMA ? RU * 512 + ((cc >> a.lcpg) - (ch >> a.lcpg)) * 64
+                                                                   : u * RCH + 512) + g * 8);
                     e.v[0] = v.x, e.v[1] = v.y;
                 }
                 apply(e, cc >> a.lcpg, 2);
@@ -479,19 +514,28 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
     uint8_t *ring = smd + warp * (RS * RU * RCH), *sm = smd + RING;
     const int astr = a.cols * 2 + 64;
     float *sx = (float *)(sm + 2 * a.n * astr);
+    __shared__ __align__(8) uint64_t mbar[WARPS][RS];
+#if Q4T_TMA
+    if (lane == 0)
+        for (int i = 0; i < RS; i++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&mbar[warp][i])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp();
+    uint32_t phase = 0; /* bit s: the parity stage s waits for next */
+#endif
+    uint64_t *bars = mbar[warp];
     producer<GEN, EX> pr;
     pr.vb = blockIdx.x, pr.slot = 0, pr.ch = pr.c1 = 0, pr.dp = nullptr, pr.sbp = nullptr;
     /* dense: the first stages of weights before the previous kernel ends
      * (they never depend on it); experts wait for their ids */
     if constexpr (!EX) {
         pr.next_item(a, tb, warp);
-        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp);
+        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp, bars);
     }
     griddep_wait();
     griddep_launch();
     if constexpr (EX) {
         pr.next_item(a, tb, warp);
-        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp);
+        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp, bars);
     }
     stage<XM>(a, sm, sx, rn);
     __syncthreads();
@@ -507,8 +551,17 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
             for (int k = 0; k < 4; k++) D[0][cb][k] = D[1][cb][k] = 0.f;
         }
         for (int ch = v.c0; ch < v.c1; ch += RU) {
-            pr.issue(a, tb, ring, warp);
+            pr.issue(a, tb, ring, warp, bars);
+#if Q4T_TMA
+            {
+                const uint32_t bar = smem_u32(bars + cslot), par = (phase >> cslot) & 1;
+                asm volatile("{\n.reg .pred P1;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n@!P1 bra WAIT_%=;\n}"
+                             ::"r"(bar), "r"(par) : "memory");
+                phase ^= 1u << cslot;
+            }
+#else
             asm volatile("cp.async.wait_group %0;" ::"n"(RS - 1) : "memory");
+#endif
             __syncwarp();
             consume<NCB, GEN, EX>(a, ring + cslot * RU * RCH, v.sbp, ch, v.c1, sm, sx, v.xr, D, acc);
             __syncwarp();
@@ -545,7 +598,9 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
         }
         __syncthreads();
     }
+#if !Q4T_TMA
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
 }
 
 /* ---- relayout ---- */
