@@ -343,12 +343,12 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)_
  * entry; a warp barrier after the wait makes the entries visible to the
  * other 3 lanes of the pair. RS - 1 stages are in flight while one is used:
  * 3 x 4 x 512 = 6 KiB a warp, 48-96 KiB an SM. */
-#ifndef Q4T_TMA
-#define Q4T_TMA 0 /* 1: the ring's stages by bulk copies (the copy engine) instead of cp.async */
-#endif
+/* TMA (template): the ring's stages by bulk copies (the copy engine:
+ * cp.async.bulk + mbarrier) instead of per-lane cp.async; bf16 g >= 64 only,
+ * chosen at run time by TSC_Q4T_TMA=1 (a measurement switch). */
 constexpr int RU = 4, RS = 4, RCH = 576, RING = WARPS * RS * RU * RCH;
 
-template <bool GEN, bool EX>
+template <bool GEN, bool EX, bool TMA>
 struct producer {
     int vb, ch, c1;
     const uint4 *dp;
@@ -367,7 +367,7 @@ struct producer {
     __device__ __forceinline__ void issue(const q4_args &a, const typename tab_of<EX>::type &tb, uint8_t *ring, int warp,
                                           uint64_t *bars) {
         const int lane = threadIdx.x & 31;
-#if Q4T_TMA
+        if constexpr (TMA) {
         if (vb < a.nvb) {
             /* one bulk copy of the stage's chunks (contiguous in the tile) and
              * one of their scale entries, completing on the stage's barrier */
@@ -393,7 +393,7 @@ struct producer {
             }
         }
         slot = slot + 1 == RS ? 0 : slot + 1;
-#else
+        } else {
         (void)bars;
         const int g = lane >> 2, t = lane & 3;
         if (vb < a.nvb) {
@@ -417,7 +417,7 @@ struct producer {
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         slot = slot + 1 == RS ? 0 : slot + 1;
-#endif
+        }
     }
 };
 
@@ -426,7 +426,7 @@ struct producer {
  * acc[cb][0..1]: rows g and g+8 of x row 4cb + t (EX: t == 0 holds it).
  * D[kp]: the two k-step pairs of a chunk sum into separate accumulators
  * (two independent mma chains), added at the group's end. */
-template <int NCB, bool GEN, bool EX>
+template <int NCB, bool GEN, bool EX, bool TMA>
 __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, const uint8_t *sbg, int ch, int c1,
                                         const uint8_t *sm, const float *sx, int xr, float (&D)[2][NCB][4],
                                         float (&acc)[NCB][2]) {
@@ -472,7 +472,7 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
     for (int u = 0; u < RU; u++) {
         const int cc = ch + u;
         if (cc < c1) {
-            const uint4 q = *(const uint4 *)(st + (Q4T_TMA ? u * 512 : u * RCH) + lane * 16);
+            const uint4 q = *(const uint4 *)(st + (TMA ? u * 512 : u * RCH) + lane * 16);
             const uint32_t wv[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
             for (int kp = 0; kp < 2; kp++) {
@@ -494,7 +494,7 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
                 sbe_t<GEN> e;
                 if constexpr (GEN) e = ld_sb<GEN>(sbg, (int64_t)(cc >> a.lcpg) * 8 + g, a.sdt);
                 else {
-                    const uint2 v = *(const uint2 *)(st + (Q4T_TMA ? RU * 512 + ((cc >> a.lcpg) - (ch >> a.lcpg)) * 64
+                    const uint2 v = *(const uint2 *)(st + (TMA ? RU * 512 + ((cc >> a.lcpg) - (ch >> a.lcpg)) * 64
                                                                    : u * RCH + 512) + g * 8);
                     e.v[0] = v.x, e.v[1] = v.y;
                 }
@@ -504,7 +504,7 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
     }
 }
 
-template <int NCB, int XM, bool GEN, bool EX>
+template <int NCB, int XM, bool GEN, bool EX, bool TMA>
 __global__ void __launch_bounds__(WARPS * 32, 2)
     k_q4t(const __grid_constant__ q4_args a, const __grid_constant__ typename tab_of<EX>::type tb) {
     extern __shared__ __align__(16) uint8_t smd[];
@@ -515,15 +515,15 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
     const int astr = a.cols * 2 + 64;
     float *sx = (float *)(sm + 2 * a.n * astr);
     __shared__ __align__(8) uint64_t mbar[WARPS][RS];
-#if Q4T_TMA
-    if (lane == 0)
-        for (int i = 0; i < RS; i++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&mbar[warp][i])) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    __syncwarp();
-    uint32_t phase = 0; /* bit s: the parity stage s waits for next */
-#endif
+    uint32_t phase = 0; /* TMA: bit s is the parity stage s waits for next */
+    if constexpr (TMA) {
+        if (lane == 0)
+            for (int i = 0; i < RS; i++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&mbar[warp][i])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        __syncwarp();
+    }
     uint64_t *bars = mbar[warp];
-    producer<GEN, EX> pr;
+    producer<GEN, EX, TMA> pr;
     pr.vb = blockIdx.x, pr.slot = 0, pr.ch = pr.c1 = 0, pr.dp = nullptr, pr.sbp = nullptr;
     /* dense: the first stages of weights before the previous kernel ends
      * (they never depend on it); experts wait for their ids */
@@ -552,18 +552,16 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
         }
         for (int ch = v.c0; ch < v.c1; ch += RU) {
             pr.issue(a, tb, ring, warp, bars);
-#if Q4T_TMA
-            {
+            if constexpr (TMA) {
                 const uint32_t bar = smem_u32(bars + cslot), par = (phase >> cslot) & 1;
                 asm volatile("{\n.reg .pred P1;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n@!P1 bra WAIT_%=;\n}"
                              ::"r"(bar), "r"(par) : "memory");
                 phase ^= 1u << cslot;
+            } else {
+                asm volatile("cp.async.wait_group %0;" ::"n"(RS - 1) : "memory");
             }
-#else
-            asm volatile("cp.async.wait_group %0;" ::"n"(RS - 1) : "memory");
-#endif
             __syncwarp();
-            consume<NCB, GEN, EX>(a, ring + cslot * RU * RCH, v.sbp, ch, v.c1, sm, sx, v.xr, D, acc);
+            consume<NCB, GEN, EX, TMA>(a, ring + cslot * RU * RCH, v.sbp, ch, v.c1, sm, sx, v.xr, D, acc);
             __syncwarp();
             cslot = cslot + 1 == RS ? 0 : cslot + 1;
         }
@@ -598,9 +596,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
         }
         __syncthreads();
     }
-#if !Q4T_TMA
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-#endif
+    if constexpr (!TMA) asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 
 /* ---- relayout ---- */
@@ -676,10 +672,19 @@ int rows_per_pass(int cols, int ng) {
     return p;
 }
 
-template <int NCB, int XM, bool GEN, bool EX>
-void launch(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
+bool use_tma() {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TSC_Q4T_TMA");
+        v = e && e[0] == '1';
+    }
+    return v;
+}
+
+template <int NCB, int XM, bool GEN, bool EX, bool TMA>
+void launch_t(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
     (void)tb;
-    auto k = k_q4t<NCB, XM, GEN, EX>;
+    auto k = k_q4t<NCB, XM, GEN, EX, TMA>;
     static int attr_set;
     if (!attr_set) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(RING + XS_MAX));
@@ -691,6 +696,12 @@ void launch(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
     if constexpr (EX) tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a, *tb);
     else tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a, q4_no_tab{0});
+}
+
+template <int NCB, int XM, bool GEN, bool EX>
+void launch(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
+    if (!GEN && use_tma()) launch_t<NCB, XM, GEN, EX, !GEN>(c, a, tb, smem);
+    else launch_t<NCB, XM, GEN, EX, false>(c, a, tb, smem);
 }
 
 template <int XM, bool GEN>
