@@ -252,8 +252,16 @@ extern "C" int tsc_weight_check(const tsc_weight *w, ts_error *err) {
     }
 }
 
+/* TSC_Q4T=0 in the environment keeps 4-bit uploads in the MLX layout (the
+ * MLX-layout kernel of linear.cu; no fused products, no MoE products): a
+ * switch to compare the two paths. */
+static int q4t_on(void) {
+    const char *e = getenv("TSC_Q4T");
+    return !(e && e[0] == '0');
+}
+
 extern "C" size_t tsc_weight_dev_bytes(const tsc_weight *h) {
-    if (h->layout == TSC_LAYOUT_MLX && q4t_shape_ok(h)) return q4t_data_bytes(h) + q4t_sb_bytes(h);
+    if (h->layout == TSC_LAYOUT_MLX && q4t_on() && q4t_shape_ok(h)) return q4t_data_bytes(h) + q4t_sb_bytes(h);
     return tsc_weight_bytes(h);
 }
 
@@ -305,7 +313,7 @@ extern "C" int tsc_weight_upload(tsc_ctx *c, const tsc_weight *h, tsc_weight *d,
     }
     /* 4-bit weights go to the tensor-core layout (q4t.cu); the MLX copy is
      * transient */
-    if ((rc = tsc_weight_relayout(c, d, err))) {
+    if (q4t_on() && (rc = tsc_weight_relayout(c, d, err))) {
         tsc_weight_free(c, d);
         return rc;
     }

@@ -54,14 +54,26 @@
  * 8192-row products 75-85%; 4096 x 4096 ~60% (9.4 MB: 2 us of bytes against
  * ~1-2 us of start and tail); 4 rows <= 1.1x one row (the same loads, 4x the
  * mma work that is not the limit).
- * Measured (bench/cuda/RESULTS.md). Run 6, the first version (each warp
- * loaded 8 chunks into registers, then computed them; 114 registers, 2
- * blocks an SM): slower than the MLX kernel it replaces: head 37% of the
- * probe (was 47%), 4096 x 4096 18%, gate+up 30%: loads only in flight
- * between a warp's compute phases and only after x was staged (the old
- * kernel had 2x the warps). Run 7: the cp.async ring above (75 registers,
- * no register batches, weights first): prediction head >= 80%, the 9B step
- * >= 60% of the probe; outcome in RESULTS.md.
+ * Measured (bench/cuda/RESULTS.md, H200, probe ~4.24 TB/s). Run 6, the
+ * first version (each warp loaded 8 chunks into registers, then computed
+ * them; 114 registers, 2 blocks an SM): head 37% of the probe (the MLX
+ * kernel it replaces: 47%), 4096 x 4096 18%, gate+up 30%. Run 7, this
+ * version (ring, batched staging; 75 registers): head 36%, 12288/8192-row
+ * products 27-31%, 4096 x 4096 24%, far under the prediction (>= 80%).
+ * Every size streams at the same ~1.55 TB/s once started (4096 x 4096 ~3.5
+ * us fixed + 9.4 MB at 1.56 TB/s; the head 572 MB at 1.54 TB/s), so the
+ * limit is a steady rate, not start-up: ~87 SM cycles per 512-byte chunk
+ * where the loop has ~100 instructions a chunk for a warp (PTX) and 16 warps
+ * an SM keep 96 KiB of cp.async in flight. No counters were read on this
+ * kernel (the one ncu call matched no kernel). Candidates, in the order to
+ * test: the per-SM limit on outstanding LSU (cp.async / LDG) requests (the
+ * MLX kernel, LDG-based, stalls on long scoreboard at 43% DRAM with 30
+ * warps an SM): bulk copies (cp.async.bulk, one request a stage) would
+ * lift it; the in-order issue of a warp across the chunk chain
+ * (LDS -> dequant -> 2 dependent mma -> scale FMAs, one accumulator set
+ * shared by consecutive chunks); integer division per chunk (cc / cpg,
+ * (cc + 1) % cpg). A version with shifts only and the bulk-copy ring
+ * exists on branch cuda-speed-next, not yet run on a GPU.
  */
 #include <cuda_bf16.h>
 
@@ -98,13 +110,12 @@ struct q4_w {
     const uint4 *data;
     const uint8_t *sb;
     float *y;
-    int tiles, rows, ks, vb0, per; /* per: chunks a slice (whole groups) */
+    int tiles, rows, ks, vb0;
 };
 
 struct q4_args {
     q4_w w[TSC_LIN_MAX];
     int nw, nvb, cols, nc, ng, gsteps, sdt, sbw; /* sbw: bytes of a scale entry (8 or 16) */
-    int lcpg;                                   /* log2 chunks a group (groups >= 64) */
     int n;                                      /* x rows staged (this pass) */
     int xm;
     const float *x0, *x1, *nwt; /* x (or g) rows, add (or u) rows, norm weight */
@@ -114,7 +125,7 @@ struct q4_args {
     int ex, nt, E, k, slot0, nslots, vps, x_per_slot, xrow0;
     const int32_t *ids;
     float *ey[2];
-    int erows, etiles, eks, eper;
+    int erows, etiles, eks;
 };
 
 struct q4_exp_tab {
@@ -257,15 +268,16 @@ __device__ void stage(const q4_args &a, uint8_t *sm, float *sx, float *rn) {
 
 /* Chunks [c0, c1) of slice sl of ks: equal slices rounded up to whole
  * groups (a group's sums are applied inside one slice). */
-__device__ __forceinline__ void slice_of(const q4_args &a, int per, int sl, int &c0, int &c1) {
+__device__ __forceinline__ void slice_of(const q4_args &a, int ks, int sl, int &c0, int &c1) {
+    const int cpg = a.gsteps >= 4 ? a.gsteps >> 2 : 1;
+    const int per = ((a.nc + ks - 1) / ks + cpg - 1) / cpg * cpg;
     c0 = min(a.nc, sl * per), c1 = min(a.nc, c0 + per);
 }
 
 /* Scale entry of (tile, group) for lane row-pair g: 2 words (16-bit) or 4 (f32). */
-/* GEN = 0: bf16 scales and groups >= 64 (the released checkpoints: two words
- * an entry, one entry a chunk, read from the ring; integer work by shifts);
- * GEN = 1: any (f16, f32 entries of four words, group 32: two entries a
- * chunk), entries read from global memory. */
+/* GEN = 0: 16-bit scales and groups >= 64 (the released checkpoints: two
+ * words an entry, one entry a chunk, 8 chunks in flight); GEN = 1: any
+ * (f32 entries of four words, group 32: two entries a chunk; 4 in flight). */
 template <bool GEN> struct sbe_t { uint32_t v[GEN ? 4 : 2]; };
 
 template <bool GEN>
@@ -286,9 +298,6 @@ __device__ __forceinline__ void sb_dec(const sbe_t<GEN> &e, int sdt, float &s0, 
     if (GEN && sdt == TS_DTYPE_F32)
         s0 = __uint_as_float(e.v[0]), b0 = __uint_as_float(e.v[1]), s1 = __uint_as_float(e.v[GEN ? 2 : 0]),
         b1 = __uint_as_float(e.v[GEN ? 3 : 1]);
-    else if (!GEN)
-        s0 = __uint_as_float(e.v[0] << 16), b0 = __uint_as_float(e.v[0] & 0xFFFF0000u), s1 = __uint_as_float(e.v[1] << 16),
-        b1 = __uint_as_float(e.v[1] & 0xFFFF0000u);
     else s0 = sb_val(e.v[0], 0, sdt), b0 = sb_val(e.v[0], 1, sdt), s1 = sb_val(e.v[1], 0, sdt), b1 = sb_val(e.v[1], 1, sdt);
 }
 
@@ -298,7 +307,7 @@ struct vbi {
     const uint4 *dp;     /* the tile's data */
     const uint8_t *sbp;  /* the tile's scale entries */
     float *yo;
-    int rows, tiles, ks, per, tile, t0, xr, c0, c1, zero;
+    int rows, tiles, ks, tile, t0, xr, c0, c1, zero;
 };
 
 template <bool EX>
@@ -314,7 +323,7 @@ __device__ __forceinline__ vbi decode_vb(const q4_args &a, const typename tab_of
         v.zero = e < 0 || e >= a.E;
         const int ee = v.zero ? 0 : e;
         data = tb.data[tbi][ee], sb = tb.sb[tbi][ee];
-        v.rows = a.erows, v.tiles = a.etiles, v.ks = a.eks, v.per = a.eper;
+        v.rows = a.erows, v.tiles = a.etiles, v.ks = a.eks;
         v.t0 = (rem - s * a.vps) * (WARPS / v.ks);
         v.yo = a.ey[tbi] + (int64_t)slot * v.rows;
         v.xr = (a.x_per_slot ? slot : slot / a.k) - a.xrow0;
@@ -322,12 +331,12 @@ __device__ __forceinline__ vbi decode_vb(const q4_args &a, const typename tab_of
         int wi = 0;
         while (wi + 1 < a.nw && vb >= a.w[wi + 1].vb0) wi++;
         const q4_w &w = a.w[wi];
-        data = w.data, sb = w.sb, v.yo = w.y, v.rows = w.rows, v.tiles = w.tiles, v.ks = w.ks, v.per = w.per;
+        data = w.data, sb = w.sb, v.yo = w.y, v.rows = w.rows, v.tiles = w.tiles, v.ks = w.ks;
         v.t0 = (vb - w.vb0) * (WARPS / v.ks);
     }
-    tl = warp / v.ks; /* ks: 1, 2, 4 or 8 */
+    tl = warp / v.ks;
     v.tile = v.t0 + tl;
-    slice_of(a, v.per, warp & (v.ks - 1), v.c0, v.c1);
+    slice_of(a, v.ks, warp % v.ks, v.c0, v.c1);
     if (v.tile >= v.tiles || v.zero) v.c1 = v.c0;
     v.dp = data + (int64_t)v.tile * a.nc * 32;
     v.sbp = sb + (int64_t)v.tile * a.ng * 8 * a.sbw;
@@ -343,12 +352,9 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)_
  * entry; a warp barrier after the wait makes the entries visible to the
  * other 3 lanes of the pair. RS - 1 stages are in flight while one is used:
  * 3 x 4 x 512 = 6 KiB a warp, 48-96 KiB an SM. */
-/* TMA (template): the ring's stages by bulk copies (the copy engine:
- * cp.async.bulk + mbarrier) instead of per-lane cp.async; bf16 g >= 64 only,
- * chosen at run time by TSC_Q4T_TMA=1 (a measurement switch). */
 constexpr int RU = 4, RS = 4, RCH = 576, RING = WARPS * RS * RU * RCH;
 
-template <bool GEN, bool EX, bool TMA>
+template <bool GEN, bool EX>
 struct producer {
     int vb, ch, c1;
     const uint4 *dp;
@@ -364,49 +370,20 @@ struct producer {
             vb += gridDim.x;
         }
     }
-    __device__ __forceinline__ void issue(const q4_args &a, const typename tab_of<EX>::type &tb, uint8_t *ring, int warp,
-                                          uint64_t *bars) {
-        const int lane = threadIdx.x & 31;
-        if constexpr (TMA) {
+    __device__ __forceinline__ void issue(const q4_args &a, const typename tab_of<EX>::type &tb, uint8_t *ring, int warp) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
         if (vb < a.nvb) {
-            /* one bulk copy of the stage's chunks (contiguous in the tile) and
-             * one of their scale entries, completing on the stage's barrier */
-            const int nch = c1 - ch < RU ? c1 - ch : RU;
-            const uint32_t st = smem_u32(ring + slot * RU * RCH), bar = smem_u32(bars + slot);
-            const int e0 = ch >> a.lcpg, ne = ((ch + nch - 1) >> a.lcpg) - e0 + 1;
-            const uint32_t bd = nch * 512, bs = GEN ? 0 : ne * 64;
-            if (lane == 0) {
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bd + bs) : "memory");
-                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(st),
-                             "l"(dp + (int64_t)ch * 32), "r"(bd), "r"(bar)
-                             : "memory");
-                if (!GEN)
-                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                                     st + RU * 512),
-                                 "l"(sbp + (int64_t)e0 * 64), "r"(bs), "r"(bar)
-                                 : "memory");
-            }
-            ch += RU;
-            if (ch >= c1) {
-                vb += gridDim.x;
-                next_item(a, tb, warp);
-            }
-        }
-        slot = slot + 1 == RS ? 0 : slot + 1;
-        } else {
-        (void)bars;
-        const int g = lane >> 2, t = lane & 3;
-        if (vb < a.nvb) {
-            const uint32_t st = smem_u32(ring + slot * RU * RCH);
-            const uint4 *src = dp + (int64_t)ch * 32 + lane;
-            const uint8_t *sbl = sbp + g * 8;
+            const int cpg = a.gsteps >= 4 ? a.gsteps >> 2 : 1;
+            uint8_t *st = ring + slot * RU * RCH;
 #pragma unroll
             for (int u = 0; u < RU; u++) {
-                if (ch + u < c1) {
-                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(st + u * RCH + lane * 16), "l"(src + u * 32));
+                const int cc = ch + u;
+                if (cc < c1) {
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(st + u * RCH + lane * 16)),
+                                 "l"(dp + (int64_t)cc * 32 + lane));
                     if (!GEN && t == 0)
-                        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(st + u * RCH + 512 + g * 8),
-                                     "l"(sbl + ((int64_t)((ch + u) >> a.lcpg) << 6)));
+                        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(st + u * RCH + 512 + g * 8)),
+                                     "l"(sbp + ((int64_t)(cc / cpg) * 8 + g) * 8));
                 }
             }
             ch += RU;
@@ -417,7 +394,6 @@ struct producer {
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         slot = slot + 1 == RS ? 0 : slot + 1;
-        }
     }
 };
 
@@ -426,14 +402,14 @@ struct producer {
  * acc[cb][0..1]: rows g and g+8 of x row 4cb + t (EX: t == 0 holds it).
  * D[kp]: the two k-step pairs of a chunk sum into separate accumulators
  * (two independent mma chains), added at the group's end. */
-template <int NCB, bool GEN, bool EX, bool TMA>
+template <int NCB, bool GEN, bool EX>
 __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, const uint8_t *sbg, int ch, int c1,
                                         const uint8_t *sm, const float *sx, int xr, float (&D)[2][NCB][4],
                                         float (&acc)[NCB][2]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int astr = a.cols * 2 + 64;
     const bool g32 = GEN && a.gsteps == 2;
-    const int cpm = g32 ? 0 : (1 << a.lcpg) - 1; /* chunks a group - 1 */
+    const int cpg = g32 ? 1 : a.gsteps >> 2;
     const uint8_t *bsrc[NCB];
     int sxr[NCB];
 #pragma unroll
@@ -472,7 +448,7 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
     for (int u = 0; u < RU; u++) {
         const int cc = ch + u;
         if (cc < c1) {
-            const uint4 q = *(const uint4 *)(st + (TMA ? u * 512 : u * RCH) + lane * 16);
+            const uint4 q = *(const uint4 *)(st + u * RCH + lane * 16);
             const uint32_t wv[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
             for (int kp = 0; kp < 2; kp++) {
@@ -490,21 +466,20 @@ __device__ __forceinline__ void consume(const q4_args &a, const uint8_t *st, con
                 }
                 if (g32) apply(ld_sb<GEN>(sbg, (int64_t)(2 * cc + kp) * 8 + g, a.sdt), 2 * cc + kp, kp);
             }
-            if (!g32 && ((cc + 1) & cpm) == 0) {
+            if (!g32 && (cc + 1) % cpg == 0) {
                 sbe_t<GEN> e;
-                if constexpr (GEN) e = ld_sb<GEN>(sbg, (int64_t)(cc >> a.lcpg) * 8 + g, a.sdt);
+                if constexpr (GEN) e = ld_sb<GEN>(sbg, (int64_t)(cc / cpg) * 8 + g, a.sdt);
                 else {
-                    const uint2 v = *(const uint2 *)(st + (TMA ? RU * 512 + ((cc >> a.lcpg) - (ch >> a.lcpg)) * 64
-                                                                   : u * RCH + 512) + g * 8);
+                    const uint2 v = *(const uint2 *)(st + u * RCH + 512 + g * 8);
                     e.v[0] = v.x, e.v[1] = v.y;
                 }
-                apply(e, cc >> a.lcpg, 2);
+                apply(e, cc / cpg, 2);
             }
         }
     }
 }
 
-template <int NCB, int XM, bool GEN, bool EX, bool TMA>
+template <int NCB, int XM, bool GEN, bool EX>
 __global__ void __launch_bounds__(WARPS * 32, 2)
     k_q4t(const __grid_constant__ q4_args a, const __grid_constant__ typename tab_of<EX>::type tb) {
     extern __shared__ __align__(16) uint8_t smd[];
@@ -514,28 +489,19 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
     uint8_t *ring = smd + warp * (RS * RU * RCH), *sm = smd + RING;
     const int astr = a.cols * 2 + 64;
     float *sx = (float *)(sm + 2 * a.n * astr);
-    __shared__ __align__(8) uint64_t mbar[WARPS][RS];
-    uint32_t phase = 0; /* TMA: bit s is the parity stage s waits for next */
-    if constexpr (TMA) {
-        if (lane == 0)
-            for (int i = 0; i < RS; i++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&mbar[warp][i])) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        __syncwarp();
-    }
-    uint64_t *bars = mbar[warp];
-    producer<GEN, EX, TMA> pr;
+    producer<GEN, EX> pr;
     pr.vb = blockIdx.x, pr.slot = 0, pr.ch = pr.c1 = 0, pr.dp = nullptr, pr.sbp = nullptr;
     /* dense: the first stages of weights before the previous kernel ends
      * (they never depend on it); experts wait for their ids */
     if constexpr (!EX) {
         pr.next_item(a, tb, warp);
-        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp, bars);
+        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp);
     }
     griddep_wait();
     griddep_launch();
     if constexpr (EX) {
         pr.next_item(a, tb, warp);
-        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp, bars);
+        for (int i = 0; i < RS - 1; i++) pr.issue(a, tb, ring, warp);
     }
     stage<XM>(a, sm, sx, rn);
     __syncthreads();
@@ -551,17 +517,10 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
             for (int k = 0; k < 4; k++) D[0][cb][k] = D[1][cb][k] = 0.f;
         }
         for (int ch = v.c0; ch < v.c1; ch += RU) {
-            pr.issue(a, tb, ring, warp, bars);
-            if constexpr (TMA) {
-                const uint32_t bar = smem_u32(bars + cslot), par = (phase >> cslot) & 1;
-                asm volatile("{\n.reg .pred P1;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n@!P1 bra WAIT_%=;\n}"
-                             ::"r"(bar), "r"(par) : "memory");
-                phase ^= 1u << cslot;
-            } else {
-                asm volatile("cp.async.wait_group %0;" ::"n"(RS - 1) : "memory");
-            }
+            pr.issue(a, tb, ring, warp);
+            asm volatile("cp.async.wait_group %0;" ::"n"(RS - 1) : "memory");
             __syncwarp();
-            consume<NCB, GEN, EX, TMA>(a, ring + cslot * RU * RCH, v.sbp, ch, v.c1, sm, sx, v.xr, D, acc);
+            consume<NCB, GEN, EX>(a, ring + cslot * RU * RCH, v.sbp, ch, v.c1, sm, sx, v.xr, D, acc);
             __syncwarp();
             cslot = cslot + 1 == RS ? 0 : cslot + 1;
         }
@@ -596,7 +555,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2)
         }
         __syncthreads();
     }
-    if constexpr (!TMA) asm volatile("cp.async.wait_group 0;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 
 /* ---- relayout ---- */
@@ -672,19 +631,10 @@ int rows_per_pass(int cols, int ng) {
     return p;
 }
 
-bool use_tma() {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TSC_Q4T_TMA");
-        v = e && e[0] == '1';
-    }
-    return v;
-}
-
-template <int NCB, int XM, bool GEN, bool EX, bool TMA>
-void launch_t(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
+template <int NCB, int XM, bool GEN, bool EX>
+void launch(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
     (void)tb;
-    auto k = k_q4t<NCB, XM, GEN, EX, TMA>;
+    auto k = k_q4t<NCB, XM, GEN, EX>;
     static int attr_set;
     if (!attr_set) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(RING + XS_MAX));
@@ -698,12 +648,6 @@ void launch_t(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
     else tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a, q4_no_tab{0});
 }
 
-template <int NCB, int XM, bool GEN, bool EX>
-void launch(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
-    if (!GEN && use_tma()) launch_t<NCB, XM, GEN, EX, !GEN>(c, a, tb, smem);
-    else launch_t<NCB, XM, GEN, EX, false>(c, a, tb, smem);
-}
-
 template <int XM, bool GEN>
 void launch_ncb(tsc_ctx *c, const q4_args &a, size_t smem) {
     switch ((a.n + 3) / 4) {
@@ -714,7 +658,7 @@ void launch_ncb(tsc_ctx *c, const q4_args &a, size_t smem) {
     }
 }
 
-bool gen_of(const tsc_weight *w) { return w->sdtype != TS_DTYPE_BF16 || w->group < 64; }
+bool gen_of(const tsc_weight *w) { return w->sdtype == TS_DTYPE_F32 || w->group < 64; }
 
 void fill_common(q4_args &a, const tsc_weight *w0) {
     a.cols = (int)w0->cols;
@@ -723,14 +667,6 @@ void fill_common(q4_args &a, const tsc_weight *w0) {
     a.gsteps = w0->group / 16;
     a.sdt = (int)w0->sdtype;
     a.sbw = 4 * (int)ts_dtype_size(w0->sdtype);
-    a.lcpg = 0;
-    while (w0->group >= 128 && (64 << a.lcpg) < w0->group) a.lcpg++;
-}
-
-/* chunks a slice: equal slices rounded up to whole groups */
-int per_of(const q4_args &a, int ks) {
-    const int cpg = a.gsteps >= 4 ? a.gsteps >> 2 : 1;
-    return ((a.nc + ks - 1) / ks + cpg - 1) / cpg * cpg;
 }
 
 } // namespace
@@ -781,7 +717,6 @@ void q4t_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const fl
         lw.rows = (int)w[i]->rows;
         lw.tiles = (int)tiles_of(w[i]->rows);
         lw.ks = pick_ks(lw.tiles, a.nc, c->n_sm);
-        lw.per = per_of(a, lw.ks);
         lw.vb0 = nvb;
         const int tpb = WARPS / lw.ks;
         nvb += (lw.tiles + tpb - 1) / tpb;
@@ -845,7 +780,6 @@ extern "C" void tsc_moe_linear(tsc_ctx *c, const tsc_weight *const *tab, int nt,
     a.erows = (int)w0->rows;
     a.etiles = (int)tiles_of(w0->rows);
     a.eks = pick_ks((int64_t)a.etiles * 8, a.nc, c->n_sm); /* from the expert's shape only (8: a typical top k) */
-    a.eper = per_of(a, a.eks);
     const int tpb = WARPS / a.eks;
     a.vps = (a.etiles + tpb - 1) / tpb;
     a.xm = u ? XM_SWIGLU : XM_PLAIN;

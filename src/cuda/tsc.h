@@ -103,7 +103,8 @@ typedef struct tsc_weight {
 } tsc_weight;
 
 /* Device layouts. tsc_weight_upload stores a 4-bit weight with cols % 64 == 0
- * and cols <= TSC_Q4T_MAX_COLS as TSC_LAYOUT_Q4T (q4t.cu: 16-row x 64-column
+ * and cols <= TSC_Q4T_MAX_COLS as TSC_LAYOUT_Q4T (unless TSC_Q4T=0 is in the
+ * environment) (q4t.cu: 16-row x 64-column
  * tiles in the tensor cores' fragment order, rows padded to a multiple of 16;
  * `scales` then holds scales and biases interleaved per tile and group and
  * `biases` is NULL). Everything that takes a tsc_weight reads both layouts;
