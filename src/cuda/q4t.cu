@@ -63,17 +63,16 @@
  * Every size streams at the same ~1.55 TB/s once started (4096 x 4096 ~3.5
  * us fixed + 9.4 MB at 1.56 TB/s; the head 572 MB at 1.54 TB/s), so the
  * limit is a steady rate, not start-up: ~87 SM cycles per 512-byte chunk
- * where the loop has ~100 instructions a chunk for a warp (PTX) and 16 warps
- * an SM keep 96 KiB of cp.async in flight. No counters were read on this
- * kernel (the one ncu call matched no kernel). Candidates, in the order to
- * test: the per-SM limit on outstanding LSU (cp.async / LDG) requests (the
- * MLX kernel, LDG-based, stalls on long scoreboard at 43% DRAM with 30
- * warps an SM): bulk copies (cp.async.bulk, one request a stage) would
- * lift it; the in-order issue of a warp across the chunk chain
- * (LDS -> dequant -> 2 dependent mma -> scale FMAs, one accumulator set
- * shared by consecutive chunks); integer division per chunk (cc / cpg,
- * (cc + 1) % cpg). A version with shifts only and the bulk-copy ring
- * exists on branch cuda-speed-next, not yet run on a GPU.
+ * with 16 warps an SM and 96 KiB of cp.async in flight. No counters were
+ * read on this kernel (the one ncu call matched no kernel); the compiled
+ * code points at instruction issue: ~142 PTX instructions a chunk in the
+ * loop, two integer divisions a chunk (cc / cpg, (cc + 1) % cpg, ~20 SASS
+ * instructions each) and ~25 for the producer: ~200 a chunk, 2.3 a cycle of
+ * the SM's 4, against the ~48 counted above; the run-time-general paths cost
+ * more than the dequantization. Then: the SM's limit on outstanding LSU
+ * requests, one warp's in-order chain (LDS -> dequant -> 2 mma -> FMAs).
+ * Branch cuda-speed-next: the shift-only loop and a bulk-copy ring, not yet
+ * run on a GPU.
  */
 #include <cuda_bf16.h>
 
