@@ -63,8 +63,9 @@ T="$OUT/gpu_check.md"
     grep -q 'ERROR SUMMARY: 0 errors' "$OUT/memcheck.log" || status=1
     compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test cuda.gdn_step_parity_and_row_exact \
       cuda.attn_short_parity_and_row_exact cuda.moe_route_exact cuda.argmax_exact cuda.norm_silu_parity \
+      cuda.linear_parity_and_row_exact cuda.fused_products_q4t cuda.moe_linear_parity_and_row_exact \
       >"$OUT/racecheck.log" 2>&1
-    echo "| compute-sanitizer racecheck (gdn, attn, moe, argmax, norm) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1) |"
+    echo "| compute-sanitizer racecheck (gdn, attn, moe, argmax, norm, products) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1) |"
     grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/racecheck.log" || status=1
   fi
   args=""; [ "$QUICK" = 1 ] && args="--quick"
@@ -72,14 +73,17 @@ T="$OUT/gpu_check.md"
   ./"$B"/cuda_bench $args >"$OUT/bench.log" 2>&1 || { echo "| bench | FAILED: $(tail -1 "$OUT/bench.log") |"; status=1; }
   kv() { awk -v k="$1" '$1 == "KV" && $2 == k {print $3}' "$OUT/bench.log"; }
   echo "| copy probe (2 GiB D2D, read+write) | $(kv probe_gbs) GB/s |"
-  names=("gdn in_proj qkv+z+b+a" "gdn out_proj" "attn q+k+v" "attn o_proj" "ffn gate+up" "ffn down" "head 248320x4096")
-  for p in 0 1 2 3 4 5 6; do
-    echo "| 9B ${names[$p]}, INT4 g64, 1 row | $(kv prod_gbs.$p) GB/s = $(kv prod_pct.$p)% of probe |"
+  names=("gdn in_proj qkv+z+b+a" "gdn out_proj" "attn q+k+v" "attn o_proj" "ffn gate+up" "ffn down"
+         "moe router+shared gate/up+gate" "moe experts gate+up (top k)" "moe experts down (top k)" "moe shared down" "head")
+  for sh in 9b 35b8 0.8b; do
+    [ -n "$(kv $sh.step_ms)" ] || continue
+    for p in 0 1 2 3 4 5 6 7 8 9 10; do
+      v=$(kv $sh.prod_pct.$p); [ -n "$v" ] && echo "| $sh ${names[$p]}, 1 row | $v% of probe |"
+    done
+    vs=$(kv $sh.vs_llama); vs=${vs:+, x$vs llama.cpp}
+    echo "| $sh decode step, one graph, fused + PDL | $(kv $sh.step_ms) ms = $(kv $sh.tok_s) tok/s = $(kv $sh.pct)% of probe$vs; $(kv $sh.kernels) kernels (plain: $(kv $sh.plain_ms) ms) |"
   done
-  echo "| 9B whole decode step, one graph (all ops) | $(kv step_graph_ms) ms = $(kv step_graph_tok_s) tok/s = $(kv step_graph_pct)% of probe, x$(kv step_vs_llama) llama.cpp 213.6 tok/s |"
-  echo "| 9B products only, one graph / whole step eager | $(kv step_products_graph_ms) ms / $(kv step_eager_ms) ms |"
-  for n in 2 3 4 5 8 16; do r=$(kv rows_ratio.$n); [ -n "$r" ] && echo "| whole step at $n rows (verify) | x$r of 1 row |"; done
-  awk '$1 == "KV" && $2 ~ /^op_us\./ {sub("op_us.", "", $2); $1=""; n=$NF; $NF=""; print "| op: " substr($0, 2) "| " n " us |"}' "$OUT/bench.log"
+  for n in 2 4 8 16; do r=$(kv rows_ratio.$n); [ -n "$r" ] && echo "| 9b fused step at $n rows (verify) | x$r of 1 row |"; done
   fi
   fi
 

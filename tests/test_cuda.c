@@ -107,7 +107,7 @@ static void make_w(hw *o, ts_dtype dt, int bits, int group, ts_dtype sdt, int64_
 static void free_hw(hw *o) { free(o->d), free(o->s), free(o->b); }
 
 static tsc_weight desc(const ts_weight *w) {
-    tsc_weight t = {w->dtype, w->bits, w->group, w->rows, w->cols, w->data, w->scales, w->biases, w->sdtype};
+    tsc_weight t = {w->dtype, w->bits, w->group, w->rows, w->cols, w->data, w->scales, w->biases, w->sdtype, 0};
     return t;
 }
 
@@ -132,7 +132,7 @@ TS_TEST(cuda, context_errors_memory) {
     SYNC_OK(c);
     /* a bad argument is sticky and named by sync; later calls do nothing */
     float *x = tsc_alloc(c, 64);
-    tsc_weight w = {TS_DTYPE_F32, 0, 0, 4, 4, x, NULL, NULL, TS_DTYPE_F32};
+    tsc_weight w = {TS_DTYPE_F32, 0, 0, 4, 4, x, NULL, NULL, TS_DTYPE_F32, 0};
     const tsc_weight *wl[1] = {&w};
     float *yl[1] = {x};
     tsc_linear(c, wl, 1, x, yl, 17);
@@ -143,7 +143,7 @@ TS_TEST(cuda, context_errors_memory) {
     CHECK(tsc_error(c) == TS_E_ARG);
     tsc_close(c);
     /* an unsupported layout is refused with its reason */
-    tsc_weight q = {TS_DTYPE_U32, 4, 48, 4, 96, NULL, NULL, NULL, TS_DTYPE_BF16};
+    tsc_weight q = {TS_DTYPE_U32, 4, 48, 4, 96, NULL, NULL, NULL, TS_DTYPE_BF16, 0};
     CHECK(tsc_weight_check(&q, &e) == TS_E_UNSUPPORTED && strstr(e.msg, "group"));
     /* a device index out of range */
     tsc_ctx *c2 = NULL;
@@ -188,7 +188,8 @@ static double wmag(const ts_weight *w, int64_t r, int64_t c) {
 
 TS_TEST(cuda, linear_parity_and_row_exact) {
     OPEN(c);
-    static const int64_t shapes[][2] = {{77, 1024}, {260, 2560}, {3, 4096}, {1100, 512}, {33, 12288}};
+    /* the last: many virtual blocks a persistent block (the Q4T ring runs across them) */
+    static const int64_t shapes[][2] = {{77, 1024}, {260, 2560}, {3, 4096}, {1100, 512}, {33, 12288}, {9600, 1024}};
     const int N = TSC_ROWS_MAX;
     for (size_t ci = 0; ci < sizeof LIN_CFG / sizeof LIN_CFG[0]; ci++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -254,6 +255,19 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
         }
     CHECK(tsc_mem_used(c) == 0);
     tsc_close(c);
+}
+
+/* worst |y - ref| / sum_c m|x| over n rows of w (the products' tolerance) */
+static float prod_err(const ts_weight *w, const float *x, const float *y, const float *ref, int n) {
+    float worst = 0;
+    for (int64_t r = 0; r < w->rows; r++)
+        for (int i = 0; i < n; i++) {
+            double bound = 0;
+            for (int64_t k = 0; k < w->cols; k++) bound += wmag(w, r, k) * fabs((double)x[(size_t)i * w->cols + k]);
+            const float rel = fabsf(y[(size_t)i * w->rows + r] - ref[(size_t)i * w->rows + r]) / (float)(bound + 1e-30);
+            if (!(rel <= worst)) worst = rel;
+        }
+    return worst;
 }
 
 /* ---- embed: exactly ts_weight_row's bits ---- */
@@ -651,5 +665,145 @@ TS_TEST(cuda, graph_replay_same_bits) {
     CHECK(id == ts_argmax(y, 300) || y[id] == y[ts_argmax(y, 300)]);
     tsc_graph_free(g);
     free(y), free(y2), free_hw(&h);
+    tsc_close(c);
+}
+
+/* ---- Q4T: fused products, MoE expert products ---- */
+
+/* The fused products (Q4T only): SwiGLU staged = silu_mul then the product,
+ * bit for bit; add+RMSNorm staged = the product of u_out, bit for bit, with
+ * x_out = x + add exactly and u_out within the norm's tolerance; each row of
+ * a 16-row call = a one-row call. Two Q4T variants (g64 bf16, g32 f16). */
+TS_TEST(cuda, fused_products_q4t) {
+    OPEN(c);
+    const int N = TSC_ROWS_MAX;
+    for (int v = 0; v < 2; v++) {
+        const int64_t rows = v ? 130 : 200, cols = v ? 2560 : 1024;
+        hw h;
+        make_w(&h, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, rows, cols);
+        tsc_weight hd = desc(&h.w), dw;
+        ts_error e;
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+        CHECK(dw.layout == TSC_LAYOUT_Q4T && tsc_weight_bytes(&dw) == tsc_weight_dev_bytes(&hd));
+        const size_t nx = (size_t)N * cols, ny = (size_t)N * rows;
+        float *g = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
+        frand(g, nx, 3.0f), frand(u, nx, 1.0f), frand(nw, cols, 1.0f);
+        float *dg = up(c, g, sizeof(float) * nx), *du = up(c, u, sizeof(float) * nx), *dnw = up(c, nw, sizeof(float) * cols);
+        float *dt = tsc_alloc(c, sizeof(float) * nx), *dxo = tsc_alloc(c, sizeof(float) * nx), *duo = tsc_alloc(c, sizeof(float) * nx);
+        float *dy = tsc_alloc(c, sizeof(float) * ny), *dy1 = tsc_alloc(c, sizeof(float) * ny), *dy2 = tsc_alloc(c, sizeof(float) * ny);
+        const tsc_weight *wl[1] = {&dw};
+        /* swiglu: fused 16 rows, fused one row at a time, unfused */
+        tsc_linear_swiglu(c, wl, 1, dg, du, &dy, N);
+        for (int i = 0; i < N; i++) {
+            float *yi = dy1 + (size_t)i * rows;
+            tsc_linear_swiglu(c, wl, 1, dg + (size_t)i * cols, du + (size_t)i * cols, &yi, 1);
+        }
+        tsc_copy(c, dt, dg, sizeof(float) * nx);
+        tsc_silu_mul(c, dt, du, nx);
+        tsc_linear(c, wl, 1, dt, &dy2, N);
+        SYNC_OK(c);
+        float *y = down(c, dy, ny), *y1 = down(c, dy1, ny), *y2 = down(c, dy2, ny);
+        CHECK_MSG(!memcmp(y, y1, sizeof(float) * ny), "swiglu: 16-row call != 16 one-row calls (variant %d)", v);
+        CHECK_MSG(!memcmp(y, y2, sizeof(float) * ny), "swiglu: fused != silu_mul + product (variant %d)", v);
+        free(y), free(y1), free(y2);
+        /* addnorm: x = g, add = u */
+        tsc_fill(c, dxo, NAN, nx), tsc_fill(c, duo, NAN, nx);
+        tsc_linear_addnorm(c, wl, 1, dg, du, dnw, 1e-6f, dxo, duo, &dy, N);
+        for (int i = 0; i < N; i++) {
+            float *yi = dy1 + (size_t)i * rows;
+            tsc_linear_addnorm(c, wl, 1, dg + (size_t)i * cols, du + (size_t)i * cols, dnw, 1e-6f, dt + (size_t)i * cols,
+                               NULL, &yi, 1);
+        }
+        tsc_linear(c, wl, 1, duo, &dy2, N);
+        SYNC_OK(c);
+        y = down(c, dy, ny), y1 = down(c, dy1, ny), y2 = down(c, dy2, ny);
+        float *xo = down(c, dxo, nx), *uo = down(c, duo, nx), *xr = malloc(sizeof(float) * nx), *ur = malloc(sizeof(float) * nx);
+        memcpy(xr, g, sizeof(float) * nx);
+        ref_add_rmsnorm(xr, u, nw, ur, N, (int)cols, 1e-6f);
+        CHECK_MSG(!memcmp(xo, xr, sizeof(float) * nx), "addnorm: x_out != x + add (variant %d)", v);
+        const float ru = max_rel(uo, ur, nx, 1e-6f);
+        CHECK_MSG(ru <= 3e-7f, "addnorm: u_out rel %.3g (variant %d)", ru, v);
+        CHECK_MSG(!memcmp(y, y1, sizeof(float) * ny), "addnorm: 16-row call != 16 one-row calls (variant %d)", v);
+        CHECK_MSG(!memcmp(y, y2, sizeof(float) * ny), "addnorm: fused != product of u_out (variant %d)", v);
+        float *ref = malloc(sizeof(float) * ny);
+        ts_linear_ref(&h.w, ur, ref, N);
+        const float err = prod_err(&h.w, ur, y, ref, N);
+        CHECK_MSG(err <= LIN_TOL, "addnorm product off by %.3g of sum m|x| (variant %d)", err, v);
+        fprintf(stderr, "  fused q4t v%d  addnorm product worst %.2g of sum m|x|\n", v, err);
+        /* a bad call: add given, x_out aliasing x */
+        tsc_linear_addnorm(c, wl, 1, dg, du, dnw, 1e-6f, dg, NULL, &dy, 1);
+        CHECK(tsc_sync(c, &e) == TS_E_ARG && strstr(e.msg, "x_out"));
+        tsc_close(c);
+        ts_error e2;
+        CHECK(tsc_open(dev_index(), &c, &e2) == 0);
+        free(y), free(y1), free(y2), free(xo), free(uo), free(xr), free(ur), free(ref), free(g), free(u), free(nw);
+        free_hw(&h);
+    }
+    tsc_close(c);
+}
+
+/* MoE expert products by device ids vs the CPU reference on each selected
+ * expert; an id out of range gives zeros; n rows = n one-row calls. */
+TS_TEST(cuda, moe_linear_parity_and_row_exact) {
+    OPEN(c);
+    enum { E = 6, K = 2, NR = 3 };
+    const int64_t rows = 96, cols = 1024;
+    hw h[2][E];
+    tsc_weight dw[2][E];
+    ts_error e;
+    for (int t = 0; t < 2; t++)
+        for (int j = 0; j < E; j++) {
+            make_w(&h[t][j], TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, rows, cols);
+            tsc_weight hd = desc(&h[t][j].w);
+            CHECK_MSG(tsc_weight_upload(c, &hd, &dw[t][j], &e) == 0, "%s", e.msg);
+        }
+    int32_t ids[NR * K] = {(int32_t)(fr() * 2.9f + 3), 1, 5, -1 /* zeros */, 0, (int32_t)(fr() * 2.9f + 3)};
+    const size_t nx = (size_t)NR * K * cols;
+    float *x = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx);
+    frand(x, nx, 2.0f), frand(u, nx, 1.0f);
+    int32_t *did = up(c, ids, sizeof ids);
+    float *dx = up(c, x, sizeof(float) * nx), *du = up(c, u, sizeof(float) * nx);
+    const size_t ny = (size_t)NR * K * rows;
+    float *dy[2] = {tsc_alloc(c, sizeof(float) * ny), tsc_alloc(c, sizeof(float) * ny)};
+    float *dy1[2] = {tsc_alloc(c, sizeof(float) * ny), tsc_alloc(c, sizeof(float) * ny)};
+    const tsc_weight *tab[2] = {dw[0], dw[1]};
+    for (int mode = 0; mode < 2; mode++) {
+        /* mode 0: gate+up over x rows (x shared by a row's slots); 1: down over silu(x) * u per slot */
+        tsc_moe_linear(c, tab, mode ? 1 : 2, E, did, NR, K, dx, mode ? du : NULL, mode, dy);
+        for (int i = 0; i < NR; i++) {
+            float *yi[2] = {dy1[0] + (size_t)i * K * rows, dy1[1] + (size_t)i * K * rows};
+            const size_t xo = (size_t)i * (mode ? K : 1) * cols;
+            tsc_moe_linear(c, tab, mode ? 1 : 2, E, did + i * K, 1, K, dx + xo, mode ? du + xo : NULL, mode, yi);
+        }
+        SYNC_OK(c);
+        for (int t = 0; t < (mode ? 1 : 2); t++) {
+            float *y = down(c, dy[t], ny), *y1 = down(c, dy1[t], ny);
+            CHECK_MSG(!memcmp(y, y1, sizeof(float) * ny), "moe mode %d table %d: 3-row call != one-row calls", mode, t);
+            float worst = 0;
+            for (int s = 0; s < NR * K; s++) {
+                const float *xs = x + (size_t)(mode ? s : s / K) * cols;
+                float *xin = malloc(sizeof(float) * cols), *ref = malloc(sizeof(float) * rows);
+                for (int64_t k = 0; k < cols; k++) xin[k] = mode ? silu_ref(xs[k]) * u[(size_t)s * cols + k] : xs[k];
+                if (ids[s] < 0) {
+                    for (int64_t r = 0; r < rows; r++) CHECK(y[(size_t)s * rows + r] == 0.f);
+                } else {
+                    ts_linear_ref(&h[t][ids[s]].w, xin, ref, 1);
+                    const float err = prod_err(&h[t][ids[s]].w, xin, y + (size_t)s * rows, ref, 1);
+                    if (!(err <= worst)) worst = err;
+                }
+                free(xin), free(ref);
+            }
+            CHECK_MSG(worst <= LIN_TOL, "moe mode %d table %d: off by %.3g of sum m|x|", mode, t, worst);
+            fprintf(stderr, "  moe mode %d table %d worst %.2g of sum m|x|\n", mode, t, worst);
+            free(y), free(y1);
+        }
+    }
+    free(x), free(u);
+    for (int t = 0; t < 2; t++) {
+        tsc_free(c, dy[t]), tsc_free(c, dy1[t]);
+        for (int j = 0; j < E; j++) tsc_weight_free(c, &dw[t][j]), free_hw(&h[t][j]);
+    }
+    tsc_free(c, did), tsc_free(c, dx), tsc_free(c, du);
+    CHECK(tsc_mem_used(c) == 0);
     tsc_close(c);
 }

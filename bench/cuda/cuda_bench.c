@@ -1,23 +1,28 @@
 /* cuda_bench.c: the CUDA kernels' benchmark (build/cuda_bench, make CUDA=1).
  *
- *   cuda_bench [--device N] [--shape 9b] [--pos P] [--quick]
+ *   cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof]
  *
- * Owns: the device-copy bandwidth probe, the matrix-vector products on the
- * Qwen3.5-9B decode shapes (shapes/qwen3.5-9B.json: every projection of a GDN
- * and an attention layer, the FFN, the 248,320-row head; INT4 group 64, bf16
- * scales and biases, random weights), a whole decode step of that shape built
- * from the kernels (embed, per layer add+RMSNorm, projections, the GDN step or
- * attention over a cache of P positions, SwiGLU; final norm, head, argmax) run
- * eagerly and as one CUDA graph, and the step's products at 1..16 rows (the
- * verify cost). Does not own: the engine (the step here is the op sequence of
- * qwen35.c's decode path on random weights, not the model code), parity
+ * Owns: the device-copy bandwidth probe, the matrix-vector products of a
+ * decode step per group (INT4 group 64, bf16 scales and biases, random
+ * weights, stored as tsc_weight_upload stores them: Q4T), and whole decode
+ * steps built from the kernels for three shapes (shapes/qwen3.5-*.json):
+ * the 9B (32 layers), the 35B-A3B cut to 8 layers (6 GDN + 2 attention, MoE
+ * FFN with 256 experts, top 8, read by device ids) and the 0.8B (tied
+ * head). A step is timed as one CUDA graph in two forms: "fused" (add+RMSNorm
+ * staged by the next product, SwiGLU by the down product, programmatic
+ * dependent launch) and "plain" (one kernel per op, no PDL: the op sequence
+ * of the groundwork); kernels per step are the graph's nodes; the fused 9B
+ * step at 1..16 rows gives the verify cost. Does not own: the engine (the
+ * step is qwen35.c's op sequence on random weights), parity
  * (tests/test_cuda.c).
  *
  * Method (METHOD.md): device events around each region, warm-up first,
- * medians of several repetitions; every timed region reads several times the
- * 60 MB L2 (products are timed over all layers' distinct weights; the probe
- * copies 2 GiB). The probe counts bytes read plus bytes written. Prints one
- * table (stdout) and "key value" lines for scripts/gpu_check.sh.
+ * medians; every timed region reads several times the 60 MB L2 (groups are
+ * timed over all layers' distinct weights; the probe copies 2 GiB). The probe
+ * counts bytes read plus bytes written. Bytes per token: the weights a step
+ * reads (for MoE the 8 selected experts of each layer). Prints tables and
+ * "KV key value" lines for scripts/gpu_check.sh. --prof: each product group
+ * of the 9B and the 35B-A3B once after a warm-up, for ncu.
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,20 +31,21 @@
 
 #include "cuda/tsc.h"
 
-#define NL 32       /* 9B: layers */
-#define H 4096
-#define FF 12288
-#define V 248320
-#define NQ 16
-#define NKV 4
-#define HD 256
-#define HK 16
-#define HV 32
-#define DK 128
-#define CONV (2 * HK * DK + HV * DK) /* 8192 */
-#define VD (HV * DK)                 /* 4096 */
+typedef struct {
+    const char *name, *key;
+    int NL, H, FF, V, NQ, NKV, HD, HK, HV, DK, tied;
+    int E, TOPK, FE, FS; /* MoE: experts, top k, expert and shared FFN widths (E = 0: dense) */
+    double llama_tok_s;  /* llama.cpp Q4_K_M on an H200 (anchors.md), 0: none */
+} shape;
+
+static const shape SHAPES[] = {
+    {"Qwen3.5-9B", "9b", 32, 4096, 12288, 248320, 16, 4, 256, 16, 32, 128, 0, 0, 0, 0, 0, 213.6},
+    {"Qwen3.5-35B-A3B, 8 layers", "35b8", 8, 2048, 0, 248320, 16, 2, 256, 16, 32, 128, 0, 256, 8, 512, 512, 848.6},
+    {"Qwen3.5-0.8B", "0.8b", 24, 1024, 3584, 248320, 8, 2, 256, 16, 16, 128, 1, 0, 0, 0, 0, 0},
+};
 
 static tsc_ctx *C;
+static const shape *S;
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -58,14 +64,21 @@ static void die_if_err(const char *where) {
     }
 }
 
+/* random INT4 g64 weight, made in the MLX layout on the device and stored as
+ * the upload stores it */
 static tsc_weight qweight(int64_t rows, int64_t cols, uint32_t seed) {
-    tsc_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16};
+    tsc_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16, 0};
     const size_t words = (size_t)rows * cols / 8, ng = (size_t)rows * (cols / 64);
     void *d = tsc_alloc(C, words * 4), *s = tsc_alloc(C, ng * 2), *b = tsc_alloc(C, ng * 2);
     tsc_fill_random(C, d, words, TS_DTYPE_U32, 0, 0, seed);
     tsc_fill_random(C, s, ng, TS_DTYPE_BF16, 0.001f, 0.004f, seed + 1);
     tsc_fill_random(C, b, ng, TS_DTYPE_BF16, -0.03f, -0.01f, seed + 2);
     w.data = d, w.scales = s, w.biases = b;
+    ts_error e;
+    if (tsc_weight_relayout(C, &w, &e)) {
+        fprintf(stderr, "cuda_bench: relayout: %s\n", e.msg);
+        exit(1);
+    }
     return w;
 }
 
@@ -77,163 +90,271 @@ static float *vec(size_t n, float lo, float hi, uint32_t seed) {
 
 typedef struct {
     int full;
-    tsc_weight qkv, z, b, a, out;       /* GDN */
-    tsc_weight q, k, v, o;              /* attention */
-    tsc_weight gate, up, down;
+    tsc_weight qkv, z, b, a, out; /* GDN */
+    tsc_weight q, k, v, o;        /* attention */
+    tsc_weight gate, up, down;    /* dense FFN */
+    tsc_weight router, sg, su, sd, sgw; /* MoE: router, shared expert, its gate */
+    tsc_weight *eg, *eu, *ed;           /* E experts each */
     float *in_norm, *post_norm, *conv_w, *conv_state, *S, *neg_A, *dt_bias, *gnorm, *q_norm, *k_norm, *Kc, *Vc;
 } layer;
 
-static layer L[NL];
-static tsc_weight EMB, HEAD;
+#define NLMAX 40
+static layer L[NLMAX];
+static tsc_weight EMB, HEADW;
+static const tsc_weight *HEAD;
 static float *FNORM;
-static int POS = 512, MAXT;
+static int POS = 512, MAXT, CONV, VD;
 
 /* activations / scratch, sized for 16 rows */
-static float *X, *U, *T, *QKV, *Z, *BB, *AA, *O, *G, *UP, *QG, *KB, *VB, *AO, *LOG, *GWS, *AWS;
-static int32_t *IDS, *OUT_ID;
+static float *X[2], *U, *T, *QKV, *Z, *BB, *AA, *O, *G, *UP, *QG, *KB, *VB, *AO, *LOG, *GWS, *AWS;
+static float *LOGE, *SG, *SU, *SY, *GW, *EG, *EU, *ED, *WTS;
+static int32_t *IDS, *OUT_ID, *EIDS;
 static void *AMWS;
 
 static void build(void) {
     uint32_t seed = 1;
-    for (int l = 0; l < NL; l++) {
+    const int H = S->H;
+    CONV = 2 * S->HK * S->DK + S->HV * S->DK, VD = S->HV * S->DK;
+    for (int l = 0; l < S->NL; l++) {
         layer *y = &L[l];
+        memset(y, 0, sizeof *y);
         y->full = (l + 1) % 4 == 0;
         if (y->full) {
-            y->q = qweight(2 * NQ * HD, H, seed += 8), y->k = qweight(NKV * HD, H, seed += 8);
-            y->v = qweight(NKV * HD, H, seed += 8), y->o = qweight(H, NQ * HD, seed += 8);
-            y->q_norm = vec(HD, 0.5f, 1.5f, seed += 8), y->k_norm = vec(HD, 0.5f, 1.5f, seed += 8);
-            y->Kc = vec((size_t)MAXT * NKV * HD, -1, 1, seed += 8), y->Vc = vec((size_t)MAXT * NKV * HD, -1, 1, seed += 8);
+            y->q = qweight(2 * S->NQ * S->HD, H, seed += 8), y->k = qweight(S->NKV * S->HD, H, seed += 8);
+            y->v = qweight(S->NKV * S->HD, H, seed += 8), y->o = qweight(H, S->NQ * S->HD, seed += 8);
+            y->q_norm = vec(S->HD, 0.5f, 1.5f, seed += 8), y->k_norm = vec(S->HD, 0.5f, 1.5f, seed += 8);
+            y->Kc = vec((size_t)MAXT * S->NKV * S->HD, -1, 1, seed += 8);
+            y->Vc = vec((size_t)MAXT * S->NKV * S->HD, -1, 1, seed += 8);
         } else {
-            y->qkv = qweight(CONV, H, seed += 8), y->z = qweight(VD, H, seed += 8), y->b = qweight(HV, H, seed += 8);
-            y->a = qweight(HV, H, seed += 8), y->out = qweight(H, VD, seed += 8);
+            y->qkv = qweight(CONV, H, seed += 8), y->z = qweight(VD, H, seed += 8), y->b = qweight(S->HV, H, seed += 8);
+            y->a = qweight(S->HV, H, seed += 8), y->out = qweight(H, VD, seed += 8);
             y->conv_w = vec(4 * CONV, -0.5f, 0.5f, seed += 8), y->conv_state = vec(3 * CONV, -1, 1, seed += 8);
-            y->S = vec((size_t)HV * DK * DK, -0.05f, 0.05f, seed += 8), y->neg_A = vec(HV, -2, -0.1f, seed += 8);
-            y->dt_bias = vec(HV, -1, 1, seed += 8), y->gnorm = vec(DK, 0.5f, 1.5f, seed += 8);
+            y->S = vec((size_t)S->HV * S->DK * S->DK, -0.05f, 0.05f, seed += 8), y->neg_A = vec(S->HV, -2, -0.1f, seed += 8);
+            y->dt_bias = vec(S->HV, -1, 1, seed += 8), y->gnorm = vec(S->DK, 0.5f, 1.5f, seed += 8);
         }
-        y->gate = qweight(FF, H, seed += 8), y->up = qweight(FF, H, seed += 8), y->down = qweight(H, FF, seed += 8);
+        if (S->E) {
+            y->router = qweight(S->E, H, seed += 8);
+            y->sg = qweight(S->FS, H, seed += 8), y->su = qweight(S->FS, H, seed += 8), y->sd = qweight(H, S->FS, seed += 8);
+            y->sgw = qweight(1, H, seed += 8);
+            y->eg = malloc(sizeof(tsc_weight) * S->E), y->eu = malloc(sizeof(tsc_weight) * S->E);
+            y->ed = malloc(sizeof(tsc_weight) * S->E);
+            for (int e = 0; e < S->E; e++) {
+                y->eg[e] = qweight(S->FE, H, seed += 8), y->eu[e] = qweight(S->FE, H, seed += 8);
+                y->ed[e] = qweight(H, S->FE, seed += 8);
+            }
+        } else {
+            y->gate = qweight(S->FF, H, seed += 8), y->up = qweight(S->FF, H, seed += 8), y->down = qweight(H, S->FF, seed += 8);
+        }
         y->in_norm = vec(H, 0.5f, 1.5f, seed += 8), y->post_norm = vec(H, 0.5f, 1.5f, seed += 8);
     }
-    EMB = qweight(V, H, seed += 8), HEAD = qweight(V, H, seed += 8), FNORM = vec(H, 0.5f, 1.5f, seed += 8);
-    const int R = TSC_ROWS_MAX;
-    X = vec((size_t)R * H, -1, 1, 90), U = vec((size_t)R * H, -1, 1, 91), T = vec((size_t)R * H, -1, 1, 92);
-    QKV = vec((size_t)R * CONV, -1, 1, 93), Z = vec((size_t)R * VD, -1, 1, 94), BB = vec(R * HV, -1, 1, 95);
-    AA = vec(R * HV, -1, 1, 96), O = vec((size_t)R * VD, -1, 1, 97), G = vec((size_t)R * FF, -1, 1, 98);
-    UP = vec((size_t)R * FF, -1, 1, 99), QG = vec((size_t)R * NQ * 2 * HD, -1, 1, 100);
-    KB = vec((size_t)R * NKV * HD, -1, 1, 101), VB = vec((size_t)R * NKV * HD, -1, 1, 102);
-    AO = vec((size_t)R * NQ * HD, -1, 1, 103), LOG = vec((size_t)R * V, -1, 1, 104);
-    GWS = tsc_alloc(C, tsc_gdn_ws_bytes(R, CONV)), AWS = tsc_alloc(C, tsc_attn_ws_bytes(R, NQ, HD, MAXT));
+    EMB = qweight(S->V, H, seed += 8);
+    if (S->tied) HEAD = &EMB;
+    else HEADW = qweight(S->V, H, seed += 8), HEAD = &HEADW;
+    FNORM = vec(H, 0.5f, 1.5f, seed += 8);
+    const int R = TSC_ROWS_MAX, FF = S->E ? S->FE : S->FF, K8 = S->E ? S->TOPK : 1;
+    X[0] = vec((size_t)R * H, -1, 1, 90), X[1] = vec((size_t)R * H, -1, 1, 89);
+    U = vec((size_t)R * H, -1, 1, 91), T = vec((size_t)R * H, -1, 1, 92);
+    QKV = vec((size_t)R * CONV, -1, 1, 93), Z = vec((size_t)R * VD, -1, 1, 94), BB = vec(R * S->HV, -1, 1, 95);
+    AA = vec(R * S->HV, -1, 1, 96), O = vec((size_t)R * VD, -1, 1, 97), G = vec((size_t)R * FF, -1, 1, 98);
+    UP = vec((size_t)R * FF, -1, 1, 99), QG = vec((size_t)R * S->NQ * 2 * S->HD, -1, 1, 100);
+    KB = vec((size_t)R * S->NKV * S->HD, -1, 1, 101), VB = vec((size_t)R * S->NKV * S->HD, -1, 1, 102);
+    AO = vec((size_t)R * S->NQ * S->HD, -1, 1, 103), LOG = vec((size_t)R * S->V, -1, 1, 104);
+    if (S->E) {
+        LOGE = vec((size_t)R * S->E, -1, 1, 105), SG = vec((size_t)R * S->FS, -1, 1, 106), SU = vec((size_t)R * S->FS, -1, 1, 107);
+        SY = vec((size_t)R * H, -1, 1, 108), GW = vec(R, -1, 1, 109), WTS = vec((size_t)R * K8, 0, 1, 110);
+        EG = vec((size_t)R * K8 * S->FE, -1, 1, 111), EU = vec((size_t)R * K8 * S->FE, -1, 1, 112);
+        ED = vec((size_t)R * K8 * H, -1, 1, 113);
+        EIDS = tsc_alloc(C, (size_t)R * K8 * sizeof(int32_t));
+    }
+    GWS = tsc_alloc(C, tsc_gdn_ws_bytes(R, CONV)), AWS = tsc_alloc(C, tsc_attn_ws_bytes(R, S->NQ, S->HD, MAXT));
     AMWS = tsc_alloc(C, tsc_argmax_ws_bytes(R));
     IDS = tsc_alloc(C, R * sizeof(int32_t)), OUT_ID = tsc_alloc(C, R * sizeof(int32_t));
     int32_t ids[TSC_ROWS_MAX];
     for (int i = 0; i < R; i++) ids[i] = 1000 + 37 * i;
     tsc_write(C, IDS, ids, sizeof ids);
-    die_if_err("building the 9B-shape weights");
-}
-
-static void lin1(const tsc_weight *w, const float *x, float *y, int n) { tsc_linear(C, (const tsc_weight *[]){w}, 1, x, &y, n); }
-
-/* ---- the product groups of a decode step (as qwen35.c issues them) ---- */
-enum { P_GDN_IN, P_GDN_OUT, P_ATT_QKV, P_ATT_O, P_FFN_GU, P_FFN_DOWN, P_HEAD, P_N };
-static const char *PNAME[P_N] = {"gdn in_proj qkv+z+b+a [8192|4096|32|32 x 4096]", "gdn out_proj [4096 x 4096]",
-                                 "attn q+k+v [8192|1024|1024 x 4096]", "attn o_proj [4096 x 4096]",
-                                 "ffn gate+up [2 x 12288 x 4096]", "ffn down [4096 x 12288]",
-                                 "head [248320 x 4096]"};
-
-static size_t group_call(int p, int l, int n) {
-    layer *y = &L[l];
-    switch (p) {
-    case P_GDN_IN:
-        tsc_linear(C, (const tsc_weight *[]){&y->qkv, &y->z, &y->b, &y->a}, 4, U, (float *[]){QKV, Z, BB, AA}, n);
-        return tsc_weight_bytes(&y->qkv) + tsc_weight_bytes(&y->z) + tsc_weight_bytes(&y->b) + tsc_weight_bytes(&y->a);
-    case P_GDN_OUT: lin1(&y->out, O, T, n); return tsc_weight_bytes(&y->out);
-    case P_ATT_QKV:
-        tsc_linear(C, (const tsc_weight *[]){&y->q, &y->k, &y->v}, 3, U, (float *[]){QG, KB, VB}, n);
-        return tsc_weight_bytes(&y->q) + tsc_weight_bytes(&y->k) + tsc_weight_bytes(&y->v);
-    case P_ATT_O: lin1(&y->o, AO, T, n); return tsc_weight_bytes(&y->o);
-    case P_FFN_GU:
-        tsc_linear(C, (const tsc_weight *[]){&y->gate, &y->up}, 2, U, (float *[]){G, UP}, n);
-        return tsc_weight_bytes(&y->gate) + tsc_weight_bytes(&y->up);
-    case P_FFN_DOWN: lin1(&y->down, G, T, n); return tsc_weight_bytes(&y->down);
-    default: lin1(&HEAD, U, LOG, n); return tsc_weight_bytes(&HEAD);
+    die_if_err("building the weights");
+    if (S->E) {
+        /* routing of the benchmark's rows: real ids from the router, so the
+         * experts read are the ones a step selects (distinct per row) */
+        tsc_linear(C, (const tsc_weight *[]){&L[0].router}, 1, U, &LOGE, R);
+        tsc_moe_route(C, LOGE, R, S->E, S->TOPK, 1, EIDS, WTS);
+        die_if_err("routing");
     }
 }
+
+static size_t wb(const tsc_weight *w) { return tsc_weight_bytes(w); }
+static void lin(const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) { tsc_linear(C, w, nw, x, y, n); }
+
+/* ---- product groups (as the decode step issues them; 1..n rows) ---- */
+enum { P_GDN_IN, P_GDN_OUT, P_ATT_QKV, P_ATT_O, P_FFN_GU, P_FFN_DOWN, P_MOE_RS, P_MOE_GU, P_MOE_DOWN, P_MOE_SDOWN, P_HEAD, P_N };
+static const char *PNAME[P_N] = {"gdn in_proj qkv+z+b+a", "gdn out_proj", "attn q+k+v", "attn o_proj",
+                                 "ffn gate+up", "ffn down", "moe router+shared gate/up+gate", "moe experts gate+up (top k)",
+                                 "moe experts down (top k)", "moe shared down", "head"};
 
 static int group_applies(int p, int l) {
     if (p == P_HEAD) return l == 0;
     if (p == P_GDN_IN || p == P_GDN_OUT) return !L[l].full;
     if (p == P_ATT_QKV || p == P_ATT_O) return L[l].full;
-    return 1;
+    if (p == P_FFN_GU || p == P_FFN_DOWN) return !S->E;
+    return S->E != 0;
 }
 
-/* One pass of group p over every layer it applies to (distinct weights, so
- * the pass reads far more than L2); median ms over reps. */
-static double time_group(int p, int n, int reps, size_t *bytes) {
+static size_t group_call(int p, int l, int n) {
+    layer *y = &L[l];
+    const int k = S->TOPK;
+    switch (p) {
+    case P_GDN_IN:
+        lin((const tsc_weight *[]){&y->qkv, &y->z, &y->b, &y->a}, 4, U, (float *[]){QKV, Z, BB, AA}, n);
+        return wb(&y->qkv) + wb(&y->z) + wb(&y->b) + wb(&y->a);
+    case P_GDN_OUT: lin((const tsc_weight *[]){&y->out}, 1, O, &T, n); return wb(&y->out);
+    case P_ATT_QKV:
+        lin((const tsc_weight *[]){&y->q, &y->k, &y->v}, 3, U, (float *[]){QG, KB, VB}, n);
+        return wb(&y->q) + wb(&y->k) + wb(&y->v);
+    case P_ATT_O: lin((const tsc_weight *[]){&y->o}, 1, AO, &T, n); return wb(&y->o);
+    case P_FFN_GU:
+        lin((const tsc_weight *[]){&y->gate, &y->up}, 2, U, (float *[]){G, UP}, n);
+        return wb(&y->gate) + wb(&y->up);
+    case P_FFN_DOWN: lin((const tsc_weight *[]){&y->down}, 1, G, &T, n); return wb(&y->down);
+    case P_MOE_RS:
+        lin((const tsc_weight *[]){&y->router, &y->sg, &y->su, &y->sgw}, 4, U, (float *[]){LOGE, SG, SU, GW}, n);
+        return wb(&y->router) + wb(&y->sg) + wb(&y->su) + wb(&y->sgw);
+    case P_MOE_GU:
+        tsc_moe_linear(C, (const tsc_weight *[]){y->eg, y->eu}, 2, S->E, EIDS, n, k, U, NULL, 0, (float *[]){EG, EU});
+        return (size_t)n * k * (wb(&y->eg[0]) + wb(&y->eu[0]));
+    case P_MOE_DOWN:
+        tsc_moe_linear(C, (const tsc_weight *[]){y->ed}, 1, S->E, EIDS, n, k, EG, EU, 1, (float *[]){ED});
+        return (size_t)n * k * wb(&y->ed[0]);
+    case P_MOE_SDOWN: tsc_linear_swiglu(C, (const tsc_weight *[]){&y->sd}, 1, SG, SU, &SY, n); return wb(&y->sd);
+    default: lin((const tsc_weight *[]){HEAD}, 1, U, &LOG, n); return wb(HEAD);
+    }
+}
+
+/* One pass of group p over every layer it applies to, captured as one graph
+ * (launch gaps of a graph, as in the step); median ms over reps. */
+static double time_group(int p, int n, int reps, size_t *bytes, int *calls) {
     double t[64];
+    *calls = 0;
+    for (int l = 0; l < S->NL; l++) *calls += group_applies(p, l);
+    size_t b = 0;
+    tsc_graph_begin(C);
+    for (int l = 0; l < S->NL; l++)
+        if (group_applies(p, l)) b += group_call(p, l, n);
+    tsc_graph *g = tsc_graph_end(C);
+    *bytes = b;
+    die_if_err(PNAME[p]);
     for (int r = -1; r < reps; r++) {
-        size_t b = 0;
         tsc_timer_start(C);
-        for (int l = 0; l < NL; l++)
-            if (group_applies(p, l)) b += group_call(p, l, n);
+        tsc_graph_launch(C, g);
         double ms = tsc_timer_ms(C);
         if (r >= 0) t[r] = ms;
-        *bytes = b;
     }
+    tsc_graph_free(g);
     die_if_err(PNAME[p]);
     return median(t, reps);
 }
 
-/* ---- a whole decode step of the 9B shape ---- */
+/* ---- a whole decode step ---- */
 static size_t STEP_BYTES;
 
-static void step(int n, int products_only) {
-    size_t b = 0;
-    if (!products_only) tsc_embed(C, &EMB, IDS, n, X);
-    for (int l = 0; l < NL; l++) {
-        layer *y = &L[l];
-        /* x += the previous layer's FFN output, u = norm(x) */
-        if (!products_only) tsc_add_rmsnorm(C, X, l ? T : NULL, y->in_norm, U, n, H, 1e-6f);
-        if (y->full) {
-            b += group_call(P_ATT_QKV, l, n);
-            if (!products_only) {
-                tsc_attn_args a = {n, POS, NQ, NKV, HD, 64, 1e7f, 1e-6f, QG, KB, VB, y->q_norm, y->k_norm,
-                                   y->Kc, y->Vc, MAXT, AO, AWS, NULL, 0, 0};
-                tsc_attn_decode(C, &a);
-            }
-            b += group_call(P_ATT_O, l, n);
-        } else {
-            b += group_call(P_GDN_IN, l, n);
-            if (!products_only) {
-                tsc_gdn_args g = {n, HK, HV, DK, DK, 4, QKV, Z, BB, AA, y->conv_state, y->conv_w, y->S,
-                                  y->neg_A, y->dt_bias, y->gnorm, 1e-6f, O, GWS};
-                tsc_gdn_step(C, &g);
-            }
-            b += group_call(P_GDN_OUT, l, n);
-        }
-        if (!products_only) tsc_add_rmsnorm(C, X, T, y->post_norm, U, n, H, 1e-6f);
-        b += group_call(P_FFN_GU, l, n);
-        if (!products_only) tsc_silu_mul(C, G, UP, (size_t)n * FF);
-        b += group_call(P_FFN_DOWN, l, n);
+static void mixer(layer *y, int n) {
+    if (y->full) {
+        tsc_attn_args a = {n, POS, S->NQ, S->NKV, S->HD, 64, 1e7f, 1e-6f, QG, KB, VB, y->q_norm, y->k_norm,
+                           y->Kc, y->Vc, MAXT, AO, AWS, NULL, 0, 0};
+        tsc_attn_decode(C, &a);
+    } else {
+        tsc_gdn_args g = {n, S->HK, S->HV, S->DK, S->DK, 4, QKV, Z, BB, AA, y->conv_state, y->conv_w, y->S,
+                          y->neg_A, y->dt_bias, y->gnorm, 1e-6f, O, GWS};
+        tsc_gdn_step(C, &g);
     }
-    if (!products_only) tsc_add_rmsnorm(C, X, T, FNORM, U, n, H, 1e-6f);
-    b += group_call(P_HEAD, 0, n);
-    if (!products_only) tsc_argmax(C, LOG, n, V, OUT_ID, AMWS);
+}
+
+/* fused: products stage add+RMSNorm and SwiGLU (x ping-pongs between X[0]
+ * and X[1]); plain: one kernel per op, in place, the groundwork's sequence */
+static void step(int n, int fused) {
+    size_t b = 0;
+    const int H = S->H, k = S->TOPK;
+    int cur = 0;
+    tsc_embed(C, &EMB, IDS, n, X[0]);
+    for (int l = 0; l < S->NL; l++) {
+        layer *y = &L[l];
+        const float *add = l ? T : NULL;
+        /* mixer input: x (+ the previous FFN's output), normed */
+        const tsc_weight *wm[4];
+        float *ym[4];
+        int nm;
+        if (y->full) wm[0] = &y->q, wm[1] = &y->k, wm[2] = &y->v, ym[0] = QG, ym[1] = KB, ym[2] = VB, nm = 3;
+        else wm[0] = &y->qkv, wm[1] = &y->z, wm[2] = &y->b, wm[3] = &y->a, ym[0] = QKV, ym[1] = Z, ym[2] = BB, ym[3] = AA, nm = 4;
+        for (int i = 0; i < nm; i++) b += wb(wm[i]);
+        if (fused) {
+            tsc_linear_addnorm(C, wm, nm, X[cur], add, y->in_norm, 1e-6f, add ? X[cur ^ 1] : NULL, NULL, ym, n);
+            if (add) cur ^= 1;
+        } else {
+            tsc_add_rmsnorm(C, X[0], add, y->in_norm, U, n, H, 1e-6f);
+            lin(wm, nm, U, ym, n);
+        }
+        mixer(y, n);
+        b += group_call(y->full ? P_ATT_O : P_GDN_OUT, l, n);
+        /* FFN input: x + the mixer's output, normed */
+        if (!S->E) {
+            const tsc_weight *wf[2] = {&y->gate, &y->up};
+            b += wb(&y->gate) + wb(&y->up) + wb(&y->down);
+            if (fused) {
+                tsc_linear_addnorm(C, wf, 2, X[cur], T, y->post_norm, 1e-6f, X[cur ^ 1], NULL, (float *[]){G, UP}, n);
+                cur ^= 1;
+                tsc_linear_swiglu(C, (const tsc_weight *[]){&y->down}, 1, G, UP, &T, n);
+            } else {
+                tsc_add_rmsnorm(C, X[0], T, y->post_norm, U, n, H, 1e-6f);
+                lin(wf, 2, U, (float *[]){G, UP}, n);
+                tsc_silu_mul(C, G, UP, (size_t)n * S->FF);
+                lin((const tsc_weight *[]){&y->down}, 1, G, &T, n);
+            }
+        } else {
+            const tsc_weight *wr[4] = {&y->router, &y->sg, &y->su, &y->sgw};
+            float *yr[4] = {LOGE, SG, SU, GW};
+            b += wb(&y->router) + wb(&y->sg) + wb(&y->su) + wb(&y->sgw) + wb(&y->sd);
+            if (fused) {
+                tsc_linear_addnorm(C, wr, 4, X[cur], T, y->post_norm, 1e-6f, X[cur ^ 1], U, yr, n);
+                cur ^= 1;
+            } else {
+                tsc_add_rmsnorm(C, X[0], T, y->post_norm, U, n, H, 1e-6f);
+                lin(wr, 4, U, yr, n);
+            }
+            tsc_moe_route(C, LOGE, n, S->E, k, 1, EIDS, WTS);
+            b += group_call(P_MOE_GU, l, n);
+            b += group_call(P_MOE_DOWN, l, n);
+            if (fused) tsc_linear_swiglu(C, (const tsc_weight *[]){&y->sd}, 1, SG, SU, &SY, n);
+            else {
+                tsc_silu_mul(C, SG, SU, (size_t)n * S->FS);
+                lin((const tsc_weight *[]){&y->sd}, 1, SG, &SY, n);
+            }
+            tsc_moe_combine(C, ED, WTS, n, k, SY, GW, T, H);
+        }
+    }
+    if (fused) tsc_linear_addnorm(C, (const tsc_weight *[]){HEAD}, 1, X[cur], T, FNORM, 1e-6f, X[cur ^ 1], NULL, &LOG, n);
+    else {
+        tsc_add_rmsnorm(C, X[0], T, FNORM, U, n, H, 1e-6f);
+        lin((const tsc_weight *[]){HEAD}, 1, U, &LOG, n);
+    }
+    b += wb(HEAD);
+    tsc_argmax(C, LOG, n, S->V, OUT_ID, AMWS);
     STEP_BYTES = b;
 }
 
-/* median ms of one step: eager (launches from the host) or replayed graph */
-static double time_step(int n, int products_only, int graph, int reps) {
+static int NODES;
+
+/* median ms of one replay of the step's graph */
+static double time_step_pdl(int n, int fused, int pdl, int reps) {
     double t[64];
-    tsc_graph *g = NULL;
-    if (graph) {
-        tsc_graph_begin(C);
-        step(n, products_only);
-        g = tsc_graph_end(C);
-        die_if_err("capturing the step");
-    }
+    tsc_set_pdl(C, pdl);
+    tsc_graph_begin(C);
+    step(n, fused);
+    tsc_graph *g = tsc_graph_end(C);
+    tsc_set_pdl(C, 1);
+    die_if_err("capturing the step");
+    NODES = tsc_graph_nodes(g);
     for (int r = -2; r < reps; r++) {
         tsc_timer_start(C);
-        if (graph) tsc_graph_launch(C, g);
-        else step(n, products_only);
+        tsc_graph_launch(C, g);
         double ms = tsc_timer_ms(C);
         if (r >= 0) t[r] = ms;
     }
@@ -242,139 +363,124 @@ static double time_step(int n, int products_only, int graph, int reps) {
     return median(t, reps);
 }
 
-/* median ms of `reps` launches of one small op in a graph of 50 copies */
-#define OPT(name, call)                                                       \
-    do {                                                                      \
-        tsc_graph_begin(C);                                                   \
-        for (int k_ = 0; k_ < 50; k_++) { call; }                             \
-        tsc_graph *g_ = tsc_graph_end(C);                                     \
-        double t_[9];                                                         \
-        for (int r_ = -1; r_ < 9; r_++) {                                     \
-            tsc_timer_start(C);                                               \
-            tsc_graph_launch(C, g_);                                          \
-            double ms_ = tsc_timer_ms(C);                                     \
-            if (r_ >= 0) t_[r_] = ms_;                                        \
-        }                                                                     \
-        tsc_graph_free(g_);                                                   \
-        die_if_err(name);                                                     \
-        printf("%-44s %9.2f us\n", name, median(t_, 9) / 50 * 1000);          \
-        printf("KV op_us.%s %.3f\n", name, median(t_, 9) / 50 * 1000);        \
-    } while (0)
+static double time_step(int n, int fused, int reps) { return time_step_pdl(n, fused, fused, reps); }
+
+static void free_all(void) {
+    for (int l = 0; l < S->NL; l++) free(L[l].eg), free(L[l].eu), free(L[l].ed);
+    tsc_close(C);
+}
+
+static double PROBE;
+
+static void run_shape(int quick, int prof) {
+    const int reps = quick ? 5 : 15;
+    build();
+    if (prof) {
+        for (int r = 0; r < 2; r++)
+            for (int p = 0; p < P_N; p++) {
+                int l = 0;
+                while (l < S->NL && !group_applies(p, l)) l++;
+                if (l < S->NL) group_call(p, l, 1);
+            }
+        die_if_err("prof");
+        return;
+    }
+    printf("\n== %s (%s): %d layers, H %d, INT4 g64 bf16 (Q4T), pos %d\n", S->name, S->key, S->NL, S->H, POS);
+    printf("%-40s %8s %9s %8s %8s\n", "products, 1 row (all layers, one graph)", "MB", "us/call", "GB/s", "% probe");
+    for (int p = 0; p < P_N; p++) {
+        if (!group_applies(p, 0) && !group_applies(p, 3) && p != P_HEAD) continue;
+        size_t b;
+        int calls;
+        double ms = time_group(p, 1, reps, &b, &calls);
+        const double gbs = b / (ms * 1e-3) / 1e9;
+        printf("%-40s %8.1f %9.2f %8.0f %7.1f%%\n", PNAME[p], b / 1e6 / calls, ms * 1000 / calls, gbs, 100 * gbs / PROBE);
+        printf("KV %s.prod_pct.%d %.2f\n", S->key, p, 100 * gbs / PROBE);
+    }
+    const double sp = time_step(1, 0, reps);
+    const int np = NODES;
+    const double snp = time_step_pdl(1, 1, 0, reps);
+    const double sf = time_step(1, 1, reps);
+    const int nf = NODES;
+    const double bytes = (double)STEP_BYTES, pct = 100 * bytes / (sf * 1e-3) / 1e9 / PROBE;
+    printf("\n%s decode step, one graph: %.3f GB of weights per token\n", S->name, bytes / 1e9);
+    printf("%-34s %9.3f ms %8.1f tok/s %6.1f%% of probe, %d kernels\n", "plain (op per kernel, no PDL)", sp, 1e3 / sp,
+           100 * bytes / (sp * 1e-3) / 1e9 / PROBE, np);
+    printf("%-34s %9.3f ms %8.1f tok/s %6.1f%% of probe, %d kernels\n", "fused, no PDL", snp, 1e3 / snp,
+           100 * bytes / (snp * 1e-3) / 1e9 / PROBE, nf);
+    printf("%-34s %9.3f ms %8.1f tok/s %6.1f%% of probe, %d kernels\n", "fused + PDL", sf, 1e3 / sf, pct, nf);
+    if (S->llama_tok_s > 0)
+        printf("%-34s %9.3f ms %8.1f tok/s  -> x%.2f (target x3)\n", "llama.cpp Q4_K_M (anchors.md)", 1e3 / S->llama_tok_s,
+               S->llama_tok_s, 1e3 / sf / S->llama_tok_s);
+    printf("KV %s.step_ms %.4f\nKV %s.tok_s %.1f\nKV %s.pct %.2f\nKV %s.kernels %d\nKV %s.plain_ms %.4f\nKV %s.bytes %.0f\nKV %s.nopdl_ms %.4f\n",
+           S->key, sf, S->key, 1e3 / sf, S->key, pct, S->key, nf, S->key, sp, S->key, bytes, S->key, snp);
+    if (S->llama_tok_s > 0) printf("KV %s.vs_llama %.2f\n", S->key, 1e3 / sf / S->llama_tok_s);
+    if (!strcmp(S->key, "9b")) {
+        printf("\n%-20s %9s %9s\n", "rows (fused step)", "ms", "x 1 row");
+        static const int ns[] = {1, 2, 4, 8, 16};
+        for (int k = 0; k < 5; k++) {
+            const double ms = time_step(ns[k], 1, quick ? 3 : 7);
+            printf("%-20d %9.3f %9.2f\n", ns[k], ms, ms / sf);
+            printf("KV rows_ratio.%d %.3f\n", ns[k], ms / sf);
+        }
+    }
+}
 
 int main(int argc, char **argv) {
-    int dev = 0, quick = 0;
+    int dev = 0, quick = 0, prof = 0;
+    const char *which = "all";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) dev = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pos") && i + 1 < argc) POS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
-            if (strcmp(argv[++i], "9b")) { fprintf(stderr, "cuda_bench: --shape: only 9b\n"); return 2; }
-        } else {
-            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b] [--pos P] [--quick]\n");
+        else if (!strcmp(argv[i], "--prof")) prof = 1;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
+        else {
+            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof]\n");
             return 2;
         }
     }
-    ts_error e;
-    if (tsc_open(dev, &C, &e)) {
-        fprintf(stderr, "cuda_bench: %s\n", e.msg);
-        return 1;
+    int any = 0;
+    for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) any |= !strcmp(which, "all") || !strcmp(which, SHAPES[si].key);
+    if (!any) {
+        fprintf(stderr, "cuda_bench: --shape %s: one of 9b, 35b8, 0.8b, all\n", which);
+        return 2;
     }
-    char name[128];
-    int n_sm;
-    size_t fb, tb;
-    tsc_info(C, name, sizeof name, &n_sm, &fb, &tb);
-    printf("device: %s, %d SMs, %.1f GiB\n", name, n_sm, tb / 1073741824.0);
     MAXT = POS + TSC_ROWS_MAX + 1;
-    const int reps = quick ? 5 : 15;
-
-    /* 1. the copy probe: 2 GiB device to device, read + write counted */
-    const size_t cb = (size_t)2 << 30;
-    void *s = tsc_alloc(C, cb), *d = tsc_alloc(C, cb);
-    tsc_fill_random(C, s, cb / 4, TS_DTYPE_U32, 0, 0, 7);
-    double tc[64];
-    for (int r = -2; r < reps; r++) {
-        tsc_timer_start(C);
-        tsc_copy(C, d, s, cb);
-        double ms = tsc_timer_ms(C);
-        if (r >= 0) tc[r] = ms;
+    for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
+        if (strcmp(which, "all") && strcmp(which, SHAPES[si].key)) continue;
+        if (prof && !strcmp(SHAPES[si].key, "0.8b")) continue;
+        S = &SHAPES[si];
+        ts_error e;
+        if (tsc_open(dev, &C, &e)) {
+            fprintf(stderr, "cuda_bench: %s\n", e.msg);
+            return 1;
+        }
+        if (!PROBE) {
+            char name[128];
+            int n_sm;
+            size_t fb, tb;
+            tsc_info(C, name, sizeof name, &n_sm, &fb, &tb);
+            printf("device: %s, %d SMs, %.1f GiB\n", name, n_sm, tb / 1073741824.0);
+            /* the copy probe: 2 GiB device to device, read + write counted */
+            const size_t cb = (size_t)2 << 30;
+            void *s = tsc_alloc(C, cb), *d = tsc_alloc(C, cb);
+            tsc_fill_random(C, s, cb / 4, TS_DTYPE_U32, 0, 0, 7);
+            double tc[64];
+            const int reps = quick ? 5 : 15;
+            for (int r = -2; r < reps; r++) {
+                tsc_timer_start(C);
+                tsc_copy(C, d, s, cb);
+                double ms = tsc_timer_ms(C);
+                if (r >= 0) tc[r] = ms;
+            }
+            die_if_err("copy probe");
+            PROBE = 2.0 * cb / (median(tc, reps) * 1e-3) / 1e9;
+            tsc_free(C, s), tsc_free(C, d);
+            printf("copy probe (2 GiB D2D, read+write): %.0f GB/s\n", PROBE);
+            printf("KV probe_gbs %.1f\n", PROBE);
+        }
+        run_shape(quick, prof);
+        free_all();
     }
-    die_if_err("copy probe");
-    const double probe = 2.0 * cb / (median(tc, reps) * 1e-3) / 1e9;
-    tsc_free(C, s), tsc_free(C, d);
-    printf("\ncopy probe (2 GiB D2D, read+write): %.0f GB/s\n", probe);
-    printf("KV probe_gbs %.1f\n", probe);
-
-    build();
-
-    /* 2. products, one row, per group over all layers */
-    printf("\n%-52s %8s %9s %8s %7s\n", "9B products, INT4 g64, 1 row (all layers)", "MB", "us", "GB/s", "% probe");
-    double sum_ms = 0;
-    size_t sum_b = 0;
-    for (int p = 0; p < P_N; p++) {
-        size_t b;
-        double ms = time_group(p, 1, reps, &b);
-        int calls = 0;
-        for (int l = 0; l < NL; l++) calls += group_applies(p, l);
-        sum_ms += ms, sum_b += b;
-        const double gbs = b / (ms * 1e-3) / 1e9;
-        printf("%-52s %8.1f %9.1f %8.0f %6.1f%%   (%d calls, %.2f us each)\n", PNAME[p], b / 1e6, ms * 1000, gbs,
-               100 * gbs / probe, calls, ms * 1000 / calls);
-        printf("KV prod_gbs.%d %.1f\nKV prod_pct.%d %.2f\n", p, gbs, p, 100 * gbs / probe);
-    }
-    printf("%-52s %8.1f %9.1f %8.0f %6.1f%%\n", "sum of the groups (eager launches)", sum_b / 1e6, sum_ms * 1000,
-           sum_b / (sum_ms * 1e-3) / 1e9, 100 * sum_b / (sum_ms * 1e-3) / 1e9 / probe);
-
-    /* 3. whole step */
-    const double pe = time_step(1, 1, 0, reps), pg = time_step(1, 1, 1, reps);
-    const double se = time_step(1, 0, 0, reps), sg = time_step(1, 0, 1, reps);
-    const double bytes = (double)STEP_BYTES;
-    const double tgt = bytes / (0.75 * probe * 1e9) * 1e3;
-    printf("\n9B decode step (pos %d), weight bytes per token %.2f GB\n", POS, bytes / 1e9);
-    printf("%-44s %9.3f ms %8.1f tok/s %6.1f%% of probe\n", "products only, eager", pe, 1e3 / pe, 100 * bytes / (pe * 1e-3) / 1e9 / probe);
-    printf("%-44s %9.3f ms %8.1f tok/s %6.1f%% of probe\n", "products only, one graph", pg, 1e3 / pg, 100 * bytes / (pg * 1e-3) / 1e9 / probe);
-    printf("%-44s %9.3f ms %8.1f tok/s %6.1f%% of probe\n", "whole step (all ops), eager", se, 1e3 / se, 100 * bytes / (se * 1e-3) / 1e9 / probe);
-    printf("%-44s %9.3f ms %8.1f tok/s %6.1f%% of probe\n", "whole step (all ops), one graph", sg, 1e3 / sg, 100 * bytes / (sg * 1e-3) / 1e9 / probe);
-    printf("%-44s %9.3f ms %8.1f tok/s\n", "llama.cpp Q4_K_M (anchors.md)", 1e3 / 213.6, 213.6);
-    printf("%-44s %9.3f ms %8.1f tok/s (x%.2f llama.cpp)\n", "target: 75% of this probe", tgt, 1e3 / tgt, 1e3 / tgt / 213.6);
-    printf("KV step_bytes %.0f\nKV step_products_graph_ms %.4f\nKV step_graph_ms %.4f\nKV step_eager_ms %.4f\n", bytes, pg, sg, se);
-    printf("KV step_graph_pct %.2f\nKV step_graph_tok_s %.1f\nKV step_vs_llama %.2f\n", 100 * bytes / (sg * 1e-3) / 1e9 / probe,
-           1e3 / sg, 1e3 / sg / 213.6);
-
-    /* 4. verify cost: the whole step at n rows */
-    printf("\n%-20s %9s %9s\n", "rows (whole step)", "ms", "x 1 row");
-    static const int ns[] = {1, 2, 3, 4, 5, 8, 16};
-    for (int k = 0; k < (quick ? 4 : 7); k++) {
-        const double ms = time_step(ns[k], 0, 1, quick ? 3 : 7);
-        printf("%-20d %9.3f %9.2f\n", ns[k], ms, ms / sg);
-        printf("KV rows_ratio.%d %.3f\n", ns[k], ms / sg);
-    }
-
-    /* 5. the other ops, one row, launch overhead excluded (50 in a graph) */
-    printf("\n%-44s %12s\n", "other ops (1 row, in a graph)", "per call");
-    {
-        layer *y = &L[0], *f = &L[3];
-        tsc_gdn_args g = {1, HK, HV, DK, DK, 4, QKV, Z, BB, AA, y->conv_state, y->conv_w, y->S, y->neg_A, y->dt_bias, y->gnorm, 1e-6f, O, GWS};
-        OPT("gdn_step (Hv 32, 1 row)", tsc_gdn_step(C, &g));
-        g.n = 4;
-        OPT("gdn_step (Hv 32, 4 rows)", tsc_gdn_step(C, &g));
-        tsc_attn_args a = {1, POS, NQ, NKV, HD, 64, 1e7f, 1e-6f, QG, KB, VB, f->q_norm, f->k_norm, f->Kc, f->Vc, MAXT, AO, AWS, NULL, 0, 0};
-        OPT("attn_decode (T = pos + 1)", tsc_attn_decode(C, &a));
-        OPT("add_rmsnorm (4096)", tsc_add_rmsnorm(C, X, T, y->in_norm, U, 1, H, 1e-6f));
-        OPT("silu_mul (12288)", tsc_silu_mul(C, G, UP, FF));
-        OPT("embed (int4 row)", tsc_embed(C, &EMB, IDS, 1, X));
-        OPT("argmax (248320)", tsc_argmax(C, LOG, 1, V, OUT_ID, AMWS));
-        OPT("moe_route (E 256, top 8)", tsc_moe_route(C, LOG, 1, 256, 8, 1, OUT_ID, (float *)T));
-        OPT("linear in_b alone [32 x 4096]", lin1(&y->b, U, BB, 1));
-    }
-    if (!quick) {
-        /* attention at a long context: a fresh cache of 8192 rows */
-        const int T2 = 8192;
-        float *K2 = vec((size_t)(T2 + 1) * NKV * HD, -1, 1, 500), *V2 = vec((size_t)(T2 + 1) * NKV * HD, -1, 1, 501);
-        float *W2 = tsc_alloc(C, tsc_attn_ws_bytes(1, NQ, HD, T2 + 1));
-        tsc_attn_args a = {1, T2 - 1, NQ, NKV, HD, 64, 1e7f, 1e-6f, QG, KB, VB, L[3].q_norm, L[3].k_norm, K2, V2, T2 + 1, AO, W2, NULL, 0, 0};
-        OPT("attn_decode (T = 8192)", tsc_attn_decode(C, &a));
-        printf("   (K+V read at T = 8192: %.1f MB)\n", 2.0 * T2 * NKV * HD * 4 / 1e6);
-    }
-    tsc_close(C);
     return 0;
 }

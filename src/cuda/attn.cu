@@ -39,6 +39,7 @@ __device__ __forceinline__ int row_pos(const tsc_attn_args &a) { return a.pos + 
 __device__ __forceinline__ int piece_of(const tsc_attn_args &a) { return a.split ? a.split : SPL; }
 
 __global__ void k_attn_prep(const tsc_attn_args a) {
+    TSC_PDL_ENTRY();
     __shared__ double red[32];
     __shared__ float ys[DMAX];
     const int i = blockIdx.y, hd = blockIdx.x, d = threadIdx.x, D = a.D, kvdim = a.nkv * a.D;
@@ -76,6 +77,7 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
 }
 
 __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int nsplit) {
+    TSC_PDL_ENTRY();
     __shared__ float qs[GMAX][DMAX];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
@@ -172,6 +174,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
  * Block: D threads. */
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
+    TSC_PDL_ENTRY();
     __shared__ float es[1024];
     __shared__ float red[32];
     __shared__ float Ls;
@@ -240,12 +243,12 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     const int P = a->split ? a->split : SPL, nsplit = (a->max_T + P - 1) / P;
     const int used = a->pos_dev ? nsplit : (a->pos + a->n + P - 1) / P;
     if (a->phase != 2) {
-        k_attn_prep<<<dim3(a->nq + a->nkv, a->n), a->D, 0, c->stream>>>(*a);
+        tsc_launch(c, k_attn_prep, dim3(dim3(a->nq + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
     }
     if (a->phase == 1) return;
-    k_attn_split<<<dim3(used, a->nkv, a->n), 256, 0, c->stream>>>(*a, nsplit);
+    tsc_launch(c, k_attn_split, dim3(dim3(used, a->nkv, a->n)), dim3(256), 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
-    k_attn_combine<<<dim3(a->nq, a->n), a->D, 0, c->stream>>>(*a, nsplit);
+    tsc_launch(c, k_attn_combine, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
 }

@@ -24,6 +24,7 @@ struct tsc_ctx {
     size_t used;        /* bytes of live tsc_alloc */
     struct tsc_blk *blocks; /* live allocations (sizes for the count; freed at close) */
     int capturing;
+    int pdl; /* launch with programmatic stream serialization (TSC_PDL=0 turns it off) */
 };
 
 struct tsc_blk {
@@ -36,6 +37,33 @@ struct tsc_blk {
 void tsc_fail_(tsc_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A launch just queued: check its configuration error. */
 void tsc_launched_(tsc_ctx *c, const char *op);
+
+/* Programmatic dependent launch (PDL). Every kernel of src/cuda launched
+ * through tsc_launch starts with TSC_PDL_ENTRY: wait until the previous
+ * kernel in the stream has finished and its writes are visible (a no-op when
+ * launched without the attribute), then let the next one be scheduled. So a
+ * kernel's launch and its weight-only prologue overlap the previous kernel's
+ * tail, inside graphs too, with the order of a plain stream. */
+#define TSC_PDL_ENTRY()                                                 \
+    do {                                                                \
+        asm volatile("griddepcontrol.wait;" ::: "memory");              \
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
+    } while (0)
+
+template <typename... KArgs, typename... Args>
+static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = c->pdl ? 1 : 0;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
 
 #define TSC_GUARD(c) do { if (!(c) || (c)->err_code) return; } while (0)
 #define TSC_LAUNCHED(c, op) tsc_launched_((c), (op))

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda/common.cuh"
+#include "cuda/q4t.cuh"
 
 extern "C" int tsc_built(void) { return 1; }
 
@@ -54,6 +55,8 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->n_sm = p.multiProcessorCount;
     c->cc_major = p.major;
     c->cc_minor = p.minor;
+    const char *pe = getenv("TSC_PDL");
+    c->pdl = !(pe && pe[0] == '0');
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);
@@ -213,6 +216,7 @@ extern "C" void tsc_fill_random(tsc_ctx *c, void *dst, size_t n, ts_dtype dt, fl
 /* ---- weights ---- */
 
 extern "C" size_t tsc_weight_bytes(const tsc_weight *w) {
+    if (w->layout == TSC_LAYOUT_Q4T) return q4t_data_bytes(w) + q4t_sb_bytes(w);
     if (w->dtype != TS_DTYPE_U32) return (size_t)(w->rows * w->cols) * ts_dtype_size(w->dtype);
     size_t q = (size_t)(w->rows * w->cols) * (size_t)w->bits / 8;
     size_t s = (size_t)(w->rows * (w->cols / w->group)) * ts_dtype_size(w->sdtype);
@@ -248,9 +252,46 @@ extern "C" int tsc_weight_check(const tsc_weight *w, ts_error *err) {
     }
 }
 
+/* TSC_Q4T=0 in the environment keeps 4-bit uploads in the MLX layout (the
+ * MLX-layout kernel of linear.cu; no fused products, no MoE products): a
+ * switch to compare the two paths. */
+static int q4t_on(void) {
+    const char *e = getenv("TSC_Q4T");
+    return !(e && e[0] == '0');
+}
+
+extern "C" size_t tsc_weight_dev_bytes(const tsc_weight *h) {
+    if (h->layout == TSC_LAYOUT_MLX && q4t_on() && q4t_shape_ok(h)) return q4t_data_bytes(h) + q4t_sb_bytes(h);
+    return tsc_weight_bytes(h);
+}
+
+extern "C" int tsc_weight_relayout(tsc_ctx *c, tsc_weight *w, ts_error *err) {
+    if (!c || c->err_code) return ts_fail(err, c ? c->err_code : TS_E_ARG, "%s", c ? c->err_msg : "no context");
+    if (w->layout != TSC_LAYOUT_MLX || !q4t_shape_ok(w)) return 0;
+    void *d = tsc_alloc(c, q4t_data_bytes(w)), *s = d ? tsc_alloc(c, q4t_sb_bytes(w)) : NULL;
+    if (s) q4t_relayout(c, w, d, s);
+    if (!c->err_code) {
+        /* the old blocks are freed once the relayout has read them */
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "tsc_weight_relayout: %s", cudaGetErrorString(e));
+    }
+    if (c->err_code) {
+        tsc_free(c, d);
+        tsc_free(c, s);
+        return ts_fail(err, c->err_code, "%s", c->err_msg);
+    }
+    tsc_free(c, (void *)w->data);
+    tsc_free(c, (void *)w->scales);
+    tsc_free(c, (void *)w->biases);
+    w->data = d, w->scales = s, w->biases = NULL;
+    w->layout = TSC_LAYOUT_Q4T;
+    return 0;
+}
+
 extern "C" int tsc_weight_upload(tsc_ctx *c, const tsc_weight *h, tsc_weight *d, ts_error *err) {
     int rc = tsc_weight_check(h, err);
     if (rc) return rc;
+    if (h->layout != TSC_LAYOUT_MLX) return ts_fail(err, TS_E_ARG, "tsc_weight_upload: a host weight is in the MLX layout");
     *d = *h;
     d->data = d->scales = d->biases = NULL;
     size_t db = h->dtype == TS_DTYPE_U32 ? (size_t)(h->rows * h->cols) * (size_t)h->bits / 8
@@ -269,6 +310,12 @@ extern "C" int tsc_weight_upload(tsc_ctx *c, const tsc_weight *h, tsc_weight *d,
     if (c->err_code) {
         tsc_weight_free(c, d);
         return ts_fail(err, c->err_code, "%s", c->err_msg);
+    }
+    /* 4-bit weights go to the tensor-core layout (q4t.cu); the MLX copy is
+     * transient */
+    if (q4t_on() && (rc = tsc_weight_relayout(c, d, err))) {
+        tsc_weight_free(c, d);
+        return rc;
     }
     return 0;
 }
@@ -335,6 +382,16 @@ extern "C" int tsc_graph_kernels(tsc_graph *g) {
         }
     free(nodes);
     return k;
+}
+
+extern "C" int tsc_graph_nodes(const tsc_graph *g) {
+    size_t n = 0;
+    if (!g || cudaGraphGetNodes(g->g, NULL, &n) != cudaSuccess) return -1;
+    return (int)n;
+}
+
+extern "C" void tsc_set_pdl(tsc_ctx *c, int on) {
+    if (c) c->pdl = on != 0;
 }
 
 extern "C" void tsc_graph_free(tsc_graph *g) {

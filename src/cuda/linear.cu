@@ -1,8 +1,13 @@
 /* linear.cu: matrix-vector products y = x . W^T for 1..16 rows of x, weights
- * INT4/INT8 (MLX layout) or BF16/F16/F32 (tsc_linear).
+ * INT4/INT8 (MLX layout) or BF16/F16/F32 (tsc_linear); the entry points of
+ * the fused products (tsc_linear_swiglu, tsc_linear_addnorm).
  *
- * Owns: the product kernel and its launch plan. Does not own: weight upload
- * (ctx.cu), any relayout (none: the kernels read the MLX layout as stored).
+ * Owns: the MLX-layout product kernel and its launch plan, the entry points'
+ * checks. Does not own: weight upload (ctx.cu), 4-bit weights stored as Q4T
+ * (tsc_weight_upload's choice for cols % 64 == 0: their products are the
+ * tensor-core kernels of q4t.cu, which tsc_linear dispatches to; this
+ * kernel then serves INT8, BF16/F16/F32 and 4-bit weights kept in the MLX
+ * layout).
  *
  * Shape of the work. A warp computes R = 4 output rows of one weight over a
  * slice of the columns; a block is 8 warps; the columns of a row group are
@@ -53,6 +58,7 @@
  * feeds fewer instructions, and tensor-core (mma) products for rows > 1.
  */
 #include "cuda/common.cuh"
+#include "cuda/q4t.cuh"
 
 namespace {
 
@@ -191,6 +197,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
     extern __shared__ float4 xsm[]; /* XS: [NR][cols/4], float4 f of a row at f ^ ((f >> 3) & 7) */
     const int64_t c4 = a.cols / 4;
     const float4 *xg = (const float4 *)a.x;
+    TSC_PDL_ENTRY();
     if constexpr (XS) {
         /* the swizzle keeps the lanes' strided reads (one 16-32-value chunk per
          * lane) free of bank conflicts: 8 lanes of a phase hit 8 bank quads */
@@ -322,7 +329,7 @@ void launch1(tsc_ctx *c, lin_args &a) {
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_linear<FMT, NR, XS>, WARPS * 32, smem);
     if (per_sm < 1) per_sm = 1;
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    k_linear<FMT, NR, XS><<<grid, WARPS * 32, smem, c->stream>>>(a);
+    tsc_launch(c, k_linear<FMT, NR, XS>, dim3(grid), dim3(WARPS * 32), smem, a);
 }
 
 template <int FMT, int NR>
@@ -343,21 +350,57 @@ void launch_fmt(tsc_ctx *c, lin_args &a, int nr) {
 
 } // namespace
 
-extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    TSC_GUARD(c);
+/* The checks every product entry point makes: 0 or the sticky error set. */
+static int lin_check(tsc_ctx *c, const char *op, const tsc_weight *const *w, int nw, int n) {
     if (nw < 1 || nw > TSC_LIN_MAX || n < 1 || n > TSC_ROWS_MAX) {
-        tsc_fail_(c, TS_E_ARG, "tsc_linear: %d weights and %d rows (1..%d and 1..%d)", nw, n, TSC_LIN_MAX,
-                  TSC_ROWS_MAX);
-        return;
+        tsc_fail_(c, TS_E_ARG, "%s: %d weights and %d rows (1..%d and 1..%d)", op, nw, n, TSC_LIN_MAX, TSC_ROWS_MAX);
+        return 1;
     }
     ts_error e;
     for (int i = 0; i < nw; i++) {
-        if (tsc_weight_check(w[i], &e)) { tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear: %s", e.msg); return; }
+        if (tsc_weight_check(w[i], &e)) { tsc_fail_(c, TS_E_UNSUPPORTED, "%s: %s", op, e.msg); return 1; }
         if (w[i]->cols != w[0]->cols || w[i]->dtype != w[0]->dtype || w[i]->bits != w[0]->bits ||
+            w[i]->layout != w[0]->layout ||
             (w[i]->dtype == TS_DTYPE_U32 && (w[i]->group != w[0]->group || w[i]->sdtype != w[0]->sdtype))) {
-            tsc_fail_(c, TS_E_ARG, "tsc_linear: weight %d's layout differs from weight 0's (one launch needs one layout)", i);
-            return;
+            tsc_fail_(c, TS_E_ARG, "%s: weight %d's layout differs from weight 0's (one launch needs one layout)", op, i);
+            return 1;
         }
+    }
+    return 0;
+}
+
+extern "C" void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *g, const float *u,
+                                  float *const *y, int n) {
+    TSC_GUARD(c);
+    if (lin_check(c, "tsc_linear_swiglu", w, nw, n)) return;
+    if (w[0]->layout != TSC_LAYOUT_Q4T) {
+        tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_swiglu: needs Q4T weights (4-bit, cols %% 64 == 0, uploaded)");
+        return;
+    }
+    q4t_linear(c, w, nw, Q4T_XM_SWIGLU, g, u, NULL, 0.f, NULL, NULL, y, n);
+}
+
+extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
+                                   const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
+    TSC_GUARD(c);
+    if (lin_check(c, "tsc_linear_addnorm", w, nw, n)) return;
+    if (w[0]->layout != TSC_LAYOUT_Q4T) {
+        tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_addnorm: needs Q4T weights (4-bit, cols %% 64 == 0, uploaded)");
+        return;
+    }
+    if (add && (!x_out || x_out == x)) {
+        tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm: with add, x_out must be given and must not be x");
+        return;
+    }
+    q4t_linear(c, w, nw, Q4T_XM_ADDNORM, x, add, norm_w, eps, x_out, u_out, y, n);
+}
+
+extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    TSC_GUARD(c);
+    if (lin_check(c, "tsc_linear", w, nw, n)) return;
+    if (w[0]->layout == TSC_LAYOUT_Q4T) {
+        q4t_linear(c, w, nw, Q4T_XM_PLAIN, x, NULL, NULL, 0.f, NULL, NULL, y, n);
+        return;
     }
     const int fmt = fmt_of(w[0]);
     lin_args a;

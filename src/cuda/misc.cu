@@ -22,10 +22,12 @@
 #include <float.h>
 
 #include "cuda/common.cuh"
+#include "cuda/q4t.cuh"
 
 /* ---- embed ---- */
 
 __global__ void k_embed(const tsc_weight w, const int32_t *ids, float *x) {
+    TSC_PDL_ENTRY();
     const int i = blockIdx.x;
     const int64_t id = ids[i], cols = w.cols;
     float *xo = x + (int64_t)i * cols;
@@ -36,7 +38,9 @@ __global__ void k_embed(const tsc_weight w, const int32_t *ids, float *x) {
     /* 32-bit index arithmetic inside a row (64-bit division is slow) */
     for (int c = threadIdx.x; c < (int)cols; c += blockDim.x) {
         float v;
-        if (w.dtype == TS_DTYPE_U32) {
+        if (w.layout == TSC_LAYOUT_Q4T) {
+            v = q4t_elem(w, id, c);
+        } else if (w.dtype == TS_DTYPE_U32) {
             const int bits = w.bits, per = 32 / bits;
             const uint32_t *row = (const uint32_t *)w.data + id * (cols / per);
             const uint32_t q = (row[c / per] >> ((c % per) * bits)) & ((1u << bits) - 1);
@@ -55,7 +59,7 @@ extern "C" void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, i
     ts_error e;
     if (n < 1 || n > 4096) { tsc_fail_(c, TS_E_ARG, "tsc_embed: %d rows", n); return; }
     if (tsc_weight_check(w, &e)) { tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_embed: %s", e.msg); return; }
-    k_embed<<<n, 256, 0, c->stream>>>(*w, ids, x);
+    tsc_launch(c, k_embed, dim3(n), dim3(256), 0, *w, ids, x);
     TSC_LAUNCHED(c, "tsc_embed");
 }
 
@@ -63,6 +67,7 @@ extern "C" void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, i
 
 __global__ void k_add_rmsnorm(float *x, const float *__restrict__ add, const float *__restrict__ w, float *y, int dim,
                               float eps) {
+    TSC_PDL_ENTRY();
     __shared__ double red[32];
     const int64_t o = (int64_t)blockIdx.x * dim;
     double ss = 0;
@@ -84,13 +89,14 @@ extern "C" void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const fl
     TSC_GUARD(c);
     if (n < 1 || n > 65535 || dim < 1) { tsc_fail_(c, TS_E_ARG, "tsc_add_rmsnorm: %d rows of %d", n, dim); return; }
     /* 1024 threads: a 4096 row is 4 elements a thread, loads all in flight */
-    k_add_rmsnorm<<<n, dim >= 2048 ? 1024 : 256, 0, c->stream>>>(x, add, w, y, dim, eps);
+    tsc_launch(c, k_add_rmsnorm, dim3(n), dim3(dim >= 2048 ? 1024 : 256), 0, x, add, w, y, dim, eps);
     TSC_LAUNCHED(c, "tsc_add_rmsnorm");
 }
 
 /* ---- SiLU ---- */
 
 __global__ void k_silu(float *y, const float *x, const float *u, size_t n) {
+    TSC_PDL_ENTRY();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float s = silu_f(x[i]);
         y[i] = u ? __fmul_rn(s, u[i]) : s;
@@ -102,14 +108,14 @@ static unsigned grid_for(size_t n) { return (unsigned)((n + 255) / 256 < 2048 ? 
 extern "C" void tsc_silu(tsc_ctx *c, float *y, const float *x, size_t n) {
     TSC_GUARD(c);
     if (!n) return;
-    k_silu<<<grid_for(n), 256, 0, c->stream>>>(y, x, NULL, n);
+    tsc_launch(c, k_silu, dim3(grid_for(n)), dim3(256), 0, y, x, NULL, n);
     TSC_LAUNCHED(c, "tsc_silu");
 }
 
 extern "C" void tsc_silu_mul(tsc_ctx *c, float *g, const float *u, size_t n) {
     TSC_GUARD(c);
     if (!n) return;
-    k_silu<<<grid_for(n), 256, 0, c->stream>>>(g, g, u, n);
+    tsc_launch(c, k_silu, dim3(grid_for(n)), dim3(256), 0, g, g, u, n);
     TSC_LAUNCHED(c, "tsc_silu_mul");
 }
 
@@ -141,6 +147,7 @@ __device__ int block_argmax(const float *p, const unsigned char *taken, int E, f
 }
 
 __global__ void k_moe_route(const float *logits, int E, int k, int norm, int32_t *ids, float *wts) {
+    TSC_PDL_ENTRY();
     __shared__ float p[1024];
     __shared__ unsigned char taken[1024];
     __shared__ double red[32];
@@ -187,7 +194,7 @@ extern "C" void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int
         tsc_fail_(c, TS_E_ARG, "tsc_moe_route: %d rows, %d experts, top %d (E <= 1024, k <= 32)", n, E, k);
         return;
     }
-    k_moe_route<<<n, 256, 0, c->stream>>>(logits, E, k, norm, ids, wts);
+    tsc_launch(c, k_moe_route, dim3(n), dim3(256), 0, logits, E, k, norm, ids, wts);
     TSC_LAUNCHED(c, "tsc_moe_route");
 }
 
@@ -198,6 +205,7 @@ extern "C" void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int
 struct amx_part { float v; int i; };
 
 __global__ void k_argmax1(const float *x, int V, amx_part *part) {
+    TSC_PDL_ENTRY();
     __shared__ float rv[32];
     __shared__ int ri[32];
     const float *xr = x + (int64_t)blockIdx.y * V;
@@ -224,6 +232,7 @@ __global__ void k_argmax1(const float *x, int V, amx_part *part) {
 }
 
 __global__ void k_argmax2(const amx_part *part, int32_t *ids) {
+    TSC_PDL_ENTRY();
     if (threadIdx.x) return;
     const amx_part *p = part + blockIdx.x * ARGMAX_BLOCKS;
     float bv = -INFINITY;
@@ -238,7 +247,7 @@ extern "C" size_t tsc_argmax_ws_bytes(int n) { return (size_t)n * ARGMAX_BLOCKS 
 extern "C" void tsc_argmax(tsc_ctx *c, const float *x, int n, int V, int32_t *ids, void *ws) {
     TSC_GUARD(c);
     if (n < 1 || n > 65535 || V < 1) { tsc_fail_(c, TS_E_ARG, "tsc_argmax: %d rows of %d", n, V); return; }
-    k_argmax1<<<dim3(ARGMAX_BLOCKS, n), 256, 0, c->stream>>>(x, V, (amx_part *)ws);
-    k_argmax2<<<n, 32, 0, c->stream>>>((const amx_part *)ws, ids);
+    tsc_launch(c, k_argmax1, dim3(dim3(ARGMAX_BLOCKS, n)), dim3(256), 0, x, V, (amx_part *)ws);
+    tsc_launch(c, k_argmax2, dim3(n), dim3(32), 0, (const amx_part *)ws, ids);
     TSC_LAUNCHED(c, "tsc_argmax");
 }

@@ -97,3 +97,26 @@ void ts_cuda_stream_stats(ts_stream *s, int *graphs, long *replays, int *kernels
 }
 void tsc_timer_start(tsc_ctx *c) { (void)c; }
 double tsc_timer_ms(tsc_ctx *c) { (void)c; return -1; }
+size_t tsc_weight_dev_bytes(const tsc_weight *h) { (void)h; return 0; }
+int tsc_weight_relayout(tsc_ctx *c, tsc_weight *w, ts_error *err) {
+    (void)c, (void)w;
+    return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA");
+}
+void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *g, const float *u, float *const *y,
+                       int n) {
+    (void)c, (void)w, (void)nw, (void)g, (void)u, (void)y, (void)n;
+}
+void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
+                        const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
+    (void)c, (void)w, (void)nw, (void)x, (void)add, (void)norm_w, (void)eps, (void)x_out, (void)u_out, (void)y, (void)n;
+}
+void tsc_moe_linear(tsc_ctx *c, const tsc_weight *const *tab, int nt, int E, const int32_t *ids, int n, int k,
+                    const float *x, const float *u, int x_per_slot, float *const *y) {
+    (void)c, (void)tab, (void)nt, (void)E, (void)ids, (void)n, (void)k, (void)x, (void)u, (void)x_per_slot, (void)y;
+}
+void tsc_moe_combine(tsc_ctx *c, const float *ye, const float *wts, int n, int k, const float *ys, const float *gs,
+                     float *t, int H) {
+    (void)c, (void)ye, (void)wts, (void)n, (void)k, (void)ys, (void)gs, (void)t, (void)H;
+}
+int tsc_graph_nodes(const tsc_graph *g) { (void)g; return -1; }
+void tsc_set_pdl(tsc_ctx *c, int on) { (void)c, (void)on; }

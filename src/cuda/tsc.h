@@ -99,10 +99,25 @@ typedef struct tsc_weight {
     const void *scales; /* [rows, cols/group] sdtype, quantized only */
     const void *biases; /* [rows, cols/group] sdtype, quantized only */
     ts_dtype sdtype;
+    int layout;         /* TSC_LAYOUT_*: 0 (MLX, as above) for every host descriptor */
 } tsc_weight;
 
-/* Bytes of data + scales + biases. */
+/* Device layouts. tsc_weight_upload stores a 4-bit weight with cols % 64 == 0
+ * and cols <= TSC_Q4T_MAX_COLS as TSC_LAYOUT_Q4T (unless TSC_Q4T=0 is in the
+ * environment) (q4t.cu: 16-row x 64-column
+ * tiles in the tensor cores' fragment order, rows padded to a multiple of 16;
+ * `scales` then holds scales and biases interleaved per tile and group and
+ * `biases` is NULL). Everything that takes a tsc_weight reads both layouts;
+ * the fused products (tsc_linear_swiglu, tsc_linear_addnorm, tsc_moe_linear)
+ * need Q4T. */
+#define TSC_LAYOUT_MLX 0
+#define TSC_LAYOUT_Q4T 1
+#define TSC_Q4T_MAX_COLS 32768
+
+/* Bytes of data + scales + biases as stored (Q4T: rows padded to 16). */
 size_t tsc_weight_bytes(const tsc_weight *w);
+/* Bytes tsc_weight_upload allocates for host descriptor w (the plan's figure). */
+size_t tsc_weight_dev_bytes(const tsc_weight *host);
 /* 0 when the products support w's layout, else TS_E_UNSUPPORTED with the
  * reason (err may be NULL): 4- or 8-bit with a power-of-two group, group %
  * 32 == 0 (4-bit) or % 16 == 0 (8-bit), cols a multiple of the group (of 8 for F16/BF16, 4 for
@@ -112,6 +127,11 @@ int tsc_weight_check(const tsc_weight *w, ts_error *err);
  * (dev gets the device pointers); tsc_weight_free releases them. */
 int tsc_weight_upload(tsc_ctx *c, const tsc_weight *host, tsc_weight *dev, ts_error *err);
 void tsc_weight_free(tsc_ctx *c, tsc_weight *dev);
+/* A device weight in the MLX layout whose three arrays are separate
+ * tsc_alloc blocks: convert it to Q4T in place when its shape allows (new
+ * blocks; the old ones are freed); 0 and no change otherwise. The upload
+ * uses it (a transient second copy of one weight). */
+int tsc_weight_relayout(tsc_ctx *c, tsc_weight *w, ts_error *err);
 
 /* ---- compute ---- */
 
@@ -123,6 +143,33 @@ void tsc_weight_free(tsc_ctx *c, tsc_weight *dev);
  * output) is computed by the same operations whatever n and whatever other
  * weights share the call. x [n, cols] f32, y[i] [n, w[i]->rows] f32. */
 void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
+/* The same products with the activation made while staging x (one kernel
+ * instead of two; Q4T weights only, else TS_E_UNSUPPORTED):
+ *  swiglu: x = silu(g) * u elementwise (tsc_silu_mul's bits), g, u [n, cols];
+ *  addnorm: v = x + add (add may be NULL: v = x), x_out = v (must not alias x
+ *  when add is given; may be NULL when add is NULL), u_out = RMSNorm(v) * w
+ *  (may be NULL), and the products of RMSNorm(v) * w. The norm's double sum
+ *  runs over 256 threads, so it may differ from tsc_add_rmsnorm in the last
+ *  bit of the f32 row (both within the norm test's tolerance). */
+void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *g, const float *u, float *const *y,
+                       int n);
+void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
+                        const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
+
+/* MoE expert products by device ids (q4t.cu): for the n*k slots s = i*k + j
+ * (ids [n, k] on the device), y[t][s, rows] = tab[t][ids[s]] . x(s) with
+ * x(s) = x row i (x_per_slot 0) or x row s (1), or silu(x row) * u row when u
+ * is given (the down product over the gate/up outputs). tab[t] is a host
+ * array of E device descriptors (E <= TSC_MOE_EMAX, all one Q4T shape), nt
+ * tables (1 or 2: gate and up) share x. Only the selected experts' bytes are
+ * read. An id outside [0, E) gives a zero row. Row-exact like tsc_linear. */
+#define TSC_MOE_EMAX 512
+void tsc_moe_linear(tsc_ctx *c, const tsc_weight *const *tab, int nt, int E, const int32_t *ids, int n, int k,
+                    const float *x, const float *u, int x_per_slot, float *const *y);
+/* t[i, H] = sum_j wts[i, j] * ye[i*k + j, H] in j order, then + sigmoid(gs[i]) *
+ * ys[i, H] when ys is given (gs [n] the shared expert's gate logit). */
+void tsc_moe_combine(tsc_ctx *c, const float *ye, const float *wts, int n, int k, const float *ys, const float *gs,
+                     float *t, int H);
 
 /* x[i, cols] = row ids[i] of w as f32, i < n (ids on the device; an id out of
  * range gives a zero row and the sticky error is not raised: the host cannot
@@ -226,6 +273,12 @@ void tsc_graph_launch(tsc_ctx *c, tsc_graph *g);
 void tsc_graph_free(tsc_graph *g);
 /* The kernel nodes of a captured graph. */
 int tsc_graph_kernels(tsc_graph *g);
+/* Kernels (and other nodes) in a captured graph. */
+int tsc_graph_nodes(const tsc_graph *g);
+/* Programmatic dependent launch on (1, the default; TSC_PDL=0 in the
+ * environment starts it off) or off for the launches queued from now on
+ * (a graph keeps what it was captured with). */
+void tsc_set_pdl(tsc_ctx *c, int on);
 /* Events on the stream: mark, then elapsed milliseconds since the mark
  * (waits for the work queued in between). */
 void tsc_timer_start(tsc_ctx *c);
