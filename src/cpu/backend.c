@@ -299,6 +299,7 @@ static const ts_backend_ops cpu_ops = {
     .gdn = ts_cpu_gdn,
     .gdn_materialize = ts_cpu_gdn_materialize,
     .moe = ts_cpu_moe,
+    .moe_route = ts_cpu_moe_route,
     .argmax = cpu_argmax,
 };
 

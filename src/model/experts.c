@@ -93,8 +93,12 @@ int ts_parse_size(const char *s, uint64_t *out, ts_error *err) {
 static const char *PROJ[3] = {"gate_proj", "up_proj", "down_proj"};
 static const char *QPART[3] = {"weight", "scales", "biases"};
 
+/* A planned set (ts_st_open_planned: the memory plan of a shape) has no
+ * mapping: offsets are then relative to the data section, which changes no
+ * size the plan needs. */
 static uint64_t header_len(const ts_st_file *f) {
     const unsigned char *b = f->map;
+    if (!b) return 0;
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | b[i];
     return n;
@@ -405,7 +409,9 @@ struct ts_xc {
     int *fd, *dfd;             /* [n_files] buffered / O_DIRECT (-1) */
     /* I/O threads */
     pthread_t *thr;
-    int n_thr;
+    int n_thr, n_started;      /* n_started: staging buffers handed out */
+    uint8_t *staging_raw, *staging; /* [n_io * file stride] read buffers of prepared slots */
+    uint64_t fstride;          /* a file span's stride (ts_xc_slot_stride) */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     int sync_init;
@@ -506,12 +512,13 @@ void ts_xc_unpin(ts_xc *c, int layer) {
 
 /* ---- I/O ---- */
 
-static void xc_read(ts_xc *c, xc_job *j) {
+static void xc_read(ts_xc *c, xc_job *j, int worker) {
     const ts_expert_map *m = c->m;
     uint64_t off = m->off[j->ix], len = m->bytes[j->ix];
     uint64_t a0 = off & ~(uint64_t)(XC_PAGE - 1);
     int f = m->file[j->ix];
-    uint8_t *slot = c->pool + (size_t)j->slot * c->stride;
+    /* prepared slots: read into this thread's staging, then prepare */
+    uint8_t *slot = c->p.prepare ? c->staging + (size_t)worker * c->fstride : c->pool + (size_t)j->slot * c->stride;
     /* O_DIRECT: the page-aligned span [a0, align_up(off + len)); it may run
      * past the end of the file (the last expert of a shard), which is why
      * completeness is judged on the expert's own bytes below. */
@@ -549,17 +556,23 @@ static void xc_read(ts_xc *c, xc_job *j) {
     }
     j->got = done;
     if (!j->err_no && done < need) j->short_read = 1;
+    if (c->p.prepare && !j->err_no && !j->short_read) {
+        int e = (int)(j->ix % m->E), L = (int)(j->ix / m->E);
+        int rc = c->p.prepare(c->p.prepare_user, L, e, slot + (off - a0), c->pool + (size_t)j->slot * c->stride);
+        if (rc) j->err_no = rc;
+    }
 }
 
 static void *xc_worker(void *arg) {
     ts_xc *c = arg;
     pthread_mutex_lock(&c->mu);
+    const int me = c->n_started++; /* this thread's staging buffer */
     for (;;) {
         while (!c->quit && c->next_job >= c->n_jobs) pthread_cond_wait(&c->work, &c->mu);
         if (c->quit) break;
         xc_job *j = &c->jobs[c->next_job++];
         pthread_mutex_unlock(&c->mu);
-        xc_read(c, j);
+        xc_read(c, j, me);
         pthread_mutex_lock(&c->mu);
         if (--c->remaining == 0) pthread_cond_signal(&c->done);
     }
@@ -589,12 +602,23 @@ uint64_t ts_xc_slot_stride(const ts_expert_map *m) {
 
 /* Sizes of everything ts_xc_open allocates, in one place so the plan and the
  * allocation cannot drift apart. */
-typedef struct xc_sizes { uint64_t pool, per_slot, per_expert, per_e, struct_b, files, threads, layers; } xc_sizes;
+typedef struct xc_sizes { uint64_t pool, per_slot, per_expert, per_e, struct_b, files, threads, layers, staging; } xc_sizes;
+
+/* A slot's bytes: the file span, or the prepared size rounded up to 64. */
+static uint64_t xc_stride(const ts_expert_map *m, const ts_xc_params *p) {
+    return p->prepare ? (p->slot_bytes + 63) & ~(uint64_t)63 : ts_xc_slot_stride(m);
+}
+
+static uint64_t xc_staging_bytes(const ts_expert_map *m, const ts_xc_params *p) {
+    if (p->dry || !p->prepare) return 0;
+    return (uint64_t)(p->n_io > 0 ? p->n_io : 4) * ts_xc_slot_stride(m) + XC_PAGE;
+}
 
 static xc_sizes xc_sizes_of(const ts_expert_map *m, const ts_xc_params *p, int n_slots) {
     xc_sizes z;
     size_t nx = (size_t)m->n_layers * m->E;
-    z.pool = p->dry ? 0 : (uint64_t)n_slots * ts_xc_slot_stride(m) + XC_PAGE;
+    z.pool = p->dry ? 0 : (uint64_t)n_slots * xc_stride(m, p) + XC_PAGE;
+    z.staging = xc_staging_bytes(m, p);
     z.per_slot = (uint64_t)n_slots * (7 * sizeof(int32_t) + sizeof(uint32_t) + sizeof(double));
     z.per_expert = nx * (sizeof(int32_t) + sizeof(float) + sizeof(uint64_t));
     z.per_e = (uint64_t)m->E * (4 * sizeof(int32_t) + sizeof(xc_job));
@@ -606,18 +630,34 @@ static xc_sizes xc_sizes_of(const ts_expert_map *m, const ts_xc_params *p, int n
 }
 
 static int xc_slots_for(const ts_expert_map *m, const ts_xc_params *p) {
-    uint64_t n = p->cache_bytes / ts_xc_slot_stride(m);
+    /* staging comes out of the budget: --expert-cache bounds what streaming holds */
+    uint64_t sb = xc_staging_bytes(m, p), st = xc_stride(m, p);
+    if (!st || p->cache_bytes <= sb) return 0;
+    uint64_t n = (p->cache_bytes - sb) / st;
     uint64_t cap = (uint64_t)m->n_layers * m->E;
     return (int)(n < cap ? n : cap); /* more slots than experts would never be used */
 }
 
-uint64_t ts_xc_plan_bytes(const ts_expert_map *m, const ts_xc_params *p) {
+uint64_t ts_xc_plan_parts(const ts_expert_map *m, const ts_xc_params *p, uint64_t *slots, uint64_t *staging, uint64_t *tables,
+                          int *n_slots) {
     int n = xc_slots_for(m, p);
-    if (n < m->topk) return 0;
+    if (n_slots) *n_slots = n;
+    if (n < m->topk) {
+        if (slots) *slots = 0;
+        if (staging) *staging = 0;
+        if (tables) *tables = 0;
+        return 0;
+    }
     xc_sizes z = xc_sizes_of(m, p, n);
     /* ts_alloc rounds nothing: the sum of the requests is the counter's rise */
-    return z.pool + z.per_slot + z.per_expert + z.per_e + z.struct_b + z.files + z.threads + z.layers;
+    uint64_t tb = z.per_slot + z.per_expert + z.per_e + z.struct_b + z.files + z.threads + z.layers;
+    if (slots) *slots = z.pool;
+    if (staging) *staging = z.staging;
+    if (tables) *tables = tb;
+    return z.pool + z.staging + tb;
 }
+
+uint64_t ts_xc_plan_bytes(const ts_expert_map *m, const ts_xc_params *p) { return ts_xc_plan_parts(m, p, NULL, NULL, NULL, NULL); }
 
 void ts_xc_close(ts_xc *c) {
     if (!c) return;
@@ -639,6 +679,7 @@ void ts_xc_close(ts_xc *c) {
     ts_free(c->fd);
     ts_free(c->thr);
     ts_free(c->pool_raw);
+    ts_free(c->staging_raw);
     ts_free(c->table);
     ts_free(c->owner); /* the block pins, pinned, ..., data_off and key are carved from */
     ts_free(c->cnt);
@@ -657,20 +698,23 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
     if (p.policy < 0 || p.policy >= TS_XC_POLICY_N) return ts_fail(err, TS_E_ARG, "expert cache: unknown eviction policy %d", (int)p.policy);
     if (p.policy == TS_XC_LFRU && !(p.halflife > 0)) return ts_fail(err, TS_E_ARG, "expert cache: halflife %g must be positive", p.halflife);
     if (!p.dry && m->n_files == 0) return ts_fail(err, TS_E_ARG, "expert cache: the expert map has no files (synthetic): open it dry");
-    uint64_t stride = ts_xc_slot_stride(m);
+    if (p.prepare && !p.slot_bytes) return ts_fail(err, TS_E_ARG, "expert cache: prepared slots of 0 bytes");
+    uint64_t stride = xc_stride(m, &p);
     int n_slots = xc_slots_for(m, &p);
     if (n_slots < m->topk)
         return ts_fail(err, TS_E_ARG,
                        "--expert-cache %llu bytes holds %d expert slot%s of %llu bytes; one layer's top-%d needs at least %d "
-                       "(%llu bytes)",
+                       "(%llu bytes%s)",
                        (unsigned long long)p.cache_bytes, n_slots, n_slots == 1 ? "" : "s", (unsigned long long)stride, m->topk,
-                       m->topk, (unsigned long long)(stride * m->topk));
+                       m->topk, (unsigned long long)(stride * m->topk + xc_staging_bytes(m, &p)),
+                       xc_staging_bytes(m, &p) ? " with the I/O threads' staging buffers" : "");
     ts_xc *c = ts_alloc(sizeof *c, TS_MEM_EXPERT_CACHE);
     if (!c) return ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
     c->m = m;
     c->p = p;
     c->n_slots = n_slots;
     c->stride = stride;
+    c->fstride = ts_xc_slot_stride(m);
     c->h = p.halflife * m->n_layers;
     size_t nx = (size_t)m->n_layers * m->E, ns = (size_t)n_slots;
     xc_sizes z = xc_sizes_of(m, &p, n_slots);
@@ -715,7 +759,11 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
             c->dfd = c->fd + m->n_files;
             for (int i = 0; i < m->n_files; i++) c->fd[i] = c->dfd[i] = -1;
         }
-        if (!c->pool_raw || !c->fd || !c->thr) {
+        if (z.staging) {
+            c->staging_raw = ts_alloc(z.staging, TS_MEM_EXPERT_CACHE);
+            if (c->staging_raw) c->staging = (uint8_t *)(((uintptr_t)c->staging_raw + XC_PAGE - 1) & ~(uintptr_t)(XC_PAGE - 1));
+        }
+        if (!c->pool_raw || !c->fd || !c->thr || (z.staging && !c->staging_raw)) {
             rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache: %d slots of %llu bytes", n_slots, (unsigned long long)stride);
             goto fail;
         }
@@ -816,7 +864,7 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
             c->st.evictions++;
         }
         c->owner[s] = (int32_t)ix;
-        c->data_off[s] = (uint32_t)(m->off[ix] & (XC_PAGE - 1));
+        c->data_off[s] = c->p.prepare ? 0 : (uint32_t)(m->off[ix] & (XC_PAGE - 1));
         /* the key xc_touch computed above, from the count it left */
         c->key[s] = c->p.policy == TS_XC_LRU ? (double)c->clock : (double)c->clock / c->h + log2((double)c->cnt[ix]);
         pin(c, s);

@@ -143,6 +143,16 @@ typedef struct ts_xc_params {
     int willneed;           /* buffered reads: posix_fadvise(WILLNEED) the expert's range first
                                (default 0: measured no gain) */
     int dry;                /* 1: bookkeeping only, no pool, no reads (the simulator) */
+    /* Prepared slots (0 / NULL: a slot holds the file's bytes). With
+     * `prepare` set, each I/O thread reads an expert into its own staging
+     * buffer (one file-span stride, page aligned) and then calls
+     * prepare(user, layer, expert, bytes, slot) to write the slot's content
+     * (the CPU backend's repacked layout: model/xstream.c); slots are then
+     * slot_bytes each (rounded up to 64). Nonzero return: the read fails with
+     * that errno-like code. Runs on the I/O threads, several at once. */
+    uint64_t slot_bytes;
+    int (*prepare)(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst);
+    void *prepare_user;
 } ts_xc_params;
 
 void ts_xc_params_default(ts_xc_params *p);
@@ -172,8 +182,15 @@ typedef struct ts_xc ts_xc;
  * keeps every tensor's alignment what it was in the mmap'd file). */
 uint64_t ts_xc_slot_stride(const ts_expert_map *m);
 /* Every byte ts_xc_open will allocate for these params (pool + tables): the
- * memory plan's number. 0 when params->cache_bytes holds too few slots. */
+ * memory plan's number. 0 when params->cache_bytes holds too few slots.
+ * The whole of it fits in cache_bytes: staging and tables come out of the
+ * budget before it is cut into slots. */
 uint64_t ts_xc_plan_bytes(const ts_expert_map *m, const ts_xc_params *p);
+/* The same, by part: slots (the pool), staging (prepared slots' read
+ * buffers), tables (everything else); *n_slots the slot count (any may be
+ * NULL). Returns the total as ts_xc_plan_bytes. */
+uint64_t ts_xc_plan_parts(const ts_expert_map *m, const ts_xc_params *p, uint64_t *slots, uint64_t *staging, uint64_t *tables,
+                          int *n_slots);
 
 /* Open a cache over `map` (borrowed: must outlive the cache). TS_E_ARG when
  * the budget holds fewer slots than one layer's top-k; TS_E_IO naming the

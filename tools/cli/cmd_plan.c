@@ -22,7 +22,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR])\n"
             "                       [--ctx N] [--chunk N]"
-" [--spec mtp --draft M] [--checkpoint] [--json]\n"
+" [--spec mtp --draft M] [--checkpoint]\n"
+            "                       [--expert-cache SIZE [--expert-policy P]] [--json]\n"
             "  Print every allocation the engine and one session will make, by owner, memory domain\n"
             "  and category, with totals, without loading any weights.\n"
             "  -m, --model DIR     an install (reads config.json and the safetensors headers only;\n"
@@ -38,6 +39,9 @@ static void usage(FILE *f) {
             "  --spec mtp          speculative decoding with the MTP head ...\n"
             "  --draft M           ... drafting M tokens per block (1..%d, default 3)\n"
             "  --checkpoint        a checkpoint copy of the GDN states (what chat's sessions hold)\n"
+            "  --expert-cache SIZE MoE expert streaming: the cache, its staging and tables as the engine\n"
+            "                      allocates them, the routed experts left in the files\n"
+            "  --expert-policy P   its eviction policy (lfru, lru; sizes do not depend on it)\n"
             "  --json              the plan as one JSON object\n",
             TS_SPEC_MAX_DRAFT);
 }
@@ -68,6 +72,10 @@ static void print_json(const ts_mem_plan *pl, const char *source, int bits) {
     jstr(source);
     if (bits) printf(", \"bits\": %d", bits);
     printf(", \"n_ctx\": %d, \"max_rows\": %d, \"spec_draft\": %d", pl->n_ctx, pl->max_rows, pl->spec_draft);
+    if (pl->expert_slots)
+        printf(", \"expert_cache\": {\"slots\": %d, \"slot_bytes\": %llu, \"io_threads\": %d, \"file_bytes\": %llu}",
+               pl->expert_slots, (unsigned long long)pl->expert_slot_bytes, pl->expert_io_threads,
+               (unsigned long long)pl->expert_file_bytes);
     printf(", \"mapped_bytes\": %llu, \"mapped_kept_bytes\": %llu, \"total_bytes\": %llu, \"engine_bytes\": %llu, \"session_bytes\": %llu"
            ", \"drafter_bytes\": %llu",
            (unsigned long long)pl->mapped_bytes, (unsigned long long)pl->mapped_kept_bytes,
@@ -149,6 +157,11 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
            (unsigned long long)pl->mapped_bytes, human(pl->mapped_bytes, h, sizeof h));
     printf("  %-13s %16llu %11s   (the part not repacked into the heap stays mapped)\n", "file mapped",
            (unsigned long long)pl->mapped_kept_bytes, human(pl->mapped_kept_bytes, h, sizeof h));
+    if (pl->expert_slots) {
+        printf("  %-13s %16llu %11s   (read on demand into %d slots of %s, %d reads in flight; never mapped in)\n",
+               "experts file", (unsigned long long)pl->expert_file_bytes, human(pl->expert_file_bytes, h, sizeof h),
+               pl->expert_slots, human(pl->expert_slot_bytes, h2, sizeof h2), pl->expert_io_threads);
+    }
     uint64_t host = pl->dom_bytes[TS_DOM_HOST] + pl->mapped_kept_bytes;
     printf("host memory in use: %s (heap + file mapped)", human(host, h, sizeof h));
     if (pl->dom_bytes[TS_DOM_DEVICE]) printf(", device memory: %s", human(pl->dom_bytes[TS_DOM_DEVICE], h, sizeof h));
@@ -158,6 +171,8 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL;
+    const char *xpolicy = NULL;
+    uint64_t xcache = 0;
     int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -167,7 +182,7 @@ int cmd_plan(int argc, char **argv) {
         int num = !strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--draft") || !strcmp(a, "--bits") ||
                   !strcmp(a, "--group");
         int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
-                  !strcmp(a, "--install");
+                  !strcmp(a, "--install") || !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy");
         if (!num && !str) {
             fprintf(stderr, "turbospark plan: unknown argument '%s'\n", a);
             usage(stderr);
@@ -179,6 +194,8 @@ int cmd_plan(int argc, char **argv) {
             if (!strcmp(a, "--shape")) shape = v;
             else if (!strcmp(a, "--spec")) spec = v;
             else if (!strcmp(a, "--install")) install = v;
+            else if (!strcmp(a, "--expert-policy")) xpolicy = v;
+            else if (!strcmp(a, "--expert-cache")) { if (!cli_parse_size("plan", v, &xcache)) return 2; }
             else model = v;
             continue;
         }
@@ -214,7 +231,12 @@ int cmd_plan(int argc, char **argv) {
     ts_mem_plan *pl = malloc(sizeof *pl);
     if (!pl) { fprintf(stderr, "turbospark plan: out of memory\n"); return 1; }
     ts_error err = {0};
-    int rc = shape ? ts_mem_plan_shape(shape, bits, group, install, &sp, pl, &err) : ts_mem_plan_dir(model, &sp, pl, &err);
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.expert_cache = xcache;
+    ep.expert_policy = xpolicy;
+    int rc = shape ? ts_mem_plan_shape_ex(shape, bits, group, install, &ep, &sp, pl, &err)
+                   : ts_mem_plan_dir_ex(model, &ep, &sp, pl, &err);
     if (rc) {
         fprintf(stderr, "turbospark plan: %s\n", err.msg);
         free(pl);
