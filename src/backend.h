@@ -262,6 +262,10 @@ struct ts_backend_ops {
      * and the preparation into dst (that many bytes) */
     size_t (*weight_bytes)(ts_backend *be, const ts_weight *w);
     void (*weight_prepare)(ts_backend *be, ts_weight *w, void *dst);
+    /* the same preparation on the calling thread alone, callable from any
+     * thread, several at once (expert streaming prepares on its I/O
+     * threads); NULL: weight_prepare is used, one at a time */
+    void (*weight_prepare_1)(ts_backend *be, ts_weight *w, void *dst);
 
     /* compute; rows in x, row-exact under TS_MODE_EXACT */
     /* y[i] = x . w[i]^T for nw weights with the same cols (one region) */

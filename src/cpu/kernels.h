@@ -146,6 +146,9 @@ size_t ts_weight_pack_size(int64_t rows, int64_t cols, int bits, int group, ts_d
 void ts_weight_pack(ts_weight *w, void *dst);
 struct ts_pool;
 void ts_weight_pack_on(struct ts_pool *p, ts_weight *w, void *dst);
+/* The same on the calling thread alone (p NULL above): for threads that are
+ * not the pool's owner and run several packs at once (expert streaming's
+ * I/O threads), where sharing the pool would serialise them on its lock. */
 /* Element (r, c) read back from the packed layout (tests). */
 float ts_packed_get(const ts_weight *w, int64_t r, int64_t c);
 

@@ -119,7 +119,7 @@ void ts_weight_pack_on(ts_pool *p, ts_weight *w, void *dst) {
     uint8_t *base = (uint8_t *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
     pack_job pj = {w, base};
     int64_t blocks = (w->rows + 15) / 16;
-    int nt = ts_pool_threads(p);
+    int nt = p ? ts_pool_threads(p) : 1;
     if (nt > 1 && blocks >= 64) ts_pool_run(p, pack_blocks, &pj, (int)TS_MIN(blocks, 8 * nt));
     else pack_blocks(&pj, 0, 1);
     w->packed = base;

@@ -119,6 +119,7 @@ int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *o) {
     memset(o, 0, sizeof *o);
     ts_xc *c = ts_xstream_cache(e->model.xs);
     if (!c) return 0;
+    ts_xstream_lock(e->model.xs);
     const ts_xc_stats *s = ts_xc_get_stats(c);
     o->enabled = 1;
     o->n_slots = ts_xc_n_slots(c);
@@ -132,6 +133,7 @@ int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *o) {
     o->read_errors = s->read_errors;
     o->io_wait_s = s->io_wait_s;
     o->n_layers = s->n_layers;
+    ts_xstream_unlock(e->model.xs);
     return 0;
 }
 
@@ -139,14 +141,19 @@ int ts_engine_expert_layer(const ts_engine *e, int L, uint64_t *hits, uint64_t *
     ts_xc *c = ts_xstream_cache(e->model.xs);
     const ts_xc_stats *s = c ? ts_xc_get_stats(c) : NULL;
     if (!s || L < 0 || L >= s->n_layers) return TS_E_ARG;
+    ts_xstream_lock(e->model.xs);
     *hits = s->layer[L].hits;
     *misses = s->layer[L].misses;
+    ts_xstream_unlock(e->model.xs);
     return 0;
 }
 
 void ts_engine_expert_stats_reset(ts_engine *e) {
     ts_xc *c = ts_xstream_cache(e->model.xs);
-    if (c) ts_xc_reset_stats(c);
+    if (!c) return;
+    ts_xstream_lock(e->model.xs);
+    ts_xc_reset_stats(c);
+    ts_xstream_unlock(e->model.xs);
 }
 
 /* ---- decode traffic (bench) ---- */

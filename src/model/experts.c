@@ -768,6 +768,12 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
             goto fail;
         }
         c->pool = (uint8_t *)(((uintptr_t)c->pool_raw + XC_PAGE - 1) & ~(uintptr_t)(XC_PAGE - 1));
+        /* fault the pool in now: a first touch in the token loop costs a
+         * page fault (and, under memory pressure, the kernel's compaction
+         * for a huge page) per page; measured ~25 s of system time over
+         * the first 8 GB of slots filled on this machine. The cache is
+         * the process's from the start, as the plan says. */
+        for (uint64_t o = 0; o < z.pool; o += XC_PAGE) ((volatile uint8_t *)c->pool_raw)[o] = 0;
         for (int i = 0; i < m->n_files; i++) {
             c->fd[i] = open(m->paths[i], O_RDONLY | O_CLOEXEC);
             if (c->fd[i] < 0) {

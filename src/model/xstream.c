@@ -35,7 +35,7 @@ struct ts_xstream {
     int32_t *mark;          /* [E]: stamp of the group that counted the expert */
     int32_t *slots;         /* [E * topk]: each id's slot, for a group of at most E rows */
     int32_t stamp;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu, prep_mu;
     int mu_init;
 };
 
@@ -119,7 +119,15 @@ static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uin
     ts_error e;
     (void)expert;
     if (ts_expert_views(x->map, &x->m->cfg, layer, src, w, &e)) return EINVAL;
+    /* on this I/O thread alone when the backend can (several prepare at
+     * once, next to the reads in flight), else one at a time */
+    if (x->be->ops->weight_prepare_1) {
+        for (int j = 0; j < 3; j++) x->be->ops->weight_prepare_1(x->be, &w[j], dst + x->poff[j]);
+        return 0;
+    }
+    pthread_mutex_lock(&x->prep_mu);
     for (int j = 0; j < 3; j++) x->be->ops->weight_prepare(x->be, &w[j], dst + x->poff[j]);
+    pthread_mutex_unlock(&x->prep_mu);
     return 0;
 }
 
@@ -127,7 +135,7 @@ void ts_xstream_close(ts_xstream *x) {
     if (!x) return;
     ts_xc_close(x->xc);
     ts_expert_map_free(x->map);
-    if (x->mu_init) pthread_mutex_destroy(&x->mu);
+    if (x->mu_init) { pthread_mutex_destroy(&x->mu); pthread_mutex_destroy(&x->prep_mu); }
     ts_free(x->tab);
     ts_free(x->mark);
     ts_free(x->slots);
@@ -161,7 +169,10 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
     }
     if (!rc) {
         if (pthread_mutex_init(&x->mu, NULL)) rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a mutex");
-        else x->mu_init = 1;
+        else if (pthread_mutex_init(&x->prep_mu, NULL)) {
+            pthread_mutex_destroy(&x->mu);
+            rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a mutex");
+        } else x->mu_init = 1;
     }
     if (rc) {
         ts_xstream_close(x);
@@ -172,6 +183,8 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
 }
 
 ts_xc *ts_xstream_cache(ts_xstream *x) { return x ? x->xc : NULL; }
+void ts_xstream_lock(ts_xstream *x) { pthread_mutex_lock(&x->mu); }
+void ts_xstream_unlock(ts_xstream *x) { pthread_mutex_unlock(&x->mu); }
 
 uint64_t ts_xstream_slot_bytes(const ts_xstream *x, int *prepared) {
     if (prepared) *prepared = x->prepared;

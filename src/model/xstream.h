@@ -63,8 +63,12 @@ int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, c
  * MTP layer at cfg.n_layers). Errors go to s (sticky). */
 void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *a, int layer);
 
-/* The cache, for its statistics (ts_xc_get_stats, ts_xc_reset_stats). */
+/* The cache, for its statistics (ts_xc_get_stats, ts_xc_reset_stats):
+ * between ts_xstream_lock and _unlock, as forwards of other sessions may be
+ * updating them. */
 ts_xc *ts_xstream_cache(ts_xstream *x);
+void ts_xstream_lock(ts_xstream *x);
+void ts_xstream_unlock(ts_xstream *x);
 /* Bytes of one slot and whether slots hold prepared copies. */
 uint64_t ts_xstream_slot_bytes(const ts_xstream *x, int *prepared);
 

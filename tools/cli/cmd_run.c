@@ -203,6 +203,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         fprintf(stderr, "[prompt %d token%s, generated %d token%s; prefill %.1f tok/s, decode %.1f tok/s]\n",
                 stats.n_prompt, stats.n_prompt == 1 ? "" : "s", stats.n_gen, stats.n_gen == 1 ? "" : "s", pf, dc);
         cli_spec_report(&eo.spec, &gp, &stats);
+        cli_expert_report(e, stats.n_prompt + stats.n_gen, verbose);
     }
     ts_detok_free(dt);
     ts_tokens_free(&pt);
