@@ -949,3 +949,18 @@ void ts_xc_reset_stats(ts_xc *c) {
 }
 
 void ts_xc_fail_read_after(ts_xc *c, long n) { __atomic_store_n(&c->fail_after, n, __ATOMIC_RELAXED); }
+
+int ts_xc_reopen_files(ts_xc *c, ts_error *err) {
+    if (!c->fd) return 0;
+    for (int i = 0; i < c->m->n_files; i++) {
+        int fd = open(c->m->paths[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return ts_fail(err, TS_E_IO, "expert cache: cannot open %s: %s", c->m->paths[i], strerror(errno));
+        close(c->fd[i]);
+        c->fd[i] = fd;
+        if (c->dfd[i] >= 0) {
+            close(c->dfd[i]);
+            c->dfd[i] = open(c->m->paths[i], O_RDONLY | O_CLOEXEC | O_DIRECT);
+        }
+    }
+    return 0;
+}

@@ -224,5 +224,8 @@ void ts_xc_reset_stats(ts_xc *c);
 
 /* Tests only: make the n-th pread from now fail with EIO (0 = off). */
 void ts_xc_fail_read_after(ts_xc *c, long n);
+/* Tests only: open every shard's path again (a file replaced under a running
+ * engine, whose mapping keeps the old one). 0 or TS_E_IO. Between ensures. */
+int ts_xc_reopen_files(ts_xc *c, ts_error *err);
 
 #endif
