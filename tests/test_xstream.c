@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "model/xstream.h"
+#include "cpu/cpu.h" /* the repacking, for its vector/scalar check */
 #include "ts_test.h"
 
 static size_t used_total(void) {
@@ -353,6 +354,67 @@ TS_TEST(xstream, plan_matches_allocation) {
     }
     ts_session_free(s);
     ts_engine_close(e);
-    /* the shape plan of a synth install names the same cache */
     free(pl);
+}
+
+/* The plan of a shape (no checkpoint) with --expert-cache equals the plan of
+ * the install synth writes for it, byte for byte. */
+TS_TEST(xstream, shape_plan_equals_install_plan) {
+    char dir[300], out[2048];
+    snprintf(dir, sizeof dir, "%s/xs-shape4", ts_test_tmpdir());
+    const char *shape = "tests/fixtures/quant/tiny-moe-shape.json";
+    CHECK(ts_test_sh(out, sizeof out, "rm -rf %s && %s synth --shape %s --out %s --bits 4 --quiet", dir, ts_test_bin(), shape, dir) == 0);
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.expert_cache = 1 << 20;
+    ts_mem_plan *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+    ts_error err = {0};
+    CHECK_MSG(ts_mem_plan_shape_ex(shape, 4, 0, dir, &ep, NULL, a, &err) == 0, "%s", err.msg);
+    CHECK_MSG(ts_mem_plan_dir_ex(dir, &ep, NULL, b, &err) == 0, "%s", err.msg);
+    CHECK(a->expert_slots > 0 && a->expert_slots == b->expert_slots && a->expert_slot_bytes == b->expert_slot_bytes);
+    CHECK(a->total_bytes == b->total_bytes && a->mapped_kept_bytes == b->mapped_kept_bytes &&
+          a->expert_file_bytes == b->expert_file_bytes && !memcmp(a->bytes, b->bytes, sizeof a->bytes));
+    free(a);
+    free(b);
+}
+
+/* The vector repacking (cpu/pack_avx512.c, what streamed experts and the
+ * load use) writes the scalar loop's bytes, padding rows included, for
+ * both bit widths, both scale widths and row counts off the 16-row grid. */
+TS_TEST(xstream, pack_vector_equals_scalar) {
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) SKIP("no AVX-512 on this CPU");
+    static const struct { int64_t rows, cols; int bits, group; ts_dtype sd; } cases[] = {
+        {48, 256, 4, 64, TS_DTYPE_BF16}, {37, 128, 4, 64, TS_DTYPE_F32}, {16, 512, 8, 128, TS_DTYPE_BF16},
+        {5, 64, 8, 64, TS_DTYPE_F32},    {1, 192, 4, 64, TS_DTYPE_BF16}, {1040, 1024, 4, 64, TS_DTYPE_BF16}};
+    uint64_t rs = 42;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        ts_weight w = {0};
+        w.dtype = TS_DTYPE_U32;
+        w.rows = cases[ci].rows;
+        w.cols = cases[ci].cols;
+        w.bits = cases[ci].bits;
+        w.group = cases[ci].group;
+        w.sdtype = cases[ci].sd;
+        size_t nd = (size_t)w.rows * (size_t)w.cols * (size_t)w.bits / 8, ss = w.sdtype == TS_DTYPE_F32 ? 4 : 2;
+        size_t ns = (size_t)w.rows * (size_t)(w.cols / w.group) * ss;
+        /* exact-size buffers: a read past their end shows under a checker */
+        uint8_t *d = malloc(nd), *sc = malloc(ns), *bi = malloc(ns);
+        for (size_t i = 0; i < nd; i++) { rs = rs * 6364136223846793005ull + 1442695040888963407ull; d[i] = (uint8_t)(rs >> 56); }
+        for (size_t i = 0; i < ns; i++) { rs = rs * 6364136223846793005ull + 1442695040888963407ull; sc[i] = (uint8_t)(rs >> 56); bi[i] = (uint8_t)(rs >> 48); }
+        w.data = d;
+        w.scales = sc;
+        w.biases = bi;
+        size_t sz = (size_t)((w.rows + 15) / 16) * (size_t)(w.cols / w.group) * ts_pack_record_bytes(w.bits, w.group, w.sdtype) + 64;
+        uint8_t *a = malloc(sz), *b = malloc(sz);
+        memset(a, 0xAA, sz);
+        memset(b, 0x55, sz);
+        ts_weight wa = w, wb = w;
+        ts_pack_force_scalar(1);
+        ts_weight_pack_on(NULL, &wa, a);
+        ts_pack_force_scalar(0);
+        ts_weight_pack_on(NULL, &wb, b);
+        size_t used = sz - 64;
+        CHECK_MSG(!memcmp(wa.packed, wb.packed, used), "case %zu: vector repacking differs from the scalar loop", ci);
+        free(d), free(sc), free(bi), free(a), free(b);
+    }
 }
