@@ -418,3 +418,36 @@ TS_TEST(xstream, pack_vector_equals_scalar) {
         free(d), free(sc), free(bi), free(a), free(b);
     }
 }
+
+/* ---- the trained MoE (models/moe, tools/train/RESULTS-moe.md) ---- */
+
+#define MOE_BF16_PPL 106.0588 /* transformers, bf16 weights, fp32 compute (report.json) */
+
+static char g_sh[1 << 16];
+
+static double moe_ppl(const char *extra) {
+    int rc = ts_test_sh(g_sh, sizeof g_sh, "%s perplexity -m models/moe -f tools/train/heldout.ids --json %s 2>/dev/null",
+                        ts_test_bin(), extra);
+    const char *p = strstr(g_sh, "\"ppl\": ");
+    if (rc || !p) ts_test_fail(__FILE__, __LINE__, "perplexity %s: %s", extra, g_sh);
+    return rc || !p ? 0 : atof(p + 7);
+}
+
+/* Held-out perplexity of the shipped INT4 install within 3% of the bf16
+ * checkpoint's, and the same number, to every printed digit, through a
+ * 10-slot expert cache (10% of the main stack's experts) under either policy. */
+TS_TEST(xstream, trained_moe_perplexity) {
+    double p = moe_ppl(""), c1 = moe_ppl("--expert-cache 186752"), c2 = moe_ppl("--expert-cache 186752 --expert-policy lru");
+    fprintf(stderr, "  trained MoE held-out perplexity %.4f (bf16 %.4f: %+.2f%%); with a 10-slot cache %.6f / %.6f\n", p,
+            MOE_BF16_PPL, 100.0 * (p / MOE_BF16_PPL - 1), c1, c2);
+    CHECK_MSG(p > 1 && p <= MOE_BF16_PPL * 1.03, "perplexity %.4f", p);
+    CHECK_MSG(c1 == p && c2 == p, "the cache changes perplexity: %.6f / %.6f vs %.6f", c1, c2, p);
+}
+
+/* Greedy ids and prompt logits through a few slots equal the resident run
+ * on the trained model too (its routing is far from uniform: hits and
+ * evictions both happen), with and without MTP drafting. */
+TS_TEST(xstream, identical_trained_moe) {
+    check_identical("models/moe", NULL, 5);
+    check_identical("models/moe", "avx2", 6);
+}
