@@ -217,30 +217,44 @@ TS_TEST(xstream, option_errors) {
     ts_engine_close(e);
 }
 
-/* Greedy ids of a fresh generation on e (session of chunk 4 rows). */
+/* Greedy ids of a generation on e from a reset timeline, in one session per
+ * engine kept across calls (chunk 4 rows): a failed generation must leave
+ * that same session usable. gen_close before the engine goes. */
+static ts_session *g_sess;
+static ts_engine *g_sess_e;
+
+static void gen_close(void) {
+    ts_session_free(g_sess);
+    g_sess = NULL;
+    g_sess_e = NULL;
+}
+
 static int gen_ids(ts_engine *e, int32_t *ids, int n, ts_error *err) {
     int32_t prompt[6] = {11, 22, 33, 44, 55, 66};
     run_out o = {0};
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = 64;
-    sp.max_rows = 4;
-    ts_session *s = NULL;
-    int rc = ts_session_new(e, &sp, &s, err);
-    if (rc) return rc;
+    if (g_sess_e != e) {
+        gen_close();
+        ts_session_params sp;
+        ts_session_params_default(&sp);
+        sp.n_ctx = 64;
+        sp.max_rows = 4;
+        int rc = ts_session_new(e, &sp, &g_sess, err);
+        if (rc) return rc;
+        g_sess_e = e;
+    }
+    ts_session_reset(g_sess);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.n_predict = n;
     gp.temperature = 0;
-    rc = ts_generate(s, prompt, 6, &gp, collect, &o, NULL, err);
+    int rc = ts_generate(g_sess, prompt, 6, &gp, collect, &o, NULL, err);
     memcpy(ids, o.ids, sizeof(int32_t) * (size_t)n);
-    ts_session_free(s);
     return rc;
 }
 
 /* A read error in the middle of a generation: the generation fails with an
  * I/O error naming the expert, the cache holds no half-read slot, and the
- * next generation (reads working again) gives the resident ids. */
+ * same session, reset, generates the resident ids (reads working again). */
 TS_TEST(xstream, read_error_mid_generation) {
     const char *q4 = convert_once("tiny-moe", 4);
     if (!q4) return;
@@ -252,6 +266,7 @@ TS_TEST(xstream, read_error_mid_generation) {
     int32_t ref[16], got[16];
     CHECK(open_engine(q4, 0, NULL, NULL, &er, &err) == 0);
     CHECK(gen_ids(er, ref, 16, &err) == 0);
+    gen_close();
     ts_engine_close(er);
     CHECK_MSG(open_engine(q4, cache, NULL, NULL, &ec, &err) == 0, "%s", err.msg);
     if (ts_test_failed()) return;
@@ -267,6 +282,7 @@ TS_TEST(xstream, read_error_mid_generation) {
     memset(got, 0, sizeof got);
     CHECK_MSG(gen_ids(ec, got, 16, &err) == 0, "%s", err.msg);
     CHECK(!memcmp(ref, got, sizeof ref));
+    gen_close();
     ts_engine_close(ec);
     CHECK(ts_mem_used(TS_MEM_EXPERT_CACHE) == used0);
 }
@@ -291,6 +307,7 @@ TS_TEST(xstream, truncated_file_mid_generation) {
     int32_t ref[16], got[16];
     CHECK(open_engine(dir, 0, NULL, NULL, &er, &err) == 0);
     CHECK(gen_ids(er, ref, 16, &err) == 0);
+    gen_close();
     ts_engine_close(er);
     CHECK_MSG(open_engine(dir, cache, NULL, NULL, &ec, &err) == 0, "%s", err.msg);
     if (ts_test_failed()) return;
@@ -314,6 +331,7 @@ TS_TEST(xstream, truncated_file_mid_generation) {
     memset(got, 0, sizeof got);
     CHECK_MSG(gen_ids(ec, got, 16, &err) == 0, "%s", err.msg);
     CHECK(!memcmp(ref, got, sizeof ref));
+    gen_close();
     ts_engine_close(ec);
 }
 

@@ -9,7 +9,8 @@
 #   CONFIG   "mmap" (no cache: every weight read in place through the mapping, TS_PACK=0, since the
 #            load-time repacked copy of every matrix would not fit), "mmap-packed" (no cache, default
 #            packing: only works when the install fits), or a cache size such as "8G", optionally
-#            ":lru" (eviction policy) or ":nopack" (TS_PACK=0: the plain kernels, as mmap uses)
+#            ":lru" (eviction policy), ":nopack" (TS_PACK=0: the plain kernels, as mmap uses) or ":buffered"
+#            (the cache's reads through the page cache instead of O_DIRECT: TS_XC_DIRECT=0)
 #
 # The cap: a cgroup-v1 memory controller child of this shell's own cgroup, memory.limit_in_bytes =
 # BUDGET; it charges the process's anonymous memory and the page cache it faults in (the mapping), so
@@ -48,6 +49,7 @@ for ((r = 0; r < ROUNDS; r++)); do
         esac
         [ "$opt" = lru ] && args+=(--expert-policy lru)
         [ "$opt" = nopack ] && envs+=(TS_PACK=0)
+        [ "$opt" = buffered ] && envs+=(TS_XC_DIRECT=0)
         drop
         echo 0 > "$CG/memory.max_usage_in_bytes" 2>/dev/null || true
         log=$OUT/run.$r.$k
