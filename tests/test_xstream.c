@@ -469,3 +469,22 @@ TS_TEST(xstream, identical_trained_moe) {
     check_identical("models/moe", NULL, 5);
     check_identical("models/moe", "avx2", 6);
 }
+
+/* The commands: --expert-cache parsed by the shared option parser (bad
+ * sizes refused with the text named), bench --json and plan --json carry
+ * the cache, run -v reports it. */
+TS_TEST(xstream, cli_reports_the_cache) {
+    CHECK(ts_test_sh(g_sh, sizeof g_sh, "%s bench -m models/moe --prompt 4 --gen 8 --runs 1 --expert-cache 400K --json 2>&1",
+                     ts_test_bin()) == 0);
+    CHECK_MSG(strstr(g_sh, "\"expert_cache\": {\"slots\": ") && strstr(g_sh, "\"hit_rate\": ") && strstr(g_sh, "\"layer_hit_rate\": ["),
+              "%s", g_sh);
+    CHECK(ts_test_sh(g_sh, sizeof g_sh, "%s plan -m models/moe --expert-cache 400K --json 2>&1", ts_test_bin()) == 0);
+    CHECK_MSG(strstr(g_sh, "\"expert_cache\": {\"slots\": ") && strstr(g_sh, "\"expert_cache\": ") , "%s", g_sh);
+    CHECK(ts_test_sh(g_sh, sizeof g_sh, "%s run -m models/moe --ids 1,2,3 -n 4 -v --expert-cache 1M --expert-policy lru 2>&1",
+                     ts_test_bin()) == 0);
+    CHECK_MSG(strstr(g_sh, "[expert cache: ") && strstr(g_sh, "hit rate by layer"), "%s", g_sh);
+    CHECK(ts_test_sh(g_sh, sizeof g_sh, "%s run -m models/moe --ids 1 -n 1 --expert-cache 12Q 2>&1", ts_test_bin()) != 0);
+    CHECK_MSG(strstr(g_sh, "--expert-cache") && strstr(g_sh, "12Q"), "%s", g_sh);
+    CHECK(ts_test_sh(g_sh, sizeof g_sh, "%s run -m models/moe --ids 1 -n 1 --expert-cache 1M --expert-policy mru 2>&1", ts_test_bin()) != 0);
+    CHECK_MSG(strstr(g_sh, "mru"), "%s", g_sh);
+}

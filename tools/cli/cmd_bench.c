@@ -294,22 +294,6 @@ int cmd_bench(int argc, char **argv) {
     ts_engine_expert_stats(e, &xs);
     /* tokens through the forward in the timed runs: each run feeds the prompt and gen decoded tokens */
     const double xtok = (double)runs * (prompt + gen);
-    if (json && xs.enabled) {
-        uint64_t req = xs.hits + xs.misses;
-        printf("{\"expert_cache\": {\"slots\": %d, \"slot_bytes\": %llu, \"prepared\": %s, \"direct_io\": %s, \"hits\": %llu,"
-               " \"misses\": %llu, \"hit_rate\": %.4f, \"evictions\": %llu, \"bytes_read\": %llu, \"bytes_read_per_token\": %.0f,"
-               " \"io_wait_s\": %.3f, \"layer_hit_rate\": [",
-               xs.n_slots, (unsigned long long)xs.slot_bytes, xs.prepared ? "true" : "false", xs.direct_io ? "true" : "false",
-               (unsigned long long)xs.hits, (unsigned long long)xs.misses, req ? (double)xs.hits / req : 0.0,
-               (unsigned long long)xs.evictions, (unsigned long long)xs.bytes_read, xs.bytes_read / xtok, xs.io_wait_s);
-        for (int L = 0; L < xs.n_layers; L++) {
-            uint64_t h = 0, m = 0;
-            ts_engine_expert_layer(e, L, &h, &m);
-            if (h + m) printf("%s%.4f", L ? ", " : "", (double)h / (h + m));
-            else printf("%snull", L ? ", " : "");
-        }
-        printf("]}}\n");
-    }
     if (json) {
         printf("{\"model\": \"%s\", \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d,\n"
                " \"prefill_tok_s\": %.2f, \"prefill_tok_s_min\": %.2f, \"prefill_tok_s_max\": %.2f,\n"
@@ -317,10 +301,27 @@ int cmd_bench(int argc, char **argv) {
                " \"weight_bytes_per_token\": %llu, \"state_bytes_per_token\": %llu, \"decode_gb_s\": %.2f,\n"
                " \"decode_gb_s_with_state\": %.2f, \"pct_of_bandwidth_with_state\": %.1f,\n"
                " \"bandwidth_gb_s_1t\": %.2f, \"bandwidth_gb_s\": %.2f, \"pct_of_bandwidth\": %.1f,\n"
-               " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f}\n",
+               " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f",
                dir, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
                (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0, ts_kernels_name(),
                act_bits ? act_bits : TS_ACT_BITS_DEFAULT, loadavg[0]);
+        if (xs.enabled) { /* the expert cache: --expert-cache */
+            uint64_t req = xs.hits + xs.misses;
+            printf(", \"expert_cache\": {\"slots\": %d, \"slot_bytes\": %llu, \"prepared\": %s, \"direct_io\": %s, \"hits\": %llu,"
+                   " \"misses\": %llu, \"hit_rate\": %.4f, \"evictions\": %llu, \"bytes_read\": %llu, \"bytes_read_per_token\": %.0f,"
+                   " \"io_wait_s\": %.3f, \"layer_hit_rate\": [",
+                   xs.n_slots, (unsigned long long)xs.slot_bytes, xs.prepared ? "true" : "false", xs.direct_io ? "true" : "false",
+                   (unsigned long long)xs.hits, (unsigned long long)xs.misses, req ? (double)xs.hits / req : 0.0,
+                   (unsigned long long)xs.evictions, (unsigned long long)xs.bytes_read, xs.bytes_read / xtok, xs.io_wait_s);
+            for (int L = 0; L < xs.n_layers; L++) {
+                uint64_t h = 0, m = 0;
+                ts_engine_expert_layer(e, L, &h, &m);
+                if (h + m) printf("%s%.4f", L ? ", " : "", (double)h / (h + m));
+                else printf("%snull", L ? ", " : "");
+            }
+            printf("]}");
+        }
+        printf("}\n");
     } else {
         printf("model      %s (%s, %s, %d threads, kernels %s, %d-bit activations)\n", dir, in->model_type,
                in->quant_bits ? (in->quant_bits == 4 ? "INT4" : "INT8") : "bf16/f32", nt, ts_kernels_name(),
