@@ -116,6 +116,8 @@ typedef struct ts_expert_stats {
     uint64_t hits, misses, evictions;
     uint64_t reads, bytes_read, read_errors;
     double io_wait_s;         /* time the forward waited for reads (and their preparation) */
+    uint64_t prefetched, prefetch_used; /* next-layer prediction (TS_XC_PREFETCH=1): reads started,
+                                           and of them experts asked for before eviction */
     int n_layers;             /* MoE layers of the cache: the main stack, then the MTP layer if any */
 } ts_expert_stats;
 TS_API int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *out);

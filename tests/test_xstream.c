@@ -488,3 +488,27 @@ TS_TEST(xstream, cli_reports_the_cache) {
     CHECK(ts_test_sh(g_sh, sizeof g_sh, "%s run -m models/moe --ids 1 -n 1 --expert-cache 1M --expert-policy mru 2>&1", ts_test_bin()) != 0);
     CHECK_MSG(strstr(g_sh, "mru"), "%s", g_sh);
 }
+
+/* Next-layer prediction (TS_XC_PREFETCH=1): reads started while a layer
+ * computes only change what the cache holds, never a bit of the output;
+ * predictions are made and some of them are used. */
+TS_TEST(xstream, prefetch_identical) {
+    setenv("TS_XC_PREFETCH", "1", 1);
+    check_identical("models/moe", NULL, 6);
+    check_identical(convert_once("tiny-moe", 4), NULL, 3);
+    uint64_t cache = cache_for("models/moe", NULL, 12);
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    CHECK_MSG(cache && open_engine("models/moe", cache, NULL, NULL, &e, &err) == 0, "%s", err.msg);
+    if (e) {
+        int32_t ids[16];
+        CHECK_MSG(gen_ids(e, ids, 16, &err) == 0, "%s", err.msg);
+        gen_close();
+        ts_expert_stats x;
+        ts_engine_expert_stats(e, &x);
+        CHECK_MSG(x.prefetched > 0 && x.prefetch_used > 0 && x.prefetch_used <= x.prefetched, "prefetched %llu, used %llu",
+                  (unsigned long long)x.prefetched, (unsigned long long)x.prefetch_used);
+        ts_engine_close(e);
+    }
+    unsetenv("TS_XC_PREFETCH");
+}

@@ -11,6 +11,7 @@
 #            packing: only works when the install fits), or a cache size such as "8G", optionally
 #            ":lru" (eviction policy), ":nopack" (TS_PACK=0: the plain kernels, as mmap uses) or ":buffered"
 #            (the cache's reads through the page cache instead of O_DIRECT: TS_XC_DIRECT=0)
+#            or ":prefetch" (next-layer prediction: TS_XC_PREFETCH=1)
 #
 # The cap: a cgroup-v1 memory controller child of this shell's own cgroup, memory.limit_in_bytes =
 # BUDGET; it charges the process's anonymous memory and the page cache it faults in (the mapping), so
@@ -50,6 +51,7 @@ for ((r = 0; r < ROUNDS; r++)); do
         [ "$opt" = lru ] && args+=(--expert-policy lru)
         [ "$opt" = nopack ] && envs+=(TS_PACK=0)
         [ "$opt" = buffered ] && envs+=(TS_XC_DIRECT=0)
+        [ "$opt" = prefetch ] && envs+=(TS_XC_PREFETCH=1)
         drop
         echo 0 > "$CG/memory.max_usage_in_bytes" 2>/dev/null || true
         log=$OUT/run.$r.$k

@@ -112,6 +112,8 @@ int ts_engine_xc_params(const ts_engine_params *ep, const ts_config *cfg, ts_xc_
     if (v && *v) xp->direct = atoi(v) != 0;
     v = getenv("TS_XC_HALFLIFE");
     if (v && *v) xp->halflife = atof(v);
+    v = getenv("TS_XC_PREFETCH"); /* next-layer prediction (off: bench/experts/RESULTS.md) */
+    if (v && *v) xp->prefetch = atoi(v) != 0;
     return 0;
 }
 
@@ -132,6 +134,8 @@ int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *o) {
     o->bytes_read = s->bytes_read;
     o->read_errors = s->read_errors;
     o->io_wait_s = s->io_wait_s;
+    o->prefetched = s->prefetched;
+    o->prefetch_used = s->prefetch_used;
     o->n_layers = s->n_layers;
     ts_xstream_unlock(e->model.xs);
     return 0;

@@ -416,6 +416,15 @@ struct ts_xc {
     pthread_cond_t work, done;
     int sync_init;
     int n_jobs, next_job, remaining, quit;
+    /* prefetch (params.prefetch): one job per slot, a queue the I/O threads
+     * take after the waiting caller's jobs, and the slots to settle on the
+     * caller's thread once their reads are done (workers touch only jobs
+     * and the done flags, under mu) */
+    pthread_cond_t adone;
+    xc_job *ajobs;             /* [n_slots] */
+    int32_t *aq, *infl;        /* [n_slots] queue of slots to read; slots read or being read */
+    uint8_t *adone_f, *pref;   /* [n_slots] read finished; holds a prefetched expert not yet asked for */
+    int aq_head, aq_n, n_infl, n_running;
     long fail_after;
     ts_xc_stats st;
 };
@@ -568,13 +577,24 @@ static void *xc_worker(void *arg) {
     pthread_mutex_lock(&c->mu);
     const int me = c->n_started++; /* this thread's staging buffer */
     for (;;) {
-        while (!c->quit && c->next_job >= c->n_jobs) pthread_cond_wait(&c->work, &c->mu);
+        while (!c->quit && c->next_job >= c->n_jobs && c->aq_n == 0) pthread_cond_wait(&c->work, &c->mu);
         if (c->quit) break;
-        xc_job *j = &c->jobs[c->next_job++];
+        if (c->next_job < c->n_jobs) { /* the waiting caller's reads first */
+            xc_job *j = &c->jobs[c->next_job++];
+            pthread_mutex_unlock(&c->mu);
+            xc_read(c, j, me);
+            pthread_mutex_lock(&c->mu);
+            if (--c->remaining == 0) pthread_cond_signal(&c->done);
+            continue;
+        }
+        int s = c->aq[c->aq_head];
+        c->aq_head = (c->aq_head + 1) % c->n_slots;
+        c->aq_n--;
         pthread_mutex_unlock(&c->mu);
-        xc_read(c, j, me);
+        xc_read(c, &c->ajobs[s], me);
         pthread_mutex_lock(&c->mu);
-        if (--c->remaining == 0) pthread_cond_signal(&c->done);
+        c->adone_f[s] = 1;
+        if (--c->n_running == 0) pthread_cond_broadcast(&c->adone);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -602,7 +622,7 @@ uint64_t ts_xc_slot_stride(const ts_expert_map *m) {
 
 /* Sizes of everything ts_xc_open allocates, in one place so the plan and the
  * allocation cannot drift apart. */
-typedef struct xc_sizes { uint64_t pool, per_slot, per_expert, per_e, struct_b, files, threads, layers, staging; } xc_sizes;
+typedef struct xc_sizes { uint64_t pool, per_slot, per_expert, per_e, struct_b, files, threads, layers, staging, prefetch; } xc_sizes;
 
 /* A slot's bytes: the file span, or the prepared size rounded up to 64. */
 static uint64_t xc_stride(const ts_expert_map *m, const ts_xc_params *p) {
@@ -626,6 +646,7 @@ static xc_sizes xc_sizes_of(const ts_expert_map *m, const ts_xc_params *p, int n
     z.files = p->dry ? 0 : (uint64_t)m->n_files * 2 * sizeof(int);
     z.threads = p->dry ? 0 : (uint64_t)(p->n_io > 0 ? p->n_io : 4) * sizeof(pthread_t);
     z.layers = (uint64_t)m->n_layers * sizeof(ts_xc_layer_stats);
+    z.prefetch = p->prefetch ? (uint64_t)n_slots * (sizeof(xc_job) + 2 * sizeof(int32_t) + 2) : 0;
     return z;
 }
 
@@ -650,7 +671,7 @@ uint64_t ts_xc_plan_parts(const ts_expert_map *m, const ts_xc_params *p, uint64_
     }
     xc_sizes z = xc_sizes_of(m, p, n);
     /* ts_alloc rounds nothing: the sum of the requests is the counter's rise */
-    uint64_t tb = z.per_slot + z.per_expert + z.per_e + z.struct_b + z.files + z.threads + z.layers;
+    uint64_t tb = z.per_slot + z.per_expert + z.per_e + z.struct_b + z.files + z.threads + z.layers + z.prefetch;
     if (slots) *slots = z.pool;
     if (staging) *staging = z.staging;
     if (tables) *tables = tb;
@@ -663,12 +684,14 @@ void ts_xc_close(ts_xc *c) {
     if (!c) return;
     if (c->sync_init) {
         pthread_mutex_lock(&c->mu);
+        while (c->n_running > 0) pthread_cond_wait(&c->adone, &c->mu); /* reads in flight write the pool */
         c->quit = 1;
         pthread_cond_broadcast(&c->work);
         pthread_mutex_unlock(&c->mu);
         for (int i = 0; i < c->n_thr; i++) pthread_join(c->thr[i], NULL);
         pthread_cond_destroy(&c->work);
         pthread_cond_destroy(&c->done);
+        pthread_cond_destroy(&c->adone);
         pthread_mutex_destroy(&c->mu);
     }
     if (c->fd)
@@ -686,6 +709,7 @@ void ts_xc_close(ts_xc *c) {
     ts_free(c->t_last);
     ts_free(c->mark);
     ts_free(c->jobs);
+    ts_free(c->ajobs); /* the block aq, infl, adone_f and pref are carved from */
     ts_free(c->st.layer);
     ts_free(c);
 }
@@ -727,7 +751,16 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
     c->mark = ts_alloc(sizeof(int32_t) * 4 * m->E, TS_MEM_EXPERT_CACHE);
     c->jobs = ts_alloc(sizeof(xc_job) * m->E, TS_MEM_EXPERT_CACHE);
     c->st.layer = ts_alloc(sizeof(ts_xc_layer_stats) * m->n_layers, TS_MEM_EXPERT_CACHE);
-    if (!c->owner || !c->table || !c->cnt || !c->t_last || !c->mark || !c->jobs || !c->st.layer) {
+    if (z.prefetch) {
+        c->ajobs = ts_alloc(z.prefetch, TS_MEM_EXPERT_CACHE);
+        if (c->ajobs) {
+            c->aq = (int32_t *)(void *)(c->ajobs + ns);
+            c->infl = c->aq + ns;
+            c->adone_f = (uint8_t *)(c->infl + ns);
+            c->pref = c->adone_f + ns;
+        }
+    }
+    if (!c->owner || !c->table || !c->cnt || !c->t_last || !c->mark || !c->jobs || !c->st.layer || (z.prefetch && !c->ajobs)) {
         rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache tables");
         goto fail;
     }
@@ -791,6 +824,13 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
             rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a condition");
             goto fail;
         }
+        if (pthread_cond_init(&c->adone, NULL)) {
+            pthread_cond_destroy(&c->work);
+            pthread_cond_destroy(&c->done);
+            pthread_mutex_destroy(&c->mu);
+            rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a condition");
+            goto fail;
+        }
         c->sync_init = 1;
         for (int i = 0; i < p.n_io; i++) {
             if (pthread_create(&c->thr[i], NULL, xc_worker, c)) {
@@ -818,8 +858,85 @@ static double xc_touch(ts_xc *c, size_t ix, int w) {
     return (double)c->clock / c->h + log2(n);
 }
 
+/* Wait for every prefetch read in flight, then settle them on this thread:
+ * drop the prefetch's pin (the slot becomes evictable like any other), and
+ * empty the slot of a read that failed. */
+static void xc_settle(ts_xc *c) {
+    if (!c->n_infl) return;
+    if (!c->p.dry) {
+        double t0 = ts_now();
+        pthread_mutex_lock(&c->mu);
+        while (c->n_running > 0) pthread_cond_wait(&c->adone, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        c->st.io_wait_s += ts_now() - t0;
+    }
+    for (int i = 0; i < c->n_infl; i++) {
+        int s = c->infl[i];
+        const xc_job *j = &c->ajobs[s];
+        if (!c->p.dry && (j->err_no || j->short_read)) {
+            c->table[c->owner[s]] = -1;
+            c->owner[s] = -1;
+            c->pref[s] = 0;
+            c->st.prefetch_errors++;
+        }
+        c->adone_f[s] = 0;
+        unpin_one(c, s);
+    }
+    c->n_infl = 0;
+}
+
+int ts_xc_prefetch(ts_xc *c, int layer, const int32_t *ids, int n) {
+    const ts_expert_map *m = c->m;
+    if (!c->p.prefetch || layer < 0 || layer >= m->n_layers || n <= 0) return 0;
+    xc_settle(c); /* one prefetch in flight at a time: the earlier one's slots are settled first */
+    if (++c->stamp == INT32_MAX) { memset(c->mark, 0, sizeof(int32_t) * m->E); c->stamp = 1; }
+    int started = 0;
+    for (int i = 0; i < n; i++) {
+        int e = ids[i];
+        if (e < 0 || e >= m->E || c->mark[e] == c->stamp) continue;
+        c->mark[e] = c->stamp;
+        size_t ix = ts_xmap_idx(m, layer, e);
+        if (c->table[ix] >= 0) continue;  /* resident (or already being read) */
+        int s;
+        if (c->n_free > 0) s = c->freel[--c->n_free];
+        else if (c->n_heap > 0) {
+            s = c->heap[0]; /* the policy's victim: never a pinned slot */
+            heap_remove(c, s);
+            if (c->pref[s]) c->pref[s] = 0;
+            c->table[c->owner[s]] = -1;
+            c->owner[s] = -1;
+            c->st.evictions++;
+        } else break;
+        c->owner[s] = (int32_t)ix;
+        c->table[ix] = s;
+        c->data_off[s] = c->p.prepare ? 0 : (uint32_t)(m->off[ix] & (XC_PAGE - 1));
+        /* the key of its decayed count now, without counting an access */
+        if (c->p.policy == TS_XC_LRU) c->key[s] = (double)c->clock;
+        else {
+            double cn = (double)c->cnt[ix] * exp2(-(double)(c->clock - c->t_last[ix]) / c->h);
+            c->key[s] = (double)c->clock / c->h + log2(cn > 1e-30 ? cn : 1e-30);
+        }
+        pin(c, s);
+        c->pref[s] = 1;
+        c->ajobs[s] = (xc_job){.slot = s, .ix = ix};
+        c->infl[c->n_infl++] = s;
+        started++;
+        if (!c->p.dry) {
+            pthread_mutex_lock(&c->mu);
+            c->aq[(c->aq_head + c->aq_n) % c->n_slots] = s;
+            c->aq_n++;
+            c->n_running++;
+            pthread_cond_signal(&c->work);
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
+    c->st.prefetched += (uint64_t)started;
+    return started;
+}
+
 int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots, ts_error *err) {
     const ts_expert_map *m = c->m;
+    if (c->p.prefetch) xc_settle(c);
     if (layer < 0 || layer >= m->n_layers) return ts_fail(err, TS_E_ARG, "expert cache: layer %d out of range [0, %d)", layer, m->n_layers);
     if (n < 0) return ts_fail(err, TS_E_ARG, "expert cache: %d ids", n);
     /* deduplicate: mark[e] == stamp means e is already in uniq */
@@ -850,6 +967,7 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
         double k = xc_touch(c, ix, c->mult[c->uniq[u]]);
         int s = c->table[ix];
         if (s < 0) continue;
+        if (c->pref && c->pref[s]) { c->pref[s] = 0; c->st.prefetch_used++; }
         pin(c, s);
         c->key[s] = k;
         c->took[nt++] = s;
@@ -865,6 +983,7 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
             /* the capacity check above guarantees an evictable slot */
             s = c->heap[0];
             heap_remove(c, s);
+            if (c->pref) c->pref[s] = 0;
             c->table[c->owner[s]] = -1;
             c->owner[s] = -1;
             c->st.evictions++;

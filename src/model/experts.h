@@ -34,11 +34,12 @@
  *      one min-heap over the unpinned-or-pinned resident slots keyed so that
  *      a key changes only when its expert is accessed.
  *
- * Does not own: the forward that consumes the slots (qwen35.c, through the
- * backend contract), the CLI option (it calls ts_parse_size), device slots.
+ * Does not own: the forward that consumes the slots (model/xstream.c, through
+ * the backend contract), the CLI option (it calls ts_parse_size), device slots.
  *
- * Wiring (for the forward): per MoE layer L of a batch of n rows, after the
- * router's top-k of every row is known (one wait for the whole batch):
+ * Wiring (the forward's: model/xstream.c): per MoE layer L of a batch of n
+ * rows, after the router's top-k of every row is known (one wait for the
+ * whole batch):
  *   ts_xc_ensure(c, L, sel, n * topk, slot, err);   reads all misses at once
  *   for each (row, j): ts_expert_views(map, cfg, L, ts_xc_slot_data(c, slot[..]), w, err)
  *                      (or a per-slot view table built once per slot fill)
@@ -153,6 +154,8 @@ typedef struct ts_xc_params {
     uint64_t slot_bytes;
     int (*prepare)(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst);
     void *prepare_user;
+    int prefetch;           /* 1: ts_xc_prefetch starts reads that run while the caller computes
+                               (off by default: measured in bench/experts/RESULTS.md) */
 } ts_xc_params;
 
 void ts_xc_params_default(ts_xc_params *p);
@@ -170,6 +173,9 @@ typedef struct ts_xc_stats {
     uint64_t read_errors;   /* ensures that failed on I/O */
     double io_wait_s;       /* caller time spent waiting for reads */
     int direct_active;      /* O_DIRECT actually in use */
+    uint64_t prefetched;    /* experts ts_xc_prefetch started reading */
+    uint64_t prefetch_used; /* of them, asked for by an ensure before being evicted */
+    uint64_t prefetch_errors;
     int n_layers;
     ts_xc_layer_stats *layer; /* [n_layers], owned by the cache */
 } ts_xc_stats;
@@ -207,6 +213,16 @@ void ts_xc_close(ts_xc *c); /* NULL ok; joins the I/O threads */
  * (layer, expert) for a failed or short read. On error nothing of this call
  * stays pinned and no slot of the table holds a partial read. */
 int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots, ts_error *err);
+/* Start reading ids[0..n) of `layer` (a prediction: the next layer's experts
+ * while this one computes) without waiting: each one neither resident nor
+ * pinned-full gets a free or evictable slot (never a pinned one, so the
+ * running layer's experts stay) and a job on the I/O threads. A prefetch
+ * is not an access (the policy's counts do not move). The next ensure (or
+ * close) first waits for every read in flight; a failed prefetch just
+ * leaves its slot empty (the ensure reads the expert itself). Only with
+ * params.prefetch; otherwise (and for bad ids) nothing happens. Returns the
+ * reads started. */
+int ts_xc_prefetch(ts_xc *c, int layer, const int32_t *ids, int n);
 /* The slots the last successful ensure filled (its misses), borrowed until
  * the next ensure; returns their count. */
 int ts_xc_last_filled(const ts_xc *c, const int32_t **slots);

@@ -34,6 +34,9 @@ struct ts_xstream {
     ts_weight *tab;         /* [3 * E]: gate, up, down views of one group's experts */
     int32_t *mark;          /* [E]: stamp of the group that counted the expert */
     int32_t *slots;         /* [E * topk]: each id's slot, for a group of at most E rows */
+    int prefetch;           /* predict the next layer's experts and start their reads */
+    int32_t *pred_ids;      /* [E * topk] the prediction (rows of a pass of at most E rows) */
+    float *pred_w;          /* [E * topk] */
     int32_t stamp;
     pthread_mutex_t mu, prep_mu;
     int mu_init;
@@ -61,7 +64,7 @@ static uint64_t prep_layout(const ts_expert_map *map, const ts_config *cfg, ts_b
 
 static uint64_t own_bytes(const ts_config *cfg) {
     return sizeof(ts_xstream) + sizeof(ts_weight) * 3 * (size_t)cfg->E + sizeof(int32_t) * (size_t)cfg->E +
-           sizeof(int32_t) * (size_t)cfg->E * (size_t)cfg->topk;
+           3 * sizeof(int32_t) * (size_t)cfg->E * (size_t)cfg->topk;
 }
 
 static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst);
@@ -139,6 +142,8 @@ void ts_xstream_close(ts_xstream *x) {
     ts_free(x->tab);
     ts_free(x->mark);
     ts_free(x->slots);
+    ts_free(x->pred_ids);
+    ts_free(x->pred_w);
     ts_free(x);
 }
 
@@ -165,7 +170,11 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
         x->tab = ts_alloc(sizeof(ts_weight) * 3 * (size_t)c->E, TS_MEM_EXPERT_CACHE);
         x->mark = ts_alloc(sizeof(int32_t) * (size_t)c->E, TS_MEM_EXPERT_CACHE);
         x->slots = ts_alloc(sizeof(int32_t) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
-        if (!x->tab || !x->mark || !x->slots) rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
+        x->pred_ids = ts_alloc(sizeof(int32_t) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
+        x->pred_w = ts_alloc(sizeof(float) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
+        x->prefetch = q.prefetch;
+        if (!x->tab || !x->mark || !x->slots || !x->pred_ids || !x->pred_w)
+            rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
     }
     if (!rc) {
         if (pthread_mutex_init(&x->mu, NULL)) rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a mutex");
@@ -294,6 +303,18 @@ void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *
             ts_xc_unpin(x->xc, layer);
             fail_on(s, rc, err.msg);
             break;
+        }
+        /* Prediction (params.prefetch, a pass that is one group): the next
+         * layer's router on this layer's input, whose top-k start reading
+         * while this layer computes; the next ensure waits for them. It
+         * only moves what the cache holds, never a product. */
+        if (x->prefetch && r0 == 0 && r1 == n && layer + 1 < x->m->cfg.n_layers) {
+            ts_moe_args pa = *a;
+            pa.router = &ffn_of(x->m, layer + 1)->router;
+            pa.route_ids = x->pred_ids;
+            pa.route_w = x->pred_w;
+            op->moe_route(s, md, &pa); /* the logits scratch is free again: this layer's ids are copied */
+            if (!s->err) ts_xc_prefetch(x->xc, layer + 1, x->pred_ids, n * k);
         }
         ts_moe_args b = *a;
         b.e_gate = x->tab;

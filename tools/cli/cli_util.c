@@ -360,6 +360,9 @@ void cli_expert_report(const ts_engine *e, int n_tokens, int per_layer) {
             req ? 100.0 * x.hits / req : 0.0, (unsigned long long)x.hits, (unsigned long long)req,
             (unsigned long long)x.evictions, x.bytes_read / 1e6);
     if (n_tokens > 0) fprintf(stderr, ", %.1f MB/token", x.bytes_read / 1e6 / n_tokens);
+    if (x.prefetched)
+        fprintf(stderr, ", prefetched %llu, used %llu (%.1f%%)", (unsigned long long)x.prefetched,
+                (unsigned long long)x.prefetch_used, 100.0 * x.prefetch_used / x.prefetched);
     fprintf(stderr, ", waited %.2f s for reads]\n", x.io_wait_s);
     if (!per_layer) return;
     fprintf(stderr, "[expert cache hit rate by layer:");
