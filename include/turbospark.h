@@ -81,6 +81,12 @@ typedef struct ts_engine_params {
                             line on stderr saying why; a build without CUDA:
                             the CPU silently); NULL or "" = "cpu" */
     int device;          /* CUDA device index (0-based) */
+    /* MoE expert streaming (README, "Expert streaming"): bytes of memory for
+     * the routed experts, which are then read on demand from the install
+     * into a fixed pool of slots (at least one layer's top-k of them);
+     * everything else stays resident. 0 = all resident, no cache. */
+    uint64_t expert_cache;
+    const char *expert_policy; /* eviction: "lfru" (NULL: default, decayed frequency) or "lru" */
 } ts_engine_params;
 #define TS_ACT_BITS_DEFAULT 8
 
@@ -110,6 +116,32 @@ TS_API int ts_engine_open(const char *dir, const ts_engine_params *p,
                           ts_engine **out, ts_error *err);
 TS_API void ts_engine_close(ts_engine *e);
 TS_API const ts_model_info *ts_engine_info(const ts_engine *e);
+
+/* Expert streaming statistics since the engine opened or the last reset
+ * (zeros and enabled = 0 without --expert-cache). Hits and misses count
+ * distinct experts per MoE layer pass (a verify block or prompt chunk asks
+ * for each routed expert once). */
+typedef struct ts_expert_stats {
+    int enabled;
+    int n_slots;              /* experts the cache holds */
+    uint64_t slot_bytes;      /* bytes of one slot */
+    int prepared;             /* slots hold the backend's prepared copies */
+    int direct_io;            /* reads bypass the page cache (O_DIRECT) */
+    uint64_t hits, misses, evictions;
+    uint64_t reads, bytes_read, read_errors;
+    double io_wait_s;         /* time the forward waited for reads (and their preparation) */
+    uint64_t prefetched, prefetch_used; /* next-layer prediction (TS_XC_PREFETCH=1): reads started,
+                                           and of them experts asked for before eviction */
+    int n_layers;             /* MoE layers of the cache: the main stack, then the MTP layer if any */
+} ts_expert_stats;
+TS_API int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *out);
+/* A size as --expert-cache takes it: bytes with an optional K, M, G or T
+ * suffix (powers of 1024) and optional B / iB, e.g. "512M", "1.5G"; TS_E_ARG
+ * naming the text otherwise. */
+TS_API int ts_parse_size(const char *s, uint64_t *out, ts_error *err);
+/* Layer L's hits and misses (0 <= L < n_layers); 0 or TS_E_ARG. */
+TS_API int ts_engine_expert_layer(const ts_engine *e, int L, uint64_t *hits, uint64_t *misses);
+TS_API void ts_engine_expert_stats_reset(ts_engine *e);
 
 /* ---- session ----------------------------------------------------------- */
 
@@ -274,7 +306,7 @@ typedef enum ts_mem_cat {
     TS_MEM_MTP,          /* MTP head KV cache and hiddens */
     TS_MEM_SPEC,         /* verify: tape, snapshots, block logits, draft distributions */
     TS_MEM_SCRATCH,      /* per-session activations, backend workspace */
-    TS_MEM_EXPERT_CACHE, /* streamed expert slots (nothing allocates it yet) */
+    TS_MEM_EXPERT_CACHE, /* streamed expert slots, their staging and tables (--expert-cache) */
     TS_MEM_N
 } ts_mem_cat;
 
@@ -307,6 +339,12 @@ typedef struct ts_mem_plan {
     uint64_t cat_bytes[TS_MEM_N];     /* by category, all domains */
     uint64_t engine_bytes, session_bytes, total_bytes;
     uint64_t drafter_bytes;           /* the part that exists only because of spec_draft */
+    /* expert streaming (engine params expert_cache), else 0 */
+    int expert_slots;                 /* experts the cache holds */
+    uint64_t expert_slot_bytes;       /* one slot (the backend's prepared copy, or the file span) */
+    int expert_io_threads;            /* the io queue: reads in flight */
+    uint64_t expert_file_bytes;       /* routed experts in the files: read on demand, never mapped in
+                                         (so not in mapped_kept_bytes) */
     int n_ctx, max_rows, spec_draft;  /* the normalised session parameters */
     int dflash_block;                 /* DFlash block rows (0: none) */
     int n_items;
@@ -316,12 +354,6 @@ typedef struct ts_mem_plan {
 /* The plan of the install in dir: config.json and the safetensors headers
  * only (no tensor data is read). */
 TS_API int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
-/* The same with the DFlash drafter of drafter_dir (NULL: dir/dflash), which
- * session params dflash_block > 0 needs: its weights join the engine part,
- * its buffers the session's (ts_mem_plan_dir plans dflash_block > 0 with
- * dir/dflash). */
-TS_API int ts_mem_plan_dir_dflash(const char *dir, const char *drafter_dir, const ts_session_params *sp,
-                                  ts_mem_plan *plan, ts_error *err);
 /* The plan of a released size without any checkpoint: the install that
  * `turbospark synth --shape SHAPE --bits BITS --group GROUP` (or `convert`
  * of the real checkpoint) writes, opened from install_dir (the directory
@@ -329,13 +361,21 @@ TS_API int ts_mem_plan_dir_dflash(const char *dir, const char *drafter_dir, cons
  * group 0: 64. Equal, byte for byte, to ts_mem_plan_dir of that install. */
 TS_API int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *install_dir,
                              const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
-/* The same plans for the engine a backend ("cpu", "cuda"; NULL: "cpu")
- * opens: its buffers in its memory domain, its prepared weights and
- * workspace. Sizes only: no device is opened (CUDA sizes need a CUDA build). */
-TS_API int ts_mem_plan_dir_on(const char *dir, const char *backend, const ts_session_params *sp, ts_mem_plan *plan,
-                              ts_error *err);
-TS_API int ts_mem_plan_shape_on(const char *shape_path, int bits, int group, const char *install_dir,
-                                const char *backend, const ts_session_params *sp, ts_mem_plan *plan, ts_error *err);
+/* The same plans for an engine opened with ep (NULL: defaults):
+ *  - ep->backend ("cpu", "cuda"; NULL or "auto": the CPU): that backend's
+ *    buffers in its memory domain, its prepared weights and workspace.
+ *    Sizes only: no device is opened (CUDA sizes need a CUDA build);
+ *  - ep->drafter_dir: the DFlash drafter that session params dflash_block
+ *    > 0 needs (NULL: dir/dflash): its weights join the engine part, its
+ *    buffers the session's;
+ *  - ep->expert_cache: the expert cache's slots, staging and tables, and the
+ *    routed experts left out of the packed weights (they are read from the
+ *    files on demand, so mapped_kept_bytes excludes them too). */
+TS_API int ts_mem_plan_dir_ex(const char *dir, const ts_engine_params *ep, const ts_session_params *sp,
+                              ts_mem_plan *plan, ts_error *err);
+TS_API int ts_mem_plan_shape_ex(const char *shape_path, int bits, int group, const char *install_dir,
+                                const ts_engine_params *ep, const ts_session_params *sp, ts_mem_plan *plan,
+                                ts_error *err);
 
 /* ==== tokenizer (src/text/tokenizer.c) ================================== *
  * A Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2 / Qwen

@@ -213,7 +213,20 @@ static inline void ts_gdn_parity_after(ts_step *s, int chunked) {
 /* A MoE FFN over rows [0, n): router product, softmax over E experts in
  * f32, top-k, optional renormalisation, the selected experts' SwiGLU
  * through the expert table, the shared expert with its sigmoid gate; the
- * sum into t [n, H]. */
+ * sum into t [n, H].
+ *
+ * Routing first (expert streaming, model/xstream.c): moe_route runs the
+ * router, softmax and top-k of rows [0, n) alone and writes each row's k
+ * expert ids and their (not renormalised) probabilities to route_ids and
+ * route_w, [n, topk] each, both host memory: the caller reads the ids back
+ * (one wait for the whole pass) to fetch just those experts. A moe call with
+ * route_ids set then skips the router and takes row i's experts from
+ * route_ids + i * topk; it reads only those entries of e_gate/e_up/e_down, so
+ * a caller that streams experts hands over a table whose other entries are
+ * empty. Why a table rather than slots in the contract: the backend keeps
+ * seeing plain ts_weight views (data, or a prepared copy in `packed`),
+ * whatever memory holds them, and never learns about files or a cache.
+ * The split changes no bit: the same per-row routing code runs either way. */
 typedef struct ts_moe_args {
     const ts_weight *router;            /* [E, H] */
     const ts_weight *e_gate, *e_up, *e_down; /* E entries */
@@ -225,6 +238,8 @@ typedef struct ts_moe_args {
     float *b0, *b1, *b2;                /* [R, >= 2H], [R, F], [R, F] scratch */
     int R, F;                           /* rows of the scratch, its row length (max FFN) */
     int n, E, topk, norm_topk, H;
+    int32_t *route_ids;                 /* [n, topk] host, or NULL: moe routes by itself */
+    float *route_w;                     /* [n, topk] host: the routed probabilities */
 } ts_moe_args;
 
 #define TS_LINEAR_MANY_MAX 32
@@ -263,6 +278,10 @@ struct ts_backend_ops {
      * and the preparation into dst (that many bytes) */
     size_t (*weight_bytes)(ts_backend *be, const ts_weight *w);
     void (*weight_prepare)(ts_backend *be, ts_weight *w, void *dst);
+    /* the same preparation on the calling thread alone, callable from any
+     * thread, several at once (expert streaming prepares on its I/O
+     * threads); NULL: weight_prepare is used, one at a time */
+    void (*weight_prepare_1)(ts_backend *be, ts_weight *w, void *dst);
 
     /* compute; rows in x, row-exact under TS_MODE_EXACT */
     /* y[i] = x . w[i]^T for nw weights with the same cols (one region) */
@@ -280,6 +299,9 @@ struct ts_backend_ops {
     /* a lazy rollback's pending rows (step.pend) applied to the live state */
     void (*gdn_materialize)(ts_stream *s, const ts_gdn_args *a);
     void (*moe)(ts_stream *s, ts_mode m, const ts_moe_args *a);
+    /* routing only, into a->route_ids / a->route_w (see ts_moe_args), read
+     * back to the host; NULL: the backend cannot stream experts */
+    void (*moe_route)(ts_stream *s, ts_mode m, const ts_moe_args *a);
     /* For n rows of logits (K of the row's cols considered): ids[i] = the
      * first index of the row's largest value (NaN never wins), read back to
      * the host; prob (if not NULL) = 1 / sum_k e^(x_k - x_max), the

@@ -485,7 +485,9 @@ TS_TEST(backend, gdn_every_mode) {
 }
 
 /* MoE: routing, experts through the table, the shared expert */
-static void run_moe(bk *b, ts_mode m, const hw *ws, int E, int topk, int n, int H, int F, const float *u, float *t) {
+/* routed 1: routing first (moe_route), then moe over a table whose entries
+ * for experts no row selected are zeroed (an expert cache fills only those) */
+static void run_moe_r(bk *b, ts_mode m, const hw *ws, int E, int topk, int n, int H, int F, const float *u, float *t, int routed) {
     /* ws: router, E gates, E ups, E downs, s_gate, s_up, s_down, s_gate_w */
     const int nw = 1 + 3 * E + 4;
     ts_weight w[64];
@@ -496,8 +498,22 @@ static void run_moe(bk *b, ts_mode m, const hw *ws, int E, int topk, int n, int 
     float *acc = dalloc(b, 2 * (size_t)H), *b0 = dalloc(b, (size_t)R * 2 * H), *b1 = dalloc(b, (size_t)R * F),
           *b2 = dalloc(b, (size_t)R * F);
     ts_moe_args a = {&w[0], &w[1], &w[1 + E], &w[1 + 2 * E], &w[1 + 3 * E], &w[2 + 3 * E], &w[3 + 3 * E], &w[4 + 3 * E],
-                     ud, td, lg, acc, b0, b1, b2, R, F, n, E, topk, 1, H};
+                     ud, td, lg, acc, b0, b1, b2, R, F, n, E, topk, 1, H, NULL, NULL};
+    int32_t ids[64];
+    float rw[64];
+    ts_weight tab[3 * 8];
     unsigned o = enter(b);
+    if (routed) {
+        a.route_ids = ids;
+        a.route_w = rw;
+        b->be->ops->moe_route(b->s, m, &a);
+        memset(tab, 0, sizeof tab);
+        for (int i = 0; i < n * topk; i++)
+            for (int j = 0; j < 3; j++) tab[j * E + ids[i]] = w[1 + j * E + ids[i]];
+        a.e_gate = tab;
+        a.e_up = tab + E;
+        a.e_down = tab + 2 * E;
+    }
     b->be->ops->moe(b->s, m, &a);
     leave(b, o);
     down(b, t, td, (size_t)n * H);
@@ -505,6 +521,10 @@ static void run_moe(bk *b, ts_mode m, const hw *ws, int E, int topk, int n, int 
     for (int i = 0; i < 7; i++) dfree(b, bufs[i]);
     for (int i = 0; i < nw; i++)
         if (ar[i]) dfree(b, ar[i]);
+}
+
+static void run_moe(bk *b, ts_mode m, const hw *ws, int E, int topk, int n, int H, int F, const float *u, float *t) {
+    run_moe_r(b, m, ws, E, topk, n, H, F, u, t, 0);
 }
 
 TS_TEST(backend, moe_every_mode) {
@@ -534,6 +554,11 @@ TS_TEST(backend, moe_every_mode) {
                 if (MODES[mi] == TS_MODE_EXACT) {
                     for (int r = 0; r < n; r++) run_moe(&g_fast, TS_MODE_EXACT, ws, E, topk, 1, H, F, u + (size_t)r * H, t1 + (size_t)r * H);
                     CHECK_MSG(!memcmp(t1, tf, 4 * (size_t)n * H), "moe kind %d n=%d: rows differ from one-row calls", kind, n);
+                }
+                /* routing first (expert streaming) changes no bit, in every mode */
+                if (g_fast.be->ops->moe_route) {
+                    run_moe_r(&g_fast, MODES[mi], ws, E, topk, n, H, F, u, t1, 1);
+                    CHECK_MSG(!memcmp(t1, tf, 4 * (size_t)n * H), "moe kind %d %s n=%d: routed first differs", kind, MODE_NAME[mi], n);
                 }
                 free(u), free(tr), free(tf), free(t1);
                 for (int i = 0; i < 1 + 3 * E + 4; i++) hw_free(&ws[i]);

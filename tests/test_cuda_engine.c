@@ -13,7 +13,7 @@
  *   tokens (sampled, graphs replayed);
  * - perplexity of the default model on a held-out text (the README) on the
  *   GPU within 0.5% of the CPU's;
- * - the plan: `plan --backend cuda` (ts_mem_plan_dir_on) equals the device
+ * - the plan: `plan --backend cuda` (ts_mem_plan_dir_ex with backend "cuda") equals the device
  *   bytes the engine and a session allocate, by category, to the byte; the
  *   counted allocator returns to zero after close;
  * - errors: a bad device index names the devices there are.
@@ -35,6 +35,14 @@
  * row whose CPU top-2 gap exceeds twice the tolerance (a near-tie may flip
  * under any rounding). */
 #define REL_TOL 2e-3f
+
+/* the plan of dir for an engine on the CUDA backend */
+static int plan_cuda(const char *dir, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = "cuda";
+    return ts_mem_plan_dir_ex(dir, &ep, sp, pl, err);
+}
 
 static size_t dev_used(void) {
     size_t t = 0;
@@ -357,7 +365,7 @@ static void plan_case(const char *dir, int spec_ctx) {
     sp.n_ctx = spec_ctx;
     ts_mem_plan *pl = malloc(sizeof *pl);
     ts_error err = {0};
-    CHECK_MSG(!ts_mem_plan_dir_on(dir, "cuda", &sp, pl, &err), "plan: %s", err.msg);
+    CHECK_MSG(!plan_cuda(dir, &sp, pl, &err), "plan: %s", err.msg);
     size_t before[TS_MEM_N];
     for (int k = 0; k < TS_MEM_N; k++) before[k] = ts_mem_used_in(TS_DOM_DEVICE, (ts_mem_cat)k);
     const size_t d0 = dev_used();
@@ -458,7 +466,7 @@ TS_TEST(cuda_engine, shapes_refused_before_upload_and_plan_without_device) {
     ts_mem_plan *pl = malloc(sizeof *pl);
     ts_session_params sp;
     ts_session_params_default(&sp);
-    CHECK_MSG(!ts_mem_plan_dir_on("models/default", "cuda", &sp, pl, &err), "%s", err.msg);
+    CHECK_MSG(!plan_cuda("models/default", &sp, pl, &err), "%s", err.msg);
     CHECK(pl->bytes[TS_DOM_DEVICE][TS_MEM_WEIGHTS] > 0 && pl->bytes[TS_DOM_DEVICE][TS_MEM_KV] > 0);
     CHECK(pl->bytes[TS_DOM_HOST][TS_MEM_KV] == 0 && pl->bytes[TS_DOM_HOST][TS_MEM_WEIGHTS] == 0);
     fprintf(stderr, "  plan --backend cuda, default model: %llu device bytes, %llu host\n",

@@ -422,7 +422,10 @@ TS_TEST(dflash, plan_exact) {
         ts_error err = {0};
         size_t before[TS_MEM_N];
         for (int k = 0; k < TS_MEM_N; k++) before[k] = ts_mem_used_in(TS_DOM_HOST, (ts_mem_cat)k);
-        CHECK_MSG(ts_mem_plan_dir_dflash("tests/fixtures/tiny-dense", B ? dd : NULL, &sp, &pl, &err) == 0, "%s", err.msg);
+        ts_engine_params pe;
+        ts_engine_params_default(&pe);
+        pe.drafter_dir = B ? dd : NULL;
+        CHECK_MSG(ts_mem_plan_dir_ex("tests/fixtures/tiny-dense", &pe, &sp, &pl, &err) == 0, "%s", err.msg);
         ts_engine_params ep;
         ts_engine_params_default(&ep);
         ep.dflash = B > 0;

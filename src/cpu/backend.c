@@ -157,6 +157,11 @@ static void cpu_weight_prepare(ts_backend *be, ts_weight *w, void *dst) {
     ts_weight_pack_on(b->pool, w, dst);
     ts_kmode_swap(old);
 }
+static void cpu_weight_prepare_1(ts_backend *be, ts_weight *w, void *dst) {
+    int old = ts_kmode_swap(((cpu_be *)be)->kmode);
+    ts_weight_pack_on(NULL, w, dst);
+    ts_kmode_swap(old);
+}
 
 /* ---- small ops ---- */
 
@@ -291,6 +296,7 @@ static const ts_backend_ops cpu_ops = {
     .leave = cpu_leave,
     .weight_bytes = cpu_weight_bytes,
     .weight_prepare = cpu_weight_prepare,
+    .weight_prepare_1 = cpu_weight_prepare_1,
     .linear = cpu_linear,
     .embed = cpu_embed,
     .norm = cpu_norm,
@@ -299,6 +305,7 @@ static const ts_backend_ops cpu_ops = {
     .gdn = ts_cpu_gdn,
     .gdn_materialize = ts_cpu_gdn_materialize,
     .moe = ts_cpu_moe,
+    .moe_route = ts_cpu_moe_route,
     .argmax = cpu_argmax,
 };
 

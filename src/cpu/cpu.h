@@ -161,6 +161,7 @@ void ts_cpu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a);
 void ts_cpu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a);
 void ts_cpu_gdn_materialize(ts_stream *s, const ts_gdn_args *a);
 void ts_cpu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a);
+void ts_cpu_moe_route(ts_stream *s, ts_mode m, const ts_moe_args *a);
 /* the token path's RMSNorm: rows of dim, double accumulation, w = 1 + w */
 void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps);
 /* The gates of the GDN and the attention output, one definition each. */

@@ -146,6 +146,14 @@ size_t ts_weight_pack_size(int64_t rows, int64_t cols, int bits, int group, ts_d
 void ts_weight_pack(ts_weight *w, void *dst);
 struct ts_pool;
 void ts_weight_pack_on(struct ts_pool *p, ts_weight *w, void *dst);
+/* One group record (16-row block rb, group g) of w's P16 layout at out (64-byte
+ * aligned), with AVX-512 (cpu/pack_avx512.c): the bytes pack.c's loop writes. */
+void ts_avx512_pack_record(const ts_weight *w, int64_t rb, int64_t g, uint8_t *out);
+/* Tests: 1 packs with the scalar loop, 0 back to the default choice. */
+void ts_pack_force_scalar(int on);
+/* The same on the calling thread alone (p NULL above): for threads that are
+ * not the pool's owner and run several packs at once (expert streaming's
+ * I/O threads), where sharing the pool would serialise them on its lock. */
 /* Element (r, c) read back from the packed layout (tests). */
 float ts_packed_get(const ts_weight *w, int64_t r, int64_t c);
 

@@ -24,35 +24,59 @@ static int swiglu1(const ts_cpu_ctx *cx, const ts_weight *g, const ts_weight *u,
     return ts_cpu_linear(cx, d, gb, out, 1, flags);
 }
 
+/* Row li's routing: softmax in f32 over all E experts (in place), the top k
+ * of the probabilities (ties to the lower id) into sel, their probabilities
+ * into wsel. One function for both paths (moe routing itself, moe_route), so
+ * routing first changes no bit. */
+static void route_row(float *li, int E, int k, int *sel, float *wsel) {
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++) mx = li[e] > mx ? li[e] : mx;
+    double sum = 0;
+    for (int e = 0; e < E; e++) { li[e] = expf(li[e] - mx); sum += li[e]; }
+    for (int e = 0; e < E; e++) li[e] = (float)(li[e] / sum);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= sel[q] == e;
+            if (!taken && (best < 0 || li[e] > li[best])) best = e;
+        }
+        sel[j] = best;
+        wsel[j] = li[best];
+    }
+}
+
+static int route(const ts_cpu_ctx *cx, ts_mode m, const ts_moe_args *a) {
+    int rc = ts_cpu_linear(cx, a->router, a->u, a->logits, a->n, ts_cpu_lin_flags(m));
+    if (rc) return rc;
+    for (int i = 0; i < a->n; i++) {
+        int sel[64];
+        route_row(a->logits + (size_t)i * a->E, a->E, a->topk, sel, a->route_w + (size_t)i * a->topk);
+        for (int j = 0; j < a->topk; j++) a->route_ids[(size_t)i * a->topk + j] = sel[j];
+    }
+    return 0;
+}
+
 static int moe(const ts_cpu_ctx *cx, ts_mode m, const ts_moe_args *a) {
     const int E = a->E, H = a->H, n = a->n, flags = ts_cpu_lin_flags(m);
-    int rc = ts_cpu_linear(cx, a->router, a->u, a->logits, n, flags);
+    int rc = a->route_ids ? 0 : ts_cpu_linear(cx, a->router, a->u, a->logits, n, flags);
     if (rc) return rc;
     float *acc = a->acc, *eo = a->acc + H;
     for (int i = 0; i < n; i++) {
         const float *ui = a->u + (size_t)i * H;
-        float *li = a->logits + (size_t)i * E;
-        /* softmax in f32 over all experts, top-k of the probabilities, renormalise */
-        float mx = -INFINITY;
-        for (int e = 0; e < E; e++) mx = li[e] > mx ? li[e] : mx;
-        double sum = 0;
-        for (int e = 0; e < E; e++) { li[e] = expf(li[e] - mx); sum += li[e]; }
-        for (int e = 0; e < E; e++) li[e] = (float)(li[e] / sum);
         int sel[64];
         float wsel[64];
-        int k = a->topk;
-        float wsum = 0.f;
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int q = 0; q < j; q++) taken |= sel[q] == e;
-                if (!taken && (best < 0 || li[e] > li[best])) best = e;
+        const int k = a->topk;
+        if (a->route_ids) {
+            for (int j = 0; j < k; j++) {
+                sel[j] = a->route_ids[(size_t)i * k + j];
+                wsel[j] = a->route_w[(size_t)i * k + j];
             }
-            sel[j] = best;
-            wsel[j] = li[best];
-            wsum += li[best];
+        } else {
+            route_row(a->logits + (size_t)i * E, E, k, sel, wsel);
         }
+        float wsum = 0.f;
+        for (int j = 0; j < k; j++) wsum += wsel[j];
         for (int j = 0; j < H; j++) acc[j] = 0.f;
         float *ti = a->t + (size_t)i * H;
         if (k + 1 <= a->R && 2 * k + 3 <= TS_LINEAR_MANY_MAX) {
@@ -105,5 +129,12 @@ static int moe(const ts_cpu_ctx *cx, ts_mode m, const ts_moe_args *a) {
 void ts_cpu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
     if (s->err) return;
     int rc = moe(ts_cpu_stream_ctx(s), m, a);
+    if (rc) ts_be_fail(s, rc, "out of memory for the kernel workspace");
+}
+
+void ts_cpu_moe_route(ts_stream *s, ts_mode m, const ts_moe_args *a) {
+    if (s->err) return;
+    if (a->topk > 64) { ts_be_fail(s, TS_E_UNSUPPORTED, "MoE routing: top-k above 64"); return; }
+    int rc = route(ts_cpu_stream_ctx(s), m, a);
     if (rc) ts_be_fail(s, rc, "out of memory for the kernel workspace");
 }

@@ -65,6 +65,20 @@ static inline uint32_t spread4(uint32_t x) {
     return (x | (x << 4)) & 0x0F0F0F0Fu;
 }
 
+static int g_pack_vec = -1;
+
+static int pack_vector(void) {
+    int v = __atomic_load_n(&g_pack_vec, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("TS_PACK_SCALAR");
+        v = !(e && !strcmp(e, "1")) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+        __atomic_store_n(&g_pack_vec, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+void ts_pack_force_scalar(int on) { __atomic_store_n(&g_pack_vec, on ? 0 : -1, __ATOMIC_RELAXED); }
+
 typedef struct pack_job {
     ts_weight *w;
     uint8_t *base;
@@ -81,9 +95,16 @@ static void pack_blocks(void *ctx, int chunk, int n_chunks) {
     const size_t dbytes = (size_t)16 * (size_t)G * (size_t)bits / 8;
     const int64_t wpr = cols * bits / 32; /* u32 words per row */
     int64_t per = (blocks + n_chunks - 1) / n_chunks, b0 = chunk * per, b1 = TS_MIN(blocks, b0 + per);
+    /* the vector form when the CPU has it (the packed layout is only used
+     * on AVX-512 CPUs anyway), unless TS_PACK_SCALAR=1 (tests compare) */
+    const int vec = pack_vector();
     for (int64_t rb = b0; rb < b1; rb++)
         for (int64_t g = 0; g < ng; g++) {
             uint8_t *out = pj->base + ((size_t)rb * (size_t)ng + (size_t)g) * rec;
+            if (vec) {
+                ts_avx512_pack_record(w, rb, g, out);
+                continue;
+            }
             for (int l = 0; l < 16; l++) {
                 int64_t r = rb * 16 + l;
                 const uint32_t *row = (const uint32_t *)w->data + r * wpr + g * G * bits / 32;
@@ -119,7 +140,7 @@ void ts_weight_pack_on(ts_pool *p, ts_weight *w, void *dst) {
     uint8_t *base = (uint8_t *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
     pack_job pj = {w, base};
     int64_t blocks = (w->rows + 15) / 16;
-    int nt = ts_pool_threads(p);
+    int nt = p ? ts_pool_threads(p) : 1;
     if (nt > 1 && blocks >= 64) ts_pool_run(p, pack_blocks, &pj, (int)TS_MIN(blocks, 8 * nt));
     else pack_blocks(&pj, 0, 1);
     w->packed = base;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "model/xstream.h"
 
 void ts_engine_params_default(ts_engine_params *p) {
     memset(p, 0, sizeof *p);
@@ -68,6 +69,8 @@ static int open_backend(ts_engine *e, const ts_config *cfg, ts_error *err) {
     if (strcmp(want, "auto")) return ts_fail(err, TS_E_ARG, "backend '%s': use auto, cpu or cuda", want);
     ts_error ce = {0};
     if (!ts_cuda_built()) return ts_cpu_backend_new(&bp, &e->be, err); /* a build without CUDA: the CPU, silently */
+    /* what the CUDA backend cannot do yet: DFlash (issue 17), expert streaming (issue 18) */
+    if (e->params.dflash || e->params.expert_cache) return ts_cpu_backend_new(&bp, &e->be, err);
     if (!open_cuda(e, cfg, &ce)) return 0;
     fprintf(stderr, "turbospark: --backend auto: %s; running on the CPU\n", ce.msg);
     return ts_cpu_backend_new(&bp, &e->be, err);
@@ -100,6 +103,8 @@ void ts_session_graph_stats(const ts_session *s, int *graphs, long *replays, int
 void ts_engine_close(ts_engine *e) {
     if (!e) return;
     ts_dflash_free(e->dflash);
+    ts_xstream_close(e->model.xs); /* before the model and the files it reads */
+    e->model.xs = NULL;
     ts_model_free(&e->model);
     ts_backend_free(e->be);
     ts_st_close(e->st);
@@ -123,10 +128,15 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     ts_config cfg;
     int rc = ts_config_load(dir, &cfg, err);
     if (!rc) rc = ts_st_open_dir(dir, &e->st, err);
+    const int stream = e->params.expert_cache > 0;
+    ts_xc_params xp;
+    if (!rc && stream) rc = ts_engine_xc_params(&e->params, &cfg, &xp, err);
     /* before binding: preparing the weights already runs on the backend */
     if (!rc) rc = open_backend(e, &cfg, err);
+    if (!rc && stream && e->be->dom == TS_DOM_DEVICE)
+        rc = ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache on CUDA: not yet (issue 18's device tier); use --backend cpu");
     if (!rc) {
-        rc = ts_model_bind(&e->model, &cfg, e->st, e->be, err);
+        rc = ts_model_bind_opts(&e->model, &cfg, e->st, e->be, stream, err);
         if (!rc && e->be->dom == TS_DOM_DEVICE) rc = ts_cuda_backend_check(e->be, err);
         if (rc) ts_fail_prefix(err, "%s", dir);
         else if (ts_model_set_act_digits(&e->model, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8))
@@ -144,6 +154,11 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
         else ts_path_join(ddir, sizeof ddir, dir, "dflash");
         rc = ts_dflash_open(ddir, &e->model.cfg, e->be, 0, NULL, NULL, &e->dflash, err);
         if (!rc) ts_dflash_set_act_digits(e->dflash, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8);
+    }
+    /* after the act digits: the streamed views copy the bound descriptors */
+    if (!rc && stream) {
+        rc = ts_xstream_open(&e->model, e->st, e->be, &xp, &e->model.xs, err);
+        if (rc) ts_fail_prefix(err, "%s", dir);
     }
     if (rc) { ts_engine_close(e); return rc; }
     if (e->params.verbose) {
@@ -184,6 +199,73 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
 }
 
 const ts_model_info *ts_engine_info(const ts_engine *e) { return &e->info; }
+
+/* ---- expert streaming ---- */
+
+int ts_engine_xc_params(const ts_engine_params *ep, const ts_config *cfg, ts_xc_params *xp, ts_error *err) {
+    ts_xc_params_default(xp);
+    xp->cache_bytes = ep->expert_cache;
+    if (!cfg->is_moe)
+        return ts_fail(err, TS_E_ARG, "--expert-cache: model type '%s' has no routed experts to stream", cfg->model_type);
+    if (ep->expert_policy && *ep->expert_policy) {
+        xp->policy = ts_xc_policy_parse(ep->expert_policy);
+        if (xp->policy == TS_XC_POLICY_N)
+            return ts_fail(err, TS_E_ARG, "--expert-policy '%s': use lfru or lru", ep->expert_policy);
+    }
+    /* environment knobs for measurements (bench/experts), not options */
+    const char *v = getenv("TS_XC_IO");
+    if (v && *v) xp->n_io = atoi(v);
+    v = getenv("TS_XC_DIRECT");
+    if (v && *v) xp->direct = atoi(v) != 0;
+    v = getenv("TS_XC_HALFLIFE");
+    if (v && *v) xp->halflife = atof(v);
+    v = getenv("TS_XC_PREFETCH"); /* next-layer prediction (off: bench/experts/RESULTS.md) */
+    if (v && *v) xp->prefetch = atoi(v) != 0;
+    return 0;
+}
+
+int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *o) {
+    memset(o, 0, sizeof *o);
+    ts_xc *c = ts_xstream_cache(e->model.xs);
+    if (!c) return 0;
+    ts_xstream_lock(e->model.xs);
+    const ts_xc_stats *s = ts_xc_get_stats(c);
+    o->enabled = 1;
+    o->n_slots = ts_xc_n_slots(c);
+    o->slot_bytes = ts_xstream_slot_bytes(e->model.xs, &o->prepared);
+    o->direct_io = s->direct_active;
+    o->hits = s->hits;
+    o->misses = s->misses;
+    o->evictions = s->evictions;
+    o->reads = s->reads;
+    o->bytes_read = s->bytes_read;
+    o->read_errors = s->read_errors;
+    o->io_wait_s = s->io_wait_s;
+    o->prefetched = s->prefetched;
+    o->prefetch_used = s->prefetch_used;
+    o->n_layers = s->n_layers;
+    ts_xstream_unlock(e->model.xs);
+    return 0;
+}
+
+int ts_engine_expert_layer(const ts_engine *e, int L, uint64_t *hits, uint64_t *misses) {
+    ts_xc *c = ts_xstream_cache(e->model.xs);
+    const ts_xc_stats *s = c ? ts_xc_get_stats(c) : NULL;
+    if (!s || L < 0 || L >= s->n_layers) return TS_E_ARG;
+    ts_xstream_lock(e->model.xs);
+    *hits = s->layer[L].hits;
+    *misses = s->layer[L].misses;
+    ts_xstream_unlock(e->model.xs);
+    return 0;
+}
+
+void ts_engine_expert_stats_reset(ts_engine *e) {
+    ts_xc *c = ts_xstream_cache(e->model.xs);
+    if (!c) return;
+    ts_xstream_lock(e->model.xs);
+    ts_xc_reset_stats(c);
+    ts_xstream_unlock(e->model.xs);
+}
 
 /* ---- decode traffic (bench) ---- */
 

@@ -48,4 +48,9 @@ struct ts_session {
  * prefill grid"). ts_session_feed and the speculative prefill both cut here. */
 int ts_session_chunk(const ts_session *s, int n);
 
+/* The expert cache's parameters for engine params ep (expert_cache > 0) and
+ * the model's config: engine.c's and the plan's one reading of them. */
+struct ts_xc_params;
+int ts_engine_xc_params(const ts_engine_params *ep, const ts_config *cfg, struct ts_xc_params *xp, ts_error *err);
+
 #endif

@@ -31,6 +31,7 @@
 #include "loader/safetensors.h"
 #include "loader/st_writer.h"
 #include "engine/plan.h"
+#include "model/xstream.h"
 #include "quant/quant.h"
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *o, ts_error *err) {
     return ts_sess_plan_make_df(c, has_mtp, NULL, p, o, err);
@@ -202,7 +203,7 @@ static void mark(heap_mark *m) {
  * the heap bytes the set itself took (by category). */
 /* The backend a plan is made for, sizes only (nothing runs on it). */
 static int plan_backend(const char *name, ts_backend **be, ts_error *err) {
-    if (!name || !*name || !strcmp(name, "cpu")) return ts_cpu_backend_new(NULL, be, err);
+    if (!name || !*name || !strcmp(name, "cpu") || !strcmp(name, "auto")) return ts_cpu_backend_new(NULL, be, err);
     if (!strcmp(name, "cuda")) {
         ts_backend_params bp = {0, NULL, 0, 1, 0};
         return ts_cuda_backend_new(&bp, be, err);
@@ -210,10 +211,13 @@ static int plan_backend(const char *name, ts_backend **be, ts_error *err) {
     return ts_fail(err, TS_E_ARG, "backend '%s': plans are made for cpu or cuda", name);
 }
 
-/* ddir: the DFlash drafter's directory (NULL: dir/dflash), read only when
- * the session drafts with it */
-static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_st_set *st, const heap_mark *index,
-                     const char *backend, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+/* ep (NULL: defaults) names the backend (ep->backend; "auto" plans the CPU),
+ * the DFlash drafter's directory (ep->drafter_dir, NULL: dir/dflash, read
+ * only when sp asks for DFlash) and the expert cache (ep->expert_cache). */
+static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const heap_mark *index, const ts_engine_params *ep,
+                     const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
+    const int stream = ep && ep->expert_cache > 0;
+    const char *backend = ep ? ep->backend : NULL, *ddir = ep ? ep->drafter_dir : NULL;
     for (int i = 0; i < st->n_tensors; i++)
         if (strncmp(st->tensors[i].name, "model.visual.", 13)) pl->mapped_bytes += st->tensors[i].nbytes;
 
@@ -228,12 +232,39 @@ static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_s
     ts_backend *be = NULL;
     int has_mtp = 0, rc = plan_backend(backend, &be, err);
     if (rc) return rc;
-    rc = ts_model_size(c, st, be, from_binder, pl, &has_mtp, &dropped, err);
+    ts_xc_params xp;
+    if (stream && (rc = ts_engine_xc_params(ep, c, &xp, err))) {
+        ts_backend_free(be);
+        return ts_fail_prefix(err, "%s", dir);
+    }
+    rc = ts_model_size_opts(c, st, be, stream, from_binder, pl, &has_mtp, &dropped, err);
     if (rc) {
         ts_backend_free(be);
         return ts_fail_prefix(err, "%s", dir);
     }
     pl->mapped_kept_bytes = pl->mapped_bytes - dropped;
+    if (stream) {
+        /* expert streaming (model/xstream.c): the cache as ts_xstream_open
+         * allocates it; the routed experts stay in the files, unmapped */
+        uint64_t slots = 0, staging = 0, tables = 0, slot_bytes = 0;
+        int n_slots = 0;
+        if ((rc = ts_xstream_plan(c, st, be, &xp, &slots, &staging, &tables, &n_slots, &slot_bytes, err))) {
+            ts_backend_free(be);
+            return ts_fail_prefix(err, "%s", dir);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "expert cache: %d slots of %.2f MiB", n_slots, (double)slot_bytes / (1 << 20));
+        add(pl, what, TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 1, (uint64_t)n_slots, slots);
+        snprintf(what, sizeof what, "expert cache: staging of the %d I/O threads' reads", xp.n_io);
+        add(pl, what, TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 1, (uint64_t)xp.n_io, staging);
+        add(pl, "expert cache: map, slot table, counts, views", TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 0, 1, tables);
+        pl->expert_slots = n_slots;
+        pl->expert_slot_bytes = slot_bytes;
+        pl->expert_io_threads = xp.n_io;
+        for (int i = 0; i < st->n_tensors; i++)
+            if (strstr(st->tensors[i].name, ".mlp.experts.")) pl->expert_file_bytes += st->tensors[i].nbytes;
+        pl->mapped_kept_bytes -= pl->expert_file_bytes;
+    }
 
     /* the DFlash drafter, when the session drafts with it: its binder run dry */
     ts_dflash_cfg dcfg, *dc = NULL;
@@ -305,6 +336,8 @@ static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_s
     S("one-row buffers (conv row, MoE sums, logits, last hidden)", TS_MEM_SCRATCH, 0, 4,
       F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
     S("chunked prefill (conv rows, gates, delta-rule chunk)", TS_MEM_SCRATCH, 0, 3, F * (s.pf_conv + s.pf_gate + s.pf_chunk));
+    if (stream) /* session.c: route_ids, route_w */
+        S("expert streaming: routing of a pass (ids, weights)", TS_MEM_SCRATCH, 0, 2, 2 * 4 * (uint64_t)s.R * c->topk);
 #undef S
     /* the session's backend stream reserves its own workspace (sessions never
      * share one, so they never wait for each other's products) */
@@ -318,13 +351,11 @@ static int plan_over(const char *dir, const char *ddir, const ts_config *c, ts_s
 }
 
 int ts_mem_plan_dir(const char *dir, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
-    return ts_mem_plan_dir_on(dir, NULL, sp, pl, err);
+    return ts_mem_plan_dir_ex(dir, NULL, sp, pl, err);
 }
 
-/* The plan of the install in dir with the drafter of ddir (NULL: dir/dflash,
- * read only when sp asks for DFlash) on the named backend. */
-static int plan_dir(const char *dir, const char *ddir, const char *backend, const ts_session_params *sp,
-                    ts_mem_plan *pl, ts_error *err) {
+int ts_mem_plan_dir_ex(const char *dir, const ts_engine_params *ep, const ts_session_params *sp, ts_mem_plan *pl,
+                       ts_error *err) {
     memset(pl, 0, sizeof *pl);
     if (!dir || !*dir) return ts_fail(err, TS_E_ARG, "no model directory given");
     ts_config cfg;
@@ -337,26 +368,17 @@ static int plan_dir(const char *dir, const char *ddir, const char *backend, cons
     if ((rc = ts_st_open_dir(dir, &st, err))) return rc;
     mark(&m1);
     for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
-    rc = plan_over(dir, ddir, &cfg, st, &m1, backend, sp, pl, err);
+    rc = plan_over(dir, &cfg, st, &m1, ep, sp, pl, err);
     ts_st_close(st);
     return rc;
 }
 
-int ts_mem_plan_dir_on(const char *dir, const char *backend, const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
-    return plan_dir(dir, NULL, backend, sp, pl, err);
-}
-
-int ts_mem_plan_dir_dflash(const char *dir, const char *drafter_dir, const ts_session_params *sp, ts_mem_plan *pl,
-                           ts_error *err) {
-    return plan_dir(dir, drafter_dir, NULL, sp, pl, err);
-}
-
 int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *install_dir,
                       const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
-    return ts_mem_plan_shape_on(shape_path, bits, group, install_dir, NULL, sp, pl, err);
+    return ts_mem_plan_shape_ex(shape_path, bits, group, install_dir, NULL, sp, pl, err);
 }
 
-int ts_mem_plan_shape_on(const char *shape_path, int bits, int group, const char *install_dir, const char *backend,
+int ts_mem_plan_shape_ex(const char *shape_path, int bits, int group, const char *install_dir, const ts_engine_params *ep,
                          const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
     memset(pl, 0, sizeof *pl);
     if (!shape_path || !*shape_path) return ts_fail(err, TS_E_ARG, "no shape file given");
@@ -373,7 +395,7 @@ int ts_mem_plan_shape_on(const char *shape_path, int bits, int group, const char
     mark(&m1);
     for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
     ts_free(t); /* after the mark: the list is the plan's, not the index's */
-    if (!rc) rc = plan_over(dir, NULL, &cfg, st, &m1, backend, sp, pl, err);
+    if (!rc) rc = plan_over(dir, &cfg, st, &m1, ep, sp, pl, err);
     if (rc) ts_fail_prefix(err, "%s", shape_path);
     ts_st_close(st);
     return rc;

@@ -48,6 +48,8 @@ static void state_free(ts_backend *be, ts_state *st, int n_layers) {
     float *bufs[] = {s->x, s->u, s->t, s->big0, s->big1, s->big2, s->small, s->att, s->rowtmp,
                      s->moe_acc, s->hidden, s->logits, s->pf_conv, s->pf_gate, s->pf_chunk};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) bfree(be, bufs[i]);
+    ts_free(s->route_ids); /* host memory: the expert cache reads the routing */
+    ts_free(s->route_w);
     memset(st, 0, sizeof *st);
 }
 
@@ -88,7 +90,9 @@ static int device_room(ts_engine *e, const ts_session_params *sp, ts_error *err)
     size_t fr = 0, tot = 0;
     int rc = 0;
     ts_error pe = {0};
-    if (pl && !ts_mem_plan_dir_on(e->dir, "cuda", sp, pl, &pe) &&
+    ts_engine_params ep = e->params;
+    ep.backend = "cuda";
+    if (pl && !ts_mem_plan_dir_ex(e->dir, &ep, sp, pl, &pe) &&
         !ts_cuda_backend_info(e->be, NULL, 0, NULL, &fr, &tot)) {
         uint64_t need = 0;
         for (int i = 0; i < pl->n_items; i++)
@@ -176,6 +180,11 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ALLOC(sc->pf_conv, pl.pf_conv, TS_MEM_SCRATCH);
     ALLOC(sc->pf_gate, pl.pf_gate, TS_MEM_SCRATCH);
     ALLOC(sc->pf_chunk, pl.pf_chunk, TS_MEM_SCRATCH);
+    if (m->xs) { /* expert streaming: a pass's routing, read by the host (plan.c counts it) */
+        const size_t nroute = (size_t)pl.R * (size_t)c->topk;
+        HALLOC(sc->route_ids, nroute, TS_MEM_SCRATCH);
+        HALLOC(sc->route_w, nroute, TS_MEM_SCRATCH);
+    }
     ALLOC(s->last_hidden, pl.last_hidden, TS_MEM_SCRATCH);
     ALLOC(s->ckpt, pl.ckpt, TS_MEM_GDN);
     /* DFlash: the drafter's context cache, the target's taps, its scratch */

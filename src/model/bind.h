@@ -17,6 +17,7 @@ typedef struct binder {
     ts_error *err;
     ts_model *m;
     int dry;            /* ts_model_size: no tensor data read, nothing packed */
+    int stream;         /* routed experts streamed: not packed, never read here */
     ts_bind_sink sink;  /* every allocation the model keeps, as it is made (NULL: none) */
     void *user;
     uint64_t dropped;   /* file bytes of the packed matrices, released from the mapping */

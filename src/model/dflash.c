@@ -280,7 +280,7 @@ int ts_dflash_open(const char *dir, const ts_config *target, ts_backend *be, int
     qc.q_group = c.q_group;
     ts_model acct;
     memset(&acct, 0, sizeof acct);
-    binder b = {d->st, &qc, err, &acct, dry, sink, user, 0, NULL}; /* host: DFlash runs on the CPU only */
+    binder b = {d->st, &qc, err, &acct, dry, 0, sink, user, 0, NULL}; /* host: DFlash runs on the CPU only */
     const char *prefix = ts_st_find(d->st, "model.fc.weight") ? "model." : "";
     char n[512];
     NAME(n, "%sfc.weight", prefix);

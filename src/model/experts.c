@@ -93,8 +93,12 @@ int ts_parse_size(const char *s, uint64_t *out, ts_error *err) {
 static const char *PROJ[3] = {"gate_proj", "up_proj", "down_proj"};
 static const char *QPART[3] = {"weight", "scales", "biases"};
 
+/* A planned set (ts_st_open_planned: the memory plan of a shape) has no
+ * mapping: offsets are then relative to the data section, which changes no
+ * size the plan needs. */
 static uint64_t header_len(const ts_st_file *f) {
     const unsigned char *b = f->map;
+    if (!b) return 0;
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | b[i];
     return n;
@@ -405,11 +409,22 @@ struct ts_xc {
     int *fd, *dfd;             /* [n_files] buffered / O_DIRECT (-1) */
     /* I/O threads */
     pthread_t *thr;
-    int n_thr;
+    int n_thr, n_started;      /* n_started: staging buffers handed out */
+    uint8_t *staging_raw, *staging; /* [n_io * file stride] read buffers of prepared slots */
+    uint64_t fstride;          /* a file span's stride (ts_xc_slot_stride) */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     int sync_init;
     int n_jobs, next_job, remaining, quit;
+    /* prefetch (params.prefetch): one job per slot, a queue the I/O threads
+     * take after the waiting caller's jobs, and the slots to settle on the
+     * caller's thread once their reads are done (workers touch only jobs
+     * and the done flags, under mu) */
+    pthread_cond_t adone;
+    xc_job *ajobs;             /* [n_slots] */
+    int32_t *aq, *infl;        /* [n_slots] queue of slots to read; slots read or being read */
+    uint8_t *adone_f, *pref;   /* [n_slots] read finished; holds a prefetched expert not yet asked for */
+    int aq_head, aq_n, n_infl, n_running;
     long fail_after;
     ts_xc_stats st;
 };
@@ -506,12 +521,13 @@ void ts_xc_unpin(ts_xc *c, int layer) {
 
 /* ---- I/O ---- */
 
-static void xc_read(ts_xc *c, xc_job *j) {
+static void xc_read(ts_xc *c, xc_job *j, int worker) {
     const ts_expert_map *m = c->m;
     uint64_t off = m->off[j->ix], len = m->bytes[j->ix];
     uint64_t a0 = off & ~(uint64_t)(XC_PAGE - 1);
     int f = m->file[j->ix];
-    uint8_t *slot = c->pool + (size_t)j->slot * c->stride;
+    /* prepared slots: read into this thread's staging, then prepare */
+    uint8_t *slot = c->p.prepare ? c->staging + (size_t)worker * c->fstride : c->pool + (size_t)j->slot * c->stride;
     /* O_DIRECT: the page-aligned span [a0, align_up(off + len)); it may run
      * past the end of the file (the last expert of a shard), which is why
      * completeness is judged on the expert's own bytes below. */
@@ -549,19 +565,36 @@ static void xc_read(ts_xc *c, xc_job *j) {
     }
     j->got = done;
     if (!j->err_no && done < need) j->short_read = 1;
+    if (c->p.prepare && !j->err_no && !j->short_read) {
+        int e = (int)(j->ix % m->E), L = (int)(j->ix / m->E);
+        int rc = c->p.prepare(c->p.prepare_user, L, e, slot + (off - a0), c->pool + (size_t)j->slot * c->stride);
+        if (rc) j->err_no = rc;
+    }
 }
 
 static void *xc_worker(void *arg) {
     ts_xc *c = arg;
     pthread_mutex_lock(&c->mu);
+    const int me = c->n_started++; /* this thread's staging buffer */
     for (;;) {
-        while (!c->quit && c->next_job >= c->n_jobs) pthread_cond_wait(&c->work, &c->mu);
+        while (!c->quit && c->next_job >= c->n_jobs && c->aq_n == 0) pthread_cond_wait(&c->work, &c->mu);
         if (c->quit) break;
-        xc_job *j = &c->jobs[c->next_job++];
+        if (c->next_job < c->n_jobs) { /* the waiting caller's reads first */
+            xc_job *j = &c->jobs[c->next_job++];
+            pthread_mutex_unlock(&c->mu);
+            xc_read(c, j, me);
+            pthread_mutex_lock(&c->mu);
+            if (--c->remaining == 0) pthread_cond_signal(&c->done);
+            continue;
+        }
+        int s = c->aq[c->aq_head];
+        c->aq_head = (c->aq_head + 1) % c->n_slots;
+        c->aq_n--;
         pthread_mutex_unlock(&c->mu);
-        xc_read(c, j);
+        xc_read(c, &c->ajobs[s], me);
         pthread_mutex_lock(&c->mu);
-        if (--c->remaining == 0) pthread_cond_signal(&c->done);
+        c->adone_f[s] = 1;
+        if (--c->n_running == 0) pthread_cond_broadcast(&c->adone);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -589,12 +622,23 @@ uint64_t ts_xc_slot_stride(const ts_expert_map *m) {
 
 /* Sizes of everything ts_xc_open allocates, in one place so the plan and the
  * allocation cannot drift apart. */
-typedef struct xc_sizes { uint64_t pool, per_slot, per_expert, per_e, struct_b, files, threads, layers; } xc_sizes;
+typedef struct xc_sizes { uint64_t pool, per_slot, per_expert, per_e, struct_b, files, threads, layers, staging, prefetch; } xc_sizes;
+
+/* A slot's bytes: the file span, or the prepared size rounded up to 64. */
+static uint64_t xc_stride(const ts_expert_map *m, const ts_xc_params *p) {
+    return p->prepare ? (p->slot_bytes + 63) & ~(uint64_t)63 : ts_xc_slot_stride(m);
+}
+
+static uint64_t xc_staging_bytes(const ts_expert_map *m, const ts_xc_params *p) {
+    if (p->dry || !p->prepare) return 0;
+    return (uint64_t)(p->n_io > 0 ? p->n_io : 4) * ts_xc_slot_stride(m) + XC_PAGE;
+}
 
 static xc_sizes xc_sizes_of(const ts_expert_map *m, const ts_xc_params *p, int n_slots) {
     xc_sizes z;
     size_t nx = (size_t)m->n_layers * m->E;
-    z.pool = p->dry ? 0 : (uint64_t)n_slots * ts_xc_slot_stride(m) + XC_PAGE;
+    z.pool = p->dry ? 0 : (uint64_t)n_slots * xc_stride(m, p) + XC_PAGE;
+    z.staging = xc_staging_bytes(m, p);
     z.per_slot = (uint64_t)n_slots * (7 * sizeof(int32_t) + sizeof(uint32_t) + sizeof(double));
     z.per_expert = nx * (sizeof(int32_t) + sizeof(float) + sizeof(uint64_t));
     z.per_e = (uint64_t)m->E * (4 * sizeof(int32_t) + sizeof(xc_job));
@@ -602,33 +646,52 @@ static xc_sizes xc_sizes_of(const ts_expert_map *m, const ts_xc_params *p, int n
     z.files = p->dry ? 0 : (uint64_t)m->n_files * 2 * sizeof(int);
     z.threads = p->dry ? 0 : (uint64_t)(p->n_io > 0 ? p->n_io : 4) * sizeof(pthread_t);
     z.layers = (uint64_t)m->n_layers * sizeof(ts_xc_layer_stats);
+    z.prefetch = p->prefetch ? (uint64_t)n_slots * (sizeof(xc_job) + 2 * sizeof(int32_t) + 2) : 0;
     return z;
 }
 
 static int xc_slots_for(const ts_expert_map *m, const ts_xc_params *p) {
-    uint64_t n = p->cache_bytes / ts_xc_slot_stride(m);
+    /* staging comes out of the budget: --expert-cache bounds what streaming holds */
+    uint64_t sb = xc_staging_bytes(m, p), st = xc_stride(m, p);
+    if (!st || p->cache_bytes <= sb) return 0;
+    uint64_t n = (p->cache_bytes - sb) / st;
     uint64_t cap = (uint64_t)m->n_layers * m->E;
     return (int)(n < cap ? n : cap); /* more slots than experts would never be used */
 }
 
-uint64_t ts_xc_plan_bytes(const ts_expert_map *m, const ts_xc_params *p) {
+uint64_t ts_xc_plan_parts(const ts_expert_map *m, const ts_xc_params *p, uint64_t *slots, uint64_t *staging, uint64_t *tables,
+                          int *n_slots) {
     int n = xc_slots_for(m, p);
-    if (n < m->topk) return 0;
+    if (n_slots) *n_slots = n;
+    if (n < m->topk) {
+        if (slots) *slots = 0;
+        if (staging) *staging = 0;
+        if (tables) *tables = 0;
+        return 0;
+    }
     xc_sizes z = xc_sizes_of(m, p, n);
     /* ts_alloc rounds nothing: the sum of the requests is the counter's rise */
-    return z.pool + z.per_slot + z.per_expert + z.per_e + z.struct_b + z.files + z.threads + z.layers;
+    uint64_t tb = z.per_slot + z.per_expert + z.per_e + z.struct_b + z.files + z.threads + z.layers + z.prefetch;
+    if (slots) *slots = z.pool;
+    if (staging) *staging = z.staging;
+    if (tables) *tables = tb;
+    return z.pool + z.staging + tb;
 }
+
+uint64_t ts_xc_plan_bytes(const ts_expert_map *m, const ts_xc_params *p) { return ts_xc_plan_parts(m, p, NULL, NULL, NULL, NULL); }
 
 void ts_xc_close(ts_xc *c) {
     if (!c) return;
     if (c->sync_init) {
         pthread_mutex_lock(&c->mu);
+        while (c->n_running > 0) pthread_cond_wait(&c->adone, &c->mu); /* reads in flight write the pool */
         c->quit = 1;
         pthread_cond_broadcast(&c->work);
         pthread_mutex_unlock(&c->mu);
         for (int i = 0; i < c->n_thr; i++) pthread_join(c->thr[i], NULL);
         pthread_cond_destroy(&c->work);
         pthread_cond_destroy(&c->done);
+        pthread_cond_destroy(&c->adone);
         pthread_mutex_destroy(&c->mu);
     }
     if (c->fd)
@@ -639,12 +702,14 @@ void ts_xc_close(ts_xc *c) {
     ts_free(c->fd);
     ts_free(c->thr);
     ts_free(c->pool_raw);
+    ts_free(c->staging_raw);
     ts_free(c->table);
     ts_free(c->owner); /* the block pins, pinned, ..., data_off and key are carved from */
     ts_free(c->cnt);
     ts_free(c->t_last);
     ts_free(c->mark);
     ts_free(c->jobs);
+    ts_free(c->ajobs); /* the block aq, infl, adone_f and pref are carved from */
     ts_free(c->st.layer);
     ts_free(c);
 }
@@ -657,20 +722,23 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
     if (p.policy < 0 || p.policy >= TS_XC_POLICY_N) return ts_fail(err, TS_E_ARG, "expert cache: unknown eviction policy %d", (int)p.policy);
     if (p.policy == TS_XC_LFRU && !(p.halflife > 0)) return ts_fail(err, TS_E_ARG, "expert cache: halflife %g must be positive", p.halflife);
     if (!p.dry && m->n_files == 0) return ts_fail(err, TS_E_ARG, "expert cache: the expert map has no files (synthetic): open it dry");
-    uint64_t stride = ts_xc_slot_stride(m);
+    if (p.prepare && !p.slot_bytes) return ts_fail(err, TS_E_ARG, "expert cache: prepared slots of 0 bytes");
+    uint64_t stride = xc_stride(m, &p);
     int n_slots = xc_slots_for(m, &p);
     if (n_slots < m->topk)
         return ts_fail(err, TS_E_ARG,
                        "--expert-cache %llu bytes holds %d expert slot%s of %llu bytes; one layer's top-%d needs at least %d "
-                       "(%llu bytes)",
+                       "(%llu bytes%s)",
                        (unsigned long long)p.cache_bytes, n_slots, n_slots == 1 ? "" : "s", (unsigned long long)stride, m->topk,
-                       m->topk, (unsigned long long)(stride * m->topk));
+                       m->topk, (unsigned long long)(stride * m->topk + xc_staging_bytes(m, &p)),
+                       xc_staging_bytes(m, &p) ? " with the I/O threads' staging buffers" : "");
     ts_xc *c = ts_alloc(sizeof *c, TS_MEM_EXPERT_CACHE);
     if (!c) return ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
     c->m = m;
     c->p = p;
     c->n_slots = n_slots;
     c->stride = stride;
+    c->fstride = ts_xc_slot_stride(m);
     c->h = p.halflife * m->n_layers;
     size_t nx = (size_t)m->n_layers * m->E, ns = (size_t)n_slots;
     xc_sizes z = xc_sizes_of(m, &p, n_slots);
@@ -683,7 +751,16 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
     c->mark = ts_alloc(sizeof(int32_t) * 4 * m->E, TS_MEM_EXPERT_CACHE);
     c->jobs = ts_alloc(sizeof(xc_job) * m->E, TS_MEM_EXPERT_CACHE);
     c->st.layer = ts_alloc(sizeof(ts_xc_layer_stats) * m->n_layers, TS_MEM_EXPERT_CACHE);
-    if (!c->owner || !c->table || !c->cnt || !c->t_last || !c->mark || !c->jobs || !c->st.layer) {
+    if (z.prefetch) {
+        c->ajobs = ts_alloc(z.prefetch, TS_MEM_EXPERT_CACHE);
+        if (c->ajobs) {
+            c->aq = (int32_t *)(void *)(c->ajobs + ns);
+            c->infl = c->aq + ns;
+            c->adone_f = (uint8_t *)(c->infl + ns);
+            c->pref = c->adone_f + ns;
+        }
+    }
+    if (!c->owner || !c->table || !c->cnt || !c->t_last || !c->mark || !c->jobs || !c->st.layer || (z.prefetch && !c->ajobs)) {
         rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache tables");
         goto fail;
     }
@@ -715,11 +792,21 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
             c->dfd = c->fd + m->n_files;
             for (int i = 0; i < m->n_files; i++) c->fd[i] = c->dfd[i] = -1;
         }
-        if (!c->pool_raw || !c->fd || !c->thr) {
+        if (z.staging) {
+            c->staging_raw = ts_alloc(z.staging, TS_MEM_EXPERT_CACHE);
+            if (c->staging_raw) c->staging = (uint8_t *)(((uintptr_t)c->staging_raw + XC_PAGE - 1) & ~(uintptr_t)(XC_PAGE - 1));
+        }
+        if (!c->pool_raw || !c->fd || !c->thr || (z.staging && !c->staging_raw)) {
             rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache: %d slots of %llu bytes", n_slots, (unsigned long long)stride);
             goto fail;
         }
         c->pool = (uint8_t *)(((uintptr_t)c->pool_raw + XC_PAGE - 1) & ~(uintptr_t)(XC_PAGE - 1));
+        /* fault the pool in now: a first touch in the token loop costs a
+         * page fault (and, under memory pressure, the kernel's compaction
+         * for a huge page) per page; measured ~25 s of system time over
+         * the first 8 GB of slots filled on this machine. The cache is
+         * the process's from the start, as the plan says. */
+        for (uint64_t o = 0; o < z.pool; o += XC_PAGE) ((volatile uint8_t *)c->pool_raw)[o] = 0;
         for (int i = 0; i < m->n_files; i++) {
             c->fd[i] = open(m->paths[i], O_RDONLY | O_CLOEXEC);
             if (c->fd[i] < 0) {
@@ -733,6 +820,13 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
         if (pthread_cond_init(&c->work, NULL)) { pthread_mutex_destroy(&c->mu); rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a condition"); goto fail; }
         if (pthread_cond_init(&c->done, NULL)) {
             pthread_cond_destroy(&c->work);
+            pthread_mutex_destroy(&c->mu);
+            rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a condition");
+            goto fail;
+        }
+        if (pthread_cond_init(&c->adone, NULL)) {
+            pthread_cond_destroy(&c->work);
+            pthread_cond_destroy(&c->done);
             pthread_mutex_destroy(&c->mu);
             rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a condition");
             goto fail;
@@ -764,8 +858,85 @@ static double xc_touch(ts_xc *c, size_t ix, int w) {
     return (double)c->clock / c->h + log2(n);
 }
 
+/* Wait for every prefetch read in flight, then settle them on this thread:
+ * drop the prefetch's pin (the slot becomes evictable like any other), and
+ * empty the slot of a read that failed. */
+static void xc_settle(ts_xc *c) {
+    if (!c->n_infl) return;
+    if (!c->p.dry) {
+        double t0 = ts_now();
+        pthread_mutex_lock(&c->mu);
+        while (c->n_running > 0) pthread_cond_wait(&c->adone, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        c->st.io_wait_s += ts_now() - t0;
+    }
+    for (int i = 0; i < c->n_infl; i++) {
+        int s = c->infl[i];
+        const xc_job *j = &c->ajobs[s];
+        if (!c->p.dry && (j->err_no || j->short_read)) {
+            c->table[c->owner[s]] = -1;
+            c->owner[s] = -1;
+            c->pref[s] = 0;
+            c->st.prefetch_errors++;
+        }
+        c->adone_f[s] = 0;
+        unpin_one(c, s);
+    }
+    c->n_infl = 0;
+}
+
+int ts_xc_prefetch(ts_xc *c, int layer, const int32_t *ids, int n) {
+    const ts_expert_map *m = c->m;
+    if (!c->p.prefetch || layer < 0 || layer >= m->n_layers || n <= 0) return 0;
+    xc_settle(c); /* one prefetch in flight at a time: the earlier one's slots are settled first */
+    if (++c->stamp == INT32_MAX) { memset(c->mark, 0, sizeof(int32_t) * m->E); c->stamp = 1; }
+    int started = 0;
+    for (int i = 0; i < n; i++) {
+        int e = ids[i];
+        if (e < 0 || e >= m->E || c->mark[e] == c->stamp) continue;
+        c->mark[e] = c->stamp;
+        size_t ix = ts_xmap_idx(m, layer, e);
+        if (c->table[ix] >= 0) continue;  /* resident (or already being read) */
+        int s;
+        if (c->n_free > 0) s = c->freel[--c->n_free];
+        else if (c->n_heap > 0) {
+            s = c->heap[0]; /* the policy's victim: never a pinned slot */
+            heap_remove(c, s);
+            if (c->pref[s]) c->pref[s] = 0;
+            c->table[c->owner[s]] = -1;
+            c->owner[s] = -1;
+            c->st.evictions++;
+        } else break;
+        c->owner[s] = (int32_t)ix;
+        c->table[ix] = s;
+        c->data_off[s] = c->p.prepare ? 0 : (uint32_t)(m->off[ix] & (XC_PAGE - 1));
+        /* the key of its decayed count now, without counting an access */
+        if (c->p.policy == TS_XC_LRU) c->key[s] = (double)c->clock;
+        else {
+            double cn = (double)c->cnt[ix] * exp2(-(double)(c->clock - c->t_last[ix]) / c->h);
+            c->key[s] = (double)c->clock / c->h + log2(cn > 1e-30 ? cn : 1e-30);
+        }
+        pin(c, s);
+        c->pref[s] = 1;
+        c->ajobs[s] = (xc_job){.slot = s, .ix = ix};
+        c->infl[c->n_infl++] = s;
+        started++;
+        if (!c->p.dry) {
+            pthread_mutex_lock(&c->mu);
+            c->aq[(c->aq_head + c->aq_n) % c->n_slots] = s;
+            c->aq_n++;
+            c->n_running++;
+            pthread_cond_signal(&c->work);
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
+    c->st.prefetched += (uint64_t)started;
+    return started;
+}
+
 int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots, ts_error *err) {
     const ts_expert_map *m = c->m;
+    if (c->p.prefetch) xc_settle(c);
     if (layer < 0 || layer >= m->n_layers) return ts_fail(err, TS_E_ARG, "expert cache: layer %d out of range [0, %d)", layer, m->n_layers);
     if (n < 0) return ts_fail(err, TS_E_ARG, "expert cache: %d ids", n);
     /* deduplicate: mark[e] == stamp means e is already in uniq */
@@ -796,6 +967,7 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
         double k = xc_touch(c, ix, c->mult[c->uniq[u]]);
         int s = c->table[ix];
         if (s < 0) continue;
+        if (c->pref && c->pref[s]) { c->pref[s] = 0; c->st.prefetch_used++; }
         pin(c, s);
         c->key[s] = k;
         c->took[nt++] = s;
@@ -811,12 +983,13 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
             /* the capacity check above guarantees an evictable slot */
             s = c->heap[0];
             heap_remove(c, s);
+            if (c->pref) c->pref[s] = 0;
             c->table[c->owner[s]] = -1;
             c->owner[s] = -1;
             c->st.evictions++;
         }
         c->owner[s] = (int32_t)ix;
-        c->data_off[s] = (uint32_t)(m->off[ix] & (XC_PAGE - 1));
+        c->data_off[s] = c->p.prepare ? 0 : (uint32_t)(m->off[ix] & (XC_PAGE - 1));
         /* the key xc_touch computed above, from the count it left */
         c->key[s] = c->p.policy == TS_XC_LRU ? (double)c->clock : (double)c->clock / c->h + log2((double)c->cnt[ix]);
         pin(c, s);
@@ -895,3 +1068,18 @@ void ts_xc_reset_stats(ts_xc *c) {
 }
 
 void ts_xc_fail_read_after(ts_xc *c, long n) { __atomic_store_n(&c->fail_after, n, __ATOMIC_RELAXED); }
+
+int ts_xc_reopen_files(ts_xc *c, ts_error *err) {
+    if (!c->fd) return 0;
+    for (int i = 0; i < c->m->n_files; i++) {
+        int fd = open(c->m->paths[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return ts_fail(err, TS_E_IO, "expert cache: cannot open %s: %s", c->m->paths[i], strerror(errno));
+        close(c->fd[i]);
+        c->fd[i] = fd;
+        if (c->dfd[i] >= 0) {
+            close(c->dfd[i]);
+            c->dfd[i] = open(c->m->paths[i], O_RDONLY | O_CLOEXEC | O_DIRECT);
+        }
+    }
+    return 0;
+}

@@ -34,11 +34,12 @@
  *      one min-heap over the unpinned-or-pinned resident slots keyed so that
  *      a key changes only when its expert is accessed.
  *
- * Does not own: the forward that consumes the slots (qwen35.c, through the
- * backend contract), the CLI option (it calls ts_parse_size), device slots.
+ * Does not own: the forward that consumes the slots (model/xstream.c, through
+ * the backend contract), the CLI option (it calls ts_parse_size), device slots.
  *
- * Wiring (for the forward): per MoE layer L of a batch of n rows, after the
- * router's top-k of every row is known (one wait for the whole batch):
+ * Wiring (the forward's: model/xstream.c): per MoE layer L of a batch of n
+ * rows, after the router's top-k of every row is known (one wait for the
+ * whole batch):
  *   ts_xc_ensure(c, L, sel, n * topk, slot, err);   reads all misses at once
  *   for each (row, j): ts_expert_views(map, cfg, L, ts_xc_slot_data(c, slot[..]), w, err)
  *                      (or a per-slot view table built once per slot fill)
@@ -143,6 +144,18 @@ typedef struct ts_xc_params {
     int willneed;           /* buffered reads: posix_fadvise(WILLNEED) the expert's range first
                                (default 0: measured no gain) */
     int dry;                /* 1: bookkeeping only, no pool, no reads (the simulator) */
+    /* Prepared slots (0 / NULL: a slot holds the file's bytes). With
+     * `prepare` set, each I/O thread reads an expert into its own staging
+     * buffer (one file-span stride, page aligned) and then calls
+     * prepare(user, layer, expert, bytes, slot) to write the slot's content
+     * (the CPU backend's repacked layout: model/xstream.c); slots are then
+     * slot_bytes each (rounded up to 64). Nonzero return: the read fails with
+     * that errno-like code. Runs on the I/O threads, several at once. */
+    uint64_t slot_bytes;
+    int (*prepare)(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst);
+    void *prepare_user;
+    int prefetch;           /* 1: ts_xc_prefetch starts reads that run while the caller computes
+                               (off by default: measured in bench/experts/RESULTS.md) */
 } ts_xc_params;
 
 void ts_xc_params_default(ts_xc_params *p);
@@ -160,6 +173,9 @@ typedef struct ts_xc_stats {
     uint64_t read_errors;   /* ensures that failed on I/O */
     double io_wait_s;       /* caller time spent waiting for reads */
     int direct_active;      /* O_DIRECT actually in use */
+    uint64_t prefetched;    /* experts ts_xc_prefetch started reading */
+    uint64_t prefetch_used; /* of them, asked for by an ensure before being evicted */
+    uint64_t prefetch_errors;
     int n_layers;
     ts_xc_layer_stats *layer; /* [n_layers], owned by the cache */
 } ts_xc_stats;
@@ -172,8 +188,15 @@ typedef struct ts_xc ts_xc;
  * keeps every tensor's alignment what it was in the mmap'd file). */
 uint64_t ts_xc_slot_stride(const ts_expert_map *m);
 /* Every byte ts_xc_open will allocate for these params (pool + tables): the
- * memory plan's number. 0 when params->cache_bytes holds too few slots. */
+ * memory plan's number. 0 when params->cache_bytes holds too few slots.
+ * The whole of it fits in cache_bytes: staging and tables come out of the
+ * budget before it is cut into slots. */
 uint64_t ts_xc_plan_bytes(const ts_expert_map *m, const ts_xc_params *p);
+/* The same, by part: slots (the pool), staging (prepared slots' read
+ * buffers), tables (everything else); *n_slots the slot count (any may be
+ * NULL). Returns the total as ts_xc_plan_bytes. */
+uint64_t ts_xc_plan_parts(const ts_expert_map *m, const ts_xc_params *p, uint64_t *slots, uint64_t *staging, uint64_t *tables,
+                          int *n_slots);
 
 /* Open a cache over `map` (borrowed: must outlive the cache). TS_E_ARG when
  * the budget holds fewer slots than one layer's top-k; TS_E_IO naming the
@@ -190,6 +213,16 @@ void ts_xc_close(ts_xc *c); /* NULL ok; joins the I/O threads */
  * (layer, expert) for a failed or short read. On error nothing of this call
  * stays pinned and no slot of the table holds a partial read. */
 int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots, ts_error *err);
+/* Start reading ids[0..n) of `layer` (a prediction: the next layer's experts
+ * while this one computes) without waiting: each one neither resident nor
+ * pinned-full gets a free or evictable slot (never a pinned one, so the
+ * running layer's experts stay) and a job on the I/O threads. A prefetch
+ * is not an access (the policy's counts do not move). The next ensure (or
+ * close) first waits for every read in flight; a failed prefetch just
+ * leaves its slot empty (the ensure reads the expert itself). Only with
+ * params.prefetch; otherwise (and for bad ids) nothing happens. Returns the
+ * reads started. */
+int ts_xc_prefetch(ts_xc *c, int layer, const int32_t *ids, int n);
 /* The slots the last successful ensure filled (its misses), borrowed until
  * the next ensure; returns their count. */
 int ts_xc_last_filled(const ts_xc *c, const int32_t **slots);
@@ -207,5 +240,8 @@ void ts_xc_reset_stats(ts_xc *c);
 
 /* Tests only: make the n-th pread from now fail with EIO (0 = off). */
 void ts_xc_fail_read_after(ts_xc *c, long n);
+/* Tests only: open every shard's path again (a file replaced under a running
+ * engine, whose mapping keeps the old one). 0 or TS_E_IO. Between ensures. */
+int ts_xc_reopen_files(ts_xc *c, ts_error *err);
 
 #endif

@@ -392,7 +392,7 @@ static int wl_add(wlist *l, ts_weight *w) {
     return 0;
 }
 
-static int wl_layer(wlist *l, ts_layer_w *ly, const ts_config *c) {
+static int wl_layer(wlist *l, ts_layer_w *ly, const ts_config *c, int experts) {
     int rc = 0;
     if (ly->full) {
         ts_weight *a[] = {&ly->attn.q_proj, &ly->attn.k_proj, &ly->attn.v_proj, &ly->attn.o_proj};
@@ -407,24 +407,24 @@ static int wl_layer(wlist *l, ts_layer_w *ly, const ts_config *c) {
         return rc;
     }
     rc |= wl_add(l, &f->router);
-    for (int e = 0; e < c->E; e++) rc |= wl_add(l, &f->e_gate[e]) | wl_add(l, &f->e_up[e]) | wl_add(l, &f->e_down[e]);
+    for (int e = 0; experts && e < c->E; e++) rc |= wl_add(l, &f->e_gate[e]) | wl_add(l, &f->e_up[e]) | wl_add(l, &f->e_down[e]);
     rc |= wl_add(l, &f->s_gate) | wl_add(l, &f->s_up) | wl_add(l, &f->s_down) | wl_add(l, &f->s_gate_w);
     return rc;
 }
 
 /* Every matrix the forward multiplies by (the untied embedding is only
- * gathered). */
-static int wl_products(wlist *l, ts_model *m) {
+ * gathered); experts 0: without the routed experts. */
+static int wl_products(wlist *l, ts_model *m, int experts) {
     const ts_config *c = &m->cfg;
     int rc = wl_add(l, &m->head);
-    for (int i = 0; i < c->n_layers; i++) rc |= wl_layer(l, &m->layers[i], c);
-    if (m->has_mtp) rc |= wl_add(l, &m->mtp.fc) | wl_layer(l, &m->mtp.layer, c);
+    for (int i = 0; i < c->n_layers; i++) rc |= wl_layer(l, &m->layers[i], c, experts);
+    if (m->has_mtp) rc |= wl_add(l, &m->mtp.fc) | wl_layer(l, &m->mtp.layer, c, experts);
     return rc;
 }
 
 int ts_model_set_act_digits(ts_model *m, int digits) {
     wlist l = {0};
-    int rc = wl_products(&l, m);
+    int rc = wl_products(&l, m, 1);
     for (int i = 0; !rc && i < l.n; i++) l.w[i]->act_digits = digits;
     ts_free(l.w);
     return rc;
@@ -459,7 +459,7 @@ static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_backend *be, ts_er
     const ts_config *c = &m->cfg;
     const int dev = be->dom != TS_DOM_HOST;
     wlist l = {0};
-    int rc = wl_products(&l, m);
+    int rc = wl_products(&l, m, !b->stream);
     /* a device backend gathers the untied embedding's rows on the device too */
     if (!rc && dev && !c->tied) rc = wl_add(&l, &m->embed);
     if (rc) {
@@ -507,7 +507,7 @@ static int pack_all(binder *b, ts_model *m, ts_st_set *st, ts_backend *be, ts_er
     return 0;
 }
 
-static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, int dry, ts_bind_sink sink,
+static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, int dry, int stream, ts_bind_sink sink,
                     void *user, uint64_t *dropped, ts_error *err) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -519,7 +519,7 @@ static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend
     m->qdim = c->nq * c->head_dim;
     m->kvdim = c->nkv * c->head_dim;
     m->max_ffn = c->is_moe ? TS_MAX(c->Im, c->Is) : c->I;
-    binder b = {st, c, err, m, dry, sink, user, 0, be && be->dom != TS_DOM_HOST ? be : NULL};
+    binder b = {st, c, err, m, dry, stream && c->is_moe, sink, user, 0, be && be->dom != TS_DOM_HOST ? be : NULL};
     m->dev_be = b.dev;
     int rc;
     const char *prefix = NULL;
@@ -567,13 +567,22 @@ static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend
 }
 
 int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_error *err) {
-    return bind_all(m, cfg, st, be, 0, NULL, NULL, NULL, err);
+    return bind_all(m, cfg, st, be, 0, 0, NULL, NULL, NULL, err);
+}
+
+int ts_model_bind_opts(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, int stream_experts, ts_error *err) {
+    return bind_all(m, cfg, st, be, 0, stream_experts, NULL, NULL, NULL, err);
 }
 
 int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_bind_sink sink, void *user, int *has_mtp,
                   uint64_t *dropped, ts_error *err) {
+    return ts_model_size_opts(cfg, st, be, 0, sink, user, has_mtp, dropped, err);
+}
+
+int ts_model_size_opts(const ts_config *cfg, ts_st_set *st, ts_backend *be, int stream_experts, ts_bind_sink sink, void *user,
+                       int *has_mtp, uint64_t *dropped, ts_error *err) {
     ts_model m;
-    int rc = bind_all(&m, cfg, st, be, 1, sink, user, dropped, err);
+    int rc = bind_all(&m, cfg, st, be, 1, stream_experts, sink, user, dropped, err);
     if (has_mtp) *has_mtp = m.has_mtp;
     ts_model_free(&m);
     for (int i = 0; i < st->n_tensors; i++) st->tensors[i].used = 0; /* a dry run leaves the set as it found it */

@@ -84,6 +84,8 @@ typedef struct ts_model {
     uint64_t packed_bytes;
     ts_backend *dev_be;     /* the backend holding the f32 vectors and the arena when the host
                                cannot address its memory (CUDA), else NULL (host heap) */
+    struct ts_xstream *xs;  /* routed experts streamed through the expert cache (model/xstream.h,
+                               the engine's: --expert-cache), or NULL: all resident */
     /* derived sizes */
     int D, Kd, Vd, C, qdim, kvdim, max_ffn;
 } ts_model;
@@ -91,6 +93,10 @@ typedef struct ts_model {
 /* Bind the tensors of `st` to the model described by `cfg`, checking each
  * one's presence, shape and dtype. Marks bound tensors used. */
 int ts_model_bind(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_error *err);
+/* The same, with stream_experts = 1: the routed experts are bound as
+ * descriptors only (the forward reads them through m->xs): they are not
+ * prepared (packed) and their bytes in the files are never touched. */
+int ts_model_bind_opts(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend *be, int stream_experts, ts_error *err);
 /* Every allocation the binder keeps, as it is made: a label, where, how
  * many bytes; backend 1: sized by the backend's layout (the packed copies),
  * not by the checkpoint alone. */
@@ -104,6 +110,9 @@ typedef void (*ts_bind_sink)(void *user, const char *what, ts_mem_cat cat, ts_me
  * the packed matrices, which the process lets go of once they are copied. */
 int ts_model_size(const ts_config *cfg, ts_st_set *st, ts_backend *be, ts_bind_sink sink, void *user, int *has_mtp,
                   uint64_t *dropped, ts_error *err);
+/* ts_model_size of ts_model_bind_opts. */
+int ts_model_size_opts(const ts_config *cfg, ts_st_set *st, ts_backend *be, int stream_experts, ts_bind_sink sink, void *user,
+                       int *has_mtp, uint64_t *dropped, ts_error *err);
 /* The activation precision of every product (backend.h, ts_act_digits);
  * nonzero only when out of memory for the walk. */
 int ts_model_set_act_digits(ts_model *m, int digits);
@@ -144,6 +153,9 @@ typedef struct ts_scratch {
     float *pf_conv;  /* [max_rows, C] conv + SiLU outputs */
     float *pf_gate;  /* [2, max_rows, Hv] log-decay g, then beta */
     float *pf_chunk; /* [slots, ts_delta_chunk_ws] delta-rule workspace per work item, see cpu/gdn.c */
+    /* expert streaming (model->xs), else NULL: a pass's routing, host memory */
+    int32_t *route_ids; /* [R, topk] */
+    float *route_w;     /* [R, topk] */
 } ts_scratch;
 
 /* Speculative verification, per GDN layer (NULL buffers for full layers and

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 
 #include "model/model.h"
+#include "model/xstream.h"
 
 static inline const ts_backend_ops *OPS(const ts_state *st) { return st->s->be->ops; }
 
@@ -128,7 +129,8 @@ void ts_gdn_materialize(const ts_model *m, ts_state *st) {
 
 /* ---- FFN ---- */
 
-static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n, ts_mode md) {
+/* L: the layer (-1: the MTP head's), for the expert cache */
+static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int L, int n, ts_mode md) {
     const ts_config *c = &m->cfg;
     ts_scratch *sc = &st->sc;
     if (!f->moe) {
@@ -139,7 +141,15 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int n,
     }
     ts_moe_args a = {&f->router, f->e_gate, f->e_up, f->e_down, &f->s_gate, &f->s_up, &f->s_down, &f->s_gate_w,
                      sc->u, sc->t, sc->small + (size_t)2 * sc->R * c->Hv, sc->moe_acc, sc->big0, sc->big1, sc->big2,
-                     sc->R, m->max_ffn, n, c->E, c->topk, c->norm_topk, c->H};
+                     sc->R, m->max_ffn, n, c->E, c->topk, c->norm_topk, c->H, NULL, NULL};
+    if (m->xs) {
+        /* routed experts through the cache: route every row, read the
+         * misses at once, then the products (model/xstream.h) */
+        a.route_ids = sc->route_ids;
+        a.route_w = sc->route_w;
+        ts_xstream_moe(m->xs, st->s, md, &a, L < 0 ? c->n_layers : L);
+        return;
+    }
     OPS(st)->moe(st->s, md, &a);
 }
 
@@ -153,7 +163,7 @@ static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, 
     if (l->full) attn_block(m, st, &l->attn, kv, n, md);
     else gdn_block(m, st, &l->gdn, L, n, md);
     op->norm(st->s, md, sc->x, H, sc->t, l->post_norm, sc->u, H, n, H, eps);
-    ffn_block(m, st, &l->ffn, n, md);
+    ffn_block(m, st, &l->ffn, L, n, md);
     op->norm(st->s, md, sc->x, H, sc->t, NULL, NULL, H, n, H, 0.f);
 }
 

@@ -139,8 +139,9 @@ enum {
     CLI_OPT_KERNELS = 1 << 5,  /* --kernels NAME */
     CLI_OPT_SPEC = 1 << 6,     /* --spec mtp, --draft, --draft-vocab, --draft-p-min */
     CLI_OPT_BACKEND = 1 << 7,  /* --backend auto|cpu|cuda, --device N */
-    CLI_OPT_ENGINE = CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_ACT_BITS | CLI_OPT_KERNELS | CLI_OPT_BACKEND,
-    CLI_OPT_ALL = (1 << 8) - 1
+    CLI_OPT_XCACHE = 1 << 8,   /* --expert-cache SIZE, --expert-policy lfru|lru */
+    CLI_OPT_ENGINE = CLI_OPT_MODEL | CLI_OPT_THREADS | CLI_OPT_ACT_BITS | CLI_OPT_KERNELS | CLI_OPT_BACKEND | CLI_OPT_XCACHE,
+    CLI_OPT_ALL = (1 << 9) - 1
 };
 typedef struct cli_engine {
     const char *cmd;      /* for messages: "turbospark CMD: ..." */
@@ -154,6 +155,8 @@ typedef struct cli_engine {
     const char *backend;  /* --backend: "auto" (default), "cpu", "cuda" */
     int device;           /* --device N (CUDA) */
     cli_spec spec;
+    uint64_t expert_cache; /* 0: all experts resident */
+    const char *expert_policy;
 } cli_engine;
 void cli_engine_init(cli_engine *o, const char *cmd, unsigned accept);
 /* 1 if argv[*i] was one of the accepted options (its value consumed), 0 if
@@ -167,6 +170,12 @@ int cli_engine_check(cli_engine *o);
 void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_params *sp, ts_gen_params *gp);
 /* The help lines of the accepted options. */
 void cli_engine_help(FILE *f, unsigned accept);
+/* --expert-cache's SIZE ("512M", "8G", bytes): 1 and *out, or 0 after printing an error. */
+int cli_parse_size(const char *cmd, const char *s, uint64_t *out);
+/* The expert cache's statistics on stderr (nothing without one): hit rate,
+ * bytes read per token over n_tokens (0: not printed), per-layer hit rates
+ * when per_layer. */
+void cli_expert_report(const ts_engine *e, int n_tokens, int per_layer);
 
 /* Chat helpers (tools/cli/cli_chat.c). A conversation is a JSON array of
  * {"role", "content"} messages kept as a cJSON tree (strings only, so

@@ -293,6 +293,7 @@ int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
                  : !strcmp(a, "--chunk")                     ? CLI_OPT_CHUNK
                  : !strcmp(a, "--kernels")                   ? CLI_OPT_KERNELS
                  : !strcmp(a, "--backend") || !strcmp(a, "--device") ? CLI_OPT_BACKEND
+                 : !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy") ? CLI_OPT_XCACHE
                                                              : 0;
     if (!(opt & o->accept)) return 0;
     if (*i + 1 >= argc) {
@@ -312,6 +313,15 @@ int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
     case CLI_OPT_BACKEND:
         if (!strcmp(a, "--device")) ok = pi(v, &o->device), want = "a device index >= 0";
         else ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"), o->backend = v, want = "auto, cpu or cuda";
+        break;
+    case CLI_OPT_XCACHE:
+        if (!strcmp(a, "--expert-policy")) {
+            ok = !strcmp(v, "lfru") || !strcmp(v, "lru");
+            o->expert_policy = v;
+            want = "lfru or lru";
+        } else {
+            return cli_parse_size(o->cmd, v, &o->expert_cache) ? 1 : -1;
+        }
         break;
     }
     if (!ok) fprintf(stderr, "turbospark %s: bad value '%s' for %s (%s)\n", o->cmd, v, a, want);
@@ -342,8 +352,12 @@ void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_para
         }
         ep->backend = o->backend ? o->backend : "auto";
         ep->device = o->device;
-        /* speculative decoding runs on the CPU only (issue 17): auto picks it */
-        if ((o->accept & CLI_OPT_SPEC) && o->spec.on && !strcmp(ep->backend, "auto")) ep->backend = "cpu";
+        /* speculative decoding (issue 17) and expert streaming (issue 18's
+         * device tier) run on the CPU only: auto picks it */
+        if (((o->accept & CLI_OPT_SPEC) && o->spec.on) || o->expert_cache)
+            if (!strcmp(ep->backend, "auto")) ep->backend = "cpu";
+        ep->expert_cache = o->expert_cache;
+        ep->expert_policy = o->expert_policy;
     }
     if (sp) {
         sp->n_ctx = o->n_ctx;
@@ -370,5 +384,43 @@ void cli_engine_help(FILE *f, unsigned accept) {
         fputs("  --backend NAME      auto (default: CUDA when a usable GPU is present and the model fits, else\n"
               "                      the CPU), cpu, cuda\n"
               "  --device N          CUDA device index (default 0)\n", f);
+    if (accept & CLI_OPT_XCACHE)
+        fputs("  --expert-cache SIZE MoE: keep the routed experts in the files and read them on demand into\n"
+              "                      a cache of SIZE bytes (K/M/G suffixes; at least one layer's top-k)\n"
+              "  --expert-policy P   its eviction: lfru (default, decayed frequency) or lru\n", f);
     if (accept & CLI_OPT_SPEC) fputs(CLI_SPEC_HELP, f);
+}
+
+int cli_parse_size(const char *cmd, const char *s, uint64_t *out) {
+    ts_error err = {0};
+    if (ts_parse_size(s, out, &err)) {
+        fprintf(stderr, "turbospark %s: --expert-cache %s\n", cmd, err.msg);
+        return 0;
+    }
+    return 1;
+}
+
+void cli_expert_report(const ts_engine *e, int n_tokens, int per_layer) {
+    ts_expert_stats x;
+    ts_engine_expert_stats(e, &x);
+    if (!x.enabled) return;
+    uint64_t req = x.hits + x.misses;
+    fprintf(stderr, "[expert cache: %d slots of %.2f MiB%s, %s reads: hit rate %.1f%% (%llu of %llu), %llu evictions, %.1f MB read",
+            x.n_slots, x.slot_bytes / 1048576.0, x.prepared ? " (prepared)" : "", x.direct_io ? "direct" : "buffered",
+            req ? 100.0 * x.hits / req : 0.0, (unsigned long long)x.hits, (unsigned long long)req,
+            (unsigned long long)x.evictions, x.bytes_read / 1e6);
+    if (n_tokens > 0) fprintf(stderr, ", %.1f MB/token", x.bytes_read / 1e6 / n_tokens);
+    if (x.prefetched)
+        fprintf(stderr, ", prefetched %llu, used %llu (%.1f%%)", (unsigned long long)x.prefetched,
+                (unsigned long long)x.prefetch_used, 100.0 * x.prefetch_used / x.prefetched);
+    fprintf(stderr, ", waited %.2f s for reads]\n", x.io_wait_s);
+    if (!per_layer) return;
+    fprintf(stderr, "[expert cache hit rate by layer:");
+    for (int L = 0; L < x.n_layers; L++) {
+        uint64_t h = 0, m = 0;
+        ts_engine_expert_layer(e, L, &h, &m);
+        if (h + m) fprintf(stderr, " %d:%.0f%%", L, 100.0 * h / (h + m));
+        else fprintf(stderr, " %d:-", L);
+    }
+    fprintf(stderr, "]\n");
 }

@@ -277,6 +277,7 @@ int cmd_bench(int argc, char **argv) {
         rc = ts_generate(s, ids, prompt, &gp0, NULL, NULL, &st, &err);
         tp[r] = prompt / st.t_prefill;
         td[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
+        if (r == 0) ts_engine_expert_stats_reset(e); /* the expert cache counts the timed runs only */
     }
     if (rc) { fprintf(stderr, "turbospark bench: %s\n", err.msg); goto out; }
     /* the medians sort each array: [1] is then the min, [runs] the max */
@@ -308,6 +309,10 @@ int cmd_bench(int argc, char **argv) {
     ts_session_graph_stats(s, &graphs, &replays, &gkern, &glaunch);
     size_t dours = 0, dfree = 0, dtot = 0;
     const int dmem = on_gpu && !ts_engine_device_mem(e, &dours, &dfree, &dtot);
+    ts_expert_stats xs;
+    ts_engine_expert_stats(e, &xs);
+    /* tokens through the forward in the timed runs: each run feeds the prompt and gen decoded tokens */
+    const double xtok = (double)runs * (prompt + gen);
     if (json) {
         printf("{\"model\": \"%s\", \"backend\": \"%s\", \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d,\n"
                " \"prefill_tok_s\": %.2f, \"prefill_tok_s_min\": %.2f, \"prefill_tok_s_max\": %.2f,\n"
@@ -318,12 +323,29 @@ int cmd_bench(int argc, char **argv) {
                " \"copy_probe_gb_s\": %.2f, \"pct_of_copy_probe\": %.1f, \"ms_per_token\": %.4f,\n"
                " \"graphs\": %d, \"graph_replays\": %ld, \"graph_kernels\": %d, \"graph_launch_us\": %.2f,\n"
                " \"device_mem_ours\": %llu, \"device_mem_driver_and_others\": %llu,\n"
-               " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f}\n",
+               " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f",
                dir, bname, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
                (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0,
                probe, probe > 0 ? 100.0 * gbs / probe : 0.0, dd > 0 ? 1000.0 / dd : 0.0, graphs, replays, gkern, glaunch,
                (unsigned long long)dours, (unsigned long long)(dmem && dtot > dfree + dours ? dtot - dfree - dours : 0),
                ts_kernels_name(), act_bits ? act_bits : TS_ACT_BITS_DEFAULT, loadavg[0]);
+        if (xs.enabled) { /* the expert cache: --expert-cache */
+            uint64_t req = xs.hits + xs.misses;
+            printf(", \"expert_cache\": {\"slots\": %d, \"slot_bytes\": %llu, \"prepared\": %s, \"direct_io\": %s, \"hits\": %llu,"
+                   " \"misses\": %llu, \"hit_rate\": %.4f, \"evictions\": %llu, \"bytes_read\": %llu, \"bytes_read_per_token\": %.0f,"
+                   " \"io_wait_s\": %.3f, \"layer_hit_rate\": [",
+                   xs.n_slots, (unsigned long long)xs.slot_bytes, xs.prepared ? "true" : "false", xs.direct_io ? "true" : "false",
+                   (unsigned long long)xs.hits, (unsigned long long)xs.misses, req ? (double)xs.hits / req : 0.0,
+                   (unsigned long long)xs.evictions, (unsigned long long)xs.bytes_read, xs.bytes_read / xtok, xs.io_wait_s);
+            for (int L = 0; L < xs.n_layers; L++) {
+                uint64_t h = 0, m = 0;
+                ts_engine_expert_layer(e, L, &h, &m);
+                if (h + m) printf("%s%.4f", L ? ", " : "", (double)h / (h + m));
+                else printf("%snull", L ? ", " : "");
+            }
+            printf("]}");
+        }
+        printf("}\n");
     } else {
         printf("model      %s (%s, %s, backend %s, %d threads, kernels %s, %d-bit activations)\n", dir, in->model_type,
                in->quant_bits ? (in->quant_bits == 4 ? "INT4" : "INT8") : "bf16/f32", bname, nt, ts_kernels_name(),
@@ -348,6 +370,22 @@ int cmd_bench(int argc, char **argv) {
                    bwt > 0 ? 100.0 * gbs / bwt : 0.0, nt, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0);
         }
         printf("load       %.2f (1-minute load average at the end)\n", loadavg[0]);
+        if (xs.enabled) {
+            uint64_t req = xs.hits + xs.misses;
+            printf("experts    cache of %d slots x %.2f MiB%s, %s reads: hit rate %.1f%%, %.1f MB read per token "
+                   "(%d runs x %d tokens), %llu evictions, %.2f s waiting for reads\n",
+                   xs.n_slots, xs.slot_bytes / 1048576.0, xs.prepared ? " (prepared)" : "", xs.direct_io ? "O_DIRECT" : "buffered",
+                   req ? 100.0 * xs.hits / req : 0.0, xs.bytes_read / 1e6 / xtok, runs, prompt + gen,
+                   (unsigned long long)xs.evictions, xs.io_wait_s);
+            printf("           hit rate by layer:");
+            for (int L = 0; L < xs.n_layers; L++) {
+                uint64_t h = 0, m = 0;
+                ts_engine_expert_layer(e, L, &h, &m);
+                if (h + m) printf(" %d:%.0f%%", L, 100.0 * h / (h + m));
+                else printf(" %d:-", L);
+            }
+            printf("\n");
+        }
     }
     if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, block, dvocab, pmin > 0 ? pmin : 0, json, &err);
     if (rc) fprintf(stderr, "turbospark bench: %s\n", err.msg);

@@ -152,6 +152,7 @@ int cmd_perplexity(int argc, char **argv) {
                             (double)mtp_top1 / mtp_rows, (double)mtp_agree / mtp_rows);
         }
     }
+    if (!rc) cli_expert_report(e, (int)(scored + windows), 1); /* --expert-cache: hit rates over the text */
     free(lg); free(hid); free(ml); free(txt);
     ts_session_free(s);
     ts_engine_close(e);

@@ -22,7 +22,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR])\n"
             "                       [--ctx N] [--chunk N]"
-" [--spec mtp --draft M] [--checkpoint] [--backend cpu|cuda] [--json]\n"
+" [--spec mtp --draft M] [--checkpoint] [--backend cpu|cuda]\n"
+            "                       [--expert-cache SIZE [--expert-policy P]] [--json]\n"
             "  Print every allocation the engine and one session will make, by owner, memory domain\n"
             "  and category, with totals, without loading any weights.\n"
             "  -m, --model DIR     an install (reads config.json and the safetensors headers only;\n"
@@ -42,6 +43,9 @@ static void usage(FILE *f) {
             "  --checkpoint        a checkpoint copy of the GDN states (what chat's sessions hold)\n"
             "  --backend cpu|cuda  the engine of that backend (default cpu): cuda puts the weights and\n"
             "                      the session's buffers in device memory (needs a CUDA build; no GPU)\n"
+            "  --expert-cache SIZE MoE expert streaming: the cache, its staging and tables as the engine\n"
+            "                      allocates them, the routed experts left in the files\n"
+            "  --expert-policy P   its eviction policy (lfru, lru; sizes do not depend on it)\n"
             "  --json              the plan as one JSON object\n",
             TS_SPEC_MAX_DRAFT);
 }
@@ -72,6 +76,10 @@ static void print_json(const ts_mem_plan *pl, const char *source, int bits) {
     jstr(source);
     if (bits) printf(", \"bits\": %d", bits);
     printf(", \"n_ctx\": %d, \"max_rows\": %d, \"spec_draft\": %d", pl->n_ctx, pl->max_rows, pl->spec_draft);
+    if (pl->expert_slots)
+        printf(", \"expert_cache\": {\"slots\": %d, \"slot_bytes\": %llu, \"io_threads\": %d, \"file_bytes\": %llu}",
+               pl->expert_slots, (unsigned long long)pl->expert_slot_bytes, pl->expert_io_threads,
+               (unsigned long long)pl->expert_file_bytes);
     printf(", \"mapped_bytes\": %llu, \"mapped_kept_bytes\": %llu, \"total_bytes\": %llu, \"engine_bytes\": %llu, \"session_bytes\": %llu"
            ", \"drafter_bytes\": %llu",
            (unsigned long long)pl->mapped_bytes, (unsigned long long)pl->mapped_kept_bytes,
@@ -155,6 +163,11 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
            (unsigned long long)pl->mapped_bytes, human(pl->mapped_bytes, h, sizeof h));
     printf("  %-13s %16llu %11s   (the part not repacked into the heap stays mapped)\n", "file mapped",
            (unsigned long long)pl->mapped_kept_bytes, human(pl->mapped_kept_bytes, h, sizeof h));
+    if (pl->expert_slots) {
+        printf("  %-13s %16llu %11s   (read on demand into %d slots of %s, %d reads in flight; never mapped in)\n",
+               "experts file", (unsigned long long)pl->expert_file_bytes, human(pl->expert_file_bytes, h, sizeof h),
+               pl->expert_slots, human(pl->expert_slot_bytes, h2, sizeof h2), pl->expert_io_threads);
+    }
     uint64_t host = pl->dom_bytes[TS_DOM_HOST] + pl->mapped_kept_bytes;
     printf("host memory in use: %s (heap + file mapped)", human(host, h, sizeof h));
     if (pl->dom_bytes[TS_DOM_DEVICE]) printf(", device memory: %s", human(pl->dom_bytes[TS_DOM_DEVICE], h, sizeof h));
@@ -165,6 +178,8 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL, *drafter = NULL, *backend = "cpu";
     int block = -1;
+    const char *xpolicy = NULL;
+    uint64_t xcache = 0;
     int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -174,7 +189,8 @@ int cmd_plan(int argc, char **argv) {
         int num = !strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--draft") || !strcmp(a, "--bits") ||
                   !strcmp(a, "--group") || !strcmp(a, "--block");
         int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
-                  !strcmp(a, "--install") || !strcmp(a, "--drafter") || !strcmp(a, "--backend");
+                  !strcmp(a, "--install") || !strcmp(a, "--drafter") || !strcmp(a, "--backend") ||
+                  !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy");
         if (!num && !str) {
             fprintf(stderr, "turbospark plan: unknown argument '%s'\n", a);
             usage(stderr);
@@ -188,6 +204,8 @@ int cmd_plan(int argc, char **argv) {
             else if (!strcmp(a, "--install")) install = v;
             else if (!strcmp(a, "--drafter")) drafter = v;
             else if (!strcmp(a, "--backend")) backend = v;
+            else if (!strcmp(a, "--expert-policy")) xpolicy = v;
+            else if (!strcmp(a, "--expert-cache")) { if (!cli_parse_size("plan", v, &xcache)) return 2; }
             else model = v;
             continue;
         }
@@ -243,14 +261,19 @@ int cmd_plan(int argc, char **argv) {
         free(pl);
         return 2;
     }
-    if (dflash && strcmp(backend, "cpu")) {
-        fprintf(stderr, "turbospark plan: --spec dflash runs on the CPU only (CUDA: issue 17)\n");
+    if ((dflash || xcache) && strcmp(backend, "cpu")) {
+        fprintf(stderr, "turbospark plan: --spec dflash and --expert-cache run on the CPU only for now\n");
         free(pl);
         return 2;
     }
-    int rc = shape  ? ts_mem_plan_shape_on(shape, bits, group, install, backend, &sp, pl, &err)
-             : dflash ? ts_mem_plan_dir_dflash(model, drafter, &sp, pl, &err)
-                      : ts_mem_plan_dir_on(model, backend, &sp, pl, &err);
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = backend;
+    ep.drafter_dir = drafter;
+    ep.expert_cache = xcache;
+    ep.expert_policy = xpolicy;
+    int rc = shape ? ts_mem_plan_shape_ex(shape, bits, group, install, &ep, &sp, pl, &err)
+                   : ts_mem_plan_dir_ex(model, &ep, &sp, pl, &err);
     if (rc) {
         fprintf(stderr, "turbospark plan: %s\n", err.msg);
         free(pl);

@@ -200,10 +200,12 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     } else if (n_predict > 0) {
         double pf = stats.t_prefill > 0 ? stats.n_prompt / stats.t_prefill : 0;
         double dc = stats.n_gen > 1 && stats.t_decode > 0 ? (stats.n_gen - 1) / stats.t_decode : 0;
-        fprintf(stderr, "[prompt %d token%s, generated %d token%s; prefill %.1f tok/s, decode %.1f tok/s; %s]\n",
-                stats.n_prompt, stats.n_prompt == 1 ? "" : "s", stats.n_gen, stats.n_gen == 1 ? "" : "s", pf, dc,
-                ts_engine_backend(e));
+        /* slow models (streamed experts) get a digit more */
+        fprintf(stderr, "[prompt %d token%s, generated %d token%s; prefill %.*f tok/s, decode %.*f tok/s; %s]\n",
+                stats.n_prompt, stats.n_prompt == 1 ? "" : "s", stats.n_gen, stats.n_gen == 1 ? "" : "s", pf < 10 ? 2 : 1, pf,
+                dc < 10 ? 2 : 1, dc, ts_engine_backend(e));
         cli_spec_report(&eo.spec, &gp, &stats);
+        cli_expert_report(e, stats.n_prompt + stats.n_gen, verbose);
     }
     ts_detok_free(dt);
     ts_tokens_free(&pt);

@@ -413,9 +413,53 @@ static enum MHD_Result do_model(conn *cc, struct MHD_Connection *c, const char *
     return send_json(c, 200, model_obj(cc->s));
 }
 
+/* The expert cache's counters (--expert-cache), appended at buf + n; nothing
+ * without a cache. Returns the new length. */
+static int expert_metrics(const ts_engine *e, char *buf, size_t cap, int n) {
+    ts_expert_stats x;
+    ts_engine_expert_stats(e, &x);
+    if (!x.enabled || n < 0 || (size_t)n >= cap) return n;
+    uint64_t req = x.hits + x.misses;
+    n += snprintf(buf + n, cap - (size_t)n,
+                  "# HELP turbospark_expert_cache_slots Routed experts the expert cache holds.\n"
+                  "# TYPE turbospark_expert_cache_slots gauge\nturbospark_expert_cache_slots %d\n"
+                  "# HELP turbospark_expert_cache_hits_total Routed experts found in the cache (distinct per layer pass).\n"
+                  "# TYPE turbospark_expert_cache_hits_total counter\nturbospark_expert_cache_hits_total %llu\n"
+                  "# HELP turbospark_expert_cache_misses_total Routed experts read from the install.\n"
+                  "# TYPE turbospark_expert_cache_misses_total counter\nturbospark_expert_cache_misses_total %llu\n"
+                  "# HELP turbospark_expert_cache_hit_rate Hits over requests since start.\n"
+                  "# TYPE turbospark_expert_cache_hit_rate gauge\nturbospark_expert_cache_hit_rate %.4f\n"
+                  "# HELP turbospark_expert_cache_evictions_total Experts evicted from the cache.\n"
+                  "# TYPE turbospark_expert_cache_evictions_total counter\nturbospark_expert_cache_evictions_total %llu\n"
+                  "# HELP turbospark_expert_cache_read_bytes_total Bytes read from the install for experts.\n"
+                  "# TYPE turbospark_expert_cache_read_bytes_total counter\nturbospark_expert_cache_read_bytes_total %llu\n"
+                  "# HELP turbospark_expert_cache_read_errors_total Expert reads that failed.\n"
+                  "# TYPE turbospark_expert_cache_read_errors_total counter\nturbospark_expert_cache_read_errors_total %llu\n"
+                  "# HELP turbospark_expert_cache_io_wait_seconds_total Time the forward waited for expert reads.\n"
+                  "# TYPE turbospark_expert_cache_io_wait_seconds_total counter\nturbospark_expert_cache_io_wait_seconds_total %.6f\n"
+                  "# HELP turbospark_expert_cache_layer_hits_total Hits by MoE layer (the MTP layer last).\n"
+                  "# TYPE turbospark_expert_cache_layer_hits_total counter\n",
+                  x.n_slots, (unsigned long long)x.hits, (unsigned long long)x.misses, req ? (double)x.hits / req : 0.0,
+                  (unsigned long long)x.evictions, (unsigned long long)x.bytes_read, (unsigned long long)x.read_errors,
+                  x.io_wait_s);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass && n > 0 && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n,
+                          "# HELP turbospark_expert_cache_layer_misses_total Misses by MoE layer.\n"
+                          "# TYPE turbospark_expert_cache_layer_misses_total counter\n");
+        for (int L = 0; L < x.n_layers && n > 0 && (size_t)n < cap; L++) {
+            uint64_t h = 0, m = 0;
+            ts_engine_expert_layer(e, L, &h, &m);
+            n += snprintf(buf + n, cap - (size_t)n, "turbospark_expert_cache_layer_%s_total{layer=\"%d\"} %llu\n",
+                          pass ? "misses" : "hits", L, (unsigned long long)(pass ? m : h));
+        }
+    }
+    return n;
+}
+
 static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
     srv *s = cc->s;
-    char buf[8192];
+    char buf[32768];
     pthread_mutex_lock(&s->mu);
     double pf = s->m_prefill_s > 0 ? (double)s->m_prefill_tokens / s->m_prefill_s : 0;
     double dc = s->m_decode_s > 0 ? (double)s->m_decode_tokens / s->m_decode_s : 0;
@@ -490,7 +534,8 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
                       "# TYPE turbospark_idle_connections_closed_total counter\nturbospark_idle_connections_closed_total %llu\n",
                       g_idle.n_idle, (unsigned long long)g_idle.evicted);
     pthread_mutex_unlock(&g_idle.mu);
-    if (n < 0 || (size_t)n >= sizeof buf) n = (int)strlen(buf); /* cannot happen: the text is bounded */
+    n = expert_metrics(s->e, buf, sizeof buf, n);
+    if (n < 0 || (size_t)n >= sizeof buf) n = (int)strlen(buf); /* the text is bounded (layers: a few hundred) */
     return send_body(c, 200, "text/plain; version=0.0.4", buf, (size_t)n);
 }
 

@@ -1,0 +1,335 @@
+/* xstream.c: routed experts read on demand for the forward (xstream.h).
+ *
+ * Slot contents. A resident quantized expert is repacked at load on
+ * backends that prepare weights (weight_bytes > 0: the CPU backend's P16
+ * layout for its AVX-512 kernels), and the packed kernel rounds differently
+ * from the plain one, so a streamed expert must be prepared the same way to
+ * give the same bits. The slot then holds the three prepared matrices (each
+ * at a 64-byte aligned offset, as the load-time arena lays them out); the
+ * file's bytes pass through an I/O thread's staging buffer and the
+ * preparation runs on that thread, overlapping the other reads. On a
+ * backend that reads weights in place (weight_bytes 0: other kernel modes,
+ * TS_PACK=0) the slot holds the file's bytes at their in-page offset and the
+ * views point into it.
+ *
+ * The views (ts_weight) handed to the backend copy the bound expert's
+ * descriptor (shape, quantization, activation precision: everything the
+ * load-time setup gave it) and only swap where the bytes are.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "model/xstream.h"
+
+struct ts_xstream {
+    const ts_model *m;
+    ts_backend *be;
+    ts_expert_map *map;
+    ts_xc *xc;
+    int prepared;
+    uint64_t poff[3];       /* prepared: offset of gate, up, down in a slot */
+    uint64_t slot_bytes;
+    int n_slots;
+    ts_weight *tab;         /* [3 * E]: gate, up, down views of one group's experts */
+    int32_t *mark;          /* [E]: stamp of the group that counted the expert */
+    int32_t *slots;         /* [E * topk]: each id's slot, for a group of at most E rows */
+    int prefetch;           /* predict the next layer's experts and start their reads */
+    int32_t *pred_ids;      /* [E * topk] the prediction (rows of a pass of at most E rows) */
+    float *pred_w;          /* [E * topk] */
+    int32_t stamp;
+    pthread_mutex_t mu, prep_mu;
+    int mu_init;
+};
+
+/* ---- sizes ---- */
+
+/* The prepared size of one expert on be (0: read in place) and the offset
+ * of each matrix in a slot. */
+static uint64_t prep_layout(const ts_expert_map *map, const ts_config *cfg, ts_backend *be, uint64_t poff[3], ts_error *err,
+                            int *rc) {
+    ts_weight w[3];
+    static const uint8_t dummy[64];
+    *rc = ts_expert_views(map, cfg, 0, dummy, w, err);
+    if (*rc || !be->ops->weight_bytes || !be->ops->weight_prepare) return 0;
+    uint64_t total = 0;
+    for (int j = 0; j < 3; j++) {
+        size_t sz = be->ops->weight_bytes(be, &w[j]);
+        if (!sz) return 0; /* one matrix read in place: keep the file's bytes for all */
+        poff[j] = total;
+        total += ((uint64_t)sz + 63) & ~(uint64_t)63;
+    }
+    return total;
+}
+
+static uint64_t own_bytes(const ts_config *cfg) {
+    return sizeof(ts_xstream) + sizeof(ts_weight) * 3 * (size_t)cfg->E + sizeof(int32_t) * (size_t)cfg->E +
+           3 * sizeof(int32_t) * (size_t)cfg->E * (size_t)cfg->topk;
+}
+
+static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst);
+
+/* The cache parameters for map on be: the caller's, with this module's
+ * preparation. */
+static int xs_params(const ts_expert_map *map, const ts_config *cfg, ts_backend *be, const ts_xc_params *p, void *user,
+                     ts_xc_params *q, uint64_t poff[3], ts_error *err) {
+    *q = *p;
+    int rc;
+    uint64_t pb = prep_layout(map, cfg, be, poff, err, &rc);
+    if (rc) return rc;
+    q->slot_bytes = pb;
+    q->prepare = pb ? xs_prepare : NULL;
+    q->prepare_user = user;
+    return 0;
+}
+
+int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, const ts_xc_params *p, uint64_t *slots,
+                    uint64_t *staging, uint64_t *tables, int *n_slots, uint64_t *slot_bytes, ts_error *err) {
+    if (!be->ops->moe_route)
+        return ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache: the %s backend does not stream experts", be->name);
+    ts_expert_map *map = NULL;
+    int rc = ts_expert_map_build(st, cfg, &map, err);
+    if (rc) return rc;
+    ts_xc_params q;
+    uint64_t poff[3];
+    if ((rc = xs_params(map, cfg, be, p, NULL, &q, poff, err))) {
+        ts_expert_map_free(map);
+        return rc;
+    }
+    /* prepare must be non-NULL for the sizes to count staging; its user is
+     * never called here */
+    int ns = 0;
+    uint64_t total = ts_xc_plan_parts(map, &q, slots, staging, tables, &ns);
+    if (n_slots) *n_slots = ns;
+    if (slot_bytes) *slot_bytes = q.prepare ? (q.slot_bytes + 63) & ~(uint64_t)63 : ts_xc_slot_stride(map);
+    if (!total) {
+        uint64_t stride = q.prepare ? (q.slot_bytes + 63) & ~(uint64_t)63 : ts_xc_slot_stride(map);
+        rc = ts_fail(err, TS_E_ARG,
+                     "--expert-cache %llu bytes holds %d expert slot%s of %llu bytes; one layer's top-%d needs at least %d", 
+                     (unsigned long long)p->cache_bytes, ns, ns == 1 ? "" : "s", (unsigned long long)stride, cfg->topk, cfg->topk);
+    } else if (tables) {
+        *tables += ts_expert_map_bytes(map) + own_bytes(cfg);
+    }
+    ts_expert_map_free(map);
+    return rc;
+}
+
+/* ---- open / close ---- */
+
+static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst) {
+    ts_xstream *x = user;
+    ts_weight w[3];
+    ts_error e;
+    (void)expert;
+    if (ts_expert_views(x->map, &x->m->cfg, layer, src, w, &e)) return EINVAL;
+    /* on this I/O thread alone when the backend can (several prepare at
+     * once, next to the reads in flight), else one at a time */
+    if (x->be->ops->weight_prepare_1) {
+        for (int j = 0; j < 3; j++) x->be->ops->weight_prepare_1(x->be, &w[j], dst + x->poff[j]);
+        return 0;
+    }
+    pthread_mutex_lock(&x->prep_mu);
+    for (int j = 0; j < 3; j++) x->be->ops->weight_prepare(x->be, &w[j], dst + x->poff[j]);
+    pthread_mutex_unlock(&x->prep_mu);
+    return 0;
+}
+
+void ts_xstream_close(ts_xstream *x) {
+    if (!x) return;
+    ts_xc_close(x->xc);
+    ts_expert_map_free(x->map);
+    if (x->mu_init) { pthread_mutex_destroy(&x->mu); pthread_mutex_destroy(&x->prep_mu); }
+    ts_free(x->tab);
+    ts_free(x->mark);
+    ts_free(x->slots);
+    ts_free(x->pred_ids);
+    ts_free(x->pred_w);
+    ts_free(x);
+}
+
+int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, const ts_xc_params *p, ts_xstream **out,
+                    ts_error *err) {
+    *out = NULL;
+    const ts_config *c = &m->cfg;
+    if (!be->ops->moe_route)
+        return ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache: the %s backend does not stream experts", be->name);
+    ts_xstream *x = ts_alloc(sizeof *x, TS_MEM_EXPERT_CACHE);
+    if (!x) return ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
+    x->m = m;
+    x->be = be;
+    int rc = ts_expert_map_build(st, c, &x->map, err);
+    ts_xc_params q;
+    if (!rc) rc = xs_params(x->map, c, be, p, x, &q, x->poff, err);
+    if (!rc) {
+        x->prepared = q.prepare != NULL;
+        x->slot_bytes = x->prepared ? (q.slot_bytes + 63) & ~(uint64_t)63 : ts_xc_slot_stride(x->map);
+        rc = ts_xc_open(x->map, &q, &x->xc, err);
+    }
+    if (!rc) {
+        x->n_slots = ts_xc_n_slots(x->xc);
+        x->tab = ts_alloc(sizeof(ts_weight) * 3 * (size_t)c->E, TS_MEM_EXPERT_CACHE);
+        x->mark = ts_alloc(sizeof(int32_t) * (size_t)c->E, TS_MEM_EXPERT_CACHE);
+        x->slots = ts_alloc(sizeof(int32_t) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
+        x->pred_ids = ts_alloc(sizeof(int32_t) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
+        x->pred_w = ts_alloc(sizeof(float) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
+        x->prefetch = q.prefetch;
+        if (!x->tab || !x->mark || !x->slots || !x->pred_ids || !x->pred_w)
+            rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
+    }
+    if (!rc) {
+        if (pthread_mutex_init(&x->mu, NULL)) rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a mutex");
+        else if (pthread_mutex_init(&x->prep_mu, NULL)) {
+            pthread_mutex_destroy(&x->mu);
+            rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot create a mutex");
+        } else x->mu_init = 1;
+    }
+    if (rc) {
+        ts_xstream_close(x);
+        return rc;
+    }
+    *out = x;
+    return 0;
+}
+
+ts_xc *ts_xstream_cache(ts_xstream *x) { return x ? x->xc : NULL; }
+void ts_xstream_lock(ts_xstream *x) { pthread_mutex_lock(&x->mu); }
+void ts_xstream_unlock(ts_xstream *x) { pthread_mutex_unlock(&x->mu); }
+
+uint64_t ts_xstream_slot_bytes(const ts_xstream *x, int *prepared) {
+    if (prepared) *prepared = x->prepared;
+    return x->slot_bytes;
+}
+
+/* ---- the MoE layer ---- */
+
+/* The bound expert e of map layer `layer` (its descriptor: shape, quantization,
+ * activation precision). */
+static const ts_ffn_w *ffn_of(const ts_model *m, int layer) {
+    return layer < m->cfg.n_layers ? &m->layers[layer].ffn : &m->mtp.layer.ffn;
+}
+
+/* Views of expert e (in `slot`) into the table. */
+static int fill_views(ts_xstream *x, int layer, int e, int slot, ts_error *err) {
+    const ts_ffn_w *f = ffn_of(x->m, layer);
+    const ts_weight *tw[3] = {&f->e_gate[e], &f->e_up[e], &f->e_down[e]};
+    const int E = x->m->cfg.E;
+    const uint8_t *d = ts_xc_slot_data(x->xc, slot);
+    if (x->prepared) {
+        for (int j = 0; j < 3; j++) {
+            ts_weight *v = &x->tab[(size_t)j * E + e];
+            *v = *tw[j];
+            /* only the prepared copy exists: the kernels of a backend that
+             * prepares read nothing else */
+            v->data = v->scales = v->biases = NULL;
+            v->packed = d + x->poff[j];
+        }
+        return 0;
+    }
+    ts_weight w[3];
+    int rc = ts_expert_views(x->map, &x->m->cfg, layer, d, w, err);
+    if (rc) return rc;
+    for (int j = 0; j < 3; j++) {
+        ts_weight *v = &x->tab[(size_t)j * E + e];
+        *v = *tw[j];
+        v->data = w[j].data;
+        v->scales = w[j].scales;
+        v->biases = w[j].biases;
+        v->packed = NULL;
+    }
+    return 0;
+}
+
+/* The stream keeps 256 bytes of message; an ensure's error is longer at most
+ * by a long path. */
+static void fail_on(ts_stream *s, int rc, const char *msg) {
+    char b[sizeof s->msg - 1];
+    size_t n = strlen(msg);
+    if (n >= sizeof b) n = sizeof b - 1;
+    memcpy(b, msg, n);
+    b[n] = 0;
+    ts_be_fail(s, rc, b);
+}
+
+static int32_t next_stamp(ts_xstream *x) {
+    if (++x->stamp == INT32_MAX) {
+        memset(x->mark, 0, sizeof(int32_t) * (size_t)x->m->cfg.E);
+        x->stamp = 1;
+    }
+    return x->stamp;
+}
+
+void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *a, int layer) {
+    const ts_backend_ops *op = s->be->ops;
+    op->moe_route(s, md, a);
+    if (s->err) return;
+    const int k = a->topk, n = a->n, E = a->E;
+    pthread_mutex_lock(&x->mu);
+    ts_error err = {0};
+    for (int r0 = 0; r0 < n && !s->err;) {
+        /* the longest run of rows whose distinct experts fit the slots (at
+         * least one row: one row's top-k always fits, open checked that) */
+        int32_t st = next_stamp(x);
+        int distinct = 0, r1 = r0;
+        while (r1 < n) {
+            int add = 0;
+            for (int j = 0; j < k; j++) {
+                int e = a->route_ids[(size_t)r1 * k + j];
+                if (e >= 0 && e < E && x->mark[e] != st) add++;
+            }
+            /* at most E rows a group: the slot-id scratch holds E * topk ids */
+            if (r1 > r0 && (distinct + add > x->n_slots || r1 - r0 >= E)) break;
+            for (int j = 0; j < k; j++) {
+                int e = a->route_ids[(size_t)r1 * k + j];
+                if (e >= 0 && e < E) x->mark[e] = st;
+            }
+            distinct += add;
+            r1++;
+        }
+        const int cnt = (r1 - r0) * k;
+        const int32_t *ids = a->route_ids + (size_t)r0 * k;
+        int rc = ts_xc_ensure(x->xc, layer, ids, cnt, x->slots, &err);
+        if (rc) {
+            fail_on(s, rc, err.msg);
+            break;
+        }
+        st = next_stamp(x);
+        for (int i = 0; i < cnt && !rc; i++) {
+            int e = ids[i];
+            if (x->mark[e] == st) continue;
+            x->mark[e] = st;
+            rc = fill_views(x, layer, e, x->slots[i], &err);
+        }
+        if (rc) {
+            ts_xc_unpin(x->xc, layer);
+            fail_on(s, rc, err.msg);
+            break;
+        }
+        /* Prediction (params.prefetch, a pass that is one group): the next
+         * layer's router on this layer's input, whose top-k start reading
+         * while this layer computes; the next ensure waits for them. It
+         * only moves what the cache holds, never a product. */
+        if (x->prefetch && r0 == 0 && r1 == n && layer + 1 < x->m->cfg.n_layers) {
+            ts_moe_args pa = *a;
+            pa.router = &ffn_of(x->m, layer + 1)->router;
+            pa.route_ids = x->pred_ids;
+            pa.route_w = x->pred_w;
+            op->moe_route(s, md, &pa); /* the logits scratch is free again: this layer's ids are copied */
+            if (!s->err) ts_xc_prefetch(x->xc, layer + 1, x->pred_ids, n * k);
+        }
+        ts_moe_args b = *a;
+        b.e_gate = x->tab;
+        b.e_up = x->tab + E;
+        b.e_down = x->tab + 2 * (size_t)E;
+        b.u = a->u + (size_t)r0 * a->H;
+        b.t = a->t + (size_t)r0 * a->H;
+        b.route_ids = (int32_t *)ids;
+        b.route_w = a->route_w + (size_t)r0 * k;
+        b.n = r1 - r0;
+        op->moe(s, md, &b);
+        /* synchronous ops (CPU): the products are done; an asynchronous
+         * backend would sync here before the slots may be refilled */
+        ts_xc_unpin(x->xc, layer);
+        r0 = r1;
+    }
+    pthread_mutex_unlock(&x->mu);
+}
