@@ -927,6 +927,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
     cu_stream *q = ST(s);
     if (dead(s)) return;
     tsc_ctx *c = q->c;
+    if (a->route_ids) { fail(s, TS_E_UNSUPPORTED, "MoE over a routed expert table (expert streaming) on CUDA: not yet"); return; }
     if (a->topk > TOPK_MAX || a->topk < 1) { fail(s, TS_E_UNSUPPORTED, "MoE with more than 32 experts a token on CUDA"); return; }
     xw g, u, d;
     if (!experts_of(s, a->e_gate, a->E, &g) || !experts_of(s, a->e_up, a->E, &u) ||
@@ -1041,8 +1042,12 @@ int cu_graph_launch(ts_stream *s, uint32_t key) {
 const ts_backend_ops cu_ops = {
     cu_alloc,        cu_free,      cu_write,      cu_read,      cu_copy,           cu_fill,
     cu_host_rows,    cu_sync,      cu_stream_new, cu_stream_free, cu_workspace_bytes, cu_enter,
-    cu_leave,        cu_weight_bytes, cu_weight_prepare, cu_linear, cu_embed,    cu_norm,
-    cu_swiglu,       cu_attn,      cu_gdn,        cu_gdn_materialize, cu_moe,    cu_argmax,
+    cu_leave,        cu_weight_bytes, cu_weight_prepare,
+    NULL,            /* weight_prepare_1: uploads are made one at a time at open */
+    cu_linear,       cu_embed,     cu_norm,
+    cu_swiglu,       cu_attn,      cu_gdn,        cu_gdn_materialize, cu_moe,
+    NULL,            /* moe_route: no expert streaming on CUDA yet (issue 18's device tier) */
+    cu_argmax,
     cu_graph_begin,  cu_graph_end, cu_graph_launch,
 };
 
