@@ -6,7 +6,8 @@
 #   OUT=dir  SANITIZE=0 (skip compute-sanitizer)  QUICK=1 (short benchmark)
 #   KERNELS=0 (skip the kernels' tests and cuda_bench)  ENGINE=0 (skip the engine's: group cuda_engine,
 #   the CLI on --backend cuda, bench --backend cuda --json on the default model and the synth shapes)
-#   SHAPES="qwen3.5-0.8B qwen3.5-9B" (the shapes/*.json benchmarked, INT4 g64 from `turbospark synth`)
+#   SHAPES="qwen3.5-0.8B qwen3.5-9B" (the shapes/*.json benchmarked, INT4 g64 from `turbospark synth`;
+#   a path to a shape file works too)  SYN=dir (where the installs go)  SYN_KEEP=0 (delete each after use)
 #   BENCH_KERNELS=0 (skip cuda_bench)  SANITIZE_KERNELS=0 (no sanitizer on the kernels' group)
 #
 # Run from the repository root (the engine tests read models/default, tests/fixtures, README.md,
@@ -147,10 +148,12 @@ print("| bench %s (512 + 128, %s) | decode %.1f tok/s, %.1f MB/token, %.0f GB/s 
 PY
   }
   bj default models/default
-  for sh in $SHAPES; do
+  for sh in $SHAPES; do # a name under shapes/, or a path to a shape file
+    f="shapes/$sh.json"; [ -f "$sh" ] && f=$sh && sh=$(basename "$sh" .json)
     d="$SYN/$sh-q4"
-    [ -d "$d" ] || "$TS" synth --shape "shapes/$sh.json" --out "$d" --bits 4 --quiet >>"$OUT/engine_bench.log" 2>&1
+    [ -d "$d" ] || "$TS" synth --shape "$f" --out "$d" --bits 4 --quiet >>"$OUT/engine_bench.log" 2>&1
     bj "$sh" "$d"
+    [ "${SYN_KEEP:-1}" = 1 ] || rm -rf "$d"
   done
   if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer >/dev/null; then
     TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
