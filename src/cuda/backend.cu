@@ -302,6 +302,40 @@ __global__ void __launch_bounds__(256) k_moe_down(const xw d, const int32_t *ids
     }
 }
 
+/* The same two products for all k routed experts of a row in one launch
+ * each (a decode step of a 35B-A3B layer otherwise ran 2k tiny grids):
+ * gate/up over (outputs, rows, k) into h[(r * k + j) * ldh], then down with
+ * each warp summing its output's k slots in slot order, so every value has
+ * the per-slot kernels' operations and rounding (j = 0 multiplies, later
+ * slots fma), whatever the number of rows. */
+__global__ void __launch_bounds__(256) k_moe_gu_all(const xw g, const xw u, const int32_t *ids, int k, const float *x,
+                                                    int ldx, float *h, int ldh) {
+    const int r = blockIdx.y, j = blockIdx.z, o = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (o >= g.rows) return;
+    const int64_t e = ids[r * k + j];
+    const float *xr = x + (int64_t)r * ldx;
+    const uint8_t *gb = g.base + e * g.stride, *ub = u.base + e * u.stride;
+    const float gv = row_dot(g.dtype, g.bits, g.lg, g.sdt, gb, gb + g.soff, gb + g.boff, o, g.cols, xr);
+    const float uv = row_dot(u.dtype, u.bits, u.lg, u.sdt, ub, ub + u.soff, ub + u.boff, o, u.cols, xr);
+    if ((threadIdx.x & 31) == 0) h[((int64_t)r * k + j) * ldh + o] = __fmul_rn(silu_f(gv), uv);
+}
+
+__global__ void __launch_bounds__(256) k_moe_down_all(const xw d, const int32_t *ids, const float *wts, int k,
+                                                      const float *h, int ldh, float *acc, int ldacc) {
+    const int r = blockIdx.y, o = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (o >= d.rows) return;
+    float a = 0.f;
+    for (int j = 0; j < k; j++) {
+        const int64_t e = ids[r * k + j];
+        const uint8_t *db = d.base + e * d.stride;
+        const float v =
+            row_dot(d.dtype, d.bits, d.lg, d.sdt, db, db + d.soff, db + d.boff, o, d.cols, h + ((int64_t)r * k + j) * ldh);
+        const float w = wts[r * k + j];
+        a = j ? __fmaf_rn(w, v, a) : __fmul_rn(w, v);
+    }
+    if ((threadIdx.x & 31) == 0) acc[(int64_t)r * ldacc + o] = a;
+}
+
 /* y[r, o] = w_o . x_r for weights the products' kernel does not take yet:
  * linear.cu stages x in shared memory with a swizzle that assumes cols % 32
  * == 0 (cols = 200 read past the staged rows: an illegal address on the
@@ -947,13 +981,30 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         lin_rows(c, pr, 1, u_, yr, nr);
         tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
         float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
-        for (int j = 0; j < k; j++) {
-            k_moe_gu<<<dim3((unsigned)((Im + 7) / 8), nr), 256, 0, c->stream>>>(g, u, q->r_ids, k, j, u_, H, a->b1, Im);
-            tsc_launched_(c, "MoE experts (gate, up)");
-            k_moe_down<<<dim3((unsigned)((H + 7) / 8), nr), 256, 0, c->stream>>>(d, q->r_ids, q->r_wts, k, j, a->b1, Im,
-                                                                                 routed, H);
-            tsc_launched_(c, "MoE experts (down)");
-        }
+        /* all k slots at once, in sub-blocks of rows whose k hidden rows
+         * each fit b1 ([R, F]); slot by slot when not even one row's do
+         * (same values either way) */
+        const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
+        if (hk <= room) {
+            const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
+            for (int r1 = 0; r1 < nr; r1 += per) {
+                const int m1 = nr - r1 < per ? nr - r1 : per;
+                const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
+                k_moe_gu_all<<<dim3((unsigned)((Im + 7) / 8), m1, k), 256, 0, c->stream>>>(g, u, ids1, k, u_ + (size_t)r1 * H,
+                                                                                         H, a->b1, Im);
+                tsc_launched_(c, "MoE experts (gate, up; all slots)");
+                k_moe_down_all<<<dim3((unsigned)((H + 7) / 8), m1), 256, 0, c->stream>>>(
+                    d, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, Im, routed + (size_t)r1 * H, H);
+                tsc_launched_(c, "MoE experts (down; all slots)");
+            }
+        } else
+            for (int j = 0; j < k; j++) {
+                k_moe_gu<<<dim3((unsigned)((Im + 7) / 8), nr), 256, 0, c->stream>>>(g, u, q->r_ids, k, j, u_, H, a->b1, Im);
+                tsc_launched_(c, "MoE experts (gate, up)");
+                k_moe_down<<<dim3((unsigned)((H + 7) / 8), nr), 256, 0, c->stream>>>(d, q->r_ids, q->r_wts, k, j, a->b1,
+                                                                                     Im, routed, H);
+                tsc_launched_(c, "MoE experts (down)");
+            }
         const tsc_weight *ps[3] = {&sg, &su, &sgw};
         float *ys[3] = {a->b1, a->b2, q->gl};
         if (sgw.dtype == sg.dtype && sgw.bits == sg.bits && sgw.group == sg.group && sgw.sdtype == sg.sdtype) {
