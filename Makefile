@@ -150,6 +150,9 @@ FUZZ_PLAIN := $(BUILD)/src/cpu/%.o $(BUILD)/src/model/%.o $(BUILD)/src/engine/%.
 ALL_CFLAGS += $(FUZZ_INSTR)
 TOOL_CFLAGS += $(FUZZ_INSTR)
 $(FUZZ_PLAIN): ALL_CFLAGS := $(filter-out $(FUZZ_INSTR),$(ALL_CFLAGS))
+# ...except the two parsers of src/model that harnesses feed (the DFlash drafter's config, sizes):
+# a target's own variable comes before the pattern's.
+$(BUILD)/src/model/dflash.o $(BUILD)/src/model/experts.o: ALL_CFLAGS := $(ALL_CFLAGS)
 # clang 14 does not know __builtin_cpu_supports("f16c") (src/cpu/linear.c's kernel choice):
 # that one file is compiled with gcc (plain, like its neighbours).
 $(BUILD)/src/cpu/linear.o: src/cpu/linear.c

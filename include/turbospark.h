@@ -136,8 +136,10 @@ typedef struct ts_expert_stats {
 } ts_expert_stats;
 TS_API int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *out);
 /* A size as --expert-cache takes it: bytes with an optional K, M, G or T
- * suffix (powers of 1024) and optional B / iB, e.g. "512M", "1.5G"; TS_E_ARG
- * naming the text otherwise. */
+ * suffix (powers of 1024) and optional B / iB, e.g. "512M", "1.5G" (a
+ * fraction needs a suffix; its first 9 digits count; rounded to the nearest
+ * byte); the result must be at least 1 byte and below 2^64; TS_E_ARG naming
+ * the text otherwise (*out then unchanged). */
 TS_API int ts_parse_size(const char *s, uint64_t *out, ts_error *err);
 /* Layer L's hits and misses (0 <= L < n_layers); 0 or TS_E_ARG. */
 TS_API int ts_engine_expert_layer(const ts_engine *e, int L, uint64_t *hits, uint64_t *misses);

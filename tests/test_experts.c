@@ -103,6 +103,36 @@ TS_TEST(experts, parse_size) {
     CHECK(ts_parse_size(NULL, &(uint64_t){0}, NULL) == TS_E_ARG);
 }
 
+/* The contract's edges (include/turbospark.h) that the fuzz harness's reference shares
+ * with the parser and so cannot judge: values, rounding, the zero and 2^64 limits. */
+TS_TEST(experts, parse_size_edges) {
+    static const struct { const char *s; uint64_t v; } good[] = {
+        {"1.5G", 1610612736}, {"1.5GiB", 1610612736}, {"1.5g", 1610612736},
+        /* a fraction of T: fnum * 2^40 wrapped 64 bits before (fuzz: size/regress-T-fraction-wrap) */
+        {"0.999999999T", 1099511626676}, {"15.999999999999T", 17592186043316},
+        {"16777215.999999999T", 18446744073709550516ull},
+        {"0.0005K", 1},  /* 0.512 bytes rounds to 1 */
+        {"0.0015K", 2},  /* 1.536 */
+        {"1.0000000009K", 1024}, /* digits past the 9th do not count */
+        {"007K", 7168},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t v = 0;
+        ts_error err = {0};
+        CHECK_MSG(ts_parse_size(good[i].s, &v, &err) == 0, "'%s': %s", good[i].s, err.msg);
+        CHECK_MSG(v == good[i].v, "'%s' -> %llu, expected %llu", good[i].s, (unsigned long long)v, (unsigned long long)good[i].v);
+    }
+    /* 2^64 and past it in every form; zero, also after rounding; signs */
+    static const char *bad[] = {"18446744073709551616", "99999999999999999999999", "16777216T", "16777216.0T",
+                                "17179869184G", "18014398509481984K", "0", "0.0G", "0.0004K", "-1", "-1G", "+1G", "-0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v = 7;
+        ts_error err = {0};
+        CHECK_MSG(ts_parse_size(bad[i], &v, &err) == TS_E_ARG && v == 7, "'%s' accepted (%llu)", bad[i], (unsigned long long)v);
+        CHECK_MSG(err.msg[0], "'%s': no message", bad[i]);
+    }
+}
+
 /* ---- the map ---- */
 
 /* Every (layer, expert) range: parts tile it exactly, each part's bytes are

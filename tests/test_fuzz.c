@@ -107,6 +107,8 @@ FUZZ_TEST(tokenizer_json, 100)
 FUZZ_TEST(safetensors, 300)
 FUZZ_TEST(config, 300)
 FUZZ_TEST(reply, 300)
+FUZZ_TEST(dflash_config, 300)
+FUZZ_TEST(size, 300)
 
 /* ---- the rules the fuzzing checks, each on the input that broke it ------------ */
 

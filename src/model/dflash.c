@@ -21,6 +21,7 @@
  * same shape/dtype checks and errors naming the tensor).
  */
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,17 +77,30 @@ static int parse(cJSON *top, const char *what, const ts_config *tg, ts_dflash_cf
     rc = rc ? rc : int_field(dc, NULL, "mask_token_id", 0, 1, &c->mask_id, what, err);
     rc = rc ? rc : int_field(top, NULL, "num_target_layers", tg ? tg->n_layers : 0, !tg, &c->n_target_layers, what, err);
     if (rc) return rc;
-    if (!c->H || !c->n_layers || !c->nq || !c->nkv || !c->D || !c->I || c->nq % c->nkv)
+    if (!c->H || !c->n_layers || !c->nq || !c->nkv || !c->D || !c->I || !c->vocab || c->nq % c->nkv)
         return ts_fail(err, TS_E_FORMAT, "%s: sizes must be positive and num_attention_heads a multiple of num_key_value_heads", what);
+    /* the binder's and the forward's int products (nq*D rows, n_taps*H columns) stay far from overflow */
+    if ((int64_t)c->nq * c->D > (1 << 28))
+        return ts_fail(err, TS_E_FORMAT, "%s: num_attention_heads * head_dim = %lld is more than %d", what,
+                       (long long)c->nq * c->D, 1 << 28);
+    if (c->block < 2)
+        return ts_fail(err, TS_E_FORMAT, "%s: block_size %d: a block drafts at least 2 rows", what, c->block);
     if (c->n_layers > TS_DFLASH_MAX_LAYERS)
         return ts_fail(err, TS_E_FORMAT, "%s: %d layers (at most %d)", what, c->n_layers, TS_DFLASH_MAX_LAYERS);
     cJSON *rp = cJSON_GetObjectItemCaseSensitive(top, "rope_parameters");
     c->theta = num_field(rp, "rope_theta", num_field(top, "rope_theta", 1e6));
+    if (!(c->theta > 0) || !isfinite(c->theta))
+        return ts_fail(err, TS_E_FORMAT, "%s: rope_theta %g must be a positive number", what, c->theta);
     double prf = num_field(rp, "partial_rotary_factor", num_field(top, "partial_rotary_factor", 1.0));
+    if (!(prf > 0 && prf <= 1)) /* before the cast: a huge or NaN factor is an undefined conversion */
+        return ts_fail(err, TS_E_FORMAT, "%s: partial_rotary_factor %g must be in (0, 1]", what, prf);
     c->rot = (int)(c->D * prf);
     if (c->rot < 2 || c->rot > c->D || c->rot % 2)
         return ts_fail(err, TS_E_FORMAT, "%s: partial_rotary_factor %g gives %d rotary dims of %d", what, prf, c->rot, c->D);
-    c->eps = (float)num_field(top, "rms_norm_eps", 1e-6);
+    double eps = num_field(top, "rms_norm_eps", 1e-6);
+    if (!(eps >= FLT_MIN && eps < 1)) /* a float, and a norm's epsilon: 1e300 or 1e-300 would not be */
+        return ts_fail(err, TS_E_FORMAT, "%s: rms_norm_eps %g must be in [%g, 1)", what, eps, (double)FLT_MIN);
+    c->eps = (float)eps;
     cJSON *lt = cJSON_GetObjectItemCaseSensitive(top, "layer_types");
     cJSON_ArrayForEach(it, lt) if (!cJSON_IsString(it) || strcmp(it->valuestring, "full_attention"))
         return ts_fail(err, TS_E_UNSUPPORTED, "%s: layer type \"%s\": only full_attention draft layers are supported", what,
@@ -111,21 +125,37 @@ static int parse(cJSON *top, const char *what, const ts_config *tg, ts_dflash_cf
     } else {
         if (c->n_layers > TS_DFLASH_MAX_TAPS)
             return ts_fail(err, TS_E_FORMAT, "%s: no target_layer_ids and more than %d layers", what, TS_DFLASH_MAX_TAPS);
+        if (c->n_target_layers < 4) /* the rule spans layers 1 .. L-3 */
+            return ts_fail(err, TS_E_FORMAT, "%s: no target_layer_ids and a target of %d layers: the default taps need at least 4",
+                           what, c->n_target_layers);
         const double span = c->n_target_layers - 3 - 1;
         for (int i = 0; i < c->n_layers; i++) c->taps[c->n_taps++] = (int)nearbyint(1 + i * span / (c->n_layers - 1));
     }
+    for (int t = 0; t < c->n_taps; t++)
+        if (c->taps[t] >= c->n_target_layers)
+            return ts_fail(err, TS_E_FORMAT, "%s: target layer %d (target_layer_ids) is past num_target_layers %d", what,
+                           c->taps[t], c->n_target_layers);
+    if ((int64_t)c->n_taps * c->H > (1 << 28))
+        return ts_fail(err, TS_E_FORMAT, "%s: %d taps of hidden size %d: fc's %lld columns are more than %d", what, c->n_taps,
+                       c->H, (long long)c->n_taps * c->H, 1 << 28);
     cJSON *q = cJSON_GetObjectItemCaseSensitive(top, "quantization");
     if (!q) q = cJSON_GetObjectItemCaseSensitive(top, "quantization_config");
     if (q) {
-        c->q_bits = (int)num_field(q, "bits", 0);
-        c->q_group = (int)num_field(q, "group_size", 64);
-        if ((c->q_bits != 4 && c->q_bits != 8) || c->q_group < 8)
-            return ts_fail(err, TS_E_FORMAT, "%s: quantization of %d bits in groups of %d is not supported", what, c->q_bits, c->q_group);
+        /* compared as numbers before the casts (1e300 bits is an undefined conversion) */
+        double bits = num_field(q, "bits", 0), group = num_field(q, "group_size", 64);
+        if ((bits != 4 && bits != 8) || !(group >= 8 && group <= (1 << 24)) || group != floor(group))
+            return ts_fail(err, TS_E_FORMAT, "%s: quantization of %g bits in groups of %g is not supported", what, bits, group);
+        c->q_bits = (int)bits;
+        c->q_group = (int)group;
         if (tg && tg->q_bits && c->q_group != tg->q_group)
             return ts_fail(err, TS_E_MODEL, "%s: the drafter's quantization group %d differs from the target's %d", what,
                            c->q_group, tg->q_group);
     }
-    if (!tg) return 0; /* convert: the drafter alone */
+    if (!tg) { /* convert: the drafter alone (against a target, its vocabulary is checked below) */
+        if (c->mask_id >= c->vocab)
+            return ts_fail(err, TS_E_FORMAT, "%s: mask_token_id %d is outside the vocabulary [0, %d)", what, c->mask_id, c->vocab);
+        return 0;
+    }
     /* against the target */
     if (c->H != tg->H)
         return ts_fail(err, TS_E_MODEL, "%s: the drafter's hidden size %d does not match the target's %d", what, c->H, tg->H);
@@ -144,6 +174,17 @@ static int parse(cJSON *top, const char *what, const ts_config *tg, ts_dflash_cf
     return 0;
 }
 
+int ts_dflash_config_parse(const char *txt, const char *what, const ts_config *target, ts_dflash_cfg *c, ts_error *err) {
+    cJSON *top = cJSON_Parse(txt);
+    if (!top || !cJSON_IsObject(top)) {
+        cJSON_Delete(top);
+        return ts_fail(err, TS_E_FORMAT, "%s: not a JSON object (malformed JSON)", what);
+    }
+    int rc = parse(top, what, target, c, err);
+    cJSON_Delete(top);
+    return rc;
+}
+
 int ts_dflash_config_load(const char *dir, const ts_config *target, ts_dflash_cfg *c, ts_error *err) {
     char path[4096];
     char *txt = NULL;
@@ -153,14 +194,8 @@ int ts_dflash_config_load(const char *dir, const ts_config *target, ts_dflash_cf
                        path);
     int rc = ts_read_file(path, &txt, NULL, err);
     if (rc) return rc;
-    cJSON *top = cJSON_Parse(txt);
+    rc = ts_dflash_config_parse(txt, path, target, c, err);
     ts_free(txt);
-    if (!top || !cJSON_IsObject(top)) {
-        cJSON_Delete(top);
-        return ts_fail(err, TS_E_FORMAT, "%s: not a JSON object (malformed JSON)", path);
-    }
-    rc = parse(top, path, target, c, err);
-    cJSON_Delete(top);
     return rc;
 }
 

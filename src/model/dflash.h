@@ -75,6 +75,8 @@ typedef struct ts_dflash {
  * vocabulary, tapped layers): errors name the file and the field. target
  * NULL: the drafter alone (convert). */
 int ts_dflash_config_load(const char *dir, const ts_config *target, ts_dflash_cfg *c, ts_error *err);
+/* The same over config text in memory; what names it in errors (the fuzz harness). */
+int ts_dflash_config_parse(const char *txt, const char *what, const ts_config *target, ts_dflash_cfg *c, ts_error *err);
 /* 1 when dir/config.json declares a DFlashDraftModel. */
 int ts_dflash_is_dir(const char *dir);
 /* Open and bind the drafter of dir for the target (NULL: unchecked; its

@@ -79,8 +79,17 @@ int ts_parse_size(const char *s, uint64_t *out, ts_error *err) {
     if (nfrac && mult == 1) return ts_fail(err, TS_E_ARG, "size '%s': a fraction of a byte", s);
     if (whole > UINT64_MAX / mult) return ts_fail(err, TS_E_ARG, "size '%s': too large", s);
     uint64_t v = whole * mult;
-    /* mult <= 2^40 and fnum < 10^9 < 2^30: the product fits in 64 bits */
-    uint64_t fr = (fnum * mult + fden / 2) / fden;
+    /* round(fnum * mult / fden). fnum < fden <= 10^9 < 2^30 but mult goes to 2^40, so
+     * fnum * mult need not fit in 64 bits (".999999999T" wrapped): with mult = 2^20 * m2,
+     * fnum * 2^20 = q1 * fden + r1 (both sides < 2^50), and the rounded quotient is
+     * q1 * m2 + round(r1 * m2 / fden), r1 * m2 < 2^50. */
+    uint64_t fr;
+    if (mult <= 1ull << 20) {
+        fr = (fnum * mult + fden / 2) / fden;
+    } else {
+        const uint64_t m2 = mult >> 20, x = fnum << 20, q1 = x / fden, r1 = x % fden;
+        fr = q1 * m2 + (r1 * m2 + fden / 2) / fden;
+    }
     if (v > UINT64_MAX - fr) return ts_fail(err, TS_E_ARG, "size '%s': too large", s);
     v += fr;
     if (v == 0) return ts_fail(err, TS_E_ARG, "size '%s': must be more than zero bytes", s);

@@ -12,6 +12,7 @@ const fuzz_target fuzz_targets[] = {
     {"template", fuzz_template},     {"tokenizer", fuzz_tokenizer},
     {"tokenizer_json", fuzz_tokenizer_json}, {"safetensors", fuzz_safetensors},
     {"config", fuzz_config},         {"reply", fuzz_reply},
+    {"dflash_config", fuzz_dflash_config}, {"size", fuzz_size},
 };
 const int fuzz_n_targets = (int)(sizeof fuzz_targets / sizeof fuzz_targets[0]);
 

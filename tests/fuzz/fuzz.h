@@ -34,6 +34,8 @@ int fuzz_tokenizer_json(const uint8_t *data, size_t size); /* tokenizer.c: token
 int fuzz_safetensors(const uint8_t *data, size_t size);  /* safetensors.c: the header */
 int fuzz_config(const uint8_t *data, size_t size);       /* config.c: config.json (+ generation_config.json) */
 int fuzz_reply(const uint8_t *data, size_t size);        /* reply.c: think blocks, tool calls */
+int fuzz_dflash_config(const uint8_t *data, size_t size); /* dflash.c: a DFlash drafter's config.json vs a target */
+int fuzz_size(const uint8_t *data, size_t size);         /* experts.c: ts_parse_size (--expert-cache SIZE) */
 
 typedef struct fuzz_target {
     const char *name; /* also the corpus directory tests/fuzz/corpus/NAME */

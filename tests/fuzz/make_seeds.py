@@ -395,3 +395,83 @@ for i, b in enumerate(BAD_UTF8):
     put("reply", "badtools-%02d" % i, b"\x04" + b'[{"name":"f","parameters":{"properties":{"' + b + b'":{"type":"' + b +
         b'"}}}}]\x00<tool_call>\n<function=f>\n<parameter=' + b + b">\n1\n</parameter>\n</function>\n</tool_call>")
 put("reply", "tools-deep", b"\x04" + deep_json(1100) + b"\x00<tool_call>\n<function=f>\n</function>\n</tool_call>")
+
+# ---------------------------------------------------------------- dflash_config
+# first byte: the target (0 none, 1 H64/vocab256/8 layers, 2 H2048/vocab248320/24 layers q4 g64,
+# 3 H64/vocab256/2 layers q8 g32: see fuzz_dflash_config.c)
+DF = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 256,
+      "rms_norm_eps": 1e-6, "rope_theta": 1000000, "num_target_layers": 8, "block_size": 16,
+      "dflash_config": {"mask_token_id": 255, "target_layer_ids": [1, 3, 5]}}
+DF_BIG = dict(DF, hidden_size=2048, num_hidden_layers=5, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+              intermediate_size=6144, vocab_size=248320, num_target_layers=24, layer_types=["full_attention"] * 5,
+              is_causal=False, quantization={"bits": 4, "group_size": 64},
+              dflash_config={"mask_token_id": 248077, "block_size": 16})
+
+
+def df(name, target, o):
+    put("dflash_config", name + ".json", bytes([target]) + (o if isinstance(o, bytes) else js(o)))
+
+
+def dfc(**kw):
+    return dict(DF, **kw)
+
+
+df("ok-alone", 0, DF)
+df("ok-target", 1, DF)
+df("ok-big", 2, DF_BIG)
+df("ok-default-taps", 1, dfc(dflash_config={"mask_token_id": 3}))
+df("ok-one-layer", 1, dfc(num_hidden_layers=1, dflash_config={"mask_token_id": 3}))
+df("ok-rope-params", 1, dfc(rope_parameters={"rope_theta": 1e7, "partial_rotary_factor": 0.25}))
+df("ok-top-taps", 1, dict({k: v for k, v in DF.items() if k != "dflash_config"}, target_layer_ids=[0, 7],
+                          dflash_config={"mask_token_id": 0}))
+df("bad-not-dflash", 1, dfc(architectures=["Qwen3ForCausalLM"]))
+df("bad-no-dflash-config", 1, {k: v for k, v in DF.items() if k != "dflash_config"})
+df("bad-hidden", 1, dfc(hidden_size=128))
+df("bad-vocab", 1, dfc(vocab_size=1000))
+df("bad-target-layers", 1, dfc(num_target_layers=9))
+df("bad-tap-past", 1, dfc(dflash_config={"mask_token_id": 1, "target_layer_ids": [1, 8]}))
+df("bad-tap-negative", 1, dfc(dflash_config={"mask_token_id": 1, "target_layer_ids": [-1]}))
+df("bad-tap-frac", 1, dfc(dflash_config={"mask_token_id": 1, "target_layer_ids": [1.5]}))
+df("bad-taps-many", 0, dfc(num_target_layers=64, dflash_config={"mask_token_id": 1, "target_layer_ids": list(range(17))}))
+df("bad-taps-empty", 1, dfc(dflash_config={"mask_token_id": 1, "target_layer_ids": []}))
+df("bad-taps-obj", 1, dfc(dflash_config={"mask_token_id": 1, "target_layer_ids": {"a": 1}}))
+df("bad-default-taps-short", 3, dfc(num_target_layers=2, dflash_config={"mask_token_id": 1}))
+df("bad-default-taps-many", 0, dfc(num_hidden_layers=20, num_target_layers=40, dflash_config={"mask_token_id": 1}))
+df("bad-mask", 1, dfc(dflash_config={"mask_token_id": 256}))
+df("bad-mask-missing", 1, dfc(dflash_config={}))
+df("bad-block-0", 1, dfc(block_size=0))
+df("bad-block-huge", 1, dfc(block_size=1e300))
+df("bad-heads", 1, dfc(num_key_value_heads=3))
+df("bad-heads-zero", 1, dfc(num_attention_heads=0))
+df("bad-layers", 0, dfc(num_hidden_layers=65))
+df("bad-width", 0, dfc(num_attention_heads=16777216, num_key_value_heads=1, head_dim=16777216))
+df("bad-fc-width", 0, dfc(hidden_size=16777216, num_target_layers=100, dflash_config={"mask_token_id": 1, "target_layer_ids": [1, 2, 3]}))
+df("bad-prf-huge", 1, dfc(partial_rotary_factor=1e300))
+df("bad-prf-neg", 1, dfc(rope_parameters={"partial_rotary_factor": -0.5}))
+df("bad-prf-odd", 1, dfc(partial_rotary_factor=0.0625 * 1.5))
+df("bad-theta", 1, dfc(rope_theta=-1))
+df("bad-eps-huge", 1, dfc(rms_norm_eps=1e300))
+df("bad-eps-tiny", 1, dfc(rms_norm_eps=1e-300))
+df("bad-quant-bits", 1, dfc(quantization={"bits": 1e300, "group_size": 64}))
+df("bad-quant-group", 1, dfc(quantization={"bits": 4, "group_size": -1e300}))
+df("bad-quant-group-frac", 1, dfc(quantization={"bits": 4, "group_size": 64.5}))
+df("bad-quant-mismatch", 2, dict(DF_BIG, quantization={"bits": 4, "group_size": 32}))
+df("bad-layer-type", 1, dfc(layer_types=["sliding_attention", "full_attention"]))
+df("bad-causal", 1, dfc(is_causal=True))
+df("bad-int-big", 1, dfc(hidden_size=1e20))
+df("bad-int-str", 1, dfc(hidden_size="64"))
+df("bad-json", 1, js(DF)[:-7])
+df("bad-array", 1, b"[1,2]")
+df("bad-deep", 1, deep_json(1100, "obj"))
+for i, b in enumerate(BAD_UTF8[:4]):
+    df("bad-utf8-%d" % i, 1, js(dfc(layer_types=["@BAD@"])).replace(b"@BAD@", b))
+
+# ---------------------------------------------------------------- size
+SIZES = ["1", "4096", "64K", "64k", "64KB", "64KiB", "512M", "3G", "2T", "1.5G", "0.5K", "1.25M", "10B",
+         "18446744073709551615", "18446744073709551616", "16777215T", "16777216T", "15.999999999999T", "0.0000000001K",
+         "0.0004K", "0.0005K", "1.0000000005K", "0", "0K", "0.0G", "-1", "+1", "K", "1X", "1.5", "1.", ".5G", "1 G",
+         "1GG", "1Gi", "1GiB", "1gib", "1iB", "1e9", " 1", "1KiBB", "1\x002", "00000000000000000000001K",
+         "9" * 40, "1." + "9" * 40 + "K", "1MB ", "1.5\xff", "\xe2\x82\xac"]
+for i, s in enumerate(SIZES):
+    put("size", "%02d" % i, s.encode("latin-1"))
