@@ -142,16 +142,12 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
         else if (ts_model_set_act_digits(&e->model, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8))
             rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     }
-    /* The DFlash drafter: a released drafter is its own repository (z-lab's
-     * Qwen3-8B-DFlash-b16 beside Qwen/Qwen3-8B), hence --drafter DIR; the
-     * bundled default model carries its trained one in dflash/, so that
-     * `--spec dflash` needs nothing else. */
+    /* The DFlash drafter (where it lives: ts_dflash_dir) */
     if (!rc && e->params.dflash && e->be->dom == TS_DOM_DEVICE)
         rc = ts_fail(err, TS_E_UNSUPPORTED, "DFlash drafting on CUDA: not yet (issue 17); use --backend cpu");
     if (!rc && e->params.dflash) {
         char ddir[4096];
-        if (e->params.drafter_dir && *e->params.drafter_dir) snprintf(ddir, sizeof ddir, "%s", e->params.drafter_dir);
-        else ts_path_join(ddir, sizeof ddir, dir, "dflash");
+        ts_dflash_dir(dir, e->params.drafter_dir, ddir, sizeof ddir);
         rc = ts_dflash_open(ddir, &e->model.cfg, e->be, 0, NULL, NULL, &e->dflash, err);
         if (!rc) ts_dflash_set_act_digits(e->dflash, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8);
     }

@@ -270,8 +270,7 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     ts_dflash_cfg dcfg, *dc = NULL;
     if (sp && sp->dflash_block) {
         char dd[4096];
-        if (ddir && *ddir) snprintf(dd, sizeof dd, "%s", ddir);
-        else ts_path_join(dd, sizeof dd, dir, "dflash");
+        ts_dflash_dir(dir, ddir, dd, sizeof dd);
         ts_dflash *none = NULL;
         if ((rc = ts_dflash_config_load(dd, c, &dcfg, err)) ||
             (rc = ts_dflash_open(dd, c, be, 1, from_drafter, pl, &none, err))) {

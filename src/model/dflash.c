@@ -199,6 +199,11 @@ int ts_dflash_config_load(const char *dir, const ts_config *target, ts_dflash_cf
     return rc;
 }
 
+void ts_dflash_dir(const char *dir, const char *drafter_dir, char *out, size_t cap) {
+    if (drafter_dir && *drafter_dir) snprintf(out, cap, "%s", drafter_dir);
+    else ts_path_join(out, cap, dir, "dflash");
+}
+
 int ts_dflash_is_dir(const char *dir) {
     char path[4096];
     char *txt = NULL;

@@ -77,6 +77,11 @@ typedef struct ts_dflash {
 int ts_dflash_config_load(const char *dir, const ts_config *target, ts_dflash_cfg *c, ts_error *err);
 /* The same over config text in memory; what names it in errors (the fuzz harness). */
 int ts_dflash_config_parse(const char *txt, const char *what, const ts_config *target, ts_dflash_cfg *c, ts_error *err);
+/* Where the drafter of the checkpoint in dir lives, into out: drafter_dir
+ * when given (a released drafter is its own repository: z-lab's
+ * Qwen3-8B-DFlash-b16 beside Qwen/Qwen3-8B), else dir/dflash (the bundled
+ * default model carries its trained one there). */
+void ts_dflash_dir(const char *dir, const char *drafter_dir, char *out, size_t cap);
 /* 1 when dir/config.json declares a DFlashDraftModel. */
 int ts_dflash_is_dir(const char *dir);
 /* Open and bind the drafter of dir for the target (NULL: unchecked; its
