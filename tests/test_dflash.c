@@ -22,6 +22,7 @@
 #include "dflash_fx.h"
 #include "loader/st_writer.h"
 #include "ts_test.h"
+#include "gen_oracle.h"
 
 /* ---- the random drafter ---- */
 
@@ -149,34 +150,6 @@ static ts_engine *open_with(const char *fx, const char *ddir) {
 
 /* ---- generation helpers ---- */
 
-typedef struct {
-    int32_t ids[4096];
-    int n;
-} collect;
-
-static int on_tok(void *u, int32_t id) {
-    collect *c = u;
-    if (c->n < 4096) c->ids[c->n++] = id;
-    return 0;
-}
-
-typedef struct {
-    const int32_t *ref;
-    int n_ref, T;
-    uint64_t lcg;
-} oracle;
-
-static void oracle_drafts(void *user, int pos, int m, int32_t *d) {
-    oracle *o = user;
-    for (int j = 0; j < m; j++) {
-        int i = pos - o->T + 1 + j;
-        int32_t t = i < o->n_ref ? o->ref[i] : 0;
-        o->lcg = o->lcg * 6364136223846793005ull + 1442695040888963407ull;
-        if ((o->lcg >> 33) % 8 == 0) t = (t + 1) % 7;
-        d[j] = t;
-    }
-}
-
 /* B = 0: plain greedy (or sampling with gp's temperature). */
 static int gen(ts_engine *e, const int32_t *prompt, int T, int n_pred, int B, oracle *orc, collect *c, ts_gen_stats *st) {
     ts_session_params sp;
@@ -296,7 +269,7 @@ TS_TEST(dflash, greedy_exact) {
         int seen[TS_DFLASH_MAX_BLOCK] = {0}, own_acc = 0;
         for (int b = 0; b < 4; b++) {
             const int B = Bs[b];
-            oracle o = {ref.ids, ref.n, T_PROMPT, 999u + B};
+            oracle o = {ref.ids, ref.n, T_PROMPT, 999u + B, 0};
             memset(&st, 0, sizeof st);
             CHECK(gen(e, PROMPT, T_PROMPT, N, B, &o, &got, &st) == 0);
             CHECK_MSG(got.n == N && !memcmp(got.ids, ref.ids, sizeof(int32_t) * N),

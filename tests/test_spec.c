@@ -30,36 +30,7 @@
 #include "gen/spec.h"
 #include "cpu/kernels.h"
 #include "ts_test.h"
-
-typedef struct {
-    int32_t ids[4096];
-    int n;
-} collect;
-
-static int on_tok(void *u, int32_t id) {
-    collect *c = u;
-    if (c->n < 4096) c->ids[c->n++] = id;
-    return 0;
-}
-
-typedef struct {
-    const int32_t *ref; /* plain greedy output */
-    int n_ref, T;       /* its length, the prompt length */
-    uint64_t lcg;
-    int n_calls;
-} oracle;
-
-static void oracle_drafts(void *user, int pos, int m, int32_t *d) {
-    oracle *o = user;
-    o->n_calls++;
-    for (int j = 0; j < m; j++) {
-        int i = pos - o->T + 1 + j; /* generated index of draft j */
-        int32_t t = i < o->n_ref ? o->ref[i] : 0;
-        o->lcg = o->lcg * 6364136223846793005ull + 1442695040888963407ull;
-        if ((o->lcg >> 33) % 8 == 0) t = (t + 1) % 7; /* corrupt: small ids exist in every vocab */
-        d[j] = t;
-    }
-}
+#include "gen_oracle.h"
 
 static ts_session *mk_session(ts_engine *e, int n_ctx, int draft) {
     ts_session_params sp;
