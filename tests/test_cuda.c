@@ -107,7 +107,7 @@ static void make_w(hw *o, ts_dtype dt, int bits, int group, ts_dtype sdt, int64_
 static void free_hw(hw *o) { free(o->d), free(o->s), free(o->b); }
 
 static tsc_weight desc(const ts_weight *w) {
-    tsc_weight t = {w->dtype, w->bits, w->group, w->rows, w->cols, w->data, w->scales, w->biases, w->sdtype, 0};
+    tsc_weight t = {w->dtype, w->bits, w->group, w->rows, w->cols, w->data, w->scales, w->biases, w->sdtype, 0, 0};
     return t;
 }
 
@@ -132,7 +132,7 @@ TS_TEST(cuda, context_errors_memory) {
     SYNC_OK(c);
     /* a bad argument is sticky and named by sync; later calls do nothing */
     float *x = tsc_alloc(c, 64);
-    tsc_weight w = {TS_DTYPE_F32, 0, 0, 4, 4, x, NULL, NULL, TS_DTYPE_F32, 0};
+    tsc_weight w = {TS_DTYPE_F32, 0, 0, 4, 4, x, NULL, NULL, TS_DTYPE_F32, 0, 0};
     const tsc_weight *wl[1] = {&w};
     float *yl[1] = {x};
     tsc_linear(c, wl, 1, x, yl, 17);
@@ -143,7 +143,7 @@ TS_TEST(cuda, context_errors_memory) {
     CHECK(tsc_error(c) == TS_E_ARG);
     tsc_close(c);
     /* an unsupported layout is refused with its reason */
-    tsc_weight q = {TS_DTYPE_U32, 4, 48, 4, 96, NULL, NULL, NULL, TS_DTYPE_BF16, 0};
+    tsc_weight q = {TS_DTYPE_U32, 4, 48, 4, 96, NULL, NULL, NULL, TS_DTYPE_BF16, 0, 0};
     CHECK(tsc_weight_check(&q, &e) == TS_E_UNSUPPORTED && strstr(e.msg, "group"));
     /* a device index out of range */
     tsc_ctx *c2 = NULL;
@@ -153,13 +153,18 @@ TS_TEST(cuda, context_errors_memory) {
 
 /* ---- products ---- */
 
-typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; } lin_cfg;
+/* mlx: keep a 4-bit weight in the MLX layout at upload (TSC_Q4T=0 around
+ * it), so that its products run q4dp.cu's dp4a kernel with nd digits of x
+ * (0: 3); otherwise 4-bit weights with cols % 64 == 0 go to Q4T */
+typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; int mlx, nd; } lin_cfg;
 
 static const lin_cfg LIN_CFG[] = {
-    {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "int4 g64 bf16"}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "int4 g32 f16"},
-    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "int4 g128 f32"}, {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, "int8 g64 bf16"},
-    {TS_DTYPE_U32, 8, 32, TS_DTYPE_F32, "int8 g32 f32"},   {TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, "bf16"},
-    {TS_DTYPE_F16, 0, 0, TS_DTYPE_F32, "f16"},             {TS_DTYPE_F32, 0, 0, TS_DTYPE_F32, "f32"},
+    {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 bf16", 1, 3}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "dp4a g32 f16", 1, 3},
+    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "dp4a g128 x16", 1, 2}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "int4 g64 bf16", 0, 0}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "int4 g32 f16", 0, 0},
+    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "int4 g128 f32", 0, 0}, {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, "int8 g64 bf16", 0, 0},
+    {TS_DTYPE_U32, 8, 32, TS_DTYPE_F32, "int8 g32 f32", 0, 0},   {TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, "bf16", 0, 0},
+    {TS_DTYPE_F16, 0, 0, TS_DTYPE_F32, "f16", 0, 0},             {TS_DTYPE_F32, 0, 0, TS_DTYPE_F32, "f32", 0, 0},
 };
 
 static double sval(ts_dtype t, const void *p, int64_t i) {
@@ -204,8 +209,14 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             for (int k = 0; k < 8; k++) x[(size_t)((fr() * 0.5f + 0.5f) * (float)(N * cols - 1))] *= 8.0f; /* outliers */
             ts_linear_ref(&h.w, x, ref, N);
             tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
+            hd.act_digits = hd2.act_digits = cf->nd;
             ts_error e;
+            if (cf->mlx) setenv("TSC_Q4T", "0", 1);
             CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
+            if (cf->mlx) {
+                unsetenv("TSC_Q4T");
+                CHECK(dw.layout == TSC_LAYOUT_MLX);
+            }
             float *dx = up(c, x, sizeof(float) * N * cols), *dy = tsc_alloc(c, sizeof(float) * N * rows);
             float *dy1 = tsc_alloc(c, sizeof(float) * N * rows), *dz = tsc_alloc(c, sizeof(float) * N * 40);
             const tsc_weight *wl[3] = {&dw2, &dw, &dw2};
@@ -222,13 +233,25 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             float worst = 0;
             int bad = -1;
             double *wa = malloc(sizeof(double) * cols);
+            /* fewer than 3 digits: x rounded to 1/L of its group's largest
+             * value, half a unit per element, on top of the f32 tolerance */
+            const double L = cf->nd == 1 ? 127.0 : cf->nd == 2 ? 32639.0 : 0;
             for (int64_t r = 0; r < rows && bad < 0; r++) {
                 for (int64_t k = 0; k < cols; k++) wa[k] = wmag(&h.w, r, k);
                 for (int i = 0; i < N; i++) {
-                    double bound = 0;
+                    double bound = 0, qb = 0;
                     for (int64_t k = 0; k < cols; k++) bound += wa[k] * fabs((double)x[(size_t)i * cols + k]);
-                    const float d = fabsf(y[(size_t)i * rows + r] - ref[(size_t)i * rows + r]);
-                    const float rel = d / (float)(bound + 1e-30);
+                    if (L > 0)
+                        for (int64_t g0 = 0; g0 < cols; g0 += cf->group) {
+                            double m = 0, sw = 0;
+                            for (int64_t k = g0; k < g0 + cf->group; k++) {
+                                m = fmax(m, fabs((double)x[(size_t)i * cols + k]));
+                                sw += wa[k];
+                            }
+                            qb += sw * 0.5 * m / L;
+                        }
+                    const float d = fabsf(y[(size_t)i * rows + r] - ref[(size_t)i * rows + r]) - (float)(1.01 * qb);
+                    const float rel = d <= 0 ? 0.f : d / (float)(bound + 1e-30);
                     if (!(rel <= LIN_TOL)) { bad = (int)r; worst = rel; break; }
                     if (rel > worst) worst = rel;
                 }

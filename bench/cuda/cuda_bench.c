@@ -1,6 +1,6 @@
 /* cuda_bench.c: the CUDA kernels' benchmark (build/cuda_bench, make CUDA=1).
  *
- *   cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof]
+ *   cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx]
  *
  * Owns: the device-copy bandwidth probe, the matrix-vector products of a
  * decode step per group (INT4 group 64, bf16 scales and biases, random
@@ -46,6 +46,11 @@ static const shape SHAPES[] = {
 
 static tsc_ctx *C;
 static const shape *S;
+/* --mlx: 4-bit weights stay in the MLX layout (products: q4dp.cu's dp4a
+ * kernel, or linear.cu's with TSC_Q4DP=0); the fused products and the MoE
+ * expert products need Q4T, so steps run their plain form and MoE shapes
+ * are skipped */
+static int MLX;
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -67,7 +72,7 @@ static void die_if_err(const char *where) {
 /* random INT4 g64 weight, made in the MLX layout on the device and stored as
  * the upload stores it */
 static tsc_weight qweight(int64_t rows, int64_t cols, uint32_t seed) {
-    tsc_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16, 0};
+    tsc_weight w = {TS_DTYPE_U32, 4, 64, rows, cols, NULL, NULL, NULL, TS_DTYPE_BF16, 0, 0};
     const size_t words = (size_t)rows * cols / 8, ng = (size_t)rows * (cols / 64);
     void *d = tsc_alloc(C, words * 4), *s = tsc_alloc(C, ng * 2), *b = tsc_alloc(C, ng * 2);
     tsc_fill_random(C, d, words, TS_DTYPE_U32, 0, 0, seed);
@@ -75,7 +80,7 @@ static tsc_weight qweight(int64_t rows, int64_t cols, uint32_t seed) {
     tsc_fill_random(C, b, ng, TS_DTYPE_BF16, -0.03f, -0.01f, seed + 2);
     w.data = d, w.scales = s, w.biases = b;
     ts_error e;
-    if (tsc_weight_relayout(C, &w, &e)) {
+    if (!MLX && tsc_weight_relayout(C, &w, &e)) {
         fprintf(stderr, "cuda_bench: relayout: %s\n", e.msg);
         exit(1);
     }
@@ -272,6 +277,7 @@ static void mixer(layer *y, int n) {
  * and X[1]); plain: one kernel per op, in place, the groundwork's sequence */
 static void step(int n, int fused) {
     size_t b = 0;
+    if (MLX) fused = 0;
     const int H = S->H, k = S->TOPK;
     int cur = 0;
     tsc_embed(C, &EMB, IDS, n, X[0]);
@@ -385,7 +391,8 @@ static void run_shape(int quick, int prof) {
         die_if_err("prof");
         return;
     }
-    printf("\n== %s (%s): %d layers, H %d, INT4 g64 bf16 (Q4T), pos %d\n", S->name, S->key, S->NL, S->H, POS);
+    printf("\n== %s (%s): %d layers, H %d, INT4 g64 bf16 (%s), pos %d\n", S->name, S->key, S->NL, S->H,
+           !MLX ? "Q4T" : getenv("TSC_Q4DP") && getenv("TSC_Q4DP")[0] == '0' ? "MLX, f32 kernel" : "MLX, dp4a kernel", POS);
     printf("%-40s %8s %9s %8s %8s\n", "products, 1 row (all layers, one graph)", "MB", "us/call", "GB/s", "% probe");
     for (int p = 0; p < P_N; p++) {
         if (!group_applies(p, 0) && !group_applies(p, 3) && p != P_HEAD) continue;
@@ -433,9 +440,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pos") && i + 1 < argc) POS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--prof")) prof = 1;
+        else if (!strcmp(argv[i], "--mlx")) MLX = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
         else {
-            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof]\n");
+            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx]\n");
             return 2;
         }
     }
@@ -449,6 +457,10 @@ int main(int argc, char **argv) {
     for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
         if (strcmp(which, "all") && strcmp(which, SHAPES[si].key)) continue;
         if (prof && !strcmp(SHAPES[si].key, "0.8b")) continue;
+        if (MLX && SHAPES[si].E) {
+            printf("\n== %s: skipped under --mlx (the expert products need Q4T)\n", SHAPES[si].name);
+            continue;
+        }
         S = &SHAPES[si];
         ts_error e;
         if (tsc_open(dev, &C, &e)) {

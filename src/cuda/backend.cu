@@ -660,6 +660,7 @@ tsc_weight host_desc(const ts_weight *w) {
     memset(&t, 0, sizeof t);
     t.dtype = w->dtype, t.bits = w->bits, t.group = w->group, t.rows = w->rows, t.cols = w->cols;
     t.data = w->data, t.scales = w->scales, t.biases = w->biases, t.sdtype = w->sdtype;
+    t.act_digits = w->act_digits;
     return t;
 }
 
@@ -760,7 +761,8 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
     for (int i0 = 0; i0 < nw;) {
         int i1 = i0 + 1;
         while (i1 < nw && i1 - i0 < TSC_LIN_MAX && dw[i1].dtype == dw[i0].dtype && dw[i1].bits == dw[i0].bits &&
-               dw[i1].group == dw[i0].group && dw[i1].sdtype == dw[i0].sdtype && dw[i1].cols == dw[i0].cols)
+               dw[i1].group == dw[i0].group && dw[i1].sdtype == dw[i0].sdtype && dw[i1].cols == dw[i0].cols &&
+               dw[i1].act_digits == dw[i0].act_digits)
             i1++;
         const tsc_weight *pw[TSC_LIN_MAX];
         float *py[TSC_LIN_MAX];

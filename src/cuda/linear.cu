@@ -5,9 +5,10 @@
  * Owns: the MLX-layout product kernel and its launch plan, the entry points'
  * checks. Does not own: weight upload (ctx.cu), 4-bit weights stored as Q4T
  * (tsc_weight_upload's choice for cols % 64 == 0: their products are the
- * tensor-core kernels of q4t.cu, which tsc_linear dispatches to; this
- * kernel then serves INT8, BF16/F16/F32 and 4-bit weights kept in the MLX
- * layout).
+ * tensor-core kernels of q4t.cu, which tsc_linear dispatches to), 4-bit
+ * weights in the MLX layout with power-of-two groups of 32..256 (the dp4a
+ * kernel of q4dp.cu, tsc_linear's first choice for them; TSC_Q4DP=0 keeps
+ * them here). This kernel serves INT8, BF16/F16/F32 and the rest.
  *
  * Shape of the work. A warp computes R = 4 output rows of one weight over a
  * slice of the columns; a block is 8 warps; the columns of a row group are
@@ -58,6 +59,7 @@
  * feeds fewer instructions, and tensor-core (mma) products for rows > 1.
  */
 #include "cuda/common.cuh"
+#include "cuda/q4dp.cuh"
 #include "cuda/q4t.cuh"
 
 namespace {
@@ -360,7 +362,7 @@ static int lin_check(tsc_ctx *c, const char *op, const tsc_weight *const *w, int
     for (int i = 0; i < nw; i++) {
         if (tsc_weight_check(w[i], &e)) { tsc_fail_(c, TS_E_UNSUPPORTED, "%s: %s", op, e.msg); return 1; }
         if (w[i]->cols != w[0]->cols || w[i]->dtype != w[0]->dtype || w[i]->bits != w[0]->bits ||
-            w[i]->layout != w[0]->layout ||
+            w[i]->layout != w[0]->layout || w[i]->act_digits != w[0]->act_digits ||
             (w[i]->dtype == TS_DTYPE_U32 && (w[i]->group != w[0]->group || w[i]->sdtype != w[0]->sdtype))) {
             tsc_fail_(c, TS_E_ARG, "%s: weight %d's layout differs from weight 0's (one launch needs one layout)", op, i);
             return 1;
@@ -400,6 +402,10 @@ extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const
     if (lin_check(c, "tsc_linear", w, nw, n)) return;
     if (w[0]->layout == TSC_LAYOUT_Q4T) {
         q4t_linear(c, w, nw, Q4T_XM_PLAIN, x, NULL, NULL, 0.f, NULL, NULL, y, n);
+        return;
+    }
+    if (q4dp_takes(w[0])) { /* 4-bit MLX weights: the dp4a kernel (q4dp.cu) */
+        q4dp_linear(c, w, nw, x, y, n);
         return;
     }
     const int fmt = fmt_of(w[0]);

@@ -100,6 +100,7 @@ typedef struct tsc_weight {
     const void *biases; /* [rows, cols/group] sdtype, quantized only */
     ts_dtype sdtype;
     int layout;         /* TSC_LAYOUT_*: 0 (MLX, as above) for every host descriptor */
+    int act_digits;     /* 4-bit MLX products: x as 1..3 int8 digits (8/16/24 bits, q4dp.cu); 0 = 3 */
 } tsc_weight;
 
 /* Device layouts. tsc_weight_upload stores a 4-bit weight with cols % 64 == 0

@@ -1,0 +1,491 @@
+/* q4dp.cu: 4-bit products over the MLX layout with the activations as int8
+ * digits and the weights' nibbles multiplied by dp4a (four byte products and
+ * their sum in one instruction), for 1..16 rows of x.
+ *
+ * Owns: the digit staging of x, the dp4a product kernel, its launch plan.
+ * Does not own: the entry point and its checks (linear.cu's tsc_linear,
+ * which calls q4dp_linear first for 4-bit MLX weights and falls back to its
+ * f32 kernel when this one declines), the Q4T layout (q4t.cu).
+ *
+ * Why. linear.cu's kernel turns every nibble into an exact float (PRMT +
+ * FSUB) and multiplies in f32: ~3.5 instructions per weight per x row. Its
+ * counters on the H200 (bench/cuda/RESULTS.md, run 5): issue slots 59% busy
+ * at 43% of the DRAM peak on the head, register spills, so it could not
+ * reach the roofline even with perfect latency hiding. Here a 16-byte load of
+ * 32 nibbles costs 12 integer operations (mask / shift+mask per word) and
+ * 8 * ND dp4a per x row, ~1.5 instructions per weight at ND = 3.
+ *
+ * Numerics: the CPU's (cpu/linear_p16_avx512.c). Per x row and quantization
+ * group, sx = max|x_g| / L and X = round(x / sx) with |X| <= L, written in ND
+ * balanced base-256 digits (ND = the weight's act_digits: 3 -> 24-bit X, the
+ * engine's default, L = 8,290,000; 2 -> 16 bits, L = 32639; 1 -> int8, L =
+ * 127). Per lane chunk of 32 columns, A_d = sum_c q_c d_c (exact integers),
+ * D = 65536 A_2 + (256 A_1 + A_0) (the inner sum exact in int32, one f32
+ * FMA joins the top digit), and acc = (s * sx) * D + (b * (sx * sum_c X_c) +
+ * acc): the bias term takes the rounded x, as on the CPU, so that s*q and b
+ * see the same x. With 24-bit digits x keeps 2^-23 of its group's largest
+ * value: f32 precision.
+ *
+ * Shape of the work (as linear.cu's): a warp computes R = 4 output rows over
+ * a slice of the columns, KS warps of a block split the columns (KS from the
+ * weight's shape only), partial sums added in warp order in shared memory;
+ * a lane's step is 16 bytes (32 nibbles) of each of its R rows, two steps
+ * unrolled; persistent blocks walk a fixed map of virtual blocks. Each block
+ * stages x as digits in shared memory once: [NR][2 ND][cols/32] int4 (for
+ * digit d, the even columns' bytes (0, 2, 4, 6 of each 8-column word) at
+ * 2d and the odd ones at 2d + 1, so that a word's low nibbles, u & 0x0F0F0F0F,
+ * meet their x bytes in one dp4a; a lane reads 16 consecutive bytes, lanes
+ * consecutive: no bank conflicts), then [NR][cols/32] float2 (sx, sx * sum X)
+ * per 32-column chunk. Before its PDL wait a block prefetches its first
+ * virtual block's weight lines into L2: the weights do not depend on the
+ * previous kernel, so their first DRAM latency overlaps that kernel's tail.
+ *
+ * Row-exactness (the verify rule): the digits of a row depend on that row
+ * only; per (output, x row) the integer sums are exact and the f32
+ * operations (D, the two FMAs per chunk, the shuffle tree, the KS sum) run
+ * in the same order whatever NR, n and the other weights of the launch. The
+ * products of the 16-row tests equal 16 one-row calls bit for bit.
+ *
+ * Staging: one thread per 8-column word, two words' loads a thread in
+ * flight before the first is used (x comes from L2).
+ *
+ * Floors (H200, 9B shapes, one row): bytes rows * cols * 0.5625 (bf16 scales
+ * and biases per 64): the head's 572 MB is 133 us at the 4.3 TB/s copy rate;
+ * instructions ~1.5 per weight -> 248320 * 4096 * 1.5 / 32 lanes = 48 M warp
+ * instructions over 132 SMs x 4 schedulers at 1.98 GHz: 46 us, 3x under the
+ * bandwidth floor (linear.cu's kernel was within 1.3x of it). Staging costs
+ * each block ~cols / 256 words per thread (16 KB of x read from L2), once.
+ * Prediction: the large products (head, gate/up, down, in_proj) at 70-85% of
+ * the copy probe; the 4096-row ones lower (one wave of blocks, launch and
+ * staging latency exposed); 4 rows at ~1.2x one row (issue: 8 ND dp4a per
+ * 32 weights per row).
+ * Measured (bench/cuda/RESULTS.md, "dp4a products"; H200, cuda_bench --mlx,
+ * probe ~4.25 TB/s): head 89% (U = 2), gate+up 72%, in_proj and q+k+v 47-49%,
+ * down 44%, the 4096 x 4096 ones 30-33%, against the f32 kernel's 48 / 31 /
+ * 25-30 / 29 / 21%; the 9B step 2.57 ms against 3.93. What the first version
+ * taught: with the loads under the per-step guard only one step (2 KB a
+ * warp) was in flight and it ran exactly as fast as the f32 kernel, whatever
+ * its instruction count: the products were latency-bound, not issue-bound
+ * (readbw.cu: plain 16-byte loads reach 4.5 TB/s with 32 KB in flight an
+ * SM). What is left: the short products' fixed cost (launch, staging, one
+ * DRAM latency, the reduction: ~4-5 us of a 4096 x 4096's 6.8 us), and rows:
+ * 4 rows cost 2.1x one row (8 ND dp4a per 32 weights a row: issue-bound past
+ * 2 rows; tensor cores are the way there).
+ */
+#include "cuda/common.cuh"
+#include "cuda/q4dp.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+constexpr int R = 4;     /* output rows per warp */
+constexpr int WARPS = 8; /* warps per block */
+constexpr size_t SMEM_MAX = 160 * 1024; /* dynamic shared memory a block may stage */
+
+struct dp_w {
+    const uint8_t *data;
+    const void *scales, *biases;
+    float *y;
+    int64_t rows;
+    int ks;   /* warps splitting the columns */
+    int blk0; /* first virtual block of this weight */
+};
+
+struct dp_args {
+    dp_w w[TSC_LIN_MAX];
+    int nw, sdt, group, lg;
+    int cols;
+    const float *x;
+    int nvb; /* virtual blocks over all weights */
+};
+
+/* 16 bytes of weights, streamed once: not kept in L1 */
+__device__ __forceinline__ uint4 ld_stream(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+/* a scale or bias element's bits, converted where it is used (so that the
+ * load is not waited for at the load) */
+__device__ __forceinline__ uint32_t ld_sraw(const void *p, int dt, int64_t i) {
+    if (dt == TS_DTYPE_F32) return __ldg((const unsigned int *)p + i);
+    return __ldg((const unsigned short *)p + i);
+}
+__device__ __forceinline__ float sraw_f(uint32_t v, int dt) {
+    if (dt == TS_DTYPE_BF16) return __uint_as_float(v << 16);
+    if (dt == TS_DTYPE_F16) return __half2float(__ushort_as_half((unsigned short)v));
+    return __uint_as_float(v);
+}
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+template <int ND> struct lim_t;
+template <> struct lim_t<1> { static constexpr float L = 127.0f; };
+template <> struct lim_t<2> { static constexpr float L = 32639.0f; };
+template <> struct lim_t<3> { static constexpr float L = 8290000.0f; };
+
+size_t stage_bytes(int nr, int nd, int cols) {
+    return (size_t)nr * ((size_t)nd * (size_t)cols + (size_t)(cols / 32) * sizeof(float2));
+}
+
+/* One 8-column word of x row i (v, on: a real word) -> its digits in shared
+ * memory (layout above). A group's words are consecutive threads of one
+ * warp (group / 8 <= 32 of them, aligned), so its max is a shuffle tree;
+ * every lane of the warp calls this (the shuffles). */
+template <int ND>
+__device__ __forceinline__ void stage_word(const float (&v)[8], bool on, int i, int w, int nch, int gw, int4 *xd,
+                                           float2 *xsb) {
+    constexpr float L = lim_t<ND>::L;
+    float m = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j]));
+    for (int o = 1; o < gw; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float sx = __fdiv_rn(m, L), inv = m > 0.f ? __fdiv_rn(L, m) : 0.f;
+    int X[8], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        X[j] = __float2int_rn(fminf(fmaxf(__fmul_rn(v[j], inv), -L), L));
+        sum += X[j];
+    }
+    uint32_t dg[ND][8]; /* digit bytes, balanced: X = sum_d dg[d] * 256^d */
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int t = X[j];
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            const int dd = d == ND - 1 ? t : ((t + 128) & 255) - 128;
+            dg[d][j] = (uint32_t)dd & 0xFFu;
+            t = (t - dd) >> 8;
+        }
+    }
+    /* the 4 words of a 32-column chunk are 4 consecutive, aligned threads */
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (on) {
+        const int ch = w >> 2, comp = w & 3;
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            const uint32_t ev = dg[d][0] | dg[d][2] << 8 | dg[d][4] << 16 | dg[d][6] << 24;
+            const uint32_t od = dg[d][1] | dg[d][3] << 8 | dg[d][5] << 16 | dg[d][7] << 24;
+            ((uint32_t *)&xd[(i * 2 * ND + 2 * d) * nch + ch])[comp] = ev;
+            ((uint32_t *)&xd[(i * 2 * ND + 2 * d + 1) * nch + ch])[comp] = od;
+        }
+        if (comp == 0) xsb[i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
+    }
+}
+
+/* x rows [NR][cols] f32 -> digits in shared memory, one thread per 8-column
+ * word; the loads of SB words a thread are issued before the first is
+ * used (x comes from L2: one latency a batch, not one a word). */
+template <int NR, int ND>
+__device__ __forceinline__ void stage_x(const dp_args &a, int4 *xd, float2 *xsb) {
+    constexpr int SB = 2;
+    const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3;
+    const int total = NR * nw8;
+    for (int base = 0; base < total; base += SB * blockDim.x) { /* uniform trip count: every lane shuffles */
+        float v[SB][8];
+        bool on[SB];
+        int iw[SB], ww[SB];
+#pragma unroll
+        for (int k = 0; k < SB; k++) {
+            const int idx = base + k * (int)blockDim.x + (int)threadIdx.x;
+            on[k] = idx < total;
+            iw[k] = on[k] ? idx / nw8 : 0, ww[k] = on[k] ? idx - iw[k] * nw8 : 0;
+            float4 p = make_float4(0.f, 0.f, 0.f, 0.f), q = p;
+            if (on[k]) {
+                p = __ldg((const float4 *)(a.x + (int64_t)iw[k] * a.cols + 8 * ww[k]));
+                q = __ldg((const float4 *)(a.x + (int64_t)iw[k] * a.cols + 8 * ww[k] + 4));
+            }
+            v[k][0] = p.x, v[k][1] = p.y, v[k][2] = p.z, v[k][3] = p.w;
+            v[k][4] = q.x, v[k][5] = q.y, v[k][6] = q.z, v[k][7] = q.w;
+        }
+#pragma unroll
+        for (int k = 0; k < SB; k++) stage_word<ND>(v[k], on[k], iw[k], ww[k], nch, gw, xd, xsb);
+    }
+}
+
+__device__ __forceinline__ uint32_t comp_of(const int4 &v, int k) {
+    return (uint32_t)(k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w);
+}
+
+template <int NR, int ND, int U>
+__global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
+    __shared__ float red[WARPS][R][NR];
+    extern __shared__ int4 sm[];
+    const int nch = a.cols >> 5;
+    int4 *xd = sm;
+    float2 *xsb = (float2 *)(sm + NR * 2 * ND * nch);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int pitch = a.cols >> 1, ng = a.cols >> a.lg;
+    const int nsteps = (a.cols + 1023) >> 10; /* a step: 32 lanes x 32 columns */
+
+    /* weights do not depend on the previous kernel: start their first lines
+     * towards L2 before waiting for it */
+    if (blockIdx.x < (unsigned)a.nvb) {
+        const int vb = blockIdx.x;
+        int wi = 0;
+        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+        const dp_w &w = a.w[wi];
+        const int ks = w.ks, rg = warp / ks, sl = warp % ks;
+        const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
+        for (int st = sl; st < nsteps && st < sl + U * ks; st += ks) {
+            const int c = st * 1024 + lane * 32;
+            if (c < a.cols)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (r0 + r < w.rows) prefetch_l2(w.data + (r0 + r) * pitch + c / 2);
+        }
+    }
+    TSC_PDL_ENTRY();
+    stage_x<NR, ND>(a, xd, xsb);
+    __syncthreads();
+
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
+        int wi = 0;
+        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+        const dp_w &w = a.w[wi];
+        const int ks = w.ks, rg = warp / ks, sl = warp % ks;
+        const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
+        const uint8_t *rp[R];
+        int64_t gb[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1; /* clamp: loads stay in bounds */
+            rp[r] = w.data + row * pitch;
+            gb[r] = row * ng;
+        }
+        float acc[R][NR];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
+        /* rounds of U steps: every load of a round (U x R chunks and their
+         * scales and biases) is issued before the first is used, so a warp
+         * keeps U x R x 512 bytes in flight (a loop with the loads under
+         * its per-step guard could not be hoisted past the previous step's
+         * arithmetic: one step, 2 KB a warp, in flight) */
+        for (int st0 = sl; st0 < nsteps; st0 += U * ks) {
+            uint4 wv[U][R];
+            uint32_t sr[U][R], br[U][R];
+            bool ok[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = (st0 + u * ks) * 1024 + lane * 32;
+                ok[u] = st0 + u * ks < nsteps && c < a.cols;
+                const int cc = ok[u] ? c : 0; /* in bounds either way */
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    wv[u][r] = ld_stream(rp[r] + cc / 2);
+                    sr[u][r] = ld_sraw(w.scales, a.sdt, gb[r] + (cc >> a.lg));
+                    br[u][r] = ld_sraw(w.biases, a.sdt, gb[r] + (cc >> a.lg));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (!ok[u]) continue;
+                const int ch = ((st0 + u * ks) * 1024 + lane * 32) >> 5;
+                uint32_t lo[R][4], hi[R][4];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t q[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) lo[r][k] = q[k] & 0x0F0F0F0Fu, hi[r][k] = (q[k] >> 4) & 0x0F0F0F0Fu;
+                }
+#pragma unroll
+                for (int i = 0; i < NR; i++) {
+                    int4 xq[2 * ND];
+#pragma unroll
+                    for (int q = 0; q < 2 * ND; q++) xq[q] = xd[(i * 2 * ND + q) * nch + ch];
+                    const float2 sb = xsb[i * nch + ch];
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        int A[ND];
+#pragma unroll
+                        for (int d = 0; d < ND; d++) {
+                            int t = 0;
+#pragma unroll
+                            for (int k = 0; k < 4; k++) {
+                                t = __dp4a((int)lo[r][k], (int)comp_of(xq[2 * d], k), t);
+                                t = __dp4a((int)hi[r][k], (int)comp_of(xq[2 * d + 1], k), t);
+                            }
+                            A[d] = t;
+                        }
+                        float D;
+                        if constexpr (ND == 3) D = __fmaf_rn((float)A[2], 65536.0f, (float)(A[1] * 256 + A[0]));
+                        else if constexpr (ND == 2) D = (float)(A[1] * 256 + A[0]);
+                        else D = (float)A[0];
+                        const float sc = sraw_f(sr[u][r], a.sdt), bc = sraw_f(br[u][r], a.sdt);
+                        acc[r][i] = __fmaf_rn(__fmul_rn(sc, sb.x), D, __fmaf_rn(bc, sb.y, acc[r][i]));
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) acc[r][i] = warp_sum(acc[r][i]);
+        if (ks == 1) {
+            if (lane < R * NR) {
+                const int r = lane / NR, i = lane % NR;
+                float v = 0.f;
+#pragma unroll
+                for (int q = 0; q < R * NR; q++)
+                    if (q == lane) v = acc[q / NR][q % NR];
+                if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
+            }
+            continue; /* ks is uniform over the block: every thread continues */
+        }
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int i = 0; i < NR; i++) red[warp][r][i] = acc[r][i];
+        __syncthreads();
+        const int t = threadIdx.x, ngrp = WARPS / ks;
+        if (t < ngrp * R * NR) {
+            const int g = t / (R * NR), r = t / NR % R, i = t % NR;
+            float v = red[g * ks][r][i];
+            for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[g * ks + q][r][i]);
+            const int64_t row = ((int64_t)(vb - w.blk0) * ngrp + g) * R + r;
+            if (row < w.rows) w.y[(int64_t)i * w.rows + row] = v;
+        }
+        __syncthreads(); /* red is reused by the next virtual block */
+    }
+}
+
+/* KS from the weight's shape alone (the verify rule), as linear.cu's
+ * pick_ks: split the columns until the weight alone has ~2 blocks per
+ * multiprocessor, never past one step per warp. */
+int pick_ks(int64_t rows, int cols, int n_sm) {
+    const int64_t steps = (cols + 1023) / 1024;
+    int ks = 1;
+    while (ks < WARPS && 2 * ks <= steps) {
+        const int64_t blocks = (rows + (int64_t)R * (WARPS / ks) - 1) / ((int64_t)R * (WARPS / ks));
+        if (blocks >= 2 * n_sm) break;
+        ks *= 2;
+    }
+    return ks;
+}
+
+template <int NR, int ND, int U>
+void launch(tsc_ctx *c, const dp_args &a) {
+    const size_t smem = stage_bytes(NR, ND, a.cols);
+    static bool attr; /* raise the dynamic shared-memory limit once per instantiation */
+    if (!attr) {
+        cudaFuncSetAttribute(k_q4dp<NR, ND, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_MAX);
+        attr = true;
+    }
+    int per_sm = 1;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_q4dp<NR, ND, U>, WARPS * 32, smem);
+    if (per_sm < 1) per_sm = 1;
+    const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
+    tsc_launch(c, k_q4dp<NR, ND, U>, dim3(grid), dim3(WARPS * 32), smem, a);
+}
+
+/* Steps a round (U): 1 or 2, from the launch's shape (bench/cuda/RESULTS.md,
+ * dp4a runs: U = 2 streams the large products faster (head 89% of the probe
+ * against 81% at U = 1), U = 1 the short ones (its first loads land sooner;
+ * 4096 x 4096 at 33% against 30%); U = 3, 4 (1 block an SM: more registers)
+ * and 8 (spills) were slower everywhere). U = 2 when each resident warp has
+ * at least 8 steps to stream. TSC_Q4DP_U=1|2|3|4|8 overrides it for the
+ * 24-bit kernels (a benchmark switch). A row's bits do not depend on U (the
+ * same operations in the same order). */
+int pick_u(int warp_steps) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("TSC_Q4DP_U");
+        forced = e ? atoi(e) : 0;
+        if (forced != 1 && forced != 2 && forced != 3 && forced != 4 && forced != 8) forced = 0;
+    }
+    return forced ? forced : warp_steps >= 8 ? 2 : 1;
+}
+
+template <int NR, int ND>
+void launch_u(tsc_ctx *c, const dp_args &a, int u) {
+    if constexpr (ND == 3) {
+        if (u == 3) return launch<NR, ND, 3>(c, a);
+        if (u == 4) return launch<NR, ND, 4>(c, a);
+        if (u == 8) return launch<NR, ND, 8>(c, a);
+    }
+    if (u == 2) return launch<NR, ND, 2>(c, a);
+    launch<NR, ND, 1>(c, a);
+}
+
+template <int ND>
+void launch_nr(tsc_ctx *c, const dp_args &a, int nr, int u) {
+    switch (nr) {
+    case 1: launch_u<1, ND>(c, a, u); break;
+    case 2: launch_u<2, ND>(c, a, u); break;
+    case 3: launch_u<3, ND>(c, a, u); break;
+    default: launch_u<4, ND>(c, a, u); break;
+    }
+}
+
+int enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TSC_Q4DP");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+
+} // namespace
+
+bool q4dp_takes(const tsc_weight *w) {
+    if (!enabled() || w->dtype != TS_DTYPE_U32 || w->bits != 4 || w->layout != TSC_LAYOUT_MLX) return false;
+    if (w->group < 32 || w->group > 256 || (w->group & (w->group - 1)) || w->cols % w->group || w->cols > (1 << 24))
+        return false;
+    const int nd = w->act_digits ? w->act_digits : 3;
+    if (nd < 1 || nd > 3) return false;
+    return stage_bytes(1, nd, (int)w->cols) <= SMEM_MAX;
+}
+
+void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
+    const int cols = (int)w[0]->cols;
+    dp_args a;
+    memset(&a, 0, sizeof a);
+    a.nw = nw;
+    a.cols = cols;
+    a.group = w[0]->group;
+    a.lg = 0;
+    while ((1 << (a.lg + 1)) <= a.group) a.lg++;
+    a.sdt = (int)w[0]->sdtype;
+    int nblk = 0;
+    int64_t steps = 0; /* warp steps of the launch */
+    for (int i = 0; i < nw; i++) {
+        dp_w &lw = a.w[i];
+        lw.data = (const uint8_t *)w[i]->data;
+        lw.scales = w[i]->scales;
+        lw.biases = w[i]->biases;
+        lw.rows = w[i]->rows;
+        lw.ks = pick_ks(w[i]->rows, cols, c->n_sm);
+        lw.blk0 = nblk;
+        const int64_t rpb = (int64_t)R * (WARPS / lw.ks);
+        const int64_t vbs = (lw.rows + rpb - 1) / rpb;
+        nblk += (int)vbs;
+        steps += vbs * WARPS * ((((int64_t)cols + 1023) / 1024 + lw.ks - 1) / lw.ks);
+    }
+    a.nvb = nblk;
+    /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
+    const int u = pick_u((int)(steps / ((int64_t)2 * WARPS * c->n_sm)));
+    /* rows per pass: up to 4, fewer where the staged digits would not fit
+     * (the passes read the weights again; each row's bits do not change) */
+    int per = 4;
+    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
+    for (int i0 = 0; i0 < n; i0 += per) {
+        const int nr = n - i0 < per ? n - i0 : per;
+        a.x = x + (int64_t)i0 * cols;
+        for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
+        switch (nd) {
+        case 1: launch_nr<1>(c, a, nr, u); break;
+        case 2: launch_nr<2>(c, a, nr, u); break;
+        default: launch_nr<3>(c, a, nr, u); break;
+        }
+        TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a)");
+    }
+}
