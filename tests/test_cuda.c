@@ -433,7 +433,8 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     float *ddt = up(c, g.dtb, sizeof(float) * Hv), *dnw = up(c, g.nw, sizeof(float) * g.dv);
     float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-    tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws};
+    tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
+                      NULL, NULL, NULL, NULL, NULL, NULL};
     tsc_gdn_step(c, &A);
     for (int t = 0; t < n; t++) {
         tsc_gdn_args B = A;
