@@ -606,8 +606,9 @@ static int spec_gen(ts_engine *e, const int32_t *prompt, int T, int n_ctx, int n
 static const int32_t SPROMPT[] = {11, 5, 301, 42, 7, 99, 250, 3, 18, 64, 120, 9};
 #define T_SPROMPT ((int)(sizeof SPROMPT / sizeof SPROMPT[0]))
 
+/* a holds exactly n ids, the first n of b's */
 static int same_ids(const collect *a, const collect *b, int n) {
-    return a->n == n && b->n == n && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)n);
+    return a->n == n && b->n >= n && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)n);
 }
 
 /* Drafted greedy equals plain greedy on the GPU, M = 1..8, on every
