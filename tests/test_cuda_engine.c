@@ -16,7 +16,16 @@
  * - the plan: `plan --backend cuda` (ts_mem_plan_dir_ex with backend "cuda") equals the device
  *   bytes the engine and a session allocate, by category, to the byte; the
  *   counted allocator returns to zero after close;
- * - errors: a bad device index names the devices there are.
+ * - errors: a bad device index names the devices there are; DFlash is
+ *   refused on CUDA, MTP drafting sessions open, `auto` keeps the GPU for
+ *   --spec mtp;
+ * - speculative decoding (MTP drafts, verify, lazy rollback), CUDA against
+ *   CUDA, bit for bit: drafted greedy = plain greedy for M = 1..8 on every
+ *   fixture the backend takes, a tiny MoE at INT4, a synthetic shape with
+ *   the fused GDN kernels' heads and the default model (520 tokens), at the
+ *   context limit mid-block; after a verify and a rollback (eager or lazy,
+ *   chains of blocks) the device state equals one-row steps; sampled
+ *   drafting repeats with its seed.
  */
 #include <sys/stat.h>
 
