@@ -169,6 +169,10 @@ typedef struct ts_attn_args {
     int no_gate;                /* 1: no output gate (Qwen3-style layers): qg rows hold queries only,
                                    [rows, nq, D] (the norms multiply by q_norm/k_norm as stored
                                    in either case: 1 + w for Qwen3.5, w for Qwen3) */
+    int kv_len;                 /* rows of kc/vc (0: att_len). A backend that splits the keys into
+                                   pieces (CUDA) sizes them from this, not from the score buffer, so
+                                   that sessions of one context length split alike (a speculative
+                                   session's score buffer is larger): the same bits either way */
 } ts_attn_args;
 enum { TS_MASK_CAUSAL = 0, TS_MASK_BLOCK = 1 };
 

@@ -456,7 +456,8 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     float *ddt = up(c, g.dtb, sizeof(float) * Hv), *dnw = up(c, g.nw, sizeof(float) * g.dv);
     float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-    tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws};
+    tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
+                      NULL, NULL, NULL, NULL, NULL, NULL};
     tsc_gdn_step(c, &A);
     for (int t = 0; t < n; t++) {
         tsc_gdn_args B = A;
@@ -486,6 +487,89 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     free(o), free(o1), free(S), free(S1), free(cs), free(cs1);
     free(g.qkv), free(g.z), free(g.b), free(g.a), free(g.cs), free(g.cw), free(g.S), free(g.nA), free(g.dtb), free(g.nw),
         free(g.o);
+    tsc_close(c);
+}
+
+/* The engine's forms of the GDN step (backend.cu: a verify, a lazy
+ * rollback's replay, a captured decode step) against the plain in-place
+ * step, bit for bit: a separate source state (the destination's old
+ * contents ignored, the source untouched); the pair's buffer chosen by
+ * device parities (1: the alternate buffers, in place, the others
+ * untouched; 0: the plain ones); no output (o and z NULL: the same state).
+ * 9 rows: a verify block of 8 drafts. */
+TS_TEST(cuda, gdn_step_engine_forms) {
+    OPEN(c);
+    const int n = 9, Hk = 2, Hv = 4, dk = 128, dv = 128, K = 4;
+    const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
+    const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C, nj = nS > nc ? nS : nc;
+    float *qkv = malloc(sizeof(float) * (size_t)n * C), *z = malloc(sizeof(float) * (size_t)n * Vd);
+    float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * nc);
+    float *cw = malloc(sizeof(float) * (size_t)K * C), *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
+    float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv), *junk = malloc(sizeof(float) * nj);
+    frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
+    frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f), frand(S, nS, 0.05f);
+    frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f), frand(junk, nj, 3.0f);
+    for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
+    float *dq = up(c, qkv, sizeof(float) * (size_t)n * C), *dz = up(c, z, sizeof(float) * (size_t)n * Vd);
+    float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
+    float *dcw = up(c, cw, sizeof(float) * (size_t)K * C), *dnA = up(c, nA, sizeof(float) * Hv);
+    float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
+    float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
+    const size_t ob = sizeof(float) * (size_t)n * Vd;
+    const int32_t par1[2] = {1, 1}, par0[2] = {0, 0};
+    int32_t *dp1 = up(c, par1, sizeof par1), *dp0 = up(c, par0, sizeof par0);
+    /* the reference: in place */
+    float *rcs = up(c, cs, sizeof(float) * nc), *rS = up(c, S, sizeof(float) * nS), *ro = tsc_alloc(c, ob);
+    tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, rcs, dcw, rS, dnA, ddt, dnw, 1e-6f, ro, ws,
+                      NULL, NULL, NULL, NULL, NULL, NULL};
+    tsc_gdn_step(c, &A);
+    /* 1: from a separate source */
+    float *scs = up(c, cs, sizeof(float) * nc), *sS = up(c, S, sizeof(float) * nS);
+    float *dcs1 = up(c, junk, sizeof(float) * nc), *dS1 = up(c, junk, sizeof(float) * nS), *o1 = tsc_alloc(c, ob);
+    tsc_gdn_args B = A;
+    B.conv_in = scs, B.S_in = sS, B.conv_state = dcs1, B.S = dS1, B.o = o1;
+    tsc_gdn_step(c, &B);
+    /* 2: parities 1: the alternate buffers */
+    float *pcs = up(c, junk, sizeof(float) * nc), *pS = up(c, junk, sizeof(float) * nS);
+    float *acs = up(c, cs, sizeof(float) * nc), *aS = up(c, S, sizeof(float) * nS), *o2 = tsc_alloc(c, ob);
+    tsc_gdn_args P = A;
+    P.conv_state = pcs, P.S = pS, P.conv_alt = acs, P.S_alt = aS, P.par_conv = dp1, P.par_S = dp1 + 1, P.o = o2;
+    tsc_gdn_step(c, &P);
+    /* 3: parities 0: the plain buffers */
+    float *qcs = up(c, cs, sizeof(float) * nc), *qS = up(c, S, sizeof(float) * nS);
+    float *xcs = up(c, junk, sizeof(float) * nc), *xS = up(c, junk, sizeof(float) * nS), *o3 = tsc_alloc(c, ob);
+    tsc_gdn_args Q = A;
+    Q.conv_state = qcs, Q.S = qS, Q.conv_alt = xcs, Q.S_alt = xS, Q.par_conv = dp0, Q.par_S = dp0 + 1, Q.o = o3;
+    tsc_gdn_step(c, &Q);
+    /* 4: no output */
+    float *ncs = up(c, cs, sizeof(float) * nc), *nS4 = up(c, S, sizeof(float) * nS);
+    tsc_gdn_args N = A;
+    N.conv_state = ncs, N.S = nS4, N.o = NULL, N.z = NULL;
+    tsc_gdn_step(c, &N);
+    SYNC_OK(c);
+    float *h_rcs = down(c, rcs, nc), *h_rS = down(c, rS, nS), *h_ro = down(c, ro, (size_t)n * Vd);
+    const struct { const char *what; const float *d; const float *want; size_t cnt; } ck[] = {
+        {"source: conv", dcs1, h_rcs, nc}, {"source: state", dS1, h_rS, nS}, {"source: output", o1, h_ro, (size_t)n * Vd},
+        {"source: conv source untouched", scs, cs, nc}, {"source: state source untouched", sS, S, nS},
+        {"parity 1: conv", acs, h_rcs, nc}, {"parity 1: state", aS, h_rS, nS}, {"parity 1: output", o2, h_ro, (size_t)n * Vd},
+        {"parity 1: the other conv untouched", pcs, junk, nc}, {"parity 1: the other state untouched", pS, junk, nS},
+        {"parity 0: conv", qcs, h_rcs, nc}, {"parity 0: state", qS, h_rS, nS}, {"parity 0: output", o3, h_ro, (size_t)n * Vd},
+        {"parity 0: the alternate conv untouched", xcs, junk, nc}, {"parity 0: the alternate state untouched", xS, junk, nS},
+        {"no output: conv", ncs, h_rcs, nc}, {"no output: state", nS4, h_rS, nS},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof ck / sizeof ck[0]; i++) {
+        float *h = down(c, ck[i].d, ck[i].cnt);
+        if (memcmp(h, ck[i].want, sizeof(float) * ck[i].cnt)) {
+            ts_test_fail(__FILE__, __LINE__, "gdn engine forms: %s differs from the plain step", ck[i].what);
+            bad++;
+        }
+        free(h);
+    }
+    fprintf(stderr, "  gdn step, 9 rows: separate source, parities 1 and 0, no output: %s\n",
+            bad ? "DIFFER" : "bit-identical to the plain step");
+    free(h_rcs), free(h_rS), free(h_ro);
+    free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw), free(junk);
     tsc_close(c);
 }
 

@@ -16,12 +16,23 @@
  * - the plan: `plan --backend cuda` (ts_mem_plan_dir_ex with backend "cuda") equals the device
  *   bytes the engine and a session allocate, by category, to the byte; the
  *   counted allocator returns to zero after close;
- * - errors: a bad device index names the devices there are.
+ * - errors: a bad device index names the devices there are; DFlash is
+ *   refused on CUDA, MTP drafting sessions open, `auto` keeps the GPU for
+ *   --spec mtp;
+ * - speculative decoding (MTP drafts, verify, lazy rollback), CUDA against
+ *   CUDA, bit for bit: drafted greedy = plain greedy for M = 1..8 on every
+ *   fixture the backend takes, a tiny MoE at INT4, a synthetic shape with
+ *   the fused GDN kernels' heads and the default model (520 tokens), at the
+ *   context limit mid-block; after a verify and a rollback (eager or lazy,
+ *   chains of blocks) the device state equals one-row steps; sampled
+ *   drafting repeats with its seed.
  */
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "gen/spec.h"
 #include "ts_test.h"
+#include "gen_oracle.h"
 
 /* Why this tolerance: activations, accumulations, the GDN state and the
  * softmax are f32 on both backends (the CPU reference runs its quantized
@@ -251,9 +262,9 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
     CHECK_MSG(ran >= (quick ? 2 : 8), "only %d installs ran on the GPU", ran);
 }
 
-typedef struct collect { int32_t *o; int n; } collect;
-static int collect_cb(void *user, int32_t id) {
-    collect *u = user;
+typedef struct sink { int32_t *o; int n; } sink;
+static int sink_cb(void *user, int32_t id) {
+    sink *u = user;
     u->o[u->n++] = id;
     return 0;
 }
@@ -271,9 +282,9 @@ static int gen_ids(ts_engine *e, const int32_t *prompt, int n, int32_t *out, int
     gp.temperature = temp;
     gp.top_k = 40;
     gp.seed = 1234;
-    collect u = {out, 0};
+    sink u = {out, 0};
     ts_gen_stats st;
-    rc = ts_generate(s, prompt, n, &gp, collect_cb, &u, &st, err);
+    rc = ts_generate(s, prompt, n, &gp, sink_cb, &u, &st, err);
     ts_session_free(s);
     return rc ? rc : u.n;
 }
@@ -422,7 +433,7 @@ TS_TEST(cuda_engine, errors_are_clear) {
     ep.device = 0;
     rc = ts_engine_open("models/default", &ep, &e, &err);
     CHECK_MSG(rc == TS_E_ARG && strstr(err.msg, "auto, cpu or cuda"), "got: %s", err.msg);
-    /* speculative decoding is refused on CUDA with the issue named */
+    /* MTP drafting sessions open on CUDA; DFlash is refused with the issue named */
     ep.backend = "cuda";
     CHECK_MSG(!ts_engine_open("models/default", &ep, &e, &err), "%s", err.msg);
     ts_session_params sp;
@@ -430,8 +441,14 @@ TS_TEST(cuda_engine, errors_are_clear) {
     sp.spec_draft = 2;
     ts_session *s = NULL;
     rc = ts_session_new(e, &sp, &s, &err);
+    ts_session_free(s);
     ts_engine_close(e);
-    CHECK_MSG(rc != 0 && (strstr(err.msg, "issue 17") || strstr(err.msg, "MTP")), "spec on CUDA: %s", err.msg);
+    CHECK_MSG(rc == 0, "an MTP drafting session on CUDA: %s", err.msg);
+    ep.dflash = 1;
+    rc = ts_engine_open("models/default", &ep, &e, &err);
+    CHECK_MSG(rc == TS_E_UNSUPPORTED && strstr(err.msg, "DFlash") && strstr(err.msg, "issue 17"), "DFlash on CUDA: %s",
+              err.msg);
+    ep.dflash = 0;
     CHECK_MSG(dev_used() == d0, "device bytes not returned after the failures");
     /* no device at all: the CLI in a process that sees none */
     char out[4096];
@@ -441,6 +458,15 @@ TS_TEST(cuda_engine, errors_are_clear) {
     CHECK_MSG(rc != 0 && strstr(out, "no CUDA device"), "got: %s", out);
     rc = ts_test_sh(out, sizeof out, "CUDA_VISIBLE_DEVICES= %s run -m models/default -p hi -n 2 2>&1", ts_test_bin());
     CHECK_MSG(rc == 0 && strstr(out, "running on the CPU"), "auto without a device: %s", out);
+    /* auto keeps the GPU for MTP drafting: it tries CUDA first (and says why
+     * it falls back when there is none) */
+    rc = ts_test_sh(out, sizeof out, "CUDA_VISIBLE_DEVICES= %s run -m models/default --spec mtp --draft 2 -p hi -n 4 2>&1",
+                    ts_test_bin());
+    CHECK_MSG(rc == 0 && strstr(out, "running on the CPU"), "auto --spec mtp without a device: %s", out);
+    rc = ts_test_sh(out, sizeof out, "%s run -m models/default --spec mtp --draft 3 -p 'Once upon a time' -n 24 2>&1",
+                    ts_test_bin());
+    fprintf(stderr, "  auto --spec mtp with a device: %s", out);
+    CHECK_MSG(rc == 0 && strstr(out, "cuda:0") && strstr(out, "mean accepted length"), "auto --spec mtp: %s", out);
 }
 
 /* The shape check and the device plan need a CUDA build, not a device (a
@@ -472,4 +498,510 @@ TS_TEST(cuda_engine, shapes_refused_before_upload_and_plan_without_device) {
     fprintf(stderr, "  plan --backend cuda, default model: %llu device bytes, %llu host\n",
             (unsigned long long)pl->dom_bytes[TS_DOM_DEVICE], (unsigned long long)pl->dom_bytes[TS_DOM_HOST]);
     free(pl);
+}
+
+/* ---- speculative decoding on the GPU (MTP drafts, verify, lazy rollback) ----
+ * Every comparison below is CUDA against CUDA, byte for byte: drafted
+ * greedy output against plain greedy output, and the device state after a
+ * verify and a rollback against the state after one-row steps. That is the
+ * exactness the row-exact ops promise (backend.h): a verify row has the bits
+ * of a decode row, a replayed row those of the decode row it replaces. */
+
+/* A small synthetic checkpoint whose GDN heads take the fused kernels of
+ * gdn.cu (dk = dv = 128, 4 taps; no fixture has them): random INT4 weights,
+ * an MTP head, 4 layers (3 GDN, 1 attention), written once per run. */
+static int fused_model(char *dir, size_t cap) {
+    char shape[600];
+    snprintf(shape, sizeof shape, "%s/fused-gdn.json", ts_test_tmpdir());
+    snprintf(dir, cap, "%s/fused-gdn-q4", ts_test_tmpdir());
+    struct stat sb;
+    if (stat(dir, &sb) == 0) return 0;
+    FILE *f = fopen(shape, "w");
+    if (!f) { ts_test_fail(__FILE__, __LINE__, "cannot write %s", shape); return -1; }
+    fputs("{\"model_type\": \"qwen3_5\", \"vocab_size\": 2048, \"hidden_size\": 256, \"num_hidden_layers\": 4,\n"
+          " \"layer_types\": [\"linear_attention\", \"linear_attention\", \"linear_attention\", \"full_attention\"],\n"
+          " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,\n"
+          " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 128,\n"
+          " \"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4, \"rms_norm_eps\": 1e-06,\n"
+          " \"max_position_embeddings\": 4096,\n"
+          " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25},\n"
+          " \"mtp_num_hidden_layers\": 1, \"tie_word_embeddings\": true, \"eos_token_id\": 2047,\n"
+          " \"intermediate_size\": 512}\n", f);
+    fclose(f);
+    ts_convert_params p;
+    ts_convert_params_default(&p);
+    p.bits = 4;
+    p.quiet = 1;
+    ts_error err = {0};
+    int rc = ts_synth(shape, dir, &p, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "synth %s: %s", shape, err.msg);
+    return rc;
+}
+
+/* The models the speculative tests run: name, directory. */
+typedef struct spec_model { const char *name; char dir[512]; } spec_model;
+
+/* The fixtures with an MTP head (all of them), the tiny MoE at INT4, the
+ * fused-kernel shape; the default model when with_default. Returns how many. */
+static int spec_models(spec_model *o, int with_default) {
+    static const char *const FX[] = {"tiny-dense", "tiny-moe", "alt-dense", "alt-moe", "alt-moe-tied"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof FX / sizeof FX[0]; i++, n++) {
+        o[n].name = FX[i];
+        snprintf(o[n].dir, sizeof o[n].dir, "tests/fixtures/%s", FX[i]);
+    }
+    o[n].name = "tiny-moe INT4";
+    if (make_install("tiny-moe", 4, o[n].dir, sizeof o[n].dir)) return -1;
+    n++;
+    o[n].name = "fused-gdn INT4";
+    if (fused_model(o[n].dir, sizeof o[n].dir)) return -1;
+    n++;
+    if (with_default) {
+        o[n].name = "default";
+        snprintf(o[n].dir, sizeof o[n].dir, "models/default");
+        n++;
+    }
+    return n;
+}
+
+/* An engine on CUDA; NULL and a note when the backend refuses the shape. */
+static ts_engine *spec_open(const spec_model *m) {
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    if (open_on(m->dir, "cuda", &e, &err)) {
+        if (err.code == TS_E_UNSUPPORTED) fprintf(stderr, "  %-15s refused by the CUDA backend: %s\n", m->name, err.msg);
+        else ts_test_fail(__FILE__, __LINE__, "%s: %s", m->name, err.msg);
+        return NULL;
+    }
+    if (!e->model.has_mtp) {
+        fprintf(stderr, "  %-15s has no MTP head\n", m->name);
+        ts_engine_close(e);
+        return NULL;
+    }
+    return e;
+}
+
+static ts_session *spec_session(ts_engine *e, int n_ctx, int draft) {
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = n_ctx;
+    sp.spec_draft = draft;
+    ts_session *s = NULL;
+    ts_error err = {0};
+    if (ts_session_new(e, &sp, &s, &err)) ts_test_fail(__FILE__, __LINE__, "session (draft %d): %s", draft, err.msg);
+    return s;
+}
+
+/* Greedy generation with drafting M (0: plain) into c, the oracle's drafts
+ * when orc is given; 0 or the error. */
+static int spec_gen(ts_engine *e, const int32_t *prompt, int T, int n_ctx, int n_pred, int M, oracle *orc, collect *c,
+                    ts_gen_stats *st) {
+    ts_session *s = spec_session(e, n_ctx, M);
+    if (!s) return -1;
+    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = n_pred;
+    gp.spec_draft = M;
+    c->n = 0;
+    ts_error err = {0};
+    memset(st, 0, sizeof *st);
+    int rc = ts_generate(s, prompt, T, &gp, on_tok, c, st, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "generate (draft %d): %s", M, err.msg);
+    ts_session_free(s);
+    return rc;
+}
+
+static const int32_t SPROMPT[] = {11, 5, 301, 42, 7, 99, 250, 3, 18, 64, 120, 9};
+#define T_SPROMPT ((int)(sizeof SPROMPT / sizeof SPROMPT[0]))
+
+/* a holds exactly n ids, the first n of b's */
+static int same_ids(const collect *a, const collect *b, int n) {
+    return a->n == n && b->n >= n && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)n);
+}
+
+/* Drafted greedy equals plain greedy on the GPU, M = 1..8, on every
+ * fixture the backend takes, a tiny MoE at INT4 and the fused-kernel shape:
+ * 240 tokens with oracle drafts (the plain output with an eighth of the
+ * drafts corrupted: every acceptance length and rollback occurs), and the
+ * model's own MTP drafts (240 tokens at M = 1, 40 otherwise: the random
+ * heads are nearly always rejected). */
+TS_TEST(cuda_engine, spec_greedy_exact_fixtures) {
+    NEED_GPU();
+    spec_model ms[8];
+    const int nm = spec_models(ms, 0);
+    CHECK(nm > 0);
+    const int N = 240;
+    int ran = 0, keep_seen[TS_SPEC_MAX_DRAFT] = {0};
+    for (int k = 0; k < nm; k++) {
+        ts_engine *e = spec_open(&ms[k]);
+        if (!e) continue;
+        static collect ref, got;
+        ts_gen_stats st;
+        CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 1024, N, 0, NULL, &ref, &st) == 0);
+        const int n = ref.n; /* a random model may stop at its eos */
+        CHECK_MSG(n >= 16, "%s: plain run gave %d tokens", ms[k].name, n);
+        int acc = 0, blocks = 0;
+        for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+            oracle o = {ref.ids, ref.n, T_SPROMPT, 12345u + M, 0};
+            CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 1024, N, M, &o, &got, &st) == 0);
+            CHECK_MSG(same_ids(&got, &ref, n), "%s M=%d (oracle drafts): %d tokens differ from plain greedy's %d",
+                      ms[k].name, M, got.n, n);
+            CHECK_MSG(st.n_accepted > 0 && st.n_accepted < st.n_drafted, "%s M=%d: accepted %d of %d", ms[k].name, M,
+                      st.n_accepted, st.n_drafted);
+            acc += st.n_accepted;
+            blocks += st.n_blocks;
+            for (int j = 0; j < M; j++) keep_seen[j] += st.accepted_at[j];
+            const int n2 = M == 1 ? N : 40;
+            CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 1024, n2, M, NULL, &got, &st) == 0);
+            CHECK_MSG(same_ids(&got, &ref, n2 < n ? n2 : n), "%s M=%d (MTP drafts): output differs from plain greedy",
+                      ms[k].name, M);
+            CHECK(st.n_drafted > 0);
+        }
+        fprintf(stderr, "  %-15s 16 drafted runs identical to plain greedy (%d tokens); oracle: %d drafts accepted over "
+                "%d blocks\n", ms[k].name, n, acc, blocks);
+        ran++;
+        ts_engine_close(e);
+    }
+    for (int j = 0; j < TS_SPEC_MAX_DRAFT; j++) CHECK_MSG(keep_seen[j] > 0, "draft position %d never accepted", j + 1);
+    /* the tiny fixtures and the fused shape have shapes the kernels take */
+    CHECK_MSG(ran >= 4, "only %d models ran on the GPU", ran);
+}
+
+/* The context ends inside a block (and, separately, the token budget):
+ * drafted output equals plain greedy, which stops when the context is full. */
+TS_TEST(cuda_engine, spec_context_limit_mid_block) {
+    NEED_GPU();
+    spec_model ms[8];
+    const int nm = spec_models(ms, 1);
+    CHECK(nm > 0);
+    int ran = 0;
+    for (int k = 0; k < nm; k++) {
+        /* tiny-moe (bf16 and INT4), the fused shape and the default model */
+        if (strcmp(ms[k].name, "tiny-moe") && strcmp(ms[k].name, "tiny-moe INT4") && strcmp(ms[k].name, "fused-gdn INT4") &&
+            strcmp(ms[k].name, "default"))
+            continue;
+        ts_engine *e = spec_open(&ms[k]);
+        if (!e) continue;
+        static collect ref, got;
+        ts_gen_stats st;
+        for (int extra = 29; extra <= 31; extra++) {
+            const int n_ctx = T_SPROMPT + extra;
+            CHECK(spec_gen(e, SPROMPT, T_SPROMPT, n_ctx, 1000, 0, NULL, &ref, &st) == 0);
+            if (ref.n != extra + 1) { /* stopped at the eos before the limit: nothing to test at this length */
+                fprintf(stderr, "  %s: plain run stopped after %d tokens in a context of %d\n", ms[k].name, ref.n, n_ctx);
+                continue;
+            }
+            for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+                oracle o = {ref.ids, ref.n, T_SPROMPT, 777u + M, 0};
+                CHECK(spec_gen(e, SPROMPT, T_SPROMPT, n_ctx, 1000, M, &o, &got, &st) == 0);
+                CHECK_MSG(same_ids(&got, &ref, ref.n), "%s ctx %d M=%d (oracle): %d tokens, plain %d", ms[k].name, n_ctx,
+                          M, got.n, ref.n);
+                CHECK(spec_gen(e, SPROMPT, T_SPROMPT, n_ctx, 1000, M, NULL, &got, &st) == 0);
+                CHECK_MSG(same_ids(&got, &ref, ref.n), "%s ctx %d M=%d (MTP): %d tokens, plain %d", ms[k].name, n_ctx, M,
+                          got.n, ref.n);
+            }
+        }
+        CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 512, 23, 0, NULL, &ref, &st) == 0);
+        for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+            oracle o = {ref.ids, ref.n, T_SPROMPT, 99u + M, 0};
+            CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 512, 23, M, &o, &got, &st) == 0);
+            CHECK_MSG(same_ids(&got, &ref, ref.n), "%s budget 23, M=%d", ms[k].name, M);
+        }
+        fprintf(stderr, "  %-15s contexts of %d..%d tokens and a budget of 23: drafted = plain, M = 1..8\n", ms[k].name,
+                T_SPROMPT + 29, T_SPROMPT + 31);
+        ran++;
+        ts_engine_close(e);
+    }
+    CHECK_MSG(ran >= 3, "only %d models ran on the GPU", ran);
+}
+
+/* The bundled model with its trained MTP head on text: drafted greedy equals
+ * plain greedy, 520 tokens at M = 3 and with oracle drafts at M = 5, 200
+ * tokens at every other M; acceptance and speed printed (not asserted). */
+TS_TEST(cuda_engine, spec_greedy_exact_default_model) {
+    NEED_GPU();
+    ts_error err = {0};
+    ts_tokenizer *tk = NULL;
+    CHECK_MSG(!ts_tokenizer_load("models/default/tokenizer.json", &tk, &err), "%s", err.msg);
+    static const char TXT[] = "The history of the city begins with a small settlement on the river, where traders from "
+                              "the north met farmers from the valley. Over the next centuries";
+    ts_tokens tv = {0};
+    CHECK_MSG(!ts_tokenizer_encode(tk, TXT, strlen(TXT), &tv, &err), "%s", err.msg);
+    ts_tokenizer_free(tk);
+    ts_engine *e = NULL;
+    CHECK_MSG(!open_on("models/default", "cuda", &e, &err), "%s", err.msg);
+    static collect ref, got;
+    ts_gen_stats st;
+    const int N = 520;
+    CHECK(spec_gen(e, tv.ids, tv.n, 2048, N, 0, NULL, &ref, &st) == 0);
+    const int n = ref.n;
+    const double plain_tps = st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0;
+    fprintf(stderr, "  default model, %d prompt tokens: plain greedy %d tokens, %.0f tok/s\n", tv.n, n, plain_tps);
+    CHECK_MSG(n >= 200, "plain run gave %d tokens", n);
+    for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+        const int nm = M == 3 ? N : 200;
+        CHECK(spec_gen(e, tv.ids, tv.n, 2048, nm, M, NULL, &got, &st) == 0);
+        const int want = nm < n ? nm : n;
+        const double tps = st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0;
+        fprintf(stderr, "  --draft %d: %d tokens, %d/%d drafts accepted (%.2f tokens/verify), %.0f tok/s\n", M, got.n,
+                st.n_accepted, st.n_drafted, st.n_blocks ? (double)(st.n_accepted + st.n_blocks) / st.n_blocks : 0, tps);
+        CHECK_MSG(same_ids(&got, &ref, want), "default model M=%d (MTP drafts): output differs from plain greedy", M);
+        CHECK_MSG(st.n_accepted > 0, "default model M=%d: no draft accepted (a trained head)", M);
+    }
+    oracle o = {ref.ids, ref.n, tv.n, 4242u, 0};
+    CHECK(spec_gen(e, tv.ids, tv.n, 2048, N, 5, &o, &got, &st) == 0);
+    CHECK_MSG(same_ids(&got, &ref, n), "default model M=5 (oracle drafts): output differs from plain greedy");
+    ts_tokens_free(&tv);
+    ts_engine_close(e);
+}
+
+/* The first layer whose device state differs between a and b (KV rows below
+ * pos for attention layers, the live conv and recurrent state for GDN
+ * layers, read back byte for byte; a pending lazy rollback must have been
+ * applied), n_layers if the positions or pending rows differ or a read
+ * failed, -1 if all equal. */
+static int dev_state_diff(ts_session *a, ts_session *b) {
+    const ts_model *m = &a->e->model;
+    const ts_config *c = &m->cfg;
+    if (a->pos != b->pos || a->st.gdn_pend || b->st.gdn_pend) return c->n_layers;
+    const size_t nkv = (size_t)a->pos * m->kvdim, nconv = (size_t)(c->conv_k - 1) * m->C;
+    const size_t nS = (size_t)c->Hv * c->dk * c->dv;
+    size_t big = nkv > nconv ? nkv : nconv;
+    if (nS > big) big = nS;
+    float *x = calloc(big + 1, sizeof(float)), *y = calloc(big + 1, sizeof(float));
+    int diff = -1;
+    for (int L = 0; L < c->n_layers && diff < 0 && x && y; L++) {
+        const float *pa[2], *pb[2];
+        size_t cnt[2];
+        if (c->layer_full[L]) {
+            pa[0] = a->st.kv[L].k, pa[1] = a->st.kv[L].v, pb[0] = b->st.kv[L].k, pb[1] = b->st.kv[L].v;
+            cnt[0] = cnt[1] = nkv;
+        } else {
+            float *ca, *Sa, *cb, *Sb; /* the live buffers of each pair (parities may differ) */
+            ts_gdn_live(&a->st, L, &ca, &Sa);
+            ts_gdn_live(&b->st, L, &cb, &Sb);
+            pa[0] = ca, pa[1] = Sa, pb[0] = cb, pb[1] = Sb;
+            cnt[0] = nconv, cnt[1] = nS;
+        }
+        for (int i = 0; i < 2 && diff < 0; i++) {
+            if (!cnt[i]) continue;
+            x[0] = 1, y[0] = 2; /* an unread buffer differs */
+            ts_be_read(a->st.s, x, pa[i], cnt[i]);
+            ts_be_read(b->st.s, y, pb[i], cnt[i]);
+            if (ts_be_sync(a->st.s, NULL) || ts_be_sync(b->st.s, NULL)) diff = c->n_layers;
+            else if (memcmp(x, y, sizeof(float) * cnt[i])) diff = L;
+        }
+    }
+    if (!x || !y) diff = c->n_layers;
+    free(x), free(y);
+    return diff;
+}
+
+/* The last logits (or hidden) of a and b equal: host copies through each
+ * stream's staging (one stream each, so neither read overwrites the other). */
+static int same_last(ts_session *a, ts_session *b, int hidden) {
+    const int n = hidden ? a->e->model.cfg.H : a->e->model.cfg.vocab;
+    const float *x = hidden ? ts_session_hidden(a) : ts_session_logits(a);
+    const float *y = hidden ? ts_session_hidden(b) : ts_session_logits(b);
+    return x && y && !memcmp(x, y, sizeof(float) * (size_t)n);
+}
+
+/* After a verify of M+1 rows and a rollback to C kept rows (materialized),
+ * the device state (GDN conv and recurrent state, KV rows) equals the state
+ * after C one-row steps, byte for byte; so do the last logits and hidden,
+ * and the next step. Before the verify every session decodes one row, so a
+ * decode graph exists and the later steps replay it with other parities. */
+TS_TEST(cuda_engine, spec_rollback_device_state_bit_exact) {
+    NEED_GPU();
+    spec_model ms[8];
+    const int nm = spec_models(ms, 1);
+    CHECK(nm > 0);
+    int ran = 0;
+    for (int k = 0; k < nm; k++) {
+        if (strcmp(ms[k].name, "tiny-dense") && strcmp(ms[k].name, "tiny-moe INT4") && strcmp(ms[k].name, "fused-gdn INT4") &&
+            strcmp(ms[k].name, "default"))
+            continue;
+        ts_engine *e = spec_open(&ms[k]);
+        if (!e) continue;
+        const int M = 6;
+        const int32_t blk[] = {17, 4, 250, 33, 8, 101, 2}, pre = 21, nx = 5;
+        for (int C = 1; C <= M + 1; C++) {
+            ts_session *a = spec_session(e, 256, M), *b = spec_session(e, 256, 0);
+            CHECK(a && b);
+            ts_error err = {0};
+            CHECK(ts_session_feed(a, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
+            CHECK(ts_session_feed(b, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
+            CHECK(ts_session_feed(a, &pre, 1, NULL, NULL, &err) == 0);
+            CHECK(ts_session_feed(b, &pre, 1, NULL, NULL, &err) == 0);
+            CHECK_MSG(ts_spec_verify(a, blk, M + 1, &err) == 0, "%s", err.msg);
+            ts_spec_rollback(a, C);
+            ts_spec_materialize(a); /* the rollback is lazy: apply it to read the raw state */
+            for (int i = 0; i < C; i++) CHECK(ts_session_feed(b, &blk[i], 1, NULL, NULL, &err) == 0);
+            CHECK_MSG(a->pos == b->pos, "pos %d vs %d", a->pos, b->pos);
+            const int L = dev_state_diff(a, b);
+            CHECK_MSG(L < 0, "%s C=%d: layer %d state differs after rollback", ms[k].name, C, L);
+            CHECK_MSG(same_last(a, b, 0), "%s C=%d: last logits differ", ms[k].name, C);
+            CHECK_MSG(same_last(a, b, 1), "%s C=%d: last hidden differs", ms[k].name, C);
+            CHECK(ts_session_feed(a, &nx, 1, NULL, NULL, &err) == 0);
+            CHECK(ts_session_feed(b, &nx, 1, NULL, NULL, &err) == 0);
+            CHECK_MSG(same_last(a, b, 0), "%s C=%d: the next step's logits differ", ms[k].name, C);
+            CHECK_MSG(dev_state_diff(a, b) < 0, "%s C=%d: state differs after the next step", ms[k].name, C);
+            ts_session_free(a);
+            ts_session_free(b);
+        }
+        fprintf(stderr, "  %-15s verify of 7 rows, rollback to 1..7 rows: device state == one-row steps\n", ms[k].name);
+        ran++;
+        ts_engine_close(e);
+    }
+    CHECK_MSG(ran >= 3, "only %d models ran on the GPU", ran);
+}
+
+/* The lazy forms: after a rollback to C rows, decode rows (the first one
+ * replays the pending rows inside its pass, the second replays the decode
+ * graph with the parities the rollback left) against the eager rollback and
+ * one-row decoding; then a chain of 40 verify blocks of random sizes, each
+ * rolled back lazily before the next (verifies that start from pending
+ * rows, one-row blocks, second rollbacks of a block, decode rows in
+ * between), every verified row's logits against one-row decoding, and the
+ * final states. */
+TS_TEST(cuda_engine, spec_lazy_rollback_decode_and_chain) {
+    NEED_GPU();
+    spec_model ms[8];
+    const int nm = spec_models(ms, 1);
+    CHECK(nm > 0);
+    int ran = 0;
+    for (int k = 0; k < nm; k++) {
+        if (strcmp(ms[k].name, "tiny-dense") && strcmp(ms[k].name, "fused-gdn INT4") && strcmp(ms[k].name, "default"))
+            continue;
+        ts_engine *e = spec_open(&ms[k]);
+        if (!e) continue;
+        const int V = e->model.cfg.vocab, M = 6;
+        const int32_t blk[] = {17, 4, 250, 33, 8, 101, 2}, nx[] = {5, 77, 12}, pre = 21;
+        ts_error err = {0};
+        for (int C = 1; C <= M + 1; C++) {
+            ts_session *a = spec_session(e, 256, M), *ea = spec_session(e, 256, M), *b = spec_session(e, 256, 0);
+            CHECK(a && ea && b);
+            ts_session *all[3] = {a, ea, b};
+            for (int i = 0; i < 3; i++) {
+                CHECK(ts_session_feed(all[i], SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
+                CHECK(ts_session_feed(all[i], &pre, 1, NULL, NULL, &err) == 0); /* captures the decode graph */
+            }
+            CHECK(ts_spec_verify(a, blk, M + 1, &err) == 0 && ts_spec_verify(ea, blk, M + 1, &err) == 0);
+            ts_spec_rollback(a, C);
+            ts_spec_rollback(ea, C);
+            CHECK_MSG(a->st.gdn_pend == (C <= M ? C : 0), "C=%d: %d rows pending", C, a->st.gdn_pend);
+            ts_spec_materialize(ea);
+            for (int i = 0; i < C; i++) CHECK(ts_session_feed(b, &blk[i], 1, NULL, NULL, &err) == 0);
+            for (int i = 0; i < 3; i++) {
+                for (int j = 0; j < 3; j++) CHECK(ts_session_feed(all[j], &nx[i], 1, NULL, NULL, &err) == 0);
+                CHECK_MSG(same_last(a, b, 0) && same_last(ea, b, 0), "%s C=%d: logits of decode row %d differ",
+                          ms[k].name, C, i);
+            }
+            CHECK_MSG(a->st.gdn_pend == 0, "the decode row left %d rows pending", a->st.gdn_pend);
+            CHECK_MSG(dev_state_diff(a, b) < 0 && dev_state_diff(ea, b) < 0, "%s C=%d: state differs after decoding",
+                      ms[k].name, C);
+            for (int i = 0; i < 3; i++) ts_session_free(all[i]);
+        }
+        /* the chain */
+        ts_session *a = spec_session(e, 512, M), *ea = spec_session(e, 512, M), *b = spec_session(e, 512, 0);
+        CHECK(a && ea && b);
+        CHECK(ts_session_feed(a, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(ea, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(b, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
+        float *row = malloc(sizeof(float) * (size_t)V), *erow = malloc(sizeof(float) * (size_t)V);
+        CHECK(row && erow);
+        uint64_t lcg = 2024;
+        int lazy_verifies = 0, decodes = 0, bad = 0;
+        for (int blkno = 0; blkno < 40 && !bad; blkno++) {
+            int32_t bb[TS_SPEC_MAX_DRAFT + 1];
+            lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+            const int n = 1 + (int)((lcg >> 33) % (M + 1)); /* 1..M+1 rows */
+            for (int j = 0; j < n; j++) {
+                lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+                bb[j] = (int32_t)((lcg >> 33) % (uint64_t)V);
+            }
+            lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+            const int keep = 1 + (int)((lcg >> 33) % (uint64_t)n);
+            lazy_verifies += a->st.gdn_pend > 0 && n > 1;
+            CHECK(ts_spec_verify(a, bb, n, &err) == 0 && ts_spec_verify(ea, bb, n, &err) == 0);
+            CHECK(a->st.gdn_pend == 0);
+            for (int j = 0; j < keep && !bad; j++) {
+                CHECK(ts_session_feed(b, &bb[j], 1, NULL, NULL, &err) == 0);
+                const float *ra = ts_be_host(a->st.s, a->vlogits + (size_t)j * V, (size_t)V);
+                CHECK(ra);
+                memcpy(row, ra, sizeof(float) * (size_t)V);
+                const float *re = ts_be_host(ea->st.s, ea->vlogits + (size_t)j * V, (size_t)V);
+                CHECK(re);
+                memcpy(erow, re, sizeof(float) * (size_t)V);
+                const float *rb = ts_session_logits(b);
+                CHECK(rb);
+                if (memcmp(row, rb, sizeof(float) * V) || memcmp(erow, rb, sizeof(float) * V)) {
+                    ts_test_fail(__FILE__, __LINE__, "%s block %d (%d rows): logits of row %d differ", ms[k].name, blkno,
+                                 n, j);
+                    bad = 1;
+                }
+            }
+            if (keep > 1 && (lcg >> 40) % 4 == 0) ts_spec_rollback(a, keep + (n > keep)); /* further first, then to keep */
+            ts_spec_rollback(a, keep);
+            ts_spec_rollback(ea, keep);
+            ts_spec_materialize(ea);
+            CHECK_MSG(same_last(a, b, 0), "%s block %d: last logits after the rollback differ", ms[k].name, blkno);
+            if ((lcg >> 44) % 3 == 0) { /* a decode row (a: with the rollback pending) */
+                const int32_t t = (int32_t)((lcg >> 20) % (uint64_t)V);
+                CHECK(ts_session_feed(a, &t, 1, NULL, NULL, &err) == 0 && ts_session_feed(ea, &t, 1, NULL, NULL, &err) == 0 &&
+                      ts_session_feed(b, &t, 1, NULL, NULL, &err) == 0);
+                CHECK_MSG(same_last(a, b, 0) && same_last(ea, b, 0), "%s block %d: the decode row's logits differ",
+                          ms[k].name, blkno);
+                decodes++;
+            }
+        }
+        free(row), free(erow);
+        CHECK_MSG(!bad, "%s: the chain parted", ms[k].name);
+        CHECK_MSG(lazy_verifies >= 8, "only %d verify blocks started from a pending rollback", lazy_verifies);
+        ts_spec_materialize(a);
+        CHECK_MSG(dev_state_diff(a, b) < 0 && dev_state_diff(ea, b) < 0, "%s: state differs at the end of the chain",
+                  ms[k].name);
+        fprintf(stderr, "  %-15s lazy rollbacks then decode rows, C = 1..7; chain of 40 blocks (%d verified from pending "
+                "rows, %d decode rows between): logits and device state identical\n", ms[k].name, lazy_verifies, decodes);
+        ts_session_free(a);
+        ts_session_free(ea);
+        ts_session_free(b);
+        ran++;
+        ts_engine_close(e);
+    }
+    CHECK_MSG(ran >= 2, "only %d models ran on the GPU", ran);
+}
+
+/* Speculative sampling runs on the GPU (the verify rows read back through
+ * the staging, the acceptance test's scratch in host memory): the same seed
+ * twice gives the same tokens. (The distribution test, chi-square, is the
+ * CPU's spec.sampling_matches_target; issue 17's GPU twin is not here.) */
+TS_TEST(cuda_engine, spec_sampling_repeats) {
+    NEED_GPU();
+    ts_error err = {0};
+    ts_engine *e = NULL;
+    CHECK_MSG(!open_on("models/default", "cuda", &e, &err), "%s", err.msg);
+    static collect c1, c2;
+    collect *cs[2] = {&c1, &c2};
+    ts_gen_stats st[2];
+    for (int r = 0; r < 2; r++) {
+        ts_session *s = spec_session(e, 512, 3);
+        CHECK(s);
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = 64;
+        gp.spec_draft = 3;
+        gp.temperature = 0.8f;
+        gp.top_k = 40;
+        gp.seed = 99;
+        cs[r]->n = 0;
+        CHECK_MSG(ts_generate(s, SPROMPT, T_SPROMPT, &gp, on_tok, cs[r], &st[r], &err) == 0, "%s", err.msg);
+        ts_session_free(s);
+    }
+    fprintf(stderr, "  sampled with --draft 3 twice: %d and %d tokens, %d/%d drafts accepted\n", c1.n, c2.n,
+            st[0].n_accepted, st[0].n_drafted);
+    CHECK(c1.n == 64 && c2.n == 64 && !memcmp(c1.ids, c2.ids, sizeof(int32_t) * 64));
+    CHECK(st[0].n_blocks > 0);
+    ts_engine_close(e);
 }

@@ -36,9 +36,14 @@
  * run in blocks of 16 (attention one row at a time, see attn()), which keeps
  * every row exact (each op is row-exact).
  *
- * Not here yet (issue 17): speculative verify and rollback (step.record,
- * step.pend, gdn_materialize) answer TS_E_UNSUPPORTED; sampling reads the
- * logits row back through host_rows (argmax runs on the device, 4 bytes
+ * Speculative decoding (MTP drafts): a verify is a pass of M+1 rows through
+ * the same row-exact ops; attention appends all its K/V rows (a rollback
+ * only moves the position back); GDN layers keep the block-start state as
+ * the snapshot by a parity flip and tape the rows' inputs on the device, and
+ * a lazy rollback's rows are replayed from the tape by the decode kernels
+ * (the GDN section below). Verify and rollback passes run uncaptured.
+ * Not here yet (issue 17): DFlash's block-masked attention; sampling reads
+ * the logits rows back through host_rows (argmax runs on the device, 4 bytes
  * come back).
  */
 #include <stdlib.h>
@@ -378,14 +383,19 @@ __global__ void k_win_prob(const float *x, int64_t ld, int K, const int32_t *ids
  * Three small kernels, rows walked in order inside each: row-exact. */
 constexpr int GK_MAX = 8, GDK_MAX = 128;
 
-__global__ void k_gdn_conv(const float *qkv, float *conv_state, const float *conv_w, int C, int K, int n, float *prep) {
+/* (tsc_gdn_args: the state's source and destination as in gdn.cu, the
+ * parities, no output when o is NULL) */
+__global__ void k_gdn_conv(const tsc_gdn_args a, int C, float *prep) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
+    const int K = a.K;
+    const float *cin;
+    float *cs = tsc_gdn_conv_of(a, &cin);
     float h[GK_MAX], w[GK_MAX];
-    for (int j = 0; j < K - 1; j++) h[j] = conv_state[(int64_t)j * C + c];
-    for (int j = 0; j < K; j++) w[j] = conv_w[(int64_t)j * C + c];
-    for (int t = 0; t < n; t++) {
-        const float x = qkv[(int64_t)t * C + c];
+    for (int j = 0; j < K - 1; j++) h[j] = cin[(int64_t)j * C + c];
+    for (int j = 0; j < K; j++) w[j] = a.conv_w[(int64_t)j * C + c];
+    for (int t = 0; t < a.n; t++) {
+        const float x = a.qkv[(int64_t)t * C + c];
         float acc = 0.f;
         for (int j = 0; j < K - 1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], h[j]));
         acc = __fadd_rn(acc, __fmul_rn(w[K - 1], x));
@@ -393,7 +403,7 @@ __global__ void k_gdn_conv(const float *qkv, float *conv_state, const float *con
         for (int j = 0; j + 1 < K - 1; j++) h[j] = h[j + 1];
         if (K > 1) h[K - 2] = x;
     }
-    for (int j = 0; j < K - 1; j++) conv_state[(int64_t)j * C + c] = h[j];
+    for (int j = 0; j < K - 1; j++) cs[(int64_t)j * C + c] = h[j];
 }
 
 /* block (head of q or k, row): l2 norm in place */
@@ -413,24 +423,25 @@ __global__ void k_gdn_l2(float *prep, int C, int Hk, int dk) {
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* block = value head h, thread = state column j */
-__global__ void k_gdn_scan(const float *prep, const float *a_, const float *b_, const float *z, float *S,
-                           const float *neg_A, const float *dt_bias, const float *norm_w, float eps, float *o, int n,
-                           int Hk, int Hv, int dk, int dv) {
+__global__ void k_gdn_scan(const tsc_gdn_args a, const float *prep) {
     __shared__ float qs[GDK_MAX], ks[GDK_MAX];
     __shared__ double red[32];
+    const int Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv, n = a.n;
     const int h = blockIdx.x, j = threadIdx.x, kh = h / (Hv / Hk);
     const int Kd = Hk * dk, C = 2 * Kd + Hv * dv, Vd = Hv * dv;
     const bool on = j < dv;
     float s[GDK_MAX];
-    float *Sh = S + (int64_t)h * dk * dv;
-    for (int i = 0; i < dk; i++) s[i] = on ? Sh[(int64_t)i * dv + j] : 0.f;
+    const float *S0;
+    float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * dk * dv;
+    const float *Si = S0 + (int64_t)h * dk * dv;
+    for (int i = 0; i < dk; i++) s[i] = on ? Si[(int64_t)i * dv + j] : 0.f;
     for (int t = 0; t < n; t++) {
         const float *row = prep + (int64_t)t * C;
         __syncthreads();
         for (int i = threadIdx.x; i < dk; i += blockDim.x) qs[i] = row[(int64_t)kh * dk + i], ks[i] = row[Kd + (int64_t)kh * dk + i];
         __syncthreads();
-        const float beta = sigmoid_f(b_[(int64_t)t * Hv + h]);
-        const float decay = expf(__fmul_rn(neg_A[h], softplus_f(__fadd_rn(a_[(int64_t)t * Hv + h], dt_bias[h]))));
+        const float beta = sigmoid_f(a.b[(int64_t)t * Hv + h]);
+        const float decay = expf(__fmul_rn(a.neg_A[h], softplus_f(__fadd_rn(a.a[(int64_t)t * Hv + h], a.dt_bias[h]))));
         float p = 0.f;
         for (int i = 0; i < dk; i++) {
             s[i] = __fmul_rn(s[i], decay);
@@ -444,10 +455,10 @@ __global__ void k_gdn_scan(const float *prep, const float *a_, const float *b_, 
             ov = __fadd_rn(ov, __fmul_rn(s[i], qs[i]));
         }
         const double ss = block_sum_d(on ? (double)ov * ov : 0.0, red);
-        const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dv), eps)));
-        if (on) {
+        const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dv), a.eps)));
+        if (on && a.o) {
             const int64_t oi = (int64_t)t * Vd + (int64_t)h * dv + j;
-            o[oi] = __fmul_rn(__fmul_rn(__fmul_rn(ov, rr), norm_w[j]), silu_f(z[oi]));
+            a.o[oi] = __fmul_rn(__fmul_rn(__fmul_rn(ov, rr), a.norm_w[j]), silu_f(a.z[oi]));
         }
     }
     if (on)
@@ -845,13 +856,19 @@ int pick_split(int L, int nq, int D, size_t cap) {
 /* One row per call: the partials of a row go to the contract's score
  * buffer (one row of att_len per query head), or to the stream's own small
  * area for contexts shorter than a head's partial. The position comes from
- * the device step record plus the row. */
+ * the device step record plus the row.
+ * The piece size (the split) changes a row's rounding, so it is chosen from
+ * what every session of one context length has alike: the cache's rows
+ * (kv_len), the shape, one row of scores per query head (a verify session's
+ * buffer holds more rows and may be longer: the MTP cache's slack) and the
+ * small area (the stream's columns). Then a verify row, a decode row and a
+ * plain session's row of the same position have the same bits. */
 void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     cu_stream *q = ST(s);
     if (dead(s)) return;
     if (a->mask != TS_MASK_CAUSAL) { fail(s, TS_E_UNSUPPORTED, "block-masked attention (DFlash) on CUDA: not yet"); return; }
-    const int L = a->att_len, D = a->D;
-    const size_t cap_att = (size_t)a->nq * (size_t)L * (size_t)(a->att_rows > 0 ? a->att_rows : 1);
+    const int L = a->kv_len > 0 && a->kv_len <= a->att_len ? a->kv_len : a->att_len, D = a->D;
+    const size_t cap_att = (size_t)a->nq * (size_t)L;
     /* the buffer that allows the finer split (more pieces: more blocks in flight) */
     float *ws = a->att;
     int P = pick_split(L, a->nq, D, cap_att);
@@ -880,53 +897,206 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     }
 }
 
-const char *SPEC_MSG = "speculative decoding on CUDA: not yet (issue 17)";
+/* ---- GDN: decode, verify, lazy rollback ----
+ * The contract (backend.h, ts_gdn_args; cpu/gdn.c is the reference): the
+ * state pairs are chosen by the step record's parities; a verify
+ * (step.record) makes the block-start state the snapshot and tapes its rows'
+ * inputs (pre-conv qkv, a, b); the pending rows of a lazy rollback
+ * (step.pend) are replayed from the tape first. Here every one of those is a
+ * run of rows through the step kernels (gdn.cu for 128/128 heads with 4
+ * taps, the three general kernels above otherwise) from a source state into
+ * a destination state, so a replayed or verified row has the bits of a
+ * decode row: the kernels are row-exact and a row's arithmetic does not
+ * depend on where its state lives. The four ways a pass starts (with P
+ * pending rows; live = the parities' buffers, snap = the others):
+ *
+ *   plain (no record, P = 0)  the rows in place on live;
+ *   P, no record              tape rows snap conv -> live conv, snap S in
+ *                             place; then the rows, in place; the caller
+ *                             flips par_S (snap S is the live one now);
+ *   record, P = 0             the rows from live into snap (conv and S): the
+ *                             block start stays where it was and becomes the
+ *                             snapshot when the caller flips both parities;
+ *   record, P                 tape rows in place on snap (the new block
+ *                             start), then the rows from snap into live;
+ *                             no flip;
+ *   prefill chunk (TS_MODE_PREFILL, n > 1, with the chunked scratch): the
+ *                             caller treats it as chunked (no flip): P rows
+ *                             snap -> live first (gdn_materialize), then the
+ *                             rows in place. CUDA runs prompt chunks through
+ *                             the same row kernels.
+ *
+ * Unlike the CPU, no prepared rows are kept in the tape (tape_prep is
+ * unused): the replay recomputes the conv from the taped inputs and the
+ * snapshot's conv state, the very window the verify saw, with the same
+ * kernel, so the prepared values are the same bits; the conv is a small part
+ * of a GPU row (one thread per channel).
+ *
+ * Graphs: verify and rollback passes run uncaptured (qwen35.c, graphs_on)
+ * and choose their buffers on the host; a captured decode pass takes both
+ * buffers of each pair and the device step record's parities, so its graph
+ * replays after any number of flips. */
+
+/* One run of rows: qkv/a/b rows [0, n) (z and o NULL: no output), state
+ * from (conv_in, S_in) into (conv, S), in place where an input is NULL;
+ * par_*: device parities choosing conv_alt / S_alt (captured decode). */
+struct gdn_run {
+    const float *qkv, *a, *b, *z;
+    float *o;
+    int n;
+    const float *conv_in, *S_in;
+    float *conv, *S, *conv_alt, *S_alt;
+    const int32_t *par_conv, *par_S;
+};
+
+/* The run in blocks of blk rows through the prepared rows' workspace ws:
+ * the first block reads the source state, later ones continue in place on
+ * the destination. */
+void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, int blk, bool fused) {
+    const int C = 2 * a->Hk * a->dk + a->Hv * a->dv, Vd = a->Hv * a->dv;
+    for (int r0 = 0; r0 < r.n; r0 += blk) {
+        const int nr = r.n - r0 < blk ? r.n - r0 : blk;
+        tsc_gdn_args g;
+        memset(&g, 0, sizeof g);
+        g.n = nr, g.Hk = a->Hk, g.Hv = a->Hv, g.dk = a->dk, g.dv = a->dv, g.K = a->K;
+        g.qkv = r.qkv + (size_t)r0 * C;
+        g.z = r.o ? r.z + (size_t)r0 * Vd : NULL;
+        g.b = r.b + (size_t)r0 * a->Hv, g.a = r.a + (size_t)r0 * a->Hv;
+        g.conv_state = r.conv, g.conv_w = a->conv_w, g.S = r.S, g.neg_A = a->neg_A, g.dt_bias = a->dt_bias;
+        g.norm_w = a->norm, g.eps = a->eps, g.o = r.o ? r.o + (size_t)r0 * Vd : NULL, g.ws = ws;
+        g.conv_in = r0 ? NULL : r.conv_in, g.S_in = r0 ? NULL : r.S_in;
+        g.conv_alt = r.conv_alt, g.S_alt = r.S_alt, g.par_conv = r.par_conv, g.par_S = r.par_S;
+        if (fused) {
+            tsc_gdn_step(q->c, &g);
+            continue;
+        }
+        if (tsc_error(q->c)) return;
+        cudaStream_t cs = q->c->stream;
+        k_gdn_conv<<<(unsigned)((C + 127) / 128), 128, 0, cs>>>(g, C, ws);
+        k_gdn_l2<<<dim3((unsigned)(2 * a->Hk), nr), 128, 0, cs>>>(ws, C, a->Hk, a->dk);
+        k_gdn_scan<<<a->Hv, (unsigned)((a->dv + 31) / 32 * 32), 0, cs>>>(g, ws);
+        tsc_launched_(q->c, "GDN step (general head sizes)");
+    }
+}
+
+/* The shape check shared by the op and the materialization; fused: the
+ * gdn.cu kernels take it. */
+bool gdn_shape(ts_stream *s, const ts_gdn_args *a, bool *fused) {
+    *fused = a->dk == 128 && a->dv == 128 && a->K == 4;
+    if (!*fused && (a->dk > GDK_MAX || a->dv > 1024 || a->K > GK_MAX || a->K < 1 || a->Hv % a->Hk)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "GDN with key/value heads of %d/%d and a conv of %d taps on CUDA: need dk <= %d, "
+                 "dv <= 1024, K <= %d", a->dk, a->dv, a->K, GDK_MAX, GK_MAX);
+        fail(s, TS_E_UNSUPPORTED, msg);
+        return false;
+    }
+    return true;
+}
+
+/* The prepared rows' workspace for runs of up to `need` rows, and its rows:
+ * the verify's buffer (a->rows, a->cap rows) when it holds them, else the
+ * chunked prefill's conv rows (the session's max_rows: every pass larger
+ * than the verify buffer is a prompt chunk of at most max_rows rows), else
+ * the one-row buffer. */
+float *gdn_ws(const ts_gdn_args *a, int need, int *blk) {
+    if (need > RB) need = RB;
+    float *ws;
+    int cap;
+    if (a->rows && a->cap >= need) ws = a->rows, cap = a->cap;
+    else if (a->pf_conv) ws = a->pf_conv, cap = need;
+    else ws = a->rows, cap = a->cap > 0 ? a->cap : 1;
+    *blk = cap < RB ? cap : RB;
+    return ws;
+}
+
+/* The taped rows a lazy rollback keeps, replayed from the snapshot into the
+ * live state (no output): gdn_materialize's work, and the first half of a
+ * prompt chunk after a rollback. */
+void gdn_replay_into_live(cu_stream *q, const ts_gdn_args *a, int P, float *conv, float *S, const float *snC,
+                          const float *snS, float *ws, int blk, bool fused) {
+    gdn_run t = {a->tape_qkv, a->tape_a, a->tape_b, NULL, NULL, P, snC, snS, conv, S, NULL, NULL, NULL, NULL};
+    gdn_rows(q, a, t, ws, blk, fused);
+}
 
 void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
     cu_stream *q = ST(s);
     if (dead(s)) return;
     const ts_step *sp = &s->step;
-    if (sp->record || sp->pend) { fail(s, TS_E_UNSUPPORTED, SPEC_MSG); return; }
-    float *S = a->S[sp->par_S & 1], *conv = a->conv[sp->par_conv & 1];
-    if (!S || !conv) { fail(s, TS_E_UNSUPPORTED, SPEC_MSG); return; }
-    const bool fused = a->dk == 128 && a->dv == 128 && a->K == 4;
-    if (!fused && (a->dk > GDK_MAX || a->dv > 1024 || a->K > GK_MAX || a->K < 1 || a->Hv % a->Hk)) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "GDN with key/value heads of %d/%d and a conv of %d taps on CUDA: need dk <= %d, "
-                 "dv <= 1024, K <= %d", a->dk, a->dv, a->K, GDK_MAX, GK_MAX);
-        fail(s, TS_E_UNSUPPORTED, msg);
+    bool fused;
+    if (!gdn_shape(s, a, &fused)) return;
+    const bool tape = a->tape_qkv && a->S[1] && a->conv[1];
+    const bool record = tape && sp->record;
+    const int P = tape ? sp->pend : 0;
+    if (P < 0 || (tape && P > a->Rv) || (record && a->n > a->Rv)) {
+        fail(s, TS_E_ARG, "GDN: more pending or verified rows than the tape holds");
         return;
     }
-    const int C = 2 * a->Hk * a->dk + a->Hv * a->dv, Vd = a->Hv * a->dv;
-    /* the prepared rows' workspace: the chunked prefill's conv rows (max_rows
-     * of them) when the session has them, else the one-row buffer */
-    float *ws = a->pf_conv ? a->pf_conv : a->rows;
-    const int cap = a->pf_conv ? RB : (a->cap > 0 ? a->cap : 1);
-    const int blk = cap < RB ? cap : RB;
-    for (int r0 = 0; r0 < a->n; r0 += blk) {
-        const int nr = a->n - r0 < blk ? a->n - r0 : blk;
-        tsc_gdn_args g;
-        g.n = nr, g.Hk = a->Hk, g.Hv = a->Hv, g.dk = a->dk, g.dv = a->dv, g.K = a->K;
-        g.qkv = a->qkv + (size_t)r0 * C, g.z = a->z + (size_t)r0 * Vd;
-        g.b = a->b + (size_t)r0 * a->Hv, g.a = a->a + (size_t)r0 * a->Hv;
-        g.conv_state = conv, g.conv_w = a->conv_w, g.S = S, g.neg_A = a->neg_A, g.dt_bias = a->dt_bias;
-        g.norm_w = a->norm, g.eps = a->eps, g.o = a->out + (size_t)r0 * Vd, g.ws = ws;
-        if (fused) {
-            tsc_gdn_step(q->c, &g);
-            continue;
+    if ((record || P) && q->capturing) {
+        fail(s, TS_E_ARG, "GDN: a verify or a lazy rollback inside a graph capture (they choose buffers on the host)");
+        return;
+    }
+    const int ps = sp->par_S & 1, pc = sp->par_conv & 1;
+    if ((ps || pc) && !tape) { fail(s, TS_E_ARG, "GDN: a parity of 1 without the tape's buffers"); return; }
+    float *S = a->S[ps], *conv = a->conv[pc];
+    float *snS = tape ? a->S[ps ^ 1] : NULL, *snC = tape ? a->conv[pc ^ 1] : NULL;
+    if (!S || !conv) { fail(s, TS_E_ARG, "GDN: no state buffers"); return; }
+    int blk;
+    float *ws = gdn_ws(a, a->n > P ? a->n : P, &blk);
+    const bool chunked = m == TS_MODE_PREFILL && a->n > 1 && a->pf_conv;
+    gdn_run own = {a->qkv, a->a, a->b, a->z, a->out, a->n, NULL, NULL, conv, S, NULL, NULL, NULL, NULL};
+    if (chunked || (!record && !P)) {
+        if (P) gdn_replay_into_live(q, a, P, conv, S, snC, snS, ws, blk, fused);
+        else if (q->capturing && tape) {
+            /* a captured decode pass: the pairs by the device record's parities */
+            own.conv = a->conv[0], own.conv_alt = a->conv[1], own.par_conv = &q->dstep->step.par_conv;
+            own.S = a->S[0], own.S_alt = a->S[1], own.par_S = &q->dstep->step.par_S;
         }
+        gdn_rows(q, a, own, ws, blk, fused);
+        return;
+    }
+    if (P) {
+        /* the pending rows advance the snapshot: in place for a decode row
+         * (snap S becomes the live one by the caller's flip; the conv goes to
+         * the live buffer), in place on both for a verify (its block start) */
+        gdn_run t = {a->tape_qkv, a->tape_a, a->tape_b, NULL, NULL, P, record ? NULL : snC, NULL,
+                     record ? snC : conv, snS, NULL, NULL, NULL, NULL};
+        gdn_rows(q, a, t, ws, blk, fused);
+        if (record) own.conv_in = snC, own.S_in = snS; /* snap -> live */
+        else own.S = snS;                              /* conv live, S snap: in place */
+    } else {
+        own.conv_in = conv, own.S_in = S, own.conv = snC, own.S = snS; /* live -> snap */
+    }
+    gdn_rows(q, a, own, ws, blk, fused);
+    if (record) { /* last: the pending rows above were read from the old tape */
+        const int C = 2 * a->Hk * a->dk + a->Hv * a->dv;
         cudaStream_t cs = q->c->stream;
-        k_gdn_conv<<<(unsigned)((C + 127) / 128), 128, 0, cs>>>(g.qkv, conv, a->conv_w, C, a->K, nr, ws);
-        k_gdn_l2<<<dim3((unsigned)(2 * a->Hk), nr), 128, 0, cs>>>(ws, C, a->Hk, a->dk);
-        k_gdn_scan<<<a->Hv, (unsigned)((a->dv + 31) / 32 * 32), 0, cs>>>(ws, g.a, g.b, g.z, S, a->neg_A, a->dt_bias,
-                                                                     a->norm, a->eps, g.o, nr, a->Hk, a->Hv, a->dk, a->dv);
-        tsc_launched_(q->c, "GDN step (general head sizes)");
+        cudaError_t e = cudaMemcpyAsync(a->tape_qkv, a->qkv, sizeof(float) * (size_t)a->n * C, cudaMemcpyDeviceToDevice, cs);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(a->tape_a, a->a, sizeof(float) * (size_t)a->n * a->Hv, cudaMemcpyDeviceToDevice, cs);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(a->tape_b, a->b, sizeof(float) * (size_t)a->n * a->Hv, cudaMemcpyDeviceToDevice, cs);
+        if (e != cudaSuccess) io_err(s, "GDN tape", e);
     }
 }
 
+/* A lazy rollback applied eagerly: the live state becomes the snapshot
+ * advanced by the first pend taped rows (parities unchanged; the snapshot
+ * and the tape stay as they are). */
 void cu_gdn_materialize(ts_stream *s, const ts_gdn_args *a) {
-    (void)a;
-    if (s->step.pend) fail(s, TS_E_UNSUPPORTED, SPEC_MSG);
+    cu_stream *q = ST(s);
+    const int P = s->step.pend;
+    if (dead(s) || !P) return;
+    bool fused;
+    if (!gdn_shape(s, a, &fused)) return;
+    if (!a->tape_qkv || !a->S[1] || !a->conv[1] || P < 0 || P > a->Rv) {
+        fail(s, TS_E_ARG, "GDN materialize: pending rows without a tape that holds them");
+        return;
+    }
+    if (q->capturing) { fail(s, TS_E_ARG, "GDN materialize inside a graph capture"); return; }
+    const int ps = s->step.par_S & 1, pc = s->step.par_conv & 1;
+    int blk;
+    float *ws = gdn_ws(a, P, &blk);
+    gdn_replay_into_live(q, a, P, a->conv[pc], a->S[ps], a->conv[pc ^ 1], a->S[ps ^ 1], ws, blk, fused);
 }
 
 bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {

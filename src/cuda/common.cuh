@@ -109,4 +109,19 @@ __device__ __forceinline__ float load_s(const void *p, int dt, int64_t i) {
     return ((const float *)p)[i];
 }
 
+/* The GDN state a step kernel reads (*in) and writes (returned): conv_in ->
+ * conv_state (S_in -> S), or, with the device parities, the selected buffer
+ * of the pair in place (tsc.h, tsc_gdn_args: the engine's form). Kernels
+ * call these after TSC_PDL_ENTRY: the parities are device memory. */
+__device__ __forceinline__ float *tsc_gdn_conv_of(const tsc_gdn_args &a, const float **in) {
+    float *cs = a.par_conv && *a.par_conv ? a.conv_alt : a.conv_state;
+    *in = a.conv_in ? a.conv_in : cs;
+    return cs;
+}
+__device__ __forceinline__ float *tsc_gdn_state_of(const tsc_gdn_args &a, const float **in) {
+    float *S = a.par_S && *a.par_S ? a.S_alt : a.S;
+    *in = a.S_in ? a.S_in : S;
+    return S;
+}
+
 #endif

@@ -21,6 +21,12 @@
  * in registers for all n rows and is written once.
  * Rows are walked in order inside each kernel, with the arithmetic of a
  * one-row call, so n rows equal n one-row calls bit for bit.
+ * Speculative decoding (src/cuda/backend.cu) changes where the state comes
+ * from and goes to, never the arithmetic: a separate source (conv_in, S_in:
+ * a verify writes its rows' state into the other buffer of the pair), the
+ * pair's buffer chosen by the device step record's parity (a captured decode
+ * graph), no output for a lazy rollback's replayed rows (the norm's cluster
+ * barriers still run in every block).
  *
  * Floors (H200, 9B layer: Hv = 32, C = 8192, one row): state 2 MiB read +
  * 2 MiB written = 4.2 MB -> ~1.0 us at 4.3 TB/s; ~0.03 Mflop of conv and
@@ -49,9 +55,11 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
     const int c = blockIdx.x * DK + threadIdx.x;
     const bool qk = blockIdx.x < 2 * a.Hk, isq = blockIdx.x < a.Hk;
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
+    const float *cin;
+    float *cout = tsc_gdn_conv_of(a, &cin);
     float h[KW - 1], w[KW];
 #pragma unroll
-    for (int j = 0; j < KW - 1; j++) h[j] = a.conv_state[(int64_t)j * C + c];
+    for (int j = 0; j < KW - 1; j++) h[j] = cin[(int64_t)j * C + c];
 #pragma unroll
     for (int j = 0; j < KW; j++) w[j] = a.conv_w[(int64_t)j * C + c];
     for (int t = 0; t < a.n; t++) {
@@ -73,7 +81,7 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
         h[KW - 2] = x;
     }
 #pragma unroll
-    for (int j = 0; j < KW - 1; j++) a.conv_state[(int64_t)j * C + c] = h[j];
+    for (int j = 0; j < KW - 1; j++) cout[(int64_t)j * C + c] = h[j];
 }
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -86,10 +94,12 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
     const int h = blockIdx.x / CL, cb = (int)cl.block_rank();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = cb * CB + lane;
     const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd, g = h / (a.Hv / a.Hk);
-    float *Sh = a.S + (int64_t)h * DK * DV;
+    const float *S0;
+    float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
+    const float *Si = S0 + (int64_t)h * DK * DV;
     float S[IPW];
 #pragma unroll
-    for (int ii = 0; ii < IPW; ii++) S[ii] = Sh[(warp * IPW + ii) * DV + j];
+    for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
     const float nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
     for (int t = 0; t < a.n; t++) {
         const float *row = prep + (int64_t)t * C;
@@ -124,7 +134,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
             if (lane == 0) ssq[t & 1] = d;
         }
         cl.sync();
-        if (warp == 0) {
+        if (warp == 0 && a.o) { /* (no output: the cluster barriers above still run) */
             double tot = 0;
 #pragma unroll
             for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], r);

@@ -207,8 +207,23 @@ typedef struct tsc_gdn_args {
     const float *dt_bias; /* [Hv] */
     const float *norm_w;  /* [dv] plain gated-norm weight */
     float eps;
-    float *o;             /* [n, Hv*dv] out: the gated norm's output (out_proj's input) */
+    float *o;             /* [n, Hv*dv] out: the gated norm's output (out_proj's input); NULL: none */
     float *ws;            /* tsc_gdn_ws_bytes(n, C) */
+    /* The engine's form (src/cuda/backend.cu, speculative verify and its
+     * rollback; all NULL in the kernel tests, which is the plain in-place step):
+     *  - conv_in / S_in: the state the rows start from when it is not
+     *    conv_state / S; the state after the rows is written to conv_state / S
+     *    (a verify advances the block-start state into the other buffer of its
+     *    pair: no copy). In place when NULL.
+     *  - par_conv / par_S: device ints (the step record's parities, so that a
+     *    captured graph replays with the current ones); 1 selects conv_alt /
+     *    S_alt instead of conv_state / S, in place (conv_in / S_in NULL then).
+     *  - o NULL (and z unread): the rows advance the state without output (a
+     *    lazy rollback's replayed rows).
+     * None of this changes a row's arithmetic. */
+    const float *conv_in, *S_in;
+    float *conv_alt, *S_alt;
+    const int32_t *par_conv, *par_S;
 } tsc_gdn_args;
 size_t tsc_gdn_ws_bytes(int n, int C);
 void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a);

@@ -69,7 +69,8 @@ static int open_backend(ts_engine *e, const ts_config *cfg, ts_error *err) {
     if (strcmp(want, "auto")) return ts_fail(err, TS_E_ARG, "backend '%s': use auto, cpu or cuda", want);
     ts_error ce = {0};
     if (!ts_cuda_built()) return ts_cpu_backend_new(&bp, &e->be, err); /* a build without CUDA: the CPU, silently */
-    /* what the CUDA backend cannot do yet: DFlash (issue 17), expert streaming (issue 18) */
+    /* what the CUDA backend cannot do yet: DFlash (issue 17: block-masked
+     * attention), expert streaming (issue 18); MTP drafting runs there */
     if (e->params.dflash || e->params.expert_cache) return ts_cpu_backend_new(&bp, &e->be, err);
     if (!open_cuda(e, cfg, &ce)) return 0;
     fprintf(stderr, "turbospark: --backend auto: %s; running on the CPU\n", ce.msg);

@@ -26,7 +26,7 @@ struct ts_session {
     /* drafting (params.spec_draft > 0), else NULL */
     float *mtp_hid;     /* [R, H] MTP input/output hiddens */
     float *vlogits;     /* [M + 1, V] logits of a verify block */
-    float *dprobs;      /* [M, V] draft distributions (sampling) */
+    float *dprobs;      /* [M + 1, V] draft distributions (sampling), then a scratch row (spec.c) */
     int spec_rows;      /* rows of the last verify block (its tape and snapshot) */
     float *ckpt;        /* params.checkpoint: every GDN layer's conv then recurrent state, in layer order */
     int ckpt_pos;       /* the saved position, -1 when nothing is saved */

@@ -111,7 +111,9 @@ int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *d
         o->tape_prep = 2 * (size_t)o->Rv * C;
         o->gdn_rows = o->n_gdn ? (size_t)o->Rv * C : 0;
         o->vlogits = (size_t)o->Rv * c->vocab;
-        o->dprobs = (size_t)M * c->vocab;
+        /* one more row: the acceptance test's target distribution, host
+         * memory (a device backend's staging holds the block's rows then) */
+        o->dprobs = (size_t)(M + 1) * c->vocab;
     }
     if (sp.dflash_block) {
         const size_t B = (size_t)sp.dflash_block, dq = (size_t)dc->nq * dc->D, dkv = (size_t)dc->nkv * dc->D;

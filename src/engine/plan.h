@@ -40,7 +40,7 @@ typedef struct ts_sess_plan {
     size_t tape_qkv, tape_ab, snap_conv, snap_S; /* drafter, per GDN layer (tape_ab: each of a, b) */
     size_t tape_prep;     /* drafter, per GDN layer: prepared rows, two halves [2, Rv, C] */
     size_t gdn_rows;      /* drafter: prepared GDN rows of a pass that is not a verify [Rv, C] */
-    size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [M, V] */
+    size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [M, V] + a scratch row */
     size_t ckpt;          /* checkpoint: n_gdn * (gdn_conv + gdn_S), 0 without */
     /* DFlash (p.dflash_block > 0), else 0: the drafter's per-layer K/V cache
      * (each of K, V of one layer), the target's taps, its scratch */

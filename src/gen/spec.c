@@ -294,9 +294,12 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
             op->argmax(bs, tv_f32(s->vlogits, mm + 1, V), V, targ, NULL);
             a = ts_spec_accept_greedy(targ, blk + 1, mm, out);
         } else {
-            /* host rows: the block's logits, and scratch for the target distribution */
+            /* host rows: the block's logits (a device backend's staging), and
+             * the scratch row of dprobs for the target distribution (not the
+             * staging: that holds vl) */
             const float *vl = ts_be_host(bs, s->vlogits, (size_t)(mm + 1) * V);
-            float *ptmp = (float *)ts_be_host(bs, st->sc.logits, (size_t)V);
+            const int Ms = TS_MAX(s->params.spec_draft, s->params.dflash_block ? s->params.dflash_block - 1 : 0);
+            float *ptmp = s->dprobs + (size_t)Ms * V;
             a = ts_spec_accept(vl, s->dprobs, blk + 1, mm, V, smp, ptmp, out);
         }
         stats->n_blocks++;

@@ -48,8 +48,10 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     OPS(st)->linear(st->s, md, (const ts_weight *[]){&w->q_proj, &w->k_proj, &w->v_proj}, 3, sc->u,
                     (float *[]){qg, kb, vb}, n);
     /* output [n, nq*D] in big2 (the V rows are in the cache by then) */
+    const int kv_len = kv == &st->mtp_kv ? st->mtp_ctx : st->n_ctx;
     ts_attn_args a = {qg, kb, vb, w->q_norm, w->k_norm, kv->k, kv->v, sc->att, sc->att_len, sc->att_rows,
-                      sc->big2, n, c->nq, c->nkv, m->D, c->rot_dim, 0, c->rope_theta, c->eps, TS_MASK_CAUSAL, 0, 0};
+                      sc->big2, n, c->nq, c->nkv, m->D, c->rot_dim, 0, c->rope_theta, c->eps, TS_MASK_CAUSAL, 0, 0,
+                      kv_len};
     OPS(st)->attn(st->s, md, &a);
     linear(st, md, &w->o_proj, sc->big2, sc->t, n);
 }

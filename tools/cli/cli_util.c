@@ -352,9 +352,10 @@ void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_para
         }
         ep->backend = o->backend ? o->backend : "auto";
         ep->device = o->device;
-        /* speculative decoding (issue 17) and expert streaming (issue 18's
-         * device tier) run on the CPU only: auto picks it */
-        if (((o->accept & CLI_OPT_SPEC) && o->spec.on) || o->expert_cache)
+        /* DFlash drafting (issue 17) and expert streaming (issue 18's device
+         * tier) run on the CPU only: auto picks it (the engine does too);
+         * MTP drafting keeps the GPU */
+        if (((o->accept & CLI_OPT_SPEC) && o->spec.on && o->spec.dflash) || o->expert_cache)
             if (!strcmp(ep->backend, "auto")) ep->backend = "cpu";
         ep->expert_cache = o->expert_cache;
         ep->expert_policy = o->expert_policy;
