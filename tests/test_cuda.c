@@ -775,6 +775,105 @@ TS_TEST(cuda, graph_replay_same_bits) {
     tsc_close(c);
 }
 
+/* ---- dp4a: the fused norm and SwiGLU products (q4dp.cu) ----
+ * The products of a 4-bit MLX weight with the activation staged: bit for bit
+ * the two kernels they replace (tsc_add_rmsnorm or tsc_silu_mul, then
+ * tsc_linear) in every output, with the outputs aliasing x as the engine
+ * uses them (x += add in place, the normed row written over x or beside it,
+ * g = silu(g) * u in place); 1, 3, 5 and 16 rows; two weights a launch; the
+ * counter back at 0 after every launch; no counter: a clear error. */
+TS_TEST(cuda, fused_products_dp4a) {
+    OPEN(c);
+    unsigned *bar = tsc_alloc(c, 256);
+    const unsigned zero[64] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
+    for (int v = 0; v < 2; v++) {
+        const int64_t rows = v ? 130 : 300, cols = v ? 12288 : 4096;
+        hw h, h2;
+        make_w(&h, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, rows, cols);
+        make_w(&h2, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, 40, cols);
+        tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
+        ts_error e;
+        setenv("TSC_Q4T", "0", 1);
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
+        unsetenv("TSC_Q4T");
+        CHECK(dw.layout == TSC_LAYOUT_MLX);
+        const tsc_weight *wl[2] = {&dw, &dw2};
+        const int N = TSC_ROWS_MAX;
+        const size_t nx = (size_t)N * cols;
+        float *g = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
+        frand(g, nx, 3.0f), frand(u, nx, 1.0f), frand(nw, cols, 1.0f);
+        float *dg = up(c, g, sizeof(float) * nx), *du = up(c, u, sizeof(float) * nx), *dnw = up(c, nw, sizeof(float) * cols);
+        float *dx = tsc_alloc(c, sizeof(float) * nx), *dr = tsc_alloc(c, sizeof(float) * nx);
+        float *dn = tsc_alloc(c, sizeof(float) * nx), *dn2 = tsc_alloc(c, sizeof(float) * nx);
+        float *dy = tsc_alloc(c, sizeof(float) * N * rows), *dz = tsc_alloc(c, sizeof(float) * N * 40);
+        float *ry = tsc_alloc(c, sizeof(float) * N * rows), *rz = tsc_alloc(c, sizeof(float) * N * 40);
+        static const int ns[] = {1, 3, 5, 16};
+        for (int k = 0; k < 4; k++)
+            for (int mode = 0; mode < 4; mode++) {
+                /* 0: norm, x += add in place, y beside; 1: norm without add, y over x;
+                 * 2: norm with add, y over x; 3: swiglu in place */
+                const int n = ns[k];
+                const size_t m = (size_t)n * cols;
+                const int add = mode != 1;
+                float *yl[2] = {dy, dz}, *rl[2] = {ry, rz};
+                /* the reference: the two kernels */
+                tsc_copy(c, dr, dg, sizeof(float) * m);
+                if (mode == 3) {
+                    tsc_silu_mul(c, dr, du, m);
+                    tsc_linear(c, wl, 2, dr, rl, n);
+                } else {
+                    float *ny = mode == 0 ? dn2 : dr;
+                    tsc_add_rmsnorm(c, dr, add ? du : NULL, dnw, ny, n, (int)cols, 1e-6f);
+                    tsc_linear(c, wl, 2, ny, rl, n);
+                }
+                /* fused */
+                tsc_copy(c, dx, dg, sizeof(float) * m);
+                tsc_fill(c, dn, NAN, m);
+                tsc_set_barrier(c, bar);
+                if (mode == 3) tsc_linear_swiglu_out(c, wl, 2, dx, du, dx, yl, n);
+                else tsc_linear_addnorm(c, wl, 2, dx, add ? du : NULL, dnw, 1e-6f, add ? dx : NULL, mode == 0 ? dn : dx, yl, n);
+                SYNC_OK(c);
+                float *a = down(c, dx, m), *b = down(c, dr, m), *ya = down(c, dy, (size_t)n * rows),
+                      *yb = down(c, ry, (size_t)n * rows), *za = down(c, dz, (size_t)n * 40), *zb = down(c, rz, (size_t)n * 40);
+                CHECK_MSG(!memcmp(a, b, sizeof(float) * m), "variant %d mode %d, %d rows: x (in place) differs", v, mode, n);
+                CHECK_MSG(!memcmp(ya, yb, sizeof(float) * n * rows) && !memcmp(za, zb, sizeof(float) * n * 40),
+                          "variant %d mode %d, %d rows: fused products != the two kernels'", v, mode, n);
+                if (mode == 0) {
+                    float *na = down(c, dn, m), *nb = down(c, dn2, m);
+                    CHECK_MSG(!memcmp(na, nb, sizeof(float) * m), "variant %d, %d rows: the normed rows differ", v, n);
+                    free(na), free(nb);
+                }
+                unsigned cnt = 1;
+                tsc_read(c, &cnt, bar, sizeof cnt);
+                CHECK_MSG(cnt == 0, "the counter is %u after a fused launch", cnt);
+                free(a), free(b), free(ya), free(yb), free(za), free(zb);
+            }
+        tsc_free(c, dg), tsc_free(c, du), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, dn), tsc_free(c, dn2);
+        tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
+        tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
+        free(g), free(u), free(nw);
+        free_hw(&h), free_hw(&h2);
+    }
+    /* no counter set: the fused call is refused, naming what is missing */
+    tsc_free(c, bar);
+    tsc_close(c);
+    ts_error e;
+    CHECK(tsc_open(dev_index(), &c, &e) == 0);
+    hw h;
+    make_w(&h, TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, 16, 1024);
+    tsc_weight hd = desc(&h.w), dw;
+    setenv("TSC_Q4T", "0", 1);
+    CHECK(tsc_weight_upload(c, &hd, &dw, &e) == 0);
+    unsetenv("TSC_Q4T");
+    float *d = tsc_alloc(c, sizeof(float) * 1024), *y = tsc_alloc(c, sizeof(float) * 16);
+    tsc_fill(c, d, 1.0f, 1024);
+    tsc_linear_swiglu_out(c, (const tsc_weight *[]){&dw}, 1, d, d, d, &y, 1);
+    CHECK(tsc_sync(c, &e) == TS_E_ARG && strstr(e.msg, "tsc_set_barrier"));
+    tsc_close(c);
+    free_hw(&h);
+}
+
 /* ---- Q4T: fused products, MoE expert products ---- */
 
 /* The fused products (Q4T only): SwiGLU staged = silu_mul then the product,

@@ -47,9 +47,9 @@ static const shape SHAPES[] = {
 static tsc_ctx *C;
 static const shape *S;
 /* --mlx: 4-bit weights stay in the MLX layout (products: q4dp.cu's dp4a
- * kernel, or linear.cu's with TSC_Q4DP=0); the fused products and the MoE
- * expert products need Q4T, so steps run their plain form and MoE shapes
- * are skipped */
+ * kernel, fused ones too; linear.cu's f32 kernel with TSC_Q4DP=0, whose
+ * steps then run their plain form only); the MoE expert products need Q4T,
+ * so MoE shapes are skipped */
 static int MLX;
 
 static int cmp_d(const void *a, const void *b) {
@@ -277,7 +277,7 @@ static void mixer(layer *y, int n) {
  * and X[1]); plain: one kernel per op, in place, the groundwork's sequence */
 static void step(int n, int fused) {
     size_t b = 0;
-    if (MLX) fused = 0;
+    if (MLX && getenv("TSC_Q4DP") && getenv("TSC_Q4DP")[0] == '0') fused = 0; /* the f32 kernel has no fused form */
     const int H = S->H, k = S->TOPK;
     int cur = 0;
     tsc_embed(C, &EMB, IDS, n, X[0]);
@@ -466,6 +466,12 @@ int main(int argc, char **argv) {
         if (tsc_open(dev, &C, &e)) {
             fprintf(stderr, "cuda_bench: %s\n", e.msg);
             return 1;
+        }
+        { /* the fused dp4a products' counter */
+            static const unsigned zero[64];
+            unsigned *bar = tsc_alloc(C, sizeof zero);
+            tsc_write(C, bar, zero, sizeof zero);
+            tsc_set_barrier(C, bar);
         }
         if (!PROBE) {
             char name[128];

@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include "cuda/common.cuh"
+#include "cuda/q4dp.cuh"
 
 extern "C" {
 #include "backend.h"
@@ -143,6 +144,19 @@ struct dev_step {
     int32_t ids[1]; /* [rows] */
 };
 
+/* A norm or SwiGLU the stream has not launched yet: the next product
+ * reading its output stages it instead (one kernel instead of two), any
+ * other op first launches it as it is (flush). */
+enum { PEND_NONE, PEND_NORM, PEND_SWIGLU };
+struct pend_act {
+    int kind;
+    float *x, *y;            /* norm: x (+= add), y = RMSNorm(x) * w; swiglu: x = g, in place */
+    const float *add, *w, *u;
+    int n, dim;
+    float eps;
+    size_t N; /* swiglu elements */
+};
+
 struct cu_stream {
     ts_stream base;
     tsc_ctx *c;
@@ -168,6 +182,7 @@ struct cu_stream {
     double launch_s; /* host seconds in the replays' launch calls */
     int last_kernels;
     int capturing;
+    pend_act pend; /* a norm or SwiGLU not yet launched (see flush) */
 };
 
 struct ws_layout {
@@ -180,7 +195,7 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.step = o, o += al256(sizeof(ts_step) + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
     l.rids = o, o += al256(sizeof(int32_t) * RB * TOPK_MAX);
     l.rwts = o, o += al256(sizeof(float) * RB * TOPK_MAX);
-    l.gl = o, o += al256(sizeof(float) * RB);
+    l.gl = o, o += al256(sizeof(float) * RB + sizeof(unsigned)); /* + the fused products' counter (tsc_set_barrier) */
     l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
     l.amx_prob = o, o += al256(sizeof(float) * RB);
@@ -196,6 +211,29 @@ inline cu_stream *ST(ts_stream *s) { return (cu_stream *)s; }
 inline bool dead(ts_stream *s) { return s->err || tsc_error(ST(s)->c); }
 
 void fail(ts_stream *s, int code, const char *msg) { ts_be_fail(s, code, msg); }
+
+/* Fusion of a norm or SwiGLU into the next product (TSC_FUSE=0: off). */
+bool fuse_on() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TSC_FUSE");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+
+/* Launch the pending norm or SwiGLU as it is: every op but the product that
+ * consumes it calls this first, so the stream's order is what the model
+ * asked for. */
+void flush(ts_stream *s) {
+    pend_act &p = ((cu_stream *)s)->pend;
+    if (p.kind == PEND_NONE) return;
+    const int k = p.kind;
+    p.kind = PEND_NONE;
+    tsc_ctx *c = ((cu_stream *)s)->c;
+    if (k == PEND_NORM) tsc_add_rmsnorm(c, p.x, p.add, p.w, p.y, p.n, p.dim, p.eps);
+    else tsc_silu_mul(c, p.x, p.u, p.N);
+}
 
 /* ---- kernels the contract needs beyond tsc.h ---- */
 
@@ -514,6 +552,7 @@ void io_err(ts_stream *s, const char *what, cudaError_t e) {
 }
 
 void cu_write(ts_stream *s, ts_view dst, const void *host) {
+    flush(s);
     if (dead(s)) return;
     cudaStream_t cs = ST(s)->c->stream;
     cudaError_t e = cudaMemcpy2DAsync(dst.p, vld(dst), host, vbytes(dst), vbytes(dst), (size_t)dst.rows,
@@ -523,6 +562,7 @@ void cu_write(ts_stream *s, ts_view dst, const void *host) {
 }
 
 void cu_read(ts_stream *s, void *host, ts_view src) {
+    flush(s);
     if (dead(s)) return;
     cudaStream_t cs = ST(s)->c->stream;
     cudaError_t e = cudaMemcpy2DAsync(host, vbytes(src), src.p, vld(src), vbytes(src), (size_t)src.rows,
@@ -532,6 +572,7 @@ void cu_read(ts_stream *s, void *host, ts_view src) {
 }
 
 void cu_copy(ts_stream *s, ts_view dst, ts_view src) {
+    flush(s);
     if (dead(s)) return;
     cudaError_t e = cudaMemcpy2DAsync(dst.p, vld(dst), src.p, vld(src), vbytes(src), (size_t)src.rows,
                                       cudaMemcpyDeviceToDevice, ST(s)->c->stream);
@@ -539,6 +580,7 @@ void cu_copy(ts_stream *s, ts_view dst, ts_view src) {
 }
 
 void cu_fill(ts_stream *s, ts_view dst, float v) {
+    flush(s);
     if (dead(s) || dst.rows <= 0 || dst.cols <= 0) return;
     tsc_ctx *c = ST(s)->c;
     if (dst.ld == dst.cols) {
@@ -552,6 +594,7 @@ void cu_fill(ts_stream *s, ts_view dst, float v) {
 }
 
 const float *cu_host_rows(ts_stream *s, ts_view v) {
+    flush(s);
     cu_stream *q = ST(s);
     const size_t need = vbytes(v) * (size_t)v.rows;
     if (dead(s)) return NULL;
@@ -575,6 +618,7 @@ const float *cu_host_rows(ts_stream *s, ts_view v) {
 }
 
 int cu_sync(ts_stream *s) {
+    flush(s);
     cu_stream *q = ST(s);
     ts_error e;
     int rc = tsc_sync(q->c, &e);
@@ -639,6 +683,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->r_ids = (int32_t *)(w + l.rids);
     q->r_wts = (float *)(w + l.rwts);
     q->gl = (float *)(w + l.gl);
+    tsc_set_barrier(q->c, (unsigned *)(q->gl + RB)); /* zeroed above with the workspace */
     q->amx_ws = w + l.amx_ws;
     q->amx_ids = (int32_t *)(w + l.amx_ids);
     q->amx_prob = (float *)(w + l.amx_prob);
@@ -761,6 +806,37 @@ void lin_rows(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, fl
     }
 }
 
+/* The pending norm or SwiGLU staged by this product when it reads the
+ * pending op's output and its weights take the fused dp4a kernel (one run
+ * of one format, up to TSC_LIN_MAX, n <= RB rows); true when launched. The
+ * fused kernels give the bits of the two kernels they replace (q4dp.cu). */
+bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
+    pend_act &p = ST(s)->pend;
+    if (p.kind == PEND_NONE || nw > TSC_LIN_MAX || n > RB || !q4dp_takes(&dw[0])) return false;
+    if (p.kind == PEND_NORM ? (x != p.y || n != p.n || dw[0].cols != p.dim)
+                            : (x != p.x || (size_t)n * (size_t)dw[0].cols != p.N))
+        return false;
+    /* the staging reads 16-byte chunks */
+    if ((((uintptr_t)p.x | (uintptr_t)p.y | (uintptr_t)(p.add ? p.add : p.x) | (uintptr_t)(p.u ? p.u : p.x)) & 15) != 0)
+        return false;
+    const tsc_weight *pw[TSC_LIN_MAX];
+    for (int i = 0; i < nw; i++) {
+        if (dw[i].dtype != dw[0].dtype || dw[i].bits != dw[0].bits || dw[i].group != dw[0].group ||
+            dw[i].sdtype != dw[0].sdtype || dw[i].cols != dw[0].cols || dw[i].act_digits != dw[0].act_digits ||
+            dw[i].layout != dw[0].layout)
+            return false;
+        pw[i] = &dw[i];
+    }
+    tsc_ctx *c = ST(s)->c;
+    const int k = p.kind;
+    p.kind = PEND_NONE;
+    if (k == PEND_NORM) /* x += add in place (when add), y = the normed rows */
+        tsc_linear_addnorm(c, pw, nw, p.x, p.add, p.w, p.eps, p.add ? p.x : NULL, p.y, y, n);
+    else /* g = silu(g) * u in place */
+        tsc_linear_swiglu_out(c, pw, nw, p.x, p.u, p.x, y, n);
+    return true;
+}
+
 void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
     if (dead(s) || n <= 0) return;
     tsc_ctx *c = ST(s)->c;
@@ -768,6 +844,8 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
     if (nw > TS_LINEAR_MANY_MAX) { fail(s, TS_E_ARG, "linear: too many weights"); return; }
     for (int i = 0; i < nw; i++)
         if (!dev_w(s, w[i], &dw[i])) return;
+    if (fused_linear(s, dw, nw, x, y, n)) return;
+    flush(s);
     /* one launch per run of weights that share the products' format */
     for (int i0 = 0; i0 < nw;) {
         int i1 = i0 + 1;
@@ -791,6 +869,7 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
 /* The first op of every pass: the step record and the ids to the device
  * block (outside any graph), then the gather. */
 void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, float *x, size_t ldx, int n) {
+    flush(s);
     cu_stream *q = ST(s);
     if (dead(s) || n <= 0) return;
     if (q->capturing) { fail(s, TS_E_ARG, "embed inside a graph capture"); return; }
@@ -819,6 +898,7 @@ void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, f
 void cu_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, const float *w, float *y, size_t ldy,
              int n, int dim, float eps) {
     if (dead(s) || n <= 0) return;
+    flush(s);
     tsc_ctx *c = ST(s)->c;
     if (!w) {
         if (!add) return;
@@ -828,6 +908,11 @@ void cu_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, co
         return;
     }
     if (ldx == (size_t)dim && ldy == (size_t)dim) {
+        if (fuse_on() && n <= RB) {
+            pend_act &p = ST(s)->pend;
+            p.kind = PEND_NORM, p.x = x, p.add = add, p.w = w, p.y = y, p.n = n, p.dim = dim, p.eps = eps;
+            return;
+        }
         tsc_add_rmsnorm(c, x, add, w, y, n, dim, eps);
         return;
     }
@@ -837,6 +922,12 @@ void cu_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, co
 
 void cu_swiglu(ts_stream *s, ts_mode m, float *g, const float *u, size_t N) {
     if (dead(s)) return;
+    flush(s);
+    if (fuse_on()) {
+        pend_act &p = ST(s)->pend;
+        p.kind = PEND_SWIGLU, p.x = g, p.u = u, p.N = N;
+        return;
+    }
     tsc_silu_mul(ST(s)->c, g, u, N);
 }
 
@@ -864,6 +955,7 @@ int pick_split(int L, int nq, int D, size_t cap) {
  * small area (the stream's columns). Then a verify row, a decode row and a
  * plain session's row of the same position have the same bits. */
 void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
+    flush(s);
     cu_stream *q = ST(s);
     if (dead(s)) return;
     if (a->mask != TS_MASK_CAUSAL) { fail(s, TS_E_UNSUPPORTED, "block-masked attention (DFlash) on CUDA: not yet"); return; }
@@ -1019,6 +1111,7 @@ void gdn_replay_into_live(cu_stream *q, const ts_gdn_args *a, int P, float *conv
 }
 
 void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
+    flush(s);
     cu_stream *q = ST(s);
     if (dead(s)) return;
     const ts_step *sp = &s->step;
@@ -1083,6 +1176,7 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
  * advanced by the first pend taped rows (parities unchanged; the snapshot
  * and the tape stay as they are). */
 void cu_gdn_materialize(ts_stream *s, const ts_gdn_args *a) {
+    flush(s);
     cu_stream *q = ST(s);
     const int P = s->step.pend;
     if (dead(s) || !P) return;
@@ -1130,6 +1224,7 @@ bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {
  * routed sum in slot order; the shared expert through tsc_linear; the
  * combine. Rows in blocks of 16. */
 void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
+    flush(s);
     cu_stream *q = ST(s);
     if (dead(s)) return;
     tsc_ctx *c = q->c;
@@ -1196,6 +1291,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
 }
 
 void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
+    flush(s);
     cu_stream *q = ST(s);
     if (dead(s) || lg.rows <= 0) return;
     tsc_ctx *c = q->c;
@@ -1224,6 +1320,7 @@ gent *gfind(cu_stream *q, uint32_t key) {
 }
 
 int cu_graph_begin(ts_stream *s, uint32_t key) {
+    flush(s);
     cu_stream *q = ST(s);
     if (dead(s) || q->capturing || gfind(q, key) || q->n_graphs == GMAXN) return 1; /* run the ops uncaptured */
     tsc_graph_begin(q->c);
@@ -1233,6 +1330,7 @@ int cu_graph_begin(ts_stream *s, uint32_t key) {
 }
 
 int cu_graph_end(ts_stream *s, uint32_t key) {
+    flush(s);
     cu_stream *q = ST(s);
     if (!q->capturing) return 1;
     q->capturing = 0;
@@ -1251,6 +1349,7 @@ int cu_graph_end(ts_stream *s, uint32_t key) {
 }
 
 int cu_graph_launch(ts_stream *s, uint32_t key) {
+    flush(s);
     cu_stream *q = ST(s);
     if (dead(s)) return s->err ? s->err : TS_E_IO;
     gent *e = gfind(q, key);

@@ -25,6 +25,7 @@ struct tsc_ctx {
     struct tsc_blk *blocks; /* live allocations (sizes for the count; freed at close) */
     int capturing;
     int pdl; /* launch with programmatic stream serialization (TSC_PDL=0 turns it off) */
+    unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
 };
 
 struct tsc_blk {
@@ -93,6 +94,43 @@ __device__ __forceinline__ double block_sum_d(double v, double *red) {
     double s = 0;
     for (int i = 0; i < nw; i++) s += red[i];
     return s;
+}
+
+/* The sum of squares of a row v = x (+ add) of dim floats in double, for a
+ * block of threads, when dim % 4 == 0 and the rows are 16-byte aligned:
+ * thread t adds 4-float chunks t, t + blockDim.x, ... in order (x, y, z, w
+ * of each, by explicit FMAs), four chunks' loads in flight, then block_sum_d
+ * (returned to all threads). xo (may be x) receives v when given. One
+ * definition for tsc_add_rmsnorm and the fused products' staging (q4dp.cu),
+ * so that their rows agree bit for bit. The caller syncs before reusing red. */
+__device__ __forceinline__ double row_ss4(const float *x, const float *add, float *xo, int dim, double *red) {
+    const int n4 = dim >> 2, B = blockDim.x;
+    const float4 *x4 = (const float4 *)x, *a4 = (const float4 *)add;
+    double ss = 0;
+    for (int f0 = threadIdx.x; f0 < n4; f0 += 4 * B) {
+        float4 v[4], a[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int f = f0 + k * B;
+            v[k] = f < n4 ? x4[f] : make_float4(0.f, 0.f, 0.f, 0.f);
+            a[k] = add && f < n4 ? a4[f] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int f = f0 + k * B;
+            if (f >= n4) continue;
+            if (add) {
+                v[k].x = __fadd_rn(v[k].x, a[k].x), v[k].y = __fadd_rn(v[k].y, a[k].y);
+                v[k].z = __fadd_rn(v[k].z, a[k].z), v[k].w = __fadd_rn(v[k].w, a[k].w);
+            }
+            if (xo) ((float4 *)xo)[f] = v[k];
+            ss = __fma_rn((double)v[k].x, (double)v[k].x, ss);
+            ss = __fma_rn((double)v[k].y, (double)v[k].y, ss);
+            ss = __fma_rn((double)v[k].z, (double)v[k].z, ss);
+            ss = __fma_rn((double)v[k].w, (double)v[k].w, ss);
+        }
+    }
+    return block_sum_d(ss, red);
 }
 
 /* x / (1 + e^-x), the CPU reference's form (expf, IEEE division). */

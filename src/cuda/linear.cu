@@ -371,10 +371,36 @@ static int lin_check(tsc_ctx *c, const char *op, const tsc_weight *const *w, int
     return 0;
 }
 
+extern "C" void tsc_set_barrier(tsc_ctx *c, unsigned *dev_counter) {
+    if (c) c->bar = dev_counter;
+}
+
+/* the fused dp4a path: 0 when it took the call (or failed it) */
+static int staged_dp4a(tsc_ctx *c, const char *op, const tsc_weight *const *w, int nw, int xm, const float *x,
+                       const float *add, const float *norm_w, const float *u, float eps, float *x_out, float *y_out,
+                       float *const *y, int n) {
+    if (!q4dp_takes(w[0])) return 1;
+    if (!c->bar) {
+        tsc_fail_(c, TS_E_ARG, "%s: the fused 4-bit products need a device counter (tsc_set_barrier)", op);
+        return 0;
+    }
+    q4dp_linear_staged(c, w, nw, xm, x, add, norm_w, u, eps, x_out, y_out, c->bar, y, n);
+    return 0;
+}
+
+extern "C" void tsc_linear_swiglu_out(tsc_ctx *c, const tsc_weight *const *w, int nw, float *g, const float *u,
+                                      float *g_out, float *const *y, int n) {
+    TSC_GUARD(c);
+    if (lin_check(c, "tsc_linear_swiglu_out", w, nw, n)) return;
+    if (staged_dp4a(c, "tsc_linear_swiglu_out", w, nw, Q4DP_XM_SWIGLU, g, NULL, NULL, u, 0.f, NULL, g_out, y, n))
+        tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_swiglu_out: needs 4-bit weights the dp4a products take");
+}
+
 extern "C" void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *g, const float *u,
                                   float *const *y, int n) {
     TSC_GUARD(c);
     if (lin_check(c, "tsc_linear_swiglu", w, nw, n)) return;
+    if (!staged_dp4a(c, "tsc_linear_swiglu", w, nw, Q4DP_XM_SWIGLU, g, NULL, NULL, u, 0.f, NULL, NULL, y, n)) return;
     if (w[0]->layout != TSC_LAYOUT_Q4T) {
         tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_swiglu: needs Q4T weights (4-bit, cols %% 64 == 0, uploaded)");
         return;
@@ -386,6 +412,9 @@ extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int n
                                    const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
     TSC_GUARD(c);
     if (lin_check(c, "tsc_linear_addnorm", w, nw, n)) return;
+    if (!staged_dp4a(c, "tsc_linear_addnorm", w, nw, Q4DP_XM_NORM, x, add, norm_w, NULL, eps, add ? x_out : NULL, u_out, y,
+                     n))
+        return;
     if (w[0]->layout != TSC_LAYOUT_Q4T) {
         tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_addnorm: needs Q4T weights (4-bit, cols %% 64 == 0, uploaded)");
         return;

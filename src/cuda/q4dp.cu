@@ -99,6 +99,15 @@ struct dp_args {
     int cols;
     const float *x;
     int nvb; /* virtual blocks over all weights */
+    /* the activation made while staging (Q4DP_XM_*): norm: v = x (+ add),
+     * staged RMSNorm(v) * normw, then x_out = v (when add), y_out = the normed
+     * rows; swiglu: staged silu(x) * u, y_out = that. x_out / y_out may
+     * alias x: block 0 writes them once every block has staged (bar). */
+    int xm;
+    const float *add, *normw, *u;
+    float eps;
+    float *x_out, *y_out;
+    unsigned *bar;
 };
 
 /* 16 bytes of weights, streamed once: not kept in L1 */
@@ -180,8 +189,53 @@ __device__ __forceinline__ void stage_word(const float (&v)[8], bool on, int i, 
 /* x rows [NR][cols] f32 -> digits in shared memory, one thread per 8-column
  * word; the loads of SB words a thread are issued before the first is
  * used (x comes from L2: one latency a batch, not one a word). */
+__device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
+    const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+/* Norm mode: each row's 1 / rms into rnorm[NR], with tsc_add_rmsnorm's
+ * arithmetic (v = x + add; row_ss4's sum of squares over the 256 threads),
+ * so that the staged rows and the rows written have its bits. */
+template <int NR>
+__device__ __forceinline__ void row_norms(const dp_args &a, float *rnorm) {
+    __shared__ double red[32];
+    for (int i = 0; i < NR; i++) {
+        const double ss = row_ss4(a.x + (int64_t)i * a.cols, a.add ? a.add + (int64_t)i * a.cols : NULL, NULL, a.cols, red);
+        if (threadIdx.x == 0) rnorm[i] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / a.cols), a.eps)));
+        __syncthreads(); /* red is reused by the next row */
+    }
+}
+
+/* Block 0, once every block has staged x: the mode's outputs (x_out, y_out
+ * may alias x, which the other blocks have finished reading). */
+template <int NR>
+__device__ __forceinline__ void write_outputs(const dp_args &a, const float *rnorm) {
+    if (threadIdx.x == 0) {
+        atomicAdd(a.bar, 1u);
+        if (blockIdx.x == 0) {
+            while (atomicOr(a.bar, 0u) < gridDim.x) __nanosleep(64);
+            atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
+        }
+    }
+    if (blockIdx.x != 0) return;
+    __syncthreads();
+    for (int i = 0; i < NR; i++)
+        for (int j = threadIdx.x; j < a.cols; j += blockDim.x) {
+            const int64_t o = (int64_t)i * a.cols + j;
+            if (a.xm == Q4DP_XM_NORM) {
+                float v = a.x[o];
+                if (a.add) v = __fadd_rn(v, a.add[o]);
+                if (a.add && a.x_out) a.x_out[o] = v;
+                if (a.y_out) a.y_out[o] = __fmul_rn(__fmul_rn(v, rnorm[i]), a.normw[j]);
+            } else if (a.y_out) {
+                a.y_out[o] = __fmul_rn(silu_f(a.x[o]), a.u[o]);
+            }
+        }
+}
+
 template <int NR, int ND>
-__device__ __forceinline__ void stage_x(const dp_args &a, int4 *xd, float2 *xsb) {
+__device__ __forceinline__ void stage_x(const dp_args &a, int4 *xd, float2 *xsb, const float *rnorm) {
     constexpr int SB = 2;
     const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3;
     const int total = NR * nw8;
@@ -194,13 +248,31 @@ __device__ __forceinline__ void stage_x(const dp_args &a, int4 *xd, float2 *xsb)
             const int idx = base + k * (int)blockDim.x + (int)threadIdx.x;
             on[k] = idx < total;
             iw[k] = on[k] ? idx / nw8 : 0, ww[k] = on[k] ? idx - iw[k] * nw8 : 0;
-            float4 p = make_float4(0.f, 0.f, 0.f, 0.f), q = p;
             if (on[k]) {
-                p = __ldg((const float4 *)(a.x + (int64_t)iw[k] * a.cols + 8 * ww[k]));
-                q = __ldg((const float4 *)(a.x + (int64_t)iw[k] * a.cols + 8 * ww[k] + 4));
+                load8(a.x + (int64_t)iw[k] * a.cols + 8 * ww[k], v[k]);
+                if (a.xm != Q4DP_XM_PLAIN) {
+                    const int64_t o = (int64_t)iw[k] * a.cols + 8 * ww[k];
+                    float e[8], f[8];
+                    if (a.xm == Q4DP_XM_NORM) {
+                        if (a.add) {
+                            load8(a.add + o, e);
+#pragma unroll
+                            for (int j = 0; j < 8; j++) v[k][j] = __fadd_rn(v[k][j], e[j]);
+                        }
+                        load8(a.normw + 8 * ww[k], f);
+                        const float r = rnorm[iw[k]];
+#pragma unroll
+                        for (int j = 0; j < 8; j++) v[k][j] = __fmul_rn(__fmul_rn(v[k][j], r), f[j]);
+                    } else {
+                        load8(a.u + o, e);
+#pragma unroll
+                        for (int j = 0; j < 8; j++) v[k][j] = __fmul_rn(silu_f(v[k][j]), e[j]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[k][j] = 0.f;
             }
-            v[k][0] = p.x, v[k][1] = p.y, v[k][2] = p.z, v[k][3] = p.w;
-            v[k][4] = q.x, v[k][5] = q.y, v[k][6] = q.z, v[k][7] = q.w;
         }
 #pragma unroll
         for (int k = 0; k < SB; k++) stage_word<ND>(v[k], on[k], iw[k], ww[k], nch, gw, xd, xsb);
@@ -240,8 +312,11 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         }
     }
     TSC_PDL_ENTRY();
-    stage_x<NR, ND>(a, xd, xsb);
+    __shared__ float rnorm[NR];
+    if (a.xm == Q4DP_XM_NORM) row_norms<NR>(a, rnorm);
+    stage_x<NR, ND>(a, xd, xsb, rnorm);
     __syncthreads();
+    if (a.xm != Q4DP_XM_PLAIN) write_outputs<NR>(a, rnorm);
 
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
         int wi = 0;
@@ -445,10 +520,17 @@ bool q4dp_takes(const tsc_weight *w) {
 }
 
 void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    q4dp_linear_staged(c, w, nw, Q4DP_XM_PLAIN, x, NULL, NULL, NULL, 0.f, NULL, NULL, NULL, y, n);
+}
+
+void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const float *x, const float *add,
+                        const float *norm_w, const float *u, float eps, float *x_out, float *y_out, unsigned *bar,
+                        float *const *y, int n) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     const int cols = (int)w[0]->cols;
     dp_args a;
     memset(&a, 0, sizeof a);
+    a.xm = xm, a.normw = norm_w, a.u = u, a.eps = eps, a.bar = bar;
     a.nw = nw;
     a.cols = cols;
     a.group = w[0]->group;
@@ -472,7 +554,7 @@ void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x,
     }
     a.nvb = nblk;
     /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
-    const int u = pick_u((int)(steps / ((int64_t)2 * WARPS * c->n_sm)));
+    const int ur = pick_u((int)(steps / ((int64_t)2 * WARPS * c->n_sm)));
     /* rows per pass: up to 4, fewer where the staged digits would not fit
      * (the passes read the weights again; each row's bits do not change) */
     int per = 4;
@@ -480,11 +562,15 @@ void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x,
     for (int i0 = 0; i0 < n; i0 += per) {
         const int nr = n - i0 < per ? n - i0 : per;
         a.x = x + (int64_t)i0 * cols;
+        const int64_t o = (int64_t)i0 * cols;
+        a.add = add ? add + o : NULL, a.u = u ? u + o : NULL;
+        a.x_out = x_out ? x_out + o : NULL, a.y_out = y_out ? y_out + o : NULL;
         for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
+        const int u1 = nr == 1 ? ur : 1; /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
         switch (nd) {
-        case 1: launch_nr<1>(c, a, nr, u); break;
-        case 2: launch_nr<2>(c, a, nr, u); break;
-        default: launch_nr<3>(c, a, nr, u); break;
+        case 1: launch_nr<1>(c, a, nr, u1); break;
+        case 2: launch_nr<2>(c, a, nr, u1); break;
+        default: launch_nr<3>(c, a, nr, u1); break;
         }
         TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a)");
     }

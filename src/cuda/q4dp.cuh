@@ -12,4 +12,16 @@ bool q4dp_takes(const tsc_weight *w);
  * caller), n >= 1 rows. */
 void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
 
+/* The same products with the activation made while staging x (one kernel
+ * instead of two; tsc_linear_addnorm / tsc_linear_swiglu for MLX weights):
+ * NORM: v = x (+ add), products of RMSNorm(v) * norm_w (tsc_add_rmsnorm's
+ * bits), then x_out = v when add is given and y_out = the normed rows (each
+ * may be NULL or alias x); SWIGLU: products of silu(x) * u (tsc_silu_mul's
+ * bits), y_out = that (may alias x). bar: a device counter at 0, returned
+ * to 0 (block 0 writes the outputs once every block has read x). */
+enum { Q4DP_XM_PLAIN = 0, Q4DP_XM_NORM = 1, Q4DP_XM_SWIGLU = 2 };
+void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const float *x, const float *add,
+                        const float *norm_w, const float *u, float eps, float *x_out, float *y_out, unsigned *bar,
+                        float *const *y, int n);
+
 #endif

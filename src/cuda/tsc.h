@@ -145,7 +145,8 @@ int tsc_weight_relayout(tsc_ctx *c, tsc_weight *w, ts_error *err);
  * weights share the call. x [n, cols] f32, y[i] [n, w[i]->rows] f32. */
 void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
 /* The same products with the activation made while staging x (one kernel
- * instead of two; Q4T weights only, else TS_E_UNSUPPORTED):
+ * instead of two; Q4T weights, or 4-bit MLX weights through the dp4a
+ * kernel (see below), else TS_E_UNSUPPORTED):
  *  swiglu: x = silu(g) * u elementwise (tsc_silu_mul's bits), g, u [n, cols];
  *  addnorm: v = x + add (add may be NULL: v = x), x_out = v (must not alias x
  *  when add is given; may be NULL when add is NULL), u_out = RMSNorm(v) * w
@@ -154,6 +155,17 @@ void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, 
  *  bit of the f32 row (both within the norm test's tolerance). */
 void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *g, const float *u, float *const *y,
                        int n);
+/* The fused products on 4-bit MLX weights (q4dp.cu: products of the dp4a
+ * kernel) take the same arguments with two differences: x_out and u_out may
+ * alias x, and tsc_linear_swiglu_out also writes silu(g) * u to g_out (may
+ * alias g); the activations have the bits of tsc_add_rmsnorm / tsc_silu_mul,
+ * and so do the products (those of the plain product of the activation).
+ * They need a device counter set once with tsc_set_barrier: 4 bytes at 0,
+ * which each launch leaves at 0 (block 0 writes the outputs after every
+ * block has read x). */
+void tsc_linear_swiglu_out(tsc_ctx *c, const tsc_weight *const *w, int nw, float *g, const float *u, float *g_out,
+                           float *const *y, int n);
+void tsc_set_barrier(tsc_ctx *c, unsigned *dev_counter);
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
 
