@@ -40,6 +40,14 @@ static int use_topn(const ts_stream *bs) {
     return bs->be->dom != TS_DOM_HOST;
 }
 
+/* How many sampled steps asked for candidates and how many they decided
+ * (process-wide; tests check that the fast path ran). */
+static long topn_asked, topn_decided;
+void ts_gen_topn_stats(long *asked, long *decided) {
+    *asked = __atomic_load_n(&topn_asked, __ATOMIC_RELAXED);
+    *decided = __atomic_load_n(&topn_decided, __ATOMIC_RELAXED);
+}
+
 int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *id, ts_error *err) {
     ts_stream *bs = s->st.s;
     const int V = s->e->model.cfg.vocab;
@@ -54,7 +62,11 @@ int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *
             int rc = ts_be_sync(bs, err), decided = 0;
             if (rc) return rc;
             if ((rc = ts_sampler_sample_topn(smp, &a, id, &decided, err))) return rc;
-            if (decided) return 0;
+            __atomic_add_fetch(&topn_asked, 1, __ATOMIC_RELAXED);
+            if (decided) {
+                __atomic_add_fetch(&topn_decided, 1, __ATOMIC_RELAXED);
+                return 0;
+            }
         }
     }
     const float *row = ts_be_host(bs, logits, (size_t)V);

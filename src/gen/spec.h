@@ -62,5 +62,8 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
  * backend's candidates when they decide it exactly (topn), else the row
  * read back; the same token either way. */
 int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *id, ts_error *err);
+/* Sampled steps that asked a backend for candidates, and those the
+ * candidates decided, since the process started. */
+void ts_gen_topn_stats(long *asked, long *decided);
 
 #endif
