@@ -42,9 +42,11 @@
  * the snapshot by a parity flip and tape the rows' inputs on the device, and
  * a lazy rollback's rows are replayed from the tape by the decode kernels
  * (the GDN section below). Verify and rollback passes run uncaptured.
- * Not here yet (issue 17): DFlash's block-masked attention; sampling reads
- * the logits rows back through host_rows (argmax runs on the device, 4 bytes
- * come back).
+ * Not here yet (issue 17): DFlash's block-masked attention.
+ * Sampling: argmax runs on the device (4 bytes come back); a sampled step
+ * asks topn (sample.cu) for its candidates (16 + 8N bytes) and reads the row
+ * through host_rows only when they do not decide the token (gen/sample.c
+ * says when); speculative sampling's acceptance still reads whole rows.
  */
 #include <stdlib.h>
 #include <string.h>

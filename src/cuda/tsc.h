@@ -4,10 +4,11 @@
  * device allocations), device weight descriptors, and one entry point per
  * op of a decode step: matrix-vector products over 1..16 rows, embedding
  * gather, add+RMSNorm, SiLU / SwiGLU, the fused GDN step, gated attention
- * decode over the KV cache, MoE routing, argmax; CUDA graph capture; timing.
+ * decode over the KV cache, MoE routing, argmax, sampling candidates (topn);
+ * CUDA graph capture; timing.
  * Does not own: models, the backend contract (src/backend.h maps its ops onto
  * these one to one: linear, embed, add_norm, swiglu, gdn (prep + scan),
- * attn, moe_route, argmax, alloc/free/write/read/copy/fill/sync, graph
+ * attn, moe_route, argmax, topn, alloc/free/write/read/copy/fill/sync, graph
  * begin/end/launch), the memory plan, engine selection.
  *
  * Conventions (every entry point):

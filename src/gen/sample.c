@@ -1,8 +1,10 @@
 /* sample.c: turning logits into the next token id.
  *
  * Owns: penalties over recent ids, greedy, temperature, top-k, top-p, min-p,
- * the seeded RNG, and the transformed distribution (ts_sampler_probs) that
- * speculative sampling needs. The order of the transforms is documented in
+ * the seeded RNG, the transformed distribution (ts_sampler_probs) that
+ * speculative sampling needs, and sampling from a backend's candidates
+ * (ts_sampler_sample_topn, gen/sample.h: the same token as the full row,
+ * decided only where the candidates decide it exactly). The order of the transforms is documented in
  * include/turbospark.h (HF transformers' order; penalties as llama.cpp
  * defines them: repetition divides positive and multiplies negative logits,
  * presence and frequency subtract).
