@@ -317,7 +317,8 @@ TS_TEST(cuda_engine, determinism_same_prompt_and_seed) {
  * default on a device) and without them (TS_SAMPLE_TOPN=0: the row read
  * back): the same tokens, twice over, for every configuration; and the
  * candidates decided every step where the rule says they must (top_k <=
- * 256, greedy with penalties) and none where they cannot (top-p alone). */
+ * 256, greedy with penalties) and none where they cannot (the full
+ * distribution). */
 static int gen_cfg(ts_engine *e, const char *mode, const ts_gen_params *gp, int32_t *out, long *dec) {
     if (mode) setenv("TS_SAMPLE_TOPN", mode, 1);
     else unsetenv("TS_SAMPLE_TOPN");
@@ -351,7 +352,8 @@ TS_TEST(cuda_engine, sampled_topn_same_tokens_as_the_row) {
         {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 40, 1},  /* top-k: every step from the candidates */
         {0.7f, 0.95f, 0.0f, 1.3f, 0.4f, 0.1f, 20, 1}, /* Qwen's shape, with every penalty */
         {0.0f, 1.0f, 0.0f, 1.2f, 0.0f, 0.0f, 0, 1},   /* greedy with a repetition penalty: N = 1 */
-        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0},   /* top-p alone: the row every step */
+        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, -1},  /* top-p alone: when the max is kept alone */
+        {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0},   /* the full distribution: the row every step */
         {1.0f, 1.0f, 0.2f, 1.0f, 0.0f, 0.0f, 0, -1},  /* min-p: when it cuts inside the candidates */
     };
     const int K = 48;

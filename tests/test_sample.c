@@ -497,8 +497,20 @@ static double tn_u(void) {
 
 /* A row of kind 0: flat, uniform in [-3, 3]; 1: peaked, a few hot entries
  * in [4, 9] over a [-6, 1] floor; 2: ties, values on a 0.5 grid with some
- * NaN, -inf, +-0 and a hot block. */
+ * NaN, -inf, +-0 and a hot block; 3: confident, one entry at 16 over a
+ * [-5, 1] floor (at T = 1 it holds all but ~1e-3 of the mass); 4: on the
+ * edge of top_p 0.9, one entry holding a share drawn from [0.88, 0.92] at
+ * T = 1 (plus a case at 0.9 within float rounding). */
 static void tn_row(float *x, int V, int kind) {
+    if (kind >= 3) {
+        double S = 0;
+        for (int i = 0; i < V; i++) x[i] = (float)(tn_u() * 6 - 5), S += exp((double)x[i]);
+        const int top = (int)(tn_u() * V);
+        S -= exp((double)x[top]);
+        double p = tn_u() < 0.2 ? 0.9 : 0.88 + 0.04 * tn_u();
+        x[top] = kind == 3 ? 16.0f : (float)log(p * S / (1 - p));
+        return;
+    }
     for (int i = 0; i < V; i++) {
         double u = tn_u();
         if (kind == 0) x[i] = (float)(u * 6 - 3);
@@ -676,8 +688,8 @@ TS_TEST(sample, topn_candidates_give_the_full_row_token) {
         {1.3f, 0.5f, 0.05f, 1.2f, 0.3f, 0.1f, 40, 1},
         {0.6f, 1.0f, 0.0f, 0.8f, -0.5f, 0.0f, 256, 1},  /* top_k = TS_TOPN_MAX, penalties that raise */
         {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0},     /* the full distribution: the row */
-        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0},     /* top-p alone: the row */
-        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 300, 0},   /* top_k > N with top-p: the row */
+        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, -1},    /* top-p alone: the row unless the max is kept alone */
+        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 300, -1},  /* top_k > N with top-p: likewise */
         {0.9f, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f, 0, -1},    /* min-p: decided when it cuts inside */
         {0.9f, 1.0f, 0.3f, 1.1f, 0.2f, 0.0f, 1000, -1}, /* min-p under a top_k > N */
     };
@@ -708,6 +720,30 @@ TS_TEST(sample, topn_candidates_give_the_full_row_token) {
     CHECK_MSG(decided_minp > 0, "min-p never cut inside the candidates on peaked rows");
 }
 
+/* Top-p without top-k over 5000 entries: the candidates decide a step only
+ * when top-p certainly keeps the max alone. Confident rows: every step;
+ * flat rows: none; rows whose max holds 0.88..0.92 of the mass (a fifth of
+ * them 0.9 itself): some, and the tokens agree on every one of them. */
+TS_TEST(sample, topn_top_p_keeps_the_max_alone) {
+    ts_backend *be;
+    ts_stream *st;
+    CHECK(!tn_open_cpu(&be, &st));
+    const tn_cfg tp = {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, -1}, tp_minp = {1.0f, 0.9f, 0.05f, 1.0f, 0.0f, 0.0f, 0, -1};
+    const int steps = 200;
+    int dec_conf = 0, dec_flat = 0, dec_edge = 0, dec_minp = 0, bad = 0;
+    bad += tn_run(be, st, 5000, 3, &tp, 11, steps, &dec_conf);
+    bad += tn_run(be, st, 5000, 0, &tp, 12, steps, &dec_flat);
+    bad += tn_run(be, st, 5000, 4, &tp, 13, steps, &dec_edge);
+    bad += tn_run(be, st, 5000, 4, &tp_minp, 14, steps, &dec_minp);
+    fprintf(stderr, "  decided: confident %d, flat %d, edge %d, edge with min-p %d (of %d each)\n", dec_conf, dec_flat,
+            dec_edge, dec_minp, steps);
+    be->ops->stream_free(st);
+    ts_backend_free(be);
+    CHECK_MSG(bad == 0, "%d tokens differ between the candidates and the full row", bad);
+    CHECK(dec_conf == steps && dec_flat == 0);
+    CHECK_MSG(dec_edge > steps / 4 && dec_edge < steps, "the edge rows were decided %d times of %d", dec_edge, steps);
+}
+
 typedef struct { int32_t *ids; int n; } collect_t;
 static int tn_collect(void *u, int32_t id) {
     collect_t *c = u;
@@ -719,7 +755,8 @@ static int tn_collect(void *u, int32_t id) {
  * (TS_SAMPLE_TOPN=1) against the row path (=0), on the bundled model
  * (12,288 tokens, so the candidates are a real subset): the same tokens
  * for every configuration, and the candidates decided every step where the
- * rule says they must (top_k <= TS_TOPN_MAX) and none where they cannot. */
+ * rule says they must (top_k <= TS_TOPN_MAX) and none where they cannot
+ * (the full distribution). */
 static int tn_gen(ts_engine *e, const char *mode, const ts_gen_params *gp, int32_t *out, long *asked, long *dec) {
     setenv("TS_SAMPLE_TOPN", mode, 1);
     ts_session_params sp;
@@ -753,7 +790,8 @@ TS_TEST(sample, topn_generation_same_tokens_cpu) {
     struct { float temp, top_p, min_p, rep, pres; int top_k, expect; } cf[] = {
         {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 40, 1},   {0.7f, 0.95f, 0.0f, 1.3f, 0.4f, 20, 1},
         {0.0f, 1.0f, 0.0f, 1.2f, 0.0f, 0, 1},    /* greedy with a repetition penalty: a sampler, N = 1 */
-        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0, 0},    {1.0f, 1.0f, 0.2f, 1.0f, 0.0f, 0, -1},
+        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0, -1},   {1.0f, 1.0f, 0.2f, 1.0f, 0.0f, 0, -1},
+        {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0, 0}, /* the full distribution: the row every step */
     };
     const int K = 24;
     for (size_t i = 0; i < sizeof cf / sizeof *cf; i++) {

@@ -455,21 +455,27 @@ int32_t ts_sampler_draw(ts_sampler *s, const float *probs) {
  *    code (prepare_cands) runs on it.
  *  - 1 < top_k <= N < n_valid: the full sampler's select_top + sort leave
  *    exactly candidates[0..top_k) in order; finish runs on them.
- *  - otherwise (top_k 0 or above N, n_valid > N): only when top-p is off and
- *    min-p drops the last candidate: every entry past it has a value <= its
- *    value, so (float subtraction and expf being monotone) a weight <= its
- *    weight < min_p, and is dropped too; the kept ones are then a prefix of
- *    the candidates, in rank order (top_k < n_valid: the full sampler
- *    sorted) or index order (it did not).
- * Not exact, so left to the row: top-p over a distribution longer than the
- * candidates. Its cut compares prefix masses against top_p * z, z the whole
- * row's sum in index order (a device's sum_exp differs in the last bits),
- * and without top-k the full sampler draws in the order its quickselect on
- * mass left the kept entries, which only the whole row determines. (A
- * margin test on the cut plus a canonical draw order in the full sampler
- * would make most such steps exact too: a change of the CPU's draws, so
- * not done here.) sum_exp is therefore not read yet; the contract returns
- * it for that. */
+ *  - otherwise (top_k 0 or above N, n_valid > N), two cases:
+ *    - top-p keeps the max alone, for certain: top_p * sum_exp * (1 + 1e-5)
+ *      <= 1. The full sampler's z (over the whole row, or over its top_k,
+ *      which is less) is within a relative 1e-6 of sum_exp (src/backend.h),
+ *      so 1 (the max's weight) >= top_p * z: every prefix of its ranking,
+ *      however the quickselect sums it, reaches the target at the first
+ *      entry (adding weights >= 0 to 1 never rounds below 1). One kept
+ *      entry, no draw: the first candidate. This is the confident step of a
+ *      trained model under top-p, common enough to matter;
+ *    - top-p is off and min-p drops the last candidate: every entry past it
+ *      has a value <= its value, so (float subtraction and expf being
+ *      monotone) a weight <= its weight < min_p, and is dropped too; the
+ *      kept ones are then a prefix of the candidates, in rank order (top_k
+ *      < n_valid: the full sampler sorted) or index order (it did not).
+ * Not exact, so left to the row: any other top-p over a distribution longer
+ * than the candidates. Its cut compares prefix masses against top_p * z,
+ * which a margin test on sum_exp could settle, but without top-k the full
+ * sampler then draws in the order its quickselect on mass left the kept
+ * entries, which only the whole row determines. (A canonical draw order in
+ * the full sampler, rank or id order, would make those steps exact too: a
+ * change of the CPU's draws for top-p without top-k, so not done here.) */
 
 static void sort_by_id(cand *c, int n) {
     for (int i = 1; i < n; i++) {
@@ -506,7 +512,7 @@ int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a) {
 }
 
 int ts_sampler_sample_topn(ts_sampler *s, const ts_topn_args *a, int32_t *id, int *decided, ts_error *err) {
-    if (!s || !a || !id || !decided || !a->vals || !a->ids || !a->n_valid)
+    if (!s || !a || !id || !decided || !a->vals || !a->ids || !a->n_valid || !a->sum_exp)
         return ts_fail(err, TS_E_ARG, "sampler: NULL argument");
     *decided = 0;
     const int N = a->N, nv = a->n_valid[0], nc = nv < N ? nv : N;
@@ -526,9 +532,14 @@ int ts_sampler_sample_topn(ts_sampler *s, const ts_topn_args *a, int32_t *id, in
         prepare_cands(s, c, nc, m);
     } else if (top_k > 0 && top_k <= nc) {
         finish(s, c, top_k, m, 1);
+    } else if (s->p.top_p < 1.0f) {
+        if (!((double)s->p.top_p * a->sum_exp[0] * (1.0 + 1e-5) <= 1.0)) return 0;
+        c[0] = (cand){1.0f, a->ids[0]};
+        s->n_cand = 1;
+        s->z = 1.0;
     } else {
         const float thr = s->p.min_p;
-        if (s->p.top_p < 1.0f || !(thr > 0.0f) || !(expf(c[nc - 1].v - m) < thr)) return 0;
+        if (!(thr > 0.0f) || !(expf(c[nc - 1].v - m) < thr)) return 0;
         int k = 0;
         for (int i = 0; i < nc; i++) {
             float w = expf(c[i].v - m);
