@@ -1247,6 +1247,9 @@ topn_at topn_layout_of(int K) {
 
 void cu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
     cu_stream *q = ST(s);
+    /* until a row is read back it has no candidate: a caller that does not
+     * sync after an error sees none rather than stale ones */
+    for (int64_t r = 0; r < lg.rows; r++) a->n_valid[r] = 0, a->sum_exp[r] = 0;
     if (dead(s) || lg.rows <= 0) return;
     const int N = a->N;
     if (N < 1 || N > TS_TOPN_MAX || a->n_pen < 0 || a->n_pen > TS_TOPN_PEN_MAX || K < 1 || K > lg.cols) {
@@ -1288,7 +1291,7 @@ void cu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
         memcpy(a->vals + r * N, hb + 16, sizeof(float) * (size_t)N);
         memcpy(a->ids + r * N, hb + 16 + 4 * (size_t)N, sizeof(int32_t) * (size_t)N);
     }
-    if (tsc_error(c)) /* nothing valid: a caller that does not sync sees no candidate */
+    if (tsc_error(c))
         for (int64_t r = 0; r < lg.rows; r++) a->n_valid[r] = 0, a->sum_exp[r] = 0;
 }
 

@@ -496,7 +496,7 @@ int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a) {
     a->pen_sub = s->pen_sub;
     if (!penalties_on(s)) return 0;
     const int n = s->n_distinct;
-    if (n > s->pen_cap) return 1;
+    if (n > s->pen_cap || s->n_vocab > (1 << 24)) return 1;
     /* ascending ids through the candidate sort (key -id: ids < 2^24 are
      * exact in a float), in the candidate scratch the step overwrites anyway */
     cand *c = s->cand;

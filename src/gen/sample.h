@@ -18,7 +18,8 @@
  * list points into the sampler, valid until its next accept). 0, or 1 when
  * the penalty list is longer than TS_TOPN_PEN_MAX (sample the row). */
 int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a);
-/* One row's topn output (a->vals, a->ids, a->n_valid[0], a->sum_exp[0]):
+/* One row's topn output (a->vals, a->ids, a->n_valid[0], a->sum_exp[0]) for
+ * arguments ts_sampler_topn_args filled for this step (its N and scale):
  * *decided = 1 and *id the token when the candidates decide it exactly,
  * else *decided = 0 and nothing is consumed. Errors only for NULL
  * arguments; a row the full sampler would refuse is left to it. */
