@@ -28,8 +28,10 @@
  *      that the host reads in one copy (16 + 8N bytes).
  * Why sorting and not a radix select: a full bitonic sort of 4096 keys is
  * 78 barrier steps, a few microseconds, and it is obviously right for ties
- * and for any N <= 256; the five launches (~2-3 us each uncaptured) cost
- * more than the sorts. Prediction for the 248K row: ~15-25 us a step against
+ * and for any N <= 256 (the index and merge logic was also checked by a
+ * sequential emulation against a plain sort before any GPU ran it); the
+ * five to seven launches (~2-3 us each uncaptured) cost about as much as
+ * the sorts. Prediction for the 248K row: ~15-25 us a step against
  * ~100 us to copy the 1 MB row through PCIe and ~1 ms for the host to sample
  * it. Not measured yet.
  *
