@@ -246,6 +246,43 @@ typedef struct ts_moe_args {
     float *route_w;                     /* [n, topk] host: the routed probabilities */
 } ts_moe_args;
 
+/* Arguments of topn: sampling candidates without reading the row back.
+ *
+ * Per row, every entry x_i (i < K) becomes the value the sampler
+ * (gen/sample.c) draws from, with the same float operations:
+ *   x = x_i, and for a listed id (pen_ids[j] == i):
+ *       x = rep != 1 ? (x > 0 ? x / rep : x * rep) : x;  x = x - pen_sub[j];
+ *   v_i = x * scale                      (scale: 1/temperature, or 1)
+ * An entry is valid when v_i > -inf (NaN and -inf never are). Outputs, per
+ * row r (host memory):
+ *   vals[r*N + j], ids[r*N + j], j < N: the N first valid entries in the
+ *       sampler's order (larger v first, then lower id), -0 reported as +0;
+ *       slots past the valid count hold -inf and id -1;
+ *   n_valid[r]: the count of valid entries of the row;
+ *   sum_exp[r]: the sum over all valid entries of expf(v_i - vals[r*N])
+ *       (0 when there is none or vals[r*N] is +inf), in double.
+ * vals, ids and n_valid are exact on every backend. sum_exp is the CPU's
+ * sum in index order (the full-row sampler's own z); a device sums in its
+ * own order with its own expf, so its sum is within a relative 1e-6 of that
+ * (CUDA's expf is within 2 ulp): the candidate sampler allows for that and
+ * falls back to the row when a decision is closer than that.
+ * The same penalty list applies to every row; its ids are distinct, in
+ * [0, K) and ascending (the CPU walks the row and the list together). */
+#define TS_TOPN_MAX 256      /* most candidates per row */
+#define TS_TOPN_PEN_MAX 8192 /* most penalised ids (longer lists: read the row) */
+typedef struct ts_topn_args {
+    int N;                   /* 1..TS_TOPN_MAX */
+    float scale;
+    float rep;               /* repetition penalty, 1: off */
+    int n_pen;               /* 0..TS_TOPN_PEN_MAX */
+    const int32_t *pen_ids;  /* [n_pen] host, ascending */
+    const float *pen_sub;    /* [n_pen] host: presence + frequency * count */
+    float *vals;             /* [n, N] host out */
+    int32_t *ids;            /* [n, N] host out */
+    int32_t *n_valid;        /* [n] host out */
+    double *sum_exp;         /* [n] host out */
+} ts_topn_args;
+
 #define TS_LINEAR_MANY_MAX 32
 /* The chunked prefill's scratch geometry (the session allocates pf_chunk
  * for the backend from these; the plan counts it). */
@@ -311,6 +348,11 @@ struct ts_backend_ops {
      * the host; prob (if not NULL) = 1 / sum_k e^(x_k - x_max), the
      * winner's softmax probability. */
     void (*argmax)(ts_stream *s, ts_view logits, int K, int32_t *ids, float *prob);
+    /* The N best candidates of each of n rows of logits (K of the row's
+     * cols considered) after the sampler's penalties and temperature (see
+     * ts_topn_args), read back to the host: a sampled step copies back a few
+     * KB instead of the row. NULL: not supported (callers read the row). */
+    void (*topn)(ts_stream *s, ts_view logits, int K, const ts_topn_args *a);
 
     /* graph capture (NULL: not supported; callers then just run the ops) */
     int (*graph_begin)(ts_stream *s, uint32_t key);

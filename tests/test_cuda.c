@@ -19,6 +19,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "backend.h"
 #include "cuda/tsc.h"
 #include "cpu/kernels.h"
 #include "quant/quant.h"
@@ -740,6 +741,99 @@ TS_TEST(cuda, argmax_exact) {
     CHECK(ids[1] == 7 && ids[2] == V - 1);
     free(x);
     tsc_close(c);
+}
+
+/* ---- sampling candidates: the backend's topn against the CPU's ----
+ * Through the backend contract (cu_topn over tsc_topn), fresh random rows:
+ * the N best (vals bit for bit, ids), the valid count exactly, the sum of
+ * weights within a relative 1e-6 (CUDA's expf is within 2 ulp, summed in
+ * another order). Rows: the real vocabulary (248,320), chunk edges (4095,
+ * 4096, 4097), odd sizes (1, 7, 100003); values: wide random, heavy ties (a
+ * grid of 16 values: most of the N best tie), NaN / -inf / +-0 sprinkled;
+ * N from 1 to 256; penalties: none, 50 ids, the most a list holds. Two rows
+ * at a stride per call (each row on its own). */
+static void topn_row_fill(float *x, int V, int kind) {
+    for (int i = 0; i < V; i++) {
+        float u = fr();
+        if (kind == 0) x[i] = u * 12.0f;
+        else if (kind == 1) x[i] = floorf((u + 1.0f) * 8.0f) * 0.75f - 3.0f;
+        else {
+            x[i] = u * 5.0f;
+            float w = fr();
+            if (w < -0.96f) x[i] = NAN;
+            else if (w < -0.92f) x[i] = -INFINITY;
+            else if (w < -0.88f) x[i] = w < -0.9f ? -0.0f : 0.0f;
+        }
+    }
+}
+
+TS_TEST(cuda, topn_matches_cpu_op) {
+    seed_once();
+    ts_backend_params bp = {0};
+    bp.device = dev_index();
+    ts_backend *gb = NULL, *cb = NULL;
+    ts_stream *gs = NULL, *cs = NULL;
+    ts_error err = {0};
+    if (ts_cuda_backend_new(&bp, &gb, &err)) SKIP("no CUDA: %s", err.msg);
+    ts_backend_params cp = {0};
+    CHECK(!ts_cpu_backend_new(&cp, &cb, &err));
+    CHECK(!gb->ops->stream_new(gb, 16, 4096, 64, &gs) && !cb->ops->stream_new(cb, 16, 4096, 64, &cs));
+    const int Vs[] = {248320, 1, 7, 4095, 4096, 4097, 100003}, Ns[] = {1, 20, 64, 100, 256}, pens[] = {0, 50, TS_TOPN_PEN_MAX};
+    const int VMAX = 248320, LD = VMAX + 5;
+    float *x = malloc(sizeof(float) * 2 * LD), *sub = malloc(sizeof(float) * TS_TOPN_PEN_MAX);
+    int32_t *pid = malloc(sizeof(int32_t) * TS_TOPN_PEN_MAX);
+    float *dx = gb->ops->alloc(gb, sizeof(float) * 2 * LD, TS_MEM_SCRATCH);
+    CHECK(x && sub && pid && dx);
+    float gv[2 * 256], cv[2 * 256];
+    int32_t gi[2 * 256], ci[2 * 256], gn[2], cn[2];
+    double gz[2], cz[2];
+    int bad = 0, cases = 0, ties = 0;
+    for (size_t vi = 0; vi < sizeof Vs / sizeof *Vs; vi++)
+        for (int kind = 0; kind < 3; kind++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+                for (size_t pi = 0; pi < 3; pi++) {
+                    const int V = Vs[vi], N = Ns[ni];
+                    if (V != VMAX && (ni % 2 || pi == 2)) continue; /* the odd sizes: fewer combinations */
+                    int np = 0;
+                    const int want = pens[pi] < V ? pens[pi] : V;
+                    for (int i = 0; i < V && np < want; i++) /* distinct ascending ids, ~evenly spread */
+                        if ((int64_t)(i + 1) * want / V > np) pid[np] = i, sub[np] = fr() * 4.0f, np++;
+                    topn_row_fill(x, V, kind);
+                    topn_row_fill(x + LD, V, (kind + 1) % 3);
+                    gb->ops->write(gs, (ts_view){dx, TS_DTYPE_F32, 2, LD, LD}, x);
+                    ts_topn_args a = {.N = N, .scale = kind ? 1.0f / 0.7f : 1.0f, .rep = np ? 1.3f : 1.0f, .n_pen = np,
+                                      .pen_ids = pid, .pen_sub = sub};
+                    a.vals = gv, a.ids = gi, a.n_valid = gn, a.sum_exp = gz;
+                    gb->ops->topn(gs, (ts_view){dx, TS_DTYPE_F32, 2, V, LD}, V, &a);
+                    int rc = ts_be_sync(gs, &err);
+                    CHECK_MSG(!rc, "V %d N %d: %s", V, N, err.msg);
+                    a.vals = cv, a.ids = ci, a.n_valid = cn, a.sum_exp = cz;
+                    cb->ops->topn(cs, (ts_view){x, TS_DTYPE_F32, 2, V, LD}, V, &a);
+                    for (int r = 0; r < 2; r++) {
+                        cases++;
+                        for (int j = 1; j < N; j++) ties += cv[r * N + j] == cv[r * N + j - 1];
+                        const double tol = 1e-6 * cz[r];
+                        if (memcmp(gv + r * N, cv + r * N, sizeof(float) * N) ||
+                            memcmp(gi + r * N, ci + r * N, sizeof(int32_t) * N) || gn[r] != cn[r] ||
+                            !(fabs(gz[r] - cz[r]) <= tol)) {
+                            int j = 0;
+                            while (j < N && gi[r * N + j] == ci[r * N + j] && gv[r * N + j] == cv[r * N + j]) j++;
+                            if (++bad <= 4)
+                                fprintf(stderr,
+                                        "  V %d N %d kind %d pen %d row %d: first difference at %d (gpu %d %.9g, cpu %d "
+                                        "%.9g), n_valid %d/%d, sum %.17g/%.17g\n",
+                                        V, N, kind, np, r, j, j < N ? gi[r * N + j] : -2, j < N ? gv[r * N + j] : 0.0,
+                                        j < N ? ci[r * N + j] : -2, j < N ? cv[r * N + j] : 0.0, gn[r], cn[r], gz[r], cz[r]);
+                        }
+                    }
+                }
+    fprintf(stderr, "  topn: %d rows, %d tied neighbours among the candidates\n", cases, ties);
+    CHECK_MSG(bad == 0, "%d of %d rows differ from the CPU op", bad, cases);
+    CHECK(ties > 1000); /* the tie order was exercised */
+    gb->ops->free(gb, dx);
+    free(x), free(sub), free(pid);
+    gb->ops->stream_free(gs), cb->ops->stream_free(cs);
+    ts_backend_free(gb), ts_backend_free(cb);
 }
 
 /* ---- a captured graph replays the same work ---- */

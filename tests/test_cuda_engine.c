@@ -313,6 +313,73 @@ TS_TEST(cuda_engine, determinism_same_prompt_and_seed) {
     ts_engine_close(ec);
 }
 
+/* Sampled generation on the GPU with the device's candidates (topn, the
+ * default on a device) and without them (TS_SAMPLE_TOPN=0: the row read
+ * back): the same tokens, twice over, for every configuration; and the
+ * candidates decided every step where the rule says they must (top_k <=
+ * 256, greedy with penalties) and none where they cannot (the full
+ * distribution). */
+static int gen_cfg(ts_engine *e, const char *mode, const ts_gen_params *gp, int32_t *out, long *dec) {
+    if (mode) setenv("TS_SAMPLE_TOPN", mode, 1);
+    else unsetenv("TS_SAMPLE_TOPN");
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 256;
+    ts_session *s = NULL;
+    ts_error err = {0};
+    long a0, d0, a1, d1;
+    ts_gen_topn_stats(&a0, &d0);
+    int n = -1;
+    if (!ts_session_new(e, &sp, &s, &err)) {
+        const int32_t prompt[] = {1, 20, 300, 4000, 55, 6, 777, 8};
+        sink u = {out, 0};
+        if (!ts_generate(s, prompt, 8, gp, sink_cb, &u, NULL, &err)) n = u.n;
+        else fprintf(stderr, "  generate: %s\n", err.msg);
+    }
+    ts_session_free(s);
+    unsetenv("TS_SAMPLE_TOPN");
+    ts_gen_topn_stats(&a1, &d1);
+    *dec = d1 - d0;
+    return n;
+}
+
+TS_TEST(cuda_engine, sampled_topn_same_tokens_as_the_row) {
+    NEED_GPU();
+    ts_error err = {0};
+    ts_engine *eg = NULL;
+    CHECK_MSG(!open_on("models/default", "cuda", &eg, &err), "%s", err.msg);
+    struct { float temp, top_p, min_p, rep, pres, freq; int top_k, expect; } cf[] = {
+        {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 40, 1},  /* top-k: every step from the candidates */
+        {0.7f, 0.95f, 0.0f, 1.3f, 0.4f, 0.1f, 20, 1}, /* Qwen's shape, with every penalty */
+        {0.0f, 1.0f, 0.0f, 1.2f, 0.0f, 0.0f, 0, 1},   /* greedy with a repetition penalty: N = 1 */
+        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, -1},  /* top-p alone: when the max is kept alone */
+        {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0},   /* the full distribution: the row every step */
+        {1.0f, 1.0f, 0.2f, 1.0f, 0.0f, 0.0f, 0, -1},  /* min-p: when it cuts inside the candidates */
+    };
+    const int K = 48;
+    for (size_t i = 0; i < sizeof cf / sizeof *cf; i++) {
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = K;
+        gp.temperature = cf[i].temp, gp.top_p = cf[i].top_p, gp.min_p = cf[i].min_p, gp.top_k = cf[i].top_k;
+        gp.repeat_penalty = cf[i].rep, gp.presence_penalty = cf[i].pres, gp.frequency_penalty = cf[i].freq;
+        gp.seed = 4321 + i;
+        int32_t a[64], b[64], r[64];
+        long da, db, dr;
+        const int na = gen_cfg(eg, NULL, &gp, a, &da), nb = gen_cfg(eg, NULL, &gp, b, &db),
+                  nr = gen_cfg(eg, "0", &gp, r, &dr);
+        fprintf(stderr, "  config %zu: %d / %d / %d tokens, %ld and %ld steps decided by the candidates\n", i, na, nb,
+                nr, da, db);
+        CHECK_MSG(na == K && nb == K && nr == K, "config %zu: %d, %d, %d tokens", i, na, nb, nr);
+        CHECK_MSG(!memcmp(a, b, sizeof(int32_t) * K), "config %zu: two runs with candidates differ", i);
+        CHECK_MSG(!memcmp(a, r, sizeof(int32_t) * K), "config %zu: candidates and the row read back differ", i);
+        CHECK_MSG(dr == 0, "config %zu: TS_SAMPLE_TOPN=0 still used candidates", i);
+        if (cf[i].expect == 1) CHECK_MSG(da == K, "config %zu: %ld of %d steps decided", i, da, K);
+        if (cf[i].expect == 0) CHECK_MSG(da == 0, "config %zu: %ld of %d steps decided", i, da, K);
+    }
+    ts_engine_close(eg);
+}
+
 /* mean NLL per token of ids[1..n) given the prefix, fed in one pass */
 static double nll(ts_engine *e, const int32_t *ids, int n, ts_error *err) {
     const int V = ts_engine_info(e)->vocab_size;

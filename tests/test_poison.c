@@ -187,6 +187,10 @@ static void pz_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob
     INOPS(s)->argmax(enter_op(s), UV(lg), K, U(ids), U(prob));
     leave_op(s);
 }
+static void pz_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
+    INOPS(s)->topn(enter_op(s), UV(lg), K, a); /* a's arrays are host memory */
+    leave_op(s);
+}
 static size_t pz_wbytes(ts_backend *be, const ts_weight *w) {
     ts_backend *in = ((pz_be *)be)->in;
     return in->ops->weight_bytes(in, w);
@@ -212,6 +216,7 @@ static int poison_engine(ts_engine *e) {
         .workspace_bytes = pz_ws, .enter = pz_enter, .leave = pz_leave, .weight_bytes = pz_wbytes,
         .weight_prepare = pz_wprep, .linear = pz_linear, .embed = pz_embed, .norm = pz_norm, .swiglu = pz_swiglu,
         .attn = pz_attn, .gdn = pz_gdn, .gdn_materialize = pz_gdn_mat, .moe = pz_moe, .argmax = pz_argmax,
+        .topn = pz_topn,
     };
     p->base.ops = &p->ops;
     p->base.name = "poison";

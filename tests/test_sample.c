@@ -10,6 +10,9 @@
  */
 #include <stdint.h>
 
+#include "backend.h"
+#include "gen/sample.h"
+#include "gen/spec.h"
 #include "ts_int.h"
 #include "ts_test.h"
 
@@ -475,4 +478,339 @@ TS_TEST(sample, top_p_exact_random) {
 #undef RND
     free(l), free(probs), free(bf);
     CHECK_MSG(bad == 0, "%d of 300 trials differ", bad);
+}
+
+/* ---- topn: the backend op (CPU, the reference) and the candidate sampler ----
+ * The CPU op against a plain reference (penalise a copy, scale, sort every
+ * valid entry with qsort, sum in index order): every output bit for bit.
+ * Then the candidate sampler against the full-row sampler: two samplers,
+ * same seed, same accepted ids; one samples the row, the other the op's
+ * candidates (the row only when they do not decide); the tokens must agree
+ * at every step, and the candidates must decide exactly the steps the rule
+ * in sample.c says they decide (so the fast path cannot silently vanish). */
+
+static uint64_t tn_s = 0x243F6A8885A308D3ull;
+static double tn_u(void) {
+    tn_s ^= tn_s << 13, tn_s ^= tn_s >> 7, tn_s ^= tn_s << 17;
+    return (double)(tn_s >> 11) * 0x1.0p-53;
+}
+
+/* A row of kind 0: flat, uniform in [-3, 3]; 1: peaked, a few hot entries
+ * in [4, 9] over a [-6, 1] floor; 2: ties, values on a 0.5 grid with some
+ * NaN, -inf, +-0 and a hot block; 3: confident, one entry at 16 over a
+ * [-5, 1] floor (at T = 1 it holds all but ~1e-3 of the mass); 4: on the
+ * edge of top_p 0.9, one entry holding a share drawn from [0.88, 0.92] at
+ * T = 1 (plus a case at 0.9 within float rounding). */
+static void tn_row(float *x, int V, int kind) {
+    if (kind >= 3) {
+        double S = 0;
+        for (int i = 0; i < V; i++) x[i] = (float)(tn_u() * 6 - 5), S += exp((double)x[i]);
+        const int top = (int)(tn_u() * V);
+        S -= exp((double)x[top]);
+        double p = tn_u() < 0.2 ? 0.9 : 0.88 + 0.04 * tn_u();
+        x[top] = kind == 3 ? 16.0f : (float)log(p * S / (1 - p));
+        return;
+    }
+    for (int i = 0; i < V; i++) {
+        double u = tn_u();
+        if (kind == 0) x[i] = (float)(u * 6 - 3);
+        else if (kind == 1) x[i] = tn_u() < 8.0 / V ? (float)(4 + 5 * u) : (float)(u * 7 - 6);
+        else {
+            x[i] = (float)floor(u * 12 - 6) * 0.5f;
+            double w = tn_u();
+            if (w < 0.02) x[i] = NAN;
+            else if (w < 0.04) x[i] = -INFINITY;
+            else if (w < 0.08) x[i] = w < 0.06 ? -0.0f : 0.0f;
+            else if (w < 0.08 + 6.0 / V) x[i] = 4.0f;
+        }
+    }
+}
+
+typedef struct { float v; int32_t id; } tn_c;
+static int tn_cmp(const void *a, const void *b) {
+    const tn_c *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void tn_ref(const float *x, int V, const ts_topn_args *a, float *vals, int32_t *ids, int *nv, double *z) {
+    float *y = malloc(sizeof(float) * (size_t)V);
+    tn_c *c = malloc(sizeof(tn_c) * (size_t)V);
+    memcpy(y, x, sizeof(float) * (size_t)V);
+    for (int j = 0; j < a->n_pen; j++) {
+        float v = y[a->pen_ids[j]];
+        if (a->rep != 1.0f) v = v > 0.0f ? v / a->rep : v * a->rep;
+        y[a->pen_ids[j]] = v - a->pen_sub[j];
+    }
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+        float v = y[i] * a->scale;
+        if (v > -INFINITY) c[n++] = (tn_c){v == 0.0f ? 0.0f : v, i};
+    }
+    qsort(c, (size_t)n, sizeof *c, tn_cmp);
+    for (int j = 0; j < a->N; j++) {
+        vals[j] = j < n ? c[j].v : -INFINITY;
+        ids[j] = j < n ? c[j].id : -1;
+    }
+    *nv = n;
+    *z = 0;
+    if (n && !isinf(c[0].v))
+        for (int i = 0; i < V; i++) {
+            float v = y[i] * a->scale;
+            if (v > -INFINITY) *z += expf(v - c[0].v);
+        }
+    free(y), free(c);
+}
+
+static int tn_open_cpu(ts_backend **be, ts_stream **st) {
+    ts_backend_params p = {0};
+    ts_error err = {0};
+    *be = NULL, *st = NULL;
+    if (ts_cpu_backend_new(&p, be, &err)) return -1;
+    return (*be)->ops->stream_new(*be, 4, 1024, 64, st);
+}
+
+/* n_pen distinct ascending ids below V with subtrahends, into ids/sub */
+static int tn_pens(int V, int want, int32_t *ids, float *sub) {
+    int n = 0;
+    for (int i = 0; i < V && n < want; i++)
+        if (tn_u() < (double)(want - n) / (V - i)) ids[n] = i, sub[n] = (float)(tn_u() * 3 - 1), n++;
+    return n;
+}
+
+TS_TEST(sample, topn_cpu_op_matches_reference) {
+    ts_backend *be;
+    ts_stream *st;
+    CHECK(!tn_open_cpu(&be, &st));
+    const int Vs[] = {1, 7, 300, 4097, 20000}, Ns[] = {1, 3, 64, 256};
+    float *x = malloc(sizeof(float) * 2 * 20010), rv[256], ov[2 * 256];
+    int32_t pid[64], ri[256], oi[2 * 256], onv[2];
+    float psub[64];
+    double oz[2];
+    int bad = 0, cases = 0;
+    for (size_t vi = 0; vi < sizeof Vs / sizeof *Vs; vi++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+            for (int kind = 0; kind < 3; kind++)
+                for (int pen = 0; pen < 2; pen++) {
+                    const int V = Vs[vi], ld = V + 3;
+                    ts_topn_args a = {.N = Ns[ni], .scale = kind == 1 ? 1.0f / 0.7f : 1.0f, .rep = pen ? 1.5f : 1.0f};
+                    a.n_pen = pen ? tn_pens(V, 40, pid, psub) : 0;
+                    a.pen_ids = pid, a.pen_sub = psub;
+                    a.vals = ov, a.ids = oi, a.n_valid = onv, a.sum_exp = oz;
+                    tn_row(x, V, kind);
+                    tn_row(x + ld, V, (kind + 1) % 3);
+                    /* two rows at a stride: each row on its own */
+                    be->ops->topn(st, (ts_view){x, TS_DTYPE_F32, 2, V, ld}, V, &a);
+                    for (int r = 0; r < 2; r++) {
+                        int nv;
+                        double z;
+                        tn_ref(x + r * ld, V, &a, rv, ri, &nv, &z);
+                        cases++;
+                        if (memcmp(rv, ov + r * a.N, sizeof(float) * a.N) || memcmp(ri, oi + r * a.N, 4 * (size_t)a.N) ||
+                            nv != onv[r] || z != oz[r]) {
+                            if (++bad <= 3)
+                                fprintf(stderr, "  V %d N %d kind %d pen %d row %d: n_valid %d/%d sum %.17g/%.17g\n", V,
+                                        a.N, kind, pen, r, onv[r], nv, oz[r], z);
+                        }
+                    }
+                }
+    free(x);
+    be->ops->stream_free(st);
+    ts_backend_free(be);
+    CHECK_MSG(bad == 0, "%d of %d rows differ from the reference", bad, cases);
+}
+
+typedef struct {
+    float temp, top_p, min_p, rep, pres, freq;
+    int top_k;
+    int expect; /* 1: every step decided by the candidates; 0: none; -1: some or none (min-p) */
+} tn_cfg;
+
+/* Steps of one configuration over rows of kind; returns mismatches, adds
+ * decided steps to *dec. */
+static int tn_run(ts_backend *be, ts_stream *st, int V, int kind, const tn_cfg *c, uint64_t seed, int steps, int *dec) {
+    ts_sampler_params p;
+    ts_sampler_params_default(&p);
+    p.temperature = c->temp, p.top_k = c->top_k, p.top_p = c->top_p, p.min_p = c->min_p;
+    p.repetition_penalty = c->rep, p.presence_penalty = c->pres, p.frequency_penalty = c->freq;
+    p.penalty_last_n = 24;
+    p.seed = seed;
+    ts_sampler *full = NULL, *cand = NULL;
+    ts_error err = {0};
+    if (ts_sampler_new(V, &p, &full, &err) || ts_sampler_new(V, &p, &cand, &err)) {
+        fprintf(stderr, "  sampler_new: %s\n", err.msg);
+        ts_sampler_free(full);
+        return 1;
+    }
+    float *x = malloc(sizeof(float) * (size_t)V), vals[TS_TOPN_MAX];
+    int32_t ids[TS_TOPN_MAX], nv;
+    double z;
+    int bad = 0;
+    for (int t = 0; t < 8; t++) { /* a prompt: penalties from the first step */
+        int32_t id = (int32_t)(tn_u() * V);
+        ts_sampler_accept(full, id), ts_sampler_accept(cand, id);
+    }
+    for (int t = 0; t < steps; t++) {
+        tn_row(x, V, kind);
+        int32_t a_id = -1, b_id = -1;
+        int ra = ts_sampler_sample(full, x, &a_id, &err), decided = 0, rb = 0;
+        ts_topn_args a;
+        if (!ts_sampler_topn_args(cand, &a)) {
+            a.vals = vals, a.ids = ids, a.n_valid = &nv, a.sum_exp = &z;
+            be->ops->topn(st, tv_f32(x, 1, V), V, &a);
+            rb = ts_sampler_sample_topn(cand, &a, &b_id, &decided, &err);
+        }
+        if (!rb && !decided) rb = ts_sampler_sample(cand, x, &b_id, &err);
+        *dec += decided;
+        if (ra != rb || a_id != b_id) {
+            if (bad++ < 3)
+                fprintf(stderr, "  step %d: full %d (rc %d), candidates %d (rc %d, decided %d)\n", t, a_id, ra, b_id, rb,
+                        decided);
+        }
+        if (ra) break;
+        ts_sampler_accept(full, a_id), ts_sampler_accept(cand, a_id);
+    }
+    free(x);
+    ts_sampler_free(full), ts_sampler_free(cand);
+    return bad;
+}
+
+TS_TEST(sample, topn_candidates_give_the_full_row_token) {
+    ts_backend *be;
+    ts_stream *st;
+    CHECK(!tn_open_cpu(&be, &st));
+    const tn_cfg cfgs[] = {
+        {0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 1},     /* greedy (no sampler in generate; here the rule) */
+        {0.0f, 1.0f, 0.0f, 1.3f, 0.5f, 0.2f, 0, 1},     /* greedy with penalties */
+        {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1, 1},     /* top_k 1 */
+        {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 2, 1},
+        {0.7f, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 20, 1},   /* Qwen's recommended shape */
+        {1.3f, 0.5f, 0.05f, 1.2f, 0.3f, 0.1f, 40, 1},
+        {0.6f, 1.0f, 0.0f, 0.8f, -0.5f, 0.0f, 256, 1},  /* top_k = TS_TOPN_MAX, penalties that raise */
+        {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0},     /* the full distribution: the row */
+        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, -1},    /* top-p alone: the row unless the max is kept alone */
+        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 300, -1},  /* top_k > N with top-p: likewise */
+        {0.9f, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f, 0, -1},    /* min-p: decided when it cuts inside */
+        {0.9f, 1.0f, 0.3f, 1.1f, 0.2f, 0.0f, 1000, -1}, /* min-p under a top_k > N */
+    };
+    const int Vs[] = {200, 5000}, steps = 60;
+    int bad = 0, wrong_path = 0, decided_minp = 0;
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++)
+        for (size_t vi = 0; vi < 2; vi++)
+            for (int kind = 0; kind < 3; kind++) {
+                int dec = 0;
+                const int b = tn_run(be, st, Vs[vi], kind, &cfgs[ci], 1000 + ci * 7 + vi * 3 + kind, steps, &dec);
+                bad += b;
+                /* V = 200 <= N: the candidates are the whole row, always decided */
+                const int want = cfgs[ci].expect == 1 || Vs[vi] <= TS_TOPN_MAX ? 1 : cfgs[ci].expect;
+                if (cfgs[ci].expect == -1 && Vs[vi] > TS_TOPN_MAX) decided_minp += dec;
+                if ((want == 1 && dec != steps) || (want == 0 && dec != 0)) {
+                    if (wrong_path++ < 3)
+                        fprintf(stderr, "  config %zu V %d kind %d: %d of %d steps decided by the candidates\n", ci,
+                                Vs[vi], kind, dec, steps);
+                }
+                if (b) fprintf(stderr, "  config %zu V %d kind %d: %d tokens differ\n", ci, Vs[vi], kind, b);
+            }
+    be->ops->stream_free(st);
+    ts_backend_free(be);
+    CHECK_MSG(bad == 0, "%d sampled tokens differ between the candidates and the full row", bad);
+    CHECK_MSG(wrong_path == 0, "%d runs took another path than the rule says", wrong_path);
+    fprintf(stderr, "  min-p configurations over 5000 entries: %d of %d steps decided by the candidates\n", decided_minp,
+            2 * 3 * steps);
+    CHECK_MSG(decided_minp > 0, "min-p never cut inside the candidates on peaked rows");
+}
+
+/* Top-p without top-k over 5000 entries: the candidates decide a step only
+ * when top-p certainly keeps the max alone. Confident rows: every step;
+ * flat rows: none; rows whose max holds 0.88..0.92 of the mass (a fifth of
+ * them 0.9 itself): some, and the tokens agree on every one of them. */
+TS_TEST(sample, topn_top_p_keeps_the_max_alone) {
+    ts_backend *be;
+    ts_stream *st;
+    CHECK(!tn_open_cpu(&be, &st));
+    const tn_cfg tp = {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, -1}, tp_minp = {1.0f, 0.9f, 0.05f, 1.0f, 0.0f, 0.0f, 0, -1};
+    const int steps = 200;
+    int dec_conf = 0, dec_flat = 0, dec_edge = 0, dec_minp = 0, bad = 0;
+    bad += tn_run(be, st, 5000, 3, &tp, 11, steps, &dec_conf);
+    bad += tn_run(be, st, 5000, 0, &tp, 12, steps, &dec_flat);
+    bad += tn_run(be, st, 5000, 4, &tp, 13, steps, &dec_edge);
+    bad += tn_run(be, st, 5000, 4, &tp_minp, 14, steps, &dec_minp);
+    fprintf(stderr, "  decided: confident %d, flat %d, edge %d, edge with min-p %d (of %d each)\n", dec_conf, dec_flat,
+            dec_edge, dec_minp, steps);
+    be->ops->stream_free(st);
+    ts_backend_free(be);
+    CHECK_MSG(bad == 0, "%d tokens differ between the candidates and the full row", bad);
+    CHECK(dec_conf == steps && dec_flat == 0);
+    CHECK_MSG(dec_edge > steps / 4 && dec_edge < steps, "the edge rows were decided %d times of %d", dec_edge, steps);
+}
+
+typedef struct { int32_t *ids; int n; } collect_t;
+static int tn_collect(void *u, int32_t id) {
+    collect_t *c = u;
+    if (c->n < 64) c->ids[c->n++] = id;
+    return 0;
+}
+
+/* The generation loop with the candidate path forced on the CPU
+ * (TS_SAMPLE_TOPN=1) against the row path (=0), on the bundled model
+ * (12,288 tokens, so the candidates are a real subset): the same tokens
+ * for every configuration, and the candidates decided every step where the
+ * rule says they must (top_k <= TS_TOPN_MAX) and none where they cannot
+ * (the full distribution). */
+static int tn_gen(ts_engine *e, const char *mode, const ts_gen_params *gp, int32_t *out, long *asked, long *dec) {
+    setenv("TS_SAMPLE_TOPN", mode, 1);
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 128;
+    ts_session *s = NULL;
+    ts_error err = {0};
+    long a0, d0;
+    ts_gen_topn_stats(&a0, &d0);
+    int n = -1;
+    if (!ts_session_new(e, &sp, &s, &err)) {
+        const int32_t prompt[] = {1, 20, 300, 4000, 55, 6, 777, 8};
+        collect_t c = {out, 0};
+        if (!ts_generate(s, prompt, 8, gp, tn_collect, &c, NULL, &err)) n = c.n;
+        else fprintf(stderr, "  generate: %s\n", err.msg);
+    }
+    ts_session_free(s);
+    unsetenv("TS_SAMPLE_TOPN");
+    ts_gen_topn_stats(asked, dec);
+    *asked -= a0, *dec -= d0;
+    return n;
+}
+
+TS_TEST(sample, topn_generation_same_tokens_cpu) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = "cpu";
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    CHECK_MSG(!ts_engine_open("models/default", &ep, &e, &err), "%s", err.msg);
+    struct { float temp, top_p, min_p, rep, pres; int top_k, expect; } cf[] = {
+        {0.8f, 1.0f, 0.0f, 1.0f, 0.0f, 40, 1},   {0.7f, 0.95f, 0.0f, 1.3f, 0.4f, 20, 1},
+        {0.0f, 1.0f, 0.0f, 1.2f, 0.0f, 0, 1},    /* greedy with a repetition penalty: a sampler, N = 1 */
+        {1.0f, 0.9f, 0.0f, 1.0f, 0.0f, 0, -1},   {1.0f, 1.0f, 0.2f, 1.0f, 0.0f, 0, -1},
+        {1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0, 0}, /* the full distribution: the row every step */
+    };
+    const int K = 24;
+    for (size_t i = 0; i < sizeof cf / sizeof *cf; i++) {
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = K;
+        gp.temperature = cf[i].temp, gp.top_p = cf[i].top_p, gp.min_p = cf[i].min_p, gp.top_k = cf[i].top_k;
+        gp.repeat_penalty = cf[i].rep, gp.presence_penalty = cf[i].pres;
+        gp.seed = 77 + i;
+        int32_t a[64], b[64];
+        long asked, dec, asked0, dec0;
+        int na = tn_gen(e, "1", &gp, a, &asked, &dec), nb = tn_gen(e, "0", &gp, b, &asked0, &dec0);
+        CHECK_MSG(na > 0 && na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na),
+                  "config %zu: %d tokens with candidates, %d from the row, or they differ", i, na, nb);
+        CHECK_MSG(asked0 == 0, "config %zu: TS_SAMPLE_TOPN=0 still asked for candidates", i);
+        CHECK_MSG(asked == na, "config %zu: %ld of %d steps asked for candidates", i, asked, na);
+        if (cf[i].expect == 1) CHECK_MSG(dec == na, "config %zu: %ld of %d steps decided", i, dec, na);
+        if (cf[i].expect == 0) CHECK_MSG(dec == 0, "config %zu: %ld of %d steps decided", i, dec, na);
+        fprintf(stderr, "  config %zu: %d tokens equal, %ld decided by the candidates\n", i, na, dec);
+    }
+    ts_engine_close(e);
 }

@@ -280,6 +280,60 @@ static void cpu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *pro
     }
 }
 
+/* topn, the reference (src/backend.h): one walk over the row with the
+ * ascending penalty list beside it keeps the N best in a sorted array
+ * (insertion: N <= 256, and after the first few hundred entries almost
+ * every one fails the comparison with the last kept); a second walk sums
+ * the weights in index order, as the full-row sampler sums its z. The CPU
+ * sampler reads rows in place, so generation does not call this; it is the
+ * oracle the device ops are tested against. */
+static inline float topn_v(const float *x, int64_t i, const ts_topn_args *a, int *j) {
+    float v = x[i];
+    if (*j < a->n_pen && a->pen_ids[*j] == i) {
+        if (a->rep != 1.0f) v = v > 0.0f ? v / a->rep : v * a->rep;
+        v = v - a->pen_sub[*j];
+        ++*j;
+    }
+    return v * a->scale;
+}
+
+static inline int topn_before(float va, int32_t ia, float vb, int32_t ib) {
+    return va > vb || (va == vb && ia < ib);
+}
+
+static void cpu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
+    (void)s;
+    const int N = a->N;
+    for (int64_t r = 0; r < lg.rows; r++) {
+        const float *x = (const float *)lg.p + r * lg.ld;
+        float *vo = a->vals + r * N;
+        int32_t *io = a->ids + r * N;
+        int cnt = 0, nv = 0, j = 0;
+        for (int64_t i = 0; i < K; i++) {
+            float v = topn_v(x, i, a, &j);
+            if (!(v > -INFINITY)) continue;
+            if (v == 0.0f) v = 0.0f; /* -0 as +0: one key per value on every backend */
+            nv++;
+            if (cnt == N && !topn_before(v, (int32_t)i, vo[N - 1], io[N - 1])) continue;
+            int k = cnt < N ? cnt++ : N - 1;
+            while (k > 0 && topn_before(v, (int32_t)i, vo[k - 1], io[k - 1])) vo[k] = vo[k - 1], io[k] = io[k - 1], k--;
+            vo[k] = v, io[k] = (int32_t)i;
+        }
+        for (int k = cnt; k < N; k++) vo[k] = -INFINITY, io[k] = -1;
+        a->n_valid[r] = nv;
+        double z = 0;
+        if (cnt && !isinf(vo[0])) {
+            const float m = vo[0];
+            j = 0;
+            for (int64_t i = 0; i < K; i++) {
+                float v = topn_v(x, i, a, &j);
+                if (v > -INFINITY) z += expf(v - m);
+            }
+        }
+        a->sum_exp[r] = z;
+    }
+}
+
 static const ts_backend_ops cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -307,6 +361,7 @@ static const ts_backend_ops cpu_ops = {
     .moe = ts_cpu_moe,
     .moe_route = ts_cpu_moe_route,
     .argmax = cpu_argmax,
+    .topn = cpu_topn,
 };
 
 static void cpu_destroy(ts_backend *be) {

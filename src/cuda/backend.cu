@@ -42,9 +42,11 @@
  * the snapshot by a parity flip and tape the rows' inputs on the device, and
  * a lazy rollback's rows are replayed from the tape by the decode kernels
  * (the GDN section below). Verify and rollback passes run uncaptured.
- * Not here yet (issue 17): DFlash's block-masked attention; sampling reads
- * the logits rows back through host_rows (argmax runs on the device, 4 bytes
- * come back).
+ * Not here yet (issue 17): DFlash's block-masked attention.
+ * Sampling: argmax runs on the device (4 bytes come back); a sampled step
+ * asks topn (sample.cu) for its candidates (16 + 8N bytes) and reads the row
+ * through host_rows only when they do not decide the token (gen/sample.c
+ * says when); speculative sampling's acceptance still reads whole rows.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +178,9 @@ struct cu_stream {
     dev_step *hstep; /* host copy of the block (step + ids), pageable */
     float *stage;    /* pinned host staging of host_rows */
     size_t stage_bytes;
+    uint8_t *topn_ws; /* topn's device scratch, for rows of up to topn_V (cu_topn) */
+    size_t topn_bytes;
+    int topn_V;
     gent graphs[GMAXN];
     int n_graphs;
     long replays;
@@ -649,7 +654,8 @@ void cu_stream_free(ts_stream *st) {
         cudaFreeHost(q->stage);
         ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, -(int64_t)q->stage_bytes);
     }
-    tsc_close(q->c); /* frees the workspace */
+    if (q->topn_ws) ts_mem_account(TS_DOM_DEVICE, TS_MEM_SCRATCH, -(int64_t)q->topn_bytes);
+    tsc_close(q->c); /* frees the workspace (and topn's scratch) */
     free(q->hstep);
     free(q);
 }
@@ -1311,6 +1317,80 @@ void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
     if (tsc_error(c)) memset(ids, 0, sizeof(int32_t) * (size_t)lg.rows);
 }
 
+/* ---- sampling candidates ----
+ * topn (src/backend.h) one row at a time through tsc_topn (sample.cu), each
+ * row's 16 + 8N bytes read back in one copy. The device scratch (the chunk
+ * lists, the penalised copy of the row, the penalty list: ~1.4 MB for the
+ * 248K vocabulary) is allocated on first use, sized by K, and counted as
+ * device scratch; like the host staging of host_rows it is outside the plan
+ * (the plan sizes a stream by its activation columns, and a session that
+ * never samples never needs it). */
+static_assert(TSC_TOPN_MAX == TS_TOPN_MAX, "tsc.h and backend.h agree on the most candidates");
+
+struct topn_at {
+    size_t ws, row, ids, sub, total;
+};
+topn_at topn_layout_of(int K) {
+    topn_at l;
+    size_t o = 0;
+    l.ws = o, o += al256(tsc_topn_ws_bytes(K));
+    l.row = o, o += al256(sizeof(float) * (size_t)K);
+    l.ids = o, o += al256(sizeof(int32_t) * TS_TOPN_PEN_MAX);
+    l.sub = o, o += al256(sizeof(float) * TS_TOPN_PEN_MAX);
+    l.total = o;
+    return l;
+}
+
+void cu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
+    cu_stream *q = ST(s);
+    /* until a row is read back it has no candidate: a caller that does not
+     * sync after an error sees none rather than stale ones */
+    for (int64_t r = 0; r < lg.rows; r++) a->n_valid[r] = 0, a->sum_exp[r] = 0;
+    if (dead(s) || lg.rows <= 0) return;
+    const int N = a->N;
+    if (N < 1 || N > TS_TOPN_MAX || a->n_pen < 0 || a->n_pen > TS_TOPN_PEN_MAX || K < 1 || K > lg.cols) {
+        fail(s, TS_E_ARG, "topn: candidates, penalties or row length out of range");
+        return;
+    }
+    tsc_ctx *c = q->c;
+    if (K > q->topn_V) {
+        if (q->topn_ws) {
+            tsc_free(c, q->topn_ws);
+            ts_mem_account(TS_DOM_DEVICE, TS_MEM_SCRATCH, -(int64_t)q->topn_bytes);
+            q->topn_ws = NULL, q->topn_bytes = 0, q->topn_V = 0;
+        }
+        const size_t need = topn_layout_of(K).total;
+        q->topn_ws = (uint8_t *)tsc_alloc(c, need);
+        if (!q->topn_ws) return; /* tsc_alloc left TS_E_NOMEM on the context */
+        q->topn_bytes = need, q->topn_V = K;
+        ts_mem_account(TS_DOM_DEVICE, TS_MEM_SCRATCH, (int64_t)need);
+    }
+    const topn_at l = topn_layout_of(q->topn_V);
+    uint8_t *w = q->topn_ws;
+    int32_t *pen_ids = (int32_t *)(w + l.ids);
+    float *pen_sub = (float *)(w + l.sub);
+    if (a->n_pen) {
+        tsc_write(c, pen_ids, a->pen_ids, sizeof(int32_t) * (size_t)a->n_pen);
+        tsc_write(c, pen_sub, a->pen_sub, sizeof(float) * (size_t)a->n_pen);
+    }
+    unsigned char hb[16 + 8 * TS_TOPN_MAX];
+    const size_t ob = tsc_topn_out_bytes(N);
+    for (int64_t r = 0; r < lg.rows && !tsc_error(c); r++) {
+        const float *x = (const float *)lg.p + r * lg.ld;
+        const void *o = tsc_topn(c, x, K, N, a->scale, a->rep, a->n_pen, pen_ids, pen_sub, (float *)(w + l.row),
+                                 w + l.ws);
+        if (!o) break;
+        tsc_read(c, hb, o, ob);
+        if (tsc_error(c)) break;
+        memcpy(&a->sum_exp[r], hb, sizeof(double));
+        memcpy(&a->n_valid[r], hb + 8, sizeof(int32_t));
+        memcpy(a->vals + r * N, hb + 16, sizeof(float) * (size_t)N);
+        memcpy(a->ids + r * N, hb + 16 + 4 * (size_t)N, sizeof(int32_t) * (size_t)N);
+    }
+    if (tsc_error(c))
+        for (int64_t r = 0; r < lg.rows; r++) a->n_valid[r] = 0, a->sum_exp[r] = 0;
+}
+
 /* ---- graphs: one per (kind, rows) key, per stream ---- */
 
 gent *gfind(cu_stream *q, uint32_t key) {
@@ -1369,7 +1449,7 @@ const ts_backend_ops cu_ops = {
     cu_linear,       cu_embed,     cu_norm,
     cu_swiglu,       cu_attn,      cu_gdn,        cu_gdn_materialize, cu_moe,
     NULL,            /* moe_route: no expert streaming on CUDA yet (issue 18's device tier) */
-    cu_argmax,
+    cu_argmax,       cu_topn,
     cu_graph_begin,  cu_graph_end, cu_graph_launch,
 };
 

@@ -60,6 +60,14 @@ size_t tsc_argmax_ws_bytes(int n) { (void)n; return 0; }
 void tsc_argmax(tsc_ctx *c, const float *x, int n, int V, int32_t *ids, void *ws) {
     (void)c, (void)x, (void)n, (void)V, (void)ids, (void)ws;
 }
+size_t tsc_topn_ws_bytes(int V) { (void)V; return 0; }
+size_t tsc_topn_out_bytes(int N) { return 16 + 8 * (size_t)N; }
+const void *tsc_topn(tsc_ctx *c, const float *x, int V, int N, float scale, float rep, int n_pen,
+                     const int32_t *pen_ids, const float *pen_sub, float *row, void *ws) {
+    (void)c, (void)x, (void)V, (void)N, (void)scale, (void)rep, (void)n_pen, (void)pen_ids, (void)pen_sub;
+    (void)row, (void)ws;
+    return NULL;
+}
 void tsc_graph_begin(tsc_ctx *c) { (void)c; }
 tsc_graph *tsc_graph_end(tsc_ctx *c) { (void)c; return NULL; }
 void tsc_graph_launch(tsc_ctx *c, tsc_graph *g) { (void)c, (void)g; }

@@ -4,10 +4,11 @@
  * device allocations), device weight descriptors, and one entry point per
  * op of a decode step: matrix-vector products over 1..16 rows, embedding
  * gather, add+RMSNorm, SiLU / SwiGLU, the fused GDN step, gated attention
- * decode over the KV cache, MoE routing, argmax; CUDA graph capture; timing.
+ * decode over the KV cache, MoE routing, argmax, sampling candidates (topn);
+ * CUDA graph capture; timing.
  * Does not own: models, the backend contract (src/backend.h maps its ops onto
  * these one to one: linear, embed, add_norm, swiglu, gdn (prep + scan),
- * attn, moe_route, argmax, alloc/free/write/read/copy/fill/sync, graph
+ * attn, moe_route, argmax, topn, alloc/free/write/read/copy/fill/sync, graph
  * begin/end/launch), the memory plan, engine selection.
  *
  * Conventions (every entry point):
@@ -291,6 +292,22 @@ void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int nor
  * never wins (an all-NaN row gives 0). ws: tsc_argmax_ws_bytes(n). */
 size_t tsc_argmax_ws_bytes(int n);
 void tsc_argmax(tsc_ctx *c, const float *x, int n, int V, int32_t *ids, void *ws);
+
+/* Sampling candidates of one row x[V] (sample.cu; the topn op of
+ * src/backend.h): v_i = (x_i, penalised when listed: x / rep or x * rep
+ * when rep != 1, then minus pen_sub) * scale; the first N (1..TSC_TOPN_MAX)
+ * valid entries (v > -inf) by larger v then lower id, the valid count and
+ * the sum of expf(v - max) in double. With penalties (n_pen > 0; pen_ids
+ * distinct, device memory like pen_sub) row [V] is scratch for the
+ * penalised copy. ws: tsc_topn_ws_bytes(V). Returns the device address of
+ * the result, tsc_topn_out_bytes(N) bytes: [sum (double), valid count
+ * (int32), 0 (int32)][vals, N floats: -inf past the valid ones][ids, N
+ * int32: -1 past the valid ones]; NULL after an error. */
+#define TSC_TOPN_MAX 256
+size_t tsc_topn_ws_bytes(int V);
+size_t tsc_topn_out_bytes(int N);
+const void *tsc_topn(tsc_ctx *c, const float *x, int V, int N, float scale, float rep, int n_pen,
+                     const int32_t *pen_ids, const float *pen_sub, float *row, void *ws);
 
 /* ---- graphs and timing ---- */
 /* Capture everything queued between begin and end into a graph (no work

@@ -4,7 +4,9 @@
  * The loop allocates nothing: the session holds every buffer.
  */
 #include <math.h>
+#include <stdlib.h>
 
+#include "gen/sample.h"
 #include "gen/spec.h"
 
 void ts_gen_params_default(ts_gen_params *p) {
@@ -22,6 +24,58 @@ static int needs_sampler(const ts_gen_params *p) {
 
 static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
                     void *user, ts_gen_stats *stats, ts_error *err);
+
+/* Whether a sampled step asks the backend for candidates (topn) before
+ * reading the row: on backends whose memory the host cannot read in place
+ * (a device: the row is 1 MB through PCIe, the candidates 2 KB), not on the
+ * CPU, where the row is read in place and the full-row sampler is faster.
+ * TS_SAMPLE_TOPN=0 turns it off everywhere, =1 on everywhere (tests: the
+ * candidate path on the CPU, or a device without it). Either way the
+ * tokens are the same: the candidates are used only when they decide the
+ * token exactly (gen/sample.c). */
+static int use_topn(const ts_stream *bs) {
+    if (!bs->be->ops->topn) return 0;
+    const char *e = getenv("TS_SAMPLE_TOPN");
+    if (e && *e) return atoi(e) != 0;
+    return bs->be->dom != TS_DOM_HOST;
+}
+
+/* How many sampled steps asked for candidates and how many they decided
+ * (process-wide; tests check that the fast path ran). */
+static long topn_asked, topn_decided;
+void ts_gen_topn_stats(long *asked, long *decided) {
+    *asked = __atomic_load_n(&topn_asked, __ATOMIC_RELAXED);
+    *decided = __atomic_load_n(&topn_decided, __ATOMIC_RELAXED);
+}
+
+int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *id, ts_error *err) {
+    ts_stream *bs = s->st.s;
+    const int V = s->e->model.cfg.vocab;
+    if (use_topn(bs)) {
+        float vals[TS_TOPN_MAX];
+        int32_t ids[TS_TOPN_MAX], n_valid = 0;
+        double sum_exp = 0;
+        ts_topn_args a;
+        if (!ts_sampler_topn_args(smp, &a)) {
+            a.vals = vals, a.ids = ids, a.n_valid = &n_valid, a.sum_exp = &sum_exp;
+            bs->be->ops->topn(bs, tv_f32((float *)logits, 1, V), V, &a);
+            int rc = ts_be_sync(bs, err), decided = 0;
+            if (rc) return rc;
+            if ((rc = ts_sampler_sample_topn(smp, &a, id, &decided, err))) return rc;
+            __atomic_add_fetch(&topn_asked, 1, __ATOMIC_RELAXED);
+            if (decided) {
+                __atomic_add_fetch(&topn_decided, 1, __ATOMIC_RELAXED);
+                return 0;
+            }
+        }
+    }
+    const float *row = ts_be_host(bs, logits, (size_t)V);
+    if (!row) {
+        int rc = ts_be_sync(bs, err);
+        return rc ? rc : ts_fail(err, TS_E_IO, "backend %s: could not read the logits row", bs->be->name);
+    }
+    return ts_sampler_sample(smp, row, id, err);
+}
 
 /* The whole generation runs inside the backend (CPU: denormals flushed and
  * the engine's kernel mode on this thread): the speculative path calls the
@@ -79,7 +133,7 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
     for (int i = 0; i < p->n_predict; i++) {
         int32_t id;
         if (smp) {
-            if ((rc = ts_sampler_sample(smp, ts_session_logits(s), &id, err))) break;
+            if ((rc = ts_gen_sample(s, smp, s->st.sc.logits, &id, err))) break;
             ts_sampler_accept(smp, id);
         } else { /* the backend's argmax, one id read back */
             s->st.s->be->ops->argmax(s->st.s, tv_f32(s->st.sc.logits, 1, V), V, &id, NULL);

@@ -1,8 +1,10 @@
 /* sample.c: turning logits into the next token id.
  *
  * Owns: penalties over recent ids, greedy, temperature, top-k, top-p, min-p,
- * the seeded RNG, and the transformed distribution (ts_sampler_probs) that
- * speculative sampling needs. The order of the transforms is documented in
+ * the seeded RNG, the transformed distribution (ts_sampler_probs) that
+ * speculative sampling needs, and sampling from a backend's candidates
+ * (ts_sampler_sample_topn, gen/sample.h: the same token as the full row,
+ * decided only where the candidates decide it exactly). The order of the transforms is documented in
  * include/turbospark.h (HF transformers' order; penalties as llama.cpp
  * defines them: repetition divides positive and multiplies negative logits,
  * presence and frequency subtract).
@@ -28,6 +30,7 @@
  */
 #include <math.h>
 
+#include "gen/sample.h"
 #include "ts_int.h"
 
 typedef struct {
@@ -51,6 +54,10 @@ struct ts_sampler {
     int n_distinct;
     int32_t *ring;        /* [penalty_last_n] */
     int ring_n, ring_pos;
+
+    int32_t *pen_ids;     /* [pen_cap] the penalty list of topn, ascending */
+    float *pen_sub;       /* [pen_cap] */
+    int pen_cap;
 };
 
 /* ---- RNG: xoshiro256**, seeded through splitmix64 ---- */
@@ -104,6 +111,8 @@ void ts_sampler_free(ts_sampler *s) {
     ts_free(s->dpos);
     ts_free(s->distinct);
     ts_free(s->ring);
+    ts_free(s->pen_ids);
+    ts_free(s->pen_sub);
     ts_free(s);
 }
 
@@ -138,7 +147,14 @@ int ts_sampler_new(int n_vocab, const ts_sampler_params *pp, ts_sampler **out, t
     s->dpos = ts_alloc(sizeof(int32_t) * v, TS_MEM_SCRATCH);
     s->distinct = ts_alloc(sizeof(int32_t) * v, TS_MEM_SCRATCH);
     if (p.penalty_last_n > 0) s->ring = ts_alloc(sizeof(int32_t) * (size_t)p.penalty_last_n, TS_MEM_SCRATCH);
-    if (!s->work || !s->cand || !s->count || !s->dpos || !s->distinct || (p.penalty_last_n > 0 && !s->ring)) {
+    /* the topn penalty list: at most as many ids as the window (or the
+     * vocabulary) holds distinct ones, and no more than a backend takes */
+    int cap = p.penalty_last_n > 0 && p.penalty_last_n < n_vocab ? p.penalty_last_n : n_vocab;
+    s->pen_cap = cap < TS_TOPN_PEN_MAX ? cap : TS_TOPN_PEN_MAX;
+    s->pen_ids = ts_alloc(sizeof(int32_t) * (size_t)s->pen_cap, TS_MEM_SCRATCH);
+    s->pen_sub = ts_alloc(sizeof(float) * (size_t)s->pen_cap, TS_MEM_SCRATCH);
+    if (!s->work || !s->cand || !s->count || !s->dpos || !s->distinct || (p.penalty_last_n > 0 && !s->ring) ||
+        !s->pen_ids || !s->pen_sub) {
         ts_sampler_free(s);
         return ts_fail(err, TS_E_NOMEM, "sampler: out of memory for a vocabulary of %d", n_vocab);
     }
@@ -182,13 +198,19 @@ static int penalties_on(const ts_sampler *s) {
            (s->p.repetition_penalty != 1.0f || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f);
 }
 
+/* What presence and frequency subtract from id's logit; one expression for
+ * the row here and for the list a backend's topn applies (same bits). */
+static float pen_sub_of(const ts_sampler *s, int32_t id) {
+    return (float)s->count[id] * s->p.frequency_penalty + s->p.presence_penalty;
+}
+
 static void apply_penalties(ts_sampler *s) {
     float r = s->p.repetition_penalty;
     for (int i = 0; i < s->n_distinct; i++) {
         int32_t id = s->distinct[i];
         float x = s->work[id];
         if (r != 1.0f) x = x > 0.0f ? x / r : x * r;
-        x -= (float)s->count[id] * s->p.frequency_penalty + s->p.presence_penalty;
+        x = x - pen_sub_of(s, id);
         s->work[id] = x;
     }
 }
@@ -297,6 +319,44 @@ static int select_mass(cand *c, int n, double target, int sorted) {
 
 /* ---- the pipeline ---- */
 
+/* From the kept candidates' scaled logits c[0..n) (top-k already applied;
+ * sorted: they are in `before` order) and the row's max m: weights, top-p,
+ * min-p. Leaves weights in .v, the kept count in s->n_cand, their sum in
+ * s->z. */
+static void finish(ts_sampler *s, cand *c, int n, float m, int sorted) {
+    double z = 0;
+    for (int i = 0; i < n; i++) {
+        c[i].v = expf(c[i].v - m);
+        z += c[i].v;
+    }
+    if (s->p.top_p < 1.0f) n = select_mass(c, n, (double)s->p.top_p * z, sorted);
+    if (s->p.min_p > 0.0f) {
+        /* weights are relative to the max (which has weight 1) */
+        float thr = s->p.min_p;
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].v >= thr) c[k++] = c[i];
+        n = k; /* the max always survives: its weight is 1 >= min_p */
+    }
+    z = 0;
+    for (int i = 0; i < n; i++) z += c[i].v;
+    s->n_cand = n;
+    s->z = z;
+}
+
+/* The valid entries c[0..n) of a row, in index order, scaled, and their
+ * max m: top-k, then finish. */
+static void prepare_cands(ts_sampler *s, cand *c, int n, float m) {
+    int sorted = 0;
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        select_top(c, n, s->p.top_k);
+        n = s->p.top_k;
+        sort_cands(c, 0, n - 1);
+        sorted = 1;
+    }
+    finish(s, c, n, m, sorted);
+}
+
 /* Leaves the kept candidates in s->cand[0..n_cand) with weights (not
  * normalised) in .v and their sum in s->z. */
 static int prepare(ts_sampler *s, const float *logits, ts_error *err) {
@@ -329,51 +389,27 @@ static int prepare(ts_sampler *s, const float *logits, ts_error *err) {
         if (v > m) m = v;
     }
     if (!n || isinf(m)) return ts_fail(err, TS_E_ARG, "sampler: no finite logit to sample from");
-    int sorted = 0;
-    if (s->p.top_k > 0 && s->p.top_k < n) {
-        select_top(c, n, s->p.top_k);
-        n = s->p.top_k;
-        sort_cands(c, 0, n - 1);
-        sorted = 1;
-    }
-    double z = 0;
-    for (int i = 0; i < n; i++) {
-        c[i].v = expf(c[i].v - m);
-        z += c[i].v;
-    }
-    if (s->p.top_p < 1.0f) n = select_mass(c, n, (double)s->p.top_p * z, sorted);
-    if (s->p.min_p > 0.0f) {
-        /* weights are relative to the max (which has weight 1) */
-        float thr = s->p.min_p;
-        int k = 0;
-        for (int i = 0; i < n; i++)
-            if (c[i].v >= thr) c[k++] = c[i];
-        n = k; /* the max always survives: its weight is 1 >= min_p */
-    }
-    z = 0;
-    for (int i = 0; i < n; i++) z += c[i].v;
-    s->n_cand = n;
-    s->z = z;
+    prepare_cands(s, c, n, m);
     return 0;
+}
+
+/* The draw over what prepare (or the candidate path) kept: one uniform,
+ * none when a single candidate is left. */
+static int32_t draw_kept(ts_sampler *s) {
+    if (s->n_cand == 1) return s->cand[0].id;
+    double u = ts_sampler_uniform(s) * s->z, acc = 0;
+    for (int i = 0; i < s->n_cand; i++) {
+        acc += s->cand[i].v;
+        if (u < acc) return s->cand[i].id;
+    }
+    return s->cand[s->n_cand - 1].id; /* u landed on the rounding slack */
 }
 
 int ts_sampler_sample(ts_sampler *s, const float *logits, int32_t *id, ts_error *err) {
     if (!s || !logits || !id) return ts_fail(err, TS_E_ARG, "sampler: NULL argument");
     int rc = prepare(s, logits, err);
     if (rc) return rc;
-    if (s->n_cand == 1) {
-        *id = s->cand[0].id;
-        return 0;
-    }
-    double u = ts_sampler_uniform(s) * s->z, acc = 0;
-    for (int i = 0; i < s->n_cand; i++) {
-        acc += s->cand[i].v;
-        if (u < acc) {
-            *id = s->cand[i].id;
-            return 0;
-        }
-    }
-    *id = s->cand[s->n_cand - 1].id; /* u landed on the rounding slack */
+    *id = draw_kept(s);
     return 0;
 }
 
@@ -400,4 +436,122 @@ int32_t ts_sampler_draw(ts_sampler *s, const float *probs) {
         if (u < acc) return i;
     }
     return last;
+}
+
+/* ---- sampling from a backend's candidates (topn) ----
+ *
+ * The device reduces the row to its N best entries in `before` order (after
+ * the penalties and the temperature, with the same float operations), the
+ * count of valid entries and sum_exp; the host decides from those. When is
+ * that the full-row sampler's token, bit for bit, for the same RNG state?
+ * Exactly when the candidates hold every entry the full sampler keeps AND
+ * every number the draw depends on (the kept weights, their order, their
+ * sum) can be recomputed from them. That holds in these cases, and the code
+ * takes no other:
+ *  - greedy (temperature <= 0 or top_k 1): the first candidate is the row's
+ *    first maximum; no RNG either way.
+ *  - n_valid <= N: the candidates ARE the row's valid entries; put in index
+ *    order they are the very array the full sampler builds, and the same
+ *    code (prepare_cands) runs on it.
+ *  - 1 < top_k <= N < n_valid: the full sampler's select_top + sort leave
+ *    exactly candidates[0..top_k) in order; finish runs on them.
+ *  - otherwise (top_k 0 or above N, n_valid > N), two cases:
+ *    - top-p keeps the max alone, for certain: top_p * sum_exp * (1 + 1e-5)
+ *      <= 1. The full sampler's z (over the whole row, or over its top_k,
+ *      which is less) is within a relative 1e-6 of sum_exp (src/backend.h),
+ *      so 1 (the max's weight) >= top_p * z: every prefix of its ranking,
+ *      however the quickselect sums it, reaches the target at the first
+ *      entry (adding weights >= 0 to 1 never rounds below 1). One kept
+ *      entry, no draw: the first candidate. This is the confident step of a
+ *      trained model under top-p, common enough to matter;
+ *    - top-p is off and min-p drops the last candidate: every entry past it
+ *      has a value <= its value, so (float subtraction and expf being
+ *      monotone) a weight <= its weight < min_p, and is dropped too; the
+ *      kept ones are then a prefix of the candidates, in rank order (top_k
+ *      < n_valid: the full sampler sorted) or index order (it did not).
+ * Not exact, so left to the row: any other top-p over a distribution longer
+ * than the candidates. Its cut compares prefix masses against top_p * z,
+ * which a margin test on sum_exp could settle, but without top-k the full
+ * sampler then draws in the order its quickselect on mass left the kept
+ * entries, which only the whole row determines. (A canonical draw order in
+ * the full sampler, rank or id order, would make those steps exact too: a
+ * change of the CPU's draws for top-p without top-k, so not done here.) */
+
+static void sort_by_id(cand *c, int n) {
+    for (int i = 1; i < n; i++) {
+        cand x = c[i];
+        int j = i - 1;
+        while (j >= 0 && c[j].id > x.id) c[j + 1] = c[j], j--;
+        c[j + 1] = x;
+    }
+}
+
+int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a) {
+    const int greedy = s->p.temperature <= 0.0f || s->p.top_k == 1;
+    a->N = greedy ? 1 : s->p.top_k > 0 && s->p.top_k <= TS_TOPN_MAX ? s->p.top_k : TS_TOPN_MAX;
+    a->scale = greedy ? 1.0f : 1.0f / s->p.temperature; /* prepare's inv_t, same expression */
+    a->rep = 1.0f;
+    a->n_pen = 0;
+    a->pen_ids = s->pen_ids;
+    a->pen_sub = s->pen_sub;
+    if (!penalties_on(s)) return 0;
+    const int n = s->n_distinct;
+    if (n > s->pen_cap || s->n_vocab > (1 << 24)) return 1;
+    /* ascending ids through the candidate sort (key -id: ids < 2^24 are
+     * exact in a float), in the candidate scratch the step overwrites anyway */
+    cand *c = s->cand;
+    for (int i = 0; i < n; i++) c[i] = (cand){-(float)s->distinct[i], s->distinct[i]};
+    sort_cands(c, 0, n - 1);
+    for (int i = 0; i < n; i++) {
+        s->pen_ids[i] = c[i].id;
+        s->pen_sub[i] = pen_sub_of(s, c[i].id);
+    }
+    a->rep = s->p.repetition_penalty;
+    a->n_pen = n;
+    return 0;
+}
+
+int ts_sampler_sample_topn(ts_sampler *s, const ts_topn_args *a, int32_t *id, int *decided, ts_error *err) {
+    if (!s || !a || !id || !decided || !a->vals || !a->ids || !a->n_valid || !a->sum_exp)
+        return ts_fail(err, TS_E_ARG, "sampler: NULL argument");
+    *decided = 0;
+    const int N = a->N, nv = a->n_valid[0], nc = nv < N ? nv : N;
+    if (nc < 1) return 0; /* nothing to draw: the full sampler names the error */
+    if (s->p.temperature <= 0.0f || s->p.top_k == 1) {
+        *id = a->ids[0];
+        *decided = 1;
+        return 0;
+    }
+    const float m = a->vals[0];
+    if (isinf(m)) return 0; /* +inf: the full sampler refuses the row */
+    cand *c = s->cand;
+    for (int i = 0; i < nc; i++) c[i] = (cand){a->vals[i], a->ids[i]};
+    const int top_k = s->p.top_k;
+    if (nv <= N) {
+        sort_by_id(c, nc);
+        prepare_cands(s, c, nc, m);
+    } else if (top_k > 0 && top_k <= nc) {
+        finish(s, c, top_k, m, 1);
+    } else if (s->p.top_p < 1.0f) {
+        if (!((double)s->p.top_p * a->sum_exp[0] * (1.0 + 1e-5) <= 1.0)) return 0;
+        c[0] = (cand){1.0f, a->ids[0]};
+        s->n_cand = 1;
+        s->z = 1.0;
+    } else {
+        const float thr = s->p.min_p;
+        if (!(thr > 0.0f) || !(expf(c[nc - 1].v - m) < thr)) return 0;
+        int k = 0;
+        for (int i = 0; i < nc; i++) {
+            float w = expf(c[i].v - m);
+            if (w >= thr) c[k++] = (cand){w, c[i].id};
+        }
+        if (!(top_k > 0 && top_k < nv)) sort_by_id(c, k);
+        double z = 0;
+        for (int i = 0; i < k; i++) z += c[i].v;
+        s->n_cand = k;
+        s->z = z;
+    }
+    *id = draw_kept(s);
+    *decided = 1;
+    return 0;
 }

@@ -257,7 +257,7 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
     /* The first token comes from the prompt's logits. */
     int32_t last;
     if (smp) {
-        if ((rc = ts_sampler_sample(smp, ts_be_host(bs, s->vlogits, (size_t)V), &last, err))) goto done;
+        if ((rc = ts_gen_sample(s, smp, s->vlogits, &last, err))) goto done; /* candidates or the row */
         ts_sampler_accept(smp, last);
     } else {
         op->argmax(bs, tv_f32(s->vlogits, 1, V), V, &last, NULL);

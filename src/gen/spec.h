@@ -58,4 +58,12 @@ int ts_spec_draft_vocab(int want, int V);
 int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
                      ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
 
+/* One sampled token from a logits row in backend memory (generate.c): the
+ * backend's candidates when they decide it exactly (topn), else the row
+ * read back; the same token either way. */
+int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *id, ts_error *err);
+/* Sampled steps that asked a backend for candidates, and those the
+ * candidates decided, since the process started. */
+void ts_gen_topn_stats(long *asked, long *decided);
+
 #endif
