@@ -1,6 +1,6 @@
 /* cuda_bench.c: the CUDA kernels' benchmark (build/cuda_bench, make CUDA=1).
  *
- *   cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx]
+ *   cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx] [--digits 1|2|3]
  *
  * Owns: the device-copy bandwidth probe, the matrix-vector products of a
  * decode step per group (INT4 group 64, bf16 scales and biases, random
@@ -51,6 +51,8 @@ static const shape *S;
  * steps then run their plain form only); the MoE expert products need Q4T,
  * so MoE shapes are skipped */
 static int MLX;
+/* --digits D: x as D int8 digits in the dp4a products (1: 8 bits, the engine's default; 3: 24 bits) */
+static int DIGITS;
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -79,6 +81,7 @@ static tsc_weight qweight(int64_t rows, int64_t cols, uint32_t seed) {
     tsc_fill_random(C, s, ng, TS_DTYPE_BF16, 0.001f, 0.004f, seed + 1);
     tsc_fill_random(C, b, ng, TS_DTYPE_BF16, -0.03f, -0.01f, seed + 2);
     w.data = d, w.scales = s, w.biases = b;
+    w.act_digits = DIGITS;
     ts_error e;
     if (!MLX && tsc_weight_relayout(C, &w, &e)) {
         fprintf(stderr, "cuda_bench: relayout: %s\n", e.msg);
@@ -441,9 +444,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--prof")) prof = 1;
         else if (!strcmp(argv[i], "--mlx")) MLX = 1;
+        else if (!strcmp(argv[i], "--digits") && i + 1 < argc) DIGITS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
         else {
-            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx]\n");
+            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx] [--digits 1|2|3]\n");
             return 2;
         }
     }

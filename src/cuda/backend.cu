@@ -1342,6 +1342,7 @@ topn_at topn_layout_of(int K) {
 }
 
 void cu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
+    flush(s);
     cu_stream *q = ST(s);
     /* until a row is read back it has no candidate: a caller that does not
      * sync after an error sees none rather than stale ones */

@@ -460,22 +460,27 @@ void launch(tsc_ctx *c, const dp_args &a) {
     tsc_launch(c, k_q4dp<NR, ND, U>, dim3(grid), dim3(WARPS * 32), smem, a);
 }
 
-/* Steps a round (U): 1 or 2, from the launch's shape (bench/cuda/RESULTS.md,
- * dp4a runs: U = 2 streams the large products faster (head 89% of the probe
- * against 81% at U = 1), U = 1 the short ones (its first loads land sooner;
- * 4096 x 4096 at 33% against 30%); U = 3, 4 (1 block an SM: more registers)
- * and 8 (spills) were slower everywhere). U = 2 when each resident warp has
- * at least 8 steps to stream. TSC_Q4DP_U=1|2|3|4|8 overrides it for the
- * 24-bit kernels (a benchmark switch). A row's bits do not depend on U (the
- * same operations in the same order). */
-int pick_u(int warp_steps) {
+/* Steps a round (U): 1 or 2, from the launch's shape and the digits
+ * (bench/cuda/RESULTS.md, dp4a runs). 24-bit x (3 digits, 24 dp4a a row
+ * chunk): U = 2 streams the large products faster (head 89% of the probe
+ * against 81% at U = 1), U = 1 the short ones (4096 x 4096 at 33% against
+ * 30%), so U = 2 when each resident warp has 8 or more steps to stream.
+ * 8- and 16-bit x (the engine's default is 8: TS_ACT_BITS_DEFAULT), a third
+ * or two thirds of the arithmetic: U = 2 for every shape (the 9B engine ran
+ * at 358 tok/s with U = 2 everywhere, 329-340 with the per-shape choice).
+ * U = 3, 4 (1 block an SM: more registers) and 8 (spills) were slower
+ * everywhere. TSC_Q4DP_U=1|2 (and 3|4|8 for 24-bit) overrides it, a
+ * benchmark switch. A row's bits do not depend on U (the same operations in
+ * the same order). */
+int pick_u(int warp_steps, int nd) {
     static int forced = -1;
     if (forced < 0) {
         const char *e = getenv("TSC_Q4DP_U");
         forced = e ? atoi(e) : 0;
         if (forced != 1 && forced != 2 && forced != 3 && forced != 4 && forced != 8) forced = 0;
     }
-    return forced ? forced : warp_steps >= 8 ? 2 : 1;
+    if (forced) return nd < 3 && forced > 2 ? 2 : forced;
+    return nd < 3 || warp_steps >= 8 ? 2 : 1;
 }
 
 template <int NR, int ND>
@@ -554,7 +559,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     }
     a.nvb = nblk;
     /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
-    const int ur = pick_u((int)(steps / ((int64_t)2 * WARPS * c->n_sm)));
+    const int ur = pick_u((int)(steps / ((int64_t)2 * WARPS * c->n_sm)), nd);
     /* rows per pass: up to 4, fewer where the staged digits would not fit
      * (the passes read the weights again; each row's bits do not change) */
     int per = 4;
