@@ -793,6 +793,10 @@ bool dev_w(ts_stream *s, const ts_weight *w, tsc_weight *d) {
     }
     *d = *t;
     d->rows = w->rows < t->rows ? w->rows : t->rows;
+    /* the activation precision as the engine set it (ts_model_set_act_digits
+     * runs after the upload, so the stored descriptor cannot hold it; before
+     * this line the GPU products ran at 24 bits whatever --act-bits said) */
+    d->act_digits = w->act_digits;
     return true;
 }
 
