@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "loader/safetensors.h"
@@ -124,6 +125,37 @@ TS_TEST(cli, chat_with_drafting) {
     for (int i = 0; i < 5; i++) {
         int rc = ts_test_sh(err, sizeof err, "echo hi | %s chat -m models/default %s 2>&1", ts_test_bin(), bad[i]);
         CHECK_MSG(rc == 2 && strstr(err, "turbospark chat:"), "'%s' gave rc %d: %s", bad[i], rc, err);
+    }
+}
+
+/* TURBOSPARK_MTP_DRAFT=M: without --draft, M drafts a block, MTP drafting
+ * on even without --spec; the flags win; 0: off; a bad value is refused
+ * naming the variable. Output identical to plain greedy in every case. */
+TS_TEST(cli, mtp_draft_from_the_environment) {
+    char plain[4096], out[4096], err[4096];
+    const char *run = "run -m models/default -p 'The river' -n 24";
+    CHECK(ts_test_sh(plain, sizeof plain, "%s %s 2>/dev/null", ts_test_bin(), run) == 0);
+    static const struct { const char *env, *flags, *want; } cases[] = {
+        {"2", "", "[spec mtp --draft 2"},
+        {"2", "--draft 4 --spec mtp", "[spec mtp --draft 4"},
+        {"5", "--spec mtp", "[spec mtp --draft 5"},
+        {"0", "", NULL},
+        {"0", "--spec mtp", "[spec mtp --draft 3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(ts_test_sh(out, sizeof out, "TURBOSPARK_MTP_DRAFT=%s %s %s %s 2>/dev/null", cases[i].env, ts_test_bin(), run,
+                         cases[i].flags) == 0);
+        CHECK_MSG(!strcmp(out, plain), "TURBOSPARK_MTP_DRAFT=%s %s: output differs from plain greedy", cases[i].env,
+                  cases[i].flags);
+        CHECK(ts_test_sh(err, sizeof err, "TURBOSPARK_MTP_DRAFT=%s %s %s %s 2>&1 >/dev/null", cases[i].env, ts_test_bin(),
+                         run, cases[i].flags) == 0);
+        if (cases[i].want) CHECK_MSG(strstr(err, cases[i].want), "TURBOSPARK_MTP_DRAFT=%s %s: %s", cases[i].env, cases[i].flags, err);
+        else CHECK_MSG(!strstr(err, "[spec"), "TURBOSPARK_MTP_DRAFT=0 drafted: %s", err);
+    }
+    static const char *bad[] = {"x", "9", "-1", "2x"};
+    for (int i = 0; i < 4; i++) {
+        const int rc = ts_test_sh(err, sizeof err, "TURBOSPARK_MTP_DRAFT=%s %s %s 2>&1", bad[i], ts_test_bin(), run);
+        CHECK_MSG(rc == 2 && strstr(err, "TURBOSPARK_MTP_DRAFT"), "TURBOSPARK_MTP_DRAFT=%s: rc %d: %s", bad[i], rc, err);
     }
 }
 

@@ -79,7 +79,9 @@ typedef struct cli_spec {
  * value (after printing an error naming cmd). */
 int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd);
 /* The combination: --draft and friends need --spec mtp, M in 1..8; --block
- * and --drafter need --spec dflash, B in 2..16. Sets the default M or B.
+ * and --drafter need --spec dflash, B in 2..16. Sets the default M or B:
+ * without --draft, TURBOSPARK_MTP_DRAFT=M (1..8) drafts M a block and turns
+ * MTP drafting on without --spec (0 or unset: off unless --spec mtp, then 3).
  * Returns 0, or -1 after printing an error. */
 int cli_spec_check(cli_spec *o, const char *cmd);
 /* Into session and/or generation parameters (either may be NULL; nothing
@@ -94,7 +96,8 @@ void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_st
     "  --block B           DFlash: rows per block, the last token + B-1 drafts, 2..16\n" \
     "                      (default 16)\n" \
     "  --drafter DIR       DFlash: the drafter's directory (config.json + safetensors)\n" \
-    "  --draft M           tokens drafted per block, 1..8 (default 3)\n" \
+    "  --draft M           tokens drafted per block, 1..8 (default 3; without --draft,\n" \
+    "                      $TURBOSPARK_MTP_DRAFT=M drafts M, with or without --spec)\n" \
     "  --draft-vocab K|all drafts among token ids [0, K) only: a K-row head product\n" \
     "                      (default: all ids up to 32768, else max(32768, vocab/8);\n" \
     "                      output is unchanged)\n" \

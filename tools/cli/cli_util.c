@@ -160,6 +160,20 @@ int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd) 
 }
 
 int cli_spec_check(cli_spec *o, const char *cmd) {
+    /* TURBOSPARK_MTP_DRAFT=M (the original engine's knob): without --draft,
+     * M drafts a block, and M >= 1 turns MTP drafting on even without
+     * --spec; 0 or unset: no drafting unless --spec mtp asks (then 3) */
+    const char *env = getenv("TURBOSPARK_MTP_DRAFT");
+    if (!o->dflash && o->draft == -1 && env && *env) {
+        char *end;
+        long m = strtol(env, &end, 10);
+        if (*end || m < 0 || m > TS_SPEC_MAX_DRAFT) {
+            fprintf(stderr, "turbospark %s: TURBOSPARK_MTP_DRAFT='%s': use 0..%d (0: no drafting)\n", cmd, env,
+                    TS_SPEC_MAX_DRAFT);
+            return -1;
+        }
+        if (m >= 1) o->on = 1, o->draft = (int)m;
+    }
     if (!o->on && (o->draft != -1 || o->draft_vocab || o->p_min >= 0)) {
         fprintf(stderr, "turbospark %s: --draft, --draft-vocab and --draft-p-min need --spec mtp (or dflash)\n", cmd);
         return -1;
