@@ -8,7 +8,8 @@
 #   the CLI on --backend cuda, bench --backend cuda --json on the default model and the synth shapes)
 #   SHAPES="qwen3.5-0.8B qwen3.5-9B" (the shapes/*.json benchmarked, INT4 g64 from `turbospark synth`;
 #   a path to a shape file works too)  SYN=dir (where the installs go)  SYN_KEEP=0 (delete each after use)
-#   BENCH_KERNELS=0 (skip cuda_bench)  SANITIZE_KERNELS=0 (no sanitizer on the kernels' group)
+#   BENCH_KERNELS=0 (skip cuda_bench: the Q4T tables and the dp4a ones, cuda_bench --mlx --digits 1|3)
+#   SANITIZE_KERNELS=0 (no sanitizer on the kernels' group)
 #
 # Run from the repository root (the engine tests read models/default, tests/fixtures, README.md,
 # shapes/). The CLI is BUILD_DIR/turbospark.
@@ -65,7 +66,7 @@ T="$OUT/gpu_check.md"
     compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test cuda.gdn_step_parity_and_row_exact \
       cuda.attn_short_parity_and_row_exact cuda.moe_route_exact cuda.argmax_exact cuda.norm_silu_parity \
       cuda.linear_parity_and_row_exact cuda.fused_products_q4t cuda.moe_linear_parity_and_row_exact \
-      >"$OUT/racecheck.log" 2>&1
+      cuda.fused_products_dp4a cuda.topn_matches_cpu_op >"$OUT/racecheck.log" 2>&1
     echo "| compute-sanitizer racecheck (gdn, attn, moe, argmax, norm, products) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1) |"
     grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/racecheck.log" || status=1
   fi
@@ -85,6 +86,14 @@ T="$OUT/gpu_check.md"
     echo "| $sh decode step, one graph, fused + PDL | $(kv $sh.step_ms) ms = $(kv $sh.tok_s) tok/s = $(kv $sh.pct)% of probe$vs; $(kv $sh.kernels) kernels (plain: $(kv $sh.plain_ms) ms) |"
   done
   for n in 2 4 8 16; do r=$(kv rows_ratio.$n); [ -n "$r" ] && echo "| 9b fused step at $n rows (verify) | x$r of 1 row |"; done
+  # the MLX layout the engine uploads: q4dp.cu's dp4a products at 8-bit x (the engine's default) and 24-bit
+  for d in 1 3; do
+    ./"$B"/cuda_bench $args --shape 9b --mlx --digits $d >"$OUT/bench_mlx_d$d.log" 2>&1 || { echo "| bench --mlx --digits $d | FAILED |"; status=1; continue; }
+    kd() { awk -v k="$1" '$1 == "KV" && $2 == k {print $3}' "$OUT/bench_mlx_d$d.log"; }
+    line=""; for p in 0 1 2 3 4 5 10; do line="$line${names[$p]} $(kd 9b.prod_pct.$p)%; "; done
+    echo "| 9b dp4a products (MLX layout, $((8 * d))-bit x), 1 row, % of probe | $line |"
+    echo "| 9b dp4a step, fused + PDL ($((8 * d))-bit x) | $(kd 9b.step_ms) ms = $(kd 9b.tok_s) tok/s = $(kd 9b.pct)% of probe, $(kd 9b.kernels) kernels; 4 rows x$(kd rows_ratio.4) |"
+  done
   fi
   fi
 
@@ -112,9 +121,17 @@ T="$OUT/gpu_check.md"
   cli logits "$TS" logits --backend cuda -m models/default --ids 1,2,3,4 -o "$OUT/logits.bin"
   "$TS" logits --backend cpu -m models/default --ids 1,2,3,4 -o "$OUT/logits_cpu.bin" >/dev/null 2>&1
   echo "| cli: logits cuda vs cpu, max abs diff | $(python3 -c "import array,sys;a=array.array('f',open('$OUT/logits.bin','rb').read());b=array.array('f',open('$OUT/logits_cpu.bin','rb').read());print(max(abs(x-y) for x,y in zip(a,b)) if len(a)==len(b) and a else 'size mismatch')" 2>&1) |"
-  out=$("$TS" run --backend cuda --spec mtp -m models/default -p hi -n 4 2>&1); echo "$out" >>"$L"
-  if echo "$out" | grep -q 'issue 17'; then echo "| cli: --spec mtp on cuda | refused: $(echo "$out" | tail -1) |"
-  else echo "| cli: --spec mtp on cuda | NOT refused clearly |"; status=1; fi
+  # MTP drafting on the GPU: drafted greedy output equals plain greedy
+  plain=$("$TS" run --backend cuda -m models/default -p "The river" -n 64 --print-ids 2>>"$L")
+  drafted=$("$TS" run --backend cuda --spec mtp --draft 3 -m models/default -p "The river" -n 64 --print-ids 2>"$OUT/spec_run.log")
+  cat "$OUT/spec_run.log" >>"$L"
+  if [ -n "$plain" ] && [ "$plain" = "$drafted" ]; then echo "| cli: --spec mtp --draft 3 on cuda, 64 tokens | identical to plain: $(grep -o 'mean accepted length [0-9.]*' "$OUT/spec_run.log") |"
+  else echo "| cli: --spec mtp --draft 3 on cuda | FAILED or differs from plain greedy (spec_run.log) |"; status=1; fi
+  # sampling: the device's candidates against the row read back (TS_SAMPLE_TOPN=0): the same ids
+  sa=$("$TS" run --backend cuda -m models/default -p "Once upon a time" -n 64 --temp 0.7 --top-k 40 --seed 3 --print-ids 2>"$OUT/samp1.log")
+  sb=$(TS_SAMPLE_TOPN=0 "$TS" run --backend cuda -m models/default -p "Once upon a time" -n 64 --temp 0.7 --top-k 40 --seed 3 --print-ids 2>"$OUT/samp0.log")
+  if [ -n "$sa" ] && [ "$sa" = "$sb" ]; then echo "| cli: sampled, device candidates vs the row read back | same 64 ids; decode $(grep -o 'decode [0-9.]* tok/s' "$OUT/samp1.log") vs $(grep -o 'decode [0-9.]* tok/s' "$OUT/samp0.log") |"
+  else echo "| cli: sampled, device candidates vs the row read back | FAILED or the ids differ (samp1.log, samp0.log) |"; status=1; fi
   port=$((20000 + RANDOM % 20000))
   timeout 90 "$TS" serve --backend cuda -m models/default --port $port >"$OUT/serve.log" 2>&1 &
   spid=$!
@@ -148,6 +165,11 @@ print("| bench %s (512 + 128, %s) | decode %.1f tok/s, %.1f MB/token, %.0f GB/s 
 PY
   }
   bj default models/default
+  for M in 1 2 3 4; do
+    "$TS" bench --backend cuda -m models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft $M --json >"$OUT/bench_spec_d$M.json" 2>>"$OUT/engine_bench.log" || { echo "| bench --spec mtp --draft $M | FAILED |"; status=1; continue; }
+    python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench default --spec mtp --draft %s | identical %s, mean accepted %.2f, spec %.1f tok/s against plain %.1f |'%(sys.argv[2],j['identical'],j['mean_accepted_length'],j['spec_tok_s'],j['plain_tok_s']))" "$OUT/bench_spec_d$M.json" $M 2>/dev/null
+    grep -q '"identical": true' "$OUT/bench_spec_d$M.json" || status=1
+  done
   for sh in $SHAPES; do # a name under shapes/, or a path to a shape file
     f="shapes/$sh.json"; [ -f "$sh" ] && f=$sh && sh=$(basename "$sh" .json)
     d="$SYN/$sh-q4"
