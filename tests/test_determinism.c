@@ -23,6 +23,7 @@
  */
 #include <cjson/cJSON.h>
 
+#include "gen_oracle.h" /* collect, on_tok */
 #include "server_harness.h"
 #include "ts_test.h"
 #include "turbospark.h"
@@ -39,17 +40,6 @@ static uint32_t rnd(void) {
     return (uint32_t)(g_rng >> 11);
 }
 
-typedef struct {
-    int32_t ids[64];
-    int n;
-} collect;
-
-static int collect_cb(void *user, int32_t id) {
-    collect *c = user;
-    if (c->n < 64) c->ids[c->n++] = id;
-    return 0;
-}
-
 /* Greedy continuation of what the session holds plus ids[0..n). */
 static int greedy(ts_session *s, const int32_t *ids, int n, int spec, collect *out, ts_error *err) {
     ts_gen_params gp;
@@ -58,7 +48,7 @@ static int greedy(ts_session *s, const int32_t *ids, int n, int spec, collect *o
     gp.n_predict = 24;
     gp.spec_draft = spec;
     out->n = 0;
-    return ts_generate(s, ids, n, &gp, collect_cb, out, NULL, err);
+    return ts_generate(s, ids, n, &gp, on_tok, out, NULL, err);
 }
 
 TS_TEST(determinism, feed_on_the_grid) {
