@@ -1,7 +1,9 @@
-/* gen_oracle.h: what the speculative-decoding tests share (test_spec.c for
- * MTP, test_dflash.c for DFlash): a token collector for ts_generate's
- * callback, and a planted drafter that proposes the plain greedy output with
- * random corruptions, so that every acceptance and rollback length occurs. */
+/* gen_oracle.h: what the generation tests share. A token collector for
+ * ts_generate's callback (test_spec.c, test_dflash.c, test_cuda_engine.c,
+ * test_poison.c, test_determinism.c), and for the speculative-decoding tests
+ * (test_spec.c for MTP, test_dflash.c for DFlash) a planted drafter that
+ * proposes the plain greedy output with random corruptions, so that every
+ * acceptance and rollback length occurs. */
 #ifndef TS_GEN_ORACLE_H
 #define TS_GEN_ORACLE_H
 

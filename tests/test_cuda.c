@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "cuda/tsc.h"
+#include "cpu/cpu.h"
 #include "cpu/kernels.h"
 #include "quant/quant.h"
 #include "ts_test.h"
@@ -685,26 +686,14 @@ TS_TEST(cuda, moe_route_exact) {
         tsc_read(c, ids, di, sizeof(int32_t) * n * k);
         float *w = down(c, dw, (size_t)n * k);
         for (int i = 0; i < n; i++) {
-            /* qwen35.c's ffn_block routing */
-            float *li = l + (size_t)i * E, mx = -INFINITY;
-            for (int e = 0; e < E; e++) mx = li[e] > mx ? li[e] : mx;
-            double sum = 0;
-            for (int e = 0; e < E; e++) { li[e] = expf(li[e] - mx); sum += li[e]; }
-            for (int e = 0; e < E; e++) li[e] = (float)(li[e] / sum);
+            /* the CPU backend's routing (moe.c), the reference */
             int sel[64];
-            float ws[64], wsum = 0;
-            for (int j = 0; j < k; j++) {
-                int best = -1;
-                for (int e = 0; e < E; e++) {
-                    int taken = 0;
-                    for (int q = 0; q < j; q++) taken |= sel[q] == e;
-                    if (!taken && (best < 0 || li[e] > li[best])) best = e;
-                }
-                sel[j] = best, ws[j] = li[best], wsum += li[best];
-            }
+            float ws[64];
+            ts_cpu_moe_route_row(l + (size_t)i * E, E, k, sel, ws);
+            if (norm) ts_cpu_moe_route_norm(ws, k);
             for (int j = 0; j < k; j++) {
                 CHECK_MSG(ids[i * k + j] == sel[j], "row %d pick %d: %d, CPU %d", i, j, ids[i * k + j], sel[j]);
-                const float ref = norm ? ws[j] / wsum : ws[j];
+                const float ref = ws[j];
                 /* expf differs from glibc's by <= 2 ulp; the double sum's order */
                 CHECK_MSG(fabsf(w[i * k + j] - ref) <= 1e-6f * ref, "row %d weight %d: %.9g vs %.9g", i, j, w[i * k + j], ref);
             }

@@ -21,20 +21,10 @@
  * On the commit before the fix (TS_BIN=its turbospark) 2 of the 156 replies
  * differ, and its chat gave other replies in 1 of the 13 conversations.
  */
-#include <arpa/inet.h>
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "gen_oracle.h" /* collect, on_tok */
+#include "server_harness.h"
 #include "ts_test.h"
 #include "turbospark.h"
 
@@ -50,17 +40,6 @@ static uint32_t rnd(void) {
     return (uint32_t)(g_rng >> 11);
 }
 
-typedef struct {
-    int32_t ids[64];
-    int n;
-} collect;
-
-static int collect_cb(void *user, int32_t id) {
-    collect *c = user;
-    if (c->n < 64) c->ids[c->n++] = id;
-    return 0;
-}
-
 /* Greedy continuation of what the session holds plus ids[0..n). */
 static int greedy(ts_session *s, const int32_t *ids, int n, int spec, collect *out, ts_error *err) {
     ts_gen_params gp;
@@ -69,7 +48,7 @@ static int greedy(ts_session *s, const int32_t *ids, int n, int spec, collect *o
     gp.n_predict = 24;
     gp.spec_draft = spec;
     out->n = 0;
-    return ts_generate(s, ids, n, &gp, collect_cb, out, NULL, err);
+    return ts_generate(s, ids, n, &gp, on_tok, out, NULL, err);
 }
 
 TS_TEST(determinism, feed_on_the_grid) {
@@ -163,116 +142,19 @@ TS_TEST(determinism, feed_on_the_grid) {
 
 /* ---- the server and the chat CLI ------------------------------------------------ */
 
-typedef struct {
-    pid_t pid;
-    int port;
-    char log[512];
-} server;
-
-static void msleep(int ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* `turbospark serve -m MODEL --port 0 --parallel P`; the port from its log. */
+/* The default model's server (server_harness.h), --parallel P. */
 static int server_start(server *s, const char *parallel) {
-    memset(s, 0, sizeof *s);
-    static int seq;
-    snprintf(s->log, sizeof s->log, "%s/det_server%d.log", ts_test_tmpdir(), seq++);
-    const char *argv[] = {ts_test_bin(), "serve", "-m", MODEL, "--port", "0", "--parallel", parallel, NULL};
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    s->pid = pid;
-    static const char key[] = "listening on http://127.0.0.1:";
-    for (int i = 0; i < 600; i++) { /* up to 30 s (sanitizer builds load slowly) */
-        FILE *f = fopen(s->log, "r");
-        if (f) {
-            char line[1024];
-            while (fgets(line, sizeof line, f)) {
-                const char *p = strstr(line, key);
-                if (p) s->port = atoi(p + strlen(key));
-            }
-            fclose(f);
-        }
-        if (s->port) return 0;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) { s->pid = 0; return -1; }
-        msleep(50);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    s->pid = 0;
-    return -1;
+    return server_spawn(s, MODEL, (const char *const[]){"--parallel", parallel, NULL});
 }
 
-/* SIGTERM, then wait up to 20 s; the exit status, or -1. */
-static int server_stop(server *s) {
-    if (!s->pid) return -1;
-    kill(s->pid, SIGTERM);
-    for (int i = 0; i < 400; i++) {
-        int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            s->pid = 0;
-            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        }
-        msleep(50);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-    return -1;
-}
-
-/* POST a JSON body over a fresh connection (Connection: close, so the body
- * runs to EOF; the server sends it with a Content-Length). Returns the
- * parsed JSON of a 200 response, else NULL. */
+/* The parsed JSON of a 200 response, else NULL. */
 static cJSON *post(int port, const char *path, const char *body) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return NULL;
-    struct timeval tv = {30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cJSON *j = NULL;
-    char head[512];
-    size_t blen = strlen(body), cap = 1 << 16, n = 0;
-    int hn = snprintf(head, sizeof head,
-                      "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                      "Content-Length: %zu\r\n\r\n", path, blen);
-    char *raw = malloc(cap);
-    if (!raw || connect(fd, (struct sockaddr *)&a, sizeof a) || send(fd, head, (size_t)hn, MSG_NOSIGNAL) != hn ||
-        send(fd, body, blen, MSG_NOSIGNAL) != (ssize_t)blen)
-        goto out;
-    for (;;) {
-        if (n + 4096 > cap) {
-            char *r2 = realloc(raw, cap *= 2);
-            if (!r2) goto out;
-            raw = r2;
-        }
-        ssize_t k = recv(fd, raw + n, cap - n - 1, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        n += (size_t)k;
+    int status;
+    cJSON *j = http_post(port, path, body, &status);
+    if (status != 200) {
+        cJSON_Delete(j);
+        return NULL;
     }
-    raw[n] = 0;
-    int status = 0;
-    const char *b = strstr(raw, "\r\n\r\n");
-    if (b && sscanf(raw, "HTTP/1.%*d %d", &status) == 1 && status == 200) j = cJSON_Parse(b + 4);
-out:
-    free(raw);
-    close(fd);
     return j;
 }
 

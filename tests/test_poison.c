@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "dflash_fx.h"
+#include "gen_oracle.h" /* collect, on_tok */
 #include "ts_test.h"
 
 #define TAG (1ull << 62)
@@ -228,16 +229,6 @@ static int poison_engine(ts_engine *e) {
 }
 
 /* ---- the engine on it ---- */
-
-typedef struct {
-    int32_t ids[512];
-    int n;
-} collect;
-static int on_tok(void *u, int32_t id) {
-    collect *c = u;
-    if (c->n < 512) c->ids[c->n++] = id;
-    return 0;
-}
 
 /* every other draft wrong from a position-dependent point: rollbacks of every length */
 static void bad_drafts(void *user, int pos, int m, int32_t *d) {

@@ -5,30 +5,21 @@
  * tests/fixtures/server, assembled in the test's tmpdir. Its text is noise,
  * but deterministic noise: greedy output must equal `turbospark run`'s.
  *
- * Each test starts its own server (fork + exec, --port 0, the port read from
- * the server's log; PR_SET_PDEATHSIG so it cannot outlive the runner), talks
- * to it with a minimal HTTP/1.1 client (Connection: close, chunked bodies
- * decoded; every socket has a receive timeout so no loop can hang), and
- * always stops it with SIGTERM at the end, checking that it exits cleanly
- * (status 0: under `make asan` that includes LeakSanitizer's verdict).
+ * Each test starts its own server and talks to it with a minimal HTTP/1.1
+ * client (server_harness.h), and always stops it with SIGTERM at the end,
+ * checking that it exits cleanly (status 0: under `make asan` that includes
+ * LeakSanitizer's verdict).
  */
-#define _GNU_SOURCE /* strcasestr */
-#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "server_harness.h"
 #include "ts_test.h"
 #include "turbospark.h"
 
@@ -50,210 +41,27 @@ static const char *model_dir(void) {
     return dir;
 }
 
-/* ---- the server process -------------------------------------------------------- */
+/* ---- the server process ------------------------------------------------------ */
 
-typedef struct {
-    pid_t pid;
-    int port;
-    char log[512];
-} server;
-
-static void msleep(int ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Start `turbospark serve -m MODEL --port 0 ARGS...` (NULL-terminated). */
 static const char *g_model_override; /* another model directory for server_start */
 
+/* Start `turbospark serve -m MODEL --port 0 ARGS...` (NULL-terminated) on
+ * the test model or g_model_override. */
 static int server_start(server *s, ...) {
-    memset(s, 0, sizeof *s);
-    const char *m = g_model_override ? g_model_override : model_dir();
-    if (!m) return -1;
-    static int seq;
-    snprintf(s->log, sizeof s->log, "%s/server%d.log", ts_test_tmpdir(), seq++);
-    const char *argv[32];
+    const char *args[25];
     int n = 0;
-    argv[n++] = ts_test_bin();
-    argv[n++] = "serve";
-    argv[n++] = "-m";
-    argv[n++] = m;
-    argv[n++] = "--port";
-    argv[n++] = "0";
     va_list ap;
     va_start(ap, s);
     const char *a;
-    while ((a = va_arg(ap, const char *)) && n < 30) argv[n++] = a;
+    while ((a = va_arg(ap, const char *)) && n < 24) args[n++] = a;
     va_end(ap);
-    argv[n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    s->pid = pid;
-    for (int i = 0; i < 600; i++) { /* up to 30 s (sanitizer builds load slowly) */
-        FILE *f = fopen(s->log, "r");
-        if (f) {
-            char line[1024];
-            while (fgets(line, sizeof line, f)) {
-                const char *p = strstr(line, "listening on http://127.0.0.1:");
-                if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
-            }
-            fclose(f);
-        }
-        if (s->port) return 0;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) { s->pid = 0; return -1; }
-        msleep(50);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    s->pid = 0;
-    return -1;
-}
-
-/* SIGTERM, then wait up to 20 s (SIGKILL after). Returns the exit status,
- * or -1 when it had to be killed. */
-static int server_stop(server *s) {
-    if (!s->pid) return -1;
-    kill(s->pid, SIGTERM);
-    for (int i = 0; i < 400; i++) {
-        int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            s->pid = 0;
-            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        }
-        msleep(50);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-    return -1;
+    args[n] = NULL;
+    return server_spawn(s, g_model_override ? g_model_override : model_dir(), args);
 }
 
 static void print_log(const server *s) {
     ts_test_sh(g_sh, sizeof g_sh, "tail -c 3000 %s", s->log);
     fprintf(stderr, "---- server log ----\n%s\n--------------------\n", g_sh);
-}
-
-/* ---- a minimal HTTP client ------------------------------------------------------- */
-
-typedef struct {
-    int status;
-    int retry_after; /* the Retry-After header's value, -1 when absent */
-    char *body;   /* decoded (chunked) body, NUL-terminated, malloc'd */
-    size_t len;
-} resp;
-
-static void resp_free(resp *r) {
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-static int connect_to(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {20, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) { close(fd); return -1; }
-    return fd;
-}
-
-static int send_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k <= 0) return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* Send a request; body may be NULL. extra: more header lines ("K: V\r\n"). */
-static int send_request(int fd, const char *method, const char *path, const char *extra, const char *body,
-                        size_t blen) {
-    char head[2048];
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s", method, path,
-                     extra ? extra : "", body ? "Content-Type: application/json\r\n" : "");
-    if (body) n += snprintf(head + n, sizeof head - n, "Content-Length: %zu\r\n", blen);
-    n += snprintf(head + n, sizeof head - n, "\r\n");
-    if (send_all(fd, head, (size_t)n)) return -1;
-    return body && blen ? send_all(fd, body, blen) : 0;
-}
-
-/* Read to EOF and parse status line, headers and (chunked) body. */
-static int read_response(int fd, resp *r) {
-    memset(r, 0, sizeof *r);
-    size_t cap = 1 << 16, n = 0;
-    char *raw = malloc(cap);
-    for (;;) {
-        if (n + 4096 > cap) raw = realloc(raw, cap *= 2);
-        ssize_t k = recv(fd, raw + n, cap - n - 1, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
-    raw[n] = 0;
-    char *hend = strstr(raw, "\r\n\r\n");
-    if (!hend || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) { free(raw); return -1; }
-    *hend = 0;
-    int chunked = strcasestr(raw, "transfer-encoding: chunked") != NULL;
-    const char *ra = strcasestr(raw, "\r\nretry-after:");
-    r->retry_after = ra ? atoi(ra + 14) : -1;
-    char *b = hend + 4, *end = raw + n;
-    r->body = malloc((size_t)(end - b) + 1);
-    if (!chunked) {
-        r->len = (size_t)(end - b);
-        memcpy(r->body, b, r->len);
-    } else {
-        while (b < end) {
-            size_t sz = strtoul(b, NULL, 16);
-            char *nl = strstr(b, "\r\n");
-            if (!nl || sz == 0) break;
-            b = nl + 2;
-            if (b + sz > end) sz = (size_t)(end - b);
-            memcpy(r->body + r->len, b, sz);
-            r->len += sz;
-            b += sz + 2;
-        }
-    }
-    r->body[r->len] = 0;
-    free(raw);
-    return 0;
-}
-
-static int http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r) {
-    memset(r, 0, sizeof *r);
-    int fd = connect_to(port);
-    if (fd < 0) return -1;
-    int rc = send_request(fd, method, path, extra, body, body ? strlen(body) : 0);
-    if (!rc) rc = read_response(fd, r);
-    close(fd);
-    return rc;
-}
-
-/* POST a JSON body; returns the parsed JSON (NULL if not JSON), status in *status. */
-static cJSON *post(int port, const char *path, const char *body, int *status) {
-    resp r;
-    *status = -1;
-    if (http(port, "POST", path, NULL, body, &r)) return NULL;
-    *status = r.status;
-    cJSON *j = cJSON_Parse(r.body);
-    resp_free(&r);
-    return j;
 }
 
 /* ---- JSON helpers -------------------------------------------------------------------- */
@@ -313,7 +121,7 @@ static void greedy_matches_run(server *s) {
     int st;
     char want[8192];
     /* No thinking: the reply is all content. */
-    cJSON *j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    cJSON *j = http_post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
     CHECK_MSG(st == 200 && j, "status %d", st);
     CHECK(run_text("--chat --no-think -p 'Hello there, how are you?' -n 40", want, sizeof want) == 0);
     const char *content = str_at(j, "choices.0.message.content");
@@ -335,7 +143,7 @@ static void greedy_matches_run(server *s) {
 
     /* Tools reach the template (its tool preamble lengthens the prompt), and
      * so does an earlier tool call with its result. */
-    j = post(s->port, "/v1/chat/completions",
+    j = http_post(s->port, "/v1/chat/completions",
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\","
              "\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
              "\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
@@ -348,7 +156,7 @@ static void greedy_matches_run(server *s) {
 
     /* Thinking (the template's generation prompt opens <think>): the reply is
      * reasoning_content, the same text without its leading newlines. */
-    j = post(s->port, "/v1/chat/completions",
+    j = http_post(s->port, "/v1/chat/completions",
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Why?\"}],\"max_tokens\":24,\"temperature\":0}", &st);
     CHECK_MSG(st == 200 && j, "status %d", st);
     CHECK(run_text("--chat -p 'Why?' -n 24", want, sizeof want) == 0);
@@ -359,14 +167,14 @@ static void greedy_matches_run(server *s) {
     cJSON_Delete(j);
 
     /* Completions: raw text of a raw prompt, and a token-id prompt. */
-    j = post(s->port, "/v1/completions", "{\"prompt\":\"The capital of France\",\"max_tokens\":20,\"temperature\":0}", &st);
+    j = http_post(s->port, "/v1/completions", "{\"prompt\":\"The capital of France\",\"max_tokens\":20,\"temperature\":0}", &st);
     CHECK_MSG(st == 200 && j, "status %d", st);
     CHECK(run_text("-p 'The capital of France' -n 20", want, sizeof want) == 0);
     CHECK_MSG(str_at(j, "choices.0.text") && !strcmp(str_at(j, "choices.0.text"), want), "completion '%s'\nrun '%s'",
               str_at(j, "choices.0.text"), want);
     CHECK(!strcmp(str_at(j, "object"), "text_completion"));
     cJSON_Delete(j);
-    j = post(s->port, "/v1/completions", "{\"prompt\":[5,6,7,8],\"max_tokens\":12,\"temperature\":0}", &st);
+    j = http_post(s->port, "/v1/completions", "{\"prompt\":[5,6,7,8],\"max_tokens\":12,\"temperature\":0}", &st);
     CHECK_MSG(st == 200 && j, "status %d", st);
     CHECK(run_text("--ids 5,6,7,8 -n 12", want, sizeof want) == 0);
     CHECK_MSG(!strcmp(str_at(j, "choices.0.text"), want), "ids completion '%s' run '%s'", str_at(j, "choices.0.text"), want);
@@ -381,7 +189,7 @@ static void greedy_matches_run(server *s) {
     CHECK(run_text("-p hi -n 8 --temp 0.8 --top-k 5 --top-p 0.9 --min-p 0.05 --seed 7 --repeat-penalty 1.1 "
                    "--presence-penalty 0.5 --frequency-penalty 0.2", want, sizeof want) == 0);
     for (int k = 0; k < 2; k++) {
-        j = post(s->port, "/v1/completions", sampled, &st);
+        j = http_post(s->port, "/v1/completions", sampled, &st);
         CHECK_MSG(st == 200 && str_at(j, "choices.0.text") && !strcmp(str_at(j, "choices.0.text"), want),
                   "sampled '%s' run '%s'", str_at(j, "choices.0.text"), want);
         cJSON_Delete(j);
@@ -397,11 +205,11 @@ static void greedy_matches_run(server *s) {
         io += (size_t)snprintf(ids72 + io, sizeof ids72 - io, "%s%d", i ? "," : "", 11 + i);
     }
     snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":1,\"temperature\":0}", ids70);
-    j = post(s->port, "/v1/completions", body, &st);
+    j = http_post(s->port, "/v1/completions", body, &st);
     CHECK(st == 200);
     cJSON_Delete(j);
     snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":10,\"temperature\":0}", ids72);
-    j = post(s->port, "/v1/completions", body, &st);
+    j = http_post(s->port, "/v1/completions", body, &st);
     CHECK(st == 200);
     CHECK_MSG(int_at(j, "usage.prompt_tokens_details.cached_tokens") == 64, "cached %d",
               int_at(j, "usage.prompt_tokens_details.cached_tokens"));
@@ -412,14 +220,14 @@ static void greedy_matches_run(server *s) {
 
     /* GET routes. */
     resp r;
-    CHECK(http(s->port, "GET", "/v1/models", NULL, NULL, &r) == 0 && r.status == 200);
+    CHECK(http_request(s->port, "GET", "/v1/models", NULL, NULL, &r) == 0 && r.status == 200);
     j = cJSON_Parse(r.body);
     resp_free(&r);
     CHECK(j && !strcmp(str_at(j, "data.0.id"), "tsm") && !strcmp(str_at(j, "object"), "list"));
     cJSON_Delete(j);
-    CHECK(http(s->port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200);
+    CHECK(http_request(s->port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200);
     resp_free(&r);
-    CHECK(http(s->port, "GET", "/metrics", NULL, NULL, &r) == 0 && r.status == 200);
+    CHECK(http_request(s->port, "GET", "/metrics", NULL, NULL, &r) == 0 && r.status == 200);
     const char *m = strstr(r.body, "\nturbospark_tokens_generated_total ");
     int gen = m ? atoi(m + strlen("\nturbospark_tokens_generated_total ")) : -1;
     int ok = gen >= 40 + 24 + 20 + 12 && strstr(r.body, "turbospark_queue_depth 0") &&
@@ -478,14 +286,14 @@ static void stream_and_stop(server *s) {
     resp r;
     sse ev;
     /* Chat: the chunks add up to the non-streamed reply. */
-    cJSON *j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    cJSON *j = http_post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
     CHECK(st == 200 && j);
     char *stream_body = strdup(CHAT_NOTHINK);
     stream_body[strlen(stream_body) - 1] = 0;
     char req[4096];
     snprintf(req, sizeof req, "%s,\"stream\":true,\"stream_options\":{\"include_usage\":true}}", stream_body);
     free(stream_body);
-    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
+    CHECK(http_request(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
     parse_sse(r.body, &ev);
     resp_free(&r);
     CHECK_MSG(!ev.bad && ev.done && ev.role_seen, "bad=%d done=%d role=%d", ev.bad, ev.done, ev.role_seen);
@@ -499,10 +307,10 @@ static void stream_and_stop(server *s) {
     /* Thinking, streamed: reasoning deltas add up too. */
     const char *think = "{\"messages\":[{\"role\":\"user\",\"content\":\"Why?\"}],\"max_tokens\":24,\"temperature\":0%s}";
     snprintf(req, sizeof req, think, "");
-    j = post(s->port, "/v1/chat/completions", req, &st);
+    j = http_post(s->port, "/v1/chat/completions", req, &st);
     CHECK(st == 200 && j);
     snprintf(req, sizeof req, think, ",\"stream\":true");
-    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
+    CHECK(http_request(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
     parse_sse(r.body, &ev);
     resp_free(&r);
     CHECK(!ev.bad && ev.done && ev.prompt_tokens == -1); /* no usage chunk unless asked */
@@ -512,7 +320,7 @@ static void stream_and_stop(server *s) {
     /* Completions: a stop sequence cut out of the greedy text. */
     const char *base = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0%s}";
     snprintf(req, sizeof req, base, "");
-    j = post(s->port, "/v1/completions", req, &st);
+    j = http_post(s->port, "/v1/completions", req, &st);
     CHECK(st == 200 && j);
     char full[4096];
     snprintf(full, sizeof full, "%s", str_at(j, "choices.0.text"));
@@ -534,7 +342,7 @@ static void stream_and_stop(server *s) {
     snprintf(extra, sizeof extra, ",\"stop\":%s", sj);
     free(sj);
     snprintf(req, sizeof req, base, extra);
-    j = post(s->port, "/v1/completions", req, &st);
+    j = http_post(s->port, "/v1/completions", req, &st);
     CHECK(st == 200 && j);
     CHECK_MSG(!strcmp(str_at(j, "choices.0.text"), expect), "stop '%s': got '%s' want '%s'", stop,
               str_at(j, "choices.0.text"), expect);
@@ -543,13 +351,13 @@ static void stream_and_stop(server *s) {
     cJSON_Delete(j);
     snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",\"stream\":true");
     snprintf(req, sizeof req, base, extra);
-    CHECK(http(s->port, "POST", "/v1/completions", NULL, req, &r) == 0 && r.status == 200);
+    CHECK(http_request(s->port, "POST", "/v1/completions", NULL, req, &r) == 0 && r.status == 200);
     parse_sse(r.body, &ev);
     resp_free(&r);
     CHECK_MSG(!ev.bad && ev.done && !strcmp(ev.content, expect) && !strcmp(ev.finish, "stop"),
               "streamed with stop: '%s' finish %s", ev.content, ev.finish);
     /* A single-string stop on chat, streamed and not. */
-    j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    j = http_post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
     CHECK(st == 200 && j);
     snprintf(full, sizeof full, "%s", str_at(j, "choices.0.message.content"));
     cJSON_Delete(j);
@@ -561,7 +369,7 @@ static void stream_and_stop(server *s) {
     snprintf(req, sizeof req,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there, how are you?\"}],\"max_tokens\":40,"
              "\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false},\"stop\":\"%s\",\"stream\":true}", stop2);
-    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
+    CHECK(http_request(s->port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200);
     parse_sse(r.body, &ev);
     resp_free(&r);
     CHECK_MSG(!strcmp(ev.content, expect) && !strcmp(ev.finish, "stop"), "chat stop '%s': '%s' want '%s'", stop2, ev.content, expect);
@@ -605,7 +413,7 @@ static void errors(server *s) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         resp r;
-        CHECK_MSG(http(s->port, cases[i].method, cases[i].path, cases[i].extra, cases[i].body, &r) == 0, "case %zu: no response", i);
+        CHECK_MSG(http_request(s->port, cases[i].method, cases[i].path, cases[i].extra, cases[i].body, &r) == 0, "case %zu: no response", i);
         cJSON *j = cJSON_Parse(r.body);
         const char *msg = str_at(j, "error.message");
         int ok = r.status == cases[i].status && msg && strstr(msg, cases[i].msg_part) && str_at(j, "error.type") &&
@@ -619,31 +427,31 @@ static void errors(server *s) {
     for (int i = 0; i < 300; i++) strcat(big, "word ");
     strcat(big, "\"}]}");
     resp r;
-    CHECK(http(s->port, "POST", "/v1/chat/completions", AUTH, big, &r) == 0);
+    CHECK(http_request(s->port, "POST", "/v1/chat/completions", AUTH, big, &r) == 0);
     CHECK_MSG(r.status == 400 && strstr(r.body, "prompt is ") && strstr(r.body, "tokens, the context is 256") &&
                   strstr(r.body, "context_length_exceeded"),
               "overflow: %d %s", r.status, r.body);
     resp_free(&r);
     /* 413: the headers announce 9 MiB; the server answers without reading it. */
-    int fd = connect_to(s->port);
+    int fd = http_connect(s->port);
     CHECK(fd >= 0);
     const char *h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
                     "Authorization: Bearer sekrit\r\nContent-Length: 9437184\r\n\r\n{\"prompt\": \"";
-    send_all(fd, h, strlen(h));
-    CHECK(read_response(fd, &r) == 0);
+    http_send_all(fd, h, strlen(h));
+    CHECK(http_read_response(fd, &r) == 0);
     close(fd);
     CHECK_MSG(r.status == 413 && strstr(r.body, "\"error\""), "413: %d %s", r.status, r.body);
     resp_free(&r);
     /* A client that sends half a request and leaves. */
-    fd = connect_to(s->port);
+    fd = http_connect(s->port);
     CHECK(fd >= 0);
-    send_all(fd, "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro", 57);
+    http_send_all(fd, "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro", 57);
     close(fd);
     /* None of it disturbed the server. */
-    CHECK(http(s->port, "POST", "/v1/completions", AUTH, "{\"prompt\":\"ok\",\"max_tokens\":3,\"temperature\":0}", &r) == 0);
+    CHECK(http_request(s->port, "POST", "/v1/completions", AUTH, "{\"prompt\":\"ok\",\"max_tokens\":3,\"temperature\":0}", &r) == 0);
     CHECK_MSG(r.status == 200, "after errors: %d %s", r.status, r.body);
     resp_free(&r);
-    CHECK(http(s->port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200); /* no key needed */
+    CHECK(http_request(s->port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200); /* no key needed */
     resp_free(&r);
 }
 
@@ -664,7 +472,7 @@ typedef struct {
 
 static void *client(void *p) {
     worker_arg *a = p;
-    cJSON *j = post(a->port, "/v1/chat/completions", a->body, &a->status);
+    cJSON *j = http_post(a->port, "/v1/chat/completions", a->body, &a->status);
     const char *t = str_at(j, "choices.0.message.content");
     snprintf(a->text, sizeof a->text, "%s", t ? t : "(none)");
     cJSON_Delete(j);
@@ -703,10 +511,10 @@ TS_TEST(server, concurrent_requests_parallel2) {
 
 /* Open a long streaming completion and wait for its first data chunk. */
 static int open_stream(int port, int *got_data) {
-    int fd = connect_to(port);
+    int fd = http_connect(port);
     if (fd < 0) return -1;
     const char *body = "{\"prompt\":\"Go\",\"max_tokens\":3000,\"ignore_eos\":true,\"temperature\":0,\"stream\":true}";
-    if (send_request(fd, "POST", "/v1/completions", NULL, body, strlen(body))) { close(fd); return -1; }
+    if (http_send_request(fd, "POST", "/v1/completions", NULL, body, strlen(body))) { close(fd); return -1; }
     *got_data = 0;
     return fd;
 }
@@ -725,7 +533,7 @@ static int wait_data(int fd) {
 
 static int metric(int port, const char *name) {
     resp r;
-    if (http(port, "GET", "/metrics", NULL, NULL, &r) || r.status != 200) return -1;
+    if (http_request(port, "GET", "/metrics", NULL, NULL, &r) || r.status != 200) return -1;
     char key[128];
     snprintf(key, sizeof key, "\n%s ", name);
     const char *p = strstr(r.body, key);
@@ -742,18 +550,18 @@ static void disconnect_and_queue(server *s) {
     int b = open_stream(s->port, &g); /* waits for the only session */
     CHECK(b >= 0);
     int queued = 0;
-    for (int i = 0; i < 200 && queued != 1; i++) { queued = metric(s->port, "turbospark_queue_depth"); msleep(10); }
+    for (int i = 0; i < 200 && queued != 1; i++) { queued = metric(s->port, "turbospark_queue_depth"); test_msleep(10); }
     CHECK_MSG(queued == 1, "queue depth %d", queued);
     /* The queue (--queue 1) is full: the third gets a 503 at once. */
     resp r;
-    CHECK(http(s->port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) == 0);
+    CHECK(http_request(s->port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) == 0);
     CHECK_MSG(r.status == 503 && r.retry_after > 0 && strstr(r.body, "\"error\"") && strstr(r.body, "busy"),
               "full queue: %d (Retry-After %d) %s", r.status, r.retry_after, r.body);
     resp_free(&r);
     /* Refused from the headers, before any parsing: a body that is not
      * even JSON gets the 503 too (issue 20, item 5; it used to be parsed,
      * rendered and tokenized first). */
-    CHECK(http(s->port, "POST", "/v1/chat/completions", NULL, "{not json", &r) == 0);
+    CHECK(http_request(s->port, "POST", "/v1/chat/completions", NULL, "{not json", &r) == 0);
     CHECK_MSG(r.status == 503 && r.retry_after > 0, "full queue, bad body: %d %s", r.status, r.body);
     resp_free(&r);
     /* The first client leaves mid-stream: its generation stops, the queued
@@ -763,7 +571,7 @@ static void disconnect_and_queue(server *s) {
     int gen1 = metric(s->port, "turbospark_tokens_generated_total");
     close(b);
     int busy = 1;
-    for (int i = 0; i < 400 && busy != 0; i++) { busy = metric(s->port, "turbospark_sessions_busy"); msleep(10); }
+    for (int i = 0; i < 400 && busy != 0; i++) { busy = metric(s->port, "turbospark_sessions_busy"); test_msleep(10); }
     CHECK_MSG(busy == 0, "the cancelled generation still runs");
     int gen2 = metric(s->port, "turbospark_tokens_generated_total");
     CHECK_MSG(gen1 < 3000 && gen2 < 6000, "tokens generated %d then %d: cancellation did not stop them", gen1, gen2);
@@ -771,26 +579,26 @@ static void disconnect_and_queue(server *s) {
      * complete give their place back (else these 10 would fill --queue 1
      * for good). */
     for (int i = 0; i < 10; i++) {
-        int h = connect_to(s->port);
+        int h = http_connect(s->port);
         const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro";
-        CHECK(h >= 0 && send_all(h, part, strlen(part)) == 0);
-        msleep(20);
+        CHECK(h >= 0 && http_send_all(h, part, strlen(part)) == 0);
+        test_msleep(20);
         close(h);
     }
-    msleep(100);
+    test_msleep(100);
     /* Later requests are served normally. */
     int st;
-    cJSON *j = post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    cJSON *j = http_post(s->port, "/v1/chat/completions", CHAT_NOTHINK, &st);
     CHECK_MSG(st == 200 && str_at(j, "choices.0.message.content"), "after disconnects: %d", st);
     cJSON_Delete(j);
     /* A non-streamed request abandoned while it waits in the queue or runs. */
-    int c = connect_to(s->port);
+    int c = http_connect(s->port);
     const char *body = "{\"prompt\":\"Go\",\"max_tokens\":3000,\"ignore_eos\":true}";
-    CHECK(c >= 0 && send_request(c, "POST", "/v1/completions", NULL, body, strlen(body)) == 0);
+    CHECK(c >= 0 && http_send_request(c, "POST", "/v1/completions", NULL, body, strlen(body)) == 0);
     busy = 0;
-    for (int i = 0; i < 200 && busy != 1; i++) { busy = metric(s->port, "turbospark_sessions_busy"); msleep(10); }
+    for (int i = 0; i < 200 && busy != 1; i++) { busy = metric(s->port, "turbospark_sessions_busy"); test_msleep(10); }
     close(c);
-    for (int i = 0; i < 400 && busy != 0; i++) { busy = metric(s->port, "turbospark_sessions_busy"); msleep(10); }
+    for (int i = 0; i < 400 && busy != 0; i++) { busy = metric(s->port, "turbospark_sessions_busy"); test_msleep(10); }
     CHECK_MSG(busy == 0, "the abandoned non-streamed generation still runs");
     CHECK(metric(s->port, "turbospark_tokens_generated_total") < 9000);
 }
@@ -849,7 +657,7 @@ TS_TEST(server, chat_turn_resumes_from_history) {
     server s, f;
     CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
     int st;
-    cJSON *j = post(s.port, "/v1/chat/completions", TURN1, &st);
+    cJSON *j = http_post(s.port, "/v1/chat/completions", TURN1, &st);
     CHECK_MSG(st == 200 && j && str_at(j, "choices.0.message.content"), "status %d", st);
     cJSON *reply = cJSON_CreateString(j ? str_at(j, "choices.0.message.content") : "");
     char *quoted = cJSON_PrintUnformatted(reply);
@@ -858,7 +666,7 @@ TS_TEST(server, chat_turn_resumes_from_history) {
     free(quoted);
     cJSON_Delete(reply);
     cJSON_Delete(j);
-    j = post(s.port, "/v1/chat/completions", body, &st);
+    j = http_post(s.port, "/v1/chat/completions", body, &st);
     CHECK_MSG(st == 200 && j, "turn 2: status %d", st);
     const int cached = int_at(j, "usage.prompt_tokens_details.cached_tokens");
     CHECK_MSG(cached > 5 && cached < int_at(j, "usage.prompt_tokens"), "turn 2 cached %d of %d prompt tokens", cached,
@@ -869,7 +677,7 @@ TS_TEST(server, chat_turn_resumes_from_history) {
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
     CHECK_MSG(server_start(&f, NULL) == 0, "the fresh server did not start");
-    j = post(f.port, "/v1/chat/completions", body, &st);
+    j = http_post(f.port, "/v1/chat/completions", body, &st);
     CHECK_MSG(st == 200 && j && int_at(j, "usage.prompt_tokens_details.cached_tokens") == 0, "fresh: status %d", st);
     const char *want = j ? str_at(j, "choices.0.message.content") : NULL;
     CHECK_MSG(want && !strcmp(got, want), "resumed '%s'\nfresh   '%s'", got, want ? want : "(null)");
@@ -902,7 +710,7 @@ TS_TEST(server, next_turn_finds_its_session) {
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":12,\"temperature\":0,"
                  "\"chat_template_kwargs\":{\"enable_thinking\":false}}", firsts[r]);
         int st;
-        cJSON *j = post(s.port, "/v1/chat/completions", t1, &st);
+        cJSON *j = http_post(s.port, "/v1/chat/completions", t1, &st);
         CHECK_MSG(st == 200 && j, "round %d turn 1: status %d", r, st);
         cJSON *reply = cJSON_CreateString(j && str_at(j, "choices.0.message.content") ? str_at(j, "choices.0.message.content") : "");
         char *quoted = cJSON_PrintUnformatted(reply);
@@ -915,11 +723,11 @@ TS_TEST(server, next_turn_finds_its_session) {
         cJSON_Delete(j);
         /* other requests in between: they go to the session holding less */
         for (int o = 0; o < 2; o++) {
-            j = post(s.port, "/v1/completions", "{\"prompt\":[40,41,42,43,44,45],\"max_tokens\":4,\"temperature\":0}", &st);
+            j = http_post(s.port, "/v1/completions", "{\"prompt\":[40,41,42,43,44,45],\"max_tokens\":4,\"temperature\":0}", &st);
             CHECK(st == 200);
             cJSON_Delete(j);
         }
-        j = post(s.port, "/v1/chat/completions", t2, &st);
+        j = http_post(s.port, "/v1/chat/completions", t2, &st);
         CHECK_MSG(st == 200 && j && int_at(j, "usage.prompt_tokens_details.cached_tokens") > 5,
                   "round %d turn 2: status %d, cached %d", r, st, j ? int_at(j, "usage.prompt_tokens_details.cached_tokens") : -1);
         cJSON_Delete(j);
@@ -942,7 +750,7 @@ TS_TEST(server, empty_reply_does_not_crash) {
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story about a cat.\"}],\"max_tokens\":8,"
                  "\"temperature\":0%s}", kw[think]);
         int st;
-        cJSON *j = post(s.port, "/v1/chat/completions", req, &st);
+        cJSON *j = http_post(s.port, "/v1/chat/completions", req, &st);
         const char *t = str_at(j, think ? "choices.0.message.reasoning_content" : "choices.0.message.content");
         CHECK_MSG(st == 200 && t && strlen(t) >= 3, "think %d: status %d, reply '%s'", think, st, t ? t : "(null)");
         /* whole UTF-8 characters of the first 3 bytes (at least one): a
@@ -966,7 +774,7 @@ TS_TEST(server, empty_reply_does_not_crash) {
                      "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story about a cat.\"}],\"max_tokens\":8,"
                      "\"temperature\":0,\"stop\":%s%s%s}", q, kw[think], stream ? ",\"stream\":true" : "");
             resp r;
-            CHECK_MSG(http(s.port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200,
+            CHECK_MSG(http_request(s.port, "POST", "/v1/chat/completions", NULL, req, &r) == 0 && r.status == 200,
                       "think %d stream %d: status %d", think, stream, r.status);
             if (stream) {
                 sse ev;
@@ -986,7 +794,7 @@ TS_TEST(server, empty_reply_does_not_crash) {
         free(q);
     }
     resp r;
-    CHECK_MSG(http(s.port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200, "the server died");
+    CHECK_MSG(http_request(s.port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200, "the server died");
     resp_free(&r);
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
@@ -1035,7 +843,7 @@ TS_TEST(server, unsupported_fields_refused) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         resp r;
-        CHECK_MSG(http(s.port, "POST", cases[i].path, NULL, cases[i].body, &r) == 0, "case %zu: no response", i);
+        CHECK_MSG(http_request(s.port, "POST", cases[i].path, NULL, cases[i].body, &r) == 0, "case %zu: no response", i);
         cJSON *j = cJSON_Parse(r.body ? r.body : "");
         int ok = r.status == cases[i].status;
         if (cases[i].code)
@@ -1060,7 +868,7 @@ TS_TEST(server, unsupported_fields_refused) {
     char text[2][1024];
     for (int k = 0; k < 2; k++) {
         snprintf(body, sizeof body, hist, k ? "\"{\\\"city\\\": \\\"Paris\\\", \\\"days\\\": 2.0}\"" : "{\"city\": \"Paris\", \"days\": 2.0}");
-        cJSON *j = post(s.port, "/v1/chat/completions", body, &st);
+        cJSON *j = http_post(s.port, "/v1/chat/completions", body, &st);
         CHECK_MSG(st == 200 && j, "tool history %d: status %d", k, st);
         pt[k] = int_at(j, "usage.prompt_tokens");
         snprintf(text[k], sizeof text[k], "%s", str_at(j, "choices.0.message.content") ? str_at(j, "choices.0.message.content") : "");
@@ -1070,13 +878,13 @@ TS_TEST(server, unsupported_fields_refused) {
               text[0], pt[1], text[1]);
     /* GET /v1/models/{id} */
     resp r;
-    CHECK(http(s.port, "GET", "/v1/models/tsm", NULL, NULL, &r) == 0);
+    CHECK(http_request(s.port, "GET", "/v1/models/tsm", NULL, NULL, &r) == 0);
     cJSON *j = cJSON_Parse(r.body ? r.body : "");
     CHECK_MSG(r.status == 200 && str_at(j, "id") && !strcmp(str_at(j, "id"), "tsm") && !strcmp(str_at(j, "object"), "model"),
               "models/tsm: %d %s", r.status, r.body);
     cJSON_Delete(j);
     resp_free(&r);
-    CHECK(http(s.port, "GET", "/v1/models/other", NULL, NULL, &r) == 0);
+    CHECK(http_request(s.port, "GET", "/v1/models/other", NULL, NULL, &r) == 0);
     CHECK_MSG(r.status == 404 && strstr(r.body, "model_not_found"), "models/other: %d %s", r.status, r.body);
     resp_free(&r);
     if (ts_test_failed()) print_log(&s);
@@ -1090,15 +898,15 @@ TS_TEST(server, unsupported_fields_refused) {
 
 /* Read a whole response from an open socket (the request already sent). */
 static int read_on(int fd, resp *r) {
-    int rc = read_response(fd, r);
+    int rc = http_read_response(fd, r);
     close(fd);
     return rc;
 }
 
 static int send_stream(int port, const char *path, const char *body) {
-    int fd = connect_to(port);
+    int fd = http_connect(port);
     if (fd < 0) return -1;
-    if (send_request(fd, "POST", path, NULL, body, strlen(body))) { close(fd); return -1; }
+    if (http_send_request(fd, "POST", path, NULL, body, strlen(body))) { close(fd); return -1; }
     return fd;
 }
 
@@ -1117,11 +925,11 @@ TS_TEST(server, idle_connections_cannot_lock_out) {
     static int idle[N];
     int opened = 0;
     for (int i = 0; i < N; i++)
-        if ((idle[i] = connect_to(s.port)) >= 0) opened++;
+        if ((idle[i] = http_connect(s.port)) >= 0) opened++;
     CHECK_MSG(opened == N, "opened %d of %d idle connections", opened, N);
-    msleep(300);
+    test_msleep(300);
     resp r;
-    CHECK_MSG(http(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"ok\",\"max_tokens\":3,\"temperature\":0}", &r) == 0 &&
+    CHECK_MSG(http_request(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"ok\",\"max_tokens\":3,\"temperature\":0}", &r) == 0 &&
                   r.status == 200,
               "a client behind %d idle connections: status %d", N, r.status);
     resp_free(&r);
@@ -1166,7 +974,7 @@ static void drain_case(int timeout_case) {
     int b = send_stream(s.port, "/v1/completions", body);
     int c = send_stream(s.port, "/v1/completions", "{\"prompt\":\"Go\",\"max_tokens\":5}");
     int queued = 0;
-    for (int i = 0; i < 300 && queued != 2; i++) { queued = metric(s.port, "turbospark_queue_depth"); msleep(10); }
+    for (int i = 0; i < 300 && queued != 2; i++) { queued = metric(s.port, "turbospark_queue_depth"); test_msleep(10); }
     CHECK_MSG(queued == 2, "queue depth %d", queued);
     kill(s.pid, SIGTERM);
     resp r;
@@ -1199,7 +1007,7 @@ static void drain_case(int timeout_case) {
     int st = -1;
     for (int i = 0; i < 400; i++) {
         if (waitpid(s.pid, &st, WNOHANG) == s.pid) { s.pid = 0; break; }
-        msleep(50);
+        test_msleep(50);
     }
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(!s.pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server did not exit cleanly");

@@ -11,10 +11,11 @@
  * holds the stream after whole layers). So, for each layer L, the sequence is
  * run again with L's routed and shared expert down projections replaced by
  * zeros: that layer's FFN then adds exactly 0, and the stream "after layer L"
- * is h. Router logits, softmax, top-k (ties to the lower index) follow the
- * forward (qwen35.c). As a check that this is the engine's routing, the MoE
- * output is recomputed from h with the chosen experts and weights and
- * h + moe(h) compared with the unmodified engine's layer output.
+ * is h. Router logits, softmax, top-k (ties to the lower index) are the CPU
+ * backend's own (cpu/moe.c), always renormalised. As a check that this is
+ * the engine's routing, the MoE output is recomputed from h with the chosen
+ * experts and weights and h + moe(h) compared with the unmodified engine's
+ * layer output.
  *
  * Output (text): "# moe-trace layers L experts E topk K tokens T", then one
  * line per (token, layer): "t l e_1 ... e_k". Depends on engine internals
@@ -24,33 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cpu/cpu.h"
 #include "engine/engine.h"
 
 static uint64_t g_rng;
 static double urand(void) {
     g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
     return (double)(g_rng >> 11) / 9007199254740992.0;
-}
-
-static void topk_route(const float *lg, int E, int k, int *sel, float *w) {
-    float mx = -INFINITY, p[1024];
-    for (int e = 0; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
-    double sum = 0;
-    for (int e = 0; e < E; e++) { p[e] = expf(lg[e] - mx); sum += p[e]; }
-    for (int e = 0; e < E; e++) p[e] = (float)(p[e] / sum);
-    float ws = 0;
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= sel[q] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[j] = best;
-        w[j] = p[best];
-        ws += p[best];
-    }
-    for (int j = 0; j < k; j++) w[j] /= ws;
 }
 
 static void swiglu(const ts_weight *g, const ts_weight *u, const ts_weight *d, const float *x, float *out) {
@@ -134,7 +115,8 @@ int main(int argc, char **argv) {
                 ts_linear(&f->router, u, lg, 1);
                 int *st = sel + ((size_t)t * L + ly) * K;
                 float w[64];
-                topk_route(lg, E, K, st, w);
+                ts_cpu_moe_route_row(lg, E, K, st, w); /* lg: scratch, softmaxed in place */
+                ts_cpu_moe_route_norm(w, K);
                 /* h + moe(h) against the engine's own layer output */
                 for (int i = 0; i < H; i++) y[i] = 0;
                 for (int j = 0; j < K; j++) {

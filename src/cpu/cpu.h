@@ -162,6 +162,12 @@ void ts_cpu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a);
 void ts_cpu_gdn_materialize(ts_stream *s, const ts_gdn_args *a);
 void ts_cpu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a);
 void ts_cpu_moe_route(ts_stream *s, ts_mode m, const ts_moe_args *a);
+/* MoE routing of one row, the reference for every backend (moe.c): softmax
+ * of li [E] in f32 (in place, double sum), the top k (ties to the lower id)
+ * into sel [k] and their probabilities into wsel [k]; k <= E. */
+void ts_cpu_moe_route_row(float *li, int E, int k, int *sel, float *wsel);
+/* norm_topk: w [k] = w / sum(w), the f32 sum in pick order */
+void ts_cpu_moe_route_norm(float *w, int k);
 /* the token path's RMSNorm: rows of dim, double accumulation, w = 1 + w */
 void ts_rmsnorm1p(const float *x, const float *w1p, float *y, int n, int dim, float eps);
 /* The gates of the GDN and the attention output, one definition each. */

@@ -27,8 +27,9 @@ static int swiglu1(const ts_cpu_ctx *cx, const ts_weight *g, const ts_weight *u,
 /* Row li's routing: softmax in f32 over all E experts (in place), the top k
  * of the probabilities (ties to the lower id) into sel, their probabilities
  * into wsel. One function for both paths (moe routing itself, moe_route), so
- * routing first changes no bit. */
-static void route_row(float *li, int E, int k, int *sel, float *wsel) {
+ * routing first changes no bit; the CUDA routing test and the trace bench
+ * call it too, as the reference. */
+void ts_cpu_moe_route_row(float *li, int E, int k, int *sel, float *wsel) {
     float mx = -INFINITY;
     for (int e = 0; e < E; e++) mx = li[e] > mx ? li[e] : mx;
     double sum = 0;
@@ -46,12 +47,19 @@ static void route_row(float *li, int E, int k, int *sel, float *wsel) {
     }
 }
 
+/* norm_topk: the k weights over their f32 sum, summed in pick order. */
+void ts_cpu_moe_route_norm(float *w, int k) {
+    float wsum = 0.f;
+    for (int j = 0; j < k; j++) wsum += w[j];
+    for (int j = 0; j < k; j++) w[j] = w[j] / wsum;
+}
+
 static int route(const ts_cpu_ctx *cx, ts_mode m, const ts_moe_args *a) {
     int rc = ts_cpu_linear(cx, a->router, a->u, a->logits, a->n, ts_cpu_lin_flags(m));
     if (rc) return rc;
     for (int i = 0; i < a->n; i++) {
         int sel[64];
-        route_row(a->logits + (size_t)i * a->E, a->E, a->topk, sel, a->route_w + (size_t)i * a->topk);
+        ts_cpu_moe_route_row(a->logits + (size_t)i * a->E, a->E, a->topk, sel, a->route_w + (size_t)i * a->topk);
         for (int j = 0; j < a->topk; j++) a->route_ids[(size_t)i * a->topk + j] = sel[j];
     }
     return 0;
@@ -73,10 +81,9 @@ static int moe(const ts_cpu_ctx *cx, ts_mode m, const ts_moe_args *a) {
                 wsel[j] = a->route_w[(size_t)i * k + j];
             }
         } else {
-            route_row(a->logits + (size_t)i * E, E, k, sel, wsel);
+            ts_cpu_moe_route_row(a->logits + (size_t)i * E, E, k, sel, wsel);
         }
-        float wsum = 0.f;
-        for (int j = 0; j < k; j++) wsum += wsel[j];
+        if (a->norm_topk) ts_cpu_moe_route_norm(wsel, k);
         for (int j = 0; j < H; j++) acc[j] = 0.f;
         float *ti = a->t + (size_t)i * H;
         if (k + 1 <= a->R && 2 * k + 3 <= TS_LINEAR_MANY_MAX) {
@@ -102,19 +109,16 @@ static int moe(const ts_cpu_ctx *cx, ts_mode m, const ts_moe_args *a) {
             if ((rc = ts_cpu_linear_many(cx, wv, nw, ui, yv, 1, flags))) return rc;
             for (int j = 0; j <= k; j++) ts_silu_mul(a->b1 + j * F, a->b2 + j * F, (size_t)dv[j]->cols);
             if ((rc = ts_cpu_linear_batch(cx, dv, xv, ov, k + 1, flags))) return rc;
-            for (int j = 0; j < k; j++) {
-                float wt = a->norm_topk ? wsel[j] / wsum : wsel[j];
-                for (int q = 0; q < H; q++) acc[q] += wt * ov[j][q];
-            }
+            for (int j = 0; j < k; j++)
+                for (int q = 0; q < H; q++) acc[q] += wsel[j] * ov[j][q];
             float sg = ts_sigmoid(gl);
             for (int q = 0; q < H; q++) ti[q] = acc[q] + sg * ov[k][q];
             continue;
         }
         for (int j = 0; j < k; j++) {
             int e = sel[j];
-            float wt = a->norm_topk ? wsel[j] / wsum : wsel[j];
             if ((rc = swiglu1(cx, &a->e_gate[e], &a->e_up[e], &a->e_down[e], ui, a->b1, a->b2, eo, flags))) return rc;
-            for (int q = 0; q < H; q++) acc[q] += wt * eo[q];
+            for (int q = 0; q < H; q++) acc[q] += wsel[j] * eo[q];
         }
         /* shared expert with its scalar sigmoid gate */
         if ((rc = swiglu1(cx, a->s_gate, a->s_up, a->s_down, ui, a->b1, a->b2, eo, flags))) return rc;
