@@ -59,10 +59,13 @@
  * the copy probe; the 4096-row ones lower (one wave of blocks, launch and
  * staging latency exposed); 4 rows at ~1.2x one row (issue: 8 ND dp4a per
  * 32 weights per row).
- * Measured (bench/cuda/RESULTS.md, "dp4a products"; H200, cuda_bench --mlx,
- * probe ~4.25 TB/s): head 89% (U = 2), gate+up 72%, in_proj and q+k+v 47-49%,
- * down 44%, the 4096 x 4096 ones 30-33%, against the f32 kernel's 48 / 31 /
- * 25-30 / 29 / 21%; the 9B step 2.57 ms against 3.93. What the first version
+ * Measured (bench/cuda/RESULTS.md, "dp4a products" and "Merged main at the
+ * end of session 10"; H200, cuda_bench --mlx, probe ~4.25 TB/s): 24-bit x:
+ * head 89% (U = 2), gate+up 72%, in_proj and q+k+v 47-49%, down 44%, the
+ * 4096 x 4096 ones 30-33%, against the f32 kernel's 48 / 31 / 25-30 / 29 /
+ * 21%; 8-bit x (the engine's default): head 96.5%, gate+up 78%, down 46%;
+ * the 9B step (fused staging + PDL) 2.40 ms at 8 bits, 2.60 at 24, against
+ * 3.93 with the f32 kernel. What the first version
  * taught: with the loads under the per-step guard only one step (2 KB a
  * warp) was in flight and it ran exactly as fast as the f32 kernel, whatever
  * its instruction count: the products were latency-bound, not issue-bound
