@@ -648,36 +648,6 @@ static ts_engine *spec_open(const spec_model *m) {
     return e;
 }
 
-static ts_session *spec_session(ts_engine *e, int n_ctx, int draft) {
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = n_ctx;
-    sp.spec_draft = draft;
-    ts_session *s = NULL;
-    ts_error err = {0};
-    if (ts_session_new(e, &sp, &s, &err)) ts_test_fail(__FILE__, __LINE__, "session (draft %d): %s", draft, err.msg);
-    return s;
-}
-
-/* Greedy generation with drafting M (0: plain) into c, the oracle's drafts
- * when orc is given; 0 or the error. */
-static int spec_gen(ts_engine *e, const int32_t *prompt, int T, int n_ctx, int n_pred, int M, oracle *orc, collect *c,
-                    ts_gen_stats *st) {
-    ts_session *s = spec_session(e, n_ctx, M);
-    if (!s) return -1;
-    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
-    ts_gen_params gp;
-    ts_gen_params_default(&gp);
-    gp.n_predict = n_pred;
-    gp.spec_draft = M;
-    c->n = 0;
-    ts_error err = {0};
-    memset(st, 0, sizeof *st);
-    int rc = ts_generate(s, prompt, T, &gp, on_tok, c, st, &err);
-    if (rc) ts_test_fail(__FILE__, __LINE__, "generate (draft %d): %s", M, err.msg);
-    ts_session_free(s);
-    return rc;
-}
 
 static const int32_t SPROMPT[] = {11, 5, 301, 42, 7, 99, 250, 3, 18, 64, 120, 9};
 #define T_SPROMPT ((int)(sizeof SPROMPT / sizeof SPROMPT[0]))
@@ -705,13 +675,13 @@ TS_TEST(cuda_engine, spec_greedy_exact_fixtures) {
         if (!e) continue;
         static collect ref, got;
         ts_gen_stats st;
-        CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 1024, N, 0, NULL, &ref, &st) == 0);
+        CHECK(oracle_generate(e, SPROMPT, T_SPROMPT, 1024, N, 0, NULL, &ref, &st) == 0);
         const int n = ref.n; /* a random model may stop at its eos */
         CHECK_MSG(n >= 16, "%s: plain run gave %d tokens", ms[k].name, n);
         int acc = 0, blocks = 0;
         for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
             oracle o = {ref.ids, ref.n, T_SPROMPT, 12345u + M, 0};
-            CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 1024, N, M, &o, &got, &st) == 0);
+            CHECK(oracle_generate(e, SPROMPT, T_SPROMPT, 1024, N, M, &o, &got, &st) == 0);
             CHECK_MSG(same_ids(&got, &ref, n), "%s M=%d (oracle drafts): %d tokens differ from plain greedy's %d",
                       ms[k].name, M, got.n, n);
             CHECK_MSG(st.n_accepted > 0 && st.n_accepted < st.n_drafted, "%s M=%d: accepted %d of %d", ms[k].name, M,
@@ -720,7 +690,7 @@ TS_TEST(cuda_engine, spec_greedy_exact_fixtures) {
             blocks += st.n_blocks;
             for (int j = 0; j < M; j++) keep_seen[j] += st.accepted_at[j];
             const int n2 = M == 1 ? N : 40;
-            CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 1024, n2, M, NULL, &got, &st) == 0);
+            CHECK(oracle_generate(e, SPROMPT, T_SPROMPT, 1024, n2, M, NULL, &got, &st) == 0);
             CHECK_MSG(same_ids(&got, &ref, n2 < n ? n2 : n), "%s M=%d (MTP drafts): output differs from plain greedy",
                       ms[k].name, M);
             CHECK(st.n_drafted > 0);
@@ -754,25 +724,25 @@ TS_TEST(cuda_engine, spec_context_limit_mid_block) {
         ts_gen_stats st;
         for (int extra = 29; extra <= 31; extra++) {
             const int n_ctx = T_SPROMPT + extra;
-            CHECK(spec_gen(e, SPROMPT, T_SPROMPT, n_ctx, 1000, 0, NULL, &ref, &st) == 0);
+            CHECK(oracle_generate(e, SPROMPT, T_SPROMPT, n_ctx, 1000, 0, NULL, &ref, &st) == 0);
             if (ref.n != extra + 1) { /* stopped at the eos before the limit: nothing to test at this length */
                 fprintf(stderr, "  %s: plain run stopped after %d tokens in a context of %d\n", ms[k].name, ref.n, n_ctx);
                 continue;
             }
             for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
                 oracle o = {ref.ids, ref.n, T_SPROMPT, 777u + M, 0};
-                CHECK(spec_gen(e, SPROMPT, T_SPROMPT, n_ctx, 1000, M, &o, &got, &st) == 0);
+                CHECK(oracle_generate(e, SPROMPT, T_SPROMPT, n_ctx, 1000, M, &o, &got, &st) == 0);
                 CHECK_MSG(same_ids(&got, &ref, ref.n), "%s ctx %d M=%d (oracle): %d tokens, plain %d", ms[k].name, n_ctx,
                           M, got.n, ref.n);
-                CHECK(spec_gen(e, SPROMPT, T_SPROMPT, n_ctx, 1000, M, NULL, &got, &st) == 0);
+                CHECK(oracle_generate(e, SPROMPT, T_SPROMPT, n_ctx, 1000, M, NULL, &got, &st) == 0);
                 CHECK_MSG(same_ids(&got, &ref, ref.n), "%s ctx %d M=%d (MTP): %d tokens, plain %d", ms[k].name, n_ctx, M,
                           got.n, ref.n);
             }
         }
-        CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 512, 23, 0, NULL, &ref, &st) == 0);
+        CHECK(oracle_generate(e, SPROMPT, T_SPROMPT, 512, 23, 0, NULL, &ref, &st) == 0);
         for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
             oracle o = {ref.ids, ref.n, T_SPROMPT, 99u + M, 0};
-            CHECK(spec_gen(e, SPROMPT, T_SPROMPT, 512, 23, M, &o, &got, &st) == 0);
+            CHECK(oracle_generate(e, SPROMPT, T_SPROMPT, 512, 23, M, &o, &got, &st) == 0);
             CHECK_MSG(same_ids(&got, &ref, ref.n), "%s budget 23, M=%d", ms[k].name, M);
         }
         fprintf(stderr, "  %-15s contexts of %d..%d tokens and a budget of 23: drafted = plain, M = 1..8\n", ms[k].name,
@@ -801,14 +771,14 @@ TS_TEST(cuda_engine, spec_greedy_exact_default_model) {
     static collect ref, got;
     ts_gen_stats st;
     const int N = 520;
-    CHECK(spec_gen(e, tv.ids, tv.n, 2048, N, 0, NULL, &ref, &st) == 0);
+    CHECK(oracle_generate(e, tv.ids, tv.n, 2048, N, 0, NULL, &ref, &st) == 0);
     const int n = ref.n;
     const double plain_tps = st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0;
     fprintf(stderr, "  default model, %d prompt tokens: plain greedy %d tokens, %.0f tok/s\n", tv.n, n, plain_tps);
     CHECK_MSG(n >= 200, "plain run gave %d tokens", n);
     for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
         const int nm = M == 3 ? N : 200;
-        CHECK(spec_gen(e, tv.ids, tv.n, 2048, nm, M, NULL, &got, &st) == 0);
+        CHECK(oracle_generate(e, tv.ids, tv.n, 2048, nm, M, NULL, &got, &st) == 0);
         const int want = nm < n ? nm : n;
         const double tps = st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0;
         fprintf(stderr, "  --draft %d: %d tokens, %d/%d drafts accepted (%.2f tokens/verify), %.0f tok/s\n", M, got.n,
@@ -817,7 +787,7 @@ TS_TEST(cuda_engine, spec_greedy_exact_default_model) {
         CHECK_MSG(st.n_accepted > 0, "default model M=%d: no draft accepted (a trained head)", M);
     }
     oracle o = {ref.ids, ref.n, tv.n, 4242u, 0};
-    CHECK(spec_gen(e, tv.ids, tv.n, 2048, N, 5, &o, &got, &st) == 0);
+    CHECK(oracle_generate(e, tv.ids, tv.n, 2048, N, 5, &o, &got, &st) == 0);
     CHECK_MSG(same_ids(&got, &ref, n), "default model M=5 (oracle drafts): output differs from plain greedy");
     ts_tokens_free(&tv);
     ts_engine_close(e);
@@ -894,7 +864,7 @@ TS_TEST(cuda_engine, spec_rollback_device_state_bit_exact) {
         const int M = 6;
         const int32_t blk[] = {17, 4, 250, 33, 8, 101, 2}, pre = 21, nx = 5;
         for (int C = 1; C <= M + 1; C++) {
-            ts_session *a = spec_session(e, 256, M), *b = spec_session(e, 256, 0);
+            ts_session *a = oracle_session(e, 256, M), *b = oracle_session(e, 256, 0);
             CHECK(a && b);
             ts_error err = {0};
             CHECK(ts_session_feed(a, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
@@ -947,7 +917,7 @@ TS_TEST(cuda_engine, spec_lazy_rollback_decode_and_chain) {
         const int32_t blk[] = {17, 4, 250, 33, 8, 101, 2}, nx[] = {5, 77, 12}, pre = 21;
         ts_error err = {0};
         for (int C = 1; C <= M + 1; C++) {
-            ts_session *a = spec_session(e, 256, M), *ea = spec_session(e, 256, M), *b = spec_session(e, 256, 0);
+            ts_session *a = oracle_session(e, 256, M), *ea = oracle_session(e, 256, M), *b = oracle_session(e, 256, 0);
             CHECK(a && ea && b);
             ts_session *all[3] = {a, ea, b};
             for (int i = 0; i < 3; i++) {
@@ -971,7 +941,7 @@ TS_TEST(cuda_engine, spec_lazy_rollback_decode_and_chain) {
             for (int i = 0; i < 3; i++) ts_session_free(all[i]);
         }
         /* the chain */
-        ts_session *a = spec_session(e, 512, M), *ea = spec_session(e, 512, M), *b = spec_session(e, 512, 0);
+        ts_session *a = oracle_session(e, 512, M), *ea = oracle_session(e, 512, M), *b = oracle_session(e, 512, 0);
         CHECK(a && ea && b);
         CHECK(ts_session_feed(a, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
         CHECK(ts_session_feed(ea, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
@@ -1053,7 +1023,7 @@ TS_TEST(cuda_engine, spec_sampling_repeats) {
     collect *cs[2] = {&c1, &c2};
     ts_gen_stats st[2];
     for (int r = 0; r < 2; r++) {
-        ts_session *s = spec_session(e, 512, 3);
+        ts_session *s = oracle_session(e, 512, 3);
         CHECK(s);
         ts_gen_params gp;
         ts_gen_params_default(&gp);

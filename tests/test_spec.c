@@ -32,35 +32,6 @@
 #include "ts_test.h"
 #include "gen_oracle.h"
 
-static ts_session *mk_session(ts_engine *e, int n_ctx, int draft) {
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = n_ctx;
-    sp.spec_draft = draft;
-    ts_session *s = NULL;
-    ts_error err = {0};
-    if (ts_session_new(e, &sp, &s, &err)) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
-    return s;
-}
-
-/* Generate with drafting M (0 = plain) into c; returns the stats. */
-static int gen(ts_engine *e, const int32_t *prompt, int T, int n_ctx, int n_pred, int M, oracle *orc, collect *c,
-               ts_gen_stats *st) {
-    ts_session *s = mk_session(e, n_ctx, M);
-    if (!s) return -1;
-    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
-    ts_gen_params gp;
-    ts_gen_params_default(&gp);
-    gp.n_predict = n_pred;
-    gp.spec_draft = M;
-    c->n = 0;
-    ts_error err = {0};
-    int rc = ts_generate(s, prompt, T, &gp, on_tok, c, st, &err);
-    if (rc) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
-    ts_session_free(s);
-    return rc;
-}
-
 static const int32_t PROMPT[] = {11, 5, 301, 42, 7, 99, 250, 3, 18, 64, 120, 9};
 #define T_PROMPT ((int)(sizeof PROMPT / sizeof PROMPT[0]))
 
@@ -81,13 +52,13 @@ TS_TEST(spec, greedy_exact) {
         CHECK(e);
         static collect ref, got;
         ts_gen_stats st;
-        CHECK(gen(e, PROMPT, T_PROMPT, 1024, N, 0, NULL, &ref, &st) == 0);
+        CHECK(oracle_generate(e, PROMPT, T_PROMPT, 1024, N, 0, NULL, &ref, &st) == 0);
         CHECK_MSG(ref.n == N, "%s: plain run gave %d tokens", fx[f], ref.n);
         int acc_total = 0, blocks = 0, keep_seen[TS_SPEC_MAX_DRAFT + 2] = {0};
         for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
             /* oracle drafts over the whole run */
             oracle o = {ref.ids, ref.n, T_PROMPT, 12345u + M, 0};
-            CHECK(gen(e, PROMPT, T_PROMPT, 1024, N, M, &o, &got, &st) == 0);
+            CHECK(oracle_generate(e, PROMPT, T_PROMPT, 1024, N, M, &o, &got, &st) == 0);
             CHECK_MSG(got.n == N && !memcmp(got.ids, ref.ids, sizeof(int32_t) * N),
                       "%s M=%d (oracle drafts): output differs from plain greedy (%d tokens)", fx[f], M, got.n);
             CHECK_MSG(st.n_accepted > 0 && st.n_accepted < st.n_drafted, "%s M=%d: accepted %d of %d", fx[f], M,
@@ -97,7 +68,7 @@ TS_TEST(spec, greedy_exact) {
             for (int j = 0; j < M; j++) keep_seen[j] += st.accepted_at[j];
             /* the model's own MTP drafts (shorter: nearly all rejected, so slow) */
             int n2 = M == 1 ? N : 40;
-            CHECK(gen(e, PROMPT, T_PROMPT, 1024, n2, M, NULL, &got, &st) == 0);
+            CHECK(oracle_generate(e, PROMPT, T_PROMPT, 1024, n2, M, NULL, &got, &st) == 0);
             CHECK_MSG(got.n == n2 && !memcmp(got.ids, ref.ids, sizeof(int32_t) * n2),
                       "%s M=%d (MTP drafts): output differs from plain greedy", fx[f], M);
             CHECK(st.n_drafted > 0);
@@ -118,20 +89,20 @@ TS_TEST(spec, context_limit_mid_block) {
     ts_gen_stats st;
     for (int extra = 29; extra <= 31; extra++) {
         int n_ctx = T_PROMPT + extra;
-        CHECK(gen(e, PROMPT, T_PROMPT, n_ctx, 1000, 0, NULL, &ref, &st) == 0);
+        CHECK(oracle_generate(e, PROMPT, T_PROMPT, n_ctx, 1000, 0, NULL, &ref, &st) == 0);
         CHECK_MSG(ref.n == extra + 1, "plain: %d tokens in a context of %d", ref.n, n_ctx);
         for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
             oracle o = {ref.ids, ref.n, T_PROMPT, 777u + M, 0};
-            CHECK(gen(e, PROMPT, T_PROMPT, n_ctx, 1000, M, &o, &got, &st) == 0);
+            CHECK(oracle_generate(e, PROMPT, T_PROMPT, n_ctx, 1000, M, &o, &got, &st) == 0);
             CHECK_MSG(got.n == ref.n && !memcmp(got.ids, ref.ids, sizeof(int32_t) * ref.n),
                       "ctx %d M=%d: %d tokens, plain %d", n_ctx, M, got.n, ref.n);
         }
     }
     /* the token budget ends inside a block too */
-    CHECK(gen(e, PROMPT, T_PROMPT, 512, 23, 0, NULL, &ref, &st) == 0);
+    CHECK(oracle_generate(e, PROMPT, T_PROMPT, 512, 23, 0, NULL, &ref, &st) == 0);
     for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
         oracle o = {ref.ids, ref.n, T_PROMPT, 99u + M, 0};
-        CHECK(gen(e, PROMPT, T_PROMPT, 512, 23, M, &o, &got, &st) == 0);
+        CHECK(oracle_generate(e, PROMPT, T_PROMPT, 512, 23, M, &o, &got, &st) == 0);
         CHECK_MSG(got.n == 23 && !memcmp(got.ids, ref.ids, sizeof(int32_t) * 23), "budget 23, M=%d", M);
     }
     ts_engine_close(e);
@@ -174,7 +145,7 @@ TS_TEST(spec, rollback_bit_exact) {
         const int M = 6;
         const int32_t blk[] = {17, 4, 250, 33, 8, 101, 2};
         for (int C = 1; C <= M + 1; C++) {
-            ts_session *a = mk_session(e, 256, M), *b = mk_session(e, 256, 0);
+            ts_session *a = oracle_session(e, 256, M), *b = oracle_session(e, 256, 0);
             CHECK(a && b);
             ts_error err = {0};
             CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
@@ -213,7 +184,7 @@ TS_TEST(spec, lazy_rollback_then_decode) {
         const int V = e->model.cfg.vocab, M = 6;
         const int32_t blk[] = {17, 4, 250, 33, 8, 101, 2}, nx[] = {5, 77};
         for (int C = 1; C <= M + 1; C++) {
-            ts_session *a = mk_session(e, 256, M), *ea = mk_session(e, 256, M), *b = mk_session(e, 256, 0);
+            ts_session *a = oracle_session(e, 256, M), *ea = oracle_session(e, 256, M), *b = oracle_session(e, 256, 0);
             CHECK(a && ea && b);
             ts_error err = {0};
             CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
@@ -258,7 +229,7 @@ TS_TEST(spec, lazy_rollback_chain) {
         ts_engine *e = open_fx(fx[f]);
         CHECK(e);
         const int V = e->model.cfg.vocab, M = 5;
-        ts_session *a = mk_session(e, 512, M), *ea = mk_session(e, 512, M), *b = mk_session(e, 512, 0);
+        ts_session *a = oracle_session(e, 512, M), *ea = oracle_session(e, 512, M), *b = oracle_session(e, 512, 0);
         CHECK(a && ea && b);
         ts_error err = {0};
         CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
@@ -318,7 +289,7 @@ TS_TEST(spec, lazy_rollback_then_prefill_reset) {
     const int32_t blk[] = {9, 31, 4, 200, 6}, chunk[] = {3, 14, 15, 92, 65, 35, 89};
     ts_error err = {0};
     for (int C = 1; C <= M; C++) {
-        ts_session *a = mk_session(e, 256, M), *ea = mk_session(e, 256, M);
+        ts_session *a = oracle_session(e, 256, M), *ea = oracle_session(e, 256, M);
         CHECK(a && ea);
         CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
         CHECK(ts_session_feed(ea, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
@@ -337,7 +308,7 @@ TS_TEST(spec, lazy_rollback_then_prefill_reset) {
         ts_spec_rollback(a, C);
         CHECK(a->st.gdn_pend == C);
         ts_session_reset(a);
-        ts_session *fresh = mk_session(e, 256, M);
+        ts_session *fresh = oracle_session(e, 256, M);
         CHECK(fresh);
         CHECK(ts_session_feed(a, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
         CHECK(ts_session_feed(fresh, PROMPT, T_PROMPT, NULL, NULL, &err) == 0);
@@ -484,9 +455,9 @@ TS_TEST(spec, draft_vocab) {
     CHECK(e);
     static collect ref, got;
     ts_gen_stats st;
-    CHECK(gen(e, PROMPT, T_PROMPT, 512, 200, 0, NULL, &ref, &st) == 0);
+    CHECK(oracle_generate(e, PROMPT, T_PROMPT, 512, 200, 0, NULL, &ref, &st) == 0);
     for (int K = 16; K <= 4096; K *= 16) {
-        ts_session *s = mk_session(e, 512, 3);
+        ts_session *s = oracle_session(e, 512, 3);
         CHECK(s);
         dv_check c = {K, 0, 0};
         s->test_drafts = dv_drafts;
@@ -531,11 +502,11 @@ TS_TEST(spec, draft_p_min) {
     const int TP = (int)(sizeof P / sizeof P[0]), N = 160, M = 4;
     static collect ref, got;
     ts_gen_stats st;
-    CHECK(gen(e, P, TP, 512, N, 0, NULL, &ref, &st) == 0);
+    CHECK(oracle_generate(e, P, TP, 512, N, 0, NULL, &ref, &st) == 0);
     const float floors[] = {0.0f, 0.5f, 1.0f};
     int drafted[3] = {0}, accepted[3] = {0}, blocks[3] = {0};
     for (int f = 0; f < 3; f++) {
-        ts_session *s = mk_session(e, 512, M);
+        ts_session *s = oracle_session(e, 512, M);
         CHECK(s);
         ts_gen_params gp;
         ts_gen_params_default(&gp);
@@ -585,13 +556,13 @@ TS_TEST(spec, greedy_exact_every_precision) {
         ts_error err = {0};
         CHECK_MSG(ts_engine_open("models/default", &ep, &e, &err) == 0, "%s", err.msg);
         ts_gen_stats st;
-        CHECK(gen(e, P, TP, 512, N, 0, NULL, &ref[b], &st) == 0);
+        CHECK(oracle_generate(e, P, TP, 512, N, 0, NULL, &ref[b], &st) == 0);
         /* a trained model's argmax hides small differences, so first the
          * bits: each row of a verify block of 5 (VNNI below the AMX
          * threshold, AMX at or above it) against one-at-a-time decoding,
          * then rolled back to 2 rows, the whole state */
         const int V = ts_engine_info(e)->vocab_size;
-        ts_session *va = mk_session(e, 512, 4), *vb = mk_session(e, 512, 0);
+        ts_session *va = oracle_session(e, 512, 4), *vb = oracle_session(e, 512, 0);
         CHECK(va && vb);
         CHECK(ts_session_feed(va, P, TP, NULL, NULL, &err) == 0 && ts_session_feed(vb, P, TP, NULL, NULL, &err) == 0);
         CHECK_MSG(ts_spec_verify(va, ref[b].ids, 5, &err) == 0, "%s", err.msg);
@@ -601,7 +572,7 @@ TS_TEST(spec, greedy_exact_every_precision) {
                       "%d-bit activations: verify row %d differs from its decode step", bits[b], i);
         }
         ts_session_free(vb);
-        vb = mk_session(e, 512, 0);
+        vb = oracle_session(e, 512, 0);
         CHECK(ts_session_feed(vb, P, TP, NULL, NULL, &err) == 0 && ts_session_feed(vb, ref[b].ids, 1, NULL, NULL, &err) == 0 &&
               ts_session_feed(vb, ref[b].ids + 1, 1, NULL, NULL, &err) == 0);
         ts_spec_rollback(va, 2);
@@ -612,7 +583,7 @@ TS_TEST(spec, greedy_exact_every_precision) {
         for (int M = 1; M <= 4; M++) {
             oracle o = {ref[b].ids, ref[b].n, TP, 777u + M, 0};
             for (int k = 0; k < 2; k++) {
-                CHECK(gen(e, P, TP, 512, N, M, k ? &o : NULL, &got, &st) == 0);
+                CHECK(oracle_generate(e, P, TP, 512, N, M, k ? &o : NULL, &got, &st) == 0);
                 CHECK_MSG(got.n == ref[b].n && !memcmp(got.ids, ref[b].ids, sizeof(int32_t) * (size_t)got.n),
                           "%d-bit activations, M=%d (%s drafts): output differs from plain greedy", bits[b], M,
                           k ? "oracle" : "MTP");
@@ -633,7 +604,7 @@ TS_TEST(spec, greedy_exact_every_precision) {
         CHECK_MSG(ts_engine_open("models/default", &ep, &e, &err) == 0, "%s", err.msg);
         int V = ts_engine_info(e)->vocab_size;
         lg[b] = malloc(sizeof(float) * (size_t)V * TP);
-        ts_session *s = mk_session(e, 512, 0);
+        ts_session *s = oracle_session(e, 512, 0);
         CHECK(s && ts_session_feed(s, P, TP, lg[b], NULL, &err) == 0);
         ts_session_free(s);
         if (b) {
@@ -667,7 +638,7 @@ TS_TEST(spec, continued_session) {
     ts_error err = {0};
     ts_gen_stats st;
     /* plain: three turns on one session */
-    ts_session *s = mk_session(e, 512, 0);
+    ts_session *s = oracle_session(e, 512, 0);
     CHECK(s);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
@@ -679,7 +650,7 @@ TS_TEST(spec, continued_session) {
     ts_session_free(s);
     /* drafted turns, and a plain turn in the middle */
     for (int M = 1; M <= 4; M += 3) {
-        s = mk_session(e, 512, M);
+        s = oracle_session(e, 512, M);
         CHECK(s);
         for (int t = 0; t < 3; t++) {
             gp.n_predict = 30 + 10 * t;
@@ -752,7 +723,7 @@ TS_TEST(spec, checkpoint_restore) {
         ts_session_free(a);
         ts_session_free(b);
     }
-    ts_session *p = mk_session(e, 256, 0); /* no checkpoint buffers */
+    ts_session *p = oracle_session(e, 256, 0); /* no checkpoint buffers */
     CHECK(ts_session_save(p, &err) == TS_E_ARG && strstr(err.msg, "checkpoint"));
     CHECK(ts_session_restore(p, &err) == TS_E_ARG);
     ts_session_free(p);
@@ -769,7 +740,7 @@ TS_TEST(spec, sampling_generate) {
     collect a, b;
     int differ = 0;
     for (uint64_t seed = 1; seed <= 3; seed++) {
-        ts_session *s = mk_session(e, 256, 4);
+        ts_session *s = oracle_session(e, 256, 4);
         CHECK(s);
         ts_gen_params gp;
         ts_gen_params_default(&gp);
@@ -847,7 +818,7 @@ TS_TEST(spec, bad_input) {
     ts_engine_close(e);
     /* a session without drafting buffers refuses drafting; draft 9 refused */
     e = open_fx("tiny-dense");
-    s = mk_session(e, 128, 0);
+    s = oracle_session(e, 128, 0);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.spec_draft = 2;

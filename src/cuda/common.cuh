@@ -66,6 +66,15 @@ static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 b
     cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
 
+/* The persistent-grid kernels' launch plan (linear.cu, q4dp.cu, q4t.cu):
+ * resident blocks an SM of kernel k (at least 1) with `threads` threads and
+ * `smem` dynamic bytes, its dynamic shared-memory limit raised to smem_max
+ * first (when above the default 48 KB). The runtime is asked once per
+ * (device, kernel, threads, smem) and the answer remembered: uncaptured
+ * passes (prompt chunks, verify blocks) launch every product anew, and the
+ * occupancy query is a host call each time. Thread-safe (server workers). */
+int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max);
+
 #define TSC_GUARD(c) do { if (!(c) || (c)->err_code) return; } while (0)
 #define TSC_LAUNCHED(c, op) tsc_launched_((c), (op))
 
@@ -136,6 +145,18 @@ __device__ __forceinline__ double row_ss4(const float *x, const float *add, floa
 /* x / (1 + e^-x), the CPU reference's form (expf, IEEE division). */
 __device__ __forceinline__ float silu_f(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
 __device__ __forceinline__ float sigmoid_f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+/* The element arithmetic the fused products (q4dp.cu) must share with the
+ * kernels they replace, so that fused and unfused rows agree bit for bit:
+ * 1 / rms of a row from its double sum of squares, a normed element, a
+ * SwiGLU element (tsc_add_rmsnorm, tsc_silu_mul and the fused staging all
+ * use these). */
+__device__ __forceinline__ float rms_inv(double ss, int dim, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dim), eps)));
+}
+__device__ __forceinline__ float norm_mul(float v, float r, float w) { return __fmul_rn(__fmul_rn(v, r), w); }
+__device__ __forceinline__ float silu_mul_f(float g, float u) { return __fmul_rn(silu_f(g), u); }
+
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 __device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mutex>
+
 #include "cuda/common.cuh"
 #include "cuda/q4t.cuh"
 
@@ -23,6 +25,34 @@ void tsc_fail_(tsc_ctx *c, int code, const char *fmt, ...) {
     vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
     va_end(ap);
     c->err_code = code;
+}
+
+namespace {
+struct occ_memo {
+    int dev, threads, per;
+    const void *k;
+    size_t smem;
+};
+constexpr int OCC_MAX = 512; /* (kernel, shape) pairs of a process: a few dozen in practice */
+occ_memo occ[OCC_MAX];
+int n_occ;
+std::mutex occ_mu;
+} // namespace
+
+int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max) {
+    std::lock_guard<std::mutex> g(occ_mu);
+    bool seen = false; /* the kernel's limit already raised on this device */
+    for (int i = 0; i < n_occ; i++)
+        if (occ[i].dev == c->device && occ[i].k == k) {
+            if (occ[i].threads == threads && occ[i].smem == smem) return occ[i].per;
+            seen = true;
+        }
+    if (!seen && smem_max > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
+    int per = 1;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem);
+    if (per < 1) per = 1;
+    if (n_occ < OCC_MAX) occ[n_occ++] = {c->device, threads, per, k, smem};
+    return per;
 }
 
 void tsc_launched_(tsc_ctx *c, const char *op) {

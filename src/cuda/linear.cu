@@ -60,6 +60,7 @@
  */
 #include "cuda/common.cuh"
 #include "cuda/q4dp.cuh"
+#include "cuda/rows.cuh"
 #include "cuda/q4t.cuh"
 
 namespace {
@@ -257,36 +258,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
                 chunk<FMT, NR, XS>(wv, xg, xsm, a.cols, c, sc, bi, acc);
             }
         }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int i = 0; i < NR; i++) acc[r][i] = warp_sum(acc[r][i]);
-        if (ks == 1) {
-            if (lane < R * NR) {
-                const int r = lane / NR, i = lane % NR;
-                float v = 0.f;
-#pragma unroll
-                for (int q = 0; q < R * NR; q++)
-                    if (q == lane) v = acc[q / NR][q % NR];
-                if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
-            }
-            continue; /* ks is uniform over the block: every thread continues */
-        }
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int i = 0; i < NR; i++) red[warp][r][i] = acc[r][i];
-        __syncthreads();
-        const int t = threadIdx.x, ngrp = WARPS / ks;
-        if (t < ngrp * R * NR) {
-            const int g = t / (R * NR), r = t / NR % R, i = t % NR;
-            float v = red[g * ks][r][i];
-            for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[g * ks + q][r][i]);
-            const int64_t row = ((int64_t)(vb - w.blk0) * ngrp + g) * R + r;
-            if (row < w.rows) w.y[(int64_t)i * w.rows + row] = v;
-        }
-        __syncthreads(); /* red is reused by the next virtual block */
+        rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
 }
 
@@ -301,18 +273,10 @@ int fmt_of(const tsc_weight *w) {
 
 int vals_per_load(int fmt) { return fmt == FMT_Q4 ? 32 : fmt == FMT_Q8 ? 16 : fmt == FMT_F32 ? 4 : 8; }
 
-/* KS from the weight's shape alone (the verify rule): split the columns
- * until the weight alone has ~2 blocks per multiprocessor, never past one
- * step per warp. */
+/* KS (rows.cuh): the weight's steps are its columns over 32 lanes' loads */
 int pick_ks(int64_t rows, int64_t cols, int fmt, int n_sm) {
     const int64_t steps = (cols + 32 * vals_per_load(fmt) - 1) / (32 * vals_per_load(fmt));
-    int ks = 1;
-    while (ks < WARPS && 2 * ks <= steps) {
-        const int64_t blocks = (rows + (int64_t)R * (WARPS / ks) - 1) / ((int64_t)R * (WARPS / ks));
-        if (blocks >= 2 * n_sm) break;
-        ks *= 2;
-    }
-    return ks;
+    return rows_pick_ks(rows, steps, R, WARPS, n_sm);
 }
 
 /* x in shared memory when it fits (up to XS_MAX bytes: two blocks of 8 warps
@@ -322,14 +286,7 @@ constexpr size_t XS_MAX = 100 * 1024;
 template <int FMT, int NR, bool XS>
 void launch1(tsc_ctx *c, lin_args &a) {
     const size_t smem = XS ? (size_t)NR * a.cols * sizeof(float) : 0;
-    static bool attr; /* raise the dynamic shared-memory limit once per instantiation */
-    if (XS && !attr) {
-        cudaFuncSetAttribute(k_linear<FMT, NR, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)XS_MAX);
-        attr = true;
-    }
-    int per_sm = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_linear<FMT, NR, XS>, WARPS * 32, smem);
-    if (per_sm < 1) per_sm = 1;
+    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS>, WARPS * 32, smem, XS ? XS_MAX : 0);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
     tsc_launch(c, k_linear<FMT, NR, XS>, dim3(grid), dim3(WARPS * 32), smem, a);
 }

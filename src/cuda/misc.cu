@@ -84,8 +84,8 @@ __global__ void k_add_rmsnorm(float *x, const float *__restrict__ add, const flo
         }
         ss = block_sum_d(ss, red);
     }
-    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dim), eps)));
-    for (int j = threadIdx.x; j < dim; j += blockDim.x) y[o + j] = __fmul_rn(__fmul_rn(x[o + j], r), w[j]);
+    const float r = rms_inv(ss, dim, eps);
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) y[o + j] = norm_mul(x[o + j], r, w[j]);
 }
 
 extern "C" void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const float *w, float *y, int n, int dim,
@@ -95,9 +95,9 @@ extern "C" void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const fl
     /* 256 threads, whatever dim, and for rows of 4-float chunks the chunked
      * sum (row_ss4, its loads in flight): the fused dp4a products (q4dp.cu)
      * stage the norm with this exact order, so fused and unfused rows agree
-     * bit for bit. (A first 256-thread version summed one float a thread a
-     * step, each load waited for: ~9 us a 4096 row, against 3.5 us at 1024
-     * threads; the chunked sum keeps 4 chunks a thread in flight.) */
+     * bit for bit. (The 9B engine step got slower with a first 256-thread
+     * version that summed one float a thread a step; the chunked sum keeps 4
+     * chunks a thread in flight.) */
     const int vec = dim % 4 == 0 && !(((uintptr_t)x | (uintptr_t)(add ? add : x)) & 15);
     tsc_launch(c, k_add_rmsnorm, dim3(n), dim3(256), 0, x, add, w, y, dim, eps, vec);
     TSC_LAUNCHED(c, "tsc_add_rmsnorm");
@@ -108,8 +108,7 @@ extern "C" void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const fl
 __global__ void k_silu(float *y, const float *x, const float *u, size_t n) {
     TSC_PDL_ENTRY();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float s = silu_f(x[i]);
-        y[i] = u ? __fmul_rn(s, u[i]) : s;
+        y[i] = u ? silu_mul_f(x[i], u[i]) : silu_f(x[i]);
     }
 }
 

@@ -77,6 +77,7 @@
  */
 #include "cuda/common.cuh"
 #include "cuda/q4dp.cuh"
+#include "cuda/rows.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -189,9 +190,6 @@ __device__ __forceinline__ void stage_word(const float (&v)[8], bool on, int i, 
     }
 }
 
-/* x rows [NR][cols] f32 -> digits in shared memory, one thread per 8-column
- * word; the loads of SB words a thread are issued before the first is
- * used (x comes from L2: one latency a batch, not one a word). */
 __device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
     const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -205,7 +203,7 @@ __device__ __forceinline__ void row_norms(const dp_args &a, float *rnorm) {
     __shared__ double red[32];
     for (int i = 0; i < NR; i++) {
         const double ss = row_ss4(a.x + (int64_t)i * a.cols, a.add ? a.add + (int64_t)i * a.cols : NULL, NULL, a.cols, red);
-        if (threadIdx.x == 0) rnorm[i] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / a.cols), a.eps)));
+        if (threadIdx.x == 0) rnorm[i] = rms_inv(ss, a.cols, a.eps);
         __syncthreads(); /* red is reused by the next row */
     }
 }
@@ -230,13 +228,16 @@ __device__ __forceinline__ void write_outputs(const dp_args &a, const float *rno
                 float v = a.x[o];
                 if (a.add) v = __fadd_rn(v, a.add[o]);
                 if (a.add && a.x_out) a.x_out[o] = v;
-                if (a.y_out) a.y_out[o] = __fmul_rn(__fmul_rn(v, rnorm[i]), a.normw[j]);
+                if (a.y_out) a.y_out[o] = norm_mul(v, rnorm[i], a.normw[j]);
             } else if (a.y_out) {
-                a.y_out[o] = __fmul_rn(silu_f(a.x[o]), a.u[o]);
+                a.y_out[o] = silu_mul_f(a.x[o], a.u[o]);
             }
         }
 }
 
+/* x rows [NR][cols] f32 -> digits in shared memory, one thread per 8-column
+ * word; the loads of SB words a thread are issued before the first is
+ * used (x comes from L2: one latency a batch, not one a word). */
 template <int NR, int ND>
 __device__ __forceinline__ void stage_x(const dp_args &a, int4 *xd, float2 *xsb, const float *rnorm) {
     constexpr int SB = 2;
@@ -265,11 +266,11 @@ __device__ __forceinline__ void stage_x(const dp_args &a, int4 *xd, float2 *xsb,
                         load8(a.normw + 8 * ww[k], f);
                         const float r = rnorm[iw[k]];
 #pragma unroll
-                        for (int j = 0; j < 8; j++) v[k][j] = __fmul_rn(__fmul_rn(v[k][j], r), f[j]);
+                        for (int j = 0; j < 8; j++) v[k][j] = norm_mul(v[k][j], r, f[j]);
                     } else {
                         load8(a.u + o, e);
 #pragma unroll
-                        for (int j = 0; j < 8; j++) v[k][j] = __fmul_rn(silu_f(v[k][j]), e[j]);
+                        for (int j = 0; j < 8; j++) v[k][j] = silu_mul_f(v[k][j], e[j]);
                     }
                 }
             } else {
@@ -401,64 +402,17 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
                 }
             }
         }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int i = 0; i < NR; i++) acc[r][i] = warp_sum(acc[r][i]);
-        if (ks == 1) {
-            if (lane < R * NR) {
-                const int r = lane / NR, i = lane % NR;
-                float v = 0.f;
-#pragma unroll
-                for (int q = 0; q < R * NR; q++)
-                    if (q == lane) v = acc[q / NR][q % NR];
-                if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
-            }
-            continue; /* ks is uniform over the block: every thread continues */
-        }
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int i = 0; i < NR; i++) red[warp][r][i] = acc[r][i];
-        __syncthreads();
-        const int t = threadIdx.x, ngrp = WARPS / ks;
-        if (t < ngrp * R * NR) {
-            const int g = t / (R * NR), r = t / NR % R, i = t % NR;
-            float v = red[g * ks][r][i];
-            for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[g * ks + q][r][i]);
-            const int64_t row = ((int64_t)(vb - w.blk0) * ngrp + g) * R + r;
-            if (row < w.rows) w.y[(int64_t)i * w.rows + row] = v;
-        }
-        __syncthreads(); /* red is reused by the next virtual block */
+        rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
 }
 
-/* KS from the weight's shape alone (the verify rule), as linear.cu's
- * pick_ks: split the columns until the weight alone has ~2 blocks per
- * multiprocessor, never past one step per warp. */
-int pick_ks(int64_t rows, int cols, int n_sm) {
-    const int64_t steps = (cols + 1023) / 1024;
-    int ks = 1;
-    while (ks < WARPS && 2 * ks <= steps) {
-        const int64_t blocks = (rows + (int64_t)R * (WARPS / ks) - 1) / ((int64_t)R * (WARPS / ks));
-        if (blocks >= 2 * n_sm) break;
-        ks *= 2;
-    }
-    return ks;
-}
+/* KS (rows.cuh): a step is 32 lanes x 32 columns */
+int pick_ks(int64_t rows, int cols, int n_sm) { return rows_pick_ks(rows, (cols + 1023) / 1024, R, WARPS, n_sm); }
 
 template <int NR, int ND, int U>
 void launch(tsc_ctx *c, const dp_args &a) {
     const size_t smem = stage_bytes(NR, ND, a.cols);
-    static bool attr; /* raise the dynamic shared-memory limit once per instantiation */
-    if (!attr) {
-        cudaFuncSetAttribute(k_q4dp<NR, ND, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_MAX);
-        attr = true;
-    }
-    int per_sm = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_q4dp<NR, ND, U>, WARPS * 32, smem);
-    if (per_sm < 1) per_sm = 1;
+    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_q4dp<NR, ND, U>, WARPS * 32, smem, SMEM_MAX);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
     tsc_launch(c, k_q4dp<NR, ND, U>, dim3(grid), dim3(WARPS * 32), smem, a);
 }
@@ -468,9 +422,11 @@ void launch(tsc_ctx *c, const dp_args &a) {
  * chunk): U = 2 streams the large products faster (head 89% of the probe
  * against 81% at U = 1), U = 1 the short ones (4096 x 4096 at 33% against
  * 30%), so U = 2 when each resident warp has 8 or more steps to stream.
- * 8- and 16-bit x (the engine's default is 8: TS_ACT_BITS_DEFAULT), a third
- * or two thirds of the arithmetic: U = 2 for every shape (the 9B engine ran
- * at 358 tok/s with U = 2 everywhere, 329-340 with the per-shape choice).
+ * (The 9B engine, whose products ran at 24 bits then: 340.6 tok/s with this
+ * choice, 330.9 with U = 1 everywhere.) 8- and 16-bit x (the engine's
+ * default is 8: TS_ACT_BITS_DEFAULT), a third or two thirds of the
+ * arithmetic: U = 2 for every shape (cuda_bench --mlx --digits 1, the 9B
+ * step: 2.402 ms at U = 2, 2.465 at U = 1).
  * U = 3, 4 (1 block an SM: more registers) and 8 (spills) were slower
  * everywhere. TSC_Q4DP_U=1|2 (and 3|4|8 for 24-bit) overrides it, a
  * benchmark switch. A row's bits do not depend on U (the same operations in
