@@ -149,10 +149,10 @@ struct dev_step {
 /* A norm or SwiGLU the stream has not launched yet: the next product
  * reading its output stages it instead (one kernel instead of two), any
  * other op first launches it as it is (flush). */
-enum { PEND_NONE, PEND_NORM, PEND_SWIGLU };
+enum { PEND_NONE, PEND_NORM, PEND_SWIGLU, PEND_ADD };
 struct pend_act {
     int kind;
-    float *x, *y;            /* norm: x (+= add), y = RMSNorm(x) * w; swiglu: x = g, in place */
+    float *x, *y;            /* norm: x (+= add), y = RMSNorm(x) * w; swiglu: x = g, in place; add: x += add */
     const float *add, *w, *u;
     int n, dim;
     float eps;
@@ -217,6 +217,17 @@ inline bool dead(ts_stream *s) { return s->err || tsc_error(ST(s)->c); }
 
 void fail(ts_stream *s, int code, const char *msg) { ts_be_fail(s, code, msg); }
 
+/* The routed experts through q4dp.cu's dp4a products (TSC_MOE_DP4A=0: the
+ * per-output f32 kernels below, a benchmark switch) */
+bool moe_dp4a_on() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TSC_MOE_DP4A");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+
 /* Fusion of a norm or SwiGLU into the next product (TSC_FUSE=0: off). */
 bool fuse_on() {
     static int on = -1;
@@ -230,14 +241,23 @@ bool fuse_on() {
 /* Launch the pending norm or SwiGLU as it is: every op but the product that
  * consumes it calls this first, so the stream's order is what the model
  * asked for. */
+__global__ void k_add2d(float *x, int64_t ldx, const float *add, int dim, int n); /* below */
+
 void flush(ts_stream *s) {
     pend_act &p = ((cu_stream *)s)->pend;
     if (p.kind == PEND_NONE) return;
     const int k = p.kind;
     p.kind = PEND_NONE;
     tsc_ctx *c = ((cu_stream *)s)->c;
-    if (k == PEND_NORM) tsc_add_rmsnorm(c, p.x, p.add, p.w, p.y, p.n, p.dim, p.eps);
-    else tsc_silu_mul(c, p.x, p.u, p.N);
+    if (k == PEND_NORM) {
+        tsc_add_rmsnorm(c, p.x, p.add, p.w, p.y, p.n, p.dim, p.eps);
+    } else if (k == PEND_ADD) {
+        unsigned gx = (unsigned)((p.dim + 255) / 256), gy = (unsigned)(p.n < 1024 ? p.n : 1024);
+        k_add2d<<<dim3(gx, gy), 256, 0, c->stream>>>(p.x, (int64_t)p.dim, p.add, p.dim, p.n);
+        tsc_launched_(c, "add");
+    } else {
+        tsc_silu_mul(c, p.x, p.u, p.N);
+    }
 }
 
 /* ---- kernels the contract needs beyond tsc.h ---- */
@@ -822,7 +842,7 @@ void lin_rows(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, fl
  * fused kernels give the bits of the two kernels they replace (q4dp.cu). */
 bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
     pend_act &p = ST(s)->pend;
-    if (p.kind == PEND_NONE || nw > TSC_LIN_MAX || n > RB || !q4dp_takes(&dw[0])) return false;
+    if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB || !q4dp_takes(&dw[0])) return false;
     if (p.kind == PEND_NORM ? (x != p.y || n != p.n || dw[0].cols != p.dim)
                             : (x != p.x || (size_t)n * (size_t)dw[0].cols != p.N))
         return false;
@@ -908,10 +928,23 @@ void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, f
 void cu_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, const float *w, float *y, size_t ldy,
              int n, int dim, float eps) {
     if (dead(s) || n <= 0) return;
+    pend_act &p = ST(s)->pend;
+    /* a pending x += add then this norm of x (the layer's residual add, then
+     * the next layer's input norm): one norm with that add, which the next
+     * product stages (k_add2d's __fadd_rn is the norm's: the same bits) */
+    if (p.kind == PEND_ADD && w && !add && x == p.x && ldx == (size_t)dim && ldy == (size_t)dim && n == p.n &&
+        dim == p.dim) {
+        p.kind = PEND_NORM, p.w = w, p.y = y, p.eps = eps; /* p.add stays: the residual */
+        return;
+    }
     flush(s);
     tsc_ctx *c = ST(s)->c;
     if (!w) {
         if (!add) return;
+        if (fuse_on() && ldx == (size_t)dim && n <= RB) {
+            p.kind = PEND_ADD, p.x = x, p.add = add, p.n = n, p.dim = dim;
+            return;
+        }
         unsigned gx = (unsigned)((dim + 255) / 256), gy = (unsigned)(n < 1024 ? n : 1024);
         k_add2d<<<dim3(gx, gy), 256, 0, c->stream>>>(x, (int64_t)ldx, add, dim, n);
         tsc_launched_(c, "add");
@@ -1249,6 +1282,12 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         !dev_w(s, a->s_down, &sd) || !dev_w(s, a->s_gate_w, &sgw))
         return;
     const int H = a->H, E = a->E, k = a->topk, Im = (int)g.rows, Is = (int)sg.rows;
+    /* expert 0's descriptors (the dp4a path reads every expert from them) */
+    tsc_weight g0, u0, d0;
+    if (!dev_w(s, &a->e_gate[0], &g0) || !dev_w(s, &a->e_up[0], &u0) || !dev_w(s, &a->e_down[0], &d0)) return;
+    const bool dpx = q4dp_moe_takes(&g0, k, Q4DP_MOE_ROWS) && q4dp_moe_takes(&u0, k, Q4DP_MOE_ROWS) &&
+                     q4dp_moe_takes(&d0, k, Q4DP_MOE_COLS) && g0.cols == H && d0.cols == Im && u0.rows == Im &&
+                     g0.group == u0.group && g0.sdtype == u0.sdtype && moe_dp4a_on();
     for (int r0 = 0; r0 < a->n; r0 += RB) {
         const int nr = a->n - r0 < RB ? a->n - r0 : RB;
         const float *u_ = a->u + (size_t)r0 * H;
@@ -1262,7 +1301,23 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * each fit b1 ([R, F]); slot by slot when not even one row's do
          * (same values either way) */
         const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
-        if (hk <= room) {
+        if (hk <= room && dpx) {
+            /* 4-bit MLX experts: gate and up of the k slots as one stacked
+             * dp4a product into b1 / b2 ([m1][k * Im] each), then down over
+             * the k hidden rows side by side, SwiGLU staged, the routing
+             * weights applied inside: the routed sum (q4dp.cu) */
+            const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
+            for (int r1 = 0; r1 < nr; r1 += per) {
+                const int m1 = nr - r1 < per ? nr - r1 : per;
+                const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
+                const tsc_weight *wgu[2] = {&g0, &u0};
+                const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
+                float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {routed + (size_t)r1 * H};
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, ygu, m1);
+                const tsc_weight *wd[1] = {&d0};
+                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, yd1, m1);
+            }
+        } else if (hk <= room) {
             const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
             for (int r1 = 0; r1 < nr; r1 += per) {
                 const int m1 = nr - r1 < per ? nr - r1 : per;

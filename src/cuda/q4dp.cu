@@ -39,6 +39,10 @@
  * per 32-column chunk. Before its PDL wait a block prefetches its first
  * virtual block's weight lines into L2: the weights do not depend on the
  * previous kernel, so their first DRAM latency overlaps that kernel's tail.
+ * (Prefetching whole virtual blocks to L2, the current one's later rounds
+ * and the next one, was measured and dropped: every product slower, the
+ * head 184 us against 168 at a 64 KB cap, the short ones unchanged;
+ * bench/cuda/RESULTS.md, session 11.)
  *
  * Row-exactness (the verify rule): the digits of a row depend on that row
  * only; per (output, x row) the integer sums are exact and the f32
@@ -238,11 +242,10 @@ __device__ __forceinline__ void write_outputs(const dp_args &a, const float *rno
 /* x rows [NR][cols] f32 -> digits in shared memory, one thread per 8-column
  * word; the loads of SB words a thread are issued before the first is
  * used (x comes from L2: one latency a batch, not one a word). */
-template <int NR, int ND>
-__device__ __forceinline__ void stage_x(const dp_args &a, int4 *xd, float2 *xsb, const float *rnorm) {
-    constexpr int SB = 2;
+template <int ND, int SB, typename A>
+__device__ __forceinline__ void stage_x(const A &a, int nrows, int4 *xd, float2 *xsb, const float *rnorm) {
     const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3;
-    const int total = NR * nw8;
+    const int total = nrows * nw8;
     for (int base = 0; base < total; base += SB * blockDim.x) { /* uniform trip count: every lane shuffles */
         float v[SB][8];
         bool on[SB];
@@ -287,6 +290,32 @@ __device__ __forceinline__ uint32_t comp_of(const int4 &v, int k) {
     return (uint32_t)(k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w);
 }
 
+/* One lane chunk of 32 columns: D = sum_c q_c X_c from the nibbles (lo: the
+ * even columns', hi: the odd ones') and the staged digits xq, exact in
+ * int32 per digit, the top digit joined by one FMA (see the top). */
+template <int ND>
+__device__ __forceinline__ float chunk_dot(const uint32_t (&lo)[4], const uint32_t (&hi)[4], const int4 (&xq)[2 * ND]) {
+    int A[ND];
+#pragma unroll
+    for (int d = 0; d < ND; d++) {
+        int t = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            t = __dp4a((int)lo[k], (int)comp_of(xq[2 * d], k), t);
+            t = __dp4a((int)hi[k], (int)comp_of(xq[2 * d + 1], k), t);
+        }
+        A[d] = t;
+    }
+    if constexpr (ND == 3) return __fmaf_rn((float)A[2], 65536.0f, (float)(A[1] * 256 + A[0]));
+    else if constexpr (ND == 2) return (float)(A[1] * 256 + A[0]);
+    else return (float)A[0];
+}
+
+/* acc += s * sx * D + b * sx * sum X, in the order of the top comment */
+__device__ __forceinline__ float chunk_acc(float sc, float bc, float2 sb, float D, float acc) {
+    return __fmaf_rn(__fmul_rn(sc, sb.x), D, __fmaf_rn(bc, sb.y, acc));
+}
+
 template <int NR, int ND, int U>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
@@ -318,7 +347,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     TSC_PDL_ENTRY();
     __shared__ float rnorm[NR];
     if (a.xm == Q4DP_XM_NORM) row_norms<NR>(a, rnorm);
-    stage_x<NR, ND>(a, xd, xsb, rnorm);
+    stage_x<ND, 2>(a, NR, xd, xsb, rnorm);
     __syncthreads();
     if (a.xm != Q4DP_XM_PLAIN) write_outputs<NR>(a, rnorm);
 
@@ -381,23 +410,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
                     const float2 sb = xsb[i * nch + ch];
 #pragma unroll
                     for (int r = 0; r < R; r++) {
-                        int A[ND];
-#pragma unroll
-                        for (int d = 0; d < ND; d++) {
-                            int t = 0;
-#pragma unroll
-                            for (int k = 0; k < 4; k++) {
-                                t = __dp4a((int)lo[r][k], (int)comp_of(xq[2 * d], k), t);
-                                t = __dp4a((int)hi[r][k], (int)comp_of(xq[2 * d + 1], k), t);
-                            }
-                            A[d] = t;
-                        }
-                        float D;
-                        if constexpr (ND == 3) D = __fmaf_rn((float)A[2], 65536.0f, (float)(A[1] * 256 + A[0]));
-                        else if constexpr (ND == 2) D = (float)(A[1] * 256 + A[0]);
-                        else D = (float)A[0];
+                        const float D = chunk_dot<ND>(lo[r], hi[r], xq);
                         const float sc = sraw_f(sr[u][r], a.sdt), bc = sraw_f(br[u][r], a.sdt);
-                        acc[r][i] = __fmaf_rn(__fmul_rn(sc, sb.x), D, __fmaf_rn(bc, sb.y, acc[r][i]));
+                        acc[r][i] = chunk_acc(sc, bc, sb, D, acc[r][i]);
                     }
                 }
             }
@@ -406,8 +421,187 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     }
 }
 
-/* KS (rows.cuh): a step is 32 lanes x 32 columns */
-int pick_ks(int64_t rows, int cols, int n_sm) { return rows_pick_ks(rows, (cols + 1023) / 1024, R, WARPS, n_sm); }
+/* ---- the routed experts of a MoE layer (q4dp_moe) ----
+ *
+ * The same products for the k experts a token routed to, their ids read on
+ * the device (the router's top k, written by the kernel before): every slot
+ * is a 4-bit MLX matrix at base + id * stride (scales and biases at fixed
+ * offsets inside the slot). Two shapes, both one long product per token:
+ *   Q4DP_MOE_ROWS (gate, up: [Im, H] a slot): the k slots stacked as k * Im
+ *     rows over x's H columns, y = [ntok][k * Im];
+ *   Q4DP_MOE_COLS (down: [H, Im] a slot): the k slots side by side as H rows
+ *     over k * Im columns (x = the k hidden rows of the token, concatenated),
+ *     each slot's terms scaled by its routing weight, so that the routed
+ *     sum is the product itself: y = [ntok][H], sum_j w_j down_j . h_j.
+ * A token's digits are staged once per block (all the pass's tokens; a
+ * virtual block belongs to one token), so each token's values do not depend
+ * on the other tokens of the pass (the verify rule), and KS comes from the
+ * stacked shape only. Why one product: the per-slot kernels (backend.cu's
+ * k_moe_*: a warp per output, f32) were 73% of a 35B-A3B step, at a few
+ * percent of the bandwidth each (bench/cuda/final-run/ncu_step_summary.txt). */
+struct dx_w {
+    const uint8_t *base;
+    int64_t stride, soff, boff;
+    float *y;
+};
+
+struct dx_args {
+    dx_w w[2];
+    int nw;
+    int64_t rows; /* stacked rows (ROWS: k * Im; COLS: H) */
+    int cols;     /* stacked columns (ROWS: H; COLS: k * Im) */
+    int slot;     /* Im: a slot's rows (ROWS) or columns (COLS) */
+    int k, ks, vpw, vpt, nvb, ntok;
+    int sdt, group, lg;
+    const int32_t *ids; /* [ntok][k] */
+    const float *wts;   /* [ntok][k] routing weights (COLS) */
+    /* staging (stage_x's fields): x [ntok][cols], silu(x) * u when xm is SWIGLU */
+    const float *x, *add, *normw, *u;
+    int xm;
+};
+
+template <int ND, int U, int EM>
+__global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
+    __shared__ float red[WARPS][R][1];
+    extern __shared__ int4 sm[];
+    const int nch = a.cols >> 5;
+    int4 *xd = sm;
+    float2 *xsb = (float2 *)(sm + a.ntok * 2 * ND * nch);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nsteps = (a.cols + 1023) >> 10;
+    /* a slot's row: bytes and groups */
+    const int ecols = EM == Q4DP_MOE_ROWS ? a.cols : a.slot;
+    const int64_t pitch = ecols >> 1, ng = ecols >> a.lg;
+    TSC_PDL_ENTRY(); /* the ids come from the previous kernel: nothing to prefetch before it */
+    stage_x<ND, 2>(a, a.ntok, xd, xsb, NULL); /* ptxas keeps the words in a 64-byte local frame here (L1; staging only) */
+    __syncthreads();
+
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
+        const int tok = vb / a.vpt, vt = vb - tok * a.vpt, wi = vt / a.vpw, vbl = vt - wi * a.vpw;
+        const dx_w &w = a.w[wi];
+        const int ks = a.ks, rg = warp / ks, sl = warp % ks;
+        const int64_t r0 = ((int64_t)vbl * (WARPS / ks) + rg) * R;
+        const int32_t *ids = a.ids + (int64_t)tok * a.k;
+        const int4 *xdt = xd + (int64_t)tok * 2 * ND * nch;
+        const float2 *xst = xsb + (int64_t)tok * nch;
+        /* each row's slot offset (ROWS; COLS: per chunk, below) and its
+         * row within the slot: bytes and groups */
+        int64_t so[R], ro[R], gb[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int64_t row = r0 + r < a.rows ? r0 + r : a.rows - 1; /* clamp: loads stay in bounds */
+            int64_t er = row;
+            so[r] = 0;
+            if constexpr (EM == Q4DP_MOE_ROWS) {
+                const int j = (int)(row / a.slot);
+                er = row - (int64_t)j * a.slot;
+                so[r] = (int64_t)__ldg(ids + j) * w.stride;
+            }
+            ro[r] = er * pitch, gb[r] = er * ng;
+        }
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.f;
+        for (int st0 = sl; st0 < nsteps; st0 += U * ks) {
+            uint4 wv[U][R];
+            uint32_t sr[U][R], br[U][R];
+            float wt[U];
+            bool ok[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = (st0 + u * ks) * 1024 + lane * 32;
+                ok[u] = st0 + u * ks < nsteps && c < a.cols;
+                const int cc = ok[u] ? c : 0; /* in bounds either way */
+                int64_t eoff = 0; /* COLS: the slot of this chunk and the column within it */
+                int ec = cc;
+                wt[u] = 1.f;
+                if constexpr (EM == Q4DP_MOE_COLS) {
+                    const int j = cc / a.slot;
+                    ec = cc - j * a.slot;
+                    eoff = (int64_t)ids[j] * w.stride;
+                    wt[u] = a.wts[(int64_t)tok * a.k + j];
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *e = w.base + so[r] + eoff;
+                    wv[u][r] = ld_stream(e + ro[r] + ec / 2);
+                    sr[u][r] = ld_sraw(e + w.soff, a.sdt, gb[r] + (ec >> a.lg));
+                    br[u][r] = ld_sraw(e + w.boff, a.sdt, gb[r] + (ec >> a.lg));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (!ok[u]) continue;
+                const int ch = ((st0 + u * ks) * 1024 + lane * 32) >> 5;
+                int4 xq[2 * ND];
+#pragma unroll
+                for (int q = 0; q < 2 * ND; q++) xq[q] = xdt[q * nch + ch];
+                const float2 sb = xst[ch];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t q[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
+                    uint32_t lo[4], hi[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) lo[k] = q[k] & 0x0F0F0F0Fu, hi[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
+                    const float D = chunk_dot<ND>(lo, hi, xq);
+                    float sc = sraw_f(sr[u][r], a.sdt), bc = sraw_f(br[u][r], a.sdt);
+                    if constexpr (EM == Q4DP_MOE_COLS) sc = __fmul_rn(sc, wt[u]), bc = __fmul_rn(bc, wt[u]);
+                    acc[r] = chunk_acc(sc, bc, sb, D, acc[r]);
+                }
+            }
+        }
+        float acc1[R][1];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc1[r][0] = acc[r];
+        rows_store<R, 1, WARPS>(acc1, red, ks, warp, lane, r0, vbl, w.y + (int64_t)tok * a.rows, a.rows);
+    }
+}
+
+template <int ND, int EM>
+void launch_moe(tsc_ctx *c, const dx_args &a) {
+    const size_t smem = stage_bytes(a.ntok, ND, a.cols);
+    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_q4dp_moe<ND, 2, EM>, WARPS * 32, smem, SMEM_MAX);
+    const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
+    tsc_launch(c, k_q4dp_moe<ND, 2, EM>, dim3(grid), dim3(WARPS * 32), smem, a);
+}
+
+/* KS: warps of a block splitting a weight's columns (a step is 32 lanes x
+ * 32 columns), from the weight's shape only (the verify rule).
+ * Rule 0 (rows.cuh, linear.cu's): split until the weight alone has 2 blocks
+ * an SM. It rounds badly where the count lands just under that: 4096 rows
+ * (the 9B's out_proj, o_proj and down) have 256 blocks at KS = 2 against
+ * 264 slots on 132 SMs, so the rule goes on to KS = 4 and two waves of one
+ * step each, a DRAM latency apiece. Rule 1: the fewest rounds, a round
+ * costing a fixed part (latency and reduction, ~3 steps, a guess the sweep
+ * in bench/cuda/RESULTS.md measures) plus the steps a warp streams:
+ * cost(KS) = waves * (3 + ceil(steps / KS)), waves over 2 blocks an SM.
+ * TSC_Q4DP_KS=1|2|4|8 forces KS and TSC_Q4DP_KSRULE=0|1 picks the rule:
+ * benchmark switches (a row's bits depend on KS, not on the row count). */
+int ks_env(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+int pick_ks(int64_t rows, int cols, int n_sm) {
+    static int forced = -2, rule = -1;
+    if (forced == -2) forced = ks_env("TSC_Q4DP_KS", 0), rule = ks_env("TSC_Q4DP_KSRULE", 1);
+    const int64_t steps = (cols + 1023) / 1024;
+    if (forced == 1 || forced == 2 || forced == 4 || forced == 8) {
+        int ks = 1;
+        while (ks < forced && 2 * ks <= steps) ks *= 2;
+        return ks;
+    }
+    if (rule != 1) return rows_pick_ks(rows, steps, R, WARPS, n_sm);
+    const int64_t slots = 2 * (int64_t)n_sm;
+    int best = 1;
+    int64_t best_cost = -1;
+    for (int ks = 1; ks <= WARPS && ks <= steps; ks *= 2) {
+        const int64_t rpb = (int64_t)R * (WARPS / ks), vbs = (rows + rpb - 1) / rpb;
+        const int64_t cost = (vbs + slots - 1) / slots * (3 + (steps + ks - 1) / ks);
+        if (best_cost < 0 || cost < best_cost) best = ks, best_cost = cost;
+    }
+    return best;
+}
 
 template <int NR, int ND, int U>
 void launch(tsc_ctx *c, const dp_args &a) {
@@ -537,5 +731,58 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
         default: launch_nr<3>(c, a, nr, u1); break;
         }
         TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a)");
+    }
+}
+
+bool q4dp_moe_takes(const tsc_weight *w, int k, int em) {
+    if (!q4dp_takes(w) || k < 1) return false;
+    const int nd = w->act_digits ? w->act_digits : 3;
+    if (em == Q4DP_MOE_ROWS) return w->rows % R == 0; /* a warp's R rows in one slot */
+    const int64_t cols = (int64_t)k * w->cols;
+    return cols <= (1 << 24) && stage_bytes(1, nd, (int)cols) <= SMEM_MAX;
+}
+
+void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
+              const float *wts, int k, const float *x, const float *u, float *const *y, int ntok) {
+    const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
+    dx_args a;
+    memset(&a, 0, sizeof a);
+    a.nw = nw;
+    a.k = k;
+    a.slot = (int)(em == Q4DP_MOE_ROWS ? w[0]->rows : w[0]->cols);
+    a.rows = em == Q4DP_MOE_ROWS ? (int64_t)k * w[0]->rows : w[0]->rows;
+    a.cols = (int)(em == Q4DP_MOE_ROWS ? w[0]->cols : (int64_t)k * w[0]->cols);
+    a.group = w[0]->group;
+    a.lg = 0;
+    while ((1 << (a.lg + 1)) <= a.group) a.lg++;
+    a.sdt = (int)w[0]->sdtype;
+    a.xm = u ? Q4DP_XM_SWIGLU : Q4DP_XM_PLAIN;
+    for (int i = 0; i < nw; i++) {
+        const uint8_t *b = (const uint8_t *)w[i]->data;
+        a.w[i].base = b, a.w[i].stride = stride[i];
+        a.w[i].soff = (const uint8_t *)w[i]->scales - b, a.w[i].boff = (const uint8_t *)w[i]->biases - b;
+    }
+    a.ks = pick_ks(a.rows, a.cols, c->n_sm);
+    const int64_t rpb = (int64_t)R * (WARPS / a.ks);
+    a.vpw = (int)((a.rows + rpb - 1) / rpb);
+    a.vpt = nw * a.vpw;
+    /* tokens a pass: as many as their staged digits fit, at most 16 */
+    int per = 16;
+    while (per > 1 && stage_bytes(per, nd, a.cols) > SMEM_MAX) per--;
+    for (int t0 = 0; t0 < ntok; t0 += per) {
+        a.ntok = ntok - t0 < per ? ntok - t0 : per;
+        a.nvb = a.ntok * a.vpt;
+        a.ids = ids + (int64_t)t0 * k;
+        a.wts = wts ? wts + (int64_t)t0 * k : NULL;
+        a.x = x + (int64_t)t0 * a.cols;
+        a.u = u ? u + (int64_t)t0 * a.cols : NULL;
+        for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)t0 * a.rows;
+        const bool rows = em == Q4DP_MOE_ROWS;
+        switch (nd) {
+        case 1: rows ? launch_moe<1, Q4DP_MOE_ROWS>(c, a) : launch_moe<1, Q4DP_MOE_COLS>(c, a); break;
+        case 2: rows ? launch_moe<2, Q4DP_MOE_ROWS>(c, a) : launch_moe<2, Q4DP_MOE_COLS>(c, a); break;
+        default: rows ? launch_moe<3, Q4DP_MOE_ROWS>(c, a) : launch_moe<3, Q4DP_MOE_COLS>(c, a); break;
+        }
+        TSC_LAUNCHED(c, rows ? "MoE experts (gate, up; dp4a)" : "MoE experts (down; dp4a)");
     }
 }

@@ -24,4 +24,17 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
                         const float *norm_w, const float *u, float eps, float *x_out, float *y_out, unsigned *bar,
                         float *const *y, int n);
 
+/* The routed experts of a MoE layer, ids on the device (q4dp.cu, "the
+ * routed experts"): w[i] is expert 0's descriptor of table i (every expert
+ * of a table at data + id * stride[i], scales and biases at the same offsets
+ * from its data), ids/wts [ntok][k] the routed experts and their weights.
+ * ROWS (gate and up, nw <= 2): y[i] = [ntok][k * rows], slot j's rows at
+ * j * rows. COLS (down, nw = 1): x = [ntok][k * cols], the k hidden rows of
+ * a token side by side (silu(x) * u when u is given: tsc_silu_mul's bits),
+ * y[0] = [ntok][rows] = sum_j wts_j * down_j . h_j. */
+enum { Q4DP_MOE_ROWS = 1, Q4DP_MOE_COLS = 2 };
+bool q4dp_moe_takes(const tsc_weight *w, int k, int em);
+void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
+              const float *wts, int k, const float *x, const float *u, float *const *y, int ntok);
+
 #endif

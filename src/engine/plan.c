@@ -80,7 +80,10 @@ int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *d
     o->mtp_ctx = sp.mtp ? sp.n_ctx + TS_MTP_SLACK : 0;
     o->att_len = sp.mtp ? o->mtp_ctx : sp.n_ctx;
     size_t b0 = TS_MAX(TS_MAX((size_t)2 * qdim, C), 2 * H);
-    size_t b1 = TS_MAX(TS_MAX(Vd, kvdim), max_ffn);
+    /* MoE: a token's k routed gate / up rows side by side (the GPU's
+     * stacked expert products, cuda/q4dp.cu; the CPU's rows j < k + 1) */
+    const size_t moe_k = c->is_moe ? (size_t)c->topk * (size_t)c->Im : 0;
+    size_t b1 = TS_MAX(TS_MAX(TS_MAX(Vd, kvdim), max_ffn), moe_k);
     o->x = o->u = o->t = o->hidden = R * H;
     o->big0 = R * b0;
     o->big1 = R * b1;

@@ -165,6 +165,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     HALLOC(s->dprobs, pl.dprobs, TS_MEM_SPEC);
     ts_scratch *sc = &st->sc;
     sc->R = pl.R;
+    sc->F = pl.R ? (int)(pl.big1 / pl.R) : 0;
     ALLOC(sc->x, pl.x, TS_MEM_SCRATCH);
     ALLOC(sc->u, pl.u, TS_MEM_SCRATCH);
     ALLOC(sc->t, pl.t, TS_MEM_SCRATCH);

@@ -139,8 +139,9 @@ typedef struct ts_scratch {
     float *u;       /* [R, H] normed input of the current block */
     float *t;       /* [R, H] block output */
     float *big0;    /* [R, max(2*nq*D, C, 2*H)] */
-    float *big1;    /* [R, max(Vd, nkv*D, ffn)] */
-    float *big2;    /* [R, max(Vd, nkv*D, ffn, nq*D)] */
+    float *big1;    /* [R, F] */
+    float *big2;    /* [R, max(F, nq*D)] */
+    int F;          /* big1's row: max(Vd, nkv*D, ffn, MoE: topk*Im) (plan.c) */
     float *small;   /* [R, 2*Hv + E] */
     float *att;     /* [att_rows, nq, att_len] attention scores, a row per (row, query head) */
     int att_len;    /* its row length (n_ctx, or the MTP cache's rows) */

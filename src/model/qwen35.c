@@ -143,7 +143,7 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int L,
     }
     ts_moe_args a = {&f->router, f->e_gate, f->e_up, f->e_down, &f->s_gate, &f->s_up, &f->s_down, &f->s_gate_w,
                      sc->u, sc->t, sc->small + (size_t)2 * sc->R * c->Hv, sc->moe_acc, sc->big0, sc->big1, sc->big2,
-                     sc->R, m->max_ffn, n, c->E, c->topk, c->norm_topk, c->H, NULL, NULL};
+                     sc->R, sc->F, n, c->E, c->topk, c->norm_topk, c->H, NULL, NULL};
     if (m->xs) {
         /* routed experts through the cache: route every row, read the
          * misses at once, then the products (model/xstream.h) */
