@@ -25,7 +25,13 @@
  *   the fused GDN kernels' heads and the default model (520 tokens), at the
  *   context limit mid-block; after a verify and a rollback (eager or lazy,
  *   chains of blocks) the device state equals one-row steps; sampled
- *   drafting repeats with its seed.
+ *   drafting repeats with its seed;
+ * - the speculative passes as graphs (verify, after a lazy rollback, the MTP
+ *   head): drafted output identical with every pass captured, with
+ *   TSC_VGRAPH=0 and with TS_GRAPHS=0, M = 1..8, at the context limit
+ *   mid-block; replays counted and graphs bounded per draft length; a chain
+ *   of captured verifies against uncaptured ones, logits and state byte for
+ *   byte.
  */
 #include <sys/stat.h>
 
