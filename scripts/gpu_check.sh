@@ -170,6 +170,12 @@ PY
     python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench default --spec mtp --draft %s | identical %s, mean accepted %.2f, spec %.1f tok/s against plain %.1f |'%(sys.argv[2],j['identical'],j['mean_accepted_length'],j['spec_tok_s'],j['plain_tok_s']))" "$OUT/bench_spec_d$M.json" $M 2>/dev/null
     grep -q '"identical": true' "$OUT/bench_spec_d$M.json" || status=1
   done
+  # the speculative passes captured as graphs (the default) against run from the host (TSC_VGRAPH=0)
+  for VG in 1 0; do
+    TSC_VGRAPH=$VG "$TS" bench --backend cuda -m models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft 2 --json >"$OUT/bench_spec_vg$VG.json" 2>>"$OUT/engine_bench.log" || { echo "| bench --spec mtp --draft 2, TSC_VGRAPH=$VG | FAILED |"; status=1; continue; }
+    python3 -c "import json,sys;j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]);print('| bench default --spec mtp --draft 2, TSC_VGRAPH=%s | identical %s, spec %.1f tok/s against plain %.1f, %d graphs, %.2f replays per block |'%(sys.argv[2],j['identical'],j['spec_tok_s'],j['plain_tok_s'],j['graphs'],j['spec_graph_replays_per_block']))" "$OUT/bench_spec_vg$VG.json" $VG 2>/dev/null
+    grep -q '"identical": true' "$OUT/bench_spec_vg$VG.json" || status=1
+  done
   for sh in $SHAPES; do # a name under shapes/, or a path to a shape file
     f="shapes/$sh.json"; [ -f "$sh" ] && f=$sh && sh=$(basename "$sh" .json)
     d="$SYN/$sh-q4"

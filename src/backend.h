@@ -39,10 +39,13 @@
  * length, pending rows, parities) is in the step record, which the host
  * writes before each pass (ts_step), never in an op's arguments. That
  * is why the GDN snapshot/live pair is chosen by a parity bit instead of a
- * pointer swap. The CPU backend leaves the hooks NULL. CUDA
- * (src/cuda/backend.cu): the embedding, the first op of a pass and never
- * captured, copies the record and the token ids to the device; qwen35.c
- * captures the token path after it, one graph per key and stream.
+ * pointer swap, and why a backend that captures chooses a verify's and a
+ * lazy rollback's GDN buffers, and walks the pending rows, from the record
+ * on the device: the same graph then replays every verify of a block size
+ * (keys: model/qwen35.c, pass_key). The CPU backend leaves the hooks NULL.
+ * CUDA (src/cuda/backend.cu): the embedding, the first op of a pass and
+ * never captured, copies the record and the token ids to the device;
+ * qwen35.c captures the pass after it, one graph per key and stream.
  * graph_begin answers 0 when capturing started, nonzero to run the ops
  * uncaptured; graph_launch 0 when a graph for the key was replayed, 1 when
  * there is none yet.

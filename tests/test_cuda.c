@@ -459,7 +459,7 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
     tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL};
+                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
     tsc_gdn_step(c, &A);
     for (int t = 0; t < n; t++) {
         tsc_gdn_args B = A;
@@ -523,7 +523,7 @@ TS_TEST(cuda, gdn_step_engine_forms) {
     /* the reference: in place */
     float *rcs = up(c, cs, sizeof(float) * nc), *rS = up(c, S, sizeof(float) * nS), *ro = tsc_alloc(c, ob);
     tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, rcs, dcw, rS, dnA, ddt, dnw, 1e-6f, ro, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL};
+                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
     tsc_gdn_step(c, &A);
     /* 1: from a separate source */
     float *scs = up(c, cs, sizeof(float) * nc), *sS = up(c, S, sizeof(float) * nS);
@@ -548,7 +548,34 @@ TS_TEST(cuda, gdn_step_engine_forms) {
     tsc_gdn_args N = A;
     N.conv_state = ncs, N.S = nS4, N.o = NULL, N.z = NULL;
     tsc_gdn_step(c, &N);
+    /* 5: both ends chosen on the device (a captured verify: buffer 0 of
+     * each pair -> buffer 1) */
+    const int32_t sel01[4] = {0, 1, 0, 1}, sel00[4] = {0, 0, 0, 0}, cnt[2] = {5, 0};
+    int32_t *dsel01 = up(c, sel01, sizeof sel01), *dsel00 = up(c, sel00, sizeof sel00), *dcnt = up(c, cnt, sizeof cnt);
+    float *vcs = up(c, cs, sizeof(float) * nc), *vS = up(c, S, sizeof(float) * nS);
+    float *vcs1 = up(c, junk, sizeof(float) * nc), *vS1 = up(c, junk, sizeof(float) * nS), *o5 = tsc_alloc(c, ob);
+    tsc_gdn_args V = A;
+    V.conv_state = vcs, V.S = vS, V.conv_alt = vcs1, V.S_alt = vS1, V.sel = dsel01, V.o = o5;
+    tsc_gdn_step(c, &V);
+    /* 6: a device row count (a lazy rollback's pending rows): 5 of 9, in
+     * place, against a plain 5-row step */
+    float *fcs = up(c, cs, sizeof(float) * nc), *fS = up(c, S, sizeof(float) * nS), *fo = tsc_alloc(c, ob);
+    tsc_gdn_args F = A;
+    F.n = 5, F.conv_state = fcs, F.S = fS, F.o = fo;
+    tsc_gdn_step(c, &F);
+    float *ccs = up(c, cs, sizeof(float) * nc), *cS = up(c, S, sizeof(float) * nS), *o6 = up(c, junk, ob);
+    tsc_gdn_args D6 = A;
+    D6.conv_state = ccs, D6.S = cS, D6.conv_alt = ccs, D6.S_alt = cS, D6.sel = dsel00, D6.n_dev = dcnt, D6.o = o6;
+    tsc_gdn_step(c, &D6);
+    /* 7: a count of 0: nothing read or written, not even the source copied
+     * to the destination */
+    float *zcs = up(c, cs, sizeof(float) * nc), *zS = up(c, S, sizeof(float) * nS);
+    float *zcs1 = up(c, junk, sizeof(float) * nc), *zS1 = up(c, junk, sizeof(float) * nS), *o7 = up(c, junk, ob);
+    tsc_gdn_args Z = A;
+    Z.conv_state = zcs, Z.S = zS, Z.conv_alt = zcs1, Z.S_alt = zS1, Z.sel = dsel01, Z.n_dev = dcnt + 1, Z.o = o7;
+    tsc_gdn_step(c, &Z);
     SYNC_OK(c);
+    float *h_fcs = down(c, fcs, nc), *h_fS = down(c, fS, nS), *h_fo = down(c, fo, (size_t)5 * Vd);
     float *h_rcs = down(c, rcs, nc), *h_rS = down(c, rS, nS), *h_ro = down(c, ro, (size_t)n * Vd);
     const struct { const char *what; const float *d; const float *want; size_t cnt; } ck[] = {
         {"source: conv", dcs1, h_rcs, nc}, {"source: state", dS1, h_rS, nS}, {"source: output", o1, h_ro, (size_t)n * Vd},
@@ -558,6 +585,15 @@ TS_TEST(cuda, gdn_step_engine_forms) {
         {"parity 0: conv", qcs, h_rcs, nc}, {"parity 0: state", qS, h_rS, nS}, {"parity 0: output", o3, h_ro, (size_t)n * Vd},
         {"parity 0: the alternate conv untouched", xcs, junk, nc}, {"parity 0: the alternate state untouched", xS, junk, nS},
         {"no output: conv", ncs, h_rcs, nc}, {"no output: state", nS4, h_rS, nS},
+        {"device choice: conv", vcs1, h_rcs, nc}, {"device choice: state", vS1, h_rS, nS},
+        {"device choice: output", o5, h_ro, (size_t)n * Vd}, {"device choice: conv source untouched", vcs, cs, nc},
+        {"device choice: state source untouched", vS, S, nS},
+        {"device count 5: conv", ccs, h_fcs, nc}, {"device count 5: state", cS, h_fS, nS},
+        {"device count 5: output", o6, h_fo, (size_t)5 * Vd}, {"device count 5: rows past it untouched",
+                                                               o6 + (size_t)5 * Vd, junk + (size_t)5 * Vd, (size_t)4 * Vd},
+        {"device count 0: conv source", zcs, cs, nc}, {"device count 0: state source", zS, S, nS},
+        {"device count 0: conv destination", zcs1, junk, nc}, {"device count 0: state destination", zS1, junk, nS},
+        {"device count 0: output", o7, junk, (size_t)n * Vd},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof ck / sizeof ck[0]; i++) {
@@ -568,9 +604,9 @@ TS_TEST(cuda, gdn_step_engine_forms) {
         }
         free(h);
     }
-    fprintf(stderr, "  gdn step, 9 rows: separate source, parities 1 and 0, no output: %s\n",
-            bad ? "DIFFER" : "bit-identical to the plain step");
-    free(h_rcs), free(h_rS), free(h_ro);
+    fprintf(stderr, "  gdn step, 9 rows: separate source, parities 1 and 0, no output, device choice and counts "
+            "(5, 0): %s\n", bad ? "DIFFER" : "bit-identical to the plain step");
+    free(h_rcs), free(h_rS), free(h_ro), free(h_fcs), free(h_fS), free(h_fo);
     free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw), free(junk);
     tsc_close(c);
 }

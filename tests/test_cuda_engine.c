@@ -25,7 +25,13 @@
  *   the fused GDN kernels' heads and the default model (520 tokens), at the
  *   context limit mid-block; after a verify and a rollback (eager or lazy,
  *   chains of blocks) the device state equals one-row steps; sampled
- *   drafting repeats with its seed.
+ *   drafting repeats with its seed;
+ * - the speculative passes as graphs (verify, after a lazy rollback, the MTP
+ *   head): drafted output identical with every pass captured, with
+ *   TSC_VGRAPH=0 and with TS_GRAPHS=0, M = 1..8, at the context limit
+ *   mid-block; replays counted and graphs bounded per draft length; a chain
+ *   of captured verifies against uncaptured ones, logits and state byte for
+ *   byte.
  */
 #include <sys/stat.h>
 
@@ -1041,4 +1047,200 @@ TS_TEST(cuda_engine, spec_sampling_repeats) {
     CHECK(c1.n == 64 && c2.n == 64 && !memcmp(c1.ids, c2.ids, sizeof(int32_t) * 64));
     CHECK(st[0].n_blocks > 0);
     ts_engine_close(e);
+}
+
+/* ---- speculative passes as graphs (verify M+1, after a lazy rollback, the
+ * MTP head's catch-up and draft steps) ----
+ * The three settings of a drafted generation: every pass captured (the
+ * default), the speculative passes uncaptured (TSC_VGRAPH=0: the same ops
+ * run from the host) and no graphs at all (TS_GRAPHS=0). Each must give
+ * plain greedy's tokens; the graph statistics of the session must show the
+ * speculative passes replayed, and a bounded number of graphs. */
+
+/* a greedy generation like oracle_generate's, with the session's graph
+ * statistics read before it is freed */
+static int vg_generate(ts_engine *e, const int32_t *prompt, int T, int n_ctx, int n_pred, int M, oracle *orc,
+                       collect *c, ts_gen_stats *st, int *graphs, long *replays) {
+    ts_session *s = oracle_session(e, n_ctx, M);
+    if (!s) return -1;
+    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = n_pred;
+    gp.spec_draft = M;
+    c->n = 0;
+    ts_error err = {0};
+    int rc = ts_generate(s, prompt, T, &gp, on_tok, c, st, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "generate (draft %d): %s", M, err.msg);
+    ts_session_graph_stats(s, graphs, replays, NULL, NULL);
+    ts_session_free(s);
+    return rc;
+}
+
+enum { VG_ON, VG_OFF, VG_NONE };
+static const char *const VG_NAME[] = {"graphs", "TSC_VGRAPH=0", "TS_GRAPHS=0"};
+static void vg_set(int mode) {
+    unsetenv("TSC_VGRAPH");
+    unsetenv("TS_GRAPHS");
+    if (mode == VG_OFF) setenv("TSC_VGRAPH", "0", 1);
+    if (mode == VG_NONE) setenv("TS_GRAPHS", "0", 1);
+}
+
+/* The most graphs one drafted generation at M may capture (qwen35.c's keys):
+ * decode and a one-row verify, each with and without a rollback pending
+ * (4); verify blocks of 2..M+1 rows, with and without (2M); the MTP head's
+ * catch-up over 1..M+1 rows and its draft step from each of those rows'
+ * hidden (2M + 2). */
+#define VG_CAP(M) (4 * (M) + 6)
+
+TS_TEST(cuda_engine, spec_graphs_exact_and_replayed) {
+    NEED_GPU();
+    spec_model ms[8];
+    const int nm = spec_models(ms, 1);
+    CHECK(nm > 0);
+    int ran = 0;
+    for (int k = 0; k < nm; k++) {
+        /* one fixture of each kind of layer stack, the fused shape, the default model */
+        if (strcmp(ms[k].name, "tiny-dense") && strcmp(ms[k].name, "tiny-moe INT4") && strcmp(ms[k].name, "fused-gdn INT4") &&
+            strcmp(ms[k].name, "default"))
+            continue;
+        ts_engine *e = spec_open(&ms[k]);
+        if (!e) continue;
+        static collect ref, got;
+        ts_gen_stats st;
+        int graphs;
+        long replays;
+        const int N = 160;
+        vg_set(VG_ON);
+        CHECK(vg_generate(e, SPROMPT, T_SPROMPT, 1024, N, 0, NULL, &ref, &st, &graphs, &replays) == 0);
+        const int n = ref.n;
+        CHECK_MSG(n >= 16, "%s: plain run gave %d tokens", ms[k].name, n);
+        for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+            long rep[3] = {0};
+            for (int mode = VG_ON; mode <= VG_NONE; mode++) {
+                vg_set(mode);
+                /* oracle drafts: every acceptance length, so verify blocks
+                 * start with every count of pending rows */
+                oracle o = {ref.ids, ref.n, T_SPROMPT, 555u + M, 0};
+                CHECK(vg_generate(e, SPROMPT, T_SPROMPT, 1024, N, M, &o, &got, &st, &graphs, &replays) == 0);
+                CHECK_MSG(same_ids(&got, &ref, n), "%s M=%d %s (oracle drafts): %d tokens differ from plain greedy's %d",
+                          ms[k].name, M, VG_NAME[mode], got.n, n);
+                CHECK_MSG(graphs <= VG_CAP(M), "%s M=%d %s: %d graphs (at most %d)", ms[k].name, M, VG_NAME[mode],
+                          graphs, VG_CAP(M));
+                rep[mode] = replays;
+                if (mode == VG_ON) {
+                    /* a verify and at least one MTP pass a block, each replayed */
+                    CHECK_MSG(replays + 2 >= 2L * st.n_blocks, "%s M=%d: %ld replays over %d blocks", ms[k].name, M,
+                              replays, st.n_blocks);
+                    CHECK_MSG(st.n_accepted > 0 && st.n_accepted < st.n_drafted, "%s M=%d: accepted %d of %d",
+                              ms[k].name, M, st.n_accepted, st.n_drafted);
+                }
+                /* the model's own drafts (a random head is mostly rejected) */
+                CHECK(vg_generate(e, SPROMPT, T_SPROMPT, 1024, 40, M, NULL, &got, &st, &graphs, &replays) == 0);
+                CHECK_MSG(same_ids(&got, &ref, 40 < n ? 40 : n), "%s M=%d %s (MTP drafts): output differs from plain "
+                          "greedy", ms[k].name, M, VG_NAME[mode]);
+            }
+            CHECK_MSG(rep[VG_NONE] == 0, "%s M=%d: %ld replays with TS_GRAPHS=0", ms[k].name, M, rep[VG_NONE]);
+            CHECK_MSG(rep[VG_ON] > rep[VG_OFF], "%s M=%d: %ld replays with the speculative graphs, %ld without",
+                      ms[k].name, M, rep[VG_ON], rep[VG_OFF]);
+            if (M == 1 || M == TS_SPEC_MAX_DRAFT)
+                fprintf(stderr, "  %-15s M=%d: replays %ld (graphs) / %ld (TSC_VGRAPH=0) / 0; identical output\n",
+                        ms[k].name, M, rep[VG_ON], rep[VG_OFF]);
+        }
+        /* the context ends inside a block: the clipped blocks (other verify
+         * keys) and the last one-row pass, in all three settings */
+        const int n_ctx = T_SPROMPT + 30;
+        vg_set(VG_ON);
+        CHECK(vg_generate(e, SPROMPT, T_SPROMPT, n_ctx, 1000, 0, NULL, &ref, &st, &graphs, &replays) == 0);
+        if (ref.n == 31) {
+            for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++)
+                for (int mode = VG_ON; mode <= VG_NONE; mode++) {
+                    vg_set(mode);
+                    oracle o = {ref.ids, ref.n, T_SPROMPT, 31u + M, 0};
+                    CHECK(vg_generate(e, SPROMPT, T_SPROMPT, n_ctx, 1000, M, &o, &got, &st, &graphs, &replays) == 0);
+                    CHECK_MSG(same_ids(&got, &ref, ref.n), "%s ctx %d M=%d %s (oracle): %d tokens, plain %d", ms[k].name,
+                              n_ctx, M, VG_NAME[mode], got.n, ref.n);
+                    CHECK(vg_generate(e, SPROMPT, T_SPROMPT, n_ctx, 1000, M, NULL, &got, &st, &graphs, &replays) == 0);
+                    CHECK_MSG(same_ids(&got, &ref, ref.n), "%s ctx %d M=%d %s (MTP): %d tokens, plain %d", ms[k].name,
+                              n_ctx, M, VG_NAME[mode], got.n, ref.n);
+                }
+        } else {
+            fprintf(stderr, "  %s: plain run stopped after %d tokens in a context of %d\n", ms[k].name, ref.n, n_ctx);
+        }
+        vg_set(VG_ON);
+        ran++;
+        ts_engine_close(e);
+    }
+    CHECK_MSG(ran >= 3, "only %d models ran on the GPU", ran);
+}
+
+/* One session, many blocks: a verify graph captured early replays after
+ * any number of parity flips and rollbacks (the chain of the lazy test,
+ * with graphs on against TSC_VGRAPH=0: the verified rows' logits and the
+ * final device state byte for byte). */
+TS_TEST(cuda_engine, spec_verify_graph_chain) {
+    NEED_GPU();
+    spec_model ms[8];
+    const int nm = spec_models(ms, 1);
+    CHECK(nm > 0);
+    int ran = 0;
+    for (int k = 0; k < nm; k++) {
+        if (strcmp(ms[k].name, "tiny-dense") && strcmp(ms[k].name, "fused-gdn INT4") && strcmp(ms[k].name, "default"))
+            continue;
+        ts_engine *e = spec_open(&ms[k]);
+        if (!e) continue;
+        const int V = e->model.cfg.vocab, M = 4;
+        ts_error err = {0};
+        vg_set(VG_ON);
+        ts_session *a = oracle_session(e, 512, M), *b = oracle_session(e, 512, M);
+        CHECK(a && b);
+        CHECK(ts_session_feed(a, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
+        CHECK(ts_session_feed(b, SPROMPT, T_SPROMPT, NULL, NULL, &err) == 0);
+        float *row = malloc(sizeof(float) * (size_t)V);
+        CHECK(row);
+        uint64_t lcg = 77;
+        int bad = 0;
+        long r0 = 0, r1 = 0;
+        ts_session_graph_stats(a, NULL, &r0, NULL, NULL);
+        for (int blkno = 0; blkno < 60 && !bad; blkno++) {
+            int32_t bb[TS_SPEC_MAX_DRAFT + 1];
+            for (int j = 0; j <= M; j++) {
+                lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+                bb[j] = (int32_t)((lcg >> 33) % (uint64_t)V);
+            }
+            const int keep = 1 + (int)((lcg >> 20) % (uint64_t)(M + 1));
+            vg_set(VG_ON);
+            CHECK(ts_spec_verify(a, bb, M + 1, &err) == 0);
+            vg_set(VG_OFF);
+            CHECK(ts_spec_verify(b, bb, M + 1, &err) == 0);
+            for (int j = 0; j <= M && !bad; j++) {
+                const float *ra = ts_be_host(a->st.s, a->vlogits + (size_t)j * V, (size_t)V);
+                CHECK(ra);
+                memcpy(row, ra, sizeof(float) * (size_t)V);
+                const float *rb = ts_be_host(b->st.s, b->vlogits + (size_t)j * V, (size_t)V);
+                CHECK(rb);
+                if (memcmp(row, rb, sizeof(float) * (size_t)V)) {
+                    ts_test_fail(__FILE__, __LINE__, "%s block %d: row %d's logits differ (graph vs uncaptured)",
+                                 ms[k].name, blkno, j);
+                    bad = 1;
+                }
+            }
+            ts_spec_rollback(a, keep);
+            ts_spec_rollback(b, keep);
+        }
+        ts_session_graph_stats(a, NULL, &r1, NULL, NULL);
+        vg_set(VG_ON);
+        CHECK_MSG(r1 - r0 >= 60, "%s: %ld replays over 60 verify blocks", ms[k].name, r1 - r0);
+        ts_spec_materialize(a);
+        ts_spec_materialize(b);
+        CHECK_MSG(dev_state_diff(a, b) < 0, "%s: state differs after the chain (graph vs uncaptured)", ms[k].name);
+        free(row);
+        fprintf(stderr, "  %-15s 60 verify blocks of %d rows, lazy rollbacks between: graphs == uncaptured, %ld replays\n",
+                ms[k].name, M + 1, r1 - r0);
+        ts_session_free(a);
+        ts_session_free(b);
+        ran++;
+        ts_engine_close(e);
+    }
+    CHECK_MSG(ran >= 2, "only %d models ran on the GPU", ran);
 }

@@ -271,7 +271,7 @@ static void mixer(layer *y, int n) {
         tsc_attn_decode(C, &a);
     } else {
         tsc_gdn_args g = {n, S->HK, S->HV, S->DK, S->DK, 4, QKV, Z, BB, AA, y->conv_state, y->conv_w, y->S,
-                          y->neg_A, y->dt_bias, y->gnorm, 1e-6f, O, GWS, NULL, NULL, NULL, NULL, NULL, NULL};
+                          y->neg_A, y->dt_bias, y->gnorm, 1e-6f, O, GWS, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
         tsc_gdn_step(C, &g);
     }
 }

@@ -30,7 +30,8 @@
  * Per-token values: the step record (ts_step) and the pass's token ids are
  * copied to the stream's device block by embed, the first op of every pass
  * and the one op a graph never contains; attention reads the position from
- * there, so a graph captured once per (kind, rows) replays at every position.
+ * there, the GDN layers their buffers and pending rows, so a graph captured
+ * once per (kind, rows) replays at every position.
  *
  * Rows: the row ops of tsc.h take 1..16 rows; larger passes (prompt chunks)
  * run in blocks of 16 (attention one row at a time, see attn()), which keeps
@@ -41,13 +42,17 @@
  * only moves the position back); GDN layers keep the block-start state as
  * the snapshot by a parity flip and tape the rows' inputs on the device, and
  * a lazy rollback's rows are replayed from the tape by the decode kernels
- * (the GDN section below). Verify and rollback passes run uncaptured.
+ * (the GDN section below). Verify passes, the replay of a lazy rollback's
+ * rows and the MTP head's passes are captured like decode (qwen35.c keys
+ * them): the GDN buffers and the pending count they use are read from the
+ * device record, never chosen on the host (gdn_sel_of).
  * Not here yet (issue 17): DFlash's block-masked attention.
  * Sampling: argmax runs on the device (4 bytes come back); a sampled step
  * asks topn (sample.cu) for its candidates (16 + 8N bytes) and reads the row
  * through host_rows only when they do not decide the token (gen/sample.c
  * says when); speculative sampling's acceptance still reads whole rows.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,15 +141,22 @@ struct gent {
     int kernels;
 };
 
-constexpr int GMAXN = 16; /* graphs per stream: (kind, rows) of the token path */
+/* graphs per stream: the token path's keys (decode, verify M+1 and the
+ * shorter blocks at a context or token limit, each with and without a
+ * lazy rollback pending) and the MTP head's (catch-up over 1..M+1 rows, a
+ * draft step per row the chain starts from): about 4M + 6 at most for one
+ * draft length, 38 at M = 8. Past the table, passes run uncaptured. */
+constexpr int GMAXN = 64;
 
-/* The device block of a stream: the step record and the pass's ids, then
- * the small scratch of the ops (routing, argmax, attention partials of
- * short contexts). */
+/* The device block of a stream: the step record, the GDN buffer choice
+ * derived from it (gdn_sel_of) and the pass's ids, then the small scratch
+ * of the ops (routing, argmax, attention partials of short contexts). */
 struct dev_step {
     ts_step step;
-    int32_t ids[1]; /* [rows] */
+    int32_t gsel[8]; /* [pending run, own rows] x (conv src, conv dst, S src, S dst): pair indices */
+    int32_t ids[1];  /* [rows] */
 };
+constexpr size_t DSTEP_HEAD = offsetof(dev_step, ids); /* bytes before the ids */
 
 /* A norm or SwiGLU the stream has not launched yet: the next product
  * reading its output stages it instead (one kernel instead of two), any
@@ -190,6 +202,35 @@ struct cu_stream {
     pend_act pend; /* a norm or SwiGLU not yet launched (see flush) */
 };
 
+/* The GDN buffers of a drafting session's token-path pass (cu_gdn's
+ * table below), from its step record: gsel[0..4) for the pending rows of a
+ * lazy rollback, gsel[4..8) for the pass's own rows, each (conv source,
+ * conv destination, S source, S destination) as an index into the layer's
+ * pair (0: ts_gdn_state's buffer, 1: the tape's). Computed on the host as
+ * the record goes to the device (embed) and read by the kernels, so a
+ * captured verify or rollback replays with the current pass's choice. */
+void gdn_sel_of(const ts_step &st, int32_t *g) {
+    const int32_t ps = st.par_S & 1, pc = st.par_conv & 1;
+    const bool P = st.pend > 0;
+    int32_t *pe = g, *ow = g + 4;
+    if (!st.record) {
+        /* pending: snap conv -> live conv, snap S in place; own rows in
+         * place: conv live, S snap after a rollback (it becomes the live one
+         * by the caller's flip of par_S), else live */
+        pe[0] = pc ^ 1, pe[1] = pc, pe[2] = ps ^ 1, pe[3] = ps ^ 1;
+        ow[0] = ow[1] = pc;
+        ow[2] = ow[3] = P ? ps ^ 1 : ps;
+    } else {
+        /* pending: in place on snap (the new block start); own rows snap ->
+         * live after a rollback (no flip), else live -> snap (the caller
+         * flips both: the block start becomes the snapshot) */
+        pe[0] = pe[1] = pc ^ 1;
+        pe[2] = pe[3] = ps ^ 1;
+        ow[0] = P ? pc ^ 1 : pc, ow[1] = ow[0] ^ 1;
+        ow[2] = P ? ps ^ 1 : ps, ow[3] = ow[2] ^ 1;
+    }
+}
+
 struct ws_layout {
     size_t step, rids, rwts, gl, amx_ws, amx_ids, amx_prob, att_small, total;
 };
@@ -197,7 +238,7 @@ struct ws_layout {
 ws_layout layout_of(int rows, int64_t cols) {
     ws_layout l;
     size_t o = 0;
-    l.step = o, o += al256(sizeof(ts_step) + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
+    l.step = o, o += al256(DSTEP_HEAD + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
     l.rids = o, o += al256(sizeof(int32_t) * RB * TOPK_MAX);
     l.rwts = o, o += al256(sizeof(float) * RB * TOPK_MAX);
     l.gl = o, o += al256(sizeof(float) * RB + sizeof(unsigned)); /* + the fused products' counter (tsc_set_barrier) */
@@ -451,13 +492,14 @@ constexpr int GK_MAX = 8, GDK_MAX = 128;
 __global__ void k_gdn_conv(const tsc_gdn_args a, int C, float *prep) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    const int K = a.K;
+    const int K = a.K, n = tsc_gdn_rows(a);
+    if (!n) return;
     const float *cin;
     float *cs = tsc_gdn_conv_of(a, &cin);
     float h[GK_MAX], w[GK_MAX];
     for (int j = 0; j < K - 1; j++) h[j] = cin[(int64_t)j * C + c];
     for (int j = 0; j < K; j++) w[j] = a.conv_w[(int64_t)j * C + c];
-    for (int t = 0; t < a.n; t++) {
+    for (int t = 0; t < n; t++) {
         const float x = a.qkv[(int64_t)t * C + c];
         float acc = 0.f;
         for (int j = 0; j < K - 1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], h[j]));
@@ -469,10 +511,12 @@ __global__ void k_gdn_conv(const tsc_gdn_args a, int C, float *prep) {
     for (int j = 0; j < K - 1; j++) cs[(int64_t)j * C + c] = h[j];
 }
 
-/* block (head of q or k, row): l2 norm in place */
-__global__ void k_gdn_l2(float *prep, int C, int Hk, int dk) {
+/* block (head of q or k, row): l2 norm in place (rows past the run's
+ * count, tsc_gdn_rows, exit) */
+__global__ void k_gdn_l2(const tsc_gdn_args a, float *prep, int C) {
     __shared__ double red[32];
-    const int hh = blockIdx.x, t = blockIdx.y;
+    const int hh = blockIdx.x, t = blockIdx.y, Hk = a.Hk, dk = a.dk;
+    if (t >= tsc_gdn_rows(a)) return;
     const bool isq = hh < Hk;
     float *x = prep + (int64_t)t * C + (int64_t)hh * dk; /* q heads then k heads: contiguous */
     double ss = 0;
@@ -489,7 +533,8 @@ __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : lo
 __global__ void k_gdn_scan(const tsc_gdn_args a, const float *prep) {
     __shared__ float qs[GDK_MAX], ks[GDK_MAX];
     __shared__ double red[32];
-    const int Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv, n = a.n;
+    const int Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv, n = tsc_gdn_rows(a);
+    if (!n) return;
     const int h = blockIdx.x, j = threadIdx.x, kh = h / (Hv / Hk);
     const int Kd = Hk * dk, C = 2 * Kd + Hv * dv, Vd = Hv * dv;
     const bool on = j < dv;
@@ -694,7 +739,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     }
     const ws_layout l = layout_of(rows, cols);
     q->rows = rows, q->cols = cols;
-    q->hstep = (dev_step *)calloc(1, sizeof(ts_step) + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
+    q->hstep = (dev_step *)calloc(1, DSTEP_HEAD + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
     uint8_t *w = (uint8_t *)tsc_alloc(q->c, l.total);
     if (!w || !q->hstep || cudaMemsetAsync(w, 0, l.total, q->c->stream) != cudaSuccess ||
         cudaStreamSynchronize(q->c->stream) != cudaSuccess) {
@@ -911,7 +956,8 @@ void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, f
                         (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged);
     cudaGetLastError();
     q->hstep->step = s->step;
-    size_t bytes = sizeof(ts_step);
+    gdn_sel_of(s->step, q->hstep->gsel);
+    size_t bytes = DSTEP_HEAD;
     if (!on_dev) {
         memcpy(q->hstep->ids, ids, sizeof(int32_t) * (size_t)n);
         bytes += sizeof(int32_t) * (size_t)n;
@@ -1067,21 +1113,33 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
  * kernel, so the prepared values are the same bits; the conv is a small part
  * of a GPU row (one thread per channel).
  *
- * Graphs: verify and rollback passes run uncaptured (qwen35.c, graphs_on)
- * and choose their buffers on the host; a captured decode pass takes both
- * buffers of each pair and the device step record's parities, so its graph
- * replays after any number of flips. */
+ * Graphs. In a drafting session (a tape) the first four are one code path
+ * whose host choices are only the structure: whether a pending run precedes
+ * the rows (P > 0: the model keys such passes apart, qwen35.c) and whether
+ * the rows are taped (verify: its own key). Everything else is read from
+ * the device record at run time: the buffers of both runs (gsel, computed
+ * from the record by gdn_sel_of as embed copies it to the device) and the
+ * pending count (step.pend: the run is launched for up to Rv rows and its
+ * kernels walk that many). So one captured graph per (kind, rows) replays
+ * every verify of M+1 rows after any rollback and any number of parity
+ * flips, and a pass runs the same kernels captured or not. A session
+ * without drafting has one pair and no pending rows: its rows run in place.
+ * Uncaptured, by need: the prompt chunks (prefill passes are never
+ * captured) and gdn_materialize (it runs outside a forward, where no embed
+ * has written the record; a test or a state save calls it, not the token
+ * loop). */
 
 /* One run of rows: qkv/a/b rows [0, n) (z and o NULL: no output), state
- * from (conv_in, S_in) into (conv, S), in place where an input is NULL;
- * par_*: device parities choosing conv_alt / S_alt (captured decode). */
+ * from (conv_in, S_in) into (conv, S), in place where an input is NULL; or,
+ * with sel, both ends chosen on the device from the pairs (conv, conv_alt),
+ * (S, S_alt), and n_dev a device row count (tsc_gdn_args). */
 struct gdn_run {
     const float *qkv, *a, *b, *z;
     float *o;
     int n;
     const float *conv_in, *S_in;
     float *conv, *S, *conv_alt, *S_alt;
-    const int32_t *par_conv, *par_S;
+    const int32_t *sel, *n_dev;
 };
 
 /* The run in blocks of blk rows through the prepared rows' workspace ws:
@@ -1100,7 +1158,9 @@ void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, i
         g.conv_state = r.conv, g.conv_w = a->conv_w, g.S = r.S, g.neg_A = a->neg_A, g.dt_bias = a->dt_bias;
         g.norm_w = a->norm, g.eps = a->eps, g.o = r.o ? r.o + (size_t)r0 * Vd : NULL, g.ws = ws;
         g.conv_in = r0 ? NULL : r.conv_in, g.S_in = r0 ? NULL : r.S_in;
-        g.conv_alt = r.conv_alt, g.S_alt = r.S_alt, g.par_conv = r.par_conv, g.par_S = r.par_S;
+        g.conv_alt = r.conv_alt, g.S_alt = r.S_alt;
+        g.sel = r.sel, g.cont = r0 > 0;
+        g.n_dev = r.n_dev, g.n_base = r0;
         if (fused) {
             tsc_gdn_step(q->c, &g);
             continue;
@@ -1108,7 +1168,7 @@ void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, i
         if (tsc_error(q->c)) return;
         cudaStream_t cs = q->c->stream;
         k_gdn_conv<<<(unsigned)((C + 127) / 128), 128, 0, cs>>>(g, C, ws);
-        k_gdn_l2<<<dim3((unsigned)(2 * a->Hk), nr), 128, 0, cs>>>(ws, C, a->Hk, a->dk);
+        k_gdn_l2<<<dim3((unsigned)(2 * a->Hk), nr), 128, 0, cs>>>(g, ws, C);
         k_gdn_scan<<<a->Hv, (unsigned)((a->dv + 31) / 32 * 32), 0, cs>>>(g, ws);
         tsc_launched_(q->c, "GDN step (general head sizes)");
     }
@@ -1146,7 +1206,7 @@ float *gdn_ws(const ts_gdn_args *a, int need, int *blk) {
 
 /* The taped rows a lazy rollback keeps, replayed from the snapshot into the
  * live state (no output): gdn_materialize's work, and the first half of a
- * prompt chunk after a rollback. */
+ * prompt chunk after a rollback. Host-chosen buffers: never captured. */
 void gdn_replay_into_live(cu_stream *q, const ts_gdn_args *a, int P, float *conv, float *S, const float *snC,
                           const float *snS, float *ws, int blk, bool fused) {
     gdn_run t = {a->tape_qkv, a->tape_a, a->tape_b, NULL, NULL, P, snC, snS, conv, S, NULL, NULL, NULL, NULL};
@@ -1167,41 +1227,34 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
         fail(s, TS_E_ARG, "GDN: more pending or verified rows than the tape holds");
         return;
     }
-    if ((record || P) && q->capturing) {
-        fail(s, TS_E_ARG, "GDN: a verify or a lazy rollback inside a graph capture (they choose buffers on the host)");
-        return;
-    }
     const int ps = sp->par_S & 1, pc = sp->par_conv & 1;
     if ((ps || pc) && !tape) { fail(s, TS_E_ARG, "GDN: a parity of 1 without the tape's buffers"); return; }
     float *S = a->S[ps], *conv = a->conv[pc];
-    float *snS = tape ? a->S[ps ^ 1] : NULL, *snC = tape ? a->conv[pc ^ 1] : NULL;
     if (!S || !conv) { fail(s, TS_E_ARG, "GDN: no state buffers"); return; }
-    int blk;
-    float *ws = gdn_ws(a, a->n > P ? a->n : P, &blk);
     const bool chunked = m == TS_MODE_PREFILL && a->n > 1 && a->pf_conv;
-    gdn_run own = {a->qkv, a->a, a->b, a->z, a->out, a->n, NULL, NULL, conv, S, NULL, NULL, NULL, NULL};
-    if (chunked || (!record && !P)) {
-        if (P) gdn_replay_into_live(q, a, P, conv, S, snC, snS, ws, blk, fused);
-        else if (q->capturing && tape) {
-            /* a captured decode pass: the pairs by the device record's parities */
-            own.conv = a->conv[0], own.conv_alt = a->conv[1], own.par_conv = &q->dstep->step.par_conv;
-            own.S = a->S[0], own.S_alt = a->S[1], own.par_S = &q->dstep->step.par_S;
-        }
+    int blk;
+    if (!tape || chunked) {
+        /* one pair (no drafting), or a prompt chunk: host-chosen buffers */
+        if (q->capturing && chunked) { fail(s, TS_E_ARG, "GDN: a prompt chunk inside a graph capture"); return; }
+        float *ws = gdn_ws(a, a->n > P ? a->n : P, &blk);
+        if (P) gdn_replay_into_live(q, a, P, conv, S, a->conv[pc ^ 1], a->S[ps ^ 1], ws, blk, fused);
+        gdn_run own = {a->qkv, a->a, a->b, a->z, a->out, a->n, NULL, NULL, conv, S, NULL, NULL, NULL, NULL};
         gdn_rows(q, a, own, ws, blk, fused);
         return;
     }
+    /* the token path of a drafting session: the buffers from the device
+     * record (gsel), the pending run for up to Rv rows (its count from the
+     * record), then the pass's rows (the table above) */
+    const int need = P ? (a->n > a->Rv ? a->n : a->Rv) : a->n;
+    float *ws = gdn_ws(a, need, &blk);
+    dev_step *d = q->dstep;
     if (P) {
-        /* the pending rows advance the snapshot: in place for a decode row
-         * (snap S becomes the live one by the caller's flip; the conv goes to
-         * the live buffer), in place on both for a verify (its block start) */
-        gdn_run t = {a->tape_qkv, a->tape_a, a->tape_b, NULL, NULL, P, record ? NULL : snC, NULL,
-                     record ? snC : conv, snS, NULL, NULL, NULL, NULL};
+        gdn_run t = {a->tape_qkv, a->tape_a, a->tape_b, NULL, NULL, a->Rv, NULL, NULL,
+                     a->conv[0], a->S[0], a->conv[1], a->S[1], d->gsel, &d->step.pend};
         gdn_rows(q, a, t, ws, blk, fused);
-        if (record) own.conv_in = snC, own.S_in = snS; /* snap -> live */
-        else own.S = snS;                              /* conv live, S snap: in place */
-    } else {
-        own.conv_in = conv, own.S_in = S, own.conv = snC, own.S = snS; /* live -> snap */
     }
+    gdn_run own = {a->qkv, a->a, a->b, a->z, a->out, a->n, NULL, NULL,
+                   a->conv[0], a->S[0], a->conv[1], a->S[1], d->gsel + 4, NULL};
     gdn_rows(q, a, own, ws, blk, fused);
     if (record) { /* last: the pending rows above were read from the old tape */
         const int C = 2 * a->Hk * a->dk + a->Hv * a->dv;

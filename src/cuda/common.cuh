@@ -173,14 +173,32 @@ __device__ __forceinline__ float load_s(const void *p, int dt, int64_t i) {
  * of the pair in place (tsc.h, tsc_gdn_args: the engine's form). Kernels
  * call these after TSC_PDL_ENTRY: the parities are device memory. */
 __device__ __forceinline__ float *tsc_gdn_conv_of(const tsc_gdn_args &a, const float **in) {
+    if (a.sel) { /* the record's choice of both ends */
+        float *d = a.sel[1] ? a.conv_alt : a.conv_state;
+        *in = a.cont ? d : a.sel[0] ? a.conv_alt : a.conv_state;
+        return d;
+    }
     float *cs = a.par_conv && *a.par_conv ? a.conv_alt : a.conv_state;
     *in = a.conv_in ? a.conv_in : cs;
     return cs;
 }
 __device__ __forceinline__ float *tsc_gdn_state_of(const tsc_gdn_args &a, const float **in) {
+    if (a.sel) {
+        float *d = a.sel[3] ? a.S_alt : a.S;
+        *in = a.cont ? d : a.sel[2] ? a.S_alt : a.S;
+        return d;
+    }
     float *S = a.par_S && *a.par_S ? a.S_alt : a.S;
     *in = a.S_in ? a.S_in : S;
     return S;
+}
+/* The rows a step kernel runs: n, or the device count's share of them
+ * (tsc_gdn_args.n_dev). Uniform over the grid: a kernel that gets 0
+ * returns at once in every block (no barrier is left waiting). */
+__device__ __forceinline__ int tsc_gdn_rows(const tsc_gdn_args &a) {
+    if (!a.n_dev) return a.n;
+    const int r = *a.n_dev - a.n_base;
+    return r < 0 ? 0 : r < a.n ? r : a.n;
 }
 
 #endif

@@ -25,8 +25,11 @@
  * from and goes to, never the arithmetic: a separate source (conv_in, S_in:
  * a verify writes its rows' state into the other buffer of the pair), the
  * pair's buffer chosen by the device step record's parity (a captured decode
- * graph), no output for a lazy rollback's replayed rows (the norm's cluster
- * barriers still run in every block).
+ * graph), or both ends chosen by the record (sel: a captured verify or
+ * rollback), a device row count (n_dev: a lazy rollback's pending rows,
+ * any number up to n replayed by one captured graph), no output for a lazy
+ * rollback's replayed rows (the norm's cluster barriers still run in every
+ * block).
  *
  * Floors (H200, 9B layer: Hv = 32, C = 8192, one row): state 2 MiB read +
  * 2 MiB written = 4.2 MB -> ~1.0 us at 4.3 TB/s; ~0.03 Mflop of conv and
@@ -55,6 +58,8 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
     const int c = blockIdx.x * DK + threadIdx.x;
     const bool qk = blockIdx.x < 2 * a.Hk, isq = blockIdx.x < a.Hk;
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
+    const int n = tsc_gdn_rows(a);
+    if (!n) return;
     const float *cin;
     float *cout = tsc_gdn_conv_of(a, &cin);
     float h[KW - 1], w[KW];
@@ -62,7 +67,7 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
     for (int j = 0; j < KW - 1; j++) h[j] = cin[(int64_t)j * C + c];
 #pragma unroll
     for (int j = 0; j < KW; j++) w[j] = a.conv_w[(int64_t)j * C + c];
-    for (int t = 0; t < a.n; t++) {
+    for (int t = 0; t < n; t++) {
         const float x = a.qkv[(int64_t)t * C + c];
         float acc = 0.f;
 #pragma unroll
@@ -94,6 +99,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
     const int h = blockIdx.x / CL, cb = (int)cl.block_rank();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = cb * CB + lane;
     const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd, g = h / (a.Hv / a.Hk);
+    const int n = tsc_gdn_rows(a);
+    if (!n) return; /* every block of every cluster: no cluster barrier waits */
     const float *S0;
     float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
     const float *Si = S0 + (int64_t)h * DK * DV;
@@ -101,7 +108,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
     const float nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
-    for (int t = 0; t < a.n; t++) {
+    for (int t = 0; t < n; t++) {
         const float *row = prep + (int64_t)t * C;
         const float *q = row + g * DK + warp * IPW, *k = row + Kd + g * DK + warp * IPW;
         const float beta = sigmoid_f(a.b[t * a.Hv + h]);

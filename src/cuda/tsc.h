@@ -233,10 +233,24 @@ typedef struct tsc_gdn_args {
      *    S_alt instead of conv_state / S, in place (conv_in / S_in NULL then).
      *  - o NULL (and z unread): the rows advance the state without output (a
      *    lazy rollback's replayed rows).
+     *  - sel: device ints [4] (the step record's, so that a captured verify
+     *    or rollback replays with the current choice): the pair buffer (0:
+     *    conv_state / S, 1: conv_alt / S_alt) of the conv source, the conv
+     *    destination, the S source and the S destination; cont = 1 makes
+     *    the sources the destinations (a run's later blocks continue in
+     *    place). Overrides conv_in, S_in and the parities.
+     *  - n_dev: a device row count (a lazy rollback's pending rows): the
+     *    call runs rows [0, min(n, *n_dev - n_base)) of its n; with none it
+     *    does nothing at all (no state is read or written, not even copied
+     *    from a source to a destination).
      * None of this changes a row's arithmetic. */
     const float *conv_in, *S_in;
     float *conv_alt, *S_alt;
     const int32_t *par_conv, *par_S;
+    const int32_t *sel;
+    int cont;
+    const int32_t *n_dev;
+    int n_base;
 } tsc_gdn_args;
 size_t tsc_gdn_ws_bytes(int n, int C);
 void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a);

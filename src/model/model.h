@@ -178,6 +178,19 @@ typedef struct ts_gdn_tape {
     float *snap_S;    /* [Hv, dk, dv] buffer 1 of the recurrent pair */
 } ts_gdn_tape;
 
+/* A captured pass as the model keyed it (qwen35.c, pass_key): its kind and
+ * rows, and what the graph baked in that the caller chooses (the logits
+ * rows; the MTP head's hidden input and output, its head rows; the mode).
+ * Passes of one kind and rows with other such arguments get another
+ * variant of the key, so a key never replays someone else's pass. */
+#define TS_GSIG_MAX 64
+typedef struct ts_gsig {
+    uint8_t kind, var;
+    uint16_t rows;
+    int head_rows, mode;
+    const void *p[3];
+} ts_gsig;
+
 typedef struct ts_state {
     ts_stream *s;         /* the session's backend stream: every op goes through it */
     int n_ctx;
@@ -212,6 +225,8 @@ typedef struct ts_state {
                              host cannot address (ts_session_feed on CUDA): they are read back */
     float *dbg_layers;    /* tests: if set (host memory), ts_forward reads the residual
                              stream back after the embedding and after each layer, [L+1, n, H] */
+    ts_gsig gsig[TS_GSIG_MAX]; /* the graph keys handed out (a control block, outside the plan) */
+    int n_gsig;
 } ts_state;
 
 /* The live conv and recurrent buffers of GDN layer L (pointers only). */

@@ -2,8 +2,9 @@
  * backend ops.
  *
  * Owns: the order of the ops of a layer, the main stack and the MTP head,
- * which scratch rows each op reads and writes, and the step record of a
- * pass (position, pending rows, parities: backend.h, ts_step).
+ * which scratch rows each op reads and writes, the step record of a pass
+ * (position, pending rows, parities: backend.h, ts_step) and the keys under
+ * which a backend captures passes as graphs (pass_key).
  * Does not own: the arithmetic (the backend's ops: src/cpu/ today), the
  * buffers (session.c allocates them from the plan).
  *
@@ -27,6 +28,7 @@
  * reductions.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/model.h"
 #include "model/xstream.h"
@@ -203,21 +205,71 @@ static void step_begin(ts_state *st, int pos, int n) {
     sp->half = st->tape_half;
 }
 
-/* Graphs (a backend with the hooks: CUDA): the token path's pass after the
- * embedding (the embedding copies the step record and the ids to the device,
- * so it stays outside) is captured once per (kind, rows) key and replayed;
- * every per-token value is in the step record. Passes that read back or tap
- * (host logits rows, debug reads, drafter taps) or that verify or roll back
- * run the ops directly. TS_GRAPHS=0 turns graphs off (tests compare both). */
-#define TS_GRAPH_KEY(kind, rows) ((uint32_t)(kind) << 16 | (uint32_t)(rows))
-static int graphs_on(const ts_state *st, const float *logits, ts_mode md) {
-    static int env = -1;
-    if (env < 0) {
-        const char *g = getenv("TS_GRAPHS");
-        env = !(g && !strcmp(g, "0"));
+/* Graphs (a backend with the hooks: CUDA). A pass after the embedding
+ * (the embedding copies the step record and the ids to the device, so it
+ * stays outside) is captured once per key and replayed; every per-token
+ * value is in the step record: the position (attention), the GDN parities
+ * and a lazy rollback's pending rows (the backend chooses the GDN buffers
+ * and walks the pending rows from it on the device). So the key is the
+ * pass's shape only:
+ *   decode            one row, no rollback pending;
+ *   decode, pending   one row after a lazy rollback: the taped rows first;
+ *   verify            M+1 rows that tape the GDN inputs (shorter blocks at
+ *                     a context or token limit are other rows of the kind);
+ *   verify, pending   the same after a rollback (the kept rows of the last
+ *                     block first, folded into the pass);
+ *   mtp               the MTP head over n rows: the catch-up over a
+ *                     verify's kept rows, a draft step (one row).
+ * Whether rows are pending is structure (a pending run precedes the rows),
+ * not a value, hence its own kinds; how many are pending is a value. The
+ * buffers a caller passes (logits rows, the MTP head's hiddens) and the
+ * mode are baked into a graph, so they pick a variant of the key (the
+ * draft chain starts from the catch-up's last row: one variant per row).
+ * Passes that read back or tap (host logits rows, debug reads, drafter
+ * taps), prompt chunks (prefill) and the MTP head's prompt catch-up run the
+ * ops directly. TS_GRAPHS=0 turns graphs off; TSC_VGRAPH=0 only those of
+ * the speculative passes (verify, after a rollback, MTP), for comparison:
+ * they then run the same ops uncaptured. Both are read at every pass, so
+ * a test may flip them. */
+enum { GK_DECODE = 1, GK_DECODE_PEND, GK_VERIFY, GK_VERIFY_PEND, GK_MTP };
+#define TS_GRAPH_KEY(kind, var, rows) ((uint32_t)(kind) << 24 | (uint32_t)(var) << 16 | (uint32_t)(rows))
+
+static int env_off(const char *name) {
+    const char *g = getenv(name);
+    return g && !strcmp(g, "0");
+}
+
+/* The key of a pass (nonzero), or 0: run it uncaptured. */
+static uint32_t pass_key(ts_state *st, int kind, int n, ts_mode md, const void *p0, const void *p1, const void *p2,
+                         int head_rows) {
+    if (env_off("TS_GRAPHS") || !OPS(st)->graph_launch || n < 1 || n > 0xffff) return 0;
+    if (md != TS_MODE_EXACT && md != TS_MODE_DRAFT) return 0;
+    const int spec = kind != GK_DECODE || p0; /* plain decode writes sc.logits only */
+    if (spec && env_off("TSC_VGRAPH")) return 0;
+    int var = 0;
+    for (int i = 0; i < st->n_gsig; i++) {
+        const ts_gsig *g = &st->gsig[i];
+        if (g->kind != kind || g->rows != n) continue;
+        if (g->p[0] == p0 && g->p[1] == p1 && g->p[2] == p2 && g->head_rows == head_rows && g->mode == (int)md)
+            return TS_GRAPH_KEY(kind, g->var, n);
+        var++;
     }
-    return env && OPS(st)->graph_launch && md == TS_MODE_EXACT && !logits && !st->dbg_layers && !st->n_taps &&
-           !st->tape_on && !st->gdn_pend;
+    if (st->n_gsig == TS_GSIG_MAX || var > 0xff) return 0;
+    ts_gsig *g = &st->gsig[st->n_gsig++];
+    g->kind = (uint8_t)kind, g->var = (uint8_t)var, g->rows = (uint16_t)n;
+    g->head_rows = head_rows, g->mode = (int)md;
+    g->p[0] = p0, g->p[1] = p1, g->p[2] = p2;
+    return TS_GRAPH_KEY(kind, var, n);
+}
+
+/* Replay the key's graph (1), or start capturing it (*capture = 1), or
+ * neither: the caller runs the ops. */
+static int graph_enter(ts_state *st, uint32_t key, int *capture) {
+    *capture = 0;
+    if (!key) return 0;
+    if (OPS(st)->graph_launch(st->s, key) == 0) return 1;
+    *capture = OPS(st)->graph_begin(st->s, key) == 0;
+    return 0;
 }
 
 int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill) {
@@ -230,12 +282,12 @@ int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int p
     step_begin(st, pos, n);
     op->embed(st->s, md, &m->embed, ids, sc->x, (size_t)H, n);
     if (st->dbg_layers) ts_be_read(st->s, st->dbg_layers, sc->x, nH);
-    const uint32_t key = TS_GRAPH_KEY(1, n);
-    int replay = 0, capture = 0;
-    if (graphs_on(st, logits, md)) {
-        if (op->graph_launch(st->s, key) == 0) replay = 1;
-        else capture = op->graph_begin(st->s, key) == 0;
-    }
+    const int kind = st->tape_on ? (st->gdn_pend ? GK_VERIFY_PEND : GK_VERIFY)
+                                 : (st->gdn_pend ? GK_DECODE_PEND : GK_DECODE);
+    const int direct = (logits && st->logits_host) || st->dbg_layers || st->n_taps;
+    const uint32_t key = direct ? 0 : pass_key(st, kind, n, md, logits, NULL, NULL, 0);
+    int capture;
+    const int replay = graph_enter(st, key, &capture);
     for (int L = 0; L < m->cfg.n_layers && !replay; L++) {
         layer_forward(m, st, &m->layers[L], &st->kv[L], L, n, md);
         for (int t = 0; t < st->n_taps; t++)
@@ -272,11 +324,18 @@ int ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const f
     sp->pos = pos;
     sp->n = n;
     op->embed(st->s, md, &m->embed, toks, cat, (size_t)2 * H, n);
-    op->norm(st->s, md, cat, (size_t)2 * H, NULL, w->pre_norm_emb, cat, (size_t)2 * H, n, H, eps);
-    op->norm(st->s, md, (float *)h, (size_t)H, NULL, w->pre_norm_hid, cat + H, (size_t)2 * H, n, H, eps);
-    linear(st, md, &w->fc, cat, sc->x, n);
-    layer_forward(m, st, &w->layer, &st->mtp_kv, -1, n, md);
-    op->norm(st->s, md, sc->x, H, NULL, w->norm, h_out, H, n, H, eps);
-    if (logits || head_rows >= 0) head_out(m, st, h_out, n, logits, md, logits ? 0 : head_rows);
+    /* the drafter's passes (head rows, no logits rows) are captured; the
+     * prompt catch-up (no head) and the API's ts_session_mtp are not */
+    const uint32_t key = !logits && head_rows > 0 ? pass_key(st, GK_MTP, n, md, h, h_out, NULL, head_rows) : 0;
+    int capture;
+    if (!graph_enter(st, key, &capture)) {
+        op->norm(st->s, md, cat, (size_t)2 * H, NULL, w->pre_norm_emb, cat, (size_t)2 * H, n, H, eps);
+        op->norm(st->s, md, (float *)h, (size_t)H, NULL, w->pre_norm_hid, cat + H, (size_t)2 * H, n, H, eps);
+        linear(st, md, &w->fc, cat, sc->x, n);
+        layer_forward(m, st, &w->layer, &st->mtp_kv, -1, n, md);
+        op->norm(st->s, md, sc->x, H, NULL, w->norm, h_out, H, n, H, eps);
+        if (logits || head_rows >= 0) head_out(m, st, h_out, n, logits, md, logits ? 0 : head_rows);
+        if (capture && op->graph_end(st->s, key) == 0) op->graph_launch(st->s, key);
+    }
     return ts_be_sync(st->s, NULL);
 }

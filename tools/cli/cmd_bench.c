@@ -21,7 +21,9 @@
  * With --spec mtp --draft M it also generates --gen tokens greedily with MTP
  * drafting after the same prompt, interleaved with plain runs, and reports
  * the speedup, per-position acceptance, mean accepted length and the draft,
- * verify and rollback times (checking that both outputs are identical).
+ * verify and rollback times (checking that both outputs are identical),
+ * and on a device whether its speculative passes ran as graphs (TSC_VGRAPH)
+ * with the replays per block.
  * --ids-file takes the prompt from a file of comma-separated token ids
  * (acceptance means little on random prompts of random-weight models). Load matters on a shared machine: the load
  * average is printed alongside.
@@ -93,7 +95,9 @@ static void usage(FILE *f) {
                "  --bw-mib M          MiB of the memory bandwidth array (default 1024)\n"
                "  --json              one JSON object instead of the text report\n"
                "  (--threads N: the threads of the model and of the bandwidth measure;\n"
-               "   with --spec mtp: drafted vs plain greedy, interleaved, checked identical)\n");
+               "   with --spec mtp: drafted vs plain greedy, interleaved, checked identical;\n"
+               "   on CUDA, TSC_VGRAPH=0 in the environment runs the verify, rollback and MTP passes\n"
+               "   uncaptured, TS_GRAPHS=0 every pass: the report says which)\n");
     cli_engine_help(f, BENCH_OPTS);
 }
 
@@ -128,6 +132,12 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
     collect a = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen}, b = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen};
     ts_gen_stats sum = {0};
     int rc = 0, same = 1;
+    /* graph replays of the drafted runs (the device backend's: verify,
+     * rollback and MTP passes are captured unless TSC_VGRAPH=0) */
+    const char *vg = getenv("TSC_VGRAPH");
+    const int vgraph = !(vg && !strcmp(vg, "0"));
+    long spec_replays = 0;
+    int graphs = 0;
     for (int r = 0; r <= runs && !rc; r++) {
         ts_gen_stats st;
         ts_session_reset(s);
@@ -141,10 +151,14 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         b.n = 0;
         gp.spec_draft = B ? 0 : M;
         gp.dflash_block = B;
+        long rp0 = 0, rp1 = 0;
+        ts_session_graph_stats(s, NULL, &rp0, NULL, NULL);
         rc = ts_generate(s, ids, prompt, &gp, collect_cb, &b, &st, err);
+        ts_session_graph_stats(s, &graphs, &rp1, NULL, NULL);
         tsp[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
         same &= a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n);
         if (r == 0) continue;
+        spec_replays += rp1 - rp0;
         sum.n_blocks += st.n_blocks;
         sum.draft_vocab = st.draft_vocab;
         sum.n_drafted += st.n_drafted;
@@ -166,8 +180,10 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
                 if (sum.drafted_at[j]) printf("%s%.3f", j ? ", " : "", (double)sum.accepted_at[j] / sum.drafted_at[j]);
                 else printf("%snull", j ? ", " : ""); /* never drafted there */
             }
-            printf("], \"ms_draft_per_block\": %.4f, \"ms_verify_per_block\": %.4f, \"ms_rollback_per_block\": %.4f}\n",
-                   1e3 * sum.t_draft / nb, 1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb);
+            printf("], \"ms_draft_per_block\": %.4f, \"ms_verify_per_block\": %.4f, \"ms_rollback_per_block\": %.4f,"
+                   " \"vgraph\": %s, \"graphs\": %d, \"spec_graph_replays_per_block\": %.3f}\n",
+                   1e3 * sum.t_draft / nb, 1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb, vgraph ? "true" : "false",
+                   graphs, spec_replays / nb);
         } else {
             printf("spec       %s --draft-vocab %d --draft-p-min %g: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
                    what, sum.draft_vocab, (double)pmin, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
@@ -179,6 +195,8 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
             }
             printf("\n           per block: draft %.3f ms, verify %.3f ms, rollback %.3f ms\n", 1e3 * sum.t_draft / nb,
                    1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb);
+            printf("           graphs of the speculative passes %s (TSC_VGRAPH): %d captured in all, %.2f replays per block\n",
+                   vgraph ? "on" : "off", graphs, spec_replays / nb);
         }
         if (!same) {
             snprintf(err->msg, sizeof err->msg, "speculative output differs from plain greedy output");
