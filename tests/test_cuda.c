@@ -14,7 +14,10 @@
  *    (the GPU sums in other orders, with FMAs), never bf16 ones;
  *  - the verify rule: an n-row call equals n one-row calls bit for bit
  *    (memcmp), and a product's rows do not depend on the other weights
- *    sharing its launch.
+ *    sharing its launch;
+ *  - one op through the contract (src/backend.h), the CUDA backend against
+ *    the CPU backend: DFlash's block-masked attention (backend.cu's
+ *    attn_block), which has no tsc.h entry point of its own.
  */
 #include <math.h>
 #include <time.h>
