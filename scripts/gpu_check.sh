@@ -5,7 +5,8 @@
 #   scripts/gpu_check.sh [BUILD_DIR]          (default build-cuda; `make CUDA=1 BUILD=build-cuda`)
 #   OUT=dir  SANITIZE=0 (skip compute-sanitizer)  QUICK=1 (short benchmark)
 #   KERNELS=0 (skip the kernels' tests and cuda_bench)  ENGINE=0 (skip the engine's: group cuda_engine,
-#   the CLI on --backend cuda, bench --backend cuda --json on the default model and the synth shapes)
+#   the CLI on --backend cuda (plain, --spec mtp and --spec dflash drafted = plain), bench --backend cuda
+#   --json on the default model (plain, --spec mtp, --spec dflash) and the synth shapes)
 #   SHAPES="qwen3.5-0.8B qwen3.5-9B" (the shapes/*.json benchmarked, INT4 g64 from `turbospark synth`;
 #   a path to a shape file works too)  SYN=dir (where the installs go)  SYN_KEEP=0 (delete each after use)
 #   BENCH_KERNELS=0 (skip cuda_bench: the Q4T tables and the dp4a ones, cuda_bench --mlx --digits 1|3)
@@ -58,7 +59,7 @@ T="$OUT/gpu_check.md"
   res=$(tail -1 "$OUT/tests.log"); sk=$(grep -c '^\[ SKIP \]' "$OUT/tests.log")
   echo "| tests (group cuda) | $res, $sk skipped (rc $rc) |"
   [ "$rc" = 0 ] && [ "$sk" = 0 ] || status=1
-  grep -E '^  (int|bf16|f16|f32|gdn|attn)' "$OUT/tests.log" | sed 's/^ */| parity | /; s/$/ |/'
+  grep -E '^  (int|bf16|f16|f32|gdn|attn|block mask)' "$OUT/tests.log" | sed 's/^ */| parity | /; s/$/ |/'
   if [ "${SANITIZE_KERNELS:-$SANITIZE}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test cuda >"$OUT/memcheck.log" 2>&1
     echo "| compute-sanitizer memcheck (all cuda tests) | rc $? : $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) |"
@@ -66,7 +67,7 @@ T="$OUT/gpu_check.md"
     compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test cuda.gdn_step_parity_and_row_exact \
       cuda.attn_short_parity_and_row_exact cuda.moe_route_exact cuda.argmax_exact cuda.norm_silu_parity \
       cuda.linear_parity_and_row_exact cuda.fused_products_q4t cuda.moe_linear_parity_and_row_exact \
-      cuda.fused_products_dp4a cuda.topn_matches_cpu_op >"$OUT/racecheck.log" 2>&1
+      cuda.fused_products_dp4a cuda.topn_matches_cpu_op cuda.block_mask_attention_vs_cpu_backend >"$OUT/racecheck.log" 2>&1
     echo "| compute-sanitizer racecheck (gdn, attn, moe, argmax, norm, products) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1) |"
     grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/racecheck.log" || status=1
   fi
@@ -105,7 +106,7 @@ T="$OUT/gpu_check.md"
   echo "| engine tests (group cuda_engine) | $res, $sk skipped (rc $rc) |"
   [ "$rc" = 0 ] && [ "$sk" = 0 ] || status=1
   grep -E '^  (tiny|alt|default)' "$OUT/engine_tests.log" | sed 's/^ */| engine parity (model bits rows max-err max-logit top1) | /; s/$/ |/'
-  grep -E '^  (sampled|default model|models/|/tmp|--device|no device|[0-9]+ installs)' "$OUT/engine_tests.log" | sed 's/^ */| engine | /; s/$/ |/'
+  grep -E '^  (sampled|default model|models/|/tmp|--device|no device|[0-9]+ installs|--spec dflash)' "$OUT/engine_tests.log" | sed 's/^ */| engine | /; s/$/ |/'
   # ---- the commands on --backend cuda ----
   L="$OUT/engine_cli.log"; : >"$L"
   cli() { # name, then the command
@@ -127,6 +128,15 @@ T="$OUT/gpu_check.md"
   cat "$OUT/spec_run.log" >>"$L"
   if [ -n "$plain" ] && [ "$plain" = "$drafted" ]; then echo "| cli: --spec mtp --draft 3 on cuda, 64 tokens | identical to plain: $(grep -o 'mean accepted length [0-9.]*' "$OUT/spec_run.log") |"
   else echo "| cli: --spec mtp --draft 3 on cuda | FAILED or differs from plain greedy (spec_run.log) |"; status=1; fi
+  # DFlash drafting on the GPU (the bundled drafter): drafted greedy output equals plain greedy
+  if [ -f models/default/dflash/config.json ]; then
+    for blk in 4 16; do
+      drafted=$("$TS" run --backend cuda --spec dflash --block $blk -m models/default -p "The river" -n 64 --print-ids 2>"$OUT/dflash_run_b$blk.log")
+      cat "$OUT/dflash_run_b$blk.log" >>"$L"
+      if [ -n "$plain" ] && [ "$plain" = "$drafted" ]; then echo "| cli: --spec dflash --block $blk on cuda, 64 tokens | identical to plain: $(grep -o 'mean accepted length [0-9.]*' "$OUT/dflash_run_b$blk.log") |"
+      else echo "| cli: --spec dflash --block $blk on cuda | FAILED or differs from plain greedy (dflash_run_b$blk.log) |"; status=1; fi
+    done
+  else echo "| cli: --spec dflash on cuda | FAILED: models/default/dflash missing |"; status=1; fi
   # sampling: the device's candidates against the row read back (TS_SAMPLE_TOPN=0): the same ids
   sa=$("$TS" run --backend cuda -m models/default -p "Once upon a time" -n 64 --temp 0.7 --top-k 40 --seed 3 --print-ids 2>"$OUT/samp1.log")
   sb=$(TS_SAMPLE_TOPN=0 "$TS" run --backend cuda -m models/default -p "Once upon a time" -n 64 --temp 0.7 --top-k 40 --seed 3 --print-ids 2>"$OUT/samp0.log")
@@ -175,6 +185,11 @@ PY
     TSC_VGRAPH=$VG "$TS" bench --backend cuda -m models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft 2 --json >"$OUT/bench_spec_vg$VG.json" 2>>"$OUT/engine_bench.log" || { echo "| bench --spec mtp --draft 2, TSC_VGRAPH=$VG | FAILED |"; status=1; continue; }
     python3 -c "import json,sys;j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]);print('| bench default --spec mtp --draft 2, TSC_VGRAPH=%s | identical %s, spec %.1f tok/s against plain %.1f, %d graphs, %.2f replays per block |'%(sys.argv[2],j['identical'],j['spec_tok_s'],j['plain_tok_s'],j['graphs'],j['spec_graph_replays_per_block']))" "$OUT/bench_spec_vg$VG.json" $VG 2>/dev/null
     grep -q '"identical": true' "$OUT/bench_spec_vg$VG.json" || status=1
+  done
+  for blk in 4 8 16; do
+    "$TS" bench --backend cuda -m models/default --prompt 512 --gen 256 --runs 2 --spec dflash --block $blk --json >"$OUT/bench_dflash_b$blk.json" 2>>"$OUT/engine_bench.log" || { echo "| bench --spec dflash --block $blk | FAILED |"; status=1; continue; }
+    python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench default --spec dflash --block %s | identical %s, mean accepted %.2f, spec %.1f tok/s against plain %.1f |'%(sys.argv[2],j['identical'],j['mean_accepted_length'],j['spec_tok_s'],j['plain_tok_s']))" "$OUT/bench_dflash_b$blk.json" $blk 2>/dev/null
+    grep -q '"identical": true' "$OUT/bench_dflash_b$blk.json" || status=1
   done
   for sh in $SHAPES; do # a name under shapes/, or a path to a shape file
     f="shapes/$sh.json"; [ -f "$sh" ] && f=$sh && sh=$(basename "$sh" .json)

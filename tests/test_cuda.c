@@ -14,7 +14,10 @@
  *    (the GPU sums in other orders, with FMAs), never bf16 ones;
  *  - the verify rule: an n-row call equals n one-row calls bit for bit
  *    (memcmp), and a product's rows do not depend on the other weights
- *    sharing its launch.
+ *    sharing its launch;
+ *  - one op through the contract (src/backend.h), the CUDA backend against
+ *    the CPU backend: DFlash's block-masked attention (backend.cu's
+ *    attn_block), which has no tsc.h entry point of its own.
  */
 #include <math.h>
 #include <time.h>
@@ -646,7 +649,7 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
     tsc_write(c, dpos, &pos0, sizeof(int32_t));
     tsc_attn_args A = {n, devpos ? 0 : pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws,
-                       devpos ? dpos : NULL, split, 0};
+                       devpos ? dpos : NULL, split, 0, 0, 0};
     tsc_attn_decode(c, &A);
     for (int i = 0; i < n; i++) {
         tsc_attn_args B = A;
@@ -702,6 +705,133 @@ TS_TEST(cuda, attn_device_pos_big_pieces) {
     attn_case_on(8, 2, 37, 3, 64, 64, 1);
 }
 TS_TEST(cuda, attn_long_split_parity_and_row_exact) { attn_case(16, 4, 1000, 4, 1100); }
+
+/* ---- the block mask through the contract (DFlash's draft layers) ----
+ * The attention op of backend.h with TS_MASK_BLOCK on the CUDA backend
+ * (backend.cu's attn_block over attn.cu's kernels) against the same op of the
+ * CPU backend (cpu/attn.c's attn_block_mask, the reference), both reached
+ * only through their op tables, on the same fresh inputs: context rows that
+ * only append their keys and values, block rows whose queries see the cached
+ * context and the whole block (no causal mask inside it), ungated (the
+ * drafter's Qwen3 layers) and gated. Tolerances: the cached keys and the
+ * normed, rotated queries within 1e-5 of the CPU's (inputs of |x| <= 2,
+ * norm weights around 1: RMSNorm in double on both, the RoPE angles in f32 on
+ * the CPU and in double rounded once on the GPU; a few ulp); the values
+ * appended bit for bit; the output, a convex combination of value rows with
+ * |v| <= 1, within 2e-5 absolute (f32 softmax and sums in other orders: the
+ * GPU's pieces against the CPU's one pass, ~1e-6 seen in the kernels' own
+ * test). A wrong mask is far outside that: dropping the block's later rows,
+ * or a causal mask inside the block, moves an output by ~1/T of the block's
+ * weight, >= 1e-3 here. The cache rows before the context and after the
+ * block stay as they were. */
+typedef struct blk_case {
+    int nq, nkv, D, rot, pos, n_kv, n, ctx, no_gate;
+} blk_case;
+
+static float *be_put(ts_backend *be, ts_stream *s, const float *h, size_t n) {
+    float *d = be->ops->alloc(be, sizeof(float) * (n ? n : 1), TS_MEM_SCRATCH);
+    if (d && n && h) be->ops->write(s, tv_f32(d, 1, (int64_t)n), h); /* h NULL: zeroed (alloc's) */
+    return d;
+}
+
+/* Runs the case on one backend: copies of the host inputs in, the op, the
+ * queries, caches and output back (caller frees). 0 or the stream's error. */
+static int blk_run(ts_backend *be, ts_stream *s, const blk_case *c, const float *q, const float *k, const float *v,
+                   const float *qn, const float *kn, const float *kc, const float *vc, float *q_out, float *kc_out,
+                   float *vc_out, float *out, char *msg, size_t cap) {
+    const int qw = c->no_gate ? c->D : 2 * c->D, kvd = c->nkv * c->D, nb = c->n - c->n_kv;
+    const size_t nqv = (size_t)(nb > 0 ? nb : 1) * c->nq * qw, nkvv = (size_t)c->n * kvd, ncv = (size_t)c->ctx * kvd;
+    float *dq = be_put(be, s, q, nqv), *dk = be_put(be, s, k, nkvv), *dv = be_put(be, s, v, nkvv);
+    float *dqn = be_put(be, s, qn, (size_t)c->D), *dkn = be_put(be, s, kn, (size_t)c->D);
+    float *dkc = be_put(be, s, kc, ncv), *dvc = be_put(be, s, vc, ncv);
+    float *datt = be_put(be, s, NULL, (size_t)c->nq * c->ctx), *dout = be_put(be, s, NULL, (size_t)(nb > 0 ? nb : 1) * c->nq * c->D);
+    int rc = TS_E_NOMEM;
+    if (dq && dk && dv && dqn && dkn && dkc && dvc && datt && dout) {
+        s->step.pos = c->pos; /* the op takes the position from the step record */
+        ts_attn_args a = {dq, dk, dv, dqn, dkn, dkc, dvc, datt, c->ctx, 1, dout, c->n, c->nq, c->nkv, c->D, c->rot, 0,
+                          1e6, 1e-6f, TS_MASK_BLOCK, c->n_kv, c->no_gate, c->ctx};
+        be->ops->attn(s, TS_MODE_EXACT, &a);
+        be->ops->read(s, q_out, tv_f32(dq, 1, (int64_t)nqv));
+        be->ops->read(s, kc_out, tv_f32(dkc, 1, (int64_t)ncv));
+        be->ops->read(s, vc_out, tv_f32(dvc, 1, (int64_t)ncv));
+        if (nb > 0) be->ops->read(s, out, tv_f32(dout, 1, (int64_t)nb * c->nq * c->D));
+        ts_error e = {0};
+        rc = ts_be_sync(s, &e);
+        if (rc) snprintf(msg, cap, "%.250s", e.msg);
+    }
+    float *all[] = {dq, dk, dv, dqn, dkn, dkc, dvc, datt, dout};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->ops->free(be, all[i]);
+    return rc;
+}
+
+static void blk_check(ts_backend *gb, ts_stream *gs, ts_backend *cb, ts_stream *cs, const blk_case *c) {
+    const int qw = c->no_gate ? c->D : 2 * c->D, kvd = c->nkv * c->D, nb = c->n - c->n_kv;
+    const size_t nqv = (size_t)(nb > 0 ? nb : 1) * c->nq * qw, nkvv = (size_t)c->n * kvd, ncv = (size_t)c->ctx * kvd;
+    const size_t nov = (size_t)(nb > 0 ? nb : 1) * c->nq * c->D;
+    float *q = malloc(sizeof(float) * nqv), *k = malloc(sizeof(float) * nkvv), *v = malloc(sizeof(float) * nkvv);
+    float *kc = calloc(ncv, sizeof(float)), *vc = calloc(ncv, sizeof(float)), qn[256], kn[256];
+    frand(q, nqv, 2.0f), frand(k, nkvv, 2.0f), frand(v, nkvv, 1.0f);
+    frand(kc, (size_t)c->pos * kvd, 1.0f), frand(vc, (size_t)c->pos * kvd, 1.0f); /* the context cached before */
+    for (int d = 0; d < c->D; d++) qn[d] = 1.0f + 0.2f * fr(), kn[d] = 1.0f + 0.2f * fr();
+    float *r[2][4];
+    for (int b = 0; b < 2; b++) {
+        r[b][0] = malloc(sizeof(float) * nqv), r[b][1] = malloc(sizeof(float) * ncv);
+        r[b][2] = malloc(sizeof(float) * ncv), r[b][3] = calloc(nov, sizeof(float));
+    }
+    char msg[300] = "";
+    const int rg = blk_run(gb, gs, c, q, k, v, qn, kn, kc, vc, r[0][0], r[0][1], r[0][2], r[0][3], msg, sizeof msg);
+    CHECK_MSG(rg == 0, "CUDA block-mask attention: %s", msg);
+    const int rcpu = blk_run(cb, cs, c, q, k, v, qn, kn, kc, vc, r[1][0], r[1][1], r[1][2], r[1][3], msg, sizeof msg);
+    CHECK_MSG(rcpu == 0, "CPU block-mask attention: %s", msg);
+    if (!rg && !rcpu) {
+        const size_t p0 = (size_t)c->pos * kvd;
+        const float dq_ = nb > 0 ? ts_test_max_abs(r[0][0], r[1][0], nqv) : 0;
+        const float dk_ = ts_test_max_abs(r[0][1] + p0, r[1][1] + p0, nkvv);
+        const float do_ = nb > 0 ? ts_test_max_abs(r[0][3], r[1][3], nov) : 0;
+        fprintf(stderr, "  block mask nq %d nkv %d D %d %s: pos %d, %d context + %d block rows, cache %d: |q| %.2g |k| %.2g "
+                "|out| %.2g\n", c->nq, c->nkv, c->D, c->no_gate ? "ungated" : "gated", c->pos, c->n_kv, nb, c->ctx, dq_,
+                dk_, do_);
+        CHECK_MSG(dq_ <= 1e-5f && dk_ <= 1e-5f, "queries / cached keys off by %.3g / %.3g", dq_, dk_);
+        CHECK_MSG(do_ <= 2e-5f, "block attention output off by %.3g", do_);
+        CHECK_MSG(!memcmp(r[0][2] + p0, v, sizeof(float) * nkvv), "values not appended as given");
+        CHECK_MSG(!memcmp(r[0][1], kc, sizeof(float) * p0) && !memcmp(r[0][2], vc, sizeof(float) * p0),
+                  "cache rows before the op's changed");
+        const size_t end = (size_t)(c->pos + c->n) * kvd;
+        CHECK_MSG(!memcmp(r[0][1] + end, kc + end, sizeof(float) * (ncv - end)), "cache rows past the block written");
+    }
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 4; j++) free(r[b][j]);
+    free(q), free(k), free(v), free(kc), free(vc);
+}
+
+TS_TEST(cuda, block_mask_attention_vs_cpu_backend) {
+    seed_once();
+    ts_backend_params bp = {0};
+    bp.device = dev_index();
+    ts_backend *gb = NULL, *cb = NULL;
+    ts_stream *gs = NULL, *cs = NULL;
+    ts_error err = {0};
+    if (ts_cuda_backend_new(&bp, &gb, &err)) SKIP("no CUDA: %s", err.msg);
+    CHECK_MSG(!ts_cpu_backend_new(NULL, &cb, &err), "%s", err.msg);
+    CHECK(gb->ops->stream_new(gb, 16, 1024, 0, &gs) == 0 && cb->ops->stream_new(cb, 16, 1024, 0, &cs) == 0);
+    /* the bundled drafter's heads (4/2 of 128, full RoPE), the fixtures'
+     * random drafter's (4/2 of 32), a wide GQA shape (32/8 of 128, half
+     * RoPE); blocks of 2..16 rows at the start, after a short and after a
+     * long context (a cache of 1100 rows splits into many pieces; 64 rows
+     * uses the stream's small area); context passes of 1 and 37 rows (more
+     * than a block of the row ops); a mixed pass; gated */
+    static const blk_case cases[] = {
+        {4, 2, 128, 128, 0, 0, 2, 64, 1},     {4, 2, 128, 128, 5, 0, 4, 64, 1},    {4, 2, 128, 128, 40, 0, 16, 64, 1},
+        {4, 2, 128, 128, 300, 0, 8, 1100, 1}, {4, 2, 128, 128, 1000, 0, 16, 1100, 1}, {4, 2, 32, 32, 17, 0, 16, 1100, 1},
+        {4, 2, 32, 32, 700, 0, 2, 1100, 1},   {32, 8, 128, 64, 513, 0, 16, 1100, 1}, {4, 2, 128, 128, 100, 37, 37, 1100, 1},
+        {4, 2, 128, 128, 63, 1, 1, 64, 1},    {4, 2, 128, 128, 200, 3, 11, 1100, 1}, {8, 2, 256, 64, 77, 0, 8, 300, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) blk_check(gb, gs, cb, cs, &cases[i]);
+    gb->ops->stream_free(gs);
+    cb->ops->stream_free(cs);
+    ts_backend_free(gb);
+    ts_backend_free(cb);
+}
 
 /* ---- MoE routing, argmax ---- */
 

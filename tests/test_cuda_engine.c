@@ -16,9 +16,10 @@
  * - the plan: `plan --backend cuda` (ts_mem_plan_dir_ex with backend "cuda") equals the device
  *   bytes the engine and a session allocate, by category, to the byte; the
  *   counted allocator returns to zero after close;
- * - errors: a bad device index names the devices there are; DFlash is
- *   refused on CUDA, MTP drafting sessions open, `auto` keeps the GPU for
- *   --spec mtp;
+ * - errors: a bad device index names the devices there are; MTP and DFlash
+ *   drafting sessions open, a DFlash drafter whose heads the kernels do not
+ *   take is refused naming it, `auto` keeps the GPU for --spec mtp and
+ *   --spec dflash;
  * - speculative decoding (MTP drafts, verify, lazy rollback), CUDA against
  *   CUDA, bit for bit: drafted greedy = plain greedy for M = 1..8 on every
  *   fixture the backend takes, a tiny MoE at INT4, a synthetic shape with
@@ -26,6 +27,13 @@
  *   context limit mid-block; after a verify and a rollback (eager or lazy,
  *   chains of blocks) the device state equals one-row steps; sampled
  *   drafting repeats with its seed;
+ * - DFlash drafting (block-masked attention, the target's taps on the
+ *   device): drafted greedy = plain greedy for B = 2, 4, 8, 16 on the tiny
+ *   fixtures with a random drafter (oracle drafts too: every rollback length)
+ *   and on the default model with its trained drafter (520 tokens); the
+ *   drafter's block logits against the CPU's; CUDA's drafted ids against the
+ *   CPU's; sampled drafting repeats; the plan with the drafter equals the
+ *   device allocations;
  * - the speculative passes as graphs (verify, after a lazy rollback, the MTP
  *   head): drafted output identical with every pass captured, with
  *   TSC_VGRAPH=0 and with TS_GRAPHS=0, M = 1..8, at the context limit
@@ -37,6 +45,7 @@
 
 #include "engine/engine.h"
 #include "gen/spec.h"
+#include "dflash_fx.h"
 #include "ts_test.h"
 #include "gen_oracle.h"
 
@@ -443,19 +452,28 @@ TS_TEST(cuda_engine, perplexity_default_model_within_half_a_percent) {
     ts_engine_close(ec);
 }
 
-static void plan_case(const char *dir, int spec_ctx) {
+/* B > 0: a DFlash session of blocks of B rows, the engine with the drafter
+ * ddir (NULL: dir/dflash) */
+static void plan_case_df(const char *dir, int spec_ctx, int B, const char *ddir) {
     ts_session_params sp;
     ts_session_params_default(&sp);
     sp.n_ctx = spec_ctx;
+    sp.dflash_block = B;
     ts_mem_plan *pl = malloc(sizeof *pl);
     ts_error err = {0};
-    CHECK_MSG(!plan_cuda(dir, &sp, pl, &err), "plan: %s", err.msg);
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = "cuda";
+    ep.act_bits = 24;
+    ep.dflash = B > 0;
+    ep.drafter_dir = ddir;
+    CHECK_MSG(!ts_mem_plan_dir_ex(dir, &ep, &sp, pl, &err), "plan: %s", err.msg);
     size_t before[TS_MEM_N];
     for (int k = 0; k < TS_MEM_N; k++) before[k] = ts_mem_used_in(TS_DOM_DEVICE, (ts_mem_cat)k);
     const size_t d0 = dev_used();
     ts_engine *e = NULL;
     ts_session *s = NULL;
-    CHECK_MSG(!open_on(dir, "cuda", &e, &err), "%s", err.msg);
+    CHECK_MSG(!ts_engine_open(dir, &ep, &e, &err), "%s", err.msg);
     CHECK_MSG(!ts_session_new(e, &sp, &s, &err), "%s", err.msg);
     int bad = 0;
     for (int k = 0; k < TS_MEM_N; k++) {
@@ -468,8 +486,9 @@ static void plan_case(const char *dir, int spec_ctx) {
     }
     size_t ours = 0, fr = 0, tot = 0;
     ts_engine_device_mem(e, &ours, &fr, &tot);
-    fprintf(stderr, "  %s: plan --backend cuda %llu device bytes == allocated %zu; driver and others hold %.1f MB\n", dir,
-            (unsigned long long)pl->dom_bytes[TS_DOM_DEVICE], dev_used() - d0, tot > fr + ours ? (tot - fr - ours) / 1e6 : 0.0);
+    fprintf(stderr, "  %s%s: plan --backend cuda %llu device bytes == allocated %zu; driver and others hold %.1f MB\n", dir,
+            B ? " --spec dflash" : "", (unsigned long long)pl->dom_bytes[TS_DOM_DEVICE], dev_used() - d0,
+            tot > fr + ours ? (tot - fr - ours) / 1e6 : 0.0);
     /* a decode step allocates nothing on the device (the staging of host reads is pinned host memory) */
     int32_t id = 1;
     CHECK_MSG(!ts_session_feed(s, &id, 1, NULL, NULL, &err), "%s", err.msg);
@@ -481,6 +500,7 @@ static void plan_case(const char *dir, int spec_ctx) {
     CHECK_MSG(dev_used() == d0, "device bytes after close: %zu, before open: %zu", dev_used(), d0);
     CHECK_MSG(ts_mem_used_in(TS_DOM_PINNED, TS_MEM_SCRATCH) == 0, "pinned staging left after close");
 }
+static void plan_case(const char *dir, int spec_ctx) { plan_case_df(dir, spec_ctx, 0, NULL); }
 
 TS_TEST(cuda_engine, plan_equals_device_allocations_and_close_returns_all) {
     NEED_GPU();
@@ -488,6 +508,14 @@ TS_TEST(cuda_engine, plan_equals_device_allocations_and_close_returns_all) {
     char dir[512];
     if (make_install("tiny-moe", 4, dir, sizeof dir)) return;
     plan_case(dir, 200);
+    /* with the DFlash drafter: its weights and buffers on the device too */
+    struct stat sb;
+    if (!stat("models/default/dflash/config.json", &sb)) plan_case_df("models/default", 1024, 16, NULL);
+    char dd[512];
+    const char *d = ts_test_dflash_drafter("tiny-dense", "df-cuda-plan");
+    CHECK(d);
+    snprintf(dd, sizeof dd, "%s", d);
+    plan_case_df("tests/fixtures/tiny-dense", 300, 8, dd);
 }
 
 TS_TEST(cuda_engine, errors_are_clear) {
@@ -506,7 +534,7 @@ TS_TEST(cuda_engine, errors_are_clear) {
     ep.device = 0;
     rc = ts_engine_open("models/default", &ep, &e, &err);
     CHECK_MSG(rc == TS_E_ARG && strstr(err.msg, "auto, cpu or cuda"), "got: %s", err.msg);
-    /* MTP drafting sessions open on CUDA; DFlash is refused with the issue named */
+    /* MTP and DFlash drafting sessions open on CUDA */
     ep.backend = "cuda";
     CHECK_MSG(!ts_engine_open("models/default", &ep, &e, &err), "%s", err.msg);
     ts_session_params sp;
@@ -517,14 +545,35 @@ TS_TEST(cuda_engine, errors_are_clear) {
     ts_session_free(s);
     ts_engine_close(e);
     CHECK_MSG(rc == 0, "an MTP drafting session on CUDA: %s", err.msg);
+    struct stat sb;
+    const int have_df = !stat("models/default/dflash/config.json", &sb);
+    if (have_df) {
+        ep.dflash = 1;
+        CHECK_MSG(!ts_engine_open("models/default", &ep, &e, &err), "a DFlash engine on CUDA: %s", err.msg);
+        sp.spec_draft = 0;
+        sp.dflash_block = 8;
+        rc = ts_session_new(e, &sp, &s, &err);
+        ts_session_free(s);
+        ts_engine_close(e);
+        CHECK_MSG(rc == 0, "a DFlash drafting session on CUDA: %s", err.msg);
+        ep.dflash = 0;
+    }
+    /* a drafter whose attention the kernels do not take: refused before
+     * any upload, the drafter and the shape named */
+    const char *dd = ts_test_dflash_drafter("tiny-dense", "df-cuda-d40");
+    CHECK(dd);
+    char out[4096];
+    CHECK(ts_test_sh(out, sizeof out, "sed -i 's/\"head_dim\": 32/\"head_dim\": 40/' %s/config.json", dd) == 0);
     ep.dflash = 1;
-    rc = ts_engine_open("models/default", &ep, &e, &err);
-    CHECK_MSG(rc == TS_E_UNSUPPORTED && strstr(err.msg, "DFlash") && strstr(err.msg, "issue 17"), "DFlash on CUDA: %s",
-              err.msg);
+    ep.drafter_dir = dd;
+    rc = ts_engine_open("tests/fixtures/tiny-dense", &ep, &e, &err);
+    fprintf(stderr, "  a drafter of head dim 40 on CUDA: %s\n", err.msg);
+    CHECK_MSG(rc == TS_E_UNSUPPORTED && strstr(err.msg, "DFlash drafter") && strstr(err.msg, "head dim 40"),
+              "drafter head dim 40 on CUDA: %s", err.msg);
     ep.dflash = 0;
+    ep.drafter_dir = NULL;
     CHECK_MSG(dev_used() == d0, "device bytes not returned after the failures");
     /* no device at all: the CLI in a process that sees none */
-    char out[4096];
     rc = ts_test_sh(out, sizeof out, "CUDA_VISIBLE_DEVICES= %s run -m models/default --backend cuda -p hi -n 2 2>&1",
                     ts_test_bin());
     fprintf(stderr, "  no device, --backend cuda: %s", out);
@@ -540,6 +589,16 @@ TS_TEST(cuda_engine, errors_are_clear) {
                     ts_test_bin());
     fprintf(stderr, "  auto --spec mtp with a device: %s", out);
     CHECK_MSG(rc == 0 && strstr(out, "cuda:0") && strstr(out, "mean accepted length"), "auto --spec mtp: %s", out);
+    /* and for DFlash drafting, which runs there too now */
+    if (have_df) {
+        rc = ts_test_sh(out, sizeof out, "CUDA_VISIBLE_DEVICES= %s run -m models/default --spec dflash --block 4 -p hi -n 4 2>&1",
+                        ts_test_bin());
+        CHECK_MSG(rc == 0 && strstr(out, "running on the CPU"), "auto --spec dflash without a device: %s", out);
+        rc = ts_test_sh(out, sizeof out, "%s run -m models/default --spec dflash --block 8 -p 'Once upon a time' -n 24 2>&1",
+                        ts_test_bin());
+        fprintf(stderr, "  auto --spec dflash with a device: %s", out);
+        CHECK_MSG(rc == 0 && strstr(out, "cuda:0") && strstr(out, "mean accepted length"), "auto --spec dflash: %s", out);
+    }
 }
 
 /* The shape check and the device plan need a CUDA build, not a device (a
@@ -1243,4 +1302,273 @@ TS_TEST(cuda_engine, spec_verify_graph_chain) {
         ts_engine_close(e);
     }
     CHECK_MSG(ran >= 2, "only %d models ran on the GPU", ran);
+}
+
+/* ---- DFlash drafting on the GPU (block-masked attention, taps, verify) ----
+ * As for MTP, CUDA against CUDA byte for byte: greedy output drafting DFlash
+ * blocks of B = 2, 4, 8, 16 rows equals plain greedy output, on fixtures with
+ * a randomly initialised drafter (tests/dflash_fx.h; with oracle drafts too,
+ * so that every rollback length occurs) and on the bundled model with its
+ * trained drafter. A plain session's stream is narrower than a drafting
+ * one's (the drafter's fc reads n_taps * H columns), so these also catch a
+ * target op whose rounding follows the stream's width (backend.cu:
+ * ATT_SMALL). The drafter's forward is checked against the CPU's within the
+ * parity tolerance (REL_TOL: a wrong op there would only lower acceptance,
+ * which no exactness test sees), and CUDA's drafted ids against the CPU's
+ * as determinism_same_prompt_and_seed compares plain greedy. */
+
+/* An engine on `backend` with the DFlash drafter ddir (NULL: dir/dflash);
+ * NULL and a note when the CUDA backend refuses the shape. */
+static ts_engine *df_open(const char *name, const char *dir, const char *ddir, const char *backend) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = backend;
+    ep.act_bits = 24;
+    ep.dflash = 1;
+    ep.drafter_dir = ddir;
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    if (ts_engine_open(dir, &ep, &e, &err)) {
+        if (err.code == TS_E_UNSUPPORTED) fprintf(stderr, "  %-15s refused by the CUDA backend: %s\n", name, err.msg);
+        else ts_test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+        return NULL;
+    }
+    return e;
+}
+
+/* Greedy (or sampled, temp > 0) generation drafting DFlash blocks of B rows
+ * (0: plain, in a session without the drafter's buffers) into c; oracle
+ * drafts when orc is given. 0 or the error, which fails the test. */
+static int df_generate(ts_engine *e, const int32_t *prompt, int T, int n_ctx, int n_pred, int B, oracle *orc, collect *c,
+                       ts_gen_stats *st, float temp, uint64_t seed) {
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = n_ctx;
+    sp.dflash_block = B;
+    ts_session *s = NULL;
+    ts_error err = {0};
+    if (ts_session_new(e, &sp, &s, &err)) {
+        ts_test_fail(__FILE__, __LINE__, "session (DFlash block %d): %s", B, err.msg);
+        return -1;
+    }
+    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = n_pred;
+    gp.dflash_block = B;
+    gp.temperature = temp;
+    gp.top_k = temp > 0 ? 40 : gp.top_k;
+    gp.seed = seed;
+    c->n = 0;
+    int rc = ts_generate(s, prompt, T, &gp, on_tok, c, st, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "generate (DFlash block %d): %s", B, err.msg);
+    ts_session_free(s);
+    return rc;
+}
+
+static const int DF_BLOCKS[] = {2, 4, 8, 16};
+
+/* Drafted greedy equals plain greedy on the GPU for B = 2, 4, 8, 16 on the
+ * tiny fixtures (BF16 as shipped, the MoE at INT4 too) with a random
+ * drafter: 520 tokens with oracle drafts (every acceptance length occurs,
+ * checked over all models) and with the drafter's own drafts. */
+TS_TEST(cuda_engine, dflash_greedy_exact_fixtures) {
+    NEED_GPU();
+    struct { const char *name, *fx; char dir[512]; } ms[3] = {{"tiny-dense", "tiny-dense", ""}, {"tiny-moe", "tiny-moe", ""},
+                                                            {"tiny-moe INT4", "tiny-moe", ""}};
+    snprintf(ms[0].dir, sizeof ms[0].dir, "tests/fixtures/tiny-dense");
+    snprintf(ms[1].dir, sizeof ms[1].dir, "tests/fixtures/tiny-moe");
+    if (make_install("tiny-moe", 4, ms[2].dir, sizeof ms[2].dir)) return;
+    const int N = 520;
+    int ran = 0, seen[TS_DFLASH_MAX_BLOCK] = {0};
+    for (int k = 0; k < 3; k++) {
+        char ddir[512];
+        const char *dd = ts_test_dflash_drafter(ms[k].fx, k ? "df-cuda-moe" : "df-cuda-dense");
+        CHECK(dd);
+        snprintf(ddir, sizeof ddir, "%s", dd); /* (a static buffer) */
+        ts_engine *e = df_open(ms[k].name, ms[k].dir, ddir, "cuda");
+        if (!e) continue;
+        static collect ref, got;
+        ts_gen_stats st;
+        CHECK(df_generate(e, SPROMPT, T_SPROMPT, 1024, N, 0, NULL, &ref, &st, 0, 0) == 0);
+        const int n = ref.n; /* a random model may stop at its eos */
+        CHECK_MSG(n >= 16, "%s: plain run gave %d tokens", ms[k].name, n);
+        int own = 0;
+        for (int b = 0; b < 4; b++) {
+            const int B = DF_BLOCKS[b];
+            oracle o = {ref.ids, ref.n, T_SPROMPT, 4321u + B, 0};
+            memset(&st, 0, sizeof st);
+            CHECK(df_generate(e, SPROMPT, T_SPROMPT, 1024, N, B, &o, &got, &st, 0, 0) == 0);
+            CHECK_MSG(same_ids(&got, &ref, n), "%s B=%d (oracle drafts): %d tokens differ from plain greedy's %d",
+                      ms[k].name, B, got.n, n);
+            CHECK_MSG(st.n_accepted > 0 && st.n_accepted < st.n_drafted, "%s B=%d: accepted %d of %d", ms[k].name, B,
+                      st.n_accepted, st.n_drafted);
+            /* blocks that kept exactly j + 1 drafts */
+            for (int j = 0; j < B - 1; j++) seen[j] += st.accepted_at[j] - (j + 1 < B - 1 ? st.accepted_at[j + 1] : 0);
+            memset(&st, 0, sizeof st);
+            CHECK(df_generate(e, SPROMPT, T_SPROMPT, 1024, N, B, NULL, &got, &st, 0, 0) == 0);
+            CHECK_MSG(same_ids(&got, &ref, n), "%s B=%d (the random drafter's drafts): output differs from plain greedy",
+                      ms[k].name, B);
+            CHECK(st.n_drafted > 0 && st.n_blocks > 0);
+            own += st.n_accepted;
+        }
+        fprintf(stderr, "  %-15s DFlash B = 2, 4, 8, 16 identical to plain greedy (%d tokens; oracle and random-drafter "
+                "drafts; the random drafter's accepted: %d)\n", ms[k].name, n, own);
+        ran++;
+        ts_engine_close(e);
+    }
+    for (int j = 0; j < TS_DFLASH_MAX_BLOCK - 1; j++) CHECK_MSG(seen[j] > 0, "no block kept exactly %d drafts", j + 1);
+    CHECK_MSG(ran >= 2, "only %d models ran on the GPU", ran);
+}
+
+/* The drafter's block logits after the same prompt on both backends:
+ * ts_session_feed builds its context (the target's taps, fc, the context
+ * K/V of every draft layer), then one block of 16 rows [last, mask x 15].
+ * Exact mode on both (no low-precision draft products), the CPU at f32-class
+ * activation precision. Fills *err_max, *lmax, the top-1 agreement. */
+static int df_block_logits(ts_engine *e, const int32_t *prompt, int T, float *out, ts_error *err) {
+    enum { B = 16 };
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 512;
+    sp.dflash_block = B;
+    ts_session *s = NULL;
+    int rc = ts_session_new(e, &sp, &s, err);
+    if (rc) return rc;
+    s->draft_lowp = 0;
+    const ts_dflash *df = e->dflash;
+    rc = ts_session_feed(s, prompt, T - 1, NULL, NULL, err);
+    int32_t ids[B];
+    ids[0] = prompt[T - 1];
+    for (int i = 1; i < B; i++) ids[i] = df->cfg.mask_id;
+    const int V = e->model.cfg.vocab;
+    if (!rc) rc = ts_dflash_block(df, &s->df, &e->model, s->st.s, ids, B, s->pos, s->vlogits, 0, TS_MODE_EXACT);
+    if (!rc) ts_be_read(s->st.s, out, s->vlogits, (size_t)(B - 1) * V);
+    if (!rc) rc = ts_be_sync(s->st.s, err);
+    else ts_fail(err, rc, "DFlash block: %s", s->st.s->msg);
+    ts_session_free(s);
+    return rc;
+}
+
+TS_TEST(cuda_engine, dflash_drafter_parity_with_cpu) {
+    NEED_GPU();
+    struct stat sb;
+    char ddir[512];
+    const char *dd = ts_test_dflash_drafter("tiny-dense", "df-cuda-par");
+    CHECK(dd);
+    snprintf(ddir, sizeof ddir, "%s", dd);
+    struct { const char *name, *dir, *ddir; } ms[2] = {{"tiny-dense", "tests/fixtures/tiny-dense", ddir},
+                                                      {"default", "models/default", NULL}};
+    const int nm = stat("models/default/dflash/config.json", &sb) ? 1 : 2;
+    /* ids below 2048: in every vocabulary here */
+    static const int32_t pr[] = {1279, 355, 260, 1155, 1094, 1373, 11, 344, 257, 88, 41, 9, 300, 17, 5, 64, 2};
+    const int T = (int)(sizeof pr / sizeof pr[0]);
+    for (int k = 0; k < nm; k++) {
+        ts_engine *eg = df_open(ms[k].name, ms[k].dir, ms[k].ddir, "cuda");
+        CHECK(eg);
+        ts_engine *ec = df_open(ms[k].name, ms[k].dir, ms[k].ddir, "cpu");
+        CHECK(ec);
+        const int V = eg->model.cfg.vocab, R = 15;
+        float *g = malloc(sizeof(float) * (size_t)R * V), *c = malloc(sizeof(float) * (size_t)R * V);
+        ts_error err = {0};
+        CHECK_MSG(!df_block_logits(eg, pr, T, g, &err), "%s on CUDA: %s", ms[k].name, err.msg);
+        CHECK_MSG(!df_block_logits(ec, pr, T, c, &err), "%s on the CPU: %s", ms[k].name, err.msg);
+        float lmax = 0, emax = 0;
+        for (size_t i = 0; i < (size_t)R * V; i++) lmax = fmaxf(lmax, fabsf(c[i]));
+        emax = ts_test_max_abs(g, c, (size_t)R * V);
+        const float tol = REL_TOL * fmaxf(1.0f, lmax);
+        int ok = 0, checked = 0;
+        for (int r = 0; r < R; r++) {
+            float gap;
+            const int tc = argmax(c + (size_t)r * V, V, &gap), tg = argmax(g + (size_t)r * V, V, NULL);
+            if (gap > 2 * tol) { checked++; ok += tc == tg; }
+        }
+        fprintf(stderr, "  %-10s DFlash block of 16 after %d tokens, CUDA vs CPU: max |err| %.3g (|L| max %.3g), top-1 "
+                "%d/%d\n", ms[k].name, T - 1, emax, lmax, ok, checked);
+        CHECK_MSG(emax <= tol, "%s: the drafter's logits differ by %.3g (tolerance %.3g)", ms[k].name, emax, tol);
+        CHECK_MSG(ok == checked, "%s: top-1 differs on %d of %d rows", ms[k].name, checked - ok, checked);
+        free(g);
+        free(c);
+        ts_engine_close(eg);
+        ts_engine_close(ec);
+    }
+}
+
+/* The bundled model with its trained drafter on text: drafted greedy equals
+ * plain greedy for 520 tokens at B = 2, 4, 8, 16, with drafts accepted
+ * (acceptance and speed printed, not asserted); the GPU's drafted ids equal
+ * the CPU's drafted ids over their first 16 of 48 at least (the criterion of
+ * determinism_same_prompt_and_seed for plain greedy: the two backends round
+ * differently, so a near-tie may part them later). */
+TS_TEST(cuda_engine, dflash_greedy_exact_default_model) {
+    NEED_GPU();
+    struct stat sb;
+    if (stat("models/default/dflash/config.json", &sb)) SKIP("models/default/dflash is not there (no trained drafter)");
+    ts_error err = {0};
+    ts_tokenizer *tk = NULL;
+    CHECK_MSG(!ts_tokenizer_load("models/default/tokenizer.json", &tk, &err), "%s", err.msg);
+    static const char TXT[] = "The history of the city begins with a small settlement on the river, where traders from "
+                              "the north met farmers from the valley. Over the next centuries";
+    ts_tokens tv = {0};
+    CHECK_MSG(!ts_tokenizer_encode(tk, TXT, strlen(TXT), &tv, &err), "%s", err.msg);
+    ts_tokenizer_free(tk);
+    ts_engine *e = df_open("default", "models/default", NULL, "cuda");
+    CHECK(e);
+    static collect ref, got;
+    ts_gen_stats st;
+    const int N = 520;
+    CHECK(df_generate(e, tv.ids, tv.n, 2048, N, 0, NULL, &ref, &st, 0, 0) == 0);
+    const int n = ref.n;
+    const double plain_tps = st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0;
+    fprintf(stderr, "  default model, %d prompt tokens: plain greedy %d tokens, %.0f tok/s\n", tv.n, n, plain_tps);
+    CHECK_MSG(n >= 200, "plain run gave %d tokens", n);
+    for (int b = 0; b < 4; b++) {
+        const int B = DF_BLOCKS[b];
+        memset(&st, 0, sizeof st);
+        CHECK(df_generate(e, tv.ids, tv.n, 2048, N, B, NULL, &got, &st, 0, 0) == 0);
+        const double tps = st.t_decode > 0 ? (st.n_gen - 1) / st.t_decode : 0;
+        fprintf(stderr, "  --spec dflash --block %-2d: %d tokens, %d/%d drafts accepted (%.2f tokens/verify), %.0f tok/s\n", B,
+                got.n, st.n_accepted, st.n_drafted, st.n_blocks ? (double)(st.n_accepted + st.n_blocks) / st.n_blocks : 0,
+                tps);
+        CHECK_MSG(same_ids(&got, &ref, n), "default model B=%d (DFlash drafts): output differs from plain greedy", B);
+        CHECK_MSG(st.n_accepted > 0, "default model B=%d: no draft accepted (a trained drafter)", B);
+    }
+    oracle o = {ref.ids, ref.n, tv.n, 777u, 0};
+    CHECK(df_generate(e, tv.ids, tv.n, 2048, N, 16, &o, &got, &st, 0, 0) == 0);
+    CHECK_MSG(same_ids(&got, &ref, n), "default model B=16 (oracle drafts): output differs from plain greedy");
+    /* the CPU's drafted ids */
+    static collect gpu48, cpu48;
+    CHECK(df_generate(e, tv.ids, tv.n, 512, 48, 8, NULL, &gpu48, &st, 0, 0) == 0);
+    ts_engine *ec = df_open("default", "models/default", NULL, "cpu");
+    CHECK(ec);
+    CHECK(df_generate(ec, tv.ids, tv.n, 512, 48, 8, NULL, &cpu48, &st, 0, 0) == 0);
+    int same = 0;
+    while (same < 48 && same < gpu48.n && same < cpu48.n && gpu48.ids[same] == cpu48.ids[same]) same++;
+    fprintf(stderr, "  --spec dflash --block 8, GPU vs CPU: first %d of 48 tokens equal\n", same);
+    CHECK(gpu48.n == 48 && cpu48.n == 48);
+    CHECK_MSG(same >= 16, "DFlash-drafted greedy ids of the GPU and the CPU part after %d tokens", same);
+    ts_engine_close(ec);
+    ts_tokens_free(&tv);
+    ts_engine_close(e);
+}
+
+/* Speculative sampling with DFlash drafts on the GPU (the drafts drawn from
+ * rows read through the staging): the same seed twice gives the same
+ * tokens, with drafts made. (The distribution test is the CPU's
+ * dflash.sampling_matches_target.) */
+TS_TEST(cuda_engine, dflash_sampling_repeats) {
+    NEED_GPU();
+    struct stat sb;
+    if (stat("models/default/dflash/config.json", &sb)) SKIP("models/default/dflash is not there (no trained drafter)");
+    ts_engine *e = df_open("default", "models/default", NULL, "cuda");
+    CHECK(e);
+    static collect c1, c2;
+    ts_gen_stats s1, s2;
+    CHECK(df_generate(e, SPROMPT, T_SPROMPT, 512, 64, 4, NULL, &c1, &s1, 0.8f, 99) == 0);
+    CHECK(df_generate(e, SPROMPT, T_SPROMPT, 512, 64, 4, NULL, &c2, &s2, 0.8f, 99) == 0);
+    fprintf(stderr, "  sampled with --spec dflash --block 4 twice: %d and %d tokens, %d/%d drafts accepted\n", c1.n, c2.n,
+            s1.n_accepted, s1.n_drafted);
+    CHECK(c1.n == 64 && c2.n == 64 && !memcmp(c1.ids, c2.ids, sizeof(int32_t) * 64));
+    CHECK(s1.n_blocks > 0 && s1.n_drafted > 0);
+    ts_engine_close(e);
 }

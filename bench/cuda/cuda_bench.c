@@ -267,7 +267,7 @@ static size_t STEP_BYTES;
 static void mixer(layer *y, int n) {
     if (y->full) {
         tsc_attn_args a = {n, POS, S->NQ, S->NKV, S->HD, 64, 1e7f, 1e-6f, QG, KB, VB, y->q_norm, y->k_norm,
-                           y->Kc, y->Vc, MAXT, AO, AWS, NULL, 0, 0};
+                           y->Kc, y->Vc, MAXT, AO, AWS, NULL, 0, 0, 0, 0};
         tsc_attn_decode(C, &a);
     } else {
         tsc_gdn_args g = {n, S->HK, S->HV, S->DK, S->DK, 4, QKV, Z, BB, AA, y->conv_state, y->conv_w, y->S,

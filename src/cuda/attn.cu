@@ -6,8 +6,11 @@
  * the scores of the KV head's nq/nkv query heads, their piece-local softmax
  * max and sum, the piece's weighted V sum), combine (per row and query head:
  * the pieces in order, rescaled to the common max, divided by the total, times
- * sigmoid(gate)). Does not own: q/k/v/o projections (linear.cu), the cache's
- * allocation.
+ * sigmoid(gate)). The same kernels serve DFlash's draft layers (backend.cu's
+ * block mask): ungated queries (no_gate) and rows that only append their
+ * keys (no_q); a block row attends like the causal row at the block's end.
+ * Does not own: q/k/v/o projections (linear.cu), the cache's allocation, the
+ * choice of rows and lengths of a mask (backend.cu).
  *
  * Why this shape: at decode a row reads the whole cache once; one block per
  * KV head would pull it through nkv SMs (4 for the 9B), so the sequence is
@@ -35,6 +38,8 @@ constexpr int SPL = TSC_ATTN_SPLIT, GMAX = 16, DMAX = 256;
 /* The position of row 0: a.pos, plus the device step record's position when
  * a.pos_dev is set (a captured graph replays with the record's value). */
 __device__ __forceinline__ int row_pos(const tsc_attn_args &a) { return a.pos + (a.pos_dev ? *a.pos_dev : 0); }
+/* floats from one query head to the next: [q | gate] pairs, or queries alone */
+__device__ __forceinline__ int q_width(const tsc_attn_args &a) { return a.no_gate ? a.D : 2 * a.D; }
 /* keys per piece: a.split (a multiple of SPL), else SPL */
 __device__ __forceinline__ int piece_of(const tsc_attn_args &a) { return a.split ? a.split : SPL; }
 
@@ -45,9 +50,10 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
     const int i = blockIdx.y, hd = blockIdx.x, d = threadIdx.x, D = a.D, kvdim = a.nkv * a.D;
     const int pos = row_pos(a);
     if (pos + i >= a.max_T) return; /* a device position past the cache: nothing written */
-    const bool isq = hd < a.nq;
-    const int kh = hd - a.nq;
-    float *x = isq ? a.qg + ((int64_t)i * a.nq + hd) * 2 * D : a.k + (int64_t)i * kvdim + (int64_t)kh * D;
+    const int nqh = a.no_q ? 0 : a.nq; /* query heads of the row (blocks [0, nqh)), then its key heads */
+    const bool isq = hd < nqh;
+    const int kh = hd - nqh;
+    float *x = isq ? a.qg + ((int64_t)i * a.nq + hd) * q_width(a) : a.k + (int64_t)i * kvdim + (int64_t)kh * D;
     const float *w = isq ? a.q_norm : a.k_norm;
     const float v = x[d];
     const double ss = block_sum_d((double)v * v, red);
@@ -90,7 +96,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
     for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
         const int hh = e / D, d = e % D;
-        qs[hh][d] = a.qg[((int64_t)i * a.nq + kh * G + hh) * 2 * D + d];
+        qs[hh][d] = a.qg[((int64_t)i * a.nq + kh * G + hh) * q_width(a) + d];
     }
     /* The piece in sub-chunks of SPL keys (one when split == SPL: then the
      * arithmetic is exactly the one-chunk form): scores, the chunk's max and
@@ -206,8 +212,9 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     if (t == 0) Ls = L;
     __syncthreads();
     if (t < D) {
-        const float gate = a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
-        a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t] = __fmul_rn(__fdiv_rn(o, Ls), sigmoid_f(gate));
+        const float y = __fdiv_rn(o, Ls);
+        const float gate = a.no_gate ? 0.f : a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
+        a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t] = a.no_gate ? y : __fmul_rn(y, sigmoid_f(gate));
     }
 }
 
@@ -226,9 +233,9 @@ extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
 extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     TSC_GUARD(c);
     if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || (!a->pos_dev && a->pos + a->n > a->max_T) ||
-        a->split < 0 || a->split % SPL) {
-        tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows (split %d)", a->n,
-                  a->pos, a->max_T, a->split);
+        a->split < 0 || a->split % SPL || (a->no_q && a->phase != 1)) {
+        tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows (split %d%s)", a->n,
+                  a->pos, a->max_T, a->split, a->no_q && a->phase != 1 ? "; rows without queries attend to nothing" : "");
         return;
     }
     if (a->D % 32 || a->D > DMAX || a->nkv < 1 || a->nq % a->nkv || a->nq / a->nkv > GMAX || a->rot > a->D ||
@@ -243,7 +250,7 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     const int P = a->split ? a->split : SPL, nsplit = (a->max_T + P - 1) / P;
     const int used = a->pos_dev ? nsplit : (a->pos + a->n + P - 1) / P;
     if (a->phase != 2) {
-        tsc_launch(c, k_attn_prep, dim3(dim3(a->nq + a->nkv, a->n)), dim3(a->D), 0, *a);
+        tsc_launch(c, k_attn_prep, dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
     }
     if (a->phase == 1) return;

@@ -46,7 +46,10 @@
  * rows and the MTP head's passes are captured like decode (qwen35.c keys
  * them): the GDN buffers and the pending count they use are read from the
  * device record, never chosen on the host (gdn_sel_of).
- * Not here yet (issue 17): DFlash's block-masked attention.
+ * DFlash drafts: the drafter's layers run through the same ops, its
+ * block-masked attention through the attention kernels (attn_block); the
+ * target's taps are device copies (the copy op), and the drafted block is
+ * verified as MTP drafts are.
  * Sampling: argmax runs on the device (4 bytes come back); a sampled step
  * asks topn (sample.cu) for its candidates (16 + 8N bytes) and reads the row
  * through host_rows only when they do not decide the token (gen/sample.c
@@ -67,6 +70,16 @@ namespace {
 
 constexpr int RB = TSC_ROWS_MAX; /* rows per block of the row ops */
 constexpr int TOPK_MAX = 32;
+/* Floats of a stream's own area for attention partials (cu_attn), 256 KiB.
+ * A constant, not a multiple of the stream's columns (4 * cols until the
+ * DFlash drafter ran here): the area takes part in choosing the split, which
+ * sets a row's rounding, and a DFlash session's stream is wider than a plain
+ * session's (the drafter's fc reads n_taps * H columns), so with a width-
+ * sized area the target's attention of a drafting session split otherwise
+ * than plain decode's and drafted greedy output could leave plain greedy's.
+ * At least the 4 * cols of every released shape (the 9B's 49152), so no
+ * split a plain session chose got coarser. */
+constexpr size_t ATT_SMALL = 65536;
 
 size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }
 
@@ -185,7 +198,7 @@ struct cu_stream {
     void *amx_ws;    /* tsc_argmax_ws_bytes(RB) */
     int32_t *amx_ids; /* [RB] */
     float *amx_prob; /* [RB] */
-    float *att_small; /* [4 * cols] attention partials when the score buffer is too small */
+    float *att_small; /* [ATT_SMALL] attention partials when the score buffer is too small */
     size_t att_small_n;
     dev_step *hstep; /* host copy of the block (step + ids), pageable */
     float *stage;    /* pinned host staging of host_rows */
@@ -236,6 +249,7 @@ struct ws_layout {
 };
 
 ws_layout layout_of(int rows, int64_t cols) {
+    (void)cols; /* (the attention area used to scale with it: ATT_SMALL says why not) */
     ws_layout l;
     size_t o = 0;
     l.step = o, o += al256(DSTEP_HEAD + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
@@ -245,7 +259,7 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
     l.amx_prob = o, o += al256(sizeof(float) * RB);
-    l.att_small = o, o += al256(sizeof(float) * 4 * (size_t)cols);
+    l.att_small = o, o += al256(sizeof(float) * ATT_SMALL);
     l.total = o;
     return l;
 }
@@ -759,7 +773,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->amx_ids = (int32_t *)(w + l.amx_ids);
     q->amx_prob = (float *)(w + l.amx_prob);
     q->att_small = (float *)(w + l.att_small);
-    q->att_small_n = 4 * (size_t)cols;
+    q->att_small_n = ATT_SMALL;
     *out = &q->base;
     return 0;
 }
@@ -1033,6 +1047,88 @@ int pick_split(int L, int nq, int D, size_t cap) {
     return 0;
 }
 
+/* The buffer for a row's attention partials and the keys per piece, for a
+ * cache of L rows: the contract's score buffer (one row of att_len per query
+ * head) or the stream's own small area (contexts shorter than a head's
+ * partial), whichever allows the finer split (more pieces: more blocks in
+ * flight). false, with the stream failed, when neither holds one piece. */
+bool attn_ws(ts_stream *s, const ts_attn_args *a, int L, float **ws, int *P) {
+    cu_stream *q = ST(s);
+    *ws = a->att;
+    *P = pick_split(L, a->nq, a->D, (size_t)a->nq * (size_t)L);
+    const int P2 = pick_split(L, a->nq, a->D, q->att_small_n);
+    if (P2 && (!*P || P2 < *P)) *ws = q->att_small, *P = P2;
+    if (!*P) { fail(s, TS_E_UNSUPPORTED, "attention: no workspace split fits this context and head shape"); return false; }
+    return true;
+}
+
+/* The kernels' arguments every row of one attention op shares. */
+tsc_attn_args attn_common(const ts_attn_args *a, int L, float *ws, int P) {
+    tsc_attn_args t;
+    memset(&t, 0, sizeof t);
+    t.nq = a->nq, t.nkv = a->nkv, t.D = a->D, t.rot = a->rot;
+    t.theta = (float)a->theta, t.eps = a->eps;
+    t.q_norm = a->q_norm, t.k_norm = a->k_norm, t.Kc = a->kc, t.Vc = a->vc, t.max_T = L;
+    t.ws = ws, t.split = P;
+    return t;
+}
+
+/* The block mask (DFlash's draft layers: backend.h, TS_MASK_BLOCK; the
+ * reference is the CPU's attn_block_mask in cpu/attn.c). Rows [0, n_kv) are
+ * context rows: their keys normed and rotated at pos + i and appended with
+ * their values, no query. Rows [n_kv, n) are the block: queries (qg and out
+ * count from the block's first row) and keys normed and rotated at their own
+ * positions, keys and values appended, then every block row attends to cache
+ * rows [0, pos + n), the whole block included. That is the causal kernels'
+ * work for the row at pos + n - 1 with this row's query, so each block row
+ * goes through them as that row: the same scores, softmax (f32, split in
+ * pieces and combined in piece order) and weighted sum as a decode row over
+ * pos + n keys; where the CPU sums in one pass, this sums piece by piece (a
+ * drafter's rounding moves only acceptance: its drafts are verified). No
+ * output gate when no_gate (Qwen3-style draft layers).
+ * The position is the host step record's, not the device copy: a DFlash
+ * context pass has no embedding (the op that copies the record to the
+ * device), so the device record may still hold the last target pass's; the
+ * drafter never captures, so nothing needs it on the device. */
+void attn_block(ts_stream *s, const ts_attn_args *a) {
+    cu_stream *q = ST(s);
+    const int n = a->n, n_kv = a->n_kv, pos = s->step.pos, D = a->D;
+    const int L = a->kv_len > 0 && a->kv_len <= a->att_len ? a->kv_len : a->att_len;
+    if (q->capturing) { fail(s, TS_E_ARG, "block-mask attention inside a graph capture"); return; }
+    if (n < 1 || n_kv < 0 || n_kv > n || pos < 0 || pos + n > L) {
+        fail(s, TS_E_ARG, "block-mask attention: bad context rows, or rows past the cache or the scores scratch");
+        return;
+    }
+    float *ws;
+    int P;
+    if (!attn_ws(s, a, L, &ws, &P)) return;
+    const int qw = a->no_gate ? D : 2 * D, qd = a->nq * qw, kvd = a->nkv * D;
+    tsc_attn_args t = attn_common(a, L, ws, P);
+    t.no_gate = a->no_gate;
+    t.qg = a->qg, t.phase = 1;
+    /* context rows: keys and values only */
+    t.no_q = 1;
+    for (int r0 = 0; r0 < n_kv; r0 += RB) {
+        t.n = n_kv - r0 < RB ? n_kv - r0 : RB, t.pos = pos + r0;
+        t.k = a->k + (size_t)r0 * kvd, t.v = a->v + (size_t)r0 * kvd;
+        tsc_attn_decode(q->c, &t);
+    }
+    /* block rows: queries too, all appended before any row attends */
+    t.no_q = 0;
+    for (int r0 = n_kv; r0 < n; r0 += RB) {
+        t.n = n - r0 < RB ? n - r0 : RB, t.pos = pos + r0;
+        t.qg = a->qg + (size_t)(r0 - n_kv) * qd, t.k = a->k + (size_t)r0 * kvd, t.v = a->v + (size_t)r0 * kvd;
+        tsc_attn_decode(q->c, &t);
+    }
+    /* one block row a call (the partials hold one row), each as the row at
+     * pos + n - 1: keys [0, pos + n) */
+    for (int j = 0; j < n - n_kv; j++) {
+        t.n = 1, t.pos = pos + n - 1, t.phase = 2;
+        t.qg = a->qg + (size_t)j * qd, t.out = a->out + (size_t)j * a->nq * D;
+        tsc_attn_decode(q->c, &t);
+    }
+}
+
 /* One row per call: the partials of a row go to the contract's score
  * buffer (one row of att_len per query head), or to the stream's own small
  * area for contexts shorter than a head's partial. The position comes from
@@ -1041,28 +1137,28 @@ int pick_split(int L, int nq, int D, size_t cap) {
  * what every session of one context length has alike: the cache's rows
  * (kv_len), the shape, one row of scores per query head (a verify session's
  * buffer holds more rows and may be longer: the MTP cache's slack) and the
- * small area (the stream's columns). Then a verify row, a decode row and a
- * plain session's row of the same position have the same bits. */
+ * small area (ATT_SMALL, the same for every stream). Then a verify row, a
+ * decode row and a plain session's row of the same position have the same
+ * bits, in MTP and DFlash sessions alike. */
 void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     flush(s);
     cu_stream *q = ST(s);
     if (dead(s)) return;
-    if (a->mask != TS_MASK_CAUSAL) { fail(s, TS_E_UNSUPPORTED, "block-masked attention (DFlash) on CUDA: not yet"); return; }
+    if (a->mask == TS_MASK_BLOCK) {
+        attn_block(s, a);
+        return;
+    }
+    if (a->mask != TS_MASK_CAUSAL || a->no_gate) {
+        fail(s, TS_E_UNSUPPORTED, "the CUDA attention knows the causal (gated) and the block masks only");
+        return;
+    }
     const int L = a->kv_len > 0 && a->kv_len <= a->att_len ? a->kv_len : a->att_len, D = a->D;
-    const size_t cap_att = (size_t)a->nq * (size_t)L;
-    /* the buffer that allows the finer split (more pieces: more blocks in flight) */
-    float *ws = a->att;
-    int P = pick_split(L, a->nq, D, cap_att);
-    const int P2 = pick_split(L, a->nq, D, q->att_small_n);
-    if (P2 && (!P || P2 < P)) ws = q->att_small, P = P2;
-    if (!P) { fail(s, TS_E_UNSUPPORTED, "attention: no workspace split fits this context and head shape"); return; }
+    float *ws;
+    int P;
+    if (!attn_ws(s, a, L, &ws, &P)) return;
     const int qd = a->nq * 2 * D, kvd = a->nkv * D;
-    tsc_attn_args t;
-    memset(&t, 0, sizeof t);
-    t.nq = a->nq, t.nkv = a->nkv, t.D = D, t.rot = a->rot;
-    t.theta = (float)a->theta, t.eps = a->eps;
-    t.q_norm = a->q_norm, t.k_norm = a->k_norm, t.Kc = a->kc, t.Vc = a->vc, t.max_T = L;
-    t.ws = ws, t.pos_dev = &q->dstep->step.pos, t.split = P;
+    tsc_attn_args t = attn_common(a, L, ws, P);
+    t.pos_dev = &q->dstep->step.pos;
     /* every row's q/k norms, RoPE and K/V append first (the output rows
      * below overwrite the v rows of later rows: the model's out is big2) */
     for (int r0 = 0; r0 < a->n; r0 += RB) {

@@ -291,6 +291,14 @@ typedef struct tsc_attn_args {
      * rows first, then attends row by row: the output may overwrite later
      * rows' v inputs, as the model's buffers do) */
     int phase;
+    /* DFlash's draft layers (backend.cu's block mask; 0 in every other use):
+     * no_gate, queries without a gate: qg is [n, nq, D] (q_norm and k_norm
+     * multiply as given) and the output is not multiplied by a sigmoid;
+     * no_q (phase 1 only), rows without a query: only their keys are normed,
+     * rotated and appended with their values (the drafter's context rows).
+     * The block mask itself needs no field: the engine attends a block row
+     * as the row at pos + n - 1 would, over cache rows [0, pos + n). */
+    int no_gate, no_q;
 } tsc_attn_args;
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);
 size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split);

@@ -21,6 +21,24 @@ static void sum_device(void *user, const char *what, ts_mem_cat cat, ts_mem_doma
     if (dom == TS_DOM_DEVICE) *(uint64_t *)user += bytes;
 }
 
+/* The DFlash drafter on a CUDA backend: its attention shape against the
+ * kernels' (before anything is uploaded), and its device bytes added to
+ * *need (the drafter binder's dry run). A drafter that cannot be read is
+ * left to the real open, which names the file (here it would turn into a
+ * backend failure, and `auto` into a silent fall back to the CPU). */
+static int dflash_on_cuda(ts_engine *e, const ts_config *cfg, uint64_t *need, ts_error *err) {
+    char ddir[4096];
+    ts_dflash_dir(e->dir, e->params.drafter_dir, ddir, sizeof ddir);
+    ts_dflash_cfg dc;
+    if (ts_dflash_config_load(ddir, cfg, &dc, NULL)) return 0;
+    int rc = ts_cuda_backend_shapes(e->be, dc.D, dc.nq, dc.nkv, dc.rot, 0, 0, 0, 0, 0, 0, 0, err);
+    if (rc) return ts_fail_prefix(err, "the DFlash drafter %s", ddir);
+    ts_dflash *none = NULL;
+    uint64_t dn = 0;
+    if (!ts_dflash_open(ddir, cfg, e->be, 1, sum_device, &dn, &none, NULL)) *need += dn;
+    return 0;
+}
+
 /* A CUDA backend on params.device whose weights fit: the binder's dry run
  * (the plan's own account) against the free device memory, before anything
  * is uploaded. */
@@ -35,6 +53,7 @@ static int open_cuda(ts_engine *e, const ts_config *cfg, ts_error *err) {
                                 cfg->dv, cfg->conv_k, cfg->Hk, has_gdn ? cfg->Hv : 0, cfg->is_moe ? cfg->E : 0,
                                 cfg->topk, err);
     if (!rc) rc = ts_model_size(cfg, e->st, e->be, sum_device, &need, NULL, NULL, err);
+    if (!rc && e->params.dflash) rc = dflash_on_cuda(e, cfg, &need, err);
     if (!rc) rc = ts_cuda_backend_check(e->be, err);
     char name[128] = "";
     size_t ours = 0, fr = 0, tot = 0;
@@ -69,9 +88,9 @@ static int open_backend(ts_engine *e, const ts_config *cfg, ts_error *err) {
     if (strcmp(want, "auto")) return ts_fail(err, TS_E_ARG, "backend '%s': use auto, cpu or cuda", want);
     ts_error ce = {0};
     if (!ts_cuda_built()) return ts_cpu_backend_new(&bp, &e->be, err); /* a build without CUDA: the CPU, silently */
-    /* what the CUDA backend cannot do yet: DFlash (issue 17: block-masked
-     * attention), expert streaming (issue 18); MTP drafting runs there */
-    if (e->params.dflash || e->params.expert_cache) return ts_cpu_backend_new(&bp, &e->be, err);
+    /* what the CUDA backend cannot do yet: expert streaming (issue 18);
+     * MTP and DFlash drafting run there */
+    if (e->params.expert_cache) return ts_cpu_backend_new(&bp, &e->be, err);
     if (!open_cuda(e, cfg, &ce)) return 0;
     fprintf(stderr, "turbospark: --backend auto: %s; running on the CPU\n", ce.msg);
     return ts_cpu_backend_new(&bp, &e->be, err);
@@ -143,13 +162,15 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
         else if (ts_model_set_act_digits(&e->model, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8))
             rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     }
-    /* The DFlash drafter (where it lives: ts_dflash_dir) */
-    if (!rc && e->params.dflash && e->be->dom == TS_DOM_DEVICE)
-        rc = ts_fail(err, TS_E_UNSUPPORTED, "DFlash drafting on CUDA: not yet (issue 17); use --backend cpu");
+    /* The DFlash drafter (where it lives: ts_dflash_dir); on CUDA its
+     * matrices and vectors go to the device, and a matrix the products
+     * cannot read is refused here, naming it */
     if (!rc && e->params.dflash) {
         char ddir[4096];
         ts_dflash_dir(dir, e->params.drafter_dir, ddir, sizeof ddir);
         rc = ts_dflash_open(ddir, &e->model.cfg, e->be, 0, NULL, NULL, &e->dflash, err);
+        if (!rc && e->be->dom == TS_DOM_DEVICE && (rc = ts_cuda_backend_check(e->be, err)))
+            ts_fail_prefix(err, "the DFlash drafter %s", ddir);
         if (!rc) ts_dflash_set_act_digits(e->dflash, (ab ? ab : TS_ACT_BITS_DEFAULT) / 8);
     }
     /* after the act digits: the streamed views copy the bound descriptors */

@@ -117,10 +117,6 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     int rc = ts_sess_plan_make_df(c, m->has_mtp, e->dflash ? &e->dflash->cfg : NULL, p, &pl, err);
     if (rc) return ts_fail_prefix(err, "%s", e->dir);
     const ts_session_params sp = pl.p;
-    /* MTP drafting verifies on CUDA (row-exact ops, the GDN tape on the
-     * device); DFlash's block-masked attention is not there yet */
-    if (sp.dflash_block && !strcmp(e->be->name, "cuda"))
-        return ts_fail(err, TS_E_UNSUPPORTED, "DFlash drafting on CUDA: not yet (issue 17); use --backend cpu");
     if (!strcmp(e->be->name, "cuda") && (rc = device_room(e, &sp, err))) return rc;
     ts_session *s = ts_alloc(sizeof *s, TS_MEM_MISC);
     if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");

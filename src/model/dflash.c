@@ -266,20 +266,26 @@ static int matrices(ts_dflash *d, ts_weight **w) {
 }
 #define MAX_MATS (1 + 7 * TS_DFLASH_MAX_LAYERS)
 
+/* a vector or the arena: the host heap's, or the device backend's */
+static void vfree(const ts_dflash *d, void *p) {
+    if (d->dev_be && p) d->dev_be->ops->free(d->dev_be, p);
+    else ts_free(p);
+}
+
 void ts_dflash_free(ts_dflash *d) {
     if (!d) return;
     if (d->layers)
         for (int i = 0; i < d->cfg.n_layers; i++) {
             ts_dflash_layer *l = &d->layers[i];
-            ts_free(l->in_norm);
-            ts_free(l->post_norm);
-            ts_free(l->q_norm);
-            ts_free(l->k_norm);
+            vfree(d, l->in_norm);
+            vfree(d, l->post_norm);
+            vfree(d, l->q_norm);
+            vfree(d, l->k_norm);
         }
     ts_free(d->layers);
-    ts_free(d->hidden_norm);
-    ts_free(d->norm);
-    ts_free(d->packed_arena);
+    vfree(d, d->hidden_norm);
+    vfree(d, d->norm);
+    vfree(d, d->packed_arena);
     ts_st_close(d->st);
     ts_free(d->dir);
     ts_free(d);
@@ -320,7 +326,10 @@ int ts_dflash_open(const char *dir, const ts_config *target, ts_backend *be, int
     qc.q_group = c.q_group;
     ts_model acct;
     memset(&acct, 0, sizeof acct);
-    binder b = {d->st, &qc, err, &acct, dry, 0, sink, user, 0, NULL}; /* host: DFlash runs on the CPU only */
+    /* on a device backend the vectors and the prepared matrices live there,
+     * as the target's do (the forward reads them through the ops only) */
+    d->dev_be = be && be->dom != TS_DOM_HOST ? be : NULL;
+    binder b = {d->st, &qc, err, &acct, dry, 0, sink, user, 0, d->dev_be};
     const char *prefix = ts_st_find(d->st, "model.fc.weight") ? "model." : "";
     char n[512];
     NAME(n, "%sfc.weight", prefix);
@@ -338,17 +347,28 @@ int ts_dflash_open(const char *dir, const ts_config *target, ts_backend *be, int
         if ((rc = bind_layer(&b, &c, p, &d->layers[i]))) goto fail;
     }
     d->weight_bytes = acct.weight_bytes;
-    /* the backend's prepared copies (CPU: the VNNI/AMX layout), one arena */
+    /* the backend's prepared copies (CPU: the VNNI/AMX layout; CUDA: the
+     * device copies), one arena */
     if (be) {
         ts_weight *w[MAX_MATS];
         int nm = matrices(d, w);
         uint64_t total = 0;
         for (int i = 0; i < nm; i++) total += be->ops->weight_bytes(be, w[i]);
+        const char *what = d->dev_be ? "DFlash matrices on the device" : "DFlash matrices repacked for the kernels";
         if (total && dry) {
-            if (sink) sink(user, "DFlash matrices repacked for the kernels", TS_MEM_WEIGHTS, TS_DOM_HOST, 1, total);
+            if (sink) sink(user, what, TS_MEM_WEIGHTS, be->dom, 1, total);
         } else if (total) {
-            uint8_t *a = ts_bind_keep(&b, total, TS_MEM_WEIGHTS, "DFlash matrices repacked for the kernels", 1);
-            if (!a) { rc = ts_fail(err, TS_E_NOMEM, "out of memory packing the DFlash drafter"); goto fail; }
+            uint8_t *a = NULL;
+            if (!d->dev_be) a = ts_bind_keep(&b, total, TS_MEM_WEIGHTS, what, 1);
+            else if ((a = be->ops->alloc(be, total, TS_MEM_WEIGHTS)) && sink)
+                sink(user, what, TS_MEM_WEIGHTS, be->dom, 1, total);
+            if (!a) {
+                if (d->dev_be)
+                    rc = ts_fail(err, TS_E_NOMEM, "out of %s memory for the DFlash drafter's %.1f MB of matrices", be->name,
+                                 (double)total / 1e6);
+                else rc = ts_fail(err, TS_E_NOMEM, "out of memory packing the DFlash drafter");
+                goto fail;
+            }
             d->packed_arena = a;
             d->packed_bytes = total;
             for (int i = 0; i < nm; i++) {

@@ -69,6 +69,8 @@ typedef struct ts_dflash {
     ts_dflash_layer *layers;     /* n_layers */
     void *packed_arena;          /* the matrices' backend-prepared copies, or NULL */
     uint64_t packed_bytes, weight_bytes;
+    ts_backend *dev_be;          /* a backend the host cannot address (CUDA): its memory holds the
+                                    f32 vectors and the arena (as load.c does for the target); NULL: host */
 } ts_dflash;
 
 /* Parse dir/config.json and check it against the target (hidden size,

@@ -366,11 +366,10 @@ void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_para
         }
         ep->backend = o->backend ? o->backend : "auto";
         ep->device = o->device;
-        /* DFlash drafting (issue 17) and expert streaming (issue 18's device
-         * tier) run on the CPU only: auto picks it (the engine does too);
-         * MTP drafting keeps the GPU */
-        if (((o->accept & CLI_OPT_SPEC) && o->spec.on && o->spec.dflash) || o->expert_cache)
-            if (!strcmp(ep->backend, "auto")) ep->backend = "cpu";
+        /* expert streaming (issue 18's device tier) runs on the CPU only:
+         * auto picks it (the engine does too); MTP and DFlash drafting keep
+         * the GPU */
+        if (o->expert_cache && !strcmp(ep->backend, "auto")) ep->backend = "cpu";
         ep->expert_cache = o->expert_cache;
         ep->expert_policy = o->expert_policy;
     }

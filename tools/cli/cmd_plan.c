@@ -261,8 +261,8 @@ int cmd_plan(int argc, char **argv) {
         free(pl);
         return 2;
     }
-    if ((dflash || xcache) && strcmp(backend, "cpu")) {
-        fprintf(stderr, "turbospark plan: --spec dflash and --expert-cache run on the CPU only for now\n");
+    if (xcache && strcmp(backend, "cpu")) {
+        fprintf(stderr, "turbospark plan: --expert-cache runs on the CPU only for now\n");
         free(pl);
         return 2;
     }
