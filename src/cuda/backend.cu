@@ -1416,7 +1416,8 @@ bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {
  * routed sum in slot order; the shared expert through tsc_linear; the
  * combine. Rows in blocks of 16. */
 void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
-    flush(s);
+    /* a pending norm of u is staged by the router's product below (or
+     * launched by flush before anything else reads it) */
     cu_stream *q = ST(s);
     if (dead(s)) return;
     tsc_ctx *c = q->c;
@@ -1443,7 +1444,10 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         float *lg_ = a->logits + (size_t)r0 * E;
         const tsc_weight *pr[1] = {&rw};
         float *yr[1] = {lg_};
-        lin_rows(c, pr, 1, u_, yr, nr);
+        if (!fused_linear(s, &rw, 1, u_, yr, nr)) {
+            flush(s);
+            lin_rows(c, pr, 1, u_, yr, nr);
+        }
         tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
         float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
         /* all k slots at once, in sub-blocks of rows whose k hidden rows
@@ -1494,10 +1498,15 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
             lin_rows(c, ps, 2, u_, ys, nr);
             lin_rows(c, ps + 2, 1, u_, ys + 2, nr);
         }
-        tsc_silu_mul(c, a->b1, a->b2, (size_t)nr * Is);
         const tsc_weight *pd[1] = {&sd};
         float *yd[1] = {shared};
-        lin_rows(c, pd, 1, a->b1, yd, nr);
+        /* the shared expert's SwiGLU staged by its down product where it can */
+        pend_act &pa = q->pend;
+        pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
+        if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
+            flush(s);
+            lin_rows(c, pd, 1, a->b1, yd, nr);
+        }
         k_moe_combine<<<dim3((unsigned)((H + 255) / 256), nr), 256, 0, c->stream>>>(a->t + (size_t)r0 * H, routed, shared,
                                                                                  q->gl, H);
         tsc_launched_(c, "MoE combine");
