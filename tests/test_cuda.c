@@ -159,13 +159,16 @@ TS_TEST(cuda, context_errors_memory) {
 /* ---- products ---- */
 
 /* mlx: keep a 4-bit weight in the MLX layout at upload (TSC_Q4T=0 around
- * it), so that its products run q4dp.cu's dp4a kernel with nd digits of x
- * (0: 3); otherwise 4-bit weights with cols % 64 == 0 go to Q4T */
+ * it), so that its products run q4dp.cu's kernels with nd digits of x (0:
+ * 3): the tensor-core k_q4mm at nd = 1 and groups of 32..128 ("mma"), the
+ * dp4a k_q4dp otherwise; other 4-bit weights with cols % 64 == 0 go to Q4T */
 typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; int mlx, nd; } lin_cfg;
 
 static const lin_cfg LIN_CFG[] = {
     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 bf16", 1, 3}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "dp4a g32 f16", 1, 3},
-    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "dp4a g128 x16", 1, 2}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "dp4a g128 x16", 1, 2}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "mma g64 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "mma g32 x8", 1, 1},     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "mma g128 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 256, TS_DTYPE_BF16, "dp4a g256 x8", 1, 1},
     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "int4 g64 bf16", 0, 0}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "int4 g32 f16", 0, 0},
     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "int4 g128 f32", 0, 0}, {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, "int8 g64 bf16", 0, 0},
     {TS_DTYPE_U32, 8, 32, TS_DTYPE_F32, "int8 g32 f32", 0, 0},   {TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, "bf16", 0, 0},
@@ -217,6 +220,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             hd.act_digits = hd2.act_digits = cf->nd;
             ts_error e;
             if (cf->mlx) setenv("TSC_Q4T", "0", 1);
+            if (!strncmp(cf->name, "mma", 3)) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
             CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
             if (cf->mlx) {
                 unsetenv("TSC_Q4T");
@@ -276,6 +280,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
                 free(yn);
             }
             if (si == 0) fprintf(stderr, "  %-14s worst %.2g of sum m|x| (tol %.0e)\n", cf->name, worst, LIN_TOL);
+            unsetenv("TSC_Q4MM");
             free(y), free(y1), free(x), free(ref);
             tsc_free(c, dx), tsc_free(c, dy), tsc_free(c, dy1), tsc_free(c, dz);
             tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
@@ -837,9 +842,11 @@ TS_TEST(cuda, block_mask_attention_vs_cpu_backend) {
 
 TS_TEST(cuda, moe_route_exact) {
     OPEN(c);
-    static const int cfg[][3] = {{256, 8, 1}, {64, 4, 0}, {512, 10, 1}};
-    for (int ci = 0; ci < 3; ci++) {
-        const int n = 4, E = cfg[ci][0], k = cfg[ci][1], norm = cfg[ci][2];
+    /* E, k, norm, rows: a warp per row, 8 rows a block, so row counts that
+     * leave a block part empty, and the largest E and k the kernel takes */
+    static const int cfg[][4] = {{256, 8, 1, 4}, {64, 4, 0, 13}, {512, 10, 1, 9}, {1024, 32, 1, 17}, {33, 32, 0, 5}};
+    for (int ci = 0; ci < 5; ci++) {
+        const int n = cfg[ci][3], E = cfg[ci][0], k = cfg[ci][1], norm = cfg[ci][2];
         float *l = malloc(sizeof(float) * n * E);
         frand(l, (size_t)n * E, 4.0f);
         /* ties: the lower index must win, as in the CPU's scan */
@@ -1036,12 +1043,16 @@ TS_TEST(cuda, fused_products_dp4a) {
     unsigned *bar = tsc_alloc(c, 256);
     const unsigned zero[64] = {0};
     tsc_write(c, bar, zero, sizeof zero);
-    for (int v = 0; v < 2; v++) {
+    for (int vv = 0; vv < 4; vv++) {
+        /* v: the shape; vv >= 2: 8-bit x (the tensor-core kernel) */
+        const int v = vv & 1;
         const int64_t rows = v ? 130 : 300, cols = v ? 12288 : 4096;
         hw h, h2;
         make_w(&h, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, rows, cols);
         make_w(&h2, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, 40, cols);
         tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
+        hd.act_digits = hd2.act_digits = vv >= 2 ? 1 : 0;
+        if (vv >= 2) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
         ts_error e;
         setenv("TSC_Q4T", "0", 1);
         CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
@@ -1085,12 +1096,12 @@ TS_TEST(cuda, fused_products_dp4a) {
                 SYNC_OK(c);
                 float *a = down(c, dx, m), *b = down(c, dr, m), *ya = down(c, dy, (size_t)n * rows),
                       *yb = down(c, ry, (size_t)n * rows), *za = down(c, dz, (size_t)n * 40), *zb = down(c, rz, (size_t)n * 40);
-                CHECK_MSG(!memcmp(a, b, sizeof(float) * m), "variant %d mode %d, %d rows: x (in place) differs", v, mode, n);
+                CHECK_MSG(!memcmp(a, b, sizeof(float) * m), "variant %d mode %d, %d rows: x (in place) differs", vv, mode, n);
                 CHECK_MSG(!memcmp(ya, yb, sizeof(float) * n * rows) && !memcmp(za, zb, sizeof(float) * n * 40),
-                          "variant %d mode %d, %d rows: fused products != the two kernels'", v, mode, n);
+                          "variant %d mode %d, %d rows: fused products != the two kernels'", vv, mode, n);
                 if (mode == 0) {
                     float *na = down(c, dn, m), *nb = down(c, dn2, m);
-                    CHECK_MSG(!memcmp(na, nb, sizeof(float) * m), "variant %d, %d rows: the normed rows differ", v, n);
+                    CHECK_MSG(!memcmp(na, nb, sizeof(float) * m), "variant %d, %d rows: the normed rows differ", vv, n);
                     free(na), free(nb);
                 }
                 unsigned cnt = 1;
@@ -1100,6 +1111,7 @@ TS_TEST(cuda, fused_products_dp4a) {
             }
         tsc_free(c, dg), tsc_free(c, du), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, dn), tsc_free(c, dn2);
         tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
+        unsetenv("TSC_Q4MM");
         tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
         free(g), free(u), free(nw);
         free_hw(&h), free_hw(&h2);

@@ -1450,27 +1450,49 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         }
         tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
         float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
-        /* all k slots at once, in sub-blocks of rows whose k hidden rows
-         * each fit b1 ([R, F]); slot by slot when not even one row's do
-         * (same values either way) */
+        /* the shared expert first (b1 / b2 are its scratch, then the routed
+         * experts'), its SwiGLU staged by its down product where it can */
+        const tsc_weight *ps[3] = {&sg, &su, &sgw};
+        float *ys[3] = {a->b1, a->b2, q->gl};
+        if (sgw.dtype == sg.dtype && sgw.bits == sg.bits && sgw.group == sg.group && sgw.sdtype == sg.sdtype) {
+            lin_rows(c, ps, 3, u_, ys, nr);
+        } else {
+            lin_rows(c, ps, 2, u_, ys, nr);
+            lin_rows(c, ps + 2, 1, u_, ys + 2, nr);
+        }
+        const tsc_weight *pd[1] = {&sd};
+        float *yd[1] = {shared};
+        pend_act &pa = q->pend;
+        pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
+        if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
+            flush(s);
+            lin_rows(c, pd, 1, a->b1, yd, nr);
+        }
+        /* the routed experts: all k slots at once, in sub-blocks of rows
+         * whose k hidden rows each fit b1 ([R, F]); slot by slot when not
+         * even one row's do (same values either way) */
         const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
         if (hk <= room && dpx) {
             /* 4-bit MLX experts: gate and up of the k slots as one stacked
              * dp4a product into b1 / b2 ([m1][k * Im] each), then down over
              * the k hidden rows side by side, SwiGLU staged, the routing
-             * weights applied inside: the routed sum (q4dp.cu) */
+             * weights applied inside, and the combine with the shared
+             * expert in its store: t directly (q4dp.cu) */
             const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
             for (int r1 = 0; r1 < nr; r1 += per) {
                 const int m1 = nr - r1 < per ? nr - r1 : per;
                 const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
                 const tsc_weight *wgu[2] = {&g0, &u0};
                 const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
-                float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {routed + (size_t)r1 * H};
-                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, ygu, m1);
+                float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1);
                 const tsc_weight *wd[1] = {&d0};
-                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, yd1, m1);
+                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2,
+                         shared + (size_t)r1 * H, q->gl + r1, yd1, m1);
             }
-        } else if (hk <= room) {
+            continue;
+        }
+        if (hk <= room) {
             const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
             for (int r1 = 0; r1 < nr; r1 += per) {
                 const int m1 = nr - r1 < per ? nr - r1 : per;
@@ -1490,23 +1512,6 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                                                                                      Im, routed, H);
                 tsc_launched_(c, "MoE experts (down)");
             }
-        const tsc_weight *ps[3] = {&sg, &su, &sgw};
-        float *ys[3] = {a->b1, a->b2, q->gl};
-        if (sgw.dtype == sg.dtype && sgw.bits == sg.bits && sgw.group == sg.group && sgw.sdtype == sg.sdtype) {
-            lin_rows(c, ps, 3, u_, ys, nr);
-        } else {
-            lin_rows(c, ps, 2, u_, ys, nr);
-            lin_rows(c, ps + 2, 1, u_, ys + 2, nr);
-        }
-        const tsc_weight *pd[1] = {&sd};
-        float *yd[1] = {shared};
-        /* the shared expert's SwiGLU staged by its down product where it can */
-        pend_act &pa = q->pend;
-        pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
-        if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
-            flush(s);
-            lin_rows(c, pd, 1, a->b1, yd, nr);
-        }
         k_moe_combine<<<dim3((unsigned)((H + 255) / 256), nr), 256, 0, c->stream>>>(a->t + (size_t)r0 * H, routed, shared,
                                                                                  q->gl, H);
         tsc_launched_(c, "MoE combine");

@@ -31,10 +31,13 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
  * ROWS (gate and up, nw <= 2): y[i] = [ntok][k * rows], slot j's rows at
  * j * rows. COLS (down, nw = 1): x = [ntok][k * cols], the k hidden rows of
  * a token side by side (silu(x) * u when u is given: tsc_silu_mul's bits),
- * y[0] = [ntok][rows] = sum_j wts_j * down_j . h_j. */
+ * y[0] = [ntok][rows] = sum_j wts_j * down_j . h_j, or, with add (COLS),
+ * that + sigmoid(gate[t]) * add[t] (MoE's combine with the shared expert:
+ * k_moe_combine's operations). */
 enum { Q4DP_MOE_ROWS = 1, Q4DP_MOE_COLS = 2 };
 bool q4dp_moe_takes(const tsc_weight *w, int k, int em);
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
-              const float *wts, int k, const float *x, const float *u, float *const *y, int ntok);
+              const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
+              float *const *y, int ntok);
 
 #endif

@@ -28,10 +28,13 @@ static inline int rows_pick_ks(int64_t rows, int64_t steps, int R, int warps, in
  * added in warp order through red; row r0 + r of x row i goes to
  * y[i * rows + r0 + r]. vbl: the virtual block's index within its weight.
  * ks is uniform over the block, so every thread takes the same path (the
- * KS > 1 path syncs the block twice; red is free again on return). */
-template <int R, int NR, int WARPS>
+ * KS > 1 path syncs the block twice; red is free again on return).
+ * ADD: y = v + sc[i] * add[i * rows + row] instead (one rounding each, the
+ * MoE combine's: routed + sigmoid(gate) * shared, cu_moe). */
+template <int R, int NR, int WARPS, bool ADD = false>
 __device__ __forceinline__ void rows_store(float (&acc)[R][NR], float (&red)[WARPS][R][NR], int ks, int warp, int lane,
-                                           int64_t r0, int64_t vbl, float *y, int64_t rows) {
+                                           int64_t r0, int64_t vbl, float *y, int64_t rows, const float *add = nullptr,
+                                           const float *sc = nullptr) {
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -43,6 +46,8 @@ __device__ __forceinline__ void rows_store(float (&acc)[R][NR], float (&red)[WAR
 #pragma unroll
             for (int q = 0; q < R * NR; q++)
                 if (q == lane) v = acc[q / NR][q % NR];
+            if constexpr (ADD)
+                if (r0 + r < rows) v = __fadd_rn(v, __fmul_rn(sc[i], add[(int64_t)i * rows + r0 + r]));
             if (r0 + r < rows) y[(int64_t)i * rows + r0 + r] = v;
         }
         return;
@@ -59,6 +64,8 @@ __device__ __forceinline__ void rows_store(float (&acc)[R][NR], float (&red)[WAR
         float v = red[g * ks][r][i];
         for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[g * ks + q][r][i]);
         const int64_t row = (vbl * ngrp + g) * R + r;
+        if constexpr (ADD)
+            if (row < rows) v = __fadd_rn(v, __fmul_rn(sc[i], add[(int64_t)i * rows + row]));
         if (row < rows) y[(int64_t)i * rows + row] = v;
     }
     __syncthreads(); /* red is reused by the next virtual block */
