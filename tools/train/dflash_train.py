@@ -11,18 +11,21 @@
 # layers, norm and the target's head: row i drafts the token at position a + i.
 #
 # Owns: loading the default model's INT4 install dequantized as the frozen target (distill_mtp.py's
-# reader; the engine runs exactly these weights), generating its own continuations (greedy, and sampled
-# at temperature 0.8) of corpus prompts (dflash_prompts.py: windows of the training split, never
-# tools/train/heldout.ids), the taps of every position, the drafter, its training (random anchors per
-# sequence, one block per anchor, context visible up to the anchor, CE of block row k weighted
-# exp(-(k-1)/7), block size drawn from {4, 8, 16, 16} per step so smaller --block values see their own
-# inputs), held-out acceptance (generated sequences kept out of training), and the export in the release
+# reader; the engine runs exactly these weights), generating its own continuations (half greedy, a
+# quarter sampled at temperature 0.7, a quarter at 1.0) of corpus prompts (dflash_prompts.py: 64-id
+# windows of all thirteen sources of the training split, never tools/train/heldout.ids or a held-out
+# document), the taps of every position, the drafter, its training (random anchors per sequence, one
+# block per anchor, context visible up to the anchor, CE of block row k weighted exp(-(k-1)/7), block
+# size drawn from {4, 8, 16, 16} per step so smaller --block values see their own inputs), validation
+# acceptance (greedy continuations of the validation prompts: training-split documents whose prompts
+# are never trained on), and the export in the release
 # layout: OUT/drafter/{config.json, model.safetensors} (bf16; turbospark convert makes the INT4 install),
 # OUT/check.safetensors (a block's logits for the engine's parity test), OUT/report.json, OUT/metrics.csv.
 # Does not: quantize (turbospark convert), measure the engine (bench/spec/dflash.sh).
 # Invariants: seeded; every phase has a time budget (--budget-gen, --budget-train) so the one device call
 # ends in time; --smoke runs every phase at toy sizes first, in the same process, and stops on an error.
-# Usage (GPU machine): python3 dflash_train.py --install DIR --prompts FILE --out DIR [--smoke-first]
+# Usage (GPU machine): python3 dflash_train.py --install DIR --prompts FILE --val-prompts FILE --out DIR
+#        [--smoke-first] [--deadline S]   (tools/train/dflash_device.sh runs it so)
 #        (CPU check with a fake target: python3 dflash_train.py --fake --out DIR)
 import argparse, csv, json, lzma, math, os, struct, sys, time
 
@@ -219,9 +222,10 @@ def load_target(install, dev):
     return model, tok_ids
 
 
-def generate(model, x, G, sample, eos):
+def generate(model, x, G, temp, eos):
+    """temp 0: greedy; else sampled at that temperature (no top-k / top-p)."""
     with torch.no_grad():
-        kw = dict(do_sample=True, temperature=0.8, top_k=0, top_p=1.0) if sample else dict(do_sample=False)
+        kw = dict(do_sample=True, temperature=temp, top_k=0, top_p=1.0) if temp > 0 else dict(do_sample=False)
         y = model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=G, min_new_tokens=G,
                            pad_token_id=eos, eos_token_id=eos, **kw)
     return y[:, : x.shape[1] + G]
@@ -251,7 +255,7 @@ def taps_of(model, X, taps, bs):
     return torch.cat(out)
 
 
-def generate_nocache(model, x, G, sample, gen):
+def generate_nocache(model, x, G, temp, gen):
     """Fallback when model.generate fails: the whole sequence again at every step."""
     lm, head = model.model.language_model, model.lm_head
     y = x
@@ -259,8 +263,8 @@ def generate_nocache(model, x, G, sample, gen):
         for _ in range(G):
             h = lm(input_ids=y, use_cache=False).last_hidden_state[:, -1]
             lg = head(h).float()
-            if sample:
-                nxt = torch.multinomial(torch.softmax(lg / 0.8, -1), 1, generator=gen)
+            if temp > 0:
+                nxt = torch.multinomial(torch.softmax(lg / temp, -1), 1, generator=gen)
             else:
                 nxt = lg.argmax(-1, keepdim=True)
             y = torch.cat([y, nxt], 1)
@@ -295,7 +299,7 @@ def export(dr, c, out_dir):
 
 # ------------------------------------------------------------------------------------------ run
 
-def run(a, dev, model, E, Hd, prompts, smoke):
+def run(a, dev, model, E, Hd, prompts, val_prompts, smoke):
     tag = "smoke" if smoke else "run"
     B = a.block
     V = E.shape[0]
@@ -307,52 +311,63 @@ def run(a, dev, model, E, Hd, prompts, smoke):
              dflash_config=dict(mask_token_id=a.mask_id, target_layer_ids=a.taps), torch_dtype="bfloat16")
     g = torch.Generator(device="cpu").manual_seed(a.seed)
     P, G = prompts.shape[1], (16 if smoke else a.gen)
-    # 1. the target's own continuations: 3 greedy batches for every sampled one, until the budget
+    temps = [float(x) for x in a.temps.split(",")]
+    gb = 64 if smoke else a.gen_batch
+
+    def gen_batch(x, temp, nb):
+        if model is None:  # fake target: a deterministic successor rule the drafter can learn
+            y = torch.cat([x, torch.zeros(x.shape[0], G, dtype=torch.long, device=dev)], 1)
+            for j in range(P, P + G):
+                y[:, j] = (y[:, j - 1] * 3 + 1) % V
+            return y
+        try:
+            y = generate(model, x, G, temp, a.eos)
+        except Exception as e:  # noqa: BLE001  (one device call: fall back rather than stop)
+            log(f"{tag}: model.generate failed ({e!r}); generating without a cache")
+            return generate_nocache(model, x, G, temp, torch.Generator(device=dev).manual_seed(a.seed + nb))
+        if y.shape[1] != P + G:
+            log(f"{tag}: model.generate gave {y.shape[1]} of {P + G} tokens; generating without a cache")
+            y = generate_nocache(model, x, G, temp, torch.Generator(device=dev).manual_seed(a.seed + nb))
+        return y
+
+    # 1. validation: greedy continuations of the validation prompts (documents never trained on), as
+    # bench/spec/dflash.sh decodes
+    t = time.time()
+    nv = min(val_prompts.shape[0], 64 if smoke else a.val_n)
+    Xv = torch.cat([gen_batch(val_prompts[i:i + gb].to(dev), 0.0, -1 - i) for i in range(0, nv, gb)])
+    log(f"{tag}: {Xv.shape[0]} validation sequences (greedy) of {Xv.shape[1]} in {time.time() - t:.1f} s")
+    # 2. the target's own continuations of the training prompts: greedy and sampled batches in turn
+    # (--temps, 0 = greedy), until the budget
     seqs, kinds = [], []
-    budget, nb, gb = (5 if smoke else a.budget_gen), 0, (64 if smoke else a.gen_batch)
+    budget, nb = (5 if smoke else a.budget_gen), 0
     t = time.time()
     i0 = 0
     while i0 < prompts.shape[0] and (nb == 0 or time.time() - t < budget) and (not smoke or nb < 2):
         x = prompts[i0:i0 + gb].to(dev)
         i0 += gb
-        sample = nb % 4 == 3
-        if model is None:  # fake target: a deterministic successor rule the drafter can learn
-            y = torch.cat([x, torch.zeros(x.shape[0], G, dtype=torch.long, device=dev)], 1)
-            for j in range(P, P + G):
-                y[:, j] = (y[:, j - 1] * 3 + 1) % V
-        else:
-            try:
-                y = generate(model, x, G, sample, a.eos)
-            except Exception as e:  # noqa: BLE001  (one device call: fall back rather than stop)
-                log(f"{tag}: model.generate failed ({e!r}); generating without a cache")
-                y = generate_nocache(model, x, G, sample, torch.Generator(device=dev).manual_seed(a.seed + nb))
-            if y.shape[1] != P + G:
-                log(f"{tag}: model.generate gave {y.shape[1]} of {P + G} tokens; generating without a cache")
-                y = generate_nocache(model, x, G, sample, torch.Generator(device=dev).manual_seed(a.seed + nb))
+        temp = temps[nb % len(temps)]
+        y = gen_batch(x, temp, nb)
         seqs.append(y)
-        kinds += [int(sample)] * y.shape[0]
+        kinds += [temp] * y.shape[0]
         nb += 1
-        log(f"{tag}: generated batch {nb} ({'sampled' if sample else 'greedy'}) of {y.shape[0]} x {y.shape[1]}")
+        log(f"{tag}: generated batch {nb} ({'greedy' if temp == 0 else f'sampled at T {temp}'}) of {y.shape[0]} x {y.shape[1]}")
     X = torch.cat(seqs)
     kinds = torch.tensor(kinds)
     t_gen = time.time() - t
-    # 2. taps of every position (teacher-forced over the generated sequences)
+    # 3. taps of every position (teacher-forced over the generated sequences)
     t = time.time()
     if model is None:
         gg = torch.Generator(device="cpu").manual_seed(a.seed + 1)
         feat = torch.randn(X.shape[0], X.shape[1], len(a.taps) * E.shape[1], generator=gg).to(dev)
+        featv = torch.randn(Xv.shape[0], Xv.shape[1], len(a.taps) * E.shape[1], generator=gg).to(dev)
     else:
         feat = taps_of(model, X, a.taps, 256)
+        featv = taps_of(model, Xv, a.taps, 256)
     t_taps = time.time() - t
     log(f"{tag}: {X.shape[0]} sequences of {X.shape[1]} tokens generated in {t_gen:.1f} s, taps {tuple(feat.shape)} "
         f"in {t_taps:.1f} s")
-    # held-out: every 12th greedy sequence
-    gi = torch.nonzero(kinds == 0).flatten()
-    ho = gi[::12] if len(gi) >= 24 else gi[:2]
-    tr_mask = torch.ones(X.shape[0], dtype=torch.bool)
-    tr_mask[ho] = False
-    tr = torch.nonzero(tr_mask).flatten()
-    lo, hi = P - 1, X.shape[1] - B  # anchors whose labels are generated tokens
+    tr = torch.arange(X.shape[0])
+    lo = P - 1  # anchors whose labels are generated tokens
     # 3. training
     dr = Drafter(c).to(dev)
     opt = torch.optim.AdamW([{"params": [p for n, p in dr.named_parameters() if p.dim() == 2], "weight_decay": 0.01},
@@ -369,9 +384,9 @@ def run(a, dev, model, E, Hd, prompts, smoke):
         dr.eval()
         gh = torch.Generator(device="cpu").manual_seed(7)
         with torch.no_grad(), amp:
-            Xh = X[ho].to(dev)
-            an = torch.randint(lo, X.shape[1] - Bv + 1, (Xh.shape[0], 16), generator=gh).to(dev)
-            loss, hit = block_loss(dr, Ef, Hf, Xh, feat[ho].to(dev), an, Bv, a.mask_id, weights)
+            Xh = Xv.to(dev)
+            an = torch.randint(lo, Xv.shape[1] - Bv + 1, (Xh.shape[0], 16), generator=gh).to(dev)
+            loss, hit = block_loss(dr, Ef, Hf, Xh, featv.to(dev), an, Bv, a.mask_id, weights)
         dr.train()
         return loss.item(), accepted_length(hit), hit.float().mean(0).mean(0).tolist()
 
@@ -409,8 +424,8 @@ def run(a, dev, model, E, Hd, prompts, smoke):
         if step % ev_every == 0 or step == total:
             hl, hacc, pos_acc = evaluate(B)
             row = dict(step=step, s=round(time.time() - t, 1), lr=lr, train_loss=round(loss.item(), 4),
-                       train_acc_len=round(accepted_length(hit), 3), ho_loss=round(hl, 4), ho_acc_len=round(hacc, 3),
-                       ho_first=round(pos_acc[0], 3))
+                       train_acc_len=round(accepted_length(hit), 3), val_loss=round(hl, 4), val_acc_len=round(hacc, 3),
+                       val_first=round(pos_acc[0], 3))
             metrics.append(row)
             log(f"{tag}: {row}")
             if hacc > best[0]:
@@ -421,16 +436,17 @@ def run(a, dev, model, E, Hd, prompts, smoke):
     if best[1] is not None:
         dr.load_state_dict(best[1])
     rep = dict(sequences=int(X.shape[0]), seq_len=int(X.shape[1]), prompt_len=P, greedy=int((kinds == 0).sum()),
-               sampled=int((kinds == 1).sum()), heldout_sequences=int(len(ho)), t_gen=round(t_gen, 1),
-               t_taps=round(t_taps, 1), steps=step, t_train=round(time.time() - t, 1), best_ho_acc_len=best[0],
+               sampled={str(tt): int((kinds == tt).sum()) for tt in temps if tt > 0},
+               validation_sequences=int(Xv.shape[0]), t_gen=round(t_gen, 1),
+               t_taps=round(t_taps, 1), steps=step, t_train=round(time.time() - t, 1), best_val_acc_len=best[0],
                params=sum(p.numel() for p in dr.parameters()), config=c)
     for Bv in (4, 8, 16):
         if Bv <= B:
             hl, hacc, pos_acc = evaluate(Bv)
-            rep[f"ho_B{Bv}"] = dict(loss=round(hl, 4), acc_len=round(hacc, 3), by_pos=[round(x, 3) for x in pos_acc])
-    log(f"{tag}: held-out (teacher-forced on the target's greedy continuations): " +
-        ", ".join(f"B={Bv} accepted length {rep[f'ho_B{Bv}']['acc_len']}" for Bv in (4, 8, 16) if f"ho_B{Bv}" in rep))
-    return dr, c, metrics, rep, X[ho[:2]].cpu(), feat[ho[:2]].cpu()
+            rep[f"val_B{Bv}"] = dict(loss=round(hl, 4), acc_len=round(hacc, 3), by_pos=[round(x, 3) for x in pos_acc])
+    log(f"{tag}: validation (teacher-forced on the target's greedy continuations of unseen documents): " +
+        ", ".join(f"B={Bv} accepted length {rep[f'val_B{Bv}']['acc_len']}" for Bv in (4, 8, 16) if f"val_B{Bv}" in rep))
+    return dr, c, metrics, rep, Xv[:2].cpu(), featv[:2].cpu()
 
 
 def check_vectors(dr, E, Hd, Xc, fc, B, mask_id, path, dev):
@@ -450,25 +466,29 @@ def check_vectors(dr, E, Hd, Xc, fc, B, mask_id, path, dev):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--install", default=os.path.join(HERE, "..", "..", "models", "default"))
-    ap.add_argument("--prompts", default="build/dflash/prompts.u16.xz")
+    ap.add_argument("--prompts", default=os.path.join(HERE, "dflash_prompts.u16.xz"))
+    ap.add_argument("--val-prompts", default=os.path.join(HERE, "dflash_val.u16.xz"))
+    ap.add_argument("--prompt-len", type=int, default=64, help="ids per row of the prompt files")
+    ap.add_argument("--val-n", type=int, default=768, help="validation prompts used at most")
+    ap.add_argument("--temps", default="0,0.7,0,1.0", help="temperature of each generated batch in turn (0 = greedy)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--fake", action="store_true", help="CPU check: random taps, a rule-generated 'target'")
     ap.add_argument("--smoke-first", action="store_true", help="run every phase at toy sizes first")
     ap.add_argument("--block", type=int, default=16)
-    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--inter", type=int, default=1024)
     ap.add_argument("--theta", type=float, default=1e6)
-    ap.add_argument("--taps", default="1,3,5")
+    ap.add_argument("--taps", default="1,3,5,7", help="target layers tapped (7: the last, which the MTP head reads)")
     ap.add_argument("--target-layers", type=int, default=8)
     ap.add_argument("--mask-id", type=int, default=12287, help="an embedding row no token uses (12257..12287)")
     ap.add_argument("--eos", type=int, default=12224)
     ap.add_argument("--gen", type=int, default=160, help="tokens generated per prompt")
     ap.add_argument("--gen-batch", type=int, default=1024)
-    ap.add_argument("--budget-gen", type=float, default=40)
-    ap.add_argument("--budget-train", type=float, default=75)
+    ap.add_argument("--budget-gen", type=float, default=55)
+    ap.add_argument("--budget-train", type=float, default=150)
     ap.add_argument("--steps", type=int, default=100000)
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds after start by which the run must end")
     ap.add_argument("--batch", type=int, default=128)
@@ -503,18 +523,24 @@ def main():
         E, Hd = W["model.language_model.embed_tokens.weight"], W["lm_head.weight"]
         V = E.shape[0]
         a.mask_id, a.head_dim, a.inter, a.gen, a.gen_batch = V - 1, 32, 256, 48, 64
+        a.batch, a.anchors, a.budget_train, a.eval_every = 16, 8, min(a.budget_train, 20.0), 20  # CPU-sized
         model = None
         prompts = torch.randint(0, V - 2, (256, 8))
+        val_prompts = torch.randint(0, V - 2, (64, 8))
     else:
         model, _ = load_target(a.install, dev)
         E = model.model.language_model.embed_tokens.weight.detach().float()
         Hd = model.lm_head.weight.detach().float()  # tied: the same matrix
-        raw = lzma.open(a.prompts).read()
-        P = 32
-        prompts = torch.from_numpy(np.frombuffer(raw, dtype="<u2").astype(np.int64).reshape(-1, P))
-        log(f"target {a.install} loaded (INT4 dequantized), {prompts.shape[0]} prompts of {P}")
+        P = a.prompt_len
+
+        def read_prompts(path):
+            raw = lzma.open(path).read()
+            return torch.from_numpy(np.frombuffer(raw, dtype="<u2").astype(np.int64).reshape(-1, P))
+        prompts, val_prompts = read_prompts(a.prompts), read_prompts(a.val_prompts)
+        log(f"target {a.install} loaded (INT4 dequantized), {prompts.shape[0]} prompts of {P}, "
+            f"{val_prompts.shape[0]} validation prompts")
     if a.smoke_first:
-        dr, c, m, rep, Xc, fc = run(a, dev, model, E, Hd, prompts, True)
+        dr, c, m, rep, Xc, fc = run(a, dev, model, E, Hd, prompts, val_prompts, True)
         export(dr, c, os.path.join(a.out, "smoke-drafter"))
         check_vectors(dr, E, Hd, Xc, fc, a.block, a.mask_id, os.path.join(a.out, "smoke-check.safetensors"), dev)
         for f in ("model.safetensors", "config.json"):
@@ -522,7 +548,7 @@ def main():
         os.rmdir(os.path.join(a.out, "smoke-drafter"))
         os.remove(os.path.join(a.out, "smoke-check.safetensors"))
         log("smoke: every phase ran")
-    dr, c, metrics, rep, Xc, fc = run(a, dev, model, E, Hd, prompts, False)
+    dr, c, metrics, rep, Xc, fc = run(a, dev, model, E, Hd, prompts, val_prompts, False)
     export(dr, c, os.path.join(a.out, "drafter"))
     check_vectors(dr, E, Hd, Xc, fc, a.block, a.mask_id, os.path.join(a.out, "check.safetensors"), dev)
     with open(os.path.join(a.out, "metrics.csv"), "w", newline="") as f:
