@@ -99,6 +99,7 @@ struct dp_w {
     int64_t rows;
     int ks;   /* warps splitting the columns */
     int blk0; /* first virtual block of this weight */
+    int sv;   /* k_q4mm: the scales and biases may be read UG groups a load (aligned) */
 };
 
 struct dp_args {
@@ -334,6 +335,49 @@ __device__ __forceinline__ float chunk_acc(float sc, float bc, float2 sb, float 
     return __fmaf_rn(__fmul_rn(sc, sb.x), D, __fmaf_rn(bc, sb.y, acc));
 }
 
+template <int NR>
+__device__ __forceinline__ void row_norms_nr(const dp_args &a, float *rnorm) {
+    __shared__ double red[32];
+    for (int i = 0; i < NR; i++) {
+        const double ss = row_ss4(a.x + (int64_t)i * a.cols, a.add ? a.add + (int64_t)i * a.cols : NULL, NULL, a.cols, red);
+        if (threadIdx.x == 0) rnorm[i] = rms_inv(ss, a.cols, a.eps);
+        __syncthreads(); /* red is reused by the next row */
+    }
+}
+
+/* k_q4dp's forms of row_norms and write_outputs (NR a constant; block 0
+ * writes the outputs before its products). Why two forms: with the
+ * runtime-row forms above and the late writes, ptxas gave k_q4dp<1, 1, 2>
+ * 104 registers against these forms' 116, and the 9B products ran 10-17%
+ * slower (cuda_bench, session 12: head 166 against 142 us, step 2.443
+ * against 2.226 ms), while the late writes gained nothing in the engine
+ * (364.8 tok/s against 367.4 with TSC_Q4DP_LATEW=0). k_q4mm keeps the
+ * runtime forms (its row count is a launch argument). */
+template <int NR>
+__device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *rnorm) {
+    if (threadIdx.x == 0) {
+        atomicAdd(a.bar, 1u);
+        if (blockIdx.x == 0) {
+            while (atomicOr(a.bar, 0u) < gridDim.x) __nanosleep(64);
+            atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
+        }
+    }
+    if (blockIdx.x != 0) return;
+    __syncthreads();
+    for (int i = 0; i < NR; i++)
+        for (int j = threadIdx.x; j < a.cols; j += blockDim.x) {
+            const int64_t o = (int64_t)i * a.cols + j;
+            if (a.xm == Q4DP_XM_NORM) {
+                float v = a.x[o];
+                if (a.add) v = __fadd_rn(v, a.add[o]);
+                if (a.add && a.x_out) a.x_out[o] = v;
+                if (a.y_out) a.y_out[o] = norm_mul(v, rnorm[i], a.normw[j]);
+            } else if (a.y_out) {
+                a.y_out[o] = silu_mul_f(a.x[o], a.u[o]);
+            }
+        }
+}
+
 template <int NR, int ND, int U>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
@@ -364,13 +408,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     }
     TSC_PDL_ENTRY();
     __shared__ float rnorm[NR];
-    if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
+    if (a.xm == Q4DP_XM_NORM) row_norms_nr<NR>(a, rnorm);
     stage_x<ND, 2>(a, NR, xd, xsb, rnorm);
     __syncthreads();
-    if (a.xm != Q4DP_XM_PLAIN) {
-        arrive_outputs(a);
-        if (!a.late) write_outputs(a, rnorm, NR);
-    }
+    if (a.xm != Q4DP_XM_PLAIN) write_outputs_b0<NR>(a, rnorm);
 
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
         int wi = 0;
@@ -440,7 +481,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
-    if (a.xm != Q4DP_XM_PLAIN && a.late) write_outputs(a, rnorm, NR);
 }
 
 /* ---- tensor cores: the same products for 1..16 rows (k_q4mm) ----
@@ -476,9 +516,11 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
  * two rows: the 4 threads of g read 32 B of a row, one sector, at G = 64).
  *
  * Shape of the work: a warp computes 16 rows (two of 8) x the launch's x
- * rows over the groups g = sl, sl + KS, ...; UG groups a round, every load
- * of a round issued before the first is used (UG x 16 rows x G / 2 bytes:
- * 4 KB a warp in flight at G = 64, as k_q4dp's one-row U = 2 rounds).
+ * rows over a contiguous range of groups (KS warps split a row's groups in
+ * KS ranges, mm_per); UG groups a round, every load of a round issued
+ * before the first is used (UG x 16 rows x G / 2 bytes: 4 KB a warp in
+ * flight at G = 64, as k_q4dp's one-row U = 2 rounds), a round's scales
+ * and biases one vector load a row (its UG groups are consecutive).
  *
  * Floors and prediction (9B shapes, H200): the bytes are k_q4dp's. Per 16
  * rows x 64 columns a warp issues 2 loads, 12 unpacking operations, 2 mma
@@ -509,6 +551,62 @@ __device__ __forceinline__ void mma_u4s8(int (&c)[4], uint32_t a0, uint32_t a1, 
         "{%0, %1, %2, %3};"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* WPT consecutive digit words from shared memory in one load (aligned:
+ * a thread's words start at a multiple of WPT) */
+template <int WPT>
+__device__ __forceinline__ void lds_words(const uint32_t *p, uint32_t (&v)[WPT]) {
+    if constexpr (WPT == 1) {
+        v[0] = *p;
+    } else if constexpr (WPT == 2) {
+        const uint2 q = *(const uint2 *)p;
+        v[0] = q.x, v[1] = q.y;
+    } else {
+        const uint4 q = *(const uint4 *)p;
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    }
+}
+
+/* The raw scale (or bias) elements of groups g0 .. g0 + UG - 1 of the row
+ * whose first group is at index rbase: vec, one or two vector loads (2-byte
+ * elements: UG * 2 bytes; f32: UG * 4), else one load a group, the groups
+ * past gend reading group gbeg's (in bounds; never used). */
+template <int UG>
+__device__ __forceinline__ void ld_scales(const void *base, int dt, int64_t rbase, int g0, int gend, int gbeg, bool vec,
+                                          uint32_t (&o)[UG]) {
+    if (vec) {
+        if (dt == TS_DTYPE_F32) {
+            const uint4 *p = (const uint4 *)((const uint32_t *)base + rbase + g0);
+#pragma unroll
+            for (int q = 0; q < UG / 4; q++) {
+                const uint4 v = __ldg(p + q);
+                o[4 * q] = v.x, o[4 * q + 1] = v.y, o[4 * q + 2] = v.z, o[4 * q + 3] = v.w;
+            }
+        } else if constexpr (UG == 8) {
+            const uint4 v = __ldg((const uint4 *)((const unsigned short *)base + rbase + g0));
+            const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) o[2 * k] = q[k] & 0xFFFFu, o[2 * k + 1] = q[k] >> 16;
+        } else {
+            const uint2 v = __ldg((const uint2 *)((const unsigned short *)base + rbase + g0));
+            const uint32_t q[2] = {v.x, v.y};
+#pragma unroll
+            for (int k = 0; k < UG / 2; k++) o[2 * k] = q[k] & 0xFFFFu, o[2 * k + 1] = q[k] >> 16;
+        }
+        return;
+    }
+#pragma unroll
+    for (int u = 0; u < UG; u++) o[u] = ld_sraw(base, dt, rbase + (g0 + u < gend ? g0 + u : gbeg));
+}
+
+/* a warp's groups of a row (KS warps split them): the contiguous range
+ * [sl * per, (sl + 1) * per), per a whole number of rounds, so that every
+ * round but a range's last starts aligned to UG groups (the scales' vector
+ * loads) */
+__host__ __device__ inline int mm_per(int ng, int ks, int ug) {
+    const int per = (ng + ks - 1) / ks;
+    return (per + ug - 1) / ug * ug;
 }
 
 /* the staged digits' per-row stride in int4 (k_q4mm): the digit planes of a
@@ -547,7 +645,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4mm(const __grid_constant__ dp_
         const int ks = w.ks, rg = warp / ks, sl = warp % ks;
         const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * MR;
         const int64_t ra = r0 + g < w.rows ? r0 + g : w.rows - 1, rb = r0 + g + 8 < w.rows ? r0 + g + 8 : w.rows - 1;
-        for (int gi = sl; gi < ng && gi < sl + UG * ks; gi += ks) {
+        const int gbeg = sl * mm_per(ng, ks, UG);
+        for (int gi = gbeg; gi < ng && gi < gbeg + UG; gi++) {
             prefetch_l2(w.data + ra * pitch + (int64_t)gi * gbytes + t * WPT * 4);
             prefetch_l2(w.data + rb * pitch + (int64_t)gi * gbytes + t * WPT * 4);
         }
@@ -590,36 +689,48 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4mm(const __grid_constant__ dp_
         for (int o = 0; o < NO; o++)
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[o][q] = 0.f;
-        for (int g0 = sl; g0 < ng; g0 += UG * ks) {
-            uint32_t wa[UG][WPT], wb[UG][WPT], sr[UG][2], br[UG][2];
+        /* this warp's groups: a contiguous range (mm_range) */
+        const int per = mm_per(ng, ks, UG), gbeg = sl * per, gend = gbeg + per < ng ? gbeg + per : ng;
+        for (int g0 = gbeg; g0 < gend; g0 += UG) {
+            uint32_t wa[UG][WPT], wb[UG][WPT], sr[2][UG], br[2][UG];
             bool ok[UG];
 #pragma unroll
             for (int u = 0; u < UG; u++) {
-                const int gi = g0 + u * ks;
-                ok[u] = gi < ng;
-                const int gg = ok[u] ? gi : sl; /* in bounds either way */
+                const int gi = g0 + u;
+                ok[u] = gi < gend;
+                const int gg = ok[u] ? gi : gbeg; /* in bounds either way */
                 ld_words<WPT>(pa + (int64_t)gg * gbytes, wa[u]);
                 ld_words<WPT>(pb + (int64_t)gg * gbytes, wb[u]);
-                sr[u][0] = ld_sraw(w.scales, a.sdt, ga + gg), sr[u][1] = ld_sraw(w.scales, a.sdt, gb + gg);
-                br[u][0] = ld_sraw(w.biases, a.sdt, ga + gg), br[u][1] = ld_sraw(w.biases, a.sdt, gb + gg);
             }
+            /* the round's scales and biases: one vector load a row where the
+             * round is whole and aligned (w.sv), else one load a group */
+            const bool vec = w.sv && g0 + UG <= gend;
+            ld_scales<UG>(w.scales, a.sdt, ga, g0, gend, gbeg, vec, sr[0]);
+            ld_scales<UG>(w.scales, a.sdt, gb, g0, gend, gbeg, vec, sr[1]);
+            ld_scales<UG>(w.biases, a.sdt, ga, g0, gend, gbeg, vec, br[0]);
+            ld_scales<UG>(w.biases, a.sdt, gb, g0, gend, gbeg, vec, br[1]);
 #pragma unroll
             for (int u = 0; u < UG; u++) {
                 if (!ok[u]) continue; /* uniform over the warp */
-                const int gi = g0 + u * ks, w0 = gi * (a.group >> 3); /* the group's first word */
+                const int gi = g0 + u, w0 = gi * (a.group >> 3); /* the group's first word */
                 int C[NO][4];
 #pragma unroll
                 for (int o = 0; o < NO; o++) C[o][0] = C[o][1] = C[o][2] = C[o][3] = 0;
+                uint32_t xe[NO][WPT], xo[NO][WPT]; /* B: this thread's digit words, even and odd bytes */
+#pragma unroll
+                for (int o = 0; o < NO; o++) {
+                    lds_words<WPT>(xr[o] + w0, xe[o]);
+                    lds_words<WPT>(xr[o] + nch * 4 + w0, xo[o]);
+                }
 #pragma unroll
                 for (int m = 0; m < WPT; m++) {
                     const uint32_t a0 = wa[u][m] & 0x0F0F0F0Fu, a1 = wb[u][m] & 0x0F0F0F0Fu;
                     const uint32_t a2 = (wa[u][m] >> 4) & 0x0F0F0F0Fu, a3 = (wb[u][m] >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
-                    for (int o = 0; o < NO; o++)
-                        mma_u4s8(C[o], a0, a1, a2, a3, xr[o][w0 + m], xr[o][nch * 4 + w0 + m]);
+                    for (int o = 0; o < NO; o++) mma_u4s8(C[o], a0, a1, a2, a3, xe[o][m], xo[o][m]);
                 }
-                const float s0 = sraw_f(sr[u][0], a.sdt), s1 = sraw_f(sr[u][1], a.sdt);
-                const float b0 = sraw_f(br[u][0], a.sdt), b1 = sraw_f(br[u][1], a.sdt);
+                const float s0 = sraw_f(sr[0][u], a.sdt), s1 = sraw_f(sr[1][u], a.sdt);
+                const float b0 = sraw_f(br[0][u], a.sdt), b1 = sraw_f(br[1][u], a.sdt);
 #pragma unroll
                 for (int o = 0; o < NO; o++) {
                     const float4 sb = xs4[(gi * NT + o * 8 + 2 * t) >> 1];
@@ -909,8 +1020,8 @@ void launch_nr(tsc_ctx *c, const dp_args &a, int nr, int u) {
     }
 }
 
-/* TSC_Q4DP_LATEW=0: the fused products' outputs written before the
- * products (write_outputs), a benchmark switch; the bits are the same */
+/* TSC_Q4DP_LATEW=0: k_q4mm's fused outputs written before its products
+ * (k_q4dp's always are), a benchmark switch; the bits are the same */
 int late_writes(void) {
     static int v = -1;
     if (v < 0) {
@@ -959,9 +1070,11 @@ int pick_ks_mm(int64_t rows, int cols, int group, int n_sm) {
     const int64_t slots = 2 * (int64_t)n_sm;
     int best = 1;
     int64_t best_cost = -1;
-    for (int ks = 1; ks <= WARPS && ks <= ng; ks *= 2) {
+    for (int ks = 1; ks <= WARPS && (ks == 1 || (int64_t)(ks - 1) * mm_per(ng, ks, ug) < ng); ks *= 2) {
+        /* (every warp of the split gets groups: an empty range would be
+         * harmless, but it is a warp that streams nothing) */
         const int64_t rpb = (int64_t)MR * (WARPS / ks), vbs = (rows + rpb - 1) / rpb;
-        const int64_t per = (ng + ks - 1) / ks, rounds = (per + ug - 1) / ug;
+        const int64_t rounds = mm_per(ng, ks, ug) / ug;
         const int64_t cost = (vbs + slots - 1) / slots * (2 + rounds);
         if (best_cost < 0 || cost < best_cost) best = ks, best_cost = cost;
     }
@@ -993,6 +1106,10 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
         dp_w &lw = a.w[i];
         lw.ks = pick_ks_mm(lw.rows, cols, a.group, c->n_sm);
         lw.blk0 = nblk;
+        /* a round's UG elements of a row start at a multiple of UG (ng and
+         * every range start are), on 16-byte aligned arrays */
+        const int ng = cols / a.group, ug = a.group == 128 ? 4 : 8;
+        lw.sv = ng % ug == 0 && (uintptr_t)lw.scales % 16 == 0 && (uintptr_t)lw.biases % 16 == 0;
         const int64_t rpb = (int64_t)MR * (WARPS / lw.ks);
         nblk += (int)((lw.rows + rpb - 1) / rpb);
     }
