@@ -1041,10 +1041,10 @@ int enabled(void) {
 }
 
 /* k_q4mm for w (8-bit x, a group of 32, 64 or 128) when TSC_Q4MM=1:
- * off by default, because at one row it is 1.6x slower than k_q4dp on the
- * 9B step (2.444 -> 3.945 ms; it wins only at 16 rows: 20.0 -> 17.8 ms,
- * bench/cuda/RESULTS.md, session 12), and decode and verify must run one
- * kernel. The switch changes the bits, for all row counts alike, so it is
+ * off by default, because at one row it is 1.7x slower than k_q4dp on the
+ * 9B step (2.214 against 3.775 ms; it wins only at 8-16 rows: 20.5 against
+ * 17.7 ms at 16; bench/cuda/RESULTS.md, session 12), and decode and verify
+ * must run one kernel. The switch changes the bits, for all row counts alike, so it is
  * read at every launch (the tests turn it on and off; a getenv is ~0.1 us
  * against a launch's few): never flip it inside one session. */
 bool mm_takes(const tsc_weight *w) {
