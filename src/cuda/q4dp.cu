@@ -223,6 +223,23 @@ __device__ __forceinline__ void row_norms(const dp_args &a, float *rnorm, int nr
     }
 }
 
+/* The mode's outputs of nr rows, by the threads of one block: x_out = v
+ * (when add), y_out = the normed rows (NORM) or silu(x) * u (SWIGLU). */
+__device__ __forceinline__ void write_rows(const dp_args &a, const float *rnorm, int nr) {
+    for (int i = 0; i < nr; i++)
+        for (int j = threadIdx.x; j < a.cols; j += blockDim.x) {
+            const int64_t o = (int64_t)i * a.cols + j;
+            if (a.xm == Q4DP_XM_NORM) {
+                float v = a.x[o];
+                if (a.add) v = __fadd_rn(v, a.add[o]);
+                if (a.add && a.x_out) a.x_out[o] = v;
+                if (a.y_out) a.y_out[o] = norm_mul(v, rnorm[i], a.normw[j]);
+            } else if (a.y_out) {
+                a.y_out[o] = silu_mul_f(a.x[o], a.u[o]);
+            }
+        }
+}
+
 /* The mode's outputs (x_out, y_out may alias x): every block arrives on
  * bar once it has staged x (arrive_outputs); one block, once all have
  * arrived, writes them (write_outputs). Which block and when: the last
@@ -242,18 +259,7 @@ __device__ __forceinline__ void write_outputs(const dp_args &a, const float *rno
         atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
     }
     __syncthreads();
-    for (int i = 0; i < nr; i++)
-        for (int j = threadIdx.x; j < a.cols; j += blockDim.x) {
-            const int64_t o = (int64_t)i * a.cols + j;
-            if (a.xm == Q4DP_XM_NORM) {
-                float v = a.x[o];
-                if (a.add) v = __fadd_rn(v, a.add[o]);
-                if (a.add && a.x_out) a.x_out[o] = v;
-                if (a.y_out) a.y_out[o] = norm_mul(v, rnorm[i], a.normw[j]);
-            } else if (a.y_out) {
-                a.y_out[o] = silu_mul_f(a.x[o], a.u[o]);
-            }
-        }
+    write_rows(a, rnorm, nr);
 }
 
 /* x rows [NR][cols] f32 -> digits in shared memory, one thread per 8-column
@@ -335,24 +341,14 @@ __device__ __forceinline__ float chunk_acc(float sc, float bc, float2 sb, float 
     return __fmaf_rn(__fmul_rn(sc, sb.x), D, __fmaf_rn(bc, sb.y, acc));
 }
 
-template <int NR>
-__device__ __forceinline__ void row_norms_nr(const dp_args &a, float *rnorm) {
-    __shared__ double red[32];
-    for (int i = 0; i < NR; i++) {
-        const double ss = row_ss4(a.x + (int64_t)i * a.cols, a.add ? a.add + (int64_t)i * a.cols : NULL, NULL, a.cols, red);
-        if (threadIdx.x == 0) rnorm[i] = rms_inv(ss, a.cols, a.eps);
-        __syncthreads(); /* red is reused by the next row */
-    }
-}
-
-/* k_q4dp's forms of row_norms and write_outputs (NR a constant; block 0
- * writes the outputs before its products). Why two forms: with the
- * runtime-row forms above and the late writes, ptxas gave k_q4dp<1, 1, 2>
+/* k_q4dp's form of write_outputs (NR a constant; block 0 writes the
+ * outputs before its products, its wait and the arrival in one place). Why
+ * two forms: with write_outputs above and the late writes, ptxas gave k_q4dp<1, 1, 2>
  * 104 registers against these forms' 116, and the 9B products ran 10-17%
  * slower (cuda_bench, session 12: head 166 against 142 us, step 2.443
  * against 2.226 ms), while the late writes gained nothing in the engine
  * (364.8 tok/s against 367.4 with TSC_Q4DP_LATEW=0). k_q4mm keeps the
- * runtime forms (its row count is a launch argument). */
+ * late form. */
 template <int NR>
 __device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *rnorm) {
     if (threadIdx.x == 0) {
@@ -364,18 +360,7 @@ __device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *
     }
     if (blockIdx.x != 0) return;
     __syncthreads();
-    for (int i = 0; i < NR; i++)
-        for (int j = threadIdx.x; j < a.cols; j += blockDim.x) {
-            const int64_t o = (int64_t)i * a.cols + j;
-            if (a.xm == Q4DP_XM_NORM) {
-                float v = a.x[o];
-                if (a.add) v = __fadd_rn(v, a.add[o]);
-                if (a.add && a.x_out) a.x_out[o] = v;
-                if (a.y_out) a.y_out[o] = norm_mul(v, rnorm[i], a.normw[j]);
-            } else if (a.y_out) {
-                a.y_out[o] = silu_mul_f(a.x[o], a.u[o]);
-            }
-        }
+    write_rows(a, rnorm, NR);
 }
 
 template <int NR, int ND, int U>
@@ -408,7 +393,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     }
     TSC_PDL_ENTRY();
     __shared__ float rnorm[NR];
-    if (a.xm == Q4DP_XM_NORM) row_norms_nr<NR>(a, rnorm);
+    if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
     stage_x<ND, 2>(a, NR, xd, xsb, rnorm);
     __syncthreads();
     if (a.xm != Q4DP_XM_PLAIN) write_outputs_b0<NR>(a, rnorm);
@@ -539,9 +524,8 @@ __device__ __forceinline__ void ld_words(const uint8_t *p, uint32_t (&v)[WPT]) {
     } else if constexpr (WPT == 2) {
         asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
     } else {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-                     : "l"(p));
+        const uint4 q = ld_stream(p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
     }
 }
 
@@ -604,6 +588,9 @@ __device__ __forceinline__ void ld_scales(const void *base, int dt, int64_t rbas
  * [sl * per, (sl + 1) * per), per a whole number of rounds, so that every
  * round but a range's last starts aligned to UG groups (the scales' vector
  * loads) */
+/* groups a round of k_q4mm (UG): 8, or 4 at G = 128 (WPT = 4 words a group) */
+__host__ __device__ constexpr int mm_ug(int group) { return group == 128 ? 4 : 8; }
+
 __host__ __device__ inline int mm_per(int ng, int ks, int ug) {
     const int per = (ng + ks - 1) / ks;
     return (per + ug - 1) / ug * ug;
@@ -626,7 +613,7 @@ size_t mm_stage_bytes(int nr, int cols, int group) {
  * the c0, c2 scale steps) */
 template <int WPT, int NO, bool ONE>
 __global__ void __launch_bounds__(WARPS * 32) k_q4mm(const __grid_constant__ dp_args a) {
-    constexpr int NT = 8 * NO, UG = WPT == 4 ? 4 : 8;
+    constexpr int NT = 8 * NO, UG = mm_ug(32 * WPT);
     __shared__ float red[WARPS][MR][NT];
     extern __shared__ int4 sm[];
     const int nch = a.cols >> 5, ng = a.cols >> a.lg, nr = ONE ? 1 : a.nr;
@@ -920,12 +907,18 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     }
 }
 
+/* a persistent grid of kernel k over nvb virtual blocks: as many blocks as
+ * are resident at smem bytes of staging, at most nvb */
+template <typename A>
+void launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a) {
+    const int per_sm = tsc_blocks_per_sm(c, (const void *)k, WARPS * 32, smem, SMEM_MAX);
+    const int grid = nvb < per_sm * c->n_sm ? nvb : per_sm * c->n_sm;
+    tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a);
+}
+
 template <int ND, int EM>
 void launch_moe(tsc_ctx *c, const dx_args &a) {
-    const size_t smem = stage_bytes(a.ntok, ND, a.cols);
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_q4dp_moe<ND, 2, EM>, WARPS * 32, smem, SMEM_MAX);
-    const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    tsc_launch(c, k_q4dp_moe<ND, 2, EM>, dim3(grid), dim3(WARPS * 32), smem, a);
+    launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
 }
 
 /* KS: warps of a block splitting a weight's columns (a step is 32 lanes x
@@ -945,15 +938,20 @@ int ks_env(const char *name, int dflt) {
     return e && *e ? atoi(e) : dflt;
 }
 
+/* a KS forced by a benchmark switch (1, 2, 4 or 8: halved while it would
+ * leave warps without a unit of columns to stream), or 0 */
+int forced_ks(int forced, int64_t units) {
+    if (forced != 1 && forced != 2 && forced != 4 && forced != 8) return 0;
+    int ks = 1;
+    while (ks < forced && 2 * ks <= units) ks *= 2;
+    return ks;
+}
+
 int pick_ks(int64_t rows, int cols, int n_sm) {
     static int forced = -2, rule = -1;
     if (forced == -2) forced = ks_env("TSC_Q4DP_KS", 0), rule = ks_env("TSC_Q4DP_KSRULE", 1);
     const int64_t steps = (cols + 1023) / 1024;
-    if (forced == 1 || forced == 2 || forced == 4 || forced == 8) {
-        int ks = 1;
-        while (ks < forced && 2 * ks <= steps) ks *= 2;
-        return ks;
-    }
+    if (const int f = forced_ks(forced, steps)) return f;
     if (rule != 1) return rows_pick_ks(rows, steps, R, WARPS, n_sm);
     const int64_t slots = 2 * (int64_t)n_sm;
     int best = 1;
@@ -968,10 +966,7 @@ int pick_ks(int64_t rows, int cols, int n_sm) {
 
 template <int NR, int ND, int U>
 void launch(tsc_ctx *c, const dp_args &a) {
-    const size_t smem = stage_bytes(NR, ND, a.cols);
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_q4dp<NR, ND, U>, WARPS * 32, smem, SMEM_MAX);
-    const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    tsc_launch(c, k_q4dp<NR, ND, U>, dim3(grid), dim3(WARPS * 32), smem, a);
+    launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, stage_bytes(NR, ND, a.cols), a);
 }
 
 /* Steps a round (U): 1 or 2, from the launch's shape and the digits
@@ -1061,12 +1056,8 @@ bool mm_takes(const tsc_weight *w) {
 int pick_ks_mm(int64_t rows, int cols, int group, int n_sm) {
     static int forced = -2;
     if (forced == -2) forced = ks_env("TSC_Q4MM_KS", 0);
-    const int ng = cols / group, ug = group == 128 ? 4 : 8;
-    if (forced == 1 || forced == 2 || forced == 4 || forced == 8) {
-        int ks = 1;
-        while (ks < forced && 2 * ks <= ng) ks *= 2;
-        return ks;
-    }
+    const int ng = cols / group, ug = mm_ug(group);
+    if (const int f = forced_ks(forced, ng)) return f;
     const int64_t slots = 2 * (int64_t)n_sm;
     int best = 1;
     int64_t best_cost = -1;
@@ -1083,10 +1074,7 @@ int pick_ks_mm(int64_t rows, int cols, int group, int n_sm) {
 
 template <int WPT, int NO, bool ONE>
 void launch_mm(tsc_ctx *c, const dp_args &a) {
-    const size_t smem = mm_stage_bytes(a.nr, a.cols, a.group);
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_q4mm<WPT, NO, ONE>, WARPS * 32, smem, SMEM_MAX);
-    const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    tsc_launch(c, k_q4mm<WPT, NO, ONE>, dim3(grid), dim3(WARPS * 32), smem, a);
+    launch_grid(c, k_q4mm<WPT, NO, ONE>, a.nvb, mm_stage_bytes(a.nr, a.cols, a.group), a);
 }
 
 template <int WPT>
@@ -1094,6 +1082,16 @@ void launch_mm_n(tsc_ctx *c, const dp_args &a) {
     if (a.nr == 1) return launch_mm<WPT, 1, true>(c, a);
     if (a.nr <= 8) return launch_mm<WPT, 1, false>(c, a);
     launch_mm<WPT, 2, false>(c, a);
+}
+
+/* a pass over rows i0.. of q4dp_linear_staged's arrays: its pointers in a */
+void at_pass(dp_args &a, const tsc_weight *const *w, int nw, const float *x, const float *add, const float *u,
+             float *x_out, float *y_out, float *const *y, int i0) {
+    const int64_t o = (int64_t)i0 * a.cols;
+    a.x = x + o;
+    a.add = add ? add + o : NULL, a.u = u ? u + o : NULL;
+    a.x_out = x_out ? x_out + o : NULL, a.y_out = y_out ? y_out + o : NULL;
+    for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
 }
 
 /* q4dp_linear_staged through k_q4mm: passes of up to 16 rows (fewer where
@@ -1108,7 +1106,7 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
         lw.blk0 = nblk;
         /* a round's UG elements of a row start at a multiple of UG (ng and
          * every range start are), on 16-byte aligned arrays */
-        const int ng = cols / a.group, ug = a.group == 128 ? 4 : 8;
+        const int ng = cols / a.group, ug = mm_ug(a.group);
         lw.sv = ng % ug == 0 && (uintptr_t)lw.scales % 16 == 0 && (uintptr_t)lw.biases % 16 == 0;
         const int64_t rpb = (int64_t)MR * (WARPS / lw.ks);
         nblk += (int)((lw.rows + rpb - 1) / rpb);
@@ -1118,11 +1116,7 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
     while (per > 1 && mm_stage_bytes(per, cols, a.group) > SMEM_MAX) per--;
     for (int i0 = 0; i0 < n; i0 += per) {
         a.nr = n - i0 < per ? n - i0 : per;
-        const int64_t o = (int64_t)i0 * cols;
-        a.x = x + o;
-        a.add = add ? add + o : NULL, a.u = u ? u + o : NULL;
-        a.x_out = x_out ? x_out + o : NULL, a.y_out = y_out ? y_out + o : NULL;
-        for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
+        at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         switch (a.group) {
         case 32: launch_mm_n<1>(c, a); break;
         case 64: launch_mm_n<2>(c, a); break;
@@ -1162,22 +1156,16 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     a.lg = 0;
     while ((1 << (a.lg + 1)) <= a.group) a.lg++;
     a.sdt = (int)w[0]->sdtype;
-    if (mm_takes(w[0])) {
-        for (int i = 0; i < nw; i++) {
-            a.w[i].data = (const uint8_t *)w[i]->data;
-            a.w[i].scales = w[i]->scales, a.w[i].biases = w[i]->biases;
-            a.w[i].rows = w[i]->rows;
-        }
-        return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
+    for (int i = 0; i < nw; i++) {
+        a.w[i].data = (const uint8_t *)w[i]->data;
+        a.w[i].scales = w[i]->scales, a.w[i].biases = w[i]->biases;
+        a.w[i].rows = w[i]->rows;
     }
+    if (mm_takes(w[0])) return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
     int nblk = 0;
     int64_t steps = 0; /* warp steps of the launch */
     for (int i = 0; i < nw; i++) {
         dp_w &lw = a.w[i];
-        lw.data = (const uint8_t *)w[i]->data;
-        lw.scales = w[i]->scales;
-        lw.biases = w[i]->biases;
-        lw.rows = w[i]->rows;
         lw.ks = pick_ks(w[i]->rows, cols, c->n_sm);
         lw.blk0 = nblk;
         const int64_t rpb = (int64_t)R * (WARPS / lw.ks);
@@ -1194,11 +1182,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
     for (int i0 = 0; i0 < n; i0 += per) {
         const int nr = n - i0 < per ? n - i0 : per;
-        a.x = x + (int64_t)i0 * cols;
-        const int64_t o = (int64_t)i0 * cols;
-        a.add = add ? add + o : NULL, a.u = u ? u + o : NULL;
-        a.x_out = x_out ? x_out + o : NULL, a.y_out = y_out ? y_out + o : NULL;
-        for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
+        at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         const int u1 = nr == 1 ? ur : 1; /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;
