@@ -1040,8 +1040,9 @@ int enabled(void) {
  * 9B step (2.214 against 3.775 ms; it wins only at 8-16 rows: 20.5 against
  * 17.7 ms at 16; bench/cuda/RESULTS.md, session 12), and decode and verify
  * must run one kernel. The switch changes the bits, for all row counts alike, so it is
- * read at every launch (the tests turn it on and off; a getenv is ~0.1 us
- * against a launch's few): never flip it inside one session. */
+ * read at every launch (the tests turn it on and off; its host cost was not
+ * measured, and captured graphs do not repeat it): never flip it inside one
+ * session. */
 bool mm_takes(const tsc_weight *w) {
     const char *e = getenv("TSC_Q4MM");
     const bool on = e && e[0] == '1';
