@@ -290,6 +290,108 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
     tsc_close(c);
 }
 
+/* The prompt chunks' tensor-core products (q4gemm.cu) against a double
+ * reference of x rounded to bf16 (x~) times the exact weights: what the
+ * kernel promises is f32-class sums of x~ w, so the bound is 2e-5 of
+ * sum_c m|x~| (m: wmag; the mma sums (128 + q) x~ per 64 columns and the
+ * scale step takes 128 s back out, a cancellation of ~143/16 on the s q
+ * term's magnitude: 2e-5 is ~150x f32 rounding of that); a wrong k order,
+ * a lost tile, a scale of the wrong group are O(1) of it. Against the
+ * unrounded x the difference is x's bf16 rounding, at most 2^-8 of the
+ * bound (checked too). Row counts that are and are not multiples of the
+ * 64-row tile, several weights in one launch (rows not multiples of the
+ * 128-output tile), groups 64 and 128, the three scale types. */
+static void bf16_rows(const float *x, float *xb, size_t n) {
+    for (size_t i = 0; i < n; i++) xb[i] = ts_bf16_to_f32(ts_f32_to_bf16(x[i]));
+}
+
+TS_TEST(cuda, gemm_prefill_products) {
+    OPEN(c);
+    static const struct { int group; ts_dtype sdt; int64_t cols; int n; int64_t rows[3]; } cs[] = {
+        {64, TS_DTYPE_BF16, 1024, 100, {300, 77, 129}}, {128, TS_DTYPE_F16, 2048, 64, {256, 40, 0}},
+        {64, TS_DTYPE_F32, 4160, 17, {200, 0, 0}},      {64, TS_DTYPE_BF16, 64, 130, {33, 128, 0}},
+        {256, TS_DTYPE_BF16, 12288, 40, {96, 0, 0}},     {64, TS_DTYPE_BF16, 128, 64, {384, 256, 4}},
+        {64, TS_DTYPE_BF16, 384, 150, {128, 0, 0}},     {64, TS_DTYPE_BF16, 256, 22, {128, 4, 0}},
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int n = cs[ci].n;
+        const int64_t cols = cs[ci].cols;
+        int nw = 0;
+        while (nw < 3 && cs[ci].rows[nw]) nw++;
+        hw h[3];
+        tsc_weight dw[3];
+        const tsc_weight *pw[3];
+        float *dy[3];
+        setenv("TSC_Q4T", "0", 1); /* the engine's layout: MLX */
+        for (int i = 0; i < nw; i++) {
+            make_w(&h[i], TS_DTYPE_U32, 4, cs[ci].group, cs[ci].sdt, cs[ci].rows[i], cols);
+            tsc_weight hd = desc(&h[i].w);
+            ts_error e;
+            CHECK_MSG(tsc_weight_upload(c, &hd, &dw[i], &e) == 0, "%s", e.msg);
+            CHECK(tsc_gemm_takes(&dw[i]));
+            pw[i] = &dw[i];
+            dy[i] = tsc_alloc(c, sizeof(float) * (size_t)n * (size_t)cs[ci].rows[i]);
+            tsc_fill(c, dy[i], NAN, (size_t)n * (size_t)cs[ci].rows[i]);
+        }
+        unsetenv("TSC_Q4T");
+        float *x = malloc(sizeof(float) * (size_t)n * cols), *xb = malloc(sizeof(float) * (size_t)n * cols);
+        frand(x, (size_t)n * cols, 1.0f);
+        for (int k = 0; k < 8; k++) x[(size_t)((fr() * 0.5f + 0.5f) * (float)(n * cols - 1))] *= 30.0f; /* outliers */
+        bf16_rows(x, xb, (size_t)n * cols);
+        float *dx = up(c, x, sizeof(float) * (size_t)n * cols);
+        void *ws = tsc_alloc(c, tsc_gemm_ws_bytes(n, cols));
+        tsc_linear_gemm(c, pw, nw, dx, dy, n, ws);
+        SYNC_OK(c);
+        double *wr = malloc(sizeof(double) * cols), *wa = malloc(sizeof(double) * cols);
+        for (int i = 0; i < nw; i++) {
+            const int64_t rows = cs[ci].rows[i];
+            float *y = down(c, dy[i], (size_t)n * rows);
+            float worst = 0, worst_x = 0;
+            int bad = -1;
+            for (int64_t r = 0; r < rows && bad < 0; r++) {
+                for (int64_t k = 0; k < cols; k++) wr[k] = ts_weight_get(&h[i].w, r, k), wa[k] = wmag(&h[i].w, r, k);
+                for (int t = 0; t < n; t++) {
+                    const float *xr = xb + (size_t)t * cols, *xo = x + (size_t)t * cols;
+                    double ref = 0, refx = 0, bound = 0, boundx = 0;
+                    for (int64_t k = 0; k < cols; k++) {
+                        ref += wr[k] * xr[k], refx += wr[k] * xo[k];
+                        bound += wa[k] * fabs((double)xr[k]), boundx += wa[k] * fabs((double)xo[k]);
+                    }
+                    const double got = y[(size_t)t * rows + r];
+                    const float rel = (float)(fabs(got - ref) / (bound + 1e-30)), relx = (float)(fabs(got - refx) / (boundx + 1e-30));
+                    if (!(rel <= 2e-5f) || !(relx <= 1.0f / 256)) {
+                        bad = (int)r, worst = rel, worst_x = relx;
+                        break;
+                    }
+                    worst = fmaxf(worst, rel), worst_x = fmaxf(worst_x, relx);
+                }
+            }
+            CHECK_MSG(bad < 0, "gemm case %zu weight %d (%lldx%lld, %d rows of x, group %d): output %d off by %.3g of "
+                      "sum m|x~| (tol 2e-5), %.3g against unrounded x (tol 2^-8)", ci, i, (long long)rows,
+                      (long long)cols, n, cs[ci].group, bad, worst, worst_x);
+            if (i == 0)
+                fprintf(stderr, "  gemm g%d %lldx%lld n %d: worst %.2g of sum m|x~|, %.2g vs unrounded x\n", cs[ci].group,
+                        (long long)rows, (long long)cols, n, worst, worst_x);
+            free(y);
+        }
+        free(wr), free(wa), free(x), free(xb);
+        tsc_free(c, dx), tsc_free(c, ws);
+        for (int i = 0; i < nw; i++) tsc_free(c, dy[i]), tsc_weight_free(c, &dw[i]), free_hw(&h[i]);
+    }
+    /* what it does not take: 8-bit, group 32, columns not a multiple of 64 */
+    hw h8;
+    make_w(&h8, TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, 16, 256);
+    tsc_weight d8 = desc(&h8.w);
+    CHECK(!tsc_gemm_takes(&d8));
+    d8.bits = 4, d8.group = 32;
+    CHECK(!tsc_gemm_takes(&d8));
+    d8.group = 64, d8.cols = 96;
+    CHECK(!tsc_gemm_takes(&d8));
+    free_hw(&h8);
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
 /* worst |y - ref| / sum_c m|x| over n rows of w (the products' tolerance) */
 static float prod_err(const ts_weight *w, const float *x, const float *y, const float *ref, int n) {
     float worst = 0;
@@ -500,6 +602,69 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     tsc_close(c);
 }
 
+/* A prompt chunk's GDN (tsc_gdn_prefill: five kernels over all rows, the
+ * recurrence a warp per head and 4 columns) against the step kernels in
+ * 16-row calls (checked against the reference above) on the same inputs:
+ * the same element arithmetic summed in another order (shuffle trees), so
+ * the output within 2e-4 of its scale and the state within 5e-5 over 100
+ * rows of the recurrence (the decay keeps differences from growing); the
+ * conv state, a copy of the last inputs, bit for bit. Hk 2 / Hv 4 and a
+ * GQA-style Hk 1 / Hv 4; 100 rows and 37. */
+TS_TEST(cuda, gdn_prefill_vs_step) {
+    OPEN(c);
+    static const struct { int n, Hk, Hv; } cs_[] = {{100, 2, 4}, {37, 1, 4}};
+    for (size_t ci = 0; ci < 2; ci++) {
+        const int n = cs_[ci].n, Hk = cs_[ci].Hk, Hv = cs_[ci].Hv, dk = 128, dv = 128, K = 4;
+        const int Vd = Hv * dv, C = 2 * Hk * dk + Vd;
+        const size_t nS = (size_t)Hv * dk * dv;
+        float *qkv = malloc(sizeof(float) * n * C), *z = malloc(sizeof(float) * n * Vd), *b = malloc(sizeof(float) * n * Hv);
+        float *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * (K - 1) * C), *cw = malloc(sizeof(float) * K * C);
+        float *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv), *dtb = malloc(sizeof(float) * Hv);
+        float *nw = malloc(sizeof(float) * dv);
+        frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
+        frand(a, (size_t)n * Hv, 2.0f), frand(cs, (size_t)(K - 1) * C, 1.0f), frand(cw, (size_t)K * C, 0.5f);
+        frand(S, nS, 0.05f), frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
+        for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
+        float *dq = up(c, qkv, sizeof(float) * n * C), *dz = up(c, z, sizeof(float) * n * Vd);
+        float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
+        float *dcs = up(c, cs, sizeof(float) * (K - 1) * C), *dcs1 = up(c, cs, sizeof(float) * (K - 1) * C);
+        float *dS = up(c, S, sizeof(float) * nS), *dS1 = up(c, S, sizeof(float) * nS);
+        float *dcw = up(c, cw, sizeof(float) * K * C), *dnA = up(c, nA, sizeof(float) * Hv);
+        float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
+        float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * Vd);
+        float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
+        tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
+                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
+        tsc_gdn_prefill(c, &A);
+        for (int t0 = 0; t0 < n; t0 += TSC_ROWS_MAX) {
+            tsc_gdn_args B = A;
+            B.n = n - t0 < TSC_ROWS_MAX ? n - t0 : TSC_ROWS_MAX;
+            B.qkv = dq + (size_t)t0 * C, B.z = dz + (size_t)t0 * Vd, B.b = db + t0 * Hv, B.a = da + t0 * Hv;
+            B.conv_state = dcs1, B.S = dS1, B.o = dout1 + (size_t)t0 * Vd;
+            tsc_gdn_step(c, &B);
+        }
+        SYNC_OK(c);
+        float *o = down(c, dout, (size_t)n * Vd), *o1 = down(c, dout1, (size_t)n * Vd);
+        float *gS = down(c, dS, nS), *gS1 = down(c, dS1, nS), *gc = down(c, dcs, (size_t)(K - 1) * C);
+        float *gc1 = down(c, dcs1, (size_t)(K - 1) * C);
+        float mo = 0, ms = 0, maxo = 0, maxs = 0;
+        for (size_t i = 0; i < (size_t)n * Vd; i++) mo = fmaxf(mo, fabsf(o[i] - o1[i])), maxo = fmaxf(maxo, fabsf(o1[i]));
+        for (size_t i = 0; i < nS; i++) ms = fmaxf(ms, fabsf(gS[i] - gS1[i])), maxs = fmaxf(maxs, fabsf(gS1[i]));
+        fprintf(stderr, "  gdn prefill %d rows, Hk %d Hv %d: max |o - step| %.3g (max |o| %.3g), max |S - step| %.3g (max |S| %.3g)\n",
+                n, Hk, Hv, mo, maxo, ms, maxs);
+        CHECK_MSG(mo <= 2e-4f * maxo, "gdn prefill output off by %.3g", mo);
+        CHECK_MSG(ms <= 5e-5f * maxs, "gdn prefill state off by %.3g", ms);
+        CHECK_MSG(!memcmp(gc, gc1, sizeof(float) * (K - 1) * C), "gdn prefill: conv state differs from the step's");
+        free(o), free(o1), free(gS), free(gS1), free(gc), free(gc1);
+        free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
+        tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcs), tsc_free(c, dcs1);
+        tsc_free(c, dS), tsc_free(c, dS1), tsc_free(c, dcw), tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw);
+        tsc_free(c, dout), tsc_free(c, dout1), tsc_free(c, ws);
+    }
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
 /* The engine's forms of the GDN step (backend.cu: a verify, a lazy
  * rollback's replay, a captured decode step) against the plain in-place
  * step, bit for bit: a separate source state (the destination's old
@@ -630,6 +795,66 @@ static void rope_ref(float *x, int rot, int pos, float theta) {
         x[j] = x0 * cs - x1 * sn;
         x[j + half] = x1 * cs + x0 * sn;
     }
+}
+
+/* A prompt chunk's attention (tsc_attn_prefill: all rows at once, the
+ * cache in tiles) against the row kernels (tsc_attn_decode's phase 2 row by
+ * row, themselves checked against the reference below) on the same prepared
+ * queries and cache (phase 1 in 16-row calls, as backend.cu runs a chunk):
+ * the output is a convex combination of V rows (|v| <= 1) times a gate in
+ * (0, 1) summed in another order, so 5e-6 absolute; rows past the chunk
+ * untouched. Cases: GQA 4 and 3 (rows a block not a power of two), no GQA,
+ * chunks at position 0 and later, head dims 256 and 128. */
+TS_TEST(cuda, attn_prefill_vs_row_kernels) {
+    OPEN(c);
+    static const struct { int nq, nkv, D, pos0, n; } cs[] = {
+        {16, 4, 256, 0, 100}, {8, 2, 256, 37, 70}, {6, 2, 128, 5, 33}, {4, 4, 128, 0, 17}, {16, 4, 256, 300, 150},
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int nq = cs[ci].nq, nkv = cs[ci].nkv, D = cs[ci].D, pos0 = cs[ci].pos0, n = cs[ci].n, kvdim = nkv * D;
+        const int max_T = pos0 + n + 40;
+        const size_t nqg = (size_t)n * nq * 2 * D;
+        float *qg = malloc(sizeof(float) * nqg), *k = malloc(sizeof(float) * n * kvdim), *v = malloc(sizeof(float) * n * kvdim);
+        float *qn = malloc(sizeof(float) * D), *kn = malloc(sizeof(float) * D);
+        float *Kc = calloc((size_t)max_T * kvdim, sizeof(float)), *Vc = calloc((size_t)max_T * kvdim, sizeof(float));
+        frand(qg, nqg, 2.0f), frand(k, (size_t)n * kvdim, 2.0f), frand(v, (size_t)n * kvdim, 1.0f);
+        frand(qn, D, 1.0f), frand(kn, D, 1.0f);
+        frand(Kc, (size_t)pos0 * kvdim, 1.0f), frand(Vc, (size_t)pos0 * kvdim, 1.0f);
+        float *dqg = up(c, qg, sizeof(float) * nqg), *dk = up(c, k, sizeof(float) * n * kvdim), *dv = up(c, v, sizeof(float) * n * kvdim);
+        float *dqn = up(c, qn, sizeof(float) * D), *dkn = up(c, kn, sizeof(float) * D);
+        float *dK = up(c, Kc, sizeof(float) * max_T * kvdim), *dV = up(c, Vc, sizeof(float) * max_T * kvdim);
+        float *dout = tsc_alloc(c, sizeof(float) * n * nq * D), *dout1 = tsc_alloc(c, sizeof(float) * (n + 1) * nq * D);
+        tsc_fill(c, dout1, 7.0f, (size_t)(n + 1) * nq * D);
+        float *ws = tsc_alloc(c, tsc_attn_ws_bytes(1, nq, D, max_T));
+        tsc_attn_args A = {n, pos0, nq, nkv, D, 64, 1e7f, 1e-6f, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws, NULL, 0, 1, 0, 0};
+        for (int r0 = 0; r0 < n; r0 += TSC_ROWS_MAX) { /* phase 1: norms, RoPE, K/V appended */
+            tsc_attn_args B = A;
+            B.n = n - r0 < TSC_ROWS_MAX ? n - r0 : TSC_ROWS_MAX, B.pos = pos0 + r0;
+            B.qg = dqg + (size_t)r0 * nq * 2 * D, B.k = dk + (size_t)r0 * kvdim, B.v = dv + (size_t)r0 * kvdim;
+            tsc_attn_decode(c, &B);
+        }
+        for (int i = 0; i < n; i++) { /* the row kernels */
+            tsc_attn_args B = A;
+            B.n = 1, B.pos = pos0 + i, B.phase = 2, B.qg = dqg + (size_t)i * nq * 2 * D, B.out = dout + (size_t)i * nq * D;
+            tsc_attn_decode(c, &B);
+        }
+        tsc_attn_args P = A;
+        P.phase = 0, P.ws = NULL, P.out = dout1;
+        tsc_attn_prefill(c, &P);
+        SYNC_OK(c);
+        float *ga = down(c, dout, (size_t)n * nq * D), *gb = down(c, dout1, (size_t)(n + 1) * nq * D);
+        const float e = ts_test_max_abs(ga, gb, (size_t)n * nq * D);
+        int tail = 1;
+        for (int d = 0; d < nq * D; d++) tail &= gb[(size_t)n * nq * D + d] == 7.0f;
+        fprintf(stderr, "  attn prefill nq %d nkv %d D %d rows %d at %d: max |prefill - rows| %.2g\n", nq, nkv, D, n, pos0, e);
+        CHECK_MSG(e <= 5e-6f, "attn prefill case %zu: off by %.3g from the row kernels", ci, e);
+        CHECK_MSG(tail, "attn prefill case %zu: wrote past the chunk's rows", ci);
+        free(ga), free(gb), free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc);
+        tsc_free(c, dqg), tsc_free(c, dk), tsc_free(c, dv), tsc_free(c, dqn), tsc_free(c, dkn), tsc_free(c, dK);
+        tsc_free(c, dV), tsc_free(c, dout), tsc_free(c, dout1), tsc_free(c, ws);
+    }
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
 }
 
 /* split: keys per piece (0: TSC_ATTN_SPLIT); devpos: the position from a

@@ -201,18 +201,19 @@ out:
  * and after every layer (ts_state.dbg_layers), CPU vs GPU, for a 5-row
  * chunk (the prefill path) and for 5 tokens fed one at a time (the token
  * path; the last step's rows printed). */
-static void layer_diag(const char *dir) {
+static void layer_diag_n(const char *dir, int n, int modes) {
     ts_error err = {0};
     ts_engine *ec = NULL, *eg = NULL;
     if (open_on(dir, "cpu", &ec, &err) || open_on(dir, "cuda", &eg, &err)) { ts_engine_close(ec); return; }
     const ts_config *c = &ec->model.cfg;
-    const int H = c->H, L = c->n_layers, n = 5;
-    const int32_t ids[5] = {1, 7, 42, 99, 3};
-    for (int mode = 0; mode < 2; mode++) {
+    const int H = c->H, L = c->n_layers;
+    int32_t ids[256];
+    for (int i = 0; i < n && i < 256; i++) ids[i] = (int32_t)((1 + 7 * i + 13 * i * i) % c->vocab);
+    for (int mode = 0; mode < modes; mode++) {
         ts_session_params sp;
         ts_session_params_default(&sp);
-        sp.n_ctx = 64;
-        sp.max_rows = 16;
+        sp.n_ctx = n + 64;
+        sp.max_rows = n > 16 ? n : 16;
         ts_session *sc = NULL, *sg = NULL;
         if (ts_session_new(ec, &sp, &sc, &err) || ts_session_new(eg, &sp, &sg, &err)) break;
         const int rows = mode ? 1 : n;
@@ -222,10 +223,16 @@ static void layer_diag(const char *dir) {
             ts_session_feed(sc, mode ? ids + i : ids, rows, NULL, NULL, &err);
             ts_session_feed(sg, mode ? ids + i : ids, rows, NULL, NULL, &err);
         }
-        fprintf(stderr, "  diag %s (%s):", dir, mode ? "token path, 5th token" : "5-row chunk");
+        fprintf(stderr, "  diag %s (%s, %d rows):", dir, mode ? "token path, last token" : "one chunk", n);
         for (int l = 0; l <= L; l++)
             fprintf(stderr, " %s%s %.2g", l ? (c->layer_full[l - 1] ? "A" : "G") : "emb", l ? "" : "",
                     ts_test_max_abs(dc + (size_t)l * rows * H, dg + (size_t)l * rows * H, (size_t)rows * H));
+        if (rows > 16) { /* where in the chunk: the last layer's rows, 16 at a time */
+            fprintf(stderr, "\n    last layer, rows by 16:");
+            for (int r0 = 0; r0 < rows; r0 += 16)
+                fprintf(stderr, " %.2g", ts_test_max_abs(dc + ((size_t)L * rows + r0) * H, dg + ((size_t)L * rows + r0) * H,
+                                                         (size_t)(rows - r0 < 16 ? rows - r0 : 16) * H));
+        }
         fprintf(stderr, "\n");
         sc->st.dbg_layers = sg->st.dbg_layers = NULL;
         free(dc), free(dg);
@@ -235,6 +242,8 @@ static void layer_diag(const char *dir) {
     ts_engine_close(ec);
     ts_engine_close(eg);
 }
+
+static void layer_diag(const char *dir) { layer_diag_n(dir, 5, 2); }
 
 TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
     NEED_GPU();
@@ -275,6 +284,120 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
     fprintf(stderr, "  %d installs compared, %d refused by the CUDA backend (shapes named above)\n", ran, refused);
     /* the default model and the tiny fixtures have shapes the kernels take */
     CHECK_MSG(ran >= (quick ? 2 : 8), "only %d installs ran on the GPU", ran);
+}
+
+/* Prompt chunks through the tensor-core products (q4gemm.cu: chunks of more
+ * than 16 rows on 4-bit installs) against the CPU (16-row chunks, 24-bit
+ * activations), every prompt row's logits. Why this tolerance: those
+ * products round x to bf16 (2^-9 relative per element; the weights stay
+ * exact), finer than the per-group int8 activations the engine runs by
+ * default (half a step of max/127 per element). So the bound is what the
+ * CPU's own default precision moves the same logits by (e8: 8-bit against
+ * 24-bit activations, same prompt), with a 25% margin, and at least
+ * 3e-2 * max(1, |L|max) (~10x what bf16 rounding gives a well-conditioned
+ * model, far below a wrong op's O(|L|)). The random tiny fixtures amplify
+ * activation rounding by orders of magnitude (tiny-dense INT4: e8 = 3.7 on
+ * logits of 7.8), so there the bound is loose and the default model (trained
+ * weights) is the sharp case. Top-1 must agree where the CPU's top-2 gap
+ * exceeds twice the bound. The same prompt with TSC_GEMM=0 (the row
+ * kernels) must give other bits (the chunks did take the tensor-core path)
+ * and stay within REL_TOL of the CPU. Chunks 7 (the row kernels for every
+ * op), 64 and 150 (one chunk, not a multiple of the 64-row tile). */
+#define BF16_TOL 3e-2f
+
+static int open_bits(const char *dir, const char *backend, int bits, ts_engine **e, ts_error *err) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = backend;
+    ep.act_bits = bits;
+    return ts_engine_open(dir, &ep, e, err);
+}
+
+static int prompt_logits(ts_engine *e, const int32_t *ids, int n, int chunk, float *lg, ts_error *err) {
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 256;
+    sp.max_rows = chunk;
+    ts_session *s = NULL;
+    int rc = ts_session_new(e, &sp, &s, err);
+    if (!rc) rc = ts_session_feed(s, ids, n, lg, NULL, err);
+    ts_session_free(s);
+    return rc;
+}
+
+TS_TEST(cuda_engine, prefill_chunks_tensor_cores_within_bf16_tolerance) {
+    NEED_GPU();
+    static const char *const FIX[] = {"tiny-dense", "tiny-moe", "default"};
+    const int n = 150;
+    int ran = 0;
+    for (size_t f = 0; f < sizeof FIX / sizeof FIX[0]; f++) {
+        char dir[512];
+        if (make_install(FIX[f], f == 2 ? 0 : 4, dir, sizeof dir)) return;
+        ts_error err = {0};
+        ts_engine *ec = NULL, *eg = NULL, *e8 = NULL;
+        if (open_on(dir, "cpu", &ec, &err) || open_on(dir, "cuda", &eg, &err) || open_bits(dir, "cpu", 8, &e8, &err)) {
+            ts_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
+            ts_engine_close(ec);
+            ts_engine_close(eg);
+            return;
+        }
+        const int V = ts_engine_info(ec)->vocab_size;
+        float *lc = malloc(sizeof(float) * (size_t)n * V), *lg = malloc(sizeof(float) * (size_t)n * V),
+              *lr = malloc(sizeof(float) * (size_t)n * V);
+        int32_t ids[150];
+        uint64_t r = 0x51ed270b9f4a7c15ull + f;
+        for (int i = 0; i < n; i++) { r = r * 6364136223846793005ull + 1442695040888963407ull; ids[i] = (int32_t)((r >> 33) % (uint64_t)V); }
+        int ok = !prompt_logits(ec, ids, n, 16, lc, &err) && !prompt_logits(e8, ids, n, 16, lr, &err);
+        CHECK_MSG(ok, "%s: cpu: %s", dir, err.msg);
+        const float ecpu8 = ok ? ts_test_max_abs(lc, lr, (size_t)n * V) : 0.f; /* the CPU's own 8-bit activations */
+        ts_engine_close(e8);
+        static const int CH[] = {7, 64, 150};
+        for (int k = 0; ok && k < 3; k++) {
+            if (prompt_logits(eg, ids, n, CH[k], lg, &err)) { ts_test_fail(__FILE__, __LINE__, "%s: cuda: %s", dir, err.msg); break; }
+            float emax = 0, lmax = 0;
+            for (size_t i = 0; i < (size_t)n * V; i++) lmax = fmaxf(lmax, fabsf(lc[i]));
+            const float tol = fmaxf(BF16_TOL * fmaxf(1.0f, lmax), 1.25f * ecpu8);
+            int checked = 0, agree = 0;
+            for (int i = 0; i < n; i++) {
+                const float *a = lc + (size_t)i * V, *b = lg + (size_t)i * V;
+                const float e = ts_test_max_abs(a, b, (size_t)V);
+                emax = isnan(e) ? INFINITY : fmaxf(emax, e);
+                float gap;
+                const int ta = argmax(a, V, &gap), tb = argmax(b, V, NULL);
+                if (gap > 2 * tol) checked++, agree += ta == tb;
+            }
+            int differs = -1;
+            float erow = -1; /* the row kernels on the same chunks against the CPU (REL_TOL: f32-class) */
+            if (CH[k] > 16) { /* the row kernels for the same chunks: other bits */
+                setenv("TSC_GEMM", "0", 1);
+                int rc = prompt_logits(eg, ids, n, CH[k], lr, &err);
+                unsetenv("TSC_GEMM");
+                CHECK_MSG(!rc, "%s: cuda, TSC_GEMM=0: %s", dir, err.msg);
+                differs = !rc && memcmp(lr, lg, sizeof(float) * (size_t)n * V) != 0;
+                erow = rc ? INFINITY : ts_test_max_abs(lc, lr, (size_t)n * V);
+                CHECK_MSG(erow <= REL_TOL * fmaxf(1.0f, lmax), "%s chunk %d, row kernels: max abs logit error %.3g > %.3g",
+                          FIX[f], CH[k], erow, REL_TOL * fmaxf(1.0f, lmax));
+            }
+            fprintf(stderr, "  %-10s chunk %3d: max|err| %.3g (|logit| %.3g, CPU 8-bit %.3g, tol %.3g), top-1 %d/%d%s; "
+                    "row kernels %.3g\n", FIX[f], CH[k], emax, lmax, ecpu8, tol, agree, checked,
+                    differs == 1 ? ", tensor-core path (differs from the row kernels)" : "", erow);
+            if (!(emax <= tol) || !(erow <= REL_TOL * fmaxf(1.0f, lmax))) {
+                layer_diag_n(dir, CH[k], 1);
+                setenv("TSC_GEMM", "0", 1);
+                layer_diag_n(dir, CH[k], 1);
+                unsetenv("TSC_GEMM");
+            }
+            CHECK_MSG(emax <= tol, "%s chunk %d: max abs logit error %.3g > %.3g", FIX[f], CH[k], emax, tol);
+            CHECK_MSG(agree == checked, "%s chunk %d: top-1 agrees on %d of %d rows", FIX[f], CH[k], agree, checked);
+            CHECK_MSG(differs != 0, "%s chunk %d: the same bits as the row kernels: the chunk did not take the tensor-core "
+                      "products", FIX[f], CH[k]);
+        }
+        ran++;
+        free(lc), free(lg), free(lr);
+        ts_engine_close(ec);
+        ts_engine_close(eg);
+    }
+    CHECK(ran == 3);
 }
 
 typedef struct sink { int32_t *o; int n; } sink;

@@ -379,11 +379,73 @@ static void free_all(void) {
     tsc_close(C);
 }
 
+/* ---- prompt-chunk products (--gemm N): the tensor-core kernel of
+ * q4gemm.cu against the row kernels in 16-row passes (what prefill ran
+ * before it), N rows of x, the layer products of the shape, uncaptured
+ * launches (as prefill issues them); TFLOP/s = 2 N rows cols / time ---- */
+static void run_gemm(int N, int reps) {
+    const int pl[] = {P_GDN_IN, P_GDN_OUT, P_ATT_QKV, P_ATT_O, P_FFN_GU, P_FFN_DOWN};
+    printf("\n%-26s %6s %10s %9s %12s %9s %8s\n", "prompt-chunk products", "rows", "gemm ms", "TFLOP/s", "16-row ms", "speedup", "GB/s");
+    for (size_t k = 0; k < sizeof pl / sizeof pl[0]; k++) {
+        const int p = pl[k], l = p == P_ATT_QKV || p == P_ATT_O ? 3 : 0;
+        if (!group_applies(p, l)) continue;
+        layer *y = &L[l];
+        const tsc_weight *w[4];
+        int nw = 0;
+        switch (p) {
+        case P_GDN_IN: w[0] = &y->qkv, w[1] = &y->z, w[2] = &y->b, w[3] = &y->a, nw = 4; break;
+        case P_GDN_OUT: w[0] = &y->out, nw = 1; break;
+        case P_ATT_QKV: w[0] = &y->q, w[1] = &y->k, w[2] = &y->v, nw = 3; break;
+        case P_ATT_O: w[0] = &y->o, nw = 1; break;
+        case P_FFN_GU: w[0] = &y->gate, w[1] = &y->up, nw = 2; break;
+        default: w[0] = &y->down, nw = 1; break;
+        }
+        int64_t rows = 0;
+        for (int i = 0; i < nw; i++) rows += w[i]->rows;
+        const int64_t cols = w[0]->cols;
+        float *x = vec((size_t)N * cols, -1, 1, 500 + (uint32_t)k), *yv[4];
+        size_t wbytes = 0;
+        for (int i = 0; i < nw; i++) yv[i] = vec((size_t)N * w[i]->rows, 0, 0, 600), wbytes += wb(w[i]);
+        void *ws = tsc_alloc(C, tsc_gemm_ws_bytes(N, cols));
+        double t[64], t16[64];
+        for (int r = -1; r < reps; r++) {
+            tsc_timer_start(C);
+            tsc_linear_gemm(C, w, nw, x, yv, N, ws);
+            const double ms = tsc_timer_ms(C);
+            if (r >= 0) t[r] = ms;
+        }
+        const int r16 = reps < 3 ? reps : 3;
+        for (int r = -1; r < r16; r++) {
+            tsc_timer_start(C);
+            for (int r0 = 0; r0 < N; r0 += TSC_ROWS_MAX) {
+                float *yo[4];
+                for (int i = 0; i < nw; i++) yo[i] = yv[i] + (size_t)r0 * w[i]->rows;
+                tsc_linear(C, w, nw, x + (size_t)r0 * cols, yo, N - r0 < TSC_ROWS_MAX ? N - r0 : TSC_ROWS_MAX);
+            }
+            const double ms = tsc_timer_ms(C);
+            if (r >= 0) t16[r] = ms;
+        }
+        die_if_err("gemm");
+        const double ms = median(t, reps), ms16 = median(t16, r16), tf = 2.0 * N * rows * cols / (ms * 1e-3) / 1e12;
+        printf("%-26s %6d %10.3f %9.1f %12.3f %8.1fx %8.0f\n", PNAME[p], N, ms, tf, ms16, ms16 / ms, wbytes / (ms * 1e-3) / 1e9);
+        printf("KV %s.gemm_tflops.%d.%d %.1f\nKV %s.gemm_speedup.%d.%d %.2f\n", S->key, p, N, tf, S->key, p, N, ms16 / ms);
+        tsc_free(C, x), tsc_free(C, ws);
+        for (int i = 0; i < nw; i++) tsc_free(C, yv[i]);
+    }
+}
+
 static double PROBE;
+
+static int GEMM_N; /* --gemm N: the prompt-chunk products only */
 
 static void run_shape(int quick, int prof) {
     const int reps = quick ? 5 : 15;
     build();
+    if (GEMM_N) {
+        printf("\n== %s (%s): %d layers, H %d, INT4 g64 bf16\n", S->name, S->key, S->NL, S->H);
+        run_gemm(GEMM_N, quick ? 3 : 7);
+        return;
+    }
     if (prof) {
         for (int r = 0; r < 2; r++)
             for (int p = 0; p < P_N; p++) {
@@ -446,8 +508,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mlx")) MLX = 1;
         else if (!strcmp(argv[i], "--digits") && i + 1 < argc) DIGITS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
+        else if (!strcmp(argv[i], "--gemm") && i + 1 < argc) GEMM_N = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx] [--digits 1|2|3]\n");
+            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx] [--digits 1|2|3] [--gemm N]\n");
             return 2;
         }
     }

@@ -213,6 +213,8 @@ struct cu_stream {
     int last_kernels;
     int capturing;
     pend_act pend; /* a norm or SwiGLU not yet launched (see flush) */
+    double op_ms[8]; /* TSC_OPTIME=1: device time of the uncaptured ops by kind (op_timer) */
+    long op_n[8];
 };
 
 /* The GDN buffers of a drafting session's token-path pass (cu_gdn's
@@ -245,11 +247,10 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, amx_ws, amx_ids, amx_prob, att_small, total;
+    size_t step, rids, rwts, gl, amx_ws, amx_ids, amx_prob, att_small, gemm, total;
 };
 
 ws_layout layout_of(int rows, int64_t cols) {
-    (void)cols; /* (the attention area used to scale with it: ATT_SMALL says why not) */
     ws_layout l;
     size_t o = 0;
     l.step = o, o += al256(DSTEP_HEAD + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
@@ -260,12 +261,50 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
     l.amx_prob = o, o += al256(sizeof(float) * RB);
     l.att_small = o, o += al256(sizeof(float) * ATT_SMALL);
+    /* the prompt chunks' tensor-core products stage x as bf16 (q4gemm.cu):
+     * only streams whose rows exceed what the row kernels take */
+    l.gemm = o, o += rows > RB ? al256(tsc_gemm_ws_bytes(rows, cols)) : 0;
     l.total = o;
     return l;
 }
 
 inline cu_be *BE(ts_backend *b) { return (cu_be *)b; }
 inline cu_stream *ST(ts_stream *s) { return (cu_stream *)s; }
+
+/* Where a pass's device time goes (TSC_OPTIME=1, read once): each op of an
+ * uncaptured pass is bracketed by two events and waited for, and its time
+ * added to its kind; cu_stream_free prints the table to stderr. A
+ * measuring aid for the prompt chunks (it serializes the host with the
+ * device: never on by default, never inside a capture). A pending norm or
+ * SwiGLU launched by an op's flush counts as that op's. */
+enum { OPT_LINEAR, OPT_GDN, OPT_ATTN, OPT_MOE, OPT_EMBED, OPT_NORM, OPT_HEADSEL, OPT_N };
+const char *const OPT_NAME[OPT_N] = {"products", "gdn", "attention", "moe", "embed", "norm/swiglu", "argmax/topn"};
+bool optime_on() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TSC_OPTIME");
+        on = e && e[0] == '1';
+    }
+    return on;
+}
+struct op_timer {
+    cu_stream *q;
+    int kind;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    op_timer(ts_stream *s, int k) : q(ST(s)), kind(k) {
+        if (!optime_on() || q->capturing || q->c->capturing) { q = nullptr; return; }
+        cudaEventCreate(&e0), cudaEventCreate(&e1);
+        cudaEventRecord(e0, q->c->stream);
+    }
+    ~op_timer() {
+        if (!q) return;
+        cudaEventRecord(e1, q->c->stream);
+        float ms = 0.f;
+        if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+            q->op_ms[kind] += ms, q->op_n[kind]++;
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+    }
+};
 
 /* The stream's sticky errors: the contract's (ours) or the context's. */
 inline bool dead(ts_stream *s) { return s->err || tsc_error(ST(s)->c); }
@@ -281,6 +320,30 @@ bool moe_dp4a_on() {
         on = !(e && e[0] == '0');
     }
     return on;
+}
+
+/* Prompt chunks of more than RB rows through the tensor-core products
+ * (q4gemm.cu; TSC_GEMM=0: the row kernels, RB rows a launch, for
+ * comparison). Read at every product: a test or a benchmark may flip it. */
+bool gemm_on() {
+    const char *e = getenv("TSC_GEMM");
+    return !(e && e[0] == '0');
+}
+
+/* Prompt chunks of more than RB rows through the chunk attention kernel
+ * (attn.cu, tsc_attn_prefill; TSC_ATTN_PREFILL=0: the row kernels, a row at
+ * a time). Read at every op. */
+bool attn_prefill_on() {
+    const char *e = getenv("TSC_ATTN_PREFILL");
+    return !(e && e[0] == '0');
+}
+
+/* Prompt chunks of more than RB rows through the chunk GDN kernels (gdn.cu,
+ * tsc_gdn_prefill; TSC_GDN_PREFILL=0: the step kernels in 16-row calls).
+ * Read at every op. */
+bool gdn_prefill_on() {
+    const char *e = getenv("TSC_GDN_PREFILL");
+    return !(e && e[0] == '0');
 }
 
 /* Fusion of a norm or SwiGLU into the next product (TSC_FUSE=0: off). */
@@ -728,6 +791,14 @@ void cu_stream_free(ts_stream *st) {
     if (!st) return;
     cu_stream *q = ST(st);
     for (int i = 0; i < q->n_graphs; i++) tsc_graph_free(q->graphs[i].g);
+    if (optime_on()) {
+        double tot = 0;
+        for (int k = 0; k < OPT_N; k++) tot += q->op_ms[k];
+        fprintf(stderr, "turbospark: cuda op time (TSC_OPTIME, uncaptured ops): %.2f ms;", tot);
+        for (int k = 0; k < OPT_N; k++)
+            if (q->op_n[k]) fprintf(stderr, " %s %.2f ms / %ld", OPT_NAME[k], q->op_ms[k], q->op_n[k]);
+        fprintf(stderr, "\n");
+    }
     if (q->ws) ts_mem_account(TS_DOM_DEVICE, TS_MEM_SCRATCH, -(int64_t)q->ws_bytes);
     if (q->stage) {
         cudaFreeHost(q->stage);
@@ -926,7 +997,42 @@ bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, fl
     return true;
 }
 
+/* TSC_GEMM_CHECK=1 (a debugging aid, off by default): every prompt-chunk
+ * product of the tensor-core kernel is compared at once with the row
+ * kernels' on the same x (a transient buffer of the context), and the
+ * largest difference against the largest output printed per weight. */
+bool gemm_check_on() {
+    const char *e = getenv("TSC_GEMM_CHECK");
+    return e && e[0] == '1';
+}
+void gemm_check(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    for (int i = 0; i < nw; i++) {
+        const size_t N = (size_t)n * (size_t)w[i]->rows;
+        float *t = (float *)tsc_alloc(c, N * sizeof(float));
+        float *ha = (float *)malloc(N * sizeof(float)), *hb = (float *)malloc(N * sizeof(float));
+        if (!t || !ha || !hb) { tsc_free(c, t), free(ha), free(hb); return; }
+        for (int r0 = 0; r0 < n; r0 += RB) {
+            float *yo = t + (size_t)r0 * (size_t)w[i]->rows;
+            lin_rows(c, &w[i], 1, x + (size_t)r0 * (size_t)w[i]->cols, &yo, n - r0 < RB ? n - r0 : RB);
+        }
+        tsc_read(c, ha, y[i], N * sizeof(float));
+        tsc_read(c, hb, t, N * sizeof(float));
+        double dmax = 0, ymax = 0;
+        size_t at = 0;
+        for (size_t k = 0; k < N; k++) {
+            const double d = fabs((double)ha[k] - hb[k]);
+            if (!(d <= dmax)) dmax = d, at = k;
+            ymax = fmax(ymax, fabs((double)hb[k]));
+        }
+        fprintf(stderr, "turbospark: gemm check: weight %d of %d, %lld x %lld, %d rows: max |gemm - rows| %.3g at row %zu "
+                "output %zu (max |y| %.3g)\n", i, nw, (long long)w[i]->rows, (long long)w[i]->cols, n, dmax,
+                at / (size_t)w[i]->rows, at % (size_t)w[i]->rows, ymax);
+        tsc_free(c, t), free(ha), free(hb);
+    }
+}
+
 void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    op_timer opt_(s, OPT_LINEAR);
     if (dead(s) || n <= 0) return;
     tsc_ctx *c = ST(s)->c;
     tsc_weight dw[TS_LINEAR_MANY_MAX];
@@ -945,6 +1051,16 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
         const tsc_weight *pw[TSC_LIN_MAX];
         float *py[TSC_LIN_MAX];
         const int64_t cols = dw[i0].cols;
+        /* a prompt chunk: one pass over the weights for all its rows */
+        bool gemm = m == TS_MODE_PREFILL && n > RB && n <= ST(s)->rows && cols <= ST(s)->cols && gemm_on();
+        for (int i = i0; i < i1 && gemm; i++) gemm = tsc_gemm_takes(&dw[i]);
+        if (gemm) {
+            for (int i = i0; i < i1; i++) pw[i - i0] = &dw[i], py[i - i0] = y[i];
+            tsc_linear_gemm(c, pw, i1 - i0, x, py, n, (uint8_t *)ST(s)->ws + layout_of(ST(s)->rows, ST(s)->cols).gemm);
+            if (gemm_check_on()) gemm_check(c, pw, i1 - i0, x, py, n);
+            i0 = i1;
+            continue;
+        }
 
         for (int r0 = 0; r0 < n; r0 += RB) {
             const int nr = n - r0 < RB ? n - r0 : RB;
@@ -958,6 +1074,7 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
 /* The first op of every pass: the step record and the ids to the device
  * block (outside any graph), then the gather. */
 void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, float *x, size_t ldx, int n) {
+    op_timer opt_(s, OPT_EMBED);
     flush(s);
     cu_stream *q = ST(s);
     if (dead(s) || n <= 0) return;
@@ -1024,6 +1141,7 @@ void cu_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, co
 }
 
 void cu_swiglu(ts_stream *s, ts_mode m, float *g, const float *u, size_t N) {
+    op_timer opt_(s, OPT_NORM);
     if (dead(s)) return;
     flush(s);
     if (fuse_on()) {
@@ -1141,6 +1259,7 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
  * decode row and a plain session's row of the same position have the same
  * bits, in MTP and DFlash sessions alike. */
 void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
+    op_timer opt_(s, OPT_ATTN);
     flush(s);
     cu_stream *q = ST(s);
     if (dead(s)) return;
@@ -1165,6 +1284,14 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
         t.n = a->n - r0 < RB ? a->n - r0 : RB, t.pos = r0, t.phase = 1;
         t.qg = a->qg + (size_t)r0 * qd, t.k = a->k + (size_t)r0 * kvd, t.v = a->v + (size_t)r0 * kvd;
         tsc_attn_decode(q->c, &t);
+    }
+    if (m == TS_MODE_PREFILL && a->n > RB && attn_prefill_on()) {
+        /* a prompt chunk: all rows at once, each K/V tile read once per
+         * block of queries (attn.cu: another summation order than the row
+         * kernels; prompt chunks only) */
+        t.n = a->n, t.pos = 0, t.phase = 0, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
+        tsc_attn_prefill(q->c, &t);
+        return;
     }
     for (int i = 0; i < a->n; i++) {
         t.n = 1, t.pos = i, t.phase = 2;
@@ -1310,6 +1437,7 @@ void gdn_replay_into_live(cu_stream *q, const ts_gdn_args *a, int P, float *conv
 }
 
 void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
+    op_timer opt_(s, OPT_GDN);
     flush(s);
     cu_stream *q = ST(s);
     if (dead(s)) return;
@@ -1334,6 +1462,19 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
         if (q->capturing && chunked) { fail(s, TS_E_ARG, "GDN: a prompt chunk inside a graph capture"); return; }
         float *ws = gdn_ws(a, a->n > P ? a->n : P, &blk);
         if (P) gdn_replay_into_live(q, a, P, conv, S, a->conv[pc ^ 1], a->S[ps ^ 1], ws, blk, fused);
+        if (chunked && fused && a->n > RB && a->out && gdn_prefill_on()) {
+            /* a prompt chunk in one pass of five kernels (gdn.cu): the
+             * prepared rows of the whole chunk in the chunked scratch
+             * (max_rows x C floats) */
+            tsc_gdn_args g;
+            memset(&g, 0, sizeof g);
+            g.n = a->n, g.Hk = a->Hk, g.Hv = a->Hv, g.dk = a->dk, g.dv = a->dv, g.K = a->K;
+            g.qkv = a->qkv, g.z = a->z, g.b = a->b, g.a = a->a;
+            g.conv_state = conv, g.conv_w = a->conv_w, g.S = S, g.neg_A = a->neg_A, g.dt_bias = a->dt_bias;
+            g.norm_w = a->norm, g.eps = a->eps, g.o = a->out, g.ws = a->pf_conv;
+            tsc_gdn_prefill(q->c, &g);
+            return;
+        }
         gdn_run own = {a->qkv, a->a, a->b, a->z, a->out, a->n, NULL, NULL, conv, S, NULL, NULL, NULL, NULL};
         gdn_rows(q, a, own, ws, blk, fused);
         return;
@@ -1416,6 +1557,7 @@ bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {
  * routed sum in slot order; the shared expert through tsc_linear; the
  * combine. Rows in blocks of 16. */
 void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
+    op_timer opt_(s, OPT_MOE);
     /* a pending norm of u is staged by the router's product below (or
      * launched by flush before anything else reads it) */
     cu_stream *q = ST(s);
@@ -1519,6 +1661,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
 }
 
 void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
+    op_timer opt_(s, OPT_HEADSEL);
     flush(s);
     cu_stream *q = ST(s);
     if (dead(s) || lg.rows <= 0) return;
@@ -1564,6 +1707,7 @@ topn_at topn_layout_of(int K) {
 }
 
 void cu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
+    op_timer opt_(s, OPT_HEADSEL);
     flush(s);
     cu_stream *q = ST(s);
     /* until a row is read back it has no candidate: a caller that does not

@@ -155,6 +155,153 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
     cl.sync(); /* no block leaves while another may still read its ssq */
 }
 
+/* ---- prompt chunks (tsc_gdn_prefill) ----
+ * The step kernels walk a chunk's rows in 16-row calls with a cluster
+ * barrier per row (the gated norm's sum) and a block barrier per reduction:
+ * ~2.4 us a row, 1.2 ms a layer for a 512-row chunk. Here the parallel
+ * parts leave the row loop: (1) the conv and SiLU of every (row, channel) at
+ * once, (2) the q/k l2 norms per (row, head), (3) the recurrence, one warp
+ * per (value head, 4 state columns): lane l holds rows 4l..4l+3 of those
+ * columns (16 floats), so both reductions over the 128 state rows are
+ * warp shuffles and the row loop has no barrier at all, the next row's k, q
+ * and v loads issued before this row's arithmetic; the raw o goes out, (4)
+ * the gated RMSNorm per (row, value head), (5) the conv state's last K - 1
+ * inputs. The same arithmetic per element as the step, summed in another
+ * order (shuffle trees instead of the warps' order): prompt chunks only.
+ * Floors (9B layer, 512 rows: Hv 32, 128 x 128 heads): ~4 flop per state
+ * element per row, 2.1 Gflop -> nothing; the per-row chain: 2 x 5 shuffle
+ * levels (~30 cycles each) plus ~40 dependent FMAs, ~0.3 us a row, rows in
+ * sequence: ~0.15 ms a layer. Prediction: 0.2-0.3 ms a layer with the other
+ * four kernels, against ~1.5 ms. */
+
+__global__ void __launch_bounds__(DK) k_gdnp_conv(const tsc_gdn_args a, float *prep) {
+    TSC_PDL_ENTRY();
+    const int Kd = a.Hk * DK, C = 2 * Kd + a.Hv * DV, c = blockIdx.x * DK + threadIdx.x, t = blockIdx.y;
+    const float *cin;
+    tsc_gdn_conv_of(a, &cin);
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < KW; j++) { /* tap j multiplies the input at row t - (K - 1) + j */
+        const int r = t - (KW - 1) + j;
+        const float x = r >= 0 ? a.qkv[(int64_t)r * C + c] : cin[(int64_t)(r + KW - 1) * C + c];
+        if (j < KW - 1) acc = __fadd_rn(acc, __fmul_rn(a.conv_w[(int64_t)j * C + c], x));
+        else acc = __fadd_rn(acc, __fmul_rn(a.conv_w[(int64_t)j * C + c], x));
+    }
+    prep[(int64_t)t * C + c] = silu_f(acc);
+}
+
+/* q and k heads of every row: y * 1 / sqrt(sum y^2 + 1e-6) (q also times dk^-1/2), in place */
+__global__ void __launch_bounds__(DK) k_gdnp_l2(const tsc_gdn_args a, float *prep) {
+    TSC_PDL_ENTRY();
+    __shared__ double red[32];
+    const int Kd = a.Hk * DK, C = 2 * Kd + a.Hv * DV, hd = blockIdx.x, t = blockIdx.y;
+    float *p = prep + (int64_t)t * C + hd * DK + threadIdx.x;
+    const float y = *p;
+    const double ss = block_sum_d((double)y * y, red);
+    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)ss, 1e-6f)));
+    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
+    *p = hd < a.Hk ? __fmul_rn(__fmul_rn(y, r), qscale) : __fmul_rn(y, r);
+}
+
+__device__ __forceinline__ float warp_sum_fast(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* one warp per (value head, 4 columns); 4 warps a block */
+__global__ void __launch_bounds__(128) k_gdnp_scan(const tsc_gdn_args a, const float *prep) {
+    TSC_PDL_ENTRY();
+    const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd;
+    const int gw = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const int h = gw / (DV / 4), j0 = (gw % (DV / 4)) * 4, g = h / (a.Hv / a.Hk);
+    if (h >= a.Hv) return;
+    const float *S0;
+    float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
+    const float *Si = S0 + (int64_t)h * DK * DV;
+    float S[4][4]; /* [row 4 lane + i][column j0 + c] */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 v = *(const float4 *)(Si + (int64_t)(4 * lane + i) * DV + j0);
+        S[i][0] = v.x, S[i][1] = v.y, S[i][2] = v.z, S[i][3] = v.w;
+    }
+    const float nA = a.neg_A[h], dtb = a.dt_bias[h];
+    const int n = a.n;
+    auto ld_row = [&](int t, float4 &q, float4 &k, float4 &v, float &bb, float &aa) {
+        const float *row = prep + (int64_t)t * C;
+        q = *(const float4 *)(row + g * DK + 4 * lane);
+        k = *(const float4 *)(row + Kd + g * DK + 4 * lane);
+        v = *(const float4 *)(row + 2 * Kd + h * DV + j0);
+        bb = a.b[(int64_t)t * a.Hv + h], aa = a.a[(int64_t)t * a.Hv + h];
+    };
+    float4 q, k, v;
+    float bb, aa;
+    ld_row(0, q, k, v, bb, aa);
+    for (int t = 0; t < n; t++) {
+        const float4 qc = q, kc = k, vc = v;
+        const float bc = bb, ac = aa;
+        if (t + 1 < n) ld_row(t + 1, q, k, v, bb, aa); /* in flight during this row */
+        const float beta = sigmoid_f(bc);
+        const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(ac, dtb))));
+        const float kk[4] = {kc.x, kc.y, kc.z, kc.w}, qq[4] = {qc.x, qc.y, qc.z, qc.w}, vv[4] = {vc.x, vc.y, vc.z, vc.w};
+        float p[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float s = 0.f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                S[i][c] = __fmul_rn(S[i][c], decay);
+                s = __fmaf_rn(S[i][c], kk[i], s);
+            }
+            p[c] = s;
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) p[c] = warp_sum_fast(p[c]);
+        float o[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float delta = __fmul_rn(beta, __fsub_rn(vv[c], p[c]));
+            float s = 0.f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                S[i][c] = __fmaf_rn(kk[i], delta, S[i][c]);
+                s = __fmaf_rn(S[i][c], qq[i], s);
+            }
+            o[c] = s;
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) o[c] = warp_sum_fast(o[c]);
+        if (lane == 0) *(float4 *)(a.o + (int64_t)t * Vd + h * DV + j0) = make_float4(o[0], o[1], o[2], o[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        *(float4 *)(Sh + (int64_t)(4 * lane + i) * DV + j0) = make_float4(S[i][0], S[i][1], S[i][2], S[i][3]);
+}
+
+/* the gated RMSNorm of every (row, value head), in place on o */
+__global__ void __launch_bounds__(DV) k_gdnp_norm(const tsc_gdn_args a) {
+    TSC_PDL_ENTRY();
+    __shared__ double red[32];
+    const int Vd = a.Hv * DV, h = blockIdx.x, t = blockIdx.y, j = threadIdx.x;
+    float *op = a.o + (int64_t)t * Vd + h * DV + j;
+    const float oj = *op;
+    const double tot = block_sum_d((double)oj * oj, red);
+    const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
+    const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
+    *op = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), a.norm_w[j]), zj);
+}
+
+/* the conv state after the chunk: its last K - 1 inputs (n >= K - 1 rows) */
+__global__ void k_gdnp_convstate(const tsc_gdn_args a) {
+    TSC_PDL_ENTRY();
+    const int C = 2 * a.Hk * DK + a.Hv * DV, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const float *cin;
+    float *cout = tsc_gdn_conv_of(a, &cin);
+#pragma unroll
+    for (int j = 0; j < KW - 1; j++) cout[(int64_t)j * C + c] = a.qkv[(int64_t)(a.n - (KW - 1) + j) * C + c];
+}
+
 } // namespace
 
 extern "C" size_t tsc_gdn_ws_bytes(int n, int C) { return (size_t)n * (size_t)C * sizeof(float); }
@@ -173,4 +320,25 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
     TSC_LAUNCHED(c, "tsc_gdn_step (prep)");
     tsc_launch(c, k_gdn_scan, dim3(a->Hv * CL), dim3(NW * 32), 0, *a, a->ws);
     TSC_LAUNCHED(c, "tsc_gdn_step (scan)");
+}
+
+extern "C" void tsc_gdn_prefill(tsc_ctx *c, const tsc_gdn_args *a) {
+    TSC_GUARD(c);
+    if (a->n < KW - 1 || a->dk != DK || a->dv != DV || a->K != KW || a->Hk < 1 || a->Hv < a->Hk || a->Hv % a->Hk ||
+        !a->o || a->sel || a->n_dev || a->conv_in || a->S_in) {
+        tsc_fail_(c, TS_E_ARG, "tsc_gdn_prefill: %d rows, dk %d, dv %d, conv %d, Hk %d, Hv %d (need at least %d rows, "
+                  "dk = dv = 128, conv 4, an output, the state in place)", a->n, a->dk, a->dv, a->K, a->Hk, a->Hv, KW - 1);
+        return;
+    }
+    const int C = 2 * a->Hk * DK + a->Hv * DV;
+    tsc_launch(c, k_gdnp_conv, dim3(C / DK, a->n), dim3(DK), 0, *a, a->ws);
+    TSC_LAUNCHED(c, "tsc_gdn_prefill (conv)");
+    tsc_launch(c, k_gdnp_l2, dim3(2 * a->Hk, a->n), dim3(DK), 0, *a, a->ws);
+    TSC_LAUNCHED(c, "tsc_gdn_prefill (l2)");
+    tsc_launch(c, k_gdnp_scan, dim3(a->Hv * (DV / 4) / 4), dim3(128), 0, *a, (const float *)a->ws);
+    TSC_LAUNCHED(c, "tsc_gdn_prefill (scan)");
+    tsc_launch(c, k_gdnp_norm, dim3(a->Hv, a->n), dim3(DV), 0, *a);
+    TSC_LAUNCHED(c, "tsc_gdn_prefill (norm)");
+    tsc_launch(c, k_gdnp_convstate, dim3((C + 255) / 256), dim3(256), 0, *a);
+    TSC_LAUNCHED(c, "tsc_gdn_prefill (conv state)");
 }

@@ -43,6 +43,11 @@ void tsc_weight_free(tsc_ctx *c, tsc_weight *d) { (void)c, (void)d; }
 void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }
+size_t tsc_gemm_ws_bytes(int n, int64_t cols) { (void)n, (void)cols; return 0; }
+int tsc_gemm_takes(const tsc_weight *w) { (void)w; return 0; }
+void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, void *ws) {
+    (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n, (void)ws;
+}
 void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, int n, float *x) { (void)c, (void)w, (void)ids, (void)n, (void)x; }
 void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
     (void)c, (void)x, (void)add, (void)w, (void)y, (void)n, (void)dim, (void)eps;
@@ -51,8 +56,10 @@ void tsc_silu(tsc_ctx *c, float *y, const float *x, size_t n) { (void)c, (void)y
 void tsc_silu_mul(tsc_ctx *c, float *g, const float *u, size_t n) { (void)c, (void)g, (void)u, (void)n; }
 size_t tsc_gdn_ws_bytes(int n, int C) { (void)n, (void)C; return 0; }
 void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) { (void)c, (void)a; }
+void tsc_gdn_prefill(tsc_ctx *c, const tsc_gdn_args *a) { (void)c, (void)a; }
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) { (void)n, (void)nq, (void)D, (void)max_T; return 0; }
 void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) { (void)c, (void)a; }
+void tsc_attn_prefill(tsc_ctx *c, const tsc_attn_args *a) { (void)c, (void)a; }
 void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts) {
     (void)c, (void)logits, (void)n, (void)E, (void)k, (void)norm, (void)ids, (void)wts;
 }

@@ -145,6 +145,15 @@ int tsc_weight_relayout(tsc_ctx *c, tsc_weight *w, ts_error *err);
  * output) is computed by the same operations whatever n and whatever other
  * weights share the call. x [n, cols] f32, y[i] [n, w[i]->rows] f32. */
 void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
+/* Prompt-chunk products on tensor cores (q4gemm.cu): y[i] = x . w[i]^T for
+ * n >= 1 rows (any count), nw weights tsc_gemm_takes with one shape of
+ * columns (4-bit MLX layout, group a multiple of 64, cols % 64 == 0). x is
+ * rounded to bf16 (the weights are exact), so the rows are not those of
+ * tsc_linear: prefill only, never decode or verify. ws: tsc_gemm_ws_bytes(n,
+ * cols) device bytes, 256-byte aligned (x as bf16 and its block sums). */
+size_t tsc_gemm_ws_bytes(int n, int64_t cols);
+int tsc_gemm_takes(const tsc_weight *w);
+void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, void *ws);
 /* The same products with the activation made while staging x (one kernel
  * instead of two; Q4T weights, or 4-bit MLX weights through the dp4a
  * kernel (see below), else TS_E_UNSUPPORTED):
@@ -254,6 +263,13 @@ typedef struct tsc_gdn_args {
 } tsc_gdn_args;
 size_t tsc_gdn_ws_bytes(int n, int C);
 void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a);
+/* A prompt chunk's n >= 3 rows at once (gdn.cu: five kernels, the
+ * recurrence one warp per value head and 4 state columns, no barrier per
+ * row): the plain in-place form only (no conv_in / S_in, sel, n_dev; o
+ * given), dk = dv = 128, conv 4. ws: tsc_gdn_ws_bytes(n, C). The same
+ * element arithmetic as tsc_gdn_step summed in another order: not
+ * row-exact with it, prompt chunks only. */
+void tsc_gdn_prefill(tsc_ctx *c, const tsc_gdn_args *a);
 
 /* Gated attention decode over the KV cache for n rows (1..16): row i sits at
  * position pos + i. In place: q heads (first D of each [q | gate] pair) and
@@ -303,6 +319,13 @@ typedef struct tsc_attn_args {
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);
 size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split);
 void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a);
+/* The attention of a prompt chunk's n rows (any n) over q already prepared
+ * (phase 1 of tsc_attn_decode done for all rows): per KV head, up to 32 query
+ * vectors a block, the cache read in tiles of 32 keys once per block
+ * (flash attention, f32). Not row-exact with tsc_attn_decode (another
+ * summation order): prompt chunks only. ws unused; D % 32 == 0, D <= 256,
+ * nq / nkv <= 32. */
+void tsc_attn_prefill(tsc_ctx *c, const tsc_attn_args *a);
 
 /* MoE routing of n rows (1..16): p = softmax(logits[i, E]) in f32 (sum in
  * double), the top k of p (ties: the lower expert index, as the CPU's scan),
