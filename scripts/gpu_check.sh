@@ -95,6 +95,12 @@ T="$OUT/gpu_check.md"
     echo "| 9b dp4a products (MLX layout, $((8 * d))-bit x), 1 row, % of probe | $line |"
     echo "| 9b dp4a step, fused + PDL ($((8 * d))-bit x) | $(kd 9b.step_ms) ms = $(kd 9b.tok_s) tok/s = $(kd 9b.pct)% of probe, $(kd 9b.kernels) kernels; 4 rows x$(kd rows_ratio.4) |"
   done
+  # the prompt chunks' tensor-core products (q4gemm.cu) on 512 rows: TFLOP/s and the speedup over 16-row passes
+  if ./"$B"/cuda_bench --shape 9b --mlx --gemm 512 >"$OUT/bench_gemm512.log" 2>&1; then
+    kg() { awk -v k="$1" '$1 == "KV" && $2 == k {print $3}' "$OUT/bench_gemm512.log"; }
+    line=""; for p in 0 1 2 3 4 5; do line="$line${names[$p]} $(kg 9b.gemm_tflops.$p.512) TFLOP/s (x$(kg 9b.gemm_speedup.$p.512)); "; done
+    echo "| 9b prompt-chunk products, 512 rows (tensor cores against 16-row passes) | $line |"
+  else echo "| cuda_bench --gemm 512 | FAILED |"; status=1; fi
   fi
   fi
 
@@ -196,6 +202,11 @@ PY
     d="$SYN/$sh-q4"
     [ -d "$d" ] || "$TS" synth --shape "$f" --out "$d" --bits 4 --quiet >>"$OUT/engine_bench.log" 2>&1
     bj "$sh" "$d"
+    # prefill of a 2048-token prompt: the chunk kernels (tensor-core products, chunk attention and GDN, grouped MoE)
+    if "$TS" bench --backend cuda -m "$d" --prompt 2048 --gen 16 --runs 2 --json >"$OUT/bench_${sh}_p2048.json" 2>>"$OUT/engine_bench.log"; then
+      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench %s prefill 2048 | %.0f tok/s |'%(sys.argv[2],j['prefill_tok_s']))" \
+        "$OUT/bench_${sh}_p2048.json" "$sh" 2>/dev/null
+    else echo "| bench $sh prefill 2048 | FAILED |"; status=1; fi
     [ "${SYN_KEEP:-1}" = 1 ] || rm -rf "$d"
   done
   if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer >/dev/null; then

@@ -381,6 +381,19 @@ TS_TEST(cuda_engine, prefill_chunks_tensor_cores_within_bf16_tolerance) {
             fprintf(stderr, "  %-10s chunk %3d: max|err| %.3g (|logit| %.3g, CPU 8-bit %.3g, tol %.3g), top-1 %d/%d%s; "
                     "row kernels %.3g\n", FIX[f], CH[k], emax, lmax, ecpu8, tol, agree, checked,
                     differs == 1 ? ", tensor-core path (differs from the row kernels)" : "", erow);
+            if (CH[k] > 16 && f == 1) { /* the MoE chunk with its slots merged against slot by slot: the same
+                                         * products per element and the same sums, so the same bits (a
+                                         * tolerance would not do: on this random MoE a last-bit change
+                                         * can flip a near-tied routing and move logits by O(1)) */
+                setenv("TSC_MOE_MERGED", "0", 1);
+                int rc = prompt_logits(eg, ids, n, CH[k], lr, &err);
+                unsetenv("TSC_MOE_MERGED");
+                const int same = !rc && !memcmp(lr, lg, sizeof(float) * (size_t)n * V);
+                fprintf(stderr, "  %-10s chunk %3d: experts' slots merged against slot by slot: %s\n", FIX[f], CH[k],
+                        same ? "bit-identical" : "DIFFER");
+                CHECK_MSG(same, "%s chunk %d: merged slots differ from slot by slot (max %.3g)", FIX[f], CH[k],
+                          rc ? INFINITY : ts_test_max_abs(lr, lg, (size_t)n * V));
+            }
             if (!(emax <= tol) || !(erow <= REL_TOL * fmaxf(1.0f, lmax))) {
                 layer_diag_n(dir, CH[k], 1);
                 setenv("TSC_GEMM", "0", 1);

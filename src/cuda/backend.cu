@@ -247,7 +247,7 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, amx_ws, amx_ids, amx_prob, att_small, gemm, total;
+    size_t step, rids, rwts, gl, amx_ws, amx_ids, amx_prob, att_small, gemm, route, maps, total;
 };
 
 ws_layout layout_of(int rows, int64_t cols) {
@@ -263,7 +263,13 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.att_small = o, o += al256(sizeof(float) * ATT_SMALL);
     /* the prompt chunks' tensor-core products stage x as bf16 (q4gemm.cu):
      * only streams whose rows exceed what the row kernels take */
-    l.gemm = o, o += rows > RB ? al256(tsc_gemm_ws_bytes(rows, cols)) : 0;
+    l.gemm = o, o += rows > RB ? al256(tsc_gemm_ws_bytes(rows + 64, cols)) : 0;
+    /* and a chunk's MoE (moe_chunk): its routes (ids, weights, the shared
+     * expert's gate logit) and, per slot, the rows in expert order and the
+     * row tiles (at most rows / 64 + rows + 1 a slot) */
+    const size_t tiles_slot = (size_t)rows + (size_t)rows / 64 + 2;
+    l.route = o, o += rows > RB ? al256(sizeof(int32_t) * (size_t)rows * (2 * TOPK_MAX + 1)) : 0;
+    l.maps = o, o += rows > RB ? al256(sizeof(int32_t) * (TOPK_MAX * ((size_t)rows + 4 * tiles_slot) + 64)) : 0;
     l.total = o;
     return l;
 }
@@ -1551,6 +1557,234 @@ bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {
     return true;
 }
 
+/* Prompt chunks of more than RB rows through the grouped tensor-core
+ * products (TSC_MOE_CHUNK=0: 16 rows at a time, as decode). Read at every op. */
+bool moe_chunk_on() {
+    const char *e = getenv("TSC_MOE_CHUNK");
+    return !(e && e[0] == '0');
+}
+
+/* The chunk MoE's slots merged (TSC_MOE_MERGED=0: slot by slot, for
+ * comparison). Read at every op. */
+bool moe_merged_on() {
+    const char *e = getenv("TSC_MOE_MERGED");
+    return !(e && e[0] == '0');
+}
+
+/* One product over a chunk's n rows: the tensor-core kernel when it takes
+ * the weights, else the row kernels 16 rows a launch. */
+void chunk_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    bool g = true;
+    for (int i = 0; i < nw; i++) g = g && tsc_gemm_takes(w[i]) && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group &&
+                                     w[i]->sdtype == w[0]->sdtype;
+    if (g) {
+        tsc_linear_gemm(q->c, w, nw, x, y, n, (uint8_t *)q->ws + layout_of(q->rows, q->cols).gemm);
+        return;
+    }
+    for (int i = 0; i < nw; i++)
+        for (int r0 = 0; r0 < n; r0 += RB) {
+            float *yo = y[i] + (size_t)r0 * (size_t)w[i]->rows;
+            lin_rows(q->c, &w[i], 1, x + (size_t)r0 * (size_t)w[i]->cols, &yo, n - r0 < RB ? n - r0 : RB);
+        }
+}
+
+__global__ void k_moe_slot_acc(float *t, const float *y, const float *wts, int k, int j, int H) {
+    const int r = blockIdx.y;
+    const float w = wts[(int64_t)r * k + j];
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
+        const float v = __fmul_rn(w, y[(int64_t)r * H + c]);
+        t[(int64_t)r * H + c] = j ? __fadd_rn(t[(int64_t)r * H + c], v) : v;
+    }
+}
+
+/* t[r, c0 + c] = sum_j w[r, j] y[inv[r, j], c] in slot order (c < cw; y
+ * [pairs, cw] the routed experts' down outputs of one column chunk), with
+ * k_moe_slot_acc's operations (a product, then an add per slot): the merged
+ * slots give the slot-by-slot path's bits (their products are the same per
+ * element), which the engine test checks */
+__global__ void k_moe_pairs_acc(float *t, const float *y, const int32_t *inv, const float *wts, int k, int c0, int cw,
+                                int H) {
+    const int r = blockIdx.y;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cw; c += gridDim.x * blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < k; j++) {
+            const float v = __fmul_rn(wts[(int64_t)r * k + j], y[(int64_t)inv[(int64_t)r * k + j] * cw + c]);
+            acc = j ? __fadd_rn(acc, v) : v;
+        }
+        t[(int64_t)r * H + c0 + c] = acc;
+    }
+}
+
+/* A prompt chunk's MoE layer (n > RB rows, 4-bit MLX experts the tensor-core
+ * products take): the router and the shared expert over all rows at once;
+ * the routes read back (prefill is never captured: one host round trip a
+ * layer); then, by default, all (row, slot) pairs sorted by expert and each
+ * expert's pairs in tiles of 64: gate and up in one grouped launch (x rows
+ * gathered at load from the rows staged once), SwiGLU, down in column chunks
+ * whose [pairs, chunk] outputs fit b2, each row's k slots summed in slot
+ * order (k_moe_pairs_acc): each selected expert's weights read once a chunk.
+ * Where the pairs do not fit the scratch (or TSC_MOE_MERGED=0): slot by
+ * slot, the rows sorted by their j-th expert, y_j into b0, t += w_j y_j
+ * (the same products and sums: the same bits, which the engine test
+ * checks). t += sigmoid(gate) * shared last. Rounds as the chunk products do
+ * (bf16 x): prompt chunks only. false: not taken (shapes), nothing done. */
+bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const tsc_weight &u0, const tsc_weight &d0,
+               const xw &g, const xw &u, const xw &d, const tsc_weight &rw, const tsc_weight &sg, const tsc_weight &su,
+               const tsc_weight &sd, const tsc_weight &sgw) {
+    cu_stream *q = ST(s);
+    const int n = a->n, H = a->H, E = a->E, k = a->topk, Im = (int)g0.rows, Is = (int)sg.rows;
+    if (n > q->rows || n <= RB || !tsc_gemm_takes(&g0) || !tsc_gemm_takes(&u0) || !tsc_gemm_takes(&d0) ||
+        g0.cols != H || u0.cols != H || d0.cols != Im || u0.rows != Im || d0.rows != H || g0.group != u0.group ||
+        g0.sdtype != u0.sdtype || (size_t)Im > (size_t)a->F || (size_t)Is > (size_t)a->F || H > q->cols || Im > q->cols)
+        return false;
+    tsc_ctx *c = q->c;
+    flush(s); /* a pending norm of u */
+    const ws_layout L = layout_of(q->rows, q->cols);
+    int32_t *ids = (int32_t *)((uint8_t *)q->ws + L.route);
+    float *wts = (float *)(ids + (size_t)q->rows * TOPK_MAX), *gl = wts + (size_t)q->rows * TOPK_MAX;
+    int32_t *maps = (int32_t *)((uint8_t *)q->ws + L.maps);
+    const size_t tiles_slot = (size_t)q->rows + (size_t)q->rows / 64 + 2;
+    /* router and routes */
+    {
+        const tsc_weight *pr[1] = {&rw};
+        float *yr[1] = {a->logits};
+        chunk_linear(q, pr, 1, a->u, yr, n);
+        for (int r0 = 0; r0 < n; r0 += RB)
+            tsc_moe_route(c, a->logits + (size_t)r0 * E, n - r0 < RB ? n - r0 : RB, E, k, a->norm_topk,
+                          ids + (size_t)r0 * k, wts + (size_t)r0 * k);
+    }
+    /* the shared expert: gate, up and its gate logit, SwiGLU, down into b0's second half */
+    float *yj = a->b0, *shared = a->b0 + (size_t)a->R * H; /* b0 rows hold >= 2H */
+    {
+        const tsc_weight *ps[2] = {&sg, &su};
+        float *ys[2] = {a->b1, a->b2};
+        chunk_linear(q, ps, 2, a->u, ys, n);
+        const tsc_weight *pg[1] = {&sgw};
+        float *yg[1] = {gl};
+        chunk_linear(q, pg, 1, a->u, yg, n);
+        tsc_silu_mul(c, a->b1, a->b2, (size_t)n * Is);
+        const tsc_weight *pd[1] = {&sd};
+        float *yd[1] = {shared};
+        chunk_linear(q, pd, 1, a->b1, yd, n);
+    }
+    /* the routes to the host: per slot, the rows by expert (counting sort) and the tiles */
+    int32_t *hid = (int32_t *)malloc(sizeof(int32_t) * (size_t)n * k);
+    const size_t map_cap = TOPK_MAX * ((size_t)q->rows + 4 * tiles_slot) + 64; /* ints (the layout's maps) */
+    int32_t *hmap = (int32_t *)malloc(sizeof(int32_t) * map_cap);
+    int *cnt = (int *)calloc((size_t)E + 1, sizeof(int));
+    if (!hid || !hmap || !cnt) {
+        free(hid), free(hmap), free(cnt);
+        fail(s, TS_E_NOMEM, "MoE chunk: host route tables");
+        return true;
+    }
+    tsc_read(c, hid, ids, sizeof(int32_t) * (size_t)n * k);
+    void *gws0 = (uint8_t *)q->ws + L.gemm;
+    const size_t P = (size_t)n * k, gbytes = tsc_gemm_ws_bytes(q->rows + 64, q->cols);
+    const size_t ntmax = P / 64 + ((size_t)E < P ? (size_t)E : P) + 1; /* tiles: a partial one per expert at most */
+    /* down's outputs in column chunks of cw (a multiple of 128): [P, cw] in b2 */
+    const size_t b2cap = (size_t)a->R * (size_t)a->F;
+    int cw = (int)((b2cap / P) / 128 * 128);
+    if (cw > H) cw = H;
+    if (P * (size_t)Im <= b2cap && cw >= 1 && (size_t)cw * P <= b2cap && tsc_gemm_ws_bytes((int)P + 64, Im) <= gbytes &&
+        4 * ntmax + 2 * P <= map_cap && moe_merged_on()) {
+        /* all slots at once: the (row, slot) pairs sorted by expert, each
+         * expert's pairs in 64-row tiles; gate and up gathered at load from
+         * the rows staged once; SwiGLU; the hidden rows staged once; down in
+         * column chunks whose [pairs, chunk] outputs fit b2, each summed
+         * over the slots in slot order. Each selected expert's weights are
+         * read once a chunk. */
+        int32_t *tb = hmap, *ordp = hmap + 4 * ntmax, *inv = ordp + P; /* the tiles first: 16-byte aligned */
+        for (size_t pi = 0; pi < P; pi++) {
+            int e = hid[pi];
+            cnt[(e >= 0 && e < E ? e : 0) + 1]++;
+        }
+        for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e];
+        int nt = 0;
+        for (int e = 0; e < E; e++)
+            for (int p0 = cnt[e]; p0 < cnt[e + 1]; p0 += 64) {
+                tb[4 * nt] = e, tb[4 * nt + 1] = p0, tb[4 * nt + 2] = cnt[e + 1] - p0 < 64 ? cnt[e + 1] - p0 : 64;
+                tb[4 * nt + 3] = 0;
+                nt++;
+            }
+        for (size_t pi = 0; pi < P; pi++) {
+            int e = hid[pi];
+            const int pos = cnt[e >= 0 && e < E ? e : 0]++;
+            ordp[pos] = (int32_t)(pi / (size_t)k); /* the pair's row */
+            inv[pi] = pos;
+        }
+        tsc_write(c, maps, hmap, sizeof(int32_t) * (4 * ntmax + 2 * P));
+        free(hid), free(hmap), free(cnt);
+        const int32_t *dtb = maps, *dord = maps + 4 * ntmax, *dinv = dord + P;
+        const tsc_weight *wgu[2] = {&g0, &u0};
+        const int64_t sgu[2] = {g.stride, u.stride};
+        float *ygu[2] = {a->b1, a->b2};
+        tsc_gemm_stage(c, a->u, n, H, n, gws0);
+        tsc_gemm_staged(c, wgu, sgu, 2, n, dtb, nt, dord, NULL, ygu, gws0);
+        tsc_silu_mul(c, a->b1, a->b2, P * (size_t)Im);
+        tsc_gemm_stage(c, a->b1, (int)P, Im, (int)P + 64, gws0);
+        const int ssz = d0.sdtype == TS_DTYPE_F32 ? 4 : 2;
+        for (int c0 = 0; c0 < H; c0 += cw) {
+            const int rws = H - c0 < cw ? H - c0 : cw;
+            tsc_weight dv = d0; /* rows c0 .. c0 + rws of each expert's down */
+            dv.rows = rws;
+            dv.data = (const uint8_t *)d0.data + (size_t)c0 * (size_t)(Im / 2);
+            dv.scales = (const uint8_t *)d0.scales + (size_t)c0 * (size_t)(Im / d0.group) * ssz;
+            dv.biases = (const uint8_t *)d0.biases + (size_t)c0 * (size_t)(Im / d0.group) * ssz;
+            const tsc_weight *wd[1] = {&dv};
+            const int64_t sdd[1] = {d.stride};
+            float *yd[1] = {a->b2};
+            tsc_gemm_staged(c, wd, sdd, 1, (int)P + 64, dtb, nt, NULL, NULL, yd, gws0);
+            k_moe_pairs_acc<<<dim3((unsigned)((rws + 255) / 256), n), 256, 0, c->stream>>>(a->t, a->b2, dinv, wts, k, c0,
+                                                                                        rws, H);
+            tsc_launched_(c, "MoE chunk (slot sums)");
+        }
+        k_moe_combine<<<dim3((unsigned)((H + 255) / 256), n), 256, 0, c->stream>>>(a->t, a->t, shared, gl, H);
+        tsc_launched_(c, "MoE chunk (combine)");
+        return true;
+    }
+    int32_t *order = hmap, *tabs = hmap + ((size_t)k * n + 3) / 4 * 4; /* the tile tables 16-byte aligned */
+    int ntl[TOPK_MAX];
+    for (int j = 0; j < k; j++) {
+        memset(cnt, 0, sizeof(int) * ((size_t)E + 1));
+        for (int r = 0; r < n; r++) {
+            int e = hid[(size_t)r * k + j];
+            cnt[(e >= 0 && e < E ? e : 0) + 1]++;
+        }
+        for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e];
+        int32_t *ord = order + (size_t)j * n, *tb = tabs + (size_t)j * 4 * tiles_slot;
+        int nt = 0;
+        for (int e = 0; e < E; e++) /* tiles of each expert's run */
+            for (int p0 = cnt[e]; p0 < cnt[e + 1]; p0 += 64) {
+                tb[4 * nt] = e, tb[4 * nt + 1] = p0, tb[4 * nt + 2] = cnt[e + 1] - p0 < 64 ? cnt[e + 1] - p0 : 64;
+                tb[4 * nt + 3] = 0;
+                nt++;
+            }
+        for (int r = 0; r < n; r++) {
+            int e = hid[(size_t)r * k + j];
+            ord[cnt[e >= 0 && e < E ? e : 0]++] = r;
+        }
+        ntl[j] = nt;
+    }
+    tsc_write(c, maps, hmap, sizeof(int32_t) * (((size_t)k * n + 3) / 4 * 4 + (size_t)k * 4 * tiles_slot));
+    free(hid), free(hmap), free(cnt);
+    /* the slots */
+    void *gws = (uint8_t *)q->ws + L.gemm;
+    const tsc_weight *wgu[2] = {&g0, &u0}, *wd[1] = {&d0};
+    const int64_t sgu[2] = {g.stride, u.stride}, sdd[1] = {d.stride};
+    for (int j = 0; j < k; j++) {
+        const int32_t *ord = maps + (size_t)j * n, *tb = maps + ((size_t)k * n + 3) / 4 * 4 + (size_t)j * 4 * tiles_slot;
+        float *ygu[2] = {a->b1, a->b2}, *yd[1] = {yj};
+        tsc_linear_gemm_grouped(c, wgu, sgu, 2, a->u, n, ord, n, tb, ntl[j], NULL, ygu, gws);
+        tsc_silu_mul(c, a->b1, a->b2, (size_t)n * Im);
+        tsc_linear_gemm_grouped(c, wd, sdd, 1, a->b1, n, NULL, n, tb, ntl[j], ord, yd, gws);
+        k_moe_slot_acc<<<dim3((unsigned)((H + 255) / 256), n), 256, 0, c->stream>>>(a->t, yj, wts, k, j, H);
+        tsc_launched_(c, "MoE chunk (slot sum)");
+    }
+    k_moe_combine<<<dim3((unsigned)((H + 255) / 256), n), 256, 0, c->stream>>>(a->t, a->t, shared, gl, H);
+    tsc_launched_(c, "MoE chunk (combine)");
+    return true;
+}
+
 /* Router product, routing on the device (tsc_moe_route), then per selected
  * slot j: gate/up of the expert ids[r, j] (device-side ids: the weights of
  * the chosen experts only are read, no host round trip), down into the
@@ -1577,6 +1811,9 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
     /* expert 0's descriptors (the dp4a path reads every expert from them) */
     tsc_weight g0, u0, d0;
     if (!dev_w(s, &a->e_gate[0], &g0) || !dev_w(s, &a->e_up[0], &u0) || !dev_w(s, &a->e_down[0], &d0)) return;
+    if (m == TS_MODE_PREFILL && a->n > RB && moe_chunk_on() && gemm_on() &&
+        moe_chunk(s, a, g0, u0, d0, g, u, d, rw, sg, su, sd, sgw))
+        return;
     const bool dpx = q4dp_moe_takes(&g0, k, Q4DP_MOE_ROWS) && q4dp_moe_takes(&u0, k, Q4DP_MOE_ROWS) &&
                      q4dp_moe_takes(&d0, k, Q4DP_MOE_COLS) && g0.cols == H && d0.cols == Im && u0.rows == Im &&
                      g0.group == u0.group && g0.sdtype == u0.sdtype && moe_dp4a_on();

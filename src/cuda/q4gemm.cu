@@ -38,6 +38,14 @@
  * f32); the row tiles of one output tile are consecutive blocks, so a
  * weight tile comes from DRAM once and from L2 for the other row tiles.
  *
+ * The grouped form (MoE experts over a route list, backend.cu's
+ * moe_chunk): row tiles come from a table (expert, first staged row, rows),
+ * the expert's weights at a fixed stride from expert 0's, tile rows
+ * optionally gathered at load (gidx) and outputs scattered (omap); staging
+ * and products can be launched apart, so rows staged once serve several
+ * products. A row's outputs depend on its own x only, so any tiling gives
+ * the plain product's bits (tested).
+ *
  * Floors (H200, 9B shapes, a 512-row chunk): 2 * 6.9e9 * 512 = 7.1 TFLOP
  * of products outside the head; at the mma.sync bf16 rate (~660 TFLOP/s
  * dense) 10.8 ms; the weights once from DRAM, 3.9 GB, 0.9 ms: compute-
@@ -69,7 +77,8 @@ struct gm_w {
     const void *scales, *biases;
     float *y;
     int rows;
-    int tile0; /* first output tile of this weight */
+    int tile0;       /* first output tile of this weight */
+    int64_t estride; /* grouped (MoE experts): bytes from one expert's slot to the next (data, scales, biases) */
 };
 
 struct gm_args {
@@ -79,11 +88,20 @@ struct gm_args {
     int n, npad; /* x rows, rounded up to BT */
     const uint16_t *xb; /* [npad][K] bf16 in the mma's k order per 64-column block */
     const float *xs;    /* [nkb][npad] the blocks' row sums of x~ */
+    /* grouped (tsc_linear_gemm_grouped; NULL otherwise): row tile i is
+     * (expert, first staged row, rows) = tiles[i], and staged row r's output
+     * row is omap[r] (< 0: none) */
+    const int4 *tiles;
+    const int32_t *omap;
+    const int32_t *gidx; /* grouped: staged row r of a tile is gidx[r] (a gather at load; NULL: row r) */
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void cp16(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
@@ -113,18 +131,22 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
 /* x [n][K] f32 -> x~ (bf16, round to nearest) in the k order of the top
  * comment, rows n..npad zero, and the 64-column blocks' row sums; one warp
  * per (row, block), lane l makes mma k = 2l, 2l + 1. */
-__global__ void __launch_bounds__(256) k_gemm_xprep(const float *x, int n, int npad, int K, uint16_t *xb, float *xs) {
+__global__ void __launch_bounds__(256) k_gemm_xprep(const float *x, int n, int npad, int K, uint16_t *xb, float *xs,
+                                                    const int32_t *imap, int nmap) {
     TSC_PDL_ENTRY();
     const int nkb = K / KB;
     const int64_t item = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (item >= (int64_t)npad * nkb) return;
     const int row = (int)(item / nkb), kb = (int)(item % nkb), lane = threadIdx.x & 31;
+    /* staged row `row` is x's row imap[row] when gathered (< 0 or past the
+     * map: zeros), else x's row `row` */
+    const int src = imap ? (row < nmap ? imap[row] : -1) : row;
     float v[2] = {0.f, 0.f};
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int k = 2 * lane + e, s = k >> 4, r = (k >> 3) & 1, t = (k >> 1) & 3;
         const int col = 8 * (2 * t + (s >> 1)) + 2 * (s & 1) + r + 4 * e;
-        if (row < n) v[e] = __bfloat162float(__float2bfloat16_rn(x[(int64_t)row * K + kb * KB + col]));
+        if (src >= 0 && src < n) v[e] = __bfloat162float(__float2bfloat16_rn(x[(int64_t)src * K + kb * KB + col]));
     }
     const __nv_bfloat162 p = __floats2bfloat162_rn(v[0], v[1]); /* exact: v already bf16 */
     ((__nv_bfloat162 *)(xb + (int64_t)row * K + kb * KB))[lane] = p;
@@ -140,15 +162,33 @@ __global__ void __launch_bounds__(NT, 2) k_q4gemm(const __grid_constant__ gm_arg
     int wi = 0;
     while (wi + 1 < a.nw && (int)blockIdx.y >= a.w[wi + 1].tile0) wi++;
     const gm_w &w = a.w[wi];
-    const int o0 = ((int)blockIdx.y - w.tile0) * BO, t0 = (int)blockIdx.x * BT;
+    const int o0 = ((int)blockIdx.y - w.tile0) * BO;
+    int t0 = (int)blockIdx.x * BT, tend = a.n;
+    int64_t eoff = 0;
+    if (a.tiles) { /* grouped: this row tile's expert and staged rows */
+        const int4 tl = a.tiles[blockIdx.x];
+        eoff = (int64_t)tl.x * w.estride, t0 = tl.y, tend = tl.y + tl.z;
+    }
+    const uint8_t *wdata = w.data + eoff;
+    const void *wsc = (const uint8_t *)w.scales + eoff, *wbi = (const uint8_t *)w.biases + eoff;
     const int pitch = a.K / 2, ng = a.K >> a.lg;
 
     /* this thread's copies: x~ chunks q = tid, tid + 256 (row q / 8, 16 bytes
      * q % 8); the weight row tid / 2's half tid % 2 (rows past the weight
      * clamped: their outputs are not stored); the row sums by threads 0..15;
      * the scales by threads 0..127 (plain loads: 2-byte elements) */
+    /* the staged rows this thread copies: x~ rows of chunks tid and tid + 256,
+     * the row sum of row tid (gathered through gidx; rows past the tile:
+     * any staged row, their outputs are not stored) */
+    int xsrc[2], xssrc = 0;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int p = t0 + ((tid + j * NT) >> 3);
+        xsrc[j] = a.gidx ? (p < tend ? a.gidx[p] : a.gidx[t0]) : p;
+    }
+    if (tid < BT) xssrc = a.gidx ? (t0 + tid < tend ? a.gidx[t0 + tid] : a.gidx[t0]) : t0 + tid;
     const int wrow = min(o0 + (tid >> 1), w.rows - 1);
-    const uint8_t *wsrc = w.data + (int64_t)wrow * pitch + (tid & 1) * 16;
+    const uint8_t *wsrc = wdata + (int64_t)wrow * pitch + (tid & 1) * 16;
     const int srow = min(o0 + tid, w.rows - 1);
     auto stage_ptr = [&](int st) { return sm + st * STAGE_BYTES; };
     auto issue = [&](int kb, int st) {
@@ -156,18 +196,18 @@ __global__ void __launch_bounds__(NT, 2) k_q4gemm(const __grid_constant__ gm_arg
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int q = tid + j * NT, r = q >> 3, ch = q & 7;
-            cp16(smem_u32(S + r * (XP * 2) + ch * 16), a.xb + (int64_t)(t0 + r) * a.K + kb * KB + ch * 8);
+            cp16(smem_u32(S + r * (XP * 2) + ch * 16), a.xb + (int64_t)xsrc[j] * a.K + kb * KB + ch * 8);
         }
         cp16(smem_u32(S + XS_BYTES + (tid >> 1) * 32 + (tid & 1) * 16), wsrc + kb * (KB / 2));
-        if (tid < BT / 4) cp16(smem_u32(S + XS_BYTES + WS_BYTES + tid * 16), a.xs + (int64_t)kb * a.npad + t0 + tid * 4);
+        if (tid < BT) cp4(smem_u32(S + XS_BYTES + WS_BYTES + tid * 4), a.xs + (int64_t)kb * a.npad + xssrc); /* any row */
     };
     auto scale_put = [&](int st, float s, float b) {
         if (tid < BO) ((float2 *)(stage_ptr(st) + XS_BYTES + WS_BYTES + RS_BYTES))[tid] = make_float2(s, __fsub_rn(b, __fmul_rn(128.f, s)));
     };
     auto scale_ld = [&](int kb, float *s, float *b) {
         const int64_t gi = (int64_t)srow * ng + ((kb * KB) >> a.lg);
-        *s = load_s(w.scales, a.sdt, gi);
-        *b = load_s(w.biases, a.sdt, gi);
+        *s = load_s(wsc, a.sdt, gi);
+        *b = load_s(wbi, a.sdt, gi);
     };
 
 #pragma unroll
@@ -274,7 +314,8 @@ __global__ void __launch_bounds__(NT, 2) k_q4gemm(const __grid_constant__ gm_arg
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int o = o0 + wo * 32 + mi * 16 + g + (e >> 1) * 8, r = t0 + wt * 32 + nj * 8 + 2 * t + (e & 1);
-                if (o < w.rows && r < a.n) w.y[(int64_t)r * w.rows + o] = acc[mi][nj][e];
+                const int ro = a.omap && r < tend ? a.omap[r] : r;
+                if (o < w.rows && r < tend && ro >= 0) w.y[(int64_t)ro * w.rows + o] = acc[mi][nj][e];
             }
 }
 
@@ -295,16 +336,30 @@ extern "C" int tsc_gemm_takes(const tsc_weight *w) {
            (w->group & (w->group - 1)) == 0;
 }
 
-extern "C" void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n,
-                                void *ws) {
-    TSC_GUARD(c);
-    if (nw < 1 || nw > TSC_LIN_MAX || n < 1 || !ws) {
-        tsc_fail_(c, TS_E_ARG, "tsc_linear_gemm: %d weights, %d rows", nw, n);
+namespace {
+
+/* x's rows staged into nst rows of ws (gathered through imap when given:
+ * nmap entries, the rest zeros; else x's rows, zeros past n_src). */
+void gemm_stage(tsc_ctx *c, const float *x, int n_src, int K, const int32_t *imap, int nmap, int nst, void *ws) {
+    const int npad = npad_of(nst), nkb = K / KB;
+    uint16_t *xb = (uint16_t *)ws;
+    float *xs = (float *)((uint8_t *)ws + al256((size_t)npad * (size_t)K * 2));
+    const int64_t items = (int64_t)npad * nkb;
+    tsc_launch(c, k_gemm_xprep, dim3((unsigned)((items + 7) / 8)), dim3(256), 0, x, n_src, npad, K, xb, xs, imap, nmap);
+    TSC_LAUNCHED(c, "tsc_linear_gemm (x to bf16)");
+}
+
+/* The product over nst staged rows: ntiles grouped tiles from the device
+ * table (gidx: a gather at load), or nst / BT plain ones. */
+void gemm_product(tsc_ctx *c, const tsc_weight *const *w, const int64_t *estride, int nw, int nst, const int4 *tiles,
+                  int ntiles, const int32_t *gidx, const int32_t *omap, float *const *y, void *ws) {
+    if (nw < 1 || nw > TSC_LIN_MAX || nst < 1 || !ws) {
+        tsc_fail_(c, TS_E_ARG, "tsc_linear_gemm: %d weights, %d rows", nw, nst);
         return;
     }
     gm_args a;
     memset(&a, 0, sizeof a);
-    int tiles = 0;
+    int otiles = 0;
     for (int i = 0; i < nw; i++) {
         if (!tsc_gemm_takes(w[i]) || w[i]->cols != w[0]->cols || w[i]->group != w[0]->group ||
             w[i]->sdtype != w[0]->sdtype || w[i]->rows > (1 << 30)) {
@@ -317,24 +372,61 @@ extern "C" void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, 
         a.w[i].scales = w[i]->scales, a.w[i].biases = w[i]->biases;
         a.w[i].y = y[i];
         a.w[i].rows = (int)w[i]->rows;
-        a.w[i].tile0 = tiles;
-        tiles += (int)((w[i]->rows + BO - 1) / BO);
+        a.w[i].tile0 = otiles;
+        a.w[i].estride = estride ? estride[i] : 0;
+        otiles += (int)((w[i]->rows + BO - 1) / BO);
     }
     a.nw = nw, a.sdt = w[0]->sdtype;
     int lg = 0;
     while ((1 << lg) < w[0]->group) lg++;
     a.lg = lg;
     a.K = (int)w[0]->cols, a.nkb = a.K / KB;
-    a.n = n, a.npad = npad_of(n);
-    uint16_t *xb = (uint16_t *)ws;
-    float *xs = (float *)((uint8_t *)ws + al256((size_t)a.npad * (size_t)a.K * 2));
-    a.xb = xb, a.xs = xs;
-    const int64_t items = (int64_t)a.npad * a.nkb;
-    tsc_launch(c, k_gemm_xprep, dim3((unsigned)((items + 7) / 8)), dim3(256), 0, x, n, a.npad, a.K, xb, xs);
-    TSC_LAUNCHED(c, "tsc_linear_gemm (x to bf16)");
+    a.n = nst, a.npad = npad_of(nst);
+    a.tiles = tiles, a.omap = omap, a.gidx = gidx;
+    a.xb = (const uint16_t *)ws;
+    a.xs = (const float *)((const uint8_t *)ws + al256((size_t)a.npad * (size_t)a.K * 2));
     /* above the default 48 KB of dynamic shared memory (a host call per
      * launch: prompt chunks are uncaptured, and the setting is per device) */
     cudaFuncSetAttribute(k_q4gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-    tsc_launch(c, k_q4gemm, dim3((unsigned)(a.npad / BT), (unsigned)tiles), dim3(NT), (size_t)SMEM, a);
+    const unsigned gx = tiles ? (unsigned)ntiles : (unsigned)(a.npad / BT);
+    if (gx == 0) return;
+    tsc_launch(c, k_q4gemm, dim3(gx, (unsigned)otiles), dim3(NT), (size_t)SMEM, a);
     TSC_LAUNCHED(c, "tsc_linear_gemm");
+}
+
+} // namespace
+
+extern "C" void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n,
+                                void *ws) {
+    TSC_GUARD(c);
+    if (nw < 1 || n < 1) { tsc_fail_(c, TS_E_ARG, "tsc_linear_gemm: %d weights, %d rows", nw, n); return; }
+    gemm_stage(c, x, n, (int)w[0]->cols, NULL, 0, n, ws);
+    gemm_product(c, w, NULL, nw, n, NULL, 0, NULL, NULL, y, ws);
+}
+
+extern "C" void tsc_linear_gemm_grouped(tsc_ctx *c, const tsc_weight *const *w0, const int64_t *estride, int nw,
+                                        const float *x, int n_src, const int32_t *imap, int nq, const int32_t *tiles,
+                                        int ntiles, const int32_t *omap, float *const *y, void *ws) {
+    TSC_GUARD(c);
+    if (((uintptr_t)tiles & 15) != 0 || nq < 1) {
+        tsc_fail_(c, TS_E_ARG, "tsc_linear_gemm_grouped: %d rows, the tile table 16-byte aligned", nq);
+        return;
+    }
+    /* a tile reads 64 staged rows from its first: BT zero rows past the last */
+    gemm_stage(c, x, n_src, (int)w0[0]->cols, imap, imap ? nq : 0, nq + BT, ws);
+    gemm_product(c, w0, estride, nw, nq + BT, (const int4 *)tiles, ntiles, NULL, omap, y, ws);
+}
+
+extern "C" void tsc_gemm_stage(tsc_ctx *c, const float *x, int n_src, int64_t cols, int nst, void *ws) {
+    TSC_GUARD(c);
+    if (n_src < 1 || nst < 1 || cols % KB) { tsc_fail_(c, TS_E_ARG, "tsc_gemm_stage: %d rows of %lld", n_src, (long long)cols); return; }
+    gemm_stage(c, x, n_src, (int)cols, NULL, 0, nst, ws);
+}
+
+extern "C" void tsc_gemm_staged(tsc_ctx *c, const tsc_weight *const *w0, const int64_t *estride, int nw, int nst,
+                                const int32_t *tiles, int ntiles, const int32_t *gidx, const int32_t *omap,
+                                float *const *y, void *ws) {
+    TSC_GUARD(c);
+    if (((uintptr_t)tiles & 15) != 0 || !tiles) { tsc_fail_(c, TS_E_ARG, "tsc_gemm_staged: a 16-byte aligned tile table"); return; }
+    gemm_product(c, w0, estride, nw, nst, (const int4 *)tiles, ntiles, gidx, omap, y, ws);
 }

@@ -48,6 +48,21 @@ int tsc_gemm_takes(const tsc_weight *w) { (void)w; return 0; }
 void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, void *ws) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n, (void)ws;
 }
+void tsc_linear_gemm_grouped(tsc_ctx *c, const tsc_weight *const *w0, const int64_t *estride, int nw, const float *x,
+                             int n_src, const int32_t *imap, int nq, const int32_t *tiles, int ntiles,
+                             const int32_t *omap, float *const *y, void *ws) {
+    (void)c, (void)w0, (void)estride, (void)nw, (void)x, (void)n_src, (void)imap, (void)nq, (void)tiles, (void)ntiles;
+    (void)omap, (void)y, (void)ws;
+}
+void tsc_gemm_stage(tsc_ctx *c, const float *x, int n_src, int64_t cols, int nst, void *ws) {
+    (void)c, (void)x, (void)n_src, (void)cols, (void)nst, (void)ws;
+}
+void tsc_gemm_staged(tsc_ctx *c, const tsc_weight *const *w0, const int64_t *estride, int nw, int nst,
+                     const int32_t *tiles, int ntiles, const int32_t *gidx, const int32_t *omap, float *const *y,
+                     void *ws) {
+    (void)c, (void)w0, (void)estride, (void)nw, (void)nst, (void)tiles, (void)ntiles, (void)gidx, (void)omap, (void)y;
+    (void)ws;
+}
 void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, int n, float *x) { (void)c, (void)w, (void)ids, (void)n, (void)x; }
 void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {
     (void)c, (void)x, (void)add, (void)w, (void)y, (void)n, (void)dim, (void)eps;

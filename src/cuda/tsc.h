@@ -154,6 +154,25 @@ void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, 
 size_t tsc_gemm_ws_bytes(int n, int64_t cols);
 int tsc_gemm_takes(const tsc_weight *w);
 void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, void *ws);
+/* The grouped form (MoE experts over a route list): w0[i] describes expert
+ * 0 of table i, expert e at byte offset e * estride[i] (data, scales and
+ * biases alike); nq staged rows, row r gathered from x's row imap[r] (NULL:
+ * row r; < 0: zeros; x has n_src rows); tiles: ntiles x (expert, first
+ * staged row, rows <= 64, unused) int32 quads in device memory (16-byte
+ * aligned); staged row r's output goes to row omap[r] of y[i] (NULL: row r;
+ * < 0: none). ws: tsc_gemm_ws_bytes(nq + 64, cols). */
+void tsc_linear_gemm_grouped(tsc_ctx *c, const tsc_weight *const *w0, const int64_t *estride, int nw, const float *x,
+                             int n_src, const int32_t *imap, int nq, const int32_t *tiles, int ntiles,
+                             const int32_t *omap, float *const *y, void *ws);
+/* The two halves, for a staging that serves several products: x's first
+ * n_src rows staged into nst rows of ws (zeros past n_src; ws:
+ * tsc_gemm_ws_bytes(nst, cols)); then a grouped product over those staged
+ * rows, tile rows gathered at load through gidx (staged row gidx[r] for
+ * tile row r; NULL: row r), outputs through omap as above. */
+void tsc_gemm_stage(tsc_ctx *c, const float *x, int n_src, int64_t cols, int nst, void *ws);
+void tsc_gemm_staged(tsc_ctx *c, const tsc_weight *const *w0, const int64_t *estride, int nw, int nst,
+                     const int32_t *tiles, int ntiles, const int32_t *gidx, const int32_t *omap, float *const *y,
+                     void *ws);
 /* The same products with the activation made while staging x (one kernel
  * instead of two; Q4T weights, or 4-bit MLX weights through the dp4a
  * kernel (see below), else TS_E_UNSUPPORTED):
