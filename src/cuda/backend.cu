@@ -1468,7 +1468,7 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
         if (q->capturing && chunked) { fail(s, TS_E_ARG, "GDN: a prompt chunk inside a graph capture"); return; }
         float *ws = gdn_ws(a, a->n > P ? a->n : P, &blk);
         if (P) gdn_replay_into_live(q, a, P, conv, S, a->conv[pc ^ 1], a->S[ps ^ 1], ws, blk, fused);
-        if (chunked && fused && a->n > RB && a->out && gdn_prefill_on()) {
+        if (chunked && fused && a->n > RB && a->n <= 65535 && a->out && gdn_prefill_on()) { /* (rows: grid.y) */
             /* a prompt chunk in one pass of five kernels (gdn.cu): the
              * prepared rows of the whole chunk in the chunked scratch
              * (max_rows x C floats) */
@@ -1633,7 +1633,7 @@ bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
                const tsc_weight &sd, const tsc_weight &sgw) {
     cu_stream *q = ST(s);
     const int n = a->n, H = a->H, E = a->E, k = a->topk, Im = (int)g0.rows, Is = (int)sg.rows;
-    if (n > q->rows || n <= RB || !tsc_gemm_takes(&g0) || !tsc_gemm_takes(&u0) || !tsc_gemm_takes(&d0) ||
+    if (n > q->rows || n <= RB || n > 65535 /* grid.y of the sums */ || !tsc_gemm_takes(&g0) || !tsc_gemm_takes(&u0) || !tsc_gemm_takes(&d0) ||
         g0.cols != H || u0.cols != H || d0.cols != Im || u0.rows != Im || d0.rows != H || g0.group != u0.group ||
         g0.sdtype != u0.sdtype || (size_t)Im > (size_t)a->F || (size_t)Is > (size_t)a->F || H > q->cols || Im > q->cols)
         return false;
