@@ -328,29 +328,27 @@ bool moe_dp4a_on() {
     return on;
 }
 
+/* A switch of the environment set to 0 (read at every call: a test or a
+ * benchmark may flip it between passes). */
+bool env_is0(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '0';
+}
+
 /* Prompt chunks of more than RB rows through the tensor-core products
  * (q4gemm.cu; TSC_GEMM=0: the row kernels, RB rows a launch, for
  * comparison). Read at every product: a test or a benchmark may flip it. */
-bool gemm_on() {
-    const char *e = getenv("TSC_GEMM");
-    return !(e && e[0] == '0');
-}
+bool gemm_on() { return !env_is0("TSC_GEMM"); }
 
 /* Prompt chunks of more than RB rows through the chunk attention kernel
  * (attn.cu, tsc_attn_prefill; TSC_ATTN_PREFILL=0: the row kernels, a row at
  * a time). Read at every op. */
-bool attn_prefill_on() {
-    const char *e = getenv("TSC_ATTN_PREFILL");
-    return !(e && e[0] == '0');
-}
+bool attn_prefill_on() { return !env_is0("TSC_ATTN_PREFILL"); }
 
 /* Prompt chunks of more than RB rows through the chunk GDN kernels (gdn.cu,
  * tsc_gdn_prefill; TSC_GDN_PREFILL=0: the step kernels in 16-row calls).
  * Read at every op. */
-bool gdn_prefill_on() {
-    const char *e = getenv("TSC_GDN_PREFILL");
-    return !(e && e[0] == '0');
-}
+bool gdn_prefill_on() { return !env_is0("TSC_GDN_PREFILL"); }
 
 /* Fusion of a norm or SwiGLU into the next product (TSC_FUSE=0: off). */
 bool fuse_on() {
@@ -1559,17 +1557,11 @@ bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {
 
 /* Prompt chunks of more than RB rows through the grouped tensor-core
  * products (TSC_MOE_CHUNK=0: 16 rows at a time, as decode). Read at every op. */
-bool moe_chunk_on() {
-    const char *e = getenv("TSC_MOE_CHUNK");
-    return !(e && e[0] == '0');
-}
+bool moe_chunk_on() { return !env_is0("TSC_MOE_CHUNK"); }
 
 /* The chunk MoE's slots merged (TSC_MOE_MERGED=0: slot by slot, for
  * comparison). Read at every op. */
-bool moe_merged_on() {
-    const char *e = getenv("TSC_MOE_MERGED");
-    return !(e && e[0] == '0');
-}
+bool moe_merged_on() { return !env_is0("TSC_MOE_MERGED"); }
 
 /* One product over a chunk's n rows: the tensor-core kernel when it takes
  * the weights, else the row kernels 16 rows a launch. */
