@@ -6,9 +6,7 @@
 # $B/lib), $O (results, tarred to $OUT/r.tgz by device_end), tl "what" (a
 # timeline line), synth_shape NAME SHAPE_FILE (an INT4 g64 install under $S),
 # bj NAME ENV MODEL [bench args] (turbospark bench --backend cuda --json into
-# $O/e_NAME.json). The pack is made here: build-cuda's three binaries and
-# the shared libraries ldd lists beyond the C and C++ runtimes, stripped,
-# tar | xz -9e (the fatbins dedupe).
+# $O/e_NAME.json). The pack is made here by bench/cuda/pack.sh NAME.
 O=$OUT/x; mkdir -p "$O"; T0=$(date +%s)
 tl() { echo "$(( $(date +%s) - T0 )) s: $*" >> "$O/timeline.txt"; }
 tar -C /tmp -xJf "$PACK"; B=/tmp/b

@@ -1,0 +1,23 @@
+#!/bin/bash
+# pack.sh NAME: the CUDA build's binaries and the shared libraries they link
+# beyond the C and C++ runtimes (the GPU host lacks this project's Debian
+# packages), stripped of debug info, as .gpu/NAME/pack.tar.xz for a device
+# call (xz -9e dedupes the three binaries' identical fatbins: ~9 MB). The
+# call carries .gpu/NAME (ignored by git: .git/info/exclude) and its
+# command.sh sources bench/cuda/device_env.sh with PACK=.gpu/NAME/pack.tar.xz.
+# Run from the repository root after make -j2 BUILD=build-cuda CUDA=1 all.
+set -euo pipefail
+name=${1:?usage: bench/cuda/pack.sh NAME}
+tmp=$(mktemp -d); b=$tmp/b
+mkdir -p "$b/lib"
+cp build-cuda/turbospark build-cuda/ts_test build-cuda/cuda_bench "$b/"
+for f in "$b/turbospark" "$b/ts_test" "$b/cuda_bench"; do
+  ldd "$f" | awk '/=>/ {print $3}' | { grep -Ev 'libc\.so|libm\.so|ld-linux|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so' || true; } |
+    xargs -r -I{} cp -L {} "$b/lib/"
+done
+strip -g "$b/turbospark" "$b/ts_test" "$b/cuda_bench"
+mkdir -p ".gpu/$name"
+tar -C "$tmp" -cf - b | xz -9e -T1 > ".gpu/$name/pack.tar.xz"
+rm -rf "$tmp"
+grep -qx '.gpu/' .git/info/exclude 2>/dev/null || echo '.gpu/' >> .git/info/exclude
+ls -la ".gpu/$name/pack.tar.xz"
