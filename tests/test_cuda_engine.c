@@ -88,12 +88,17 @@ static int gpu_ok(char *why, size_t cap) {
 }
 #define NEED_GPU() do { char why_[600]; if (!gpu_ok(why_, sizeof why_)) SKIP("no usable CUDA device: %s", why_); } while (0)
 
-static int open_on(const char *dir, const char *backend, ts_engine **e, ts_error *err) {
+static int open_bits(const char *dir, const char *backend, int bits, ts_engine **e, ts_error *err) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.backend = backend;
-    ep.act_bits = 24; /* the CPU reference at f32-class activation precision */
+    ep.act_bits = bits;
     return ts_engine_open(dir, &ep, e, err);
+}
+
+/* the CPU reference at f32-class activation precision (and the GPU alike) */
+static int open_on(const char *dir, const char *backend, ts_engine **e, ts_error *err) {
+    return open_bits(dir, backend, 24, e, err);
 }
 
 static int argmax(const float *x, int n, float *gap) {
@@ -304,14 +309,6 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
  * and stay within REL_TOL of the CPU. Chunks 7 (the row kernels for every
  * op), 64 and 150 (one chunk, not a multiple of the 64-row tile). */
 #define BF16_TOL 3e-2f
-
-static int open_bits(const char *dir, const char *backend, int bits, ts_engine **e, ts_error *err) {
-    ts_engine_params ep;
-    ts_engine_params_default(&ep);
-    ep.backend = backend;
-    ep.act_bits = bits;
-    return ts_engine_open(dir, &ep, e, err);
-}
 
 static int prompt_logits(ts_engine *e, const int32_t *ids, int n, int chunk, float *lg, ts_error *err) {
     ts_session_params sp;

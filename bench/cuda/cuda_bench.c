@@ -207,22 +207,38 @@ static int group_applies(int p, int l) {
     return S->E != 0;
 }
 
+/* the weights of dense product group p of layer y (as group_call issues
+ * them), their count; 0 for the MoE groups and the head */
+static int group_weights(int p, layer *y, const tsc_weight **w) {
+    switch (p) {
+    case P_GDN_IN: w[0] = &y->qkv, w[1] = &y->z, w[2] = &y->b, w[3] = &y->a; return 4;
+    case P_GDN_OUT: w[0] = &y->out; return 1;
+    case P_ATT_QKV: w[0] = &y->q, w[1] = &y->k, w[2] = &y->v; return 3;
+    case P_ATT_O: w[0] = &y->o; return 1;
+    case P_FFN_GU: w[0] = &y->gate, w[1] = &y->up; return 2;
+    case P_FFN_DOWN: w[0] = &y->down; return 1;
+    default: return 0;
+    }
+}
+
 static size_t group_call(int p, int l, int n) {
     layer *y = &L[l];
     const int k = S->TOPK;
+    const tsc_weight *w[4];
+    const int nw = group_weights(p, y, w);
+    if (nw) { /* the dense groups: input and outputs */
+        float *ys[4];
+        const float *x = p == P_GDN_OUT ? O : p == P_ATT_O ? AO : p == P_FFN_DOWN ? G : U;
+        if (p == P_GDN_IN) ys[0] = QKV, ys[1] = Z, ys[2] = BB, ys[3] = AA;
+        else if (p == P_ATT_QKV) ys[0] = QG, ys[1] = KB, ys[2] = VB;
+        else if (p == P_FFN_GU) ys[0] = G, ys[1] = UP;
+        else ys[0] = T;
+        lin(w, nw, x, ys, n);
+        size_t b = 0;
+        for (int i = 0; i < nw; i++) b += wb(w[i]);
+        return b;
+    }
     switch (p) {
-    case P_GDN_IN:
-        lin((const tsc_weight *[]){&y->qkv, &y->z, &y->b, &y->a}, 4, U, (float *[]){QKV, Z, BB, AA}, n);
-        return wb(&y->qkv) + wb(&y->z) + wb(&y->b) + wb(&y->a);
-    case P_GDN_OUT: lin((const tsc_weight *[]){&y->out}, 1, O, &T, n); return wb(&y->out);
-    case P_ATT_QKV:
-        lin((const tsc_weight *[]){&y->q, &y->k, &y->v}, 3, U, (float *[]){QG, KB, VB}, n);
-        return wb(&y->q) + wb(&y->k) + wb(&y->v);
-    case P_ATT_O: lin((const tsc_weight *[]){&y->o}, 1, AO, &T, n); return wb(&y->o);
-    case P_FFN_GU:
-        lin((const tsc_weight *[]){&y->gate, &y->up}, 2, U, (float *[]){G, UP}, n);
-        return wb(&y->gate) + wb(&y->up);
-    case P_FFN_DOWN: lin((const tsc_weight *[]){&y->down}, 1, G, &T, n); return wb(&y->down);
     case P_MOE_RS:
         lin((const tsc_weight *[]){&y->router, &y->sg, &y->su, &y->sgw}, 4, U, (float *[]){LOGE, SG, SU, GW}, n);
         return wb(&y->router) + wb(&y->sg) + wb(&y->su) + wb(&y->sgw);
@@ -389,17 +405,8 @@ static void run_gemm(int N, int reps) {
     for (size_t k = 0; k < sizeof pl / sizeof pl[0]; k++) {
         const int p = pl[k], l = p == P_ATT_QKV || p == P_ATT_O ? 3 : 0;
         if (!group_applies(p, l)) continue;
-        layer *y = &L[l];
         const tsc_weight *w[4];
-        int nw = 0;
-        switch (p) {
-        case P_GDN_IN: w[0] = &y->qkv, w[1] = &y->z, w[2] = &y->b, w[3] = &y->a, nw = 4; break;
-        case P_GDN_OUT: w[0] = &y->out, nw = 1; break;
-        case P_ATT_QKV: w[0] = &y->q, w[1] = &y->k, w[2] = &y->v, nw = 3; break;
-        case P_ATT_O: w[0] = &y->o, nw = 1; break;
-        case P_FFN_GU: w[0] = &y->gate, w[1] = &y->up, nw = 2; break;
-        default: w[0] = &y->down, nw = 1; break;
-        }
+        const int nw = group_weights(p, &L[l], w);
         int64_t rows = 0;
         for (int i = 0; i < nw; i++) rows += w[i]->rows;
         const int64_t cols = w[0]->cols;

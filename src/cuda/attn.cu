@@ -402,7 +402,9 @@ extern "C" void tsc_attn_prefill(tsc_ctx *c, const tsc_attn_args *a) {
     }
     const int G = a->nq / a->nkv, QR = PQV / G;
     const size_t smem = prefill_smem(a->D);
-    cudaFuncSetAttribute(k_attn_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    /* the shared-memory limit raised once per device (tsc_blocks_per_sm
+     * remembers it), to what the largest head needs */
+    tsc_blocks_per_sm(c, (const void *)k_attn_prefill, PTH, smem, prefill_smem(DMAX));
     tsc_launch(c, k_attn_prefill, dim3((unsigned)((a->n + QR - 1) / QR), (unsigned)a->nkv), dim3(PTH), smem, *a, QR);
     TSC_LAUNCHED(c, "tsc_attn_prefill");
 }

@@ -81,8 +81,6 @@ constexpr int TOPK_MAX = 32;
  * split a plain session chose got coarser. */
 constexpr size_t ATT_SMALL = 65536;
 
-size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }
-
 /* ---- the weight map: slot address -> descriptor ---- */
 
 struct wmap {
@@ -213,6 +211,13 @@ struct cu_stream {
     int last_kernels;
     int capturing;
     pend_act pend; /* a norm or SwiGLU not yet launched (see flush) */
+    /* prompt chunks (streams of more than RB rows; NULL otherwise): the
+     * tensor-core products' staging (gemm_bytes), a chunk MoE's routes and
+     * its maps (maps_n ints): see layout_of */
+    void *gemm_ws;
+    size_t gemm_bytes;
+    int32_t *route, *maps;
+    size_t maps_n;
     double op_ms[8]; /* TSC_OPTIME=1: device time of the uncaptured ops by kind (op_timer) */
     long op_n[8];
 };
@@ -250,6 +255,13 @@ struct ws_layout {
     size_t step, rids, rwts, gl, amx_ws, amx_ids, amx_prob, att_small, gemm, route, maps, total;
 };
 
+/* A chunk MoE's row tiles of one slot at most (a partial tile per expert
+ * plus rows / 64 full ones, bounded by rows + rows / 64 + 2 whatever E),
+ * and the ints of its maps area: per slot the rows in expert order and the
+ * tiles (moe_chunk; the merged form's need is checked against it). */
+size_t tiles_slot_of(int rows) { return (size_t)rows + (size_t)rows / 64 + 2; }
+size_t maps_ints_of(int rows) { return TOPK_MAX * ((size_t)rows + 4 * tiles_slot_of(rows)) + 64; }
+
 ws_layout layout_of(int rows, int64_t cols) {
     ws_layout l;
     size_t o = 0;
@@ -265,11 +277,9 @@ ws_layout layout_of(int rows, int64_t cols) {
      * only streams whose rows exceed what the row kernels take */
     l.gemm = o, o += rows > RB ? al256(tsc_gemm_ws_bytes(rows + 64, cols)) : 0;
     /* and a chunk's MoE (moe_chunk): its routes (ids, weights, the shared
-     * expert's gate logit) and, per slot, the rows in expert order and the
-     * row tiles (at most rows / 64 + rows + 1 a slot) */
-    const size_t tiles_slot = (size_t)rows + (size_t)rows / 64 + 2;
+     * expert's gate logit) and its maps */
     l.route = o, o += rows > RB ? al256(sizeof(int32_t) * (size_t)rows * (2 * TOPK_MAX + 1)) : 0;
-    l.maps = o, o += rows > RB ? al256(sizeof(int32_t) * (TOPK_MAX * ((size_t)rows + 4 * tiles_slot) + 64)) : 0;
+    l.maps = o, o += rows > RB ? al256(sizeof(int32_t) * maps_ints_of(rows)) : 0;
     l.total = o;
     return l;
 }
@@ -849,6 +859,10 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->amx_prob = (float *)(w + l.amx_prob);
     q->att_small = (float *)(w + l.att_small);
     q->att_small_n = ATT_SMALL;
+    if (rows > RB) {
+        q->gemm_ws = w + l.gemm, q->gemm_bytes = l.route - l.gemm;
+        q->route = (int32_t *)(w + l.route), q->maps = (int32_t *)(w + l.maps), q->maps_n = maps_ints_of(rows);
+    }
     *out = &q->base;
     return 0;
 }
@@ -1001,6 +1015,16 @@ bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, fl
     return true;
 }
 
+/* nw weights of one format (cu_linear's runs) on n rows of any count: the
+ * row kernels, RB rows a launch. */
+void rows_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    float *py[TSC_LIN_MAX];
+    for (int r0 = 0; r0 < n; r0 += RB) {
+        for (int i = 0; i < nw; i++) py[i] = y[i] + (size_t)r0 * (size_t)w[i]->rows;
+        lin_rows(c, w, nw, x + (size_t)r0 * (size_t)w[0]->cols, py, n - r0 < RB ? n - r0 : RB);
+    }
+}
+
 /* TSC_GEMM_CHECK=1 (a debugging aid, off by default): every prompt-chunk
  * product of the tensor-core kernel is compared at once with the row
  * kernels' on the same x (a transient buffer of the context), and the
@@ -1015,10 +1039,7 @@ void gemm_check(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, 
         float *t = (float *)tsc_alloc(c, N * sizeof(float));
         float *ha = (float *)malloc(N * sizeof(float)), *hb = (float *)malloc(N * sizeof(float));
         if (!t || !ha || !hb) { tsc_free(c, t), free(ha), free(hb); return; }
-        for (int r0 = 0; r0 < n; r0 += RB) {
-            float *yo = t + (size_t)r0 * (size_t)w[i]->rows;
-            lin_rows(c, &w[i], 1, x + (size_t)r0 * (size_t)w[i]->cols, &yo, n - r0 < RB ? n - r0 : RB);
-        }
+        rows_linear(c, &w[i], 1, x, &t, n);
         tsc_read(c, ha, y[i], N * sizeof(float));
         tsc_read(c, hb, t, N * sizeof(float));
         double dmax = 0, ymax = 0;
@@ -1053,23 +1074,15 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
                dw[i1].act_digits == dw[i0].act_digits)
             i1++;
         const tsc_weight *pw[TSC_LIN_MAX];
-        float *py[TSC_LIN_MAX];
-        const int64_t cols = dw[i0].cols;
+        for (int i = i0; i < i1; i++) pw[i - i0] = &dw[i];
         /* a prompt chunk: one pass over the weights for all its rows */
-        bool gemm = m == TS_MODE_PREFILL && n > RB && n <= ST(s)->rows && cols <= ST(s)->cols && gemm_on();
+        bool gemm = m == TS_MODE_PREFILL && n > RB && n <= ST(s)->rows && dw[i0].cols <= ST(s)->cols && gemm_on();
         for (int i = i0; i < i1 && gemm; i++) gemm = tsc_gemm_takes(&dw[i]);
         if (gemm) {
-            for (int i = i0; i < i1; i++) pw[i - i0] = &dw[i], py[i - i0] = y[i];
-            tsc_linear_gemm(c, pw, i1 - i0, x, py, n, (uint8_t *)ST(s)->ws + layout_of(ST(s)->rows, ST(s)->cols).gemm);
-            if (gemm_check_on()) gemm_check(c, pw, i1 - i0, x, py, n);
-            i0 = i1;
-            continue;
-        }
-
-        for (int r0 = 0; r0 < n; r0 += RB) {
-            const int nr = n - r0 < RB ? n - r0 : RB;
-            for (int i = i0; i < i1; i++) pw[i - i0] = &dw[i], py[i - i0] = y[i] + (size_t)r0 * (size_t)dw[i].rows;
-            lin_rows(c, pw, i1 - i0, x + (size_t)r0 * (size_t)cols, py, nr);
+            tsc_linear_gemm(c, pw, i1 - i0, x, y + i0, n, ST(s)->gemm_ws);
+            if (gemm_check_on()) gemm_check(c, pw, i1 - i0, x, y + i0, n);
+        } else {
+            rows_linear(c, pw, i1 - i0, x, y + i0, n);
         }
         i0 = i1;
     }
@@ -1570,14 +1583,30 @@ void chunk_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float 
     for (int i = 0; i < nw; i++) g = g && tsc_gemm_takes(w[i]) && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group &&
                                      w[i]->sdtype == w[0]->sdtype;
     if (g) {
-        tsc_linear_gemm(q->c, w, nw, x, y, n, (uint8_t *)q->ws + layout_of(q->rows, q->cols).gemm);
+        tsc_linear_gemm(q->c, w, nw, x, y, n, q->gemm_ws);
         return;
     }
-    for (int i = 0; i < nw; i++)
-        for (int r0 = 0; r0 < n; r0 += RB) {
-            float *yo = y[i] + (size_t)r0 * (size_t)w[i]->rows;
-            lin_rows(q->c, &w[i], 1, x + (size_t)r0 * (size_t)w[i]->cols, &yo, n - r0 < RB ? n - r0 : RB);
+    for (int i = 0; i < nw; i++) rows_linear(q->c, &w[i], 1, x, &y[i], n); /* formats may differ */
+}
+
+/* A counting sort of m items by expert (item i's expert ex[i * step]; ids
+ * out of [0, E) count as 0's) into pos[i], the item's place in expert order,
+ * and the row tiles of that order, 64 rows at most: (expert, first, rows, 0)
+ * quads in tiles; their count is returned. cnt: E + 1 ints of scratch. */
+int by_expert(const int32_t *ex, size_t step, size_t m, int E, int *cnt, int32_t *pos, int32_t *tiles) {
+    memset(cnt, 0, sizeof(int) * ((size_t)E + 1));
+    auto e_of = [&](size_t i) { const int e = ex[i * step]; return e >= 0 && e < E ? e : 0; };
+    for (size_t i = 0; i < m; i++) cnt[e_of(i) + 1]++;
+    for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e];
+    int nt = 0;
+    for (int e = 0; e < E; e++)
+        for (int p0 = cnt[e]; p0 < cnt[e + 1]; p0 += 64) {
+            tiles[4 * nt] = e, tiles[4 * nt + 1] = p0, tiles[4 * nt + 2] = cnt[e + 1] - p0 < 64 ? cnt[e + 1] - p0 : 64;
+            tiles[4 * nt + 3] = 0;
+            nt++;
         }
+    for (size_t i = 0; i < m; i++) pos[i] = cnt[e_of(i)]++;
+    return nt;
 }
 
 __global__ void k_moe_slot_acc(float *t, const float *y, const float *wts, int k, int j, int H) {
@@ -1631,11 +1660,10 @@ bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
         return false;
     tsc_ctx *c = q->c;
     flush(s); /* a pending norm of u */
-    const ws_layout L = layout_of(q->rows, q->cols);
-    int32_t *ids = (int32_t *)((uint8_t *)q->ws + L.route);
+    int32_t *ids = q->route;
     float *wts = (float *)(ids + (size_t)q->rows * TOPK_MAX), *gl = wts + (size_t)q->rows * TOPK_MAX;
-    int32_t *maps = (int32_t *)((uint8_t *)q->ws + L.maps);
-    const size_t tiles_slot = (size_t)q->rows + (size_t)q->rows / 64 + 2;
+    int32_t *maps = q->maps;
+    const size_t tiles_slot = tiles_slot_of(q->rows), map_cap = q->maps_n;
     /* router and routes */
     {
         const tsc_weight *pr[1] = {&rw};
@@ -1660,18 +1688,18 @@ bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
         chunk_linear(q, pd, 1, a->b1, yd, n);
     }
     /* the routes to the host: per slot, the rows by expert (counting sort) and the tiles */
-    int32_t *hid = (int32_t *)malloc(sizeof(int32_t) * (size_t)n * k);
-    const size_t map_cap = TOPK_MAX * ((size_t)q->rows + 4 * tiles_slot) + 64; /* ints (the layout's maps) */
+    const size_t P = (size_t)n * k;
+    int32_t *hid = (int32_t *)malloc(sizeof(int32_t) * P), *hpos = (int32_t *)malloc(sizeof(int32_t) * P);
     int32_t *hmap = (int32_t *)malloc(sizeof(int32_t) * map_cap);
-    int *cnt = (int *)calloc((size_t)E + 1, sizeof(int));
-    if (!hid || !hmap || !cnt) {
-        free(hid), free(hmap), free(cnt);
+    int *cnt = (int *)malloc(sizeof(int) * ((size_t)E + 1));
+    if (!hid || !hpos || !hmap || !cnt) {
+        free(hid), free(hpos), free(hmap), free(cnt);
         fail(s, TS_E_NOMEM, "MoE chunk: host route tables");
         return true;
     }
-    tsc_read(c, hid, ids, sizeof(int32_t) * (size_t)n * k);
-    void *gws0 = (uint8_t *)q->ws + L.gemm;
-    const size_t P = (size_t)n * k, gbytes = tsc_gemm_ws_bytes(q->rows + 64, q->cols);
+    tsc_read(c, hid, ids, sizeof(int32_t) * P);
+    void *gws0 = q->gemm_ws;
+    const size_t gbytes = q->gemm_bytes;
     const size_t ntmax = P / 64 + ((size_t)E < P ? (size_t)E : P) + 1; /* tiles: a partial one per expert at most */
     /* down's outputs in column chunks of cw (a multiple of 128): [P, cw] in b2 */
     const size_t b2cap = (size_t)a->R * (size_t)a->F;
@@ -1686,26 +1714,10 @@ bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
          * over the slots in slot order. Each selected expert's weights are
          * read once a chunk. */
         int32_t *tb = hmap, *ordp = hmap + 4 * ntmax, *inv = ordp + P; /* the tiles first: 16-byte aligned */
-        for (size_t pi = 0; pi < P; pi++) {
-            int e = hid[pi];
-            cnt[(e >= 0 && e < E ? e : 0) + 1]++;
-        }
-        for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e];
-        int nt = 0;
-        for (int e = 0; e < E; e++)
-            for (int p0 = cnt[e]; p0 < cnt[e + 1]; p0 += 64) {
-                tb[4 * nt] = e, tb[4 * nt + 1] = p0, tb[4 * nt + 2] = cnt[e + 1] - p0 < 64 ? cnt[e + 1] - p0 : 64;
-                tb[4 * nt + 3] = 0;
-                nt++;
-            }
-        for (size_t pi = 0; pi < P; pi++) {
-            int e = hid[pi];
-            const int pos = cnt[e >= 0 && e < E ? e : 0]++;
-            ordp[pos] = (int32_t)(pi / (size_t)k); /* the pair's row */
-            inv[pi] = pos;
-        }
+        const int nt = by_expert(hid, 1, P, E, cnt, inv, tb);
+        for (size_t pi = 0; pi < P; pi++) ordp[inv[pi]] = (int32_t)(pi / (size_t)k); /* the pair's row */
         tsc_write(c, maps, hmap, sizeof(int32_t) * (4 * ntmax + 2 * P));
-        free(hid), free(hmap), free(cnt);
+        free(hid), free(hpos), free(hmap), free(cnt);
         const int32_t *dtb = maps, *dord = maps + 4 * ntmax, *dinv = dord + P;
         const tsc_weight *wgu[2] = {&g0, &u0};
         const int64_t sgu[2] = {g.stride, u.stride};
@@ -1737,30 +1749,14 @@ bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
     int32_t *order = hmap, *tabs = hmap + ((size_t)k * n + 3) / 4 * 4; /* the tile tables 16-byte aligned */
     int ntl[TOPK_MAX];
     for (int j = 0; j < k; j++) {
-        memset(cnt, 0, sizeof(int) * ((size_t)E + 1));
-        for (int r = 0; r < n; r++) {
-            int e = hid[(size_t)r * k + j];
-            cnt[(e >= 0 && e < E ? e : 0) + 1]++;
-        }
-        for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e];
-        int32_t *ord = order + (size_t)j * n, *tb = tabs + (size_t)j * 4 * tiles_slot;
-        int nt = 0;
-        for (int e = 0; e < E; e++) /* tiles of each expert's run */
-            for (int p0 = cnt[e]; p0 < cnt[e + 1]; p0 += 64) {
-                tb[4 * nt] = e, tb[4 * nt + 1] = p0, tb[4 * nt + 2] = cnt[e + 1] - p0 < 64 ? cnt[e + 1] - p0 : 64;
-                tb[4 * nt + 3] = 0;
-                nt++;
-            }
-        for (int r = 0; r < n; r++) {
-            int e = hid[(size_t)r * k + j];
-            ord[cnt[e >= 0 && e < E ? e : 0]++] = r;
-        }
-        ntl[j] = nt;
+        int32_t *ord = order + (size_t)j * n;
+        ntl[j] = by_expert(hid + j, (size_t)k, (size_t)n, E, cnt, hpos, tabs + (size_t)j * 4 * tiles_slot);
+        for (int r = 0; r < n; r++) ord[hpos[r]] = r;
     }
     tsc_write(c, maps, hmap, sizeof(int32_t) * (((size_t)k * n + 3) / 4 * 4 + (size_t)k * 4 * tiles_slot));
-    free(hid), free(hmap), free(cnt);
+    free(hid), free(hpos), free(hmap), free(cnt);
     /* the slots */
-    void *gws = (uint8_t *)q->ws + L.gemm;
+    void *gws = q->gemm_ws;
     const tsc_weight *wgu[2] = {&g0, &u0}, *wd[1] = {&d0};
     const int64_t sgu[2] = {g.stride, u.stride}, sdd[1] = {d.stride};
     for (int j = 0; j < k; j++) {

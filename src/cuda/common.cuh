@@ -75,6 +75,9 @@ static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 b
  * occupancy query is a host call each time. Thread-safe (server workers). */
 int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max);
 
+/* bytes rounded up to the 256-byte alignment every workspace area keeps */
+inline size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }
+
 #define TSC_GUARD(c) do { if (!(c) || (c)->err_code) return; } while (0)
 #define TSC_LAUNCHED(c, op) tsc_launched_((c), (op))
 

@@ -184,8 +184,7 @@ __global__ void __launch_bounds__(DK) k_gdnp_conv(const tsc_gdn_args a, float *p
     for (int j = 0; j < KW; j++) { /* tap j multiplies the input at row t - (K - 1) + j */
         const int r = t - (KW - 1) + j;
         const float x = r >= 0 ? a.qkv[(int64_t)r * C + c] : cin[(int64_t)(r + KW - 1) * C + c];
-        if (j < KW - 1) acc = __fadd_rn(acc, __fmul_rn(a.conv_w[(int64_t)j * C + c], x));
-        else acc = __fadd_rn(acc, __fmul_rn(a.conv_w[(int64_t)j * C + c], x));
+        acc = __fadd_rn(acc, __fmul_rn(a.conv_w[(int64_t)j * C + c], x)); /* the step's order: taps 0 .. K - 1 */
     }
     prep[(int64_t)t * C + c] = silu_f(acc);
 }
@@ -201,12 +200,6 @@ __global__ void __launch_bounds__(DK) k_gdnp_l2(const tsc_gdn_args a, float *pre
     const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)ss, 1e-6f)));
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
     *p = hd < a.Hk ? __fmul_rn(__fmul_rn(y, r), qscale) : __fmul_rn(y, r);
-}
-
-__device__ __forceinline__ float warp_sum_fast(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
 }
 
 /* one warp per (value head, 4 columns); 4 warps a block */
@@ -256,7 +249,7 @@ __global__ void __launch_bounds__(128) k_gdnp_scan(const tsc_gdn_args a, const f
             p[c] = s;
         }
 #pragma unroll
-        for (int c = 0; c < 4; c++) p[c] = warp_sum_fast(p[c]);
+        for (int c = 0; c < 4; c++) p[c] = warp_sum(p[c]);
         float o[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) {
@@ -270,7 +263,7 @@ __global__ void __launch_bounds__(128) k_gdnp_scan(const tsc_gdn_args a, const f
             o[c] = s;
         }
 #pragma unroll
-        for (int c = 0; c < 4; c++) o[c] = warp_sum_fast(o[c]);
+        for (int c = 0; c < 4; c++) o[c] = warp_sum(o[c]);
         if (lane == 0) *(float4 *)(a.o + (int64_t)t * Vd + h * DV + j0) = make_float4(o[0], o[1], o[2], o[3]);
     }
 #pragma unroll

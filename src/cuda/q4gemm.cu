@@ -320,14 +320,15 @@ __global__ void __launch_bounds__(NT, 2) k_q4gemm(const __grid_constant__ gm_arg
 }
 
 int npad_of(int n) { return (n + BT - 1) / BT * BT; }
-size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
+/* the staged rows' block sums follow their bf16 values in ws */
+size_t xs_off(int npad, int K) { return al256((size_t)npad * (size_t)K * 2); }
 
 } // namespace
 
 extern "C" size_t tsc_gemm_ws_bytes(int n, int64_t cols) {
     if (n < 1 || cols < KB) return 0;
     const size_t np = (size_t)npad_of(n);
-    return al256(np * (size_t)cols * 2) + al256((size_t)(cols / KB) * np * sizeof(float));
+    return xs_off((int)np, (int)cols) + al256((size_t)(cols / KB) * np * sizeof(float));
 }
 
 extern "C" int tsc_gemm_takes(const tsc_weight *w) {
@@ -343,7 +344,7 @@ namespace {
 void gemm_stage(tsc_ctx *c, const float *x, int n_src, int K, const int32_t *imap, int nmap, int nst, void *ws) {
     const int npad = npad_of(nst), nkb = K / KB;
     uint16_t *xb = (uint16_t *)ws;
-    float *xs = (float *)((uint8_t *)ws + al256((size_t)npad * (size_t)K * 2));
+    float *xs = (float *)((uint8_t *)ws + xs_off(npad, K));
     const int64_t items = (int64_t)npad * nkb;
     tsc_launch(c, k_gemm_xprep, dim3((unsigned)((items + 7) / 8)), dim3(256), 0, x, n_src, npad, K, xb, xs, imap, nmap);
     TSC_LAUNCHED(c, "tsc_linear_gemm (x to bf16)");
@@ -384,10 +385,10 @@ void gemm_product(tsc_ctx *c, const tsc_weight *const *w, const int64_t *estride
     a.n = nst, a.npad = npad_of(nst);
     a.tiles = tiles, a.omap = omap, a.gidx = gidx;
     a.xb = (const uint16_t *)ws;
-    a.xs = (const float *)((const uint8_t *)ws + al256((size_t)a.npad * (size_t)a.K * 2));
-    /* above the default 48 KB of dynamic shared memory (a host call per
-     * launch: prompt chunks are uncaptured, and the setting is per device) */
-    cudaFuncSetAttribute(k_q4gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    a.xs = (const float *)((const uint8_t *)ws + xs_off(a.npad, a.K));
+    /* above the default 48 KB of dynamic shared memory: raised once per
+     * device (tsc_blocks_per_sm remembers it), not a driver call a product */
+    tsc_blocks_per_sm(c, (const void *)k_q4gemm, NT, SMEM, SMEM);
     const unsigned gx = tiles ? (unsigned)ntiles : (unsigned)(a.npad / BT);
     if (gx == 0) return;
     tsc_launch(c, k_q4gemm, dim3(gx, (unsigned)otiles), dim3(NT), (size_t)SMEM, a);
