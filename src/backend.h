@@ -246,7 +246,26 @@ typedef struct ts_moe_args {
     int R, F;                           /* rows of the scratch, its row length (max FFN) */
     int n, E, topk, norm_topk, H;
     int32_t *route_ids;                 /* [n, topk] host, or NULL: moe routes by itself */
-    float *route_w;                     /* [n, topk] host: the routed probabilities */
+    float *route_w;                     /* [n, topk] host: the routes' weights, in the backend's own
+                                           form (moe_route writes them, moe reads them back; the
+                                           CPU's are the probabilities before renormalisation) */
+    /* The slot pool (expert streaming on a device backend): route i's
+     * expert sits in slot route_slots[i] ([n, topk] host) of an evenly
+     * spaced pool whose slot 0 holds the views pool_w[0..3) (gate, up,
+     * down; `packed` is where each starts) and whose slots are pool_stride
+     * bytes apart. A device's kernels index the pool by slot as they index
+     * resident experts by id (one binding per layer, every slot in it), so
+     * streamed experts run the resident kernels. NULL: not given (the CPU
+     * reads the table). */
+    const int32_t *route_slots;
+    const ts_weight *pool_w;
+    int64_t pool_stride;
+    /* Rows of the whole pass when this call is one group of its rows
+     * (expert streaming cuts a chunk whose experts do not fit the slots at
+     * once), else 0 (= n). A backend whose prompt-chunk kernels round
+     * differently from its row kernels picks the form by the pass, as
+     * moe_route did, so a row's bits never depend on its group. */
+    int pass_n;
 } ts_moe_args;
 
 /* Arguments of topn: sampling candidates without reading the row back.
@@ -324,8 +343,13 @@ struct ts_backend_ops {
     void (*weight_prepare)(ts_backend *be, ts_weight *w, void *dst);
     /* the same preparation on the calling thread alone, callable from any
      * thread, several at once (expert streaming prepares on its I/O
-     * threads); NULL: weight_prepare is used, one at a time */
-    void (*weight_prepare_1)(ts_backend *be, ts_weight *w, void *dst);
+     * threads, into its slots); NULL: weight_prepare is used, one at a
+     * time. Returns 0, or an errno-like code (a failed device copy) that
+     * fails the read. A device backend writes dst (device memory) and
+     * returns when the copy is complete; it records nothing about dst (a
+     * slot is reused: its views are resolved through the pool, see
+     * ts_moe_args.route_slots) */
+    int (*weight_prepare_1)(ts_backend *be, ts_weight *w, void *dst);
 
     /* compute; rows in x, row-exact under TS_MODE_EXACT */
     /* y[i] = x . w[i]^T for nw weights with the same cols (one region) */
@@ -361,6 +385,11 @@ struct ts_backend_ops {
     int (*graph_begin)(ts_stream *s, uint32_t key);
     int (*graph_end)(ts_stream *s, uint32_t key);
     int (*graph_launch)(ts_stream *s, uint32_t key);
+
+    /* Pin (pin = 1) or unpin (0) host memory the backend copies from (the
+     * expert cache's staging), so its copies need no driver staging; 0 or
+     * an error code. NULL: nothing to do (the CPU). */
+    int (*host_pin)(ts_backend *be, void *p, size_t bytes, int pin);
 };
 
 /* ---- the backends ---- */

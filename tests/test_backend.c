@@ -498,7 +498,7 @@ static void run_moe_r(bk *b, ts_mode m, const hw *ws, int E, int topk, int n, in
     float *acc = dalloc(b, 2 * (size_t)H), *b0 = dalloc(b, (size_t)R * 2 * H), *b1 = dalloc(b, (size_t)R * F),
           *b2 = dalloc(b, (size_t)R * F);
     ts_moe_args a = {&w[0], &w[1], &w[1 + E], &w[1 + 2 * E], &w[1 + 3 * E], &w[2 + 3 * E], &w[3 + 3 * E], &w[4 + 3 * E],
-                     ud, td, lg, acc, b0, b1, b2, R, F, n, E, topk, 1, H, NULL, NULL};
+                     ud, td, lg, acc, b0, b1, b2, R, F, n, E, topk, 1, H, NULL, NULL, NULL, NULL, 0, 0};
     int32_t ids[64];
     float rw[64];
     ts_weight tab[3 * 8];

@@ -44,6 +44,7 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "model/xstream.h"
 #include "gen/spec.h"
 #include "dflash_fx.h"
 #include "ts_test.h"
@@ -587,7 +588,8 @@ TS_TEST(cuda_engine, perplexity_default_model_within_half_a_percent) {
 
 /* B > 0: a DFlash session of blocks of B rows, the engine with the drafter
  * ddir (NULL: dir/dflash) */
-static void plan_case_df(const char *dir, int spec_ctx, int B, const char *ddir) {
+/* cache > 0: with --expert-cache of that many bytes (device slots) */
+static void plan_case_x(const char *dir, int spec_ctx, int B, const char *ddir, uint64_t cache) {
     ts_session_params sp;
     ts_session_params_default(&sp);
     sp.n_ctx = spec_ctx;
@@ -600,6 +602,7 @@ static void plan_case_df(const char *dir, int spec_ctx, int B, const char *ddir)
     ep.act_bits = 24;
     ep.dflash = B > 0;
     ep.drafter_dir = ddir;
+    ep.expert_cache = cache;
     CHECK_MSG(!ts_mem_plan_dir_ex(dir, &ep, &sp, pl, &err), "plan: %s", err.msg);
     size_t before[TS_MEM_N];
     for (int k = 0; k < TS_MEM_N; k++) before[k] = ts_mem_used_in(TS_DOM_DEVICE, (ts_mem_cat)k);
@@ -619,8 +622,8 @@ static void plan_case_df(const char *dir, int spec_ctx, int B, const char *ddir)
     }
     size_t ours = 0, fr = 0, tot = 0;
     ts_engine_device_mem(e, &ours, &fr, &tot);
-    fprintf(stderr, "  %s%s: plan --backend cuda %llu device bytes == allocated %zu; driver and others hold %.1f MB\n", dir,
-            B ? " --spec dflash" : "", (unsigned long long)pl->dom_bytes[TS_DOM_DEVICE], dev_used() - d0,
+    fprintf(stderr, "  %s%s%s: plan --backend cuda %llu device bytes == allocated %zu; driver and others hold %.1f MB\n", dir,
+            B ? " --spec dflash" : "", cache ? " --expert-cache" : "", (unsigned long long)pl->dom_bytes[TS_DOM_DEVICE], dev_used() - d0,
             tot > fr + ours ? (tot - fr - ours) / 1e6 : 0.0);
     /* a decode step allocates nothing on the device (the staging of host reads is pinned host memory) */
     int32_t id = 1;
@@ -633,6 +636,7 @@ static void plan_case_df(const char *dir, int spec_ctx, int B, const char *ddir)
     CHECK_MSG(dev_used() == d0, "device bytes after close: %zu, before open: %zu", dev_used(), d0);
     CHECK_MSG(ts_mem_used_in(TS_DOM_PINNED, TS_MEM_SCRATCH) == 0, "pinned staging left after close");
 }
+static void plan_case_df(const char *dir, int spec_ctx, int B, const char *ddir) { plan_case_x(dir, spec_ctx, B, ddir, 0); }
 static void plan_case(const char *dir, int spec_ctx) { plan_case_df(dir, spec_ctx, 0, NULL); }
 
 TS_TEST(cuda_engine, plan_equals_device_allocations_and_close_returns_all) {
@@ -641,6 +645,8 @@ TS_TEST(cuda_engine, plan_equals_device_allocations_and_close_returns_all) {
     char dir[512];
     if (make_install("tiny-moe", 4, dir, sizeof dir)) return;
     plan_case(dir, 200);
+    /* expert streaming: the device slots one block of the cache's category */
+    plan_case_x(dir, 200, 0, NULL, 1 << 20);
     /* with the DFlash drafter: its weights and buffers on the device too */
     struct stat sb;
     if (!stat("models/default/dflash/config.json", &sb)) plan_case_df("models/default", 1024, 16, NULL);
@@ -1714,4 +1720,174 @@ TS_TEST(cuda_engine, dflash_sampling_repeats) {
     CHECK(c1.n == 64 && c2.n == 64 && !memcmp(c1.ids, c2.ids, sizeof(int32_t) * 64));
     CHECK(s1.n_blocks > 0 && s1.n_drafted > 0);
     ts_engine_close(e);
+}
+
+/* ---- expert streaming on the device (issue 18) ---- */
+
+/* The claim: with the routed experts read on demand into a few device slots
+ * (--expert-cache on CUDA: host staging, then a copy into the slot; the MoE
+ * kernels index the slot pool as they index a layer's resident experts),
+ * every prompt logit and every greedy id (plain and MTP drafting) equal the
+ * fully resident GPU engine's, bit for bit. Prompts are fed in chunks of 1,
+ * 16 and 40 rows: the row kernels, and the prompt-chunk (tensor-core) MoE
+ * over slots, which with a few slots also runs group by group (more
+ * distinct experts than slots: the pass's form is kept). The cache must be
+ * exercised (misses, evictions, hits). */
+static int xs_open(const char *dir, uint64_t cache, const char *policy, ts_engine **e, ts_error *err) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = "cuda";
+    ep.expert_cache = cache;
+    ep.expert_policy = policy;
+    return ts_engine_open(dir, &ep, e, err);
+}
+
+typedef struct xs_out {
+    float *logits;
+    int32_t ids[32];
+    int n_ids;
+} xs_out;
+
+static int xs_collect(void *user, int32_t id) {
+    xs_out *o = user;
+    if (o->n_ids < 32) o->ids[o->n_ids++] = id;
+    return 0;
+}
+
+static int xs_run(ts_engine *e, const int32_t *prompt, int np, int chunk, int n, int spec, xs_out *o, ts_error *err) {
+    const ts_model_info *in = ts_engine_info(e);
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = np + n + 16;
+    sp.max_rows = chunk;
+    sp.spec_draft = spec ? 3 : 0;
+    ts_session *s = NULL;
+    int rc = ts_session_new(e, &sp, &s, err);
+    if (rc) return rc;
+    o->logits = malloc(sizeof(float) * (size_t)np * in->vocab_size);
+    rc = ts_session_feed(s, prompt, np, o->logits, NULL, err);
+    if (!rc) {
+        ts_session_reset(s);
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = n;
+        gp.temperature = 0;
+        gp.spec_draft = spec ? 3 : 0;
+        o->n_ids = 0;
+        rc = ts_generate(s, prompt, np, &gp, xs_collect, o, NULL, err);
+    }
+    ts_session_free(s);
+    return rc;
+}
+
+static void xs_identical(const char *dir, int extra_slots) {
+    ts_error err = {0};
+    ts_engine *er = NULL, *ec = NULL;
+    CHECK_MSG(xs_open(dir, 0, NULL, &er, &err) == 0, "%s: %s", dir, err.msg);
+    if (ts_test_failed()) return;
+    /* the slot size from a large cache, then a cache of top-k + extra slots */
+    CHECK_MSG(xs_open(dir, 1ull << 30, NULL, &ec, &err) == 0, "%s: %s", dir, err.msg);
+    if (ts_test_failed()) { ts_engine_close(er); return; }
+    ts_expert_stats x;
+    ts_engine_expert_stats(ec, &x);
+    ts_engine_close(ec);
+    ec = NULL;
+    const ts_model_info *in = ts_engine_info(er);
+    const int slots = in->n_experts_per_tok + extra_slots;
+    enum { NP = 40, NG = 24 };
+    int32_t prompt[NP];
+    uint64_t rs = 0x2545f4914f6cdd1dull ^ (uint64_t)slots;
+    for (int i = 0; i < NP; i++) {
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)((rs >> 33) % (uint64_t)in->vocab_size);
+    }
+    const char *pol[2] = {"lfru", "lru"};
+    for (int p = 0; p < 2 && !ts_test_failed(); p++) {
+        CHECK_MSG(xs_open(dir, x.slot_bytes * (uint64_t)slots, pol[p], &ec, &err) == 0, "%s: %s", dir, err.msg);
+        if (ts_test_failed()) break;
+        ts_expert_stats x0;
+        ts_engine_expert_stats(ec, &x0);
+        CHECK_MSG(x0.enabled && x0.n_slots == slots && x0.prepared, "%d slots (wanted %d), prepared %d", x0.n_slots, slots, x0.prepared);
+        static const int chunks[3] = {1, 16, NP};
+        for (int spec = 0; spec <= (in->has_mtp ? 1 : 0); spec++)
+            for (int ci = 0; ci < 3 && !ts_test_failed(); ci++) {
+                xs_out a = {0}, b = {0};
+                CHECK_MSG(xs_run(er, prompt, NP, chunks[ci], NG, spec, &a, &err) == 0, "%s", err.msg);
+                CHECK_MSG(xs_run(ec, prompt, NP, chunks[ci], NG, spec, &b, &err) == 0, "%s", err.msg);
+                if (!ts_test_failed()) {
+                    size_t diff = 0;
+                    for (size_t i = 0; i < (size_t)NP * in->vocab_size; i++) diff += memcmp(&a.logits[i], &b.logits[i], 4) != 0;
+                    CHECK_MSG(!diff, "%s %s chunk %d: %zu prompt logits differ with %d device slots", dir, pol[p], chunks[ci], diff, slots);
+                    CHECK_MSG(a.n_ids == NG && b.n_ids == NG && !memcmp(a.ids, b.ids, sizeof a.ids),
+                              "%s %s chunk %d spec %d: greedy ids differ with %d device slots", dir, pol[p], chunks[ci], spec, slots);
+                }
+                free(a.logits);
+                free(b.logits);
+            }
+        ts_expert_stats xe;
+        ts_engine_expert_stats(ec, &xe);
+        fprintf(stderr, "  %s --expert-cache %d slots (%s) on cuda: %llu hits, %llu misses, %llu evictions, %.1f MB read\n", dir,
+                slots, pol[p], (unsigned long long)xe.hits, (unsigned long long)xe.misses, (unsigned long long)xe.evictions,
+                xe.bytes_read / 1e6);
+        CHECK_MSG(xe.misses > 0 && xe.evictions > 0 && xe.hits > 0, "the cache was not exercised");
+        ts_engine_close(ec);
+        ec = NULL;
+    }
+    ts_engine_close(er);
+}
+
+TS_TEST(cuda_engine, expert_cache_identical_to_resident) {
+    NEED_GPU();
+    char dir[512];
+    if (make_install("tiny-moe", 4, dir, sizeof dir)) return;
+    xs_identical(dir, 1);
+    if (make_install("tiny-moe", 8, dir, sizeof dir)) return;
+    xs_identical(dir, 3);
+    struct stat sb;
+    if (!stat("models/moe/config.json", &sb)) xs_identical("models/moe", 2);
+}
+
+/* Errors on the device: a cache below one layer's top-k names the need; a
+ * read that fails mid-generation fails the session cleanly with the file
+ * named, and the next generation works once the file reads again; close
+ * returns every device byte. */
+TS_TEST(cuda_engine, expert_cache_errors) {
+    NEED_GPU();
+    char dir[512];
+    if (make_install("tiny-moe", 4, dir, sizeof dir)) return;
+    ts_error err = {0};
+    ts_engine *e = NULL;
+    const size_t d0 = dev_used();
+    CHECK_MSG(xs_open(dir, 4096, NULL, &e, &err) == TS_E_ARG && strstr(err.msg, "--expert-cache") && strstr(err.msg, "top-"),
+              "a tiny cache: %s", err.msg);
+    CHECK(!e && dev_used() == d0);
+    /* the resident ids, then a read error inside a generation with 3 slots */
+    ts_engine *er = NULL;
+    CHECK_MSG(xs_open(dir, 0, NULL, &er, &err) == 0, "%s", err.msg);
+    if (ts_test_failed()) return;
+    const int32_t prompt[6] = {3, 14, 15, 92, 65, 35};
+    xs_out ref = {0}, got = {0};
+    CHECK_MSG(xs_run(er, prompt, 6, 6, 16, 0, &ref, &err) == 0, "%s", err.msg);
+    ts_engine_close(er);
+    CHECK_MSG(xs_open(dir, 1 << 30, NULL, &e, &err) == 0, "%s", err.msg);
+    if (ts_test_failed()) { free(ref.logits); return; }
+    ts_expert_stats x;
+    ts_engine_expert_stats(e, &x);
+    ts_engine_close(e);
+    e = NULL;
+    CHECK_MSG(xs_open(dir, x.slot_bytes * 3, NULL, &e, &err) == 0, "%s", err.msg);
+    if (ts_test_failed()) { free(ref.logits); return; }
+    ts_xc *c = ts_xstream_cache(e->model.xs);
+    ts_xc_fail_read_after(c, 40); /* well inside the generation */
+    int rc = xs_run(e, prompt, 6, 6, 16, 0, &got, &err);
+    CHECK_MSG(rc == TS_E_IO && strstr(err.msg, "expert cache: reading layer"), "rc %d: %s", rc, err.msg);
+    CHECK(ts_xc_pinned(c) == 0);
+    free(got.logits);
+    memset(&got, 0, sizeof got);
+    CHECK_MSG(xs_run(e, prompt, 6, 6, 16, 0, &got, &err) == 0, "after the error: %s", err.msg);
+    CHECK_MSG(got.n_ids == 16 && !memcmp(got.ids, ref.ids, sizeof ref.ids), "ids after a read error differ from the resident run");
+    free(ref.logits);
+    free(got.logits);
+    ts_engine_close(e);
+    CHECK_MSG(dev_used() == d0, "device bytes after close: %zu, before: %zu", dev_used(), d0);
 }

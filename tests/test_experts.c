@@ -788,3 +788,94 @@ TS_TEST(experts, slot_views_match_bound_weights) {
         inst_close(&x);
     }
 }
+
+/* Caller-owned slots (a device backend's, model/xstream.c): the cache
+ * writes them only through prepare, never faults them in or zeroes them,
+ * counts none of their bytes, and cuts the budget into slots alone. The
+ * pool here is host memory with a sentinel, so a stray write shows. */
+typedef struct cs_user {
+    const uint8_t *pool;
+    size_t pool_bytes, slot_bytes;
+    int calls, outside;
+} cs_user;
+
+static int cs_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst) {
+    cs_user *u = user;
+    (void)layer, (void)expert;
+    if (dst < u->pool || dst + u->slot_bytes > u->pool + u->pool_bytes) u->outside++;
+    else memcpy(dst, src, u->slot_bytes);
+    __atomic_add_fetch(&u->calls, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+TS_TEST(experts, caller_slots_written_only_by_prepare) {
+    inst x;
+    if (inst_open(&x, install("tiny-moe", 4))) return;
+    const ts_expert_map *m = x.map;
+    ts_xc_params p;
+    ts_xc_params_default(&p);
+    p.slot_bytes = m->expert_bytes;
+    p.prepare = cs_prepare;
+    p.caller_slots = 1;
+    const uint64_t stride = (m->expert_bytes + 63) & ~(uint64_t)63;
+    const int want = m->topk + 1;
+    p.cache_bytes = stride * (uint64_t)want + stride / 2; /* no staging taken from it */
+    uint64_t slots = 1, staging = 0, tables = 0;
+    int ns = 0;
+    uint64_t total = ts_xc_plan_parts(m, &p, &slots, &staging, &tables, &ns);
+    CHECK_MSG(ns == want && slots == 0 && staging > 0 && total == staging + tables, "%d slots (wanted %d), slots %llu bytes", ns, want,
+              (unsigned long long)slots);
+    ts_error err = {0};
+    ts_xc *c = NULL;
+    CHECK_MSG(ts_xc_open(m, &p, &c, &err) == TS_E_ARG && strstr(err.msg, "pool"), "no pool: %s", err.msg);
+    cs_user u = {0};
+    u.pool_bytes = (size_t)ns * stride;
+    u.slot_bytes = m->expert_bytes;
+    uint8_t *pool = malloc(u.pool_bytes);
+    memset(pool, 0xA5, u.pool_bytes);
+    u.pool = pool;
+    p.pool = pool;
+    p.prepare_user = &u;
+    const size_t before = ts_mem_used(TS_MEM_EXPERT_CACHE);
+    CHECK_MSG(ts_xc_open(m, &p, &c, &err) == 0, "%s", err.msg);
+    if (ts_test_failed()) { free(pool); inst_close(&x); return; }
+    CHECK_MSG(ts_mem_used(TS_MEM_EXPERT_CACHE) - before == staging + tables, "the cache counted %zu bytes, plan %llu",
+              ts_mem_used(TS_MEM_EXPERT_CACHE) - before, (unsigned long long)(staging + tables));
+    CHECK(ts_xc_n_slots(c) == ns);
+    /* nothing written at open */
+    int clean = 1;
+    for (size_t i = 0; i < u.pool_bytes; i++) clean &= pool[i] == 0xA5;
+    CHECK_MSG(clean, "the pool was written at open");
+    /* one layer's top-k, then every expert of every layer one at a time */
+    int32_t ids[64], sl[64];
+    for (int j = 0; j < m->topk; j++) ids[j] = j;
+    CHECK(ts_xc_ensure(c, 0, ids, m->topk, sl, &err) == 0);
+    int used[64] = {0};
+    for (int j = 0; j < m->topk; j++) used[sl[j]] = 1;
+    for (int s = 0; s < ns; s++)
+        if (!used[s]) {
+            int ok = 1;
+            for (size_t i = 0; i < stride; i++) ok &= pool[(size_t)s * stride + i] == 0xA5;
+            CHECK_MSG(ok, "slot %d was written without a read", s);
+        }
+    ts_xc_unpin(c, 0);
+    int reads = 0;
+    for (int l = 0; l < m->n_layers && !ts_test_failed(); l++)
+        for (int e = 0; e < m->E; e++) {
+            int32_t id = e, s;
+            CHECK(ts_xc_ensure(c, l, &id, 1, &s, &err) == 0);
+            const uint8_t *d = ts_xc_slot_data(c, s);
+            CHECK_MSG(d == pool + (size_t)s * stride, "slot %d at %p, pool %p", s, (const void *)d, (const void *)pool);
+            CHECK_MSG(!memcmp(d, file_bytes(&x, ts_xmap_idx(m, l, e)), m->bytes[ts_xmap_idx(m, l, e)]), "layer %d expert %d: slot bytes", l, e);
+            ts_xc_unpin(c, l);
+            reads++;
+        }
+    const ts_xc_stats *st = ts_xc_get_stats(c);
+    CHECK_MSG(u.outside == 0 && (uint64_t)u.calls == st->misses, "%d prepares outside the pool, %d calls for %llu misses", u.outside,
+              u.calls, (unsigned long long)st->misses);
+    CHECK(st->evictions > 0 && reads > ns);
+    ts_xc_close(c);
+    CHECK(ts_mem_used(TS_MEM_EXPERT_CACHE) == before);
+    free(pool);
+    inst_close(&x);
+}

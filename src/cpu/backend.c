@@ -157,10 +157,11 @@ static void cpu_weight_prepare(ts_backend *be, ts_weight *w, void *dst) {
     ts_weight_pack_on(b->pool, w, dst);
     ts_kmode_swap(old);
 }
-static void cpu_weight_prepare_1(ts_backend *be, ts_weight *w, void *dst) {
+static int cpu_weight_prepare_1(ts_backend *be, ts_weight *w, void *dst) {
     int old = ts_kmode_swap(((cpu_be *)be)->kmode);
     ts_weight_pack_on(NULL, w, dst);
     ts_kmode_swap(old);
+    return 0;
 }
 
 /* ---- small ops ---- */

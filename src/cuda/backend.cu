@@ -55,6 +55,7 @@
  * through host_rows only when they do not decide the token (gen/sample.c
  * says when); speculative sampling's acceptance still reads whole rows.
  */
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -951,6 +952,55 @@ void cu_weight_prepare(ts_backend *be, ts_weight *w, void *dst) {
     }
 }
 
+/* A streamed expert's matrix into a device slot (expert streaming's
+ * weight_prepare_1, on an I/O thread of model/xstream.c, several at once):
+ * cu_weight_prepare's layout at dst, copied on the calling thread's own
+ * stream (cudaStreamPerThread: the sessions' streams are non-blocking, so
+ * it waits for none of them) and complete on return. Nothing is recorded:
+ * a slot is reused by other experts, and the MoE op finds its views through
+ * the pool (ts_moe_args.pool_w, slot_desc). The staging it reads is
+ * pageable host memory (the driver stages it). */
+int cu_weight_prepare_1(ts_backend *be, ts_weight *w, void *dst) {
+    cu_be *b = BE(be);
+    if (!b->c) return EINVAL;
+    size_t db, sb;
+    wsizes(w, &db, &sb);
+    uint8_t *p = (uint8_t *)dst;
+    cudaStream_t st = cudaStreamPerThread;
+    cudaError_t e = cudaSetDevice(b->device); /* the thread's device is its own */
+    if (e == cudaSuccess) e = cudaMemcpyAsync(p, w->data, db, cudaMemcpyHostToDevice, st);
+    if (w->dtype == TS_DTYPE_U32) {
+        if (e == cudaSuccess) e = cudaMemcpyAsync(p + al256(db), w->scales, sb, cudaMemcpyHostToDevice, st);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(p + al256(db) + al256(sb), w->biases, sb, cudaMemcpyHostToDevice, st);
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    return e == cudaSuccess ? 0 : EIO;
+}
+
+/* Host memory the I/O threads stage streamed experts in, page-locked (the
+ * copies into device slots then run at the bus's rate; pageable memory is
+ * staged again by the driver). Not counted as the pinned domain: these are
+ * the expert cache's own bytes (TS_MEM_EXPERT_CACHE, host), locked. */
+int cu_host_pin(ts_backend *be, void *p, size_t bytes, int pin) {
+    cu_be *b = BE(be);
+    if (!b->c || !p || !bytes) return 0;
+    cudaError_t e = pin ? cudaHostRegister(p, bytes, cudaHostRegisterDefault) : cudaHostUnregister(p);
+    return e == cudaSuccess ? 0 : TS_E_NOMEM;
+}
+
+/* The device descriptor of a view into a slot of the expert pool: the
+ * layout cu_weight_prepare(_1) writes at w->packed. */
+tsc_weight slot_desc(const ts_weight *w) {
+    size_t db, sb;
+    wsizes(w, &db, &sb);
+    tsc_weight d = host_desc(w);
+    const uint8_t *p = (const uint8_t *)w->packed;
+    d.data = p;
+    d.scales = w->dtype == TS_DTYPE_U32 ? p + al256(db) : NULL;
+    d.biases = w->dtype == TS_DTYPE_U32 ? p + al256(db) + al256(sb) : NULL;
+    return d;
+}
+
 /* The device descriptor of a prepared weight; rows may be a prefix (the
  * head's drafting rows). */
 bool dev_w(ts_stream *s, const ts_weight *w, tsc_weight *d) {
@@ -1543,6 +1593,21 @@ void cu_gdn_materialize(ts_stream *s, const ts_gdn_args *a) {
     gdn_replay_into_live(q, a, P, a->conv[pc], a->S[ps], a->conv[pc ^ 1], a->S[ps ^ 1], ws, blk, fused);
 }
 
+/* The kernels' view of evenly spaced experts: d0 the first, `stride`
+ * bytes to the next. */
+xw xw_of(const tsc_weight &d0, int64_t stride) {
+    xw o;
+    const uint8_t *b0 = (const uint8_t *)d0.data;
+    o.base = b0, o.stride = stride, o.rows = d0.rows, o.cols = d0.cols, o.dtype = d0.dtype, o.bits = d0.bits;
+    o.sdt = d0.sdtype;
+    o.soff = d0.scales ? (const uint8_t *)d0.scales - b0 : 0;
+    o.boff = d0.biases ? (const uint8_t *)d0.biases - b0 : 0;
+    int lg = 0;
+    while (d0.group > 1 && (1 << lg) < d0.group) lg++;
+    o.lg = lg;
+    return o;
+}
+
 bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {
     tsc_weight d0, d1;
     if (!dev_w(s, &e[0], &d0)) return false;
@@ -1558,13 +1623,7 @@ bool experts_of(ts_stream *s, const ts_weight *e, int E, xw *o) {
             return false;
         }
     }
-    o->base = b0, o->stride = stride, o->rows = d0.rows, o->cols = d0.cols, o->dtype = d0.dtype, o->bits = d0.bits;
-    o->sdt = d0.sdtype;
-    o->soff = d0.scales ? (const uint8_t *)d0.scales - b0 : 0;
-    o->boff = d0.biases ? (const uint8_t *)d0.biases - b0 : 0;
-    int lg = 0;
-    while (d0.group > 1 && (1 << lg) < d0.group) lg++;
-    o->lg = lg;
+    *o = xw_of(d0, stride);
     return true;
 }
 
@@ -1649,29 +1708,52 @@ __global__ void k_moe_pairs_acc(float *t, const float *y, const int32_t *inv, co
  * (the same products and sums: the same bits, which the engine test
  * checks). t += sigmoid(gate) * shared last. Rounds as the chunk products do
  * (bf16 x): prompt chunks only. false: not taken (shapes), nothing done. */
-bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const tsc_weight &u0, const tsc_weight &d0,
+/* Whether a MoE layer of this pass takes moe_chunk (the shapes it needs):
+ * cu_moe and cu_moe_route ask the same question, so a streamed layer routes
+ * with the very products its resident form would. */
+bool moe_chunk_takes(const cu_stream *q, ts_mode m, const ts_moe_args *a, const tsc_weight &g0, const tsc_weight &u0,
+                     const tsc_weight &d0, const tsc_weight &sg) {
+    /* the form by the pass (a streamed group of its rows takes the pass's) */
+    const int n = a->n, pn = a->pass_n > 0 ? a->pass_n : n, H = a->H, Im = (int)g0.rows, Is = (int)sg.rows;
+    return m == TS_MODE_PREFILL && pn > RB && moe_chunk_on() && gemm_on() && n <= q->rows &&
+           n <= 65535 /* grid.y of the sums */ && tsc_gemm_takes(&g0) && tsc_gemm_takes(&u0) && tsc_gemm_takes(&d0) &&
+           g0.cols == H && u0.cols == H && d0.cols == Im && u0.rows == Im && d0.rows == H && g0.group == u0.group &&
+           g0.sdtype == u0.sdtype && (size_t)Im <= (size_t)a->F && (size_t)Is <= (size_t)a->F && H <= q->cols &&
+           Im <= q->cols;
+}
+
+/* A chunk's router logits and routes into the stream's route area (ids,
+ * then weights): the router as one tensor-core product, routing 16 rows a
+ * launch. */
+void chunk_routes(cu_stream *q, const ts_moe_args *a, const tsc_weight &rw, int32_t *ids, float *wts) {
+    const tsc_weight *pr[1] = {&rw};
+    float *yr[1] = {a->logits};
+    chunk_linear(q, pr, 1, a->u, yr, a->n);
+    for (int r0 = 0; r0 < a->n; r0 += RB)
+        tsc_moe_route(q->c, a->logits + (size_t)r0 * a->E, a->n - r0 < RB ? a->n - r0 : RB, a->E, a->topk, a->norm_topk,
+                      ids + (size_t)r0 * a->topk, wts + (size_t)r0 * a->topk);
+}
+
+/* nx: the experts' index range (E; the slot count when the routes are a
+ * pool's slots, a->route_slots: then the routes come from the host and the
+ * router does not run). The caller checked moe_chunk_takes. */
+void moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const tsc_weight &u0, const tsc_weight &d0,
                const xw &g, const xw &u, const xw &d, const tsc_weight &rw, const tsc_weight &sg, const tsc_weight &su,
-               const tsc_weight &sd, const tsc_weight &sgw) {
+               const tsc_weight &sd, const tsc_weight &sgw, int nx) {
     cu_stream *q = ST(s);
-    const int n = a->n, H = a->H, E = a->E, k = a->topk, Im = (int)g0.rows, Is = (int)sg.rows;
-    if (n > q->rows || n <= RB || n > 65535 /* grid.y of the sums */ || !tsc_gemm_takes(&g0) || !tsc_gemm_takes(&u0) || !tsc_gemm_takes(&d0) ||
-        g0.cols != H || u0.cols != H || d0.cols != Im || u0.rows != Im || d0.rows != H || g0.group != u0.group ||
-        g0.sdtype != u0.sdtype || (size_t)Im > (size_t)a->F || (size_t)Is > (size_t)a->F || H > q->cols || Im > q->cols)
-        return false;
+    const int n = a->n, H = a->H, E = nx, k = a->topk, Im = (int)g0.rows, Is = (int)sg.rows;
     tsc_ctx *c = q->c;
     flush(s); /* a pending norm of u */
     int32_t *ids = q->route;
     float *wts = (float *)(ids + (size_t)q->rows * TOPK_MAX), *gl = wts + (size_t)q->rows * TOPK_MAX;
     int32_t *maps = q->maps;
     const size_t tiles_slot = tiles_slot_of(q->rows), map_cap = q->maps_n;
-    /* router and routes */
-    {
-        const tsc_weight *pr[1] = {&rw};
-        float *yr[1] = {a->logits};
-        chunk_linear(q, pr, 1, a->u, yr, n);
-        for (int r0 = 0; r0 < n; r0 += RB)
-            tsc_moe_route(c, a->logits + (size_t)r0 * E, n - r0 < RB ? n - r0 : RB, E, k, a->norm_topk,
-                          ids + (size_t)r0 * k, wts + (size_t)r0 * k);
+    /* router and routes (streamed experts: the routes moe_route gave, as slots) */
+    if (a->route_slots) {
+        tsc_write(c, ids, a->route_slots, sizeof(int32_t) * (size_t)n * k);
+        tsc_write(c, wts, a->route_w, sizeof(float) * (size_t)n * k);
+    } else {
+        chunk_routes(q, a, rw, ids, wts);
     }
     /* the shared expert: gate, up and its gate logit, SwiGLU, down into b0's second half */
     float *yj = a->b0, *shared = a->b0 + (size_t)a->R * H; /* b0 rows hold >= 2H */
@@ -1695,12 +1777,15 @@ bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
     if (!hid || !hpos || !hmap || !cnt) {
         free(hid), free(hpos), free(hmap), free(cnt);
         fail(s, TS_E_NOMEM, "MoE chunk: host route tables");
-        return true;
+        return;
     }
-    tsc_read(c, hid, ids, sizeof(int32_t) * P);
+    if (a->route_slots) memcpy(hid, a->route_slots, sizeof(int32_t) * P);
+    else tsc_read(c, hid, ids, sizeof(int32_t) * P);
     void *gws0 = q->gemm_ws;
     const size_t gbytes = q->gemm_bytes;
-    const size_t ntmax = P / 64 + ((size_t)E < P ? (size_t)E : P) + 1; /* tiles: a partial one per expert at most */
+    /* tiles: a partial one per distinct expert at most (at most a->E of
+     * them whatever the index range) */
+    const size_t ntmax = P / 64 + ((size_t)a->E < P ? (size_t)a->E : P) + 1;
     /* down's outputs in column chunks of cw (a multiple of 128): [P, cw] in b2 */
     const size_t b2cap = (size_t)a->R * (size_t)a->F;
     int cw = (int)((b2cap / P) / 128 * 128);
@@ -1744,7 +1829,7 @@ bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
         }
         k_moe_combine<<<dim3((unsigned)((H + 255) / 256), n), 256, 0, c->stream>>>(a->t, a->t, shared, gl, H);
         tsc_launched_(c, "MoE chunk (combine)");
-        return true;
+        return;
     }
     int32_t *order = hmap, *tabs = hmap + ((size_t)k * n + 3) / 4 * 4; /* the tile tables 16-byte aligned */
     int ntl[TOPK_MAX];
@@ -1770,7 +1855,54 @@ bool moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
     }
     k_moe_combine<<<dim3((unsigned)((H + 255) / 256), n), 256, 0, c->stream>>>(a->t, a->t, shared, gl, H);
     tsc_launched_(c, "MoE chunk (combine)");
-    return true;
+}
+
+/* One block's (nr <= RB rows) router product and routes into r_ids /
+ * r_wts: a pending norm of u fused into the product where it can be (the
+ * decode path's form) */
+void block_routes(ts_stream *s, const tsc_weight &rw, const float *u_, float *lg_, int nr, int E, int k, int norm_topk) {
+    cu_stream *q = ST(s);
+    const tsc_weight *pr[1] = {&rw};
+    float *yr[1] = {lg_};
+    if (!fused_linear(s, &rw, 1, u_, yr, nr)) {
+        flush(s);
+        lin_rows(q->c, pr, 1, u_, yr, nr);
+    }
+    tsc_moe_route(q->c, lg_, nr, E, k, norm_topk, q->r_ids, q->r_wts);
+}
+
+/* Routing alone (expert streaming, model/xstream.c): the routes of all n
+ * rows read back to the host, computed by the products cu_moe's resident
+ * form would use for this pass (the chunk path's tensor-core router for a
+ * prompt chunk it takes, else 16-row blocks), so a streamed layer keeps the
+ * resident bits. The weights handed back are the renormalised ones the
+ * kernels apply (cu_moe takes them back as they are). Waits for the device. */
+void cu_moe_route(ts_stream *s, ts_mode m, const ts_moe_args *a) {
+    op_timer opt_(s, OPT_MOE);
+    cu_stream *q = ST(s);
+    if (dead(s)) return;
+    if (a->topk > TOPK_MAX || a->topk < 1) { fail(s, TS_E_UNSUPPORTED, "MoE with more than 32 experts a token on CUDA"); return; }
+    if (!a->pool_w) { fail(s, TS_E_UNSUPPORTED, "MoE routing on CUDA needs the expert cache's slot pool"); return; }
+    tsc_weight rw, sg;
+    if (!dev_w(s, a->router, &rw) || !dev_w(s, a->s_gate, &sg)) return;
+    const tsc_weight g0 = slot_desc(&a->pool_w[0]), u0 = slot_desc(&a->pool_w[1]), d0 = slot_desc(&a->pool_w[2]);
+    tsc_ctx *c = q->c;
+    const int n = a->n, E = a->E, k = a->topk;
+    if (moe_chunk_takes(q, m, a, g0, u0, d0, sg)) {
+        flush(s);
+        int32_t *ids = q->route;
+        float *wts = (float *)(ids + (size_t)q->rows * TOPK_MAX);
+        chunk_routes(q, a, rw, ids, wts);
+        tsc_read(c, a->route_ids, ids, sizeof(int32_t) * (size_t)n * k);
+        tsc_read(c, a->route_w, wts, sizeof(float) * (size_t)n * k);
+        return;
+    }
+    for (int r0 = 0; r0 < n; r0 += RB) {
+        const int nr = n - r0 < RB ? n - r0 : RB;
+        block_routes(s, rw, a->u + (size_t)r0 * a->H, a->logits + (size_t)r0 * E, nr, E, k, a->norm_topk);
+        tsc_read(c, a->route_ids + (size_t)r0 * k, q->r_ids, sizeof(int32_t) * (size_t)nr * k);
+        tsc_read(c, a->route_w + (size_t)r0 * k, q->r_wts, sizeof(float) * (size_t)nr * k);
+    }
 }
 
 /* Router product, routing on the device (tsc_moe_route), then per selected
@@ -1785,23 +1917,38 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
     cu_stream *q = ST(s);
     if (dead(s)) return;
     tsc_ctx *c = q->c;
-    if (a->route_ids) { fail(s, TS_E_UNSUPPORTED, "MoE over a routed expert table (expert streaming) on CUDA: not yet"); return; }
     if (a->topk > TOPK_MAX || a->topk < 1) { fail(s, TS_E_UNSUPPORTED, "MoE with more than 32 experts a token on CUDA"); return; }
+    /* the experts: a layer's resident ones by id, or (streamed) the slot
+     * pool by slot; expert 0's / slot 0's descriptors (the dp4a and chunk
+     * paths read every expert from them) */
     xw g, u, d;
-    if (!experts_of(s, a->e_gate, a->E, &g) || !experts_of(s, a->e_up, a->E, &u) ||
-        !experts_of(s, a->e_down, a->E, &d))
-        return;
+    tsc_weight g0, u0, d0;
+    const bool pool = a->route_ids != NULL;
+    int nx = a->E;
+    if (pool) {
+        if (!a->route_slots || !a->pool_w || a->pool_stride <= 0) {
+            fail(s, TS_E_UNSUPPORTED, "MoE over a routed expert table on CUDA needs the expert cache's slot pool");
+            return;
+        }
+        g0 = slot_desc(&a->pool_w[0]), u0 = slot_desc(&a->pool_w[1]), d0 = slot_desc(&a->pool_w[2]);
+        g = xw_of(g0, a->pool_stride), u = xw_of(u0, a->pool_stride), d = xw_of(d0, a->pool_stride);
+        nx = 0;
+        for (size_t i = 0; i < (size_t)a->n * a->topk; i++) nx = a->route_slots[i] >= nx ? a->route_slots[i] + 1 : nx;
+    } else {
+        if (!experts_of(s, a->e_gate, a->E, &g) || !experts_of(s, a->e_up, a->E, &u) ||
+            !experts_of(s, a->e_down, a->E, &d))
+            return;
+        if (!dev_w(s, &a->e_gate[0], &g0) || !dev_w(s, &a->e_up[0], &u0) || !dev_w(s, &a->e_down[0], &d0)) return;
+    }
     tsc_weight rw, sg, su, sd, sgw;
     if (!dev_w(s, a->router, &rw) || !dev_w(s, a->s_gate, &sg) || !dev_w(s, a->s_up, &su) ||
         !dev_w(s, a->s_down, &sd) || !dev_w(s, a->s_gate_w, &sgw))
         return;
     const int H = a->H, E = a->E, k = a->topk, Im = (int)g.rows, Is = (int)sg.rows;
-    /* expert 0's descriptors (the dp4a path reads every expert from them) */
-    tsc_weight g0, u0, d0;
-    if (!dev_w(s, &a->e_gate[0], &g0) || !dev_w(s, &a->e_up[0], &u0) || !dev_w(s, &a->e_down[0], &d0)) return;
-    if (m == TS_MODE_PREFILL && a->n > RB && moe_chunk_on() && gemm_on() &&
-        moe_chunk(s, a, g0, u0, d0, g, u, d, rw, sg, su, sd, sgw))
+    if (moe_chunk_takes(q, m, a, g0, u0, d0, sg)) {
+        moe_chunk(s, a, g0, u0, d0, g, u, d, rw, sg, su, sd, sgw, nx);
         return;
+    }
     const bool dpx = q4dp_moe_takes(&g0, k, Q4DP_MOE_ROWS) && q4dp_moe_takes(&u0, k, Q4DP_MOE_ROWS) &&
                      q4dp_moe_takes(&d0, k, Q4DP_MOE_COLS) && g0.cols == H && d0.cols == Im && u0.rows == Im &&
                      g0.group == u0.group && g0.sdtype == u0.sdtype && moe_dp4a_on();
@@ -1809,13 +1956,13 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         const int nr = a->n - r0 < RB ? a->n - r0 : RB;
         const float *u_ = a->u + (size_t)r0 * H;
         float *lg_ = a->logits + (size_t)r0 * E;
-        const tsc_weight *pr[1] = {&rw};
-        float *yr[1] = {lg_};
-        if (!fused_linear(s, &rw, 1, u_, yr, nr)) {
-            flush(s);
-            lin_rows(c, pr, 1, u_, yr, nr);
+        if (pool) {
+            /* the routes moe_route gave, as the pool's slots */
+            tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
+            tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
+        } else {
+            block_routes(s, rw, u_, lg_, nr, E, k, a->norm_topk);
         }
-        tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
         float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
         /* the shared expert first (b1 / b2 are its scratch, then the routed
          * experts'), its SwiGLU staged by its down product where it can */
@@ -2037,12 +2184,13 @@ const ts_backend_ops cu_ops = {
     cu_alloc,        cu_free,      cu_write,      cu_read,      cu_copy,           cu_fill,
     cu_host_rows,    cu_sync,      cu_stream_new, cu_stream_free, cu_workspace_bytes, cu_enter,
     cu_leave,        cu_weight_bytes, cu_weight_prepare,
-    NULL,            /* weight_prepare_1: uploads are made one at a time at open */
+    cu_weight_prepare_1, /* the expert cache's device slots (uploads at open use weight_prepare) */
     cu_linear,       cu_embed,     cu_norm,
     cu_swiglu,       cu_attn,      cu_gdn,        cu_gdn_materialize, cu_moe,
-    NULL,            /* moe_route: no expert streaming on CUDA yet (issue 18's device tier) */
+    cu_moe_route,
     cu_argmax,       cu_topn,
     cu_graph_begin,  cu_graph_end, cu_graph_launch,
+    cu_host_pin,
 };
 
 void cu_destroy(ts_backend *be) {

@@ -42,17 +42,21 @@ static int dflash_on_cuda(ts_engine *e, const ts_config *cfg, uint64_t *need, ts
 /* A CUDA backend on params.device whose weights fit: the binder's dry run
  * (the plan's own account) against the free device memory, before anything
  * is uploaded. */
-static int open_cuda(ts_engine *e, const ts_config *cfg, ts_error *err) {
+static int open_cuda(ts_engine *e, const ts_config *cfg, const ts_xc_params *xp, ts_error *err) {
     ts_backend_params bp = {e->params.n_threads, e->params.kernels, e->params.device, 0, 0};
     int rc = ts_cuda_backend_new(&bp, &e->be, err);
     if (rc) return rc;
-    uint64_t need = 0;
+    uint64_t need = 0, cache = 0;
     /* attention is always checked: the MTP head is an attention layer too */
     const int has_gdn = cfg->n_layers > cfg->n_full;
     rc = ts_cuda_backend_shapes(e->be, cfg->head_dim, cfg->nq, cfg->nkv, cfg->rot_dim, cfg->dk,
                                 cfg->dv, cfg->conv_k, cfg->Hk, has_gdn ? cfg->Hv : 0, cfg->is_moe ? cfg->E : 0,
                                 cfg->topk, err);
-    if (!rc) rc = ts_model_size(cfg, e->st, e->be, sum_device, &need, NULL, NULL, err);
+    /* expert streaming: the routed experts stay in the files; the device
+     * slots are what --expert-cache asks for */
+    if (!rc) rc = ts_model_size_opts(cfg, e->st, e->be, xp != NULL, sum_device, &need, NULL, NULL, err);
+    if (!rc && xp) rc = ts_xstream_plan(cfg, e->st, e->be, xp, &cache, NULL, NULL, NULL, NULL, err);
+    need += cache;
     if (!rc && e->params.dflash) rc = dflash_on_cuda(e, cfg, &need, err);
     if (!rc) rc = ts_cuda_backend_check(e->be, err);
     char name[128] = "";
@@ -62,8 +66,9 @@ static int open_cuda(ts_engine *e, const ts_config *cfg, ts_error *err) {
         const uint64_t slack = (uint64_t)256 << 20;
         if (need + slack > fr)
             rc = ts_fail(err, TS_E_NOMEM,
-                         "the model needs %.2f GB of device memory for its weights (+ %.2f GB headroom); CUDA device %d "
-                         "(%s) has %.2f GB free of %.2f GB", (double)need / 1e9, (double)slack / 1e9, e->params.device,
+                         "the model needs %.2f GB of device memory for its weights%s (+ %.2f GB headroom); CUDA device %d "
+                         "(%s) has %.2f GB free of %.2f GB", (double)need / 1e9,
+                         cache ? " and its --expert-cache slots" : "", (double)slack / 1e9, e->params.device,
                          name, (double)fr / 1e9, (double)tot / 1e9);
     }
     if (rc) {
@@ -77,21 +82,19 @@ static int open_cuda(ts_engine *e, const ts_config *cfg, ts_error *err) {
     return ts_cuda_backend_new(&bp, &e->be, err);
 }
 
-static int open_backend(ts_engine *e, const ts_config *cfg, ts_error *err) {
+/* xp: the expert cache's parameters, NULL without --expert-cache */
+static int open_backend(ts_engine *e, const ts_config *cfg, const ts_xc_params *xp, ts_error *err) {
     const char *want = e->params.backend && *e->params.backend ? e->params.backend : "cpu";
     ts_backend_params bp = {e->params.n_threads, e->params.kernels, 0, 0, 0};
     if (!strcmp(want, "cpu")) return ts_cpu_backend_new(&bp, &e->be, err);
     if (!strcmp(want, "cuda")) {
-        int rc = open_cuda(e, cfg, err);
+        int rc = open_cuda(e, cfg, xp, err);
         return rc ? ts_fail_prefix(err, "--backend cuda") : 0;
     }
     if (strcmp(want, "auto")) return ts_fail(err, TS_E_ARG, "backend '%s': use auto, cpu or cuda", want);
     ts_error ce = {0};
     if (!ts_cuda_built()) return ts_cpu_backend_new(&bp, &e->be, err); /* a build without CUDA: the CPU, silently */
-    /* what the CUDA backend cannot do yet: expert streaming (issue 18);
-     * MTP and DFlash drafting run there */
-    if (e->params.expert_cache) return ts_cpu_backend_new(&bp, &e->be, err);
-    if (!open_cuda(e, cfg, &ce)) return 0;
+    if (!open_cuda(e, cfg, xp, &ce)) return 0;
     fprintf(stderr, "turbospark: --backend auto: %s; running on the CPU\n", ce.msg);
     return ts_cpu_backend_new(&bp, &e->be, err);
 }
@@ -152,9 +155,7 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     ts_xc_params xp;
     if (!rc && stream) rc = ts_engine_xc_params(&e->params, &cfg, &xp, err);
     /* before binding: preparing the weights already runs on the backend */
-    if (!rc) rc = open_backend(e, &cfg, err);
-    if (!rc && stream && e->be->dom == TS_DOM_DEVICE)
-        rc = ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache on CUDA: not yet (issue 18's device tier); use --backend cpu");
+    if (!rc) rc = open_backend(e, &cfg, stream ? &xp : NULL, err);
     if (!rc) {
         rc = ts_model_bind_opts(&e->model, &cfg, e->st, e->be, stream, err);
         if (!rc && e->be->dom == TS_DOM_DEVICE) rc = ts_cuda_backend_check(e->be, err);
@@ -176,6 +177,9 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     /* after the act digits: the streamed views copy the bound descriptors */
     if (!rc && stream) {
         rc = ts_xstream_open(&e->model, e->st, e->be, &xp, &e->model.xs, err);
+        /* an expert format the device products cannot read (noted by the
+         * slot layout's weight_bytes) */
+        if (!rc && e->be->dom == TS_DOM_DEVICE) rc = ts_cuda_backend_check(e->be, err);
         if (rc) ts_fail_prefix(err, "%s", dir);
     }
     if (rc) { ts_engine_close(e); return rc; }

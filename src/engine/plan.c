@@ -259,7 +259,8 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
         }
         char what[64];
         snprintf(what, sizeof what, "expert cache: %d slots of %.2f MiB", n_slots, (double)slot_bytes / (1 << 20));
-        add(pl, what, TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 1, (uint64_t)n_slots, slots);
+        /* on a device backend the slots are its memory (one block) */
+        add(pl, what, TS_MEM_EXPERT_CACHE, be->dom, 1, 0, 1, (uint64_t)n_slots, slots);
         snprintf(what, sizeof what, "expert cache: staging of the %d I/O threads' reads", xp.n_io);
         add(pl, what, TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 1, (uint64_t)xp.n_io, staging);
         add(pl, "expert cache: map, slot table, counts, views", TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 0, 1, tables);
@@ -340,8 +341,9 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     S("one-row buffers (conv row, MoE sums, logits, last hidden)", TS_MEM_SCRATCH, 0, 4,
       F * (s.rowtmp + s.moe_acc + s.logits + s.last_hidden));
     S("chunked prefill (conv rows, gates, delta-rule chunk)", TS_MEM_SCRATCH, 0, 3, F * (s.pf_conv + s.pf_gate + s.pf_chunk));
-    if (stream) /* session.c: route_ids, route_w */
-        S("expert streaming: routing of a pass (ids, weights)", TS_MEM_SCRATCH, 0, 2, 2 * 4 * (uint64_t)s.R * c->topk);
+    if (stream) /* session.c: route_ids, route_w: host memory on every backend (the host reads them) */
+        add(pl, "expert streaming: routing of a pass (ids, weights)", TS_MEM_SCRATCH, TS_DOM_HOST, 0, 0, 0, 2,
+            2 * 4 * (uint64_t)s.R * c->topk);
 #undef S
     /* the session's backend stream reserves its own workspace (sessions never
      * share one, so they never wait for each other's products) */

@@ -420,6 +420,8 @@ struct ts_xc {
     pthread_t *thr;
     int n_thr, n_started;      /* n_started: staging buffers handed out */
     uint8_t *staging_raw, *staging; /* [n_io * file stride] read buffers of prepared slots */
+    uint64_t staging_bytes;
+    int staging_hooked;        /* staging_hook(on = 1) succeeded: call it with 0 before the free */
     uint64_t fstride;          /* a file span's stride (ts_xc_slot_stride) */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
@@ -646,7 +648,7 @@ static uint64_t xc_staging_bytes(const ts_expert_map *m, const ts_xc_params *p) 
 static xc_sizes xc_sizes_of(const ts_expert_map *m, const ts_xc_params *p, int n_slots) {
     xc_sizes z;
     size_t nx = (size_t)m->n_layers * m->E;
-    z.pool = p->dry ? 0 : (uint64_t)n_slots * xc_stride(m, p) + XC_PAGE;
+    z.pool = p->dry || p->caller_slots ? 0 : (uint64_t)n_slots * xc_stride(m, p) + XC_PAGE;
     z.staging = xc_staging_bytes(m, p);
     z.per_slot = (uint64_t)n_slots * (7 * sizeof(int32_t) + sizeof(uint32_t) + sizeof(double));
     z.per_expert = nx * (sizeof(int32_t) + sizeof(float) + sizeof(uint64_t));
@@ -660,8 +662,10 @@ static xc_sizes xc_sizes_of(const ts_expert_map *m, const ts_xc_params *p, int n
 }
 
 static int xc_slots_for(const ts_expert_map *m, const ts_xc_params *p) {
-    /* staging comes out of the budget: --expert-cache bounds what streaming holds */
-    uint64_t sb = xc_staging_bytes(m, p), st = xc_stride(m, p);
+    /* staging comes out of the budget: --expert-cache bounds what streaming
+     * holds (caller slots: the budget is the caller's memory, the staging
+     * host memory) */
+    uint64_t sb = p->caller_slots ? 0 : xc_staging_bytes(m, p), st = xc_stride(m, p);
     if (!st || p->cache_bytes <= sb) return 0;
     uint64_t n = (p->cache_bytes - sb) / st;
     uint64_t cap = (uint64_t)m->n_layers * m->E;
@@ -711,6 +715,7 @@ void ts_xc_close(ts_xc *c) {
     ts_free(c->fd);
     ts_free(c->thr);
     ts_free(c->pool_raw);
+    if (c->staging_hooked) c->p.staging_hook(c->p.prepare_user, c->staging_raw, c->staging_bytes, 0);
     ts_free(c->staging_raw);
     ts_free(c->table);
     ts_free(c->owner); /* the block pins, pinned, ..., data_off and key are carved from */
@@ -732,6 +737,8 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
     if (p.policy == TS_XC_LFRU && !(p.halflife > 0)) return ts_fail(err, TS_E_ARG, "expert cache: halflife %g must be positive", p.halflife);
     if (!p.dry && m->n_files == 0) return ts_fail(err, TS_E_ARG, "expert cache: the expert map has no files (synthetic): open it dry");
     if (p.prepare && !p.slot_bytes) return ts_fail(err, TS_E_ARG, "expert cache: prepared slots of 0 bytes");
+    if (p.caller_slots && !p.dry && (!p.prepare || !p.pool))
+        return ts_fail(err, TS_E_ARG, "expert cache: caller-owned slots need a pool and a prepare callback");
     uint64_t stride = xc_stride(m, &p);
     int n_slots = xc_slots_for(m, &p);
     if (n_slots < m->topk)
@@ -739,8 +746,8 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
                        "--expert-cache %llu bytes holds %d expert slot%s of %llu bytes; one layer's top-%d needs at least %d "
                        "(%llu bytes%s)",
                        (unsigned long long)p.cache_bytes, n_slots, n_slots == 1 ? "" : "s", (unsigned long long)stride, m->topk,
-                       m->topk, (unsigned long long)(stride * m->topk + xc_staging_bytes(m, &p)),
-                       xc_staging_bytes(m, &p) ? " with the I/O threads' staging buffers" : "");
+                       m->topk, (unsigned long long)(stride * m->topk + (p.caller_slots ? 0 : xc_staging_bytes(m, &p))),
+                       xc_staging_bytes(m, &p) && !p.caller_slots ? " with the I/O threads' staging buffers" : "");
     ts_xc *c = ts_alloc(sizeof *c, TS_MEM_EXPERT_CACHE);
     if (!c) return ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
     c->m = m;
@@ -794,7 +801,7 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
     }
     c->n_free = n_slots;
     if (!p.dry) {
-        c->pool_raw = ts_alloc(z.pool, TS_MEM_EXPERT_CACHE);
+        if (!p.caller_slots) c->pool_raw = ts_alloc(z.pool, TS_MEM_EXPERT_CACHE);
         c->fd = ts_alloc(sizeof(int) * 2 * m->n_files, TS_MEM_EXPERT_CACHE);
         c->thr = ts_alloc(sizeof(pthread_t) * p.n_io, TS_MEM_EXPERT_CACHE);
         if (c->fd) {
@@ -804,18 +811,31 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
         if (z.staging) {
             c->staging_raw = ts_alloc(z.staging, TS_MEM_EXPERT_CACHE);
             if (c->staging_raw) c->staging = (uint8_t *)(((uintptr_t)c->staging_raw + XC_PAGE - 1) & ~(uintptr_t)(XC_PAGE - 1));
+            c->staging_bytes = z.staging;
+            if (c->staging_raw && p.staging_hook) {
+                if (p.staging_hook(p.prepare_user, c->staging_raw, z.staging, 1)) {
+                    rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot pin the %llu bytes of the I/O threads' staging",
+                                 (unsigned long long)z.staging);
+                    goto fail;
+                }
+                c->staging_hooked = 1;
+            }
         }
-        if (!c->pool_raw || !c->fd || !c->thr || (z.staging && !c->staging_raw)) {
+        if ((!p.caller_slots && !c->pool_raw) || !c->fd || !c->thr || (z.staging && !c->staging_raw)) {
             rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache: %d slots of %llu bytes", n_slots, (unsigned long long)stride);
             goto fail;
         }
-        c->pool = (uint8_t *)(((uintptr_t)c->pool_raw + XC_PAGE - 1) & ~(uintptr_t)(XC_PAGE - 1));
-        /* fault the pool in now: a first touch in the token loop costs a
-         * page fault (and, under memory pressure, the kernel's compaction
-         * for a huge page) per page; measured ~25 s of system time over
-         * the first 8 GB of slots filled on this machine. The cache is
-         * the process's from the start, as the plan says. */
-        for (uint64_t o = 0; o < z.pool; o += XC_PAGE) ((volatile uint8_t *)c->pool_raw)[o] = 0;
+        if (p.caller_slots) {
+            c->pool = p.pool; /* never touched here: prepare writes it */
+        } else {
+            c->pool = (uint8_t *)(((uintptr_t)c->pool_raw + XC_PAGE - 1) & ~(uintptr_t)(XC_PAGE - 1));
+            /* fault the pool in now: a first touch in the token loop costs a
+             * page fault (and, under memory pressure, the kernel's compaction
+             * for a huge page) per page; measured ~25 s of system time over
+             * the first 8 GB of slots filled on this machine. The cache is
+             * the process's from the start, as the plan says. */
+            for (uint64_t o = 0; o < z.pool; o += XC_PAGE) ((volatile uint8_t *)c->pool_raw)[o] = 0;
+        }
         for (int i = 0; i < m->n_files; i++) {
             c->fd[i] = open(m->paths[i], O_RDONLY | O_CLOEXEC);
             if (c->fd[i] < 0) {

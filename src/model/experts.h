@@ -156,6 +156,22 @@ typedef struct ts_xc_params {
     void *prepare_user;
     int prefetch;           /* 1: ts_xc_prefetch starts reads that run while the caller computes
                                (off by default: measured in bench/experts/RESULTS.md) */
+    /* Slots in memory the caller owns (a device backend's: model/xstream.c
+     * allocates them with the backend's alloc). Needs `prepare`, which is
+     * then the only thing that writes a slot: the cache never reads, zeroes
+     * or faults in that memory, and its own allocation (the plan's `slots`)
+     * is 0. The budget is the slots' alone: cache_bytes / stride slots (the
+     * staging buffers and tables are host memory, counted apart). `pool`,
+     * given to ts_xc_open, is n_slots * slot stride bytes (ts_xc_plan_parts
+     * says how many slots); ts_xc_slot_data returns addresses inside it. */
+    int caller_slots;
+    uint8_t *pool;
+    /* Called with the I/O threads' staging buffers (prepared slots) once
+     * they exist (on = 1, at open; nonzero return fails the open) and
+     * before they are freed, after the threads are joined (on = 0, at
+     * close): a device backend pins them, so that its copies into the
+     * slots run at the bus's speed. NULL: nothing. */
+    int (*staging_hook)(void *user, void *p, uint64_t bytes, int on);
 } ts_xc_params;
 
 void ts_xc_params_default(ts_xc_params *p);

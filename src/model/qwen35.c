@@ -145,7 +145,7 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int L,
     }
     ts_moe_args a = {&f->router, f->e_gate, f->e_up, f->e_down, &f->s_gate, &f->s_up, &f->s_down, &f->s_gate_w,
                      sc->u, sc->t, sc->small + (size_t)2 * sc->R * c->Hv, sc->moe_acc, sc->big0, sc->big1, sc->big2,
-                     sc->R, sc->F, n, c->E, c->topk, c->norm_topk, c->H, NULL, NULL};
+                     sc->R, sc->F, n, c->E, c->topk, c->norm_topk, c->H, NULL, NULL, NULL, NULL, 0, 0};
     if (m->xs) {
         /* routed experts through the cache: route every row, read the
          * misses at once, then the products (model/xstream.h) */
@@ -284,7 +284,9 @@ int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int p
     if (st->dbg_layers) ts_be_read(st->s, st->dbg_layers, sc->x, nH);
     const int kind = st->tape_on ? (st->gdn_pend ? GK_VERIFY_PEND : GK_VERIFY)
                                  : (st->gdn_pend ? GK_DECODE_PEND : GK_DECODE);
-    const int direct = (logits && st->logits_host) || st->dbg_layers || st->n_taps;
+    /* streamed experts: each MoE layer waits for its routes on the host
+     * (model/xstream.h), which a graph cannot hold */
+    const int direct = (logits && st->logits_host) || st->dbg_layers || st->n_taps || m->xs;
     const uint32_t key = direct ? 0 : pass_key(st, kind, n, md, logits, NULL, NULL, 0);
     int capture;
     const int replay = graph_enter(st, key, &capture);
@@ -326,7 +328,7 @@ int ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const f
     op->embed(st->s, md, &m->embed, toks, cat, (size_t)2 * H, n);
     /* the drafter's passes (head rows, no logits rows) are captured; the
      * prompt catch-up (no head) and the API's ts_session_mtp are not */
-    const uint32_t key = !logits && head_rows > 0 ? pass_key(st, GK_MTP, n, md, h, h_out, NULL, head_rows) : 0;
+    const uint32_t key = !logits && head_rows > 0 && !m->xs ? pass_key(st, GK_MTP, n, md, h, h_out, NULL, head_rows) : 0;
     int capture;
     if (!graph_enter(st, key, &capture)) {
         op->norm(st->s, md, cat, (size_t)2 * H, NULL, w->pre_norm_emb, cat, (size_t)2 * H, n, H, eps);

@@ -15,6 +15,20 @@
  * The views (ts_weight) handed to the backend copy the bound expert's
  * descriptor (shape, quantization, activation precision: everything the
  * load-time setup gave it) and only swap where the bytes are.
+ *
+ * A device backend (be->dom TS_DOM_DEVICE: CUDA). The slots are device
+ * memory from the backend's own alloc (one block, counted in its domain),
+ * handed to the cache as caller-owned slots; an I/O thread reads an expert
+ * into its host staging buffer and the backend's weight_prepare_1 copies it
+ * into the slot (the layout its upload at open gives a resident expert),
+ * several threads at once. The moe call gets the slot of every route and
+ * the pool's geometry (ts_moe_args.route_slots / pool_w / pool_stride): the
+ * device kernels index the pool by slot exactly as they index a layer's
+ * resident experts by id, so a streamed expert runs the resident kernels
+ * and the output keeps its bits. Ordering: the device runs the products
+ * after the call returns, so before the pins are dropped the stream is
+ * synchronized (a later ensure, of this session or another, may refill
+ * those slots). Measured cost: bench/experts/RESULTS.md (GPU).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -28,6 +42,9 @@ struct ts_xstream {
     ts_expert_map *map;
     ts_xc *xc;
     int prepared;
+    int device;             /* slots in the backend's (device) memory: `pool` */
+    uint8_t *pool;          /* device: n_slots * slot_bytes, from be->ops->alloc */
+    int staging_pinned;     /* device: the I/O threads' staging page-locked by the backend */
     uint64_t poff[3];       /* prepared: offset of gate, up, down in a slot */
     uint64_t slot_bytes;
     int n_slots;
@@ -68,9 +85,11 @@ static uint64_t own_bytes(const ts_config *cfg) {
 }
 
 static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst);
+static int xs_staging(void *user, void *p, uint64_t bytes, int on);
 
 /* The cache parameters for map on be: the caller's, with this module's
- * preparation. */
+ * preparation. A device backend's slots are its own memory, written by its
+ * weight_prepare_1 (the host cannot write them). */
 static int xs_params(const ts_expert_map *map, const ts_config *cfg, ts_backend *be, const ts_xc_params *p, void *user,
                      ts_xc_params *q, uint64_t poff[3], ts_error *err) {
     *q = *p;
@@ -80,6 +99,12 @@ static int xs_params(const ts_expert_map *map, const ts_config *cfg, ts_backend 
     q->slot_bytes = pb;
     q->prepare = pb ? xs_prepare : NULL;
     q->prepare_user = user;
+    if (be->dom == TS_DOM_DEVICE) {
+        if (!pb || !be->ops->weight_prepare_1)
+            return ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache: the %s backend cannot fill device slots", be->name);
+        q->caller_slots = 1;
+        if (be->ops->host_pin) q->staging_hook = xs_staging;
+    }
     return 0;
 }
 
@@ -101,6 +126,8 @@ int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, c
     int ns = 0;
     uint64_t total = ts_xc_plan_parts(map, &q, slots, staging, tables, &ns);
     if (n_slots) *n_slots = ns;
+    /* device slots: one block of the backend's, exactly what open allocates */
+    if (q.caller_slots && slots && total) *slots = (uint64_t)ns * ((q.slot_bytes + 63) & ~(uint64_t)63);
     if (slot_bytes) *slot_bytes = q.prepare ? (q.slot_bytes + 63) & ~(uint64_t)63 : ts_xc_slot_stride(map);
     if (!total) {
         uint64_t stride = q.prepare ? (q.slot_bytes + 63) & ~(uint64_t)63 : ts_xc_slot_stride(map);
@@ -125,7 +152,10 @@ static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uin
     /* on this I/O thread alone when the backend can (several prepare at
      * once, next to the reads in flight), else one at a time */
     if (x->be->ops->weight_prepare_1) {
-        for (int j = 0; j < 3; j++) x->be->ops->weight_prepare_1(x->be, &w[j], dst + x->poff[j]);
+        for (int j = 0; j < 3; j++) {
+            int rc = x->be->ops->weight_prepare_1(x->be, &w[j], dst + x->poff[j]);
+            if (rc) return rc;
+        }
         return 0;
     }
     pthread_mutex_lock(&x->prep_mu);
@@ -134,9 +164,20 @@ static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uin
     return 0;
 }
 
+/* The staging buffers pinned by the backend (its copies then need no
+ * driver staging of their own). A refusal (a locked-memory limit) is not
+ * an error: the copies then run from pageable memory, slower. */
+static int xs_staging(void *user, void *p, uint64_t bytes, int on) {
+    ts_xstream *x = user;
+    if (on) x->staging_pinned = x->be->ops->host_pin(x->be, p, (size_t)bytes, 1) == 0;
+    else if (x->staging_pinned) x->be->ops->host_pin(x->be, p, (size_t)bytes, 0);
+    return 0;
+}
+
 void ts_xstream_close(ts_xstream *x) {
     if (!x) return;
-    ts_xc_close(x->xc);
+    ts_xc_close(x->xc); /* joins the I/O threads: nothing writes the pool after this */
+    if (x->pool) x->be->ops->free(x->be, x->pool);
     ts_expert_map_free(x->map);
     if (x->mu_init) { pthread_mutex_destroy(&x->mu); pthread_mutex_destroy(&x->prep_mu); }
     ts_free(x->tab);
@@ -163,7 +204,20 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
     if (!rc) {
         x->prepared = q.prepare != NULL;
         x->slot_bytes = x->prepared ? (q.slot_bytes + 63) & ~(uint64_t)63 : ts_xc_slot_stride(x->map);
-        rc = ts_xc_open(x->map, &q, &x->xc, err);
+        if (q.caller_slots) {
+            /* the device slots: as many as the budget holds (the plan's count) */
+            int ns = 0;
+            ts_xc_plan_parts(x->map, &q, NULL, NULL, NULL, &ns);
+            x->device = 1;
+            if (ns >= c->topk) {
+                x->pool = be->ops->alloc(be, (size_t)ns * x->slot_bytes, TS_MEM_EXPERT_CACHE);
+                if (!x->pool)
+                    rc = ts_fail(err, TS_E_NOMEM, "--expert-cache: cannot allocate %d device slots of %.2f MiB (%.2f GB) on %s",
+                                 ns, (double)x->slot_bytes / (1 << 20), (double)ns * (double)x->slot_bytes / 1e9, be->name);
+                q.pool = x->pool;
+            }
+        }
+        if (!rc) rc = ts_xc_open(x->map, &q, &x->xc, err);
     }
     if (!rc) {
         x->n_slots = ts_xc_n_slots(x->xc);
@@ -258,8 +312,25 @@ static int32_t next_stamp(ts_xstream *x) {
     return x->stamp;
 }
 
-void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *a, int layer) {
+void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *a0, int layer) {
     const ts_backend_ops *op = s->be->ops;
+    ts_moe_args a_ = *a0, *a = &a_;
+    ts_weight pw[3];
+    if (x->device) {
+        /* the pool's slot 0 in the layer's descriptors: the kernels index
+         * it by each route's slot (route_slots, set per group below); the
+         * router reads the geometry to pick the products the resident
+         * layer would */
+        const ts_ffn_w *f = ffn_of(x->m, layer);
+        const ts_weight *tw[3] = {&f->e_gate[0], &f->e_up[0], &f->e_down[0]};
+        for (int j = 0; j < 3; j++) {
+            pw[j] = *tw[j];
+            pw[j].data = pw[j].scales = pw[j].biases = NULL;
+            pw[j].packed = x->pool + x->poff[j];
+        }
+        a->pool_w = pw;
+        a->pool_stride = (int64_t)x->slot_bytes;
+    }
     op->moe_route(s, md, a);
     if (s->err) return;
     const int k = a->topk, n = a->n, E = a->E;
@@ -325,9 +396,13 @@ void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *
         b.route_ids = (int32_t *)ids;
         b.route_w = a->route_w + (size_t)r0 * k;
         b.n = r1 - r0;
+        b.pass_n = n;
+        if (x->device) b.route_slots = x->slots;
         op->moe(s, md, &b);
-        /* synchronous ops (CPU): the products are done; an asynchronous
-         * backend would sync here before the slots may be refilled */
+        /* the CPU's ops are synchronous: the products are done. A device's
+         * run after the call: wait for them before the slots may be
+         * refilled (by this pass's next group, or another session) */
+        if (x->device) op->sync(s); /* a failure is the stream's sticky error */
         ts_xc_unpin(x->xc, layer);
         r0 = r1;
     }

@@ -366,10 +366,6 @@ void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_para
         }
         ep->backend = o->backend ? o->backend : "auto";
         ep->device = o->device;
-        /* expert streaming (issue 18's device tier) runs on the CPU only:
-         * auto picks it (the engine does too); MTP and DFlash drafting keep
-         * the GPU */
-        if (o->expert_cache && !strcmp(ep->backend, "auto")) ep->backend = "cpu";
         ep->expert_cache = o->expert_cache;
         ep->expert_policy = o->expert_policy;
     }
