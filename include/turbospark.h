@@ -87,6 +87,12 @@ typedef struct ts_engine_params {
      * everything else stays resident. 0 = all resident, no cache. */
     uint64_t expert_cache;
     const char *expert_policy; /* eviction: "lfru" (NULL: default, decayed frequency) or "lru" */
+    /* With expert_cache on a device backend: bytes of pinned host memory
+     * for a second tier between the install and the device slots (a device
+     * miss is then a copy from host memory; a host miss a read of the
+     * file). At least as many experts as the device slots (or one layer's
+     * experts). 0 = none; refused on the CPU backend. */
+    uint64_t expert_host_cache;
 } ts_engine_params;
 #define TS_ACT_BITS_DEFAULT 8
 
@@ -133,6 +139,12 @@ typedef struct ts_expert_stats {
     uint64_t prefetched, prefetch_used; /* next-layer prediction (TS_XC_PREFETCH=1): reads started,
                                            and of them experts asked for before eviction */
     int n_layers;             /* MoE layers of the cache: the main stack, then the MTP layer if any */
+    /* the pinned host tier (expert_host_cache on a device backend), else 0:
+     * the device slots' misses served from it, its own misses read from
+     * the install (bytes_read above is then 0: the device tier reads none) */
+    int host_slots;
+    uint64_t host_hits, host_misses, host_bytes_read;
+    double host_io_wait_s;
 } ts_expert_stats;
 TS_API int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *out);
 /* A size as --expert-cache takes it: bytes with an optional K, M, G or T

@@ -1733,13 +1733,45 @@ TS_TEST(cuda_engine, dflash_sampling_repeats) {
  * over slots, which with a few slots also runs group by group (more
  * distinct experts than slots: the pass's form is kept). The cache must be
  * exercised (misses, evictions, hits). */
+static uint64_t g_xs_host; /* --expert-host-cache of xs_open */
+
 static int xs_open(const char *dir, uint64_t cache, const char *policy, ts_engine **e, ts_error *err) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.backend = "cuda";
     ep.expert_cache = cache;
     ep.expert_policy = policy;
+    ep.expert_host_cache = cache ? g_xs_host : 0;
     return ts_engine_open(dir, &ep, e, err);
+}
+
+/* The expert cache's bytes (device slots; host staging, tables and the
+ * host tier) as the plan says and as the engine allocates them. */
+static void xs_plan_check(const char *dir, uint64_t cache, const char *policy) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = "cuda";
+    ep.expert_cache = cache;
+    ep.expert_policy = policy;
+    ep.expert_host_cache = g_xs_host;
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    ts_mem_plan *pl = malloc(sizeof *pl);
+    ts_error err = {0};
+    CHECK_MSG(!ts_mem_plan_dir_ex(dir, &ep, &sp, pl, &err), "plan: %s", err.msg);
+    const size_t h0 = ts_mem_used_in(TS_DOM_HOST, TS_MEM_EXPERT_CACHE), d0 = ts_mem_used_in(TS_DOM_DEVICE, TS_MEM_EXPERT_CACHE);
+    ts_engine *e = NULL;
+    CHECK_MSG(!ts_engine_open(dir, &ep, &e, &err), "%s", err.msg);
+    if (e) {
+        const size_t h = ts_mem_used_in(TS_DOM_HOST, TS_MEM_EXPERT_CACHE) - h0, d = ts_mem_used_in(TS_DOM_DEVICE, TS_MEM_EXPERT_CACHE) - d0;
+        CHECK_MSG(h == pl->bytes[TS_DOM_HOST][TS_MEM_EXPERT_CACHE] && d == pl->bytes[TS_DOM_DEVICE][TS_MEM_EXPERT_CACHE],
+                  "%s: expert cache host %zu / device %zu bytes allocated, plan %llu / %llu", dir, h, d,
+                  (unsigned long long)pl->bytes[TS_DOM_HOST][TS_MEM_EXPERT_CACHE],
+                  (unsigned long long)pl->bytes[TS_DOM_DEVICE][TS_MEM_EXPERT_CACHE]);
+        ts_engine_close(e);
+    }
+    CHECK(ts_mem_used_in(TS_DOM_HOST, TS_MEM_EXPERT_CACHE) == h0 && ts_mem_used_in(TS_DOM_DEVICE, TS_MEM_EXPERT_CACHE) == d0);
+    free(pl);
 }
 
 typedef struct xs_out {
@@ -1802,6 +1834,7 @@ static void xs_identical(const char *dir, int extra_slots) {
         prompt[i] = (int32_t)((rs >> 33) % (uint64_t)in->vocab_size);
     }
     const char *pol[2] = {"lfru", "lru"};
+    xs_plan_check(dir, x.slot_bytes * (uint64_t)slots, NULL);
     for (int p = 0; p < 2 && !ts_test_failed(); p++) {
         CHECK_MSG(xs_open(dir, x.slot_bytes * (uint64_t)slots, pol[p], &ec, &err) == 0, "%s: %s", dir, err.msg);
         if (ts_test_failed()) break;
@@ -1826,10 +1859,18 @@ static void xs_identical(const char *dir, int extra_slots) {
             }
         ts_expert_stats xe;
         ts_engine_expert_stats(ec, &xe);
-        fprintf(stderr, "  %s --expert-cache %d slots (%s) on cuda: %llu hits, %llu misses, %llu evictions, %.1f MB read\n", dir,
+        fprintf(stderr, "  %s --expert-cache %d slots (%s) on cuda: %llu hits, %llu misses, %llu evictions, %.1f MB read", dir,
                 slots, pol[p], (unsigned long long)xe.hits, (unsigned long long)xe.misses, (unsigned long long)xe.evictions,
                 xe.bytes_read / 1e6);
+        if (g_xs_host)
+            fprintf(stderr, "; host tier %d slots: %llu hits, %llu misses, %.1f MB read", xe.host_slots,
+                    (unsigned long long)xe.host_hits, (unsigned long long)xe.host_misses, xe.host_bytes_read / 1e6);
+        fprintf(stderr, "\n");
         CHECK_MSG(xe.misses > 0 && xe.evictions > 0 && xe.hits > 0, "the cache was not exercised");
+        /* a host tier serves every device miss: the device tier reads nothing itself */
+        if (g_xs_host)
+            CHECK_MSG(xe.host_slots > 0 && xe.host_misses > 0 && xe.host_hits > 0 && xe.bytes_read == 0 && xe.host_bytes_read > 0,
+                      "the host tier was not exercised");
         ts_engine_close(ec);
         ec = NULL;
     }
@@ -1845,6 +1886,23 @@ TS_TEST(cuda_engine, expert_cache_identical_to_resident) {
     xs_identical(dir, 3);
     struct stat sb;
     if (!stat("models/moe/config.json", &sb)) xs_identical("models/moe", 2);
+}
+
+/* The same with a pinned host tier between the files and the device slots
+ * (--expert-host-cache): a few device slots over a host tier that holds
+ * about half of the experts, so both tiers miss and evict. */
+TS_TEST(cuda_engine, expert_host_tier_identical_to_resident) {
+    NEED_GPU();
+    char dir[512];
+    if (make_install("tiny-moe", 4, dir, sizeof dir)) return;
+    /* tiny-moe INT4: 9 map layers x 8 experts in 32 KiB slots: 36 of them
+     * (+ the pool's alignment page); models/moe: 4 x 32 in 16 KiB: 64 */
+    g_xs_host = 36 * 32768 + 4096;
+    xs_identical(dir, 1);
+    struct stat sb;
+    g_xs_host = 64 * 16384 + 4096;
+    if (!stat("models/moe/config.json", &sb)) xs_identical("models/moe", 2);
+    g_xs_host = 0;
 }
 
 /* Errors on the device: a cache below one layer's top-k names the need; a

@@ -206,6 +206,15 @@ TS_TEST(xstream, option_errors) {
     /* an unknown policy */
     CHECK(open_engine(q4, 1 << 20, NULL, "mru", &e, &err) == TS_E_ARG && !e);
     CHECK_MSG(strstr(err.msg, "mru"), "%s", err.msg);
+    /* a host tier on the CPU backend (its cache is host memory already) */
+    {
+        ts_engine_params ep;
+        ts_engine_params_default(&ep);
+        ep.expert_cache = 1 << 20;
+        ep.expert_host_cache = 1 << 20;
+        CHECK(ts_engine_open(q4, &ep, &e, &err) == TS_E_ARG && !e);
+        CHECK_MSG(strstr(err.msg, "--expert-host-cache") && strstr(err.msg, "cpu"), "%s", err.msg);
+    }
     CHECK(ts_mem_used(TS_MEM_EXPERT_CACHE) == used0);
     CHECK_MSG(used_total() == all0, "%zu bytes left after failed opens", used_total() - all0);
     /* without the option nothing is allocated for a cache */

@@ -55,7 +55,7 @@ static int open_cuda(ts_engine *e, const ts_config *cfg, const ts_xc_params *xp,
     /* expert streaming: the routed experts stay in the files; the device
      * slots are what --expert-cache asks for */
     if (!rc) rc = ts_model_size_opts(cfg, e->st, e->be, xp != NULL, sum_device, &need, NULL, NULL, err);
-    if (!rc && xp) rc = ts_xstream_plan(cfg, e->st, e->be, xp, &cache, NULL, NULL, NULL, NULL, err);
+    if (!rc && xp) rc = ts_xstream_plan(cfg, e->st, e->be, xp, &cache, NULL, NULL, NULL, NULL, NULL, err);
     need += cache;
     if (!rc && e->params.dflash) rc = dflash_on_cuda(e, cfg, &need, err);
     if (!rc) rc = ts_cuda_backend_check(e->be, err);
@@ -153,6 +153,8 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     if (!rc) rc = ts_st_open_dir(dir, &e->st, err);
     const int stream = e->params.expert_cache > 0;
     ts_xc_params xp;
+    if (!rc && e->params.expert_host_cache && !stream)
+        rc = ts_fail(err, TS_E_ARG, "--expert-host-cache is the tier in front of --expert-cache's device slots: give both");
     if (!rc && stream) rc = ts_engine_xc_params(&e->params, &cfg, &xp, err);
     /* before binding: preparing the weights already runs on the backend */
     if (!rc) rc = open_backend(e, &cfg, stream ? &xp : NULL, err);
@@ -227,6 +229,7 @@ const ts_model_info *ts_engine_info(const ts_engine *e) { return &e->info; }
 int ts_engine_xc_params(const ts_engine_params *ep, const ts_config *cfg, ts_xc_params *xp, ts_error *err) {
     ts_xc_params_default(xp);
     xp->cache_bytes = ep->expert_cache;
+    xp->host_tier_bytes = ep->expert_host_cache;
     if (!cfg->is_moe)
         return ts_fail(err, TS_E_ARG, "--expert-cache: model type '%s' has no routed experts to stream", cfg->model_type);
     if (ep->expert_policy && *ep->expert_policy) {
@@ -266,6 +269,15 @@ int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *o) {
     o->prefetched = s->prefetched;
     o->prefetch_used = s->prefetch_used;
     o->n_layers = s->n_layers;
+    ts_xc *h = ts_xstream_host_tier(e->model.xs);
+    if (h) {
+        const ts_xc_stats *hs = ts_xc_get_stats(h);
+        o->host_slots = ts_xc_n_slots(h);
+        o->host_hits = hs->hits;
+        o->host_misses = hs->misses;
+        o->host_bytes_read = hs->bytes_read;
+        o->host_io_wait_s = hs->io_wait_s;
+    }
     ts_xstream_unlock(e->model.xs);
     return 0;
 }
@@ -286,6 +298,7 @@ void ts_engine_expert_stats_reset(ts_engine *e) {
     if (!c) return;
     ts_xstream_lock(e->model.xs);
     ts_xc_reset_stats(c);
+    if (ts_xstream_host_tier(e->model.xs)) ts_xc_reset_stats(ts_xstream_host_tier(e->model.xs));
     ts_xstream_unlock(e->model.xs);
 }
 

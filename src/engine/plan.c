@@ -223,6 +223,8 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
                      const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
     const int stream = ep && ep->expert_cache > 0;
     const char *backend = ep ? ep->backend : NULL, *ddir = ep ? ep->drafter_dir : NULL;
+    if (ep && ep->expert_host_cache && !stream)
+        return ts_fail(err, TS_E_ARG, "--expert-host-cache is the tier in front of --expert-cache's device slots: give both");
     for (int i = 0; i < st->n_tensors; i++)
         if (strncmp(st->tensors[i].name, "model.visual.", 13)) pl->mapped_bytes += st->tensors[i].nbytes;
 
@@ -253,7 +255,8 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
          * allocates it; the routed experts stay in the files, unmapped */
         uint64_t slots = 0, staging = 0, tables = 0, slot_bytes = 0;
         int n_slots = 0;
-        if ((rc = ts_xstream_plan(c, st, be, &xp, &slots, &staging, &tables, &n_slots, &slot_bytes, err))) {
+        ts_xstream_tier tier;
+        if ((rc = ts_xstream_plan(c, st, be, &xp, &slots, &staging, &tables, &n_slots, &slot_bytes, &tier, err))) {
             ts_backend_free(be);
             return ts_fail_prefix(err, "%s", dir);
         }
@@ -264,6 +267,12 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
         snprintf(what, sizeof what, "expert cache: staging of the %d I/O threads' reads", xp.n_io);
         add(pl, what, TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 1, (uint64_t)xp.n_io, staging);
         add(pl, "expert cache: map, slot table, counts, views", TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 0, 1, tables);
+        if (tier.n_slots) { /* --expert-host-cache: the pinned host tier */
+            snprintf(what, sizeof what, "expert host tier: %d slots of %.2f MiB (pinned)", tier.n_slots,
+                     (double)tier.slot_bytes / (1 << 20));
+            add(pl, what, TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 1, (uint64_t)tier.n_slots, tier.slots);
+            add(pl, "expert host tier: slot table, counts", TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 0, 1, tier.tables);
+        }
         pl->expert_slots = n_slots;
         pl->expert_slot_bytes = slot_bytes;
         pl->expert_io_threads = xp.n_io;

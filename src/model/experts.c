@@ -420,8 +420,8 @@ struct ts_xc {
     pthread_t *thr;
     int n_thr, n_started;      /* n_started: staging buffers handed out */
     uint8_t *staging_raw, *staging; /* [n_io * file stride] read buffers of prepared slots */
-    uint64_t staging_bytes;
-    int staging_hooked;        /* staging_hook(on = 1) succeeded: call it with 0 before the free */
+    uint64_t staging_bytes, pool_bytes;
+    int staging_hooked, pool_hooked; /* pin_hook(on = 1) succeeded: call it with 0 before the free */
     uint64_t fstride;          /* a file span's stride (ts_xc_slot_stride) */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
@@ -537,6 +537,15 @@ static void xc_read(ts_xc *c, xc_job *j, int worker) {
     uint64_t off = m->off[j->ix], len = m->bytes[j->ix];
     uint64_t a0 = off & ~(uint64_t)(XC_PAGE - 1);
     int f = m->file[j->ix];
+    if (c->p.source) { /* a tier in front of the files holds the bytes */
+        const int e = (int)(j->ix % m->E), L = (int)(j->ix / m->E);
+        const uint8_t *src = NULL;
+        int rc = c->p.source(c->p.prepare_user, L, e, &src);
+        if (!rc) rc = c->p.prepare(c->p.prepare_user, L, e, src, c->pool + (size_t)j->slot * c->stride);
+        j->err_no = rc;
+        j->got = rc ? 0 : len;
+        return;
+    }
     /* prepared slots: read into this thread's staging, then prepare */
     uint8_t *slot = c->p.prepare ? c->staging + (size_t)worker * c->fstride : c->pool + (size_t)j->slot * c->stride;
     /* O_DIRECT: the page-aligned span [a0, align_up(off + len)); it may run
@@ -641,7 +650,7 @@ static uint64_t xc_stride(const ts_expert_map *m, const ts_xc_params *p) {
 }
 
 static uint64_t xc_staging_bytes(const ts_expert_map *m, const ts_xc_params *p) {
-    if (p->dry || !p->prepare) return 0;
+    if (p->dry || !p->prepare || p->source) return 0;
     return (uint64_t)(p->n_io > 0 ? p->n_io : 4) * ts_xc_slot_stride(m) + XC_PAGE;
 }
 
@@ -714,8 +723,9 @@ void ts_xc_close(ts_xc *c) {
         }
     ts_free(c->fd);
     ts_free(c->thr);
+    if (c->staging_hooked) c->p.pin_hook(c->p.prepare_user, c->staging_raw, c->staging_bytes, 0);
+    if (c->pool_hooked) c->p.pin_hook(c->p.prepare_user, c->pool_raw, c->pool_bytes, 0);
     ts_free(c->pool_raw);
-    if (c->staging_hooked) c->p.staging_hook(c->p.prepare_user, c->staging_raw, c->staging_bytes, 0);
     ts_free(c->staging_raw);
     ts_free(c->table);
     ts_free(c->owner); /* the block pins, pinned, ..., data_off and key are carved from */
@@ -739,6 +749,7 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
     if (p.prepare && !p.slot_bytes) return ts_fail(err, TS_E_ARG, "expert cache: prepared slots of 0 bytes");
     if (p.caller_slots && !p.dry && (!p.prepare || !p.pool))
         return ts_fail(err, TS_E_ARG, "expert cache: caller-owned slots need a pool and a prepare callback");
+    if (p.source && !p.prepare) return ts_fail(err, TS_E_ARG, "expert cache: a source tier needs a prepare callback");
     uint64_t stride = xc_stride(m, &p);
     int n_slots = xc_slots_for(m, &p);
     if (n_slots < m->topk)
@@ -812,8 +823,8 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
             c->staging_raw = ts_alloc(z.staging, TS_MEM_EXPERT_CACHE);
             if (c->staging_raw) c->staging = (uint8_t *)(((uintptr_t)c->staging_raw + XC_PAGE - 1) & ~(uintptr_t)(XC_PAGE - 1));
             c->staging_bytes = z.staging;
-            if (c->staging_raw && p.staging_hook) {
-                if (p.staging_hook(p.prepare_user, c->staging_raw, z.staging, 1)) {
+            if (c->staging_raw && p.pin_hook) {
+                if (p.pin_hook(p.prepare_user, c->staging_raw, z.staging, 1)) {
                     rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot pin the %llu bytes of the I/O threads' staging",
                                  (unsigned long long)z.staging);
                     goto fail;
@@ -835,6 +846,14 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
              * the first 8 GB of slots filled on this machine. The cache is
              * the process's from the start, as the plan says. */
             for (uint64_t o = 0; o < z.pool; o += XC_PAGE) ((volatile uint8_t *)c->pool_raw)[o] = 0;
+            c->pool_bytes = z.pool;
+            if (p.pin_hook) {
+                if (p.pin_hook(p.prepare_user, c->pool_raw, z.pool, 1)) {
+                    rc = ts_fail(err, TS_E_NOMEM, "expert cache: cannot pin its %llu bytes of slots", (unsigned long long)z.pool);
+                    goto fail;
+                }
+                c->pool_hooked = 1;
+            }
         }
         for (int i = 0; i < m->n_files; i++) {
             c->fd[i] = open(m->paths[i], O_RDONLY | O_CLOEXEC);
@@ -1080,6 +1099,11 @@ void ts_xc_slot_owner(const ts_xc *c, int slot, int *layer, int *expert) {
 int ts_xc_last_filled(const ts_xc *c, const int32_t **slots) {
     *slots = c->took + c->last_hits;
     return c->last_filled;
+}
+
+int ts_xc_lookup(const ts_xc *c, int layer, int expert) {
+    if (!c || layer < 0 || layer >= c->m->n_layers || expert < 0 || expert >= c->m->E) return -1;
+    return c->table[ts_xmap_idx(c->m, layer, expert)];
 }
 
 int ts_xc_n_slots(const ts_xc *c) { return c->n_slots; }

@@ -166,12 +166,23 @@ typedef struct ts_xc_params {
      * says how many slots); ts_xc_slot_data returns addresses inside it. */
     int caller_slots;
     uint8_t *pool;
-    /* Called with the I/O threads' staging buffers (prepared slots) once
-     * they exist (on = 1, at open; nonzero return fails the open) and
-     * before they are freed, after the threads are joined (on = 0, at
-     * close): a device backend pins them, so that its copies into the
-     * slots run at the bus's speed. NULL: nothing. */
-    int (*staging_hook)(void *user, void *p, uint64_t bytes, int on);
+    /* Called (user: prepare_user) with each host buffer a device copies
+     * from, once it exists (on = 1, at open; nonzero return fails the
+     * open) and before it is freed, after the threads are joined (on = 0,
+     * at close): the I/O threads' staging (prepared slots), and the pool
+     * of a cache that owns it (a host tier). A device backend pins them,
+     * so that its copies run at the bus's speed. NULL: nothing. */
+    int (*pin_hook)(void *user, void *p, uint64_t bytes, int on);
+    /* Where a miss's bytes come from instead of the files (a second tier
+     * in front of them: model/xstream.c's pinned host tier): *bytes = the
+     * expert's file bytes, readable until the ensure returns; 0, or an
+     * errno-like code (the read then fails as a pread would). Needs
+     * `prepare`, which is then called with those bytes; no staging. */
+    int (*source)(void *user, int layer, int expert, const uint8_t **bytes);
+    /* model/xstream.c on a device backend: a second cache of this many
+     * bytes of pinned host memory between the files and the device slots
+     * (--expert-host-cache; 0: none). The cache itself ignores it. */
+    uint64_t host_tier_bytes;
 } ts_xc_params;
 
 void ts_xc_params_default(ts_xc_params *p);
@@ -239,6 +250,9 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
  * params.prefetch; otherwise (and for bad ids) nothing happens. Returns the
  * reads started. */
 int ts_xc_prefetch(ts_xc *c, int layer, const int32_t *ids, int n);
+/* The slot holding (layer, expert), or -1: no access counted, nothing
+ * pinned (a tier in front asks whether a read is needed at all). */
+int ts_xc_lookup(const ts_xc *c, int layer, int expert);
 /* The slots the last successful ensure filled (its misses), borrowed until
  * the next ensure; returns their count. */
 int ts_xc_last_filled(const ts_xc *c, const int32_t **slots);

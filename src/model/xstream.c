@@ -44,7 +44,9 @@ struct ts_xstream {
     int prepared;
     int device;             /* slots in the backend's (device) memory: `pool` */
     uint8_t *pool;          /* device: n_slots * slot_bytes, from be->ops->alloc */
-    int staging_pinned;     /* device: the I/O threads' staging page-locked by the backend */
+    void *pinned[2];        /* device: host buffers the backend page-locked (staging, host tier) */
+    ts_xc *hxc;             /* device with --expert-host-cache: the pinned host tier (file bytes) */
+    int32_t *hids;          /* [E * topk] a group's experts the device tier lacks */
     uint64_t poff[3];       /* prepared: offset of gate, up, down in a slot */
     uint64_t slot_bytes;
     int n_slots;
@@ -81,11 +83,12 @@ static uint64_t prep_layout(const ts_expert_map *map, const ts_config *cfg, ts_b
 
 static uint64_t own_bytes(const ts_config *cfg) {
     return sizeof(ts_xstream) + sizeof(ts_weight) * 3 * (size_t)cfg->E + sizeof(int32_t) * (size_t)cfg->E +
-           3 * sizeof(int32_t) * (size_t)cfg->E * (size_t)cfg->topk;
+           4 * sizeof(int32_t) * (size_t)cfg->E * (size_t)cfg->topk;
 }
 
 static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst);
-static int xs_staging(void *user, void *p, uint64_t bytes, int on);
+static int xs_pin(void *user, void *p, uint64_t bytes, int on);
+static int xs_source(void *user, int layer, int expert, const uint8_t **bytes);
 
 /* The cache parameters for map on be: the caller's, with this module's
  * preparation. A device backend's slots are its own memory, written by its
@@ -103,13 +106,50 @@ static int xs_params(const ts_expert_map *map, const ts_config *cfg, ts_backend 
         if (!pb || !be->ops->weight_prepare_1)
             return ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache: the %s backend cannot fill device slots", be->name);
         q->caller_slots = 1;
-        if (be->ops->host_pin) q->staging_hook = xs_staging;
+        if (be->ops->host_pin) q->pin_hook = xs_pin;
+        if (p->host_tier_bytes) {
+            q->source = xs_source;
+            /* a prediction's copies would read host slots while the next
+             * layer's host ensure may refill them: off with a host tier */
+            q->prefetch = 0;
+        }
+    } else if (p->host_tier_bytes) {
+        return ts_fail(err, TS_E_ARG, "--expert-host-cache: the %s backend's --expert-cache is host memory already (make it larger)",
+                       be->name);
     }
     return 0;
 }
 
+/* The host tier's parameters (a device backend with host_tier_bytes): the
+ * files' bytes in pinned host slots, read as a CPU cache reads them. */
+static void xs_tier_params(ts_backend *be, const ts_xc_params *p, void *user, ts_xc_params *h) {
+    *h = *p;
+    h->cache_bytes = p->host_tier_bytes;
+    h->slot_bytes = 0;
+    h->prepare = NULL;
+    h->source = NULL;
+    h->caller_slots = 0;
+    h->pool = NULL;
+    h->prefetch = 0;
+    h->pin_hook = be->ops->host_pin ? xs_pin : NULL;
+    h->prepare_user = user;
+}
+
+/* The host tier must take any group's device misses at once: a group
+ * holds at most the device's slots, and at most E experts of its layer. */
+static int xs_tier_check(const ts_config *cfg, const ts_xc_params *p, int dev_slots, int host_slots, uint64_t host_stride,
+                         ts_error *err) {
+    const int need = dev_slots < cfg->E ? dev_slots : cfg->E;
+    if (host_slots >= need) return 0;
+    return ts_fail(err, TS_E_ARG, "--expert-host-cache %llu bytes holds %d expert%s of %llu bytes; it needs at least %d (%s)",
+                   (unsigned long long)p->host_tier_bytes, host_slots, host_slots == 1 ? "" : "s",
+                   (unsigned long long)host_stride, need, need == cfg->E ? "one layer's experts" : "the device slots");
+}
+
 int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, const ts_xc_params *p, uint64_t *slots,
-                    uint64_t *staging, uint64_t *tables, int *n_slots, uint64_t *slot_bytes, ts_error *err) {
+                    uint64_t *staging, uint64_t *tables, int *n_slots, uint64_t *slot_bytes, ts_xstream_tier *tier,
+                    ts_error *err) {
+    if (tier) memset(tier, 0, sizeof *tier);
     if (!be->ops->moe_route)
         return ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache: the %s backend does not stream experts", be->name);
     ts_expert_map *map = NULL;
@@ -136,6 +176,15 @@ int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, c
                      (unsigned long long)p->cache_bytes, ns, ns == 1 ? "" : "s", (unsigned long long)stride, cfg->topk, cfg->topk);
     } else if (tables) {
         *tables += ts_expert_map_bytes(map) + own_bytes(cfg);
+    }
+    if (!rc && q.source) { /* the host tier */
+        ts_xc_params h;
+        xs_tier_params(be, p, NULL, &h);
+        uint64_t hs = 0, ht = 0;
+        int hn = 0;
+        ts_xc_plan_parts(map, &h, &hs, NULL, &ht, &hn);
+        rc = xs_tier_check(cfg, p, ns, hn, ts_xc_slot_stride(map), err);
+        if (!rc && tier) tier->slots = hs, tier->tables = ht, tier->n_slots = hn, tier->slot_bytes = ts_xc_slot_stride(map);
     }
     ts_expert_map_free(map);
     return rc;
@@ -164,19 +213,42 @@ static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uin
     return 0;
 }
 
-/* The staging buffers pinned by the backend (its copies then need no
- * driver staging of their own). A refusal (a locked-memory limit) is not
- * an error: the copies then run from pageable memory, slower. */
-static int xs_staging(void *user, void *p, uint64_t bytes, int on) {
+/* Host buffers a device copies from (the staging, the host tier's slots)
+ * pinned by the backend: its copies then need no driver staging of their
+ * own. A refusal (a locked-memory limit) is not an error: the copies then
+ * run from pageable memory, slower. At most two buffers: remembered by
+ * address. */
+static int xs_pin(void *user, void *p, uint64_t bytes, int on) {
     ts_xstream *x = user;
-    if (on) x->staging_pinned = x->be->ops->host_pin(x->be, p, (size_t)bytes, 1) == 0;
-    else if (x->staging_pinned) x->be->ops->host_pin(x->be, p, (size_t)bytes, 0);
+    if (on) {
+        if (x->be->ops->host_pin(x->be, p, (size_t)bytes, 1) == 0)
+            for (int i = 0; i < 2; i++)
+                if (!x->pinned[i]) { x->pinned[i] = p; break; }
+        return 0;
+    }
+    for (int i = 0; i < 2; i++)
+        if (x->pinned[i] == p) {
+            x->be->ops->host_pin(x->be, p, (size_t)bytes, 0);
+            x->pinned[i] = NULL;
+        }
+    return 0;
+}
+
+/* The device tier's misses come from the host tier's slots (ts_xstream_moe
+ * made them resident and pinned before the device ensure). */
+static int xs_source(void *user, int layer, int expert, const uint8_t **bytes) {
+    ts_xstream *x = user;
+    int slot = ts_xc_lookup(x->hxc, layer, expert);
+    if (slot < 0) return ENOENT; /* a prediction's read of an expert the host tier lacks: skipped */
+    *bytes = ts_xc_slot_data(x->hxc, slot);
     return 0;
 }
 
 void ts_xstream_close(ts_xstream *x) {
     if (!x) return;
     ts_xc_close(x->xc); /* joins the I/O threads: nothing writes the pool after this */
+    ts_xc_close(x->hxc);
+    ts_free(x->hids);
     if (x->pool) x->be->ops->free(x->be, x->pool);
     ts_expert_map_free(x->map);
     if (x->mu_init) { pthread_mutex_destroy(&x->mu); pthread_mutex_destroy(&x->prep_mu); }
@@ -218,6 +290,14 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
             }
         }
         if (!rc) rc = ts_xc_open(x->map, &q, &x->xc, err);
+        if (!rc && q.source) { /* the pinned host tier in front of the files */
+            ts_xc_params h;
+            xs_tier_params(be, p, x, &h);
+            int hn = 0;
+            ts_xc_plan_parts(x->map, &h, NULL, NULL, NULL, &hn);
+            rc = xs_tier_check(c, p, ts_xc_n_slots(x->xc), hn, ts_xc_slot_stride(x->map), err);
+            if (!rc) rc = ts_xc_open(x->map, &h, &x->hxc, err);
+        }
     }
     if (!rc) {
         x->n_slots = ts_xc_n_slots(x->xc);
@@ -226,8 +306,9 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
         x->slots = ts_alloc(sizeof(int32_t) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
         x->pred_ids = ts_alloc(sizeof(int32_t) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
         x->pred_w = ts_alloc(sizeof(float) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
+        x->hids = ts_alloc(sizeof(int32_t) * (size_t)c->E * (size_t)c->topk, TS_MEM_EXPERT_CACHE);
         x->prefetch = q.prefetch;
-        if (!x->tab || !x->mark || !x->slots || !x->pred_ids || !x->pred_w)
+        if (!x->tab || !x->mark || !x->slots || !x->pred_ids || !x->pred_w || !x->hids)
             rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
     }
     if (!rc) {
@@ -246,6 +327,7 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
 }
 
 ts_xc *ts_xstream_cache(ts_xstream *x) { return x ? x->xc : NULL; }
+ts_xc *ts_xstream_host_tier(ts_xstream *x) { return x ? x->hxc : NULL; }
 void ts_xstream_lock(ts_xstream *x) { pthread_mutex_lock(&x->mu); }
 void ts_xstream_unlock(ts_xstream *x) { pthread_mutex_unlock(&x->mu); }
 
@@ -358,7 +440,17 @@ void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *
         }
         const int cnt = (r1 - r0) * k;
         const int32_t *ids = a->route_ids + (size_t)r0 * k;
-        int rc = ts_xc_ensure(x->xc, layer, ids, cnt, x->slots, &err);
+        int rc = 0;
+        if (x->hxc) {
+            /* the device tier's misses made resident (and pinned) in the
+             * host tier first: the device ensure copies them from there */
+            int nh = 0;
+            for (int i = 0; i < cnt; i++)
+                if (ids[i] >= 0 && ids[i] < E && ts_xc_lookup(x->xc, layer, ids[i]) < 0) x->hids[nh++] = ids[i];
+            if (nh) rc = ts_xc_ensure(x->hxc, layer, x->hids, nh, NULL, &err);
+        }
+        if (!rc) rc = ts_xc_ensure(x->xc, layer, ids, cnt, x->slots, &err);
+        if (x->hxc) ts_xc_unpin(x->hxc, layer); /* copied to the device */
         if (rc) {
             fail_on(s, rc, err.msg);
             break;

@@ -53,10 +53,20 @@ void ts_xstream_close(ts_xstream *x); /* NULL ok */
 
 /* What ts_xstream_open allocates for these parameters (the memory plan), by
  * part: the slots, the I/O threads' staging, the tables (cache, map and
- * views); *n_slots and *slot_bytes: the slot count and size. Runs the same
- * checks as open and reads no tensor data. */
+ * views); *n_slots and *slot_bytes: the slot count and size; *tier (may be
+ * NULL) the host tier's (p->host_tier_bytes on a device backend: the files'
+ * bytes in pinned host slots between the files and the device slots; a
+ * device miss is copied from there, a host miss read from the file first).
+ * Runs the same checks as open and reads no tensor data. */
+typedef struct ts_xstream_tier {
+    uint64_t slots, tables, slot_bytes; /* the host tier's pool and tables (host memory) */
+    int n_slots;
+} ts_xstream_tier;
 int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, const ts_xc_params *p, uint64_t *slots,
-                    uint64_t *staging, uint64_t *tables, int *n_slots, uint64_t *slot_bytes, ts_error *err);
+                    uint64_t *staging, uint64_t *tables, int *n_slots, uint64_t *slot_bytes, ts_xstream_tier *tier,
+                    ts_error *err);
+/* The host tier (NULL without one), for its statistics, as ts_xstream_cache. */
+ts_xc *ts_xstream_host_tier(ts_xstream *x);
 
 /* One MoE FFN of a forward pass through the cache (the steps above); a is
  * the resident call's arguments, layer the map layer (main layers, then the

@@ -159,6 +159,7 @@ typedef struct cli_engine {
     int device;           /* --device N (CUDA) */
     cli_spec spec;
     uint64_t expert_cache; /* 0: all experts resident */
+    uint64_t expert_host_cache; /* --expert-host-cache (device backends), 0: none */
     const char *expert_policy;
 } cli_engine;
 void cli_engine_init(cli_engine *o, const char *cmd, unsigned accept);

@@ -307,7 +307,8 @@ int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
                  : !strcmp(a, "--chunk")                     ? CLI_OPT_CHUNK
                  : !strcmp(a, "--kernels")                   ? CLI_OPT_KERNELS
                  : !strcmp(a, "--backend") || !strcmp(a, "--device") ? CLI_OPT_BACKEND
-                 : !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy") ? CLI_OPT_XCACHE
+                 : !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy") || !strcmp(a, "--expert-host-cache")
+                     ? CLI_OPT_XCACHE
                                                              : 0;
     if (!(opt & o->accept)) return 0;
     if (*i + 1 >= argc) {
@@ -333,6 +334,8 @@ int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
             ok = !strcmp(v, "lfru") || !strcmp(v, "lru");
             o->expert_policy = v;
             want = "lfru or lru";
+        } else if (!strcmp(a, "--expert-host-cache")) {
+            return cli_parse_size(o->cmd, v, &o->expert_host_cache) ? 1 : -1;
         } else {
             return cli_parse_size(o->cmd, v, &o->expert_cache) ? 1 : -1;
         }
@@ -367,6 +370,7 @@ void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_para
         ep->backend = o->backend ? o->backend : "auto";
         ep->device = o->device;
         ep->expert_cache = o->expert_cache;
+        ep->expert_host_cache = o->expert_host_cache;
         ep->expert_policy = o->expert_policy;
     }
     if (sp) {
@@ -397,7 +401,9 @@ void cli_engine_help(FILE *f, unsigned accept) {
     if (accept & CLI_OPT_XCACHE)
         fputs("  --expert-cache SIZE MoE: keep the routed experts in the files and read them on demand into\n"
               "                      a cache of SIZE bytes (K/M/G suffixes; at least one layer's top-k)\n"
-              "  --expert-policy P   its eviction: lfru (default, decayed frequency) or lru\n", f);
+              "  --expert-policy P   its eviction: lfru (default, decayed frequency) or lru\n"
+              "  --expert-host-cache SIZE  GPU: pinned host memory for a second tier between the files and\n"
+              "                      the device slots (a device miss then copies from host memory)\n", f);
     if (accept & CLI_OPT_SPEC) fputs(CLI_SPEC_HELP, f);
 }
 
@@ -424,6 +430,12 @@ void cli_expert_report(const ts_engine *e, int n_tokens, int per_layer) {
         fprintf(stderr, ", prefetched %llu, used %llu (%.1f%%)", (unsigned long long)x.prefetched,
                 (unsigned long long)x.prefetch_used, 100.0 * x.prefetch_used / x.prefetched);
     fprintf(stderr, ", waited %.2f s for reads]\n", x.io_wait_s);
+    if (x.host_slots) {
+        uint64_t hr = x.host_hits + x.host_misses;
+        fprintf(stderr, "[expert host tier: %d slots, hit rate %.1f%% (%llu of %llu), %.1f MB read from the install, waited %.2f s]\n",
+                x.host_slots, hr ? 100.0 * x.host_hits / hr : 0.0, (unsigned long long)x.host_hits, (unsigned long long)hr,
+                x.host_bytes_read / 1e6, x.host_io_wait_s);
+    }
     if (!per_layer) return;
     fprintf(stderr, "[expert cache hit rate by layer:");
     for (int L = 0; L < x.n_layers; L++) {

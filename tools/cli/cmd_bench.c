@@ -361,7 +361,16 @@ int cmd_bench(int argc, char **argv) {
                 if (h + m) printf("%s%.4f", L ? ", " : "", (double)h / (h + m));
                 else printf("%snull", L ? ", " : "");
             }
-            printf("]}");
+            printf("]");
+            if (xs.host_slots) {
+                uint64_t hr = xs.host_hits + xs.host_misses;
+                printf(", \"host_tier\": {\"slots\": %d, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, \"bytes_read\": %llu,"
+                       " \"bytes_read_per_token\": %.0f, \"io_wait_s\": %.3f}",
+                       xs.host_slots, (unsigned long long)xs.host_hits, (unsigned long long)xs.host_misses,
+                       hr ? (double)xs.host_hits / hr : 0.0, (unsigned long long)xs.host_bytes_read, xs.host_bytes_read / xtok,
+                       xs.host_io_wait_s);
+            }
+            printf("}");
         }
         printf("}\n");
     } else {

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR])\n"
             "                       [--ctx N] [--chunk N]"
 " [--spec mtp --draft M] [--checkpoint] [--backend cpu|cuda]\n"
-            "                       [--expert-cache SIZE [--expert-policy P]] [--json]\n"
+            "                       [--expert-cache SIZE [--expert-policy P] [--expert-host-cache SIZE]] [--json]\n"
             "  Print every allocation the engine and one session will make, by owner, memory domain\n"
             "  and category, with totals, without loading any weights.\n"
             "  -m, --model DIR     an install (reads config.json and the safetensors headers only;\n"
@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "  --expert-cache SIZE MoE expert streaming: the cache, its staging and tables as the engine\n"
             "                      allocates them, the routed experts left in the files\n"
             "  --expert-policy P   its eviction policy (lfru, lru; sizes do not depend on it)\n"
+            "  --expert-host-cache SIZE  with --backend cuda: the pinned host tier in front of the files\n"
             "  --json              the plan as one JSON object\n",
             TS_SPEC_MAX_DRAFT);
 }
@@ -179,7 +180,7 @@ int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *shape = NULL, *spec = NULL, *install = NULL, *drafter = NULL, *backend = "cpu";
     int block = -1;
     const char *xpolicy = NULL;
-    uint64_t xcache = 0;
+    uint64_t xcache = 0, xhost = 0;
     int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -190,7 +191,7 @@ int cmd_plan(int argc, char **argv) {
                   !strcmp(a, "--group") || !strcmp(a, "--block");
         int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
                   !strcmp(a, "--install") || !strcmp(a, "--drafter") || !strcmp(a, "--backend") ||
-                  !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy");
+                  !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy") || !strcmp(a, "--expert-host-cache");
         if (!num && !str) {
             fprintf(stderr, "turbospark plan: unknown argument '%s'\n", a);
             usage(stderr);
@@ -206,6 +207,7 @@ int cmd_plan(int argc, char **argv) {
             else if (!strcmp(a, "--backend")) backend = v;
             else if (!strcmp(a, "--expert-policy")) xpolicy = v;
             else if (!strcmp(a, "--expert-cache")) { if (!cli_parse_size("plan", v, &xcache)) return 2; }
+            else if (!strcmp(a, "--expert-host-cache")) { if (!cli_parse_size("plan", v, &xhost)) return 2; }
             else model = v;
             continue;
         }
@@ -261,16 +263,12 @@ int cmd_plan(int argc, char **argv) {
         free(pl);
         return 2;
     }
-    if (xcache && strcmp(backend, "cpu")) {
-        fprintf(stderr, "turbospark plan: --expert-cache runs on the CPU only for now\n");
-        free(pl);
-        return 2;
-    }
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     ep.backend = backend;
     ep.drafter_dir = drafter;
     ep.expert_cache = xcache;
+    ep.expert_host_cache = xhost;
     ep.expert_policy = xpolicy;
     int rc = shape ? ts_mem_plan_shape_ex(shape, bits, group, install, &ep, &sp, pl, &err)
                    : ts_mem_plan_dir_ex(model, &ep, &sp, pl, &err);
