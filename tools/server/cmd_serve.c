@@ -344,6 +344,9 @@ static enum MHD_Result do_generate(conn *cc, struct MHD_Connection *c, int route
     }
     cc->j = j;
     cc->responded = 1;
+    pthread_mutex_lock(&s->mu);
+    s->n_answering++;
+    pthread_mutex_unlock(&s->mu);
     if (j->stream) {
         /* Headers only once a worker runs it: a job answered while queued
          * (the drain at shutdown) gets a real status, not a 200 stream
@@ -662,6 +665,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx, enum M
     if (cc->j) {
         srv_job_cancel(cc->j); /* no-op for a finished job */
         srv_job_unref(cc->j);
+        pthread_mutex_lock(&cc->s->mu);
+        cc->s->n_answering--;
+        pthread_mutex_unlock(&cc->s->mu);
     }
     free(cc->body);
     free(cc);
@@ -843,6 +849,18 @@ int cmd_serve(int argc, char **argv) {
      * the daemon (which joins them) cannot hang. */
     srv_pool_drain(s, drain_s);
     srv_pool_stop(s);
+    /* Every job is finished now, but a connection thread may not yet have
+     * sent its last bytes (the error chunk of a stream cut at the drain
+     * timeout, or a reply's body): stopping the daemon now would close the
+     * socket under it. Give them a bounded grace to flush. */
+    for (int i = 0; i < 200; i++) {
+        pthread_mutex_lock(&s->mu);
+        const int left = s->n_answering;
+        pthread_mutex_unlock(&s->mu);
+        if (!left) break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     MHD_stop_daemon(d);
     d = NULL;
 out:

@@ -96,6 +96,7 @@ struct srv {
     int ring_cap, q_head, q_len, n_busy, stopping;
     int n_admitted;               /* requests admitted at their headers, not yet queued (srv_admit) */
     int draining;                 /* SIGTERM: no new requests; the queue answered 503; running jobs finish */
+    int n_answering;              /* requests holding a job whose reply is not yet fully sent (on_completed) */
     struct slot *slots;
     uint64_t jobs_taken;          /* jobs the workers have taken (the slots' last_used clock) */
 
