@@ -145,6 +145,11 @@ typedef struct ts_expert_stats {
     int host_slots;
     uint64_t host_hits, host_misses, host_bytes_read;
     double host_io_wait_s;
+    /* exclusive (1) when the host tier cannot hold every expert: it then
+     * keeps what the device slots lack, each device victim copied back into
+     * it (host_writebacks) and each expert the device takes dropped from it */
+    int host_exclusive;
+    uint64_t host_writebacks;
 } ts_expert_stats;
 TS_API int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *out);
 /* A size as --expert-cache takes it: bytes with an optional K, M, G or T

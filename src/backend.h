@@ -313,6 +313,12 @@ typedef struct ts_topn_args {
 /* floats of one work item's workspace for chunks of L rows (cpu/prefill.c) */
 size_t ts_delta_chunk_ws(int L, int dk, int dv);
 
+/* One byte run of ts_backend_ops.slot_copy. */
+typedef struct ts_copy_run {
+    uint64_t src, dst, bytes;
+} ts_copy_run;
+enum { TS_COPY_D2H = 0, TS_COPY_H2D = 1, TS_COPY_D2D = 2 };
+
 struct ts_backend_ops {
     /* memory (the domain is the backend's); zeroed */
     void *(*alloc)(ts_backend *be, size_t bytes, ts_mem_cat cat);
@@ -343,12 +349,9 @@ struct ts_backend_ops {
     void (*weight_prepare)(ts_backend *be, ts_weight *w, void *dst);
     /* the same preparation on the calling thread alone, callable from any
      * thread, several at once (expert streaming prepares on its I/O
-     * threads, into its slots); NULL: weight_prepare is used, one at a
-     * time. Returns 0, or an errno-like code (a failed device copy) that
-     * fails the read. A device backend writes dst (device memory) and
-     * returns when the copy is complete; it records nothing about dst (a
-     * slot is reused: its views are resolved through the pool, see
-     * ts_moe_args.route_slots) */
+     * threads, into its host slots); NULL: weight_prepare is used, one at a
+     * time. Returns 0, or an errno-like code that fails the read. Host
+     * memory only: a device backend's slots are filled by slot_copy. */
     int (*weight_prepare_1)(ts_backend *be, ts_weight *w, void *dst);
 
     /* compute; rows in x, row-exact under TS_MODE_EXACT */
@@ -390,6 +393,25 @@ struct ts_backend_ops {
      * expert cache's staging), so its copies need no driver staging; 0 or
      * an error code. NULL: nothing to do (the CPU). */
     int (*host_pin)(ts_backend *be, void *p, size_t bytes, int pin);
+
+    /* Device slots for streamed weights (expert streaming on a device
+     * backend; NULL on the CPU). Both are about bytes, not models:
+     * weight_parts says where weight_prepare puts w's parts in its prepared
+     * copy, when preparing is only placing them: 1 and off[0] = the data's
+     * offset, off[1] / off[2] = the scales' / biases' (quantized weights),
+     * or 0 when preparing transforms the bytes (then slots cannot be
+     * filled by copies). slot_copy runs n byte copies between host memory
+     * and device memory, runs[i] = (offset in src, offset in dst, bytes),
+     * in direction dir (TS_COPY_H2D, _D2H, _D2D); callable from
+     * any thread, several at once (the expert cache's I/O threads), each on
+     * its own stream, waiting for none of the sessions' work; returns 0
+     * once every byte has arrived, or an errno-like code. Why copies and not
+     * a per-weight upload: a streamed expert whose file bytes are laid out
+     * as its prepared copy (every install this engine writes) moves in one
+     * copy, and can move back (a device slot's victim saved to the host
+     * tier: model/xstream.c) the same way. */
+    int (*weight_parts)(ts_backend *be, const ts_weight *w, uint64_t off[3]);
+    int (*slot_copy)(ts_backend *be, void *dst, const void *src, const ts_copy_run *runs, int n, int dir);
 };
 
 /* ---- the backends ---- */

@@ -1734,6 +1734,7 @@ TS_TEST(cuda_engine, dflash_sampling_repeats) {
  * distinct experts than slots: the pass's form is kept). The cache must be
  * exercised (misses, evictions, hits). */
 static uint64_t g_xs_host; /* --expert-host-cache of xs_open */
+static int g_xs_excl;      /* the host tier expected exclusive (expert_host_tier_identical_to_resident) */
 
 static int xs_open(const char *dir, uint64_t cache, const char *policy, ts_engine **e, ts_error *err) {
     ts_engine_params ep;
@@ -1863,14 +1864,17 @@ static void xs_identical(const char *dir, int extra_slots) {
                 slots, pol[p], (unsigned long long)xe.hits, (unsigned long long)xe.misses, (unsigned long long)xe.evictions,
                 xe.bytes_read / 1e6);
         if (g_xs_host)
-            fprintf(stderr, "; host tier %d slots: %llu hits, %llu misses, %.1f MB read", xe.host_slots,
+            fprintf(stderr, "; host tier %d slots (%s, %llu victims kept): %llu hits, %llu misses, %.1f MB read", xe.host_slots,
+                    xe.host_exclusive ? "exclusive" : "inclusive", (unsigned long long)xe.host_writebacks,
                     (unsigned long long)xe.host_hits, (unsigned long long)xe.host_misses, xe.host_bytes_read / 1e6);
         fprintf(stderr, "\n");
         CHECK_MSG(xe.misses > 0 && xe.evictions > 0 && xe.hits > 0, "the cache was not exercised");
         /* a host tier serves every device miss: the device tier reads nothing itself */
         if (g_xs_host)
-            CHECK_MSG(xe.host_slots > 0 && xe.host_misses > 0 && xe.host_hits > 0 && xe.bytes_read == 0 && xe.host_bytes_read > 0,
-                      "the host tier was not exercised");
+            CHECK_MSG(xe.host_slots > 0 && xe.host_misses > 0 && xe.host_hits > 0 && xe.bytes_read == 0 && xe.host_bytes_read > 0 &&
+                          xe.host_exclusive == g_xs_excl && (!g_xs_excl || xe.host_writebacks > 0),
+                      "the host tier was not exercised (exclusive %d, wanted %d; %llu victims kept)", xe.host_exclusive, g_xs_excl,
+                      (unsigned long long)xe.host_writebacks);
         ts_engine_close(ec);
         ec = NULL;
     }
@@ -1898,9 +1902,17 @@ TS_TEST(cuda_engine, expert_host_tier_identical_to_resident) {
     /* tiny-moe INT4: 9 map layers x 8 experts in 32 KiB slots: 36 of them
      * (+ the pool's alignment page); models/moe: 4 x 32 in 16 KiB: 64 */
     g_xs_host = 36 * 32768 + 4096;
+    /* half the experts: exclusive by default (device victims copied back
+     * into it, so every copy runs both ways); then forced inclusive */
+    g_xs_excl = 1;
     xs_identical(dir, 1);
+    setenv("TS_XC_EXCLUSIVE", "0", 1);
+    g_xs_excl = 0;
+    xs_identical(dir, 1);
+    unsetenv("TS_XC_EXCLUSIVE");
     struct stat sb;
     g_xs_host = 64 * 16384 + 4096;
+    g_xs_excl = 1;
     if (!stat("models/moe/config.json", &sb)) xs_identical("models/moe", 2);
     g_xs_host = 0;
 }

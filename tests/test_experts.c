@@ -879,3 +879,193 @@ TS_TEST(experts, caller_slots_written_only_by_prepare) {
     free(pool);
     inst_close(&x);
 }
+
+/* Two tiers as model/xstream.c runs an exclusive host tier in front of
+ * device slots, with host memory for both: a "device" cache of caller
+ * slots filled from the host tier (source), whose victims take the host
+ * slot of the miss they make room for (victim: ts_xc_rename; exchange: the
+ * bytes swapped through a scratch buffer per I/O thread), and whose misses
+ * are dropped from the host tier once taken when no victim took their slot
+ * (forget). Asserted: every slot the device tier hands out holds the
+ * expert's file bytes, and every host slot too (victims kept and read back
+ * many times over); the tiers never both hold an expert; with room in the
+ * two together for every expert, the tiers hold all of them after the
+ * first pass and later passes read nothing from the files; a failed
+ * exchange fails that ensure, the renamed slots are dropped, and the next
+ * ensures work. */
+typedef struct x2_user {
+    ts_xc *dev, *host;
+    const ts_expert_map *m;
+    uint64_t bytes;
+    uint8_t *tmp[4];
+    int32_t claims[256];
+    int n_claims, fail_exchange, bad_worker;
+} x2_user;
+
+static int x2_source(void *user, int layer, int expert, const uint8_t **bytes) {
+    x2_user *u = user;
+    int s = ts_xc_lookup(u->host, layer, expert);
+    if (s < 0) return ENOENT;
+    *bytes = ts_xc_slot_data(u->host, s);
+    return 0;
+}
+static int x2_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst) {
+    x2_user *u = user;
+    (void)layer, (void)expert;
+    memcpy(dst, src, u->bytes);
+    return 0;
+}
+static uint8_t *x2_victim(void *user, int ol, int oe, int layer, int e, const uint8_t **src) {
+    x2_user *u = user;
+    int h = ts_xc_lookup(u->host, layer, e);
+    if (h < 0 || ts_xc_lookup(u->host, ol, oe) >= 0) return NULL;
+    *src = ts_xc_slot_data(u->host, h);
+    uint8_t *d = ts_xc_rename(u->host, layer, e, ol, oe);
+    if (d && u->n_claims < 256) u->claims[u->n_claims++] = (int32_t)ts_xmap_idx(u->m, ol, oe);
+    return d;
+}
+static int x2_exchange(void *user, int worker, int old_layer, int layer, uint8_t *slot, const uint8_t *src, uint8_t *dst) {
+    x2_user *u = user;
+    (void)old_layer, (void)layer;
+    if (worker < 0 || worker >= 4) { u->bad_worker = 1; return EINVAL; }
+    if (u->fail_exchange) return EIO;
+    memcpy(u->tmp[worker], slot, u->bytes);
+    memcpy(slot, src, u->bytes);
+    memcpy(dst, u->tmp[worker], u->bytes); /* dst may overlap src: src is read already */
+    return 0;
+}
+
+/* One group through both tiers, as ts_xstream_moe does it. */
+static int x2_group(x2_user *u, int layer, const int32_t *ids, int n, int32_t *slots, ts_error *err) {
+    int32_t miss[64];
+    int nh = 0;
+    for (int i = 0; i < n; i++)
+        if (ts_xc_lookup(u->dev, layer, ids[i]) < 0) miss[nh++] = ids[i];
+    int rc = nh ? ts_xc_ensure(u->host, layer, miss, nh, NULL, err) : 0;
+    u->n_claims = 0;
+    if (!rc) rc = ts_xc_ensure(u->dev, layer, ids, n, slots, err);
+    ts_xc_unpin_all(u->host);
+    const int E = u->m->E;
+    if (rc) {
+        for (int i = 0; i < u->n_claims; i++) ts_xc_forget(u->host, u->claims[i] / E, u->claims[i] % E);
+        return rc;
+    }
+    const int32_t *fs;
+    int nf = ts_xc_last_filled(u->dev, &fs);
+    for (int i = 0; i < nf; i++) {
+        int l, e;
+        ts_xc_slot_owner(u->dev, fs[i], &l, &e);
+        ts_xc_forget(u->host, l, e); /* -1 when a victim took its slot */
+    }
+    return 0;
+}
+
+TS_TEST(experts, exclusive_tiers_cover_both) {
+    inst x;
+    if (inst_open(&x, install("tiny-moe", 4))) return;
+    const ts_expert_map *m = x.map;
+    const int total = m->n_layers * m->E, k = m->topk;
+    ts_error err = {0};
+    x2_user u = {.m = m, .bytes = m->expert_bytes};
+    for (int i = 0; i < 4; i++) u.tmp[i] = malloc(m->expert_bytes);
+    /* the device tier: k + 2 caller slots, 4 I/O threads */
+    ts_xc_params dp;
+    ts_xc_params_default(&dp);
+    dp.n_io = 4;
+    dp.slot_bytes = m->expert_bytes;
+    dp.prepare = x2_prepare;
+    dp.source = x2_source;
+    dp.victim = x2_victim;
+    dp.exchange = x2_exchange;
+    dp.caller_slots = 1;
+    dp.prepare_user = &u;
+    const uint64_t dstride = (m->expert_bytes + 63) & ~(uint64_t)63;
+    const int nd = k + 2;
+    dp.cache_bytes = dstride * (uint64_t)nd;
+    uint8_t *pool = malloc((size_t)nd * dstride);
+    dp.pool = pool;
+    ts_xc_params bad = dp;
+    bad.exchange = NULL;
+    CHECK_MSG(ts_xc_open(m, &bad, &u.dev, &err) == TS_E_ARG && strstr(err.msg, "exchange"), "a victim hook alone: %s", err.msg);
+    /* the host tier: exactly the experts the device cannot hold */
+    ts_xc_params hp;
+    ts_xc_params_default(&hp);
+    const int nh = total - nd;
+    hp.cache_bytes = ts_xc_slot_stride(m) * (uint64_t)nh;
+    const size_t before = ts_mem_used(TS_MEM_EXPERT_CACHE);
+    CHECK_MSG(ts_xc_open(m, &dp, &u.dev, &err) == 0 && ts_xc_open(m, &hp, &u.host, &err) == 0, "%s", err.msg);
+    if (ts_test_failed()) goto out;
+    CHECK(ts_xc_n_slots(u.dev) == nd && ts_xc_n_slots(u.host) == nh);
+    uint64_t rng = 0x2545F4914F6CDD1DULL;
+    int32_t ids[64], sl[64];
+    uint64_t host_misses_after_warm = 0;
+    int failed_once = 0, lost = 0;
+    for (int pass = 0; pass < 3 && !ts_test_failed(); pass++) {
+        if (pass == 1) host_misses_after_warm = ts_xc_get_stats(u.host)->misses;
+        for (int t = 0; t < 4 * total && !ts_test_failed(); t++) {
+            int layer;
+            if (pass == 0) { /* every expert once, k at a time */
+                if (t * k >= total) break;
+                layer = (t * k / m->E) % m->n_layers;
+                for (int j = 0; j < k; j++) ids[j] = (t * k + j) % m->E;
+            } else {
+                layer = (int)(rng % (uint64_t)m->n_layers);
+                for (int j = 0; j < k; j++) {
+                    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+                    int e = (int)((rng >> 33) % (uint64_t)m->E), dup = 0;
+                    for (int q = 0; q < j; q++) dup |= ids[q] == e;
+                    ids[j] = dup ? -1 : e;
+                }
+                int n = 0;
+                for (int j = 0; j < k; j++) if (ids[j] >= 0) ids[n++] = ids[j];
+                for (int j = n; j < k; j++) ids[j] = ids[0];
+            }
+            /* pass 2: failing exchanges until one group fails */
+            u.fail_exchange = pass == 2 && !failed_once;
+            int rc = x2_group(&u, layer, ids, k, sl, &err);
+            if (u.fail_exchange && rc) {
+                failed_once = 1;
+                CHECK_MSG(rc == TS_E_IO && strstr(err.msg, "expert cache"), "a failed exchange: %d %s", rc, err.msg);
+                u.fail_exchange = 0;
+                lost = -1; /* measured below */
+                continue;
+            }
+            u.fail_exchange = 0;
+            CHECK_MSG(rc == 0, "pass %d step %d: %s", pass, t, err.msg);
+            for (int j = 0; j < k && !rc; j++) {
+                size_t ix = ts_xmap_idx(m, layer, ids[j]);
+                CHECK_MSG(!memcmp(ts_xc_slot_data(u.dev, sl[j]), file_bytes(&x, ix), m->bytes[ix]),
+                          "pass %d step %d: layer %d expert %d: device slot bytes", pass, t, layer, ids[j]);
+            }
+            ts_xc_unpin(u.dev, layer);
+            int both = 0, held = 0, wrong = 0;
+            for (int l = 0; l < m->n_layers; l++)
+                for (int e = 0; e < m->E; e++) {
+                    int a = ts_xc_lookup(u.dev, l, e) >= 0, hs = ts_xc_lookup(u.host, l, e);
+                    both += a && hs >= 0;
+                    held += a || hs >= 0;
+                    size_t ix = ts_xmap_idx(m, l, e);
+                    if (hs >= 0 && memcmp(ts_xc_slot_data(u.host, hs), file_bytes(&x, ix), m->bytes[ix])) wrong++;
+                }
+            CHECK_MSG(both == 0 && wrong == 0, "pass %d step %d: %d experts in both tiers, %d host slots with wrong bytes", pass, t, both, wrong);
+            if (lost < 0) lost = total - held;
+            if (pass > 0) CHECK_MSG(held >= total - (lost > 0 ? lost : 0), "pass %d step %d: the tiers hold %d of %d experts", pass, t, held, total);
+        }
+    }
+    const ts_xc_stats *ds = ts_xc_get_stats(u.dev), *hs = ts_xc_get_stats(u.host);
+    CHECK_MSG(ds->victims_saved > (uint64_t)total && hs->renames >= ds->victims_saved && !u.bad_worker,
+              "%llu victims kept, %llu renames, bad worker index %d", (unsigned long long)ds->victims_saved,
+              (unsigned long long)hs->renames, u.bad_worker);
+    /* after the warm pass every expert is in one tier or the other: the files are read again only for what the failed group lost */
+    CHECK_MSG(hs->misses - host_misses_after_warm <= (uint64_t)(lost > 0 ? lost : 0), "%llu host misses after the warm pass (%d lost)",
+              (unsigned long long)(hs->misses - host_misses_after_warm), lost);
+    /* a failed group loses at most its misses and their victims (each renamed host slot is dropped) */
+    CHECK_MSG(failed_once && lost > 0 && lost <= 2 * k, "the failing exchange: ran %d, lost %d (top-%d)", failed_once, lost, k);
+out:
+    ts_xc_close(u.dev);
+    ts_xc_close(u.host);
+    CHECK(ts_mem_used(TS_MEM_EXPERT_CACHE) == before);
+    free(pool);
+    for (int i = 0; i < 4; i++) free(u.tmp[i]);
+    inst_close(&x);
+}

@@ -952,27 +952,39 @@ void cu_weight_prepare(ts_backend *be, ts_weight *w, void *dst) {
     }
 }
 
-/* A streamed expert's matrix into a device slot (expert streaming's
- * weight_prepare_1, on an I/O thread of model/xstream.c, several at once):
- * cu_weight_prepare's layout at dst, copied on the calling thread's own
- * stream (cudaStreamPerThread: the sessions' streams are non-blocking, so
- * it waits for none of them) and complete on return. Nothing is recorded:
- * a slot is reused by other experts, and the MoE op finds its views through
- * the pool (ts_moe_args.pool_w, slot_desc). The staging it reads is
- * pageable host memory (the driver stages it). */
-int cu_weight_prepare_1(ts_backend *be, ts_weight *w, void *dst) {
-    cu_be *b = BE(be);
-    if (!b->c) return EINVAL;
+/* Where cu_weight_prepare puts a weight's parts (it only places them:
+ * data, then scales and biases at 256-byte aligned offsets): expert
+ * streaming fills device slots in this layout by copies (cu_slot_copy), and
+ * slot_desc reads it back. */
+int cu_weight_parts(ts_backend *be, const ts_weight *w, uint64_t off[3]) {
+    (void)be;
     size_t db, sb;
     wsizes(w, &db, &sb);
-    uint8_t *p = (uint8_t *)dst;
+    off[0] = 0;
+    off[1] = w->dtype == TS_DTYPE_U32 ? al256(db) : 0;
+    off[2] = w->dtype == TS_DTYPE_U32 ? al256(db) + al256(sb) : 0;
+    return 1;
+}
+
+/* Byte runs between host and device memory for expert streaming (an I/O
+ * thread of model/xstream.c filling a device slot, or saving a victim to
+ * the host tier; several threads at once): all runs issued on the calling
+ * thread's own stream (cudaStreamPerThread: the sessions' streams are
+ * non-blocking, so it waits for none of them), then one wait. Nothing is
+ * recorded: a slot is reused by other experts, and the MoE op finds its
+ * views through the pool (ts_moe_args.pool_w, slot_desc). The host side is
+ * pinned memory where xstream could pin it (host_pin), else the driver
+ * stages it. */
+int cu_slot_copy(ts_backend *be, void *dst, const void *src, const ts_copy_run *runs, int n, int dir) {
+    cu_be *b = BE(be);
+    if (!b->c) return EINVAL;
     cudaStream_t st = cudaStreamPerThread;
+    const cudaMemcpyKind k = dir == TS_COPY_H2D   ? cudaMemcpyHostToDevice
+                             : dir == TS_COPY_D2H ? cudaMemcpyDeviceToHost
+                                                  : cudaMemcpyDeviceToDevice;
     cudaError_t e = cudaSetDevice(b->device); /* the thread's device is its own */
-    if (e == cudaSuccess) e = cudaMemcpyAsync(p, w->data, db, cudaMemcpyHostToDevice, st);
-    if (w->dtype == TS_DTYPE_U32) {
-        if (e == cudaSuccess) e = cudaMemcpyAsync(p + al256(db), w->scales, sb, cudaMemcpyHostToDevice, st);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(p + al256(db) + al256(sb), w->biases, sb, cudaMemcpyHostToDevice, st);
-    }
+    for (int i = 0; i < n && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync((uint8_t *)dst + runs[i].dst, (const uint8_t *)src + runs[i].src, runs[i].bytes, k, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     return e == cudaSuccess ? 0 : EIO;
 }
@@ -2184,13 +2196,14 @@ const ts_backend_ops cu_ops = {
     cu_alloc,        cu_free,      cu_write,      cu_read,      cu_copy,           cu_fill,
     cu_host_rows,    cu_sync,      cu_stream_new, cu_stream_free, cu_workspace_bytes, cu_enter,
     cu_leave,        cu_weight_bytes, cu_weight_prepare,
-    cu_weight_prepare_1, /* the expert cache's device slots (uploads at open use weight_prepare) */
+    NULL,            /* weight_prepare_1: host slots only; device slots are filled by cu_slot_copy */
     cu_linear,       cu_embed,     cu_norm,
     cu_swiglu,       cu_attn,      cu_gdn,        cu_gdn_materialize, cu_moe,
     cu_moe_route,
     cu_argmax,       cu_topn,
     cu_graph_begin,  cu_graph_end, cu_graph_launch,
     cu_host_pin,
+    cu_weight_parts, cu_slot_copy,
 };
 
 void cu_destroy(ts_backend *be) {

@@ -244,6 +244,8 @@ int ts_engine_xc_params(const ts_engine_params *ep, const ts_config *cfg, ts_xc_
     if (v && *v) xp->direct = atoi(v) != 0;
     v = getenv("TS_XC_HALFLIFE");
     if (v && *v) xp->halflife = atof(v);
+    v = getenv("TS_XC_EXCLUSIVE"); /* the host tier exclusive (1) or inclusive (0) whatever its size */
+    if (v && *v) xp->host_exclusive = atoi(v) != 0;
     v = getenv("TS_XC_PREFETCH"); /* next-layer prediction (off: bench/experts/RESULTS.md) */
     if (v && *v) xp->prefetch = atoi(v) != 0;
     return 0;
@@ -277,6 +279,8 @@ int ts_engine_expert_stats(const ts_engine *e, ts_expert_stats *o) {
         o->host_misses = hs->misses;
         o->host_bytes_read = hs->bytes_read;
         o->host_io_wait_s = hs->io_wait_s;
+        o->host_exclusive = ts_xstream_host_exclusive(e->model.xs);
+        o->host_writebacks = s->victims_saved;
     }
     ts_xstream_unlock(e->model.xs);
     return 0;

@@ -272,6 +272,9 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
                      (double)tier.slot_bytes / (1 << 20));
             add(pl, what, TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 1, (uint64_t)tier.n_slots, tier.slots);
             add(pl, "expert host tier: slot table, counts", TS_MEM_EXPERT_CACHE, TS_DOM_HOST, 1, 0, 0, 1, tier.tables);
+            if (tier.swap_bytes) /* exclusive: the exchange's scratch slots */
+                add(pl, "expert host tier: exclusive, the I/O threads' device scratch slots", TS_MEM_EXPERT_CACHE, be->dom, 1, 0, 1,
+                    (uint64_t)xp.n_io, tier.swap_bytes);
         }
         pl->expert_slots = n_slots;
         pl->expert_slot_bytes = slot_bytes;

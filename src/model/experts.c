@@ -373,6 +373,7 @@ void ts_xc_params_default(ts_xc_params *p) {
     p->n_io = 4;
     p->halflife = 32;
     p->direct = 1;
+    p->host_exclusive = -1;
 }
 
 typedef struct xc_job {
@@ -381,6 +382,9 @@ typedef struct xc_job {
     int err_no;         /* errno of a failed pread */
     uint64_t got;       /* bytes read of the needed span */
     int short_read;     /* the file ended before the expert did */
+    size_t old_ix;      /* the evicted expert whose bytes go to save_dst (exchange) */
+    uint8_t *save_dst;  /* NULL: nothing to save (params.victim) */
+    const uint8_t *src; /* with save_dst: the miss's bytes */
 } xc_job;
 
 struct ts_xc {
@@ -522,6 +526,51 @@ static void unpin_one(ts_xc *c, int s) {
     else unpin_all(c, s);
 }
 
+void ts_xc_unpin_all(ts_xc *c) {
+    if (!c) return;
+    while (c->n_pinned > 0) unpin_all(c, c->pinned[c->n_pinned - 1]);
+}
+
+uint8_t *ts_xc_rename(ts_xc *c, int layer, int expert, int new_layer, int new_expert) {
+    const ts_expert_map *m = c ? c->m : NULL;
+    if (!c || !c->pool || layer < 0 || layer >= m->n_layers || expert < 0 || expert >= m->E || new_layer < 0 ||
+        new_layer >= m->n_layers || new_expert < 0 || new_expert >= m->E)
+        return NULL;
+    size_t ix = ts_xmap_idx(m, layer, expert), nx = ts_xmap_idx(m, new_layer, new_expert);
+    int s = c->table[ix];
+    if (s < 0 || c->table[nx] >= 0) return NULL;
+    c->table[ix] = -1;
+    c->table[nx] = s;
+    c->owner[s] = (int32_t)nx;
+    c->data_off[s] = c->p.prepare ? 0 : (uint32_t)(m->off[nx] & (XC_PAGE - 1));
+    /* ranked as a prefetch is: by its decayed count now, not an access */
+    if (c->p.policy == TS_XC_LRU) c->key[s] = (double)c->clock;
+    else {
+        double cn = (double)c->cnt[nx] * exp2(-(double)(c->clock - c->t_last[nx]) / c->h);
+        c->key[s] = (double)c->clock / c->h + log2(cn > 1e-30 ? cn : 1e-30);
+    }
+    if (c->heap_pos[s] >= 0) { /* unpinned: its place in the heap moves with the key */
+        heap_remove(c, s);
+        heap_push(c, s);
+    }
+    c->st.renames++;
+    return c->pool + (size_t)s * c->stride + c->data_off[s];
+}
+
+int ts_xc_forget(ts_xc *c, int layer, int expert) {
+    const ts_expert_map *m = c ? c->m : NULL;
+    if (!c || layer < 0 || layer >= m->n_layers || expert < 0 || expert >= m->E) return -1;
+    size_t ix = ts_xmap_idx(m, layer, expert);
+    int s = c->table[ix];
+    if (s < 0 || c->pins[s]) return -1;
+    heap_remove(c, s);
+    if (c->pref) c->pref[s] = 0;
+    c->table[ix] = -1;
+    c->owner[s] = -1;
+    c->freel[c->n_free++] = s;
+    return 0;
+}
+
 void ts_xc_unpin(ts_xc *c, int layer) {
     if (!c) return;
     for (int i = c->n_pinned - 1; i >= 0; i--) {
@@ -537,6 +586,14 @@ static void xc_read(ts_xc *c, xc_job *j, int worker) {
     uint64_t off = m->off[j->ix], len = m->bytes[j->ix];
     uint64_t a0 = off & ~(uint64_t)(XC_PAGE - 1);
     int f = m->file[j->ix];
+    if (j->save_dst) { /* the slot's victim to a tier in front, the miss from it */
+        const int L = (int)(j->ix / m->E), Lo = (int)(j->old_ix / m->E);
+        int rc = c->p.exchange(c->p.prepare_user, worker, Lo, L, c->pool + (size_t)j->slot * c->stride, j->src, j->save_dst);
+        j->err_no = rc;
+        j->got = rc ? 0 : len;
+        if (!rc) __atomic_add_fetch(&c->st.victims_saved, 1, __ATOMIC_RELAXED);
+        return;
+    }
     if (c->p.source) { /* a tier in front of the files holds the bytes */
         const int e = (int)(j->ix % m->E), L = (int)(j->ix / m->E);
         const uint8_t *src = NULL;
@@ -750,6 +807,7 @@ int ts_xc_open(const ts_expert_map *m, const ts_xc_params *pp, ts_xc **out, ts_e
     if (p.caller_slots && !p.dry && (!p.prepare || !p.pool))
         return ts_fail(err, TS_E_ARG, "expert cache: caller-owned slots need a pool and a prepare callback");
     if (p.source && !p.prepare) return ts_fail(err, TS_E_ARG, "expert cache: a source tier needs a prepare callback");
+    if (p.victim && (!p.exchange || !p.source)) return ts_fail(err, TS_E_ARG, "expert cache: a victim hook needs exchange and source");
     uint64_t stride = xc_stride(m, &p);
     int n_slots = xc_slots_for(m, &p);
     if (n_slots < m->topk)
@@ -1025,6 +1083,9 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
         size_t ix = ts_xmap_idx(m, layer, c->uniq[u]);
         if (c->table[ix] >= 0) continue;
         int s;
+        uint8_t *save = NULL;
+        const uint8_t *src = NULL;
+        size_t old_ix = 0;
         if (c->n_free > 0) {
             s = c->freel[--c->n_free];
         } else {
@@ -1032,9 +1093,14 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
             s = c->heap[0];
             heap_remove(c, s);
             if (c->pref) c->pref[s] = 0;
-            c->table[c->owner[s]] = -1;
+            const size_t old = (size_t)c->owner[s];
+            c->table[old] = -1;
             c->owner[s] = -1;
             c->st.evictions++;
+            if (c->p.victim && !c->p.dry) {
+                save = c->p.victim(c->p.prepare_user, (int)(old / m->E), (int)(old % m->E), layer, c->uniq[u], &src);
+                old_ix = old;
+            }
         }
         c->owner[s] = (int32_t)ix;
         c->data_off[s] = c->p.prepare ? 0 : (uint32_t)(m->off[ix] & (XC_PAGE - 1));
@@ -1042,7 +1108,7 @@ int ts_xc_ensure(ts_xc *c, int layer, const int32_t *ids, int n, int32_t *slots,
         c->key[s] = c->p.policy == TS_XC_LRU ? (double)c->clock : (double)c->clock / c->h + log2((double)c->cnt[ix]);
         pin(c, s);
         c->took[nt++] = s;
-        c->jobs[nj++] = (xc_job){.slot = s, .ix = ix};
+        c->jobs[nj++] = (xc_job){.slot = s, .ix = ix, .old_ix = old_ix, .save_dst = save, .src = src};
     }
     if (nj && !c->p.dry) xc_run_jobs(c, nj);
     int bad = -1;

@@ -183,6 +183,26 @@ typedef struct ts_xc_params {
      * bytes of pinned host memory between the files and the device slots
      * (--expert-host-cache; 0: none). The cache itself ignores it. */
     uint64_t host_tier_bytes;
+    /* model/xstream.c: the host tier exclusive of the device slots (1),
+     * inclusive (0), or exclusive when it cannot hold every expert (-1,
+     * the default). The cache itself ignores it. */
+    int host_exclusive;
+    /* Victims kept by a tier in front (model/xstream.c's exclusive host
+     * tier), by exchange: when an ensure evicts (old_layer, old_expert) to
+     * refill its slot with a miss (layer, expert) that `source` serves,
+     * victim(user, old_layer, old_expert, layer, expert, &src) is called on
+     * the caller's thread. It returns where the victim's bytes go (NULL:
+     * they are dropped, and the miss is read as usual), and then sets *src
+     * to the miss's bytes (source is not called for it): normally the front
+     * tier's slot that held the miss now holds the victim (ts_xc_rename), so
+     * dst and src are the same slot. The I/O job then calls exchange(user,
+     * worker, old_layer, layer, slot, src, dst) instead of prepare: the
+     * slot's old content to dst and the miss from src into the slot, in an
+     * order that lets dst and src overlap (worker: the I/O thread's index,
+     * 0 .. n_io - 1, for a scratch buffer of its own). Nonzero return: the
+     * read fails with that code. */
+    uint8_t *(*victim)(void *user, int old_layer, int old_expert, int layer, int expert, const uint8_t **src);
+    int (*exchange)(void *user, int worker, int old_layer, int layer, uint8_t *slot, const uint8_t *src, uint8_t *dst);
 } ts_xc_params;
 
 void ts_xc_params_default(ts_xc_params *p);
@@ -203,6 +223,8 @@ typedef struct ts_xc_stats {
     uint64_t prefetched;    /* experts ts_xc_prefetch started reading */
     uint64_t prefetch_used; /* of them, asked for by an ensure before being evicted */
     uint64_t prefetch_errors;
+    uint64_t renames;       /* slots ts_xc_rename handed over (victims of a tier behind, kept here) */
+    uint64_t victims_saved; /* evicted experts a front tier kept (params.victim, exchange) */
     int n_layers;
     ts_xc_layer_stats *layer; /* [n_layers], owned by the cache */
 } ts_xc_stats;
@@ -258,6 +280,22 @@ int ts_xc_lookup(const ts_xc *c, int layer, int expert);
 int ts_xc_last_filled(const ts_xc *c, const int32_t **slots);
 /* Drop the pins that ensures of `layer` took (the layer's compute is done). */
 void ts_xc_unpin(ts_xc *c, int layer);
+/* Drop every pin (of any layer). */
+void ts_xc_unpin_all(ts_xc *c);
+/* The slot holding (layer, expert) handed to (new_layer, new_expert), which
+ * must not be resident: the table forgets the first and points the second
+ * at the slot, whose pins and data address (the new expert's in-page
+ * offset: ts_xc_slot_data) are the slot's from now on; the caller writes
+ * the new expert's bytes there before anything reads them, or forgets it.
+ * Ranked by the new expert's decayed count (not an access). Returns the
+ * new data address, or NULL (nothing changed) when the first is not
+ * resident, the second is, or the cache has no pool. An exclusive tier
+ * takes a device victim into the slot of the miss it served. */
+uint8_t *ts_xc_rename(ts_xc *c, int layer, int expert, int new_layer, int new_expert);
+/* Drop (layer, expert) from the cache, its slot free again: 0, or -1 when it
+ * is not resident or is pinned (nothing changed). An exclusive tier drops
+ * what the tier behind it took. */
+int ts_xc_forget(ts_xc *c, int layer, int expert);
 /* The expert bytes held by `slot` (borrowed; NULL in dry mode): valid while
  * the slot is pinned. Tensor views: add map->parts[layer * n_parts + i].off. */
 const uint8_t *ts_xc_slot_data(const ts_xc *c, int slot);

@@ -19,9 +19,24 @@
  * A device backend (be->dom TS_DOM_DEVICE: CUDA). The slots are device
  * memory from the backend's own alloc (one block, counted in its domain),
  * handed to the cache as caller-owned slots; an I/O thread reads an expert
- * into its host staging buffer and the backend's weight_prepare_1 copies it
- * into the slot (the layout its upload at open gives a resident expert),
- * several threads at once. The moe call gets the slot of every route and
+ * into its host staging buffer and copies it into the slot with the
+ * backend's slot_copy, in the layout its upload at open gives a resident
+ * expert (weight_parts says where each part goes; xs_runs merges the parts
+ * into byte runs: one run for the installs this engine writes), several
+ * threads at once.
+ *
+ * The host tier (--expert-host-cache, device backends): a second cache of
+ * the files' bytes in pinned host memory; a device miss is first made
+ * resident there (read from the install if it misses too), then copied to
+ * the device from it. When it cannot hold every expert it is exclusive: a
+ * device miss Y served from host slot h that evicts X from device slot d
+ * exchanges them (X's bytes go into h, through a device scratch slot per
+ * I/O thread: xs_exchange), and a miss that took a free device slot is
+ * dropped from the host, so the two tiers together hold device + host
+ * slots of distinct experts and, once both are warm and large enough
+ * together, nothing is read from the install. A failed group drops the
+ * host slots it renamed (their copies may be partial): those experts are
+ * read again when asked for. The moe call gets the slot of every route and
  * the pool's geometry (ts_moe_args.route_slots / pool_w / pool_stride): the
  * device kernels index the pool by slot exactly as they index a layer's
  * resident experts by id, so a streamed expert runs the resident kernels
@@ -36,6 +51,8 @@
 
 #include "model/xstream.h"
 
+#define XS_MAX_RUNS 9 /* three matrices of data, scales and biases */
+
 struct ts_xstream {
     const ts_model *m;
     ts_backend *be;
@@ -48,6 +65,15 @@ struct ts_xstream {
     ts_xc *hxc;             /* device with --expert-host-cache: the pinned host tier (file bytes) */
     int32_t *hids;          /* [E * topk] a group's experts the device tier lacks */
     uint64_t poff[3];       /* prepared: offset of gate, up, down in a slot */
+    /* device: a layer's file bytes of one expert -> its slot, as byte runs
+     * (slot_copy), and back (a victim saved to the host tier); one run when
+     * the file lays the parts out as the slot does */
+    ts_copy_run *up_runs, *down_runs; /* [n_layers * XS_MAX_RUNS] */
+    int *n_runs;                      /* [n_layers] */
+    int exclusive;          /* the host tier keeps what the device lacks (victims saved, promotions dropped) */
+    int32_t *claims;        /* [E]: victims one device ensure renamed into host slots (map indices) */
+    uint8_t *swap;          /* exclusive: a device scratch slot per I/O thread (xs_exchange) */
+    int n_claims;
     uint64_t slot_bytes;
     int n_slots;
     ts_weight *tab;         /* [3 * E]: gate, up, down views of one group's experts */
@@ -81,9 +107,20 @@ static uint64_t prep_layout(const ts_expert_map *map, const ts_config *cfg, ts_b
     return total;
 }
 
-static uint64_t own_bytes(const ts_config *cfg) {
+/* Host bytes ts_xstream_open allocates itself: device slots add the byte
+ * runs, an exclusive host tier its victim list. */
+static uint64_t own_bytes(const ts_config *cfg, int n_layers, int device, int exclusive) {
     return sizeof(ts_xstream) + sizeof(ts_weight) * 3 * (size_t)cfg->E + sizeof(int32_t) * (size_t)cfg->E +
-           4 * sizeof(int32_t) * (size_t)cfg->E * (size_t)cfg->topk;
+           4 * sizeof(int32_t) * (size_t)cfg->E * (size_t)cfg->topk +
+           (device ? (sizeof(ts_copy_run) * 2 * XS_MAX_RUNS + sizeof(int)) * (size_t)n_layers : 0) +
+           (exclusive ? sizeof(int32_t) * (size_t)cfg->E : 0);
+}
+
+/* The host tier's form: exclusive when it cannot hold every expert (or as
+ * params.host_exclusive forces). */
+static int xs_exclusive(const ts_expert_map *map, const ts_xc_params *p, int host_slots) {
+    const int all = (int64_t)host_slots >= (int64_t)map->n_layers * map->E;
+    return p->host_exclusive < 0 ? !all : p->host_exclusive != 0;
 }
 
 static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst);
@@ -103,7 +140,7 @@ static int xs_params(const ts_expert_map *map, const ts_config *cfg, ts_backend 
     q->prepare = pb ? xs_prepare : NULL;
     q->prepare_user = user;
     if (be->dom == TS_DOM_DEVICE) {
-        if (!pb || !be->ops->weight_prepare_1)
+        if (!pb || !be->ops->slot_copy || !be->ops->weight_parts)
             return ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache: the %s backend cannot fill device slots", be->name);
         q->caller_slots = 1;
         if (be->ops->host_pin) q->pin_hook = xs_pin;
@@ -174,9 +211,8 @@ int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, c
         rc = ts_fail(err, TS_E_ARG,
                      "--expert-cache %llu bytes holds %d expert slot%s of %llu bytes; one layer's top-%d needs at least %d", 
                      (unsigned long long)p->cache_bytes, ns, ns == 1 ? "" : "s", (unsigned long long)stride, cfg->topk, cfg->topk);
-    } else if (tables) {
-        *tables += ts_expert_map_bytes(map) + own_bytes(cfg);
     }
+    int excl = 0;
     if (!rc && q.source) { /* the host tier */
         ts_xc_params h;
         xs_tier_params(be, p, NULL, &h);
@@ -184,8 +220,15 @@ int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, c
         int hn = 0;
         ts_xc_plan_parts(map, &h, &hs, NULL, &ht, &hn);
         rc = xs_tier_check(cfg, p, ns, hn, ts_xc_slot_stride(map), err);
-        if (!rc && tier) tier->slots = hs, tier->tables = ht, tier->n_slots = hn, tier->slot_bytes = ts_xc_slot_stride(map);
+        excl = xs_exclusive(map, p, hn);
+        const uint64_t sb = (q.slot_bytes + 63) & ~(uint64_t)63;
+        if (!rc && tier) {
+            tier->slots = hs, tier->tables = ht, tier->n_slots = hn, tier->slot_bytes = ts_xc_slot_stride(map);
+            tier->exclusive = excl;
+            tier->swap_bytes = excl ? (uint64_t)(q.n_io > 0 ? q.n_io : 4) * sb : 0;
+        }
     }
+    if (!rc && total && tables) *tables += ts_expert_map_bytes(map) + own_bytes(cfg, map->n_layers, q.caller_slots, excl);
     ts_expert_map_free(map);
     return rc;
 }
@@ -198,6 +241,8 @@ static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uin
     ts_error e;
     (void)expert;
     if (ts_expert_views(x->map, &x->m->cfg, layer, src, w, &e)) return EINVAL;
+    if (x->device) /* the slot is device memory: the layer's byte runs */
+        return x->be->ops->slot_copy(x->be, dst, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
     /* on this I/O thread alone when the backend can (several prepare at
      * once, next to the reads in flight), else one at a time */
     if (x->be->ops->weight_prepare_1) {
@@ -234,6 +279,89 @@ static int xs_pin(void *user, void *p, uint64_t bytes, int on) {
     return 0;
 }
 
+/* Exclusive host tier, by exchange: a device miss Y served by host slot h
+ * evicts X from device slot d; h is renamed X's (on the caller's thread,
+ * inside the device ensure) ... */
+static uint8_t *xs_victim(void *user, int ol, int oe, int layer, int e, const uint8_t **src) {
+    ts_xstream *x = user;
+    const int h = ts_xc_lookup(x->hxc, layer, e);
+    if (h < 0 || ts_xc_lookup(x->hxc, ol, oe) >= 0) return NULL; /* nothing to exchange with, or X is there already */
+    *src = ts_xc_slot_data(x->hxc, h);
+    uint8_t *d = ts_xc_rename(x->hxc, layer, e, ol, oe);
+    if (!d) return NULL;
+    x->claims[x->n_claims++] = (int32_t)ts_xmap_idx(x->map, ol, oe);
+    return d;
+}
+
+/* ... and the I/O job swaps the bytes through its own device scratch slot:
+ * X from d to the scratch (device to device: ~2 us for 7 MB), Y from h into
+ * d, X from the scratch into h, in order on the thread's stream. A victim
+ * costs one copy back over the bus (its other direction) and no host slot
+ * of its own, so the two tiers hold device + host slots of distinct experts. */
+static int xs_exchange(void *user, int worker, int old_layer, int layer, uint8_t *slot, const uint8_t *src, uint8_t *dst) {
+    ts_xstream *x = user;
+    uint8_t *t = x->swap + (size_t)worker * x->slot_bytes;
+    const ts_copy_run all = {0, 0, x->slot_bytes};
+    int rc = x->be->ops->slot_copy(x->be, t, slot, &all, 1, TS_COPY_D2D);
+    if (!rc) rc = x->be->ops->slot_copy(x->be, slot, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
+    if (!rc)
+        rc = x->be->ops->slot_copy(x->be, dst, t, x->down_runs + (size_t)old_layer * XS_MAX_RUNS, x->n_runs[old_layer], TS_COPY_D2H);
+    return rc;
+}
+
+/* The byte runs of each layer: every part of the three matrices, from its
+ * offset in the expert's file bytes to where weight_prepare places it in
+ * the slot (poff + weight_parts), sorted by file offset and merged where
+ * both sides are contiguous. The installs this engine writes lay an
+ * expert out as [gate: data, scales, biases][up][down], so where the
+ * parts' sizes keep the backend's alignment (every released shape) an
+ * expert is one run: one copy per miss, one per saved victim. */
+static int xs_runs(ts_xstream *x, ts_error *err) {
+    static const uint8_t base[64];
+    const ts_config *c = &x->m->cfg;
+    const int nl = x->map->n_layers;
+    x->up_runs = ts_alloc(sizeof(ts_copy_run) * 2 * XS_MAX_RUNS * (size_t)nl, TS_MEM_EXPERT_CACHE);
+    x->n_runs = ts_alloc(sizeof(int) * (size_t)nl, TS_MEM_EXPERT_CACHE);
+    if (!x->up_runs || !x->n_runs) return ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
+    x->down_runs = x->up_runs + XS_MAX_RUNS * (size_t)nl;
+    for (int L = 0; L < nl; L++) {
+        ts_weight w[3];
+        int rc = ts_expert_views(x->map, c, L, base, w, err);
+        if (rc) return rc;
+        ts_copy_run r[XS_MAX_RUNS];
+        int n = 0;
+        for (int j = 0; j < 3; j++) {
+            uint64_t po[3];
+            if (!x->be->ops->weight_parts(x->be, &w[j], po))
+                return ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache: the %s backend transforms expert weights when it prepares them, so its device slots cannot be filled by copies", x->be->name);
+            const int q = w[j].dtype == TS_DTYPE_U32;
+            uint64_t db = q ? (uint64_t)w[j].rows * (uint64_t)w[j].cols * (uint64_t)w[j].bits / 8
+                            : (uint64_t)w[j].rows * (uint64_t)w[j].cols * ts_dtype_size(w[j].dtype);
+            uint64_t sb = q ? (uint64_t)w[j].rows * (uint64_t)(w[j].cols / w[j].group) * ts_dtype_size(w[j].sdtype) : 0;
+            r[n++] = (ts_copy_run){(uint64_t)((const uint8_t *)w[j].data - base), x->poff[j] + po[0], db};
+            if (q) {
+                r[n++] = (ts_copy_run){(uint64_t)((const uint8_t *)w[j].scales - base), x->poff[j] + po[1], sb};
+                r[n++] = (ts_copy_run){(uint64_t)((const uint8_t *)w[j].biases - base), x->poff[j] + po[2], sb};
+            }
+        }
+        for (int i = 1; i < n; i++) /* insertion sort by file offset: nine at most */
+            for (int k = i; k > 0 && r[k].src < r[k - 1].src; k--) {
+                ts_copy_run t = r[k];
+                r[k] = r[k - 1];
+                r[k - 1] = t;
+            }
+        ts_copy_run *u = x->up_runs + (size_t)L * XS_MAX_RUNS, *d = x->down_runs + (size_t)L * XS_MAX_RUNS;
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            if (m && u[m - 1].src + u[m - 1].bytes == r[i].src && u[m - 1].dst + u[m - 1].bytes == r[i].dst) u[m - 1].bytes += r[i].bytes;
+            else u[m++] = r[i];
+        }
+        for (int i = 0; i < m; i++) d[i] = (ts_copy_run){u[i].dst, u[i].src, u[i].bytes};
+        x->n_runs[L] = m;
+    }
+    return 0;
+}
+
 /* The device tier's misses come from the host tier's slots (ts_xstream_moe
  * made them resident and pinned before the device ensure). */
 static int xs_source(void *user, int layer, int expert, const uint8_t **bytes) {
@@ -249,7 +377,11 @@ void ts_xstream_close(ts_xstream *x) {
     ts_xc_close(x->xc); /* joins the I/O threads: nothing writes the pool after this */
     ts_xc_close(x->hxc);
     ts_free(x->hids);
+    ts_free(x->up_runs);
+    ts_free(x->n_runs);
+    ts_free(x->claims);
     if (x->pool) x->be->ops->free(x->be, x->pool);
+    if (x->swap) x->be->ops->free(x->be, x->swap);
     ts_expert_map_free(x->map);
     if (x->mu_init) { pthread_mutex_destroy(&x->mu); pthread_mutex_destroy(&x->prep_mu); }
     ts_free(x->tab);
@@ -289,15 +421,38 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
                 q.pool = x->pool;
             }
         }
-        if (!rc) rc = ts_xc_open(x->map, &q, &x->xc, err);
+        if (!rc && x->device) rc = xs_runs(x, err);
+        ts_xc_params h;
+        int hn = 0;
         if (!rc && q.source) { /* the pinned host tier in front of the files */
-            ts_xc_params h;
             xs_tier_params(be, p, x, &h);
-            int hn = 0;
             ts_xc_plan_parts(x->map, &h, NULL, NULL, NULL, &hn);
-            rc = xs_tier_check(c, p, ts_xc_n_slots(x->xc), hn, ts_xc_slot_stride(x->map), err);
-            if (!rc) rc = ts_xc_open(x->map, &h, &x->hxc, err);
+            int dn = 0;
+            ts_xc_plan_parts(x->map, &q, NULL, NULL, NULL, &dn);
+            rc = xs_tier_check(c, p, dn, hn, ts_xc_slot_stride(x->map), err);
+            /* Exclusive when the host tier cannot hold every expert: then
+             * what it holds should be what the device lacks, so that the
+             * two tiers together cover device + host slots of experts (a
+             * model of 212 GB of experts on a 141 GB GPU with 128 GB of RAM
+             * reads nothing from disk once both are warm). The price is a
+             * copy back over the bus for each device victim, which the
+             * bus's other direction carries. Inclusive when the host holds
+             * all: a victim is still there. */
+            x->exclusive = xs_exclusive(x->map, p, hn);
+            if (!rc && x->exclusive) {
+                q.victim = xs_victim;
+                q.exchange = xs_exchange;
+                x->claims = ts_alloc(sizeof(int32_t) * (size_t)c->E, TS_MEM_EXPERT_CACHE);
+                if (!x->claims) rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
+                const int nio = q.n_io > 0 ? q.n_io : 4;
+                const size_t sw = (size_t)nio * x->slot_bytes;
+                if (!rc && !(x->swap = be->ops->alloc(be, sw, TS_MEM_EXPERT_CACHE)))
+                    rc = ts_fail(err, TS_E_NOMEM, "--expert-host-cache: cannot allocate the %d I/O threads' device scratch slots (%.2f MiB) on %s",
+                                 nio, (double)sw / (1 << 20), be->name);
+            }
         }
+        if (!rc) rc = ts_xc_open(x->map, &q, &x->xc, err);
+        if (!rc && q.source) rc = ts_xc_open(x->map, &h, &x->hxc, err);
     }
     if (!rc) {
         x->n_slots = ts_xc_n_slots(x->xc);
@@ -328,6 +483,7 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
 
 ts_xc *ts_xstream_cache(ts_xstream *x) { return x ? x->xc : NULL; }
 ts_xc *ts_xstream_host_tier(ts_xstream *x) { return x ? x->hxc : NULL; }
+int ts_xstream_host_exclusive(const ts_xstream *x) { return x && x->hxc && x->exclusive; }
 void ts_xstream_lock(ts_xstream *x) { pthread_mutex_lock(&x->mu); }
 void ts_xstream_unlock(ts_xstream *x) { pthread_mutex_unlock(&x->mu); }
 
@@ -449,8 +605,24 @@ void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *
                 if (ids[i] >= 0 && ids[i] < E && ts_xc_lookup(x->xc, layer, ids[i]) < 0) x->hids[nh++] = ids[i];
             if (nh) rc = ts_xc_ensure(x->hxc, layer, x->hids, nh, NULL, &err);
         }
+        x->n_claims = 0;
         if (!rc) rc = ts_xc_ensure(x->xc, layer, ids, cnt, x->slots, &err);
-        if (x->hxc) ts_xc_unpin(x->hxc, layer); /* copied to the device */
+        if (x->hxc) {
+            ts_xc_unpin_all(x->hxc); /* copied to the device (and the victims saved) */
+            if (rc) /* a claimed slot may hold a partial copy */
+                for (int i = 0; i < x->n_claims; i++) ts_xc_forget(x->hxc, x->claims[i] / E, x->claims[i] % E);
+            else if (x->exclusive) {
+                /* the device has the experts it just took: their host slots
+                 * are free for the ones it lacks */
+                const int32_t *fs;
+                const int nf = ts_xc_last_filled(x->xc, &fs);
+                for (int i = 0; i < nf; i++) {
+                    int lf, ef;
+                    ts_xc_slot_owner(x->xc, fs[i], &lf, &ef);
+                    ts_xc_forget(x->hxc, lf, ef);
+                }
+            }
+        }
         if (rc) {
             fail_on(s, rc, err.msg);
             break;

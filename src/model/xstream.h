@@ -61,12 +61,17 @@ void ts_xstream_close(ts_xstream *x); /* NULL ok */
 typedef struct ts_xstream_tier {
     uint64_t slots, tables, slot_bytes; /* the host tier's pool and tables (host memory) */
     int n_slots;
+    int exclusive;                      /* exclusive of the device slots (xstream.c) */
+    uint64_t swap_bytes;                /* exclusive: the I/O threads' device scratch slots (device memory) */
 } ts_xstream_tier;
 int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, const ts_xc_params *p, uint64_t *slots,
                     uint64_t *staging, uint64_t *tables, int *n_slots, uint64_t *slot_bytes, ts_xstream_tier *tier,
                     ts_error *err);
 /* The host tier (NULL without one), for its statistics, as ts_xstream_cache. */
 ts_xc *ts_xstream_host_tier(ts_xstream *x);
+/* 1 when the host tier is exclusive of the device slots (device victims
+ * saved into it, the experts the device takes dropped from it). */
+int ts_xstream_host_exclusive(const ts_xstream *x);
 
 /* One MoE FFN of a forward pass through the cache (the steps above); a is
  * the resident call's arguments, layer the map layer (main layers, then the

@@ -432,9 +432,11 @@ void cli_expert_report(const ts_engine *e, int n_tokens, int per_layer) {
     fprintf(stderr, ", waited %.2f s for reads]\n", x.io_wait_s);
     if (x.host_slots) {
         uint64_t hr = x.host_hits + x.host_misses;
-        fprintf(stderr, "[expert host tier: %d slots, hit rate %.1f%% (%llu of %llu), %.1f MB read from the install, waited %.2f s]\n",
-                x.host_slots, hr ? 100.0 * x.host_hits / hr : 0.0, (unsigned long long)x.host_hits, (unsigned long long)hr,
-                x.host_bytes_read / 1e6, x.host_io_wait_s);
+        fprintf(stderr, "[expert host tier: %d slots, %s, hit rate %.1f%% (%llu of %llu), %.1f MB read from the install, waited %.2f s",
+                x.host_slots, x.host_exclusive ? "exclusive" : "inclusive", hr ? 100.0 * x.host_hits / hr : 0.0,
+                (unsigned long long)x.host_hits, (unsigned long long)hr, x.host_bytes_read / 1e6, x.host_io_wait_s);
+        if (x.host_exclusive) fprintf(stderr, ", %llu device victims kept", (unsigned long long)x.host_writebacks);
+        fprintf(stderr, "]\n");
     }
     if (!per_layer) return;
     fprintf(stderr, "[expert cache hit rate by layer:");

@@ -365,10 +365,10 @@ int cmd_bench(int argc, char **argv) {
             if (xs.host_slots) {
                 uint64_t hr = xs.host_hits + xs.host_misses;
                 printf(", \"host_tier\": {\"slots\": %d, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, \"bytes_read\": %llu,"
-                       " \"bytes_read_per_token\": %.0f, \"io_wait_s\": %.3f}",
+                       " \"bytes_read_per_token\": %.0f, \"io_wait_s\": %.3f, \"exclusive\": %s, \"writebacks\": %llu}",
                        xs.host_slots, (unsigned long long)xs.host_hits, (unsigned long long)xs.host_misses,
                        hr ? (double)xs.host_hits / hr : 0.0, (unsigned long long)xs.host_bytes_read, xs.host_bytes_read / xtok,
-                       xs.host_io_wait_s);
+                       xs.host_io_wait_s, xs.host_exclusive ? "true" : "false", (unsigned long long)xs.host_writebacks);
             }
             printf("}");
         }

@@ -457,6 +457,25 @@ static int expert_metrics(const ts_engine *e, char *buf, size_t cap, int n) {
                           pass ? "misses" : "hits", L, (unsigned long long)(pass ? m : h));
         }
     }
+    if (x.host_slots && n > 0 && (size_t)n < cap) { /* --expert-host-cache */
+        uint64_t hr = x.host_hits + x.host_misses;
+        n += snprintf(buf + n, cap - (size_t)n,
+                      "# HELP turbospark_expert_host_tier_slots Routed experts the pinned host tier holds.\n"
+                      "# TYPE turbospark_expert_host_tier_slots gauge\nturbospark_expert_host_tier_slots %d\n"
+                      "# HELP turbospark_expert_host_tier_hits_total Device misses served from the host tier.\n"
+                      "# TYPE turbospark_expert_host_tier_hits_total counter\nturbospark_expert_host_tier_hits_total %llu\n"
+                      "# HELP turbospark_expert_host_tier_misses_total Device misses the host tier read from the install.\n"
+                      "# TYPE turbospark_expert_host_tier_misses_total counter\nturbospark_expert_host_tier_misses_total %llu\n"
+                      "# HELP turbospark_expert_host_tier_hit_rate Host tier hits over its requests since start.\n"
+                      "# TYPE turbospark_expert_host_tier_hit_rate gauge\nturbospark_expert_host_tier_hit_rate %.4f\n"
+                      "# HELP turbospark_expert_host_tier_read_bytes_total Bytes the host tier read from the install.\n"
+                      "# TYPE turbospark_expert_host_tier_read_bytes_total counter\nturbospark_expert_host_tier_read_bytes_total %llu\n"
+                      "# HELP turbospark_expert_host_tier_writebacks_total Device victims kept in the host tier (exclusive tier).\n"
+                      "# TYPE turbospark_expert_host_tier_writebacks_total counter\nturbospark_expert_host_tier_writebacks_total %llu\n",
+                      x.host_slots, (unsigned long long)x.host_hits, (unsigned long long)x.host_misses,
+                      hr ? (double)x.host_hits / hr : 0.0, (unsigned long long)x.host_bytes_read,
+                      (unsigned long long)x.host_writebacks);
+    }
     return n;
 }
 
