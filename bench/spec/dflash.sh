@@ -9,17 +9,22 @@
 # drifts). Checks that every mode's
 # ids equal plain greedy, sums the acceptance statistics over the windows.
 #   bench/spec/dflash.sh [MODEL_DIR] [THREADS] [N] [ACT_BITS]
+# Environment: TS_BIN (the binary; build/turbospark), TS_RUN_ARGS (more run
+# options, e.g. "--backend cuda"), TS_WINDOWS (the first K windows only),
+# TS_MODES (modes separated by ';', e.g. "plain;mtp 3;dflash 16"; the first
+# must be plain).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M_DIR=${1:-models/default}
 T=${2:-1}
 N=${3:-128}
 AB=${4:-}
-BIN=build/turbospark
+BIN=${TS_BIN:-build/turbospark}
 MODES=("plain" "mtp 1" "mtp 2" "mtp 3" "mtp 4" "dflash 4" "dflash 8" "dflash 16" "dflash 8 0.3" "dflash 16 0.3" "dflash 16 0.6")
+if [ -n "${TS_MODES:-}" ]; then IFS=';' read -r -a MODES <<< "$TS_MODES"; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-grep -v '^#' tools/train/heldout.ids | cut -d, -f1-64 > "$tmp/prompts"
+grep -v '^#' tools/train/heldout.ids | cut -d, -f1-64 | head -n "${TS_WINDOWS:-16}" > "$tmp/prompts"
 for i in "${!MODES[@]}"; do : > "$tmp/ids$i"; : > "$tmp/err$i"; done
 while read -r p; do
   for i in "${!MODES[@]}"; do
@@ -29,10 +34,10 @@ while read -r p; do
       mtp) args="--spec mtp --draft $2" ;;
       dflash) args="--spec dflash --block $2${3:+ --draft-p-min $3}" ;;
     esac
-    $BIN run -m "$M_DIR" --threads "$T" ${AB:+--act-bits $AB} --ids "$p" -n "$N" $args --print-ids >>"$tmp/ids$i" 2>>"$tmp/err$i"
+    $BIN run -m "$M_DIR" --threads "$T" ${AB:+--act-bits $AB} ${TS_RUN_ARGS:-} --ids "$p" -n "$N" $args --print-ids >>"$tmp/ids$i" 2>>"$tmp/err$i"
   done
 done < "$tmp/prompts"
-echo "model $M_DIR, threads $T, activations ${AB:-default} bits, 16 held-out windows, prompt 64 ids, $N greedy tokens each"
+echo "model $M_DIR, threads $T, activations ${AB:-default} bits, $(wc -l < "$tmp/prompts") held-out windows, prompt 64 ids, $N greedy tokens each${TS_RUN_ARGS:+, run $TS_RUN_ARGS}"
 echo "| mode | output | decode tok/s (harmonic over windows) | vs plain | drafts accepted | mean accepted length (tokens/verify) | acceptance by position (P(first k accepted), mean over windows) |"
 echo "|---|---|---|---|---|---|---|"
 base=""
@@ -59,5 +64,5 @@ for i in "${!MODES[@]}"; do
       sub(/ 0\./, " p-min 0.", mode)
       printf "| %s | %s | %.1f | %.2f | %d/%d | %.2f |%s |\n", mode, same, rate, rate / base, acc, dr, (acc + blocks) / blocks, pos
     }' "$tmp/err$i" 2>"$tmp/base"
-  [ -z "$base" ] && base=$(cat "$tmp/base")
+  if [ -z "$base" ]; then base=$(cat "$tmp/base"); fi
 done

@@ -1285,14 +1285,18 @@ tsc_attn_args attn_common(const ts_attn_args *a, int L, float *ws, int P) {
  * output gate when no_gate (Qwen3-style draft layers).
  * The position is the host step record's, not the device copy: a DFlash
  * context pass has no embedding (the op that copies the record to the
- * device), so the device record may still hold the last target pass's; the
- * drafter never captures, so nothing needs it on the device. */
+ * device), so the device record may still hold the last target pass's.
+ * Inside a capture (the drafter's block pass, model/dflash.c, which starts
+ * with the embedding) it is the device record's: the kernels add it to the
+ * rows' offsets, and the pieces are those of the whole cache (a replay's
+ * position is not known here), which moves a block row's rounding, hence
+ * at most the acceptance, never the verified output. */
 void attn_block(ts_stream *s, const ts_attn_args *a) {
     cu_stream *q = ST(s);
-    const int n = a->n, n_kv = a->n_kv, pos = s->step.pos, D = a->D;
+    const int cap = q->capturing;
+    const int n = a->n, n_kv = a->n_kv, hpos = s->step.pos, pos = cap ? 0 : hpos, D = a->D;
     const int L = a->kv_len > 0 && a->kv_len <= a->att_len ? a->kv_len : a->att_len;
-    if (q->capturing) { fail(s, TS_E_ARG, "block-mask attention inside a graph capture"); return; }
-    if (n < 1 || n_kv < 0 || n_kv > n || pos < 0 || pos + n > L) {
+    if (n < 1 || n_kv < 0 || n_kv > n || hpos < 0 || hpos + n > L) {
         fail(s, TS_E_ARG, "block-mask attention: bad context rows, or rows past the cache or the scores scratch");
         return;
     }
@@ -1301,6 +1305,7 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
     if (!attn_ws(s, a, L, &ws, &P)) return;
     const int qw = a->no_gate ? D : 2 * D, qd = a->nq * qw, kvd = a->nkv * D;
     tsc_attn_args t = attn_common(a, L, ws, P);
+    if (cap) t.pos_dev = &q->dstep->step.pos;
     t.no_gate = a->no_gate;
     t.qg = a->qg, t.phase = 1;
     /* context rows: keys and values only */

@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/bind.h"
 #include "model/dflash.h"
@@ -427,6 +428,26 @@ int ts_dflash_context(const ts_dflash *d, ts_dflash_state *ds, ts_stream *s, con
     return ts_be_sync(s, NULL);
 }
 
+/* Graphs of the block pass (a backend with the hooks: CUDA), as the
+ * target's passes are captured (qwen35.c): everything after the embedding,
+ * which copies the step record (the position) and the ids to the device;
+ * the attention takes the position from the device record in a capture.
+ * One graph per shape (rows, mode, head rows, logits planes), on the
+ * session's stream, whose lifetime is this state's. Key kind 0x40 keeps
+ * clear of the target's kinds. 0: run uncaptured. */
+#define DF_GRAPH_KIND 0x40u
+static uint32_t df_key(ts_dflash_state *ds, ts_stream *s, int n, ts_mode md, const float *logits, int head_rows) {
+    const char *g = getenv("TS_GRAPHS"), *v = getenv("TSC_DGRAPH");
+    if ((g && !strcmp(g, "0")) || (v && !strcmp(v, "0")) || !s->be->ops->graph_launch || n < 2 || n > 0xffff) return 0;
+    for (int i = 0; i < ds->n_gsig; i++)
+        if (ds->gsig[i].n == n && ds->gsig[i].mode == (int)md && ds->gsig[i].head_rows == head_rows && ds->gsig[i].logits == logits)
+            return DF_GRAPH_KIND << 24 | (uint32_t)i << 16 | (uint32_t)n;
+    if (ds->n_gsig == (int)(sizeof ds->gsig / sizeof ds->gsig[0])) return 0;
+    const int i = ds->n_gsig++;
+    ds->gsig[i].n = n, ds->gsig[i].mode = (int)md, ds->gsig[i].head_rows = head_rows, ds->gsig[i].logits = logits;
+    return DF_GRAPH_KIND << 24 | (uint32_t)i << 16 | (uint32_t)n;
+}
+
 int ts_dflash_block(const ts_dflash *d, ts_dflash_state *ds, const ts_model *m, ts_stream *s, const int32_t *ids,
                     int n, int pos, float *logits, int head_rows, ts_mode md) {
     const ts_dflash_cfg *c = &d->cfg;
@@ -439,6 +460,12 @@ int ts_dflash_block(const ts_dflash *d, ts_dflash_state *ds, const ts_model *m, 
     s->step.pos = pos;
     s->step.n = n;
     op->embed(s, md, &m->embed, ids, ds->x, (size_t)H, n);
+    const uint32_t key = df_key(ds, s, n, md, logits, head_rows);
+    int capture = 0;
+    if (key) {
+        if (op->graph_launch(s, key) == 0) return ts_be_sync(s, NULL);
+        capture = op->graph_begin(s, key) == 0;
+    }
     for (int L = 0; L < c->n_layers; L++) {
         const ts_dflash_layer *l = &d->layers[L];
         op->norm(s, md, ds->x, H, NULL, l->in_norm, ds->u, H, n, H, c->eps);
@@ -464,5 +491,6 @@ int ts_dflash_block(const ts_dflash *d, ts_dflash_state *ds, const ts_model *m, 
     } else {
         lin(s, md, &m->head, ds->u + H, logits, n - 1);
     }
+    if (capture && op->graph_end(s, key) == 0) op->graph_launch(s, key);
     return ts_be_sync(s, NULL);
 }

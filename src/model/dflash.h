@@ -108,6 +108,10 @@ typedef struct ts_dflash_state {
     float *k, *v;           /* [R, nkv*D] */
     float *g, *up;          /* [B, I] */
     float *att;             /* [nq, ctx] scores */
+    /* the block passes captured as graphs (a backend with the hooks),
+     * one per shape: rows, mode, head rows, logits planes (dflash.c) */
+    struct { const float *logits; int n, head_rows, mode; } gsig[16];
+    int n_gsig;
 } ts_dflash_state;
 
 /* Context rows: taps [n, n_taps*H] (the target's tap buffer, rows of

@@ -285,9 +285,11 @@ int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int p
     const int kind = st->tape_on ? (st->gdn_pend ? GK_VERIFY_PEND : GK_VERIFY)
                                  : (st->gdn_pend ? GK_DECODE_PEND : GK_DECODE);
     /* streamed experts: each MoE layer waits for its routes on the host
-     * (model/xstream.h), which a graph cannot hold */
-    const int direct = (logits && st->logits_host) || st->dbg_layers || st->n_taps || m->xs;
-    const uint32_t key = direct ? 0 : pass_key(st, kind, n, md, logits, NULL, NULL, 0);
+     * (model/xstream.h), which a graph cannot hold. DFlash's taps are
+     * copies into the session's tap buffer, captured with the pass: its
+     * address is in the key (a pass with taps and one without differ) */
+    const int direct = (logits && st->logits_host) || st->dbg_layers || m->xs;
+    const uint32_t key = direct ? 0 : pass_key(st, kind, n, md, logits, st->n_taps ? st->tap_out : NULL, NULL, 0);
     int capture;
     const int replay = graph_enter(st, key, &capture);
     for (int L = 0; L < m->cfg.n_layers && !replay; L++) {
