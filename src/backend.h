@@ -412,6 +412,12 @@ struct ts_backend_ops {
      * tier: model/xstream.c) the same way. */
     int (*weight_parts)(ts_backend *be, const ts_weight *w, uint64_t off[3]);
     int (*slot_copy)(ts_backend *be, void *dst, const void *src, const ts_copy_run *runs, int n, int dir);
+    /* The same runs enqueued on stream s, in order with its ops, returning
+     * at once: the host side must stay as it is until s is synchronized
+     * (a failure is the stream's sticky error). Expert streaming issues a
+     * layer's copies from host-resident experts this way, so the MoE
+     * kernels that follow on s see them without any wait of the host's. */
+    void (*stream_copy)(ts_stream *s, void *dst, const void *src, const ts_copy_run *runs, int n, int dir);
 };
 
 /* ---- the backends ---- */

@@ -989,6 +989,24 @@ int cu_slot_copy(ts_backend *be, void *dst, const void *src, const ts_copy_run *
     return e == cudaSuccess ? 0 : EIO;
 }
 
+/* cu_slot_copy's runs on the session's stream, not waited for (expert
+ * streaming's copies from the pinned host tier, issued by the caller's
+ * thread before the MoE kernels that read the slots). */
+void cu_stream_copy(ts_stream *s, void *dst, const void *src, const ts_copy_run *runs, int n, int dir) {
+    flush(s);
+    cu_stream *q = ST(s);
+    if (dead(s)) return;
+    if (q->capturing) { fail(s, TS_E_ARG, "slot copies inside a graph capture"); return; }
+    const cudaMemcpyKind k = dir == TS_COPY_H2D   ? cudaMemcpyHostToDevice
+                             : dir == TS_COPY_D2H ? cudaMemcpyDeviceToHost
+                                                  : cudaMemcpyDeviceToDevice;
+    for (int i = 0; i < n; i++) {
+        cudaError_t e = cudaMemcpyAsync((uint8_t *)dst + runs[i].dst, (const uint8_t *)src + runs[i].src, runs[i].bytes, k,
+                                        q->c->stream);
+        if (e != cudaSuccess) { io_err(s, "expert slot copy", e); return; }
+    }
+}
+
 /* Host memory the I/O threads stage streamed experts in, page-locked (the
  * copies into device slots then run at the bus's rate; pageable memory is
  * staged again by the driver). Not counted as the pinned domain: these are
@@ -2208,7 +2226,7 @@ const ts_backend_ops cu_ops = {
     cu_argmax,       cu_topn,
     cu_graph_begin,  cu_graph_end, cu_graph_launch,
     cu_host_pin,
-    cu_weight_parts, cu_slot_copy,
+    cu_weight_parts, cu_slot_copy,   cu_stream_copy,
 };
 
 void cu_destroy(ts_backend *be) {

@@ -246,6 +246,8 @@ int ts_engine_xc_params(const ts_engine_params *ep, const ts_config *cfg, ts_xc_
     if (v && *v) xp->halflife = atof(v);
     v = getenv("TS_XC_EXCLUSIVE"); /* the host tier exclusive (1) or inclusive (0) whatever its size */
     if (v && *v) xp->host_exclusive = atoi(v) != 0;
+    v = getenv("TS_XC_INLINE"); /* host tier: device copies on the session's stream (1) or on the I/O threads (0) */
+    if (v && *v) xp->inline_copies = atoi(v) != 0;
     v = getenv("TS_XC_PREFETCH"); /* next-layer prediction (off: bench/experts/RESULTS.md) */
     if (v && *v) xp->prefetch = atoi(v) != 0;
     return 0;

@@ -374,6 +374,7 @@ void ts_xc_params_default(ts_xc_params *p) {
     p->halflife = 32;
     p->direct = 1;
     p->host_exclusive = -1;
+    p->inline_copies = -1;
 }
 
 typedef struct xc_job {
@@ -680,6 +681,13 @@ static void *xc_worker(void *arg) {
 /* Run jobs[0..n) on the I/O threads and wait for all of them. */
 static void xc_run_jobs(ts_xc *c, int n) {
     double t0 = ts_now();
+    if (c->p.inline_source && c->p.source) {
+        /* the bytes are in memory already and prepare only enqueues copies:
+         * waking I/O threads would cost more than the jobs */
+        for (int i = 0; i < n; i++) xc_read(c, &c->jobs[i], 0);
+        c->st.io_wait_s += ts_now() - t0;
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     c->n_jobs = n;
     c->next_job = 0;

@@ -187,6 +187,11 @@ typedef struct ts_xc_params {
      * inclusive (0), or exclusive when it cannot hold every expert (-1,
      * the default). The cache itself ignores it. */
     int host_exclusive;
+    /* model/xstream.c with a host tier: 1 to enqueue the device copies on
+     * the session's stream from the caller's thread, 0 to run them on the
+     * I/O threads, -1 (the default): 1 for an inclusive tier, 0 for an
+     * exclusive one (measured: xstream.c). The cache ignores it. */
+    int inline_copies;
     /* Victims kept by a tier in front (model/xstream.c's exclusive host
      * tier), by exchange: when an ensure evicts (old_layer, old_expert) to
      * refill its slot with a miss (layer, expert) that `source` serves,
@@ -202,6 +207,12 @@ typedef struct ts_xc_params {
      * 0 .. n_io - 1, for a scratch buffer of its own). Nonzero return: the
      * read fails with that code. */
     uint8_t *(*victim)(void *user, int old_layer, int old_expert, int layer, int expert, const uint8_t **src);
+    /* With `source`: an ensure's jobs run on the caller's thread, one after
+     * another (worker 0), not on the I/O threads: for a prepare (and
+     * exchange) that only enqueues copies (model/xstream.c's device slots
+     * on the session's stream), where a thread's wake-up and wait would cost
+     * more than the job. */
+    int inline_source;
     int (*exchange)(void *user, int worker, int old_layer, int layer, uint8_t *slot, const uint8_t *src, uint8_t *dst);
 } ts_xc_params;
 

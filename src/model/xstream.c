@@ -36,7 +36,16 @@
  * slots of distinct experts and, once both are warm and large enough
  * together, nothing is read from the install. A failed group drops the
  * host slots it renamed (their copies may be partial): those experts are
- * read again when asked for. The moe call gets the slot of every route and
+ * read again when asked for. With a host tier every device miss is in host
+ * memory once the host ensure returns, so the device copies (and
+ * exchanges) are enqueued on the session's stream by the caller's thread
+ * (stream_copy, params.inline_source), ordered before the MoE kernels and
+ * waited for by nobody; the stream is synchronized before the host tier
+ * may refill a slot they read (the next layer's routes, or the group's
+ * end). That is the default for an inclusive tier; an exclusive tier's
+ * exchanges run on the I/O threads (slot_copy, one wait each), where the
+ * copies back and in of several experts overlap (TS_XC_INLINE=0|1 forces
+ * either). The moe call gets the slot of every route and
  * the pool's geometry (ts_moe_args.route_slots / pool_w / pool_stride): the
  * device kernels index the pool by slot exactly as they index a layer's
  * resident experts by id, so a streamed expert runs the resident kernels
@@ -73,6 +82,9 @@ struct ts_xstream {
     int exclusive;          /* the host tier keeps what the device lacks (victims saved, promotions dropped) */
     int32_t *claims;        /* [E]: victims one device ensure renamed into host slots (map indices) */
     uint8_t *swap;          /* exclusive: a device scratch slot per I/O thread (xs_exchange) */
+    int inline_copies;      /* host tier on a backend with stream_copy: a layer's copies enqueued on
+                               the session's stream by the caller's thread (params.inline_source) */
+    ts_stream *cur;         /* inline copies: the stream of the MoE call being served (under mu) */
     int n_claims;
     uint64_t slot_bytes;
     int n_slots;
@@ -241,8 +253,14 @@ static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uin
     ts_error e;
     (void)expert;
     if (ts_expert_views(x->map, &x->m->cfg, layer, src, w, &e)) return EINVAL;
-    if (x->device) /* the slot is device memory: the layer's byte runs */
-        return x->be->ops->slot_copy(x->be, dst, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
+    if (x->device) { /* the slot is device memory: the layer's byte runs */
+        const ts_copy_run *r = x->up_runs + (size_t)layer * XS_MAX_RUNS;
+        if (x->inline_copies) {
+            x->be->ops->stream_copy(x->cur, dst, src, r, x->n_runs[layer], TS_COPY_H2D);
+            return x->cur->err ? EIO : 0;
+        }
+        return x->be->ops->slot_copy(x->be, dst, src, r, x->n_runs[layer], TS_COPY_H2D);
+    }
     /* on this I/O thread alone when the backend can (several prepare at
      * once, next to the reads in flight), else one at a time */
     if (x->be->ops->weight_prepare_1) {
@@ -302,6 +320,13 @@ static int xs_exchange(void *user, int worker, int old_layer, int layer, uint8_t
     ts_xstream *x = user;
     uint8_t *t = x->swap + (size_t)worker * x->slot_bytes;
     const ts_copy_run all = {0, 0, x->slot_bytes};
+    if (x->inline_copies) { /* the same three on the session's stream, in order: one scratch serves all */
+        const ts_backend_ops *op = x->be->ops;
+        op->stream_copy(x->cur, t, slot, &all, 1, TS_COPY_D2D);
+        op->stream_copy(x->cur, slot, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
+        op->stream_copy(x->cur, dst, t, x->down_runs + (size_t)old_layer * XS_MAX_RUNS, x->n_runs[old_layer], TS_COPY_D2H);
+        return x->cur->err ? EIO : 0;
+    }
     int rc = x->be->ops->slot_copy(x->be, t, slot, &all, 1, TS_COPY_D2D);
     if (!rc) rc = x->be->ops->slot_copy(x->be, slot, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
     if (!rc)
@@ -450,6 +475,21 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
                     rc = ts_fail(err, TS_E_NOMEM, "--expert-host-cache: cannot allocate the %d I/O threads' device scratch slots (%.2f MiB) on %s",
                                  nio, (double)sw / (1 << 20), be->name);
             }
+        }
+        /* Inline copies by default for an inclusive tier only: measured
+         * (bench/experts/RESULTS.md) +14-16% decode on the 35B-A3B shapes
+         * with the tier holding every expert, but -19-20% with the exchanges
+         * of an exclusive tier, whose copy back and copy in then share one
+         * stream instead of overlapping across the I/O threads */
+        const int inl = p->inline_copies < 0 ? !x->exclusive : p->inline_copies != 0;
+        if (!rc && q.source && be->ops->stream_copy && inl) {
+            /* every device miss is in host memory by then: enqueue its copies
+             * on the session's stream from the caller's thread, ordered
+             * before the MoE kernels (the stream is synchronized before the
+             * host tier may refill a slot: the next layer's routes, or the
+             * group's end) */
+            q.inline_source = 1;
+            x->inline_copies = 1;
         }
         if (!rc) rc = ts_xc_open(x->map, &q, &x->xc, err);
         if (!rc && q.source) rc = ts_xc_open(x->map, &h, &x->hxc, err);
@@ -606,6 +646,7 @@ void ts_xstream_moe(ts_xstream *x, ts_stream *s, ts_mode md, const ts_moe_args *
             if (nh) rc = ts_xc_ensure(x->hxc, layer, x->hids, nh, NULL, &err);
         }
         x->n_claims = 0;
+        x->cur = s;
         if (!rc) rc = ts_xc_ensure(x->xc, layer, ids, cnt, x->slots, &err);
         if (x->hxc) {
             ts_xc_unpin_all(x->hxc); /* copied to the device (and the victims saved) */
