@@ -975,13 +975,15 @@ int cu_weight_parts(ts_backend *be, const ts_weight *w, uint64_t off[3]) {
  * views through the pool (ts_moe_args.pool_w, slot_desc). The host side is
  * pinned memory where xstream could pin it (host_pin), else the driver
  * stages it. */
+static cudaMemcpyKind copy_kind(int dir) {
+    return dir == TS_COPY_H2D ? cudaMemcpyHostToDevice : dir == TS_COPY_D2H ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+}
+
 int cu_slot_copy(ts_backend *be, void *dst, const void *src, const ts_copy_run *runs, int n, int dir) {
     cu_be *b = BE(be);
     if (!b->c) return EINVAL;
     cudaStream_t st = cudaStreamPerThread;
-    const cudaMemcpyKind k = dir == TS_COPY_H2D   ? cudaMemcpyHostToDevice
-                             : dir == TS_COPY_D2H ? cudaMemcpyDeviceToHost
-                                                  : cudaMemcpyDeviceToDevice;
+    const cudaMemcpyKind k = copy_kind(dir);
     cudaError_t e = cudaSetDevice(b->device); /* the thread's device is its own */
     for (int i = 0; i < n && e == cudaSuccess; i++)
         e = cudaMemcpyAsync((uint8_t *)dst + runs[i].dst, (const uint8_t *)src + runs[i].src, runs[i].bytes, k, st);
@@ -997,9 +999,7 @@ void cu_stream_copy(ts_stream *s, void *dst, const void *src, const ts_copy_run 
     cu_stream *q = ST(s);
     if (dead(s)) return;
     if (q->capturing) { fail(s, TS_E_ARG, "slot copies inside a graph capture"); return; }
-    const cudaMemcpyKind k = dir == TS_COPY_H2D   ? cudaMemcpyHostToDevice
-                             : dir == TS_COPY_D2H ? cudaMemcpyDeviceToHost
-                                                  : cudaMemcpyDeviceToDevice;
+    const cudaMemcpyKind k = copy_kind(dir);
     for (int i = 0; i < n; i++) {
         cudaError_t e = cudaMemcpyAsync((uint8_t *)dst + runs[i].dst, (const uint8_t *)src + runs[i].src, runs[i].bytes, k,
                                         q->c->stream);
