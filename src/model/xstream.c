@@ -458,7 +458,7 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
             /* Exclusive when the host tier cannot hold every expert: then
              * what it holds should be what the device lacks, so that the
              * two tiers together cover device + host slots of experts (a
-             * model of 212 GB of experts on a 141 GB GPU with 128 GB of RAM
+             * model of 217 GB of experts on a 141 GB GPU with 128 GB of RAM
              * reads nothing from disk once both are warm). The price is a
              * copy back over the bus for each device victim, which the
              * bus's other direction carries. Inclusive when the host holds
