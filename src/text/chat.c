@@ -276,14 +276,17 @@ static const char *js_next_member(const char *p, const char *e, js_member *m) {
     return m->ve;
 }
 
-/* Elements of the array at p, the same way. */
+/* Elements of the array at p, the same way. A value of no bytes (a stray
+ * '}' or control byte where an element should be: malformed JSON, which
+ * cJSON refuses later) ends the walk: without that the next call would
+ * start where this one did, forever (found by fuzz_server). */
 static const char *js_next_elem(const char *p, const char *e, const char **v, const char **ve) {
     p = js_ws(p, e);
     if (p < e && (*p == '[' || *p == ',')) p = js_ws(p + 1, e);
     if (p >= e || *p == ']') return NULL;
     *v = p;
     *ve = js_skip(p, e);
-    return *ve;
+    return *ve > p ? *ve : NULL;
 }
 
 typedef struct {
