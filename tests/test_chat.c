@@ -8,6 +8,9 @@
  * mutation fuzz of the real templates (no crash, always an answer).
  */
 #include <cjson/cJSON.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "text/jinja.h"
 #include "ts_int.h"
@@ -659,4 +662,43 @@ TS_TEST(chat, fuzz_template_mutations) {
     ts_free(cases);
     printf("  fuzz: %d mutants, %d parsed, %d rendered\n", total, parsed, rendered);
     CHECK(parsed > 0 && parsed < total);
+}
+
+/* Malformed message arrays end: the tool-call pre-scan once looped forever
+ * on an element of no bytes (a stray control byte, or a '}' where an element
+ * should be; found by fuzz_server). Rendered in a child with an alarm, so a
+ * regression fails this test instead of hanging the suite. Each request is
+ * refused (cJSON rejects it), none crashes. */
+TS_TEST(chat, malformed_arrays_end) {
+    ts_chat_template *q35 = NULL;
+    size_t n;
+    ts_error err;
+    char *s = load(FIX "templates/qwen3.5.jinja", &n);
+    CHECK(s && ts_chat_template_parse(s, n, &q35, &err) == 0);
+    ts_free(s);
+    if (!q35) return;
+    static const char *const reqs[] = {
+        "{\"messages\":[\x05{\"role\":\"x\"}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},}]}",
+        "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[\x01}]}]}",
+        "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":[}]}}]}]}",
+    };
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        int bad = 0;
+        for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+            char *out = NULL;
+            ts_error e;
+            if (ts_chat_render_json(q35, reqs[i], strlen(reqs[i]), &out, NULL, &e) == 0) bad |= 1 << i;
+            ts_chat_text_free(out);
+        }
+        _exit(bad ? 100 + bad : 0);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: %s %d (signal 14: a request did not end in 10 s; 100 + mask: accepted)",
+              WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    ts_chat_template_free(q35);
 }
