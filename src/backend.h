@@ -81,6 +81,9 @@ typedef struct ts_weight {
 static inline int ts_act_digits(const ts_weight *w) { return w->act_digits ? w->act_digits : TS_ACT_DIGITS_DEFAULT; }
 /* Bytes the weight occupies in its file (data + scales + biases). */
 size_t ts_weight_bytes(const ts_weight *w);
+/* The same by part: *data the matrix's, *scales each of scales and biases
+ * (0 for an unquantized weight). */
+void ts_weight_part_bytes(const ts_weight *w, size_t *data, size_t *scales);
 
 /* ---- memory ---- */
 /* Memory domains: ts_mem_domain of the public header (host, device, pinned

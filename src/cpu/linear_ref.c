@@ -52,10 +52,19 @@ void ts_weight_row(const ts_weight *w, int64_t r, float *out) {
     for (int64_t c = 0; c < w->cols; c++) out[c] = ts_weight_get(w, r, c);
 }
 
+void ts_weight_part_bytes(const ts_weight *w, size_t *data, size_t *scales) {
+    if (w->dtype != TS_DTYPE_U32) {
+        *data = (size_t)(w->rows * w->cols) * ts_dtype_size(w->dtype);
+        *scales = 0;
+        return;
+    }
+    *data = (size_t)(w->rows * w->cols) * (size_t)w->bits / 8;
+    *scales = (size_t)(w->rows * (w->cols / (w->group ? w->group : 1))) * ts_dtype_size(w->sdtype);
+}
+
 size_t ts_weight_bytes(const ts_weight *w) {
-    if (w->dtype != TS_DTYPE_U32) return (size_t)(w->rows * w->cols) * ts_dtype_size(w->dtype);
-    size_t q = (size_t)(w->rows * w->cols) * (size_t)w->bits / 8;
-    size_t s = (size_t)(w->rows * (w->cols / w->group)) * ts_dtype_size(w->sdtype);
+    size_t q, s;
+    ts_weight_part_bytes(w, &q, &s);
     return q + 2 * s;
 }
 

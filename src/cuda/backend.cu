@@ -876,15 +876,7 @@ void cu_leave(ts_stream *s, unsigned old) { (void)s, (void)old; }
 
 /* ---- weights ---- */
 
-void wsizes(const ts_weight *w, size_t *db, size_t *sb) {
-    if (w->dtype == TS_DTYPE_U32) {
-        *db = (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8;
-        *sb = (size_t)w->rows * (size_t)(w->cols / (w->group ? w->group : 1)) * ts_dtype_size(w->sdtype);
-    } else {
-        *db = (size_t)w->rows * (size_t)w->cols * ts_dtype_size(w->dtype);
-        *sb = 0;
-    }
-}
+void wsizes(const ts_weight *w, size_t *db, size_t *sb) { ts_weight_part_bytes(w, db, sb); }
 
 tsc_weight host_desc(const ts_weight *w) {
     tsc_weight t;

@@ -527,6 +527,14 @@ static void unpin_one(ts_xc *c, int s) {
     else unpin_all(c, s);
 }
 
+/* The policy key of expert ix from its decayed count now, without counting
+ * an access (a prefetch, a slot handed over by ts_xc_rename). */
+static double xc_rank_now(const ts_xc *c, size_t ix) {
+    if (c->p.policy == TS_XC_LRU) return (double)c->clock;
+    double cn = (double)c->cnt[ix] * exp2(-(double)(c->clock - c->t_last[ix]) / c->h);
+    return (double)c->clock / c->h + log2(cn > 1e-30 ? cn : 1e-30);
+}
+
 void ts_xc_unpin_all(ts_xc *c) {
     if (!c) return;
     while (c->n_pinned > 0) unpin_all(c, c->pinned[c->n_pinned - 1]);
@@ -544,12 +552,7 @@ uint8_t *ts_xc_rename(ts_xc *c, int layer, int expert, int new_layer, int new_ex
     c->table[nx] = s;
     c->owner[s] = (int32_t)nx;
     c->data_off[s] = c->p.prepare ? 0 : (uint32_t)(m->off[nx] & (XC_PAGE - 1));
-    /* ranked as a prefetch is: by its decayed count now, not an access */
-    if (c->p.policy == TS_XC_LRU) c->key[s] = (double)c->clock;
-    else {
-        double cn = (double)c->cnt[nx] * exp2(-(double)(c->clock - c->t_last[nx]) / c->h);
-        c->key[s] = (double)c->clock / c->h + log2(cn > 1e-30 ? cn : 1e-30);
-    }
+    c->key[s] = xc_rank_now(c, nx); /* ranked as a prefetch is */
     if (c->heap_pos[s] >= 0) { /* unpinned: its place in the heap moves with the key */
         heap_remove(c, s);
         heap_push(c, s);
@@ -1024,12 +1027,7 @@ int ts_xc_prefetch(ts_xc *c, int layer, const int32_t *ids, int n) {
         c->owner[s] = (int32_t)ix;
         c->table[ix] = s;
         c->data_off[s] = c->p.prepare ? 0 : (uint32_t)(m->off[ix] & (XC_PAGE - 1));
-        /* the key of its decayed count now, without counting an access */
-        if (c->p.policy == TS_XC_LRU) c->key[s] = (double)c->clock;
-        else {
-            double cn = (double)c->cnt[ix] * exp2(-(double)(c->clock - c->t_last[ix]) / c->h);
-            c->key[s] = (double)c->clock / c->h + log2(cn > 1e-30 ? cn : 1e-30);
-        }
+        c->key[s] = xc_rank_now(c, ix);
         pin(c, s);
         c->pref[s] = 1;
         c->ajobs[s] = (xc_job){.slot = s, .ix = ix};

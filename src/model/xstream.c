@@ -195,6 +195,20 @@ static int xs_tier_check(const ts_config *cfg, const ts_xc_params *p, int dev_sl
                    (unsigned long long)host_stride, need, need == cfg->E ? "one layer's experts" : "the device slots");
 }
 
+/* The host tier as open makes it and the plan counts it: its parameters
+ * (*h), sizes, form and the exclusive form's device scratch (*t), checked
+ * against the device's dev_slots slots of dev_slot_bytes. */
+static int xs_tier(const ts_expert_map *map, const ts_config *cfg, ts_backend *be, const ts_xc_params *p, void *user,
+                   int dev_slots, uint64_t dev_slot_bytes, ts_xc_params *h, ts_xstream_tier *t, ts_error *err) {
+    memset(t, 0, sizeof *t);
+    xs_tier_params(be, p, user, h);
+    ts_xc_plan_parts(map, h, &t->slots, NULL, &t->tables, &t->n_slots);
+    t->slot_bytes = ts_xc_slot_stride(map);
+    t->exclusive = xs_exclusive(map, p, t->n_slots);
+    t->swap_bytes = t->exclusive ? (uint64_t)(p->n_io > 0 ? p->n_io : 4) * dev_slot_bytes : 0;
+    return xs_tier_check(cfg, p, dev_slots, t->n_slots, t->slot_bytes, err);
+}
+
 int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, const ts_xc_params *p, uint64_t *slots,
                     uint64_t *staging, uint64_t *tables, int *n_slots, uint64_t *slot_bytes, ts_xstream_tier *tier,
                     ts_error *err) {
@@ -227,18 +241,10 @@ int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, c
     int excl = 0;
     if (!rc && q.source) { /* the host tier */
         ts_xc_params h;
-        xs_tier_params(be, p, NULL, &h);
-        uint64_t hs = 0, ht = 0;
-        int hn = 0;
-        ts_xc_plan_parts(map, &h, &hs, NULL, &ht, &hn);
-        rc = xs_tier_check(cfg, p, ns, hn, ts_xc_slot_stride(map), err);
-        excl = xs_exclusive(map, p, hn);
-        const uint64_t sb = (q.slot_bytes + 63) & ~(uint64_t)63;
-        if (!rc && tier) {
-            tier->slots = hs, tier->tables = ht, tier->n_slots = hn, tier->slot_bytes = ts_xc_slot_stride(map);
-            tier->exclusive = excl;
-            tier->swap_bytes = excl ? (uint64_t)(q.n_io > 0 ? q.n_io : 4) * sb : 0;
-        }
+        ts_xstream_tier t;
+        rc = xs_tier(map, cfg, be, p, NULL, ns, (q.slot_bytes + 63) & ~(uint64_t)63, &h, &t, err);
+        excl = t.exclusive;
+        if (!rc && tier) *tier = t;
     }
     if (!rc && total && tables) *tables += ts_expert_map_bytes(map) + own_bytes(cfg, map->n_layers, q.caller_slots, excl);
     ts_expert_map_free(map);
@@ -247,20 +253,22 @@ int ts_xstream_plan(const ts_config *cfg, const ts_st_set *st, ts_backend *be, c
 
 /* ---- open / close ---- */
 
+/* Byte runs to or from a device slot: enqueued on the session's stream
+ * (inline copies) or copied and waited for on this I/O thread. */
+static int xs_copy(ts_xstream *x, void *dst, const void *src, const ts_copy_run *r, int n, int dir) {
+    if (!x->inline_copies) return x->be->ops->slot_copy(x->be, dst, src, r, n, dir);
+    x->be->ops->stream_copy(x->cur, dst, src, r, n, dir);
+    return x->cur->err ? EIO : 0;
+}
+
 static int xs_prepare(void *user, int layer, int expert, const uint8_t *src, uint8_t *dst) {
     ts_xstream *x = user;
     ts_weight w[3];
     ts_error e;
     (void)expert;
+    /* the slot is device memory: the layer's byte runs (xs_runs checked its views at open) */
+    if (x->device) return xs_copy(x, dst, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
     if (ts_expert_views(x->map, &x->m->cfg, layer, src, w, &e)) return EINVAL;
-    if (x->device) { /* the slot is device memory: the layer's byte runs */
-        const ts_copy_run *r = x->up_runs + (size_t)layer * XS_MAX_RUNS;
-        if (x->inline_copies) {
-            x->be->ops->stream_copy(x->cur, dst, src, r, x->n_runs[layer], TS_COPY_H2D);
-            return x->cur->err ? EIO : 0;
-        }
-        return x->be->ops->slot_copy(x->be, dst, src, r, x->n_runs[layer], TS_COPY_H2D);
-    }
     /* on this I/O thread alone when the backend can (several prepare at
      * once, next to the reads in flight), else one at a time */
     if (x->be->ops->weight_prepare_1) {
@@ -318,19 +326,13 @@ static uint8_t *xs_victim(void *user, int ol, int oe, int layer, int e, const ui
  * of its own, so the two tiers hold device + host slots of distinct experts. */
 static int xs_exchange(void *user, int worker, int old_layer, int layer, uint8_t *slot, const uint8_t *src, uint8_t *dst) {
     ts_xstream *x = user;
+    /* inline, the three are in order on the session's stream and worker is
+     * 0: one scratch serves every exchange */
     uint8_t *t = x->swap + (size_t)worker * x->slot_bytes;
     const ts_copy_run all = {0, 0, x->slot_bytes};
-    if (x->inline_copies) { /* the same three on the session's stream, in order: one scratch serves all */
-        const ts_backend_ops *op = x->be->ops;
-        op->stream_copy(x->cur, t, slot, &all, 1, TS_COPY_D2D);
-        op->stream_copy(x->cur, slot, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
-        op->stream_copy(x->cur, dst, t, x->down_runs + (size_t)old_layer * XS_MAX_RUNS, x->n_runs[old_layer], TS_COPY_D2H);
-        return x->cur->err ? EIO : 0;
-    }
-    int rc = x->be->ops->slot_copy(x->be, t, slot, &all, 1, TS_COPY_D2D);
-    if (!rc) rc = x->be->ops->slot_copy(x->be, slot, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
-    if (!rc)
-        rc = x->be->ops->slot_copy(x->be, dst, t, x->down_runs + (size_t)old_layer * XS_MAX_RUNS, x->n_runs[old_layer], TS_COPY_D2H);
+    int rc = xs_copy(x, t, slot, &all, 1, TS_COPY_D2D);
+    if (!rc) rc = xs_copy(x, slot, src, x->up_runs + (size_t)layer * XS_MAX_RUNS, x->n_runs[layer], TS_COPY_H2D);
+    if (!rc) rc = xs_copy(x, dst, t, x->down_runs + (size_t)old_layer * XS_MAX_RUNS, x->n_runs[old_layer], TS_COPY_D2H);
     return rc;
 }
 
@@ -360,9 +362,8 @@ static int xs_runs(ts_xstream *x, ts_error *err) {
             if (!x->be->ops->weight_parts(x->be, &w[j], po))
                 return ts_fail(err, TS_E_UNSUPPORTED, "--expert-cache: the %s backend transforms expert weights when it prepares them, so its device slots cannot be filled by copies", x->be->name);
             const int q = w[j].dtype == TS_DTYPE_U32;
-            uint64_t db = q ? (uint64_t)w[j].rows * (uint64_t)w[j].cols * (uint64_t)w[j].bits / 8
-                            : (uint64_t)w[j].rows * (uint64_t)w[j].cols * ts_dtype_size(w[j].dtype);
-            uint64_t sb = q ? (uint64_t)w[j].rows * (uint64_t)(w[j].cols / w[j].group) * ts_dtype_size(w[j].sdtype) : 0;
+            size_t db, sb;
+            ts_weight_part_bytes(&w[j], &db, &sb);
             r[n++] = (ts_copy_run){(uint64_t)((const uint8_t *)w[j].data - base), x->poff[j] + po[0], db};
             if (q) {
                 r[n++] = (ts_copy_run){(uint64_t)((const uint8_t *)w[j].scales - base), x->poff[j] + po[1], sb};
@@ -448,13 +449,11 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
         }
         if (!rc && x->device) rc = xs_runs(x, err);
         ts_xc_params h;
-        int hn = 0;
+        ts_xstream_tier t;
         if (!rc && q.source) { /* the pinned host tier in front of the files */
-            xs_tier_params(be, p, x, &h);
-            ts_xc_plan_parts(x->map, &h, NULL, NULL, NULL, &hn);
             int dn = 0;
             ts_xc_plan_parts(x->map, &q, NULL, NULL, NULL, &dn);
-            rc = xs_tier_check(c, p, dn, hn, ts_xc_slot_stride(x->map), err);
+            rc = xs_tier(x->map, c, be, p, x, dn, x->slot_bytes, &h, &t, err);
             /* Exclusive when the host tier cannot hold every expert: then
              * what it holds should be what the device lacks, so that the
              * two tiers together cover device + host slots of experts (a
@@ -463,17 +462,15 @@ int ts_xstream_open(const ts_model *m, const ts_st_set *st, ts_backend *be, cons
              * copy back over the bus for each device victim, which the
              * bus's other direction carries. Inclusive when the host holds
              * all: a victim is still there. */
-            x->exclusive = xs_exclusive(x->map, p, hn);
+            x->exclusive = t.exclusive;
             if (!rc && x->exclusive) {
                 q.victim = xs_victim;
                 q.exchange = xs_exchange;
                 x->claims = ts_alloc(sizeof(int32_t) * (size_t)c->E, TS_MEM_EXPERT_CACHE);
                 if (!x->claims) rc = ts_fail(err, TS_E_NOMEM, "out of memory for the expert cache");
-                const int nio = q.n_io > 0 ? q.n_io : 4;
-                const size_t sw = (size_t)nio * x->slot_bytes;
-                if (!rc && !(x->swap = be->ops->alloc(be, sw, TS_MEM_EXPERT_CACHE)))
-                    rc = ts_fail(err, TS_E_NOMEM, "--expert-host-cache: cannot allocate the %d I/O threads' device scratch slots (%.2f MiB) on %s",
-                                 nio, (double)sw / (1 << 20), be->name);
+                if (!rc && !(x->swap = be->ops->alloc(be, (size_t)t.swap_bytes, TS_MEM_EXPERT_CACHE)))
+                    rc = ts_fail(err, TS_E_NOMEM, "--expert-host-cache: cannot allocate the I/O threads' device scratch slots (%.2f MiB) on %s",
+                                 (double)t.swap_bytes / (1 << 20), be->name);
             }
         }
         /* Inline copies by default for an inclusive tier only: measured
