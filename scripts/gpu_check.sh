@@ -60,6 +60,12 @@ T="$OUT/gpu_check.md"
   echo "| tests (group cuda) | $res, $sk skipped (rc $rc) |"
   [ "$rc" = 0 ] && [ "$sk" = 0 ] || status=1
   grep -E '^  (int|bf16|f16|f32|gdn|attn|block mask)' "$OUT/tests.log" | sed 's/^ */| parity | /; s/$/ |/'
+  # the fused products again with every staging mode's digits made once (q4dp.cu, "Digits once"; by
+  # default one-row normed and plain passes stage in every block)
+  TSC_Q4DP_DIG=7 ./"$B"/ts_test cuda.fused_products_dp4a >"$OUT/tests_dig7.log" 2>&1
+  rc=$?
+  echo "| tests (fused products, TSC_Q4DP_DIG=7) | $(tail -1 "$OUT/tests_dig7.log") (rc $rc) |"
+  [ "$rc" = 0 ] || status=1
   if [ "${SANITIZE_KERNELS:-$SANITIZE}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test cuda >"$OUT/memcheck.log" 2>&1
     echo "| compute-sanitizer memcheck (all cuda tests) | rc $? : $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) |"

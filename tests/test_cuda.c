@@ -1331,22 +1331,28 @@ TS_TEST(cuda, graph_replay_same_bits) {
  * tsc_linear) in every output, with the outputs aliasing x as the engine
  * uses them (x += add in place, the normed row written over x or beside it,
  * g = silu(g) * u in place); 1, 3, 5 and 16 rows; two weights a launch; the
- * counter back at 0 after every launch; no counter: a clear error. */
+ * counter back at 0 after every launch; no counter: a clear error. Each
+ * case with x's digits made in every block and made once (tsc_set_digits;
+ * which passes take them: SwiGLU ones and those of several rows, or the
+ * modes TSC_Q4DP_DIG forces, so the GPU script runs this test again with
+ * TSC_Q4DP_DIG=7: the one-row norm and plain passes too). */
 TS_TEST(cuda, fused_products_dp4a) {
     OPEN(c);
     unsigned *bar = tsc_alloc(c, 256);
     const unsigned zero[64] = {0};
     tsc_write(c, bar, zero, sizeof zero);
-    for (int vv = 0; vv < 4; vv++) {
-        /* v: the shape; vv >= 2: 8-bit x (the tensor-core kernel) */
+    void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
+    for (int vv = 0; vv < 8; vv++) {
+        /* v: the shape; vv & 2: 8-bit x (the tensor-core kernel); vv & 4: digits once */
+        tsc_set_digits(c, vv & 4 ? dgs : NULL, tsc_digits_ws_bytes());
         const int v = vv & 1;
         const int64_t rows = v ? 130 : 300, cols = v ? 12288 : 4096;
         hw h, h2;
         make_w(&h, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, rows, cols);
         make_w(&h2, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, 40, cols);
         tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
-        hd.act_digits = hd2.act_digits = vv >= 2 ? 1 : 0;
-        if (vv >= 2) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
+        hd.act_digits = hd2.act_digits = vv & 2 ? 1 : 0;
+        if (vv & 2) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
         ts_error e;
         setenv("TSC_Q4T", "0", 1);
         CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
@@ -1411,7 +1417,7 @@ TS_TEST(cuda, fused_products_dp4a) {
         free_hw(&h), free_hw(&h2);
     }
     /* no counter set: the fused call is refused, naming what is missing */
-    tsc_free(c, bar);
+    tsc_free(c, bar), tsc_free(c, dgs);
     tsc_close(c);
     ts_error e;
     CHECK(tsc_open(dev_index(), &c, &e) == 0);

@@ -444,6 +444,7 @@ static void run_gemm(int N, int reps) {
 static double PROBE;
 
 static int GEMM_N; /* --gemm N: the prompt-chunk products only */
+static const char *TRACE; /* --trace FILE: the fused step's product timeline (a -DTSC_TRACE build) */
 
 static void run_shape(int quick, int prof) {
     const int reps = quick ? 5 : 15;
@@ -493,6 +494,13 @@ static void run_shape(int quick, int prof) {
     printf("KV %s.step_ms %.4f\nKV %s.tok_s %.1f\nKV %s.pct %.2f\nKV %s.kernels %d\nKV %s.plain_ms %.4f\nKV %s.bytes %.0f\nKV %s.nopdl_ms %.4f\n",
            S->key, sf, S->key, 1e3 / sf, S->key, pct, S->key, nf, S->key, sp, S->key, bytes, S->key, snp);
     if (S->llama_tok_s > 0) printf("KV %s.vs_llama %.2f\n", S->key, 1e3 / sf / S->llama_tok_s);
+    if (TRACE) { /* one more capture of the fused step, its last replay's timeline */
+        tsc_trace_reset();
+        const double ms = time_step(1, 1, 3);
+        const int nl = tsc_trace_dump(C, TRACE);
+        printf("trace: %d product launches of a %.3f ms step -> %s%s\n", nl, ms, TRACE,
+               nl < 0 ? " (not written: a build without -DTSC_TRACE)" : "");
+    }
     if (!strcmp(S->key, "9b")) {
         printf("\n%-20s %9s %9s\n", "rows (fused step)", "ms", "x 1 row");
         static const int ns[] = {1, 2, 4, 8, 16};
@@ -516,8 +524,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--digits") && i + 1 < argc) DIGITS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
         else if (!strcmp(argv[i], "--gemm") && i + 1 < argc) GEMM_N = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) TRACE = argv[++i];
         else {
-            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx] [--digits 1|2|3] [--gemm N]\n");
+            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx] [--digits 1|2|3] [--gemm N] [--trace FILE]\n");
             return 2;
         }
     }
@@ -546,6 +555,7 @@ int main(int argc, char **argv) {
             unsigned *bar = tsc_alloc(C, sizeof zero);
             tsc_write(C, bar, zero, sizeof zero);
             tsc_set_barrier(C, bar);
+            tsc_set_digits(C, tsc_alloc(C, tsc_digits_ws_bytes()), tsc_digits_ws_bytes()); /* as the engine's streams */
         }
         if (!PROBE) {
             char name[128];

@@ -11,11 +11,15 @@ name=${1:?usage: bench/cuda/pack.sh NAME}
 tmp=$(mktemp -d); b=$tmp/b
 mkdir -p "$b/lib"
 cp build-cuda/turbospark build-cuda/ts_test build-cuda/cuda_bench "$b/"
-for f in "$b/turbospark" "$b/ts_test" "$b/cuda_bench"; do
+# the trace build's cuda_bench too, when made (make BUILD=build-cuda-trace CUDA=1
+# EXTRA_NVCC_FLAGS=-DTSC_TRACE build-cuda-trace/cuda_bench): cuda_bench --trace
+bins="$b/turbospark $b/ts_test $b/cuda_bench"
+if [ -x build-cuda-trace/cuda_bench ]; then cp build-cuda-trace/cuda_bench "$b/cuda_bench_trace"; bins="$bins $b/cuda_bench_trace"; fi
+for f in $bins; do
   ldd "$f" | awk '/=>/ {print $3}' | { grep -Ev 'libc\.so|libm\.so|ld-linux|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so' || true; } |
     xargs -r -I{} cp -L {} "$b/lib/"
 done
-strip -g "$b/turbospark" "$b/ts_test" "$b/cuda_bench"
+strip -g $bins
 mkdir -p ".gpu/$name"
 tar -C "$tmp" -cf - b | xz -9e -T1 > ".gpu/$name/pack.tar.xz"
 rm -rf "$tmp"

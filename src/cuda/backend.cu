@@ -253,7 +253,7 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, amx_ws, amx_ids, amx_prob, att_small, gemm, route, maps, total;
+    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, gemm, route, maps, total;
 };
 
 /* A chunk MoE's row tiles of one slot at most (a partial tile per expert
@@ -270,6 +270,7 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.rids = o, o += al256(sizeof(int32_t) * RB * TOPK_MAX);
     l.rwts = o, o += al256(sizeof(float) * RB * TOPK_MAX);
     l.gl = o, o += al256(sizeof(float) * RB + sizeof(unsigned)); /* + the fused products' counter (tsc_set_barrier) */
+    l.dg = o, o += al256(tsc_digits_ws_bytes()); /* the products' staged digits (tsc_set_digits) */
     l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
     l.amx_prob = o, o += al256(sizeof(float) * RB);
@@ -855,6 +856,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->r_wts = (float *)(w + l.rwts);
     q->gl = (float *)(w + l.gl);
     tsc_set_barrier(q->c, (unsigned *)(q->gl + RB)); /* zeroed above with the workspace */
+    tsc_set_digits(q->c, w + l.dg, tsc_digits_ws_bytes());
     q->amx_ws = w + l.amx_ws;
     q->amx_ids = (int32_t *)(w + l.amx_ids);
     q->amx_prob = (float *)(w + l.amx_prob);

@@ -26,6 +26,8 @@ struct tsc_ctx {
     int capturing;
     int pdl; /* launch with programmatic stream serialization (TSC_PDL=0 turns it off) */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
+    void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
+    size_t dg_bytes;
 };
 
 struct tsc_blk {

@@ -48,6 +48,16 @@ int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem,
             seen = true;
         }
     if (!seen && smem_max > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
+    /* TSC_CARVE=P (0..100): one preferred shared-memory carveout for every
+     * persistent kernel, so that neighbouring launches can share an SM (a
+     * kernel whose carveout differs waits for the SM to drain); a benchmark
+     * switch beside TSC_Q4DP_BPS=1 */
+    static int carve = -2;
+    if (carve == -2) {
+        const char *e = getenv("TSC_CARVE");
+        carve = e && *e ? atoi(e) : -1;
+    }
+    if (!seen && carve >= 0 && carve <= 100) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carve);
     int per = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem);
     if (per < 1) per = 1;

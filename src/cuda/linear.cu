@@ -332,6 +332,10 @@ extern "C" void tsc_set_barrier(tsc_ctx *c, unsigned *dev_counter) {
     if (c) c->bar = dev_counter;
 }
 
+extern "C" void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes) {
+    if (c) c->dg = dev, c->dg_bytes = dev ? bytes : 0;
+}
+
 /* the fused dp4a path: 0 when it took the call (or failed it) */
 static int staged_dp4a(tsc_ctx *c, const char *op, const tsc_weight *const *w, int nw, int xm, const float *x,
                        const float *add, const float *norm_w, const float *u, float eps, float *x_out, float *y_out,

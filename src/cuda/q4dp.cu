@@ -78,6 +78,10 @@
  * DRAM latency, the reduction: ~4-5 us of a 4096 x 4096's 6.8 us), and rows:
  * 4 rows cost 2.1x one row (8 ND dp4a per 32 weights a row: issue-bound past
  * 2 rows; tensor cores are the way there).
+ * Session 16's trace (cuda_bench --trace) corrected that reading: most of
+ * the rows' cost was the staging, made by every block for every row; with
+ * the digits made once a pass (k_stage_digits, "Digits once") a 9B verify
+ * step of 4 rows costs 1.58x one row (was 2.41x), 16 rows 4.8x (9.4x).
  */
 #include "cuda/common.cuh"
 #include "cuda/q4dp.cuh"
@@ -119,6 +123,13 @@ struct dp_args {
     unsigned *bar;
     int late; /* write_outputs after the products (1) or before (0) */
     int nr;   /* x rows of the launch (k_q4mm; k_q4dp has them as NR) */
+    /* k_q4dp: x's digits staged once by k_stage_digits in this layout (the
+     * shared memory's, stage_bytes(NR, ND, cols)), copied in instead of
+     * made; NULL: each block makes them (see "Digits once") */
+    const int4 *dg;
+#ifdef TSC_TRACE
+    int tid; /* the launch's slot in the trace (q4dp_trace_*) */
+#endif
 };
 
 /* 16 bytes of weights, streamed once: not kept in L1 */
@@ -147,7 +158,7 @@ template <> struct lim_t<1> { static constexpr float L = 127.0f; };
 template <> struct lim_t<2> { static constexpr float L = 32639.0f; };
 template <> struct lim_t<3> { static constexpr float L = 8290000.0f; };
 
-size_t stage_bytes(int nr, int nd, int cols) {
+__host__ __device__ inline size_t stage_bytes(int nr, int nd, int cols) {
     return (size_t)nr * ((size_t)nd * (size_t)cols + (size_t)(cols / 32) * sizeof(float2));
 }
 
@@ -363,10 +374,170 @@ __device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *
     write_rows(a, rnorm, NR);
 }
 
-template <int NR, int ND, int U>
+/* ---- Digits once (TSC_Q4DP_DIG) ----
+ *
+ * Without it every block of a product makes x's digits itself: k_q4dp's
+ * 264 blocks each read all of x and, in SwiGLU mode, evaluate silu (expf
+ * and an IEEE division) on every element. Traced on the 9B step (cuda_bench
+ * --trace, bench/cuda/RESULTS.md, session 16): from a block's PDL release
+ * to its staged digits 8.1 us for the 12288-column down product (SwiGLU;
+ * compute-bound: ~40 instructions an element, 264 times over), 3.6 us for
+ * the normed 4096-column inputs, 1.5 us plain; 544 of the step's 2200 us,
+ * and four times that for a 4-row verify pass. k_stage_digits makes them
+ * once, before the product: a block per (256 words of a row) (one per row
+ * in norm mode, whose sum of squares needs the whole row and whose outputs
+ * may alias x), each word's digits by stage_word as the product's blocks
+ * would (the same bits), the mode's outputs (x_out, y_out) written by the
+ * thread that read the word; the product's blocks then copy the staged
+ * bytes (one L2 round trip) and skip the output barrier. The cost moves to
+ * one small launch (its gap ~0.5 us: PDL) whose few blocks leave the SMs to
+ * the product's blocks, which become resident and start their weights
+ * meanwhile. */
+struct sd_args {
+    int xm, cols, group;
+    const float *x, *add, *normw, *u;
+    float eps;
+    float *x_out, *y_out;
+    int4 *dg; /* stage_bytes(nr, ND, cols) */
+};
+
+template <int ND>
+__global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
+    TSC_PDL_ENTRY();
+    const int i = blockIdx.y, nr = gridDim.y;
+    const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = 2 * ND * nch;
+    const int64_t ro = (int64_t)i * a.cols;
+    float r = 0.f;
+    if (a.xm == Q4DP_XM_NORM) {
+        __shared__ double red[32];
+        __shared__ float rn;
+        /* row_norms' arithmetic (256 threads: the same sum order) */
+        const double ss = row_ss4(a.x + ro, a.add ? a.add + ro : NULL, NULL, a.cols, red);
+        if (threadIdx.x == 0) rn = rms_inv(ss, a.cols, a.eps);
+        __syncthreads(); /* also: every thread has read x before any writes x_out */
+        r = rn;
+    }
+    int4 *xd = a.dg;
+    float2 *xsb = (float2 *)(a.dg + (size_t)nr * tst);
+    for (int base = blockIdx.x * blockDim.x; base < nw8; base += gridDim.x * blockDim.x) { /* uniform */
+        const int w = base + (int)threadIdx.x;
+        const bool on = w < nw8;
+        float v[8];
+        if (on) {
+            const int64_t o = ro + 8 * w;
+            load8(a.x + o, v);
+            if (a.xm == Q4DP_XM_NORM) {
+                float e[8], f[8];
+                if (a.add) {
+                    load8(a.add + o, e);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], e[j]);
+                    if (a.x_out) {
+                        *(float4 *)(a.x_out + o) = make_float4(v[0], v[1], v[2], v[3]);
+                        *(float4 *)(a.x_out + o + 4) = make_float4(v[4], v[5], v[6], v[7]);
+                    }
+                }
+                load8(a.normw + 8 * w, f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = norm_mul(v[j], r, f[j]);
+            } else if (a.xm == Q4DP_XM_SWIGLU) {
+                float e[8];
+                load8(a.u + o, e);
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = silu_mul_f(v[j], e[j]);
+            }
+            if (a.xm != Q4DP_XM_PLAIN && a.y_out) {
+                *(float4 *)(a.y_out + o) = make_float4(v[0], v[1], v[2], v[3]);
+                *(float4 *)(a.y_out + o + 4) = make_float4(v[4], v[5], v[6], v[7]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = 0.f;
+        }
+        stage_word<ND, false>(v, on, i, on ? w : 0, nch, gw, xd, xsb, tst, 0);
+    }
+}
+
+/* The trace build (EXTRA_NVCC_FLAGS=-DTSC_TRACE, cuda_bench --trace): each
+ * block of a k_q4dp launch records the global timer at its entry, when its
+ * PDL wait returns, once x is staged, and at its end, so that a captured
+ * step's timeline (the gaps between dependent launches, staging, streaming,
+ * the tail) can be read off one replay. Not in the shipped build: the
+ * timer reads and the extra argument would change the kernel's registers. */
+#ifdef TSC_TRACE
+constexpr int TRACE_L = 512, TRACE_B = 272;
+__device__ unsigned long long q4dp_trace_t[TRACE_L * TRACE_B * 4];
+__device__ unsigned q4dp_trace_sm[TRACE_L * TRACE_B];
+__device__ __forceinline__ void trace_at(const dp_args &a, int e) {
+    if (threadIdx.x != 0 || blockIdx.x >= (unsigned)TRACE_B) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    q4dp_trace_t[((size_t)a.tid * TRACE_B + blockIdx.x) * 4 + e] = t;
+    if (e == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        q4dp_trace_sm[(size_t)a.tid * TRACE_B + blockIdx.x] = sm;
+    }
+}
+#define Q4DP_TRACE(e) trace_at(a, (e))
+#else
+#define Q4DP_TRACE(e) ((void)0)
+#endif
+
+/* One round's loads (U steps of R rows of a lane: 16 weight bytes, a scale
+ * and a bias each), every one issued before any is used; ok[u]: step u is a
+ * real one (its loads are clamped in bounds either way). */
+template <int U>
+__device__ __forceinline__ void load_round(const dp_args &a, const dp_w &w, const uint8_t *const (&rp)[R],
+                                           const int64_t (&gb)[R], int st0, int ks, int nsteps, int lane,
+                                           uint4 (&wv)[U][R], uint32_t (&sr)[U][R], uint32_t (&br)[U][R],
+                                           bool (&ok)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = (st0 + u * ks) * 1024 + lane * 32;
+        ok[u] = st0 + u * ks < nsteps && c < a.cols;
+        const int cc = ok[u] ? c : 0; /* in bounds either way */
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            wv[u][r] = ld_stream(rp[r] + cc / 2);
+            sr[u][r] = ld_sraw(w.scales, a.sdt, gb[r] + (cc >> a.lg));
+            br[u][r] = ld_sraw(w.biases, a.sdt, gb[r] + (cc >> a.lg));
+        }
+    }
+}
+
+/* A virtual block's place: its weight, the warp's column slice (sl of ks)
+ * and its rows (r0.., clamped so that loads stay in bounds). */
+__device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int warp, int pitch, int ng, int &ks, int &sl,
+                                                int64_t &r0, const uint8_t *(&rp)[R], int64_t (&gb)[R]) {
+    int wi = 0;
+    while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+    const dp_w &w = a.w[wi];
+    ks = w.ks;
+    const int rg = warp / ks;
+    sl = warp % ks;
+    r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1; /* clamp: loads stay in bounds */
+        rp[r] = w.data + row * pitch;
+        gb[r] = row * ng;
+    }
+    return w;
+}
+
+/* PRE (decode's one-row launches, TSC_Q4DP_PRE=1): a block's first round
+ * of weights is loaded into registers before its PDL wait, not just
+ * started towards L2. It pays only where the block is resident before the
+ * previous launch ends, so with one block an SM (TSC_Q4DP_BPS=1), which
+ * leaves room for the neighbour's block; a 4096-row product's warps then
+ * hold their whole slice before x exists. The same operations in the same
+ * order either way (the loop below only skips a round's loads it has). */
+template <int NR, int ND, int U, bool PRE = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
+    Q4DP_TRACE(0);
     const int nch = a.cols >> 5;
     int4 *xd = sm;
     float2 *xsb = (float2 *)(sm + NR * 2 * ND * nch);
@@ -374,44 +545,54 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     const int pitch = a.cols >> 1, ng = a.cols >> a.lg;
     const int nsteps = (a.cols + 1023) >> 10; /* a step: 32 lanes x 32 columns */
 
-    /* weights do not depend on the previous kernel: start their first lines
-     * towards L2 before waiting for it */
+    uint4 wv[U][R];
+    uint32_t sr[U][R], br[U][R];
+    bool ok[U];
     if (blockIdx.x < (unsigned)a.nvb) {
-        const int vb = blockIdx.x;
-        int wi = 0;
-        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
-        const dp_w &w = a.w[wi];
-        const int ks = w.ks, rg = warp / ks, sl = warp % ks;
-        const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
-        for (int st = sl; st < nsteps && st < sl + U * ks; st += ks) {
-            const int c = st * 1024 + lane * 32;
-            if (c < a.cols)
+        int ks, sl;
+        int64_t r0;
+        const uint8_t *rp[R];
+        int64_t gb[R];
+        const dp_w &w = vb_place(a, blockIdx.x, warp, pitch, ng, ks, sl, r0, rp, gb);
+        if constexpr (PRE) {
+            /* the first round's loads themselves (the loop skips them) */
+            if (sl < nsteps) load_round<U>(a, w, rp, gb, sl, ks, nsteps, lane, wv, sr, br, ok);
+        } else {
+            /* weights do not depend on the previous kernel: start their
+             * first lines towards L2 before waiting for it */
+            for (int st = sl; st < nsteps && st < sl + U * ks; st += ks) {
+                const int c = st * 1024 + lane * 32;
+                if (c < a.cols)
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r0 + r < w.rows) prefetch_l2(w.data + (r0 + r) * pitch + c / 2);
+                    for (int r = 0; r < R; r++)
+                        if (r0 + r < w.rows) prefetch_l2(w.data + (r0 + r) * pitch + c / 2);
+            }
         }
     }
     TSC_PDL_ENTRY();
-    __shared__ float rnorm[NR];
-    if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
-    stage_x<ND, 2>(a, NR, xd, xsb, rnorm);
-    __syncthreads();
-    if (a.xm != Q4DP_XM_PLAIN) write_outputs_b0<NR>(a, rnorm);
+    Q4DP_TRACE(1);
+    if (a.dg) {
+        /* the digits and the mode's outputs are made: copy them in (16-byte
+         * words; the float2 tail when the bytes are not a multiple of 16) */
+        const int n8 = (int)(stage_bytes(NR, ND, a.cols) >> 3);
+        for (int j = threadIdx.x; j < (n8 >> 1); j += blockDim.x) sm[j] = __ldcg(a.dg + j);
+        if ((n8 & 1) && threadIdx.x == 0) ((float2 *)sm)[n8 - 1] = __ldcg((const float2 *)a.dg + n8 - 1);
+        __syncthreads();
+    } else {
+        __shared__ float rnorm[NR];
+        if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
+        stage_x<ND, 2>(a, NR, xd, xsb, rnorm);
+        __syncthreads();
+        if (a.xm != Q4DP_XM_PLAIN) write_outputs_b0<NR>(a, rnorm);
+    }
+    Q4DP_TRACE(2);
 
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
-        int wi = 0;
-        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
-        const dp_w &w = a.w[wi];
-        const int ks = w.ks, rg = warp / ks, sl = warp % ks;
-        const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
+        int ks, sl;
+        int64_t r0;
         const uint8_t *rp[R];
         int64_t gb[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1; /* clamp: loads stay in bounds */
-            rp[r] = w.data + row * pitch;
-            gb[r] = row * ng;
-        }
+        const dp_w &w = vb_place(a, vb, warp, pitch, ng, ks, sl, r0, rp, gb);
         float acc[R][NR];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -423,21 +604,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
          * its per-step guard could not be hoisted past the previous step's
          * arithmetic: one step, 2 KB a warp, in flight) */
         for (int st0 = sl; st0 < nsteps; st0 += U * ks) {
-            uint4 wv[U][R];
-            uint32_t sr[U][R], br[U][R];
-            bool ok[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = (st0 + u * ks) * 1024 + lane * 32;
-                ok[u] = st0 + u * ks < nsteps && c < a.cols;
-                const int cc = ok[u] ? c : 0; /* in bounds either way */
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    wv[u][r] = ld_stream(rp[r] + cc / 2);
-                    sr[u][r] = ld_sraw(w.scales, a.sdt, gb[r] + (cc >> a.lg));
-                    br[u][r] = ld_sraw(w.biases, a.sdt, gb[r] + (cc >> a.lg));
-                }
-            }
+            if (!PRE || vb != (int)blockIdx.x || st0 != sl) load_round<U>(a, w, rp, gb, st0, ks, nsteps, lane, wv, sr, br, ok);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (!ok[u]) continue;
@@ -466,6 +633,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
+    Q4DP_TRACE(3);
 }
 
 /* ---- tensor cores: the same products for 1..16 rows (k_q4mm) ----
@@ -910,8 +1078,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
 /* a persistent grid of kernel k over nvb virtual blocks: as many blocks as
  * are resident at smem bytes of staging, at most nvb */
 template <typename A>
-void launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a) {
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k, WARPS * 32, smem, SMEM_MAX);
+void launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a, int cap = 0) {
+    int per_sm = tsc_blocks_per_sm(c, (const void *)k, WARPS * 32, smem, SMEM_MAX);
+    if (cap > 0 && per_sm > cap) per_sm = cap;
     const int grid = nvb < per_sm * c->n_sm ? nvb : per_sm * c->n_sm;
     tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a);
 }
@@ -938,6 +1107,61 @@ int ks_env(const char *name, int dflt) {
     return e && *e ? atoi(e) : dflt;
 }
 
+/* k_q4dp's blocks an SM: 2 (its occupancy; the default) or 1
+ * (TSC_Q4DP_BPS=1: room on every SM for the next launch's block, which
+ * TSC_Q4DP_PRE=1 lets load its first weights before its wait). A
+ * benchmark switch, read once: KS, and so a row's bits, depend on it (the
+ * rule counts the slots), the same for every row count of a process. */
+int q4dp_bps(void) {
+    static int v = 0;
+    if (!v) v = ks_env("TSC_Q4DP_BPS", 2) == 1 ? 1 : 2;
+    return v;
+}
+int q4dp_pre(void) {
+    static int v = -1;
+    if (v < 0) v = ks_env("TSC_Q4DP_PRE", 0) == 1;
+    return v;
+}
+
+/* Whether k_stage_digits makes a pass's digits once (see "Digits once"):
+ * SwiGLU passes always (per block that staging was compute-bound: the 9B
+ * step 2.20 -> 2.05 ms, bench/cuda/RESULTS.md session 16), normed and plain
+ * passes of several rows (each block staged every row: 4 rows 4.28 -> 3.25
+ * ms), not the one-row normed and plain ones (their per-block staging is
+ * latency, 1.5-3.6 us, which the extra launch does not beat: one-row norm
+ * once cost the step 0.14 ms). TSC_Q4DP_DIG=mask forces the modes (bit
+ * 1 << xm: 1 plain, 2 norm, 4 SwiGLU; 0 none), a benchmark switch. A row's
+ * bits are the same either way. */
+bool dig_takes(int xm, int nr) {
+    static int v = -2;
+    if (v == -2) v = ks_env("TSC_Q4DP_DIG", -1);
+    if (v >= 0) return v >> xm & 1;
+    return xm == Q4DP_XM_SWIGLU || nr > 1;
+}
+
+/* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
+ * to the scratch; false (a.dg NULL) when this mode's digits are made per
+ * block or the scratch is missing or too small */
+bool stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
+    a.dg = NULL;
+    if (!dig_takes(a.xm, nr) || !c->dg || stage_bytes(nr, nd, a.cols) > c->dg_bytes) return false;
+    sd_args s;
+    s.xm = a.xm, s.cols = a.cols, s.group = a.group;
+    s.x = a.x, s.add = a.add, s.normw = a.normw, s.u = a.u, s.eps = a.eps;
+    s.x_out = a.x_out, s.y_out = a.y_out;
+    s.dg = (int4 *)c->dg;
+    const int per_row = a.xm == Q4DP_XM_NORM ? 1 : (a.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
+    const dim3 grid(per_row, nr);
+    switch (nd) {
+    case 1: tsc_launch(c, k_stage_digits<1>, grid, dim3(WARPS * 32), 0, s); break;
+    case 2: tsc_launch(c, k_stage_digits<2>, grid, dim3(WARPS * 32), 0, s); break;
+    default: tsc_launch(c, k_stage_digits<3>, grid, dim3(WARPS * 32), 0, s); break;
+    }
+    TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a: digits)");
+    a.dg = (const int4 *)c->dg;
+    return true;
+}
+
 /* a KS forced by a benchmark switch (1, 2, 4 or 8: halved while it would
  * leave warps without a unit of columns to stream), or 0 */
 int forced_ks(int forced, int64_t units) {
@@ -953,7 +1177,7 @@ int pick_ks(int64_t rows, int cols, int n_sm) {
     const int64_t steps = (cols + 1023) / 1024;
     if (const int f = forced_ks(forced, steps)) return f;
     if (rule != 1) return rows_pick_ks(rows, steps, R, WARPS, n_sm);
-    const int64_t slots = 2 * (int64_t)n_sm;
+    const int64_t slots = q4dp_bps() * (int64_t)n_sm;
     int best = 1;
     int64_t best_cost = -1;
     for (int ks = 1; ks <= WARPS && ks <= steps; ks *= 2) {
@@ -964,9 +1188,34 @@ int pick_ks(int64_t rows, int cols, int n_sm) {
     return best;
 }
 
+#ifdef TSC_TRACE
+struct trace_meta {
+    int nr, cols, xm, nw, nvb, grid;
+    int64_t rows;
+};
+trace_meta trace_launch[TRACE_L];
+int trace_next;
+#endif
+
 template <int NR, int ND, int U>
-void launch(tsc_ctx *c, const dp_args &a) {
-    launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, stage_bytes(NR, ND, a.cols), a);
+void launch(tsc_ctx *c, const dp_args &a0) {
+    const dp_args *ap = &a0;
+#ifdef TSC_TRACE
+    dp_args at = a0;
+    at.tid = trace_next % TRACE_L;
+    trace_meta &m = trace_launch[at.tid];
+    m.nr = NR, m.cols = at.cols, m.xm = at.xm, m.nw = at.nw, m.nvb = at.nvb, m.rows = 0;
+    for (int i = 0; i < at.nw; i++) m.rows += at.w[i].rows;
+    m.grid = q4dp_bps() * c->n_sm < at.nvb ? q4dp_bps() * c->n_sm : at.nvb;
+    trace_next++;
+    ap = &at;
+#endif
+    const dp_args &a = *ap;
+    const size_t smem = stage_bytes(NR, ND, a.cols);
+    if constexpr (NR == 1) {
+        if (q4dp_pre()) return launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
+    }
+    launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, smem, a, q4dp_bps());
 }
 
 /* Steps a round (U): 1 or 2, from the launch's shape and the digits
@@ -1011,8 +1260,29 @@ void launch_nr(tsc_ctx *c, const dp_args &a, int nr, int u) {
     case 1: launch_u<1, ND>(c, a, u); break;
     case 2: launch_u<2, ND>(c, a, u); break;
     case 3: launch_u<3, ND>(c, a, u); break;
-    default: launch_u<4, ND>(c, a, u); break;
+    case 4: launch_u<4, ND>(c, a, u); break;
+    default:
+        if constexpr (ND == 1) launch_u<8, ND>(c, a, u);
+        break;
     }
+}
+
+/* Rows a pass and U for several rows (a row's bits depend on neither):
+ * 8 x rows a launch for 8-bit x (the default; 4 with TSC_Q4DP_ROWS=4, and
+ * for 16- and 24-bit x, which have no 8-row kernel): each pass reads the
+ * weights again, and with the digits made once 16 rows cost 10.1 ms in two
+ * passes of 8 against 12.4 in four of 4 on the 9B (session 16);
+ * TSC_Q4DP_UROWS=2 gives them U = 2 rounds (more registers: one block an
+ * SM; no gain measured: a benchmark switch). */
+int rows_per_pass(int nd) {
+    static int v = 0;
+    if (!v) v = ks_env("TSC_Q4DP_ROWS", 8) == 4 ? 4 : 8;
+    return nd == 1 ? v : 4;
+}
+int u_rows(void) {
+    static int v = 0;
+    if (!v) v = ks_env("TSC_Q4DP_UROWS", 1) == 2 ? 2 : 1;
+    return v;
 }
 
 /* TSC_Q4DP_LATEW=0: k_q4mm's fused outputs written before its products
@@ -1129,6 +1399,8 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
 
 } // namespace
 
+extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
+
 bool q4dp_takes(const tsc_weight *w) {
     if (!enabled() || w->dtype != TS_DTYPE_U32 || w->bits != 4 || w->layout != TSC_LAYOUT_MLX) return false;
     if (w->group < 32 || w->group > 256 || (w->group & (w->group - 1)) || w->cols % w->group || w->cols > (1 << 24))
@@ -1176,15 +1448,18 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     }
     a.nvb = nblk;
     /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
-    const int ur = pick_u((int)(steps / ((int64_t)2 * WARPS * c->n_sm)), nd);
-    /* rows per pass: up to 4, fewer where the staged digits would not fit
-     * (the passes read the weights again; each row's bits do not change) */
-    int per = 4;
+    const int ur = pick_u((int)(steps / ((int64_t)q4dp_bps() * WARPS * c->n_sm)), nd);
+    /* rows per pass: up to 4 (8: rows_per_pass), fewer where the staged
+     * digits would not fit (the passes read the weights again; each row's
+     * bits do not change) */
+    int per = rows_per_pass(nd);
     while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
-    for (int i0 = 0; i0 < n; i0 += per) {
-        const int nr = n - i0 < per ? n - i0 : per;
+    for (int i0 = 0, nr; i0 < n; i0 += nr) {
+        nr = n - i0 < per ? n - i0 : per;
+        if (nr > 4 && nr < 8) nr = 4; /* the kernels stage 1..4 or 8 rows */
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
-        const int u1 = nr == 1 ? ur : 1; /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
+        const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
+        stage_once(c, a, nr, nd);
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;
         case 2: launch_nr<2>(c, a, nr, u1); break;
@@ -1248,4 +1523,44 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         }
         TSC_LAUNCHED(c, rows ? "MoE experts (gate, up; dp4a)" : "MoE experts (down; dp4a)");
     }
+}
+
+/* The trace build's timeline (see trace_at): reset before capturing, dump
+ * after the replays. Without TSC_TRACE both say so and do nothing. */
+extern "C" void tsc_trace_reset(void) {
+#ifdef TSC_TRACE
+    trace_next = 0;
+#endif
+}
+
+extern "C" int tsc_trace_dump(tsc_ctx *c, const char *path) {
+#ifdef TSC_TRACE
+    const int nl = trace_next < TRACE_L ? trace_next : TRACE_L;
+    const size_t nt = (size_t)TRACE_L * TRACE_B * 4, ns = (size_t)TRACE_L * TRACE_B;
+    unsigned long long *t = (unsigned long long *)malloc(nt * sizeof *t);
+    unsigned *smv = (unsigned *)malloc(ns * sizeof *smv);
+    FILE *f = fopen(path, "w");
+    if (!t || !smv || !f || cudaMemcpyFromSymbol(t, q4dp_trace_t, nt * sizeof *t) != cudaSuccess ||
+        cudaMemcpyFromSymbol(smv, q4dp_trace_sm, ns * sizeof *smv) != cudaSuccess) {
+        free(t), free(smv);
+        if (f) fclose(f);
+        return -1;
+    }
+    fprintf(f, "# n_sm %d bps %d pre %d launches %d\n", c->n_sm, q4dp_bps(), q4dp_pre(), nl);
+    for (int l = 0; l < nl; l++) {
+        const trace_meta &m = trace_launch[l];
+        fprintf(f, "L %d nr %d cols %d xm %d nw %d rows %lld nvb %d grid %d\n", l, m.nr, m.cols, m.xm, m.nw,
+                (long long)m.rows, m.nvb, m.grid);
+        for (int b = 0; b < m.grid && b < TRACE_B; b++) {
+            const unsigned long long *e = t + ((size_t)l * TRACE_B + b) * 4;
+            fprintf(f, "B %d %d %u %llu %llu %llu %llu\n", l, b, smv[(size_t)l * TRACE_B + b], e[0], e[1], e[2], e[3]);
+        }
+    }
+    fclose(f);
+    free(t), free(smv);
+    return nl;
+#else
+    (void)c, (void)path;
+    return -1;
+#endif
 }

@@ -141,6 +141,8 @@ void tsc_linear_swiglu_out(tsc_ctx *c, const tsc_weight *const *w, int nw, float
     (void)c, (void)w, (void)nw, (void)g, (void)u, (void)g_out, (void)y, (void)n;
 }
 void tsc_set_barrier(tsc_ctx *c, unsigned *dev_counter) { (void)c, (void)dev_counter; }
+size_t tsc_digits_ws_bytes(void) { return 0; }
+void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes) { (void)c, (void)dev, (void)bytes; }
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)add, (void)norm_w, (void)eps, (void)x_out, (void)u_out, (void)y, (void)n;
@@ -155,3 +157,5 @@ void tsc_moe_combine(tsc_ctx *c, const float *ye, const float *wts, int n, int k
 }
 int tsc_graph_nodes(const tsc_graph *g) { (void)g; return -1; }
 void tsc_set_pdl(tsc_ctx *c, int on) { (void)c, (void)on; }
+void tsc_trace_reset(void) {}
+int tsc_trace_dump(tsc_ctx *c, const char *path) { (void)c, (void)path; return -1; }

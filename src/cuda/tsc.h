@@ -195,6 +195,12 @@ void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw, const flo
 void tsc_linear_swiglu_out(tsc_ctx *c, const tsc_weight *const *w, int nw, float *g, const float *u, float *g_out,
                            float *const *y, int n);
 void tsc_set_barrier(tsc_ctx *c, unsigned *dev_counter);
+/* Optional device scratch of tsc_digits_ws_bytes() bytes where the 4-bit
+ * dp4a products stage x's digits once per pass (q4dp.cu, "Digits once")
+ * instead of in every block; without it (NULL) every block makes them.
+ * One per context: the passes of a stream use it in turn. */
+size_t tsc_digits_ws_bytes(void);
+void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes);
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
 
@@ -392,6 +398,12 @@ void tsc_set_pdl(tsc_ctx *c, int on);
  * (waits for the work queued in between). */
 void tsc_timer_start(tsc_ctx *c);
 double tsc_timer_ms(tsc_ctx *c);
+/* The dp4a products' timeline in a build with -DTSC_TRACE (q4dp.cu,
+ * trace_at): reset the launch slots (before a capture), then write each
+ * launch's shape and its blocks' timer readings to path. Returns the
+ * launches written, -1 in other builds or on an I/O error. */
+void tsc_trace_reset(void);
+int tsc_trace_dump(tsc_ctx *c, const char *path);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""trace_view.py FILE [FILE...]: where a decode step's dp4a products spend
+their time, from cuda_bench --trace (FILE or FILE.xz; a build with -DTSC_TRACE; q4dp.cu's
+trace_at records, per block of every k_q4dp launch, the global timer at its
+entry, when its PDL wait returns, once x is staged, and at its end).
+
+Per launch, in step order (times in us):
+  gap    first wait release - previous product's last block end (includes
+         the GDN / attention kernels between two products)
+  early  how long before that release the launch's first block was resident
+  stage  median block: staging done - wait released (norm, digits, syncs)
+  stream median block: end - staged (the weights and the dot products)
+  tail   last block end - median block end
+  GB/s   the launch's weight bytes over (last end - first release)
+and the step's totals of each column, so that the fixed costs of the chain
+(gap + stage + tail) can be weighed against the streaming itself."""
+import lzma
+import statistics
+import sys
+
+
+def load(path):
+    launches, blocks, head = [], {}, ""
+    with (lzma.open(path, 'rt') if path.endswith('.xz') else open(path)) as f:
+        for line in f:
+            p = line.split()
+            if not p:
+                continue
+            if p[0] == "#":
+                head = line.strip()
+            elif p[0] == "L":
+                d = dict(zip(p[2::2], p[3::2]))
+                launches.append({k: int(v) for k, v in d.items()})
+                blocks[int(p[1])] = []
+            elif p[0] == "B":
+                blocks[int(p[1])].append(tuple(int(x) for x in p[3:8]))
+    return head, launches, blocks
+
+
+def view(path):
+    head, launches, blocks = load(path)
+    print(f"== {path}: {head}")
+    print(f"{'#':>3} {'rows':>6} {'cols':>6} {'xm':>2} {'grid':>4} {'MB':>6} {'gap':>6} {'early':>6} {'stage':>6} "
+          f"{'stream':>7} {'tail':>6} {'span':>7} {'GB/s':>6}")
+    tot = {"gap": 0.0, "stage": 0.0, "stream": 0.0, "tail": 0.0, "span": 0.0}
+    prev_end, first, last = None, None, None
+    for i, m in enumerate(launches):
+        b = blocks.get(i, [])
+        if not b:
+            continue
+        ent = [x[1] for x in b]
+        rel = [x[2] for x in b]
+        stg = [x[3] for x in b]
+        end = [x[4] for x in b]
+        r0, e_max = min(rel), max(end)
+        stage = statistics.median([s - r for r, s in zip(rel, stg)]) / 1e3
+        stream = statistics.median([e - s for s, e in zip(stg, end)]) / 1e3
+        tail = (e_max - statistics.median(end)) / 1e3
+        early = (r0 - min(ent)) / 1e3
+        gap = (r0 - prev_end) / 1e3 if prev_end is not None else 0.0
+        span = (e_max - r0) / 1e3
+        mb = m["rows"] * m["cols"] * 0.5625 / 1e6
+        gbs = mb * 1e6 / (span * 1e-6) / 1e9 if span > 0 else 0
+        print(f"{i:>3} {m['rows']:>6} {m['cols']:>6} {m['xm']:>2} {m['grid']:>4} {mb:>6.1f} {gap:>6.2f} {early:>6.2f} "
+              f"{stage:>6.2f} {stream:>7.2f} {tail:>6.2f} {span:>7.2f} {gbs:>6.0f}")
+        for k, v in (("gap", gap), ("stage", stage), ("stream", stream), ("tail", tail), ("span", span)):
+            tot[k] += v
+        prev_end = e_max
+        first = r0 if first is None else first
+        last = e_max
+    print(f"totals (us): " + ", ".join(f"{k} {v:.1f}" for k, v in tot.items()) +
+          f"; first release to last end {((last - first) / 1e3) if first else 0:.1f}")
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        view(p)
