@@ -168,7 +168,8 @@ static const lin_cfg LIN_CFG[] = {
     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 bf16", 1, 3}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "dp4a g32 f16", 1, 3},
     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "dp4a g128 x16", 1, 2}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "mma g64 x8", 1, 1},
     {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "mma g32 x8", 1, 1},     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "mma g128 x8", 1, 1},
-    {TS_DTYPE_U32, 4, 256, TS_DTYPE_BF16, "dp4a g256 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 256, TS_DTYPE_BF16, "dp4a g256 x8", 1, 1}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "dp4a g32 x8", 1, 1},     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 x8 nodig", 1, 1},
     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "int4 g64 bf16", 0, 0}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "int4 g32 f16", 0, 0},
     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "int4 g128 f32", 0, 0}, {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, "int8 g64 bf16", 0, 0},
     {TS_DTYPE_U32, 8, 32, TS_DTYPE_F32, "int8 g32 f32", 0, 0},   {TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, "bf16", 0, 0},
@@ -201,6 +202,10 @@ static double wmag(const ts_weight *w, int64_t r, int64_t c) {
 
 TS_TEST(cuda, linear_parity_and_row_exact) {
     OPEN(c);
+    /* the digits scratch of the engine's streams (q4dp.cu, "Digits once":
+     * several-row passes stage once and, with 8-bit x, stream through
+     * k_q4dp_as); "nodig": without it (every block stages, k_q4dp) */
+    void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
     /* the last: many virtual blocks a persistent block (the Q4T ring runs across them) */
     static const int64_t shapes[][2] = {{77, 1024}, {260, 2560}, {3, 4096}, {1100, 512}, {33, 12288}, {9600, 1024}};
     const int N = TSC_ROWS_MAX;
@@ -209,6 +214,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             const lin_cfg *cf = &LIN_CFG[ci];
             const int64_t rows = shapes[si][0], cols = shapes[si][1];
             if (cf->dt == TS_DTYPE_U32 && cols % cf->group) continue;
+            tsc_set_digits(c, strstr(cf->name, "nodig") ? NULL : dgs, tsc_digits_ws_bytes());
             hw h, h2;
             make_w(&h, cf->dt, cf->bits, cf->group, cf->sdt, rows, cols);
             make_w(&h2, cf->dt, cf->bits, cf->group, cf->sdt, 40, cols);
@@ -286,6 +292,8 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
             free_hw(&h), free_hw(&h2);
         }
+    tsc_set_digits(c, NULL, 0);
+    tsc_free(c, dgs);
     CHECK(tsc_mem_used(c) == 0);
     tsc_close(c);
 }

@@ -127,6 +127,7 @@ struct dp_args {
      * shared memory's, stage_bytes(NR, ND, cols)), copied in instead of
      * made; NULL: each block makes them (see "Digits once") */
     const int4 *dg;
+    int as; /* several rows: k_q4dp_as (weights through a cp.async ring; see there) */
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif
@@ -636,6 +637,155 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     Q4DP_TRACE(3);
 }
 
+/* ---- several rows: the weights through a cp.async ring (k_q4dp_as) ----
+ *
+ * Why. At NR > 1 a warp's step is ~256 instructions for its 2 KB of weights
+ * (8 dp4a and a scale pair a row chunk per x row), and with U = 1 its next
+ * loads wait for that arithmetic: bytes in flight drop while the warps
+ * compute (U = 2 needs 154-164 registers: one block an SM, measured no
+ * better; session 16). Here each warp keeps a ring of AS_S steps in shared
+ * memory filled by cp.async (no registers held by loads in flight): the
+ * next step's weights, scales and biases, possibly of the warp's next
+ * virtual block, are on their way while the current one is computed, and
+ * the first step is issued before the PDL wait (the weights do not depend
+ * on the previous kernel). Each lane reads back only what it copied, so no
+ * barrier is needed beyond cp.async.wait_group.
+ * Numerics: the same steps in the same order per lane with the same
+ * operations as k_q4dp at U = 1 (so the same bits as one-row decode: the
+ * row-exactness rule). Takes: 8-bit x, the digits staged once (a.dg), the
+ * scales and biases 4-byte aligned with an even number of groups a row (a
+ * 16-bit scale is read as the aligned 32-bit word holding it and its half
+ * chosen by the group's parity). TSC_Q4DP_AS=0 keeps k_q4dp. */
+constexpr int AS_S = 2;                 /* ring slots a warp */
+constexpr int AS_WARP_I4 = AS_S * R * 48; /* a warp's ring in int4: [S][R][32] uint4 weights, [S][R][32] u32 scales, biases */
+/* dynamic shared memory a block may take: the H100/H200 opt-in limit is
+ * 227 KB for dynamic and static together (the static part here is red, at
+ * most 1 KB), so 224 KB (227 KB itself made cudaFuncSetAttribute fail:
+ * session 16, call 4) */
+constexpr size_t AS_SMEM_MAX = 224 * 1024;
+
+__host__ __device__ inline size_t as_ring_off(int nr, int nd, int cols) { return (stage_bytes(nr, nd, cols) + 15) / 16; }
+size_t as_smem(int nr, int nd, int cols) { return (as_ring_off(nr, nd, cols) + (size_t)WARPS * AS_WARP_I4) * 16; }
+
+__device__ __forceinline__ void cp_async16(void *s, const void *g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *s, const void *g) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+template <int NR, int ND>
+__global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ dp_args a) {
+    __shared__ float red[WARPS][R][NR];
+    extern __shared__ int4 sm[];
+    Q4DP_TRACE(0);
+    if (blockIdx.x >= (unsigned)a.nvb) { TSC_PDL_ENTRY(); return; } /* the whole block */
+    const int nch = a.cols >> 5;
+    const int4 *xd = sm;
+    const float2 *xsb = (const float2 *)(sm + NR * 2 * ND * nch);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int pitch = a.cols >> 1, ng = a.cols >> a.lg;
+    const int nsteps = (a.cols + 1023) >> 10;
+    const bool s16 = a.sdt != TS_DTYPE_F32;
+    int4 *ring = sm + as_ring_off(NR, ND, a.cols) + warp * AS_WARP_I4;
+    uint4 *rw = (uint4 *)ring;
+    uint32_t *rs = (uint32_t *)(ring + AS_S * R * 32), *rb = rs + AS_S * R * 32;
+
+    /* the issue cursor: the next (virtual block, step) of this warp */
+    int ivb = blockIdx.x, iks, isl, ist;
+    int64_t ir0;
+    const uint8_t *rp[R];
+    int64_t gb[R];
+    const dp_w *iw = &vb_place(a, ivb, warp, pitch, ng, iks, isl, ir0, rp, gb);
+    ist = isl;
+    auto skip = [&]() { /* to the next virtual block where the warp has a step, or past the end */
+        while (ist >= nsteps) {
+            ivb += gridDim.x;
+            if (ivb >= a.nvb) { ist = nsteps; return; }
+            iw = &vb_place(a, ivb, warp, pitch, ng, iks, isl, ir0, rp, gb);
+            ist = isl;
+        }
+    };
+    auto issue = [&](int slot) {
+        if (ivb < a.nvb && ist < nsteps) {
+            const int c = ist * 1024 + lane * 32, cc = c < a.cols ? c : 0; /* in bounds either way */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int64_t gi = gb[r] + (cc >> a.lg), wi = s16 ? gi >> 1 : gi;
+                cp_async16(rw + (slot * R + r) * 32 + lane, rp[r] + cc / 2);
+                cp_async4(rs + (slot * R + r) * 32 + lane, (const uint32_t *)iw->scales + wi);
+                cp_async4(rb + (slot * R + r) * 32 + lane, (const uint32_t *)iw->biases + wi);
+            }
+        }
+        cp_async_commit(); /* an empty group past the end: the waits count groups */
+    };
+    skip();
+    issue(0);
+    TSC_PDL_ENTRY();
+    Q4DP_TRACE(1);
+    {
+        const int n8 = (int)(stage_bytes(NR, ND, a.cols) >> 3);
+        for (int j = threadIdx.x; j < (n8 >> 1); j += blockDim.x) sm[j] = __ldcg(a.dg + j);
+        if ((n8 & 1) && threadIdx.x == 0) ((float2 *)sm)[n8 - 1] = __ldcg((const float2 *)a.dg + n8 - 1);
+        __syncthreads();
+    }
+    Q4DP_TRACE(2);
+
+    int slot = 0;
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
+        int wi = 0;
+        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+        const dp_w &w = a.w[wi];
+        const int ks = w.ks, sl = warp % ks;
+        const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + warp / ks) * R;
+        float acc[R][NR];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
+        for (int st = sl; st < nsteps; st += ks) {
+            /* the next step on its way, then this one's arrived */
+            ist += iks;
+            skip();
+            issue(slot ^ 1);
+            cp_async_wait1();
+            const int c = st * 1024 + lane * 32;
+            if (c < a.cols) {
+                const int ch = c >> 5, hs = (c >> a.lg) & 1;
+                uint32_t lo[R][4], hi[R][4];
+                float sc[R], bc[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint4 v = rw[(slot * R + r) * 32 + lane];
+                    const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) lo[r][k] = q[k] & 0x0F0F0F0Fu, hi[r][k] = (q[k] >> 4) & 0x0F0F0F0Fu;
+                    uint32_t sw = rs[(slot * R + r) * 32 + lane], bw = rb[(slot * R + r) * 32 + lane];
+                    if (s16) sw = hs ? sw >> 16 : sw & 0xFFFFu, bw = hs ? bw >> 16 : bw & 0xFFFFu;
+                    sc[r] = sraw_f(sw, a.sdt), bc[r] = sraw_f(bw, a.sdt);
+                }
+#pragma unroll
+                for (int i = 0; i < NR; i++) {
+                    int4 xq[2 * ND];
+#pragma unroll
+                    for (int q = 0; q < 2 * ND; q++) xq[q] = xd[(i * 2 * ND + q) * nch + ch];
+                    const float2 sb = xsb[i * nch + ch];
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const float D = chunk_dot<ND>(lo[r], hi[r], xq);
+                        acc[r][i] = chunk_acc(sc[r], bc[r], sb, D, acc[r][i]);
+                    }
+                }
+            }
+            slot ^= 1;
+        }
+        rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
+    }
+    Q4DP_TRACE(3);
+}
+
 /* ---- tensor cores: the same products for 1..16 rows (k_q4mm) ----
  *
  * Why. k_q4dp's dp4a work grows with the rows (8 dp4a and a scale FMA pair
@@ -1139,6 +1289,17 @@ bool dig_takes(int xm, int nr) {
     return xm == Q4DP_XM_SWIGLU || nr > 1;
 }
 
+/* k_q4dp_as for a pass of nr > 1 rows (its conditions there; TSC_Q4DP_AS=0:
+ * never) */
+bool as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int nr) {
+    static int on = -1;
+    if (on < 0) on = ks_env("TSC_Q4DP_AS", 1) != 0;
+    if (!on || nd != 1 || !a.dg || (a.cols >> a.lg) % 2 || as_smem(nr, nd, a.cols) > AS_SMEM_MAX) return false;
+    for (int i = 0; i < nw; i++)
+        if ((uintptr_t)w[i]->scales % 4 || (uintptr_t)w[i]->biases % 4) return false;
+    return true;
+}
+
 /* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
  * to the scratch; false (a.dg NULL) when this mode's digits are made per
  * block or the scratch is missing or too small */
@@ -1211,6 +1372,14 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     ap = &at;
 #endif
     const dp_args &a = *ap;
+    if constexpr (NR > 1 && ND == 1) {
+        if (a.as) {
+            const size_t smem = as_smem(NR, ND, a.cols);
+            const int per_sm = tsc_blocks_per_sm(c, (const void *)k_q4dp_as<NR, ND>, WARPS * 32, smem, AS_SMEM_MAX);
+            const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
+            return tsc_launch(c, k_q4dp_as<NR, ND>, dim3(grid), dim3(WARPS * 32), smem, a);
+        }
+    }
     const size_t smem = stage_bytes(NR, ND, a.cols);
     if constexpr (NR == 1) {
         if (q4dp_pre()) return launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
@@ -1460,6 +1629,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
         stage_once(c, a, nr, nd);
+        a.as = nr > 1 && as_takes(a, w, nw, nd, nr);
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;
         case 2: launch_nr<2>(c, a, nr, u1); break;
