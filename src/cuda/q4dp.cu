@@ -375,6 +375,16 @@ __device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *
     write_rows(a, rnorm, NR);
 }
 
+/* The digits k_stage_digits made (a.dg, bytes of them) into a block's
+ * shared memory: 16-byte words, the float2 tail when bytes is not a
+ * multiple of 16; then a barrier. */
+__device__ __forceinline__ void copy_staged(const dp_args &a, int4 *sm, size_t bytes) {
+    const int n8 = (int)(bytes >> 3);
+    for (int j = threadIdx.x; j < (n8 >> 1); j += blockDim.x) sm[j] = __ldcg(a.dg + j);
+    if ((n8 & 1) && threadIdx.x == 0) ((float2 *)sm)[n8 - 1] = __ldcg((const float2 *)a.dg + n8 - 1);
+    __syncthreads();
+}
+
 /* ---- Digits once (TSC_Q4DP_DIG) ----
  *
  * Without it every block of a product makes x's digits itself: k_q4dp's
@@ -573,12 +583,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
     if (a.dg) {
-        /* the digits and the mode's outputs are made: copy them in (16-byte
-         * words; the float2 tail when the bytes are not a multiple of 16) */
-        const int n8 = (int)(stage_bytes(NR, ND, a.cols) >> 3);
-        for (int j = threadIdx.x; j < (n8 >> 1); j += blockDim.x) sm[j] = __ldcg(a.dg + j);
-        if ((n8 & 1) && threadIdx.x == 0) ((float2 *)sm)[n8 - 1] = __ldcg((const float2 *)a.dg + n8 - 1);
-        __syncthreads();
+        copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
     } else {
         __shared__ float rnorm[NR];
         if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
@@ -725,12 +730,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
     issue(0);
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
-    {
-        const int n8 = (int)(stage_bytes(NR, ND, a.cols) >> 3);
-        for (int j = threadIdx.x; j < (n8 >> 1); j += blockDim.x) sm[j] = __ldcg(a.dg + j);
-        if ((n8 & 1) && threadIdx.x == 0) ((float2 *)sm)[n8 - 1] = __ldcg((const float2 *)a.dg + n8 - 1);
-        __syncthreads();
-    }
+    copy_staged(a, sm, stage_bytes(NR, ND, a.cols));
     Q4DP_TRACE(2);
 
     int slot = 0;
