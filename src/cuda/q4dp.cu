@@ -353,6 +353,38 @@ __device__ __forceinline__ float chunk_acc(float sc, float bc, float2 sb, float 
     return __fmaf_rn(__fmul_rn(sc, sb.x), D, __fmaf_rn(bc, sb.y, acc));
 }
 
+/* A lane's 16 weight bytes (32 nibbles) as the even columns' nibbles (lo)
+ * and the odd ones' (hi), a byte each, for chunk_dot */
+__device__ __forceinline__ void nibbles(const uint4 &v, uint32_t (&lo)[4], uint32_t (&hi)[4]) {
+    const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) lo[k] = q[k] & 0x0F0F0F0Fu, hi[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
+}
+
+/* One lane chunk (ch) of R weight rows (nibbles, raw scale and bias bits)
+ * against the NR staged x rows: acc[r][i] += the chunk's terms (chunk_dot,
+ * chunk_acc), x row by x row.
+ * k_q4dp and k_q4dp_as share it: the same operations in the same order, so
+ * the same bits. */
+template <int NR, int ND>
+__device__ __forceinline__ void rows_dot(const uint32_t (&lo)[R][4], const uint32_t (&hi)[R][4], const uint32_t (&sr)[R],
+                                         const uint32_t (&br)[R], int sdt, const int4 *xd, const float2 *xsb, int nch,
+                                         int ch, float (&acc)[R][NR]) {
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        int4 xq[2 * ND];
+#pragma unroll
+        for (int q = 0; q < 2 * ND; q++) xq[q] = xd[(i * 2 * ND + q) * nch + ch];
+        const float2 sb = xsb[i * nch + ch];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float D = chunk_dot<ND>(lo[r], hi[r], xq);
+            const float sc = sraw_f(sr[r], sdt), bc = sraw_f(br[r], sdt);
+            acc[r][i] = chunk_acc(sc, bc, sb, D, acc[r][i]);
+        }
+    }
+}
+
 /* k_q4dp's form of write_outputs (NR a constant; block 0 writes the
  * outputs before its products, its wait and the arrival in one place). Why
  * two forms: with write_outputs above and the late writes, ptxas gave k_q4dp<1, 1, 2>
@@ -617,24 +649,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
                 const int ch = ((st0 + u * ks) * 1024 + lane * 32) >> 5;
                 uint32_t lo[R][4], hi[R][4];
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint32_t q[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
-#pragma unroll
-                    for (int k = 0; k < 4; k++) lo[r][k] = q[k] & 0x0F0F0F0Fu, hi[r][k] = (q[k] >> 4) & 0x0F0F0F0Fu;
-                }
-#pragma unroll
-                for (int i = 0; i < NR; i++) {
-                    int4 xq[2 * ND];
-#pragma unroll
-                    for (int q = 0; q < 2 * ND; q++) xq[q] = xd[(i * 2 * ND + q) * nch + ch];
-                    const float2 sb = xsb[i * nch + ch];
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        const float D = chunk_dot<ND>(lo[r], hi[r], xq);
-                        const float sc = sraw_f(sr[u][r], a.sdt), bc = sraw_f(br[u][r], a.sdt);
-                        acc[r][i] = chunk_acc(sc, bc, sb, D, acc[r][i]);
-                    }
-                }
+                for (int r = 0; r < R; r++) nibbles(wv[u][r], lo[r], hi[r]);
+                rows_dot<NR, ND>(lo, hi, sr[u], br[u], a.sdt, xd, xsb, nch, ch, acc);
             }
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
@@ -754,30 +770,14 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
             const int c = st * 1024 + lane * 32;
             if (c < a.cols) {
                 const int ch = c >> 5, hs = (c >> a.lg) & 1;
-                uint32_t lo[R][4], hi[R][4];
-                float sc[R], bc[R];
+                uint32_t lo[R][4], hi[R][4], sw[R], bw[R];
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    const uint4 v = rw[(slot * R + r) * 32 + lane];
-                    const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                    for (int k = 0; k < 4; k++) lo[r][k] = q[k] & 0x0F0F0F0Fu, hi[r][k] = (q[k] >> 4) & 0x0F0F0F0Fu;
-                    uint32_t sw = rs[(slot * R + r) * 32 + lane], bw = rb[(slot * R + r) * 32 + lane];
-                    if (s16) sw = hs ? sw >> 16 : sw & 0xFFFFu, bw = hs ? bw >> 16 : bw & 0xFFFFu;
-                    sc[r] = sraw_f(sw, a.sdt), bc[r] = sraw_f(bw, a.sdt);
+                    nibbles(rw[(slot * R + r) * 32 + lane], lo[r], hi[r]);
+                    sw[r] = rs[(slot * R + r) * 32 + lane], bw[r] = rb[(slot * R + r) * 32 + lane];
+                    if (s16) sw[r] = hs ? sw[r] >> 16 : sw[r] & 0xFFFFu, bw[r] = hs ? bw[r] >> 16 : bw[r] & 0xFFFFu;
                 }
-#pragma unroll
-                for (int i = 0; i < NR; i++) {
-                    int4 xq[2 * ND];
-#pragma unroll
-                    for (int q = 0; q < 2 * ND; q++) xq[q] = xd[(i * 2 * ND + q) * nch + ch];
-                    const float2 sb = xsb[i * nch + ch];
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        const float D = chunk_dot<ND>(lo[r], hi[r], xq);
-                        acc[r][i] = chunk_acc(sc[r], bc[r], sb, D, acc[r][i]);
-                    }
-                }
+                rows_dot<NR, ND>(lo, hi, sw, bw, a.sdt, xd, xsb, nch, ch, acc);
             }
             slot ^= 1;
         }
