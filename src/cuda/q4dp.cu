@@ -549,10 +549,9 @@ __device__ __forceinline__ void load_round(const dp_args &a, const dp_w &w, cons
     }
 }
 
-/* A virtual block's place: its weight, the warp's column slice (sl of ks)
- * and its rows (r0.., clamped so that loads stay in bounds). */
-__device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int warp, int pitch, int ng, int &ks, int &sl,
-                                                int64_t &r0, const uint8_t *(&rp)[R], int64_t (&gb)[R]) {
+/* A virtual block's weight, the warp's column slice (sl of ks) and its
+ * first row r0 */
+__device__ __forceinline__ const dp_w &vb_rows(const dp_args &a, int vb, int warp, int &ks, int &sl, int64_t &r0) {
     int wi = 0;
     while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
     const dp_w &w = a.w[wi];
@@ -560,6 +559,14 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
     const int rg = warp / ks;
     sl = warp % ks;
     r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
+    return w;
+}
+
+/* vb_rows and the rows' weight and group pointers (clamped so that loads
+ * stay in bounds) */
+__device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int warp, int pitch, int ng, int &ks, int &sl,
+                                                int64_t &r0, const uint8_t *(&rp)[R], int64_t (&gb)[R]) {
+    const dp_w &w = vb_rows(a, vb, warp, ks, sl, r0);
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1; /* clamp: loads stay in bounds */
@@ -751,11 +758,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
 
     int slot = 0;
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
-        int wi = 0;
-        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
-        const dp_w &w = a.w[wi];
-        const int ks = w.ks, sl = warp % ks;
-        const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + warp / ks) * R;
+        int ks, sl;
+        int64_t r0;
+        const dp_w &w = vb_rows(a, vb, warp, ks, sl, r0);
         float acc[R][NR];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -1228,11 +1233,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
 /* a persistent grid of kernel k over nvb virtual blocks: as many blocks as
  * are resident at smem bytes of staging, at most nvb */
 template <typename A>
-void launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a, int cap = 0) {
-    int per_sm = tsc_blocks_per_sm(c, (const void *)k, WARPS * 32, smem, SMEM_MAX);
+int launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a, int cap = 0, size_t smem_max = SMEM_MAX) {
+    int per_sm = tsc_blocks_per_sm(c, (const void *)k, WARPS * 32, smem, smem_max);
     if (cap > 0 && per_sm > cap) per_sm = cap;
     const int grid = nvb < per_sm * c->n_sm ? nvb : per_sm * c->n_sm;
     tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a);
+    return grid;
 }
 
 template <int ND, int EM>
@@ -1301,11 +1307,11 @@ bool as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int 
 }
 
 /* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
- * to the scratch; false (a.dg NULL) when this mode's digits are made per
- * block or the scratch is missing or too small */
-bool stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
+ * to the scratch; a.dg NULL when this mode's digits are made per block or
+ * the scratch is missing or too small */
+void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
     a.dg = NULL;
-    if (!dig_takes(a.xm, nr) || !c->dg || stage_bytes(nr, nd, a.cols) > c->dg_bytes) return false;
+    if (!dig_takes(a.xm, nr) || !c->dg || stage_bytes(nr, nd, a.cols) > c->dg_bytes) return;
     sd_args s;
     s.xm = a.xm, s.cols = a.cols, s.group = a.group;
     s.x = a.x, s.add = a.add, s.normw = a.normw, s.u = a.u, s.eps = a.eps;
@@ -1320,7 +1326,6 @@ bool stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
     }
     TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a: digits)");
     a.dg = (const int4 *)c->dg;
-    return true;
 }
 
 /* a KS forced by a benchmark switch (1, 2, 4 or 8: halved while it would
@@ -1367,24 +1372,24 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     trace_meta &m = trace_launch[at.tid];
     m.nr = NR, m.cols = at.cols, m.xm = at.xm, m.nw = at.nw, m.nvb = at.nvb, m.rows = 0;
     for (int i = 0; i < at.nw; i++) m.rows += at.w[i].rows;
-    m.grid = q4dp_bps() * c->n_sm < at.nvb ? q4dp_bps() * c->n_sm : at.nvb;
     trace_next++;
     ap = &at;
 #endif
     const dp_args &a = *ap;
-    if constexpr (NR > 1 && ND == 1) {
-        if (a.as) {
-            const size_t smem = as_smem(NR, ND, a.cols);
-            const int per_sm = tsc_blocks_per_sm(c, (const void *)k_q4dp_as<NR, ND>, WARPS * 32, smem, AS_SMEM_MAX);
-            const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-            return tsc_launch(c, k_q4dp_as<NR, ND>, dim3(grid), dim3(WARPS * 32), smem, a);
-        }
-    }
+    int grid = 0; /* a launch's grid is at least 1 block */
     const size_t smem = stage_bytes(NR, ND, a.cols);
-    if constexpr (NR == 1) {
-        if (q4dp_pre()) return launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
+    if constexpr (NR > 1 && ND == 1) {
+        if (a.as) grid = launch_grid(c, k_q4dp_as<NR, ND>, a.nvb, as_smem(NR, ND, a.cols), a, 0, AS_SMEM_MAX);
     }
-    launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, smem, a, q4dp_bps());
+    if constexpr (NR == 1) {
+        if (q4dp_pre()) grid = launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
+    }
+    if (!grid) grid = launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, smem, a, q4dp_bps());
+#ifdef TSC_TRACE
+    m.grid = grid; /* the launch's own */
+#else
+    (void)grid;
+#endif
 }
 
 /* Steps a round (U): 1 or 2, from the launch's shape and the digits
