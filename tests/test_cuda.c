@@ -958,6 +958,16 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     tsc_attn_args A = {n, devpos ? 0 : pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws,
                        devpos ? dpos : NULL, split, 0, 0, 0};
     tsc_attn_decode(c, &A);
+    /* the same call with the keys and values read from the cache where used
+     * (tsc_set_attn_kv(c, 0)) instead of through shared memory: the same bits */
+    float *dqg2 = up(c, qg, sizeof(float) * n * nq * 2 * D), *dk2 = up(c, k, sizeof(float) * n * kvdim);
+    float *dK2 = up(c, Kc, sizeof(float) * max_T * kvdim), *dV2 = up(c, Vc, sizeof(float) * max_T * kvdim);
+    float *dout2 = tsc_alloc(c, sizeof(float) * n * nq * D);
+    tsc_attn_args A2 = A;
+    A2.qg = dqg2, A2.k = dk2, A2.Kc = dK2, A2.Vc = dV2, A2.out = dout2;
+    tsc_set_attn_kv(c, 0);
+    tsc_attn_decode(c, &A2);
+    tsc_set_attn_kv(c, 1);
     for (int i = 0; i < n; i++) {
         tsc_attn_args B = A;
         B.n = 1, B.pos = (devpos ? 0 : pos0) + i, B.qg = dqg1 + (size_t)i * nq * 2 * D, B.k = dk1 + (size_t)i * kvdim;
@@ -998,8 +1008,10 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     CHECK_MSG(!memcmp(gV + (size_t)pos0 * kvdim, v, sizeof(float) * n * kvdim), "V rows not appended as given");
     CHECK_MSG(!memcmp(go, go1, sizeof(float) * n * nq * D), "attn: %d-row call != %d one-row calls", n, n);
     CHECK_MSG(!memcmp(gK, gK1, sizeof(float) * max_T * kvdim), "attn: K cache differs between the two");
+    float *go2 = down(c, dout2, (size_t)n * nq * D);
+    CHECK_MSG(!memcmp(go, go2, sizeof(float) * n * nq * D), "attn: K/V through shared memory != read where used");
     free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
-    free(go), free(go1), free(gK), free(gK1), free(gV), free(gq);
+    free(go), free(go1), free(go2), free(gK), free(gK1), free(gV), free(gq);
     tsc_close(c);
 }
 

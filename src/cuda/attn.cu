@@ -27,7 +27,10 @@
  * at T = 4096 (scores go through shared memory). Measured (run4): 19 us at
  * T = 513 (run1 with pieces of 64 and a serial combine: 34 us), 118 us at
  * T = 8192 (67 MB of K+V: 570 GB/s, 13% of the probe: each piece is a
- * block with little in flight; far from the floor).
+ * block with little in flight; far from the floor). Session 17: the split
+ * kernel 22 us at T = 518 alone (ncu); with each sub-chunk's K/V staged in
+ * shared memory at once (KV, below) the 9B engine at 4096 tokens of context
+ * 371 -> 387 tok/s, unchanged at 512 (bench/cuda/RESULTS.md).
  */
 #include "cuda/common.cuh"
 
@@ -43,8 +46,9 @@ __device__ __forceinline__ int q_width(const tsc_attn_args &a) { return a.no_gat
 /* keys per piece: a.split (a multiple of SPL), else SPL */
 __device__ __forceinline__ int piece_of(const tsc_attn_args &a) { return a.split ? a.split : SPL; }
 
+template <bool E>
 __global__ void k_attn_prep(const tsc_attn_args a) {
-    TSC_PDL_ENTRY();
+    tsc_pdl_entry<E>();
     __shared__ double red[32];
     __shared__ float ys[DMAX];
     const int i = blockIdx.y, hd = blockIdx.x, d = threadIdx.x, D = a.D, kvdim = a.nkv * a.D;
@@ -82,8 +86,17 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
     }
 }
 
+/* KV: each sub-chunk's keys and values are first copied into shared memory
+ * by the whole block, every load in flight at once (16 float4 a thread at
+ * 32 keys of D = 256), then read from there; without it a warp's key loads
+ * and a thread's value loads came in ~6 dependent rounds a sub-chunk (ncu,
+ * session 17: 22 us for this kernel at T = 518 on the 9B shape). The same
+ * values in the same operations and order either way: the same bits
+ * (cuda.attn_* compare the two forms). ctx.attn_kv (TSC_ATTN_KV=0: off). */
+template <bool E, bool KV>
 __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int nsplit) {
-    TSC_PDL_ENTRY();
+    tsc_pdl_entry<E>();
+    extern __shared__ float4 kvs[]; /* KV: [SPL][D] keys, then [SPL][D] values */
     __shared__ float qs[GMAX][DMAX];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
@@ -109,10 +122,31 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     for (int c0 = 0; c0 < pn; c0 += SPL) {
         const int t0 = p0 + c0, nt = min(SPL, pn - c0);
         __syncthreads();
+        if constexpr (KV) {
+            /* the sub-chunk's nt key and value rows (D / 4 float4 each):
+             * all of a thread's loads issued, then stored */
+            constexpr int PT = SPL * DMAX / 4 / 256; /* float4 a thread and tensor, at most */
+            const int d4 = D >> 2, tot = nt * d4;
+            float4 kr4[PT], vr4[PT];
+#pragma unroll
+            for (int u = 0; u < PT; u++) {
+                const int e = threadIdx.x + u * 256;
+                if (e < tot) {
+                    const int64_t o = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
+                    kr4[u] = __ldg((const float4 *)a.Kc + o), vr4[u] = __ldg((const float4 *)a.Vc + o);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < PT; u++) {
+                const int e = threadIdx.x + u * 256;
+                if (e < tot) kvs[e] = kr4[u], kvs[SPL * d4 + e] = vr4[u];
+            }
+            __syncthreads();
+        }
     /* unrolled so that several keys' loads are in flight per warp */
 #pragma unroll 2
         for (int tt = warp; tt < nt; tt += 8) {
-            const float *kr = a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
+            const float *kr = KV ? (const float *)kvs + tt * D : a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
             float kv[DMAX / 32];
 #pragma unroll
             for (int m = 0; m < DMAX / 32; m++) kv[m] = m < M ? kr[lane + 32 * m] : 0.f;
@@ -153,11 +187,12 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
                 for (int hh = 0; hh < GMAX; hh++)
                     if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
             }
-            const float *vc = a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
+            const float *vc = KV ? (const float *)(kvs + SPL * (D >> 2)) + d : a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
+            const int vstride = KV ? D : kvdim;
         /* unrolled: the V loads of several keys in flight, not one at a time */
 #pragma unroll 8
             for (int tt = 0; tt < nt; tt++) {
-                const float v = vc[(int64_t)tt * kvdim];
+                const float v = vc[(int64_t)tt * vstride];
 #pragma unroll
                 for (int hh = 0; hh < GMAX; hh++)
                     if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
@@ -179,8 +214,9 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
  * Block: D threads. */
+template <bool E>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
-    TSC_PDL_ENTRY();
+    tsc_pdl_entry<E>();
     __shared__ float es[1024];
     __shared__ float red[32];
     __shared__ float Ls;
@@ -382,13 +418,21 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     const int P = a->split ? a->split : SPL, nsplit = (a->max_T + P - 1) / P;
     const int used = a->pos_dev ? nsplit : (a->pos + a->n + P - 1) / P;
     if (a->phase != 2) {
-        tsc_launch(c, k_attn_prep, dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
+        tsc_launch(c, c->pdl_early ? k_attn_prep<true> : k_attn_prep<false>, dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
     }
     if (a->phase == 1) return;
-    tsc_launch(c, k_attn_split, dim3(dim3(used, a->nkv, a->n)), dim3(256), 0, *a, nsplit);
+    if (c->attn_kv) {
+        const size_t smem = 2 * (size_t)SPL * a->D * sizeof(float);
+        auto k = c->pdl_early ? k_attn_split<true, true> : k_attn_split<false, true>;
+        tsc_blocks_per_sm(c, (const void *)k, 256, smem, 2 * (size_t)SPL * DMAX * sizeof(float)); /* raises its limit once */
+        tsc_launch(c, k, dim3(dim3(used, a->nkv, a->n)), dim3(256), smem, *a, nsplit);
+    } else {
+        tsc_launch(c, c->pdl_early ? k_attn_split<true, false> : k_attn_split<false, false>, dim3(dim3(used, a->nkv, a->n)),
+                   dim3(256), 0, *a, nsplit);
+    }
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
-    tsc_launch(c, k_attn_combine, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, *a, nsplit);
+    tsc_launch(c, c->pdl_early ? k_attn_combine<true> : k_attn_combine<false>, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
 }
 

@@ -25,6 +25,9 @@ struct tsc_ctx {
     struct tsc_blk *blocks; /* live allocations (sizes for the count; freed at close) */
     int capturing;
     int pdl; /* launch with programmatic stream serialization (TSC_PDL=0 turns it off) */
+    int pdl_early; /* the kernels between products trigger their dependents first (tsc_pdl_entry) */
+    int attn_kv;   /* attention decode stages each sub-chunk's K/V in shared memory (attn.cu; TSC_ATTN_KV=0: off) */
+    int carve;     /* TSC_CARVE_ALL=P: every kernel's preferred shared-memory carveout (tsc_carve_), -1: none */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
     size_t dg_bytes;
@@ -47,14 +50,36 @@ void tsc_launched_(tsc_ctx *c, const char *op);
  * launched without the attribute), then let the next one be scheduled. So a
  * kernel's launch and its weight-only prologue overlap the previous kernel's
  * tail, inside graphs too, with the order of a plain stream. */
-#define TSC_PDL_ENTRY()                                                 \
-    do {                                                                \
-        asm volatile("griddepcontrol.wait;" ::: "memory");              \
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
-    } while (0)
+#define TSC_PDL_ENTRY() tsc_pdl_entry<false>()
+
+/* The same with the order chosen: EARLY lets the next kernel be scheduled
+ * before this one's wait (its blocks then become resident as soon as room
+ * allows, and a product among them starts its weights, which depend on
+ * nothing, while this kernel and the ones before it run). Safe for any
+ * kernel: a dependent's griddepcontrol.wait waits for this grid to complete,
+ * which is after this grid's own wait, so the order of a plain stream holds
+ * transitively; and the next kernel is launched only once every block of
+ * this one has triggered, so all of them are resident: no block of this
+ * kernel waits for room that a waiting dependent holds. The kernels between
+ * the products take it when ctx.pdl_early is set (session
+ * 17, bench/cuda/RESULTS.md: TSC_PDL_EARLY=1 turns it on; off by default). */
+template <bool EARLY>
+__device__ __forceinline__ void tsc_pdl_entry() {
+    if (EARLY) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (!EARLY) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* A kernel's preferred shared-memory carveout (c->carve, TSC_CARVE_ALL=P,
+ * a benchmark switch): one configuration for every kernel, so that an SM
+ * never drains to change it between neighbouring launches (a block whose
+ * kernel needs more shared memory than the SM's current split gives waits
+ * for the SM to empty). */
+void tsc_carve_(const tsc_ctx *c, const void *k);
 
 template <typename... KArgs, typename... Args>
 static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args) {
+    if (c->carve >= 0) tsc_carve_(c, (const void *)k);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;

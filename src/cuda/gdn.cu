@@ -51,8 +51,9 @@ namespace {
 
 constexpr int DK = 128, DV = 128, KW = 4, CL = 4, CB = DV / CL, NW = 8, IPW = DK / NW;
 
+template <bool E>
 __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *prep) {
-    TSC_PDL_ENTRY();
+    tsc_pdl_entry<E>();
     __shared__ double red[32];
     const int Kd = a.Hk * DK, C = 2 * Kd + a.Hv * DV;
     const int c = blockIdx.x * DK + threadIdx.x;
@@ -91,8 +92,9 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+template <bool E>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan(const tsc_gdn_args a, const float *prep) {
-    TSC_PDL_ENTRY();
+    tsc_pdl_entry<E>();
     __shared__ float redp[NW][32], redo[NW][32];
     __shared__ double ssq[2];
     cg::cluster_group cl = cg::this_cluster();
@@ -309,9 +311,9 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
         return;
     }
     const int C = 2 * a->Hk * DK + a->Hv * DV;
-    tsc_launch(c, k_gdn_prep, dim3(C / DK), dim3(DK), 0, *a, a->ws);
+    tsc_launch(c, c->pdl_early ? k_gdn_prep<true> : k_gdn_prep<false>, dim3(C / DK), dim3(DK), 0, *a, a->ws);
     TSC_LAUNCHED(c, "tsc_gdn_step (prep)");
-    tsc_launch(c, k_gdn_scan, dim3(a->Hv * CL), dim3(NW * 32), 0, *a, a->ws);
+    tsc_launch(c, c->pdl_early ? k_gdn_scan<true> : k_gdn_scan<false>, dim3(a->Hv * CL), dim3(NW * 32), 0, *a, a->ws);
     TSC_LAUNCHED(c, "tsc_gdn_step (scan)");
 }
 

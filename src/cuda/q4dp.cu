@@ -127,7 +127,7 @@ struct dp_args {
      * shared memory's, stage_bytes(NR, ND, cols)), copied in instead of
      * made; NULL: each block makes them (see "Digits once") */
     const int4 *dg;
-    int as; /* several rows: k_q4dp_as (weights through a cp.async ring; see there) */
+    int as; /* k_q4dp_as's ring depth (weights through a cp.async ring; see there), 0: k_q4dp */
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif
@@ -444,9 +444,9 @@ struct sd_args {
     int4 *dg; /* stage_bytes(nr, ND, cols) */
 };
 
-template <int ND>
+template <int ND, bool E>
 __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
-    TSC_PDL_ENTRY();
+    tsc_pdl_entry<E>();
     const int i = blockIdx.y, nr = gridDim.y;
     const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = 2 * ND * nch;
     const int64_t ro = (int64_t)i * a.cols;
@@ -665,35 +665,53 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     Q4DP_TRACE(3);
 }
 
-/* ---- several rows: the weights through a cp.async ring (k_q4dp_as) ----
+/* ---- the weights through a cp.async ring (k_q4dp_as) ----
  *
  * Why. At NR > 1 a warp's step is ~256 instructions for its 2 KB of weights
  * (8 dp4a and a scale pair a row chunk per x row), and with U = 1 its next
  * loads wait for that arithmetic: bytes in flight drop while the warps
  * compute (U = 2 needs 154-164 registers: one block an SM, measured no
- * better; session 16). Here each warp keeps a ring of AS_S steps in shared
+ * better; session 16). Here each warp keeps a ring of S steps in shared
  * memory filled by cp.async (no registers held by loads in flight): the
- * next step's weights, scales and biases, possibly of the warp's next
- * virtual block, are on their way while the current one is computed, and
- * the first step is issued before the PDL wait (the weights do not depend
+ * next S - 1 steps' weights, scales and biases, possibly of the warp's next
+ * virtual blocks, are on their way while the current one is computed, and
+ * the first S - 1 are issued before the PDL wait (the weights do not depend
  * on the previous kernel). Each lane reads back only what it copied, so no
  * barrier is needed beyond cp.async.wait_group.
+ * One row (session 17). The 9B step's trace (session 16) put ~1 ms of its
+ * ~2.05 outside the weights' streaming: a product's blocks, resident early,
+ * waited at the PDL barrier with one round of lines started towards L2,
+ * then staged x (1.5-3.6 us a launch) with nothing in flight. With S = 4
+ * slots (96 KB a block, still two blocks an SM) the S - 1 steps issued
+ * before the wait are 6 KB of weights a warp, 12.7 MB over the grid: they
+ * arrive while the previous kernels finish and while the block stages x
+ * (in-block staging, as k_q4dp's, for the one-row normed and plain passes
+ * that make no digits once). Floors as k_q4dp's (top of the file); the
+ * prediction: the 4096-column products' staging and first DRAM latency
+ * hidden, ~2-4 us a launch, the 9B step 2.05 -> ~1.7 ms. Measured (H200,
+ * session 17, s17-run1..3): slower (2.54 ms with every one-row pass on it,
+ * 2.20 with the plain ones), because the early copies delay the staging
+ * (as_takes says how); so one row stays on k_q4dp by default.
  * Numerics: the same steps in the same order per lane with the same
- * operations as k_q4dp at U = 1 (so the same bits as one-row decode: the
- * row-exactness rule). Takes: 8-bit x, the digits staged once (a.dg), the
+ * operations as k_q4dp (U changes no operation), so the same bits as
+ * k_q4dp for every row count (the row-exactness rule). Takes: 8-bit x, the
  * scales and biases 4-byte aligned with an even number of groups a row (a
  * 16-bit scale is read as the aligned 32-bit word holding it and its half
- * chosen by the group's parity). TSC_Q4DP_AS=0 keeps k_q4dp. */
-constexpr int AS_S = 2;                 /* ring slots a warp */
-constexpr int AS_WARP_I4 = AS_S * R * 48; /* a warp's ring in int4: [S][R][32] uint4 weights, [S][R][32] u32 scales, biases */
+ * chosen by the group's parity). Which passes take it: as_takes. */
+constexpr int AS_SLOT_I4 = R * 48; /* a warp's slot in int4: [R][32] uint4 weights, [R][32] u32 scales, biases */
 /* dynamic shared memory a block may take: the H100/H200 opt-in limit is
  * 227 KB for dynamic and static together (the static part here is red, at
  * most 1 KB), so 224 KB (227 KB itself made cudaFuncSetAttribute fail:
  * session 16, call 4) */
 constexpr size_t AS_SMEM_MAX = 224 * 1024;
+/* at most this a block for two blocks an SM (228 KB an SM, 1 KB reserved a
+ * block, the static part) */
+constexpr size_t AS_SMEM_2 = 110 * 1024;
 
 __host__ __device__ inline size_t as_ring_off(int nr, int nd, int cols) { return (stage_bytes(nr, nd, cols) + 15) / 16; }
-size_t as_smem(int nr, int nd, int cols) { return (as_ring_off(nr, nd, cols) + (size_t)WARPS * AS_WARP_I4) * 16; }
+size_t as_smem(int nr, int nd, int cols, int s) {
+    return (as_ring_off(nr, nd, cols) + (size_t)WARPS * s * AS_SLOT_I4) * 16;
+}
 
 __device__ __forceinline__ void cp_async16(void *s, const void *g) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g) : "memory");
@@ -702,24 +720,29 @@ __device__ __forceinline__ void cp_async4(void *s, const void *g) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+/* every group but the newest N complete */
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-template <int NR, int ND>
+template <int NR, int ND, int S>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
     Q4DP_TRACE(0);
-    if (blockIdx.x >= (unsigned)a.nvb) { TSC_PDL_ENTRY(); return; } /* the whole block */
+    if (blockIdx.x >= (unsigned)a.nvb) { /* the whole block (a persistent grid has none) */
+        TSC_PDL_ENTRY();
+        if (!a.dg && a.xm != Q4DP_XM_PLAIN && threadIdx.x == 0) atomicAdd(a.bar, 1u); /* block 0 counts every block */
+        return;
+    }
     const int nch = a.cols >> 5;
-    const int4 *xd = sm;
-    const float2 *xsb = (const float2 *)(sm + NR * 2 * ND * nch);
+    int4 *xd = sm;
+    float2 *xsb = (float2 *)(sm + NR * 2 * ND * nch);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int pitch = a.cols >> 1, ng = a.cols >> a.lg;
     const int nsteps = (a.cols + 1023) >> 10;
     const bool s16 = a.sdt != TS_DTYPE_F32;
-    int4 *ring = sm + as_ring_off(NR, ND, a.cols) + warp * AS_WARP_I4;
+    int4 *ring = sm + as_ring_off(NR, ND, a.cols) + warp * S * AS_SLOT_I4;
     uint4 *rw = (uint4 *)ring;
-    uint32_t *rs = (uint32_t *)(ring + AS_S * R * 32), *rb = rs + AS_S * R * 32;
+    uint32_t *rs = (uint32_t *)(ring + S * R * 32), *rb = rs + S * R * 32;
 
     /* the issue cursor: the next (virtual block, step) of this warp */
     int ivb = blockIdx.x, iks, isl, ist;
@@ -736,7 +759,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
             ist = isl;
         }
     };
-    auto issue = [&](int slot) {
+    auto issue = [&](int slot) { /* the cursor's step into slot, and the cursor on */
         if (ivb < a.nvb && ist < nsteps) {
             const int c = ist * 1024 + lane * 32, cc = c < a.cols ? c : 0; /* in bounds either way */
 #pragma unroll
@@ -746,14 +769,26 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
                 cp_async4(rs + (slot * R + r) * 32 + lane, (const uint32_t *)iw->scales + wi);
                 cp_async4(rb + (slot * R + r) * 32 + lane, (const uint32_t *)iw->biases + wi);
             }
+            ist += iks;
+            skip();
         }
         cp_async_commit(); /* an empty group past the end: the waits count groups */
     };
     skip();
-    issue(0);
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) issue(s);
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
-    copy_staged(a, sm, stage_bytes(NR, ND, a.cols));
+    if (NR > 1 || a.dg) { /* (several rows always have their digits made once: as_takes) */
+        copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
+    } else if constexpr (NR == 1) {
+        /* k_q4dp's staging (the same digits); the ring's copies fly meanwhile */
+        __shared__ float rnorm[NR];
+        if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
+        stage_x<ND, 2>(a, NR, xd, xsb, rnorm);
+        __syncthreads();
+        if (a.xm != Q4DP_XM_PLAIN) write_outputs_b0<NR>(a, rnorm);
+    }
     Q4DP_TRACE(2);
 
     int slot = 0;
@@ -767,11 +802,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
 #pragma unroll
             for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
         for (int st = sl; st < nsteps; st += ks) {
-            /* the next step on its way, then this one's arrived */
-            ist += iks;
-            skip();
-            issue(slot ^ 1);
-            cp_async_wait1();
+            /* the step S - 1 ahead on its way (into the slot read last),
+             * then this one's arrived */
+            issue(slot == 0 ? S - 1 : slot - 1);
+            cp_async_wait<S - 1>();
             const int c = st * 1024 + lane * 32;
             if (c < a.cols) {
                 const int ch = c >> 5, hs = (c >> a.lg) & 1;
@@ -784,7 +818,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
                 }
                 rows_dot<NR, ND>(lo, hi, sw, bw, a.sdt, xd, xsb, nch, ch, acc);
             }
-            slot ^= 1;
+            slot = slot + 1 == S ? 0 : slot + 1;
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
@@ -1295,15 +1329,44 @@ bool dig_takes(int xm, int nr) {
     return xm == Q4DP_XM_SWIGLU || nr > 1;
 }
 
-/* k_q4dp_as for a pass of nr > 1 rows (its conditions there; TSC_Q4DP_AS=0:
- * never) */
-bool as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int nr) {
-    static int on = -1;
-    if (on < 0) on = ks_env("TSC_Q4DP_AS", 1) != 0;
-    if (!on || nd != 1 || !a.dg || (a.cols >> a.lg) % 2 || as_smem(nr, nd, a.cols) > AS_SMEM_MAX) return false;
+/* k_q4dp_as for a pass of nr rows: its ring's depth S (see there), or 0
+ * for k_q4dp. Several rows: 2 slots (session 16's measurement; 3 measured
+ * no better in session 17), the digits made once. One row: k_q4dp, by
+ * measurement (session 17, bench/cuda/RESULTS.md): every one-row pass on
+ * the ring (TSC_Q4DP_AS1=2) took the 9B step from 2.05 to 2.54 ms, the
+ * plain passes alone (TSC_Q4DP_AS1=1: out_proj, o_proj) to 2.20. The copies
+ * a block issues before its PDL wait are in the memory pipeline when the
+ * block stages x (its sums of squares and x itself from L2): the staging,
+ * on the step's critical path, waits behind them (normed 3.6 -> 4.2 us, plain
+ * 1.6 -> 3.0 us a launch), the PDL releases spread over ~4 us and block 0's
+ * output barrier waits for the last block. The ring wins a plain launch only
+ * when its blocks are resident long before the release (with TSC_PDL_EARLY=1:
+ * 5.3 -> 3.9 us), and the early trigger loses more elsewhere. S is the
+ * deepest (at most 4 slots) that keeps two blocks an SM. TSC_Q4DP_AS=0 keeps
+ * k_q4dp for several rows; TSC_Q4DP_AS_S=2|3|4 forces the depth where it
+ * fits. Benchmark switches: a row's bits are the same either way. */
+int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int nr) {
+    static int on = -1, on1 = -1, forced = -1;
+    if (on < 0) {
+        on = ks_env("TSC_Q4DP_AS", 1) != 0, on1 = ks_env("TSC_Q4DP_AS1", 0);
+        forced = ks_env("TSC_Q4DP_AS_S", 0);
+        if (forced < 2 || forced > 4) forced = 0;
+    }
+    if (!(nr == 1 ? on1 == 2 || (on1 == 1 && a.xm == Q4DP_XM_PLAIN) : on) || nd != 1 || (nr > 1 && !a.dg) ||
+        (a.cols >> a.lg) % 2)
+        return 0;
+    if (!a.dg && a.xm != Q4DP_XM_PLAIN && !a.bar) return 0; /* in-block staging writes its outputs through bar */
     for (int i = 0; i < nw; i++)
-        if ((uintptr_t)w[i]->scales % 4 || (uintptr_t)w[i]->biases % 4) return false;
-    return true;
+        if ((uintptr_t)w[i]->scales % 4 || (uintptr_t)w[i]->biases % 4) return 0;
+    if (forced) {
+        for (int s = forced; s >= 2; s--)
+            if (as_smem(nr, nd, a.cols, s) <= AS_SMEM_MAX) return s;
+        return 0;
+    }
+    if (nr > 1) return as_smem(nr, nd, a.cols, 2) <= AS_SMEM_MAX ? 2 : 0;
+    for (int s = 4; s >= 2; s--)
+        if (as_smem(nr, nd, a.cols, s) <= AS_SMEM_2) return s;
+    return 0;
 }
 
 /* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
@@ -1319,10 +1382,11 @@ void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
     s.dg = (int4 *)c->dg;
     const int per_row = a.xm == Q4DP_XM_NORM ? 1 : (a.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
     const dim3 grid(per_row, nr);
+    const bool e = c->pdl_early;
     switch (nd) {
-    case 1: tsc_launch(c, k_stage_digits<1>, grid, dim3(WARPS * 32), 0, s); break;
-    case 2: tsc_launch(c, k_stage_digits<2>, grid, dim3(WARPS * 32), 0, s); break;
-    default: tsc_launch(c, k_stage_digits<3>, grid, dim3(WARPS * 32), 0, s); break;
+    case 1: tsc_launch(c, e ? k_stage_digits<1, true> : k_stage_digits<1, false>, grid, dim3(WARPS * 32), 0, s); break;
+    case 2: tsc_launch(c, e ? k_stage_digits<2, true> : k_stage_digits<2, false>, grid, dim3(WARPS * 32), 0, s); break;
+    default: tsc_launch(c, e ? k_stage_digits<3, true> : k_stage_digits<3, false>, grid, dim3(WARPS * 32), 0, s); break;
     }
     TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a: digits)");
     a.dg = (const int4 *)c->dg;
@@ -1354,6 +1418,15 @@ int pick_ks(int64_t rows, int cols, int n_sm) {
     return best;
 }
 
+/* k_q4dp_as at the ring depth a.as (2, 3 or 4; as_takes) */
+template <int NR, int ND>
+int launch_as(tsc_ctx *c, const dp_args &a) {
+    const size_t smem = as_smem(NR, ND, a.cols, a.as);
+    if (a.as == 4) return launch_grid(c, k_q4dp_as<NR, ND, 4>, a.nvb, smem, a, 0, AS_SMEM_MAX);
+    if (a.as == 3) return launch_grid(c, k_q4dp_as<NR, ND, 3>, a.nvb, smem, a, 0, AS_SMEM_MAX);
+    return launch_grid(c, k_q4dp_as<NR, ND, 2>, a.nvb, smem, a, 0, AS_SMEM_MAX);
+}
+
 #ifdef TSC_TRACE
 struct trace_meta {
     int nr, cols, xm, nw, nvb, grid;
@@ -1378,11 +1451,11 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     const dp_args &a = *ap;
     int grid = 0; /* a launch's grid is at least 1 block */
     const size_t smem = stage_bytes(NR, ND, a.cols);
-    if constexpr (NR > 1 && ND == 1) {
-        if (a.as) grid = launch_grid(c, k_q4dp_as<NR, ND>, a.nvb, as_smem(NR, ND, a.cols), a, 0, AS_SMEM_MAX);
+    if constexpr (ND == 1) {
+        if (a.as) grid = launch_as<NR, ND>(c, a);
     }
     if constexpr (NR == 1) {
-        if (q4dp_pre()) grid = launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
+        if (!grid && q4dp_pre()) grid = launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
     }
     if (!grid) grid = launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, smem, a, q4dp_bps());
 #ifdef TSC_TRACE
@@ -1634,7 +1707,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
         stage_once(c, a, nr, nd);
-        a.as = nr > 1 && as_takes(a, w, nw, nd, nr);
+        a.as = as_takes(a, w, nw, nd, nr);
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;
         case 2: launch_nr<2>(c, a, nr, u1); break;

@@ -394,6 +394,10 @@ int tsc_graph_nodes(const tsc_graph *g);
  * environment starts it off) or off for the launches queued from now on
  * (a graph keeps what it was captured with). */
 void tsc_set_pdl(tsc_ctx *c, int on);
+/* Attention decode's keys and values through shared memory (1, the default;
+ * TSC_ATTN_KV=0 starts it off) or read from the cache where used (0): the
+ * same bits either way (attn.cu, k_attn_split; the tests compare them). */
+void tsc_set_attn_kv(tsc_ctx *c, int on);
 /* Events on the stream: mark, then elapsed milliseconds since the mark
  * (waits for the work queued in between). */
 void tsc_timer_start(tsc_ctx *c);
