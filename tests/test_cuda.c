@@ -513,6 +513,38 @@ TS_TEST(cuda, embed_exact) {
     tsc_close(c);
 }
 
+/* A prompt chunk of more rows than the old 4096-row limit (an 8192-token
+ * prompt in one chunk was refused): every row right, and past 65535 rows a
+ * clear refusal (the context's sticky error), nothing written. */
+TS_TEST(cuda, embed_long_chunk) {
+    OPEN(c);
+    hw h;
+    const int64_t V = 300, H = 256;
+    const int n = 10007;
+    make_w(&h, TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, V, H);
+    tsc_weight hd = desc(&h.w), dw;
+    ts_error e;
+    CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+    int32_t *ids = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((fr() * 0.5f + 0.5f) * (V - 1)); /* in [0, V - 1] */
+    int32_t *did = up(c, ids, sizeof(int32_t) * n);
+    float *dx = tsc_alloc(c, sizeof(float) * n * H);
+    tsc_embed(c, &dw, did, n, dx);
+    SYNC_OK(c);
+    float *x = down(c, dx, (size_t)n * H), *ref = malloc(sizeof(float) * H);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        ts_weight_row(&h.w, ids[i], ref);
+        bad += memcmp(ref, x + (size_t)i * H, sizeof(float) * H) != 0;
+    }
+    CHECK_MSG(bad == 0, "%d of %d embedded rows differ", bad, n);
+    tsc_embed(c, &dw, did, 65536, dx);
+    CHECK(tsc_error(c) == TS_E_ARG);
+    free(x), free(ref), free(ids);
+    tsc_close(c);
+    free_hw(&h);
+}
+
 /* ---- add + RMSNorm, SiLU ---- */
 
 static void ref_add_rmsnorm(float *x, const float *add, const float *w, float *y, int n, int dim, float eps) {

@@ -60,7 +60,13 @@ __global__ void k_embed(const tsc_weight w, const int32_t *ids, float *x) {
 extern "C" void tsc_embed(tsc_ctx *c, const tsc_weight *w, const int32_t *ids, int n, float *x) {
     TSC_GUARD(c);
     ts_error e;
-    if (n < 1 || n > 4096) { tsc_fail_(c, TS_E_ARG, "tsc_embed: %d rows", n); return; }
+    /* rows on grid.x (no limit of its own); 65535, the other row ops' limit
+     * (grid.y), so that a prompt chunk the rest can take is not refused here
+     * (it was 4096: `bench --prompt 8192` failed on this line, session 17) */
+    if (n < 1 || n > 65535) {
+        tsc_fail_(c, TS_E_ARG, "tsc_embed: %d rows (1..65535 a pass: feed longer prompts in chunks, --chunk N)", n);
+        return;
+    }
     if (tsc_weight_check(w, &e)) { tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_embed: %s", e.msg); return; }
     const unsigned gy = (unsigned)((w->cols + 255) / 256 < 65535 ? (w->cols + 255) / 256 : 65535);
     tsc_launch(c, k_embed, dim3(n, gy), dim3(256), 0, *w, ids, x);
