@@ -422,15 +422,17 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
     }
     if (a->phase == 1) return;
-    if (c->attn_kv) {
-        const size_t smem = 2 * (size_t)SPL * a->D * sizeof(float);
-        auto k = c->pdl_early ? k_attn_split<true, true> : k_attn_split<false, true>;
-        tsc_blocks_per_sm(c, (const void *)k, 256, smem, 2 * (size_t)SPL * DMAX * sizeof(float)); /* raises its limit once */
-        tsc_launch(c, k, dim3(dim3(used, a->nkv, a->n)), dim3(256), smem, *a, nsplit);
-    } else {
-        tsc_launch(c, c->pdl_early ? k_attn_split<true, false> : k_attn_split<false, false>, dim3(dim3(used, a->nkv, a->n)),
-                   dim3(256), 0, *a, nsplit);
+    const bool e = c->pdl_early;
+    if (c->attn_kv && !c->attn_kv_smem) { /* the K/V form's 64 KB of dynamic shared memory, allowed once */
+        const int most = 2 * SPL * DMAX * (int)sizeof(float);
+        cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+        cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+        c->attn_kv_smem = 1;
     }
+    tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
+                             : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
+               dim3(dim3(used, a->nkv, a->n)), dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a,
+               nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
     tsc_launch(c, c->pdl_early ? k_attn_combine<true> : k_attn_combine<false>, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");

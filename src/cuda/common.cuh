@@ -27,7 +27,7 @@ struct tsc_ctx {
     int pdl; /* launch with programmatic stream serialization (TSC_PDL=0 turns it off) */
     int pdl_early; /* the kernels between products trigger their dependents first (tsc_pdl_entry) */
     int attn_kv;   /* attention decode stages each sub-chunk's K/V in shared memory (attn.cu; TSC_ATTN_KV=0: off) */
-    int carve;     /* TSC_CARVE_ALL=P: every kernel's preferred shared-memory carveout (tsc_carve_), -1: none */
+    int attn_kv_smem; /* the K/V form's dynamic shared-memory limit raised on this device (attn.cu) */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
     size_t dg_bytes;
@@ -70,16 +70,8 @@ __device__ __forceinline__ void tsc_pdl_entry() {
     if (!EARLY) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-/* A kernel's preferred shared-memory carveout (c->carve, TSC_CARVE_ALL=P,
- * a benchmark switch): one configuration for every kernel, so that an SM
- * never drains to change it between neighbouring launches (a block whose
- * kernel needs more shared memory than the SM's current split gives waits
- * for the SM to empty). */
-void tsc_carve_(const tsc_ctx *c, const void *k);
-
 template <typename... KArgs, typename... Args>
 static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args) {
-    if (c->carve >= 0) tsc_carve_(c, (const void *)k);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;

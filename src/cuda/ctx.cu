@@ -65,18 +65,6 @@ int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem,
     return per;
 }
 
-/* TSC_CARVE=P for every kernel tsc_launch starts (set once a kernel and
- * device): see tsc_carve_ in common.cuh */
-void tsc_carve_(const tsc_ctx *c, const void *k) {
-    static const void *seen[OCC_MAX];
-    static int seen_dev[OCC_MAX], n_seen;
-    std::lock_guard<std::mutex> g(occ_mu);
-    for (int i = 0; i < n_seen; i++)
-        if (seen[i] == k && seen_dev[i] == c->device) return;
-    cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, c->carve);
-    if (n_seen < OCC_MAX) seen[n_seen] = k, seen_dev[n_seen++] = c->device;
-}
-
 void tsc_launched_(tsc_ctx *c, const char *op) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "%s: kernel launch failed: %s", op, cudaGetErrorString(e));
@@ -113,9 +101,6 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->pdl_early = pee && pee[0] == '1';
     const char *ak = getenv("TSC_ATTN_KV");
     c->attn_kv = !(ak && ak[0] == '0');
-    const char *ce = getenv("TSC_CARVE_ALL");
-    c->carve = ce && *ce ? atoi(ce) : -1;
-    if (c->carve > 100) c->carve = -1;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);
