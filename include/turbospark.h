@@ -93,6 +93,13 @@ typedef struct ts_engine_params {
      * file). At least as many experts as the device slots (or one layer's
      * experts). 0 = none; refused on the CPU backend. */
     uint64_t expert_host_cache;
+    /* Tensor parallelism over `gpus` ranks (0 or 1: none): attention and GDN
+     * split by heads, the FFN and every routed expert by columns, the head by
+     * vocabulary rows, two sums a layer. CUDA: devices device .. device +
+     * gpus - 1 (TS_TP_ONE_DEVICE=1 puts every rank on `device`, to test the
+     * split on one GPU); the CPU: gpus ranks of n_threads / gpus threads in
+     * one process (the split, tested without a GPU). */
+    int gpus;
 } ts_engine_params;
 #define TS_ACT_BITS_DEFAULT 8
 

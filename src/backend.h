@@ -423,6 +423,36 @@ struct ts_backend_ops {
     void (*stream_copy)(ts_stream *s, void *dst, const void *src, const ts_copy_run *runs, int n, int dir);
 };
 
+/* ---- collectives (tensor parallelism: model/tp.h) ----
+ * Over the ranks of one process, one stream each. Every rank calls each one
+ * in the same order (the forward's structure is the same on every rank); a
+ * failure is the calling stream's sticky error. Implementations: through
+ * host memory (model/tp.c: any backend, not capturable) and NCCL (CUDA:
+ * ts_cuda_comm_nccl). */
+#define TS_TP_MAX 8 /* ranks of one process (engine/shard.h's TS_SHARD_MAX_GPUS) */
+typedef struct ts_comm ts_comm;
+struct ts_comm {
+    int n;
+    const char *name;   /* "host", "nccl" */
+    int capturable;     /* 1: the calls can sit inside a captured graph */
+    /* x [count] (backend memory of the rank's stream) := the sum over ranks
+     * in rank order (x_0 + x_1 + ... elementwise, in f32), identical on
+     * every rank, each element's bits independent of count (row-exact) */
+    void (*allreduce)(ts_comm *c, int rank, ts_stream *s, float *x, size_t count);
+    /* each rank's block src [rows, cols[rank]] (contiguous) lands in rank
+     * 0's dst at columns [lo[q], lo[q] + cols[q]) of rows ld_dst apart
+     * (lo, cols: every rank's, the same arrays on every rank; dst: rank
+     * 0's, ignored elsewhere) */
+    void (*gather_cols)(ts_comm *c, int rank, ts_stream *s, const float *src, int64_t rows, const int64_t *lo,
+                        const int64_t *cols, float *dst, int64_t ld_dst);
+    /* room for passes of up to `rows` rows of width H and a head of V
+     * columns (a device comm's buffers; called at session creation, before
+     * any capture); 0 or an error code. NULL: nothing to reserve. */
+    int (*reserve)(ts_comm *c, int rows, int64_t H, int64_t V);
+    void (*destroy)(ts_comm *c);
+    void *impl;
+};
+
 /* ---- the backends ---- */
 typedef struct ts_backend_params {
     int n_threads;        /* 0 = all cores */
@@ -448,6 +478,12 @@ int ts_cuda_backend_check(ts_backend *be, ts_error *err);
  * E = 0: dense). Checked at open, before anything is uploaded. */
 int ts_cuda_backend_shapes(ts_backend *be, int D, int nq, int nkv, int rot, int dk, int dv, int K, int Hk, int Hv,
                            int E, int topk, ts_error *err);
+/* NCCL collectives over the CUDA backends be[0..n), one device each
+ * (loaded at run time: libnccl.so.2, or $TS_NCCL_LIB): NULL and an error
+ * naming what is missing when NCCL cannot be loaded or refuses the devices
+ * (NCCL allows one rank a device). NCCL_NVLS_ENABLE=0 is set first (no
+ * NVLink multicast). */
+int ts_cuda_comm_nccl(ts_backend *const *be, int n, ts_comm **out, ts_error *err);
 /* Device name, device memory: ours (the counted allocations), free and
  * total as the driver reports them now. */
 int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b);

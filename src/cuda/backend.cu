@@ -2290,6 +2290,10 @@ extern "C" int ts_cuda_backend_shapes(ts_backend *be, int D, int nq, int nkv, in
     return 0;
 }
 
+/* For the collectives (comm.cu): a backend's device, a stream's CUDA stream. */
+extern "C" int tsc_backend_device(ts_backend *be) { return BE(be)->device; }
+extern "C" cudaStream_t tsc_stream_of(ts_stream *s) { return ST(s)->c->stream; }
+
 extern "C" int ts_cuda_backend_info(ts_backend *be, char *name, size_t cap, size_t *ours, size_t *free_b, size_t *total_b) {
     cu_be *b = BE(be);
     if (!b->c) return TS_E_UNSUPPORTED;

@@ -153,6 +153,7 @@ extern "C" int tsc_error(const tsc_ctx *c) { return c ? c->err_code : TS_E_ARG; 
 
 extern "C" void *tsc_alloc(tsc_ctx *c, size_t bytes) {
     if (!c || c->err_code) return NULL;
+    cudaSetDevice(c->device); /* the context's device, whichever the thread's is (several GPUs: --gpus) */
     tsc_blk *b = (tsc_blk *)malloc(sizeof *b);
     void *p = NULL;
     cudaError_t e = b ? cudaMalloc(&p, bytes ? bytes : 1) : cudaErrorMemoryAllocation;

@@ -160,3 +160,9 @@ void tsc_set_pdl(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_kv(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_trace_reset(void) {}
 int tsc_trace_dump(tsc_ctx *c, const char *path) { (void)c, (void)path; return -1; }
+
+int ts_cuda_comm_nccl(ts_backend *const *be, int n, ts_comm **out, ts_error *err) {
+    (void)be, (void)n;
+    *out = NULL;
+    return ts_fail(err, TS_E_UNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");
+}

@@ -6,8 +6,11 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/shard.h"
+#include "model/tp.h"
 #include "model/xstream.h"
 
 void ts_engine_params_default(ts_engine_params *p) {
@@ -102,10 +105,21 @@ static int open_backend(ts_engine *e, const ts_config *cfg, const ts_xc_params *
 /* (a thread's buffer: the engine object's size is part of the frozen plans) */
 const char *ts_engine_backend(const ts_engine *e) {
     static __thread char label[192];
-    if (!e->be || strcmp(e->be->name, "cuda")) return "cpu";
+    const int N = e->model.tp ? ts_tp_n(e->model.tp) : 1;
+    if (!e->be || strcmp(e->be->name, "cuda")) {
+        if (N == 1) return "cpu";
+        snprintf(label, sizeof label, "cpu, %d tensor-parallel ranks (%s collectives)", N, ts_tp_comm(e->model.tp)->name);
+        return label;
+    }
     char name[128] = "?";
     ts_cuda_backend_info(e->be, name, sizeof name, NULL, NULL, NULL);
     snprintf(label, sizeof label, "cuda:%d (%s)", e->params.device, name);
+    if (N > 1) {
+        const char *od = getenv("TS_TP_ONE_DEVICE");
+        const size_t l = strlen(label);
+        snprintf(label + l, sizeof label - l, ", %d tensor-parallel ranks on %s (%s collectives)", N,
+                 od && *od && strcmp(od, "0") ? "this one device" : "consecutive devices", ts_tp_comm(e->model.tp)->name);
+    }
     return label;
 }
 
@@ -123,16 +137,102 @@ void ts_session_graph_stats(const ts_session *s, int *graphs, long *replays, int
     ts_cuda_stream_stats(s->st.s, graphs, replays, kernels, launch_us);
 }
 
+/* A rank's engine of tensor parallelism (rank 0's is the engine itself). */
+static void rank_close(ts_engine *r) {
+    ts_model_free(&r->model);
+    ts_backend_free(r->be);
+    ts_st_close(r->tp_set);
+    ts_free(r->tp_img);
+    ts_free(r->dir);
+    ts_free(r);
+}
+
 void ts_engine_close(ts_engine *e) {
     if (!e) return;
+    if (e->model.tp) ts_tp_free(e->model.tp); /* its threads first: they run the ranks' passes */
+    for (int r = 1; r < TS_TP_MAX; r++)
+        if (e->tp_rank_e[r]) rank_close(e->tp_rank_e[r]);
+    e->model.tp = NULL;
     ts_dflash_free(e->dflash);
     ts_xstream_close(e->model.xs); /* before the model and the files it reads */
     e->model.xs = NULL;
     ts_model_free(&e->model);
     ts_backend_free(e->be);
+    ts_st_close(e->tp_set);
+    ts_free(e->tp_img);
     ts_st_close(e->st);
     ts_free(e->dir);
     ts_free(e);
+}
+
+/* Tensor parallelism (params.gpus > 1, model/tp.h): the split, then per
+ * rank its slices of the install, its backend and its model bound from the
+ * slices; rank 0 is e itself, ranks 1.. engines of their own that e's
+ * sessions drive. */
+static int open_tp(ts_engine *e, const ts_config *cfg, ts_error *err) {
+    const int N = e->params.gpus;
+    if (e->params.expert_cache || e->params.dflash)
+        return ts_fail(err, TS_E_UNSUPPORTED, "--gpus %d with %s is not built", N,
+                       e->params.expert_cache ? "--expert-cache" : "DFlash (--spec dflash)");
+    const char *want = e->params.backend && *e->params.backend ? e->params.backend : "cpu";
+    int cuda = !strcmp(want, "cuda") || (!strcmp(want, "auto") && ts_cuda_built());
+    if (strcmp(want, "cpu") && strcmp(want, "cuda") && strcmp(want, "auto"))
+        return ts_fail(err, TS_E_ARG, "backend '%s': use auto, cpu or cuda", want);
+    ts_shard sh;
+    int rc = ts_shard_make_opts(cfg, N, 1, &sh, err);
+    if (rc) return ts_fail_prefix(err, "--gpus %d", N);
+    ts_tp *tp = ts_tp_new(N, NULL);
+    if (!tp) return ts_fail(err, TS_E_NOMEM, "--gpus %d: out of memory (or threads) for the ranks", N);
+    e->model.tp = tp; /* owned from here: ts_engine_close frees it */
+    const char *od = getenv("TS_TP_ONE_DEVICE");
+    const int one_device = od && *od && strcmp(od, "0");
+    int threads = e->params.n_threads > 0 ? e->params.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    threads = TS_MAX(1, threads / N);
+    for (int r = 0; r < N && !rc; r++) {
+        ts_engine *er = e;
+        if (r) {
+            if (!(er = e->tp_rank_e[r] = ts_alloc(sizeof *er, TS_MEM_MISC))) return ts_fail(err, TS_E_NOMEM, "out of memory");
+            er->params = e->params;
+            er->dir = ts_strdup(e->dir, TS_MEM_MISC);
+        }
+        if ((rc = ts_shard_slice(&sh, r, e->st, &er->tp_img, &er->tp_set, err))) break;
+        ts_config lc;
+        ts_shard_local_config(&sh, r, &lc);
+        ts_backend_params bp = {threads, e->params.kernels, e->params.device + (one_device ? 0 : r), 0,
+                                e->params.verbose};
+        if (cuda) {
+            bp.n_threads = e->params.n_threads;
+            rc = ts_cuda_backend_new(&bp, &er->be, err);
+            if (!rc)
+                rc = ts_cuda_backend_shapes(er->be, lc.head_dim, lc.nq, lc.nkv, lc.rot_dim, lc.dk, lc.dv, lc.conv_k,
+                                            lc.Hk, lc.n_layers > lc.n_full ? lc.Hv : 0, lc.is_moe ? lc.E : 0, lc.topk,
+                                            err);
+        } else {
+            rc = ts_cpu_backend_new(&bp, &er->be, err);
+        }
+        if (!rc) rc = ts_model_bind(&er->model, &lc, er->tp_set, er->be, err);
+        if (!rc && cuda) rc = ts_cuda_backend_check(er->be, err);
+        if (!rc && ts_model_set_act_digits(&er->model, (e->params.act_bits ? e->params.act_bits : TS_ACT_BITS_DEFAULT) / 8))
+            rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+        er->model.tp = tp;
+        er->model.tp_rank = r;
+        ts_tp_set_model(tp, r, &er->model);
+        if (rc) ts_fail_prefix(err, "--gpus %d: rank %d (%s device %d)", N, r, cuda ? "CUDA" : "CPU", bp.device);
+    }
+    /* the collectives: NCCL between GPUs; through host memory on the CPU,
+     * for ranks sharing one GPU (NCCL takes one rank a device), or when
+     * TS_TP_COMM=host asks */
+    const char *cm = getenv("TS_TP_COMM");
+    const int host = !cuda || (one_device && N > 1) || (cm && !strcmp(cm, "host"));
+    ts_comm *comm = NULL;
+    if (!rc && host && !(comm = ts_comm_host_new(N))) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+    if (!rc && !host) {
+        ts_backend *bes[TS_TP_MAX];
+        for (int r = 0; r < N; r++) bes[r] = r ? e->tp_rank_e[r]->be : e->be;
+        if ((rc = ts_cuda_comm_nccl(bes, N, &comm, err))) ts_fail_prefix(err, "--gpus %d", N);
+    }
+    if (!rc) ts_tp_set_comm(tp, comm);
+    return rc;
 }
 
 int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, ts_error *err) {
@@ -156,9 +256,14 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     if (!rc && e->params.expert_host_cache && !stream)
         rc = ts_fail(err, TS_E_ARG, "--expert-host-cache is the tier in front of --expert-cache's device slots: give both");
     if (!rc && stream) rc = ts_engine_xc_params(&e->params, &cfg, &xp, err);
+    /* TS_TP_FORCE=1: the tensor-parallel path with --gpus 1 (tests: NCCL with one rank) */
+    const char *tf = getenv("TS_TP_FORCE");
+    const int tp = e->params.gpus > 1 || (e->params.gpus == 1 && tf && *tf && strcmp(tf, "0"));
+    if (!rc && e->params.gpus < 0) rc = ts_fail(err, TS_E_ARG, "--gpus %d: give 1 or more", e->params.gpus);
+    if (!rc && tp) rc = open_tp(e, &cfg, err);
     /* before binding: preparing the weights already runs on the backend */
-    if (!rc) rc = open_backend(e, &cfg, stream ? &xp : NULL, err);
-    if (!rc) {
+    if (!rc && !tp) rc = open_backend(e, &cfg, stream ? &xp : NULL, err);
+    if (!rc && !tp) {
         rc = ts_model_bind_opts(&e->model, &cfg, e->st, e->be, stream, err);
         if (!rc && e->be->dom == TS_DOM_DEVICE) rc = ts_cuda_backend_check(e->be, err);
         if (rc) ts_fail_prefix(err, "%s", dir);

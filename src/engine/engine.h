@@ -14,6 +14,12 @@ struct ts_engine {
     ts_model_info info;
     ts_engine_params params;
     ts_dflash *dflash;  /* the DFlash drafter (params.dflash), else NULL */
+    /* tensor parallelism (params.gpus > 1, model/tp.h), else NULL: rank r's
+     * engine (r >= 1: its backend, its slices, its model), whose sessions
+     * rank 0's sessions create and drive */
+    struct ts_engine *tp_rank_e[TS_TP_MAX];
+    void *tp_img;       /* rank 0's slices (the image its set reads) */
+    ts_st_set *tp_set;
 };
 
 struct ts_session {
@@ -41,6 +47,7 @@ struct ts_session {
     ts_dflash_state df;
     float *df_taps;     /* [R, n_taps*H]: the target's taps of a pass (st.tap_out while drafting) */
     int df_quiet;       /* 1: ts_session_feed leaves the drafter's context alone (plain generation) */
+    struct ts_session *tp_peers[TS_TP_MAX]; /* tensor parallelism: the other ranks' sessions (rank 0's only) */
 };
 
 /* Rows of the next prefill chunk for n tokens at the session's position: at

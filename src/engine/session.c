@@ -17,6 +17,7 @@
 
 #include "engine/engine.h"
 #include "engine/plan.h"
+#include "model/tp.h"
 
 void ts_session_params_default(ts_session_params *p) {
     memset(p, 0, sizeof *p);
@@ -44,6 +45,8 @@ static void state_free(ts_backend *be, ts_state *st, int n_layers) {
     bfree(be, st->gdn_rows);
     bfree(be, st->mtp_kv.k);
     bfree(be, st->mtp_kv.v);
+    bfree(be, st->tp_logits);
+    ts_free(st->xb);
     ts_scratch *s = &st->sc;
     float *bufs[] = {s->x, s->u, s->t, s->big0, s->big1, s->big2, s->small, s->att, s->rowtmp,
                      s->moe_acc, s->hidden, s->logits, s->pf_conv, s->pf_gate, s->pf_chunk};
@@ -55,6 +58,7 @@ static void state_free(ts_backend *be, ts_state *st, int n_layers) {
 
 void ts_session_free(ts_session *s) {
     if (!s) return;
+    for (int r = 1; r < TS_TP_MAX; r++) ts_session_free(s->tp_peers[r]); /* tensor parallelism's other ranks */
     ts_backend *be = s->e->be;
     ts_stream *stream = s->st.s;
     state_free(be, &s->st, s->e->model.cfg.n_layers);
@@ -77,7 +81,10 @@ void ts_session_free(ts_session *s) {
  * that are off allocate nothing, and the plan counts nothing for them);
  * HALLOC: host memory (what host code reads and writes: the sampler's). */
 #define ALLOC(dst, count, cat) \
-    do { if ((count) && !((dst) = e->be->ops->alloc(e->be, sizeof(float) * (size_t)(count), cat))) goto oom; } while (0)
+    do { \
+        if ((count) && !((dst) = e->be->ops->alloc(e->be, sizeof(float) * (size_t)(count), cat))) goto oom; \
+        if (m->tp) ts_state_register(st, (dst), sizeof(float) * (size_t)(count)); /* model/tp.h */ \
+    } while (0)
 #define HALLOC(dst, count, cat) \
     do { if ((count) && !((dst) = ts_alloc(sizeof(float) * (size_t)(count), cat))) goto oom; } while (0)
 
@@ -117,16 +124,21 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     int rc = ts_sess_plan_make_df(c, m->has_mtp, e->dflash ? &e->dflash->cfg : NULL, p, &pl, err);
     if (rc) return ts_fail_prefix(err, "%s", e->dir);
     const ts_session_params sp = pl.p;
-    if (!strcmp(e->be->name, "cuda") && (rc = device_room(e, &sp, err))) return rc;
+    /* (a tensor-parallel rank's state is a piece of the plan's: its own
+     * allocation failure names the device) */
+    if (!strcmp(e->be->name, "cuda") && !m->tp && (rc = device_room(e, &sp, err))) return rc;
+    if (m->tp && (sp.dflash_block > 0 || m->xs))
+        return ts_fail(err, TS_E_UNSUPPORTED, "tensor parallelism (--gpus) with %s is not built",
+                       m->xs ? "expert streaming" : "DFlash drafting");
     ts_session *s = ts_alloc(sizeof *s, TS_MEM_MISC);
     if (!s) return ts_fail(err, TS_E_NOMEM, "out of memory");
     s->e = e;
     s->params = sp;
+    ts_state *st = &s->st;
     {
         const char *de = getenv("TS_DRAFT_EXACT");
         s->draft_lowp = !(de && *de && strcmp(de, "0"));
     }
-    ts_state *st = &s->st;
     st->n_ctx = sp.n_ctx;
     if (!(st->kv = ts_alloc(sizeof(ts_kv) * c->n_layers, TS_MEM_MISC))) goto oom;
     if (!(st->gdn = ts_alloc(sizeof(ts_gdn_state) * c->n_layers, TS_MEM_MISC))) goto oom;
@@ -210,11 +222,37 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
         ALLOC(df->up, pl.df_ffn, TS_MEM_SPEC);
         ALLOC(df->att, pl.df_att, TS_MEM_SPEC);
     }
+    /* tensor parallelism: the rank's head rows of a pass */
+    if (m->tp) {
+        const size_t nlog = (size_t)pl.R * (size_t)m->head.rows;
+        ALLOC(st->tp_logits, nlog, TS_MEM_SCRATCH);
+    }
     s->ckpt_pos = -1;
     /* the stream and its workspace, reserved for the largest product so the
      * token loop never grows it */
     if (e->be->ops->stream_new(e->be, pl.R, ts_plan_stream_cols(c, m->has_mtp, &pl), c->q_bits ? c->q_group : 0, &st->s))
         goto oom;
+    /* tensor parallelism: the same session on every other rank (model/tp.h),
+     * and room in the collectives' buffers for its passes */
+    if (m->tp && m->tp_rank == 0) {
+        ts_comm *cm = ts_tp_comm(m->tp);
+        if (cm->reserve && (rc = cm->reserve(cm, pl.R, c->H, c->vocab))) {
+            ts_session_free(s);
+            return ts_fail(err, rc, "tensor parallelism: no room for the collectives' buffers (%d rows)", pl.R);
+        }
+    }
+    if (m->tp && m->tp_rank == 0)
+        for (int r = 1; r < ts_tp_n(m->tp); r++) {
+            if ((rc = ts_session_new(e->tp_rank_e[r], p, &s->tp_peers[r], err))) {
+                ts_session_free(s);
+                return ts_fail_prefix(err, "GPU %d of %d", r, ts_tp_n(m->tp));
+            }
+            st->tp_peer[r] = &s->tp_peers[r]->st;
+            if (st->n_xb < 0 || st->n_xb != st->tp_peer[r]->n_xb) {
+                ts_session_free(s);
+                return ts_fail(err, TS_E_NOMEM, "tensor parallelism: the ranks' sessions differ (out of memory?)");
+            }
+        }
     *out = s;
     return 0;
 oom:
@@ -229,8 +267,8 @@ void ts_session_reset(ts_session *s) {
         if (!c->layer_full[i]) {
             float *conv, *S;
             ts_gdn_live(&s->st, i, &conv, &S);
-            ts_be_fill(s->st.s, conv, s->st.gdn_conv_n, 0.0f);
-            ts_be_fill(s->st.s, S, s->st.gdn_S_n, 0.0f);
+            ts_state_fill(&s->e->model, &s->st, conv, s->st.gdn_conv_n, 0.0f);
+            ts_state_fill(&s->e->model, &s->st, S, s->st.gdn_S_n, 0.0f);
         }
     /* KV rows past pos are never read, so they need no clearing. */
     s->pos = 0;
@@ -246,13 +284,14 @@ static void ckpt_copy(ts_session *s, int save) {
     const ts_config *c = &s->e->model.cfg;
     const size_t nconv = s->st.gdn_conv_n, nS = s->st.gdn_S_n;
     float *p = s->ckpt;
-    ts_stream *st = s->st.s;
+    const ts_model *m = &s->e->model;
+    ts_state *st = &s->st;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_full[i]) continue;
         float *conv, *S;
         ts_gdn_live(&s->st, i, &conv, &S);
-        if (save) { ts_be_copy(st, p, conv, nconv); ts_be_copy(st, p + nconv, S, nS); }
-        else { ts_be_copy(st, conv, p, nconv); ts_be_copy(st, S, p + nconv, nS); }
+        if (save) { ts_state_copy(m, st, p, conv, nconv); ts_state_copy(m, st, p + nconv, S, nS); }
+        else { ts_state_copy(m, st, conv, p, nconv); ts_state_copy(m, st, S, p + nconv, nS); }
         p += nconv + nS;
     }
 }
@@ -360,7 +399,7 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
     s->st.n_taps = taps0;
     s->st.tap_layer = tl0;
     s->st.tap_out = to0;
-    if (!rc) ts_be_copy(bs, s->last_hidden, s->st.sc.hidden + (size_t)(k - 1) * H, (size_t)H);
+    if (!rc) ts_state_copy(m, &s->st, s->last_hidden, s->st.sc.hidden + (size_t)(k - 1) * H, (size_t)H);
     bs->be->ops->leave(bs, fp);
     if (rc || (rc = ts_be_sync(bs, NULL))) {
         s->have_last = 0;

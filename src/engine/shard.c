@@ -61,7 +61,12 @@ static int split_width(const char *what, int64_t width, int align, int n, int r,
 static int in_span(ts_span s, int64_t i) { return i >= s.lo && i < s.lo + s.n; }
 
 int ts_shard_make(const ts_config *c, int n, ts_shard *sh, ts_error *err) {
+    return ts_shard_make_opts(c, n, 0, sh, err);
+}
+
+int ts_shard_make_opts(const ts_config *c, int n, int moe_tp, ts_shard *sh, ts_error *err) {
     memset(sh, 0, sizeof *sh);
+    sh->moe_tp = moe_tp;
     if (n < 1 || n > TS_SHARD_MAX_GPUS)
         return ts_fail(err, TS_E_ARG, "%d GPUs: tensor parallelism splits over 1 to %d", n, TS_SHARD_MAX_GPUS);
     if (c->nq <= 0 || c->nkv <= 0 || c->nq % c->nkv)
@@ -109,9 +114,13 @@ int ts_shard_make(const ts_config *c, int n, ts_shard *sh, ts_error *err) {
             if ((rc = split_width("dense FFN intermediate", c->I, sh->align, n, r, &k->ffn, err))) return rc;
         } else {
             if ((rc = split_width("shared expert intermediate", c->Is, sh->align, n, r, &k->shx, err))) return rc;
-            if (c->E % n)
+            if (moe_tp) {
+                if ((rc = split_width("expert intermediate", c->Im, sh->align, n, r, &k->im, err))) return rc;
+                k->exp = (ts_span){0, c->E};
+            } else if (c->E % n)
                 return ts_fail(err, TS_E_UNSUPPORTED, "MoE: %d experts do not split into %d equal contiguous blocks", c->E, n);
-            k->exp = (ts_span){(int64_t)r * (c->E / n), c->E / n};
+            else
+                k->exp = (ts_span){(int64_t)r * (c->E / n), c->E / n};
         }
         if (c->vocab < n) return ts_fail(err, TS_E_UNSUPPORTED, "head: %d vocabulary rows for %d GPUs", c->vocab, n);
         k->vocab = split_even(c->vocab, n, r);
@@ -124,6 +133,8 @@ int ts_shard_make(const ts_config *c, int n, ts_shard *sh, ts_error *err) {
 enum {
     R_SKIP, R_REPL, R_VOCAB, R_Q, R_KV, R_O, R_QKV, R_Z, R_GHEAD, R_GOUT,
     R_FFN_ROWS, R_FFN_COLS, R_SH_ROWS, R_SH_COLS, R_EXPERT, R_EXPERTS_FUSED,
+    /* moe_tp: an expert's gate/up rows, its down columns; the fused [E, ...] forms */
+    R_EXP_ROWS, R_EXP_COLS, R_FUSED_GU, R_FUSED_DOWN,
 };
 
 /* The role of a tensor from its name; *expert for R_EXPERT. */
@@ -157,6 +168,7 @@ static int role_of(const ts_shard *sh, const char *name, int *role, int *expert,
         if (sh->c.is_moe && *end == '.' && e < sh->c.E &&
             (!strcmp(end, ".gate_proj") || !strcmp(end, ".up_proj") || !strcmp(end, ".down_proj"))) {
             *expert = (int)e;
+            if (sh->moe_tp) return *role = strcmp(end, ".down_proj") ? R_EXP_ROWS : R_EXP_COLS, 0;
             return *role = R_EXPERT, 0;
         }
         goto unknown;
@@ -179,7 +191,9 @@ static int role_of(const ts_shard *sh, const char *name, int *role, int *expert,
     for (size_t i = 0; i < sizeof t / sizeof *t; i++)
         if (!strcmp(rest, t[i].s)) {
             if (t[i].moe >= 0 && t[i].moe != sh->c.is_moe) goto unknown;
-            return *role = t[i].role, 0;
+            *role = t[i].role;
+            if (*role == R_EXPERTS_FUSED && sh->moe_tp) *role = strstr(rest, "gate_up") ? R_FUSED_GU : R_FUSED_DOWN;
+            return 0;
         }
 unknown:
     return ts_fail(err, TS_E_MODEL, "tensor '%s': no tensor-parallel rule for it (a %s model)", name,
@@ -194,7 +208,7 @@ static void spans_of(const ts_shard *sh, int role, int expert, int r, ts_shard_p
     memset(p, 0, sizeof *p);
     p->n_span = 1;
 #define ROWS(ext, lo_, n_) (p->kind = TS_SPLIT_ROWS, p->extent = (ext), p->span[0] = (ts_span){(lo_), (n_)})
-#define COLS(ext, lo_, n_) (p->kind = TS_SPLIT_COLS, p->extent = (ext), p->span[0] = (ts_span){(lo_), (n_)})
+#define COLS(ext, lo_, n_) (p->kind = TS_SPLIT_COLS, p->dim = -1, p->extent = (ext), p->span[0] = (ts_span){(lo_), (n_)})
     switch (role) {
     case R_SKIP: p->kind = TS_SPLIT_SKIP; p->n_span = 0; break;
     case R_REPL: p->kind = TS_SPLIT_REPL; p->n_span = 0; break;
@@ -223,6 +237,15 @@ static void spans_of(const ts_shard *sh, int role, int expert, int r, ts_shard_p
         p->span[0] = (ts_span){0, in_span(k->exp, expert)};
         break;
     case R_EXPERTS_FUSED: ROWS(c->E, k->exp.lo, k->exp.n); break; /* [E, ...]: dim 0 is the expert */
+    case R_EXP_ROWS: ROWS(c->Im, k->im.lo, k->im.n); break;
+    case R_EXP_COLS: COLS(c->Im, k->im.lo, k->im.n); break;
+    case R_FUSED_GU: /* [E, 2*Im, H], gate rows then up rows: the rank's rows of each */
+        ROWS(2 * (int64_t)c->Im, k->im.lo, k->im.n);
+        p->dim = 1;
+        p->n_span = 2;
+        p->span[1] = (ts_span){c->Im + k->im.lo, k->im.n};
+        break;
+    case R_FUSED_DOWN: COLS(c->Im, k->im.lo, k->im.n); break; /* [E, H, Im] */
     }
 #undef ROWS
 #undef COLS
@@ -299,6 +322,26 @@ int ts_shard_piece_of(const ts_shard *sh, const char *name, uint64_t nbytes, int
     int role, expert = 0, rc;
     if ((rc = role_of(sh, name, &role, &expert, err))) return rc;
     return piece_of_role(sh, name, role, expert, nbytes, rank, out, err);
+}
+
+void ts_shard_local_config(const ts_shard *sh, int r, ts_config *out) {
+    const ts_shard_rank *k = &sh->r[r];
+    *out = sh->c;
+    out->nq = (int)k->q.n;
+    out->nkv = (int)k->kv.n;
+    out->Hk = (int)k->gk.n;
+    out->Hv = (int)k->gv.n;
+    if (!sh->c.is_moe) out->I = (int)k->ffn.n;
+    else {
+        out->Is = (int)k->shx.n;
+        if (sh->moe_tp) out->Im = (int)k->im.n;
+    }
+    /* the head's rows are the rank's; the embedding stays whole (a row
+     * gather per token: splitting it would cost a collective a token to save
+     * (V / N) * H of memory a rank) */
+    out->tied = 0;
+    out->head_lo = (int)k->vocab.lo;
+    out->head_rows = (int)k->vocab.n;
 }
 
 /* ---- sums ---- */

@@ -85,7 +85,8 @@ typedef struct ts_shard_rank {
     ts_span gk;     /* GDN key heads (replicated like kv when Hk < N) */
     ts_span ffn;    /* dense FFN intermediate columns (0 for MoE) */
     ts_span shx;    /* shared-expert intermediate columns (0 for dense) */
-    ts_span exp;    /* routed experts (0 for dense) */
+    ts_span exp;    /* routed experts (0 for dense; all of them with moe_tp) */
+    ts_span im;     /* moe_tp: each expert's intermediate columns (0 otherwise) */
     ts_span vocab;  /* embedding / head rows */
 } ts_shard_rank;
 
@@ -94,6 +95,9 @@ typedef struct ts_shard {
     int align;      /* FFN piece alignment: q_group, or TS_SHARD_BF16_ALIGN */
     int kv_rep;     /* ranks holding each KV head (1, or N / nkv) */
     int gk_rep;     /* ranks holding each GDN key head (1, or N / Hk) */
+    int moe_tp;     /* routed experts split like the dense FFN (each expert's
+                       intermediate over the ranks) instead of whole experts
+                       over the ranks: the runtime's split (model/tp.h says why) */
     ts_config c;    /* the config split (a copy) */
     ts_shard_rank r[TS_SHARD_MAX_GPUS];
 } ts_shard;
@@ -102,6 +106,14 @@ typedef struct ts_shard {
  * dimension and the numbers) a shape the split above cannot serve, and
  * n outside 1..TS_SHARD_MAX_GPUS (TS_E_ARG). */
 int ts_shard_make(const ts_config *c, int n, ts_shard *sh, ts_error *err);
+/* The same with moe_tp = 1: every routed expert split by its intermediate
+ * (gate/up rows, down columns, group-aligned) over all ranks. */
+int ts_shard_make_opts(const ts_config *c, int n, int moe_tp, ts_shard *sh, ts_error *err);
+/* Rank r's model as a narrower Qwen3.5 of its own: the config whose head
+ * counts and widths are the rank's pieces (what binding the rank's slices
+ * needs): nq, nkv, Hk, Hv, I, Is, Im, and head_rows / head_lo for its vocab
+ * rows of an untied head (the embedding stays whole). */
+void ts_shard_local_config(const ts_shard *sh, int r, ts_config *out);
 
 typedef enum {
     TS_SPLIT_REPL = 0, /* whole on every rank */
@@ -115,7 +127,9 @@ typedef enum {
 typedef struct ts_shard_piece {
     ts_split_kind kind;
     int64_t extent;      /* whole length of the split axis (0 for REPL, SKIP) */
-    int n_span;          /* 1, or 3 for GDN qkv rows (q, k, v) */
+    int n_span;          /* 1, or 3 for GDN qkv rows (q, k, v), 2 for fused gate_up rows (moe_tp) */
+    int dim;             /* the tensor dimension the spans cut: ROWS 0 (1 for the [E, ...]
+                            stacked experts of moe_tp), COLS -1 = the last */
     ts_span span[3];
     uint64_t bytes;      /* this rank's bytes of the tensor */
     uint64_t dup_bytes;  /* of those, bytes a lower rank holds too (replication) */
@@ -145,5 +159,13 @@ int ts_shard_weights_set(const ts_shard *sh, const ts_st_set *st, ts_shard_bytes
 /* Per-rank KV cache and GDN state for a context of n_ctx tokens (0: the
  * session default), as ts_sess_plan_make sizes them; fills n_ctx, kv, gdn. */
 int ts_shard_state(const ts_shard *sh, int n_ctx, ts_shard_bytes *out, ts_error *err);
+
+/* Rank r's slices of the tensors of `full` as one safetensors image in
+ * memory (*img, freed with ts_free) opened as a set (*out): each tensor's
+ * piece, except that the embedding stays whole and the head's rows (of the
+ * embedding when tied) become "lm_head" (ts_shard_local_config's model).
+ * Whole experts over ranks (moe_tp = 0) are not cut here. Refusals name
+ * the tensor. */
+int ts_shard_slice(const ts_shard *sh, int r, const ts_st_set *full, void **img, ts_st_set **out, ts_error *err);
 
 #endif

@@ -19,6 +19,7 @@
 #include <math.h>
 
 #include "gen/drafter.h"
+#include "model/tp.h"
 
 /* Pick a draft from the MTP logits in sc.logits, of which the first K (the
  * drafting vocabulary) were computed; with sampling, keep its distribution in
@@ -55,7 +56,6 @@ static int mtp_prompt(ts_drafter *d, const int32_t *chunk, int k) {
     ts_session *s = d->s;
     const ts_model *m = &s->e->model;
     ts_state *st = &s->st;
-    ts_stream *bs = st->s;
     const int H = m->cfg.H;
     int32_t toks[2 * TS_SPEC_MAX_DRAFT + 2];
     int nr = 0, p0 = s->pos - k - md->have_pend, rc;
@@ -63,7 +63,7 @@ static int mtp_prompt(ts_drafter *d, const int32_t *chunk, int k) {
     /* rows in pieces of at most R (toks is small: the head runs per piece) */
     if (md->have_pend) toks[nr++] = chunk[0];
     for (int i = 0; i + 1 < k; i++) {
-        ts_be_copy(bs, s->mtp_hid + (size_t)nr * H, st->sc.hidden + (size_t)i * H, (size_t)H);
+        ts_state_copy(m, st, s->mtp_hid + (size_t)nr * H, st->sc.hidden + (size_t)i * H, (size_t)H);
         toks[nr++] = chunk[i + 1];
         if (nr == piece || i + 2 == k) {
             if ((rc = ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp, -1))) return rc;
@@ -72,7 +72,7 @@ static int mtp_prompt(ts_drafter *d, const int32_t *chunk, int k) {
         }
     }
     if (nr && (rc = ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp, -1))) return rc;
-    ts_be_copy(bs, s->mtp_hid, st->sc.hidden + (size_t)(k - 1) * H, (size_t)H);
+    ts_state_copy(m, st, s->mtp_hid, st->sc.hidden + (size_t)(k - 1) * H, (size_t)H);
     md->have_pend = 1;
     return 0;
 }

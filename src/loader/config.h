@@ -36,6 +36,8 @@ typedef struct ts_config {
     float eps;
     int max_pos;
     int tied;
+    int head_lo, head_rows;    /* a tensor-parallel rank's head: rows [head_lo, head_lo + head_rows)
+                                  of the vocabulary (head_rows 0: all of them, the whole model) */
     int mtp_layers;            /* declared count (tensors decide whether it exists) */
     int eos[TS_MAX_EOS], n_eos;
     /* quantized install (0 = none) */

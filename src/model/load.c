@@ -535,7 +535,7 @@ static int bind_all(ts_model *m, const ts_config *cfg, ts_st_set *st, ts_backend
     if (c->tied) {
         m->head = m->embed;
     } else {
-        if ((rc = bind_mat(&b, "lm_head.weight", c->vocab, c->H, &m->head))) {
+        if ((rc = bind_mat(&b, "lm_head.weight", c->head_rows ? c->head_rows : c->vocab, c->H, &m->head))) {
             if (!ts_st_find(st, "lm_head.weight"))
                 ts_fail(err, TS_E_MODEL, "missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
             return rc;

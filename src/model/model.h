@@ -84,6 +84,8 @@ typedef struct ts_model {
     uint64_t packed_bytes;
     ts_backend *dev_be;     /* the backend holding the f32 vectors and the arena when the host
                                cannot address its memory (CUDA), else NULL (host heap) */
+    struct ts_tp *tp;       /* tensor parallelism (model/tp.h): the ranks this model is one of, or NULL */
+    int tp_rank;            /* this model's rank (0: the one the engine and sessions see) */
     struct ts_xstream *xs;  /* routed experts streamed through the expert cache (model/xstream.h,
                                the engine's: --expert-cache), or NULL: all resident */
     /* derived sizes */
@@ -191,6 +193,8 @@ typedef struct ts_gsig {
     const void *p[3];
 } ts_gsig;
 
+typedef struct ts_xbuf { void *p; size_t bytes; } ts_xbuf;
+
 typedef struct ts_state {
     ts_stream *s;         /* the session's backend stream: every op goes through it */
     int n_ctx;
@@ -227,6 +231,14 @@ typedef struct ts_state {
                              stream back after the embedding and after each layer, [L+1, n, H] */
     ts_gsig gsig[TS_GSIG_MAX]; /* the graph keys handed out (a control block, outside the plan) */
     int n_gsig;
+    /* tensor parallelism (model/tp.h), else NULL / 0: the other ranks'
+     * states of this session (rank 0's state only), the backend buffers in
+     * allocation order (every rank's: ts_tp_xlate), and the rank's head rows
+     * of a pass [R, head rows] */
+    struct ts_state *tp_peer[TS_TP_MAX];
+    ts_xbuf *xb;
+    int n_xb, cap_xb;
+    float *tp_logits;
 } ts_state;
 
 /* The live conv and recurrent buffers of GDN layer L (pointers only). */

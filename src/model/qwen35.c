@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "model/tp.h"
 #include "model/xstream.h"
 
 static inline const ts_backend_ops *OPS(const ts_state *st) { return st->s->be->ops; }
@@ -116,7 +117,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, int L,
     linear(st, md, &w->out_proj, o, sc->t, n);
 }
 
-void ts_gdn_materialize(const ts_model *m, ts_state *st) {
+static void materialize_rank(const ts_model *m, ts_state *st) {
     if (!st->gdn_pend) return;
     ts_step *sp = &st->s->step;
     sp->pend = st->gdn_pend;
@@ -157,6 +158,15 @@ static void ffn_block(const ts_model *m, ts_state *st, const ts_ffn_w *f, int L,
     OPS(st)->moe(st->s, md, &a);
 }
 
+/* Tensor parallelism: a row-parallel product's partial sums [n, H] in t
+ * become the whole on every rank (model/tp.h). */
+static void tp_sum(const ts_model *m, ts_state *st, int n) {
+    if (m->tp) {
+        ts_comm *c = ts_tp_comm(m->tp);
+        c->allreduce(c, m->tp_rank, st->s, st->sc.t, (size_t)n * m->cfg.H);
+    }
+}
+
 /* One decoder layer over rows sc.x[0..n). L < 0: the MTP head's layer. */
 static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, ts_kv *kv, int L, int n, ts_mode md) {
     ts_scratch *sc = &st->sc;
@@ -166,14 +176,51 @@ static void layer_forward(const ts_model *m, ts_state *st, const ts_layer_w *l, 
     op->norm(st->s, md, sc->x, H, NULL, l->in_norm, sc->u, H, n, H, eps);
     if (l->full) attn_block(m, st, &l->attn, kv, n, md);
     else gdn_block(m, st, &l->gdn, L, n, md);
+    tp_sum(m, st, n);
     op->norm(st->s, md, sc->x, H, sc->t, l->post_norm, sc->u, H, n, H, eps);
     ffn_block(m, st, &l->ffn, L, n, md);
+    tp_sum(m, st, n);
     op->norm(st->s, md, sc->x, H, sc->t, NULL, NULL, H, n, H, 0.f);
+}
+
+/* The head on a tensor-parallel rank: its rows [lo, lo + nv) of the
+ * vocabulary (those below `rows` when a prefix is asked for) into
+ * tp_logits, then gathered into rank 0's rows, as head_out below writes
+ * them on one rank. */
+static void head_out_tp(const ts_model *m, ts_state *st, const float *hid, int n, float *logits, ts_mode md, int rows) {
+    const int V = m->cfg.vocab, H = m->cfg.H;
+    const int64_t want = rows > 0 && rows < V ? rows : V;
+    const int N = ts_tp_n(m->tp), rk = m->tp_rank;
+    int64_t lo[TS_TP_MAX], take[TS_TP_MAX]; /* every rank's piece (the gather places them all) */
+    for (int q = 0; q < N; q++) {
+        const ts_model *mq = ts_tp_model(m->tp, q);
+        lo[q] = mq->cfg.head_lo;
+        take[q] = TS_MAX((int64_t)0, TS_MIN(want - lo[q], (int64_t)mq->head.rows));
+    }
+    ts_weight head = m->head;
+    head.rows = take[rk];
+    ts_comm *c = ts_tp_comm(m->tp);
+    float *loc = st->tp_logits;
+    if (logits && st->logits_host) { /* rank 0's host rows: one row at a time through sc.logits */
+        for (int r = 0; r < n; r++) {
+            if (take[rk]) linear(st, md, &head, hid + (size_t)r * H, loc, 1);
+            c->gather_cols(c, rk, st->s, loc, 1, lo, take, st->sc.logits, V);
+            if (rk == 0) ts_be_read(st->s, logits + (size_t)r * V, st->sc.logits, (size_t)V);
+        }
+    } else if (logits) {
+        if (take[rk]) linear(st, md, &head, hid, loc, n);
+        c->gather_cols(c, rk, st->s, loc, n, lo, take, logits, V);
+        if (rk == 0) ts_be_copy(st->s, st->sc.logits, logits + (size_t)(n - 1) * V, (size_t)V);
+    } else {
+        if (take[rk]) linear(st, md, &head, hid + (size_t)(n - 1) * H, loc, 1);
+        c->gather_cols(c, rk, st->s, loc, 1, lo, take, st->sc.logits, V);
+    }
 }
 
 /* rows > 0: the first `rows` rows of the head only (a view: rows of the
  * MLX layout and 16-row blocks of the packed one are both prefixes). */
 static void head_out(const ts_model *m, ts_state *st, const float *hid, int n, float *logits, ts_mode md, int rows) {
+    if (m->tp) { head_out_tp(m, st, hid, n, logits, md, rows); return; }
     const int V = m->cfg.vocab, H = m->cfg.H;
     ts_weight head = m->head;
     if (rows > 0 && rows < V) head.rows = rows;
@@ -272,7 +319,80 @@ static int graph_enter(ts_state *st, uint32_t key, int *capture) {
     return 0;
 }
 
+/* A pass on every rank of a tensor-parallel model (rank 0's state holds
+ * the others'); the pointer arguments are rank 0's session buffers, each
+ * rank reads its own (ts_tp_xlate). */
+typedef struct {
+    int kind;                 /* 0 forward, 1 MTP, 2 materialize */
+    const ts_model *m;
+    ts_state *st;
+    const int32_t *ids;
+    const float *h;
+    float *h_out, *logits;
+    int n, pos, prefill, draft, head_rows;
+} tp_pass;
+
+static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill);
+static int mtp_rank(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
+                    float *h_out, float *logits, int draft, int head_rows);
+static void materialize_rank(const ts_model *m, ts_state *st);
+
+static int tp_pass_run(void *a, int rank) {
+    const tp_pass *p = a;
+    const ts_model *m = ts_tp_model(p->m->tp, rank);
+    ts_state *st = rank ? p->st->tp_peer[rank] : p->st;
+    ts_stream *s = st->s;
+    unsigned o = rank ? s->be->ops->enter(s) : 0;
+    float *lg = ts_tp_xlate(p->st, st, p->logits);
+    int rc = 0;
+    if (p->kind == 0) rc = forward_rank(m, st, p->ids, p->n, p->pos, lg, p->prefill);
+    else if (p->kind == 1)
+        rc = mtp_rank(m, st, p->ids, ts_tp_xlate(p->st, st, p->h), p->n, p->pos, ts_tp_xlate(p->st, st, p->h_out), lg,
+                      p->draft, p->head_rows);
+    else {
+        materialize_rank(m, st);
+        rc = rank ? ts_be_sync(s, NULL) : 0;
+    }
+    if (rank) s->be->ops->leave(s, o);
+    return rc;
+}
+
+static int tp_dispatch(tp_pass *p) {
+    ts_tp_sync_control(p->st);
+    return ts_tp_run(p->m->tp, tp_pass_run, p);
+}
+
+/* graphs hold a pass whose collectives can be captured */
+static int tp_uncapturable(const ts_model *m) { return m->tp && !ts_tp_comm(m->tp)->capturable; }
+
 int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill) {
+    if (m->tp && m->tp_rank == 0) {
+        tp_pass p = {0, m, st, ids, NULL, NULL, logits, n, pos, prefill, 0, 0};
+        return tp_dispatch(&p);
+    }
+    return forward_rank(m, st, ids, n, pos, logits, prefill);
+}
+
+int ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
+                   float *h_out, float *logits, int draft, int head_rows) {
+    if (m->tp && m->tp_rank == 0) {
+        tp_pass p = {1, m, st, toks, h, h_out, logits, n, pos, 0, draft, head_rows};
+        return tp_dispatch(&p);
+    }
+    return mtp_rank(m, st, toks, h, n, pos, h_out, logits, draft, head_rows);
+}
+
+void ts_gdn_materialize(const ts_model *m, ts_state *st) {
+    if (m->tp && m->tp_rank == 0) {
+        if (!st->gdn_pend) return;
+        tp_pass p = {2, m, st, NULL, NULL, NULL, NULL, 0, 0, 0, 0, 0};
+        tp_dispatch(&p);
+        return;
+    }
+    materialize_rank(m, st);
+}
+
+static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int n, int pos, float *logits, int prefill) {
     /* prompt-chunk forms only for chunks: one row is the token path */
     const ts_mode md = prefill && n > 1 ? TS_MODE_PREFILL : TS_MODE_EXACT;
     const ts_backend_ops *op = OPS(st);
@@ -288,7 +408,7 @@ int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int p
      * (model/xstream.h), which a graph cannot hold. DFlash's taps are
      * copies into the session's tap buffer, captured with the pass: its
      * address is in the key (a pass with taps and one without differ) */
-    const int direct = (logits && st->logits_host) || st->dbg_layers || m->xs;
+    const int direct = (logits && st->logits_host) || st->dbg_layers || m->xs || tp_uncapturable(m);
     const uint32_t key = direct ? 0 : pass_key(st, kind, n, md, logits, st->n_taps ? st->tap_out : NULL, NULL, 0);
     int capture;
     const int replay = graph_enter(st, key, &capture);
@@ -315,8 +435,8 @@ int ts_forward(const ts_model *m, ts_state *st, const int32_t *ids, int n, int p
     return ts_be_sync(st->s, NULL);
 }
 
-int ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
-                   float *h_out, float *logits, int draft, int head_rows) {
+static int mtp_rank(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
+                    float *h_out, float *logits, int draft, int head_rows) {
     const ts_mode md = draft ? TS_MODE_DRAFT : TS_MODE_EXACT;
     const ts_backend_ops *op = OPS(st);
     const ts_mtp_w *w = &m->mtp;
@@ -330,7 +450,7 @@ int ts_mtp_forward(const ts_model *m, ts_state *st, const int32_t *toks, const f
     op->embed(st->s, md, &m->embed, toks, cat, (size_t)2 * H, n);
     /* the drafter's passes (head rows, no logits rows) are captured; the
      * prompt catch-up (no head) and the API's ts_session_mtp are not */
-    const uint32_t key = !logits && head_rows > 0 && !m->xs ? pass_key(st, GK_MTP, n, md, h, h_out, NULL, head_rows) : 0;
+    const uint32_t key = !logits && head_rows > 0 && !m->xs && !tp_uncapturable(m) ? pass_key(st, GK_MTP, n, md, h, h_out, NULL, head_rows) : 0;
     int capture;
     if (!graph_enter(st, key, &capture)) {
         op->norm(st->s, md, cat, (size_t)2 * H, NULL, w->pre_norm_emb, cat, (size_t)2 * H, n, H, eps);

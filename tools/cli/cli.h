@@ -157,6 +157,7 @@ typedef struct cli_engine {
     const char *kernels;  /* NULL: TS_KERNELS or auto */
     const char *backend;  /* --backend: "auto" (default), "cpu", "cuda" */
     int device;           /* --device N (CUDA) */
+    int gpus;             /* --gpus N: tensor parallelism over N ranks */
     cli_spec spec;
     uint64_t expert_cache; /* 0: all experts resident */
     uint64_t expert_host_cache; /* --expert-host-cache (device backends), 0: none */

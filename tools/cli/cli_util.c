@@ -306,7 +306,7 @@ int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
                  : !strcmp(a, "--act-bits")                  ? CLI_OPT_ACT_BITS
                  : !strcmp(a, "--chunk")                     ? CLI_OPT_CHUNK
                  : !strcmp(a, "--kernels")                   ? CLI_OPT_KERNELS
-                 : !strcmp(a, "--backend") || !strcmp(a, "--device") ? CLI_OPT_BACKEND
+                 : !strcmp(a, "--backend") || !strcmp(a, "--device") || !strcmp(a, "--gpus") ? CLI_OPT_BACKEND
                  : !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy") || !strcmp(a, "--expert-host-cache")
                      ? CLI_OPT_XCACHE
                                                              : 0;
@@ -327,6 +327,7 @@ int cli_engine_parse(int argc, char **argv, int *i, cli_engine *o) {
     case CLI_OPT_KERNELS: o->kernels = v; break;
     case CLI_OPT_BACKEND:
         if (!strcmp(a, "--device")) ok = pi(v, &o->device), want = "a device index >= 0";
+        else if (!strcmp(a, "--gpus")) ok = pi(v, &o->gpus) && o->gpus >= 1 && o->gpus <= 8, want = "a count from 1 to 8";
         else ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"), o->backend = v, want = "auto, cpu or cuda";
         break;
     case CLI_OPT_XCACHE:
@@ -369,6 +370,7 @@ void cli_engine_apply(const cli_engine *o, ts_engine_params *ep, ts_session_para
         }
         ep->backend = o->backend ? o->backend : "auto";
         ep->device = o->device;
+        ep->gpus = o->gpus;
         ep->expert_cache = o->expert_cache;
         ep->expert_host_cache = o->expert_host_cache;
         ep->expert_policy = o->expert_policy;
@@ -397,7 +399,9 @@ void cli_engine_help(FILE *f, unsigned accept) {
     if (accept & CLI_OPT_BACKEND)
         fputs("  --backend NAME      auto (default: CUDA when a usable GPU is present and the model fits, else\n"
               "                      the CPU), cpu, cuda\n"
-              "  --device N          CUDA device index (default 0)\n", f);
+              "  --device N          CUDA device index (default 0)\n"
+              "  --gpus N            tensor parallelism over N GPUs from --device on (1..8; with\n"
+              "                      --backend cpu: N ranks in this process, for testing the split)\n", f);
     if (accept & CLI_OPT_XCACHE)
         fputs("  --expert-cache SIZE MoE: keep the routed experts in the files and read them on demand into\n"
               "                      a cache of SIZE bytes (K/M/G suffixes; at least one layer's top-k)\n"
