@@ -261,7 +261,7 @@ void ts_tp_sync_control(ts_state *st0) {
         o->tape_half = st0->tape_half;
         o->par_S = st0->par_S;
         o->par_conv = st0->par_conv;
-        o->logits_host = 0; /* only rank 0 writes logits rows */
+        o->logits_host = st0->logits_host; /* the head's branch (rank 0 alone writes the rows) */
     }
 }
 
