@@ -402,6 +402,20 @@ TS_API int ts_mem_plan_dir_ex(const char *dir, const ts_engine_params *ep, const
 TS_API int ts_mem_plan_shape_ex(const char *shape_path, int bits, int group, const char *install_dir,
                                 const ts_engine_params *ep, const ts_session_params *sp, ts_mem_plan *plan,
                                 ts_error *err);
+/* The plan of one rank of tensor parallelism (ep->gpus ranks, rank 0 ..
+ * gpus - 1): the rank's slices of the install (its weights, and the host
+ * image that holds them), its session's buffers at its narrower shapes,
+ * the head rows and the collectives' buffers it keeps. The device bytes of
+ * a rank are what that GPU holds, to the byte; the host bookkeeping of the
+ * ranks (tensor indexes, the rank threads) is not itemized (category misc).
+ * ep->gpus <= 1: ts_mem_plan_dir_ex. */
+TS_API int ts_mem_plan_rank(const char *dir, const ts_engine_params *ep, const ts_session_params *sp, int rank,
+                            ts_mem_plan *plan, ts_error *err);
+/* The same for a released size (ts_mem_plan_shape's install): whether a
+ * model fits N GPUs before anything is downloaded. */
+TS_API int ts_mem_plan_shape_rank(const char *shape_path, int bits, int group, const char *install_dir,
+                                  const ts_engine_params *ep, const ts_session_params *sp, int rank, ts_mem_plan *plan,
+                                  ts_error *err);
 
 /* ==== tokenizer (src/text/tokenizer.c) ================================== *
  * A Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2 / Qwen

@@ -377,3 +377,76 @@ TS_TEST(tp, cuda_nccl_one_rank) {
     }
     CHECK_MSG(dev_bytes() == base, "device memory counted after closing: %zu, before: %zu", dev_bytes(), base);
 }
+
+/* The rank plans against the counted allocations: every category but the
+ * host bookkeeping (misc: tensor indexes, threads) grows by the sum of the
+ * ranks' plans, to the byte; on a device backend (below) the device bytes. */
+static int plan_check(const char *dir, const char *backend, int gpus, int draft, ts_mem_domain dom, char *msg, size_t cap) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = backend;
+    ep.gpus = gpus;
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 512;
+    sp.spec_draft = draft;
+    ts_error err = {0};
+    uint64_t want[TS_MEM_N] = {0};
+    for (int r = 0; r < gpus; r++) {
+        ts_mem_plan pl;
+        if (ts_mem_plan_rank(dir, &ep, &sp, r, &pl, &err)) return snprintf(msg, cap, "plan rank %d: %.400s", r, err.msg), 1;
+        for (int k = 0; k < TS_MEM_N; k++) want[k] += pl.bytes[dom][k];
+    }
+    size_t before[TS_MEM_N];
+    for (int k = 0; k < TS_MEM_N; k++) before[k] = ts_mem_used_in(dom, (ts_mem_cat)k);
+    ts_engine *e = NULL;
+    ts_session *s = NULL;
+    if (ts_engine_open(dir, &ep, &e, &err) || ts_session_new(e, &sp, &s, &err)) {
+        ts_engine_close(e);
+        return snprintf(msg, cap, "open: %.400s", err.msg), 1;
+    }
+    int bad = 0;
+    msg[0] = 0;
+    for (int k = 0; k < TS_MEM_N && !bad; k++) {
+        if (k == TS_MEM_MISC && dom == TS_DOM_HOST) continue;
+        const uint64_t got = ts_mem_used_in(dom, (ts_mem_cat)k) - before[k];
+        if (got != want[k])
+            bad = 1, snprintf(msg, cap, "%s %d ranks (%s): %s %s: allocated %llu, the ranks' plans say %llu", dir, gpus,
+                              backend, ts_mem_domain_name(dom), ts_mem_cat_name((ts_mem_cat)k), (unsigned long long)got,
+                              (unsigned long long)want[k]);
+    }
+    ts_session_free(s);
+    ts_engine_close(e);
+    return bad;
+}
+
+TS_TEST(tp, plan_per_rank_exact) {
+    char msg[512];
+    static const struct { const char *dir; int gpus, draft; } C[] = {
+        {"tests/fixtures/tiny-moe", 2, 0}, {"tests/fixtures/tiny-dense", 4, 3}, {"models/default", 2, 3},
+    };
+    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++)
+        CHECK_MSG(!plan_check(C[c].dir, "cpu", C[c].gpus, C[c].draft, TS_DOM_HOST, msg, sizeof msg), "%s", msg);
+    /* a rank out of range, a feature not built with ranks */
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.gpus = 2;
+    ts_mem_plan pl;
+    ts_error err = {0};
+    CHECK(ts_mem_plan_rank("tests/fixtures/tiny-moe", &ep, NULL, 2, &pl, &err) == TS_E_ARG);
+    CHECK(ts_mem_plan_rank("tests/fixtures/alt-moe-tied", &ep, NULL, 0, &pl, &err) == TS_E_UNSUPPORTED);
+}
+
+TS_TEST(tp, cuda_plan_per_gpu_exact) {
+    char why[600], msg[512];
+    if (!have_gpu(why, sizeof why)) SKIP("no usable CUDA device: %s", why);
+    setenv("TS_TP_ONE_DEVICE", "1", 1); /* the ranks share the one GPU: its bytes are the ranks' sum */
+    CHECK_MSG(!plan_check("tests/fixtures/tiny-moe", "cuda", 2, 3, TS_DOM_DEVICE, msg, sizeof msg), "%s", msg);
+    CHECK_MSG(!plan_check("models/default", "cuda", 4, 0, TS_DOM_DEVICE, msg, sizeof msg), "%s", msg);
+    unsetenv("TS_TP_ONE_DEVICE");
+    setenv("TS_TP_FORCE", "1", 1); /* NCCL with one rank: its buffers too */
+    int bad = plan_check("models/default", "cuda", 1, 3, TS_DOM_DEVICE, msg, sizeof msg);
+    unsetenv("TS_TP_FORCE");
+    if (bad && strstr(msg, "NCCL is not installed")) SKIP("%s", msg);
+    CHECK_MSG(!bad, "%s", msg);
+}

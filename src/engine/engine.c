@@ -212,6 +212,16 @@ static int open_tp(ts_engine *e, const ts_config *cfg, ts_error *err) {
         }
         if (!rc) rc = ts_model_bind(&er->model, &lc, er->tp_set, er->be, err);
         if (!rc && cuda) rc = ts_cuda_backend_check(er->be, err);
+        /* on a device the weights are uploaded now: the image goes, as a
+         * one-GPU engine's host copy does (nothing reads a bound weight's
+         * host bytes on a device backend without expert streaming, which
+         * is refused above) */
+        if (!rc && cuda) {
+            ts_st_close(er->tp_set);
+            ts_free(er->tp_img);
+            er->tp_set = NULL;
+            er->tp_img = NULL;
+        }
         if (!rc && ts_model_set_act_digits(&er->model, (e->params.act_bits ? e->params.act_bits : TS_ACT_BITS_DEFAULT) / 8))
             rc = ts_fail(err, TS_E_NOMEM, "out of memory");
         er->model.tp = tp;
@@ -290,7 +300,7 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
         if (rc) ts_fail_prefix(err, "%s", dir);
     }
     if (rc) { ts_engine_close(e); return rc; }
-    if (e->params.verbose) {
+    if (e->params.verbose && !e->model.tp) { /* (the ranks bind their slices, not this set) */
         int unused = 0;
         for (int i = 0; i < e->st->n_tensors; i++) {
             const ts_st_tensor *t = &e->st->tensors[i];

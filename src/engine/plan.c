@@ -26,11 +26,14 @@
  * the frozen totals of every released shape (tests/plan_shapes.txt) hold.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "loader/safetensors.h"
 #include "loader/st_writer.h"
 #include "engine/plan.h"
+#include "engine/shard.h"
 #include "model/xstream.h"
 #include "quant/quant.h"
 int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *p, ts_sess_plan *o, ts_error *err) {
@@ -207,8 +210,12 @@ static void mark(heap_mark *m) {
 /* The plan of config c over the tensor set st of install dir; index holds
  * the heap bytes the set itself took (by category). */
 /* The backend a plan is made for, sizes only (nothing runs on it). */
-static int plan_backend(const char *name, ts_backend **be, ts_error *err) {
-    if (!name || !*name || !strcmp(name, "cpu") || !strcmp(name, "auto")) return ts_cpu_backend_new(NULL, be, err);
+static int plan_backend(const char *name, int threads, ts_backend **be, ts_error *err) {
+    if (!name || !*name || !strcmp(name, "cpu") || !strcmp(name, "auto")) {
+        /* the engine's thread count (the CPU's workspace is per thread) */
+        ts_backend_params bp = {threads, NULL, 0, 0, 0};
+        return ts_cpu_backend_new(threads > 0 ? &bp : NULL, be, err);
+    }
     if (!strcmp(name, "cuda")) {
         ts_backend_params bp = {0, NULL, 0, 1, 0};
         return ts_cuda_backend_new(&bp, be, err);
@@ -237,7 +244,7 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     /* the backend a default engine opens answers its own sizes (prepared
      * weights, stream workspace); nothing runs on it */
     ts_backend *be = NULL;
-    int has_mtp = 0, rc = plan_backend(backend, &be, err);
+    int has_mtp = 0, rc = plan_backend(backend, ep ? ep->n_threads : 0, &be, err);
     if (rc) return rc;
     ts_xc_params xp;
     if (stream && (rc = ts_engine_xc_params(ep, c, &xp, err))) {
@@ -416,5 +423,115 @@ int ts_mem_plan_shape_ex(const char *shape_path, int bits, int group, const char
     if (!rc) rc = plan_over(dir, &cfg, st, &m1, ep, sp, pl, err);
     if (rc) ts_fail_prefix(err, "%s", shape_path);
     ts_st_close(st);
+    return rc;
+}
+
+/* ---- tensor parallelism: one rank's plan ---- */
+
+/* rank `rank` of ep->gpus over the full tensor set `full` of config cfg */
+static int plan_rank_over(const char *dir, const ts_config *cfg_in, const ts_st_set *full, const ts_engine_params *ep,
+                          const ts_session_params *sp, int rank, ts_mem_plan *pl, ts_error *err) {
+    const int N = ep->gpus;
+    const ts_config cfg = *cfg_in;
+    if (rank < 0 || rank >= N) return ts_fail(err, TS_E_ARG, "rank %d of %d GPUs", rank, N);
+    if (ep->expert_cache || (sp && sp->dflash_block))
+        return ts_fail(err, TS_E_UNSUPPORTED, "--gpus %d with %s is not built", N,
+                       ep->expert_cache ? "--expert-cache" : "DFlash drafting");
+    ts_st_set *st = NULL;
+    ts_shard sh;
+    ts_stw_tensor *t = NULL;
+    int n = 0;
+    uint64_t image = 0;
+    int rc = ts_shard_make_opts(&cfg, N, 1, &sh, err);
+    if (!rc) rc = ts_shard_slice_list(&sh, rank, full, &t, &n, &image, err);
+    /* the rank's model: its slices, bound (dry) at its local config, as
+     * engine.c's open_tp binds them */
+    heap_mark m0, m1;
+    mark(&m0);
+    if (!rc) rc = ts_st_open_planned(dir, t, n, 1, &st, err);
+    mark(&m1);
+    for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
+    ts_free(t);
+    ts_config lc;
+    ts_shard_local_config(&sh, rank, &lc);
+    ts_engine_params one = *ep;
+    one.gpus = 0;
+    /* engine.c open_tp: CPU ranks share the threads */
+    one.n_threads = TS_MAX(1, (ep->n_threads > 0 ? ep->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN)) / N);
+    if (!rc) rc = plan_over(dir, &lc, st, &m1, &one, sp, pl, err);
+    const int has_mtp = st && ts_st_find(st, "mtp.fc.weight") != NULL;
+    ts_st_close(st);
+    if (rc) return ts_fail_prefix(err, "--gpus %d, rank %d", N, rank);
+    pl->mapped_bytes = pl->mapped_kept_bytes = 0; /* a rank reads its image, not the files */
+    ts_sess_plan s;
+    if ((rc = ts_sess_plan_make(&lc, has_mtp, sp, &s, err))) return rc;
+    const int cuda = ep->backend && !strcmp(ep->backend, "cuda");
+    const ts_mem_domain dom = cuda ? TS_DOM_DEVICE : TS_DOM_HOST;
+    const char *od = getenv("TS_TP_ONE_DEVICE"), *cm = getenv("TS_TP_COMM");
+    const int nccl = cuda && !(od && *od && strcmp(od, "0")) && !(cm && !strcmp(cm, "host"));
+    const uint64_t F = sizeof(float);
+    /* engine.c open_tp: the image the rank's weights are bound from (kept
+     * on the CPU, which reads them in place; freed once uploaded to a GPU) */
+    if (!cuda) add(pl, "TP: the rank's slices of the install (host image)", TS_MEM_WEIGHTS, TS_DOM_HOST, 1, 0, 0, 1, image);
+    /* session.c: the head's rows of a pass on this rank */
+    add(pl, "TP: the rank's head rows of a pass", TS_MEM_SCRATCH, dom, 0, 0, 0, 1,
+        F * (uint64_t)s.R * (uint64_t)lc.head_rows);
+    /* cuda/comm.cu n_reserve: every rank's partials; rank 0 the head pieces */
+    if (nccl) {
+        add(pl, "TP collectives (NCCL): every rank's partial sums", TS_MEM_SCRATCH, TS_DOM_DEVICE, 0, 0, 0, 1,
+            F * (uint64_t)N * (uint64_t)s.R * (uint64_t)cfg.H);
+        if (rank == 0)
+            add(pl, "TP collectives (NCCL): the other ranks' head rows", TS_MEM_SCRATCH, TS_DOM_DEVICE, 0, 0, 0, 1,
+                F * (uint64_t)s.R * (uint64_t)cfg.vocab);
+    }
+    return 0;
+}
+
+/* ep->gpus ranks, or TS_TP_FORCE=1 with one (engine.c's test path) */
+static int tp_ranks(const ts_engine_params *ep) {
+    const int N = ep ? ep->gpus : 0;
+    const char *tf = getenv("TS_TP_FORCE");
+    return N > 1 || (N == 1 && tf && *tf && strcmp(tf, "0")) ? N : 0;
+}
+
+int ts_mem_plan_rank(const char *dir, const ts_engine_params *ep, const ts_session_params *sp, int rank, ts_mem_plan *pl,
+                     ts_error *err) {
+    if (!tp_ranks(ep)) {
+        if (rank) return ts_fail(err, TS_E_ARG, "rank %d of one GPU", rank);
+        return ts_mem_plan_dir_ex(dir, ep, sp, pl, err);
+    }
+    memset(pl, 0, sizeof *pl);
+    if (!dir || !*dir) return ts_fail(err, TS_E_ARG, "no model directory given");
+    ts_config cfg;
+    int rc = ts_config_load(dir, &cfg, err);
+    if (rc) return rc;
+    ts_st_set *full = NULL;
+    if ((rc = ts_st_open_dir(dir, &full, err))) return rc;
+    rc = plan_rank_over(dir, &cfg, full, ep, sp, rank, pl, err);
+    ts_st_close(full);
+    return rc;
+}
+
+int ts_mem_plan_shape_rank(const char *shape_path, int bits, int group, const char *install_dir,
+                           const ts_engine_params *ep, const ts_session_params *sp, int rank, ts_mem_plan *pl,
+                           ts_error *err) {
+    if (!tp_ranks(ep)) {
+        if (rank) return ts_fail(err, TS_E_ARG, "rank %d of one GPU", rank);
+        return ts_mem_plan_shape_ex(shape_path, bits, group, install_dir, ep, sp, pl, err);
+    }
+    memset(pl, 0, sizeof *pl);
+    if (!shape_path || !*shape_path) return ts_fail(err, TS_E_ARG, "no shape file given");
+    const char *dir = install_dir && *install_dir ? install_dir : "model";
+    ts_config cfg;
+    ts_stw_tensor *t = NULL;
+    int n = 0, ns = 0;
+    int rc = ts_synth_plan(shape_path, bits, group, &cfg, &t, &n, &ns, err);
+    if (rc) return rc;
+    ts_st_set *full = NULL;
+    rc = ts_st_open_planned(dir, t, n, ns, &full, err);
+    ts_free(t);
+    if (!rc) rc = plan_rank_over(dir, &cfg, full, ep, sp, rank, pl, err);
+    if (rc) ts_fail_prefix(err, "%s", shape_path);
+    ts_st_close(full);
     return rc;
 }

@@ -167,5 +167,10 @@ int ts_shard_state(const ts_shard *sh, int n_ctx, ts_shard_bytes *out, ts_error 
  * Whole experts over ranks (moe_tp = 0) are not cut here. Refusals name
  * the tensor. */
 int ts_shard_slice(const ts_shard *sh, int r, const ts_st_set *full, void **img, ts_st_set **out, ts_error *err);
+/* The same slices as a tensor list (names, dtypes, shapes, bytes: no data
+ * read), for the memory plan of a rank (ts_st_open_planned), and the bytes
+ * of the image ts_shard_slice would allocate. */
+int ts_shard_slice_list(const ts_shard *sh, int r, const ts_st_set *full, ts_stw_tensor **out, int *n,
+                        uint64_t *image_bytes, ts_error *err);
 
 #endif

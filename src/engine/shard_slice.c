@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "engine/shard.h"
+#include "loader/st_writer.h"
 
 
 typedef struct {
@@ -56,9 +57,10 @@ static void head_name(const char *emb, char *out, size_t cap) {
 static int is_embed(const char *name) { return strstr(name, "embed_tokens.") != NULL && !strstr(name, "mtp."); }
 static int is_head(const char *name) { return !strncmp(name, "lm_head.", 8); }
 
-int ts_shard_slice(const ts_shard *sh, int r, const ts_st_set *full, void **img, ts_st_set **out, ts_error *err) {
-    *img = NULL;
-    *out = NULL;
+/* The rank's slices (*sl, *n), its data bytes and the image's header
+ * (*hdr, *hl: the JSON, unpadded); the caller frees sl and hdr. */
+static int plan_slices(const ts_shard *sh, int r, const ts_st_set *full, slice **sl_out, int *n_out, size_t *data_out,
+                       char **hdr_out, size_t *hl_out, ts_error *err) {
     const int tied = sh->c.tied;
     slice *sl = ts_alloc(sizeof(slice) * ((size_t)full->n_tensors * 2 + 1), TS_MEM_MISC);
     if (!sl) return ts_fail(err, TS_E_NOMEM, "out of memory");
@@ -131,10 +133,58 @@ int ts_shard_slice(const ts_shard *sh, int r, const ts_st_set *full, void **img,
         }
         hl += (size_t)snprintf(hdr + hl, hcap - hl, "}");
     }
-    /* data starts 64-aligned: 8 + header padded with spaces */
-    const size_t hpad = ((8 + hl + 63) & ~(size_t)63) - 8;
-    char *buf = rc ? NULL : ts_alloc(8 + hpad + data, TS_MEM_WEIGHTS);
-    if (!rc && !buf) rc = ts_fail(err, TS_E_NOMEM, "out of memory for GPU %d's %.2f GB of weights", r, (double)data / 1e9);
+    if (rc) {
+        ts_free(hdr);
+        ts_free(sl);
+        return rc;
+    }
+    *sl_out = sl, *n_out = n, *data_out = data, *hdr_out = hdr, *hl_out = hl;
+    return 0;
+}
+
+/* the image: 8 bytes of header length, the header padded with spaces so
+ * that the data starts 64-aligned, the data */
+static size_t header_pad(size_t hl) { return ((8 + hl + 63) & ~(size_t)63) - 8; }
+
+int ts_shard_slice_list(const ts_shard *sh, int r, const ts_st_set *full, ts_stw_tensor **out, int *n_out,
+                        uint64_t *image_bytes, ts_error *err) {
+    slice *sl;
+    int n;
+    size_t data, hl;
+    char *hdr;
+    *out = NULL;
+    int rc = plan_slices(sh, r, full, &sl, &n, &data, &hdr, &hl, err);
+    if (rc) return rc;
+    ts_stw_tensor *t = ts_alloc(sizeof *t * (size_t)(n ? n : 1), TS_MEM_MISC);
+    if (!t) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        snprintf(t[i].name, sizeof t[i].name, "%s", sl[i].name);
+        t[i].dtype = sl[i].t->dtype;
+        t[i].n_dims = sl[i].n_dims;
+        if (sl[i].n_dims > 4) rc = ts_fail(err, TS_E_MODEL, "tensor '%s': more than 4 dimensions", sl[i].name);
+        for (int k = 0; k < sl[i].n_dims && k < 4; k++) t[i].shape[k] = sl[i].shape[k];
+        t[i].nbytes = sl[i].nbytes;
+    }
+    *image_bytes = 8 + header_pad(hl) + data;
+    ts_free(hdr);
+    ts_free(sl);
+    if (rc) ts_free(t);
+    else *out = t, *n_out = n;
+    return rc;
+}
+
+int ts_shard_slice(const ts_shard *sh, int r, const ts_st_set *full, void **img, ts_st_set **out, ts_error *err) {
+    *img = NULL;
+    *out = NULL;
+    slice *sl;
+    int n;
+    size_t data, hl;
+    char *hdr;
+    int rc = plan_slices(sh, r, full, &sl, &n, &data, &hdr, &hl, err);
+    if (rc) return rc;
+    const size_t hpad = header_pad(hl);
+    char *buf = ts_alloc(8 + hpad + data, TS_MEM_WEIGHTS);
+    if (!buf) rc = ts_fail(err, TS_E_NOMEM, "out of memory for GPU %d's %.2f GB of weights", r, (double)data / 1e9);
     if (!rc) {
         const uint64_t L = hpad;
         memcpy(buf, &L, 8);

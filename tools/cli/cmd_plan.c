@@ -47,7 +47,9 @@ static void usage(FILE *f) {
             "                      allocates them, the routed experts left in the files\n"
             "  --expert-policy P   its eviction policy (lfru, lru; sizes do not depend on it)\n"
             "  --expert-host-cache SIZE  with --backend cuda: the pinned host tier in front of the files\n"
-            "  --json              the plan as one JSON object\n",
+            "  --gpus N            tensor parallelism: one plan for each of the N GPUs (the device\n"
+            "                      bytes of each GPU exact, host bookkeeping not itemized)\n"
+            "  --json              the plan as one JSON object (an array of one a GPU with --gpus)\n",
             TS_SPEC_MAX_DRAFT);
 }
 
@@ -181,14 +183,14 @@ int cmd_plan(int argc, char **argv) {
     int block = -1;
     const char *xpolicy = NULL;
     uint64_t xcache = 0, xhost = 0;
-    int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0;
+    int n_ctx = 0, chunk = 0, draft = -1, checkpoint = 0, json = 0, bits = 0, group = 0, gpus = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--checkpoint")) { checkpoint = 1; continue; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
         int num = !strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--draft") || !strcmp(a, "--bits") ||
-                  !strcmp(a, "--group") || !strcmp(a, "--block");
+                  !strcmp(a, "--group") || !strcmp(a, "--block") || !strcmp(a, "--gpus");
         int str = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--shape") || !strcmp(a, "--spec") ||
                   !strcmp(a, "--install") || !strcmp(a, "--drafter") || !strcmp(a, "--backend") ||
                   !strcmp(a, "--expert-cache") || !strcmp(a, "--expert-policy") || !strcmp(a, "--expert-host-cache");
@@ -217,6 +219,7 @@ int cmd_plan(int argc, char **argv) {
         else if (!strcmp(a, "--chunk")) chunk = x;
         else if (!strcmp(a, "--draft")) draft = x;
         else if (!strcmp(a, "--block")) block = x;
+        else if (!strcmp(a, "--gpus")) gpus = x;
         else if (!strcmp(a, "--bits")) bits = x;
         else group = x;
     }
@@ -270,6 +273,25 @@ int cmd_plan(int argc, char **argv) {
     ep.expert_cache = xcache;
     ep.expert_host_cache = xhost;
     ep.expert_policy = xpolicy;
+    if (gpus > 1) { /* tensor parallelism: one plan a GPU */
+        ep.gpus = gpus;
+        if (json) printf("[");
+        for (int r = 0; r < gpus; r++) {
+            if (shape ? ts_mem_plan_shape_rank(shape, bits, group, install, &ep, &sp, r, pl, &err)
+                      : ts_mem_plan_rank(model, &ep, &sp, r, pl, &err)) {
+                fprintf(stderr, "turbospark plan: %s\n", err.msg);
+                free(pl);
+                return 1;
+            }
+            char src[4200];
+            snprintf(src, sizeof src, "%s, GPU %d of %d (tensor parallelism)", shape ? shape : model, r, gpus);
+            if (json) { if (r) printf(","); print_json(pl, src, shape ? bits : 0); }
+            else { if (r) printf("\n"); print_table(pl, src, shape ? bits : 0); }
+        }
+        if (json) printf("]\n");
+        free(pl);
+        return 0;
+    }
     int rc = shape ? ts_mem_plan_shape_ex(shape, bits, group, install, &ep, &sp, pl, &err)
                    : ts_mem_plan_dir_ex(model, &ep, &sp, pl, &err);
     if (rc) {
