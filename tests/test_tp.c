@@ -24,15 +24,16 @@
 static const int32_t PROMPT[] = {11, 5, 301, 42, 7, 99, 250, 3, 18, 64, 120, 9};
 #define T_PROMPT ((int)(sizeof PROMPT / sizeof PROMPT[0]))
 
-static ts_engine *open_tp(const char *dir, int gpus, ts_error *err) {
+static ts_engine *open_on(const char *dir, const char *backend, int gpus, ts_error *err) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
-    ep.backend = "cpu";
+    ep.backend = backend;
     ep.gpus = gpus;
     ts_engine *e = NULL;
     if (ts_engine_open(dir, &ep, &e, err)) return NULL;
     return e;
 }
+static ts_engine *open_tp(const char *dir, int gpus, ts_error *err) { return open_on(dir, "cpu", gpus, err); }
 
 /* Logits of the prompt (one chunk, every row) and of `dec` decode rows after
  * it, into out [(T + dec), V]. */
@@ -67,16 +68,31 @@ static int argmax(const float *x, int n) {
  * a row-parallel product's input has its own scale, so its rounding differs
  * from one rank's at the level of that quantization: measured 0.14-0.16 of
  * logits up to 13.7 (1.1%), held to 2%, the argmax of all rows but one. */
-TS_TEST(tp, logits_vs_one_rank) {
-    static const struct { const char *fx; int gpus[2]; } C[] = {
-        {"tiny-dense", {2, 4}}, {"tiny-moe", {2, 4}}, {"alt-moe", {2, 0}}, {"alt-dense", {2, 0}},
-    };
+/* max |a - b|, the logits' scale and the rows whose argmax agree, over R rows of V */
+typedef struct { float worst, scale; int same; } cmp_t;
+static cmp_t compare(const float *ref, const float *got, int R, int V) {
+    cmp_t c = {0, 0, 0};
+    for (int r = 0; r < R; r++) {
+        const float *a = ref + (size_t)r * V, *b = got + (size_t)r * V;
+        for (int i = 0; i < V; i++) c.scale = fmaxf(c.scale, fabsf(a[i]));
+        c.worst = fmaxf(c.worst, ts_test_max_abs(a, b, (size_t)V));
+        c.same += argmax(a, V) == argmax(b, V);
+    }
+    return c;
+}
+
+typedef struct { const char *fx; int gpus[2]; } fx_case;
+
+/* Every case's ranks against one rank on the backend (tolerance tol of the
+ * logits' scale, argmax on every row); draft: also drafted = plain greedy
+ * on the first rank count of each case. */
+static void vs_one_rank(const char *backend, const fx_case *C, int nc, float tol, int draft) {
     const int dec = 6, R = T_PROMPT + dec;
-    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+    for (int c = 0; c < nc; c++) {
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/%s", C[c].fx);
         ts_error err = {0};
-        ts_engine *one = open_tp(dir, 1, &err);
+        ts_engine *one = open_on(dir, backend, 1, &err);
         CHECK_MSG(one, "%s: %s", dir, err.msg);
         const int V = ts_engine_info(one)->vocab_size;
         float *ref = malloc(sizeof(float) * (size_t)R * V), *got = malloc(sizeof(float) * (size_t)R * V);
@@ -84,26 +100,37 @@ TS_TEST(tp, logits_vs_one_rank) {
         CHECK(run_logits(one, PROMPT, T_PROMPT, dec, ref) == 0);
         ts_engine_close(one);
         for (int g = 0; g < 2 && C[c].gpus[g]; g++) {
-            ts_engine *e = open_tp(dir, C[c].gpus[g], &err);
+            ts_engine *e = open_on(dir, backend, C[c].gpus[g], &err);
             CHECK_MSG(e, "%s --gpus %d: %s", dir, C[c].gpus[g], err.msg);
             CHECK(run_logits(e, PROMPT, T_PROMPT, dec, got) == 0);
-            ts_engine_close(e);
-            float scale = 0, worst = 0;
-            int same = 0;
-            for (int r = 0; r < R; r++) {
-                const float *a = ref + (size_t)r * V, *b = got + (size_t)r * V;
-                for (int i = 0; i < V; i++) scale = fmaxf(scale, fabsf(a[i]));
-                worst = fmaxf(worst, ts_test_max_abs(a, b, (size_t)V));
-                same += argmax(a, V) == argmax(b, V);
+            const cmp_t k = compare(ref, got, R, V);
+            fprintf(stderr, "  %s %-10s %d ranks: max |logit error| %.3g (logits up to %.3g), argmax %d/%d rows\n",
+                    backend, C[c].fx, C[c].gpus[g], k.worst, k.scale, k.same, R);
+            CHECK_MSG(k.worst <= tol * fmaxf(1.f, k.scale), "%s %d ranks: error %g", C[c].fx, C[c].gpus[g], k.worst);
+            CHECK_MSG(k.same == R, "%s %d ranks: argmax differs on %d rows", C[c].fx, C[c].gpus[g], R - k.same);
+            if (draft && g == 0) { /* drafting on the ranks: every rollback length */
+                static collect pref, pgot;
+                ts_gen_stats st;
+                CHECK(oracle_generate(e, PROMPT, T_PROMPT, 512, 200, 0, NULL, &pref, &st) == 0);
+                for (int M = 1; M <= 8; M += 3) {
+                    oracle o = {pref.ids, pref.n, T_PROMPT, 99u + M, 0};
+                    CHECK(oracle_generate(e, PROMPT, T_PROMPT, 512, 200, M, &o, &pgot, &st) == 0);
+                    CHECK_MSG(pgot.n == pref.n && !memcmp(pgot.ids, pref.ids, sizeof(int32_t) * (size_t)pref.n),
+                              "%s %s %d ranks M=%d: drafted output differs from plain greedy", backend, C[c].fx,
+                              C[c].gpus[g], M);
+                    CHECK(st.n_accepted > 0);
+                }
             }
-            fprintf(stderr, "  %-10s %d ranks: max |logit error| %.3g (logits up to %.3g), argmax %d/%d rows\n", C[c].fx,
-                    C[c].gpus[g], worst, scale, same, R);
-            CHECK_MSG(worst <= 1e-3f * fmaxf(1.f, scale), "%s %d ranks: error %g", C[c].fx, C[c].gpus[g], worst);
-            CHECK_MSG(same == R, "%s %d ranks: argmax differs on %d rows", C[c].fx, C[c].gpus[g], R - same);
+            ts_engine_close(e);
         }
         free(ref);
         free(got);
     }
+}
+
+TS_TEST(tp, logits_vs_one_rank) {
+    static const fx_case C[] = {{"tiny-dense", {2, 4}}, {"tiny-moe", {2, 4}}, {"alt-moe", {2, 0}}, {"alt-dense", {2, 0}}};
+    vs_one_rank("cpu", C, (int)(sizeof C / sizeof C[0]), 1e-3f, 0);
 }
 
 TS_TEST(tp, default_model_logits) {
@@ -122,18 +149,11 @@ TS_TEST(tp, default_model_logits) {
         CHECK_MSG(e, "--gpus %d: %s", n, err.msg);
         CHECK(run_logits(e, P, T, dec, got) == 0);
         ts_engine_close(e);
-        float scale = 0, worst = 0;
-        int same = 0;
-        for (int r = 0; r < R; r++) {
-            const float *a = ref + (size_t)r * V, *b = got + (size_t)r * V;
-            for (int i = 0; i < V; i++) scale = fmaxf(scale, fabsf(a[i]));
-            worst = fmaxf(worst, ts_test_max_abs(a, b, (size_t)V));
-            same += argmax(a, V) == argmax(b, V);
-        }
+        const cmp_t k = compare(ref, got, R, V);
         fprintf(stderr, "  default model %d ranks: max |logit error| %.3g (logits up to %.3g), argmax %d/%d rows\n", n,
-                worst, scale, same, R);
-        CHECK_MSG(worst <= 0.02f * scale, "%d ranks: error %g of %g", n, worst, scale);
-        CHECK_MSG(same >= R - 1, "%d ranks: argmax differs on %d of %d rows", n, R - same, R);
+                k.worst, k.scale, k.same, R);
+        CHECK_MSG(k.worst <= 0.02f * k.scale, "%d ranks: error %g of %g", n, k.worst, k.scale);
+        CHECK_MSG(k.same >= R - 1, "%d ranks: argmax differs on %d of %d rows", n, R - k.same, R);
     }
     free(ref);
     free(got);
@@ -248,16 +268,6 @@ TS_TEST(tp, refusals) {
 
 /* ---- on the GPU ---- */
 
-static ts_engine *open_cuda_tp(const char *dir, int gpus, ts_error *err) {
-    ts_engine_params ep;
-    ts_engine_params_default(&ep);
-    ep.backend = "cuda";
-    ep.gpus = gpus;
-    ts_engine *e = NULL;
-    if (ts_engine_open(dir, &ep, &e, err)) return NULL;
-    return e;
-}
-
 static int have_gpu(char *why, size_t cap) {
     if (!ts_cuda_built()) { snprintf(why, cap, "built without CUDA"); return 0; }
     ts_backend *be = NULL;
@@ -281,55 +291,9 @@ TS_TEST(tp, cuda_ranks_on_one_device) {
     char why[600];
     if (!have_gpu(why, sizeof why)) SKIP("no usable CUDA device: %s", why);
     setenv("TS_TP_ONE_DEVICE", "1", 1);
-    static const struct { const char *fx; int gpus[2]; } C[] = {
-        {"tiny-dense", {2, 4}}, {"tiny-moe", {2, 4}}, {"alt-moe", {2, 0}},
-    };
-    const int dec = 6, R = T_PROMPT + dec;
+    static const fx_case C[] = {{"tiny-dense", {2, 4}}, {"tiny-moe", {2, 4}}, {"alt-moe", {2, 0}}};
     const size_t base = dev_bytes();
-    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
-        char dir[256];
-        snprintf(dir, sizeof dir, "tests/fixtures/%s", C[c].fx);
-        ts_error err = {0};
-        ts_engine *one = open_cuda_tp(dir, 1, &err);
-        CHECK_MSG(one, "%s: %s", dir, err.msg);
-        const int V = ts_engine_info(one)->vocab_size;
-        float *ref = malloc(sizeof(float) * (size_t)R * V), *got = malloc(sizeof(float) * (size_t)R * V);
-        CHECK(ref && got);
-        CHECK(run_logits(one, PROMPT, T_PROMPT, dec, ref) == 0);
-        ts_engine_close(one);
-        for (int g = 0; g < 2 && C[c].gpus[g]; g++) {
-            ts_engine *e = open_cuda_tp(dir, C[c].gpus[g], &err);
-            CHECK_MSG(e, "%s --gpus %d: %s", dir, C[c].gpus[g], err.msg);
-            CHECK(run_logits(e, PROMPT, T_PROMPT, dec, got) == 0);
-            float scale = 0, worst = 0;
-            int same = 0;
-            for (int r = 0; r < R; r++) {
-                const float *a = ref + (size_t)r * V, *b = got + (size_t)r * V;
-                for (int i = 0; i < V; i++) scale = fmaxf(scale, fabsf(a[i]));
-                worst = fmaxf(worst, ts_test_max_abs(a, b, (size_t)V));
-                same += argmax(a, V) == argmax(b, V);
-            }
-            fprintf(stderr, "  cuda %-10s %d ranks on one GPU: max |logit error| %.3g (logits up to %.3g), argmax %d/%d\n",
-                    C[c].fx, C[c].gpus[g], worst, scale, same, R);
-            CHECK_MSG(worst <= 2e-3f * fmaxf(1.f, scale), "%s %d ranks: error %g", C[c].fx, C[c].gpus[g], worst);
-            CHECK_MSG(same == R, "%s %d ranks: argmax differs on %d rows", C[c].fx, C[c].gpus[g], R - same);
-            if (g == 0) { /* drafting on the ranks: every rollback length */
-                static collect pref, pgot;
-                ts_gen_stats st;
-                CHECK(oracle_generate(e, PROMPT, T_PROMPT, 512, 200, 0, NULL, &pref, &st) == 0);
-                for (int M = 1; M <= 8; M += 3) {
-                    oracle o = {pref.ids, pref.n, T_PROMPT, 99u + M, 0};
-                    CHECK(oracle_generate(e, PROMPT, T_PROMPT, 512, 200, M, &o, &pgot, &st) == 0);
-                    CHECK_MSG(pgot.n == pref.n && !memcmp(pgot.ids, pref.ids, sizeof(int32_t) * (size_t)pref.n),
-                              "cuda %s %d ranks M=%d: drafted output differs from plain greedy", C[c].fx, C[c].gpus[g], M);
-                    CHECK(st.n_accepted > 0);
-                }
-            }
-            ts_engine_close(e);
-        }
-        free(ref);
-        free(got);
-    }
+    vs_one_rank("cuda", C, (int)(sizeof C / sizeof C[0]), 2e-3f, 1);
     unsetenv("TS_TP_ONE_DEVICE");
     CHECK_MSG(dev_bytes() == base, "device memory counted after closing: %zu, before: %zu", dev_bytes(), base);
 }
@@ -345,7 +309,7 @@ TS_TEST(tp, cuda_nccl_one_rank) {
     const size_t base = dev_bytes();
     for (int d = 0; d < 2; d++) {
         ts_error err = {0};
-        ts_engine *one = open_cuda_tp(dirs[d], 1, &err);
+        ts_engine *one = open_on(dirs[d], "cuda", 1, &err);
         CHECK_MSG(one, "%s: %s", dirs[d], err.msg);
         const int V = ts_engine_info(one)->vocab_size, dec = 6, R = T_PROMPT + dec;
         float *ref = malloc(sizeof(float) * (size_t)R * V), *got = malloc(sizeof(float) * (size_t)R * V);
@@ -356,7 +320,7 @@ TS_TEST(tp, cuda_nccl_one_rank) {
         CHECK(oracle_generate(one, PROMPT, T_PROMPT, 512, 150, 0, NULL, &gref, &st) == 0);
         ts_engine_close(one);
         setenv("TS_TP_FORCE", "1", 1);
-        ts_engine *e = open_cuda_tp(dirs[d], 1, &err);
+        ts_engine *e = open_on(dirs[d], "cuda", 1, &err);
         unsetenv("TS_TP_FORCE");
         if (!e && err.code == TS_E_UNSUPPORTED && strstr(err.msg, "NCCL is not installed")) SKIP("%s", err.msg);
         CHECK_MSG(e, "%s (NCCL, one rank): %s", dirs[d], err.msg);

@@ -27,6 +27,13 @@
  * MoE kernels; whole-expert placement (shard.h's plan) pays off when rows
  * are many (prefill, verify of a batch), with an all-to-all: not built.
  *
+ * Why one process with a thread a rank (not a process a GPU under a
+ * launcher): the ranks share the install's mapping and the engine's API
+ * (a session is one object whichever GPUs run it), NCCL's single-process
+ * setup (ncclCommInitAll) needs no rendezvous, the host collectives need
+ * shared memory, and a failure takes every rank down at once instead of
+ * leaving the others waiting in a collective.
+ *
  * Exactness: the sum is an all-gather of the ranks' partials followed by
  * one fixed order of additions (rank 0 + rank 1 + ...), the same on every
  * rank and for every row whatever the pass's rows, so the row-exactness
