@@ -616,3 +616,38 @@ TS_TEST(shard, refusals) {
     int rc = ts_shard_piece_of(&sh, "lm_head.weight", 248320 + 1, 1, &p, &err);
     CHECK_MSG(rc == TS_E_MODEL && strstr(err.msg, "not a whole number of bytes"), "rc %d '%s'", rc, err.msg);
 }
+
+/* moe_tp (the runtime's split, model/tp.h): every routed expert's gate/up
+ * rows and down columns over all ranks, group-aligned, covering each once;
+ * the bytes of a layer's experts sum to the install's. Layer 0 of each
+ * released MoE shape at INT4 (the layers repeat). */
+TS_TEST(shard, moe_tp_partition) {
+    char *names[64];
+    int ns = list_shapes(names, 64), moe = 0;
+    for (int si = 0; si < ns; si++) {
+        char path[512];
+        snprintf(path, sizeof path, "shapes/%s", names[si]);
+        ts_config c;
+        ts_stw_tensor *t = NULL;
+        int n = 0, nsh = 0;
+        ts_error err = {0};
+        CHECK(shape_config(path, 4, &c) == 0);
+        if (!c.is_moe) continue;
+        moe++;
+        CHECK_MSG(ts_synth_plan(path, 4, 64, &c, &t, &n, &nsh, &err) == 0, "%s: %s", path, err.msg);
+        for (int N = 2; N <= 8; N *= 2) {
+            ts_shard sh;
+            CHECK_MSG(ts_shard_make_opts(&c, N, 1, &sh, &err) == 0, "%s N=%d: %s", path, N, err.msg);
+            uint64_t sb = 0, sd = 0, install = 0;
+            for (int i = 0; i < n; i++) {
+                if (!strstr(t[i].name, "layers.0.mlp.experts.")) continue;
+                install += t[i].nbytes;
+                CHECK(check_tensor(&sh, t[i].name, t[i].nbytes, &sb, &sd) == 0);
+            }
+            CHECK_MSG(install > 0 && sb == install && sd == 0, "%s N=%d: experts %llu bytes, ranks hold %llu", path, N,
+                      (unsigned long long)install, (unsigned long long)sb);
+        }
+        ts_free(t);
+    }
+    CHECK(moe >= 2);
+}
