@@ -449,6 +449,10 @@ struct ts_comm {
      * columns (a device comm's buffers; called at session creation, before
      * any capture); 0 or an error code. NULL: nothing to reserve. */
     int (*reserve)(ts_comm *c, int rows, int64_t H, int64_t V);
+    /* Stop: collectives waiting now return, and every later one fails at
+     * once, as the calling stream's error (the watchdog of a pass calls it
+     * from its own thread when a rank has not arrived in time). */
+    void (*abort)(ts_comm *c);
     void (*destroy)(ts_comm *c);
     void *impl;
 };

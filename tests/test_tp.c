@@ -15,6 +15,7 @@
  *   not built with tensor parallelism.
  */
 #include <math.h>
+#include <time.h>
 
 #include "engine/engine.h"
 #include "gen/spec.h"
@@ -413,4 +414,31 @@ TS_TEST(tp, cuda_plan_per_gpu_exact) {
     unsetenv("TS_TP_FORCE");
     if (bad && strstr(msg, "NCCL is not installed")) SKIP("%s", msg);
     CHECK_MSG(!bad, "%s", msg);
+}
+
+/* A rank that does not come to a collective (a stuck or failed GPU): the
+ * watchdog of the pass stops the collectives after TS_TP_TIMEOUT_S, the pass
+ * fails with a sentence naming it, later passes fail at once, the engine
+ * closes (no hang). TS_TP_TEST_STALL keeps rank 1 away for 2 s a pass. */
+TS_TEST(tp, stuck_rank_times_out) {
+    setenv("TS_TP_TIMEOUT_S", "0.4", 1);
+    setenv("TS_TP_TEST_STALL", "1:1.5", 1);
+    ts_error err = {0};
+    ts_engine *e = open_tp("tests/fixtures/tiny-dense", 2, &err);
+    unsetenv("TS_TP_TIMEOUT_S");
+    unsetenv("TS_TP_TEST_STALL");
+    CHECK_MSG(e, "%s", err.msg);
+    ts_session *s = oracle_session(e, 64, 0);
+    CHECK(s);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = ts_session_feed(s, PROMPT, T_PROMPT, NULL, NULL, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK_MSG(rc == TS_E_IO && strstr(err.msg, "did not all reach a collective"), "rc %d: %s", rc, err.msg);
+    const double waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK_MSG(waited < 10, "the failed pass took %.1f s", waited);
+    rc = ts_session_feed(s, PROMPT, 2, NULL, NULL, &err);
+    CHECK_MSG(rc == TS_E_IO && strstr(err.msg, "stopped"), "a pass after the stop: rc %d: %s", rc, err.msg);
+    ts_session_free(s);
+    ts_engine_close(e);
 }

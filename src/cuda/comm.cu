@@ -51,6 +51,7 @@ typedef struct {
     ncclResult_t (*group_start)(void);
     ncclResult_t (*group_end)(void);
     ncclResult_t (*destroy)(ncclComm_t);
+    ncclResult_t (*abort)(ncclComm_t);
     const char *(*error_string)(ncclResult_t);
     ncclResult_t (*version)(int *);
 } nccl_api;
@@ -70,6 +71,7 @@ typedef struct {
     int cap_rows;
     int64_t H, V;
     struct old_buf *old;          /* buffers a captured graph may still hold */
+    volatile int aborted;         /* n_abort ran: the communicators are gone */
 } ncomm;
 
 /* x[i] = g[0][i] + g[1][i] + ... in rank order (plain adds: no contraction
@@ -108,9 +110,15 @@ static void nfail(ts_stream *s, ncomm *h, ncclResult_t r, const char *what) {
     ts_be_fail(s, TS_E_IO, m);
 }
 
+static void n_stopped(ts_stream *s) {
+    ts_be_fail(s, TS_E_IO, "tensor parallelism: NCCL was stopped after a pass ran past TS_TP_TIMEOUT_S (a GPU stuck "
+                           "or failed); this engine's ranks are stopped");
+}
+
 static void n_allreduce(ts_comm *c, int rank, ts_stream *s, float *x, size_t count) {
     ncomm *h = (ncomm *)c->impl;
     if (s->err) return;
+    if (h->aborted) { n_stopped(s); return; }
     if (count > (size_t)h->cap_rows * (size_t)h->H) {
         ts_be_fail(s, TS_E_ARG, "tensor parallelism: a sum of more rows than the collectives reserved");
         return;
@@ -128,6 +136,7 @@ static void n_gather_cols(ts_comm *c, int rank, ts_stream *s, const float *src, 
                           const int64_t *cols, float *dst, int64_t ld_dst) {
     ncomm *h = (ncomm *)c->impl;
     if (s->err) return;
+    if (h->aborted) { n_stopped(s); return; }
     if (rows > h->cap_rows) {
         ts_be_fail(s, TS_E_ARG, "tensor parallelism: a head of more rows than the collectives reserved");
         return;
@@ -190,13 +199,26 @@ static int n_reserve(ts_comm *c, int rows, int64_t H, int64_t V) {
     return 0;
 }
 
+/* ncclCommAbort stops the communicators' kernels in flight (a stream
+ * waiting on them then completes with an error) and frees them */
+static void n_abort(ts_comm *c) {
+    ncomm *h = (ncomm *)c->impl;
+    if (h->aborted) return;
+    h->aborted = 1;
+    for (int q = 0; q < h->n; q++)
+        if (h->comm[q] && h->f.abort) {
+            h->f.abort(h->comm[q]);
+            h->comm[q] = NULL;
+        }
+}
+
 static void n_destroy(ts_comm *c) {
     if (!c) return;
     ncomm *h = (ncomm *)c->impl;
     if (h) {
         for (int q = 0; q < h->n; q++) {
             cudaSetDevice(h->dev[q]);
-            cudaDeviceSynchronize();
+            if (!h->aborted) cudaDeviceSynchronize();
             if (h->comm[q] && h->f.destroy) h->f.destroy(h->comm[q]);
             dfree(h->dev[q], h->gbuf[q], h->gbytes);
         }
@@ -243,6 +265,7 @@ extern "C" int ts_cuda_comm_nccl(ts_backend *const *be, int n, ts_comm **out, ts
     SYM(group_start, "ncclGroupStart");
     SYM(group_end, "ncclGroupEnd");
     SYM(destroy, "ncclCommDestroy");
+    SYM(abort, "ncclCommAbort");
     SYM(error_string, "ncclGetErrorString");
     SYM(version, "ncclGetVersion");
 #undef SYM
@@ -252,6 +275,7 @@ extern "C" int ts_cuda_comm_nccl(ts_backend *const *be, int n, ts_comm **out, ts
     c->allreduce = n_allreduce;
     c->gather_cols = n_gather_cols;
     c->reserve = n_reserve;
+    c->abort = n_abort;
     c->destroy = n_destroy;
     c->impl = h;
     if (!h->f.init_all || !h->f.all_gather || !h->f.send || !h->f.recv || !h->f.group_start || !h->f.group_end ||

@@ -8,12 +8,64 @@
  * threads meet once a pass plus the collectives inside it.
  */
 #include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "model/tp.h"
 
 /* ---- the host collective ---- */
+
+/* A barrier that can be aborted (pthread's cannot): the watchdog of a pass
+ * (ts_tp_run) aborts it when a rank has not arrived in time, and every
+ * collective after that fails at once. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n, count, aborted;
+    unsigned gen;
+} tbar;
+
+static int tbar_init(tbar *b, int n) {
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    if (pthread_mutex_init(&b->mu, NULL)) return -1;
+    if (pthread_cond_init(&b->cv, NULL)) { pthread_mutex_destroy(&b->mu); return -1; }
+    return 0;
+}
+static void tbar_destroy(tbar *b) {
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+}
+/* 0 when every rank arrived, -1 when aborted */
+static int tbar_wait(tbar *b) {
+    pthread_mutex_lock(&b->mu);
+    int ok = !b->aborted;
+    if (ok) {
+        const unsigned g = b->gen;
+        if (++b->count == b->n) {
+            b->count = 0;
+            b->gen++;
+            pthread_cond_broadcast(&b->cv);
+        } else {
+            while (b->gen == g && !b->aborted) pthread_cond_wait(&b->cv, &b->mu);
+            ok = b->gen != g;
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return ok ? 0 : -1;
+}
+static void tbar_abort(tbar *b) {
+    pthread_mutex_lock(&b->mu);
+    b->aborted = 1;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void stopped(ts_stream *s) {
+    ts_be_fail(s, TS_E_IO, "tensor parallelism: the ranks did not all reach a collective in time (TS_TP_TIMEOUT_S): "
+                           "a rank is stuck or has failed; this engine's ranks are stopped");
+}
 
 typedef struct {
     float *buf;
@@ -22,7 +74,7 @@ typedef struct {
 
 typedef struct {
     int n;
-    pthread_barrier_t bar;
+    tbar bar;
     hslot s[TS_TP_MAX];
     float *tmp[TS_TP_MAX];
     size_t tcap[TS_TP_MAX];
@@ -55,7 +107,7 @@ static void host_allreduce(ts_comm *c, int rank, ts_stream *s, float *x, size_t 
     hslot *me = &h->s[rank];
     h->fail[rank] = grow(&me->buf, &me->cap, count) || grow(&h->tmp[rank], &h->tcap[rank], count);
     if (!h->fail[rank]) ts_be_read(s, me->buf, x, count);
-    pthread_barrier_wait(&h->bar);
+    if (tbar_wait(&h->bar)) { stopped(s); return; }
     if (!any_fail(h, s)) {
         /* one order for every rank and every element: rank 0 + 1 + ... */
         float *t = h->tmp[rank];
@@ -66,7 +118,7 @@ static void host_allreduce(ts_comm *c, int rank, ts_stream *s, float *x, size_t 
         }
         s->be->ops->write(s, tv_f32(x, 1, (int64_t)count), t); /* (a write has read t when it returns) */
     }
-    pthread_barrier_wait(&h->bar); /* no rank restages before all have summed */
+    if (tbar_wait(&h->bar)) stopped(s); /* no rank restages before all have summed */
 }
 
 static void host_gather_cols(ts_comm *c, int rank, ts_stream *s, const float *src, int64_t rows, const int64_t *lo,
@@ -76,21 +128,23 @@ static void host_gather_cols(ts_comm *c, int rank, ts_stream *s, const float *sr
     const int64_t nc = cols[rank];
     h->fail[rank] = grow(&me->buf, &me->cap, (size_t)(rows * nc));
     if (!h->fail[rank] && rows * nc > 0) ts_be_read(s, me->buf, src, (size_t)(rows * nc));
-    pthread_barrier_wait(&h->bar);
+    if (tbar_wait(&h->bar)) { stopped(s); return; }
     if (!any_fail(h, s) && rank == 0) {
         for (int q = 0; q < h->n; q++) {
             if (rows * cols[q] <= 0) continue;
             s->be->ops->write(s, (ts_view){dst + lo[q], TS_DTYPE_F32, rows, cols[q], ld_dst}, h->s[q].buf);
         }
     }
-    pthread_barrier_wait(&h->bar);
+    if (tbar_wait(&h->bar)) stopped(s);
 }
+
+static void host_abort(ts_comm *c) { tbar_abort(&((hostcomm *)c->impl)->bar); }
 
 static void host_destroy(ts_comm *c) {
     if (!c) return;
     hostcomm *h = c->impl;
     if (h) {
-        pthread_barrier_destroy(&h->bar);
+        tbar_destroy(&h->bar);
         for (int q = 0; q < h->n; q++) { ts_free(h->s[q].buf); ts_free(h->tmp[q]); }
         ts_free(h);
     }
@@ -101,7 +155,7 @@ ts_comm *ts_comm_host_new(int n) {
     if (n < 1 || n > TS_TP_MAX) return NULL;
     ts_comm *c = ts_alloc(sizeof *c, TS_MEM_MISC);
     hostcomm *h = ts_alloc(sizeof *h, TS_MEM_MISC);
-    if (!c || !h || pthread_barrier_init(&h->bar, NULL, (unsigned)n)) {
+    if (!c || !h || tbar_init(&h->bar, n)) {
         ts_free(c);
         ts_free(h);
         return NULL;
@@ -113,6 +167,7 @@ ts_comm *ts_comm_host_new(int n) {
     c->allreduce = host_allreduce;
     c->gather_cols = host_gather_cols;
     c->reserve = NULL;
+    c->abort = host_abort;
     c->destroy = host_destroy;
     c->impl = h;
     return c;
@@ -134,7 +189,44 @@ struct ts_tp {
     ts_tp_fn fn;
     void *arg;
     int rc[TS_TP_MAX];
+    /* the watchdog: a pass running longer than timeout_s aborts the
+     * collectives (a rank stuck in one would otherwise hold the others
+     * forever) */
+    pthread_t dog;
+    int dog_started, running, aborted;
+    double timeout_s, started_at;
+    int stall_rank;          /* tests: TS_TP_TEST_STALL=rank:seconds, that rank sleeps before its passes */
+    double stall_s;
 };
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *watchdog(void *p) {
+    ts_tp *tp = p;
+    pthread_mutex_lock(&tp->mu);
+    while (!tp->quit) {
+        if (tp->running && !tp->aborted && now_s() - tp->started_at > tp->timeout_s && tp->comm && tp->comm->abort) {
+            tp->aborted = 1;
+            ts_comm *c = tp->comm;
+            pthread_mutex_unlock(&tp->mu);
+            fprintf(stderr, "turbospark: tensor parallelism: a pass has run %.0f s (TS_TP_TIMEOUT_S): stopping the "
+                            "collectives\n", tp->timeout_s);
+            c->abort(c);
+            pthread_mutex_lock(&tp->mu);
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 50 * 1000 * 1000;
+        if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&tp->go, &tp->mu, &t);
+    }
+    pthread_mutex_unlock(&tp->mu);
+    return NULL;
+}
 
 /* p: a two-pointer block {tp, rank} the thread frees */
 static void *rank_main(void *p) {
@@ -150,6 +242,10 @@ static void *rank_main(void *p) {
         ts_tp_fn fn = tp->fn;
         void *arg = tp->arg;
         pthread_mutex_unlock(&tp->mu);
+        if (rank == tp->stall_rank && tp->stall_s > 0) { /* tests: a rank late for its pass */
+            struct timespec d = {(time_t)tp->stall_s, (long)((tp->stall_s - (double)(time_t)tp->stall_s) * 1e9)};
+            nanosleep(&d, NULL);
+        }
         const int rc = fn(arg, rank);
         pthread_mutex_lock(&tp->mu);
         tp->rc[rank] = rc;
@@ -165,6 +261,14 @@ ts_tp *ts_tp_new(int n, ts_comm *comm) {
     if (!tp) return NULL;
     tp->n = n;
     tp->comm = comm;
+    const char *to = getenv("TS_TP_TIMEOUT_S"), *st = getenv("TS_TP_TEST_STALL");
+    tp->timeout_s = to && atof(to) > 0 ? atof(to) : 300;
+    tp->stall_rank = -1;
+    if (st && *st) {
+        int r = -1;
+        double sec = 0;
+        if (sscanf(st, "%d:%lf", &r, &sec) == 2) tp->stall_rank = r, tp->stall_s = sec;
+    }
     pthread_mutex_init(&tp->run_mu, NULL);
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->go, NULL);
@@ -177,7 +281,8 @@ ts_tp *ts_tp_new(int n, ts_comm *comm) {
         if (pthread_create(&tp->th[r], NULL, rank_main, a)) { ts_free(a); break; }
         tp->started = r;
     }
-    if (tp->started != TS_MAX(tp->n - 1, 0)) {
+    if (tp->started == TS_MAX(tp->n - 1, 0) && !pthread_create(&tp->dog, NULL, watchdog, tp)) tp->dog_started = 1;
+    if (tp->started != TS_MAX(tp->n - 1, 0) || !tp->dog_started) {
         ts_tp_free(tp);
         return NULL;
     }
@@ -191,6 +296,7 @@ void ts_tp_free(ts_tp *tp) {
     pthread_cond_broadcast(&tp->go);
     pthread_mutex_unlock(&tp->mu);
     for (int r = 1; r <= tp->started; r++) pthread_join(tp->th[r], NULL);
+    if (tp->dog_started) pthread_join(tp->dog, NULL);
     pthread_mutex_destroy(&tp->run_mu);
     pthread_mutex_destroy(&tp->mu);
     pthread_cond_destroy(&tp->go);
@@ -215,11 +321,14 @@ int ts_tp_run(ts_tp *tp, ts_tp_fn fn, void *arg) {
     tp->arg = arg;
     tp->pending = tp->n - 1;
     tp->gen++;
+    tp->running = 1;
+    tp->started_at = now_s();
     pthread_cond_broadcast(&tp->go);
     pthread_mutex_unlock(&tp->mu);
     int rc = fn(arg, 0);
     pthread_mutex_lock(&tp->mu);
     while (tp->pending) pthread_cond_wait(&tp->done, &tp->mu);
+    tp->running = 0;
     for (int r = 1; r < tp->n && !rc; r++) rc = tp->rc[r];
     pthread_mutex_unlock(&tp->mu);
     pthread_mutex_unlock(&tp->run_mu);
