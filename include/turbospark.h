@@ -117,7 +117,8 @@ typedef struct ts_model_info {
     int eos_ids[8];           /* stop ids from config / generation_config */
     int n_eos;
     int quant_bits;           /* 0 = bf16/f16/f32 weights, else 4 or 8 */
-    uint64_t weight_bytes;    /* bytes of weights the model reads */
+    uint64_t weight_bytes;    /* bytes of weights the model reads (with tensor parallelism: rank 0's) */
+    int tp_ranks;             /* tensor-parallel ranks (engine params gpus), 1 without */
     int has_dflash;           /* a DFlash drafter is loaded (engine params dflash) */
     int dflash_block;         /* its trained block size (config block_size) */
     int dflash_layers;        /* its decoder layers */
@@ -643,7 +644,10 @@ TS_API int ts_convert(const char *src, const char *dst, const ts_convert_params 
 TS_API int ts_synth(const char *shape_path, const char *dst, const ts_convert_params *p, ts_error *err);
 
 /* Weight bytes one decoded token reads: every matrix once, one embedding row,
- * and for MoE only the top-k routed experts of each layer (MTP head excluded). */
+ * and for MoE only the top-k routed experts of each layer (MTP head excluded).
+ * With tensor parallelism, those of rank 0's GPU (each GPU reads about as
+ * many, in parallel: the per-GPU roofline's numerator). The state bytes
+ * below likewise. */
 TS_API uint64_t ts_engine_decode_bytes(const ts_engine *e);
 /* Recurrent-state bytes one decoded token reads and writes: every GDN layer's
  * state once each way (f32). Part of the memory traffic of a step. */

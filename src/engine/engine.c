@@ -327,6 +327,7 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     for (int i = 0; i < c->n_eos; i++) in->eos_ids[i] = c->eos[i];
     in->quant_bits = c->q_bits;
     in->weight_bytes = e->model.weight_bytes;
+    in->tp_ranks = e->model.tp ? ts_tp_n(e->model.tp) : 1;
     if (e->dflash) {
         in->has_dflash = 1;
         in->dflash_block = e->dflash->cfg.block;

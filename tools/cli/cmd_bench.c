@@ -332,7 +332,7 @@ int cmd_bench(int argc, char **argv) {
     /* tokens through the forward in the timed runs: each run feeds the prompt and gen decoded tokens */
     const double xtok = (double)runs * (prompt + gen);
     if (json) {
-        printf("{\"model\": \"%s\", \"backend\": \"%s\", \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d,\n"
+        printf("{\"model\": \"%s\", \"backend\": \"%s\", \"gpus\": %d, \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d,\n"
                " \"prefill_tok_s\": %.2f, \"prefill_tok_s_min\": %.2f, \"prefill_tok_s_max\": %.2f,\n"
                " \"decode_tok_s\": %.2f, \"decode_tok_s_min\": %.2f, \"decode_tok_s_max\": %.2f,\n"
                " \"weight_bytes_per_token\": %llu, \"state_bytes_per_token\": %llu, \"decode_gb_s\": %.2f,\n"
@@ -342,7 +342,7 @@ int cmd_bench(int argc, char **argv) {
                " \"graphs\": %d, \"graph_replays\": %ld, \"graph_kernels\": %d, \"graph_launch_us\": %.2f,\n"
                " \"device_mem_ours\": %llu, \"device_mem_driver_and_others\": %llu,\n"
                " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f",
-               dir, bname, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
+               dir, bname, in->tp_ranks, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
                (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0,
                probe, probe > 0 ? 100.0 * gbs / probe : 0.0, dd > 0 ? 1000.0 / dd : 0.0, graphs, replays, gkern, glaunch,
                (unsigned long long)dours, (unsigned long long)(dmem && dtot > dfree + dours ? dtot - dfree - dours : 0),
