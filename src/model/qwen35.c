@@ -22,6 +22,12 @@
  * computed, the backend reads and writes them (tests/test_poison.c runs the
  * whole engine on a backend whose addresses fault when dereferenced).
  *
+ * Tensor parallelism (m->tp, model/tp.h): the public entry points hand a
+ * pass to every rank (each a narrower model with its own state); inside a
+ * rank's pass the mixer's and the FFN's outputs are summed over the ranks
+ * (tp_sum) and the head's vocabulary rows are gathered into rank 0's logits
+ * (head_out_tp); nothing else changes.
+ *
  * Precision: weights as stored (bf16/f16/f32, or dequantized), f32
  * everywhere else, f32 recurrent state. Norms accumulate in double on the
  * token path, which keeps them within f32 rounding of transformers' f32

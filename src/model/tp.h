@@ -2,13 +2,14 @@
  * narrower Qwen3.5 of its own on its own backend, joined by two sums a
  * layer and a gather of the head's vocabulary pieces.
  *
- * Owns: the collectives' contract (ts_comm) and its host implementation,
- * the rank threads and the dispatch of a pass to every rank (ts_tp_run),
- * the translation of a session buffer of rank 0 to the same buffer of
- * another rank (ts_tp_xlate).
+ * Owns: the host implementation of the collectives (the contract, ts_comm,
+ * is backend.h's), the rank threads, the dispatch of a pass to every rank
+ * and its watchdog (ts_tp_run), the translation of a session buffer of
+ * rank 0 to the same buffer of another rank (ts_tp_xlate).
  * Does not own: the split (engine/shard.c decides which rows and columns a
- * rank holds, and cuts a rank's slices: ts_shard_slice), the forward (qwen35.c calls the collectives), the engine and
- * session plumbing (engine.c, session.c), NCCL (src/cuda/, when built).
+ * rank holds; shard_slice.c cuts a rank's slices), the forward (qwen35.c
+ * calls the collectives), the engine and session plumbing (engine.c,
+ * session.c), NCCL (src/cuda/comm.cu, when built).
  *
  * Why N narrower models: a rank's piece of a Qwen3.5 is a Qwen3.5 with
  * nq/N query heads, its KV heads, Hv/N value heads, I/N (Is/N, Im/N) FFN
