@@ -265,6 +265,13 @@ TS_TEST(tp, refusals) {
     char out[4096];
     ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/alt-moe --backend cpu --gpus 4 --ids 1 -n 2", ts_test_bin());
     CHECK_MSG(strstr(out, "2 query heads do not split evenly over 4 GPUs"), "%s", out);
+    ts_test_sh(out, sizeof out, "%s run -m tests/fixtures/tiny-dense --backend cpu --gpus 9 --ids 1 -n 2", ts_test_bin());
+    CHECK_MSG(strstr(out, "bad value '9' for --gpus (a count from 1 to 8)"), "%s", out);
+    /* plan --gpus: one plan a GPU, the ranks' weights adding up to about the whole */
+    CHECK(ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-moe --gpus 2 | grep -c 'GPU . of 2'", ts_test_bin()) == 0);
+    CHECK_MSG(atoi(out) == 2, "%s", out);
+    ts_test_sh(out, sizeof out, "%s plan --shape shapes/qwen3.5-27B.json --gpus 3", ts_test_bin());
+    CHECK_MSG(strstr(out, "4 heads do not split evenly over 3 GPUs"), "%s", out);
 }
 
 /* ---- on the GPU ---- */

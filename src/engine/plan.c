@@ -403,25 +403,35 @@ int ts_mem_plan_shape(const char *shape_path, int bits, int group, const char *i
     return ts_mem_plan_shape_ex(shape_path, bits, group, install_dir, NULL, sp, pl, err);
 }
 
+/* The tensor set the install of a released size would have (synth's list,
+ * opened as the loader opens the files); *index: the heap the set took. */
+static int shape_set(const char *shape_path, int bits, int group, const char *dir, ts_config *cfg, ts_st_set **st,
+                     heap_mark *index, ts_error *err) {
+    *st = NULL;
+    if (!shape_path || !*shape_path) return ts_fail(err, TS_E_ARG, "no shape file given");
+    ts_stw_tensor *t = NULL;
+    int n = 0, ns = 0;
+    int rc = ts_synth_plan(shape_path, bits, group, cfg, &t, &n, &ns, err);
+    if (rc) return rc;
+    heap_mark m0;
+    mark(&m0);
+    rc = ts_st_open_planned(dir, t, n, ns, st, err);
+    if (rc) ts_fail_prefix(err, "%s", shape_path);
+    mark(index);
+    for (int k = 0; k < TS_MEM_N; k++) index->at[k] -= m0.at[k];
+    ts_free(t); /* after the mark: the list is the plan's, not the index's */
+    return rc;
+}
+
 int ts_mem_plan_shape_ex(const char *shape_path, int bits, int group, const char *install_dir, const ts_engine_params *ep,
                          const ts_session_params *sp, ts_mem_plan *pl, ts_error *err) {
     memset(pl, 0, sizeof *pl);
-    if (!shape_path || !*shape_path) return ts_fail(err, TS_E_ARG, "no shape file given");
     const char *dir = install_dir && *install_dir ? install_dir : "model";
     ts_config cfg;
-    ts_stw_tensor *t = NULL;
-    int n = 0, ns = 0;
-    int rc = ts_synth_plan(shape_path, bits, group, &cfg, &t, &n, &ns, err);
-    if (rc) return rc;
-    heap_mark m0, m1;
-    mark(&m0);
     ts_st_set *st = NULL;
-    rc = ts_st_open_planned(dir, t, n, ns, &st, err);
-    mark(&m1);
-    for (int k = 0; k < TS_MEM_N; k++) m1.at[k] -= m0.at[k];
-    ts_free(t); /* after the mark: the list is the plan's, not the index's */
-    if (!rc) rc = plan_over(dir, &cfg, st, &m1, ep, sp, pl, err);
-    if (rc) ts_fail_prefix(err, "%s", shape_path);
+    heap_mark m1;
+    int rc = shape_set(shape_path, bits, group, dir, &cfg, &st, &m1, err);
+    if (!rc && (rc = plan_over(dir, &cfg, st, &m1, ep, sp, pl, err))) ts_fail_prefix(err, "%s", shape_path);
     ts_st_close(st);
     return rc;
 }
@@ -520,18 +530,12 @@ int ts_mem_plan_shape_rank(const char *shape_path, int bits, int group, const ch
         return ts_mem_plan_shape_ex(shape_path, bits, group, install_dir, ep, sp, pl, err);
     }
     memset(pl, 0, sizeof *pl);
-    if (!shape_path || !*shape_path) return ts_fail(err, TS_E_ARG, "no shape file given");
     const char *dir = install_dir && *install_dir ? install_dir : "model";
     ts_config cfg;
-    ts_stw_tensor *t = NULL;
-    int n = 0, ns = 0;
-    int rc = ts_synth_plan(shape_path, bits, group, &cfg, &t, &n, &ns, err);
-    if (rc) return rc;
     ts_st_set *full = NULL;
-    rc = ts_st_open_planned(dir, t, n, ns, &full, err);
-    ts_free(t);
-    if (!rc) rc = plan_rank_over(dir, &cfg, full, ep, sp, rank, pl, err);
-    if (rc) ts_fail_prefix(err, "%s", shape_path);
+    heap_mark m1;
+    int rc = shape_set(shape_path, bits, group, dir, &cfg, &full, &m1, err);
+    if (!rc && (rc = plan_rank_over(dir, &cfg, full, ep, sp, rank, pl, err))) ts_fail_prefix(err, "%s", shape_path);
     ts_st_close(full);
     return rc;
 }
