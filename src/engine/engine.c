@@ -210,6 +210,19 @@ static int open_tp(ts_engine *e, const ts_config *cfg, ts_error *err) {
         } else {
             rc = ts_cpu_backend_new(&bp, &er->be, err);
         }
+        /* the rank's weights against its device's free memory, before
+         * anything is uploaded (open_cuda's check, a GPU at a time) */
+        if (!rc && cuda) {
+            uint64_t need = 0;
+            char name[128] = "";
+            size_t ours = 0, fr = 0, tot = 0;
+            rc = ts_model_size_opts(&lc, er->tp_set, er->be, 0, sum_device, &need, NULL, NULL, err);
+            if (!rc && !ts_cuda_backend_info(er->be, name, sizeof name, &ours, &fr, &tot) &&
+                need + ((uint64_t)256 << 20) > fr)
+                rc = ts_fail(err, TS_E_NOMEM, "its share of the weights needs %.2f GB of device memory (+ 0.27 GB "
+                             "headroom); %s has %.2f GB free of %.2f GB (more GPUs would split it further)",
+                             (double)need / 1e9, name, (double)fr / 1e9, (double)tot / 1e9);
+        }
         if (!rc) rc = ts_model_bind(&er->model, &lc, er->tp_set, er->be, err);
         if (!rc && cuda) rc = ts_cuda_backend_check(er->be, err);
         /* on a device the weights are uploaded now: the image goes, as a
