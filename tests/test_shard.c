@@ -649,5 +649,6 @@ TS_TEST(shard, moe_tp_partition) {
         }
         ts_free(t);
     }
+    for (int i = 0; i < ns; i++) free(names[i]);
     CHECK(moe >= 2);
 }
