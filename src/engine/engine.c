@@ -106,19 +106,21 @@ static int open_backend(ts_engine *e, const ts_config *cfg, const ts_xc_params *
 const char *ts_engine_backend(const ts_engine *e) {
     static __thread char label[192];
     const int N = e->model.tp ? ts_tp_n(e->model.tp) : 1;
+    const char *ranks = N == 1 ? "rank" : "ranks";
     if (!e->be || strcmp(e->be->name, "cuda")) {
-        if (N == 1) return "cpu";
-        snprintf(label, sizeof label, "cpu, %d tensor-parallel ranks (%s collectives)", N, ts_tp_comm(e->model.tp)->name);
+        if (!e->model.tp) return "cpu";
+        snprintf(label, sizeof label, "cpu, %d tensor-parallel %s (%s collectives)", N, ranks, ts_tp_comm(e->model.tp)->name);
         return label;
     }
     char name[128] = "?";
     ts_cuda_backend_info(e->be, name, sizeof name, NULL, NULL, NULL);
     snprintf(label, sizeof label, "cuda:%d (%s)", e->params.device, name);
-    if (N > 1) {
+    if (e->model.tp) { /* (TS_TP_FORCE: one rank, through the collectives) */
         const char *od = getenv("TS_TP_ONE_DEVICE");
         const size_t l = strlen(label);
-        snprintf(label + l, sizeof label - l, ", %d tensor-parallel ranks on %s (%s collectives)", N,
-                 od && *od && strcmp(od, "0") ? "this one device" : "consecutive devices", ts_tp_comm(e->model.tp)->name);
+        snprintf(label + l, sizeof label - l, ", %d tensor-parallel %s on %s (%s collectives)", N, ranks,
+                 N > 1 && od && *od && strcmp(od, "0") ? "this one device" : N > 1 ? "consecutive devices" : "it",
+                 ts_tp_comm(e->model.tp)->name);
     }
     return label;
 }
