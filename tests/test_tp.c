@@ -449,3 +449,20 @@ TS_TEST(tp, stuck_rank_times_out) {
     ts_session_free(s);
     ts_engine_close(e);
 }
+
+/* Out of host memory inside a collective (its buffers grow at the first
+ * pass): the pass fails on every rank with a sentence, nobody waits forever,
+ * and the engine closes. */
+TS_TEST(tp, collective_out_of_memory) {
+    ts_error err = {0};
+    ts_engine *e = open_tp("tests/fixtures/tiny-moe", 2, &err);
+    CHECK_MSG(e, "%s", err.msg);
+    ts_session *s = oracle_session(e, 64, 0);
+    CHECK(s);
+    ts_mem_fail_after(1);
+    const int rc = ts_session_feed(s, PROMPT, T_PROMPT, NULL, NULL, &err);
+    ts_mem_fail_after(0);
+    CHECK_MSG(rc == TS_E_NOMEM && strstr(err.msg, "out of host memory for a collective"), "rc %d: %s", rc, err.msg);
+    ts_session_free(s);
+    ts_engine_close(e);
+}
