@@ -3,25 +3,23 @@
  *
  * Owns: the split of every tensor of a Qwen3.5 install over N ranks
  * (ts_shard_make, ts_shard_piece_of), the refusal of shapes that cannot be
- * split the way the kernels need, and the per-rank bytes of the weights, the
- * KV cache and the GDN state (ts_shard_weights_*, ts_shard_state), for a
- * later `plan --gpus N`.
- * Does not own, and nothing here pretends to exist: the NCCL runtime. What it
- * will need (not built; no multi-GPU machine or NCCL was at hand):
- *   - one communicator per rank, set up at engine open (one thread per GPU,
- *     ncclCommInitAll or ncclGetUniqueId + ncclCommInitRank), torn down at
- *     close, with a timeout on every collective so a dead GPU is an error,
- *     not a hang; NCCL_NVLS_ENABLE=0 (no NVLink multicast);
- *   - two all-reduces (sum of [rows, H]) per layer: after the mixer's output
- *     projection (o_proj / out_proj are row-parallel) and after the FFN's
- *     down_proj (dense, or shared expert + this rank's routed experts);
- *   - for MoE rows (prefill, verify): an all-to-all that sends each row to
- *     its experts' ranks and one back; for one decode row, broadcast + the
- *     FFN all-reduce above may be cheaper (to be measured);
- *   - the head: each rank's argmax (or sampling candidates) over its vocab
- *     rows, then an all-gather of (value, global id) pairs; the embedding
- *     row of a token lives on one rank, which broadcasts it (or every rank
- *     writes zeros but the owner, and an all-reduce).
+ * split the way the kernels need, the per-rank bytes of the weights, the
+ * KV cache and the GDN state (ts_shard_weights_*, ts_shard_state), a rank's
+ * model config (ts_shard_local_config) and, in shard_slice.c, a rank's
+ * slices of the install (ts_shard_slice, ts_shard_slice_list).
+ * Does not own: the runtime built on it (model/tp.h: the ranks, two sums a
+ * layer, the head's rows gathered into rank 0's logits, the host
+ * collectives; cuda/comm.cu: NCCL), the exact plan of a rank (plan.c,
+ * ts_mem_plan_rank, which binds the rank's slices dry).
+ * Two differences between the byte sums here (the first plan of issue 21)
+ * and what the runtime holds: the runtime keeps the embedding whole on
+ * every rank (a row gather a token; splitting it would cost a collective to
+ * save (V / N) * H of memory) and splits the routed experts by columns
+ * (moe_tp, model/tp.h says why) rather than placing whole experts; the
+ * whole-expert split below stays for expert parallelism (not built: an
+ * all-to-all for prefill and verify rows, or broadcast + the FFN's sum for
+ * a decode row, to be measured on several GPUs). The head's argmax is not
+ * distributed either: each rank's rows of the logits are gathered.
  *
  * The split (rank r of N, contiguous blocks everywhere):
  *   full attention  query heads [r*nq/N, (r+1)*nq/N) (nq % N == 0); KV heads
