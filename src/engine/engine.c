@@ -180,6 +180,16 @@ static int open_tp(ts_engine *e, const ts_config *cfg, ts_error *err) {
     int cuda = !strcmp(want, "cuda") || (!strcmp(want, "auto") && ts_cuda_built());
     if (strcmp(want, "cpu") && strcmp(want, "cuda") && strcmp(want, "auto"))
         return ts_fail(err, TS_E_ARG, "backend '%s': use auto, cpu or cuda", want);
+    if (cuda && !strcmp(want, "auto")) { /* auto: the GPUs when one is usable, else the CPU, saying so */
+        ts_backend *probe = NULL;
+        ts_backend_params pb = {e->params.n_threads, e->params.kernels, e->params.device, 0, 0};
+        ts_error ce = {0};
+        if (ts_cuda_backend_new(&pb, &probe, &ce)) {
+            fprintf(stderr, "turbospark: --backend auto: %s; running the %d ranks on the CPU\n", ce.msg, N);
+            cuda = 0;
+        }
+        ts_backend_free(probe);
+    }
     ts_shard sh;
     int rc = ts_shard_make_opts(cfg, N, 1, &sh, err);
     if (rc) return ts_fail_prefix(err, "--gpus %d", N);
