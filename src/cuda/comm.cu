@@ -64,7 +64,6 @@ typedef struct {
     nccl_api f;
     ncclComm_t comm[TS_TP_MAX];
     int dev[TS_TP_MAX];
-    ts_backend *be[TS_TP_MAX];
     float *gbuf[TS_TP_MAX]; /* [n, cap_rows * H]: every rank's partials */
     float *stage;                 /* rank 0: [cap_rows, V] the other ranks' head pieces */
     size_t gbytes, sbytes;        /* their sizes (counted: ts_mem_account) */
@@ -84,7 +83,9 @@ __global__ void k_sum_ranks(float *__restrict__ x, const float *__restrict__ g, 
     }
 }
 
-static cudaStream_t stream_of(ts_stream *s);
+/* a backend's device, a stream's CUDA stream (backend.cu) */
+extern "C" int tsc_backend_device(ts_backend *be);
+extern "C" cudaStream_t tsc_stream_of(ts_stream *s);
 
 /* device memory outside the backends' allocators, counted all the same */
 static void *dmalloc(int dev, size_t bytes) {
@@ -123,7 +124,7 @@ static void n_allreduce(ts_comm *c, int rank, ts_stream *s, float *x, size_t cou
         ts_be_fail(s, TS_E_ARG, "tensor parallelism: a sum of more rows than the collectives reserved");
         return;
     }
-    cudaStream_t cs = stream_of(s);
+    cudaStream_t cs = tsc_stream_of(s);
     ncclResult_t r = h->f.all_gather(x, h->gbuf[rank], count, NCCL_FLOAT32, h->comm[rank], cs);
     if (r) { nfail(s, h, r, "all-gather"); return; }
     const int blocks = (int)((count + 255) / 256 < 1024 ? (count + 255) / 256 : 1024);
@@ -141,7 +142,7 @@ static void n_gather_cols(ts_comm *c, int rank, ts_stream *s, const float *src, 
         ts_be_fail(s, TS_E_ARG, "tensor parallelism: a head of more rows than the collectives reserved");
         return;
     }
-    cudaStream_t cs = stream_of(s);
+    cudaStream_t cs = tsc_stream_of(s);
     ncclResult_t r = h->f.group_start();
     int64_t off = 0;
     for (int q = 1; q < h->n && !r; q++) {
@@ -235,10 +236,6 @@ static void n_destroy(ts_comm *c) {
     free(c);
 }
 
-/* The device of a CUDA backend (backend.cu). */
-extern "C" int tsc_backend_device(ts_backend *be);
-extern "C" cudaStream_t tsc_stream_of(ts_stream *s);
-static cudaStream_t stream_of(ts_stream *s) { return tsc_stream_of(s); }
 
 extern "C" int ts_cuda_comm_nccl(ts_backend *const *be, int n, ts_comm **out, ts_error *err) {
     *out = NULL;
@@ -285,7 +282,6 @@ extern "C" int ts_cuda_comm_nccl(ts_backend *const *be, int n, ts_comm **out, ts
                        path && *path ? path : "libnccl.so.2");
     }
     for (int q = 0; q < n; q++) {
-        h->be[q] = be[q];
         h->dev[q] = tsc_backend_device(be[q]);
         for (int p = 0; p < q; p++)
             if (h->dev[p] == h->dev[q]) {

@@ -17,6 +17,26 @@ void ts_engine_params_default(ts_engine_params *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* ---- tensor parallelism's switches (engine.h) ---- */
+
+static int env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0");
+}
+int ts_tp_ranks(const ts_engine_params *ep) {
+    const int n = ep ? ep->gpus : 0;
+    return n > 1 || (n == 1 && env_on("TS_TP_FORCE")) ? n : 0;
+}
+int ts_tp_one_device(void) { return env_on("TS_TP_ONE_DEVICE"); }
+int ts_tp_nccl(int cuda, int n) {
+    const char *cm = getenv("TS_TP_COMM");
+    return cuda && !(ts_tp_one_device() && n > 1) && !(cm && !strcmp(cm, "host"));
+}
+int ts_tp_rank_threads(const ts_engine_params *ep, int n) {
+    const int all = ep->n_threads > 0 ? ep->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return TS_MAX(1, all / n);
+}
+
 /* ---- backend selection ---- */
 
 static void sum_device(void *user, const char *what, ts_mem_cat cat, ts_mem_domain dom, int backend, uint64_t bytes) {
@@ -42,6 +62,22 @@ static int dflash_on_cuda(ts_engine *e, const ts_config *cfg, uint64_t *need, ts
     return 0;
 }
 
+/* need bytes (+ headroom for a session's state and the driver's own)
+ * against the free memory of be's device: 0 when they fit or the driver
+ * cannot say, else TS_E_NOMEM: "<who> needs X GB of device memory<what>
+ * (+ H GB headroom); CUDA device D (name) has F GB free of T GB<tail>". */
+static int device_fits(ts_backend *be, int device, uint64_t need, const char *who, const char *what, const char *tail,
+                       ts_error *err) {
+    char name[128] = "";
+    size_t ours = 0, fr = 0, tot = 0;
+    const uint64_t slack = (uint64_t)256 << 20;
+    if (ts_cuda_backend_info(be, name, sizeof name, &ours, &fr, &tot) || need + slack <= fr) return 0;
+    return ts_fail(err, TS_E_NOMEM,
+                   "%s needs %.2f GB of device memory%s (+ %.2f GB headroom); CUDA device %d (%s) has %.2f GB free of "
+                   "%.2f GB%s", who, (double)need / 1e9, what, (double)slack / 1e9, device, name, (double)fr / 1e9,
+                   (double)tot / 1e9, tail);
+}
+
 /* A CUDA backend on params.device whose weights fit: the binder's dry run
  * (the plan's own account) against the free device memory, before anything
  * is uploaded. */
@@ -62,18 +98,9 @@ static int open_cuda(ts_engine *e, const ts_config *cfg, const ts_xc_params *xp,
     need += cache;
     if (!rc && e->params.dflash) rc = dflash_on_cuda(e, cfg, &need, err);
     if (!rc) rc = ts_cuda_backend_check(e->be, err);
-    char name[128] = "";
-    size_t ours = 0, fr = 0, tot = 0;
-    if (!rc && !ts_cuda_backend_info(e->be, name, sizeof name, &ours, &fr, &tot)) {
-        /* the weights, plus room for a session's state and the driver's own */
-        const uint64_t slack = (uint64_t)256 << 20;
-        if (need + slack > fr)
-            rc = ts_fail(err, TS_E_NOMEM,
-                         "the model needs %.2f GB of device memory for its weights%s (+ %.2f GB headroom); CUDA device %d "
-                         "(%s) has %.2f GB free of %.2f GB", (double)need / 1e9,
-                         cache ? " and its --expert-cache slots" : "", (double)slack / 1e9, e->params.device,
-                         name, (double)fr / 1e9, (double)tot / 1e9);
-    }
+    if (!rc)
+        rc = device_fits(e->be, e->params.device, need, "the model",
+                         cache ? " for its weights and its --expert-cache slots" : " for its weights", "", err);
     if (rc) {
         ts_backend_free(e->be);
         e->be = NULL;
@@ -116,10 +143,9 @@ const char *ts_engine_backend(const ts_engine *e) {
     ts_cuda_backend_info(e->be, name, sizeof name, NULL, NULL, NULL);
     snprintf(label, sizeof label, "cuda:%d (%s)", e->params.device, name);
     if (e->model.tp) { /* (TS_TP_FORCE: one rank, through the collectives) */
-        const char *od = getenv("TS_TP_ONE_DEVICE");
         const size_t l = strlen(label);
         snprintf(label + l, sizeof label - l, ", %d tensor-parallel %s on %s (%s collectives)", N, ranks,
-                 N > 1 && od && *od && strcmp(od, "0") ? "this one device" : N > 1 ? "consecutive devices" : "it",
+                 N > 1 && ts_tp_one_device() ? "this one device" : N > 1 ? "consecutive devices" : "it",
                  ts_tp_comm(e->model.tp)->name);
     }
     return label;
@@ -196,10 +222,7 @@ static int open_tp(ts_engine *e, const ts_config *cfg, ts_error *err) {
     ts_tp *tp = ts_tp_new(N, NULL);
     if (!tp) return ts_fail(err, TS_E_NOMEM, "--gpus %d: out of memory (or threads) for the ranks", N);
     e->model.tp = tp; /* owned from here: ts_engine_close frees it */
-    const char *od = getenv("TS_TP_ONE_DEVICE");
-    const int one_device = od && *od && strcmp(od, "0");
-    int threads = e->params.n_threads > 0 ? e->params.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    threads = TS_MAX(1, threads / N);
+    const int one_device = ts_tp_one_device(), threads = ts_tp_rank_threads(&e->params, N);
     for (int r = 0; r < N && !rc; r++) {
         ts_engine *er = e;
         if (r) {
@@ -226,14 +249,10 @@ static int open_tp(ts_engine *e, const ts_config *cfg, ts_error *err) {
          * anything is uploaded (open_cuda's check, a GPU at a time) */
         if (!rc && cuda) {
             uint64_t need = 0;
-            char name[128] = "";
-            size_t ours = 0, fr = 0, tot = 0;
             rc = ts_model_size_opts(&lc, er->tp_set, er->be, 0, sum_device, &need, NULL, NULL, err);
-            if (!rc && !ts_cuda_backend_info(er->be, name, sizeof name, &ours, &fr, &tot) &&
-                need + ((uint64_t)256 << 20) > fr)
-                rc = ts_fail(err, TS_E_NOMEM, "its share of the weights needs %.2f GB of device memory (+ 0.27 GB "
-                             "headroom); %s has %.2f GB free of %.2f GB (more GPUs would split it further)",
-                             (double)need / 1e9, name, (double)fr / 1e9, (double)tot / 1e9);
+            if (!rc)
+                rc = device_fits(er->be, bp.device, need, "its share of the weights", "",
+                                 " (more GPUs would split it further)", err);
         }
         if (!rc) rc = ts_model_bind(&er->model, &lc, er->tp_set, er->be, err);
         if (!rc && cuda) rc = ts_cuda_backend_check(er->be, err);
@@ -257,8 +276,7 @@ static int open_tp(ts_engine *e, const ts_config *cfg, ts_error *err) {
     /* the collectives: NCCL between GPUs; through host memory on the CPU,
      * for ranks sharing one GPU (NCCL takes one rank a device), or when
      * TS_TP_COMM=host asks */
-    const char *cm = getenv("TS_TP_COMM");
-    const int host = !cuda || (one_device && N > 1) || (cm && !strcmp(cm, "host"));
+    const int host = !ts_tp_nccl(cuda, N);
     ts_comm *comm = NULL;
     if (!rc && host && !(comm = ts_comm_host_new(N))) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     if (!rc && !host) {
@@ -291,9 +309,7 @@ int ts_engine_open(const char *dir, const ts_engine_params *p, ts_engine **out, 
     if (!rc && e->params.expert_host_cache && !stream)
         rc = ts_fail(err, TS_E_ARG, "--expert-host-cache is the tier in front of --expert-cache's device slots: give both");
     if (!rc && stream) rc = ts_engine_xc_params(&e->params, &cfg, &xp, err);
-    /* TS_TP_FORCE=1: the tensor-parallel path with --gpus 1 (tests: NCCL with one rank) */
-    const char *tf = getenv("TS_TP_FORCE");
-    const int tp = e->params.gpus > 1 || (e->params.gpus == 1 && tf && *tf && strcmp(tf, "0"));
+    const int tp = ts_tp_ranks(&e->params) > 0;
     if (!rc && e->params.gpus < 0) rc = ts_fail(err, TS_E_ARG, "--gpus %d: give 1 or more", e->params.gpus);
     if (!rc && tp) rc = open_tp(e, &cfg, err);
     /* before binding: preparing the weights already runs on the backend */

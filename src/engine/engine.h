@@ -28,7 +28,8 @@ struct ts_session {
     ts_state st;
     int pos;        /* tokens in the timeline */
     int have_last;  /* logits/hidden of a last row exist */
-    float *last_hidden; /* [H] final-normed hidden of the last row fed */
+    float *last_hidden; /* [H] final-normed hidden of the last row fed (with tensor parallelism
+                           rank 0's alone: ts_session_hidden is its one reader) */
     /* drafting (params.spec_draft > 0), else NULL */
     float *mtp_hid;     /* [R, H] MTP input/output hiddens */
     float *vlogits;     /* [M + 1, V] logits of a verify block */
@@ -54,6 +55,20 @@ struct ts_session {
  * most max_rows, and never across a multiple of max_rows (session.c, "The
  * prefill grid"). ts_session_feed and the speculative prefill both cut here. */
 int ts_session_chunk(const ts_session *s, int n);
+
+/* Tensor parallelism's switches, one reading of them for engine.c (which
+ * opens the ranks by them) and plan.c (which plans each rank by them, so
+ * that the plan is what opening makes):
+ *   ts_tp_ranks: the ranks (params gpus > 1, or 1 with TS_TP_FORCE=1: the
+ *     path with one rank, for tests), 0 without tensor parallelism;
+ *   ts_tp_one_device: TS_TP_ONE_DEVICE=1, every rank on params.device;
+ *   ts_tp_nccl: whether n CUDA ranks (cuda 1) talk through NCCL: not when
+ *     they share one device (NCCL takes one rank a device) or TS_TP_COMM=host;
+ *   ts_tp_rank_threads: a CPU rank's threads (the engine's, shared out). */
+int ts_tp_ranks(const ts_engine_params *ep);
+int ts_tp_one_device(void);
+int ts_tp_nccl(int cuda, int n);
+int ts_tp_rank_threads(const ts_engine_params *ep, int n);
 
 /* The expert cache's parameters for engine params ep (expert_cache > 0) and
  * the model's config: engine.c's and the plan's one reading of them. */

@@ -26,8 +26,6 @@
  * the frozen totals of every released shape (tests/plan_shapes.txt) hold.
  */
 #include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include "engine/engine.h"
 #include "loader/safetensors.h"
@@ -439,10 +437,9 @@ int ts_mem_plan_shape_ex(const char *shape_path, int bits, int group, const char
 /* ---- tensor parallelism: one rank's plan ---- */
 
 /* rank `rank` of ep->gpus over the full tensor set `full` of config cfg */
-static int plan_rank_over(const char *dir, const ts_config *cfg_in, const ts_st_set *full, const ts_engine_params *ep,
+static int plan_rank_over(const char *dir, const ts_config *cfg, const ts_st_set *full, const ts_engine_params *ep,
                           const ts_session_params *sp, int rank, ts_mem_plan *pl, ts_error *err) {
     const int N = ep->gpus;
-    const ts_config cfg = *cfg_in;
     if (rank < 0 || rank >= N) return ts_fail(err, TS_E_ARG, "rank %d of %d GPUs", rank, N);
     if (ep->expert_cache || (sp && sp->dflash_block))
         return ts_fail(err, TS_E_UNSUPPORTED, "--gpus %d with %s is not built", N,
@@ -452,7 +449,7 @@ static int plan_rank_over(const char *dir, const ts_config *cfg_in, const ts_st_
     ts_stw_tensor *t = NULL;
     int n = 0;
     uint64_t image = 0;
-    int rc = ts_shard_make_opts(&cfg, N, 1, &sh, err);
+    int rc = ts_shard_make_opts(cfg, N, 1, &sh, err);
     if (!rc) rc = ts_shard_slice_list(&sh, rank, full, &t, &n, &image, err);
     /* the rank's model: its slices, bound (dry) at its local config, as
      * engine.c's open_tp binds them */
@@ -466,8 +463,7 @@ static int plan_rank_over(const char *dir, const ts_config *cfg_in, const ts_st_
     ts_shard_local_config(&sh, rank, &lc);
     ts_engine_params one = *ep;
     one.gpus = 0;
-    /* engine.c open_tp: CPU ranks share the threads */
-    one.n_threads = TS_MAX(1, (ep->n_threads > 0 ? ep->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN)) / N);
+    one.n_threads = ts_tp_rank_threads(ep, N); /* engine.c open_tp: CPU ranks share the threads */
     if (!rc) rc = plan_over(dir, &lc, st, &m1, &one, sp, pl, err);
     const int has_mtp = st && ts_st_find(st, "mtp.fc.weight") != NULL;
     ts_st_close(st);
@@ -477,8 +473,7 @@ static int plan_rank_over(const char *dir, const ts_config *cfg_in, const ts_st_
     if ((rc = ts_sess_plan_make(&lc, has_mtp, sp, &s, err))) return rc;
     const int cuda = ep->backend && !strcmp(ep->backend, "cuda");
     const ts_mem_domain dom = cuda ? TS_DOM_DEVICE : TS_DOM_HOST;
-    const char *od = getenv("TS_TP_ONE_DEVICE"), *cm = getenv("TS_TP_COMM");
-    const int nccl = cuda && !(od && *od && strcmp(od, "0")) && !(cm && !strcmp(cm, "host"));
+    const int nccl = ts_tp_nccl(cuda, N);
     const uint64_t F = sizeof(float);
     /* engine.c open_tp: the image the rank's weights are bound from (kept
      * on the CPU, which reads them in place; freed once uploaded to a GPU) */
@@ -489,24 +484,17 @@ static int plan_rank_over(const char *dir, const ts_config *cfg_in, const ts_st_
     /* cuda/comm.cu n_reserve: every rank's partials; rank 0 the head pieces */
     if (nccl) {
         add(pl, "TP collectives (NCCL): every rank's partial sums", TS_MEM_SCRATCH, TS_DOM_DEVICE, 0, 0, 0, 1,
-            F * (uint64_t)N * (uint64_t)s.R * (uint64_t)cfg.H);
+            F * (uint64_t)N * (uint64_t)s.R * (uint64_t)cfg->H);
         if (rank == 0)
             add(pl, "TP collectives (NCCL): the other ranks' head rows", TS_MEM_SCRATCH, TS_DOM_DEVICE, 0, 0, 0, 1,
-                F * (uint64_t)s.R * (uint64_t)cfg.vocab);
+                F * (uint64_t)s.R * (uint64_t)cfg->vocab);
     }
     return 0;
 }
 
-/* ep->gpus ranks, or TS_TP_FORCE=1 with one (engine.c's test path) */
-static int tp_ranks(const ts_engine_params *ep) {
-    const int N = ep ? ep->gpus : 0;
-    const char *tf = getenv("TS_TP_FORCE");
-    return N > 1 || (N == 1 && tf && *tf && strcmp(tf, "0")) ? N : 0;
-}
-
 int ts_mem_plan_rank(const char *dir, const ts_engine_params *ep, const ts_session_params *sp, int rank, ts_mem_plan *pl,
                      ts_error *err) {
-    if (!tp_ranks(ep)) {
+    if (!ts_tp_ranks(ep)) {
         if (rank) return ts_fail(err, TS_E_ARG, "rank %d of one GPU", rank);
         return ts_mem_plan_dir_ex(dir, ep, sp, pl, err);
     }
@@ -525,7 +513,7 @@ int ts_mem_plan_rank(const char *dir, const ts_engine_params *ep, const ts_sessi
 int ts_mem_plan_shape_rank(const char *shape_path, int bits, int group, const char *install_dir,
                            const ts_engine_params *ep, const ts_session_params *sp, int rank, ts_mem_plan *pl,
                            ts_error *err) {
-    if (!tp_ranks(ep)) {
+    if (!ts_tp_ranks(ep)) {
         if (rank) return ts_fail(err, TS_E_ARG, "rank %d of one GPU", rank);
         return ts_mem_plan_shape_ex(shape_path, bits, group, install_dir, ep, sp, pl, err);
     }

@@ -240,8 +240,6 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
             ts_session_free(s);
             return ts_fail(err, rc, "tensor parallelism: no room for the collectives' buffers (%d rows)", pl.R);
         }
-    }
-    if (m->tp && m->tp_rank == 0)
         for (int r = 1; r < ts_tp_n(m->tp); r++) {
             if ((rc = ts_session_new(e->tp_rank_e[r], p, &s->tp_peers[r], err))) {
                 ts_session_free(s);
@@ -253,6 +251,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
                 return ts_fail(err, TS_E_NOMEM, "tensor parallelism: the ranks' sessions differ (out of memory?)");
             }
         }
+    }
     *out = s;
     return 0;
 oom:
@@ -399,7 +398,7 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
     s->st.n_taps = taps0;
     s->st.tap_layer = tl0;
     s->st.tap_out = to0;
-    if (!rc) ts_state_copy(m, &s->st, s->last_hidden, s->st.sc.hidden + (size_t)(k - 1) * H, (size_t)H);
+    if (!rc) ts_be_copy(bs, s->last_hidden, s->st.sc.hidden + (size_t)(k - 1) * H, (size_t)H);
     bs->be->ops->leave(bs, fp);
     if (rc || (rc = ts_be_sync(bs, NULL))) {
         s->have_last = 0;

@@ -62,13 +62,16 @@ static int mtp_prompt(ts_drafter *d, const int32_t *chunk, int k) {
     const int piece = TS_MIN((int)(sizeof toks / sizeof toks[0]), st->sc.R);
     /* rows in pieces of at most R (toks is small: the head runs per piece) */
     if (md->have_pend) toks[nr++] = chunk[0];
-    for (int i = 0; i + 1 < k; i++) {
-        ts_state_copy(m, st, s->mtp_hid + (size_t)nr * H, st->sc.hidden + (size_t)i * H, (size_t)H);
+    /* each piece's hidden rows [i0, i] land in mtp_hid from row nr0 on: one
+     * copy a piece (on every rank with tensor parallelism) */
+    for (int i = 0, i0 = 0, nr0 = nr; i + 1 < k; i++) {
         toks[nr++] = chunk[i + 1];
         if (nr == piece || i + 2 == k) {
+            ts_state_copy(m, st, s->mtp_hid + (size_t)nr0 * H, st->sc.hidden + (size_t)i0 * H, (size_t)(i - i0 + 1) * H);
             if ((rc = ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp, -1))) return rc;
             p0 += nr;
-            nr = 0;
+            nr = nr0 = 0;
+            i0 = i + 1;
         }
     }
     if (nr && (rc = ts_mtp_forward(m, st, toks, s->mtp_hid, nr, p0, s->mtp_hid, NULL, s->draft_lowp, -1))) return rc;

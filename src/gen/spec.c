@@ -54,7 +54,6 @@
 
 #include "gen/drafter.h"
 #include "gen/spec.h"
-#include "model/tp.h"
 
 /* ---- verify and rollback ---- */
 
@@ -82,13 +81,12 @@ int ts_spec_verify(ts_session *s, const int32_t *ids, int n, ts_error *err) {
     s->spec_rows = n;
     s->pos += n;
     s->have_last = 1;
-    ts_state_copy(m, st, s->last_hidden, st->sc.hidden + (size_t)(n - 1) * c->H, (size_t)c->H);
+    ts_be_copy(st->s, s->last_hidden, st->sc.hidden + (size_t)(n - 1) * c->H, (size_t)c->H);
     return 0;
 }
 
 void ts_spec_rollback(ts_session *s, int keep) {
-    const ts_model *m = &s->e->model;
-    const ts_config *c = &m->cfg;
+    const ts_config *c = &s->e->model.cfg;
     ts_state *st = &s->st;
     const int n = s->spec_rows;
     if (keep < 1) keep = 1;
@@ -102,7 +100,7 @@ void ts_spec_rollback(ts_session *s, int keep) {
         s->spec_rows = keep;
     }
     ts_be_copy(st->s, st->sc.logits, s->vlogits + (size_t)(keep - 1) * c->vocab, (size_t)c->vocab);
-    ts_state_copy(m, st, s->last_hidden, st->sc.hidden + (size_t)(keep - 1) * c->H, (size_t)c->H);
+    ts_be_copy(st->s, s->last_hidden, st->sc.hidden + (size_t)(keep - 1) * c->H, (size_t)c->H);
     s->have_last = 1;
 }
 

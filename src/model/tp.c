@@ -175,11 +175,14 @@ ts_comm *ts_comm_host_new(int n) {
 
 /* ---- ranks and their threads ---- */
 
+typedef struct { struct ts_tp *tp; int rank; } tp_thread; /* a rank thread's argument */
+
 struct ts_tp {
     int n;
     ts_comm *comm;
     const ts_model *m[TS_TP_MAX];
     pthread_t th[TS_TP_MAX];
+    tp_thread targ[TS_TP_MAX];
     int started;             /* threads running (ranks 1..started) */
     pthread_mutex_t run_mu;  /* one job at a time: sessions of an engine share the ranks */
     pthread_mutex_t mu;
@@ -193,6 +196,7 @@ struct ts_tp {
      * collectives (a rank stuck in one would otherwise hold the others
      * forever) */
     pthread_t dog;
+    pthread_cond_t dog_cv;   /* on CLOCK_MONOTONIC: the watchdog sleeps on it, to a pass's deadline or until one starts */
     int dog_started, running, aborted;
     double timeout_s, started_at;
     int stall_rank;          /* tests: TS_TP_TEST_STALL=rank:seconds, that rank sleeps before its passes */
@@ -209,30 +213,32 @@ static void *watchdog(void *p) {
     ts_tp *tp = p;
     pthread_mutex_lock(&tp->mu);
     while (!tp->quit) {
-        if (tp->running && !tp->aborted && now_s() - tp->started_at > tp->timeout_s && tp->comm && tp->comm->abort) {
-            tp->aborted = 1;
-            ts_comm *c = tp->comm;
-            pthread_mutex_unlock(&tp->mu);
-            fprintf(stderr, "turbospark: tensor parallelism: a pass has run %.0f s (TS_TP_TIMEOUT_S): stopping the "
-                            "collectives\n", tp->timeout_s);
-            c->abort(c);
-            pthread_mutex_lock(&tp->mu);
+        if (!tp->running || tp->aborted || !tp->comm || !tp->comm->abort) { /* idle until a pass starts */
+            pthread_cond_wait(&tp->dog_cv, &tp->mu);
+            continue;
         }
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 50 * 1000 * 1000;
-        if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&tp->go, &tp->mu, &t);
+        const double due = tp->started_at + tp->timeout_s;
+        if (now_s() < due) {
+            struct timespec t = {(time_t)due, (long)((due - (double)(time_t)due) * 1e9)};
+            pthread_cond_timedwait(&tp->dog_cv, &tp->mu, &t);
+            continue;
+        }
+        tp->aborted = 1;
+        ts_comm *c = tp->comm;
+        pthread_mutex_unlock(&tp->mu);
+        fprintf(stderr, "turbospark: tensor parallelism: a pass has run %.0f s (TS_TP_TIMEOUT_S): stopping the "
+                        "collectives\n", tp->timeout_s);
+        c->abort(c);
+        pthread_mutex_lock(&tp->mu);
     }
     pthread_mutex_unlock(&tp->mu);
     return NULL;
 }
 
-/* p: a two-pointer block {tp, rank} the thread frees */
 static void *rank_main(void *p) {
-    ts_tp *tp = ((void **)p)[0];
-    const int rank = (int)(intptr_t)((void **)p)[1];
-    ts_free(p);
+    const tp_thread *a = p;
+    ts_tp *tp = a->tp;
+    const int rank = a->rank;
     unsigned seen = 0;
     pthread_mutex_lock(&tp->mu);
     for (;;) {
@@ -273,12 +279,14 @@ ts_tp *ts_tp_new(int n, ts_comm *comm) {
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->go, NULL);
     pthread_cond_init(&tp->done, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* now_s's clock: deadlines immune to clock changes */
+    pthread_cond_init(&tp->dog_cv, &ca);
+    pthread_condattr_destroy(&ca);
     for (int r = 1; r < tp->n; r++) {
-        void **a = ts_alloc(2 * sizeof(void *), TS_MEM_MISC);
-        if (!a) break;
-        a[0] = tp;
-        a[1] = (void *)(intptr_t)r;
-        if (pthread_create(&tp->th[r], NULL, rank_main, a)) { ts_free(a); break; }
+        tp->targ[r] = (tp_thread){tp, r};
+        if (pthread_create(&tp->th[r], NULL, rank_main, &tp->targ[r])) break;
         tp->started = r;
     }
     if (tp->started == TS_MAX(tp->n - 1, 0) && !pthread_create(&tp->dog, NULL, watchdog, tp)) tp->dog_started = 1;
@@ -294,6 +302,7 @@ void ts_tp_free(ts_tp *tp) {
     pthread_mutex_lock(&tp->mu);
     tp->quit = 1;
     pthread_cond_broadcast(&tp->go);
+    pthread_cond_broadcast(&tp->dog_cv);
     pthread_mutex_unlock(&tp->mu);
     for (int r = 1; r <= tp->started; r++) pthread_join(tp->th[r], NULL);
     if (tp->dog_started) pthread_join(tp->dog, NULL);
@@ -301,6 +310,7 @@ void ts_tp_free(ts_tp *tp) {
     pthread_mutex_destroy(&tp->mu);
     pthread_cond_destroy(&tp->go);
     pthread_cond_destroy(&tp->done);
+    pthread_cond_destroy(&tp->dog_cv);
     if (tp->comm) tp->comm->destroy(tp->comm);
     ts_free(tp);
 }
@@ -324,6 +334,7 @@ int ts_tp_run(ts_tp *tp, ts_tp_fn fn, void *arg) {
     tp->running = 1;
     tp->started_at = now_s();
     pthread_cond_broadcast(&tp->go);
+    pthread_cond_signal(&tp->dog_cv);
     pthread_mutex_unlock(&tp->mu);
     int rc = fn(arg, 0);
     pthread_mutex_lock(&tp->mu);
@@ -342,7 +353,7 @@ void ts_state_register(ts_state *st, void *p, size_t bytes) {
     if (st->n_xb == st->cap_xb) {
         int cap = st->cap_xb ? 2 * st->cap_xb : 64;
         ts_xbuf *x = ts_alloc(sizeof *x * (size_t)cap, TS_MEM_MISC);
-        if (!x) { st->n_xb = -1; return; } /* translation then fails loudly (ts_tp_xlate) */
+        if (!x) { st->n_xb = -1; return; } /* session creation then refuses the ranks (session.c) */
         if (st->xb) memcpy(x, st->xb, sizeof *x * (size_t)st->n_xb);
         ts_free(st->xb);
         st->xb = x;
