@@ -8,15 +8,14 @@
  * same validation as a file (ts_st_open_mem).
  * Memory: the image is host memory the size of the rank's weights (the
  * replicated tensors once each). The CPU reads its weights in place from
- * it; a device backend has uploaded them once bound, and the image could
- * then go (not done: the bound descriptors keep pointing at it).
+ * it; on a device the engine frees it once the rank's weights are uploaded
+ * (engine.c, open_tp).
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "engine/shard.h"
 #include "loader/st_writer.h"
-
 
 typedef struct {
     const ts_st_tensor *t; /* the source */
@@ -117,8 +116,11 @@ static int plan_slices(const ts_shard *sh, int r, const ts_st_set *full, slice *
         s->off = data;
         data += (s->nbytes + 63) & ~(size_t)63;
     }
-    /* the header: {"name": {"dtype", "shape", "data_offsets"}, ...} */
-    size_t hcap = 256 + (size_t)n * 400, hl = 0;
+    /* the header: {"name": {"dtype", "shape", "data_offsets"}, ...}, sized
+     * for its longest form: the name, the fixed text, 20 digits and a comma
+     * a dimension, two offsets of 20 digits */
+    size_t hcap = 64, hl = 0;
+    for (int i = 0; i < n; i++) hcap += strlen(sl[i].name) + 64 + 21 * (size_t)sl[i].n_dims + 48;
     char *hdr = rc ? NULL : ts_alloc(hcap, TS_MEM_MISC);
     if (!rc && !hdr) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     if (!rc) {
@@ -158,7 +160,13 @@ int ts_shard_slice_list(const ts_shard *sh, int r, const ts_st_set *full, ts_stw
     ts_stw_tensor *t = ts_alloc(sizeof *t * (size_t)(n ? n : 1), TS_MEM_MISC);
     if (!t) rc = ts_fail(err, TS_E_NOMEM, "out of memory");
     for (int i = 0; i < n && !rc; i++) {
-        snprintf(t[i].name, sizeof t[i].name, "%s", sl[i].name);
+        const size_t L = strlen(sl[i].name);
+        if (L >= sizeof t[i].name) { /* the planned list's names are shorter than a file's may be */
+            rc = ts_fail(err, TS_E_MODEL, "tensor '%.60s...': a name of %zu bytes is too long to plan (%zu at most)",
+                         sl[i].name, L, sizeof t[i].name - 1);
+            break;
+        }
+        memcpy(t[i].name, sl[i].name, L + 1);
         t[i].dtype = sl[i].t->dtype;
         t[i].n_dims = sl[i].n_dims;
         if (sl[i].n_dims > 4) rc = ts_fail(err, TS_E_MODEL, "tensor '%s': more than 4 dimensions", sl[i].name);
