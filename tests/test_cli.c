@@ -320,7 +320,7 @@ TS_TEST(cli, help_lists_options) {
                  "--draft --draft-vocab --draft-p-min /reset /quit"},
         {"serve", "-m --host --port --ctx --chunk --parallel --queue --max-tokens-limit --api-key --threads --act-bits "
                   "--kernels --spec --draft --draft-vocab --draft-p-min -v"},
-        {"bench", "-m --prompt --gen --runs --json --bw-mib --ids-file --threads --act-bits --kernels --spec --draft "
+        {"bench", "-m --prompt --gen --runs --json --bw-mib --ctx --ids-file --threads --act-bits --kernels --spec --draft "
                   "--draft-vocab --draft-p-min median"},
         {"plan", "-m --ctx --chunk --spec --draft --checkpoint"},
         {"logits", "-m --ids -o --head --threads --act-bits --kernels --chunk"},
@@ -390,6 +390,21 @@ TS_TEST(cli, bench_median_is_the_median) {
             else CHECK_MSG(med >= lo && med <= hi && (hi - lo < 0.3 || med < hi), "median %.1f of min %.1f max %.1f", med, lo, hi);
         }
     }
+}
+
+/* bench --ctx: the session's context as a server's (the caches and the
+ * attention split are sized by it), reported in the JSON; less than the
+ * prompt and --gen need is refused with both numbers. */
+TS_TEST(cli, bench_ctx) {
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m tests/fixtures/tiny-dense --prompt 16 --gen 8 --runs 1 "
+                        "--bw-mib 1 --ctx 300 --json 2>&1", ts_test_bin());
+    CHECK_MSG(rc == 0 && strstr(g_out, "\"n_ctx\": 300,"), "rc %d: %s", rc, g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m tests/fixtures/tiny-dense --prompt 16 --gen 8 --runs 1 "
+                    "--bw-mib 1 --json 2>&1", ts_test_bin());
+    CHECK_MSG(rc == 0 && strstr(g_out, "\"n_ctx\": 32,"), "rc %d: %s", rc, g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m tests/fixtures/tiny-dense --prompt 16 --gen 8 --runs 1 "
+                    "--bw-mib 1 --ctx 20 2>&1", ts_test_bin());
+    CHECK_MSG(rc == 2 && strstr(g_out, "--ctx 20 is less than the 32 tokens"), "rc %d: %s", rc, g_out);
 }
 
 /* One count, one word: "prompt 1 token", "generated 1 token". */

@@ -999,6 +999,26 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     A2.qg = dqg2, A2.k = dk2, A2.Kc = dK2, A2.Vc = dV2, A2.out = dout2;
     tsc_set_attn_kv(c, 0);
     tsc_attn_decode(c, &A2);
+    /* the scores a lane a key (tsc_set_attn_kv(c, 2)): another summation
+     * order, so against the reference below, and its n rows against n
+     * one-row calls bit for bit */
+    float *dout3 = tsc_alloc(c, sizeof(float) * n * nq * D), *dout4 = tsc_alloc(c, sizeof(float) * n * nq * D);
+    tsc_set_attn_kv(c, 2);
+    for (int f = 0; f < 2; f++) {
+        float *fq = up(c, qg, sizeof(float) * n * nq * 2 * D), *fk = up(c, k, sizeof(float) * n * kvdim);
+        float *fK = up(c, Kc, sizeof(float) * max_T * kvdim), *fV = up(c, Vc, sizeof(float) * max_T * kvdim);
+        tsc_attn_args A3 = A;
+        A3.qg = fq, A3.k = fk, A3.Kc = fK, A3.Vc = fV, A3.out = f ? dout4 : dout3;
+        if (!f) tsc_attn_decode(c, &A3);
+        for (int i = 0; f && i < n; i++) {
+            tsc_attn_args B = A3;
+            B.n = 1, B.pos = (devpos ? 0 : pos0) + i, B.qg = fq + (size_t)i * nq * 2 * D, B.k = fk + (size_t)i * kvdim;
+            B.v = dv + (size_t)i * kvdim, B.out = dout4 + (size_t)i * nq * D;
+            tsc_attn_decode(c, &B);
+        }
+        SYNC_OK(c);
+        tsc_free(c, fq), tsc_free(c, fk), tsc_free(c, fK), tsc_free(c, fV);
+    }
     tsc_set_attn_kv(c, 1);
     for (int i = 0; i < n; i++) {
         tsc_attn_args B = A;
@@ -1042,8 +1062,13 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     CHECK_MSG(!memcmp(gK, gK1, sizeof(float) * max_T * kvdim), "attn: K cache differs between the two");
     float *go2 = down(c, dout2, (size_t)n * nq * D);
     CHECK_MSG(!memcmp(go, go2, sizeof(float) * n * nq * D), "attn: K/V through shared memory != read where used");
+    float *go3 = down(c, dout3, (size_t)n * nq * D), *go4 = down(c, dout4, (size_t)n * nq * D);
+    const float do3 = ts_test_max_abs(go3, out, (size_t)n * nq * D);
+    fprintf(stderr, "  attn scores a lane a key: |out| %.2g\n", do3);
+    CHECK_MSG(do3 <= 2e-6f, "attention output (scores a lane a key) off by %.3g", do3);
+    CHECK_MSG(!memcmp(go3, go4, sizeof(float) * n * nq * D), "attn (lane a key): %d-row call != %d one-row calls", n, n);
     free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
-    free(go), free(go1), free(go2), free(gK), free(gK1), free(gV), free(gq);
+    free(go), free(go1), free(go2), free(go3), free(go4), free(gK), free(gK1), free(gV), free(gq);
     tsc_close(c);
 }
 

@@ -210,6 +210,128 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     }
 }
 
+/* LK (ctx.attn_kv == 2, TSC_ATTN_KV=2): the same piece, sub-chunks, online
+ * softmax and weighted V sum as k_attn_split<KV>, with the scores mapped a
+ * lane a key. Why: there a warp took a key and summed its dot product over
+ * the lanes with a shuffle tree, G times a key (4 heads x 4 keys a warp, a
+ * ~150-cycle chain each: ~1.6 us a sub-chunk with 8 warps an SM to hide it),
+ * and ncu put the split kernel at ~8 us a 32-key sub-chunk (session 17).
+ * Here warp w takes query head w (w + 8, ...) and lane l key l of the
+ * sub-chunk: a dot product is 256 FMAs in one thread (four accumulators over
+ * d mod 4, added (0 + 1) + (2 + 3)), no shuffle; the keys sit in shared
+ * memory with rows padded to D + 4 floats, so the 8 lanes of a 16-byte load
+ * phase hit 8 different 4-bank groups, and the query row is one broadcast.
+ * Another summation order than k_attn_split (a lane's sum instead of a
+ * tree): tested against the CPU reference with the same tolerance, and its
+ * n rows against n one-row calls bit for bit (the order depends on nothing
+ * but the piece). Shared memory: 32 x 260 + 32 x 256 floats (66 KB) + qs. */
+template <bool E>
+__global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
+    tsc_pdl_entry<E>();
+    extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
+    __shared__ float4 qs4[GMAX][DMAX / 4];
+    __shared__ float sc[GMAX][SPL];
+    __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
+    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z, P = piece_of(a);
+    const int pos = row_pos(a);
+    const int T = min(pos + i + 1, a.max_T), p0 = s * P;
+    if (p0 >= T) return;
+    const int pn = min(P, T - p0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
+    for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
+        const int hh = e / d4, j = e % d4;
+        qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
+    }
+    float4 *vs = kvs + SPL * (DMAX / 4 + 1);
+    float o[GMAX];
+#pragma unroll
+    for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
+    const int d = threadIdx.x;
+    for (int c0 = 0; c0 < pn; c0 += SPL) {
+        const int t0 = p0 + c0, nt = min(SPL, pn - c0);
+        __syncthreads();
+        {
+            constexpr int PT = SPL * DMAX / 4 / 256;
+            const int tot = nt * d4;
+            float4 kr4[PT], vr4[PT];
+#pragma unroll
+            for (int u = 0; u < PT; u++) {
+                const int e = threadIdx.x + u * 256;
+                if (e < tot) {
+                    const int64_t off = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
+                    kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < PT; u++) {
+                const int e = threadIdx.x + u * 256;
+                if (e < tot) kvs[(e / d4) * kst + e % d4] = kr4[u], vs[e] = vr4[u];
+            }
+        }
+        __syncthreads();
+        for (int hh = warp; hh < G; hh += 8) {
+            if (lane < nt) {
+                const float4 *kr = kvs + lane * kst, *qr = qs4[hh];
+                float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll 8
+                for (int j = 0; j < d4; j++) {
+                    const float4 k4 = kr[j], q4 = qr[j];
+                    s0 = __fmaf_rn(q4.x, k4.x, s0), s1 = __fmaf_rn(q4.y, k4.y, s1);
+                    s2 = __fmaf_rn(q4.z, k4.z, s2), s3 = __fmaf_rn(q4.w, k4.w, s3);
+                }
+                sc[hh][lane] = __fmul_rn(__fadd_rn(__fadd_rn(s0, s1), __fadd_rn(s2, s3)), scale);
+            }
+        }
+        __syncthreads();
+        for (int hh = warp; hh < G; hh += 8) {
+            float mx = -INFINITY;
+            for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
+            mx = warp_max(mx);
+            const float mo = c0 ? mrow[hh] : -INFINITY, mn = fmaxf(mo, mx);
+            float l = 0.f;
+            for (int tt = lane; tt < nt; tt += 32) {
+                const float e = expf(__fsub_rn(sc[hh][tt], mn));
+                sc[hh][tt] = e;
+                l = __fadd_rn(l, e);
+            }
+            l = warp_sum(l);
+            __syncwarp();
+            if (lane == 0) {
+                const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
+                frow[hh] = f;
+                mrow[hh] = mn;
+                lrow[hh] = c0 ? __fmaf_rn(lrow[hh], f, l) : l;
+            }
+        }
+        __syncthreads();
+        if (d < D) {
+            if (c0) {
+#pragma unroll
+                for (int hh = 0; hh < GMAX; hh++)
+                    if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
+            }
+            const float *vc = (const float *)vs + d;
+#pragma unroll 8
+            for (int tt = 0; tt < nt; tt++) {
+                const float v = vc[tt * D];
+#pragma unroll
+                for (int hh = 0; hh < GMAX; hh++)
+                    if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
+            }
+        }
+    }
+    if (d < D) {
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++)
+            if (hh < G) {
+                float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
+                p[d] = o[hh];
+                if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
+            }
+    }
+}
+
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
  * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
@@ -217,7 +339,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
 template <bool E>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     tsc_pdl_entry<E>();
-    __shared__ float es[1024];
+    __shared__ float es[1024], ls[1024];
     __shared__ float red[32];
     __shared__ float Ls;
     const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x, P = piece_of(a);
@@ -236,12 +358,19 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     for (int s0 = 0; s0 < ns; s0 += 1024) {
         const int nc = min(1024, ns - s0);
         __syncthreads();
-        for (int s = t; s < nc; s += blockDim.x) es[s] = expf(__fsub_rn(p[(int64_t)(s0 + s) * (D + 2) + D], M));
+        for (int s = t; s < nc; s += blockDim.x) {
+            const float *ps = p + (int64_t)(s0 + s) * (D + 2);
+            es[s] = expf(__fsub_rn(ps[D], M));
+            ls[s] = ps[D + 1];
+        }
         __syncthreads();
+        /* L in piece order by one thread, from shared memory (the pieces'
+         * sums were loaded by every thread at once above: a chain of global
+         * loads here cost ~0.3 us a piece); o with 16 pieces' loads in flight */
         if (t == 0)
-            for (int s = 0; s < nc; s++) L = __fmaf_rn(p[(int64_t)(s0 + s) * (D + 2) + D + 1], es[s], L);
+            for (int s = 0; s < nc; s++) L = __fmaf_rn(ls[s], es[s], L);
         if (t < D) {
-#pragma unroll 8
+#pragma unroll 16
             for (int s = 0; s < nc; s++) o = __fmaf_rn(p[(int64_t)(s0 + s) * (D + 2) + t], es[s], o);
         }
     }
@@ -386,6 +515,9 @@ __global__ void __launch_bounds__(PTH) k_attn_prefill(const tsc_attn_args a, int
         }
 }
 
+/* k_attn_split_lk's dynamic shared memory: padded keys and values at DMAX */
+size_t lk_smem() { return (size_t)SPL * (2 * DMAX + 4) * sizeof(float); }
+
 } // namespace
 
 extern "C" size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split) {
@@ -423,16 +555,21 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     }
     if (a->phase == 1) return;
     const bool e = c->pdl_early;
-    if (c->attn_kv && !c->attn_kv_smem) { /* the K/V form's 64 KB of dynamic shared memory, allowed once */
+    if (c->attn_kv && !c->attn_kv_smem) { /* the K/V forms' dynamic shared memory (over 48 KB), allowed once */
         const int most = 2 * SPL * DMAX * (int)sizeof(float);
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+        const int lk = (int)lk_smem();
+        cudaFuncSetAttribute(k_attn_split_lk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        cudaFuncSetAttribute(k_attn_split_lk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
         c->attn_kv_smem = 1;
     }
-    tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
-                             : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
-               dim3(dim3(used, a->nkv, a->n)), dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a,
-               nsplit);
+    const dim3 sg(used, a->nkv, a->n);
+    if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
+    else
+        tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
+                                 : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
+                   sg, dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
     tsc_launch(c, c->pdl_early ? k_attn_combine<true> : k_attn_combine<false>, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");

@@ -71,7 +71,7 @@ namespace {
 
 constexpr int RB = TSC_ROWS_MAX; /* rows per block of the row ops */
 constexpr int TOPK_MAX = 32;
-/* Floats of a stream's own area for attention partials (cu_attn), 256 KiB.
+/* Floats of a stream's own area for attention partials (cu_attn).
  * A constant, not a multiple of the stream's columns (4 * cols until the
  * DFlash drafter ran here): the area takes part in choosing the split, which
  * sets a row's rounding, and a DFlash session's stream is wider than a plain
@@ -80,7 +80,23 @@ constexpr int TOPK_MAX = 32;
  * than plain decode's and drafted greedy output could leave plain greedy's.
  * At least the 4 * cols of every released shape (the 9B's 49152), so no
  * split a plain session chose got coarser. */
-constexpr size_t ATT_SMALL = 65536;
+/* 1M floats (4 MiB), from 64K in session 19: the area bounds the number of
+ * pieces (np * nq * (D + 2) floats), and 64K floats left the 9B 15 pieces
+ * of a head at most (9 of 64 keys at 512 tokens, 15 of 288 at 4096: 36 and
+ * 60 blocks on 132 SMs, each piece's sub-chunks in sequence, 72 us a layer
+ * at 4096); 1M lets the 9B split in pieces of 32 keys up to 8K tokens of
+ * context and ~200 pieces beyond (bench/cuda/RESULTS.md, session 19).
+ * TSC_ATT_SMALL=floats overrides it (a benchmark switch, read once, so every
+ * stream of a process has the same area: see above). */
+size_t att_small_floats() {
+    static size_t v = 0;
+    if (!v) {
+        const char *e = getenv("TSC_ATT_SMALL");
+        const long long x = e && *e ? atoll(e) : 0;
+        v = x >= 4096 && x <= (1LL << 28) ? (size_t)x : (size_t)1 << 20;
+    }
+    return v;
+}
 
 /* ---- the weight map: slot address -> descriptor ---- */
 
@@ -197,7 +213,7 @@ struct cu_stream {
     void *amx_ws;    /* tsc_argmax_ws_bytes(RB) */
     int32_t *amx_ids; /* [RB] */
     float *amx_prob; /* [RB] */
-    float *att_small; /* [ATT_SMALL] attention partials when the score buffer is too small */
+    float *att_small; /* [att_small_floats()] attention partials when the score buffer is too small */
     size_t att_small_n;
     dev_step *hstep; /* host copy of the block (step + ids), pageable */
     float *stage;    /* pinned host staging of host_rows */
@@ -274,7 +290,7 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
     l.amx_prob = o, o += al256(sizeof(float) * RB);
-    l.att_small = o, o += al256(sizeof(float) * ATT_SMALL);
+    l.att_small = o, o += al256(sizeof(float) * att_small_floats());
     /* the prompt chunks' tensor-core products stage x as bf16 (q4gemm.cu):
      * only streams whose rows exceed what the row kernels take */
     l.gemm = o, o += rows > RB ? al256(tsc_gemm_ws_bytes(rows + 64, cols)) : 0;
@@ -861,7 +877,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->amx_ids = (int32_t *)(w + l.amx_ids);
     q->amx_prob = (float *)(w + l.amx_prob);
     q->att_small = (float *)(w + l.att_small);
-    q->att_small_n = ATT_SMALL;
+    q->att_small_n = att_small_floats();
     if (rows > RB) {
         q->gemm_ws = w + l.gemm, q->gemm_bytes = l.route - l.gemm;
         q->route = (int32_t *)(w + l.route), q->maps = (int32_t *)(w + l.maps), q->maps_n = maps_ints_of(rows);
@@ -1351,7 +1367,7 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
  * what every session of one context length has alike: the cache's rows
  * (kv_len), the shape, one row of scores per query head (a verify session's
  * buffer holds more rows and may be longer: the MTP cache's slack) and the
- * small area (ATT_SMALL, the same for every stream). Then a verify row, a
+ * small area (att_small_floats(), the same for every stream). Then a verify row, a
  * decode row and a plain session's row of the same position have the same
  * bits, in MTP and DFlash sessions alike. */
 void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {

@@ -100,7 +100,7 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     const char *pee = getenv("TSC_PDL_EARLY");
     c->pdl_early = pee && pee[0] == '1';
     const char *ak = getenv("TSC_ATTN_KV");
-    c->attn_kv = !(ak && ak[0] == '0');
+    c->attn_kv = !(ak && ak[0] == '0') ? (ak && ak[0] == '2' ? 2 : 1) : 0;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);
@@ -440,7 +440,7 @@ extern "C" void tsc_set_pdl(tsc_ctx *c, int on) {
 }
 
 extern "C" void tsc_set_attn_kv(tsc_ctx *c, int on) {
-    if (c) c->attn_kv = on != 0;
+    if (c) c->attn_kv = on == 2 ? 2 : on != 0;
 }
 
 extern "C" void tsc_graph_free(tsc_graph *g) {

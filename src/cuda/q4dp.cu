@@ -128,7 +128,6 @@ struct dp_args {
      * made; NULL: each block makes them (see "Digits once") */
     const int4 *dg;
     int as; /* k_q4dp_as's ring depth (weights through a cp.async ring; see there), 0: k_q4dp */
-    int pf; /* k_q4dp: bytes a block fetches into L2 before its PDL wait (l2_ahead), 0: none */
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif
@@ -154,16 +153,6 @@ __device__ __forceinline__ float sraw_f(uint32_t v, int dt) {
     return __uint_as_float(v);
 }
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-/* [p, p + n) towards L2 by the TMA unit: one instruction a range, nothing
- * held by the SM (no register, no shared memory, no LSU slot after the
- * issue). Only the whole 16-byte units inside the range (the instruction's
- * alignment): a hint, so an edge left out costs nothing and no byte outside
- * the tensor is touched. */
-__device__ __forceinline__ void bulk_prefetch_l2(const void *p, int64_t n) {
-    const uintptr_t s = ((uintptr_t)p + 15) & ~(uintptr_t)15, e = ((uintptr_t)p + (uintptr_t)n) & ~(uintptr_t)15;
-    if (n > 0 && e > s)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"((unsigned)(e - s)) : "memory");
-}
 
 template <int ND> struct lim_t;
 template <> struct lim_t<1> { static constexpr float L = 127.0f; };
@@ -453,46 +442,10 @@ struct sd_args {
     float eps;
     float *x_out, *y_out;
     int4 *dg; /* stage_bytes(nr, ND, cols) */
-    /* the product's weights, towards L2 before the wait (ahead_of_product;
-     * npf 0: none): pf_row bytes of each row's start (whole rows: one range
-     * a weight), and every scale and bias */
-    int npf, pitch, ssz, ng;
-    int64_t pf_row;
-    const uint8_t *pfw[TSC_LIN_MAX], *pfs[TSC_LIN_MAX], *pfb[TSC_LIN_MAX];
-    int64_t pfr[TSC_LIN_MAX];
 };
-
-/* The staging kernel's threads ask the TMA unit to bring the product's
- * weights into L2 (TSC_Q4DP_SDPF=MB a pass, 0 none: the prefix of every row
- * that fits, in 512-byte steps, so every warp of the product finds the same
- * share of its row in L2; see l2_ahead for why every row). Issued before
- * the wait: the weights depend on nothing, and this kernel's blocks are
- * resident while the kernel before it ends, ~2-5 us before the product's
- * blocks are (session 16's trace: the down product's blocks 1.7 us early). */
-__device__ __forceinline__ void ahead_of_product(const sd_args &a) {
-    const int64_t t = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
-    const int64_t nt = (int64_t)gridDim.x * gridDim.y * blockDim.x;
-    const bool whole = a.pf_row >= a.pitch;
-    int64_t k = 0; /* the range's index over all weights */
-    for (int i = 0; i < a.npf; i++) {
-        const int64_t sb = a.pfr[i] * a.ng * a.ssz;
-        if (t == (k + 0) % nt) bulk_prefetch_l2(a.pfs[i], sb);
-        if (t == (k + 1) % nt) bulk_prefetch_l2(a.pfb[i], sb);
-        k += 2;
-        if (whole) {
-            if (t == k % nt) bulk_prefetch_l2(a.pfw[i], a.pfr[i] * a.pitch);
-            k++;
-            continue;
-        }
-        const int64_t first = ((t - k) % nt + nt) % nt; /* this thread's first row of the weight */
-        for (int64_t r = first; r < a.pfr[i]; r += nt) bulk_prefetch_l2(a.pfw[i] + r * a.pitch, a.pf_row);
-        k += a.pfr[i];
-    }
-}
 
 template <int ND, bool E>
 __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
-    if (a.npf) ahead_of_product(a);
     tsc_pdl_entry<E>();
     const int i = blockIdx.y, nr = gridDim.y;
     const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = 2 * ND * nch;
@@ -623,51 +576,6 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
     return w;
 }
 
-/* L2 ahead (a.pf > 0; TSC_Q4DP_L2PF=KB a block). Why: session 16's trace
- * of the 9B step (bench/cuda/RESULTS.md) has each product's blocks resident
- * 2-10 us before their PDL release and then 1-3.7 us staging x, with HBM
- * idle all that time (~11 us of a GDN layer's ~65 outside the streaming);
- * session 17 filled it with cp.async copies into shared memory and lost (the
- * copies held the SM's memory pipeline and delayed the staging). Here the
- * block asks the TMA unit to bring its first virtual blocks' weights,
- * scales and biases into L2 before its wait, at most a.pf bytes: the bytes
- * come from HBM while the previous kernels run and while x is staged, and
- * the streaming loop then finds them in L2. A virtual block is taken whole
- * (its warps stream its rows side by side: half a block in L2 would leave
- * the block as slow as its slowest warp); where one is larger than a.pf, a
- * prefix of every row of the first one (a row's warps walk its columns in
- * order), in 512-byte steps. Lanes of warp 0 issue one range each. Every
- * block takes the same share, so no block is left the slow one. Reads only
- * what the loop will read; changes no arithmetic. */
-__device__ __forceinline__ void l2_ahead(const dp_args &a, int pitch, int ng, int lane) {
-    const int ssz = a.sdt == TS_DTYPE_F32 ? 4 : 2;
-    int ks, sl;
-    int64_t r0;
-    const dp_w &w0 = vb_rows(a, blockIdx.x, 0, ks, sl, r0);
-    const int64_t rpb = (int64_t)R * (WARPS / ks), vbb = rpb * ((int64_t)pitch + 2 * (int64_t)ng * ssz);
-    const int64_t k = a.pf / vbb; /* whole virtual blocks a block takes */
-    if (k > 0) {
-        if (lane >= k) return;
-        const int vb = blockIdx.x + lane * gridDim.x;
-        if (vb >= a.nvb) return;
-        const dp_w &w = vb_rows(a, vb, 0, ks, sl, r0);
-        const int64_t nr = w.rows - r0 < rpb ? w.rows - r0 : rpb;
-        bulk_prefetch_l2(w.data + r0 * pitch, nr * pitch);
-        bulk_prefetch_l2((const uint8_t *)w.scales + r0 * ng * ssz, nr * ng * ssz);
-        bulk_prefetch_l2((const uint8_t *)w.biases + r0 * ng * ssz, nr * ng * ssz);
-        return;
-    }
-    const int64_t nr = w0.rows - r0 < rpb ? w0.rows - r0 : rpb;
-    const int64_t per = a.pf / nr / 512 * 512; /* a row's prefix */
-    if (per <= 0) return;
-    for (int64_t r = lane; r < nr; r += 32) {
-        const int64_t row = r0 + r;
-        bulk_prefetch_l2(w0.data + row * pitch, per < pitch ? per : pitch);
-        bulk_prefetch_l2((const uint8_t *)w0.scales + row * ng * ssz, (int64_t)ng * ssz);
-        bulk_prefetch_l2((const uint8_t *)w0.biases + row * ng * ssz, (int64_t)ng * ssz);
-    }
-}
-
 /* PRE (decode's one-row launches, TSC_Q4DP_PRE=1): a block's first round
  * of weights is loaded into registers before its PDL wait, not just
  * started towards L2. It pays only where the block is resident before the
@@ -709,7 +617,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
                     for (int r = 0; r < R; r++)
                         if (r0 + r < w.rows) prefetch_l2(w.data + (r0 + r) * pitch + c / 2);
             }
-            if (a.pf && warp == 0) l2_ahead(a, pitch, ng, lane);
         }
     }
     TSC_PDL_ENTRY();
@@ -870,7 +777,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
     skip();
 #pragma unroll
     for (int s = 0; s < S - 1; s++) issue(s);
-    if (a.pf && warp == 0) l2_ahead(a, pitch, ng, lane); /* beyond the ring's first steps (k_q4dp's) */
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
     if (NR > 1 || a.dg) { /* (several rows always have their digits made once: as_takes) */
@@ -1463,17 +1369,6 @@ int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int n
     return 0;
 }
 
-/* Bytes of a pass's weights its staging kernel brings into L2 before its
- * wait (ahead_of_product): TSC_Q4DP_SDPF=MB, 0 none. Bits unchanged. */
-int64_t stage_ahead_bytes(void) {
-    static int64_t v = -1;
-    if (v < 0) {
-        v = ks_env("TSC_Q4DP_SDPF", 0);
-        v = v < 0 ? 0 : v > 1024 ? (int64_t)1024 << 20 : v << 20;
-    }
-    return v;
-}
-
 /* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
  * to the scratch; a.dg NULL when this mode's digits are made per block or
  * the scratch is missing or too small */
@@ -1485,21 +1380,6 @@ void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
     s.x = a.x, s.add = a.add, s.normw = a.normw, s.u = a.u, s.eps = a.eps;
     s.x_out = a.x_out, s.y_out = a.y_out;
     s.dg = (int4 *)c->dg;
-    s.npf = 0;
-    if (const int64_t budget = stage_ahead_bytes()) {
-        int64_t rows = 0;
-        for (int i = 0; i < a.nw; i++) rows += a.w[i].rows;
-        s.pitch = a.cols / 2, s.ng = a.cols >> a.lg, s.ssz = a.sdt == TS_DTYPE_F32 ? 4 : 2;
-        s.pf_row = budget / rows / 512 * 512;
-        if (s.pf_row > s.pitch) s.pf_row = s.pitch;
-        if (s.pf_row > 0) {
-            s.npf = a.nw;
-            for (int i = 0; i < a.nw; i++) {
-                s.pfw[i] = a.w[i].data, s.pfr[i] = a.w[i].rows;
-                s.pfs[i] = (const uint8_t *)a.w[i].scales, s.pfb[i] = (const uint8_t *)a.w[i].biases;
-            }
-        }
-    }
     const int per_row = a.xm == Q4DP_XM_NORM ? 1 : (a.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
     const dim3 grid(per_row, nr);
     const bool e = c->pdl_early;
@@ -1649,17 +1529,6 @@ int rows_per_pass(int nd) {
 int u_rows(void) {
     static int v = 0;
     if (!v) v = ks_env("TSC_Q4DP_UROWS", 1) == 2 ? 2 : 1;
-    return v;
-}
-
-/* Bytes a k_q4dp block brings into L2 before its PDL wait (l2_ahead):
- * TSC_Q4DP_L2PF=KB, 0 none. The bits do not depend on it. */
-int l2_ahead_bytes(void) {
-    static int v = -1;
-    if (v < 0) {
-        v = ks_env("TSC_Q4DP_L2PF", 0);
-        v = v < 0 ? 0 : v > 4096 ? 4096 * 1024 : v * 1024;
-    }
     return v;
 }
 
@@ -1839,7 +1708,6 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
         stage_once(c, a, nr, nd);
         a.as = as_takes(a, w, nw, nd, nr);
-        a.pf = l2_ahead_bytes();
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;
         case 2: launch_nr<2>(c, a, nr, u1); break;

@@ -396,7 +396,9 @@ int tsc_graph_nodes(const tsc_graph *g);
 void tsc_set_pdl(tsc_ctx *c, int on);
 /* Attention decode's keys and values through shared memory (1, the default;
  * TSC_ATTN_KV=0 starts it off) or read from the cache where used (0): the
- * same bits either way (attn.cu, k_attn_split; the tests compare them). */
+ * same bits either way (attn.cu, k_attn_split; the tests compare them); 2
+ * (TSC_ATTN_KV=2): through shared memory with the scores a lane a key
+ * (k_attn_split_lk: another summation order). */
 void tsc_set_attn_kv(tsc_ctx *c, int on);
 /* Events on the stream: mark, then elapsed milliseconds since the mark
  * (waits for the work queued in between). */

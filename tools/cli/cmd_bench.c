@@ -93,6 +93,9 @@ static void usage(FILE *f) {
                "                      is even), with min and max\n"
                "  --ids-file FILE     the prompt from comma-separated token ids (default: random ids)\n"
                "  --bw-mib M          MiB of the memory bandwidth array (default 1024)\n"
+               "  --ctx N             the session's context limit (default: what the prompt and the\n"
+               "                      generated tokens need); a serving context (run's default 4096, or\n"
+               "                      more) sizes the caches and the attention split as a server's\n"
                "  --json              one JSON object instead of the text report\n"
                "  (--threads N: the threads of the model and of the bandwidth measure;\n"
                "   with --spec mtp: drafted vs plain greedy, interleaved, checked identical;\n"
@@ -208,7 +211,7 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
 }
 
 int cmd_bench(int argc, char **argv) {
-    int prompt = 128, gen = 64, runs = 5, json = 0, bw_mib = 1024;
+    int prompt = 128, gen = 64, runs = 5, json = 0, bw_mib = 1024, ctx = 0;
     const char *ids_file = NULL;
     cli_engine eo;
     cli_engine_init(&eo, "bench", BENCH_OPTS);
@@ -220,7 +223,7 @@ int cmd_bench(int argc, char **argv) {
         if (sr < 0) return 2;
         if (sr > 0) continue;
         int *dst = !strcmp(a, "--prompt") ? &prompt : !strcmp(a, "--gen") ? &gen : !strcmp(a, "--runs") ? &runs
-                 : !strcmp(a, "--bw-mib") ? &bw_mib : NULL;
+                 : !strcmp(a, "--bw-mib") ? &bw_mib : !strcmp(a, "--ctx") ? &ctx : NULL;
         if (!dst && strcmp(a, "--ids-file")) {
             fprintf(stderr, "turbospark bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -269,6 +272,15 @@ int cmd_bench(int argc, char **argv) {
     ts_session_params_default(&sp);
     const int block = spec && eo.spec.dflash ? eo.spec.block : 0;
     sp.n_ctx = prompt + gen + 8 + (spec ? draft + 1 : 0);
+    if (ctx) {
+        if (ctx < sp.n_ctx) {
+            fprintf(stderr, "turbospark bench: --ctx %d is less than the %d tokens the prompt and --gen need\n", ctx,
+                    sp.n_ctx);
+            ts_engine_close(e);
+            return 2;
+        }
+        sp.n_ctx = ctx;
+    }
     sp.max_rows = prompt;
     sp.spec_draft = spec && !block ? draft : 0;
     sp.dflash_block = block;
@@ -332,7 +344,7 @@ int cmd_bench(int argc, char **argv) {
     /* tokens through the forward in the timed runs: each run feeds the prompt and gen decoded tokens */
     const double xtok = (double)runs * (prompt + gen);
     if (json) {
-        printf("{\"model\": \"%s\", \"backend\": \"%s\", \"gpus\": %d, \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d,\n"
+        printf("{\"model\": \"%s\", \"backend\": \"%s\", \"gpus\": %d, \"quant_bits\": %d, \"threads\": %d, \"prompt\": %d, \"gen\": %d, \"runs\": %d, \"n_ctx\": %d,\n"
                " \"prefill_tok_s\": %.2f, \"prefill_tok_s_min\": %.2f, \"prefill_tok_s_max\": %.2f,\n"
                " \"decode_tok_s\": %.2f, \"decode_tok_s_min\": %.2f, \"decode_tok_s_max\": %.2f,\n"
                " \"weight_bytes_per_token\": %llu, \"state_bytes_per_token\": %llu, \"decode_gb_s\": %.2f,\n"
@@ -342,7 +354,7 @@ int cmd_bench(int argc, char **argv) {
                " \"graphs\": %d, \"graph_replays\": %ld, \"graph_kernels\": %d, \"graph_launch_us\": %.2f,\n"
                " \"device_mem_ours\": %llu, \"device_mem_driver_and_others\": %llu,\n"
                " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f",
-               dir, bname, in->tp_ranks, in->quant_bits, nt, prompt, gen, runs, pp, tp[1], tp[runs], dd, td[1], td[runs],
+               dir, bname, in->tp_ranks, in->quant_bits, nt, prompt, gen, runs, sp.n_ctx, pp, tp[1], tp[runs], dd, td[1], td[runs],
                (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0,
                probe, probe > 0 ? 100.0 * gbs / probe : 0.0, dd > 0 ? 1000.0 / dd : 0.0, graphs, replays, gkern, glaunch,
                (unsigned long long)dours, (unsigned long long)(dmem && dtot > dfree + dours ? dtot - dfree - dours : 0),
