@@ -781,8 +781,9 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
  * device parities (1: the alternate buffers, in place, the others
  * untouched; 0: the plain ones); no output (o and z NULL: the same state).
  * 9 rows: a verify block of 8 drafts. */
-TS_TEST(cuda, gdn_step_engine_forms) {
+static void gdn_engine_forms_on(int fused) {
     OPEN(c);
+    tsc_set_gdn_fused(c, fused);
     const int n = 9, Hk = 2, Hv = 4, dk = 128, dv = 128, K = 4;
     const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
     const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C, nj = nS > nc ? nS : nc;
@@ -891,6 +892,61 @@ TS_TEST(cuda, gdn_step_engine_forms) {
     free(h_rcs), free(h_rS), free(h_ro), free(h_fcs), free(h_fS), free(h_fo);
     free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw), free(junk);
     tsc_close(c);
+}
+
+/* the same forms through the step's one-kernel form (k_gdn_fused) */
+TS_TEST(cuda, gdn_step_engine_forms) {
+    gdn_engine_forms_on(0);
+    gdn_engine_forms_on(1);
+}
+
+/* The step in one kernel (tsc_set_gdn_fused) against prep + scan on the same
+ * fresh inputs, in place: output, state and conv state bit for bit (the same
+ * arithmetic by construction: gdn.cu). Clusters of 4 (Hv = Hk) and 8 (Hv =
+ * 2 Hk); Hv = 4 Hk takes the two kernels with the switch on (the same call
+ * must work). 1, 3, 5 and 16 rows. */
+TS_TEST(cuda, gdn_fused_same_bits) {
+    static const int cfg[][3] = {{2, 2, 3}, {2, 4, 1}, {2, 4, 16}, {3, 6, 5}, {1, 4, 5}, {4, 4, 1}};
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+        OPEN(c);
+        const int Hk = cfg[ci][0], Hv = cfg[ci][1], n = cfg[ci][2], dk = 128, dv = 128, K = 4;
+        const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
+        const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
+        float *qkv = malloc(sizeof(float) * (size_t)n * C), *z = malloc(sizeof(float) * (size_t)n * Vd);
+        float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * nc);
+        float *cw = malloc(sizeof(float) * (size_t)K * C), *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
+        float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv);
+        frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
+        frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f), frand(S, nS, 0.05f);
+        frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
+        for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
+        float *dq = up(c, qkv, sizeof(float) * (size_t)n * C), *dz = up(c, z, sizeof(float) * (size_t)n * Vd);
+        float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
+        float *dcw = up(c, cw, sizeof(float) * (size_t)K * C), *dnA = up(c, nA, sizeof(float) * Hv);
+        float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
+        float *got[2][3];
+        for (int f = 0; f < 2; f++) {
+            float *dcs = up(c, cs, sizeof(float) * nc), *dS = up(c, S, sizeof(float) * nS);
+            float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
+            tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
+            tsc_set_gdn_fused(c, f);
+            tsc_gdn_step(c, &A);
+            SYNC_OK(c);
+            got[f][0] = down(c, dout, (size_t)n * Vd), got[f][1] = down(c, dS, nS), got[f][2] = down(c, dcs, nc);
+        }
+        fprintf(stderr, "  gdn fused Hk %d Hv %d rows %d: output %s, state %s, conv state %s\n", Hk, Hv, n,
+                memcmp(got[0][0], got[1][0], sizeof(float) * (size_t)n * Vd) ? "DIFFER" : "same",
+                memcmp(got[0][1], got[1][1], sizeof(float) * nS) ? "DIFFER" : "same",
+                memcmp(got[0][2], got[1][2], sizeof(float) * nc) ? "DIFFER" : "same");
+        CHECK_MSG(!memcmp(got[0][0], got[1][0], sizeof(float) * (size_t)n * Vd), "case %zu: fused output differs", ci);
+        CHECK_MSG(!memcmp(got[0][1], got[1][1], sizeof(float) * nS), "case %zu: fused state differs", ci);
+        CHECK_MSG(!memcmp(got[0][2], got[1][2], sizeof(float) * nc), "case %zu: fused conv state differs", ci);
+        for (int f = 0; f < 2; f++) free(got[f][0]), free(got[f][1]), free(got[f][2]);
+        free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
+        CHECK(tsc_mem_used(c) > 0);
+        tsc_close(c);
+    }
 }
 
 /* ---- attention ---- */

@@ -101,6 +101,8 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->pdl_early = pee && pee[0] == '1';
     const char *ak = getenv("TSC_ATTN_KV");
     c->attn_kv = !(ak && ak[0] == '0') ? (ak && ak[0] == '2' ? 2 : 1) : 0;
+    const char *gf = getenv("TSC_GDN_FUSED");
+    c->gdn_fused = gf && gf[0] == '1';
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);
@@ -437,6 +439,10 @@ extern "C" int tsc_graph_nodes(const tsc_graph *g) {
 
 extern "C" void tsc_set_pdl(tsc_ctx *c, int on) {
     if (c) c->pdl = on != 0;
+}
+
+extern "C" void tsc_set_gdn_fused(tsc_ctx *c, int on) {
+    if (c) c->gdn_fused = on != 0;
 }
 
 extern "C" void tsc_set_attn_kv(tsc_ctx *c, int on) {

@@ -157,6 +157,148 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
     cl.sync(); /* no block leaves while another may still read its ssq */
 }
 
+/* ---- one kernel for the step (ctx.gdn_fused; TSC_GDN_FUSED=0: the two above) ----
+ * Why: inside the 9B's decode graph the GDN step costs 6.9 us a layer
+ * (cuda_bench CB_GDN=1, session 19: 166 us of the 2.04 ms step over 24
+ * layers), about a third of it the prep launch and its PDL hand-off to the
+ * scan for ~1 us of arithmetic. Here each scan block makes what it reads:
+ * the cluster is the RR value heads of one key head (4 blocks each, so 4 x
+ * RR blocks), and every block convolves, SiLUs and l2-normalises that key
+ * head's q and k channels (threads 0-127 q, 128-255 k) and its own 32 v
+ * channels (threads 0-31), all rows first into shared memory, then runs
+ * the scan's rows from there. The q/k work is repeated by the cluster's
+ * blocks (4 x RR times 256 channels: nothing against a launch). Conv state:
+ * the q/k channels of the key head are read only by this cluster, so its
+ * rank 0 writes them after the scan's last cluster barrier (every block has
+ * read them by then, so the in-place step is safe); each block writes its
+ * own v channels. The arithmetic of k_gdn_prep element for element (the
+ * conv in tap order, SiLU, the double sum of squares as block_sum_d adds a
+ * 128-thread block's warps, in warp order), then k_gdn_scan's: the same
+ * bits as the two kernels (the tests compare them). RR = Hv / Hk of 1 or 2
+ * (clusters of 4 or 8: the portable limit); others take the two kernels. */
+template <bool E, int RR>
+__global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
+    tsc_pdl_entry<E>();
+    __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
+    __shared__ float redp[NW][32], redo[NW][32];
+    __shared__ double red[NW];
+    __shared__ double ssq[2];
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank(), g = blockIdx.x / (CL * RR), h = g * RR + rank / CL, cb = rank % CL;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = cb * CB + lane, tid = threadIdx.x;
+    const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd;
+    const int n = tsc_gdn_rows(a);
+    if (!n) return;
+    /* prep: q (tid < 128) or k (tid >= 128) channel of key head g; v channel j for tid < 32 */
+    const float *cin;
+    float *cout = tsc_gdn_conv_of(a, &cin);
+    const bool isq = tid < DK;
+    const int cqk = (isq ? 0 : Kd) + g * DK + (tid & (DK - 1)), cv = 2 * Kd + h * DV + cb * CB + lane;
+    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
+    float hq[KW - 1], wq[KW], hv[KW - 1], wv[KW];
+#pragma unroll
+    for (int q = 0; q < KW - 1; q++) hq[q] = cin[(int64_t)q * C + cqk];
+#pragma unroll
+    for (int q = 0; q < KW; q++) wq[q] = a.conv_w[(int64_t)q * C + cqk];
+    if (tid < CB) {
+#pragma unroll
+        for (int q = 0; q < KW - 1; q++) hv[q] = cin[(int64_t)q * C + cv];
+#pragma unroll
+        for (int q = 0; q < KW; q++) wv[q] = a.conv_w[(int64_t)q * C + cv];
+    }
+    for (int t = 0; t < n; t++) {
+        const float x = a.qkv[(int64_t)t * C + cqk];
+        float acc = 0.f;
+#pragma unroll
+        for (int q = 0; q < KW - 1; q++) acc = __fadd_rn(acc, __fmul_rn(wq[q], hq[q]));
+        acc = __fadd_rn(acc, __fmul_rn(wq[KW - 1], x));
+        const float y = silu_f(acc);
+        const double sw = warp_sum_d((double)y * y);
+        if (lane == 0) red[warp] = sw;
+        if (tid < CB) {
+            const float xv = a.qkv[(int64_t)t * C + cv];
+            float av = 0.f;
+#pragma unroll
+            for (int q = 0; q < KW - 1; q++) av = __fadd_rn(av, __fmul_rn(wv[q], hv[q]));
+            av = __fadd_rn(av, __fmul_rn(wv[KW - 1], xv));
+            vs[t][lane] = silu_f(av);
+#pragma unroll
+            for (int q = 0; q < KW - 2; q++) hv[q] = hv[q + 1];
+            hv[KW - 2] = xv;
+        }
+        __syncthreads();
+        double ss = 0; /* block_sum_d's order over the four warps of a 128-thread block */
+        const int w0 = isq ? 0 : NW / 2;
+        for (int w = 0; w < NW / 2; w++) ss += red[w0 + w];
+        const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)ss, 1e-6f)));
+        if (isq) qs[t][tid] = __fmul_rn(__fmul_rn(y, r), qscale);
+        else ks[t][tid - DK] = __fmul_rn(y, r);
+#pragma unroll
+        for (int q = 0; q < KW - 2; q++) hq[q] = hq[q + 1];
+        hq[KW - 2] = x;
+        __syncthreads(); /* red is reused by the next row; qs, ks, vs complete */
+    }
+    /* the scan (k_gdn_scan's arithmetic, its q, k and v from shared memory) */
+    const float *S0;
+    float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
+    const float *Si = S0 + (int64_t)h * DK * DV;
+    float S[IPW];
+#pragma unroll
+    for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
+    const float nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
+    const int base = rank / CL * CL; /* this value head's first block in the cluster */
+    for (int t = 0; t < n; t++) {
+        const float *q = qs[t] + warp * IPW, *k = ks[t] + warp * IPW;
+        const float beta = sigmoid_f(a.b[t * a.Hv + h]);
+        const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
+        float p = 0.f;
+#pragma unroll
+        for (int ii = 0; ii < IPW; ii++) {
+            S[ii] = __fmul_rn(S[ii], decay);
+            p = __fmaf_rn(S[ii], k[ii], p);
+        }
+        redp[warp][lane] = p;
+        __syncthreads();
+        float pj = redp[0][lane];
+#pragma unroll
+        for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
+        const float delta = __fmul_rn(beta, __fsub_rn(vs[t][lane], pj));
+        float o = 0.f;
+#pragma unroll
+        for (int ii = 0; ii < IPW; ii++) {
+            S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
+            o = __fmaf_rn(S[ii], q[ii], o);
+        }
+        redo[warp][lane] = o;
+        __syncthreads();
+        float oj = redo[0][lane];
+#pragma unroll
+        for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
+        if (warp == 0) {
+            const double d = warp_sum_d((double)oj * oj);
+            if (lane == 0) ssq[t & 1] = d;
+        }
+        cl.sync();
+        if (warp == 0 && a.o) {
+            double tot = 0;
+#pragma unroll
+            for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], base + r);
+            const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
+            const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
+            a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), nw), zj);
+        }
+    }
+#pragma unroll
+    for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
+    cl.sync(); /* no block leaves while another may still read its ssq; every block has read the conv state */
+    if (tid < CB)
+#pragma unroll
+        for (int q = 0; q < KW - 1; q++) cout[(int64_t)q * C + cv] = hv[q];
+    if (rank == 0)
+#pragma unroll
+        for (int q = 0; q < KW - 1; q++) cout[(int64_t)q * C + cqk] = hq[q];
+}
+
 /* ---- prompt chunks (tsc_gdn_prefill) ----
  * The step kernels walk a chunk's rows in 16-row calls with a cluster
  * barrier per row (the gated norm's sum) and a block barrier per reduction:
@@ -310,7 +452,15 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
                   "multiple of Hk)", a->dk, a->dv, a->K, a->Hk, a->Hv);
         return;
     }
-    const int C = 2 * a->Hk * DK + a->Hv * DV;
+    const int C = 2 * a->Hk * DK + a->Hv * DV, rr = a->Hv / a->Hk;
+    if (c->gdn_fused && rr <= 2) {
+        const bool e = c->pdl_early;
+        tsc_launch(c, rr == 1 ? (e ? k_gdn_fused<true, 1> : k_gdn_fused<false, 1>)
+                              : (e ? k_gdn_fused<true, 2> : k_gdn_fused<false, 2>),
+                   dim3(a->Hv * CL), dim3(NW * 32), 0, *a);
+        TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
+        return;
+    }
     tsc_launch(c, c->pdl_early ? k_gdn_prep<true> : k_gdn_prep<false>, dim3(C / DK), dim3(DK), 0, *a, a->ws);
     TSC_LAUNCHED(c, "tsc_gdn_step (prep)");
     tsc_launch(c, c->pdl_early ? k_gdn_scan<true> : k_gdn_scan<false>, dim3(a->Hv * CL), dim3(NW * 32), 0, *a, a->ws);

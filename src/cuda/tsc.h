@@ -400,6 +400,10 @@ void tsc_set_pdl(tsc_ctx *c, int on);
  * (TSC_ATTN_KV=2): through shared memory with the scores a lane a key
  * (k_attn_split_lk: another summation order). */
 void tsc_set_attn_kv(tsc_ctx *c, int on);
+/* The GDN step in one kernel (1; TSC_GDN_FUSED=1 starts it on) or prep +
+ * scan (0, the default): the same bits either way (gdn.cu, k_gdn_fused; the
+ * tests compare them). Hv / Hk above 2 always takes the two kernels. */
+void tsc_set_gdn_fused(tsc_ctx *c, int on);
 /* Events on the stream: mark, then elapsed milliseconds since the mark
  * (waits for the work queued in between). */
 void tsc_timer_start(tsc_ctx *c);
