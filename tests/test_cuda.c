@@ -1026,6 +1026,7 @@ TS_TEST(cuda, attn_prefill_vs_row_kernels) {
  * device int (the engine's form: backend.cu, graphs replay at any position) */
 static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split, int devpos) {
     OPEN(c);
+    tsc_set_attn_kv(c, 1); /* the warp-a-key form first (the default, 2, below) */
     const int D = 256, rot = 64, kvdim = nkv * D, G = nq / nkv;
     const float theta = 1e7f, eps = 1e-6f;
     float *qg = malloc(sizeof(float) * n * nq * 2 * D), *k = malloc(sizeof(float) * n * kvdim);

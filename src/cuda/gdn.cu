@@ -175,7 +175,12 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
  * conv in tap order, SiLU, the double sum of squares as block_sum_d adds a
  * 128-thread block's warps, in warp order), then k_gdn_scan's: the same
  * bits as the two kernels (the tests compare them). RR = Hv / Hk of 1 or 2
- * (clusters of 4 or 8: the portable limit); others take the two kernels. */
+ * (clusters of 4 or 8: the portable limit); others take the two kernels.
+ * Measured (H200, s19-run4, cuda_bench 9B): a 4-row pass 3.08 -> 2.98 ms,
+ * 16 rows 9.58 -> 9.32; the 1-row step 2.039 -> 2.050 ms (the prep's
+ * separate kernel, 64 blocks of one channel a thread, overlaps the scan's
+ * launch better than 128 blocks doing 288 channels each): so by default
+ * (ctx.gdn_fused 2) several rows take it and one row the two kernels. */
 template <bool E, int RR>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     tsc_pdl_entry<E>();
@@ -189,6 +194,16 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd;
     const int n = tsc_gdn_rows(a);
     if (!n) return;
+    /* the state's loads first: they depend on nothing the prep makes, so
+     * their latency passes while it runs (after it, they cost the 1-row step
+     * ~0.5 us a layer: s19-run4) */
+    const float *S0;
+    float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
+    const float *Si = S0 + (int64_t)h * DK * DV;
+    float S[IPW];
+#pragma unroll
+    for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
+    const float nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
     /* prep: q (tid < 128) or k (tid >= 128) channel of key head g; v channel j for tid < 32 */
     const float *cin;
     float *cout = tsc_gdn_conv_of(a, &cin);
@@ -239,13 +254,6 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
         __syncthreads(); /* red is reused by the next row; qs, ks, vs complete */
     }
     /* the scan (k_gdn_scan's arithmetic, its q, k and v from shared memory) */
-    const float *S0;
-    float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
-    const float *Si = S0 + (int64_t)h * DK * DV;
-    float S[IPW];
-#pragma unroll
-    for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
-    const float nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
     const int base = rank / CL * CL; /* this value head's first block in the cluster */
     for (int t = 0; t < n; t++) {
         const float *q = qs[t] + warp * IPW, *k = ks[t] + warp * IPW;
@@ -453,7 +461,7 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
         return;
     }
     const int C = 2 * a->Hk * DK + a->Hv * DV, rr = a->Hv / a->Hk;
-    if (c->gdn_fused && rr <= 2) {
+    if ((c->gdn_fused == 1 || (c->gdn_fused == 2 && a->n > 1)) && rr <= 2) {
         const bool e = c->pdl_early;
         tsc_launch(c, rr == 1 ? (e ? k_gdn_fused<true, 1> : k_gdn_fused<false, 1>)
                               : (e ? k_gdn_fused<true, 2> : k_gdn_fused<false, 2>),

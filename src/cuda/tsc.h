@@ -394,15 +394,16 @@ int tsc_graph_nodes(const tsc_graph *g);
  * environment starts it off) or off for the launches queued from now on
  * (a graph keeps what it was captured with). */
 void tsc_set_pdl(tsc_ctx *c, int on);
-/* Attention decode's keys and values through shared memory (1, the default;
- * TSC_ATTN_KV=0 starts it off) or read from the cache where used (0): the
- * same bits either way (attn.cu, k_attn_split; the tests compare them); 2
- * (TSC_ATTN_KV=2): through shared memory with the scores a lane a key
- * (k_attn_split_lk: another summation order). */
+/* Attention decode's split kernel: 2 (the default), keys and values through
+ * shared memory with the scores a lane a key (k_attn_split_lk); 1, through
+ * shared memory with a warp a key; 0, read from the cache where used. 1 and
+ * 0 have the same bits (the tests compare them); 2 sums a score in another
+ * order (tested against the CPU reference). TSC_ATTN_KV=0|1|2 starts it. */
 void tsc_set_attn_kv(tsc_ctx *c, int on);
-/* The GDN step in one kernel (1; TSC_GDN_FUSED=1 starts it on) or prep +
- * scan (0, the default): the same bits either way (gdn.cu, k_gdn_fused; the
- * tests compare them). Hv / Hk above 2 always takes the two kernels. */
+/* The GDN step in one kernel (1), prep + scan (0), or the one kernel for
+ * several rows only (2, the default; TSC_GDN_FUSED=0|1 starts it otherwise):
+ * the same bits every way (gdn.cu, k_gdn_fused; the tests compare them).
+ * Hv / Hk above 2 always takes the two kernels. */
 void tsc_set_gdn_fused(tsc_ctx *c, int on);
 /* Events on the stream: mark, then elapsed milliseconds since the mark
  * (waits for the work queued in between). */
