@@ -680,6 +680,7 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
                       NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
     tsc_gdn_step(c, &A);
+    tsc_set_gdn_fused(c, 0); /* the one-row calls through prep + scan: the n-row call took the one kernel */
     for (int t = 0; t < n; t++) {
         tsc_gdn_args B = A;
         B.n = 1, B.qkv = dq + (size_t)t * C, B.z = dz + (size_t)t * g.Vd, B.b = db + t * Hv, B.a = da + t * Hv;

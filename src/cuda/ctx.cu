@@ -102,7 +102,7 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     const char *ak = getenv("TSC_ATTN_KV");
     c->attn_kv = ak && ak[0] == '0' ? 0 : ak && ak[0] == '1' ? 1 : 2;
     const char *gf = getenv("TSC_GDN_FUSED");
-    c->gdn_fused = gf && gf[0] == '1' ? 1 : gf && gf[0] == '0' ? 0 : 2;
+    c->gdn_fused = gf && gf[0] == '0' ? 0 : gf && gf[0] == '2' ? 2 : 1;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

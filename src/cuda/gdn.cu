@@ -176,11 +176,11 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
  * 128-thread block's warps, in warp order), then k_gdn_scan's: the same
  * bits as the two kernels (the tests compare them). RR = Hv / Hk of 1 or 2
  * (clusters of 4 or 8: the portable limit); others take the two kernels.
- * Measured (H200, s19-run4, cuda_bench 9B): a 4-row pass 3.08 -> 2.98 ms,
- * 16 rows 9.58 -> 9.32; the 1-row step 2.039 -> 2.050 ms (the prep's
- * separate kernel, 64 blocks of one channel a thread, overlaps the scan's
- * launch better than 128 blocks doing 288 channels each): so by default
- * (ctx.gdn_fused 2) several rows take it and one row the two kernels. */
+ * Measured (H200, cuda_bench 9B): with the state loaded after the prep
+ * (s19-run4) a 4-row pass 3.08 -> 2.98 ms and 16 rows 9.58 -> 9.32, but the
+ * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
+ * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
+ * lane-a-key scores in both). So every row count takes it by default. */
 template <bool E, int RR>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     tsc_pdl_entry<E>();
