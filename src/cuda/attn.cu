@@ -224,7 +224,12 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * Another summation order than k_attn_split (a lane's sum instead of a
  * tree): tested against the CPU reference with the same tolerance, and its
  * n rows against n one-row calls bit for bit (the order depends on nothing
- * but the piece). Shared memory: 32 x 260 + 32 x 256 floats (66 KB) + qs. */
+ * but the piece). Shared memory: 32 x 260 + 32 x 256 floats (66 KB) + qs.
+ * Measured (H200, bench/cuda/RESULTS.md session 19): the 9B step's
+ * attention (17.6 us a layer in the graph at 512 tokens: 13.8 of them split
+ * and combine) 1.5-1.8 us a layer less, the step 2.039 -> 2.025 ms; not the
+ * predicted ~1.3 us a sub-chunk: the split's scores were not its cost either.
+ * The default (ctx.attn_kv 2). */
 template <bool E>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
     tsc_pdl_entry<E>();
