@@ -85,13 +85,12 @@ constexpr int TOPK_MAX = 32;
  * of a head at most (9 of 64 keys at 512 tokens, 15 of 288 at 4096: 36 and
  * 60 blocks on 132 SMs, each piece's sub-chunks in sequence; ncu had put the
  * split kernel at 72 us at 4096); 1M lets the 9B split in pieces of 32 keys
- * up to 8K tokens of context and ~200 pieces beyond. Measured inside the
- * engine (s19-run2, bench/cuda/RESULTS.md session 19): no difference at 512,
- * 4096 or 16384 tokens (the split is not what the attention layer waits
- * for); kept for the long contexts' spread over the SMs, and because the
- * session's final measurements were made with it. TSC_ATT_SMALL=floats
- * overrides it (a benchmark switch, read once, so every stream of a process
- * has the same area: see above). */
+ * up to 8K tokens of context and ~200 pieces beyond. With 64K, every session
+ * of 4096 tokens or more took pieces of 288 keys (the contract's score buffer
+ * allows no finer), so a 9B in run's default --ctx 4096 decoded at 400 tok/s
+ * against 476 now (H200, s19-run7: bench --ctx 4096; 4096-token prompts
+ * 399 -> 434). TSC_ATT_SMALL=floats overrides it (a benchmark switch, read
+ * once, so every stream of a process has the same area: see above). */
 size_t att_small_floats() {
     static size_t v = 0;
     if (!v) {
