@@ -43,8 +43,21 @@ constexpr int SPL = TSC_ATTN_SPLIT, GMAX = 16, DMAX = 256;
 __device__ __forceinline__ int row_pos(const tsc_attn_args &a) { return a.pos + (a.pos_dev ? *a.pos_dev : 0); }
 /* floats from one query head to the next: [q | gate] pairs, or queries alone */
 __device__ __forceinline__ int q_width(const tsc_attn_args &a) { return a.no_gate ? a.D : 2 * a.D; }
-/* keys per piece: a.split (a multiple of SPL), else SPL */
-__device__ __forceinline__ int piece_of(const tsc_attn_args &a) { return a.split ? a.split : SPL; }
+/* keys per piece of a row of length T: with np_max, the finest multiple of
+ * SPL that keeps the pieces at np_max or fewer; else a.split (a multiple of
+ * SPL), else SPL */
+__host__ __device__ __forceinline__ int piece_at(const tsc_attn_args &a, int T) {
+    if (a.np_max > 0) {
+        const int64_t span = (int64_t)SPL * a.np_max;
+        return SPL * (int)((T + span - 1) / span);
+    }
+    return a.split ? a.split : SPL;
+}
+/* the workspace's pieces a row and head */
+__host__ __device__ __forceinline__ int slots_of(const tsc_attn_args &a) {
+    const int P = a.split ? a.split : SPL;
+    return a.np_max > 0 ? a.np_max : (a.max_T + P - 1) / P;
+}
 
 template <bool E>
 __global__ void k_attn_prep(const tsc_attn_args a) {
@@ -100,9 +113,9 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     __shared__ float qs[GMAX][DMAX];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
-    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z, P = piece_of(a);
+    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos(a);
-    const int T = min(pos + i + 1, a.max_T), p0 = s * P;
+    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T), p0 = s * P;
     if (p0 >= T) return;
     const int pn = min(P, T - p0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -237,9 +250,9 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     __shared__ float4 qs4[GMAX][DMAX / 4];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
-    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z, P = piece_of(a);
+    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos(a);
-    const int T = min(pos + i + 1, a.max_T), p0 = s * P;
+    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T), p0 = s * P;
     if (p0 >= T) return;
     const int pn = min(P, T - p0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -347,10 +360,10 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     __shared__ float es[1024], ls[1024];
     __shared__ float red[32];
     __shared__ float Ls;
-    const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x, P = piece_of(a);
+    const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
     const int pos = row_pos(a);
     if (pos + i >= a.max_T) return;
-    const int T = pos + i + 1, ns = (T + P - 1) / P;
+    const int T = pos + i + 1, P = piece_at(a, T), ns = (T + P - 1) / P;
     const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);
     float M = -INFINITY;
     for (int s = t; s < ns; s += blockDim.x) M = fmaxf(M, p[(int64_t)s * (D + 2) + D]);
@@ -530,6 +543,10 @@ extern "C" size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int s
     return (size_t)n * nq * ns * (D + 2) * sizeof(float);
 }
 
+extern "C" size_t tsc_attn_ws_bytes_np(int n, int nq, int D, int np_max) {
+    return (size_t)n * nq * (size_t)np_max * (D + 2) * sizeof(float);
+}
+
 extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
     const size_t ns = ((size_t)max_T + SPL - 1) / SPL;
     return (size_t)n * nq * ns * (D + 2) * sizeof(float);
@@ -538,7 +555,7 @@ extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
 extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     TSC_GUARD(c);
     if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || (!a->pos_dev && a->pos + a->n > a->max_T) ||
-        a->split < 0 || a->split % SPL || (a->no_q && a->phase != 1)) {
+        a->split < 0 || a->split % SPL || a->np_max < 0 || a->np_max > 1024 || (a->no_q && a->phase != 1)) {
         tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows (split %d%s)", a->n,
                   a->pos, a->max_T, a->split, a->no_q && a->phase != 1 ? "; rows without queries attend to nothing" : "");
         return;
@@ -552,8 +569,15 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     }
     /* with the position on the device the grid covers the whole cache (the
      * pieces past a row's length return at once), so a graph replays as is */
-    const int P = a->split ? a->split : SPL, nsplit = (a->max_T + P - 1) / P;
-    const int used = a->pos_dev ? nsplit : (a->pos + a->n + P - 1) / P;
+    const int nsplit = slots_of(*a);
+    int used = nsplit;
+    if (!a->pos_dev) { /* the most pieces a row of the call has (with np_max, not always the last row's) */
+        used = 0;
+        for (int i = 0; i < a->n; i++) {
+            const int T = a->pos + i + 1 < a->max_T ? a->pos + i + 1 : a->max_T, P = piece_at(*a, T);
+            used = (T + P - 1) / P > used ? (T + P - 1) / P : used;
+        }
+    }
     if (a->phase != 2) {
         tsc_launch(c, c->pdl_early ? k_attn_prep<true> : k_attn_prep<false>, dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
