@@ -1276,6 +1276,27 @@ int pick_np(int L, int nq, int D, size_t cap) {
     return (int)np;
 }
 
+/* The fixed split of sessions 1-18 (TSC_ATTN_FIXED=1, a benchmark switch
+ * read once: every row of a session in pieces of one size, the smallest
+ * multiple of TSC_ATTN_SPLIT whose count over the whole cache fits cap), for
+ * measuring the pieces by row length against it. */
+int pick_split_fixed(int L, int nq, int D, size_t cap) {
+    const int top = (L + TSC_ATTN_SPLIT - 1) / TSC_ATTN_SPLIT * TSC_ATTN_SPLIT;
+    for (int P = TSC_ATTN_SPLIT; P <= top; P += TSC_ATTN_SPLIT) {
+        const size_t np = ((size_t)L + P - 1) / P;
+        if (np <= 1024 && np * (size_t)nq * (size_t)(D + 2) <= cap) return P;
+    }
+    return 0;
+}
+bool attn_fixed() {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TSC_ATTN_FIXED");
+        v = e && e[0] == '1';
+    }
+    return v;
+}
+
 /* The buffer for a row's attention partials and its pieces, for a cache of
  * L rows: the contract's score buffer (one row of att_len per query head) or
  * the stream's own small area, whichever holds more pieces (finer pieces:
@@ -1301,6 +1322,10 @@ tsc_attn_args attn_common(const ts_attn_args *a, int L, float *ws, int np) {
     t.theta = (float)a->theta, t.eps = a->eps;
     t.q_norm = a->q_norm, t.k_norm = a->k_norm, t.Kc = a->kc, t.Vc = a->vc, t.max_T = L;
     t.ws = ws, t.np_max = np;
+    if (attn_fixed()) { /* the old rule, over the same buffer (its count of pieces fits it too) */
+        const size_t cap = ws == a->att ? (size_t)a->nq * (size_t)L : att_small_floats();
+        t.np_max = 0, t.split = pick_split_fixed(L, a->nq, a->D, cap);
+    }
     return t;
 }
 
