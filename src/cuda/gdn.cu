@@ -92,6 +92,59 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* One row of the scan, k_gdn_scan's and k_gdn_fused's arithmetic: decay, the
+ * prediction p = S^T k (the warps' partials added in warp order through
+ * shared memory), delta, the update, o = S^T q (the same), then the gated
+ * RMSNorm, the value head's sum of squares the partials of its CL blocks
+ * (cluster ranks base .. base + CL - 1) in rank order through distributed
+ * shared memory. q and k: this warp's IPW rows of the key head's q and k; vp:
+ * the value of the block's column j. One cluster barrier; the caller's
+ * state S advances. */
+__device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, cg::cluster_group &cl, float (&S)[IPW],
+                                             const float *q, const float *k, const float *vp, int t, int h, int j,
+                                             int warp, int lane, int base, float nA, float dtb, float nw,
+                                             float (&redp)[NW][32], float (&redo)[NW][32], double (&ssq)[2]) {
+    const int Vd = a.Hv * DV;
+    const float beta = sigmoid_f(a.b[t * a.Hv + h]);
+    const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
+    float p = 0.f;
+#pragma unroll
+    for (int ii = 0; ii < IPW; ii++) {
+        S[ii] = __fmul_rn(S[ii], decay);
+        p = __fmaf_rn(S[ii], k[ii], p);
+    }
+    redp[warp][lane] = p;
+    __syncthreads();
+    float pj = redp[0][lane];
+#pragma unroll
+    for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
+    const float delta = __fmul_rn(beta, __fsub_rn(*vp, pj));
+    float o = 0.f;
+#pragma unroll
+    for (int ii = 0; ii < IPW; ii++) {
+        S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
+        o = __fmaf_rn(S[ii], q[ii], o);
+    }
+    redo[warp][lane] = o;
+    __syncthreads();
+    float oj = redo[0][lane];
+#pragma unroll
+    for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
+    if (warp == 0) {
+        const double d = warp_sum_d((double)oj * oj);
+        if (lane == 0) ssq[t & 1] = d;
+    }
+    cl.sync();
+    if (warp == 0 && a.o) { /* (no output: the cluster barriers above still run) */
+        double tot = 0;
+#pragma unroll
+        for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], base + r);
+        const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
+        const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
+        a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), nw), zj);
+    }
+}
+
 template <bool E>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan(const tsc_gdn_args a, const float *prep) {
     tsc_pdl_entry<E>();
@@ -113,44 +166,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
     for (int t = 0; t < n; t++) {
         const float *row = prep + (int64_t)t * C;
         const float *q = row + g * DK + warp * IPW, *k = row + Kd + g * DK + warp * IPW;
-        const float beta = sigmoid_f(a.b[t * a.Hv + h]);
-        const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
-        float p = 0.f;
-#pragma unroll
-        for (int ii = 0; ii < IPW; ii++) {
-            S[ii] = __fmul_rn(S[ii], decay);
-            p = __fmaf_rn(S[ii], k[ii], p);
-        }
-        redp[warp][lane] = p;
-        __syncthreads();
-        float pj = redp[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
-        const float delta = __fmul_rn(beta, __fsub_rn(row[2 * Kd + h * DV + j], pj));
-        float o = 0.f;
-#pragma unroll
-        for (int ii = 0; ii < IPW; ii++) {
-            S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
-            o = __fmaf_rn(S[ii], q[ii], o);
-        }
-        redo[warp][lane] = o;
-        __syncthreads();
-        float oj = redo[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
-        if (warp == 0) {
-            const double d = warp_sum_d((double)oj * oj);
-            if (lane == 0) ssq[t & 1] = d;
-        }
-        cl.sync();
-        if (warp == 0 && a.o) { /* (no output: the cluster barriers above still run) */
-            double tot = 0;
-#pragma unroll
-            for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], r);
-            const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
-            const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
-            a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), nw), zj);
-        }
+        gdn_scan_row(a, cl, S, q, k, row + 2 * Kd + h * DV + j, t, h, j, warp, lane, 0, nA, dtb, nw, redp, redo, ssq);
     }
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
@@ -257,44 +273,7 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     const int base = rank / CL * CL; /* this value head's first block in the cluster */
     for (int t = 0; t < n; t++) {
         const float *q = qs[t] + warp * IPW, *k = ks[t] + warp * IPW;
-        const float beta = sigmoid_f(a.b[t * a.Hv + h]);
-        const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
-        float p = 0.f;
-#pragma unroll
-        for (int ii = 0; ii < IPW; ii++) {
-            S[ii] = __fmul_rn(S[ii], decay);
-            p = __fmaf_rn(S[ii], k[ii], p);
-        }
-        redp[warp][lane] = p;
-        __syncthreads();
-        float pj = redp[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
-        const float delta = __fmul_rn(beta, __fsub_rn(vs[t][lane], pj));
-        float o = 0.f;
-#pragma unroll
-        for (int ii = 0; ii < IPW; ii++) {
-            S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
-            o = __fmaf_rn(S[ii], q[ii], o);
-        }
-        redo[warp][lane] = o;
-        __syncthreads();
-        float oj = redo[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
-        if (warp == 0) {
-            const double d = warp_sum_d((double)oj * oj);
-            if (lane == 0) ssq[t & 1] = d;
-        }
-        cl.sync();
-        if (warp == 0 && a.o) {
-            double tot = 0;
-#pragma unroll
-            for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], base + r);
-            const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
-            const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
-            a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), nw), zj);
-        }
+        gdn_scan_row(a, cl, S, q, k, &vs[t][lane], t, h, j, warp, lane, base, nA, dtb, nw, redp, redo, ssq);
     }
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
