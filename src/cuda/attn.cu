@@ -99,6 +99,67 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
     }
 }
 
+/* The online softmax of one sub-chunk of nt scores per query head (warps
+ * over heads, lanes over keys): the chunk's max against the running one, the
+ * scores replaced by their exponentials, the running sum rescaled (frow: the
+ * factor the running o takes). k_attn_split's and k_attn_split_lk's. */
+__device__ __forceinline__ void chunk_softmax(float (*sc)[SPL], float *mrow, float *lrow, float *frow, int G, int nt,
+                                              int c0, int warp, int lane) {
+    for (int hh = warp; hh < G; hh += 8) {
+        float mx = -INFINITY;
+        for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
+        mx = warp_max(mx);
+        const float mo = c0 ? mrow[hh] : -INFINITY, mn = fmaxf(mo, mx);
+        float l = 0.f;
+        for (int tt = lane; tt < nt; tt += 32) {
+            const float e = expf(__fsub_rn(sc[hh][tt], mn));
+            sc[hh][tt] = e;
+            l = __fadd_rn(l, e);
+        }
+        l = warp_sum(l);
+        __syncwarp(); /* every lane has read mrow[hh] (mo) before lane 0 rewrites it */
+        if (lane == 0) {
+            const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
+            frow[hh] = f;
+            mrow[hh] = mn;
+            lrow[hh] = c0 ? __fmaf_rn(lrow[hh], f, l) : l;
+        }
+    }
+}
+
+/* One output dim's running weighted V sum of every query head over a
+ * sub-chunk: o rescaled by frow after the first chunk, then the nt values
+ * (vc, vstride floats apart) times their weights, in key order. */
+__device__ __forceinline__ void chunk_pv(float (&o)[GMAX], float (*sc)[SPL], const float *frow, const float *vc,
+                                         int vstride, int nt, int G, int c0) {
+    if (c0) {
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++)
+            if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
+    }
+    /* unrolled: the V loads of several keys in flight, not one at a time */
+#pragma unroll 8
+    for (int tt = 0; tt < nt; tt++) {
+        const float v = vc[(int64_t)tt * vstride];
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++)
+            if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
+    }
+}
+
+/* A piece's partials of output dim d: o per query head, then its max and sum */
+__device__ __forceinline__ void store_partials(const tsc_attn_args &a, const float (&o)[GMAX], const float *mrow,
+                                               const float *lrow, int i, int kh, int G, int s, int nsplit, int d) {
+    const int D = a.D;
+#pragma unroll
+    for (int hh = 0; hh < GMAX; hh++)
+        if (hh < G) {
+            float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
+            p[d] = o[hh];
+            if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
+        }
+}
+
 /* KV: each sub-chunk's keys and values are first copied into shared memory
  * by the whole block, every load in flight at once (16 float4 a thread at
  * 32 keys of D = 256), then read from there; without it a warp's key loads
@@ -173,54 +234,14 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
             }
         }
         __syncthreads();
-        for (int hh = warp; hh < G; hh += 8) {
-            float mx = -INFINITY;
-            for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
-            mx = warp_max(mx);
-            const float mo = c0 ? mrow[hh] : -INFINITY, mn = fmaxf(mo, mx);
-            float l = 0.f;
-            for (int tt = lane; tt < nt; tt += 32) {
-                const float e = expf(__fsub_rn(sc[hh][tt], mn));
-                sc[hh][tt] = e;
-                l = __fadd_rn(l, e);
-            }
-            l = warp_sum(l);
-            __syncwarp(); /* every lane has read mrow[hh] (mo) before lane 0 rewrites it */
-            if (lane == 0) {
-                const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
-                frow[hh] = f;
-                mrow[hh] = mn;
-                lrow[hh] = c0 ? __fmaf_rn(lrow[hh], f, l) : l;
-            }
-        }
+        chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
         __syncthreads();
         if (d < D) {
-            if (c0) {
-#pragma unroll
-                for (int hh = 0; hh < GMAX; hh++)
-                    if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
-            }
             const float *vc = KV ? (const float *)(kvs + SPL * (D >> 2)) + d : a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
-            const int vstride = KV ? D : kvdim;
-        /* unrolled: the V loads of several keys in flight, not one at a time */
-#pragma unroll 8
-            for (int tt = 0; tt < nt; tt++) {
-                const float v = vc[(int64_t)tt * vstride];
-#pragma unroll
-                for (int hh = 0; hh < GMAX; hh++)
-                    if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
-            }
+            chunk_pv(o, sc, frow, vc, KV ? D : kvdim, nt, G, c0);
         }
     }
-    if (d < D) {
-#pragma unroll
-        for (int hh = 0; hh < GMAX; hh++)
-            if (hh < G) {
-                float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
-                p[d] = o[hh];
-                if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
-            }
-    }
+    if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
 }
 
 /* LK (ctx.attn_kv == 2, TSC_ATTN_KV=2): the same piece, sub-chunks, online
@@ -302,52 +323,11 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
             }
         }
         __syncthreads();
-        for (int hh = warp; hh < G; hh += 8) {
-            float mx = -INFINITY;
-            for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
-            mx = warp_max(mx);
-            const float mo = c0 ? mrow[hh] : -INFINITY, mn = fmaxf(mo, mx);
-            float l = 0.f;
-            for (int tt = lane; tt < nt; tt += 32) {
-                const float e = expf(__fsub_rn(sc[hh][tt], mn));
-                sc[hh][tt] = e;
-                l = __fadd_rn(l, e);
-            }
-            l = warp_sum(l);
-            __syncwarp();
-            if (lane == 0) {
-                const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
-                frow[hh] = f;
-                mrow[hh] = mn;
-                lrow[hh] = c0 ? __fmaf_rn(lrow[hh], f, l) : l;
-            }
-        }
+        chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
         __syncthreads();
-        if (d < D) {
-            if (c0) {
-#pragma unroll
-                for (int hh = 0; hh < GMAX; hh++)
-                    if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
-            }
-            const float *vc = (const float *)vs + d;
-#pragma unroll 8
-            for (int tt = 0; tt < nt; tt++) {
-                const float v = vc[tt * D];
-#pragma unroll
-                for (int hh = 0; hh < GMAX; hh++)
-                    if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
-            }
-        }
+        if (d < D) chunk_pv(o, sc, frow, (const float *)vs + d, D, nt, G, c0);
     }
-    if (d < D) {
-#pragma unroll
-        for (int hh = 0; hh < GMAX; hh++)
-            if (hh < G) {
-                float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
-                p[d] = o[hh];
-                if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
-            }
-    }
+    if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
 }
 
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
