@@ -51,6 +51,20 @@ namespace {
 
 constexpr int DK = 128, DV = 128, KW = 4, CL = 4, CB = DV / CL, NW = 8, IPW = DK / NW;
 
+/* A channel's causal conv over [its K - 1 previous inputs h, x] (separate
+ * multiplies and adds in tap order: ts_conv_row's bits), then SiLU; h moves
+ * on by x. k_gdn_prep's and k_gdn_fused's. */
+__device__ __forceinline__ float conv_silu(const float (&w)[KW], float (&h)[KW - 1], float x) {
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < KW - 1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], h[j]));
+    acc = __fadd_rn(acc, __fmul_rn(w[KW - 1], x));
+#pragma unroll
+    for (int j = 0; j < KW - 2; j++) h[j] = h[j + 1];
+    h[KW - 2] = x;
+    return silu_f(acc);
+}
+
 template <bool E>
 __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *prep) {
     tsc_pdl_entry<E>();
@@ -69,12 +83,7 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
 #pragma unroll
     for (int j = 0; j < KW; j++) w[j] = a.conv_w[(int64_t)j * C + c];
     for (int t = 0; t < n; t++) {
-        const float x = a.qkv[(int64_t)t * C + c];
-        float acc = 0.f;
-#pragma unroll
-        for (int j = 0; j < KW - 1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], h[j]));
-        acc = __fadd_rn(acc, __fmul_rn(w[KW - 1], x));
-        float y = silu_f(acc);
+        float y = conv_silu(w, h, a.qkv[(int64_t)t * C + c]);
         if (qk) {
             const double ss = block_sum_d((double)y * y, red);
             const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)ss, 1e-6f)));
@@ -82,9 +91,6 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
             __syncthreads(); /* red is reused by the next row */
         }
         prep[(int64_t)t * C + c] = y;
-#pragma unroll
-        for (int j = 0; j < KW - 2; j++) h[j] = h[j + 1];
-        h[KW - 2] = x;
     }
 #pragma unroll
     for (int j = 0; j < KW - 1; j++) cout[(int64_t)j * C + c] = h[j];
@@ -238,25 +244,10 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
         for (int q = 0; q < KW; q++) wv[q] = a.conv_w[(int64_t)q * C + cv];
     }
     for (int t = 0; t < n; t++) {
-        const float x = a.qkv[(int64_t)t * C + cqk];
-        float acc = 0.f;
-#pragma unroll
-        for (int q = 0; q < KW - 1; q++) acc = __fadd_rn(acc, __fmul_rn(wq[q], hq[q]));
-        acc = __fadd_rn(acc, __fmul_rn(wq[KW - 1], x));
-        const float y = silu_f(acc);
+        const float y = conv_silu(wq, hq, a.qkv[(int64_t)t * C + cqk]);
         const double sw = warp_sum_d((double)y * y);
         if (lane == 0) red[warp] = sw;
-        if (tid < CB) {
-            const float xv = a.qkv[(int64_t)t * C + cv];
-            float av = 0.f;
-#pragma unroll
-            for (int q = 0; q < KW - 1; q++) av = __fadd_rn(av, __fmul_rn(wv[q], hv[q]));
-            av = __fadd_rn(av, __fmul_rn(wv[KW - 1], xv));
-            vs[t][lane] = silu_f(av);
-#pragma unroll
-            for (int q = 0; q < KW - 2; q++) hv[q] = hv[q + 1];
-            hv[KW - 2] = xv;
-        }
+        if (tid < CB) vs[t][lane] = conv_silu(wv, hv, a.qkv[(int64_t)t * C + cv]);
         __syncthreads();
         double ss = 0; /* block_sum_d's order over the four warps of a 128-thread block */
         const int w0 = isq ? 0 : NW / 2;
@@ -264,9 +255,6 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
         const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)ss, 1e-6f)));
         if (isq) qs[t][tid] = __fmul_rn(__fmul_rn(y, r), qscale);
         else ks[t][tid - DK] = __fmul_rn(y, r);
-#pragma unroll
-        for (int q = 0; q < KW - 2; q++) hq[q] = hq[q + 1];
-        hq[KW - 2] = x;
         __syncthreads(); /* red is reused by the next row; qs, ks, vs complete */
     }
     /* the scan (k_gdn_scan's arithmetic, its q, k and v from shared memory) */
