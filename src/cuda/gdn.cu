@@ -1,7 +1,10 @@
 /* gdn.cu: the Gated DeltaNet decode step of one layer, n rows (tsc_gdn_step).
  *
- * Owns: the two kernels of the step and their launch. Does not own: the
- * projections before it (in_qkv/z/b/a) and out_proj after it (linear.cu).
+ * Owns: the kernels of the step and their launch: prep + scan (below), and
+ * k_gdn_fused, the two in one kernel with the same bits (the default since
+ * session 19: see there), and a prompt chunk's five (tsc_gdn_prefill). Does
+ * not own: the projections before it (in_qkv/z/b/a) and out_proj after it
+ * (linear.cu).
  *
  * Kernel 1, prep: one block per 128-channel head slice of the C pre-conv
  * channels (q heads, k heads, v heads), one thread per channel: the causal
