@@ -8,6 +8,14 @@
 # Run from the repository root after make -j2 BUILD=build-cuda CUDA=1 all.
 set -euo pipefail
 name=${1:?usage: bench/cuda/pack.sh NAME}
+# a binary older than a source it is built from is a stale build (session 19: a
+# make cut short by `| head` left call 2 running the previous call's binaries)
+newest=$(git ls-files -z src include tools tests bench/cuda/cuda_bench.c Makefile | xargs -0 stat -c '%Y %n' 2>/dev/null | sort -n | tail -1)
+for f in build-cuda/turbospark build-cuda/ts_test build-cuda/cuda_bench; do
+  if [ "$(stat -c %Y "$f")" -lt "${newest%% *}" ]; then
+    echo "pack.sh: $f is older than ${newest#* } (a stale build: run make -j2 BUILD=build-cuda CUDA=1 all)" >&2; exit 1
+  fi
+done
 tmp=$(mktemp -d); b=$tmp/b
 mkdir -p "$b/lib"
 cp build-cuda/turbospark build-cuda/ts_test build-cuda/cuda_bench "$b/"
