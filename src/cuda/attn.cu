@@ -61,7 +61,7 @@ __host__ __device__ __forceinline__ int slots_of(const tsc_attn_args &a) {
 
 template <bool E>
 __global__ void k_attn_prep(const tsc_attn_args a) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ double red[32];
     __shared__ float ys[DMAX];
     const int i = blockIdx.y, hd = blockIdx.x, d = threadIdx.x, D = a.D, kvdim = a.nkv * a.D;
@@ -169,7 +169,7 @@ __device__ __forceinline__ void store_partials(const tsc_attn_args &a, const flo
  * (cuda.attn_* compare the two forms). ctx.attn_kv (TSC_ATTN_KV=0: off). */
 template <bool E, bool KV>
 __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int nsplit) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* KV: [SPL][D] keys, then [SPL][D] values */
     __shared__ float qs[GMAX][DMAX];
     __shared__ float sc[GMAX][SPL];
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * The default (ctx.attn_kv 2). */
 template <bool E>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
     __shared__ float4 qs4[GMAX][DMAX / 4];
     __shared__ float sc[GMAX][SPL];
@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
  * Block: D threads. */
 template <bool E>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ float es[1024], ls[1024];
     __shared__ float red[32];
     __shared__ float Ls;

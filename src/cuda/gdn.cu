@@ -70,7 +70,7 @@ __device__ __forceinline__ float conv_silu(const float (&w)[KW], float (&h)[KW -
 
 template <bool E>
 __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *prep) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ double red[32];
     const int Kd = a.Hk * DK, C = 2 * Kd + a.Hv * DV;
     const int c = blockIdx.x * DK + threadIdx.x;
@@ -156,7 +156,7 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, cg::cluster_
 
 template <bool E>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan(const tsc_gdn_args a, const float *prep) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ float redp[NW][32], redo[NW][32];
     __shared__ double ssq[2];
     cg::cluster_group cl = cg::this_cluster();
@@ -208,7 +208,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
  * lane-a-key scores in both). So every row count takes it by default. */
 template <bool E, int RR>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
     __shared__ float redp[NW][32], redo[NW][32];
     __shared__ double red[NW];
