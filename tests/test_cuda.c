@@ -1148,6 +1148,9 @@ TS_TEST(cuda, attn_pieces_by_row_length) {
     attn_case_on(16, 4, 1000, 4, 1100, 0, 0, 8);
     attn_case_on(8, 2, 254, 4, 4000, 0, 1, 8);
     attn_case_on(16, 4, 600, 3, 16384, 0, 1, 254);
+    /* 157 pieces of 64 keys a row: more than the split's grid (2 blocks an SM
+     * for the row's KV heads), so blocks walk several pieces */
+    attn_case_on(16, 4, 10000, 2, 16384, 0, 1, 254);
 }
 TS_TEST(cuda, attn_long_split_parity_and_row_exact) { attn_case(16, 4, 1000, 4, 1100); }
 

@@ -174,11 +174,11 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     __shared__ float qs[GMAX][DMAX];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
-    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z;
+    const int kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos(a);
-    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T), p0 = s * P;
-    if (p0 >= T) return;
-    const int pn = min(P, T - p0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
+    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T);
+    if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
+    const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
     for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
@@ -189,10 +189,16 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
      * arithmetic is exactly the one-chunk form): scores, the chunk's max and
      * sum, the weighted V sum; a later chunk rescales the running o and l by
      * exp(m_old - m_new) (flash-decoding). */
+    const int d = threadIdx.x; /* D <= 256 = blockDim.x: one output dim a thread */
+    /* pieces s, s + gridDim.x, ...: a grid smaller than the row's pieces
+     * walks them (each piece's arithmetic and slot as with a block of its
+     * own: the same bits); the next piece's first sub-chunk starts with a
+     * barrier, so its shared memory is free of this one's */
+    for (int s = blockIdx.x; s * P < T; s += gridDim.x) {
+    const int p0 = s * P, pn = min(P, T - p0);
     float o[GMAX];
 #pragma unroll
     for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
-    const int d = threadIdx.x; /* D <= 256 = blockDim.x: one output dim a thread */
     for (int c0 = 0; c0 < pn; c0 += SPL) {
         const int t0 = p0 + c0, nt = min(SPL, pn - c0);
         __syncthreads();
@@ -242,6 +248,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
         }
     }
     if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
+    }
 }
 
 /* LK (ctx.attn_kv == 2, TSC_ATTN_KV=2): the same piece, sub-chunks, online
@@ -271,11 +278,11 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     __shared__ float4 qs4[GMAX][DMAX / 4];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
-    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z;
+    const int kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos(a);
-    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T), p0 = s * P;
-    if (p0 >= T) return;
-    const int pn = min(P, T - p0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
+    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T);
+    if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
+    const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
     for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
@@ -283,10 +290,12 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
         qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
     }
     float4 *vs = kvs + SPL * (DMAX / 4 + 1);
+    const int d = threadIdx.x;
+    for (int s = blockIdx.x; s * P < T; s += gridDim.x) { /* k_attn_split's walk over the pieces */
+    const int p0 = s * P, pn = min(P, T - p0);
     float o[GMAX];
 #pragma unroll
     for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
-    const int d = threadIdx.x;
     for (int c0 = 0; c0 < pn; c0 += SPL) {
         const int t0 = p0 + c0, nt = min(SPL, pn - c0);
         __syncthreads();
@@ -328,6 +337,7 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
         if (d < D) chunk_pv(o, sc, frow, (const float *)vs + d, D, nt, G, c0);
     }
     if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
+    }
 }
 
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
@@ -573,7 +583,13 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         cudaFuncSetAttribute(k_attn_split_lk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
         c->attn_kv_smem = 1;
     }
-    const dim3 sg(used, a->nkv, a->n);
+    /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
+     * long context's graph covers np_max pieces a row and head, most of them
+     * empty at short positions, and every block launched costs even if it
+     * returns (per row, so a verify's rows keep their parallelism) */
+    int cap = 2 * c->n_sm / a->nkv;
+    if (cap < 1) cap = 1;
+    const dim3 sg(used < cap ? used : cap, a->nkv, a->n);
     if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
