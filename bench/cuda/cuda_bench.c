@@ -512,7 +512,9 @@ static void run_shape(int quick, int prof) {
         tsc_trace_reset();
         const double ms = time_step(1, 1, 3);
         const int nl = tsc_trace_dump(C, TRACE);
-        printf("trace: %d product launches of a %.3f ms step -> %s%s\n", nl, ms, TRACE,
+        /* the file's name only: this output is kept in bench/, the host's paths are not */
+        const char *base = strrchr(TRACE, '/') ? strrchr(TRACE, '/') + 1 : TRACE;
+        printf("trace: %d product launches of a %.3f ms step -> %s%s\n", nl, ms, base,
                nl < 0 ? " (not written: a build without -DTSC_TRACE)" : "");
     }
     if (!strcmp(S->key, "9b")) {

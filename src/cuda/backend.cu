@@ -79,8 +79,8 @@ constexpr int TOPK_MAX = 32;
  * sized area the target's attention of a drafting session split otherwise
  * than plain decode's and drafted greedy output could leave plain greedy's.
  * At least the 4 * cols of every released shape (the 9B's 49152), so no
- * split a plain session chose got coarser. */
-/* 1M floats (4 MiB), from 64K in session 19: the area bounds the number of
+ * split a plain session chose got coarser.
+ * 1M floats (4 MiB), from 64K in session 19: the area bounds the number of
  * pieces (np * nq * (D + 2) floats), and 64K floats left the 9B 15 pieces
  * of a head at most (9 of 64 keys at 512 tokens, 15 of 288 at 4096: 36 and
  * 60 blocks on 132 SMs, each piece's sub-chunks in sequence; ncu had put the

@@ -130,7 +130,7 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     const char *ak = getenv("TSC_ATTN_KV");
     c->attn_kv = ak && ak[0] == '0' ? 0 : ak && ak[0] == '1' ? 1 : 2;
     const char *gf = getenv("TSC_GDN_FUSED");
-    c->gdn_fused = gf && gf[0] == '0' ? 0 : gf && gf[0] == '2' ? 2 : 1;
+    c->gdn_fused = !(gf && gf[0] == '0');
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);
@@ -470,7 +470,7 @@ extern "C" void tsc_set_pdl(tsc_ctx *c, int on) {
 }
 
 extern "C" void tsc_set_gdn_fused(tsc_ctx *c, int on) {
-    if (c) c->gdn_fused = on == 2 ? 2 : on != 0;
+    if (c) c->gdn_fused = on != 0;
 }
 
 extern "C" void tsc_set_attn_kv(tsc_ctx *c, int on) {

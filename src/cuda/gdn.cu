@@ -431,7 +431,7 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
         return;
     }
     const int C = 2 * a->Hk * DK + a->Hv * DV, rr = a->Hv / a->Hk;
-    if ((c->gdn_fused == 1 || (c->gdn_fused == 2 && a->n > 1)) && rr <= 2) {
+    if (c->gdn_fused && rr <= 2) {
         const bool e = c->pdl_early;
         tsc_launch(c, rr == 1 ? (e ? k_gdn_fused<true, 1> : k_gdn_fused<false, 1>)
                               : (e ? k_gdn_fused<true, 2> : k_gdn_fused<false, 2>),

@@ -410,10 +410,9 @@ void tsc_set_pdl(tsc_ctx *c, int on);
  * 0 have the same bits (the tests compare them); 2 sums a score in another
  * order (tested against the CPU reference). TSC_ATTN_KV=0|1|2 starts it. */
 void tsc_set_attn_kv(tsc_ctx *c, int on);
-/* The GDN step in one kernel (1, the default), prep + scan (0), or the one
- * kernel for several rows only (2); TSC_GDN_FUSED=0|1|2 starts it: the same
- * bits every way (gdn.cu, k_gdn_fused; the tests compare them). Hv / Hk
- * above 2 always takes the two kernels. */
+/* The GDN step in one kernel (1, the default; TSC_GDN_FUSED=0 starts it off)
+ * or prep + scan (0): the same bits either way (gdn.cu, k_gdn_fused; the
+ * tests compare them). Hv / Hk above 2 always takes the two kernels. */
 void tsc_set_gdn_fused(tsc_ctx *c, int on);
 /* Events on the stream: mark, then elapsed milliseconds since the mark
  * (waits for the work queued in between). */

@@ -260,6 +260,14 @@ int cmd_bench(int argc, char **argv) {
     if (nt > 64) nt = 64;
 
     ts_error err = {0};
+    /* the session's context: what the prompt and the generated tokens need,
+     * or --ctx (checked before the weights are loaded) */
+    const int need = prompt + gen + 8 + (spec ? draft + 1 : 0);
+    if (ctx && ctx < need) {
+        fprintf(stderr, "turbospark bench: --ctx %d is less than the %d tokens the prompt and --gen need\n", ctx, need);
+        free(file_ids);
+        return 2;
+    }
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     cli_engine_apply(&eo, &ep, NULL, NULL);
@@ -271,16 +279,7 @@ int cmd_bench(int argc, char **argv) {
     ts_session_params sp;
     ts_session_params_default(&sp);
     const int block = spec && eo.spec.dflash ? eo.spec.block : 0;
-    sp.n_ctx = prompt + gen + 8 + (spec ? draft + 1 : 0);
-    if (ctx) {
-        if (ctx < sp.n_ctx) {
-            fprintf(stderr, "turbospark bench: --ctx %d is less than the %d tokens the prompt and --gen need\n", ctx,
-                    sp.n_ctx);
-            ts_engine_close(e);
-            return 2;
-        }
-        sp.n_ctx = ctx;
-    }
+    sp.n_ctx = ctx ? ctx : need;
     sp.max_rows = prompt;
     sp.spec_draft = spec && !block ? draft : 0;
     sp.dflash_block = block;
