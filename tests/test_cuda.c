@@ -992,7 +992,7 @@ TS_TEST(cuda, attn_prefill_vs_row_kernels) {
         float *dout = tsc_alloc(c, sizeof(float) * n * nq * D), *dout1 = tsc_alloc(c, sizeof(float) * (n + 1) * nq * D);
         tsc_fill(c, dout1, 7.0f, (size_t)(n + 1) * nq * D);
         float *ws = tsc_alloc(c, tsc_attn_ws_bytes(1, nq, D, max_T));
-        tsc_attn_args A = {n, pos0, nq, nkv, D, 64, 1e7f, 1e-6f, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws, NULL, 0, 1, 0, 0};
+        tsc_attn_args A = {n, pos0, nq, nkv, D, 64, 1e7f, 1e-6f, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws, NULL, 0, 1, 0, 0, 0};
         for (int r0 = 0; r0 < n; r0 += TSC_ROWS_MAX) { /* phase 1: norms, RoPE, K/V appended */
             tsc_attn_args B = A;
             B.n = n - r0 < TSC_ROWS_MAX ? n - r0 : TSC_ROWS_MAX, B.pos = pos0 + r0;
@@ -1025,7 +1025,7 @@ TS_TEST(cuda, attn_prefill_vs_row_kernels) {
 
 /* split: keys per piece (0: TSC_ATTN_SPLIT); devpos: the position from a
  * device int (the engine's form: backend.cu, graphs replay at any position) */
-static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split, int devpos) {
+static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split, int devpos, int np_max) {
     OPEN(c);
     tsc_set_attn_kv(c, 1); /* the warp-a-key form first (the default, 2, below) */
     const int D = 256, rot = 64, kvdim = nkv * D, G = nq / nkv;
@@ -1042,11 +1042,11 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     float *dK = up(c, Kc, sizeof(float) * max_T * kvdim), *dV = up(c, Vc, sizeof(float) * max_T * kvdim);
     float *dK1 = up(c, Kc, sizeof(float) * max_T * kvdim), *dV1 = up(c, Vc, sizeof(float) * max_T * kvdim);
     float *dout = tsc_alloc(c, sizeof(float) * n * nq * D), *dout1 = tsc_alloc(c, sizeof(float) * n * nq * D);
-    float *ws = tsc_alloc(c, tsc_attn_ws_bytes_split(n, nq, D, max_T, split));
+    float *ws = tsc_alloc(c, np_max ? tsc_attn_ws_bytes_np(n, nq, D, np_max) : tsc_attn_ws_bytes_split(n, nq, D, max_T, split));
     int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
     tsc_write(c, dpos, &pos0, sizeof(int32_t));
     tsc_attn_args A = {n, devpos ? 0 : pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws,
-                       devpos ? dpos : NULL, split, 0, 0, 0};
+                       devpos ? dpos : NULL, split, 0, 0, 0, np_max};
     tsc_attn_decode(c, &A);
     /* the same call with the keys and values read from the cache where used
      * (tsc_set_attn_kv(c, 0)) instead of through shared memory: the same bits */
@@ -1130,13 +1130,27 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     tsc_close(c);
 }
 
-static void attn_case(int nq, int nkv, int pos0, int n, int max_T) { attn_case_on(nq, nkv, pos0, n, max_T, 0, 0); }
+static void attn_case(int nq, int nkv, int pos0, int n, int max_T) { attn_case_on(nq, nkv, pos0, n, max_T, 0, 0, 0); }
 
 TS_TEST(cuda, attn_short_parity_and_row_exact) { attn_case(8, 2, 37, 3, 64); }
 /* the engine's form: position on the device, pieces of several sub-chunks */
 TS_TEST(cuda, attn_device_pos_big_pieces) {
-    attn_case_on(16, 4, 1000, 4, 1100, 288, 1);
-    attn_case_on(8, 2, 37, 3, 64, 64, 1);
+    attn_case_on(16, 4, 1000, 4, 1100, 288, 1, 0);
+    attn_case_on(8, 2, 37, 3, 64, 64, 1, 0);
+}
+/* pieces sized by each row's length (np_max, the engine's form since session
+ * 19): 8 pieces at most, so rows of 1001..1004 keys take pieces of 128 (4
+ * sub-chunks); rows 255..258 straddle the step from 32 to 64 keys inside one
+ * call (row-exact still: each row's pieces depend on its own length); a
+ * device position; rows far below a long cache's end (the case the fixed
+ * split made slow) */
+TS_TEST(cuda, attn_pieces_by_row_length) {
+    attn_case_on(16, 4, 1000, 4, 1100, 0, 0, 8);
+    attn_case_on(8, 2, 254, 4, 4000, 0, 1, 8);
+    attn_case_on(16, 4, 600, 3, 16384, 0, 1, 254);
+    /* 157 pieces of 64 keys a row: more than the split's grid (2 blocks an SM
+     * for the row's KV heads), so blocks walk several pieces */
+    attn_case_on(16, 4, 10000, 2, 16384, 0, 1, 254);
 }
 TS_TEST(cuda, attn_long_split_parity_and_row_exact) { attn_case(16, 4, 1000, 4, 1100); }
 

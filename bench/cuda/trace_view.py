@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""trace_view.py FILE [FILE...]: where a decode step's dp4a products spend
+"""trace_view.py [--kernels] FILE [FILE...]: where a decode step's dp4a products spend
 their time, from cuda_bench --trace (FILE or FILE.xz; a build with -DTSC_TRACE; q4dp.cu's
 trace_at records, per block of every k_q4dp launch, the global timer at its
 entry, when its PDL wait returns, once x is staged, and at its end).
@@ -72,6 +72,69 @@ def view(path):
           f"; first release to last end {((last - first) / 1e3) if first else 0:.1f}")
 
 
+def kernels(path, gap_us=20.0):
+    """--kernels: every kernel's launches in the last replay of the trace, from the K lines (common.cuh's
+    TSC_ENTRY ring: a block's entry, PDL release and end, its unit and source line). Replays are told apart
+    by a pause of gap_us with no block running; a launch starts where the source line changes or a block's
+    release comes after every block of the current launch has ended (a dependent launch waits for its
+    predecessor to complete). Per launch: the unit:line, blocks, release and end relative to the replay's
+    first release, its span (last end - first release), the gap from the previous launch's end to its
+    release, and how long before its release its first block was resident."""
+    recs = []
+    with (lzma.open(path, 'rt') if path.endswith('.xz') else open(path)) as f:
+        for line in f:
+            p = line.split()
+            if p and p[0] == "K":
+                recs.append((p[1].split("/")[-1] + ":" + p[2], int(p[3]), int(p[5]), int(p[6]), int(p[7])))
+    if not recs:
+        print(f"== {path}: no K lines (a trace build older than session 19, or nothing ran)")
+        return
+    recs.sort(key=lambda r: (r[3] or r[2]))
+    # the last replay: after the last pause in which nothing ran
+    start, hi = 0, 0
+    for i, r in enumerate(recs):
+        t = r[3] or r[2]
+        if i and t - hi > gap_us * 1e3:
+            start = i
+        hi = max(hi, r[4])
+    recs = recs[start:]
+    launches = []
+    for r in recs:
+        rel = r[3] or r[2]
+        if launches and launches[-1]["tag"] == r[0] and rel <= launches[-1]["end"]:
+            L = launches[-1]
+        else:
+            L = {"tag": r[0], "n": 0, "rel": rel, "end": 0, "ent": r[2]}
+            launches.append(L)
+        L["n"] += 1
+        L["rel"] = min(L["rel"], rel)
+        L["end"] = max(L["end"], r[4])
+        L["ent"] = min(L["ent"], r[2])
+    t0 = launches[0]["rel"]
+    print(f"== {path}: {len(launches)} launches in the last replay, {(max(L['end'] for L in launches) - t0) / 1e3:.1f} us")
+    print(f"{'#':>4} {'kernel':<16} {'blocks':>6} {'release':>9} {'end':>9} {'span':>7} {'gap':>6} {'early':>6}")
+    by = {}
+    prev = None
+    for i, L in enumerate(launches):
+        gap = (L["rel"] - prev) / 1e3 if prev is not None else 0.0
+        span = (L["end"] - L["rel"]) / 1e3
+        print(f"{i:>4} {L['tag']:<16} {L['n']:>6} {(L['rel'] - t0) / 1e3:>9.2f} {(L['end'] - t0) / 1e3:>9.2f} "
+              f"{span:>7.2f} {gap:>6.2f} {(L['rel'] - L['ent']) / 1e3:>6.2f}")
+        a = by.setdefault(L["tag"], [0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += span
+        a[2] += gap
+        prev = L["end"]
+    print("per kernel (launches, total span us, total gap before it us):")
+    for k, (n, sp, g) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {k:<16} {n:>4} {sp:>9.1f} {g:>9.1f}")
+
+
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
-        view(p)
+    args = sys.argv[1:]
+    if args and args[0] == "--kernels":
+        for p in args[1:]:
+            kernels(p)
+    else:
+        for p in args:
+            view(p)

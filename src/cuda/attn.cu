@@ -43,12 +43,25 @@ constexpr int SPL = TSC_ATTN_SPLIT, GMAX = 16, DMAX = 256;
 __device__ __forceinline__ int row_pos(const tsc_attn_args &a) { return a.pos + (a.pos_dev ? *a.pos_dev : 0); }
 /* floats from one query head to the next: [q | gate] pairs, or queries alone */
 __device__ __forceinline__ int q_width(const tsc_attn_args &a) { return a.no_gate ? a.D : 2 * a.D; }
-/* keys per piece: a.split (a multiple of SPL), else SPL */
-__device__ __forceinline__ int piece_of(const tsc_attn_args &a) { return a.split ? a.split : SPL; }
+/* keys per piece of a row of length T: with np_max, the finest multiple of
+ * SPL that keeps the pieces at np_max or fewer; else a.split (a multiple of
+ * SPL), else SPL */
+__host__ __device__ __forceinline__ int piece_at(const tsc_attn_args &a, int T) {
+    if (a.np_max > 0) {
+        const int64_t span = (int64_t)SPL * a.np_max;
+        return SPL * (int)((T + span - 1) / span);
+    }
+    return a.split ? a.split : SPL;
+}
+/* the workspace's pieces a row and head */
+__host__ __device__ __forceinline__ int slots_of(const tsc_attn_args &a) {
+    const int P = a.split ? a.split : SPL;
+    return a.np_max > 0 ? a.np_max : (a.max_T + P - 1) / P;
+}
 
 template <bool E>
 __global__ void k_attn_prep(const tsc_attn_args a) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ double red[32];
     __shared__ float ys[DMAX];
     const int i = blockIdx.y, hd = blockIdx.x, d = threadIdx.x, D = a.D, kvdim = a.nkv * a.D;
@@ -86,6 +99,67 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
     }
 }
 
+/* The online softmax of one sub-chunk of nt scores per query head (warps
+ * over heads, lanes over keys): the chunk's max against the running one, the
+ * scores replaced by their exponentials, the running sum rescaled (frow: the
+ * factor the running o takes). k_attn_split's and k_attn_split_lk's. */
+__device__ __forceinline__ void chunk_softmax(float (*sc)[SPL], float *mrow, float *lrow, float *frow, int G, int nt,
+                                              int c0, int warp, int lane) {
+    for (int hh = warp; hh < G; hh += 8) {
+        float mx = -INFINITY;
+        for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
+        mx = warp_max(mx);
+        const float mo = c0 ? mrow[hh] : -INFINITY, mn = fmaxf(mo, mx);
+        float l = 0.f;
+        for (int tt = lane; tt < nt; tt += 32) {
+            const float e = expf(__fsub_rn(sc[hh][tt], mn));
+            sc[hh][tt] = e;
+            l = __fadd_rn(l, e);
+        }
+        l = warp_sum(l);
+        __syncwarp(); /* every lane has read mrow[hh] (mo) before lane 0 rewrites it */
+        if (lane == 0) {
+            const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
+            frow[hh] = f;
+            mrow[hh] = mn;
+            lrow[hh] = c0 ? __fmaf_rn(lrow[hh], f, l) : l;
+        }
+    }
+}
+
+/* One output dim's running weighted V sum of every query head over a
+ * sub-chunk: o rescaled by frow after the first chunk, then the nt values
+ * (vc, vstride floats apart) times their weights, in key order. */
+__device__ __forceinline__ void chunk_pv(float (&o)[GMAX], float (*sc)[SPL], const float *frow, const float *vc,
+                                         int vstride, int nt, int G, int c0) {
+    if (c0) {
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++)
+            if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
+    }
+    /* unrolled: the V loads of several keys in flight, not one at a time */
+#pragma unroll 8
+    for (int tt = 0; tt < nt; tt++) {
+        const float v = vc[(int64_t)tt * vstride];
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++)
+            if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
+    }
+}
+
+/* A piece's partials of output dim d: o per query head, then its max and sum */
+__device__ __forceinline__ void store_partials(const tsc_attn_args &a, const float (&o)[GMAX], const float *mrow,
+                                               const float *lrow, int i, int kh, int G, int s, int nsplit, int d) {
+    const int D = a.D;
+#pragma unroll
+    for (int hh = 0; hh < GMAX; hh++)
+        if (hh < G) {
+            float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
+            p[d] = o[hh];
+            if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
+        }
+}
+
 /* KV: each sub-chunk's keys and values are first copied into shared memory
  * by the whole block, every load in flight at once (16 float4 a thread at
  * 32 keys of D = 256), then read from there; without it a warp's key loads
@@ -95,16 +169,16 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
  * (cuda.attn_* compare the two forms). ctx.attn_kv (TSC_ATTN_KV=0: off). */
 template <bool E, bool KV>
 __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int nsplit) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* KV: [SPL][D] keys, then [SPL][D] values */
     __shared__ float qs[GMAX][DMAX];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
-    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z, P = piece_of(a);
+    const int kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos(a);
-    const int T = min(pos + i + 1, a.max_T), p0 = s * P;
-    if (p0 >= T) return;
-    const int pn = min(P, T - p0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
+    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T);
+    if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
+    const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
     for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
@@ -115,10 +189,16 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
      * arithmetic is exactly the one-chunk form): scores, the chunk's max and
      * sum, the weighted V sum; a later chunk rescales the running o and l by
      * exp(m_old - m_new) (flash-decoding). */
+    const int d = threadIdx.x; /* D <= 256 = blockDim.x: one output dim a thread */
+    /* pieces s, s + gridDim.x, ...: a grid smaller than the row's pieces
+     * walks them (each piece's arithmetic and slot as with a block of its
+     * own: the same bits); the next piece's first sub-chunk starts with a
+     * barrier, so its shared memory is free of this one's */
+    for (int s = blockIdx.x; s * P < T; s += gridDim.x) {
+    const int p0 = s * P, pn = min(P, T - p0);
     float o[GMAX];
 #pragma unroll
     for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
-    const int d = threadIdx.x; /* D <= 256 = blockDim.x: one output dim a thread */
     for (int c0 = 0; c0 < pn; c0 += SPL) {
         const int t0 = p0 + c0, nt = min(SPL, pn - c0);
         __syncthreads();
@@ -160,53 +240,14 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
             }
         }
         __syncthreads();
-        for (int hh = warp; hh < G; hh += 8) {
-            float mx = -INFINITY;
-            for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
-            mx = warp_max(mx);
-            const float mo = c0 ? mrow[hh] : -INFINITY, mn = fmaxf(mo, mx);
-            float l = 0.f;
-            for (int tt = lane; tt < nt; tt += 32) {
-                const float e = expf(__fsub_rn(sc[hh][tt], mn));
-                sc[hh][tt] = e;
-                l = __fadd_rn(l, e);
-            }
-            l = warp_sum(l);
-            __syncwarp(); /* every lane has read mrow[hh] (mo) before lane 0 rewrites it */
-            if (lane == 0) {
-                const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
-                frow[hh] = f;
-                mrow[hh] = mn;
-                lrow[hh] = c0 ? __fmaf_rn(lrow[hh], f, l) : l;
-            }
-        }
+        chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
         __syncthreads();
         if (d < D) {
-            if (c0) {
-#pragma unroll
-                for (int hh = 0; hh < GMAX; hh++)
-                    if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
-            }
             const float *vc = KV ? (const float *)(kvs + SPL * (D >> 2)) + d : a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
-            const int vstride = KV ? D : kvdim;
-        /* unrolled: the V loads of several keys in flight, not one at a time */
-#pragma unroll 8
-            for (int tt = 0; tt < nt; tt++) {
-                const float v = vc[(int64_t)tt * vstride];
-#pragma unroll
-                for (int hh = 0; hh < GMAX; hh++)
-                    if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
-            }
+            chunk_pv(o, sc, frow, vc, KV ? D : kvdim, nt, G, c0);
         }
     }
-    if (d < D) {
-#pragma unroll
-        for (int hh = 0; hh < GMAX; hh++)
-            if (hh < G) {
-                float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
-                p[d] = o[hh];
-                if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
-            }
+    if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
     }
 }
 
@@ -232,16 +273,16 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * The default (ctx.attn_kv 2). */
 template <bool E>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
     __shared__ float4 qs4[GMAX][DMAX / 4];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
-    const int s = blockIdx.x, kh = blockIdx.y, i = blockIdx.z, P = piece_of(a);
+    const int kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos(a);
-    const int T = min(pos + i + 1, a.max_T), p0 = s * P;
-    if (p0 >= T) return;
-    const int pn = min(P, T - p0), D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
+    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T);
+    if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
+    const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
     for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
@@ -249,10 +290,12 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
         qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
     }
     float4 *vs = kvs + SPL * (DMAX / 4 + 1);
+    const int d = threadIdx.x;
+    for (int s = blockIdx.x; s * P < T; s += gridDim.x) { /* k_attn_split's walk over the pieces */
+    const int p0 = s * P, pn = min(P, T - p0);
     float o[GMAX];
 #pragma unroll
     for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
-    const int d = threadIdx.x;
     for (int c0 = 0; c0 < pn; c0 += SPL) {
         const int t0 = p0 + c0, nt = min(SPL, pn - c0);
         __syncthreads();
@@ -289,51 +332,11 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
             }
         }
         __syncthreads();
-        for (int hh = warp; hh < G; hh += 8) {
-            float mx = -INFINITY;
-            for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, sc[hh][tt]);
-            mx = warp_max(mx);
-            const float mo = c0 ? mrow[hh] : -INFINITY, mn = fmaxf(mo, mx);
-            float l = 0.f;
-            for (int tt = lane; tt < nt; tt += 32) {
-                const float e = expf(__fsub_rn(sc[hh][tt], mn));
-                sc[hh][tt] = e;
-                l = __fadd_rn(l, e);
-            }
-            l = warp_sum(l);
-            __syncwarp();
-            if (lane == 0) {
-                const float f = c0 ? expf(__fsub_rn(mo, mn)) : 1.0f;
-                frow[hh] = f;
-                mrow[hh] = mn;
-                lrow[hh] = c0 ? __fmaf_rn(lrow[hh], f, l) : l;
-            }
-        }
+        chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
         __syncthreads();
-        if (d < D) {
-            if (c0) {
-#pragma unroll
-                for (int hh = 0; hh < GMAX; hh++)
-                    if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
-            }
-            const float *vc = (const float *)vs + d;
-#pragma unroll 8
-            for (int tt = 0; tt < nt; tt++) {
-                const float v = vc[tt * D];
-#pragma unroll
-                for (int hh = 0; hh < GMAX; hh++)
-                    if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
-            }
-        }
+        if (d < D) chunk_pv(o, sc, frow, (const float *)vs + d, D, nt, G, c0);
     }
-    if (d < D) {
-#pragma unroll
-        for (int hh = 0; hh < GMAX; hh++)
-            if (hh < G) {
-                float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
-                p[d] = o[hh];
-                if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
-            }
+    if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
     }
 }
 
@@ -343,14 +346,14 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
  * Block: D threads. */
 template <bool E>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ float es[1024], ls[1024];
     __shared__ float red[32];
     __shared__ float Ls;
-    const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x, P = piece_of(a);
+    const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
     const int pos = row_pos(a);
     if (pos + i >= a.max_T) return;
-    const int T = pos + i + 1, ns = (T + P - 1) / P;
+    const int T = pos + i + 1, P = piece_at(a, T), ns = (T + P - 1) / P;
     const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);
     float M = -INFINITY;
     for (int s = t; s < ns; s += blockDim.x) M = fmaxf(M, p[(int64_t)s * (D + 2) + D]);
@@ -530,6 +533,10 @@ extern "C" size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int s
     return (size_t)n * nq * ns * (D + 2) * sizeof(float);
 }
 
+extern "C" size_t tsc_attn_ws_bytes_np(int n, int nq, int D, int np_max) {
+    return (size_t)n * nq * (size_t)np_max * (D + 2) * sizeof(float);
+}
+
 extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
     const size_t ns = ((size_t)max_T + SPL - 1) / SPL;
     return (size_t)n * nq * ns * (D + 2) * sizeof(float);
@@ -538,7 +545,7 @@ extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
 extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     TSC_GUARD(c);
     if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || (!a->pos_dev && a->pos + a->n > a->max_T) ||
-        a->split < 0 || a->split % SPL || (a->no_q && a->phase != 1)) {
+        a->split < 0 || a->split % SPL || a->np_max < 0 || a->np_max > 1024 || (a->no_q && a->phase != 1)) {
         tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows (split %d%s)", a->n,
                   a->pos, a->max_T, a->split, a->no_q && a->phase != 1 ? "; rows without queries attend to nothing" : "");
         return;
@@ -552,8 +559,15 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     }
     /* with the position on the device the grid covers the whole cache (the
      * pieces past a row's length return at once), so a graph replays as is */
-    const int P = a->split ? a->split : SPL, nsplit = (a->max_T + P - 1) / P;
-    const int used = a->pos_dev ? nsplit : (a->pos + a->n + P - 1) / P;
+    const int nsplit = slots_of(*a);
+    int used = nsplit;
+    if (!a->pos_dev) { /* the most pieces a row of the call has (with np_max, not always the last row's) */
+        used = 0;
+        for (int i = 0; i < a->n; i++) {
+            const int T = a->pos + i + 1 < a->max_T ? a->pos + i + 1 : a->max_T, P = piece_at(*a, T);
+            used = (T + P - 1) / P > used ? (T + P - 1) / P : used;
+        }
+    }
     if (a->phase != 2) {
         tsc_launch(c, c->pdl_early ? k_attn_prep<true> : k_attn_prep<false>, dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
@@ -569,7 +583,13 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         cudaFuncSetAttribute(k_attn_split_lk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
         c->attn_kv_smem = 1;
     }
-    const dim3 sg(used, a->nkv, a->n);
+    /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
+     * long context's graph covers np_max pieces a row and head, most of them
+     * empty at short positions, and every block launched costs even if it
+     * returns (per row, so a verify's rows keep their parallelism) */
+    int cap = 2 * c->n_sm / a->nkv;
+    if (cap < 1) cap = 1;
+    const dim3 sg(used < cap ? used : cap, a->nkv, a->n);
     if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)

@@ -1262,11 +1262,25 @@ void cu_swiglu(ts_stream *s, ts_mode m, float *g, const float *u, size_t N) {
     tsc_silu_mul(ST(s)->c, g, u, N);
 }
 
-/* Keys per attention piece for a cache of L rows whose partials must fit
- * cap floats per row (nq heads, D + 2 floats a piece): the smallest
- * multiple of TSC_ATTN_SPLIT that fits (more pieces: more blocks in flight).
- * 0 when none does. */
-int pick_split(int L, int nq, int D, size_t cap) {
+/* Pieces a row and head may take for a cache of L rows whose partials must
+ * fit cap floats per row (nq heads, D + 2 floats a piece): at most 1024, no
+ * more than pieces of TSC_ATTN_SPLIT keys would need; 0 when not one fits.
+ * A row of length T then takes pieces of the finest size that keeps them
+ * within that count (attn.cu's piece_at: TSC_ATTN_SPLIT keys while T <=
+ * TSC_ATTN_SPLIT * np, larger beyond). */
+int pick_np(int L, int nq, int D, size_t cap) {
+    size_t np = cap / ((size_t)nq * (size_t)(D + 2));
+    const size_t need = ((size_t)L + TSC_ATTN_SPLIT - 1) / TSC_ATTN_SPLIT;
+    if (np > 1024) np = 1024;
+    if (np > need) np = need;
+    return (int)np;
+}
+
+/* The fixed split of sessions 1-18 (TSC_ATTN_FIXED=1, a benchmark switch
+ * read once: every row of a session in pieces of one size, the smallest
+ * multiple of TSC_ATTN_SPLIT whose count over the whole cache fits cap), for
+ * measuring the pieces by row length against it. */
+int pick_split_fixed(int L, int nq, int D, size_t cap) {
     const int top = (L + TSC_ATTN_SPLIT - 1) / TSC_ATTN_SPLIT * TSC_ATTN_SPLIT;
     for (int P = TSC_ATTN_SPLIT; P <= top; P += TSC_ATTN_SPLIT) {
         const size_t np = ((size_t)L + P - 1) / P;
@@ -1274,30 +1288,44 @@ int pick_split(int L, int nq, int D, size_t cap) {
     }
     return 0;
 }
+bool attn_fixed() {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TSC_ATTN_FIXED");
+        v = e && e[0] == '1';
+    }
+    return v;
+}
 
-/* The buffer for a row's attention partials and the keys per piece, for a
- * cache of L rows: the contract's score buffer (one row of att_len per query
- * head) or the stream's own small area (contexts shorter than a head's
- * partial), whichever allows the finer split (more pieces: more blocks in
- * flight). false, with the stream failed, when neither holds one piece. */
-bool attn_ws(ts_stream *s, const ts_attn_args *a, int L, float **ws, int *P) {
+/* The buffer for a row's attention partials and its pieces, for a cache of
+ * L rows: the contract's score buffer (one row of att_len per query head) or
+ * the stream's own small area, whichever holds more pieces (finer pieces:
+ * more blocks in flight). Both counts depend only on L, the shape and the
+ * area's constant size, so every session of one context length splits a
+ * row of a given length alike (see cu_attn). false, with the stream failed,
+ * when neither holds one piece. */
+bool attn_ws(ts_stream *s, const ts_attn_args *a, int L, float **ws, int *np) {
     cu_stream *q = ST(s);
     *ws = a->att;
-    *P = pick_split(L, a->nq, a->D, (size_t)a->nq * (size_t)L);
-    const int P2 = pick_split(L, a->nq, a->D, q->att_small_n);
-    if (P2 && (!*P || P2 < *P)) *ws = q->att_small, *P = P2;
-    if (!*P) { fail(s, TS_E_UNSUPPORTED, "attention: no workspace split fits this context and head shape"); return false; }
+    *np = pick_np(L, a->nq, a->D, (size_t)a->nq * (size_t)L);
+    const int np2 = pick_np(L, a->nq, a->D, q->att_small_n);
+    if (np2 > *np) *ws = q->att_small, *np = np2;
+    if (*np < 1) { fail(s, TS_E_UNSUPPORTED, "attention: no workspace split fits this context and head shape"); return false; }
     return true;
 }
 
 /* The kernels' arguments every row of one attention op shares. */
-tsc_attn_args attn_common(const ts_attn_args *a, int L, float *ws, int P) {
+tsc_attn_args attn_common(const ts_attn_args *a, int L, float *ws, int np) {
     tsc_attn_args t;
     memset(&t, 0, sizeof t);
     t.nq = a->nq, t.nkv = a->nkv, t.D = a->D, t.rot = a->rot;
     t.theta = (float)a->theta, t.eps = a->eps;
     t.q_norm = a->q_norm, t.k_norm = a->k_norm, t.Kc = a->kc, t.Vc = a->vc, t.max_T = L;
-    t.ws = ws, t.split = P;
+    t.ws = ws, t.np_max = np;
+    if (attn_fixed()) { /* the old rule, over the same buffer (its count of pieces fits it too) */
+        const size_t cap = ws == a->att ? (size_t)a->nq * (size_t)L : att_small_floats();
+        t.np_max = 0, t.split = pick_split_fixed(L, a->nq, a->D, cap);
+    }
     return t;
 }
 
@@ -1332,10 +1360,10 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
         return;
     }
     float *ws;
-    int P;
-    if (!attn_ws(s, a, L, &ws, &P)) return;
+    int np;
+    if (!attn_ws(s, a, L, &ws, &np)) return;
     const int qw = a->no_gate ? D : 2 * D, qd = a->nq * qw, kvd = a->nkv * D;
-    tsc_attn_args t = attn_common(a, L, ws, P);
+    tsc_attn_args t = attn_common(a, L, ws, np);
     if (cap) t.pos_dev = &q->dstep->step.pos;
     t.no_gate = a->no_gate;
     t.qg = a->qg, t.phase = 1;
@@ -1366,13 +1394,14 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
  * buffer (one row of att_len per query head), or to the stream's own small
  * area for contexts shorter than a head's partial. The position comes from
  * the device step record plus the row.
- * The piece size (the split) changes a row's rounding, so it is chosen from
- * what every session of one context length has alike: the cache's rows
- * (kv_len), the shape, one row of scores per query head (a verify session's
- * buffer holds more rows and may be longer: the MTP cache's slack) and the
- * small area (att_small_floats(), the same for every stream). Then a verify row, a
- * decode row and a plain session's row of the same position have the same
- * bits, in MTP and DFlash sessions alike. */
+ * The piece size changes a row's rounding, so it is a function of the row's
+ * own length and of a piece count chosen from what every session of one
+ * context length has alike: the cache's rows (kv_len), the shape, one row of
+ * scores per query head (a verify session's buffer holds more rows and may
+ * be longer: the MTP cache's slack) and the small area (att_small_floats(),
+ * the same for every stream). Then a verify row, a decode row and a plain
+ * session's row of the same position have the same bits, in MTP and DFlash
+ * sessions alike. */
 void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     op_timer opt_(s, OPT_ATTN);
     flush(s);
@@ -1388,10 +1417,10 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     }
     const int L = a->kv_len > 0 && a->kv_len <= a->att_len ? a->kv_len : a->att_len, D = a->D;
     float *ws;
-    int P;
-    if (!attn_ws(s, a, L, &ws, &P)) return;
+    int np;
+    if (!attn_ws(s, a, L, &ws, &np)) return;
     const int qd = a->nq * 2 * D, kvd = a->nkv * D;
-    tsc_attn_args t = attn_common(a, L, ws, P);
+    tsc_attn_args t = attn_common(a, L, ws, np);
     t.pos_dev = &q->dstep->step.pos;
     /* every row's q/k norms, RoPE and K/V append first (the output rows
      * below overwrite the v rows of later rows: the model's out is big2) */

@@ -51,7 +51,11 @@ void tsc_launched_(tsc_ctx *c, const char *op);
  * launched without the attribute), then let the next one be scheduled. So a
  * kernel's launch and its weight-only prologue overlap the previous kernel's
  * tail, inside graphs too, with the order of a plain stream. */
+#ifdef TSC_TRACE
+#define TSC_PDL_ENTRY() TSC_ENTRY(false)
+#else
 #define TSC_PDL_ENTRY() tsc_pdl_entry<false>()
+#endif
 
 /* The same with the order chosen: EARLY lets the next kernel be scheduled
  * before this one's wait (its blocks then become resident as soon as room
@@ -224,4 +228,84 @@ __device__ __forceinline__ int tsc_gdn_rows(const tsc_gdn_args &a) {
     return r < 0 ? 0 : r < a.n ? r : a.n;
 }
 
+
+/* ---- the trace build's timeline of every kernel (EXTRA_NVCC_FLAGS=-DTSC_TRACE) ----
+ * Every kernel starts with TSC_ENTRY(E) (TSC_PDL_ENTRY is the same with E
+ * false): in a normal build that is tsc_pdl_entry<E>(); in the trace build
+ * it also records, for each block, the global timer at its entry, when its
+ * PDL wait returns and when its thread 0 leaves the kernel (the scope's
+ * destructor: early returns included), with the block, its SM and the
+ * source line of the entry, into a ring of this translation unit's own (a
+ * static device array: no relocatable device code needed). tsc_trace_reset
+ * and tsc_trace_dump (q4dp.cu) reset and write every unit's ring through the
+ * functions each registers at load (tsc_tr_register, ctx.cu), after the
+ * products' own trace, as "K file line block sm t_entry t_release t_end"
+ * lines (bench/cuda/trace_view.py --kernels reads them). Why: session 19
+ * could time the kernels between the products inside the graph only by
+ * leaving them out of the step (cuda_bench CB_ATTN / CB_GDN). */
+#ifdef TSC_TRACE
+#include <stdlib.h>
+struct tsc_tr_rec {
+    unsigned line, blk, sm, pad;
+    unsigned long long t0, t1, t2;
+};
+constexpr unsigned TSC_TR_N = 1u << 19;
+static __device__ tsc_tr_rec tsc_tr_ring[TSC_TR_N];
+static __device__ unsigned tsc_tr_count;
+__device__ __forceinline__ unsigned long long tsc_tr_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+struct tsc_tr_scope {
+    unsigned long long t0, t1;
+    unsigned line;
+    __device__ explicit tsc_tr_scope(unsigned l) : t1(0), line(l) { t0 = tsc_tr_now(); }
+    __device__ void released() { t1 = tsc_tr_now(); }
+    __device__ ~tsc_tr_scope() {
+        if (threadIdx.x | threadIdx.y | threadIdx.z) return;
+        const unsigned long long t2 = tsc_tr_now();
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        const unsigned i = atomicAdd(&tsc_tr_count, 1u);
+        if (i < TSC_TR_N) {
+            tsc_tr_rec &r = tsc_tr_ring[i];
+            r.line = line, r.blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), r.sm = sm, r.pad = 0;
+            r.t0 = t0, r.t1 = t1, r.t2 = t2;
+        }
+    }
+};
+#define TSC_ENTRY(E)                    \
+    tsc_tr_scope tsc_tr_scope_(__LINE__); \
+    tsc_pdl_entry<E>();                 \
+    tsc_tr_scope_.released()
+/* each unit's reset and dump, registered at load (ctx.cu keeps the list) */
+typedef void (*tsc_tr_reset_fn)(void);
+typedef int (*tsc_tr_dump_fn)(FILE *f);
+int tsc_tr_register(tsc_tr_reset_fn r, tsc_tr_dump_fn d, const char *file);
+void tsc_tr_reset_all(void);
+int tsc_tr_dump_all(FILE *f);
+static void tsc_tr_reset_here(void) {
+    const unsigned z = 0;
+    cudaMemcpyToSymbol(tsc_tr_count, &z, sizeof z);
+}
+static int tsc_tr_dump_here(FILE *f) {
+    unsigned n = 0;
+    if (cudaMemcpyFromSymbol(&n, tsc_tr_count, sizeof n) != cudaSuccess) return -1;
+    if (n > TSC_TR_N) n = TSC_TR_N;
+    if (!n) return 0;
+    tsc_tr_rec *r = (tsc_tr_rec *)malloc(sizeof(tsc_tr_rec) * n);
+    if (!r || cudaMemcpyFromSymbol(r, tsc_tr_ring, sizeof(tsc_tr_rec) * n) != cudaSuccess) {
+        free(r);
+        return -1;
+    }
+    for (unsigned i = 0; i < n; i++)
+        fprintf(f, "K %s %u %u %u %llu %llu %llu\n", __BASE_FILE__, r[i].line, r[i].blk, r[i].sm, r[i].t0, r[i].t1, r[i].t2);
+    free(r);
+    return (int)n;
+}
+__attribute__((unused)) static const int tsc_tr_registered_ = tsc_tr_register(tsc_tr_reset_here, tsc_tr_dump_here, __BASE_FILE__);
+#else
+#define TSC_ENTRY(E) tsc_pdl_entry<E>()
+#endif
 #endif

@@ -65,6 +65,34 @@ int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem,
     return per;
 }
 
+#ifdef TSC_TRACE
+/* the trace build's list of every unit's kernel ring (common.cuh: TSC_ENTRY);
+ * filled during static initialisation, so a plain array (zero before it) */
+namespace {
+constexpr int TR_UNITS = 32;
+tsc_tr_reset_fn tr_reset[TR_UNITS];
+tsc_tr_dump_fn tr_dump[TR_UNITS];
+int tr_n;
+} // namespace
+int tsc_tr_register(tsc_tr_reset_fn r, tsc_tr_dump_fn d, const char *file) {
+    (void)file;
+    if (tr_n < TR_UNITS) tr_reset[tr_n] = r, tr_dump[tr_n++] = d;
+    return tr_n;
+}
+void tsc_tr_reset_all(void) {
+    for (int i = 0; i < tr_n; i++) tr_reset[i]();
+}
+int tsc_tr_dump_all(FILE *f) {
+    int n = 0;
+    for (int i = 0; i < tr_n; i++) {
+        const int k = tr_dump[i](f);
+        if (k < 0) return -1;
+        n += k;
+    }
+    return n;
+}
+#endif
+
 void tsc_launched_(tsc_ctx *c, const char *op) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "%s: kernel launch failed: %s", op, cudaGetErrorString(e));

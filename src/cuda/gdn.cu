@@ -54,9 +54,23 @@ namespace {
 
 constexpr int DK = 128, DV = 128, KW = 4, CL = 4, CB = DV / CL, NW = 8, IPW = DK / NW;
 
+/* A channel's causal conv over [its K - 1 previous inputs h, x] (separate
+ * multiplies and adds in tap order: ts_conv_row's bits), then SiLU; h moves
+ * on by x. k_gdn_prep's and k_gdn_fused's. */
+__device__ __forceinline__ float conv_silu(const float (&w)[KW], float (&h)[KW - 1], float x) {
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < KW - 1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], h[j]));
+    acc = __fadd_rn(acc, __fmul_rn(w[KW - 1], x));
+#pragma unroll
+    for (int j = 0; j < KW - 2; j++) h[j] = h[j + 1];
+    h[KW - 2] = x;
+    return silu_f(acc);
+}
+
 template <bool E>
 __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *prep) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ double red[32];
     const int Kd = a.Hk * DK, C = 2 * Kd + a.Hv * DV;
     const int c = blockIdx.x * DK + threadIdx.x;
@@ -72,12 +86,7 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
 #pragma unroll
     for (int j = 0; j < KW; j++) w[j] = a.conv_w[(int64_t)j * C + c];
     for (int t = 0; t < n; t++) {
-        const float x = a.qkv[(int64_t)t * C + c];
-        float acc = 0.f;
-#pragma unroll
-        for (int j = 0; j < KW - 1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], h[j]));
-        acc = __fadd_rn(acc, __fmul_rn(w[KW - 1], x));
-        float y = silu_f(acc);
+        float y = conv_silu(w, h, a.qkv[(int64_t)t * C + c]);
         if (qk) {
             const double ss = block_sum_d((double)y * y, red);
             const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)ss, 1e-6f)));
@@ -85,9 +94,6 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
             __syncthreads(); /* red is reused by the next row */
         }
         prep[(int64_t)t * C + c] = y;
-#pragma unroll
-        for (int j = 0; j < KW - 2; j++) h[j] = h[j + 1];
-        h[KW - 2] = x;
     }
 #pragma unroll
     for (int j = 0; j < KW - 1; j++) cout[(int64_t)j * C + c] = h[j];
@@ -95,9 +101,62 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* One row of the scan, k_gdn_scan's and k_gdn_fused's arithmetic: decay, the
+ * prediction p = S^T k (the warps' partials added in warp order through
+ * shared memory), delta, the update, o = S^T q (the same), then the gated
+ * RMSNorm, the value head's sum of squares the partials of its CL blocks
+ * (cluster ranks base .. base + CL - 1) in rank order through distributed
+ * shared memory. q and k: this warp's IPW rows of the key head's q and k; vp:
+ * the value of the block's column j. One cluster barrier; the caller's
+ * state S advances. */
+__device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, cg::cluster_group &cl, float (&S)[IPW],
+                                             const float *q, const float *k, const float *vp, int t, int h, int j,
+                                             int warp, int lane, int base, float nA, float dtb, float nw,
+                                             float (&redp)[NW][32], float (&redo)[NW][32], double (&ssq)[2]) {
+    const int Vd = a.Hv * DV;
+    const float beta = sigmoid_f(a.b[t * a.Hv + h]);
+    const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
+    float p = 0.f;
+#pragma unroll
+    for (int ii = 0; ii < IPW; ii++) {
+        S[ii] = __fmul_rn(S[ii], decay);
+        p = __fmaf_rn(S[ii], k[ii], p);
+    }
+    redp[warp][lane] = p;
+    __syncthreads();
+    float pj = redp[0][lane];
+#pragma unroll
+    for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
+    const float delta = __fmul_rn(beta, __fsub_rn(*vp, pj));
+    float o = 0.f;
+#pragma unroll
+    for (int ii = 0; ii < IPW; ii++) {
+        S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
+        o = __fmaf_rn(S[ii], q[ii], o);
+    }
+    redo[warp][lane] = o;
+    __syncthreads();
+    float oj = redo[0][lane];
+#pragma unroll
+    for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
+    if (warp == 0) {
+        const double d = warp_sum_d((double)oj * oj);
+        if (lane == 0) ssq[t & 1] = d;
+    }
+    cl.sync();
+    if (warp == 0 && a.o) { /* (no output: the cluster barriers above still run) */
+        double tot = 0;
+#pragma unroll
+        for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], base + r);
+        const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
+        const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
+        a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), nw), zj);
+    }
+}
+
 template <bool E>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan(const tsc_gdn_args a, const float *prep) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ float redp[NW][32], redo[NW][32];
     __shared__ double ssq[2];
     cg::cluster_group cl = cg::this_cluster();
@@ -116,44 +175,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
     for (int t = 0; t < n; t++) {
         const float *row = prep + (int64_t)t * C;
         const float *q = row + g * DK + warp * IPW, *k = row + Kd + g * DK + warp * IPW;
-        const float beta = sigmoid_f(a.b[t * a.Hv + h]);
-        const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
-        float p = 0.f;
-#pragma unroll
-        for (int ii = 0; ii < IPW; ii++) {
-            S[ii] = __fmul_rn(S[ii], decay);
-            p = __fmaf_rn(S[ii], k[ii], p);
-        }
-        redp[warp][lane] = p;
-        __syncthreads();
-        float pj = redp[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
-        const float delta = __fmul_rn(beta, __fsub_rn(row[2 * Kd + h * DV + j], pj));
-        float o = 0.f;
-#pragma unroll
-        for (int ii = 0; ii < IPW; ii++) {
-            S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
-            o = __fmaf_rn(S[ii], q[ii], o);
-        }
-        redo[warp][lane] = o;
-        __syncthreads();
-        float oj = redo[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
-        if (warp == 0) {
-            const double d = warp_sum_d((double)oj * oj);
-            if (lane == 0) ssq[t & 1] = d;
-        }
-        cl.sync();
-        if (warp == 0 && a.o) { /* (no output: the cluster barriers above still run) */
-            double tot = 0;
-#pragma unroll
-            for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], r);
-            const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
-            const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
-            a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), nw), zj);
-        }
+        gdn_scan_row(a, cl, S, q, k, row + 2 * Kd + h * DV + j, t, h, j, warp, lane, 0, nA, dtb, nw, redp, redo, ssq);
     }
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
@@ -186,7 +208,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
  * lane-a-key scores in both). So every row count takes it by default. */
 template <bool E, int RR>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
     __shared__ float redp[NW][32], redo[NW][32];
     __shared__ double red[NW];
@@ -225,25 +247,10 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
         for (int q = 0; q < KW; q++) wv[q] = a.conv_w[(int64_t)q * C + cv];
     }
     for (int t = 0; t < n; t++) {
-        const float x = a.qkv[(int64_t)t * C + cqk];
-        float acc = 0.f;
-#pragma unroll
-        for (int q = 0; q < KW - 1; q++) acc = __fadd_rn(acc, __fmul_rn(wq[q], hq[q]));
-        acc = __fadd_rn(acc, __fmul_rn(wq[KW - 1], x));
-        const float y = silu_f(acc);
+        const float y = conv_silu(wq, hq, a.qkv[(int64_t)t * C + cqk]);
         const double sw = warp_sum_d((double)y * y);
         if (lane == 0) red[warp] = sw;
-        if (tid < CB) {
-            const float xv = a.qkv[(int64_t)t * C + cv];
-            float av = 0.f;
-#pragma unroll
-            for (int q = 0; q < KW - 1; q++) av = __fadd_rn(av, __fmul_rn(wv[q], hv[q]));
-            av = __fadd_rn(av, __fmul_rn(wv[KW - 1], xv));
-            vs[t][lane] = silu_f(av);
-#pragma unroll
-            for (int q = 0; q < KW - 2; q++) hv[q] = hv[q + 1];
-            hv[KW - 2] = xv;
-        }
+        if (tid < CB) vs[t][lane] = conv_silu(wv, hv, a.qkv[(int64_t)t * C + cv]);
         __syncthreads();
         double ss = 0; /* block_sum_d's order over the four warps of a 128-thread block */
         const int w0 = isq ? 0 : NW / 2;
@@ -251,53 +258,13 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
         const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)ss, 1e-6f)));
         if (isq) qs[t][tid] = __fmul_rn(__fmul_rn(y, r), qscale);
         else ks[t][tid - DK] = __fmul_rn(y, r);
-#pragma unroll
-        for (int q = 0; q < KW - 2; q++) hq[q] = hq[q + 1];
-        hq[KW - 2] = x;
         __syncthreads(); /* red is reused by the next row; qs, ks, vs complete */
     }
     /* the scan (k_gdn_scan's arithmetic, its q, k and v from shared memory) */
     const int base = rank / CL * CL; /* this value head's first block in the cluster */
     for (int t = 0; t < n; t++) {
         const float *q = qs[t] + warp * IPW, *k = ks[t] + warp * IPW;
-        const float beta = sigmoid_f(a.b[t * a.Hv + h]);
-        const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
-        float p = 0.f;
-#pragma unroll
-        for (int ii = 0; ii < IPW; ii++) {
-            S[ii] = __fmul_rn(S[ii], decay);
-            p = __fmaf_rn(S[ii], k[ii], p);
-        }
-        redp[warp][lane] = p;
-        __syncthreads();
-        float pj = redp[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
-        const float delta = __fmul_rn(beta, __fsub_rn(vs[t][lane], pj));
-        float o = 0.f;
-#pragma unroll
-        for (int ii = 0; ii < IPW; ii++) {
-            S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
-            o = __fmaf_rn(S[ii], q[ii], o);
-        }
-        redo[warp][lane] = o;
-        __syncthreads();
-        float oj = redo[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
-        if (warp == 0) {
-            const double d = warp_sum_d((double)oj * oj);
-            if (lane == 0) ssq[t & 1] = d;
-        }
-        cl.sync();
-        if (warp == 0 && a.o) {
-            double tot = 0;
-#pragma unroll
-            for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], base + r);
-            const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
-            const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
-            a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), nw), zj);
-        }
+        gdn_scan_row(a, cl, S, q, k, &vs[t][lane], t, h, j, warp, lane, base, nA, dtb, nw, redp, redo, ssq);
     }
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];

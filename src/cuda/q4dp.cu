@@ -446,7 +446,7 @@ struct sd_args {
 
 template <int ND, bool E>
 __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
-    tsc_pdl_entry<E>();
+    TSC_ENTRY(E);
     const int i = blockIdx.y, nr = gridDim.y;
     const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = 2 * ND * nch;
     const int64_t ro = (int64_t)i * a.cols;
@@ -1778,6 +1778,7 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
 extern "C" void tsc_trace_reset(void) {
 #ifdef TSC_TRACE
     trace_next = 0;
+    tsc_tr_reset_all(); /* every kernel's ring (common.cuh, TSC_ENTRY) */
 #endif
 }
 
@@ -1804,6 +1805,7 @@ extern "C" int tsc_trace_dump(tsc_ctx *c, const char *path) {
             fprintf(f, "B %d %d %u %llu %llu %llu %llu\n", l, b, smv[(size_t)l * TRACE_B + b], e[0], e[1], e[2], e[3]);
         }
     }
+    tsc_tr_dump_all(f); /* then every kernel's blocks since the reset (K lines) */
     fclose(f);
     free(t), free(smv);
     return nl;

@@ -99,6 +99,10 @@ size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split) {
     (void)n, (void)nq, (void)D, (void)max_T, (void)split;
     return 0;
 }
+size_t tsc_attn_ws_bytes_np(int n, int nq, int D, int np_max) {
+    (void)n, (void)nq, (void)D, (void)np_max;
+    return 0;
+}
 
 /* the CUDA backend (backend.cu) */
 int ts_cuda_backend_new(const ts_backend_params *p, ts_backend **out, ts_error *err) {

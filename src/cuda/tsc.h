@@ -340,7 +340,17 @@ typedef struct tsc_attn_args {
      * The block mask itself needs no field: the engine attends a block row
      * as the row at pos + n - 1 would, over cache rows [0, pos + n). */
     int no_gate, no_q;
+    /* np_max > 0 (the engine's form since session 19; split then 0): a row
+     * of length T takes pieces of P(T) = TSC_ATTN_SPLIT * ceil(T / (TSC_ATTN_
+     * SPLIT * np_max)) keys, so at most np_max of them and the finest that
+     * fits (the split of a fixed P chosen from the cache's length gave a
+     * 32K-token session pieces of 160 keys at every position: 432 against
+     * 476 tok/s at 600 tokens on the 9B). A row's P depends on its own
+     * length only, so rows stay exact across n; the workspace holds np_max
+     * pieces a row and head (tsc_attn_ws_bytes_np). */
+    int np_max;
 } tsc_attn_args;
+size_t tsc_attn_ws_bytes_np(int n, int nq, int D, int np_max);
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);
 size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split);
 void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a);
