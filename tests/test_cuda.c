@@ -313,6 +313,131 @@ static void bf16_rows(const float *x, float *xb, size_t n) {
     for (size_t i = 0; i < n; i++) xb[i] = ts_bf16_to_f32(ts_f32_to_bf16(x[i]));
 }
 
+/* The cuBLAS prompt products (blas.cu): 4- and 8-bit MLX weights (several
+ * groups and scale types) and bf16 weights, several weights a call, a weight
+ * done in pieces of 128 rows (the smallest workspace), against a double
+ * reference of the bf16-rounded operands (the only roundings beyond f32:
+ * tol 3e-5 of sum |w~| |x~|) and against the exact weights and unrounded x
+ * (2^-7: two roundings of 2^-9 a product); what it refuses. */
+TS_TEST(cuda, blas_prefill_products) {
+    OPEN(c);
+    if (!tsc_blas_ready()) {
+        tsc_close(c);
+        SKIP("%s", tsc_blas_what());
+    }
+    fprintf(stderr, "  %s\n", tsc_blas_what());
+    static const struct { ts_dtype dt; int bits, group; ts_dtype sdt; int64_t cols; int n; int64_t rows[3]; int small; } cs[] = {
+        {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, 1024, 100, {300, 77, 129}, 0},
+        {TS_DTYPE_U32, 4, 128, TS_DTYPE_F16, 2048, 64, {256, 40, 0}, 0},
+        {TS_DTYPE_U32, 4, 32, TS_DTYPE_F32, 4160, 17, {200, 0, 0}, 0},
+        {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, 512, 33, {130, 64, 0}, 0},
+        {TS_DTYPE_U32, 8, 32, TS_DTYPE_F16, 1536, 20, {70, 0, 0}, 0},
+        {TS_DTYPE_BF16, 0, 0, TS_DTYPE_BF16, 768, 40, {100, 36, 0}, 0},
+        {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, 256, 50, {1000, 0, 0}, 1}, /* 8 pieces, the last of 104 rows */
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int n = cs[ci].n;
+        const int64_t cols = cs[ci].cols;
+        int nw = 0;
+        while (nw < 3 && cs[ci].rows[nw]) nw++;
+        hw h[3];
+        tsc_weight dw[3];
+        const tsc_weight *pw[3];
+        float *dy[3];
+        setenv("TSC_Q4T", "0", 1); /* the engine's layout: MLX */
+        for (int i = 0; i < nw; i++) {
+            make_w(&h[i], cs[ci].dt, cs[ci].bits, cs[ci].group, cs[ci].sdt, cs[ci].rows[i], cols);
+            tsc_weight hd = desc(&h[i].w);
+            ts_error e;
+            CHECK_MSG(tsc_weight_upload(c, &hd, &dw[i], &e) == 0, "%s", e.msg);
+            CHECK(tsc_blas_takes(&dw[i]));
+            pw[i] = &dw[i];
+            dy[i] = tsc_alloc(c, sizeof(float) * (size_t)n * (size_t)cs[ci].rows[i]);
+            tsc_fill(c, dy[i], NAN, (size_t)n * (size_t)cs[ci].rows[i]);
+        }
+        unsetenv("TSC_Q4T");
+        float *x = malloc(sizeof(float) * (size_t)n * cols), *xb = malloc(sizeof(float) * (size_t)n * cols);
+        frand(x, (size_t)n * cols, 1.0f);
+        for (int k = 0; k < 8; k++) x[(size_t)((fr() * 0.5f + 0.5f) * (float)(n * cols - 1))] *= 30.0f; /* outliers */
+        bf16_rows(x, xb, (size_t)n * cols);
+        float *dx = up(c, x, sizeof(float) * (size_t)n * cols);
+        const size_t wsb = tsc_blas_ws_bytes(n, cols, cs[ci].small ? 0 : (size_t)1 << 20);
+        void *ws = tsc_alloc(c, wsb);
+        tsc_linear_blas(c, pw, nw, dx, dy, n, ws, wsb);
+        SYNC_OK(c);
+        double *wr = malloc(sizeof(double) * cols), *wq = malloc(sizeof(double) * cols), *wa = malloc(sizeof(double) * cols);
+        for (int i = 0; i < nw; i++) {
+            const int64_t rows = cs[ci].rows[i];
+            float *y = down(c, dy[i], (size_t)n * rows);
+            float worst = 0, worst_x = 0;
+            int bad = -1;
+            for (int64_t r = 0; r < rows && bad < 0; r++) {
+                for (int64_t k = 0; k < cols; k++) {
+                    const float v = ts_weight_get(&h[i].w, r, k);
+                    wr[k] = v, wq[k] = ts_bf16_to_f32(ts_f32_to_bf16(v)), wa[k] = wmag(&h[i].w, r, k);
+                }
+                for (int t = 0; t < n; t++) {
+                    const float *xr = xb + (size_t)t * cols, *xo = x + (size_t)t * cols;
+                    double ref = 0, refx = 0, bound = 0, boundx = 0;
+                    for (int64_t k = 0; k < cols; k++) {
+                        ref += wq[k] * xr[k], refx += wr[k] * xo[k];
+                        bound += fabs(wq[k]) * fabs((double)xr[k]), boundx += wa[k] * fabs((double)xo[k]);
+                    }
+                    const double got = y[(size_t)t * rows + r];
+                    const float rel = (float)(fabs(got - ref) / (bound + 1e-30)), relx = (float)(fabs(got - refx) / (boundx + 1e-30));
+                    if (!(rel <= 3e-5f) || !(relx <= 1.0f / 128)) {
+                        bad = (int)r, worst = rel, worst_x = relx;
+                        break;
+                    }
+                    worst = fmaxf(worst, rel), worst_x = fmaxf(worst_x, relx);
+                }
+            }
+            CHECK_MSG(bad < 0, "blas case %zu weight %d (%lldx%lld, %d-bit, %d rows of x, group %d): output %d off by %.3g "
+                      "of sum |w~||x~| (tol 3e-5), %.3g against the exact weights and x (tol 2^-7)", ci, i, (long long)rows,
+                      (long long)cols, cs[ci].bits, n, cs[ci].group, bad, worst, worst_x);
+            if (i == 0)
+                fprintf(stderr, "  blas %s%d g%d %lldx%lld n %d%s: worst %.2g of sum |w~||x~|, %.2g vs exact\n",
+                        cs[ci].bits ? "q" : "bf", cs[ci].bits ? cs[ci].bits : 16, cs[ci].group, (long long)rows,
+                        (long long)cols, n, cs[ci].small ? " (128-row pieces)" : "", worst, worst_x);
+            free(y);
+        }
+        free(wr), free(wq), free(wa), free(x), free(xb);
+        tsc_free(c, dx), tsc_free(c, ws);
+        for (int i = 0; i < nw; i++) tsc_free(c, dy[i]), tsc_weight_free(c, &dw[i]), free_hw(&h[i]);
+    }
+    /* what it does not take: f32 and f16 weights, a 4-bit group of 4, columns not a multiple of 8 */
+    hw hf;
+    make_w(&hf, TS_DTYPE_F32, 0, 0, TS_DTYPE_BF16, 16, 256);
+    tsc_weight df = desc(&hf.w);
+    CHECK(!tsc_blas_takes(&df));
+    df.dtype = TS_DTYPE_F16;
+    CHECK(!tsc_blas_takes(&df));
+    df.dtype = TS_DTYPE_U32, df.bits = 4, df.group = 4;
+    CHECK(!tsc_blas_takes(&df));
+    df.group = 64, df.cols = 100;
+    CHECK(!tsc_blas_takes(&df));
+    free_hw(&hf);
+    CHECK(tsc_mem_used(c) == 0);
+    /* a workspace too small for the rows: refused with the reason, nothing run */
+    {
+        hw h4;
+        make_w(&h4, TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, 64, 256);
+        tsc_weight hd = desc(&h4.w), d4;
+        ts_error e;
+        setenv("TSC_Q4T", "0", 1);
+        CHECK_MSG(tsc_weight_upload(c, &hd, &d4, &e) == 0, "%s", e.msg);
+        unsetenv("TSC_Q4T");
+        const tsc_weight *p4[1] = {&d4};
+        float *dx = tsc_alloc(c, sizeof(float) * 32 * 256), *dyy = tsc_alloc(c, sizeof(float) * 32 * 64);
+        const size_t wsb = tsc_blas_ws_bytes(16, 256, 0);
+        void *ws = tsc_alloc(c, wsb);
+        tsc_linear_blas(c, p4, 1, dx, &dyy, 32, ws, wsb);
+        CHECK(tsc_sync(c, &e) == TS_E_ARG && strstr(e.msg, "workspace"));
+        free_hw(&h4);
+    }
+    tsc_close(c);
+}
+
 TS_TEST(cuda, gemm_prefill_products) {
     OPEN(c);
     static const struct { int group; ts_dtype sdt; int64_t cols; int n; int64_t rows[3]; } cs[] = {

@@ -43,6 +43,7 @@
  */
 #include <sys/stat.h>
 
+#include "cuda/tsc.h"
 #include "engine/engine.h"
 #include "model/xstream.h"
 #include "gen/spec.h"
@@ -307,7 +308,10 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
  * weights) is the sharp case. Top-1 must agree where the CPU's top-2 gap
  * exceeds twice the bound. The same prompt with TSC_GEMM=0 (the row
  * kernels) must give other bits (the chunks did take the tensor-core path)
- * and stay within REL_TOL of the CPU. Chunks 7 (the row kernels for every
+ * and stay within REL_TOL of the CPU. Where cuBLAS is found the chunks'
+ * products take it (weights and x rounded to bf16, blas.cu), and the same
+ * prompt with TSC_BLAS=0 (q4gemm.cu's kernel, exact weights) must give other
+ * bits within the same bound. Chunks 7 (the row kernels for every
  * op), 64 and 150 (one chunk, not a multiple of the 64-row tile). */
 #define BF16_TOL 3e-2f
 
@@ -376,9 +380,22 @@ TS_TEST(cuda_engine, prefill_chunks_tensor_cores_within_bf16_tolerance) {
                 CHECK_MSG(erow <= REL_TOL * fmaxf(1.0f, lmax), "%s chunk %d, row kernels: max abs logit error %.3g > %.3g",
                           FIX[f], CH[k], erow, REL_TOL * fmaxf(1.0f, lmax));
             }
+            float eq4 = -1; /* with cuBLAS found: q4gemm.cu's kernel instead (TSC_BLAS=0), within the same bound */
+            if (CH[k] > 16 && tsc_blas_ready()) {
+                setenv("TSC_BLAS", "0", 1);
+                int rc = prompt_logits(eg, ids, n, CH[k], lr, &err);
+                unsetenv("TSC_BLAS");
+                CHECK_MSG(!rc, "%s: cuda, TSC_BLAS=0: %s", dir, err.msg);
+                eq4 = rc ? INFINITY : ts_test_max_abs(lc, lr, (size_t)n * V);
+                CHECK_MSG(eq4 <= tol, "%s chunk %d, TSC_BLAS=0 (q4gemm.cu): max abs logit error %.3g > %.3g", FIX[f], CH[k],
+                          eq4, tol);
+                CHECK_MSG(rc || memcmp(lr, lg, sizeof(float) * (size_t)n * V) != 0,
+                          "%s chunk %d: the same bits with TSC_BLAS=0: the chunk did not take cuBLAS", FIX[f], CH[k]);
+            }
             fprintf(stderr, "  %-10s chunk %3d: max|err| %.3g (|logit| %.3g, CPU 8-bit %.3g, tol %.3g), top-1 %d/%d%s; "
-                    "row kernels %.3g\n", FIX[f], CH[k], emax, lmax, ecpu8, tol, agree, checked,
-                    differs == 1 ? ", tensor-core path (differs from the row kernels)" : "", erow);
+                    "row kernels %.3g; q4gemm.cu %.3g (%s)\n", FIX[f], CH[k], emax, lmax, ecpu8, tol, agree, checked,
+                    differs == 1 ? ", tensor-core path (differs from the row kernels)" : "", erow, eq4,
+                    tsc_blas_ready() ? "the chunks on cuBLAS" : "no cuBLAS");
             if (CH[k] > 16 && f == 1) { /* the MoE chunk with its slots merged against slot by slot: the same
                                          * products per element and the same sums, so the same bits (a
                                          * tolerance would not do: on this random MoE a last-bit change

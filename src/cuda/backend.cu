@@ -236,6 +236,8 @@ struct cu_stream {
      * its maps (maps_n ints): see layout_of */
     void *gemm_ws;
     size_t gemm_bytes;
+    void *blas_ws; /* the cuBLAS products' workspace (blas_ws_of), NULL: none */
+    size_t blas_bytes;
     int32_t *route, *maps;
     size_t maps_n;
     double op_ms[8]; /* TSC_OPTIME=1: device time of the uncaptured ops by kind (op_timer) */
@@ -272,7 +274,7 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, gemm, route, maps, total;
+    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, gemm, route, maps, blas, total;
 };
 
 /* A chunk MoE's row tiles of one slot at most (a partial tile per expert
@@ -281,6 +283,20 @@ struct ws_layout {
  * tiles (moe_chunk; the merged form's need is checked against it). */
 size_t tiles_slot_of(int rows) { return (size_t)rows + (size_t)rows / 64 + 2; }
 size_t maps_ints_of(int rows) { return TOPK_MAX * ((size_t)rows + 4 * tiles_slot_of(rows)) + 64; }
+
+/* The cuBLAS products' workspace of a prompt-chunk stream (blas.cu: x as
+ * bf16, the dequantized pieces, cuBLAS's own 32 MiB): only when cuBLAS was
+ * found here and TSC_BLAS is not 0 when the stream is made (or planned: the
+ * plan and the engine run on the same host). TSC_BLAS_MB sets the pieces'
+ * scratch (default 128 MiB: 16,384 rows of 4,096 columns, enough rows for
+ * cuBLAS to fill the GPU with one product). */
+bool env_is0(const char *name);
+size_t blas_ws_of(int rows, int64_t cols) {
+    if (rows <= RB || env_is0("TSC_BLAS") || !tsc_blas_ready()) return 0;
+    const char *e = getenv("TSC_BLAS_MB");
+    const long mb = e && atol(e) > 0 ? atol(e) : 128;
+    return al256(tsc_blas_ws_bytes(rows, cols, (size_t)mb << 20));
+}
 
 ws_layout layout_of(int rows, int64_t cols) {
     ws_layout l;
@@ -301,6 +317,7 @@ ws_layout layout_of(int rows, int64_t cols) {
      * expert's gate logit) and its maps */
     l.route = o, o += rows > RB ? al256(sizeof(int32_t) * (size_t)rows * (2 * TOPK_MAX + 1)) : 0;
     l.maps = o, o += rows > RB ? al256(sizeof(int32_t) * maps_ints_of(rows)) : 0;
+    l.blas = o, o += blas_ws_of(rows, cols);
     l.total = o;
     return l;
 }
@@ -370,6 +387,18 @@ bool env_is0(const char *name) {
  * (q4gemm.cu; TSC_GEMM=0: the row kernels, RB rows a launch, for
  * comparison). Read at every product: a test or a benchmark may flip it. */
 bool gemm_on() { return !env_is0("TSC_GEMM"); }
+
+/* A prompt chunk's product through cuBLAS (blas.cu) when the stream has its
+ * workspace, the chunk fits it and every weight is one cuBLAS takes;
+ * TSC_BLAS=0 (read at every product) keeps q4gemm.cu's kernel, TSC_GEMM=0
+ * the row kernels for both. */
+bool blas_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    if (!q->blas_ws || n <= RB || n > q->rows || w[0]->cols > q->cols || !gemm_on() || env_is0("TSC_BLAS")) return false;
+    for (int i = 0; i < nw; i++)
+        if (!tsc_blas_takes(w[i]) || w[i]->cols != w[0]->cols) return false;
+    tsc_linear_blas(q->c, w, nw, x, y, n, q->blas_ws, q->blas_bytes);
+    return true;
+}
 
 /* Prompt chunks of more than RB rows through the chunk attention kernel
  * (attn.cu, tsc_attn_prefill; TSC_ATTN_PREFILL=0: the row kernels, a row at
@@ -884,6 +913,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     if (rows > RB) {
         q->gemm_ws = w + l.gemm, q->gemm_bytes = l.route - l.gemm;
         q->route = (int32_t *)(w + l.route), q->maps = (int32_t *)(w + l.maps), q->maps_n = maps_ints_of(rows);
+        if (l.total > l.blas) q->blas_ws = w + l.blas, q->blas_bytes = l.total - l.blas;
     }
     *out = &q->base;
     return 0;
@@ -1169,6 +1199,10 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
         const tsc_weight *pw[TSC_LIN_MAX];
         for (int i = i0; i < i1; i++) pw[i - i0] = &dw[i];
         /* a prompt chunk: one pass over the weights for all its rows */
+        if (m == TS_MODE_PREFILL && blas_linear(ST(s), pw, i1 - i0, x, y + i0, n)) {
+            i0 = i1;
+            continue;
+        }
         bool gemm = m == TS_MODE_PREFILL && n > RB && n <= ST(s)->rows && dw[i0].cols <= ST(s)->cols && gemm_on();
         for (int i = i0; i < i1 && gemm; i++) gemm = tsc_gemm_takes(&dw[i]);
         if (gemm) {
@@ -1715,6 +1749,7 @@ bool moe_merged_on() { return !env_is0("TSC_MOE_MERGED"); }
 /* One product over a chunk's n rows: the tensor-core kernel when it takes
  * the weights, else the row kernels 16 rows a launch. */
 void chunk_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    if (blas_linear(q, w, nw, x, y, n)) return;
     bool g = true;
     for (int i = 0; i < nw; i++) g = g && tsc_gemm_takes(w[i]) && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group &&
                                      w[i]->sdtype == w[0]->sdtype;

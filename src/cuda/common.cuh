@@ -32,6 +32,7 @@ struct tsc_ctx {
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
     size_t dg_bytes;
+    void *blas; /* the cuBLAS handle of the prompt products (blas.cu), made on first use */
 };
 
 struct tsc_blk {

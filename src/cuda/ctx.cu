@@ -145,6 +145,7 @@ extern "C" void tsc_close(tsc_ctx *c) {
     if (!c) return;
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
+    tsc_blas_release(c);
     while (c->blocks) {
         tsc_blk *b = c->blocks;
         c->blocks = b->next;

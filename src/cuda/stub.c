@@ -43,6 +43,15 @@ void tsc_weight_free(tsc_ctx *c, tsc_weight *d) { (void)c, (void)d; }
 void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }
+int tsc_blas_ready(void) { return 0; }
+const char *tsc_blas_what(void) { return "built without CUDA"; }
+int tsc_blas_takes(const tsc_weight *w) { (void)w; return 0; }
+size_t tsc_blas_ws_bytes(int n, int64_t cols, size_t scratch) { (void)n, (void)cols, (void)scratch; return 0; }
+void tsc_linear_blas(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, void *ws,
+                     size_t ws_bytes) {
+    (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n, (void)ws, (void)ws_bytes;
+}
+void tsc_blas_release(tsc_ctx *c) { (void)c; }
 size_t tsc_gemm_ws_bytes(int n, int64_t cols) { (void)n, (void)cols; return 0; }
 int tsc_gemm_takes(const tsc_weight *w) { (void)w; return 0; }
 void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, void *ws) {

@@ -154,6 +154,22 @@ void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, 
 size_t tsc_gemm_ws_bytes(int n, int64_t cols);
 int tsc_gemm_takes(const tsc_weight *w);
 void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, void *ws);
+/* Prompt-chunk products through cuBLAS (blas.cu), loaded at run time:
+ * y[i] = x . w[i]^T for n >= 1 rows, nw weights with one count of columns,
+ * each bf16 or 4/8-bit MLX (tsc_blas_takes); quantized weights are
+ * dequantized to bf16 in pieces of whole rows, x rounded to bf16, f32
+ * accumulation. Prefill only (not row-exact, and never inside a capture).
+ * tsc_blas_ready: 1 when the library was found (TSC_CUBLAS=PATH names it),
+ * tsc_blas_what the sentence saying which, or why not. ws:
+ * tsc_blas_ws_bytes(n, cols, scratch) device bytes, 256-byte aligned, whose
+ * scratch part (at least 128 rows of the widest weight) sets the pieces. */
+int tsc_blas_ready(void);
+const char *tsc_blas_what(void);
+int tsc_blas_takes(const tsc_weight *w);
+size_t tsc_blas_ws_bytes(int n, int64_t cols, size_t scratch);
+void tsc_linear_blas(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, void *ws,
+                     size_t ws_bytes);
+void tsc_blas_release(tsc_ctx *c); /* the context's handle (tsc_close calls it) */
 /* The grouped form (MoE experts over a route list): w0[i] describes expert
  * 0 of table i, expert e at byte offset e * estride[i] (data, scales and
  * biases alike); nq staged rows, row r gathered from x's row imap[r] (NULL:
