@@ -389,7 +389,9 @@ bool env_is0(const char *name) {
 bool gemm_on() { return !env_is0("TSC_GEMM"); }
 
 /* A prompt chunk's product through cuBLAS (blas.cu) when the stream has its
- * workspace, the chunk fits it and every weight is one cuBLAS takes;
+ * workspace, the chunk fits it and every weight is one cuBLAS takes (the
+ * whole pass's rows in one call: its bits may depend on the row count, so
+ * never for a part of a pass; see chunk_linear);
  * TSC_BLAS=0 (read at every product) keeps q4gemm.cu's kernel, TSC_GEMM=0
  * the row kernels for both. */
 bool blas_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
@@ -1746,10 +1748,15 @@ bool moe_chunk_on() { return !env_is0("TSC_MOE_CHUNK"); }
  * comparison). Read at every op. */
 bool moe_merged_on() { return !env_is0("TSC_MOE_MERGED"); }
 
-/* One product over a chunk's n rows: the tensor-core kernel when it takes
- * the weights, else the row kernels 16 rows a launch. */
+/* One product over a chunk's n rows (the chunk MoE's router and shared
+ * expert): the tensor-core kernel when it takes the weights, else the row
+ * kernels 16 rows a launch. Never cuBLAS: a streamed MoE layer runs a chunk
+ * in groups of its rows (ts_moe_args.pass_n), and the streamed output must
+ * equal the resident one bit for bit, so a row's bits here must not depend
+ * on how many rows share the call; q4gemm.cu's do not (any tiling gives a
+ * row the same sums), cuBLAS's may (it picks its kernel by shape; s20-run2
+ * saw the expert-cache tests differ with it). */
 void chunk_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    if (blas_linear(q, w, nw, x, y, n)) return;
     bool g = true;
     for (int i = 0; i < nw; i++) g = g && tsc_gemm_takes(w[i]) && w[i]->cols == w[0]->cols && w[i]->group == w[0]->group &&
                                      w[i]->sdtype == w[0]->sdtype;
