@@ -298,6 +298,67 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
     tsc_close(c);
 }
 
+/* tsc_linear_many (a chunk's rows in one launch of the plain kernel): each
+ * row's bits equal a one-row tsc_linear's, for the plain kernel's formats,
+ * two weights a call, row counts with and without a partial 4-row group;
+ * 4-bit MLX weights are refused (they take the dp4a kernel). */
+TS_TEST(cuda, linear_many_same_bits) {
+    OPEN(c);
+    static const struct { ts_dtype dt; int bits; int64_t cols; } fm[] = {
+        {TS_DTYPE_BF16, 0, 1024}, {TS_DTYPE_F16, 0, 512}, {TS_DTYPE_F32, 0, 768}, {TS_DTYPE_U32, 8, 2048}};
+    static const int NS[] = {37, 130, 17};
+    for (size_t f = 0; f < sizeof fm / sizeof fm[0]; f++) {
+        const int64_t cols = fm[f].cols, rows[2] = {77, 300};
+        hw h[2];
+        tsc_weight dw[2];
+        setenv("TSC_Q4T", "0", 1);
+        for (int i = 0; i < 2; i++) {
+            make_w(&h[i], fm[f].dt, fm[f].bits, 64, TS_DTYPE_BF16, rows[i], cols);
+            tsc_weight hd = desc(&h[i].w);
+            ts_error e;
+            CHECK_MSG(tsc_weight_upload(c, &hd, &dw[i], &e) == 0, "%s", e.msg);
+            CHECK(tsc_linear_many_takes(&dw[i]));
+        }
+        unsetenv("TSC_Q4T");
+        for (size_t k = 0; k < sizeof NS / sizeof NS[0]; k++) {
+            const int n = NS[k];
+            float *x = malloc(sizeof(float) * n * cols);
+            frand(x, (size_t)n * cols, 1.0f);
+            float *dx = up(c, x, sizeof(float) * n * cols);
+            float *dm[2], *d1[2];
+            for (int i = 0; i < 2; i++) {
+                dm[i] = tsc_alloc(c, sizeof(float) * n * rows[i]), d1[i] = tsc_alloc(c, sizeof(float) * n * rows[i]);
+                tsc_fill(c, dm[i], NAN, (size_t)n * rows[i]);
+            }
+            const tsc_weight *pw[2] = {&dw[0], &dw[1]};
+            tsc_linear_many(c, pw, 2, dx, dm, n);
+            for (int r = 0; r < n; r++)
+                for (int i = 0; i < 2; i++) {
+                    float *y1 = d1[i] + (size_t)r * rows[i];
+                    tsc_linear(c, &pw[i], 1, dx + (size_t)r * cols, &y1, 1);
+                }
+            SYNC_OK(c);
+            for (int i = 0; i < 2; i++) {
+                float *a = down(c, dm[i], (size_t)n * rows[i]), *b = down(c, d1[i], (size_t)n * rows[i]);
+                CHECK_MSG(!memcmp(a, b, sizeof(float) * n * rows[i]), "linear_many format %zu, %d rows, weight %d: "
+                          "differs from one-row tsc_linear", f, n, i);
+                free(a), free(b);
+                tsc_free(c, dm[i]), tsc_free(c, d1[i]);
+            }
+            free(x);
+            tsc_free(c, dx);
+        }
+        for (int i = 0; i < 2; i++) tsc_weight_free(c, &dw[i]), free_hw(&h[i]);
+    }
+    hw h4;
+    make_w(&h4, TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, 16, 256);
+    tsc_weight d4 = desc(&h4.w);
+    CHECK(!tsc_linear_many_takes(&d4));
+    free_hw(&h4);
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
 /* The prompt chunks' tensor-core products (q4gemm.cu) against a double
  * reference of x rounded to bf16 (x~) times the exact weights: what the
  * kernel promises is f32-class sums of x~ w, so the bound is 2e-5 of

@@ -1143,6 +1143,15 @@ bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, fl
 /* nw weights of one format (cu_linear's runs) on n rows of any count: the
  * row kernels, RB rows a launch. */
 void rows_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    /* the plain kernel's formats (bf16 routers, 8-bit weights): every 4-row
+     * group in one launch, the same bits (a chunk MoE's bf16 router was 128
+     * launches a layer at 2048 rows) */
+    bool many = n > RB;
+    for (int i = 0; i < nw && many; i++) many = tsc_linear_many_takes(w[i]);
+    if (many) {
+        tsc_linear_many(c, w, nw, x, y, n);
+        return;
+    }
     float *py[TSC_LIN_MAX];
     for (int r0 = 0; r0 < n; r0 += RB) {
         for (int i = 0; i < nw; i++) py[i] = y[i] + (size_t)r0 * (size_t)w[i]->rows;

@@ -199,7 +199,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
     __shared__ float red[WARPS][R][NR];
     extern __shared__ float4 xsm[]; /* XS: [NR][cols/4], float4 f of a row at f ^ ((f >> 3) & 7) */
     const int64_t c4 = a.cols / 4;
-    const float4 *xg = (const float4 *)a.x;
+    /* blockIdx.y: a group of NR rows of x and y (tsc_linear_many; 0 else) */
+    const float4 *xg = (const float4 *)(a.x + (int64_t)blockIdx.y * NR * a.cols);
     TSC_PDL_ENTRY();
     if constexpr (XS) {
         /* the swizzle keeps the lanes' strided reads (one 16-32-value chunk per
@@ -258,7 +259,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
                 chunk<FMT, NR, XS>(wv, xg, xsm, a.cols, c, sc, bi, acc);
             }
         }
-        rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
+        rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y + (int64_t)blockIdx.y * NR * w.rows, w.rows);
     }
 }
 
@@ -283,27 +284,29 @@ int pick_ks(int64_t rows, int64_t cols, int fmt, int n_sm) {
  * still fit a multiprocessor), else through L1. */
 constexpr size_t XS_MAX = 100 * 1024;
 
+/* groups: gridDim.y, the count of NR-row groups one launch takes (1 but for
+ * tsc_linear_many); a block's work and arithmetic do not depend on it */
 template <int FMT, int NR, bool XS>
-void launch1(tsc_ctx *c, lin_args &a) {
+void launch1(tsc_ctx *c, lin_args &a, int groups) {
     const size_t smem = XS ? (size_t)NR * a.cols * sizeof(float) : 0;
     const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS>, WARPS * 32, smem, XS ? XS_MAX : 0);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    tsc_launch(c, k_linear<FMT, NR, XS>, dim3(grid), dim3(WARPS * 32), smem, a);
+    tsc_launch(c, k_linear<FMT, NR, XS>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
 }
 
 template <int FMT, int NR>
-void launch_nr(tsc_ctx *c, lin_args &a) {
-    if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a);
-    else launch1<FMT, NR, false>(c, a);
+void launch_nr(tsc_ctx *c, lin_args &a, int groups) {
+    if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a, groups);
+    else launch1<FMT, NR, false>(c, a, groups);
 }
 
 template <int FMT>
-void launch_fmt(tsc_ctx *c, lin_args &a, int nr) {
+void launch_fmt(tsc_ctx *c, lin_args &a, int nr, int groups = 1) {
     switch (nr) {
-    case 1: launch_nr<FMT, 1>(c, a); break;
-    case 2: launch_nr<FMT, 2>(c, a); break;
-    case 3: launch_nr<FMT, 3>(c, a); break;
-    default: launch_nr<FMT, 4>(c, a); break;
+    case 1: launch_nr<FMT, 1>(c, a, groups); break;
+    case 2: launch_nr<FMT, 2>(c, a, groups); break;
+    case 3: launch_nr<FMT, 3>(c, a, groups); break;
+    default: launch_nr<FMT, 4>(c, a, groups); break;
     }
 }
 
@@ -387,18 +390,8 @@ extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int n
     q4t_linear(c, w, nw, Q4T_XM_ADDNORM, x, add, norm_w, eps, x_out, u_out, y, n);
 }
 
-extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    TSC_GUARD(c);
-    if (lin_check(c, "tsc_linear", w, nw, n)) return;
-    if (w[0]->layout == TSC_LAYOUT_Q4T) {
-        q4t_linear(c, w, nw, Q4T_XM_PLAIN, x, NULL, NULL, 0.f, NULL, NULL, y, n);
-        return;
-    }
-    if (q4dp_takes(w[0])) { /* 4-bit MLX weights: the dp4a kernel (q4dp.cu) */
-        q4dp_linear(c, w, nw, x, y, n);
-        return;
-    }
-    const int fmt = fmt_of(w[0]);
+/* The plain kernel's arguments for nw weights (x, n and the outputs are set per launch). */
+static lin_args plain_args(tsc_ctx *c, const tsc_weight *const *w, int nw, int fmt) {
     lin_args a;
     memset(&a, 0, sizeof a);
     a.nw = nw;
@@ -421,18 +414,62 @@ extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const
         nblk += (int)((lw.rows + rpb - 1) / rpb);
     }
     a.nvb = nblk;
-    for (int i0 = 0; i0 < n; i0 += 4) {
-        const int nr = n - i0 < 4 ? n - i0 : 4;
-        a.x = x + (int64_t)i0 * a.cols;
-        a.n = nr;
-        for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
-        switch (fmt) {
-        case FMT_Q4: launch_fmt<FMT_Q4>(c, a, nr); break;
-        case FMT_Q8: launch_fmt<FMT_Q8>(c, a, nr); break;
-        case FMT_BF16: launch_fmt<FMT_BF16>(c, a, nr); break;
-        case FMT_F16: launch_fmt<FMT_F16>(c, a, nr); break;
-        default: launch_fmt<FMT_F32>(c, a, nr); break;
-        }
-        TSC_LAUNCHED(c, "tsc_linear");
+    return a;
+}
+
+/* Rows i0 .. i0 + groups * nr of x through the plain kernel, nr (1..4) rows
+ * a group, the groups in one launch (gridDim.y). */
+static void plain_launch(tsc_ctx *c, lin_args &a, int fmt, const float *x, float *const *y, const tsc_weight *const *w,
+                         int i0, int nr, int groups) {
+    a.x = x + (int64_t)i0 * a.cols;
+    a.n = nr;
+    for (int i = 0; i < a.nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
+    switch (fmt) {
+    case FMT_Q4: launch_fmt<FMT_Q4>(c, a, nr, groups); break;
+    case FMT_Q8: launch_fmt<FMT_Q8>(c, a, nr, groups); break;
+    case FMT_BF16: launch_fmt<FMT_BF16>(c, a, nr, groups); break;
+    case FMT_F16: launch_fmt<FMT_F16>(c, a, nr, groups); break;
+    default: launch_fmt<FMT_F32>(c, a, nr, groups); break;
     }
+    TSC_LAUNCHED(c, "tsc_linear");
+}
+
+extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    TSC_GUARD(c);
+    if (lin_check(c, "tsc_linear", w, nw, n)) return;
+    if (w[0]->layout == TSC_LAYOUT_Q4T) {
+        q4t_linear(c, w, nw, Q4T_XM_PLAIN, x, NULL, NULL, 0.f, NULL, NULL, y, n);
+        return;
+    }
+    if (q4dp_takes(w[0])) { /* 4-bit MLX weights: the dp4a kernel (q4dp.cu) */
+        q4dp_linear(c, w, nw, x, y, n);
+        return;
+    }
+    const int fmt = fmt_of(w[0]);
+    lin_args a = plain_args(c, w, nw, fmt);
+    for (int i0 = 0; i0 < n; i0 += 4) plain_launch(c, a, fmt, x, y, w, i0, n - i0 < 4 ? n - i0 : 4, 1);
+}
+
+extern "C" int tsc_linear_many_takes(const tsc_weight *w) {
+    return w->layout == TSC_LAYOUT_MLX && !q4dp_takes(w) && w->cols % 32 == 0;
+}
+
+extern "C" void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    TSC_GUARD(c);
+    if (n < 1 || lin_check(c, "tsc_linear_many", w, nw, 1)) return;
+    for (int i = 0; i < nw; i++)
+        if (!tsc_linear_many_takes(w[i])) {
+            tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_many: weight %d takes tsc_linear's other kernels", i);
+            return;
+        }
+    const int fmt = fmt_of(w[0]);
+    lin_args a = plain_args(c, w, nw, fmt);
+    /* the 4-row groups in launches of at most 65535 (gridDim.y), then the rest */
+    int i0 = 0;
+    for (int g = n / 4; g > 0;) {
+        const int take = g < 65535 ? g : 65535;
+        plain_launch(c, a, fmt, x, y, w, i0, 4, take);
+        i0 += 4 * take, g -= take;
+    }
+    if (i0 < n) plain_launch(c, a, fmt, x, y, w, i0, n - i0, 1);
 }

@@ -43,6 +43,10 @@ void tsc_weight_free(tsc_ctx *c, tsc_weight *d) { (void)c, (void)d; }
 void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }
+int tsc_linear_many_takes(const tsc_weight *w) { (void)w; return 0; }
+void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
+    (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
+}
 int tsc_blas_ready(void) { return 0; }
 const char *tsc_blas_what(void) { return "built without CUDA"; }
 int tsc_blas_takes(const tsc_weight *w) { (void)w; return 0; }

@@ -145,6 +145,14 @@ int tsc_weight_relayout(tsc_ctx *c, tsc_weight *w, ts_error *err);
  * output) is computed by the same operations whatever n and whatever other
  * weights share the call. x [n, cols] f32, y[i] [n, w[i]->rows] f32. */
 void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
+/* tsc_linear over n >= 1 rows of any count, the rows' 4-row groups in one
+ * launch: each row's bits are tsc_linear's (the same block arithmetic,
+ * row-exact), for weights tsc_linear_many_takes (the plain kernel's: bf16,
+ * f16, f32 and 8-bit MLX, not 4-bit MLX, which takes the dp4a kernel, nor
+ * Q4T; cols % 32 == 0). Prompt chunks' products that must not depend on the
+ * rows sharing a call (a chunk MoE's router: backend.cu, rows_linear). */
+int tsc_linear_many_takes(const tsc_weight *w);
+void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
 /* Prompt-chunk products on tensor cores (q4gemm.cu): y[i] = x . w[i]^T for
  * n >= 1 rows (any count), nw weights tsc_gemm_takes with one shape of
  * columns (4-bit MLX layout, group a multiple of 64, cols % 64 == 0). x is
