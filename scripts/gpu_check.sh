@@ -213,6 +213,11 @@ PY
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench %s prefill 2048 | %.0f tok/s |'%(sys.argv[2],j['prefill_tok_s']))" \
         "$OUT/bench_${sh}_p2048.json" "$sh" 2>/dev/null
     else echo "| bench $sh prefill 2048 | FAILED |"; status=1; fi
+    # the same on our own tensor-core products instead of cuBLAS (the default where libcublas is found)
+    if TSC_BLAS=0 "$TS" bench --backend cuda -m "$d" --prompt 2048 --gen 16 --runs 2 --json >"$OUT/bench_${sh}_p2048_q4gemm.json" 2>>"$OUT/engine_bench.log"; then
+      python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench %s prefill 2048, TSC_BLAS=0 (q4gemm.cu) | %.0f tok/s |'%(sys.argv[2],j['prefill_tok_s']))" \
+        "$OUT/bench_${sh}_p2048_q4gemm.json" "$sh" 2>/dev/null
+    else echo "| bench $sh prefill 2048 TSC_BLAS=0 | FAILED |"; status=1; fi
     # decode in run's and serve's default 4096-token context (the caches and the attention pieces a server has)
     if "$TS" bench --backend cuda -m "$d" --prompt 512 --gen 128 --runs 2 --ctx 4096 --json >"$OUT/bench_${sh}_ctx4096.json" 2>>"$OUT/engine_bench.log"; then
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench %s in a 4096-token context (512 + 128) | decode %.1f tok/s |'%(sys.argv[2],j['decode_tok_s']))" \
@@ -223,12 +228,13 @@ PY
   if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer >/dev/null; then
     TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
       cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.plan_equals_device_allocations_and_close_returns_all \
-      cuda.attn_device_pos_big_pieces cuda.gdn_fused_same_bits >"$OUT/engine_memcheck.log" 2>&1
-    echo "| memcheck (engine parity, quick set; plan; attn device pos; gdn fused) | rc $? : $(grep 'ERROR SUMMARY' "$OUT/engine_memcheck.log" | tail -1) |"
+      cuda.attn_device_pos_big_pieces cuda.gdn_fused_same_bits cuda.attn_pieces_by_row_length cuda.blas_prefill_products \
+      cuda.linear_many_same_bits >"$OUT/engine_memcheck.log" 2>&1
+    echo "| memcheck (engine parity, quick set; plan; attn device pos, pieces by row; gdn fused; cuBLAS and many-row products) | rc $? : $(grep 'ERROR SUMMARY' "$OUT/engine_memcheck.log" | tail -1) |"
     grep -q 'ERROR SUMMARY: 0 errors' "$OUT/engine_memcheck.log" || status=1
     TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test \
       cuda_engine.parity_every_fixture_and_the_default_model cuda.attn_device_pos_big_pieces cuda.gdn_fused_same_bits \
-      >"$OUT/engine_racecheck.log" 2>&1
+      cuda.linear_many_same_bits >"$OUT/engine_racecheck.log" 2>&1
     echo "| racecheck (engine parity, quick set; attn device pos; gdn fused) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/engine_racecheck.log" | tail -1) |"
     grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/engine_racecheck.log" || status=1
   fi
