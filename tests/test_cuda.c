@@ -1201,6 +1201,29 @@ TS_TEST(cuda, attn_prefill_vs_row_kernels) {
         fprintf(stderr, "  attn prefill nq %d nkv %d D %d rows %d at %d: max |prefill - rows| %.2g\n", nq, nkv, D, n, pos0, e);
         CHECK_MSG(e <= 5e-6f, "attn prefill case %zu: off by %.3g from the row kernels", ci, e);
         CHECK_MSG(tail, "attn prefill case %zu: wrote past the chunk's rows", ci);
+        if (tsc_blas_ready()) { /* through cuBLAS (blas.cu): TF32 products, tiles of all rows and of 7 */
+            const int G = nq / nkv;
+            for (int tiny = 0; tiny < 2; tiny++) {
+                const size_t wsb = tsc_attn_blas_ws_bytes(tiny ? 7 : n, G, (int64_t)pos0 + n);
+                void *bws = tsc_alloc(c, wsb);
+                tsc_fill(c, dout1, 7.0f, (size_t)(n + 1) * nq * D);
+                tsc_attn_blas(c, &P, pos0, bws, wsb);
+                SYNC_OK(c);
+                float *gc = down(c, dout1, (size_t)(n + 1) * nq * D);
+                const float eb = ts_test_max_abs(ga, gc, (size_t)n * nq * D);
+                int tb = 1;
+                for (int d = 0; d < nq * D; d++) tb &= gc[(size_t)n * nq * D + d] == 7.0f;
+                fprintf(stderr, "  attn cuBLAS (TF32)%s: max |blas - rows| %.2g\n", tiny ? ", 7-row tiles" : "", eb);
+                /* TF32 keeps 10 bits of q and k (the conversion may truncate): a score of these normed rows
+                 * (sum |q k| / sqrt(D) up to ~30) moves by up to ~1e-2, its weight by ~1%, the output (|v| <= 1)
+                 * by well under 1e-2; a wrong mask or tile moves early rows (1-10 keys, outputs O(0.3)) by far more */
+                CHECK_MSG(eb <= 1e-2f, "attn cuBLAS case %zu%s: off by %.3g from the row kernels (tol 1e-2)", ci,
+                          tiny ? " (7-row tiles)" : "", eb);
+                CHECK_MSG(tb, "attn cuBLAS case %zu: wrote past the chunk's rows", ci);
+                free(gc);
+                tsc_free(c, bws);
+            }
+        }
         free(ga), free(gb), free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc);
         tsc_free(c, dqg), tsc_free(c, dk), tsc_free(c, dv), tsc_free(c, dqn), tsc_free(c, dkn), tsc_free(c, dK);
         tsc_free(c, dV), tsc_free(c, dout), tsc_free(c, dout1), tsc_free(c, ws);

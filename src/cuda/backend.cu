@@ -1479,7 +1479,13 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
          * block of queries (attn.cu: another summation order than the row
          * kernels; prompt chunks only) */
         t.n = a->n, t.pos = 0, t.phase = 0, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
-        tsc_attn_prefill(q->c, &t);
+        /* on the tensor cores through cuBLAS where the stream has its
+         * workspace (TSC_ATTN_BLAS=0 or TSC_BLAS=0: the flash kernel) */
+        if (q->blas_ws && !env_is0("TSC_ATTN_BLAS") && !env_is0("TSC_BLAS") &&
+            tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes))
+            tsc_attn_blas(q->c, &t, s->step.pos, q->blas_ws, q->blas_bytes);
+        else
+            tsc_attn_prefill(q->c, &t);
         return;
     }
     for (int i = 0; i < a->n; i++) {

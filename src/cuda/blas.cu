@@ -64,6 +64,10 @@ struct blas_lib {
     cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
                            const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+    cublasStatus_t (*gemm_sb)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, long long, const void *, cudaDataType, int, long long,
+                              const void *, void *, cudaDataType, int, long long, int, cublasComputeType_t,
+                              cublasGemmAlgo_t);
 };
 blas_lib L;
 
@@ -95,7 +99,7 @@ void load_once() {
     }
     if (!sym(h, "cublasCreate_v2", &L.create) || !sym(h, "cublasDestroy_v2", &L.destroy) ||
         !sym(h, "cublasSetStream_v2", &L.set_stream) || !sym(h, "cublasSetWorkspace_v2", &L.set_ws) ||
-        !sym(h, "cublasGemmEx", &L.gemm)) {
+        !sym(h, "cublasGemmEx", &L.gemm) || !sym(h, "cublasGemmStridedBatchedEx", &L.gemm_sb)) {
         snprintf(L.what, sizeof L.what, "%s lacks an entry point this build calls: prompt products on the tensor-core kernel", got);
         dlclose(h);
         return;
@@ -147,6 +151,49 @@ __global__ void k_blas_dequant(const uint32_t *data, const void *scales, const v
         *(uint4 *)o = *(const uint4 *)v;
     else
         *(uint2 *)o = *(const uint2 *)v;
+}
+
+/* Attention's softmax over one tile's score columns, in place: column c =
+ * (head j of the group, row i) holds T scores (already scaled); keys past
+ * the row's own position (causal: t < lim = first + i + 1) become 0, the
+ * rest exp(s - max) / sum. One block a column. */
+__global__ void __launch_bounds__(256) k_blas_softmax(float *S, int T, int r, int first) {
+    TSC_PDL_ENTRY();
+    __shared__ float red[32];
+    const int col = blockIdx.x, i = col % r;
+    float *s = S + (int64_t)col * T;
+    const int lim = min(T, first + i + 1);
+    float m = -INFINITY;
+    for (int t = threadIdx.x; t < lim; t += blockDim.x) m = fmaxf(m, s[t]);
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) m = fmaxf(m, red[w]);
+    __syncthreads();
+    float sum = 0.f;
+    for (int t = threadIdx.x; t < lim; t += blockDim.x) {
+        const float e = expf(__fsub_rn(s[t], m));
+        s[t] = e;
+        sum = __fadd_rn(sum, e);
+    }
+    sum = warp_sum(sum);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    sum = 0.f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) sum = __fadd_rn(sum, red[w]);
+    const float inv = __fdiv_rn(1.0f, sum);
+    for (int t = threadIdx.x; t < T; t += blockDim.x) s[t] = t < lim ? __fmul_rn(s[t], inv) : 0.f;
+}
+
+/* out [n, nq, D] *= sigmoid(gate), the gate the second half of each query's 2D */
+__global__ void k_blas_gate(float *out, const float *qg, int64_t count, int D) {
+    TSC_PDL_ENTRY();
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= count) return;
+    const int64_t hv = e / D;
+    const int d = (int)(e - hv * D);
+    out[e] = __fmul_rn(out[e], sigmoid_f(qg[hv * 2 * D + D + d]));
 }
 
 bool takes(const tsc_weight *w) {
@@ -272,4 +319,82 @@ extern "C" void tsc_linear_blas(tsc_ctx *c, const tsc_weight *const *w, int nw, 
                           (long long)K, status_name(st));
         }
     }
+}
+
+/* Prompt-chunk attention through cuBLAS (tsc_attn_blas): per KV head and
+ * tile of query rows, S = scale Q K^T for the group's G query heads (one
+ * strided-batched product over the heads, TF32 tensor cores on the f32
+ * cache), the causal softmax in place (k_blas_softmax), O = P V (one more
+ * batched product) straight into the output rows, then the gate. Why: the
+ * flash kernel of attn.cu runs on the f32 FMA pipes (~18 TFLOP/s at 2048
+ * rows, 3.75 ms a 9B layer, 18% of a 2048-row pass in session 20); the two
+ * products here run on the tensor cores, and S's round trip through memory
+ * (4 G r T bytes a tile, from the scratch) costs less than what they save.
+ * Rounding: q, k, p and v to TF32 (2^-11) inside the products; prompt
+ * chunks only. A tile computes every key up to its last row (the masked
+ * half of the square is computed and zeroed: at most 2x the causal work). */
+extern "C" void tsc_attn_blas(tsc_ctx *c, const tsc_attn_args *a, int pos, void *ws, size_t ws_bytes) {
+    TSC_GUARD(c);
+    if (!loaded()) { tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_attn_blas: %s", L.what); return; }
+    const int n = a->n, D = a->D, nq = a->nq, nkv = a->nkv;
+    if (n < 1 || pos < 0 || pos + n > a->max_T || D < 1 || D % 4 || nkv < 1 || nq % nkv || !ws || ws_bytes <= BLAS_WS) {
+        tsc_fail_(c, TS_E_ARG, "tsc_attn_blas: %d rows at %d, cache %d, head dim %d, %d / %d heads", n, pos, a->max_T, D,
+                  nq, nkv);
+        return;
+    }
+    if (c->capturing) { tsc_fail_(c, TS_E_ARG, "tsc_attn_blas: inside a graph capture (prompt chunks only)"); return; }
+    const int G = nq / nkv, qw = a->no_gate ? D : 2 * D, kvdim = nkv * D;
+    const int64_t Tall = (int64_t)pos + n;
+    const size_t scratch = ws_bytes - BLAS_WS;
+    /* query rows a tile: the group's scores of the tile's rows over the keys
+     * of the chunk's last row fit the scratch */
+    int64_t r = (int64_t)(scratch / (sizeof(float) * (size_t)G * (size_t)Tall));
+    if (r < 1) {
+        tsc_fail_(c, TS_E_ARG, "tsc_attn_blas: a scratch of %zu bytes holds no row of %d heads x %lld keys", scratch, G,
+                  (long long)Tall);
+        return;
+    }
+    if (r > n) r = n;
+    float *S = (float *)ws;
+    cublasHandle_t h = handle_of(c);
+    if (!h) return;
+    cublasStatus_t st = L.set_stream(h, c->stream);
+    if (st == CUBLAS_STATUS_SUCCESS) st = L.set_ws(h, (uint8_t *)ws + ws_bytes - BLAS_WS, BLAS_WS);
+    if (st != CUBLAS_STATUS_SUCCESS) { tsc_fail_(c, TS_E_IO, "tsc_attn_blas: cuBLAS setup: %s", status_name(st)); return; }
+    const float scale = 1.0f / sqrtf((float)D), one = 1.f, zero = 0.f;
+    for (int kh = 0; kh < nkv && !c->err_code; kh++)
+        for (int64_t i0 = 0; i0 < n && !c->err_code; i0 += r) {
+            const int rr = (int)(n - i0 < r ? n - i0 : r), T = (int)(pos + i0 + rr);
+            const float *K = a->Kc + (int64_t)kh * D, *V = a->Vc + (int64_t)kh * D;
+            const float *Q = a->qg + (i0 * nq + (int64_t)kh * G) * qw;
+            float *O = a->out + i0 * nq * D + (int64_t)kh * G * D;
+            /* S_j (T x rr, column-major: row i's scores contiguous) = K (T x D) . Q_j^T */
+            st = L.gemm_sb(h, CUBLAS_OP_T, CUBLAS_OP_N, T, rr, D, &scale, K, CUDA_R_32F, kvdim, 0, Q, CUDA_R_32F,
+                           nq * qw, qw, &zero, S, CUDA_R_32F, T, (long long)rr * T, G, CUBLAS_COMPUTE_32F_FAST_TF32,
+                           CUBLAS_GEMM_DEFAULT);
+            if (st == CUBLAS_STATUS_SUCCESS) {
+                tsc_launch(c, k_blas_softmax, dim3((unsigned)(G * rr)), dim3(256), 0, S, T, rr, (int)(pos + i0));
+                TSC_LAUNCHED(c, "tsc_attn_blas (softmax)");
+                /* O_j (D x rr, column-major = the rows' head j outputs) = V (D x T) . P_j (T x rr) */
+                st = L.gemm_sb(h, CUBLAS_OP_N, CUBLAS_OP_N, D, rr, T, &one, V, CUDA_R_32F, kvdim, 0, S, CUDA_R_32F, T,
+                               (long long)rr * T, &zero, O, CUDA_R_32F, nq * D, D, G, CUBLAS_COMPUTE_32F_FAST_TF32,
+                               CUBLAS_GEMM_DEFAULT);
+            }
+            if (st != CUBLAS_STATUS_SUCCESS)
+                tsc_fail_(c, TS_E_IO, "tsc_attn_blas: cublasGemmStridedBatchedEx (%d keys, %d rows): %s", T, rr,
+                          status_name(st));
+        }
+    if (!a->no_gate && !c->err_code) {
+        const int64_t count = (int64_t)n * nq * D;
+        tsc_launch(c, k_blas_gate, dim3((unsigned)((count + 255) / 256)), dim3(256), 0, a->out, (const float *)a->qg, count, D);
+        TSC_LAUNCHED(c, "tsc_attn_blas (gate)");
+    }
+}
+
+extern "C" size_t tsc_attn_blas_ws_bytes(int rows, int G, int64_t T) {
+    return al256(sizeof(float) * (size_t)rows * (size_t)G * (size_t)T) + BLAS_WS;
+}
+
+extern "C" int tsc_attn_blas_fits(const tsc_attn_args *a, int pos, size_t ws_bytes) {
+    return a->nkv > 0 && a->nq % a->nkv == 0 && ws_bytes >= tsc_attn_blas_ws_bytes(1, a->nq / a->nkv, (int64_t)pos + a->n);
 }

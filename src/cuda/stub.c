@@ -47,6 +47,11 @@ int tsc_linear_many_takes(const tsc_weight *w) { (void)w; return 0; }
 void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }
+void tsc_attn_blas(tsc_ctx *c, const tsc_attn_args *a, int pos, void *ws, size_t ws_bytes) {
+    (void)c, (void)a, (void)pos, (void)ws, (void)ws_bytes;
+}
+size_t tsc_attn_blas_ws_bytes(int rows, int G, int64_t T) { (void)rows, (void)G, (void)T; return 0; }
+int tsc_attn_blas_fits(const tsc_attn_args *a, int pos, size_t ws_bytes) { (void)a, (void)pos, (void)ws_bytes; return 0; }
 int tsc_blas_ready(void) { return 0; }
 const char *tsc_blas_what(void) { return "built without CUDA"; }
 int tsc_blas_takes(const tsc_weight *w) { (void)w; return 0; }

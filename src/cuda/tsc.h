@@ -385,6 +385,15 @@ void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a);
  * summation order): prompt chunks only. ws unused; D % 32 == 0, D <= 256,
  * nq / nkv <= 32. */
 void tsc_attn_prefill(tsc_ctx *c, const tsc_attn_args *a);
+/* The same attention through cuBLAS (blas.cu): rows [0, n) at positions
+ * pos.. (the host's; pos_dev and phase are not read), K/V already in the
+ * cache; TF32 products (q, k, p, v rounded to 2^-11), so prompt chunks only.
+ * ws: a tsc_linear_blas workspace, or tsc_attn_blas_ws_bytes(rows, G, T)
+ * bytes for tiles of `rows` query rows over T = pos + n keys (G = nq / nkv);
+ * tsc_attn_blas_fits: the workspace holds a tile of one row. */
+void tsc_attn_blas(tsc_ctx *c, const tsc_attn_args *a, int pos, void *ws, size_t ws_bytes);
+size_t tsc_attn_blas_ws_bytes(int rows, int G, int64_t T);
+int tsc_attn_blas_fits(const tsc_attn_args *a, int pos, size_t ws_bytes);
 
 /* MoE routing of n rows (1..16): p = softmax(logits[i, E]) in f32 (sum in
  * double), the top k of p (ties: the lower expert index, as the CPU's scan),
