@@ -1480,8 +1480,9 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
          * kernels; prompt chunks only) */
         t.n = a->n, t.pos = 0, t.phase = 0, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
         /* on the tensor cores through cuBLAS where the stream has its
-         * workspace (TSC_ATTN_BLAS=0 or TSC_BLAS=0: the flash kernel) */
-        if (q->blas_ws && !env_is0("TSC_ATTN_BLAS") && !env_is0("TSC_BLAS") &&
+         * workspace (TSC_ATTN_BLAS=0 or TSC_BLAS=0: the f32 flash kernel;
+         * TSC_GEMM=0 too, which keeps a chunk f32-class for comparison) */
+        if (q->blas_ws && gemm_on() && !env_is0("TSC_ATTN_BLAS") && !env_is0("TSC_BLAS") &&
             tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes))
             tsc_attn_blas(q->c, &t, s->step.pos, q->blas_ws, q->blas_bytes);
         else
