@@ -52,6 +52,10 @@ T="$OUT/gpu_check.md"
          grep -Ev '^(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+)\.so|^ld-linux' | sort -u | tr '\n' ' ')
   echo "| links (beyond libc, libstdc++, static cudart) | ${libs:-none} |"
   echo "$libs" | grep -q "NOT FOUND" && status=1
+  # loaded at run time, not linked: cuBLAS for the prompt chunks' products and attention (src/cuda/blas.cu;
+  # without it those fall back to our own kernels)
+  blas=$(./"$B"/ts_test cuda.blas_prefill_products 2>&1 | grep -m1 -E 'cuBLAS' | sed 's/^ *//; s/^\[ SKIP \] [^:]*: //')
+  echo "| loaded at run time | ${blas:-cuBLAS: no answer from the test} |"
 
   if [ "$KERNELS" = 1 ]; then
   ./"$B"/ts_test cuda >"$OUT/tests.log" 2>&1
