@@ -402,6 +402,7 @@ bool blas_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float *
     if (!q->blas_ws || n <= RB || n > q->rows || w[0]->cols > q->cols || !gemm_on() || env_is0("TSC_BLAS")) return false;
     for (int i = 0; i < nw; i++)
         if (!tsc_blas_takes(w[i]) || w[i]->cols != w[0]->cols) return false;
+    if (!tsc_blas_usable(q->c)) return false;
     tsc_linear_blas(q->c, w, nw, x, y, n, q->blas_ws, q->blas_bytes);
     return true;
 }
@@ -1487,7 +1488,7 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
          * workspace (TSC_ATTN_BLAS=0 or TSC_BLAS=0: the f32 flash kernel;
          * TSC_GEMM=0 too, which keeps a chunk f32-class for comparison) */
         if (q->blas_ws && gemm_on() && !env_is0("TSC_ATTN_BLAS") && !env_is0("TSC_BLAS") &&
-            tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes))
+            tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes) && tsc_blas_usable(q->c))
             tsc_attn_blas(q->c, &t, s->step.pos, q->blas_ws, q->blas_bytes);
         else
             tsc_attn_prefill(q->c, &t);

@@ -233,6 +233,26 @@ cublasHandle_t handle_of(tsc_ctx *c) {
 
 extern "C" int tsc_blas_ready(void) { return loaded() ? 1 : 0; }
 
+extern "C" int tsc_blas_usable(tsc_ctx *c) {
+    if (!c || c->err_code || !loaded()) return 0;
+    if (c->blas) return 1;
+    /* a handle that cannot be made (a library that does not match the
+     * driver, no memory for its own state) leaves the prompt products on
+     * our kernels, said once; it is not the context's error */
+    cublasHandle_t h = nullptr;
+    const cublasStatus_t st = L.create(&h);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        static std::once_flag said;
+        std::call_once(said, [st] {
+            fprintf(stderr, "turbospark: cuBLAS loaded but cublasCreate failed (%s): prompt products on our own kernels\n",
+                    status_name(st));
+        });
+        return 0;
+    }
+    c->blas = h;
+    return 1;
+}
+
 extern "C" const char *tsc_blas_what(void) {
     loaded();
     return L.what;

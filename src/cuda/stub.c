@@ -53,6 +53,7 @@ void tsc_attn_blas(tsc_ctx *c, const tsc_attn_args *a, int pos, void *ws, size_t
 size_t tsc_attn_blas_ws_bytes(int rows, int G, int64_t T) { (void)rows, (void)G, (void)T; return 0; }
 int tsc_attn_blas_fits(const tsc_attn_args *a, int pos, size_t ws_bytes) { (void)a, (void)pos, (void)ws_bytes; return 0; }
 int tsc_blas_ready(void) { return 0; }
+int tsc_blas_usable(tsc_ctx *c) { (void)c; return 0; }
 const char *tsc_blas_what(void) { return "built without CUDA"; }
 int tsc_blas_takes(const tsc_weight *w) { (void)w; return 0; }
 size_t tsc_blas_ws_bytes(int n, int64_t cols, size_t scratch) { (void)n, (void)cols, (void)scratch; return 0; }

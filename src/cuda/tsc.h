@@ -172,6 +172,9 @@ void tsc_linear_gemm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float
  * tsc_blas_ws_bytes(n, cols, scratch) device bytes, 256-byte aligned, whose
  * scratch part (at least 128 rows of the widest weight) sets the pieces. */
 int tsc_blas_ready(void);
+/* 1 when this context can run them (its cuBLAS handle made, or made now); 0
+ * leaves the caller on its other kernels (the failure said once on stderr). */
+int tsc_blas_usable(tsc_ctx *c);
 const char *tsc_blas_what(void);
 int tsc_blas_takes(const tsc_weight *w);
 size_t tsc_blas_ws_bytes(int n, int64_t cols, size_t scratch);
