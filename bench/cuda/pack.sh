@@ -23,6 +23,12 @@ cp build-cuda/turbospark build-cuda/ts_test build-cuda/cuda_bench "$b/"
 # EXTRA_NVCC_FLAGS=-DTSC_TRACE build-cuda-trace/cuda_bench): cuda_bench --trace
 bins="$b/turbospark $b/ts_test $b/cuda_bench"
 if [ -x build-cuda-trace/cuda_bench ]; then cp build-cuda-trace/cuda_bench "$b/cuda_bench_trace"; bins="$bins $b/cuda_bench_trace"; fi
+# a reference build for an A/B in one call (another commit's tree built with
+# make BUILD=build-cuda-ref CUDA=1 all, e.g. main beside a branch): its
+# turbospark and cuda_bench as turbospark_ref and cuda_bench_ref
+for f in turbospark cuda_bench; do
+  if [ -x build-cuda-ref/$f ]; then cp build-cuda-ref/$f "$b/${f}_ref"; bins="$bins $b/${f}_ref"; fi
+done
 for f in $bins; do
   ldd "$f" | awk '/=>/ {print $3}' | { grep -Ev 'libc\.so|libm\.so|ld-linux|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so' || true; } |
     xargs -r -I{} cp -L {} "$b/lib/"
