@@ -359,19 +359,70 @@ TS_TEST(cuda, linear_many_same_bits) {
     tsc_close(c);
 }
 
-/* The prompt chunks' tensor-core products (q4gemm.cu) against a double
- * reference of x rounded to bf16 (x~) times the exact weights: what the
- * kernel promises is f32-class sums of x~ w, so the bound is 2e-5 of
- * sum_c m|x~| (m: wmag; the mma sums (128 + q) x~ per 64 columns and the
- * scale step takes 128 s back out, a cancellation of ~143/16 on the s q
- * term's magnitude: 2e-5 is ~150x f32 rounding of that); a wrong k order,
- * a lost tile, a scale of the wrong group are O(1) of it. Against the
- * unrounded x the difference is x's bf16 rounding, at most 2^-8 of the
- * bound (checked too). Row counts that are and are not multiples of the
- * 64-row tile, several weights in one launch (rows not multiples of the
- * 128-output tile), groups 64 and 128, the three scale types. */
+/* x's rows rounded to bf16 (the prompt products' staging) */
 static void bf16_rows(const float *x, float *xb, size_t n) {
     for (size_t i = 0; i < n; i++) xb[i] = ts_bf16_to_f32(ts_f32_to_bf16(x[i]));
+}
+
+/* The prompt-product tests' inputs: nw host weights of one format uploaded
+ * in the engine's layout (MLX), each one `takes` must accept, with their
+ * outputs for n rows filled with NaN; 0, or 1 after a recorded failure. */
+static int upload_prompt_weights(tsc_ctx *c, hw *h, tsc_weight *dw, const tsc_weight **pw, float **dy, int nw, ts_dtype dt,
+                                 int bits, int group, ts_dtype sdt, const int64_t *rows, int64_t cols, int n,
+                                 int (*takes)(const tsc_weight *)) {
+    int bad = 0;
+    setenv("TSC_Q4T", "0", 1); /* the engine's layout: MLX */
+    for (int i = 0; i < nw; i++) {
+        make_w(&h[i], dt, bits, group, sdt, rows[i], cols);
+        tsc_weight hd = desc(&h[i].w);
+        ts_error e;
+        if (tsc_weight_upload(c, &hd, &dw[i], &e)) {
+            ts_test_fail(__FILE__, __LINE__, "%s", e.msg);
+            bad = 1;
+        } else if (!takes(&dw[i])) {
+            ts_test_fail(__FILE__, __LINE__, "weight %d (%lld x %lld) not taken", i, (long long)rows[i], (long long)cols);
+            bad = 1;
+        }
+        pw[i] = &dw[i];
+        dy[i] = tsc_alloc(c, sizeof(float) * (size_t)n * (size_t)rows[i]);
+        tsc_fill(c, dy[i], NAN, (size_t)n * (size_t)rows[i]);
+    }
+    unsetenv("TSC_Q4T");
+    return bad;
+}
+
+/* One output row r of a prompt product y [n, rows] against two double
+ * references: x~ (xb) times the weights the kernel multiplies (wt; bound
+ * sum wtb |x~|, within tol) and x times the exact weights (wr; bound sum wa |x|,
+ * within tolx). The worst ratios so far in *worst, *worst_x; 1 at the
+ * first output past a bound (its ratios then in *worst, *worst_x). */
+static int prompt_row_check(const float *y, int64_t rows, int64_t r, int n, int64_t cols, const float *x, const float *xb,
+                            const double *wt, const double *wtb, const double *wr, const double *wa, float tol, float tolx,
+                            float *worst, float *worst_x) {
+    for (int t = 0; t < n; t++) {
+        const float *xr = xb + (size_t)t * cols, *xo = x + (size_t)t * cols;
+        double ref = 0, refx = 0, bound = 0, boundx = 0;
+        for (int64_t k = 0; k < cols; k++) {
+            ref += wt[k] * xr[k], refx += wr[k] * xo[k];
+            bound += wtb[k] * fabs((double)xr[k]), boundx += wa[k] * fabs((double)xo[k]);
+        }
+        const double got = y[(size_t)t * rows + r];
+        const float rel = (float)(fabs(got - ref) / (bound + 1e-30)), relx = (float)(fabs(got - refx) / (boundx + 1e-30));
+        if (!(rel <= tol) || !(relx <= tolx)) {
+            *worst = rel, *worst_x = relx;
+            return 1;
+        }
+        *worst = fmaxf(*worst, rel), *worst_x = fmaxf(*worst_x, relx);
+    }
+    return 0;
+}
+
+/* x [n, cols] uniform in +-1 with 8 outliers of x30, and its rows rounded to bf16 */
+static void prompt_x(int n, int64_t cols, float **x, float **xb) {
+    *x = malloc(sizeof(float) * (size_t)n * cols), *xb = malloc(sizeof(float) * (size_t)n * cols);
+    frand(*x, (size_t)n * cols, 1.0f);
+    for (int k = 0; k < 8; k++) (*x)[(size_t)((fr() * 0.5f + 0.5f) * (float)(n * cols - 1))] *= 30.0f;
+    bf16_rows(*x, *xb, (size_t)n * cols);
 }
 
 /* The cuBLAS prompt products (blas.cu): 4- and 8-bit MLX weights (several
@@ -405,28 +456,18 @@ TS_TEST(cuda, blas_prefill_products) {
         tsc_weight dw[3];
         const tsc_weight *pw[3];
         float *dy[3];
-        setenv("TSC_Q4T", "0", 1); /* the engine's layout: MLX */
-        for (int i = 0; i < nw; i++) {
-            make_w(&h[i], cs[ci].dt, cs[ci].bits, cs[ci].group, cs[ci].sdt, cs[ci].rows[i], cols);
-            tsc_weight hd = desc(&h[i].w);
-            ts_error e;
-            CHECK_MSG(tsc_weight_upload(c, &hd, &dw[i], &e) == 0, "%s", e.msg);
-            CHECK(tsc_blas_takes(&dw[i]));
-            pw[i] = &dw[i];
-            dy[i] = tsc_alloc(c, sizeof(float) * (size_t)n * (size_t)cs[ci].rows[i]);
-            tsc_fill(c, dy[i], NAN, (size_t)n * (size_t)cs[ci].rows[i]);
-        }
-        unsetenv("TSC_Q4T");
-        float *x = malloc(sizeof(float) * (size_t)n * cols), *xb = malloc(sizeof(float) * (size_t)n * cols);
-        frand(x, (size_t)n * cols, 1.0f);
-        for (int k = 0; k < 8; k++) x[(size_t)((fr() * 0.5f + 0.5f) * (float)(n * cols - 1))] *= 30.0f; /* outliers */
-        bf16_rows(x, xb, (size_t)n * cols);
+        if (upload_prompt_weights(c, h, dw, pw, dy, nw, cs[ci].dt, cs[ci].bits, cs[ci].group, cs[ci].sdt, cs[ci].rows,
+                                  cols, n, tsc_blas_takes))
+            return;
+        float *x, *xb;
+        prompt_x(n, cols, &x, &xb);
         float *dx = up(c, x, sizeof(float) * (size_t)n * cols);
         const size_t wsb = tsc_blas_ws_bytes(n, cols, cs[ci].small ? 0 : (size_t)1 << 20);
         void *ws = tsc_alloc(c, wsb);
         tsc_linear_blas(c, pw, nw, dx, dy, n, ws, wsb);
         SYNC_OK(c);
         double *wr = malloc(sizeof(double) * cols), *wq = malloc(sizeof(double) * cols), *wa = malloc(sizeof(double) * cols);
+        double *wqa = malloc(sizeof(double) * cols);
         for (int i = 0; i < nw; i++) {
             const int64_t rows = cs[ci].rows[i];
             float *y = down(c, dy[i], (size_t)n * rows);
@@ -435,23 +476,10 @@ TS_TEST(cuda, blas_prefill_products) {
             for (int64_t r = 0; r < rows && bad < 0; r++) {
                 for (int64_t k = 0; k < cols; k++) {
                     const float v = ts_weight_get(&h[i].w, r, k);
-                    wr[k] = v, wq[k] = ts_bf16_to_f32(ts_f32_to_bf16(v)), wa[k] = wmag(&h[i].w, r, k);
+                    wr[k] = v, wq[k] = ts_bf16_to_f32(ts_f32_to_bf16(v)), wqa[k] = fabs(wq[k]), wa[k] = wmag(&h[i].w, r, k);
                 }
-                for (int t = 0; t < n; t++) {
-                    const float *xr = xb + (size_t)t * cols, *xo = x + (size_t)t * cols;
-                    double ref = 0, refx = 0, bound = 0, boundx = 0;
-                    for (int64_t k = 0; k < cols; k++) {
-                        ref += wq[k] * xr[k], refx += wr[k] * xo[k];
-                        bound += fabs(wq[k]) * fabs((double)xr[k]), boundx += wa[k] * fabs((double)xo[k]);
-                    }
-                    const double got = y[(size_t)t * rows + r];
-                    const float rel = (float)(fabs(got - ref) / (bound + 1e-30)), relx = (float)(fabs(got - refx) / (boundx + 1e-30));
-                    if (!(rel <= 3e-5f) || !(relx <= 1.0f / 128)) {
-                        bad = (int)r, worst = rel, worst_x = relx;
-                        break;
-                    }
-                    worst = fmaxf(worst, rel), worst_x = fmaxf(worst_x, relx);
-                }
+                if (prompt_row_check(y, rows, r, n, cols, x, xb, wq, wqa, wr, wa, 3e-5f, 1.0f / 128, &worst, &worst_x))
+                    bad = (int)r;
             }
             CHECK_MSG(bad < 0, "blas case %zu weight %d (%lldx%lld, %d-bit, %d rows of x, group %d): output %d off by %.3g "
                       "of sum |w~||x~| (tol 3e-5), %.3g against the exact weights and x (tol 2^-7)", ci, i, (long long)rows,
@@ -462,7 +490,7 @@ TS_TEST(cuda, blas_prefill_products) {
                         (long long)cols, n, cs[ci].small ? " (128-row pieces)" : "", worst, worst_x);
             free(y);
         }
-        free(wr), free(wq), free(wa), free(x), free(xb);
+        free(wr), free(wq), free(wqa), free(wa), free(x), free(xb);
         tsc_free(c, dx), tsc_free(c, ws);
         for (int i = 0; i < nw; i++) tsc_free(c, dy[i]), tsc_weight_free(c, &dw[i]), free_hw(&h[i]);
     }
@@ -499,6 +527,17 @@ TS_TEST(cuda, blas_prefill_products) {
     tsc_close(c);
 }
 
+/* The prompt chunks' tensor-core products (q4gemm.cu) against a double
+ * reference of x rounded to bf16 (x~) times the exact weights: what the
+ * kernel promises is f32-class sums of x~ w, so the bound is 2e-5 of
+ * sum_c m|x~| (m: wmag; the mma sums (128 + q) x~ per 64 columns and the
+ * scale step takes 128 s back out, a cancellation of ~143/16 on the s q
+ * term's magnitude: 2e-5 is ~150x f32 rounding of that); a wrong k order,
+ * a lost tile, a scale of the wrong group are O(1) of it. Against the
+ * unrounded x the difference is x's bf16 rounding, at most 2^-8 of the
+ * bound (checked too). Row counts that are and are not multiples of the
+ * 64-row tile, several weights in one launch (rows not multiples of the
+ * 128-output tile), groups 64 and 128, the three scale types. */
 TS_TEST(cuda, gemm_prefill_products) {
     OPEN(c);
     static const struct { int group; ts_dtype sdt; int64_t cols; int n; int64_t rows[3]; } cs[] = {
@@ -516,22 +555,11 @@ TS_TEST(cuda, gemm_prefill_products) {
         tsc_weight dw[3];
         const tsc_weight *pw[3];
         float *dy[3];
-        setenv("TSC_Q4T", "0", 1); /* the engine's layout: MLX */
-        for (int i = 0; i < nw; i++) {
-            make_w(&h[i], TS_DTYPE_U32, 4, cs[ci].group, cs[ci].sdt, cs[ci].rows[i], cols);
-            tsc_weight hd = desc(&h[i].w);
-            ts_error e;
-            CHECK_MSG(tsc_weight_upload(c, &hd, &dw[i], &e) == 0, "%s", e.msg);
-            CHECK(tsc_gemm_takes(&dw[i]));
-            pw[i] = &dw[i];
-            dy[i] = tsc_alloc(c, sizeof(float) * (size_t)n * (size_t)cs[ci].rows[i]);
-            tsc_fill(c, dy[i], NAN, (size_t)n * (size_t)cs[ci].rows[i]);
-        }
-        unsetenv("TSC_Q4T");
-        float *x = malloc(sizeof(float) * (size_t)n * cols), *xb = malloc(sizeof(float) * (size_t)n * cols);
-        frand(x, (size_t)n * cols, 1.0f);
-        for (int k = 0; k < 8; k++) x[(size_t)((fr() * 0.5f + 0.5f) * (float)(n * cols - 1))] *= 30.0f; /* outliers */
-        bf16_rows(x, xb, (size_t)n * cols);
+        if (upload_prompt_weights(c, h, dw, pw, dy, nw, TS_DTYPE_U32, 4, cs[ci].group, cs[ci].sdt, cs[ci].rows, cols, n,
+                                  tsc_gemm_takes))
+            return;
+        float *x, *xb;
+        prompt_x(n, cols, &x, &xb);
         float *dx = up(c, x, sizeof(float) * (size_t)n * cols);
         void *ws = tsc_alloc(c, tsc_gemm_ws_bytes(n, cols));
         tsc_linear_gemm(c, pw, nw, dx, dy, n, ws);
@@ -544,21 +572,8 @@ TS_TEST(cuda, gemm_prefill_products) {
             int bad = -1;
             for (int64_t r = 0; r < rows && bad < 0; r++) {
                 for (int64_t k = 0; k < cols; k++) wr[k] = ts_weight_get(&h[i].w, r, k), wa[k] = wmag(&h[i].w, r, k);
-                for (int t = 0; t < n; t++) {
-                    const float *xr = xb + (size_t)t * cols, *xo = x + (size_t)t * cols;
-                    double ref = 0, refx = 0, bound = 0, boundx = 0;
-                    for (int64_t k = 0; k < cols; k++) {
-                        ref += wr[k] * xr[k], refx += wr[k] * xo[k];
-                        bound += wa[k] * fabs((double)xr[k]), boundx += wa[k] * fabs((double)xo[k]);
-                    }
-                    const double got = y[(size_t)t * rows + r];
-                    const float rel = (float)(fabs(got - ref) / (bound + 1e-30)), relx = (float)(fabs(got - refx) / (boundx + 1e-30));
-                    if (!(rel <= 2e-5f) || !(relx <= 1.0f / 256)) {
-                        bad = (int)r, worst = rel, worst_x = relx;
-                        break;
-                    }
-                    worst = fmaxf(worst, rel), worst_x = fmaxf(worst_x, relx);
-                }
+                if (prompt_row_check(y, rows, r, n, cols, x, xb, wr, wa, wr, wa, 2e-5f, 1.0f / 256, &worst, &worst_x))
+                    bad = (int)r;
             }
             CHECK_MSG(bad < 0, "gemm case %zu weight %d (%lldx%lld, %d rows of x, group %d): output %d off by %.3g of "
                       "sum m|x~| (tol 2e-5), %.3g against unrounded x (tol 2^-8)", ci, i, (long long)rows,

@@ -33,9 +33,13 @@
  * there, the GDN layers their buffers and pending rows, so a graph captured
  * once per (kind, rows) replays at every position.
  *
- * Rows: the row ops of tsc.h take 1..16 rows; larger passes (prompt chunks)
- * run in blocks of 16 (attention one row at a time, see attn()), which keeps
- * every row exact (each op is row-exact).
+ * Rows: the row ops of tsc.h take 1..16 rows, each row exact. Verify
+ * blocks stay on them; prompt chunks of more than 16 rows (TS_MODE_PREFILL)
+ * take kernels that round differently: products and attention through
+ * cuBLAS when the stream has its workspace (blas.cu; blas_ws_of), else
+ * q4gemm.cu's tensor-core products and attn.cu's flash kernel; the chunk
+ * GDN (gdn.cu, tsc_gdn_prefill); a chunk MoE over a route list (moe_chunk,
+ * whose products stay row-invariant: see chunk_linear).
  *
  * Speculative decoding (MTP drafts): a verify is a pass of M+1 rows through
  * the same row-exact ops; attention appends all its K/V rows (a rollback
