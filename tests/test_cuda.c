@@ -879,7 +879,7 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
     tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
+                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
     tsc_gdn_step(c, &A);
     tsc_set_gdn_fused(c, 0); /* the one-row calls through prep + scan: the n-row call took the one kernel */
     for (int t = 0; t < n; t++) {
@@ -923,8 +923,8 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
  * GQA-style Hk 1 / Hv 4; 100 rows and 37. */
 TS_TEST(cuda, gdn_prefill_vs_step) {
     OPEN(c);
-    static const struct { int n, Hk, Hv; } cs_[] = {{100, 2, 4}, {37, 1, 4}};
-    for (size_t ci = 0; ci < 2; ci++) {
+    static const struct { int n, Hk, Hv; } cs_[] = {{100, 2, 4}, {37, 1, 4}, {150, 2, 2}};
+    for (size_t ci = 0; ci < 3; ci++) {
         const int n = cs_[ci].n, Hk = cs_[ci].Hk, Hv = cs_[ci].Hv, dk = 128, dv = 128, K = 4;
         const int Vd = Hv * dv, C = 2 * Hk * dk + Vd;
         const size_t nS = (size_t)Hv * dk * dv;
@@ -945,7 +945,7 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
         float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * Vd);
         float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
         tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
+                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
         tsc_gdn_prefill(c, &A);
         for (int t0 = 0; t0 < n; t0 += TSC_ROWS_MAX) {
             tsc_gdn_args B = A;
@@ -966,6 +966,32 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
         CHECK_MSG(mo <= 2e-4f * maxo, "gdn prefill output off by %.3g", mo);
         CHECK_MSG(ms <= 5e-5f * maxs, "gdn prefill state off by %.3g", ms);
         CHECK_MSG(!memcmp(gc, gc1, sizeof(float) * (K - 1) * C), "gdn prefill: conv state differs from the step's");
+        /* the WY form (gdn.cu: records per 64-row chunk, then the chunks in
+         * order), in one segment and in segments of one chunk, from the same
+         * start states: against the step like the row scan, with 5x its
+         * bounds (the chunk products sum in another order, with decays
+         * e^{G_t - G_s} folded into them) */
+        for (int seg = 0; seg < 2; seg++) {
+            const int wr = seg ? 64 : (n + 63) / 64 * 64;
+            float *wy = tsc_alloc(c, tsc_gdn_wy_bytes(wr, Hv));
+            tsc_write(c, dS, S, sizeof(float) * nS);
+            tsc_write(c, dcs, cs, sizeof(float) * (K - 1) * C);
+            tsc_fill(c, dout, NAN, (size_t)n * Vd);
+            tsc_gdn_args W = A;
+            W.wy = wy, W.wy_rows = wr;
+            tsc_gdn_prefill(c, &W);
+            SYNC_OK(c);
+            float *ow = down(c, dout, (size_t)n * Vd), *Sw = down(c, dS, nS);
+            float mw = 0, msw = 0;
+            for (size_t i = 0; i < (size_t)n * Vd; i++) mw = isnan(ow[i]) ? INFINITY : fmaxf(mw, fabsf(ow[i] - o1[i]));
+            for (size_t i = 0; i < nS; i++) msw = isnan(Sw[i]) ? INFINITY : fmaxf(msw, fabsf(Sw[i] - gS1[i]));
+            fprintf(stderr, "  gdn prefill WY%s %d rows: max |o - step| %.3g, max |S - step| %.3g\n",
+                    seg ? " (64-row segments)" : "", n, mw, msw);
+            CHECK_MSG(mw <= 1e-3f * maxo, "gdn prefill WY%s: output off by %.3g (max |o| %.3g)", seg ? " segments" : "", mw, maxo);
+            CHECK_MSG(msw <= 2.5e-4f * maxs, "gdn prefill WY%s: state off by %.3g (max |S| %.3g)", seg ? " segments" : "", msw, maxs);
+            free(ow), free(Sw);
+            tsc_free(c, wy);
+        }
         free(o), free(o1), free(gS), free(gS1), free(gc), free(gc1);
         free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
         tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcs), tsc_free(c, dcs1);
@@ -1008,7 +1034,7 @@ static void gdn_engine_forms_on(int fused) {
     /* the reference: in place */
     float *rcs = up(c, cs, sizeof(float) * nc), *rS = up(c, S, sizeof(float) * nS), *ro = tsc_alloc(c, ob);
     tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, rcs, dcw, rS, dnA, ddt, dnw, 1e-6f, ro, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
+                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
     tsc_gdn_step(c, &A);
     /* 1: from a separate source */
     float *scs = up(c, cs, sizeof(float) * nc), *sS = up(c, S, sizeof(float) * nS);
@@ -1131,7 +1157,7 @@ TS_TEST(cuda, gdn_fused_same_bits) {
             float *dcs = up(c, cs, sizeof(float) * nc), *dS = up(c, S, sizeof(float) * nS);
             float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
             tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
             tsc_set_gdn_fused(c, f);
             tsc_gdn_step(c, &A);
             SYNC_OK(c);

@@ -301,7 +301,7 @@ static void mixer(layer *y, int n) {
     } else {
         if (cb_env("CB_GDN") == 1) return;
         tsc_gdn_args g = {n, S->HK, S->HV, S->DK, S->DK, 4, QKV, Z, BB, AA, y->conv_state, y->conv_w, y->S,
-                          y->neg_A, y->dt_bias, y->gnorm, 1e-6f, O, GWS, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
+                          y->neg_A, y->dt_bias, y->gnorm, 1e-6f, O, GWS, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
         tsc_gdn_step(C, &g);
     }
 }

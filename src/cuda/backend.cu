@@ -1673,6 +1673,9 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
             g.qkv = a->qkv, g.z = a->z, g.b = a->b, g.a = a->a;
             g.conv_state = conv, g.conv_w = a->conv_w, g.S = S, g.neg_A = a->neg_A, g.dt_bias = a->dt_bias;
             g.norm_w = a->norm, g.eps = a->eps, g.o = a->out, g.ws = a->pf_conv;
+            /* the WY form's records in the stream's prompt scratch (free
+             * between the products that use it), when the stream has one */
+            if (q->blas_ws) g.wy = (float *)q->blas_ws, g.wy_rows = tsc_gdn_wy_rows(q->blas_bytes, a->Hv);
             tsc_gdn_prefill(q->c, &g);
             return;
         }

@@ -46,6 +46,8 @@
  */
 #include <cooperative_groups.h>
 
+#include <stdlib.h>
+
 #include "cuda/common.cuh"
 
 namespace cg = cooperative_groups;
@@ -417,9 +419,203 @@ __global__ void k_gdnp_convstate(const tsc_gdn_args a) {
     for (int j = 0; j < KW - 1; j++) cout[(int64_t)j * C + c] = a.qkv[(int64_t)(a.n - (KW - 1) + j) * C + c];
 }
 
+/* ---- prompt chunks in the WY form (tsc_gdn_prefill with a.wy) ----
+ * The chunked delta rule of src/cpu/prefill.c (its top comment has the
+ * algebra) split so that the row-by-row chain leaves the GPU's critical
+ * path: within a chunk of WL rows starting from state S0, with G_t the
+ * cumulative log decay and A[t,s] = beta_t e^{G_t - G_s} k_t.k_s (s < t),
+ *   (I + A) Delta = B V - B E K S0,   so   Delta = U - W S0   with
+ *   U = (I + A)^-1 B V,  W = (I + A)^-1 B E K   (B = diag beta, E = diag e^G);
+ *   O = E Q S0 + M Delta,  M[t,s] = e^{G_t - G_s} q_t.k_s (s <= t);
+ *   S_end = e^{G_last} S0 + (K~)^T Delta,  K~_s = e^{G_last - G_s} k_s.
+ * U, W and M do not depend on S0: k_gdnw_prep makes them for every (chunk,
+ * head) at once (the forward substitution runs down a chunk's 64 rows, a
+ * thread a column). k_gdnw_scan then walks the chunks in order, a block per
+ * (head, 32 state columns) holding its slice of S in shared memory: three
+ * small products a chunk (Delta, O, the new S), no cross-row chain inside.
+ * Floors (9B layer, 2048 rows: Hv 32, 128 x 128 heads): the prep's
+ * substitution ~2k dependent FMAs a thread a chunk (~4 us), all chunks in
+ * parallel; the scan ~3.5k FMAs a thread a chunk from shared memory (~5 us),
+ * 32 chunks in sequence: ~0.2 ms a layer against ~1.65 ms for k_gdnp_scan's
+ * row chain (0.8 us a row). G in double (as on the CPU): over a chunk it
+ * reaches hundreds. Another summation order than the step: prompt chunks
+ * only. */
+constexpr int WL = 64;            /* rows a chunk */
+constexpr int WJ = 32;            /* state columns a scan block */
+constexpr int WP = DK + 4;        /* padded row of a q/k/W tile in shared memory */
+/* a (chunk, head) record: U [WL][DV], W [WL][DK], M [WL][WL], eq [WL], ek [WL], eL (+ pad) */
+constexpr int R_U = 0, R_W = WL * DV, R_M = R_W + WL * DK, R_EQ = R_M + WL * WL, R_EK = R_EQ + WL, R_EL = R_EK + WL;
+constexpr int REC = R_EL + WL;
+
+constexpr size_t wy_prep_smem() { return sizeof(float) * (2 * WL * WP + WL * (WL + 1) + WL * (DV + DK + 1) + 3 * WL) + sizeof(double) * WL; }
+constexpr size_t wy_scan_smem() { return sizeof(float) * (DK * WJ + 3 * WL * WP + WL * (WL + 1) + WL * (WJ + 1) + 2 * WL + 4); }
+
+/* rows [r0, r0 + nr) of the chunk's prepared rows (k_gdnp_conv / k_gdnp_l2) -> records */
+__global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const float *prep, int r0, int nr) {
+    TSC_PDL_ENTRY();
+    extern __shared__ __align__(16) float wsm[];
+    float *Ks = wsm, *Qs = Ks + WL * WP, *As = Qs + WL * WP, *X = As + WL * (WL + 1);
+    float *bs = X + WL * (DV + DK + 1), *lgs = bs + WL, *eqs = lgs + WL;
+    double *Gd = (double *)(eqs + WL);
+    const int Kd = a.Hk * DK, C = 2 * Kd + a.Hv * DV, ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int g = h / (a.Hv / a.Hk), t0 = ch * WL, Lc = min(WL, nr - t0);
+    float *rec = a.wy + ((int64_t)ch * a.Hv + h) * REC;
+    for (int e = tid; e < WL * (DK / 4); e += 256) {
+        const int t = e / (DK / 4), d4 = e % (DK / 4);
+        float4 q = make_float4(0.f, 0.f, 0.f, 0.f), k = q;
+        if (t < Lc) {
+            const float *row = prep + (int64_t)(r0 + t0 + t) * C;
+            q = *(const float4 *)(row + g * DK + 4 * d4), k = *(const float4 *)(row + Kd + g * DK + 4 * d4);
+        }
+        *(float4 *)(Qs + t * WP + 4 * d4) = q, *(float4 *)(Ks + t * WP + 4 * d4) = k;
+    }
+    if (tid < WL) {
+        float beta = 0.f, lg = 0.f;
+        if (tid < Lc) {
+            const int64_t i = (int64_t)(r0 + t0 + tid) * a.Hv + h;
+            beta = sigmoid_f(a.b[i]);
+            lg = __fmul_rn(a.neg_A[h], softplus_f(__fadd_rn(a.a[i], a.dt_bias[h]))); /* log of the step's decay */
+        }
+        bs[tid] = beta, lgs[tid] = lg;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        double acc = 0.0;
+        for (int t = 0; t < WL; t++) acc += t < Lc ? (double)lgs[t] : 0.0, Gd[t] = acc;
+    }
+    __syncthreads();
+    /* A (shared) and M (the record) */
+    for (int p = tid; p < WL * WL; p += 256) {
+        const int t = p / WL, sx = p % WL;
+        float av = 0.f, mv = 0.f;
+        if (sx <= t && t < Lc) {
+            float kk = 0.f, qk = 0.f;
+            const float *kt = Ks + t * WP, *qt = Qs + t * WP, *ks = Ks + sx * WP;
+            for (int i = 0; i < DK; i += 4) {
+                const float4 x = *(const float4 *)(kt + i), y = *(const float4 *)(qt + i), z = *(const float4 *)(ks + i);
+                kk = __fmaf_rn(x.x, z.x, kk), kk = __fmaf_rn(x.y, z.y, kk), kk = __fmaf_rn(x.z, z.z, kk), kk = __fmaf_rn(x.w, z.w, kk);
+                qk = __fmaf_rn(y.x, z.x, qk), qk = __fmaf_rn(y.y, z.y, qk), qk = __fmaf_rn(y.z, z.z, qk), qk = __fmaf_rn(y.w, z.w, qk);
+            }
+            const float ed = (float)exp(Gd[t] - Gd[sx]);
+            if (sx < t) av = __fmul_rn(__fmul_rn(bs[t], ed), kk);
+            mv = __fmul_rn(ed, qk);
+        }
+        As[t * (WL + 1) + sx] = av;
+        rec[R_M + p] = mv;
+    }
+    if (tid < WL) {
+        const float eq = tid < Lc ? (float)exp(Gd[tid]) : 0.f;
+        eqs[tid] = eq;
+        rec[R_EQ + tid] = eq;
+        rec[R_EK + tid] = tid < Lc ? (float)exp(Gd[Lc - 1] - Gd[tid]) : 0.f;
+        if (tid == 0) rec[R_EL] = (float)exp(Gd[Lc - 1]);
+    }
+    __syncthreads();
+    /* the forward substitution, a thread a column: columns 0..DV-1 make U
+     * (right side beta_t v_t), DV.. make W (beta_t e^{G_t} k_t) */
+    const int col = tid;
+    float *xc = X + col;
+    const int XP = DV + DK + 1;
+    for (int t = 0; t < WL; t++) {
+        float x = 0.f;
+        if (t < Lc) {
+            x = col < DV ? __fmul_rn(bs[t], prep[(int64_t)(r0 + t0 + t) * C + 2 * Kd + h * DV + col])
+                         : __fmul_rn(__fmul_rn(bs[t], eqs[t]), Ks[t * WP + col - DV]);
+            const float *at = As + t * (WL + 1);
+            for (int sx = 0; sx < t; sx++) x = __fmaf_rn(-at[sx], xc[sx * XP], x);
+        }
+        xc[t * XP] = x;
+        rec[(col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV)] = x;
+    }
+}
+
+/* the chunks of rows [r0, r0 + nr) in order, a block per (head, WJ state
+ * columns): S0's slice in shared memory, then per chunk Delta = U - W S0,
+ * O = (E Q) S0 + M Delta (the raw output, normed after by k_gdnp_norm),
+ * S = e^{G_last} S0 + K~^T Delta */
+__global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const float *prep, int r0, int nr) {
+    TSC_PDL_ENTRY();
+    extern __shared__ __align__(16) float wsm[];
+    float *Ss = wsm, *Ws = Ss + DK * WJ, *Qt = Ws + WL * WP, *Kt = Qt + WL * WP, *Ms = Kt + WL * WP;
+    float *Ds = Ms + WL * (WL + 1), *eqs = Ds + WL * (WJ + 1), *eks = eqs + WL, *eLs = eks + WL;
+    const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd, tid = threadIdx.x;
+    const int h = blockIdx.x / (DV / WJ), j0 = (blockIdx.x % (DV / WJ)) * WJ, g = h / (a.Hv / a.Hk);
+    const float *S0;
+    float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
+    const float *Si = S0 + (int64_t)h * DK * DV;
+    for (int e = tid; e < DK * WJ; e += 256) Ss[e] = Si[(int64_t)(e / WJ) * DV + j0 + e % WJ];
+    const int nch = (nr + WL - 1) / WL, jj = tid % WJ, tq = tid / WJ; /* 8 row groups of 32 columns */
+    for (int ch = 0; ch < nch; ch++) {
+        const float *rec = a.wy + ((int64_t)ch * a.Hv + h) * REC;
+        const int t0 = ch * WL, Lc = min(WL, nr - t0);
+        __syncthreads(); /* the last chunk's readers of Ws .. Ds are done */
+        if (tid < WL) eqs[tid] = rec[R_EQ + tid], eks[tid] = rec[R_EK + tid];
+        if (tid == 0) eLs[0] = rec[R_EL];
+        for (int e = tid; e < WL * WL; e += 256) Ms[(e / WL) * (WL + 1) + e % WL] = rec[R_M + e];
+        for (int e = tid; e < WL * WJ; e += 256) Ds[(e / WJ) * (WJ + 1) + e % WJ] = rec[R_U + (e / WJ) * DV + j0 + e % WJ];
+        __syncthreads(); /* eqs, eks for the tiles below */
+        for (int e = tid; e < WL * (DK / 4); e += 256) {
+            const int t = e / (DK / 4), d4 = e % (DK / 4);
+            float4 w = *(const float4 *)(rec + R_W + t * DK + 4 * d4), q = make_float4(0.f, 0.f, 0.f, 0.f), k = q;
+            if (t < Lc) {
+                const float *row = prep + (int64_t)(r0 + t0 + t) * C;
+                q = *(const float4 *)(row + g * DK + 4 * d4), k = *(const float4 *)(row + Kd + g * DK + 4 * d4);
+                const float fq = eqs[t], fk = eks[t];
+                q.x = __fmul_rn(q.x, fq), q.y = __fmul_rn(q.y, fq), q.z = __fmul_rn(q.z, fq), q.w = __fmul_rn(q.w, fq);
+                k.x = __fmul_rn(k.x, fk), k.y = __fmul_rn(k.y, fk), k.z = __fmul_rn(k.z, fk), k.w = __fmul_rn(k.w, fk);
+            }
+            *(float4 *)(Ws + t * WP + 4 * d4) = w, *(float4 *)(Qt + t * WP + 4 * d4) = q, *(float4 *)(Kt + t * WP + 4 * d4) = k;
+        }
+        __syncthreads();
+        /* Delta = U - W S0: rows tq + 8 m, column jj */
+        for (int m = 0; m < WL / 8; m++) {
+            const int t = tq + 8 * m;
+            const float *wt = Ws + t * WP;
+            float acc = 0.f;
+            for (int i = 0; i < DK; i++) acc = __fmaf_rn(wt[i], Ss[i * WJ + jj], acc);
+            Ds[t * (WJ + 1) + jj] = __fsub_rn(Ds[t * (WJ + 1) + jj], acc);
+        }
+        __syncthreads();
+        /* O = (E Q) S0 + M Delta */
+        for (int m = 0; m < WL / 8; m++) {
+            const int t = tq + 8 * m;
+            if (t >= Lc) continue;
+            const float *qt = Qt + t * WP, *mt = Ms + t * (WL + 1);
+            float acc = 0.f;
+            for (int i = 0; i < DK; i++) acc = __fmaf_rn(qt[i], Ss[i * WJ + jj], acc);
+            for (int sx = 0; sx <= t; sx++) acc = __fmaf_rn(mt[sx], Ds[sx * (WJ + 1) + jj], acc);
+            a.o[(int64_t)(r0 + t0 + t) * Vd + h * DV + j0 + jj] = acc;
+        }
+        __syncthreads(); /* O read S0 */
+        /* S = e^{G_last} S0 + K~^T Delta: state rows tq + 8 m */
+        const float eL = eLs[0];
+        for (int m = 0; m < DK / 8; m++) {
+            const int i = tq + 8 * m;
+            float acc = __fmul_rn(eL, Ss[i * WJ + jj]);
+            for (int sx = 0; sx < Lc; sx++) acc = __fmaf_rn(Kt[sx * WP + i], Ds[sx * (WJ + 1) + jj], acc);
+            Ss[i * WJ + jj] = acc;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < DK * WJ; e += 256) Sh[(int64_t)(e / WJ) * DV + j0 + e % WJ] = Ss[e];
+}
+
 } // namespace
 
+/* a switch of the environment set to 0 (read at every call) */
+static bool env0(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '0';
+}
+
 extern "C" size_t tsc_gdn_ws_bytes(int n, int C) { return (size_t)n * (size_t)C * sizeof(float); }
+
+extern "C" size_t tsc_gdn_wy_bytes(int rows, int Hv) { return (size_t)((rows + WL - 1) / WL) * (size_t)Hv * REC * sizeof(float); }
+
+extern "C" int tsc_gdn_wy_rows(size_t bytes, int Hv) {
+    const size_t per = (size_t)Hv * REC * sizeof(float), k = Hv > 0 ? bytes / per : 0;
+    return k > (size_t)(1 << 20) / WL ? (1 << 20) : (int)k * WL;
+}
 
 extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
     TSC_GUARD(c);
@@ -458,8 +654,24 @@ extern "C" void tsc_gdn_prefill(tsc_ctx *c, const tsc_gdn_args *a) {
     TSC_LAUNCHED(c, "tsc_gdn_prefill (conv)");
     tsc_launch(c, k_gdnp_l2, dim3(2 * a->Hk, a->n), dim3(DK), 0, *a, a->ws);
     TSC_LAUNCHED(c, "tsc_gdn_prefill (l2)");
-    tsc_launch(c, k_gdnp_scan, dim3(a->Hv * (DV / 4) / 4), dim3(128), 0, *a, (const float *)a->ws);
-    TSC_LAUNCHED(c, "tsc_gdn_prefill (scan)");
+    if (a->wy && a->wy_rows >= WL && !env0("TSC_GDN_WY")) {
+        /* the WY form in segments of rows that fit the records' buffer */
+        tsc_blocks_per_sm(c, (const void *)k_gdnw_prep, 256, wy_prep_smem(), wy_prep_smem());
+        tsc_blocks_per_sm(c, (const void *)k_gdnw_scan, 256, wy_scan_smem(), wy_scan_smem());
+        const int seg = a->wy_rows / WL * WL;
+        for (int r0 = 0; r0 < a->n; r0 += seg) {
+            const int nr = a->n - r0 < seg ? a->n - r0 : seg;
+            tsc_launch(c, k_gdnw_prep, dim3((unsigned)((nr + WL - 1) / WL), (unsigned)a->Hv), dim3(256), wy_prep_smem(), *a,
+                       (const float *)a->ws, r0, nr);
+            TSC_LAUNCHED(c, "tsc_gdn_prefill (WY records)");
+            tsc_launch(c, k_gdnw_scan, dim3((unsigned)(a->Hv * (DV / WJ))), dim3(256), wy_scan_smem(), *a,
+                       (const float *)a->ws, r0, nr);
+            TSC_LAUNCHED(c, "tsc_gdn_prefill (WY chunks)");
+        }
+    } else {
+        tsc_launch(c, k_gdnp_scan, dim3(a->Hv * (DV / 4) / 4), dim3(128), 0, *a, (const float *)a->ws);
+        TSC_LAUNCHED(c, "tsc_gdn_prefill (scan)");
+    }
     tsc_launch(c, k_gdnp_norm, dim3(a->Hv, a->n), dim3(DV), 0, *a);
     TSC_LAUNCHED(c, "tsc_gdn_prefill (norm)");
     tsc_launch(c, k_gdnp_convstate, dim3((C + 255) / 256), dim3(256), 0, *a);

@@ -52,6 +52,8 @@ void tsc_attn_blas(tsc_ctx *c, const tsc_attn_args *a, int pos, void *ws, size_t
 }
 size_t tsc_attn_blas_ws_bytes(int rows, int G, int64_t T) { (void)rows, (void)G, (void)T; return 0; }
 int tsc_attn_blas_fits(const tsc_attn_args *a, int pos, size_t ws_bytes) { (void)a, (void)pos, (void)ws_bytes; return 0; }
+size_t tsc_gdn_wy_bytes(int rows, int Hv) { (void)rows, (void)Hv; return 0; }
+int tsc_gdn_wy_rows(size_t bytes, int Hv) { (void)bytes, (void)Hv; return 0; }
 int tsc_blas_ready(void) { return 0; }
 int tsc_blas_usable(tsc_ctx *c) { (void)c; return 0; }
 const char *tsc_blas_what(void) { return "built without CUDA"; }

@@ -312,8 +312,16 @@ typedef struct tsc_gdn_args {
     int cont;
     const int32_t *n_dev;
     int n_base;
+    /* tsc_gdn_prefill's WY form (gdn.cu; NULL: the row scan): a buffer of
+     * tsc_gdn_wy_bytes(wy_rows, Hv) bytes for the chunks' records, the rows
+     * done in segments of wy_rows (a multiple of 64, at least 64);
+     * TSC_GDN_WY=0 in the environment keeps the row scan. */
+    float *wy;
+    int wy_rows;
 } tsc_gdn_args;
 size_t tsc_gdn_ws_bytes(int n, int C);
+size_t tsc_gdn_wy_bytes(int rows, int Hv);
+int tsc_gdn_wy_rows(size_t bytes, int Hv); /* the rows (a multiple of 64) a buffer of `bytes` takes; 0: none */
 void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a);
 /* A prompt chunk's n >= 3 rows at once (gdn.cu: five kernels, the
  * recurrence one warp per value head and 4 state columns, no barrier per

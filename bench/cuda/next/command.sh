@@ -1,26 +1,29 @@
 #!/bin/bash
-# (branch gpu-next, written in session 19 without a GPU) validate and measure the attention pieces sized by each
-# row's length against the fixed split (TSC_ATTN_FIXED=1), in one call: the tests first (the new
-# cuda.attn_pieces_by_row_length, every attention test, cuda_engine: MTP / DFlash identical to plain, parity,
-# perplexity), then the 9B engine in serving contexts of 648 (the bench's own) to 131072 tokens and after an
-# 8192-token prompt, interleaved; and a trace of every kernel of the 9B step (build-cuda-trace: make
-# BUILD=build-cuda-trace CUDA=1 EXTRA_NVCC_FLAGS=-DTSC_TRACE build-cuda-trace/cuda_bench, then pack.sh takes it).
+# (branch gdn-wy, written in session 20 without device time left) validate and measure the WY form of the prompt
+# chunks' GDN (gdn.cu k_gdnw_prep + k_gdnw_scan; TSC_GDN_WY=0 the row scan) in one call: the kernel test
+# (cuda.gdn_prefill_vs_step: WY against the step in one segment and in 64-row segments), the sanitizers on it,
+# cuda_engine whole (parity, the prefill tolerance test, streamed == resident), then prefill A/B interleaved.
+# Prediction (bench/cuda/RESULTS.md session 20: the row scan ~0.4 ms a layer at 512 rows, ~1.65 at 2048; the WY
+# form ~0.05 / ~0.2): 9B pp512 17.2K -> 22-24K tok/s, pp2048 20.2K -> 26-30K; 35B-A3B-8L pp512 42K -> 46-50K.
+# The algebra and indexing were checked on the CPU by bench/cuda/next/wy_emu.c (3e-7 relative).
 # Pack from the branch's build as usual (bench/cuda/pack.sh NAME, PACK= below).
-PACK=.gpu/next/pack.tar.xz . bench/cuda/device_env.sh
-timeout 150 $B/ts_test cuda > $O/kern.log 2>&1; tl "ts_test cuda $?"
-timeout 200 $B/ts_test cuda_engine > $O/eng.log 2>&1; tl "ts_test cuda_engine $?"
-timeout 60 compute-sanitizer --tool memcheck $B/ts_test cuda.attn_pieces_by_row_length > $O/memcheck_attn.log 2>&1; tl "memcheck $?"
-# the step's timeline of every kernel (the trace build's K lines: common.cuh TSC_ENTRY), the products' own trace too
-$B/cuda_bench_trace --shape 9b --mlx --digits 1 --trace $O/trace_all.txt > $O/cbt_all.txt 2>&1; tl "trace $?"
-python3 bench/cuda/trace_view.py --kernels $O/trace_all.txt > $O/trace_kernels.txt 2>&1; xz -9 $O/trace_all.txt
+PACK=.gpu/wy/pack.tar.xz . bench/cuda/device_env.sh
+timeout 100 $B/ts_test cuda.gdn_prefill_vs_step > $O/kern_gdn.log 2>&1; tl "gdn test $?"
+timeout 100 compute-sanitizer --tool memcheck $B/ts_test cuda.gdn_prefill_vs_step > $O/memcheck_gdn.log 2>&1; tl "memcheck $?"
+timeout 100 compute-sanitizer --tool racecheck $B/ts_test cuda.gdn_prefill_vs_step > $O/racecheck_gdn.log 2>&1; tl "racecheck $?"
+timeout 240 $B/ts_test cuda_engine > $O/eng.log 2>&1; tl "ts_test cuda_engine $?"
 synth_shape 9b shapes/qwen3.5-9B.json
-for v in "new X=1" "fixed TSC_ATTN_FIXED=1"; do
-  set -- $v; n=$1; shift
-  bj 9b_${n}_ctx648 "$*" $S/9b --prompt 512 --gen 128 --runs 2
-  bj 9b_${n}_ctx4k "$*" $S/9b --prompt 512 --gen 128 --runs 2 --ctx 4096
-  bj 9b_${n}_ctx32k "$*" $S/9b --prompt 512 --gen 128 --runs 2 --ctx 32768
-  bj 9b_${n}_ctx128k "$*" $S/9b --prompt 512 --gen 128 --runs 1 --ctx 131072
-  bj 9b_${n}_p8k "$*" $S/9b --prompt 8192 --gen 128 --runs 1
-  bj 9b_${n}_mtp3_ctx32k "$*" $S/9b --prompt 512 --gen 128 --runs 1 --ctx 32768 --spec mtp --draft 3
+synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
+for r in a b; do
+  for v in "wy X=1" "scan TSC_GDN_WY=0"; do
+    set -- $v; n=$1; shift
+    bj 9b_p512_${n}_$r "$*" $S/9b --prompt 512 --gen 16 --runs 2
+    bj 9b_p2048_${n}_$r "$*" $S/9b --prompt 2048 --gen 16 --runs 2
+    bj 35b8_p512_${n}_$r "$*" $S/35b8 --prompt 512 --gen 16 --runs 2
+    bj 35b8_p2048_${n}_$r "$*" $S/35b8 --prompt 2048 --gen 16 --runs 2
+  done
 done
+bj 9b_p8192_wy X=1 $S/9b --prompt 8192 --gen 16 --runs 1
+bj 9b_p8192_scan TSC_GDN_WY=0 $S/9b --prompt 8192 --gen 16 --runs 1
+timeout 150 $B/ts_test cuda > $O/kern.log 2>&1; tl "ts_test cuda $?"
 device_end

@@ -1,0 +1,143 @@
+/* wy_emu.c (session 20, branch gdn-wy): a CPU emulation of gdn.cu's k_gdnw_prep + k_gdnw_scan (the same loops and layouts, serial) against the plain recurrence in double, to check the WY algebra and indexing without a GPU: gcc -O2 wy_emu.c -lm; ./a.out ROWS HK HV SEGMENT_ROWS (0: one segment). Session 20: 3e-7..7.5e-7 relative on 37..300 rows, segments of 64/128 rows. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define DK 128
+#define DV 128
+#define WL 64
+#define WJ 32
+#define WP (DK + 4)
+enum { R_U = 0, R_W = WL * DV, R_M = R_W + WL * DK, R_EQ = R_M + WL * WL, R_EK = R_EQ + WL, R_EL = R_EK + WL, REC = R_EL + WL };
+static float fr(void) { return (float)rand() / RAND_MAX * 2.f - 1.f; }
+static float sigm(float x) { return 1.f / (1.f + expf(-x)); }
+static float softp(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+int n, Hk, Hv, Kd, C;
+float *prep, *bb, *aa, *nA, *dtb, *wy;
+static void prep_k(int r0, int nr, int ch, int h) {
+    static float Ks[WL * WP], Qs[WL * WP], As[WL * (WL + 1)], X[WL * (DV + DK + 1)], bs[WL], lgs[WL], eqs[WL];
+    static double Gd[WL];
+    const int g = h / (Hv / Hk), t0 = ch * WL, Lc = nr - t0 < WL ? nr - t0 : WL;
+    float *rec = wy + ((long)ch * Hv + h) * REC;
+    for (int t = 0; t < WL; t++) for (int d = 0; d < DK; d++) {
+        float q = 0, k = 0;
+        if (t < Lc) { const float *row = prep + (long)(r0 + t0 + t) * C; q = row[g * DK + d], k = row[Kd + g * DK + d]; }
+        Qs[t * WP + d] = q, Ks[t * WP + d] = k;
+    }
+    for (int tid = 0; tid < WL; tid++) {
+        float beta = 0, lg = 0;
+        if (tid < Lc) { long i = (long)(r0 + t0 + tid) * Hv + h; beta = sigm(bb[i]); lg = nA[h] * softp(aa[i] + dtb[h]); }
+        bs[tid] = beta, lgs[tid] = lg;
+    }
+    double acc = 0; for (int t = 0; t < WL; t++) acc += t < Lc ? (double)lgs[t] : 0.0, Gd[t] = acc;
+    for (int p = 0; p < WL * WL; p++) {
+        int t = p / WL, sx = p % WL; float av = 0, mv = 0;
+        if (sx <= t && t < Lc) {
+            float kk = 0, qk = 0;
+            for (int i = 0; i < DK; i++) kk += Ks[t * WP + i] * Ks[sx * WP + i], qk += Qs[t * WP + i] * Ks[sx * WP + i];
+            float ed = (float)exp(Gd[t] - Gd[sx]);
+            if (sx < t) av = bs[t] * ed * kk;
+            mv = ed * qk;
+        }
+        As[t * (WL + 1) + sx] = av; rec[R_M + p] = mv;
+    }
+    for (int tid = 0; tid < WL; tid++) {
+        float eq = tid < Lc ? (float)exp(Gd[tid]) : 0.f; eqs[tid] = eq; rec[R_EQ + tid] = eq;
+        rec[R_EK + tid] = tid < Lc ? (float)exp(Gd[Lc - 1] - Gd[tid]) : 0.f;
+        if (tid == 0) rec[R_EL] = (float)exp(Gd[Lc - 1]);
+    }
+    const int XP = DV + DK + 1;
+    for (int col = 0; col < DV + DK; col++) {
+        float *xc = X + col;
+        for (int t = 0; t < WL; t++) {
+            float x = 0;
+            if (t < Lc) {
+                x = col < DV ? bs[t] * prep[(long)(r0 + t0 + t) * C + 2 * Kd + h * DV + col] : bs[t] * eqs[t] * Ks[t * WP + col - DV];
+                for (int sx = 0; sx < t; sx++) x = fmaf(-As[t * (WL + 1) + sx], xc[sx * XP], x);
+            }
+            xc[t * XP] = x;
+            rec[col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV] = x;
+        }
+    }
+}
+static void scan_k(int r0, int nr, int blk, float *S, float *o) {
+    static float Ss[DK * WJ], Ws[WL * WP], Qt[WL * WP], Kt[WL * WP], Ms[WL * (WL + 1)], Ds[WL * (WJ + 1)], eqs[WL], eks[WL];
+    const int Vd = Hv * DV, h = blk / (DV / WJ), j0 = (blk % (DV / WJ)) * WJ, g = h / (Hv / Hk);
+    float *Sh = S + (long)h * DK * DV;
+    for (int e = 0; e < DK * WJ; e++) Ss[e] = Sh[(e / WJ) * DV + j0 + e % WJ];
+    int nch = (nr + WL - 1) / WL;
+    for (int ch = 0; ch < nch; ch++) {
+        const float *rec = wy + ((long)ch * Hv + h) * REC;
+        int t0 = ch * WL, Lc = nr - t0 < WL ? nr - t0 : WL;
+        for (int t = 0; t < WL; t++) eqs[t] = rec[R_EQ + t], eks[t] = rec[R_EK + t];
+        float eL = rec[R_EL];
+        for (int e = 0; e < WL * WL; e++) Ms[(e / WL) * (WL + 1) + e % WL] = rec[R_M + e];
+        for (int e = 0; e < WL * WJ; e++) Ds[(e / WJ) * (WJ + 1) + e % WJ] = rec[R_U + (e / WJ) * DV + j0 + e % WJ];
+        for (int t = 0; t < WL; t++) for (int d = 0; d < DK; d++) {
+            float w = rec[R_W + t * DK + d], q = 0, k = 0;
+            if (t < Lc) { const float *row = prep + (long)(r0 + t0 + t) * C; q = row[g * DK + d] * eqs[t]; k = row[Kd + g * DK + d] * eks[t]; }
+            Ws[t * WP + d] = w, Qt[t * WP + d] = q, Kt[t * WP + d] = k;
+        }
+        for (int t = 0; t < WL; t++) for (int jj = 0; jj < WJ; jj++) {
+            float acc = 0; for (int i = 0; i < DK; i++) acc = fmaf(Ws[t * WP + i], Ss[i * WJ + jj], acc);
+            Ds[t * (WJ + 1) + jj] -= acc;
+        }
+        for (int t = 0; t < Lc; t++) for (int jj = 0; jj < WJ; jj++) {
+            float acc = 0;
+            for (int i = 0; i < DK; i++) acc = fmaf(Qt[t * WP + i], Ss[i * WJ + jj], acc);
+            for (int sx = 0; sx <= t; sx++) acc = fmaf(Ms[t * (WL + 1) + sx], Ds[sx * (WJ + 1) + jj], acc);
+            o[(long)(r0 + t0 + t) * Vd + h * DV + j0 + jj] = acc;
+        }
+        for (int i = 0; i < DK; i++) for (int jj = 0; jj < WJ; jj++) {
+            float acc = eL * Ss[i * WJ + jj];
+            for (int sx = 0; sx < Lc; sx++) acc = fmaf(Kt[sx * WP + i], Ds[sx * (WJ + 1) + jj], acc);
+            Ss[i * WJ + jj] = acc;
+        }
+    }
+    for (int e = 0; e < DK * WJ; e++) Sh[(e / WJ) * DV + j0 + e % WJ] = Ss[e];
+}
+int main(int argc, char **argv) {
+    n = atoi(argv[1]); Hk = atoi(argv[2]); Hv = atoi(argv[3]); int seg = atoi(argv[4]);
+    Kd = Hk * DK; C = 2 * Kd + Hv * DV; int Vd = Hv * DV;
+    prep = malloc(sizeof(float) * n * C); bb = malloc(sizeof(float) * n * Hv); aa = malloc(sizeof(float) * n * Hv);
+    nA = malloc(sizeof(float) * Hv); dtb = malloc(sizeof(float) * Hv);
+    for (long i = 0; i < (long)n * C; i++) prep[i] = fr();
+    /* q, k l2-normed per head (q also / sqrt(dk)) as k_gdnp_l2 leaves them */
+    for (int t = 0; t < n; t++) for (int hd = 0; hd < 2 * Hk; hd++) {
+        float *p = prep + (long)t * C + hd * DK; double ss = 0; for (int i = 0; i < DK; i++) ss += p[i] * p[i];
+        float r = 1.f / sqrtf((float)ss + 1e-6f); for (int i = 0; i < DK; i++) p[i] *= r * (hd < Hk ? 1.f / sqrtf(DK) : 1.f);
+    }
+    for (long i = 0; i < (long)n * Hv; i++) bb[i] = 2 * fr(), aa[i] = 2 * fr();
+    for (int h = 0; h < Hv; h++) nA[h] = -expf(fr()), dtb[h] = fr();
+    long nS = (long)Hv * DK * DV;
+    float *S0 = malloc(sizeof(float) * nS), *S1 = malloc(sizeof(float) * nS), *S2 = malloc(sizeof(float) * nS);
+    for (long i = 0; i < nS; i++) S0[i] = 0.05f * fr();
+    memcpy(S1, S0, sizeof(float) * nS); memcpy(S2, S0, sizeof(float) * nS);
+    float *o1 = calloc((size_t)n * Vd, sizeof(float)), *o2 = calloc((size_t)n * Vd, sizeof(float));
+    /* the plain recurrence (double) */
+    for (int h = 0; h < Hv; h++) {
+        int g = h / (Hv / Hk); float *Sh = S1 + (long)h * DK * DV;
+        for (int t = 0; t < n; t++) {
+            const float *row = prep + (long)t * C; const float *q = row + g * DK, *k = row + Kd + g * DK, *v = row + 2 * Kd + h * DV;
+            float beta = sigm(bb[(long)t * Hv + h]); double dec = exp((double)nA[h] * softp(aa[(long)t * Hv + h] + dtb[h]));
+            for (int j = 0; j < DV; j++) {
+                double p = 0; for (int i = 0; i < DK; i++) { Sh[i * DV + j] *= dec; p += Sh[i * DV + j] * k[i]; }
+                double d = beta * (v[j] - p), oo = 0;
+                for (int i = 0; i < DK; i++) { Sh[i * DV + j] += k[i] * d; oo += Sh[i * DV + j] * q[i]; }
+                o1[(long)t * Vd + h * DV + j] = (float)oo;
+            }
+        }
+    }
+    int segr = seg > 0 ? seg : (n + 63) / 64 * 64;
+    wy = malloc(sizeof(float) * ((segr + WL - 1) / WL) * Hv * REC);
+    for (int r0 = 0; r0 < n; r0 += segr) {
+        int nr = n - r0 < segr ? n - r0 : segr;
+        for (int ch = 0; ch < (nr + WL - 1) / WL; ch++) for (int h = 0; h < Hv; h++) prep_k(r0, nr, ch, h);
+        for (int blk = 0; blk < Hv * (DV / WJ); blk++) scan_k(r0, nr, blk, S2, o2);
+    }
+    double mo = 0, maxo = 0, ms = 0, maxs = 0;
+    for (long i = 0; i < (long)n * Vd; i++) mo = fmax(mo, fabs(o1[i] - o2[i])), maxo = fmax(maxo, fabs(o1[i]));
+    for (long i = 0; i < nS; i++) ms = fmax(ms, fabs(S1[i] - S2[i])), maxs = fmax(maxs, fabs(S1[i]));
+    printf("n %d Hk %d Hv %d seg %d: max|o| %.3g err %.3g (%.2g rel), max|S| %.3g err %.3g (%.2g rel)\n", n, Hk, Hv, segr, maxo, mo, mo / maxo, maxs, ms, ms / maxs);
+    return 0;
+}
