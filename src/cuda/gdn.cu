@@ -105,17 +105,17 @@ __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : lo
 
 /* One row of the scan, k_gdn_scan's and k_gdn_fused's arithmetic: decay, the
  * prediction p = S^T k (the warps' partials added in warp order through
- * shared memory), delta, the update, o = S^T q (the same), then the gated
- * RMSNorm, the value head's sum of squares the partials of its CL blocks
- * (cluster ranks base .. base + CL - 1) in rank order through distributed
- * shared memory. q and k: this warp's IPW rows of the key head's q and k; vp:
- * the value of the block's column j. One cluster barrier; the caller's
- * state S advances. */
-__device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, cg::cluster_group &cl, float (&S)[IPW],
-                                             const float *q, const float *k, const float *vp, int t, int h, int j,
-                                             int warp, int lane, int base, float nA, float dtb, float nw,
-                                             float (&redp)[NW][32], float (&redo)[NW][32], double (&ssq)[2]) {
-    const int Vd = a.Hv * DV;
+ * shared memory), delta, the update, o = S^T q (the same); warp 0 keeps the
+ * row's o of column j and the block's sum of squares of o (ojs[t], ssq[t])
+ * for gdn_rows_out. q and k: this warp's IPW rows of the key head's q and k;
+ * vp: the value of the block's column j. No cluster barrier: the state's
+ * chain needs none (session 20: the gated norm's barrier used to sit in
+ * every row, n - 1 of them in a verify's GDN layer); the caller's state S
+ * advances. */
+__device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[IPW], const float *q, const float *k,
+                                             const float *vp, int t, int h, int warp, int lane, float nA, float dtb,
+                                             float (&redp)[NW][32], float (&redo)[NW][32],
+                                             float (&ojs)[TSC_ROWS_MAX][32], double (&ssq)[TSC_ROWS_MAX]) {
     const float beta = sigmoid_f(a.b[t * a.Hv + h]);
     const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
     float p = 0.f;
@@ -138,29 +138,42 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, cg::cluster_
     }
     redo[warp][lane] = o;
     __syncthreads();
-    float oj = redo[0][lane];
-#pragma unroll
-    for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
     if (warp == 0) {
+        float oj = redo[0][lane];
+#pragma unroll
+        for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
         const double d = warp_sum_d((double)oj * oj);
-        if (lane == 0) ssq[t & 1] = d;
+        if (lane == 0) ssq[t] = d;
+        ojs[t][lane] = oj;
     }
-    cl.sync();
-    if (warp == 0 && a.o) { /* (no output: the cluster barriers above still run) */
+}
+
+/* The gated RMSNorm of rows 0 .. n-1, after a cluster barrier that follows
+ * the rows' scan: each value head's sum of squares the partials of its CL
+ * blocks (cluster ranks base .. base + CL - 1) in rank order through
+ * distributed shared memory, then warp 0 writes column j of each row. The
+ * caller keeps the cluster together until every block has read (its final
+ * barrier). */
+__device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int j, int warp,
+                                             int lane, int base, float nw, const float (&ojs)[TSC_ROWS_MAX][32],
+                                             double (&ssq)[TSC_ROWS_MAX]) {
+    if (warp != 0 || !a.o) return;
+    const int Vd = a.Hv * DV;
+    for (int t = 0; t < n; t++) {
         double tot = 0;
 #pragma unroll
-        for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t & 1], base + r);
+        for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t], base + r);
         const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
         const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
-        a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(oj, rr), nw), zj);
+        a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(ojs[t][lane], rr), nw), zj);
     }
 }
 
 template <bool E>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan(const tsc_gdn_args a, const float *prep) {
     TSC_ENTRY(E);
-    __shared__ float redp[NW][32], redo[NW][32];
-    __shared__ double ssq[2];
+    __shared__ float redp[NW][32], redo[NW][32], ojs[TSC_ROWS_MAX][32];
+    __shared__ double ssq[TSC_ROWS_MAX];
     cg::cluster_group cl = cg::this_cluster();
     const int h = blockIdx.x / CL, cb = (int)cl.block_rank();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = cb * CB + lane;
@@ -177,8 +190,10 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
     for (int t = 0; t < n; t++) {
         const float *row = prep + (int64_t)t * C;
         const float *q = row + g * DK + warp * IPW, *k = row + Kd + g * DK + warp * IPW;
-        gdn_scan_row(a, cl, S, q, k, row + 2 * Kd + h * DV + j, t, h, j, warp, lane, 0, nA, dtb, nw, redp, redo, ssq);
+        gdn_scan_row(a, S, q, k, row + 2 * Kd + h * DV + j, t, h, warp, lane, nA, dtb, redp, redo, ojs, ssq);
     }
+    cl.sync(); /* every block's sums of squares of every row are in */
+    gdn_rows_out(a, cl, n, h, j, warp, lane, 0, nw, ojs, ssq);
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
     cl.sync(); /* no block leaves while another may still read its ssq */
@@ -212,9 +227,9 @@ template <bool E, int RR>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     TSC_ENTRY(E);
     __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
-    __shared__ float redp[NW][32], redo[NW][32];
+    __shared__ float redp[NW][32], redo[NW][32], ojs[TSC_ROWS_MAX][32];
     __shared__ double red[NW];
-    __shared__ double ssq[2];
+    __shared__ double ssq[TSC_ROWS_MAX];
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank(), g = blockIdx.x / (CL * RR), h = g * RR + rank / CL, cb = rank % CL;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = cb * CB + lane, tid = threadIdx.x;
@@ -266,8 +281,10 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     const int base = rank / CL * CL; /* this value head's first block in the cluster */
     for (int t = 0; t < n; t++) {
         const float *q = qs[t] + warp * IPW, *k = ks[t] + warp * IPW;
-        gdn_scan_row(a, cl, S, q, k, &vs[t][lane], t, h, j, warp, lane, base, nA, dtb, nw, redp, redo, ssq);
+        gdn_scan_row(a, S, q, k, &vs[t][lane], t, h, warp, lane, nA, dtb, redp, redo, ojs, ssq);
     }
+    cl.sync(); /* every block's sums of squares of every row are in */
+    gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq);
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
     cl.sync(); /* no block leaves while another may still read its ssq; every block has read the conv state */
