@@ -222,6 +222,8 @@ struct cu_stream {
     float *amx_prob; /* [RB] */
     float *att_small; /* [att_small_floats()] attention partials when the score buffer is too small */
     size_t att_small_n;
+    float *att_multi; /* [RB * att_small_floats()] the partials of a verify's rows at once (NULL: one row a call) */
+    size_t att_multi_n;
     dev_step *hstep; /* host copy of the block (step + ids), pageable */
     float *stage;    /* pinned host staging of host_rows */
     size_t stage_bytes;
@@ -278,7 +280,7 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, gemm, route, maps, blas, total;
+    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, att_multi, gemm, route, maps, blas, total;
 };
 
 /* A chunk MoE's row tiles of one slot at most (a partial tile per expert
@@ -314,6 +316,10 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
     l.amx_prob = o, o += al256(sizeof(float) * RB);
     l.att_small = o, o += al256(sizeof(float) * att_small_floats());
+    /* a verify's rows attend in one launch pair when their partials fit
+     * here (cu_attn): RB rows of the small area's size, streams of several
+     * rows only */
+    l.att_multi = o, o += rows > 1 ? al256(sizeof(float) * att_small_floats() * RB) : 0;
     /* the prompt chunks' tensor-core products stage x as bf16 (q4gemm.cu):
      * only streams whose rows exceed what the row kernels take */
     l.gemm = o, o += rows > RB ? al256(tsc_gemm_ws_bytes(rows + 64, cols)) : 0;
@@ -917,6 +923,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->amx_prob = (float *)(w + l.amx_prob);
     q->att_small = (float *)(w + l.att_small);
     q->att_small_n = att_small_floats();
+    if (l.gemm > l.att_multi) q->att_multi = (float *)(w + l.att_multi), q->att_multi_n = (l.gemm - l.att_multi) / sizeof(float);
     if (rows > RB) {
         q->gemm_ws = w + l.gemm, q->gemm_bytes = l.route - l.gemm;
         q->route = (int32_t *)(w + l.route), q->maps = (int32_t *)(w + l.maps), q->maps_n = maps_ints_of(rows);
@@ -1492,6 +1499,19 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
             tsc_attn_blas(q->c, &t, s->step.pos, q->blas_ws, q->blas_bytes);
         else
             tsc_attn_prefill(q->c, &t);
+        return;
+    }
+    /* a verify's rows in one launch pair when their partials fit the
+     * several-row area: the same pieces (np_max, or the fixed split) as one
+     * row a call, so the same bits a row (its pieces depend on its own
+     * length only); one row a call was 13.8 us a row and layer on the 9B
+     * (session 19), a 4-row verify's attention 4 launch pairs a layer */
+    const size_t slots = t.np_max > 0 ? (size_t)t.np_max : ((size_t)L + (t.split ? t.split : TSC_ATTN_SPLIT) - 1) / (t.split ? t.split : TSC_ATTN_SPLIT);
+    if (a->n > 1 && a->n <= RB && q->att_multi && !env_is0("TSC_ATTN_ROWS") &&
+        (size_t)a->n * (size_t)a->nq * slots * (size_t)(D + 2) <= q->att_multi_n) {
+        t.n = a->n, t.pos = 0, t.phase = 2, t.ws = q->att_multi;
+        t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
+        tsc_attn_decode(q->c, &t);
         return;
     }
     for (int i = 0; i < a->n; i++) {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# (branch gpu-next2 = gdn-wy + gdn-defer, written in session 20 without device time left; NOT RUN on a GPU)
+# (branch gpu-next2 = gdn-wy + gdn-defer + attention rows, written in session 20 without device time left; NOT RUN on a GPU)
 # One call that validates and measures both:
 #  - gdn-wy: the prompt chunks' GDN in the WY form (TSC_GDN_WY=0 the row scan). Prediction: 9B pp512 17.2K ->
 #    22-24K tok/s, pp2048 20.2K -> 26-30K; 35B-A3B-8L pp512 42K -> 46-50K. Algebra checked on the CPU by
@@ -7,6 +7,11 @@
 #  - gdn-defer: the GDN step's gated norm after all rows (one cluster barrier a layer instead of one a row; the
 #    same bits). No switch: the A/B is against main's build, packed as *_ref. Prediction: cuda_bench's 4-row
 #    verify 1.474x -> ~1.43x a step, 16 rows 4.63x -> ~4.4x; one row unchanged.
+#  - attention rows (no branch of its own): a verify's rows attend in one launch pair (cu_attn; the engine ran one
+#    row a call: its partials area held one row; now RB rows of the small area, 64 MB a stream of several rows),
+#    the same bits a row; TSC_ATTN_ROWS=0 the old loop. cuda_bench always ran the rows at once, so its 1.474x
+#    does not show the engine's loop: the engine's MTP-3-rejected block (3.95 ms) is the measure. Prediction:
+#    ~0.3 ms less a 4-row verify on the 9B (8 layers x 3 x ~13 us), 9B MTP 3 rejected 253 -> ~275 tok/s.
 # Before the call: make -j2 BUILD=build-cuda CUDA=1 all on this branch; main's tree built into build-cuda-ref
 # (git worktree add /tmp/mainwt main && make -C /tmp/mainwt -j2 BUILD=$PWD/build-cuda-ref CUDA=1 all, or a
 # checkout of main built there), then bench/cuda/pack.sh next2 (it packs build-cuda-ref's turbospark and
@@ -33,8 +38,10 @@ for r in a b; do
     bj 35b8_p2048_${n}_$r "$*" $S/35b8 --prompt 2048 --gen 16 --runs 2
   done
   bj 9b_mtp3_new_$r X=1 $S/9b --prompt 512 --gen 128 --runs 2 --spec mtp --draft 3
+  bj 9b_mtp3_rows1_$r TSC_ATTN_ROWS=0 $S/9b --prompt 512 --gen 128 --runs 2 --spec mtp --draft 3
   bref 9b_mtp3_ref_$r $S/9b --prompt 512 --gen 128 --runs 2 --spec mtp --draft 3
   bj def_df16_new_$r X=1 models/default --prompt 512 --gen 256 --runs 2 --spec dflash --block 16
+  bj def_df16_rows1_$r TSC_ATTN_ROWS=0 models/default --prompt 512 --gen 256 --runs 2 --spec dflash --block 16
   bref def_df16_ref_$r models/default --prompt 512 --gen 256 --runs 2 --spec dflash --block 16
 done
 bj 9b_p8192_wy X=1 $S/9b --prompt 8192 --gen 16 --runs 1
