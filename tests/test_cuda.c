@@ -1219,7 +1219,7 @@ TS_TEST(cuda, attn_prefill_vs_row_kernels) {
         float *dout = tsc_alloc(c, sizeof(float) * n * nq * D), *dout1 = tsc_alloc(c, sizeof(float) * (n + 1) * nq * D);
         tsc_fill(c, dout1, 7.0f, (size_t)(n + 1) * nq * D);
         float *ws = tsc_alloc(c, tsc_attn_ws_bytes(1, nq, D, max_T));
-        tsc_attn_args A = {n, pos0, nq, nkv, D, 64, 1e7f, 1e-6f, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws, NULL, 0, 1, 0, 0, 0};
+        tsc_attn_args A = {n, pos0, nq, nkv, D, 64, 1e7f, 1e-6f, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws, NULL, 0, 1, 0, 0, 0, 0};
         for (int r0 = 0; r0 < n; r0 += TSC_ROWS_MAX) { /* phase 1: norms, RoPE, K/V appended */
             tsc_attn_args B = A;
             B.n = n - r0 < TSC_ROWS_MAX ? n - r0 : TSC_ROWS_MAX, B.pos = pos0 + r0;
@@ -1296,7 +1296,7 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
     tsc_write(c, dpos, &pos0, sizeof(int32_t));
     tsc_attn_args A = {n, devpos ? 0 : pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws,
-                       devpos ? dpos : NULL, split, 0, 0, 0, np_max};
+                       devpos ? dpos : NULL, split, 0, 0, 0, np_max, 0};
     tsc_attn_decode(c, &A);
     /* the same call with the keys and values read from the cache where used
      * (tsc_set_attn_kv(c, 0)) instead of through shared memory: the same bits */
@@ -1388,6 +1388,48 @@ TS_TEST(cuda, attn_device_pos_big_pieces) {
     attn_case_on(16, 4, 1000, 4, 1100, 288, 1, 0);
     attn_case_on(8, 2, 37, 3, 64, 64, 1, 0);
 }
+
+/* same_pos (the DFlash block's rows in one call, backend.cu attn_block):
+ * n rows attending as the row at pos, each row's output bit for bit that of
+ * a one-row call at pos with its query; the pieces by row length (np_max),
+ * a device position too. */
+TS_TEST(cuda, attn_same_pos_rows) {
+    OPEN(c);
+    const int nq = 8, nkv = 2, D = 128, n = 6, max_T = 700, np_max = 12;
+    const int kvdim = nkv * D;
+    for (int devpos = 0; devpos < 2; devpos++) {
+        const int pos = devpos ? 411 : 64;
+        float *qg = malloc(sizeof(float) * n * nq * 2 * D), *Kc = malloc(sizeof(float) * max_T * kvdim),
+              *Vc = malloc(sizeof(float) * max_T * kvdim);
+        frand(qg, (size_t)n * nq * 2 * D, 1.0f), frand(Kc, (size_t)max_T * kvdim, 1.0f), frand(Vc, (size_t)max_T * kvdim, 1.0f);
+        float *dqg = up(c, qg, sizeof(float) * n * nq * 2 * D), *dK = up(c, Kc, sizeof(float) * max_T * kvdim),
+              *dV = up(c, Vc, sizeof(float) * max_T * kvdim);
+        float *dout = tsc_alloc(c, sizeof(float) * n * nq * D), *dout1 = tsc_alloc(c, sizeof(float) * n * nq * D);
+        float *ws = tsc_alloc(c, tsc_attn_ws_bytes_np(n, nq, D, np_max));
+        int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
+        tsc_write(c, dpos, &pos, sizeof(int32_t));
+        tsc_attn_args A = {n, devpos ? 0 : pos, nq, nkv, D, 64, 1e7f, 1e-6f, dqg, NULL, NULL, NULL, NULL, dK, dV, max_T,
+                           dout, ws, devpos ? dpos : NULL, 0, 2, 0, 0, np_max, 1};
+        tsc_attn_decode(c, &A);
+        for (int i = 0; i < n; i++) {
+            tsc_attn_args B = A;
+            B.n = 1, B.same_pos = 0, B.qg = dqg + (size_t)i * nq * 2 * D, B.out = dout1 + (size_t)i * nq * D;
+            tsc_attn_decode(c, &B);
+        }
+        SYNC_OK(c);
+        float *ga = down(c, dout, (size_t)n * nq * D), *gb = down(c, dout1, (size_t)n * nq * D);
+        CHECK_MSG(!memcmp(ga, gb, sizeof(float) * n * nq * D), "same_pos rows at %d%s: differ from one-row calls (max %.3g)",
+                  pos, devpos ? " (device position)" : "", ts_test_max_abs(ga, gb, (size_t)n * nq * D));
+        fprintf(stderr, "  attn same_pos: %d rows at %d%s equal %d one-row calls bit for bit\n", n, pos,
+                devpos ? " (device position)" : "", n);
+        free(ga), free(gb), free(qg), free(Kc), free(Vc);
+        tsc_free(c, dqg), tsc_free(c, dK), tsc_free(c, dV), tsc_free(c, dout), tsc_free(c, dout1), tsc_free(c, ws);
+        tsc_free(c, dpos);
+    }
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
 /* pieces sized by each row's length (np_max, the engine's form since session
  * 19): 8 pieces at most, so rows of 1001..1004 keys take pieces of 128 (4
  * sub-chunks); rows 255..258 straddle the step from 32 to 64 keys inside one

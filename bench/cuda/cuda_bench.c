@@ -293,7 +293,7 @@ static int cb_env(const char *name) {
 static void mixer(layer *y, int n) {
     if (y->full) {
         tsc_attn_args a = {n, POS, S->NQ, S->NKV, S->HD, 64, 1e7f, 1e-6f, QG, KB, VB, y->q_norm, y->k_norm,
-                           y->Kc, y->Vc, MAXT, AO, AWS, NULL, 0, 0, 0, 0, 0};
+                           y->Kc, y->Vc, MAXT, AO, AWS, NULL, 0, 0, 0, 0, 0, 0};
         const int skip = cb_env("CB_ATTN");
         if (skip == 3) return;
         a.phase = skip == 1 ? 1 : skip == 2 ? 2 : 0;

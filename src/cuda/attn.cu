@@ -175,8 +175,8 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
     const int kh = blockIdx.y, i = blockIdx.z;
-    const int pos = row_pos(a);
-    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T);
+    const int pos = row_pos(a) + (a.same_pos ? 0 : i); /* this row's position */
+    const int T = min(pos + 1, a.max_T), P = piece_at(a, T);
     if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
     const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -279,8 +279,8 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
     const int kh = blockIdx.y, i = blockIdx.z;
-    const int pos = row_pos(a);
-    const int T = min(pos + i + 1, a.max_T), P = piece_at(a, T);
+    const int pos = row_pos(a) + (a.same_pos ? 0 : i); /* this row's position */
+    const int T = min(pos + 1, a.max_T), P = piece_at(a, T);
     if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
     const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -351,9 +351,9 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     __shared__ float red[32];
     __shared__ float Ls;
     const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
-    const int pos = row_pos(a);
-    if (pos + i >= a.max_T) return;
-    const int T = pos + i + 1, P = piece_at(a, T), ns = (T + P - 1) / P;
+    const int pos = row_pos(a) + (a.same_pos ? 0 : i); /* this row's position */
+    if (pos >= a.max_T) return;
+    const int T = pos + 1, P = piece_at(a, T), ns = (T + P - 1) / P;
     const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);
     float M = -INFINITY;
     for (int s = t; s < ns; s += blockDim.x) M = fmaxf(M, p[(int64_t)s * (D + 2) + D]);
@@ -544,8 +544,9 @@ extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
 
 extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     TSC_GUARD(c);
-    if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || (!a->pos_dev && a->pos + a->n > a->max_T) ||
-        a->split < 0 || a->split % SPL || a->np_max < 0 || a->np_max > 1024 || (a->no_q && a->phase != 1)) {
+    if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || (!a->pos_dev && a->pos + (a->same_pos ? 1 : a->n) > a->max_T) ||
+        a->split < 0 || a->split % SPL || a->np_max < 0 || a->np_max > 1024 || (a->no_q && a->phase != 1) ||
+        (a->same_pos && a->phase != 2)) {
         tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows (split %d%s)", a->n,
                   a->pos, a->max_T, a->split, a->no_q && a->phase != 1 ? "; rows without queries attend to nothing" : "");
         return;
@@ -564,7 +565,7 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     if (!a->pos_dev) { /* the most pieces a row of the call has (with np_max, not always the last row's) */
         used = 0;
         for (int i = 0; i < a->n; i++) {
-            const int T = a->pos + i + 1 < a->max_T ? a->pos + i + 1 : a->max_T, P = piece_at(*a, T);
+            const int pi = a->pos + (a->same_pos ? 0 : i) + 1, T = pi < a->max_T ? pi : a->max_T, P = piece_at(*a, T);
             used = (T + P - 1) / P > used ? (T + P - 1) / P : used;
         }
     }

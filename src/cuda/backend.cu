@@ -1438,8 +1438,18 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
         t.qg = a->qg + (size_t)(r0 - n_kv) * qd, t.k = a->k + (size_t)r0 * kvd, t.v = a->v + (size_t)r0 * kvd;
         tsc_attn_decode(q->c, &t);
     }
-    /* one block row a call (the partials hold one row), each as the row at
-     * pos + n - 1: keys [0, pos + n) */
+    /* every block row as the row at pos + n - 1 (keys [0, pos + n)): all in
+     * one launch pair when their partials fit the several-row area (the
+     * same pieces as one row a call: same_pos), else one row a call */
+    const int nb = n - n_kv;
+    const size_t slots = t.np_max > 0 ? (size_t)t.np_max : ((size_t)L + (t.split ? t.split : TSC_ATTN_SPLIT) - 1) / (t.split ? t.split : TSC_ATTN_SPLIT);
+    if (nb > 1 && nb <= RB && q->att_multi && !env_is0("TSC_ATTN_ROWS") &&
+        (size_t)nb * (size_t)a->nq * slots * (size_t)(D + 2) <= q->att_multi_n) {
+        t.n = nb, t.pos = pos + n - 1, t.phase = 2, t.same_pos = 1, t.ws = q->att_multi;
+        t.qg = a->qg, t.out = a->out;
+        tsc_attn_decode(q->c, &t);
+        return;
+    }
     for (int j = 0; j < n - n_kv; j++) {
         t.n = 1, t.pos = pos + n - 1, t.phase = 2;
         t.qg = a->qg + (size_t)j * qd, t.out = a->out + (size_t)j * a->nq * D;

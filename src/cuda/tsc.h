@@ -384,6 +384,10 @@ typedef struct tsc_attn_args {
      * length only, so rows stay exact across n; the workspace holds np_max
      * pieces a row and head (tsc_attn_ws_bytes_np). */
     int np_max;
+    /* same_pos (phase 2 only; 0 everywhere but the block mask): every row
+     * attends as the row at pos (keys [0, pos + 1)), not row i at pos + i:
+     * a DFlash block's rows in one call (backend.cu, attn_block) */
+    int same_pos;
 } tsc_attn_args;
 size_t tsc_attn_ws_bytes_np(int n, int nq, int D, int np_max);
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);

@@ -12,6 +12,8 @@
 #    the same bits a row; TSC_ATTN_ROWS=0 the old loop. cuda_bench always ran the rows at once, so its 1.474x
 #    does not show the engine's loop: the engine's MTP-3-rejected block (3.95 ms) is the measure. Prediction:
 #    ~0.3 ms less a 4-row verify on the 9B (8 layers x 3 x ~13 us), 9B MTP 3 rejected 253 -> ~275 tok/s.
+#    The DFlash drafter's block rows too (tsc_attn_args.same_pos: every row as the row at pos + n - 1; test
+#    cuda.attn_same_pos_rows), so TSC_ATTN_ROWS=0 on the default model's --spec dflash covers both.
 # Before the call: make -j2 BUILD=build-cuda CUDA=1 all on this branch; main's tree built into build-cuda-ref
 # (git worktree add /tmp/mainwt main && make -C /tmp/mainwt -j2 BUILD=$PWD/build-cuda-ref CUDA=1 all, or a
 # checkout of main built there), then bench/cuda/pack.sh next2 (it packs build-cuda-ref's turbospark and
@@ -19,7 +21,7 @@
 PACK=.gpu/next2/pack.tar.xz . bench/cuda/device_env.sh
 timeout 150 $B/ts_test cuda > $O/kern.log 2>&1; tl "ts_test cuda $?"
 timeout 240 $B/ts_test cuda_engine > $O/eng.log 2>&1; tl "ts_test cuda_engine $?"
-G3="cuda.gdn_prefill_vs_step cuda.gdn_fused_same_bits cuda.gdn_step_parity_and_row_exact"
+G3="cuda.gdn_prefill_vs_step cuda.gdn_fused_same_bits cuda.gdn_step_parity_and_row_exact cuda.attn_same_pos_rows cuda.block_mask_attention_vs_cpu_backend"
 timeout 120 compute-sanitizer --tool memcheck $B/ts_test $G3 > $O/memcheck_gdn.log 2>&1; tl "memcheck $?"
 timeout 120 compute-sanitizer --tool racecheck $B/ts_test $G3 > $O/racecheck_gdn.log 2>&1; tl "racecheck $?"
 for r in 1 2; do
