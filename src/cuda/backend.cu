@@ -392,17 +392,21 @@ bool env_is0(const char *name) {
  * comparison). Read at every product: a test or a benchmark may flip it. */
 bool gemm_on() { return !env_is0("TSC_GEMM"); }
 
-/* A prompt chunk's product through cuBLAS (blas.cu) when the stream has its
- * workspace, the chunk fits it and every weight is one cuBLAS takes (the
- * whole pass's rows in one call: its bits may depend on the row count, so
- * never for a part of a pass; see chunk_linear);
- * TSC_BLAS=0 (read at every product) keeps q4gemm.cu's kernel, TSC_GEMM=0
- * the row kernels for both. */
+/* A prompt chunk's cuBLAS path is open: the stream has its workspace,
+ * TSC_GEMM (the row kernels for every chunk product) and TSC_BLAS (our own
+ * kernels instead) are not 0, read at every op so a test or a benchmark may
+ * flip them, and the context has its cuBLAS handle. */
+bool blas_on(cu_stream *q) { return q->blas_ws && gemm_on() && !env_is0("TSC_BLAS") && tsc_blas_usable(q->c); }
+
+/* A prompt chunk's product through cuBLAS (blas.cu) when blas_on, the chunk
+ * fits the workspace and every weight is one cuBLAS takes (the whole pass's
+ * rows in one call: its bits may depend on the row count, so never for a
+ * part of a pass; see chunk_linear). */
 bool blas_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    if (!q->blas_ws || n <= RB || n > q->rows || w[0]->cols > q->cols || !gemm_on() || env_is0("TSC_BLAS")) return false;
+    if (n <= RB || n > q->rows || w[0]->cols > q->cols) return false;
     for (int i = 0; i < nw; i++)
         if (!tsc_blas_takes(w[i]) || w[i]->cols != w[0]->cols) return false;
-    if (!tsc_blas_usable(q->c)) return false;
+    if (!blas_on(q)) return false;
     tsc_linear_blas(q->c, w, nw, x, y, n, q->blas_ws, q->blas_bytes);
     return true;
 }
@@ -1484,11 +1488,9 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
          * block of queries (attn.cu: another summation order than the row
          * kernels; prompt chunks only) */
         t.n = a->n, t.pos = 0, t.phase = 0, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
-        /* on the tensor cores through cuBLAS where the stream has its
-         * workspace (TSC_ATTN_BLAS=0 or TSC_BLAS=0: the f32 flash kernel;
-         * TSC_GEMM=0 too, which keeps a chunk f32-class for comparison) */
-        if (q->blas_ws && gemm_on() && !env_is0("TSC_ATTN_BLAS") && !env_is0("TSC_BLAS") &&
-            tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes) && tsc_blas_usable(q->c))
+        /* on the tensor cores through cuBLAS when blas_on (TSC_ATTN_BLAS=0:
+         * the f32 flash kernel for the attention alone) */
+        if (!env_is0("TSC_ATTN_BLAS") && tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes) && blas_on(q))
             tsc_attn_blas(q->c, &t, s->step.pos, q->blas_ws, q->blas_bytes);
         else
             tsc_attn_prefill(q->c, &t);

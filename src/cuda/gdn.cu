@@ -101,6 +101,18 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* Column lane's sum of the block's NW warp partials v, in warp order
+ * through red (one block barrier): the scan's two reductions over the state
+ * rows. */
+__device__ __forceinline__ float warps_sum(float v, float (&red)[NW][32], int warp, int lane) {
+    red[warp][lane] = v;
+    __syncthreads();
+    float s = red[0][lane];
+#pragma unroll
+    for (int w = 1; w < NW; w++) s = __fadd_rn(s, red[w][lane]);
+    return s;
+}
+
 /* One row of the scan, k_gdn_scan's and k_gdn_fused's arithmetic: decay, the
  * prediction p = S^T k (the warps' partials added in warp order through
  * shared memory), delta, the update, o = S^T q (the same), then the gated
@@ -122,11 +134,7 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, cg::cluster_
         S[ii] = __fmul_rn(S[ii], decay);
         p = __fmaf_rn(S[ii], k[ii], p);
     }
-    redp[warp][lane] = p;
-    __syncthreads();
-    float pj = redp[0][lane];
-#pragma unroll
-    for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
+    const float pj = warps_sum(p, redp, warp, lane);
     const float delta = __fmul_rn(beta, __fsub_rn(*vp, pj));
     float o = 0.f;
 #pragma unroll
@@ -134,11 +142,7 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, cg::cluster_
         S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
         o = __fmaf_rn(S[ii], q[ii], o);
     }
-    redo[warp][lane] = o;
-    __syncthreads();
-    float oj = redo[0][lane];
-#pragma unroll
-    for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
+    const float oj = warps_sum(o, redo, warp, lane);
     if (warp == 0) {
         const double d = warp_sum_d((double)oj * oj);
         if (lane == 0) ssq[t & 1] = d;
