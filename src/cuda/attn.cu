@@ -195,59 +195,59 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
      * own: the same bits); the next piece's first sub-chunk starts with a
      * barrier, so its shared memory is free of this one's */
     for (int s = blockIdx.x; s * P < T; s += gridDim.x) {
-    const int p0 = s * P, pn = min(P, T - p0);
-    float o[GMAX];
+        const int p0 = s * P, pn = min(P, T - p0);
+        float o[GMAX];
 #pragma unroll
-    for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
-    for (int c0 = 0; c0 < pn; c0 += SPL) {
-        const int t0 = p0 + c0, nt = min(SPL, pn - c0);
-        __syncthreads();
-        if constexpr (KV) {
-            /* the sub-chunk's nt key and value rows (D / 4 float4 each):
-             * all of a thread's loads issued, then stored */
-            constexpr int PT = SPL * DMAX / 4 / 256; /* float4 a thread and tensor, at most */
-            const int d4 = D >> 2, tot = nt * d4;
-            float4 kr4[PT], vr4[PT];
+        for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
+        for (int c0 = 0; c0 < pn; c0 += SPL) {
+            const int t0 = p0 + c0, nt = min(SPL, pn - c0);
+            __syncthreads();
+            if constexpr (KV) {
+                /* the sub-chunk's nt key and value rows (D / 4 float4 each):
+                 * all of a thread's loads issued, then stored */
+                constexpr int PT = SPL * DMAX / 4 / 256; /* float4 a thread and tensor, at most */
+                const int d4 = D >> 2, tot = nt * d4;
+                float4 kr4[PT], vr4[PT];
 #pragma unroll
-            for (int u = 0; u < PT; u++) {
-                const int e = threadIdx.x + u * 256;
-                if (e < tot) {
-                    const int64_t o = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
-                    kr4[u] = __ldg((const float4 *)a.Kc + o), vr4[u] = __ldg((const float4 *)a.Vc + o);
+                for (int u = 0; u < PT; u++) {
+                    const int e = threadIdx.x + u * 256;
+                    if (e < tot) {
+                        const int64_t o = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
+                        kr4[u] = __ldg((const float4 *)a.Kc + o), vr4[u] = __ldg((const float4 *)a.Vc + o);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < PT; u++) {
+                    const int e = threadIdx.x + u * 256;
+                    if (e < tot) kvs[e] = kr4[u], kvs[SPL * d4 + e] = vr4[u];
+                }
+                __syncthreads();
+            }
+        /* unrolled so that several keys' loads are in flight per warp */
+#pragma unroll 2
+            for (int tt = warp; tt < nt; tt += 8) {
+                const float *kr = KV ? (const float *)kvs + tt * D : a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
+                float kv[DMAX / 32];
+#pragma unroll
+                for (int m = 0; m < DMAX / 32; m++) kv[m] = m < M ? kr[lane + 32 * m] : 0.f;
+                for (int hh = 0; hh < G; hh++) {
+                    float dot = 0.f;
+#pragma unroll
+                    for (int m = 0; m < DMAX / 32; m++)
+                        if (m < M) dot = __fmaf_rn(qs[hh][lane + 32 * m], kv[m], dot);
+                    dot = warp_sum(dot);
+                    if (lane == 0) sc[hh][tt] = __fmul_rn(dot, scale);
                 }
             }
-#pragma unroll
-            for (int u = 0; u < PT; u++) {
-                const int e = threadIdx.x + u * 256;
-                if (e < tot) kvs[e] = kr4[u], kvs[SPL * d4 + e] = vr4[u];
-            }
             __syncthreads();
-        }
-    /* unrolled so that several keys' loads are in flight per warp */
-#pragma unroll 2
-        for (int tt = warp; tt < nt; tt += 8) {
-            const float *kr = KV ? (const float *)kvs + tt * D : a.Kc + (int64_t)(t0 + tt) * kvdim + (int64_t)kh * D;
-            float kv[DMAX / 32];
-#pragma unroll
-            for (int m = 0; m < DMAX / 32; m++) kv[m] = m < M ? kr[lane + 32 * m] : 0.f;
-            for (int hh = 0; hh < G; hh++) {
-                float dot = 0.f;
-#pragma unroll
-                for (int m = 0; m < DMAX / 32; m++)
-                    if (m < M) dot = __fmaf_rn(qs[hh][lane + 32 * m], kv[m], dot);
-                dot = warp_sum(dot);
-                if (lane == 0) sc[hh][tt] = __fmul_rn(dot, scale);
+            chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
+            __syncthreads();
+            if (d < D) {
+                const float *vc = KV ? (const float *)(kvs + SPL * (D >> 2)) + d : a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
+                chunk_pv(o, sc, frow, vc, KV ? D : kvdim, nt, G, c0);
             }
         }
-        __syncthreads();
-        chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
-        __syncthreads();
-        if (d < D) {
-            const float *vc = KV ? (const float *)(kvs + SPL * (D >> 2)) + d : a.Vc + (int64_t)t0 * kvdim + (int64_t)kh * D + d;
-            chunk_pv(o, sc, frow, vc, KV ? D : kvdim, nt, G, c0);
-        }
-    }
-    if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
+        if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
     }
 }
 
@@ -292,51 +292,51 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     float4 *vs = kvs + SPL * (DMAX / 4 + 1);
     const int d = threadIdx.x;
     for (int s = blockIdx.x; s * P < T; s += gridDim.x) { /* k_attn_split's walk over the pieces */
-    const int p0 = s * P, pn = min(P, T - p0);
-    float o[GMAX];
+        const int p0 = s * P, pn = min(P, T - p0);
+        float o[GMAX];
 #pragma unroll
-    for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
-    for (int c0 = 0; c0 < pn; c0 += SPL) {
-        const int t0 = p0 + c0, nt = min(SPL, pn - c0);
-        __syncthreads();
-        {
-            constexpr int PT = SPL * DMAX / 4 / 256;
-            const int tot = nt * d4;
-            float4 kr4[PT], vr4[PT];
+        for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
+        for (int c0 = 0; c0 < pn; c0 += SPL) {
+            const int t0 = p0 + c0, nt = min(SPL, pn - c0);
+            __syncthreads();
+            {
+                constexpr int PT = SPL * DMAX / 4 / 256;
+                const int tot = nt * d4;
+                float4 kr4[PT], vr4[PT];
 #pragma unroll
-            for (int u = 0; u < PT; u++) {
-                const int e = threadIdx.x + u * 256;
-                if (e < tot) {
-                    const int64_t off = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
-                    kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
+                for (int u = 0; u < PT; u++) {
+                    const int e = threadIdx.x + u * 256;
+                    if (e < tot) {
+                        const int64_t off = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
+                        kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < PT; u++) {
+                    const int e = threadIdx.x + u * 256;
+                    if (e < tot) kvs[(e / d4) * kst + e % d4] = kr4[u], vs[e] = vr4[u];
                 }
             }
-#pragma unroll
-            for (int u = 0; u < PT; u++) {
-                const int e = threadIdx.x + u * 256;
-                if (e < tot) kvs[(e / d4) * kst + e % d4] = kr4[u], vs[e] = vr4[u];
-            }
-        }
-        __syncthreads();
-        for (int hh = warp; hh < G; hh += 8) {
-            if (lane < nt) {
-                const float4 *kr = kvs + lane * kst, *qr = qs4[hh];
-                float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+            __syncthreads();
+            for (int hh = warp; hh < G; hh += 8) {
+                if (lane < nt) {
+                    const float4 *kr = kvs + lane * kst, *qr = qs4[hh];
+                    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
 #pragma unroll 8
-                for (int j = 0; j < d4; j++) {
-                    const float4 k4 = kr[j], q4 = qr[j];
-                    s0 = __fmaf_rn(q4.x, k4.x, s0), s1 = __fmaf_rn(q4.y, k4.y, s1);
-                    s2 = __fmaf_rn(q4.z, k4.z, s2), s3 = __fmaf_rn(q4.w, k4.w, s3);
+                    for (int j = 0; j < d4; j++) {
+                        const float4 k4 = kr[j], q4 = qr[j];
+                        s0 = __fmaf_rn(q4.x, k4.x, s0), s1 = __fmaf_rn(q4.y, k4.y, s1);
+                        s2 = __fmaf_rn(q4.z, k4.z, s2), s3 = __fmaf_rn(q4.w, k4.w, s3);
+                    }
+                    sc[hh][lane] = __fmul_rn(__fadd_rn(__fadd_rn(s0, s1), __fadd_rn(s2, s3)), scale);
                 }
-                sc[hh][lane] = __fmul_rn(__fadd_rn(__fadd_rn(s0, s1), __fadd_rn(s2, s3)), scale);
             }
+            __syncthreads();
+            chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
+            __syncthreads();
+            if (d < D) chunk_pv(o, sc, frow, (const float *)vs + d, D, nt, G, c0);
         }
-        __syncthreads();
-        chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
-        __syncthreads();
-        if (d < D) chunk_pv(o, sc, frow, (const float *)vs + d, D, nt, G, c0);
-    }
-    if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
+        if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
     }
 }
 

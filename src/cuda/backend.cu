@@ -398,17 +398,21 @@ bool env_is0(const char *name) {
  * comparison). Read at every product: a test or a benchmark may flip it. */
 bool gemm_on() { return !env_is0("TSC_GEMM"); }
 
-/* A prompt chunk's product through cuBLAS (blas.cu) when the stream has its
- * workspace, the chunk fits it and every weight is one cuBLAS takes (the
- * whole pass's rows in one call: its bits may depend on the row count, so
- * never for a part of a pass; see chunk_linear);
- * TSC_BLAS=0 (read at every product) keeps q4gemm.cu's kernel, TSC_GEMM=0
- * the row kernels for both. */
+/* A prompt chunk's cuBLAS path is open: the stream has its workspace,
+ * TSC_GEMM (the row kernels for every chunk product) and TSC_BLAS (our own
+ * kernels instead) are not 0, read at every op so a test or a benchmark may
+ * flip them, and the context has its cuBLAS handle. */
+bool blas_on(cu_stream *q) { return q->blas_ws && gemm_on() && !env_is0("TSC_BLAS") && tsc_blas_usable(q->c); }
+
+/* A prompt chunk's product through cuBLAS (blas.cu) when blas_on, the chunk
+ * fits the workspace and every weight is one cuBLAS takes (the whole pass's
+ * rows in one call: its bits may depend on the row count, so never for a
+ * part of a pass; see chunk_linear). */
 bool blas_linear(cu_stream *q, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
-    if (!q->blas_ws || n <= RB || n > q->rows || w[0]->cols > q->cols || !gemm_on() || env_is0("TSC_BLAS")) return false;
+    if (n <= RB || n > q->rows || w[0]->cols > q->cols) return false;
     for (int i = 0; i < nw; i++)
         if (!tsc_blas_takes(w[i]) || w[i]->cols != w[0]->cols) return false;
-    if (!tsc_blas_usable(q->c)) return false;
+    if (!blas_on(q)) return false;
     tsc_linear_blas(q->c, w, nw, x, y, n, q->blas_ws, q->blas_bytes);
     return true;
 }
@@ -1386,6 +1390,17 @@ tsc_attn_args attn_common(const ts_attn_args *a, int L, float *ws, int np) {
     return t;
 }
 
+/* rows (2..RB) of one attention op in one launch pair: their partials at
+ * the op's pieces (np_max, or the fixed split; the same as one row a call,
+ * so the same bits a row) fit the stream's several-row area; TSC_ATTN_ROWS=0
+ * (read at every op) keeps one row a call */
+bool rows_at_once(const cu_stream *q, const tsc_attn_args &t, int rows) {
+    if (rows < 2 || rows > RB || !q->att_multi || env_is0("TSC_ATTN_ROWS")) return false;
+    const size_t need = t.np_max > 0 ? tsc_attn_ws_bytes_np(rows, t.nq, t.D, t.np_max)
+                                     : tsc_attn_ws_bytes_split(rows, t.nq, t.D, t.max_T, t.split);
+    return need <= q->att_multi_n * sizeof(float);
+}
+
 /* The block mask (DFlash's draft layers: backend.h, TS_MASK_BLOCK; the
  * reference is the CPU's attn_block_mask in cpu/attn.c). Rows [0, n_kv) are
  * context rows: their keys normed and rotated at pos + i and appended with
@@ -1442,9 +1457,7 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
      * one launch pair when their partials fit the several-row area (the
      * same pieces as one row a call: same_pos), else one row a call */
     const int nb = n - n_kv;
-    const size_t slots = t.np_max > 0 ? (size_t)t.np_max : ((size_t)L + (t.split ? t.split : TSC_ATTN_SPLIT) - 1) / (t.split ? t.split : TSC_ATTN_SPLIT);
-    if (nb > 1 && nb <= RB && q->att_multi && !env_is0("TSC_ATTN_ROWS") &&
-        (size_t)nb * (size_t)a->nq * slots * (size_t)(D + 2) <= q->att_multi_n) {
+    if (rows_at_once(q, t, nb)) {
         t.n = nb, t.pos = pos + n - 1, t.phase = 2, t.same_pos = 1, t.ws = q->att_multi;
         t.qg = a->qg, t.out = a->out;
         tsc_attn_decode(q->c, &t);
@@ -1501,11 +1514,9 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
          * block of queries (attn.cu: another summation order than the row
          * kernels; prompt chunks only) */
         t.n = a->n, t.pos = 0, t.phase = 0, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
-        /* on the tensor cores through cuBLAS where the stream has its
-         * workspace (TSC_ATTN_BLAS=0 or TSC_BLAS=0: the f32 flash kernel;
-         * TSC_GEMM=0 too, which keeps a chunk f32-class for comparison) */
-        if (q->blas_ws && gemm_on() && !env_is0("TSC_ATTN_BLAS") && !env_is0("TSC_BLAS") &&
-            tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes) && tsc_blas_usable(q->c))
+        /* on the tensor cores through cuBLAS when blas_on (TSC_ATTN_BLAS=0:
+         * the f32 flash kernel for the attention alone) */
+        if (!env_is0("TSC_ATTN_BLAS") && tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes) && blas_on(q))
             tsc_attn_blas(q->c, &t, s->step.pos, q->blas_ws, q->blas_bytes);
         else
             tsc_attn_prefill(q->c, &t);
@@ -1516,9 +1527,7 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
      * row a call, so the same bits a row (its pieces depend on its own
      * length only); one row a call was 13.8 us a row and layer on the 9B
      * (session 19), a 4-row verify's attention 4 launch pairs a layer */
-    const size_t slots = t.np_max > 0 ? (size_t)t.np_max : ((size_t)L + (t.split ? t.split : TSC_ATTN_SPLIT) - 1) / (t.split ? t.split : TSC_ATTN_SPLIT);
-    if (a->n > 1 && a->n <= RB && q->att_multi && !env_is0("TSC_ATTN_ROWS") &&
-        (size_t)a->n * (size_t)a->nq * slots * (size_t)(D + 2) <= q->att_multi_n) {
+    if (rows_at_once(q, t, a->n)) {
         t.n = a->n, t.pos = 0, t.phase = 2, t.ws = q->att_multi;
         t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
         tsc_attn_decode(q->c, &t);

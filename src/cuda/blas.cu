@@ -215,13 +215,19 @@ const char *status_name(cublasStatus_t s) {
     }
 }
 
-/* The context's handle, made on first use (tsc_close destroys it). */
+/* The context's handle, made on first use (tsc_close destroys it); NULL
+ * when it cannot be made (a library that does not match the driver, no
+ * memory for its own state), said once on stderr. */
 cublasHandle_t handle_of(tsc_ctx *c) {
     if (!c->blas) {
         cublasHandle_t h = nullptr;
-        cublasStatus_t st = L.create(&h);
+        const cublasStatus_t st = L.create(&h);
         if (st != CUBLAS_STATUS_SUCCESS) {
-            tsc_fail_(c, TS_E_NOMEM, "tsc_linear_blas: cublasCreate: %s", status_name(st));
+            static std::once_flag said;
+            std::call_once(said, [st] {
+                fprintf(stderr, "turbospark: cuBLAS loaded but cublasCreate failed (%s): prompt products on our own kernels\n",
+                        status_name(st));
+            });
             return nullptr;
         }
         c->blas = h;
@@ -229,29 +235,31 @@ cublasHandle_t handle_of(tsc_ctx *c) {
     return (cublasHandle_t)c->blas;
 }
 
+/* The handle bound to the context's stream and to the BLAS_WS bytes at bws
+ * (cuBLAS's own workspace); NULL and the context's error (naming op) when
+ * it cannot be. */
+cublasHandle_t bind(tsc_ctx *c, const char *op, void *bws) {
+    cublasHandle_t h = handle_of(c);
+    if (!h) {
+        tsc_fail_(c, TS_E_NOMEM, "%s: cublasCreate failed", op);
+        return nullptr;
+    }
+    cublasStatus_t st = L.set_stream(h, c->stream);
+    if (st == CUBLAS_STATUS_SUCCESS) st = L.set_ws(h, bws, BLAS_WS);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        tsc_fail_(c, TS_E_IO, "%s: cuBLAS setup: %s", op, status_name(st));
+        return nullptr;
+    }
+    return h;
+}
+
 } // namespace
 
 extern "C" int tsc_blas_ready(void) { return loaded() ? 1 : 0; }
 
-extern "C" int tsc_blas_usable(tsc_ctx *c) {
-    if (!c || c->err_code || !loaded()) return 0;
-    if (c->blas) return 1;
-    /* a handle that cannot be made (a library that does not match the
-     * driver, no memory for its own state) leaves the prompt products on
-     * our kernels, said once; it is not the context's error */
-    cublasHandle_t h = nullptr;
-    const cublasStatus_t st = L.create(&h);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        static std::once_flag said;
-        std::call_once(said, [st] {
-            fprintf(stderr, "turbospark: cuBLAS loaded but cublasCreate failed (%s): prompt products on our own kernels\n",
-                    status_name(st));
-        });
-        return 0;
-    }
-    c->blas = h;
-    return 1;
-}
+/* not the context's error when the handle cannot be made: the caller keeps
+ * its prompt products on our kernels */
+extern "C" int tsc_blas_usable(tsc_ctx *c) { return c && !c->err_code && loaded() && handle_of(c) ? 1 : 0; }
 
 extern "C" const char *tsc_blas_what(void) {
     loaded();
@@ -296,13 +304,11 @@ extern "C" void tsc_linear_blas(tsc_ctx *c, const tsc_weight *const *w, int nw, 
     }
     uint8_t *base = (uint8_t *)ws;
     __nv_bfloat16 *xb = (__nv_bfloat16 *)base, *wb = (__nv_bfloat16 *)(base + xs);
-    void *bws = base + ws_bytes - BLAS_WS; /* 256-aligned: ws_bytes is a sum of al256 sizes */
     const size_t scratch = ws_bytes - xs - BLAS_WS;
-    cublasHandle_t h = handle_of(c);
+    /* cuBLAS's workspace last (256-aligned: ws_bytes is a sum of al256 sizes) */
+    cublasHandle_t h = bind(c, "tsc_linear_blas", base + ws_bytes - BLAS_WS);
     if (!h) return;
-    cublasStatus_t st = L.set_stream(h, c->stream);
-    if (st == CUBLAS_STATUS_SUCCESS) st = L.set_ws(h, bws, BLAS_WS);
-    if (st != CUBLAS_STATUS_SUCCESS) { tsc_fail_(c, TS_E_IO, "tsc_linear_blas: cuBLAS setup: %s", status_name(st)); return; }
+    cublasStatus_t st;
 
     const int64_t count = (int64_t)n * K;
     tsc_launch(c, k_blas_xstage, dim3((unsigned)((count / 2 + 255) / 256 + 1)), dim3(256), 0, x, count, xb);
@@ -314,12 +320,12 @@ extern "C" void tsc_linear_blas(tsc_ctx *c, const tsc_weight *const *w, int nw, 
         const tsc_weight *wi = w[i];
         const int64_t R = wi->rows;
         const bool dense = wi->dtype == TS_DTYPE_BF16;
+        int lg = 0; /* log2 of the group (a power of two: takes) */
+        while (!dense && (1 << lg) < wi->group) lg++;
         for (int64_t r0 = 0; r0 < R && !c->err_code; r0 += dense ? R : prows) {
             const int64_t nr = dense ? R : (R - r0 < prows ? R - r0 : prows);
             const void *A = wi->data;
             if (!dense) {
-                int lg = 0;
-                while ((1 << lg) < wi->group) lg++;
                 const int per = 32 / wi->bits;
                 const int64_t words = nr * (K / per);
                 const dim3 g((unsigned)((words + 255) / 256));
@@ -376,11 +382,9 @@ extern "C" void tsc_attn_blas(tsc_ctx *c, const tsc_attn_args *a, int pos, void 
     }
     if (r > n) r = n;
     float *S = (float *)ws;
-    cublasHandle_t h = handle_of(c);
+    cublasHandle_t h = bind(c, "tsc_attn_blas", (uint8_t *)ws + ws_bytes - BLAS_WS);
     if (!h) return;
-    cublasStatus_t st = L.set_stream(h, c->stream);
-    if (st == CUBLAS_STATUS_SUCCESS) st = L.set_ws(h, (uint8_t *)ws + ws_bytes - BLAS_WS, BLAS_WS);
-    if (st != CUBLAS_STATUS_SUCCESS) { tsc_fail_(c, TS_E_IO, "tsc_attn_blas: cuBLAS setup: %s", status_name(st)); return; }
+    cublasStatus_t st;
     const float scale = 1.0f / sqrtf((float)D), one = 1.f, zero = 0.f;
     for (int kh = 0; kh < nkv && !c->err_code; kh++)
         for (int64_t i0 = 0; i0 < n && !c->err_code; i0 += r) {

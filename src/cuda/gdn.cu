@@ -46,8 +46,6 @@
  */
 #include <cooperative_groups.h>
 
-#include <stdlib.h>
-
 #include "cuda/common.cuh"
 
 namespace cg = cooperative_groups;
@@ -103,6 +101,18 @@ __global__ void __launch_bounds__(DK) k_gdn_prep(const tsc_gdn_args a, float *pr
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* Column lane's sum of the block's NW warp partials v, in warp order
+ * through red (one block barrier): the scan's two reductions over the state
+ * rows. */
+__device__ __forceinline__ float warps_sum(float v, float (&red)[NW][32], int warp, int lane) {
+    red[warp][lane] = v;
+    __syncthreads();
+    float s = red[0][lane];
+#pragma unroll
+    for (int w = 1; w < NW; w++) s = __fadd_rn(s, red[w][lane]);
+    return s;
+}
+
 /* One row of the scan, k_gdn_scan's and k_gdn_fused's arithmetic: decay, the
  * prediction p = S^T k (the warps' partials added in warp order through
  * shared memory), delta, the update, o = S^T q (the same); warp 0 keeps the
@@ -124,11 +134,7 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[I
         S[ii] = __fmul_rn(S[ii], decay);
         p = __fmaf_rn(S[ii], k[ii], p);
     }
-    redp[warp][lane] = p;
-    __syncthreads();
-    float pj = redp[0][lane];
-#pragma unroll
-    for (int w = 1; w < NW; w++) pj = __fadd_rn(pj, redp[w][lane]);
+    const float pj = warps_sum(p, redp, warp, lane);
     const float delta = __fmul_rn(beta, __fsub_rn(*vp, pj));
     float o = 0.f;
 #pragma unroll
@@ -136,12 +142,8 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[I
         S[ii] = __fmaf_rn(k[ii], delta, S[ii]);
         o = __fmaf_rn(S[ii], q[ii], o);
     }
-    redo[warp][lane] = o;
-    __syncthreads();
+    const float oj = warps_sum(o, redo, warp, lane);
     if (warp == 0) {
-        float oj = redo[0][lane];
-#pragma unroll
-        for (int w = 1; w < NW; w++) oj = __fadd_rn(oj, redo[w][lane]);
         const double d = warp_sum_d((double)oj * oj);
         if (lane == 0) ssq[t] = d;
         ojs[t][lane] = oj;
@@ -619,12 +621,6 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
 
 } // namespace
 
-/* a switch of the environment set to 0 (read at every call) */
-static bool env0(const char *name) {
-    const char *e = getenv(name);
-    return e && e[0] == '0';
-}
-
 extern "C" size_t tsc_gdn_ws_bytes(int n, int C) { return (size_t)n * (size_t)C * sizeof(float); }
 
 extern "C" size_t tsc_gdn_wy_bytes(int rows, int Hv) { return (size_t)((rows + WL - 1) / WL) * (size_t)Hv * REC * sizeof(float); }
@@ -671,7 +667,7 @@ extern "C" void tsc_gdn_prefill(tsc_ctx *c, const tsc_gdn_args *a) {
     TSC_LAUNCHED(c, "tsc_gdn_prefill (conv)");
     tsc_launch(c, k_gdnp_l2, dim3(2 * a->Hk, a->n), dim3(DK), 0, *a, a->ws);
     TSC_LAUNCHED(c, "tsc_gdn_prefill (l2)");
-    if (a->wy && a->wy_rows >= WL && !env0("TSC_GDN_WY")) {
+    if (a->wy && a->wy_rows >= WL && c->gdn_wy) {
         /* the WY form in segments of rows that fit the records' buffer */
         tsc_blocks_per_sm(c, (const void *)k_gdnw_prep, 256, wy_prep_smem(), wy_prep_smem());
         tsc_blocks_per_sm(c, (const void *)k_gdnw_scan, 256, wy_scan_smem(), wy_scan_smem());

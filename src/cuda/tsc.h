@@ -315,7 +315,8 @@ typedef struct tsc_gdn_args {
     /* tsc_gdn_prefill's WY form (gdn.cu; NULL: the row scan): a buffer of
      * tsc_gdn_wy_bytes(wy_rows, Hv) bytes for the chunks' records, the rows
      * done in segments of wy_rows (a multiple of 64, at least 64);
-     * TSC_GDN_WY=0 in the environment keeps the row scan. */
+     * TSC_GDN_WY=0 in the environment when the context opens keeps the row
+     * scan. */
     float *wy;
     int wy_rows;
 } tsc_gdn_args;
