@@ -23,6 +23,8 @@ cp build-cuda/turbospark build-cuda/ts_test build-cuda/cuda_bench "$b/"
 # EXTRA_NVCC_FLAGS=-DTSC_TRACE build-cuda-trace/cuda_bench): cuda_bench --trace
 bins="$b/turbospark $b/ts_test $b/cuda_bench"
 if [ -x build-cuda-trace/cuda_bench ]; then cp build-cuda-trace/cuda_bench "$b/cuda_bench_trace"; bins="$bins $b/cuda_bench_trace"; fi
+# and its turbospark (the engine's own graph: TSC_TRACE_FILE, backend.cu's trace_this_replay)
+if [ -x build-cuda-trace/turbospark ]; then cp build-cuda-trace/turbospark "$b/turbospark_trace"; bins="$bins $b/turbospark_trace"; fi
 # a reference build for an A/B in one call (another commit's tree built with
 # make BUILD=build-cuda-ref CUDA=1 all, e.g. main beside a branch): its
 # turbospark and cuda_bench as turbospark_ref and cuda_bench_ref

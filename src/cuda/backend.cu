@@ -2349,6 +2349,32 @@ int cu_graph_end(ts_stream *s, uint32_t key) {
     return 0;
 }
 
+/* The trace build's timeline of one replay in the engine (common.cuh's
+ * TSC_ENTRY ring; bench/cuda/trace_view.py --kernels reads it): with
+ * TSC_TRACE_FILE set, the stream's replay number TSC_TRACE_AT (default 40:
+ * past the prompt and the first decode steps of a bench run) is run alone
+ * (the stream drained before, the rings reset) and its kernels' blocks
+ * written to the file. cuda_bench --trace times its own synthetic step; this
+ * is the engine's real graph (the MoE layers' routes, the head, the norms).
+ * A normal build ignores the variables. */
+bool trace_this_replay(cu_stream *q) {
+#ifdef TSC_TRACE
+    const char *f = getenv("TSC_TRACE_FILE"), *at = getenv("TSC_TRACE_AT");
+    if (!f || q->replays + 1 != (at ? atol(at) : 40)) return false;
+    tsc_sync(q->c, NULL);
+    tsc_trace_reset();
+    return true;
+#else
+    (void)q;
+    return false;
+#endif
+}
+void trace_write(cu_stream *q) {
+    tsc_sync(q->c, NULL);
+    const int n = tsc_trace_dump(q->c, getenv("TSC_TRACE_FILE"));
+    fprintf(stderr, "turbospark: trace of replay %ld -> %s (%d)\n", q->replays, getenv("TSC_TRACE_FILE"), n);
+}
+
 int cu_graph_launch(ts_stream *s, uint32_t key) {
     flush(s);
     cu_stream *q = ST(s);
@@ -2356,9 +2382,11 @@ int cu_graph_launch(ts_stream *s, uint32_t key) {
     gent *e = gfind(q, key);
     if (!e) return 1;
     const double t0 = ts_now();
+    const bool tr = trace_this_replay(q);
     tsc_graph_launch(q->c, e->g);
     q->launch_s += ts_now() - t0;
     q->replays++;
+    if (tr) trace_write(q);
     return tsc_error(q->c) ? TS_E_IO : 0;
 }
 
