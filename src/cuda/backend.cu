@@ -426,6 +426,15 @@ bool attn_prefill_on() { return !env_is0("TSC_ATTN_PREFILL"); }
  * tsc_gdn_prefill; TSC_GDN_PREFILL=0: the step kernels in 16-row calls).
  * Read at every op. */
 bool gdn_prefill_on() { return !env_is0("TSC_GDN_PREFILL"); }
+/* The prompt GDN in the WY form (gdn.cu) only when asked (TSC_GDN_WY=1):
+ * measured on the H200 (bench/cuda/RESULTS.md, session 21, call 1) it is
+ * slower than the row scan, 9B pp512 15.5K against 17.4K tok/s, 35B-A3B-8L
+ * 39.3K against 42.1K; kept for the work its records need (the tests run it
+ * against the step by giving its buffer directly). */
+bool gdn_wy_on() {
+    const char *v = getenv("TSC_GDN_WY");
+    return v && v[0] == '1';
+}
 
 /* Fusion of a norm or SwiGLU into the next product (TSC_FUSE=0: off). */
 bool fuse_on() {
@@ -1714,7 +1723,7 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
             g.norm_w = a->norm, g.eps = a->eps, g.o = a->out, g.ws = a->pf_conv;
             /* the WY form's records in the stream's prompt scratch (free
              * between the products that use it), when the stream has one */
-            if (q->blas_ws) g.wy = (float *)q->blas_ws, g.wy_rows = tsc_gdn_wy_rows(q->blas_bytes, a->Hv);
+            if (q->blas_ws && gdn_wy_on()) g.wy = (float *)q->blas_ws, g.wy_rows = tsc_gdn_wy_rows(q->blas_bytes, a->Hv);
             tsc_gdn_prefill(q->c, &g);
             return;
         }

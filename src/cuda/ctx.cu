@@ -131,8 +131,6 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->attn_kv = ak && ak[0] == '0' ? 0 : ak && ak[0] == '1' ? 1 : 2;
     const char *gf = getenv("TSC_GDN_FUSED");
     c->gdn_fused = !(gf && gf[0] == '0');
-    const char *gw = getenv("TSC_GDN_WY");
-    c->gdn_wy = !(gw && gw[0] == '0');
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

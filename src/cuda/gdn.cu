@@ -667,7 +667,7 @@ extern "C" void tsc_gdn_prefill(tsc_ctx *c, const tsc_gdn_args *a) {
     TSC_LAUNCHED(c, "tsc_gdn_prefill (conv)");
     tsc_launch(c, k_gdnp_l2, dim3(2 * a->Hk, a->n), dim3(DK), 0, *a, a->ws);
     TSC_LAUNCHED(c, "tsc_gdn_prefill (l2)");
-    if (a->wy && a->wy_rows >= WL && c->gdn_wy) {
+    if (a->wy && a->wy_rows >= WL) {
         /* the WY form in segments of rows that fit the records' buffer */
         tsc_blocks_per_sm(c, (const void *)k_gdnw_prep, 256, wy_prep_smem(), wy_prep_smem());
         tsc_blocks_per_sm(c, (const void *)k_gdnw_scan, 256, wy_scan_smem(), wy_scan_smem());
