@@ -544,7 +544,7 @@ extern "C" size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T) {
 
 extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     TSC_GUARD(c);
-    if (a->n < 1 || a->n > TSC_ROWS_MAX || a->pos < 0 || (!a->pos_dev && a->pos + (a->same_pos ? 1 : a->n) > a->max_T) ||
+    if (a->n < 1 || (a->n > TSC_ROWS_MAX && a->phase != 1) || a->pos < 0 || (!a->pos_dev && a->pos + (a->same_pos ? 1 : a->n) > a->max_T) ||
         a->split < 0 || a->split % SPL || a->np_max < 0 || a->np_max > 1024 || (a->no_q && a->phase != 1) ||
         (a->same_pos && a->phase != 2)) {
         tsc_fail_(c, TS_E_ARG, "tsc_attn_decode: %d rows at position %d with a cache of %d rows (split %d%s)", a->n,

@@ -1512,12 +1512,12 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     tsc_attn_args t = attn_common(a, L, ws, np);
     t.pos_dev = &q->dstep->step.pos;
     /* every row's q/k norms, RoPE and K/V append first (the output rows
-     * below overwrite the v rows of later rows: the model's out is big2) */
-    for (int r0 = 0; r0 < a->n; r0 += RB) {
-        t.n = a->n - r0 < RB ? a->n - r0 : RB, t.pos = r0, t.phase = 1;
-        t.qg = a->qg + (size_t)r0 * qd, t.k = a->k + (size_t)r0 * kvd, t.v = a->v + (size_t)r0 * kvd;
-        tsc_attn_decode(q->c, &t);
-    }
+     * below overwrite the v rows of later rows: the model's out is big2),
+     * all rows in one launch (a block a row and head, so the same bits as
+     * 16 rows a launch, which was 128 launches of ~6 us a 2048-row layer of
+     * the 9B under ncu, session 21) */
+    t.n = a->n, t.pos = 0, t.phase = 1, t.qg = a->qg, t.k = a->k, t.v = a->v;
+    tsc_attn_decode(q->c, &t);
     if (m == TS_MODE_PREFILL && a->n > RB && attn_prefill_on()) {
         /* a prompt chunk: all rows at once, each K/V tile read once per
          * block of queries (attn.cu: another summation order than the row
@@ -1914,15 +1914,15 @@ bool moe_chunk_takes(const cu_stream *q, ts_mode m, const ts_moe_args *a, const 
 }
 
 /* A chunk's router logits and routes into the stream's route area (ids,
- * then weights): the router as one tensor-core product, routing 16 rows a
- * launch. */
+ * then weights): the router as one product, the routes of all the chunk's
+ * rows in one launch (a warp a row: a row's route does not depend on the
+ * launch; it was 16 rows a launch, 32 launches of ~7 us a 512-row layer of
+ * the 35B-A3B under ncu, session 21). */
 void chunk_routes(cu_stream *q, const ts_moe_args *a, const tsc_weight &rw, int32_t *ids, float *wts) {
     const tsc_weight *pr[1] = {&rw};
     float *yr[1] = {a->logits};
     chunk_linear(q, pr, 1, a->u, yr, a->n);
-    for (int r0 = 0; r0 < a->n; r0 += RB)
-        tsc_moe_route(q->c, a->logits + (size_t)r0 * a->E, a->n - r0 < RB ? a->n - r0 : RB, a->E, a->topk, a->norm_topk,
-                      ids + (size_t)r0 * a->topk, wts + (size_t)r0 * a->topk);
+    tsc_moe_route(q->c, a->logits, a->n, a->E, a->topk, a->norm_topk, ids, wts);
 }
 
 /* nx: the experts' index range (E; the slot count when the routes are a

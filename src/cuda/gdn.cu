@@ -467,7 +467,32 @@ constexpr int R_U = 0, R_W = WL * DV, R_M = R_W + WL * DK, R_EQ = R_M + WL * WL,
 constexpr int REC = R_EL + WL;
 
 constexpr size_t wy_prep_smem() { return sizeof(float) * (2 * WL * WP + WL * (WL + 1) + WL * (DV + DK + 1) + 3 * WL) + sizeof(double) * WL; }
-constexpr size_t wy_scan_smem() { return sizeof(float) * (DK * WJ + 3 * WL * WP + WL * (WL + 1) + WL * (WJ + 1) + 2 * WL + 4); }
+constexpr int MP = WL + 4;        /* padded row of M in the scan's shared memory (float4 rows) */
+/* k_gdnw_scan's 256 threads tile its products: 16 x 2 columns, 16 x 4 chunk rows, 16 x 8 state rows */
+static_assert(WJ == 32 && WL == 64 && DK == 128, "k_gdnw_scan's register tiles");
+constexpr size_t wy_scan_smem() { return sizeof(float) * (DK * WJ + 3 * WL * WP + WL * MP + WL * WJ + 2 * WL + 4); }
+
+/* acc[r][c] = sum_i X[4 tr + r][i] S[i][jc + c] over the DK state rows, i in
+ * order: X a [WL][WP] tile, S the block's [DK][WJ] slice (k_gdnw_scan's
+ * register tile; float4 rows of X, float2 pairs of S) */
+__device__ __forceinline__ void tile_rows_s0(const float *X, const float *S, int tr, int jc, float (&acc)[4][2]) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = 0.f;
+#pragma unroll 4
+    for (int i = 0; i < DK; i += 4) {
+        float2 sv[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) sv[c] = *(const float2 *)(S + (i + c) * WJ + jc);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float4 x = *(const float4 *)(X + (4 * tr + r) * WP + i);
+            acc[r][0] = __fmaf_rn(x.x, sv[0].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.x, sv[0].y, acc[r][1]);
+            acc[r][0] = __fmaf_rn(x.y, sv[1].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.y, sv[1].y, acc[r][1]);
+            acc[r][0] = __fmaf_rn(x.z, sv[2].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.z, sv[2].y, acc[r][1]);
+            acc[r][0] = __fmaf_rn(x.w, sv[3].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.w, sv[3].y, acc[r][1]);
+        }
+    }
+}
 
 /* rows [r0, r0 + nr) of the chunk's prepared rows (k_gdnp_conv / k_gdnp_l2) -> records */
 __global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const float *prep, int r0, int nr) {
@@ -531,47 +556,76 @@ __global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const f
     }
     __syncthreads();
     /* the forward substitution, a thread a column: columns 0..DV-1 make U
-     * (right side beta_t v_t), DV.. make W (beta_t e^{G_t} k_t) */
+     * (right side beta_t v_t), DV.. make W (beta_t e^{G_t} k_t). The right
+     * sides first, all 64 loads of a column in flight: inside the row loop
+     * each v load waited for the previous row's store to rec (both global,
+     * so the compiler may not move one past the other), a dependent L2 round
+     * trip a row, 64 a block (592 us a 9B layer of 2048 rows under ncu,
+     * session 21). Then x_t -= sum_{s<t} A[t,s] x_s in four partial sums
+     * (one chain of 2k dependent FMAs a thread was the rest), and the
+     * records written after, coalesced by column. */
     const int col = tid;
     float *xc = X + col;
     const int XP = DV + DK + 1;
+#pragma unroll 8
     for (int t = 0; t < WL; t++) {
         float x = 0.f;
-        if (t < Lc) {
+        if (t < Lc)
             x = col < DV ? __fmul_rn(bs[t], prep[(int64_t)(r0 + t0 + t) * C + 2 * Kd + h * DV + col])
                          : __fmul_rn(__fmul_rn(bs[t], eqs[t]), Ks[t * WP + col - DV]);
-            const float *at = As + t * (WL + 1);
-            for (int sx = 0; sx < t; sx++) x = __fmaf_rn(-at[sx], xc[sx * XP], x);
-        }
         xc[t * XP] = x;
-        rec[(col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV)] = x;
     }
+    for (int t = 1; t < Lc; t++) {
+        const float *at = As + t * (WL + 1);
+        float p0 = 0.f, p1 = 0.f, p2 = 0.f, p3 = 0.f;
+        int sx = 0;
+        for (; sx + 4 <= t; sx += 4) {
+            p0 = __fmaf_rn(at[sx], xc[sx * XP], p0);
+            p1 = __fmaf_rn(at[sx + 1], xc[(sx + 1) * XP], p1);
+            p2 = __fmaf_rn(at[sx + 2], xc[(sx + 2) * XP], p2);
+            p3 = __fmaf_rn(at[sx + 3], xc[(sx + 3) * XP], p3);
+        }
+        for (; sx < t; sx++) p0 = __fmaf_rn(at[sx], xc[sx * XP], p0);
+        xc[t * XP] = __fsub_rn(xc[t * XP], __fadd_rn(__fadd_rn(p0, p1), __fadd_rn(p2, p3)));
+    }
+    for (int t = 0; t < WL; t++) rec[(col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV)] = xc[t * XP];
 }
 
 /* the chunks of rows [r0, r0 + nr) in order, a block per (head, WJ state
  * columns): S0's slice in shared memory, then per chunk Delta = U - W S0,
  * O = (E Q) S0 + M Delta (the raw output, normed after by k_gdnp_norm),
- * S = e^{G_last} S0 + K~^T Delta */
+ * S = e^{G_last} S0 + K~^T Delta. Each thread computes a register tile of
+ * each product (4 rows x 2 columns of Delta and O, 8 state rows x 2 columns
+ * of S), reading float4 rows of W / Q~ / M / K~ and float2 pairs of S0 /
+ * Delta: ~4 FMAs a shared load and 8-16 independent sums a thread. The
+ * first version computed an element a thread, two shared loads an FMA on
+ * one dependent chain: 1,235 us a 9B layer of 2048 rows under ncu (session
+ * 21), slower than the row scan it was to replace. Floor: ~0.92 M FMAs a
+ * chunk and block, 3.6 k a thread: ~4 us a chunk at one block an SM. */
 __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const float *prep, int r0, int nr) {
     TSC_PDL_ENTRY();
     extern __shared__ __align__(16) float wsm[];
     float *Ss = wsm, *Ws = Ss + DK * WJ, *Qt = Ws + WL * WP, *Kt = Qt + WL * WP, *Ms = Kt + WL * WP;
-    float *Ds = Ms + WL * (WL + 1), *eqs = Ds + WL * (WJ + 1), *eks = eqs + WL, *eLs = eks + WL;
+    float *Ds = Ms + WL * MP, *eqs = Ds + WL * WJ, *eks = eqs + WL, *eLs = eks + WL;
     const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd, tid = threadIdx.x;
     const int h = blockIdx.x / (DV / WJ), j0 = (blockIdx.x % (DV / WJ)) * WJ, g = h / (a.Hv / a.Hk);
     const float *S0;
     float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
     const float *Si = S0 + (int64_t)h * DK * DV;
     for (int e = tid; e < DK * WJ; e += 256) Ss[e] = Si[(int64_t)(e / WJ) * DV + j0 + e % WJ];
-    const int nch = (nr + WL - 1) / WL, jj = tid % WJ, tq = tid / WJ; /* 8 row groups of 32 columns */
+    /* the thread's tiles: columns jc, jc + 1; chunk rows 4 tr ..; state rows 8 tr .. */
+    const int tc = tid & 15, tr = tid >> 4, jc = 2 * tc;
+    const int nch = (nr + WL - 1) / WL;
     for (int ch = 0; ch < nch; ch++) {
         const float *rec = a.wy + ((int64_t)ch * a.Hv + h) * REC;
         const int t0 = ch * WL, Lc = min(WL, nr - t0);
         __syncthreads(); /* the last chunk's readers of Ws .. Ds are done */
         if (tid < WL) eqs[tid] = rec[R_EQ + tid], eks[tid] = rec[R_EK + tid];
         if (tid == 0) eLs[0] = rec[R_EL];
-        for (int e = tid; e < WL * WL; e += 256) Ms[(e / WL) * (WL + 1) + e % WL] = rec[R_M + e];
-        for (int e = tid; e < WL * WJ; e += 256) Ds[(e / WJ) * (WJ + 1) + e % WJ] = rec[R_U + (e / WJ) * DV + j0 + e % WJ];
+        for (int e = tid; e < WL * (WL / 4); e += 256)
+            *(float4 *)(Ms + (e / (WL / 4)) * MP + 4 * (e % (WL / 4))) = *(const float4 *)(rec + R_M + 4 * e);
+        for (int e = tid; e < WL * (WJ / 4); e += 256)
+            *(float4 *)(Ds + 4 * e) = *(const float4 *)(rec + R_U + (e / (WJ / 4)) * DV + j0 + 4 * (e % (WJ / 4)));
         __syncthreads(); /* eqs, eks for the tiles below */
         for (int e = tid; e < WL * (DK / 4); e += 256) {
             const int t = e / (DK / 4), d4 = e % (DK / 4);
@@ -586,34 +640,54 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
             *(float4 *)(Ws + t * WP + 4 * d4) = w, *(float4 *)(Qt + t * WP + 4 * d4) = q, *(float4 *)(Kt + t * WP + 4 * d4) = k;
         }
         __syncthreads();
-        /* Delta = U - W S0: rows tq + 8 m, column jj */
-        for (int m = 0; m < WL / 8; m++) {
-            const int t = tq + 8 * m;
-            const float *wt = Ws + t * WP;
-            float acc = 0.f;
-            for (int i = 0; i < DK; i++) acc = __fmaf_rn(wt[i], Ss[i * WJ + jj], acc);
-            Ds[t * (WJ + 1) + jj] = __fsub_rn(Ds[t * (WJ + 1) + jj], acc);
+        float acc[4][2];
+        /* Delta = U - W S0: rows 4 tr + r */
+        tile_rows_s0(Ws, Ss, tr, jc, acc);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float2 *d = (float2 *)(Ds + (4 * tr + r) * WJ + jc);
+            const float2 u = *d;
+            *d = make_float2(__fsub_rn(u.x, acc[r][0]), __fsub_rn(u.y, acc[r][1]));
         }
         __syncthreads();
-        /* O = (E Q) S0 + M Delta */
-        for (int m = 0; m < WL / 8; m++) {
-            const int t = tq + 8 * m;
-            if (t >= Lc) continue;
-            const float *qt = Qt + t * WP, *mt = Ms + t * (WL + 1);
-            float acc = 0.f;
-            for (int i = 0; i < DK; i++) acc = __fmaf_rn(qt[i], Ss[i * WJ + jj], acc);
-            for (int sx = 0; sx <= t; sx++) acc = __fmaf_rn(mt[sx], Ds[sx * (WJ + 1) + jj], acc);
-            a.o[(int64_t)(r0 + t0 + t) * Vd + h * DV + j0 + jj] = acc;
+        /* O = (E Q) S0 + M Delta (M[t][s] = 0 for s > t: the sum stops at the tile's last row) */
+        tile_rows_s0(Qt, Ss, tr, jc, acc);
+        for (int sx = 0; sx < 4 * tr + 4; sx += 4) {
+            float2 dv[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) dv[c] = *(const float2 *)(Ds + (sx + c) * WJ + jc);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float4 m = *(const float4 *)(Ms + (4 * tr + r) * MP + sx);
+                acc[r][0] = __fmaf_rn(m.x, dv[0].x, acc[r][0]), acc[r][1] = __fmaf_rn(m.x, dv[0].y, acc[r][1]);
+                acc[r][0] = __fmaf_rn(m.y, dv[1].x, acc[r][0]), acc[r][1] = __fmaf_rn(m.y, dv[1].y, acc[r][1]);
+                acc[r][0] = __fmaf_rn(m.z, dv[2].x, acc[r][0]), acc[r][1] = __fmaf_rn(m.z, dv[2].y, acc[r][1]);
+                acc[r][0] = __fmaf_rn(m.w, dv[3].x, acc[r][0]), acc[r][1] = __fmaf_rn(m.w, dv[3].y, acc[r][1]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int t = 4 * tr + r;
+            if (t < Lc) *(float2 *)(a.o + (int64_t)(r0 + t0 + t) * Vd + h * DV + j0 + jc) = make_float2(acc[r][0], acc[r][1]);
         }
         __syncthreads(); /* O read S0 */
-        /* S = e^{G_last} S0 + K~^T Delta: state rows tq + 8 m */
+        /* S = e^{G_last} S0 + K~^T Delta: state rows 8 tr + r, each thread its own elements */
         const float eL = eLs[0];
-        for (int m = 0; m < DK / 8; m++) {
-            const int i = tq + 8 * m;
-            float acc = __fmul_rn(eL, Ss[i * WJ + jj]);
-            for (int sx = 0; sx < Lc; sx++) acc = __fmaf_rn(Kt[sx * WP + i], Ds[sx * (WJ + 1) + jj], acc);
-            Ss[i * WJ + jj] = acc;
+        float sa[8][2];
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const float2 v = *(const float2 *)(Ss + (8 * tr + r) * WJ + jc);
+            sa[r][0] = __fmul_rn(eL, v.x), sa[r][1] = __fmul_rn(eL, v.y);
         }
+        for (int sx = 0; sx < Lc; sx++) {
+            const float4 k0 = *(const float4 *)(Kt + sx * WP + 8 * tr), k1 = *(const float4 *)(Kt + sx * WP + 8 * tr + 4);
+            const float2 d = *(const float2 *)(Ds + sx * WJ + jc);
+            const float kk[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+            for (int r = 0; r < 8; r++) sa[r][0] = __fmaf_rn(kk[r], d.x, sa[r][0]), sa[r][1] = __fmaf_rn(kk[r], d.y, sa[r][1]);
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++) *(float2 *)(Ss + (8 * tr + r) * WJ + jc) = make_float2(sa[r][0], sa[r][1]);
     }
     __syncthreads();
     for (int e = tid; e < DK * WJ; e += 256) Sh[(int64_t)(e / WJ) * DV + j0 + e % WJ] = Ss[e];

@@ -363,7 +363,8 @@ typedef struct tsc_attn_args {
      * rescaling, so fewer partials need less workspace. */
     const int32_t *pos_dev;
     int split;
-    /* 0: the whole op; 1: prep only (norms, RoPE, K/V appended); 2: the
+    /* 0: the whole op; 1: prep only (norms, RoPE, K/V appended; any number
+     * of rows, not only TSC_ROWS_MAX: a block a row and head); 2: the
      * attention only, over q already prepared (the engine appends a block's
      * rows first, then attends row by row: the output may overwrite later
      * rows' v inputs, as the model's buffers do) */

@@ -1,4 +1,4 @@
-/* wy_emu.c (session 20, branch gdn-wy): a CPU emulation of gdn.cu's k_gdnw_prep + k_gdnw_scan (the same loops and layouts, serial) against the plain recurrence in double, to check the WY algebra and indexing without a GPU: gcc -O2 wy_emu.c -lm; ./a.out ROWS HK HV SEGMENT_ROWS (0: one segment). Session 20: 3e-7..7.5e-7 relative on 37..300 rows, segments of 64/128 rows. */
+/* wy_emu.c (session 20, branch gdn-wy): a CPU emulation of gdn.cu's k_gdnw_prep + k_gdnw_scan (the same loops and layouts, serial) against the plain recurrence in double, to check the WY algebra and indexing without a GPU: gcc -O2 wy_emu.c -lm; ./a.out ROWS HK HV SEGMENT_ROWS (0: one segment). Session 20: 3e-7..7.5e-7 relative on 37..300 rows, segments of 64/128 rows. Session 21: the loops of the register-tiled scan and the substitution with its right sides first. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,21 +47,24 @@ static void prep_k(int r0, int nr, int ch, int h) {
         if (tid == 0) rec[R_EL] = (float)exp(Gd[Lc - 1]);
     }
     const int XP = DV + DK + 1;
-    for (int col = 0; col < DV + DK; col++) {
+    for (int col = 0; col < DV + DK; col++) { /* session 21's form: right sides first, four partial sums */
         float *xc = X + col;
-        for (int t = 0; t < WL; t++) {
-            float x = 0;
-            if (t < Lc) {
-                x = col < DV ? bs[t] * prep[(long)(r0 + t0 + t) * C + 2 * Kd + h * DV + col] : bs[t] * eqs[t] * Ks[t * WP + col - DV];
-                for (int sx = 0; sx < t; sx++) x = fmaf(-As[t * (WL + 1) + sx], xc[sx * XP], x);
-            }
-            xc[t * XP] = x;
-            rec[col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV] = x;
+        for (int t = 0; t < WL; t++)
+            xc[t * XP] = t < Lc ? (col < DV ? bs[t] * prep[(long)(r0 + t0 + t) * C + 2 * Kd + h * DV + col] : bs[t] * eqs[t] * Ks[t * WP + col - DV]) : 0.f;
+        for (int t = 1; t < Lc; t++) {
+            const float *at = As + t * (WL + 1);
+            float p0 = 0, p1 = 0, p2 = 0, p3 = 0; int sx = 0;
+            for (; sx + 4 <= t; sx += 4) p0 = fmaf(at[sx], xc[sx * XP], p0), p1 = fmaf(at[sx + 1], xc[(sx + 1) * XP], p1), p2 = fmaf(at[sx + 2], xc[(sx + 2) * XP], p2), p3 = fmaf(at[sx + 3], xc[(sx + 3) * XP], p3);
+            for (; sx < t; sx++) p0 = fmaf(at[sx], xc[sx * XP], p0);
+            xc[t * XP] -= (p0 + p1) + (p2 + p3);
         }
+        for (int t = 0; t < WL; t++) rec[col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV] = xc[t * XP];
     }
 }
+#define MP (WL + 4)
+/* session 21's k_gdnw_scan: register tiles, the 256 threads in a serial loop per phase (its barriers) */
 static void scan_k(int r0, int nr, int blk, float *S, float *o) {
-    static float Ss[DK * WJ], Ws[WL * WP], Qt[WL * WP], Kt[WL * WP], Ms[WL * (WL + 1)], Ds[WL * (WJ + 1)], eqs[WL], eks[WL];
+    static float Ss[DK * WJ], Ws[WL * WP], Qt[WL * WP], Kt[WL * WP], Ms[WL * MP], Ds[WL * WJ], eqs[WL], eks[WL];
     const int Vd = Hv * DV, h = blk / (DV / WJ), j0 = (blk % (DV / WJ)) * WJ, g = h / (Hv / Hk);
     float *Sh = S + (long)h * DK * DV;
     for (int e = 0; e < DK * WJ; e++) Ss[e] = Sh[(e / WJ) * DV + j0 + e % WJ];
@@ -71,27 +74,40 @@ static void scan_k(int r0, int nr, int blk, float *S, float *o) {
         int t0 = ch * WL, Lc = nr - t0 < WL ? nr - t0 : WL;
         for (int t = 0; t < WL; t++) eqs[t] = rec[R_EQ + t], eks[t] = rec[R_EK + t];
         float eL = rec[R_EL];
-        for (int e = 0; e < WL * WL; e++) Ms[(e / WL) * (WL + 1) + e % WL] = rec[R_M + e];
-        for (int e = 0; e < WL * WJ; e++) Ds[(e / WJ) * (WJ + 1) + e % WJ] = rec[R_U + (e / WJ) * DV + j0 + e % WJ];
+        for (int e = 0; e < WL * WL; e++) Ms[(e / WL) * MP + e % WL] = rec[R_M + e];
+        for (int e = 0; e < WL * WJ; e++) Ds[e] = rec[R_U + (e / WJ) * DV + j0 + e % WJ];
         for (int t = 0; t < WL; t++) for (int d = 0; d < DK; d++) {
             float w = rec[R_W + t * DK + d], q = 0, k = 0;
             if (t < Lc) { const float *row = prep + (long)(r0 + t0 + t) * C; q = row[g * DK + d] * eqs[t]; k = row[Kd + g * DK + d] * eks[t]; }
             Ws[t * WP + d] = w, Qt[t * WP + d] = q, Kt[t * WP + d] = k;
         }
-        for (int t = 0; t < WL; t++) for (int jj = 0; jj < WJ; jj++) {
-            float acc = 0; for (int i = 0; i < DK; i++) acc = fmaf(Ws[t * WP + i], Ss[i * WJ + jj], acc);
-            Ds[t * (WJ + 1) + jj] -= acc;
+        static float acc[256][4][2];
+        for (int tid = 0; tid < 256; tid++) {
+            int tc = tid & 15, tr = tid >> 4, jc = 2 * tc;
+            for (int r = 0; r < 4; r++) { acc[tid][r][0] = acc[tid][r][1] = 0; }
+            for (int i = 0; i < DK; i += 4) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) for (int cc = 0; cc < 2; cc++)
+                acc[tid][r][cc] = fmaf(Ws[(4 * tr + r) * WP + i + c], Ss[(i + c) * WJ + jc + cc], acc[tid][r][cc]);
         }
-        for (int t = 0; t < Lc; t++) for (int jj = 0; jj < WJ; jj++) {
-            float acc = 0;
-            for (int i = 0; i < DK; i++) acc = fmaf(Qt[t * WP + i], Ss[i * WJ + jj], acc);
-            for (int sx = 0; sx <= t; sx++) acc = fmaf(Ms[t * (WL + 1) + sx], Ds[sx * (WJ + 1) + jj], acc);
-            o[(long)(r0 + t0 + t) * Vd + h * DV + j0 + jj] = acc;
+        for (int tid = 0; tid < 256; tid++) {
+            int tc = tid & 15, tr = tid >> 4, jc = 2 * tc;
+            for (int r = 0; r < 4; r++) for (int cc = 0; cc < 2; cc++) Ds[(4 * tr + r) * WJ + jc + cc] -= acc[tid][r][cc];
         }
-        for (int i = 0; i < DK; i++) for (int jj = 0; jj < WJ; jj++) {
-            float acc = eL * Ss[i * WJ + jj];
-            for (int sx = 0; sx < Lc; sx++) acc = fmaf(Kt[sx * WP + i], Ds[sx * (WJ + 1) + jj], acc);
-            Ss[i * WJ + jj] = acc;
+        for (int tid = 0; tid < 256; tid++) {
+            int tc = tid & 15, tr = tid >> 4, jc = 2 * tc;
+            float a2[4][2] = {{0}};
+            for (int i = 0; i < DK; i += 4) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) for (int cc = 0; cc < 2; cc++)
+                a2[r][cc] = fmaf(Qt[(4 * tr + r) * WP + i + c], Ss[(i + c) * WJ + jc + cc], a2[r][cc]);
+            for (int sx = 0; sx < 4 * tr + 4; sx += 4) for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) for (int cc = 0; cc < 2; cc++)
+                a2[r][cc] = fmaf(Ms[(4 * tr + r) * MP + sx + c], Ds[(sx + c) * WJ + jc + cc], a2[r][cc]);
+            for (int r = 0; r < 4; r++) { int t = 4 * tr + r; if (t < Lc) for (int cc = 0; cc < 2; cc++) o[(long)(r0 + t0 + t) * Vd + h * DV + j0 + jc + cc] = a2[r][cc]; }
+        }
+        for (int tid = 0; tid < 256; tid++) {
+            int tc = tid & 15, tr = tid >> 4, jc = 2 * tc;
+            float sa[8][2];
+            for (int r = 0; r < 8; r++) for (int cc = 0; cc < 2; cc++) sa[r][cc] = eL * Ss[(8 * tr + r) * WJ + jc + cc];
+            for (int sx = 0; sx < Lc; sx++) for (int r = 0; r < 8; r++) for (int cc = 0; cc < 2; cc++)
+                sa[r][cc] = fmaf(Kt[sx * WP + 8 * tr + r], Ds[sx * WJ + jc + cc], sa[r][cc]);
+            for (int r = 0; r < 8; r++) for (int cc = 0; cc < 2; cc++) Ss[(8 * tr + r) * WJ + jc + cc] = sa[r][cc];
         }
     }
     for (int e = 0; e < DK * WJ; e++) Sh[(e / WJ) * DV + j0 + e % WJ] = Ss[e];
