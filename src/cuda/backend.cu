@@ -2051,6 +2051,14 @@ void moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
 /* One block's (nr <= RB rows) router product and routes into r_ids /
  * r_wts: a pending norm of u fused into the product where it can be (the
  * decode path's form) */
+/* Whether two weights can share one tsc_linear launch (linear.cu's
+ * lin_check: one layout, one format, the same columns). */
+bool one_launch(const tsc_weight &a, const tsc_weight &b) {
+    return a.cols == b.cols && a.dtype == b.dtype && a.bits == b.bits && a.layout == b.layout &&
+           a.act_digits == b.act_digits && (a.dtype != TS_DTYPE_U32 || (a.group == b.group && a.sdtype == b.sdtype)) &&
+           a.cols % 32 == 0;
+}
+
 void block_routes(ts_stream *s, const tsc_weight &rw, const float *u_, float *lg_, int nr, int E, int k, int norm_topk) {
     cu_stream *q = ST(s);
     const tsc_weight *pr[1] = {&rw};
@@ -2147,23 +2155,43 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         const int nr = a->n - r0 < RB ? a->n - r0 : RB;
         const float *u_ = a->u + (size_t)r0 * H;
         float *lg_ = a->logits + (size_t)r0 * E;
+        float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
+        /* the shared expert's gate/up first (b1 / b2 are its scratch, then
+         * the routed experts'), its gate row with them when it has their
+         * format, else with the router when it has the router's (a bf16 row
+         * beside a bf16 router: one launch, not two), else alone; the
+         * pending norm of u staged by these products (the 4-bit ones; a bf16
+         * router cannot stage it, so with the router first it ran as a kernel
+         * of its own: 6 us alone under ncu, session 21). The products' bits
+         * do not depend on the other weights of a launch (linear.cu, q4dp.cu),
+         * so a streamed layer (routes from moe_route, gate row alone) keeps
+         * the resident bits. */
+        const bool g_sh = sgw.dtype == sg.dtype && sgw.bits == sg.bits && sgw.group == sg.group && sgw.sdtype == sg.sdtype;
+        const bool g_rt = !g_sh && !pool && one_launch(sgw, rw);
+        const tsc_weight gu[3] = {sg, su, sgw};
+        float *ys[3] = {a->b1, a->b2, q->gl};
+        const int ngu = g_sh ? 3 : 2;
+        if (!fuse_on() || !fused_linear(s, gu, ngu, u_, ys, nr)) {
+            flush(s);
+            const tsc_weight *ps[3] = {&sg, &su, &sgw};
+            lin_rows(c, ps, ngu, u_, ys, nr);
+        }
         if (pool) {
             /* the routes moe_route gave, as the pool's slots */
             tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
             tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
+        } else if (g_rt) {
+            const tsc_weight *pr[2] = {&rw, &sgw};
+            float *yr[2] = {lg_, q->gl};
+            lin_rows(c, pr, 2, u_, yr, nr);
+            tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
         } else {
             block_routes(s, rw, u_, lg_, nr, E, k, a->norm_topk);
         }
-        float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
-        /* the shared expert first (b1 / b2 are its scratch, then the routed
-         * experts'), its SwiGLU staged by its down product where it can */
-        const tsc_weight *ps[3] = {&sg, &su, &sgw};
-        float *ys[3] = {a->b1, a->b2, q->gl};
-        if (sgw.dtype == sg.dtype && sgw.bits == sg.bits && sgw.group == sg.group && sgw.sdtype == sg.sdtype) {
-            lin_rows(c, ps, 3, u_, ys, nr);
-        } else {
-            lin_rows(c, ps, 2, u_, ys, nr);
-            lin_rows(c, ps + 2, 1, u_, ys + 2, nr);
+        if (!g_sh && !g_rt) {
+            const tsc_weight *pg[1] = {&sgw};
+            float *yg[1] = {q->gl};
+            lin_rows(c, pg, 1, u_, yg, nr);
         }
         const tsc_weight *pd[1] = {&sd};
         float *yd[1] = {shared};

@@ -466,10 +466,13 @@ constexpr int WP = DK + 4;        /* padded row of a q/k/W tile in shared memory
 constexpr int R_U = 0, R_W = WL * DV, R_M = R_W + WL * DK, R_EQ = R_M + WL * WL, R_EK = R_EQ + WL, R_EL = R_EK + WL;
 constexpr int REC = R_EL + WL;
 
-constexpr size_t wy_prep_smem() { return sizeof(float) * (2 * WL * WP + WL * (WL + 1) + WL * (DV + DK + 1) + 3 * WL) + sizeof(double) * WL; }
+/* the prep's shared memory: K, Q tiles (then the substitution's U and W columns in their place), A, the
+ * per-row scalars: ~85 KB, two blocks an SM (with a separate [64][257] X it was 150 KB, one block an SM) */
+constexpr size_t wy_prep_smem() { return sizeof(float) * (2 * WL * WP + WL * (WL + 1) + 3 * WL) + sizeof(double) * WL; }
 constexpr int MP = WL + 4;        /* padded row of M in the scan's shared memory (float4 rows) */
 /* k_gdnw_scan's 256 threads tile its products: 16 x 2 columns, 16 x 4 chunk rows, 16 x 8 state rows */
 static_assert(WJ == 32 && WL == 64 && DK == 128, "k_gdnw_scan's register tiles");
+static_assert((WL * (WL / 4)) % 256 == 0 && (WL * (DK / 4)) % 256 == 0, "k_gdnw_scan's loads");
 constexpr size_t wy_scan_smem() { return sizeof(float) * (DK * WJ + 3 * WL * WP + WL * MP + WL * WJ + 2 * WL + 4); }
 
 /* acc[r][c] = sum_i X[4 tr + r][i] S[i][jc + c] over the DK state rows, i in
@@ -498,14 +501,15 @@ __device__ __forceinline__ void tile_rows_s0(const float *X, const float *S, int
 __global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const float *prep, int r0, int nr) {
     TSC_PDL_ENTRY();
     extern __shared__ __align__(16) float wsm[];
-    float *Ks = wsm, *Qs = Ks + WL * WP, *As = Qs + WL * WP, *X = As + WL * (WL + 1);
-    float *bs = X + WL * (DV + DK + 1), *lgs = bs + WL, *eqs = lgs + WL;
+    float *Ks = wsm, *Qs = Ks + WL * WP, *As = Qs + WL * WP;
+    float *bs = As + WL * (WL + 1), *lgs = bs + WL, *eqs = lgs + WL;
     double *Gd = (double *)(eqs + WL);
     const int Kd = a.Hk * DK, C = 2 * Kd + a.Hv * DV, ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int g = h / (a.Hv / a.Hk), t0 = ch * WL, Lc = min(WL, nr - t0);
     float *rec = a.wy + ((int64_t)ch * a.Hv + h) * REC;
-    for (int e = tid; e < WL * (DK / 4); e += 256) {
-        const int t = e / (DK / 4), d4 = e % (DK / 4);
+#pragma unroll
+    for (int it = 0; it < WL * (DK / 4) / 256; it++) {
+        const int e = tid + 256 * it, t = e / (DK / 4), d4 = e % (DK / 4);
         float4 q = make_float4(0.f, 0.f, 0.f, 0.f), k = q;
         if (t < Lc) {
             const float *row = prep + (int64_t)(r0 + t0 + t) * C;
@@ -556,39 +560,36 @@ __global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const f
     }
     __syncthreads();
     /* the forward substitution, a thread a column: columns 0..DV-1 make U
-     * (right side beta_t v_t), DV.. make W (beta_t e^{G_t} k_t). The right
-     * sides first, all 64 loads of a column in flight: inside the row loop
-     * each v load waited for the previous row's store to rec (both global,
-     * so the compiler may not move one past the other), a dependent L2 round
-     * trip a row, 64 a block (592 us a 9B layer of 2048 rows under ncu,
-     * session 21). Then x_t -= sum_{s<t} A[t,s] x_s in four partial sums
-     * (one chain of 2k dependent FMAs a thread was the rest), and the
-     * records written after, coalesced by column. */
+     * (right side beta_t v_t) in Q's tile, DV.. make W (beta_t e^{G_t} k_t)
+     * in K's, in place (A and M are made: neither tile is read again; a W
+     * column's right side is its own thread's k elements). The right sides
+     * first, all 64 loads of a column in flight, then x_t -= sum_{s<t}
+     * A[t,s] x_s in four partial sums, then the records, coalesced by
+     * column. */
     const int col = tid;
-    float *xc = X + col;
-    const int XP = DV + DK + 1;
+    float *xc = col < DV ? Qs + col : Ks + (col - DV);
 #pragma unroll 8
     for (int t = 0; t < WL; t++) {
         float x = 0.f;
         if (t < Lc)
             x = col < DV ? __fmul_rn(bs[t], prep[(int64_t)(r0 + t0 + t) * C + 2 * Kd + h * DV + col])
-                         : __fmul_rn(__fmul_rn(bs[t], eqs[t]), Ks[t * WP + col - DV]);
-        xc[t * XP] = x;
+                         : __fmul_rn(__fmul_rn(bs[t], eqs[t]), xc[t * WP]);
+        xc[t * WP] = x;
     }
     for (int t = 1; t < Lc; t++) {
         const float *at = As + t * (WL + 1);
         float p0 = 0.f, p1 = 0.f, p2 = 0.f, p3 = 0.f;
         int sx = 0;
         for (; sx + 4 <= t; sx += 4) {
-            p0 = __fmaf_rn(at[sx], xc[sx * XP], p0);
-            p1 = __fmaf_rn(at[sx + 1], xc[(sx + 1) * XP], p1);
-            p2 = __fmaf_rn(at[sx + 2], xc[(sx + 2) * XP], p2);
-            p3 = __fmaf_rn(at[sx + 3], xc[(sx + 3) * XP], p3);
+            p0 = __fmaf_rn(at[sx], xc[sx * WP], p0);
+            p1 = __fmaf_rn(at[sx + 1], xc[(sx + 1) * WP], p1);
+            p2 = __fmaf_rn(at[sx + 2], xc[(sx + 2) * WP], p2);
+            p3 = __fmaf_rn(at[sx + 3], xc[(sx + 3) * WP], p3);
         }
-        for (; sx < t; sx++) p0 = __fmaf_rn(at[sx], xc[sx * XP], p0);
-        xc[t * XP] = __fsub_rn(xc[t * XP], __fadd_rn(__fadd_rn(p0, p1), __fadd_rn(p2, p3)));
+        for (; sx < t; sx++) p0 = __fmaf_rn(at[sx], xc[sx * WP], p0);
+        xc[t * WP] = __fsub_rn(xc[t * WP], __fadd_rn(__fadd_rn(p0, p1), __fadd_rn(p2, p3)));
     }
-    for (int t = 0; t < WL; t++) rec[(col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV)] = xc[t * XP];
+    for (int t = 0; t < WL; t++) rec[(col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV)] = xc[t * WP];
 }
 
 /* the chunks of rows [r0, r0 + nr) in order, a block per (head, WJ state
@@ -622,13 +623,19 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
         __syncthreads(); /* the last chunk's readers of Ws .. Ds are done */
         if (tid < WL) eqs[tid] = rec[R_EQ + tid], eks[tid] = rec[R_EK + tid];
         if (tid == 0) eLs[0] = rec[R_EL];
-        for (int e = tid; e < WL * (WL / 4); e += 256)
+        /* the chunk's records and rows, every load of a thread issued before its stores (unrolled: a
+         * loop of L2 round trips otherwise, ~5 us of a chunk's ~18 in s21-run3's ncu) */
+#pragma unroll
+        for (int it = 0; it < WL * (WL / 4) / 256; it++) {
+            const int e = tid + 256 * it;
             *(float4 *)(Ms + (e / (WL / 4)) * MP + 4 * (e % (WL / 4))) = *(const float4 *)(rec + R_M + 4 * e);
+        }
         for (int e = tid; e < WL * (WJ / 4); e += 256)
             *(float4 *)(Ds + 4 * e) = *(const float4 *)(rec + R_U + (e / (WJ / 4)) * DV + j0 + 4 * (e % (WJ / 4)));
         __syncthreads(); /* eqs, eks for the tiles below */
-        for (int e = tid; e < WL * (DK / 4); e += 256) {
-            const int t = e / (DK / 4), d4 = e % (DK / 4);
+#pragma unroll
+        for (int it = 0; it < WL * (DK / 4) / 256; it++) {
+            const int e = tid + 256 * it, t = e / (DK / 4), d4 = e % (DK / 4);
             float4 w = *(const float4 *)(rec + R_W + t * DK + 4 * d4), q = make_float4(0.f, 0.f, 0.f, 0.f), k = q;
             if (t < Lc) {
                 const float *row = prep + (int64_t)(r0 + t0 + t) * C;

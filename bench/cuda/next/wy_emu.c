@@ -15,7 +15,7 @@ static float softp(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 int n, Hk, Hv, Kd, C;
 float *prep, *bb, *aa, *nA, *dtb, *wy;
 static void prep_k(int r0, int nr, int ch, int h) {
-    static float Ks[WL * WP], Qs[WL * WP], As[WL * (WL + 1)], X[WL * (DV + DK + 1)], bs[WL], lgs[WL], eqs[WL];
+    static float Ks[WL * WP], Qs[WL * WP], As[WL * (WL + 1)], bs[WL], lgs[WL], eqs[WL];
     static double Gd[WL];
     const int g = h / (Hv / Hk), t0 = ch * WL, Lc = nr - t0 < WL ? nr - t0 : WL;
     float *rec = wy + ((long)ch * Hv + h) * REC;
@@ -46,19 +46,18 @@ static void prep_k(int r0, int nr, int ch, int h) {
         rec[R_EK + tid] = tid < Lc ? (float)exp(Gd[Lc - 1] - Gd[tid]) : 0.f;
         if (tid == 0) rec[R_EL] = (float)exp(Gd[Lc - 1]);
     }
-    const int XP = DV + DK + 1;
-    for (int col = 0; col < DV + DK; col++) { /* session 21's form: right sides first, four partial sums */
-        float *xc = X + col;
+    for (int col = 0; col < DV + DK; col++) { /* session 21's form: in place in Q's / K's tiles, right sides first, four partial sums */
+        float *xc = col < DV ? Qs + col : Ks + (col - DV);
         for (int t = 0; t < WL; t++)
-            xc[t * XP] = t < Lc ? (col < DV ? bs[t] * prep[(long)(r0 + t0 + t) * C + 2 * Kd + h * DV + col] : bs[t] * eqs[t] * Ks[t * WP + col - DV]) : 0.f;
+            xc[t * WP] = t < Lc ? (col < DV ? bs[t] * prep[(long)(r0 + t0 + t) * C + 2 * Kd + h * DV + col] : bs[t] * eqs[t] * xc[t * WP]) : 0.f;
         for (int t = 1; t < Lc; t++) {
             const float *at = As + t * (WL + 1);
             float p0 = 0, p1 = 0, p2 = 0, p3 = 0; int sx = 0;
-            for (; sx + 4 <= t; sx += 4) p0 = fmaf(at[sx], xc[sx * XP], p0), p1 = fmaf(at[sx + 1], xc[(sx + 1) * XP], p1), p2 = fmaf(at[sx + 2], xc[(sx + 2) * XP], p2), p3 = fmaf(at[sx + 3], xc[(sx + 3) * XP], p3);
-            for (; sx < t; sx++) p0 = fmaf(at[sx], xc[sx * XP], p0);
-            xc[t * XP] -= (p0 + p1) + (p2 + p3);
+            for (; sx + 4 <= t; sx += 4) p0 = fmaf(at[sx], xc[sx * WP], p0), p1 = fmaf(at[sx + 1], xc[(sx + 1) * WP], p1), p2 = fmaf(at[sx + 2], xc[(sx + 2) * WP], p2), p3 = fmaf(at[sx + 3], xc[(sx + 3) * WP], p3);
+            for (; sx < t; sx++) p0 = fmaf(at[sx], xc[sx * WP], p0);
+            xc[t * WP] -= (p0 + p1) + (p2 + p3);
         }
-        for (int t = 0; t < WL; t++) rec[col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV] = xc[t * XP];
+        for (int t = 0; t < WL; t++) rec[col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV] = xc[t * WP];
     }
 }
 #define MP (WL + 4)
