@@ -426,15 +426,13 @@ bool attn_prefill_on() { return !env_is0("TSC_ATTN_PREFILL"); }
  * tsc_gdn_prefill; TSC_GDN_PREFILL=0: the step kernels in 16-row calls).
  * Read at every op. */
 bool gdn_prefill_on() { return !env_is0("TSC_GDN_PREFILL"); }
-/* The prompt GDN in the WY form (gdn.cu) only when asked (TSC_GDN_WY=1):
- * measured on the H200 (bench/cuda/RESULTS.md, session 21, call 1) it is
- * slower than the row scan, 9B pp512 15.5K against 17.4K tok/s, 35B-A3B-8L
- * 39.3K against 42.1K; kept for the work its records need (the tests run it
- * against the step by giving its buffer directly). */
-bool gdn_wy_on() {
-    const char *v = getenv("TSC_GDN_WY");
-    return v && v[0] == '1';
-}
+/* The prompt GDN in the WY form (gdn.cu), TSC_GDN_WY=0 the row scan. Its
+ * first kernels were slower than the row scan (bench/cuda/RESULTS.md,
+ * session 21, call 1: 9B pp512 15.5K against 17.4K tok/s); rewritten from
+ * ncu's durations they are ahead (call 4: 9B pp512 19.2K against 17.8K,
+ * pp2048 23.5K against 20.9K; 35B-A3B-8L 51.9K / 84.0K against 49.2K /
+ * 75.5K), the engine's tests passing with it (23/23). */
+bool gdn_wy_on() { return !env_is0("TSC_GDN_WY"); }
 
 /* Fusion of a norm or SwiGLU into the next product (TSC_FUSE=0: off). */
 bool fuse_on() {

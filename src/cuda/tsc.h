@@ -315,8 +315,8 @@ typedef struct tsc_gdn_args {
     /* tsc_gdn_prefill's WY form (gdn.cu; NULL: the row scan): a buffer of
      * tsc_gdn_wy_bytes(wy_rows, Hv) bytes for the chunks' records, the rows
      * done in segments of wy_rows (a multiple of 64, at least 64);
-     * the backend gives it only with TSC_GDN_WY=1 (slower than the row
-     * scan on the H200: bench/cuda/RESULTS.md, session 21). */
+     * the backend gives it unless TSC_GDN_WY=0 (bench/cuda/RESULTS.md,
+     * session 21: ahead of the row scan by 8-12% on the 9B's prompts). */
     float *wy;
     int wy_rows;
 } tsc_gdn_args;
