@@ -1319,17 +1319,20 @@ int q4dp_pre(void) {
  * passes of several rows (each block staged every row: 4 rows 4.28 -> 3.25
  * ms), not the one-row normed and plain ones (their per-block staging is
  * latency, 1.5-3.6 us, which the extra launch does not beat: one-row norm
- * once cost the step 0.14 ms). A one-row SwiGLU pass of fewer than 2048
- * columns stages in its blocks too: a few words a thread, less than the
- * launch (the 35B-A3B's shared-expert down, 512 columns: 3.3 us alone under
- * ncu, session 21). TSC_Q4DP_DIG=mask forces the modes (bit 1 << xm: 1
- * plain, 2 norm, 4 SwiGLU; 0 none), a benchmark switch. A row's bits are
- * the same either way. */
-bool dig_takes(int xm, int nr, int cols) {
+ * once cost the step 0.14 ms). Also for narrow SwiGLU passes: staging the
+ * 35B-A3B's shared-expert down (512 columns) in its blocks instead saved
+ * its k_stage_digits launch (85 -> 77 kernels a step) but cost decode 0.6-2.7%
+ * (35B-A3B-8L 1,636 against 1,646 tok/s, the default model 3,367 against
+ * 3,461; bench/cuda/RESULTS.md, session 21, call 5): the silu, exp and
+ * division of every element in each of 64 blocks outweigh the launch.
+ * TSC_Q4DP_DIG=mask forces the modes (bit 1 << xm: 1 plain, 2 norm, 4
+ * SwiGLU; 0 none), a benchmark switch. A row's bits are the same either
+ * way. */
+bool dig_takes(int xm, int nr) {
     static int v = -2;
     if (v == -2) v = ks_env("TSC_Q4DP_DIG", -1);
     if (v >= 0) return v >> xm & 1;
-    return (xm == Q4DP_XM_SWIGLU && (nr > 1 || cols >= 2048)) || nr > 1;
+    return xm == Q4DP_XM_SWIGLU || nr > 1;
 }
 
 /* k_q4dp_as for a pass of nr rows: its ring's depth S (see there), or 0
@@ -1377,7 +1380,7 @@ int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int n
  * the scratch is missing or too small */
 void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
     a.dg = NULL;
-    if (!dig_takes(a.xm, nr, a.cols) || !c->dg || stage_bytes(nr, nd, a.cols) > c->dg_bytes) return;
+    if (!dig_takes(a.xm, nr) || !c->dg || stage_bytes(nr, nd, a.cols) > c->dg_bytes) return;
     sd_args s;
     s.xm = a.xm, s.cols = a.cols, s.group = a.group;
     s.x = a.x, s.add = a.add, s.normw = a.normw, s.u = a.u, s.eps = a.eps;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# (branch gpu-next2 = gdn-wy + gdn-defer + attention rows, written in session 20 without device time left; NOT RUN on a GPU)
+# (branch gpu-next2 = gdn-wy + gdn-defer + attention rows, written in session 20; run in session 21 as bench/cuda/s21-run1, results there)
 # One call that validates and measures both:
 #  - gdn-wy: the prompt chunks' GDN in the WY form (TSC_GDN_WY=0 the row scan). Prediction: 9B pp512 17.2K ->
 #    22-24K tok/s, pp2048 20.2K -> 26-30K; 35B-A3B-8L pp512 42K -> 46-50K. Algebra checked on the CPU by
