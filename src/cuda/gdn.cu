@@ -475,26 +475,29 @@ static_assert(WJ == 32 && WL == 64 && DK == 128, "k_gdnw_scan's register tiles")
 static_assert((WL * (WL / 4)) % 256 == 0 && (WL * (DK / 4)) % 256 == 0, "k_gdnw_scan's loads");
 constexpr size_t wy_scan_smem() { return sizeof(float) * (DK * WJ + 3 * WL * WP + WL * MP + WL * WJ + 2 * WL + 4); }
 
+/* k_gdnw_scan's register tile, one step of four: acc[r][c] += sum_{k<4}
+ * X[4 tr + r][i + k] Y[i + k][jc + c], k in order (X rows of ldx floats read
+ * as float4, Y rows of WJ floats as float2 pairs) */
+__device__ __forceinline__ void tile_step(const float *X, int ldx, const float *Y, int i, int tr, int jc, float (&acc)[4][2]) {
+    float2 yv[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) yv[c] = *(const float2 *)(Y + (i + c) * WJ + jc);
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const float4 x = *(const float4 *)(X + (4 * tr + r) * ldx + i);
+        acc[r][0] = __fmaf_rn(x.x, yv[0].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.x, yv[0].y, acc[r][1]);
+        acc[r][0] = __fmaf_rn(x.y, yv[1].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.y, yv[1].y, acc[r][1]);
+        acc[r][0] = __fmaf_rn(x.z, yv[2].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.z, yv[2].y, acc[r][1]);
+        acc[r][0] = __fmaf_rn(x.w, yv[3].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.w, yv[3].y, acc[r][1]);
+    }
+}
 /* acc[r][c] = sum_i X[4 tr + r][i] S[i][jc + c] over the DK state rows, i in
- * order: X a [WL][WP] tile, S the block's [DK][WJ] slice (k_gdnw_scan's
- * register tile; float4 rows of X, float2 pairs of S) */
+ * order: X a [WL][WP] tile, S the block's [DK][WJ] slice */
 __device__ __forceinline__ void tile_rows_s0(const float *X, const float *S, int tr, int jc, float (&acc)[4][2]) {
 #pragma unroll
     for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = 0.f;
 #pragma unroll 4
-    for (int i = 0; i < DK; i += 4) {
-        float2 sv[4];
-#pragma unroll
-        for (int c = 0; c < 4; c++) sv[c] = *(const float2 *)(S + (i + c) * WJ + jc);
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const float4 x = *(const float4 *)(X + (4 * tr + r) * WP + i);
-            acc[r][0] = __fmaf_rn(x.x, sv[0].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.x, sv[0].y, acc[r][1]);
-            acc[r][0] = __fmaf_rn(x.y, sv[1].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.y, sv[1].y, acc[r][1]);
-            acc[r][0] = __fmaf_rn(x.z, sv[2].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.z, sv[2].y, acc[r][1]);
-            acc[r][0] = __fmaf_rn(x.w, sv[3].x, acc[r][0]), acc[r][1] = __fmaf_rn(x.w, sv[3].y, acc[r][1]);
-        }
-    }
+    for (int i = 0; i < DK; i += 4) tile_step(X, WP, S, i, tr, jc, acc);
 }
 
 /* rows [r0, r0 + nr) of the chunk's prepared rows (k_gdnp_conv / k_gdnp_l2) -> records */
@@ -659,19 +662,7 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
         __syncthreads();
         /* O = (E Q) S0 + M Delta (M[t][s] = 0 for s > t: the sum stops at the tile's last row) */
         tile_rows_s0(Qt, Ss, tr, jc, acc);
-        for (int sx = 0; sx < 4 * tr + 4; sx += 4) {
-            float2 dv[4];
-#pragma unroll
-            for (int c = 0; c < 4; c++) dv[c] = *(const float2 *)(Ds + (sx + c) * WJ + jc);
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const float4 m = *(const float4 *)(Ms + (4 * tr + r) * MP + sx);
-                acc[r][0] = __fmaf_rn(m.x, dv[0].x, acc[r][0]), acc[r][1] = __fmaf_rn(m.x, dv[0].y, acc[r][1]);
-                acc[r][0] = __fmaf_rn(m.y, dv[1].x, acc[r][0]), acc[r][1] = __fmaf_rn(m.y, dv[1].y, acc[r][1]);
-                acc[r][0] = __fmaf_rn(m.z, dv[2].x, acc[r][0]), acc[r][1] = __fmaf_rn(m.z, dv[2].y, acc[r][1]);
-                acc[r][0] = __fmaf_rn(m.w, dv[3].x, acc[r][0]), acc[r][1] = __fmaf_rn(m.w, dv[3].y, acc[r][1]);
-            }
-        }
+        for (int sx = 0; sx < 4 * tr + 4; sx += 4) tile_step(Ms, MP, Ds, sx, tr, jc, acc);
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int t = 4 * tr + r;
