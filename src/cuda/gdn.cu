@@ -466,9 +466,10 @@ constexpr int WP = DK + 4;        /* padded row of a q/k/W tile in shared memory
 constexpr int R_U = 0, R_W = WL * DV, R_M = R_W + WL * DK, R_EQ = R_M + WL * WL, R_EK = R_EQ + WL, R_EL = R_EK + WL;
 constexpr int REC = R_EL + WL;
 
-/* the prep's shared memory: K, Q tiles (then the substitution's U and W columns in their place), A, the
- * per-row scalars: ~85 KB, two blocks an SM (with a separate [64][257] X it was 150 KB, one block an SM) */
-constexpr size_t wy_prep_smem() { return sizeof(float) * (2 * WL * WP + WL * (WL + 1) + 3 * WL) + sizeof(double) * WL; }
+constexpr int AP = WL + 4;        /* padded row of A in the prep's shared memory (float4 rows) */
+/* the prep's shared memory: K, Q tiles, A, the per-row scalars: ~86 KB, two blocks an SM (with a
+ * [64][257] tile for the substitution's columns it was 150 KB, one block an SM) */
+constexpr size_t wy_prep_smem() { return sizeof(float) * (2 * WL * WP + WL * AP + 3 * WL) + sizeof(double) * WL; }
 constexpr int MP = WL + 4;        /* padded row of M in the scan's shared memory (float4 rows) */
 /* k_gdnw_scan's 256 threads tile its products: 16 x 2 columns, 16 x 4 chunk rows, 16 x 8 state rows */
 static_assert(WJ == 32 && WL == 64 && DK == 128, "k_gdnw_scan's register tiles");
@@ -505,7 +506,7 @@ __global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const f
     TSC_PDL_ENTRY();
     extern __shared__ __align__(16) float wsm[];
     float *Ks = wsm, *Qs = Ks + WL * WP, *As = Qs + WL * WP;
-    float *bs = As + WL * (WL + 1), *lgs = bs + WL, *eqs = lgs + WL;
+    float *bs = As + WL * AP, *lgs = bs + WL, *eqs = lgs + WL;
     double *Gd = (double *)(eqs + WL);
     const int Kd = a.Hk * DK, C = 2 * Kd + a.Hv * DV, ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int g = h / (a.Hv / a.Hk), t0 = ch * WL, Lc = min(WL, nr - t0);
@@ -535,24 +536,52 @@ __global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const f
         for (int t = 0; t < WL; t++) acc += t < Lc ? (double)lgs[t] : 0.0, Gd[t] = acc;
     }
     __syncthreads();
-    /* A (shared) and M (the record) */
-    for (int p = tid; p < WL * WL; p += 256) {
-        const int t = p / WL, sx = p % WL;
-        float av = 0.f, mv = 0.f;
-        if (sx <= t && t < Lc) {
-            float kk = 0.f, qk = 0.f;
-            const float *kt = Ks + t * WP, *qt = Qs + t * WP, *ks = Ks + sx * WP;
-            for (int i = 0; i < DK; i += 4) {
-                const float4 x = *(const float4 *)(kt + i), y = *(const float4 *)(qt + i), z = *(const float4 *)(ks + i);
-                kk = __fmaf_rn(x.x, z.x, kk), kk = __fmaf_rn(x.y, z.y, kk), kk = __fmaf_rn(x.z, z.z, kk), kk = __fmaf_rn(x.w, z.w, kk);
-                qk = __fmaf_rn(y.x, z.x, qk), qk = __fmaf_rn(y.y, z.y, qk), qk = __fmaf_rn(y.z, z.z, qk), qk = __fmaf_rn(y.w, z.w, qk);
+    /* A (shared) and M (the record): a thread a 4 x 4 tile of (t, s) pairs, t = tb + 16 r and
+     * s = sb + 16 c (rows 16 apart, so a warp's 16 s rows fall in distinct banks), both dot products
+     * over the key dims from float4 rows: 12 shared loads for 128 FMAs. A pair a thread was 3 loads for
+     * 8 FMAs and left the prep bound by shared-memory bandwidth (358 us a 9B layer of 2048 rows under
+     * ncu, session 21, with the substitution's loads). */
+    {
+        const int tb = tid >> 4, sb = tid & 15;
+        float kk[4][4], qk[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) kk[r][c] = qk[r][c] = 0.f;
+#pragma unroll 2
+        for (int i = 0; i < DK; i += 4) {
+            float4 kt[4], qt[4], ks[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                kt[r] = *(const float4 *)(Ks + (tb + 16 * r) * WP + i), qt[r] = *(const float4 *)(Qs + (tb + 16 * r) * WP + i);
+                ks[r] = *(const float4 *)(Ks + (sb + 16 * r) * WP + i);
             }
-            const float ed = (float)exp(Gd[t] - Gd[sx]);
-            if (sx < t) av = __fmul_rn(__fmul_rn(bs[t], ed), kk);
-            mv = __fmul_rn(ed, qk);
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    float k1 = kk[r][c], q1 = qk[r][c];
+                    k1 = __fmaf_rn(kt[r].x, ks[c].x, k1), k1 = __fmaf_rn(kt[r].y, ks[c].y, k1);
+                    k1 = __fmaf_rn(kt[r].z, ks[c].z, k1), k1 = __fmaf_rn(kt[r].w, ks[c].w, k1);
+                    q1 = __fmaf_rn(qt[r].x, ks[c].x, q1), q1 = __fmaf_rn(qt[r].y, ks[c].y, q1);
+                    q1 = __fmaf_rn(qt[r].z, ks[c].z, q1), q1 = __fmaf_rn(qt[r].w, ks[c].w, q1);
+                    kk[r][c] = k1, qk[r][c] = q1;
+                }
         }
-        As[t * (WL + 1) + sx] = av;
-        rec[R_M + p] = mv;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int t = tb + 16 * r, sx = sb + 16 * c;
+                float av = 0.f, mv = 0.f;
+                if (sx <= t && t < Lc) {
+                    const float ed = (float)exp(Gd[t] - Gd[sx]);
+                    if (sx < t) av = __fmul_rn(__fmul_rn(bs[t], ed), kk[r][c]);
+                    mv = __fmul_rn(ed, qk[r][c]);
+                }
+                As[t * AP + sx] = av;
+                rec[R_M + t * WL + sx] = mv;
+            }
     }
     if (tid < WL) {
         const float eq = tid < Lc ? (float)exp(Gd[tid]) : 0.f;
@@ -562,38 +591,34 @@ __global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const f
         if (tid == 0) rec[R_EL] = (float)exp(Gd[Lc - 1]);
     }
     __syncthreads();
-    /* the forward substitution, a thread a column: columns 0..DV-1 make U
-     * (right side beta_t v_t) in Q's tile, DV.. make W (beta_t e^{G_t} k_t)
-     * in K's, in place (A and M are made: neither tile is read again; a W
-     * column's right side is its own thread's k elements). The right sides
-     * first, all 64 loads of a column in flight, then x_t -= sum_{s<t}
-     * A[t,s] x_s in four partial sums, then the records, coalesced by
-     * column. */
+    /* the forward substitution, a thread a column (0..DV-1 make U, right side beta_t v_t; DV.. make
+     * W, beta_t e^{G_t} k_t), the column's 64 values in registers (the right sides' loads all in flight)
+     * and A's rows read as broadcast float4s: one shared load for 4 FMAs, four partial sums. A's rows
+     * past Lc are zero, so those x stay 0. Then the records, coalesced by column. */
     const int col = tid;
-    float *xc = col < DV ? Qs + col : Ks + (col - DV);
-#pragma unroll 8
-    for (int t = 0; t < WL; t++) {
-        float x = 0.f;
-        if (t < Lc)
-            x = col < DV ? __fmul_rn(bs[t], prep[(int64_t)(r0 + t0 + t) * C + 2 * Kd + h * DV + col])
-                         : __fmul_rn(__fmul_rn(bs[t], eqs[t]), xc[t * WP]);
-        xc[t * WP] = x;
-    }
-    for (int t = 1; t < Lc; t++) {
-        const float *at = As + t * (WL + 1);
+    float x[WL];
+#pragma unroll
+    for (int t = 0; t < WL; t++)
+        x[t] = t >= Lc ? 0.f
+               : col < DV ? __fmul_rn(bs[t], prep[(int64_t)(r0 + t0 + t) * C + 2 * Kd + h * DV + col])
+                          : __fmul_rn(__fmul_rn(bs[t], eqs[t]), Ks[t * WP + col - DV]);
+#pragma unroll
+    for (int t = 1; t < WL; t++) {
         float p0 = 0.f, p1 = 0.f, p2 = 0.f, p3 = 0.f;
-        int sx = 0;
-        for (; sx + 4 <= t; sx += 4) {
-            p0 = __fmaf_rn(at[sx], xc[sx * WP], p0);
-            p1 = __fmaf_rn(at[sx + 1], xc[(sx + 1) * WP], p1);
-            p2 = __fmaf_rn(at[sx + 2], xc[(sx + 2) * WP], p2);
-            p3 = __fmaf_rn(at[sx + 3], xc[(sx + 3) * WP], p3);
+#pragma unroll
+        for (int sx = 0; sx + 4 <= t; sx += 4) {
+            const float4 av = *(const float4 *)(As + t * AP + sx);
+            p0 = __fmaf_rn(av.x, x[sx], p0), p1 = __fmaf_rn(av.y, x[sx + 1], p1);
+            p2 = __fmaf_rn(av.z, x[sx + 2], p2), p3 = __fmaf_rn(av.w, x[sx + 3], p3);
         }
-        for (; sx < t; sx++) p0 = __fmaf_rn(at[sx], xc[sx * WP], p0);
-        xc[t * WP] = __fsub_rn(xc[t * WP], __fadd_rn(__fadd_rn(p0, p1), __fadd_rn(p2, p3)));
+#pragma unroll
+        for (int sx = t & ~3; sx < t; sx++) p0 = __fmaf_rn(As[t * AP + sx], x[sx], p0);
+        x[t] = __fsub_rn(x[t], __fadd_rn(__fadd_rn(p0, p1), __fadd_rn(p2, p3)));
     }
-    for (int t = 0; t < WL; t++) rec[(col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV)] = xc[t * WP];
+#pragma unroll
+    for (int t = 0; t < WL; t++) rec[(col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV)] = x[t];
 }
+
 
 /* the chunks of rows [r0, r0 + nr) in order, a block per (head, WJ state
  * columns): S0's slice in shared memory, then per chunk Delta = U - W S0,

@@ -8,6 +8,7 @@
 #define WL 64
 #define WJ 32
 #define WP (DK + 4)
+#define AP (WL + 4)
 enum { R_U = 0, R_W = WL * DV, R_M = R_W + WL * DK, R_EQ = R_M + WL * WL, R_EK = R_EQ + WL, R_EL = R_EK + WL, REC = R_EL + WL };
 static float fr(void) { return (float)rand() / RAND_MAX * 2.f - 1.f; }
 static float sigm(float x) { return 1.f / (1.f + expf(-x)); }
@@ -15,7 +16,7 @@ static float softp(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 int n, Hk, Hv, Kd, C;
 float *prep, *bb, *aa, *nA, *dtb, *wy;
 static void prep_k(int r0, int nr, int ch, int h) {
-    static float Ks[WL * WP], Qs[WL * WP], As[WL * (WL + 1)], bs[WL], lgs[WL], eqs[WL];
+    static float Ks[WL * WP], Qs[WL * WP], As[WL * AP], bs[WL], lgs[WL], eqs[WL];
     static double Gd[WL];
     const int g = h / (Hv / Hk), t0 = ch * WL, Lc = nr - t0 < WL ? nr - t0 : WL;
     float *rec = wy + ((long)ch * Hv + h) * REC;
@@ -30,34 +31,33 @@ static void prep_k(int r0, int nr, int ch, int h) {
         bs[tid] = beta, lgs[tid] = lg;
     }
     double acc = 0; for (int t = 0; t < WL; t++) acc += t < Lc ? (double)lgs[t] : 0.0, Gd[t] = acc;
-    for (int p = 0; p < WL * WL; p++) {
-        int t = p / WL, sx = p % WL; float av = 0, mv = 0;
-        if (sx <= t && t < Lc) {
-            float kk = 0, qk = 0;
-            for (int i = 0; i < DK; i++) kk += Ks[t * WP + i] * Ks[sx * WP + i], qk += Qs[t * WP + i] * Ks[sx * WP + i];
-            float ed = (float)exp(Gd[t] - Gd[sx]);
-            if (sx < t) av = bs[t] * ed * kk;
-            mv = ed * qk;
+    /* session 21's A/M: a thread a 4 x 4 tile, t = tb + 16 r, s = sb + 16 c, sums over i in float4 order */
+    for (int tid = 0; tid < 256; tid++) {
+        int tb = tid >> 4, sb = tid & 15;
+        for (int r = 0; r < 4; r++) for (int c = 0; c < 4; c++) {
+            int t = tb + 16 * r, sx = sb + 16 * c; float kk = 0, qk = 0;
+            for (int i = 0; i < DK; i++) kk = fmaf(Ks[t * WP + i], Ks[sx * WP + i], kk), qk = fmaf(Qs[t * WP + i], Ks[sx * WP + i], qk);
+            float av = 0, mv = 0;
+            if (sx <= t && t < Lc) { float ed = (float)exp(Gd[t] - Gd[sx]); if (sx < t) av = bs[t] * ed * kk; mv = ed * qk; }
+            As[t * AP + sx] = av; rec[R_M + t * WL + sx] = mv;
         }
-        As[t * (WL + 1) + sx] = av; rec[R_M + p] = mv;
     }
     for (int tid = 0; tid < WL; tid++) {
         float eq = tid < Lc ? (float)exp(Gd[tid]) : 0.f; eqs[tid] = eq; rec[R_EQ + tid] = eq;
         rec[R_EK + tid] = tid < Lc ? (float)exp(Gd[Lc - 1] - Gd[tid]) : 0.f;
         if (tid == 0) rec[R_EL] = (float)exp(Gd[Lc - 1]);
     }
-    for (int col = 0; col < DV + DK; col++) { /* session 21's form: in place in Q's / K's tiles, right sides first, four partial sums */
-        float *xc = col < DV ? Qs + col : Ks + (col - DV);
-        for (int t = 0; t < WL; t++)
-            xc[t * WP] = t < Lc ? (col < DV ? bs[t] * prep[(long)(r0 + t0 + t) * C + 2 * Kd + h * DV + col] : bs[t] * eqs[t] * xc[t * WP]) : 0.f;
-        for (int t = 1; t < Lc; t++) {
-            const float *at = As + t * (WL + 1);
+    for (int col = 0; col < DV + DK; col++) { /* session 21's form: the column in registers, all 64 rows (A is 0 past Lc) */
+        float x[WL];
+        for (int t = 0; t < WL; t++) x[t] = t >= Lc ? 0.f : col < DV ? bs[t] * prep[(long)(r0 + t0 + t) * C + 2 * Kd + h * DV + col] : bs[t] * eqs[t] * Ks[t * WP + col - DV];
+        for (int t = 1; t < WL; t++) {
+            const float *at = As + t * AP;
             float p0 = 0, p1 = 0, p2 = 0, p3 = 0; int sx = 0;
-            for (; sx + 4 <= t; sx += 4) p0 = fmaf(at[sx], xc[sx * WP], p0), p1 = fmaf(at[sx + 1], xc[(sx + 1) * WP], p1), p2 = fmaf(at[sx + 2], xc[(sx + 2) * WP], p2), p3 = fmaf(at[sx + 3], xc[(sx + 3) * WP], p3);
-            for (; sx < t; sx++) p0 = fmaf(at[sx], xc[sx * WP], p0);
-            xc[t * WP] -= (p0 + p1) + (p2 + p3);
+            for (; sx + 4 <= t; sx += 4) p0 = fmaf(at[sx], x[sx], p0), p1 = fmaf(at[sx + 1], x[sx + 1], p1), p2 = fmaf(at[sx + 2], x[sx + 2], p2), p3 = fmaf(at[sx + 3], x[sx + 3], p3);
+            for (; sx < t; sx++) p0 = fmaf(at[sx], x[sx], p0);
+            x[t] -= (p0 + p1) + (p2 + p3);
         }
-        for (int t = 0; t < WL; t++) rec[col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV] = xc[t * WP];
+        for (int t = 0; t < WL; t++) rec[col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV] = x[t];
     }
 }
 #define MP (WL + 4)
