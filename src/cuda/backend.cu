@@ -1720,7 +1720,10 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
             g.conv_state = conv, g.conv_w = a->conv_w, g.S = S, g.neg_A = a->neg_A, g.dt_bias = a->dt_bias;
             g.norm_w = a->norm, g.eps = a->eps, g.o = a->out, g.ws = a->pf_conv;
             /* the WY form's records in the stream's prompt scratch (free
-             * between the products that use it), when the stream has one */
+             * between the products that use it), when the stream has one:
+             * that scratch exists only where cuBLAS was found, so a host
+             * without libcublas keeps the row scan (a scratch of the WY
+             * form's own in the plan is the fix, not yet made) */
             if (q->blas_ws && gdn_wy_on()) g.wy = (float *)q->blas_ws, g.wy_rows = tsc_gdn_wy_rows(q->blas_bytes, a->Hv);
             tsc_gdn_prefill(q->c, &g);
             return;
