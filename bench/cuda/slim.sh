@@ -1,12 +1,14 @@
 #!/bin/bash
 # slim.sh out|in: take out of the working tree what a device call does not
 # need (at most 64 MiB travels: the fixtures' reference logits, the tokenizer
-# archives, tools/train, the fuzz corpora, models/moe), and put it back.
+# archives, tools/train but its held-out windows, the fuzz corpora, models/moe),
+# and put it back.
 # Everything it removes is tracked and unmodified, so "in" restores it from
 # git (HEAD): no copy is held anywhere (a hold in /tmp was lost once with its
 # machine). "out" refuses when any of those paths has uncommitted changes.
 set -euo pipefail
-P="tests/fixtures/*/reference.safetensors tests/fixtures/tokenizer/*.xz tools/train tests/fuzz models/moe"
+# tools/train/heldout.ids stays: bench/spec/dflash.sh reads its windows (s21-run2 lost its table without it)
+P="tests/fixtures/*/reference.safetensors tests/fixtures/tokenizer/*.xz tools/train :(exclude)tools/train/heldout.ids tests/fuzz models/moe"
 case "${1:-}" in
 out)
   # shellcheck disable=SC2086
