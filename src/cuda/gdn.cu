@@ -458,7 +458,14 @@ __global__ void k_gdnp_convstate(const tsc_gdn_args a) {
  * 32 chunks in sequence: ~0.2 ms a layer against ~1.65 ms for k_gdnp_scan's
  * row chain (0.8 us a row). G in double (as on the CPU): over a chunk it
  * reaches hundreds. Another summation order than the step: prompt chunks
- * only. */
+ * only.
+ * Measured (ncu, H200, bench/cuda/RESULTS.md session 21): the row scan
+ * 1,336 us a 9B layer of 2048 rows; the first WY kernels (an element a
+ * thread, two shared loads an FMA) scan 1,235 + prep 593, slower; register
+ * tiles and unrolled loads: scan 470, prep 358 -> (35B-A3B, 512 rows) 149.5
+ * -> 57.6 us with the prep's pairs in tiles too. The scan stays ~2.5x its
+ * floor: one block an SM, each chunk's records loaded between its products
+ * (143 KB of shared memory leaves no room to double-buffer them). */
 constexpr int WL = 64;            /* rows a chunk */
 constexpr int WJ = 32;            /* state columns a scan block */
 constexpr int WP = DK + 4;        /* padded row of a q/k/W tile in shared memory */
