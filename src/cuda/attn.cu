@@ -41,6 +41,9 @@ constexpr int SPL = TSC_ATTN_SPLIT, GMAX = 16, DMAX = 256;
 /* The position of row 0: a.pos, plus the device step record's position when
  * a.pos_dev is set (a captured graph replays with the record's value). */
 __device__ __forceinline__ int row_pos(const tsc_attn_args &a) { return a.pos + (a.pos_dev ? *a.pos_dev : 0); }
+/* the position of the call's row i: row 0's plus i, or row 0's for every row
+ * (same_pos: DFlash's block rows all attend as the row at pos) */
+__device__ __forceinline__ int row_pos_of(const tsc_attn_args &a, int i) { return row_pos(a) + (a.same_pos ? 0 : i); }
 /* floats from one query head to the next: [q | gate] pairs, or queries alone */
 __device__ __forceinline__ int q_width(const tsc_attn_args &a) { return a.no_gate ? a.D : 2 * a.D; }
 /* keys per piece of a row of length T: with np_max, the finest multiple of
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
     const int kh = blockIdx.y, i = blockIdx.z;
-    const int pos = row_pos(a) + (a.same_pos ? 0 : i); /* this row's position */
+    const int pos = row_pos_of(a, i);
     const int T = min(pos + 1, a.max_T), P = piece_at(a, T);
     if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
     const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, M = D / 32;
@@ -279,7 +282,7 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
     const int kh = blockIdx.y, i = blockIdx.z;
-    const int pos = row_pos(a) + (a.same_pos ? 0 : i); /* this row's position */
+    const int pos = row_pos_of(a, i);
     const int T = min(pos + 1, a.max_T), P = piece_at(a, T);
     if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
     const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
@@ -351,7 +354,7 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     __shared__ float red[32];
     __shared__ float Ls;
     const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
-    const int pos = row_pos(a) + (a.same_pos ? 0 : i); /* this row's position */
+    const int pos = row_pos_of(a, i);
     if (pos >= a.max_T) return;
     const int T = pos + 1, P = piece_at(a, T), ns = (T + P - 1) / P;
     const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);

@@ -1147,10 +1147,7 @@ bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, fl
         return false;
     const tsc_weight *pw[TSC_LIN_MAX];
     for (int i = 0; i < nw; i++) {
-        if (dw[i].dtype != dw[0].dtype || dw[i].bits != dw[0].bits || dw[i].group != dw[0].group ||
-            dw[i].sdtype != dw[0].sdtype || dw[i].cols != dw[0].cols || dw[i].act_digits != dw[0].act_digits ||
-            dw[i].layout != dw[0].layout)
-            return false;
+        if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
         pw[i] = &dw[i];
     }
     tsc_ctx *c = ST(s)->c;
@@ -1514,13 +1511,13 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
      * all rows in one launch (a block a row and head, so the same bits as
      * 16 rows a launch, which was 128 launches of ~6 us a 2048-row layer of
      * the 9B under ncu, session 21) */
-    t.n = a->n, t.pos = 0, t.phase = 1, t.qg = a->qg, t.k = a->k, t.v = a->v;
+    t.n = a->n, t.pos = 0, t.phase = 1, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
     tsc_attn_decode(q->c, &t);
     if (m == TS_MODE_PREFILL && a->n > RB && attn_prefill_on()) {
         /* a prompt chunk: all rows at once, each K/V tile read once per
          * block of queries (attn.cu: another summation order than the row
          * kernels; prompt chunks only) */
-        t.n = a->n, t.pos = 0, t.phase = 0, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
+        t.phase = 0;
         /* on the tensor cores through cuBLAS when blas_on (TSC_ATTN_BLAS=0:
          * the f32 flash kernel for the attention alone) */
         if (!env_is0("TSC_ATTN_BLAS") && tsc_attn_blas_fits(&t, s->step.pos, q->blas_bytes) && blas_on(q))
@@ -1535,8 +1532,7 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
      * length only); one row a call was 13.8 us a row and layer on the 9B
      * (session 19), a 4-row verify's attention 4 launch pairs a layer */
     if (rows_at_once(q, t, a->n)) {
-        t.n = a->n, t.pos = 0, t.phase = 2, t.ws = q->att_multi;
-        t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
+        t.phase = 2, t.ws = q->att_multi;
         tsc_attn_decode(q->c, &t);
         return;
     }
@@ -2051,24 +2047,17 @@ void moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
 
 /* One block's (nr <= RB rows) router product and routes into r_ids /
  * r_wts: a pending norm of u fused into the product where it can be (the
- * decode path's form) */
-/* Whether two weights can share one tsc_linear launch (linear.cu's
- * lin_check: one layout, one format, the same columns). */
-bool one_launch(const tsc_weight &a, const tsc_weight &b) {
-    return a.cols == b.cols && a.dtype == b.dtype && a.bits == b.bits && a.layout == b.layout &&
-           a.act_digits == b.act_digits && (a.dtype != TS_DTYPE_U32 || (a.group == b.group && a.sdtype == b.sdtype)) &&
-           a.cols % 32 == 0;
-}
-
-void block_routes(ts_stream *s, const tsc_weight &rw, const float *u_, float *lg_, int nr, int E, int k, int norm_topk) {
+ * decode path's form). rw[0] is the router, its logits y[0]; rw[1..nw-1]
+ * share its launch (cu_moe: the shared expert's gate row), into y[1..]. */
+void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, float *const *y, int nr, int E, int k,
+                  int norm_topk) {
     cu_stream *q = ST(s);
-    const tsc_weight *pr[1] = {&rw};
-    float *yr[1] = {lg_};
-    if (!fused_linear(s, &rw, 1, u_, yr, nr)) {
+    const tsc_weight *pr[2] = {&rw[0], nw > 1 ? &rw[1] : NULL};
+    if (!fused_linear(s, rw, nw, u_, y, nr)) {
         flush(s);
-        lin_rows(q->c, pr, 1, u_, yr, nr);
+        lin_rows(q->c, pr, nw, u_, y, nr);
     }
-    tsc_moe_route(q->c, lg_, nr, E, k, norm_topk, q->r_ids, q->r_wts);
+    tsc_moe_route(q->c, y[0], nr, E, k, norm_topk, q->r_ids, q->r_wts);
 }
 
 /* Routing alone (expert streaming, model/xstream.c): the routes of all n
@@ -2099,7 +2088,8 @@ void cu_moe_route(ts_stream *s, ts_mode m, const ts_moe_args *a) {
     }
     for (int r0 = 0; r0 < n; r0 += RB) {
         const int nr = n - r0 < RB ? n - r0 : RB;
-        block_routes(s, rw, a->u + (size_t)r0 * a->H, a->logits + (size_t)r0 * E, nr, E, k, a->norm_topk);
+        float *yr[1] = {a->logits + (size_t)r0 * E};
+        block_routes(s, &rw, 1, a->u + (size_t)r0 * a->H, yr, nr, E, k, a->norm_topk);
         tsc_read(c, a->route_ids + (size_t)r0 * k, q->r_ids, sizeof(int32_t) * (size_t)nr * k);
         tsc_read(c, a->route_w + (size_t)r0 * k, q->r_wts, sizeof(float) * (size_t)nr * k);
     }
@@ -2167,8 +2157,8 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * do not depend on the other weights of a launch (linear.cu, q4dp.cu),
          * so a streamed layer (routes from moe_route, gate row alone) keeps
          * the resident bits. */
-        const bool g_sh = sgw.dtype == sg.dtype && sgw.bits == sg.bits && sgw.group == sg.group && sgw.sdtype == sg.sdtype;
-        const bool g_rt = !g_sh && !pool && one_launch(sgw, rw);
+        const bool g_sh = tsc_linear_one_launch(&sgw, &sg);
+        const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
         const tsc_weight gu[3] = {sg, su, sgw};
         float *ys[3] = {a->b1, a->b2, q->gl};
         const int ngu = g_sh ? 3 : 2;
@@ -2181,13 +2171,10 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
             /* the routes moe_route gave, as the pool's slots */
             tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
             tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
-        } else if (g_rt) {
-            const tsc_weight *pr[2] = {&rw, &sgw};
-            float *yr[2] = {lg_, q->gl};
-            lin_rows(c, pr, 2, u_, yr, nr);
-            tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
         } else {
-            block_routes(s, rw, u_, lg_, nr, E, k, a->norm_topk);
+            const tsc_weight rg[2] = {rw, sgw};
+            float *yr[2] = {lg_, q->gl};
+            block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk);
         }
         if (!g_sh && !g_rt) {
             const tsc_weight *pg[1] = {&sgw};

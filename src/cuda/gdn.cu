@@ -455,8 +455,8 @@ __global__ void k_gdnp_convstate(const tsc_gdn_args a) {
  * Floors (9B layer, 2048 rows: Hv 32, 128 x 128 heads): the prep's
  * substitution ~2k dependent FMAs a thread a chunk (~4 us), all chunks in
  * parallel; the scan ~3.5k FMAs a thread a chunk from shared memory (~5 us),
- * 32 chunks in sequence: ~0.2 ms a layer against ~1.65 ms for k_gdnp_scan's
- * row chain (0.8 us a row). G in double (as on the CPU): over a chunk it
+ * 32 chunks in sequence: ~0.2 ms a layer against k_gdnp_scan's row chain
+ * (measured below). G in double (as on the CPU): over a chunk it
  * reaches hundreds. Another summation order than the step: prompt chunks
  * only.
  * Measured (ncu, H200, bench/cuda/RESULTS.md session 21): the row scan

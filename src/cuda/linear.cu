@@ -321,9 +321,7 @@ static int lin_check(tsc_ctx *c, const char *op, const tsc_weight *const *w, int
     ts_error e;
     for (int i = 0; i < nw; i++) {
         if (tsc_weight_check(w[i], &e)) { tsc_fail_(c, TS_E_UNSUPPORTED, "%s: %s", op, e.msg); return 1; }
-        if (w[i]->cols != w[0]->cols || w[i]->dtype != w[0]->dtype || w[i]->bits != w[0]->bits ||
-            w[i]->layout != w[0]->layout || w[i]->act_digits != w[0]->act_digits ||
-            (w[i]->dtype == TS_DTYPE_U32 && (w[i]->group != w[0]->group || w[i]->sdtype != w[0]->sdtype))) {
+        if (!tsc_linear_one_launch(w[i], w[0])) {
             tsc_fail_(c, TS_E_ARG, "%s: weight %d's layout differs from weight 0's (one launch needs one layout)", op, i);
             return 1;
         }

@@ -145,6 +145,13 @@ int tsc_weight_relayout(tsc_ctx *c, tsc_weight *w, ts_error *err);
  * output) is computed by the same operations whatever n and whatever other
  * weights share the call. x [n, cols] f32, y[i] [n, w[i]->rows] f32. */
 void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
+/* Whether weights a and b may share one launch of tsc_linear and the fused
+ * products (one layout and format, the same columns): the rule tsc_linear
+ * checks, for callers that group weights before calling it. */
+static inline int tsc_linear_one_launch(const tsc_weight *a, const tsc_weight *b) {
+    return a->cols == b->cols && a->dtype == b->dtype && a->bits == b->bits && a->layout == b->layout &&
+           a->act_digits == b->act_digits && (a->dtype != TS_DTYPE_U32 || (a->group == b->group && a->sdtype == b->sdtype));
+}
 /* tsc_linear over n >= 1 rows of any count, the rows' 4-row groups in one
  * launch: each row's bits are tsc_linear's (the same block arithmetic,
  * row-exact), for weights tsc_linear_many_takes (the plain kernel's: bf16,
