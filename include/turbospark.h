@@ -666,6 +666,15 @@ TS_API double ts_engine_copy_probe(ts_engine *e, size_t bytes);
  * nodes of the last captured graph, the mean host time of one replay's
  * launch call in microseconds (all 0 on the CPU). */
 TS_API void ts_session_graph_stats(const ts_session *s, int *graphs, long *replays, int *kernels, double *launch_us);
+/* Benchmarks and tests: fn replaces the drafts of every greedy verify block
+ * after the drafter proposed them (so the drafter's cost is still paid):
+ * d[0..m-1] are the drafts for the rows after position pos (the tokens fed
+ * so far). Output is unchanged whatever fn writes (every draft is
+ * verified); only acceptance moves, which is what it is for: measuring a
+ * speculative decoder at a chosen acceptance on a random-weight model.
+ * NULL removes it. Sampling (temperature > 0) ignores it. */
+typedef void (*ts_draft_override)(void *user, int pos, int m, int32_t *d);
+TS_API void ts_session_override_drafts(ts_session *s, ts_draft_override fn, void *user);
 /* Kernel selection: "auto" (best for this CPU), "avx512", "avx2", "generic",
  * "ref" (the plain reference). Returns 0, or TS_E_ARG for an unknown or
  * unsupported name. The environment variable TS_KERNELS sets the initial choice. */

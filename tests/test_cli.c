@@ -321,7 +321,7 @@ TS_TEST(cli, help_lists_options) {
         {"serve", "-m --host --port --ctx --chunk --parallel --queue --max-tokens-limit --api-key --threads --act-bits "
                   "--kernels --spec --draft --draft-vocab --draft-p-min -v"},
         {"bench", "-m --prompt --gen --runs --json --bw-mib --ctx --ids-file --threads --act-bits --kernels --spec --draft "
-                  "--draft-vocab --draft-p-min median"},
+                  "--draft-vocab --draft-p-min --accept median"},
         {"plan", "-m --ctx --chunk --spec --draft --checkpoint"},
         {"logits", "-m --ids -o --head --threads --act-bits --kernels --chunk"},
         {"perplexity", "-m -f --mtp --json --threads --act-bits --kernels --chunk"},
@@ -405,6 +405,33 @@ TS_TEST(cli, bench_ctx) {
     rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m tests/fixtures/tiny-dense --prompt 16 --gen 8 --runs 1 "
                     "--bw-mib 1 --ctx 20 2>&1", ts_test_bin());
     CHECK_MSG(rc == 2 && strstr(g_out, "--ctx 20 is less than the 32 tokens"), "rc %d: %s", rc, g_out);
+}
+
+/* bench --accept: the drafts are planted so that position j is accepted
+ * with the given probability; the measured acceptance by position matches
+ * it (about 280 blocks: 4 standard deviations of the worst position are
+ * ~0.12), the output is still plain greedy's, and lists that cannot be
+ * acceptances (increasing, outside [0, 1]) or --accept without --spec are
+ * refused. */
+TS_TEST(cli, bench_forced_accept) {
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m tests/fixtures/tiny-dense --prompt 16 --gen 400 --runs 2 "
+                        "--bw-mib 1 --spec mtp --draft 3 --accept 0.8,0.6,0.5 --json 2>&1", ts_test_bin());
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, g_out);
+    const char *p = strstr(g_out, "\"accept_by_position\": [");
+    double a[3];
+    CHECK_MSG(p && sscanf(p + strlen("\"accept_by_position\": ["), "%lf, %lf, %lf", &a[0], &a[1], &a[2]) == 3, "%s", g_out);
+    const double want[3] = {0.8, 0.6, 0.5};
+    for (int j = 0; j < 3; j++)
+        CHECK_MSG(fabs(a[j] - want[j]) < 0.12, "position %d accepted %.3f, forced %.2f: %s", j + 1, a[j], want[j], g_out);
+    CHECK_MSG(strstr(g_out, "\"identical\": true") && strstr(g_out, "\"forced_accept\": [0.800, 0.600, 0.500]"), "%s",
+              g_out);
+    static const char *const bad[] = {"--spec mtp --accept 0.5,0.6", "--spec mtp --accept 1.5", "--spec mtp --accept x",
+                                      "--accept 0.5"};
+    for (int k = 0; k < 4; k++) {
+        rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m tests/fixtures/tiny-dense --prompt 16 --gen 8 --runs 1 "
+                        "--bw-mib 1 %s 2>&1", ts_test_bin(), bad[k]);
+        CHECK_MSG(rc == 2 && strstr(g_out, "--accept"), "%s: rc %d: %s", bad[k], rc, g_out);
+    }
 }
 
 /* One count, one word: "prompt 1 token", "generated 1 token". */

@@ -165,6 +165,11 @@ void ts_session_graph_stats(const ts_session *s, int *graphs, long *replays, int
     ts_cuda_stream_stats(s->st.s, graphs, replays, kernels, launch_us);
 }
 
+void ts_session_override_drafts(ts_session *s, ts_draft_override fn, void *user) {
+    s->test_drafts = fn;
+    s->test_user = user;
+}
+
 /* A rank's engine of tensor parallelism (rank 0's is the engine itself). */
 static void rank_close(ts_engine *r) {
     ts_model_free(&r->model);

@@ -39,10 +39,11 @@ struct ts_session {
     int ckpt_pos;       /* the saved position, -1 when nothing is saved */
     int draft_lowp;     /* 1: the MTP head drafts at int8 activation precision
                            (ts_linear_draft); TS_DRAFT_EXACT=1 turns it off */
-    /* tests only: replace the MTP drafts of a block (greedy) so that long
-     * accepted runs and every rollback length get exercised on random-weight
-     * fixtures, whose MTP heads rarely agree with their targets */
-    void (*test_drafts)(void *user, int pos, int m, int32_t *d);
+    /* tests and benchmarks (ts_session_override_drafts): replace the drafts
+     * of a block (greedy) so that long accepted runs and every rollback
+     * length get exercised on random-weight fixtures, whose MTP heads rarely
+     * agree with their targets, and so that bench can force an acceptance */
+    ts_draft_override test_drafts;
     void *test_user;
     /* DFlash drafting (params.dflash_block > 0), else zeroed */
     ts_dflash_state df;

@@ -24,6 +24,14 @@
  * verify and rollback times (checking that both outputs are identical),
  * and on a device whether its speculative passes ran as graphs (TSC_VGRAPH)
  * with the replays per block.
+ * --accept P1,P2,.. (with --spec) forces the acceptance: each block's drafts
+ * are replaced, after the drafter proposed them (its cost stays in), by the
+ * plain run's own greedy tokens for the first A positions and a wrong token
+ * at position A + 1, A drawn per block so that position j is accepted with
+ * probability Pj (Pj non-increasing; positions past the list: 0). This
+ * measures the speculative decoder at a chosen acceptance on a random-weight
+ * model (issue 17's 0.8 / 0.6 / 0.5 on the 9B shape); the output is still
+ * checked identical to plain greedy.
  * --ids-file takes the prompt from a file of comma-separated token ids
  * (acceptance means little on random prompts of random-weight models). Load matters on a shared machine: the load
  * average is printed alongside.
@@ -97,6 +105,9 @@ static void usage(FILE *f) {
                "                      generated tokens need); a serving context (run's default 4096, or\n"
                "                      more) sizes the caches and the attention split as a server's\n"
                "  --json              one JSON object instead of the text report\n"
+               "  --accept P1,P2,..   with --spec: force the acceptance by draft position (probabilities,\n"
+               "                      non-increasing; the drafter still runs, its drafts are replaced by\n"
+               "                      the plain run's greedy tokens or a wrong one): speed at that acceptance\n"
                "  (--threads N: the threads of the model and of the bandwidth measure;\n"
                "   with --spec mtp: drafted vs plain greedy, interleaved, checked identical;\n"
                "   on CUDA, TSC_VGRAPH=0 in the environment runs the verify, rollback and MTP passes\n"
@@ -115,11 +126,53 @@ static int collect_cb(void *user, int32_t id) {
     return 0;
 }
 
+/* --accept: the planted drafts (ts_session_override_drafts). ref is the
+ * plain run's greedy output after the same prompt of T tokens. */
+typedef struct forced {
+    int n;          /* probabilities given (0: --accept not used) */
+    float p[16];    /* position j accepted with probability p[j] */
+    const int32_t *ref;
+    int n_ref, T;
+    uint64_t lcg;
+} forced;
+
+static void forced_drafts(void *user, int pos, int m, int32_t *d) {
+    forced *f = user;
+    f->lcg = f->lcg * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = (double)(f->lcg >> 11) / 9007199254740992.0; /* [0, 1) */
+    /* one uniform a block against non-increasing thresholds: position j is
+     * accepted with probability p[j] exactly, and only after j - 1 was */
+    int A = 0;
+    while (A < m && A < f->n && u < f->p[A]) A++;
+    for (int j = 0; j < m; j++) {
+        const int i = pos - f->T + 1 + j; /* generated index of draft j */
+        int32_t t = i >= 0 && i < f->n_ref ? f->ref[i] : 0;
+        if (j == A) t = (t + 1) % 7; /* wrong: != t for every t (small ids exist in every vocabulary) */
+        d[j] = t;
+    }
+}
+
+/* "P1,P2,.." into f: 1..16 probabilities in [0, 1], non-increasing (the
+ * chance of reaching position j + 1 cannot exceed that of reaching j) */
+static int parse_accept(const char *v, forced *f) {
+    f->n = 0;
+    for (const char *q = v; *q;) {
+        char *end;
+        const double x = strtod(q, &end);
+        if (end == q || x < 0 || x > 1 || f->n == 16 || (f->n && x > f->p[f->n - 1])) return 0;
+        f->p[f->n++] = (float)x;
+        q = end;
+        if (*q == ',') q++;
+        else if (*q) return 0;
+    }
+    return f->n > 0;
+}
+
 /* Plain vs MTP-drafted greedy generation after the same prompt, `runs`
  * times interleaved (after a warm-up pair); prints the medians and the
  * speculative statistics summed over the timed runs. */
 static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int B, int K, float pmin,
-                      int json, ts_error *err) {
+                      forced *fa, int json, ts_error *err) {
     /* B > 0: DFlash blocks of B rows (B - 1 drafts), else MTP drafts of M */
     char what[48];
     if (B) snprintf(what, sizeof what, "dflash --block %d", B);
@@ -154,10 +207,15 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         b.n = 0;
         gp.spec_draft = B ? 0 : M;
         gp.dflash_block = B;
+        if (fa->n) {
+            fa->ref = a.ids, fa->n_ref = a.n, fa->T = prompt, fa->lcg = 977u + (uint64_t)r;
+            ts_session_override_drafts(s, forced_drafts, fa);
+        }
         long rp0 = 0, rp1 = 0;
         ts_session_graph_stats(s, NULL, &rp0, NULL, NULL);
         rc = ts_generate(s, ids, prompt, &gp, collect_cb, &b, &st, err);
         ts_session_graph_stats(s, &graphs, &rp1, NULL, NULL);
+        ts_session_override_drafts(s, NULL, NULL);
         tsp[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
         same &= a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n);
         if (r == 0) continue;
@@ -183,15 +241,22 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
                 if (sum.drafted_at[j]) printf("%s%.3f", j ? ", " : "", (double)sum.accepted_at[j] / sum.drafted_at[j]);
                 else printf("%snull", j ? ", " : ""); /* never drafted there */
             }
-            printf("], \"ms_draft_per_block\": %.4f, \"ms_verify_per_block\": %.4f, \"ms_rollback_per_block\": %.4f,"
+            printf("], \"forced_accept\": ");
+            if (fa->n) {
+                for (int j = 0; j < fa->n; j++) printf("%s%.3f", j ? ", " : "[", (double)fa->p[j]);
+                printf("]");
+            } else {
+                printf("null");
+            }
+            printf(", \"ms_draft_per_block\": %.4f, \"ms_verify_per_block\": %.4f, \"ms_rollback_per_block\": %.4f,"
                    " \"vgraph\": %s, \"graphs\": %d, \"spec_graph_replays_per_block\": %.3f}\n",
                    1e3 * sum.t_draft / nb, 1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb, vgraph ? "true" : "false",
                    graphs, spec_replays / nb);
         } else {
             printf("spec       %s --draft-vocab %d --draft-p-min %g: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
                    what, sum.draft_vocab, (double)pmin, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
-            printf("           mean accepted length %.2f tokens/verify, %.2f drafts/verify; acceptance by position:", mal,
-                   sum.n_drafted / nb);
+            printf("           mean accepted length %.2f tokens/verify, %.2f drafts/verify; acceptance by position%s:", mal,
+                   sum.n_drafted / nb, fa->n ? " (forced by --accept)" : "");
             for (int j = 0; j < M && j < 16; j++) {
                 if (sum.drafted_at[j]) printf(" %d:%.2f", j + 1, (double)sum.accepted_at[j] / sum.drafted_at[j]);
                 else printf(" %d:-", j + 1);
@@ -212,6 +277,7 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
 
 int cmd_bench(int argc, char **argv) {
     int prompt = 128, gen = 64, runs = 5, json = 0, bw_mib = 1024, ctx = 0;
+    forced fa = {0};
     const char *ids_file = NULL;
     cli_engine eo;
     cli_engine_init(&eo, "bench", BENCH_OPTS);
@@ -219,6 +285,14 @@ int cmd_bench(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--accept")) {
+            if (i + 1 >= argc || !parse_accept(argv[++i], &fa)) {
+                fprintf(stderr, "turbospark bench: --accept needs 1..16 comma-separated probabilities in [0, 1], "
+                                "non-increasing (e.g. 0.8,0.6,0.5)\n");
+                return 2;
+            }
+            continue;
+        }
         int sr = cli_engine_parse(argc, argv, &i, &eo);
         if (sr < 0) return 2;
         if (sr > 0) continue;
@@ -239,6 +313,10 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     if (cli_engine_check(&eo)) return 2;
+    if (fa.n && !eo.spec.on) {
+        fprintf(stderr, "turbospark bench: --accept needs --spec mtp (or dflash)\n");
+        return 2;
+    }
     const char *dir = eo.model;
     const int spec = eo.spec.on, draft = eo.spec.draft, dvocab = eo.spec.draft_vocab;
     const float pmin = eo.spec.p_min;
@@ -425,7 +503,7 @@ int cmd_bench(int argc, char **argv) {
             printf("\n");
         }
     }
-    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, block, dvocab, pmin > 0 ? pmin : 0, json, &err);
+    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, block, dvocab, pmin > 0 ? pmin : 0, &fa, json, &err);
     if (rc) fprintf(stderr, "turbospark bench: %s\n", err.msg);
 out:
     free(tp); free(td); free(ids);
