@@ -1612,6 +1612,89 @@ TS_TEST(cuda, moe_route_exact) {
     tsc_close(c);
 }
 
+/* tsc_linear_route: the router's product and its routes in one launch
+ * give, bit for bit, tsc_linear's logits (and a second weight's outputs in
+ * the same launch: the shared expert's gate row) and tsc_moe_route's ids
+ * and weights; row counts of one launch (1..4) and of two (a 4-row group
+ * launch, then the rest), bf16, f32 and 8-bit routers, E up to 512; the
+ * counter is left at 0 (a second call gives the same again); 4-bit routers
+ * and calls without a counter are not taken (1). */
+TS_TEST(cuda, linear_route_same_bits) {
+    OPEN(c);
+    unsigned *bar = tsc_alloc(c, 256);
+    tsc_fill(c, (float *)bar, 0.f, 1);
+    static const struct { int E, k, norm, n, cols; ts_dtype dt; int bits; } cf[] = {
+        {256, 8, 1, 1, 2048, TS_DTYPE_BF16, 0}, {256, 8, 1, 4, 2048, TS_DTYPE_BF16, 0}, {128, 4, 0, 7, 512, TS_DTYPE_F32, 0},
+        {512, 10, 1, 16, 1024, TS_DTYPE_BF16, 0}, {64, 6, 1, 9, 256, TS_DTYPE_U32, 8}, {33, 32, 0, 3, 96, TS_DTYPE_F32, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cf / sizeof cf[0]; ci++) {
+        const int E = cf[ci].E, k = cf[ci].k, n = cf[ci].n, cols = cf[ci].cols;
+        hw h, h2;
+        make_w(&h, cf[ci].dt, cf[ci].bits, 64, TS_DTYPE_BF16, E, cols);
+        make_w(&h2, cf[ci].dt, cf[ci].bits, 64, TS_DTYPE_BF16, 1, cols);
+        tsc_weight hd = desc(&h.w), hd2 = desc(&h2.w), dw, dw2;
+        ts_error e;
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
+        float *x = malloc(sizeof(float) * n * cols);
+        frand(x, (size_t)n * cols, 1.0f);
+        float *dx = up(c, x, sizeof(float) * n * cols);
+        float *dl = tsc_alloc(c, sizeof(float) * n * E), *dg = tsc_alloc(c, sizeof(float) * n);
+        float *rl = tsc_alloc(c, sizeof(float) * n * E), *rg = tsc_alloc(c, sizeof(float) * n);
+        float *dwt = tsc_alloc(c, sizeof(float) * n * k), *rwt = tsc_alloc(c, sizeof(float) * n * k);
+        int32_t *di = tsc_alloc(c, sizeof(int32_t) * n * k), *ri = tsc_alloc(c, sizeof(int32_t) * n * k);
+        const tsc_weight *wl[2] = {&dw, &dw2};
+        float *yr[2] = {rl, rg}, *yd[2] = {dl, dg};
+        tsc_linear(c, wl, 2, dx, yr, n);
+        tsc_moe_route(c, rl, n, E, k, cf[ci].norm, ri, rwt);
+        tsc_set_barrier(c, bar);
+        for (int rep = 0; rep < 2; rep++) {
+            tsc_fill(c, dl, NAN, (size_t)n * E);
+            tsc_fill(c, dwt, NAN, (size_t)n * k);
+            CHECK_MSG(tsc_linear_route(c, wl, 2, dx, yd, n, E, k, cf[ci].norm, di, dwt) == 0, "case %zu not taken", ci);
+            SYNC_OK(c);
+            float *a = down(c, dl, (size_t)n * E), *b = down(c, rl, (size_t)n * E), *ga = down(c, dg, n), *gb = down(c, rg, n);
+            float *wa = down(c, dwt, (size_t)n * k), *wb = down(c, rwt, (size_t)n * k);
+            int32_t *ia = malloc(sizeof(int32_t) * n * k), *ib = malloc(sizeof(int32_t) * n * k);
+            tsc_read(c, ia, di, sizeof(int32_t) * n * k);
+            tsc_read(c, ib, ri, sizeof(int32_t) * n * k);
+            unsigned cnt = 1;
+            tsc_read(c, &cnt, bar, sizeof cnt);
+            CHECK_MSG(!memcmp(a, b, sizeof(float) * n * E) && !memcmp(ga, gb, sizeof(float) * n),
+                      "case %zu rep %d: logits differ from tsc_linear's", ci, rep);
+            CHECK_MSG(!memcmp(ia, ib, sizeof(int32_t) * n * k) && !memcmp(wa, wb, sizeof(float) * n * k),
+                      "case %zu rep %d (%d rows, E %d, k %d): routes differ from tsc_moe_route's", ci, rep, n, E, k);
+            CHECK_MSG(cnt == 0, "case %zu: the counter left at %u", ci, cnt);
+            free(a), free(b), free(ga), free(gb), free(wa), free(wb), free(ia), free(ib);
+        }
+        tsc_set_barrier(c, NULL);
+        CHECK(tsc_linear_route(c, wl, 2, dx, yd, n, E, k, cf[ci].norm, di, dwt) == 1);
+        free(x), free_hw(&h), free_hw(&h2);
+        tsc_free(c, dx), tsc_free(c, dl), tsc_free(c, dg), tsc_free(c, rl), tsc_free(c, rg), tsc_free(c, dwt);
+        tsc_free(c, rwt), tsc_free(c, di), tsc_free(c, ri);
+        tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
+    }
+    /* a 4-bit router takes the dp4a products: not taken */
+    {
+        hw h;
+        make_w(&h, TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, 64, 256);
+        tsc_weight hd = desc(&h.w), dw;
+        ts_error e;
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+        tsc_set_barrier(c, bar);
+        float *dx = tsc_alloc(c, sizeof(float) * 256), *dl = tsc_alloc(c, sizeof(float) * 64), *dwt = tsc_alloc(c, 64);
+        int32_t *di = tsc_alloc(c, 64);
+        const tsc_weight *wl[1] = {&dw};
+        float *yd[1] = {dl};
+        CHECK(tsc_linear_route(c, wl, 1, dx, yd, 1, 64, 4, 1, di, dwt) == 1);
+        SYNC_OK(c);
+        tsc_free(c, dx), tsc_free(c, dl), tsc_free(c, dwt), tsc_free(c, di);
+        tsc_weight_free(c, &dw);
+        free_hw(&h);
+    }
+    tsc_free(c, bar);
+    tsc_close(c);
+}
+
 TS_TEST(cuda, argmax_exact) {
     OPEN(c);
     const int n = 4, V = 248320;
