@@ -2045,23 +2045,16 @@ void moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
     tsc_launched_(c, "MoE chunk (combine)");
 }
 
-/* The router's product routes in its own last block (tsc_linear_route)
- * where the router takes the plain kernel (TSC_ROUTE_FUSED=0: the product,
- * then k_moe_route, a benchmark switch; the same bits). Read at every op. */
-bool route_fused_on() { return !env_is0("TSC_ROUTE_FUSED"); }
-
 /* One block's (nr <= RB rows) router product and routes into r_ids /
  * r_wts: a pending norm of u fused into the product where it can be (the
- * decode path's form), else the routes made by the product's launch where
- * it can. rw[0] is the router, its logits y[0]; rw[1..nw-1] share its launch
- * (cu_moe: the shared expert's gate row), into y[1..]. */
+ * decode path's form). rw[0] is the router, its logits y[0]; rw[1..nw-1]
+ * share its launch (cu_moe: the shared expert's gate row), into y[1..]. */
 void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, float *const *y, int nr, int E, int k,
                   int norm_topk) {
     cu_stream *q = ST(s);
     const tsc_weight *pr[2] = {&rw[0], nw > 1 ? &rw[1] : NULL};
     if (!fused_linear(s, rw, nw, u_, y, nr)) {
         flush(s);
-        if (route_fused_on() && !tsc_linear_route(q->c, pr, nw, u_, y, nr, E, k, norm_topk, q->r_ids, q->r_wts)) return;
         lin_rows(q->c, pr, nw, u_, y, nr);
     }
     tsc_moe_route(q->c, y[0], nr, E, k, norm_topk, q->r_ids, q->r_wts);

@@ -62,7 +62,6 @@
 #include "cuda/q4dp.cuh"
 #include "cuda/rows.cuh"
 #include "cuda/q4t.cuh"
-#include "cuda/route.cuh"
 
 namespace {
 
@@ -79,16 +78,6 @@ struct lin_w {
     int blk0; /* first block of this weight in the launch */
 };
 
-/* tsc_linear_route: the routes of n rows of router logits (weight 0's
- * outputs, from row 0 of the call), made by the launch's last block */
-struct lin_route {
-    const float *logits;
-    int32_t *ids;
-    float *wts;
-    unsigned *bar; /* the context's counter (tsc_set_barrier): 0 before, left 0 */
-    int n, E, k, norm;
-};
-
 struct lin_args {
     lin_w w[TSC_LIN_MAX];
     int nw, sdt, group, lg; /* lg: log2(group) */
@@ -96,7 +85,6 @@ struct lin_args {
     const float *x;
     int n;   /* x rows of this pass (== NR) */
     int nvb; /* virtual blocks over all weights */
-    lin_route rt; /* the RT kernels' */
 };
 
 template <int FMT> struct fmt_t;
@@ -205,30 +193,7 @@ __device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float4 *__rest
     }
 }
 
-/* The end of a routing launch (RT): every block, its logits written, arrives
- * on the counter; the last to arrive routes all rows (a warp a row), reading
- * the other blocks' logits through L2 after the fences, then leaves the
- * counter at 0 for the next launch (whose blocks touch it only after their
- * PDL wait, i.e. after this grid has completed). The routes do not depend on
- * where they run: route.cuh's route_row, as k_moe_route. */
-__device__ __forceinline__ void route_tail(const lin_route &r) {
-    __shared__ float pw[WARPS][ROUTE_EMAX];
-    __shared__ unsigned last;
-    __threadfence(); /* this thread's logits before the block's arrival */
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(r.bar, 1u) == gridDim.x * gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int w = threadIdx.x >> 5;
-    for (int row = w; row < r.n; row += WARPS)
-        route_row(r.logits + (int64_t)row * r.E, r.E, r.k, r.norm, pw[w], r.ids + (int64_t)row * r.k,
-                  r.wts + (int64_t)row * r.k);
-    __syncthreads();
-    if (threadIdx.x == 0) atomicExch(r.bar, 0u);
-}
-
-template <int FMT, int NR, bool XS, bool RT = false>
+template <int FMT, int NR, bool XS>
 __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ lin_args a) {
     constexpr int V = fmt_t<FMT>::V;
     __shared__ float red[WARPS][R][NR];
@@ -296,7 +261,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y + (int64_t)blockIdx.y * NR * w.rows, w.rows);
     }
-    if constexpr (RT) route_tail(a.rt);
 }
 
 int fmt_of(const tsc_weight *w) {
@@ -322,27 +286,27 @@ constexpr size_t XS_MAX = 100 * 1024;
 
 /* groups: gridDim.y, the count of NR-row groups one launch takes (1 but for
  * tsc_linear_many); a block's work and arithmetic do not depend on it */
-template <int FMT, int NR, bool XS, bool RT>
+template <int FMT, int NR, bool XS>
 void launch1(tsc_ctx *c, lin_args &a, int groups) {
     const size_t smem = XS ? (size_t)NR * a.cols * sizeof(float) : 0;
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS, RT>, WARPS * 32, smem, XS ? XS_MAX : 0);
+    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS>, WARPS * 32, smem, XS ? XS_MAX : 0);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    tsc_launch(c, k_linear<FMT, NR, XS, RT>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
+    tsc_launch(c, k_linear<FMT, NR, XS>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
 }
 
-template <int FMT, int NR, bool RT>
+template <int FMT, int NR>
 void launch_nr(tsc_ctx *c, lin_args &a, int groups) {
-    if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true, RT>(c, a, groups);
-    else launch1<FMT, NR, false, RT>(c, a, groups);
+    if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a, groups);
+    else launch1<FMT, NR, false>(c, a, groups);
 }
 
-template <int FMT, bool RT = false>
+template <int FMT>
 void launch_fmt(tsc_ctx *c, lin_args &a, int nr, int groups = 1) {
     switch (nr) {
-    case 1: launch_nr<FMT, 1, RT>(c, a, groups); break;
-    case 2: launch_nr<FMT, 2, RT>(c, a, groups); break;
-    case 3: launch_nr<FMT, 3, RT>(c, a, groups); break;
-    default: launch_nr<FMT, 4, RT>(c, a, groups); break;
+    case 1: launch_nr<FMT, 1>(c, a, groups); break;
+    case 2: launch_nr<FMT, 2>(c, a, groups); break;
+    case 3: launch_nr<FMT, 3>(c, a, groups); break;
+    default: launch_nr<FMT, 4>(c, a, groups); break;
     }
 }
 
@@ -452,23 +416,12 @@ static lin_args plain_args(tsc_ctx *c, const tsc_weight *const *w, int nw, int f
 }
 
 /* Rows i0 .. i0 + groups * nr of x through the plain kernel, nr (1..4) rows
- * a group, the groups in one launch (gridDim.y); rt: the launch routes
- * (a.rt set, tsc_linear_route). */
+ * a group, the groups in one launch (gridDim.y). */
 static void plain_launch(tsc_ctx *c, lin_args &a, int fmt, const float *x, float *const *y, const tsc_weight *const *w,
-                         int i0, int nr, int groups, bool rt = false) {
+                         int i0, int nr, int groups) {
     a.x = x + (int64_t)i0 * a.cols;
     a.n = nr;
     for (int i = 0; i < a.nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
-    if (rt) {
-        switch (fmt) {
-        case FMT_Q8: launch_fmt<FMT_Q8, true>(c, a, nr, groups); break;
-        case FMT_BF16: launch_fmt<FMT_BF16, true>(c, a, nr, groups); break;
-        case FMT_F16: launch_fmt<FMT_F16, true>(c, a, nr, groups); break;
-        default: launch_fmt<FMT_F32, true>(c, a, nr, groups); break;
-        }
-        TSC_LAUNCHED(c, "tsc_linear_route");
-        return;
-    }
     switch (fmt) {
     case FMT_Q4: launch_fmt<FMT_Q4>(c, a, nr, groups); break;
     case FMT_Q8: launch_fmt<FMT_Q8>(c, a, nr, groups); break;
@@ -517,32 +470,4 @@ extern "C" void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, 
         i0 += 4 * take, g -= take;
     }
     if (i0 < n) plain_launch(c, a, fmt, x, y, w, i0, n - i0, 1);
-}
-
-/* The router product and the routes in one launch (the decode step's MoE
- * layer was a product, then k_moe_route: a launch and a hand-off on the
- * critical path of every MoE layer). The products are tsc_linear_many's
- * (every 4-row group in one launch, the remainder in a second: the same
- * bits as tsc_linear), and the last launch's last block routes all n rows
- * with route.cuh's route_row (the bits of tsc_moe_route). Weights of the
- * plain kernel only (BF16/F16/F32, INT8; a 4-bit router takes the dp4a or
- * Q4T kernels), the context's counter set. 1: not taken (nothing done);
- * 0: done, or failed (the sticky error). */
-extern "C" int tsc_linear_route(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n,
-                                int E, int k, int norm, int32_t *ids, float *wts) {
-    if (!c || c->err_code) return 0;
-    if (!c->bar || nw < 1 || n < 1 || n > TSC_ROWS_MAX || E < 1 || E > ROUTE_EMAX || k < 1 || k > 32 || k > E ||
-        w[0]->rows != E)
-        return 1;
-    for (int i = 0; i < nw; i++)
-        if (!tsc_linear_many_takes(w[i]) || fmt_of(w[i]) == FMT_Q4) return 1;
-    if (lin_check(c, "tsc_linear_route", w, nw, 1)) return 0;
-    const int fmt = fmt_of(w[0]);
-    lin_args a = plain_args(c, w, nw, fmt);
-    a.rt.logits = y[0], a.rt.ids = ids, a.rt.wts = wts, a.rt.bar = c->bar;
-    a.rt.n = n, a.rt.E = E, a.rt.k = k, a.rt.norm = norm;
-    const int g = n / 4, rem = n % 4;
-    if (g > 0) plain_launch(c, a, fmt, x, y, w, 0, 4, g, rem == 0);
-    if (rem) plain_launch(c, a, fmt, x, y, w, 4 * g, rem, 1, true);
-    return 0;
 }

@@ -99,11 +99,6 @@ void tsc_attn_prefill(tsc_ctx *c, const tsc_attn_args *a) { (void)c, (void)a; }
 void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts) {
     (void)c, (void)logits, (void)n, (void)E, (void)k, (void)norm, (void)ids, (void)wts;
 }
-int tsc_linear_route(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, int E,
-                     int k, int norm, int32_t *ids, float *wts) {
-    (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n, (void)E, (void)k, (void)norm, (void)ids, (void)wts;
-    return 1;
-}
 size_t tsc_argmax_ws_bytes(int n) { (void)n; return 0; }
 void tsc_argmax(tsc_ctx *c, const float *x, int n, int V, int32_t *ids, void *ws) {
     (void)c, (void)x, (void)n, (void)V, (void)ids, (void)ws;

@@ -424,13 +424,6 @@ int tsc_attn_blas_fits(const tsc_attn_args *a, int pos, size_t ws_bytes);
  * weights p_j / sum_j p_j when norm, else p_j. ids [n, k], wts [n, k].
  * E <= 1024, k <= 32. */
 void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts);
-/* The router's product (tsc_linear's bits) and tsc_moe_route's routes of
- * its n rows of logits (y[0]) in one launch where the router takes the plain
- * product kernel (BF16/F16/F32, INT8) and the context has its counter
- * (tsc_set_barrier): 0 when done (or failed: the sticky error), 1 when not
- * taken (nothing launched; run tsc_linear and tsc_moe_route). */
-int tsc_linear_route(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n, int E,
-                     int k, int norm, int32_t *ids, float *wts);
 
 /* ids[i] = the first index of the largest of x[i, V] for i < n rows; NaN
  * never wins (an all-NaN row gives 0). ws: tsc_argmax_ws_bytes(n). */
