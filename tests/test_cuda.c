@@ -1578,14 +1578,19 @@ TS_TEST(cuda, block_mask_attention_vs_cpu_backend) {
 TS_TEST(cuda, moe_route_exact) {
     OPEN(c);
     /* E, k, norm, rows: a warp per row, 8 rows a block, so row counts that
-     * leave a block part empty, and the largest E and k the kernel takes */
-    static const int cfg[][4] = {{256, 8, 1, 4}, {64, 4, 0, 13}, {512, 10, 1, 9}, {1024, 32, 1, 17}, {33, 32, 0, 5}};
-    for (int ci = 0; ci < 5; ci++) {
+     * leave a block part empty, and the largest E and k the kernel takes;
+     * E of every register width (1, 2, 8, 16, 32 elements a lane; 33: a
+     * partial second) */
+    static const int cfg[][4] = {{256, 8, 1, 5}, {64, 4, 0, 13}, {512, 10, 1, 9}, {1024, 32, 1, 17}, {33, 32, 0, 5},
+                                    {20, 6, 1, 7}, {128, 8, 1, 6}};
+    for (int ci = 0; ci < 7; ci++) {
         const int n = cfg[ci][3], E = cfg[ci][0], k = cfg[ci][1], norm = cfg[ci][2];
         float *l = malloc(sizeof(float) * n * E);
         frand(l, (size_t)n * E, 4.0f);
         /* ties: the lower index must win, as in the CPU's scan */
         l[3 * E + 5] = l[3 * E + 9] = l[3 * E + 2] = 9.0f;
+        /* a NaN logit: every p is NaN, the picks the first indices not taken */
+        l[4 * E + E / 2] = NAN;
         float *dl = up(c, l, sizeof(float) * n * E), *dw = tsc_alloc(c, sizeof(float) * n * k);
         int32_t *di = tsc_alloc(c, sizeof(int32_t) * n * k);
         tsc_moe_route(c, dl, n, E, k, norm, di, dw);
@@ -1603,7 +1608,8 @@ TS_TEST(cuda, moe_route_exact) {
                 CHECK_MSG(ids[i * k + j] == sel[j], "row %d pick %d: %d, CPU %d", i, j, ids[i * k + j], sel[j]);
                 const float ref = ws[j];
                 /* expf differs from glibc's by <= 2 ulp; the double sum's order */
-                CHECK_MSG(fabsf(w[i * k + j] - ref) <= 1e-6f * ref, "row %d weight %d: %.9g vs %.9g", i, j, w[i * k + j], ref);
+                if (isnan(ref)) CHECK_MSG(isnan(w[i * k + j]), "row %d weight %d: %.9g vs NaN", i, j, w[i * k + j]);
+                else CHECK_MSG(fabsf(w[i * k + j] - ref) <= 1e-6f * ref, "row %d weight %d: %.9g vs %.9g", i, j, w[i * k + j], ref);
             }
         }
         free(l), free(ids), free(w);

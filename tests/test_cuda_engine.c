@@ -137,6 +137,8 @@ typedef struct parity {
 
 /* Prompt rows then teacher-forced decode steps on both engines. Returns 0,
  * 1 when the GPU refuses the shape (why filled), -1 on a failure. */
+static int wide_moe_model(char *dir, size_t cap);
+
 static int run_parity(const char *dir, int n_prompt, int n_dec, parity *pr, char *why, size_t wcap) {
     memset(pr, 0, sizeof *pr);
     ts_error err = {0};
@@ -288,6 +290,23 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
             CHECK_MSG(pr.top1_ok == pr.top1_checked, "%s %s: top-1 agrees on %d of %d rows", FIX[f], bn, pr.top1_ok,
                       pr.top1_checked);
         }
+    /* the 35B-A3B's MoE widths (wide_moe_model): the routed experts' kernels
+     * at the released shapes' splits, prompt rows 16 a pass */
+    if (!quick) {
+        char dir[512], why[600] = "";
+        if (wide_moe_model(dir, sizeof dir)) return;
+        parity pr;
+        const int rc = run_parity(dir, 40, 24, &pr, why, sizeof why);
+        if (rc < 0) return;
+        CHECK_MSG(rc == 0, "wide-moe INT4 refused by the CUDA backend: %s", why);
+        const float tol = REL_TOL * fmaxf(1.0f, pr.max_logit);
+        fprintf(stderr, "  %-13s %-5s %8d %10.3g %9.3g %d/%d\n", "wide-moe", "INT4", pr.rows, pr.max_err, pr.max_logit,
+                pr.top1_ok, pr.top1_checked);
+        CHECK_MSG(pr.max_err <= tol, "wide-moe INT4: max abs logit error %.3g > %.3g", pr.max_err, tol);
+        CHECK_MSG(pr.top1_ok == pr.top1_checked, "wide-moe INT4: top-1 agrees on %d of %d rows", pr.top1_ok,
+                  pr.top1_checked);
+        ran += rc == 0;
+    }
     fprintf(stderr, "  %d installs compared, %d refused by the CUDA backend (shapes named above)\n", ran, refused);
     /* the default model and the tiny fixtures have shapes the kernels take */
     CHECK_MSG(ran >= (quick ? 2 : 8), "only %d installs ran on the GPU", ran);
@@ -826,6 +845,41 @@ static int fused_model(char *dir, size_t cap) {
     return rc;
 }
 
+/* A small synthetic MoE checkpoint with the 35B-A3B's layer widths (hidden
+ * 2048, experts of 512, 8 of them a token, a shared expert of 512, a bf16
+ * router): the routed experts' dp4a kernels at the splits and unrolls the
+ * released shapes take (several 1024-column steps a row, KS > 1), which no
+ * fixture reaches (tiny-moe's rows are one step). Random INT4 weights, 16
+ * experts, 2 layers (GDN, attention), an MTP head, written once per run. */
+static int wide_moe_model(char *dir, size_t cap) {
+    char shape[600];
+    snprintf(shape, sizeof shape, "%s/wide-moe.json", ts_test_tmpdir());
+    snprintf(dir, cap, "%s/wide-moe-q4", ts_test_tmpdir());
+    struct stat sb;
+    if (stat(dir, &sb) == 0) return 0;
+    FILE *f = fopen(shape, "w");
+    if (!f) { ts_test_fail(__FILE__, __LINE__, "cannot write %s", shape); return -1; }
+    fputs("{\"model_type\": \"qwen3_5_moe\", \"vocab_size\": 2048, \"hidden_size\": 2048, \"num_hidden_layers\": 2,\n"
+          " \"layer_types\": [\"linear_attention\", \"full_attention\"],\n"
+          " \"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 256,\n"
+          " \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128,\n"
+          " \"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4, \"rms_norm_eps\": 1e-06,\n"
+          " \"max_position_embeddings\": 4096,\n"
+          " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25},\n"
+          " \"mtp_num_hidden_layers\": 1, \"tie_word_embeddings\": false, \"eos_token_id\": 2047,\n"
+          " \"num_experts\": 16, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 512,\n"
+          " \"shared_expert_intermediate_size\": 512}\n", f);
+    fclose(f);
+    ts_convert_params p;
+    ts_convert_params_default(&p);
+    p.bits = 4;
+    p.quiet = 1;
+    ts_error err = {0};
+    int rc = ts_synth(shape, dir, &p, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "synth %s: %s", shape, err.msg);
+    return rc;
+}
+
 /* The models the speculative tests run: name, directory. */
 typedef struct spec_model { const char *name; char dir[512]; } spec_model;
 
@@ -843,6 +897,9 @@ static int spec_models(spec_model *o, int with_default) {
     n++;
     o[n].name = "fused-gdn INT4";
     if (fused_model(o[n].dir, sizeof o[n].dir)) return -1;
+    n++;
+    o[n].name = "wide-moe INT4";
+    if (wide_moe_model(o[n].dir, sizeof o[n].dir)) return -1;
     n++;
     if (with_default) {
         o[n].name = "default";
@@ -886,7 +943,7 @@ static int same_ids(const collect *a, const collect *b, int n) {
  * heads are nearly always rejected). */
 TS_TEST(cuda_engine, spec_greedy_exact_fixtures) {
     NEED_GPU();
-    spec_model ms[8];
+    spec_model ms[10];
     const int nm = spec_models(ms, 0);
     CHECK(nm > 0);
     const int N = 240;
@@ -930,7 +987,7 @@ TS_TEST(cuda_engine, spec_greedy_exact_fixtures) {
  * drafted output equals plain greedy, which stops when the context is full. */
 TS_TEST(cuda_engine, spec_context_limit_mid_block) {
     NEED_GPU();
-    spec_model ms[8];
+    spec_model ms[10];
     const int nm = spec_models(ms, 1);
     CHECK(nm > 0);
     int ran = 0;
@@ -1072,7 +1129,7 @@ static int same_last(ts_session *a, ts_session *b, int hidden) {
  * decode graph exists and the later steps replay it with other parities. */
 TS_TEST(cuda_engine, spec_rollback_device_state_bit_exact) {
     NEED_GPU();
-    spec_model ms[8];
+    spec_model ms[10];
     const int nm = spec_models(ms, 1);
     CHECK(nm > 0);
     int ran = 0;
@@ -1125,7 +1182,7 @@ TS_TEST(cuda_engine, spec_rollback_device_state_bit_exact) {
  * final states. */
 TS_TEST(cuda_engine, spec_lazy_rollback_decode_and_chain) {
     NEED_GPU();
-    spec_model ms[8];
+    spec_model ms[10];
     const int nm = spec_models(ms, 1);
     CHECK(nm > 0);
     int ran = 0;
@@ -1310,7 +1367,7 @@ static void vg_set(int mode) {
 
 TS_TEST(cuda_engine, spec_graphs_exact_and_replayed) {
     NEED_GPU();
-    spec_model ms[8];
+    spec_model ms[10];
     const int nm = spec_models(ms, 1);
     CHECK(nm > 0);
     int ran = 0;
@@ -1395,7 +1452,7 @@ TS_TEST(cuda_engine, spec_graphs_exact_and_replayed) {
  * final device state byte for byte). */
 TS_TEST(cuda_engine, spec_verify_graph_chain) {
     NEED_GPU();
-    spec_model ms[8];
+    spec_model ms[10];
     const int nm = spec_models(ms, 1);
     CHECK(nm > 0);
     int ran = 0;

@@ -147,58 +147,84 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { retur
 /* One row a warp (8 rows a block of 256): softmax over the E router logits
  * and the top k with the CPU's choices (ts_cpu_moe_route_row: f32 exp of
  * x - max, a double sum, p = x / sum rounded to float, picks by larger p
- * then lower index, the normalising sum in pick order). The row lives in
- * shared memory, a lane holds E / 32 of it and a bit mask of what it has
- * picked, so a pick is a lane scan and a 5-step shuffle tree: no block
- * barrier. (The block-per-row kernel it replaces spent two barriers a pick:
- * ~9 us a 35B-A3B layer under ncu, 7% of the step.) */
+ * then lower index, the normalising sum in pick order). A lane holds its
+ * EPL = E / 32 (rounded up to a power of two) elements in registers, so the
+ * logits' loads are all in flight at once and nothing goes through memory
+ * (the form before kept the row in shared memory and looped over E at run
+ * time: its loads one L2 round trip after another, and each of the k picks
+ * a chain of shared-memory reads and a shuffle tree of 10 shuffles, ~6 us a
+ * 35B-A3B row under ncu, session 22). A pick: each lane's best not-taken
+ * element, then the warp's largest key (p's bits + 1: p >= 0, so its bits
+ * order as unsigned; 0: nothing left but NaN, which is never better) and the
+ * lowest index holding it, two redux.sync; the owner marks it taken. The
+ * same candidates and the same order of comparison as the CPU's scan, so
+ * the same ids; the weights are the same floats. (The block-per-row kernel
+ * before both spent two barriers a pick: ~9 us.) */
 constexpr int ROUTE_WARPS = 8;
 
+template <int EPL>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route(const float *logits, int n, int E, int k, int norm,
                                                                int32_t *ids, float *wts) {
     TSC_PDL_ENTRY();
-    __shared__ float pw[ROUTE_WARPS][1024];
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * ROUTE_WARPS + w;
     if (row >= n) return; /* no block barrier below */
-    float *p = pw[w];
     const float *l = logits + (int64_t)row * E;
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) {
-        const float v = l[e];
-        p[e] = v;
-        mx = fmaxf(mx, v);
+    float p[EPL];
+#pragma unroll
+    for (int q = 0; q < EPL; q++) {
+        const int e = lane + 32 * q;
+        p[q] = e < E ? l[e] : -INFINITY;
     }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < EPL; q++)
+        if (lane + 32 * q < E) mx = fmaxf(mx, p[q]);
     mx = warp_max(mx);
     double s = 0;
-    for (int e = lane; e < E; e += 32) {
-        const float v = expf(__fsub_rn(p[e], mx));
-        p[e] = v;
-        s += v;
-    }
+#pragma unroll
+    for (int q = 0; q < EPL; q++)
+        if (lane + 32 * q < E) {
+            p[q] = expf(__fsub_rn(p[q], mx));
+            s += p[q];
+        }
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    for (int e = lane; e < E; e += 32) p[e] = (float)((double)p[e] / s);
-    __syncwarp(); /* every lane reads the winners' p below */
-    uint32_t taken = 0; /* bit i: element lane + 32 i picked */
-    float wsum = 0.f;   /* the CPU's float sum of the picked, in pick order */
+#pragma unroll
+    for (int q = 0; q < EPL; q++)
+        if (lane + 32 * q < E) p[q] = (float)((double)p[q] / s);
+    uint32_t taken = 0; /* bit q: element lane + 32 q picked (or past E) */
+#pragma unroll
+    for (int q = 0; q < EPL; q++)
+        if (lane + 32 * q >= E) taken |= 1u << q;
+    float wsum = 0.f; /* the CPU's float sum of the picked, in pick order */
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
-        int bi = 0x7fffffff;
-        for (int e = lane, i = 0; e < E; e += 32, i++)
-            if (!(taken >> i & 1u) && better(p[e], e, bv, bi)) bv = p[e], bi = e;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+        int bq = -1;
+#pragma unroll
+        for (int q = 0; q < EPL; q++) /* increasing index: a tie keeps the lower */
+            if (!(taken >> q & 1u) && (p[q] > bv || (bq < 0 && p[q] == bv))) bv = p[q], bq = q;
+        const unsigned key = bq >= 0 ? __float_as_uint(bv) + 1u : 0u;
+        const unsigned mk = __reduce_max_sync(0xffffffffu, key);
+        unsigned cand;
+        if (mk) {
+            cand = key == mk ? (unsigned)(lane + 32 * bq) : 0xffffffffu;
+        } else { /* only NaN left: the CPU's scan takes the first not taken */
+            cand = 0xffffffffu;
+#pragma unroll
+            for (int q = EPL - 1; q >= 0; q--)
+                if (!(taken >> q & 1u)) cand = (unsigned)(lane + 32 * q);
         }
-        if (bi == 0x7fffffff) { /* only NaN left: the CPU's scan takes the first not taken */
-            for (int e = lane, i = 0; e < E; e += 32, i++)
-                if (!(taken >> i & 1u)) { bi = e; break; }
-            for (int o = 16; o > 0; o >>= 1) bi = min(bi, __shfl_xor_sync(0xffffffffu, bi, o));
+        const int bi = (int)__reduce_min_sync(0xffffffffu, cand);
+        float v = 0.f;
+        if ((bi & 31) == lane) {
+#pragma unroll
+            for (int q = 0; q < EPL; q++)
+                if (q == (bi >> 5)) v = p[q];
+            taken |= 1u << (bi >> 5);
         }
-        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-        if (lane == 0) ids[(int64_t)row * k + j] = bi, wts[(int64_t)row * k + j] = p[bi];
-        wsum = __fadd_rn(wsum, p[bi]);
+        v = __shfl_sync(0xffffffffu, v, bi & 31);
+        if (lane == 0) ids[(int64_t)row * k + j] = bi, wts[(int64_t)row * k + j] = v;
+        wsum = __fadd_rn(wsum, v);
     }
     __syncwarp();
     if (norm && lane < k) wts[(int64_t)row * k + lane] = __fdiv_rn(wts[(int64_t)row * k + lane], wsum);
@@ -210,8 +236,14 @@ extern "C" void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int
         tsc_fail_(c, TS_E_ARG, "tsc_moe_route: %d rows, %d experts, top %d (E <= 1024, k <= 32)", n, E, k);
         return;
     }
-    tsc_launch(c, k_moe_route, dim3((unsigned)((n + ROUTE_WARPS - 1) / ROUTE_WARPS)), dim3(ROUTE_WARPS * 32), 0, logits, n, E, k,
-               norm, ids, wts);
+    const dim3 grid((unsigned)((n + ROUTE_WARPS - 1) / ROUTE_WARPS)), block(ROUTE_WARPS * 32);
+    const int epl = (E + 31) / 32;
+    if (epl <= 1) tsc_launch(c, k_moe_route<1>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+    else if (epl <= 2) tsc_launch(c, k_moe_route<2>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+    else if (epl <= 4) tsc_launch(c, k_moe_route<4>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+    else if (epl <= 8) tsc_launch(c, k_moe_route<8>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+    else if (epl <= 16) tsc_launch(c, k_moe_route<16>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+    else tsc_launch(c, k_moe_route<32>, grid, block, 0, logits, n, E, k, norm, ids, wts);
     TSC_LAUNCHED(c, "tsc_moe_route");
 }
 

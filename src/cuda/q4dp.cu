@@ -1161,9 +1161,19 @@ struct dx_args {
     int xm;
 };
 
+/* tokens a k_q4dp_moe pass at most (q4dp_moe's passes), and the routes a
+ * block keeps in shared memory (ntok * k <= 16 * 32) */
+constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
+
+/* Index arithmetic in 32 bits (q4dp_moe checks that the stacked rows and
+ * columns fit): a 64-bit division per row was ~100 instructions a virtual
+ * block, on a kernel that is a latency-bound instruction stream (ncu,
+ * session 22: ~1,850 instructions a warp for ~2 x 4 rows x 1024 columns). */
 template <int ND, int U, int EM>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
+    __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids, then (COLS) weights */
+    __shared__ float swt[EM == Q4DP_MOE_COLS ? MOE_ROUTES : 1];
     extern __shared__ int4 sm[];
     const int nch = a.cols >> 5;
     int4 *xd = sm;
@@ -1172,33 +1182,52 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     const int nsteps = (a.cols + 1023) >> 10;
     /* a slot's row: bytes and groups */
     const int ecols = EM == Q4DP_MOE_ROWS ? a.cols : a.slot;
-    const int64_t pitch = ecols >> 1, ng = ecols >> a.lg;
+    const int pitch = ecols >> 1, ng = ecols >> a.lg;
     TSC_PDL_ENTRY(); /* the ids come from the previous kernel: nothing to prefetch before it */
+    /* the routes' loads in flight with x's (they were loaded from global
+     * memory right before each row's weights: an L2 round trip on the chain) */
+    const int nroute = a.ntok * a.k;
+    int32_t rid[2] = {0, 0};
+    float rwt[2] = {0.f, 0.f};
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        const int t = threadIdx.x + q * WARPS * 32;
+        if (t < nroute) {
+            rid[q] = __ldg(a.ids + t);
+            if constexpr (EM == Q4DP_MOE_COLS) rwt[q] = __ldg(a.wts + t);
+        }
+    }
     stage_x<ND, 2>(a, a.ntok, xd, xsb, NULL); /* ptxas keeps the words in a 64-byte local frame here (L1; staging only) */
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        const int t = threadIdx.x + q * WARPS * 32;
+        if (t < nroute) {
+            sid[t] = rid[q];
+            if constexpr (EM == Q4DP_MOE_COLS) swt[t] = rwt[q];
+        }
+    }
     __syncthreads();
 
+    const int rows = (int)a.rows;
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
         const int tok = vb / a.vpt, vt = vb - tok * a.vpt, wi = vt / a.vpw, vbl = vt - wi * a.vpw;
         const dx_w &w = a.w[wi];
         const int ks = a.ks, rg = warp / ks, sl = warp % ks;
-        const int64_t r0 = ((int64_t)vbl * (WARPS / ks) + rg) * R;
-        const int32_t *ids = a.ids + (int64_t)tok * a.k;
+        const int r0 = (vbl * (WARPS / ks) + rg) * R;
+        const int32_t *ids = sid + tok * a.k;
         const int4 *xdt = xd + (int64_t)tok * 2 * ND * nch;
         const float2 *xst = xsb + (int64_t)tok * nch;
-        /* each row's slot offset (ROWS; COLS: per chunk, below) and its
-         * row within the slot: bytes and groups */
-        int64_t so[R], ro[R], gb[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int64_t row = r0 + r < a.rows ? r0 + r : a.rows - 1; /* clamp: loads stay in bounds */
-            int64_t er = row;
-            so[r] = 0;
-            if constexpr (EM == Q4DP_MOE_ROWS) {
-                const int j = (int)(row / a.slot);
-                er = row - (int64_t)j * a.slot;
-                so[r] = (int64_t)__ldg(ids + j) * w.stride;
-            }
-            ro[r] = er * pitch, gb[r] = er * ng;
+        /* the warp's R rows, clamped into the weight (a warp past the end
+         * loads the last rows; its stores are masked); ROWS: one slot for
+         * all R (q4dp_moe_takes asks slot % R == 0), its byte offset so, and
+         * each row's place within the slot */
+        int64_t so = 0;
+        int er0 = r0; /* COLS: rows of the weight, each clamped below */
+        if constexpr (EM == Q4DP_MOE_ROWS) {
+            const int rc = r0 < rows ? r0 : rows - R;
+            const int j = rc / a.slot;
+            er0 = rc - j * a.slot;
+            so = (int64_t)ids[j] * w.stride;
         }
         float acc[R];
 #pragma unroll
@@ -1213,21 +1242,22 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
                 const int c = (st0 + u * ks) * 1024 + lane * 32;
                 ok[u] = st0 + u * ks < nsteps && c < a.cols;
                 const int cc = ok[u] ? c : 0; /* in bounds either way */
-                int64_t eoff = 0; /* COLS: the slot of this chunk and the column within it */
+                int64_t eoff = so; /* COLS: the slot of this chunk and the column within it */
                 int ec = cc;
                 wt[u] = 1.f;
                 if constexpr (EM == Q4DP_MOE_COLS) {
                     const int j = cc / a.slot;
                     ec = cc - j * a.slot;
                     eoff = (int64_t)ids[j] * w.stride;
-                    wt[u] = a.wts[(int64_t)tok * a.k + j];
+                    wt[u] = swt[tok * a.k + j];
                 }
+                const uint8_t *e = w.base + eoff;
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    const uint8_t *e = w.base + so[r] + eoff;
-                    wv[u][r] = ld_stream(e + ro[r] + ec / 2);
-                    sr[u][r] = ld_sraw(e + w.soff, a.sdt, gb[r] + (ec >> a.lg));
-                    br[u][r] = ld_sraw(e + w.boff, a.sdt, gb[r] + (ec >> a.lg));
+                    const int er = EM == Q4DP_MOE_ROWS ? er0 + r : min(er0 + r, rows - 1);
+                    wv[u][r] = ld_stream(e + (int64_t)er * pitch + ec / 2);
+                    sr[u][r] = ld_sraw(e + w.soff, a.sdt, er * ng + (ec >> a.lg));
+                    br[u][r] = ld_sraw(e + w.boff, a.sdt, er * ng + (ec >> a.lg));
                 }
             }
 #pragma unroll
@@ -1275,9 +1305,14 @@ int launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a, int 
     return grid;
 }
 
+/* U = 2 steps a round where a warp has two or more (U = 1 otherwise: the
+ * second step's loads and address arithmetic were issued and thrown away);
+ * the order of a lane's steps, and so the bits, are the same either way */
 template <int ND, int EM>
 void launch_moe(tsc_ctx *c, const dx_args &a) {
-    launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    const int nsteps = (a.cols + 1023) >> 10;
+    if (2 * a.ks <= nsteps) launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    else launch_grid(c, k_q4dp_moe<ND, 1, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
 }
 
 /* KS: warps of a block splitting a weight's columns (a step is 32 lanes x
@@ -1726,6 +1761,9 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
 bool q4dp_moe_takes(const tsc_weight *w, int k, int em) {
     if (!q4dp_takes(w) || k < 1) return false;
     const int nd = w->act_digits ? w->act_digits : 3;
+    /* 32-bit index arithmetic: the stacked rows, a slot's bytes and groups */
+    if (k > MOE_ROUTES / MOE_TOK || (int64_t)k * w->rows >= (1ll << 30) || w->rows * (w->cols / 2) >= (1ll << 31))
+        return false;
     if (em == Q4DP_MOE_ROWS) return w->rows % R == 0; /* a warp's R rows in one slot */
     const int64_t cols = (int64_t)k * w->cols;
     return cols <= (1 << 24) && stage_bytes(1, nd, (int)cols) <= SMEM_MAX;
@@ -1752,12 +1790,17 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         a.w[i].base = b, a.w[i].stride = stride[i];
         a.w[i].soff = (const uint8_t *)w[i]->scales - b, a.w[i].boff = (const uint8_t *)w[i]->biases - b;
     }
-    a.ks = pick_ks(a.rows, a.cols, c->n_sm);
+    /* KS from all the launch's rows (every weight of it: gate and up are
+     * one launch; one weight's rows gave the 35B-A3B's gate/up KS = 2 and
+     * two virtual blocks a block, one after the other), still the shape's
+     * alone: the same for every token count (the verify rule) */
+    a.ks = pick_ks(a.rows * nw, a.cols, c->n_sm);
     const int64_t rpb = (int64_t)R * (WARPS / a.ks);
     a.vpw = (int)((a.rows + rpb - 1) / rpb);
     a.vpt = nw * a.vpw;
-    /* tokens a pass: as many as their staged digits fit, at most 16 */
-    int per = 16;
+    /* tokens a pass: as many as their staged digits fit, at most MOE_TOK
+     * (the routes a block keeps: k <= 32, q4dp_moe_takes' callers) */
+    int per = MOE_TOK;
     while (per > 1 && stage_bytes(per, nd, a.cols) > SMEM_MAX) per--;
     for (int t0 = 0; t0 < ntok; t0 += per) {
         a.ntok = ntok - t0 < per ? ntok - t0 : per;
