@@ -238,7 +238,8 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             float *yl[3] = {dz, dy, dz};
             /* all 16 rows at once, between two other weights in the launch */
             tsc_linear(c, wl, 3, dx, yl, N);
-            /* each row alone, and rows in calls of 3 and 5 (passes of 4 + 1) */
+            /* each row alone, and rows in calls of 3, 5, 6 and 7 (one pass
+             * with 8-bit x, passes of 4 and the rest with 16- and 24-bit x) */
             for (int i = 0; i < N; i++) {
                 float *y1 = dy1 + (size_t)i * rows;
                 tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx + (size_t)i * cols, &y1, 1);
@@ -276,7 +277,9 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
                       (long long)cols, bad, worst, LIN_TOL);
             CHECK_MSG(!memcmp(y, y1, sizeof(float) * N * rows), "%s %lldx%lld: 16-row call != 16 one-row calls",
                       cf->name, (long long)rows, (long long)cols);
-            for (int n = 3; n <= 5; n += 2) {
+            static const int NS[] = {3, 5, 6, 7};
+            for (int ni = 0; ni < 4; ni++) {
+                const int n = NS[ni];
                 tsc_fill(c, dy1, NAN, (size_t)N * rows);
                 float *yy = dy1;
                 tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx, &yy, n);

@@ -1463,9 +1463,15 @@ int pick_ks(int64_t rows, int cols, int n_sm) {
 template <int NR, int ND>
 int launch_as(tsc_ctx *c, const dp_args &a) {
     const size_t smem = as_smem(NR, ND, a.cols, a.as);
-    if (a.as == 4) return launch_grid(c, k_q4dp_as<NR, ND, 4>, a.nvb, smem, a, 0, AS_SMEM_MAX);
-    if (a.as == 3) return launch_grid(c, k_q4dp_as<NR, ND, 3>, a.nvb, smem, a, 0, AS_SMEM_MAX);
-    return launch_grid(c, k_q4dp_as<NR, ND, 2>, a.nvb, smem, a, 0, AS_SMEM_MAX);
+    /* 5..7 rows (verify passes of 6..8 rows' drafts) at the several-row
+     * depth only (TSC_Q4DP_AS_S forces 3 and 4 for 1..4 and 8 rows) */
+    if constexpr (NR >= 5 && NR <= 7) {
+        return launch_grid(c, k_q4dp_as<NR, ND, 2>, a.nvb, as_smem(NR, ND, a.cols, 2), a, 0, AS_SMEM_MAX);
+    } else {
+        if (a.as == 4) return launch_grid(c, k_q4dp_as<NR, ND, 4>, a.nvb, smem, a, 0, AS_SMEM_MAX);
+        if (a.as == 3) return launch_grid(c, k_q4dp_as<NR, ND, 3>, a.nvb, smem, a, 0, AS_SMEM_MAX);
+        return launch_grid(c, k_q4dp_as<NR, ND, 2>, a.nvb, smem, a, 0, AS_SMEM_MAX);
+    }
 }
 
 #ifdef TSC_TRACE
@@ -1533,13 +1539,18 @@ int pick_u(int warp_steps, int nd) {
 
 template <int NR, int ND>
 void launch_u(tsc_ctx *c, const dp_args &a, int u) {
-    if constexpr (ND == 3) {
-        if (u == 3) return launch<NR, ND, 3>(c, a);
-        if (u == 4) return launch<NR, ND, 4>(c, a);
-        if (u == 8) return launch<NR, ND, 8>(c, a);
+    if constexpr (NR >= 5 && NR <= 7) {
+        (void)u; /* U = 2 (TSC_Q4DP_UROWS=2): 4 and 8 rows only */
+        launch<NR, ND, 1>(c, a);
+    } else {
+        if constexpr (ND == 3) {
+            if (u == 3) return launch<NR, ND, 3>(c, a);
+            if (u == 4) return launch<NR, ND, 4>(c, a);
+            if (u == 8) return launch<NR, ND, 8>(c, a);
+        }
+        if (u == 2) return launch<NR, ND, 2>(c, a);
+        launch<NR, ND, 1>(c, a);
     }
-    if (u == 2) return launch<NR, ND, 2>(c, a);
-    launch<NR, ND, 1>(c, a);
 }
 
 template <int ND>
@@ -1550,7 +1561,12 @@ void launch_nr(tsc_ctx *c, const dp_args &a, int nr, int u) {
     case 3: launch_u<3, ND>(c, a, u); break;
     case 4: launch_u<4, ND>(c, a, u); break;
     default:
-        if constexpr (ND == 1) launch_u<8, ND>(c, a, u);
+        if constexpr (ND == 1) {
+            if (nr == 5) launch_u<5, ND>(c, a, u);
+            else if (nr == 6) launch_u<6, ND>(c, a, u);
+            else if (nr == 7) launch_u<7, ND>(c, a, u);
+            else launch_u<8, ND>(c, a, u);
+        }
         break;
     }
 }
@@ -1744,7 +1760,10 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
     for (int i0 = 0, nr; i0 < n; i0 += nr) {
         nr = n - i0 < per ? n - i0 : per;
-        if (nr > 4 && nr < 8) nr = 4; /* the kernels stage 1..4 or 8 rows */
+        /* 8-bit x has kernels of 1..8 rows; 16- and 24-bit x of 1..4 (per
+         * is 4 there). 5..7 rows went as a pass of 4 and another, which read
+         * every weight twice: a 5-row verify of the 9B cost 2.29x a step
+         * against 1.46x for 4 rows (cuda_bench, session 22) */
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
         stage_once(c, a, nr, nd);
