@@ -2045,6 +2045,13 @@ void moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
     tsc_launched_(c, "MoE chunk (combine)");
 }
 
+/* The shared expert's down as the routed down's last slot (q4dp_moe's
+ * COLS form with sw): one launch where there were three (k_stage_digits
+ * for its SwiGLU, its product, the routed down with the combine in its
+ * store). TSC_MOE_SHARED_SLOT=0: the three, for comparison (other bits:
+ * the shared terms are summed inside the product). Read at every op. */
+bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
+
 /* One block's (nr <= RB rows) router product and routes into r_ids /
  * r_wts: a pending norm of u fused into the product where it can be (the
  * decode path's form). rw[0] is the router, its logits y[0]; rw[1..nw-1]
@@ -2160,7 +2167,13 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         const bool g_sh = tsc_linear_one_launch(&sgw, &sg);
         const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
         const tsc_weight gu[3] = {sg, su, sgw};
-        float *ys[3] = {a->b1, a->b2, q->gl};
+        /* the shared expert as the routed down's last slot (shared_slot_on):
+         * its gate / up rows then wait in b1 / b2 after the routed ones' */
+        const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
+        const bool shx = dpx && (size_t)nr * (hk + (size_t)Is) <= room && shared_slot_on() &&
+                         q4dp_moe_shared_takes(&d0, &sd, k);
+        float *sg1 = shx ? a->b1 + (size_t)nr * hk : a->b1, *sg2 = shx ? a->b2 + (size_t)nr * hk : a->b2;
+        float *ys[3] = {sg1, sg2, q->gl};
         const int ngu = g_sh ? 3 : 2;
         if (!fuse_on() || !fused_linear(s, gu, ngu, u_, ys, nr)) {
             flush(s);
@@ -2181,18 +2194,29 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
             float *yg[1] = {q->gl};
             lin_rows(c, pg, 1, u_, yg, nr);
         }
-        const tsc_weight *pd[1] = {&sd};
-        float *yd[1] = {shared};
-        pend_act &pa = q->pend;
-        pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
-        if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
-            flush(s);
-            lin_rows(c, pd, 1, a->b1, yd, nr);
+        if (!shx) {
+            const tsc_weight *pd[1] = {&sd};
+            float *yd[1] = {shared};
+            pend_act &pa = q->pend;
+            pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
+            if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
+                flush(s);
+                lin_rows(c, pd, 1, a->b1, yd, nr);
+            }
         }
         /* the routed experts: all k slots at once, in sub-blocks of rows
          * whose k hidden rows each fit b1 ([R, F]); slot by slot when not
          * even one row's do (same values either way) */
-        const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
+        if (shx) {
+            /* one sub-block (room holds every row's k + 1 hidden rows) */
+            const tsc_weight *wgu[2] = {&g0, &u0}, *wd[1] = {&d0};
+            const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
+            float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)r0 * H};
+            q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, q->r_ids, NULL, k, u_, NULL, NULL, NULL, ygu, nr);
+            q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, q->r_ids, q->r_wts, k, a->b1, a->b2, NULL, q->gl, yd1, nr, &sd, sg1,
+                     sg2);
+            continue;
+        }
         if (hk <= room && dpx) {
             /* 4-bit MLX experts: gate and up of the k slots as one stacked
              * dp4a product into b1 / b2 ([m1][k * Im] each), then down over

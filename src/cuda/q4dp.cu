@@ -274,6 +274,11 @@ __device__ __forceinline__ void write_outputs(const dp_args &a, const float *rno
     write_rows(a, rnorm, nr);
 }
 
+/* Where stage_x reads x row i's (and u's) columns col..col + 7: one array
+ * here; q4dp_moe's down with the shared expert reads two (x_at(dx_args)) */
+__device__ __forceinline__ const float *x_at(const dp_args &a, int i, int col) { return a.x + (int64_t)i * a.cols + col; }
+__device__ __forceinline__ const float *u_at(const dp_args &a, int i, int col) { return a.u + (int64_t)i * a.cols + col; }
+
 /* x rows [NR][cols] f32 -> digits in shared memory, one thread per 8-column
  * word; the loads of SB words a thread are issued before the first is
  * used (x comes from L2: one latency a batch, not one a word). */
@@ -293,7 +298,7 @@ __device__ __forceinline__ void stage_x(const A &a, int nrows, int4 *xd, float2 
             on[k] = idx < total;
             iw[k] = on[k] ? idx / nw8 : 0, ww[k] = on[k] ? idx - iw[k] * nw8 : 0;
             if (on[k]) {
-                load8(a.x + (int64_t)iw[k] * a.cols + 8 * ww[k], v[k]);
+                load8(x_at(a, iw[k], 8 * ww[k]), v[k]);
                 if (a.xm != Q4DP_XM_PLAIN) {
                     const int64_t o = (int64_t)iw[k] * a.cols + 8 * ww[k];
                     float e[8], f[8];
@@ -308,7 +313,7 @@ __device__ __forceinline__ void stage_x(const A &a, int nrows, int4 *xd, float2 
 #pragma unroll
                         for (int j = 0; j < 8; j++) v[k][j] = norm_mul(v[k][j], r, f[j]);
                     } else {
-                        load8(a.u + o, e);
+                        load8(u_at(a, iw[k], 8 * ww[k]), e);
 #pragma unroll
                         for (int j = 0; j < 8; j++) v[k][j] = silu_mul_f(v[k][j], e[j]);
                     }
@@ -1159,7 +1164,21 @@ struct dx_args {
     /* staging (stage_x's fields): x [ntok][cols], silu(x) * u when xm is SWIGLU */
     const float *x, *add, *normw, *u;
     int xm;
+    /* COLS, the shared expert as slot k (sdata given; q4dp.cuh): its down's
+     * bytes, its scales and biases at sdata + ssoff / sboff; x's columns from
+     * c2 = k * slot on are x2 / u2 ([ntok][slot]); c2 = cols without it */
+    const uint8_t *sdata;
+    int64_t ssoff, sboff;
+    const float *x2, *u2;
+    int c2;
 };
+
+__device__ __forceinline__ const float *x_at(const dx_args &a, int i, int col) {
+    return col < a.c2 ? a.x + (int64_t)i * a.c2 + col : a.x2 + (int64_t)i * (a.cols - a.c2) + (col - a.c2);
+}
+__device__ __forceinline__ const float *u_at(const dx_args &a, int i, int col) {
+    return col < a.c2 ? a.u + (int64_t)i * a.c2 + col : a.u2 + (int64_t)i * (a.cols - a.c2) + (col - a.c2);
+}
 
 /* tokens a k_q4dp_moe pass at most (q4dp_moe's passes), and the routes a
  * block keeps in shared memory (ntok * k <= 16 * 32) */
@@ -1174,6 +1193,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids, then (COLS) weights */
     __shared__ float swt[EM == Q4DP_MOE_COLS ? MOE_ROUTES : 1];
+    __shared__ float ssg[EM == Q4DP_MOE_COLS ? MOE_TOK : 1]; /* the shared slot's weight a token */
     extern __shared__ int4 sm[];
     const int nch = a.cols >> 5;
     int4 *xd = sm;
@@ -1197,6 +1217,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
             if constexpr (EM == Q4DP_MOE_COLS) rwt[q] = __ldg(a.wts + t);
         }
     }
+    float sg = 0.f;
+    if (EM == Q4DP_MOE_COLS && a.sdata && threadIdx.x < a.ntok) sg = __ldg(a.sgate + threadIdx.x);
     stage_x<ND, 2>(a, a.ntok, xd, xsb, NULL); /* ptxas keeps the words in a 64-byte local frame here (L1; staging only) */
 #pragma unroll
     for (int q = 0; q < 2; q++) {
@@ -1206,6 +1228,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
             if constexpr (EM == Q4DP_MOE_COLS) swt[t] = rwt[q];
         }
     }
+    if constexpr (EM == Q4DP_MOE_COLS)
+        if (a.sdata && threadIdx.x < a.ntok) ssg[threadIdx.x] = sigmoid_f(sg);
     __syncthreads();
 
     const int rows = (int)a.rows;
@@ -1242,22 +1266,27 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
                 const int c = (st0 + u * ks) * 1024 + lane * 32;
                 ok[u] = st0 + u * ks < nsteps && c < a.cols;
                 const int cc = ok[u] ? c : 0; /* in bounds either way */
-                int64_t eoff = so; /* COLS: the slot of this chunk and the column within it */
-                int ec = cc;
+                int ec = cc; /* COLS: the slot of this chunk and the column within it */
+                const uint8_t *e = w.base + so;
+                int64_t soff = w.soff, boff = w.boff;
                 wt[u] = 1.f;
                 if constexpr (EM == Q4DP_MOE_COLS) {
                     const int j = cc / a.slot;
                     ec = cc - j * a.slot;
-                    eoff = (int64_t)ids[j] * w.stride;
-                    wt[u] = swt[tok * a.k + j];
+                    if (j < a.k) {
+                        e = w.base + (int64_t)ids[j] * w.stride;
+                        wt[u] = swt[tok * a.k + j];
+                    } else { /* the shared expert (a.sdata) */
+                        e = a.sdata, soff = a.ssoff, boff = a.sboff;
+                        wt[u] = ssg[tok];
+                    }
                 }
-                const uint8_t *e = w.base + eoff;
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     const int er = EM == Q4DP_MOE_ROWS ? er0 + r : min(er0 + r, rows - 1);
                     wv[u][r] = ld_stream(e + (int64_t)er * pitch + ec / 2);
-                    sr[u][r] = ld_sraw(e + w.soff, a.sdt, er * ng + (ec >> a.lg));
-                    br[u][r] = ld_sraw(e + w.boff, a.sdt, er * ng + (ec >> a.lg));
+                    sr[u][r] = ld_sraw(e + soff, a.sdt, er * ng + (ec >> a.lg));
+                    br[u][r] = ld_sraw(e + boff, a.sdt, er * ng + (ec >> a.lg));
                 }
             }
 #pragma unroll
@@ -1305,13 +1334,14 @@ int launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a, int 
     return grid;
 }
 
-/* U = 2 steps a round where a warp has two or more (U = 1 otherwise: the
- * second step's loads and address arithmetic were issued and thrown away);
- * the order of a lane's steps, and so the bits, are the same either way */
+/* U = 2 steps a round where some warp has two or more (U = 1 otherwise:
+ * the second step's loads and address arithmetic were issued and thrown
+ * away); the order of a lane's steps, and so the bits, are the same either
+ * way */
 template <int ND, int EM>
 void launch_moe(tsc_ctx *c, const dx_args &a) {
     const int nsteps = (a.cols + 1023) >> 10;
-    if (2 * a.ks <= nsteps) launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
     else launch_grid(c, k_q4dp_moe<ND, 1, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
 }
 
@@ -1788,9 +1818,14 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em) {
     return cols <= (1 << 24) && stage_bytes(1, nd, (int)cols) <= SMEM_MAX;
 }
 
+bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
+    return q4dp_moe_takes(d, k + 1, Q4DP_MOE_COLS) && q4dp_takes(sw) && sw->rows == d->rows && sw->cols == d->cols &&
+           sw->group == d->group && sw->sdtype == d->sdtype && sw->act_digits == d->act_digits;
+}
+
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok) {
+              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     dx_args a;
     memset(&a, 0, sizeof a);
@@ -1799,6 +1834,12 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
     a.slot = (int)(em == Q4DP_MOE_ROWS ? w[0]->rows : w[0]->cols);
     a.rows = em == Q4DP_MOE_ROWS ? (int64_t)k * w[0]->rows : w[0]->rows;
     a.cols = (int)(em == Q4DP_MOE_ROWS ? w[0]->cols : (int64_t)k * w[0]->cols);
+    a.c2 = a.cols;
+    if (sw && em == Q4DP_MOE_COLS) { /* the shared expert: slot k */
+        a.sdata = (const uint8_t *)sw->data;
+        a.ssoff = (const uint8_t *)sw->scales - a.sdata, a.sboff = (const uint8_t *)sw->biases - a.sdata;
+        a.cols += (int)w[0]->cols;
+    }
     a.group = w[0]->group;
     a.lg = 0;
     while ((1 << (a.lg + 1)) <= a.group) a.lg++;
@@ -1826,10 +1867,12 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         a.nvb = a.ntok * a.vpt;
         a.ids = ids + (int64_t)t0 * k;
         a.wts = wts ? wts + (int64_t)t0 * k : NULL;
-        a.x = x + (int64_t)t0 * a.cols;
-        a.u = u ? u + (int64_t)t0 * a.cols : NULL;
+        a.x = x + (int64_t)t0 * a.c2;
+        a.u = u ? u + (int64_t)t0 * a.c2 : NULL;
         a.sadd = add && em == Q4DP_MOE_COLS ? add + (int64_t)t0 * a.rows : NULL;
-        a.sgate = a.sadd ? gate + t0 : NULL;
+        a.sgate = a.sadd || a.sdata ? gate + t0 : NULL;
+        a.x2 = a.sdata ? x2 + (int64_t)t0 * w[0]->cols : NULL;
+        a.u2 = a.sdata && u2 ? u2 + (int64_t)t0 * w[0]->cols : NULL;
         for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)t0 * a.rows;
         const bool rows = em == Q4DP_MOE_ROWS;
         switch (nd) {

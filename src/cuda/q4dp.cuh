@@ -36,8 +36,15 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
  * k_moe_combine's operations). */
 enum { Q4DP_MOE_ROWS = 1, Q4DP_MOE_COLS = 2 };
 bool q4dp_moe_takes(const tsc_weight *w, int k, int em);
+/* The shared expert as the down launch's last slot (COLS; sw, its down,
+ * given): its hidden rows silu(x2) * u2 ([ntok][slot]) after the k routed
+ * ones, its terms scaled by sigmoid(gate[t]), so that y[0] = sum_j wts_j *
+ * down_j . h_j + sigmoid(gate[t]) * down_s . h_s in one product (the
+ * combine's value, summed in another order; add must then be NULL).
+ * q4dp_moe_shared_takes: sw fits (d is the routed down's slot 0). */
+bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k);
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok);
+              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL);
 
 #endif
