@@ -2168,11 +2168,14 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
         const tsc_weight gu[3] = {sg, su, sgw};
         /* the shared expert as the routed down's last slot (shared_slot_on):
-         * its gate / up rows then wait in b1 / b2 after the routed ones' */
+         * its gate / up rows then wait in b0 ([nr][Is] each; b0 rows hold
+         * 2H) while the routed ones take b1 / b2. Taken or not by the
+         * shapes and the scratch's size, never by nr: a row's bits must not
+         * depend on how many rows share its pass (a streamed layer runs
+         * groups of a pass's rows; s22-run4 caught a first form that did) */
         const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
-        const bool shx = dpx && (size_t)nr * (hk + (size_t)Is) <= room && shared_slot_on() &&
-                         q4dp_moe_shared_takes(&d0, &sd, k);
-        float *sg1 = shx ? a->b1 + (size_t)nr * hk : a->b1, *sg2 = shx ? a->b2 + (size_t)nr * hk : a->b2;
+        const bool shx = dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
+        float *sg1 = shx ? a->b0 : a->b1, *sg2 = shx ? a->b0 + (size_t)nr * Is : a->b2;
         float *ys[3] = {sg1, sg2, q->gl};
         const int ngu = g_sh ? 3 : 2;
         if (!fuse_on() || !fused_linear(s, gu, ngu, u_, ys, nr)) {
@@ -2208,13 +2211,18 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * whose k hidden rows each fit b1 ([R, F]); slot by slot when not
          * even one row's do (same values either way) */
         if (shx) {
-            /* one sub-block (room holds every row's k + 1 hidden rows) */
-            const tsc_weight *wgu[2] = {&g0, &u0}, *wd[1] = {&d0};
-            const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
-            float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)r0 * H};
-            q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, q->r_ids, NULL, k, u_, NULL, NULL, NULL, ygu, nr);
-            q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, q->r_ids, q->r_wts, k, a->b1, a->b2, NULL, q->gl, yd1, nr, &sd, sg1,
-                     sg2);
+            /* the sub-blocks below, the shared expert's rows the down's last slot */
+            const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
+            for (int r1 = 0; r1 < nr; r1 += per) {
+                const int m1 = nr - r1 < per ? nr - r1 : per;
+                const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
+                const tsc_weight *wgu[2] = {&g0, &u0}, *wd[1] = {&d0};
+                const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
+                float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1);
+                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL, q->gl + r1,
+                         yd1, m1, &sd, sg1 + (size_t)r1 * Is, sg2 + (size_t)r1 * Is);
+            }
             continue;
         }
         if (hk <= room && dpx) {
