@@ -2056,27 +2056,16 @@ bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
  * r_wts: a pending norm of u fused into the product where it can be (the
  * decode path's form). rw[0] is the router, its logits y[0]; rw[1..nw-1]
  * share its launch (cu_moe: the shared expert's gate row), into y[1..]. */
-void block_router(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, float *const *y, int nr) {
+void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, float *const *y, int nr, int E, int k,
+                  int norm_topk) {
     cu_stream *q = ST(s);
     const tsc_weight *pr[2] = {&rw[0], nw > 1 ? &rw[1] : NULL};
     if (!fused_linear(s, rw, nw, u_, y, nr)) {
         flush(s);
         lin_rows(q->c, pr, nw, u_, y, nr);
     }
-}
-
-void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, float *const *y, int nr, int E, int k,
-                  int norm_topk) {
-    cu_stream *q = ST(s);
-    block_router(s, rw, nw, u_, y, nr);
     tsc_moe_route(q->c, y[0], nr, E, k, norm_topk, q->r_ids, q->r_wts);
 }
-
-/* The routes made in the routed gate/up kernel's prologue (q4dp_moe with
- * rlog: the route kernel's launch and hand-off off every MoE layer's chain;
- * the same ids and weights) where it runs (TSC_MOE_ROUTE_GU=0: the route
- * kernel, for comparison). Read at every op. */
-bool route_gu_on() { return !env_is0("TSC_MOE_ROUTE_GU"); }
 
 /* Routing alone (expert streaming, model/xstream.c): the routes of all n
  * rows read back to the host, computed by the products cu_moe's resident
@@ -2186,9 +2175,6 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * groups of a pass's rows; s22-run4 caught a first form that did) */
         const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
         const bool shx = dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
-        /* the routes in the routed gate/up's prologue (route_gu_on) */
-        const bool rgu = dpx && hk <= room && !pool && route_gu_on() && q4dp_moe_routes(E, k);
-        const float *rl = rgu ? lg_ : NULL;
         float *sg1 = shx ? a->b0 : a->b1, *sg2 = shx ? a->b0 + (size_t)nr * Is : a->b2;
         float *ys[3] = {sg1, sg2, q->gl};
         const int ngu = g_sh ? 3 : 2;
@@ -2204,8 +2190,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         } else {
             const tsc_weight rg[2] = {rw, sgw};
             float *yr[2] = {lg_, q->gl};
-            if (rgu) block_router(s, rg, g_rt ? 2 : 1, u_, yr, nr); /* the routes: the gate/up kernel's */
-            else block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk);
+            block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk);
         }
         if (!g_sh && !g_rt) {
             const tsc_weight *pg[1] = {&sgw};
@@ -2234,9 +2219,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 const tsc_weight *wgu[2] = {&g0, &u0}, *wd[1] = {&d0};
                 const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
                 float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
-                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, rgu ? NULL : ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL,
-                         ygu, m1, NULL, NULL, NULL, rgu ? rl + (size_t)r1 * E : NULL, E, a->norm_topk,
-                         q->r_ids + (size_t)r1 * k, q->r_wts + (size_t)r1 * k);
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1);
                 q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL, q->gl + r1,
                          yd1, m1, &sd, sg1 + (size_t)r1 * Is, sg2 + (size_t)r1 * Is);
             }
@@ -2255,9 +2238,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 const tsc_weight *wgu[2] = {&g0, &u0};
                 const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
                 float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
-                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, rgu ? NULL : ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL,
-                         ygu, m1, NULL, NULL, NULL, rgu ? rl + (size_t)r1 * E : NULL, E, a->norm_topk,
-                         q->r_ids + (size_t)r1 * k, q->r_wts + (size_t)r1 * k);
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1);
                 const tsc_weight *wd[1] = {&d0};
                 q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2,
                          shared + (size_t)r1 * H, q->gl + r1, yd1, m1);

@@ -23,7 +23,6 @@
 
 #include "cuda/common.cuh"
 #include "cuda/q4t.cuh"
-#include "cuda/route.cuh"
 
 /* ---- embed ---- */
 
@@ -145,8 +144,7 @@ extern "C" void tsc_silu_mul(tsc_ctx *c, float *g, const float *u, size_t n) {
  * index; NaN never better. */
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
-/* One row a warp (8 rows a block of 256; route.cuh's route_row, which
- * q4dp.cu's routed gate/up also runs in its prologue): softmax over the E router logits
+/* One row a warp (8 rows a block of 256): softmax over the E router logits
  * and the top k with the CPU's choices (ts_cpu_moe_route_row: f32 exp of
  * x - max, a double sum, p = x / sum rounded to float, picks by larger p
  * then lower index, the normalising sum in pick order). A lane holds its
@@ -168,9 +166,68 @@ template <int EPL>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route(const float *logits, int n, int E, int k, int norm,
                                                                int32_t *ids, float *wts) {
     TSC_PDL_ENTRY();
-    const int row = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * ROUTE_WARPS + w;
     if (row >= n) return; /* no block barrier below */
-    route_row<EPL>(logits + (int64_t)row * E, E, k, norm, ids + (int64_t)row * k, wts + (int64_t)row * k);
+    const float *l = logits + (int64_t)row * E;
+    float p[EPL];
+#pragma unroll
+    for (int q = 0; q < EPL; q++) {
+        const int e = lane + 32 * q;
+        p[q] = e < E ? l[e] : -INFINITY;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < EPL; q++)
+        if (lane + 32 * q < E) mx = fmaxf(mx, p[q]);
+    mx = warp_max(mx);
+    double s = 0;
+#pragma unroll
+    for (int q = 0; q < EPL; q++)
+        if (lane + 32 * q < E) {
+            p[q] = expf(__fsub_rn(p[q], mx));
+            s += p[q];
+        }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+#pragma unroll
+    for (int q = 0; q < EPL; q++)
+        if (lane + 32 * q < E) p[q] = (float)((double)p[q] / s);
+    uint32_t taken = 0; /* bit q: element lane + 32 q picked (or past E) */
+#pragma unroll
+    for (int q = 0; q < EPL; q++)
+        if (lane + 32 * q >= E) taken |= 1u << q;
+    float wsum = 0.f; /* the CPU's float sum of the picked, in pick order */
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int bq = -1;
+#pragma unroll
+        for (int q = 0; q < EPL; q++) /* increasing index: a tie keeps the lower */
+            if (!(taken >> q & 1u) && (p[q] > bv || (bq < 0 && p[q] == bv))) bv = p[q], bq = q;
+        const unsigned key = bq >= 0 ? __float_as_uint(bv) + 1u : 0u;
+        const unsigned mk = __reduce_max_sync(0xffffffffu, key);
+        unsigned cand;
+        if (mk) {
+            cand = key == mk ? (unsigned)(lane + 32 * bq) : 0xffffffffu;
+        } else { /* only NaN left: the CPU's scan takes the first not taken */
+            cand = 0xffffffffu;
+#pragma unroll
+            for (int q = EPL - 1; q >= 0; q--)
+                if (!(taken >> q & 1u)) cand = (unsigned)(lane + 32 * q);
+        }
+        const int bi = (int)__reduce_min_sync(0xffffffffu, cand);
+        float v = 0.f;
+        if ((bi & 31) == lane) {
+#pragma unroll
+            for (int q = 0; q < EPL; q++)
+                if (q == (bi >> 5)) v = p[q];
+            taken |= 1u << (bi >> 5);
+        }
+        v = __shfl_sync(0xffffffffu, v, bi & 31);
+        if (lane == 0) ids[(int64_t)row * k + j] = bi, wts[(int64_t)row * k + j] = v;
+        wsum = __fadd_rn(wsum, v);
+    }
+    __syncwarp();
+    if (norm && lane < k) wts[(int64_t)row * k + lane] = __fdiv_rn(wts[(int64_t)row * k + lane], wsum);
 }
 
 extern "C" void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts) {

@@ -85,7 +85,6 @@
  */
 #include "cuda/common.cuh"
 #include "cuda/q4dp.cuh"
-#include "cuda/route.cuh"
 #include "cuda/rows.cuh"
 
 #include <stdlib.h>
@@ -1172,13 +1171,6 @@ struct dx_args {
     int64_t ssoff, sboff;
     const float *x2, *u2;
     int c2;
-    /* ROWS, optional: the routes made in the prologue from the router's
-     * logits rlog ([ntok][E], E <= MOE_EMAX) instead of read from ids;
-     * block 0 writes them to ids_out / wts_out for the down */
-    const float *rlog;
-    int E, norm;
-    int32_t *ids_out;
-    float *wts_out;
 };
 
 __device__ __forceinline__ const float *x_at(const dx_args &a, int i, int col) {
@@ -1191,7 +1183,6 @@ __device__ __forceinline__ const float *u_at(const dx_args &a, int i, int col) {
 /* tokens a k_q4dp_moe pass at most (q4dp_moe's passes), and the routes a
  * block keeps in shared memory (ntok * k <= 16 * 32) */
 constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
-constexpr int MOE_EMAX = 512; /* experts a prologue route takes (route_row<16>) */
 
 /* Index arithmetic in 32 bits (q4dp_moe checks that the stacked rows and
  * columns fit): a 64-bit division per row was ~100 instructions a virtual
@@ -1201,7 +1192,7 @@ template <int ND, int U, int EM>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids, then (COLS) weights */
-    __shared__ float swt[MOE_ROUTES];
+    __shared__ float swt[EM == Q4DP_MOE_COLS ? MOE_ROUTES : 1];
     __shared__ float ssg[EM == Q4DP_MOE_COLS ? MOE_TOK : 1]; /* the shared slot's weight a token */
     extern __shared__ int4 sm[];
     const int nch = a.cols >> 5;
@@ -1218,40 +1209,28 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     const int nroute = a.ntok * a.k;
     int32_t rid[2] = {0, 0};
     float rwt[2] = {0.f, 0.f};
-    const bool routes_here = EM == Q4DP_MOE_ROWS && a.rlog; /* uniform over the grid */
-    if (routes_here) {
-        /* the routes of the pass's tokens, a warp a token (each block makes
-         * all of them: every block may hold any token's slots) */
-        for (int t = warp; t < a.ntok; t += WARPS)
-            route_row<MOE_EMAX / 32>(a.rlog + (int64_t)t * a.E, a.E, a.k, a.norm, sid + t * a.k, swt + t * a.k);
-    } else {
 #pragma unroll
-        for (int q = 0; q < 2; q++) {
-            const int t = threadIdx.x + q * WARPS * 32;
-            if (t < nroute) {
-                rid[q] = __ldg(a.ids + t);
-                if constexpr (EM == Q4DP_MOE_COLS) rwt[q] = __ldg(a.wts + t);
-            }
+    for (int q = 0; q < 2; q++) {
+        const int t = threadIdx.x + q * WARPS * 32;
+        if (t < nroute) {
+            rid[q] = __ldg(a.ids + t);
+            if constexpr (EM == Q4DP_MOE_COLS) rwt[q] = __ldg(a.wts + t);
         }
     }
     float sg = 0.f;
     if (EM == Q4DP_MOE_COLS && a.sdata && threadIdx.x < a.ntok) sg = __ldg(a.sgate + threadIdx.x);
     stage_x<ND, 2>(a, a.ntok, xd, xsb, NULL); /* ptxas keeps the words in a 64-byte local frame here (L1; staging only) */
-    if (!routes_here) {
 #pragma unroll
-        for (int q = 0; q < 2; q++) {
-            const int t = threadIdx.x + q * WARPS * 32;
-            if (t < nroute) {
-                sid[t] = rid[q];
-                if constexpr (EM == Q4DP_MOE_COLS) swt[t] = rwt[q];
-            }
+    for (int q = 0; q < 2; q++) {
+        const int t = threadIdx.x + q * WARPS * 32;
+        if (t < nroute) {
+            sid[t] = rid[q];
+            if constexpr (EM == Q4DP_MOE_COLS) swt[t] = rwt[q];
         }
     }
     if constexpr (EM == Q4DP_MOE_COLS)
         if (a.sdata && threadIdx.x < a.ntok) ssg[threadIdx.x] = sigmoid_f(sg);
     __syncthreads();
-    if (routes_here && blockIdx.x == 0) /* for the down (the next launch) */
-        for (int t = threadIdx.x; t < nroute; t += blockDim.x) a.ids_out[t] = sid[t], a.wts_out[t] = swt[t];
 
     const int rows = (int)a.rows;
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
@@ -1839,8 +1818,6 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em) {
     return cols <= (1 << 24) && stage_bytes(1, nd, (int)cols) <= SMEM_MAX;
 }
 
-bool q4dp_moe_routes(int E, int k) { return E >= 1 && E <= MOE_EMAX && k >= 1 && k <= 32 && k <= E; }
-
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
     return q4dp_moe_takes(d, k + 1, Q4DP_MOE_COLS) && q4dp_takes(sw) && sw->rows == d->rows && sw->cols == d->cols &&
            sw->group == d->group && sw->sdtype == d->sdtype && sw->act_digits == d->act_digits;
@@ -1848,8 +1825,7 @@ bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
 
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2, const float *rlog,
-              int E, int norm, int32_t *ids_out, float *wts_out) {
+              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     dx_args a;
     memset(&a, 0, sizeof a);
@@ -1889,11 +1865,7 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
     for (int t0 = 0; t0 < ntok; t0 += per) {
         a.ntok = ntok - t0 < per ? ntok - t0 : per;
         a.nvb = a.ntok * a.vpt;
-        a.ids = ids ? ids + (int64_t)t0 * k : NULL;
-        if (rlog && em == Q4DP_MOE_ROWS) {
-            a.rlog = rlog + (int64_t)t0 * E, a.E = E, a.norm = norm;
-            a.ids_out = ids_out + (int64_t)t0 * k, a.wts_out = wts_out + (int64_t)t0 * k;
-        }
+        a.ids = ids + (int64_t)t0 * k;
         a.wts = wts ? wts + (int64_t)t0 * k : NULL;
         a.x = x + (int64_t)t0 * a.c2;
         a.u = u ? u + (int64_t)t0 * a.c2 : NULL;

@@ -43,14 +43,8 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em);
  * combine's value, summed in another order; add must then be NULL).
  * q4dp_moe_shared_takes: sw fits (d is the routed down's slot 0). */
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k);
-/* ROWS, rlog given (ids NULL): the routes of the tokens ([ntok][E] router
- * logits, tsc_moe_route's bits) made in the kernel's prologue, in every
- * block, and written to ids_out / wts_out for the down: the route kernel's
- * launch and hand-off off the layer's chain. q4dp_moe_routes: E and k fit. */
-bool q4dp_moe_routes(int E, int k);
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL,
-              const float *rlog = NULL, int E = 0, int norm = 0, int32_t *ids_out = NULL, float *wts_out = NULL);
+              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL);
 
 #endif
