@@ -2210,27 +2210,12 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         /* the routed experts: all k slots at once, in sub-blocks of rows
          * whose k hidden rows each fit b1 ([R, F]); slot by slot when not
          * even one row's do (same values either way) */
-        if (shx) {
-            /* the sub-blocks below, the shared expert's rows the down's last slot */
-            const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
-            for (int r1 = 0; r1 < nr; r1 += per) {
-                const int m1 = nr - r1 < per ? nr - r1 : per;
-                const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
-                const tsc_weight *wgu[2] = {&g0, &u0}, *wd[1] = {&d0};
-                const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
-                float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
-                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1);
-                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL, q->gl + r1,
-                         yd1, m1, &sd, sg1 + (size_t)r1 * Is, sg2 + (size_t)r1 * Is);
-            }
-            continue;
-        }
         if (hk <= room && dpx) {
             /* 4-bit MLX experts: gate and up of the k slots as one stacked
              * dp4a product into b1 / b2 ([m1][k * Im] each), then down over
              * the k hidden rows side by side, SwiGLU staged, the routing
-             * weights applied inside, and the combine with the shared
-             * expert in its store: t directly (q4dp.cu) */
+             * weights applied inside, and the shared expert either its last
+             * slot (shx) or combined in its store: t directly (q4dp.cu) */
             const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
             for (int r1 = 0; r1 < nr; r1 += per) {
                 const int m1 = nr - r1 < per ? nr - r1 : per;
@@ -2240,8 +2225,12 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
                 q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1);
                 const tsc_weight *wd[1] = {&d0};
-                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2,
-                         shared + (size_t)r1 * H, q->gl + r1, yd1, m1);
+                if (shx)
+                    q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,
+                             q->gl + r1, yd1, m1, &sd, sg1 + (size_t)r1 * Is, sg2 + (size_t)r1 * Is);
+                else
+                    q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2,
+                             shared + (size_t)r1 * H, q->gl + r1, yd1, m1);
             }
             continue;
         }

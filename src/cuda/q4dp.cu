@@ -1191,7 +1191,7 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
 template <int ND, int U, int EM>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
-    __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids, then (COLS) weights */
+    __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
     __shared__ float swt[EM == Q4DP_MOE_COLS ? MOE_ROUTES : 1];
     __shared__ float ssg[EM == Q4DP_MOE_COLS ? MOE_TOK : 1]; /* the shared slot's weight a token */
     extern __shared__ int4 sm[];
@@ -1493,8 +1493,8 @@ int pick_ks(int64_t rows, int cols, int n_sm) {
 template <int NR, int ND>
 int launch_as(tsc_ctx *c, const dp_args &a) {
     const size_t smem = as_smem(NR, ND, a.cols, a.as);
-    /* 5..7 rows (verify passes of 6..8 rows' drafts) at the several-row
-     * depth only (TSC_Q4DP_AS_S forces 3 and 4 for 1..4 and 8 rows) */
+    /* 5..7 rows (the verify of 4..6 drafts) at the several-row depth only
+     * (TSC_Q4DP_AS_S forces 3 and 4 for 1..4 and 8 rows) */
     if constexpr (NR >= 5 && NR <= 7) {
         return launch_grid(c, k_q4dp_as<NR, ND, 2>, a.nvb, as_smem(NR, ND, a.cols, 2), a, 0, AS_SMEM_MAX);
     } else {
