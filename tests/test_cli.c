@@ -434,6 +434,27 @@ TS_TEST(cli, bench_forced_accept) {
     }
 }
 
+/* bench --ids-file skips '#' lines (the held-out windows' file): the
+ * prompt is the first window's ids, the same run as the bare list gives. */
+TS_TEST(cli, bench_ids_file_comments) {
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/ids_plain.txt", ts_test_tmpdir());
+    snprintf(b, sizeof b, "%s/ids_comments.txt", ts_test_tmpdir());
+    FILE *f = fopen(a, "w"), *g = fopen(b, "w");
+    CHECK(f && g);
+    if (!f || !g) return;
+    fputs("11,5,301,42,7,99,250,3,18,64,120,9\n", f);
+    fputs("# windows\n# doc 1, with commas and digits 1,2,3\n11,5,301,42,7,99\n# doc 2\n250,3,18,64,120,9\n", g);
+    fclose(f), fclose(g);
+    char oa[4096], ob[4096];
+    int ra = ts_test_sh(oa, sizeof oa, "%s bench -m tests/fixtures/tiny-dense --prompt 12 --gen 4 --runs 1 --bw-mib 1 "
+                        "--ids-file %s --json 2>&1", ts_test_bin(), a);
+    int rb = ts_test_sh(ob, sizeof ob, "%s bench -m tests/fixtures/tiny-dense --prompt 12 --gen 4 --runs 1 --bw-mib 1 "
+                        "--ids-file %s --json 2>&1", ts_test_bin(), b);
+    CHECK_MSG(ra == 0 && rb == 0, "rc %d %d: %s / %s", ra, rb, oa, ob);
+    CHECK_MSG(strstr(oa, "\"prompt\": 12,") && strstr(ob, "\"prompt\": 12,"), "%s / %s", oa, ob);
+}
+
 /* One count, one word: "prompt 1 token", "generated 1 token". */
 TS_TEST(cli, stats_line_singular) {
     int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m tests/fixtures/tiny-dense --ids 5 -n 1 --print-ids 2>&1 >/dev/null",

@@ -99,7 +99,8 @@ static void usage(FILE *f) {
                "  --runs R            timed runs of each phase after a warm-up, 1..100 (default 5);\n"
                "                      the median is reported (the mean of the two middle runs when R\n"
                "                      is even), with min and max\n"
-               "  --ids-file FILE     the prompt from comma-separated token ids (default: random ids)\n"
+               "  --ids-file FILE     the prompt from comma-separated token ids, '#' lines skipped\n"
+               "                      (default: random ids)\n"
                "  --bw-mib M          MiB of the memory bandwidth array (default 1024)\n"
                "  --ctx N             the session's context limit (default: what the prompt and the\n"
                "                      generated tokens need); a serving context (run's default 4096, or\n"
@@ -324,6 +325,11 @@ int cmd_bench(int argc, char **argv) {
     if (ids_file) {
         char *txt = cli_read_file(ids_file);
         if (!txt) { fprintf(stderr, "turbospark bench: cannot read %s\n", ids_file); return 1; }
+        /* '#' lines are comments (tools/train/heldout.ids, which perplexity
+         * -f reads: its windows then follow one another) */
+        for (char *l = txt; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+            if (*l == '#')
+                for (char *q = l; *q && *q != '\n'; q++) *q = ' ';
         int n = cli_parse_ids(txt, &file_ids);
         if (n < 1) {
             fprintf(stderr, "turbospark bench: %s: not a list of token ids\n", ids_file);
