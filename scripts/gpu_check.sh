@@ -77,7 +77,8 @@ T="$OUT/gpu_check.md"
     compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test cuda.gdn_step_parity_and_row_exact \
       cuda.attn_short_parity_and_row_exact cuda.moe_route_exact cuda.argmax_exact cuda.norm_silu_parity \
       cuda.linear_parity_and_row_exact cuda.fused_products_q4t cuda.moe_linear_parity_and_row_exact \
-      cuda.fused_products_dp4a cuda.topn_matches_cpu_op cuda.block_mask_attention_vs_cpu_backend >"$OUT/racecheck.log" 2>&1
+      cuda.fused_products_dp4a cuda.topn_matches_cpu_op cuda.block_mask_attention_vs_cpu_backend \
+      cuda.gdn_prefill_vs_step cuda.attn_same_pos_rows >"$OUT/racecheck.log" 2>&1
     echo "| compute-sanitizer racecheck (gdn, attn, moe, argmax, norm, products) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1) |"
     grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/racecheck.log" || status=1
   fi
@@ -96,7 +97,7 @@ T="$OUT/gpu_check.md"
     vs=$(kv $sh.vs_llama); vs=${vs:+, x$vs llama.cpp}
     echo "| $sh decode step, one graph, fused + PDL | $(kv $sh.step_ms) ms = $(kv $sh.tok_s) tok/s = $(kv $sh.pct)% of probe$vs; $(kv $sh.kernels) kernels (plain: $(kv $sh.plain_ms) ms) |"
   done
-  for n in 2 4 8 16; do r=$(kv rows_ratio.$n); [ -n "$r" ] && echo "| 9b fused step at $n rows (verify) | x$r of 1 row |"; done
+  for n in 2 3 4 5 6 8 16; do r=$(kv rows_ratio.$n); [ -n "$r" ] && echo "| 9b fused step at $n rows (verify) | x$r of 1 row |"; done
   # the MLX layout the engine uploads: q4dp.cu's dp4a products at 8-bit x (the engine's default) and 24-bit
   for d in 1 3; do
     ./"$B"/cuda_bench $args --shape 9b --mlx --digits $d >"$OUT/bench_mlx_d$d.log" 2>&1 || { echo "| bench --mlx --digits $d | FAILED |"; status=1; continue; }
@@ -222,6 +223,14 @@ PY
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench %s prefill 2048, TSC_BLAS=0 (q4gemm.cu) | %.0f tok/s |'%(sys.argv[2],j['prefill_tok_s']))" \
         "$OUT/bench_${sh}_p2048_q4gemm.json" "$sh" 2>/dev/null
     else echo "| bench $sh prefill 2048 TSC_BLAS=0 | FAILED |"; status=1; fi
+    # MTP drafting at issue 17's forced acceptance (0.8 / 0.6 / 0.5 by position; bench --accept plants the
+    # plain run's tokens as drafts after the drafter ran): tok/s at that acceptance, output checked identical
+    if "$TS" bench --backend cuda -m "$d" --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5 \
+        --json >"$OUT/bench_${sh}_accept.json" 2>>"$OUT/engine_bench.log"; then
+      python3 -c "import json,sys;j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]);print('| bench %s --spec mtp --draft 3 --accept 0.8,0.6,0.5 | identical %s, accepted by position %s, spec %.1f tok/s against plain %.1f (x%.2f), verify %.2f ms a block |'%(sys.argv[2],j['identical'],j['accept_by_position'],j['spec_tok_s'],j['plain_tok_s'],j['speedup'],j['ms_verify_per_block']))" \
+        "$OUT/bench_${sh}_accept.json" "$sh" 2>/dev/null
+      grep -q '"identical": true' "$OUT/bench_${sh}_accept.json" || status=1
+    else echo "| bench $sh --accept | FAILED |"; status=1; fi
     # decode in run's and serve's default 4096-token context (the caches and the attention pieces a server has)
     if "$TS" bench --backend cuda -m "$d" --prompt 512 --gen 128 --runs 2 --ctx 4096 --json >"$OUT/bench_${sh}_ctx4096.json" 2>>"$OUT/engine_bench.log"; then
       python3 -c "import json,sys;j=json.load(open(sys.argv[1]));print('| bench %s in a 4096-token context (512 + 128) | decode %.1f tok/s |'%(sys.argv[2],j['decode_tok_s']))" \
@@ -241,6 +250,11 @@ PY
       cuda.linear_many_same_bits >"$OUT/engine_racecheck.log" 2>&1
     echo "| racecheck (engine parity, quick set; attn device pos; gdn fused) | rc $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/engine_racecheck.log" | tail -1) |"
     grep -Eq '(RACECHECK|ERROR) SUMMARY: 0 ' "$OUT/engine_racecheck.log" || status=1
+    # the routed experts at the 35B-A3B's widths (the wide synthetic MoE alone: its shared-slot down)
+    TS_CUDA_ENGINE_QUICK=3 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
+      cuda_engine.parity_every_fixture_and_the_default_model >"$OUT/engine_memcheck_wide.log" 2>&1
+    echo "| memcheck (engine parity, the wide synthetic MoE) | rc $? : $(grep 'ERROR SUMMARY' "$OUT/engine_memcheck_wide.log" | tail -1) |"
+    grep -q 'ERROR SUMMARY: 0 errors' "$OUT/engine_memcheck_wide.log" || status=1
   fi
   fi
 } >"$T"
