@@ -816,26 +816,18 @@ TS_TEST(cuda_engine, shapes_refused_before_upload_and_plan_without_device) {
  * exactness the row-exact ops promise (backend.h): a verify row has the bits
  * of a decode row, a replayed row those of the decode row it replaces. */
 
-/* A small synthetic checkpoint whose GDN heads take the fused kernels of
- * gdn.cu (dk = dv = 128, 4 taps; no fixture has them): random INT4 weights,
- * an MTP head, 4 layers (3 GDN, 1 attention), written once per run. */
-static int fused_model(char *dir, size_t cap) {
+/* An INT4 install of random weights of the shape json, written once per
+ * run as <tmp>/<name>-q4 (its path into dir): 0, or the error (the test
+ * fails). */
+static int synth_once(const char *name, const char *json, char *dir, size_t cap) {
     char shape[600];
-    snprintf(shape, sizeof shape, "%s/fused-gdn.json", ts_test_tmpdir());
-    snprintf(dir, cap, "%s/fused-gdn-q4", ts_test_tmpdir());
+    snprintf(shape, sizeof shape, "%s/%s.json", ts_test_tmpdir(), name);
+    snprintf(dir, cap, "%s/%s-q4", ts_test_tmpdir(), name);
     struct stat sb;
     if (stat(dir, &sb) == 0) return 0;
     FILE *f = fopen(shape, "w");
     if (!f) { ts_test_fail(__FILE__, __LINE__, "cannot write %s", shape); return -1; }
-    fputs("{\"model_type\": \"qwen3_5\", \"vocab_size\": 2048, \"hidden_size\": 256, \"num_hidden_layers\": 4,\n"
-          " \"layer_types\": [\"linear_attention\", \"linear_attention\", \"linear_attention\", \"full_attention\"],\n"
-          " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,\n"
-          " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 128,\n"
-          " \"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4, \"rms_norm_eps\": 1e-06,\n"
-          " \"max_position_embeddings\": 4096,\n"
-          " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25},\n"
-          " \"mtp_num_hidden_layers\": 1, \"tie_word_embeddings\": true, \"eos_token_id\": 2047,\n"
-          " \"intermediate_size\": 512}\n", f);
+    fputs(json, f);
     fclose(f);
     ts_convert_params p;
     ts_convert_params_default(&p);
@@ -847,39 +839,44 @@ static int fused_model(char *dir, size_t cap) {
     return rc;
 }
 
+/* A small synthetic checkpoint whose GDN heads take the fused kernels of
+ * gdn.cu (dk = dv = 128, 4 taps; no fixture has them): random INT4 weights,
+ * an MTP head, 4 layers (3 GDN, 1 attention). */
+static int fused_model(char *dir, size_t cap) {
+    return synth_once(
+        "fused-gdn",
+        "{\"model_type\": \"qwen3_5\", \"vocab_size\": 2048, \"hidden_size\": 256, \"num_hidden_layers\": 4,\n"
+        " \"layer_types\": [\"linear_attention\", \"linear_attention\", \"linear_attention\", \"full_attention\"],\n"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,\n"
+        " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 128,\n"
+        " \"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4, \"rms_norm_eps\": 1e-06,\n"
+        " \"max_position_embeddings\": 4096,\n"
+        " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25},\n"
+        " \"mtp_num_hidden_layers\": 1, \"tie_word_embeddings\": true, \"eos_token_id\": 2047,\n"
+        " \"intermediate_size\": 512}\n",
+        dir, cap);
+}
+
 /* A small synthetic MoE checkpoint with the 35B-A3B's layer widths (hidden
  * 2048, experts of 512, 8 of them a token, a shared expert of 512, a bf16
  * router): the routed experts' dp4a kernels at the splits and unrolls the
  * released shapes take (several 1024-column steps a row, KS > 1), which no
  * fixture reaches (tiny-moe's rows are one step). Random INT4 weights, 16
- * experts, 2 layers (GDN, attention), an MTP head, written once per run. */
+ * experts, 2 layers (GDN, attention), an MTP head. */
 static int wide_moe_model(char *dir, size_t cap) {
-    char shape[600];
-    snprintf(shape, sizeof shape, "%s/wide-moe.json", ts_test_tmpdir());
-    snprintf(dir, cap, "%s/wide-moe-q4", ts_test_tmpdir());
-    struct stat sb;
-    if (stat(dir, &sb) == 0) return 0;
-    FILE *f = fopen(shape, "w");
-    if (!f) { ts_test_fail(__FILE__, __LINE__, "cannot write %s", shape); return -1; }
-    fputs("{\"model_type\": \"qwen3_5_moe\", \"vocab_size\": 2048, \"hidden_size\": 2048, \"num_hidden_layers\": 2,\n"
-          " \"layer_types\": [\"linear_attention\", \"full_attention\"],\n"
-          " \"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 256,\n"
-          " \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128,\n"
-          " \"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4, \"rms_norm_eps\": 1e-06,\n"
-          " \"max_position_embeddings\": 4096,\n"
-          " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25},\n"
-          " \"mtp_num_hidden_layers\": 1, \"tie_word_embeddings\": false, \"eos_token_id\": 2047,\n"
-          " \"num_experts\": 16, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 512,\n"
-          " \"shared_expert_intermediate_size\": 512}\n", f);
-    fclose(f);
-    ts_convert_params p;
-    ts_convert_params_default(&p);
-    p.bits = 4;
-    p.quiet = 1;
-    ts_error err = {0};
-    int rc = ts_synth(shape, dir, &p, &err);
-    if (rc) ts_test_fail(__FILE__, __LINE__, "synth %s: %s", shape, err.msg);
-    return rc;
+    return synth_once(
+        "wide-moe",
+        "{\"model_type\": \"qwen3_5_moe\", \"vocab_size\": 2048, \"hidden_size\": 2048, \"num_hidden_layers\": 2,\n"
+        " \"layer_types\": [\"linear_attention\", \"full_attention\"],\n"
+        " \"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 256,\n"
+        " \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128,\n"
+        " \"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4, \"rms_norm_eps\": 1e-06,\n"
+        " \"max_position_embeddings\": 4096,\n"
+        " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25},\n"
+        " \"mtp_num_hidden_layers\": 1, \"tie_word_embeddings\": false, \"eos_token_id\": 2047,\n"
+        " \"num_experts\": 16, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 512,\n"
+        " \"shared_expert_intermediate_size\": 512}\n",
+        dir, cap);
 }
 
 /* The models the speculative tests run: name, directory. */
