@@ -32,7 +32,8 @@ typedef struct {
     int n_calls;
 } oracle;
 
-/* the session's test_drafts hook: m drafts for the rows after position pos */
+/* the session's draft override (ts_session_override_drafts): m drafts for
+ * the rows after position pos */
 static inline void oracle_drafts(void *user, int pos, int m, int32_t *d) {
     oracle *o = user;
     o->n_calls++;
@@ -65,7 +66,7 @@ static inline int oracle_generate(ts_engine *e, const int32_t *prompt, int T, in
                                   collect *c, ts_gen_stats *st) {
     ts_session *s = oracle_session(e, n_ctx, M);
     if (!s) return -1;
-    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
+    if (orc) ts_session_override_drafts(s, oracle_drafts, orc);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.n_predict = n_pred;

@@ -435,7 +435,8 @@ TS_TEST(cli, bench_forced_accept) {
 }
 
 /* bench --ids-file skips '#' lines (the held-out windows' file): the
- * prompt is the first window's ids, the same run as the bare list gives. */
+ * windows' ids follow one another, so --prompt 12 takes both 6-id windows
+ * of the commented file as it takes the bare list's 12 ids. */
 TS_TEST(cli, bench_ids_file_comments) {
     char a[512], b[512];
     snprintf(a, sizeof a, "%s/ids_plain.txt", ts_test_tmpdir());

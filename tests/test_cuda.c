@@ -278,7 +278,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             CHECK_MSG(!memcmp(y, y1, sizeof(float) * N * rows), "%s %lldx%lld: 16-row call != 16 one-row calls",
                       cf->name, (long long)rows, (long long)cols);
             static const int NS[] = {3, 5, 6, 7};
-            for (int ni = 0; ni < 4; ni++) {
+            for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++) {
                 const int n = NS[ni];
                 tsc_fill(c, dy1, NAN, (size_t)N * rows);
                 float *yy = dy1;
@@ -1582,11 +1582,11 @@ TS_TEST(cuda, moe_route_exact) {
     OPEN(c);
     /* E, k, norm, rows: a warp per row, 8 rows a block, so row counts that
      * leave a block part empty, and the largest E and k the kernel takes;
-     * E of every register width (1, 2, 8, 16, 32 elements a lane; 33: a
+     * E of every register width (1, 2, 4, 8, 16, 32 elements a lane; 33: a
      * partial second) */
     static const int cfg[][4] = {{256, 8, 1, 5}, {64, 4, 0, 13}, {512, 10, 1, 9}, {1024, 32, 1, 17}, {33, 32, 0, 5},
                                     {20, 6, 1, 7}, {128, 8, 1, 6}};
-    for (int ci = 0; ci < 7; ci++) {
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
         const int n = cfg[ci][3], E = cfg[ci][0], k = cfg[ci][1], norm = cfg[ci][2];
         float *l = malloc(sizeof(float) * n * E);
         frand(l, (size_t)n * E, 4.0f);

@@ -135,10 +135,10 @@ typedef struct parity {
     int rows, top1_ok, top1_checked;
 } parity;
 
-/* Prompt rows then teacher-forced decode steps on both engines. Returns 0,
- * 1 when the GPU refuses the shape (why filled), -1 on a failure. */
 static int wide_moe_model(char *dir, size_t cap);
 
+/* Prompt rows then teacher-forced decode steps on both engines. Returns 0,
+ * 1 when the GPU refuses the shape (why filled), -1 on a failure. */
 static int run_parity(const char *dir, int n_prompt, int n_dec, parity *pr, char *why, size_t wcap) {
     memset(pr, 0, sizeof *pr);
     ts_error err = {0};
@@ -254,6 +254,24 @@ static void layer_diag_n(const char *dir, int n, int modes) {
 
 static void layer_diag(const char *dir) { layer_diag_n(dir, 5, 2); }
 
+/* One install's parity line, its layers' diagnosis when out of tolerance,
+ * and the two checks; 1 when a check failed (the caller returns). */
+static int parity_report(const char *name, const char *bn, const char *dir, const parity *pr) {
+    const float tol = REL_TOL * fmaxf(1.0f, pr->max_logit);
+    fprintf(stderr, "  %-13s %-5s %8d %10.3g %9.3g %d/%d%s\n", name, bn, pr->rows, pr->max_err, pr->max_logit,
+            pr->top1_ok, pr->top1_checked, pr->max_err <= tol && pr->top1_ok == pr->top1_checked ? "" : "  <- FAIL");
+    if (pr->max_err > tol || pr->top1_ok != pr->top1_checked) layer_diag(dir);
+    if (!(pr->max_err <= tol)) {
+        ts_test_fail(__FILE__, __LINE__, "%s %s: max abs logit error %.3g > %.3g", name, bn, pr->max_err, tol);
+        return 1;
+    }
+    if (pr->top1_ok != pr->top1_checked) {
+        ts_test_fail(__FILE__, __LINE__, "%s %s: top-1 agrees on %d of %d rows", name, bn, pr->top1_ok, pr->top1_checked);
+        return 1;
+    }
+    return 0;
+}
+
 TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
     NEED_GPU();
     static const char *const FIX[] = {"tiny-dense", "tiny-moe", "alt-dense", "alt-moe", "alt-moe-tied", "default"};
@@ -284,13 +302,7 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
                 continue;
             }
             ran++;
-            const float tol = REL_TOL * fmaxf(1.0f, pr.max_logit);
-            fprintf(stderr, "  %-13s %-5s %8d %10.3g %9.3g %d/%d%s\n", FIX[f], bn, pr.rows, pr.max_err, pr.max_logit,
-                    pr.top1_ok, pr.top1_checked, pr.max_err <= tol && pr.top1_ok == pr.top1_checked ? "" : "  <- FAIL");
-            if (pr.max_err > tol || pr.top1_ok != pr.top1_checked) layer_diag(dir);
-            CHECK_MSG(pr.max_err <= tol, "%s %s: max abs logit error %.3g > %.3g", FIX[f], bn, pr.max_err, tol);
-            CHECK_MSG(pr.top1_ok == pr.top1_checked, "%s %s: top-1 agrees on %d of %d rows", FIX[f], bn, pr.top1_ok,
-                      pr.top1_checked);
+            if (parity_report(FIX[f], bn, dir, &pr)) return;
         }
     /* the 35B-A3B's MoE widths (wide_moe_model): the routed experts' kernels
      * at the released shapes' splits, prompt rows 16 a pass */
@@ -301,13 +313,8 @@ TS_TEST(cuda_engine, parity_every_fixture_and_the_default_model) {
         const int rc = run_parity(dir, 40, 24, &pr, why, sizeof why);
         if (rc < 0) return;
         CHECK_MSG(rc == 0, "wide-moe INT4 refused by the CUDA backend: %s", why);
-        const float tol = REL_TOL * fmaxf(1.0f, pr.max_logit);
-        fprintf(stderr, "  %-13s %-5s %8d %10.3g %9.3g %d/%d\n", "wide-moe", "INT4", pr.rows, pr.max_err, pr.max_logit,
-                pr.top1_ok, pr.top1_checked);
-        CHECK_MSG(pr.max_err <= tol, "wide-moe INT4: max abs logit error %.3g > %.3g", pr.max_err, tol);
-        CHECK_MSG(pr.top1_ok == pr.top1_checked, "wide-moe INT4: top-1 agrees on %d of %d rows", pr.top1_ok,
-                  pr.top1_checked);
-        ran += rc == 0;
+        ran++;
+        if (parity_report("wide-moe", "INT4", dir, &pr)) return;
     }
     fprintf(stderr, "  %d installs compared, %d refused by the CUDA backend (shapes named above)\n", ran, refused);
     /* the default model and the tiny fixtures have shapes the kernels take */
@@ -1334,7 +1341,7 @@ static int vg_generate(ts_engine *e, const int32_t *prompt, int T, int n_ctx, in
                        collect *c, ts_gen_stats *st, int *graphs, long *replays) {
     ts_session *s = oracle_session(e, n_ctx, M);
     if (!s) return -1;
-    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
+    if (orc) ts_session_override_drafts(s, oracle_drafts, orc);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.n_predict = n_pred;
@@ -1563,7 +1570,7 @@ static int df_generate(ts_engine *e, const int32_t *prompt, int T, int n_ctx, in
         ts_test_fail(__FILE__, __LINE__, "session (DFlash block %d): %s", B, err.msg);
         return -1;
     }
-    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
+    if (orc) ts_session_override_drafts(s, oracle_drafts, orc);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.n_predict = n_pred;

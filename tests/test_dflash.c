@@ -159,7 +159,7 @@ static int gen(ts_engine *e, const int32_t *prompt, int T, int n_pred, int B, or
     ts_session *s = NULL;
     ts_error err = {0};
     if (ts_session_new(e, &sp, &s, &err)) { ts_test_fail(__FILE__, __LINE__, "%s", err.msg); return -1; }
-    if (orc) { s->test_drafts = oracle_drafts; s->test_user = orc; }
+    if (orc) ts_session_override_drafts(s, oracle_drafts, orc);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.n_predict = n_pred;
@@ -633,8 +633,8 @@ TS_TEST(dflash, torch_parity) {
 /* The drafts of a generation equal the drafts of a fresh session that feeds
  * the same ids up to the block and drafts once: the drafter's context cache,
  * built incrementally from prompt chunks and kept verify rows, holds what one
- * pass over the whole prefix would. Recorded through the test_drafts hook
- * (which leaves the drafts as they are). */
+ * pass over the whole prefix would. Recorded through the draft override
+ * (ts_session_override_drafts, which leaves the drafts as they are). */
 typedef struct { int pos[64], n[64], k; int32_t d[64][16]; } rec_drafts;
 static void record_drafts(void *user, int pos, int m, int32_t *d) {
     rec_drafts *r = user;
@@ -664,8 +664,7 @@ static void incremental_check(const char *mdir, const char *ddir, const int32_t 
     CHECK(ts_session_new(e, &sp, &s, &err) == 0);
     static rec_drafts rec;
     memset(&rec, 0, sizeof rec);
-    s->test_drafts = record_drafts;
-    s->test_user = &rec;
+    ts_session_override_drafts(s, record_drafts, &rec);
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.n_predict = 120;

@@ -269,13 +269,13 @@ static int timeline(ts_engine *e, float *out, int *n_out, collect *c) {
     ts_gen_params_default(&gp);
     gp.n_predict = 40;
     gp.spec_draft = 4;
-    s->test_drafts = bad_drafts;
+    ts_session_override_drafts(s, bad_drafts, NULL);
     c->n = 0;
     if (!rc) rc = ts_generate(s, prompt + 24, 3, &gp, on_tok, c, NULL, &err); /* verify, rollback, MTP drafting */
     if (!rc) rc = ts_session_restore(s, &err);
     gp.temperature = 0.9f;
     gp.seed = 3;
-    s->test_drafts = NULL;
+    ts_session_override_drafts(s, NULL, NULL);
     if (!rc) rc = ts_generate(s, prompt + 24, 3, &gp, on_tok, c, NULL, &err); /* sampled, drafted */
     float mlg[2 * 4096];
     if (!rc && V <= 4096) { /* the MTP head through the API */
@@ -329,13 +329,13 @@ static int dflash_timeline(ts_engine *e, collect *c) {
     ts_gen_params_default(&gp);
     gp.n_predict = 40;
     gp.dflash_block = 6;
-    s->test_drafts = bad_drafts;
+    ts_session_override_drafts(s, bad_drafts, NULL);
     c->n = 0;
     int rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
     ts_session_reset(s);
     gp.temperature = 0.9f;
     gp.seed = 5;
-    s->test_drafts = NULL;
+    ts_session_override_drafts(s, NULL, NULL);
     if (!rc) rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
     if (rc) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
     ts_session_free(s);

@@ -460,8 +460,7 @@ TS_TEST(spec, draft_vocab) {
         ts_session *s = oracle_session(e, 512, 3);
         CHECK(s);
         dv_check c = {K, 0, 0};
-        s->test_drafts = dv_drafts;
-        s->test_user = &c;
+        ts_session_override_drafts(s, dv_drafts, &c);
         ts_gen_params gp;
         ts_gen_params_default(&gp);
         gp.n_predict = 200;

@@ -520,7 +520,7 @@ static void run_shape(int quick, int prof) {
     if (!strcmp(S->key, "9b")) {
         printf("\n%-20s %9s %9s\n", "rows (fused step)", "ms", "x 1 row");
         static const int ns[] = {1, 2, 3, 4, 5, 6, 8, 16};
-        for (int k = 0; k < 8; k++) {
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             const double ms = time_step(ns[k], 1, quick ? 3 : 7);
             printf("%-20d %9.3f %9.2f\n", ns[k], ms, ms / sf);
             printf("KV rows_ratio.%d %.3f\n", ns[k], ms / sf);

@@ -429,9 +429,9 @@ bool gdn_prefill_on() { return !env_is0("TSC_GDN_PREFILL"); }
 /* The prompt GDN in the WY form (gdn.cu), TSC_GDN_WY=0 the row scan. Its
  * first kernels were slower than the row scan (bench/cuda/RESULTS.md,
  * session 21, call 1: 9B pp512 15.5K against 17.4K tok/s); rewritten from
- * ncu's durations they are ahead (call 4: 9B pp512 19.2K against 17.8K,
- * pp2048 23.5K against 20.9K; 35B-A3B-8L 51.9K / 84.0K against 49.2K /
- * 75.5K), the engine's tests passing with it (23/23). */
+ * ncu's durations they are ahead (call 6: 9B pp512 / pp2048 19,581 /
+ * 24,365 against 17,692 / 20,705; 35B-A3B-8L 51,457 / 86,029 against
+ * 48,813 / 74,570), the engine's tests passing with it (23/23). */
 bool gdn_wy_on() { return !env_is0("TSC_GDN_WY"); }
 
 /* Fusion of a norm or SwiGLU into the next product (TSC_FUSE=0: off). */
@@ -2154,10 +2154,11 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         const float *u_ = a->u + (size_t)r0 * H;
         float *lg_ = a->logits + (size_t)r0 * E;
         float *routed = a->b0, *shared = a->b0 + (size_t)nr * H; /* b0 rows hold >= 2H */
-        /* the shared expert's gate/up first (b1 / b2 are its scratch, then
-         * the routed experts'), its gate row with them when it has their
-         * format, else with the router when it has the router's (a bf16 row
-         * beside a bf16 router: one launch, not two), else alone; the
+        /* the shared expert's gate/up first (into b1 / b2, the routed
+         * experts' scratch after it, or b0 with the shared slot below), its
+         * gate row with them when it has their format, else with the
+         * router when it has the router's (a bf16 row beside a bf16 router:
+         * one launch, not two), else alone; the
          * pending norm of u staged by these products (the 4-bit ones; a bf16
          * router cannot stage it, so with the router first it ran as a kernel
          * of its own: 6 us alone under ncu, session 21). The products' bits

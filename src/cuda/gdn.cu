@@ -463,9 +463,10 @@ __global__ void k_gdnp_convstate(const tsc_gdn_args a) {
  * 1,336 us a 9B layer of 2048 rows; the first WY kernels (an element a
  * thread, two shared loads an FMA) scan 1,235 + prep 593, slower; register
  * tiles and unrolled loads: scan 470, prep 358 -> (35B-A3B, 512 rows) 149.5
- * -> 57.6 us with the prep's pairs in tiles too. The scan stays ~2.5x its
- * floor: one block an SM, each chunk's records loaded between its products
- * (143 KB of shared memory leaves no room to double-buffer them). */
+ * -> 57.6 us with the prep's pairs in tiles too. The scan stays ~3.7x its
+ * floor (470 us against ~4 us a chunk x 32 chunks): one block an SM, each
+ * chunk's records loaded between its products (143 KB of shared memory
+ * leaves no room to double-buffer them). */
 constexpr int WL = 64;            /* rows a chunk */
 constexpr int WJ = 32;            /* state columns a scan block */
 constexpr int WP = DK + 4;        /* padded row of a q/k/W tile in shared memory */
@@ -625,7 +626,6 @@ __global__ void __launch_bounds__(256) k_gdnw_prep(const tsc_gdn_args a, const f
 #pragma unroll
     for (int t = 0; t < WL; t++) rec[(col < DV ? R_U + t * DV + col : R_W + t * DK + col - DV)] = x[t];
 }
-
 
 /* the chunks of rows [r0, r0 + nr) in order, a block per (head, WJ state
  * columns): S0's slice in shared memory, then per chunk Delta = U - W S0,

@@ -151,9 +151,10 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { retur
  * EPL = E / 32 (rounded up to a power of two) elements in registers, so the
  * logits' loads are all in flight at once and nothing goes through memory
  * (the form before kept the row in shared memory and looped over E at run
- * time: its loads one L2 round trip after another, and each of the k picks
- * a chain of shared-memory reads and a shuffle tree of 10 shuffles, ~6 us a
- * 35B-A3B row under ncu, session 22). A pick: each lane's best not-taken
+ * time, each of the k picks a chain of shared-memory reads and a shuffle
+ * tree of 10 shuffles). Measured under ncu (session 22): 6.8 -> 6.1 us a
+ * 35B-A3B row, launch included; what is left is one warp's serial chain
+ * (expf, the double sum and divisions, k picks), not memory. A pick: each lane's best not-taken
  * element, then the warp's largest key (p's bits + 1: p >= 0, so its bits
  * order as unsigned; 0: nothing left but NaN, which is never better) and the
  * lowest index holding it, two redux.sync; the owner marks it taken. The

@@ -1390,6 +1390,8 @@ int q4dp_pre(void) {
  * (35B-A3B-8L 1,636 against 1,646 tok/s, the default model 3,367 against
  * 3,461; bench/cuda/RESULTS.md, session 21, call 5): the silu, exp and
  * division of every element in each of 64 blocks outweigh the launch.
+ * (Since session 22 that down is the routed down's last slot, q4dp_moe's
+ * shared form; TSC_MOE_SHARED_SLOT=0 brings the pass back.)
  * TSC_Q4DP_DIG=mask forces the modes (bit 1 << xm: 1 plain, 2 norm, 4
  * SwiGLU; 0 none), a benchmark switch. A row's bits are the same either
  * way. */
@@ -1819,8 +1821,8 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em) {
 }
 
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
-    return q4dp_moe_takes(d, k + 1, Q4DP_MOE_COLS) && q4dp_takes(sw) && sw->rows == d->rows && sw->cols == d->cols &&
-           sw->group == d->group && sw->sdtype == d->sdtype && sw->act_digits == d->act_digits;
+    /* one launch's rule (tsc.h) makes sw a weight the same kernel reads as d */
+    return q4dp_moe_takes(d, k + 1, Q4DP_MOE_COLS) && sw->rows == d->rows && tsc_linear_one_launch(sw, d);
 }
 
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
@@ -1859,7 +1861,7 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
     a.vpw = (int)((a.rows + rpb - 1) / rpb);
     a.vpt = nw * a.vpw;
     /* tokens a pass: as many as their staged digits fit, at most MOE_TOK
-     * (the routes a block keeps: k <= 32, q4dp_moe_takes' callers) */
+     * (the routes a block keeps; q4dp_moe_takes asks k <= 32) */
     int per = MOE_TOK;
     while (per > 1 && stage_bytes(per, nd, a.cols) > SMEM_MAX) per--;
     for (int t0 = 0; t0 < ntok; t0 += per) {

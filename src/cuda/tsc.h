@@ -323,7 +323,8 @@ typedef struct tsc_gdn_args {
      * tsc_gdn_wy_bytes(wy_rows, Hv) bytes for the chunks' records, the rows
      * done in segments of wy_rows (a multiple of 64, at least 64);
      * the backend gives it unless TSC_GDN_WY=0 (bench/cuda/RESULTS.md,
-     * session 21: ahead of the row scan by 8-12% on the 9B's prompts). */
+     * session 21, call 6: the 9B's pp512 / pp2048 19,581 / 24,365 tok/s
+     * against 17,692 / 20,705 with the row scan). */
     float *wy;
     int wy_rows;
 } tsc_gdn_args;

@@ -32,7 +32,8 @@
  * measures the speculative decoder at a chosen acceptance on a random-weight
  * model (issue 17's 0.8 / 0.6 / 0.5 on the 9B shape); the output is still
  * checked identical to plain greedy.
- * --ids-file takes the prompt from a file of comma-separated token ids
+ * --ids-file takes the prompt from a file of comma-separated token ids, '#'
+ * lines skipped (tools/train/heldout.ids: its windows one after another)
  * (acceptance means little on random prompts of random-weight models). Load matters on a shared machine: the load
  * average is printed alongside.
  */
