@@ -518,6 +518,34 @@ static void run_shape(int quick, int prof) {
                nl < 0 ? " (not written: a build without -DTSC_TRACE)" : "");
     }
     if (!strcmp(S->key, "9b")) {
+        /* each product group at n rows against one row: where a verify
+         * pass's extra time goes (products here, the mixers and the rest
+         * in the step table below; CB_GDN / CB_ATTN take the mixers out) */
+        static const int pn[] = {1, 2, 4, 8, 16};
+        printf("\n%-40s", "products by rows, us/call (x 1 row)");
+        for (size_t k = 0; k < sizeof pn / sizeof pn[0]; k++) printf(" %14d", pn[k]);
+        printf("\n");
+        double tot[sizeof pn / sizeof pn[0]] = {0};
+        for (int p = 0; p < P_N; p++) {
+            if (!group_applies(p, 0) && !group_applies(p, 3) && p != P_HEAD) continue;
+            printf("%-40s", PNAME[p]);
+            double one = 0;
+            for (size_t k = 0; k < sizeof pn / sizeof pn[0]; k++) {
+                size_t b;
+                int calls;
+                const double ms = time_group(p, pn[k], quick ? 3 : 7, &b, &calls);
+                if (!k) one = ms;
+                tot[k] += ms;
+                printf(" %7.2f (%4.2f)", ms * 1000 / calls, ms / one);
+            }
+            printf("\n");
+        }
+        printf("%-40s", "all products of a step, ms");
+        for (size_t k = 0; k < sizeof pn / sizeof pn[0]; k++) {
+            printf(" %7.3f (%4.2f)", tot[k], tot[k] / tot[0]);
+        }
+        printf("\n");
+        for (size_t k = 0; k < sizeof pn / sizeof pn[0]; k++) printf("KV prod_rows_ms.%d %.4f\n", pn[k], tot[k]);
         printf("\n%-20s %9s %9s\n", "rows (fused step)", "ms", "x 1 row");
         static const int ns[] = {1, 2, 3, 4, 5, 6, 8, 16};
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
