@@ -160,16 +160,21 @@ TS_TEST(cuda, context_errors_memory) {
 
 /* mlx: keep a 4-bit weight in the MLX layout at upload (TSC_Q4T=0 around
  * it), so that its products run q4dp.cu's kernels with nd digits of x (0:
- * 3): the tensor-core k_q4mm at nd = 1 and groups of 32..128 ("mma"), the
- * dp4a k_q4dp otherwise; other 4-bit weights with cols % 64 == 0 go to Q4T */
+ * 3): at nd = 1 and groups of 32..128 the group numerics ("grp": k_q4g for
+ * one row, the tensor-core k_q4gm for several), or the opt-in k_q4mm
+ * ("mma", TSC_Q4MM=1), or k_q4dp's per-chunk numerics ("chunk",
+ * TSC_Q4G=0); the dp4a k_q4dp otherwise; other 4-bit weights with
+ * cols % 64 == 0 go to Q4T */
 typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; int mlx, nd; } lin_cfg;
 
 static const lin_cfg LIN_CFG[] = {
     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 bf16", 1, 3}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "dp4a g32 f16", 1, 3},
     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "dp4a g128 x16", 1, 2}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "mma g64 x8", 1, 1},
     {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "mma g32 x8", 1, 1},     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "mma g128 x8", 1, 1},
-    {TS_DTYPE_U32, 4, 256, TS_DTYPE_BF16, "dp4a g256 x8", 1, 1}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 x8", 1, 1},
-    {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "dp4a g32 x8", 1, 1},     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 x8 nodig", 1, 1},
+    {TS_DTYPE_U32, 4, 256, TS_DTYPE_BF16, "dp4a g256 x8", 1, 1}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "grp g64 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "grp g32 x8", 1, 1},      {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "grp g64 x8 nodig", 1, 1},
+    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "grp g128 x8", 1, 1},    {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "chunk g64 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "chunk g32 x8 nodig", 1, 1},
     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "int4 g64 bf16", 0, 0}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "int4 g32 f16", 0, 0},
     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "int4 g128 f32", 0, 0}, {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, "int8 g64 bf16", 0, 0},
     {TS_DTYPE_U32, 8, 32, TS_DTYPE_F32, "int8 g32 f32", 0, 0},   {TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, "bf16", 0, 0},
@@ -227,6 +232,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             ts_error e;
             if (cf->mlx) setenv("TSC_Q4T", "0", 1);
             if (!strncmp(cf->name, "mma", 3)) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
+            if (!strncmp(cf->name, "chunk", 5)) setenv("TSC_Q4G", "0", 1); /* k_q4dp's numerics at 8 bits */
             CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
             if (cf->mlx) {
                 unsetenv("TSC_Q4T");
@@ -288,8 +294,9 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
                 CHECK_MSG(!memcmp(yn, y, sizeof(float) * n * rows), "%s: %d-row call differs", cf->name, n);
                 free(yn);
             }
-            if (si == 0) fprintf(stderr, "  %-14s worst %.2g of sum m|x| (tol %.0e)\n", cf->name, worst, LIN_TOL);
+            if (si == 0) fprintf(stderr, "  %-18s worst %.2g of sum m|x| (tol %.0e)\n", cf->name, worst, LIN_TOL);
             unsetenv("TSC_Q4MM");
+            unsetenv("TSC_Q4G");
             free(y), free(y1), free(x), free(ref);
             tsc_free(c, dx), tsc_free(c, dy), tsc_free(c, dy1), tsc_free(c, dz);
             tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
@@ -1792,17 +1799,18 @@ TS_TEST(cuda, fused_products_dp4a) {
     const unsigned zero[64] = {0};
     tsc_write(c, bar, zero, sizeof zero);
     void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
-    for (int vv = 0; vv < 8; vv++) {
-        /* v: the shape; vv & 2: 8-bit x (the tensor-core kernel); vv & 4: digits once */
-        tsc_set_digits(c, vv & 4 ? dgs : NULL, tsc_digits_ws_bytes());
-        const int v = vv & 1;
+    for (int vv = 0; vv < 12; vv++) {
+        /* v: the shape; kind 0: 24-bit x (k_q4dp), 1: 8-bit x on k_q4mm, 2:
+         * 8-bit x in the group numerics (k_q4g, k_q4gm); vv >= 6: digits once */
+        tsc_set_digits(c, vv >= 6 ? dgs : NULL, tsc_digits_ws_bytes());
+        const int v = vv & 1, kind = (vv >> 1) % 3;
         const int64_t rows = v ? 130 : 300, cols = v ? 12288 : 4096;
         hw h, h2;
         make_w(&h, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, rows, cols);
         make_w(&h2, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, 40, cols);
         tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
-        hd.act_digits = hd2.act_digits = vv & 2 ? 1 : 0;
-        if (vv & 2) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
+        hd.act_digits = hd2.act_digits = kind ? 1 : 0;
+        if (kind == 1) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
         ts_error e;
         setenv("TSC_Q4T", "0", 1);
         CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);

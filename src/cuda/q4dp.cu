@@ -446,14 +446,21 @@ struct sd_args {
     const float *x, *add, *normw, *u;
     float eps;
     float *x_out, *y_out;
-    int4 *dg; /* stage_bytes(nr, ND, cols) */
+    int4 *dg; /* stage_bytes(nr, ND, cols); G: g_stage_bytes(nr, cols, group) */
 };
 
-template <int ND, bool E>
+/* the group numerics' staging (k_q4g, k_q4gm; see there): rows mm_tstride
+ * apart, a scale pair a group [group][nt], nt = 1 for one row (8 or 16 as
+ * k_q4mm's for several) */
+__host__ __device__ inline int mm_tstride(int nch);
+__host__ __device__ inline int g_nt(int nr);
+
+/* G: the group numerics' layout (stage_word's MM form, 8-bit x only) */
+template <int ND, bool E, bool G = false>
 __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
     TSC_ENTRY(E);
     const int i = blockIdx.y, nr = gridDim.y;
-    const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = 2 * ND * nch;
+    const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = G ? mm_tstride(nch) : 2 * ND * nch;
     const int64_t ro = (int64_t)i * a.cols;
     float r = 0.f;
     if (a.xm == Q4DP_XM_NORM) {
@@ -502,7 +509,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_consta
 #pragma unroll
             for (int j = 0; j < 8; j++) v[j] = 0.f;
         }
-        stage_word<ND, false>(v, on, i, on ? w : 0, nch, gw, xd, xsb, tst, 0);
+        stage_word<ND, G>(v, on, i, on ? w : 0, nch, gw, xd, xsb, tst, G ? g_nt(nr) : 0);
     }
 }
 
@@ -967,6 +974,10 @@ __host__ __device__ inline int mm_tstride(int nch) {
 }
 /* x rows a launch's scale pairs are laid out for: 8 or 16 */
 __host__ __device__ inline int mm_nt(int nr) { return nr > 8 ? 16 : 8; }
+__host__ __device__ inline int g_nt(int nr) { return nr == 1 ? 1 : mm_nt(nr); }
+__host__ __device__ inline size_t g_stage_bytes(int nr, int cols, int group) {
+    return (size_t)nr * mm_tstride(cols / 32) * 16 + (size_t)(cols / group) * g_nt(nr) * sizeof(float2);
+}
 size_t mm_stage_bytes(int nr, int cols, int group) {
     return (size_t)nr * mm_tstride(cols / 32) * 16 + (size_t)(cols / group) * mm_nt(nr) * sizeof(float2);
 }
@@ -1122,6 +1133,355 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4mm(const __grid_constant__ dp_
         __syncthreads(); /* red is reused by the next virtual block */
     }
     if (a.xm != Q4DP_XM_PLAIN && a.late) write_outputs(a, rnorm, nr);
+}
+
+/* ---- the group numerics: a scale step per quantization group (k_q4g, k_q4gm) ----
+ *
+ * Why. A verify pass of M + 1 rows must give every row a decode row's bits,
+ * and k_q4dp's numerics take a scale step per 32-column lane chunk: a
+ * kernel with those bits pays ~4 operations per (row, 32 columns, x row)
+ * after the integer products, whatever computes them. That is where a
+ * verify's time went: the 9B step's products at 4 rows cost 1.43x one row
+ * (cuda_bench, s23-run1: 1.635 -> 2.334 ms; the head 142 -> 213 us, every
+ * group 1.26-1.50x), 0.70 of the 4-row step's extra 0.93 ms. Here the
+ * numerics are chosen so that a tensor-core kernel reproduces them.
+ *
+ * Numerics (8-bit x, ND = 1, the engine's default; groups of 32, 64, 128).
+ * Per (output, x row) and quantization group g: D_g = sum_c q_c X_c over
+ * the group (exact integers, in any order), then chunk_acc's step acc =
+ * (s_g * sx_g) * D_g + (b_g * (sx_g * sum_g X) + acc), x's scale pair per
+ * group (stage_word's MM form). The steps land on 32 slot accumulators in
+ * a fixed order: a step is 32 groups, slot l of step st takes group
+ * st * 32 + gof(l), a slot its groups in step order; the 32 slots are then
+ * summed as warp_sum sums lanes (the xor tree 16, 8, 4, 2, 1). No column
+ * split (KS = 1 for every shape): k_q4gm would otherwise keep a slice's
+ * accumulators each (its registers set its occupancy), and k_q4g finds its
+ * parallelism in rows instead (RG rows a warp, g_rg).
+ *
+ * k_q4g (dp4a; decode's one-row passes): k_q4dp's shape (RG rows a warp,
+ * persistent blocks; no KS), a lane's step one group of each
+ * of its rows: WPT = G / 32 16-byte loads, load m at bytes 512 m + 16 lane
+ * of the step (the warp's loads coalesced: lane l holds part l % WPT of
+ * group (32 m + l) / WPT), the parts' integer sums exchanged within teams
+ * of WPT lanes (team_sum: exact) so that lane l ends with group gof(l) =
+ * (32 / WPT) (l % WPT) + l / WPT whole; then the step on its accumulator.
+ *
+ * k_q4gm (mma; verify's passes of 2..16 rows): a virtual block is 16 rows
+ * (the mma's M) of one weight over all its columns; warp w owns slots w,
+ * w + 8, w + 16 and w + 24 of every step (4 groups: 16 NO accumulators a
+ * thread); mma.m16n8k32 (u4 nibbles x s8
+ * digits, s32, k_q4mm's fragments) makes each group's D for 16 rows x 8 x
+ * rows in WPT instructions into one accumulator, and the thread applies
+ * the step to its C values. The xor tree's levels 16 and 8 pair a warp's
+ * own slots (w + w + 16, w + 8 + w + 24, then the two), levels 4, 2, 1
+ * pair warps (through shared memory, in that order): k_q4g's bits for
+ * every row.
+ *
+ * Floors (9B shapes, H200): the bytes are k_q4dp's (head 572 MB: 133 us at
+ * 4.3 TB/s). Instructions of k_q4gm a warp a step (16 rows x 4 groups of
+ * 64): 8 weight loads, 48 unpacking, 8 B-fragment loads, 8 mma, 16 scale
+ * loads and 16 conversions, 4 x-scale loads, 64 step operations: ~170 per
+ * 4096 weights, ~42 a 1024 for 1..8 x rows (k_q4dp: ~63 at 4 rows, ~25 at
+ * one); the head at 4 rows is then ~41 us of issue under 133 us of bytes.
+ * k_q4g a lane a step (4 rows x 64 columns): k_q4dp's work for the same
+ * weights, one scale step where there were two, plus a shuffle pair a row.
+ * Prediction: the 9B's products at 4 rows ~1.05-1.10x one row (1.43x with
+ * k_q4dp), the 4-row step ~1.15-1.2x, 16 rows ~1.6x (4.6x); the one-row
+ * step within a few percent of k_q4dp's. */
+__host__ __device__ constexpr int gof(int l, int wpt) { return (32 / wpt) * (l % wpt) + l / wpt; }
+
+/* lane l's v[m]: its part of group (32 m + l) / WPT of the step; the sum of
+ * its team's parts of group gof(l) (halving exchanges, exact integers;
+ * every lane of the warp calls it) */
+template <int WPT>
+__device__ __forceinline__ int team_sum(const int (&v)[WPT], int lane) {
+    if constexpr (WPT == 1) {
+        return v[0];
+    } else if constexpr (WPT == 2) {
+        const int p = lane & 1;
+        return (p ? v[1] : v[0]) + __shfl_xor_sync(0xffffffffu, p ? v[0] : v[1], 1);
+    } else {
+        const int h = (lane >> 1) & 1, p = lane & 1;
+        /* offset 2: keep parts 2h, 2h + 1, hand over the other two */
+        const int w0 = (h ? v[2] : v[0]) + __shfl_xor_sync(0xffffffffu, h ? v[0] : v[2], 2);
+        const int w1 = (h ? v[3] : v[1]) + __shfl_xor_sync(0xffffffffu, h ? v[1] : v[3], 2);
+        /* offset 1: keep part 2h + p */
+        return (p ? w1 : w0) + __shfl_xor_sync(0xffffffffu, p ? w0 : w1, 1);
+    }
+}
+
+/* a virtual block's weight and this warp's first row (k_q4g: RG rows a
+ * warp, WARPS warps a block, no column split), the rows' pointers and
+ * first groups (clamped: loads stay in bounds) */
+template <int RG>
+__device__ __forceinline__ const dp_w &g_place(const dp_args &a, int vb, int warp, int pitch, int ng, int64_t &r0,
+                                               const uint8_t *(&rp)[RG], int64_t (&gb)[RG]) {
+    int wi = 0;
+    while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+    const dp_w &w = a.w[wi];
+    r0 = ((int64_t)(vb - w.blk0) * WARPS + warp) * RG;
+#pragma unroll
+    for (int r = 0; r < RG; r++) {
+        const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1;
+        rp[r] = w.data + row * pitch;
+        gb[r] = row * ng;
+    }
+    return w;
+}
+
+/* RG: rows a warp (4, or 2 and 1 where a launch has few rows: g_rg; a
+ * row's bits do not depend on it); U: steps a round */
+template <int NR, int WPT, int U, int RG>
+__global__ void __launch_bounds__(WARPS * 32) k_q4g(const __grid_constant__ dp_args a) {
+    __shared__ float red[WARPS][RG][NR];
+    extern __shared__ int4 sm[];
+    const int nch = a.cols >> 5, tst = mm_tstride(nch), ng = a.cols >> a.lg, nt = g_nt(NR);
+    int4 *xd = sm;
+    float2 *xsb = (float2 *)(sm + (size_t)NR * tst);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int pitch = a.cols >> 1, sbytes = 512 * WPT; /* a step's bytes of a row */
+    const int nsteps = (ng + 31) >> 5, gl = gof(lane, WPT);
+
+    if (blockIdx.x < (unsigned)a.nvb) { /* the first round's lines towards L2 before the wait (k_q4dp's) */
+        int64_t r0;
+        const uint8_t *rp[RG];
+        int64_t gb[RG];
+        const dp_w &w = g_place<RG>(a, blockIdx.x, warp, pitch, ng, r0, rp, gb);
+        for (int st = 0; st < nsteps && st < U; st++)
+#pragma unroll
+            for (int m = 0; m < WPT; m++) {
+                const int o = st * sbytes + 512 * m + 16 * lane;
+                if (o < pitch)
+#pragma unroll
+                    for (int r = 0; r < RG; r++)
+                        if (r0 + r < w.rows) prefetch_l2(rp[r] + o);
+            }
+    }
+    TSC_PDL_ENTRY();
+    if (a.dg) {
+        copy_staged(a, sm, g_stage_bytes(NR, a.cols, a.group));
+    } else {
+        __shared__ float rnorm[NR];
+        if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
+        stage_x<1, 2, true>(a, NR, xd, xsb, rnorm, tst, nt);
+        __syncthreads();
+        if (a.xm != Q4DP_XM_PLAIN) write_outputs_b0<NR>(a, rnorm);
+    }
+
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
+        int64_t r0;
+        const uint8_t *rp[RG];
+        int64_t gb[RG];
+        const dp_w &w = g_place<RG>(a, vb, warp, pitch, ng, r0, rp, gb);
+        float acc[RG][NR];
+#pragma unroll
+        for (int r = 0; r < RG; r++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
+        for (int st0 = 0; st0 < nsteps; st0 += U) {
+            uint4 wv[U][RG][WPT];
+            uint32_t sr[U][RG], br[U][RG];
+            bool ok[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) { /* every load of the round before the first use */
+                const int st = st0 + u, gi = st * 32 + gl;
+                ok[u] = st < nsteps && gi < ng; /* this lane's group (the loads below stay in bounds either way) */
+                if (st >= nsteps) continue; /* uniform: a round past the row's end loads nothing */
+#pragma unroll
+                for (int m = 0; m < WPT; m++) {
+                    const int o = st * sbytes + 512 * m + 16 * lane, oc = o < pitch ? o : 0;
+#pragma unroll
+                    for (int r = 0; r < RG; r++) wv[u][r][m] = ld_stream(rp[r] + oc);
+                }
+                const int gc = ok[u] ? gi : 0;
+#pragma unroll
+                for (int r = 0; r < RG; r++) {
+                    sr[u][r] = ld_sraw(w.scales, a.sdt, gb[r] + gc);
+                    br[u][r] = ld_sraw(w.biases, a.sdt, gb[r] + gc);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int st = st0 + u;
+                if (st >= nsteps) continue; /* uniform: team_sum's shuffles need every lane */
+                const int gi = st * 32 + gl;
+#pragma unroll
+                for (int i = 0; i < NR; i++) {
+                    int4 xe[WPT], xo[WPT]; /* the digits of the chunk each load m holds: even and odd columns */
+#pragma unroll
+                    for (int m = 0; m < WPT; m++) {
+                        const int o = st * sbytes + 512 * m + 16 * lane, ch = (o < pitch ? o : 0) >> 4;
+                        xe[m] = xd[i * tst + ch], xo[m] = xd[i * tst + nch + ch];
+                    }
+                    const float2 sb = xsb[(ok[u] ? gi : 0) * nt + i];
+#pragma unroll
+                    for (int r = 0; r < RG; r++) {
+                        int part[WPT];
+#pragma unroll
+                        for (int m = 0; m < WPT; m++) {
+                            uint32_t lo[4], hi[4];
+                            nibbles(wv[u][r][m], lo, hi);
+                            int t = 0;
+#pragma unroll
+                            for (int k = 0; k < 4; k++) {
+                                t = __dp4a((int)lo[k], (int)comp_of(xe[m], k), t);
+                                t = __dp4a((int)hi[k], (int)comp_of(xo[m], k), t);
+                            }
+                            part[m] = t;
+                        }
+                        const int D = team_sum<WPT>(part, lane);
+                        if (ok[u])
+                            acc[r][i] = chunk_acc(sraw_f(sr[u][r], a.sdt), sraw_f(br[u][r], a.sdt), sb, (float)D, acc[r][i]);
+                    }
+                }
+            }
+        }
+        rows_store<RG, NR, WARPS>(acc, red, 1, warp, lane, r0, 0, w.y, w.rows);
+    }
+}
+
+/* NO: octets of x rows (1: 2..8, 2: 9..16); U: steps a round */
+template <int WPT, int NO, int U>
+__global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_args a) {
+    constexpr int NT = 8 * NO;
+    __shared__ float red[WARPS][MR][NT];
+    extern __shared__ int4 sm[];
+    const int nch = a.cols >> 5, ng = a.cols >> a.lg, nr = a.nr, tst = mm_tstride(nch);
+    int4 *xd = sm;
+    float2 *xsb = (float2 *)(sm + (size_t)nr * tst);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int pitch = a.cols >> 1, gbytes = 16 * WPT;
+    const int nsteps = (ng + 31) >> 5;
+    int gw[4]; /* this warp's groups of a step: slots warp + 8 j */
+#pragma unroll
+    for (int j = 0; j < 4; j++) gw[j] = gof(warp + 8 * j, WPT);
+
+    if (blockIdx.x < (unsigned)a.nvb) { /* the first step's lines towards L2 before the wait */
+        const int vb = blockIdx.x;
+        int wi = 0;
+        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+        const dp_w &w = a.w[wi];
+        const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
+        const int64_t ra = r0 + g < w.rows ? r0 + g : w.rows - 1, rb = r0 + g + 8 < w.rows ? r0 + g + 8 : w.rows - 1;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (gw[j] < ng) {
+                prefetch_l2(w.data + ra * pitch + gw[j] * gbytes + t * 4 * WPT);
+                prefetch_l2(w.data + rb * pitch + gw[j] * gbytes + t * 4 * WPT);
+            }
+    }
+    TSC_PDL_ENTRY();
+    __shared__ float rnorm[TSC_ROWS_MAX];
+    if (a.dg) {
+        /* (the scale pairs of x rows past nr are not staged: they meet only
+         * C values that are never stored) */
+        copy_staged(a, sm, g_stage_bytes(nr, a.cols, a.group));
+    } else {
+        if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, nr);
+        stage_x<1, 2, true>(a, nr, xd, xsb, rnorm, tst, NT);
+        __syncthreads();
+        if (a.xm != Q4DP_XM_PLAIN) {
+            arrive_outputs(a);
+            if (!a.late) write_outputs(a, rnorm, nr);
+        }
+    }
+    const uint32_t *xw = (const uint32_t *)xd; /* a row's digit words: even bytes at [0, cols/8), odd at +nch*4 */
+    const float4 *xs4 = (const float4 *)xsb;   /* the scale pairs of x rows 2t, 2t+1 of a group */
+
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
+        int wi = 0;
+        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+        const dp_w &w = a.w[wi];
+        const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
+        /* clamped: the loads stay in bounds, the rows past the end are not stored */
+        const int64_t ra = r0 + g < w.rows ? r0 + g : w.rows - 1, rb = r0 + g + 8 < w.rows ? r0 + g + 8 : w.rows - 1;
+        const uint8_t *pa = w.data + ra * pitch + t * 4 * WPT, *pb = w.data + rb * pitch + t * 4 * WPT;
+        const int64_t ga = ra * ng, gbb = rb * ng;
+        const uint32_t *xr[NO]; /* the x rows whose digits this thread feeds to B: o 8 + g (clamped) */
+#pragma unroll
+        for (int o = 0; o < NO; o++) {
+            const int row = o * 8 + g < nr ? o * 8 + g : nr - 1;
+            xr[o] = xw + (size_t)row * tst * 4 + t * WPT;
+        }
+        float acc[4][NO][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int o = 0; o < NO; o++) acc[j][o][0] = acc[j][o][1] = acc[j][o][2] = acc[j][o][3] = 0.f;
+        {
+            for (int st0 = 0; st0 < nsteps; st0 += U) {
+                uint32_t wa[U][4][WPT], wb[U][4][WPT], sa[U][4], sb[U][4], ba[U][4], bb[U][4];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int st = st0 + u, gi = st * 32 + gw[j];
+                        const int gg = st < nsteps && gi < ng ? gi : 0; /* in bounds either way */
+                        ld_words<WPT>(pa + (int64_t)gg * gbytes, wa[u][j]);
+                        ld_words<WPT>(pb + (int64_t)gg * gbytes, wb[u][j]);
+                        sa[u][j] = ld_sraw(w.scales, a.sdt, ga + gg), sb[u][j] = ld_sraw(w.scales, a.sdt, gbb + gg);
+                        ba[u][j] = ld_sraw(w.biases, a.sdt, ga + gg), bb[u][j] = ld_sraw(w.biases, a.sdt, gbb + gg);
+                    }
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int st = st0 + u, gi = st * 32 + gw[j];
+                        if (st >= nsteps || gi >= ng) continue; /* uniform over the warp */
+                        int C[NO][4];
+                        uint32_t xe[NO][WPT], xo[NO][WPT];
+#pragma unroll
+                        for (int o = 0; o < NO; o++) {
+                            C[o][0] = C[o][1] = C[o][2] = C[o][3] = 0;
+                            lds_words<WPT>(xr[o] + gi * 4 * WPT, xe[o]);
+                            lds_words<WPT>(xr[o] + nch * 4 + gi * 4 * WPT, xo[o]);
+                        }
+#pragma unroll
+                        for (int m = 0; m < WPT; m++) {
+                            const uint32_t a0 = wa[u][j][m] & 0x0F0F0F0Fu, a1 = wb[u][j][m] & 0x0F0F0F0Fu;
+                            const uint32_t a2 = (wa[u][j][m] >> 4) & 0x0F0F0F0Fu, a3 = (wb[u][j][m] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                            for (int o = 0; o < NO; o++) mma_u4s8(C[o], a0, a1, a2, a3, xe[o][m], xo[o][m]);
+                        }
+                        const float s0 = sraw_f(sa[u][j], a.sdt), s1 = sraw_f(sb[u][j], a.sdt);
+                        const float b0 = sraw_f(ba[u][j], a.sdt), b1 = sraw_f(bb[u][j], a.sdt);
+#pragma unroll
+                        for (int o = 0; o < NO; o++) {
+                            const float4 p = xs4[(gi * NT + o * 8 + 2 * t) >> 1];
+                            const float2 e = make_float2(p.x, p.y), f = make_float2(p.z, p.w);
+                            float(&c)[4] = acc[j][o];
+                            c[0] = chunk_acc(s0, b0, e, (float)C[o][0], c[0]);
+                            c[1] = chunk_acc(s0, b0, f, (float)C[o][1], c[1]);
+                            c[2] = chunk_acc(s1, b1, e, (float)C[o][2], c[2]);
+                            c[3] = chunk_acc(s1, b1, f, (float)C[o][3], c[3]);
+                        }
+                    }
+            }
+        }
+        /* the xor tree: levels 16 and 8 on this warp's slots (C value q of
+         * octet o is row g + 8 (q >> 1), x row o 8 + 2 t + (q & 1)) */
+#pragma unroll
+        for (int o = 0; o < NO; o++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float p0 = __fadd_rn(acc[0][o][q], acc[2][o][q]); /* slots w, w + 16 */
+                const float p1 = __fadd_rn(acc[1][o][q], acc[3][o][q]); /* slots w + 8, w + 24 */
+                red[warp][g + 8 * (q >> 1)][o * 8 + 2 * t + (q & 1)] = __fadd_rn(p0, p1);
+            }
+        __syncthreads();
+        /* levels 4, 2, 1 across the warps */
+        for (int q = threadIdx.x; q < MR * nr; q += blockDim.x) {
+            const int r = q / nr, i = q % nr;
+            float l4[4];
+#pragma unroll
+            for (int l = 0; l < 4; l++) l4[l] = __fadd_rn(red[l][r][i], red[l + 4][r][i]);
+            const float v = __fadd_rn(__fadd_rn(l4[0], l4[2]), __fadd_rn(l4[1], l4[3]));
+            const int64_t row = r0 + r;
+            if (row < w.rows) w.y[(int64_t)i * w.rows + row] = v;
+        }
+        __syncthreads(); /* red is reused by the next virtual block */
+    }
+    if (a.xm != Q4DP_XM_PLAIN && !a.dg && a.late) write_outputs(a, rnorm, nr);
 }
 
 /* ---- the routed experts of a MoE layer (q4dp_moe) ----
@@ -1445,9 +1805,10 @@ int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int n
 /* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
  * to the scratch; a.dg NULL when this mode's digits are made per block or
  * the scratch is missing or too small */
-void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
+void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false) {
     a.dg = NULL;
-    if (!dig_takes(a.xm, nr) || !c->dg || stage_bytes(nr, nd, a.cols) > c->dg_bytes) return;
+    const size_t bytes = grp ? g_stage_bytes(nr, a.cols, a.group) : stage_bytes(nr, nd, a.cols);
+    if (!dig_takes(a.xm, nr) || !c->dg || bytes > c->dg_bytes) return;
     sd_args s;
     s.xm = a.xm, s.cols = a.cols, s.group = a.group;
     s.x = a.x, s.add = a.add, s.normw = a.normw, s.u = a.u, s.eps = a.eps;
@@ -1456,7 +1817,9 @@ void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd) {
     const int per_row = a.xm == Q4DP_XM_NORM ? 1 : (a.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
     const dim3 grid(per_row, nr);
     const bool e = c->pdl_early;
+    if (grp) nd = 0; /* (8-bit x) */
     switch (nd) {
+    case 0: tsc_launch(c, e ? k_stage_digits<1, true, true> : k_stage_digits<1, false, true>, grid, dim3(WARPS * 32), 0, s); break;
     case 1: tsc_launch(c, e ? k_stage_digits<1, true> : k_stage_digits<1, false>, grid, dim3(WARPS * 32), 0, s); break;
     case 2: tsc_launch(c, e ? k_stage_digits<2, true> : k_stage_digits<2, false>, grid, dim3(WARPS * 32), 0, s); break;
     default: tsc_launch(c, e ? k_stage_digits<3, true> : k_stage_digits<3, false>, grid, dim3(WARPS * 32), 0, s); break;
@@ -1733,6 +2096,97 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
     }
 }
 
+/* ---- the group numerics' passes (k_q4g, k_q4gm) ---- */
+
+/* w's products in the group numerics: 8-bit x, a group of 32, 64 or 128,
+ * one row's digits within the staging limit. TSC_Q4G=0 keeps k_q4dp's
+ * per-chunk numerics instead: read at every launch as TSC_Q4MM is (it
+ * changes every row count's bits alike; captured graphs do not repeat it),
+ * never to be flipped inside one session. */
+bool g_takes(const tsc_weight *w, int nd) {
+    const char *e = getenv("TSC_Q4G");
+    if (e && e[0] == '0') return false;
+    return nd == 1 && (w->group == 32 || w->group == 64 || w->group == 128) &&
+           g_stage_bytes(1, (int)w->cols, w->group) <= SMEM_MAX;
+}
+
+/* rows a warp of k_q4g (a row's bits do not depend on it): 4, as k_q4dp,
+ * unless the launch then has fewer warps than two blocks an SM hold (the
+ * 9B's 4096-row products: 128 blocks at 4, 256 at 2); with one slice a row
+ * (no column split in these numerics) the rows are the parallelism */
+int g_rg(const dp_args &a, int n_sm) {
+    static int forced = -2;
+    if (forced == -2) forced = ks_env("TSC_Q4G_RG", 0);
+    if (forced == 1 || forced == 2 || forced == 4) return forced;
+    int64_t rows = 0;
+    for (int i = 0; i < a.nw; i++) rows += a.w[i].rows;
+    const int64_t slots = q4dp_bps() * (int64_t)n_sm * WARPS; /* resident warps */
+    return rows >= 3 * slots ? 4 : rows >= slots ? 2 : 1;
+}
+
+/* the virtual blocks of a pass: k_q4g's WARPS x rg rows (mm: k_q4gm's 16) */
+void g_vbs(dp_args &a, int rg, bool mm) {
+    int nblk = 0;
+    for (int i = 0; i < a.nw; i++) {
+        dp_w &lw = a.w[i];
+        lw.ks = 1;
+        lw.blk0 = nblk;
+        const int64_t rpb = mm ? MR : (int64_t)rg * WARPS;
+        nblk += (int)((lw.rows + rpb - 1) / rpb);
+    }
+    a.nvb = nblk;
+}
+
+/* k_q4g's steps a round (U): a lane's bytes in flight, RG x U x WPT x 16,
+ * about k_q4dp's one-row 128 (4 rows, U = 2 rounds of 16 bytes) */
+template <int WPT>
+void launch_g1(tsc_ctx *c, const dp_args &a, int rg, size_t smem) {
+    constexpr int U4 = WPT == 1 ? 2 : 1, U2 = WPT == 4 ? 1 : 2;
+    if (rg == 4) launch_grid(c, k_q4g<1, WPT, U4, 4>, a.nvb, smem, a, q4dp_bps());
+    else if (rg == 2) launch_grid(c, k_q4g<1, WPT, U2, 2>, a.nvb, smem, a, q4dp_bps());
+    else launch_grid(c, k_q4g<1, WPT, 2, 1>, a.nvb, smem, a, q4dp_bps());
+}
+
+/* k_q4gm: two steps a round (u2) at WPT 1 and 2 (at 4, 178 registers: one
+ * block an SM) */
+template <int WPT>
+void launch_g(tsc_ctx *c, const dp_args &a, int rg, int u2) {
+    const size_t smem = g_stage_bytes(a.nr, a.cols, a.group);
+    if (a.nr == 1) {
+        launch_g1<WPT>(c, a, rg, smem);
+    } else if (a.nr <= 8) {
+        if (u2 && WPT <= 2) launch_grid(c, k_q4gm<WPT, 1, 2>, a.nvb, smem, a);
+        else launch_grid(c, k_q4gm<WPT, 1, 1>, a.nvb, smem, a);
+    } else {
+        launch_grid(c, k_q4gm<WPT, 2, 1>, a.nvb, smem, a);
+    }
+}
+
+/* q4dp_linear_staged in the group numerics: one row on k_q4g, passes of
+ * 2..16 rows on k_q4gm (fewer where the staged digits would not fit; a
+ * pass of one row left over goes to k_q4g: the same bits) */
+void g_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const float *x, const float *add,
+              const float *u, float *x_out, float *y_out, float *const *y, int n) {
+    const int nsteps = (a.cols / a.group + 31) / 32;
+    const int u2 = nsteps >= 2 && ks_env("TSC_Q4G_U", 2) == 2; /* k_q4gm: two steps a round where a row has two */
+    const int rg = g_rg(a, c->n_sm);
+    int per = TSC_ROWS_MAX;
+    while (per > 1 && g_stage_bytes(per, a.cols, a.group) > SMEM_MAX) per--;
+    for (int i0 = 0, nr; i0 < n; i0 += nr) {
+        nr = n - i0 < per ? n - i0 : per;
+        a.nr = nr;
+        at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
+        stage_once(c, a, nr, 1, true);
+        g_vbs(a, rg, nr > 1);
+        switch (a.group) {
+        case 32: launch_g<1>(c, a, rg, u2); break;
+        case 64: launch_g<2>(c, a, rg, u2); break;
+        default: launch_g<4>(c, a, rg, u2); break;
+        }
+        TSC_LAUNCHED(c, nr == 1 ? "tsc_linear (4-bit, group numerics, dp4a)" : "tsc_linear (4-bit, group numerics, mma)");
+    }
+}
+
 } // namespace
 
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
@@ -1771,6 +2225,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
         a.w[i].rows = w[i]->rows;
     }
     if (mm_takes(w[0])) return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
+    if (g_takes(w[0], nd)) return g_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
     int nblk = 0;
     int64_t steps = 0; /* warp steps of the launch */
     for (int i = 0; i < nw; i++) {
