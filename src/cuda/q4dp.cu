@@ -1340,36 +1340,81 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4g(const __grid_constant__ dp_a
     }
 }
 
-/* NO: octets of x rows (1: 2..8, 2: 9..16); U: steps a round */
-template <int WPT, int NO, int U>
+/* k_q4gm's ring: S slots of one step each, 16 rows of weight bytes (a row
+ * 512 WPT bytes, gm_rs apart: 32 mod 128, so that the A fragments' 8 rows
+ * x 4 threads read distinct banks), then the rows' scale words and bias
+ * words of the step's 32 groups (16-bit elements: 16 words a row, f32: 32) */
+__host__ __device__ constexpr int gm_rs(int wpt) { return 512 * wpt + 32; }
+__host__ __device__ inline int gm_sw(int sdt) { return sdt == TS_DTYPE_F32 ? 32 : 16; }
+__host__ __device__ inline size_t gm_slot(int wpt, int sdt) { return (size_t)MR * (gm_rs(wpt) + 8 * gm_sw(sdt)); }
+__host__ __device__ inline size_t gm_ring_off(int nr, int cols, int group) {
+    return (g_stage_bytes(nr, cols, group) + 15) & ~(size_t)15;
+}
+/* dynamic shared memory k_q4gm may take (its static part is at most ~9 KB
+ * of the 227 KB an SM offers a block) and the most for two blocks an SM */
+constexpr size_t GM_SMEM_MAX = 200 * 1024, GM_SMEM_2 = 104 * 1024;
+
+/* NO: octets of x rows (1: 2..8, 2: 9..16); S: ring slots (gm_depth).
+ *
+ * The weights go through shared memory (cp.async, 16 bytes a thread, a
+ * warp's copies 512 contiguous bytes of one row) and not straight into the
+ * fragments: the first form loaded them as k_q4mm does (a thread's 8 bytes
+ * of each of its two rows a group: 32-byte pieces of 8 rows an
+ * instruction) and streamed at ~40% of the copy rate (s23-run2: the 9B's
+ * products 2.0x one row's at 2..8 rows, the head 338 us against 139),
+ * as k_q4mm's one-row form was 1.7x slower than k_q4dp's (session 12).
+ * The block's items (virtual block, step) run in order through the ring:
+ * item k + S - 1 is copied while item k is computed, the first S - 1
+ * before the PDL wait (the weights do not depend on the previous kernel),
+ * across virtual blocks (the 9B's 4096-column rows are 2 steps). */
+template <int WPT, int NO, int S>
 __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_args a) {
-    constexpr int NT = 8 * NO;
+    constexpr int NT = 8 * NO, RS = gm_rs(WPT), CPR = 32 * WPT; /* 16-byte chunks a row a step */
     __shared__ float red[WARPS][MR][NT];
     extern __shared__ int4 sm[];
     const int nch = a.cols >> 5, ng = a.cols >> a.lg, nr = a.nr, tst = mm_tstride(nch);
     int4 *xd = sm;
     float2 *xsb = (float2 *)(sm + (size_t)nr * tst);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int pitch = a.cols >> 1, gbytes = 16 * WPT;
+    const int pitch = a.cols >> 1, sbytes = 512 * WPT;
     const int nsteps = (ng + 31) >> 5;
+    const bool s16 = a.sdt != TS_DTYPE_F32;
+    const int sw = gm_sw(a.sdt), slotb = (int)gm_slot(WPT, a.sdt);
+    uint8_t *ring = (uint8_t *)sm + gm_ring_off(nr, a.cols, a.group);
     int gw[4]; /* this warp's groups of a step: slots warp + 8 j */
 #pragma unroll
     for (int j = 0; j < 4; j++) gw[j] = gof(warp + 8 * j, WPT);
 
-    if (blockIdx.x < (unsigned)a.nvb) { /* the first step's lines towards L2 before the wait */
-        const int vb = blockIdx.x;
+    /* item k of this block: virtual block blockIdx.x + (k / nsteps) gridDim.x, step k % nsteps */
+    auto weight_of = [&](int vb) -> const dp_w & {
         int wi = 0;
         while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
-        const dp_w &w = a.w[wi];
-        const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
-        const int64_t ra = r0 + g < w.rows ? r0 + g : w.rows - 1, rb = r0 + g + 8 < w.rows ? r0 + g + 8 : w.rows - 1;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (gw[j] < ng) {
-                prefetch_l2(w.data + ra * pitch + gw[j] * gbytes + t * 4 * WPT);
-                prefetch_l2(w.data + rb * pitch + gw[j] * gbytes + t * 4 * WPT);
+        return a.w[wi];
+    };
+    auto issue = [&](int k) { /* item k's copies into slot k % S (every thread), one group of copies */
+        const int vb = blockIdx.x + (k / nsteps) * gridDim.x, st = k % nsteps;
+        if (vb < a.nvb) {
+            const dp_w &w = weight_of(vb);
+            const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
+            uint8_t *slot = ring + (k % S) * slotb;
+            for (int c = threadIdx.x; c < MR * CPR; c += WARPS * 32) {
+                const int r = c / CPR, q = c % CPR, o = st * sbytes + 16 * q;
+                const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1; /* rows past the end: never stored */
+                if (o < pitch) cp_async16(slot + r * RS + 16 * q, w.data + row * pitch + o);
             }
-    }
+            uint32_t *ss = (uint32_t *)(slot + MR * RS);
+            for (int c = threadIdx.x; c < 2 * MR * sw; c += WARPS * 32) {
+                const int arr = c / (MR * sw), r = c / sw % MR, q = c % sw;
+                const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1;
+                const int64_t e0 = row * ng + st * 32; /* the step's first element (even for 16-bit: g_takes) */
+                if (st * 32 + (s16 ? 2 * q : q) < ng)
+                    cp_async4(ss + (arr * MR + r) * sw + q, (const uint32_t *)(arr ? w.biases : w.scales) + (s16 ? e0 / 2 : e0) + q);
+            }
+        }
+        cp_async_commit(); /* (an empty group past the end: the waits count groups) */
+    };
+#pragma unroll
+    for (int k = 0; k < S - 1; k++) issue(k);
     TSC_PDL_ENTRY();
     __shared__ float rnorm[TSC_ROWS_MAX];
     if (a.dg) {
@@ -1387,79 +1432,70 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
     }
     const uint32_t *xw = (const uint32_t *)xd; /* a row's digit words: even bytes at [0, cols/8), odd at +nch*4 */
     const float4 *xs4 = (const float4 *)xsb;   /* the scale pairs of x rows 2t, 2t+1 of a group */
+    const uint32_t *xr[NO];                    /* the x rows whose digits this thread feeds to B: o 8 + g (clamped) */
+#pragma unroll
+    for (int o = 0; o < NO; o++) {
+        const int row = o * 8 + g < nr ? o * 8 + g : nr - 1;
+        xr[o] = xw + (size_t)row * tst * 4 + t * WPT;
+    }
 
-    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
-        int wi = 0;
-        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
-        const dp_w &w = a.w[wi];
-        const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
-        /* clamped: the loads stay in bounds, the rows past the end are not stored */
-        const int64_t ra = r0 + g < w.rows ? r0 + g : w.rows - 1, rb = r0 + g + 8 < w.rows ? r0 + g + 8 : w.rows - 1;
-        const uint8_t *pa = w.data + ra * pitch + t * 4 * WPT, *pb = w.data + rb * pitch + t * 4 * WPT;
-        const int64_t ga = ra * ng, gbb = rb * ng;
-        const uint32_t *xr[NO]; /* the x rows whose digits this thread feeds to B: o 8 + g (clamped) */
+    float acc[4][NO][4];
+    for (int k = 0;; k++) {
+        const int vb = blockIdx.x + (k / nsteps) * gridDim.x, st = k % nsteps;
+        if (vb >= a.nvb) break;
+        __syncthreads(); /* every warp is done with item k - 1's slot, which issue refills */
+        issue(k + S - 1);
+        cp_async_wait<S - 1>();
+        __syncthreads(); /* item k's copies, every thread's, have landed */
+        if (st == 0)
 #pragma unroll
-        for (int o = 0; o < NO; o++) {
-            const int row = o * 8 + g < nr ? o * 8 + g : nr - 1;
-            xr[o] = xw + (size_t)row * tst * 4 + t * WPT;
-        }
-        float acc[4][NO][4];
+            for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+                for (int o = 0; o < NO; o++) acc[j][o][0] = acc[j][o][1] = acc[j][o][2] = acc[j][o][3] = 0.f;
+        const uint8_t *slot = ring + (k % S) * slotb;
+        const uint32_t *ss = (const uint32_t *)(slot + MR * RS), *sb = ss + MR * sw;
 #pragma unroll
-            for (int o = 0; o < NO; o++) acc[j][o][0] = acc[j][o][1] = acc[j][o][2] = acc[j][o][3] = 0.f;
-        {
-            for (int st0 = 0; st0 < nsteps; st0 += U) {
-                uint32_t wa[U][4][WPT], wb[U][4][WPT], sa[U][4], sb[U][4], ba[U][4], bb[U][4];
+        for (int j = 0; j < 4; j++) {
+            const int gl = gw[j], gi = st * 32 + gl;
+            if (gi >= ng) continue; /* uniform over the warp */
+            uint32_t wa[WPT], wb[WPT];
+            lds_words<WPT>((const uint32_t *)(slot + g * RS + gl * 16 * WPT + t * 4 * WPT), wa);
+            lds_words<WPT>((const uint32_t *)(slot + (g + 8) * RS + gl * 16 * WPT + t * 4 * WPT), wb);
+            int C[NO][4];
+            uint32_t xe[NO][WPT], xo[NO][WPT];
 #pragma unroll
-                for (int u = 0; u < U; u++)
+            for (int o = 0; o < NO; o++) {
+                C[o][0] = C[o][1] = C[o][2] = C[o][3] = 0;
+                lds_words<WPT>(xr[o] + gi * 4 * WPT, xe[o]);
+                lds_words<WPT>(xr[o] + nch * 4 + gi * 4 * WPT, xo[o]);
+            }
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int st = st0 + u, gi = st * 32 + gw[j];
-                        const int gg = st < nsteps && gi < ng ? gi : 0; /* in bounds either way */
-                        ld_words<WPT>(pa + (int64_t)gg * gbytes, wa[u][j]);
-                        ld_words<WPT>(pb + (int64_t)gg * gbytes, wb[u][j]);
-                        sa[u][j] = ld_sraw(w.scales, a.sdt, ga + gg), sb[u][j] = ld_sraw(w.scales, a.sdt, gbb + gg);
-                        ba[u][j] = ld_sraw(w.biases, a.sdt, ga + gg), bb[u][j] = ld_sraw(w.biases, a.sdt, gbb + gg);
-                    }
+            for (int m = 0; m < WPT; m++) {
+                const uint32_t a0 = wa[m] & 0x0F0F0F0Fu, a1 = wb[m] & 0x0F0F0F0Fu;
+                const uint32_t a2 = (wa[m] >> 4) & 0x0F0F0F0Fu, a3 = (wb[m] >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
-                for (int u = 0; u < U; u++)
+                for (int o = 0; o < NO; o++) mma_u4s8(C[o], a0, a1, a2, a3, xe[o][m], xo[o][m]);
+            }
+            /* the rows' raw scale and bias elements of group gl of the step */
+            const int q = s16 ? gl >> 1 : gl, sh = s16 ? 16 * (gl & 1) : 0;
+            const uint32_t m16 = s16 ? 0xFFFFu : 0xFFFFFFFFu;
+            const float s0 = sraw_f(ss[g * sw + q] >> sh & m16, a.sdt), s1 = sraw_f(ss[(g + 8) * sw + q] >> sh & m16, a.sdt);
+            const float b0 = sraw_f(sb[g * sw + q] >> sh & m16, a.sdt), b1 = sraw_f(sb[(g + 8) * sw + q] >> sh & m16, a.sdt);
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int st = st0 + u, gi = st * 32 + gw[j];
-                        if (st >= nsteps || gi >= ng) continue; /* uniform over the warp */
-                        int C[NO][4];
-                        uint32_t xe[NO][WPT], xo[NO][WPT];
-#pragma unroll
-                        for (int o = 0; o < NO; o++) {
-                            C[o][0] = C[o][1] = C[o][2] = C[o][3] = 0;
-                            lds_words<WPT>(xr[o] + gi * 4 * WPT, xe[o]);
-                            lds_words<WPT>(xr[o] + nch * 4 + gi * 4 * WPT, xo[o]);
-                        }
-#pragma unroll
-                        for (int m = 0; m < WPT; m++) {
-                            const uint32_t a0 = wa[u][j][m] & 0x0F0F0F0Fu, a1 = wb[u][j][m] & 0x0F0F0F0Fu;
-                            const uint32_t a2 = (wa[u][j][m] >> 4) & 0x0F0F0F0Fu, a3 = (wb[u][j][m] >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-                            for (int o = 0; o < NO; o++) mma_u4s8(C[o], a0, a1, a2, a3, xe[o][m], xo[o][m]);
-                        }
-                        const float s0 = sraw_f(sa[u][j], a.sdt), s1 = sraw_f(sb[u][j], a.sdt);
-                        const float b0 = sraw_f(ba[u][j], a.sdt), b1 = sraw_f(bb[u][j], a.sdt);
-#pragma unroll
-                        for (int o = 0; o < NO; o++) {
-                            const float4 p = xs4[(gi * NT + o * 8 + 2 * t) >> 1];
-                            const float2 e = make_float2(p.x, p.y), f = make_float2(p.z, p.w);
-                            float(&c)[4] = acc[j][o];
-                            c[0] = chunk_acc(s0, b0, e, (float)C[o][0], c[0]);
-                            c[1] = chunk_acc(s0, b0, f, (float)C[o][1], c[1]);
-                            c[2] = chunk_acc(s1, b1, e, (float)C[o][2], c[2]);
-                            c[3] = chunk_acc(s1, b1, f, (float)C[o][3], c[3]);
-                        }
-                    }
+            for (int o = 0; o < NO; o++) {
+                const float4 p = xs4[(gi * NT + o * 8 + 2 * t) >> 1];
+                const float2 e = make_float2(p.x, p.y), f = make_float2(p.z, p.w);
+                float(&c)[4] = acc[j][o];
+                c[0] = chunk_acc(s0, b0, e, (float)C[o][0], c[0]);
+                c[1] = chunk_acc(s0, b0, f, (float)C[o][1], c[1]);
+                c[2] = chunk_acc(s1, b1, e, (float)C[o][2], c[2]);
+                c[3] = chunk_acc(s1, b1, f, (float)C[o][3], c[3]);
             }
         }
-        /* the xor tree: levels 16 and 8 on this warp's slots (C value q of
-         * octet o is row g + 8 (q >> 1), x row o 8 + 2 t + (q & 1)) */
+        if (st != nsteps - 1) continue;
+        /* the virtual block's last step: the xor tree, levels 16 and 8 on
+         * this warp's slots (C value q of octet o is row g + 8 (q >> 1), x
+         * row o 8 + 2 t + (q & 1)) */
 #pragma unroll
         for (int o = 0; o < NO; o++)
 #pragma unroll
@@ -1470,17 +1506,19 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
             }
         __syncthreads();
         /* levels 4, 2, 1 across the warps */
+        const dp_w &w = weight_of(vb);
+        const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
         for (int q = threadIdx.x; q < MR * nr; q += blockDim.x) {
             const int r = q / nr, i = q % nr;
             float l4[4];
 #pragma unroll
             for (int l = 0; l < 4; l++) l4[l] = __fadd_rn(red[l][r][i], red[l + 4][r][i]);
             const float v = __fadd_rn(__fadd_rn(l4[0], l4[2]), __fadd_rn(l4[1], l4[3]));
-            const int64_t row = r0 + r;
-            if (row < w.rows) w.y[(int64_t)i * w.rows + row] = v;
+            if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
         }
-        __syncthreads(); /* red is reused by the next virtual block */
+        /* (red is next written after the next item's two barriers) */
     }
+    cp_async_wait<0>();
     if (a.xm != Q4DP_XM_PLAIN && !a.dg && a.late) write_outputs(a, rnorm, nr);
 }
 
@@ -2103,25 +2141,40 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
  * per-chunk numerics instead: read at every launch as TSC_Q4MM is (it
  * changes every row count's bits alike; captured graphs do not repeat it),
  * never to be flipped inside one session. */
-bool g_takes(const tsc_weight *w, int nd) {
+bool g_takes(const tsc_weight *const *w, int nw, int nd) {
     const char *e = getenv("TSC_Q4G");
     if (e && e[0] == '0') return false;
-    return nd == 1 && (w->group == 32 || w->group == 64 || w->group == 128) &&
-           g_stage_bytes(1, (int)w->cols, w->group) <= SMEM_MAX;
+    const int g = w[0]->group;
+    if (nd != 1 || (g != 32 && g != 64 && g != 128) || g_stage_bytes(1, (int)w[0]->cols, g) > SMEM_MAX) return false;
+    /* k_q4gm copies the scales and biases in 4-byte words: a row's 16-bit
+     * elements start on a word (an even number of groups a row) */
+    if (w[0]->sdtype != TS_DTYPE_F32 && (w[0]->cols / g) % 2) return false;
+    for (int i = 0; i < nw; i++)
+        if ((uintptr_t)w[i]->scales % 4 || (uintptr_t)w[i]->biases % 4) return false;
+    return true;
 }
 
-/* rows a warp of k_q4g (a row's bits do not depend on it): 4, as k_q4dp,
- * unless the launch then has fewer warps than two blocks an SM hold (the
- * 9B's 4096-row products: 128 blocks at 4, 256 at 2); with one slice a row
- * (no column split in these numerics) the rows are the parallelism */
+/* rows a warp of k_q4g (a row's bits do not depend on it; no column split
+ * in these numerics, so the rows are the parallelism): pick_ks's rule 1,
+ * the fewest waves x (a fixed part + a lane's loads), over RG = 4, 2, 1.
+ * The 9B: 4 for the head and gate/up, 2 for in_proj (772 warps' blocks
+ * in 3 waves against 386 in 2 uneven ones at 4) and the 4096-row ones.
+ * TSC_Q4G_RG=1|2|4 forces it (a benchmark switch). */
 int g_rg(const dp_args &a, int n_sm) {
     static int forced = -2;
     if (forced == -2) forced = ks_env("TSC_Q4G_RG", 0);
     if (forced == 1 || forced == 2 || forced == 4) return forced;
-    int64_t rows = 0;
-    for (int i = 0; i < a.nw; i++) rows += a.w[i].rows;
-    const int64_t slots = q4dp_bps() * (int64_t)n_sm * WARPS; /* resident warps */
-    return rows >= 3 * slots ? 4 : rows >= slots ? 2 : 1;
+    const int64_t slots = q4dp_bps() * (int64_t)n_sm;
+    const int64_t loads = ((int64_t)(a.cols / a.group) + 31) / 32 * (a.group / 32); /* a lane's 16-byte loads a row */
+    int best = 4;
+    int64_t best_cost = -1;
+    for (int rg = 4; rg >= 1; rg /= 2) {
+        int64_t vbs = 0;
+        for (int i = 0; i < a.nw; i++) vbs += (a.w[i].rows + (int64_t)rg * WARPS - 1) / ((int64_t)rg * WARPS);
+        const int64_t cost = (vbs + slots - 1) / slots * (3 + rg * loads);
+        if (best_cost < 0 || cost < best_cost) best = rg, best_cost = cost;
+    }
+    return best;
 }
 
 /* the virtual blocks of a pass: k_q4g's WARPS x rg rows (mm: k_q4gm's 16) */
@@ -2147,19 +2200,30 @@ void launch_g1(tsc_ctx *c, const dp_args &a, int rg, size_t smem) {
     else launch_grid(c, k_q4g<1, WPT, 2, 1>, a.nvb, smem, a, q4dp_bps());
 }
 
-/* k_q4gm: two steps a round (u2) at WPT 1 and 2 (at 4, 178 registers: one
- * block an SM) */
+/* k_q4gm's ring depth for a pass of nr rows: 4 slots, or 2, the deepest
+ * that keeps two blocks an SM, else the deepest that fits one; 0: none
+ * fits (fewer rows a pass) */
+int gm_depth(int nr, int cols, int group, int sdt) {
+    const size_t off = gm_ring_off(nr, cols, group), sl = gm_slot(group / 32, sdt);
+    if (off + 4 * sl <= GM_SMEM_2) return 4;
+    if (off + 2 * sl <= GM_SMEM_2) return 2;
+    if (off + 4 * sl <= GM_SMEM_MAX) return 4;
+    return off + 2 * sl <= GM_SMEM_MAX ? 2 : 0;
+}
+
+template <int WPT, int NO>
+void launch_gm(tsc_ctx *c, const dp_args &a) {
+    const int s = gm_depth(a.nr, a.cols, a.group, a.sdt);
+    const size_t smem = gm_ring_off(a.nr, a.cols, a.group) + s * gm_slot(WPT, a.sdt);
+    if (s == 4) launch_grid(c, k_q4gm<WPT, NO, 4>, a.nvb, smem, a, 0, GM_SMEM_MAX);
+    else launch_grid(c, k_q4gm<WPT, NO, 2>, a.nvb, smem, a, 0, GM_SMEM_MAX);
+}
+
 template <int WPT>
-void launch_g(tsc_ctx *c, const dp_args &a, int rg, int u2) {
-    const size_t smem = g_stage_bytes(a.nr, a.cols, a.group);
-    if (a.nr == 1) {
-        launch_g1<WPT>(c, a, rg, smem);
-    } else if (a.nr <= 8) {
-        if (u2 && WPT <= 2) launch_grid(c, k_q4gm<WPT, 1, 2>, a.nvb, smem, a);
-        else launch_grid(c, k_q4gm<WPT, 1, 1>, a.nvb, smem, a);
-    } else {
-        launch_grid(c, k_q4gm<WPT, 2, 1>, a.nvb, smem, a);
-    }
+void launch_g(tsc_ctx *c, const dp_args &a, int rg) {
+    if (a.nr == 1) launch_g1<WPT>(c, a, rg, g_stage_bytes(1, a.cols, a.group));
+    else if (a.nr <= 8) launch_gm<WPT, 1>(c, a);
+    else launch_gm<WPT, 2>(c, a);
 }
 
 /* q4dp_linear_staged in the group numerics: one row on k_q4g, passes of
@@ -2167,11 +2231,9 @@ void launch_g(tsc_ctx *c, const dp_args &a, int rg, int u2) {
  * pass of one row left over goes to k_q4g: the same bits) */
 void g_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const float *x, const float *add,
               const float *u, float *x_out, float *y_out, float *const *y, int n) {
-    const int nsteps = (a.cols / a.group + 31) / 32;
-    const int u2 = nsteps >= 2 && ks_env("TSC_Q4G_U", 2) == 2; /* k_q4gm: two steps a round where a row has two */
     const int rg = g_rg(a, c->n_sm);
     int per = TSC_ROWS_MAX;
-    while (per > 1 && g_stage_bytes(per, a.cols, a.group) > SMEM_MAX) per--;
+    while (per > 1 && (g_stage_bytes(per, a.cols, a.group) > SMEM_MAX || !gm_depth(per, a.cols, a.group, a.sdt))) per--;
     for (int i0 = 0, nr; i0 < n; i0 += nr) {
         nr = n - i0 < per ? n - i0 : per;
         a.nr = nr;
@@ -2179,9 +2241,9 @@ void g_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const 
         stage_once(c, a, nr, 1, true);
         g_vbs(a, rg, nr > 1);
         switch (a.group) {
-        case 32: launch_g<1>(c, a, rg, u2); break;
-        case 64: launch_g<2>(c, a, rg, u2); break;
-        default: launch_g<4>(c, a, rg, u2); break;
+        case 32: launch_g<1>(c, a, rg); break;
+        case 64: launch_g<2>(c, a, rg); break;
+        default: launch_g<4>(c, a, rg); break;
         }
         TSC_LAUNCHED(c, nr == 1 ? "tsc_linear (4-bit, group numerics, dp4a)" : "tsc_linear (4-bit, group numerics, mma)");
     }
@@ -2225,7 +2287,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
         a.w[i].rows = w[i]->rows;
     }
     if (mm_takes(w[0])) return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
-    if (g_takes(w[0], nd)) return g_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
+    if (g_takes(w, nw, nd)) return g_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
     int nblk = 0;
     int64_t steps = 0; /* warp steps of the launch */
     for (int i = 0; i < nw; i++) {
