@@ -160,11 +160,10 @@ TS_TEST(cuda, context_errors_memory) {
 
 /* mlx: keep a 4-bit weight in the MLX layout at upload (TSC_Q4T=0 around
  * it), so that its products run q4dp.cu's kernels with nd digits of x (0:
- * 3): at nd = 1 and groups of 32..128 the group numerics ("grp": k_q4g for
- * one row, the tensor-core k_q4gm for several), or the opt-in k_q4mm
- * ("mma", TSC_Q4MM=1), or k_q4dp's per-chunk numerics ("chunk",
- * TSC_Q4G=0); the dp4a k_q4dp otherwise; other 4-bit weights with
- * cols % 64 == 0 go to Q4T */
+ * 3): the dp4a k_q4dp, or at nd = 1 and groups of 32..128 the opt-in group
+ * numerics ("grp", TSC_Q4G=1: k_q4g for one row, the tensor-core k_q4gm
+ * for several) or the opt-in k_q4mm ("mma", TSC_Q4MM=1); other 4-bit
+ * weights with cols % 64 == 0 go to Q4T */
 typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; int mlx, nd; } lin_cfg;
 
 static const lin_cfg LIN_CFG[] = {
@@ -173,8 +172,8 @@ static const lin_cfg LIN_CFG[] = {
     {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "mma g32 x8", 1, 1},     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "mma g128 x8", 1, 1},
     {TS_DTYPE_U32, 4, 256, TS_DTYPE_BF16, "dp4a g256 x8", 1, 1}, {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "grp g64 x8", 1, 1},
     {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "grp g32 x8", 1, 1},      {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "grp g64 x8 nodig", 1, 1},
-    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "grp g128 x8", 1, 1},    {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "chunk g64 x8", 1, 1},
-    {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "chunk g32 x8 nodig", 1, 1},
+    {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "grp g128 x8", 1, 1},    {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "dp4a g64 x8", 1, 1},
+    {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "dp4a g32 x8 nodig", 1, 1},
     {TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, "int4 g64 bf16", 0, 0}, {TS_DTYPE_U32, 4, 32, TS_DTYPE_F16, "int4 g32 f16", 0, 0},
     {TS_DTYPE_U32, 4, 128, TS_DTYPE_F32, "int4 g128 f32", 0, 0}, {TS_DTYPE_U32, 8, 64, TS_DTYPE_BF16, "int8 g64 bf16", 0, 0},
     {TS_DTYPE_U32, 8, 32, TS_DTYPE_F32, "int8 g32 f32", 0, 0},   {TS_DTYPE_BF16, 0, 0, TS_DTYPE_F32, "bf16", 0, 0},
@@ -232,7 +231,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             ts_error e;
             if (cf->mlx) setenv("TSC_Q4T", "0", 1);
             if (!strncmp(cf->name, "mma", 3)) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
-            if (!strncmp(cf->name, "chunk", 5)) setenv("TSC_Q4G", "0", 1); /* k_q4dp's numerics at 8 bits */
+            if (!strncmp(cf->name, "grp", 3)) setenv("TSC_Q4G", "1", 1); /* the group numerics are opt-in (q4dp.cu) */
             CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
             if (cf->mlx) {
                 unsetenv("TSC_Q4T");
@@ -1811,6 +1810,7 @@ TS_TEST(cuda, fused_products_dp4a) {
         tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
         hd.act_digits = hd2.act_digits = kind ? 1 : 0;
         if (kind == 1) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
+        if (kind == 2) setenv("TSC_Q4G", "1", 1);  /* and the group numerics */
         ts_error e;
         setenv("TSC_Q4T", "0", 1);
         CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
@@ -1870,6 +1870,7 @@ TS_TEST(cuda, fused_products_dp4a) {
         tsc_free(c, dg), tsc_free(c, du), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, dn), tsc_free(c, dn2);
         tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
         unsetenv("TSC_Q4MM");
+        unsetenv("TSC_Q4G");
         tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
         free(g), free(u), free(nw);
         free_hw(&h), free_hw(&h2);

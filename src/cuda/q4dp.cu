@@ -2137,13 +2137,16 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
 /* ---- the group numerics' passes (k_q4g, k_q4gm) ---- */
 
 /* w's products in the group numerics: 8-bit x, a group of 32, 64 or 128,
- * one row's digits within the staging limit. TSC_Q4G=0 keeps k_q4dp's
- * per-chunk numerics instead: read at every launch as TSC_Q4MM is (it
- * changes every row count's bits alike; captured graphs do not repeat it),
+ * one row's digits within the staging limit, and TSC_Q4G=1. Opt-in until
+ * measured: the first k_q4gm (direct loads) was exact but slower than
+ * k_q4dp at every row count (s23-run2), the ring form is not yet run on a
+ * GPU (s23-run3/command.sh is the call that tests and measures it; make it
+ * the default only if it wins). Read at every launch as TSC_Q4MM is (it
+ * changes every row count's bits alike; captured graphs do not repeat it):
  * never to be flipped inside one session. */
 bool g_takes(const tsc_weight *const *w, int nw, int nd) {
     const char *e = getenv("TSC_Q4G");
-    if (e && e[0] == '0') return false;
+    if (!(e && e[0] == '1')) return false;
     const int g = w[0]->group;
     if (nd != 1 || (g != 32 && g != 64 && g != 128) || g_stage_bytes(1, (int)w[0]->cols, g) > SMEM_MAX) return false;
     /* k_q4gm copies the scales and biases in 4-byte words: a row's 16-bit

@@ -1,26 +1,28 @@
 #!/bin/bash
-# session 23, device call 3: the group numerics, k_q4gm through a cp.async ring (q4dp.cu's k_q4g for one row, the tensor-core k_q4gm for 2..16 rows:
-# a scale step per quantization group, the same bits for every row count; TSC_Q4G=0 keeps k_q4dp's per-chunk numerics,
-# the same binary). Call 2 found k_q4gm correct but at ~40% of the copy rate (32-byte pieces of 8 rows a load
-# instruction): its weights now go through shared memory by cp.async (512 contiguous bytes a warp instruction),
-# item k + S - 1 copied while item k is computed; k_q4g's rows a warp by a wave rule (in_proj ran 1.46 waves).
-# Tests first (linear_parity_and_row_exact's "grp" configs: 16-row, 3/5/6/7-row calls == one-row
-# calls bit for bit; fused_products_dp4a's kind 2), then cuda_bench's products by rows and the step by rows, both
-# numerics, and the engine on the 9B (plain decode; MTP 3 and 4 at forced acceptance). Prediction: products at 4 rows
-# ~1.05-1.10x one row (1.43x), the 4-row step ~1.15-1.2x (1.46x), 16 rows ~1.6x (4.6x), the one-row step within a few %.
+# session 23, device call 3 (NOT RUN: no device was lent after call 2; the next session builds, packs as s23c
+# (bash bench/cuda/pack.sh s23c) and runs it): the group numerics, opt-in with TSC_Q4G=1 (q4dp.cu's k_q4g for one
+# row, the tensor-core k_q4gm for 2..16 rows: a scale step per quantization group, the same bits for every row
+# count; without it k_q4dp's per-chunk numerics, the same binary). Call 2 found k_q4gm exact but at ~40% of the
+# copy rate (k_q4mm's loads: 32-byte pieces of 8 rows an instruction): its weights now go through shared memory by
+# cp.async (512 contiguous bytes a warp instruction), item k + S - 1 copied while item k is computed; k_q4g's rows a
+# warp by a wave rule (in_proj ran 1.46 waves). Tests first (linear_parity_and_row_exact's "grp" configs: 16-row and
+# 3/5/6/7-row calls == one-row calls bit for bit; fused_products_dp4a's kind 2; the engine's tests with the group
+# numerics on: MTP and DFlash identical to plain), then cuda_bench's products by rows and the step by rows, both
+# numerics, and the engine on the 9B. Prediction: products at 4 rows ~1.05-1.10x one row (1.43x), the 4-row step
+# ~1.15-1.2x (1.46x), 16 rows ~1.6x (4.6x), the one-row step within 2% of k_q4dp's (call 2: 3.4% slower).
 PACK=.gpu/s23c/pack.tar.xz . bench/cuda/device_env.sh
 timeout 150 $B/ts_test cuda > $O/kern.log 2>&1; tl "ts_test cuda $?"
+TSC_Q4G=1 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_grp.txt 2>&1; tl "cb 9b grp $?"
 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b.txt 2>&1; tl "cb 9b $?"
-TSC_Q4G=0 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_chunk.txt 2>&1; tl "cb 9b chunk $?"
 synth_shape 9b shapes/qwen3.5-9B.json
 for r in a b; do
-  bj 9b_dec_g_$r "X=1" $S/9b --prompt 512 --gen 128 --runs 2
-  bj 9b_dec_c_$r "TSC_Q4G=0" $S/9b --prompt 512 --gen 128 --runs 2
+  bj 9b_dec_g_$r "TSC_Q4G=1" $S/9b --prompt 512 --gen 128 --runs 2
+  bj 9b_dec_c_$r "X=1" $S/9b --prompt 512 --gen 128 --runs 2
 done
-bj 9b_acc3_g "X=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
-bj 9b_acc3_c "TSC_Q4G=0" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
-bj 9b_acc4_g "X=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 4 --accept 0.8,0.6,0.5,0.4
-timeout 150 $B/ts_test cuda_engine > $O/eng.log 2>&1; tl "ts_test cuda_engine $?"
+bj 9b_acc3_g "TSC_Q4G=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
+bj 9b_acc3_c "X=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
+bj 9b_acc4_g "TSC_Q4G=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 4 --accept 0.8,0.6,0.5,0.4
+TSC_Q4G=1 timeout 150 $B/ts_test cuda_engine > $O/eng_grp.log 2>&1; tl "ts_test cuda_engine (grp) $?"
 timeout 60 compute-sanitizer --tool memcheck $B/ts_test cuda.fused_products_dp4a > $O/memcheck_fused.log 2>&1; tl "memcheck $?"
 timeout 80 compute-sanitizer --tool racecheck $B/ts_test cuda.fused_products_dp4a > $O/racecheck_fused.log 2>&1; tl "racecheck $?"
 device_end
