@@ -244,6 +244,8 @@ struct cu_stream {
     size_t gemm_bytes;
     void *blas_ws; /* the cuBLAS products' workspace (blas_ws_of), NULL: none */
     size_t blas_bytes;
+    void *wy_ws; /* the WY prompt GDN's records where there is no blas_ws (wy_ws_of), NULL: none */
+    size_t wy_bytes;
     int32_t *route, *maps;
     size_t maps_n;
     double op_ms[8]; /* TSC_OPTIME=1: device time of the uncaptured ops by kind (op_timer) */
@@ -280,7 +282,7 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, att_multi, gemm, route, maps, blas, total;
+    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, att_multi, gemm, route, maps, wy, blas, total;
 };
 
 /* A chunk MoE's row tiles of one slot at most (a partial tile per expert
@@ -302,6 +304,21 @@ size_t blas_ws_of(int rows, int64_t cols) {
     const char *e = getenv("TSC_BLAS_MB");
     const long mb = e && atol(e) > 0 ? atol(e) : 128;
     return al256(tsc_blas_ws_bytes(rows, cols, (size_t)mb << 20));
+}
+
+/* The WY prompt GDN's records (gdn.cu, tsc_gdn_prefill's wy) live in the
+ * cuBLAS workspace, free between the products that use it; a stream
+ * without one (no libcublas on this host, or TSC_BLAS=0) gets a scratch of
+ * their own, so that it keeps the WY form instead of the row scan:
+ * TSC_WY_MB (default 32 MiB: 12 chunks of 64 rows of the 9B's 32 heads, a
+ * prompt chunk in segments of 768 rows) when the form is on. Read when the
+ * stream is made or planned, as TSC_BLAS is. */
+bool gdn_wy_on();
+size_t wy_ws_of(int rows, int64_t cols) {
+    if (rows <= RB || !gdn_wy_on() || blas_ws_of(rows, cols)) return 0;
+    const char *e = getenv("TSC_WY_MB");
+    const long mb = e && atol(e) > 0 ? atol(e) : 32;
+    return al256((size_t)mb << 20);
 }
 
 ws_layout layout_of(int rows, int64_t cols) {
@@ -327,6 +344,7 @@ ws_layout layout_of(int rows, int64_t cols) {
      * expert's gate logit) and its maps */
     l.route = o, o += rows > RB ? al256(sizeof(int32_t) * (size_t)rows * (2 * TOPK_MAX + 1)) : 0;
     l.maps = o, o += rows > RB ? al256(sizeof(int32_t) * maps_ints_of(rows)) : 0;
+    l.wy = o, o += wy_ws_of(rows, cols);
     l.blas = o, o += blas_ws_of(rows, cols);
     l.total = o;
     return l;
@@ -938,6 +956,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     if (rows > RB) {
         q->gemm_ws = w + l.gemm, q->gemm_bytes = l.route - l.gemm;
         q->route = (int32_t *)(w + l.route), q->maps = (int32_t *)(w + l.maps), q->maps_n = maps_ints_of(rows);
+        if (l.blas > l.wy) q->wy_ws = w + l.wy, q->wy_bytes = l.blas - l.wy;
         if (l.total > l.blas) q->blas_ws = w + l.blas, q->blas_bytes = l.total - l.blas;
     }
     *out = &q->base;
@@ -1715,12 +1734,13 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
             g.qkv = a->qkv, g.z = a->z, g.b = a->b, g.a = a->a;
             g.conv_state = conv, g.conv_w = a->conv_w, g.S = S, g.neg_A = a->neg_A, g.dt_bias = a->dt_bias;
             g.norm_w = a->norm, g.eps = a->eps, g.o = a->out, g.ws = a->pf_conv;
-            /* the WY form's records in the stream's prompt scratch (free
-             * between the products that use it), when the stream has one:
-             * that scratch exists only where cuBLAS was found, so a host
-             * without libcublas keeps the row scan (a scratch of the WY
-             * form's own in the plan is the fix, not yet made) */
-            if (q->blas_ws && gdn_wy_on()) g.wy = (float *)q->blas_ws, g.wy_rows = tsc_gdn_wy_rows(q->blas_bytes, a->Hv);
+            /* the WY form's records in the stream's cuBLAS workspace (free
+             * between the products that use it), or in their own scratch
+             * where the stream has none (wy_ws_of) */
+            if (gdn_wy_on()) {
+                if (q->blas_ws) g.wy = (float *)q->blas_ws, g.wy_rows = tsc_gdn_wy_rows(q->blas_bytes, a->Hv);
+                else if (q->wy_ws) g.wy = (float *)q->wy_ws, g.wy_rows = tsc_gdn_wy_rows(q->wy_bytes, a->Hv);
+            }
             tsc_gdn_prefill(q->c, &g);
             return;
         }

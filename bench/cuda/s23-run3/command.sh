@@ -8,7 +8,8 @@
 # warp by a wave rule (in_proj ran 1.46 waves). Tests first (linear_parity_and_row_exact's "grp" configs: 16-row and
 # 3/5/6/7-row calls == one-row calls bit for bit; fused_products_dp4a's kind 2; the engine's tests with the group
 # numerics on: MTP and DFlash identical to plain), then cuda_bench's products by rows and the step by rows, both
-# numerics, and the engine on the 9B. Prediction: products at 4 rows ~1.05-1.10x one row (1.43x), the 4-row step
+# numerics, and the engine on the 9B; the cuda_engine tests' TSC_BLAS=0 prompt chunks now keep the WY form (its
+# records in a scratch of their own, backend.cu's wy_ws_of). Prediction: products at 4 rows ~1.05-1.10x one row (1.43x), the 4-row step
 # ~1.15-1.2x (1.46x), 16 rows ~1.6x (4.6x), the one-row step within 2% of k_q4dp's (call 2: 3.4% slower).
 PACK=.gpu/s23c/pack.tar.xz . bench/cuda/device_env.sh
 timeout 150 $B/ts_test cuda > $O/kern.log 2>&1; tl "ts_test cuda $?"
@@ -22,6 +23,10 @@ done
 bj 9b_acc3_g "TSC_Q4G=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 bj 9b_acc3_c "X=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 bj 9b_acc4_g "TSC_Q4G=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 4 --accept 0.8,0.6,0.5,0.4
+# the WY prompt GDN's own scratch (no cuBLAS workspace: TSC_BLAS=0): the WY form against the row scan, 9B pp2048
+# (session 21 with cuBLAS: 24,365 against 20,705 tok/s); prediction: WY ahead by ~15%
+bj 9b_pp2k_noblas_wy "TSC_BLAS=0" $S/9b --prompt 2048 --gen 16 --runs 2
+bj 9b_pp2k_noblas_scan "TSC_BLAS=0 TSC_GDN_WY=0" $S/9b --prompt 2048 --gen 16 --runs 2
 TSC_Q4G=1 timeout 150 $B/ts_test cuda_engine > $O/eng_grp.log 2>&1; tl "ts_test cuda_engine (grp) $?"
 timeout 60 compute-sanitizer --tool memcheck $B/ts_test cuda.fused_products_dp4a > $O/memcheck_fused.log 2>&1; tl "memcheck $?"
 timeout 80 compute-sanitizer --tool racecheck $B/ts_test cuda.fused_products_dp4a > $O/racecheck_fused.log 2>&1; tl "racecheck $?"
