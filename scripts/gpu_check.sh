@@ -106,6 +106,11 @@ T="$OUT/gpu_check.md"
     echo "| 9b dp4a products (MLX layout, $((8 * d))-bit x), 1 row, % of probe | $line |"
     echo "| 9b dp4a step, fused + PDL ($((8 * d))-bit x) | $(kd 9b.step_ms) ms = $(kd 9b.tok_s) tok/s = $(kd 9b.pct)% of probe, $(kd 9b.kernels) kernels; 4 rows x$(kd rows_ratio.4) |"
   done
+  # the group numerics (TSC_Q4G=1: k_q4g one row, the tensor-core k_q4gm 2..16 rows; bench/cuda/RESULTS.md, session 23)
+  if TSC_Q4G=1 ./"$B"/cuda_bench $args --shape 9b --mlx --digits 1 >"$OUT/bench_mlx_grp.log" 2>&1; then
+    kq() { awk -v k="$1" '$1 == "KV" && $2 == k {print $3}' "$OUT/bench_mlx_grp.log"; }
+    echo "| 9b group numerics (TSC_Q4G=1): step, fused + PDL | $(kq 9b.step_ms) ms = $(kq 9b.tok_s) tok/s; rows 2/4/8/16 x$(kq rows_ratio.2) / x$(kq rows_ratio.4) / x$(kq rows_ratio.8) / x$(kq rows_ratio.16); products at 1/4/16 rows $(kq prod_rows_ms.1) / $(kq prod_rows_ms.4) / $(kq prod_rows_ms.16) ms |"
+  else echo "| bench TSC_Q4G=1 | FAILED |"; status=1; fi
   # the prompt chunks' tensor-core products (q4gemm.cu) on 512 rows: TFLOP/s and the speedup over 16-row passes
   if ./"$B"/cuda_bench --shape 9b --mlx --gemm 512 >"$OUT/bench_gemm512.log" 2>&1; then
     kg() { awk -v k="$1" '$1 == "KV" && $2 == k {print $3}' "$OUT/bench_gemm512.log"; }
@@ -124,6 +129,12 @@ T="$OUT/gpu_check.md"
   [ "$rc" = 0 ] && [ "$sk" = 0 ] || status=1
   grep -E '^  (tiny|alt|default)' "$OUT/engine_tests.log" | sed 's/^ */| engine parity (model bits rows max-err max-logit top1) | /; s/$/ |/'
   grep -E '^  (sampled|default model|models/|/tmp|--device|no device|[0-9]+ installs|--spec dflash)' "$OUT/engine_tests.log" | sed 's/^ */| engine | /; s/$/ |/'
+  # drafting exact with the opt-in group numerics too (a verify's rows then on the tensor-core k_q4gm)
+  TSC_Q4G=1 ./"$B"/ts_test cuda_engine.spec_greedy_exact_fixtures cuda_engine.spec_greedy_exact_default_model \
+    cuda_engine.dflash_greedy_exact_fixtures cuda_engine.spec_verify_graph_chain >"$OUT/engine_tests_grp.log" 2>&1
+  rc=$?
+  echo "| engine tests, drafting exact with TSC_Q4G=1 | $(tail -1 "$OUT/engine_tests_grp.log") (rc $rc) |"
+  [ "$rc" = 0 ] || status=1
   # ---- the commands on --backend cuda ----
   L="$OUT/engine_cli.log"; : >"$L"
   cli() { # name, then the command
