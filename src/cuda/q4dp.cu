@@ -2,8 +2,12 @@
  * digits and the weights' nibbles multiplied by dp4a (four byte products and
  * their sum in one instruction), for 1..16 rows of x.
  *
- * Owns: the digit staging of x, the dp4a product kernel, its launch plan.
- * Does not own: the entry point and its checks (linear.cu's tsc_linear,
+ * Owns: the dp4a product kernels (k_q4dp, k_q4dp_as), the opt-in
+ * tensor-core k_q4mm, the MoE experts' products (k_q4dp_moe), their launch
+ * plans, the entry points of q4dp.cuh. Shares with q4grp.cu (the opt-in
+ * group numerics, TSC_Q4G=1) what q4dp_impl.cuh holds: the launch's
+ * arguments, the digit staging of x described below ("Digits once"
+ * there), the building blocks. Does not own: the entry point and its checks (linear.cu's tsc_linear,
  * which calls q4dp_linear first for 4-bit MLX weights and falls back to its
  * f32 kernel when this one declines), the Q4T layout (q4t.cu).
  *
@@ -83,435 +87,9 @@
  * the digits made once a pass (k_stage_digits, "Digits once") a 9B verify
  * step of 4 rows costs 1.58x one row (was 2.41x), 16 rows 4.8x (9.4x).
  */
-#include "cuda/common.cuh"
-#include "cuda/q4dp.cuh"
-#include "cuda/rows.cuh"
-
-#include <stdlib.h>
-#include <string.h>
+#include "cuda/q4dp_impl.cuh"
 
 namespace {
-
-constexpr int R = 4;     /* output rows per warp */
-constexpr int WARPS = 8; /* warps per block */
-constexpr size_t SMEM_MAX = 160 * 1024; /* dynamic shared memory a block may stage */
-
-struct dp_w {
-    const uint8_t *data;
-    const void *scales, *biases;
-    float *y;
-    int64_t rows;
-    int ks;   /* warps splitting the columns */
-    int blk0; /* first virtual block of this weight */
-    int sv;   /* k_q4mm: the scales and biases may be read UG groups a load (aligned) */
-};
-
-struct dp_args {
-    dp_w w[TSC_LIN_MAX];
-    int nw, sdt, group, lg;
-    int cols;
-    const float *x;
-    int nvb; /* virtual blocks over all weights */
-    /* the activation made while staging (Q4DP_XM_*): norm: v = x (+ add),
-     * staged RMSNorm(v) * normw, then x_out = v (when add), y_out = the normed
-     * rows; swiglu: staged silu(x) * u, y_out = that. x_out / y_out may
-     * alias x: block 0 writes them once every block has staged (bar). */
-    int xm;
-    const float *add, *normw, *u;
-    float eps;
-    float *x_out, *y_out;
-    unsigned *bar;
-    int late; /* write_outputs after the products (1) or before (0) */
-    int nr;   /* x rows of the launch (k_q4mm; k_q4dp has them as NR) */
-    /* k_q4dp: x's digits staged once by k_stage_digits in this layout (the
-     * shared memory's, stage_bytes(NR, ND, cols)), copied in instead of
-     * made; NULL: each block makes them (see "Digits once") */
-    const int4 *dg;
-    int as; /* k_q4dp_as's ring depth (weights through a cp.async ring; see there), 0: k_q4dp */
-#ifdef TSC_TRACE
-    int tid; /* the launch's slot in the trace (q4dp_trace_*) */
-#endif
-};
-
-/* 16 bytes of weights, streamed once: not kept in L1 */
-__device__ __forceinline__ uint4 ld_stream(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-/* a scale or bias element's bits, converted where it is used (so that the
- * load is not waited for at the load) */
-__device__ __forceinline__ uint32_t ld_sraw(const void *p, int dt, int64_t i) {
-    if (dt == TS_DTYPE_F32) return __ldg((const unsigned int *)p + i);
-    return __ldg((const unsigned short *)p + i);
-}
-__device__ __forceinline__ float sraw_f(uint32_t v, int dt) {
-    if (dt == TS_DTYPE_BF16) return __uint_as_float(v << 16);
-    if (dt == TS_DTYPE_F16) return __half2float(__ushort_as_half((unsigned short)v));
-    return __uint_as_float(v);
-}
-__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
-template <int ND> struct lim_t;
-template <> struct lim_t<1> { static constexpr float L = 127.0f; };
-template <> struct lim_t<2> { static constexpr float L = 32639.0f; };
-template <> struct lim_t<3> { static constexpr float L = 8290000.0f; };
-
-__host__ __device__ inline size_t stage_bytes(int nr, int nd, int cols) {
-    return (size_t)nr * ((size_t)nd * (size_t)cols + (size_t)(cols / 32) * sizeof(float2));
-}
-
-/* One 8-column word of x row i (v, on: a real word) -> its digits in shared
- * memory (layout above). A group's words are consecutive threads of one
- * warp (group / 8 <= 32 of them, aligned), so its max is a shuffle tree;
- * every lane of the warp calls this (the shuffles). */
-template <int ND, bool MM>
-__device__ __forceinline__ void stage_word(const float (&v)[8], bool on, int i, int w, int nch, int gw, int4 *xd,
-                                           float2 *xsb, int tst, int nt) {
-    constexpr float L = lim_t<ND>::L;
-    float m = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j]));
-    for (int o = 1; o < gw; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float sx = __fdiv_rn(m, L), inv = m > 0.f ? __fdiv_rn(L, m) : 0.f;
-    int X[8], sum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        X[j] = __float2int_rn(fminf(fmaxf(__fmul_rn(v[j], inv), -L), L));
-        sum += X[j];
-    }
-    uint32_t dg[ND][8]; /* digit bytes, balanced: X = sum_d dg[d] * 256^d */
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        int t = X[j];
-#pragma unroll
-        for (int d = 0; d < ND; d++) {
-            const int dd = d == ND - 1 ? t : ((t + 128) & 255) - 128;
-            dg[d][j] = (uint32_t)dd & 0xFFu;
-            t = (t - dd) >> 8;
-        }
-    }
-    /* the 4 words of a 32-column chunk are 4 consecutive, aligned threads
-     * (MM: the sum over the whole group, its gw words) */
-    if constexpr (MM) {
-        for (int o = 1; o < gw; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    } else {
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    }
-    if (on) {
-        const int ch = w >> 2, comp = w & 3;
-#pragma unroll
-        for (int d = 0; d < ND; d++) {
-            const uint32_t ev = dg[d][0] | dg[d][2] << 8 | dg[d][4] << 16 | dg[d][6] << 24;
-            const uint32_t od = dg[d][1] | dg[d][3] << 8 | dg[d][5] << 16 | dg[d][7] << 24;
-            ((uint32_t *)&xd[i * tst + 2 * d * nch + ch])[comp] = ev;
-            ((uint32_t *)&xd[i * tst + (2 * d + 1) * nch + ch])[comp] = od;
-        }
-        if constexpr (MM) {
-            if (w % gw == 0) xsb[(w / gw) * nt + i] = make_float2(sx, __fmul_rn(sx, (float)sum));
-        } else if (comp == 0) {
-            xsb[i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
-        }
-    }
-}
-
-__device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
-    const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
-/* Norm mode: each row's 1 / rms into rnorm[NR], with tsc_add_rmsnorm's
- * arithmetic (v = x + add; row_ss4's sum of squares over the 256 threads),
- * so that the staged rows and the rows written have its bits. */
-__device__ __forceinline__ void row_norms(const dp_args &a, float *rnorm, int nr) {
-    __shared__ double red[32];
-    for (int i = 0; i < nr; i++) {
-        const double ss = row_ss4(a.x + (int64_t)i * a.cols, a.add ? a.add + (int64_t)i * a.cols : NULL, NULL, a.cols, red);
-        if (threadIdx.x == 0) rnorm[i] = rms_inv(ss, a.cols, a.eps);
-        __syncthreads(); /* red is reused by the next row */
-    }
-}
-
-/* The mode's outputs of nr rows, by the threads of one block: x_out = v
- * (when add), y_out = the normed rows (NORM) or silu(x) * u (SWIGLU). */
-__device__ __forceinline__ void write_rows(const dp_args &a, const float *rnorm, int nr) {
-    for (int i = 0; i < nr; i++)
-        for (int j = threadIdx.x; j < a.cols; j += blockDim.x) {
-            const int64_t o = (int64_t)i * a.cols + j;
-            if (a.xm == Q4DP_XM_NORM) {
-                float v = a.x[o];
-                if (a.add) v = __fadd_rn(v, a.add[o]);
-                if (a.add && a.x_out) a.x_out[o] = v;
-                if (a.y_out) a.y_out[o] = norm_mul(v, rnorm[i], a.normw[j]);
-            } else if (a.y_out) {
-                a.y_out[o] = silu_mul_f(a.x[o], a.u[o]);
-            }
-        }
-}
-
-/* The mode's outputs (x_out, y_out may alias x): every block arrives on
- * bar once it has staged x (arrive_outputs); one block, once all have
- * arrived, writes them (write_outputs). Which block and when: the last
- * block (it has the fewest virtual blocks when they do not divide evenly),
- * after its products (a.late, the default: by then every block has long
- * staged, so nobody waits), or block 0 before its products (TSC_Q4DP_LATEW=0:
- * block 0 then starts its products only after the slowest block's staging
- * and the writes, and the launch ends when block 0 does). */
-__device__ __forceinline__ void arrive_outputs(const dp_args &a) {
-    if (threadIdx.x == 0) atomicAdd(a.bar, 1u);
-}
-
-__device__ __forceinline__ void write_outputs(const dp_args &a, const float *rnorm, int nr) {
-    if (blockIdx.x != (a.late ? gridDim.x - 1 : 0)) return;
-    if (threadIdx.x == 0) {
-        while (atomicOr(a.bar, 0u) < gridDim.x) __nanosleep(64);
-        atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
-    }
-    __syncthreads();
-    write_rows(a, rnorm, nr);
-}
-
-/* Where stage_x reads x row i's (and u's) columns col..col + 7: one array
- * here; q4dp_moe's down with the shared expert reads two (x_at(dx_args)) */
-__device__ __forceinline__ const float *x_at(const dp_args &a, int i, int col) { return a.x + (int64_t)i * a.cols + col; }
-__device__ __forceinline__ const float *u_at(const dp_args &a, int i, int col) { return a.u + (int64_t)i * a.cols + col; }
-
-/* x rows [NR][cols] f32 -> digits in shared memory, one thread per 8-column
- * word; the loads of SB words a thread are issued before the first is
- * used (x comes from L2: one latency a batch, not one a word). */
-template <int ND, int SB, bool MM = false, typename A>
-__device__ __forceinline__ void stage_x(const A &a, int nrows, int4 *xd, float2 *xsb, const float *rnorm, int tst = 0,
-                                        int nt = 0) {
-    if (!MM) tst = 2 * ND * (a.cols >> 5);
-    const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3;
-    const int total = nrows * nw8;
-    for (int base = 0; base < total; base += SB * blockDim.x) { /* uniform trip count: every lane shuffles */
-        float v[SB][8];
-        bool on[SB];
-        int iw[SB], ww[SB];
-#pragma unroll
-        for (int k = 0; k < SB; k++) {
-            const int idx = base + k * (int)blockDim.x + (int)threadIdx.x;
-            on[k] = idx < total;
-            iw[k] = on[k] ? idx / nw8 : 0, ww[k] = on[k] ? idx - iw[k] * nw8 : 0;
-            if (on[k]) {
-                load8(x_at(a, iw[k], 8 * ww[k]), v[k]);
-                if (a.xm != Q4DP_XM_PLAIN) {
-                    const int64_t o = (int64_t)iw[k] * a.cols + 8 * ww[k];
-                    float e[8], f[8];
-                    if (a.xm == Q4DP_XM_NORM) {
-                        if (a.add) {
-                            load8(a.add + o, e);
-#pragma unroll
-                            for (int j = 0; j < 8; j++) v[k][j] = __fadd_rn(v[k][j], e[j]);
-                        }
-                        load8(a.normw + 8 * ww[k], f);
-                        const float r = rnorm[iw[k]];
-#pragma unroll
-                        for (int j = 0; j < 8; j++) v[k][j] = norm_mul(v[k][j], r, f[j]);
-                    } else {
-                        load8(u_at(a, iw[k], 8 * ww[k]), e);
-#pragma unroll
-                        for (int j = 0; j < 8; j++) v[k][j] = silu_mul_f(v[k][j], e[j]);
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++) v[k][j] = 0.f;
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < SB; k++) stage_word<ND, MM>(v[k], on[k], iw[k], ww[k], nch, gw, xd, xsb, tst, nt);
-    }
-}
-
-__device__ __forceinline__ uint32_t comp_of(const int4 &v, int k) {
-    return (uint32_t)(k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w);
-}
-
-/* One lane chunk of 32 columns: D = sum_c q_c X_c from the nibbles (lo: the
- * even columns', hi: the odd ones') and the staged digits xq, exact in
- * int32 per digit, the top digit joined by one FMA (see the top). */
-template <int ND>
-__device__ __forceinline__ float chunk_dot(const uint32_t (&lo)[4], const uint32_t (&hi)[4], const int4 (&xq)[2 * ND]) {
-    int A[ND];
-#pragma unroll
-    for (int d = 0; d < ND; d++) {
-        int t = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            t = __dp4a((int)lo[k], (int)comp_of(xq[2 * d], k), t);
-            t = __dp4a((int)hi[k], (int)comp_of(xq[2 * d + 1], k), t);
-        }
-        A[d] = t;
-    }
-    if constexpr (ND == 3) return __fmaf_rn((float)A[2], 65536.0f, (float)(A[1] * 256 + A[0]));
-    else if constexpr (ND == 2) return (float)(A[1] * 256 + A[0]);
-    else return (float)A[0];
-}
-
-/* acc += s * sx * D + b * sx * sum X, in the order of the top comment */
-__device__ __forceinline__ float chunk_acc(float sc, float bc, float2 sb, float D, float acc) {
-    return __fmaf_rn(__fmul_rn(sc, sb.x), D, __fmaf_rn(bc, sb.y, acc));
-}
-
-/* A lane's 16 weight bytes (32 nibbles) as the even columns' nibbles (lo)
- * and the odd ones' (hi), a byte each, for chunk_dot */
-__device__ __forceinline__ void nibbles(const uint4 &v, uint32_t (&lo)[4], uint32_t (&hi)[4]) {
-    const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) lo[k] = q[k] & 0x0F0F0F0Fu, hi[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
-}
-
-/* One lane chunk (ch) of R weight rows (nibbles, raw scale and bias bits)
- * against the NR staged x rows: acc[r][i] += the chunk's terms (chunk_dot,
- * chunk_acc), x row by x row.
- * k_q4dp and k_q4dp_as share it: the same operations in the same order, so
- * the same bits. */
-template <int NR, int ND>
-__device__ __forceinline__ void rows_dot(const uint32_t (&lo)[R][4], const uint32_t (&hi)[R][4], const uint32_t (&sr)[R],
-                                         const uint32_t (&br)[R], int sdt, const int4 *xd, const float2 *xsb, int nch,
-                                         int ch, float (&acc)[R][NR]) {
-#pragma unroll
-    for (int i = 0; i < NR; i++) {
-        int4 xq[2 * ND];
-#pragma unroll
-        for (int q = 0; q < 2 * ND; q++) xq[q] = xd[(i * 2 * ND + q) * nch + ch];
-        const float2 sb = xsb[i * nch + ch];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float D = chunk_dot<ND>(lo[r], hi[r], xq);
-            const float sc = sraw_f(sr[r], sdt), bc = sraw_f(br[r], sdt);
-            acc[r][i] = chunk_acc(sc, bc, sb, D, acc[r][i]);
-        }
-    }
-}
-
-/* k_q4dp's form of write_outputs (NR a constant; block 0 writes the
- * outputs before its products, its wait and the arrival in one place). Why
- * two forms: with write_outputs above and the late writes, ptxas gave k_q4dp<1, 1, 2>
- * 104 registers against these forms' 116, and the 9B products ran 10-17%
- * slower (cuda_bench, session 12: head 166 against 142 us, step 2.443
- * against 2.226 ms), while the late writes gained nothing in the engine
- * (364.8 tok/s against 367.4 with TSC_Q4DP_LATEW=0). k_q4mm keeps the
- * late form. */
-template <int NR>
-__device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *rnorm) {
-    if (threadIdx.x == 0) {
-        atomicAdd(a.bar, 1u);
-        if (blockIdx.x == 0) {
-            while (atomicOr(a.bar, 0u) < gridDim.x) __nanosleep(64);
-            atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
-        }
-    }
-    if (blockIdx.x != 0) return;
-    __syncthreads();
-    write_rows(a, rnorm, NR);
-}
-
-/* The digits k_stage_digits made (a.dg, bytes of them) into a block's
- * shared memory: 16-byte words, the float2 tail when bytes is not a
- * multiple of 16; then a barrier. */
-__device__ __forceinline__ void copy_staged(const dp_args &a, int4 *sm, size_t bytes) {
-    const int n8 = (int)(bytes >> 3);
-    for (int j = threadIdx.x; j < (n8 >> 1); j += blockDim.x) sm[j] = __ldcg(a.dg + j);
-    if ((n8 & 1) && threadIdx.x == 0) ((float2 *)sm)[n8 - 1] = __ldcg((const float2 *)a.dg + n8 - 1);
-    __syncthreads();
-}
-
-/* ---- Digits once (TSC_Q4DP_DIG) ----
- *
- * Without it every block of a product makes x's digits itself: k_q4dp's
- * 264 blocks each read all of x and, in SwiGLU mode, evaluate silu (expf
- * and an IEEE division) on every element. Traced on the 9B step (cuda_bench
- * --trace, bench/cuda/RESULTS.md, session 16): from a block's PDL release
- * to its staged digits 8.1 us for the 12288-column down product (SwiGLU;
- * compute-bound: ~40 instructions an element, 264 times over), 3.6 us for
- * the normed 4096-column inputs, 1.5 us plain; 544 of the step's 2200 us,
- * and four times that for a 4-row verify pass. k_stage_digits makes them
- * once, before the product: a block per (256 words of a row) (one per row
- * in norm mode, whose sum of squares needs the whole row and whose outputs
- * may alias x), each word's digits by stage_word as the product's blocks
- * would (the same bits), the mode's outputs (x_out, y_out) written by the
- * thread that read the word; the product's blocks then copy the staged
- * bytes (one L2 round trip) and skip the output barrier. The cost moves to
- * one small launch (its gap ~0.5 us: PDL) whose few blocks leave the SMs to
- * the product's blocks, which become resident and start their weights
- * meanwhile. */
-struct sd_args {
-    int xm, cols, group;
-    const float *x, *add, *normw, *u;
-    float eps;
-    float *x_out, *y_out;
-    int4 *dg; /* stage_bytes(nr, ND, cols); G: g_stage_bytes(nr, cols, group) */
-};
-
-/* the group numerics' staging (k_q4g, k_q4gm; see there): rows mm_tstride
- * apart, a scale pair a group [group][nt], nt = 1 for one row (8 or 16 as
- * k_q4mm's for several) */
-__host__ __device__ inline int mm_tstride(int nch);
-__host__ __device__ inline int g_nt(int nr);
-
-/* G: the group numerics' layout (stage_word's MM form, 8-bit x only) */
-template <int ND, bool E, bool G = false>
-__global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
-    TSC_ENTRY(E);
-    const int i = blockIdx.y, nr = gridDim.y;
-    const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = G ? mm_tstride(nch) : 2 * ND * nch;
-    const int64_t ro = (int64_t)i * a.cols;
-    float r = 0.f;
-    if (a.xm == Q4DP_XM_NORM) {
-        __shared__ double red[32];
-        __shared__ float rn;
-        /* row_norms' arithmetic (256 threads: the same sum order) */
-        const double ss = row_ss4(a.x + ro, a.add ? a.add + ro : NULL, NULL, a.cols, red);
-        if (threadIdx.x == 0) rn = rms_inv(ss, a.cols, a.eps);
-        __syncthreads(); /* also: every thread has read x before any writes x_out */
-        r = rn;
-    }
-    int4 *xd = a.dg;
-    float2 *xsb = (float2 *)(a.dg + (size_t)nr * tst);
-    for (int base = blockIdx.x * blockDim.x; base < nw8; base += gridDim.x * blockDim.x) { /* uniform */
-        const int w = base + (int)threadIdx.x;
-        const bool on = w < nw8;
-        float v[8];
-        if (on) {
-            const int64_t o = ro + 8 * w;
-            load8(a.x + o, v);
-            if (a.xm == Q4DP_XM_NORM) {
-                float e[8], f[8];
-                if (a.add) {
-                    load8(a.add + o, e);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], e[j]);
-                    if (a.x_out) {
-                        *(float4 *)(a.x_out + o) = make_float4(v[0], v[1], v[2], v[3]);
-                        *(float4 *)(a.x_out + o + 4) = make_float4(v[4], v[5], v[6], v[7]);
-                    }
-                }
-                load8(a.normw + 8 * w, f);
-#pragma unroll
-                for (int j = 0; j < 8; j++) v[j] = norm_mul(v[j], r, f[j]);
-            } else if (a.xm == Q4DP_XM_SWIGLU) {
-                float e[8];
-                load8(a.u + o, e);
-#pragma unroll
-                for (int j = 0; j < 8; j++) v[j] = silu_mul_f(v[j], e[j]);
-            }
-            if (a.xm != Q4DP_XM_PLAIN && a.y_out) {
-                *(float4 *)(a.y_out + o) = make_float4(v[0], v[1], v[2], v[3]);
-                *(float4 *)(a.y_out + o + 4) = make_float4(v[4], v[5], v[6], v[7]);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = 0.f;
-        }
-        stage_word<ND, G>(v, on, i, on ? w : 0, nch, gw, xd, xsb, tst, G ? g_nt(nr) : 0);
-    }
-}
 
 /* The trace build (EXTRA_NVCC_FLAGS=-DTSC_TRACE, cuda_bench --trace): each
  * block of a k_q4dp launch records the global timer at its entry, when its
@@ -725,16 +303,6 @@ size_t as_smem(int nr, int nd, int cols, int s) {
     return (as_ring_off(nr, nd, cols) + (size_t)WARPS * s * AS_SLOT_I4) * 16;
 }
 
-__device__ __forceinline__ void cp_async16(void *s, const void *g) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void *s, const void *g) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/* every group but the newest N complete */
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 template <int NR, int ND, int S>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
@@ -884,43 +452,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
  * about as fast as k_q4dp (within 10%), and ~40 at 2..8 rows against
  * k_q4dp's ~73 at 4 rows (which also reads the weights again past 4):
  * a 4-row verify at ~1.1-1.3x one row, 16 rows at ~1.5x. */
-constexpr int MR = 16; /* output rows per warp: the mma's M */
-
-template <int WPT>
-__device__ __forceinline__ void ld_words(const uint8_t *p, uint32_t (&v)[WPT]) {
-    if constexpr (WPT == 1) {
-        asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v[0]) : "l"(p));
-    } else if constexpr (WPT == 2) {
-        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
-    } else {
-        const uint4 q = ld_stream(p);
-        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-    }
-}
-
-__device__ __forceinline__ void mma_u4s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* WPT consecutive digit words from shared memory in one load (aligned:
- * a thread's words start at a multiple of WPT) */
-template <int WPT>
-__device__ __forceinline__ void lds_words(const uint32_t *p, uint32_t (&v)[WPT]) {
-    if constexpr (WPT == 1) {
-        v[0] = *p;
-    } else if constexpr (WPT == 2) {
-        const uint2 q = *(const uint2 *)p;
-        v[0] = q.x, v[1] = q.y;
-    } else {
-        const uint4 q = *(const uint4 *)p;
-        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-    }
-}
-
 /* The raw scale (or bias) elements of groups g0 .. g0 + UG - 1 of the row
  * whose first group is at index rbase: vec, one or two vector loads (2-byte
  * elements: UG * 2 bytes; f32: UG * 4), else one load a group, the groups
@@ -965,19 +496,6 @@ __host__ __device__ inline int mm_per(int ng, int ks, int ug) {
     return (per + ug - 1) / ug * ug;
 }
 
-/* the staged digits' per-row stride in int4 (k_q4mm): the digit planes of a
- * row (2 ND nch int4, ND = 1) padded so that consecutive rows start 8 words
- * apart in the banks (the B loads of 8 rows x 4 threads: at most 2-way) */
-__host__ __device__ inline int mm_tstride(int nch) {
-    const int base = 2 * nch; /* int4 */
-    return base + (((8 - (base * 4) % 32) + 32) % 32) / 4;
-}
-/* x rows a launch's scale pairs are laid out for: 8 or 16 */
-__host__ __device__ inline int mm_nt(int nr) { return nr > 8 ? 16 : 8; }
-__host__ __device__ inline int g_nt(int nr) { return nr == 1 ? 1 : mm_nt(nr); }
-__host__ __device__ inline size_t g_stage_bytes(int nr, int cols, int group) {
-    return (size_t)nr * mm_tstride(cols / 32) * 16 + (size_t)(cols / group) * g_nt(nr) * sizeof(float2);
-}
 size_t mm_stage_bytes(int nr, int cols, int group) {
     return (size_t)nr * mm_tstride(cols / 32) * 16 + (size_t)(cols / group) * mm_nt(nr) * sizeof(float2);
 }
@@ -1133,393 +651,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4mm(const __grid_constant__ dp_
         __syncthreads(); /* red is reused by the next virtual block */
     }
     if (a.xm != Q4DP_XM_PLAIN && a.late) write_outputs(a, rnorm, nr);
-}
-
-/* ---- the group numerics: a scale step per quantization group (k_q4g, k_q4gm) ----
- *
- * Why. A verify pass of M + 1 rows must give every row a decode row's bits,
- * and k_q4dp's numerics take a scale step per 32-column lane chunk: a
- * kernel with those bits pays ~4 operations per (row, 32 columns, x row)
- * after the integer products, whatever computes them. That is where a
- * verify's time went: the 9B step's products at 4 rows cost 1.43x one row
- * (cuda_bench, s23-run1: 1.635 -> 2.334 ms; the head 142 -> 213 us, every
- * group 1.26-1.50x), 0.70 of the 4-row step's extra 0.93 ms. Here the
- * numerics are chosen so that a tensor-core kernel reproduces them.
- *
- * Numerics (8-bit x, ND = 1, the engine's default; groups of 32, 64, 128).
- * Per (output, x row) and quantization group g: D_g = sum_c q_c X_c over
- * the group (exact integers, in any order), then chunk_acc's step acc =
- * (s_g * sx_g) * D_g + (b_g * (sx_g * sum_g X) + acc), x's scale pair per
- * group (stage_word's MM form). The steps land on 32 slot accumulators in
- * a fixed order: a step is 32 groups, slot l of step st takes group
- * st * 32 + gof(l), a slot its groups in step order; the 32 slots are then
- * summed as warp_sum sums lanes (the xor tree 16, 8, 4, 2, 1). No column
- * split (KS = 1 for every shape): k_q4gm would otherwise keep a slice's
- * accumulators each (its registers set its occupancy), and k_q4g finds its
- * parallelism in rows instead (RG rows a warp, g_rg).
- *
- * k_q4g (dp4a; decode's one-row passes): k_q4dp's shape (RG rows a warp,
- * persistent blocks; no KS), a lane's step one group of each
- * of its rows: WPT = G / 32 16-byte loads, load m at bytes 512 m + 16 lane
- * of the step (the warp's loads coalesced: lane l holds part l % WPT of
- * group (32 m + l) / WPT), the parts' integer sums exchanged within teams
- * of WPT lanes (team_sum: exact) so that lane l ends with group gof(l) =
- * (32 / WPT) (l % WPT) + l / WPT whole; then the step on its accumulator.
- *
- * k_q4gm (mma; verify's passes of 2..16 rows): a virtual block is 16 rows
- * (the mma's M) of one weight over all its columns; warp w owns slots w,
- * w + 8, w + 16 and w + 24 of every step (4 groups: 16 NO accumulators a
- * thread); mma.m16n8k32 (u4 nibbles x s8
- * digits, s32, k_q4mm's fragments) makes each group's D for 16 rows x 8 x
- * rows in WPT instructions into one accumulator, and the thread applies
- * the step to its C values. The xor tree's levels 16 and 8 pair a warp's
- * own slots (w + w + 16, w + 8 + w + 24, then the two), levels 4, 2, 1
- * pair warps (through shared memory, in that order): k_q4g's bits for
- * every row.
- *
- * Floors (9B shapes, H200): the bytes are k_q4dp's (head 572 MB: 133 us at
- * 4.3 TB/s). Instructions of k_q4gm a warp a step (16 rows x 4 groups of
- * 64): 8 weight loads, 48 unpacking, 8 B-fragment loads, 8 mma, 16 scale
- * loads and 16 conversions, 4 x-scale loads, 64 step operations: ~170 per
- * 4096 weights, ~42 a 1024 for 1..8 x rows (k_q4dp: ~63 at 4 rows, ~25 at
- * one); the head at 4 rows is then ~41 us of issue under 133 us of bytes.
- * k_q4g a lane a step (4 rows x 64 columns): k_q4dp's work for the same
- * weights, one scale step where there were two, plus a shuffle pair a row.
- * Prediction: the 9B's products at 4 rows ~1.05-1.10x one row (1.43x with
- * k_q4dp), the 4-row step ~1.15-1.2x, 16 rows ~1.6x (4.6x); the one-row
- * step within a few percent of k_q4dp's. */
-__host__ __device__ constexpr int gof(int l, int wpt) { return (32 / wpt) * (l % wpt) + l / wpt; }
-
-/* lane l's v[m]: its part of group (32 m + l) / WPT of the step; the sum of
- * its team's parts of group gof(l) (halving exchanges, exact integers;
- * every lane of the warp calls it) */
-template <int WPT>
-__device__ __forceinline__ int team_sum(const int (&v)[WPT], int lane) {
-    if constexpr (WPT == 1) {
-        return v[0];
-    } else if constexpr (WPT == 2) {
-        const int p = lane & 1;
-        return (p ? v[1] : v[0]) + __shfl_xor_sync(0xffffffffu, p ? v[0] : v[1], 1);
-    } else {
-        const int h = (lane >> 1) & 1, p = lane & 1;
-        /* offset 2: keep parts 2h, 2h + 1, hand over the other two */
-        const int w0 = (h ? v[2] : v[0]) + __shfl_xor_sync(0xffffffffu, h ? v[0] : v[2], 2);
-        const int w1 = (h ? v[3] : v[1]) + __shfl_xor_sync(0xffffffffu, h ? v[1] : v[3], 2);
-        /* offset 1: keep part 2h + p */
-        return (p ? w1 : w0) + __shfl_xor_sync(0xffffffffu, p ? w0 : w1, 1);
-    }
-}
-
-/* a virtual block's weight and this warp's first row (k_q4g: RG rows a
- * warp, WARPS warps a block, no column split), the rows' pointers and
- * first groups (clamped: loads stay in bounds) */
-template <int RG>
-__device__ __forceinline__ const dp_w &g_place(const dp_args &a, int vb, int warp, int pitch, int ng, int64_t &r0,
-                                               const uint8_t *(&rp)[RG], int64_t (&gb)[RG]) {
-    int wi = 0;
-    while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
-    const dp_w &w = a.w[wi];
-    r0 = ((int64_t)(vb - w.blk0) * WARPS + warp) * RG;
-#pragma unroll
-    for (int r = 0; r < RG; r++) {
-        const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1;
-        rp[r] = w.data + row * pitch;
-        gb[r] = row * ng;
-    }
-    return w;
-}
-
-/* RG: rows a warp (4, or 2 and 1 where a launch has few rows: g_rg; a
- * row's bits do not depend on it); U: steps a round */
-template <int NR, int WPT, int U, int RG>
-__global__ void __launch_bounds__(WARPS * 32) k_q4g(const __grid_constant__ dp_args a) {
-    __shared__ float red[WARPS][RG][NR];
-    extern __shared__ int4 sm[];
-    const int nch = a.cols >> 5, tst = mm_tstride(nch), ng = a.cols >> a.lg, nt = g_nt(NR);
-    int4 *xd = sm;
-    float2 *xsb = (float2 *)(sm + (size_t)NR * tst);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int pitch = a.cols >> 1, sbytes = 512 * WPT; /* a step's bytes of a row */
-    const int nsteps = (ng + 31) >> 5, gl = gof(lane, WPT);
-
-    if (blockIdx.x < (unsigned)a.nvb) { /* the first round's lines towards L2 before the wait (k_q4dp's) */
-        int64_t r0;
-        const uint8_t *rp[RG];
-        int64_t gb[RG];
-        const dp_w &w = g_place<RG>(a, blockIdx.x, warp, pitch, ng, r0, rp, gb);
-        for (int st = 0; st < nsteps && st < U; st++)
-#pragma unroll
-            for (int m = 0; m < WPT; m++) {
-                const int o = st * sbytes + 512 * m + 16 * lane;
-                if (o < pitch)
-#pragma unroll
-                    for (int r = 0; r < RG; r++)
-                        if (r0 + r < w.rows) prefetch_l2(rp[r] + o);
-            }
-    }
-    TSC_PDL_ENTRY();
-    if (a.dg) {
-        copy_staged(a, sm, g_stage_bytes(NR, a.cols, a.group));
-    } else {
-        __shared__ float rnorm[NR];
-        if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
-        stage_x<1, 2, true>(a, NR, xd, xsb, rnorm, tst, nt);
-        __syncthreads();
-        if (a.xm != Q4DP_XM_PLAIN) write_outputs_b0<NR>(a, rnorm);
-    }
-
-    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
-        int64_t r0;
-        const uint8_t *rp[RG];
-        int64_t gb[RG];
-        const dp_w &w = g_place<RG>(a, vb, warp, pitch, ng, r0, rp, gb);
-        float acc[RG][NR];
-#pragma unroll
-        for (int r = 0; r < RG; r++)
-#pragma unroll
-            for (int i = 0; i < NR; i++) acc[r][i] = 0.f;
-        for (int st0 = 0; st0 < nsteps; st0 += U) {
-            uint4 wv[U][RG][WPT];
-            uint32_t sr[U][RG], br[U][RG];
-            bool ok[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) { /* every load of the round before the first use */
-                const int st = st0 + u, gi = st * 32 + gl;
-                ok[u] = st < nsteps && gi < ng; /* this lane's group (the loads below stay in bounds either way) */
-                if (st >= nsteps) continue; /* uniform: a round past the row's end loads nothing */
-#pragma unroll
-                for (int m = 0; m < WPT; m++) {
-                    const int o = st * sbytes + 512 * m + 16 * lane, oc = o < pitch ? o : 0;
-#pragma unroll
-                    for (int r = 0; r < RG; r++) wv[u][r][m] = ld_stream(rp[r] + oc);
-                }
-                const int gc = ok[u] ? gi : 0;
-#pragma unroll
-                for (int r = 0; r < RG; r++) {
-                    sr[u][r] = ld_sraw(w.scales, a.sdt, gb[r] + gc);
-                    br[u][r] = ld_sraw(w.biases, a.sdt, gb[r] + gc);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int st = st0 + u;
-                if (st >= nsteps) continue; /* uniform: team_sum's shuffles need every lane */
-                const int gi = st * 32 + gl;
-#pragma unroll
-                for (int i = 0; i < NR; i++) {
-                    int4 xe[WPT], xo[WPT]; /* the digits of the chunk each load m holds: even and odd columns */
-#pragma unroll
-                    for (int m = 0; m < WPT; m++) {
-                        const int o = st * sbytes + 512 * m + 16 * lane, ch = (o < pitch ? o : 0) >> 4;
-                        xe[m] = xd[i * tst + ch], xo[m] = xd[i * tst + nch + ch];
-                    }
-                    const float2 sb = xsb[(ok[u] ? gi : 0) * nt + i];
-#pragma unroll
-                    for (int r = 0; r < RG; r++) {
-                        int part[WPT];
-#pragma unroll
-                        for (int m = 0; m < WPT; m++) {
-                            uint32_t lo[4], hi[4];
-                            nibbles(wv[u][r][m], lo, hi);
-                            int t = 0;
-#pragma unroll
-                            for (int k = 0; k < 4; k++) {
-                                t = __dp4a((int)lo[k], (int)comp_of(xe[m], k), t);
-                                t = __dp4a((int)hi[k], (int)comp_of(xo[m], k), t);
-                            }
-                            part[m] = t;
-                        }
-                        const int D = team_sum<WPT>(part, lane);
-                        if (ok[u])
-                            acc[r][i] = chunk_acc(sraw_f(sr[u][r], a.sdt), sraw_f(br[u][r], a.sdt), sb, (float)D, acc[r][i]);
-                    }
-                }
-            }
-        }
-        rows_store<RG, NR, WARPS>(acc, red, 1, warp, lane, r0, 0, w.y, w.rows);
-    }
-}
-
-/* k_q4gm's ring: S slots of one step each, 16 rows of weight bytes (a row
- * 512 WPT bytes, gm_rs apart: 32 mod 128, so that the A fragments' 8 rows
- * x 4 threads read distinct banks), then the rows' scale words and bias
- * words of the step's 32 groups (16-bit elements: 16 words a row, f32: 32) */
-__host__ __device__ constexpr int gm_rs(int wpt) { return 512 * wpt + 32; }
-__host__ __device__ inline int gm_sw(int sdt) { return sdt == TS_DTYPE_F32 ? 32 : 16; }
-__host__ __device__ inline size_t gm_slot(int wpt, int sdt) { return (size_t)MR * (gm_rs(wpt) + 8 * gm_sw(sdt)); }
-__host__ __device__ inline size_t gm_ring_off(int nr, int cols, int group) {
-    return (g_stage_bytes(nr, cols, group) + 15) & ~(size_t)15;
-}
-/* dynamic shared memory k_q4gm may take (its static part is at most ~9 KB
- * of the 227 KB an SM offers a block) and the most for two blocks an SM */
-constexpr size_t GM_SMEM_MAX = 200 * 1024, GM_SMEM_2 = 104 * 1024;
-
-/* NO: octets of x rows (1: 2..8, 2: 9..16); S: ring slots (gm_depth).
- *
- * The weights go through shared memory (cp.async, 16 bytes a thread, a
- * warp's copies 512 contiguous bytes of one row) and not straight into the
- * fragments: the first form loaded them as k_q4mm does (a thread's 8 bytes
- * of each of its two rows a group: 32-byte pieces of 8 rows an
- * instruction) and streamed at ~40% of the copy rate (s23-run2: the 9B's
- * products 2.0x one row's at 2..8 rows, the head 338 us against 139),
- * as k_q4mm's one-row form was 1.7x slower than k_q4dp's (session 12).
- * The block's items (virtual block, step) run in order through the ring:
- * item k + S - 1 is copied while item k is computed, the first S - 1
- * before the PDL wait (the weights do not depend on the previous kernel),
- * across virtual blocks (the 9B's 4096-column rows are 2 steps). */
-template <int WPT, int NO, int S>
-__global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_args a) {
-    constexpr int NT = 8 * NO, RS = gm_rs(WPT), CPR = 32 * WPT; /* 16-byte chunks a row a step */
-    __shared__ float red[WARPS][MR][NT];
-    extern __shared__ int4 sm[];
-    const int nch = a.cols >> 5, ng = a.cols >> a.lg, nr = a.nr, tst = mm_tstride(nch);
-    int4 *xd = sm;
-    float2 *xsb = (float2 *)(sm + (size_t)nr * tst);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int pitch = a.cols >> 1, sbytes = 512 * WPT;
-    const int nsteps = (ng + 31) >> 5;
-    const bool s16 = a.sdt != TS_DTYPE_F32;
-    const int sw = gm_sw(a.sdt), slotb = (int)gm_slot(WPT, a.sdt);
-    uint8_t *ring = (uint8_t *)sm + gm_ring_off(nr, a.cols, a.group);
-    int gw[4]; /* this warp's groups of a step: slots warp + 8 j */
-#pragma unroll
-    for (int j = 0; j < 4; j++) gw[j] = gof(warp + 8 * j, WPT);
-
-    /* item k of this block: virtual block blockIdx.x + (k / nsteps) gridDim.x, step k % nsteps */
-    auto weight_of = [&](int vb) -> const dp_w & {
-        int wi = 0;
-        while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
-        return a.w[wi];
-    };
-    auto issue = [&](int k) { /* item k's copies into slot k % S (every thread), one group of copies */
-        const int vb = blockIdx.x + (k / nsteps) * gridDim.x, st = k % nsteps;
-        if (vb < a.nvb) {
-            const dp_w &w = weight_of(vb);
-            const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
-            uint8_t *slot = ring + (k % S) * slotb;
-            for (int c = threadIdx.x; c < MR * CPR; c += WARPS * 32) {
-                const int r = c / CPR, q = c % CPR, o = st * sbytes + 16 * q;
-                const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1; /* rows past the end: never stored */
-                if (o < pitch) cp_async16(slot + r * RS + 16 * q, w.data + row * pitch + o);
-            }
-            uint32_t *ss = (uint32_t *)(slot + MR * RS);
-            for (int c = threadIdx.x; c < 2 * MR * sw; c += WARPS * 32) {
-                const int arr = c / (MR * sw), r = c / sw % MR, q = c % sw;
-                const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1;
-                const int64_t e0 = row * ng + st * 32; /* the step's first element (even for 16-bit: g_takes) */
-                if (st * 32 + (s16 ? 2 * q : q) < ng)
-                    cp_async4(ss + (arr * MR + r) * sw + q, (const uint32_t *)(arr ? w.biases : w.scales) + (s16 ? e0 / 2 : e0) + q);
-            }
-        }
-        cp_async_commit(); /* (an empty group past the end: the waits count groups) */
-    };
-#pragma unroll
-    for (int k = 0; k < S - 1; k++) issue(k);
-    TSC_PDL_ENTRY();
-    __shared__ float rnorm[TSC_ROWS_MAX];
-    if (a.dg) {
-        /* (the scale pairs of x rows past nr are not staged: they meet only
-         * C values that are never stored) */
-        copy_staged(a, sm, g_stage_bytes(nr, a.cols, a.group));
-    } else {
-        if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, nr);
-        stage_x<1, 2, true>(a, nr, xd, xsb, rnorm, tst, NT);
-        __syncthreads();
-        if (a.xm != Q4DP_XM_PLAIN) {
-            arrive_outputs(a);
-            if (!a.late) write_outputs(a, rnorm, nr);
-        }
-    }
-    const uint32_t *xw = (const uint32_t *)xd; /* a row's digit words: even bytes at [0, cols/8), odd at +nch*4 */
-    const float4 *xs4 = (const float4 *)xsb;   /* the scale pairs of x rows 2t, 2t+1 of a group */
-    const uint32_t *xr[NO];                    /* the x rows whose digits this thread feeds to B: o 8 + g (clamped) */
-#pragma unroll
-    for (int o = 0; o < NO; o++) {
-        const int row = o * 8 + g < nr ? o * 8 + g : nr - 1;
-        xr[o] = xw + (size_t)row * tst * 4 + t * WPT;
-    }
-
-    float acc[4][NO][4];
-    for (int k = 0;; k++) {
-        const int vb = blockIdx.x + (k / nsteps) * gridDim.x, st = k % nsteps;
-        if (vb >= a.nvb) break;
-        __syncthreads(); /* every warp is done with item k - 1's slot, which issue refills */
-        issue(k + S - 1);
-        cp_async_wait<S - 1>();
-        __syncthreads(); /* item k's copies, every thread's, have landed */
-        if (st == 0)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int o = 0; o < NO; o++) acc[j][o][0] = acc[j][o][1] = acc[j][o][2] = acc[j][o][3] = 0.f;
-        const uint8_t *slot = ring + (k % S) * slotb;
-        const uint32_t *ss = (const uint32_t *)(slot + MR * RS), *sb = ss + MR * sw;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int gl = gw[j], gi = st * 32 + gl;
-            if (gi >= ng) continue; /* uniform over the warp */
-            uint32_t wa[WPT], wb[WPT];
-            lds_words<WPT>((const uint32_t *)(slot + g * RS + gl * 16 * WPT + t * 4 * WPT), wa);
-            lds_words<WPT>((const uint32_t *)(slot + (g + 8) * RS + gl * 16 * WPT + t * 4 * WPT), wb);
-            int C[NO][4];
-            uint32_t xe[NO][WPT], xo[NO][WPT];
-#pragma unroll
-            for (int o = 0; o < NO; o++) {
-                C[o][0] = C[o][1] = C[o][2] = C[o][3] = 0;
-                lds_words<WPT>(xr[o] + gi * 4 * WPT, xe[o]);
-                lds_words<WPT>(xr[o] + nch * 4 + gi * 4 * WPT, xo[o]);
-            }
-#pragma unroll
-            for (int m = 0; m < WPT; m++) {
-                const uint32_t a0 = wa[m] & 0x0F0F0F0Fu, a1 = wb[m] & 0x0F0F0F0Fu;
-                const uint32_t a2 = (wa[m] >> 4) & 0x0F0F0F0Fu, a3 = (wb[m] >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-                for (int o = 0; o < NO; o++) mma_u4s8(C[o], a0, a1, a2, a3, xe[o][m], xo[o][m]);
-            }
-            /* the rows' raw scale and bias elements of group gl of the step */
-            const int q = s16 ? gl >> 1 : gl, sh = s16 ? 16 * (gl & 1) : 0;
-            const uint32_t m16 = s16 ? 0xFFFFu : 0xFFFFFFFFu;
-            const float s0 = sraw_f(ss[g * sw + q] >> sh & m16, a.sdt), s1 = sraw_f(ss[(g + 8) * sw + q] >> sh & m16, a.sdt);
-            const float b0 = sraw_f(sb[g * sw + q] >> sh & m16, a.sdt), b1 = sraw_f(sb[(g + 8) * sw + q] >> sh & m16, a.sdt);
-#pragma unroll
-            for (int o = 0; o < NO; o++) {
-                const float4 p = xs4[(gi * NT + o * 8 + 2 * t) >> 1];
-                const float2 e = make_float2(p.x, p.y), f = make_float2(p.z, p.w);
-                float(&c)[4] = acc[j][o];
-                c[0] = chunk_acc(s0, b0, e, (float)C[o][0], c[0]);
-                c[1] = chunk_acc(s0, b0, f, (float)C[o][1], c[1]);
-                c[2] = chunk_acc(s1, b1, e, (float)C[o][2], c[2]);
-                c[3] = chunk_acc(s1, b1, f, (float)C[o][3], c[3]);
-            }
-        }
-        if (st != nsteps - 1) continue;
-        /* the virtual block's last step: the xor tree, levels 16 and 8 on
-         * this warp's slots (C value q of octet o is row g + 8 (q >> 1), x
-         * row o 8 + 2 t + (q & 1)) */
-#pragma unroll
-        for (int o = 0; o < NO; o++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const float p0 = __fadd_rn(acc[0][o][q], acc[2][o][q]); /* slots w, w + 16 */
-                const float p1 = __fadd_rn(acc[1][o][q], acc[3][o][q]); /* slots w + 8, w + 24 */
-                red[warp][g + 8 * (q >> 1)][o * 8 + 2 * t + (q & 1)] = __fadd_rn(p0, p1);
-            }
-        __syncthreads();
-        /* levels 4, 2, 1 across the warps */
-        const dp_w &w = weight_of(vb);
-        const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
-        for (int q = threadIdx.x; q < MR * nr; q += blockDim.x) {
-            const int r = q / nr, i = q % nr;
-            float l4[4];
-#pragma unroll
-            for (int l = 0; l < 4; l++) l4[l] = __fadd_rn(red[l][r][i], red[l + 4][r][i]);
-            const float v = __fadd_rn(__fadd_rn(l4[0], l4[2]), __fadd_rn(l4[1], l4[3]));
-            if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
-        }
-        /* (red is next written after the next item's two barriers) */
-    }
-    cp_async_wait<0>();
-    if (a.xm != Q4DP_XM_PLAIN && !a.dg && a.late) write_outputs(a, rnorm, nr);
 }
 
 /* ---- the routed experts of a MoE layer (q4dp_moe) ----
@@ -1721,17 +852,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     }
 }
 
-/* a persistent grid of kernel k over nvb virtual blocks: as many blocks as
- * are resident at smem bytes of staging, at most nvb */
-template <typename A>
-int launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a, int cap = 0, size_t smem_max = SMEM_MAX) {
-    int per_sm = tsc_blocks_per_sm(c, (const void *)k, WARPS * 32, smem, smem_max);
-    if (cap > 0 && per_sm > cap) per_sm = cap;
-    const int grid = nvb < per_sm * c->n_sm ? nvb : per_sm * c->n_sm;
-    tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a);
-    return grid;
-}
-
 /* U = 2 steps a round where some warp has two or more (U = 1 otherwise:
  * the second step's loads and address arithmetic were issued and thrown
  * away); the order of a lane's steps, and so the bits, are the same either
@@ -1743,61 +863,12 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
     else launch_grid(c, k_q4dp_moe<ND, 1, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
 }
 
-/* KS: warps of a block splitting a weight's columns (a step is 32 lanes x
- * 32 columns), from the weight's shape only (the verify rule).
- * Rule 0 (rows.cuh, linear.cu's): split until the weight alone has 2 blocks
- * an SM. It rounds badly where the count lands just under that: 4096 rows
- * (the 9B's out_proj, o_proj and down) have 256 blocks at KS = 2 against
- * 264 slots on 132 SMs, so the rule goes on to KS = 4 and two waves of one
- * step each, a DRAM latency apiece. Rule 1: the fewest rounds, a round
- * costing a fixed part (latency and reduction, ~3 steps, a guess the sweep
- * in bench/cuda/RESULTS.md measures) plus the steps a warp streams:
- * cost(KS) = waves * (3 + ceil(steps / KS)), waves over 2 blocks an SM.
- * TSC_Q4DP_KS=1|2|4|8 forces KS and TSC_Q4DP_KSRULE=0|1 picks the rule:
- * benchmark switches (a row's bits depend on KS, not on the row count). */
-int ks_env(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : dflt;
-}
-
-/* k_q4dp's blocks an SM: 2 (its occupancy; the default) or 1
- * (TSC_Q4DP_BPS=1: room on every SM for the next launch's block, which
- * TSC_Q4DP_PRE=1 lets load its first weights before its wait). A
- * benchmark switch, read once: KS, and so a row's bits, depend on it (the
- * rule counts the slots), the same for every row count of a process. */
-int q4dp_bps(void) {
-    static int v = 0;
-    if (!v) v = ks_env("TSC_Q4DP_BPS", 2) == 1 ? 1 : 2;
-    return v;
-}
+/* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before
+ * the PDL wait (see k_q4dp; with TSC_Q4DP_BPS=1) */
 int q4dp_pre(void) {
     static int v = -1;
     if (v < 0) v = ks_env("TSC_Q4DP_PRE", 0) == 1;
     return v;
-}
-
-/* Whether k_stage_digits makes a pass's digits once (see "Digits once"):
- * SwiGLU passes always (per block that staging was compute-bound: the 9B
- * step 2.20 -> 2.05 ms, bench/cuda/RESULTS.md session 16), normed and plain
- * passes of several rows (each block staged every row: 4 rows 4.28 -> 3.25
- * ms), not the one-row normed and plain ones (their per-block staging is
- * latency, 1.5-3.6 us, which the extra launch does not beat: one-row norm
- * once cost the step 0.14 ms). Also for narrow SwiGLU passes: staging the
- * 35B-A3B's shared-expert down (512 columns) in its blocks instead saved
- * its k_stage_digits launch (85 -> 77 kernels a step) but cost decode 0.6-2.7%
- * (35B-A3B-8L 1,636 against 1,646 tok/s, the default model 3,367 against
- * 3,461; bench/cuda/RESULTS.md, session 21, call 5): the silu, exp and
- * division of every element in each of 64 blocks outweigh the launch.
- * (Since session 22 that down is the routed down's last slot, q4dp_moe's
- * shared form; TSC_MOE_SHARED_SLOT=0 brings the pass back.)
- * TSC_Q4DP_DIG=mask forces the modes (bit 1 << xm: 1 plain, 2 norm, 4
- * SwiGLU; 0 none), a benchmark switch. A row's bits are the same either
- * way. */
-bool dig_takes(int xm, int nr) {
-    static int v = -2;
-    if (v == -2) v = ks_env("TSC_Q4DP_DIG", -1);
-    if (v >= 0) return v >> xm & 1;
-    return xm == Q4DP_XM_SWIGLU || nr > 1;
 }
 
 /* k_q4dp_as for a pass of nr rows: its ring's depth S (see there), or 0
@@ -1840,32 +911,6 @@ int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int n
     return 0;
 }
 
-/* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
- * to the scratch; a.dg NULL when this mode's digits are made per block or
- * the scratch is missing or too small */
-void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false) {
-    a.dg = NULL;
-    const size_t bytes = grp ? g_stage_bytes(nr, a.cols, a.group) : stage_bytes(nr, nd, a.cols);
-    if (!dig_takes(a.xm, nr) || !c->dg || bytes > c->dg_bytes) return;
-    sd_args s;
-    s.xm = a.xm, s.cols = a.cols, s.group = a.group;
-    s.x = a.x, s.add = a.add, s.normw = a.normw, s.u = a.u, s.eps = a.eps;
-    s.x_out = a.x_out, s.y_out = a.y_out;
-    s.dg = (int4 *)c->dg;
-    const int per_row = a.xm == Q4DP_XM_NORM ? 1 : (a.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
-    const dim3 grid(per_row, nr);
-    const bool e = c->pdl_early;
-    if (grp) nd = 0; /* (8-bit x) */
-    switch (nd) {
-    case 0: tsc_launch(c, e ? k_stage_digits<1, true, true> : k_stage_digits<1, false, true>, grid, dim3(WARPS * 32), 0, s); break;
-    case 1: tsc_launch(c, e ? k_stage_digits<1, true> : k_stage_digits<1, false>, grid, dim3(WARPS * 32), 0, s); break;
-    case 2: tsc_launch(c, e ? k_stage_digits<2, true> : k_stage_digits<2, false>, grid, dim3(WARPS * 32), 0, s); break;
-    default: tsc_launch(c, e ? k_stage_digits<3, true> : k_stage_digits<3, false>, grid, dim3(WARPS * 32), 0, s); break;
-    }
-    TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a: digits)");
-    a.dg = (const int4 *)c->dg;
-}
-
 /* a KS forced by a benchmark switch (1, 2, 4 or 8: halved while it would
  * leave warps without a unit of columns to stream), or 0 */
 int forced_ks(int forced, int64_t units) {
@@ -1875,6 +920,18 @@ int forced_ks(int forced, int64_t units) {
     return ks;
 }
 
+/* KS: warps of a block splitting a weight's columns (a step is 32 lanes x
+ * 32 columns), from the weight's shape only (the verify rule).
+ * Rule 0 (rows.cuh, linear.cu's): split until the weight alone has 2 blocks
+ * an SM. It rounds badly where the count lands just under that: 4096 rows
+ * (the 9B's out_proj, o_proj and down) have 256 blocks at KS = 2 against
+ * 264 slots on 132 SMs, so the rule goes on to KS = 4 and two waves of one
+ * step each, a DRAM latency apiece. Rule 1: the fewest rounds, a round
+ * costing a fixed part (latency and reduction, ~3 steps, a guess the sweep
+ * in bench/cuda/RESULTS.md measures) plus the steps a warp streams:
+ * cost(KS) = waves * (3 + ceil(steps / KS)), waves over 2 blocks an SM.
+ * TSC_Q4DP_KS=1|2|4|8 forces KS and TSC_Q4DP_KSRULE=0|1 picks the rule:
+ * benchmark switches (a row's bits depend on KS, not on the row count). */
 int pick_ks(int64_t rows, int cols, int n_sm) {
     static int forced = -2, rule = -1;
     if (forced == -2) forced = ks_env("TSC_Q4DP_KS", 0), rule = ks_env("TSC_Q4DP_KSRULE", 1);
@@ -2022,17 +1079,6 @@ int u_rows(void) {
     return v;
 }
 
-/* TSC_Q4DP_LATEW=0: k_q4mm's fused outputs written before its products
- * (k_q4dp's always are), a benchmark switch; the bits are the same */
-int late_writes(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TSC_Q4DP_LATEW");
-        v = !(e && e[0] == '0');
-    }
-    return v;
-}
-
 int enabled(void) {
     static int on = -1;
     if (on < 0) {
@@ -2092,16 +1138,6 @@ void launch_mm_n(tsc_ctx *c, const dp_args &a) {
     launch_mm<WPT, 2, false>(c, a);
 }
 
-/* a pass over rows i0.. of q4dp_linear_staged's arrays: its pointers in a */
-void at_pass(dp_args &a, const tsc_weight *const *w, int nw, const float *x, const float *add, const float *u,
-             float *x_out, float *y_out, float *const *y, int i0) {
-    const int64_t o = (int64_t)i0 * a.cols;
-    a.x = x + o;
-    a.add = add ? add + o : NULL, a.u = u ? u + o : NULL;
-    a.x_out = x_out ? x_out + o : NULL, a.y_out = y_out ? y_out + o : NULL;
-    for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
-}
-
 /* q4dp_linear_staged through k_q4mm: passes of up to 16 rows (fewer where
  * the staged digits would not fit; each row's bits do not change) */
 void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const float *x, const float *add,
@@ -2134,124 +1170,6 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
     }
 }
 
-/* ---- the group numerics' passes (k_q4g, k_q4gm) ---- */
-
-/* w's products in the group numerics: 8-bit x, a group of 32, 64 or 128,
- * one row's digits within the staging limit, and TSC_Q4G=1. Opt-in until
- * measured: the first k_q4gm (direct loads) was exact but slower than
- * k_q4dp at every row count (s23-run2), the ring form is not yet run on a
- * GPU (s23-run3/command.sh is the call that tests and measures it; make it
- * the default only if it wins). Read at every launch as TSC_Q4MM is (it
- * changes every row count's bits alike; captured graphs do not repeat it):
- * never to be flipped inside one session. */
-bool g_takes(const tsc_weight *const *w, int nw, int nd) {
-    const char *e = getenv("TSC_Q4G");
-    if (!(e && e[0] == '1')) return false;
-    const int g = w[0]->group;
-    if (nd != 1 || (g != 32 && g != 64 && g != 128) || g_stage_bytes(1, (int)w[0]->cols, g) > SMEM_MAX) return false;
-    /* k_q4gm copies the scales and biases in 4-byte words: a row's 16-bit
-     * elements start on a word (an even number of groups a row) */
-    if (w[0]->sdtype != TS_DTYPE_F32 && (w[0]->cols / g) % 2) return false;
-    for (int i = 0; i < nw; i++)
-        if ((uintptr_t)w[i]->scales % 4 || (uintptr_t)w[i]->biases % 4) return false;
-    return true;
-}
-
-/* rows a warp of k_q4g (a row's bits do not depend on it; no column split
- * in these numerics, so the rows are the parallelism): pick_ks's rule 1,
- * the fewest waves x (a fixed part + a lane's loads), over RG = 4, 2, 1.
- * The 9B: 4 for the head and gate/up, 2 for in_proj (772 warps' blocks
- * in 3 waves against 386 in 2 uneven ones at 4) and the 4096-row ones.
- * TSC_Q4G_RG=1|2|4 forces it (a benchmark switch). */
-int g_rg(const dp_args &a, int n_sm) {
-    static int forced = -2;
-    if (forced == -2) forced = ks_env("TSC_Q4G_RG", 0);
-    if (forced == 1 || forced == 2 || forced == 4) return forced;
-    const int64_t slots = q4dp_bps() * (int64_t)n_sm;
-    const int64_t loads = ((int64_t)(a.cols / a.group) + 31) / 32 * (a.group / 32); /* a lane's 16-byte loads a row */
-    int best = 4;
-    int64_t best_cost = -1;
-    for (int rg = 4; rg >= 1; rg /= 2) {
-        int64_t vbs = 0;
-        for (int i = 0; i < a.nw; i++) vbs += (a.w[i].rows + (int64_t)rg * WARPS - 1) / ((int64_t)rg * WARPS);
-        const int64_t cost = (vbs + slots - 1) / slots * (3 + rg * loads);
-        if (best_cost < 0 || cost < best_cost) best = rg, best_cost = cost;
-    }
-    return best;
-}
-
-/* the virtual blocks of a pass: k_q4g's WARPS x rg rows (mm: k_q4gm's 16) */
-void g_vbs(dp_args &a, int rg, bool mm) {
-    int nblk = 0;
-    for (int i = 0; i < a.nw; i++) {
-        dp_w &lw = a.w[i];
-        lw.ks = 1;
-        lw.blk0 = nblk;
-        const int64_t rpb = mm ? MR : (int64_t)rg * WARPS;
-        nblk += (int)((lw.rows + rpb - 1) / rpb);
-    }
-    a.nvb = nblk;
-}
-
-/* k_q4g's steps a round (U): a lane's bytes in flight, RG x U x WPT x 16,
- * about k_q4dp's one-row 128 (4 rows, U = 2 rounds of 16 bytes) */
-template <int WPT>
-void launch_g1(tsc_ctx *c, const dp_args &a, int rg, size_t smem) {
-    constexpr int U4 = WPT == 1 ? 2 : 1, U2 = WPT == 4 ? 1 : 2;
-    if (rg == 4) launch_grid(c, k_q4g<1, WPT, U4, 4>, a.nvb, smem, a, q4dp_bps());
-    else if (rg == 2) launch_grid(c, k_q4g<1, WPT, U2, 2>, a.nvb, smem, a, q4dp_bps());
-    else launch_grid(c, k_q4g<1, WPT, 2, 1>, a.nvb, smem, a, q4dp_bps());
-}
-
-/* k_q4gm's ring depth for a pass of nr rows: 4 slots, or 2, the deepest
- * that keeps two blocks an SM, else the deepest that fits one; 0: none
- * fits (fewer rows a pass) */
-int gm_depth(int nr, int cols, int group, int sdt) {
-    const size_t off = gm_ring_off(nr, cols, group), sl = gm_slot(group / 32, sdt);
-    if (off + 4 * sl <= GM_SMEM_2) return 4;
-    if (off + 2 * sl <= GM_SMEM_2) return 2;
-    if (off + 4 * sl <= GM_SMEM_MAX) return 4;
-    return off + 2 * sl <= GM_SMEM_MAX ? 2 : 0;
-}
-
-template <int WPT, int NO>
-void launch_gm(tsc_ctx *c, const dp_args &a) {
-    const int s = gm_depth(a.nr, a.cols, a.group, a.sdt);
-    const size_t smem = gm_ring_off(a.nr, a.cols, a.group) + s * gm_slot(WPT, a.sdt);
-    if (s == 4) launch_grid(c, k_q4gm<WPT, NO, 4>, a.nvb, smem, a, 0, GM_SMEM_MAX);
-    else launch_grid(c, k_q4gm<WPT, NO, 2>, a.nvb, smem, a, 0, GM_SMEM_MAX);
-}
-
-template <int WPT>
-void launch_g(tsc_ctx *c, const dp_args &a, int rg) {
-    if (a.nr == 1) launch_g1<WPT>(c, a, rg, g_stage_bytes(1, a.cols, a.group));
-    else if (a.nr <= 8) launch_gm<WPT, 1>(c, a);
-    else launch_gm<WPT, 2>(c, a);
-}
-
-/* q4dp_linear_staged in the group numerics: one row on k_q4g, passes of
- * 2..16 rows on k_q4gm (fewer where the staged digits would not fit; a
- * pass of one row left over goes to k_q4g: the same bits) */
-void g_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const float *x, const float *add,
-              const float *u, float *x_out, float *y_out, float *const *y, int n) {
-    const int rg = g_rg(a, c->n_sm);
-    int per = TSC_ROWS_MAX;
-    while (per > 1 && (g_stage_bytes(per, a.cols, a.group) > SMEM_MAX || !gm_depth(per, a.cols, a.group, a.sdt))) per--;
-    for (int i0 = 0, nr; i0 < n; i0 += nr) {
-        nr = n - i0 < per ? n - i0 : per;
-        a.nr = nr;
-        at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
-        stage_once(c, a, nr, 1, true);
-        g_vbs(a, rg, nr > 1);
-        switch (a.group) {
-        case 32: launch_g<1>(c, a, rg); break;
-        case 64: launch_g<2>(c, a, rg); break;
-        default: launch_g<4>(c, a, rg); break;
-        }
-        TSC_LAUNCHED(c, nr == 1 ? "tsc_linear (4-bit, group numerics, dp4a)" : "tsc_linear (4-bit, group numerics, mma)");
-    }
-}
-
 } // namespace
 
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
@@ -2275,22 +1193,10 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     const int cols = (int)w[0]->cols;
     dp_args a;
-    memset(&a, 0, sizeof a);
-    a.xm = xm, a.normw = norm_w, a.u = u, a.eps = eps, a.bar = bar;
-    a.late = late_writes();
-    a.nw = nw;
-    a.cols = cols;
-    a.group = w[0]->group;
-    a.lg = 0;
-    while ((1 << (a.lg + 1)) <= a.group) a.lg++;
-    a.sdt = (int)w[0]->sdtype;
-    for (int i = 0; i < nw; i++) {
-        a.w[i].data = (const uint8_t *)w[i]->data;
-        a.w[i].scales = w[i]->scales, a.w[i].biases = w[i]->biases;
-        a.w[i].rows = w[i]->rows;
-    }
+    dp_setup(a, w, nw, xm, norm_w, u, eps, bar);
     if (mm_takes(w[0])) return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
-    if (g_takes(w, nw, nd)) return g_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
+    if (q4g_takes(w, nw, nd))
+        return q4g_linear(c, w, nw, xm, x, add, norm_w, u, eps, x_out, y_out, bar, y, n); /* q4grp.cu */
     int nblk = 0;
     int64_t steps = 0; /* warp steps of the launch */
     for (int i = 0; i < nw; i++) {

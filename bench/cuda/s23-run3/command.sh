@@ -1,6 +1,6 @@
 #!/bin/bash
 # session 23, device call 3 (NOT RUN: no device was lent after call 2; the next session builds, packs as s23c
-# (bash bench/cuda/pack.sh s23c) and runs it): the group numerics, opt-in with TSC_Q4G=1 (q4dp.cu's k_q4g for one
+# (bash bench/cuda/pack.sh s23c) and runs it): the group numerics, opt-in with TSC_Q4G=1 (q4grp.cu's k_q4g for one
 # row, the tensor-core k_q4gm for 2..16 rows: a scale step per quantization group, the same bits for every row
 # count; without it k_q4dp's per-chunk numerics, the same binary). Call 2 found k_q4gm exact but at ~40% of the
 # copy rate (k_q4mm's loads: 32-byte pieces of 8 rows an instruction): its weights now go through shared memory by
