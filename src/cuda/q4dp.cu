@@ -536,12 +536,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4mm(const __grid_constant__ dp_
      * the C values that are never stored; zero, so that they are defined */
     for (int q = threadIdx.x; q < ng * NT; q += blockDim.x)
         if (q % NT >= nr) xsb[q] = make_float2(0.f, 0.f);
-    stage_x<1, 2, true>(a, nr, xd, xsb, rnorm, tst, NT);
-    __syncthreads();
-    if (a.xm != Q4DP_XM_PLAIN) {
-        arrive_outputs(a);
-        if (!a.late) write_outputs(a, rnorm, nr);
-    }
+    mm_stage_block(a, nr, xd, xsb, rnorm, tst, NT);
     const uint32_t *xw = (const uint32_t *)xd; /* a row's digit words: even bytes at [0, cols/8), odd at +nch*4 */
     const float4 *xs4 = (const float4 *)xsb;   /* the scale pairs of x rows 2t, 2t+1 of a group */
 

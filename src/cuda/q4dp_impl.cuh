@@ -420,6 +420,20 @@ __host__ __device__ inline int g_nt(int nr) { return nr == 1 ? 1 : mm_nt(nr); }
 __host__ __device__ inline size_t g_stage_bytes(int nr, int cols, int group) {
     return (size_t)nr * mm_tstride(cols / 32) * 16 + (size_t)(cols / group) * g_nt(nr) * sizeof(float2);
 }
+/* The mma kernels' staging in their blocks (k_q4mm, k_q4gm: no digits made
+ * once): x rows [0, nr) as digits in the mma layout (rows tst int4 apart,
+ * the scale pairs [group][nt]), then, in the fused modes, the block's
+ * arrival and (unless a.late) the outputs before the products. */
+__device__ __forceinline__ void mm_stage_block(const dp_args &a, int nr, int4 *xd, float2 *xsb, const float *rnorm,
+                                               int tst, int nt) {
+    stage_x<1, 2, true>(a, nr, xd, xsb, rnorm, tst, nt);
+    __syncthreads();
+    if (a.xm != Q4DP_XM_PLAIN) {
+        arrive_outputs(a);
+        if (!a.late) write_outputs(a, rnorm, nr);
+    }
+}
+
 /* ---- Digits once (TSC_Q4DP_DIG) ----
  *
  * Without it every block of a product makes x's digits itself: k_q4dp's

@@ -297,12 +297,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
         copy_staged(a, sm, g_stage_bytes(nr, a.cols, a.group));
     } else {
         if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, nr);
-        stage_x<1, 2, true>(a, nr, xd, xsb, rnorm, tst, NT);
-        __syncthreads();
-        if (a.xm != Q4DP_XM_PLAIN) {
-            arrive_outputs(a);
-            if (!a.late) write_outputs(a, rnorm, nr);
-        }
+        mm_stage_block(a, nr, xd, xsb, rnorm, tst, NT);
     }
     const uint32_t *xw = (const uint32_t *)xd; /* a row's digit words: even bytes at [0, cols/8), odd at +nch*4 */
     const float4 *xs4 = (const float4 *)xsb;   /* the scale pairs of x rows 2t, 2t+1 of a group */
