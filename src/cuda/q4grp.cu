@@ -103,8 +103,8 @@ __device__ __forceinline__ const dp_w &g_place(const dp_args &a, int vb, int war
     return w;
 }
 
-/* RG: rows a warp (4, or 2 and 1 where a launch has few rows: g_rg; a
- * row's bits do not depend on it); U: steps a round */
+/* RG: rows a warp (4, 2 or 1: g_rg's wave rule; a row's bits do not
+ * depend on it); U: steps a round (launch_g1) */
 template <int NR, int WPT, int U, int RG>
 __global__ void __launch_bounds__(WARPS * 32) k_q4g(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][RG][NR];
