@@ -1,6 +1,6 @@
 /* cuda_bench.c: the CUDA kernels' benchmark (build/cuda_bench, make CUDA=1).
  *
- *   cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx] [--digits 1|2|3]
+ *   cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof [--prof-rows N]] [--mlx] [--digits 1|2|3]
  *
  * Owns: the device-copy bandwidth probe, the matrix-vector products of a
  * decode step per group (INT4 group 64, bf16 scales and biases, random
@@ -22,7 +22,8 @@
  * counts bytes read plus bytes written. Bytes per token: the weights a step
  * reads (for MoE the 8 selected experts of each layer). Prints tables and
  * "KV key value" lines for scripts/gpu_check.sh. --prof: each product group
- * of the 9B and the 35B-A3B once after a warm-up, for ncu.
+ * of the 9B and the 35B-A3B once after a warm-up, for ncu (at --prof-rows N
+ * rows, 1..16, default 1; N > 1: a verify pass's kernels).
  */
 #include <math.h>
 #include <stdio.h>
@@ -460,6 +461,8 @@ static double PROBE;
 static int GEMM_N; /* --gemm N: the prompt-chunk products only */
 static const char *TRACE; /* --trace FILE: the fused step's product timeline (a -DTSC_TRACE build) */
 
+static int PROF_ROWS = 1; /* --prof-rows N */
+
 static void run_shape(int quick, int prof) {
     const int reps = quick ? 5 : 15;
     build();
@@ -473,7 +476,7 @@ static void run_shape(int quick, int prof) {
             for (int p = 0; p < P_N; p++) {
                 int l = 0;
                 while (l < S->NL && !group_applies(p, l)) l++;
-                if (l < S->NL) group_call(p, l, 1);
+                if (l < S->NL) group_call(p, l, PROF_ROWS);
             }
         die_if_err("prof");
         return;
@@ -564,13 +567,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pos") && i + 1 < argc) POS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--prof")) prof = 1;
+        else if (!strcmp(argv[i], "--prof-rows") && i + 1 < argc) PROF_ROWS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mlx")) MLX = 1;
         else if (!strcmp(argv[i], "--digits") && i + 1 < argc) DIGITS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
         else if (!strcmp(argv[i], "--gemm") && i + 1 < argc) GEMM_N = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) TRACE = argv[++i];
         else {
-            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof] [--mlx] [--digits 1|2|3] [--gemm N] [--trace FILE]\n");
+            fprintf(stderr, "usage: cuda_bench [--device N] [--shape 9b|35b8|0.8b|all] [--pos P] [--quick] [--prof [--prof-rows N]] [--mlx] [--digits 1|2|3] [--gemm N] [--trace FILE]\n");
             return 2;
         }
     }
@@ -578,6 +582,10 @@ int main(int argc, char **argv) {
     for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) any |= !strcmp(which, "all") || !strcmp(which, SHAPES[si].key);
     if (!any) {
         fprintf(stderr, "cuda_bench: --shape %s: one of 9b, 35b8, 0.8b, all\n", which);
+        return 2;
+    }
+    if (PROF_ROWS < 1 || PROF_ROWS > TSC_ROWS_MAX) {
+        fprintf(stderr, "cuda_bench: --prof-rows %d: 1..%d\n", PROF_ROWS, TSC_ROWS_MAX);
         return 2;
     }
     MAXT = POS + TSC_ROWS_MAX + 1;

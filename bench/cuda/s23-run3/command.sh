@@ -28,6 +28,12 @@ bj 9b_acc4_g "TSC_Q4G=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draf
 bj 9b_pp2k_noblas_wy "TSC_BLAS=0" $S/9b --prompt 2048 --gen 16 --runs 2
 bj 9b_pp2k_noblas_scan "TSC_BLAS=0 TSC_GDN_WY=0" $S/9b --prompt 2048 --gen 16 --runs 2
 TSC_Q4G=1 timeout 150 $B/ts_test cuda_engine > $O/eng_grp.log 2>&1; tl "ts_test cuda_engine (grp) $?"
+# ncu of the 4-row verify's products in both numerics (serialized kernels; k_q4gm against k_q4dp_as): duration,
+# DRAM throughput, issue activity, occupancy, and why the warps stall, so that a loss is read in the same call
+NCU="ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --csv"
+TSC_Q4G=1 timeout 90 $NCU --kernel-name regex:'k_q4g' --launch-count 40 $B/cuda_bench --shape 9b --mlx --digits 1 --prof --prof-rows 4 > $O/ncu_grp4.csv 2>$O/ncu_err.log; tl "ncu grp $?"
+timeout 90 $NCU --kernel-name regex:'k_q4dp' --launch-count 40 $B/cuda_bench --shape 9b --mlx --digits 1 --prof --prof-rows 4 > $O/ncu_dp4.csv 2>>$O/ncu_err.log; tl "ncu dp $?"
+xz -9 $O/ncu_*.csv
 timeout 60 compute-sanitizer --tool memcheck $B/ts_test cuda.fused_products_dp4a > $O/memcheck_fused.log 2>&1; tl "memcheck $?"
 timeout 80 compute-sanitizer --tool racecheck $B/ts_test cuda.fused_products_dp4a > $O/racecheck_fused.log 2>&1; tl "racecheck $?"
 device_end
