@@ -259,36 +259,45 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
 #pragma unroll
     for (int j = 0; j < 4; j++) gw[j] = gof(warp + 8 * j, WPT);
 
-    /* item k of this block: virtual block blockIdx.x + (k / nsteps) gridDim.x, step k % nsteps */
+    /* the block's items in order: (virtual block, step), steps fastest,
+     * virtual blocks blockIdx.x, + gridDim.x, ..; the copies' cursor
+     * (ivb, ist) runs S - 1 items ahead of the computation's (vb, st) */
     auto weight_of = [&](int vb) -> const dp_w & {
         int wi = 0;
         while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
         return a.w[wi];
     };
-    auto issue = [&](int k) { /* item k's copies into slot k % S (every thread), one group of copies */
-        const int vb = blockIdx.x + (k / nsteps) * gridDim.x, st = k % nsteps;
-        if (vb < a.nvb) {
-            const dp_w &w = weight_of(vb);
-            const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
-            uint8_t *slot = ring + (k % S) * slotb;
+    int ivb = blockIdx.x, ist = 0;
+    const dp_w *iw = &weight_of(ivb < a.nvb ? ivb : 0);
+    int64_t ir0 = (int64_t)(ivb - iw->blk0) * MR;
+    const int lsw = s16 ? 4 : 5; /* log2 sw */
+    auto issue = [&](int slot) { /* the cursor's item into slot (every thread), one group of copies; the cursor on */
+        if (ivb < a.nvb) {
+            const dp_w &w = *iw;
+            uint8_t *dst = ring + slot * slotb;
             for (int c = threadIdx.x; c < MR * CPR; c += WARPS * 32) {
-                const int r = c / CPR, q = c % CPR, o = st * sbytes + 16 * q;
-                const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1; /* rows past the end: never stored */
-                if (o < pitch) cp_async16(slot + r * RS + 16 * q, w.data + row * pitch + o);
+                const int r = c / CPR, q = c % CPR, o = ist * sbytes + 16 * q;
+                const int64_t row = ir0 + r < w.rows ? ir0 + r : w.rows - 1; /* rows past the end: never stored */
+                if (o < pitch) cp_async16(dst + r * RS + 16 * q, w.data + row * pitch + o);
             }
-            uint32_t *ss = (uint32_t *)(slot + MR * RS);
-            for (int c = threadIdx.x; c < 2 * MR * sw; c += WARPS * 32) {
-                const int arr = c / (MR * sw), r = c / sw % MR, q = c % sw;
-                const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1;
-                const int64_t e0 = row * ng + st * 32; /* the step's first element (even for 16-bit: g_takes) */
-                if (st * 32 + (s16 ? 2 * q : q) < ng)
-                    cp_async4(ss + (arr * MR + r) * sw + q, (const uint32_t *)(arr ? w.biases : w.scales) + (s16 ? e0 / 2 : e0) + q);
+            uint32_t *ss = (uint32_t *)(dst + MR * RS);
+            for (int c = threadIdx.x; c < (2 * MR) << lsw; c += WARPS * 32) {
+                const int arr = c >> (lsw + 4), r = (c >> lsw) & (MR - 1), q = c & ((1 << lsw) - 1);
+                const int64_t row = ir0 + r < w.rows ? ir0 + r : w.rows - 1;
+                const int64_t e0 = row * ng + ist * 32; /* the step's first element (even for 16-bit: g_takes) */
+                if (ist * 32 + (s16 ? 2 * q : q) < ng)
+                    cp_async4(ss + ((arr * MR + r) << lsw) + q, (const uint32_t *)(arr ? w.biases : w.scales) + (s16 ? e0 / 2 : e0) + q);
+            }
+            if (++ist == nsteps) {
+                ist = 0, ivb += gridDim.x;
+                if (ivb < a.nvb) iw = &weight_of(ivb), ir0 = (int64_t)(ivb - iw->blk0) * MR;
             }
         }
         cp_async_commit(); /* (an empty group past the end: the waits count groups) */
     };
 #pragma unroll
     for (int k = 0; k < S - 1; k++) issue(k);
+    static_assert(MR == 16, "issue's row shifts");
     TSC_PDL_ENTRY();
     __shared__ float rnorm[TSC_ROWS_MAX];
     if (a.dg) {
@@ -309,11 +318,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
     }
 
     float acc[4][NO][4];
-    for (int k = 0;; k++) {
-        const int vb = blockIdx.x + (k / nsteps) * gridDim.x, st = k % nsteps;
-        if (vb >= a.nvb) break;
+    for (int k = 0, vb = blockIdx.x, st = 0; vb < a.nvb; k++) {
         __syncthreads(); /* every warp is done with item k - 1's slot, which issue refills */
-        issue(k + S - 1);
+        issue((k + S - 1) % S);
         cp_async_wait<S - 1>();
         __syncthreads(); /* item k's copies, every thread's, have landed */
         if (st == 0)
@@ -361,7 +368,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
                 c[3] = chunk_acc(s1, b1, f, (float)C[o][3], c[3]);
             }
         }
-        if (st != nsteps - 1) continue;
+        if (st + 1 < nsteps) {
+            st++;
+            continue;
+        }
         /* the virtual block's last step: the xor tree, levels 16 and 8 on
          * this warp's slots (C value q of octet o is row g + 8 (q >> 1), x
          * row o 8 + 2 t + (q & 1)) */
@@ -385,6 +395,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
             const float v = __fadd_rn(__fadd_rn(l4[0], l4[2]), __fadd_rn(l4[1], l4[3]));
             if (r0 + r < w.rows) w.y[(int64_t)i * w.rows + r0 + r] = v;
         }
+        st = 0, vb += gridDim.x;
         /* (red is next written after the next item's two barriers) */
     }
     cp_async_wait<0>();
