@@ -240,7 +240,11 @@ constexpr size_t GM_SMEM_MAX = 200 * 1024, GM_SMEM_2 = 104 * 1024;
  * The block's items (virtual block, step) run in order through the ring:
  * item k + S - 1 is copied while item k is computed, the first S - 1
  * before the PDL wait (the weights do not depend on the previous kernel),
- * across virtual blocks (the 9B's 4096-column rows are 2 steps). */
+ * across virtual blocks (the 9B's 4096-column rows are 2 steps). Not yet
+ * run on a GPU; bench/cuda/next/q4grp_emu.py emulates its index math and
+ * k_q4g's (every group dot, every scale and bias word, the two kernels'
+ * summation trees the same: 0 mismatches; a slot or scale-half mutation
+ * is caught). */
 template <int WPT, int NO, int S>
 __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_args a) {
     constexpr int NT = 8 * NO, RS = gm_rs(WPT), CPR = 32 * WPT; /* 16-byte chunks a row a step */
