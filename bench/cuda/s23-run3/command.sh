@@ -15,6 +15,8 @@ PACK=.gpu/s23c/pack.tar.xz . bench/cuda/device_env.sh
 timeout 150 $B/ts_test cuda > $O/kern.log 2>&1; tl "ts_test cuda $?"
 TSC_Q4G=1 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_grp.txt 2>&1; tl "cb 9b grp $?"
 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b.txt 2>&1; tl "cb 9b $?"
+# k_q4g's rows a warp forced (g_rg's wave rule otherwise): the one-row products at RG = 1, 2, 4
+for rg in 1 2 4; do TSC_Q4G=1 TSC_Q4G_RG=$rg $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_grp_rg$rg.txt 2>&1; tl "cb 9b grp rg$rg $?"; done
 synth_shape 9b shapes/qwen3.5-9B.json
 for r in a b; do
   bj 9b_dec_g_$r "TSC_Q4G=1" $S/9b --prompt 512 --gen 128 --runs 2
