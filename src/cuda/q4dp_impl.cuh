@@ -101,7 +101,7 @@ __host__ __device__ inline size_t stage_bytes(int nr, int nd, int cols) {
 }
 
 /* One 8-column word of x row i (v, on: a real word) -> its digits in shared
- * memory (layout above). A group's words are consecutive threads of one
+ * memory (the layout: q4dp.cu's top comment). A group's words are consecutive threads of one
  * warp (group / 8 <= 32 of them, aligned), so its max is a shuffle tree;
  * every lane of the warp calls this (the shuffles). */
 template <int ND, bool MM>
@@ -271,7 +271,7 @@ __device__ __forceinline__ uint32_t comp_of(const int4 &v, int k) {
 
 /* One lane chunk of 32 columns: D = sum_c q_c X_c from the nibbles (lo: the
  * even columns', hi: the odd ones') and the staged digits xq, exact in
- * int32 per digit, the top digit joined by one FMA (see the top). */
+ * int32 per digit, the top digit joined by one FMA (q4dp.cu's top comment). */
 template <int ND>
 __device__ __forceinline__ float chunk_dot(const uint32_t (&lo)[4], const uint32_t (&hi)[4], const int4 (&xq)[2 * ND]) {
     int A[ND];
@@ -290,7 +290,7 @@ __device__ __forceinline__ float chunk_dot(const uint32_t (&lo)[4], const uint32
     else return (float)A[0];
 }
 
-/* acc += s * sx * D + b * sx * sum X, in the order of the top comment */
+/* acc += s * sx * D + b * sx * sum X, in the order of q4dp.cu's top comment */
 __device__ __forceinline__ float chunk_acc(float sc, float bc, float2 sb, float D, float acc) {
     return __fmaf_rn(__fmul_rn(sc, sb.x), D, __fmaf_rn(bc, sb.y, acc));
 }
