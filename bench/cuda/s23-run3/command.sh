@@ -25,6 +25,10 @@ done
 bj 9b_acc3_g "TSC_Q4G=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 bj 9b_acc3_c "X=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 bj 9b_acc4_g "TSC_Q4G=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 4 --accept 0.8,0.6,0.5,0.4
+bj 9b_acc4_c "X=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 4 --accept 0.8,0.6,0.5,0.4
+# 8-row verifies (MTP 7 at a high forced acceptance): where the tensor-core verify should gain most
+bj 9b_acc7_g "TSC_Q4G=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 7 --accept 0.95,0.9,0.85,0.8,0.7,0.6,0.5
+bj 9b_acc7_c "X=1" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 7 --accept 0.95,0.9,0.85,0.8,0.7,0.6,0.5
 # the WY prompt GDN's own scratch (no cuBLAS workspace: TSC_BLAS=0): the WY form against the row scan, 9B pp2048
 # (session 21 with cuBLAS: 24,365 against 20,705 tok/s); prediction: WY ahead by ~15%
 bj 9b_pp2k_noblas_wy "TSC_BLAS=0" $S/9b --prompt 2048 --gen 16 --runs 2
