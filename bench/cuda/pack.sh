@@ -9,13 +9,20 @@
 set -euo pipefail
 name=${1:?usage: bench/cuda/pack.sh NAME}
 # a binary older than a source it is built from is a stale build (session 19: a
-# make cut short by `| head` left call 2 running the previous call's binaries)
-newest=$(git ls-files -z src include tools tests bench/cuda/cuda_bench.c Makefile | xargs -0 stat -c '%Y %n' 2>/dev/null | sort -n | tail -1)
-for f in build-cuda/turbospark build-cuda/ts_test build-cuda/cuda_bench; do
+# make cut short by `| head` left call 2 running the previous call's binaries).
+# Each binary against its own sources: a changed test is not a stale turbospark
+# (session 22 touched the binaries to pass a coarser check, and packed a stale
+# ts_test once).
+newest_of() { git ls-files -z "$@" | xargs -0 stat -c '%Y %n' 2>/dev/null | sort -n | tail -1; }
+check() { # binary, then the paths it is built from
+  local f=$1 newest; shift; newest=$(newest_of "$@")
   if [ "$(stat -c %Y "$f")" -lt "${newest%% *}" ]; then
     echo "pack.sh: $f is older than ${newest#* } (a stale build: run make -j2 BUILD=build-cuda CUDA=1 all)" >&2; exit 1
   fi
-done
+}
+check build-cuda/turbospark src include tools Makefile
+check build-cuda/ts_test src include tools tests Makefile
+check build-cuda/cuda_bench src include bench/cuda/cuda_bench.c Makefile
 tmp=$(mktemp -d); b=$tmp/b
 mkdir -p "$b/lib"
 cp build-cuda/turbospark build-cuda/ts_test build-cuda/cuda_bench "$b/"
