@@ -11,6 +11,7 @@
 # numerics, and the engine on the 9B; the cuda_engine tests' TSC_BLAS=0 prompt chunks now keep the WY form (its
 # records in a scratch of their own, backend.cu's wy_ws_of). Prediction: products at 4 rows ~1.05-1.10x one row (1.43x), the 4-row step
 # ~1.15-1.2x (1.46x), 16 rows ~1.6x (4.6x), the one-row step within 2% of k_q4dp's (call 2: 3.4% slower).
+# (~510 s at most: run with timeout_s 600)
 PACK=.gpu/s23c/pack.tar.xz . bench/cuda/device_env.sh
 timeout 150 $B/ts_test cuda > $O/kern.log 2>&1; tl "ts_test cuda $?"
 TSC_Q4G=1 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_grp.txt 2>&1; tl "cb 9b grp $?"
@@ -37,9 +38,9 @@ TSC_Q4G=1 timeout 150 $B/ts_test cuda_engine > $O/eng_grp.log 2>&1; tl "ts_test 
 # ncu of the 4-row verify's products in both numerics (serialized kernels; k_q4gm against k_q4dp_as): duration,
 # DRAM throughput, issue activity, occupancy, and why the warps stall, so that a loss is read in the same call
 NCU="ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --csv"
-TSC_Q4G=1 timeout 90 $NCU --kernel-name regex:'k_q4g' --launch-count 40 $B/cuda_bench --shape 9b --mlx --digits 1 --prof --prof-rows 4 > $O/ncu_grp4.csv 2>$O/ncu_err.log; tl "ncu grp $?"
-timeout 90 $NCU --kernel-name regex:'k_q4dp' --launch-count 40 $B/cuda_bench --shape 9b --mlx --digits 1 --prof --prof-rows 4 > $O/ncu_dp4.csv 2>>$O/ncu_err.log; tl "ncu dp $?"
+TSC_Q4G=1 timeout 75 $NCU --kernel-name regex:'k_q4g' --launch-count 40 $B/cuda_bench --shape 9b --mlx --digits 1 --prof --prof-rows 4 > $O/ncu_grp4.csv 2>$O/ncu_err.log; tl "ncu grp $?"
+timeout 75 $NCU --kernel-name regex:'k_q4dp' --launch-count 40 $B/cuda_bench --shape 9b --mlx --digits 1 --prof --prof-rows 4 > $O/ncu_dp4.csv 2>>$O/ncu_err.log; tl "ncu dp $?"
 xz -9 $O/ncu_*.csv
 timeout 60 compute-sanitizer --tool memcheck $B/ts_test cuda.fused_products_dp4a > $O/memcheck_fused.log 2>&1; tl "memcheck $?"
-timeout 80 compute-sanitizer --tool racecheck $B/ts_test cuda.fused_products_dp4a > $O/racecheck_fused.log 2>&1; tl "racecheck $?"
+timeout 60 compute-sanitizer --tool racecheck $B/ts_test cuda.fused_products_dp4a > $O/racecheck_fused.log 2>&1; tl "racecheck $?"
 device_end
