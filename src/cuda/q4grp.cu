@@ -245,9 +245,22 @@ constexpr size_t GM_SMEM_MAX = 200 * 1024, GM_SMEM_2 = 104 * 1024;
  * k_q4g's (every group dot, every scale and bias word, the two kernels'
  * summation trees the same: 0 mismatches; a slot or scale-half mutation
  * is caught). */
-template <int WPT, int NO, int S>
+/* SF: the scales' and biases' type (0 bf16, 1 f16, 2 f32: gm_sf), fixed so
+ * that a scale costs its word's load, a shift and a conversion */
+template <int SF> __device__ __forceinline__ float gm_scale(uint32_t w, int sh) {
+    if constexpr (SF == 0) return __uint_as_float((w >> sh) << 16);
+    else if constexpr (SF == 1) return __half2float(__ushort_as_half((unsigned short)(w >> sh)));
+    else return __uint_as_float(w);
+}
+
+template <int WPT, int NO, int S, int SF>
 __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_args a) {
     constexpr int NT = 8 * NO, RS = gm_rs(WPT), CPR = 32 * WPT; /* 16-byte chunks a row a step */
+    constexpr bool s16 = SF != 2;
+    constexpr int sw = s16 ? 16 : 32, lsw = s16 ? 4 : 5; /* scale words a row a step, its log2 */
+    /* a thread's copies an item: NC 16-byte weight chunks (rows RPC apart, one column q), NSC scale or bias words */
+    constexpr int NC = MR * CPR / (WARPS * 32), RPC = WARPS * 32 / CPR, NSC = 2 * MR * sw / (WARPS * 32);
+    static_assert(MR == 16 && NC * WARPS * 32 == MR * CPR && NSC * WARPS * 32 == 2 * MR * sw, "k_q4gm's copies");
     __shared__ float red[WARPS][MR][NT];
     extern __shared__ int4 sm[];
     const int nch = a.cols >> 5, ng = a.cols >> a.lg, nr = a.nr, tst = mm_tstride(nch);
@@ -256,8 +269,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int pitch = a.cols >> 1, sbytes = 512 * WPT;
     const int nsteps = (ng + 31) >> 5;
-    const bool s16 = a.sdt != TS_DTYPE_F32;
-    const int sw = gm_sw(a.sdt), slotb = (int)gm_slot(WPT, a.sdt);
+    const int slotb = (int)gm_slot(WPT, a.sdt);
     uint8_t *ring = (uint8_t *)sm + gm_ring_off(nr, a.cols, a.group);
     int gw[4]; /* this warp's groups of a step: slots warp + 8 j */
 #pragma unroll
@@ -271,37 +283,53 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
         while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
         return a.w[wi];
     };
+    /* this thread's copies: weight chunk k of an item is row q0 / CPR + RPC k
+     * of the tile at column chunk q0 % CPR; scale word k is c = tid + 256 k
+     * of [2][MR][sw] (scales, then biases). Their sources are set once a
+     * virtual block (place), a step adds its offset. */
+    const int q0 = threadIdx.x % CPR, woff = 16 * q0; /* the weight chunk's byte in a row's step */
+    const uint8_t *wsrc[NC];
+    const uint32_t *ssrc[NSC];
+    int sok[NSC]; /* the word's first group within the row's step: copied while it is < ng */
     int ivb = blockIdx.x, ist = 0;
-    const dp_w *iw = &weight_of(ivb < a.nvb ? ivb : 0);
-    int64_t ir0 = (int64_t)(ivb - iw->blk0) * MR;
-    const int lsw = s16 ? 4 : 5; /* log2 sw */
+    auto place = [&](int vb) {
+        const dp_w &w = weight_of(vb);
+        const int64_t r0 = (int64_t)(vb - w.blk0) * MR;
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            const int64_t row = r0 + threadIdx.x / CPR + RPC * k;
+            wsrc[k] = w.data + (row < w.rows ? row : w.rows - 1) * pitch + woff; /* rows past the end: never stored */
+        }
+#pragma unroll
+        for (int k = 0; k < NSC; k++) {
+            const int c = threadIdx.x + WARPS * 32 * k, arr = c >> (lsw + 4), r = (c >> lsw) & (MR - 1), q = c & (sw - 1);
+            const int64_t row = r0 + r < w.rows ? r0 + r : w.rows - 1;
+            const int64_t e0 = row * ng; /* the row's first element (even for 16-bit: g_takes) */
+            ssrc[k] = (const uint32_t *)(arr ? w.biases : w.scales) + (s16 ? e0 / 2 : e0) + q;
+            sok[k] = s16 ? 2 * q : q;
+        }
+    };
+    if (ivb < a.nvb) place(ivb);
     auto issue = [&](int slot) { /* the cursor's item into slot (every thread), one group of copies; the cursor on */
         if (ivb < a.nvb) {
-            const dp_w &w = *iw;
             uint8_t *dst = ring + slot * slotb;
-            for (int c = threadIdx.x; c < MR * CPR; c += WARPS * 32) {
-                const int r = c / CPR, q = c % CPR, o = ist * sbytes + 16 * q;
-                const int64_t row = ir0 + r < w.rows ? ir0 + r : w.rows - 1; /* rows past the end: never stored */
-                if (o < pitch) cp_async16(dst + r * RS + 16 * q, w.data + row * pitch + o);
-            }
+            const int o = ist * sbytes;
+            if (o + woff < pitch)
+#pragma unroll
+                for (int k = 0; k < NC; k++) cp_async16(dst + (threadIdx.x / CPR + RPC * k) * RS + woff, wsrc[k] + o);
             uint32_t *ss = (uint32_t *)(dst + MR * RS);
-            for (int c = threadIdx.x; c < (2 * MR) << lsw; c += WARPS * 32) {
-                const int arr = c >> (lsw + 4), r = (c >> lsw) & (MR - 1), q = c & ((1 << lsw) - 1);
-                const int64_t row = ir0 + r < w.rows ? ir0 + r : w.rows - 1;
-                const int64_t e0 = row * ng + ist * 32; /* the step's first element (even for 16-bit: g_takes) */
-                if (ist * 32 + (s16 ? 2 * q : q) < ng)
-                    cp_async4(ss + ((arr * MR + r) << lsw) + q, (const uint32_t *)(arr ? w.biases : w.scales) + (s16 ? e0 / 2 : e0) + q);
-            }
+#pragma unroll
+            for (int k = 0; k < NSC; k++)
+                if (ist * 32 + sok[k] < ng) cp_async4(ss + threadIdx.x + WARPS * 32 * k, ssrc[k] + ist * sw);
             if (++ist == nsteps) {
                 ist = 0, ivb += gridDim.x;
-                if (ivb < a.nvb) iw = &weight_of(ivb), ir0 = (int64_t)(ivb - iw->blk0) * MR;
+                if (ivb < a.nvb) place(ivb);
             }
         }
         cp_async_commit(); /* (an empty group past the end: the waits count groups) */
     };
 #pragma unroll
     for (int k = 0; k < S - 1; k++) issue(k);
-    static_assert(MR == 16, "issue's row shifts");
     TSC_PDL_ENTRY();
     __shared__ float rnorm[TSC_ROWS_MAX];
     if (a.dg) {
@@ -321,6 +349,21 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
         xr[o] = xw + (size_t)row * tst * 4 + t * WPT;
     }
 
+    /* per j (this warp's 4 groups of a step): the A words' byte in a slot
+     * (row g; row g + 8 is 8 RS further), the B words' word in x's row, the
+     * scale word's index in [MR][sw] and the element's half, the x scale
+     * pairs' float4 */
+    int aoff[4], boff[4], soff[4], ssh[4], xoff[NO][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        aoff[j] = g * RS + gw[j] * 16 * WPT + t * 4 * WPT;
+        boff[j] = gw[j] * 4 * WPT;
+        soff[j] = g * sw + (s16 ? gw[j] >> 1 : gw[j]);
+        ssh[j] = s16 ? 16 * (gw[j] & 1) : 0;
+#pragma unroll
+        for (int o = 0; o < NO; o++) xoff[o][j] = (gw[j] * NT + o * 8 + 2 * t) >> 1;
+    }
+
     float acc[4][NO][4];
     for (int k = 0, vb = blockIdx.x, st = 0; vb < a.nvb; k++) {
         __syncthreads(); /* every warp is done with item k - 1's slot, which issue refills */
@@ -333,21 +376,22 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
 #pragma unroll
                 for (int o = 0; o < NO; o++) acc[j][o][0] = acc[j][o][1] = acc[j][o][2] = acc[j][o][3] = 0.f;
         const uint8_t *slot = ring + (k % S) * slotb;
-        const uint32_t *ss = (const uint32_t *)(slot + MR * RS), *sb = ss + MR * sw;
+        const uint32_t *ss = (const uint32_t *)(slot + MR * RS); /* scales [MR][sw], then biases */
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int gl = gw[j], gi = st * 32 + gl;
+            const int gi = st * 32 + gw[j];
             if (gi >= ng) continue; /* uniform over the warp */
             uint32_t wa[WPT], wb[WPT];
-            lds_words<WPT>((const uint32_t *)(slot + g * RS + gl * 16 * WPT + t * 4 * WPT), wa);
-            lds_words<WPT>((const uint32_t *)(slot + (g + 8) * RS + gl * 16 * WPT + t * 4 * WPT), wb);
+            lds_words<WPT>((const uint32_t *)(slot + aoff[j]), wa);
+            lds_words<WPT>((const uint32_t *)(slot + aoff[j] + 8 * RS), wb);
             int C[NO][4];
             uint32_t xe[NO][WPT], xo[NO][WPT];
 #pragma unroll
             for (int o = 0; o < NO; o++) {
                 C[o][0] = C[o][1] = C[o][2] = C[o][3] = 0;
-                lds_words<WPT>(xr[o] + gi * 4 * WPT, xe[o]);
-                lds_words<WPT>(xr[o] + nch * 4 + gi * 4 * WPT, xo[o]);
+                const uint32_t *xb = xr[o] + st * 128 * WPT + boff[j]; /* group gi's words: gi 4 WPT */
+                lds_words<WPT>(xb, xe[o]);
+                lds_words<WPT>(xb + nch * 4, xo[o]);
             }
 #pragma unroll
             for (int m = 0; m < WPT; m++) {
@@ -356,14 +400,13 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_
 #pragma unroll
                 for (int o = 0; o < NO; o++) mma_u4s8(C[o], a0, a1, a2, a3, xe[o][m], xo[o][m]);
             }
-            /* the rows' raw scale and bias elements of group gl of the step */
-            const int q = s16 ? gl >> 1 : gl, sh = s16 ? 16 * (gl & 1) : 0;
-            const uint32_t m16 = s16 ? 0xFFFFu : 0xFFFFFFFFu;
-            const float s0 = sraw_f(ss[g * sw + q] >> sh & m16, a.sdt), s1 = sraw_f(ss[(g + 8) * sw + q] >> sh & m16, a.sdt);
-            const float b0 = sraw_f(sb[g * sw + q] >> sh & m16, a.sdt), b1 = sraw_f(sb[(g + 8) * sw + q] >> sh & m16, a.sdt);
+            /* the rows' scale and bias of the group (rows g and g + 8) */
+            const int sh = ssh[j];
+            const float s0 = gm_scale<SF>(ss[soff[j]], sh), s1 = gm_scale<SF>(ss[soff[j] + 8 * sw], sh);
+            const float b0 = gm_scale<SF>(ss[MR * sw + soff[j]], sh), b1 = gm_scale<SF>(ss[MR * sw + soff[j] + 8 * sw], sh);
 #pragma unroll
             for (int o = 0; o < NO; o++) {
-                const float4 p = xs4[(gi * NT + o * 8 + 2 * t) >> 1];
+                const float4 p = xs4[st * 16 * NT + xoff[o][j]];
                 const float2 e = make_float2(p.x, p.y), f = make_float2(p.z, p.w);
                 float(&c)[4] = acc[j][o];
                 c[0] = chunk_acc(s0, b0, e, (float)C[o][0], c[0]);
@@ -486,12 +529,19 @@ int gm_depth(int nr, int cols, int group, int sdt) {
     return off + 2 * sl <= GM_SMEM_MAX ? 2 : 0;
 }
 
-template <int WPT, int NO>
-void launch_gm(tsc_ctx *c, const dp_args &a) {
+template <int WPT, int NO, int SF>
+void launch_gm_sf(tsc_ctx *c, const dp_args &a) {
     const int s = gm_depth(a.nr, a.cols, a.group, a.sdt);
     const size_t smem = gm_ring_off(a.nr, a.cols, a.group) + s * gm_slot(WPT, a.sdt);
-    if (s == 4) launch_grid(c, k_q4gm<WPT, NO, 4>, a.nvb, smem, a, 0, GM_SMEM_MAX);
-    else launch_grid(c, k_q4gm<WPT, NO, 2>, a.nvb, smem, a, 0, GM_SMEM_MAX);
+    if (s == 4) launch_grid(c, k_q4gm<WPT, NO, 4, SF>, a.nvb, smem, a, 0, GM_SMEM_MAX);
+    else launch_grid(c, k_q4gm<WPT, NO, 2, SF>, a.nvb, smem, a, 0, GM_SMEM_MAX);
+}
+
+template <int WPT, int NO>
+void launch_gm(tsc_ctx *c, const dp_args &a) {
+    if (a.sdt == TS_DTYPE_BF16) launch_gm_sf<WPT, NO, 0>(c, a);
+    else if (a.sdt == TS_DTYPE_F16) launch_gm_sf<WPT, NO, 1>(c, a);
+    else launch_gm_sf<WPT, NO, 2>(c, a);
 }
 
 template <int WPT>

@@ -77,18 +77,23 @@ def case(wpt, cols, rows, nr, s16, seed):
             # issue: copies of this item into a slot (bytearray) and scale words
             slot=bytearray(MR*RS); ssw=[None]*(2*MR*sw)
             r0=vb*MR
-            for c in range(MR*CPR):
-                r=c//CPR; qq=c%CPR; o=st*sbytes+16*qq
-                row=min(r0+r, rows-1)
-                if o<pitch: slot[r*RS+16*qq:r*RS+16*qq+16]=W[row][o:o+16]
-            for c in range((2*MR)<<lsw):
-                arr=c>>(lsw+4); r=(c>>lsw)&(MR-1); qq=c&((1<<lsw)-1)
-                row=min(r0+r, rows-1)
-                e0=row*ng+st*32
-                if st*32+(2*qq if s16 else qq)<ng:
-                    wi=(e0//2 if s16 else e0)+qq
-                    # a word: 16-bit: elements 2wi, 2wi+1 of the flat array; f32: element wi
-                    ssw[((arr*MR+r)<<lsw)+qq]=(arr, (2*wi,2*wi+1) if s16 else (wi,))
+            # every thread's copies as the kernel's place/issue make them: weight chunk k of thread tid is
+            # row tid//CPR + RPC k at column chunk tid % CPR; scale word k is c = tid + 256 k of [2][MR][sw]
+            NC=MR*CPR//256; RPC=256//CPR; NSC=2*MR*sw//256
+            for tid in range(256):
+                q0=tid%CPR; woff=16*q0
+                for k in range(NC):
+                    r=tid//CPR+RPC*k; row=min(r0+r,rows-1)
+                    o=st*sbytes
+                    if o+woff<pitch: slot[r*RS+woff:r*RS+woff+16]=W[row][o+woff:o+woff+16]
+                for k in range(NSC):
+                    c=tid+256*k; arr=c>>(lsw+4); r=(c>>lsw)&(MR-1); qq=c&(sw-1)
+                    row=min(r0+r,rows-1); e0=row*ng
+                    base=(e0//2 if s16 else e0)+qq          # place(): the row's word for this thread
+                    sok=2*qq if s16 else qq
+                    if st*32+sok<ng:
+                        wi=base+st*sw                        # issue(): + the step's words
+                        ssw[c]=(arr, (2*wi,2*wi+1) if s16 else (wi,))
             for warp in range(WARPS):
                 for j in range(4):
                     gl=gof(warp+8*j,wpt); gi=st*32+gl
