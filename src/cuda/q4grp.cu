@@ -253,8 +253,8 @@ template <int SF> __device__ __forceinline__ float gm_scale(uint32_t w, int sh) 
     else return __uint_as_float(w);
 }
 
-template <int WPT, int NO, int S, int SF>
-__global__ void __launch_bounds__(WARPS * 32) k_q4gm(const __grid_constant__ dp_args a) {
+template <int WPT, int NO, int S, int SF, int MINB = 1>
+__global__ void __launch_bounds__(WARPS * 32, MINB) k_q4gm(const __grid_constant__ dp_args a) {
     constexpr int NT = 8 * NO, RS = gm_rs(WPT), CPR = 32 * WPT; /* 16-byte chunks a row a step */
     constexpr bool s16 = SF != 2;
     constexpr int sw = s16 ? 16 : 32, lsw = s16 ? 4 : 5; /* scale words a row a step, its log2 */
@@ -529,10 +529,27 @@ int gm_depth(int nr, int cols, int group, int sdt) {
     return off + 2 * sl <= GM_SMEM_MAX ? 2 : 0;
 }
 
+/* TSC_Q4GM_MINB=3 (a benchmark switch, s23-run5): three blocks an SM where
+ * a 2-slot ring fits three (registers capped for it by the launch bounds),
+ * 24 warps against 16 for k_q4gm's latency (call 4: 6.95 cycles an issued
+ * instruction at 15 warps); the same bits */
+int gm_minb(void) {
+    static int v = -1;
+    if (v < 0) v = ks_env("TSC_Q4GM_MINB", 1) == 3 ? 3 : 1;
+    return v;
+}
+
 template <int WPT, int NO, int SF>
 void launch_gm_sf(tsc_ctx *c, const dp_args &a) {
+    const size_t off = gm_ring_off(a.nr, a.cols, a.group);
+    if constexpr (NO == 1) {
+        if (gm_minb() == 3 && off + 2 * gm_slot(WPT, a.sdt) <= 70 * 1024) {
+            launch_grid(c, k_q4gm<WPT, NO, 2, SF, 3>, a.nvb, off + 2 * gm_slot(WPT, a.sdt), a, 0, GM_SMEM_MAX);
+            return;
+        }
+    }
     const int s = gm_depth(a.nr, a.cols, a.group, a.sdt);
-    const size_t smem = gm_ring_off(a.nr, a.cols, a.group) + s * gm_slot(WPT, a.sdt);
+    const size_t smem = off + s * gm_slot(WPT, a.sdt);
     if (s == 4) launch_grid(c, k_q4gm<WPT, NO, 4, SF>, a.nvb, smem, a, 0, GM_SMEM_MAX);
     else launch_grid(c, k_q4gm<WPT, NO, 2, SF>, a.nvb, smem, a, 0, GM_SMEM_MAX);
 }
