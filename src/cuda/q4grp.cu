@@ -529,13 +529,16 @@ int gm_depth(int nr, int cols, int group, int sdt) {
     return off + 2 * sl <= GM_SMEM_MAX ? 2 : 0;
 }
 
-/* TSC_Q4GM_MINB=3 (a benchmark switch, s23-run5): three blocks an SM where
- * a 2-slot ring fits three (registers capped for it by the launch bounds),
- * 24 warps against 16 for k_q4gm's latency (call 4: 6.95 cycles an issued
- * instruction at 15 warps); the same bits */
+/* Three blocks an SM where a 2-slot ring fits three (registers capped at 80
+ * by the launch bounds: 24 warps against 16 for k_q4gm's latency; call 4's
+ * ncu: 6.95 cycles an issued instruction at 15 warps), else the ring of
+ * gm_depth. Measured (s23-run5, two runs each): the 9B's products at 2 / 4 /
+ * 8 / 16 rows 2.21 / 2.35 / 2.60 / 4.77 ms against 2.31 / 2.40 / 2.61 /
+ * 4.77 (the head unchanged: not its limit). TSC_Q4GM_MINB=1 turns it off
+ * (a benchmark switch; the same bits either way). */
 int gm_minb(void) {
     static int v = -1;
-    if (v < 0) v = ks_env("TSC_Q4GM_MINB", 1) == 3 ? 3 : 1;
+    if (v < 0) v = ks_env("TSC_Q4GM_MINB", 3) == 3 ? 3 : 1;
     return v;
 }
 
