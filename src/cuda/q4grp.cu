@@ -57,7 +57,14 @@
  * weights, one scale step where there were two, plus a shuffle pair a row.
  * Prediction: the 9B's products at 4 rows ~1.05-1.10x one row (1.43x with
  * k_q4dp), the 4-row step ~1.15-1.2x, 16 rows ~1.6x (4.6x); the one-row
- * step within a few percent of k_q4dp's. */
+ * step within a few percent of k_q4dp's.
+ * Measured (H200, bench/cuda/RESULTS.md, session 23, calls 2-5): exact at
+ * every row count (n-row calls equal one-row calls bit for bit; the
+ * engine's drafting identical to plain); the products at 2 / 4 / 8 / 16 rows
+ * 1.32 / 1.41 / 1.56 / 2.86x one row (k_q4dp 1.10 / 1.43 / 2.30 / 4.59x),
+ * the one-row step 2.07 against 2.03 ms. The instruction count above was
+ * short by ~2x: the scale handling, the copies and the per-virtual-block
+ * work (k_q4gm's comments). */
 #include "cuda/q4dp_impl.cuh"
 
 namespace {
@@ -240,11 +247,18 @@ constexpr size_t GM_SMEM_MAX = 200 * 1024, GM_SMEM_2 = 104 * 1024;
  * The block's items (virtual block, step) run in order through the ring:
  * item k + S - 1 is copied while item k is computed, the first S - 1
  * before the PDL wait (the weights do not depend on the previous kernel),
- * across virtual blocks (the 9B's 4096-column rows are 2 steps). Not yet
- * run on a GPU; bench/cuda/next/q4grp_emu.py emulates its index math and
- * k_q4g's (every group dot, every scale and bias word, the two kernels'
- * summation trees the same: 0 mismatches; a slot or scale-half mutation
- * is caught). */
+ * across virtual blocks (the 9B's 4096-column rows are 2 steps);
+ * bench/cuda/next/q4grp_emu.py emulates its index math and k_q4g's (every
+ * group dot, every scale and bias word, the two kernels' summation trees
+ * the same: 0 mismatches; a slot or scale-half mutation is caught).
+ * Measured (s23-run3..5): the ring alone changed nothing (the head at 4
+ * rows 330 us; ncu: an instruction stream, 6.3 cycles an issued
+ * instruction, as many instructions as k_q4dp_as's 4-row form); with the
+ * copies' sources set once a virtual block, the scales' type a template
+ * and the offsets precomputed, 216 us (k_q4dp: 213), the products at 16
+ * rows 2.9x one row's (k_q4dp: 4.6x). What is left: 392 instructions a
+ * warp an item, the per-virtual-block work (sources, tree, lookups) paid
+ * every 2 items on 4096-column rows: 32-row virtual blocks would halve it. */
 /* SF: the scales' and biases' type (0 bf16, 1 f16, 2 f32: gm_sf), fixed so
  * that a scale costs its word's load, a shift and a conversion */
 template <int SF> __device__ __forceinline__ float gm_scale(uint32_t w, int sh) {
@@ -452,11 +466,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) k_q4gm(const __grid_constant
 /* ---- the passes ---- */
 
 /* w's products in the group numerics: 8-bit x, a group of 32, 64 or 128,
- * one row's digits within the staging limit, and TSC_Q4G=1. Opt-in until
- * measured: the first k_q4gm (direct loads) was exact but slower than
- * k_q4dp at every row count (s23-run2), the ring form is not yet run on a
- * GPU (s23-run3/command.sh is the call that tests and measures it; make it
- * the default only if it wins). Read at every launch as TSC_Q4MM is (it
+ * one row's digits within the staging limit, and TSC_Q4G=1. Opt-in, by
+ * measurement (bench/cuda/RESULTS.md, session 23, calls 2-5): 8-16-row
+ * verifies far cheaper than k_q4dp's (the 9B's products at 16 rows 2.9x
+ * one row's against 4.6x; MTP 7 +21%), 2-4-row ones about the same (MTP 3
+ * -3%), decode 0.7-2% slower. Read at every launch as TSC_Q4MM is (it
  * changes every row count's bits alike; captured graphs do not repeat it):
  * never to be flipped inside one session. */
 bool g_takes(const tsc_weight *const *w, int nw, int nd) {
