@@ -12,5 +12,5 @@ for r in a b; do
 done
 cuobjdump -sass $B/cuda_bench > /tmp/all.sass 2>$O/sass_err.log
 awk '/Function : .*k_q4gmILi2ELi1ELi4ELi0ELi1E/{on=1} /Function :/{if (on && !/k_q4gmILi2ELi1ELi4ELi0ELi1E/) on=0} on' /tmp/all.sass > $O/k_q4gm_2_1_4_bf16.sass
-wc -l $O/k_q4gm_2_1_4_bf16.sass >> $O/sass_err.log; xz -9 $O/*.sass; tl "sass $?"
+(cd $O && wc -l k_q4gm_2_1_4_bf16.sass) >> $O/sass_err.log; xz -9 $O/*.sass; tl "sass $?"
 device_end
