@@ -231,7 +231,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             ts_error e;
             if (cf->mlx) setenv("TSC_Q4T", "0", 1);
             if (!strncmp(cf->name, "mma", 3)) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
-            if (!strncmp(cf->name, "grp", 3)) setenv("TSC_Q4G", "1", 1); /* the group numerics are opt-in (q4dp.cu) */
+            if (!strncmp(cf->name, "grp", 3)) setenv("TSC_Q4G", "1", 1); /* the group numerics are opt-in (q4grp.cu) */
             CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
             if (cf->mlx) {
                 unsetenv("TSC_Q4T");

@@ -1187,11 +1187,12 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
                         float *const *y, int n) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     const int cols = (int)w[0]->cols;
+    /* (k_q4mm first when both are asked for; q4g_linear makes its own dp_args) */
+    if (!mm_takes(w[0]) && q4g_takes(w, nw, nd))
+        return q4g_linear(c, w, nw, xm, x, add, norm_w, u, eps, x_out, y_out, bar, y, n); /* q4grp.cu */
     dp_args a;
     dp_setup(a, w, nw, xm, norm_w, u, eps, bar);
     if (mm_takes(w[0])) return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
-    if (q4g_takes(w, nw, nd))
-        return q4g_linear(c, w, nw, xm, x, add, norm_w, u, eps, x_out, y_out, bar, y, n); /* q4grp.cu */
     int nblk = 0;
     int64_t steps = 0; /* warp steps of the launch */
     for (int i = 0; i < nw; i++) {

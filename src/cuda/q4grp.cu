@@ -234,6 +234,9 @@ __host__ __device__ inline size_t gm_ring_off(int nr, int cols, int group) {
 /* dynamic shared memory k_q4gm may take (its static part is at most ~9 KB
  * of the 227 KB an SM offers a block) and the most for two blocks an SM */
 constexpr size_t GM_SMEM_MAX = 200 * 1024, GM_SMEM_2 = 104 * 1024;
+/* and the most for three blocks an SM (gm_minb's form: 228 KB / 3, less
+ * the static part and the 1 KB a block the hardware keeps) */
+constexpr size_t GM_SMEM_3 = 70 * 1024;
 
 /* NO: octets of x rows (1: 2..8, 2: 9..16); S: ring slots (gm_depth).
  *
@@ -560,7 +563,7 @@ template <int WPT, int NO, int SF>
 void launch_gm_sf(tsc_ctx *c, const dp_args &a) {
     const size_t off = gm_ring_off(a.nr, a.cols, a.group);
     if constexpr (NO == 1) {
-        if (gm_minb() == 3 && off + 2 * gm_slot(WPT, a.sdt) <= 70 * 1024) {
+        if (gm_minb() == 3 && off + 2 * gm_slot(WPT, a.sdt) <= GM_SMEM_3) {
             launch_grid(c, k_q4gm<WPT, NO, 2, SF, 3>, a.nvb, off + 2 * gm_slot(WPT, a.sdt), a, 0, GM_SMEM_MAX);
             return;
         }
