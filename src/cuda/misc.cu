@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route(const float *log
             p[q] = expf(__fsub_rn(p[q], mx));
             s += p[q];
         }
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    s = warp_sum_d(s);
 #pragma unroll
     for (int q = 0; q < EPL; q++)
         if (lane + 32 * q < E) p[q] = (float)((double)p[q] / s);
