@@ -161,8 +161,8 @@ TS_TEST(cuda, context_errors_memory) {
 /* mlx: keep a 4-bit weight in the MLX layout at upload (TSC_Q4T=0 around
  * it), so that its products run q4dp.cu's kernels with nd digits of x (0:
  * 3): the dp4a k_q4dp, or at nd = 1 and groups of 32..128 the opt-in group
- * numerics ("grp", TSC_Q4G=1: k_q4g for one row, the tensor-core k_q4gm
- * for several) or the opt-in k_q4mm ("mma", TSC_Q4MM=1); other 4-bit
+ * numerics ("grp", TSC_Q4G=1: k_q4g for 1..4 rows, the tensor-core k_q4gm
+ * for 5..16) or the opt-in k_q4mm ("mma", TSC_Q4MM=1); other 4-bit
  * weights with cols % 64 == 0 go to Q4T */
 typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; int mlx, nd; } lin_cfg;
 
@@ -243,8 +243,9 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             float *yl[3] = {dz, dy, dz};
             /* all 16 rows at once, between two other weights in the launch */
             tsc_linear(c, wl, 3, dx, yl, N);
-            /* each row alone, and rows in calls of 3, 5, 6 and 7 (one pass
-             * with 8-bit x, passes of 4 and the rest with 16- and 24-bit x) */
+            /* each row alone, and rows in calls of 2 to 7 (one pass with
+             * 8-bit x, passes of 4 and the rest with 16- and 24-bit x; the
+             * group numerics: k_q4g to 4 rows, k_q4gm from 5) */
             for (int i = 0; i < N; i++) {
                 float *y1 = dy1 + (size_t)i * rows;
                 tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx + (size_t)i * cols, &y1, 1);
@@ -282,7 +283,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
                       (long long)cols, bad, worst, LIN_TOL);
             CHECK_MSG(!memcmp(y, y1, sizeof(float) * N * rows), "%s %lldx%lld: 16-row call != 16 one-row calls",
                       cf->name, (long long)rows, (long long)cols);
-            static const int NS[] = {3, 5, 6, 7};
+            static const int NS[] = {2, 3, 4, 5, 6, 7};
             for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++) {
                 const int n = NS[ni];
                 tsc_fill(c, dy1, NAN, (size_t)N * rows);

@@ -881,7 +881,10 @@ int q4dp_pre(void) {
  * 5.3 -> 3.9 us), and the early trigger loses more elsewhere. S is the
  * deepest (at most 4 slots) that keeps two blocks an SM. TSC_Q4DP_AS=0 keeps
  * k_q4dp for several rows; TSC_Q4DP_AS_S=2|3|4 forces the depth where it
- * fits. Benchmark switches: a row's bits are the same either way. */
+ * fits. TSC_Q4DP_AS1=3 rings the one-row passes whose digits were made
+ * once (the SwiGLU downs: their staging is a copy, and the 9B's down took
+ * 13.1 us at one row against 12.3 at two rows on the ring; session 24).
+ * Benchmark switches: a row's bits are the same either way. */
 int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int nr) {
     static int on = -1, on1 = -1, forced = -1;
     if (on < 0) {
@@ -889,7 +892,8 @@ int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int n
         forced = ks_env("TSC_Q4DP_AS_S", 0);
         if (forced < 2 || forced > 4) forced = 0;
     }
-    if (!(nr == 1 ? on1 == 2 || (on1 == 1 && a.xm == Q4DP_XM_PLAIN) : on) || nd != 1 || (nr > 1 && !a.dg) ||
+    if (!(nr == 1 ? on1 == 2 || (on1 == 1 && a.xm == Q4DP_XM_PLAIN) || (on1 == 3 && a.dg) : on) || nd != 1 ||
+        (nr > 1 && !a.dg) ||
         (a.cols >> a.lg) % 2)
         return 0;
     if (!a.dg && a.xm != Q4DP_XM_PLAIN && !a.bar) return 0; /* in-block staging writes its outputs through bar */

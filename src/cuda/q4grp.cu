@@ -1,6 +1,6 @@
 /* q4grp.cu: the 4-bit products in the group numerics (TSC_Q4G=1): a scale
- * step per quantization group, k_q4g (dp4a) for one row and k_q4gm (mma)
- * for 2..16, the same bits for every row count.
+ * step per quantization group, k_q4g (dp4a) for 1..4 rows and k_q4gm
+ * (mma) for 5..16, the same bits for every row count.
  *
  * Owns: the two kernels, their launch plan, q4g_takes / q4g_linear (called
  * by q4dp.cu's q4dp_linear_staged). Does not own: the staging of x and the
@@ -28,7 +28,9 @@
  * accumulators each (its registers set its occupancy), and k_q4g finds its
  * parallelism in rows instead (RG rows a warp, g_rg).
  *
- * k_q4g (dp4a; decode's one-row passes): k_q4dp's shape (RG rows a warp,
+ * k_q4g (dp4a; decode's one-row passes and, since session 24, verify
+ * passes of 2..4 rows, where k_q4gm cost 1.32x one row at 2 rows against
+ * k_q4dp's 1.10x): k_q4dp's shape (RG rows a warp,
  * persistent blocks; no KS), a lane's step one group of each
  * of its rows: WPT = G / 32 16-byte loads, load m at bytes 512 m + 16 lane
  * of the step (the warp's loads coalesced: lane l holds part l % WPT of
@@ -186,33 +188,73 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4g(const __grid_constant__ dp_a
                 const int st = st0 + u;
                 if (st >= nsteps) continue; /* uniform: team_sum's shuffles need every lane */
                 const int gi = st * 32 + gl;
-#pragma unroll
-                for (int i = 0; i < NR; i++) {
-                    int4 xe[WPT], xo[WPT]; /* the digits of the chunk each load m holds: even and odd columns */
+                if constexpr (NR > 1) {
+                    /* several x rows: each weight word unpacked once and
+                     * each x chunk loaded once for all RG x NR products
+                     * (the one-row form below keeps its own order and
+                     * machine code; the integer parts are exact, so the
+                     * order changes no bit) */
+                    int part[RG][NR][WPT];
 #pragma unroll
                     for (int m = 0; m < WPT; m++) {
-                        const int o = st * sbytes + 512 * m + 16 * lane, ch = (o < pitch ? o : 0) >> 4;
-                        xe[m] = xd[i * tst + ch], xo[m] = xd[i * tst + nch + ch];
-                    }
-                    const float2 sb = xsb[(ok[u] ? gi : 0) * nt + i];
+                        uint32_t lo[RG][4], hi[RG][4];
 #pragma unroll
-                    for (int r = 0; r < RG; r++) {
-                        int part[WPT];
+                        for (int r = 0; r < RG; r++) nibbles(wv[u][r][m], lo[r], hi[r]);
+                        const int o = st * sbytes + 512 * m + 16 * lane, ch = (o < pitch ? o : 0) >> 4;
+#pragma unroll
+                        for (int i = 0; i < NR; i++) {
+                            const int4 xe = xd[i * tst + ch], xo = xd[i * tst + nch + ch];
+#pragma unroll
+                            for (int r = 0; r < RG; r++) {
+                                int t = 0;
+#pragma unroll
+                                for (int k = 0; k < 4; k++) {
+                                    t = __dp4a((int)lo[r][k], (int)comp_of(xe, k), t);
+                                    t = __dp4a((int)hi[r][k], (int)comp_of(xo, k), t);
+                                }
+                                part[r][i][m] = t;
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < NR; i++) {
+                        const float2 sb = xsb[(ok[u] ? gi : 0) * nt + i];
+#pragma unroll
+                        for (int r = 0; r < RG; r++) {
+                            const int D = team_sum<WPT>(part[r][i], lane);
+                            if (ok[u])
+                                acc[r][i] = chunk_acc(sraw_f(sr[u][r], a.sdt), sraw_f(br[u][r], a.sdt), sb, (float)D, acc[r][i]);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < NR; i++) {
+                        int4 xe[WPT], xo[WPT]; /* the digits of the chunk each load m holds: even and odd columns */
 #pragma unroll
                         for (int m = 0; m < WPT; m++) {
-                            uint32_t lo[4], hi[4];
-                            nibbles(wv[u][r][m], lo, hi);
-                            int t = 0;
-#pragma unroll
-                            for (int k = 0; k < 4; k++) {
-                                t = __dp4a((int)lo[k], (int)comp_of(xe[m], k), t);
-                                t = __dp4a((int)hi[k], (int)comp_of(xo[m], k), t);
-                            }
-                            part[m] = t;
+                            const int o = st * sbytes + 512 * m + 16 * lane, ch = (o < pitch ? o : 0) >> 4;
+                            xe[m] = xd[i * tst + ch], xo[m] = xd[i * tst + nch + ch];
                         }
-                        const int D = team_sum<WPT>(part, lane);
-                        if (ok[u])
-                            acc[r][i] = chunk_acc(sraw_f(sr[u][r], a.sdt), sraw_f(br[u][r], a.sdt), sb, (float)D, acc[r][i]);
+                        const float2 sb = xsb[(ok[u] ? gi : 0) * nt + i];
+#pragma unroll
+                        for (int r = 0; r < RG; r++) {
+                            int part[WPT];
+#pragma unroll
+                            for (int m = 0; m < WPT; m++) {
+                                uint32_t lo[4], hi[4];
+                                nibbles(wv[u][r][m], lo, hi);
+                                int t = 0;
+#pragma unroll
+                                for (int k = 0; k < 4; k++) {
+                                    t = __dp4a((int)lo[k], (int)comp_of(xe[m], k), t);
+                                    t = __dp4a((int)hi[k], (int)comp_of(xo[m], k), t);
+                                }
+                                part[m] = t;
+                            }
+                            const int D = team_sum<WPT>(part, lane);
+                            if (ok[u])
+                                acc[r][i] = chunk_acc(sraw_f(sr[u][r], a.sdt), sraw_f(br[u][r], a.sdt), sb, (float)D, acc[r][i]);
+                        }
                     }
                 }
             }
@@ -581,16 +623,50 @@ void launch_gm(tsc_ctx *c, const dp_args &a) {
     else launch_gm_sf<WPT, NO, 2>(c, a);
 }
 
+/* k_q4g for a pass of NR = 2..4 rows: RG as the one-row pass's, at most 2
+ * from 3 rows on (each lane holds RG x NR x WPT integer parts and RG
+ * rows' unpacked words), U as launch_g1's for that RG */
+template <int NR, int WPT>
+void launch_gn(tsc_ctx *c, const dp_args &a, int rg) {
+    constexpr int U4 = WPT == 1 ? 2 : 1, U2 = WPT == 4 ? 1 : 2;
+    const size_t smem = g_stage_bytes(NR, a.cols, a.group);
+    if constexpr (NR == 2) {
+        if (rg == 4) return (void)launch_grid(c, k_q4g<NR, WPT, U4, 4>, a.nvb, smem, a, q4dp_bps());
+    }
+    if (rg >= 2) launch_grid(c, k_q4g<NR, WPT, U2, 2>, a.nvb, smem, a, q4dp_bps());
+    else launch_grid(c, k_q4g<NR, WPT, 2, 1>, a.nvb, smem, a, q4dp_bps());
+}
+
+/* rows a warp of k_q4g for a pass of nr rows (launch_gn) */
+int g_rg_n(int rg, int nr) { return nr <= 2 || rg < 2 ? rg : 2; }
+
+/* The most rows a pass k_q4g takes (dp4a; k_q4gm above it): 4 by default,
+ * TSC_Q4G_DP=1..4 (1: k_q4gm from 2 rows, session 23's form). A benchmark
+ * switch: every row's bits are the same on either kernel. */
+int g_dp_max(void) {
+    static int v = 0;
+    if (!v) {
+        v = ks_env("TSC_Q4G_DP", 4);
+        if (v < 1 || v > 4) v = 4;
+    }
+    return v;
+}
+
 template <int WPT>
 void launch_g(tsc_ctx *c, const dp_args &a, int rg) {
     if (a.nr == 1) launch_g1<WPT>(c, a, rg, g_stage_bytes(1, a.cols, a.group));
-    else if (a.nr <= 8) launch_gm<WPT, 1>(c, a);
+    else if (a.nr <= g_dp_max()) {
+        const int r = g_rg_n(rg, a.nr);
+        if (a.nr == 2) launch_gn<2, WPT>(c, a, r);
+        else if (a.nr == 3) launch_gn<3, WPT>(c, a, r);
+        else launch_gn<4, WPT>(c, a, r);
+    } else if (a.nr <= 8) launch_gm<WPT, 1>(c, a);
     else launch_gm<WPT, 2>(c, a);
 }
 
-/* q4dp_linear_staged in the group numerics: one row on k_q4g, passes of
- * 2..16 rows on k_q4gm (fewer where the staged digits would not fit; a
- * pass of one row left over goes to k_q4g: the same bits) */
+/* q4dp_linear_staged in the group numerics: passes of 1..4 rows
+ * (g_dp_max) on k_q4g, of 5..16 on k_q4gm (fewer where the staged digits
+ * would not fit; what is left over goes to either: the same bits) */
 void g_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const float *x, const float *add,
               const float *u, float *x_out, float *y_out, float *const *y, int n) {
     const int rg = g_rg(a, c->n_sm);
@@ -601,13 +677,14 @@ void g_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const 
         a.nr = nr;
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         stage_once(c, a, nr, 1, true);
-        g_vbs(a, rg, nr > 1);
+        const bool mm = nr > g_dp_max();
+        g_vbs(a, mm ? rg : g_rg_n(rg, nr), mm);
         switch (a.group) {
         case 32: launch_g<1>(c, a, rg); break;
         case 64: launch_g<2>(c, a, rg); break;
         default: launch_g<4>(c, a, rg); break;
         }
-        TSC_LAUNCHED(c, nr == 1 ? "tsc_linear (4-bit, group numerics, dp4a)" : "tsc_linear (4-bit, group numerics, mma)");
+        TSC_LAUNCHED(c, mm ? "tsc_linear (4-bit, group numerics, mma)" : "tsc_linear (4-bit, group numerics, dp4a)");
     }
 }
 
