@@ -483,6 +483,80 @@ static int gen_ids(ts_engine *e, const int32_t *prompt, int n, int32_t *out, int
     return rc ? rc : u.n;
 }
 
+/* The MoE routes made inside the routed experts' gate/up launch (the
+ * default; backend.cu, route_fuse_on) against tsc_moe_route's launch
+ * (TSC_MOE_ROUTE_FUSE=0): the same logits bit for bit through the decode
+ * kernels (prompt rows one at a time and 7 a pass: the verify's row
+ * blocks), the same greedy tokens, and one captured kernel fewer a MoE
+ * layer in the decode graph (so the fused form did run). A last-bit change
+ * in a weight would show: on these random MoE models it flips near-tied
+ * routes and moves logits by O(1). */
+TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
+    NEED_GPU();
+    char dirs[2][512];
+    if (make_install("tiny-moe", 4, dirs[0], sizeof dirs[0]) || wide_moe_model(dirs[1], sizeof dirs[1])) return;
+    enum { NP = 24, NG = 24 };
+    int32_t ids[NP];
+    for (int i = 0; i < NP; i++) ids[i] = (int32_t)((i * 977 + 13) % 1000 + 5);
+    int ran = 0;
+    for (int m = 0; m < 2; m++) {
+        ts_error err = {0};
+        ts_engine *eg = NULL;
+        CHECK_MSG(!open_on(dirs[m], "cuda", &eg, &err), "%s: %s", dirs[m], err.msg);
+        if (!eg) continue;
+        const size_t V = (size_t)eg->model.cfg.vocab;
+        float *la = malloc(sizeof(float) * NP * V), *lb = malloc(sizeof(float) * NP * V);
+        static const int CH[] = {1, 7};
+        for (int k = 0; k < 2; k++) {
+            setenv("TSC_MOE_ROUTE_FUSE", "0", 1);
+            int rc = prompt_logits(eg, ids, NP, CH[k], lb, &err);
+            unsetenv("TSC_MOE_ROUTE_FUSE");
+            CHECK_MSG(!rc, "%s: %s", dirs[m], err.msg);
+            rc = rc || prompt_logits(eg, ids, NP, CH[k], la, &err);
+            CHECK_MSG(!rc, "%s: %s", dirs[m], err.msg);
+            CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V),
+                      "%s chunk %d: routes in the expert launch differ from tsc_moe_route's (max %.3g)", dirs[m], CH[k],
+                      rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)NP * V));
+        }
+        /* greedy decode through the captured step, both forms */
+        int32_t ta[NG], tb[NG];
+        int kern[2] = {0, 0};
+        for (int f = 0; f < 2; f++) {
+            if (f) setenv("TSC_MOE_ROUTE_FUSE", "0", 1);
+            ts_session_params sp;
+            ts_session_params_default(&sp);
+            sp.n_ctx = 128;
+            ts_session *s = NULL;
+            int rc = ts_session_new(eg, &sp, &s, &err);
+            ts_gen_params gp;
+            ts_gen_params_default(&gp);
+            gp.n_predict = NG;
+            gp.temperature = 0.f;
+            sink u = {f ? tb : ta, 0};
+            ts_gen_stats st;
+            if (!rc) rc = ts_generate(s, ids, 8, &gp, sink_cb, &u, &st, &err);
+            int graphs = 0;
+            long replays = 0;
+            double lus = 0;
+            if (!rc) ts_session_graph_stats(s, &graphs, &replays, &kern[f], &lus);
+            ts_session_free(s);
+            if (f) unsetenv("TSC_MOE_ROUTE_FUSE");
+            CHECK_MSG(!rc && u.n == NG, "%s: generate (form %d): %s", dirs[m], f, err.msg);
+        }
+        CHECK_MSG(!memcmp(ta, tb, sizeof ta), "%s: greedy tokens differ between the two route forms", dirs[m]);
+        const int layers = eg->model.cfg.n_layers;
+        CHECK_MSG(kern[0] > 0 && kern[1] - kern[0] == layers,
+                  "%s: decode graph kernels %d (routes in the expert launch) against %d (a route launch): expected %d fewer",
+                  dirs[m], kern[0], kern[1], layers);
+        fprintf(stderr, "  %-40s routes in the expert launch: same bits (chunks 1, 7; %d greedy tokens); decode graph %d "
+                "kernels against %d\n", dirs[m], NG, kern[0], kern[1]);
+        ran++;
+        free(la), free(lb);
+        ts_engine_close(eg);
+    }
+    CHECK(ran == 2);
+}
+
 TS_TEST(cuda_engine, determinism_same_prompt_and_seed) {
     NEED_GPU();
     ts_error err = {0};

@@ -2077,15 +2077,22 @@ bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
  * decode path's form). rw[0] is the router, its logits y[0]; rw[1..nw-1]
  * share its launch (cu_moe: the shared expert's gate row), into y[1..]. */
 void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, float *const *y, int nr, int E, int k,
-                  int norm_topk) {
+                  int norm_topk, bool route = true) {
     cu_stream *q = ST(s);
     const tsc_weight *pr[2] = {&rw[0], nw > 1 ? &rw[1] : NULL};
     if (!fused_linear(s, rw, nw, u_, y, nr)) {
         flush(s);
         lin_rows(q->c, pr, nw, u_, y, nr);
     }
-    tsc_moe_route(q->c, y[0], nr, E, k, norm_topk, q->r_ids, q->r_wts);
+    if (route) tsc_moe_route(q->c, y[0], nr, E, k, norm_topk, q->r_ids, q->r_wts);
 }
+
+/* The routes made by the routed experts' gate/up launch from the router's
+ * logits (q4dp_moe's q4dp_route; route.cuh: the same ids and weights as
+ * tsc_moe_route's launch, which it saves: one launch a MoE layer of the
+ * decode and verify passes). TSC_MOE_ROUTE_FUSE=0 keeps the launch, for
+ * comparison (the tests compare the two: the same bits). Read at every op. */
+bool route_fuse_on() { return !env_is0("TSC_MOE_ROUTE_FUSE"); }
 
 /* Routing alone (expert streaming, model/xstream.c): the routes of all n
  * rows read back to the host, computed by the products cu_moe's resident
@@ -2185,6 +2192,9 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * do not depend on the other weights of a launch (linear.cu, q4dp.cu),
          * so a streamed layer (routes from moe_route, gate row alone) keeps
          * the resident bits. */
+        const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
+        /* the routes made by the gate/up launch below (its dp4a form) */
+        const bool rfuse = !pool && dpx && hk <= room && route_fuse_on() && q4dp_moe_route_takes(E, k);
         const bool g_sh = tsc_linear_one_launch(&sgw, &sg);
         const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
         const tsc_weight gu[3] = {sg, su, sgw};
@@ -2194,7 +2204,6 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * shapes and the scratch's size, never by nr: a row's bits must not
          * depend on how many rows share its pass (a streamed layer runs
          * groups of a pass's rows; s22-run4 caught a first form that did) */
-        const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
         const bool shx = dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
         float *sg1 = shx ? a->b0 : a->b1, *sg2 = shx ? a->b0 + (size_t)nr * Is : a->b2;
         float *ys[3] = {sg1, sg2, q->gl};
@@ -2211,7 +2220,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         } else {
             const tsc_weight rg[2] = {rw, sgw};
             float *yr[2] = {lg_, q->gl};
-            block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk);
+            block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk, !rfuse);
         }
         if (!g_sh && !g_rt) {
             const tsc_weight *pg[1] = {&sgw};
@@ -2244,7 +2253,10 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 const tsc_weight *wgu[2] = {&g0, &u0};
                 const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
                 float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
-                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1);
+                const q4dp_route rt = {lg_ + (size_t)r1 * E, E, a->norm_topk, q->r_ids + (size_t)r1 * k,
+                                       q->r_wts + (size_t)r1 * k};
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1,
+                         NULL, NULL, NULL, rfuse ? &rt : NULL);
                 const tsc_weight *wd[1] = {&d0};
                 if (shx)
                     q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,

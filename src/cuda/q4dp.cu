@@ -88,6 +88,7 @@
  * step of 4 rows costs 1.58x one row (was 2.41x), 16 rows 4.8x (9.4x).
  */
 #include "cuda/q4dp_impl.cuh"
+#include "cuda/route.cuh"
 
 namespace {
 
@@ -695,6 +696,14 @@ struct dx_args {
     int64_t ssoff, sboff;
     const float *x2, *u2;
     int c2;
+    /* ROWS, optional (k_q4dp_moe's RT form): the router's logits [ntok][E]
+     * instead of ids: every block routes the pass's tokens itself
+     * (route_row, one warp a token) and block 0 writes the routes to
+     * ids_out / wts_out ([ntok][k]) for the down launch after it */
+    const float *rlog;
+    int E, rnorm;
+    int32_t *ids_out;
+    float *wts_out;
 };
 
 __device__ __forceinline__ const float *x_at(const dx_args &a, int i, int col) {
@@ -712,7 +721,14 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
  * columns fit): a 64-bit division per row was ~100 instructions a virtual
  * block, on a kernel that is a latency-bound instruction stream (ncu,
  * session 22: ~1,850 instructions a warp for ~2 x 4 rows x 1024 columns). */
-template <int ND, int U, int EM>
+/* RT (ROWS only): the routes from a.rlog in the prologue, E <= 256 (8
+ * logits a lane); warps 0..ntok-1 route while the others start staging x,
+ * which does not depend on the routes. Why: the route was a launch of its
+ * own between the router's product and this one (k_moe_route, 6.1 us a
+ * 35B-A3B layer under ncu, most of it the launch and its PDL hand-off); its
+ * chain now overlaps the staging, and every block's copy of the chain gives
+ * the same bits (route_row). */
+template <int ND, int U, int EM, bool RT = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
@@ -730,9 +746,20 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     TSC_PDL_ENTRY(); /* the ids come from the previous kernel: nothing to prefetch before it */
     /* the routes' loads in flight with x's (they were loaded from global
      * memory right before each row's weights: an L2 round trip on the chain) */
-    const int nroute = a.ntok * a.k;
+    const int nroute = RT ? 0 : a.ntok * a.k;
     int32_t rid[2] = {0, 0};
     float rwt[2] = {0.f, 0.f};
+    if constexpr (RT) {
+        for (int t = warp; t < a.ntok; t += WARPS) { /* uniform over the warp */
+            int id;
+            float wt;
+            route_row<8>(a.rlog + (int64_t)t * a.E, a.E, a.k, a.rnorm, lane, id, wt);
+            if (lane < a.k) {
+                sid[t * a.k + lane] = id;
+                if (blockIdx.x == 0) a.ids_out[t * a.k + lane] = id, a.wts_out[t * a.k + lane] = wt;
+            }
+        }
+    }
 #pragma unroll
     for (int q = 0; q < 2; q++) {
         const int t = threadIdx.x + q * WARPS * 32;
@@ -854,8 +881,16 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
 template <int ND, int EM>
 void launch_moe(tsc_ctx *c, const dx_args &a) {
     const int nsteps = (a.cols + 1023) >> 10;
-    if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
-    else launch_grid(c, k_q4dp_moe<ND, 1, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    const size_t smem = stage_bytes(a.ntok, ND, a.cols);
+    if constexpr (EM == Q4DP_MOE_ROWS) {
+        if (a.rlog) {
+            if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, true>, a.nvb, smem, a);
+            else launch_grid(c, k_q4dp_moe<ND, 1, EM, true>, a.nvb, smem, a);
+            return;
+        }
+    }
+    if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, smem, a);
+    else launch_grid(c, k_q4dp_moe<ND, 1, EM>, a.nvb, smem, a);
 }
 
 /* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before
@@ -881,10 +916,11 @@ int q4dp_pre(void) {
  * 5.3 -> 3.9 us), and the early trigger loses more elsewhere. S is the
  * deepest (at most 4 slots) that keeps two blocks an SM. TSC_Q4DP_AS=0 keeps
  * k_q4dp for several rows; TSC_Q4DP_AS_S=2|3|4 forces the depth where it
- * fits. TSC_Q4DP_AS1=3 rings the one-row passes whose digits were made
- * once (the SwiGLU downs: their staging is a copy, and the 9B's down took
- * 13.1 us at one row against 12.3 at two rows on the ring; session 24).
- * Benchmark switches: a row's bits are the same either way. */
+ * fits. (Session 24 tried the ring for the one-row passes whose digits are
+ * made once, the SwiGLU downs, whose 2-row pass on the ring took 12.3 us
+ * against 13.1 for one row on k_q4dp: the 9B step 2.02 -> 2.16 ms, decode
+ * 476 -> 428 tok/s, s24-run1; removed.) Benchmark switches: a row's bits
+ * are the same either way. */
 int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int nr) {
     static int on = -1, on1 = -1, forced = -1;
     if (on < 0) {
@@ -892,8 +928,7 @@ int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int n
         forced = ks_env("TSC_Q4DP_AS_S", 0);
         if (forced < 2 || forced > 4) forced = 0;
     }
-    if (!(nr == 1 ? on1 == 2 || (on1 == 1 && a.xm == Q4DP_XM_PLAIN) || (on1 == 3 && a.dg) : on) || nd != 1 ||
-        (nr > 1 && !a.dg) ||
+    if (!(nr == 1 ? on1 == 2 || (on1 == 1 && a.xm == Q4DP_XM_PLAIN) : on) || nd != 1 || (nr > 1 && !a.dg) ||
         (a.cols >> a.lg) % 2)
         return 0;
     if (!a.dg && a.xm != Q4DP_XM_PLAIN && !a.bar) return 0; /* in-block staging writes its outputs through bar */
@@ -1246,6 +1281,8 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em) {
     return cols <= (1 << 24) && stage_bytes(1, nd, (int)cols) <= SMEM_MAX;
 }
 
+bool q4dp_moe_route_takes(int E, int k) { return E >= 1 && E <= 256 && k >= 1 && k <= E && k <= 32; }
+
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
     /* one launch's rule (tsc.h) makes sw a weight the same kernel reads as d */
     return q4dp_moe_takes(d, k + 1, Q4DP_MOE_COLS) && sw->rows == d->rows && tsc_linear_one_launch(sw, d);
@@ -1253,7 +1290,7 @@ bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
 
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2) {
+              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2, const q4dp_route *rt) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     dx_args a;
     memset(&a, 0, sizeof a);
@@ -1293,7 +1330,12 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
     for (int t0 = 0; t0 < ntok; t0 += per) {
         a.ntok = ntok - t0 < per ? ntok - t0 : per;
         a.nvb = a.ntok * a.vpt;
-        a.ids = ids + (int64_t)t0 * k;
+        if (rt && em == Q4DP_MOE_ROWS) {
+            a.rlog = rt->logits + (int64_t)t0 * rt->E, a.E = rt->E, a.rnorm = rt->norm;
+            a.ids_out = rt->ids + (int64_t)t0 * k, a.wts_out = rt->wts + (int64_t)t0 * k;
+        } else {
+            a.ids = ids + (int64_t)t0 * k;
+        }
         a.wts = wts ? wts + (int64_t)t0 * k : NULL;
         a.x = x + (int64_t)t0 * a.c2;
         a.u = u ? u + (int64_t)t0 * a.c2 : NULL;

@@ -43,8 +43,21 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em);
  * combine's value, summed in another order; add must then be NULL).
  * q4dp_moe_shared_takes: sw fits (d is the routed down's slot 0). */
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k);
+/* The routes made by the gate/up launch itself (ROWS; rt given): from the
+ * router's logits [ntok][E], tsc_moe_route's ids and weights (the same
+ * bits: route.cuh) into ids / wts [ntok][k], which the down launch then
+ * reads (q4dp_moe's ids argument is ignored). q4dp_moe_route_takes: E and k
+ * the in-kernel form takes (E <= 256, k <= E). */
+struct q4dp_route {
+    const float *logits;
+    int E, norm;
+    int32_t *ids;
+    float *wts;
+};
+bool q4dp_moe_route_takes(int E, int k);
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL);
+              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL,
+              const q4dp_route *rt = NULL);
 
 #endif

@@ -1,6 +1,6 @@
 /* q4grp.cu: the 4-bit products in the group numerics (TSC_Q4G=1): a scale
- * step per quantization group, k_q4g (dp4a) for 1..4 rows and k_q4gm
- * (mma) for 5..16, the same bits for every row count.
+ * step per quantization group, k_q4g (dp4a) for 1 and 2 rows and k_q4gm
+ * (mma) for 3..16 (g_dp_max), the same bits for every row count.
  *
  * Owns: the two kernels, their launch plan, q4g_takes / q4g_linear (called
  * by q4dp.cu's q4dp_linear_staged). Does not own: the staging of x and the
@@ -29,8 +29,8 @@
  * parallelism in rows instead (RG rows a warp, g_rg).
  *
  * k_q4g (dp4a; decode's one-row passes and, since session 24, verify
- * passes of 2..4 rows, where k_q4gm cost 1.32x one row at 2 rows against
- * k_q4dp's 1.10x): k_q4dp's shape (RG rows a warp,
+ * passes of 2 rows, where k_q4gm cost 1.33x one row against k_q4g's 1.22x;
+ * g_dp_max): k_q4dp's shape (RG rows a warp,
  * persistent blocks; no KS), a lane's step one group of each
  * of its rows: WPT = G / 32 16-byte loads, load m at bytes 512 m + 16 lane
  * of the step (the warp's loads coalesced: lane l holds part l % WPT of
@@ -640,14 +640,19 @@ void launch_gn(tsc_ctx *c, const dp_args &a, int rg) {
 /* rows a warp of k_q4g for a pass of nr rows (launch_gn) */
 int g_rg_n(int rg, int nr) { return nr <= 2 || rg < 2 ? rg : 2; }
 
-/* The most rows a pass k_q4g takes (dp4a; k_q4gm above it): 4 by default,
- * TSC_Q4G_DP=1..4 (1: k_q4gm from 2 rows, session 23's form). A benchmark
+/* The most rows a pass k_q4g takes (dp4a; k_q4gm above it): 2 by default,
+ * by measurement (s24-run1, the 9B's products of a step, ms): at 2 rows
+ * k_q4g 2.01 against k_q4gm 2.20 (k_q4dp 1.78), at 4 rows 2.64 against
+ * 2.34 (k_q4gm's cost is flat from 2 to 8 rows; k_q4g's grows with the
+ * dp4a per row, and it has no ring to keep bytes in flight); MTP 1 at
+ * forced 0.8: 599 against 584 tok/s, MTP 3 at 0.8/0.6/0.5: 685 against 760.
+ * TSC_Q4G_DP=1..4 (1: k_q4gm from 2 rows, session 23's form), a benchmark
  * switch: every row's bits are the same on either kernel. */
 int g_dp_max(void) {
     static int v = 0;
     if (!v) {
-        v = ks_env("TSC_Q4G_DP", 4);
-        if (v < 1 || v > 4) v = 4;
+        v = ks_env("TSC_Q4G_DP", 2);
+        if (v < 1 || v > 4) v = 2;
     }
     return v;
 }
@@ -664,9 +669,9 @@ void launch_g(tsc_ctx *c, const dp_args &a, int rg) {
     else launch_gm<WPT, 2>(c, a);
 }
 
-/* q4dp_linear_staged in the group numerics: passes of 1..4 rows
- * (g_dp_max) on k_q4g, of 5..16 on k_q4gm (fewer where the staged digits
- * would not fit; what is left over goes to either: the same bits) */
+/* q4dp_linear_staged in the group numerics: passes of 1..g_dp_max() rows
+ * on k_q4g, the larger ones (to 16) on k_q4gm (fewer where the staged
+ * digits would not fit; what is left over goes to either: the same bits) */
 void g_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const float *x, const float *add,
               const float *u, float *x_out, float *y_out, float *const *y, int n) {
     const int rg = g_rg(a, c->n_sm);
