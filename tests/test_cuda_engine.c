@@ -483,9 +483,9 @@ static int gen_ids(ts_engine *e, const int32_t *prompt, int n, int32_t *out, int
     return rc ? rc : u.n;
 }
 
-/* The MoE routes made inside the routed experts' gate/up launch (the
- * default; backend.cu, route_fuse_on) against tsc_moe_route's launch
- * (TSC_MOE_ROUTE_FUSE=0): the same logits bit for bit through the decode
+/* The MoE routes made inside the routed experts' gate/up launch
+ * (TSC_MOE_ROUTE_FUSE=1; backend.cu, route_fuse_on) against tsc_moe_route's
+ * launch (=0): the same logits bit for bit through the decode
  * kernels (prompt rows one at a time and 7 a pass: the verify's row
  * blocks), the same greedy tokens, and one captured kernel fewer a MoE
  * layer in the decode graph (so the fused form did run). A last-bit change
@@ -510,9 +510,10 @@ TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
         for (int k = 0; k < 2; k++) {
             setenv("TSC_MOE_ROUTE_FUSE", "0", 1);
             int rc = prompt_logits(eg, ids, NP, CH[k], lb, &err);
-            unsetenv("TSC_MOE_ROUTE_FUSE");
             CHECK_MSG(!rc, "%s: %s", dirs[m], err.msg);
+            setenv("TSC_MOE_ROUTE_FUSE", "1", 1);
             rc = rc || prompt_logits(eg, ids, NP, CH[k], la, &err);
+            unsetenv("TSC_MOE_ROUTE_FUSE");
             CHECK_MSG(!rc, "%s: %s", dirs[m], err.msg);
             CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V),
                       "%s chunk %d: routes in the expert launch differ from tsc_moe_route's (max %.3g)", dirs[m], CH[k],
@@ -522,7 +523,7 @@ TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
         int32_t ta[NG], tb[NG];
         int kern[2] = {0, 0};
         for (int f = 0; f < 2; f++) {
-            if (f) setenv("TSC_MOE_ROUTE_FUSE", "0", 1);
+            setenv("TSC_MOE_ROUTE_FUSE", f ? "0" : "1", 1);
             ts_session_params sp;
             ts_session_params_default(&sp);
             sp.n_ctx = 128;
@@ -540,7 +541,7 @@ TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
             double lus = 0;
             if (!rc) ts_session_graph_stats(s, &graphs, &replays, &kern[f], &lus);
             ts_session_free(s);
-            if (f) unsetenv("TSC_MOE_ROUTE_FUSE");
+            unsetenv("TSC_MOE_ROUTE_FUSE");
             CHECK_MSG(!rc && u.n == NG, "%s: generate (form %d): %s", dirs[m], f, err.msg);
         }
         CHECK_MSG(!memcmp(ta, tb, sizeof ta), "%s: greedy tokens differ between the two route forms", dirs[m]);
