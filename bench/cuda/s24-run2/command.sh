@@ -6,7 +6,7 @@
 # fewer a layer), the route test, then all of cuda_engine with the fused routes (the default path's kernels are
 # unchanged: text_cmp); memcheck on the new test. Also the group numerics' 2-row
 # passes on k_q4g, 3..16 on k_q4gm (TSC_Q4G_DP=2, call 1's choice) in MTP 1/3 under TSC_Q4G=1. (~330 s)
-PACK=.gpu/s24b/pack.tar.xz . bench/cuda/device_env.sh
+PACK=.gpu/s24c/pack.tar.xz . bench/cuda/device_env.sh
 timeout 60 $B/ts_test cuda.moe_route_exact > $O/route.log 2>&1; tl "ts_test route $?"
 TSC_MOE_ROUTE_FUSE=1 timeout 200 $B/ts_test cuda_engine > $O/eng_fuse.log 2>&1; tl "ts_test cuda_engine (route fuse) $?"
 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda_engine.moe_routes_in_the_expert_launch_same_bits > $O/memcheck.log 2>&1; tl "memcheck $?"
