@@ -1895,6 +1895,83 @@ TS_TEST(cuda, fused_products_dp4a) {
     free_hw(&h);
 }
 
+/* The plain kernel's norm form (tsc_linear_addnorm on bf16 / f16 / f32 /
+ * 8-bit weights: a MoE layer's router takes its input's norm so): the
+ * products equal tsc_add_rmsnorm + tsc_linear bit for bit, and so do x_out
+ * (x + add, here in place as the engine runs it) and u_out; two weights a
+ * launch (a router and a one-row gate beside it), 1, 3 and 6 rows (6: two
+ * passes), with and without add; the counter back at 0 after each call. */
+TS_TEST(cuda, addnorm_plain_formats_same_bits) {
+    OPEN(c);
+    unsigned *bar = tsc_alloc(c, 64);
+    const unsigned zero[16] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
+    tsc_set_barrier(c, bar);
+    static const struct { ts_dtype dt; int bits; int64_t rows, cols; } fm[] = {
+        {TS_DTYPE_BF16, 0, 257, 2048}, {TS_DTYPE_F16, 0, 65, 1024}, {TS_DTYPE_F32, 0, 40, 512}, {TS_DTYPE_U32, 8, 130, 1024}};
+    static const int NS[] = {1, 3, 6};
+    for (size_t f = 0; f < sizeof fm / sizeof fm[0]; f++) {
+        const int64_t rows = fm[f].rows, cols = fm[f].cols;
+        hw h, h2;
+        make_w(&h, fm[f].dt, fm[f].bits, 64, TS_DTYPE_BF16, rows, cols);
+        make_w(&h2, fm[f].dt, fm[f].bits, 64, TS_DTYPE_BF16, 1, cols);
+        tsc_weight hd = desc(&h.w), hd2 = desc(&h2.w), dw, dw2;
+        ts_error e;
+        setenv("TSC_Q4T", "0", 1);
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
+        unsetenv("TSC_Q4T");
+        CHECK(tsc_linear_norm_takes(&dw) && tsc_linear_norm_takes(&dw2));
+        const int N = 6;
+        const size_t nx = (size_t)N * cols;
+        float *x = malloc(sizeof(float) * nx), *ad = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
+        frand(x, nx, 3.0f), frand(ad, nx, 1.0f), frand(nw, cols, 1.0f);
+        float *dad = up(c, ad, sizeof(float) * nx), *dnw = up(c, nw, sizeof(float) * cols);
+        float *dx = tsc_alloc(c, sizeof(float) * nx), *dr = tsc_alloc(c, sizeof(float) * nx);
+        float *du = tsc_alloc(c, sizeof(float) * nx), *dur = tsc_alloc(c, sizeof(float) * nx);
+        float *dy = tsc_alloc(c, sizeof(float) * N * rows), *dz = tsc_alloc(c, sizeof(float) * N);
+        float *ry = tsc_alloc(c, sizeof(float) * N * rows), *rz = tsc_alloc(c, sizeof(float) * N);
+        const tsc_weight *wl[2] = {&dw, &dw2};
+        for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
+            for (int with_add = 0; with_add < 2; with_add++) {
+                const int n = NS[ni];
+                /* fused: x += add in place, u = the normed rows */
+                tsc_write(c, dx, x, sizeof(float) * nx);
+                tsc_fill(c, du, NAN, nx);
+                float *yl[2] = {dy, dz};
+                tsc_linear_addnorm(c, wl, 2, dx, with_add ? dad : NULL, dnw, 1e-6f, with_add ? dx : NULL, du, yl, n);
+                /* unfused: tsc_add_rmsnorm then the products of its output */
+                tsc_write(c, dr, x, sizeof(float) * nx);
+                tsc_add_rmsnorm(c, dr, with_add ? dad : NULL, dnw, dur, n, (int)cols, 1e-6f);
+                float *rl[2] = {ry, rz};
+                tsc_linear(c, wl, 2, dur, rl, n);
+                SYNC_OK(c);
+                float *a1 = down(c, dy, (size_t)n * rows), *b1 = down(c, ry, (size_t)n * rows);
+                float *a2 = down(c, dz, (size_t)n), *b2 = down(c, rz, (size_t)n);
+                float *a3 = down(c, dx, (size_t)n * cols), *b3 = down(c, dr, (size_t)n * cols);
+                float *a4 = down(c, du, (size_t)n * cols), *b4 = down(c, dur, (size_t)n * cols);
+                CHECK_MSG(!memcmp(a1, b1, sizeof(float) * n * rows) && !memcmp(a2, b2, sizeof(float) * n),
+                          "format %zu, %d rows, add %d: fused products != tsc_add_rmsnorm + tsc_linear", f, n, with_add);
+                CHECK_MSG(!memcmp(a3, b3, sizeof(float) * n * cols), "format %zu, %d rows, add %d: x_out differs", f, n,
+                          with_add);
+                CHECK_MSG(!memcmp(a4, b4, sizeof(float) * n * cols), "format %zu, %d rows, add %d: u_out differs", f, n,
+                          with_add);
+                unsigned bv = 1;
+                tsc_read(c, &bv, bar, sizeof bv);
+                CHECK_MSG(bv == 0, "format %zu: the counter left at %u", f, bv);
+                free(a1), free(b1), free(a2), free(b2), free(a3), free(b3), free(a4), free(b4);
+            }
+        free(x), free(ad), free(nw);
+        tsc_free(c, dad), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, du), tsc_free(c, dur);
+        tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
+        tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
+        free_hw(&h), free_hw(&h2);
+    }
+    tsc_set_barrier(c, NULL);
+    tsc_free(c, bar);
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
 /* ---- Q4T: fused products, MoE expert products ---- */
 
 /* The fused products (Q4T only): SwiGLU staged = silu_mul then the product,

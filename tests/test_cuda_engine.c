@@ -1016,6 +1016,90 @@ static int same_ids(const collect *a, const collect *b, int n) {
     return a->n == n && b->n >= n && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)n);
 }
 
+/* A MoE layer in three launches (TSC_MOE_FUSE_LAYER=1: the router takes
+ * the norm, the routed gate/up routes and carries the shared expert's
+ * gate/up as its slot k; backend.cu, layer_fuse_on): other bits than the
+ * default form, so what must hold is what exact drafting needs and what
+ * the parity bound allows: prompt logits fed a row at a time equal those
+ * fed 7 rows a pass bit for bit (the verify's row blocks), drafted greedy
+ * output equals plain greedy (M = 1..4, oracle drafts with rejections),
+ * the logits within the CPU parity bound of the default form's, and two
+ * kernels fewer a layer in the decode graph than the default (so the
+ * fused form ran). */
+TS_TEST(cuda_engine, moe_fused_layer_exact_and_fewer_launches) {
+    NEED_GPU();
+    char dirs[2][512];
+    if (make_install("tiny-moe", 4, dirs[0], sizeof dirs[0]) || wide_moe_model(dirs[1], sizeof dirs[1])) return;
+    enum { NP = 24, NG = 64 };
+    int32_t ids[NP];
+    for (int i = 0; i < NP; i++) ids[i] = (int32_t)((i * 613 + 29) % 1000 + 5);
+    int ran = 0;
+    for (int m = 0; m < 2; m++) {
+        ts_error err = {0};
+        ts_engine *eg = NULL;
+        CHECK_MSG(!open_on(dirs[m], "cuda", &eg, &err), "%s: %s", dirs[m], err.msg);
+        if (!eg) continue;
+        const size_t V = (size_t)eg->model.cfg.vocab;
+        float *l1 = malloc(sizeof(float) * NP * V), *l7 = malloc(sizeof(float) * NP * V), *ld = malloc(sizeof(float) * NP * V);
+        int rc = prompt_logits(eg, ids, NP, 1, ld, &err); /* the default form */
+        setenv("TSC_MOE_FUSE_LAYER", "1", 1);
+        rc = rc || prompt_logits(eg, ids, NP, 1, l1, &err) || prompt_logits(eg, ids, NP, 7, l7, &err);
+        CHECK_MSG(!rc, "%s: %s", dirs[m], err.msg);
+        CHECK_MSG(!rc && !memcmp(l1, l7, sizeof(float) * NP * V),
+                  "%s: fused layer, rows one at a time != 7 a pass (max %.3g)", dirs[m],
+                  rc ? INFINITY : ts_test_max_abs(l1, l7, (size_t)NP * V));
+        float lmax = 0;
+        for (size_t i = 0; i < (size_t)NP * V; i++) lmax = fmaxf(lmax, fabsf(ld[i]));
+        const float dmax = rc ? INFINITY : ts_test_max_abs(l1, ld, (size_t)NP * V);
+        /* the bound of the CPU parity test (REL_TOL, f32-class products): the
+         * two forms differ by the shared expert's summation order only */
+        CHECK_MSG(dmax <= REL_TOL * fmaxf(1.0f, lmax), "%s: fused layer vs default form: max abs logit difference %.3g",
+                  dirs[m], dmax);
+        /* drafted greedy equals plain greedy under the fused layer */
+        static collect ref, got;
+        ts_gen_stats st;
+        CHECK(oracle_generate(eg, SPROMPT, T_SPROMPT, 1024, NG, 0, NULL, &ref, &st) == 0);
+        int kf = 0, kd = 0, graphs = 0;
+        long replays = 0;
+        double lus = 0;
+        for (int M = 1; M <= 4; M++) {
+            oracle o = {ref.ids, ref.n, T_SPROMPT, 777u + M, 0};
+            CHECK(oracle_generate(eg, SPROMPT, T_SPROMPT, 1024, NG, M, &o, &got, &st) == 0);
+            CHECK_MSG(same_ids(&got, &ref, ref.n), "%s M=%d: fused layer, drafted output differs from plain greedy",
+                      dirs[m], M);
+        }
+        /* kernels of the decode graph: fused against the default form */
+        for (int f = 0; f < 2; f++) {
+            if (f) unsetenv("TSC_MOE_FUSE_LAYER");
+            ts_session_params sp;
+            ts_session_params_default(&sp);
+            sp.n_ctx = 128;
+            ts_session *s = NULL;
+            int r2 = ts_session_new(eg, &sp, &s, &err);
+            ts_gen_params gp;
+            ts_gen_params_default(&gp);
+            gp.n_predict = 8;
+            gp.temperature = 0.f;
+            int32_t out[8];
+            sink u = {out, 0};
+            if (!r2) r2 = ts_generate(s, ids, 8, &gp, sink_cb, &u, &st, &err);
+            if (!r2) ts_session_graph_stats(s, &graphs, &replays, f ? &kd : &kf, &lus);
+            ts_session_free(s);
+            CHECK_MSG(!r2, "%s: %s", dirs[m], err.msg);
+        }
+        unsetenv("TSC_MOE_FUSE_LAYER");
+        const int layers = eg->model.cfg.n_layers;
+        CHECK_MSG(kf > 0 && kd - kf == 2 * layers, "%s: decode graph kernels %d (fused layer) against %d: expected %d fewer",
+                  dirs[m], kf, kd, 2 * layers);
+        fprintf(stderr, "  %-40s fused layer: chunks 1 = 7 bit for bit, %.3g from the default form (|L| %.3g), drafting "
+                "exact; decode graph %d kernels against %d\n", dirs[m], dmax, lmax, kf, kd);
+        ran++;
+        free(l1), free(l7), free(ld);
+        ts_engine_close(eg);
+    }
+    CHECK(ran == 2);
+}
+
 /* Drafted greedy equals plain greedy on the GPU, M = 1..8, on every
  * fixture the backend takes, a tiny MoE at INT4 and the fused-kernel shape:
  * 240 tokens with oracle drafts (the plain output with an eighth of the

@@ -1155,15 +1155,21 @@ void lin_rows(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, fl
  * pending op's output and its weights take the fused dp4a kernel (one run
  * of one format, up to TSC_LIN_MAX, n <= RB rows); true when launched. The
  * fused kernels give the bits of the two kernels they replace (q4dp.cu). */
-bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
+bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n,
+                  bool plain_norm = false) {
     pend_act &p = ST(s)->pend;
-    if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB || !q4dp_takes(&dw[0])) return false;
+    /* plain_norm: a pending norm also into the plain kernel's products (a
+     * MoE layer's bf16 router, cu_moe's fused layer; linear.cu, k_linear's
+     * norm form) */
+    const bool takes = q4dp_takes(&dw[0]) || (plain_norm && p.kind == PEND_NORM && tsc_linear_norm_takes(&dw[0]));
+    if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB || !takes) return false;
     if (p.kind == PEND_NORM ? (x != p.y || n != p.n || dw[0].cols != p.dim)
                             : (x != p.x || (size_t)n * (size_t)dw[0].cols != p.N))
         return false;
-    /* the staging reads 16-byte chunks */
+    /* the staging reads 16-byte chunks (the norm weights too on the plain kernel) */
     if ((((uintptr_t)p.x | (uintptr_t)p.y | (uintptr_t)(p.add ? p.add : p.x) | (uintptr_t)(p.u ? p.u : p.x)) & 15) != 0)
         return false;
+    if (!q4dp_takes(&dw[0]) && ((uintptr_t)p.w & 15) != 0) return false;
     const tsc_weight *pw[TSC_LIN_MAX];
     for (int i = 0; i < nw; i++) {
         if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
@@ -2077,10 +2083,10 @@ bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
  * decode path's form). rw[0] is the router, its logits y[0]; rw[1..nw-1]
  * share its launch (cu_moe: the shared expert's gate row), into y[1..]. */
 void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, float *const *y, int nr, int E, int k,
-                  int norm_topk, bool route = true) {
+                  int norm_topk, bool route = true, bool plain_norm = false) {
     cu_stream *q = ST(s);
     const tsc_weight *pr[2] = {&rw[0], nw > 1 ? &rw[1] : NULL};
-    if (!fused_linear(s, rw, nw, u_, y, nr)) {
+    if (!fused_linear(s, rw, nw, u_, y, nr, plain_norm)) {
         flush(s);
         lin_rows(q->c, pr, nw, u_, y, nr);
     }
@@ -2098,6 +2104,22 @@ void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, f
  * op. */
 bool route_fuse_on() {
     const char *e = getenv("TSC_MOE_ROUTE_FUSE");
+    return e && e[0] == '1';
+}
+
+/* A MoE layer's decode / verify block in three launches where there were
+ * five (norm + shared gate/up, router, route, routed gate/up, routed down
+ * with the shared down): the bf16 router takes the pending norm of its
+ * input (k_linear's norm form) with the shared expert's gate row beside
+ * it, the routed gate/up launch routes (as route_fuse_on) and takes the
+ * shared expert's gate/up as its slot k, and the down reads the k + 1
+ * hidden rows as they lie. Other bits than the five-launch form (the
+ * shared gate/up's column split comes from the stacked shape), the same in
+ * every pass (decode and verify alike). Opt-in (TSC_MOE_FUSE_LAYER=1),
+ * written in session 24 without a GPU to check it: the next device call
+ * runs the engine's tests under it and measures it. Read at every op. */
+bool layer_fuse_on() {
+    const char *e = getenv("TSC_MOE_FUSE_LAYER");
     return e && e[0] == '1';
 }
 
@@ -2200,9 +2222,36 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * so a streamed layer (routes from moe_route, gate row alone) keeps
          * the resident bits. */
         const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
+        const bool g_sh = tsc_linear_one_launch(&sgw, &sg);
+        /* the three-launch layer (layer_fuse_on): the shapes and formats it
+         * needs, never the row count (a row's bits must not depend on it) */
+        const bool l3 = !pool && dpx && layer_fuse_on() && (size_t)(k + 1) * (size_t)Im <= room && Is == Im &&
+                        !g_sh && tsc_linear_one_launch(&sgw, &rw) && tsc_linear_norm_takes(&rw) &&
+                        q4dp_moe_route_takes(E, k) && q4dp_moe_shared_takes(&d0, &sd, k) &&
+                        q4dp_moe_shared_rows_takes(&g0, &u0, &sg, &su, k);
+        if (l3) {
+            const tsc_weight rg[2] = {rw, sgw};
+            float *yr[2] = {lg_, q->gl};
+            block_routes(s, rg, 2, u_, yr, nr, E, k, a->norm_topk, false, true);
+            const size_t hk1 = (size_t)(k + 1) * (size_t)Im;
+            const int per = (int)(room / hk1 < (size_t)nr ? room / hk1 : (size_t)nr);
+            const tsc_weight *wgu[2] = {&g0, &u0}, *wsh[2] = {&sg, &su}, *wd[1] = {&d0};
+            const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
+            for (int r1 = 0; r1 < nr; r1 += per) {
+                const int m1 = nr - r1 < per ? nr - r1 : per;
+                const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
+                float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
+                const q4dp_route rt = {lg_ + (size_t)r1 * E, E, a->norm_topk, q->r_ids + (size_t)r1 * k,
+                                       q->r_wts + (size_t)r1 * k};
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1,
+                         NULL, NULL, NULL, &rt, wsh);
+                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,
+                         q->gl + r1, yd1, m1, &sd);
+            }
+            continue;
+        }
         /* the routes made by the gate/up launch below (its dp4a form) */
         const bool rfuse = !pool && dpx && hk <= room && route_fuse_on() && q4dp_moe_route_takes(E, k);
-        const bool g_sh = tsc_linear_one_launch(&sgw, &sg);
         const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
         const tsc_weight gu[3] = {sg, su, sgw};
         /* the shared expert as the routed down's last slot (shared_slot_on):

@@ -704,6 +704,12 @@ struct dx_args {
     int E, rnorm;
     int32_t *ids_out;
     float *wts_out;
+    /* ROWS with the shared expert as slot k (k_q4dp_moe's SH form): its
+     * matrix of table i (gate, up), scales and biases at rsdata[i] +
+     * rssoff[i] / rsboff[i]. (Here at the end, not in dx_w: the fields
+     * before keep their offsets, so the other kernels' code is unchanged.) */
+    const uint8_t *rsdata[2];
+    int64_t rssoff[2], rsboff[2];
 };
 
 __device__ __forceinline__ const float *x_at(const dx_args &a, int i, int col) {
@@ -728,7 +734,10 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
  * 35B-A3B layer under ncu, most of it the launch and its PDL hand-off); its
  * chain now overlaps the staging, and every block's copy of the chain gives
  * the same bits (route_row). */
-template <int ND, int U, int EM, bool RT = false>
+/* SH (ROWS only): the shared expert's gate / up as slot k of the stacked
+ * rows (w.sdata), so that its products ride the routed experts' launch
+ * instead of one of their own (backend.cu, cu_moe's fused layer). */
+template <int ND, int U, int EM, bool RT = false, bool SH = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
@@ -798,11 +807,18 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
          * each row's place within the slot */
         int64_t so = 0;
         int er0 = r0; /* COLS: rows of the weight, each clamped below */
+        const uint8_t *sb0 = w.base; /* SH: the slot's matrix, scales and biases */
+        int64_t ssf = w.soff, sbf = w.boff;
         if constexpr (EM == Q4DP_MOE_ROWS) {
             const int rc = r0 < rows ? r0 : rows - R;
             const int j = rc / a.slot;
             er0 = rc - j * a.slot;
-            so = (int64_t)ids[j] * w.stride;
+            if constexpr (SH) {
+                if (j == a.k) sb0 = a.rsdata[wi], ssf = a.rssoff[wi], sbf = a.rsboff[wi];
+                else so = (int64_t)ids[j] * w.stride;
+            } else {
+                so = (int64_t)ids[j] * w.stride;
+            }
         }
         float acc[R];
 #pragma unroll
@@ -818,8 +834,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
                 ok[u] = st0 + u * ks < nsteps && c < a.cols;
                 const int cc = ok[u] ? c : 0; /* in bounds either way */
                 int ec = cc; /* COLS: the slot of this chunk and the column within it */
-                const uint8_t *e = w.base + so;
-                int64_t soff = w.soff, boff = w.boff;
+                const uint8_t *e;
+                int64_t soff, boff;
+                if constexpr (SH) e = sb0 + so, soff = ssf, boff = sbf;
+                else e = w.base + so, soff = w.soff, boff = w.boff;
                 wt[u] = 1.f;
                 if constexpr (EM == Q4DP_MOE_COLS) {
                     const int j = cc / a.slot;
@@ -883,6 +901,16 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
     const int nsteps = (a.cols + 1023) >> 10;
     const size_t smem = stage_bytes(a.ntok, ND, a.cols);
     if constexpr (EM == Q4DP_MOE_ROWS) {
+        if (a.rsdata[0]) { /* the shared slot (cu_moe's fused layer, with the routes) */
+            if (a.rlog) {
+                if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, true, true>, a.nvb, smem, a);
+                else launch_grid(c, k_q4dp_moe<ND, 1, EM, true, true>, a.nvb, smem, a);
+            } else {
+                if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, false, true>, a.nvb, smem, a);
+                else launch_grid(c, k_q4dp_moe<ND, 1, EM, false, true>, a.nvb, smem, a);
+            }
+            return;
+        }
         if (a.rlog) {
             if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, true>, a.nvb, smem, a);
             else launch_grid(c, k_q4dp_moe<ND, 1, EM, true>, a.nvb, smem, a);
@@ -1281,6 +1309,13 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em) {
     return cols <= (1 << 24) && stage_bytes(1, nd, (int)cols) <= SMEM_MAX;
 }
 
+bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *u, const tsc_weight *sg, const tsc_weight *su,
+                                 int k) {
+    return q4dp_moe_takes(g, k + 1, Q4DP_MOE_ROWS) && q4dp_moe_takes(u, k + 1, Q4DP_MOE_ROWS) && sg->rows == g->rows &&
+           su->rows == u->rows && sg->cols == g->cols && su->cols == u->cols && tsc_linear_one_launch(sg, g) &&
+           tsc_linear_one_launch(su, u);
+}
+
 bool q4dp_moe_route_takes(int E, int k) { return E >= 1 && E <= 256 && k >= 1 && k <= E && k <= 32; }
 
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
@@ -1290,20 +1325,22 @@ bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
 
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2, const q4dp_route *rt) {
+              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2, const q4dp_route *rt,
+              const tsc_weight *const *swr) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     dx_args a;
     memset(&a, 0, sizeof a);
     a.nw = nw;
     a.k = k;
     a.slot = (int)(em == Q4DP_MOE_ROWS ? w[0]->rows : w[0]->cols);
-    a.rows = em == Q4DP_MOE_ROWS ? (int64_t)k * w[0]->rows : w[0]->rows;
+    a.rows = em == Q4DP_MOE_ROWS ? (int64_t)(k + (swr ? 1 : 0)) * w[0]->rows : w[0]->rows;
     a.cols = (int)(em == Q4DP_MOE_ROWS ? w[0]->cols : (int64_t)k * w[0]->cols);
     a.c2 = a.cols;
     if (sw && em == Q4DP_MOE_COLS) { /* the shared expert: slot k */
         a.sdata = (const uint8_t *)sw->data;
         a.ssoff = (const uint8_t *)sw->scales - a.sdata, a.sboff = (const uint8_t *)sw->biases - a.sdata;
         a.cols += (int)w[0]->cols;
+        if (!x2) a.c2 = a.cols; /* its hidden rows follow the routed ones in x and u ([ntok][(k + 1) slot]) */
     }
     a.group = w[0]->group;
     a.lg = 0;
@@ -1314,6 +1351,11 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         const uint8_t *b = (const uint8_t *)w[i]->data;
         a.w[i].base = b, a.w[i].stride = stride[i];
         a.w[i].soff = (const uint8_t *)w[i]->scales - b, a.w[i].boff = (const uint8_t *)w[i]->biases - b;
+        if (swr && em == Q4DP_MOE_ROWS) { /* the shared expert: slot k of the stacked rows */
+            const uint8_t *sd = (const uint8_t *)swr[i]->data;
+            a.rsdata[i] = sd;
+            a.rssoff[i] = (const uint8_t *)swr[i]->scales - sd, a.rsboff[i] = (const uint8_t *)swr[i]->biases - sd;
+        }
     }
     /* KS from all the launch's rows (every weight of it: gate and up are
      * one launch; one weight's rows gave the 35B-A3B's gate/up KS = 2 and
@@ -1341,8 +1383,8 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         a.u = u ? u + (int64_t)t0 * a.c2 : NULL;
         a.sadd = add && em == Q4DP_MOE_COLS ? add + (int64_t)t0 * a.rows : NULL;
         a.sgate = a.sadd || a.sdata ? gate + t0 : NULL;
-        a.x2 = a.sdata ? x2 + (int64_t)t0 * w[0]->cols : NULL;
-        a.u2 = a.sdata && u2 ? u2 + (int64_t)t0 * w[0]->cols : NULL;
+        a.x2 = a.sdata && x2 ? x2 + (int64_t)t0 * w[0]->cols : NULL;
+        a.u2 = a.sdata && x2 && u2 ? u2 + (int64_t)t0 * w[0]->cols : NULL;
         for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)t0 * a.rows;
         const bool rows = em == Q4DP_MOE_ROWS;
         switch (nd) {

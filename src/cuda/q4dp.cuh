@@ -43,6 +43,13 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em);
  * combine's value, summed in another order; add must then be NULL).
  * q4dp_moe_shared_takes: sw fits (d is the routed down's slot 0). */
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k);
+/* The shared expert in both launches of a token's experts (cu_moe's fused
+ * layer): ROWS with swr (nw descriptors: its gate and up, each one slot's
+ * shape) stacks it as slot k, y[i] = [ntok][(k + 1) * rows]; COLS with sw
+ * and x2 NULL reads its hidden rows as slot k of x and u ([ntok][(k + 1) *
+ * cols], the ROWS launch's outputs as they are). q4dp_moe_shared_rows_takes:
+ * the ROWS form fits (g, u the routed gate and up's slot 0). */
+bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *u, const tsc_weight *sg, const tsc_weight *su, int k);
 /* The routes made by the gate/up launch itself (ROWS; rt given): from the
  * router's logits [ntok][E], tsc_moe_route's ids and weights (the same
  * bits: route.cuh) into ids / wts [ntok][k], which the down launch then
@@ -58,6 +65,6 @@ bool q4dp_moe_route_takes(int E, int k);
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
               float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL,
-              const q4dp_route *rt = NULL);
+              const q4dp_route *rt = NULL, const tsc_weight *const *swr = NULL);
 
 #endif

@@ -44,6 +44,7 @@ void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, 
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }
 int tsc_linear_many_takes(const tsc_weight *w) { (void)w; return 0; }
+int tsc_linear_norm_takes(const tsc_weight *w) { (void)w; return 0; }
 void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }

@@ -237,6 +237,11 @@ size_t tsc_digits_ws_bytes(void);
 void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes);
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
+/* Whether tsc_linear_addnorm takes w on the plain kernel's norm form (bf16,
+ * f16, f32 and 8-bit MLX weights, cols % 32 == 0, 4 rows of x within its
+ * shared-memory staging; x, add and the norm weights 16-byte aligned): a
+ * MoE layer's bf16 router takes its input's norm so (linear.cu, k_linear). */
+int tsc_linear_norm_takes(const tsc_weight *w);
 
 /* MoE expert products by device ids (q4t.cu): for the n*k slots s = i*k + j
  * (ids [n, k] on the device), y[t][s, rows] = tab[t][ids[s]] . x(s) with
