@@ -483,6 +483,40 @@ static int gen_ids(ts_engine *e, const int32_t *prompt, int n, int32_t *out, int
     return rc ? rc : u.n;
 }
 
+/* The two MoE installs the MoE layer tests run: tiny-moe at INT4 and the
+ * 35B-A3B's MoE widths (wide_moe_model). 0 when both are there. */
+static int moe_installs(char (*dirs)[512]) {
+    return make_install("tiny-moe", 4, dirs[0], 512) || wide_moe_model(dirs[1], 512);
+}
+
+/* n greedy tokens after the prompt on a fresh session, with the environment
+ * variable name set to val for it (unset after): the tokens into out, the
+ * decode graph's kernels into *kern. 0, or an error code with err set. */
+static int decode_with_env(ts_engine *e, const char *name, const char *val, const int32_t *prompt, int np, int32_t *out,
+                           int n, int *kern, ts_error *err) {
+    setenv(name, val, 1);
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 128;
+    ts_session *s = NULL;
+    int rc = ts_session_new(e, &sp, &s, err);
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = n;
+    gp.temperature = 0.f;
+    sink u = {out, 0};
+    ts_gen_stats st;
+    if (!rc) rc = ts_generate(s, prompt, np, &gp, sink_cb, &u, &st, err);
+    int graphs = 0;
+    long replays = 0;
+    double lus = 0;
+    if (!rc) ts_session_graph_stats(s, &graphs, &replays, kern, &lus);
+    ts_session_free(s);
+    unsetenv(name);
+    if (!rc && u.n != n) rc = ts_fail(err, TS_E_ARG, "%d tokens of %d (the model stopped early)", u.n, n);
+    return rc;
+}
+
 /* The MoE routes made inside the routed experts' gate/up launch
  * (TSC_MOE_ROUTE_FUSE=1; backend.cu, route_fuse_on) against tsc_moe_route's
  * launch (=0): the same logits bit for bit through the decode
@@ -494,7 +528,7 @@ static int gen_ids(ts_engine *e, const int32_t *prompt, int n, int32_t *out, int
 TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
     NEED_GPU();
     char dirs[2][512];
-    if (make_install("tiny-moe", 4, dirs[0], sizeof dirs[0]) || wide_moe_model(dirs[1], sizeof dirs[1])) return;
+    if (moe_installs(dirs)) return;
     enum { NP = 24, NG = 24 };
     int32_t ids[NP];
     for (int i = 0; i < NP; i++) ids[i] = (int32_t)((i * 977 + 13) % 1000 + 5);
@@ -523,26 +557,8 @@ TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
         int32_t ta[NG], tb[NG];
         int kern[2] = {0, 0};
         for (int f = 0; f < 2; f++) {
-            setenv("TSC_MOE_ROUTE_FUSE", f ? "0" : "1", 1);
-            ts_session_params sp;
-            ts_session_params_default(&sp);
-            sp.n_ctx = 128;
-            ts_session *s = NULL;
-            int rc = ts_session_new(eg, &sp, &s, &err);
-            ts_gen_params gp;
-            ts_gen_params_default(&gp);
-            gp.n_predict = NG;
-            gp.temperature = 0.f;
-            sink u = {f ? tb : ta, 0};
-            ts_gen_stats st;
-            if (!rc) rc = ts_generate(s, ids, 8, &gp, sink_cb, &u, &st, &err);
-            int graphs = 0;
-            long replays = 0;
-            double lus = 0;
-            if (!rc) ts_session_graph_stats(s, &graphs, &replays, &kern[f], &lus);
-            ts_session_free(s);
-            unsetenv("TSC_MOE_ROUTE_FUSE");
-            CHECK_MSG(!rc && u.n == NG, "%s: generate (form %d): %s", dirs[m], f, err.msg);
+            const int rc = decode_with_env(eg, "TSC_MOE_ROUTE_FUSE", f ? "0" : "1", ids, 8, f ? tb : ta, NG, &kern[f], &err);
+            CHECK_MSG(!rc, "%s: generate (form %d): %s", dirs[m], f, err.msg);
         }
         CHECK_MSG(!memcmp(ta, tb, sizeof ta), "%s: greedy tokens differ between the two route forms", dirs[m]);
         const int layers = eg->model.cfg.n_layers;
@@ -1029,7 +1045,7 @@ static int same_ids(const collect *a, const collect *b, int n) {
 TS_TEST(cuda_engine, moe_fused_layer_exact_and_fewer_launches) {
     NEED_GPU();
     char dirs[2][512];
-    if (make_install("tiny-moe", 4, dirs[0], sizeof dirs[0]) || wide_moe_model(dirs[1], sizeof dirs[1])) return;
+    if (moe_installs(dirs)) return;
     enum { NP = 24, NG = 64 };
     int32_t ids[NP];
     for (int i = 0; i < NP; i++) ids[i] = (int32_t)((i * 613 + 29) % 1000 + 5);
@@ -1059,35 +1075,19 @@ TS_TEST(cuda_engine, moe_fused_layer_exact_and_fewer_launches) {
         static collect ref, got;
         ts_gen_stats st;
         CHECK(oracle_generate(eg, SPROMPT, T_SPROMPT, 1024, NG, 0, NULL, &ref, &st) == 0);
-        int kf = 0, kd = 0, graphs = 0;
-        long replays = 0;
-        double lus = 0;
         for (int M = 1; M <= 4; M++) {
             oracle o = {ref.ids, ref.n, T_SPROMPT, 777u + M, 0};
             CHECK(oracle_generate(eg, SPROMPT, T_SPROMPT, 1024, NG, M, &o, &got, &st) == 0);
             CHECK_MSG(same_ids(&got, &ref, ref.n), "%s M=%d: fused layer, drafted output differs from plain greedy",
                       dirs[m], M);
         }
-        /* kernels of the decode graph: fused against the default form */
-        for (int f = 0; f < 2; f++) {
-            if (f) unsetenv("TSC_MOE_FUSE_LAYER");
-            ts_session_params sp;
-            ts_session_params_default(&sp);
-            sp.n_ctx = 128;
-            ts_session *s = NULL;
-            int r2 = ts_session_new(eg, &sp, &s, &err);
-            ts_gen_params gp;
-            ts_gen_params_default(&gp);
-            gp.n_predict = 8;
-            gp.temperature = 0.f;
-            int32_t out[8];
-            sink u = {out, 0};
-            if (!r2) r2 = ts_generate(s, ids, 8, &gp, sink_cb, &u, &st, &err);
-            if (!r2) ts_session_graph_stats(s, &graphs, &replays, f ? &kd : &kf, &lus);
-            ts_session_free(s);
-            CHECK_MSG(!r2, "%s: %s", dirs[m], err.msg);
-        }
         unsetenv("TSC_MOE_FUSE_LAYER");
+        /* kernels of the decode graph: fused against the default form */
+        int32_t out[8];
+        int kf = 0, kd = 0;
+        CHECK_MSG(!decode_with_env(eg, "TSC_MOE_FUSE_LAYER", "1", ids, 8, out, 8, &kf, &err) &&
+                      !decode_with_env(eg, "TSC_MOE_FUSE_LAYER", "0", ids, 8, out, 8, &kd, &err),
+                  "%s: %s", dirs[m], err.msg);
         const int layers = eg->model.cfg.n_layers;
         CHECK_MSG(kf > 0 && kd - kf == 2 * layers, "%s: decode graph kernels %d (fused layer) against %d: expected %d fewer",
                   dirs[m], kf, kd, 2 * layers);
