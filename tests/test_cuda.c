@@ -1799,11 +1799,14 @@ TS_TEST(cuda, fused_products_dp4a) {
     const unsigned zero[64] = {0};
     tsc_write(c, bar, zero, sizeof zero);
     void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
-    for (int vv = 0; vv < 12; vv++) {
+    for (int vv = 0; vv < 20; vv++) {
         /* v: the shape; kind 0: 24-bit x (k_q4dp), 1: 8-bit x on k_q4mm, 2:
-         * 8-bit x in the group numerics (k_q4g, k_q4gm); vv >= 6: digits once */
-        tsc_set_digits(c, vv >= 6 ? dgs : NULL, tsc_digits_ws_bytes());
-        const int v = vv & 1, kind = (vv >> 1) % 3;
+         * 8-bit x in the group numerics (k_q4g, k_q4gm), 3: 8-bit x on
+         * k_q4dp (the engine's default), 4: the same with its one-row norm
+         * passes on the XV form (TSC_Q4DP_XV=1: x + add kept in shared
+         * memory); vv >= 10: digits once */
+        tsc_set_digits(c, vv >= 10 ? dgs : NULL, tsc_digits_ws_bytes());
+        const int v = vv & 1, kind = (vv >> 1) % 5;
         const int64_t rows = v ? 130 : 300, cols = v ? 12288 : 4096;
         hw h, h2;
         make_w(&h, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, rows, cols);
@@ -1812,6 +1815,7 @@ TS_TEST(cuda, fused_products_dp4a) {
         hd.act_digits = hd2.act_digits = kind ? 1 : 0;
         if (kind == 1) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
         if (kind == 2) setenv("TSC_Q4G", "1", 1);  /* and the group numerics */
+        if (kind == 4) setenv("TSC_Q4DP_XV", "1", 1); /* and k_q4dp's XV form */
         ts_error e;
         setenv("TSC_Q4T", "0", 1);
         CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
@@ -1872,6 +1876,7 @@ TS_TEST(cuda, fused_products_dp4a) {
         tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
         unsetenv("TSC_Q4MM");
         unsetenv("TSC_Q4G");
+        unsetenv("TSC_Q4DP_XV");
         tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
         free(g), free(u), free(nw);
         free_hw(&h), free_hw(&h2);

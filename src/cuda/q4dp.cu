@@ -174,7 +174,49 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
  * leaves room for the neighbour's block; a 4096-row product's warps then
  * hold their whole slice before x exists. The same operations in the same
  * order either way (the loop below only skips a round's loads it has). */
-template <int NR, int ND, int U, bool PRE = false>
+/* XV's staging: one row, v = x + add already in shared memory (xv), normed
+ * with normw and made 8-bit digits word by word, as stage_x's norm mode
+ * does with v loaded from L2 (the same operations: norm_mul, stage_word;
+ * two words a thread in flight as its SB = 2) */
+__device__ __forceinline__ void xv_stage(const dp_args &a, const float *xv, float r, int4 *xd, float2 *xsb) {
+    const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = 2 * nch;
+    for (int base = 0; base < nw8; base += 2 * blockDim.x) { /* uniform trip count: every lane shuffles */
+        float v[2][8];
+        bool on[2];
+        int ww[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int w = base + k * (int)blockDim.x + (int)threadIdx.x;
+            on[k] = w < nw8, ww[k] = on[k] ? w : 0;
+            if (on[k]) {
+                const float4 p = ((const float4 *)xv)[2 * w], q = ((const float4 *)xv)[2 * w + 1];
+                float f[8];
+                load8(a.normw + 8 * w, f);
+                v[k][0] = p.x, v[k][1] = p.y, v[k][2] = p.z, v[k][3] = p.w;
+                v[k][4] = q.x, v[k][5] = q.y, v[k][6] = q.z, v[k][7] = q.w;
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[k][j] = norm_mul(v[k][j], r, f[j]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[k][j] = 0.f;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 2; k++) stage_word<1, false>(v[k], on[k], 0, ww[k], nch, gw, xd, xsb, tst, 0);
+    }
+}
+
+/* XV (one row, 8-bit x, the norm mode, no digits made once; opt-in,
+ * TSC_Q4DP_XV=1, xv_takes): x + add kept in shared memory by the sum of
+ * squares (row_ss4's xo) and staged from there, where the default reads x
+ * and add from L2 a second time. Why: the 9B step's normed stagings (in_proj,
+ * gate/up, qkv, the head: 65 a step) took 3.3-3.7 us each from the PDL
+ * release (s16 / s19 traces), about as long at 132 blocks as at 264, so a
+ * latency chain (two L2 round trips, a block sum, the digits), not L2
+ * contention; this takes one round trip off it. The same operations on
+ * the same values: the same bits (the fused tests compare). Written in
+ * session 24 without a GPU; not yet measured. */
+template <int NR, int ND, int U, bool PRE = false, bool XV = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
@@ -214,6 +256,17 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     Q4DP_TRACE(1);
     if (a.dg) {
         copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
+    } else if constexpr (XV) {
+        static_assert(NR == 1 && ND == 1, "XV: one row of 8-bit x");
+        __shared__ float rnorm[1];
+        __shared__ double nred[32];
+        float *xv = (float *)(sm + (stage_bytes(1, 1, a.cols) + 15) / 16); /* v = x + add, [cols] */
+        const double ss = row_ss4(a.x, a.add, xv, a.cols, nred);
+        if (threadIdx.x == 0) rnorm[0] = rms_inv(ss, a.cols, a.eps);
+        __syncthreads(); /* rnorm and xv */
+        xv_stage(a, xv, rnorm[0], xd, xsb);
+        __syncthreads();
+        write_outputs_b0<1>(a, rnorm);
     } else {
         __shared__ float rnorm[NR];
         if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
@@ -1035,6 +1088,15 @@ trace_meta trace_launch[TRACE_L];
 int trace_next;
 #endif
 
+/* k_q4dp's XV form for this pass (TSC_Q4DP_XV=1, read at every launch as
+ * the tests turn it on and off; the bits are the same either way): a
+ * one-row norm pass staged in its blocks, x and add 16-byte aligned */
+bool xv_takes(const dp_args &a) {
+    const char *e = getenv("TSC_Q4DP_XV");
+    if (!(e && e[0] == '1') || a.xm != Q4DP_XM_NORM || a.dg || a.cols % 4) return false;
+    return ((((uintptr_t)a.x | (uintptr_t)(a.add ? a.add : a.x)) & 15) == 0);
+}
+
 template <int NR, int ND, int U>
 void launch(tsc_ctx *c, const dp_args &a0) {
     const dp_args *ap = &a0;
@@ -1052,6 +1114,12 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     const size_t smem = stage_bytes(NR, ND, a.cols);
     if constexpr (ND == 1) {
         if (a.as) grid = launch_as<NR, ND>(c, a);
+    }
+    if constexpr (NR == 1 && ND == 1) {
+        if (!grid && xv_takes(a)) {
+            const size_t sx = ((stage_bytes(1, 1, a.cols) + 15) & ~(size_t)15) + (size_t)a.cols * sizeof(float);
+            grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, sx, a, q4dp_bps());
+        }
     }
     if constexpr (NR == 1) {
         if (!grid && q4dp_pre()) grid = launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
