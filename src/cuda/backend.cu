@@ -2115,7 +2115,8 @@ bool route_fuse_on() {
  * shared expert's gate/up as its slot k, and the down reads the k + 1
  * hidden rows as they lie. Other bits than the five-launch form (the
  * shared gate/up's column split comes from the stacked shape), the same in
- * every pass (decode and verify alike). Opt-in (TSC_MOE_FUSE_LAYER=1),
+ * every pass (decode and verify alike) and for a streamed layer (its
+ * routes from moe_route; the same expert launches). Opt-in (TSC_MOE_FUSE_LAYER=1),
  * written in session 24 without a GPU to check it: the next device call
  * runs the engine's tests under it and measures it. Read at every op. */
 bool layer_fuse_on() {
@@ -2225,14 +2226,26 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         const bool g_sh = tsc_linear_one_launch(&sgw, &sg);
         /* the three-launch layer (layer_fuse_on): the shapes and formats it
          * needs, never the row count (a row's bits must not depend on it) */
-        const bool l3 = !pool && dpx && layer_fuse_on() && (size_t)(k + 1) * (size_t)Im <= room && Is == Im &&
-                        !g_sh && tsc_linear_one_launch(&sgw, &rw) && tsc_linear_norm_takes(&rw) &&
-                        q4dp_moe_route_takes(E, k) && q4dp_moe_shared_takes(&d0, &sd, k) &&
-                        q4dp_moe_shared_rows_takes(&g0, &u0, &sg, &su, k);
+        const bool l3 = dpx && layer_fuse_on() && (size_t)(k + 1) * (size_t)Im <= room && Is == Im && !g_sh &&
+                        tsc_linear_one_launch(&sgw, &rw) && tsc_linear_norm_takes(&rw) && q4dp_moe_route_takes(E, k) &&
+                        q4dp_moe_shared_takes(&d0, &sd, k) && q4dp_moe_shared_rows_takes(&g0, &u0, &sg, &su, k);
         if (l3) {
-            const tsc_weight rg[2] = {rw, sgw};
-            float *yr[2] = {lg_, q->gl};
-            block_routes(s, rg, 2, u_, yr, nr, E, k, a->norm_topk, false, true);
+            if (pool) {
+                /* a streamed layer (its routes from moe_route, which ran the
+                 * router and the norm): the routes as the pool's slots, the
+                 * gate row alone (the bits it has beside the router), then the
+                 * same expert launches as a resident layer's: the same bits */
+                tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
+                tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
+                const tsc_weight *pg[1] = {&sgw};
+                float *yg[1] = {q->gl};
+                flush(s);
+                lin_rows(c, pg, 1, u_, yg, nr);
+            } else {
+                const tsc_weight rg[2] = {rw, sgw};
+                float *yr[2] = {lg_, q->gl};
+                block_routes(s, rg, 2, u_, yr, nr, E, k, a->norm_topk, false, true);
+            }
             const size_t hk1 = (size_t)(k + 1) * (size_t)Im;
             const int per = (int)(room / hk1 < (size_t)nr ? room / hk1 : (size_t)nr);
             const tsc_weight *wgu[2] = {&g0, &u0}, *wsh[2] = {&sg, &su}, *wd[1] = {&d0};
@@ -2244,7 +2257,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 const q4dp_route rt = {lg_ + (size_t)r1 * E, E, a->norm_topk, q->r_ids + (size_t)r1 * k,
                                        q->r_wts + (size_t)r1 * k};
                 q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1,
-                         NULL, NULL, NULL, &rt, wsh);
+                         NULL, NULL, NULL, pool ? NULL : &rt, wsh);
                 q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,
                          q->gl + r1, yd1, m1, &sd);
             }

@@ -6,13 +6,14 @@
 # expert's gate/up as the routed gate/up's slot k (k_q4dp_moe's SH form), three launches a layer where there were
 # five (other bits: the shared gate/up's column split). Prediction, 35B-A3B-8L decode 1,776 tok/s: (a) ~1,850-1,900,
 # (b) ~2,000-2,100. Tests first: the plain norm form against tsc_add_rmsnorm + tsc_linear (bits), the route test,
-# the two new engine tests, all of cuda_engine with (a) on, the spec and parity tests with (b) on, memcheck on the
+# the two new engine tests, all of cuda_engine with (a) on, the spec, parity and expert-streaming tests with (b) on
+# (a streamed layer must keep the resident bits under it too), memcheck on the
 # new engine tests. Also the group numerics' 2-row passes on k_q4g (TSC_Q4G_DP=2) in MTP 1/3. (~420 s)
 PACK=.gpu/s24d/pack.tar.xz . bench/cuda/device_env.sh
 timeout 90 $B/ts_test cuda.addnorm_plain_formats_same_bits cuda.moe_route_exact > $O/kern.log 2>&1; tl "ts_test kernels $?"
 timeout 120 $B/ts_test cuda_engine.moe_routes_in_the_expert_launch_same_bits cuda_engine.moe_fused_layer_exact_and_fewer_launches > $O/eng_new.log 2>&1; tl "ts_test new engine tests $?"
 TSC_MOE_ROUTE_FUSE=1 timeout 200 $B/ts_test cuda_engine > $O/eng_route.log 2>&1; tl "ts_test cuda_engine (routes fused) $?"
-TSC_MOE_FUSE_LAYER=1 timeout 150 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.spec_greedy_exact_fixtures cuda_engine.spec_graphs_exact_and_replayed > $O/eng_layer.log 2>&1; tl "ts_test spec + parity (fused layer) $?"
+TSC_MOE_FUSE_LAYER=1 timeout 180 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.spec_greedy_exact_fixtures cuda_engine.spec_graphs_exact_and_replayed cuda_engine.expert_cache_identical_to_resident cuda_engine.expert_host_tier_identical_to_resident > $O/eng_layer.log 2>&1; tl "ts_test spec + parity + streaming (fused layer) $?"
 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda_engine.moe_fused_layer_exact_and_fewer_launches > $O/memcheck.log 2>&1; tl "memcheck $?"
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 for r in a b c; do
