@@ -174,10 +174,11 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
  * leaves room for the neighbour's block; a 4096-row product's warps then
  * hold their whole slice before x exists. The same operations in the same
  * order either way (the loop below only skips a round's loads it has). */
-/* XV's staging: one row, v = x + add already in shared memory (xv), normed
- * with normw and made 8-bit digits word by word, as stage_x's norm mode
- * does with v loaded from L2 (the same operations: norm_mul, stage_word;
- * two words a thread in flight as its SB = 2) */
+/* XV's staging: one row, v = x + add already in shared memory (xv[0,
+ * cols)), normed with the norm weights copied after it (xv[cols, 2 cols))
+ * and made 8-bit digits word by word, as stage_x's norm mode does with v
+ * and the weights loaded from L2 (the same operations: norm_mul,
+ * stage_word; two words a thread in flight as its SB = 2) */
 __device__ __forceinline__ void xv_stage(const dp_args &a, const float *xv, float r, int4 *xd, float2 *xsb) {
     const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = 2 * nch;
     for (int base = 0; base < nw8; base += 2 * blockDim.x) { /* uniform trip count: every lane shuffles */
@@ -190,8 +191,8 @@ __device__ __forceinline__ void xv_stage(const dp_args &a, const float *xv, floa
             on[k] = w < nw8, ww[k] = on[k] ? w : 0;
             if (on[k]) {
                 const float4 p = ((const float4 *)xv)[2 * w], q = ((const float4 *)xv)[2 * w + 1];
-                float f[8];
-                load8(a.normw + 8 * w, f);
+                const float4 g = ((const float4 *)xv)[a.cols / 4 + 2 * w], h = ((const float4 *)xv)[a.cols / 4 + 2 * w + 1];
+                const float f[8] = {g.x, g.y, g.z, g.w, h.x, h.y, h.z, h.w};
                 v[k][0] = p.x, v[k][1] = p.y, v[k][2] = p.z, v[k][3] = p.w;
                 v[k][4] = q.x, v[k][5] = q.y, v[k][6] = q.z, v[k][7] = q.w;
 #pragma unroll
@@ -213,9 +214,11 @@ __device__ __forceinline__ void xv_stage(const dp_args &a, const float *xv, floa
  * gate/up, qkv, the head: 65 a step) took 3.3-3.7 us each from the PDL
  * release (s16 / s19 traces), about as long at 132 blocks as at 264, so a
  * latency chain (two L2 round trips, a block sum, the digits), not L2
- * contention; this takes one round trip off it. The same operations on
- * the same values: the same bits (the fused tests compare). Written in
- * session 24 without a GPU; not yet measured. */
+ * contention; this takes one round trip off it (and the norm weights are
+ * copied into shared memory before the PDL wait, which a block spends
+ * resident 3-10 us anyway). The same operations on the same values: the
+ * same bits (the fused tests compare). Written in session 24 without a
+ * GPU; not yet measured. */
 template <int NR, int ND, int U, bool PRE = false, bool XV = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
@@ -252,6 +255,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
             }
         }
     }
+    if constexpr (XV) {
+        /* the norm weights (not the previous kernel's output) into shared
+         * memory before the wait, while the block waits anyway */
+        float4 *nw4 = (float4 *)(sm + (stage_bytes(1, 1, a.cols) + 15) / 16) + a.cols / 4;
+        for (int f = threadIdx.x; f < a.cols / 4; f += blockDim.x) nw4[f] = __ldg((const float4 *)a.normw + f);
+    }
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
     if (a.dg) {
@@ -260,10 +269,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         static_assert(NR == 1 && ND == 1, "XV: one row of 8-bit x");
         __shared__ float rnorm[1];
         __shared__ double nred[32];
-        float *xv = (float *)(sm + (stage_bytes(1, 1, a.cols) + 15) / 16); /* v = x + add, [cols] */
+        float *xv = (float *)(sm + (stage_bytes(1, 1, a.cols) + 15) / 16); /* v = x + add, [cols], then normw */
         const double ss = row_ss4(a.x, a.add, xv, a.cols, nred);
         if (threadIdx.x == 0) rnorm[0] = rms_inv(ss, a.cols, a.eps);
-        __syncthreads(); /* rnorm and xv */
+        __syncthreads(); /* rnorm, xv and the norm weights */
         xv_stage(a, xv, rnorm[0], xd, xsb);
         __syncthreads();
         write_outputs_b0<1>(a, rnorm);
@@ -1094,7 +1103,7 @@ int trace_next;
 bool xv_takes(const dp_args &a) {
     const char *e = getenv("TSC_Q4DP_XV");
     if (!(e && e[0] == '1') || a.xm != Q4DP_XM_NORM || a.dg || a.cols % 4) return false;
-    return ((((uintptr_t)a.x | (uintptr_t)(a.add ? a.add : a.x)) & 15) == 0);
+    return ((((uintptr_t)a.x | (uintptr_t)(a.add ? a.add : a.x) | (uintptr_t)a.normw) & 15) == 0);
 }
 
 template <int NR, int ND, int U>
@@ -1117,7 +1126,7 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     }
     if constexpr (NR == 1 && ND == 1) {
         if (!grid && xv_takes(a)) {
-            const size_t sx = ((stage_bytes(1, 1, a.cols) + 15) & ~(size_t)15) + (size_t)a.cols * sizeof(float);
+            const size_t sx = ((stage_bytes(1, 1, a.cols) + 15) & ~(size_t)15) + 2 * (size_t)a.cols * sizeof(float);
             grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, sx, a, q4dp_bps());
         }
     }

@@ -1,7 +1,8 @@
 #!/bin/bash
 # session 24, device call 3 (written while lending was paused): k_q4dp's XV form (TSC_Q4DP_XV=1): a one-row norm
 # pass keeps x + add in shared memory from the sum of squares and stages from there (one L2 round trip fewer on the
-# staging chain, 3.3-3.7 us a normed launch in the s16/s19 traces; the same bits: fused_products_dp4a's kind 4
+# staging chain, 3.3-3.7 us a normed launch in the s16/s19 traces; the norm weights copied before the PDL wait; the
+# same bits: fused_products_dp4a's kind 4
 # compares it with the two unfused kernels bit for bit). Prediction: the normed stage
 # -0.5..-1 us a launch, 65 a 9B step: the step 2.02 -> ~1.96-1.99 ms. Tests under it first (the fused and row-exact
 # products compare fused with unfused bits; cuda_engine's parity and drafting), then the A/B, interleaved. (~250 s)
