@@ -1641,18 +1641,33 @@ TS_TEST(cuda, argmax_exact) {
     float *dx = up(c, x, sizeof(float) * n * V);
     int32_t *di = tsc_alloc(c, sizeof(int32_t) * n);
     void *ws = tsc_alloc(c, tsc_argmax_ws_bytes(n));
-    tsc_argmax(c, dx, n, V, di, ws);
-    int32_t ids[4];
-    tsc_read(c, ids, di, sizeof ids);
-    SYNC_OK(c);
-    for (int i = 0; i < n; i++) {
-        int b = 0;
-        for (int e = 1; e < V; e++)
-            if (x[(size_t)i * V + e] > x[(size_t)i * V + b]) b = e;
-        CHECK_MSG(ids[i] == b, "row %d: %d, CPU %d", i, ids[i], b);
+    unsigned *bar = tsc_alloc(c, 64);
+    const unsigned zero[16] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
+    /* form 0: two launches; 1: one launch with the last block picking
+     * (TSC_ARGMAX_ONE=1, a device counter set), its counter back at 0 */
+    for (int form = 0; form < 2; form++) {
+        if (form) setenv("TSC_ARGMAX_ONE", "1", 1), tsc_set_barrier(c, bar);
+        tsc_fill(c, (float *)di, NAN, n);
+        tsc_argmax(c, dx, n, V, di, ws);
+        unsetenv("TSC_ARGMAX_ONE");
+        tsc_set_barrier(c, NULL);
+        int32_t ids[4];
+        unsigned cnt = 1;
+        tsc_read(c, ids, di, sizeof ids);
+        tsc_read(c, &cnt, bar, sizeof cnt);
+        SYNC_OK(c);
+        for (int i = 0; i < n; i++) {
+            int b = 0;
+            for (int e = 1; e < V; e++)
+                if (x[(size_t)i * V + e] > x[(size_t)i * V + b]) b = e;
+            CHECK_MSG(ids[i] == b, "form %d row %d: %d, CPU %d", form, i, ids[i], b);
+        }
+        CHECK(ids[1] == 7 && ids[2] == V - 1);
+        CHECK_MSG(cnt == 0, "form %d: the counter left at %u", form, cnt);
     }
-    CHECK(ids[1] == 7 && ids[2] == V - 1);
     free(x);
+    tsc_free(c, bar);
     tsc_close(c);
 }
 
