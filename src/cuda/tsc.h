@@ -209,7 +209,9 @@ void tsc_gemm_staged(tsc_ctx *c, const tsc_weight *const *w0, const int64_t *est
                      void *ws);
 /* The same products with the activation made while staging x (one kernel
  * instead of two; Q4T weights, or 4-bit MLX weights through the dp4a
- * kernel (see below), else TS_E_UNSUPPORTED):
+ * kernel (see below), or for addnorm the plain formats tsc_linear_norm_takes
+ * names (bf16 / f16 / f32 / 8-bit: linear.cu's norm form, with the dp4a
+ * form's aliasing, counter and bits), else TS_E_UNSUPPORTED):
  *  swiglu: x = silu(g) * u elementwise (tsc_silu_mul's bits), g, u [n, cols];
  *  addnorm: v = x + add (add may be NULL: v = x), x_out = v (must not alias x
  *  when add is given; may be NULL when add is NULL), u_out = RMSNorm(v) * w
