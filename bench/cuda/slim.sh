@@ -1,5 +1,5 @@
 #!/bin/bash
-# slim.sh out|out-all|in: take out of the working tree what a device call does not
+# slim.sh out|out-all [KEEP]|in: take out of the working tree what a device call does not
 # need (at most 64 MiB travels: the fixtures' reference logits, the tokenizer
 # archives, tools/train but its held-out windows, the fuzz corpora, models/moe),
 # and put it back.
@@ -21,11 +21,15 @@ out|out-all)
   fi
   # shellcheck disable=SC2086
   git ls-files -z -- $P | xargs -0 rm -f
+  # out-all KEEP: the earlier calls' record folders too, all but bench/cuda/KEEP (the call's own command.sh)
+  if [ "$1" = out-all ] && [ -n "${2:-}" ]; then
+    git ls-files -z bench/cuda | grep -zE "run[^/]*/" | grep -zv "^bench/cuda/$2/" | xargs -0 -r rm -f
+  fi
   # what stays (tracked files; the carried pack comes on top, 64 MiB in all)
   git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {printf "%d bytes tracked stay\n", s}' ;;
 in)
   # shellcheck disable=SC2086
-  git ls-files -z -d -- $P $P2 | xargs -0 -r git checkout HEAD --
+  git ls-files -z -d -- $P $P2 bench/cuda | xargs -0 -r git checkout HEAD --
   git status --short ;;
-*) echo "usage: bench/cuda/slim.sh out|out-all|in" >&2; exit 2 ;;
+*) echo "usage: bench/cuda/slim.sh out | out-all [KEEP: the call's bench/cuda folder] | in" >&2; exit 2 ;;
 esac
