@@ -517,6 +517,34 @@ static int decode_with_env(ts_engine *e, const char *name, const char *val, cons
     return rc;
 }
 
+/* fn on each MoE install (moe_installs) opened on CUDA, closed after, the
+ * MoE layer switches cleared after it (a failed CHECK returns from fn with
+ * them set); the count that ran, -1 when an install could not be made */
+static int for_moe_installs(void (*fn)(const char *dir, ts_engine *eg)) {
+    char dirs[2][512];
+    if (moe_installs(dirs)) return -1;
+    int ran = 0;
+    for (int m = 0; m < 2; m++) {
+        ts_error err = {0};
+        ts_engine *eg = NULL;
+        if (open_on(dirs[m], "cuda", &eg, &err)) {
+            ts_test_fail(__FILE__, __LINE__, "%s: %s", dirs[m], err.msg);
+            continue;
+        }
+        fn(dirs[m], eg);
+        unsetenv("TSC_MOE_ROUTE_FUSE");
+        unsetenv("TSC_MOE_FUSE_LAYER");
+        ts_engine_close(eg);
+        ran++;
+    }
+    return ran;
+}
+
+/* ids[i] = (i * mul + add) % 1000 + 5: a prompt of n tokens */
+static void spread_ids(int32_t *ids, int n, int mul, int add) {
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * mul + add) % 1000 + 5);
+}
+
 /* The MoE routes made inside the routed experts' gate/up launch
  * (TSC_MOE_ROUTE_FUSE=1; backend.cu, route_fuse_on) against tsc_moe_route's
  * launch (=0): the same logits bit for bit through the decode
@@ -525,52 +553,47 @@ static int decode_with_env(ts_engine *e, const char *name, const char *val, cons
  * layer in the decode graph (so the fused form did run). A last-bit change
  * in a weight would show: on these random MoE models it flips near-tied
  * routes and moves logits by O(1). */
-TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
-    NEED_GPU();
-    char dirs[2][512];
-    if (moe_installs(dirs)) return;
+static void routes_case(const char *dir, ts_engine *eg) {
     enum { NP = 24, NG = 24 };
     int32_t ids[NP];
-    for (int i = 0; i < NP; i++) ids[i] = (int32_t)((i * 977 + 13) % 1000 + 5);
-    int ran = 0;
-    for (int m = 0; m < 2; m++) {
-        ts_error err = {0};
-        ts_engine *eg = NULL;
-        CHECK_MSG(!open_on(dirs[m], "cuda", &eg, &err), "%s: %s", dirs[m], err.msg);
-        if (!eg) continue;
-        const size_t V = (size_t)eg->model.cfg.vocab;
-        float *la = malloc(sizeof(float) * NP * V), *lb = malloc(sizeof(float) * NP * V);
-        static const int CH[] = {1, 7};
-        for (int k = 0; k < 2; k++) {
-            setenv("TSC_MOE_ROUTE_FUSE", "0", 1);
-            int rc = prompt_logits(eg, ids, NP, CH[k], lb, &err);
-            CHECK_MSG(!rc, "%s: %s", dirs[m], err.msg);
-            setenv("TSC_MOE_ROUTE_FUSE", "1", 1);
-            rc = rc || prompt_logits(eg, ids, NP, CH[k], la, &err);
-            unsetenv("TSC_MOE_ROUTE_FUSE");
-            CHECK_MSG(!rc, "%s: %s", dirs[m], err.msg);
-            CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V),
-                      "%s chunk %d: routes in the expert launch differ from tsc_moe_route's (max %.3g)", dirs[m], CH[k],
-                      rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)NP * V));
-        }
-        /* greedy decode through the captured step, both forms */
-        int32_t ta[NG], tb[NG];
-        int kern[2] = {0, 0};
-        for (int f = 0; f < 2; f++) {
-            const int rc = decode_with_env(eg, "TSC_MOE_ROUTE_FUSE", f ? "0" : "1", ids, 8, f ? tb : ta, NG, &kern[f], &err);
-            CHECK_MSG(!rc, "%s: generate (form %d): %s", dirs[m], f, err.msg);
-        }
-        CHECK_MSG(!memcmp(ta, tb, sizeof ta), "%s: greedy tokens differ between the two route forms", dirs[m]);
-        const int layers = eg->model.cfg.n_layers;
-        CHECK_MSG(kern[0] > 0 && kern[1] - kern[0] == layers,
-                  "%s: decode graph kernels %d (routes in the expert launch) against %d (a route launch): expected %d fewer",
-                  dirs[m], kern[0], kern[1], layers);
-        fprintf(stderr, "  %-40s routes in the expert launch: same bits (chunks 1, 7; %d greedy tokens); decode graph %d "
-                "kernels against %d\n", dirs[m], NG, kern[0], kern[1]);
-        ran++;
-        free(la), free(lb);
-        ts_engine_close(eg);
+    spread_ids(ids, NP, 977, 13);
+    ts_error err = {0};
+    const size_t V = (size_t)eg->model.cfg.vocab;
+    float *la = malloc(sizeof(float) * NP * V), *lb = malloc(sizeof(float) * NP * V);
+    static const int CH[] = {1, 7};
+    for (int k = 0; k < 2; k++) {
+        setenv("TSC_MOE_ROUTE_FUSE", "0", 1);
+        int rc = prompt_logits(eg, ids, NP, CH[k], lb, &err);
+        CHECK_MSG(!rc, "%s: %s", dir, err.msg);
+        setenv("TSC_MOE_ROUTE_FUSE", "1", 1);
+        rc = rc || prompt_logits(eg, ids, NP, CH[k], la, &err);
+        unsetenv("TSC_MOE_ROUTE_FUSE");
+        CHECK_MSG(!rc, "%s: %s", dir, err.msg);
+        CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V),
+                  "%s chunk %d: routes in the expert launch differ from tsc_moe_route's (max %.3g)", dir, CH[k],
+                  rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)NP * V));
     }
+    /* greedy decode through the captured step, both forms */
+    int32_t ta[NG], tb[NG];
+    int kern[2] = {0, 0};
+    for (int f = 0; f < 2; f++) {
+        const int rc = decode_with_env(eg, "TSC_MOE_ROUTE_FUSE", f ? "0" : "1", ids, 8, f ? tb : ta, NG, &kern[f], &err);
+        CHECK_MSG(!rc, "%s: generate (form %d): %s", dir, f, err.msg);
+    }
+    CHECK_MSG(!memcmp(ta, tb, sizeof ta), "%s: greedy tokens differ between the two route forms", dir);
+    const int layers = eg->model.cfg.n_layers;
+    CHECK_MSG(kern[0] > 0 && kern[1] - kern[0] == layers,
+              "%s: decode graph kernels %d (routes in the expert launch) against %d (a route launch): expected %d fewer",
+              dir, kern[0], kern[1], layers);
+    fprintf(stderr, "  %-40s routes in the expert launch: same bits (chunks 1, 7; %d greedy tokens); decode graph %d "
+            "kernels against %d\n", dir, NG, kern[0], kern[1]);
+    free(la), free(lb);
+}
+
+TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
+    NEED_GPU();
+    const int ran = for_moe_installs(routes_case);
+    if (ran < 0) return;
     CHECK(ran == 2);
 }
 
@@ -1042,61 +1065,54 @@ static int same_ids(const collect *a, const collect *b, int n) {
  * the logits within the CPU parity bound of the default form's, and two
  * kernels fewer a layer in the decode graph than the default (so the
  * fused form ran). */
-TS_TEST(cuda_engine, moe_fused_layer_exact_and_fewer_launches) {
-    NEED_GPU();
-    char dirs[2][512];
-    if (moe_installs(dirs)) return;
+static void fused_layer_case(const char *dir, ts_engine *eg) {
     enum { NP = 24, NG = 64 };
     int32_t ids[NP];
-    for (int i = 0; i < NP; i++) ids[i] = (int32_t)((i * 613 + 29) % 1000 + 5);
-    int ran = 0;
-    for (int m = 0; m < 2; m++) {
-        ts_error err = {0};
-        ts_engine *eg = NULL;
-        CHECK_MSG(!open_on(dirs[m], "cuda", &eg, &err), "%s: %s", dirs[m], err.msg);
-        if (!eg) continue;
-        const size_t V = (size_t)eg->model.cfg.vocab;
-        float *l1 = malloc(sizeof(float) * NP * V), *l7 = malloc(sizeof(float) * NP * V), *ld = malloc(sizeof(float) * NP * V);
-        int rc = prompt_logits(eg, ids, NP, 1, ld, &err); /* the default form */
-        setenv("TSC_MOE_FUSE_LAYER", "1", 1);
-        rc = rc || prompt_logits(eg, ids, NP, 1, l1, &err) || prompt_logits(eg, ids, NP, 7, l7, &err);
-        CHECK_MSG(!rc, "%s: %s", dirs[m], err.msg);
-        CHECK_MSG(!rc && !memcmp(l1, l7, sizeof(float) * NP * V),
-                  "%s: fused layer, rows one at a time != 7 a pass (max %.3g)", dirs[m],
-                  rc ? INFINITY : ts_test_max_abs(l1, l7, (size_t)NP * V));
-        float lmax = 0;
-        for (size_t i = 0; i < (size_t)NP * V; i++) lmax = fmaxf(lmax, fabsf(ld[i]));
-        const float dmax = rc ? INFINITY : ts_test_max_abs(l1, ld, (size_t)NP * V);
-        /* the bound of the CPU parity test (REL_TOL, f32-class products): the
-         * two forms differ by the shared expert's summation order only */
-        CHECK_MSG(dmax <= REL_TOL * fmaxf(1.0f, lmax), "%s: fused layer vs default form: max abs logit difference %.3g",
-                  dirs[m], dmax);
-        /* drafted greedy equals plain greedy under the fused layer */
-        static collect ref, got;
-        ts_gen_stats st;
-        CHECK(oracle_generate(eg, SPROMPT, T_SPROMPT, 1024, NG, 0, NULL, &ref, &st) == 0);
-        for (int M = 1; M <= 4; M++) {
-            oracle o = {ref.ids, ref.n, T_SPROMPT, 777u + M, 0};
-            CHECK(oracle_generate(eg, SPROMPT, T_SPROMPT, 1024, NG, M, &o, &got, &st) == 0);
-            CHECK_MSG(same_ids(&got, &ref, ref.n), "%s M=%d: fused layer, drafted output differs from plain greedy",
-                      dirs[m], M);
-        }
-        unsetenv("TSC_MOE_FUSE_LAYER");
-        /* kernels of the decode graph: fused against the default form */
-        int32_t out[8];
-        int kf = 0, kd = 0;
-        CHECK_MSG(!decode_with_env(eg, "TSC_MOE_FUSE_LAYER", "1", ids, 8, out, 8, &kf, &err) &&
-                      !decode_with_env(eg, "TSC_MOE_FUSE_LAYER", "0", ids, 8, out, 8, &kd, &err),
-                  "%s: %s", dirs[m], err.msg);
-        const int layers = eg->model.cfg.n_layers;
-        CHECK_MSG(kf > 0 && kd - kf == 2 * layers, "%s: decode graph kernels %d (fused layer) against %d: expected %d fewer",
-                  dirs[m], kf, kd, 2 * layers);
-        fprintf(stderr, "  %-40s fused layer: chunks 1 = 7 bit for bit, %.3g from the default form (|L| %.3g), drafting "
-                "exact; decode graph %d kernels against %d\n", dirs[m], dmax, lmax, kf, kd);
-        ran++;
-        free(l1), free(l7), free(ld);
-        ts_engine_close(eg);
+    spread_ids(ids, NP, 613, 29);
+    ts_error err = {0};
+    const size_t V = (size_t)eg->model.cfg.vocab;
+    float *l1 = malloc(sizeof(float) * NP * V), *l7 = malloc(sizeof(float) * NP * V), *ld = malloc(sizeof(float) * NP * V);
+    int rc = prompt_logits(eg, ids, NP, 1, ld, &err); /* the default form */
+    setenv("TSC_MOE_FUSE_LAYER", "1", 1);
+    rc = rc || prompt_logits(eg, ids, NP, 1, l1, &err) || prompt_logits(eg, ids, NP, 7, l7, &err);
+    CHECK_MSG(!rc, "%s: %s", dir, err.msg);
+    CHECK_MSG(!rc && !memcmp(l1, l7, sizeof(float) * NP * V), "%s: fused layer, rows one at a time != 7 a pass (max %.3g)",
+              dir, rc ? INFINITY : ts_test_max_abs(l1, l7, (size_t)NP * V));
+    float lmax = 0;
+    for (size_t i = 0; i < (size_t)NP * V; i++) lmax = fmaxf(lmax, fabsf(ld[i]));
+    const float dmax = rc ? INFINITY : ts_test_max_abs(l1, ld, (size_t)NP * V);
+    /* the bound of the CPU parity test (REL_TOL, f32-class products): the
+     * two forms differ by the shared expert's summation order only */
+    CHECK_MSG(dmax <= REL_TOL * fmaxf(1.0f, lmax), "%s: fused layer vs default form: max abs logit difference %.3g", dir,
+              dmax);
+    /* drafted greedy equals plain greedy under the fused layer */
+    static collect ref, got;
+    ts_gen_stats st;
+    CHECK(oracle_generate(eg, SPROMPT, T_SPROMPT, 1024, NG, 0, NULL, &ref, &st) == 0);
+    for (int M = 1; M <= 4; M++) {
+        oracle o = {ref.ids, ref.n, T_SPROMPT, 777u + M, 0};
+        CHECK(oracle_generate(eg, SPROMPT, T_SPROMPT, 1024, NG, M, &o, &got, &st) == 0);
+        CHECK_MSG(same_ids(&got, &ref, ref.n), "%s M=%d: fused layer, drafted output differs from plain greedy", dir, M);
     }
+    unsetenv("TSC_MOE_FUSE_LAYER");
+    /* kernels of the decode graph: fused against the default form */
+    int32_t out[8];
+    int kf = 0, kd = 0;
+    CHECK_MSG(!decode_with_env(eg, "TSC_MOE_FUSE_LAYER", "1", ids, 8, out, 8, &kf, &err) &&
+                  !decode_with_env(eg, "TSC_MOE_FUSE_LAYER", "0", ids, 8, out, 8, &kd, &err),
+              "%s: %s", dir, err.msg);
+    const int layers = eg->model.cfg.n_layers;
+    CHECK_MSG(kf > 0 && kd - kf == 2 * layers, "%s: decode graph kernels %d (fused layer) against %d: expected %d fewer",
+              dir, kf, kd, 2 * layers);
+    fprintf(stderr, "  %-40s fused layer: chunks 1 = 7 bit for bit, %.3g from the default form (|L| %.3g), drafting "
+            "exact; decode graph %d kernels against %d\n", dir, dmax, lmax, kf, kd);
+    free(l1), free(l7), free(ld);
+}
+
+TS_TEST(cuda_engine, moe_fused_layer_exact_and_fewer_launches) {
+    NEED_GPU();
+    const int ran = for_moe_installs(fused_layer_case);
+    if (ran < 0) return;
     CHECK(ran == 2);
 }
 

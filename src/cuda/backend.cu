@@ -1161,7 +1161,8 @@ bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, fl
     /* plain_norm: a pending norm also into the plain kernel's products (a
      * MoE layer's bf16 router, cu_moe's fused layer; linear.cu, k_linear's
      * norm form) */
-    const bool takes = q4dp_takes(&dw[0]) || (plain_norm && p.kind == PEND_NORM && tsc_linear_norm_takes(&dw[0]));
+    const bool dp = q4dp_takes(&dw[0]);
+    const bool takes = dp || (plain_norm && p.kind == PEND_NORM && tsc_linear_norm_takes(&dw[0]));
     if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB || !takes) return false;
     if (p.kind == PEND_NORM ? (x != p.y || n != p.n || dw[0].cols != p.dim)
                             : (x != p.x || (size_t)n * (size_t)dw[0].cols != p.N))
@@ -1169,7 +1170,7 @@ bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, fl
     /* the staging reads 16-byte chunks (the norm weights too on the plain kernel) */
     if ((((uintptr_t)p.x | (uintptr_t)p.y | (uintptr_t)(p.add ? p.add : p.x) | (uintptr_t)(p.u ? p.u : p.x)) & 15) != 0)
         return false;
-    if (!q4dp_takes(&dw[0]) && ((uintptr_t)p.w & 15) != 0) return false;
+    if (!dp && ((uintptr_t)p.w & 15) != 0) return false;
     const tsc_weight *pw[TSC_LIN_MAX];
     for (int i = 0; i < nw; i++) {
         if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
@@ -2229,14 +2230,27 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
         const bool l3 = dpx && layer_fuse_on() && (size_t)(k + 1) * (size_t)Im <= room && Is == Im && !g_sh &&
                         tsc_linear_one_launch(&sgw, &rw) && tsc_linear_norm_takes(&rw) && q4dp_moe_route_takes(E, k) &&
                         q4dp_moe_shared_takes(&d0, &sd, k) && q4dp_moe_shared_rows_takes(&g0, &u0, &sg, &su, k);
+        /* the routes made by the gate/up launch below (its dp4a form) */
+        const bool rfuse = !pool && (l3 || (dpx && hk <= room && route_fuse_on() && q4dp_moe_route_takes(E, k)));
+        /* the shared expert as the routed down's last slot (shared_slot_on):
+         * its gate / up rows then wait in b0 ([nr][Is] each; b0 rows hold
+         * 2H) while the routed ones take b1 / b2. Taken or not by the
+         * shapes and the scratch's size, never by nr: a row's bits must not
+         * depend on how many rows share its pass (a streamed layer runs
+         * groups of a pass's rows; s22-run4 caught a first form that did).
+         * (The three-launch layer has its own form: the shared gate/up as
+         * the gate/up launch's slot k, read by the down as they lie.) */
+        const bool shx = !l3 && dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
+        float *sg1 = shx ? a->b0 : a->b1, *sg2 = shx ? a->b0 + (size_t)nr * Is : a->b2;
+        if (pool) /* the routes moe_route gave, as the pool's slots */
+            tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k),
+                tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
         if (l3) {
             if (pool) {
-                /* a streamed layer (its routes from moe_route, which ran the
-                 * router and the norm): the routes as the pool's slots, the
-                 * gate row alone (the bits it has beside the router), then the
-                 * same expert launches as a resident layer's: the same bits */
-                tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
-                tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
+                /* a streamed layer (moe_route ran the router and the norm):
+                 * the gate row alone (the bits it has beside the router),
+                 * then the same expert launches as a resident layer's: the
+                 * same bits */
                 const tsc_weight *pg[1] = {&sgw};
                 float *yg[1] = {q->gl};
                 flush(s);
@@ -2246,8 +2260,51 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 float *yr[2] = {lg_, q->gl};
                 block_routes(s, rg, 2, u_, yr, nr, E, k, a->norm_topk, false, true);
             }
-            const size_t hk1 = (size_t)(k + 1) * (size_t)Im;
-            const int per = (int)(room / hk1 < (size_t)nr ? room / hk1 : (size_t)nr);
+        } else {
+            const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
+            const tsc_weight gu[3] = {sg, su, sgw};
+            float *ys[3] = {sg1, sg2, q->gl};
+            const int ngu = g_sh ? 3 : 2;
+            if (!fuse_on() || !fused_linear(s, gu, ngu, u_, ys, nr)) {
+                flush(s);
+                const tsc_weight *ps[3] = {&sg, &su, &sgw};
+                lin_rows(c, ps, ngu, u_, ys, nr);
+            }
+            if (!pool) {
+                const tsc_weight rg[2] = {rw, sgw};
+                float *yr[2] = {lg_, q->gl};
+                block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk, !rfuse);
+            }
+            if (!g_sh && !g_rt) {
+                const tsc_weight *pg[1] = {&sgw};
+                float *yg[1] = {q->gl};
+                lin_rows(c, pg, 1, u_, yg, nr);
+            }
+            if (!shx) {
+                const tsc_weight *pd[1] = {&sd};
+                float *yd[1] = {shared};
+                pend_act &pa = q->pend;
+                pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
+                if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
+                    flush(s);
+                    lin_rows(c, pd, 1, a->b1, yd, nr);
+                }
+            }
+        }
+        /* the routed experts: all k slots at once, in sub-blocks of rows
+         * whose k (three-launch layer: k + 1) hidden rows each fit b1
+         * ([R, F]); slot by slot when not even one row's do (same values
+         * either way) */
+        if (hk <= room && dpx) {
+            /* 4-bit MLX experts: gate and up of the k slots (and the shared
+             * expert's as slot k: l3) as one stacked dp4a product into b1 /
+             * b2 ([m1][k * Im] each), then down over the hidden rows side by
+             * side, SwiGLU staged, the routing weights applied inside, and
+             * the shared expert either its last slot (l3: its hidden rows
+             * after the routed ones; shx: from b0) or combined in its store:
+             * t directly (q4dp.cu) */
+            const size_t hkr = l3 ? hk + (size_t)Im : hk;
+            const int per = (int)(room / hkr < (size_t)nr ? room / hkr : (size_t)nr);
             const tsc_weight *wgu[2] = {&g0, &u0}, *wsh[2] = {&sg, &su}, *wd[1] = {&d0};
             const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
             for (int r1 = 0; r1 < nr; r1 += per) {
@@ -2257,77 +2314,11 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 const q4dp_route rt = {lg_ + (size_t)r1 * E, E, a->norm_topk, q->r_ids + (size_t)r1 * k,
                                        q->r_wts + (size_t)r1 * k};
                 q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1,
-                         NULL, NULL, NULL, pool ? NULL : &rt, wsh);
-                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,
-                         q->gl + r1, yd1, m1, &sd);
-            }
-            continue;
-        }
-        /* the routes made by the gate/up launch below (its dp4a form) */
-        const bool rfuse = !pool && dpx && hk <= room && route_fuse_on() && q4dp_moe_route_takes(E, k);
-        const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
-        const tsc_weight gu[3] = {sg, su, sgw};
-        /* the shared expert as the routed down's last slot (shared_slot_on):
-         * its gate / up rows then wait in b0 ([nr][Is] each; b0 rows hold
-         * 2H) while the routed ones take b1 / b2. Taken or not by the
-         * shapes and the scratch's size, never by nr: a row's bits must not
-         * depend on how many rows share its pass (a streamed layer runs
-         * groups of a pass's rows; s22-run4 caught a first form that did) */
-        const bool shx = dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
-        float *sg1 = shx ? a->b0 : a->b1, *sg2 = shx ? a->b0 + (size_t)nr * Is : a->b2;
-        float *ys[3] = {sg1, sg2, q->gl};
-        const int ngu = g_sh ? 3 : 2;
-        if (!fuse_on() || !fused_linear(s, gu, ngu, u_, ys, nr)) {
-            flush(s);
-            const tsc_weight *ps[3] = {&sg, &su, &sgw};
-            lin_rows(c, ps, ngu, u_, ys, nr);
-        }
-        if (pool) {
-            /* the routes moe_route gave, as the pool's slots */
-            tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
-            tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
-        } else {
-            const tsc_weight rg[2] = {rw, sgw};
-            float *yr[2] = {lg_, q->gl};
-            block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk, !rfuse);
-        }
-        if (!g_sh && !g_rt) {
-            const tsc_weight *pg[1] = {&sgw};
-            float *yg[1] = {q->gl};
-            lin_rows(c, pg, 1, u_, yg, nr);
-        }
-        if (!shx) {
-            const tsc_weight *pd[1] = {&sd};
-            float *yd[1] = {shared};
-            pend_act &pa = q->pend;
-            pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
-            if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
-                flush(s);
-                lin_rows(c, pd, 1, a->b1, yd, nr);
-            }
-        }
-        /* the routed experts: all k slots at once, in sub-blocks of rows
-         * whose k hidden rows each fit b1 ([R, F]); slot by slot when not
-         * even one row's do (same values either way) */
-        if (hk <= room && dpx) {
-            /* 4-bit MLX experts: gate and up of the k slots as one stacked
-             * dp4a product into b1 / b2 ([m1][k * Im] each), then down over
-             * the k hidden rows side by side, SwiGLU staged, the routing
-             * weights applied inside, and the shared expert either its last
-             * slot (shx) or combined in its store: t directly (q4dp.cu) */
-            const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
-            for (int r1 = 0; r1 < nr; r1 += per) {
-                const int m1 = nr - r1 < per ? nr - r1 : per;
-                const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
-                const tsc_weight *wgu[2] = {&g0, &u0};
-                const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
-                float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
-                const q4dp_route rt = {lg_ + (size_t)r1 * E, E, a->norm_topk, q->r_ids + (size_t)r1 * k,
-                                       q->r_wts + (size_t)r1 * k};
-                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1,
-                         NULL, NULL, NULL, rfuse ? &rt : NULL);
-                const tsc_weight *wd[1] = {&d0};
-                if (shx)
+                         NULL, NULL, NULL, rfuse ? &rt : NULL, l3 ? wsh : NULL);
+                if (l3)
+                    q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,
+                             q->gl + r1, yd1, m1, &sd);
+                else if (shx)
                     q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,
                              q->gl + r1, yd1, m1, &sd, sg1 + (size_t)r1 * Is, sg2 + (size_t)r1 * Is);
                 else

@@ -308,13 +308,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
         /* the last block, after its products (every block has long staged by
          * then), once all have arrived: the outputs (q4dp.cu's write_outputs) */
         if (blockIdx.x != gridDim.x - 1) return;
-        if (threadIdx.x == 0) {
-            while (atomicOr(a.bar, 0u) < gridDim.x) __nanosleep(64);
-            atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
-        }
-        __syncthreads();
+        await_arrivals(a.bar);
         for (int i = 0; i < NR; i++)
-            for (int64_t j = threadIdx.x; j < a.cols; j += blockDim.x) {
+            for (int64_t j = threadIdx.x; j < a.cols; j += blockDim.x) { /* q4dp_impl.cuh's write_rows, norm mode */
                 const int64_t o = i * a.cols + j;
                 float v = a.x[o];
                 if (a.add) v = __fadd_rn(v, a.add[o]);

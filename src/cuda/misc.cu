@@ -193,6 +193,15 @@ extern "C" void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int
 
 struct amx_part { float v; int i; };
 
+/* The warp's best (value, index) in every lane, from each lane's (bv, bi) */
+__device__ __forceinline__ void warp_best(float &bv, int &bi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+}
+
 /* The best (value, index) of row x's elements [a, b) by the block's threads
  * (the larger value, then the lower index; NaN never better), returned to
  * thread 0; rv, ri: the warps' candidates */
@@ -203,11 +212,7 @@ __device__ __forceinline__ amx_part block_best(const float *xr, int a, int b, fl
         const float v = xr[e];
         if (better(v, e, bv, bi)) bv = v, bi = e;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
+    warp_best(bv, bi);
     if ((threadIdx.x & 31) == 0) rv[threadIdx.x >> 5] = bv, ri[threadIdx.x >> 5] = bi;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -275,11 +280,7 @@ __global__ void k_argmax_one(const float *x, int V, amx_part *part, unsigned *ba
             const int i = __ldcg(&pr[q].i);
             if (better(v, i, bv, bi)) bv = v, bi = i;
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-        }
+        warp_best(bv, bi);
         if (lane == 0) ids[row] = bi == 0x7fffffff ? 0 : bi;
     }
     if (threadIdx.x == 0) atomicExch(bar, 0u); /* ready for the next launch */

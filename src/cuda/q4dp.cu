@@ -255,10 +255,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
             }
         }
     }
+    /* XV: v = x + add, [cols], then the norm weights, after the digits */
+    float *xv = XV ? (float *)(sm + (stage_bytes(1, 1, a.cols) + 15) / 16) : nullptr;
     if constexpr (XV) {
         /* the norm weights (not the previous kernel's output) into shared
          * memory before the wait, while the block waits anyway */
-        float4 *nw4 = (float4 *)(sm + (stage_bytes(1, 1, a.cols) + 15) / 16) + a.cols / 4;
+        float4 *nw4 = (float4 *)xv + a.cols / 4;
         for (int f = threadIdx.x; f < a.cols / 4; f += blockDim.x) nw4[f] = __ldg((const float4 *)a.normw + f);
     }
     TSC_PDL_ENTRY();
@@ -269,7 +271,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         static_assert(NR == 1 && ND == 1, "XV: one row of 8-bit x");
         __shared__ float rnorm[1];
         __shared__ double nred[32];
-        float *xv = (float *)(sm + (stage_bytes(1, 1, a.cols) + 15) / 16); /* v = x + add, [cols], then normw */
         const double ss = row_ss4(a.x, a.add, xv, a.cols, nred);
         if (threadIdx.x == 0) rnorm[0] = rms_inv(ss, a.cols, a.eps);
         __syncthreads(); /* rnorm, xv and the norm weights */
@@ -958,29 +959,23 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
  * the second step's loads and address arithmetic were issued and thrown
  * away); the order of a lane's steps, and so the bits, are the same either
  * way */
-template <int ND, int EM>
-void launch_moe(tsc_ctx *c, const dx_args &a) {
+template <int ND, int EM, bool RT = false, bool SH = false>
+void launch_moe_u(tsc_ctx *c, const dx_args &a) {
     const int nsteps = (a.cols + 1023) >> 10;
     const size_t smem = stage_bytes(a.ntok, ND, a.cols);
+    if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, RT, SH>, a.nvb, smem, a);
+    else launch_grid(c, k_q4dp_moe<ND, 1, EM, RT, SH>, a.nvb, smem, a);
+}
+
+/* the form of k_q4dp_moe a pass takes: routes from the logits (RT) and the
+ * shared expert's slot (SH) in the gate/up launches that ask for them */
+template <int ND, int EM>
+void launch_moe(tsc_ctx *c, const dx_args &a) {
     if constexpr (EM == Q4DP_MOE_ROWS) {
-        if (a.rsdata[0]) { /* the shared slot (cu_moe's fused layer, with the routes) */
-            if (a.rlog) {
-                if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, true, true>, a.nvb, smem, a);
-                else launch_grid(c, k_q4dp_moe<ND, 1, EM, true, true>, a.nvb, smem, a);
-            } else {
-                if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, false, true>, a.nvb, smem, a);
-                else launch_grid(c, k_q4dp_moe<ND, 1, EM, false, true>, a.nvb, smem, a);
-            }
-            return;
-        }
-        if (a.rlog) {
-            if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, true>, a.nvb, smem, a);
-            else launch_grid(c, k_q4dp_moe<ND, 1, EM, true>, a.nvb, smem, a);
-            return;
-        }
+        if (a.rsdata[0]) return a.rlog ? launch_moe_u<ND, EM, true, true>(c, a) : launch_moe_u<ND, EM, false, true>(c, a);
+        if (a.rlog) return launch_moe_u<ND, EM, true>(c, a);
     }
-    if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, smem, a);
-    else launch_grid(c, k_q4dp_moe<ND, 1, EM>, a.nvb, smem, a);
+    launch_moe_u<ND, EM>(c, a);
 }
 
 /* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before

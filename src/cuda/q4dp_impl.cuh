@@ -203,11 +203,7 @@ __device__ __forceinline__ void arrive_outputs(const dp_args &a) {
 
 __device__ __forceinline__ void write_outputs(const dp_args &a, const float *rnorm, int nr) {
     if (blockIdx.x != (a.late ? gridDim.x - 1 : 0)) return;
-    if (threadIdx.x == 0) {
-        while (atomicOr(a.bar, 0u) < gridDim.x) __nanosleep(64);
-        atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
-    }
-    __syncthreads();
+    await_arrivals(a.bar);
     write_rows(a, rnorm, nr);
 }
 

@@ -113,7 +113,7 @@ __device__ __forceinline__ const dp_w &g_place(const dp_args &a, int vb, int war
 }
 
 /* RG: rows a warp (4, 2 or 1: g_rg's wave rule; a row's bits do not
- * depend on it); U: steps a round (launch_g1) */
+ * depend on it); U: steps a round (launch_gdp) */
 template <int NR, int WPT, int U, int RG>
 __global__ void __launch_bounds__(WARPS * 32) k_q4g(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][RG][NR];
@@ -567,14 +567,19 @@ void g_vbs(dp_args &a, int rg, bool mm) {
     a.nvb = nblk;
 }
 
-/* k_q4g's steps a round (U): a lane's bytes in flight, RG x U x WPT x 16,
- * about k_q4dp's one-row 128 (4 rows, U = 2 rounds of 16 bytes) */
-template <int WPT>
-void launch_g1(tsc_ctx *c, const dp_args &a, int rg, size_t smem) {
+/* k_q4g for a pass of NR = 1..4 rows. Its steps a round (U): a lane's
+ * bytes in flight, RG x U x WPT x 16, about k_q4dp's one-row 128 (4 rows,
+ * U = 2 rounds of 16 bytes). RG = 4 only to 2 rows (g_rg_n: each lane holds
+ * RG x NR x WPT integer parts and RG rows' unpacked words). */
+template <int NR, int WPT>
+void launch_gdp(tsc_ctx *c, const dp_args &a, int rg) {
     constexpr int U4 = WPT == 1 ? 2 : 1, U2 = WPT == 4 ? 1 : 2;
-    if (rg == 4) launch_grid(c, k_q4g<1, WPT, U4, 4>, a.nvb, smem, a, q4dp_bps());
-    else if (rg == 2) launch_grid(c, k_q4g<1, WPT, U2, 2>, a.nvb, smem, a, q4dp_bps());
-    else launch_grid(c, k_q4g<1, WPT, 2, 1>, a.nvb, smem, a, q4dp_bps());
+    const size_t smem = g_stage_bytes(NR, a.cols, a.group);
+    if constexpr (NR <= 2) {
+        if (rg == 4) return (void)launch_grid(c, k_q4g<NR, WPT, U4, 4>, a.nvb, smem, a, q4dp_bps());
+    }
+    if (rg >= 2) launch_grid(c, k_q4g<NR, WPT, U2, 2>, a.nvb, smem, a, q4dp_bps());
+    else launch_grid(c, k_q4g<NR, WPT, 2, 1>, a.nvb, smem, a, q4dp_bps());
 }
 
 /* k_q4gm's ring depth for a pass of nr rows: 4 slots, or 2, the deepest
@@ -623,21 +628,7 @@ void launch_gm(tsc_ctx *c, const dp_args &a) {
     else launch_gm_sf<WPT, NO, 2>(c, a);
 }
 
-/* k_q4g for a pass of NR = 2..4 rows: RG as the one-row pass's, at most 2
- * from 3 rows on (each lane holds RG x NR x WPT integer parts and RG
- * rows' unpacked words), U as launch_g1's for that RG */
-template <int NR, int WPT>
-void launch_gn(tsc_ctx *c, const dp_args &a, int rg) {
-    constexpr int U4 = WPT == 1 ? 2 : 1, U2 = WPT == 4 ? 1 : 2;
-    const size_t smem = g_stage_bytes(NR, a.cols, a.group);
-    if constexpr (NR == 2) {
-        if (rg == 4) return (void)launch_grid(c, k_q4g<NR, WPT, U4, 4>, a.nvb, smem, a, q4dp_bps());
-    }
-    if (rg >= 2) launch_grid(c, k_q4g<NR, WPT, U2, 2>, a.nvb, smem, a, q4dp_bps());
-    else launch_grid(c, k_q4g<NR, WPT, 2, 1>, a.nvb, smem, a, q4dp_bps());
-}
-
-/* rows a warp of k_q4g for a pass of nr rows (launch_gn) */
+/* rows a warp of k_q4g for a pass of nr rows (launch_gdp) */
 int g_rg_n(int rg, int nr) { return nr <= 2 || rg < 2 ? rg : 2; }
 
 /* The most rows a pass k_q4g takes (dp4a; k_q4gm above it): 2 by default,
@@ -659,12 +650,12 @@ int g_dp_max(void) {
 
 template <int WPT>
 void launch_g(tsc_ctx *c, const dp_args &a, int rg) {
-    if (a.nr == 1) launch_g1<WPT>(c, a, rg, g_stage_bytes(1, a.cols, a.group));
-    else if (a.nr <= g_dp_max()) {
+    if (a.nr <= g_dp_max()) { /* (1 <= g_dp_max() <= 4) */
         const int r = g_rg_n(rg, a.nr);
-        if (a.nr == 2) launch_gn<2, WPT>(c, a, r);
-        else if (a.nr == 3) launch_gn<3, WPT>(c, a, r);
-        else launch_gn<4, WPT>(c, a, r);
+        if (a.nr == 1) launch_gdp<1, WPT>(c, a, r);
+        else if (a.nr == 2) launch_gdp<2, WPT>(c, a, r);
+        else if (a.nr == 3) launch_gdp<3, WPT>(c, a, r);
+        else launch_gdp<4, WPT>(c, a, r);
     } else if (a.nr <= 8) launch_gm<WPT, 1>(c, a);
     else launch_gm<WPT, 2>(c, a);
 }
