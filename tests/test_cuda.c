@@ -1916,6 +1916,116 @@ TS_TEST(cuda, fused_products_dp4a) {
     free_hw(&h);
 }
 
+/* A dense FFN in two launches (tsc_ffn_swd: the gate/up launch also makes
+ * the down's digits, q4dp.cu's k_q4dp_sw) against the three-launch form
+ * (tsc_linear_addnorm or tsc_linear, then tsc_linear_swiglu_out with the
+ * digits made once) on the same inputs: the down's products, g = silu(g) *
+ * u, u, x (+= add in place) and the normed rows bit for bit, the group
+ * counters and the barrier back at 0 after every call. Shapes whose
+ * virtual blocks cover a group in 1..8 pieces (KS 1..8 from the gate's
+ * shape), groups of 32 / 64 / 128, bf16 and f16 scales, plain x and the
+ * norm with and without add, the XV staging; then the form's refusals
+ * (24-bit x, two rows, a down of other columns, no scratch). */
+TS_TEST(cuda, ffn_swd_same_bits) {
+    OPEN(c);
+    unsigned *bar = tsc_alloc(c, 256);
+    const unsigned zero[64] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
+    tsc_set_barrier(c, bar);
+    void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
+    tsc_set_digits(c, dgs, tsc_digits_ws_bytes());
+    const size_t swb = tsc_swd_ws_bytes();
+    void *sw = tsc_alloc(c, swb);
+    uint8_t *zb = calloc(1, swb);
+    tsc_write(c, sw, zb, swb);
+    free(zb);
+    tsc_set_swd(c, sw, swb);
+    static const struct { int64_t H, I; int group; ts_dtype sdt; } sh[] = {
+        {4096, 12288, 64, TS_DTYPE_BF16}, {1536, 4160, 32, TS_DTYPE_F16}, {512, 1024, 128, TS_DTYPE_BF16},
+        {2048, 384, 64, TS_DTYPE_F16}};
+    for (int v = 0; v < 4; v++) {
+        const int64_t H = sh[v].H, I = sh[v].I;
+        hw hg, hu, hd;
+        make_w(&hg, TS_DTYPE_U32, 4, sh[v].group, sh[v].sdt, I, H);
+        make_w(&hu, TS_DTYPE_U32, 4, sh[v].group, sh[v].sdt, I, H);
+        make_w(&hd, TS_DTYPE_U32, 4, sh[v].group, sh[v].sdt, H, I);
+        tsc_weight tg = desc(&hg.w), tu = desc(&hu.w), td = desc(&hd.w), wg, wu, wd;
+        tg.act_digits = tu.act_digits = td.act_digits = 1;
+        ts_error e;
+        setenv("TSC_Q4T", "0", 1);
+        CHECK_MSG(tsc_weight_upload(c, &tg, &wg, &e) == 0 && tsc_weight_upload(c, &tu, &wu, &e) == 0 &&
+                      tsc_weight_upload(c, &td, &wd, &e) == 0,
+                  "%s", e.msg);
+        unsetenv("TSC_Q4T");
+        CHECK_MSG(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 1) == 1, "shape %d: the two-launch form refused", v);
+        const tsc_weight *gu[2] = {&wg, &wu};
+        float *hx = malloc(sizeof(float) * H), *ha = malloc(sizeof(float) * H), *hn = malloc(sizeof(float) * H);
+        frand(hx, H, 3.0f), frand(ha, H, 1.0f), frand(hn, H, 1.0f);
+        float *x0 = up(c, hx, sizeof(float) * H), *da = up(c, ha, sizeof(float) * H), *dn = up(c, hn, sizeof(float) * H);
+        float *rx = tsc_alloc(c, sizeof(float) * H), *sx = tsc_alloc(c, sizeof(float) * H);
+        float *rn = tsc_alloc(c, sizeof(float) * H), *sn = tsc_alloc(c, sizeof(float) * H);
+        float *rg = tsc_alloc(c, sizeof(float) * I), *ru = tsc_alloc(c, sizeof(float) * I);
+        float *sg = tsc_alloc(c, sizeof(float) * I), *su = tsc_alloc(c, sizeof(float) * I);
+        float *ry = tsc_alloc(c, sizeof(float) * H), *sy = tsc_alloc(c, sizeof(float) * H);
+        for (int mode = 0; mode < 4; mode++) {
+            /* 0: plain x; 1: norm, x += add in place; 2: norm without add; 3: 1 on the XV staging */
+            const int norm = mode != 0, add = mode == 1 || mode == 3;
+            if (mode == 3) setenv("TSC_Q4DP_XV", "1", 1);
+            float *ry_[1] = {ry}, *rgu[2] = {rg, ru};
+            tsc_copy(c, rx, x0, sizeof(float) * H);
+            tsc_fill(c, rn, NAN, H);
+            if (norm) tsc_linear_addnorm(c, gu, 2, rx, add ? da : NULL, dn, 1e-6f, add ? rx : NULL, rn, rgu, 1);
+            else tsc_linear(c, gu, 2, rx, rgu, 1);
+            tsc_linear_swiglu_out(c, (const tsc_weight *[]){&wd}, 1, rg, ru, rg, ry_, 1);
+            tsc_copy(c, sx, x0, sizeof(float) * H);
+            tsc_fill(c, sn, NAN, H);
+            tsc_fill(c, sg, NAN, I), tsc_fill(c, su, NAN, I), tsc_fill(c, sy, NAN, H);
+            const int r = tsc_ffn_swd(c, &wg, &wu, &wd, sx, add ? da : NULL, norm ? dn : NULL, 1e-6f, add ? sx : NULL,
+                                      norm ? sn : NULL, sg, su, sy, 1);
+            unsetenv("TSC_Q4DP_XV");
+            SYNC_OK(c);
+            CHECK_MSG(r == 1, "shape %d mode %d: tsc_ffn_swd returned %d (1: two launches)", v, mode, r);
+            const struct { const float *a, *b; int64_t n; const char *what; } cmp[] = {
+                {ry, sy, H, "the down's products"}, {rg, sg, I, "silu(g) * u"}, {ru, su, I, "u"},
+                {rx, sx, H, "x"}, {rn, sn, norm ? H : 0, "the normed rows"}};
+            for (int k = 0; k < 5; k++) {
+                if (!cmp[k].n) continue;
+                float *a = down(c, cmp[k].a, (size_t)cmp[k].n), *b = down(c, cmp[k].b, (size_t)cmp[k].n);
+                CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)cmp[k].n),
+                          "shape %d (%lld x %lld, group %d) mode %d: %s differ from the three-launch form's (max %.3g)",
+                          v, (long long)H, (long long)I, sh[v].group, mode, cmp[k].what,
+                          ts_test_max_abs(a, b, (size_t)cmp[k].n));
+                free(a), free(b);
+            }
+            const int ng = (int)(I / sh[v].group);
+            unsigned *ctr = malloc(sizeof(unsigned) * (size_t)ng), cb = 1;
+            tsc_read(c, ctr, sw, sizeof(unsigned) * (size_t)ng);
+            tsc_read(c, &cb, bar, sizeof cb);
+            int nz = 0;
+            for (int k = 0; k < ng; k++) nz += ctr[k] != 0;
+            CHECK_MSG(nz == 0 && cb == 0, "shape %d mode %d: %d group counters and the barrier (%u) not back at 0", v,
+                      mode, nz, cb);
+            free(ctr);
+        }
+        /* the refusals */
+        wd.act_digits = 3;
+        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 1) == 0); /* 24-bit x */
+        wd.act_digits = 1;
+        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 2) == 0); /* two rows */
+        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wg, 1) == 0); /* a "down" of the gate's columns */
+        tsc_set_swd(c, NULL, 0);
+        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 1) == 0); /* no scratch */
+        tsc_set_swd(c, sw, swb);
+        float *fs[] = {x0, da, dn, rx, sx, rn, sn, rg, ru, sg, su, ry, sy};
+        for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++) tsc_free(c, fs[k]);
+        tsc_weight_free(c, &wg), tsc_weight_free(c, &wu), tsc_weight_free(c, &wd);
+        free(hx), free(ha), free(hn);
+        free_hw(&hg), free_hw(&hu), free_hw(&hd);
+    }
+    tsc_free(c, bar), tsc_free(c, dgs), tsc_free(c, sw);
+    tsc_close(c);
+}
+
 /* The plain kernel's norm form (tsc_linear_addnorm on bf16 / f16 / f32 /
  * 8-bit weights: a MoE layer's router takes its input's norm so): the
  * products equal tsc_add_rmsnorm + tsc_linear bit for bit, and so do x_out

@@ -597,6 +597,60 @@ TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
     CHECK(ran == 2);
 }
 
+/* The SwiGLU form in the engine (TSC_Q4DP_SWD=1: a dense FFN's gate/up
+ * launch makes the down's digits; backend.cu, defer_gu) against the
+ * default form, on the default model and tiny-dense at INT4 with 8-bit x
+ * (the form's numerics): the prompt's logits fed a row at a time (the
+ * decode kernels) bit for bit, the greedy tokens equal, and in the decode
+ * graph one kernel fewer a dense layer on the default model (so the form
+ * ran; tiny-dense's 128-column layers may not fit the 4-bit products, and
+ * then nothing changes). */
+TS_TEST(cuda_engine, ffn_swd_same_bits_fewer_launches) {
+    NEED_GPU();
+    enum { NP = 16, NG = 24 };
+    static const char *const names[] = {"default", "tiny-dense"};
+    int32_t ids[NP];
+    spread_ids(ids, NP, 389, 7);
+    for (int m = 0; m < 2; m++) {
+        char dir[512];
+        if (make_install(names[m], 4, dir, sizeof dir)) continue;
+        ts_error err = {0};
+        ts_engine *eg = NULL;
+        if (open_bits(dir, "cuda", 8, &eg, &err)) {
+            ts_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
+            continue;
+        }
+        const size_t V = (size_t)eg->model.cfg.vocab;
+        float *la = malloc(sizeof(float) * NP * V), *lb = malloc(sizeof(float) * NP * V);
+        setenv("TSC_Q4DP_SWD", "0", 1);
+        int rc = prompt_logits(eg, ids, NP, 1, lb, &err);
+        setenv("TSC_Q4DP_SWD", "1", 1);
+        rc = rc || prompt_logits(eg, ids, NP, 1, la, &err);
+        unsetenv("TSC_Q4DP_SWD");
+        CHECK_MSG(!rc, "%s: %s", dir, err.msg);
+        CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V), "%s: SwiGLU form's logits differ (max %.3g)", dir,
+                  rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)NP * V));
+        int32_t ta[NG], tb[NG];
+        int kern[2] = {0, 0};
+        for (int f = 0; f < 2; f++) {
+            rc = decode_with_env(eg, "TSC_Q4DP_SWD", f ? "0" : "1", ids, 8, f ? tb : ta, NG, &kern[f], &err);
+            CHECK_MSG(!rc, "%s: generate (form %d): %s", dir, f, err.msg);
+        }
+        CHECK_MSG(!memcmp(ta, tb, sizeof ta), "%s: greedy tokens differ between the SwiGLU form and the default", dir);
+        const int layers = eg->model.cfg.n_layers, fewer = kern[1] - kern[0];
+        if (m == 0)
+            CHECK_MSG(kern[0] > 0 && fewer == layers, "%s: decode graph kernels %d (SwiGLU form) against %d: expected %d fewer",
+                      dir, kern[0], kern[1], layers);
+        else
+            CHECK_MSG(kern[0] > 0 && (fewer == layers || fewer == 0), "%s: decode graph kernels %d against %d", dir,
+                      kern[0], kern[1]);
+        fprintf(stderr, "  %-40s SwiGLU form: same bits (%d prompt rows, %d greedy tokens); decode graph %d kernels "
+                "against %d\n", dir, NP, NG, kern[0], kern[1]);
+        free(la), free(lb);
+        ts_engine_close(eg);
+    }
+}
+
 TS_TEST(cuda_engine, determinism_same_prompt_and_seed) {
     NEED_GPU();
     ts_error err = {0};

@@ -338,7 +338,11 @@ static void step(int n, int fused) {
         if (!S->E) {
             const tsc_weight *wf[2] = {&y->gate, &y->up};
             b += wb(&y->gate) + wb(&y->up) + wb(&y->down);
-            if (fused) {
+            if (fused && cb_env("TSC_Q4DP_SWD") == 1 && tsc_ffn_swd_takes(C, &y->gate, &y->up, &y->down, n)) {
+                /* the engine's SwiGLU form (backend.cu, swd_on): two launches */
+                tsc_ffn_swd(C, &y->gate, &y->up, &y->down, X[cur], T, y->post_norm, 1e-6f, X[cur ^ 1], NULL, G, UP, T, n);
+                cur ^= 1;
+            } else if (fused) {
                 tsc_linear_addnorm(C, wf, 2, X[cur], T, y->post_norm, 1e-6f, X[cur ^ 1], NULL, (float *[]){G, UP}, n);
                 cur ^= 1;
                 tsc_linear_swiglu(C, (const tsc_weight *[]){&y->down}, 1, G, UP, &T, n);
@@ -608,6 +612,11 @@ int main(int argc, char **argv) {
             tsc_write(C, bar, zero, sizeof zero);
             tsc_set_barrier(C, bar);
             tsc_set_digits(C, tsc_alloc(C, tsc_digits_ws_bytes()), tsc_digits_ws_bytes()); /* as the engine's streams */
+            /* and the SwiGLU form's scratch, zeroed (TSC_Q4DP_SWD=1 below) */
+            const size_t swb = tsc_swd_ws_bytes();
+            void *sw = tsc_alloc(C, swb), *z = calloc(1, swb);
+            if (sw && z) tsc_write(C, sw, z, swb), tsc_set_swd(C, sw, swb);
+            free(z);
         }
         if (!PROBE) {
             char name[128];

@@ -206,6 +206,20 @@ struct pend_act {
     size_t N; /* swiglu elements */
 };
 
+/* A dense FFN's gate/up product held back by one op (swd_on): when the
+ * next ops are the SwiGLU of its two outputs and the down product of that,
+ * the three run as tsc_ffn_swd (two launches: the gate/up launch makes the
+ * down's digits); any other op launches it as cu_linear would have (flush).
+ * pn: the pending norm it took over (kind PEND_NONE: none). */
+struct defer_gu {
+    bool on;
+    tsc_weight dw[2];
+    const float *x;
+    float *y[2];
+    int n;
+    pend_act pn;
+};
+
 struct cu_stream {
     ts_stream base;
     tsc_ctx *c;
@@ -237,6 +251,7 @@ struct cu_stream {
     int last_kernels;
     int capturing;
     pend_act pend; /* a norm or SwiGLU not yet launched (see flush) */
+    defer_gu dgu;  /* a gate/up product not yet launched (see defer_gu) */
     /* prompt chunks (streams of more than RB rows; NULL otherwise): the
      * tensor-core products' staging (gemm_bytes), a chunk MoE's routes and
      * its maps (maps_n ints): see layout_of */
@@ -282,7 +297,7 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, att_multi, gemm, route, maps, wy, blas, total;
+    size_t step, rids, rwts, gl, dg, swd, amx_ws, amx_ids, amx_prob, att_small, att_multi, gemm, route, maps, wy, blas, total;
 };
 
 /* A chunk MoE's row tiles of one slot at most (a partial tile per expert
@@ -329,6 +344,7 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.rwts = o, o += al256(sizeof(float) * RB * TOPK_MAX);
     l.gl = o, o += al256(sizeof(float) * RB + sizeof(unsigned)); /* + the fused products' counter (tsc_set_barrier) */
     l.dg = o, o += al256(tsc_digits_ws_bytes()); /* the products' staged digits (tsc_set_digits) */
+    l.swd = o, o += al256(tsc_swd_ws_bytes());   /* the SwiGLU form's counters and digits (tsc_set_swd) */
     l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
     l.amx_prob = o, o += al256(sizeof(float) * RB);
@@ -467,7 +483,10 @@ bool fuse_on() {
  * asked for. */
 __global__ void k_add2d(float *x, int64_t ldx, const float *add, int dim, int n); /* below */
 
+void launch_dgu(ts_stream *s); /* below */
+
 void flush(ts_stream *s) {
+    if (((cu_stream *)s)->dgu.on) launch_dgu(s); /* (the op it held came before the pending one) */
     pend_act &p = ((cu_stream *)s)->pend;
     if (p.kind == PEND_NONE) return;
     const int k = p.kind;
@@ -947,6 +966,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->gl = (float *)(w + l.gl);
     tsc_set_barrier(q->c, (unsigned *)(q->gl + RB)); /* zeroed above with the workspace */
     tsc_set_digits(q->c, w + l.dg, tsc_digits_ws_bytes());
+    tsc_set_swd(q->c, w + l.swd, tsc_swd_ws_bytes()); /* its counters zeroed above */
     q->amx_ws = w + l.amx_ws;
     q->amx_ids = (int32_t *)(w + l.amx_ids);
     q->amx_prob = (float *)(w + l.amx_prob);
@@ -1151,16 +1171,12 @@ void lin_rows(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, fl
     }
 }
 
-/* The pending norm or SwiGLU staged by this product when it reads the
- * pending op's output and its weights take the fused dp4a kernel (one run
- * of one format, up to TSC_LIN_MAX, n <= RB rows); true when launched. The
- * fused kernels give the bits of the two kernels they replace (q4dp.cu). */
-bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n,
-                  bool plain_norm = false) {
-    pend_act &p = ST(s)->pend;
-    /* plain_norm: a pending norm also into the plain kernel's products (a
-     * MoE layer's bf16 router, cu_moe's fused layer; linear.cu, k_linear's
-     * norm form) */
+/* Whether the pending norm or SwiGLU can be staged by this product (it
+ * reads the pending op's output and its weights take a fused kernel: the
+ * dp4a one, or plain_norm's below; one run of one format, up to
+ * TSC_LIN_MAX, n <= RB rows). */
+bool fuse_takes(ts_stream *s, const tsc_weight *dw, int nw, const float *x, int n, bool plain_norm) {
+    const pend_act &p = ST(s)->pend;
     const bool dp = q4dp_takes(&dw[0]);
     const bool takes = dp || (plain_norm && p.kind == PEND_NORM && tsc_linear_norm_takes(&dw[0]));
     if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB || !takes) return false;
@@ -1171,11 +1187,98 @@ bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, fl
     if ((((uintptr_t)p.x | (uintptr_t)p.y | (uintptr_t)(p.add ? p.add : p.x) | (uintptr_t)(p.u ? p.u : p.x)) & 15) != 0)
         return false;
     if (!dp && ((uintptr_t)p.w & 15) != 0) return false;
-    const tsc_weight *pw[TSC_LIN_MAX];
-    for (int i = 0; i < nw; i++) {
+    for (int i = 0; i < nw; i++)
         if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
-        pw[i] = &dw[i];
+    return true;
+}
+
+/* The SwiGLU form (TSC_Q4DP_SWD=1): a dense FFN's gate/up launch also makes
+ * the down's digits (q4dp.cu, k_q4dp_sw; tsc_ffn_swd), two launches where
+ * the fused products take three, the same bits. The backend sees the FFN
+ * as three ops (linear, swiglu, linear), so the gate/up product is held
+ * back (defer_gu) until the next op shows whether the other two follow.
+ * Opt-in until a GPU run has measured it (written in session 25 without
+ * one; bench/cuda/s25-run1/command.sh). Read at every op. */
+bool swd_on() {
+    const char *e = getenv("TSC_Q4DP_SWD");
+    return e && e[0] == '1';
+}
+
+/* Hold a dense FFN's gate/up product (two weights of one shape, one row)
+ * instead of launching it, taking over the pending norm it would stage;
+ * true when held. */
+bool hold_gu(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
+    cu_stream *q = ST(s);
+    if (!swd_on() || !fuse_on() || nw != 2 || n != 1 || q->dgu.on || dw[0].rows != dw[1].rows ||
+        !tsc_linear_one_launch(&dw[1], &dw[0]) || (((uintptr_t)y[0] | (uintptr_t)y[1]) & 15))
+        return false;
+    if (q->pend.kind != PEND_NONE && !(q->pend.kind == PEND_NORM && fuse_takes(s, dw, nw, x, n, false))) return false;
+    defer_gu &d = q->dgu;
+    d.on = true;
+    d.dw[0] = dw[0], d.dw[1] = dw[1];
+    d.x = x, d.y[0] = y[0], d.y[1] = y[1], d.n = n;
+    d.pn = q->pend;
+    q->pend.kind = PEND_NONE;
+    return true;
+}
+
+bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n,
+                  bool plain_norm = false);
+void rows_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
+
+/* The held gate/up launched as cu_linear would have launched it (its norm
+ * staged), ahead of whatever is pending after it, which stays pending */
+void launch_dgu(ts_stream *s) {
+    cu_stream *q = ST(s);
+    defer_gu &d = q->dgu;
+    d.on = false;
+    if (dead(s)) return;
+    const pend_act after = q->pend;
+    q->pend = d.pn;
+    if (!fused_linear(s, d.dw, 2, d.x, d.y, d.n)) {
+        const tsc_weight *pw[2] = {&d.dw[0], &d.dw[1]};
+        rows_linear(q->c, pw, 2, d.x, d.y, d.n);
     }
+    q->pend = after;
+}
+
+/* The down product of a held gate/up's SwiGLU: the three ops as
+ * tsc_ffn_swd; true when it took them */
+bool ffn_swd(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
+    cu_stream *q = ST(s);
+    defer_gu &d = q->dgu;
+    pend_act &p = q->pend;
+    if (nw != 1 || p.kind != PEND_SWIGLU || x != d.y[0] || p.x != d.y[0] || p.u != d.y[1] || n != d.n ||
+        !tsc_ffn_swd_takes(q->c, &d.dw[0], &d.dw[1], &dw[0], n))
+        return false;
+    d.on = false, p.kind = PEND_NONE;
+    const pend_act &m = d.pn;
+    if (m.kind == PEND_NORM) /* as fused_linear stages it: x += add in place (when add), the normed rows beside */
+        tsc_ffn_swd(q->c, &d.dw[0], &d.dw[1], &dw[0], m.x, m.add, m.w, m.eps, m.add ? m.x : NULL, m.y, d.y[0], d.y[1],
+                    y[0], n);
+    else
+        tsc_ffn_swd(q->c, &d.dw[0], &d.dw[1], &dw[0], d.x, NULL, NULL, 0.f, NULL, NULL, d.y[0], d.y[1], y[0], n);
+    return true;
+}
+
+/* The pending norm or SwiGLU staged by this product when fuse_takes; true
+ * when launched. The fused kernels give the bits of the two kernels they
+ * replace (q4dp.cu). A held gate/up (defer_gu) goes first: with this
+ * product as its FFN's down, the three ops in two launches (ffn_swd); else
+ * launched as it is. */
+bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n,
+                  bool plain_norm) {
+    if (ST(s)->dgu.on) {
+        if (ffn_swd(s, dw, nw, x, y, n)) return true;
+        launch_dgu(s);
+    }
+    pend_act &p = ST(s)->pend;
+    /* plain_norm: a pending norm also into the plain kernel's products (a
+     * MoE layer's bf16 router, cu_moe's fused layer; linear.cu, k_linear's
+     * norm form) */
+    if (!fuse_takes(s, dw, nw, x, n, plain_norm)) return false;
+    const tsc_weight *pw[TSC_LIN_MAX];
+    for (int i = 0; i < nw; i++) pw[i] = &dw[i];
     tsc_ctx *c = ST(s)->c;
     const int k = p.kind;
     p.kind = PEND_NONE;
@@ -1244,6 +1347,7 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
     if (nw > TS_LINEAR_MANY_MAX) { fail(s, TS_E_ARG, "linear: too many weights"); return; }
     for (int i = 0; i < nw; i++)
         if (!dev_w(s, w[i], &dw[i])) return;
+    if (hold_gu(s, dw, nw, x, y, n)) return;
     if (fused_linear(s, dw, nw, x, y, n)) return;
     flush(s);
     /* one launch per run of weights that share the products' format */
@@ -1344,7 +1448,10 @@ void cu_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, co
 void cu_swiglu(ts_stream *s, ts_mode m, float *g, const float *u, size_t N) {
     op_timer opt_(s, OPT_NORM);
     if (dead(s)) return;
-    flush(s);
+    /* the SwiGLU of a held gate/up's outputs stays pending beside it (defer_gu) */
+    const defer_gu &d = ST(s)->dgu;
+    if (!(d.on && ST(s)->pend.kind == PEND_NONE && g == d.y[0] && u == d.y[1] && N == (size_t)d.n * (size_t)d.dw[0].rows))
+        flush(s);
     if (fuse_on()) {
         pend_act &p = ST(s)->pend;
         p.kind = PEND_SWIGLU, p.x = g, p.u = u, p.N = N;

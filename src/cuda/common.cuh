@@ -32,6 +32,10 @@ struct tsc_ctx {
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
     size_t dg_bytes;
+    unsigned *swc; /* the SwiGLU form's group counters (tsc_set_swd; q4dp.cu, k_q4dp_sw), NULL: none */
+    int swc_n;
+    void *swdg; /* and where it stages the down's digits */
+    size_t swdg_bytes;
     void *blas; /* the cuBLAS handle of the prompt products (blas.cu), made on first use */
 };
 

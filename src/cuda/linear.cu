@@ -447,6 +447,34 @@ extern "C" void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw
     q4t_linear(c, w, nw, Q4T_XM_SWIGLU, g, u, NULL, 0.f, NULL, NULL, y, n);
 }
 
+extern "C" int tsc_ffn_swd_takes(tsc_ctx *c, const tsc_weight *gate, const tsc_weight *up, const tsc_weight *down, int n) {
+    return c && !c->err_code && c->bar && tsc_linear_one_launch(up, gate) && q4dp_sw_takes(c, gate, up, down, n);
+}
+
+extern "C" int tsc_ffn_swd(tsc_ctx *c, const tsc_weight *gate, const tsc_weight *up, const tsc_weight *down,
+                           const float *x, const float *add, const float *norm_w, float eps, float *x_out, float *u_out,
+                           float *g, float *u, float *y, int n) {
+    if (!c || c->err_code) return -1;
+    const tsc_weight *gu[2] = {gate, up};
+    if (lin_check(c, "tsc_ffn_swd", gu, 2, n) || lin_check(c, "tsc_ffn_swd", &down, 1, n)) return -1;
+    if (!tsc_ffn_swd_takes(c, gate, up, down, n)) {
+        tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_ffn_swd: the weights or the row count do not fit (tsc_ffn_swd_takes)");
+        return -1;
+    }
+    if (((uintptr_t)g | (uintptr_t)u) & 15) {
+        tsc_fail_(c, TS_E_ARG, "tsc_ffn_swd: g and u must be 16-byte aligned");
+        return -1;
+    }
+    const int xm = norm_w ? Q4DP_XM_NORM : Q4DP_XM_PLAIN;
+    if (q4dp_ffn_sw(c, gu, down, xm, x, add, norm_w, eps, add ? x_out : NULL, u_out, g, u, y)) return c->err_code ? -1 : 1;
+    /* a benchmark switch picked another kernel: the three-launch form */
+    float *const yy[2] = {g, u};
+    if (norm_w) tsc_linear_addnorm(c, gu, 2, x, add, norm_w, eps, x_out, u_out, yy, n);
+    else tsc_linear(c, gu, 2, x, yy, n);
+    tsc_linear_swiglu_out(c, &down, 1, g, u, g, &y, n);
+    return c->err_code ? -1 : 0;
+}
+
 extern "C" int tsc_linear_norm_takes(const tsc_weight *w) {
     return w->layout == TSC_LAYOUT_MLX && !q4dp_takes(w) && w->cols % 32 == 0 &&
            (size_t)4 * w->cols * sizeof(float) <= XS_MAX;

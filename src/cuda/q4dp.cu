@@ -207,6 +207,96 @@ __device__ __forceinline__ void xv_stage(const dp_args &a, const float *xv, floa
     }
 }
 
+/* ---- The down's digits made by the gate/up launch (k_q4dp_sw) ----
+ *
+ * Why. A dense FFN is three launches at one row: gate/up (its norm staged
+ * in its blocks), k_stage_digits (silu(g) * u and its digits, "Digits once"
+ * in q4dp_impl.cuh), the down. The middle one is a latency chain between
+ * two full-grid hand-offs: 32 of them a 9B step, each on the step's
+ * critical path (the s16 / s19 traces: the down's blocks are released only
+ * once it ends). Here the gate/up launch makes the down's digits itself:
+ * after its last virtual block a block adds, per quantization group of the
+ * down's columns (G rows of gate and G of up), the rows it wrote to the
+ * group's counter; the block whose addition completes a group (2 G rows)
+ * makes that group's silu(g) * u (written over g, the SwiGLU op's output)
+ * and its digits (stage_word, as k_stage_digits does: the same values, the
+ * same bits), a warp a group. The down then copies the staged digits as it
+ * does after k_stage_digits. One launch and one hand-off fewer a layer; the
+ * cost: the arrivals (a fence and an atomic a (virtual block, group), in
+ * parallel over a block's threads, once a block) and the last groups'
+ * finishing in the launch's tail.
+ * Floors: the finishing reads 8 bytes a column from L2 and writes 5 (~0.16
+ * MB a 9B layer over the grid), nothing against the gate/up's 56 MB; the
+ * last group's chain (the arrival's round trip, two L2 loads, the max
+ * shuffle, the stores) ~1.5 us in the tail. Prediction: -1.5..-2 us a dense
+ * layer: the 9B step 2.02 -> ~1.96-1.97 ms, the default model (8 layers)
+ * -12..-16 us of its ~290 us step. Written in session 25 without a GPU;
+ * not yet measured (TSC_Q4DP_SWD=1 turns it on in the engine). */
+template <int NR, int ND>
+__device__ __forceinline__ void sw_finish(const dp_args &a) {
+    __shared__ int nfin;
+    __shared__ int fin[WARPS * 32];
+    const int G = a.swg, gw = G >> 3;
+    const int64_t rows = a.w[0].rows; /* gate's = up's (q4dp_ffn_sw) */
+    const int nch = (int)(rows >> 5), tst = 2 * ND * nch;
+    float2 *xsb = (float2 *)(a.swdg + (size_t)NR * tst);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* a virtual block has at most R * WARPS = 32 <= G rows, so two groups
+     * at most: pairs (the block's k-th virtual block, its first or second
+     * group) */
+    const int npair = 2 * ((a.nvb - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x);
+    for (int p0 = 0; p0 < npair; p0 += blockDim.x) { /* uniform */
+        if (threadIdx.x == 0) nfin = 0;
+        __syncthreads(); /* every thread's products are stored (rows_store) */
+        const int p = p0 + (int)threadIdx.x;
+        if (p < npair) {
+            const int vb = (int)blockIdx.x + (p >> 1) * (int)gridDim.x;
+            int wi = 0;
+            while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+            const dp_w &w = a.w[wi];
+            const int64_t rpb = (int64_t)R * (WARPS / w.ks), r0 = (int64_t)(vb - w.blk0) * rpb;
+            const int64_t r1 = r0 + rpb < w.rows ? r0 + rpb : w.rows, g = r0 / G + (p & 1);
+            const int64_t lo = r0 > g * G ? r0 : g * G, hi = r1 < (g + 1) * G ? r1 : (g + 1) * G;
+            if (hi > lo) {
+                const unsigned cnt = (unsigned)(hi - lo);
+                /* release: the block's stores (before this thread's, by the
+                 * barrier) ahead of the arrival */
+                __threadfence();
+                if (atomicAdd(&a.swc[g], cnt) + cnt == (unsigned)(a.nw * G)) {
+                    atomicExch(&a.swc[g], 0u); /* ready for the next launch */
+                    __threadfence();           /* acquire: every block's rows of g */
+                    fin[atomicAdd(&nfin, 1)] = (int)g;
+                }
+            }
+        }
+        __syncthreads();
+        for (int e = warp; e < nfin; e += WARPS) {
+            const int g = fin[e], wd = g * gw + lane;
+            const bool on = lane < gw;
+            for (int i = 0; i < NR; i++) {
+                float v[8];
+                if (on) {
+                    float *gp = a.w[0].y + (int64_t)i * rows + 8 * wd;
+                    const float *up = a.w[1].y + (int64_t)i * rows + 8 * wd;
+                    const float4 g0 = __ldcg((const float4 *)gp), g1 = __ldcg((const float4 *)gp + 1);
+                    const float4 u0 = __ldcg((const float4 *)up), u1 = __ldcg((const float4 *)up + 1);
+                    const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+                    const float uv[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+                    for (int j = 0; j < 8; j++) v[j] = silu_mul_f(gv[j], uv[j]);
+                    *(float4 *)gp = make_float4(v[0], v[1], v[2], v[3]);
+                    *((float4 *)gp + 1) = make_float4(v[4], v[5], v[6], v[7]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 8; j++) v[j] = 0.f;
+                }
+                stage_word<ND, false>(v, on, i, on ? wd : 0, nch, gw, a.swdg, xsb, tst, 0);
+            }
+        }
+        __syncthreads(); /* nfin and fin are reused */
+    }
+}
+
 /* XV (one row, 8-bit x, the norm mode, no digits made once; opt-in,
  * TSC_Q4DP_XV=1, xv_takes): x + add kept in shared memory by the sum of
  * squares (row_ss4's xo) and staged from there, where the default reads x
@@ -219,8 +309,9 @@ __device__ __forceinline__ void xv_stage(const dp_args &a, const float *xv, floa
  * resident 3-10 us anyway). The same operations on the same values: the
  * same bits (the fused tests compare). Written in session 24 without a
  * GPU; not yet measured. */
-template <int NR, int ND, int U, bool PRE = false, bool XV = false>
-__global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
+/* k_q4dp's body; SW: k_q4dp_sw's epilogue (sw_finish) after the products */
+template <int NR, int ND, int U, bool PRE, bool XV, bool SW>
+__device__ __forceinline__ void q4dp_run(const dp_args &a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
     Q4DP_TRACE(0);
@@ -316,7 +407,20 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
+    if constexpr (SW) sw_finish<NR, ND>(a);
     Q4DP_TRACE(3);
+}
+
+template <int NR, int ND, int U, bool PRE = false, bool XV = false>
+__global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
+    q4dp_run<NR, ND, U, PRE, XV, false>(a);
+}
+
+/* k_q4dp that also makes the down's digits (see sw_finish): the gate/up of
+ * an FFN, one row of 8-bit x (q4dp_ffn_sw) */
+template <int NR, int ND, int U, bool XV>
+__global__ void __launch_bounds__(WARPS * 32) k_q4dp_sw(const __grid_constant__ dp_args a) {
+    q4dp_run<NR, ND, U, false, XV, true>(a);
 }
 
 /* ---- the weights through a cp.async ring (k_q4dp_as) ----
@@ -1101,6 +1205,9 @@ bool xv_takes(const dp_args &a) {
     return ((((uintptr_t)a.x | (uintptr_t)(a.add ? a.add : a.x) | (uintptr_t)a.normw) & 15) == 0);
 }
 
+/* XV's dynamic shared memory: the digits, then x + add and the norm weights */
+size_t xv_smem(int cols) { return ((stage_bytes(1, 1, cols) + 15) & ~(size_t)15) + 2 * (size_t)cols * sizeof(float); }
+
 template <int NR, int ND, int U>
 void launch(tsc_ctx *c, const dp_args &a0) {
     const dp_args *ap = &a0;
@@ -1121,8 +1228,7 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     }
     if constexpr (NR == 1 && ND == 1) {
         if (!grid && xv_takes(a)) {
-            const size_t sx = ((stage_bytes(1, 1, a.cols) + 15) & ~(size_t)15) + 2 * (size_t)a.cols * sizeof(float);
-            grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, sx, a, q4dp_bps());
+            grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, xv_smem(a.cols), a, q4dp_bps());
         }
     }
     if constexpr (NR == 1) {
@@ -1304,9 +1410,73 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
     }
 }
 
+/* k_q4dp's virtual blocks over the launch's weights (KS, blk0 of each,
+ * nvb) and U for its one-row passes */
+int plan_blocks(const tsc_ctx *c, dp_args &a, const tsc_weight *const *w, int nw, int nd) {
+    const int cols = a.cols;
+    int nblk = 0;
+    int64_t steps = 0; /* warp steps of the launch */
+    for (int i = 0; i < nw; i++) {
+        dp_w &lw = a.w[i];
+        lw.ks = pick_ks(w[i]->rows, cols, c->n_sm);
+        lw.blk0 = nblk;
+        const int64_t rpb = (int64_t)R * (WARPS / lw.ks);
+        const int64_t vbs = (lw.rows + rpb - 1) / rpb;
+        nblk += (int)vbs;
+        steps += vbs * WARPS * ((((int64_t)cols + 1023) / 1024 + lw.ks - 1) / lw.ks);
+    }
+    a.nvb = nblk;
+    /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
+    return pick_u((int)(steps / ((int64_t)q4dp_bps() * WARPS * c->n_sm)), nd);
+}
+
 } // namespace
 
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
+
+/* the down's digits area of the SwiGLU form: one row of up to SW_COLS
+ * columns; its group counters: groups of 32 or more over those columns */
+constexpr int SW_COLS = 65536;
+constexpr int SW_CTRS = SW_COLS / 32;
+extern "C" size_t tsc_swd_ws_bytes(void) {
+    return al256(sizeof(unsigned) * SW_CTRS) + al256(stage_bytes(1, 1, SW_COLS));
+}
+extern "C" void tsc_set_swd(tsc_ctx *c, void *dev, size_t bytes) {
+    if (!c) return;
+    c->swc = NULL, c->swdg = NULL, c->swdg_bytes = 0;
+    const size_t cb = al256(sizeof(unsigned) * SW_CTRS);
+    if (!dev || bytes < cb + stage_bytes(1, 1, 1024)) return;
+    c->swc = (unsigned *)dev, c->swc_n = SW_CTRS;
+    c->swdg = (uint8_t *)dev + cb, c->swdg_bytes = bytes - cb;
+}
+
+bool q4dp_sw_takes(const tsc_ctx *c, const tsc_weight *g, const tsc_weight *u, const tsc_weight *d, int n) {
+    if (n != 1 || !c->swc || !c->swdg || !q4dp_takes(g) || !q4dp_takes(u) || !q4dp_takes(d)) return false;
+    const tsc_weight *all[3] = {g, u, d};
+    for (int i = 0; i < 3; i++)
+        if (all[i]->act_digits != 1) return false; /* 8-bit x: the kernel's ND */
+    if (u->rows != g->rows || u->cols != g->cols || d->cols != g->rows) return false;
+    /* the forms q4dp_linear_staged would take instead of k_q4dp */
+    if (mm_takes(g) || mm_takes(d) || q4g_takes(all, 2, 1) || q4g_takes(all + 2, 1, 1) || q4dp_pre()) return false;
+    return g->rows / d->group <= c->swc_n && stage_bytes(1, 1, (int)g->rows) <= c->swdg_bytes;
+}
+
+bool q4dp_ffn_sw(tsc_ctx *c, const tsc_weight *const *gu, const tsc_weight *down, int xm, const float *x, const float *add,
+                 const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y) {
+    if (!q4dp_sw_takes(c, gu[0], gu[1], down, 1)) return false;
+    dp_args a;
+    dp_setup(a, gu, 2, xm, norm_w, NULL, eps, c->bar);
+    if (plan_blocks(c, a, gu, 2, 1) != 2 || as_takes(a, gu, 2, 1, 1)) return false; /* benchmark switches */
+    float *const yy[2] = {g, u};
+    at_pass(a, gu, 2, x, add, NULL, x_out, y_out, yy, 0);
+    stage_once(c, a, 1, 1); /* (only when TSC_Q4DP_DIG forces it) */
+    a.swc = c->swc, a.swdg = (int4 *)c->swdg, a.swg = down->group;
+    if (xv_takes(a)) launch_grid(c, k_q4dp_sw<1, 1, 2, true>, a.nvb, xv_smem(a.cols), a, q4dp_bps());
+    else launch_grid(c, k_q4dp_sw<1, 1, 2, false>, a.nvb, stage_bytes(1, 1, a.cols), a, q4dp_bps());
+    TSC_LAUNCHED(c, "tsc_ffn_swd (4-bit, dp4a: gate/up and the down's digits)");
+    q4dp_linear_staged(c, &down, 1, Q4DP_XM_SWIGLU, g, NULL, NULL, u, 0.f, NULL, g, c->bar, &y, 1, c->swdg);
+    return true;
+}
 
 bool q4dp_takes(const tsc_weight *w) {
     if (!enabled() || w->dtype != TS_DTYPE_U32 || w->bits != 4 || w->layout != TSC_LAYOUT_MLX) return false;
@@ -1323,7 +1493,7 @@ void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x,
 
 void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const float *x, const float *add,
                         const float *norm_w, const float *u, float eps, float *x_out, float *y_out, unsigned *bar,
-                        float *const *y, int n) {
+                        float *const *y, int n, const void *made) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     const int cols = (int)w[0]->cols;
     /* (k_q4mm first when both are asked for; q4g_linear makes its own dp_args) */
@@ -1332,20 +1502,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     dp_args a;
     dp_setup(a, w, nw, xm, norm_w, u, eps, bar);
     if (mm_takes(w[0])) return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
-    int nblk = 0;
-    int64_t steps = 0; /* warp steps of the launch */
-    for (int i = 0; i < nw; i++) {
-        dp_w &lw = a.w[i];
-        lw.ks = pick_ks(w[i]->rows, cols, c->n_sm);
-        lw.blk0 = nblk;
-        const int64_t rpb = (int64_t)R * (WARPS / lw.ks);
-        const int64_t vbs = (lw.rows + rpb - 1) / rpb;
-        nblk += (int)vbs;
-        steps += vbs * WARPS * ((((int64_t)cols + 1023) / 1024 + lw.ks - 1) / lw.ks);
-    }
-    a.nvb = nblk;
-    /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
-    const int ur = pick_u((int)(steps / ((int64_t)q4dp_bps() * WARPS * c->n_sm)), nd);
+    const int ur = plan_blocks(c, a, w, nw, nd);
     /* rows per pass: up to 4 (8: rows_per_pass), fewer where the staged
      * digits would not fit (the passes read the weights again; each row's
      * bits do not change) */
@@ -1359,7 +1516,8 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
          * against 1.46x for 4 rows (cuda_bench, session 22) */
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
-        stage_once(c, a, nr, nd);
+        if (made) a.dg = (const int4 *)made; /* (one pass: q4dp_ffn_sw's down) */
+        else stage_once(c, a, nr, nd);
         a.as = as_takes(a, w, nw, nd, nr);
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;

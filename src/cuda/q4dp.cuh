@@ -20,9 +20,23 @@ void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x,
  * bits), y_out = that (may alias x). bar: a device counter at 0, returned
  * to 0 (block 0 writes the outputs once every block has read x). */
 enum { Q4DP_XM_PLAIN = 0, Q4DP_XM_NORM = 1, Q4DP_XM_SWIGLU = 2 };
+/* made: x's digits already staged (stage_bytes' layout, one pass: the
+ * caller's n fits one), as q4dp_ffn_sw's down takes them */
 void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const float *x, const float *add,
                         const float *norm_w, const float *u, float eps, float *x_out, float *y_out, unsigned *bar,
-                        float *const *y, int n);
+                        float *const *y, int n, const void *made = NULL);
+
+/* A dense FFN's products on one row with the down's digits made by the
+ * gate/up launch (q4dp.cu, k_q4dp_sw): gu = {gate, up} (xm PLAIN or NORM,
+ * the staging of q4dp_linear_staged), g = silu(g) * u afterwards (the SwiGLU
+ * op's output, in place), y = down . g; the bits of the three-launch form
+ * (q4dp_linear_staged on gu, then its SWIGLU mode on down). Needs the
+ * context's SwiGLU scratch (tsc_set_swd). q4dp_sw_takes: the shapes and
+ * formats fit; q4dp_ffn_sw returns false (nothing launched) where a
+ * benchmark switch picks another kernel. */
+bool q4dp_sw_takes(const tsc_ctx *c, const tsc_weight *g, const tsc_weight *u, const tsc_weight *d, int n);
+bool q4dp_ffn_sw(tsc_ctx *c, const tsc_weight *const *gu, const tsc_weight *down, int xm, const float *x, const float *add,
+                 const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y);
 
 /* The routed experts of a MoE layer, ids on the device (q4dp.cu, "the
  * routed experts"): w[i] is expert 0's descriptor of table i (every expert

@@ -68,6 +68,13 @@ struct dp_args {
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif
+    /* k_q4dp_sw (q4dp.cu, "The down's digits made by the gate/up launch"):
+     * per-group arrival counters (at 0, left at 0), where the down's digits
+     * go (stage_bytes(NR, ND, rows)), the down's group. Last in the struct,
+     * so that no other kernel's parameter offsets move. */
+    unsigned *swc;
+    int4 *swdg;
+    int swg;
 };
 
 /* 16 bytes of weights, streamed once: not kept in L1 */
