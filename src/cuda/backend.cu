@@ -2208,7 +2208,7 @@ void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, f
  * has checked it: written in session 24 after its device time was cut
  * short (the engine test that compares the two forms bit for bit,
  * cuda_engine.moe_routes_in_the_expert_launch_same_bits, and
- * bench/cuda/s24-run2/command.sh are the call that decides). Read at every
+ * bench/cuda/s25-run2/command.sh are the call that decides). Read at every
  * op. */
 bool route_fuse_on() {
     const char *e = getenv("TSC_MOE_ROUTE_FUSE");

@@ -1,5 +1,5 @@
 #!/bin/bash
-# session 24, device call 2 (written after call 1; lending paused before it ran): a MoE layer in fewer launches, both
+# session 25, device call 2: session 24 call 2 as it was written (bench/cuda/s24-run2), on the s25a pack: a MoE layer in fewer launches, both
 # forms opt-in until this call, one binary. (a) TSC_MOE_ROUTE_FUSE=1: the routes made inside the routed experts'
 # gate/up launch (k_q4dp_moe's RT form, route.cuh shared with k_moe_route: the same bits), one launch fewer a layer;
 # (b) TSC_MOE_FUSE_LAYER=1: also the pending norm taken by the bf16 router (k_linear's norm form) and the shared
@@ -9,7 +9,7 @@
 # the two new engine tests, all of cuda_engine with (a) on, the spec, parity and expert-streaming tests with (b) on
 # (a streamed layer must keep the resident bits under it too), memcheck on the
 # new engine tests. Also the group numerics' 2-row passes on k_q4g (TSC_Q4G_DP=2) in MTP 1/3. (~420 s)
-PACK=.gpu/s24d/pack.tar.xz . bench/cuda/device_env.sh
+PACK=.gpu/s25a/pack.tar.xz . bench/cuda/device_env.sh
 timeout 90 $B/ts_test cuda.addnorm_plain_formats_same_bits cuda.moe_route_exact > $O/kern.log 2>&1; tl "ts_test kernels $?"
 timeout 120 $B/ts_test cuda_engine.moe_routes_in_the_expert_launch_same_bits cuda_engine.moe_fused_layer_exact_and_fewer_launches > $O/eng_new.log 2>&1; tl "ts_test new engine tests $?"
 TSC_MOE_ROUTE_FUSE=1 timeout 200 $B/ts_test cuda_engine > $O/eng_route.log 2>&1; tl "ts_test cuda_engine (routes fused) $?"
