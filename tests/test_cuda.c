@@ -1917,15 +1917,17 @@ TS_TEST(cuda, fused_products_dp4a) {
 }
 
 /* A dense FFN in two launches (tsc_ffn_swd: the gate/up launch also makes
- * the down's digits, q4dp.cu's k_q4dp_sw) against the three-launch form
- * (tsc_linear_addnorm or tsc_linear, then tsc_linear_swiglu_out with the
- * digits made once) on the same inputs: the down's products, g = silu(g) *
- * u, u, x (+= add in place) and the normed rows bit for bit, the group
- * counters and the barrier back at 0 after every call. Shapes whose
- * virtual blocks cover a group in 1..8 pieces (KS 1..8 from the gate's
- * shape), groups of 32 / 64 / 128, bf16 and f16 scales, plain x and the
- * norm with and without add, the XV staging; then the form's refusals
- * (24-bit x, two rows, a down of other columns, no scratch). */
+ * the down's digits, q4dp.cu's k_q4dp_sw and k_q4dp_as<SW>) against the
+ * three-launch form (tsc_linear_addnorm or tsc_linear, then
+ * tsc_linear_swiglu_out with the digits made once) on the same inputs: the
+ * down's products, g = silu(g) * u, u, x (+= add in place) and the normed
+ * rows bit for bit, the group counters and the barrier back at 0 after
+ * every call. 1, 3 and 8 rows (one row on k_q4dp, several on the ring
+ * kernel); shapes whose virtual blocks cover a group in 1..8 pieces (KS
+ * 1..8 from the gate's shape), groups of 32 / 64 / 128, bf16 and f16
+ * scales, plain x and the norm with and without add, the XV staging; then
+ * the form's refusals (24-bit x, more rows than a pass, a down of other
+ * columns, no scratch). */
 TS_TEST(cuda, ffn_swd_same_bits) {
     OPEN(c);
     unsigned *bar = tsc_alloc(c, 256);
@@ -1940,6 +1942,8 @@ TS_TEST(cuda, ffn_swd_same_bits) {
     tsc_write(c, sw, zb, swb);
     free(zb);
     tsc_set_swd(c, sw, swb);
+    enum { NMAX = 8 };
+    static const int ns[] = {1, 3, 8};
     static const struct { int64_t H, I; int group; ts_dtype sdt; } sh[] = {
         {4096, 12288, 64, TS_DTYPE_BF16}, {1536, 4160, 32, TS_DTYPE_F16}, {512, 1024, 128, TS_DTYPE_BF16},
         {2048, 384, 64, TS_DTYPE_F16}};
@@ -1957,67 +1961,72 @@ TS_TEST(cuda, ffn_swd_same_bits) {
                       tsc_weight_upload(c, &td, &wd, &e) == 0,
                   "%s", e.msg);
         unsetenv("TSC_Q4T");
-        CHECK_MSG(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 1) == 1, "shape %d: the two-launch form refused", v);
         const tsc_weight *gu[2] = {&wg, &wu};
-        float *hx = malloc(sizeof(float) * H), *ha = malloc(sizeof(float) * H), *hn = malloc(sizeof(float) * H);
-        frand(hx, H, 3.0f), frand(ha, H, 1.0f), frand(hn, H, 1.0f);
-        float *x0 = up(c, hx, sizeof(float) * H), *da = up(c, ha, sizeof(float) * H), *dn = up(c, hn, sizeof(float) * H);
-        float *rx = tsc_alloc(c, sizeof(float) * H), *sx = tsc_alloc(c, sizeof(float) * H);
-        float *rn = tsc_alloc(c, sizeof(float) * H), *sn = tsc_alloc(c, sizeof(float) * H);
-        float *rg = tsc_alloc(c, sizeof(float) * I), *ru = tsc_alloc(c, sizeof(float) * I);
-        float *sg = tsc_alloc(c, sizeof(float) * I), *su = tsc_alloc(c, sizeof(float) * I);
-        float *ry = tsc_alloc(c, sizeof(float) * H), *sy = tsc_alloc(c, sizeof(float) * H);
-        for (int mode = 0; mode < 4; mode++) {
-            /* 0: plain x; 1: norm, x += add in place; 2: norm without add; 3: 1 on the XV staging */
-            const int norm = mode != 0, add = mode == 1 || mode == 3;
-            if (mode == 3) setenv("TSC_Q4DP_XV", "1", 1);
-            float *ry_[1] = {ry}, *rgu[2] = {rg, ru};
-            tsc_copy(c, rx, x0, sizeof(float) * H);
-            tsc_fill(c, rn, NAN, H);
-            if (norm) tsc_linear_addnorm(c, gu, 2, rx, add ? da : NULL, dn, 1e-6f, add ? rx : NULL, rn, rgu, 1);
-            else tsc_linear(c, gu, 2, rx, rgu, 1);
-            tsc_linear_swiglu_out(c, (const tsc_weight *[]){&wd}, 1, rg, ru, rg, ry_, 1);
-            tsc_copy(c, sx, x0, sizeof(float) * H);
-            tsc_fill(c, sn, NAN, H);
-            tsc_fill(c, sg, NAN, I), tsc_fill(c, su, NAN, I), tsc_fill(c, sy, NAN, H);
-            const int r = tsc_ffn_swd(c, &wg, &wu, &wd, sx, add ? da : NULL, norm ? dn : NULL, 1e-6f, add ? sx : NULL,
-                                      norm ? sn : NULL, sg, su, sy, 1);
-            unsetenv("TSC_Q4DP_XV");
-            SYNC_OK(c);
-            CHECK_MSG(r == 1, "shape %d mode %d: tsc_ffn_swd returned %d (1: two launches)", v, mode, r);
-            const struct { const float *a, *b; int64_t n; const char *what; } cmp[] = {
-                {ry, sy, H, "the down's products"}, {rg, sg, I, "silu(g) * u"}, {ru, su, I, "u"},
-                {rx, sx, H, "x"}, {rn, sn, norm ? H : 0, "the normed rows"}};
-            for (int k = 0; k < 5; k++) {
-                if (!cmp[k].n) continue;
-                float *a = down(c, cmp[k].a, (size_t)cmp[k].n), *b = down(c, cmp[k].b, (size_t)cmp[k].n);
-                CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)cmp[k].n),
-                          "shape %d (%lld x %lld, group %d) mode %d: %s differ from the three-launch form's (max %.3g)",
-                          v, (long long)H, (long long)I, sh[v].group, mode, cmp[k].what,
-                          ts_test_max_abs(a, b, (size_t)cmp[k].n));
-                free(a), free(b);
+        const size_t nh = (size_t)NMAX * H, ni = (size_t)NMAX * I;
+        float *hx = malloc(sizeof(float) * nh), *ha = malloc(sizeof(float) * nh), *hn = malloc(sizeof(float) * H);
+        frand(hx, nh, 3.0f), frand(ha, nh, 1.0f), frand(hn, H, 1.0f);
+        float *x0 = up(c, hx, sizeof(float) * nh), *da = up(c, ha, sizeof(float) * nh), *dn = up(c, hn, sizeof(float) * H);
+        float *rx = tsc_alloc(c, sizeof(float) * nh), *sx = tsc_alloc(c, sizeof(float) * nh);
+        float *rn = tsc_alloc(c, sizeof(float) * nh), *sn = tsc_alloc(c, sizeof(float) * nh);
+        float *rg = tsc_alloc(c, sizeof(float) * ni), *ru = tsc_alloc(c, sizeof(float) * ni);
+        float *sg = tsc_alloc(c, sizeof(float) * ni), *su = tsc_alloc(c, sizeof(float) * ni);
+        float *ry = tsc_alloc(c, sizeof(float) * nh), *sy = tsc_alloc(c, sizeof(float) * nh);
+        for (int k = 0; k < 3; k++)
+            for (int mode = 0; mode < 4; mode++) {
+                /* 0: plain x; 1: norm, x += add in place; 2: norm without add; 3: 1 on the XV staging (one row) */
+                const int n = ns[k], norm = mode != 0, add = mode == 1 || mode == 3;
+                const size_t mh = (size_t)n * H, mi = (size_t)n * I;
+                CHECK_MSG(tsc_ffn_swd_takes(c, &wg, &wu, &wd, n) == 1, "shape %d, %d rows: the two-launch form refused",
+                          v, n);
+                if (mode == 3) setenv("TSC_Q4DP_XV", "1", 1);
+                float *ry_[1] = {ry}, *rgu[2] = {rg, ru};
+                tsc_copy(c, rx, x0, sizeof(float) * mh);
+                tsc_fill(c, rn, NAN, mh);
+                if (norm) tsc_linear_addnorm(c, gu, 2, rx, add ? da : NULL, dn, 1e-6f, add ? rx : NULL, rn, rgu, n);
+                else tsc_linear(c, gu, 2, rx, rgu, n);
+                tsc_linear_swiglu_out(c, (const tsc_weight *[]){&wd}, 1, rg, ru, rg, ry_, n);
+                tsc_copy(c, sx, x0, sizeof(float) * mh);
+                tsc_fill(c, sn, NAN, mh);
+                tsc_fill(c, sg, NAN, mi), tsc_fill(c, su, NAN, mi), tsc_fill(c, sy, NAN, mh);
+                const int r = tsc_ffn_swd(c, &wg, &wu, &wd, sx, add ? da : NULL, norm ? dn : NULL, 1e-6f,
+                                          add ? sx : NULL, norm ? sn : NULL, sg, su, sy, n);
+                unsetenv("TSC_Q4DP_XV");
+                SYNC_OK(c);
+                CHECK_MSG(r == 1, "shape %d mode %d, %d rows: tsc_ffn_swd returned %d (1: two launches)", v, mode, n, r);
+                const struct { const float *a, *b; size_t n; const char *what; } cmp[] = {
+                    {ry, sy, mh, "the down's products"}, {rg, sg, mi, "silu(g) * u"}, {ru, su, mi, "u"},
+                    {rx, sx, mh, "x"}, {rn, sn, norm ? mh : 0, "the normed rows"}};
+                for (int q = 0; q < 5; q++) {
+                    if (!cmp[q].n) continue;
+                    float *a = down(c, cmp[q].a, cmp[q].n), *b = down(c, cmp[q].b, cmp[q].n);
+                    CHECK_MSG(!memcmp(a, b, sizeof(float) * cmp[q].n),
+                              "shape %d (%lld x %lld, group %d) mode %d, %d rows: %s differ from the three-launch "
+                              "form's (max %.3g)",
+                              v, (long long)H, (long long)I, sh[v].group, mode, n, cmp[q].what,
+                              ts_test_max_abs(a, b, cmp[q].n));
+                    free(a), free(b);
+                }
+                const int ng = (int)(I / sh[v].group);
+                unsigned *ctr = malloc(sizeof(unsigned) * (size_t)ng), cb = 1;
+                tsc_read(c, ctr, sw, sizeof(unsigned) * (size_t)ng);
+                tsc_read(c, &cb, bar, sizeof cb);
+                int nz = 0;
+                for (int q = 0; q < ng; q++) nz += ctr[q] != 0;
+                CHECK_MSG(nz == 0 && cb == 0, "shape %d mode %d, %d rows: %d group counters and the barrier (%u) not "
+                          "back at 0", v, mode, n, nz, cb);
+                free(ctr);
             }
-            const int ng = (int)(I / sh[v].group);
-            unsigned *ctr = malloc(sizeof(unsigned) * (size_t)ng), cb = 1;
-            tsc_read(c, ctr, sw, sizeof(unsigned) * (size_t)ng);
-            tsc_read(c, &cb, bar, sizeof cb);
-            int nz = 0;
-            for (int k = 0; k < ng; k++) nz += ctr[k] != 0;
-            CHECK_MSG(nz == 0 && cb == 0, "shape %d mode %d: %d group counters and the barrier (%u) not back at 0", v,
-                      mode, nz, cb);
-            free(ctr);
-        }
         /* the refusals */
         wd.act_digits = 3;
         CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 1) == 0); /* 24-bit x */
         wd.act_digits = 1;
-        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 2) == 0); /* two rows */
+        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 9) == 0); /* more rows than a pass */
         CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wg, 1) == 0); /* a "down" of the gate's columns */
         tsc_set_swd(c, NULL, 0);
         CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 1) == 0); /* no scratch */
         tsc_set_swd(c, sw, swb);
         float *fs[] = {x0, da, dn, rx, sx, rn, sn, rg, ru, sg, su, ry, sy};
-        for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++) tsc_free(c, fs[k]);
+        for (size_t q = 0; q < sizeof fs / sizeof fs[0]; q++) tsc_free(c, fs[q]);
         tsc_weight_free(c, &wg), tsc_weight_free(c, &wu), tsc_weight_free(c, &wd);
         free(hx), free(ha), free(hn);
         free_hw(&hg), free_hw(&hu), free_hw(&hd);

@@ -600,8 +600,9 @@ TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
 /* The SwiGLU form in the engine (TSC_Q4DP_SWD=1: a dense FFN's gate/up
  * launch makes the down's digits; backend.cu, defer_gu) against the
  * default form, on the default model and tiny-dense at INT4 with 8-bit x
- * (the form's numerics): the prompt's logits fed a row at a time (the
- * decode kernels) bit for bit, the greedy tokens equal, and in the decode
+ * (the form's numerics): the prompt's logits fed a row at a time and 7 a
+ * pass (the decode and verify kernels) bit for bit against the default
+ * form's, the greedy tokens equal, and in the decode
  * graph one kernel fewer a dense layer on the default model (so the form
  * ran; tiny-dense's 128-column layers may not fit the 4-bit products, and
  * then nothing changes). */
@@ -622,14 +623,21 @@ TS_TEST(cuda_engine, ffn_swd_same_bits_fewer_launches) {
         }
         const size_t V = (size_t)eg->model.cfg.vocab;
         float *la = malloc(sizeof(float) * NP * V), *lb = malloc(sizeof(float) * NP * V);
-        setenv("TSC_Q4DP_SWD", "0", 1);
-        int rc = prompt_logits(eg, ids, NP, 1, lb, &err);
-        setenv("TSC_Q4DP_SWD", "1", 1);
-        rc = rc || prompt_logits(eg, ids, NP, 1, la, &err);
+        int rc = 0;
+        /* rows one at a time (decode) and 7 a pass (a verify's row blocks:
+         * the ring kernel's form) */
+        static const int CH[] = {1, 7};
+        for (int k = 0; k < 2 && !rc; k++) {
+            setenv("TSC_Q4DP_SWD", "0", 1);
+            rc = prompt_logits(eg, ids, NP, CH[k], lb, &err);
+            setenv("TSC_Q4DP_SWD", "1", 1);
+            rc = rc || prompt_logits(eg, ids, NP, CH[k], la, &err);
+            CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V),
+                      "%s chunk %d: SwiGLU form's logits differ from the default's (max %.3g)", dir, CH[k],
+                      rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)NP * V));
+        }
         unsetenv("TSC_Q4DP_SWD");
         CHECK_MSG(!rc, "%s: %s", dir, err.msg);
-        CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V), "%s: SwiGLU form's logits differ (max %.3g)", dir,
-                  rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)NP * V));
         int32_t ta[NG], tb[NG];
         int kern[2] = {0, 0};
         for (int f = 0; f < 2; f++) {

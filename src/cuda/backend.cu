@@ -1204,12 +1204,12 @@ bool swd_on() {
     return e && e[0] == '1';
 }
 
-/* Hold a dense FFN's gate/up product (two weights of one shape, one row)
- * instead of launching it, taking over the pending norm it would stage;
- * true when held. */
+/* Hold a dense FFN's gate/up product (two weights of one shape, a decode
+ * or verify pass's rows) instead of launching it, taking over the pending
+ * norm it would stage; true when held. */
 bool hold_gu(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
     cu_stream *q = ST(s);
-    if (!swd_on() || !fuse_on() || nw != 2 || n != 1 || q->dgu.on || dw[0].rows != dw[1].rows ||
+    if (!swd_on() || !fuse_on() || nw != 2 || n < 1 || n > RB || q->dgu.on || dw[0].rows != dw[1].rows ||
         !tsc_linear_one_launch(&dw[1], &dw[0]) || (((uintptr_t)y[0] | (uintptr_t)y[1]) & 15))
         return false;
     if (q->pend.kind != PEND_NONE && !(q->pend.kind == PEND_NORM && fuse_takes(s, dw, nw, x, n, false))) return false;

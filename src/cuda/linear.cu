@@ -466,7 +466,7 @@ extern "C" int tsc_ffn_swd(tsc_ctx *c, const tsc_weight *gate, const tsc_weight 
         return -1;
     }
     const int xm = norm_w ? Q4DP_XM_NORM : Q4DP_XM_PLAIN;
-    if (q4dp_ffn_sw(c, gu, down, xm, x, add, norm_w, eps, add ? x_out : NULL, u_out, g, u, y)) return c->err_code ? -1 : 1;
+    if (q4dp_ffn_sw(c, gu, down, xm, x, add, norm_w, eps, add ? x_out : NULL, u_out, g, u, y, n)) return c->err_code ? -1 : 1;
     /* a benchmark switch picked another kernel: the three-launch form */
     float *const yy[2] = {g, u};
     if (norm_w) tsc_linear_addnorm(c, gu, 2, x, add, norm_w, eps, x_out, u_out, yy, n);

@@ -230,8 +230,12 @@ __device__ __forceinline__ void xv_stage(const dp_args &a, const float *xv, floa
  * last group's chain (the arrival's round trip, two L2 loads, the max
  * shuffle, the stores) ~1.5 us in the tail. Prediction: -1.5..-2 us a dense
  * layer: the 9B step 2.02 -> ~1.96-1.97 ms, the default model (8 layers)
- * -12..-16 us of its ~290 us step. Written in session 25 without a GPU;
- * not yet measured (TSC_Q4DP_SWD=1 turns it on in the engine). */
+ * -12..-16 us of its ~290 us step. Several rows (a verify pass, up
+ * to 8: k_q4dp_as<SW>, the ring kernel with the same epilogue)
+ * lose the same launch, whose chain there is longer (every row's silu and
+ * digits): a 4-row 9B verify ~-60..-90 us of its ~2.97 ms. Written in
+ * session 25 without a GPU; not yet measured (TSC_Q4DP_SWD=1 turns it on in
+ * the engine). */
 template <int NR, int ND>
 __device__ __forceinline__ void sw_finish(const dp_args &a) {
     __shared__ int nfin;
@@ -471,7 +475,9 @@ size_t as_smem(int nr, int nd, int cols, int s) {
     return (as_ring_off(nr, nd, cols) + (size_t)WARPS * s * AS_SLOT_I4) * 16;
 }
 
-template <int NR, int ND, int S>
+/* SW: the down's digits made after the products (sw_finish; q4dp_ffn_sw's
+ * several-row passes of an FFN's gate/up, NR 2..8 at S = 2) */
+template <int NR, int ND, int S, bool SW = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
@@ -570,8 +576,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
+    if constexpr (SW) sw_finish<NR, ND>(a);
     Q4DP_TRACE(3);
 }
+
 
 /* ---- tensor cores: the same products for 1..16 rows (k_q4mm) ----
  *
@@ -1313,6 +1321,13 @@ int rows_per_pass(int nd) {
     if (!v) v = ks_env("TSC_Q4DP_ROWS", 8) == 4 ? 4 : 8;
     return nd == 1 ? v : 4;
 }
+/* rows_per_pass, fewer where the staged digits of that many rows of cols
+ * columns would not fit */
+int pass_rows(int nd, int cols) {
+    int per = rows_per_pass(nd);
+    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
+    return per;
+}
 int u_rows(void) {
     static int v = 0;
     if (!v) v = ks_env("TSC_Q4DP_UROWS", 1) == 2 ? 2 : 1;
@@ -1434,13 +1449,12 @@ int plan_blocks(const tsc_ctx *c, dp_args &a, const tsc_weight *const *w, int nw
 
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
 
-/* the down's digits area of the SwiGLU form: one row of up to SW_COLS
- * columns; its group counters: groups of 32 or more over those columns */
-constexpr int SW_COLS = 65536;
+/* the SwiGLU form's scratch: group counters for the down's columns (groups
+ * of 32 or more over up to SW_COLS), then the down's digits (a pass's, as
+ * the products' staging allows: SMEM_MAX) */
+constexpr int SW_COLS = 131072;
 constexpr int SW_CTRS = SW_COLS / 32;
-extern "C" size_t tsc_swd_ws_bytes(void) {
-    return al256(sizeof(unsigned) * SW_CTRS) + al256(stage_bytes(1, 1, SW_COLS));
-}
+extern "C" size_t tsc_swd_ws_bytes(void) { return al256(sizeof(unsigned) * SW_CTRS) + al256(SMEM_MAX); }
 extern "C" void tsc_set_swd(tsc_ctx *c, void *dev, size_t bytes) {
     if (!c) return;
     c->swc = NULL, c->swdg = NULL, c->swdg_bytes = 0;
@@ -1451,30 +1465,60 @@ extern "C" void tsc_set_swd(tsc_ctx *c, void *dev, size_t bytes) {
 }
 
 bool q4dp_sw_takes(const tsc_ctx *c, const tsc_weight *g, const tsc_weight *u, const tsc_weight *d, int n) {
-    if (n != 1 || !c->swc || !c->swdg || !q4dp_takes(g) || !q4dp_takes(u) || !q4dp_takes(d)) return false;
+    if (n < 1 || !c->swc || !c->swdg || !q4dp_takes(g) || !q4dp_takes(u) || !q4dp_takes(d)) return false;
+    /* one pass of each product; several rows stage the gate/up's x once (c->dg) */
+    if (n > pass_rows(1, (int)g->cols) || n > pass_rows(1, (int)d->cols)) return false;
+    if (n > 1 && (!c->dg || stage_bytes(n, 1, (int)g->cols) > c->dg_bytes)) return false;
     const tsc_weight *all[3] = {g, u, d};
     for (int i = 0; i < 3; i++)
         if (all[i]->act_digits != 1) return false; /* 8-bit x: the kernel's ND */
     if (u->rows != g->rows || u->cols != g->cols || d->cols != g->rows) return false;
     /* the forms q4dp_linear_staged would take instead of k_q4dp */
     if (mm_takes(g) || mm_takes(d) || q4g_takes(all, 2, 1) || q4g_takes(all + 2, 1, 1) || q4dp_pre()) return false;
-    return g->rows / d->group <= c->swc_n && stage_bytes(1, 1, (int)g->rows) <= c->swdg_bytes;
+    return g->rows / d->group <= c->swc_n && stage_bytes(n, 1, (int)g->rows) <= c->swdg_bytes;
 }
 
+namespace {
+template <int NR>
+void launch_as_sw(tsc_ctx *c, const dp_args &a) {
+    launch_grid(c, k_q4dp_as<NR, 1, 2, true>, a.nvb, as_smem(NR, 1, a.cols, 2), a, 0, AS_SMEM_MAX);
+}
+} // namespace
+
 bool q4dp_ffn_sw(tsc_ctx *c, const tsc_weight *const *gu, const tsc_weight *down, int xm, const float *x, const float *add,
-                 const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y) {
-    if (!q4dp_sw_takes(c, gu[0], gu[1], down, 1)) return false;
+                 const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y, int n) {
+    if (!q4dp_sw_takes(c, gu[0], gu[1], down, n)) return false;
     dp_args a;
     dp_setup(a, gu, 2, xm, norm_w, NULL, eps, c->bar);
-    if (plan_blocks(c, a, gu, 2, 1) != 2 || as_takes(a, gu, 2, 1, 1)) return false; /* benchmark switches */
+    const int ur = plan_blocks(c, a, gu, 2, 1);
+    /* the kernel q4dp_linear_staged would launch must be the one with the
+     * epilogue (benchmark switches pick others): one row k_q4dp at U = 2,
+     * several rows k_q4dp_as at the depth 2 on the digits made once */
+    if (n == 1 && (ur != 2 || as_takes(a, gu, 2, 1, 1))) return false;
+    if (n > 1) {
+        dp_args t = a;
+        t.dg = (const int4 *)c->dg; /* as stage_once makes them (q4dp_sw_takes: the scratch fits) */
+        if (!dig_takes(xm, n) || as_takes(t, gu, 2, 1, n) != 2) return false;
+    }
     float *const yy[2] = {g, u};
     at_pass(a, gu, 2, x, add, NULL, x_out, y_out, yy, 0);
-    stage_once(c, a, 1, 1); /* (only when TSC_Q4DP_DIG forces it) */
+    stage_once(c, a, n, 1); /* several rows (and one when TSC_Q4DP_DIG forces it) */
     a.swc = c->swc, a.swdg = (int4 *)c->swdg, a.swg = down->group;
-    if (xv_takes(a)) launch_grid(c, k_q4dp_sw<1, 1, 2, true>, a.nvb, xv_smem(a.cols), a, q4dp_bps());
-    else launch_grid(c, k_q4dp_sw<1, 1, 2, false>, a.nvb, stage_bytes(1, 1, a.cols), a, q4dp_bps());
+    switch (n) {
+    case 1:
+        if (xv_takes(a)) launch_grid(c, k_q4dp_sw<1, 1, 2, true>, a.nvb, xv_smem(a.cols), a, q4dp_bps());
+        else launch_grid(c, k_q4dp_sw<1, 1, 2, false>, a.nvb, stage_bytes(1, 1, a.cols), a, q4dp_bps());
+        break;
+    case 2: launch_as_sw<2>(c, a); break;
+    case 3: launch_as_sw<3>(c, a); break;
+    case 4: launch_as_sw<4>(c, a); break;
+    case 5: launch_as_sw<5>(c, a); break;
+    case 6: launch_as_sw<6>(c, a); break;
+    case 7: launch_as_sw<7>(c, a); break;
+    default: launch_as_sw<8>(c, a); break;
+    }
     TSC_LAUNCHED(c, "tsc_ffn_swd (4-bit, dp4a: gate/up and the down's digits)");
-    q4dp_linear_staged(c, &down, 1, Q4DP_XM_SWIGLU, g, NULL, NULL, u, 0.f, NULL, g, c->bar, &y, 1, c->swdg);
+    q4dp_linear_staged(c, &down, 1, Q4DP_XM_SWIGLU, g, NULL, NULL, u, 0.f, NULL, g, c->bar, &y, n, c->swdg);
     return true;
 }
 
@@ -1506,8 +1550,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     /* rows per pass: up to 4 (8: rows_per_pass), fewer where the staged
      * digits would not fit (the passes read the weights again; each row's
      * bits do not change) */
-    int per = rows_per_pass(nd);
-    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
+    const int per = pass_rows(nd, cols);
     for (int i0 = 0, nr; i0 < n; i0 += nr) {
         nr = n - i0 < per ? n - i0 : per;
         /* 8-bit x has kernels of 1..8 rows; 16- and 24-bit x of 1..4 (per

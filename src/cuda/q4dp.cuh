@@ -26,8 +26,8 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
                         const float *norm_w, const float *u, float eps, float *x_out, float *y_out, unsigned *bar,
                         float *const *y, int n, const void *made = NULL);
 
-/* A dense FFN's products on one row with the down's digits made by the
- * gate/up launch (q4dp.cu, k_q4dp_sw): gu = {gate, up} (xm PLAIN or NORM,
+/* A dense FFN's products on n rows (one pass: up to 8) with the down's
+ * digits made by the gate/up launch (q4dp.cu, k_q4dp_sw, k_q4dp_as<SW>): gu = {gate, up} (xm PLAIN or NORM,
  * the staging of q4dp_linear_staged), g = silu(g) * u afterwards (the SwiGLU
  * op's output, in place), y = down . g; the bits of the three-launch form
  * (q4dp_linear_staged on gu, then its SWIGLU mode on down). Needs the
@@ -36,7 +36,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
  * benchmark switch picks another kernel. */
 bool q4dp_sw_takes(const tsc_ctx *c, const tsc_weight *g, const tsc_weight *u, const tsc_weight *d, int n);
 bool q4dp_ffn_sw(tsc_ctx *c, const tsc_weight *const *gu, const tsc_weight *down, int xm, const float *x, const float *add,
-                 const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y);
+                 const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y, int n);
 
 /* The routed experts of a MoE layer, ids on the device (q4dp.cu, "the
  * routed experts"): w[i] is expert 0's descriptor of table i (every expert

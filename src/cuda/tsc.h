@@ -239,9 +239,9 @@ size_t tsc_digits_ws_bytes(void);
 void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes);
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
-/* A dense FFN on one row in two launches where the fused products take
- * three (q4dp.cu, k_q4dp_sw: the gate/up launch also makes silu(g) * u's
- * digits for the down): gate and up of x (norm_w NULL) or of tsc_linear_addnorm's
+/* A dense FFN on n rows in two launches where the fused products take
+ * three (q4dp.cu, k_q4dp_sw / k_q4dp_as<SW>: the gate/up launch also makes
+ * silu(g) * u's digits for the down): gate and up of x (norm_w NULL) or of tsc_linear_addnorm's
  * normed rows (x, add, norm_w, eps, x_out, u_out as there), then g = silu(g)
  * * u in place and y = down . g. The bits of tsc_linear_addnorm (or
  * tsc_linear) followed by tsc_linear_swiglu_out(down, g, u, g). Needs the
@@ -249,7 +249,8 @@ void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const fl
  * with tsc_set_swd (zeroed once; each call leaves it as it found its
  * counters). tsc_ffn_swd_takes: 1 when the weights fit (4-bit MLX for
  * the dp4a products, 8-bit x, up's layout gate's, down's columns gate's
- * rows, n = 1, the scratch set and large enough). Returns 1 when it ran in
+ * rows, n rows in one pass of each product (up to 8), the scratches set and
+ * large enough). Returns 1 when it ran in
  * two launches, 0 when a benchmark switch picked other kernels (the same
  * results, three launches), -1 on an error (the context's). */
 size_t tsc_swd_ws_bytes(void);
