@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""text_cmp.py OLD.cubin NEW.cubin [SUBSTRING]: compare the kernels' machine
+"""text_cmp.py [--rename REGEX=REPL ...] OLD.cubin NEW.cubin [SUBSTRING]: compare the kernels' machine
 code (the ELF .text sections of two cubins, names with the anonymous
 namespace's per-file hash normalized), to show that a refactor changed no
 kernel. Make the cubins with nvcc -cubin (the Makefile's flags, -arch=sm_90)
 from the old and new source; there is no disassembler on the build host, so
 this is how a change is shown to leave the code alone. Prints one line a
-kernel that differs or is new, then a count; exit 1 when any differs."""
+kernel that differs or is new, then a count; exit 1 when any differs.
+--rename applies re.sub(REGEX, REPL) to the new cubin's names first: a
+kernel given another template argument with a default keeps its code but
+not its mangled name (session 25: k_q4dp_as's SW, compared with
+--rename '(k_q4dp_asI(?:Li\d+E){3})Lb0E=\1')."""
 import re
 import subprocess
 import sys
@@ -25,10 +29,17 @@ def sections(path):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args, renames = sys.argv[1:], []
+    while len(args) >= 2 and args[0] == "--rename":
+        pat, _, repl = args[1].partition("=")
+        renames.append((pat, repl))
+        args = args[2:]
+    if len(args) < 2:
         sys.exit(__doc__)
-    old, new = sections(sys.argv[1]), sections(sys.argv[2])
-    sub = sys.argv[3] if len(sys.argv) > 3 else ""
+    old, new = sections(args[0]), sections(args[1])
+    for pat, repl in renames:
+        new = {re.sub(pat, repl, k): v for k, v in new.items()}
+    sub = args[2] if len(args) > 2 else ""
     same = diff = added = 0
     for k in sorted(set(old) | set(new)):
         if sub not in k:
