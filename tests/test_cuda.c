@@ -80,6 +80,14 @@ static float *down(tsc_ctx *c, const void *d, size_t n) {
     return h;
 }
 
+/* bytes of device memory at 0 (the fused products' counters start there) */
+static void *zeroed(tsc_ctx *c, size_t bytes) {
+    void *d = tsc_alloc(c, bytes), *z = calloc(1, bytes);
+    if (d && z) tsc_write(c, d, z, bytes);
+    free(z);
+    return d;
+}
+
 /* ---- host weights ---- */
 
 typedef struct { ts_weight w; void *d, *s, *b; } hw;
@@ -1641,9 +1649,7 @@ TS_TEST(cuda, argmax_exact) {
     float *dx = up(c, x, sizeof(float) * n * V);
     int32_t *di = tsc_alloc(c, sizeof(int32_t) * n);
     void *ws = tsc_alloc(c, tsc_argmax_ws_bytes(n));
-    unsigned *bar = tsc_alloc(c, 64);
-    const unsigned zero[16] = {0};
-    tsc_write(c, bar, zero, sizeof zero);
+    unsigned *bar = zeroed(c, 64);
     int best[4]; /* the CPU's argmax of each row */
     for (int i = 0; i < n; i++) {
         best[i] = 0;
@@ -1811,9 +1817,7 @@ TS_TEST(cuda, graph_replay_same_bits) {
  * TSC_Q4DP_DIG=7: the one-row norm and plain passes too). */
 TS_TEST(cuda, fused_products_dp4a) {
     OPEN(c);
-    unsigned *bar = tsc_alloc(c, 256);
-    const unsigned zero[64] = {0};
-    tsc_write(c, bar, zero, sizeof zero);
+    unsigned *bar = zeroed(c, 256);
     void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
     for (int vv = 0; vv < 20; vv++) {
         /* v: the shape; kind 0: 24-bit x (k_q4dp), 1: 8-bit x on k_q4mm, 2:
@@ -1930,17 +1934,12 @@ TS_TEST(cuda, fused_products_dp4a) {
  * columns, no scratch). */
 TS_TEST(cuda, ffn_swd_same_bits) {
     OPEN(c);
-    unsigned *bar = tsc_alloc(c, 256);
-    const unsigned zero[64] = {0};
-    tsc_write(c, bar, zero, sizeof zero);
+    unsigned *bar = zeroed(c, 256);
     tsc_set_barrier(c, bar);
     void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
     tsc_set_digits(c, dgs, tsc_digits_ws_bytes());
     const size_t swb = tsc_swd_ws_bytes();
-    void *sw = tsc_alloc(c, swb);
-    uint8_t *zb = calloc(1, swb);
-    tsc_write(c, sw, zb, swb);
-    free(zb);
+    void *sw = zeroed(c, swb);
     tsc_set_swd(c, sw, swb);
     enum { NMAX = 8 };
     static const int ns[] = {1, 3, 8};
@@ -2043,9 +2042,7 @@ TS_TEST(cuda, ffn_swd_same_bits) {
  * passes), with and without add; the counter back at 0 after each call. */
 TS_TEST(cuda, addnorm_plain_formats_same_bits) {
     OPEN(c);
-    unsigned *bar = tsc_alloc(c, 64);
-    const unsigned zero[16] = {0};
-    tsc_write(c, bar, zero, sizeof zero);
+    unsigned *bar = zeroed(c, 64);
     tsc_set_barrier(c, bar);
     static const struct { ts_dtype dt; int bits; int64_t rows, cols; } fm[] = {
         {TS_DTYPE_BF16, 0, 257, 2048}, {TS_DTYPE_F16, 0, 65, 1024}, {TS_DTYPE_F32, 0, 40, 512}, {TS_DTYPE_U32, 8, 130, 1024}};
