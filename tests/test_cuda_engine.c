@@ -545,6 +545,42 @@ static void spread_ids(int32_t *ids, int n, int mul, int add) {
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * mul + add) % 1000 + 5);
 }
 
+/* An opt-in form that keeps the bits (environment variable name = "1")
+ * against the default ("0") on one engine: prompt logits fed in chunks of
+ * 1 and 7 (the decode and verify kernels) equal bit for bit, ng greedy
+ * tokens after the first 8 ids equal; kern: the decode graph's kernels
+ * with the form (kern[0]) and without (kern[1]). what names the form in
+ * the failures. */
+static void same_bits_both_forms(ts_engine *eg, const char *dir, const char *name, const char *what, const int32_t *ids,
+                                 int np, int ng, int kern[2]) {
+    enum { NG_MAX = 64 };
+    kern[0] = kern[1] = 0; /* (a failed check returns with these) */
+    CHECK(ng <= NG_MAX && np >= 8);
+    ts_error err = {0};
+    const size_t V = (size_t)eg->model.cfg.vocab;
+    float *la = malloc(sizeof(float) * np * V), *lb = malloc(sizeof(float) * np * V);
+    static const int CH[] = {1, 7};
+    for (int k = 0; k < 2; k++) {
+        setenv(name, "0", 1);
+        int rc = prompt_logits(eg, ids, np, CH[k], lb, &err);
+        setenv(name, "1", 1);
+        rc = rc || prompt_logits(eg, ids, np, CH[k], la, &err);
+        unsetenv(name);
+        CHECK_MSG(!rc, "%s: %s", dir, err.msg);
+        CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * np * V), "%s chunk %d: %s: logits differ from the default form's (max %.3g)",
+                  dir, CH[k], what, rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)np * V));
+    }
+    free(la), free(lb);
+    /* greedy decode through the captured step, both forms */
+    int32_t ta[NG_MAX], tb[NG_MAX];
+    for (int f = 0; f < 2; f++) {
+        const int rc = decode_with_env(eg, name, f ? "0" : "1", ids, 8, f ? tb : ta, ng, &kern[f], &err);
+        CHECK_MSG(!rc, "%s: generate (form %d): %s", dir, f, err.msg);
+    }
+    CHECK_MSG(!memcmp(ta, tb, sizeof(int32_t) * (size_t)ng), "%s: greedy tokens differ between %s and the default form",
+              dir, what);
+}
+
 /* The MoE routes made inside the routed experts' gate/up launch
  * (TSC_MOE_ROUTE_FUSE=1; backend.cu, route_fuse_on) against tsc_moe_route's
  * launch (=0): the same logits bit for bit through the decode
@@ -557,37 +593,14 @@ static void routes_case(const char *dir, ts_engine *eg) {
     enum { NP = 24, NG = 24 };
     int32_t ids[NP];
     spread_ids(ids, NP, 977, 13);
-    ts_error err = {0};
-    const size_t V = (size_t)eg->model.cfg.vocab;
-    float *la = malloc(sizeof(float) * NP * V), *lb = malloc(sizeof(float) * NP * V);
-    static const int CH[] = {1, 7};
-    for (int k = 0; k < 2; k++) {
-        setenv("TSC_MOE_ROUTE_FUSE", "0", 1);
-        int rc = prompt_logits(eg, ids, NP, CH[k], lb, &err);
-        CHECK_MSG(!rc, "%s: %s", dir, err.msg);
-        setenv("TSC_MOE_ROUTE_FUSE", "1", 1);
-        rc = rc || prompt_logits(eg, ids, NP, CH[k], la, &err);
-        unsetenv("TSC_MOE_ROUTE_FUSE");
-        CHECK_MSG(!rc, "%s: %s", dir, err.msg);
-        CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V),
-                  "%s chunk %d: routes in the expert launch differ from tsc_moe_route's (max %.3g)", dir, CH[k],
-                  rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)NP * V));
-    }
-    /* greedy decode through the captured step, both forms */
-    int32_t ta[NG], tb[NG];
-    int kern[2] = {0, 0};
-    for (int f = 0; f < 2; f++) {
-        const int rc = decode_with_env(eg, "TSC_MOE_ROUTE_FUSE", f ? "0" : "1", ids, 8, f ? tb : ta, NG, &kern[f], &err);
-        CHECK_MSG(!rc, "%s: generate (form %d): %s", dir, f, err.msg);
-    }
-    CHECK_MSG(!memcmp(ta, tb, sizeof ta), "%s: greedy tokens differ between the two route forms", dir);
+    int kern[2];
+    same_bits_both_forms(eg, dir, "TSC_MOE_ROUTE_FUSE", "routes in the expert launch", ids, NP, NG, kern);
     const int layers = eg->model.cfg.n_layers;
     CHECK_MSG(kern[0] > 0 && kern[1] - kern[0] == layers,
               "%s: decode graph kernels %d (routes in the expert launch) against %d (a route launch): expected %d fewer",
               dir, kern[0], kern[1], layers);
     fprintf(stderr, "  %-40s routes in the expert launch: same bits (chunks 1, 7; %d greedy tokens); decode graph %d "
             "kernels against %d\n", dir, NG, kern[0], kern[1]);
-    free(la), free(lb);
 }
 
 TS_TEST(cuda_engine, moe_routes_in_the_expert_launch_same_bits) {
@@ -621,30 +634,8 @@ TS_TEST(cuda_engine, ffn_swd_same_bits_fewer_launches) {
             ts_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
             continue;
         }
-        const size_t V = (size_t)eg->model.cfg.vocab;
-        float *la = malloc(sizeof(float) * NP * V), *lb = malloc(sizeof(float) * NP * V);
-        int rc = 0;
-        /* rows one at a time (decode) and 7 a pass (a verify's row blocks:
-         * the ring kernel's form) */
-        static const int CH[] = {1, 7};
-        for (int k = 0; k < 2 && !rc; k++) {
-            setenv("TSC_Q4DP_SWD", "0", 1);
-            rc = prompt_logits(eg, ids, NP, CH[k], lb, &err);
-            setenv("TSC_Q4DP_SWD", "1", 1);
-            rc = rc || prompt_logits(eg, ids, NP, CH[k], la, &err);
-            CHECK_MSG(!rc && !memcmp(la, lb, sizeof(float) * NP * V),
-                      "%s chunk %d: SwiGLU form's logits differ from the default's (max %.3g)", dir, CH[k],
-                      rc ? INFINITY : ts_test_max_abs(la, lb, (size_t)NP * V));
-        }
-        unsetenv("TSC_Q4DP_SWD");
-        CHECK_MSG(!rc, "%s: %s", dir, err.msg);
-        int32_t ta[NG], tb[NG];
-        int kern[2] = {0, 0};
-        for (int f = 0; f < 2; f++) {
-            rc = decode_with_env(eg, "TSC_Q4DP_SWD", f ? "0" : "1", ids, 8, f ? tb : ta, NG, &kern[f], &err);
-            CHECK_MSG(!rc, "%s: generate (form %d): %s", dir, f, err.msg);
-        }
-        CHECK_MSG(!memcmp(ta, tb, sizeof ta), "%s: greedy tokens differ between the SwiGLU form and the default", dir);
+        int kern[2];
+        same_bits_both_forms(eg, dir, "TSC_Q4DP_SWD", "the SwiGLU form", ids, NP, NG, kern);
         const int layers = eg->model.cfg.n_layers, fewer = kern[1] - kern[0];
         if (m == 0)
             CHECK_MSG(kern[0] > 0 && fewer == layers, "%s: decode graph kernels %d (SwiGLU form) against %d: expected %d fewer",
@@ -654,7 +645,6 @@ TS_TEST(cuda_engine, ffn_swd_same_bits_fewer_launches) {
                       kern[0], kern[1]);
         fprintf(stderr, "  %-40s SwiGLU form: same bits (%d prompt rows, %d greedy tokens); decode graph %d kernels "
                 "against %d\n", dir, NP, NG, kern[0], kern[1]);
-        free(la), free(lb);
         ts_engine_close(eg);
     }
 }

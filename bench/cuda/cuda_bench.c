@@ -615,7 +615,10 @@ int main(int argc, char **argv) {
             /* and the SwiGLU form's scratch, zeroed (TSC_Q4DP_SWD=1 below) */
             const size_t swb = tsc_swd_ws_bytes();
             void *sw = tsc_alloc(C, swb), *z = calloc(1, swb);
-            if (sw && z) tsc_write(C, sw, z, swb), tsc_set_swd(C, sw, swb);
+            if (sw && z) {
+                tsc_write(C, sw, z, swb);
+                tsc_set_swd(C, sw, swb);
+            }
             free(z);
         }
         if (!PROBE) {

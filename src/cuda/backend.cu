@@ -426,6 +426,11 @@ bool env_is0(const char *name) {
     const char *e = getenv(name);
     return e && e[0] == '0';
 }
+/* and an opt-in one set to 1 */
+bool env_is1(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '1';
+}
 
 /* Prompt chunks of more than RB rows through the tensor-core products
  * (q4gemm.cu; TSC_GEMM=0: the row kernels, RB rows a launch, for
@@ -1199,10 +1204,7 @@ bool fuse_takes(ts_stream *s, const tsc_weight *dw, int nw, const float *x, int 
  * back (defer_gu) until the next op shows whether the other two follow.
  * Opt-in until a GPU run has measured it (written in session 25 without
  * one; bench/cuda/s25-run1/command.sh). Read at every op. */
-bool swd_on() {
-    const char *e = getenv("TSC_Q4DP_SWD");
-    return e && e[0] == '1';
-}
+bool swd_on() { return env_is1("TSC_Q4DP_SWD"); }
 
 /* Hold a dense FFN's gate/up product (two weights of one shape, a decode
  * or verify pass's rows) instead of launching it, taking over the pending
@@ -1312,10 +1314,7 @@ void rows_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x,
  * product of the tensor-core kernel is compared at once with the row
  * kernels' on the same x (a transient buffer of the context), and the
  * largest difference against the largest output printed per weight. */
-bool gemm_check_on() {
-    const char *e = getenv("TSC_GEMM_CHECK");
-    return e && e[0] == '1';
-}
+bool gemm_check_on() { return env_is1("TSC_GEMM_CHECK"); }
 void gemm_check(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     for (int i = 0; i < nw; i++) {
         const size_t N = (size_t)n * (size_t)w[i]->rows;
@@ -2208,12 +2207,9 @@ void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, f
  * has checked it: written in session 24 after its device time was cut
  * short (the engine test that compares the two forms bit for bit,
  * cuda_engine.moe_routes_in_the_expert_launch_same_bits, and
- * bench/cuda/s25-run2/command.sh are the call that decides). Read at every
+ * bench/cuda/s25-run3/command.sh are the call that decides). Read at every
  * op. */
-bool route_fuse_on() {
-    const char *e = getenv("TSC_MOE_ROUTE_FUSE");
-    return e && e[0] == '1';
-}
+bool route_fuse_on() { return env_is1("TSC_MOE_ROUTE_FUSE"); }
 
 /* A MoE layer's decode / verify block in three launches where there were
  * five (norm + shared gate/up, router, route, routed gate/up, routed down
@@ -2225,12 +2221,10 @@ bool route_fuse_on() {
  * shared gate/up's column split comes from the stacked shape), the same in
  * every pass (decode and verify alike) and for a streamed layer (its
  * routes from moe_route; the same expert launches). Opt-in (TSC_MOE_FUSE_LAYER=1),
- * written in session 24 without a GPU to check it: the next device call
- * runs the engine's tests under it and measures it. Read at every op. */
-bool layer_fuse_on() {
-    const char *e = getenv("TSC_MOE_FUSE_LAYER");
-    return e && e[0] == '1';
-}
+ * written in session 24 without a GPU to check it:
+ * bench/cuda/s25-run3/command.sh runs the engine's tests under it and
+ * measures it. Read at every op. */
+bool layer_fuse_on() { return env_is1("TSC_MOE_FUSE_LAYER"); }
 
 /* Routing alone (expert streaming, model/xstream.c): the routes of all n
  * rows read back to the host, computed by the products cu_moe's resident
@@ -2349,9 +2343,10 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * the gate/up launch's slot k, read by the down as they lie.) */
         const bool shx = !l3 && dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
         float *sg1 = shx ? a->b0 : a->b1, *sg2 = shx ? a->b0 + (size_t)nr * Is : a->b2;
-        if (pool) /* the routes moe_route gave, as the pool's slots */
-            tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k),
-                tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
+        if (pool) { /* the routes moe_route gave, as the pool's slots */
+            tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
+            tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
+        }
         if (l3) {
             if (pool) {
                 /* a streamed layer (moe_route ran the router and the norm):

@@ -254,11 +254,10 @@ __device__ __forceinline__ void sw_finish(const dp_args &a) {
         __syncthreads(); /* every thread's products are stored (rows_store) */
         const int p = p0 + (int)threadIdx.x;
         if (p < npair) {
-            const int vb = (int)blockIdx.x + (p >> 1) * (int)gridDim.x;
-            int wi = 0;
-            while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
-            const dp_w &w = a.w[wi];
-            const int64_t rpb = (int64_t)R * (WARPS / w.ks), r0 = (int64_t)(vb - w.blk0) * rpb;
+            int ks, sl;
+            int64_t r0; /* (warp 0's first row: the virtual block's) */
+            const dp_w &w = vb_rows(a, (int)blockIdx.x + (p >> 1) * (int)gridDim.x, 0, ks, sl, r0);
+            const int64_t rpb = (int64_t)R * (WARPS / ks);
             const int64_t r1 = r0 + rpb < w.rows ? r0 + rpb : w.rows, g = r0 / G + (p & 1);
             const int64_t lo = r0 > g * G ? r0 : g * G, hi = r1 < (g + 1) * G ? r1 : (g + 1) * G;
             if (hi > lo) {
@@ -1487,8 +1486,7 @@ void launch_as_sw(tsc_ctx *c, const dp_args &a) {
 
 bool q4dp_ffn_sw(tsc_ctx *c, const tsc_weight *const *gu, const tsc_weight *down, int xm, const float *x, const float *add,
                  const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y, int n) {
-    if (!q4dp_sw_takes(c, gu[0], gu[1], down, n)) return false;
-    dp_args a;
+    dp_args a; /* (the caller has checked q4dp_sw_takes: tsc_ffn_swd) */
     dp_setup(a, gu, 2, xm, norm_w, NULL, eps, c->bar);
     const int ur = plan_blocks(c, a, gu, 2, 1);
     /* the kernel q4dp_linear_staged would launch must be the one with the

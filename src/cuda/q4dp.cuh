@@ -32,8 +32,8 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
  * op's output, in place), y = down . g; the bits of the three-launch form
  * (q4dp_linear_staged on gu, then its SWIGLU mode on down). Needs the
  * context's SwiGLU scratch (tsc_set_swd). q4dp_sw_takes: the shapes and
- * formats fit; q4dp_ffn_sw returns false (nothing launched) where a
- * benchmark switch picks another kernel. */
+ * formats fit, which q4dp_ffn_sw's caller checks first; q4dp_ffn_sw returns
+ * false (nothing launched) where a benchmark switch picks another kernel. */
 bool q4dp_sw_takes(const tsc_ctx *c, const tsc_weight *g, const tsc_weight *u, const tsc_weight *d, int n);
 bool q4dp_ffn_sw(tsc_ctx *c, const tsc_weight *const *gu, const tsc_weight *down, int xm, const float *x, const float *add,
                  const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y, int n);

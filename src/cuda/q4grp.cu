@@ -648,14 +648,15 @@ int g_dp_max(void) {
     return v;
 }
 
+/* a pass on k_q4gm (mm) or on k_q4g at rg rows a warp (g_linear decides,
+ * once: its virtual blocks were laid out for that kernel) */
 template <int WPT>
-void launch_g(tsc_ctx *c, const dp_args &a, int rg) {
-    if (a.nr <= g_dp_max()) { /* (1 <= g_dp_max() <= 4) */
-        const int r = g_rg_n(rg, a.nr);
-        if (a.nr == 1) launch_gdp<1, WPT>(c, a, r);
-        else if (a.nr == 2) launch_gdp<2, WPT>(c, a, r);
-        else if (a.nr == 3) launch_gdp<3, WPT>(c, a, r);
-        else launch_gdp<4, WPT>(c, a, r);
+void launch_g(tsc_ctx *c, const dp_args &a, bool mm, int rg) {
+    if (!mm) { /* a.nr <= g_dp_max() <= 4 */
+        if (a.nr == 1) launch_gdp<1, WPT>(c, a, rg);
+        else if (a.nr == 2) launch_gdp<2, WPT>(c, a, rg);
+        else if (a.nr == 3) launch_gdp<3, WPT>(c, a, rg);
+        else launch_gdp<4, WPT>(c, a, rg);
     } else if (a.nr <= 8) launch_gm<WPT, 1>(c, a);
     else launch_gm<WPT, 2>(c, a);
 }
@@ -674,11 +675,12 @@ void g_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const 
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         stage_once(c, a, nr, 1, true);
         const bool mm = nr > g_dp_max();
-        g_vbs(a, mm ? rg : g_rg_n(rg, nr), mm);
+        const int r = mm ? rg : g_rg_n(rg, nr);
+        g_vbs(a, r, mm);
         switch (a.group) {
-        case 32: launch_g<1>(c, a, rg); break;
-        case 64: launch_g<2>(c, a, rg); break;
-        default: launch_g<4>(c, a, rg); break;
+        case 32: launch_g<1>(c, a, mm, r); break;
+        case 64: launch_g<2>(c, a, mm, r); break;
+        default: launch_g<4>(c, a, mm, r); break;
         }
         TSC_LAUNCHED(c, mm ? "tsc_linear (4-bit, group numerics, mma)" : "tsc_linear (4-bit, group numerics, dp4a)");
     }
