@@ -80,14 +80,6 @@ static float *down(tsc_ctx *c, const void *d, size_t n) {
     return h;
 }
 
-/* bytes of device memory at 0 (the fused products' counters start there) */
-static void *zeroed(tsc_ctx *c, size_t bytes) {
-    void *d = tsc_alloc(c, bytes), *z = calloc(1, bytes);
-    if (d && z) tsc_write(c, d, z, bytes);
-    free(z);
-    return d;
-}
-
 /* ---- host weights ---- */
 
 typedef struct { ts_weight w; void *d, *s, *b; } hw;
@@ -169,8 +161,8 @@ TS_TEST(cuda, context_errors_memory) {
 /* mlx: keep a 4-bit weight in the MLX layout at upload (TSC_Q4T=0 around
  * it), so that its products run q4dp.cu's kernels with nd digits of x (0:
  * 3): the dp4a k_q4dp, or at nd = 1 and groups of 32..128 the opt-in group
- * numerics ("grp", TSC_Q4G=1: k_q4g for 1 and 2 rows, the tensor-core
- * k_q4gm for 3..16) or the opt-in k_q4mm ("mma", TSC_Q4MM=1); other 4-bit
+ * numerics ("grp", TSC_Q4G=1: k_q4g for 1..4 rows, the tensor-core k_q4gm
+ * for 5..16) or the opt-in k_q4mm ("mma", TSC_Q4MM=1); other 4-bit
  * weights with cols % 64 == 0 go to Q4T */
 typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; int mlx, nd; } lin_cfg;
 
@@ -253,7 +245,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             tsc_linear(c, wl, 3, dx, yl, N);
             /* each row alone, and rows in calls of 2 to 7 (one pass with
              * 8-bit x, passes of 4 and the rest with 16- and 24-bit x; the
-             * group numerics: k_q4g to 2 rows, k_q4gm from 3) */
+             * group numerics: k_q4g to 4 rows, k_q4gm from 5) */
             for (int i = 0; i < N; i++) {
                 float *y1 = dy1 + (size_t)i * rows;
                 tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx + (size_t)i * cols, &y1, 1);
@@ -1649,32 +1641,18 @@ TS_TEST(cuda, argmax_exact) {
     float *dx = up(c, x, sizeof(float) * n * V);
     int32_t *di = tsc_alloc(c, sizeof(int32_t) * n);
     void *ws = tsc_alloc(c, tsc_argmax_ws_bytes(n));
-    unsigned *bar = zeroed(c, 64);
-    int best[4]; /* the CPU's argmax of each row */
+    tsc_argmax(c, dx, n, V, di, ws);
+    int32_t ids[4];
+    tsc_read(c, ids, di, sizeof ids);
+    SYNC_OK(c);
     for (int i = 0; i < n; i++) {
-        best[i] = 0;
+        int b = 0;
         for (int e = 1; e < V; e++)
-            if (x[(size_t)i * V + e] > x[(size_t)i * V + best[i]]) best[i] = e;
+            if (x[(size_t)i * V + e] > x[(size_t)i * V + b]) b = e;
+        CHECK_MSG(ids[i] == b, "row %d: %d, CPU %d", i, ids[i], b);
     }
-    /* form 0: two launches; 1: one launch with the last block picking
-     * (TSC_ARGMAX_ONE=1, a device counter set), its counter back at 0 */
-    for (int form = 0; form < 2; form++) {
-        if (form) setenv("TSC_ARGMAX_ONE", "1", 1), tsc_set_barrier(c, bar);
-        tsc_fill(c, (float *)di, NAN, n);
-        tsc_argmax(c, dx, n, V, di, ws);
-        unsetenv("TSC_ARGMAX_ONE");
-        tsc_set_barrier(c, NULL);
-        int32_t ids[4];
-        unsigned cnt = 1;
-        tsc_read(c, ids, di, sizeof ids);
-        tsc_read(c, &cnt, bar, sizeof cnt);
-        SYNC_OK(c);
-        for (int i = 0; i < n; i++) CHECK_MSG(ids[i] == best[i], "form %d row %d: %d, CPU %d", form, i, ids[i], best[i]);
-        CHECK(ids[1] == 7 && ids[2] == V - 1);
-        CHECK_MSG(cnt == 0, "form %d: the counter left at %u", form, cnt);
-    }
+    CHECK(ids[1] == 7 && ids[2] == V - 1);
     free(x);
-    tsc_free(c, bar);
     tsc_close(c);
 }
 
@@ -1817,16 +1795,15 @@ TS_TEST(cuda, graph_replay_same_bits) {
  * TSC_Q4DP_DIG=7: the one-row norm and plain passes too). */
 TS_TEST(cuda, fused_products_dp4a) {
     OPEN(c);
-    unsigned *bar = zeroed(c, 256);
+    unsigned *bar = tsc_alloc(c, 256);
+    const unsigned zero[64] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
     void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
-    for (int vv = 0; vv < 20; vv++) {
+    for (int vv = 0; vv < 12; vv++) {
         /* v: the shape; kind 0: 24-bit x (k_q4dp), 1: 8-bit x on k_q4mm, 2:
-         * 8-bit x in the group numerics (k_q4g, k_q4gm), 3: 8-bit x on
-         * k_q4dp (the engine's default), 4: the same with its one-row norm
-         * passes on the XV form (TSC_Q4DP_XV=1: x + add kept in shared
-         * memory); vv >= 10: digits once */
-        tsc_set_digits(c, vv >= 10 ? dgs : NULL, tsc_digits_ws_bytes());
-        const int v = vv & 1, kind = (vv >> 1) % 5;
+         * 8-bit x in the group numerics (k_q4g, k_q4gm); vv >= 6: digits once */
+        tsc_set_digits(c, vv >= 6 ? dgs : NULL, tsc_digits_ws_bytes());
+        const int v = vv & 1, kind = (vv >> 1) % 3;
         const int64_t rows = v ? 130 : 300, cols = v ? 12288 : 4096;
         hw h, h2;
         make_w(&h, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, rows, cols);
@@ -1835,7 +1812,6 @@ TS_TEST(cuda, fused_products_dp4a) {
         hd.act_digits = hd2.act_digits = kind ? 1 : 0;
         if (kind == 1) setenv("TSC_Q4MM", "1", 1); /* k_q4mm is opt-in (q4dp.cu) */
         if (kind == 2) setenv("TSC_Q4G", "1", 1);  /* and the group numerics */
-        if (kind == 4) setenv("TSC_Q4DP_XV", "1", 1); /* and k_q4dp's XV form */
         ts_error e;
         setenv("TSC_Q4T", "0", 1);
         CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
@@ -1896,7 +1872,6 @@ TS_TEST(cuda, fused_products_dp4a) {
         tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
         unsetenv("TSC_Q4MM");
         unsetenv("TSC_Q4G");
-        unsetenv("TSC_Q4DP_XV");
         tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
         free(g), free(u), free(nw);
         free_hw(&h), free_hw(&h2);
@@ -1918,195 +1893,6 @@ TS_TEST(cuda, fused_products_dp4a) {
     CHECK(tsc_sync(c, &e) == TS_E_ARG && strstr(e.msg, "tsc_set_barrier"));
     tsc_close(c);
     free_hw(&h);
-}
-
-/* A dense FFN in two launches (tsc_ffn_swd: the gate/up launch also makes
- * the down's digits, q4dp.cu's k_q4dp_sw and k_q4dp_as<SW>) against the
- * three-launch form (tsc_linear_addnorm or tsc_linear, then
- * tsc_linear_swiglu_out with the digits made once) on the same inputs: the
- * down's products, g = silu(g) * u, u, x (+= add in place) and the normed
- * rows bit for bit, the group counters and the barrier back at 0 after
- * every call. 1, 3 and 8 rows (one row on k_q4dp, several on the ring
- * kernel); shapes whose virtual blocks cover a group in 1..8 pieces (KS
- * 1..8 from the gate's shape), groups of 32 / 64 / 128, bf16 and f16
- * scales, plain x and the norm with and without add, the XV staging; then
- * the form's refusals (24-bit x, more rows than a pass, a down of other
- * columns, no scratch). */
-TS_TEST(cuda, ffn_swd_same_bits) {
-    OPEN(c);
-    unsigned *bar = zeroed(c, 256);
-    tsc_set_barrier(c, bar);
-    void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
-    tsc_set_digits(c, dgs, tsc_digits_ws_bytes());
-    const size_t swb = tsc_swd_ws_bytes();
-    void *sw = zeroed(c, swb);
-    tsc_set_swd(c, sw, swb);
-    enum { NMAX = 8 };
-    static const int ns[] = {1, 3, 8};
-    static const struct { int64_t H, I; int group; ts_dtype sdt; } sh[] = {
-        {4096, 12288, 64, TS_DTYPE_BF16}, {1536, 4160, 32, TS_DTYPE_F16}, {512, 1024, 128, TS_DTYPE_BF16},
-        {2048, 384, 64, TS_DTYPE_F16}};
-    for (int v = 0; v < 4; v++) {
-        const int64_t H = sh[v].H, I = sh[v].I;
-        hw hg, hu, hd;
-        make_w(&hg, TS_DTYPE_U32, 4, sh[v].group, sh[v].sdt, I, H);
-        make_w(&hu, TS_DTYPE_U32, 4, sh[v].group, sh[v].sdt, I, H);
-        make_w(&hd, TS_DTYPE_U32, 4, sh[v].group, sh[v].sdt, H, I);
-        tsc_weight tg = desc(&hg.w), tu = desc(&hu.w), td = desc(&hd.w), wg, wu, wd;
-        tg.act_digits = tu.act_digits = td.act_digits = 1;
-        ts_error e;
-        setenv("TSC_Q4T", "0", 1);
-        CHECK_MSG(tsc_weight_upload(c, &tg, &wg, &e) == 0 && tsc_weight_upload(c, &tu, &wu, &e) == 0 &&
-                      tsc_weight_upload(c, &td, &wd, &e) == 0,
-                  "%s", e.msg);
-        unsetenv("TSC_Q4T");
-        const tsc_weight *gu[2] = {&wg, &wu};
-        const size_t nh = (size_t)NMAX * H, ni = (size_t)NMAX * I;
-        float *hx = malloc(sizeof(float) * nh), *ha = malloc(sizeof(float) * nh), *hn = malloc(sizeof(float) * H);
-        frand(hx, nh, 3.0f), frand(ha, nh, 1.0f), frand(hn, H, 1.0f);
-        float *x0 = up(c, hx, sizeof(float) * nh), *da = up(c, ha, sizeof(float) * nh), *dn = up(c, hn, sizeof(float) * H);
-        float *rx = tsc_alloc(c, sizeof(float) * nh), *sx = tsc_alloc(c, sizeof(float) * nh);
-        float *rn = tsc_alloc(c, sizeof(float) * nh), *sn = tsc_alloc(c, sizeof(float) * nh);
-        float *rg = tsc_alloc(c, sizeof(float) * ni), *ru = tsc_alloc(c, sizeof(float) * ni);
-        float *sg = tsc_alloc(c, sizeof(float) * ni), *su = tsc_alloc(c, sizeof(float) * ni);
-        float *ry = tsc_alloc(c, sizeof(float) * nh), *sy = tsc_alloc(c, sizeof(float) * nh);
-        for (int k = 0; k < 3; k++)
-            for (int mode = 0; mode < 4; mode++) {
-                /* 0: plain x; 1: norm, x += add in place; 2: norm without add; 3: 1 on the XV staging (one row) */
-                const int n = ns[k], norm = mode != 0, add = mode == 1 || mode == 3;
-                const size_t mh = (size_t)n * H, mi = (size_t)n * I;
-                CHECK_MSG(tsc_ffn_swd_takes(c, &wg, &wu, &wd, n) == 1, "shape %d, %d rows: the two-launch form refused",
-                          v, n);
-                if (mode == 3) setenv("TSC_Q4DP_XV", "1", 1);
-                float *ry_[1] = {ry}, *rgu[2] = {rg, ru};
-                tsc_copy(c, rx, x0, sizeof(float) * mh);
-                tsc_fill(c, rn, NAN, mh);
-                if (norm) tsc_linear_addnorm(c, gu, 2, rx, add ? da : NULL, dn, 1e-6f, add ? rx : NULL, rn, rgu, n);
-                else tsc_linear(c, gu, 2, rx, rgu, n);
-                tsc_linear_swiglu_out(c, (const tsc_weight *[]){&wd}, 1, rg, ru, rg, ry_, n);
-                tsc_copy(c, sx, x0, sizeof(float) * mh);
-                tsc_fill(c, sn, NAN, mh);
-                tsc_fill(c, sg, NAN, mi), tsc_fill(c, su, NAN, mi), tsc_fill(c, sy, NAN, mh);
-                const int r = tsc_ffn_swd(c, &wg, &wu, &wd, sx, add ? da : NULL, norm ? dn : NULL, 1e-6f,
-                                          add ? sx : NULL, norm ? sn : NULL, sg, su, sy, n);
-                unsetenv("TSC_Q4DP_XV");
-                SYNC_OK(c);
-                CHECK_MSG(r == 1, "shape %d mode %d, %d rows: tsc_ffn_swd returned %d (1: two launches)", v, mode, n, r);
-                const struct { const float *a, *b; size_t n; const char *what; } cmp[] = {
-                    {ry, sy, mh, "the down's products"}, {rg, sg, mi, "silu(g) * u"}, {ru, su, mi, "u"},
-                    {rx, sx, mh, "x"}, {rn, sn, norm ? mh : 0, "the normed rows"}};
-                for (int q = 0; q < 5; q++) {
-                    if (!cmp[q].n) continue;
-                    float *a = down(c, cmp[q].a, cmp[q].n), *b = down(c, cmp[q].b, cmp[q].n);
-                    CHECK_MSG(!memcmp(a, b, sizeof(float) * cmp[q].n),
-                              "shape %d (%lld x %lld, group %d) mode %d, %d rows: %s differ from the three-launch "
-                              "form's (max %.3g)",
-                              v, (long long)H, (long long)I, sh[v].group, mode, n, cmp[q].what,
-                              ts_test_max_abs(a, b, cmp[q].n));
-                    free(a), free(b);
-                }
-                const int ng = (int)(I / sh[v].group);
-                unsigned *ctr = malloc(sizeof(unsigned) * (size_t)ng), cb = 1;
-                tsc_read(c, ctr, sw, sizeof(unsigned) * (size_t)ng);
-                tsc_read(c, &cb, bar, sizeof cb);
-                int nz = 0;
-                for (int q = 0; q < ng; q++) nz += ctr[q] != 0;
-                CHECK_MSG(nz == 0 && cb == 0, "shape %d mode %d, %d rows: %d group counters and the barrier (%u) not "
-                          "back at 0", v, mode, n, nz, cb);
-                free(ctr);
-            }
-        /* the refusals */
-        wd.act_digits = 3;
-        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 1) == 0); /* 24-bit x */
-        wd.act_digits = 1;
-        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 9) == 0); /* more rows than a pass */
-        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wg, 1) == 0); /* a "down" of the gate's columns */
-        tsc_set_swd(c, NULL, 0);
-        CHECK(tsc_ffn_swd_takes(c, &wg, &wu, &wd, 1) == 0); /* no scratch */
-        tsc_set_swd(c, sw, swb);
-        float *fs[] = {x0, da, dn, rx, sx, rn, sn, rg, ru, sg, su, ry, sy};
-        for (size_t q = 0; q < sizeof fs / sizeof fs[0]; q++) tsc_free(c, fs[q]);
-        tsc_weight_free(c, &wg), tsc_weight_free(c, &wu), tsc_weight_free(c, &wd);
-        free(hx), free(ha), free(hn);
-        free_hw(&hg), free_hw(&hu), free_hw(&hd);
-    }
-    tsc_free(c, bar), tsc_free(c, dgs), tsc_free(c, sw);
-    tsc_close(c);
-}
-
-/* The plain kernel's norm form (tsc_linear_addnorm on bf16 / f16 / f32 /
- * 8-bit weights: a MoE layer's router takes its input's norm so): the
- * products equal tsc_add_rmsnorm + tsc_linear bit for bit, and so do x_out
- * (x + add, here in place as the engine runs it) and u_out; two weights a
- * launch (a router and a one-row gate beside it), 1, 3 and 6 rows (6: two
- * passes), with and without add; the counter back at 0 after each call. */
-TS_TEST(cuda, addnorm_plain_formats_same_bits) {
-    OPEN(c);
-    unsigned *bar = zeroed(c, 64);
-    tsc_set_barrier(c, bar);
-    static const struct { ts_dtype dt; int bits; int64_t rows, cols; } fm[] = {
-        {TS_DTYPE_BF16, 0, 257, 2048}, {TS_DTYPE_F16, 0, 65, 1024}, {TS_DTYPE_F32, 0, 40, 512}, {TS_DTYPE_U32, 8, 130, 1024}};
-    static const int NS[] = {1, 3, 6};
-    for (size_t f = 0; f < sizeof fm / sizeof fm[0]; f++) {
-        const int64_t rows = fm[f].rows, cols = fm[f].cols;
-        hw h, h2;
-        make_w(&h, fm[f].dt, fm[f].bits, 64, TS_DTYPE_BF16, rows, cols);
-        make_w(&h2, fm[f].dt, fm[f].bits, 64, TS_DTYPE_BF16, 1, cols);
-        tsc_weight hd = desc(&h.w), hd2 = desc(&h2.w), dw, dw2;
-        ts_error e;
-        setenv("TSC_Q4T", "0", 1);
-        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
-        unsetenv("TSC_Q4T");
-        CHECK(tsc_linear_norm_takes(&dw) && tsc_linear_norm_takes(&dw2));
-        const int N = 6;
-        const size_t nx = (size_t)N * cols;
-        float *x = malloc(sizeof(float) * nx), *ad = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
-        frand(x, nx, 3.0f), frand(ad, nx, 1.0f), frand(nw, cols, 1.0f);
-        float *dad = up(c, ad, sizeof(float) * nx), *dnw = up(c, nw, sizeof(float) * cols);
-        float *dx = tsc_alloc(c, sizeof(float) * nx), *dr = tsc_alloc(c, sizeof(float) * nx);
-        float *du = tsc_alloc(c, sizeof(float) * nx), *dur = tsc_alloc(c, sizeof(float) * nx);
-        float *dy = tsc_alloc(c, sizeof(float) * N * rows), *dz = tsc_alloc(c, sizeof(float) * N);
-        float *ry = tsc_alloc(c, sizeof(float) * N * rows), *rz = tsc_alloc(c, sizeof(float) * N);
-        const tsc_weight *wl[2] = {&dw, &dw2};
-        for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
-            for (int with_add = 0; with_add < 2; with_add++) {
-                const int n = NS[ni];
-                /* fused: x += add in place, u = the normed rows */
-                tsc_write(c, dx, x, sizeof(float) * nx);
-                tsc_fill(c, du, NAN, nx);
-                float *yl[2] = {dy, dz};
-                tsc_linear_addnorm(c, wl, 2, dx, with_add ? dad : NULL, dnw, 1e-6f, with_add ? dx : NULL, du, yl, n);
-                /* unfused: tsc_add_rmsnorm then the products of its output */
-                tsc_write(c, dr, x, sizeof(float) * nx);
-                tsc_add_rmsnorm(c, dr, with_add ? dad : NULL, dnw, dur, n, (int)cols, 1e-6f);
-                float *rl[2] = {ry, rz};
-                tsc_linear(c, wl, 2, dur, rl, n);
-                SYNC_OK(c);
-                float *a1 = down(c, dy, (size_t)n * rows), *b1 = down(c, ry, (size_t)n * rows);
-                float *a2 = down(c, dz, (size_t)n), *b2 = down(c, rz, (size_t)n);
-                float *a3 = down(c, dx, (size_t)n * cols), *b3 = down(c, dr, (size_t)n * cols);
-                float *a4 = down(c, du, (size_t)n * cols), *b4 = down(c, dur, (size_t)n * cols);
-                CHECK_MSG(!memcmp(a1, b1, sizeof(float) * n * rows) && !memcmp(a2, b2, sizeof(float) * n),
-                          "format %zu, %d rows, add %d: fused products != tsc_add_rmsnorm + tsc_linear", f, n, with_add);
-                CHECK_MSG(!memcmp(a3, b3, sizeof(float) * n * cols), "format %zu, %d rows, add %d: x_out differs", f, n,
-                          with_add);
-                CHECK_MSG(!memcmp(a4, b4, sizeof(float) * n * cols), "format %zu, %d rows, add %d: u_out differs", f, n,
-                          with_add);
-                unsigned bv = 1;
-                tsc_read(c, &bv, bar, sizeof bv);
-                CHECK_MSG(bv == 0, "format %zu: the counter left at %u", f, bv);
-                free(a1), free(b1), free(a2), free(b2), free(a3), free(b3), free(a4), free(b4);
-            }
-        free(x), free(ad), free(nw);
-        tsc_free(c, dad), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, du), tsc_free(c, dur);
-        tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
-        tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
-        free_hw(&h), free_hw(&h2);
-    }
-    tsc_set_barrier(c, NULL);
-    tsc_free(c, bar);
-    CHECK(tsc_mem_used(c) == 0);
-    tsc_close(c);
 }
 
 /* ---- Q4T: fused products, MoE expert products ---- */

@@ -338,11 +338,7 @@ static void step(int n, int fused) {
         if (!S->E) {
             const tsc_weight *wf[2] = {&y->gate, &y->up};
             b += wb(&y->gate) + wb(&y->up) + wb(&y->down);
-            if (fused && cb_env("TSC_Q4DP_SWD") == 1 && tsc_ffn_swd_takes(C, &y->gate, &y->up, &y->down, n)) {
-                /* the engine's SwiGLU form (backend.cu, swd_on): two launches */
-                tsc_ffn_swd(C, &y->gate, &y->up, &y->down, X[cur], T, y->post_norm, 1e-6f, X[cur ^ 1], NULL, G, UP, T, n);
-                cur ^= 1;
-            } else if (fused) {
+            if (fused) {
                 tsc_linear_addnorm(C, wf, 2, X[cur], T, y->post_norm, 1e-6f, X[cur ^ 1], NULL, (float *[]){G, UP}, n);
                 cur ^= 1;
                 tsc_linear_swiglu(C, (const tsc_weight *[]){&y->down}, 1, G, UP, &T, n);
@@ -515,13 +511,15 @@ static void run_shape(int quick, int prof) {
     printf("KV %s.step_ms %.4f\nKV %s.tok_s %.1f\nKV %s.pct %.2f\nKV %s.kernels %d\nKV %s.plain_ms %.4f\nKV %s.bytes %.0f\nKV %s.nopdl_ms %.4f\n",
            S->key, sf, S->key, 1e3 / sf, S->key, pct, S->key, nf, S->key, sp, S->key, bytes, S->key, snp);
     if (S->llama_tok_s > 0) printf("KV %s.vs_llama %.2f\n", S->key, 1e3 / sf / S->llama_tok_s);
-    if (TRACE) { /* one more capture of the fused step, its last replay's timeline */
+    if (TRACE) { /* one more capture of the fused step, its last replay's timeline (CB_TRACE_ROWS=n: the
+                  * n-row step's, a verify pass's) */
+        const int tn = cb_env("CB_TRACE_ROWS") > 1 ? cb_env("CB_TRACE_ROWS") : 1;
         tsc_trace_reset();
-        const double ms = time_step(1, 1, 3);
+        const double ms = time_step(tn, 1, 3);
         const int nl = tsc_trace_dump(C, TRACE);
         /* the file's name only: this output is kept in bench/, the host's paths are not */
         const char *base = strrchr(TRACE, '/') ? strrchr(TRACE, '/') + 1 : TRACE;
-        printf("trace: %d product launches of a %.3f ms step -> %s%s\n", nl, ms, base,
+        printf("trace: %d product launches of a %.3f ms %d-row step -> %s%s\n", nl, ms, tn, base,
                nl < 0 ? " (not written: a build without -DTSC_TRACE)" : "");
     }
     if (!strcmp(S->key, "9b")) {
@@ -612,14 +610,6 @@ int main(int argc, char **argv) {
             tsc_write(C, bar, zero, sizeof zero);
             tsc_set_barrier(C, bar);
             tsc_set_digits(C, tsc_alloc(C, tsc_digits_ws_bytes()), tsc_digits_ws_bytes()); /* as the engine's streams */
-            /* and the SwiGLU form's scratch, zeroed (TSC_Q4DP_SWD=1 below) */
-            const size_t swb = tsc_swd_ws_bytes();
-            void *sw = tsc_alloc(C, swb), *z = calloc(1, swb);
-            if (sw && z) {
-                tsc_write(C, sw, z, swb);
-                tsc_set_swd(C, sw, swb);
-            }
-            free(z);
         }
         if (!PROBE) {
             char name[128];

@@ -206,20 +206,6 @@ struct pend_act {
     size_t N; /* swiglu elements */
 };
 
-/* A dense FFN's gate/up product held back by one op (swd_on): when the
- * next ops are the SwiGLU of its two outputs and the down product of that,
- * the three run as tsc_ffn_swd (two launches: the gate/up launch makes the
- * down's digits); any other op launches it as cu_linear would have (flush).
- * pn: the pending norm it took over (kind PEND_NONE: none). */
-struct defer_gu {
-    bool on;
-    tsc_weight dw[2];
-    const float *x;
-    float *y[2];
-    int n;
-    pend_act pn;
-};
-
 struct cu_stream {
     ts_stream base;
     tsc_ctx *c;
@@ -251,7 +237,6 @@ struct cu_stream {
     int last_kernels;
     int capturing;
     pend_act pend; /* a norm or SwiGLU not yet launched (see flush) */
-    defer_gu dgu;  /* a gate/up product not yet launched (see defer_gu) */
     /* prompt chunks (streams of more than RB rows; NULL otherwise): the
      * tensor-core products' staging (gemm_bytes), a chunk MoE's routes and
      * its maps (maps_n ints): see layout_of */
@@ -297,7 +282,7 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, dg, swd, amx_ws, amx_ids, amx_prob, att_small, att_multi, gemm, route, maps, wy, blas, total;
+    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, att_multi, gemm, route, maps, wy, blas, total;
 };
 
 /* A chunk MoE's row tiles of one slot at most (a partial tile per expert
@@ -344,7 +329,6 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.rwts = o, o += al256(sizeof(float) * RB * TOPK_MAX);
     l.gl = o, o += al256(sizeof(float) * RB + sizeof(unsigned)); /* + the fused products' counter (tsc_set_barrier) */
     l.dg = o, o += al256(tsc_digits_ws_bytes()); /* the products' staged digits (tsc_set_digits) */
-    l.swd = o, o += al256(tsc_swd_ws_bytes());   /* the SwiGLU form's counters and digits (tsc_set_swd) */
     l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
     l.amx_prob = o, o += al256(sizeof(float) * RB);
@@ -488,10 +472,7 @@ bool fuse_on() {
  * asked for. */
 __global__ void k_add2d(float *x, int64_t ldx, const float *add, int dim, int n); /* below */
 
-void launch_dgu(ts_stream *s); /* below */
-
 void flush(ts_stream *s) {
-    if (((cu_stream *)s)->dgu.on) launch_dgu(s); /* (the op it held came before the pending one) */
     pend_act &p = ((cu_stream *)s)->pend;
     if (p.kind == PEND_NONE) return;
     const int k = p.kind;
@@ -971,7 +952,6 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->gl = (float *)(w + l.gl);
     tsc_set_barrier(q->c, (unsigned *)(q->gl + RB)); /* zeroed above with the workspace */
     tsc_set_digits(q->c, w + l.dg, tsc_digits_ws_bytes());
-    tsc_set_swd(q->c, w + l.swd, tsc_swd_ws_bytes()); /* its counters zeroed above */
     q->amx_ws = w + l.amx_ws;
     q->amx_ids = (int32_t *)(w + l.amx_ids);
     q->amx_prob = (float *)(w + l.amx_prob);
@@ -1176,111 +1156,24 @@ void lin_rows(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, fl
     }
 }
 
-/* Whether the pending norm or SwiGLU can be staged by this product (it
- * reads the pending op's output and its weights take a fused kernel: the
- * dp4a one, or plain_norm's below; one run of one format, up to
- * TSC_LIN_MAX, n <= RB rows). */
-bool fuse_takes(ts_stream *s, const tsc_weight *dw, int nw, const float *x, int n, bool plain_norm) {
-    const pend_act &p = ST(s)->pend;
-    const bool dp = q4dp_takes(&dw[0]);
-    const bool takes = dp || (plain_norm && p.kind == PEND_NORM && tsc_linear_norm_takes(&dw[0]));
-    if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB || !takes) return false;
+/* The pending norm or SwiGLU staged by this product when it reads the
+ * pending op's output and its weights take the fused dp4a kernel (one run
+ * of one format, up to TSC_LIN_MAX, n <= RB rows); true when launched. The
+ * fused kernels give the bits of the two kernels they replace (q4dp.cu). */
+bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
+    pend_act &p = ST(s)->pend;
+    if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB || !q4dp_takes(&dw[0])) return false;
     if (p.kind == PEND_NORM ? (x != p.y || n != p.n || dw[0].cols != p.dim)
                             : (x != p.x || (size_t)n * (size_t)dw[0].cols != p.N))
         return false;
-    /* the staging reads 16-byte chunks (the norm weights too on the plain kernel) */
+    /* the staging reads 16-byte chunks */
     if ((((uintptr_t)p.x | (uintptr_t)p.y | (uintptr_t)(p.add ? p.add : p.x) | (uintptr_t)(p.u ? p.u : p.x)) & 15) != 0)
         return false;
-    if (!dp && ((uintptr_t)p.w & 15) != 0) return false;
-    for (int i = 0; i < nw; i++)
-        if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
-    return true;
-}
-
-/* The SwiGLU form (TSC_Q4DP_SWD=1): a dense FFN's gate/up launch also makes
- * the down's digits (q4dp.cu, k_q4dp_sw; tsc_ffn_swd), two launches where
- * the fused products take three, the same bits. The backend sees the FFN
- * as three ops (linear, swiglu, linear), so the gate/up product is held
- * back (defer_gu) until the next op shows whether the other two follow.
- * Opt-in until a GPU run has measured it (written in session 25 without
- * one; bench/cuda/s25-run1/command.sh). Read at every op. */
-bool swd_on() { return env_is1("TSC_Q4DP_SWD"); }
-
-/* Hold a dense FFN's gate/up product (two weights of one shape, a decode
- * or verify pass's rows) instead of launching it, taking over the pending
- * norm it would stage; true when held. */
-bool hold_gu(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
-    cu_stream *q = ST(s);
-    if (!swd_on() || !fuse_on() || nw != 2 || n < 1 || n > RB || q->dgu.on || dw[0].rows != dw[1].rows ||
-        !tsc_linear_one_launch(&dw[1], &dw[0]) || (((uintptr_t)y[0] | (uintptr_t)y[1]) & 15))
-        return false;
-    if (q->pend.kind != PEND_NONE && !(q->pend.kind == PEND_NORM && fuse_takes(s, dw, nw, x, n, false))) return false;
-    defer_gu &d = q->dgu;
-    d.on = true;
-    d.dw[0] = dw[0], d.dw[1] = dw[1];
-    d.x = x, d.y[0] = y[0], d.y[1] = y[1], d.n = n;
-    d.pn = q->pend;
-    q->pend.kind = PEND_NONE;
-    return true;
-}
-
-bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n,
-                  bool plain_norm = false);
-void rows_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n);
-
-/* The held gate/up launched as cu_linear would have launched it (its norm
- * staged), ahead of whatever is pending after it, which stays pending */
-void launch_dgu(ts_stream *s) {
-    cu_stream *q = ST(s);
-    defer_gu &d = q->dgu;
-    d.on = false;
-    if (dead(s)) return;
-    const pend_act after = q->pend;
-    q->pend = d.pn;
-    if (!fused_linear(s, d.dw, 2, d.x, d.y, d.n)) {
-        const tsc_weight *pw[2] = {&d.dw[0], &d.dw[1]};
-        rows_linear(q->c, pw, 2, d.x, d.y, d.n);
-    }
-    q->pend = after;
-}
-
-/* The down product of a held gate/up's SwiGLU: the three ops as
- * tsc_ffn_swd; true when it took them */
-bool ffn_swd(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
-    cu_stream *q = ST(s);
-    defer_gu &d = q->dgu;
-    pend_act &p = q->pend;
-    if (nw != 1 || p.kind != PEND_SWIGLU || x != d.y[0] || p.x != d.y[0] || p.u != d.y[1] || n != d.n ||
-        !tsc_ffn_swd_takes(q->c, &d.dw[0], &d.dw[1], &dw[0], n))
-        return false;
-    d.on = false, p.kind = PEND_NONE;
-    const pend_act &m = d.pn;
-    if (m.kind == PEND_NORM) /* as fused_linear stages it: x += add in place (when add), the normed rows beside */
-        tsc_ffn_swd(q->c, &d.dw[0], &d.dw[1], &dw[0], m.x, m.add, m.w, m.eps, m.add ? m.x : NULL, m.y, d.y[0], d.y[1],
-                    y[0], n);
-    else
-        tsc_ffn_swd(q->c, &d.dw[0], &d.dw[1], &dw[0], d.x, NULL, NULL, 0.f, NULL, NULL, d.y[0], d.y[1], y[0], n);
-    return true;
-}
-
-/* The pending norm or SwiGLU staged by this product when fuse_takes; true
- * when launched. The fused kernels give the bits of the two kernels they
- * replace (q4dp.cu). A held gate/up (defer_gu) goes first: with this
- * product as its FFN's down, the three ops in two launches (ffn_swd); else
- * launched as it is. */
-bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n,
-                  bool plain_norm) {
-    if (ST(s)->dgu.on) {
-        if (ffn_swd(s, dw, nw, x, y, n)) return true;
-        launch_dgu(s);
-    }
-    pend_act &p = ST(s)->pend;
-    /* plain_norm: a pending norm also into the plain kernel's products (a
-     * MoE layer's bf16 router, cu_moe's fused layer; linear.cu, k_linear's
-     * norm form) */
-    if (!fuse_takes(s, dw, nw, x, n, plain_norm)) return false;
     const tsc_weight *pw[TSC_LIN_MAX];
-    for (int i = 0; i < nw; i++) pw[i] = &dw[i];
+    for (int i = 0; i < nw; i++) {
+        if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
+        pw[i] = &dw[i];
+    }
     tsc_ctx *c = ST(s)->c;
     const int k = p.kind;
     p.kind = PEND_NONE;
@@ -1346,7 +1239,6 @@ void cu_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const
     if (nw > TS_LINEAR_MANY_MAX) { fail(s, TS_E_ARG, "linear: too many weights"); return; }
     for (int i = 0; i < nw; i++)
         if (!dev_w(s, w[i], &dw[i])) return;
-    if (hold_gu(s, dw, nw, x, y, n)) return;
     if (fused_linear(s, dw, nw, x, y, n)) return;
     flush(s);
     /* one launch per run of weights that share the products' format */
@@ -1447,10 +1339,7 @@ void cu_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, co
 void cu_swiglu(ts_stream *s, ts_mode m, float *g, const float *u, size_t N) {
     op_timer opt_(s, OPT_NORM);
     if (dead(s)) return;
-    /* the SwiGLU of a held gate/up's outputs stays pending beside it (defer_gu) */
-    const defer_gu &d = ST(s)->dgu;
-    if (!(d.on && ST(s)->pend.kind == PEND_NONE && g == d.y[0] && u == d.y[1] && N == (size_t)d.n * (size_t)d.dw[0].rows))
-        flush(s);
+    flush(s);
     if (fuse_on()) {
         pend_act &p = ST(s)->pend;
         p.kind = PEND_SWIGLU, p.x = g, p.u = u, p.N = N;
@@ -2190,41 +2079,15 @@ bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
  * decode path's form). rw[0] is the router, its logits y[0]; rw[1..nw-1]
  * share its launch (cu_moe: the shared expert's gate row), into y[1..]. */
 void block_routes(ts_stream *s, const tsc_weight *rw, int nw, const float *u_, float *const *y, int nr, int E, int k,
-                  int norm_topk, bool route = true, bool plain_norm = false) {
+                  int norm_topk) {
     cu_stream *q = ST(s);
     const tsc_weight *pr[2] = {&rw[0], nw > 1 ? &rw[1] : NULL};
-    if (!fused_linear(s, rw, nw, u_, y, nr, plain_norm)) {
+    if (!fused_linear(s, rw, nw, u_, y, nr)) {
         flush(s);
         lin_rows(q->c, pr, nw, u_, y, nr);
     }
-    if (route) tsc_moe_route(q->c, y[0], nr, E, k, norm_topk, q->r_ids, q->r_wts);
+    tsc_moe_route(q->c, y[0], nr, E, k, norm_topk, q->r_ids, q->r_wts);
 }
-
-/* The routes made by the routed experts' gate/up launch from the router's
- * logits (q4dp_moe's q4dp_route; route.cuh: the same ids and weights as
- * tsc_moe_route's launch, which it saves: one launch a MoE layer of the
- * decode and verify passes). Opt-in (TSC_MOE_ROUTE_FUSE=1) until a GPU run
- * has checked it: written in session 24 after its device time was cut
- * short (the engine test that compares the two forms bit for bit,
- * cuda_engine.moe_routes_in_the_expert_launch_same_bits, and
- * bench/cuda/s25-run3/command.sh are the call that decides). Read at every
- * op. */
-bool route_fuse_on() { return env_is1("TSC_MOE_ROUTE_FUSE"); }
-
-/* A MoE layer's decode / verify block in three launches where there were
- * five (norm + shared gate/up, router, route, routed gate/up, routed down
- * with the shared down): the bf16 router takes the pending norm of its
- * input (k_linear's norm form) with the shared expert's gate row beside
- * it, the routed gate/up launch routes (as route_fuse_on) and takes the
- * shared expert's gate/up as its slot k, and the down reads the k + 1
- * hidden rows as they lie. Other bits than the five-launch form (the
- * shared gate/up's column split comes from the stacked shape), the same in
- * every pass (decode and verify alike) and for a streamed layer (its
- * routes from moe_route; the same expert launches). Opt-in (TSC_MOE_FUSE_LAYER=1),
- * written in session 24 without a GPU to check it:
- * bench/cuda/s25-run3/command.sh runs the engine's tests under it and
- * measures it. Read at every op. */
-bool layer_fuse_on() { return env_is1("TSC_MOE_FUSE_LAYER"); }
 
 /* Routing alone (expert streaming, model/xstream.c): the routes of all n
  * rows read back to the host, computed by the products cu_moe's resident
@@ -2324,103 +2187,68 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * do not depend on the other weights of a launch (linear.cu, q4dp.cu),
          * so a streamed layer (routes from moe_route, gate row alone) keeps
          * the resident bits. */
-        const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
         const bool g_sh = tsc_linear_one_launch(&sgw, &sg);
-        /* the three-launch layer (layer_fuse_on): the shapes and formats it
-         * needs, never the row count (a row's bits must not depend on it) */
-        const bool l3 = dpx && layer_fuse_on() && (size_t)(k + 1) * (size_t)Im <= room && Is == Im && !g_sh &&
-                        tsc_linear_one_launch(&sgw, &rw) && tsc_linear_norm_takes(&rw) && q4dp_moe_route_takes(E, k) &&
-                        q4dp_moe_shared_takes(&d0, &sd, k) && q4dp_moe_shared_rows_takes(&g0, &u0, &sg, &su, k);
-        /* the routes made by the gate/up launch below (its dp4a form) */
-        const bool rfuse = !pool && (l3 || (dpx && hk <= room && route_fuse_on() && q4dp_moe_route_takes(E, k)));
+        const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
+        const tsc_weight gu[3] = {sg, su, sgw};
         /* the shared expert as the routed down's last slot (shared_slot_on):
          * its gate / up rows then wait in b0 ([nr][Is] each; b0 rows hold
          * 2H) while the routed ones take b1 / b2. Taken or not by the
          * shapes and the scratch's size, never by nr: a row's bits must not
          * depend on how many rows share its pass (a streamed layer runs
-         * groups of a pass's rows; s22-run4 caught a first form that did).
-         * (The three-launch layer has its own form: the shared gate/up as
-         * the gate/up launch's slot k, read by the down as they lie.) */
-        const bool shx = !l3 && dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
+         * groups of a pass's rows; s22-run4 caught a first form that did) */
+        const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
+        const bool shx = dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
         float *sg1 = shx ? a->b0 : a->b1, *sg2 = shx ? a->b0 + (size_t)nr * Is : a->b2;
-        if (pool) { /* the routes moe_route gave, as the pool's slots */
+        float *ys[3] = {sg1, sg2, q->gl};
+        const int ngu = g_sh ? 3 : 2;
+        if (!fuse_on() || !fused_linear(s, gu, ngu, u_, ys, nr)) {
+            flush(s);
+            const tsc_weight *ps[3] = {&sg, &su, &sgw};
+            lin_rows(c, ps, ngu, u_, ys, nr);
+        }
+        if (pool) {
+            /* the routes moe_route gave, as the pool's slots */
             tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
             tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
-        }
-        if (l3) {
-            if (pool) {
-                /* a streamed layer (moe_route ran the router and the norm):
-                 * the gate row alone (the bits it has beside the router),
-                 * then the same expert launches as a resident layer's: the
-                 * same bits */
-                const tsc_weight *pg[1] = {&sgw};
-                float *yg[1] = {q->gl};
-                flush(s);
-                lin_rows(c, pg, 1, u_, yg, nr);
-            } else {
-                const tsc_weight rg[2] = {rw, sgw};
-                float *yr[2] = {lg_, q->gl};
-                block_routes(s, rg, 2, u_, yr, nr, E, k, a->norm_topk, false, true);
-            }
         } else {
-            const bool g_rt = !g_sh && !pool && tsc_linear_one_launch(&sgw, &rw);
-            const tsc_weight gu[3] = {sg, su, sgw};
-            float *ys[3] = {sg1, sg2, q->gl};
-            const int ngu = g_sh ? 3 : 2;
-            if (!fuse_on() || !fused_linear(s, gu, ngu, u_, ys, nr)) {
+            const tsc_weight rg[2] = {rw, sgw};
+            float *yr[2] = {lg_, q->gl};
+            block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk);
+        }
+        if (!g_sh && !g_rt) {
+            const tsc_weight *pg[1] = {&sgw};
+            float *yg[1] = {q->gl};
+            lin_rows(c, pg, 1, u_, yg, nr);
+        }
+        if (!shx) {
+            const tsc_weight *pd[1] = {&sd};
+            float *yd[1] = {shared};
+            pend_act &pa = q->pend;
+            pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
+            if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
                 flush(s);
-                const tsc_weight *ps[3] = {&sg, &su, &sgw};
-                lin_rows(c, ps, ngu, u_, ys, nr);
-            }
-            if (!pool) {
-                const tsc_weight rg[2] = {rw, sgw};
-                float *yr[2] = {lg_, q->gl};
-                block_routes(s, rg, g_rt ? 2 : 1, u_, yr, nr, E, k, a->norm_topk, !rfuse);
-            }
-            if (!g_sh && !g_rt) {
-                const tsc_weight *pg[1] = {&sgw};
-                float *yg[1] = {q->gl};
-                lin_rows(c, pg, 1, u_, yg, nr);
-            }
-            if (!shx) {
-                const tsc_weight *pd[1] = {&sd};
-                float *yd[1] = {shared};
-                pend_act &pa = q->pend;
-                pa.kind = PEND_SWIGLU, pa.x = a->b1, pa.u = a->b2, pa.N = (size_t)nr * Is;
-                if (!fuse_on() || !fused_linear(s, &sd, 1, a->b1, yd, nr)) {
-                    flush(s);
-                    lin_rows(c, pd, 1, a->b1, yd, nr);
-                }
+                lin_rows(c, pd, 1, a->b1, yd, nr);
             }
         }
         /* the routed experts: all k slots at once, in sub-blocks of rows
-         * whose k (three-launch layer: k + 1) hidden rows each fit b1
-         * ([R, F]); slot by slot when not even one row's do (same values
-         * either way) */
+         * whose k hidden rows each fit b1 ([R, F]); slot by slot when not
+         * even one row's do (same values either way) */
         if (hk <= room && dpx) {
-            /* 4-bit MLX experts: gate and up of the k slots (and the shared
-             * expert's as slot k: l3) as one stacked dp4a product into b1 /
-             * b2 ([m1][k * Im] each), then down over the hidden rows side by
-             * side, SwiGLU staged, the routing weights applied inside, and
-             * the shared expert either its last slot (l3: its hidden rows
-             * after the routed ones; shx: from b0) or combined in its store:
-             * t directly (q4dp.cu) */
-            const size_t hkr = l3 ? hk + (size_t)Im : hk;
-            const int per = (int)(room / hkr < (size_t)nr ? room / hkr : (size_t)nr);
-            const tsc_weight *wgu[2] = {&g0, &u0}, *wsh[2] = {&sg, &su}, *wd[1] = {&d0};
-            const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
+            /* 4-bit MLX experts: gate and up of the k slots as one stacked
+             * dp4a product into b1 / b2 ([m1][k * Im] each), then down over
+             * the k hidden rows side by side, SwiGLU staged, the routing
+             * weights applied inside, and the shared expert either its last
+             * slot (shx) or combined in its store: t directly (q4dp.cu) */
+            const int per = (int)(room / hk < (size_t)nr ? room / hk : (size_t)nr);
             for (int r1 = 0; r1 < nr; r1 += per) {
                 const int m1 = nr - r1 < per ? nr - r1 : per;
                 const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
+                const tsc_weight *wgu[2] = {&g0, &u0};
+                const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
                 float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
-                const q4dp_route rt = {lg_ + (size_t)r1 * E, E, a->norm_topk, q->r_ids + (size_t)r1 * k,
-                                       q->r_wts + (size_t)r1 * k};
-                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1,
-                         NULL, NULL, NULL, rfuse ? &rt : NULL, l3 ? wsh : NULL);
-                if (l3)
-                    q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,
-                             q->gl + r1, yd1, m1, &sd);
-                else if (shx)
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1);
+                const tsc_weight *wd[1] = {&d0};
+                if (shx)
                     q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL,
                              q->gl + r1, yd1, m1, &sd, sg1 + (size_t)r1 * Is, sg2 + (size_t)r1 * Is);
                 else

@@ -32,10 +32,6 @@ struct tsc_ctx {
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
     size_t dg_bytes;
-    unsigned *swc; /* the SwiGLU form's group counters (tsc_set_swd; q4dp.cu, k_q4dp_sw), NULL: none */
-    int swc_n;
-    void *swdg; /* and where it stages the down's digits */
-    size_t swdg_bytes;
     void *blas; /* the cuBLAS handle of the prompt products (blas.cu), made on first use */
 };
 
@@ -188,18 +184,6 @@ __device__ __forceinline__ float rms_inv(double ss, int dim, float eps) {
 }
 __device__ __forceinline__ float norm_mul(float v, float r, float w) { return __fmul_rn(__fmul_rn(v, r), w); }
 __device__ __forceinline__ float silu_mul_f(float g, float u) { return __fmul_rn(silu_f(g), u); }
-
-/* The fused products' outputs (q4dp.cu's and linear.cu's norm forms): each
- * block adds 1 to a device counter once it has read x; the one block that
- * writes the outputs (x_out may alias x) waits here for all of them, then
- * sets the counter back to 0 for the next launch. */
-__device__ __forceinline__ void await_arrivals(unsigned *bar) {
-    if (threadIdx.x == 0) {
-        while (atomicOr(bar, 0u) < gridDim.x) __nanosleep(64);
-        atomicExch(bar, 0u); /* every block has arrived: ready for the next launch */
-    }
-    __syncthreads();
-}
 
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }

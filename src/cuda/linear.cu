@@ -85,14 +85,6 @@ struct lin_args {
     const float *x;
     int n;   /* x rows of this pass (== NR) */
     int nvb; /* virtual blocks over all weights */
-    /* k_linear's norm form (NM; tsc_linear_addnorm for the plain formats):
-     * v = x (+ add) RMS-normed with normw while staged (tsc_add_rmsnorm's
-     * bits), then x_out = v (when add) and y_out = the normed rows, written
-     * by the last block once every block has staged (bar, at 0 and back) */
-    const float *add, *normw;
-    float eps;
-    float *x_out, *y_out;
-    unsigned *bar;
 };
 
 template <int FMT> struct fmt_t;
@@ -201,51 +193,16 @@ __device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float4 *__rest
     }
 }
 
-/* NM (with XS, one group of rows: launch_norm): the rows RMS-normed while
- * staged. Why: a MoE layer's bf16 router then takes the pending norm of
- * its input itself, which a 4-bit product had to take before it (the
- * shared expert's gate/up, one launch of its own; backend.cu, cu_moe's
- * fused layer). Every block sums the squares of its rows (row_ss4, the
- * order tsc_add_rmsnorm uses), so the staged x, and so the products, have
- * the unfused bits; the outputs are written after every block has read x
- * (x_out may alias x). */
-template <int FMT, int NR, bool XS, bool NM = false>
+template <int FMT, int NR, bool XS>
 __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ lin_args a) {
     constexpr int V = fmt_t<FMT>::V;
-    static_assert(!NM || XS, "the norm form stages x in shared memory");
     __shared__ float red[WARPS][R][NR];
     extern __shared__ float4 xsm[]; /* XS: [NR][cols/4], float4 f of a row at f ^ ((f >> 3) & 7) */
     const int64_t c4 = a.cols / 4;
     /* blockIdx.y: a group of NR rows of x and y (tsc_linear_many; 0 else) */
     const float4 *xg = (const float4 *)(a.x + (int64_t)blockIdx.y * NR * a.cols);
     TSC_PDL_ENTRY();
-    const float *rnp = nullptr; /* NM: the rows' 1 / rms, for the outputs at the end */
-    if constexpr (NM) {
-        __shared__ double nred[32];
-        __shared__ float rn[NR];
-        rnp = rn;
-        for (int i = 0; i < NR; i++) {
-            const double ss = row_ss4(a.x + i * a.cols, a.add ? a.add + i * a.cols : NULL, NULL, (int)a.cols, nred);
-            if (threadIdx.x == 0) rn[i] = rms_inv(ss, (int)a.cols, a.eps);
-            __syncthreads(); /* nred is reused by the next row */
-        }
-        const float4 *ag = (const float4 *)a.add, *wg = (const float4 *)a.normw;
-        for (int64_t idx = threadIdx.x; idx < NR * c4; idx += blockDim.x) {
-            const int i = (int)(idx / c4);
-            const int64_t f = idx - i * c4;
-            float4 v = __ldg(xg + idx);
-            if (ag) {
-                const float4 e = __ldg(ag + idx);
-                v.x = __fadd_rn(v.x, e.x), v.y = __fadd_rn(v.y, e.y), v.z = __fadd_rn(v.z, e.z), v.w = __fadd_rn(v.w, e.w);
-            }
-            const float4 g = __ldg(wg + f);
-            const float r = rn[i];
-            v.x = norm_mul(v.x, r, g.x), v.y = norm_mul(v.y, r, g.y), v.z = norm_mul(v.z, r, g.z), v.w = norm_mul(v.w, r, g.w);
-            xsm[i * c4 + (f ^ ((f >> 3) & 7))] = v;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) atomicAdd(a.bar, 1u); /* this block has read x (and add) */
-    } else if constexpr (XS) {
+    if constexpr (XS) {
         /* the swizzle keeps the lanes' strided reads (one 16-32-value chunk per
          * lane) free of bank conflicts: 8 lanes of a phase hit 8 bank quads */
         for (int64_t idx = threadIdx.x; idx < NR * c4; idx += blockDim.x) {
@@ -304,20 +261,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y + (int64_t)blockIdx.y * NR * w.rows, w.rows);
     }
-    if constexpr (NM) {
-        /* the last block, after its products (every block has long staged by
-         * then), once all have arrived: the outputs (q4dp.cu's write_outputs) */
-        if (blockIdx.x != gridDim.x - 1) return;
-        await_arrivals(a.bar);
-        for (int i = 0; i < NR; i++)
-            for (int64_t j = threadIdx.x; j < a.cols; j += blockDim.x) { /* q4dp_impl.cuh's write_rows, norm mode */
-                const int64_t o = i * a.cols + j;
-                float v = a.x[o];
-                if (a.add) v = __fadd_rn(v, a.add[o]);
-                if (a.add && a.x_out) a.x_out[o] = v;
-                if (a.y_out) a.y_out[o] = norm_mul(v, rnp[i], a.normw[j]);
-            }
-    }
 }
 
 int fmt_of(const tsc_weight *w) {
@@ -349,26 +292,6 @@ void launch1(tsc_ctx *c, lin_args &a, int groups) {
     const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS>, WARPS * 32, smem, XS ? XS_MAX : 0);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
     tsc_launch(c, k_linear<FMT, NR, XS>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
-}
-
-/* k_linear's norm form for a pass of NR rows (x staged: cols * NR floats
- * within XS_MAX, checked by plain_norm_takes) */
-template <int FMT, int NR>
-void launch_norm1(tsc_ctx *c, lin_args &a) {
-    const size_t smem = (size_t)NR * a.cols * sizeof(float);
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, true, true>, WARPS * 32, smem, XS_MAX);
-    const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    tsc_launch(c, k_linear<FMT, NR, true, true>, dim3(grid), dim3(WARPS * 32), smem, a);
-}
-
-template <int FMT>
-void launch_norm(tsc_ctx *c, lin_args &a, int nr) {
-    switch (nr) {
-    case 1: launch_norm1<FMT, 1>(c, a); break;
-    case 2: launch_norm1<FMT, 2>(c, a); break;
-    case 3: launch_norm1<FMT, 3>(c, a); break;
-    default: launch_norm1<FMT, 4>(c, a); break;
-    }
 }
 
 template <int FMT, int NR>
@@ -447,65 +370,6 @@ extern "C" void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw
     q4t_linear(c, w, nw, Q4T_XM_SWIGLU, g, u, NULL, 0.f, NULL, NULL, y, n);
 }
 
-extern "C" int tsc_ffn_swd_takes(tsc_ctx *c, const tsc_weight *gate, const tsc_weight *up, const tsc_weight *down, int n) {
-    return c && !c->err_code && c->bar && tsc_linear_one_launch(up, gate) && q4dp_sw_takes(c, gate, up, down, n);
-}
-
-extern "C" int tsc_ffn_swd(tsc_ctx *c, const tsc_weight *gate, const tsc_weight *up, const tsc_weight *down,
-                           const float *x, const float *add, const float *norm_w, float eps, float *x_out, float *u_out,
-                           float *g, float *u, float *y, int n) {
-    if (!c || c->err_code) return -1;
-    const tsc_weight *gu[2] = {gate, up};
-    if (lin_check(c, "tsc_ffn_swd", gu, 2, n) || lin_check(c, "tsc_ffn_swd", &down, 1, n)) return -1;
-    if (!tsc_ffn_swd_takes(c, gate, up, down, n)) {
-        tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_ffn_swd: the weights or the row count do not fit (tsc_ffn_swd_takes)");
-        return -1;
-    }
-    if (((uintptr_t)g | (uintptr_t)u) & 15) {
-        tsc_fail_(c, TS_E_ARG, "tsc_ffn_swd: g and u must be 16-byte aligned");
-        return -1;
-    }
-    const int xm = norm_w ? Q4DP_XM_NORM : Q4DP_XM_PLAIN;
-    if (q4dp_ffn_sw(c, gu, down, xm, x, add, norm_w, eps, add ? x_out : NULL, u_out, g, u, y, n)) return c->err_code ? -1 : 1;
-    /* a benchmark switch picked another kernel: the three-launch form */
-    float *const yy[2] = {g, u};
-    if (norm_w) tsc_linear_addnorm(c, gu, 2, x, add, norm_w, eps, x_out, u_out, yy, n);
-    else tsc_linear(c, gu, 2, x, yy, n);
-    tsc_linear_swiglu_out(c, &down, 1, g, u, g, &y, n);
-    return c->err_code ? -1 : 0;
-}
-
-extern "C" int tsc_linear_norm_takes(const tsc_weight *w) {
-    return w->layout == TSC_LAYOUT_MLX && !q4dp_takes(w) && w->cols % 32 == 0 &&
-           (size_t)4 * w->cols * sizeof(float) <= XS_MAX;
-}
-
-static lin_args plain_args(tsc_ctx *c, const tsc_weight *const *w, int nw, int fmt);
-
-/* tsc_linear_addnorm on k_linear's norm form (the plain formats): passes of
- * up to 4 rows, each staging and writing its own rows */
-static void plain_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
-                          const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
-    const int fmt = fmt_of(w[0]);
-    lin_args a = plain_args(c, w, nw, fmt);
-    a.normw = norm_w, a.eps = eps, a.bar = c->bar;
-    for (int i0 = 0; i0 < n; i0 += 4) {
-        const int nr = n - i0 < 4 ? n - i0 : 4;
-        const int64_t o = (int64_t)i0 * a.cols;
-        a.x = x + o, a.n = nr;
-        a.add = add ? add + o : NULL;
-        a.x_out = add && x_out ? x_out + o : NULL, a.y_out = u_out ? u_out + o : NULL;
-        for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)i0 * w[i]->rows;
-        switch (fmt) {
-        case FMT_Q8: launch_norm<FMT_Q8>(c, a, nr); break;
-        case FMT_BF16: launch_norm<FMT_BF16>(c, a, nr); break;
-        case FMT_F16: launch_norm<FMT_F16>(c, a, nr); break;
-        default: launch_norm<FMT_F32>(c, a, nr); break;
-        }
-        TSC_LAUNCHED(c, "tsc_linear_addnorm (plain kernel)");
-    }
-}
-
 extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                                    const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
     TSC_GUARD(c);
@@ -513,18 +377,6 @@ extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int n
     if (!staged_dp4a(c, "tsc_linear_addnorm", w, nw, Q4DP_XM_NORM, x, add, norm_w, NULL, eps, add ? x_out : NULL, u_out, y,
                      n))
         return;
-    if (w[0]->layout != TSC_LAYOUT_Q4T && tsc_linear_norm_takes(w[0]) && fmt_of(w[0]) != FMT_Q4) {
-        if (!c->bar) {
-            tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm: the fused products need a device counter (tsc_set_barrier)");
-            return;
-        }
-        if ((((uintptr_t)x | (uintptr_t)(add ? add : x) | (uintptr_t)norm_w) & 15) != 0) {
-            tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm: x, add and the norm weights must be 16-byte aligned");
-            return;
-        }
-        plain_addnorm(c, w, nw, x, add, norm_w, eps, x_out, u_out, y, n);
-        return;
-    }
     if (w[0]->layout != TSC_LAYOUT_Q4T) {
         tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_addnorm: needs Q4T weights (4-bit, cols %% 64 == 0, uploaded)");
         return;

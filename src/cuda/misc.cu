@@ -152,9 +152,10 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { retur
  * shared memory and looped over E at run time, each of the k picks a chain
  * of shared-memory reads and a shuffle tree); what is left is one warp's
  * serial chain (expf, the double sum and divisions, k picks), not memory.
- * (The block-per-row kernel before both spent two barriers a pick: ~9 us.)
- * q4dp.cu's k_q4dp_moe runs the same chain in its prologue instead where
- * the backend hands it the logits (backend.cu, route_fuse_on). */
+ * (The block-per-row kernel before both spent two barriers a pick: ~9 us.
+ * Routing inside the routed experts' gate/up launch instead, one launch
+ * fewer a layer, measured slower: 35B-A3B-8L decode 1,811 -> 1,799 tok/s,
+ * s26-run1; removed.) */
 constexpr int ROUTE_WARPS = 8;
 
 template <int EPL>
@@ -244,59 +245,11 @@ __global__ void k_argmax2(const amx_part *part, int32_t *ids) {
     ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
 
-/* k_argmax1 and k_argmax2 in one launch (tsc_argmax with a device counter
- * and at most ARGMAX_ONE_ROWS rows; opt-in, TSC_ARGMAX_ONE=1, written in
- * session 24 without a GPU): each block's best as k_argmax1's, then the
- * last block to arrive on the counter (bar: at 0, left at 0) picks each
- * row's winner from its partials, a warp a row. Why: a decode step ends in
- * the two launches (9.1 and 5.2 us under ncu on the 35B-A3B-8L step, the
- * second one thread's chain); the winner is the same whatever the order of
- * comparison (a total order), so the ids are the two launches' ids. */
-constexpr int ARGMAX_ONE_ROWS = 16;
-
-__global__ void k_argmax_one(const float *x, int V, amx_part *part, unsigned *bar, int32_t *ids) {
-    TSC_PDL_ENTRY();
-    __shared__ float rv[32];
-    __shared__ int ri[32];
-    __shared__ unsigned arrived;
-    const float *xr = x + (int64_t)blockIdx.y * V;
-    const int per = (V + ARGMAX_BLOCKS - 1) / ARGMAX_BLOCKS, a = blockIdx.x * per, b = min(V, a + per);
-    const amx_part p = block_best(xr, a, b, rv, ri);
-    if (threadIdx.x == 0) {
-        part[blockIdx.y * ARGMAX_BLOCKS + blockIdx.x] = p;
-        __threadfence(); /* the partial before the arrival */
-        arrived = atomicAdd(bar, 1u);
-    }
-    __syncthreads();
-    if (arrived != gridDim.x * gridDim.y - 1) return;
-    __threadfence(); /* every block's partial is visible past the counter */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int row = warp; row < (int)gridDim.y; row += blockDim.x >> 5) {
-        const amx_part *pr = part + row * ARGMAX_BLOCKS;
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-        for (int q = lane; q < ARGMAX_BLOCKS; q += 32) {
-            const float v = __ldcg(&pr[q].v);
-            const int i = __ldcg(&pr[q].i);
-            if (better(v, i, bv, bi)) bv = v, bi = i;
-        }
-        warp_best(bv, bi);
-        if (lane == 0) ids[row] = bi == 0x7fffffff ? 0 : bi;
-    }
-    if (threadIdx.x == 0) atomicExch(bar, 0u); /* ready for the next launch */
-}
-
 extern "C" size_t tsc_argmax_ws_bytes(int n) { return (size_t)n * ARGMAX_BLOCKS * sizeof(amx_part); }
 
 extern "C" void tsc_argmax(tsc_ctx *c, const float *x, int n, int V, int32_t *ids, void *ws) {
     TSC_GUARD(c);
     if (n < 1 || n > 65535 || V < 1) { tsc_fail_(c, TS_E_ARG, "tsc_argmax: %d rows of %d", n, V); return; }
-    const char *e = getenv("TSC_ARGMAX_ONE");
-    if (e && e[0] == '1' && c->bar && n <= ARGMAX_ONE_ROWS) {
-        tsc_launch(c, k_argmax_one, dim3(dim3(ARGMAX_BLOCKS, n)), dim3(256), 0, x, V, (amx_part *)ws, c->bar, ids);
-        TSC_LAUNCHED(c, "tsc_argmax (one launch)");
-        return;
-    }
     tsc_launch(c, k_argmax1, dim3(dim3(ARGMAX_BLOCKS, n)), dim3(256), 0, x, V, (amx_part *)ws);
     tsc_launch(c, k_argmax2, dim3(n), dim3(32), 0, (const amx_part *)ws, ids);
     TSC_LAUNCHED(c, "tsc_argmax");

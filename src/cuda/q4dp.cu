@@ -88,7 +88,6 @@
  * step of 4 rows costs 1.58x one row (was 2.41x), 16 rows 4.8x (9.4x).
  */
 #include "cuda/q4dp_impl.cuh"
-#include "cuda/route.cuh"
 
 namespace {
 
@@ -174,147 +173,8 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
  * leaves room for the neighbour's block; a 4096-row product's warps then
  * hold their whole slice before x exists. The same operations in the same
  * order either way (the loop below only skips a round's loads it has). */
-/* XV's staging: one row, v = x + add already in shared memory (xv[0,
- * cols)), normed with the norm weights copied after it (xv[cols, 2 cols))
- * and made 8-bit digits word by word, as stage_x's norm mode does with v
- * and the weights loaded from L2 (the same operations: norm_mul,
- * stage_word; two words a thread in flight as its SB = 2) */
-__device__ __forceinline__ void xv_stage(const dp_args &a, const float *xv, float r, int4 *xd, float2 *xsb) {
-    const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = 2 * nch;
-    for (int base = 0; base < nw8; base += 2 * blockDim.x) { /* uniform trip count: every lane shuffles */
-        float v[2][8];
-        bool on[2];
-        int ww[2];
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int w = base + k * (int)blockDim.x + (int)threadIdx.x;
-            on[k] = w < nw8, ww[k] = on[k] ? w : 0;
-            if (on[k]) {
-                const float4 p = ((const float4 *)xv)[2 * w], q = ((const float4 *)xv)[2 * w + 1];
-                const float4 g = ((const float4 *)xv)[a.cols / 4 + 2 * w], h = ((const float4 *)xv)[a.cols / 4 + 2 * w + 1];
-                const float f[8] = {g.x, g.y, g.z, g.w, h.x, h.y, h.z, h.w};
-                v[k][0] = p.x, v[k][1] = p.y, v[k][2] = p.z, v[k][3] = p.w;
-                v[k][4] = q.x, v[k][5] = q.y, v[k][6] = q.z, v[k][7] = q.w;
-#pragma unroll
-                for (int j = 0; j < 8; j++) v[k][j] = norm_mul(v[k][j], r, f[j]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++) v[k][j] = 0.f;
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 2; k++) stage_word<1, false>(v[k], on[k], 0, ww[k], nch, gw, xd, xsb, tst, 0);
-    }
-}
-
-/* ---- The down's digits made by the gate/up launch (k_q4dp_sw) ----
- *
- * Why. A dense FFN is three launches at one row: gate/up (its norm staged
- * in its blocks), k_stage_digits (silu(g) * u and its digits, "Digits once"
- * in q4dp_impl.cuh), the down. The middle one is a latency chain between
- * two full-grid hand-offs: 32 of them a 9B step, each on the step's
- * critical path (the s16 / s19 traces: the down's blocks are released only
- * once it ends). Here the gate/up launch makes the down's digits itself:
- * after its last virtual block a block adds, per quantization group of the
- * down's columns (G rows of gate and G of up), the rows it wrote to the
- * group's counter; the block whose addition completes a group (2 G rows)
- * makes that group's silu(g) * u (written over g, the SwiGLU op's output)
- * and its digits (stage_word, as k_stage_digits does: the same values, the
- * same bits), a warp a group. The down then copies the staged digits as it
- * does after k_stage_digits. One launch and one hand-off fewer a layer; the
- * cost: the arrivals (a fence and an atomic a (virtual block, group), in
- * parallel over a block's threads, once a block) and the last groups'
- * finishing in the launch's tail.
- * Floors: the finishing reads 8 bytes a column from L2 and writes 5 (~0.16
- * MB a 9B layer over the grid), nothing against the gate/up's 56 MB; the
- * last group's chain (the arrival's round trip, two L2 loads, the max
- * shuffle, the stores) ~1.5 us in the tail. Prediction: -1.5..-2 us a dense
- * layer: the 9B step 2.02 -> ~1.96-1.97 ms, the default model (8 layers)
- * -12..-16 us of its ~290 us step. Several rows (a verify pass, up
- * to 8: k_q4dp_as<SW>, the ring kernel with the same epilogue)
- * lose the same launch, whose chain there is longer (every row's silu and
- * digits): a 4-row 9B verify ~-60..-90 us of its ~2.97 ms. Written in
- * session 25 without a GPU; not yet measured (TSC_Q4DP_SWD=1 turns it on in
- * the engine). */
-template <int NR, int ND>
-__device__ __forceinline__ void sw_finish(const dp_args &a) {
-    __shared__ int nfin;
-    __shared__ int fin[WARPS * 32];
-    const int G = a.swg, gw = G >> 3;
-    const int64_t rows = a.w[0].rows; /* gate's = up's (q4dp_ffn_sw) */
-    const int nch = (int)(rows >> 5), tst = 2 * ND * nch;
-    float2 *xsb = (float2 *)(a.swdg + (size_t)NR * tst);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* a virtual block has at most R * WARPS = 32 <= G rows, so two groups
-     * at most: pairs (the block's k-th virtual block, its first or second
-     * group) */
-    const int npair = 2 * ((a.nvb - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x);
-    for (int p0 = 0; p0 < npair; p0 += blockDim.x) { /* uniform */
-        if (threadIdx.x == 0) nfin = 0;
-        __syncthreads(); /* every thread's products are stored (rows_store) */
-        const int p = p0 + (int)threadIdx.x;
-        if (p < npair) {
-            int ks, sl;
-            int64_t r0; /* (warp 0's first row: the virtual block's) */
-            const dp_w &w = vb_rows(a, (int)blockIdx.x + (p >> 1) * (int)gridDim.x, 0, ks, sl, r0);
-            const int64_t rpb = (int64_t)R * (WARPS / ks);
-            const int64_t r1 = r0 + rpb < w.rows ? r0 + rpb : w.rows, g = r0 / G + (p & 1);
-            const int64_t lo = r0 > g * G ? r0 : g * G, hi = r1 < (g + 1) * G ? r1 : (g + 1) * G;
-            if (hi > lo) {
-                const unsigned cnt = (unsigned)(hi - lo);
-                /* release: the block's stores (before this thread's, by the
-                 * barrier) ahead of the arrival */
-                __threadfence();
-                if (atomicAdd(&a.swc[g], cnt) + cnt == (unsigned)(a.nw * G)) {
-                    atomicExch(&a.swc[g], 0u); /* ready for the next launch */
-                    __threadfence();           /* acquire: every block's rows of g */
-                    fin[atomicAdd(&nfin, 1)] = (int)g;
-                }
-            }
-        }
-        __syncthreads();
-        for (int e = warp; e < nfin; e += WARPS) {
-            const int g = fin[e], wd = g * gw + lane;
-            const bool on = lane < gw;
-            for (int i = 0; i < NR; i++) {
-                float v[8];
-                if (on) {
-                    float *gp = a.w[0].y + (int64_t)i * rows + 8 * wd;
-                    const float *up = a.w[1].y + (int64_t)i * rows + 8 * wd;
-                    const float4 g0 = __ldcg((const float4 *)gp), g1 = __ldcg((const float4 *)gp + 1);
-                    const float4 u0 = __ldcg((const float4 *)up), u1 = __ldcg((const float4 *)up + 1);
-                    const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-                    const float uv[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-#pragma unroll
-                    for (int j = 0; j < 8; j++) v[j] = silu_mul_f(gv[j], uv[j]);
-                    *(float4 *)gp = make_float4(v[0], v[1], v[2], v[3]);
-                    *((float4 *)gp + 1) = make_float4(v[4], v[5], v[6], v[7]);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; j++) v[j] = 0.f;
-                }
-                stage_word<ND, false>(v, on, i, on ? wd : 0, nch, gw, a.swdg, xsb, tst, 0);
-            }
-        }
-        __syncthreads(); /* nfin and fin are reused */
-    }
-}
-
-/* XV (one row, 8-bit x, the norm mode, no digits made once; opt-in,
- * TSC_Q4DP_XV=1, xv_takes): x + add kept in shared memory by the sum of
- * squares (row_ss4's xo) and staged from there, where the default reads x
- * and add from L2 a second time. Why: the 9B step's normed stagings (in_proj,
- * gate/up, qkv, the head: 65 a step) took 3.3-3.7 us each from the PDL
- * release (s16 / s19 traces), about as long at 132 blocks as at 264, so a
- * latency chain (two L2 round trips, a block sum, the digits), not L2
- * contention; this takes one round trip off it (and the norm weights are
- * copied into shared memory before the PDL wait, which a block spends
- * resident 3-10 us anyway). The same operations on the same values: the
- * same bits (the fused tests compare). Written in session 24 without a
- * GPU; not yet measured. */
-/* k_q4dp's body; SW: k_q4dp_sw's epilogue (sw_finish) after the products */
-template <int NR, int ND, int U, bool PRE, bool XV, bool SW>
-__device__ __forceinline__ void q4dp_run(const dp_args &a) {
+template <int NR, int ND, int U, bool PRE = false>
+__global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
     Q4DP_TRACE(0);
@@ -349,28 +209,10 @@ __device__ __forceinline__ void q4dp_run(const dp_args &a) {
             }
         }
     }
-    /* XV: v = x + add, [cols], then the norm weights, after the digits */
-    float *xv = XV ? (float *)(sm + (stage_bytes(1, 1, a.cols) + 15) / 16) : nullptr;
-    if constexpr (XV) {
-        /* the norm weights (not the previous kernel's output) into shared
-         * memory before the wait, while the block waits anyway */
-        float4 *nw4 = (float4 *)xv + a.cols / 4;
-        for (int f = threadIdx.x; f < a.cols / 4; f += blockDim.x) nw4[f] = __ldg((const float4 *)a.normw + f);
-    }
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
     if (a.dg) {
         copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
-    } else if constexpr (XV) {
-        static_assert(NR == 1 && ND == 1, "XV: one row of 8-bit x");
-        __shared__ float rnorm[1];
-        __shared__ double nred[32];
-        const double ss = row_ss4(a.x, a.add, xv, a.cols, nred);
-        if (threadIdx.x == 0) rnorm[0] = rms_inv(ss, a.cols, a.eps);
-        __syncthreads(); /* rnorm, xv and the norm weights */
-        xv_stage(a, xv, rnorm[0], xd, xsb);
-        __syncthreads();
-        write_outputs_b0<1>(a, rnorm);
     } else {
         __shared__ float rnorm[NR];
         if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
@@ -410,20 +252,7 @@ __device__ __forceinline__ void q4dp_run(const dp_args &a) {
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
-    if constexpr (SW) sw_finish<NR, ND>(a);
     Q4DP_TRACE(3);
-}
-
-template <int NR, int ND, int U, bool PRE = false, bool XV = false>
-__global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
-    q4dp_run<NR, ND, U, PRE, XV, false>(a);
-}
-
-/* k_q4dp that also makes the down's digits (see sw_finish): the gate/up of
- * an FFN, one row of 8-bit x (q4dp_ffn_sw) */
-template <int NR, int ND, int U, bool XV>
-__global__ void __launch_bounds__(WARPS * 32) k_q4dp_sw(const __grid_constant__ dp_args a) {
-    q4dp_run<NR, ND, U, false, XV, true>(a);
 }
 
 /* ---- the weights through a cp.async ring (k_q4dp_as) ----
@@ -474,9 +303,7 @@ size_t as_smem(int nr, int nd, int cols, int s) {
     return (as_ring_off(nr, nd, cols) + (size_t)WARPS * s * AS_SLOT_I4) * 16;
 }
 
-/* SW: the down's digits made after the products (sw_finish; q4dp_ffn_sw's
- * several-row passes of an FFN's gate/up, NR 2..8 at S = 2) */
-template <int NR, int ND, int S, bool SW = false>
+template <int NR, int ND, int S>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
@@ -575,10 +402,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
-    if constexpr (SW) sw_finish<NR, ND>(a);
     Q4DP_TRACE(3);
 }
-
 
 /* ---- tensor cores: the same products for 1..16 rows (k_q4mm) ----
  *
@@ -870,20 +695,6 @@ struct dx_args {
     int64_t ssoff, sboff;
     const float *x2, *u2;
     int c2;
-    /* ROWS, optional (k_q4dp_moe's RT form): the router's logits [ntok][E]
-     * instead of ids: every block routes the pass's tokens itself
-     * (route_row, one warp a token) and block 0 writes the routes to
-     * ids_out / wts_out ([ntok][k]) for the down launch after it */
-    const float *rlog;
-    int E, rnorm;
-    int32_t *ids_out;
-    float *wts_out;
-    /* ROWS with the shared expert as slot k (k_q4dp_moe's SH form): its
-     * matrix of table i (gate, up), scales and biases at rsdata[i] +
-     * rssoff[i] / rsboff[i]. (Here at the end, not in dx_w: the fields
-     * before keep their offsets, so the other kernels' code is unchanged.) */
-    const uint8_t *rsdata[2];
-    int64_t rssoff[2], rsboff[2];
 };
 
 __device__ __forceinline__ const float *x_at(const dx_args &a, int i, int col) {
@@ -901,17 +712,7 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
  * columns fit): a 64-bit division per row was ~100 instructions a virtual
  * block, on a kernel that is a latency-bound instruction stream (ncu,
  * session 22: ~1,850 instructions a warp for ~2 x 4 rows x 1024 columns). */
-/* RT (ROWS only): the routes from a.rlog in the prologue, E <= 256 (8
- * logits a lane); warps 0..ntok-1 route while the others start staging x,
- * which does not depend on the routes. Why: the route was a launch of its
- * own between the router's product and this one (k_moe_route, 6.1 us a
- * 35B-A3B layer under ncu, most of it the launch and its PDL hand-off); its
- * chain now overlaps the staging, and every block's copy of the chain gives
- * the same bits (route_row). */
-/* SH (ROWS only): the shared expert's gate / up as slot k of the stacked
- * rows (w.sdata), so that its products ride the routed experts' launch
- * instead of one of their own (backend.cu, cu_moe's fused layer). */
-template <int ND, int U, int EM, bool RT = false, bool SH = false>
+template <int ND, int U, int EM>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
@@ -929,20 +730,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     TSC_PDL_ENTRY(); /* the ids come from the previous kernel: nothing to prefetch before it */
     /* the routes' loads in flight with x's (they were loaded from global
      * memory right before each row's weights: an L2 round trip on the chain) */
-    const int nroute = RT ? 0 : a.ntok * a.k;
+    const int nroute = a.ntok * a.k;
     int32_t rid[2] = {0, 0};
     float rwt[2] = {0.f, 0.f};
-    if constexpr (RT) {
-        for (int t = warp; t < a.ntok; t += WARPS) { /* uniform over the warp */
-            int id;
-            float wt;
-            route_row<8>(a.rlog + (int64_t)t * a.E, a.E, a.k, a.rnorm, lane, id, wt);
-            if (lane < a.k) {
-                sid[t * a.k + lane] = id;
-                if (blockIdx.x == 0) a.ids_out[t * a.k + lane] = id, a.wts_out[t * a.k + lane] = wt;
-            }
-        }
-    }
 #pragma unroll
     for (int q = 0; q < 2; q++) {
         const int t = threadIdx.x + q * WARPS * 32;
@@ -981,18 +771,11 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
          * each row's place within the slot */
         int64_t so = 0;
         int er0 = r0; /* COLS: rows of the weight, each clamped below */
-        const uint8_t *sb0 = w.base; /* SH: the slot's matrix, scales and biases */
-        int64_t ssf = w.soff, sbf = w.boff;
         if constexpr (EM == Q4DP_MOE_ROWS) {
             const int rc = r0 < rows ? r0 : rows - R;
             const int j = rc / a.slot;
             er0 = rc - j * a.slot;
-            if constexpr (SH) {
-                if (j == a.k) sb0 = a.rsdata[wi], ssf = a.rssoff[wi], sbf = a.rsboff[wi];
-                else so = (int64_t)ids[j] * w.stride;
-            } else {
-                so = (int64_t)ids[j] * w.stride;
-            }
+            so = (int64_t)ids[j] * w.stride;
         }
         float acc[R];
 #pragma unroll
@@ -1008,10 +791,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
                 ok[u] = st0 + u * ks < nsteps && c < a.cols;
                 const int cc = ok[u] ? c : 0; /* in bounds either way */
                 int ec = cc; /* COLS: the slot of this chunk and the column within it */
-                const uint8_t *e;
-                int64_t soff, boff;
-                if constexpr (SH) e = sb0 + so, soff = ssf, boff = sbf;
-                else e = w.base + so, soff = w.soff, boff = w.boff;
+                const uint8_t *e = w.base + so;
+                int64_t soff = w.soff, boff = w.boff;
                 wt[u] = 1.f;
                 if constexpr (EM == Q4DP_MOE_COLS) {
                     const int j = cc / a.slot;
@@ -1070,23 +851,11 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
  * the second step's loads and address arithmetic were issued and thrown
  * away); the order of a lane's steps, and so the bits, are the same either
  * way */
-template <int ND, int EM, bool RT = false, bool SH = false>
-void launch_moe_u(tsc_ctx *c, const dx_args &a) {
-    const int nsteps = (a.cols + 1023) >> 10;
-    const size_t smem = stage_bytes(a.ntok, ND, a.cols);
-    if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM, RT, SH>, a.nvb, smem, a);
-    else launch_grid(c, k_q4dp_moe<ND, 1, EM, RT, SH>, a.nvb, smem, a);
-}
-
-/* the form of k_q4dp_moe a pass takes: routes from the logits (RT) and the
- * shared expert's slot (SH) in the gate/up launches that ask for them */
 template <int ND, int EM>
 void launch_moe(tsc_ctx *c, const dx_args &a) {
-    if constexpr (EM == Q4DP_MOE_ROWS) {
-        if (a.rsdata[0]) return a.rlog ? launch_moe_u<ND, EM, true, true>(c, a) : launch_moe_u<ND, EM, false, true>(c, a);
-        if (a.rlog) return launch_moe_u<ND, EM, true>(c, a);
-    }
-    launch_moe_u<ND, EM>(c, a);
+    const int nsteps = (a.cols + 1023) >> 10;
+    if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    else launch_grid(c, k_q4dp_moe<ND, 1, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
 }
 
 /* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before
@@ -1203,18 +972,6 @@ trace_meta trace_launch[TRACE_L];
 int trace_next;
 #endif
 
-/* k_q4dp's XV form for this pass (TSC_Q4DP_XV=1, read at every launch as
- * the tests turn it on and off; the bits are the same either way): a
- * one-row norm pass staged in its blocks, x and add 16-byte aligned */
-bool xv_takes(const dp_args &a) {
-    const char *e = getenv("TSC_Q4DP_XV");
-    if (!(e && e[0] == '1') || a.xm != Q4DP_XM_NORM || a.dg || a.cols % 4) return false;
-    return ((((uintptr_t)a.x | (uintptr_t)(a.add ? a.add : a.x) | (uintptr_t)a.normw) & 15) == 0);
-}
-
-/* XV's dynamic shared memory: the digits, then x + add and the norm weights */
-size_t xv_smem(int cols) { return ((stage_bytes(1, 1, cols) + 15) & ~(size_t)15) + 2 * (size_t)cols * sizeof(float); }
-
 template <int NR, int ND, int U>
 void launch(tsc_ctx *c, const dp_args &a0) {
     const dp_args *ap = &a0;
@@ -1232,11 +989,6 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     const size_t smem = stage_bytes(NR, ND, a.cols);
     if constexpr (ND == 1) {
         if (a.as) grid = launch_as<NR, ND>(c, a);
-    }
-    if constexpr (NR == 1 && ND == 1) {
-        if (!grid && xv_takes(a)) {
-            grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, xv_smem(a.cols), a, q4dp_bps());
-        }
     }
     if constexpr (NR == 1) {
         if (!grid && q4dp_pre()) grid = launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
@@ -1319,13 +1071,6 @@ int rows_per_pass(int nd) {
     static int v = 0;
     if (!v) v = ks_env("TSC_Q4DP_ROWS", 8) == 4 ? 4 : 8;
     return nd == 1 ? v : 4;
-}
-/* rows_per_pass, fewer where the staged digits of that many rows of cols
- * columns would not fit */
-int pass_rows(int nd, int cols) {
-    int per = rows_per_pass(nd);
-    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
-    return per;
 }
 int u_rows(void) {
     static int v = 0;
@@ -1424,101 +1169,9 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
     }
 }
 
-/* k_q4dp's virtual blocks over the launch's weights (KS, blk0 of each,
- * nvb) and U for its one-row passes */
-int plan_blocks(const tsc_ctx *c, dp_args &a, const tsc_weight *const *w, int nw, int nd) {
-    const int cols = a.cols;
-    int nblk = 0;
-    int64_t steps = 0; /* warp steps of the launch */
-    for (int i = 0; i < nw; i++) {
-        dp_w &lw = a.w[i];
-        lw.ks = pick_ks(w[i]->rows, cols, c->n_sm);
-        lw.blk0 = nblk;
-        const int64_t rpb = (int64_t)R * (WARPS / lw.ks);
-        const int64_t vbs = (lw.rows + rpb - 1) / rpb;
-        nblk += (int)vbs;
-        steps += vbs * WARPS * ((((int64_t)cols + 1023) / 1024 + lw.ks - 1) / lw.ks);
-    }
-    a.nvb = nblk;
-    /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
-    return pick_u((int)(steps / ((int64_t)q4dp_bps() * WARPS * c->n_sm)), nd);
-}
-
 } // namespace
 
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
-
-/* the SwiGLU form's scratch: group counters for the down's columns (groups
- * of 32 or more over up to SW_COLS), then the down's digits (a pass's, as
- * the products' staging allows: SMEM_MAX) */
-constexpr int SW_COLS = 131072;
-constexpr int SW_CTRS = SW_COLS / 32;
-extern "C" size_t tsc_swd_ws_bytes(void) { return al256(sizeof(unsigned) * SW_CTRS) + al256(SMEM_MAX); }
-extern "C" void tsc_set_swd(tsc_ctx *c, void *dev, size_t bytes) {
-    if (!c) return;
-    c->swc = NULL, c->swdg = NULL, c->swdg_bytes = 0;
-    const size_t cb = al256(sizeof(unsigned) * SW_CTRS);
-    if (!dev || bytes < cb + stage_bytes(1, 1, 1024)) return;
-    c->swc = (unsigned *)dev, c->swc_n = SW_CTRS;
-    c->swdg = (uint8_t *)dev + cb, c->swdg_bytes = bytes - cb;
-}
-
-bool q4dp_sw_takes(const tsc_ctx *c, const tsc_weight *g, const tsc_weight *u, const tsc_weight *d, int n) {
-    if (n < 1 || !c->swc || !c->swdg || !q4dp_takes(g) || !q4dp_takes(u) || !q4dp_takes(d)) return false;
-    /* one pass of each product; several rows stage the gate/up's x once (c->dg) */
-    if (n > pass_rows(1, (int)g->cols) || n > pass_rows(1, (int)d->cols)) return false;
-    if (n > 1 && (!c->dg || stage_bytes(n, 1, (int)g->cols) > c->dg_bytes)) return false;
-    const tsc_weight *all[3] = {g, u, d};
-    for (int i = 0; i < 3; i++)
-        if (all[i]->act_digits != 1) return false; /* 8-bit x: the kernel's ND */
-    if (u->rows != g->rows || u->cols != g->cols || d->cols != g->rows) return false;
-    /* the forms q4dp_linear_staged would take instead of k_q4dp */
-    if (mm_takes(g) || mm_takes(d) || q4g_takes(all, 2, 1) || q4g_takes(all + 2, 1, 1) || q4dp_pre()) return false;
-    return g->rows / d->group <= c->swc_n && stage_bytes(n, 1, (int)g->rows) <= c->swdg_bytes;
-}
-
-namespace {
-template <int NR>
-void launch_as_sw(tsc_ctx *c, const dp_args &a) {
-    launch_grid(c, k_q4dp_as<NR, 1, 2, true>, a.nvb, as_smem(NR, 1, a.cols, 2), a, 0, AS_SMEM_MAX);
-}
-} // namespace
-
-bool q4dp_ffn_sw(tsc_ctx *c, const tsc_weight *const *gu, const tsc_weight *down, int xm, const float *x, const float *add,
-                 const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y, int n) {
-    dp_args a; /* (the caller has checked q4dp_sw_takes: tsc_ffn_swd) */
-    dp_setup(a, gu, 2, xm, norm_w, NULL, eps, c->bar);
-    const int ur = plan_blocks(c, a, gu, 2, 1);
-    /* the kernel q4dp_linear_staged would launch must be the one with the
-     * epilogue (benchmark switches pick others): one row k_q4dp at U = 2,
-     * several rows k_q4dp_as at the depth 2 on the digits made once */
-    if (n == 1 && (ur != 2 || as_takes(a, gu, 2, 1, 1))) return false;
-    if (n > 1) {
-        dp_args t = a;
-        t.dg = (const int4 *)c->dg; /* as stage_once makes them (q4dp_sw_takes: the scratch fits) */
-        if (!dig_takes(xm, n) || as_takes(t, gu, 2, 1, n) != 2) return false;
-    }
-    float *const yy[2] = {g, u};
-    at_pass(a, gu, 2, x, add, NULL, x_out, y_out, yy, 0);
-    stage_once(c, a, n, 1); /* several rows (and one when TSC_Q4DP_DIG forces it) */
-    a.swc = c->swc, a.swdg = (int4 *)c->swdg, a.swg = down->group;
-    switch (n) {
-    case 1:
-        if (xv_takes(a)) launch_grid(c, k_q4dp_sw<1, 1, 2, true>, a.nvb, xv_smem(a.cols), a, q4dp_bps());
-        else launch_grid(c, k_q4dp_sw<1, 1, 2, false>, a.nvb, stage_bytes(1, 1, a.cols), a, q4dp_bps());
-        break;
-    case 2: launch_as_sw<2>(c, a); break;
-    case 3: launch_as_sw<3>(c, a); break;
-    case 4: launch_as_sw<4>(c, a); break;
-    case 5: launch_as_sw<5>(c, a); break;
-    case 6: launch_as_sw<6>(c, a); break;
-    case 7: launch_as_sw<7>(c, a); break;
-    default: launch_as_sw<8>(c, a); break;
-    }
-    TSC_LAUNCHED(c, "tsc_ffn_swd (4-bit, dp4a: gate/up and the down's digits)");
-    q4dp_linear_staged(c, &down, 1, Q4DP_XM_SWIGLU, g, NULL, NULL, u, 0.f, NULL, g, c->bar, &y, n, c->swdg);
-    return true;
-}
 
 bool q4dp_takes(const tsc_weight *w) {
     if (!enabled() || w->dtype != TS_DTYPE_U32 || w->bits != 4 || w->layout != TSC_LAYOUT_MLX) return false;
@@ -1535,7 +1188,7 @@ void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x,
 
 void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const float *x, const float *add,
                         const float *norm_w, const float *u, float eps, float *x_out, float *y_out, unsigned *bar,
-                        float *const *y, int n, const void *made) {
+                        float *const *y, int n) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     const int cols = (int)w[0]->cols;
     /* (k_q4mm first when both are asked for; q4g_linear makes its own dp_args) */
@@ -1544,11 +1197,25 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     dp_args a;
     dp_setup(a, w, nw, xm, norm_w, u, eps, bar);
     if (mm_takes(w[0])) return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
-    const int ur = plan_blocks(c, a, w, nw, nd);
+    int nblk = 0;
+    int64_t steps = 0; /* warp steps of the launch */
+    for (int i = 0; i < nw; i++) {
+        dp_w &lw = a.w[i];
+        lw.ks = pick_ks(w[i]->rows, cols, c->n_sm);
+        lw.blk0 = nblk;
+        const int64_t rpb = (int64_t)R * (WARPS / lw.ks);
+        const int64_t vbs = (lw.rows + rpb - 1) / rpb;
+        nblk += (int)vbs;
+        steps += vbs * WARPS * ((((int64_t)cols + 1023) / 1024 + lw.ks - 1) / lw.ks);
+    }
+    a.nvb = nblk;
+    /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
+    const int ur = pick_u((int)(steps / ((int64_t)q4dp_bps() * WARPS * c->n_sm)), nd);
     /* rows per pass: up to 4 (8: rows_per_pass), fewer where the staged
      * digits would not fit (the passes read the weights again; each row's
      * bits do not change) */
-    const int per = pass_rows(nd, cols);
+    int per = rows_per_pass(nd);
+    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
     for (int i0 = 0, nr; i0 < n; i0 += nr) {
         nr = n - i0 < per ? n - i0 : per;
         /* 8-bit x has kernels of 1..8 rows; 16- and 24-bit x of 1..4 (per
@@ -1557,8 +1224,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
          * against 1.46x for 4 rows (cuda_bench, session 22) */
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
-        if (made) a.dg = (const int4 *)made; /* (one pass: q4dp_ffn_sw's down) */
-        else stage_once(c, a, nr, nd);
+        stage_once(c, a, nr, nd);
         a.as = as_takes(a, w, nw, nd, nr);
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;
@@ -1580,15 +1246,6 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em) {
     return cols <= (1 << 24) && stage_bytes(1, nd, (int)cols) <= SMEM_MAX;
 }
 
-bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *u, const tsc_weight *sg, const tsc_weight *su,
-                                 int k) {
-    return q4dp_moe_takes(g, k + 1, Q4DP_MOE_ROWS) && q4dp_moe_takes(u, k + 1, Q4DP_MOE_ROWS) && sg->rows == g->rows &&
-           su->rows == u->rows && sg->cols == g->cols && su->cols == u->cols && tsc_linear_one_launch(sg, g) &&
-           tsc_linear_one_launch(su, u);
-}
-
-bool q4dp_moe_route_takes(int E, int k) { return E >= 1 && E <= 256 && k >= 1 && k <= E && k <= 32; }
-
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
     /* one launch's rule (tsc.h) makes sw a weight the same kernel reads as d */
     return q4dp_moe_takes(d, k + 1, Q4DP_MOE_COLS) && sw->rows == d->rows && tsc_linear_one_launch(sw, d);
@@ -1596,22 +1253,20 @@ bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
 
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2, const q4dp_route *rt,
-              const tsc_weight *const *swr) {
+              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     dx_args a;
     memset(&a, 0, sizeof a);
     a.nw = nw;
     a.k = k;
     a.slot = (int)(em == Q4DP_MOE_ROWS ? w[0]->rows : w[0]->cols);
-    a.rows = em == Q4DP_MOE_ROWS ? (int64_t)(k + (swr ? 1 : 0)) * w[0]->rows : w[0]->rows;
+    a.rows = em == Q4DP_MOE_ROWS ? (int64_t)k * w[0]->rows : w[0]->rows;
     a.cols = (int)(em == Q4DP_MOE_ROWS ? w[0]->cols : (int64_t)k * w[0]->cols);
     a.c2 = a.cols;
     if (sw && em == Q4DP_MOE_COLS) { /* the shared expert: slot k */
         a.sdata = (const uint8_t *)sw->data;
         a.ssoff = (const uint8_t *)sw->scales - a.sdata, a.sboff = (const uint8_t *)sw->biases - a.sdata;
         a.cols += (int)w[0]->cols;
-        if (!x2) a.c2 = a.cols; /* its hidden rows follow the routed ones in x and u ([ntok][(k + 1) slot]) */
     }
     a.group = w[0]->group;
     a.lg = 0;
@@ -1622,11 +1277,6 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         const uint8_t *b = (const uint8_t *)w[i]->data;
         a.w[i].base = b, a.w[i].stride = stride[i];
         a.w[i].soff = (const uint8_t *)w[i]->scales - b, a.w[i].boff = (const uint8_t *)w[i]->biases - b;
-        if (swr && em == Q4DP_MOE_ROWS) { /* the shared expert: slot k of the stacked rows */
-            const uint8_t *sd = (const uint8_t *)swr[i]->data;
-            a.rsdata[i] = sd;
-            a.rssoff[i] = (const uint8_t *)swr[i]->scales - sd, a.rsboff[i] = (const uint8_t *)swr[i]->biases - sd;
-        }
     }
     /* KS from all the launch's rows (every weight of it: gate and up are
      * one launch; one weight's rows gave the 35B-A3B's gate/up KS = 2 and
@@ -1643,19 +1293,14 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
     for (int t0 = 0; t0 < ntok; t0 += per) {
         a.ntok = ntok - t0 < per ? ntok - t0 : per;
         a.nvb = a.ntok * a.vpt;
-        if (rt && em == Q4DP_MOE_ROWS) {
-            a.rlog = rt->logits + (int64_t)t0 * rt->E, a.E = rt->E, a.rnorm = rt->norm;
-            a.ids_out = rt->ids + (int64_t)t0 * k, a.wts_out = rt->wts + (int64_t)t0 * k;
-        } else {
-            a.ids = ids + (int64_t)t0 * k;
-        }
+        a.ids = ids + (int64_t)t0 * k;
         a.wts = wts ? wts + (int64_t)t0 * k : NULL;
         a.x = x + (int64_t)t0 * a.c2;
         a.u = u ? u + (int64_t)t0 * a.c2 : NULL;
         a.sadd = add && em == Q4DP_MOE_COLS ? add + (int64_t)t0 * a.rows : NULL;
         a.sgate = a.sadd || a.sdata ? gate + t0 : NULL;
-        a.x2 = a.sdata && x2 ? x2 + (int64_t)t0 * w[0]->cols : NULL;
-        a.u2 = a.sdata && x2 && u2 ? u2 + (int64_t)t0 * w[0]->cols : NULL;
+        a.x2 = a.sdata ? x2 + (int64_t)t0 * w[0]->cols : NULL;
+        a.u2 = a.sdata && u2 ? u2 + (int64_t)t0 * w[0]->cols : NULL;
         for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)t0 * a.rows;
         const bool rows = em == Q4DP_MOE_ROWS;
         switch (nd) {

@@ -20,23 +20,9 @@ void q4dp_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x,
  * bits), y_out = that (may alias x). bar: a device counter at 0, returned
  * to 0 (block 0 writes the outputs once every block has read x). */
 enum { Q4DP_XM_PLAIN = 0, Q4DP_XM_NORM = 1, Q4DP_XM_SWIGLU = 2 };
-/* made: x's digits already staged (stage_bytes' layout, one pass: the
- * caller's n fits one), as q4dp_ffn_sw's down takes them */
 void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, const float *x, const float *add,
                         const float *norm_w, const float *u, float eps, float *x_out, float *y_out, unsigned *bar,
-                        float *const *y, int n, const void *made = NULL);
-
-/* A dense FFN's products on n rows (one pass: up to 8) with the down's
- * digits made by the gate/up launch (q4dp.cu, k_q4dp_sw, k_q4dp_as<SW>): gu = {gate, up} (xm PLAIN or NORM,
- * the staging of q4dp_linear_staged), g = silu(g) * u afterwards (the SwiGLU
- * op's output, in place), y = down . g; the bits of the three-launch form
- * (q4dp_linear_staged on gu, then its SWIGLU mode on down). Needs the
- * context's SwiGLU scratch (tsc_set_swd). q4dp_sw_takes: the shapes and
- * formats fit, which q4dp_ffn_sw's caller checks first; q4dp_ffn_sw returns
- * false (nothing launched) where a benchmark switch picks another kernel. */
-bool q4dp_sw_takes(const tsc_ctx *c, const tsc_weight *g, const tsc_weight *u, const tsc_weight *d, int n);
-bool q4dp_ffn_sw(tsc_ctx *c, const tsc_weight *const *gu, const tsc_weight *down, int xm, const float *x, const float *add,
-                 const float *norm_w, float eps, float *x_out, float *y_out, float *g, float *u, float *y, int n);
+                        float *const *y, int n);
 
 /* The routed experts of a MoE layer, ids on the device (q4dp.cu, "the
  * routed experts"): w[i] is expert 0's descriptor of table i (every expert
@@ -57,28 +43,8 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em);
  * combine's value, summed in another order; add must then be NULL).
  * q4dp_moe_shared_takes: sw fits (d is the routed down's slot 0). */
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k);
-/* The shared expert in both launches of a token's experts (cu_moe's fused
- * layer): ROWS with swr (nw descriptors: its gate and up, each one slot's
- * shape) stacks it as slot k, y[i] = [ntok][(k + 1) * rows]; COLS with sw
- * and x2 NULL reads its hidden rows as slot k of x and u ([ntok][(k + 1) *
- * cols], the ROWS launch's outputs as they are). q4dp_moe_shared_rows_takes:
- * the ROWS form fits (g, u the routed gate and up's slot 0). */
-bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *u, const tsc_weight *sg, const tsc_weight *su, int k);
-/* The routes made by the gate/up launch itself (ROWS; rt given): from the
- * router's logits [ntok][E], tsc_moe_route's ids and weights (the same
- * bits: route.cuh) into ids / wts [ntok][k], which the down launch then
- * reads (q4dp_moe's ids argument is ignored). q4dp_moe_route_takes: E and k
- * the in-kernel form takes (E <= 256, k <= E). */
-struct q4dp_route {
-    const float *logits;
-    int E, norm;
-    int32_t *ids;
-    float *wts;
-};
-bool q4dp_moe_route_takes(int E, int k);
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL,
-              const q4dp_route *rt = NULL, const tsc_weight *const *swr = NULL);
+              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL);
 
 #endif

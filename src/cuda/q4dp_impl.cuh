@@ -68,13 +68,6 @@ struct dp_args {
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif
-    /* k_q4dp_sw (q4dp.cu, "The down's digits made by the gate/up launch"):
-     * per-group arrival counters (at 0, left at 0), where the down's digits
-     * go (stage_bytes(NR, ND, rows)), the down's group. Last in the struct,
-     * so that no other kernel's parameter offsets move. */
-    unsigned *swc;
-    int4 *swdg;
-    int swg;
 };
 
 /* 16 bytes of weights, streamed once: not kept in L1 */
@@ -210,7 +203,11 @@ __device__ __forceinline__ void arrive_outputs(const dp_args &a) {
 
 __device__ __forceinline__ void write_outputs(const dp_args &a, const float *rnorm, int nr) {
     if (blockIdx.x != (a.late ? gridDim.x - 1 : 0)) return;
-    await_arrivals(a.bar);
+    if (threadIdx.x == 0) {
+        while (atomicOr(a.bar, 0u) < gridDim.x) __nanosleep(64);
+        atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
+    }
+    __syncthreads();
     write_rows(a, rnorm, nr);
 }
 

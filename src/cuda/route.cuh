@@ -1,9 +1,8 @@
 /* route.cuh: one token's MoE routing by one warp (softmax over the E router
- * logits, the top k, the optional renormalisation), shared by misc.cu's
- * k_moe_route (a launch of its own) and q4dp.cu's k_q4dp_moe, which routes
- * in its own prologue when the router's logits are handed to it (the
- * 35B-A3B's decode step: one launch fewer a MoE layer). One definition, so
- * both give the same ids and the same weight bits. */
+ * logits, the top k, the optional renormalisation), k_moe_route's body
+ * (misc.cu). A header of its own since session 24, when q4dp.cu's expert
+ * kernel also routed in its prologue (one definition: the same ids and
+ * weight bits); that form was measured slower (s26-run1) and removed. */
 #ifndef TS_CUDA_ROUTE_CUH
 #define TS_CUDA_ROUTE_CUH
 

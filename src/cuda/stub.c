@@ -44,7 +44,6 @@ void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, 
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }
 int tsc_linear_many_takes(const tsc_weight *w) { (void)w; return 0; }
-int tsc_linear_norm_takes(const tsc_weight *w) { (void)w; return 0; }
 void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }
@@ -172,19 +171,6 @@ void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes) { (void)c, (void)dev, (
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)add, (void)norm_w, (void)eps, (void)x_out, (void)u_out, (void)y, (void)n;
-}
-size_t tsc_swd_ws_bytes(void) { return 0; }
-void tsc_set_swd(tsc_ctx *c, void *dev, size_t bytes) { (void)c, (void)dev, (void)bytes; }
-int tsc_ffn_swd_takes(tsc_ctx *c, const tsc_weight *gate, const tsc_weight *up, const tsc_weight *down, int n) {
-    (void)c, (void)gate, (void)up, (void)down, (void)n;
-    return 0;
-}
-int tsc_ffn_swd(tsc_ctx *c, const tsc_weight *gate, const tsc_weight *up, const tsc_weight *down, const float *x,
-                const float *add, const float *norm_w, float eps, float *x_out, float *u_out, float *g, float *u,
-                float *y, int n) {
-    (void)c, (void)gate, (void)up, (void)down, (void)x, (void)add, (void)norm_w, (void)eps, (void)x_out, (void)u_out;
-    (void)g, (void)u, (void)y, (void)n;
-    return -1;
 }
 void tsc_moe_linear(tsc_ctx *c, const tsc_weight *const *tab, int nt, int E, const int32_t *ids, int n, int k,
                     const float *x, const float *u, int x_per_slot, float *const *y) {

@@ -209,9 +209,7 @@ void tsc_gemm_staged(tsc_ctx *c, const tsc_weight *const *w0, const int64_t *est
                      void *ws);
 /* The same products with the activation made while staging x (one kernel
  * instead of two; Q4T weights, or 4-bit MLX weights through the dp4a
- * kernel (see below), or for addnorm the plain formats tsc_linear_norm_takes
- * names (bf16 / f16 / f32 / 8-bit: linear.cu's norm form, with the dp4a
- * form's aliasing, counter and bits), else TS_E_UNSUPPORTED):
+ * kernel (see below), else TS_E_UNSUPPORTED):
  *  swiglu: x = silu(g) * u elementwise (tsc_silu_mul's bits), g, u [n, cols];
  *  addnorm: v = x + add (add may be NULL: v = x), x_out = v (must not alias x
  *  when add is given; may be NULL when add is NULL), u_out = RMSNorm(v) * w
@@ -239,31 +237,6 @@ size_t tsc_digits_ws_bytes(void);
 void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes);
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
-/* A dense FFN on n rows in two launches where the fused products take
- * three (q4dp.cu, k_q4dp_sw / k_q4dp_as<SW>: the gate/up launch also makes
- * silu(g) * u's digits for the down): gate and up of x (norm_w NULL) or of tsc_linear_addnorm's
- * normed rows (x, add, norm_w, eps, x_out, u_out as there), then g = silu(g)
- * * u in place and y = down . g. The bits of tsc_linear_addnorm (or
- * tsc_linear) followed by tsc_linear_swiglu_out(down, g, u, g). Needs the
- * counter (tsc_set_barrier) and the scratch of tsc_swd_ws_bytes() bytes set
- * with tsc_set_swd (zeroed once; each call leaves it as it found its
- * counters). tsc_ffn_swd_takes: 1 when the weights fit (4-bit MLX for
- * the dp4a products, 8-bit x, up's layout gate's, down's columns gate's
- * rows, n rows in one pass of each product (up to 8), the scratches set and
- * large enough). Returns 1 when it ran in
- * two launches, 0 when a benchmark switch picked other kernels (the same
- * results, three launches), -1 on an error (the context's). */
-size_t tsc_swd_ws_bytes(void);
-void tsc_set_swd(tsc_ctx *c, void *dev, size_t bytes);
-int tsc_ffn_swd_takes(tsc_ctx *c, const tsc_weight *gate, const tsc_weight *up, const tsc_weight *down, int n);
-int tsc_ffn_swd(tsc_ctx *c, const tsc_weight *gate, const tsc_weight *up, const tsc_weight *down, const float *x,
-                const float *add, const float *norm_w, float eps, float *x_out, float *u_out, float *g, float *u,
-                float *y, int n);
-/* Whether tsc_linear_addnorm takes w on the plain kernel's norm form (bf16,
- * f16, f32 and 8-bit MLX weights, cols % 32 == 0, 4 rows of x within its
- * shared-memory staging; x, add and the norm weights 16-byte aligned): a
- * MoE layer's bf16 router takes its input's norm so (linear.cu, k_linear). */
-int tsc_linear_norm_takes(const tsc_weight *w);
 
 /* MoE expert products by device ids (q4t.cu): for the n*k slots s = i*k + j
  * (ids [n, k] on the device), y[t][s, rows] = tab[t][ids[s]] . x(s) with
