@@ -72,6 +72,32 @@ def view(path):
           f"; first release to last end {((last - first) / 1e3) if first else 0:.1f}")
 
 
+_SRC = {}
+
+
+def name_of(tag):
+    """the kernel (or device function) whose TSC_ENTRY is at unit:line, read from src/cuda beside this script's
+    repository (the tag itself when the source is not there or has moved since the trace)"""
+    import os
+    import re
+    f, _, ln = tag.partition(":")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "cuda", f)
+    if path not in _SRC:
+        try:
+            _SRC[path] = open(path).read().splitlines()
+        except OSError:
+            _SRC[path] = None
+    lines = _SRC[path]
+    if not lines or not ln.isdigit():
+        return tag
+    for i in range(min(int(ln), len(lines)) - 1, -1, -1):
+        if "__global__" in lines[i] or re.match(r"^\S.*__device__", lines[i]):
+            text = " ".join(lines[i:i + 3]).split("__global__")[-1].split("__device__")[-1]
+            names = [n for n in re.findall(r"(\w+)\s*\(", text) if not n.startswith("__")]
+            return f"{names[0]}@{ln}" if names else tag
+    return tag
+
+
 def kernels(path, gap_us=20.0):
     """--kernels: every kernel's launches in the last replay of the trace, from the K lines (common.cuh's
     TSC_ENTRY ring: a block's entry, PDL release and end, its unit and source line). Replays are told apart
@@ -85,7 +111,7 @@ def kernels(path, gap_us=20.0):
         for line in f:
             p = line.split()
             if p and p[0] == "K":
-                recs.append((p[1].split("/")[-1] + ":" + p[2], int(p[3]), int(p[5]), int(p[6]), int(p[7])))
+                recs.append((name_of(p[1].split("/")[-1] + ":" + p[2]), int(p[3]), int(p[5]), int(p[6]), int(p[7])))
     if not recs:
         print(f"== {path}: no K lines (a trace build older than session 19, or nothing ran)")
         return
@@ -112,13 +138,13 @@ def kernels(path, gap_us=20.0):
         L["ent"] = min(L["ent"], r[2])
     t0 = launches[0]["rel"]
     print(f"== {path}: {len(launches)} launches in the last replay, {(max(L['end'] for L in launches) - t0) / 1e3:.1f} us")
-    print(f"{'#':>4} {'kernel':<16} {'blocks':>6} {'release':>9} {'end':>9} {'span':>7} {'gap':>6} {'early':>6}")
+    print(f"{'#':>4} {'kernel':<28} {'blocks':>6} {'release':>9} {'end':>9} {'span':>7} {'gap':>6} {'early':>6}")
     by = {}
     prev = None
     for i, L in enumerate(launches):
         gap = (L["rel"] - prev) / 1e3 if prev is not None else 0.0
         span = (L["end"] - L["rel"]) / 1e3
-        print(f"{i:>4} {L['tag']:<16} {L['n']:>6} {(L['rel'] - t0) / 1e3:>9.2f} {(L['end'] - t0) / 1e3:>9.2f} "
+        print(f"{i:>4} {L['tag']:<28} {L['n']:>6} {(L['rel'] - t0) / 1e3:>9.2f} {(L['end'] - t0) / 1e3:>9.2f} "
               f"{span:>7.2f} {gap:>6.2f} {(L['rel'] - L['ent']) / 1e3:>6.2f}")
         a = by.setdefault(L["tag"], [0, 0.0, 0.0])
         a[0] += 1
@@ -127,7 +153,7 @@ def kernels(path, gap_us=20.0):
         prev = L["end"]
     print("per kernel (launches, total span us, total gap before it us):")
     for k, (n, sp, g) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        print(f"  {k:<16} {n:>4} {sp:>9.1f} {g:>9.1f}")
+        print(f"  {k:<28} {n:>4} {sp:>9.1f} {g:>9.1f}")
 
 
 if __name__ == "__main__":
