@@ -90,6 +90,15 @@ def name_of(tag):
     lines = _SRC[path]
     if not lines or not ln.isdigit():
         return tag
+    if "ENTRY" not in lines[min(int(ln), len(lines)) - 1]:
+        # the entry is in a header the unit includes (__BASE_FILE__ names the unit): the one with an entry there
+        import glob
+        for h in sorted(glob.glob(os.path.join(os.path.dirname(path), "*.cuh"))):
+            if h not in _SRC:
+                _SRC[h] = open(h).read().splitlines()
+            if len(_SRC[h]) >= int(ln) and "TSC_ENTRY(" in _SRC[h][int(ln) - 1]:
+                lines = _SRC[h]
+                break
     for i in range(min(int(ln), len(lines)) - 1, -1, -1):
         if "__global__" in lines[i] or re.match(r"^\S.*__device__", lines[i]):
             text = " ".join(lines[i:i + 3]).split("__global__")[-1].split("__device__")[-1]
