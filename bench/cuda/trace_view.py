@@ -77,7 +77,8 @@ _SRC = {}
 
 def name_of(tag):
     """the kernel (or device function) whose TSC_ENTRY is at unit:line, read from src/cuda beside this script's
-    repository (the tag itself when the source is not there or has moved since the trace)"""
+    repository: the working tree's, so read a trace with the tree of the commit it was made from (a line that has
+    moved since names another function; the tag itself when the source is not there)"""
     import os
     import re
     f, _, ln = tag.partition(":")
