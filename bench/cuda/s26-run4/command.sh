@@ -8,7 +8,7 @@
 PACK=.gpu/s26b/pack.tar.xz . bench/cuda/device_env.sh
 timeout 150 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
 timeout 200 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "ts_test cuda_engine $?"
-timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda.fused_products_dp4a > $O/memcheck.log 2>&1; tl "memcheck $?"
+timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda.fused_products_dp4a > $O/memcheck.log 2>&1; tl "memcheck $?"
 CB="$B/cuda_bench --shape 9b --mlx --digits 1"
 for r in a b; do
   $CB > $O/cb_xs_$r.txt 2>&1; tl "cb xs $?"
