@@ -602,10 +602,13 @@ inline bool dig_takes(int xm, int nr) {
  * 48 KB of shared memory a launch gets without asking, beside its static
  * reduction area (40 KB: cols <= 5120; wider rows take the form before),
  * the weights 16-byte aligned.
- * TSC_STAGE_XS=0 keeps the form before, a benchmark switch (the same bits). */
+ * Opt-in (TSC_STAGE_XS=1) until a GPU run has checked and measured it
+ * (written in session 26, whose last device call could not start:
+ * bench/cuda/s26-run4/command.sh is the call that decides). The same bits
+ * either way. */
 inline bool xs_takes(const dp_args &a, int nd) {
     static int on = -1;
-    if (on < 0) on = ks_env("TSC_STAGE_XS", 1) != 0;
+    if (on < 0) on = ks_env("TSC_STAGE_XS", 0) == 1;
     return on && a.xm == Q4DP_XM_NORM && (nd == 1 || nd == 0) && a.cols % 4 == 0 &&
            (size_t)a.cols * 2 * sizeof(float) <= 40 * 1024 && ((uintptr_t)a.normw & 15) == 0;
 }
