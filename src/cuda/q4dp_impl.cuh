@@ -461,21 +461,9 @@ struct sd_args {
     int4 *dg; /* stage_bytes(nr, ND, cols); G: g_stage_bytes(nr, cols, group) */
 };
 
-/* G: the group numerics' layout (stage_word's MM form, 8-bit x only).
- * XS (norm mode only; xs_takes): the row's x + add kept in shared memory by
- * the sum of squares (row_ss4's xo) and the norm weights copied there
- * before the PDL wait (weights: no kernel before this one writes them), so
- * that the staging loop reads nothing from L2. Why: a several-row verify
- * pass stages every normed product's rows here, one block a row, and the
- * s26-run3 trace of the 9B's 4-row pass has these launches at 3.5-4.2 us
- * (64 a pass) against 0.9 us for a plain pass's: two L2 round trips on one
- * block's chain, x and add loaded twice. The same operations on the same
- * values: the same bits (x + add is __fadd_rn either way). */
-template <int ND, bool E, bool G = false, bool XS = false>
+/* G: the group numerics' layout (stage_word's MM form, 8-bit x only) */
+template <int ND, bool E, bool G = false>
 __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
-    extern __shared__ float4 sd_xs[]; /* XS: [cols / 4] x + add, then [cols / 4] norm weights */
-    if constexpr (XS)
-        for (int f = threadIdx.x; f < (a.cols >> 2); f += blockDim.x) sd_xs[(a.cols >> 2) + f] = ((const float4 *)a.normw)[f];
     TSC_ENTRY(E);
     const int i = blockIdx.y, nr = gridDim.y;
     const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = G ? mm_tstride(nch) : 2 * ND * nch;
@@ -485,9 +473,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_consta
         __shared__ double red[32];
         __shared__ float rn;
         /* row_norms' arithmetic (256 threads: the same sum order) */
-        const double ss = row_ss4(a.x + ro, a.add ? a.add + ro : NULL, XS ? (float *)sd_xs : NULL, a.cols, red);
+        const double ss = row_ss4(a.x + ro, a.add ? a.add + ro : NULL, NULL, a.cols, red);
         if (threadIdx.x == 0) rn = rms_inv(ss, a.cols, a.eps);
-        __syncthreads(); /* also: every thread has read x before any writes x_out (XS: x + add and the weights staged) */
+        __syncthreads(); /* also: every thread has read x before any writes x_out */
         r = rn;
     }
     int4 *xd = a.dg;
@@ -496,22 +484,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_consta
         const int w = base + (int)threadIdx.x;
         const bool on = w < nw8;
         float v[8];
-        if (XS && on) {
-            const int64_t o = ro + 8 * w;
-            const float *xs = (const float *)sd_xs + 8 * w, *ws = (const float *)sd_xs + a.cols + 8 * w;
-#pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = xs[j];
-            if (a.add && a.x_out) {
-                *(float4 *)(a.x_out + o) = make_float4(v[0], v[1], v[2], v[3]);
-                *(float4 *)(a.x_out + o + 4) = make_float4(v[4], v[5], v[6], v[7]);
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = norm_mul(v[j], r, ws[j]);
-            if (a.y_out) {
-                *(float4 *)(a.y_out + o) = make_float4(v[0], v[1], v[2], v[3]);
-                *(float4 *)(a.y_out + o + 4) = make_float4(v[4], v[5], v[6], v[7]);
-            }
-        } else if (on) {
+        if (on) {
             const int64_t o = ro + 8 * w;
             load8(a.x + o, v);
             if (a.xm == Q4DP_XM_NORM) {
@@ -597,22 +570,6 @@ inline bool dig_takes(int xm, int nr) {
     return xm == Q4DP_XM_SWIGLU || nr > 1;
 }
 
-/* k_stage_digits' XS form (see there) for a norm pass: 8-bit x (nd 1, or
- * 0: the group numerics' layout), the row and its norm weights within the
- * 48 KB of shared memory a launch gets without asking, beside its static
- * reduction area (40 KB: cols <= 5120; wider rows take the form before),
- * the weights 16-byte aligned.
- * Opt-in (TSC_STAGE_XS=1) until a GPU run has checked and measured it
- * (written in session 26, whose last device call could not start:
- * bench/cuda/s26-run4/command.sh is the call that decides). The same bits
- * either way. */
-inline bool xs_takes(const dp_args &a, int nd) {
-    static int on = -1;
-    if (on < 0) on = ks_env("TSC_STAGE_XS", 0) == 1;
-    return on && a.xm == Q4DP_XM_NORM && (nd == 1 || nd == 0) && a.cols % 4 == 0 &&
-           (size_t)a.cols * 2 * sizeof(float) <= 40 * 1024 && ((uintptr_t)a.normw & 15) == 0;
-}
-
 /* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
  * to the scratch; a.dg NULL when this mode's digits are made per block or
  * the scratch is missing or too small */
@@ -629,14 +586,6 @@ inline void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false)
     const dim3 grid(per_row, nr);
     const bool e = c->pdl_early;
     if (grp) nd = 0; /* (8-bit x) */
-    if (xs_takes(a, nd)) {
-        const size_t sm = (size_t)a.cols * 2 * sizeof(float);
-        if (e) tsc_launch(c, nd == 1 ? k_stage_digits<1, true, false, true> : k_stage_digits<1, true, true, true>, grid, dim3(WARPS * 32), sm, s);
-        else tsc_launch(c, nd == 1 ? k_stage_digits<1, false, false, true> : k_stage_digits<1, false, true, true>, grid, dim3(WARPS * 32), sm, s);
-        TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a: digits)");
-        a.dg = (const int4 *)c->dg;
-        return;
-    }
     switch (nd) {
     case 0: tsc_launch(c, e ? k_stage_digits<1, true, true> : k_stage_digits<1, false, true>, grid, dim3(WARPS * 32), 0, s); break;
     case 1: tsc_launch(c, e ? k_stage_digits<1, true> : k_stage_digits<1, false>, grid, dim3(WARPS * 32), 0, s); break;
