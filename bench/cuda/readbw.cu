@@ -13,19 +13,7 @@
  * per-block ring of S stages, completing on mbarriers (no registers hold
  * the bytes in flight). Median of 7 timed runs after 2 warm-ups.
  */
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#define CK(x)                                                                           \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#include "standalone.cuh" /* CK, time_ms */
 
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 v;
@@ -95,31 +83,6 @@ __global__ void __launch_bounds__(256) k_bulk(const uint8_t *p, size_t nchunks, 
         if (++s == S) s = 0, phase ^= 1;
     }
     if (acc == 0x12345678u) out[0] = acc;
-}
-
-static int cmpf(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-template <typename F>
-static float time_ms(F f) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    float t[7];
-    for (int r = -2; r < 7; r++) {
-        CK(cudaEventRecord(a));
-        f();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (r >= 0) t[r] = ms;
-    }
-    CK(cudaGetLastError());
-    qsort(t, 7, sizeof t[0], cmpf);
-    return t[3];
 }
 
 template <int U>

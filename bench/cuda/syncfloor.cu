@@ -25,20 +25,9 @@
  * Reports ms, GB/s and % of a device-to-device copy probe of 2 GiB (read +
  * write counted, as cuda_bench's). Prints a table; nothing is asserted (a
  * benchmark). */
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                           \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#include "standalone.cuh" /* CK, time_ms */
 
 constexpr int U = 4, THREADS = 256, MAXS = 256;
 
@@ -160,33 +149,6 @@ __global__ void __launch_bounds__(THREADS) k_persist(const uint4 *p, const __gri
     if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;
 }
 
-static int cmpf(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-template <typename F>
-static float time_ms(cudaStream_t st, F f) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    float t[7];
-    for (int r = -2; r < 7; r++) {
-        CK(cudaEventRecord(a, st));
-        f();
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (r >= 0) t[r] = ms;
-    }
-    CK(cudaGetLastError());
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    qsort(t, 7, sizeof t[0], cmpf);
-    return t[3];
-}
-
 /* the chain captured as a graph of one launch a stream */
 template <bool PDL, bool PRE>
 static cudaGraphExec_t capture(cudaStream_t st, const uint4 *p, const chain &c, int grid, unsigned *out) {
@@ -255,7 +217,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&pa, pb));
     CK(cudaMalloc(&pbuf, pb));
     CK(cudaMemset(pa, 0, pb));
-    const float pms = time_ms(st, [&] { CK(cudaMemcpyAsync(pbuf, pa, pb, cudaMemcpyDeviceToDevice, st)); });
+    const float pms = time_ms([&] { CK(cudaMemcpyAsync(pbuf, pa, pb, cudaMemcpyDeviceToDevice, st)); }, st);
     const double probe = 2.0 * pb / (pms * 1e-3) / 1e9;
     CK(cudaFree(pa));
     CK(cudaFree(pbuf));
@@ -276,11 +238,11 @@ int main(int argc, char **argv) {
         cudaGraphExec_t g0 = capture<false, false>(st, p, c, grid, out);
         cudaGraphExec_t g1 = capture<true, false>(st, p, c, grid, out);
         cudaGraphExec_t g2 = capture<true, true>(st, p, c, grid, out);
-        ms[0][w] = time_ms(st, [&] { CK(cudaGraphLaunch(g0, st)); });
-        ms[1][w] = time_ms(st, [&] { CK(cudaGraphLaunch(g1, st)); });
-        ms[2][w] = time_ms(st, [&] { CK(cudaGraphLaunch(g2, st)); });
-        ms[3][w] = time_ms(st, [&] { k_persist<false><<<grid, THREADS, 0, st>>>(p, c, bar, out); });
-        ms[4][w] = time_ms(st, [&] { k_persist<true><<<grid, THREADS, 0, st>>>(p, c, bar, out); });
+        ms[0][w] = time_ms([&] { CK(cudaGraphLaunch(g0, st)); }, st);
+        ms[1][w] = time_ms([&] { CK(cudaGraphLaunch(g1, st)); }, st);
+        ms[2][w] = time_ms([&] { CK(cudaGraphLaunch(g2, st)); }, st);
+        ms[3][w] = time_ms([&] { k_persist<false><<<grid, THREADS, 0, st>>>(p, c, bar, out); }, st);
+        ms[4][w] = time_ms([&] { k_persist<true><<<grid, THREADS, 0, st>>>(p, c, bar, out); }, st);
         CK(cudaGraphExecDestroy(g0));
         CK(cudaGraphExecDestroy(g1));
         CK(cudaGraphExecDestroy(g2));
