@@ -161,8 +161,8 @@ TS_TEST(cuda, context_errors_memory) {
 /* mlx: keep a 4-bit weight in the MLX layout at upload (TSC_Q4T=0 around
  * it), so that its products run q4dp.cu's kernels with nd digits of x (0:
  * 3): the dp4a k_q4dp, or at nd = 1 and groups of 32..128 the opt-in group
- * numerics ("grp", TSC_Q4G=1: k_q4g for 1..4 rows, the tensor-core k_q4gm
- * for 5..16) or the opt-in k_q4mm ("mma", TSC_Q4MM=1); other 4-bit
+ * numerics ("grp", TSC_Q4G=1: k_q4g for 1 and 2 rows, the tensor-core
+ * k_q4gm for 3..16) or the opt-in k_q4mm ("mma", TSC_Q4MM=1); other 4-bit
  * weights with cols % 64 == 0 go to Q4T */
 typedef struct { ts_dtype dt; int bits, group; ts_dtype sdt; const char *name; int mlx, nd; } lin_cfg;
 
@@ -245,7 +245,7 @@ TS_TEST(cuda, linear_parity_and_row_exact) {
             tsc_linear(c, wl, 3, dx, yl, N);
             /* each row alone, and rows in calls of 2 to 7 (one pass with
              * 8-bit x, passes of 4 and the rest with 16- and 24-bit x; the
-             * group numerics: k_q4g to 4 rows, k_q4gm from 5) */
+             * group numerics: k_q4g to 2 rows, k_q4gm from 3) */
             for (int i = 0; i < N; i++) {
                 float *y1 = dy1 + (size_t)i * rows;
                 tsc_linear(c, (const tsc_weight *[]){&dw}, 1, dx + (size_t)i * cols, &y1, 1);
@@ -1799,11 +1799,12 @@ TS_TEST(cuda, fused_products_dp4a) {
     const unsigned zero[64] = {0};
     tsc_write(c, bar, zero, sizeof zero);
     void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
-    for (int vv = 0; vv < 12; vv++) {
+    for (int vv = 0; vv < 16; vv++) {
         /* v: the shape; kind 0: 24-bit x (k_q4dp), 1: 8-bit x on k_q4mm, 2:
-         * 8-bit x in the group numerics (k_q4g, k_q4gm); vv >= 6: digits once */
-        tsc_set_digits(c, vv >= 6 ? dgs : NULL, tsc_digits_ws_bytes());
-        const int v = vv & 1, kind = (vv >> 1) % 3;
+         * 8-bit x in the group numerics (k_q4g, k_q4gm), 3: 8-bit x on
+         * k_q4dp (the engine's default); vv >= 8: digits once */
+        tsc_set_digits(c, vv >= 8 ? dgs : NULL, tsc_digits_ws_bytes());
+        const int v = vv & 1, kind = (vv >> 1) % 4;
         const int64_t rows = v ? 130 : 300, cols = v ? 12288 : 4096;
         hw h, h2;
         make_w(&h, TS_DTYPE_U32, 4, v ? 32 : 64, v ? TS_DTYPE_F16 : TS_DTYPE_BF16, rows, cols);

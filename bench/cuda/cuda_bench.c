@@ -513,7 +513,7 @@ static void run_shape(int quick, int prof) {
     if (S->llama_tok_s > 0) printf("KV %s.vs_llama %.2f\n", S->key, 1e3 / sf / S->llama_tok_s);
     if (TRACE) { /* one more capture of the fused step, its last replay's timeline (CB_TRACE_ROWS=n: the
                   * n-row step's, a verify pass's) */
-        const int tn = cb_env("CB_TRACE_ROWS") > 1 ? cb_env("CB_TRACE_ROWS") : 1;
+        const int tr = cb_env("CB_TRACE_ROWS"), tn = tr > 1 ? tr : 1;
         tsc_trace_reset();
         const double ms = time_step(tn, 1, 3);
         const int nl = tsc_trace_dump(C, TRACE);

@@ -14,7 +14,10 @@ Per launch, in step order (times in us):
   GB/s   the launch's weight bytes over (last end - first release)
 and the step's totals of each column, so that the fixed costs of the chain
 (gap + stage + tail) can be weighed against the streaming itself."""
+import glob
 import lzma
+import os
+import re
 import statistics
 import sys
 
@@ -79,8 +82,6 @@ def name_of(tag):
     """the kernel (or device function) whose TSC_ENTRY is at unit:line, read from src/cuda beside this script's
     repository: the working tree's, so read a trace with the tree of the commit it was made from (a line that has
     moved since names another function; the tag itself when the source is not there)"""
-    import os
-    import re
     f, _, ln = tag.partition(":")
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "cuda", f)
     if path not in _SRC:
@@ -93,7 +94,6 @@ def name_of(tag):
         return tag
     if "ENTRY" not in lines[min(int(ln), len(lines)) - 1]:
         # the entry is in a header the unit includes (__BASE_FILE__ names the unit): the one with an entry there
-        import glob
         for h in sorted(glob.glob(os.path.join(os.path.dirname(path), "*.cuh"))):
             if h not in _SRC:
                 _SRC[h] = open(h).read().splitlines()
