@@ -134,37 +134,53 @@ __device__ __forceinline__ double block_sum_d(double v, double *red) {
 }
 
 /* The sum of squares of a row v = x (+ add) of dim floats in double, for a
- * block of threads, when dim % 4 == 0 and the rows are 16-byte aligned:
- * thread t adds 4-float chunks t, t + blockDim.x, ... in order (x, y, z, w
- * of each, by explicit FMAs), four chunks' loads in flight, then block_sum_d
- * (returned to all threads). xo (may be x) receives v when given. One
- * definition for tsc_add_rmsnorm and the fused products' staging (q4dp.cu),
- * so that their rows agree bit for bit. The caller syncs before reusing red. */
-__device__ __forceinline__ double row_ss4(const float *x, const float *add, float *xo, int dim, double *red) {
-    const int n4 = dim >> 2, B = blockDim.x;
-    const float4 *x4 = (const float4 *)x, *a4 = (const float4 *)add;
-    double ss = 0;
-    for (int f0 = threadIdx.x; f0 < n4; f0 += 4 * B) {
-        float4 v[4], a[4];
+ * block of threads, when dim % 4 == 0 and the rows are 16-byte aligned, in
+ * the order of the dp4a products' staging (q4dp_impl.cuh): the row as words
+ * of 8 floats (the last one 4 when dim % 8 == 4), thread t adding words t,
+ * t + blockDim.x, ... in order, each word's floats in order (explicit FMAs),
+ * two words' loads in flight; then block_sum_d (returned to all threads). xo
+ * (may be x) receives v when given. So a staging thread that holds its words
+ * for the digits can sum them itself and get these bits (stage_norm_words):
+ * one pass over x instead of two (session 27; the order was 4-float chunks
+ * t, t + blockDim.x, ... before, which no staging thread holds). One
+ * definition for tsc_add_rmsnorm and the fused products' staging, so that
+ * their rows agree bit for bit. The caller syncs before reusing red. */
+__device__ __forceinline__ void ss_word(const float (&v)[8], int cnt, double &ss) {
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int f = f0 + k * B;
-            v[k] = f < n4 ? x4[f] : make_float4(0.f, 0.f, 0.f, 0.f);
-            a[k] = add && f < n4 ? a4[f] : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < 8; j++)
+        if (j < cnt) ss = __fma_rn((double)v[j], (double)v[j], ss);
+}
+
+__device__ __forceinline__ double row_ss8(const float *x, const float *add, float *xo, int dim, double *red) {
+    const int nw = (dim + 7) >> 3, B = blockDim.x;
+    double ss = 0;
+    for (int w0 = threadIdx.x; w0 < nw; w0 += 2 * B) {
+        float v[2][8], a[2][8];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int w = w0 + k * B, cnt = w < nw ? min(8, dim - 8 * w) : 0;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const bool on = 4 * h < cnt;
+                const float4 p = on ? ((const float4 *)x)[2 * w + h] : make_float4(0.f, 0.f, 0.f, 0.f);
+                const float4 q = on && add ? ((const float4 *)add)[2 * w + h] : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[k][4 * h] = p.x, v[k][4 * h + 1] = p.y, v[k][4 * h + 2] = p.z, v[k][4 * h + 3] = p.w;
+                a[k][4 * h] = q.x, a[k][4 * h + 1] = q.y, a[k][4 * h + 2] = q.z, a[k][4 * h + 3] = q.w;
+            }
         }
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int f = f0 + k * B;
-            if (f >= n4) continue;
-            if (add) {
-                v[k].x = __fadd_rn(v[k].x, a[k].x), v[k].y = __fadd_rn(v[k].y, a[k].y);
-                v[k].z = __fadd_rn(v[k].z, a[k].z), v[k].w = __fadd_rn(v[k].w, a[k].w);
-            }
-            if (xo) ((float4 *)xo)[f] = v[k];
-            ss = __fma_rn((double)v[k].x, (double)v[k].x, ss);
-            ss = __fma_rn((double)v[k].y, (double)v[k].y, ss);
-            ss = __fma_rn((double)v[k].z, (double)v[k].z, ss);
-            ss = __fma_rn((double)v[k].w, (double)v[k].w, ss);
+        for (int k = 0; k < 2; k++) {
+            const int w = w0 + k * B, cnt = w < nw ? min(8, dim - 8 * w) : 0;
+            if (!cnt) continue;
+            if (add)
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[k][j] = __fadd_rn(v[k][j], a[k][j]);
+            if (xo)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    if (4 * h < cnt)
+                        ((float4 *)xo)[2 * w + h] = make_float4(v[k][4 * h], v[k][4 * h + 1], v[k][4 * h + 2], v[k][4 * h + 3]);
+            ss_word(v[k], cnt, ss);
         }
     }
     return block_sum_d(ss, red);

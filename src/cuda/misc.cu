@@ -81,8 +81,8 @@ __global__ void k_add_rmsnorm(float *x, const float *__restrict__ add, const flo
     __shared__ double red[32];
     const int64_t o = (int64_t)blockIdx.x * dim;
     double ss = 0;
-    if (vec) { /* the fused products' order (row_ss4) */
-        ss = row_ss4(x + o, add ? add + o : NULL, add ? x + o : NULL, dim, red);
+    if (vec) { /* the fused products' order (row_ss8) */
+        ss = row_ss8(x + o, add ? add + o : NULL, add ? x + o : NULL, dim, red);
     } else {
         for (int j = threadIdx.x; j < dim; j += blockDim.x) {
             float v = x[o + j];
@@ -102,12 +102,12 @@ extern "C" void tsc_add_rmsnorm(tsc_ctx *c, float *x, const float *add, const fl
                                 float eps) {
     TSC_GUARD(c);
     if (n < 1 || n > 65535 || dim < 1) { tsc_fail_(c, TS_E_ARG, "tsc_add_rmsnorm: %d rows of %d", n, dim); return; }
-    /* 256 threads, whatever dim, and for rows of 4-float chunks the chunked
-     * sum (row_ss4, its loads in flight): the fused dp4a products (q4dp.cu)
-     * stage the norm with this exact order, so fused and unfused rows agree
-     * bit for bit. (The 9B engine step got slower with a first 256-thread
-     * version that summed one float a thread a step; the chunked sum keeps 4
-     * chunks a thread in flight.) */
+    /* 256 threads, whatever dim, and for rows of 4-float multiples the
+     * words' sum (row_ss8, its loads in flight): the fused dp4a products
+     * (q4dp.cu) stage the norm with this exact order, so fused and unfused
+     * rows agree bit for bit. (The 9B engine step got slower with a first
+     * 256-thread version that summed one float a thread a step; the words'
+     * sum keeps 16 floats a thread in flight.) */
     const int vec = dim % 4 == 0 && !(((uintptr_t)x | (uintptr_t)(add ? add : x)) & 15);
     tsc_launch(c, k_add_rmsnorm, dim3(n), dim3(256), 0, x, add, w, y, dim, eps, vec);
     TSC_LAUNCHED(c, "tsc_add_rmsnorm");

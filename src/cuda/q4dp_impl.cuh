@@ -161,12 +161,12 @@ __device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
 }
 
 /* Norm mode: each row's 1 / rms into rnorm[NR], with tsc_add_rmsnorm's
- * arithmetic (v = x + add; row_ss4's sum of squares over the 256 threads),
+ * arithmetic (v = x + add; row_ss8's sum of squares over the 256 threads),
  * so that the staged rows and the rows written have its bits. */
 __device__ __forceinline__ void row_norms(const dp_args &a, float *rnorm, int nr) {
     __shared__ double red[32];
     for (int i = 0; i < nr; i++) {
-        const double ss = row_ss4(a.x + (int64_t)i * a.cols, a.add ? a.add + (int64_t)i * a.cols : NULL, NULL, a.cols, red);
+        const double ss = row_ss8(a.x + (int64_t)i * a.cols, a.add ? a.add + (int64_t)i * a.cols : NULL, NULL, a.cols, red);
         if (threadIdx.x == 0) rnorm[i] = rms_inv(ss, a.cols, a.eps);
         __syncthreads(); /* red is reused by the next row */
     }
@@ -187,6 +187,96 @@ __device__ __forceinline__ void write_rows(const dp_args &a, const float *rnorm,
                 a.y_out[o] = silu_mul_f(a.x[o], a.u[o]);
             }
         }
+}
+
+/* ---- Norm mode's staging in one pass (session 27) ----
+ *
+ * Why. A normed one-row product's 264 blocks each staged x in two passes:
+ * row_norms (x and add from L2, the block's sum of squares), then stage_x
+ * (x and add again, the norm weights, the digits), and block 0 wrote the
+ * outputs reading all three once more: ~80 KB from L2 a block, 21 MB a 9B
+ * in_proj launch, with two L2 round trips and the reduction in sequence on
+ * the step's critical path (the trace of session 26: normed staging 3.5-3.7
+ * us a launch, plain 1.6; 64 normed launches a 9B step). Here a thread
+ * loads its two words of x and add once, sums their squares in row_ss8's
+ * order (the staging's words: thread t holds words t and t + blockDim.x,
+ * which row_ss8 sums in that order, so the bits are the two-pass form's),
+ * and makes the digits of the normed words from its registers; the norm
+ * weights' words (nwf) are loaded by the caller before its PDL wait (they
+ * depend on no kernel); the outputs are written from the registers too.
+ * Rows of at most 2 words a thread (cols <= 16 * blockDim.x: 4096 at 256
+ * threads; the fused products' cols are multiples of 32); wider rows keep
+ * the two passes. Every lane of the block calls it (the shuffles, the
+ * block sum); red: 32 doubles of shared memory. Returns the row's 1 / rms;
+ * v (x + add) and u (the normed row) stay in the caller's registers. */
+__host__ __device__ inline bool norm1_fits(int cols) { return cols <= 16 * WARPS * 32; }
+
+__device__ __forceinline__ void load_norm_words(const float *normw, int cols, float (&f)[2][8]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int w = (int)threadIdx.x + k * (int)blockDim.x;
+        if (w < (cols >> 3)) load8(normw + 8 * w, f[k]);
+        else
+#pragma unroll
+            for (int j = 0; j < 8; j++) f[k][j] = 0.f;
+    }
+}
+
+template <int ND, bool G>
+__device__ __forceinline__ float stage_norm_words(const float *x, const float *add, const float (&f)[2][8], int cols,
+                                                  float eps, int i, int gw, int4 *xd, float2 *xsb, int tst, int nt,
+                                                  double *red, float (&v)[2][8], float (&u)[2][8]) {
+    const int nw8 = cols >> 3, nch = cols >> 5;
+    float e[2][8];
+#pragma unroll
+    for (int k = 0; k < 2; k++) { /* every load in flight before any is used */
+        const int w = (int)threadIdx.x + k * (int)blockDim.x;
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[k][j] = e[k][j] = 0.f;
+        if (w < nw8) {
+            load8(x + 8 * w, v[k]);
+            if (add) load8(add + 8 * w, e[k]);
+        }
+    }
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int w = (int)threadIdx.x + k * (int)blockDim.x;
+        if (w >= nw8) continue;
+        if (add)
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[k][j] = __fadd_rn(v[k][j], e[k][j]);
+        ss_word(v[k], 8, ss);
+    }
+    const float r = rms_inv(block_sum_d(ss, red), cols, eps);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int w = (int)threadIdx.x + k * (int)blockDim.x;
+        const bool on = w < nw8;
+#pragma unroll
+        for (int j = 0; j < 8; j++) u[k][j] = on ? norm_mul(v[k][j], r, f[k][j]) : 0.f;
+        stage_word<ND, G>(u[k], on, i, on ? w : 0, nch, gw, xd, xsb, tst, nt);
+    }
+    return r;
+}
+
+/* The outputs of stage_norm_words' row by the threads that hold them:
+ * x_out = v (when add), y_out = u. */
+__device__ __forceinline__ void write_norm_words(int cols, const float *add, float *x_out, float *y_out,
+                                                 const float (&v)[2][8], const float (&u)[2][8]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int w = (int)threadIdx.x + k * (int)blockDim.x;
+        if (w >= (cols >> 3)) continue;
+        if (add && x_out) {
+            *(float4 *)(x_out + 8 * w) = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
+            *(float4 *)(x_out + 8 * w + 4) = make_float4(v[k][4], v[k][5], v[k][6], v[k][7]);
+        }
+        if (y_out) {
+            *(float4 *)(y_out + 8 * w) = make_float4(u[k][0], u[k][1], u[k][2], u[k][3]);
+            *(float4 *)(y_out + 8 * w + 4) = make_float4(u[k][4], u[k][5], u[k][6], u[k][7]);
+        }
+    }
 }
 
 /* The mode's outputs (x_out, y_out may alias x): every block arrives on
@@ -335,8 +425,7 @@ __device__ __forceinline__ void rows_dot(const uint32_t (&lo)[R][4], const uint3
  * against 2.226 ms), while the late writes gained nothing in the engine
  * (364.8 tok/s against 367.4 with TSC_Q4DP_LATEW=0). k_q4mm keeps the
  * late form. */
-template <int NR>
-__device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *rnorm) {
+__device__ __forceinline__ bool arrive_b0(const dp_args &a) {
     if (threadIdx.x == 0) {
         atomicAdd(a.bar, 1u);
         if (blockIdx.x == 0) {
@@ -344,9 +433,14 @@ __device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *
             atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
         }
     }
-    if (blockIdx.x != 0) return;
+    if (blockIdx.x != 0) return false;
     __syncthreads();
-    write_rows(a, rnorm, NR);
+    return true; /* block 0, every block staged: the outputs may be written */
+}
+
+template <int NR>
+__device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *rnorm) {
+    if (arrive_b0(a)) write_rows(a, rnorm, NR);
 }
 
 /* The digits k_stage_digits made (a.dg, bytes of them) into a block's
@@ -464,22 +558,35 @@ struct sd_args {
 /* G: the group numerics' layout (stage_word's MM form, 8-bit x only) */
 template <int ND, bool E, bool G = false>
 __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
+    /* norm mode in one pass (stage_norm_words; one block a row): the norm
+     * weights' words before the wait, they depend on no kernel */
+    const bool one = a.xm == Q4DP_XM_NORM && norm1_fits(a.cols);
+    float f[2][8];
+    if (one) load_norm_words(a.normw, a.cols, f);
     TSC_ENTRY(E);
     const int i = blockIdx.y, nr = gridDim.y;
     const int nch = a.cols >> 5, nw8 = a.cols >> 3, gw = a.group >> 3, tst = G ? mm_tstride(nch) : 2 * ND * nch;
     const int64_t ro = (int64_t)i * a.cols;
+    int4 *xd = a.dg;
+    float2 *xsb = (float2 *)(a.dg + (size_t)nr * tst);
+    __shared__ double red[32];
+    if (one) {
+        /* each thread writes only the words it read: x_out may alias x */
+        float v[2][8], u[2][8];
+        stage_norm_words<ND, G>(a.x + ro, a.add ? a.add + ro : NULL, f, a.cols, a.eps, i, gw, xd, xsb, tst,
+                                G ? g_nt(nr) : 0, red, v, u);
+        write_norm_words(a.cols, a.add, a.x_out ? a.x_out + ro : NULL, a.y_out ? a.y_out + ro : NULL, v, u);
+        return;
+    }
     float r = 0.f;
     if (a.xm == Q4DP_XM_NORM) {
-        __shared__ double red[32];
         __shared__ float rn;
         /* row_norms' arithmetic (256 threads: the same sum order) */
-        const double ss = row_ss4(a.x + ro, a.add ? a.add + ro : NULL, NULL, a.cols, red);
+        const double ss = row_ss8(a.x + ro, a.add ? a.add + ro : NULL, NULL, a.cols, red);
         if (threadIdx.x == 0) rn = rms_inv(ss, a.cols, a.eps);
         __syncthreads(); /* also: every thread has read x before any writes x_out */
         r = rn;
     }
-    int4 *xd = a.dg;
-    float2 *xsb = (float2 *)(a.dg + (size_t)nr * tst);
     for (int base = blockIdx.x * blockDim.x; base < nw8; base += gridDim.x * blockDim.x) { /* uniform */
         const int w = base + (int)threadIdx.x;
         const bool on = w < nw8;
