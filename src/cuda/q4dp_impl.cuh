@@ -438,6 +438,22 @@ __device__ __forceinline__ bool arrive_b0(const dp_args &a) {
     return true; /* block 0, every block staged: the outputs may be written */
 }
 
+/* The one-pass form's arrival (k_q4dp's N1): the last block to arrive
+ * (every other one has staged, so has read x: the outputs may overwrite
+ * it) writes the outputs from its registers and resets the counter for the
+ * next launch; no block waits. Block 0 waiting for every block instead
+ * staged for 5.4-6 us against the median block's 3.6 in the 9B trace of
+ * session 26, and ended last in the in_proj launches. */
+__device__ __forceinline__ bool arrive_last(const dp_args &a) {
+    __shared__ unsigned last;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(a.bar, 1u) == gridDim.x - 1;
+        if (last) atomicExch(a.bar, 0u);
+    }
+    __syncthreads();
+    return last;
+}
+
 template <int NR>
 __device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *rnorm) {
     if (arrive_b0(a)) write_rows(a, rnorm, NR);
@@ -553,6 +569,7 @@ struct sd_args {
     float eps;
     float *x_out, *y_out;
     int4 *dg; /* stage_bytes(nr, ND, cols); G: g_stage_bytes(nr, cols, group) */
+    int one;  /* norm mode in one pass where the row fits (q4dp_n1) */
 };
 
 /* G: the group numerics' layout (stage_word's MM form, 8-bit x only) */
@@ -560,7 +577,7 @@ template <int ND, bool E, bool G = false>
 __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_constant__ sd_args a) {
     /* norm mode in one pass (stage_norm_words; one block a row): the norm
      * weights' words before the wait, they depend on no kernel */
-    const bool one = a.xm == Q4DP_XM_NORM && norm1_fits(a.cols);
+    const bool one = a.one && a.xm == Q4DP_XM_NORM && norm1_fits(a.cols);
     float f[2][8];
     if (one) load_norm_words(a.normw, a.cols, f);
     TSC_ENTRY(E);
@@ -677,6 +694,20 @@ inline bool dig_takes(int xm, int nr) {
     return xm == Q4DP_XM_SWIGLU || nr > 1;
 }
 
+/* The one-pass normed staging (stage_norm_words): TSC_Q4DP_N1=0 the two
+ * passes (k_q4dp's row_norms then stage_x, k_stage_digits' row_ss8 then its
+ * loop), 1 one pass with block 0 writing a one-row launch's outputs, 2 (the
+ * default) one pass with the last block to stage writing them; a benchmark
+ * switch, read once (the bits are the same). */
+inline int q4dp_n1(void) {
+    static int v = -1;
+    if (v < 0) {
+        v = ks_env("TSC_Q4DP_N1", 2);
+        if (v < 0 || v > 2) v = 2;
+    }
+    return v;
+}
+
 /* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
  * to the scratch; a.dg NULL when this mode's digits are made per block or
  * the scratch is missing or too small */
@@ -689,6 +720,7 @@ inline void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false)
     s.x = a.x, s.add = a.add, s.normw = a.normw, s.u = a.u, s.eps = a.eps;
     s.x_out = a.x_out, s.y_out = a.y_out;
     s.dg = (int4 *)c->dg;
+    s.one = q4dp_n1() != 0;
     const int per_row = a.xm == Q4DP_XM_NORM ? 1 : (a.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
     const dim3 grid(per_row, nr);
     const bool e = c->pdl_early;
