@@ -173,7 +173,7 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
  * leaves room for the neighbour's block; a 4096-row product's warps then
  * hold their whole slice before x exists. The same operations in the same
  * order either way (the loop below only skips a round's loads it has). */
-template <int NR, int ND, int U, bool PRE = false, int N1 = 0>
+template <int NR, int ND, int U, bool PRE = false, bool N1 = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
@@ -189,9 +189,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     uint32_t sr[U][R], br[U][R];
     bool ok[U];
     /* N1 (a one-row normed launch that stages in its blocks, in one pass:
-     * stage_norm_words; 1: block 0 writes the outputs once every block has
-     * staged, 2: the last block to stage writes them): the norm weights'
-     * words before the wait */
+     * stage_norm_words; block 0 writes the outputs once every block has
+     * staged): the norm weights' words before the wait */
     float f[2][8];
     if constexpr (N1) load_norm_words(a.normw, a.cols, f);
     if (blockIdx.x < (unsigned)a.nvb) {
@@ -222,7 +221,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         float v[2][8], u[2][8];
         stage_norm_words<ND, false>(a.x, a.add, f, a.cols, a.eps, 0, a.group >> 3, xd, xsb, 2 * ND * nch, 0, red1, v, u);
         __syncthreads();
-        if (N1 == 2 ? arrive_last(a) : arrive_b0(a)) write_norm_words(a.cols, a.add, a.x_out, a.y_out, v, u);
+        if (arrive_b0(a)) write_norm_words(a.cols, a.add, a.x_out, a.y_out, v, u);
     } else if (a.dg) {
         copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
     } else {
@@ -1007,10 +1006,8 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     }
     if constexpr (NR == 1 && U <= 2) {
         /* a normed row staged in the blocks, in one pass (stage_norm_words) */
-        if (!grid && a.xm == Q4DP_XM_NORM && !a.dg && norm1_fits(a.cols) && q4dp_n1()) {
-            if (q4dp_n1() == 2) grid = launch_grid(c, k_q4dp<NR, ND, U, false, 2>, a.nvb, smem, a, q4dp_bps());
-            else grid = launch_grid(c, k_q4dp<NR, ND, U, false, 1>, a.nvb, smem, a, q4dp_bps());
-        }
+        if (!grid && a.xm == Q4DP_XM_NORM && !a.dg && norm1_fits(a.cols) && q4dp_n1())
+            grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, smem, a, q4dp_bps());
     }
     if (!grid) grid = launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, smem, a, q4dp_bps());
 #ifdef TSC_TRACE

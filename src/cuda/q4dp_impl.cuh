@@ -208,7 +208,11 @@ __device__ __forceinline__ void write_rows(const dp_args &a, const float *rnorm,
  * threads; the fused products' cols are multiples of 32); wider rows keep
  * the two passes. Every lane of the block calls it (the shuffles, the
  * block sum); red: 32 doubles of shared memory. Returns the row's 1 / rms;
- * v (x + add) and u (the normed row) stay in the caller's registers. */
+ * v (x + add) and u (the normed row) stay in the caller's registers.
+ * Measured (s27-run1, H200, against the two passes in the same binary,
+ * TSC_Q4DP_N1=0): cuda_bench's 9B one-row step 2.032-2.036 -> 1.952-1.958
+ * ms (64 normed launches: ~1.25 us each), its 4-row verify 2.940-2.947 ->
+ * 2.848-2.856 (k_stage_digits' norm passes), 16 rows 9.22 -> 9.07-9.08. */
 __host__ __device__ inline bool norm1_fits(int cols) { return cols <= 16 * WARPS * 32; }
 
 __device__ __forceinline__ void load_norm_words(const float *normw, int cols, float (&f)[2][8]) {
@@ -436,22 +440,6 @@ __device__ __forceinline__ bool arrive_b0(const dp_args &a) {
     if (blockIdx.x != 0) return false;
     __syncthreads();
     return true; /* block 0, every block staged: the outputs may be written */
-}
-
-/* The one-pass form's arrival (k_q4dp's N1): the last block to arrive
- * (every other one has staged, so has read x: the outputs may overwrite
- * it) writes the outputs from its registers and resets the counter for the
- * next launch; no block waits. Block 0 waiting for every block instead
- * staged for 5.4-6 us against the median block's 3.6 in the 9B trace of
- * session 26, and ended last in the in_proj launches. */
-__device__ __forceinline__ bool arrive_last(const dp_args &a) {
-    __shared__ unsigned last;
-    if (threadIdx.x == 0) {
-        last = atomicAdd(a.bar, 1u) == gridDim.x - 1;
-        if (last) atomicExch(a.bar, 0u);
-    }
-    __syncthreads();
-    return last;
 }
 
 template <int NR>
@@ -694,17 +682,18 @@ inline bool dig_takes(int xm, int nr) {
     return xm == Q4DP_XM_SWIGLU || nr > 1;
 }
 
-/* The one-pass normed staging (stage_norm_words): TSC_Q4DP_N1=0 the two
- * passes (k_q4dp's row_norms then stage_x, k_stage_digits' row_ss8 then its
- * loop), 1 one pass with block 0 writing a one-row launch's outputs, 2 (the
- * default) one pass with the last block to stage writing them; a benchmark
- * switch, read once (the bits are the same). */
-inline int q4dp_n1(void) {
+/* The one-pass normed staging (stage_norm_words) where the row fits, or
+ * TSC_Q4DP_N1=0: the two passes everywhere (k_q4dp's row_norms then
+ * stage_x, k_stage_digits' row_ss8 then its loop), the reference form for
+ * an A/B in one binary (the bits are the same); read once. Measured
+ * (s27-run1, cuda_bench 9B): the one-row step 2.032-2.036 ms with the two
+ * passes, 1.952-1.958 with one (block 0 writing the outputs once every
+ * block has staged, as k_q4dp's other forms do), 1.976-1.984 with the last
+ * block to stage writing them instead (no block waits, but every block
+ * pays a barrier to learn whether it is the last: removed). */
+inline bool q4dp_n1(void) {
     static int v = -1;
-    if (v < 0) {
-        v = ks_env("TSC_Q4DP_N1", 2);
-        if (v < 0 || v > 2) v = 2;
-    }
+    if (v < 0) v = ks_env("TSC_Q4DP_N1", 1) != 0;
     return v;
 }
 
@@ -720,7 +709,7 @@ inline void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false)
     s.x = a.x, s.add = a.add, s.normw = a.normw, s.u = a.u, s.eps = a.eps;
     s.x_out = a.x_out, s.y_out = a.y_out;
     s.dg = (int4 *)c->dg;
-    s.one = q4dp_n1() != 0;
+    s.one = q4dp_n1();
     const int per_row = a.xm == Q4DP_XM_NORM ? 1 : (a.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
     const dim3 grid(per_row, nr);
     const bool e = c->pdl_early;
