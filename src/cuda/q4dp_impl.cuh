@@ -202,7 +202,7 @@ __device__ __forceinline__ void write_rows(const dp_args &a, const float *rnorm,
  * order (the staging's words: thread t holds words t and t + blockDim.x,
  * which row_ss8 sums in that order, so the bits are the two-pass form's),
  * and makes the digits of the normed words from its registers; the norm
- * weights' words (nwf) are loaded by the caller before its PDL wait (they
+ * weights' words (f) are loaded by the caller before its PDL wait (they
  * depend on no kernel); the outputs are written from the registers too.
  * Rows of at most 2 words a thread (cols <= 16 * blockDim.x: 4096 at 256
  * threads; the fused products' cols are multiples of 32); wider rows keep
