@@ -3,7 +3,7 @@
 # block 0's writes the default; its kernels' machine code is s27-run1's, text_cmp 103 same): the whole GPU suite
 # under the new default, then the figures of record against the two passes in the same binary (TSC_Q4DP_N1=0),
 # interleaved: engine decode 9B / 35B-A3B-8L / default model (bench --prompt 512 --gen 128 --runs 2), MTP 3 at
-# forced acceptance 0.8/0.6/0.5 on the 9B and the 35B-A3B-8L, cuda_bench 9B. Prediction: 9B ~495 tok/s
+# forced acceptance 0.8/0.6/0.5 on the 9B and the 35B-A3B-8L, cuda_bench 9B; then l2ahead. Prediction: 9B ~495 tok/s
 # (cuda_bench's one-row step 1.952-1.958 ms in s27-run1), 35B-A3B-8L ~1,840. (~260 s)
 PACK=.gpu/s27c/pack.tar.xz . bench/cuda/device_env.sh
 timeout 200 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
@@ -22,4 +22,8 @@ for f in 1 0; do
   bj 35b8_mtp3_n$f "TSC_Q4DP_N1=$f" $S/35b8 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 done
 for f in 1 0; do TSC_Q4DP_N1=$f $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_n$f.txt 2>&1; tl "cb 9b n1=$f $?"; done
+# l2ahead (bench/cuda/l2ahead.cu, built on the host with nvcc -O3 -std=c++17 -arch=sm_90, carried beside the pack):
+# whether the kernels between products can carry the next product's first MB into L2 for it (the chain of plain
+# reads with latency kernels where the step has its GDN / attention / SwiGLU kernels)
+cp .gpu/s27c/l2ahead /tmp/l2ahead && chmod +x /tmp/l2ahead && timeout 120 /tmp/l2ahead 0 > $O/l2ahead.txt 2>&1; tl "l2ahead $?"
 device_end

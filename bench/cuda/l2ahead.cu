@@ -1,0 +1,257 @@
+/* l2ahead.cu: can the HBM idle time of a decode step (the GDN, attention and
+ * staging kernels between the products: ~300 us of a 9B step, session 26's
+ * trace) carry the next product's first bytes into L2, so that the product
+ * then streams them from L2? Session 19 asked the products' own blocks to
+ * prefetch before their PDL wait and lost: the prefetch traffic queued the
+ * staging's loads. This probe asks the question where the memory system is
+ * idle instead: the kernel between two products issues the prefetch (one
+ * cp.async.bulk.prefetch.L2 a block: the TMA unit fetches, no registers
+ * held) after its own first loads, and the question is what the product
+ * gains against what the kernel between loses.
+ *
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -o l2ahead bench/cuda/l2ahead.cu && ./l2ahead [DEVICE]
+ *
+ * The chain: syncfloor.cu's (the 9B step's 129 products as plain 16-byte
+ * reads, U = 4 a thread, 2 blocks of 256 an SM, one launch a product, graph
+ * + PDL), with a latency kernel where the step has its kernels between
+ * products: after every GDN in_proj (the GDN step, ~5.5 us in the real
+ * step), after every attention q+k+v (prep + split + combine, ~15 us), and
+ * before every down (the SwiGLU digits, ~1.8 us). The latency kernel: 128
+ * blocks of 128 threads; together they read a 2 MB state (one round, 32
+ * floats a thread, coalesced), spin a dependent FMA chain (ITERS), read a
+ * quarter of it again at addresses made from what they read (a second
+ * round, the one a prefetch in flight could delay), spin again, store. With AHEAD > 0 its blocks
+ * prefetch the next product's first AHEAD MB (split over the blocks) right
+ * after their first loads are consumed.
+ * Forms (each a median of 7 timed runs after 2 warm-ups):
+ *   products     the products alone (syncfloor's graph+pdl)
+ *   gaps         the latency kernels alone (their chain: what they cost)
+ *   both         products and latency kernels: the step's shape
+ *   both+A       the same, each latency kernel prefetching A MB of the next
+ *                product, A = 4, 8, 16, 32
+ *   gaps+A       the latency kernels alone, prefetching as in both+A (their
+ *                own slowdown, with nothing else in flight)
+ * Prediction (if the prefetch costs the chain nothing): both+A saves up to
+ * A MB / probe - A MB / L2 rate a gap, ~1-2 us a gap at 8-16 MB, 64 gaps: ~100
+ * us of both's ~1.6 ms. Nothing is asserted (a benchmark): it prints a table. */
+#include <string.h>
+
+#include "standalone.cuh" /* CK, time_ms */
+
+constexpr int U = 4, THREADS = 256, MAXS = 256, GB = 128, GT = 128;
+
+struct chain {
+    int n;                /* streams */
+    size_t off[MAXS + 1]; /* uint4 offsets: stream s is [off[s], off[s+1]) */
+};
+
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* one product: block b streams its contiguous share of stream s (PDL: the
+ * previous kernel's grid completes first) */
+__global__ void __launch_bounds__(THREADS) k_prod(const uint4 *p, const __grid_constant__ chain c, int s, unsigned *out) {
+    const size_t a = c.off[s], n = c.off[s + 1] - a, per = (n + gridDim.x - 1) / gridDim.x;
+    size_t lo = a + per * blockIdx.x, hi = lo + per < a + n ? lo + per : a + n;
+    if (lo > hi) lo = hi;
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    unsigned acc = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += (size_t)U * THREADS) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) v[u] = i + u * THREADS < hi ? ld_stream(p + i + u * THREADS) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (acc == 0x9e3779b9u) out[blockIdx.x] = acc; /* keeps the loads */
+}
+
+/* a kernel between products: two dependent rounds of loads from the state
+ * with a compute chain after each (iters FMAs), a store; blocks prefetch
+ * [pf, pf + pfn) (bytes, 16-aligned), split over the grid, after the first
+ * round's loads are issued */
+__global__ void __launch_bounds__(GT) k_gap(float *st, int n, int iters, const char *pf, size_t pfn) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const int t = blockIdx.x * GT + threadIdx.x, nt = GB * GT;
+    float x = 0.f; /* round 1: the whole state, coalesced (2 MB over the grid) */
+    for (int k = 0; k < n / nt; k++) x += st[t + k * nt];
+    if (pfn && threadIdx.x == 0) {
+        const size_t per = (pfn / gridDim.x + 15) & ~(size_t)15;
+        const size_t lo = per * blockIdx.x, m = lo < pfn ? (pfn - lo < per ? pfn - lo : per) : 0;
+        for (size_t o = 0; o < m; o += (size_t)1 << 20) { /* a bulk request of at most 1 MB */
+            const unsigned sz = (unsigned)(m - o < ((size_t)1 << 20) ? m - o : ((size_t)1 << 20));
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf + lo + o), "r"(sz) : "memory");
+        }
+    }
+    for (int i = 0; i < iters; i++) x = fmaf(x, 1.0000001f, 1e-7f);
+    const int j = t + (int)(x * 0.f); /* round 2 depends on round 1 (x * 0 is not folded: x may be NaN) */
+    float y = 0.f;
+    for (int k = 0; k < 8; k++) y += st[(j + (k + 16) * nt) % n];
+    for (int i = 0; i < iters; i++) y = fmaf(y, 1.0000001f, 1e-7f);
+    st[t % n] = x + y;
+}
+
+struct step {
+    int n;        /* launches */
+    int kind[512]; /* -1: a latency kernel of iters[i]; else the stream index */
+    int iters[512];
+};
+
+static void launch_pdl(cudaStream_t st, dim3 g, dim3 b, void (*k)(const uint4 *, chain, int, unsigned *),
+                       const uint4 *p, const chain &c, int s, unsigned *out) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = g, cfg.blockDim = b, cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k, p, c, s, out));
+}
+
+static void launch_gap(cudaStream_t st, float *stt, int n, int iters, const char *pf, size_t pfn) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(GB), cfg.blockDim = dim3(GT), cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k_gap, stt, n, iters, pf, pfn));
+}
+
+/* the step captured: products (when prod), latency kernels (when gaps),
+ * each latency kernel prefetching ahead_mb of the next product */
+static cudaGraphExec_t capture(cudaStream_t st, const uint4 *p, const chain &c, const step &sp, int grid, unsigned *out,
+                               float *stt, int n, bool prod, bool gaps, double ahead_mb) {
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < sp.n; i++) {
+        if (sp.kind[i] >= 0) {
+            if (prod) launch_pdl(st, dim3(grid), dim3(THREADS), k_prod, p, c, sp.kind[i], out);
+            continue;
+        }
+        if (!gaps) continue;
+        const char *pf = NULL;
+        size_t pfn = 0;
+        if (ahead_mb > 0 && i + 1 < sp.n && sp.kind[i + 1] >= 0) {
+            const int s = sp.kind[i + 1];
+            const size_t bytes = (c.off[s + 1] - c.off[s]) * 16, want = (size_t)(ahead_mb * 1e6) & ~(size_t)15;
+            pf = (const char *)(p + c.off[s]);
+            pfn = want < bytes ? want : bytes;
+        }
+        launch_gap(st, stt, n, sp.iters[i], pf, pfn);
+    }
+    CK(cudaStreamEndCapture(st, &g));
+    cudaGraphExec_t e;
+    CK(cudaGraphInstantiate(&e, g, 0));
+    CK(cudaGraphDestroy(g));
+    return e;
+}
+
+int main(int argc, char **argv) {
+    const int dev = argc > 1 ? atoi(argv[1]) : 0;
+    CK(cudaSetDevice(dev));
+    cudaDeviceProp pr;
+    CK(cudaGetDeviceProperties(&pr, dev));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+    /* the 9B step's products (syncfloor.cu's chain) and where its kernels
+     * between products stand */
+    chain c9;
+    memset(&c9, 0, sizeof c9);
+    const double H = 4096, I = 12288, V = 248320, mb = 0.5625;
+    size_t o = 0;
+    step sp;
+    memset(&sp, 0, sizeof sp);
+    /* iters of the latency kernels: calibrated below against a target time */
+    enum { GDN, ATT, SWI };
+    int gap_of[512];
+    for (int l = 0; l < 32; l++) {
+        const bool att = l % 4 == 3;
+        const double rows[4] = {att ? 16.0 * 256 * 2 + 2.0 * 4 * 256 : 2.0 * 16 * 128 + 32.0 * 128 * 2 + 64, H, 2 * I, H};
+        const double cols[4] = {H, H, H, I};
+        for (int k = 0; k < 4; k++) {
+            if (k == 3) gap_of[sp.n] = SWI, sp.kind[sp.n++] = -1;
+            c9.off[c9.n] = o;
+            sp.kind[sp.n++] = c9.n++;
+            o += (size_t)(rows[k] * cols[k] * mb / 16);
+            if (k == 0) gap_of[sp.n] = att ? ATT : GDN, sp.kind[sp.n++] = -1;
+        }
+    }
+    c9.off[c9.n] = o;
+    sp.kind[sp.n++] = c9.n++;
+    o += (size_t)(V * H * mb / 16);
+    c9.off[c9.n] = o;
+    const size_t n16 = o;
+
+    uint4 *p;
+    unsigned *out;
+    float *stt;
+    const int nst = 512 * 1024; /* a 2 MB state */
+    CK(cudaMalloc(&p, n16 * 16));
+    CK(cudaMemset(p, 1, n16 * 16));
+    CK(cudaMalloc(&out, 4096 * sizeof(unsigned)));
+    CK(cudaMalloc(&stt, nst * sizeof(float)));
+    CK(cudaMemset(stt, 0, nst * sizeof(float)));
+
+    const size_t pb = (size_t)1 << 31;
+    void *pa, *pbuf;
+    CK(cudaMalloc(&pa, pb));
+    CK(cudaMalloc(&pbuf, pb));
+    CK(cudaMemset(pa, 0, pb));
+    const float pms = time_ms([&] { CK(cudaMemcpyAsync(pbuf, pa, pb, cudaMemcpyDeviceToDevice, st)); }, st);
+    const double probe = 2.0 * pb / (pms * 1e-3) / 1e9;
+    CK(cudaFree(pa));
+    CK(cudaFree(pbuf));
+
+    /* calibrate the latency kernel's iters to the real step's times (us):
+     * 64 of them in a row under PDL, the median's share */
+    const double target[3] = {5.5, 15.0, 1.8};
+    int iters[3];
+    for (int k = 0; k < 3; k++) {
+        int lo = 0, hi = 200000;
+        for (int it = 0; it < 16 && lo < hi; it++) {
+            const int mid = (lo + hi) / 2;
+            const float ms = time_ms([&] { for (int j = 0; j < 64; j++) launch_gap(st, stt, nst, mid, NULL, 0); }, st);
+            if (ms * 1e3 / 64 < target[k]) lo = mid + 1;
+            else hi = mid;
+        }
+        iters[k] = lo;
+    }
+    for (int i = 0; i < sp.n; i++)
+        if (sp.kind[i] < 0) sp.iters[i] = iters[gap_of[i]];
+
+    const int grid = 2 * pr.multiProcessorCount;
+    printf("device: %s, %d SMs; copy probe %.0f GB/s; products: %d streams, %.3f GB (floor %.3f ms)\n", pr.name,
+           pr.multiProcessorCount, probe, c9.n, n16 * 16 / 1e9, n16 * 16 / 1e9 / probe * 1e3);
+    printf("latency kernels: %d (GDN-like %d iters, attention-like %d, SwiGLU-like %d)\n\n", sp.n - c9.n, iters[0],
+           iters[1], iters[2]);
+    printf("%-12s %10s %12s\n", "form", "ms", "vs both");
+    struct form { const char *name; bool prod, gaps; double mb; };
+    static const form fs[] = {{"products", true, false, 0}, {"gaps", false, true, 0},   {"both", true, true, 0},
+                              {"both+4", true, true, 4},    {"both+8", true, true, 8},  {"both+16", true, true, 16},
+                              {"both+32", true, true, 32},  {"gaps+8", false, true, 8}, {"gaps+32", false, true, 32}};
+    float both = 0;
+    for (const form &f : fs) {
+        cudaGraphExec_t g = capture(st, p, c9, sp, grid, out, stt, nst, f.prod, f.gaps, f.mb);
+        const float ms = time_ms([&] { CK(cudaGraphLaunch(g, st)); }, st);
+        CK(cudaGraphExecDestroy(g));
+        if (!strcmp(f.name, "both")) both = ms;
+        if (both > 0) printf("%-12s %10.3f %12.3f\n", f.name, ms, ms - both);
+        else printf("%-12s %10.3f %12s\n", f.name, ms, "");
+        printf("KV %s.ms %.4f\n", f.name, ms);
+    }
+    CK(cudaFree(p));
+    CK(cudaFree(out));
+    CK(cudaFree(stt));
+    return 0;
+}
