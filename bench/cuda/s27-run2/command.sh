@@ -1,6 +1,8 @@
 #!/bin/bash
-# session 27, device call 2 (pack s27c: branch s27b at the commit that made the one-pass normed staging with
-# block 0's writes the default; its kernels' machine code is s27-run1's, text_cmp 103 same): the whole GPU suite
+# session 27, device call 2, not run in session 27 (the device was paused): pack s27c = main's CUDA build at or
+# after df2607a, the commit that made the one-pass normed staging with block 0's writes the default (its kernels'
+# machine code is s27-run1's, text_cmp 103 same; the same through f1e3f50), bench/cuda/pack.sh s27c, with l2ahead
+# (nvcc -O3 -std=c++17 -arch=sm_90 -o .gpu/s27c/l2ahead bench/cuda/l2ahead.cu) beside it: the whole GPU suite
 # under the new default, then the figures of record against the two passes in the same binary (TSC_Q4DP_N1=0),
 # interleaved: engine decode 9B / 35B-A3B-8L / default model (bench --prompt 512 --gen 128 --runs 2), MTP 3 at
 # forced acceptance 0.8/0.6/0.5 on the 9B and the 35B-A3B-8L, cuda_bench 9B; then l2ahead. Prediction: 9B ~495 tok/s

@@ -1,6 +1,7 @@
 #!/bin/bash
-# session 27, device call 3 (pack s27t: the trace build, EXTRA_NVCC_FLAGS=-DTSC_TRACE, of s27-run2's commit:
-# cuda_bench_trace, and its turbospark as $B/turbospark): every kernel of a step on a timeline with the one-pass
+# session 27, device call 3, not run in session 27 (the device was paused); pack s27t: the trace build
+# (make BUILD=build-cuda-trace CUDA=1 EXTRA_NVCC_FLAGS=-DTSC_TRACE) of s27-run2's tree, its cuda_bench as
+# cuda_bench_trace and its turbospark as $B/turbospark, in b/ of a tar.xz (no other binaries: the size): every kernel of a step on a timeline with the one-pass
 # normed staging, against s26-run3's (the two passes): cuda_bench's 9B step at 1 and 4 rows, the engine's own
 # decode graph on the 9B and 35B-A3B-8L. bench/cuda/trace_view.py [--kernels] reads them. (~90 s)
 PACK=.gpu/s27t/pack.tar.xz . bench/cuda/device_env.sh
