@@ -34,31 +34,15 @@
  * Prediction (if the prefetch costs the chain nothing): both+A saves up to
  * A MB / probe - A MB / L2 rate a gap, ~1-2 us a gap at 8-16 MB, 64 gaps: ~100
  * us of both's ~1.6 ms. Nothing is asserted (a benchmark): it prints a table. */
-#include <string.h>
+#include "chain9b.cuh" /* chain, chain9b, chain9b_att, share, ld_stream, launch_ex, copy_probe_gbs; CK, time_ms */
 
-#include "standalone.cuh" /* CK, time_ms */
-
-constexpr int U = 4, THREADS = 256, MAXS = 256, GB = 128, GT = 128;
-
-struct chain {
-    int n;                /* streams */
-    size_t off[MAXS + 1]; /* uint4 offsets: stream s is [off[s], off[s+1]) */
-};
-
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
+constexpr int U = 4, THREADS = 256, GB = 128, GT = 128;
 
 /* one product: block b streams its contiguous share of stream s (PDL: the
  * previous kernel's grid completes first) */
 __global__ void __launch_bounds__(THREADS) k_prod(const uint4 *p, const __grid_constant__ chain c, int s, unsigned *out) {
-    const size_t a = c.off[s], n = c.off[s + 1] - a, per = (n + gridDim.x - 1) / gridDim.x;
-    size_t lo = a + per * blockIdx.x, hi = lo + per < a + n ? lo + per : a + n;
-    if (lo > hi) lo = hi;
+    size_t lo, hi;
+    share(c, s, lo, hi);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     unsigned acc = 0;
@@ -104,27 +88,8 @@ struct step {
     int iters[512];
 };
 
-static void launch_pdl(cudaStream_t st, dim3 g, dim3 b, void (*k)(const uint4 *, chain, int, unsigned *),
-                       const uint4 *p, const chain &c, int s, unsigned *out) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = g, cfg.blockDim = b, cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at, cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k, p, c, s, out));
-}
-
 static void launch_gap(cudaStream_t st, float *stt, int n, int iters, const char *pf, size_t pfn) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(GB), cfg.blockDim = dim3(GT), cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at, cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, k_gap, stt, n, iters, pf, pfn));
+    launch_ex(st, dim3(GB), dim3(GT), true, k_gap, stt, n, iters, pf, pfn);
 }
 
 /* the step captured: products (when prod), latency kernels (when gaps),
@@ -135,7 +100,7 @@ static cudaGraphExec_t capture(cudaStream_t st, const uint4 *p, const chain &c, 
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (int i = 0; i < sp.n; i++) {
         if (sp.kind[i] >= 0) {
-            if (prod) launch_pdl(st, dim3(grid), dim3(THREADS), k_prod, p, c, sp.kind[i], out);
+            if (prod) launch_ex(st, dim3(grid), dim3(THREADS), true, k_prod, p, c, sp.kind[i], out);
             continue;
         }
         if (!gaps) continue;
@@ -165,33 +130,20 @@ int main(int argc, char **argv) {
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
     /* the 9B step's products (syncfloor.cu's chain) and where its kernels
-     * between products stand */
+     * between products stand: after an in_proj (GDN) or q+k+v (attention),
+     * before a down (SwiGLU) */
     chain c9;
-    memset(&c9, 0, sizeof c9);
-    const double H = 4096, I = 12288, V = 248320, mb = 0.5625;
-    size_t o = 0;
+    const size_t n16 = chain9b(c9);
     step sp;
     memset(&sp, 0, sizeof sp);
-    /* iters of the latency kernels: calibrated below against a target time */
     enum { GDN, ATT, SWI };
-    int gap_of[512];
-    for (int l = 0; l < 32; l++) {
-        const bool att = l % 4 == 3;
-        const double rows[4] = {att ? 16.0 * 256 * 2 + 2.0 * 4 * 256 : 2.0 * 16 * 128 + 32.0 * 128 * 2 + 64, H, 2 * I, H};
-        const double cols[4] = {H, H, H, I};
-        for (int k = 0; k < 4; k++) {
-            if (k == 3) gap_of[sp.n] = SWI, sp.kind[sp.n++] = -1;
-            c9.off[c9.n] = o;
-            sp.kind[sp.n++] = c9.n++;
-            o += (size_t)(rows[k] * cols[k] * mb / 16);
-            if (k == 0) gap_of[sp.n] = att ? ATT : GDN, sp.kind[sp.n++] = -1;
-        }
+    int gap_of[512]; /* which latency kernel: its iters are calibrated below against a target time */
+    for (int s = 0; s < c9.n; s++) {
+        const int l = s / 4, k = s % 4, head = s == c9.n - 1;
+        if (!head && k == 3) gap_of[sp.n] = SWI, sp.kind[sp.n++] = -1;
+        sp.kind[sp.n++] = s;
+        if (!head && k == 0) gap_of[sp.n] = chain9b_att(l) ? ATT : GDN, sp.kind[sp.n++] = -1;
     }
-    c9.off[c9.n] = o;
-    sp.kind[sp.n++] = c9.n++;
-    o += (size_t)(V * H * mb / 16);
-    c9.off[c9.n] = o;
-    const size_t n16 = o;
 
     uint4 *p;
     unsigned *out;
@@ -203,15 +155,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&stt, nst * sizeof(float)));
     CK(cudaMemset(stt, 0, nst * sizeof(float)));
 
-    const size_t pb = (size_t)1 << 31;
-    void *pa, *pbuf;
-    CK(cudaMalloc(&pa, pb));
-    CK(cudaMalloc(&pbuf, pb));
-    CK(cudaMemset(pa, 0, pb));
-    const float pms = time_ms([&] { CK(cudaMemcpyAsync(pbuf, pa, pb, cudaMemcpyDeviceToDevice, st)); }, st);
-    const double probe = 2.0 * pb / (pms * 1e-3) / 1e9;
-    CK(cudaFree(pa));
-    CK(cudaFree(pbuf));
+    const double probe = copy_probe_gbs(st);
 
     /* calibrate the latency kernel's iters to the real step's times (us):
      * 64 of them in a row under PDL, the median's share */

@@ -1,8 +1,10 @@
-/* standalone.cuh: what the single-file GPU probes (readbw.cu, syncfloor.cu:
- * built alone with nvcc, outside the library) share: a CUDA call checked
- * (the error named, then exit), a 16-byte streaming load that skips L1 (as
- * the products load their weights), and a timing of f() on a stream: the
- * median of 7 runs after 2 warm-ups, in ms. */
+/* standalone.cuh: what the single-file GPU probes (readbw.cu, syncfloor.cu,
+ * l2ahead.cu: built alone with nvcc, outside the library) share: a CUDA
+ * call checked (the error named, then exit) and a timing of f() on a
+ * stream: the median of 7 runs after 2 warm-ups, in ms. Their 16-byte
+ * streaming loads stay typed where they are (readbw.cu's over void *,
+ * chain9b.cuh's over uint4): one shared untyped form changed syncfloor's
+ * kernels' code (session 26). */
 #ifndef TS_BENCH_CUDA_STANDALONE_CUH
 #define TS_BENCH_CUDA_STANDALONE_CUH
 

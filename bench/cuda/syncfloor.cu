@@ -25,32 +25,9 @@
  * Reports ms, GB/s and % of a device-to-device copy probe of 2 GiB (read +
  * write counted, as cuda_bench's). Prints a table; nothing is asserted (a
  * benchmark). */
-#include <string.h>
+#include "chain9b.cuh" /* chain, chain9b, share, ld_stream, launch_ex, copy_probe_gbs; CK, time_ms */
 
-#include "standalone.cuh" /* CK, time_ms */
-
-constexpr int U = 4, THREADS = 256, MAXS = 256;
-
-struct chain {
-    int n;                 /* streams */
-    size_t off[MAXS + 1];  /* uint4 offsets: stream s is [off[s], off[s+1]) */
-};
-
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-/* block b's share of stream s: [lo, hi) in uint4 */
-__device__ __forceinline__ void share(const chain &c, int s, size_t &lo, size_t &hi) {
-    const size_t a = c.off[s], n = c.off[s + 1] - a, per = (n + gridDim.x - 1) / gridDim.x;
-    lo = a + per * blockIdx.x;
-    hi = lo + per < a + n ? lo + per : a + n;
-    if (lo > hi) lo = hi;
-}
+constexpr int U = 4, THREADS = 256;
 
 /* the first U loads of a share (pre), issued early where asked */
 __device__ __forceinline__ void first_loads(const uint4 *p, size_t lo, size_t hi, uint4 (&v)[U]) {
@@ -154,16 +131,7 @@ template <bool PDL, bool PRE>
 static cudaGraphExec_t capture(cudaStream_t st, const uint4 *p, const chain &c, int grid, unsigned *out) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int s = 0; s < c.n; s++) {
-        cudaLaunchConfig_t cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.gridDim = dim3(grid), cfg.blockDim = dim3(THREADS), cfg.stream = st;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = PDL ? 1 : 0;
-        cfg.attrs = at, cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, k_one<PDL, PRE>, p, c, s, out));
-    }
+    for (int s = 0; s < c.n; s++) launch_ex(st, dim3(grid), dim3(THREADS), PDL, k_one<PDL, PRE>, p, c, s, out);
     CK(cudaStreamEndCapture(st, &g));
     cudaGraphExec_t e;
     CK(cudaGraphInstantiate(&e, g, 0));
@@ -179,25 +147,9 @@ int main(int argc, char **argv) {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
-    /* the 9B step's products (MB, MLX INT4 g64: 0.5625 bytes a weight) */
+    /* the 9B step's products */
     chain c9;
-    memset(&c9, 0, sizeof c9);
-    const double H = 4096, I = 12288, V = 248320, mb = 0.5625;
-    size_t o = 0;
-    for (int l = 0; l < 32; l++) {
-        const bool att = l % 4 == 3;
-        /* in_proj (qkv + z + b + a) or attention's q (with its gate) + k + v; out_proj / o_proj; gate + up; down */
-        const double rows[4] = {att ? 16.0 * 256 * 2 + 2.0 * 4 * 256 : 2.0 * 16 * 128 + 32.0 * 128 * 2 + 64, H, 2 * I, H};
-        const double cols[4] = {H, H, H, I};
-        for (int k = 0; k < 4; k++) {
-            c9.off[c9.n++] = o;
-            o += (size_t)(rows[k] * cols[k] * mb / 16);
-        }
-    }
-    c9.off[c9.n++] = o;
-    o += (size_t)(V * H * mb / 16);
-    c9.off[c9.n] = o;
-    const size_t n16 = o;
+    const size_t n16 = chain9b(c9);
     /* the hand-off alone: 128 empty streams */
     chain c0;
     memset(&c0, 0, sizeof c0);
@@ -211,16 +163,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&bar, 2 * sizeof(unsigned)));
     CK(cudaMemset(bar, 0, 2 * sizeof(unsigned)));
 
-    /* the copy probe: 2 GiB device to device, read + write counted */
-    const size_t pb = (size_t)1 << 31;
-    void *pa, *pbuf;
-    CK(cudaMalloc(&pa, pb));
-    CK(cudaMalloc(&pbuf, pb));
-    CK(cudaMemset(pa, 0, pb));
-    const float pms = time_ms([&] { CK(cudaMemcpyAsync(pbuf, pa, pb, cudaMemcpyDeviceToDevice, st)); }, st);
-    const double probe = 2.0 * pb / (pms * 1e-3) / 1e9;
-    CK(cudaFree(pa));
-    CK(cudaFree(pbuf));
+    const double probe = copy_probe_gbs(st); /* 2 GiB device to device, read + write counted */
 
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_persist<true>, THREADS, 0));

@@ -207,8 +207,8 @@ __device__ __forceinline__ void write_rows(const dp_args &a, const float *rnorm,
  * Rows of at most 2 words a thread (cols <= 16 * blockDim.x: 4096 at 256
  * threads; the fused products' cols are multiples of 32); wider rows keep
  * the two passes. Every lane of the block calls it (the shuffles, the
- * block sum); red: 32 doubles of shared memory. Returns the row's 1 / rms;
- * v (x + add) and u (the normed row) stay in the caller's registers.
+ * block sum); red: 32 doubles of shared memory. v (x + add) and u (the
+ * normed row) stay in the caller's registers for the outputs.
  * Measured (s27-run1, H200, against the two passes in the same binary,
  * TSC_Q4DP_N1=0): cuda_bench's 9B one-row step 2.032-2.036 -> 1.952-1.958
  * ms (64 normed launches: ~1.25 us each), its 4-row verify 2.940-2.947 ->
@@ -227,9 +227,9 @@ __device__ __forceinline__ void load_norm_words(const float *normw, int cols, fl
 }
 
 template <int ND, bool G>
-__device__ __forceinline__ float stage_norm_words(const float *x, const float *add, const float (&f)[2][8], int cols,
-                                                  float eps, int i, int gw, int4 *xd, float2 *xsb, int tst, int nt,
-                                                  double *red, float (&v)[2][8], float (&u)[2][8]) {
+__device__ __forceinline__ void stage_norm_words(const float *x, const float *add, const float (&f)[2][8], int cols,
+                                                 float eps, int i, int gw, int4 *xd, float2 *xsb, int tst, int nt,
+                                                 double *red, float (&v)[2][8], float (&u)[2][8]) {
     const int nw8 = cols >> 3, nch = cols >> 5;
     float e[2][8];
 #pragma unroll
@@ -261,7 +261,6 @@ __device__ __forceinline__ float stage_norm_words(const float *x, const float *a
         for (int j = 0; j < 8; j++) u[k][j] = on ? norm_mul(v[k][j], r, f[k][j]) : 0.f;
         stage_word<ND, G>(u[k], on, i, on ? w : 0, nch, gw, xd, xsb, tst, nt);
     }
-    return r;
 }
 
 /* The outputs of stage_norm_words' row by the threads that hold them:
