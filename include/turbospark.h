@@ -241,6 +241,20 @@ TS_API const float *ts_session_hidden(const ts_session *s);
 
 /* ---- generation ---------------------------------------------------------- */
 
+/* One token's log-probability: the natural log of its probability under
+ * the model's own distribution at that step, softmax(logits) over the whole
+ * vocabulary, before penalties, logit bias, temperature and truncation (the
+ * "raw" log-probabilities, vLLM's default; what a client compares across
+ * sampling settings). -INFINITY for a token of probability 0. */
+typedef struct ts_logprob {
+    int32_t id;
+    float logprob;
+} ts_logprob;
+#define TS_TOP_LOGPROBS_MAX 20
+/* chosen: the generated token; top[0..n_top): the most likely tokens, most
+ * likely first (ties: lower id first). Borrowed for the call. */
+typedef void (*ts_logprob_cb)(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top);
+
 typedef struct ts_gen_params {
     int n_predict;            /* tokens to generate at most */
     float temperature;        /* 0 = greedy */
@@ -273,6 +287,20 @@ typedef struct ts_gen_params {
                                  pass, verified at once; 2..16, at most the
                                  session's dflash_block); spec_draft is then
                                  ignored. draft_vocab applies as for MTP. */
+    /* logit bias (OpenAI's logit_bias): bias[i] is added to the logit of
+     * bias_ids[i] after the penalties, before the temperature (sampler
+     * pipeline below); distinct ids in [0, vocab), finite values. A bias of
+     * -100 all but bans a token, +100 all but forces it. Greedy decoding
+     * with a bias takes the biased argmax; drafting stays exact. */
+    const int32_t *bias_ids;
+    const float *bias;
+    int n_bias;
+    /* log-probabilities (OpenAI's logprobs / top_logprobs): when logprob_cb
+     * is set it is called for every generated token, just before the token
+     * callback, with ts_generate's user pointer, the token's log-probability
+     * and the top_logprobs (0..TS_TOP_LOGPROBS_MAX) most likely tokens. */
+    ts_logprob_cb logprob_cb;
+    int top_logprobs;
 } ts_gen_params;
 
 typedef struct ts_gen_stats {
@@ -495,6 +523,9 @@ TS_API void ts_detok_flush(ts_detok *d, const char **text, size_t *len);
  *      accepted ids: repetition (logit > 0 ? logit / r : logit * r), then
  *      presence (logit -= presence if seen) and frequency
  *      (logit -= frequency * count);
+ *   1b. logit bias: logit += bias (for an id also penalised, the penalty
+ *      and the bias combine first: logit -= (presence + frequency * count
+ *      - bias), one rounding fewer, the form a backend's topn applies);
  *   2. temperature <= 0: greedy argmax (ties to the lowest id), stop here;
  *   3. logits / temperature, softmax;
  *   4. top-k (keep the k most likely; 0 = off);
@@ -517,6 +548,9 @@ typedef struct ts_sampler_params {
     float frequency_penalty;  /* 0: off */
     int penalty_last_n;       /* window of accepted ids the penalties see */
     uint64_t seed;
+    const int32_t *bias_ids;  /* logit bias (ts_gen_params'), copied by */
+    const float *bias;        /* ts_sampler_new: distinct ids, finite values */
+    int n_bias;
 } ts_sampler_params;
 
 /* temperature 1, top_k 0, top_p 1, min_p 0, penalties off, last_n 64, seed 0 */

@@ -19,7 +19,8 @@ void ts_gen_params_default(ts_gen_params *p) {
 
 /* A sampler is needed unless decoding is plain greedy. */
 static int needs_sampler(const ts_gen_params *p) {
-    return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0 ||
+           p->n_bias > 0;
 }
 
 static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
@@ -77,6 +78,59 @@ int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *
     return ts_sampler_sample(smp, row, id, err);
 }
 
+/* Log-probabilities of rows of logits (backend memory, [rows, V]) through
+ * the backend's topn with no penalty and scale 1: the N best raw logits,
+ * the count of valid entries and sum_exp = sum_i expf(l_i - l_max), so
+ * log Z = l_max + log(sum_exp) (src/backend.h: exact on every backend but
+ * sum_exp, within a relative 1e-6 on a device, 1e-6 in a log-probability).
+ * A chosen id outside the N best has its one logit read back. One topn
+ * call for the rows (a verify block's emitted rows at once); a device
+ * copies back 16 + 8N bytes a row instead of the row. */
+static float lp_of(float l, int finite, double lz) {
+    if (!finite) return l == INFINITY ? 0.0f : -INFINITY;
+    return l > -INFINITY ? (float)((double)l - lz) : -INFINITY; /* NaN too */
+}
+
+int ts_gen_logprobs(ts_session *s, const float *logits, int rows, const int32_t *ids, int n_top, ts_gen_lp *out,
+                    ts_error *err) {
+    ts_stream *bs = s->st.s;
+    const int V = s->e->model.cfg.vocab, N = TS_MAX(n_top, 1);
+    if (rows < 1 || rows > TS_DFLASH_MAX_BLOCK || n_top < 0 || n_top > TS_TOP_LOGPROBS_MAX)
+        return ts_fail(err, TS_E_ARG, "log-probabilities of %d rows with %d alternatives (1..%d rows, 0..%d)", rows,
+                       n_top, TS_DFLASH_MAX_BLOCK, TS_TOP_LOGPROBS_MAX);
+    if (!bs->be->ops->topn)
+        return ts_fail(err, TS_E_UNSUPPORTED, "backend %s cannot compute log-probabilities (no topn op)", bs->be->name);
+    float vals[TS_DFLASH_MAX_BLOCK * TS_TOP_LOGPROBS_MAX];
+    int32_t tid[TS_DFLASH_MAX_BLOCK * TS_TOP_LOGPROBS_MAX], n_valid[TS_DFLASH_MAX_BLOCK];
+    double sum_exp[TS_DFLASH_MAX_BLOCK];
+    ts_topn_args a = {.N = N, .scale = 1.0f, .rep = 1.0f, .vals = vals, .ids = tid, .n_valid = n_valid,
+                      .sum_exp = sum_exp};
+    bs->be->ops->topn(bs, tv_f32((float *)logits, rows, V), V, &a);
+    int rc = ts_be_sync(bs, err);
+    if (rc) return rc;
+    for (int r = 0; r < rows; r++) {
+        const float *v = vals + (size_t)r * N;
+        const int32_t *t = tid + (size_t)r * N;
+        const int nk = TS_MIN(N, n_valid[r]);
+        /* no valid entry, or an infinite maximum: nothing has a finite
+         * log-probability; the maximum's ids get 0 only when it is +inf */
+        const int finite = nk > 0 && !isinf(v[0]) && sum_exp[r] > 0;
+        const double lz = finite ? (double)v[0] + log(sum_exp[r]) : 0;
+        float l = NAN;
+        for (int k = 0; k < nk; k++)
+            if (t[k] == ids[r]) l = v[k];
+        if (isnan(l) && ids[r] >= 0 && ids[r] < V) {
+            ts_be_read(bs, &l, logits + (size_t)r * V + ids[r], 1);
+            if ((rc = ts_be_sync(bs, err))) return rc;
+        }
+        ts_gen_lp *o = &out[r];
+        o->chosen = (ts_logprob){ids[r], lp_of(l, finite, lz)};
+        o->n_top = TS_MIN(n_top, nk);
+        for (int k = 0; k < o->n_top; k++) o->top[k] = (ts_logprob){t[k], lp_of(v[k], finite, lz)};
+    }
+    return 0;
+}
+
 /* The whole generation runs inside the backend (CPU: denormals flushed and
  * the engine's kernel mode on this thread): the speculative path calls the
  * model below ts_session_feed, and one mode for every step keeps plain and
@@ -96,6 +150,8 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     if (!p) return ts_fail(err, TS_E_ARG, "no generation parameters");
+    if (p->top_logprobs < 0 || p->top_logprobs > TS_TOP_LOGPROBS_MAX)
+        return ts_fail(err, TS_E_ARG, "%d top log-probabilities asked (0..%d)", p->top_logprobs, TS_TOP_LOGPROBS_MAX);
     const int V = s->e->model.cfg.vocab;
     ts_sampler *smp = NULL;
     int rc = 0;
@@ -111,6 +167,7 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         sp.frequency_penalty = p->frequency_penalty;
         sp.penalty_last_n = p->penalty_last_n;
         sp.seed = p->seed;
+        sp.bias_ids = p->bias_ids, sp.bias = p->bias, sp.n_bias = p->n_bias;
         if ((rc = ts_sampler_new(V, &sp, &smp, err))) return rc;
         for (int i = 0; i < n_prompt; i++) ts_sampler_accept(smp, prompt[i]);
     }
@@ -137,6 +194,11 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
             ts_sampler_accept(smp, id);
         } else { /* the backend's argmax, one id read back */
             s->st.s->be->ops->argmax(s->st.s, tv_f32(s->st.sc.logits, 1, V), V, &id, NULL);
+        }
+        if (p->logprob_cb) {
+            ts_gen_lp lp;
+            if ((rc = ts_gen_logprobs(s, s->st.sc.logits, 1, &id, p->top_logprobs, &lp, err))) break;
+            p->logprob_cb(user, &lp.chosen, lp.top, lp.n_top);
         }
         stats->n_gen++;
         int stop = cb ? cb(user, id) : 0;

@@ -1,6 +1,6 @@
 /* sample.c: turning logits into the next token id.
  *
- * Owns: penalties over recent ids, greedy, temperature, top-k, top-p, min-p,
+ * Owns: penalties over recent ids, the logit bias, greedy, temperature, top-k, top-p, min-p,
  * the seeded RNG, the transformed distribution (ts_sampler_probs) that
  * speculative sampling needs, and sampling from a backend's candidates
  * (ts_sampler_sample_topn, gen/sample.h: the same token as the full row,
@@ -58,6 +58,10 @@ struct ts_sampler {
     int32_t *pen_ids;     /* [pen_cap] the penalty list of topn, ascending */
     float *pen_sub;       /* [pen_cap] */
     int pen_cap;
+
+    float *bias;          /* [n_vocab] the logit bias (0 elsewhere); NULL without one */
+    int32_t *bias_ids;    /* [n_bias] the biased ids, ascending */
+    int n_bias;
 };
 
 /* ---- RNG: xoshiro256**, seeded through splitmix64 ---- */
@@ -113,6 +117,8 @@ void ts_sampler_free(ts_sampler *s) {
     ts_free(s->ring);
     ts_free(s->pen_ids);
     ts_free(s->pen_sub);
+    ts_free(s->bias);
+    ts_free(s->bias_ids);
     ts_free(s);
 }
 
@@ -136,6 +142,16 @@ int ts_sampler_new(int n_vocab, const ts_sampler_params *pp, ts_sampler **out, t
     if (p.penalty_last_n < -1)
         return ts_fail(err, TS_E_ARG, "sampler: penalty_last_n %d must be >= -1 (-1 = whole sequence)",
                        p.penalty_last_n);
+    if (p.n_bias < 0 || (p.n_bias && (!p.bias_ids || !p.bias)))
+        return ts_fail(err, TS_E_ARG, "sampler: logit bias of %d entries without its ids or values", p.n_bias);
+    for (int i = 0; i < p.n_bias; i++) {
+        if (p.bias_ids[i] < 0 || p.bias_ids[i] >= n_vocab)
+            return ts_fail(err, TS_E_ARG, "sampler: logit bias for token id %d, outside the vocabulary [0, %d)",
+                           p.bias_ids[i], n_vocab);
+        if (!isfinite(p.bias[i]))
+            return ts_fail(err, TS_E_ARG, "sampler: logit bias %g for token id %d is not a finite number",
+                           (double)p.bias[i], p.bias_ids[i]);
+    }
     ts_sampler *s = ts_alloc(sizeof *s, TS_MEM_SCRATCH);
     if (!s) return ts_fail(err, TS_E_NOMEM, "sampler: out of memory");
     size_t v = (size_t)n_vocab;
@@ -150,6 +166,7 @@ int ts_sampler_new(int n_vocab, const ts_sampler_params *pp, ts_sampler **out, t
     /* the topn penalty list: at most as many ids as the window (or the
      * vocabulary) holds distinct ones, and no more than a backend takes */
     int cap = p.penalty_last_n > 0 && p.penalty_last_n < n_vocab ? p.penalty_last_n : n_vocab;
+    cap = (int)TS_MIN((int64_t)cap + p.n_bias, (int64_t)n_vocab); /* and the biased ids */
     s->pen_cap = cap < TS_TOPN_PEN_MAX ? cap : TS_TOPN_PEN_MAX;
     s->pen_ids = ts_alloc(sizeof(int32_t) * (size_t)s->pen_cap, TS_MEM_SCRATCH);
     s->pen_sub = ts_alloc(sizeof(float) * (size_t)s->pen_cap, TS_MEM_SCRATCH);
@@ -157,6 +174,28 @@ int ts_sampler_new(int n_vocab, const ts_sampler_params *pp, ts_sampler **out, t
         !s->pen_ids || !s->pen_sub) {
         ts_sampler_free(s);
         return ts_fail(err, TS_E_NOMEM, "sampler: out of memory for a vocabulary of %d", n_vocab);
+    }
+    if (p.n_bias) {
+        s->bias = ts_alloc(sizeof(float) * v, TS_MEM_SCRATCH);
+        s->bias_ids = ts_alloc(sizeof(int32_t) * (size_t)p.n_bias, TS_MEM_SCRATCH);
+        if (!s->bias || !s->bias_ids) {
+            ts_sampler_free(s);
+            return ts_fail(err, TS_E_NOMEM, "sampler: out of memory for a logit bias");
+        }
+        memset(s->bias, 0, sizeof(float) * v);
+        /* ascending ids, each once: the bias array marks the ones seen */
+        memset(s->count, 0, sizeof(int32_t) * v);
+        for (int i = 0; i < p.n_bias; i++) {
+            if (s->count[p.bias_ids[i]]++) {
+                int dup = p.bias_ids[i];
+                ts_sampler_free(s);
+                return ts_fail(err, TS_E_ARG, "sampler: logit bias lists token id %d twice", dup);
+            }
+            s->bias[p.bias_ids[i]] = p.bias[i];
+        }
+        for (int id = 0; id < n_vocab; id++)
+            if (s->count[id]) s->bias_ids[s->n_bias++] = id, s->count[id] = 0;
+        s->p.bias_ids = NULL, s->p.bias = NULL; /* the caller's arrays are not kept */
     }
     ts_sampler_reset(s);
     *out = s;
@@ -204,14 +243,33 @@ static float pen_sub_of(const ts_sampler *s, int32_t id) {
     return (float)s->count[id] * s->p.frequency_penalty + s->p.presence_penalty;
 }
 
-static void apply_penalties(ts_sampler *s) {
+/* What is subtracted from id's logit after the repetition penalty, with the
+ * bias folded in (windowed: id is in the penalty window and penalties are
+ * on). Without a bias it is pen_sub_of itself (x - 0 = x), so a sampler
+ * without one keeps its bits; a biased id outside the window gets
+ * x - (-b), which is x + b exactly. The same expression fills topn's list. */
+static float sub_of(const ts_sampler *s, int32_t id, int windowed) {
+    const float b = s->bias ? s->bias[id] : 0.0f;
+    return windowed ? pen_sub_of(s, id) - b : -b;
+}
+
+/* Whether prepare must adjust the row: penalties or a bias. */
+static int adjust_on(const ts_sampler *s) { return penalties_on(s) || s->n_bias; }
+
+static void apply_adjust(ts_sampler *s) {
     float r = s->p.repetition_penalty;
-    for (int i = 0; i < s->n_distinct; i++) {
-        int32_t id = s->distinct[i];
-        float x = s->work[id];
-        if (r != 1.0f) x = x > 0.0f ? x / r : x * r;
-        x = x - pen_sub_of(s, id);
-        s->work[id] = x;
+    const int pen = penalties_on(s);
+    if (pen)
+        for (int i = 0; i < s->n_distinct; i++) {
+            int32_t id = s->distinct[i];
+            float x = s->work[id];
+            if (r != 1.0f) x = x > 0.0f ? x / r : x * r;
+            x = x - sub_of(s, id, 1);
+            s->work[id] = x;
+        }
+    for (int i = 0; i < s->n_bias; i++) {
+        int32_t id = s->bias_ids[i];
+        if (!(pen && s->count[id] > 0)) s->work[id] = s->work[id] - sub_of(s, id, 0);
     }
 }
 
@@ -362,9 +420,9 @@ static void prepare_cands(ts_sampler *s, cand *c, int n, float m) {
 static int prepare(ts_sampler *s, const float *logits, ts_error *err) {
     int V = s->n_vocab;
     const float *x = logits;
-    if (penalties_on(s)) {
+    if (adjust_on(s)) {
         memcpy(s->work, logits, sizeof(float) * (size_t)V);
-        apply_penalties(s);
+        apply_adjust(s);
         x = s->work;
     }
     if (s->p.temperature <= 0.0f || s->p.top_k == 1) {
@@ -494,19 +552,32 @@ int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a) {
     a->n_pen = 0;
     a->pen_ids = s->pen_ids;
     a->pen_sub = s->pen_sub;
-    if (!penalties_on(s)) return 0;
-    const int n = s->n_distinct;
-    if (n > s->pen_cap || s->n_vocab > (1 << 24)) return 1;
+    if (!adjust_on(s)) return 0;
+    const int pen = penalties_on(s);
+    const float rep = pen ? s->p.repetition_penalty : 1.0f;
+    /* the list: the window's ids (penalties on) and the biased ones. topn
+     * applies its repetition penalty to every listed id, so a biased id
+     * outside the window under a repetition penalty cannot be listed: the
+     * row then (a rare pairing of settings) */
+    int n = pen ? s->n_distinct : 0, extra = 0;
+    for (int i = 0; i < s->n_bias; i++)
+        if (!(pen && s->count[s->bias_ids[i]] > 0)) extra++;
+    if (extra && rep != 1.0f) return 1;
+    if (n + extra > s->pen_cap || s->n_vocab > (1 << 24)) return 1;
     /* ascending ids through the candidate sort (key -id: ids < 2^24 are
      * exact in a float), in the candidate scratch the step overwrites anyway */
     cand *c = s->cand;
     for (int i = 0; i < n; i++) c[i] = (cand){-(float)s->distinct[i], s->distinct[i]};
+    for (int i = 0; i < s->n_bias; i++) {
+        const int32_t id = s->bias_ids[i];
+        if (!(pen && s->count[id] > 0)) c[n++] = (cand){-(float)id, id};
+    }
     sort_cands(c, 0, n - 1);
     for (int i = 0; i < n; i++) {
         s->pen_ids[i] = c[i].id;
-        s->pen_sub[i] = pen_sub_of(s, c[i].id);
+        s->pen_sub[i] = sub_of(s, c[i].id, pen && s->count[c[i].id] > 0);
     }
-    a->rep = s->p.repetition_penalty;
+    a->rep = rep;
     a->n_pen = n;
     return 0;
 }

@@ -262,6 +262,11 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
     } else {
         op->argmax(bs, tv_f32(s->vlogits, 1, V), V, &last, NULL);
     }
+    if (p->logprob_cb) {
+        ts_gen_lp lp;
+        if ((rc = ts_gen_logprobs(s, s->vlogits, 1, &last, p->top_logprobs, &lp, err))) goto done;
+        p->logprob_cb(user, &lp.chosen, lp.top, lp.n_top);
+    }
     ts_be_copy(bs, st->sc.logits, s->vlogits, (size_t)V);
     stats->n_gen++;
     if ((cb && cb(user, last)) || ts_gen_is_stop(p, last) || p->n_predict == 1 || s->pos >= st->n_ctx) goto done;
@@ -310,9 +315,14 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
             if (j < a) stats->accepted_at[j]++;
         }
         /* Emit in order; a stop after token j keeps rows 0..j (the stopping
-         * token itself is not fed, as in plain decoding). */
+         * token itself is not fed, as in plain decoding). Row j's logits are
+         * the ones a plain step would have drawn out[j] from (bit for bit),
+         * so its log-probabilities are plain decoding's too. */
+        ts_gen_lp lps[SPEC_ROWS];
+        if (p->logprob_cb && (rc = ts_gen_logprobs(s, s->vlogits, a + 1, out, p->top_logprobs, lps, err))) break;
         int keep = a + 1, stop = 0;
         for (int j = 0; j <= a; j++) {
+            if (p->logprob_cb) p->logprob_cb(user, &lps[j].chosen, lps[j].top, lps[j].n_top);
             stats->n_gen++;
             if ((cb && cb(user, out[j])) || ts_gen_is_stop(p, out[j]) || stats->n_gen >= p->n_predict) {
                 keep = j + 1;

@@ -62,6 +62,17 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
  * backend's candidates when they decide it exactly (topn), else the row
  * read back; the same token either way. */
 int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *id, ts_error *err);
+/* One emitted token's log-probabilities (gen params logprob_cb). */
+typedef struct ts_gen_lp {
+    ts_logprob chosen;
+    ts_logprob top[TS_TOP_LOGPROBS_MAX];
+    int n_top;
+} ts_gen_lp;
+/* Rows [0, rows) of logits in backend memory ([rows, vocab], rows <=
+ * TS_DFLASH_MAX_BLOCK) and the tokens chosen from them: out[r] the chosen
+ * token's log-probability and the n_top best (generate.c). */
+int ts_gen_logprobs(ts_session *s, const float *logits, int rows, const int32_t *ids, int n_top, ts_gen_lp *out,
+                    ts_error *err);
 /* Sampled steps that asked a backend for candidates, and those the
  * candidates decided, since the process started. */
 void ts_gen_topn_stats(long *asked, long *decided);
