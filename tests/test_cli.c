@@ -1,6 +1,7 @@
 /* test_cli.c: black-box tests of the turbospark command line (design.md's
  * contract): run --print-ids, logits (main and MTP head) against the
  * transformers references, and clear errors with non-zero exits. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,6 +249,89 @@ TS_TEST(cli, run_text_prompt_streams_and_reports) {
     /* invalid UTF-8 in the prompt is a clear error */
     int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p \"$(printf 'ab\\377')\" -n 2", ts_test_bin(), m);
     CHECK_MSG(rc == 1 && strstr(g_out, "UTF-8"), "rc %d: %s", rc, g_out);
+}
+
+/* run --logprobs N: a JSON line per token whose ids are --print-ids' ids,
+ * whose text joins to the streamed text (the tiny model's text is ASCII
+ * noise, so every token is whole UTF-8), with N alternatives, greedy's
+ * token first among them; --logit-bias forces or bans; bad values refused. */
+TS_TEST(cli, run_logprobs_and_logit_bias) {
+    const char *m = text_model();
+    char ids[4096], text[4096];
+    static char lines[1 << 16];
+    CHECK(ts_test_sh(ids, sizeof ids, "%s run -m %s -p 'Hello world' -n 10 --print-ids 2>/dev/null", ts_test_bin(), m) == 0);
+    CHECK(ts_test_sh(text, sizeof text, "%s run -m %s -p 'Hello world' -n 10 2>/dev/null", ts_test_bin(), m) == 0);
+    CHECK(ts_test_sh(lines, sizeof lines, "%s run -m %s -p 'Hello world' -n 10 --logprobs 3 2>/dev/null", ts_test_bin(), m) == 0);
+    char got_ids[4096] = "", joined[4096] = "";
+    int n = 0;
+    for (char *l = strtok(lines, "\n"); l; l = strtok(NULL, "\n"), n++) {
+        cJSON *j = cJSON_Parse(l), *top = cJSON_GetObjectItem(j, "top");
+        CHECK_MSG(j && cJSON_IsArray(top) && cJSON_GetArraySize(top) == 3, "line %d: %s", n, l);
+        const int id = cJSON_GetObjectItem(j, "id")->valueint;
+        const double lp = cJSON_GetObjectItem(j, "logprob")->valuedouble;
+        cJSON *t0 = cJSON_GetArrayItem(top, 0), *t2 = cJSON_GetArrayItem(top, 2);
+        CHECK_MSG(lp <= 0 && cJSON_GetObjectItem(t0, "id")->valueint == id &&
+                  cJSON_GetObjectItem(t0, "logprob")->valuedouble == lp &&
+                  cJSON_GetObjectItem(t2, "logprob")->valuedouble <= lp, "line %d: %s", n, l);
+        snprintf(got_ids + strlen(got_ids), sizeof got_ids - strlen(got_ids), "%s%d", n ? "," : "", id);
+        const char *tk = cJSON_GetObjectItem(j, "token")->valuestring;
+        if (!strncmp(tk, "bytes:", 6)) /* a token that is not whole UTF-8: its bytes as \xNN */
+            for (const char *q = tk + 6; q[0] == '\\' && q[1] == 'x'; q += 4) {
+                unsigned v;
+                CHECK(sscanf(q + 2, "%2x", &v) == 1);
+                size_t L = strlen(joined);
+                joined[L] = (char)v, joined[L + 1] = 0;
+            }
+        else snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s", tk);
+        cJSON_Delete(j);
+    }
+    char *nl = strchr(ids, '\n');
+    if (nl) *nl = 0;
+    nl = strrchr(text, '\n');
+    if (nl) *nl = 0;
+    CHECK_MSG(n == 10 && !strcmp(got_ids, ids), "--logprobs ids %s, --print-ids %s", got_ids, ids);
+    /* the joined bytes are the ids' bytes (the streamed text differs where
+     * they are not UTF-8: U+FFFD there) */
+    ts_tokenizer *tok = NULL;
+    ts_error err;
+    ts_text dec = {0};
+    int32_t idv[16];
+    int ni = 0;
+    for (char *p = ids; *p && ni < 16;) {
+        idv[ni++] = (int32_t)strtol(p, &p, 10);
+        if (*p == ',') p++;
+    }
+    CHECK(ts_tokenizer_load(m, &tok, &err) == 0 && ts_tokenizer_decode(tok, idv, ni, &dec, &err) == 0);
+    CHECK_MSG(dec.len == strlen(joined) && !memcmp(dec.s, joined, dec.len), "tokens join to '%s', the ids' bytes are '%s'",
+              joined, dec.s);
+    CHECK(text[0]);
+    ts_text_free(&dec);
+    ts_tokenizer_free(tok);
+    /* +100 on the greedy reply's second token: every token is it */
+    int first = 0, second = 0;
+    CHECK(sscanf(ids, "%d,%d", &first, &second) == 2);
+    const int force = first == second ? first + 1 : second;
+    CHECK(ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p 'Hello world' -n 4 --print-ids --logit-bias %d=100 2>/dev/null",
+                     ts_test_bin(), m, force) == 0);
+    char want[128];
+    snprintf(want, sizeof want, "%d,%d,%d,%d\n", force, force, force, force);
+    CHECK_MSG(!strcmp(g_out, want), "forced %d: %s", force, g_out);
+    /* -100 on the first: it never comes */
+    CHECK(ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p 'Hello world' -n 6 --print-ids --logit-bias 5=0,%d=-100 2>/dev/null",
+                     ts_test_bin(), m, first) == 0);
+    for (char *p = g_out; *p;) {
+        CHECK_MSG(strtol(p, &p, 10) != first, "banned %d came: %s", first, g_out);
+        if (*p) p++;
+    }
+    static const char *bad[] = {"--logit-bias 5=101", "--logit-bias x=1", "--logit-bias 5", "--logit-bias 5=1,",
+                                "--logprobs 21", "--logprobs 2 --print-ids"};
+    for (int i = 0; i < 6; i++) {
+        int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p 'Hello' -n 2 %s", ts_test_bin(), m, bad[i]);
+        CHECK_MSG(rc == 2, "'%s': rc %d: %s", bad[i], rc, g_out);
+    }
+    /* an id outside the vocabulary: the engine names it */
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m %s -p 'Hello' -n 2 --logit-bias 99999999=1", ts_test_bin(), m);
+    CHECK_MSG(rc == 1 && strstr(g_out, "99999999"), "rc %d: %s", rc, g_out);
 }
 
 TS_TEST(cli, run_chat_uses_the_template) {

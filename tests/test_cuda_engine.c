@@ -11,6 +11,9 @@
  *   top-1 agreement; shapes the kernels do not take are reported, not failed;
  * - determinism: the same prompt and seed twice on the GPU give the same
  *   tokens (sampled, graphs replayed);
+ * - log-probabilities (the device's candidates) against log_softmax of the
+ *   GPU's logits, MTP drafting with them and with a logit bias bit for bit
+ *   plain decoding's, a +100 bias forcing its token;
  * - perplexity of the default model on a held-out text (the README) on the
  *   GPU within 0.5% of the CPU's;
  * - the plan: `plan --backend cuda` (ts_mem_plan_dir_ex with backend "cuda") equals the device
@@ -50,6 +53,7 @@
 #include "dflash_fx.h"
 #include "ts_test.h"
 #include "gen_oracle.h"
+#include "lp_rec.h"
 
 /* Why this tolerance: activations, accumulations, the GDN state and the
  * softmax are f32 on both backends (the CPU reference runs its quantized
@@ -571,6 +575,63 @@ TS_TEST(cuda_engine, sampled_topn_same_tokens_as_the_row) {
         if (cf[i].expect == 1) CHECK_MSG(da == K, "config %zu: %ld of %d steps decided", i, da, K);
         if (cf[i].expect == 0) CHECK_MSG(da == 0, "config %zu: %ld of %d steps decided", i, da, K);
     }
+    ts_engine_close(eg);
+}
+
+/* Log-probabilities and the logit bias on the GPU (the device's topn: 16 +
+ * 8N bytes a row read back): the values against log_softmax of the logits
+ * a GPU session computes for the same ids (within 2e-5: the device sums
+ * its exponentials in its own order), greedy and sampled; MTP drafting
+ * (1..3) gives plain decoding's tokens and log-probabilities bit for bit,
+ * with and without a bias; +100 forces a token at every greedy step. */
+TS_TEST(cuda_engine, logprobs_and_logit_bias) {
+    NEED_GPU();
+    ts_error err = {0};
+    ts_engine *eg = NULL;
+    CHECK_MSG(!open_on("models/default", "cuda", &eg, &err), "%s", err.msg);
+    static const int32_t pr[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
+    const int T = (int)(sizeof pr / sizeof pr[0]);
+    static lp_rec ref, got;
+    for (int mode = 0; mode < 2; mode++) {
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = 32;
+        gp.top_logprobs = mode ? TS_TOP_LOGPROBS_MAX : 5;
+        if (mode) gp.temperature = 0.9f, gp.top_k = 40, gp.seed = 3;
+        CHECK(lp_gen(eg, pr, T, &gp, 0, 0, &ref) == 0);
+        int top_bad = 0;
+        const double worst = lp_check(eg, pr, T, &ref, gp.top_logprobs, &top_bad);
+        fprintf(stderr, "  %s: %d tokens, largest error %.2g, top lists %d wrong\n", mode ? "sampled, top 20" : "greedy, top 5",
+                ref.n, worst, top_bad);
+        CHECK_MSG(ref.n == 32 && !ref.order_bad, "%d entries, %d out of order", ref.n, ref.order_bad);
+        CHECK_MSG(worst < 2e-5 && top_bad == 0, "GPU log-probabilities off log_softmax by %.3g, %d top lists wrong", worst,
+                  top_bad);
+    }
+    const int32_t bid[2] = {11, 257};
+    const float bv[2] = {2.5f, -1.5f};
+    for (int biased = 0; biased < 2; biased++) {
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = 120;
+        gp.top_logprobs = 4;
+        if (biased) gp.bias_ids = bid, gp.bias = bv, gp.n_bias = 2;
+        CHECK(lp_gen(eg, pr, T, &gp, 0, 0, &ref) == 0);
+        for (int M = 1; M <= 3; M++) {
+            CHECK(lp_gen(eg, pr, T, &gp, M, 0, &got) == 0);
+            CHECK_MSG(lp_same(&ref, &got) && !got.order_bad, "GPU MTP %d%s: tokens or log-probabilities differ from plain",
+                      M, biased ? " with a bias" : "");
+        }
+    }
+    int32_t forced = 4321;
+    float up = 100.0f;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 8;
+    gp.bias_ids = &forced, gp.bias = &up, gp.n_bias = 1;
+    CHECK(lp_gen(eg, pr, T, &gp, 0, 0, &got) == 0);
+    int all = got.ids.n == 8;
+    for (int k = 0; k < got.ids.n; k++) all = all && got.ids.ids[k] == forced;
+    CHECK_MSG(all, "a +100 bias did not force token %d at every GPU step", forced);
     ts_engine_close(eg);
 }
 

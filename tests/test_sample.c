@@ -626,11 +626,20 @@ typedef struct {
     int expect; /* 1: every step decided by the candidates; 0: none; -1: some or none (min-p) */
 } tn_cfg;
 
-/* Steps of one configuration over rows of kind; returns mismatches, adds
- * decided steps to *dec. */
-static int tn_run(ts_backend *be, ts_stream *st, int V, int kind, const tn_cfg *c, uint64_t seed, int steps, int *dec) {
+/* A logit bias over the row (tn_run): its ids and values. */
+typedef struct {
+    const int32_t *ids;
+    const float *v;
+    int n;
+} tn_bias;
+
+/* Steps of one configuration over rows of kind (with a logit bias when b is
+ * not NULL); returns mismatches, adds decided steps to *dec. */
+static int tn_run_b(ts_backend *be, ts_stream *st, int V, int kind, const tn_cfg *c, const tn_bias *b, uint64_t seed,
+                    int steps, int *dec) {
     ts_sampler_params p;
     ts_sampler_params_default(&p);
+    if (b) p.bias_ids = b->ids, p.bias = b->v, p.n_bias = b->n;
     p.temperature = c->temp, p.top_k = c->top_k, p.top_p = c->top_p, p.min_p = c->min_p;
     p.repetition_penalty = c->rep, p.presence_penalty = c->pres, p.frequency_penalty = c->freq;
     p.penalty_last_n = 24;
@@ -673,6 +682,10 @@ static int tn_run(ts_backend *be, ts_stream *st, int V, int kind, const tn_cfg *
     free(x);
     ts_sampler_free(full), ts_sampler_free(cand);
     return bad;
+}
+
+static int tn_run(ts_backend *be, ts_stream *st, int V, int kind, const tn_cfg *c, uint64_t seed, int steps, int *dec) {
+    return tn_run_b(be, st, V, kind, c, NULL, seed, steps, dec);
 }
 
 TS_TEST(sample, topn_candidates_give_the_full_row_token) {
@@ -813,4 +826,125 @@ TS_TEST(sample, topn_generation_same_tokens_cpu) {
         fprintf(stderr, "  config %zu: %d tokens equal, %ld decided by the candidates\n", i, na, dec);
     }
     ts_engine_close(e);
+}
+
+/* The logit bias (ts_sampler_params bias_ids / bias): (1) what it means:
+ * without penalties a biased sampler draws what an unbiased one draws from
+ * the row with the biases added (same seed, same tokens, every step), at
+ * +100 the biased token wins every greedy step and at -100 a banned one
+ * never appears; (2) the candidate path (the bias folded into topn's
+ * penalty list) gives the row's tokens with penalties on as well, decided
+ * by the candidates where the rule says (greedy, top_k <= N), and left to
+ * the row where it cannot express the pair (a repetition penalty and a
+ * biased id outside the window). */
+TS_TEST(sample, logit_bias) {
+    const int V = 5000, steps = 60;
+    int32_t bid[64];
+    float bv[64];
+    float *x = malloc(sizeof(float) * V), *y = malloc(sizeof(float) * V);
+    int nb = 0;
+    for (int i = 0; i < V && nb < 48; i++) /* distinct, unsorted on purpose: reversed pairs */
+        if (tn_u() < (48.0 - nb) / (V - i)) bid[nb] = i, bv[nb] = (float)(tn_u() * 12 - 6), nb++;
+    for (int i = 0; i + 1 < nb; i += 2) {
+        int32_t t = bid[i];
+        bid[i] = bid[i + 1], bid[i + 1] = t;
+    }
+    bv[0] = 100.0f, bv[1] = -100.0f, bv[2] = 0.0f;
+    const tn_bias B = {bid, bv, nb};
+    /* (1) semantics, no penalties */
+    const float temps[] = {0.0f, 0.8f, 1.0f};
+    int same = 0, total = 0;
+    for (int ti = 0; ti < 3; ti++) {
+        ts_sampler_params p;
+        ts_sampler_params_default(&p);
+        p.temperature = temps[ti], p.top_k = ti == 1 ? 40 : 0, p.top_p = ti == 2 ? 0.9f : 1.0f, p.seed = 5 + ti;
+        ts_sampler *plain = NULL, *biased = NULL;
+        ts_error err = {0};
+        CHECK(!ts_sampler_new(V, &p, &plain, &err));
+        p.bias_ids = bid, p.bias = bv, p.n_bias = nb;
+        CHECK_MSG(!ts_sampler_new(V, &p, &biased, &err), "%s", err.msg);
+        for (int t = 0; t < steps; t++) {
+            tn_row(x, V, t % 3);
+            memcpy(y, x, sizeof(float) * V);
+            for (int i = 0; i < nb; i++) y[bid[i]] += bv[i];
+            int32_t a = -1, b = -2;
+            CHECK(!ts_sampler_sample(biased, x, &a, &err) && !ts_sampler_sample(plain, y, &b, &err));
+            same += a == b, total++;
+            CHECK_MSG(a != bid[1], "temperature %g step %d: the id biased -100 was drawn", (double)temps[ti], t);
+            if (temps[ti] == 0.0f) CHECK_MSG(a == bid[0], "greedy step %d: %d, not the id biased +100 (%d)", t, a, bid[0]);
+        }
+        ts_sampler_free(plain), ts_sampler_free(biased);
+    }
+    CHECK_MSG(same == total, "%d of %d steps drew another token than the row with the biases added", total - same, total);
+    /* (1b) with penalties: the distribution is softmax(penalised + bias), in
+     * double here, over a window that holds biased ids and others */
+    {
+        ts_sampler_params p;
+        ts_sampler_params_default(&p);
+        p.repetition_penalty = 1.2f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f, p.penalty_last_n = 16;
+        p.bias_ids = bid + 3, p.bias = bv + 3, p.n_bias = nb - 3; /* the moderate ones: every id keeps some mass */
+        ts_sampler *sm = NULL;
+        ts_error err = {0};
+        CHECK(!ts_sampler_new(V, &p, &sm, &err));
+        int cnt[5000] = {0};
+        for (int t = 0; t < 16; t++) { /* a biased id in every other slot, some twice */
+            int32_t id = t % 2 ? bid[3 + (t % 6)] : (int32_t)(tn_u() * V);
+            ts_sampler_accept(sm, id);
+            cnt[id]++;
+        }
+        tn_row(x, V, 0);
+        float *pr = malloc(sizeof(float) * V);
+        double *ref = malloc(sizeof(double) * V), z = 0, worst = 0;
+        CHECK(!ts_sampler_probs(sm, x, pr, &err));
+        for (int i = 0; i < V; i++) ref[i] = x[i];
+        for (int i = 0; i < V; i++)
+            if (cnt[i]) ref[i] = (ref[i] > 0 ? ref[i] / 1.2 : ref[i] * 1.2) - 0.5 - 0.3 * cnt[i];
+        for (int i = 3; i < nb; i++) ref[bid[i]] += bv[i];
+        double m = -INFINITY;
+        for (int i = 0; i < V; i++) m = ref[i] > m ? ref[i] : m;
+        for (int i = 0; i < V; i++) z += exp(ref[i] - m);
+        for (int i = 0; i < V; i++) worst = fmax(worst, fabs(pr[i] - exp(ref[i] - m) / z));
+        CHECK_MSG(worst < 1e-7, "penalised + biased probabilities off the reference by %.3g", worst);
+        free(pr), free(ref);
+        ts_sampler_free(sm);
+    }
+    /* (2) candidates against the row, penalties on */
+    ts_backend *be;
+    ts_stream *st;
+    CHECK(!tn_open_cpu(&be, &st));
+    const tn_cfg cfgs[] = {
+        {0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 1},    /* greedy, the bias alone */
+        {0.0f, 1.0f, 0.0f, 1.0f, 0.4f, 0.3f, 0, 1},    /* greedy, presence / frequency on biased ids too */
+        {0.7f, 0.95f, 0.0f, 1.0f, 0.3f, 0.1f, 20, 1},
+        {0.7f, 0.95f, 0.0f, 1.3f, 0.3f, 0.1f, 20, 0},  /* repetition penalty + biased ids outside the window: the row */
+        {1.0f, 1.0f, 0.1f, 1.0f, 0.2f, 0.0f, 0, -1},
+    };
+    int bad = 0, wrong_path = 0;
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++)
+        for (int kind = 0; kind < 3; kind++) {
+            int dec = 0;
+            bad += tn_run_b(be, st, V, kind, &cfgs[ci], &B, 300 + ci * 5 + kind, steps, &dec);
+            if ((cfgs[ci].expect == 1 && dec != steps) || (cfgs[ci].expect == 0 && dec != 0))
+                if (wrong_path++ < 3)
+                    fprintf(stderr, "  config %zu kind %d: %d of %d steps decided by the candidates\n", ci, kind, dec,
+                            steps);
+        }
+    be->ops->stream_free(st);
+    ts_backend_free(be);
+    CHECK_MSG(bad == 0, "%d biased tokens differ between the candidates and the full row", bad);
+    CHECK_MSG(wrong_path == 0, "%d runs took another path than the rule says", wrong_path);
+    /* (3) bad lists are refused with the id named */
+    ts_sampler_params p;
+    ts_sampler_params_default(&p);
+    ts_sampler *sm = NULL;
+    ts_error err = {0};
+    int32_t ids[2] = {7, V};
+    float vals[2] = {1.0f, 2.0f};
+    p.bias_ids = ids, p.bias = vals, p.n_bias = 2;
+    CHECK(ts_sampler_new(V, &p, &sm, &err) == TS_E_ARG && strstr(err.msg, "5000") && !sm);
+    ids[1] = 7;
+    CHECK(ts_sampler_new(V, &p, &sm, &err) == TS_E_ARG && strstr(err.msg, "twice") && !sm);
+    ids[1] = 8, vals[1] = NAN;
+    CHECK(ts_sampler_new(V, &p, &sm, &err) == TS_E_ARG && strstr(err.msg, "finite") && !sm);
+    free(x), free(y);
 }

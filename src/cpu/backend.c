@@ -286,8 +286,9 @@ static void cpu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *pro
  * (insertion: N <= 256, and after the first few hundred entries almost
  * every one fails the comparison with the last kept); a second walk sums
  * the weights in index order, as the full-row sampler sums its z. The CPU
- * sampler reads rows in place, so generation does not call this; it is the
- * oracle the device ops are tested against. */
+ * sampler reads rows in place, so sampling does not call this (it is the
+ * oracle the device ops are tested against); log-probabilities do
+ * (gen/generate.c, ts_gen_logprobs: one code path on every backend). */
 static inline float topn_v(const float *x, int64_t i, const ts_topn_args *a, int *j) {
     float v = x[i];
     if (*j < a->n_pen && a->pen_ids[*j] == i) {

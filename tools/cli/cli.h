@@ -53,15 +53,26 @@ int cli_parse_prob(const char *s, float *out);
 /* --act-bits: 8, 16 or 24 (ts_engine_params.act_bits). Returns 1, or 0 for anything else. */
 int cli_parse_act_bits(const char *s, int *out);
 
+/* A token's text for JSON output (malloc'd, NUL-terminated; NULL when out
+ * of memory): its bytes when they are valid UTF-8, else vLLM's form
+ * "bytes:\xe2\x80" (a token may end inside a character); "<id N>" for an
+ * id the tokenizer lacks (t NULL: every id). */
+char *cli_token_str(const ts_tokenizer *t, int32_t id);
+/* What JSON output writes for a log-probability: -9999 for -inf (JSON has
+ * no infinities; the OpenAI API's convention). */
+static inline double cli_logprob_json(float lp) { return lp > -9999.0f ? (double)lp : -9999.0; }
+
 /* Sampling flags shared by run and chat (--temp, --top-k, --top-p, --min-p,
- * --seed, --repeat-penalty, --presence-penalty, --frequency-penalty).
+ * --seed, --repeat-penalty, --presence-penalty, --frequency-penalty,
+ * --logit-bias).
  * Returns 1 if argv[*i] was one (and consumes its value), 0 if not, -1 on a
  * bad value (after printing an error). */
 int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const char *cmd);
 #define CLI_SAMPLING_HELP \
     "  --temp T            temperature (default 0 = greedy)\n" \
     "  --top-k K --top-p P --min-p P --seed S\n" \
-    "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
+    "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n" \
+    "  --logit-bias ID=V[,ID=V...]  add V (-100..100) to token ID's logit (repeatable)\n"
 
 /* Speculative decoding flags shared by run and chat: --spec mtp, --draft M,
  * --draft-vocab K|all, --draft-p-min P. */

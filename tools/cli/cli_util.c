@@ -1,5 +1,6 @@
 /* cli_util.c: small helpers shared by the subcommands. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,34 @@ void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_st
             st->t_verify * 1e3, st->t_rollback * 1e3, st->t_verify * 1e3 / st->n_blocks);
 }
 
+/* --logit-bias ID=V[,ID=V...]: appended to one process-wide list (a CLI
+ * runs one generation setup; the list must outlive the gen params). A
+ * repeated id takes its last value, as a JSON object would. */
+#define CLI_BIAS_MAX 1024
+static int32_t bias_ids[CLI_BIAS_MAX];
+static float bias_v[CLI_BIAS_MAX];
+static int parse_bias(const char *s, ts_gen_params *gp) {
+    int n = gp->n_bias;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long id = strtol(s, &end, 10);
+        if (end == s || *end != '=' || errno || id < 0 || id > INT32_MAX) return 0;
+        s = end + 1;
+        float v = strtof(s, &end);
+        if (end == s || (*end && *end != ',') || !(v >= -100.0f && v <= 100.0f)) return 0;
+        if (*end == ',' && !end[1]) return 0; /* a trailing comma: an entry missing */
+        s = *end ? end + 1 : end;
+        int k = 0;
+        while (k < n && bias_ids[k] != (int32_t)id) k++;
+        if (k == n && n == CLI_BIAS_MAX) return 0;
+        bias_ids[k] = (int32_t)id, bias_v[k] = v;
+        if (k == n) n++;
+    }
+    gp->bias_ids = bias_ids, gp->bias = bias_v, gp->n_bias = n;
+    return n > 0;
+}
+
 int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const char *cmd) {
     const char *a = argv[*i];
     if (*i + 1 >= argc) return 0;
@@ -246,6 +275,7 @@ int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const c
     else if (!strcmp(a, "--repeat-penalty")) ok = pf(v, &gp->repeat_penalty) && gp->repeat_penalty > 0;
     else if (!strcmp(a, "--presence-penalty")) ok = pf(v, &gp->presence_penalty);
     else if (!strcmp(a, "--frequency-penalty")) ok = pf(v, &gp->frequency_penalty);
+    else if (!strcmp(a, "--logit-bias")) ok = parse_bias(v, gp);
     else if (!strcmp(a, "--seed")) {
         char *end;
         errno = 0;
@@ -451,4 +481,43 @@ void cli_expert_report(const ts_engine *e, int n_tokens, int per_layer) {
         else fprintf(stderr, " %d:-", L);
     }
     fprintf(stderr, "]\n");
+}
+
+/* Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). */
+static int utf8_valid(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const unsigned c = p[i];
+        size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!k || i + k > n) return 0;
+        unsigned cp = k == 1 ? c : c & (0x7F >> k);
+        for (size_t j = 1; j < k; j++) {
+            if ((p[i + j] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (p[i + j] & 0x3F);
+        }
+        static const unsigned lo[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < lo[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+char *cli_token_str(const ts_tokenizer *t, int32_t id) {
+    size_t n = 0;
+    const char *b = t ? ts_tokenizer_token_bytes(t, id, &n) : NULL;
+    if (!b) {
+        char *s = malloc(32);
+        if (s) snprintf(s, 32, "<id %d>", (int)id);
+        return s;
+    }
+    const int ok = utf8_valid((const unsigned char *)b, n);
+    char *s = malloc(ok ? n + 1 : 6 + 4 * n + 1);
+    if (!s) return NULL;
+    if (ok) {
+        memcpy(s, b, n);
+        s[n] = 0;
+        return s;
+    }
+    char *o = s + sprintf(s, "bytes:");
+    for (size_t i = 0; i < n; i++) o += sprintf(o, "\\x%02x", (unsigned char)b[i]);
+    return s;
 }

@@ -2,11 +2,13 @@
  *
  *   turbospark run [-m DIR] (-p TEXT | -f FILE | --ids 1,2,3) [-n N] [sampling options]
  *                  [--chat [--system TEXT] [--no-think]] [engine options: cli.h, cli_engine]
- *                  [--print-ids] [-v]
+ *                  [--print-ids | --logprobs N] [-v]
  *
  * Text streams to stdout as it is generated (whole UTF-8 characters only);
  * with --print-ids, or for a checkpoint without a tokenizer, the generated
- * ids are printed comma-separated on one line instead. One line of
+ * ids are printed comma-separated on one line instead; with --logprobs N,
+ * one JSON line per token: its id, text, log-probability and the N most
+ * likely tokens (the model's raw distribution: include/turbospark.h). One line of
  * statistics goes to stderr at the end; with --spec a second one: acceptance
  * per draft position, mean accepted length, draft/verify/rollback time.
  */
@@ -32,6 +34,8 @@ static void usage(FILE *f) {
             "  -n N                tokens to generate (default 64)\n"
             CLI_SAMPLING_HELP
             "  --print-ids         print generated ids instead of text\n"
+            "  --logprobs N        print a JSON line per token instead of text: id, token, logprob and the\n"
+            "                      N (0..20) most likely tokens with theirs\n"
             "  -v                  verbose loading (unused tensors)\n");
     cli_engine_help(f, RUN_OPTS);
 }
@@ -42,11 +46,37 @@ typedef struct {
     ts_detok *detok;
     const int32_t *stops; /* not printed as text: they end the reply */
     int n_stop;
+    const ts_tokenizer *tok; /* --logprobs: the line of each token */
+    cJSON *line;             /* built by on_logprobs, printed by on_token */
 } run_out;
+
+static cJSON *lp_entry(const ts_tokenizer *t, const ts_logprob *lp) {
+    cJSON *o = cJSON_CreateObject();
+    char *s = cli_token_str(t, lp->id);
+    cJSON_AddNumberToObject(o, "id", lp->id);
+    cJSON_AddStringToObject(o, "token", s ? s : "");
+    cJSON_AddNumberToObject(o, "logprob", cli_logprob_json(lp->logprob));
+    free(s);
+    return o;
+}
+
+static void on_logprobs(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top) {
+    run_out *o = user;
+    cJSON_Delete(o->line);
+    o->line = lp_entry(o->tok, chosen);
+    cJSON *a = cJSON_AddArrayToObject(o->line, "top");
+    for (int k = 0; k < n_top; k++) cJSON_AddItemToArray(a, lp_entry(o->tok, &top[k]));
+}
 
 static int on_token(void *user, int32_t id) {
     run_out *o = user;
-    if (o->print_ids || !o->detok) {
+    if (o->line) {
+        char *p = cJSON_PrintUnformatted(o->line);
+        if (p) printf("%s\n", p);
+        free(p);
+        cJSON_Delete(o->line);
+        o->line = NULL;
+    } else if (o->print_ids || !o->detok) {
         printf("%s%d", o->n ? "," : "", id);
     } else {
         for (int i = 0; i < o->n_stop; i++)
@@ -66,7 +96,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     const char *ids_s = NULL, *prompt = NULL, *system = NULL;
     char *file_prompt = NULL;
     int chat = 0, no_think = 0;
-    int n_predict = 64, print_ids = 0, verbose = 0;
+    int n_predict = 64, print_ids = 0, verbose = 0, logprobs = -1;
     cli_engine eo;
     cli_engine_init(&eo, "run", RUN_OPTS);
     ts_gen_params gp;
@@ -90,6 +120,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         }
         else if (ARG("-n")) ok = cli_parse_count(argv[++i], &n_predict);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
+        else if (ARG("--logprobs")) ok = cli_parse_count(argv[++i], &logprobs) && logprobs <= TS_TOP_LOGPROBS_MAX;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
         else if (ARG("--system")) system = argv[++i];
@@ -107,6 +138,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         return 2;
     }
     if ((system || no_think) && !chat) chat = 1;
+    if (print_ids && logprobs >= 0) { fprintf(stderr, "turbospark run: pass --print-ids or --logprobs, not both\n"); return 2; }
 
     ts_error err = {0};
     ts_tokenizer *tok = NULL;
@@ -179,11 +211,12 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         cli_engine_apply(&eo, NULL, &sp, &gp);
         if (!rc) rc = ts_session_new(e, &sp, &s, &err);
     }
-    if (!rc && tok && !print_ids) rc = ts_detok_new(tok, &dt, &err);
+    if (!rc && tok && !print_ids && logprobs < 0) rc = ts_detok_new(tok, &dt, &err);
     gp.n_predict = n_predict;
     gp.stop_ids = stops;
     gp.n_stop = n_stop;
-    run_out out = {print_ids, 0, dt, stops, n_stop};
+    run_out out = {print_ids, 0, dt, stops, n_stop, tok, NULL};
+    if (logprobs >= 0) gp.logprob_cb = on_logprobs, gp.top_logprobs = logprobs;
     ts_gen_stats stats;
     memset(&stats, 0, sizeof stats);
     if (!rc && n_predict > 0) rc = ts_generate(s, cli_ids ? cli_ids : pt.ids, pt.n, &gp, on_token, &out, &stats, &err);
@@ -193,7 +226,8 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         ts_detok_flush(dt, &t, &len);
         fwrite(t, 1, len, stdout);
     }
-    if (out.n || print_ids) printf("\n");
+    cJSON_Delete(out.line); /* a line whose token never came (an error) */
+    if ((out.n || print_ids) && logprobs < 0) printf("\n");
     fflush(stdout);
     if (rc) {
         fprintf(stderr, "turbospark run: %s\n", err.msg);
