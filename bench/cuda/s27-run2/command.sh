@@ -5,7 +5,9 @@
 # (nvcc -O3 -std=c++17 -arch=sm_90 -o .gpu/s27c/l2ahead bench/cuda/l2ahead.cu) beside it: the whole GPU suite
 # under the new default, then the figures of record against the two passes in the same binary (TSC_Q4DP_N1=0),
 # interleaved: engine decode 9B / 35B-A3B-8L / default model (bench --prompt 512 --gen 128 --runs 2), MTP 3 at
-# forced acceptance 0.8/0.6/0.5 on the 9B and the 35B-A3B-8L, cuda_bench 9B; then l2ahead. Prediction: 9B ~495 tok/s
+# forced acceptance 0.8/0.6/0.5 on the 9B and the 35B-A3B-8L, cuda_bench 9B; then l2ahead. (Session 28: main's build
+# since b32e11b also runs cuda_engine.logprobs_and_logit_bias, the GPU's log-probabilities and logit bias; no kernel
+# changed.) Prediction: 9B ~495 tok/s
 # (cuda_bench's one-row step 1.952-1.958 ms in s27-run1), 35B-A3B-8L ~1,840. (~260 s)
 PACK=.gpu/s27c/pack.tar.xz . bench/cuda/device_env.sh
 timeout 200 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
