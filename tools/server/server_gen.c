@@ -179,25 +179,32 @@ void srv_job_cancel(job *j) {
 
 static void put(ts_text *o, const char *z) { text_add(o, z, strlen(z)); }
 
-/* 1 when p[0..n) is valid UTF-8: shortest forms, no surrogates, at most
- * U+10FFFF (what a JSON string may carry as is). */
+/* The UTF-8 sequence at s[0..n), by the rule the detokenizer decodes with
+ * (ts_detok_push: Unicode's maximal subparts): k > 0 a whole character of k
+ * bytes, 0 a valid start cut by the end, -k an invalid start of k bytes
+ * (one U+FFFD). */
+static int utf8_seq(const unsigned char *s, size_t n) {
+    const unsigned c = s[0];
+    unsigned lo = 0x80, hi = 0xBF;
+    int need;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : lo, hi = c == 0xED ? 0x9F : hi;
+    else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : lo, hi = c == 0xF4 ? 0x8F : hi;
+    else return -1;
+    for (int k = 1; k <= need; k++) {
+        if ((size_t)k >= n) return 0;
+        if (k == 1 ? s[k] < lo || s[k] > hi : s[k] < 0x80 || s[k] > 0xBF) return -k;
+    }
+    return need + 1;
+}
+
+/* 1 when p[0..n) is valid UTF-8 (what a JSON string may carry as is). */
 static int utf8_valid(const unsigned char *p, size_t n) {
     for (size_t i = 0; i < n;) {
-        const unsigned c = p[i];
-        size_t k;
-        unsigned cp, min;
-        if (c < 0x80) { i++; continue; }
-        if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
-        else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
-        else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
-        else return 0;
-        if (n - i - 1 < k) return 0;
-        for (size_t m = 1; m <= k; m++) {
-            if ((p[i + m] & 0xC0) != 0x80) return 0;
-            cp = cp << 6 | (p[i + m] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += k + 1;
+        const int k = utf8_seq(p + i, n - i);
+        if (k <= 0) return 0;
+        i += (size_t)k;
     }
     return 1;
 }
@@ -299,10 +306,10 @@ static int same_text(const srv *s, int32_t a, int32_t b) {
  * object {token text: logprob}: the logprobs most likely tokens and the
  * chosen one when it is not among them (so logprobs 0 gives just the
  * chosen token), as the legacy OpenAI API defines it; a text two tokens
- * share appears once (the more likely). text_offset: the characters
- * (code points) of the decoded generation before the token, its offset in
- * the returned text (a token after a stop sequence's cut points past its
- * end, as in vLLM). */
+ * share appears once (the more likely). text_offset: the index (in
+ * characters, code points) of the character of the returned text that holds
+ * the token's first byte (text_offset() below; a token after a stop
+ * sequence's cut points past the text's end, as in vLLM). */
 static void lp_completion(ts_text *o, const srv *s, const job *j, int from, int to) {
     char b[32];
     put(o, "{\"tokens\":[");
@@ -524,7 +531,9 @@ typedef struct run_ctx {
     ts_text d_reason, d_content; /* per-push deltas from the reply parser (library-allocated) */
     int stop_hit, stop_id_hit, n_gen;
     int shutdown;          /* the server stopped the generation (after its drain timeout) */
-    int n_chars;           /* characters decoded so far (before stop sequences): a token's text_offset */
+    int n_chars;           /* characters decoded so far (before stop sequences) */
+    unsigned char pend[4]; /* the bytes the detokenizer holds (a character's start), as it decodes */
+    int n_pend;
     int lp_oom;            /* a log-probability entry could not be recorded: the job fails */
 } run_ctx;
 
@@ -587,6 +596,48 @@ static void text_in(run_ctx *r, const char *p, size_t n) {
     r->hold.len = keep;
 }
 
+/* A token's text_offset, before it is decoded: the index of the character
+ * of the decoded text its first byte lands in. That is the characters
+ * decoded so far, one more when the detokenizer holds a character's start
+ * that the token's first byte does not continue (the held bytes become a
+ * U+FFFD of their own). A special token (no text) gets the characters so
+ * far. */
+static int text_offset(const run_ctx *r, int32_t id) {
+    size_t n;
+    const char *t = ts_tokenizer_token_bytes(r->s->tok, id, &n);
+    if (!r->n_pend || !t || !n || ts_tokenizer_is_special(r->s->tok, id)) return r->n_chars;
+    unsigned char b[8];
+    memcpy(b, r->pend, (size_t)r->n_pend);
+    const size_t m = n < 3 ? n : 3;
+    memcpy(b + r->n_pend, t, m);
+    return r->n_chars + (utf8_seq(b, (size_t)r->n_pend + m) == -r->n_pend);
+}
+
+/* After the detokenizer took a token's bytes: what it holds now. Only the
+ * last four bytes of what it held and the token matter: a byte that is not
+ * a continuation byte always starts a sequence, and a sequence is at most
+ * four bytes, so the held bytes are the last such byte and what follows it,
+ * when they are a valid start cut by the end. */
+static void track_pending(run_ctx *r, const char *t, size_t n) {
+    unsigned char b[8];
+    size_t nb = 0;
+    if (n < 4) {
+        memcpy(b, r->pend, (size_t)r->n_pend);
+        nb = (size_t)r->n_pend;
+    }
+    const size_t m = n < 4 ? n : 4;
+    memcpy(b + nb, t + n - m, m);
+    nb += m;
+    if (nb > 4) memmove(b, b + nb - 4, 4), nb = 4;
+    size_t q = nb;
+    while (q > 0 && (b[q - 1] & 0xC0) == 0x80) q--;
+    r->n_pend = 0;
+    if (q > 0 && utf8_seq(b + q - 1, nb - q + 1) == 0) {
+        r->n_pend = (int)(nb - q + 1);
+        memcpy(r->pend, b + q - 1, (size_t)r->n_pend);
+    }
+}
+
 /* ts_generate's logprob_cb, just before on_token for the same token. Every
  * generated token gets an entry but a stop id that ends the generation (its
  * text is not in the reply; with ignore_eos nothing ends there, so nothing
@@ -596,7 +647,7 @@ static void text_in(run_ctx *r, const char *p, size_t n) {
 static void on_logprob(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top) {
     run_ctx *r = user;
     if (!r->j->ignore_eos && is_stop_id(r->s, chosen->id)) return;
-    if (lp_append(r->j, chosen, top, n_top, r->n_chars)) r->lp_oom = 1;
+    if (lp_append(r->j, chosen, top, n_top, text_offset(r, chosen->id))) r->lp_oom = 1;
 }
 
 static int on_token(void *user, int32_t id) {
@@ -612,9 +663,12 @@ static int on_token(void *user, int32_t id) {
         const char *t;
         size_t len;
         ts_error err;
-        if (ts_detok_push(r->sl->dt, id, &t, &len, &err) == 0 && len) {
+        if (ts_detok_push(r->sl->dt, id, &t, &len, &err) == 0) {
+            size_t tl;
+            const char *tb = ts_tokenizer_token_bytes(s->tok, id, &tl);
+            if (tb) track_pending(r, tb, tl);
             r->n_chars += utf8_chars(t, len);
-            text_in(r, t, len);
+            if (len) text_in(r, t, len);
         }
     }
     if (__atomic_load_n(&s->stopping, __ATOMIC_RELAXED)) r->shutdown = 1;
