@@ -818,8 +818,9 @@ TS_TEST(server, unsupported_fields_refused) {
     } cases[] = {
         {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}", 400, "unsupported_response_format", "response_format"},
         {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", 400, "unsupported_response_format", "response_format"},
-        {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":100}}", 400, "unsupported_logit_bias", "logit_bias"},
-        {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":-100}}", 400, "unsupported_logit_bias", "logit_bias"},
+        {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":\"strong\"}}", 400, "invalid_logit_bias", "logit_bias"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"five\":-100}}", 400, "invalid_logit_bias", "logit_bias"},
+        {"/v1/chat/completions", "{" MSGS ",\"logprobs\":true,\"top_logprobs\":21}", 400, "invalid_value", "top_logprobs"},
         {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"required\"}", 400, "unsupported_tool_choice", "tool_choice"},
         {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "unsupported_tool_choice", "tool_choice"},
         {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"none\"}", 400, "unsupported_tool_choice", "tool_choice"},
@@ -840,6 +841,9 @@ TS_TEST(server, unsupported_fields_refused) {
                                  "\"response_format\":{\"type\":\"text\"},\"logit_bias\":{},\"tool_choice\":\"auto\","
                                  "\"parallel_tool_calls\":true,\"max_tokens\":2} \r\n", 200, NULL, NULL},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"tool_choice\":\"none\",\"max_tokens\":2}", 200, NULL, NULL},
+        /* honoured now (tests: server.logit_bias, server.logprobs) */
+        {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":100},\"logprobs\":true,\"top_logprobs\":2,\"max_tokens\":2}", 200, NULL, NULL},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":-100},\"logprobs\":0,\"max_tokens\":2}", 200, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         resp r;
@@ -1017,6 +1021,539 @@ static void drain_case(int timeout_case) {
 TS_TEST(server, sigterm_drains) {
     drain_case(0);
     drain_case(1);
+}
+
+/* ---- log-probabilities and logit bias ---------------------------------------------- */
+
+/* The bytes a logprobs "token" stands for: the text itself, or vLLM's
+ * "bytes:\xNN..." form (for bytes that are not valid UTF-8) decoded, or none
+ * for "token_id:N" (an id of the model's vocabulary the tokenizer has no
+ * token for: the fixture's tokenizer has ids 0..2025, its model 2048 rows).
+ * The length, or -1 when
+ * the form is malformed or out grows past cap. */
+static int lp_token_bytes(const char *tok, unsigned char *out, int cap) {
+    int n = 0;
+    if (!strncmp(tok, "token_id:", 9)) return atoi(tok + 9) >= 2026 ? 0 : -1;
+    if (strncmp(tok, "bytes:", 6)) {
+        n = (int)strlen(tok);
+        if (n > cap) return -1;
+        memcpy(out, tok, (size_t)n);
+        return n;
+    }
+    for (const char *p = tok + 6; *p; p += 4) {
+        unsigned v;
+        if (p[0] != '\\' || p[1] != 'x' || sscanf(p + 2, "%2x", &v) != 1 || !p[2] || !p[3] || n == cap) return -1;
+        out[n++] = (unsigned char)v;
+    }
+    return n;
+}
+
+static int is_utf8(const unsigned char *p, int n) {
+    for (int i = 0; i < n;) {
+        unsigned c = p[i], cp, k, min;
+        if (c < 0x80) { i++; continue; }
+        if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
+        else return 0;
+        if (i + (int)k >= n) return 0;
+        for (unsigned m = 1; m <= k; m++) {
+            if ((p[i + m] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (p[i + m] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += (int)k + 1;
+    }
+    return 1;
+}
+
+/* One {"token", "logprob", "bytes"} object: the token names its bytes (the
+ * text when they are valid UTF-8, the bytes: form only when not), and the
+ * log-probability is a probability's (<= 0; -9999 stands for -inf). */
+static void check_lp_token(const cJSON *t, const char *where) {
+    const char *tok = str_at(t, "token");
+    const cJSON *lp = path_get(t, "logprob"), *bytes = path_get(t, "bytes"), *b;
+    CHECK_MSG(tok && cJSON_IsNumber(lp) && cJSON_IsArray(bytes), "%s: not a token entry", where);
+    CHECK_MSG(lp->valuedouble <= 0 && lp->valuedouble >= -9999, "%s: logprob %g", where, lp->valuedouble);
+    unsigned char want[256], got[256];
+    int n = lp_token_bytes(tok, want, sizeof want), k = 0;
+    cJSON_ArrayForEach(b, bytes) {
+        CHECK_MSG(k < (int)sizeof got && cJSON_IsNumber(b) && b->valueint >= 0 && b->valueint < 256, "%s: bytes", where);
+        got[k++] = (unsigned char)b->valueint;
+    }
+    CHECK_MSG(n == k && !memcmp(want, got, (size_t)k), "%s: token '%s' does not match its %d bytes", where, tok, k);
+    if (strncmp(tok, "token_id:", 9))
+        CHECK_MSG(!strncmp(tok, "bytes:", 6) == !is_utf8(got, k), "%s: '%s' (valid UTF-8 %d)", where, tok, is_utf8(got, k));
+}
+
+/* A chat logprobs.content list: n_top alternatives an entry, most likely
+ * first, their probabilities summing to at most 1; greedy: the chosen token
+ * is the first alternative, logprob included. */
+static void check_chat_entries(const cJSON *content, int n_top, int greedy) {
+    const cJSON *e;
+    int i = 0;
+    CHECK_MSG(cJSON_IsArray(content), "no logprobs.content list");
+    cJSON_ArrayForEach(e, content) {
+        char where[64];
+        snprintf(where, sizeof where, "entry %d", i);
+        check_lp_token(e, where);
+        if (ts_test_failed()) return;
+        const cJSON *top = path_get(e, "top_logprobs"), *t;
+        CHECK_MSG(cJSON_GetArraySize(top) == n_top, "%s: %d alternatives, asked %d", where, cJSON_GetArraySize(top), n_top);
+        double prev = 0, sum = 0;
+        int k = 0;
+        cJSON_ArrayForEach(t, top) {
+            snprintf(where, sizeof where, "entry %d top %d", i, k);
+            check_lp_token(t, where);
+            if (ts_test_failed()) return;
+            const double lp = path_get(t, "logprob")->valuedouble;
+            CHECK_MSG(k == 0 || lp <= prev, "%s: %g after %g (not sorted)", where, lp, prev);
+            prev = lp;
+            sum += exp(lp);
+            k++;
+        }
+        CHECK_MSG(sum <= 1 + 1e-5, "entry %d: the alternatives' probabilities sum to %g", i, sum);
+        if (greedy && n_top > 0)
+            CHECK_MSG(!strcmp(str_at(e, "token"), str_at(top, "0.token")) &&
+                          path_get(e, "logprob")->valuedouble == path_get(top, "0.logprob")->valuedouble,
+                      "entry %d: greedy chose '%s' (%g), the most likely is '%s' (%g)", i, str_at(e, "token"),
+                      path_get(e, "logprob")->valuedouble, str_at(top, "0.token"), path_get(top, "0.logprob")->valuedouble);
+        i++;
+    }
+}
+
+/* Entries expected: every generated token but a final stop id (no stop
+ * strings in these requests, so finish_reason "stop" means a stop id). */
+static int expected_entries(const cJSON *j) {
+    return int_at(j, "usage.completion_tokens") - !strcmp(str_at(j, "choices.0.finish_reason"), "stop");
+}
+
+static char *print(const cJSON *j) { return j ? cJSON_PrintUnformatted(j) : strdup("(none)"); }
+
+/* The entries of a streamed response, every chunk's concatenated: chat, a
+ * content list; completions, an object of the four lists. A chunk with no
+ * entries must say "logprobs": null, one with entries a non-empty list.
+ * NULL (after a failed CHECK) when the stream is malformed. */
+static cJSON *streamed_logprobs(const char *body, int chat, int *final_has) {
+    static const char *const lists[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    cJSON *all = chat ? cJSON_CreateArray() : cJSON_CreateObject();
+    for (int k = 0; !chat && k < 4; k++) cJSON_AddArrayToObject(all, lists[k]);
+    int n_chunks = 0;
+    for (const char *p = body; (p = strstr(p, "data: "));) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        if (!e) break;
+        cJSON *j = strncmp(p, "[DONE]", 6) ? cJSON_ParseWithLength(p, (size_t)(e - p)) : NULL;
+        p = e;
+        const cJSON *ch = path_get(j, "choices.0");
+        if (!ch) { cJSON_Delete(j); continue; } /* [DONE], the usage chunk */
+        n_chunks++;
+        const cJSON *lp = path_get(ch, "logprobs");
+        int ok = lp != NULL;
+        if (str_at(ch, "finish_reason")) *final_has = cJSON_IsObject(lp);
+        if (cJSON_IsObject(lp)) {
+            for (int k = 0; k < (chat ? 1 : 4); k++) {
+                const cJSON *src = path_get(lp, chat ? "content" : lists[k]), *it;
+                ok = ok && cJSON_GetArraySize(src) > 0;
+                cJSON *dst = chat ? all : cJSON_GetObjectItemCaseSensitive(all, lists[k]);
+                cJSON_ArrayForEach(it, src) cJSON_AddItemToArray(dst, cJSON_Duplicate(it, 1));
+            }
+        }
+        cJSON_Delete(j);
+        if (!ok) {
+            cJSON_Delete(all);
+            ts_test_fail(__FILE__, __LINE__, "chunk %d: logprobs must be null or hold entries", n_chunks);
+            return NULL;
+        }
+    }
+    return all;
+}
+
+/* POST body with ",\"stream\":true" added before its final brace; the SSE body. */
+static char *post_stream(int port, const char *path, const char *body) {
+    char req[8192];
+    snprintf(req, sizeof req, "%.*s,\"stream\":true}", (int)strlen(body) - 1, body);
+    resp r;
+    if (http_request(port, "POST", path, NULL, req, &r) || r.status != 200) {
+        resp_free(&r);
+        return NULL;
+    }
+    return r.body;
+}
+
+/* The streamed entries of body equal the non-streamed ones of j, exactly.
+ * *final_has: whether the final chunk carried entries (NULL: not asked). */
+static void check_stream_equal(int port, const char *path, const char *body, const cJSON *j, int *final_has) {
+    const int chat = !strcmp(path, "/v1/chat/completions");
+    int fh = -1;
+    char *sse_body = post_stream(port, path, body);
+    CHECK_MSG(sse_body, "%s streamed: no 200", path);
+    cJSON *got = streamed_logprobs(sse_body, chat, final_has ? final_has : &fh);
+    free(sse_body);
+    if (!got) return;
+    char *a = print(got), *b = print(path_get(j, chat ? "choices.0.logprobs.content" : "choices.0.logprobs"));
+    const int same = !strcmp(a, b);
+    if (!same) fprintf(stderr, "streamed %.3000s\nwhole    %.3000s\n", a, b);
+    free(a), free(b);
+    cJSON_Delete(got);
+    CHECK_MSG(same, "%s: the streamed entries differ from the non-streamed ones", path);
+}
+
+/* A completion's logprobs with n alternatives: parallel lists, one entry a
+ * generated token (but a final stop id); top_logprobs objects of the n most
+ * likely tokens plus the chosen one when not among them (greedy: it is the
+ * first, n of them); text_offset non-decreasing from 0, and the returned
+ * text at a token's offset (in characters) starts with the token's text
+ * (tokens of whole characters); the tokens joined are the text when they
+ * are valid UTF-8 (*joined_utf8 says whether they were). */
+static void check_completion_logprobs(const cJSON *j, int n, int *joined_utf8) {
+    const cJSON *lp = path_get(j, "choices.0.logprobs");
+    const cJSON *toks = path_get(lp, "tokens"), *lps = path_get(lp, "token_logprobs"), *tops = path_get(lp, "top_logprobs"),
+                *offs = path_get(lp, "text_offset");
+    const char *text = str_at(j, "choices.0.text");
+    const int m = cJSON_GetArraySize(toks);
+    CHECK_MSG(text && m == expected_entries(j) && cJSON_GetArraySize(lps) == m && cJSON_GetArraySize(tops) == m &&
+                  cJSON_GetArraySize(offs) == m,
+              "lists of %d %d %d %d entries, %d tokens generated (finish %s)", m, cJSON_GetArraySize(lps),
+              cJSON_GetArraySize(tops), cJSON_GetArraySize(offs), int_at(j, "usage.completion_tokens"),
+              str_at(j, "choices.0.finish_reason"));
+    /* the byte where each character of the text starts */
+    static int char_at[16384];
+    int n_chars = 0;
+    const size_t tlen = strlen(text);
+    for (size_t b = 0; b < tlen && n_chars < 16383; b++)
+        if (((unsigned char)text[b] & 0xC0) != 0x80) char_at[n_chars++] = (int)b;
+    char_at[n_chars] = (int)tlen;
+    unsigned char joined[16384];
+    int nj = 0, prev_off = 0;
+    for (int i = 0; i < m; i++) {
+        const cJSON *tk = cJSON_GetArrayItem(toks, i), *top = cJSON_GetArrayItem(tops, i), *t;
+        const double lpv = cJSON_GetArrayItem(lps, i)->valuedouble;
+        const int off = cJSON_GetArrayItem(offs, i)->valueint;
+        CHECK_MSG(cJSON_IsString(tk) && lpv <= 0, "entry %d: token or logprob %g", i, lpv);
+        CHECK_MSG(off >= prev_off && off <= n_chars && (i || off == 0), "entry %d: text_offset %d after %d (%d characters)", i,
+                  off, prev_off, n_chars);
+        prev_off = off;
+        int nb = lp_token_bytes(tk->valuestring, joined + nj, (int)sizeof joined - nj - 1);
+        CHECK_MSG(nb >= 0, "entry %d: token '%s'", i, tk->valuestring);
+        if (strncmp(tk->valuestring, "bytes:", 6) && strncmp(tk->valuestring, "token_id:", 9))
+            CHECK_MSG(!strncmp(text + char_at[off], tk->valuestring, strlen(tk->valuestring)),
+                      "entry %d: '%s' is not at character %d of the text ('%.20s')", i, tk->valuestring, off, text + char_at[off]);
+        nj += nb;
+        CHECK_MSG(cJSON_IsObject(top) && cJSON_GetArraySize(top) == (n ? n : 1) && top->child &&
+                      !strcmp(top->child->string, tk->valuestring) && top->child->valuedouble == lpv,
+                  "entry %d: top_logprobs %s (want %d, the chosen '%s' first)", i, print(top), n ? n : 1, tk->valuestring);
+        double prev = 0;
+        cJSON_ArrayForEach(t, top) {
+            CHECK_MSG(t->valuedouble <= prev, "entry %d: top_logprobs not sorted", i);
+            prev = t->valuedouble;
+        }
+    }
+    joined[nj] = 0;
+    *joined_utf8 = is_utf8(joined, nj);
+    if (*joined_utf8)
+        CHECK_MSG(strlen(text) == (size_t)nj && !memcmp(text, joined, (size_t)nj), "tokens joined '%s'\ntext '%s'",
+                  (const char *)joined, text);
+}
+
+static const char LP_CHAT[] =
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there, how are you?\"}],\"max_tokens\":40,"
+    "\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false},\"logprobs\":true,\"top_logprobs\":3}";
+static const char LP_THINK[] =
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Why?\"}],\"max_tokens\":30,\"temperature\":0,\"logprobs\":true,"
+    "\"top_logprobs\":5}";
+/* the first's tokens are not all whole characters, the second's are (one of them
+ * a 3-byte character: offsets count characters, not bytes) */
+static const char LP_COMPL[] = "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,\"logprobs\":2}";
+static const char LP_COMPL0[] = "{\"prompt\":\"hi\",\"max_tokens\":16,\"temperature\":0,\"logprobs\":0}";
+
+/* A stop sequence that a token (k, of letters only) completes, taken from
+ * j, the whole-character greedy completion of LP_COMPL0: the entries run to
+ * that token, whose text is cut (its offset is the text's end), and
+ * streamed, its entry rides on the final chunk (no text came after it). */
+static void check_stop_entries(server *s, const cJSON *j) {
+    const cJSON *toks = path_get(j, "choices.0.logprobs.tokens");
+    const char *text = str_at(j, "choices.0.text");
+    int k = 1, at = 0; /* at: token k's byte offset (whole characters: the bytes joined are the text) */
+    for (; k < cJSON_GetArraySize(toks); k++) {
+        const char *t = cJSON_GetArrayItem(toks, k)->valuestring;
+        at += (int)strlen(cJSON_GetArrayItem(toks, k - 1)->valuestring);
+        int plain = strlen(t) >= 2;
+        for (const char *c = t; *c; c++) plain = plain && ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z'));
+        char before[256];
+        snprintf(before, sizeof before, "%.*s", at, text);
+        if (plain && !strstr(before, t)) break;
+    }
+    CHECK_MSG(k < cJSON_GetArraySize(toks), "no token of letters to stop at in '%s'", text);
+    char body[512], cut[256];
+    snprintf(body, sizeof body, "{\"prompt\":\"hi\",\"max_tokens\":16,\"temperature\":0,\"logprobs\":1,\"stop\":\"%s\"}",
+             cJSON_GetArrayItem(toks, k)->valuestring);
+    snprintf(cut, sizeof cut, "%.*s", at, text);
+    int st;
+    cJSON *r = http_post(s->port, "/v1/completions", body, &st);
+    const cJSON *lp = path_get(r, "choices.0.logprobs");
+    int n_chars = 0;
+    for (const char *c = cut; *c; c++) n_chars += ((unsigned char)*c & 0xC0) != 0x80;
+    CHECK_MSG(st == 200 && !strcmp(str_at(r, "choices.0.text"), cut) && !strcmp(str_at(r, "choices.0.finish_reason"), "stop") &&
+                  int_at(r, "usage.completion_tokens") == k + 1 && cJSON_GetArraySize(path_get(lp, "tokens")) == k + 1 &&
+                  cJSON_GetArrayItem(path_get(lp, "text_offset"), k)->valueint == n_chars,
+              "stop '%s': %d '%s' (want '%s'), %d tokens, %d entries", cJSON_GetArrayItem(toks, k)->valuestring, st,
+              str_at(r, "choices.0.text"), cut, int_at(r, "usage.completion_tokens"),
+              cJSON_GetArraySize(path_get(lp, "tokens")));
+    int final_has = 0;
+    check_stream_equal(s->port, "/v1/completions", body, r, &final_has);
+    cJSON_Delete(r);
+    CHECK_MSG(final_has == 1, "the final chunk did not carry the last entry");
+}
+
+/* The requests above on s, each checked, non-streamed and streamed; their
+ * logprobs lists (printed) into out[4] for a comparison across servers. */
+static void logprobs_requests(server *s, char *out[4]) {
+    int st;
+    const char *bodies[4] = {LP_CHAT, LP_THINK, LP_COMPL, LP_COMPL0};
+    for (int i = 0; i < 4; i++) {
+        const char *path = i < 2 ? "/v1/chat/completions" : "/v1/completions";
+        cJSON *j = http_post(s->port, path, bodies[i], &st);
+        CHECK_MSG(st == 200 && j, "request %d: status %d", i, st);
+        if (i < 2) {
+            /* greedy chat: entries for every token, the reasoning's too */
+            const cJSON *content = path_get(j, "choices.0.logprobs.content");
+            CHECK_MSG(cJSON_GetArraySize(content) == expected_entries(j), "request %d: %d entries, %d tokens (finish %s)", i,
+                      cJSON_GetArraySize(content), int_at(j, "usage.completion_tokens"), str_at(j, "choices.0.finish_reason"));
+            CHECK_MSG(cJSON_IsNull(path_get(j, "choices.0.logprobs.refusal")), "request %d: refusal", i);
+            check_chat_entries(content, i == 0 ? 3 : 5, 1);
+        } else {
+            int utf8 = -1;
+            check_completion_logprobs(j, i == 2 ? 2 : 0, &utf8);
+            CHECK_MSG(utf8 == (i == 3), "request %d: the tokens joined are%s UTF-8 (the prompt no longer covers its case)",
+                      i, utf8 ? "" : " not");
+        }
+        if (ts_test_failed()) { cJSON_Delete(j); return; }
+        out[i] = print(path_get(j, "choices.0.logprobs"));
+        check_stream_equal(s->port, path, bodies[i], j, NULL);
+        if (i == 3) check_stop_entries(s, j);
+        cJSON_Delete(j);
+        if (ts_test_failed()) return;
+    }
+}
+
+/* logprobs / top_logprobs on both endpoints: the checks of
+ * check_chat_entries and check_completion_logprobs on greedy requests
+ * (chat with and without reasoning), streamed entries equal to the
+ * non-streamed ones, "logprobs": null when not asked, and the refusals. */
+TS_TEST(server, logprobs) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    char *lists[4] = {0};
+    logprobs_requests(&s, lists);
+    for (int i = 0; i < 4; i++) free(lists[i]);
+    int st;
+    /* not asked: null, streamed too */
+    cJSON *j = http_post(s.port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    CHECK_MSG(st == 200 && cJSON_IsNull(path_get(j, "choices.0.logprobs")), "chat without logprobs: %d", st);
+    cJSON_Delete(j);
+    j = http_post(s.port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":3,\"logprobs\":null}", &st);
+    CHECK_MSG(st == 200 && cJSON_IsNull(path_get(j, "choices.0.logprobs")), "completion without logprobs: %d", st);
+    cJSON_Delete(j);
+    char *body = post_stream(s.port, "/v1/chat/completions", CHAT_NOTHINK);
+    CHECK_MSG(body && strstr(body, "\"logprobs\":null") && !strstr(body, "\"logprobs\":{"), "streamed without logprobs");
+    free(body);
+    struct {
+        const char *path, *body, *param;
+    } bad[] = {
+        {"/v1/chat/completions", "{" MSGS ",\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs"},
+        {"/v1/chat/completions", "{" MSGS ",\"logprobs\":true,\"top_logprobs\":-1}", "top_logprobs"},
+        {"/v1/chat/completions", "{" MSGS ",\"top_logprobs\":2}", "top_logprobs"},
+        {"/v1/chat/completions", "{" MSGS ",\"logprobs\":false,\"top_logprobs\":2}", "top_logprobs"},
+        {"/v1/chat/completions", "{" MSGS ",\"logprobs\":1}", "logprobs"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"logprobs\":21}", "logprobs"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"logprobs\":true}", "logprobs"},
+        {"/v1/completions", "{\"prompt\":\"hi\",\"logprobs\":1.5}", "logprobs"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        j = http_post(s.port, bad[i].path, bad[i].body, &st);
+        CHECK_MSG(st == 400 && str_at(j, "error.param") && !strcmp(str_at(j, "error.param"), bad[i].param) &&
+                      str_at(j, "error.message") && strstr(str_at(j, "error.message"), bad[i].param),
+                  "bad case %zu: status %d, %s", i, st, j ? print(j) : "(no JSON)");
+        cJSON_Delete(j);
+    }
+    /* accepted: top_logprobs 0 with logprobs, and alone */
+    j = http_post(s.port, "/v1/chat/completions", "{" MSGS ",\"logprobs\":true,\"top_logprobs\":0,\"max_tokens\":3}", &st);
+    CHECK_MSG(st == 200 && cJSON_GetArraySize(path_get(j, "choices.0.logprobs.content.0.top_logprobs")) == 0 &&
+                  cJSON_IsArray(path_get(j, "choices.0.logprobs.content.0.top_logprobs")),
+              "top_logprobs 0: %d", st);
+    cJSON_Delete(j);
+    j = http_post(s.port, "/v1/chat/completions", "{" MSGS ",\"top_logprobs\":0,\"max_tokens\":3}", &st);
+    CHECK_MSG(st == 200 && cJSON_IsNull(path_get(j, "choices.0.logprobs")), "top_logprobs 0 alone: %d", st);
+    cJSON_Delete(j);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* --spec mtp gives the entries plain decoding gives (the rows a block
+ * verifies are the ones plain steps draw from), streamed too. */
+TS_TEST(server, logprobs_drafting_matches_plain) {
+    server s;
+    char *plain[4] = {0}, *spec[4] = {0};
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    logprobs_requests(&s, plain);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+    if (ts_test_failed()) {
+        for (int i = 0; i < 4; i++) free(plain[i]);
+        return;
+    }
+    CHECK_MSG(server_start(&s, "--spec", "mtp", "--draft", "3", NULL) == 0, "the drafting server did not start");
+    logprobs_requests(&s, spec);
+    CHECK_MSG(metric(s.port, "turbospark_draft_tokens_total") > 0, "nothing was drafted");
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the drafting server did not exit cleanly");
+    for (int i = 0; i < 4; i++) {
+        const int same = plain[i] && spec[i] && !strcmp(plain[i], spec[i]);
+        if (!same) fprintf(stderr, "plain    %.3000s\ndrafting %.3000s\n", plain[i], spec[i] ? spec[i] : "(none)");
+        free(plain[i]);
+        free(spec[i]);
+        CHECK_MSG(same, "request %d: drafting changed the entries", i);
+    }
+}
+
+/* The id of the token whose bytes these are (unique in the vocabulary), or -1. */
+static int id_of_token(const ts_tokenizer *tok, const char *token) {
+    unsigned char b[256];
+    int n = lp_token_bytes(token, b, sizeof b), id = -1;
+    for (int i = 0; n > 0 && i < ts_tokenizer_vocab_size(tok); i++) {
+        size_t len;
+        const char *t = ts_tokenizer_token_bytes(tok, i, &len);
+        if (t && len == (size_t)n && !memcmp(t, b, len)) {
+            if (id >= 0) return -1;
+            id = i;
+        }
+    }
+    return id;
+}
+
+/* logit_bias: +100 forces a token, -100 bans the greedy choice (the next
+ * most likely comes instead) while the reported log-probabilities stay the
+ * model's own; +100 on <|im_end|> ends a chat at once (the stop token gets
+ * no entry); prefix reuse stays on; bad lists are 400s naming the problem. */
+TS_TEST(server, logit_bias) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    ts_tokenizer *tok = NULL;
+    ts_error err;
+    CHECK(ts_tokenizer_load(model_dir(), &tok, &err) == 0);
+    ts_tokens ids = {0};
+    CHECK(ts_tokenizer_encode(tok, " garden", 7, &ids, &err) == 0 && ids.n >= 1);
+    const int T = ids.ids[0];
+    ts_tokens_free(&ids);
+    size_t tl;
+    const char *tb = ts_tokenizer_token_bytes(tok, T, &tl);
+    char want[256] = "", body[1024];
+    for (int i = 0; i < 4; i++) strncat(want, tb, tl);
+    int st;
+    /* +100 on T: four T */
+    snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,\"logprobs\":1,"
+                                "\"logit_bias\":{\"%d\":100}}", T);
+    cJSON *j = http_post(s.port, "/v1/completions", body, &st);
+    const cJSON *toks = path_get(j, "choices.0.logprobs.tokens"), *t;
+    CHECK_MSG(st == 200 && cJSON_GetArraySize(toks) == 4 && !strcmp(str_at(j, "choices.0.text"), want),
+              "+100 on %d ('%.*s'): status %d, text '%s'", T, (int)tl, tb, st, str_at(j, "choices.0.text"));
+    cJSON_ArrayForEach(t, toks) CHECK_MSG(id_of_token(tok, t->valuestring) == T, "token '%s' is not %d", t->valuestring, T);
+    cJSON_Delete(j);
+    /* -100 on the greedy first token: the second most likely comes, and the
+     * log-probabilities reported are the raw ones (not biased) */
+    const char *plain = "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":2}";
+    j = http_post(s.port, "/v1/completions", plain, &st);
+    CHECK_MSG(st == 200 && path_get(j, "choices.0.logprobs.top_logprobs.0"), "status %d", st);
+    const cJSON *top0 = path_get(j, "choices.0.logprobs.top_logprobs.0");
+    const int first = id_of_token(tok, str_at(j, "choices.0.logprobs.tokens.0"));
+    CHECK_MSG(first >= 0 && cJSON_GetArraySize(top0) == 2, "first token '%s'", str_at(j, "choices.0.logprobs.tokens.0"));
+    char second[256], *top0_txt = print(top0);
+    snprintf(second, sizeof second, "%s", top0->child->next->string);
+    const double second_lp = top0->child->next->valuedouble;
+    cJSON_Delete(j);
+    snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":2,"
+                                "\"logit_bias\":{\"%d\":-100}}", first);
+    j = http_post(s.port, "/v1/completions", body, &st);
+    char *biased_top0 = print(path_get(j, "choices.0.logprobs.top_logprobs.0"));
+    CHECK_MSG(st == 200 && str_at(j, "choices.0.logprobs.tokens.0") && !strcmp(str_at(j, "choices.0.logprobs.tokens.0"), second) &&
+                  path_get(j, "choices.0.logprobs.token_logprobs.0")->valuedouble == second_lp,
+              "-100 on %d: first token '%s', want '%s'", first, str_at(j, "choices.0.logprobs.tokens.0"), second);
+    CHECK_MSG(!strcmp(top0_txt, biased_top0), "the first token's alternatives moved with the bias: %s, unbiased %s",
+              biased_top0, top0_txt);
+    free(top0_txt);
+    free(biased_top0);
+    cJSON_Delete(j);
+    /* +100 on <|im_end|>: the chat ends at once; one token generated, no entry */
+    const int im_end = ts_tokenizer_token_id(tok, "<|im_end|>");
+    snprintf(body, sizeof body, "{" MSGS ",\"max_tokens\":8,\"temperature\":0,\"logprobs\":true,\"logit_bias\":{\"%d\":100}}",
+             im_end);
+    j = http_post(s.port, "/v1/chat/completions", body, &st);
+    CHECK_MSG(st == 200 && im_end >= 0 && int_at(j, "usage.completion_tokens") == 1 &&
+                  !strcmp(str_at(j, "choices.0.finish_reason"), "stop") &&
+                  cJSON_IsArray(path_get(j, "choices.0.logprobs.content")) &&
+                  cJSON_GetArraySize(path_get(j, "choices.0.logprobs.content")) == 0,
+              "+100 on <|im_end|> (%d): %d %s", im_end, st, j ? print(j) : "");
+    cJSON_Delete(j);
+    /* a bias does not stop prefix reuse (it is the same on every row) */
+    char ids70[512], ids72[512];
+    size_t io = 0;
+    for (int i = 0; i < 72; i++) {
+        if (i == 70) memcpy(ids70, ids72, io + 1);
+        io += (size_t)snprintf(ids72 + io, sizeof ids72 - io, "%s%d", i ? "," : "", 11 + i);
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":2,\"temperature\":0,\"logit_bias\":{\"%d\":5}}",
+                 k ? ids72 : ids70, T);
+        j = http_post(s.port, "/v1/completions", body, &st);
+        CHECK_MSG(st == 200 && (!k || int_at(j, "usage.prompt_tokens_details.cached_tokens") == 64), "reuse %d: %d, cached %d",
+                  k, st, int_at(j, "usage.prompt_tokens_details.cached_tokens"));
+        cJSON_Delete(j);
+    }
+    /* bad lists: 400, param logit_bias, the message names the key or value */
+    struct {
+        const char *path, *bias, *msg_part;
+    } bad[] = {
+        {"/v1/chat/completions", "{\"abc\":1}", "'abc'"},
+        {"/v1/completions", "{\"1.5\":1}", "'1.5'"},
+        {"/v1/completions", "{\"-3\":1}", "'-3'"},
+        {"/v1/completions", "{\"\":1}", "''"},
+        {"/v1/chat/completions", "{\"2048\":1}", "'2048'"},
+        {"/v1/completions", "{\"99999999999999999999\":1}", "vocabulary"},
+        {"/v1/chat/completions", "{\"5\":101}", "101"},
+        {"/v1/completions", "{\"5\":-100.5}", "-100.5"},
+        {"/v1/completions", "{\"5\":\"x\"}", "token 5"},
+        {"/v1/completions", "{\"5\":null}", "token 5"},
+        {"/v1/completions", "{\"5\":1,\"005\":2}", "token 5 twice"},
+        {"/v1/chat/completions", "[5]", "object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (bad[i].path[4] == 'c' && bad[i].path[5] == 'h')
+            snprintf(body, sizeof body, "{" MSGS ",\"logit_bias\":%s}", bad[i].bias);
+        else
+            snprintf(body, sizeof body, "{\"prompt\":\"hi\",\"logit_bias\":%s}", bad[i].bias);
+        j = http_post(s.port, bad[i].path, body, &st);
+        const char *msg = str_at(j, "error.message");
+        CHECK_MSG(st == 400 && str_at(j, "error.param") && !strcmp(str_at(j, "error.param"), "logit_bias") &&
+                      str_at(j, "error.code") && !strcmp(str_at(j, "error.code"), "invalid_logit_bias") && msg &&
+                      strstr(msg, bad[i].msg_part),
+                  "bad case %zu (%s): status %d, message '%s'", i, bad[i].bias, st, msg ? msg : "(none)");
+        cJSON_Delete(j);
+    }
+    /* at most 1024 entries */
+    char *big = malloc(32768);
+    for (int n = 1025; n >= 1024; n--) {
+        size_t bo = (size_t)snprintf(big, 32768, "{\"prompt\":\"hi\",\"max_tokens\":2,\"logit_bias\":{");
+        for (int i = 0; i < n; i++) bo += (size_t)snprintf(big + bo, 32768 - bo, "%s\"%d\":1", i ? "," : "", i);
+        snprintf(big + bo, 32768 - bo, "}}");
+        j = http_post(s.port, "/v1/completions", big, &st);
+        CHECK_MSG(n == 1024 ? st == 200 : st == 400 && str_at(j, "error.message") && strstr(str_at(j, "error.message"), "1025 entries"), "%d entries: %d", n, st);
+        cJSON_Delete(j);
+    }
+    free(big);
+    ts_tokenizer_free(tok);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
 }
 
 /* The official openai npm client, unmodified, against a server on loopback

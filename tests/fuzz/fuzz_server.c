@@ -6,7 +6,10 @@
  * Input: the body (both endpoints get it).
  * Properties: a refusal has a 4xx/5xx status and a message; an accepted job
  * has a prompt of 1..n_ctx ids inside the vocabulary, a budget of 1..limit
- * tokens and at most SRV_MAX_STOPS non-empty stop strings; nothing leaks. */
+ * tokens and at most SRV_MAX_STOPS non-empty stop strings; a logit bias of
+ * at most 1024 distinct ids inside the vocabulary with values in [-100,
+ * 100], held by the job; 0..20 alternatives a token, none without logprobs;
+ * nothing leaks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +57,17 @@ static void check(const srv *s, job *j, const srv_err *e, const char *what) {
         if (!j->stops[i] || !j->stops[i][0]) fuzz_fail("%s: empty stop string", what);
     if (!(j->gp.temperature >= 0 && j->gp.temperature <= 2)) fuzz_fail("%s: temperature %g", what, j->gp.temperature);
     if (j->n_history > j->n_prompt) fuzz_fail("%s: history %d of %d ids", what, j->n_history, j->n_prompt);
+    const ts_gen_params *gp = &j->gp;
+    if (gp->n_bias < 0 || gp->n_bias > 1024 || (gp->n_bias && (gp->bias_ids != j->bias_ids || gp->bias != j->bias)))
+        fuzz_fail("%s: a logit bias of %d entries not held by the job", what, gp->n_bias);
+    for (int i = 0; i < gp->n_bias; i++) {
+        if (gp->bias_ids[i] < 0 || gp->bias_ids[i] >= s->n_vocab || !(gp->bias[i] >= -100 && gp->bias[i] <= 100))
+            fuzz_fail("%s: logit bias %g on id %d", what, gp->bias[i], gp->bias_ids[i]);
+        for (int k = 0; k < i; k++)
+            if (gp->bias_ids[k] == gp->bias_ids[i]) fuzz_fail("%s: logit bias on id %d twice", what, gp->bias_ids[i]);
+    }
+    if (gp->top_logprobs < 0 || gp->top_logprobs > TS_TOP_LOGPROBS_MAX || (!j->logprobs && gp->top_logprobs))
+        fuzz_fail("%s: %d alternatives (logprobs %d)", what, gp->top_logprobs, j->logprobs);
     srv_job_unref(j);
 }
 

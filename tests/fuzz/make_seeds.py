@@ -70,6 +70,8 @@ CHAT = [
     {"messages": [{"role": "user", "content": None}]},
     {"messages": []},
     {},
+    {"messages": MSGS, "logprobs": True, "top_logprobs": 20, "logit_bias": {"5": 100, "0007": -100, "1999": 0.5},
+     "stream": True},
 ]
 COMPL = [
     {"prompt": "Once upon a time", "max_tokens": 4},
@@ -81,6 +83,7 @@ COMPL = [
     {"prompt": [1.5]},
     {"prompt": ""},
     {"prompt": [[1], [2]]},
+    {"prompt": "a", "logprobs": 20, "logit_bias": {"1": -100, "2": 100}},
 ]
 HOSTILE_BODIES = [
     deep_json(4000), deep_json(1500, "obj"), b'{"messages":' + deep_json(1100) + b"}",
@@ -104,6 +107,18 @@ for body in [b'{"messages":[{"role":"@BAD@","content":"x"}]}', b'{"messages":[{"
              b'{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"@BAD@"}}]}]}',
              b'{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":"@BAD@"}}']:
     HOSTILE_BODIES += with_bad(body, None)
+# logit_bias / logprobs: counts, duplicate ids, odd keys and values
+HOSTILE_BODIES += [
+    b'{"prompt":"a","logit_bias":' + js({str(i): 1 for i in range(1025)}) + b"}",
+    b'{"prompt":"a","logit_bias":' + js({str(i): -100 for i in range(1024)}) + b"}",
+    b'{"prompt":"a","logit_bias":{"5":1,"05":1}}', b'{"prompt":"a","logit_bias":{"99999999999999999999999":1}}',
+    b'{"prompt":"a","logit_bias":{"5":1e300}}', b'{"prompt":"a","logit_bias":{"5":-0.0,"6":100,"7":-100}}',
+    b'{"prompt":"a","logit_bias":{" 5":1}}', b'{"prompt":"a","logit_bias":{"+5":1}}', b'{"prompt":"a","logit_bias":{"5\\u0000":1}}',
+    b'{"prompt":"a","logit_bias":[]}', b'{"prompt":"a","logprobs":20.0}', b'{"prompt":"a","logprobs":-0}',
+    b'{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":20.5}',
+    b'{"messages":[{"role":"user","content":"x"}],"top_logprobs":1e300}',
+]
+HOSTILE_BODIES += with_bad(b'{"prompt":"a","logit_bias":{"@BAD@":1}}', None)
 
 for i, o in enumerate(CHAT):
     put("server", "chat-%02d.json" % i, js(o))

@@ -6,7 +6,8 @@
 //
 // Owns: black-box checks of what a new user's code sees through the client:
 // models, chat (greedy repeatability, usage arithmetic), streaming with usage
-// (deltas add up to the non-streamed reply), completions, a tool-calling
+// (deltas add up to the non-streamed reply), completions, logprobs and
+// logit_bias (streamed entries equal the whole list), a tool-calling
 // conversation whose history carries string arguments (what the client's own
 // types say), reasoning_content, seeds, aborts (the server stops generating),
 // and the errors the client raises for refused requests. Each check asserts
@@ -107,6 +108,66 @@ await check("completions: text, streamed the same", async () => {
   let text = "";
   for await (const ch of await client.completions.create({ ...req, stream: true })) text += ch.choices[0]?.text ?? "";
   assert(text === a.choices[0].text, `streamed '${text}' vs '${a.choices[0].text}'`);
+});
+
+// A logprobs token names its bytes: the text when they are UTF-8, else "bytes:\xNN...".
+function tokenBytesMatch(t) {
+  const b = Buffer.from(t.bytes);
+  if (t.token.startsWith("bytes:")) {
+    const hex = t.token.slice(6).split("\\x").slice(1).map((h) => parseInt(h, 16));
+    return JSON.stringify(hex) === JSON.stringify(t.bytes) && b.toString("utf8").includes("\ufffd");
+  }
+  return b.toString("utf8") === t.token;
+}
+
+await check("chat: logprobs and top_logprobs, streamed the same", async () => {
+  const req = { model: MODEL, messages: userMsg, max_tokens: 24, temperature: 0, ...NOTHINK, logprobs: true, top_logprobs: 3 };
+  const a = await client.chat.completions.create(req);
+  const c = a.choices[0], content = c.logprobs && c.logprobs.content;
+  assert(Array.isArray(content), `logprobs ${JSON.stringify(c.logprobs)}`);
+  // every generated token but a final stop token
+  const want = a.usage.completion_tokens - (c.finish_reason === "stop" ? 1 : 0);
+  assert(content.length === want, `${content.length} entries, ${want} expected`);
+  for (const [i, e] of content.entries()) {
+    assert(e.logprob <= 0 && tokenBytesMatch(e), `entry ${i}: ${JSON.stringify(e)}`);
+    assert(e.top_logprobs.length === 3, `entry ${i}: ${e.top_logprobs.length} alternatives`);
+    assert(e.top_logprobs.every((t, k) => tokenBytesMatch(t) && (k === 0 || t.logprob <= e.top_logprobs[k - 1].logprob)),
+           `entry ${i}: alternatives ${JSON.stringify(e.top_logprobs)}`);
+    assert(e.token === e.top_logprobs[0].token && e.logprob === e.top_logprobs[0].logprob, `entry ${i}: greedy is not the most likely`);
+  }
+  const got = [];
+  for await (const ch of await client.chat.completions.create({ ...req, stream: true })) {
+    const lp = ch.choices[0]?.logprobs;
+    if (lp) got.push(...lp.content);
+  }
+  assert(JSON.stringify(got) === JSON.stringify(content), "the streamed entries differ");
+  const b = await client.chat.completions.create({ ...req, logprobs: undefined, top_logprobs: undefined });
+  assert(b.choices[0].logprobs === null, "logprobs without asking");
+});
+
+await check("completions: logprobs, logit_bias", async () => {
+  const req = { model: MODEL, prompt: "Once upon a time", max_tokens: 12, temperature: 0, logprobs: 2 };
+  const a = await client.completions.create(req);
+  const lp = a.choices[0].logprobs, n = lp.tokens.length;
+  assert(n > 0 && lp.token_logprobs.length === n && lp.top_logprobs.length === n && lp.text_offset.length === n, JSON.stringify(lp));
+  assert(lp.text_offset.every((o, i) => i === 0 ? o === 0 : o >= lp.text_offset[i - 1]), `offsets ${lp.text_offset}`);
+  assert(lp.top_logprobs.every((t, i) => Object.keys(t).length === 2 && t[lp.tokens[i]] === lp.token_logprobs[i]),
+         `top_logprobs ${JSON.stringify(lp.top_logprobs)}`);
+  if (!lp.tokens.some((t) => t.startsWith("bytes:"))) assert(lp.tokens.join("") === a.choices[0].text, "tokens joined are not the text");
+  const got = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  for await (const ch of await client.completions.create({ ...req, stream: true })) {
+    const l = ch.choices[0]?.logprobs;
+    if (l) for (const k of Object.keys(got)) got[k].push(...l[k]);
+  }
+  assert(JSON.stringify(got) === JSON.stringify(lp), "the streamed entries differ");
+  // +100 on one id: greedy gives that token every time
+  const b = await client.completions.create({ ...req, max_tokens: 4, logit_bias: { 1000: 100 } });
+  const bt = b.choices[0].logprobs.tokens;
+  assert(bt.length === 4 && bt.every((t) => t === bt[0]) && bt[0] !== lp.tokens[0], `biased tokens ${JSON.stringify(bt)}`);
+  let err = null;
+  try { await client.completions.create({ ...req, logit_bias: { abc: 1 } }); } catch (e) { err = e; }
+  assert(err instanceof OpenAI.BadRequestError && err.code === "invalid_logit_bias" && err.param === "logit_bias",
+         `bad logit_bias: ${err && err.constructor.name} ${err && err.code}`);
 });
 
 const tools = [{

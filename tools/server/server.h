@@ -54,6 +54,9 @@ typedef struct job {
     int pref;                     /* the idle session that holds the longest start of the
                                      prompt when it was queued, else -1 (under srv.mu) */
     char *tools_json;             /* chat: the request's tools (for parameter types), or NULL */
+    int32_t *bias_ids;            /* logit_bias: [gp.n_bias] ids and values, malloc'd; gp.bias_ids */
+    float *bias;                  /*   and gp.bias point here */
+    int logprobs;                 /* 1: log-probabilities asked (gp.top_logprobs alternatives each) */
     char id[48];                  /* chatcmpl-... / cmpl-... */
     long created;
 
@@ -70,6 +73,15 @@ typedef struct job {
     char *tool_calls;             /* chat: [{"name","arguments"}] JSON (ts_chat_text_free), or NULL */
     const char *finish;           /* "stop", "length", "tool_calls" */
     int n_gen, n_cached;          /* generated tokens, prompt tokens reused from the session */
+    /* log-probabilities (logprobs on): one entry per generated token but a
+     * stop id that ended the generation; entry i is lp[i * (1 +
+     * gp.top_logprobs)]: the chosen token, then its alternatives (id -1
+     * past the ones the engine gave). Written by the worker only; read by
+     * the connection after DONE. */
+    ts_logprob *lp;
+    int *lp_off;                  /* [n_lp] completions' text_offset: characters decoded before it */
+    int n_lp, cap_lp;
+    int lp_sent;                  /* stream: entries already sent in a chunk */
     int err_status;               /* non-zero: the generation failed (HTTP status) */
     char err_msg[1024];
 } job;

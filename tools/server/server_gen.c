@@ -5,7 +5,8 @@
  * streaming detokenizer, and keeps the ids before its session's checkpoint
  * for prefix reuse), the bounded FIFO of queued jobs, the token callback (special tokens
  * dropped, stop sequences cut on the decoded text, chat replies split by
- * ts_reply into reasoning / content / tool calls), the SSE chunks of a
+ * ts_reply into reasoning / content / tool calls), the log-probability
+ * entries (logprobs) and their JSON, the SSE chunks of a
  * streamed job and the JSON body of a non-streamed one, the generation
  * metrics, admission (srv_admit: decided before a body is parsed) and the
  * drain at shutdown. Does not own: HTTP (cmd_serve.c), request validation
@@ -149,6 +150,10 @@ void srv_job_unref(job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->tools_json);
+    free(j->bias_ids);
+    free(j->bias);
+    free(j->lp);
+    free(j->lp_off);
     text_free(&j->out);
     text_free(&j->text);
     text_free(&j->reasoning);
@@ -162,6 +167,218 @@ void srv_job_cancel(job *j) {
     pthread_mutex_lock(&j->mu);
     j->cancelled = 1;
     pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- output: log-probabilities ----------------------------------------------
+ *
+ * The entries are written as JSON text here (not cJSON): a token's bytes may
+ * hold NUL, which cJSON's C strings (a completion's top_logprobs keys among
+ * them) would cut. Log-probabilities are the model's raw distribution
+ * (ts_logprob); -inf is written -9999.0, OpenAI's stand-in (JSON has no
+ * infinity; vLLM clamps to it too), and so would a NaN be. */
+
+static void put(ts_text *o, const char *z) { text_add(o, z, strlen(z)); }
+
+/* The UTF-8 sequence at s[0..n), by the rule the detokenizer decodes with
+ * (ts_detok_push: Unicode's maximal subparts): k > 0 a whole character of k
+ * bytes, 0 a valid start cut by the end, -k an invalid start of k bytes
+ * (one U+FFFD). */
+static int utf8_seq(const unsigned char *s, size_t n) {
+    const unsigned c = s[0];
+    unsigned lo = 0x80, hi = 0xBF;
+    int need;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : lo, hi = c == 0xED ? 0x9F : hi;
+    else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : lo, hi = c == 0xF4 ? 0x8F : hi;
+    else return -1;
+    for (int k = 1; k <= need; k++) {
+        if ((size_t)k >= n) return 0;
+        if (k == 1 ? s[k] < lo || s[k] > hi : s[k] < 0x80 || s[k] > 0xBF) return -k;
+    }
+    return need + 1;
+}
+
+/* 1 when p[0..n) is valid UTF-8 (what a JSON string may carry as is). */
+static int utf8_valid(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const int k = utf8_seq(p + i, n - i);
+        if (k <= 0) return 0;
+        i += (size_t)k;
+    }
+    return 1;
+}
+
+/* Characters (code points) in n bytes of valid UTF-8. */
+static int utf8_chars(const char *p, size_t n) {
+    int c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)p[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* A token's text as a JSON string: its bytes when they are valid UTF-8, else
+ * vLLM's "bytes:\xe2\x80" (each byte a literal backslash, x and two hex
+ * digits: part of a character split across tokens), so the JSON stays UTF-8;
+ * "token_id:N" for an id the tokenizer has no token for (vLLM's spelling). */
+static void lp_token(ts_text *o, const srv *s, int32_t id) {
+    size_t n;
+    const char *t = ts_tokenizer_token_bytes(s->tok, id, &n);
+    char b[32];
+    if (!t) {
+        snprintf(b, sizeof b, "\"token_id:%d\"", (int)id);
+        put(o, b);
+    } else if (utf8_valid((const unsigned char *)t, n)) {
+        char *q = json_str(t, n);
+        if (q) put(o, q);
+        free(q);
+    } else {
+        put(o, "\"bytes:");
+        for (size_t i = 0; i < n; i++) {
+            snprintf(b, sizeof b, "\\\\x%02x", (unsigned char)t[i]);
+            put(o, b);
+        }
+        put(o, "\"");
+    }
+}
+
+/* The token's bytes as a JSON list of integers. */
+static void lp_bytes(ts_text *o, const srv *s, int32_t id) {
+    size_t n = 0;
+    const char *t = ts_tokenizer_token_bytes(s->tok, id, &n);
+    char b[8];
+    put(o, "[");
+    for (size_t i = 0; t && i < n; i++) {
+        snprintf(b, sizeof b, "%s%u", i ? "," : "", (unsigned char)t[i]);
+        put(o, b);
+    }
+    put(o, "]");
+}
+
+static void lp_num(ts_text *o, float lp) {
+    char b[32];
+    if (lp > -9999.0f) snprintf(b, sizeof b, "%.9g", (double)lp); /* 9 digits: the float exactly */
+    else snprintf(b, sizeof b, "-9999.0");                         /* -inf (or NaN) */
+    put(o, b);
+}
+
+/* Entry i's row: the chosen token, then up to top_logprobs alternatives. */
+static const ts_logprob *lp_row(const job *j, int i) { return j->lp + (size_t)i * (size_t)(1 + j->gp.top_logprobs); }
+
+/* {"token", "logprob", "bytes"} members of one token (no braces). */
+static void lp_chat_token(ts_text *o, const srv *s, const ts_logprob *t) {
+    put(o, "\"token\":");
+    lp_token(o, s, t->id);
+    put(o, ",\"logprob\":");
+    lp_num(o, t->logprob);
+    put(o, ",\"bytes\":");
+    lp_bytes(o, s, t->id);
+}
+
+/* Chat's choice logprobs for entries [from, to):
+ * {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null}. */
+static void lp_chat(ts_text *o, const srv *s, const job *j, int from, int to) {
+    put(o, "{\"content\":[");
+    for (int i = from; i < to; i++) {
+        const ts_logprob *r = lp_row(j, i);
+        put(o, i > from ? ",{" : "{");
+        lp_chat_token(o, s, &r[0]);
+        put(o, ",\"top_logprobs\":[");
+        for (int k = 0; k < j->gp.top_logprobs && r[1 + k].id >= 0; k++) {
+            put(o, k ? ",{" : "{");
+            lp_chat_token(o, s, &r[1 + k]);
+            put(o, "}");
+        }
+        put(o, "]}");
+    }
+    put(o, "],\"refusal\":null}");
+}
+
+/* 1 when tokens a and b have the same text (one key of a completion's
+ * top_logprobs object). */
+static int same_text(const srv *s, int32_t a, int32_t b) {
+    size_t na, nb;
+    const char *ta = ts_tokenizer_token_bytes(s->tok, a, &na), *tb = ts_tokenizer_token_bytes(s->tok, b, &nb);
+    return a == b || (ta && tb && na == nb && !memcmp(ta, tb, na));
+}
+
+/* The completions form for entries [from, to): {"tokens", "token_logprobs",
+ * "top_logprobs", "text_offset"}, parallel lists. top_logprobs[i] is an
+ * object {token text: logprob}: the logprobs most likely tokens and the
+ * chosen one when it is not among them (so logprobs 0 gives just the
+ * chosen token), as the legacy OpenAI API defines it; a text two tokens
+ * share appears once (the more likely). text_offset: the index (in
+ * characters, code points) of the character of the returned text that holds
+ * the token's first byte (text_offset() below; a token after a stop
+ * sequence's cut points past the text's end, as in vLLM). */
+static void lp_completion(ts_text *o, const srv *s, const job *j, int from, int to) {
+    char b[32];
+    put(o, "{\"tokens\":[");
+    for (int i = from; i < to; i++) {
+        if (i > from) put(o, ",");
+        lp_token(o, s, lp_row(j, i)->id);
+    }
+    put(o, "],\"token_logprobs\":[");
+    for (int i = from; i < to; i++) {
+        if (i > from) put(o, ",");
+        lp_num(o, lp_row(j, i)->logprob);
+    }
+    put(o, "],\"top_logprobs\":[");
+    for (int i = from; i < to; i++) {
+        const ts_logprob *r = lp_row(j, i);
+        ts_logprob keys[TS_TOP_LOGPROBS_MAX + 1];
+        int n = 0, chosen_in = 0;
+        for (int k = 0; k < j->gp.top_logprobs && r[1 + k].id >= 0; k++) {
+            int dup = 0;
+            for (int m = 0; m < n && !dup; m++) dup = same_text(s, keys[m].id, r[1 + k].id);
+            if (!dup) keys[n++] = r[1 + k];
+            chosen_in |= r[1 + k].id == r[0].id;
+        }
+        int dup = 0;
+        for (int m = 0; m < n && !dup && !chosen_in; m++) dup = same_text(s, keys[m].id, r[0].id);
+        if (!chosen_in && !dup) keys[n++] = r[0];
+        put(o, i > from ? ",{" : "{");
+        for (int m = 0; m < n; m++) {
+            if (m) put(o, ",");
+            lp_token(o, s, keys[m].id);
+            put(o, ":");
+            lp_num(o, keys[m].logprob);
+        }
+        put(o, "}");
+    }
+    put(o, "],\"text_offset\":[");
+    for (int i = from; i < to; i++) {
+        snprintf(b, sizeof b, "%s%d", i > from ? "," : "", j->lp_off[i]);
+        put(o, b);
+    }
+    put(o, "]}");
+}
+
+/* The choice's logprobs for entries [from, to) in the job's form, malloc'd. */
+static char *lp_json(const srv *s, const job *j, int from, int to) {
+    ts_text o = {0};
+    if (j->kind == JOB_CHAT) lp_chat(&o, s, j, from, to);
+    else lp_completion(&o, s, j, from, to);
+    return o.s;
+}
+
+/* Record one generated token's entry; -1 out of memory. */
+static int lp_append(job *j, const ts_logprob *chosen, const ts_logprob *top, int n_top, int offset) {
+    const int stride = 1 + j->gp.top_logprobs;
+    if (j->n_lp == j->cap_lp) {
+        const int cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        ts_logprob *lp = realloc(j->lp, sizeof *lp * (size_t)cap * (size_t)stride);
+        if (!lp) return -1;
+        j->lp = lp;
+        int *off = realloc(j->lp_off, sizeof *off * (size_t)cap);
+        if (!off) return -1;
+        j->lp_off = off;
+        j->cap_lp = cap;
+    }
+    ts_logprob *r = j->lp + (size_t)j->n_lp * (size_t)stride;
+    r[0] = *chosen;
+    for (int k = 0; k < j->gp.top_logprobs; k++) r[1 + k] = k < n_top ? top[k] : (ts_logprob){-1, 0};
+    j->lp_off[j->n_lp++] = offset;
+    return 0;
 }
 
 /* ---- output: SSE chunks ---------------------------------------------------- */
@@ -216,7 +433,18 @@ static void sse_choice(srv *s, job *j, const char *reasoning, size_t nr, const c
     } else {
         add_str(ch, "text", content, content ? nc : 0);
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    /* the entries recorded since the last chunk: every chunk carries what is
+     * pending (a token whose text is held back, or makes no text, goes with
+     * a later one; the final chunk takes the rest), so the chunks' entries
+     * add up to the non-streamed list */
+    char *lp = j->logprobs && j->lp_sent < j->n_lp ? lp_json(s, j, j->lp_sent, j->n_lp) : NULL;
+    if (lp) {
+        cJSON_AddRawToObject(ch, "logprobs", lp);
+        j->lp_sent = j->n_lp;
+    } else {
+        cJSON_AddNullToObject(ch, "logprobs");
+    }
+    free(lp);
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
     sse_send(j, c);
@@ -281,7 +509,10 @@ char *srv_job_response(srv *s, job *j) {
     } else {
         add_str(ch, "text", j->text.s, j->text.len);
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    char *lp = j->logprobs ? lp_json(s, j, 0, j->n_lp) : NULL;
+    if (lp) cJSON_AddRawToObject(ch, "logprobs", lp);
+    else cJSON_AddNullToObject(ch, "logprobs");
+    free(lp);
     cJSON_AddStringToObject(ch, "finish_reason", j->finish ? j->finish : "stop");
     cJSON_AddItemToObject(r, "usage", usage_json(j));
     char *p = cJSON_PrintUnformatted(r);
@@ -300,6 +531,10 @@ typedef struct run_ctx {
     ts_text d_reason, d_content; /* per-push deltas from the reply parser (library-allocated) */
     int stop_hit, stop_id_hit, n_gen;
     int shutdown;          /* the server stopped the generation (after its drain timeout) */
+    int n_chars;           /* characters decoded so far (before stop sequences) */
+    unsigned char pend[4]; /* the bytes the detokenizer holds (a character's start), as it decodes */
+    int n_pend;
+    int lp_oom;            /* a log-probability entry could not be recorded: the job fails */
 } run_ctx;
 
 static int is_stop_id(const srv *s, int32_t id) {
@@ -361,6 +596,60 @@ static void text_in(run_ctx *r, const char *p, size_t n) {
     r->hold.len = keep;
 }
 
+/* A token's text_offset, before it is decoded: the index of the character
+ * of the decoded text its first byte lands in. That is the characters
+ * decoded so far, one more when the detokenizer holds a character's start
+ * that the token's first byte does not continue (the held bytes become a
+ * U+FFFD of their own). A special token (no text) gets the characters so
+ * far. */
+static int text_offset(const run_ctx *r, int32_t id) {
+    size_t n;
+    const char *t = ts_tokenizer_token_bytes(r->s->tok, id, &n);
+    if (!r->n_pend || !t || !n || ts_tokenizer_is_special(r->s->tok, id)) return r->n_chars;
+    unsigned char b[8];
+    memcpy(b, r->pend, (size_t)r->n_pend);
+    const size_t m = n < 3 ? n : 3;
+    memcpy(b + r->n_pend, t, m);
+    return r->n_chars + (utf8_seq(b, (size_t)r->n_pend + m) == -r->n_pend);
+}
+
+/* After the detokenizer took a token's bytes: what it holds now. Only the
+ * last four bytes of what it held and the token matter: a byte that is not
+ * a continuation byte always starts a sequence, and a sequence is at most
+ * four bytes, so the held bytes are the last such byte and what follows it,
+ * when they are a valid start cut by the end. */
+static void track_pending(run_ctx *r, const char *t, size_t n) {
+    unsigned char b[8];
+    size_t nb = 0;
+    if (n < 4) {
+        memcpy(b, r->pend, (size_t)r->n_pend);
+        nb = (size_t)r->n_pend;
+    }
+    const size_t m = n < 4 ? n : 4;
+    memcpy(b + nb, t + n - m, m);
+    nb += m;
+    if (nb > 4) memmove(b, b + nb - 4, 4), nb = 4;
+    size_t q = nb;
+    while (q > 0 && (b[q - 1] & 0xC0) == 0x80) q--;
+    r->n_pend = 0;
+    if (q > 0 && utf8_seq(b + q - 1, nb - q + 1) == 0) {
+        r->n_pend = (int)(nb - q + 1);
+        memcpy(r->pend, b + q - 1, (size_t)r->n_pend);
+    }
+}
+
+/* ts_generate's logprob_cb, just before on_token for the same token. Every
+ * generated token gets an entry but a stop id that ends the generation (its
+ * text is not in the reply; with ignore_eos nothing ends there, so nothing
+ * is left out). The tokens of a reasoning block or of a tool call are
+ * included, as vLLM does: they are generated tokens, whatever the reply
+ * parser makes of their text. */
+static void on_logprob(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top) {
+    run_ctx *r = user;
+    if (!r->j->ignore_eos && is_stop_id(r->s, chosen->id)) return;
+    if (lp_append(r->j, chosen, top, n_top, text_offset(r, chosen->id))) r->lp_oom = 1;
+}
+
 static int on_token(void *user, int32_t id) {
     run_ctx *r = user;
     srv *s = r->s;
@@ -374,10 +663,16 @@ static int on_token(void *user, int32_t id) {
         const char *t;
         size_t len;
         ts_error err;
-        if (ts_detok_push(r->sl->dt, id, &t, &len, &err) == 0 && len) text_in(r, t, len);
+        if (ts_detok_push(r->sl->dt, id, &t, &len, &err) == 0) {
+            size_t tl;
+            const char *tb = ts_tokenizer_token_bytes(s->tok, id, &tl);
+            if (tb) track_pending(r, tb, tl);
+            r->n_chars += utf8_chars(t, len);
+            if (len) text_in(r, t, len);
+        }
     }
     if (__atomic_load_n(&s->stopping, __ATOMIC_RELAXED)) r->shutdown = 1;
-    return r->stop_hit || r->shutdown || __atomic_load_n(&j->cancelled, __ATOMIC_RELAXED);
+    return r->stop_hit || r->shutdown || r->lp_oom || __atomic_load_n(&j->cancelled, __ATOMIC_RELAXED);
 }
 
 /* How much of j's prompt the session's checkpoint covers (the ids before
@@ -399,7 +694,8 @@ static void run_job(slot *sl, job *j) {
      * prompt, and save the next one at the last grid point of the history
      * (a chat) or the prompt (a completion): the template re-renders a chat's
      * last reply, so the timeline never matches past its history. Not with
-     * penalties: their window sees only what ts_generate is given. */
+     * penalties: their window sees only what ts_generate is given. A logit
+     * bias is stateless (the same on every row), so it does not stop reuse. */
     ts_gen_params gp = j->gp;
     int penalties = gp.repeat_penalty != 1.0f || gp.presence_penalty != 0 || gp.frequency_penalty != 0;
     int reuse = 0, cached = 0, fed = 0;
@@ -423,6 +719,7 @@ static void run_job(slot *sl, job *j) {
         gp.stop_ids = s->stop_ids;
         gp.n_stop = s->n_stop_ids;
     }
+    if (j->logprobs) gp.logprob_cb = on_logprob;
     ts_detok_reset(sl->dt);
     if (j->stream && j->kind == JOB_CHAT) sse_choice(s, j, NULL, 0, NULL, 0, NULL, 1, NULL);
 
@@ -454,6 +751,11 @@ static void run_job(slot *sl, job *j) {
     if (rc) {
         j->err_status = rc == TS_E_CONTEXT || rc == TS_E_ARG ? 400 : 500;
         snprintf(j->err_msg, sizeof j->err_msg, "%s", err.msg);
+    } else if (r.lp_oom) {
+        rc = TS_E_NOMEM;
+        j->err_status = 500;
+        snprintf(j->err_msg, sizeof j->err_msg, "out of memory recording log-probabilities (%d tokens generated)",
+                 r.n_gen);
     } else if (r.shutdown && !r.stop_hit && !r.stop_id_hit) {
         /* cut short by the shutdown: an error, not a "length" finish a
          * client would take for the whole reply */

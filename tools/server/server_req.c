@@ -88,8 +88,105 @@ static int bool_field(const cJSON *root, const char *k, int *out, srv_err *e) {
     return 0;
 }
 
+/* A key of the request for an error message: printable ASCII as is, other
+ * bytes as \xNN (the message goes out as JSON, which must stay UTF-8),
+ * at most about 40 characters. */
+static const char *key_for_msg(const char *k, char *buf, size_t cap) {
+    size_t o = 0;
+    for (; *k && o + 8 < cap && o < 40; k++) {
+        unsigned char c = (unsigned char)*k;
+        if (c >= 0x20 && c < 0x7f) buf[o++] = (char)c;
+        else o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    if (*k) o += (size_t)snprintf(buf + o, cap - o, "...");
+    buf[o] = 0;
+    return buf;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+#define SRV_MAX_BIAS 1024 /* logit_bias entries, as OpenAI allows */
+
+/* logit_bias (both endpoints): {"token id": bias in [-100, 100], ...} into
+ * job-owned arrays that gp.bias_ids / gp.bias point at. OpenAI's rules: keys
+ * are token ids in decimal, values numbers in [-100, 100]; {} is no bias.
+ * Two keys naming one id ("5" and "05") are refused: which one wins would
+ * be a guess. */
+static int parse_logit_bias(srv *s, const cJSON *root, job *j, srv_err *e) {
+    const cJSON *v = get(root, "logit_bias"), *it;
+    char kb[64];
+    if (!v) return 0;
+    if (!cJSON_IsObject(v)) {
+        fail(e, 400, "logit_bias", "invalid_logit_bias", "'logit_bias' must be an object mapping token ids to numbers");
+        return -1;
+    }
+    const int n = cJSON_GetArraySize(v);
+    if (n == 0) return 0;
+    if (n > SRV_MAX_BIAS) {
+        fail(e, 400, "logit_bias", "invalid_logit_bias", "'logit_bias' has %d entries; at most %d are allowed", n,
+             SRV_MAX_BIAS);
+        return -1;
+    }
+    j->bias_ids = malloc(sizeof *j->bias_ids * (size_t)n);
+    j->bias = malloc(sizeof *j->bias * (size_t)n);
+    int32_t *sorted = malloc(sizeof *sorted * (size_t)n);
+    if (!j->bias_ids || !j->bias || !sorted) {
+        free(sorted);
+        fail(e, 500, NULL, NULL, "out of memory");
+        return -1;
+    }
+    int k = 0;
+    cJSON_ArrayForEach(it, v) {
+        const char *key = it->string;
+        long id = 0;
+        size_t nd = strspn(key, "0123456789");
+        if (!nd || key[nd]) {
+            fail(e, 400, "logit_bias", "invalid_logit_bias",
+                 "'logit_bias' key '%s' is not a token id (a non-negative integer in decimal)",
+                 key_for_msg(key, kb, sizeof kb));
+            goto bad;
+        }
+        for (size_t i = 0; i < nd && id < s->n_vocab; i++) id = id * 10 + (key[i] - '0');
+        if (id >= s->n_vocab) {
+            fail(e, 400, "logit_bias", "invalid_logit_bias",
+                 "'logit_bias' key '%s' is outside the model's vocabulary (token ids 0..%d)",
+                 key_for_msg(key, kb, sizeof kb), s->n_vocab - 1);
+            goto bad;
+        }
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) {
+            fail(e, 400, "logit_bias", "invalid_logit_bias", "'logit_bias' value of token %ld must be a number", id);
+            goto bad;
+        }
+        if (it->valuedouble < -100 || it->valuedouble > 100) {
+            fail(e, 400, "logit_bias", "invalid_logit_bias",
+                 "'logit_bias' value of token %ld is %g; it must be in [-100, 100]", id, it->valuedouble);
+            goto bad;
+        }
+        j->bias_ids[k] = sorted[k] = (int32_t)id;
+        j->bias[k++] = (float)it->valuedouble;
+    }
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_i32);
+    for (int i = 1; i < n; i++)
+        if (sorted[i] == sorted[i - 1]) {
+            fail(e, 400, "logit_bias", "invalid_logit_bias", "'logit_bias' names token %d twice (keys with leading zeros?)",
+                 (int)sorted[i]);
+            goto bad;
+        }
+    free(sorted);
+    j->gp.bias_ids = j->bias_ids;
+    j->gp.bias = j->bias;
+    j->gp.n_bias = n;
+    return 0;
+bad:
+    free(sorted);
+    return -1;
+}
+
 /* Fields both endpoints share: n, stream, stream_options, max_tokens,
- * sampling, seed, stop, ignore_eos. *max_tokens = -1 when absent. */
+ * sampling, logit_bias, seed, stop, ignore_eos. *max_tokens = -1 when absent. */
 static int parse_common(srv *s, const cJSON *root, job *j, int *max_tokens, srv_err *e) {
     const cJSON *v;
     if ((v = get(root, "n")) && (!is_int(v) || v->valuedouble != 1)) {
@@ -126,7 +223,7 @@ static int parse_common(srv *s, const cJSON *root, job *j, int *max_tokens, srv_
         num_field(root, "top_p", 0, 1, 1, &gp->top_p, e) || num_field(root, "min_p", 0, 1, 0, &gp->min_p, e) ||
         num_field(root, "presence_penalty", -2, 2, 0, &gp->presence_penalty, e) ||
         num_field(root, "frequency_penalty", -2, 2, 0, &gp->frequency_penalty, e) ||
-        num_field(root, "repetition_penalty", 0, 100, 1, &gp->repeat_penalty, e))
+        num_field(root, "repetition_penalty", 0, 100, 1, &gp->repeat_penalty, e) || parse_logit_bias(s, root, j, e))
         return -1;
     if ((v = get(root, "top_k"))) {
         if (!is_int(v) || v->valuedouble < -1 || v->valuedouble > 1e9) {
@@ -373,8 +470,6 @@ static int check_fields(srv *s, const cJSON *root, int chat, srv_err *e) {
             return -1;
         }
     }
-    if ((v = get(root, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
-        return unsupported(e, "logit_bias", "unsupported_logit_bias", "'logit_bias' is not supported");
     if ((v = get(root, "service_tier")) &&
         !(cJSON_IsString(v) && (!strcmp(v->valuestring, "auto") || !strcmp(v->valuestring, "default"))))
         return unsupported(e, "service_tier", "unsupported_parameter", "'service_tier' may only be \"auto\" or \"default\"");
@@ -403,8 +498,6 @@ static int check_chat_fields(const cJSON *root, srv_err *e) {
     if ((v = get(root, "parallel_tool_calls")) && !cJSON_IsTrue(v))
         return unsupported(e, "parallel_tool_calls", "unsupported_parameter",
                            "'parallel_tool_calls' false is not supported (a reply may hold several calls)");
-    if ((v = get(root, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return unsupported(e, "top_logprobs", "unsupported_parameter", "'top_logprobs' is not supported");
     if ((v = get(root, "modalities"))) {
         int ok = cJSON_IsArray(v);
         cJSON_ArrayForEach(it, v) ok = ok && cJSON_IsString(it) && !strcmp(it->valuestring, "text");
@@ -438,6 +531,25 @@ static int check_chat_fields(const cJSON *root, srv_err *e) {
     return 0;
 }
 
+/* Chat: logprobs (true / false) and top_logprobs (0..20 alternatives a
+ * token, only with logprobs true, as OpenAI checks). */
+static int parse_chat_logprobs(const cJSON *root, job *j, srv_err *e) {
+    const cJSON *v;
+    if (bool_field(root, "logprobs", &j->logprobs, e)) return -1;
+    if (!(v = get(root, "top_logprobs"))) return 0;
+    if (!is_int(v) || v->valuedouble < 0 || v->valuedouble > TS_TOP_LOGPROBS_MAX) {
+        fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' must be an integer in [0, %d]",
+             TS_TOP_LOGPROBS_MAX);
+        return -1;
+    }
+    if (v->valuedouble > 0 && !j->logprobs) {
+        fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs' set to true");
+        return -1;
+    }
+    j->gp.top_logprobs = (int)v->valuedouble;
+    return 0;
+}
+
 job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
     cJSON *root = parse_body(body, len, e);
     if (!root) return NULL;
@@ -462,10 +574,7 @@ job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
     }
     if (check_fields(s, root, 1, e) || check_chat_fields(root, e)) goto bad;
     if (parse_common(s, root, j, &max_tokens, e)) goto bad;
-    if ((v = get(root, "logprobs")) && !cJSON_IsFalse(v)) {
-        fail(e, 400, "logprobs", "unsupported_parameter", "'logprobs' is not supported");
-        goto bad;
-    }
+    if (parse_chat_logprobs(root, j, e)) goto bad;
     if ((v = get(root, "tools"))) {
         if (!cJSON_IsArray(v)) { fail(e, 400, "tools", "invalid_type", "'tools' must be a list"); goto bad; }
         if (cJSON_GetArraySize(v) && !(j->tools_json = cJSON_PrintUnformatted(v))) {
@@ -521,9 +630,15 @@ job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e) {
         fail(e, 400, "echo", "unsupported_parameter", "'echo' is not supported");
         goto bad;
     }
-    if ((v = get(root, "logprobs")) && !(is_int(v) && v->valuedouble == 0) && !cJSON_IsFalse(v)) {
-        fail(e, 400, "logprobs", "unsupported_parameter", "'logprobs' is not supported");
-        goto bad;
+    if ((v = get(root, "logprobs")) && !cJSON_IsFalse(v)) {
+        if (!is_int(v) || v->valuedouble < 0 || v->valuedouble > TS_TOP_LOGPROBS_MAX) {
+            fail(e, 400, "logprobs", "invalid_value",
+                 "'logprobs' must be an integer in [0, %d] (the alternatives given per token) or null",
+                 TS_TOP_LOGPROBS_MAX);
+            goto bad;
+        }
+        j->logprobs = 1;
+        j->gp.top_logprobs = (int)v->valuedouble;
     }
     if ((v = get(root, "best_of")) && !(is_int(v) && v->valuedouble == 1)) {
         fail(e, 400, "best_of", "unsupported_parameter", "only best_of = 1 is supported");
