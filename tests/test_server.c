@@ -397,7 +397,8 @@ static void errors(server *s) {
         {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"temperature\": \"hot\"}", AUTH, 400, "'temperature' must be a number"},
         {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"max_tokens\": 1.5}", AUTH, 400, "max_tokens"},
         {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"max_tokens\": 100000}", AUTH, 400, "limit"},
-        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"n\": 2}", AUTH, 400, "n = 1"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"n\": 17}", AUTH, 400, "[1, 16]"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"n\": 0}", AUTH, 400, "'n'"},
         {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"stop\": 5}", AUTH, 400, "'stop'"},
         {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"system\",\"content\":\"hi\"}]}", AUTH, 400, "No user query found in messages."},
         {"POST", "/v1/completions", "{\"prompt\": [1, 99999]}", AUTH, 400, "token ids"},
@@ -1583,6 +1584,93 @@ TS_TEST(server, openai_npm_client) {
                         s.port, cwd);
     printf("%s", g_sh);
     CHECK_MSG(rc == 0 && strstr(g_sh, " passed, 0 failed"), "check.mjs: rc %d", rc);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* n choices (OpenAI's n): choice k is what a request of n = 1 with seed +
+ * k gives (the choices run one after another from the same prompt, the
+ * later ones resuming from the first one's checkpoint), greedy choices are
+ * all the greedy reply, usage counts every choice's tokens, each choice
+ * carries its own log-probabilities, and a stream interleaves nothing: each
+ * index gets its role chunk, its text and one finish chunk, adding up to
+ * the non-streamed choices. */
+static const char *choice_text(const cJSON *j, int k, int chat) {
+    char path[64];
+    snprintf(path, sizeof path, chat ? "choices.%d.message.content" : "choices.%d.text", k);
+    return str_at(j, path);
+}
+
+TS_TEST(server, n_choices) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    int st;
+    char body[1024];
+    /* sampled completions: choice k = seed 5 + k alone */
+    cJSON *j = http_post(s.port, "/v1/completions",
+                         "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":1.0,\"seed\":5,\"n\":3,"
+                         "\"logprobs\":1}", &st);
+    CHECK_MSG(st == 200 && j && cJSON_GetArraySize(path_get(j, "choices")) == 3, "n = 3: status %d", st);
+    int total = 0, differ = 0;
+    for (int k = 0; k < 3; k++) {
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":1.0,\"seed\":%d,\"logprobs\":1}", 5 + k);
+        cJSON *one = http_post(s.port, "/v1/completions", body, &st);
+        CHECK(st == 200 && one);
+        char path[64];
+        snprintf(path, sizeof path, "choices.%d.index", k);
+        CHECK(int_at(j, path) == k);
+        const char *a = choice_text(j, k, 0), *b = choice_text(one, 0, 0);
+        CHECK_MSG(a && b && !strcmp(a, b), "choice %d '%s', seed %d alone '%s'", k, a, 5 + k, b);
+        snprintf(path, sizeof path, "choices.%d.logprobs.token_logprobs", k);
+        char *x = print(path_get(j, path)), *y = print(path_get(one, "choices.0.logprobs.token_logprobs"));
+        CHECK_MSG(!strcmp(x, y), "choice %d's log-probabilities differ from seed %d alone", k, 5 + k);
+        free(x), free(y);
+        total += int_at(one, "usage.completion_tokens");
+        differ += k && strcmp(a, choice_text(j, 0, 0));
+        cJSON_Delete(one);
+    }
+    CHECK_MSG(int_at(j, "usage.completion_tokens") == total, "usage %d tokens, the choices %d",
+              int_at(j, "usage.completion_tokens"), total);
+    CHECK_MSG(differ > 0, "three sampled choices are one text");
+    cJSON_Delete(j);
+    /* greedy chat, n = 2: both the greedy reply; streamed: per index */
+    cJSON *g = http_post(s.port, "/v1/chat/completions", CHAT_NOTHINK, &st);
+    CHECK(st == 200 && g);
+    snprintf(body, sizeof body, "%.*s,\"n\":2}", (int)strlen(CHAT_NOTHINK) - 1, CHAT_NOTHINK);
+    j = http_post(s.port, "/v1/chat/completions", body, &st);
+    CHECK(st == 200 && j && cJSON_GetArraySize(path_get(j, "choices")) == 2);
+    for (int k = 0; k < 2; k++)
+        CHECK_MSG(choice_text(j, k, 1) && !strcmp(choice_text(j, k, 1), choice_text(g, 0, 1)), "greedy choice %d differs",
+                  k);
+    char *sb = post_stream(s.port, "/v1/chat/completions", body);
+    CHECK(sb);
+    char text[2][8192] = {"", ""};
+    int roles[2] = {0, 0}, finishes[2] = {0, 0}, last = 0, back = 0;
+    for (const char *p = sb; sb && (p = strstr(p, "data: {"));) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        cJSON *c = e ? cJSON_ParseWithLength(p, (size_t)(e - p)) : NULL;
+        CHECK(c);
+        const int k = int_at(c, "choices.0.index");
+        CHECK(k == 0 || k == 1);
+        if (k < last) back = 1; /* choice 1's chunks never precede choice 0's */
+        last = k;
+        const char *t = str_at(c, "choices.0.delta.content");
+        if (t) strncat(text[k], t, sizeof text[k] - strlen(text[k]) - 1);
+        roles[k] += str_at(c, "choices.0.delta.role") != NULL;
+        finishes[k] += str_at(c, "choices.0.finish_reason") != NULL;
+        cJSON_Delete(c);
+        p = e;
+    }
+    CHECK_MSG(!back && roles[0] == 1 && roles[1] == 1 && finishes[0] == 1 && finishes[1] == 1,
+              "streamed n = 2: roles %d/%d, finishes %d/%d, out of order %d", roles[0], roles[1], finishes[0], finishes[1],
+              back);
+    for (int k = 0; k < 2; k++) CHECK_MSG(!strcmp(text[k], choice_text(j, k, 1)), "streamed choice %d differs", k);
+    CHECK(sb && strstr(sb, "data: [DONE]"));
+    free(sb);
+    cJSON_Delete(j);
+    cJSON_Delete(g);
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
 }

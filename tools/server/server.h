@@ -68,11 +68,23 @@ typedef struct job {
     size_t sent;                  /* bytes of out already handed to the connection */
 
     /* ---- results (written by the worker, read after DONE) ---- */
+    struct choice *ch;            /* [n_choices] (the request's n), one generation each */
+    int n_choices;
+    int cur;                      /* the choice the worker generates now */
+    int n_gen, n_cached;          /* generated tokens (all choices), prompt tokens reused (the first) */
+    int err_status;               /* non-zero: the generation failed (HTTP status) */
+    char err_msg[1024];
+} job;
+
+/* One of a job's n generations (OpenAI's choices): choice k samples with
+ * seed + k from the same prompt, after choice k - 1 (the session's
+ * checkpoint of the prompt makes the later ones' prefill short). */
+typedef struct choice {
     ts_text text;                 /* completion text / chat content */
     ts_text reasoning;            /* chat reasoning_content */
     char *tool_calls;             /* chat: [{"name","arguments"}] JSON (ts_chat_text_free), or NULL */
     const char *finish;           /* "stop", "length", "tool_calls" */
-    int n_gen, n_cached;          /* generated tokens, prompt tokens reused from the session */
+    int n_gen;                    /* its generated tokens */
     /* log-probabilities (logprobs on): one entry per generated token but a
      * stop id that ended the generation; entry i is lp[i * (1 +
      * gp.top_logprobs)]: the chosen token, then its alternatives (id -1
@@ -82,9 +94,9 @@ typedef struct job {
     int *lp_off;                  /* [n_lp] completions' text_offset: characters decoded before it */
     int n_lp, cap_lp;
     int lp_sent;                  /* stream: entries already sent in a chunk */
-    int err_status;               /* non-zero: the generation failed (HTTP status) */
-    char err_msg[1024];
-} job;
+} choice;
+
+#define SRV_MAX_N 16 /* choices a request may ask (n) */
 
 struct srv {
     const char *model_dir;

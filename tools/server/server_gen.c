@@ -126,6 +126,13 @@ static void add_str(cJSON *obj, const char *key, const char *p, size_t n) {
 job *srv_job_new(int kind) {
     job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
+    /* every choice a request may ask, up front: results are written
+     * by the worker and read by the connection, never reallocated */
+    if (!(j->ch = calloc(SRV_MAX_N, sizeof *j->ch))) {
+        free(j);
+        return NULL;
+    }
+    j->n_choices = 1;
     j->kind = kind;
     j->refs = 1;
     j->n_history = -1;
@@ -152,12 +159,16 @@ void srv_job_unref(job *j) {
     free(j->tools_json);
     free(j->bias_ids);
     free(j->bias);
-    free(j->lp);
-    free(j->lp_off);
+    for (int k = 0; j->ch && k < SRV_MAX_N; k++) {
+        choice *c = &j->ch[k];
+        free(c->lp);
+        free(c->lp_off);
+        text_free(&c->text);
+        text_free(&c->reasoning);
+        ts_chat_text_free(c->tool_calls);
+    }
+    free(j->ch);
     text_free(&j->out);
-    text_free(&j->text);
-    text_free(&j->reasoning);
-    ts_chat_text_free(j->tool_calls);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -262,7 +273,9 @@ static void lp_num(ts_text *o, float lp) {
 }
 
 /* Entry i's row: the chosen token, then up to top_logprobs alternatives. */
-static const ts_logprob *lp_row(const job *j, int i) { return j->lp + (size_t)i * (size_t)(1 + j->gp.top_logprobs); }
+static const ts_logprob *lp_row(const job *j, const choice *c, int i) {
+    return c->lp + (size_t)i * (size_t)(1 + j->gp.top_logprobs);
+}
 
 /* {"token", "logprob", "bytes"} members of one token (no braces). */
 static void lp_chat_token(ts_text *o, const srv *s, const ts_logprob *t) {
@@ -276,10 +289,10 @@ static void lp_chat_token(ts_text *o, const srv *s, const ts_logprob *t) {
 
 /* Chat's choice logprobs for entries [from, to):
  * {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null}. */
-static void lp_chat(ts_text *o, const srv *s, const job *j, int from, int to) {
+static void lp_chat(ts_text *o, const srv *s, const job *j, const choice *c, int from, int to) {
     put(o, "{\"content\":[");
     for (int i = from; i < to; i++) {
-        const ts_logprob *r = lp_row(j, i);
+        const ts_logprob *r = lp_row(j, c, i);
         put(o, i > from ? ",{" : "{");
         lp_chat_token(o, s, &r[0]);
         put(o, ",\"top_logprobs\":[");
@@ -310,21 +323,21 @@ static int same_text(const srv *s, int32_t a, int32_t b) {
  * characters, code points) of the character of the returned text that holds
  * the token's first byte (text_offset() below; a token after a stop
  * sequence's cut points past the text's end, as in vLLM). */
-static void lp_completion(ts_text *o, const srv *s, const job *j, int from, int to) {
+static void lp_completion(ts_text *o, const srv *s, const job *j, const choice *c, int from, int to) {
     char b[32];
     put(o, "{\"tokens\":[");
     for (int i = from; i < to; i++) {
         if (i > from) put(o, ",");
-        lp_token(o, s, lp_row(j, i)->id);
+        lp_token(o, s, lp_row(j, c, i)->id);
     }
     put(o, "],\"token_logprobs\":[");
     for (int i = from; i < to; i++) {
         if (i > from) put(o, ",");
-        lp_num(o, lp_row(j, i)->logprob);
+        lp_num(o, lp_row(j, c, i)->logprob);
     }
     put(o, "],\"top_logprobs\":[");
     for (int i = from; i < to; i++) {
-        const ts_logprob *r = lp_row(j, i);
+        const ts_logprob *r = lp_row(j, c, i);
         ts_logprob keys[TS_TOP_LOGPROBS_MAX + 1];
         int n = 0, chosen_in = 0;
         for (int k = 0; k < j->gp.top_logprobs && r[1 + k].id >= 0; k++) {
@@ -347,37 +360,38 @@ static void lp_completion(ts_text *o, const srv *s, const job *j, int from, int 
     }
     put(o, "],\"text_offset\":[");
     for (int i = from; i < to; i++) {
-        snprintf(b, sizeof b, "%s%d", i > from ? "," : "", j->lp_off[i]);
+        snprintf(b, sizeof b, "%s%d", i > from ? "," : "", c->lp_off[i]);
         put(o, b);
     }
     put(o, "]}");
 }
 
 /* The choice's logprobs for entries [from, to) in the job's form, malloc'd. */
-static char *lp_json(const srv *s, const job *j, int from, int to) {
+static char *lp_json(const srv *s, const job *j, const choice *c, int from, int to) {
     ts_text o = {0};
-    if (j->kind == JOB_CHAT) lp_chat(&o, s, j, from, to);
-    else lp_completion(&o, s, j, from, to);
+    if (j->kind == JOB_CHAT) lp_chat(&o, s, j, c, from, to);
+    else lp_completion(&o, s, j, c, from, to);
     return o.s;
 }
 
 /* Record one generated token's entry; -1 out of memory. */
 static int lp_append(job *j, const ts_logprob *chosen, const ts_logprob *top, int n_top, int offset) {
     const int stride = 1 + j->gp.top_logprobs;
-    if (j->n_lp == j->cap_lp) {
-        const int cap = j->cap_lp ? 2 * j->cap_lp : 64;
-        ts_logprob *lp = realloc(j->lp, sizeof *lp * (size_t)cap * (size_t)stride);
+    choice *c = &j->ch[j->cur];
+    if (c->n_lp == c->cap_lp) {
+        const int cap = c->cap_lp ? 2 * c->cap_lp : 64;
+        ts_logprob *lp = realloc(c->lp, sizeof *lp * (size_t)cap * (size_t)stride);
         if (!lp) return -1;
-        j->lp = lp;
-        int *off = realloc(j->lp_off, sizeof *off * (size_t)cap);
+        c->lp = lp;
+        int *off = realloc(c->lp_off, sizeof *off * (size_t)cap);
         if (!off) return -1;
-        j->lp_off = off;
-        j->cap_lp = cap;
+        c->lp_off = off;
+        c->cap_lp = cap;
     }
-    ts_logprob *r = j->lp + (size_t)j->n_lp * (size_t)stride;
+    ts_logprob *r = c->lp + (size_t)c->n_lp * (size_t)stride;
     r[0] = *chosen;
     for (int k = 0; k < j->gp.top_logprobs; k++) r[1 + k] = k < n_top ? top[k] : (ts_logprob){-1, 0};
-    j->lp_off[j->n_lp++] = offset;
+    c->lp_off[c->n_lp++] = offset;
     return 0;
 }
 
@@ -414,15 +428,16 @@ static void sse_raw(job *j, const char *line) {
     pthread_mutex_unlock(&j->mu);
 }
 
-/* One choice chunk: chat delta fields (reasoning, content, tool_calls JSON,
- * role) or completion text; finish = NULL for null. */
+/* One chunk of the current choice: chat delta fields (reasoning, content,
+ * tool_calls JSON, role) or completion text; finish = NULL for null. */
 static void sse_choice(srv *s, job *j, const char *reasoning, size_t nr, const char *content, size_t nc,
                        const char *tool_calls, int role, const char *finish) {
     cJSON *c = chunk_base(s, j);
     cJSON *choices = cJSON_AddArrayToObject(c, "choices");
     cJSON *ch = cJSON_CreateObject();
+    choice *cc = &j->ch[j->cur];
     cJSON_AddItemToArray(choices, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON_AddNumberToObject(ch, "index", j->cur);
     if (j->kind == JOB_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
         if (role) cJSON_AddStringToObject(d, "role", "assistant");
@@ -437,10 +452,10 @@ static void sse_choice(srv *s, job *j, const char *reasoning, size_t nr, const c
      * pending (a token whose text is held back, or makes no text, goes with
      * a later one; the final chunk takes the rest), so the chunks' entries
      * add up to the non-streamed list */
-    char *lp = j->logprobs && j->lp_sent < j->n_lp ? lp_json(s, j, j->lp_sent, j->n_lp) : NULL;
+    char *lp = j->logprobs && cc->lp_sent < cc->n_lp ? lp_json(s, j, cc, cc->lp_sent, cc->n_lp) : NULL;
     if (lp) {
         cJSON_AddRawToObject(ch, "logprobs", lp);
-        j->lp_sent = j->n_lp;
+        cc->lp_sent = cc->n_lp;
     } else {
         cJSON_AddNullToObject(ch, "logprobs");
     }
@@ -492,28 +507,31 @@ char *srv_job_response(srv *s, job *j) {
     cJSON_AddNumberToObject(r, "created", (double)j->created);
     cJSON_AddStringToObject(r, "model", s->model_id);
     cJSON *choices = cJSON_AddArrayToObject(r, "choices");
-    cJSON *ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    if (j->kind == JOB_CHAT) {
-        cJSON *m = cJSON_AddObjectToObject(ch, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        if (j->tool_calls && !j->text.len) cJSON_AddNullToObject(m, "content");
-        else add_str(m, "content", j->text.s, j->text.len);
-        if (j->reasoning.len) add_str(m, "reasoning_content", j->reasoning.s, j->reasoning.len);
-        if (j->tool_calls) {
-            char *tc = openai_tool_calls(j, j->tool_calls, 0);
-            if (tc) cJSON_AddRawToObject(m, "tool_calls", tc);
-            free(tc);
+    for (int k = 0; k < j->n_choices; k++) {
+        const choice *c = &j->ch[k];
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, ch);
+        cJSON_AddNumberToObject(ch, "index", k);
+        if (j->kind == JOB_CHAT) {
+            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            if (c->tool_calls && !c->text.len) cJSON_AddNullToObject(m, "content");
+            else add_str(m, "content", c->text.s, c->text.len);
+            if (c->reasoning.len) add_str(m, "reasoning_content", c->reasoning.s, c->reasoning.len);
+            if (c->tool_calls) {
+                char *tc = openai_tool_calls(j, c->tool_calls, 0);
+                if (tc) cJSON_AddRawToObject(m, "tool_calls", tc);
+                free(tc);
+            }
+        } else {
+            add_str(ch, "text", c->text.s, c->text.len);
         }
-    } else {
-        add_str(ch, "text", j->text.s, j->text.len);
+        char *lp = j->logprobs ? lp_json(s, j, c, 0, c->n_lp) : NULL;
+        if (lp) cJSON_AddRawToObject(ch, "logprobs", lp);
+        else cJSON_AddNullToObject(ch, "logprobs");
+        free(lp);
+        cJSON_AddStringToObject(ch, "finish_reason", c->finish ? c->finish : "stop");
     }
-    char *lp = j->logprobs ? lp_json(s, j, 0, j->n_lp) : NULL;
-    if (lp) cJSON_AddRawToObject(ch, "logprobs", lp);
-    else cJSON_AddNullToObject(ch, "logprobs");
-    free(lp);
-    cJSON_AddStringToObject(ch, "finish_reason", j->finish ? j->finish : "stop");
     cJSON_AddItemToObject(r, "usage", usage_json(j));
     char *p = cJSON_PrintUnformatted(r);
     cJSON_Delete(r);
@@ -549,7 +567,7 @@ static void text_out(run_ctx *r, const char *p, size_t n) {
     if (j->kind == JOB_COMPLETION) {
         if (!n) return;
         pthread_mutex_lock(&j->mu);
-        text_add(&j->text, p, n);
+        text_add(&j->ch[j->cur].text, p, n);
         pthread_mutex_unlock(&j->mu);
         if (j->stream) sse_choice(r->s, j, NULL, 0, p, n, NULL, 0, NULL);
         return;
@@ -559,8 +577,8 @@ static void text_out(run_ctx *r, const char *p, size_t n) {
     if (ts_reply_push(r->reply, p, n, &r->d_reason, &r->d_content, &err)) return;
     if (!r->d_reason.len && !r->d_content.len) return;
     pthread_mutex_lock(&j->mu);
-    text_add(&j->reasoning, r->d_reason.s, r->d_reason.len);
-    text_add(&j->text, r->d_content.s, r->d_content.len);
+    text_add(&j->ch[j->cur].reasoning, r->d_reason.s, r->d_reason.len);
+    text_add(&j->ch[j->cur].text, r->d_content.s, r->d_content.len);
     pthread_mutex_unlock(&j->mu);
     if (j->stream)
         sse_choice(r->s, j, r->d_reason.s, r->d_reason.len, r->d_content.s, r->d_content.len, NULL, 0, NULL);
@@ -679,8 +697,12 @@ static int on_token(void *user, int32_t id) {
  * its saved state start the prompt, and something is left to feed), or 0. */
 static int ckpt_match(const slot *sl, const job *j) { return cli_reuse_match(&sl->ru, sl->sess, j->prompt, j->n_prompt); }
 
-static void run_job(slot *sl, job *j) {
+/* One choice (j->cur) of a job: prefix reuse, the generation, the reply's
+ * end and, streamed, its last chunks. Returns 0 or the engine's error (the
+ * job's err_status / err_msg set); adds to the metrics. */
+static int run_choice(slot *sl, job *j) {
     srv *s = sl->s;
+    choice *c = &j->ch[j->cur];
     run_ctx r;
     memset(&r, 0, sizeof r);
     r.s = s;
@@ -695,8 +717,11 @@ static void run_job(slot *sl, job *j) {
      * (a chat) or the prompt (a completion): the template re-renders a chat's
      * last reply, so the timeline never matches past its history. Not with
      * penalties: their window sees only what ts_generate is given. A logit
-     * bias is stateless (the same on every row), so it does not stop reuse. */
+     * bias is stateless (the same on every row), so it does not stop reuse.
+     * The choices after the first resume from the checkpoint the first one
+     * saved: their prefill is what lies past the prompt's last grid point. */
     ts_gen_params gp = j->gp;
+    gp.seed = j->gp.seed + (uint64_t)j->cur; /* n choices: n draws, each repeatable with the seed */
     int penalties = gp.repeat_penalty != 1.0f || gp.presence_penalty != 0 || gp.frequency_penalty != 0;
     int reuse = 0, cached = 0, fed = 0;
     double t_fed = 0;
@@ -711,7 +736,7 @@ static void run_job(slot *sl, job *j) {
         else reuse = from;
         if (fed) sl->ckpt_chat = j->kind == JOB_CHAT; /* a new save */
     }
-    j->n_cached = cached;
+    if (j->cur == 0) j->n_cached = cached;
     /* drafting: exact for greedy requests, the target distribution for
      * sampled ones, and exact on a reused prefix too (tests/test_spec.c) */
     cli_spec_apply(&s->spec, NULL, &gp);
@@ -737,9 +762,9 @@ static void run_job(slot *sl, job *j) {
             r.d_reason.len = r.d_content.len = 0;
             ts_reply_finish(r.reply, &r.d_reason, &r.d_content, &calls, &err);
             pthread_mutex_lock(&j->mu);
-            text_add(&j->reasoning, r.d_reason.s, r.d_reason.len);
-            text_add(&j->text, r.d_content.s, r.d_content.len);
-            j->tool_calls = calls;
+            text_add(&c->reasoning, r.d_reason.s, r.d_reason.len);
+            text_add(&c->text, r.d_content.s, r.d_content.len);
+            c->tool_calls = calls;
             pthread_mutex_unlock(&j->mu);
             if (j->stream && (r.d_reason.len || r.d_content.len))
                 sse_choice(s, j, r.d_reason.s, r.d_reason.len, r.d_content.s, r.d_content.len, NULL, 0, NULL);
@@ -747,7 +772,8 @@ static void run_job(slot *sl, job *j) {
     } else {
         ts_session_reset(sl->sess);
     }
-    j->n_gen = r.n_gen;
+    c->n_gen = r.n_gen;
+    j->n_gen += r.n_gen;
     if (rc) {
         j->err_status = rc == TS_E_CONTEXT || rc == TS_E_ARG ? 400 : 500;
         snprintf(j->err_msg, sizeof j->err_msg, "%s", err.msg);
@@ -764,31 +790,14 @@ static void run_job(slot *sl, job *j) {
         snprintf(j->err_msg, sizeof j->err_msg, "the server shut down before the reply was complete (%d tokens generated)",
                  r.n_gen);
     }
-    j->finish = j->tool_calls ? "tool_calls" : (r.stop_hit || r.stop_id_hit) ? "stop" : "length";
-    if (j->stream) {
-        if (rc) {
-            cJSON *e = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(e, "error");
-            cJSON_AddStringToObject(eo, "message", j->err_msg);
-            cJSON_AddStringToObject(eo, "type", j->err_status == 400 ? "invalid_request_error" : "server_error");
-            cJSON_AddNullToObject(eo, "param");
-            if (j->err_status == 503) cJSON_AddStringToObject(eo, "code", "server_shutting_down");
-            else cJSON_AddNullToObject(eo, "code");
-            sse_send(j, e);
-        } else {
-            if (j->tool_calls) {
-                char *tc = openai_tool_calls(j, j->tool_calls, 1);
-                if (tc) sse_choice(s, j, NULL, 0, NULL, 0, tc, 0, NULL);
-                free(tc);
-            }
-            sse_choice(s, j, NULL, 0, NULL, 0, NULL, 0, j->finish);
-            if (j->include_usage) {
-                cJSON *c = chunk_base(s, j);
-                cJSON_AddArrayToObject(c, "choices");
-                cJSON_AddItemToObject(c, "usage", usage_json(j));
-                sse_send(j, c);
-            }
+    c->finish = c->tool_calls ? "tool_calls" : (r.stop_hit || r.stop_id_hit) ? "stop" : "length";
+    if (j->stream && !rc) {
+        if (c->tool_calls) {
+            char *tc = openai_tool_calls(j, c->tool_calls, 1);
+            if (tc) sse_choice(s, j, NULL, 0, NULL, 0, tc, 0, NULL);
+            free(tc);
         }
-        sse_raw(j, "data: [DONE]\n\n");
+        sse_choice(s, j, NULL, 0, NULL, 0, NULL, 0, c->finish);
     }
     ts_reply_free(r.reply);
     text_free(&r.hold);
@@ -817,6 +826,36 @@ static void run_job(slot *sl, job *j) {
     s->m_verify_s += st.t_verify;
     s->m_rollback_s += st.t_rollback;
     pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* A job's choices one after the other on this slot's session (a cancelled
+ * job stops between them: nobody reads the rest), then, streamed, the
+ * usage chunk and [DONE], or the error chunk. */
+static void run_job(slot *sl, job *j) {
+    srv *s = sl->s;
+    int rc = 0;
+    for (j->cur = 0; j->cur < j->n_choices && !rc; j->cur++) {
+        if (j->cur && __atomic_load_n(&j->cancelled, __ATOMIC_RELAXED)) break;
+        rc = run_choice(sl, j);
+    }
+    j->cur = 0;
+    if (!j->stream) return;
+    if (rc) {
+        cJSON *e = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(e, "error");
+        cJSON_AddStringToObject(eo, "message", j->err_msg);
+        cJSON_AddStringToObject(eo, "type", j->err_status == 400 ? "invalid_request_error" : "server_error");
+        cJSON_AddNullToObject(eo, "param");
+        if (j->err_status == 503) cJSON_AddStringToObject(eo, "code", "server_shutting_down");
+        else cJSON_AddNullToObject(eo, "code");
+        sse_send(j, e);
+    } else if (j->include_usage) {
+        cJSON *c = chunk_base(s, j);
+        cJSON_AddArrayToObject(c, "choices");
+        cJSON_AddItemToObject(c, "usage", usage_json(j));
+        sse_send(j, c);
+    }
+    sse_raw(j, "data: [DONE]\n\n");
 }
 
 /* ---- the pool -------------------------------------------------------------- */

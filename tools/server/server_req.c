@@ -189,9 +189,12 @@ bad:
  * sampling, logit_bias, seed, stop, ignore_eos. *max_tokens = -1 when absent. */
 static int parse_common(srv *s, const cJSON *root, job *j, int *max_tokens, srv_err *e) {
     const cJSON *v;
-    if ((v = get(root, "n")) && (!is_int(v) || v->valuedouble != 1)) {
-        fail(e, 400, "n", "invalid_value", "only n = 1 is supported");
-        return -1;
+    if ((v = get(root, "n"))) {
+        if (!is_int(v) || v->valuedouble < 1 || v->valuedouble > SRV_MAX_N) {
+            fail(e, 400, "n", "invalid_value", "'n' must be an integer in [1, %d] (choices to generate)", SRV_MAX_N);
+            return -1;
+        }
+        j->n_choices = (int)v->valuedouble;
     }
     if (bool_field(root, "stream", &j->stream, e) || bool_field(root, "ignore_eos", &j->ignore_eos, e)) return -1;
     if ((v = get(root, "stream_options"))) {
