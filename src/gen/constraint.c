@@ -389,6 +389,16 @@ void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *o) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void ts_constraint_cache_limit(ts_constraint *c, int n) {
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n_ent; i++) ts_free(c->ent[i].mask), c->ent[i].mask = NULL;
+    for (int i = 0; i < c->n_buckets; i++) c->head[i] = -1;
+    for (int i = 0; i < c->cap; i++) c->ent[i].bucket = -1, c->ent[i].next = -1, c->ent[i].tick = 0;
+    c->n_ent = 0;
+    c->cap = TS_MAX(1, TS_MIN(n, c->cap)); /* the table keeps its size; only its use shrinks */
+    pthread_mutex_unlock(&c->mu);
+}
+
 int ts_constraint_token_ok(const ts_constraint *c, int32_t id) { return id >= 0 && id < c->n_ids && c->ok[id]; }
 
 /* ---- a generation's constraint ---- */

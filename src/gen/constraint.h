@@ -67,6 +67,9 @@ typedef struct ts_constraint_info {
     long hits, misses;  /* lookups since creation */
 } ts_constraint_info;
 void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *out);
+/* Tests: let the cache hold at most n masks (n >= 1, at most its size);
+ * empties it. */
+void ts_constraint_cache_limit(ts_constraint *c, int n);
 /* 1 when id is a candidate of the byte rule at all (has bytes, not added). */
 int ts_constraint_token_ok(const ts_constraint *c, int32_t id);
 
