@@ -51,87 +51,9 @@ static int cjson_accepts(const char *d, size_t n) {
     return j != NULL;
 }
 
-/* ---- where cJSON departs from RFC 8259 ----
- * A lax scan of the text (strings with escapes, everything else) that
- * names the constructs cJSON reads differently from the RFC: */
-enum {
-    D_CTRL_WS = 1,      /* cJSON skips every byte <= 0x20 as whitespace; the RFC only space, \t, \n, \r */
-    D_CTRL_STR = 2,     /* cJSON takes raw control characters in strings; the RFC wants them escaped */
-    D_UTF8 = 4,         /* cJSON does not check UTF-8; the RFC requires it (section 8.1) */
-    D_NUMBER = 8,       /* cJSON reads numbers with strtod: 01, 1., -.5, 1.e5 pass */
-    D_SURROGATE = 16,   /* cJSON refuses \u escapes of unpaired surrogates; the RFC grammar takes any 4 hex digits */
-    D_DEPTH = 32,       /* cJSON nests at most 1000 deep; the recognizer 1024 */
-    D_BOM = 64,         /* cJSON skips a leading UTF-8 byte order mark; the RFC's text has none */
-    D_HEX = 128,        /* cJSON reads a \u escape whose 4 characters are not all hex digits (as 0) */
-};
-
-static int rfc_number(const char *p, size_t n) {
-    size_t i = 0;
-    if (i < n && p[i] == '-') i++;
-    if (i < n && p[i] == '0') i++;
-    else if (i < n && p[i] >= '1' && p[i] <= '9')
-        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
-    else return 0;
-    if (i < n && p[i] == '.') {
-        if (++i >= n || !(p[i] >= '0' && p[i] <= '9')) return 0;
-        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
-    }
-    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
-        i++;
-        if (i < n && (p[i] == '+' || p[i] == '-')) i++;
-        if (i >= n || !(p[i] >= '0' && p[i] <= '9')) return 0;
-        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
-    }
-    return i == n;
-}
-
-static int hexv(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
-}
-
-static int rfc_diff(const char *d, size_t n) {
-    int f = 0, depth = 0, maxd = 0;
-    if (ts_utf8_check(d, n) != n) f |= D_UTF8;
-    if (n >= 3 && !memcmp(d, "\xEF\xBB\xBF", 3)) f |= D_BOM;
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char c = (unsigned char)d[i];
-        if (c == '"') {
-            for (i++; i < n && d[i] != '"'; i++) {
-                if ((unsigned char)d[i] < 0x20) f |= D_CTRL_STR;
-                if (d[i] == '\\' && i + 1 < n) {
-                    if (d[i + 1] == 'u') {
-                        int u = 0, ok = i + 5 < n;
-                        for (int k = 0; k < 4 && ok; k++) ok &= hexv(d[i + 2 + k]) >= 0, u = u * 16 + hexv(d[i + 2 + k]);
-                        if (!ok) f |= D_HEX;
-                        /* a high surrogate followed by \u of a low one is a pair */
-                        if (ok && u >= 0xD800 && u <= 0xDBFF && i + 11 < n && d[i + 6] == '\\' && d[i + 7] == 'u') {
-                            int v = 0;
-                            for (int k = 0; k < 4; k++) v = v * 16 + (hexv(d[i + 8 + k]) < 0 ? 99 : hexv(d[i + 8 + k]));
-                            if (v >= 0xDC00 && v <= 0xDFFF) {
-                                i += 11;
-                                continue;
-                            }
-                        }
-                        if (ok && u >= 0xD800 && u <= 0xDFFF) f |= D_SURROGATE;
-                    }
-                    i++;
-                }
-            }
-            continue;
-        }
-        if (c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r') f |= D_CTRL_WS;
-        if (c == '[' || c == '{') maxd = TS_MAX(maxd, ++depth);
-        if (c == ']' || c == '}') depth--;
-        if (c == '-' || (c >= '0' && c <= '9')) {
-            size_t j = i;
-            while (j < n && strchr("0123456789+-.eE", d[j]) && d[j]) j++;
-            if (!rfc_number(d + i, j - i)) f |= D_NUMBER;
-            i = j - 1;
-        }
-    }
-    if (maxd >= 1000) f |= D_DEPTH;
-    return f;
-}
+/* where cJSON departs from RFC 8259: fuzz_json_rfc_diff (tests/fuzz/fuzz_json_fsm.c) */
+#include "fuzz/fuzz.h"
+#define rfc_diff fuzz_json_rfc_diff
 
 /* ---- hand-written cases: the RFC's verdict ---- */
 
@@ -348,29 +270,6 @@ static void mutate(sbuf *b, uint64_t *r) {
     b->p[b->n] = 0;
 }
 
-/* Complete a live state greedily: the first byte of a fixed preference
- * list the recognizer takes, until the text is complete (the list closes
- * strings, values and containers; a literal's letters, hex digits and UTF-8
- * continuation bytes come after). Returns 0 if it gets stuck. */
-static int complete_text(ts_jfsm st, sbuf *out) {
-    static const uint8_t pref[] = {'"', ':', '}', ']', '0', 'r', 'u', 'e', 'a', 'l', 's', 0x80, 0x90, 0xA0, '{'};
-    for (int steps = 0; steps < 8 * TS_JSON_MAX_DEPTH + 64; steps++) {
-        if (ts_jfsm_complete(&st) && !ts_jfsm_in_number(&st)) return 1;
-        if (ts_jfsm_in_number(&st)) return 1;
-        size_t k = 0;
-        for (; k < sizeof pref; k++) {
-            ts_jfsm t = st;
-            if (ts_jfsm_feed(&t, pref[k])) {
-                st = t;
-                put(out, &pref[k], 1);
-                break;
-            }
-        }
-        if (k == sizeof pref) return 0;
-    }
-    return 0;
-}
-
 TS_TEST(constraint, recognizer_vs_cjson) {
     uint64_t r = 20261205;
     sbuf b = {0}, c = {0};
@@ -418,7 +317,10 @@ TS_TEST(constraint, recognizer_vs_cjson) {
             }
             c.n = 0;
             put(&c, b.p, live);
-            CHECK_MSG(complete_text(st, &c), "live prefix '%.*s' does not complete", (int)live, b.p);
+            static uint8_t tail[8 * TS_JSON_MAX_DEPTH + 64];
+            const size_t k = fuzz_json_complete(&st, tail, sizeof tail);
+            CHECK_MSG(k != (size_t)-1, "live prefix '%.*s' does not complete", (int)live, b.p);
+            put(&c, tail, k);
             CHECK_MSG(fsm_accepts(c.p, c.n, 0), "completion '%s' refused", c.p);
             if (!rfc_diff(c.p, c.n)) {
                 CHECK_MSG(cjson_accepts(c.p, c.n), "live prefix '%.*s' completed as '%s': cJSON refuses it", (int)live, b.p,
