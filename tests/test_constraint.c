@@ -444,12 +444,15 @@ static void check_masks(const char *path, int n_states, int brute_every) {
     ts_jfsm *st = malloc(sizeof(ts_jfsm) * (size_t)n_states);
     const int n = make_states(st, n_states, 7);
     int bad = 0, cache_bad = 0, checked = 0;
-    double t_walk = 0, t_hit = 0;
+    double t_walk = 0, t_hit = 0, t_max = 0;
+    int i_max = 0;
     long allowed = 0;
     for (int i = 0; i < n && bad < 3; i++) {
         t0 = ts_now();
         ts_constraint_byte_mask(&g, &st[i], 0, a);
-        t_walk += ts_now() - t0;
+        const double dt = ts_now() - t0;
+        t_walk += dt;
+        if (dt > t_max) t_max = dt, i_max = i;
         if (i % brute_every == 0 || i < 40) {
             brute_mask(t, added, &st[i], b, words);
             checked++;
@@ -476,10 +479,11 @@ static void check_masks(const char *path, int n_states, int brute_every) {
     ts_constraint_get_info(c, &info);
     fprintf(stderr,
             "  %s: %d ids, %d in the trie (%d nodes, longest %d bytes, <= %d closers), built in %.0f ms; %d states: "
-            "walk %.3f ms/mask uncached, %.4f ms cached (a hit), %.0f ids allowed on average; %d vs brute force, cache "
-            "%d entries of %d, %ld hits %ld misses\n",
+            "walk %.3f ms/mask uncached (worst %.3f ms, %s), %.4f ms cached (a hit), %.0f ids allowed on average; %d "
+            "vs brute force, cache %d entries of %d, %ld hits %ld misses\n",
             path, V, info.n_tokens, info.n_nodes, info.max_len, info.max_close, t_build * 1e3, n, t_walk * 1e3 / n,
-            t_hit * 1e3 / n, (double)allowed / n, checked, info.cache_n, info.cache_cap, info.hits, info.misses);
+            t_max * 1e3, ts_jfsm_describe(&st[i_max]), t_hit * 1e3 / n, (double)allowed / n, checked, info.cache_n,
+            info.cache_cap, info.hits, info.misses);
     free(a), free(b), free(m), free(st), free(added);
     ts_cgen_free(&g);
     ts_constraint_free(c);

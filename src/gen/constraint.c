@@ -72,6 +72,7 @@ struct ts_constraint {
     int32_t *tok_ids;  /* [n_tokens] */
     /* the cache (under mu) */
     pthread_mutex_t mu;
+    int mu_ok;         /* mu initialized */
     centry *ent;       /* [cap] */
     int32_t *head;     /* [n_buckets] */
     int cap, n_buckets, n_ent;
@@ -98,10 +99,9 @@ static int cmp_tok(const void *a, const void *b) {
 
 void ts_constraint_free(ts_constraint *c) {
     if (!c) return;
-    if (c->ent) {
+    if (c->ent)
         for (int i = 0; i < c->cap; i++) ts_free(c->ent[i].mask);
-        pthread_mutex_destroy(&c->mu);
-    }
+    if (c->mu_ok) pthread_mutex_destroy(&c->mu);
     ts_free(c->ent);
     ts_free(c->head);
     ts_free(c->ok);
@@ -167,11 +167,8 @@ static int cache_init(ts_constraint *c) {
     if (!c->ent || !c->head) return TS_E_NOMEM;
     for (int i = 0; i < c->n_buckets; i++) c->head[i] = -1;
     for (int i = 0; i < c->cap; i++) c->ent[i].bucket = -1, c->ent[i].next = -1;
-    if (pthread_mutex_init(&c->mu, NULL)) {
-        ts_free(c->ent);
-        c->ent = NULL;
-        return TS_E_NOMEM;
-    }
+    if (pthread_mutex_init(&c->mu, NULL)) return TS_E_NOMEM;
+    c->mu_ok = 1;
     return 0;
 }
 
