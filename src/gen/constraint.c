@@ -13,8 +13,12 @@
  * (the index after its subtree) and the ids whose bytes end there. A mask
  * is one walk: each node's byte is fed once to the state of its parent's
  * prefix, and a refused byte skips the whole subtree (end[i]). Tokens that
- * share a prefix pay for it once; in a string nearly every node is visited,
- * after a value only a handful.
+ * share a prefix pay for it once; after a value only a handful of nodes
+ * are visited. Inside a string nearly every token is allowed: a bit per
+ * node and string class (in_str) marks the subtrees whose every path stays
+ * in the string, taken whole without a feed, so only the paths through a
+ * quote, a backslash or a control byte are walked (Qwen3's 151,669 tokens:
+ * 0.39 ms a string mask on average without it, 0.06 with; test_constraint).
  *
  * Saving a state on the walk: a byte changes the head (8 bytes) and at most
  * the one stack word a push writes to (json_fsm.h), so a level keeps its
@@ -69,6 +73,9 @@ struct ts_constraint {
     uint16_t *level;   /* [n_nodes] 1.. */
     uint32_t *end;     /* [n_nodes] */
     uint32_t *tok_off; /* [n_nodes + 1] into tok_ids */
+    uint8_t *in_str;   /* [n_nodes] bit k: from a string state of class k
+                          (ts_jfsm_string_class), every path of the subtree
+                          stays inside the string: all its tokens allowed */
     int32_t *tok_ids;  /* [n_tokens] */
     /* the cache (under mu) */
     pthread_mutex_t mu;
@@ -112,6 +119,7 @@ void ts_constraint_free(ts_constraint *c) {
     ts_free(c->end);
     ts_free(c->tok_off);
     ts_free(c->tok_ids);
+    ts_free(c->in_str);
     ts_free(c);
 }
 
@@ -152,6 +160,31 @@ static int build_trie(ts_constraint *c, const tok_ref *r, int n, size_t total_by
     c->tok_off[nn] = (uint32_t)n;
     c->n_nodes = (int)nn;
     ts_free(path);
+    return 0;
+}
+
+/* in_str, bottom-up (children follow their parent in preorder): node i
+ * keeps the string from class k when its byte does (landing in class k')
+ * and every child keeps it from k'. Inside a string most of the trie is
+ * such subtrees; the walk then takes each whole, without feeding a byte. */
+static int build_in_str(ts_constraint *c) {
+    const uint32_t n = (uint32_t)c->n_nodes;
+    c->in_str = ts_alloc(n ? n : 1, TS_MEM_MISC);
+    if (!c->in_str) return TS_E_NOMEM;
+    uint64_t dummy[TS_JSON_MAX_DEPTH / 64] = {0}; /* string bytes never touch the stack */
+    for (uint32_t i = n; i-- > 0;) {
+        uint8_t bits = 0;
+        for (int k = 0; k < TS_JFSM_STR_CLASSES; k++) {
+            ts_jhead h = ts_jfsm_string_head(k);
+            if (!ts_jfsm_step(&h, dummy, c->byte[i])) continue;
+            const int k2 = ts_jfsm_string_class(&h);
+            if (k2 < 0) continue; /* the quote, a backslash */
+            int all = 1;
+            for (uint32_t j = i + 1; j < c->end[i] && all; j = c->end[j]) all = (c->in_str[j] >> k2) & 1;
+            if (all) bits |= (uint8_t)(1u << k);
+        }
+        c->in_str[i] = bits;
+    }
     return 0;
 }
 
@@ -222,7 +255,7 @@ int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constraint **o
         }
     }
     qsort(r, (size_t)n, sizeof *r, cmp_tok);
-    if (build_trie(c, r, n, total) || cache_init(c)) goto nomem;
+    if (build_trie(c, r, n, total) || build_in_str(c) || cache_init(c)) goto nomem;
     ts_free(r);
     *out = c;
     return 0;
@@ -261,6 +294,12 @@ static void walk(ts_cgen *g, const ts_jfsm *st, uint64_t *out) {
             cur--;
         }
         ts_jhead h = f[L - 1].h;
+        const int cls = ts_jfsm_string_class(&h);
+        if (cls >= 0 && ((c->in_str[i] >> cls) & 1)) { /* a subtree that stays in the string: all of it */
+            for (uint32_t k = toff[i]; k < toff[end[i]]; k++) out[tid[k] >> 6] |= (uint64_t)1 << (tid[k] & 63);
+            i = end[i];
+            continue;
+        }
         const uint32_t w = (uint32_t)h.depth >> 6;
         f[L].widx = w < STACK_WORDS ? w : STACK_WORDS - 1;
         f[L].wsave = stk[f[L].widx];

@@ -231,6 +231,26 @@ ts_jhead ts_jfsm_norm_head(const ts_jhead *h) {
     return n;
 }
 
+int ts_jfsm_string_class(const ts_jhead *h) {
+    if (h->lex != J_STR) return -1;
+    switch (h->un) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return h->ulo == 0xA0 ? 2 : h->uhi == 0x9F ? 3 : 4;
+    case 3: return h->ulo == 0x90 ? 5 : h->uhi == 0x8F ? 6 : 7;
+    default: return -1;
+    }
+}
+
+ts_jhead ts_jfsm_string_head(int cls) {
+    static const uint8_t un[8] = {0, 1, 2, 2, 2, 3, 3, 3}, lo[8] = {0, 0x80, 0xA0, 0x80, 0x80, 0x90, 0x80, 0x80},
+                         hi[8] = {0, 0xBF, 0xBF, 0x9F, 0xBF, 0xBF, 0x8F, 0xBF};
+    ts_jhead h = {0};
+    h.lex = J_STR;
+    h.un = un[cls], h.ulo = lo[cls], h.uhi = hi[cls];
+    return h;
+}
+
 const char *ts_jfsm_describe(const ts_jfsm *s) {
     static const char *const name[J_N] = {
         "before the text", "before the text (an object)", "a value", "after '['", "after '{'",

@@ -62,6 +62,16 @@ int ts_jfsm_step(ts_jhead *h, uint64_t *stack, uint8_t b);
  * same on every byte string (given the same stack). */
 ts_jhead ts_jfsm_norm_head(const ts_jhead *h);
 
+/* Inside a string (not an escape), the UTF-8 expectation as one of
+ * TS_JFSM_STR_CLASSES classes: 0 at a character boundary, 1..7 the
+ * continuation bytes still due and their allowed range; -1 elsewhere.
+ * Bytes inside a string never read or write the stack, so a string state
+ * is its class (and key flag, which only the closing quote reads). */
+#define TS_JFSM_STR_CLASSES 8
+int ts_jfsm_string_class(const ts_jhead *h);
+/* A head inside a value string of class cls (depth 0). */
+ts_jhead ts_jfsm_string_head(int cls);
+
 /* A name of the head's lexical state, for error messages. */
 const char *ts_jfsm_describe(const ts_jfsm *s);
 
