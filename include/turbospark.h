@@ -255,6 +255,10 @@ typedef struct ts_logprob {
  * likely first (ties: lower id first). Borrowed for the call. */
 typedef void (*ts_logprob_cb)(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top);
 
+/* A constraint on generated tokens (ts_constraint_json, declared with the
+ * tokenizer below); gen params `constraint`. */
+typedef struct ts_constraint ts_constraint;
+
 typedef struct ts_gen_params {
     int n_predict;            /* tokens to generate at most */
     float temperature;        /* 0 = greedy */
@@ -301,6 +305,24 @@ typedef struct ts_gen_params {
      * and the top_logprobs (0..TS_TOP_LOGPROBS_MAX) most likely tokens. */
     ts_logprob_cb logprob_cb;
     int top_logprobs;
+    /* Constrained output (the server's response_format json_object): when
+     * `constraint` is set, each token is drawn with every token it forbids
+     * masked out (after penalties and bias, before temperature and
+     * truncation), in plain and speculative generation alike (drafts are
+     * verified against the masked distribution: output unchanged). Greedy
+     * decoding then takes the sampler's argmax over the allowed ids. The
+     * stop ids are allowed exactly when the reply is complete, and then
+     * only they; without stop ids generation ends after the completing
+     * token. An error (TS_E_ARG) if no token can continue the reply.
+     * constraint_after: > 0: the constraint starts after this id has been
+     * generated (a reasoning block's end, "</think>"), every token up to
+     * and including it is free; <= 0: from the first generated token (so
+     * zeroed parameters mean "from the start": id 0 is an ordinary
+     * byte-level token, never a block's end, in the vocabularies this
+     * engine loads). A prompt that already closed its think block (chat
+     * kwargs enable_thinking false) wants 0. */
+    const ts_constraint *constraint;
+    int32_t constraint_after;
 } ts_gen_params;
 
 typedef struct ts_gen_stats {
@@ -512,6 +534,23 @@ TS_API int ts_detok_push(ts_detok *d, int32_t id, const char **text, size_t *len
                          ts_error *err);
 /* End of stream: held bytes (an incomplete character) come out as U+FFFD. */
 TS_API void ts_detok_flush(ts_detok *d, const char **text, size_t *len);
+
+/* JSON-constrained generation (gen params `constraint`; src/gen/constraint.c).
+ * The reply must be one JSON text (RFC 8259: optional whitespace, a value,
+ * optional whitespace), an object when object_only. A token is allowed when
+ * its bytes extend the reply so far to a prefix of such a text (strings:
+ * every escape rule, no raw control characters, valid UTF-8 across token
+ * boundaries; nesting at most 1024 deep); added tokens (<|im_end|>,
+ * <think>, ...) and tokens of no bytes never are, except the generation's
+ * stop ids once the text is complete. Once complete, only a top-level
+ * number may go on (its digits), no trailing whitespace token.
+ * Built once per tokenizer (it indexes every token's bytes, tens of ms for
+ * a 150K vocabulary); shareable by threads and generations afterwards. It
+ * keeps a bounded cache of masks by recognizer state (at most
+ * TS_CONSTRAINT_CACHE_BYTES of them), under its own lock. */
+#define TS_CONSTRAINT_CACHE_BYTES ((size_t)64 << 20)
+TS_API int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constraint **out, ts_error *err);
+TS_API void ts_constraint_free(ts_constraint *c);
 
 /* ==== sampling (src/model/sample.c) ===================================== *
  * One sampler per sequence. All buffers are allocated by ts_sampler_new

@@ -109,6 +109,7 @@ FUZZ_TEST(config, 300)
 FUZZ_TEST(reply, 300)
 FUZZ_TEST(dflash_config, 300)
 FUZZ_TEST(size, 300)
+FUZZ_TEST(json_fsm, 400)
 
 /* ---- the rules the fuzzing checks, each on the input that broke it ------------ */
 

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "gen/constraint.h"
 #include "gen/sample.h"
 #include "gen/spec.h"
 
@@ -20,7 +21,7 @@ void ts_gen_params_default(ts_gen_params *p) {
 /* A sampler is needed unless decoding is plain greedy. */
 static int needs_sampler(const ts_gen_params *p) {
     return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0 ||
-           p->n_bias > 0;
+           p->n_bias > 0 || p->constraint; /* a constraint masks the row: the sampler's argmax */
 }
 
 static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
@@ -76,6 +77,16 @@ int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *
         return rc ? rc : ts_fail(err, TS_E_IO, "backend %s: could not read the logits row", bs->be->name);
     }
     return ts_sampler_sample(smp, row, id, err);
+}
+
+int ts_gen_sample_c(ts_session *s, ts_sampler *smp, ts_cgen *cg, const float *logits, int32_t *id, ts_error *err) {
+    if (!cg || !cg->c || !cg->active) return ts_gen_sample(s, smp, logits, id, err);
+    int rc = ts_cgen_mask(cg, err);
+    if (rc) return rc;
+    ts_sampler_set_mask(smp, cg->mask);
+    rc = ts_gen_sample(s, smp, logits, id, err);
+    ts_sampler_set_mask(smp, NULL);
+    return rc;
 }
 
 /* Log-probabilities of rows of logits (backend memory, [rows, V]) through
@@ -171,9 +182,15 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         if ((rc = ts_sampler_new(V, &sp, &smp, err))) return rc;
         for (int i = 0; i < n_prompt; i++) ts_sampler_accept(smp, prompt[i]);
     }
+    ts_cgen cg;
+    if ((rc = ts_cgen_init(&cg, p, V, err))) {
+        ts_sampler_free(smp);
+        return rc;
+    }
     if (p->spec_draft || p->dflash_block) {
         /* MTP drafting + batched verify (spec.c); greedy output is the same ids */
-        rc = ts_spec_generate(s, prompt, n_prompt, p, smp, cb, user, stats, err);
+        rc = ts_spec_generate(s, prompt, n_prompt, p, smp, cg.c ? &cg : NULL, cb, user, stats, err);
+        ts_cgen_free(&cg);
         ts_sampler_free(smp);
         return rc;
     }
@@ -183,14 +200,14 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
      * plain decoding does not pay for a drafter it does not use) */
     s->df_quiet = 1;
     rc = ts_session_feed(s, prompt, n_prompt, NULL, NULL, err);
-    if (rc) { s->df_quiet = 0; ts_sampler_free(smp); return rc; }
+    if (rc) { s->df_quiet = 0; ts_cgen_free(&cg); ts_sampler_free(smp); return rc; }
     stats->n_prompt = n_prompt;
     stats->t_prefill = ts_now() - t0;
     t0 = ts_now();
     for (int i = 0; i < p->n_predict; i++) {
         int32_t id;
         if (smp) {
-            if ((rc = ts_gen_sample(s, smp, s->st.sc.logits, &id, err))) break;
+            if ((rc = ts_gen_sample_c(s, smp, &cg, s->st.sc.logits, &id, err))) break;
             ts_sampler_accept(smp, id);
         } else { /* the backend's argmax, one id read back */
             s->st.s->be->ops->argmax(s->st.s, tv_f32(s->st.sc.logits, 1, V), V, &id, NULL);
@@ -202,12 +219,15 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         }
         stats->n_gen++;
         int stop = cb ? cb(user, id) : 0;
-        if (stop || ts_gen_is_stop(p, id) || i + 1 == p->n_predict) break;
+        const int done = ts_cgen_advance(&cg, id, err); /* 1: a complete reply and no stop ids */
+        if (done < 0) { rc = done; break; }
+        if (stop || done || ts_gen_is_stop(p, id) || i + 1 == p->n_predict) break;
         if (ts_session_pos(s) >= ts_session_n_ctx(s)) break; /* context full: stop cleanly */
         if ((rc = ts_session_feed(s, &id, 1, NULL, NULL, err))) break;
     }
     stats->t_decode = ts_now() - t0;
     s->df_quiet = 0;
+    ts_cgen_free(&cg);
     ts_sampler_free(smp);
     return rc;
 }

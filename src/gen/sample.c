@@ -62,6 +62,8 @@ struct ts_sampler {
     float *bias;          /* [n_vocab] the logit bias (0 elsewhere); NULL without one */
     int32_t *bias_ids;    /* [n_bias] the biased ids, ascending */
     int n_bias;
+
+    const uint64_t *mask; /* [n_vocab bits] allowed ids (borrowed); NULL: all */
 };
 
 /* ---- RNG: xoshiro256**, seeded through splitmix64 ---- */
@@ -415,14 +417,32 @@ static void prepare_cands(ts_sampler *s, cand *c, int n, float m) {
     finish(s, c, n, m, sorted);
 }
 
+void ts_sampler_set_mask(ts_sampler *s, const uint64_t *allowed) {
+    if (s) s->mask = allowed;
+}
+
+/* -inf for every id the mask forbids; whole words of allowed ids are
+ * skipped (a string's mask is mostly ones, an object's mostly zeros). */
+static void apply_mask(ts_sampler *s) {
+    const int V = s->n_vocab;
+    for (int w = 0; w * 64 < V; w++) {
+        const uint64_t m = s->mask[w];
+        if (m == ~(uint64_t)0) continue;
+        const int hi = TS_MIN(64, V - w * 64);
+        for (int b = 0; b < hi; b++)
+            if (!((m >> b) & 1)) s->work[w * 64 + b] = -INFINITY;
+    }
+}
+
 /* Leaves the kept candidates in s->cand[0..n_cand) with weights (not
  * normalised) in .v and their sum in s->z. */
 static int prepare(ts_sampler *s, const float *logits, ts_error *err) {
     int V = s->n_vocab;
     const float *x = logits;
-    if (adjust_on(s)) {
+    if (adjust_on(s) || s->mask) {
         memcpy(s->work, logits, sizeof(float) * (size_t)V);
-        apply_adjust(s);
+        if (adjust_on(s)) apply_adjust(s);
+        if (s->mask) apply_mask(s);
         x = s->work;
     }
     if (s->p.temperature <= 0.0f || s->p.top_k == 1) {
@@ -545,6 +565,7 @@ static void sort_by_id(cand *c, int n) {
 }
 
 int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a) {
+    if (s->mask) return 1; /* the mask is applied to the row only */
     const int greedy = s->p.temperature <= 0.0f || s->p.top_k == 1;
     a->N = greedy ? 1 : s->p.top_k > 0 && s->p.top_k <= TS_TOPN_MAX ? s->p.top_k : TS_TOPN_MAX;
     a->scale = greedy ? 1.0f : 1.0f / s->p.temperature; /* prepare's inv_t, same expression */
@@ -586,6 +607,7 @@ int ts_sampler_sample_topn(ts_sampler *s, const ts_topn_args *a, int32_t *id, in
     if (!s || !a || !id || !decided || !a->vals || !a->ids || !a->n_valid || !a->sum_exp)
         return ts_fail(err, TS_E_ARG, "sampler: NULL argument");
     *decided = 0;
+    if (s->mask) return 0;
     const int N = a->N, nv = a->n_valid[0], nc = nv < N ? nv : N;
     if (nc < 1) return 0; /* nothing to draw: the full sampler names the error */
     if (s->p.temperature <= 0.0f || s->p.top_k == 1) {

@@ -25,4 +25,14 @@ int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a);
  * arguments; a row the full sampler would refuse is left to it. */
 int ts_sampler_sample_topn(ts_sampler *s, const ts_topn_args *a, int32_t *id, int *decided, ts_error *err);
 
+/* Constrained generation (gen/constraint.c): allowed is a bitset of
+ * n_vocab bits (bit id of word id / 64); every id whose bit is 0 gets logit
+ * -inf after the penalties and the bias, before the temperature and the
+ * truncations, in ts_sampler_sample and ts_sampler_probs alike. Borrowed
+ * until cleared (NULL: no mask). While a mask is set ts_sampler_topn_args
+ * returns 1 (the row is read: a backend's candidates know nothing of it).
+ * The generation sets it around each constrained draw and clears it right
+ * after, so drafting never sees a stale mask. */
+void ts_sampler_set_mask(ts_sampler *s, const uint64_t *allowed);
+
 #endif

@@ -52,7 +52,9 @@
  */
 #include <math.h>
 
+#include "gen/constraint.h"
 #include "gen/drafter.h"
+#include "gen/sample.h"
 #include "gen/spec.h"
 
 /* ---- verify and rollback ---- */
@@ -120,18 +122,46 @@ int ts_spec_accept_greedy(const int32_t *targ, const int32_t *d, int m, int32_t 
     }
 }
 
+/* Row j's target distribution into ptmp: the sampler's full pipeline with
+ * the drafts accepted so far in its history (penalties), under the mask of
+ * the constraint state g (when active). */
+static int target_probs(ts_sampler *smp, ts_cgen *g, const float *row, float *ptmp, ts_error *err) {
+    const int masked = g && g->active;
+    if (masked) {
+        int rc = ts_cgen_mask(g, err);
+        if (rc) return rc;
+        ts_sampler_set_mask(smp, g->mask);
+    }
+    int rc = ts_sampler_probs(smp, row, ptmp, err);
+    if (masked) ts_sampler_set_mask(smp, NULL);
+    return rc;
+}
+
 int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
                    float *ptmp, int32_t *out) {
+    return ts_spec_accept_c(vlogits, dprobs, d, m, V, smp, ptmp, out, NULL, NULL);
+}
+
+int ts_spec_accept_c(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
+                     float *ptmp, int32_t *out, const ts_cgen *cg, ts_error *err) {
+    /* the constraint's state along the accepted drafts: a copy (the real one
+     * moves as the loop emits) */
+    ts_cgen g, *gp = NULL;
+    if (cg && cg->c) g = *cg, gp = &g;
+    int rc;
     for (int j = 0; j < m; j++) {
         const float *q = dprobs + (size_t)j * V;
-        /* the target distribution of row j: the sampler's full pipeline,
-         * with the drafts accepted so far in its history (penalties) */
-        ts_sampler_probs(smp, vlogits + (size_t)j * V, ptmp, NULL);
+        if ((rc = target_probs(smp, gp, vlogits + (size_t)j * V, ptmp, err))) return rc;
         float pd = ptmp[d[j]], qd = q[d[j]];
         /* accept with probability min(1, p/q); q(d) > 0 since d was drawn from q */
         if (qd <= 0.0f || ts_sampler_uniform(smp) * qd < pd) {
             out[j] = d[j];
             ts_sampler_accept(smp, d[j]);
+            /* accepted, so allowed (p(d) > 0): the state takes it */
+            if (gp && (rc = ts_cgen_advance(gp, d[j], err))) {
+                if (rc < 0) return rc;
+                return j; /* the reply is complete and there are no stop ids: d[j] ends it */
+            }
             continue;
         }
         /* rejected: draw from the normalised residual max(0, p - q) */
@@ -150,7 +180,7 @@ int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, 
         ts_sampler_accept(smp, out[j]);
         return j;
     }
-    ts_sampler_probs(smp, vlogits + (size_t)m * V, ptmp, NULL);
+    if ((rc = target_probs(smp, gp, vlogits + (size_t)m * V, ptmp, err))) return rc;
     out[m] = ts_sampler_draw(smp, ptmp);
     ts_sampler_accept(smp, out[m]);
     return m;
@@ -179,12 +209,12 @@ int ts_spec_draft_vocab(int want, int V) {
 _Static_assert(SPEC_ROWS >= TS_SPEC_MAX_DRAFT + 1, "a verify block holds an MTP block");
 
 static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
-                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
+                     ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
 
 /* Which drafter, and the checks of its parameters; DFlash turns the
  * target's hidden-state taps on for the generation (and only then). */
 int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
-                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
+                     ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
     const ts_model *m = &s->e->model;
     const int B = p->dflash_block;
     if (B) {
@@ -200,7 +230,7 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         st->n_taps = s->e->dflash->cfg.n_taps;
         st->tap_layer = s->e->dflash->cfg.taps;
         st->tap_out = s->df_taps;
-        int rc = spec_loop(s, prompt, n_prompt, p, smp, cb, user, stats, err);
+        int rc = spec_loop(s, prompt, n_prompt, p, smp, cg, cb, user, stats, err);
         st->n_taps = 0;
         st->tap_layer = NULL;
         st->tap_out = NULL;
@@ -215,11 +245,11 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
     if (s->params.spec_draft < M)
         return ts_fail(err, TS_E_ARG, "the session was created for drafts of %d tokens, %d asked (session params spec_draft)",
                        s->params.spec_draft, M);
-    return spec_loop(s, prompt, n_prompt, p, smp, cb, user, stats, err);
+    return spec_loop(s, prompt, n_prompt, p, smp, cg, cb, user, stats, err);
 }
 
 static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
-                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
+                     ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
     const ts_model *m = &s->e->model;
     const int V = m->cfg.vocab, M = p->dflash_block ? p->dflash_block - 1 : p->spec_draft;
     ts_state *st = &s->st;
@@ -257,7 +287,7 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
     /* The first token comes from the prompt's logits. */
     int32_t last;
     if (smp) {
-        if ((rc = ts_gen_sample(s, smp, s->vlogits, &last, err))) goto done; /* candidates or the row */
+        if ((rc = ts_gen_sample_c(s, smp, cg, s->vlogits, &last, err))) goto done; /* candidates or the row */
         ts_sampler_accept(smp, last);
     } else {
         op->argmax(bs, tv_f32(s->vlogits, 1, V), V, &last, NULL);
@@ -269,7 +299,12 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
     }
     ts_be_copy(bs, st->sc.logits, s->vlogits, (size_t)V);
     stats->n_gen++;
-    if ((cb && cb(user, last)) || ts_gen_is_stop(p, last) || p->n_predict == 1 || s->pos >= st->n_ctx) goto done;
+    int cdone = 0; /* the constraint's reply is complete, no stop ids */
+    if ((cb && cb(user, last)) || (cg && (cdone = ts_cgen_advance(cg, last, err))) || ts_gen_is_stop(p, last) ||
+        p->n_predict == 1 || s->pos >= st->n_ctx) {
+        if (cdone < 0) rc = cdone;
+        goto done;
+    }
 
     dr->ops->start(dr, last);
     for (;;) {
@@ -305,7 +340,10 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
             const float *vl = ts_be_host(bs, s->vlogits, (size_t)(mm + 1) * V);
             const int Ms = TS_MAX(s->params.spec_draft, s->params.dflash_block ? s->params.dflash_block - 1 : 0);
             float *ptmp = s->dprobs + (size_t)Ms * V;
-            a = ts_spec_accept(vl, s->dprobs, blk + 1, mm, V, smp, ptmp, out);
+            if ((a = ts_spec_accept_c(vl, s->dprobs, blk + 1, mm, V, smp, ptmp, out, cg, err)) < 0) {
+                rc = a;
+                break;
+            }
         }
         stats->n_blocks++;
         stats->n_drafted += mm;
@@ -324,11 +362,16 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
         for (int j = 0; j <= a; j++) {
             if (p->logprob_cb) p->logprob_cb(user, &lps[j].chosen, lps[j].top, lps[j].n_top);
             stats->n_gen++;
-            if ((cb && cb(user, out[j])) || ts_gen_is_stop(p, out[j]) || stats->n_gen >= p->n_predict) {
+            if ((cb && cb(user, out[j])) || (cg && (cdone = ts_cgen_advance(cg, out[j], err))) ||
+                ts_gen_is_stop(p, out[j]) || stats->n_gen >= p->n_predict) {
                 keep = j + 1;
                 stop = 1;
                 break;
             }
+        }
+        if (cdone < 0) {
+            rc = cdone;
+            break;
         }
         double tr = ts_now();
         ts_spec_rollback(s, keep);

@@ -39,6 +39,16 @@ void ts_spec_materialize(ts_session *s);
  * Emitted tokens are accepted into the sampler's history. */
 int ts_spec_accept(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
                    float *ptmp, int32_t *out);
+/* The same under a constraint (cg, may be NULL: ts_spec_accept): row j's
+ * target distribution is masked by the constraint's state after the
+ * block's accepted drafts 0..j-1 (a copy of cg advanced along them; cg
+ * itself is not moved), so a draft the constraint forbids has p = 0 and is
+ * rejected. A draft that completes the reply with no stop ids ends the
+ * block there (returns its index: it is the last token emitted). Returns
+ * a >= 0, or a negative error (no token allowed: err). */
+typedef struct ts_cgen ts_cgen;
+int ts_spec_accept_c(const float *vlogits, const float *dprobs, const int32_t *d, int m, int V, ts_sampler *smp,
+                     float *ptmp, int32_t *out, const ts_cgen *cg, ts_error *err);
 /* Greedy acceptance over the target's ids targ[0..m] (the backend's argmax
  * of the block's rows, read back): the longest prefix where d equals targ,
  * then targ's token. Writes out[0..a], returns a. */
@@ -55,13 +65,16 @@ static inline int ts_gen_is_stop(const ts_gen_params *p, int32_t id) {
 /* Rows of the MTP head a draft computes: gen params draft_vocab `want`
  * (K > 0, 0 automatic, -1 all) for a vocabulary of V ids. */
 int ts_spec_draft_vocab(int want, int V);
+/* cg: the generation's constraint (NULL: none; then smp is not NULL). */
 int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
-                     ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
+                     ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
 
 /* One sampled token from a logits row in backend memory (generate.c): the
  * backend's candidates when they decide it exactly (topn), else the row
  * read back; the same token either way. */
 int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *id, ts_error *err);
+/* The same under cg's mask while it is active (cg NULL: none). */
+int ts_gen_sample_c(ts_session *s, ts_sampler *smp, ts_cgen *cg, const float *logits, int32_t *id, ts_error *err);
 /* One emitted token's log-probabilities (gen params logprob_cb). */
 typedef struct ts_gen_lp {
     ts_logprob chosen;

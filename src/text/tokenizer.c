@@ -353,6 +353,11 @@ int ts_tokenizer_is_special(const ts_tokenizer *t, int32_t id) {
     return t && id >= 0 && id < t->n_vocab && t->special[id];
 }
 
+void ts_tok_mark_added(const ts_tokenizer *t, uint8_t *flags) {
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].id >= 0 && t->added[i].id < t->n_vocab) flags[t->added[i].id] = 1;
+}
+
 void ts_tokenizer_free(ts_tokenizer *t) {
     if (!t) return;
     ts_free(t->tok_off);

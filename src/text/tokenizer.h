@@ -35,4 +35,9 @@ const char *ts_tok_regex(const ts_tokenizer *t);
  * source in errors. */
 int ts_tokenizer_load_mem(const char *text, size_t len, const char *path, ts_tokenizer **out, ts_error *err);
 
+/* Set flags[id] = 1 for every added token (special or not: <think>,
+ * <tool_call> as well as <|im_end|>); flags has ts_tokenizer_vocab_size
+ * entries. */
+void ts_tok_mark_added(const ts_tokenizer *t, uint8_t *flags);
+
 #endif

@@ -37,6 +37,26 @@ int fuzz_reply(const uint8_t *data, size_t size);        /* reply.c: think block
 int fuzz_dflash_config(const uint8_t *data, size_t size); /* dflash.c: a DFlash drafter's config.json vs a target */
 int fuzz_size(const uint8_t *data, size_t size);         /* experts.c: ts_parse_size (--expert-cache SIZE) */
 
+int fuzz_json_fsm(const uint8_t *data, size_t size);     /* json_fsm.c: the JSON recognizer of constrained generation */
+
+/* Shared with tests/test_constraint.c (fuzz_json_fsm.c): where cJSON departs
+ * from RFC 8259, as flags of the constructs a lax scan finds in a text */
+enum {
+    D_CTRL_WS = 1,      /* cJSON skips every byte <= 0x20 as whitespace; the RFC only space, \t, \n, \r */
+    D_CTRL_STR = 2,     /* cJSON takes raw control characters in strings; the RFC wants them escaped */
+    D_UTF8 = 4,         /* cJSON does not check UTF-8; the RFC requires it (section 8.1) */
+    D_NUMBER = 8,       /* cJSON reads numbers with strtod: 01, 1., -.5, 1.e5 pass */
+    D_SURROGATE = 16,   /* cJSON refuses \u escapes of unpaired surrogates; the RFC grammar takes any 4 hex digits */
+    D_DEPTH = 32,       /* cJSON nests at most 1000 deep; the recognizer 1024 */
+    D_BOM = 64,         /* cJSON skips a leading UTF-8 byte order mark; the RFC's text has none */
+    D_HEX = 128,        /* cJSON reads a \u escape whose 4 characters are not all hex digits (as 0) */
+};
+int fuzz_json_rfc_diff(const char *d, size_t n);
+/* Bytes that complete the live recognizer state *st (a ts_jfsm, text/json_fsm.h)
+ * into a complete text, written to out (at most cap); the count, or
+ * (size_t)-1 when the greedy completion gets stuck or out is too small. */
+size_t fuzz_json_complete(const void *st, uint8_t *out, size_t cap);
+
 typedef struct fuzz_target {
     const char *name; /* also the corpus directory tests/fuzz/corpus/NAME */
     fuzz_fn fn;

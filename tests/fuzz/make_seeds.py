@@ -490,3 +490,15 @@ SIZES = ["1", "4096", "64K", "64k", "64KB", "64KiB", "512M", "3G", "2T", "1.5G",
          "9" * 40, "1." + "9" * 40 + "K", "1MB ", "1.5\xff", "\xe2\x82\xac"]
 for i, s in enumerate(SIZES):
     put("size", "%02d" % i, s.encode("latin-1"))
+
+# ---------------------------------------------------------------- json_fsm
+# candidate JSON texts: valid ones of every kind, each construct cJSON and RFC 8259 read differently,
+# near the depth cap, UTF-8 edge cases (fuzz_json_fsm.c)
+JSON_TEXTS = [b"{}", b"[]", b" \t\n\r{ } ", b"0", b"-0.0e-0", b"1E+5", b"123456789012345678901234567890", b"01", b"1.",
+              b".5", b"-.5", b"1.e5", b"true", b"false", b"null", b"tru", b'"a\\"b\\\\c\\/d\\b\\f\\n\\r\\t"',
+              b'"\\u0041\\uD83D\\uDE00"', b'"\\uD83D"', b'"\\uDE00"', b'"\\u12G4"', b'"a\nb"', b'"\x7f"',
+              b'"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"', b'"\xc0\xaf"', b'"\xed\xa0\x80"', b'"\xf4\x90\x80\x80"',
+              b'{"a":1,"b":[true,false,null,{"c":"d"}]}', b'{"a":1,}', b"[1,]", b"{a:1}", b"\xef\xbb\xbf{}",
+              b"\x0c{}", b"[" * 1024 + b"]" * 1024, b"[" * 1025 + b"]" * 1025, b'{"k":' * 999 + b"1" + b"}" * 999]
+for i, s in enumerate(JSON_TEXTS):
+    put("json_fsm", "%02d" % i, s)

@@ -1,0 +1,526 @@
+/* constraint.c: JSON-constrained generation's token masks
+ * (ts_constraint_json, include/turbospark.h; internal side gen/constraint.h).
+ *
+ * Owns: the trie of the tokenizer's tokens, the mask of a recognizer state
+ * (which ids extend the reply to a live JSON prefix), the cache of masks,
+ * a generation's constraint state (ts_cgen: activation, stop ids, the
+ * reply's recognizer state). Does not own: the grammar (text/json_fsm.c),
+ * applying a mask to logits (gen/sample.c), where in the token loop masks
+ * are taken (generate.c, spec.c).
+ *
+ * The trie is an array of nodes in preorder (the tokens sorted by bytes):
+ * node i holds one byte, its level (1 for a token's first byte), end[i]
+ * (the index after its subtree) and the ids whose bytes end there. A mask
+ * is one walk: each node's byte is fed once to the state of its parent's
+ * prefix, and a refused byte skips the whole subtree (end[i]). Tokens that
+ * share a prefix pay for it once; after a value only a handful of nodes
+ * are visited. Inside a string nearly every token is allowed: a bit per
+ * node and string class (in_str) marks the subtrees whose every path stays
+ * in the string, taken whole without a feed, so only the paths through a
+ * quote, a backslash or a control byte are walked (Qwen3's 151,669 tokens:
+ * 0.39 ms a string mask on average without it, 0.06 with; test_constraint).
+ *
+ * Saving a state on the walk: a byte changes the head (8 bytes) and at most
+ * the one stack word a push writes to (json_fsm.h), so a level keeps its
+ * head and that word's old value, restored when the walk leaves the level.
+ *
+ * The cache key: what the mask depends on. The normalized head, and of the
+ * stack only what a token can reach: a token with c closing brackets pops
+ * at most c containers and then reads the kind below, so the top
+ * max_close + 1 kinds; the depth itself only when a token could reach the
+ * bottom (depth <= max_close + 1: the end of the text) or the depth cap
+ * (depth + max_open >= TS_JSON_MAX_DEPTH). JSON repeats these keys a lot
+ * (every string value in an object at the same depth shares one), so most
+ * masks are a lookup and a copy. Bounded: at most TS_CONSTRAINT_CACHE_BYTES
+ * of masks (and 4096 entries), least recently used out; masks are
+ * allocated on first use, so a small reply costs little.
+ */
+#include "gen/constraint.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "text/tokenizer.h"
+
+#define CACHE_MAX_ENTRIES 4096
+#define CACHE_MIN_ENTRIES 16
+#define STACK_WORDS (TS_JSON_MAX_DEPTH / 64)
+
+typedef struct ckey {
+    ts_jhead h;                 /* normalized; depth 0xFFFF: "deep" (see above) */
+    uint64_t bits[STACK_WORDS]; /* the reachable top of the stack, packed from bit 0 */
+} ckey;
+
+typedef struct centry {
+    ckey key;
+    uint64_t *mask;   /* [words], NULL until first used */
+    uint64_t tick;    /* last use */
+    int32_t next;     /* hash chain, -1 ends */
+    int32_t bucket;   /* -1: empty entry */
+} centry;
+
+struct ts_constraint {
+    int n_ids;         /* the tokenizer's ids */
+    int words;         /* (n_ids + 63) / 64 */
+    int object_only;
+    int n_tokens, max_len, max_close, max_open;
+    uint8_t *ok;       /* [n_ids] 1: in the trie */
+    uint32_t *off;     /* [n_ids + 1] a token's bytes: bytes[off[id], off[id + 1]) */
+    uint8_t *bytes;    /* (the tokenizer need not outlive the constraint) */
+    /* the trie, preorder */
+    int n_nodes;
+    uint8_t *byte;     /* [n_nodes] */
+    uint16_t *level;   /* [n_nodes] 1.. */
+    uint32_t *end;     /* [n_nodes] */
+    uint32_t *tok_off; /* [n_nodes + 1] into tok_ids */
+    uint8_t *in_str;   /* [n_nodes] bit k: from a string state of class k
+                          (ts_jfsm_string_class), every path of the subtree
+                          stays inside the string: all its tokens allowed */
+    int32_t *tok_ids;  /* [n_tokens] */
+    /* the cache (under mu) */
+    pthread_mutex_t mu;
+    int mu_ok;         /* mu initialized */
+    centry *ent;       /* [cap] */
+    int32_t *head;     /* [n_buckets] */
+    int cap, n_buckets, n_ent;
+    uint64_t tick;
+    long hits, misses;
+};
+
+/* ---- building ---- */
+
+typedef struct tok_ref {
+    const uint8_t *p;
+    uint32_t len;
+    int32_t id;
+} tok_ref;
+
+static int cmp_tok(const void *a, const void *b) {
+    const tok_ref *x = a, *y = b;
+    const uint32_t n = TS_MIN(x->len, y->len);
+    int c = memcmp(x->p, y->p, n);
+    if (c) return c;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+void ts_constraint_free(ts_constraint *c) {
+    if (!c) return;
+    if (c->ent)
+        for (int i = 0; i < c->cap; i++) ts_free(c->ent[i].mask);
+    if (c->mu_ok) pthread_mutex_destroy(&c->mu);
+    ts_free(c->ent);
+    ts_free(c->head);
+    ts_free(c->ok);
+    ts_free(c->off);
+    ts_free(c->bytes);
+    ts_free(c->byte);
+    ts_free(c->level);
+    ts_free(c->end);
+    ts_free(c->tok_off);
+    ts_free(c->tok_ids);
+    ts_free(c->in_str);
+    ts_free(c);
+}
+
+/* The trie from the tokens sorted by bytes: a token shares its first
+ * lcp bytes (with the previous token) with nodes already made; nodes for
+ * the rest follow in preorder. A node's subtree ends where the next node of
+ * its level or above starts. */
+static int build_trie(ts_constraint *c, const tok_ref *r, int n, size_t total_bytes) {
+    const size_t cap = total_bytes + 1;
+    c->byte = ts_alloc(cap, TS_MEM_MISC);
+    c->level = ts_alloc(sizeof(uint16_t) * cap, TS_MEM_MISC);
+    c->end = ts_alloc(sizeof(uint32_t) * cap, TS_MEM_MISC);
+    c->tok_off = ts_alloc(sizeof(uint32_t) * (cap + 1), TS_MEM_MISC);
+    c->tok_ids = ts_alloc(sizeof(int32_t) * (size_t)(n ? n : 1), TS_MEM_MISC);
+    uint32_t *path = ts_alloc(sizeof(uint32_t) * ((size_t)c->max_len + 2), TS_MEM_MISC); /* open node per level */
+    if (!c->byte || !c->level || !c->end || !c->tok_off || !c->tok_ids || !path) {
+        ts_free(path);
+        return TS_E_NOMEM;
+    }
+    uint32_t nn = 0, depth = 0; /* open levels on the path */
+    for (int k = 0; k < n; k++) {
+        uint32_t l = 0;
+        if (k) {
+            const uint32_t m = TS_MIN(r[k].len, r[k - 1].len);
+            while (l < m && r[k].p[l] == r[k - 1].p[l]) l++;
+        }
+        /* close the levels past the shared prefix */
+        while (depth > l) c->end[path[depth--]] = nn;
+        for (uint32_t i = l; i < r[k].len; i++) {
+            c->byte[nn] = r[k].p[i];
+            c->level[nn] = (uint16_t)(i + 1);
+            c->tok_off[nn] = (uint32_t)k;
+            path[++depth] = nn++;
+        }
+        c->tok_ids[k] = r[k].id; /* ends at path[depth]: tok_off of the next node counts it */
+    }
+    while (depth > 0) c->end[path[depth--]] = nn;
+    c->tok_off[nn] = (uint32_t)n;
+    c->n_nodes = (int)nn;
+    ts_free(path);
+    return 0;
+}
+
+/* in_str, bottom-up (children follow their parent in preorder): node i
+ * keeps the string from class k when its byte does (landing in class k')
+ * and every child keeps it from k'. Inside a string most of the trie is
+ * such subtrees; the walk then takes each whole, without feeding a byte. */
+static int build_in_str(ts_constraint *c) {
+    const uint32_t n = (uint32_t)c->n_nodes;
+    c->in_str = ts_alloc(n ? n : 1, TS_MEM_MISC);
+    if (!c->in_str) return TS_E_NOMEM;
+    uint64_t dummy[TS_JSON_MAX_DEPTH / 64] = {0}; /* string bytes never touch the stack */
+    for (uint32_t i = n; i-- > 0;) {
+        uint8_t bits = 0;
+        for (int k = 0; k < TS_JFSM_STR_CLASSES; k++) {
+            ts_jhead h = ts_jfsm_string_head(k);
+            if (!ts_jfsm_step(&h, dummy, c->byte[i])) continue;
+            const int k2 = ts_jfsm_string_class(&h);
+            if (k2 < 0) continue; /* the quote, a backslash */
+            int all = 1;
+            for (uint32_t j = i + 1; j < c->end[i] && all; j = c->end[j]) all = (c->in_str[j] >> k2) & 1;
+            if (all) bits |= (uint8_t)(1u << k);
+        }
+        c->in_str[i] = bits;
+    }
+    return 0;
+}
+
+static int cache_init(ts_constraint *c) {
+    size_t mask_bytes = sizeof(uint64_t) * (size_t)c->words;
+    size_t cap = TS_CONSTRAINT_CACHE_BYTES / mask_bytes;
+    cap = TS_MAX(TS_MIN(cap, (size_t)CACHE_MAX_ENTRIES), (size_t)CACHE_MIN_ENTRIES);
+    c->cap = (int)cap;
+    c->n_buckets = 1;
+    while (c->n_buckets < 2 * c->cap) c->n_buckets <<= 1;
+    c->ent = ts_alloc(sizeof(centry) * cap, TS_MEM_MISC);
+    c->head = ts_alloc(sizeof(int32_t) * (size_t)c->n_buckets, TS_MEM_MISC);
+    if (!c->ent || !c->head) return TS_E_NOMEM;
+    for (int i = 0; i < c->n_buckets; i++) c->head[i] = -1;
+    for (int i = 0; i < c->cap; i++) c->ent[i].bucket = -1, c->ent[i].next = -1;
+    if (pthread_mutex_init(&c->mu, NULL)) return TS_E_NOMEM;
+    c->mu_ok = 1;
+    return 0;
+}
+
+int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constraint **out, ts_error *err) {
+    if (!out) return ts_fail(err, TS_E_ARG, "JSON constraint: no output pointer");
+    *out = NULL;
+    if (!t) return ts_fail(err, TS_E_ARG, "JSON constraint: no tokenizer");
+    if (object_only != 0 && object_only != 1)
+        return ts_fail(err, TS_E_ARG, "JSON constraint: object_only %d (0: any value, 1: an object)", object_only);
+    const int V = ts_tokenizer_vocab_size(t);
+    if (V <= 0) return ts_fail(err, TS_E_ARG, "JSON constraint: the tokenizer has no tokens");
+    ts_constraint *c = ts_alloc(sizeof *c, TS_MEM_MISC);
+    tok_ref *r = ts_alloc(sizeof(tok_ref) * (size_t)V, TS_MEM_MISC);
+    if (c) c->ok = ts_alloc((size_t)V, TS_MEM_MISC);
+    if (!c || !r || !c->ok) goto nomem;
+    c->n_ids = V;
+    c->words = (V + 63) / 64;
+    c->object_only = object_only;
+    /* the candidates: tokens with bytes that are not added tokens (markup:
+     * <|im_end|>, <think>, <tool_call> decode to text a JSON string could
+     * hold, but they are not text) */
+    ts_tok_mark_added(t, c->ok);
+    size_t total = 0;
+    int n = 0;
+    for (int id = 0; id < V; id++) {
+        size_t len = 0;
+        const char *p = ts_tokenizer_token_bytes(t, id, &len);
+        const int cand = p && len > 0 && !c->ok[id] && !ts_tokenizer_is_special(t, id) && len < 65535;
+        c->ok[id] = (uint8_t)cand;
+        if (!cand) continue;
+        r[n++] = (tok_ref){(const uint8_t *)p, (uint32_t)len, id};
+        total += len;
+        int open = 0, close = 0;
+        for (size_t i = 0; i < len; i++) open += p[i] == '[' || p[i] == '{', close += p[i] == ']' || p[i] == '}';
+        c->max_len = TS_MAX(c->max_len, (int)len);
+        c->max_open = TS_MAX(c->max_open, open);
+        c->max_close = TS_MAX(c->max_close, close);
+    }
+    c->n_tokens = n;
+    /* the candidates' bytes, copied: the trie and the sort point into them */
+    c->off = ts_alloc(sizeof(uint32_t) * ((size_t)V + 1), TS_MEM_MISC);
+    c->bytes = ts_alloc(total + 1, TS_MEM_MISC);
+    if (!c->off || !c->bytes || total >= UINT32_MAX) goto nomem;
+    for (int k = 0, id = 0; id < V; id++) {
+        c->off[id + 1] = c->off[id];
+        if (k < n && r[k].id == id) {
+            memcpy(c->bytes + c->off[id], r[k].p, r[k].len);
+            r[k].p = c->bytes + c->off[id];
+            c->off[id + 1] += r[k].len;
+            k++;
+        }
+    }
+    qsort(r, (size_t)n, sizeof *r, cmp_tok);
+    if (build_trie(c, r, n, total) || build_in_str(c) || cache_init(c)) goto nomem;
+    ts_free(r);
+    *out = c;
+    return 0;
+nomem:
+    ts_free(r);
+    ts_constraint_free(c);
+    return ts_fail(err, TS_E_NOMEM, "JSON constraint: out of memory indexing %d tokens", V);
+}
+
+/* ---- the walk ---- */
+
+static inline int is_ws(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
+
+/* Set out's bits for the ids of the trie that extend st. g->stk is the
+ * stack the walk mutates (a copy of st's). */
+static void walk(ts_cgen *g, const ts_jfsm *st, uint64_t *out) {
+    const ts_constraint *c = g->c;
+    memset(out, 0, sizeof(uint64_t) * (size_t)c->words);
+    const int complete = ts_jfsm_complete(st);
+    /* a complete text takes no more bytes but a top-level number's */
+    if (complete && !ts_jfsm_in_number(st)) return;
+    ts_cframe *f = g->frames;
+    uint64_t *stk = g->stk;
+    memcpy(stk, st->stack, sizeof st->stack);
+    f[0].h = st->h;
+    const uint8_t *byte = c->byte;
+    const uint16_t *level = c->level;
+    const uint32_t *end = c->end, *toff = c->tok_off;
+    const int32_t *tid = c->tok_ids;
+    const uint32_t n = (uint32_t)c->n_nodes;
+    uint32_t cur = 0; /* deepest level whose saved word is live */
+    for (uint32_t i = 0; i < n;) {
+        const uint32_t L = level[i];
+        while (cur >= L) { /* leave the levels of the previous branch */
+            stk[f[cur].widx] = f[cur].wsave;
+            cur--;
+        }
+        ts_jhead h = f[L - 1].h;
+        const int cls = ts_jfsm_string_class(&h);
+        if (cls >= 0 && ((c->in_str[i] >> cls) & 1)) { /* a subtree that stays in the string: all of it */
+            for (uint32_t k = toff[i]; k < toff[end[i]]; k++) out[tid[k] >> 6] |= (uint64_t)1 << (tid[k] & 63);
+            i = end[i];
+            continue;
+        }
+        const uint32_t w = (uint32_t)h.depth >> 6;
+        f[L].widx = w < STACK_WORDS ? w : STACK_WORDS - 1;
+        f[L].wsave = stk[f[L].widx];
+        cur = L;
+        if ((L == 1 && complete && is_ws(byte[i])) || !ts_jfsm_step(&h, stk, byte[i])) {
+            i = end[i];
+            continue;
+        }
+        f[L].h = h;
+        for (uint32_t k = toff[i]; k < toff[i + 1]; k++) out[tid[k] >> 6] |= (uint64_t)1 << (tid[k] & 63);
+        i++;
+    }
+    while (cur > 0) stk[f[cur].widx] = f[cur].wsave, cur--;
+}
+
+/* ---- the cache ---- */
+
+static void make_key(const ts_constraint *c, const ts_jfsm *st, ckey *k) {
+    memset(k, 0, sizeof *k);
+    k->h = ts_jfsm_norm_head(&st->h);
+    const int d = st->h.depth, reach = c->max_close + 1;
+    int from = 0; /* the stack kinds [from, d) are part of the key */
+    if (d > reach && d + c->max_open < TS_JSON_MAX_DEPTH) {
+        from = d - reach;
+        k->h.depth = 0xFFFF;
+    }
+    for (int i = from; i < d; i++)
+        if ((st->stack[i >> 6] >> (i & 63)) & 1) k->bits[(i - from) >> 6] |= (uint64_t)1 << ((i - from) & 63);
+}
+
+static uint32_t hash_key(const ckey *k) {
+    const uint64_t *w = (const uint64_t *)k;
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < sizeof *k / 8; i++) {
+        h ^= w[i];
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int find(const ts_constraint *c, const ckey *k, uint32_t hv) {
+    for (int32_t e = c->head[hv & (uint32_t)(c->n_buckets - 1)]; e >= 0; e = c->ent[e].next)
+        if (!memcmp(&c->ent[e].key, k, sizeof *k)) return e;
+    return -1;
+}
+
+static void unlink_entry(ts_constraint *c, int e) {
+    int32_t *p = &c->head[c->ent[e].bucket];
+    while (*p != e) p = &c->ent[*p].next;
+    *p = c->ent[e].next;
+    c->ent[e].bucket = -1;
+}
+
+/* Store a mask under k: a free entry, else the least recently used one
+ * (a scan: a miss costs a walk, thousands of times more). Out of memory
+ * for the mask: nothing is stored (the cache only saves time). */
+static void store(ts_constraint *c, const ckey *k, uint32_t hv, const uint64_t *mask) {
+    if (find(c, k, hv) >= 0) return; /* another thread stored it meanwhile */
+    int e = -1;
+    if (c->n_ent < c->cap) e = c->n_ent++;
+    else {
+        uint64_t best = UINT64_MAX;
+        for (int i = 0; i < c->cap; i++)
+            if (c->ent[i].tick < best) best = c->ent[i].tick, e = i;
+        unlink_entry(c, e);
+    }
+    centry *x = &c->ent[e];
+    if (!x->mask) x->mask = ts_alloc(sizeof(uint64_t) * (size_t)c->words, TS_MEM_MISC);
+    if (!x->mask) {
+        if (e == c->n_ent - 1) c->n_ent--;
+        return;
+    }
+    x->key = *k;
+    memcpy(x->mask, mask, sizeof(uint64_t) * (size_t)c->words);
+    x->tick = ++c->tick;
+    x->bucket = (int32_t)(hv & (uint32_t)(c->n_buckets - 1));
+    x->next = c->head[x->bucket];
+    c->head[x->bucket] = e;
+}
+
+void ts_constraint_byte_mask(ts_cgen *g, const ts_jfsm *st, int use_cache, uint64_t *out) {
+    /* the cache is the one mutable part of a shared constraint: under its lock */
+    ts_constraint *c = (ts_constraint *)g->c;
+    if (!use_cache) {
+        walk(g, st, out);
+        return;
+    }
+    ckey k;
+    make_key(c, st, &k);
+    const uint32_t hv = hash_key(&k);
+    pthread_mutex_lock(&c->mu);
+    const int e = find(c, &k, hv);
+    if (e >= 0) {
+        memcpy(out, c->ent[e].mask, sizeof(uint64_t) * (size_t)c->words);
+        c->ent[e].tick = ++c->tick;
+        c->hits++;
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    c->misses++;
+    pthread_mutex_unlock(&c->mu);
+    walk(g, st, out);
+    pthread_mutex_lock(&c->mu);
+    store(c, &k, hv, out);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *o) {
+    ts_constraint *m = (ts_constraint *)c;
+    memset(o, 0, sizeof *o);
+    o->n_ids = c->n_ids;
+    o->n_tokens = c->n_tokens;
+    o->n_nodes = c->n_nodes;
+    o->max_len = c->max_len;
+    o->max_close = c->max_close;
+    o->max_open = c->max_open;
+    pthread_mutex_lock(&m->mu);
+    o->cache_cap = c->cap;
+    o->cache_n = c->n_ent;
+    o->hits = c->hits;
+    o->misses = c->misses;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ts_constraint_cache_limit(ts_constraint *c, int n) {
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n_ent; i++) ts_free(c->ent[i].mask), c->ent[i].mask = NULL;
+    for (int i = 0; i < c->n_buckets; i++) c->head[i] = -1;
+    for (int i = 0; i < c->cap; i++) c->ent[i].bucket = -1, c->ent[i].next = -1, c->ent[i].tick = 0;
+    c->n_ent = 0;
+    c->cap = TS_MAX(1, TS_MIN(n, c->cap)); /* the table keeps its size; only its use shrinks */
+    pthread_mutex_unlock(&c->mu);
+}
+
+int ts_constraint_token_ok(const ts_constraint *c, int32_t id) { return id >= 0 && id < c->n_ids && c->ok[id]; }
+
+/* ---- a generation's constraint ---- */
+
+void ts_cgen_free(ts_cgen *g) {
+    if (!g) return;
+    ts_free(g->mask);
+    ts_free(g->frames);
+    ts_free(g->stk);
+    memset(g, 0, sizeof *g);
+}
+
+int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err) {
+    memset(g, 0, sizeof *g);
+    const ts_constraint *c = p->constraint;
+    if (!c) return 0;
+    if (c->n_ids > V)
+        return ts_fail(err, TS_E_ARG, "JSON constraint: its tokenizer has %d ids, more than the model's %d (another model's tokenizer?)",
+                       c->n_ids, V);
+    if (p->n_stop < 0 || (p->n_stop && !p->stop_ids))
+        return ts_fail(err, TS_E_ARG, "JSON constraint: %d stop ids without the ids", p->n_stop);
+    for (int i = 0; i < p->n_stop; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= V)
+            return ts_fail(err, TS_E_ARG, "JSON constraint: stop id %d is outside the vocabulary [0, %d)", p->stop_ids[i], V);
+    if (p->constraint_after >= V)
+        return ts_fail(err, TS_E_ARG, "JSON constraint: constraint_after id %d is outside the vocabulary [0, %d)",
+                       p->constraint_after, V);
+    g->c = c;
+    g->V = V;
+    g->words = (V + 63) / 64;
+    g->after = p->constraint_after > 0 ? p->constraint_after : -1;
+    g->active = g->after < 0;
+    ts_jfsm_init(&g->st, c->object_only);
+    g->stop = p->stop_ids;
+    g->n_stop = p->n_stop;
+    g->mask = ts_alloc(sizeof(uint64_t) * (size_t)g->words, TS_MEM_SCRATCH);
+    g->frames = ts_alloc(sizeof(ts_cframe) * ((size_t)c->max_len + 1), TS_MEM_SCRATCH);
+    g->stk = ts_alloc(sizeof(uint64_t) * STACK_WORDS, TS_MEM_SCRATCH);
+    if (!g->mask || !g->frames || !g->stk) {
+        ts_cgen_free(g);
+        return ts_fail(err, TS_E_NOMEM, "JSON constraint: out of memory for a mask of %d ids", V);
+    }
+    return 0;
+}
+
+static int is_stop(const ts_cgen *g, int32_t id) {
+    for (int i = 0; i < g->n_stop; i++)
+        if (g->stop[i] == id) return 1;
+    return 0;
+}
+
+int ts_cgen_mask(ts_cgen *g, ts_error *err) {
+    /* the byte rule over the tokenizer's ids (bits past them stay 0: the
+     * model's padding rows are never allowed), then the stop ids: allowed
+     * exactly when the text is complete, whatever their bytes */
+    memset(g->mask, 0, sizeof(uint64_t) * (size_t)g->words);
+    ts_constraint_byte_mask(g, &g->st, 1, g->mask);
+    const int complete = ts_jfsm_complete(&g->st);
+    for (int i = 0; i < g->n_stop; i++) {
+        const int32_t id = g->stop[i];
+        const uint64_t bit = (uint64_t)1 << (id & 63);
+        g->mask[id >> 6] = complete ? g->mask[id >> 6] | bit : g->mask[id >> 6] & ~bit;
+    }
+    for (int i = 0; i < g->words; i++)
+        if (g->mask[i]) return 0;
+    return ts_fail(err, TS_E_ARG,
+                   "JSON constraint: no token of the vocabulary can continue the reply after %ld bytes (%s, depth %d%s): "
+                   "the tokenizer lacks the bytes the grammar needs",
+                   g->n_bytes, ts_jfsm_describe(&g->st), g->st.h.depth,
+                   complete && !g->n_stop ? ", complete, no stop ids" : "");
+}
+
+int ts_cgen_advance(ts_cgen *g, int32_t id, ts_error *err) {
+    if (!g->c) return 0;
+    if (!g->active) {
+        g->active = id == g->after;
+        return 0;
+    }
+    if (is_stop(g, id)) return 0; /* the generation ends on it anyway */
+    const ts_constraint *c = g->c;
+    if (!ts_constraint_token_ok(c, id))
+        return ts_fail(err, TS_E_ARG, "JSON constraint: token id %d was emitted, which the constraint never allows", id);
+    const uint32_t len = c->off[id + 1] - c->off[id];
+    if (!ts_jfsm_feed_bytes(&g->st, c->bytes + c->off[id], len))
+        return ts_fail(err, TS_E_ARG, "JSON constraint: token id %d was emitted after %ld bytes (%s), which its mask did not allow",
+                       id, g->n_bytes, ts_jfsm_describe(&g->st));
+    g->n_bytes += len;
+    return ts_jfsm_complete(&g->st) && !g->n_stop;
+}

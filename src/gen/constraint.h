@@ -1,0 +1,76 @@
+/* constraint.h: token masks from the JSON recognizer (internal side of
+ * ts_constraint_json; gen/constraint.c).
+ *
+ * A ts_constraint is the tokenizer's tokens in a trie (built once) and a
+ * bounded cache of masks keyed by recognizer state. A generation holds a
+ * ts_cgen: the recognizer state of its reply, whether the constraint is
+ * active yet (gen params constraint_after), its stop ids, and the buffers
+ * of its mask and the trie walk. ts_cgen is copied by value to look ahead
+ * along drafts (spec.c): the copies share the buffers, used one at a time.
+ */
+#ifndef TS_GEN_CONSTRAINT_H
+#define TS_GEN_CONSTRAINT_H
+
+#include "text/json_fsm.h"
+#include "ts_int.h"
+
+typedef struct ts_cframe {
+    ts_jhead h;      /* the state after this trie level's byte */
+    uint32_t widx;   /* the stack word the byte's feed could write, */
+    uint64_t wsave;  /* and its value before */
+} ts_cframe;
+
+typedef struct ts_cgen {
+    const ts_constraint *c;
+    int V;                  /* mask bits: the model's vocabulary */
+    int words;              /* (V + 63) / 64 */
+    int32_t after;          /* the id that starts the constraint; -1: from the start */
+    int active;
+    ts_jfsm st;             /* the reply since the constraint started */
+    long n_bytes;           /* bytes fed to st (messages) */
+    const int32_t *stop;    /* the generation's stop ids (borrowed) */
+    int n_stop;
+    uint64_t *mask;         /* [words] the current step's allowed ids */
+    ts_cframe *frames;      /* [longest token + 1] the trie walk's levels */
+    uint64_t *stk;          /* [TS_JSON_MAX_DEPTH / 64] the walk's stack */
+} ts_cgen;
+
+/* Check p's constraint against a model of V ids and set g up; g->c NULL
+ * (and nothing allocated) when p has no constraint. */
+int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err);
+void ts_cgen_free(ts_cgen *g);
+/* The mask of g's state into g->mask: 0, or TS_E_ARG when no id is allowed
+ * (naming the state). Only while g->active. */
+int ts_cgen_mask(ts_cgen *g, ts_error *err);
+/* The generation emitted id: advance the state (or activate on the start
+ * id). 1 when the reply is complete and there are no stop ids (the
+ * generation ends here), 0 to go on, TS_E_ARG for an id the mask did not
+ * allow (a broken invariant, named). */
+int ts_cgen_advance(ts_cgen *g, int32_t id, ts_error *err);
+
+/* The byte rule's mask of state st (no stop ids) into out [words] (bits
+ * past the tokenizer's ids are 0), from the cache when use_cache (and
+ * stored there), else by a walk of the trie. g supplies the walk's
+ * buffers. */
+void ts_constraint_byte_mask(ts_cgen *g, const ts_jfsm *st, int use_cache, uint64_t *out);
+
+/* Facts for tests and measurements. */
+typedef struct ts_constraint_info {
+    int n_ids;          /* the tokenizer's ids */
+    int n_tokens;       /* ids in the trie (with bytes, not added) */
+    int n_nodes;        /* trie nodes */
+    int max_len;        /* longest token, bytes */
+    int max_close;      /* most ']' / '}' bytes in one token */
+    int max_open;       /* most '[' / '{' bytes in one token */
+    int cache_cap;      /* masks the cache may hold */
+    int cache_n;        /* masks it holds */
+    long hits, misses;  /* lookups since creation */
+} ts_constraint_info;
+void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *out);
+/* Tests: let the cache hold at most n masks (n >= 1, at most its size);
+ * empties it. */
+void ts_constraint_cache_limit(ts_constraint *c, int n);
+/* 1 when id is a candidate of the byte rule at all (has bytes, not added). */
+int ts_constraint_token_ok(const ts_constraint *c, int32_t id);
+
+#endif
