@@ -113,6 +113,25 @@ TS_TEST(constraint, recognizer_rfc_cases) {
         for (int i = 0; i < d; i++) deep[i] = '[', deep[d + i] = ']';
         CHECK_MSG(fsm_accepts(deep, 2 * (size_t)d, 0) == (d <= TS_JSON_MAX_DEPTH), "depth %d", d);
     }
+    /* whitespace runs between tokens: at most TS_JSON_MAX_WS bytes, anywhere
+     * between tokens (after a literal, a number, in an array, before a key);
+     * inside a string any number; a run ends at any other byte */
+    static const char *const wsdoc[] = {"[true%s]", "{%s\"a\":1}", "{\"a\"%s:[1%s,2]}", "%s0%s"};
+    char sp[TS_JSON_MAX_WS + 2], doc[512];
+    for (int w = TS_JSON_MAX_WS; w <= TS_JSON_MAX_WS + 1; w++) {
+        memset(sp, '\n', (size_t)w), sp[w] = 0;
+        for (int d = 0; d < 4; d++) {
+            snprintf(doc, sizeof doc, wsdoc[d], sp, sp);
+            CHECK_MSG(fsm_accepts(doc, strlen(doc), 0) == (w <= TS_JSON_MAX_WS), "a run of %d whitespace bytes in '%s'", w,
+                      wsdoc[d]);
+        }
+    }
+    snprintf(doc, sizeof doc, "[\"%0200d\"]", 0);
+    memset(doc + 2, ' ', 200);
+    CHECK(fsm_accepts(doc, strlen(doc), 0));
+    memset(sp, ' ', TS_JSON_MAX_WS), sp[TS_JSON_MAX_WS] = 0;
+    snprintf(doc, sizeof doc, "[%s1,%s2,%s3]", sp, sp, sp); /* runs apart, each at the bound */
+    CHECK(fsm_accepts(doc, strlen(doc), 0));
     /* complete but continuable: a top-level number */
     ts_jfsm st;
     ts_jfsm_init(&st, 0);

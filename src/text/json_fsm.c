@@ -123,7 +123,7 @@ static inline int string_byte(ts_jhead *h, uint8_t b) {
     return 1;
 }
 
-int ts_jfsm_step(ts_jhead *h, uint64_t *st, uint8_t b) {
+static int step(ts_jhead *h, uint64_t *st, uint8_t b) {
     switch (h->lex) {
     case J_STR: return string_byte(h, b);
     case J_START:
@@ -201,6 +201,29 @@ int ts_jfsm_step(ts_jhead *h, uint64_t *st, uint8_t b) {
     }
 }
 
+/* Whether whitespace there is the text's (between tokens), not a string's
+ * content or an error. */
+static inline int ws_between(uint8_t lex) { return lex != J_STR && lex != J_ESC && lex != J_HEX && lex != J_LIT; }
+
+/* The whitespace bound. Between tokens aux (unused there: only literals and
+ * \u escapes read it) counts the whitespace bytes since the last other
+ * byte, and a run longer than TS_JSON_MAX_WS is refused. Why: RFC 8259 puts
+ * no bound on it, and a model can fill its whole budget with newlines
+ * inside an object (the bundled model does, greedy); llama.cpp's JSON
+ * grammar bounds it the same way. 32 bytes keeps pretty-printing (a newline
+ * and 7 levels of 4-space indentation) possible. */
+int ts_jfsm_step(ts_jhead *h, uint64_t *st, uint8_t b) {
+    if (is_ws(b) && ws_between(h->lex)) {
+        const uint8_t run = h->aux;
+        if (run >= TS_JSON_MAX_WS || !step(h, st, b)) return 0;
+        h->aux = (uint8_t)(run + 1);
+        return 1;
+    }
+    if (!step(h, st, b)) return 0;
+    if (h->lex != J_LIT && h->lex != J_HEX) h->aux = 0;
+    return 1;
+}
+
 void ts_jfsm_init(ts_jfsm *s, int object_only) {
     memset(s, 0, sizeof *s);
     s->h.lex = object_only ? J_START_OBJ : J_START;
@@ -225,7 +248,7 @@ int ts_jfsm_in_number(const ts_jfsm *s) { return s->h.depth == 0 && number_compl
 
 ts_jhead ts_jfsm_norm_head(const ts_jhead *h) {
     ts_jhead n = *h;
-    if (n.lex != J_LIT && n.lex != J_HEX) n.aux = 0;
+    if (n.lex == J_STR || n.lex == J_ESC) n.aux = 0; /* elsewhere: a literal's, \u's or the whitespace run */
     if (n.lex != J_STR && n.lex != J_ESC && n.lex != J_HEX) n.key = 0;
     if (!n.un) n.ulo = n.uhi = 0;
     return n;

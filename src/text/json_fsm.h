@@ -5,7 +5,9 @@
  * whitespace, a value, optional whitespace; strings with the full escape
  * rules, no raw control characters and valid UTF-8 (RFC 3629: no overlongs,
  * no surrogates, nothing above U+10FFFF) across any cut of the bytes;
- * numbers by the RFC grammar; nesting up to TS_JSON_MAX_DEPTH containers.
+ * numbers by the RFC grammar; nesting up to TS_JSON_MAX_DEPTH containers;
+ * at most TS_JSON_MAX_WS whitespace bytes in a row between tokens (the one
+ * bound beyond the RFC, against whitespace loops: json_fsm.c).
  * Does not own: tokens, masks (gen/constraint.c), parsing into values.
  *
  * The state is a small head (lexical state, literal or \u progress, UTF-8
@@ -25,10 +27,12 @@
 #include <stdint.h>
 
 #define TS_JSON_MAX_DEPTH 1024
+#define TS_JSON_MAX_WS 32
 
 typedef struct ts_jhead {
     uint8_t lex;       /* lexical state (json_fsm.c, enum jlex) */
-    uint8_t aux;       /* literal: which and how far; \u: hex digits left */
+    uint8_t aux;       /* literal: which and how far; \u: hex digits left; between
+                          tokens: the whitespace bytes in a row */
     uint8_t key;       /* 1: the string being read is an object key */
     uint8_t un;        /* UTF-8 continuation bytes still expected */
     uint8_t ulo, uhi;  /* the range of the next continuation byte */
