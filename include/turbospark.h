@@ -316,7 +316,8 @@ typedef struct ts_gen_params {
      * token. An error (TS_E_ARG) if no token can continue the reply.
      * constraint_after: > 0: the constraint starts after this id has been
      * generated (a reasoning block's end, "</think>"), every token up to
-     * and including it is free; <= 0: from the first generated token (so
+     * and including it is free but the stop ids (the reply cannot end
+     * before its constrained part); <= 0: from the first generated token (so
      * zeroed parameters mean "from the start": id 0 is an ordinary
      * byte-level token, never a block's end, in the vocabularies this
      * engine loads). A prompt that already closed its think block (chat

@@ -334,6 +334,32 @@ TS_TEST(cli, run_logprobs_and_logit_bias) {
     CHECK_MSG(rc == 1 && strstr(g_out, "99999999"), "rc %d: %s", rc, g_out);
 }
 
+/* run --json: every reply that ended before its budget (a stop id after a
+ * complete text) is one JSON object (cJSON parses it, an object); greedy on
+ * the bundled model ends so, and so do some sampled seeds. */
+TS_TEST(cli, run_json_object) {
+    int done = 0;
+    for (int seed = 0; seed <= 6; seed++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s run -p 'Write a JSON object describing a cat:' -n 160 --json %s%d 2>&1",
+                 ts_test_bin(), seed ? "--temp 0.8 --seed " : "--seed ", seed);
+        CHECK(ts_test_sh(g_out, sizeof g_out, "%s", cmd) == 0);
+        char *stats = strstr(g_out, "\n[prompt ");
+        int np = 0, ng = 0;
+        CHECK_MSG(stats && sscanf(stats + 1, "[prompt %d tokens, generated %d tokens", &np, &ng) == 2, "%s", g_out);
+        *stats = 0;
+        if (ng >= 160) continue; /* the budget cut it: a prefix, not checked here (test_constraint does) */
+        cJSON *j = cJSON_Parse(g_out);
+        CHECK_MSG(j && cJSON_IsObject(j), "seed %d: '%s' is not one JSON object", seed, g_out);
+        cJSON_Delete(j);
+        done++;
+    }
+    CHECK_MSG(done >= 2, "only %d of 7 replies ended before the budget", done);
+    /* without a tokenizer there is nothing to constrain by */
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s run -m tests/fixtures/tiny-dense --ids 1,2 -n 4 --json", ts_test_bin());
+    CHECK_MSG(rc == 1 && strstr(g_out, "tokenizer"), "rc %d: %s", rc, g_out);
+}
+
 TS_TEST(cli, run_chat_uses_the_template) {
     const char *m = text_model();
     char a[4096], b[4096], req[600];

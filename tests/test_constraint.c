@@ -738,6 +738,48 @@ TS_TEST(constraint, constraint_after) {
     CHECK_MSG(v == 1 || (v == 2 && !stopped), "the reply after the start id is not JSON (verdict %d)", v);
 }
 
+/* Before its start id a reply cannot end: with a stop id that plain
+ * decoding emits as its 6th token and a start id it never emits, the
+ * constrained run emits no stop id at all, and its first 5 ids are plain
+ * decoding's. */
+TS_TEST(constraint, no_stop_before_the_start_id) {
+    ts_engine *e = open_default(0);
+    CHECK(e);
+    ts_tokenizer *t = load_tok("models/default");
+    CHECK(t);
+    ts_error err = {0};
+    const int T = prompt(t, "Once upon a time");
+    static rec plain, got;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 120;
+    CHECK(gen(e, PR_IDS, T, &gp, 0, 0, &plain, &err) == 0);
+    int k = 5; /* the first occurrence of plain's 6th id */
+    for (int i = 0; i < 5; i++)
+        if (plain.ids[i] == plain.ids[5]) { k = i; break; }
+    int32_t stop = plain.ids[k];
+    ts_constraint *c = NULL;
+    CHECK(ts_constraint_json(t, 1, &c, &err) == 0);
+    int32_t never = 0; /* an id plain decoding never emitted: the constraint never starts */
+    for (int32_t id = 300; !never; id++) {
+        int seen = 0;
+        for (int i = 0; i < plain.n; i++) seen |= plain.ids[i] == id;
+        if (!seen && ts_constraint_token_ok(c, id)) never = id;
+    }
+    gp.stop_ids = &stop, gp.n_stop = 1;
+    gp.constraint = c, gp.constraint_after = never;
+    const int rc = gen(e, PR_IDS, T, &gp, 0, 0, &got, &err);
+    int stops = 0;
+    for (int i = 0; i < got.n; i++) stops += got.ids[i] == stop;
+    ts_constraint_free(c);
+    ts_tokenizer_free(t);
+    ts_engine_close(e);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_MSG(got.n == 120 && stops == 0, "%d tokens, the stop id %d emitted %d times before the start id", got.n, stop,
+              stops);
+    CHECK_MSG(!memcmp(got.ids, plain.ids, sizeof(int32_t) * (size_t)k), "the ids before the stop differ from plain's");
+}
+
 /* Speculative decoding under the constraint: greedy MTP 1..4 and DFlash
  * give plain decoding's ids (the verify rows are decode rows; each row's
  * mask is the state after the accepted drafts before it). Sampled: the

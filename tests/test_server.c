@@ -1674,3 +1674,95 @@ TS_TEST(server, n_choices) {
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
 }
+
+/* response_format json_object (gen params constraint), on the bundled
+ * model: a reply that ends by its stop token (finish "stop") is one JSON
+ * object, one cut by max_tokens a live prefix of one (the recognizer); with
+ * the think block open its reasoning is free and the content the object;
+ * streamed = not streamed; --spec mtp gives the same content; json_schema
+ * and json_object with tools are refused. */
+#include "text/json_fsm.h"
+
+static int json_object_prefix(const char *t) {
+    ts_jfsm st;
+    ts_jfsm_init(&st, 1);
+    return ts_jfsm_feed_bytes(&st, t, strlen(t));
+}
+
+static void json_chat(int port, int think, int seed, char *content, size_t cap, char *finish, size_t fcap) {
+    char body[1024];
+    int st;
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Describe a cat as a JSON object.\"}],\"max_tokens\":%d,"
+             "\"temperature\":%s,\"seed\":%d,\"response_format\":{\"type\":\"json_object\"},"
+             "\"chat_template_kwargs\":{\"enable_thinking\":%s}}",
+             think ? 400 : 160, seed ? "0.8" : "0", seed, think ? "true" : "false");
+    cJSON *j = http_post(port, "/v1/chat/completions", body, &st);
+    const char *c = str_at(j, "choices.0.message.content"), *f = str_at(j, "choices.0.finish_reason");
+    snprintf(content, cap, "%s", st == 200 && c ? c : "(none)");
+    snprintf(finish, fcap, "%s", st == 200 && f ? f : "(none)");
+    cJSON_Delete(j);
+}
+
+TS_TEST(server, response_format_json_object) {
+    char cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd));
+    static char mdir[1100];
+    snprintf(mdir, sizeof mdir, "%s/models/default", cwd);
+    server s, d;
+    g_model_override = mdir;
+    int started = server_start(&s, NULL), started_d = server_start(&d, "--spec", "mtp", "--draft", "3", NULL);
+    g_model_override = NULL;
+    CHECK_MSG(started == 0 && started_d == 0, "the servers did not start on %s", mdir);
+    if (started || started_d) return;
+    char content[8192], finish[32], c2[8192], f2[32];
+    int objects = 0;
+    for (int think = 0; think < 2; think++)
+        for (int seed = 0; seed < 4; seed++) {
+            json_chat(s.port, think, seed, content, sizeof content, finish, sizeof finish);
+            if (!strcmp(finish, "stop")) {
+                cJSON *j = cJSON_Parse(content);
+                CHECK_MSG(j && cJSON_IsObject(j), "think %d seed %d: finished content '%s' is not one JSON object", think,
+                          seed, content);
+                cJSON_Delete(j);
+                objects++;
+            } else {
+                CHECK_MSG(!strcmp(finish, "length") && json_object_prefix(content),
+                          "think %d seed %d: finish %s, content '%s' not a prefix of a JSON object", think, seed, finish,
+                          content);
+            }
+            if (!seed) { /* greedy: drafting gives the same reply */
+                json_chat(d.port, think, seed, c2, sizeof c2, f2, sizeof f2);
+                CHECK_MSG(!strcmp(content, c2) && !strcmp(finish, f2), "think %d: --spec mtp '%s' (%s), plain '%s' (%s)",
+                          think, c2, f2, content, finish);
+            }
+        }
+    fprintf(stderr, "  %d of 8 replies ended as a complete object\n", objects);
+    CHECK_MSG(objects >= 2, "only %d of 8 replies ended as a complete JSON object", objects);
+    /* streamed: the same content */
+    const char *req = "{\"messages\":[{\"role\":\"user\",\"content\":\"Describe a cat as a JSON object.\"}],"
+                      "\"max_tokens\":160,\"temperature\":0,\"response_format\":{\"type\":\"json_object\"},"
+                      "\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    json_chat(s.port, 0, 0, content, sizeof content, finish, sizeof finish);
+    char *sb = post_stream(s.port, "/v1/chat/completions", req);
+    sse ev;
+    CHECK(sb);
+    parse_sse(sb ? sb : "", &ev);
+    free(sb);
+    CHECK_MSG(!ev.bad && ev.done && !strcmp(ev.content, content), "streamed '%s', whole '%s'", ev.content, content);
+    /* refused */
+    const char *bad[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\","
+        "\"json_schema\":{\"name\":\"x\",\"schema\":{}}}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"},"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}"};
+    for (int i = 0; i < 2; i++) {
+        int st;
+        cJSON *j = http_post(s.port, "/v1/chat/completions", bad[i], &st);
+        CHECK_MSG(st == 400 && str_at(j, "error.code") && !strcmp(str_at(j, "error.code"), "unsupported_response_format"),
+                  "case %d: status %d", i, st);
+        cJSON_Delete(j);
+    }
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0 && server_stop(&d) == 0, "the servers did not exit cleanly");
+}

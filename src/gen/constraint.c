@@ -487,6 +487,14 @@ static int is_stop(const ts_cgen *g, int32_t id) {
 }
 
 int ts_cgen_mask(ts_cgen *g, ts_error *err) {
+    if (!g->active) {
+        /* before the start id (a think block): any token but the stop ids,
+         * so that the reply cannot end before its constrained part */
+        memset(g->mask, 0xFF, sizeof(uint64_t) * (size_t)g->words);
+        if (g->V & 63) g->mask[g->words - 1] = ((uint64_t)1 << (g->V & 63)) - 1;
+        for (int i = 0; i < g->n_stop; i++) g->mask[g->stop[i] >> 6] &= ~((uint64_t)1 << (g->stop[i] & 63));
+        return 0;
+    }
     /* the byte rule over the tokenizer's ids (bits past them stay 0: the
      * model's padding rows are never allowed), then the stop ids: allowed
      * exactly when the text is complete, whatever their bytes */

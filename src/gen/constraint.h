@@ -40,7 +40,8 @@ typedef struct ts_cgen {
 int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err);
 void ts_cgen_free(ts_cgen *g);
 /* The mask of g's state into g->mask: 0, or TS_E_ARG when no id is allowed
- * (naming the state). Only while g->active. */
+ * (naming the state). Before the start id (not g->active): every id but the
+ * stop ids. */
 int ts_cgen_mask(ts_cgen *g, ts_error *err);
 /* The generation emitted id: advance the state (or activate on the start
  * id). 1 when the reply is complete and there are no stop ids (the

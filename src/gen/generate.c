@@ -80,7 +80,7 @@ int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *
 }
 
 int ts_gen_sample_c(ts_session *s, ts_sampler *smp, ts_cgen *cg, const float *logits, int32_t *id, ts_error *err) {
-    if (!cg || !cg->c || !cg->active) return ts_gen_sample(s, smp, logits, id, err);
+    if (!cg || !cg->c) return ts_gen_sample(s, smp, logits, id, err);
     int rc = ts_cgen_mask(cg, err);
     if (rc) return rc;
     ts_sampler_set_mask(smp, cg->mask);

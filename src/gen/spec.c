@@ -124,9 +124,9 @@ int ts_spec_accept_greedy(const int32_t *targ, const int32_t *d, int m, int32_t 
 
 /* Row j's target distribution into ptmp: the sampler's full pipeline with
  * the drafts accepted so far in its history (penalties), under the mask of
- * the constraint state g (when active). */
+ * the constraint state g (before its start id: every id but the stop ids). */
 static int target_probs(ts_sampler *smp, ts_cgen *g, const float *row, float *ptmp, ts_error *err) {
-    const int masked = g && g->active;
+    const int masked = g && g->c;
     if (masked) {
         int rc = ts_cgen_mask(g, err);
         if (rc) return rc;

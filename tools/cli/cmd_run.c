@@ -2,7 +2,7 @@
  *
  *   turbospark run [-m DIR] (-p TEXT | -f FILE | --ids 1,2,3) [-n N] [sampling options]
  *                  [--chat [--system TEXT] [--no-think]] [engine options: cli.h, cli_engine]
- *                  [--print-ids | --logprobs N] [-v]
+ *                  [--print-ids | --logprobs N] [--json] [-v]
  *
  * Text streams to stdout as it is generated (whole UTF-8 characters only);
  * with --print-ids, or for a checkpoint without a tokenizer, the generated
@@ -36,6 +36,8 @@ static void usage(FILE *f) {
             "  --print-ids         print generated ids instead of text\n"
             "  --logprobs N        print a JSON line per token instead of text: id, token, logprob and the\n"
             "                      N (0..20) most likely tokens with theirs\n"
+            "  --json              the reply is one JSON object (constrained decoding; with --chat after\n"
+            "                      the think block when the template opens one)\n"
             "  -v                  verbose loading (unused tensors)\n");
     cli_engine_help(f, RUN_OPTS);
 }
@@ -96,7 +98,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     const char *ids_s = NULL, *prompt = NULL, *system = NULL;
     char *file_prompt = NULL;
     int chat = 0, no_think = 0;
-    int n_predict = 64, print_ids = 0, verbose = 0, logprobs = -1;
+    int n_predict = 64, print_ids = 0, verbose = 0, logprobs = -1, json = 0;
     cli_engine eo;
     cli_engine_init(&eo, "run", RUN_OPTS);
     ts_gen_params gp;
@@ -120,6 +122,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         }
         else if (ARG("-n")) ok = cli_parse_count(argv[++i], &n_predict);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
+        else if (!strcmp(a, "--json")) json = 1;
         else if (ARG("--logprobs")) ok = cli_parse_count(argv[++i], &logprobs) && logprobs <= TS_TOP_LOGPROBS_MAX;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
@@ -212,6 +215,18 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         if (!rc) rc = ts_session_new(e, &sp, &s, &err);
     }
     if (!rc && tok && !print_ids && logprobs < 0) rc = ts_detok_new(tok, &dt, &err);
+    ts_constraint *jc = NULL;
+    if (!rc && json) {
+        if (!tok) {
+            rc = TS_E_ARG;
+            snprintf(err.msg, sizeof err.msg, "--json needs the checkpoint's tokenizer (tokenizer.json)");
+        } else if (!(rc = ts_constraint_json(tok, 1, &jc, &err))) {
+            gp.constraint = jc;
+            /* a chat prompt that opened a think block: the JSON follows it */
+            const int32_t te = ts_tokenizer_token_id(tok, "</think>");
+            gp.constraint_after = rendered && te > 0 && ts_reply_think_open(rendered, strlen(rendered)) ? te : 0;
+        }
+    }
     gp.n_predict = n_predict;
     gp.stop_ids = stops;
     gp.n_stop = n_stop;
@@ -242,6 +257,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         cli_expert_report(e, stats.n_prompt + stats.n_gen, verbose);
     }
     ts_detok_free(dt);
+    ts_constraint_free(jc);
     ts_tokens_free(&pt);
     free(cli_ids);
     ts_chat_text_free(rendered);

@@ -775,6 +775,7 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->tpl_mu, NULL);
+    pthread_mutex_init(&s->json_mu, NULL);
     {
         size_t n = strlen(model);
         while (n > 1 && model[n - 1] == '/') n--;
@@ -827,6 +828,7 @@ int cmd_serve(int argc, char **argv) {
     }
     s->n_vocab = ts_engine_info(s->e)->vocab_size;
     s->n_stop_ids = cli_stop_ids(s->e, s->tok, s->stop_ids, 16);
+    s->think_end = ts_tokenizer_token_id(s->tok, "</think>");
     if ((rc = srv_pool_start(s, &err))) goto out;
     s->max_tokens_limit = max_tokens_limit ? max_tokens_limit : s->n_ctx;
 
@@ -886,11 +888,13 @@ out:
     if (rc) fprintf(stderr, "turbospark serve: %s\n", err.msg);
     if (d) MHD_stop_daemon(d);
     srv_pool_stop(s);
+    ts_constraint_free(s->json);
     ts_chat_template_free(s->tpl);
     ts_tokenizer_free(s->tok);
     ts_engine_close(s->e);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->tpl_mu);
+    pthread_mutex_destroy(&s->json_mu);
     return rc == TS_E_ARG ? 2 : rc ? 1 : 0;
 }

@@ -57,6 +57,7 @@ typedef struct job {
     int32_t *bias_ids;            /* logit_bias: [gp.n_bias] ids and values, malloc'd; gp.bias_ids */
     float *bias;                  /*   and gp.bias point here */
     int logprobs;                 /* 1: log-probabilities asked (gp.top_logprobs alternatives each) */
+    int json;                     /* response_format json_object: the reply (content) is one JSON object */
     char id[48];                  /* chatcmpl-... / cmpl-... */
     long created;
 
@@ -112,6 +113,9 @@ struct srv {
     const char *api_key;
     int n_vocab, verbose;
     cli_spec spec;                /* --spec mtp ...: every generation drafts with the MTP head */
+    ts_constraint *json;          /* json_object's constraint, built on first use (srv_json_constraint) */
+    pthread_mutex_t json_mu;
+    int32_t think_end;            /* the id of "</think>" (a json_object reply starts after it), or -1 */
 
     /* the pool (under mu) */
     pthread_mutex_t mu;
@@ -176,6 +180,10 @@ job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e);
 
 /* A JSON value in the response envelope shape of the job: the full
  * non-streamed response, malloc'd. */
+/* The server's json_object constraint (an object, RFC 8259), built at the
+ * first request that asks for it (~0.1 s for a 248K vocabulary) and shared
+ * by every worker; NULL and err set when it cannot be built. */
+const ts_constraint *srv_json_constraint(srv *s, ts_error *err);
 char *srv_job_response(srv *s, job *j);
 
 #endif

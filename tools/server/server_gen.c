@@ -745,6 +745,12 @@ static int run_choice(slot *sl, job *j) {
         gp.n_stop = s->n_stop_ids;
     }
     if (j->logprobs) gp.logprob_cb = on_logprob;
+    if (j->json && !rc) {
+        /* the reply's content is the JSON object: after the think block when
+         * the prompt opened one (its reasoning stays free) */
+        if (!(gp.constraint = srv_json_constraint(s, &err))) rc = TS_E_NOMEM;
+        gp.constraint_after = j->think_open && s->think_end > 0 ? s->think_end : 0;
+    }
     ts_detok_reset(sl->dt);
     if (j->stream && j->kind == JOB_CHAT) sse_choice(s, j, NULL, 0, NULL, 0, NULL, 1, NULL);
 
@@ -856,6 +862,14 @@ static void run_job(slot *sl, job *j) {
         sse_send(j, c);
     }
     sse_raw(j, "data: [DONE]\n\n");
+}
+
+const ts_constraint *srv_json_constraint(srv *s, ts_error *err) {
+    pthread_mutex_lock(&s->json_mu);
+    if (!s->json) ts_constraint_json(s->tok, 1, &s->json, err);
+    const ts_constraint *c = s->json;
+    pthread_mutex_unlock(&s->json_mu);
+    return c;
 }
 
 /* ---- the pool -------------------------------------------------------------- */

@@ -479,18 +479,25 @@ static int check_fields(srv *s, const cJSON *root, int chat, srv_err *e) {
     return 0;
 }
 
-/* Chat-only refusals: response formats, forced tool choice, parts a
- * text-only model cannot take. */
-static int check_chat_fields(const cJSON *root, srv_err *e) {
+/* Chat-only refusals: response formats but text and json_object (and
+ * json_object with tools: a reply held to one JSON object cannot call a
+ * tool), forced tool choice, parts a text-only model cannot take. */
+static int check_chat_fields(const cJSON *root, job *j, srv_err *e) {
     const cJSON *v, *it;
-    if ((v = get(root, "response_format"))) {
-        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
-            return unsupported(e, "response_format", "unsupported_response_format",
-                               "'response_format' other than {\"type\": \"text\"} is not supported (no constrained decoding)");
-    }
     const cJSON *tools = get(root, "tools");
     int has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
+    if ((v = get(root, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+        j->json = cJSON_IsString(t) && !strcmp(t->valuestring, "json_object");
+        if (!cJSON_IsString(t) || (strcmp(t->valuestring, "text") && !j->json))
+            return unsupported(e, "response_format", "unsupported_response_format",
+                               "'response_format' may be {\"type\": \"text\"} or {\"type\": \"json_object\"}; "
+                               "JSON schemas (json_schema) are not supported");
+        if (j->json && has_tools)
+            return unsupported(e, "response_format", "unsupported_response_format",
+                               "'response_format' json_object with 'tools': a reply held to one JSON object cannot call "
+                               "a tool");
+    }
     if ((v = get(root, "tool_choice"))) {
         int ok = cJSON_IsString(v) && (!strcmp(v->valuestring, "auto") || (!strcmp(v->valuestring, "none") && !has_tools));
         if (!ok)
@@ -575,7 +582,7 @@ job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
             goto bad;
         }
     }
-    if (check_fields(s, root, 1, e) || check_chat_fields(root, e)) goto bad;
+    if (check_fields(s, root, 1, e) || check_chat_fields(root, j, e)) goto bad;
     if (parse_common(s, root, j, &max_tokens, e)) goto bad;
     if (parse_chat_logprobs(root, j, e)) goto bad;
     if ((v = get(root, "tools"))) {
