@@ -11,6 +11,8 @@
  *   top-1 agreement; shapes the kernels do not take are reported, not failed;
  * - determinism: the same prompt and seed twice on the GPU give the same
  *   tokens (sampled, graphs replayed);
+ * - JSON-constrained generation: a finished reply is one JSON object, MTP
+ *   drafting under the constraint gives plain decoding's ids;
  * - log-probabilities (the device's candidates) against log_softmax of the
  *   GPU's logits, MTP drafting with them and with a logit bias bit for bit
  *   plain decoding's, a +100 bias forcing its token;
@@ -44,6 +46,7 @@
  *   of captured verifies against uncaptured ones, logits and state byte for
  *   byte.
  */
+#include <cjson/cJSON.h>
 #include <sys/stat.h>
 
 #include "cuda/tsc.h"
@@ -632,6 +635,48 @@ TS_TEST(cuda_engine, logprobs_and_logit_bias) {
     int all = got.ids.n == 8;
     for (int k = 0; k < got.ids.n; k++) all = all && got.ids.ids[k] == forced;
     CHECK_MSG(all, "a +100 bias did not force token %d at every GPU step", forced);
+    ts_engine_close(eg);
+}
+
+/* JSON-constrained generation on the GPU (the masked row read back): a
+ * reply that ends by its stop id is one JSON object, and MTP drafting (1..3)
+ * gives plain decoding's ids under the constraint, greedy. */
+TS_TEST(cuda_engine, json_constraint) {
+    NEED_GPU();
+    ts_error err = {0};
+    ts_engine *eg = NULL;
+    ts_tokenizer *tok = NULL;
+    ts_constraint *c = NULL;
+    CHECK_MSG(!open_on("models/default", "cuda", &eg, &err), "%s", err.msg);
+    CHECK(!ts_tokenizer_load("models/default", &tok, &err) && !ts_constraint_json(tok, 1, &c, &err));
+    int32_t stop[8];
+    const int n_stop = ts_chat_stop_ids("models/default", stop, 8, &err);
+    ts_tokens pr = {0};
+    const char *text = "Describe a cat as a JSON object:";
+    CHECK(!ts_tokenizer_encode(tok, text, strlen(text), &pr, &err));
+    static lp_rec ref, got;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 160;
+    gp.stop_ids = stop, gp.n_stop = n_stop;
+    gp.constraint = c;
+    CHECK(lp_gen(eg, pr.ids, pr.n, &gp, 0, 0, &ref) == 0);
+    const int ended = ref.ids.n < 160;
+    ts_text out = {0};
+    CHECK(!ts_tokenizer_decode(tok, ref.ids.ids, ref.ids.n - ended, &out, &err));
+    cJSON *j = ended ? cJSON_Parse(out.s ? out.s : "") : NULL;
+    fprintf(stderr, "  GPU, JSON constraint: %d tokens%s: %.80s\n", ref.ids.n, ended ? " and a stop" : "", out.s ? out.s : "");
+    CHECK_MSG(!ended || cJSON_IsObject(j), "the finished reply '%s' is not one JSON object", out.s ? out.s : "");
+    cJSON_Delete(j);
+    ts_text_free(&out);
+    for (int M = 1; M <= 3; M++) {
+        CHECK(lp_gen(eg, pr.ids, pr.n, &gp, M, 0, &got) == 0);
+        CHECK_MSG(got.ids.n == ref.ids.n && !memcmp(got.ids.ids, ref.ids.ids, sizeof(int32_t) * (size_t)ref.ids.n),
+                  "GPU MTP %d under the constraint differs from plain", M);
+    }
+    ts_tokens_free(&pr);
+    ts_constraint_free(c);
+    ts_tokenizer_free(tok);
     ts_engine_close(eg);
 }
 
