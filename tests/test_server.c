@@ -817,7 +817,7 @@ TS_TEST(server, unsupported_fields_refused) {
         int status;
         const char *code, *param;
     } cases[] = {
-        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}", 400, "unsupported_response_format", "response_format"},
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"yaml\"}}", 400, "unsupported_response_format", "response_format"},
         {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", 400, "unsupported_response_format", "response_format"},
         {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":\"strong\"}}", 400, "invalid_logit_bias", "logit_bias"},
         {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"five\":-100}}", 400, "invalid_logit_bias", "logit_bias"},

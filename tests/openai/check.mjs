@@ -259,9 +259,26 @@ await check("aborts: a cancelled stream stops the generation", async () => {
   assert(r.choices[0].text !== undefined, "no reply after the abort");
 });
 
+await check("json_object and n: a finished reply parses as an object; n choices", async () => {
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: "user", content: "Describe a cat as a JSON object." }], max_tokens: 160,
+    temperature: 0, response_format: { type: "json_object" }, chat_template_kwargs: { enable_thinking: false }, n: 2 });
+  assert(r.choices.length === 2, `${r.choices.length} choices for n = 2`);
+  for (const c of r.choices) {
+    if (c.finish_reason === "stop") {
+      const v = JSON.parse(c.message.content);
+      assert(v !== null && typeof v === "object" && !Array.isArray(v), `not an object: ${c.message.content}`);
+    } else {
+      assert(c.finish_reason === "length", `finish ${c.finish_reason}`);
+    }
+  }
+  assert(r.choices[0].message.content === r.choices[1].message.content, "two greedy choices differ");
+});
+
 await check("errors: refused requests raise the client's typed errors", async () => {
   const cases = [
-    [{ model: MODEL, messages: userMsg, response_format: { type: "json_object" } }, OpenAI.BadRequestError, 400, "unsupported_response_format"],
+    [{ model: MODEL, messages: userMsg, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } },
+     OpenAI.BadRequestError, 400, "unsupported_response_format"],
     [{ model: MODEL, messages: userMsg, tools, tool_choice: "required" }, OpenAI.BadRequestError, 400, "unsupported_tool_choice"],
     [{ model: MODEL, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }] }] },
      OpenAI.BadRequestError, 400, "unsupported_content_part"],
