@@ -25,6 +25,7 @@
 #include "gen/sample.h"
 #include "text/json_fsm.h"
 #include "text/tokenizer.h"
+#include "gen/spec.h"
 #include "ts_test.h"
 
 /* ---- helpers ---- */
@@ -771,6 +772,15 @@ TS_TEST(constraint, no_stop_before_the_start_id) {
     const int rc = gen(e, PR_IDS, T, &gp, 0, 0, &got, &err);
     int stops = 0;
     for (int i = 0; i < got.n; i++) stops += got.ids[i] == stop;
+    /* the same through the candidate path (what a device takes: the stop
+     * ids banned through topn's list, no row read), every step decided */
+    static rec cand;
+    long a0, d0, a1, d1;
+    setenv("TS_SAMPLE_TOPN", "1", 1);
+    ts_gen_topn_stats(&a0, &d0);
+    const int rc2 = gen(e, PR_IDS, T, &gp, 0, 0, &cand, &err);
+    ts_gen_topn_stats(&a1, &d1);
+    unsetenv("TS_SAMPLE_TOPN");
     ts_constraint_free(c);
     ts_tokenizer_free(t);
     ts_engine_close(e);
@@ -778,6 +788,10 @@ TS_TEST(constraint, no_stop_before_the_start_id) {
     CHECK_MSG(got.n == 120 && stops == 0, "%d tokens, the stop id %d emitted %d times before the start id", got.n, stop,
               stops);
     CHECK_MSG(!memcmp(got.ids, plain.ids, sizeof(int32_t) * (size_t)k), "the ids before the stop differ from plain's");
+    CHECK_MSG(rc2 == 0 && cand.n == got.n && !memcmp(cand.ids, got.ids, sizeof(int32_t) * (size_t)got.n),
+              "the candidate path gave other ids");
+    CHECK_MSG(a1 - a0 == got.n && d1 - d0 == got.n, "candidates asked %ld, decided %ld of %d steps", a1 - a0, d1 - d0,
+              got.n);
 }
 
 /* Speculative decoding under the constraint: greedy MTP 1..4 and DFlash

@@ -626,11 +626,14 @@ typedef struct {
     int expect; /* 1: every step decided by the candidates; 0: none; -1: some or none (min-p) */
 } tn_cfg;
 
-/* A logit bias over the row (tn_run): its ids and values. */
+/* A logit bias over the row (tn_run): its ids and values; and a ban list
+ * (ts_sampler_set_ban). */
 typedef struct {
     const int32_t *ids;
     const float *v;
     int n;
+    const int32_t *ban;
+    int n_ban;
 } tn_bias;
 
 /* Steps of one configuration over rows of kind (with a logit bias when b is
@@ -651,6 +654,7 @@ static int tn_run_b(ts_backend *be, ts_stream *st, int V, int kind, const tn_cfg
         ts_sampler_free(full);
         return 1;
     }
+    if (b && b->n_ban) ts_sampler_set_ban(full, b->ban, b->n_ban), ts_sampler_set_ban(cand, b->ban, b->n_ban);
     float *x = malloc(sizeof(float) * (size_t)V), vals[TS_TOPN_MAX];
     int32_t ids[TS_TOPN_MAX], nv;
     double z;
@@ -850,7 +854,7 @@ TS_TEST(sample, logit_bias) {
         bid[i] = bid[i + 1], bid[i + 1] = t;
     }
     bv[0] = 100.0f, bv[1] = -100.0f, bv[2] = 0.0f;
-    const tn_bias B = {bid, bv, nb};
+    const tn_bias B = {.ids = bid, .v = bv, .n = nb};
     /* (1) semantics, no penalties */
     const float temps[] = {0.0f, 0.8f, 1.0f};
     int same = 0, total = 0;
@@ -947,4 +951,78 @@ TS_TEST(sample, logit_bias) {
     ids[1] = 8, vals[1] = NAN;
     CHECK(ts_sampler_new(V, &p, &sm, &err) == TS_E_ARG && strstr(err.msg, "finite") && !sm);
     free(x), free(y);
+}
+
+/* The ban list (a constraint's phase before its start id: the stop ids at
+ * -inf through topn's penalty list): a banned id is never drawn, the
+ * candidates give the row's tokens and decide every greedy / top-k step
+ * (with penalties and a bias on some of the same ids too), and more than
+ * TS_SAMPLER_BAN_MAX ids leave the step to the row. */
+TS_TEST(sample, ban_list) {
+    const int V = 3000, steps = 60;
+    ts_backend *be;
+    ts_stream *st;
+    CHECK(!tn_open_cpu(&be, &st));
+    int32_t ban[TS_SAMPLER_BAN_MAX + 1], bid[8];
+    float bv[8];
+    for (int i = 0; i <= TS_SAMPLER_BAN_MAX; i++) ban[i] = (int32_t)((i * 7919 + 11) % V);
+    for (int i = 0; i < 8; i++) bid[i] = ban[2 * i], bv[i] = 3.0f; /* biased and banned: the ban wins */
+    const tn_cfg cfgs[] = {
+        {0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 1},
+        {0.8f, 1.0f, 0.0f, 1.0f, 0.5f, 0.2f, 40, 1},
+        {0.7f, 0.9f, 0.0f, 1.2f, 0.3f, 0.0f, 20, 1}, /* a repetition penalty: banned ids need no exemption */
+    };
+    int bad = 0, wrong = 0;
+    for (int withbias = 0; withbias < 2; withbias++)
+        for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++)
+            for (int kind = 1; kind < 3; kind++) {
+                tn_bias b = {.ban = ban, .n_ban = 16};
+                if (withbias) b.ids = bid, b.v = bv, b.n = 8;
+                int dec = 0;
+                if (withbias && cfgs[ci].rep != 1.0f) b.n = 0; /* (a bias off the window under rep: the row, tested above) */
+                bad += tn_run_b(be, st, V, kind, &cfgs[ci], &b, 700 + ci * 3 + kind, steps, &dec);
+                wrong += dec != steps;
+            }
+    /* a banned id is never drawn, even the row's certain winner */
+    ts_sampler_params p;
+    ts_sampler_params_default(&p);
+    p.temperature = 0.0f;
+    ts_sampler *sm = NULL;
+    ts_error err = {0};
+    CHECK(!ts_sampler_new(V, &p, &sm, &err));
+    float *x = malloc(sizeof(float) * V);
+    for (int i = 0; i < V; i++) x[i] = 0.0f;
+    x[ban[3]] = 50.0f, x[ban[5]] = 40.0f, x[17] = 1.0f;
+    ts_sampler_set_ban(sm, ban, 16);
+    int32_t id = -1;
+    CHECK(!ts_sampler_sample(sm, x, &id, &err));
+    CHECK_MSG(id == 17, "greedy with the two best ids banned drew %d", id);
+    /* the candidate path on the same row: decided, the same id */
+    {
+        float vals[TS_TOPN_MAX];
+        int32_t ids[TS_TOPN_MAX], nv;
+        double z;
+        ts_topn_args ta;
+        CHECK(ts_sampler_topn_args(sm, &ta) == 0);
+        ta.vals = vals, ta.ids = ids, ta.n_valid = &nv, ta.sum_exp = &z;
+        be->ops->topn(st, tv_f32(x, 1, V), V, &ta);
+        int dec = 0;
+        int32_t cid = -1;
+        CHECK(!ts_sampler_sample_topn(sm, &ta, &cid, &dec, &err));
+        CHECK_MSG(dec && cid == 17, "the candidates with the two best ids banned: decided %d, id %d", dec, cid);
+    }
+    /* too many to list: the row decides (candidates none), the same token */
+    ts_topn_args a;
+    ts_sampler_set_ban(sm, ban, TS_SAMPLER_BAN_MAX + 1);
+    CHECK(ts_sampler_topn_args(sm, &a) == 1);
+    ts_sampler_set_ban(sm, ban, 16);
+    CHECK(ts_sampler_topn_args(sm, &a) == 0 && a.n_pen == 16);
+    ts_sampler_set_ban(sm, NULL, 0);
+    CHECK(ts_sampler_topn_args(sm, &a) == 0 && a.n_pen == 0);
+    ts_sampler_free(sm);
+    free(x);
+    be->ops->stream_free(st);
+    ts_backend_free(be);
+    CHECK_MSG(bad == 0, "%d tokens differ between the candidates and the row under a ban", bad);
+    CHECK_MSG(wrong == 0, "%d runs were not decided by the candidates at every step", wrong);
 }

@@ -64,6 +64,8 @@ struct ts_sampler {
     int n_bias;
 
     const uint64_t *mask; /* [n_vocab bits] allowed ids (borrowed); NULL: all */
+    const int32_t *ban;   /* [n_ban] ids at -inf (borrowed; ts_sampler_set_ban) */
+    int n_ban;
 };
 
 /* ---- RNG: xoshiro256**, seeded through splitmix64 ---- */
@@ -168,7 +170,7 @@ int ts_sampler_new(int n_vocab, const ts_sampler_params *pp, ts_sampler **out, t
     /* the topn penalty list: at most as many ids as the window (or the
      * vocabulary) holds distinct ones, and no more than a backend takes */
     int cap = p.penalty_last_n > 0 && p.penalty_last_n < n_vocab ? p.penalty_last_n : n_vocab;
-    cap = (int)TS_MIN((int64_t)cap + p.n_bias, (int64_t)n_vocab); /* and the biased ids */
+    cap = (int)TS_MIN((int64_t)cap + p.n_bias + TS_SAMPLER_BAN_MAX, (int64_t)n_vocab); /* the biased and banned ids */
     s->pen_cap = cap < TS_TOPN_PEN_MAX ? cap : TS_TOPN_PEN_MAX;
     s->pen_ids = ts_alloc(sizeof(int32_t) * (size_t)s->pen_cap, TS_MEM_SCRATCH);
     s->pen_sub = ts_alloc(sizeof(float) * (size_t)s->pen_cap, TS_MEM_SCRATCH);
@@ -421,6 +423,12 @@ void ts_sampler_set_mask(ts_sampler *s, const uint64_t *allowed) {
     if (s) s->mask = allowed;
 }
 
+void ts_sampler_set_ban(ts_sampler *s, const int32_t *ids, int n) {
+    if (!s) return;
+    s->ban = n > 0 ? ids : NULL;
+    s->n_ban = n > 0 ? n : 0;
+}
+
 /* -inf for every id the mask forbids; whole words of allowed ids are
  * skipped (a string's mask is mostly ones, an object's mostly zeros). */
 static void apply_mask(ts_sampler *s) {
@@ -439,10 +447,12 @@ static void apply_mask(ts_sampler *s) {
 static int prepare(ts_sampler *s, const float *logits, ts_error *err) {
     int V = s->n_vocab;
     const float *x = logits;
-    if (adjust_on(s) || s->mask) {
+    if (adjust_on(s) || s->mask || s->n_ban) {
         memcpy(s->work, logits, sizeof(float) * (size_t)V);
         if (adjust_on(s)) apply_adjust(s);
         if (s->mask) apply_mask(s);
+        for (int i = 0; i < s->n_ban; i++)
+            if (s->ban[i] >= 0 && s->ban[i] < V) s->work[s->ban[i]] = -INFINITY;
         x = s->work;
     }
     if (s->p.temperature <= 0.0f || s->p.top_k == 1) {
@@ -573,7 +583,8 @@ int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a) {
     a->n_pen = 0;
     a->pen_ids = s->pen_ids;
     a->pen_sub = s->pen_sub;
-    if (!adjust_on(s)) return 0;
+    if (!adjust_on(s) && !s->n_ban) return 0;
+    if (s->n_ban > TS_SAMPLER_BAN_MAX) return 1;
     const int pen = penalties_on(s);
     const float rep = pen ? s->p.repetition_penalty : 1.0f;
     /* the list: the window's ids (penalties on) and the biased ones. topn
@@ -584,7 +595,7 @@ int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a) {
     for (int i = 0; i < s->n_bias; i++)
         if (!(pen && s->count[s->bias_ids[i]] > 0)) extra++;
     if (extra && rep != 1.0f) return 1;
-    if (n + extra > s->pen_cap || s->n_vocab > (1 << 24)) return 1;
+    if (n + extra + s->n_ban > s->pen_cap || s->n_vocab > (1 << 24)) return 1;
     /* ascending ids through the candidate sort (key -id: ids < 2^24 are
      * exact in a float), in the candidate scratch the step overwrites anyway */
     cand *c = s->cand;
@@ -593,11 +604,23 @@ int ts_sampler_topn_args(ts_sampler *s, ts_topn_args *a) {
         const int32_t id = s->bias_ids[i];
         if (!(pen && s->count[id] > 0)) c[n++] = (cand){-(float)id, id};
     }
+    /* banned ids: subtracting +inf takes any value to -inf (or NaN from
+     * +inf): never valid, as the row's -inf; listed once, over an entry of
+     * the same id (value +1 marks them: ids sort by -id alone) */
+    for (int i = 0; i < s->n_ban; i++)
+        if (s->ban[i] >= 0 && s->ban[i] < s->n_vocab) c[n++] = (cand){-(float)s->ban[i], s->ban[i]};
     sort_cands(c, 0, n - 1);
+    int m = 0;
     for (int i = 0; i < n; i++) {
-        s->pen_ids[i] = c[i].id;
-        s->pen_sub[i] = sub_of(s, c[i].id, pen && s->count[c[i].id] > 0);
+        const int32_t id = c[i].id;
+        if (m && s->pen_ids[m - 1] == id) continue; /* the same id twice: one entry, its sub decided below */
+        s->pen_ids[m] = id;
+        s->pen_sub[m] = sub_of(s, id, pen && s->count[id] > 0);
+        for (int k = 0; k < s->n_ban; k++)
+            if (s->ban[k] == id) s->pen_sub[m] = INFINITY;
+        m++;
     }
+    n = m;
     a->rep = rep;
     a->n_pen = n;
     return 0;

@@ -34,5 +34,13 @@ int ts_sampler_sample_topn(ts_sampler *s, const ts_topn_args *a, int32_t *id, in
  * The generation sets it around each constrained draw and clears it right
  * after, so drafting never sees a stale mask. */
 void ts_sampler_set_mask(ts_sampler *s, const uint64_t *allowed);
+/* A short ban list (a constraint's phase before it starts: the stop ids):
+ * those ids get logit -inf like a mask's zeros, but through the penalty
+ * list topn applies (subtracting +inf), so a device still decides the step
+ * from its candidates instead of copying the row back. Borrowed until
+ * cleared (n 0); at most TS_SAMPLER_BAN_MAX ids take the candidate path,
+ * more read the row. */
+#define TS_SAMPLER_BAN_MAX 64
+void ts_sampler_set_ban(ts_sampler *s, const int32_t *ids, int n);
 
 #endif
