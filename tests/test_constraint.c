@@ -294,7 +294,7 @@ TS_TEST(constraint, recognizer_vs_cjson) {
     uint64_t r = 20261205;
     sbuf b = {0}, c = {0};
     int n_valid = 0, n_mut = 0, agree = 0, n_live = 0;
-    int diff_count[8] = {0};
+    int diff_count[9] = {0};
     for (int it = 0; it < 3000; it++) {
         const int object = rnd(&r, 2);
         gen_doc(&b, &r, object);
@@ -316,14 +316,14 @@ TS_TEST(constraint, recognizer_vs_cjson) {
                 /* we refuse and cJSON accepts: one of its laxities; we accept
                  * and cJSON refuses: a lone surrogate or its depth limit */
                 const int allowed =
-                    ours ? (D_SURROGATE | D_DEPTH) : (D_CTRL_WS | D_CTRL_STR | D_UTF8 | D_NUMBER | D_BOM | D_HEX);
+                    ours ? (D_SURROGATE | D_DEPTH) : (D_CTRL_WS | D_CTRL_STR | D_UTF8 | D_NUMBER | D_BOM | D_HEX | D_WS_RUN);
                 if (!(f & allowed)) {
                     FILE *df = fopen("/tmp/constraint-fail.json", "wb");
                     if (df) fwrite(b.p, 1, b.n, df), fclose(df);
                 }
                 CHECK_MSG(f & allowed, "'%s' (%zu bytes): recognizer %d, cJSON %d, no named difference (flags %d)", b.p,
                           b.n, ours, cj, f);
-                for (int k = 0; k < 8; k++) diff_count[k] += (f >> k) & 1;
+                for (int k = 0; k < 9; k++) diff_count[k] += (f >> k) & 1;
             }
             /* the longest live prefix completes to a text both accept */
             ts_jfsm st;
@@ -350,9 +350,9 @@ TS_TEST(constraint, recognizer_vs_cjson) {
         }
     }
     fprintf(stderr, "  %d random texts, %d mutants (%d same verdict as cJSON; differences: ctrl-ws %d, ctrl-in-string %d, "
-                    "utf-8 %d, number %d, surrogate %d, depth %d, bom %d, bad \\u %d), %d live prefixes completed\n",
+                    "utf-8 %d, number %d, surrogate %d, depth %d, bom %d, bad \\u %d, whitespace run %d), %d live prefixes completed\n",
             n_valid, n_mut, agree, diff_count[0], diff_count[1], diff_count[2], diff_count[3], diff_count[4],
-            diff_count[5], diff_count[6], diff_count[7], n_live);
+            diff_count[5], diff_count[6], diff_count[7], diff_count[8], n_live);
     CHECK(agree > n_mut / 2);
     free(b.p);
     free(c.p);

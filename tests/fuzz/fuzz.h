@@ -50,6 +50,7 @@ enum {
     D_DEPTH = 32,       /* cJSON nests at most 1000 deep; the recognizer 1024 */
     D_BOM = 64,         /* cJSON skips a leading UTF-8 byte order mark; the RFC's text has none */
     D_HEX = 128,        /* cJSON reads a \u escape whose 4 characters are not all hex digits (as 0) */
+    D_WS_RUN = 256,     /* the recognizer bounds whitespace runs between tokens (TS_JSON_MAX_WS); the RFC does not */
 };
 int fuzz_json_rfc_diff(const char *d, size_t n);
 /* Bytes that complete the live recognizer state *st (a ts_jfsm, text/json_fsm.h)

@@ -45,7 +45,7 @@ static int hexv(char c) {
 }
 
 int fuzz_json_rfc_diff(const char *d, size_t n) {
-    int f = 0, depth = 0, maxd = 0;
+    int f = 0, depth = 0, maxd = 0, run = 0;
     if (ts_utf8_check(d, n) != n) f |= D_UTF8;
     if (n >= 3 && !memcmp(d, "\xEF\xBB\xBF", 3)) f |= D_BOM;
     for (size_t i = 0; i < n; i++) {
@@ -75,6 +75,8 @@ int fuzz_json_rfc_diff(const char *d, size_t n) {
             continue;
         }
         if (c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r') f |= D_CTRL_WS;
+        run = c == ' ' || c == '\t' || c == '\n' || c == '\r' ? run + 1 : 0;
+        if (run > TS_JSON_MAX_WS) f |= D_WS_RUN;
         if (c == '[' || c == '{') maxd = (++depth > maxd ? depth : maxd);
         if (c == ']' || c == '}') depth--;
         if (c == '-' || (c >= '0' && c <= '9')) {
@@ -142,7 +144,8 @@ int fuzz_json_fsm(const uint8_t *data, size_t size) {
     if (whole != ok) fuzz_fail("byte at a time %d, all at once %d", ok, whole);
     const int ours = ok && ts_jfsm_complete(&a), cj = cjson_ok(z, n), f = fuzz_json_rfc_diff(z, n);
     if (ours != cj) {
-        const int allowed = ours ? (D_SURROGATE | D_DEPTH) : (D_CTRL_WS | D_CTRL_STR | D_UTF8 | D_NUMBER | D_BOM | D_HEX);
+        const int allowed =
+            ours ? (D_SURROGATE | D_DEPTH) : (D_CTRL_WS | D_CTRL_STR | D_UTF8 | D_NUMBER | D_BOM | D_HEX | D_WS_RUN);
         if (!(f & allowed)) fuzz_fail("recognizer %d, cJSON %d, and no named difference (flags %d)", ours, cj, f);
     }
     ts_jfsm o;
