@@ -1766,3 +1766,79 @@ TS_TEST(server, response_format_json_object) {
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0 && server_stop(&d) == 0, "the servers did not exit cleanly");
 }
+
+/* POST /tokenize and /detokenize: the ids of a text are the tokenizer's (in
+ * process), of messages the prompt a chat completion counts
+ * (usage.prompt_tokens), and /detokenize gives the text back; bad ids,
+ * unknown fields, another model and the wrong method are refused; with an
+ * API key both need it. */
+TS_TEST(server, tokenize_detokenize) {
+    server s;
+    CHECK_MSG(server_start(&s, "--api-key", "k1", NULL) == 0, "the server did not start");
+    const char *auth = "Authorization: Bearer k1\r\n";
+    resp r;
+    const char *text = "Hello world, \\u00e9t\\u00e9 \\ud83d\\ude00!";
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\"}", text);
+    CHECK(http_request(s.port, "POST", "/tokenize", auth, body, &r) == 0);
+    cJSON *j = cJSON_Parse(r.body ? r.body : "");
+    CHECK_MSG(r.status == 200 && j, "status %d: %s", r.status, r.body);
+    resp_free(&r);
+    /* the same ids in process */
+    ts_tokenizer *tok = NULL;
+    ts_error err;
+    ts_tokens t = {0};
+    const char *utf8 = "Hello world, \xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80!";
+    CHECK(!ts_tokenizer_load(model_dir(), &tok, &err) && !ts_tokenizer_encode(tok, utf8, strlen(utf8), &t, &err));
+    const cJSON *ids = path_get(j, "tokens");
+    int same = cJSON_GetArraySize(ids) == t.n && int_at(j, "count") == t.n && int_at(j, "max_model_len") > 0;
+    for (int i = 0; same && i < t.n; i++) same = cJSON_GetArrayItem(ids, i)->valueint == t.ids[i];
+    CHECK_MSG(same, "/tokenize ids differ from the tokenizer's (%d ids there)", t.n);
+    /* back to the text */
+    char *idl = cJSON_PrintUnformatted(ids);
+    snprintf(body, sizeof body, "{\"tokens\":%s,\"model\":\"tsm\"}", idl);
+    free(idl);
+    CHECK(http_request(s.port, "POST", "/detokenize", auth, body, &r) == 0);
+    cJSON *d = cJSON_Parse(r.body ? r.body : "");
+    CHECK_MSG(r.status == 200 && str_at(d, "prompt") && !strcmp(str_at(d, "prompt"), utf8) && str_at(d, "content") &&
+              !strcmp(str_at(d, "content"), utf8), "status %d: %s", r.status, r.body);
+    resp_free(&r);
+    cJSON_Delete(d);
+    cJSON_Delete(j);
+    ts_tokens_free(&t);
+    ts_tokenizer_free(tok);
+    /* messages: the prompt a chat completion feeds */
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],\"max_tokens\":1}";
+    CHECK(http_request(s.port, "POST", "/tokenize", auth, chat, &r) == 0);
+    j = cJSON_Parse(r.body ? r.body : "");
+    resp_free(&r);
+    CHECK(http_request(s.port, "POST", "/v1/chat/completions", auth, chat, &r) == 0);
+    cJSON *cc = cJSON_Parse(r.body ? r.body : "");
+    resp_free(&r);
+    CHECK_MSG(j && cc && int_at(j, "count") > 0 && int_at(j, "count") == int_at(cc, "usage.prompt_tokens"),
+              "/tokenize counts %d, the chat completion %d", int_at(j, "count"), int_at(cc, "usage.prompt_tokens"));
+    cJSON_Delete(j);
+    cJSON_Delete(cc);
+    /* refusals */
+    struct { const char *method, *path, *extra, *body; int status; } bad[] = {
+        {"POST", "/detokenize", auth, "{\"tokens\":[1,99999999]}", 400},
+        {"POST", "/detokenize", auth, "{\"tokens\":[1,2.5]}", 400},
+        {"POST", "/detokenize", auth, "{\"tokens\":\"1,2\"}", 400},
+        {"POST", "/tokenize", auth, "{\"prompt\":\"a\",\"add_special_tokens\":true}", 400},
+        {"POST", "/tokenize", auth, "{\"prompt\":\"a\",\"content\":\"b\"}", 400},
+        {"POST", "/tokenize", auth, "{\"prompt\":5}", 400},
+        {"POST", "/tokenize", auth, "{\"prompt\":\"a\",\"model\":\"other\"}", 404},
+        {"GET", "/tokenize", auth, NULL, 405},
+        {"POST", "/tokenize", NULL, "{\"prompt\":\"a\"}", 401},
+        {"POST", "/detokenize", NULL, "{\"tokens\":[1]}", 401},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(http_request(s.port, bad[i].method, bad[i].path, bad[i].extra, bad[i].body, &r) == 0);
+        cJSON *e = cJSON_Parse(r.body ? r.body : "");
+        CHECK_MSG(r.status == bad[i].status && str_at(e, "error.message"), "case %zu: status %d: %s", i, r.status, r.body);
+        cJSON_Delete(e);
+        resp_free(&r);
+    }
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "fuzz.h"
 #include "server.h"
 
@@ -82,6 +84,25 @@ int fuzz_server(const uint8_t *data, size_t size) {
     check(s, srv_parse_chat(s, body, size, &e), &e, "chat");
     memset(&e, 0, sizeof e);
     check(s, srv_parse_completion(s, body, size, &e), &e, "completion");
+    /* /tokenize and /detokenize: a refusal names its status and reason, an
+     * answer is a JSON object of the route's shape */
+    for (int k = 0; k < 2; k++) {
+        memset(&e, 0, sizeof e);
+        char *out = k ? srv_detokenize(s, body, size, &e) : srv_tokenize(s, body, size, &e);
+        if (!out) {
+            if (e.status < 400 || e.status > 599 || !e.msg[0]) fuzz_fail("%s: a refusal without status or message",
+                                                                       k ? "detokenize" : "tokenize");
+            continue;
+        }
+        cJSON *j = cJSON_Parse(out);
+        const int ok = k ? cJSON_IsString(cJSON_GetObjectItem(j, "prompt"))
+                         : cJSON_IsArray(cJSON_GetObjectItem(j, "tokens")) &&
+                               cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens")) ==
+                                   cJSON_GetObjectItem(j, "count")->valueint;
+        if (!ok) fuzz_fail("%s: an answer of the wrong shape: %.200s", k ? "detokenize" : "tokenize", out);
+        cJSON_Delete(j);
+        free(out);
+    }
     free(body);
     return 0;
 }

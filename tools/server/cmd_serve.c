@@ -6,7 +6,8 @@
  *                    [engine options: cli.h, cli_engine]
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
+ * GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text),
+ * POST /tokenize, POST /detokenize (vLLM's utility routes).
  *
  * Owns: options, startup and orderly shutdown (SIGINT/SIGTERM: the drain),
  * the HTTP layer on libmicrohttpd (one thread per connection): admission
@@ -41,7 +42,7 @@
 
 #include "server.h"
 
-enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS };
+enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE };
 
 typedef struct conn {
     srv *s;
@@ -561,11 +562,24 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
     return send_body(c, 200, "text/plain; version=0.0.4", buf, (size_t)n);
 }
 
+/* POST /tokenize, /detokenize (server_req.c): no session, no queue. */
+static enum MHD_Result do_tokens(conn *cc, struct MHD_Connection *c, int route) {
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    char *body = route == R_TOKENIZE ? srv_tokenize(cc->s, cc->body ? cc->body : "", cc->len, &e)
+                                     : srv_detokenize(cc->s, cc->body ? cc->body : "", cc->len, &e);
+    if (!body) return send_err(cc, c, &e);
+    enum MHD_Result ok = send_body(c, 200, "application/json", body, strlen(body));
+    free(body);
+    return ok;
+}
+
 static int route_of(const char *url, const char **method_needed) {
     static const struct { const char *path, *method; int route; } routes[] = {
         {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPLETIONS},
         {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
-        {"/metrics", "GET", R_METRICS},
+        {"/metrics", "GET", R_METRICS},          {"/tokenize", "POST", R_TOKENIZE},
+        {"/detokenize", "POST", R_DETOKENIZE},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) {
@@ -663,7 +677,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (route == R_NONE) return send_error(cc, c, 404, "not_found", "no route %s %s", method, url);
     if (strcmp(method, want))
         return send_error(cc, c, 405, "method_not_allowed", "%s is not allowed on %s; use %s", method, url, want);
-    if (s->api_key && !strncmp(url, "/v1/", 4) && !auth_ok(s, c))
+    if (s->api_key && (!strncmp(url, "/v1/", 4) || route == R_TOKENIZE || route == R_DETOKENIZE) && !auth_ok(s, c))
         return send_error(cc, c, 401, "invalid_api_key", "missing or incorrect API key (Authorization: Bearer KEY)");
     cc->responded = 1;
     switch (route) {
@@ -671,6 +685,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_METRICS: return do_metrics(cc, c);
     case R_MODELS: return do_models(cc, c);
     case R_MODEL: return do_model(cc, c, url + 11);
+    case R_TOKENIZE:
+    case R_DETOKENIZE: return do_tokens(cc, c, route);
     default: return do_generate(cc, c, route);
     }
 }

@@ -177,6 +177,14 @@ typedef struct srv_err {
  * bad request. */
 job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e);
 job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e);
+/* POST /tokenize and /detokenize (server_req.c): the response body
+ * (malloc'd), or NULL with *e filled. */
+char *srv_tokenize(srv *s, const char *body, size_t len, srv_err *e);
+char *srv_detokenize(srv *s, const char *body, size_t len, srv_err *e);
+/* obj[key] = n bytes of UTF-8 as a JSON string (NUL bytes escaped, which a
+ * cJSON string would cut; server_gen.c). */
+struct cJSON;
+void srv_add_str(struct cJSON *obj, const char *key, const char *p, size_t n);
 
 /* A JSON value in the response envelope shape of the job: the full
  * non-streamed response, malloc'd. */

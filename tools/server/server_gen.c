@@ -121,6 +121,8 @@ static void add_str(cJSON *obj, const char *key, const char *p, size_t n) {
     free(s);
 }
 
+void srv_add_str(cJSON *obj, const char *key, const char *p, size_t n) { add_str(obj, key, p, n); }
+
 /* ---- jobs ------------------------------------------------------------------ */
 
 job *srv_job_new(int kind) {

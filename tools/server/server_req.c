@@ -692,3 +692,160 @@ bad:
     srv_job_unref(j);
     return NULL;
 }
+
+/* ---- /tokenize and /detokenize ---------------------------------------------
+ *
+ * vLLM's utility routes (llama.cpp's spelling accepted too): a client counts
+ * a prompt's tokens, or reads ids back as text, with this server's tokenizer
+ * and chat template. POST /tokenize {"prompt": text} (or llama.cpp's
+ * "content") -> {"count", "max_model_len", "tokens"}; with "messages" the
+ * chat rendering a chat completion would feed (its fields and refusals: the
+ * same request body gives the same ids as usage.prompt_tokens counts).
+ * POST /detokenize {"tokens": [ids]} -> {"prompt": text} (and "content",
+ * llama.cpp's key), ids checked against the model's vocabulary, the text
+ * decoded as the streamed replies are (bytes that are not UTF-8 as U+FFFD,
+ * so the JSON stays valid). Fields other than these and "model" refused. */
+
+static int model_ok(srv *s, const cJSON *root, srv_err *e) {
+    const cJSON *v = get(root, "model");
+    if (!v) return 1;
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, s->model_id)) {
+        fail(e, 404, "model", "model_not_found", "the model does not exist; this server serves '%s' (GET /v1/models)",
+             s->model_id);
+        return 0;
+    }
+    return 1;
+}
+
+static char *ids_reply(srv *s, const int32_t *ids, int n) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "count", n);
+    cJSON_AddNumberToObject(o, "max_model_len", s->n_ctx);
+    cJSON *a = cJSON_AddArrayToObject(o, "tokens");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+    char *p = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return p;
+}
+
+char *srv_tokenize(srv *s, const char *body, size_t len, srv_err *e) {
+    cJSON *root = parse_body(body, len, e);
+    if (!root) return NULL;
+    char *out = NULL;
+    if (get(root, "messages")) { /* the chat endpoint's own parse: its rendering, its checks */
+        cJSON_Delete(root);
+        job *j = srv_parse_chat(s, body, len, e);
+        if (!j) return NULL;
+        out = ids_reply(s, j->prompt, j->n_prompt);
+        srv_job_unref(j);
+        return out;
+    }
+    const cJSON *it, *text = NULL;
+    cJSON_ArrayForEach(it, root) {
+        if (!strcmp(it->string, "prompt") || !strcmp(it->string, "content")) {
+            if (text) {
+                fail(e, 400, it->string, "invalid_value", "give 'prompt' or 'content', not both");
+                goto done;
+            }
+            text = it;
+        } else if (strcmp(it->string, "model")) {
+            snprintf(e->param_buf, sizeof e->param_buf, "%s", it->string);
+            fail(e, 400, e->param_buf, "unsupported_parameter",
+                 "'%.200s' is not a field of /tokenize (prompt or content, or messages as in a chat completion)",
+                 it->string);
+            goto done;
+        }
+    }
+    if (!model_ok(s, root, e)) goto done;
+    if (!cJSON_IsString(text)) {
+        fail(e, 400, "prompt", text ? "invalid_type" : "missing_field", "'prompt' must be a string of text to tokenize");
+        goto done;
+    }
+    ts_tokens t = {0};
+    ts_error err = {0};
+    if (ts_tokenizer_encode(s->tok, text->valuestring, strlen(text->valuestring), &t, &err)) {
+        fail(e, 400, "prompt", "invalid_value", "%s", err.msg);
+        goto done;
+    }
+    out = ids_reply(s, t.ids, t.n);
+    ts_tokens_free(&t);
+done:
+    cJSON_Delete(root);
+    return out;
+}
+
+/* Append n bytes to a growable buffer; 0 when out of memory. */
+static int append(char **b, size_t *len, size_t *cap, const char *p, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1) c *= 2;
+        char *q = realloc(*b, c);
+        if (!q) return 0;
+        *b = q, *cap = c;
+    }
+    if (n) memcpy(*b + *len, p, n);
+    *len += n;
+    (*b)[*len] = 0;
+    return 1;
+}
+
+char *srv_detokenize(srv *s, const char *body, size_t len, srv_err *e) {
+    cJSON *root = parse_body(body, len, e);
+    if (!root) return NULL;
+    char *out = NULL;
+    ts_detok *d = NULL;
+    char *text = NULL;
+    size_t tl = 0, tcap = 0;
+    const cJSON *it, *ids = get(root, "tokens");
+    cJSON_ArrayForEach(it, root)
+        if (strcmp(it->string, "tokens") && strcmp(it->string, "model")) {
+            snprintf(e->param_buf, sizeof e->param_buf, "%s", it->string);
+            fail(e, 400, e->param_buf, "unsupported_parameter", "'%.200s' is not a field of /detokenize (tokens)",
+                 it->string);
+            goto done;
+        }
+    if (!model_ok(s, root, e)) goto done;
+    if (!cJSON_IsArray(ids)) {
+        fail(e, 400, "tokens", ids ? "invalid_type" : "missing_field", "'tokens' must be a list of token ids");
+        goto done;
+    }
+    ts_error err = {0};
+    if (ts_detok_new(s->tok, &d, &err)) {
+        fail(e, 500, NULL, NULL, "%s", err.msg);
+        goto done;
+    }
+    int k = 0;
+    cJSON_ArrayForEach(it, ids) {
+        const double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        size_t n;
+        if (!(v >= 0 && v < s->n_vocab && v == (double)(int32_t)v) || !ts_tokenizer_token_bytes(s->tok, (int32_t)v, &n)) {
+            fail(e, 400, "tokens", "invalid_value", "'tokens'[%d] is not a token id of this model's vocabulary (0..%d)", k,
+                 s->n_vocab - 1);
+            goto done;
+        }
+        const char *p;
+        size_t pl = 0;
+        if (ts_detok_push(d, (int32_t)v, &p, &pl, &err) || !append(&text, &tl, &tcap, p, pl)) {
+            fail(e, 500, NULL, NULL, "out of memory decoding %d tokens", k + 1);
+            goto done;
+        }
+        k++;
+    }
+    const char *p;
+    size_t pl;
+    ts_detok_flush(d, &p, &pl);
+    if (!append(&text, &tl, &tcap, p, pl)) {
+        fail(e, 500, NULL, NULL, "out of memory decoding the tokens");
+        goto done;
+    }
+    cJSON *o = cJSON_CreateObject();
+    srv_add_str(o, "prompt", text, tl);
+    srv_add_str(o, "content", text, tl);
+    out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+done:
+    ts_detok_free(d);
+    free(text);
+    cJSON_Delete(root);
+    return out;
+}
