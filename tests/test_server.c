@@ -1833,7 +1833,7 @@ TS_TEST(server, tokenize_detokenize) {
         {"POST", "/detokenize", NULL, "{\"tokens\":[1]}", 401},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        CHECK(http_request(s.port, bad[i].method, bad[i].path, bad[i].extra, bad[i].body, &r) == 0);
+        CHECK_MSG(http_request(s.port, bad[i].method, bad[i].path, bad[i].extra, bad[i].body, &r) == 0, "case %zu: no response", i);
         cJSON *e = cJSON_Parse(r.body ? r.body : "");
         CHECK_MSG(r.status == bad[i].status && str_at(e, "error.message"), "case %zu: status %d: %s", i, r.status, r.body);
         cJSON_Delete(e);

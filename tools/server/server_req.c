@@ -743,8 +743,8 @@ char *srv_tokenize(srv *s, const char *body, size_t len, srv_err *e) {
     const cJSON *it, *text = NULL;
     cJSON_ArrayForEach(it, root) {
         if (!strcmp(it->string, "prompt") || !strcmp(it->string, "content")) {
-            if (text) {
-                fail(e, 400, it->string, "invalid_value", "give 'prompt' or 'content', not both");
+            if (text) { /* (param: a literal, never the freed request's key) */
+                fail(e, 400, "content", "invalid_value", "give 'prompt' or 'content', not both");
                 goto done;
             }
             text = it;
