@@ -717,6 +717,13 @@ static int model_ok(srv *s, const cJSON *root, srv_err *e) {
     return 1;
 }
 
+/* A field the route does not read: refused, named (copied: the request is
+ * freed before the reply is written). */
+static void unknown_field(srv_err *e, const char *key, const char *route_fields) {
+    snprintf(e->param_buf, sizeof e->param_buf, "%s", key);
+    fail(e, 400, e->param_buf, "unsupported_parameter", "'%.200s' is not a field of %s", key, route_fields);
+}
+
 static char *ids_reply(srv *s, const int32_t *ids, int n) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "count", n);
@@ -749,10 +756,7 @@ char *srv_tokenize(srv *s, const char *body, size_t len, srv_err *e) {
             }
             text = it;
         } else if (strcmp(it->string, "model")) {
-            snprintf(e->param_buf, sizeof e->param_buf, "%s", it->string);
-            fail(e, 400, e->param_buf, "unsupported_parameter",
-                 "'%.200s' is not a field of /tokenize (prompt or content, or messages as in a chat completion)",
-                 it->string);
+            unknown_field(e, it->string, "/tokenize (prompt or content, or messages as in a chat completion)");
             goto done;
         }
     }
@@ -799,9 +803,7 @@ char *srv_detokenize(srv *s, const char *body, size_t len, srv_err *e) {
     const cJSON *it, *ids = get(root, "tokens");
     cJSON_ArrayForEach(it, root)
         if (strcmp(it->string, "tokens") && strcmp(it->string, "model")) {
-            snprintf(e->param_buf, sizeof e->param_buf, "%s", it->string);
-            fail(e, 400, e->param_buf, "unsupported_parameter", "'%.200s' is not a field of /detokenize (tokens)",
-                 it->string);
+            unknown_field(e, it->string, "/detokenize (tokens)");
             goto done;
         }
     if (!model_ok(s, root, e)) goto done;
