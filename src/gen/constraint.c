@@ -40,6 +40,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "gen/sample.h"
 #include "text/tokenizer.h"
 
 #define CACHE_MAX_ENTRIES 4096
@@ -486,15 +487,23 @@ static int is_stop(const ts_cgen *g, int32_t id) {
     return 0;
 }
 
-int ts_cgen_mask(ts_cgen *g, ts_error *err) {
+int ts_cgen_arm(ts_cgen *g, ts_sampler *smp, ts_error *err) {
+    if (!g || !g->c) return 0;
     if (!g->active) {
-        /* before the start id (a think block): any token but the stop ids,
-         * so that the reply cannot end before its constrained part */
-        memset(g->mask, 0xFF, sizeof(uint64_t) * (size_t)g->words);
-        if (g->V & 63) g->mask[g->words - 1] = ((uint64_t)1 << (g->V & 63)) - 1;
-        for (int i = 0; i < g->n_stop; i++) g->mask[g->stop[i] >> 6] &= ~((uint64_t)1 << (g->stop[i] & 63));
+        ts_sampler_set_ban(smp, g->stop, g->n_stop);
         return 0;
     }
+    int rc = ts_cgen_mask(g, err);
+    if (!rc) ts_sampler_set_mask(smp, g->mask);
+    return rc;
+}
+
+void ts_cgen_disarm(ts_sampler *smp) {
+    ts_sampler_set_mask(smp, NULL);
+    ts_sampler_set_ban(smp, NULL, 0);
+}
+
+int ts_cgen_mask(ts_cgen *g, ts_error *err) {
     /* the byte rule over the tokenizer's ids (bits past them stay 0: the
      * model's padding rows are never allowed), then the stop ids: allowed
      * exactly when the text is complete, whatever their bytes */

@@ -40,9 +40,15 @@ typedef struct ts_cgen {
 int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err);
 void ts_cgen_free(ts_cgen *g);
 /* The mask of g's state into g->mask: 0, or TS_E_ARG when no id is allowed
- * (naming the state). Before the start id (not g->active): every id but the
- * stop ids. */
+ * (naming the state). Only while g->active. */
 int ts_cgen_mask(ts_cgen *g, ts_error *err);
+/* Put g's rule for the next token on the sampler (g NULL or without a
+ * constraint: nothing): while active its mask, before the start id a ban of
+ * the stop ids (the reply cannot end before its constrained part; a ban a
+ * device's candidates take, sample.h). 0 or ts_cgen_mask's error. Lifted by
+ * ts_cgen_disarm right after the draw, so drafting never sees it. */
+int ts_cgen_arm(ts_cgen *g, ts_sampler *smp, ts_error *err);
+void ts_cgen_disarm(ts_sampler *smp);
 /* The generation emitted id: advance the state (or activate on the start
  * id). 1 when the reply is complete and there are no stop ids (the
  * generation ends here), 0 to go on, TS_E_ARG for an id the mask did not

@@ -80,18 +80,9 @@ int ts_gen_sample(ts_session *s, ts_sampler *smp, const float *logits, int32_t *
 }
 
 int ts_gen_sample_c(ts_session *s, ts_sampler *smp, ts_cgen *cg, const float *logits, int32_t *id, ts_error *err) {
-    if (!cg || !cg->c) return ts_gen_sample(s, smp, logits, id, err);
-    if (!cg->active) { /* before its start id: only the stop ids are out, a ban a device's candidates take */
-        ts_sampler_set_ban(smp, cg->stop, cg->n_stop);
-        int rc = ts_gen_sample(s, smp, logits, id, err);
-        ts_sampler_set_ban(smp, NULL, 0);
-        return rc;
-    }
-    int rc = ts_cgen_mask(cg, err);
-    if (rc) return rc;
-    ts_sampler_set_mask(smp, cg->mask);
-    rc = ts_gen_sample(s, smp, logits, id, err);
-    ts_sampler_set_mask(smp, NULL);
+    int rc = ts_cgen_arm(cg, smp, err);
+    if (!rc) rc = ts_gen_sample(s, smp, logits, id, err);
+    ts_cgen_disarm(smp);
     return rc;
 }
 

@@ -126,16 +126,9 @@ int ts_spec_accept_greedy(const int32_t *targ, const int32_t *d, int m, int32_t 
  * the drafts accepted so far in its history (penalties), under the mask of
  * the constraint state g (before its start id: every id but the stop ids). */
 static int target_probs(ts_sampler *smp, ts_cgen *g, const float *row, float *ptmp, ts_error *err) {
-    const int masked = g && g->c && g->active, banned = g && g->c && !g->active;
-    if (masked) {
-        int rc = ts_cgen_mask(g, err);
-        if (rc) return rc;
-        ts_sampler_set_mask(smp, g->mask);
-    }
-    if (banned) ts_sampler_set_ban(smp, g->stop, g->n_stop);
-    int rc = ts_sampler_probs(smp, row, ptmp, err);
-    if (masked) ts_sampler_set_mask(smp, NULL);
-    if (banned) ts_sampler_set_ban(smp, NULL, 0);
+    int rc = ts_cgen_arm(g, smp, err);
+    if (!rc) rc = ts_sampler_probs(smp, row, ptmp, err);
+    ts_cgen_disarm(smp);
     return rc;
 }
 

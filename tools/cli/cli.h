@@ -53,6 +53,14 @@ int cli_parse_prob(const char *s, float *out);
 /* --act-bits: 8, 16 or 24 (ts_engine_params.act_bits). Returns 1, or 0 for anything else. */
 int cli_parse_act_bits(const char *s, int *out);
 
+/* The UTF-8 sequence at p[0..n) (n >= 1), strict (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF), by the rule the
+ * detokenizer decodes with (Unicode's maximal subparts): k > 0 a whole
+ * character of k bytes, 0 a valid start cut by the end, -k an invalid start
+ * of k bytes (one U+FFFD). cli_utf8_valid: 1 when p[0..n) is valid UTF-8. */
+int cli_utf8_seq(const void *p, size_t n);
+int cli_utf8_valid(const void *p, size_t n);
+
 /* A token's text for JSON output (malloc'd, NUL-terminated; NULL when out
  * of memory): its bytes when they are valid UTF-8, else vLLM's form
  * "bytes:\xe2\x80" (a token may end inside a character); "<id N>" for an

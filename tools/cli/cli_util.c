@@ -483,20 +483,30 @@ void cli_expert_report(const ts_engine *e, int n_tokens, int per_layer) {
     fprintf(stderr, "]\n");
 }
 
-/* Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). */
-static int utf8_valid(const unsigned char *p, size_t n) {
+/* The server's rule too (log-probability tokens, text offsets): one
+ * validator for both frontends. */
+int cli_utf8_seq(const void *p, size_t n) {
+    const unsigned char *s = p;
+    const unsigned c = s[0];
+    unsigned lo = 0x80, hi = 0xBF;
+    int need;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : lo, hi = c == 0xED ? 0x9F : hi;
+    else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : lo, hi = c == 0xF4 ? 0x8F : hi;
+    else return -1;
+    for (int k = 1; k <= need; k++) {
+        if ((size_t)k >= n) return 0;
+        if (k == 1 ? s[k] < lo || s[k] > hi : s[k] < 0x80 || s[k] > 0xBF) return -k;
+    }
+    return need + 1;
+}
+
+int cli_utf8_valid(const void *p, size_t n) {
     for (size_t i = 0; i < n;) {
-        const unsigned c = p[i];
-        size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        if (!k || i + k > n) return 0;
-        unsigned cp = k == 1 ? c : c & (0x7F >> k);
-        for (size_t j = 1; j < k; j++) {
-            if ((p[i + j] & 0xC0) != 0x80) return 0;
-            cp = cp << 6 | (p[i + j] & 0x3F);
-        }
-        static const unsigned lo[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < lo[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += k;
+        const int k = cli_utf8_seq((const unsigned char *)p + i, n - i);
+        if (k <= 0) return 0;
+        i += (size_t)k;
     }
     return 1;
 }
@@ -509,7 +519,7 @@ char *cli_token_str(const ts_tokenizer *t, int32_t id) {
         if (s) snprintf(s, 32, "<id %d>", (int)id);
         return s;
     }
-    const int ok = utf8_valid((const unsigned char *)b, n);
+    const int ok = cli_utf8_valid(b, n);
     char *s = malloc(ok ? n + 1 : 6 + 4 * n + 1);
     if (!s) return NULL;
     if (ok) {

@@ -192,36 +192,6 @@ void srv_job_cancel(job *j) {
 
 static void put(ts_text *o, const char *z) { text_add(o, z, strlen(z)); }
 
-/* The UTF-8 sequence at s[0..n), by the rule the detokenizer decodes with
- * (ts_detok_push: Unicode's maximal subparts): k > 0 a whole character of k
- * bytes, 0 a valid start cut by the end, -k an invalid start of k bytes
- * (one U+FFFD). */
-static int utf8_seq(const unsigned char *s, size_t n) {
-    const unsigned c = s[0];
-    unsigned lo = 0x80, hi = 0xBF;
-    int need;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : lo, hi = c == 0xED ? 0x9F : hi;
-    else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : lo, hi = c == 0xF4 ? 0x8F : hi;
-    else return -1;
-    for (int k = 1; k <= need; k++) {
-        if ((size_t)k >= n) return 0;
-        if (k == 1 ? s[k] < lo || s[k] > hi : s[k] < 0x80 || s[k] > 0xBF) return -k;
-    }
-    return need + 1;
-}
-
-/* 1 when p[0..n) is valid UTF-8 (what a JSON string may carry as is). */
-static int utf8_valid(const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n;) {
-        const int k = utf8_seq(p + i, n - i);
-        if (k <= 0) return 0;
-        i += (size_t)k;
-    }
-    return 1;
-}
-
 /* Characters (code points) in n bytes of valid UTF-8. */
 static int utf8_chars(const char *p, size_t n) {
     int c = 0;
@@ -240,7 +210,7 @@ static void lp_token(ts_text *o, const srv *s, int32_t id) {
     if (!t) {
         snprintf(b, sizeof b, "\"token_id:%d\"", (int)id);
         put(o, b);
-    } else if (utf8_valid((const unsigned char *)t, n)) {
+    } else if (cli_utf8_valid(t, n)) {
         char *q = json_str(t, n);
         if (q) put(o, q);
         free(q);
@@ -630,7 +600,7 @@ static int text_offset(const run_ctx *r, int32_t id) {
     memcpy(b, r->pend, (size_t)r->n_pend);
     const size_t m = n < 3 ? n : 3;
     memcpy(b + r->n_pend, t, m);
-    return r->n_chars + (utf8_seq(b, (size_t)r->n_pend + m) == -r->n_pend);
+    return r->n_chars + (cli_utf8_seq(b, (size_t)r->n_pend + m) == -r->n_pend);
 }
 
 /* After the detokenizer took a token's bytes: what it holds now. Only the
@@ -652,7 +622,7 @@ static void track_pending(run_ctx *r, const char *t, size_t n) {
     size_t q = nb;
     while (q > 0 && (b[q - 1] & 0xC0) == 0x80) q--;
     r->n_pend = 0;
-    if (q > 0 && utf8_seq(b + q - 1, nb - q + 1) == 0) {
+    if (q > 0 && cli_utf8_seq(b + q - 1, nb - q + 1) == 0) {
         r->n_pend = (int)(nb - q + 1);
         memcpy(r->pend, b + q - 1, (size_t)r->n_pend);
     }
