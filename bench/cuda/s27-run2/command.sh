@@ -26,6 +26,11 @@ for f in 1 0; do
   bj 35b8_mtp3_n$f "TSC_Q4DP_N1=$f" $S/35b8 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 done
 for f in 1 0; do TSC_Q4DP_N1=$f $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_n$f.txt 2>&1; tl "cb 9b n1=$f $?"; done
+# (session 29) the verify passes' staging launches (s26-run3's trace: 129 k_stage_digits launches and their hops, ~450
+# us of a 4-row 9B pass) against each block staging its rows itself, as measured before the one-pass normed staging
+# (session 16: 4 rows 4.28 -> 3.25 ms with them): TSC_Q4DP_DIG's mask of the modes made once (1 plain, 2 norm, 4
+# SwiGLU; default: SwiGLU always, the others from 2 rows). One binary, two rounds interleaved (~1 s a run).
+for r in a b; do for d in 7 4 6 5; do TSC_Q4DP_DIG=$d $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_dig${d}_$r.txt 2>&1; tl "cb 9b dig=$d $?"; done; done
 # l2ahead (bench/cuda/l2ahead.cu, built on the host with nvcc -O3 -std=c++17 -arch=sm_90, carried beside the pack):
 # whether the kernels between products can carry the next product's first MB into L2 for it (the chain of plain
 # reads with latency kernels where the step has its GDN / attention / SwiGLU kernels)
