@@ -1,0 +1,45 @@
+#!/bin/bash
+# session 29, device call 1: s27-run2 and gpu-next's next27 in one call (device starts were refused four times this
+# session; one start for both). Pack next27 = main at b8b0cce merged into branch gpu-next (52f696e: main's kernels
+# plus TSC_L2_AHEAD=MB, off by default; k_q4dp's machine code is main's, k_stage_digits / k_gdn_fused / k_attn_prep
+# carry the prefetch behind a launch argument), bench/cuda/pack.sh next27, with l2ahead (nvcc -O3 -std=c++17
+# -arch=sm_90 -o .gpu/next27/l2ahead bench/cuda/l2ahead.cu) beside it.
+# (1) the GPU suite under the default (incl. session 28's cuda_engine.logprobs_and_logit_bias / json_constraint)
+# and with L2 ahead on, memcheck with it on; (2) cuda_bench 9B: N1 1/0, the verify passes' staging (TSC_Q4DP_DIG
+# masks: 7 all made once, 4 SwiGLU only = norm and plain per block, 6 plain per block, 5 norm per block), L2 ahead 0/8/16/32,
+# two rounds interleaved; (3) engine decode 9B / 35B-A3B-8L / default model (bench --prompt 512 --gen 128 --runs 2)
+# default vs N1=0 vs L2=16, two rounds interleaved; MTP 3 at forced 0.8/0.6/0.5 on the 9B (default, N1=0, L2=16) and
+# 35B-A3B-8L (default, L2=16); (4) the l2ahead probe. Predictions: 9B ~495 tok/s under the default (cuda_bench's step
+# 1.952-1.958 ms in s27-run1); L2 ahead: the 9B step -50..-100 us if l2ahead's both+16 gains, a loss if the GDN's
+# loads queue behind the prefetch. (~450 s)
+PACK=.gpu/next27/pack.tar.xz . bench/cuda/device_env.sh
+timeout 200 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
+timeout 300 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "ts_test cuda_engine $?"
+TSC_L2_AHEAD=16 timeout 300 $B/ts_test cuda_engine > $O/t_engine_l2.log 2>&1; tl "ts_test cuda_engine l2 $?"
+TSC_L2_AHEAD=16 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model > $O/memcheck_l2.log 2>&1; tl "memcheck l2 $?"
+CB="$B/cuda_bench --shape 9b --mlx --digits 1"
+for r in a b; do
+  for f in 1 0; do TSC_Q4DP_N1=$f $CB > $O/cb_9b_n${f}_$r.txt 2>&1; tl "cb 9b n1=$f $?"; done
+  for d in 4 6 5; do TSC_Q4DP_DIG=$d $CB > $O/cb_9b_dig${d}_$r.txt 2>&1; tl "cb 9b dig=$d $?"; done
+  for m in 8 16 32; do TSC_L2_AHEAD=$m $CB > $O/cb_9b_l2_${m}_$r.txt 2>&1; tl "cb 9b l2=$m $?"; done
+done
+synth_shape 9b shapes/qwen3.5-9B.json
+synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
+for r in a b; do
+  for v in d n0 l2; do
+    case $v in d) ev=X=0 ;; n0) ev=TSC_Q4DP_N1=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; esac
+    bj 9b_${v}_$r "$ev" $S/9b --prompt 512 --gen 128 --runs 2
+    bj 35b8_${v}_$r "$ev" $S/35b8 --prompt 512 --gen 128 --runs 2
+    bj def_${v}_$r "$ev" models/default --prompt 512 --gen 128 --runs 2
+  done
+done
+for v in d n0 l2; do
+  case $v in d) ev=X=0 ;; n0) ev=TSC_Q4DP_N1=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; esac
+  bj 9b_mtp3_$v "$ev" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
+done
+for v in d l2; do
+  case $v in d) ev=X=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; esac
+  bj 35b8_mtp3_$v "$ev" $S/35b8 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
+done
+cp .gpu/next27/l2ahead /tmp/l2ahead && chmod +x /tmp/l2ahead && timeout 100 /tmp/l2ahead 0 > $O/l2ahead.txt 2>&1; tl "l2ahead $?"
+device_end
