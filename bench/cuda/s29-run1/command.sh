@@ -41,5 +41,12 @@ for v in d l2; do
   case $v in d) ev=X=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; esac
   bj 35b8_mtp3_$v "$ev" $S/35b8 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 done
+# (5) a decode token's time split into the graph's device time and the host's: TSC_OPTIME=1 times each replay with
+# events (and serializes: its own tok/s is not the figure); ms_per_token of the runs above less the replay's time is
+# what the host loop (sync, argmax launch and read-back, the next step's copies and launch) costs a token
+for m in 9b 35b8 def; do
+  case $m in def) md=models/default ;; *) md=$S/$m ;; esac
+  TSC_OPTIME=1 $B/turbospark bench --backend cuda -m $md --json --prompt 512 --gen 128 --runs 1 > $O/e_${m}_optime.json 2> $O/e_${m}_optime.err; tl "optime $m $?"
+done
 cp .gpu/next27/l2ahead /tmp/l2ahead && chmod +x /tmp/l2ahead && timeout 100 /tmp/l2ahead 0 > $O/l2ahead.txt 2>&1; tl "l2ahead $?"
 device_end
