@@ -1,6 +1,6 @@
 #!/bin/bash
 # session 29, device call 1: s27-run2 and gpu-next's next27 in one call (device starts were refused four times this
-# session; one start for both). Pack next27 = main at b8b0cce merged into branch gpu-next (52f696e: main's kernels
+# session; one start for both). Pack next27 = main merged into branch gpu-next (e317e8e: main's kernels
 # plus TSC_L2_AHEAD=MB, off by default; k_q4dp's machine code is main's, k_stage_digits / k_gdn_fused / k_attn_prep
 # carry the prefetch behind a launch argument), bench/cuda/pack.sh next27, with l2ahead (nvcc -O3 -std=c++17
 # -arch=sm_90 -o .gpu/next27/l2ahead bench/cuda/l2ahead.cu) beside it.
