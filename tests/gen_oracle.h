@@ -79,4 +79,68 @@ static inline int oracle_generate(ts_engine *e, const int32_t *prompt, int T, in
     return rc;
 }
 
+/* Plain greedy generation through ts_session_step (one wait for the device
+ * a token) against ts_session_feed + the backend's argmax
+ * (TS_STEP_ONE_WAIT=0), on engine e: the same ids, ended by the token budget
+ * and by a stop id, and the session after each in the same state (its
+ * position, the last row's logits and final hidden bit for bit, and the same
+ * ids when it goes on). 0, or a failure of the test. */
+static inline int one_wait_same(ts_engine *e, const int32_t *prompt, int T) {
+    const ts_model_info *mi = ts_engine_info(e);
+    const int V = mi->vocab_size, H = mi->hidden_size;
+    static float lg[2][1 << 20], hd[2][1 << 14];
+    if (V > (1 << 20) || H > (1 << 14)) ts_test_fail(__FILE__, __LINE__, "a vocabulary or hidden size beyond the test's buffers");
+    collect c[2][2], cont[2][2];
+    int pos[2][2];
+    int32_t stop = -1;
+    int n_stop = 0; /* the plain run's ids up to its first new id from the 11th on */
+    for (int end = 0; end < 2; end++)
+        for (int w = 0; w < 2; w++) {
+            if (w) setenv("TS_STEP_ONE_WAIT", "0", 1);
+            ts_session *s = oracle_session(e, 256, 0);
+            ts_gen_params gp;
+            ts_gen_params_default(&gp);
+            gp.n_predict = 40;
+            if (end) gp.stop_ids = &stop, gp.n_stop = 1;
+            ts_error err = {0};
+            c[end][w].n = 0;
+            int rc = ts_generate(s, prompt, T, &gp, on_tok, &c[end][w], NULL, &err);
+            pos[end][w] = ts_session_pos(s);
+            const float *l = ts_session_logits(s), *h = ts_session_hidden(s);
+            if (!rc && l && h) memcpy(lg[w], l, sizeof(float) * (size_t)V), memcpy(hd[w], h, sizeof(float) * (size_t)H);
+            /* go on: the last id fed, 12 more */
+            gp.n_predict = 12, gp.stop_ids = NULL, gp.n_stop = 0;
+            cont[end][w].n = 0;
+            if (!rc) rc = ts_generate(s, &c[end][w].ids[c[end][w].n - 1], 1, &gp, on_tok, &cont[end][w], NULL, &err);
+            unsetenv("TS_STEP_ONE_WAIT");
+            ts_session_free(s);
+            if (rc || !l || !h) { ts_test_fail(__FILE__, __LINE__, "generation: %s", rc ? err.msg : "no logits"); return -1; }
+            for (int k = 10; !end && !w && k < c[0][0].n && stop < 0; k++) {
+                int seen = 0;
+                for (int j = 0; j < k; j++) seen |= c[0][0].ids[j] == c[0][0].ids[k];
+                if (!seen) stop = c[0][0].ids[k], n_stop = k + 1;
+            }
+            if (w == 1) {
+                const collect *a = &c[end][0], *b = &c[end][1];
+                if (a->n != b->n || memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)a->n) || pos[end][0] != pos[end][1] ||
+                    cont[end][0].n != cont[end][1].n ||
+                    memcmp(cont[end][0].ids, cont[end][1].ids, sizeof(int32_t) * (size_t)cont[end][0].n)) {
+                    ts_test_fail(__FILE__, __LINE__, "one wait a token (%s): %d ids, position %d, %d more; feed + argmax: %d, %d, %d",
+                                 end ? "stop id" : "budget", a->n, pos[end][0], cont[end][0].n, b->n, pos[end][1], cont[end][1].n);
+                    return -1;
+                }
+                if (memcmp(lg[0], lg[1], sizeof(float) * (size_t)V) || memcmp(hd[0], hd[1], sizeof(float) * (size_t)H)) {
+                    ts_test_fail(__FILE__, __LINE__, "one wait a token (%s): the last row's logits or hidden differ", end ? "stop id" : "budget");
+                    return -1;
+                }
+            }
+        }
+    if (n_stop < 11 || c[1][0].n != n_stop || c[0][0].n != 40) {
+        ts_test_fail(__FILE__, __LINE__, "the runs ended after %d and %d ids (40 and %d expected)", c[0][0].n, c[1][0].n,
+                     n_stop);
+        return -1;
+    }
+    return 0;
+}
+
 #endif

@@ -638,6 +638,25 @@ TS_TEST(cuda_engine, logprobs_and_logit_bias) {
     ts_engine_close(eg);
 }
 
+/* Plain greedy decoding with one wait a token (ts_session_step: the pass,
+ * the last hidden's copy and the argmax queued, the id read once) against
+ * feed + argmax (three waits): the same ids and session state on the GPU,
+ * dense and MoE (gen_oracle.h's one_wait_same). */
+TS_TEST(cuda_engine, one_wait_step) {
+    NEED_GPU();
+    static const int32_t pr[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
+    const char *dirs[] = {"models/default", "tests/fixtures/tiny-moe"};
+    for (int d = 0; d < 2; d++) {
+        ts_error err = {0};
+        ts_engine *eg = NULL;
+        CHECK_MSG(!open_on(dirs[d], "cuda", &eg, &err), "%s", err.msg);
+        int32_t p[9];
+        for (int i = 0; i < 9; i++) p[i] = pr[i] % ts_engine_info(eg)->vocab_size;
+        CHECK_MSG(one_wait_same(eg, p, 9) == 0, "%s", dirs[d]);
+        ts_engine_close(eg);
+    }
+}
+
 /* JSON-constrained generation on the GPU (the masked row read back): a
  * reply that ends by its stop id is one JSON object, and MTP drafting (1..3)
  * gives plain decoding's ids under the constraint, greedy. */

@@ -344,3 +344,23 @@ TS_TEST(determinism, replies_cold_warm_and_across_sessions) {
     for (int c = 0; c < N_CONV; c++) cJSON_Delete(cv[c].msgs);
     CHECK_MSG(n_chat >= N_CONV / 4 && !strcmp(got, want), "%d conversations through chat:\n%s\nwant:\n%s", n_chat, got, want);
 }
+
+/* Plain greedy decoding feeds a token and takes its argmax with one wait
+ * (ts_session_step): the same ids and the same session afterwards as
+ * ts_session_feed + argmax, on the bundled model and the MoE fixture
+ * (gen_oracle.h's one_wait_same; cuda_engine.one_wait_step on the GPU). */
+TS_TEST(determinism, one_wait_step_same_as_feed) {
+    static const int32_t pr[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
+    const char *dirs[] = {MODEL, "tests/fixtures/tiny-moe"};
+    for (int d = 0; d < 2; d++) {
+        ts_error err;
+        ts_engine *e = NULL;
+        ts_engine_params ep;
+        ts_engine_params_default(&ep);
+        CHECK_MSG(ts_engine_open(dirs[d], &ep, &e, &err) == 0, "%s", err.msg);
+        int32_t p[9];
+        for (int i = 0; i < 9; i++) p[i] = pr[i] % ts_engine_info(e)->vocab_size;
+        CHECK_MSG(one_wait_same(e, p, 9) == 0, "%s", dirs[d]);
+        ts_engine_close(e);
+    }
+}

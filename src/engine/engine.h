@@ -57,6 +57,15 @@ struct ts_session {
  * prefill grid"). ts_session_feed and the speculative prefill both cut here. */
 int ts_session_chunk(const ts_session *s, int n);
 
+/* One step of plain greedy decoding: feed id at the session's position and
+ * write the argmax of its logits to *next, with one wait for the device
+ * (ts_session_feed then the backend's argmax wait three times a token on
+ * CUDA: the pass, the last hidden's copy, the id). The same state, logits
+ * and id as ts_session_feed of one token and the argmax. Returns 1 (nothing
+ * done) where the one-wait form does not apply (a drafter context to keep,
+ * tensor parallelism, host logits): the caller feeds and argmaxes. */
+int ts_session_step(ts_session *s, int32_t id, int32_t *next, ts_error *err);
+
 /* Tensor parallelism's switches, one reading of them for engine.c (which
  * opens the ranks by them) and plan.c (which plans each rank by them, so
  * that the plan is what opening makes):

@@ -408,6 +408,37 @@ int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, flo
     return 0;
 }
 
+int ts_session_step(ts_session *s, int32_t id, int32_t *next, ts_error *err) {
+    const ts_model *m = &s->e->model;
+    if ((s->df.B && !s->df_quiet) || m->tp) return 1;
+    int rc = check_ids(m, &id, 1, err);
+    if (rc) return rc;
+    if (s->pos + 1 > s->st.n_ctx)
+        return ts_fail(err, TS_E_CONTEXT, "a token at position %d exceeds the context limit of %d tokens", s->pos,
+                       s->st.n_ctx);
+    const int V = m->cfg.vocab, H = m->cfg.H;
+    ts_stream *bs = s->st.s;
+    unsigned fp = bs->be->ops->enter(bs);
+    /* the pass, the last hidden's copy and the argmax queue behind each
+     * other; the argmax's read of the id is the one wait, and the sync after
+     * it (the stream is idle then) collects any error of the three */
+    s->st.defer_sync = 1;
+    rc = ts_forward(m, &s->st, &id, 1, s->pos, NULL, 0);
+    s->st.defer_sync = 0;
+    if (!rc) {
+        ts_be_copy(bs, s->last_hidden, s->st.sc.hidden, (size_t)H);
+        bs->be->ops->argmax(bs, tv_f32(s->st.sc.logits, 1, V), V, next, NULL);
+    }
+    bs->be->ops->leave(bs, fp);
+    s->pos++;
+    if (rc || (rc = ts_be_sync(bs, NULL))) {
+        s->have_last = 0;
+        return ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
+    }
+    s->have_last = 1;
+    return 0;
+}
+
 /* Host-readable rows (the CPU's own memory; another backend's staging copy). */
 const float *ts_session_logits(const ts_session *s) {
     return s->have_last ? ts_be_host(s->st.s, s->st.sc.logits, (size_t)s->e->model.cfg.vocab) : NULL;

@@ -18,6 +18,13 @@ void ts_gen_params_default(ts_gen_params *p) {
     p->penalty_last_n = 64;
 }
 
+/* A switch of the environment set to 0 (read at every call: a test flips
+ * it between generations). */
+static int getenv_is0(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '0' && !e[1];
+}
+
 /* A sampler is needed unless decoding is plain greedy. */
 static int needs_sampler(const ts_gen_params *p) {
     return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0 ||
@@ -201,11 +208,17 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
     stats->n_prompt = n_prompt;
     stats->t_prefill = ts_now() - t0;
     t0 = ts_now();
+    /* greedy steps after the first feed the token and take the argmax of
+     * its logits in one wait (ts_session_step): next holds that id */
+    int32_t next = -1;
+    int have_next = 0;
     for (int i = 0; i < p->n_predict; i++) {
         int32_t id;
         if (smp) {
             if ((rc = ts_gen_sample_c(s, smp, &cg, s->st.sc.logits, &id, err))) break;
             ts_sampler_accept(smp, id);
+        } else if (have_next) {
+            id = next, have_next = 0;
         } else { /* the backend's argmax, one id read back */
             s->st.s->be->ops->argmax(s->st.s, tv_f32(s->st.sc.logits, 1, V), V, &id, NULL);
         }
@@ -220,6 +233,12 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         if (done < 0) { rc = done; break; }
         if (stop || done || ts_gen_is_stop(p, id) || i + 1 == p->n_predict) break;
         if (ts_session_pos(s) >= ts_session_n_ctx(s)) break; /* context full: stop cleanly */
+        if (!smp && !getenv_is0("TS_STEP_ONE_WAIT")) {
+            rc = ts_session_step(s, id, &next, err);
+            if (rc == 0) { have_next = 1; continue; }
+            if (rc != 1) break;
+            rc = 0; /* the one-wait step does not apply: feed, then the argmax above */
+        }
         if ((rc = ts_session_feed(s, &id, 1, NULL, NULL, err))) break;
     }
     stats->t_decode = ts_now() - t0;

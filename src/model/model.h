@@ -225,6 +225,9 @@ typedef struct ts_state {
     int n_taps;
     const int *tap_layer;
     float *tap_out;
+    int defer_sync;       /* 1: ts_forward returns without waiting for the stream (its errors stay
+                             sticky there for the caller's next sync: session.c's ts_session_step,
+                             which queues the argmax behind the pass and waits once) */
     int logits_host;      /* ts_forward's logits rows are host memory on a backend whose memory the
                              host cannot address (ts_session_feed on CUDA): they are read back */
     float *dbg_layers;    /* tests: if set (host memory), ts_forward reads the residual

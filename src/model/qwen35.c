@@ -438,7 +438,7 @@ static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int
         head_out(m, st, sc->hidden, n, logits, md, 0);
     }
     if (capture && op->graph_end(st->s, key) == 0) op->graph_launch(st->s, key);
-    return ts_be_sync(st->s, NULL);
+    return st->defer_sync ? 0 : ts_be_sync(st->s, NULL);
 }
 
 static int mtp_rank(const ts_model *m, ts_state *st, const int32_t *toks, const float *h, int n, int pos,
