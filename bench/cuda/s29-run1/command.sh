@@ -1,6 +1,6 @@
 #!/bin/bash
 # session 29, device call 1: s27-run2 and gpu-next's next27 in one call (device starts were refused four times this
-# session; one start for both). Pack next27 = main merged into branch gpu-next (e317e8e: main's kernels
+# session; one start for both). Pack next27 = main merged into branch gpu-next (19eafbf: main's kernels
 # plus TSC_L2_AHEAD=MB, off by default; k_q4dp's machine code is main's, k_stage_digits / k_gdn_fused / k_attn_prep
 # carry the prefetch behind a launch argument), bench/cuda/pack.sh next27, with l2ahead (nvcc -O3 -std=c++17
 # -arch=sm_90 -o .gpu/next27/l2ahead bench/cuda/l2ahead.cu) beside it.
@@ -9,7 +9,9 @@
 # masks: 7 all made once, 4 SwiGLU only = norm and plain per block, 6 plain per block, 5 norm per block), L2 ahead 0/8/16/32,
 # two rounds interleaved; (3) engine decode 9B / 35B-A3B-8L / default model (bench --prompt 512 --gen 128 --runs 2)
 # default vs N1=0 vs L2=16, two rounds interleaved; MTP 3 at forced 0.8/0.6/0.5 on the 9B (default, N1=0, L2=16) and
-# 35B-A3B-8L (default, L2=16); (4) the l2ahead probe. Predictions: 9B ~495 tok/s under the default (cuda_bench's step
+# 35B-A3B-8L (default, L2=16); the one wait a token of plain greedy decoding (ts_session_step, the default since
+# session 29) against the three waits of feed + argmax (TS_STEP_ONE_WAIT=0) in the same loops (w3; prediction: 15-25
+# us a token: 9B +1%, 35B-A3B-8L +3-4%, the default model +5-8%); (4) the l2ahead probe. Predictions: 9B ~495 tok/s under the default (cuda_bench's step
 # 1.952-1.958 ms in s27-run1); L2 ahead: the 9B step -50..-100 us if l2ahead's both+16 gains, a loss if the GDN's
 # loads queue behind the prefetch. (~450 s)
 PACK=.gpu/next27/pack.tar.xz . bench/cuda/device_env.sh
@@ -26,8 +28,8 @@ done
 synth_shape 9b shapes/qwen3.5-9B.json
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 for r in a b; do
-  for v in d n0 l2; do
-    case $v in d) ev=X=0 ;; n0) ev=TSC_Q4DP_N1=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; esac
+  for v in d n0 l2 w3; do
+    case $v in d) ev=X=0 ;; n0) ev=TSC_Q4DP_N1=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
     bj 9b_${v}_$r "$ev" $S/9b --prompt 512 --gen 128 --runs 2
     bj 35b8_${v}_$r "$ev" $S/35b8 --prompt 512 --gen 128 --runs 2
     bj def_${v}_$r "$ev" models/default --prompt 512 --gen 128 --runs 2
