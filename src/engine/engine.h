@@ -3,6 +3,8 @@
 #ifndef TS_ENGINE_H
 #define TS_ENGINE_H
 
+#include <stdlib.h>
+
 #include "model/dflash.h"
 #include "model/model.h"
 
@@ -65,6 +67,15 @@ int ts_session_chunk(const ts_session *s, int n);
  * done) where the one-wait form does not apply (a drafter context to keep,
  * tensor parallelism, host logits): the caller feeds and argmaxes. */
 int ts_session_step(ts_session *s, int32_t id, int32_t *next, ts_error *err);
+
+/* Whether greedy decoding waits once a step (ts_session_step, and the
+ * verify and MTP drafting passes with their argmax: ts_state.defer_sync);
+ * TS_STEP_ONE_WAIT=0 waits after each pass as before, for an A/B in one
+ * binary. Read at every call: a test flips it between generations. */
+static inline int ts_one_wait_on(void) {
+    const char *e = getenv("TS_STEP_ONE_WAIT");
+    return !(e && e[0] == '0' && !e[1]);
+}
 
 /* Tensor parallelism's switches, one reading of them for engine.c (which
  * opens the ranks by them) and plan.c (which plans each rank by them, so

@@ -18,13 +18,6 @@ void ts_gen_params_default(ts_gen_params *p) {
     p->penalty_last_n = 64;
 }
 
-/* A switch of the environment set to 0 (read at every call: a test flips
- * it between generations). */
-static int getenv_is0(const char *name) {
-    const char *e = getenv(name);
-    return e && e[0] == '0' && !e[1];
-}
-
 /* A sampler is needed unless decoding is plain greedy. */
 static int needs_sampler(const ts_gen_params *p) {
     return p->temperature > 0 || p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0 ||
@@ -233,7 +226,7 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         if (done < 0) { rc = done; break; }
         if (stop || done || ts_gen_is_stop(p, id) || i + 1 == p->n_predict) break;
         if (ts_session_pos(s) >= ts_session_n_ctx(s)) break; /* context full: stop cleanly */
-        if (!smp && !getenv_is0("TS_STEP_ONE_WAIT")) {
+        if (!smp && ts_one_wait_on()) {
             rc = ts_session_step(s, id, &next, err);
             if (rc == 0) { have_next = 1; continue; }
             if (rc != 1) break;

@@ -88,13 +88,33 @@ static void mtp_start(ts_drafter *d, int32_t last) {
     md->rhid = d->s->mtp_hid;
 }
 
-static int mtp_propose(ts_drafter *d, int mm, int32_t *out) {
-    ts_mtp_drafter *md = (ts_mtp_drafter *)d;
+/* A drafting pass of the head (n rows from toks and the hiddens h at pos,
+ * out to h_out, the drafting vocabulary's head rows). Greedy drafting
+ * leaves the stream unsynchronised (ts_state.defer_sync): pick_draft's
+ * argmax reads the id, the one wait of the draft, and pass_error then
+ * collects an error of either. Not with tensor parallelism (its ranks
+ * meet inside the pass). */
+static int mtp_pass(ts_drafter *d, const int32_t *toks, const float *h, int n, int pos, float *h_out) {
     ts_session *s = d->s;
     const ts_model *m = &s->e->model;
     ts_state *st = &s->st;
-    const int H = m->cfg.H, nr = md->nr, rpos = md->rpos;
-    int rc = ts_mtp_forward(m, st, md->rtok, md->rhid, nr, rpos, s->mtp_hid, NULL, s->draft_lowp, d->K);
+    st->defer_sync = !d->smp && !m->tp && ts_one_wait_on();
+    int rc = ts_mtp_forward(m, st, toks, h, n, pos, h_out, NULL, s->draft_lowp, d->K);
+    st->defer_sync = 0;
+    return rc;
+}
+static int pass_error(ts_drafter *d) {
+    ts_session *s = d->s;
+    return !d->smp && !s->e->model.tp ? ts_be_sync(s->st.s, NULL) : 0;
+}
+
+static int mtp_propose(ts_drafter *d, int mm, int32_t *out) {
+    ts_mtp_drafter *md = (ts_mtp_drafter *)d;
+    ts_session *s = d->s;
+    const int H = s->e->model.cfg.H, nr = md->nr, rpos = md->rpos;
+    /* greedy: each pass of the head queues its argmax behind it and waits
+     * once, for the id (mtp_pass); sampling reads the row, which waits */
+    int rc = mtp_pass(d, md->rtok, md->rhid, nr, rpos, s->mtp_hid);
     if (rc) return rc;
     float *h = s->mtp_hid + (size_t)(nr - 1) * H;
     /* confidence cut (draft_p_min): a draft the drafter itself thinks
@@ -103,10 +123,12 @@ static int mtp_propose(ts_drafter *d, int mm, int32_t *out) {
      * work. */
     float pd = 1.0f, *pp = d->p_min > 0 ? &pd : NULL;
     out[0] = pick_draft(d, 0, pp);
+    if ((rc = pass_error(d))) return rc;
     if (pd < d->p_min) return 0;
     for (int j = 1; j < mm; j++) {
-        if ((rc = ts_mtp_forward(m, st, &out[j - 1], h, 1, rpos + nr - 1 + j, h, NULL, s->draft_lowp, d->K))) return rc;
+        if ((rc = mtp_pass(d, &out[j - 1], h, 1, rpos + nr - 1 + j, h))) return rc;
         out[j] = pick_draft(d, j, pp);
+        if ((rc = pass_error(d))) return rc;
         if (pd < d->p_min) return j;
     }
     return mm;

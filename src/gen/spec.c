@@ -319,16 +319,24 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
         }
         double tv = ts_now();
         int pos_blk = s->pos;
-        if ((rc = ts_spec_verify(s, blk, mm + 1, err))) break;
-        stats->t_verify += ts_now() - tv;
+        /* greedy: the verify pass and the argmax of its rows queue behind
+         * each other and the ids' read is the one wait (ts_state.defer_sync;
+         * the sync after it collects an error of either) */
+        st->defer_sync = !smp && !m->tp && ts_one_wait_on();
+        rc = ts_spec_verify(s, blk, mm + 1, err);
+        st->defer_sync = 0;
+        if (rc) break;
         /* greedy: the backend's argmax of the block's mm + 1 rows, read back
          * as ids (not logit planes); sampling reads the rows explicitly */
         int a;
         if (!smp) {
             int32_t targ[SPEC_ROWS];
             op->argmax(bs, tv_f32(s->vlogits, mm + 1, V), V, targ, NULL);
+            if ((rc = ts_be_sync(bs, NULL))) goto backend;
+            stats->t_verify += ts_now() - tv;
             a = ts_spec_accept_greedy(targ, blk + 1, mm, out);
         } else {
+            stats->t_verify += ts_now() - tv;
             /* host rows: the block's logits (a device backend's staging), and
              * the scratch row of dprobs for the target distribution (not the
              * staging: that holds vl) */

@@ -467,5 +467,5 @@ static int mtp_rank(const ts_model *m, ts_state *st, const int32_t *toks, const 
         if (logits || head_rows >= 0) head_out(m, st, h_out, n, logits, md, logits ? 0 : head_rows);
         if (capture && op->graph_end(st->s, key) == 0) op->graph_launch(st->s, key);
     }
-    return ts_be_sync(st->s, NULL);
+    return st->defer_sync ? 0 : ts_be_sync(st->s, NULL);
 }
