@@ -1,6 +1,6 @@
 #!/bin/bash
 # session 29, device call 1: s27-run2 and gpu-next's next27 in one call (device starts were refused four times this
-# session; one start for both). Pack next27 = main merged into branch gpu-next (19eafbf: main's kernels
+# session; one start for both). Pack next27 = main merged into branch gpu-next (9fc0f53: main's kernels
 # plus TSC_L2_AHEAD=MB, off by default; k_q4dp's machine code is main's, k_stage_digits / k_gdn_fused / k_attn_prep
 # carry the prefetch behind a launch argument), bench/cuda/pack.sh next27, with l2ahead (nvcc -O3 -std=c++17
 # -arch=sm_90 -o .gpu/next27/l2ahead bench/cuda/l2ahead.cu) beside it.
@@ -10,7 +10,7 @@
 # two rounds interleaved; (3) engine decode 9B / 35B-A3B-8L / default model (bench --prompt 512 --gen 128 --runs 2)
 # default vs N1=0 vs L2=16, two rounds interleaved; MTP 3 at forced 0.8/0.6/0.5 on the 9B (default, N1=0, L2=16) and
 # 35B-A3B-8L (default, L2=16); the one wait a token of plain greedy decoding (ts_session_step, the default since
-# session 29) against the three waits of feed + argmax (TS_STEP_ONE_WAIT=0) in the same loops (w3; prediction: 15-25
+# session 29; also the MTP drafts and verify passes) against a wait after each pass (TS_STEP_ONE_WAIT=0) in the same loops (w3; prediction: 15-25
 # us a token: 9B +1%, 35B-A3B-8L +3-4%, the default model +5-8%); (4) the l2ahead probe. Predictions: 9B ~495 tok/s under the default (cuda_bench's step
 # 1.952-1.958 ms in s27-run1); L2 ahead: the 9B step -50..-100 us if l2ahead's both+16 gains, a loss if the GDN's
 # loads queue behind the prefetch. (~450 s)
@@ -35,12 +35,12 @@ for r in a b; do
     bj def_${v}_$r "$ev" models/default --prompt 512 --gen 128 --runs 2
   done
 done
-for v in d n0 l2; do
-  case $v in d) ev=X=0 ;; n0) ev=TSC_Q4DP_N1=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; esac
+for v in d n0 l2 w3; do
+  case $v in d) ev=X=0 ;; n0) ev=TSC_Q4DP_N1=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
   bj 9b_mtp3_$v "$ev" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 done
-for v in d l2; do
-  case $v in d) ev=X=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; esac
+for v in d l2 w3; do
+  case $v in d) ev=X=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
   bj 35b8_mtp3_$v "$ev" $S/35b8 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 done
 # (5) a decode token's time split into the graph's device time and the host's: TSC_OPTIME=1 times each replay with
@@ -49,6 +49,10 @@ done
 for m in 9b 35b8 def; do
   case $m in def) md=models/default ;; *) md=$S/$m ;; esac
   TSC_OPTIME=1 $B/turbospark bench --backend cuda -m $md --json --prompt 512 --gen 128 --runs 1 > $O/e_${m}_optime.json 2> $O/e_${m}_optime.err; tl "optime $m $?"
+done
+for v in d w3; do
+  case $v in d) ev=X=0 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
+  bj def_mtp2_$v "$ev" models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft 2
 done
 cp .gpu/next27/l2ahead /tmp/l2ahead && chmod +x /tmp/l2ahead && timeout 100 /tmp/l2ahead 0 > $O/l2ahead.txt 2>&1; tl "l2ahead $?"
 device_end
