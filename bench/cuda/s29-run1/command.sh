@@ -15,10 +15,6 @@
 # 1.952-1.958 ms in s27-run1); L2 ahead: the 9B step -50..-100 us if l2ahead's both+16 gains, a loss if the GDN's
 # loads queue behind the prefetch. (~450 s)
 PACK=.gpu/next27/pack.tar.xz . bench/cuda/device_env.sh
-timeout 200 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
-timeout 300 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "ts_test cuda_engine $?"
-TSC_L2_AHEAD=16 timeout 300 $B/ts_test cuda_engine > $O/t_engine_l2.log 2>&1; tl "ts_test cuda_engine l2 $?"
-TSC_L2_AHEAD=16 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model > $O/memcheck_l2.log 2>&1; tl "memcheck l2 $?"
 CB="$B/cuda_bench --shape 9b --mlx --digits 1"
 for r in a b; do
   for f in 1 0; do TSC_Q4DP_N1=$f $CB > $O/cb_9b_n${f}_$r.txt 2>&1; tl "cb 9b n1=$f $?"; done
@@ -43,6 +39,10 @@ for v in d l2 w3; do
   case $v in d) ev=X=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
   bj 35b8_mtp3_$v "$ev" $S/35b8 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 done
+for v in d w3; do
+  case $v in d) ev=X=0 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
+  bj def_mtp2_$v "$ev" models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft 2
+done
 # (5) a decode token's time split into the graph's device time and the host's: TSC_OPTIME=1 times each replay with
 # events (and serializes: its own tok/s is not the figure); ms_per_token of the runs above less the replay's time is
 # what the host loop (sync, argmax launch and read-back, the next step's copies and launch) costs a token
@@ -50,9 +50,10 @@ for m in 9b 35b8 def; do
   case $m in def) md=models/default ;; *) md=$S/$m ;; esac
   TSC_OPTIME=1 $B/turbospark bench --backend cuda -m $md --json --prompt 512 --gen 128 --runs 1 > $O/e_${m}_optime.json 2> $O/e_${m}_optime.err; tl "optime $m $?"
 done
-for v in d w3; do
-  case $v in d) ev=X=0 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
-  bj def_mtp2_$v "$ev" models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft 2
-done
+# the GPU suite after the figures (a call cut short keeps the figures: they come back from $O as they are)
+timeout 200 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
+timeout 300 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "ts_test cuda_engine $?"
+TSC_L2_AHEAD=16 timeout 200 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.spec_greedy_exact_fixtures cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_rollback_device_state_bit_exact cuda_engine.spec_graphs_exact_and_replayed cuda_engine.one_wait_step > $O/t_engine_l2.log 2>&1; tl "ts_test cuda_engine l2 $?"
+TSC_L2_AHEAD=16 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model > $O/memcheck_l2.log 2>&1; tl "memcheck l2 $?"
 cp .gpu/next27/l2ahead /tmp/l2ahead && chmod +x /tmp/l2ahead && timeout 100 /tmp/l2ahead 0 > $O/l2ahead.txt 2>&1; tl "l2ahead $?"
 device_end
