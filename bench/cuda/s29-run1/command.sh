@@ -24,7 +24,8 @@ done
 synth_shape 9b shapes/qwen3.5-9B.json
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 for r in a b; do
-  for v in d n0 l2 w3; do
+  for v in d ${QUICK:+}n0 l2 w3; do
+    [ -n "$QUICK" ] && [ $v = n0 ] && continue
     case $v in d) ev=X=0 ;; n0) ev=TSC_Q4DP_N1=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
     bj 9b_${v}_$r "$ev" $S/9b --prompt 512 --gen 128 --runs 2
     bj 35b8_${v}_$r "$ev" $S/35b8 --prompt 512 --gen 128 --runs 2
@@ -53,7 +54,7 @@ done
 # the GPU suite after the figures (a call cut short keeps the figures: they come back from $O as they are)
 timeout 200 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
 timeout 300 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "ts_test cuda_engine $?"
-TSC_L2_AHEAD=16 timeout 200 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.spec_greedy_exact_fixtures cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_rollback_device_state_bit_exact cuda_engine.spec_graphs_exact_and_replayed cuda_engine.one_wait_step > $O/t_engine_l2.log 2>&1; tl "ts_test cuda_engine l2 $?"
-TSC_L2_AHEAD=16 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model > $O/memcheck_l2.log 2>&1; tl "memcheck l2 $?"
+[ -z "$QUICK" ] && TSC_L2_AHEAD=16 timeout 200 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.spec_greedy_exact_fixtures cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_rollback_device_state_bit_exact cuda_engine.spec_graphs_exact_and_replayed cuda_engine.one_wait_step > $O/t_engine_l2.log 2>&1; tl "ts_test cuda_engine l2 $?"
+[ -z "$QUICK" ] && TSC_L2_AHEAD=16 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda_engine.parity_every_fixture_and_the_default_model > $O/memcheck_l2.log 2>&1; tl "memcheck l2 $?"
 cp .gpu/next27/l2ahead /tmp/l2ahead && chmod +x /tmp/l2ahead && timeout 100 /tmp/l2ahead 0 > $O/l2ahead.txt 2>&1; tl "l2ahead $?"
 device_end
