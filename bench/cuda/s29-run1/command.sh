@@ -13,7 +13,7 @@
 # session 29; also the MTP drafts and verify passes) against a wait after each pass (TS_STEP_ONE_WAIT=0) in the same loops (w3; prediction: 15-25
 # us a token: 9B +1%, 35B-A3B-8L +3-4%, the default model +5-8%); (4) the l2ahead probe. Predictions: 9B ~495 tok/s under the default (cuda_bench's step
 # 1.952-1.958 ms in s27-run1); L2 ahead: the 9B step -50..-100 us if l2ahead's both+16 gains, a loss if the GDN's
-# loads queue behind the prefetch. (~450 s)
+# loads queue behind the prefetch. (~500 s; QUICK=1: without the N1=0 engine runs, L2 ahead's suite and memcheck, ~380 s)
 PACK=.gpu/next27/pack.tar.xz . bench/cuda/device_env.sh
 CB="$B/cuda_bench --shape 9b --mlx --digits 1"
 for r in a b; do
@@ -24,7 +24,7 @@ done
 synth_shape 9b shapes/qwen3.5-9B.json
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 for r in a b; do
-  for v in d ${QUICK:+}n0 l2 w3; do
+  for v in d n0 l2 w3; do
     [ -n "$QUICK" ] && [ $v = n0 ] && continue
     case $v in d) ev=X=0 ;; n0) ev=TSC_Q4DP_N1=0 ;; l2) ev=TSC_L2_AHEAD=16 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
     bj 9b_${v}_$r "$ev" $S/9b --prompt 512 --gen 128 --runs 2
