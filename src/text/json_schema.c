@@ -720,47 +720,66 @@ static int flatten_anyof(comp *c) {
     return rc;
 }
 
-/* Whether every part of node id can be completed, given ok[] of the others.
- * *why receives the first part that cannot. */
-static int node_ok(const ts_schema *s, int id, const uint8_t *ok, const char **why, int *prop) {
+/* Satisfiability. sat[] is the least fixpoint of "some finite value
+ * satisfies the node" (an enum with values; an anyOf with a satisfiable
+ * leaf; a type part: a scalar, an array that may be empty or whose items
+ * are satisfiable, an object whose required properties are), so a
+ * recursion counts only through a base case. Then no dead end is left
+ * when every node is satisfiable and so is every part a document may
+ * enter: each type of a node, each leaf of an anyOf. */
+static int arr_ok(const ts_snode *n, const uint8_t *sat) { return !n->min_items || sat[n->items]; }
+
+static int obj_ok(const ts_schema *s, const ts_snode *n, const uint8_t *sat, uint32_t *bad) {
+    for (uint32_t k = 0; k < n->n_props; k++)
+        if (s->props[n->prop0 + k].req_from == k && !sat[s->props[n->prop0 + k].node]) return *bad = k, 0;
+    return 1;
+}
+
+static int node_sat(const ts_schema *s, int id, const uint8_t *sat) {
     const ts_snode *n = &s->nodes[id];
+    uint32_t bad;
     if (n->kind == TS_SK_ENUM) return n->n_lits > 0;
     if (n->kind == TS_SK_ANYOF) {
         for (uint32_t k = 0; k < n->n_alts; k++)
-            if (!ok[s->alts[n->alt0 + k]]) return *why = "one of its alternatives can never be completed", 0;
-        return 1;
+            if (sat[s->alts[n->alt0 + k]]) return 1;
+        return 0;
     }
-    if ((n->types & TS_ST_ARR) && n->min_items > 0 && !ok[n->items])
-        return *why = "it needs items that can never be completed", 0;
-    if (n->types & TS_ST_OBJ)
-        for (uint32_t k = 0; k < n->n_props; k++) {
-            const ts_sprop *p = &s->props[n->prop0 + k];
-            /* optional ones too: once its key is written the value must come */
-            if (!ok[p->node]) return *why = "a property's value can never be completed", *prop = (int)k, 0;
-        }
-    return 1;
+    return (n->types & (TS_ST_NULL | TS_ST_BOOL | TS_ST_INT | TS_ST_NUM | TS_ST_STR)) ||
+           ((n->types & TS_ST_ARR) && arr_ok(n, sat)) || ((n->types & TS_ST_OBJ) && obj_ok(s, n, sat, &bad));
 }
 
 static int check_satisfiable(comp *c) {
     ts_schema *s = c->s;
-    uint8_t *ok = ts_alloc((size_t)s->n_nodes, TS_MEM_MISC);
-    if (!ok) return nomem(c);
-    const char *why = "";
-    int prop = -1;
+    uint8_t *sat = ts_alloc((size_t)s->n_nodes, TS_MEM_MISC);
+    if (!sat) return nomem(c);
     for (int changed = 1; changed;) {
         changed = 0;
         for (int id = 0; id < s->n_nodes; id++)
-            if (!ok[id] && node_ok(s, id, ok, &why, &prop)) ok[id] = 1, changed = 1;
+            if (!sat[id] && node_sat(s, id, sat)) sat[id] = 1, changed = 1;
     }
     int rc = 0;
-    for (int id = 0; id < s->n_nodes && !rc; id++)
-        if (!ok[id]) {
-            node_ok(s, id, ok, &why, &prop);
-            rc = ts_fail(c->err, TS_E_ARG,
-                         "JSON schema: no finite value satisfies the schema at %s (%s: a required recursion without end?)",
-                         c->paths[id], why);
+    for (int id = 0; id < s->n_nodes && !rc; id++) {
+        const ts_snode *n = &s->nodes[id];
+        const char *why = NULL;
+        uint32_t bad = 0;
+        if (!sat[id]) why = "no finite value satisfies it";
+        else if (n->kind == TS_SK_ANYOF) {
+            for (uint32_t k = 0; k < n->n_alts && !why; k++)
+                if (!sat[s->alts[n->alt0 + k]]) why = "one of its alternatives no finite value satisfies";
+        } else if (n->kind == TS_SK_TYPES) {
+            if ((n->types & TS_ST_ARR) && !arr_ok(n, sat)) why = "no finite array satisfies it (its items)";
+            else if ((n->types & TS_ST_OBJ) && !obj_ok(s, n, sat, &bad)) why = "no finite object satisfies it";
         }
-    ts_free(ok);
+        if (why && n->kind == TS_SK_TYPES && (n->types & TS_ST_OBJ) && !obj_ok(s, n, sat, &bad))
+            rc = ts_fail(c->err, TS_E_ARG,
+                         "JSON schema: no finite value satisfies the schema at %s: its required property '%.*s' "
+                         "recurses without end",
+                         c->paths[id], (int)s->lits[n->plit0 + bad].len - 2, s->bytes + s->lits[n->plit0 + bad].off + 1);
+        else if (why)
+            rc = ts_fail(c->err, TS_E_ARG, "JSON schema: the schema at %s cannot be completed: %s (a recursion without end?)",
+                         c->paths[id], why);
+    }
+    ts_free(sat);
     return rc;
 }
 

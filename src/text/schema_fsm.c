@@ -319,6 +319,9 @@ static void after_value(sctx *x, ts_swthread *t, uint8_t b, uint8_t run) {
 
 /* ---- strings ---- */
 
+/* A value string at its maxLength. */
+static inline int full(const sctx *x, const ts_swthread *t) { return t->h.cnt >= x->sc->nodes[t->h.node].max_len; }
+
 /* A character of a value string begins (low: a \u escape of a low
  * surrogate): counted against maxLength, except the second half of a
  * surrogate pair (one code point, as Python's len() counts it). */
@@ -352,6 +355,9 @@ static void string_byte(sctx *x, ts_swthread *t, uint8_t b) {
         return;
     }
     if (b == '\\') {
+        /* at maxLength an escape is a code point too many, unless it ends a
+         * surrogate pair (then \u and a low half: hex_byte) */
+        if (!t->h.key && full(x, t) && !(t->h.cand >> 31)) return;
         t->h.lex = S_ESC;
         emit(x, t);
         return;
@@ -383,6 +389,9 @@ static void escape_byte(sctx *x, ts_swthread *t, uint8_t b) {
 static void hex_byte(sctx *x, ts_swthread *t, uint8_t b) {
     const int v = hex_val(b);
     if (v < 0) return;
+    /* at maxLength only a low surrogate (DC00-DFFF) after a high one fits:
+     * refuse at the first digit that rules it out, not at the fourth */
+    if (!t->h.key && full(x, t) && ((t->h.aux == 4 && v != 0xD) || (t->h.aux == 3 && v < 0xC))) return;
     if (!t->h.key) t->h.cand = (t->h.cand & 0x80000000u) | ((t->h.cand & 0xFFFu) << 4) | (uint32_t)v;
     if (--t->h.aux) {
         emit(x, t);
