@@ -307,15 +307,14 @@ typedef struct ts_gen_params {
     ts_logprob_cb logprob_cb;
     int top_logprobs;
     /* Constrained output (the server's response_format json_object and
-     * json_schema): when
-     * `constraint` is set, each token is drawn with every token it forbids
-     * masked out (after penalties and bias, before temperature and
-     * truncation), in plain and speculative generation alike (drafts are
-     * verified against the masked distribution: output unchanged). Greedy
-     * decoding then takes the sampler's argmax over the allowed ids. The
-     * stop ids are allowed exactly when the reply is complete, and then
-     * only they; without stop ids generation ends after the completing
-     * token. An error (TS_E_ARG) if no token can continue the reply.
+     * json_schema): when `constraint` is set, each token is drawn with every
+     * token it forbids masked out (after penalties and bias, before
+     * temperature and truncation), in plain and speculative generation
+     * alike (drafts are verified against the masked distribution: output
+     * unchanged). Greedy decoding then takes the sampler's argmax over the
+     * allowed ids. The stop ids are allowed exactly when the reply is
+     * complete, and then only they; without stop ids generation ends after
+     * the completing token. An error (TS_E_ARG) if no token can continue the reply.
      * constraint_after: > 0: the constraint starts after this id has been
      * generated (a reasoning block's end, "</think>"), every token up to
      * and including it is free but the stop ids (the reply cannot end
