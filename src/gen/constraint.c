@@ -393,8 +393,8 @@ static void walk_schema(ts_cgen *g, const ts_sstate *st, uint64_t *out) {
     if (!st->n || (complete && ts_sfsm_done(sc, st))) return;
     ts_swstate *lv = g->lv;
     ts_sfsm_lift(st, &lv[0]);
-    int cls;
-    uint32_t room;
+    int cls = -1;
+    uint32_t room = 0;
     g->lcls[0] = (int16_t)(ts_sfsm_in_string(sc, &lv[0], &cls, &room) ? cls : -1);
     g->lroom[0] = room;
     const uint8_t *byte = c->byte;

@@ -55,7 +55,6 @@ static inline int hex_val(uint8_t b) {
     return b >= 'a' && b <= 'f' ? b - 'a' + 10 : -1;
 }
 static inline int is_string(uint8_t lex) { return lex == S_STR || lex == S_ESC || lex == S_HEX; }
-static inline int is_number(uint8_t lex) { return lex >= S_MINUS && lex <= S_EXP; }
 static inline int number_complete(uint8_t lex) { return lex == S_ZERO || lex == S_INT || lex == S_FRAC || lex == S_EXP; }
 
 /* ---- the step's context and a thread's stack ---- */

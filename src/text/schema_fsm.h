@@ -31,11 +31,15 @@
  * the document is: what makes the mask walk over a tokenizer's trie cheap
  * (constraint.c). Feeding a token's bytes in the step form and flattening
  * once at the end is a token's advance; a token that would need more than
- * TS_SFSM_OVERLAY frames of its own (7 '{' or '[' in one token) is refused,
- * which no tokenizer this engine loads has (at most 3).
+ * TS_SFSM_OVERLAY frames of its own (one that opens 8 containers) is
+ * refused, which no tokenizer this engine loads has (at most 3 '{' or '['
+ * in a token).
  *
  * Documents nest at most TS_SFSM_DEPTH containers (a recursive schema's
  * deeper documents are refused; the plain JSON constraint allows 1024).
+ * That cap is the one place a live prefix can be a dead end: a schema that
+ * requires a container below the cap (a required object property inside
+ * 127 open containers) can go no further there.
  */
 #ifndef TS_TEXT_SCHEMA_FSM_H
 #define TS_TEXT_SCHEMA_FSM_H

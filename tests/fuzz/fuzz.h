@@ -67,10 +67,14 @@ size_t fuzz_json_complete(const void *st, uint8_t *out, size_t cap);
  * unless additionalProperties says otherwise). */
 struct cJSON;
 int fuzz_schema_valid(const struct cJSON *root, const struct cJSON *s, const struct cJSON *v, int depth);
+/* The same with oneOf read as anyOf, as the compiler documents it does
+ * (json_schema.h): what the fuzz harness holds the recognizer to, since a
+ * schema whose oneOf alternatives overlap has documents both accept. */
+int fuzz_schema_valid_oneof_any(const struct cJSON *root, const struct cJSON *s, const struct cJSON *v);
 /* Bytes that complete the live schema-recognizer state *st (a ts_sstate of
  * schema *sc, text/schema_fsm.h), greedily, into out (at most cap); the
- * count, or (size_t)-1 when the greedy completion gets stuck or out is too
- * small. */
+ * count, or (size_t)-1 when the greedy completion gets stuck, (size_t)-2
+ * when out is too small (minLength 10000000 takes that many bytes). */
 size_t fuzz_schema_complete(const void *sc, const void *st, uint8_t *out, size_t cap);
 
 typedef struct fuzz_target {

@@ -87,27 +87,27 @@ static int num(const cJSON *s, const char *k, double *out) {
     return 1;
 }
 
-static int valid(const cJSON *root, const cJSON *s, const cJSON *v, int depth, long *budget) {
+static int valid(const cJSON *root, const cJSON *s, const cJSON *v, int depth, long *budget, int one_any) {
     if (depth > 200 || --*budget < 0) return 0;
     if (cJSON_IsTrue(s)) return 1;
     if (!cJSON_IsObject(s)) return 0;
     const cJSON *k;
     if ((k = cJSON_GetObjectItemCaseSensitive(s, "$ref"))) {
         const cJSON *t = pointer(root, k->valuestring);
-        if (!t || !valid(root, t, v, depth + 1, budget)) return 0;
+        if (!t || !valid(root, t, v, depth + 1, budget, one_any)) return 0;
     }
     if ((k = cJSON_GetObjectItemCaseSensitive(s, "allOf")))
         for (const cJSON *x = k->child; x; x = x->next)
-            if (!valid(root, x, v, depth + 1, budget)) return 0;
+            if (!valid(root, x, v, depth + 1, budget, one_any)) return 0;
     if ((k = cJSON_GetObjectItemCaseSensitive(s, "anyOf"))) {
         int any = 0;
-        for (const cJSON *x = k->child; x && !any; x = x->next) any = valid(root, x, v, depth + 1, budget);
+        for (const cJSON *x = k->child; x && !any; x = x->next) any = valid(root, x, v, depth + 1, budget, one_any);
         if (!any) return 0;
     }
     if ((k = cJSON_GetObjectItemCaseSensitive(s, "oneOf"))) {
         int n = 0;
-        for (const cJSON *x = k->child; x; x = x->next) n += valid(root, x, v, depth + 1, budget);
-        if (n != 1) return 0;
+        for (const cJSON *x = k->child; x; x = x->next) n += valid(root, x, v, depth + 1, budget, one_any);
+        if (one_any ? n < 1 : n != 1) return 0;
     }
     if ((k = cJSON_GetObjectItemCaseSensitive(s, "const")) && !deep_equal(k, v)) return 0;
     if ((k = cJSON_GetObjectItemCaseSensitive(s, "enum"))) {
@@ -133,7 +133,7 @@ static int valid(const cJSON *root, const cJSON *s, const cJSON *v, int depth, l
         if (num(s, "maxItems", &d) && n > d) return 0;
         if ((k = cJSON_GetObjectItemCaseSensitive(s, "items")))
             for (const cJSON *x = v->child; x; x = x->next)
-                if (!valid(root, k, x, depth + 1, budget)) return 0;
+                if (!valid(root, k, x, depth + 1, budget, one_any)) return 0;
     }
     if (cJSON_IsObject(v)) {
         const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
@@ -144,10 +144,10 @@ static int valid(const cJSON *root, const cJSON *s, const cJSON *v, int depth, l
         for (const cJSON *x = v->child; x; x = x->next) {
             const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(props, x->string) : NULL;
             if (ps) {
-                if (!valid(root, ps, x, depth + 1, budget)) return 0;
+                if (!valid(root, ps, x, depth + 1, budget, one_any)) return 0;
             } else if (cJSON_IsFalse(add))
                 return 0;
-            else if (add && !valid(root, add, x, depth + 1, budget))
+            else if (add && !valid(root, add, x, depth + 1, budget, one_any))
                 return 0;
         }
     }
@@ -156,30 +156,51 @@ static int valid(const cJSON *root, const cJSON *s, const cJSON *v, int depth, l
 
 int fuzz_schema_valid(const cJSON *root, const cJSON *s, const cJSON *v, int depth) {
     long budget = 2000000; /* alternatives nest: the work can grow as their product */
-    const int r = valid(root, s, v, depth, &budget);
+    const int r = valid(root, s, v, depth, &budget, 0);
     return budget < 0 ? -1 : r;
 }
 
+int fuzz_schema_valid_oneof_any(const cJSON *root, const cJSON *s, const cJSON *v) {
+    long budget = 2000000;
+    const int r = valid(root, s, v, 0, &budget, 1);
+    return budget < 0 ? -1 : r;
+}
+
+static int max_depth(const ts_sstate *s) {
+    int d = 0;
+    for (int i = 0; i < s->n; i++) d = s->t[i].depth > d ? s->t[i].depth : d;
+    return d;
+}
+
 /* Greedy completion: at each step the first byte of a fixed preference
- * order (closers and quotes first, then digits, letters, everything) that
- * keeps some reading alive. */
+ * order (quotes and closers first, then digits, letters, everything) that
+ * keeps some reading alive; below a few levels a closer that closes comes
+ * first (else an optional property that recurses would lead the quote
+ * into a key, forever). */
 size_t fuzz_schema_complete(const void *sc_, const void *st_, uint8_t *out, size_t cap) {
     const ts_schema *sc = sc_;
     static const char pref[] = "\"}],:0n1tf{[a ";
-    ts_sstate *s = malloc(sizeof *s);
+    ts_sstate *s = malloc(sizeof *s), *probe = malloc(sizeof *probe);
     ts_sfsm_work *w = malloc(sizeof *w);
-    if (!s || !w) fuzz_fail("out of memory");
+    if (!s || !w || !probe) fuzz_fail("out of memory");
     ts_sfsm_copy(s, st_);
     size_t n = 0;
     while (!ts_sfsm_complete(sc, s)) {
         if (n == cap) {
-            n = (size_t)-1;
+            n = (size_t)-2;
             break;
         }
         int ok = 0;
+        const int d = max_depth(s);
+        for (int i = 0; i < 2 && d >= 4 && !ok; i++) {
+            const uint8_t c = (uint8_t)"}]"[i];
+            ts_sfsm_copy(probe, s);
+            if (ts_sfsm_feed_bytes(sc, probe, &c, 1, w) && max_depth(probe) < d)
+                ok = ts_sfsm_feed_bytes(sc, s, &c, 1, w), out[n] = c;
+        }
         for (size_t i = 0; i < sizeof pref - 1 && !ok; i++)
             if ((ok = ts_sfsm_feed_bytes(sc, s, pref + i, 1, w))) out[n] = (uint8_t)pref[i];
-        for (int b = 0x20; b < 0x7F && !ok; b++) {
+        for (int b = 0x20; b < 0x80 && !ok; b++) { /* DEL too: a string may hold it raw */
             const uint8_t c = (uint8_t)b;
             if ((ok = ts_sfsm_feed_bytes(sc, s, &c, 1, w))) out[n] = c;
         }
@@ -194,6 +215,7 @@ size_t fuzz_schema_complete(const void *sc_, const void *st_, uint8_t *out, size
         n++;
     }
     free(s);
+    free(probe);
     free(w);
     return n;
 }
