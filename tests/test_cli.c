@@ -364,7 +364,8 @@ TS_TEST(cli, run_json_object) {
  * against the schema (the independent validator of
  * tests/fuzz/schema_valid.c); greedy MTP prints the same text; a schema
  * the constraint cannot enforce is refused before the model loads, naming
- * the keyword and its path; --json and --json-schema together are refused. */
+ * the keyword and its path; --json and --json-schema together are refused.
+ * chat --json-schema: each turn's reply validates. */
 #include "fuzz/fuzz.h"
 
 TS_TEST(cli, run_json_schema) {
@@ -417,6 +418,23 @@ TS_TEST(cli, run_json_schema) {
     CHECK_MSG(rc == 2 && strstr(g_out, "not both"), "rc %d: %s", rc, g_out);
     rc = ts_test_sh(g_out, sizeof g_out, "%s run --help", ts_test_bin());
     CHECK_MSG(rc == 0 && strstr(g_out, "--json-schema FILE"), "%s", g_out);
+    /* chat: every turn's reply validates (each follows the echo of its line) */
+    rc = ts_test_sh(g_out, sizeof g_out, "printf 'A cat\\nAnother cat\\n' | %s chat --no-think -n 600 --json-schema %s 2>/dev/null",
+                    ts_test_bin(), path);
+    CHECK_MSG(rc == 0, "chat: rc %d: %s", rc, g_out);
+    js = cJSON_Parse(schema);
+    static const char *const said[] = {"A cat\n", "Another cat\n"};
+    int turns = 0;
+    for (int k = 0; k < 2; k++) {
+        const char *p = strstr(g_out, said[k]);
+        cJSON *j = p ? cJSON_ParseWithOpts(p + strlen(said[k]), NULL, 0) : NULL;
+        turns += j && fuzz_schema_valid(js, js, j, 0) == 1;
+        cJSON_Delete(j);
+    }
+    cJSON_Delete(js);
+    CHECK_MSG(turns == 2, "%d of 2 chat replies validate: %s", turns, g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "echo hi | %s chat --json-schema %s", ts_test_bin(), bad);
+    CHECK_MSG(rc == 1 && strstr(g_out, "'format' at #/properties/when"), "chat: rc %d: %s", rc, g_out);
 }
 
 TS_TEST(cli, run_chat_uses_the_template) {
