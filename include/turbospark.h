@@ -255,8 +255,9 @@ typedef struct ts_logprob {
  * likely first (ties: lower id first). Borrowed for the call. */
 typedef void (*ts_logprob_cb)(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top);
 
-/* A constraint on generated tokens (ts_constraint_json, declared with the
- * tokenizer below); gen params `constraint`. */
+/* A constraint on generated tokens (ts_constraint_json,
+ * ts_constraint_json_schema, declared with the tokenizer below); gen params
+ * `constraint`. */
 typedef struct ts_constraint ts_constraint;
 
 typedef struct ts_gen_params {
@@ -305,15 +306,15 @@ typedef struct ts_gen_params {
      * and the top_logprobs (0..TS_TOP_LOGPROBS_MAX) most likely tokens. */
     ts_logprob_cb logprob_cb;
     int top_logprobs;
-    /* Constrained output (the server's response_format json_object): when
-     * `constraint` is set, each token is drawn with every token it forbids
-     * masked out (after penalties and bias, before temperature and
-     * truncation), in plain and speculative generation alike (drafts are
-     * verified against the masked distribution: output unchanged). Greedy
-     * decoding then takes the sampler's argmax over the allowed ids. The
-     * stop ids are allowed exactly when the reply is complete, and then
-     * only they; without stop ids generation ends after the completing
-     * token. An error (TS_E_ARG) if no token can continue the reply.
+    /* Constrained output (the server's response_format json_object and
+     * json_schema): when `constraint` is set, each token is drawn with every
+     * token it forbids masked out (after penalties and bias, before
+     * temperature and truncation), in plain and speculative generation
+     * alike (drafts are verified against the masked distribution: output
+     * unchanged). Greedy decoding then takes the sampler's argmax over the
+     * allowed ids. The stop ids are allowed exactly when the reply is
+     * complete, and then only they; without stop ids generation ends after
+     * the completing token. An error (TS_E_ARG) if no token can continue the reply.
      * constraint_after: > 0: the constraint starts after this id has been
      * generated (a reasoning block's end, "</think>"), every token up to
      * and including it is free but the stop ids (the reply cannot end
@@ -551,6 +552,28 @@ TS_API void ts_detok_flush(ts_detok *d, const char **text, size_t *len);
  * TS_CONSTRAINT_CACHE_BYTES of them), under its own lock. */
 #define TS_CONSTRAINT_CACHE_BYTES ((size_t)64 << 20)
 TS_API int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constraint **out, ts_error *err);
+/* Schema-constrained generation: the reply must be one JSON text that
+ * validates against the JSON Schema `schema` (len bytes of JSON text), with
+ * the same token rules as ts_constraint_json. The supported subset
+ * (src/text/json_schema.h has it in full): type (a name or a list;
+ * integer: no fraction or exponent), properties (written in the schema's
+ * order; those not required may be skipped; only the listed keys, as
+ * OpenAI's strict mode, additionalProperties false whether written or
+ * not), required, additionalProperties (without properties: the values'
+ * schema), items, minItems, maxItems, minLength, maxLength (code points),
+ * enum and const (matched in one compact written form), anyOf and oneOf
+ * (as alternatives), allOf of one subschema, $ref into the document
+ * ("#/$defs/x", "#/definitions/x", recursion allowed). Descriptive keywords
+ * (title, description, examples, default, $schema, $id, ...) are skipped;
+ * any other keyword (pattern, format, minimum, ...) is refused, as is a
+ * schema that is not JSON, nests deeper than 64 levels, is over 1 MiB, or
+ * that no value satisfies: TS_E_ARG, err naming the keyword and its JSON
+ * path ("JSON schema: 'pattern' at #/properties/zip is not supported ...").
+ * Documents nest at most 128 containers. Built as ts_constraint_json (it
+ * indexes the tokenizer: tens of ms for a 150K vocabulary), freed with
+ * ts_constraint_free; shareable by threads and generations. */
+TS_API int ts_constraint_json_schema(const ts_tokenizer *t, const char *schema, size_t len, ts_constraint **out,
+                                     ts_error *err);
 TS_API void ts_constraint_free(ts_constraint *c);
 
 /* ==== sampling (src/model/sample.c) ===================================== *

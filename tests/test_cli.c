@@ -360,6 +360,83 @@ TS_TEST(cli, run_json_object) {
     CHECK_MSG(rc == 1 && strstr(g_out, "tokenizer"), "rc %d: %s", rc, g_out);
 }
 
+/* run --json-schema FILE: a reply that ended before its budget validates
+ * against the schema (the independent validator of
+ * tests/fuzz/schema_valid.c); greedy MTP prints the same text; a schema
+ * the constraint cannot enforce is refused before the model loads, naming
+ * the keyword and its path; --json and --json-schema together are refused.
+ * chat --json-schema: each turn's reply validates. */
+#include "fuzz/fuzz.h"
+
+TS_TEST(cli, run_json_schema) {
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+        "\"age\":{\"type\":\"integer\"},\"colors\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"black\"]},"
+        "\"maxItems\":2}},\"required\":[\"name\",\"colors\"]}";
+    char path[600], bad[600];
+    snprintf(path, sizeof path, "%s/cat.schema.json", ts_test_tmpdir());
+    snprintf(bad, sizeof bad, "%s/bad.schema.json", ts_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    fputs(schema, f);
+    fclose(f);
+    f = fopen(bad, "w");
+    CHECK(f);
+    fputs("{\"type\":\"object\",\"properties\":{\"when\":{\"type\":\"string\",\"format\":\"date\"}}}", f);
+    fclose(f);
+    cJSON *js = cJSON_Parse(schema);
+    int done = 0;
+    static char greedy[sizeof g_out];
+    for (int seed = 0; seed <= 4; seed++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "%s run -p 'A cat as JSON:' -n 400 --json-schema %s %s%d 2>&1", ts_test_bin(), path,
+                 seed ? "--temp 0.8 --seed " : "--seed ", seed);
+        CHECK(ts_test_sh(g_out, sizeof g_out, "%s", cmd) == 0);
+        char *stats = strstr(g_out, "\n[prompt ");
+        int np = 0, ng = 0;
+        CHECK_MSG(stats && sscanf(stats + 1, "[prompt %d tokens, generated %d tokens", &np, &ng) == 2, "%s", g_out);
+        *stats = 0;
+        if (!seed) snprintf(greedy, sizeof greedy, "%s", g_out);
+        if (ng >= 400) continue; /* the budget cut it (test_schema checks prefixes) */
+        cJSON *j = cJSON_Parse(g_out);
+        CHECK_MSG(j && fuzz_schema_valid(js, js, j, 0) == 1, "seed %d: '%s' does not validate", seed, g_out);
+        cJSON_Delete(j);
+        done++;
+    }
+    cJSON_Delete(js);
+    CHECK_MSG(done >= 2, "only %d of 5 replies ended before the budget", done);
+    CHECK(ts_test_sh(g_out, sizeof g_out, "%s run -p 'A cat as JSON:' -n 400 --json-schema %s --seed 0 --spec mtp --draft 2 2>/dev/null",
+                     ts_test_bin(), path) == 0);
+    CHECK_MSG(!strncmp(g_out, greedy, strlen(greedy)), "--spec mtp printed '%s', plain '%s'", g_out, greedy);
+    /* refused before loading anything: the keyword and its path */
+    int rc = ts_test_sh(g_out, sizeof g_out, "%s run -p 'x' -n 4 --json-schema %s", ts_test_bin(), bad);
+    CHECK_MSG(rc == 1 && strstr(g_out, "'format' at #/properties/when is not supported") && strstr(g_out, bad), "rc %d: %s",
+              rc, g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "%s run -p 'x' -n 4 --json-schema %s/none.json", ts_test_bin(), ts_test_tmpdir());
+    CHECK_MSG(rc == 1 && strstr(g_out, "cannot read"), "rc %d: %s", rc, g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "%s run -p 'x' -n 4 --json --json-schema %s", ts_test_bin(), path);
+    CHECK_MSG(rc == 2 && strstr(g_out, "not both"), "rc %d: %s", rc, g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "%s run --help", ts_test_bin());
+    CHECK_MSG(rc == 0 && strstr(g_out, "--json-schema FILE"), "%s", g_out);
+    /* chat: every turn's reply validates (each follows the echo of its line) */
+    rc = ts_test_sh(g_out, sizeof g_out, "printf 'A cat\\nAnother cat\\n' | %s chat --no-think -n 600 --json-schema %s 2>/dev/null",
+                    ts_test_bin(), path);
+    CHECK_MSG(rc == 0, "chat: rc %d: %s", rc, g_out);
+    js = cJSON_Parse(schema);
+    static const char *const said[] = {"A cat\n", "Another cat\n"};
+    int turns = 0;
+    for (int k = 0; k < 2; k++) {
+        const char *p = strstr(g_out, said[k]);
+        cJSON *j = p ? cJSON_ParseWithOpts(p + strlen(said[k]), NULL, 0) : NULL;
+        turns += j && fuzz_schema_valid(js, js, j, 0) == 1;
+        cJSON_Delete(j);
+    }
+    cJSON_Delete(js);
+    CHECK_MSG(turns == 2, "%d of 2 chat replies validate: %s", turns, g_out);
+    rc = ts_test_sh(g_out, sizeof g_out, "echo hi | %s chat --json-schema %s", ts_test_bin(), bad);
+    CHECK_MSG(rc == 1 && strstr(g_out, "'format' at #/properties/when"), "chat: rc %d: %s", rc, g_out);
+}
+
 TS_TEST(cli, run_chat_uses_the_template) {
     const char *m = text_model();
     char a[4096], b[4096], req[600];

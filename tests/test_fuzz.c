@@ -110,6 +110,7 @@ FUZZ_TEST(reply, 300)
 FUZZ_TEST(dflash_config, 300)
 FUZZ_TEST(size, 300)
 FUZZ_TEST(json_fsm, 400)
+FUZZ_TEST(json_schema, 300)
 
 /* ---- the rules the fuzzing checks, each on the input that broke it ------------ */
 

@@ -818,7 +818,11 @@ TS_TEST(server, unsupported_fields_refused) {
         const char *code, *param;
     } cases[] = {
         {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"yaml\"}}", 400, "unsupported_response_format", "response_format"},
-        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", 400, "unsupported_response_format", "response_format"},
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", 400, "missing_required_parameter", "response_format.json_schema.schema"},
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\"}}", 400, "missing_required_parameter", "response_format.json_schema"},
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{},\"x\":1}}}", 400, "unsupported_parameter", "response_format.json_schema"},
+        {"/v1/chat/completions", "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"string\",\"format\":\"email\"}}}}", 400, "invalid_json_schema", "response_format.json_schema.schema"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{}}}}", 400, "unsupported_response_format", "response_format"},
         {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":\"strong\"}}", 400, "invalid_logit_bias", "logit_bias"},
         {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"five\":-100}}", 400, "invalid_logit_bias", "logit_bias"},
         {"/v1/chat/completions", "{" MSGS ",\"logprobs\":true,\"top_logprobs\":21}", 400, "invalid_value", "top_logprobs"},
@@ -1680,7 +1684,7 @@ TS_TEST(server, n_choices) {
  * object, one cut by max_tokens a live prefix of one (the recognizer); with
  * the think block open its reasoning is free and the content the object;
  * streamed = not streamed; --spec mtp gives the same content; json_schema
- * and json_object with tools are refused. */
+ * and json_object with tools are refused (json_schema itself: below). */
 #include "text/json_fsm.h"
 
 static int json_object_prefix(const char *t) {
@@ -1753,7 +1757,8 @@ TS_TEST(server, response_format_json_object) {
     /* refused */
     const char *bad[] = {
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\","
-        "\"json_schema\":{\"name\":\"x\",\"schema\":{}}}}",
+        "\"json_schema\":{\"name\":\"x\",\"schema\":{}}},"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"},"
         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]}"};
     for (int i = 0; i < 2; i++) {
@@ -1761,6 +1766,132 @@ TS_TEST(server, response_format_json_object) {
         cJSON *j = http_post(s.port, "/v1/chat/completions", bad[i], &st);
         CHECK_MSG(st == 400 && str_at(j, "error.code") && !strcmp(str_at(j, "error.code"), "unsupported_response_format"),
                   "case %d: status %d", i, st);
+        cJSON_Delete(j);
+    }
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0 && server_stop(&d) == 0, "the servers did not exit cleanly");
+}
+
+/* response_format json_schema, on the bundled model: a reply that ends by
+ * its stop token is a document the schema validates (the independent
+ * validator of tests/fuzz/schema_valid.c), one cut by max_tokens a live
+ * prefix (the recognizer); the think block's reasoning stays free;
+ * --spec mtp gives greedy's content; streamed = not streamed; a schema the
+ * constraint cannot enforce is a 400 naming the keyword and its path. */
+#include "fuzz/fuzz.h"
+#include "text/schema_fsm.h"
+
+static const char SRV_SCHEMA[] =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":10},"
+    "\"legs\":{\"enum\":[2,4]},\"color\":{\"enum\":[\"black\",\"white\",\"orange\"]},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":6},\"maxItems\":3}},"
+    "\"required\":[\"name\",\"legs\",\"color\"],\"additionalProperties\":false}";
+
+static void schema_chat(int port, int think, int seed, char *content, size_t cap, char *finish, size_t fcap) {
+    char body[2048];
+    int st;
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Describe a cat.\"}],\"max_tokens\":%d,"
+             "\"temperature\":%s,\"seed\":%d,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"cat\",\"strict\":true,\"schema\":%s}},\"chat_template_kwargs\":{\"enable_thinking\":%s}}",
+             think ? 1200 : 800, seed ? "0.8" : "0", seed, SRV_SCHEMA, think ? "true" : "false");
+    cJSON *j = http_post(port, "/v1/chat/completions", body, &st);
+    const char *c = str_at(j, "choices.0.message.content"), *f = str_at(j, "choices.0.finish_reason");
+    snprintf(content, cap, "%s", st == 200 && c ? c : "(none)");
+    snprintf(finish, fcap, "%s", st == 200 && f ? f : "(none)");
+    cJSON_Delete(j);
+}
+
+/* 1: the content validates; 2: a live prefix; 0: neither. */
+static int schema_verdict(const char *content) {
+    ts_schema *sc = NULL;
+    ts_error err = {0};
+    if (ts_schema_compile(SRV_SCHEMA, strlen(SRV_SCHEMA), &sc, &err)) return 0;
+    ts_sstate *st = malloc(sizeof *st);
+    ts_sfsm_work *w = malloc(sizeof *w);
+    ts_sfsm_init(st, sc);
+    const int live = ts_sfsm_feed_bytes(sc, st, content, strlen(content), w);
+    const int complete = live && ts_sfsm_complete(sc, st);
+    free(st), free(w);
+    ts_schema_free(sc);
+    if (!live) return 0;
+    if (!complete) return 2;
+    cJSON *s = cJSON_Parse(SRV_SCHEMA), *v = cJSON_Parse(content);
+    const int ok = s && v && fuzz_schema_valid(s, s, v, 0) == 1;
+    cJSON_Delete(s), cJSON_Delete(v);
+    return ok;
+}
+
+TS_TEST(server, response_format_json_schema) {
+    char cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd));
+    static char mdir[1100];
+    snprintf(mdir, sizeof mdir, "%s/models/default", cwd);
+    server s, d;
+    g_model_override = mdir;
+    int started = server_start(&s, NULL), started_d = server_start(&d, "--spec", "mtp", "--draft", "3", NULL);
+    g_model_override = NULL;
+    CHECK_MSG(started == 0 && started_d == 0, "the servers did not start on %s", mdir);
+    if (started || started_d) return;
+    static char content[16384], c2[16384];
+    char finish[32], f2[32];
+    int documents = 0;
+    for (int think = 0; think < 2; think++)
+        for (int seed = 0; seed < 3; seed++) {
+            schema_chat(s.port, think, seed, content, sizeof content, finish, sizeof finish);
+            const int v = schema_verdict(content);
+            if (!strcmp(finish, "stop")) {
+                CHECK_MSG(v == 1, "think %d seed %d: finished content '%s' does not validate", think, seed, content);
+                documents++;
+            } else {
+                CHECK_MSG(!strcmp(finish, "length") && v == 2,
+                          "think %d seed %d: finish %s, content '%s' not a live prefix of a document", think, seed, finish,
+                          content);
+            }
+            if (!seed) { /* greedy: drafting gives the same reply */
+                schema_chat(d.port, think, seed, c2, sizeof c2, f2, sizeof f2);
+                CHECK_MSG(!strcmp(content, c2) && !strcmp(finish, f2), "think %d: --spec mtp '%s' (%s), plain '%s' (%s)",
+                          think, c2, f2, content, finish);
+            }
+            fprintf(stderr, "  think %d seed %d: %s, %.120s\n", think, seed, finish, content);
+        }
+    CHECK_MSG(documents >= 3, "only %d of 6 replies ended as a valid document", documents);
+    /* streamed: the same content */
+    char req[2048];
+    snprintf(req, sizeof req,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Describe a cat.\"}],\"max_tokens\":800,"
+             "\"temperature\":0,\"seed\":0,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"cat\",\"strict\":true,\"schema\":%s}},\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+             SRV_SCHEMA);
+    schema_chat(s.port, 0, 0, content, sizeof content, finish, sizeof finish);
+    char *sb = post_stream(s.port, "/v1/chat/completions", req);
+    sse ev;
+    CHECK(sb);
+    parse_sse(sb ? sb : "", &ev);
+    free(sb);
+    CHECK_MSG(!ev.bad && ev.done && !strcmp(ev.content, content), "streamed '%s', whole '%s'", ev.content, content);
+    /* schemas the constraint cannot enforce: 400, the problem named */
+    static const struct {
+        const char *schema, *want;
+    } bad[] = {
+        {"{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"[0-9]+\"}}}",
+         "'pattern' at #/properties/zip is not supported"},
+        {"{\"$ref\":\"#/$defs/cat\"}", "$ref '#/$defs/cat' at # points to nothing"},
+        {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":1}", "minLength 3 above maxLength 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":"
+                 "\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":%s}}}",
+                 bad[i].schema);
+        int st;
+        cJSON *j = http_post(s.port, "/v1/chat/completions", body, &st);
+        const char *code = str_at(j, "error.code"), *msg = str_at(j, "error.message"), *param = str_at(j, "error.param");
+        CHECK_MSG(st == 400 && code && !strcmp(code, "invalid_json_schema") && msg && strstr(msg, bad[i].want) && param &&
+                      !strcmp(param, "response_format.json_schema.schema"),
+                  "case %zu: status %d, code %s, message '%s'", i, st, code ? code : "-", msg ? msg : "-");
+        fprintf(stderr, "  400: %s\n", msg);
         cJSON_Delete(j);
     }
     if (ts_test_failed()) print_log(&s);

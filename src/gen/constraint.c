@@ -1,12 +1,14 @@
 /* constraint.c: JSON-constrained generation's token masks
- * (ts_constraint_json, include/turbospark.h; internal side gen/constraint.h).
+ * (ts_constraint_json, ts_constraint_json_schema, include/turbospark.h;
+ * internal side gen/constraint.h).
  *
  * Owns: the trie of the tokenizer's tokens, the mask of a recognizer state
- * (which ids extend the reply to a live JSON prefix), the cache of masks,
- * a generation's constraint state (ts_cgen: activation, stop ids, the
- * reply's recognizer state). Does not own: the grammar (text/json_fsm.c),
- * applying a mask to logits (gen/sample.c), where in the token loop masks
- * are taken (generate.c, spec.c).
+ * (which ids extend the reply to a live prefix), the cache of masks, a
+ * generation's constraint state (ts_cgen: activation, stop ids, the reply's
+ * recognizer state). Does not own: the grammars (text/json_fsm.c for any
+ * JSON text, text/json_schema.c and text/schema_fsm.c for a schema's
+ * documents), applying a mask to logits (gen/sample.c), where in the token
+ * loop masks are taken (generate.c, spec.c).
  *
  * The trie is an array of nodes in preorder (the tokens sorted by bytes):
  * node i holds one byte, its level (1 for a token's first byte), end[i]
@@ -34,6 +36,14 @@
  * masks are a lookup and a copy. Bounded: at most TS_CONSTRAINT_CACHE_BYTES
  * of masks (and 4096 entries), least recently used out; masks are
  * allocated on first use, so a small reply costs little.
+ *
+ * A schema's constraint walks the same trie with the schema recognizer's
+ * step form (schema_fsm.h): each trie level holds the threads after its
+ * byte, over the reply's flat state, so a level costs a copy of a few
+ * hundred bytes whatever the nesting. The string shortcut holds there too
+ * when the string's length is bounded, for subtrees no deeper (in bytes,
+ * so in code points) than the room left (height[]). Its cache key is
+ * schema_fsm's: each thread's head and top frames, as the JSON key.
  */
 #include "gen/constraint.h"
 
@@ -47,13 +57,16 @@
 #define CACHE_MIN_ENTRIES 16
 #define STACK_WORDS (TS_JSON_MAX_DEPTH / 64)
 
+enum { CK_JSON, CK_SCHEMA };
+
 typedef struct ckey {
     ts_jhead h;                 /* normalized; depth 0xFFFF: "deep" (see above) */
     uint64_t bits[STACK_WORDS]; /* the reachable top of the stack, packed from bit 0 */
 } ckey;
 
 typedef struct centry {
-    ckey key;
+    uint8_t *key;     /* [key_len] a ckey's bytes (JSON) or ts_sfsm_key's (a schema) */
+    uint32_t key_len, key_cap;
     uint64_t *mask;   /* [words], NULL until first used */
     uint64_t tick;    /* last use */
     int32_t next;     /* hash chain, -1 ends */
@@ -61,6 +74,11 @@ typedef struct centry {
 } centry;
 
 struct ts_constraint {
+    int kind;          /* CK_JSON, CK_SCHEMA */
+    const char *name;  /* for messages: "JSON constraint", "JSON schema constraint" */
+    ts_schema *schema; /* CK_SCHEMA (owned) */
+    uint16_t *height;  /* CK_SCHEMA: [n_nodes] bytes of the longest path from a node
+                          down its subtree, itself included */
     int n_ids;         /* the tokenizer's ids */
     int words;         /* (n_ids + 63) / 64 */
     int object_only;
@@ -108,7 +126,7 @@ static int cmp_tok(const void *a, const void *b) {
 void ts_constraint_free(ts_constraint *c) {
     if (!c) return;
     if (c->ent)
-        for (int i = 0; i < c->cap; i++) ts_free(c->ent[i].mask);
+        for (int i = 0; i < c->cap; i++) ts_free(c->ent[i].mask), ts_free(c->ent[i].key);
     if (c->mu_ok) pthread_mutex_destroy(&c->mu);
     ts_free(c->ent);
     ts_free(c->head);
@@ -121,6 +139,8 @@ void ts_constraint_free(ts_constraint *c) {
     ts_free(c->tok_off);
     ts_free(c->tok_ids);
     ts_free(c->in_str);
+    ts_free(c->height);
+    ts_schema_free(c->schema);
     ts_free(c);
 }
 
@@ -206,21 +226,30 @@ static int cache_init(ts_constraint *c) {
     return 0;
 }
 
-int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constraint **out, ts_error *err) {
-    if (!out) return ts_fail(err, TS_E_ARG, "JSON constraint: no output pointer");
-    *out = NULL;
-    if (!t) return ts_fail(err, TS_E_ARG, "JSON constraint: no tokenizer");
-    if (object_only != 0 && object_only != 1)
-        return ts_fail(err, TS_E_ARG, "JSON constraint: object_only %d (0: any value, 1: an object)", object_only);
+/* The subtrees' heights (a node's children follow it in preorder). */
+static int build_height(ts_constraint *c) {
+    const uint32_t n = (uint32_t)c->n_nodes;
+    c->height = ts_alloc(sizeof(uint16_t) * (n ? n : 1), TS_MEM_MISC);
+    if (!c->height) return TS_E_NOMEM;
+    for (uint32_t i = n; i-- > 0;) {
+        uint16_t h = 1;
+        for (uint32_t j = i + 1; j < c->end[i]; j = c->end[j]) h = (uint16_t)TS_MAX(h, c->height[j] + 1);
+        c->height[i] = h;
+    }
+    return 0;
+}
+
+/* The tokenizer's index (trie, string bits, cache): what both grammars share. */
+static int constraint_new(const ts_tokenizer *t, const char *name, ts_constraint **out, ts_error *err) {
     const int V = ts_tokenizer_vocab_size(t);
-    if (V <= 0) return ts_fail(err, TS_E_ARG, "JSON constraint: the tokenizer has no tokens");
+    if (V <= 0) return ts_fail(err, TS_E_ARG, "%s: the tokenizer has no tokens", name);
     ts_constraint *c = ts_alloc(sizeof *c, TS_MEM_MISC);
     tok_ref *r = ts_alloc(sizeof(tok_ref) * (size_t)V, TS_MEM_MISC);
     if (c) c->ok = ts_alloc((size_t)V, TS_MEM_MISC);
     if (!c || !r || !c->ok) goto nomem;
+    c->name = name;
     c->n_ids = V;
     c->words = (V + 63) / 64;
-    c->object_only = object_only;
     /* the candidates: tokens with bytes that are not added tokens (markup:
      * <|im_end|>, <think>, <tool_call> decode to text a JSON string could
      * hold, but they are not text) */
@@ -263,8 +292,44 @@ int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constraint **o
 nomem:
     ts_free(r);
     ts_constraint_free(c);
-    return ts_fail(err, TS_E_NOMEM, "JSON constraint: out of memory indexing %d tokens", V);
+    return ts_fail(err, TS_E_NOMEM, "%s: out of memory indexing %d tokens", name, V);
 }
+
+int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constraint **out, ts_error *err) {
+    if (!out) return ts_fail(err, TS_E_ARG, "JSON constraint: no output pointer");
+    *out = NULL;
+    if (!t) return ts_fail(err, TS_E_ARG, "JSON constraint: no tokenizer");
+    if (object_only != 0 && object_only != 1)
+        return ts_fail(err, TS_E_ARG, "JSON constraint: object_only %d (0: any value, 1: an object)", object_only);
+    int rc = constraint_new(t, "JSON constraint", out, err);
+    if (!rc) (*out)->kind = CK_JSON, (*out)->object_only = object_only;
+    return rc;
+}
+
+int ts_constraint_json_schema(const ts_tokenizer *t, const char *schema, size_t len, ts_constraint **out,
+                              ts_error *err) {
+    if (!out) return ts_fail(err, TS_E_ARG, "JSON schema constraint: no output pointer");
+    *out = NULL;
+    if (!t) return ts_fail(err, TS_E_ARG, "JSON schema constraint: no tokenizer");
+    ts_schema *sc = NULL;
+    int rc = ts_schema_compile(schema, len, &sc, err);
+    if (rc) return rc;
+    ts_constraint *c = NULL;
+    if ((rc = constraint_new(t, "JSON schema constraint", &c, err))) {
+        ts_schema_free(sc);
+        return rc;
+    }
+    c->kind = CK_SCHEMA;
+    c->schema = sc;
+    if (build_height(c)) {
+        ts_constraint_free(c);
+        return ts_fail(err, TS_E_NOMEM, "JSON schema constraint: out of memory");
+    }
+    *out = c;
+    return 0;
+}
+
+const ts_schema *ts_constraint_schema(const ts_constraint *c) { return c && c->kind == CK_SCHEMA ? c->schema : NULL; }
 
 /* ---- the walk ---- */
 
@@ -316,6 +381,46 @@ static void walk(ts_cgen *g, const ts_jfsm *st, uint64_t *out) {
     while (cur > 0) stk[f[cur].widx] = f[cur].wsave, cur--;
 }
 
+/* The schema form of walk(): lv[L] holds the threads after level L's byte
+ * (over st, the reply's flat state), lcls/lroom its string shortcut. */
+static void walk_schema(ts_cgen *g, const ts_sstate *st, uint64_t *out) {
+    const ts_constraint *c = g->c;
+    const ts_schema *sc = c->schema;
+    memset(out, 0, sizeof(uint64_t) * (size_t)c->words);
+    const int complete = ts_sfsm_complete(sc, st);
+    /* a complete document takes no more bytes, but a number's or a literal's
+     * that goes on ("1" of enum [1, 12]) */
+    if (!st->n || (complete && ts_sfsm_done(sc, st))) return;
+    ts_swstate *lv = g->lv;
+    ts_sfsm_lift(st, &lv[0]);
+    int cls = -1;
+    uint32_t room = 0;
+    g->lcls[0] = (int16_t)(ts_sfsm_in_string(sc, &lv[0], &cls, &room) ? cls : -1);
+    g->lroom[0] = room;
+    const uint8_t *byte = c->byte;
+    const uint16_t *level = c->level;
+    const uint32_t *end = c->end, *toff = c->tok_off;
+    const int32_t *tid = c->tok_ids;
+    const uint32_t n = (uint32_t)c->n_nodes;
+    for (uint32_t i = 0; i < n;) {
+        const uint32_t L = level[i];
+        const int pc = g->lcls[L - 1];
+        if (pc >= 0 && ((c->in_str[i] >> pc) & 1) && g->lroom[L - 1] >= c->height[i]) { /* stays in the string */
+            for (uint32_t k = toff[i]; k < toff[end[i]]; k++) out[tid[k] >> 6] |= (uint64_t)1 << (tid[k] & 63);
+            i = end[i];
+            continue;
+        }
+        if ((L == 1 && complete && is_ws(byte[i])) || !ts_sfsm_step(sc, st, &lv[L - 1], byte[i], &lv[L])) {
+            i = end[i];
+            continue;
+        }
+        g->lcls[L] = (int16_t)(ts_sfsm_in_string(sc, &lv[L], &cls, &room) ? cls : -1);
+        g->lroom[L] = room;
+        for (uint32_t k = toff[i]; k < toff[i + 1]; k++) out[tid[k] >> 6] |= (uint64_t)1 << (tid[k] & 63);
+        i++;
+    }
+}
+
 /* ---- the cache ---- */
 
 static void make_key(const ts_constraint *c, const ts_jfsm *st, ckey *k) {
@@ -331,20 +436,21 @@ static void make_key(const ts_constraint *c, const ts_jfsm *st, ckey *k) {
         if ((st->stack[i >> 6] >> (i & 63)) & 1) k->bits[(i - from) >> 6] |= (uint64_t)1 << ((i - from) & 63);
 }
 
-static uint32_t hash_key(const ckey *k) {
-    const uint64_t *w = (const uint64_t *)k;
+static uint32_t hash_key(const uint8_t *k, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < sizeof *k / 8; i++) {
-        h ^= w[i];
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, k + i, TS_MIN((size_t)8, n - i));
+        h ^= w;
         h *= 0xBF58476D1CE4E5B9ull;
         h ^= h >> 31;
     }
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static int find(const ts_constraint *c, const ckey *k, uint32_t hv) {
+static int find(const ts_constraint *c, const uint8_t *k, uint32_t n, uint32_t hv) {
     for (int32_t e = c->head[hv & (uint32_t)(c->n_buckets - 1)]; e >= 0; e = c->ent[e].next)
-        if (!memcmp(&c->ent[e].key, k, sizeof *k)) return e;
+        if (c->ent[e].key_len == n && !memcmp(c->ent[e].key, k, n)) return e;
     return -1;
 }
 
@@ -358,8 +464,8 @@ static void unlink_entry(ts_constraint *c, int e) {
 /* Store a mask under k: a free entry, else the least recently used one
  * (a scan: a miss costs a walk, thousands of times more). Out of memory
  * for the mask: nothing is stored (the cache only saves time). */
-static void store(ts_constraint *c, const ckey *k, uint32_t hv, const uint64_t *mask) {
-    if (find(c, k, hv) >= 0) return; /* another thread stored it meanwhile */
+static void store(ts_constraint *c, const uint8_t *k, uint32_t kn, uint32_t hv, const uint64_t *mask) {
+    if (find(c, k, kn, hv) >= 0) return; /* another thread stored it meanwhile */
     int e = -1;
     if (c->n_ent < c->cap) e = c->n_ent++;
     else {
@@ -370,11 +476,17 @@ static void store(ts_constraint *c, const ckey *k, uint32_t hv, const uint64_t *
     }
     centry *x = &c->ent[e];
     if (!x->mask) x->mask = ts_alloc(sizeof(uint64_t) * (size_t)c->words, TS_MEM_MISC);
-    if (!x->mask) {
+    if (x->key_cap < kn) {
+        ts_free(x->key);
+        x->key = ts_alloc(kn, TS_MEM_MISC);
+        x->key_cap = x->key ? kn : 0;
+    }
+    if (!x->mask || !x->key) {
         if (e == c->n_ent - 1) c->n_ent--;
         return;
     }
-    x->key = *k;
+    memcpy(x->key, k, kn);
+    x->key_len = kn;
     memcpy(x->mask, mask, sizeof(uint64_t) * (size_t)c->words);
     x->tick = ++c->tick;
     x->bucket = (int32_t)(hv & (uint32_t)(c->n_buckets - 1));
@@ -382,18 +494,18 @@ static void store(ts_constraint *c, const ckey *k, uint32_t hv, const uint64_t *
     c->head[x->bucket] = e;
 }
 
-void ts_constraint_byte_mask(ts_cgen *g, const ts_jfsm *st, int use_cache, uint64_t *out) {
+/* The mask under key k from the cache, else by walk_fn (and stored). */
+static void cached_mask(ts_cgen *g, const uint8_t *k, uint32_t kn, const void *st, int use_cache, uint64_t *out,
+                        void (*walk_fn)(ts_cgen *, const void *, uint64_t *)) {
     /* the cache is the one mutable part of a shared constraint: under its lock */
     ts_constraint *c = (ts_constraint *)g->c;
     if (!use_cache) {
-        walk(g, st, out);
+        walk_fn(g, st, out);
         return;
     }
-    ckey k;
-    make_key(c, st, &k);
-    const uint32_t hv = hash_key(&k);
+    const uint32_t hv = hash_key(k, kn);
     pthread_mutex_lock(&c->mu);
-    const int e = find(c, &k, hv);
+    const int e = find(c, k, kn, hv);
     if (e >= 0) {
         memcpy(out, c->ent[e].mask, sizeof(uint64_t) * (size_t)c->words);
         c->ent[e].tick = ++c->tick;
@@ -403,10 +515,25 @@ void ts_constraint_byte_mask(ts_cgen *g, const ts_jfsm *st, int use_cache, uint6
     }
     c->misses++;
     pthread_mutex_unlock(&c->mu);
-    walk(g, st, out);
+    walk_fn(g, st, out);
     pthread_mutex_lock(&c->mu);
-    store(c, &k, hv, out);
+    store(c, k, kn, hv, out);
     pthread_mutex_unlock(&c->mu);
+}
+
+static void walk_json_fn(ts_cgen *g, const void *st, uint64_t *out) { walk(g, st, out); }
+static void walk_schema_fn(ts_cgen *g, const void *st, uint64_t *out) { walk_schema(g, st, out); }
+
+void ts_constraint_byte_mask(ts_cgen *g, const ts_jfsm *st, int use_cache, uint64_t *out) {
+    ckey k;
+    if (use_cache) make_key(g->c, st, &k);
+    cached_mask(g, (const uint8_t *)&k, sizeof k, st, use_cache, out, walk_json_fn);
+}
+
+void ts_constraint_schema_mask(ts_cgen *g, const ts_sstate *st, int use_cache, uint64_t *out) {
+    const ts_constraint *c = g->c;
+    const uint32_t kn = use_cache ? (uint32_t)ts_sfsm_key(c->schema, st, c->max_close, c->max_open, g->key) : 0;
+    cached_mask(g, g->key, kn, st, use_cache, out, walk_schema_fn);
 }
 
 void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *o) {
@@ -428,7 +555,7 @@ void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *o) {
 
 void ts_constraint_cache_limit(ts_constraint *c, int n) {
     pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < c->n_ent; i++) ts_free(c->ent[i].mask), c->ent[i].mask = NULL;
+    for (int i = 0; i < c->n_ent; i++) ts_free(c->ent[i].mask), c->ent[i].mask = NULL, c->ent[i].key_len = 0;
     for (int i = 0; i < c->n_buckets; i++) c->head[i] = -1;
     for (int i = 0; i < c->cap; i++) c->ent[i].bucket = -1, c->ent[i].next = -1, c->ent[i].tick = 0;
     c->n_ent = 0;
@@ -441,11 +568,27 @@ int ts_constraint_token_ok(const ts_constraint *c, int32_t id) { return id >= 0 
 /* ---- a generation's constraint ---- */
 
 void ts_cgen_free(ts_cgen *g) {
-    if (!g) return;
+    if (!g || !g->owner) return;
     ts_free(g->mask);
     ts_free(g->frames);
     ts_free(g->stk);
+    ts_free(g->ss);
+    ts_free(g->ss_look);
+    ts_free(g->sw);
+    ts_free(g->lv);
+    ts_free(g->lcls);
+    ts_free(g->lroom);
+    ts_free(g->key);
     memset(g, 0, sizeof *g);
+}
+
+void ts_cgen_lookahead(ts_cgen *dst, const ts_cgen *src) {
+    *dst = *src;
+    dst->owner = 0;
+    if (src->ss) {
+        ts_sfsm_copy(src->ss_look, src->ss);
+        dst->ss = src->ss_look;
+    }
 }
 
 int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err) {
@@ -453,17 +596,18 @@ int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err) {
     const ts_constraint *c = p->constraint;
     if (!c) return 0;
     if (c->n_ids > V)
-        return ts_fail(err, TS_E_ARG, "JSON constraint: its tokenizer has %d ids, more than the model's %d (another model's tokenizer?)",
-                       c->n_ids, V);
+        return ts_fail(err, TS_E_ARG, "%s: its tokenizer has %d ids, more than the model's %d (another model's tokenizer?)",
+                       c->name, c->n_ids, V);
     if (p->n_stop < 0 || (p->n_stop && !p->stop_ids))
-        return ts_fail(err, TS_E_ARG, "JSON constraint: %d stop ids without the ids", p->n_stop);
+        return ts_fail(err, TS_E_ARG, "%s: %d stop ids without the ids", c->name, p->n_stop);
     for (int i = 0; i < p->n_stop; i++)
         if (p->stop_ids[i] < 0 || p->stop_ids[i] >= V)
-            return ts_fail(err, TS_E_ARG, "JSON constraint: stop id %d is outside the vocabulary [0, %d)", p->stop_ids[i], V);
+            return ts_fail(err, TS_E_ARG, "%s: stop id %d is outside the vocabulary [0, %d)", c->name, p->stop_ids[i], V);
     if (p->constraint_after >= V)
-        return ts_fail(err, TS_E_ARG, "JSON constraint: constraint_after id %d is outside the vocabulary [0, %d)",
+        return ts_fail(err, TS_E_ARG, "%s: constraint_after id %d is outside the vocabulary [0, %d)", c->name,
                        p->constraint_after, V);
     g->c = c;
+    g->owner = 1;
     g->V = V;
     g->words = (V + 63) / 64;
     g->after = p->constraint_after > 0 ? p->constraint_after : -1;
@@ -474,9 +618,22 @@ int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err) {
     g->mask = ts_alloc(sizeof(uint64_t) * (size_t)g->words, TS_MEM_SCRATCH);
     g->frames = ts_alloc(sizeof(ts_cframe) * ((size_t)c->max_len + 1), TS_MEM_SCRATCH);
     g->stk = ts_alloc(sizeof(uint64_t) * STACK_WORDS, TS_MEM_SCRATCH);
-    if (!g->mask || !g->frames || !g->stk) {
+    int bad = !g->mask || !g->frames || !g->stk;
+    if (c->kind == CK_SCHEMA && !bad) {
+        const size_t levels = (size_t)c->max_len + 1;
+        g->ss = ts_alloc(sizeof(ts_sstate), TS_MEM_SCRATCH);
+        g->ss_look = ts_alloc(sizeof(ts_sstate), TS_MEM_SCRATCH);
+        g->sw = ts_alloc(sizeof(ts_sfsm_work), TS_MEM_SCRATCH);
+        g->lv = ts_alloc(sizeof(ts_swstate) * levels, TS_MEM_SCRATCH);
+        g->lcls = ts_alloc(sizeof(int16_t) * levels, TS_MEM_SCRATCH);
+        g->lroom = ts_alloc(sizeof(uint32_t) * levels, TS_MEM_SCRATCH);
+        g->key = ts_alloc(TS_SFSM_KEY_MAX, TS_MEM_SCRATCH);
+        bad = !g->ss || !g->ss_look || !g->sw || !g->lv || !g->lcls || !g->lroom || !g->key;
+        if (!bad) ts_sfsm_init(g->ss, c->schema);
+    }
+    if (bad) {
         ts_cgen_free(g);
-        return ts_fail(err, TS_E_NOMEM, "JSON constraint: out of memory for a mask of %d ids", V);
+        return ts_fail(err, TS_E_NOMEM, "%s: out of memory for a mask of %d ids", c->name, V);
     }
     return 0;
 }
@@ -503,13 +660,19 @@ void ts_cgen_disarm(ts_sampler *smp) {
     ts_sampler_set_ban(smp, NULL, 0);
 }
 
+/* The recognizer's verdicts on g's reply, whichever the grammar. */
+static int cgen_complete(const ts_cgen *g) {
+    return g->ss ? ts_sfsm_complete(g->c->schema, g->ss) : ts_jfsm_complete(&g->st);
+}
+
 int ts_cgen_mask(ts_cgen *g, ts_error *err) {
     /* the byte rule over the tokenizer's ids (bits past them stay 0: the
      * model's padding rows are never allowed), then the stop ids: allowed
      * exactly when the text is complete, whatever their bytes */
     memset(g->mask, 0, sizeof(uint64_t) * (size_t)g->words);
-    ts_constraint_byte_mask(g, &g->st, 1, g->mask);
-    const int complete = ts_jfsm_complete(&g->st);
+    if (g->ss) ts_constraint_schema_mask(g, g->ss, 1, g->mask);
+    else ts_constraint_byte_mask(g, &g->st, 1, g->mask);
+    const int complete = cgen_complete(g);
     for (int i = 0; i < g->n_stop; i++) {
         const int32_t id = g->stop[i];
         const uint64_t bit = (uint64_t)1 << (id & 63);
@@ -518,9 +681,10 @@ int ts_cgen_mask(ts_cgen *g, ts_error *err) {
     for (int i = 0; i < g->words; i++)
         if (g->mask[i]) return 0;
     return ts_fail(err, TS_E_ARG,
-                   "JSON constraint: no token of the vocabulary can continue the reply after %ld bytes (%s, depth %d%s): "
+                   "%s: no token of the vocabulary can continue the reply after %ld bytes (%s, depth %d%s): "
                    "the tokenizer lacks the bytes the grammar needs",
-                   g->n_bytes, ts_jfsm_describe(&g->st), g->st.h.depth,
+                   g->c->name, g->n_bytes, g->ss ? ts_sfsm_describe(g->ss) : ts_jfsm_describe(&g->st),
+                   g->ss ? (g->ss->n ? g->ss->t[0].depth : 0) : g->st.h.depth,
                    complete && !g->n_stop ? ", complete, no stop ids" : "");
 }
 
@@ -533,11 +697,13 @@ int ts_cgen_advance(ts_cgen *g, int32_t id, ts_error *err) {
     if (is_stop(g, id)) return 0; /* the generation ends on it anyway */
     const ts_constraint *c = g->c;
     if (!ts_constraint_token_ok(c, id))
-        return ts_fail(err, TS_E_ARG, "JSON constraint: token id %d was emitted, which the constraint never allows", id);
+        return ts_fail(err, TS_E_ARG, "%s: token id %d was emitted, which the constraint never allows", c->name, id);
     const uint32_t len = c->off[id + 1] - c->off[id];
-    if (!ts_jfsm_feed_bytes(&g->st, c->bytes + c->off[id], len))
-        return ts_fail(err, TS_E_ARG, "JSON constraint: token id %d was emitted after %ld bytes (%s), which its mask did not allow",
-                       id, g->n_bytes, ts_jfsm_describe(&g->st));
+    const int ok = g->ss ? ts_sfsm_feed_token(c->schema, g->ss, c->bytes + c->off[id], len, g->sw)
+                         : ts_jfsm_feed_bytes(&g->st, c->bytes + c->off[id], len);
+    if (!ok)
+        return ts_fail(err, TS_E_ARG, "%s: token id %d was emitted after %ld bytes (%s), which its mask did not allow",
+                       c->name, id, g->n_bytes, g->ss ? ts_sfsm_describe(g->ss) : ts_jfsm_describe(&g->st));
     g->n_bytes += len;
-    return ts_jfsm_complete(&g->st) && !g->n_stop;
+    return cgen_complete(g) && !g->n_stop;
 }

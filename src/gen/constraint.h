@@ -1,17 +1,21 @@
-/* constraint.h: token masks from the JSON recognizer (internal side of
- * ts_constraint_json; gen/constraint.c).
+/* constraint.h: token masks from a recognizer (internal side of
+ * ts_constraint_json and ts_constraint_json_schema; gen/constraint.c).
  *
- * A ts_constraint is the tokenizer's tokens in a trie (built once) and a
- * bounded cache of masks keyed by recognizer state. A generation holds a
- * ts_cgen: the recognizer state of its reply, whether the constraint is
- * active yet (gen params constraint_after), its stop ids, and the buffers
- * of its mask and the trie walk. ts_cgen is copied by value to look ahead
- * along drafts (spec.c): the copies share the buffers, used one at a time.
+ * A ts_constraint is the tokenizer's tokens in a trie (built once), the
+ * grammar (any JSON text: text/json_fsm.h; or the documents of a compiled
+ * schema: text/schema_fsm.h) and a bounded cache of masks keyed by
+ * recognizer state. A generation holds a ts_cgen: the recognizer state of
+ * its reply, whether the constraint is active yet (gen params
+ * constraint_after), its stop ids, and the buffers of its mask and the
+ * trie walk. To look ahead along drafts (spec.c) a ts_cgen is copied with
+ * ts_cgen_lookahead: the copy shares the buffers (used one at a time) and
+ * has its own recognizer state.
  */
 #ifndef TS_GEN_CONSTRAINT_H
 #define TS_GEN_CONSTRAINT_H
 
 #include "text/json_fsm.h"
+#include "text/schema_fsm.h"
 #include "ts_int.h"
 
 typedef struct ts_cframe {
@@ -26,19 +30,31 @@ typedef struct ts_cgen {
     int words;              /* (V + 63) / 64 */
     int32_t after;          /* the id that starts the constraint; -1: from the start */
     int active;
-    ts_jfsm st;             /* the reply since the constraint started */
+    ts_jfsm st;             /* the reply since the constraint started (JSON) */
     long n_bytes;           /* bytes fed to st (messages) */
     const int32_t *stop;    /* the generation's stop ids (borrowed) */
     int n_stop;
     uint64_t *mask;         /* [words] the current step's allowed ids */
     ts_cframe *frames;      /* [longest token + 1] the trie walk's levels */
     uint64_t *stk;          /* [TS_JSON_MAX_DEPTH / 64] the walk's stack */
+    /* a schema's constraint (NULL otherwise) */
+    ts_sstate *ss;          /* the reply since the constraint started */
+    ts_sstate *ss_look;     /* the state of a look-ahead copy (ts_cgen_lookahead) */
+    ts_sfsm_work *sw;       /* a token's feed */
+    ts_swstate *lv;         /* [longest token + 1] the walk's levels */
+    int16_t *lcls;          /* [longest token + 1] a level's string class, -1 none */
+    uint32_t *lroom;        /* [longest token + 1] the code points its string may take */
+    uint8_t *key;           /* [TS_SFSM_KEY_MAX] the cache key */
+    int owner;              /* frees the buffers (not a look-ahead copy) */
 } ts_cgen;
 
 /* Check p's constraint against a model of V ids and set g up; g->c NULL
  * (and nothing allocated) when p has no constraint. */
 int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err);
 void ts_cgen_free(ts_cgen *g);
+/* dst: src's state, to advance along drafts without moving src (shares
+ * src's buffers; never freed). */
+void ts_cgen_lookahead(ts_cgen *dst, const ts_cgen *src);
 /* The mask of g's state into g->mask: 0, or TS_E_ARG when no id is allowed
  * (naming the state). Only while g->active. */
 int ts_cgen_mask(ts_cgen *g, ts_error *err);
@@ -58,8 +74,11 @@ int ts_cgen_advance(ts_cgen *g, int32_t id, ts_error *err);
 /* The byte rule's mask of state st (no stop ids) into out [words] (bits
  * past the tokenizer's ids are 0), from the cache when use_cache (and
  * stored there), else by a walk of the trie. g supplies the walk's
- * buffers. */
+ * buffers. The JSON form and the schema form (g's constraint decides). */
 void ts_constraint_byte_mask(ts_cgen *g, const ts_jfsm *st, int use_cache, uint64_t *out);
+void ts_constraint_schema_mask(ts_cgen *g, const ts_sstate *st, int use_cache, uint64_t *out);
+/* The schema of a schema's constraint (borrowed), NULL for plain JSON. */
+const ts_schema *ts_constraint_schema(const ts_constraint *c);
 
 /* Facts for tests and measurements. */
 typedef struct ts_constraint_info {

@@ -142,7 +142,7 @@ int ts_spec_accept_c(const float *vlogits, const float *dprobs, const int32_t *d
     /* the constraint's state along the accepted drafts: a copy (the real one
      * moves as the loop emits) */
     ts_cgen g, *gp = NULL;
-    if (cg && cg->c) g = *cg, gp = &g;
+    if (cg && cg->c) ts_cgen_lookahead(&g, cg), gp = &g;
     int rc;
     for (int j = 0; j < m; j++) {
         const float *q = dprobs + (size_t)j * V;

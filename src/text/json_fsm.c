@@ -93,6 +93,21 @@ static inline int after_value(ts_jhead *h, const uint64_t *st, uint8_t b) {
     return 0;
 }
 
+int ts_jfsm_utf8_lead(uint8_t b, uint8_t *n, uint8_t *lo, uint8_t *hi) {
+    *lo = 0x80, *hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) *n = 1;
+    else if (b >= 0xE0 && b <= 0xEF) {
+        *n = 2;
+        if (b == 0xE0) *lo = 0xA0;      /* no overlong 3-byte forms */
+        else if (b == 0xED) *hi = 0x9F; /* no surrogates */
+    } else if (b >= 0xF0 && b <= 0xF4) {
+        *n = 3;
+        if (b == 0xF0) *lo = 0x90;      /* no overlong 4-byte forms */
+        else if (b == 0xF4) *hi = 0x8F; /* nothing above U+10FFFF */
+    } else return 0;
+    return 1;
+}
+
 /* A byte inside a string: UTF-8 (RFC 3629 section 4), escapes, the end. */
 static inline int string_byte(ts_jhead *h, uint8_t b) {
     if (h->un) {
@@ -108,17 +123,8 @@ static inline int string_byte(ts_jhead *h, uint8_t b) {
     if (b == '\\') { h->lex = J_ESC; return 1; }
     if (b < 0x20) return 0; /* control characters must be escaped */
     if (b < 0x80) return 1;
-    uint8_t lo = 0x80, hi = 0xBF, n;
-    if (b >= 0xC2 && b <= 0xDF) n = 1;
-    else if (b >= 0xE0 && b <= 0xEF) {
-        n = 2;
-        if (b == 0xE0) lo = 0xA0;      /* no overlong 3-byte forms */
-        else if (b == 0xED) hi = 0x9F; /* no surrogates */
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        n = 3;
-        if (b == 0xF0) lo = 0x90;      /* no overlong 4-byte forms */
-        else if (b == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
-    } else return 0;
+    uint8_t n, lo, hi;
+    if (!ts_jfsm_utf8_lead(b, &n, &lo, &hi)) return 0;
     h->un = n, h->ulo = lo, h->uhi = hi;
     return 1;
 }
@@ -254,15 +260,19 @@ ts_jhead ts_jfsm_norm_head(const ts_jhead *h) {
     return n;
 }
 
-int ts_jfsm_string_class(const ts_jhead *h) {
-    if (h->lex != J_STR) return -1;
-    switch (h->un) {
+int ts_jfsm_utf8_class(uint8_t un, uint8_t ulo, uint8_t uhi) {
+    switch (un) {
     case 0: return 0;
     case 1: return 1;
-    case 2: return h->ulo == 0xA0 ? 2 : h->uhi == 0x9F ? 3 : 4;
-    case 3: return h->ulo == 0x90 ? 5 : h->uhi == 0x8F ? 6 : 7;
+    case 2: return ulo == 0xA0 ? 2 : uhi == 0x9F ? 3 : 4;
+    case 3: return ulo == 0x90 ? 5 : uhi == 0x8F ? 6 : 7;
     default: return -1;
     }
+}
+
+int ts_jfsm_string_class(const ts_jhead *h) {
+    if (h->lex != J_STR) return -1;
+    return ts_jfsm_utf8_class(h->un, h->ulo, h->uhi);
 }
 
 ts_jhead ts_jfsm_string_head(int cls) {

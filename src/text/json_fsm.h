@@ -75,6 +75,14 @@ ts_jhead ts_jfsm_norm_head(const ts_jhead *h);
 int ts_jfsm_string_class(const ts_jhead *h);
 /* A head inside a value string of class cls (depth 0). */
 ts_jhead ts_jfsm_string_head(int cls);
+/* The class of a UTF-8 expectation (un continuation bytes due, the next
+ * one in [ulo, uhi]); shared with the schema recognizer (schema_fsm.c),
+ * whose strings follow the same byte rules. */
+int ts_jfsm_utf8_class(uint8_t un, uint8_t ulo, uint8_t uhi);
+/* A string's byte b >= 0x80 at a character boundary: 1 and the
+ * continuation bytes it needs (*n, the first one's range [*lo, *hi]), or
+ * 0 when no well-formed UTF-8 sequence starts with it (RFC 3629 section 4). */
+int ts_jfsm_utf8_lead(uint8_t b, uint8_t *n, uint8_t *lo, uint8_t *hi);
 
 /* A name of the head's lexical state, for error messages. */
 const char *ts_jfsm_describe(const ts_jfsm *s);

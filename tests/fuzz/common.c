@@ -13,7 +13,7 @@ const fuzz_target fuzz_targets[] = {
     {"tokenizer_json", fuzz_tokenizer_json}, {"safetensors", fuzz_safetensors},
     {"config", fuzz_config},         {"reply", fuzz_reply},
     {"dflash_config", fuzz_dflash_config}, {"size", fuzz_size},
-    {"json_fsm", fuzz_json_fsm},
+    {"json_fsm", fuzz_json_fsm},     {"json_schema", fuzz_json_schema},
 };
 const int fuzz_n_targets = (int)(sizeof fuzz_targets / sizeof fuzz_targets[0]);
 

@@ -38,6 +38,7 @@ int fuzz_dflash_config(const uint8_t *data, size_t size); /* dflash.c: a DFlash 
 int fuzz_size(const uint8_t *data, size_t size);         /* experts.c: ts_parse_size (--expert-cache SIZE) */
 
 int fuzz_json_fsm(const uint8_t *data, size_t size);     /* json_fsm.c: the JSON recognizer of constrained generation */
+int fuzz_json_schema(const uint8_t *data, size_t size);  /* json_schema.c + schema_fsm.c: a schema, then a document */
 
 /* Shared with tests/test_constraint.c (fuzz_json_fsm.c): where cJSON departs
  * from RFC 8259, as flags of the constructs a lax scan finds in a text */
@@ -57,6 +58,24 @@ int fuzz_json_rfc_diff(const char *d, size_t n);
  * into a complete text, written to out (at most cap); the count, or
  * (size_t)-1 when the greedy completion gets stuck or out is too small. */
 size_t fuzz_json_complete(const void *st, uint8_t *out, size_t cap);
+
+/* Shared with tests/test_schema.c (schema_valid.c): an independent JSON
+ * Schema validator over cJSON trees (root: the whole schema, for $ref; s:
+ * the subschema; v: the instance): 1 valid, 0 not, -1 when it gave up (two
+ * million steps: nested alternatives multiply the work). The standard reading
+ * (oneOf is exactly one, no `type` is any type, extra keys are allowed
+ * unless additionalProperties says otherwise). */
+struct cJSON;
+int fuzz_schema_valid(const struct cJSON *root, const struct cJSON *s, const struct cJSON *v, int depth);
+/* The same with oneOf read as anyOf, as the compiler documents it does
+ * (json_schema.h): what the fuzz harness holds the recognizer to, since a
+ * schema whose oneOf alternatives overlap has documents both accept. */
+int fuzz_schema_valid_oneof_any(const struct cJSON *root, const struct cJSON *s, const struct cJSON *v);
+/* Bytes that complete the live schema-recognizer state *st (a ts_sstate of
+ * schema *sc, text/schema_fsm.h), greedily, into out (at most cap); the
+ * count, or (size_t)-1 when the greedy completion gets stuck, (size_t)-2
+ * when out is too small (minLength 10000000 takes that many bytes). */
+size_t fuzz_schema_complete(const void *sc, const void *st, uint8_t *out, size_t cap);
 
 typedef struct fuzz_target {
     const char *name; /* also the corpus directory tests/fuzz/corpus/NAME */

@@ -502,3 +502,43 @@ JSON_TEXTS = [b"{}", b"[]", b" \t\n\r{ } ", b"0", b"-0.0e-0", b"1E+5", b"1234567
               b"\x0c{}", b"[" * 1024 + b"]" * 1024, b"[" * 1025 + b"]" * 1025, b'{"k":' * 999 + b"1" + b"}" * 999]
 for i, s in enumerate(JSON_TEXTS):
     put("json_fsm", "%02d" % i, s)
+
+# ---------------------------------------------------------------- json_schema
+# a schema, a NUL, a candidate document (fuzz_json_schema.c): every supported keyword, recursion through
+# $ref, alternatives that stay ambiguous for a while, refused keywords, unsatisfiable and cyclic schemas
+SCHEMA_DOCS = [
+    ({"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 8},
+                                       "age": {"type": "integer"}, "email": {"type": ["string", "null"]},
+                                       "tags": {"type": "array", "items": {"type": "string", "maxLength": 3},
+                                                "minItems": 1, "maxItems": 3}},
+      "required": ["name", "tags"], "additionalProperties": False},
+     b'{"name":"Ann","age":30,"email":null,"tags":["a","\\ud83d\\ude00x"]}'),
+    ({"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"},
+                                                       "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}},
+                      "required": ["v"]}}, "$ref": "#/$defs/n"},
+     b'{"v":1,"kids":[{"v":2,"kids":[{"v":3}]},{"v":4}]}'),
+    ({"enum": ["red", 1, 12, 2.5, None, True, {"k": [1, "x"]}, []]}, b'{"k":[1,"x"]}'),
+    ({"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+                 "required": ["a", "b"]},
+                {"type": "object", "properties": {"a": {"type": "integer"}, "c": {"type": "null"}}, "required": ["a"]},
+                {"const": "x"}, {"const": "xy"}]},
+     b'{"a":1,"c":null}'),
+    ({"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 2}]}, b'"ab"'),
+    ({"type": "object", "additionalProperties": {"type": "array", "items": {"type": ["integer", "null"]}}},
+     b'{"x":[1,null],"":[]}'),
+    ({"definitions": {"c": {"type": "object", "properties": {"h": {"type": "string"},
+                                                             "t": {"anyOf": [{"type": "null"}, {"$ref": "#/definitions/c"}]}},
+                            "required": ["h", "t"]}}, "allOf": [{"$ref": "#/definitions/c"}]},
+     b'{"h":"a","t":{"h":"b","t":null}}'),
+    ({}, b'[{"a":[1,{"b":null}]},"x",-1.5e3,true]'),
+    (True, b' 12 '),
+    ({"type": "string", "pattern": "a+"}, b'"a"'),
+    ({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}, b'{}'),
+    ({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}, b'1'),
+    ({"anyOf": [{"$ref": "#"}, {"type": "null"}]}, b'null'),
+    ({"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 3}, "minItems": 2},
+     b'["ab","\\u00e9\\u00e9\\u00e9"]'),
+]
+for i, (schema, doc) in enumerate(SCHEMA_DOCS):
+    put("json_schema", "%02d" % i, js(schema) + b"\x00" + doc)
+put("json_schema", "deep", b'{"items":' * 70 + b"{}" + b"}" * 70 + b"\x00[]")

@@ -10,7 +10,8 @@
 // logit_bias (streamed entries equal the whole list), a tool-calling
 // conversation whose history carries string arguments (what the client's own
 // types say), reasoning_content, seeds, aborts (the server stops generating),
-// and the errors the client raises for refused requests. Each check asserts
+// response_format json_schema (a finished reply follows the schema), and the
+// errors the client raises for refused requests. Each check asserts
 // something that could fail. Prints one line per check and "N passed, N
 // failed"; exits 1 on any failure.
 //
@@ -275,9 +276,26 @@ await check("json_object and n: a finished reply parses as an object; n choices"
   assert(r.choices[0].message.content === r.choices[1].message.content, "two greedy choices differ");
 });
 
+await check("json_schema: a finished reply follows the schema", async () => {
+  const schema = { type: "object", additionalProperties: false, required: ["name", "legs"],
+                   properties: { name: { type: "string", maxLength: 8 }, legs: { enum: [2, 4] } } };
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: "user", content: "Describe a cat." }], max_tokens: 600, temperature: 0,
+    response_format: { type: "json_schema", json_schema: { name: "cat", strict: true, schema } },
+    chat_template_kwargs: { enable_thinking: false } });
+  const c = r.choices[0];
+  assert(c.finish_reason === "stop", `finish ${c.finish_reason}: ${c.message.content}`);
+  const v = JSON.parse(c.message.content);
+  assert(Object.keys(v).every((k) => k === "name" || k === "legs") && typeof v.name === "string" &&
+         [...v.name].length <= 8 && (v.legs === 2 || v.legs === 4), `does not follow the schema: ${c.message.content}`);
+});
+
 await check("errors: refused requests raise the client's typed errors", async () => {
   const cases = [
-    [{ model: MODEL, messages: userMsg, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } },
+    [{ model: MODEL, messages: userMsg, response_format: { type: "json_schema",
+       json_schema: { name: "x", schema: { type: "string", pattern: "^a+$" } } } },
+     OpenAI.BadRequestError, 400, "invalid_json_schema"],
+    [{ model: MODEL, messages: userMsg, tools, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } },
      OpenAI.BadRequestError, 400, "unsupported_response_format"],
     [{ model: MODEL, messages: userMsg, tools, tool_choice: "required" }, OpenAI.BadRequestError, 400, "unsupported_tool_choice"],
     [{ model: MODEL, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }] }] },

@@ -1,6 +1,6 @@
 /* cmd_chat.c: `turbospark chat`: an interactive conversation.
  *
- *   turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [sampling]
+ *   turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [--json-schema FILE] [sampling]
  *                   [engine options: cli.h, cli_engine]
  *
  * Line editing and history come from readline. Each turn renders the whole
@@ -67,13 +67,15 @@ static void usage(FILE *f) {
     fprintf(f, "usage: turbospark chat [-m DIR] [--system TEXT] [--no-think] [-n N] [options]\n"
                "  --system TEXT       system message of the conversation\n"
                "  --no-think          no thinking block (enable_thinking=false)\n"
-               "  -n N                reply length limit in tokens (default 512)\n" CLI_SAMPLING_HELP);
+               "  -n N                reply length limit in tokens (default 512)\n"
+               "  --json-schema FILE  every reply is a JSON document that validates against the JSON Schema\n"
+               "                      in FILE (after the think block; as run --json-schema)\n" CLI_SAMPLING_HELP);
     cli_engine_help(f, CHAT_OPTS);
     fprintf(f, "commands in the conversation: /reset (forget it), /quit\n");
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *system = NULL;
+    const char *system = NULL, *schema_file = NULL;
     int no_think = 0, n_predict = 512;
     cli_engine eo;
     cli_engine_init(&eo, "chat", CHAT_OPTS);
@@ -89,6 +91,7 @@ int cmd_chat(int argc, char **argv) {
         if (sr > 0) continue;
         if (!strcmp(a, "--system") && more) system = argv[++i];
         else if (!strcmp(a, "--no-think")) no_think = 1;
+        else if (!strcmp(a, "--json-schema") && more) schema_file = argv[++i];
         else if (!strcmp(a, "-n") && more) ok = cli_parse_count(argv[++i], &n_predict);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "turbospark chat: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
@@ -107,7 +110,17 @@ int cmd_chat(int argc, char **argv) {
     ts_engine_params ep;
     ts_engine_params_default(&ep);
     cli_engine_apply(&eo, &ep, NULL, NULL);
+    ts_constraint *jc = NULL;
+    char what[600] = ""; /* what failed, when err.msg does not say */
     int rc = ts_tokenizer_load(model, &tok, &err);
+    if (!rc && schema_file) { /* before the model loads: a schema it cannot enforce is refused at once */
+        size_t slen = 0;
+        char *schema = cli_read_file_len(schema_file, &slen);
+        if (!schema) rc = TS_E_IO, snprintf(err.msg, sizeof err.msg, "--json-schema: cannot read %s", schema_file);
+        else if ((rc = ts_constraint_json_schema(tok, schema, slen, &jc, &err)))
+            snprintf(what, sizeof what, "--json-schema %.500s: ", schema_file);
+        free(schema);
+    }
     if (!rc) rc = ts_chat_template_load(model, &tpl, &err);
     if (!rc) rc = ts_engine_open(model, &ep, &e, &err);
     if (!rc) {
@@ -129,7 +142,8 @@ int cmd_chat(int argc, char **argv) {
         snprintf(err.msg, sizeof err.msg, "out of memory");
     }
     if (rc) {
-        fprintf(stderr, "turbospark chat: %s\n", err.msg);
+        fprintf(stderr, "turbospark chat: %s%s\n", what, err.msg);
+        ts_constraint_free(jc);
         ts_detok_free(dt);
         ts_tokenizer_free(tok);
         ts_chat_template_free(tpl);
@@ -176,6 +190,10 @@ int cmd_chat(int argc, char **argv) {
             ts_tokens_free(&hids);
             continue;
         }
+        /* a schema holds the reply after the think block its prompt opened */
+        const int32_t te = ts_tokenizer_token_id(tok, "</think>");
+        gp.constraint = jc;
+        gp.constraint_after = jc && te > 0 && ts_reply_think_open(prompt, plen) ? te : 0;
         ts_chat_text_free(prompt);
         ts_chat_text_free(hprompt);
         /* The history without the generation prompt ends where the next
@@ -227,6 +245,7 @@ int cmd_chat(int argc, char **argv) {
     }
     cJSON_Delete(msgs);
     cli_reuse_free(&ru);
+    ts_constraint_free(jc);
     ts_detok_free(dt);
     ts_session_free(s);
     ts_engine_close(e);

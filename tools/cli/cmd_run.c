@@ -2,7 +2,7 @@
  *
  *   turbospark run [-m DIR] (-p TEXT | -f FILE | --ids 1,2,3) [-n N] [sampling options]
  *                  [--chat [--system TEXT] [--no-think]] [engine options: cli.h, cli_engine]
- *                  [--print-ids | --logprobs N] [--json] [-v]
+ *                  [--print-ids | --logprobs N] [--json | --json-schema FILE] [-v]
  *
  * Text streams to stdout as it is generated (whole UTF-8 characters only);
  * with --print-ids, or for a checkpoint without a tokenizer, the generated
@@ -38,6 +38,9 @@ static void usage(FILE *f) {
             "                      N (0..20) most likely tokens with theirs\n"
             "  --json              the reply is one JSON object (constrained decoding; with --chat after\n"
             "                      the think block when the template opens one)\n"
+            "  --json-schema FILE  the reply is a JSON document that validates against the JSON Schema in\n"
+            "                      FILE (as --json; properties in the schema's order, no keys beyond them;\n"
+            "                      a keyword it cannot enforce, such as pattern or format, is refused)\n"
             "  -v                  verbose loading (unused tensors)\n");
     cli_engine_help(f, RUN_OPTS);
 }
@@ -95,7 +98,7 @@ static int on_token(void *user, int32_t id) {
 
 /* file_prompt: the -f buffer, freed by cmd_run whichever way this returns */
 static int run_main(int argc, char **argv, char **file_prompt_out) {
-    const char *ids_s = NULL, *prompt = NULL, *system = NULL;
+    const char *ids_s = NULL, *prompt = NULL, *system = NULL, *schema_file = NULL;
     char *file_prompt = NULL;
     int chat = 0, no_think = 0;
     int n_predict = 64, print_ids = 0, verbose = 0, logprobs = -1, json = 0;
@@ -123,6 +126,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         else if (ARG("-n")) ok = cli_parse_count(argv[++i], &n_predict);
         else if (!strcmp(a, "--print-ids")) print_ids = 1;
         else if (!strcmp(a, "--json")) json = 1;
+        else if (ARG("--json-schema")) schema_file = argv[++i];
         else if (ARG("--logprobs")) ok = cli_parse_count(argv[++i], &logprobs) && logprobs <= TS_TOP_LOGPROBS_MAX;
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--no-think")) no_think = 1;
@@ -142,12 +146,38 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     }
     if ((system || no_think) && !chat) chat = 1;
     if (print_ids && logprobs >= 0) { fprintf(stderr, "turbospark run: pass --print-ids or --logprobs, not both\n"); return 2; }
+    if (json && schema_file) { fprintf(stderr, "turbospark run: pass --json or --json-schema, not both\n"); return 2; }
 
     ts_error err = {0};
     ts_tokenizer *tok = NULL;
     if (ts_tokenizer_load(model, &tok, &err) != 0) {
         if (prompt) { fprintf(stderr, "turbospark run: -p needs a tokenizer: %s\n", err.msg); return 1; }
         tok = NULL;
+    }
+    /* the constraint before the model loads: a schema it cannot enforce is
+     * refused at once */
+    ts_constraint *jc = NULL;
+    if (json || schema_file) {
+        size_t slen = 0;
+        char *schema = NULL;
+        int crc = 0;
+        if (!tok) {
+            fprintf(stderr, "turbospark run: %s needs the checkpoint's tokenizer (tokenizer.json)\n",
+                    json ? "--json" : "--json-schema");
+            crc = 1;
+        } else if (schema_file && !(schema = cli_read_file_len(schema_file, &slen))) {
+            fprintf(stderr, "turbospark run: --json-schema: cannot read %s\n", schema_file);
+            crc = 1;
+        } else if (schema ? ts_constraint_json_schema(tok, schema, slen, &jc, &err) : ts_constraint_json(tok, 1, &jc, &err)) {
+            fprintf(stderr, "turbospark run: %s%s: %s\n", json ? "--json" : "--json-schema ", json ? "" : schema_file,
+                    err.msg);
+            crc = 1;
+        }
+        free(schema);
+        if (crc) {
+            ts_tokenizer_free(tok);
+            return 1;
+        }
     }
     ts_tokens pt = {0};     /* owned by the tokenizer's allocator (ts_tokens_free) */
     int32_t *cli_ids = NULL; /* --ids: malloc'd here */
@@ -164,6 +194,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         ts_chat_template_free(tpl);
         if (crc) {
             fprintf(stderr, "turbospark run: chat template: %s\n", err.msg);
+            ts_constraint_free(jc);
             ts_tokenizer_free(tok);
             return 1;
         }
@@ -172,6 +203,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
     if (prompt) {
         if (ts_tokenizer_encode(tok, prompt, strlen(prompt), &pt, &err)) {
             fprintf(stderr, "turbospark run: prompt: %s\n", err.msg);
+            ts_constraint_free(jc);
             ts_tokenizer_free(tok);
             ts_chat_text_free(rendered);
             return 1;
@@ -182,6 +214,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         if (n <= 0) {
             fprintf(stderr, "turbospark run: --ids '%s' is not a list of token ids\n", ids_s);
             free(ids);
+            ts_constraint_free(jc);
             ts_tokenizer_free(tok);
             return 2;
         }
@@ -191,7 +224,12 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         free(ids);
         pt.cap = 0;
     }
-    if (pt.n == 0) { fprintf(stderr, "turbospark run: the prompt encodes to no tokens\n"); ts_tokenizer_free(tok); return 2; }
+    if (pt.n == 0) {
+        fprintf(stderr, "turbospark run: the prompt encodes to no tokens\n");
+        ts_constraint_free(jc);
+        ts_tokenizer_free(tok);
+        return 2;
+    }
 
     ts_engine_params ep;
     ts_engine_params_default(&ep);
@@ -215,17 +253,11 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         if (!rc) rc = ts_session_new(e, &sp, &s, &err);
     }
     if (!rc && tok && !print_ids && logprobs < 0) rc = ts_detok_new(tok, &dt, &err);
-    ts_constraint *jc = NULL;
-    if (!rc && json) {
-        if (!tok) {
-            rc = TS_E_ARG;
-            snprintf(err.msg, sizeof err.msg, "--json needs the checkpoint's tokenizer (tokenizer.json)");
-        } else if (!(rc = ts_constraint_json(tok, 1, &jc, &err))) {
-            gp.constraint = jc;
-            /* a chat prompt that opened a think block: the JSON follows it */
-            const int32_t te = ts_tokenizer_token_id(tok, "</think>");
-            gp.constraint_after = rendered && te > 0 && ts_reply_think_open(rendered, strlen(rendered)) ? te : 0;
-        }
+    if (!rc && jc) {
+        gp.constraint = jc;
+        /* a chat prompt that opened a think block: the JSON follows it */
+        const int32_t te = ts_tokenizer_token_id(tok, "</think>");
+        gp.constraint_after = rendered && te > 0 && ts_reply_think_open(rendered, strlen(rendered)) ? te : 0;
     }
     gp.n_predict = n_predict;
     gp.stop_ids = stops;

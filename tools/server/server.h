@@ -57,7 +57,9 @@ typedef struct job {
     int32_t *bias_ids;            /* logit_bias: [gp.n_bias] ids and values, malloc'd; gp.bias_ids */
     float *bias;                  /*   and gp.bias point here */
     int logprobs;                 /* 1: log-probabilities asked (gp.top_logprobs alternatives each) */
-    int json;                     /* response_format json_object: the reply (content) is one JSON object */
+    int json;                     /* response_format json_object or json_schema: the reply (content)
+                                     is constrained (to one JSON object, or to schema's documents) */
+    ts_constraint *schema;        /* response_format json_schema: its constraint (owned), else NULL */
     char id[48];                  /* chatcmpl-... / cmpl-... */
     long created;
 

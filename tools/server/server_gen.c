@@ -159,6 +159,7 @@ void srv_job_unref(job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->tools_json);
+    ts_constraint_free(j->schema);
     free(j->bias_ids);
     free(j->bias);
     for (int k = 0; j->ch && k < SRV_MAX_N; k++) {
@@ -718,9 +719,11 @@ static int run_choice(slot *sl, job *j) {
     }
     if (j->logprobs) gp.logprob_cb = on_logprob;
     if (j->json && !rc) {
-        /* the reply's content is the JSON object: after the think block when
-         * the prompt opened one (its reasoning stays free) */
-        if (!(gp.constraint = srv_json_constraint(s, &err))) rc = TS_E_NOMEM;
+        /* the reply's content is the JSON object (or the schema's document):
+         * after the think block when the prompt opened one (its reasoning
+         * stays free) */
+        if (j->schema) gp.constraint = j->schema;
+        else if (!(gp.constraint = srv_json_constraint(s, &err))) rc = TS_E_NOMEM;
         gp.constraint_after = j->think_open && s->think_end > 0 ? s->think_end : 0;
     }
     ts_detok_reset(sl->dt);

@@ -479,24 +479,85 @@ static int check_fields(srv *s, const cJSON *root, int chat, srv_err *e) {
     return 0;
 }
 
-/* Chat-only refusals: response formats but text and json_object (and
- * json_object with tools: a reply held to one JSON object cannot call a
- * tool), forced tool choice, parts a text-only model cannot take. */
-static int check_chat_fields(const cJSON *root, job *j, srv_err *e) {
+/* response_format json_schema: {"type": "json_schema", "json_schema":
+ * {"name", "schema", "strict", "description"}}. The schema is compiled
+ * here, so a schema the constraint cannot enforce is a 400 naming the
+ * keyword and its path before anything is queued; the job owns the
+ * constraint. "strict" false is accepted and changes nothing: the reply
+ * always follows the schema. */
+static int parse_json_schema(srv *s, const cJSON *rf, job *j, srv_err *e) {
+    const cJSON *it, *js = get(rf, "json_schema"), *v;
+    cJSON_ArrayForEach(it, rf) {
+        if (strcmp(it->string, "type") && strcmp(it->string, "json_schema"))
+            return unsupported(e, "response_format", "unsupported_parameter",
+                               "'response_format' has '%.100s', which this server does not know", it->string);
+    }
+    if (!js) {
+        fail(e, 400, "response_format.json_schema", "missing_required_parameter",
+             "'response_format' json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}");
+        return -1;
+    }
+    if (!cJSON_IsObject(js)) {
+        fail(e, 400, "response_format.json_schema", "invalid_type", "'response_format.json_schema' must be an object");
+        return -1;
+    }
+    cJSON_ArrayForEach(it, js) {
+        static const char *const keys[] = {"name", "schema", "strict", "description", NULL};
+        if (!known(it->string, keys))
+            return unsupported(e, "response_format.json_schema", "unsupported_parameter",
+                               "'response_format.json_schema' has '%.100s' (it may have name, schema, strict, description)",
+                               it->string);
+    }
+    if (((v = get(js, "name")) && !cJSON_IsString(v)) || ((v = get(js, "description")) && !cJSON_IsString(v)) ||
+        ((v = get(js, "strict")) && !cJSON_IsBool(v))) {
+        fail(e, 400, "response_format.json_schema", "invalid_type",
+             "'response_format.json_schema': name and description must be strings, strict true or false");
+        return -1;
+    }
+    if (!(v = get(js, "schema"))) {
+        fail(e, 400, "response_format.json_schema.schema", "missing_required_parameter",
+             "'response_format.json_schema.schema' is required (the JSON Schema of the reply)");
+        return -1;
+    }
+    if (!cJSON_IsObject(v) && !cJSON_IsBool(v)) {
+        fail(e, 400, "response_format.json_schema.schema", "invalid_type",
+             "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+        return -1;
+    }
+    char *text = cJSON_PrintUnformatted(v);
+    if (!text) {
+        fail(e, 500, NULL, NULL, "out of memory");
+        return -1;
+    }
+    ts_error err = {0};
+    const int rc = ts_constraint_json_schema(s->tok, text, strlen(text), &j->schema, &err);
+    free(text);
+    if (rc == TS_E_NOMEM) fail(e, 500, NULL, NULL, "out of memory compiling the JSON schema");
+    else if (rc) fail(e, 400, "response_format.json_schema.schema", "invalid_json_schema", "%s", err.msg);
+    return rc ? -1 : 0;
+}
+
+/* Chat-only refusals: response formats but text, json_object and
+ * json_schema (and either with tools: a reply held to one JSON document
+ * cannot call a tool), forced tool choice, parts a text-only model cannot
+ * take. */
+static int check_chat_fields(srv *s, const cJSON *root, job *j, srv_err *e) {
     const cJSON *v, *it;
     const cJSON *tools = get(root, "tools");
     int has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
     if ((v = get(root, "response_format"))) {
         const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
-        j->json = cJSON_IsString(t) && !strcmp(t->valuestring, "json_object");
+        const int schema = cJSON_IsString(t) && !strcmp(t->valuestring, "json_schema");
+        j->json = schema || (cJSON_IsString(t) && !strcmp(t->valuestring, "json_object"));
         if (!cJSON_IsString(t) || (strcmp(t->valuestring, "text") && !j->json))
             return unsupported(e, "response_format", "unsupported_response_format",
-                               "'response_format' may be {\"type\": \"text\"} or {\"type\": \"json_object\"}; "
-                               "JSON schemas (json_schema) are not supported");
+                               "'response_format' may be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                               "{\"type\": \"json_schema\", \"json_schema\": {...}}");
         if (j->json && has_tools)
             return unsupported(e, "response_format", "unsupported_response_format",
-                               "'response_format' json_object with 'tools': a reply held to one JSON object cannot call "
-                               "a tool");
+                               "'response_format' %s with 'tools': a reply held to one JSON document cannot call a tool",
+                               t->valuestring);
+        if (schema && parse_json_schema(s, v, j, e)) return -1;
     }
     if ((v = get(root, "tool_choice"))) {
         int ok = cJSON_IsString(v) && (!strcmp(v->valuestring, "auto") || (!strcmp(v->valuestring, "none") && !has_tools));
@@ -582,7 +643,7 @@ job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
             goto bad;
         }
     }
-    if (check_fields(s, root, 1, e) || check_chat_fields(root, j, e)) goto bad;
+    if (check_fields(s, root, 1, e) || check_chat_fields(s, root, j, e)) goto bad;
     if (parse_common(s, root, j, &max_tokens, e)) goto bad;
     if (parse_chat_logprobs(root, j, e)) goto bad;
     if ((v = get(root, "tools"))) {
