@@ -574,6 +574,11 @@ TS_API int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constra
  * ts_constraint_free; shareable by threads and generations. */
 TS_API int ts_constraint_json_schema(const ts_tokenizer *t, const char *schema, size_t len, ts_constraint **out,
                                      ts_error *err);
+/* Whether ts_constraint_json_schema would take `schema` (its subset, its
+ * bounds), without a tokenizer: microseconds, no index is built. 0, or the
+ * same TS_E_ARG and message ("JSON schema: 'pattern' at #/properties/zip
+ * is not supported ..."), TS_E_NOMEM. */
+TS_API int ts_json_schema_check(const char *schema, size_t len, ts_error *err);
 /* Schema-constrained documents between fixed texts (a forced tool call:
  * "<tool_call>\n" DOCUMENT "\n</tool_call>"): the reply must be prefix,
  * one document of `schema` (ts_constraint_json_schema's rules), suffix and,

@@ -908,3 +908,10 @@ int ts_schema_compile(const char *text, size_t len, ts_schema **out, ts_error *e
     *out = c.s;
     return 0;
 }
+
+int ts_json_schema_check(const char *schema, size_t len, ts_error *err) {
+    ts_schema *s = NULL;
+    const int rc = ts_schema_compile(schema, len, &s, err);
+    ts_schema_free(s);
+    return rc;
+}

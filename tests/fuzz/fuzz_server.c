@@ -31,6 +31,7 @@ static srv *server(void) {
         free(text);
         pthread_mutex_init(&s.tpl_mu, NULL);
         pthread_mutex_init(&s.mu, NULL);
+        srv_cc_init(&s);
         s.model_dir = "tests/fixtures/server";
         strcpy(s.model_id, "fuzz");
         s.n_vocab = ts_tokenizer_vocab_size(s.tok);
