@@ -21,6 +21,8 @@
  *   calls, one tool and a choice of two: the reply parses (ts_reply) into
  *   calls whose names are the tools' and whose arguments validate
  *   (tests/fuzz/schema_valid.c); greedy MTP gives plain decoding's ids;
+ *   with constraint_after (the server's "</think>"), the text up to the
+ *   start id is the unconstrained reply's, then a valid call;
  * - refusals: bad wraps, TS_E_ARG naming the problem.
  */
 #include <cjson/cJSON.h>
@@ -499,6 +501,64 @@ TS_TEST(wrap, generate_default_model) {
     fprintf(stderr, "  %d of 12 replies finished, %d calls, all valid\n", finished, n_calls);
     CHECK(finished >= 6);
     ts_text_free(&text);
+    ts_tokens_free(&pv);
+    ts_tokenizer_free(t);
+    ts_engine_close(e);
+}
+
+/* constraint_after (what the server sets to "</think>" when the prompt
+ * opens a think block): the reply is free up to the start id, then a
+ * call. The start id is taken from the unconstrained greedy reply itself
+ * (its 13th token), so the check holds whatever the build's rounding: the
+ * constrained reply's first tokens must be exactly the free reply's. */
+TS_TEST(wrap, constraint_after_free_then_call) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = "cpu";
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    CHECK_MSG(!ts_engine_open("models/default", &ep, &e, &err), "%s", err.msg);
+    ts_tokenizer *t = load_tok("models/default");
+    CHECK(t);
+    int32_t stop[8];
+    const int n_stop = ts_chat_stop_ids("models/default", stop, 8, &err);
+    CHECK(n_stop > 0);
+    const char *pr = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n<think>\n";
+    ts_tokens pv = {0};
+    CHECK(!ts_tokenizer_encode(t, pr, strlen(pr), &pv, &err));
+    static rec freer, got, mtp;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 24;
+    gp.stop_ids = stop, gp.n_stop = n_stop;
+    CHECK_MSG(!gen(e, pv.ids, pv.n, &gp, 0, &freer, &err), "%s", err.msg);
+    CHECK_MSG(freer.n == 24, "the free reply stopped after %d tokens", freer.n);
+    int p = 0;
+    while (p < 12 && freer.ids[p] != freer.ids[12]) p++; /* the start id's first place */
+    const int32_t after = freer.ids[p];
+    CHECK(after > 0);
+    const ts_constraint_wrap w = {PRE, SUF, SEP, 0};
+    ts_constraint *c = NULL;
+    CHECK_MSG(!ts_constraint_json_schema_wrap(t, S_CHOICE, strlen(S_CHOICE), &w, &c, &err), "%s", err.msg);
+    gp.n_predict = 700;
+    gp.constraint = c;
+    gp.constraint_after = after;
+    CHECK_MSG(!gen(e, pv.ids, pv.n, &gp, 0, &got, &err), "%s", err.msg);
+    CHECK_MSG(got.n > p + 1 && !memcmp(got.ids, freer.ids, sizeof(int32_t) * (size_t)(p + 1)),
+              "the reply before the start id is not the free reply's");
+    const int stopped = got.ids[got.n - 1] == stop[0] || (n_stop > 1 && got.ids[got.n - 1] == stop[1]);
+    ts_text free_text = {0}, call = {0};
+    CHECK(!ts_tokenizer_decode(t, got.ids, p + 1, &free_text, &err));
+    CHECK(!ts_tokenizer_decode(t, got.ids + p + 1, got.n - p - 1 - stopped, &call, &err));
+    fprintf(stderr, "  free: '%s' (start id %d at %d), then %d tokens%s: %.80s...\n", free_text.s, after, p,
+            got.n - p - 1, stopped ? " + stop" : "", call.s);
+    CHECK_MSG(stopped && check_calls(call.s, 1) == 1, "no single valid call after the start id");
+    for (int M = 1; M <= 3; M += 2) { /* drafting: the same ids */
+        CHECK_MSG(!gen(e, pv.ids, pv.n, &gp, M, &mtp, &err), "%s", err.msg);
+        CHECK_MSG(mtp.n == got.n && !memcmp(mtp.ids, got.ids, sizeof(int32_t) * (size_t)got.n), "MTP %d: other ids", M);
+    }
+    ts_text_free(&free_text), ts_text_free(&call);
+    ts_constraint_free(c);
     ts_tokens_free(&pv);
     ts_tokenizer_free(t);
     ts_engine_close(e);
