@@ -35,7 +35,8 @@ CLI_SRC  := $(sort $(wildcard tools/*/*.c))
 # tests/fuzz/: the fuzz harnesses, also linked into ts_test (group fuzz replays their
 # corpora); the server's request layer comes with them (and what it calls).
 FUZZ_SRC := $(filter-out tests/fuzz/libfuzzer.c,$(sort $(wildcard tests/fuzz/*.c)))
-FUZZ_TOOL_SRC := tools/server/server_req.c tools/server/server_gen.c tools/cli/cli_util.c tools/cli/cli_reuse.c
+FUZZ_TOOL_SRC := tools/server/server_req.c tools/server/server_gen.c tools/server/server_tools.c \
+                 tools/server/server_cc.c tools/cli/cli_util.c tools/cli/cli_reuse.c
 TEST_SRC := $(sort $(wildcard tests/*.c)) $(FUZZ_SRC)
 
 # ---- CUDA (make CUDA=1): the kernels of src/cuda/ under nvcc, linked with the
@@ -109,8 +110,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
-# The server harness includes tools/server/server.h.
-$(BUILD)/tests/fuzz/%.o: ALL_CFLAGS += -Itools/cli -Itools/server
+# The server harness (and the constraint cache's test) include tools/server/server.h.
+$(BUILD)/tests/fuzz/%.o $(BUILD)/tests/test_toolchoice.o: ALL_CFLAGS += -Itools/cli -Itools/server
 
 -include $(DEPFILES)
 

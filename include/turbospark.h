@@ -574,6 +574,31 @@ TS_API int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constra
  * ts_constraint_free; shareable by threads and generations. */
 TS_API int ts_constraint_json_schema(const ts_tokenizer *t, const char *schema, size_t len, ts_constraint **out,
                                      ts_error *err);
+/* Whether ts_constraint_json_schema would take `schema` (its subset, its
+ * bounds), without a tokenizer: microseconds, no index is built. 0, or the
+ * same TS_E_ARG and message ("JSON schema: 'pattern' at #/properties/zip
+ * is not supported ..."), TS_E_NOMEM. */
+TS_API int ts_json_schema_check(const char *schema, size_t len, ts_error *err);
+/* Schema-constrained documents between fixed texts (a forced tool call:
+ * "<tool_call>\n" DOCUMENT "\n</tool_call>"): the reply must be prefix,
+ * one document of `schema` (ts_constraint_json_schema's rules), suffix and,
+ * with repeat, any number of sep, prefix, a document, suffix more. It is
+ * complete (the stop ids allowed) after each suffix. The document's own
+ * top-level whitespace is refused (the literals carry the layout); a
+ * suffix should not start with a byte that could continue the document (a
+ * digit after a number: the document takes it). Literal bytes may come
+ * from any tokens whose bytes fit, and from the added tokens (not special)
+ * whose text lies inside a literal, which may spell only their literal
+ * ("<tool_call>" is one token in Qwen's vocabulary). Each literal at most
+ * 4096 bytes; NULL is empty; repeat needs sep or prefix. */
+typedef struct ts_constraint_wrap {
+    const char *prefix;  /* before each document */
+    const char *suffix;  /* after each document */
+    const char *sep;     /* between one suffix and the next prefix (repeat) */
+    int repeat;          /* 0: exactly one document; 1: one or more */
+} ts_constraint_wrap;
+TS_API int ts_constraint_json_schema_wrap(const ts_tokenizer *t, const char *schema, size_t len,
+                                          const ts_constraint_wrap *w, ts_constraint **out, ts_error *err);
 TS_API void ts_constraint_free(ts_constraint *c);
 
 /* ==== sampling (src/model/sample.c) ===================================== *
@@ -709,6 +734,9 @@ TS_API int ts_reply_think_open(const char *prompt, size_t len);
  * parameters of the XML form become JSON numbers, booleans, objects. */
 TS_API int ts_reply_new(int think_open, const char *tools_json, ts_reply **out, ts_error *err);
 TS_API void ts_reply_free(ts_reply *r);
+/* Parse no tool calls: "<tool_call>" blocks stay in the content as text
+ * (a request whose tool_choice is "none"). Before the first push. */
+TS_API void ts_reply_no_tool_calls(ts_reply *r);
 /* Append the newly certain text to reasoning / content (either may be NULL to
  * discard that channel). */
 TS_API int ts_reply_push(ts_reply *r, const char *text, size_t len, ts_text *reasoning, ts_text *content,

@@ -10,11 +10,14 @@ typedef struct {
     char reasoning[4096], content[4096], calls[4096];
 } parsed;
 
+static int g_no_calls; /* parse() with ts_reply_no_tool_calls */
+
 /* Parse text pushed in pieces of `step` bytes (0: one piece). */
 static int parse(const char *text, int think_open, const char *tools, size_t step, parsed *out) {
     ts_reply *r = NULL;
     ts_error err;
     if (ts_reply_new(think_open, tools, &r, &err)) return -1;
+    if (g_no_calls) ts_reply_no_tool_calls(r);
     ts_text re = {0}, co = {0};
     size_t n = strlen(text);
     if (!step) step = n ? n : 1;
@@ -130,4 +133,41 @@ TS_TEST(reply, empty_replies_finish) {
                 ts_text_free(&co);
                 ts_reply_free(r);
             }
+}
+
+/* The JSON form ends where its value ends: a "</tool_call>" inside one of
+ * its strings (which a schema-constrained call may well write) is text;
+ * text between the value and the closing tag is ignored as before. With
+ * ts_reply_no_tool_calls (tool_choice "none") a block is content, the
+ * think block still split off. Every cut of the text. */
+TS_TEST(reply, json_call_ends_with_its_value_and_calls_off) {
+    static const struct {
+        const char *text;
+        int think_open, no_calls;
+        const char *reasoning, *content, *calls;
+    } cases[] = {
+        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"a</tool_call>b\"}}\n</tool_call>", 0, 0, "", "",
+         "[{\"name\":\"f\",\"arguments\":\"{\\\"q\\\":\\\"a</tool_call>b\\\"}\"}]"},
+        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\"}\n</tool_call>",
+         0, 0, "", "", "[{\"name\":\"f\",\"arguments\":\"{}\"},{\"name\":\"g\",\"arguments\":\"{}\"}]"},
+        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": 1", 0, 0, "",
+         "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": 1", ""},
+        {"r\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", 1, 1, "r",
+         "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", ""},
+        {"Text <tool_call", 0, 1, "", "Text <tool_call", ""},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t n = strlen(cases[c].text);
+        g_no_calls = cases[c].no_calls;
+        for (size_t step = 0; step <= n; step++) {
+            parsed p;
+            int rc = parse(cases[c].text, cases[c].think_open, NULL, step, &p);
+            g_no_calls = cases[c].no_calls;
+            CHECK(rc == 0);
+            CHECK_MSG(!strcmp(p.reasoning, cases[c].reasoning), "case %zu step %zu: reasoning '%s'", c, step, p.reasoning);
+            CHECK_MSG(!strcmp(p.content, cases[c].content), "case %zu step %zu: content '%s'", c, step, p.content);
+            CHECK_MSG(!strcmp(p.calls, cases[c].calls), "case %zu step %zu: calls '%s'", c, step, p.calls);
+        }
+    }
+    g_no_calls = 0;
 }

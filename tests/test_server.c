@@ -826,9 +826,10 @@ TS_TEST(server, unsupported_fields_refused) {
         {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":\"strong\"}}", 400, "invalid_logit_bias", "logit_bias"},
         {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"five\":-100}}", 400, "invalid_logit_bias", "logit_bias"},
         {"/v1/chat/completions", "{" MSGS ",\"logprobs\":true,\"top_logprobs\":21}", 400, "invalid_value", "top_logprobs"},
-        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"required\"}", 400, "unsupported_tool_choice", "tool_choice"},
-        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "unsupported_tool_choice", "tool_choice"},
-        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"none\"}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"always\"}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":{}}}", 400, "unsupported_tool_choice", "tool_choice"},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400, "invalid_value", "tool_choice"},
+        {"/v1/chat/completions", "{" MSGS ",\"tool_choice\":\"required\"}", 400, "invalid_value", "tool_choice"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what is this?\"},"
                                  "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AAAA\"}}]}]}", 400, "unsupported_content_part", "messages"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\",\"input_audio\":{\"data\":\"AA\",\"format\":\"wav\"}}]}]}", 400, "unsupported_content_part", "messages"},
@@ -846,6 +847,10 @@ TS_TEST(server, unsupported_fields_refused) {
                                  "\"response_format\":{\"type\":\"text\"},\"logit_bias\":{},\"tool_choice\":\"auto\","
                                  "\"parallel_tool_calls\":true,\"max_tokens\":2} \r\n", 200, NULL, NULL},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"tool_choice\":\"none\",\"max_tokens\":2}", 200, NULL, NULL},
+        /* honoured now (tests: group toolchoice) */
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"required\",\"max_tokens\":2}", 200, NULL, NULL},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"parallel_tool_calls\":false,\"max_tokens\":2}", 200, NULL, NULL},
+        {"/v1/chat/completions", "{" MSGS "," TOOLS_F ",\"tool_choice\":\"none\",\"max_tokens\":2}", 200, NULL, NULL},
         /* honoured now (tests: server.logit_bias, server.logprobs) */
         {"/v1/chat/completions", "{" MSGS ",\"logit_bias\":{\"5\":100},\"logprobs\":true,\"top_logprobs\":2,\"max_tokens\":2}", 200, NULL, NULL},
         {"/v1/completions", "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":-100},\"logprobs\":0,\"max_tokens\":2}", 200, NULL, NULL},

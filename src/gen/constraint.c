@@ -44,6 +44,15 @@
  * when the string's length is bounded, for subtrees no deeper (in bytes,
  * so in code points) than the room left (height[]). Its cache key is
  * schema_fsm's: each thread's head and top frames, as the JSON key.
+ *
+ * A wrapped schema (ts_constraint_json_schema_wrap: fixed text around the
+ * documents, "<tool_call>\n" ... "\n</tool_call>") is the same walk over
+ * the recognizer's wrapped form, plus its literal tokens: the added tokens
+ * (not special) whose text lies inside a literal ("<tool_call>" is one
+ * token in Qwen's vocabulary, and the model writes it as one). They are
+ * not in the trie (an added token is markup, never a document's text);
+ * each is tried after the walk with the literal-only step
+ * (ts_sfsm_step_literal), so it can spell its literal and nothing else.
  */
 #include "gen/constraint.h"
 
@@ -83,7 +92,9 @@ struct ts_constraint {
     int words;         /* (n_ids + 63) / 64 */
     int object_only;
     int n_tokens, max_len, max_close, max_open;
-    uint8_t *ok;       /* [n_ids] 1: in the trie */
+    uint8_t *ok;       /* [n_ids] 1: in the trie, 2: a literal token (a wrapped schema) */
+    int32_t *lit_ids;  /* [n_lit] the literal tokens */
+    int n_lit;
     uint32_t *off;     /* [n_ids + 1] a token's bytes: bytes[off[id], off[id + 1]) */
     uint8_t *bytes;    /* (the tokenizer need not outlive the constraint) */
     /* the trie, preorder */
@@ -140,6 +151,7 @@ void ts_constraint_free(ts_constraint *c) {
     ts_free(c->tok_ids);
     ts_free(c->in_str);
     ts_free(c->height);
+    ts_free(c->lit_ids);
     ts_schema_free(c->schema);
     ts_free(c);
 }
@@ -239,8 +251,20 @@ static int build_height(ts_constraint *c) {
     return 0;
 }
 
-/* The tokenizer's index (trie, string bits, cache): what both grammars share. */
-static int constraint_new(const ts_tokenizer *t, const char *name, ts_constraint **out, ts_error *err) {
+/* Whether n bytes p lie inside one of a wrapped schema's literals. */
+static int in_literal(const ts_schema *sc, const char *p, size_t n) {
+    for (int k = 0; sc && sc->wrap && k < TS_SW_N; k++) {
+        const uint8_t *l = sc->wrap + sc->wrap_off[k];
+        for (uint32_t i = 0; n <= sc->wrap_len[k] && i + n <= sc->wrap_len[k]; i++)
+            if (!memcmp(l + i, p, n)) return 1;
+    }
+    return 0;
+}
+
+/* The tokenizer's index (trie, string bits, cache): what both grammars
+ * share; wsc, a wrapped schema, picks the literal tokens. */
+static int constraint_new(const ts_tokenizer *t, const char *name, const ts_schema *wsc, ts_constraint **out,
+                          ts_error *err) {
     const int V = ts_tokenizer_vocab_size(t);
     if (V <= 0) return ts_fail(err, TS_E_ARG, "%s: the tokenizer has no tokens", name);
     ts_constraint *c = ts_alloc(sizeof *c, TS_MEM_MISC);
@@ -259,8 +283,19 @@ static int constraint_new(const ts_tokenizer *t, const char *name, ts_constraint
     for (int id = 0; id < V; id++) {
         size_t len = 0;
         const char *p = ts_tokenizer_token_bytes(t, id, &len);
-        const int cand = p && len > 0 && !c->ok[id] && !ts_tokenizer_is_special(t, id) && len < 65535;
-        c->ok[id] = (uint8_t)cand;
+        const int text = p && len > 0 && !ts_tokenizer_is_special(t, id) && len < 65535;
+        const int cand = text && !c->ok[id];
+        const int lit = text && c->ok[id] && in_literal(wsc, p, len);
+        c->ok[id] = (uint8_t)(cand ? 1 : lit ? 2 : 0);
+        if (lit) {
+            int32_t *q = ts_alloc(sizeof(int32_t) * (size_t)(c->n_lit + 1), TS_MEM_MISC);
+            if (!q) goto nomem;
+            if (c->n_lit) memcpy(q, c->lit_ids, sizeof(int32_t) * (size_t)c->n_lit);
+            ts_free(c->lit_ids);
+            c->lit_ids = q;
+            c->lit_ids[c->n_lit++] = id;
+            total += len;
+        }
         if (!cand) continue;
         r[n++] = (tok_ref){(const uint8_t *)p, (uint32_t)len, id};
         total += len;
@@ -271,18 +306,20 @@ static int constraint_new(const ts_tokenizer *t, const char *name, ts_constraint
         c->max_close = TS_MAX(c->max_close, close);
     }
     c->n_tokens = n;
-    /* the candidates' bytes, copied: the trie and the sort point into them */
+    /* the candidates' (and literal tokens') bytes, copied: the trie and the
+     * sort point into them */
     c->off = ts_alloc(sizeof(uint32_t) * ((size_t)V + 1), TS_MEM_MISC);
     c->bytes = ts_alloc(total + 1, TS_MEM_MISC);
     if (!c->off || !c->bytes || total >= UINT32_MAX) goto nomem;
+    c->off[0] = 0;
     for (int k = 0, id = 0; id < V; id++) {
         c->off[id + 1] = c->off[id];
-        if (k < n && r[k].id == id) {
-            memcpy(c->bytes + c->off[id], r[k].p, r[k].len);
-            r[k].p = c->bytes + c->off[id];
-            c->off[id + 1] += r[k].len;
-            k++;
-        }
+        if (!c->ok[id]) continue;
+        size_t len = 0;
+        const char *p = ts_tokenizer_token_bytes(t, id, &len);
+        memcpy(c->bytes + c->off[id], p, len);
+        if (c->ok[id] == 1) r[k++].p = c->bytes + c->off[id]; /* r is in id order until the sort */
+        c->off[id + 1] += (uint32_t)len;
     }
     qsort(r, (size_t)n, sizeof *r, cmp_tok);
     if (build_trie(c, r, n, total) || build_in_str(c) || cache_init(c)) goto nomem;
@@ -301,21 +338,27 @@ int ts_constraint_json(const ts_tokenizer *t, int object_only, ts_constraint **o
     if (!t) return ts_fail(err, TS_E_ARG, "JSON constraint: no tokenizer");
     if (object_only != 0 && object_only != 1)
         return ts_fail(err, TS_E_ARG, "JSON constraint: object_only %d (0: any value, 1: an object)", object_only);
-    int rc = constraint_new(t, "JSON constraint", out, err);
+    int rc = constraint_new(t, "JSON constraint", NULL, out, err);
     if (!rc) (*out)->kind = CK_JSON, (*out)->object_only = object_only;
     return rc;
 }
 
-int ts_constraint_json_schema(const ts_tokenizer *t, const char *schema, size_t len, ts_constraint **out,
-                              ts_error *err) {
-    if (!out) return ts_fail(err, TS_E_ARG, "JSON schema constraint: no output pointer");
+/* A schema's constraint, wrapped when w is set. */
+static int schema_constraint(const ts_tokenizer *t, const char *schema, size_t len, const ts_constraint_wrap *w,
+                             ts_constraint **out, ts_error *err) {
+    const char *name = w ? "wrapped JSON schema constraint" : "JSON schema constraint";
+    if (!out) return ts_fail(err, TS_E_ARG, "%s: no output pointer", name);
     *out = NULL;
-    if (!t) return ts_fail(err, TS_E_ARG, "JSON schema constraint: no tokenizer");
+    if (!t) return ts_fail(err, TS_E_ARG, "%s: no tokenizer", name);
     ts_schema *sc = NULL;
     int rc = ts_schema_compile(schema, len, &sc, err);
-    if (rc) return rc;
+    if (!rc && w) rc = ts_schema_set_wrap(sc, w->prefix, w->suffix, w->sep, w->repeat, err);
+    if (rc) {
+        ts_schema_free(sc);
+        return rc;
+    }
     ts_constraint *c = NULL;
-    if ((rc = constraint_new(t, "JSON schema constraint", &c, err))) {
+    if ((rc = constraint_new(t, name, sc, &c, err))) {
         ts_schema_free(sc);
         return rc;
     }
@@ -327,6 +370,20 @@ int ts_constraint_json_schema(const ts_tokenizer *t, const char *schema, size_t 
     }
     *out = c;
     return 0;
+}
+
+int ts_constraint_json_schema(const ts_tokenizer *t, const char *schema, size_t len, ts_constraint **out,
+                              ts_error *err) {
+    return schema_constraint(t, schema, len, NULL, out, err);
+}
+
+int ts_constraint_json_schema_wrap(const ts_tokenizer *t, const char *schema, size_t len, const ts_constraint_wrap *w,
+                                   ts_constraint **out, ts_error *err) {
+    if (!w) {
+        if (out) *out = NULL;
+        return ts_fail(err, TS_E_ARG, "wrapped JSON schema constraint: no wrap given");
+    }
+    return schema_constraint(t, schema, len, w, out, err);
 }
 
 const ts_schema *ts_constraint_schema(const ts_constraint *c) { return c && c->kind == CK_SCHEMA ? c->schema : NULL; }
@@ -410,7 +467,10 @@ static void walk_schema(ts_cgen *g, const ts_sstate *st, uint64_t *out) {
             i = end[i];
             continue;
         }
-        if ((L == 1 && complete && is_ws(byte[i])) || !ts_sfsm_step(sc, st, &lv[L - 1], byte[i], &lv[L])) {
+        /* no trailing whitespace token after a complete document (a
+         * wrapped one takes none: what may follow is its literals') */
+        if ((L == 1 && complete && !sc->wrap && is_ws(byte[i])) ||
+            !ts_sfsm_step(sc, st, &lv[L - 1], byte[i], &lv[L])) {
             i = end[i];
             continue;
         }
@@ -418,6 +478,20 @@ static void walk_schema(ts_cgen *g, const ts_sstate *st, uint64_t *out) {
         g->lroom[L] = room;
         for (uint32_t k = toff[i]; k < toff[i + 1]; k++) out[tid[k] >> 6] |= (uint64_t)1 << (tid[k] & 63);
         i++;
+    }
+    /* the literal tokens, one by one (a handful), in the step scratch */
+    for (int k = 0; k < c->n_lit; k++) {
+        const int32_t id = c->lit_ids[k];
+        const uint8_t *p = c->bytes + c->off[id];
+        const uint32_t len = c->off[id + 1] - c->off[id];
+        ts_swstate *cur = &g->sw->a, *nxt = &g->sw->b;
+        ts_sfsm_lift(st, cur);
+        uint32_t j = 0;
+        for (; j < len && ts_sfsm_step_literal(sc, st, cur, p[j], nxt); j++) {
+            ts_swstate *tmp = cur;
+            cur = nxt, nxt = tmp;
+        }
+        if (j == len) out[id >> 6] |= (uint64_t)1 << (id & 63);
     }
 }
 
@@ -564,6 +638,9 @@ void ts_constraint_cache_limit(ts_constraint *c, int n) {
 }
 
 int ts_constraint_token_ok(const ts_constraint *c, int32_t id) { return id >= 0 && id < c->n_ids && c->ok[id]; }
+int ts_constraint_token_literal(const ts_constraint *c, int32_t id) {
+    return id >= 0 && id < c->n_ids && c->ok[id] == 2;
+}
 
 /* ---- a generation's constraint ---- */
 
@@ -699,8 +776,10 @@ int ts_cgen_advance(ts_cgen *g, int32_t id, ts_error *err) {
     if (!ts_constraint_token_ok(c, id))
         return ts_fail(err, TS_E_ARG, "%s: token id %d was emitted, which the constraint never allows", c->name, id);
     const uint32_t len = c->off[id + 1] - c->off[id];
-    const int ok = g->ss ? ts_sfsm_feed_token(c->schema, g->ss, c->bytes + c->off[id], len, g->sw)
-                         : ts_jfsm_feed_bytes(&g->st, c->bytes + c->off[id], len);
+    const uint8_t *p = c->bytes + c->off[id];
+    const int ok = !g->ss            ? ts_jfsm_feed_bytes(&g->st, p, len)
+                   : c->ok[id] == 2 ? ts_sfsm_feed_literal(c->schema, g->ss, p, len, g->sw)
+                                    : ts_sfsm_feed_token(c->schema, g->ss, p, len, g->sw);
     if (!ok)
         return ts_fail(err, TS_E_ARG, "%s: token id %d was emitted after %ld bytes (%s), which its mask did not allow",
                        c->name, id, g->n_bytes, g->ss ? ts_sfsm_describe(g->ss) : ts_jfsm_describe(&g->st));

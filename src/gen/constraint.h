@@ -96,7 +96,11 @@ void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *out);
 /* Tests: let the cache hold at most n masks (n >= 1, at most its size);
  * empties it. */
 void ts_constraint_cache_limit(ts_constraint *c, int n);
-/* 1 when id is a candidate of the byte rule at all (has bytes, not added). */
+/* 1 when id is a candidate of the byte rule at all (has bytes, not added;
+ * or a wrapped schema's literal token). */
 int ts_constraint_token_ok(const ts_constraint *c, int32_t id);
+/* 1 when id is a literal token of a wrapped schema (an added token that
+ * may only spell its literal: ts_sfsm_feed_literal). */
+int ts_constraint_token_literal(const ts_constraint *c, int32_t id);
 
 #endif

@@ -833,7 +833,39 @@ void ts_schema_free(ts_schema *s) {
     ts_free(s->lits);
     ts_free(s->bytes);
     ts_free(s->alts);
+    ts_free(s->wrap);
     ts_free(s);
+}
+
+int ts_schema_set_wrap(ts_schema *s, const char *prefix, const char *suffix, const char *sep, int repeat,
+                       ts_error *err) {
+    const char *part[TS_SW_N + 1] = {prefix, suffix, sep, prefix}; /* NEXT is sep then prefix */
+    size_t n[TS_SW_N + 1], total = 0;
+    static const char *const name[TS_SW_N] = {"prefix", "suffix", "separator"};
+    for (int k = 0; k <= TS_SW_N; k++) {
+        n[k] = part[k] ? strlen(part[k]) : 0;
+        if (k < TS_SW_N && n[k] > TS_SCHEMA_WRAP_MAX)
+            return ts_fail(err, TS_E_ARG, "JSON schema: the wrap's %s has %zu bytes, more than %d", name[k], n[k],
+                           TS_SCHEMA_WRAP_MAX);
+        total += n[k];
+    }
+    if (repeat != 0 && repeat != 1) return ts_fail(err, TS_E_ARG, "JSON schema: the wrap's repeat is %d (0 or 1)", repeat);
+    if (repeat && !n[2] && !n[3])
+        return ts_fail(err, TS_E_ARG,
+                       "JSON schema: repeated wrapped documents need a separator or a prefix between them");
+    uint8_t *b = ts_alloc(total + 1, TS_MEM_MISC);
+    if (!b) return ts_fail(err, TS_E_NOMEM, "JSON schema: out of memory");
+    ts_free(s->wrap);
+    s->wrap = b;
+    size_t o = 0;
+    for (int k = 0; k <= TS_SW_N; k++) {
+        if (n[k]) memcpy(b + o, part[k], n[k]);
+        if (k < TS_SW_N) s->wrap_off[k] = (uint32_t)o, s->wrap_len[k] = (uint32_t)n[k];
+        else s->wrap_len[TS_SW_NEXT] += (uint32_t)n[k]; /* the prefix right after the separator */
+        o += n[k];
+    }
+    s->wrap_repeat = repeat;
+    return 0;
 }
 
 int ts_schema_compile(const char *text, size_t len, ts_schema **out, ts_error *err) {
@@ -875,4 +907,11 @@ int ts_schema_compile(const char *text, size_t len, ts_schema **out, ts_error *e
     }
     *out = c.s;
     return 0;
+}
+
+int ts_json_schema_check(const char *schema, size_t len, ts_error *err) {
+    ts_schema *s = NULL;
+    const int rc = ts_schema_compile(schema, len, &s, err);
+    ts_schema_free(s);
+    return rc;
 }

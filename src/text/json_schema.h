@@ -110,6 +110,15 @@ typedef struct ts_slit {
     uint32_t off, len;           /* bytes[off, off + len) */
 } ts_slit;
 
+/* The literals of a wrapped schema (ts_schema_set_wrap). */
+enum {
+    TS_SW_FIRST = 0,  /* before the first document: the prefix */
+    TS_SW_SUFFIX = 1, /* after each document */
+    TS_SW_NEXT = 2,   /* before each later document: the separator, then the prefix */
+    TS_SW_N = 3
+};
+#define TS_SCHEMA_WRAP_MAX 4096 /* bytes of one literal */
+
 typedef struct ts_schema {
     ts_snode *nodes;             /* [n_nodes] */
     int n_nodes;
@@ -123,6 +132,11 @@ typedef struct ts_schema {
     int n_alts;
     int32_t root;
     int32_t any;                 /* the node of any JSON value */
+    /* Wrapped documents (ts_schema_set_wrap): fixed text around each
+     * document; wrap NULL for a plain one. */
+    uint8_t *wrap;               /* the literals' bytes */
+    uint32_t wrap_off[TS_SW_N], wrap_len[TS_SW_N];
+    int wrap_repeat;             /* 1: one or more documents, 0: exactly one */
 } ts_schema;
 
 /* Compile a schema (JSON text of len bytes). 0, or TS_E_ARG with err naming
@@ -130,6 +144,19 @@ typedef struct ts_schema {
  * owned by the caller (ts_schema_free). */
 int ts_schema_compile(const char *text, size_t len, ts_schema **out, ts_error *err);
 void ts_schema_free(ts_schema *s);
+
+/* Wrap s's documents between fixed texts: the recognizer (schema_fsm.h)
+ * then reads prefix, a document, suffix and, with repeat, any number of
+ * sep, prefix, a document, suffix more; the end is complete after a
+ * suffix. The document's own leading and trailing whitespace is refused
+ * there (the literals carry the layout, and a suffix that starts with
+ * "\n" is then read one way). A byte that could continue the document
+ * (a digit after a top-level number) goes to the document, not to the
+ * suffix: a suffix should not start with one. Each literal at most
+ * TS_SCHEMA_WRAP_MAX bytes (NULL: empty); repeat needs sep or prefix.
+ * 0, TS_E_ARG naming the problem, TS_E_NOMEM. */
+int ts_schema_set_wrap(ts_schema *s, const char *prefix, const char *suffix, const char *sep, int repeat,
+                       ts_error *err);
 
 /* The first required property of node n at or after index i (n_props: none). */
 static inline uint32_t ts_schema_req_from(const ts_schema *s, const ts_snode *n, uint32_t i) {

@@ -44,6 +44,7 @@ struct ts_reply {
                             push resume past them: a long whitespace run (held until the next other
                             byte decides where it belongs) then costs O(1) per push, not O(run). */
     cJSON *tools;        /* the request's tool schemas, or NULL */
+    int no_calls;        /* ts_reply_no_tool_calls: "<tool_call>" is content like any text */
 };
 
 static const char T_THINK[] = "<think>", T_END_THINK[] = "</think>";
@@ -120,6 +121,10 @@ int ts_reply_new(int think_open, const char *tools_json, ts_reply **out, ts_erro
     return 0;
 }
 
+void ts_reply_no_tool_calls(ts_reply *r) {
+    if (r) r->no_calls = 1;
+}
+
 void ts_reply_free(ts_reply *r) {
     if (!r) return;
     ts_text_free(&r->hold);
@@ -162,9 +167,11 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
             if (!n && !final) return 0;
             r->strip_lead = 0;
         }
-        const char *tag = reasoning_state ? T_END_THINK : T_CALL;
+        /* without tool calls the content has no tag to wait for (a partial
+         * "<tool_call>" is not held) */
+        const char *tag = reasoning_state ? T_END_THINK : r->no_calls ? NULL : T_CALL;
         const size_t lo = r->ws_held; /* [0, lo) is whitespace: no tag starts there */
-        const char *at = find(s + lo, n - lo, tag);
+        const char *at = tag ? find(s + lo, n - lo, tag) : NULL;
         if (at) {
             size_t m = (size_t)(at - s), e = m;
             while (e > lo && is_ws(s[e - 1])) e--; /* layout whitespace before the tag */
@@ -182,7 +189,7 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
             }
             continue;
         }
-        size_t keep = final ? 0 : partial_tag(s, n, tag);
+        size_t keep = final || !tag ? 0 : partial_tag(s, n, tag);
         size_t e = n - keep;
         if (!final) {
             while (e > lo && is_ws(s[e - 1])) e--;
@@ -303,9 +310,12 @@ static int parse_xml_call(const char *s, size_t n, const cJSON *tools, cJSON *ca
     return 0;
 }
 
-/* Body {"name": ..., "arguments": {...} or "..."}. 0 or -1. */
-static int parse_json_call(const char *s, size_t n, cJSON *call) {
-    cJSON *j = cJSON_ParseWithLength(s, n);
+/* Body {"name": ..., "arguments": {...} or "..."}: the JSON value at s
+ * (the text past it is the caller's), whose end goes to *end. 0 or -1. */
+static int parse_json_call(const char *s, size_t n, cJSON *call, const char **end) {
+    const char *e = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &e, 0);
+    *end = j ? e : NULL;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
     if (!args) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
@@ -337,14 +347,26 @@ static cJSON *parse_calls(const char *s, size_t n, const cJSON *tools) {
         if (p == end) break;
         if ((size_t)(end - p) < kc || memcmp(p, T_CALL, kc)) goto bad;
         p += kc;
-        const char *e = find(p, (size_t)(end - p), T_END_CALL);
-        const char *be = e ? e : end; /* an unclosed last block (generation ended) */
         const char *b = p;
-        while (b < be && is_ws(*b)) b++;
-        while (be > b && is_ws(be[-1])) be--;
+        while (b < end && is_ws(*b)) b++;
         cJSON *call = cJSON_CreateObject();
-        int rc = b < be && *b == '{' ? parse_json_call(b, (size_t)(be - b), call)
-                                     : parse_xml_call(b, (size_t)(be - b), tools, call);
+        const char *e;
+        int rc;
+        if (b < end && *b == '{') {
+            /* the JSON form ends where its value does: a "</tool_call>"
+             * inside one of its strings is text, not the block's end */
+            const char *je = NULL;
+            rc = parse_json_call(b, (size_t)(end - b), call, &je);
+            while (!rc && je < end && is_ws(*je)) je++;
+            /* NULL: an unclosed last block (generation ended); text between
+             * the value and the tag is ignored, as it always was */
+            e = rc || je == end ? NULL : find(je, (size_t)(end - je), T_END_CALL);
+        } else {
+            e = find(p, (size_t)(end - p), T_END_CALL);
+            const char *be = e ? e : end; /* an unclosed last block (generation ended) */
+            while (be > b && is_ws(be[-1])) be--;
+            rc = parse_xml_call(b, (size_t)(be - b), tools, call);
+        }
         if (rc) { cJSON_Delete(call); goto bad; }
         cJSON_AddItemToArray(calls, call);
         if (!e) break;

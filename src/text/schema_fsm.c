@@ -9,6 +9,12 @@
  * only when nothing required is missing and enough items came), at a
  * string's characters and its closing quote (the length bounds).
  *
+ * A wrapped schema (ts_schema_set_wrap) reads its literals around the
+ * document at depth 0: S_WLIT byte by byte, the document's start after
+ * the prefix, S_AFTER at depth 0 hands the next byte to the suffix, S_WEND
+ * after it. The document's top-level whitespace is refused there, so a
+ * literal's whitespace is read one way only.
+ *
  * Invariants: heads are normalized when emitted (fields their state does
  * not read are zero, counts clamped where only a bound reads them), so
  * equal readings compare equal byte for byte, which both the merging of
@@ -42,6 +48,8 @@ enum slex {
     S_E,         /* number: after 'e' */
     S_ESIGN,     /* number: after the exponent's sign */
     S_EXP,       /* number: exponent digits (complete) */
+    S_WLIT,      /* a wrapped schema's literal (json_schema.h TS_SW_*): aux which, cnt bytes matched */
+    S_WEND,      /* after a wrapped document's suffix: the end, or (repeat) the next separator */
     S_N
 };
 
@@ -148,7 +156,7 @@ static void norm(const ts_schema *sc, ts_shead *h) {
     if (!str || !h->un) h->un = h->ulo = h->uhi = 0;
     /* aux: a literal's progress, \u's digits, the integer flag (read until
      * a '.' or 'e' could come; an integer never gets past them) */
-    if (lex != S_LIT && lex != S_HEX && lex != S_MINUS && lex != S_ZERO && lex != S_INT) h->aux = 0;
+    if (lex != S_LIT && lex != S_HEX && lex != S_MINUS && lex != S_ZERO && lex != S_INT && lex != S_WLIT) h->aux = 0;
     if (lex != S_VALUE && lex != S_COLON && lex != S_ENUM && !vstr) h->node = 0;
     if (vstr) {
         const ts_snode *n = &sc->nodes[h->node];
@@ -156,7 +164,8 @@ static void norm(const ts_schema *sc, ts_shead *h) {
         /* without maxLength only "at least minLength" is read: the count
          * (and a surrogate's half, which only changes the count) stop there */
         if (n->max_len == TS_SCHEMA_UNBOUNDED && h->cnt >= n->min_len) h->cnt = n->min_len, h->cand = 0;
-    } else if (lex != S_KEY && lex != S_ENUM) h->cnt = h->cand = 0;
+    } else if (lex == S_WLIT) h->cand = 0;
+    else if (lex != S_KEY && lex != S_ENUM) h->cnt = h->cand = 0;
     h->pad = 0, h->pad2 = 0;
 }
 
@@ -286,10 +295,44 @@ static void key_byte(sctx *x, ts_swthread *t, uint8_t b) {
     emit(x, t);
 }
 
+/* ---- a wrapped schema's literals ---- */
+
+/* Byte b at position pos of literal k: the literal goes on, or ends (the
+ * suffix: S_WEND; a prefix: the document starts). */
+static void wrap_byte(sctx *x, ts_swthread *t, int k, uint32_t pos, uint8_t b) {
+    const ts_schema *sc = x->sc;
+    if (pos >= sc->wrap_len[k] || sc->wrap[sc->wrap_off[k] + pos] != b) return;
+    t->h.aux = 0, t->h.cnt = 0, t->h.node = 0;
+    if (++pos < sc->wrap_len[k]) {
+        t->h.lex = S_WLIT, t->h.aux = (uint8_t)k, t->h.cnt = pos;
+    } else if (k == TS_SW_SUFFIX) {
+        t->h.lex = S_WEND;
+    } else {
+        t->h.lex = S_VALUE, t->h.node = (uint16_t)sc->root;
+    }
+    emit(x, t);
+}
+
+/* After the suffix: with repeat, the next document's separator and prefix. */
+static void wrap_end_byte(sctx *x, ts_swthread *t, uint8_t b) {
+    if (x->sc->wrap_repeat) wrap_byte(x, t, TS_SW_NEXT, 0, b);
+}
+
+/* A wrapped document is complete: b starts the suffix (or, without one,
+ * what may follow it). */
+static void wrap_doc_end(sctx *x, ts_swthread *t, uint8_t b) {
+    if (x->sc->wrap_len[TS_SW_SUFFIX]) wrap_byte(x, t, TS_SW_SUFFIX, 0, b);
+    else wrap_end_byte(x, t, b);
+}
+
 /* After a value (also the byte that ends a number or a literal): run is
  * the whitespace run before b. */
 static void after_value(sctx *x, ts_swthread *t, uint8_t b, uint8_t run) {
     t->h.lex = S_AFTER;
+    if (x->sc->wrap && !depth_of(t)) {
+        wrap_doc_end(x, t, b);
+        return;
+    }
     if (is_ws(b)) {
         if (run >= TS_JSON_MAX_WS) return;
         t->h.ws = (uint8_t)(run + 1);
@@ -418,7 +461,8 @@ static void step_thread(sctx *x, const ts_swthread *in, uint8_t b) {
     case S_ARR_FIRST:
     case S_OBJ_FIRST:
         if (w) {
-            if (run >= TS_JSON_MAX_WS) return;
+            /* a wrapped document starts right after its prefix */
+            if (run >= TS_JSON_MAX_WS || (t.h.lex == S_VALUE && sc->wrap && !depth_of(&t))) return;
             t.h.ws = (uint8_t)(run + 1);
             emit(x, &t);
             return;
@@ -520,6 +564,8 @@ static void step_thread(sctx *x, const ts_swthread *in, uint8_t b) {
         if (is_digit(b)) emit(x, &t);
         else after_value(x, &t, b, run);
         return;
+    case S_WLIT: wrap_byte(x, &t, t.h.aux, t.h.cnt, b); return;
+    case S_WEND: wrap_end_byte(x, &t, b); return;
     default: return;
     }
 }
@@ -531,6 +577,11 @@ void ts_sfsm_init(ts_sstate *s, const ts_schema *sc) {
     memset(&s->t[0], 0, sizeof s->t[0]);
     s->t[0].h.lex = S_VALUE;
     s->t[0].h.node = (uint16_t)sc->root;
+    if (sc->wrap && sc->wrap_len[TS_SW_FIRST]) { /* the prefix first */
+        s->t[0].h.lex = S_WLIT;
+        s->t[0].h.node = 0;
+        s->t[0].h.aux = TS_SW_FIRST;
+    }
 }
 
 void ts_sfsm_lift(const ts_sstate *s, ts_swstate *w) {
@@ -547,6 +598,25 @@ int ts_sfsm_step(const ts_schema *sc, const ts_sstate *base, const ts_swstate *i
     out->n = 0;
     for (int i = 0; i < in->n; i++) step_thread(&x, &in->t[i], b);
     return out->n;
+}
+
+/* Only literal bytes leave a thread in S_WLIT or S_WEND, and only a
+ * prefix's last byte at a document's start (S_VALUE at depth 0: the
+ * document's own whitespace is refused there): the readings in which b was
+ * a literal's. */
+int ts_sfsm_step_literal(const ts_schema *sc, const ts_sstate *base, const ts_swstate *in, uint8_t b, ts_swstate *out) {
+    if (!sc->wrap) return out->n = 0;
+    ts_sfsm_step(sc, base, in, b, out);
+    int k = 0;
+    for (int i = 0; i < out->n; i++) {
+        const ts_swthread *t = &out->t[i];
+        const uint8_t lex = t->h.lex;
+        if (lex == S_WLIT || lex == S_WEND || (lex == S_VALUE && !depth_of(t))) {
+            if (k != i) out->t[k] = *t;
+            k++;
+        }
+    }
+    return out->n = k;
 }
 
 void ts_sfsm_flatten(const ts_sstate *base, const ts_swstate *w, ts_sstate *out) {
@@ -589,6 +659,20 @@ int ts_sfsm_feed_token(const ts_schema *sc, ts_sstate *s, const void *p, size_t 
     return 1;
 }
 
+int ts_sfsm_feed_literal(const ts_schema *sc, ts_sstate *s, const void *p, size_t n, ts_sfsm_work *w) {
+    const uint8_t *b = p;
+    ts_swstate *cur = &w->a, *nxt = &w->b;
+    ts_sfsm_lift(s, cur);
+    for (size_t i = 0; i < n; i++) {
+        if (!ts_sfsm_step_literal(sc, s, cur, b[i], nxt)) return 0;
+        ts_swstate *t = cur;
+        cur = nxt, nxt = t;
+    }
+    ts_sfsm_flatten(s, cur, &w->tmp);
+    ts_sfsm_copy(s, &w->tmp);
+    return 1;
+}
+
 int ts_sfsm_feed_bytes(const ts_schema *sc, ts_sstate *s, const void *p, size_t n, ts_sfsm_work *w) {
     const uint8_t *b = p;
     for (size_t i = 0; i < n; i++)
@@ -596,13 +680,20 @@ int ts_sfsm_feed_bytes(const ts_schema *sc, ts_sstate *s, const void *p, size_t 
     return 1;
 }
 
-static int thread_complete(const ts_schema *sc, const ts_sthread *t) {
+/* The document (a wrapped one without its literals) is complete. */
+static int doc_complete(const ts_schema *sc, const ts_sthread *t) {
     if (t->depth) return 0;
     const uint8_t lex = t->h.lex;
     if (lex == S_AFTER || number_complete(lex)) return 1;
     if (lex != S_ENUM) return 0;
     const ts_snode *n = &sc->nodes[t->h.node];
     return lit_has(sc, t->h.cand, enum_hi(n), t->h.cnt, 0);
+}
+
+/* A wrapped schema is complete after a suffix (a document, without one). */
+static int thread_complete(const ts_schema *sc, const ts_sthread *t) {
+    if (!sc->wrap) return doc_complete(sc, t);
+    return t->h.lex == S_WEND || (!sc->wrap_len[TS_SW_SUFFIX] && doc_complete(sc, t));
 }
 
 int ts_sfsm_complete(const ts_schema *sc, const ts_sstate *s) {
@@ -612,8 +703,12 @@ int ts_sfsm_complete(const ts_schema *sc, const ts_sstate *s) {
 }
 
 int ts_sfsm_done(const ts_schema *sc, const ts_sstate *s) {
-    for (int i = 0; i < s->n; i++)
-        if (s->t[i].depth || s->t[i].h.lex != S_AFTER) return 0;
+    if (sc->wrap && sc->wrap_repeat) return 0; /* another document may follow */
+    for (int i = 0; i < s->n; i++) {
+        const ts_sthread *t = &s->t[i];
+        const int end = !sc->wrap || !sc->wrap_len[TS_SW_SUFFIX] ? !t->depth && t->h.lex == S_AFTER : t->h.lex == S_WEND;
+        if (!end) return 0;
+    }
     return s->n > 0;
 }
 
@@ -650,7 +745,8 @@ const char *ts_sfsm_describe(const ts_sstate *s) {
     static const char *const name[S_N] = {
         "a value", "after '['", "after '{'", "an object key", "a property name", "':' after a key", "after a value",
         "inside a string", "an escape", "a \\u escape", "a literal", "an enum value", "a number after '-'", "a number",
-        "a number", "a number's fraction", "a number's fraction", "an exponent", "an exponent", "an exponent"};
+        "a number", "a number's fraction", "a number's fraction", "an exponent", "an exponent", "an exponent",
+        "the wrap's literal text", "after the wrap's suffix"};
     if (!s->n) return "no reading left";
     const uint8_t lex = s->t[0].h.lex;
     return lex < S_N ? name[lex] : "an unknown state";

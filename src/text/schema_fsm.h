@@ -35,6 +35,11 @@
  * refused, which no tokenizer this engine loads has (at most 3 '{' or '['
  * in a token).
  *
+ * A wrapped schema (json_schema.h ts_schema_set_wrap) reads fixed literal
+ * text around its documents at depth 0 (lexical states of their own, so
+ * the cache key tells a literal's position apart); ts_sfsm_step_literal
+ * keeps only the readings in which a byte is a literal's.
+ *
  * Documents nest at most TS_SFSM_DEPTH containers (a recursive schema's
  * deeper documents are refused; the plain JSON constraint allows 1024).
  * That cap is the one place a live prefix can be a dead end: a schema that
@@ -114,10 +119,17 @@ void ts_sfsm_lift(const ts_sstate *s, ts_swstate *w);
 /* One byte from in (over base) into out (!= in): out->n threads, 0 when
  * the byte is refused. */
 int ts_sfsm_step(const ts_schema *sc, const ts_sstate *base, const ts_swstate *in, uint8_t b, ts_swstate *out);
+/* ts_sfsm_step restricted to the readings in which b is a wrapped schema's
+ * literal byte (json_schema.h ts_schema_set_wrap): how an added token
+ * ("<tool_call>") is allowed to spell a literal and nothing else. 0 for a
+ * plain schema. */
+int ts_sfsm_step_literal(const ts_schema *sc, const ts_sstate *base, const ts_swstate *in, uint8_t b, ts_swstate *out);
 /* w (over base) as a flat state into out (!= base); equal threads merge. */
 void ts_sfsm_flatten(const ts_sstate *base, const ts_swstate *w, ts_sstate *out);
 /* A token's bytes: 1 and s advanced, or 0 and s unchanged. */
 int ts_sfsm_feed_token(const ts_schema *sc, ts_sstate *s, const void *p, size_t n, ts_sfsm_work *w);
+/* ts_sfsm_feed_token with ts_sfsm_step_literal: every byte a literal's. */
+int ts_sfsm_feed_literal(const ts_schema *sc, ts_sstate *s, const void *p, size_t n, ts_sfsm_work *w);
 /* One byte at a time (each flattened): 1 while live; 0 at the first
  * refused byte (s is then the state before it). */
 int ts_sfsm_feed_bytes(const ts_schema *sc, ts_sstate *s, const void *p, size_t n, ts_sfsm_work *w);

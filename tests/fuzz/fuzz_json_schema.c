@@ -8,7 +8,12 @@
  * agree; a complete document parses (cJSON, strict) and validates against
  * the schema (schema_valid.c, the standard reading but for oneOf, read as
  * anyOf as the compiler documents); the longest live
- * prefix completes (fuzz_schema_complete) to a document that validates. */
+ * prefix completes (fuzz_schema_complete) to a document that validates.
+ * Then the same schema wrapped (ts_schema_set_wrap, a forced tool call's
+ * shape with printable literals): PREFIX doc SUFFIX is complete exactly when
+ * doc is a complete document with no whitespace at its ends, and the
+ * longest live prefix of PREFIX doc completes to PREFIX, a document that
+ * validates, SUFFIX. */
 #define _GNU_SOURCE /* memmem */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -35,6 +40,51 @@ static void check_valid(const char *schema_text, size_t schema_len, const char *
     if (r == 0) fuzz_fail("%s '%.*s' does not validate against the schema", what, (int)(n > 300 ? 300 : n), doc);
     cJSON_Delete(v);
     cJSON_Delete(s);
+}
+
+#define W_PRE "<p>"
+#define W_SUF "</s>"
+
+static int ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* The wrapped checks (sc wrapped here); plain_complete: the whole document
+ * fed and complete in the plain form; capped: the thread cap dropped
+ * readings there (no verdict). */
+static void check_wrapped(ts_schema *sc, const char *st, size_t sl, const char *doc, size_t dl, int plain_complete,
+                          int capped, int repeat, ts_sstate *a, ts_sfsm_work *w) {
+    ts_error err = {0};
+    if (ts_schema_set_wrap(sc, W_PRE, W_SUF, ",", repeat, &err)) fuzz_fail("set_wrap: %s", err.msg);
+    const size_t np = sizeof W_PRE - 1, ns = sizeof W_SUF - 1;
+    char *t = malloc(np + dl + ns);
+    if (!t) fuzz_fail("out of memory");
+    memcpy(t, W_PRE, np), memcpy(t + np, doc, dl), memcpy(t + np + dl, W_SUF, ns);
+    ts_sfsm_init(a, sc);
+    size_t live = 0;
+    while (live < np + dl + ns && ts_sfsm_feed_bytes(sc, a, t + live, 1, w)) live++, capped |= a->n == TS_SFSM_THREADS;
+    const int got = live == np + dl + ns && ts_sfsm_complete(sc, a);
+    const int want = plain_complete && dl && !ws(doc[0]) && !ws(doc[dl - 1]);
+    if (!capped && got != want)
+        fuzz_fail("wrapped: complete %d, the plain document %d (live %zu of %zu)", got, want, live, np + dl + ns);
+    /* the live prefix of PREFIX doc completes to PREFIX, a valid document, SUFFIX */
+    ts_sfsm_init(a, sc);
+    live = 0;
+    while (live < np + dl && ts_sfsm_feed_bytes(sc, a, t + live, 1, w)) live++;
+    const size_t cap = 1 << 14;
+    char *z = malloc(live + cap + 1);
+    memcpy(z, t, live);
+    const size_t k = fuzz_schema_complete(sc, a, (uint8_t *)z + live, cap);
+    int deep = 0;
+    for (int i = 0; i < a->n; i++) deep |= a->t[i].depth >= TS_SFSM_DEPTH - 2;
+    if (k == (size_t)-1 && !deep) fuzz_fail("wrapped: the live prefix of %zu bytes does not complete", live);
+    if (k < cap) {
+        const size_t n = live + k;
+        if (n < np + ns || memcmp(z, W_PRE, np) || memcmp(z + n - ns, W_SUF, ns))
+            fuzz_fail("wrapped: completed to '%.*s', not between the literals", (int)(n > 300 ? 300 : n), z);
+        z[n - ns] = 0;
+        check_valid(st, sl, z + np, n - ns - np, "the completed wrapped document");
+    }
+    free(z);
+    free(t);
 }
 
 int fuzz_json_schema(const uint8_t *data, size_t size) {
@@ -79,6 +129,7 @@ int fuzz_json_schema(const uint8_t *data, size_t size) {
         check_valid(st, sl, z, live + k, "the completed prefix");
     }
     free(z);
+    check_wrapped(sc, st, sl, doc, dl, live == dl && ts_sfsm_complete(sc, a), capped, (int)(sl & 1), b, w);
     free(a);
     free(b);
     free(w);

@@ -9,7 +9,9 @@
  * tokens and at most SRV_MAX_STOPS non-empty stop strings; a logit bias of
  * at most 1024 distinct ids inside the vocabulary with values in [-100,
  * 100], held by the job; 0..20 alternatives a token, none without logprobs;
- * nothing leaks. */
+ * a forced tool_choice ("required", a named function) holds its call's
+ * constraint from the server's cache, nothing else but response_format
+ * json_schema does, the cache stays within its bound; nothing leaks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +33,7 @@ static srv *server(void) {
         free(text);
         pthread_mutex_init(&s.tpl_mu, NULL);
         pthread_mutex_init(&s.mu, NULL);
+        srv_cc_init(&s);
         s.model_dir = "tests/fixtures/server";
         strcpy(s.model_id, "fuzz");
         s.n_vocab = ts_tokenizer_vocab_size(s.tok);
@@ -70,6 +73,12 @@ static void check(const srv *s, job *j, const srv_err *e, const char *what) {
     }
     if (gp->top_logprobs < 0 || gp->top_logprobs > TS_TOP_LOGPROBS_MAX || (!j->logprobs && gp->top_logprobs))
         fuzz_fail("%s: %d alternatives (logprobs %d)", what, gp->top_logprobs, j->logprobs);
+    const int forced = j->tool_choice == SRV_TC_REQUIRED || j->tool_choice == SRV_TC_NAMED;
+    if (j->kind != JOB_CHAT && j->tool_choice != SRV_TC_AUTO) fuzz_fail("%s: a tool_choice on a completion", what);
+    if ((forced || j->json) ? (forced && j->json) || (forced && !j->schema) : j->schema != NULL)
+        fuzz_fail("%s: tool_choice %d, json %d, constraint %p", what, j->tool_choice, j->json, (const void *)j->schema);
+    if (j->schema != srv_cc_constraint(j->cref)) fuzz_fail("%s: a constraint the job does not hold", what);
+    if (s->cc_n < 0 || s->cc_n > SRV_CC_CAP) fuzz_fail("%s: %d cached constraints", what, s->cc_n);
     srv_job_unref(j);
 }
 

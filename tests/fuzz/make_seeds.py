@@ -122,6 +122,28 @@ HOSTILE_BODIES += with_bad(b'{"prompt":"a","logit_bias":{"@BAD@":1}}', None)
 
 for i, o in enumerate(CHAT):
     put("server", "chat-%02d.json" % i, js(o))
+# tool_choice (server_tools.c): forced calls compile a constraint (cached), refusals name the tool
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "$defs": {
+        "z": {"enum": ["utc", "cet"]}}, "properties": {"zone": {"$ref": "#/$defs/z"}}, "required": ["zone"]}}}
+TOOL_CHOICE = [
+    {"messages": MSGS, "tools": TOOLS, "tool_choice": "required"},
+    {"messages": MSGS, "tools": TOOLS + [TIME], "tool_choice": "required", "parallel_tool_calls": False},
+    {"messages": MSGS, "tools": TOOLS + [TIME], "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+    {"messages": MSGS, "tools": TOOLS, "tool_choice": "none", "parallel_tool_calls": False},
+    {"messages": MSGS, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+    {"messages": MSGS, "tool_choice": "required"},
+    {"messages": MSGS, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+     "properties": {"n": {"type": "integer", "minimum": 1}}}}}], "tool_choice": "required"},
+    {"messages": MSGS, "tools": [TOOLS[0], TOOLS[0]], "tool_choice": "required"},
+    {"messages": MSGS, "tools": [{"type": "function", "function": {"name": "f%d" % k}} for k in range(17)],
+     "tool_choice": "required"},
+    {"messages": MSGS, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather", "x": 1}}},
+    {"messages": MSGS, "tools": [{"type": "function", "function": {"name": "g", "parameters": {"type": "object",
+     "properties": {"a": {"$ref": "#/properties/b"}, "b": {"enum": [1, "$ref"]}, "$ref": {"type": "string"}}}}}],
+     "tool_choice": "required"},
+]
+for i, o in enumerate(TOOL_CHOICE):
+    put("server", "toolchoice-%02d.json" % i, js(o))
 for i, o in enumerate(COMPL):
     put("server", "compl-%02d.json" % i, js(o))
 for i, b in enumerate(HOSTILE_BODIES):

@@ -179,7 +179,9 @@ static int max_depth(const ts_sstate *s) {
  * into a key, forever). */
 size_t fuzz_schema_complete(const void *sc_, const void *st_, uint8_t *out, size_t cap) {
     const ts_schema *sc = sc_;
-    static const char pref[] = "\"}],:0n1tf{[a ";
+    /* '<' early: a wrapped schema's suffix ("</s>", fuzz_json_schema.c) must
+     * win over a number's next digit */
+    static const char pref[] = "\"<}],:0n1tf{[a ";
     ts_sstate *s = malloc(sizeof *s), *probe = malloc(sizeof *probe);
     ts_sfsm_work *w = malloc(sizeof *w);
     if (!s || !w || !probe) fuzz_fail("out of memory");

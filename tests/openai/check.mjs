@@ -9,7 +9,8 @@
 // (deltas add up to the non-streamed reply), completions, logprobs and
 // logit_bias (streamed entries equal the whole list), a tool-calling
 // conversation whose history carries string arguments (what the client's own
-// types say), reasoning_content, seeds, aborts (the server stops generating),
+// types say), tool_choice (a named function, "required", "none"; streamed
+// calls equal the whole ones), reasoning_content, seeds, aborts (the server stops generating),
 // response_format json_schema (a finished reply follows the schema), and the
 // errors the client raises for refused requests. Each check asserts
 // something that could fail. Prints one line per check and "N passed, N
@@ -203,6 +204,45 @@ await check("tools: a history with string arguments is accepted and rendered", a
   }
 });
 
+// tools with bounded arguments, so that a random model's forced call ends
+const forcedTools = [
+  { type: "function", function: { name: "get_weather", description: "Weather of a city",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 }, days: { type: "integer" } }, required: ["city"] } } },
+  { type: "function", function: { name: "get_time",
+    parameters: { type: "object", properties: { zone: { enum: ["utc", "cet"] } }, required: ["zone"] } } },
+];
+await check("tool_choice: a named function, \"required\" and \"none\"; streamed calls equal whole ones", async () => {
+  const base = { model: MODEL, messages: [{ role: "user", content: "What is the weather in Paris?" }], tools: forcedTools,
+                 max_tokens: 400, temperature: 0, parallel_tool_calls: false, ...NOTHINK };
+  const named = { ...base, tool_choice: { type: "function", function: { name: "get_time" } } };
+  const c = (await client.chat.completions.create(named)).choices[0];
+  assert(c.finish_reason === "tool_calls" && c.message.tool_calls?.length === 1, JSON.stringify(c));
+  const tc = c.message.tool_calls[0];
+  assert(tc.type === "function" && typeof tc.id === "string" && tc.function.name === "get_time", JSON.stringify(tc));
+  const args = JSON.parse(tc.function.arguments);
+  assert(Object.keys(args).length === 1 && ["utc", "cet"].includes(args.zone), `arguments ${tc.function.arguments}`);
+  const calls = [];
+  let fin = null;
+  for await (const ch of await client.chat.completions.create({ ...named, stream: true })) {
+    for (const d of ch.choices[0]?.delta?.tool_calls ?? []) {
+      calls[d.index] ??= { name: "", arguments: "" };
+      calls[d.index].name += d.function?.name ?? "";
+      calls[d.index].arguments += d.function?.arguments ?? "";
+    }
+    fin = ch.choices[0]?.finish_reason ?? fin;
+  }
+  assert(fin === "tool_calls" && calls.length === 1 && calls[0].name === "get_time" && calls[0].arguments === tc.function.arguments,
+         `streamed ${JSON.stringify(calls)} (${fin})`);
+  const r = (await client.chat.completions.create({ ...base, tool_choice: "required" })).choices[0];
+  const rt = r.message.tool_calls?.[0];
+  assert(r.finish_reason === "tool_calls" && ["get_weather", "get_time"].includes(rt?.function.name), JSON.stringify(r));
+  const ra = JSON.parse(rt.function.arguments);
+  assert(rt.function.name === "get_time" ? ["utc", "cet"].includes(ra.zone) : typeof ra.city === "string" && [...ra.city].length <= 12,
+         `arguments ${rt.function.arguments}`);
+  const n = (await client.chat.completions.create({ ...base, tool_choice: "none", max_tokens: 16 })).choices[0];
+  assert(!n.message.tool_calls && n.finish_reason !== "tool_calls", JSON.stringify(n));
+});
+
 await check("reasoning: thinking replies carry reasoning_content, streamed the same", async () => {
   // the bundled model's template thinks only when asked (as the small Qwen3.5 checkpoints)
   const req = { model: MODEL, messages: [{ role: "user", content: "Why is the sky blue?" }], max_tokens: 16, temperature: 0,
@@ -297,7 +337,9 @@ await check("errors: refused requests raise the client's typed errors", async ()
      OpenAI.BadRequestError, 400, "invalid_json_schema"],
     [{ model: MODEL, messages: userMsg, tools, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } },
      OpenAI.BadRequestError, 400, "unsupported_response_format"],
-    [{ model: MODEL, messages: userMsg, tools, tool_choice: "required" }, OpenAI.BadRequestError, 400, "unsupported_tool_choice"],
+    [{ model: MODEL, messages: userMsg, tool_choice: "required", tools: [{ type: "function", function: { name: "book",
+       parameters: { type: "object", properties: { seats: { type: "integer", minimum: 1 } } } } }] },
+     OpenAI.BadRequestError, 400, "unsupported_tool_schema"],
     [{ model: MODEL, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }] }] },
      OpenAI.BadRequestError, 400, "unsupported_content_part"],
     [{ model: "gpt-4o", messages: userMsg }, OpenAI.NotFoundError, 404, "model_not_found"],

@@ -557,6 +557,20 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
                       "# TYPE turbospark_idle_connections_closed_total counter\nturbospark_idle_connections_closed_total %llu\n",
                       g_idle.n_idle, (unsigned long long)g_idle.evicted);
     pthread_mutex_unlock(&g_idle.mu);
+    pthread_mutex_lock(&s->cc_mu);
+    if (n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n,
+                      "# HELP turbospark_constraint_cache_hits_total Schema constraints (json_schema, forced tool calls) "
+                      "found compiled in the cache.\n"
+                      "# TYPE turbospark_constraint_cache_hits_total counter\nturbospark_constraint_cache_hits_total %llu\n"
+                      "# HELP turbospark_constraint_cache_misses_total Schema constraints compiled (not in the cache).\n"
+                      "# TYPE turbospark_constraint_cache_misses_total counter\nturbospark_constraint_cache_misses_total %llu\n"
+                      "# HELP turbospark_constraint_build_seconds_total Time spent compiling the misses.\n"
+                      "# TYPE turbospark_constraint_build_seconds_total counter\nturbospark_constraint_build_seconds_total %.6f\n"
+                      "# HELP turbospark_constraint_cache_entries Compiled constraints the cache holds (at most %d).\n"
+                      "# TYPE turbospark_constraint_cache_entries gauge\nturbospark_constraint_cache_entries %d\n",
+                      (unsigned long long)s->cc_hits, (unsigned long long)s->cc_misses, s->cc_build_s, SRV_CC_CAP, s->cc_n);
+    pthread_mutex_unlock(&s->cc_mu);
     n = expert_metrics(s->e, buf, sizeof buf, n);
     if (n < 0 || (size_t)n >= sizeof buf) n = (int)strlen(buf); /* the text is bounded (layers: a few hundred) */
     return send_body(c, 200, "text/plain; version=0.0.4", buf, (size_t)n);
@@ -792,6 +806,7 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->tpl_mu, NULL);
     pthread_mutex_init(&s->json_mu, NULL);
+    srv_cc_init(s);
     {
         size_t n = strlen(model);
         while (n > 1 && model[n - 1] == '/') n--;
@@ -905,6 +920,7 @@ out:
     if (d) MHD_stop_daemon(d);
     srv_pool_stop(s);
     ts_constraint_free(s->json);
+    srv_cc_free(s);
     ts_chat_template_free(s->tpl);
     ts_tokenizer_free(s->tok);
     ts_engine_close(s->e);

@@ -9,6 +9,9 @@
  *   server_gen.c     the session pool: admission, workers, the bounded
  *                    queue, the drain, the token callback (stop sequences,
  *                    reply parsing, SSE chunks)
+ *   server_tools.c   tool_choice: "none", "required", a named function
+ *                    (the call schema a forced call is held to)
+ *   server_cc.c      the cache of compiled schema constraints
  *
  * Threads: libmicrohttpd runs one thread per connection; each of the
  * --parallel workers owns one session and runs one job at a time. A job is
@@ -34,6 +37,13 @@
 #define SRV_MAX_BODY (8u << 20) /* request bodies beyond this get 413 */
 
 typedef struct srv srv;
+typedef struct srv_cc_ent srv_cc_ent; /* a cached compiled constraint (server_cc.c) */
+
+/* tool_choice (server_tools.c) */
+enum { SRV_TC_AUTO, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED };
+/* kinds of cached constraints */
+enum { SRV_CC_SCHEMA, SRV_CC_TOOLS };
+#define SRV_CC_CAP 16 /* compiled constraints the cache keeps */
 
 enum { JOB_CHAT, JOB_COMPLETION };
 enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
@@ -59,7 +69,9 @@ typedef struct job {
     int logprobs;                 /* 1: log-probabilities asked (gp.top_logprobs alternatives each) */
     int json;                     /* response_format json_object or json_schema: the reply (content)
                                      is constrained (to one JSON object, or to schema's documents) */
-    ts_constraint *schema;        /* response_format json_schema: its constraint (owned), else NULL */
+    int tool_choice;              /* chat: SRV_TC_*; REQUIRED and NAMED hold the reply to tool calls */
+    srv_cc_ent *cref;             /* the cached constraint the job holds (released with the job), or NULL */
+    const ts_constraint *schema;  /* json_schema's or a forced tool call's constraint: cref's, else NULL */
     char id[48];                  /* chatcmpl-... / cmpl-... */
     long created;
 
@@ -118,6 +130,13 @@ struct srv {
     ts_constraint *json;          /* json_object's constraint, built on first use (srv_json_constraint) */
     pthread_mutex_t json_mu;
     int32_t think_end;            /* the id of "</think>" (a json_object reply starts after it), or -1 */
+
+    /* compiled schema constraints (server_cc.c; under cc_mu) */
+    pthread_mutex_t cc_mu;
+    srv_cc_ent *cc[SRV_CC_CAP];
+    int cc_n;
+    uint64_t cc_tick, cc_hits, cc_misses;
+    double cc_build_s;            /* time spent building the misses */
 
     /* the pool (under mu) */
     pthread_mutex_t mu;
@@ -195,5 +214,25 @@ void srv_add_str(struct cJSON *obj, const char *key, const char *p, size_t n);
  * by every worker; NULL and err set when it cannot be built. */
 const ts_constraint *srv_json_constraint(srv *s, ts_error *err);
 char *srv_job_response(srv *s, job *j);
+
+/* ---- server_cc.c ---- */
+void srv_cc_init(srv *s);
+/* At shutdown (no job holds an entry any more, or it keeps it alive). */
+void srv_cc_free(srv *s);
+/* The constraint of (kind, schema text, wrap: NULL for a plain schema),
+ * from the cache or built (ts_constraint_json_schema[_wrap]) and cached;
+ * *out is held by the caller until srv_cc_release. 0, or the build's
+ * error (TS_E_ARG naming the schema's problem, TS_E_NOMEM). */
+int srv_cc_get(srv *s, int kind, const char *schema, size_t len, const ts_constraint_wrap *w, srv_cc_ent **out,
+               ts_error *err);
+const ts_constraint *srv_cc_constraint(const srv_cc_ent *e);
+void srv_cc_release(srv_cc_ent *e);
+
+/* ---- server_tools.c ---- */
+/* tools, tool_choice and parallel_tool_calls of a chat request into j
+ * (j->tool_choice; a forced call: its constraint, j->cref / j->schema):
+ * 0, or -1 with *e filled (a forced tool whose parameters the constraint
+ * cannot enforce: 400 naming the tool and the keyword). */
+int srv_parse_tool_choice(srv *s, const struct cJSON *root, job *j, srv_err *e);
 
 #endif

@@ -159,7 +159,7 @@ void srv_job_unref(job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->tools_json);
-    ts_constraint_free(j->schema);
+    srv_cc_release(j->cref);
     free(j->bias_ids);
     free(j->bias);
     for (int k = 0; j->ch && k < SRV_MAX_N; k++) {
@@ -684,6 +684,7 @@ static int run_choice(slot *sl, job *j) {
     ts_error err = {0};
     int rc = 0;
     if (j->kind == JOB_CHAT) rc = ts_reply_new(j->think_open, j->tools_json, &r.reply, &err);
+    if (!rc && j->kind == JOB_CHAT && j->tool_choice == SRV_TC_NONE) ts_reply_no_tool_calls(r.reply);
 
     /* Prefix reuse: resume from the session's checkpoint when it starts the
      * prompt, and save the next one at the last grid point of the history
@@ -718,10 +719,10 @@ static int run_choice(slot *sl, job *j) {
         gp.n_stop = s->n_stop_ids;
     }
     if (j->logprobs) gp.logprob_cb = on_logprob;
-    if (j->json && !rc) {
-        /* the reply's content is the JSON object (or the schema's document):
-         * after the think block when the prompt opened one (its reasoning
-         * stays free) */
+    if ((j->json || j->schema) && !rc) {
+        /* the reply's content is the JSON object (or the schema's document,
+         * or a forced call's blocks, server_tools.c): after the think block
+         * when the prompt opened one (its reasoning stays free) */
         if (j->schema) gp.constraint = j->schema;
         else if (!(gp.constraint = srv_json_constraint(s, &err))) rc = TS_E_NOMEM;
         gp.constraint_after = j->think_open && s->think_end > 0 ? s->think_end : 0;

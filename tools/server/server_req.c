@@ -481,9 +481,9 @@ static int check_fields(srv *s, const cJSON *root, int chat, srv_err *e) {
 
 /* response_format json_schema: {"type": "json_schema", "json_schema":
  * {"name", "schema", "strict", "description"}}. The schema is compiled
- * here, so a schema the constraint cannot enforce is a 400 naming the
- * keyword and its path before anything is queued; the job owns the
- * constraint. "strict" false is accepted and changes nothing: the reply
+ * here (or found in the server's cache, server_cc.c), so a schema the
+ * constraint cannot enforce is a 400 naming the keyword and its path
+ * before anything is queued; the job holds the constraint. "strict" false is accepted and changes nothing: the reply
  * always follows the schema. */
 static int parse_json_schema(srv *s, const cJSON *rf, job *j, srv_err *e) {
     const cJSON *it, *js = get(rf, "json_schema"), *v;
@@ -530,8 +530,9 @@ static int parse_json_schema(srv *s, const cJSON *rf, job *j, srv_err *e) {
         return -1;
     }
     ts_error err = {0};
-    const int rc = ts_constraint_json_schema(s->tok, text, strlen(text), &j->schema, &err);
+    const int rc = srv_cc_get(s, SRV_CC_SCHEMA, text, strlen(text), NULL, &j->cref, &err);
     free(text);
+    j->schema = srv_cc_constraint(j->cref);
     if (rc == TS_E_NOMEM) fail(e, 500, NULL, NULL, "out of memory compiling the JSON schema");
     else if (rc) fail(e, 400, "response_format.json_schema.schema", "invalid_json_schema", "%s", err.msg);
     return rc ? -1 : 0;
@@ -539,8 +540,8 @@ static int parse_json_schema(srv *s, const cJSON *rf, job *j, srv_err *e) {
 
 /* Chat-only refusals: response formats but text, json_object and
  * json_schema (and either with tools: a reply held to one JSON document
- * cannot call a tool), forced tool choice, parts a text-only model cannot
- * take. */
+ * cannot call a tool), parts a text-only model cannot take. (tool_choice:
+ * server_tools.c.) */
 static int check_chat_fields(srv *s, const cJSON *root, job *j, srv_err *e) {
     const cJSON *v, *it;
     const cJSON *tools = get(root, "tools");
@@ -559,16 +560,6 @@ static int check_chat_fields(srv *s, const cJSON *root, job *j, srv_err *e) {
                                t->valuestring);
         if (schema && parse_json_schema(s, v, j, e)) return -1;
     }
-    if ((v = get(root, "tool_choice"))) {
-        int ok = cJSON_IsString(v) && (!strcmp(v->valuestring, "auto") || (!strcmp(v->valuestring, "none") && !has_tools));
-        if (!ok)
-            return unsupported(e, "tool_choice", "unsupported_tool_choice",
-                               "'tool_choice' may only be \"auto\" (or \"none\" without tools): forcing or forbidding a "
-                               "tool call is not supported (leave out 'tools' instead of \"none\")");
-    }
-    if ((v = get(root, "parallel_tool_calls")) && !cJSON_IsTrue(v))
-        return unsupported(e, "parallel_tool_calls", "unsupported_parameter",
-                           "'parallel_tool_calls' false is not supported (a reply may hold several calls)");
     if ((v = get(root, "modalities"))) {
         int ok = cJSON_IsArray(v);
         cJSON_ArrayForEach(it, v) ok = ok && cJSON_IsString(it) && !strcmp(it->valuestring, "text");
@@ -653,6 +644,7 @@ job *srv_parse_chat(srv *s, const char *body, size_t len, srv_err *e) {
             goto bad;
         }
     }
+    if (srv_parse_tool_choice(s, root, j, e)) goto bad;
     if ((v = get(root, "chat_template_kwargs")) && !cJSON_IsObject(v)) {
         fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
         goto bad;
