@@ -15,6 +15,19 @@
 # 1.952-1.958 ms in s27-run1); L2 ahead: the 9B step -50..-100 us if l2ahead's both+16 gains, a loss if the GDN's
 # loads queue behind the prefetch. (~500 s; QUICK=1: without the N1=0 engine runs, L2 ahead's suite and memcheck, ~380 s)
 PACK=.gpu/next27/pack.tar.xz . bench/cuda/device_env.sh
+# QUICK=2: only the one-wait A/B in the engine and its GPU test (~150 s; the session's last minutes)
+if [ "$QUICK" = 2 ]; then
+  synth_shape 9b shapes/qwen3.5-9B.json
+  synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
+  for r in a b; do for v in d w3; do
+    case $v in d) ev=X=0 ;; w3) ev=TS_STEP_ONE_WAIT=0 ;; esac
+    bj 9b_${v}_$r "$ev" $S/9b --prompt 512 --gen 128 --runs 2
+    bj 35b8_${v}_$r "$ev" $S/35b8 --prompt 512 --gen 128 --runs 2
+    bj def_${v}_$r "$ev" models/default --prompt 512 --gen 128 --runs 2
+  done; done
+  timeout 120 $B/ts_test cuda_engine.one_wait_step cuda_engine.spec_greedy_exact_default_model > $O/t_engine_q2.log 2>&1; tl "ts_test one_wait $?"
+  device_end; exit 0
+fi
 CB="$B/cuda_bench --shape 9b --mlx --digits 1"
 for r in a b; do
   for f in 1 0; do TSC_Q4DP_N1=$f $CB > $O/cb_9b_n${f}_$r.txt 2>&1; tl "cb 9b n1=$f $?"; done
