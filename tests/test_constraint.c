@@ -26,6 +26,7 @@
 #include "text/json_fsm.h"
 #include "text/tokenizer.h"
 #include "gen/spec.h"
+#include "constraint_fx.h"
 #include "ts_test.h"
 
 /* ---- helpers ---- */
@@ -417,26 +418,7 @@ static int make_states(ts_jfsm *states, int cap, uint64_t seed) {
     return n;
 }
 
-static ts_tokenizer *load_tok(const char *path) {
-    ts_tokenizer *t = NULL;
-    ts_error err = {0};
-    if (ts_tokenizer_load(path, &t, &err)) ts_test_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
-    return t;
-}
 
-/* The Qwen3 tokenizer fixture (151,669 ids; the closest to Qwen3.5's 248K
- * this repository carries), unpacked once into the run's scratch dir. */
-static const char *qwen3_tokenizer(void) {
-    static char path[512];
-    static int done;
-    if (!done) {
-        done = 1;
-        snprintf(path, sizeof path, "%s/constraint-qwen3.json", ts_test_tmpdir());
-        char out[1024];
-        if (ts_test_sh(out, sizeof out, "xz -dc tests/fixtures/tokenizer/qwen3.tokenizer.json.xz > %s", path)) path[0] = 0;
-    }
-    return path[0] ? path : NULL;
-}
 
 /* Masks for n_states states: trie walk == brute force; cached == walked;
  * prints the walk's and the cache's cost per mask. */
@@ -559,16 +541,6 @@ TS_TEST(constraint, mask_cache_eviction) {
 
 /* ---- generation ---- */
 
-typedef struct {
-    int32_t ids[4096];
-    int n;
-} rec;
-
-static int rec_tok(void *u, int32_t id) {
-    rec *r = u;
-    if (r->n < 4096) r->ids[r->n++] = id;
-    return 0;
-}
 
 static ts_engine *open_default(int dflash) {
     ts_engine_params ep;
@@ -581,23 +553,6 @@ static ts_engine *open_default(int dflash) {
     return e;
 }
 
-static int gen(ts_engine *e, const int32_t *pr, int T, const ts_gen_params *gp, int M, int B, rec *r, ts_error *err) {
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = 1024;
-    sp.spec_draft = M;
-    sp.dflash_block = B;
-    ts_session *s = NULL;
-    memset(r, 0, sizeof *r);
-    int rc = ts_session_new(e, &sp, &s, err);
-    if (rc) return rc;
-    ts_gen_params p = *gp;
-    p.spec_draft = M;
-    p.dflash_block = B;
-    rc = ts_generate(s, pr, T, &p, rec_tok, r, NULL, err);
-    ts_session_free(s);
-    return rc;
-}
 
 /* The reply's verdict: ids from `from` on (a final stop id removed) decoded;
  * 1 when it parses (as an object when object_only) and the recognizer
@@ -663,7 +618,7 @@ TS_TEST(constraint, generate_json) {
             gp.stop_ids = stop, gp.n_stop = n_stop;
             if (mode) gp.temperature = 0.7f + 0.2f * (float)mode, gp.top_p = 0.95f, gp.seed = (uint64_t)mode * 7919;
             if (mode == 4) gp.n_stop = 0; /* no stop ids: ends on the completing token */
-            if (gen(e, PR_IDS, T, &gp, 0, 0, &r, &err)) {
+            if (gen_in(e, 1024, PR_IDS, T, &gp, 0, 0, &r, &err)) {
                 ts_test_fail(__FILE__, __LINE__, "object_only %d mode %d: %s", object_only, mode, err.msg);
                 ts_constraint_free(c);
                 goto out;
@@ -714,7 +669,7 @@ TS_TEST(constraint, constraint_after) {
     ts_gen_params_default(&gp);
     gp.n_predict = 300;
     gp.stop_ids = stop, gp.n_stop = n_stop;
-    CHECK(gen(e, PR_IDS, T, &gp, 0, 0, &plain, &err) == 0);
+    CHECK(gen_in(e, 1024, PR_IDS, T, &gp, 0, 0, &plain, &err) == 0);
     CHECK(plain.n > 5);
     /* the first occurrence of plain's 5th token */
     int k = 4;
@@ -724,7 +679,7 @@ TS_TEST(constraint, constraint_after) {
     CHECK(ts_constraint_json(t, 1, &c, &err) == 0);
     gp.constraint = c;
     gp.constraint_after = plain.ids[k];
-    int rc = gen(e, PR_IDS, T, &gp, 0, 0, &got, &err);
+    int rc = gen_in(e, 1024, PR_IDS, T, &gp, 0, 0, &got, &err);
     ts_text text = {0};
     int stopped = 0, v = rc ? -1 : verdict(t, &got, k + 1, stop, n_stop, 1, &text, &stopped);
     fprintf(stderr, "  after id %d (token %d): %d tokens, JSON part '%.*s'\n", plain.ids[k], k, got.n,
@@ -754,7 +709,7 @@ TS_TEST(constraint, no_stop_before_the_start_id) {
     ts_gen_params gp;
     ts_gen_params_default(&gp);
     gp.n_predict = 120;
-    CHECK(gen(e, PR_IDS, T, &gp, 0, 0, &plain, &err) == 0);
+    CHECK(gen_in(e, 1024, PR_IDS, T, &gp, 0, 0, &plain, &err) == 0);
     int k = 5; /* the first occurrence of plain's 6th id */
     for (int i = 0; i < 5; i++)
         if (plain.ids[i] == plain.ids[5]) { k = i; break; }
@@ -769,7 +724,7 @@ TS_TEST(constraint, no_stop_before_the_start_id) {
     }
     gp.stop_ids = &stop, gp.n_stop = 1;
     gp.constraint = c, gp.constraint_after = never;
-    const int rc = gen(e, PR_IDS, T, &gp, 0, 0, &got, &err);
+    const int rc = gen_in(e, 1024, PR_IDS, T, &gp, 0, 0, &got, &err);
     int stops = 0;
     for (int i = 0; i < got.n; i++) stops += got.ids[i] == stop;
     /* the same through the candidate path (what a device takes: the stop
@@ -778,7 +733,7 @@ TS_TEST(constraint, no_stop_before_the_start_id) {
     long a0, d0, a1, d1;
     setenv("TS_SAMPLE_TOPN", "1", 1);
     ts_gen_topn_stats(&a0, &d0);
-    const int rc2 = gen(e, PR_IDS, T, &gp, 0, 0, &cand, &err);
+    const int rc2 = gen_in(e, 1024, PR_IDS, T, &gp, 0, 0, &cand, &err);
     ts_gen_topn_stats(&a1, &d1);
     unsetenv("TS_SAMPLE_TOPN");
     ts_constraint_free(c);
@@ -821,14 +776,14 @@ TS_TEST(constraint, speculative_same_as_plain) {
             gp.n_predict = 200;
             gp.constraint = c;
             if (with_stop) gp.stop_ids = stop, gp.n_stop = n_stop;
-            if (gen(e, PR_IDS, T, &gp, 0, 0, &ref, &err)) {
+            if (gen_in(e, 1024, PR_IDS, T, &gp, 0, 0, &ref, &err)) {
                 fprintf(stderr, "  plain: %s\n", err.msg);
                 fails++;
             }
             for (int M = 1; M <= 5 && !fails; M++) {
                 const int B = M == 5 ? (dfl ? 4 : 0) : 0, MM = M == 5 ? 0 : M;
                 if (M == 5 && !B) break;
-                if (gen(e, PR_IDS, T, &gp, MM, B, &got, &err)) {
+                if (gen_in(e, 1024, PR_IDS, T, &gp, MM, B, &got, &err)) {
                     fprintf(stderr, "  MTP %d / DFlash %d: %s\n", MM, B, err.msg);
                     fails++;
                 } else if (got.n != ref.n || memcmp(got.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n)) {
@@ -840,7 +795,7 @@ TS_TEST(constraint, speculative_same_as_plain) {
             /* sampled with MTP: still JSON */
             gp.temperature = 0.9f, gp.seed = 11;
             int stopped = 0, v = 0;
-            if (!fails && !gen(e, PR_IDS, T, &gp, 3, 0, &got, &err))
+            if (!fails && !gen_in(e, 1024, PR_IDS, T, &gp, 3, 0, &got, &err))
                 v = verdict(t, &got, 0, stop, gp.n_stop, object_only, &text, &stopped);
             if (!fails && !(v == 1 || (v == 2 && got.n == gp.n_predict))) {
                 fprintf(stderr, "  sampled MTP 3: not JSON: '%.*s' (%s)\n", (int)text.len, text.s, err.msg);
@@ -935,11 +890,11 @@ TS_TEST(constraint, bad_input) {
     gp.constraint = c;
     const int32_t bad_stop[1] = {1 << 24};
     gp.stop_ids = bad_stop, gp.n_stop = 1;
-    int rc = gen(e, pr, 3, &gp, 0, 0, &r, &err);
+    int rc = gen_in(e, 1024, pr, 3, &gp, 0, 0, &r, &err);
     CHECK_MSG(rc == TS_E_ARG && strstr(err.msg, "stop id") && r.n == 0, "bad stop id: %d %s", rc, err.msg);
     gp.n_stop = 0;
     gp.constraint_after = 1 << 24;
-    rc = gen(e, pr, 3, &gp, 0, 0, &r, &err);
+    rc = gen_in(e, 1024, pr, 3, &gp, 0, 0, &r, &err);
     CHECK_MSG(rc == TS_E_ARG && strstr(err.msg, "constraint_after") && r.n == 0, "bad start id: %d %s", rc, err.msg);
     ts_constraint_free(c);
     /* a constraint of another model's tokenizer: more ids than the model */
@@ -949,7 +904,7 @@ TS_TEST(constraint, bad_input) {
         CHECK(big && ts_constraint_json(big, 0, &c, &err) == 0);
         gp.constraint = c;
         gp.constraint_after = 0;
-        rc = gen(e, pr, 3, &gp, 0, 0, &r, &err);
+        rc = gen_in(e, 1024, pr, 3, &gp, 0, 0, &r, &err);
         ts_constraint_free(c);
         ts_tokenizer_free(big);
         CHECK_MSG(rc == TS_E_ARG && strstr(err.msg, "more than the model") && r.n == 0, "tokenizer too big: %d %s", rc,
@@ -970,7 +925,7 @@ TS_TEST(constraint, bad_input) {
     CHECK(ts_constraint_json(lt, 1, &c, &err) == 0);
     gp.constraint = c;
     gp.constraint_after = 0;
-    rc = gen(e, pr, 3, &gp, 0, 0, &r, &err);
+    rc = gen_in(e, 1024, pr, 3, &gp, 0, 0, &r, &err);
     CHECK_MSG(rc == TS_E_ARG && strstr(err.msg, "no token") && r.n == 0, "letters only: %d %s", rc, err.msg);
     fprintf(stderr, "  %s\n", err.msg);
     ts_constraint_free(c);

@@ -33,6 +33,7 @@
 #include "text/json_schema.h"
 #include "text/schema_fsm.h"
 #include "text/tokenizer.h"
+#include "constraint_fx.h"
 #include "ts_test.h"
 
 /* ---- helpers ---- */
@@ -769,24 +770,7 @@ TS_TEST(schema, bounds_and_readings) {
 
 /* ---- masks ---- */
 
-static ts_tokenizer *load_tok(const char *path) {
-    ts_tokenizer *t = NULL;
-    ts_error err = {0};
-    if (ts_tokenizer_load(path, &t, &err)) ts_test_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
-    return t;
-}
 
-static const char *qwen3_tokenizer(void) {
-    static char path[512];
-    static int done;
-    if (!done) {
-        done = 1;
-        snprintf(path, sizeof path, "%s/schema-qwen3.json", ts_test_tmpdir());
-        char out[1024];
-        if (ts_test_sh(out, sizeof out, "xz -dc tests/fixtures/tokenizer/qwen3.tokenizer.json.xz > %s", path)) path[0] = 0;
-    }
-    return path[0] ? path : NULL;
-}
 
 static int is_ws(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
 
@@ -908,16 +892,6 @@ TS_TEST(schema, mask_vs_brute_force_qwen3) {
 
 /* ---- generation ---- */
 
-typedef struct {
-    int32_t ids[4096];
-    int n;
-} rec;
-
-static int rec_tok(void *u, int32_t id) {
-    rec *r = u;
-    if (r->n < 4096) r->ids[r->n++] = id;
-    return 0;
-}
 
 static ts_engine *open_model(const char *dir) {
     ts_engine_params ep;
@@ -929,21 +903,6 @@ static ts_engine *open_model(const char *dir) {
     return e;
 }
 
-static int gen(ts_engine *e, const int32_t *pr, int T, const ts_gen_params *gp, int M, rec *r, ts_error *err) {
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = 2048;
-    sp.spec_draft = M;
-    ts_session *s = NULL;
-    memset(r, 0, sizeof *r);
-    int rc = ts_session_new(e, &sp, &s, err);
-    if (rc) return rc;
-    ts_gen_params p = *gp;
-    p.spec_draft = M;
-    rc = ts_generate(s, pr, T, &p, rec_tok, r, NULL, err);
-    ts_session_free(s);
-    return rc;
-}
 
 /* The reply's verdict: 1 complete and valid (the validator), 2 a live
  * prefix cut by the budget, 0 neither. *text receives the decoded bytes. */
@@ -1020,7 +979,7 @@ static void run_generation(ts_engine *e, ts_tokenizer *t, const int32_t *pr, int
             gp.constraint = c;
             gp.stop_ids = stop, gp.n_stop = mode == 3 ? 0 : n_stop; /* without stop ids: ends on the completing token */
             if (mode) gp.temperature = 0.6f + 0.3f * (float)mode, gp.top_p = 0.95f, gp.seed = 17 + (uint64_t)mode * 101;
-            if (gen(e, pr, T, &gp, 0, &ref, &err)) {
+            if (gen_in(e, 2048, pr, T, &gp, 0, 0, &ref, &err)) {
                 ts_test_fail(__FILE__, __LINE__, "schema %zu mode %d: %s", k, mode, err.msg);
                 goto next;
             }
@@ -1037,7 +996,7 @@ static void run_generation(ts_engine *e, ts_tokenizer *t, const int32_t *pr, int
             /* drafting: greedy gives plain's ids; sampled stays valid */
             for (int M = 1; M <= 3; M++) {
                 if (mode && M != 2) continue;
-                if (gen(e, pr, T, &gp, M, &got, &err)) {
+                if (gen_in(e, 2048, pr, T, &gp, M, 0, &got, &err)) {
                     ts_test_fail(__FILE__, __LINE__, "schema %zu mode %d MTP %d: %s", k, mode, M, err.msg);
                     goto next;
                 }

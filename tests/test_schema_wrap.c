@@ -32,6 +32,7 @@
 #include "text/json_schema.h"
 #include "text/schema_fsm.h"
 #include "text/tokenizer.h"
+#include "constraint_fx.h"
 #include "ts_test.h"
 
 static const char PRE[] = "<tool_call>\n", SUF[] = "\n</tool_call>", SEP[] = "\n";
@@ -179,12 +180,6 @@ TS_TEST(wrap, recognizer_exact_literals) {
 
 /* ---- masks ---- */
 
-static ts_tokenizer *load_tok(const char *path) {
-    ts_tokenizer *t = NULL;
-    ts_error err = {0};
-    if (ts_tokenizer_load(path, &t, &err)) ts_test_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
-    return t;
-}
 
 static int32_t id_of(const ts_tokenizer *t, const char *text) {
     const size_t n = strlen(text);
@@ -372,32 +367,7 @@ TS_TEST(wrap, cgen_encoded_call_and_stop_ids) {
 
 /* ---- generation ---- */
 
-typedef struct {
-    int32_t ids[2048];
-    int n;
-} rec;
 
-static int rec_tok(void *u, int32_t id) {
-    rec *r = u;
-    if (r->n < 2048) r->ids[r->n++] = id;
-    return 0;
-}
-
-static int gen(ts_engine *e, const int32_t *pr, int T, const ts_gen_params *gp, int M, rec *r, ts_error *err) {
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = 2048;
-    sp.spec_draft = M;
-    ts_session *s = NULL;
-    memset(r, 0, sizeof *r);
-    int rc = ts_session_new(e, &sp, &s, err);
-    if (rc) return rc;
-    ts_gen_params p = *gp;
-    p.spec_draft = M;
-    rc = ts_generate(s, pr, T, &p, rec_tok, r, NULL, err);
-    ts_session_free(s);
-    return rc;
-}
 
 /* The calls of a reply's text (ts_reply, the server's parser), each
  * checked: a name of the tools, arguments that validate against its
@@ -472,7 +442,7 @@ TS_TEST(wrap, generate_default_model) {
             gp.constraint = c;
             gp.stop_ids = stop, gp.n_stop = n_stop;
             if (mode) gp.temperature = 0.8f, gp.top_p = 0.95f, gp.seed = 11 + (uint64_t)(mode * 7 + which);
-            CHECK_MSG(!gen(e, pv.ids, pv.n, &gp, 0, &ref, &err), "%s", err.msg);
+            CHECK_MSG(!gen_in(e, 2048, pv.ids, pv.n, &gp, 0, 0, &ref, &err), "%s", err.msg);
             const int stopped = ref.n && (ref.ids[ref.n - 1] == stop[0] || (n_stop > 1 && ref.ids[ref.n - 1] == stop[1]));
             text.len = 0;
             CHECK(!ts_tokenizer_decode(t, ref.ids, ref.n - stopped, &text, &err));
@@ -491,7 +461,7 @@ TS_TEST(wrap, generate_default_model) {
             }
             if (mode) continue;
             for (int M = 1; M <= 3; M += 2) { /* greedy MTP: plain decoding's ids */
-                CHECK_MSG(!gen(e, pv.ids, pv.n, &gp, M, &got, &err), "%s", err.msg);
+                CHECK_MSG(!gen_in(e, 2048, pv.ids, pv.n, &gp, M, 0, &got, &err), "%s", err.msg);
                 CHECK_MSG(got.n == ref.n && !memcmp(got.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n),
                           "which %d: MTP %d gave %d tokens, plain %d, other ids", which, M, got.n, ref.n);
             }
@@ -531,7 +501,7 @@ TS_TEST(wrap, constraint_after_free_then_call) {
     ts_gen_params_default(&gp);
     gp.n_predict = 24;
     gp.stop_ids = stop, gp.n_stop = n_stop;
-    CHECK_MSG(!gen(e, pv.ids, pv.n, &gp, 0, &freer, &err), "%s", err.msg);
+    CHECK_MSG(!gen_in(e, 2048, pv.ids, pv.n, &gp, 0, 0, &freer, &err), "%s", err.msg);
     CHECK_MSG(freer.n == 24, "the free reply stopped after %d tokens", freer.n);
     int p = 0;
     while (p < 12 && freer.ids[p] != freer.ids[12]) p++; /* the start id's first place */
@@ -543,7 +513,7 @@ TS_TEST(wrap, constraint_after_free_then_call) {
     gp.n_predict = 700;
     gp.constraint = c;
     gp.constraint_after = after;
-    CHECK_MSG(!gen(e, pv.ids, pv.n, &gp, 0, &got, &err), "%s", err.msg);
+    CHECK_MSG(!gen_in(e, 2048, pv.ids, pv.n, &gp, 0, 0, &got, &err), "%s", err.msg);
     CHECK_MSG(got.n > p + 1 && !memcmp(got.ids, freer.ids, sizeof(int32_t) * (size_t)(p + 1)),
               "the reply before the start id is not the free reply's");
     const int stopped = got.ids[got.n - 1] == stop[0] || (n_stop > 1 && got.ids[got.n - 1] == stop[1]);
@@ -554,7 +524,7 @@ TS_TEST(wrap, constraint_after_free_then_call) {
             got.n - p - 1, stopped ? " + stop" : "", call.s);
     CHECK_MSG(stopped && check_calls(call.s, 1) == 1, "no single valid call after the start id");
     for (int M = 1; M <= 3; M += 2) { /* drafting: the same ids */
-        CHECK_MSG(!gen(e, pv.ids, pv.n, &gp, M, &mtp, &err), "%s", err.msg);
+        CHECK_MSG(!gen_in(e, 2048, pv.ids, pv.n, &gp, M, 0, &mtp, &err), "%s", err.msg);
         CHECK_MSG(mtp.n == got.n && !memcmp(mtp.ids, got.ids, sizeof(int32_t) * (size_t)got.n), "MTP %d: other ids", M);
     }
     ts_text_free(&free_text), ts_text_free(&call);
