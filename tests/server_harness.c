@@ -192,3 +192,22 @@ cJSON *http_post(int port, const char *path, const char *body, int *status) {
     resp_free(&r);
     return j;
 }
+
+const cJSON *path_get(const cJSON *j, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ".", &save); tok && j; tok = strtok_r(NULL, ".", &save))
+        j = (*tok >= '0' && *tok <= '9') ? cJSON_GetArrayItem(j, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(j, tok);
+    return j;
+}
+
+const char *str_at(const cJSON *j, const char *path) {
+    const cJSON *v = path_get(j, path);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int int_at(const cJSON *j, const char *path) {
+    const cJSON *v = path_get(j, path);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}

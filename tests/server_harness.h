@@ -56,4 +56,11 @@ int http_request(int port, const char *method, const char *path, const char *ext
  * the HTTP status in *status (-1 when there was no response). */
 cJSON *http_post(int port, const char *path, const char *body, int *status);
 
+/* A JSON member by a dotted path ("choices.0.message.content": digits index
+ * arrays), NULL when absent; its string (NULL unless a string) and integer
+ * (-1 unless a number). */
+const cJSON *path_get(const cJSON *j, const char *path);
+const char *str_at(const cJSON *j, const char *path);
+int int_at(const cJSON *j, const char *path);
+
 #endif

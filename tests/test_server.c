@@ -66,24 +66,6 @@ static void print_log(const server *s) {
 
 /* ---- JSON helpers -------------------------------------------------------------------- */
 
-static const cJSON *path_get(const cJSON *j, const char *path) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *tok = strtok(buf, "."); tok && j; tok = strtok(NULL, "."))
-        j = (*tok >= '0' && *tok <= '9') ? cJSON_GetArrayItem(j, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(j, tok);
-    return j;
-}
-
-static const char *str_at(const cJSON *j, const char *path) {
-    const cJSON *v = path_get(j, path);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static int int_at(const cJSON *j, const char *path) {
-    const cJSON *v = path_get(j, path);
-    return cJSON_IsNumber(v) ? v->valueint : -1;
-}
-
 /* `turbospark run` text for the same request (stdout only; run appends "\n").
  * run prints special tokens (<|im_start|>, <|video_pad|>, ...); the server
  * leaves tokens marked special out of the text, as OpenAI-style servers do,

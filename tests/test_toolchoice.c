@@ -32,25 +32,6 @@
 
 /* ---- helpers ---- */
 
-static const cJSON *path_get(const cJSON *j, const char *path) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ".", &save); tok && j; tok = strtok_r(NULL, ".", &save))
-        j = (*tok >= '0' && *tok <= '9') ? cJSON_GetArrayItem(j, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(j, tok);
-    return j;
-}
-
-static const char *str_at(const cJSON *j, const char *path) {
-    const cJSON *v = path_get(j, path);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static int int_at(const cJSON *j, const char *path) {
-    const cJSON *v = path_get(j, path);
-    return cJSON_IsNumber(v) ? v->valueint : -1;
-}
-
 static int start_default(server *s, const char *const *extra) {
     char cwd[1024], mdir[1200];
     if (!getcwd(cwd, sizeof cwd)) return -1;
