@@ -502,6 +502,79 @@ TS_TEST(constraint, mask_vs_brute_force_qwen3) {
     check_masks(p, 200, 4);
 }
 
+/* One index a tokenizer: constraints over it share the trie (one build,
+ * reference counted), a wrap's literal tokens stay the constraint's own,
+ * and a constraint outlives the tokenizer with the same masks. */
+static void index_shared(const char *path) {
+    ts_tokenizer *t = load_tok(path);
+    if (!t) return;
+    const int V = ts_tokenizer_vocab_size(t), words = (V + 63) / 64;
+    ts_error err = {0};
+    ts_constraint *c[3] = {NULL, NULL, NULL};
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]}";
+    const ts_constraint_wrap w = {"<tool_call>\n", "\n</tool_call>", "\n", 1};
+    double dt[3];
+    for (int k = 0; k < 3; k++) {
+        const double t0 = ts_now();
+        const int rc = k == 0   ? ts_constraint_json(t, 0, &c[k], &err)
+                       : k == 1 ? ts_constraint_json_schema(t, schema, strlen(schema), &c[k], &err)
+                                : ts_constraint_json_schema_wrap(t, schema, strlen(schema), &w, &c[k], &err);
+        dt[k] = ts_now() - t0;
+        CHECK_MSG(rc == 0, "%s: constraint %d: %s", path, k, err.msg);
+    }
+    if (!c[0] || !c[1] || !c[2]) goto out;
+    ts_constraint_info in[3];
+    for (int k = 0; k < 3; k++) ts_constraint_get_info(c[k], &in[k]);
+    CHECK_MSG(in[0].index && in[0].index == in[1].index && in[1].index == in[2].index, "three indexes for one tokenizer");
+    CHECK_MSG(in[2].index_refs == 4, "index held %d times (the tokenizer and three constraints)", in[2].index_refs);
+    /* the literal tokens are the wrapped constraint's alone */
+    int lit_w = 0, lit_plain = 0;
+    for (int id = 0; id < V; id++) {
+        lit_w += ts_constraint_token_literal(c[2], id);
+        lit_plain += ts_constraint_token_literal(c[1], id) + ts_constraint_token_literal(c[0], id);
+    }
+    CHECK_MSG(lit_plain == 0, "%d literal tokens in constraints without a wrap", lit_plain);
+    CHECK_MSG(lit_w > 0, "no literal token in the wrapped constraint (<tool_call> is one token in Qwen vocabularies)");
+    fprintf(stderr, "  %s: first constraint %.1f ms (the index), then %.2f / %.2f ms; %d literal tokens in the wrap\n",
+            path, dt[0] * 1e3, dt[1] * 1e3, dt[2] * 1e3, lit_w);
+    /* masks before and after the tokenizer is freed */
+    {
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.constraint = c[0];
+        ts_cgen g;
+        CHECK(ts_cgen_init(&g, &gp, V, &err) == 0);
+        enum { K = 60 };
+        ts_jfsm *st = malloc(sizeof(ts_jfsm) * K);
+        uint64_t *a = malloc(8 * (size_t)words * K), *b = malloc(8 * (size_t)words);
+        const int n = make_states(st, K, 5);
+        for (int i = 0; i < n; i++) ts_constraint_byte_mask(&g, &st[i], 0, a + (size_t)i * words);
+        ts_tokenizer_free(t);
+        t = NULL;
+        ts_constraint_get_info(c[0], &in[0]);
+        CHECK_MSG(in[0].index_refs == 3, "index held %d times after the tokenizer's free", in[0].index_refs);
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            ts_constraint_byte_mask(&g, &st[i], 0, b);
+            bad += memcmp(a + (size_t)i * words, b, 8 * (size_t)words) != 0;
+        }
+        CHECK_MSG(bad == 0, "%d masks changed once the tokenizer was freed", bad);
+        ts_cgen_free(&g);
+        free(st), free(a), free(b);
+    }
+out:
+    for (int k = 0; k < 3; k++) ts_constraint_free(c[k]);
+    ts_tokenizer_free(t);
+}
+
+TS_TEST(constraint, index_shared) { index_shared("models/default/tokenizer.json"); }
+
+TS_TEST(constraint, index_shared_qwen3) {
+    const char *p = qwen3_tokenizer();
+    if (!p) SKIP("cannot unpack the Qwen3 tokenizer fixture");
+    index_shared(p);
+}
+
 /* A cache far smaller than the states: evictions, and masks still right. */
 TS_TEST(constraint, mask_cache_eviction) {
     ts_tokenizer *t = load_tok("models/default/tokenizer.json");

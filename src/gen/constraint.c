@@ -10,6 +10,11 @@
  * documents), applying a mask to logits (gen/sample.c), where in the token
  * loop masks are taken (generate.c, spec.c).
  *
+ * The tokenizer's index (the trie, the string bits, the tokens' bytes) is
+ * built once a tokenizer and shared by every constraint over it
+ * (ts_tok_attached, reference counted: tok_index below); a constraint owns
+ * its grammar, its literal tokens and its cache of masks.
+ *
  * The trie is an array of nodes in preorder (the tokens sorted by bytes):
  * node i holds one byte, its level (1 for a token's first byte), end[i]
  * (the index after its subtree) and the ids whose bytes end there. A mask
@@ -82,21 +87,21 @@ typedef struct centry {
     int32_t bucket;   /* -1: empty entry */
 } centry;
 
-struct ts_constraint {
-    int kind;          /* CK_JSON, CK_SCHEMA */
-    const char *name;  /* for messages: "JSON constraint", "JSON schema constraint" */
-    ts_schema *schema; /* CK_SCHEMA (owned) */
-    uint16_t *height;  /* CK_SCHEMA: [n_nodes] bytes of the longest path from a node
-                          down its subtree, itself included */
-    int n_ids;         /* the tokenizer's ids */
-    int words;         /* (n_ids + 63) / 64 */
-    int object_only;
+/* The tokenizer's index: what every constraint over one tokenizer walks
+ * and never changes, built once a tokenizer (ts_tok_attached) and shared
+ * by reference count: the tokenizer holds one reference, each constraint
+ * one, so either may be freed first. At Qwen3's 151,669 ids it is ~16 MB
+ * and ~50 ms to build, which every constraint (every distinct schema or
+ * tool list the server meets) used to pay again. */
+typedef struct tok_index {
+    int refs;          /* atomic */
+    int n_ids;
     int n_tokens, max_len, max_close, max_open;
-    uint8_t *ok;       /* [n_ids] 1: in the trie, 2: a literal token (a wrapped schema) */
-    int32_t *lit_ids;  /* [n_lit] the literal tokens */
-    int n_lit;
-    uint32_t *off;     /* [n_ids + 1] a token's bytes: bytes[off[id], off[id + 1]) */
-    uint8_t *bytes;    /* (the tokenizer need not outlive the constraint) */
+    uint8_t *kind;     /* [n_ids] 1: a text token, in the trie; 2: an added token (not
+                          special) with text, a wrapped schema's literal if its text
+                          lies in a literal; 0: neither */
+    uint32_t *off;     /* [n_ids + 1] a token's bytes (kinds 1 and 2): bytes[off[id], off[id + 1]) */
+    uint8_t *bytes;    /* (the tokenizer need not outlive the index) */
     /* the trie, preorder */
     int n_nodes;
     uint8_t *byte;     /* [n_nodes] */
@@ -106,7 +111,22 @@ struct ts_constraint {
     uint8_t *in_str;   /* [n_nodes] bit k: from a string state of class k
                           (ts_jfsm_string_class), every path of the subtree
                           stays inside the string: all its tokens allowed */
+    uint16_t *height;  /* [n_nodes] bytes of the longest path from a node
+                          down its subtree, itself included (schemas' bounded strings) */
     int32_t *tok_ids;  /* [n_tokens] */
+} tok_index;
+
+struct ts_constraint {
+    int kind;          /* CK_JSON, CK_SCHEMA */
+    const char *name;  /* for messages: "JSON constraint", "JSON schema constraint" */
+    ts_schema *schema; /* CK_SCHEMA (owned) */
+    tok_index *ix;     /* shared (a reference) */
+    int n_ids;         /* the tokenizer's ids */
+    int words;         /* (n_ids + 63) / 64 */
+    int object_only;
+    int32_t *lit_ids;  /* [n_lit] a wrapped schema's literal tokens */
+    uint64_t *lit;     /* [words] their bits; NULL when n_lit = 0 */
+    int n_lit;
     /* the cache (under mu) */
     pthread_mutex_t mu;
     int mu_ok;         /* mu initialized */
@@ -116,6 +136,12 @@ struct ts_constraint {
     uint64_t tick;
     long hits, misses;
 };
+
+/* 1: id is a trie token, 2: a literal token of c's wrap, 0: neither */
+static inline int tok_kind(const ts_constraint *c, int32_t id) {
+    if (c->ix->kind[id] == 1) return 1;
+    return c->lit && ((c->lit[id >> 6] >> (id & 63)) & 1) ? 2 : 0;
+}
 
 /* ---- building ---- */
 
@@ -134,6 +160,22 @@ static int cmp_tok(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static void index_release(void *o) {
+    tok_index *x = o;
+    if (!x || __atomic_sub_fetch(&x->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    ts_free(x->kind);
+    ts_free(x->off);
+    ts_free(x->bytes);
+    ts_free(x->byte);
+    ts_free(x->level);
+    ts_free(x->end);
+    ts_free(x->tok_off);
+    ts_free(x->tok_ids);
+    ts_free(x->in_str);
+    ts_free(x->height);
+    ts_free(x);
+}
+
 void ts_constraint_free(ts_constraint *c) {
     if (!c) return;
     if (c->ent)
@@ -141,17 +183,9 @@ void ts_constraint_free(ts_constraint *c) {
     if (c->mu_ok) pthread_mutex_destroy(&c->mu);
     ts_free(c->ent);
     ts_free(c->head);
-    ts_free(c->ok);
-    ts_free(c->off);
-    ts_free(c->bytes);
-    ts_free(c->byte);
-    ts_free(c->level);
-    ts_free(c->end);
-    ts_free(c->tok_off);
-    ts_free(c->tok_ids);
-    ts_free(c->in_str);
-    ts_free(c->height);
     ts_free(c->lit_ids);
+    ts_free(c->lit);
+    index_release(c->ix);
     ts_schema_free(c->schema);
     ts_free(c);
 }
@@ -160,7 +194,7 @@ void ts_constraint_free(ts_constraint *c) {
  * lcp bytes (with the previous token) with nodes already made; nodes for
  * the rest follow in preorder. A node's subtree ends where the next node of
  * its level or above starts. */
-static int build_trie(ts_constraint *c, const tok_ref *r, int n, size_t total_bytes) {
+static int build_trie(tok_index *c, const tok_ref *r, int n, size_t total_bytes) {
     const size_t cap = total_bytes + 1;
     c->byte = ts_alloc(cap, TS_MEM_MISC);
     c->level = ts_alloc(sizeof(uint16_t) * cap, TS_MEM_MISC);
@@ -200,7 +234,7 @@ static int build_trie(ts_constraint *c, const tok_ref *r, int n, size_t total_by
  * keeps the string from class k when its byte does (landing in class k')
  * and every child keeps it from k'. Inside a string most of the trie is
  * such subtrees; the walk then takes each whole, without feeding a byte. */
-static int build_in_str(ts_constraint *c) {
+static int build_in_str(tok_index *c) {
     const uint32_t n = (uint32_t)c->n_nodes;
     c->in_str = ts_alloc(n ? n : 1, TS_MEM_MISC);
     if (!c->in_str) return TS_E_NOMEM;
@@ -217,6 +251,19 @@ static int build_in_str(ts_constraint *c) {
             if (all) bits |= (uint8_t)(1u << k);
         }
         c->in_str[i] = bits;
+    }
+    return 0;
+}
+
+/* The subtrees' heights (a node's children follow it in preorder). */
+static int build_height(tok_index *c) {
+    const uint32_t n = (uint32_t)c->n_nodes;
+    c->height = ts_alloc(sizeof(uint16_t) * (n ? n : 1), TS_MEM_MISC);
+    if (!c->height) return TS_E_NOMEM;
+    for (uint32_t i = n; i-- > 0;) {
+        uint16_t h = 1;
+        for (uint32_t j = i + 1; j < c->end[i]; j = c->end[j]) h = (uint16_t)TS_MAX(h, c->height[j] + 1);
+        c->height[i] = h;
     }
     return 0;
 }
@@ -238,19 +285,6 @@ static int cache_init(ts_constraint *c) {
     return 0;
 }
 
-/* The subtrees' heights (a node's children follow it in preorder). */
-static int build_height(ts_constraint *c) {
-    const uint32_t n = (uint32_t)c->n_nodes;
-    c->height = ts_alloc(sizeof(uint16_t) * (n ? n : 1), TS_MEM_MISC);
-    if (!c->height) return TS_E_NOMEM;
-    for (uint32_t i = n; i-- > 0;) {
-        uint16_t h = 1;
-        for (uint32_t j = i + 1; j < c->end[i]; j = c->end[j]) h = (uint16_t)TS_MAX(h, c->height[j] + 1);
-        c->height[i] = h;
-    }
-    return 0;
-}
-
 /* Whether n bytes p lie inside one of a wrapped schema's literals. */
 static int in_literal(const ts_schema *sc, const char *p, size_t n) {
     for (int k = 0; sc && sc->wrap && k < TS_SW_N; k++) {
@@ -261,44 +295,33 @@ static int in_literal(const ts_schema *sc, const char *p, size_t n) {
     return 0;
 }
 
-/* The tokenizer's index (trie, string bits, cache): what both grammars
- * share; wsc, a wrapped schema, picks the literal tokens. */
-static int constraint_new(const ts_tokenizer *t, const char *name, const ts_schema *wsc, ts_constraint **out,
-                          ts_error *err) {
+/* The tokenizer's index (ts_tok_attached's build; NULL: out of memory):
+ * the candidates are the tokens with bytes that are not added tokens
+ * (markup: <|im_end|>, <think>, <tool_call> decode to text a JSON string
+ * could hold, but they are not text); the added ones with text (not
+ * special) keep their bytes for a wrap's literals. */
+static void *index_build(const ts_tokenizer *t, void *arg) {
+    (void)arg;
     const int V = ts_tokenizer_vocab_size(t);
-    if (V <= 0) return ts_fail(err, TS_E_ARG, "%s: the tokenizer has no tokens", name);
-    ts_constraint *c = ts_alloc(sizeof *c, TS_MEM_MISC);
+    tok_index *c = ts_alloc(sizeof *c, TS_MEM_MISC);
     tok_ref *r = ts_alloc(sizeof(tok_ref) * (size_t)V, TS_MEM_MISC);
-    if (c) c->ok = ts_alloc((size_t)V, TS_MEM_MISC);
-    if (!c || !r || !c->ok) goto nomem;
-    c->name = name;
+    if (c) c->kind = ts_alloc((size_t)V, TS_MEM_MISC);
+    if (!c || !r || !c->kind) goto nomem;
+    c->refs = 1; /* the tokenizer's */
     c->n_ids = V;
-    c->words = (V + 63) / 64;
-    /* the candidates: tokens with bytes that are not added tokens (markup:
-     * <|im_end|>, <think>, <tool_call> decode to text a JSON string could
-     * hold, but they are not text) */
-    ts_tok_mark_added(t, c->ok);
+    ts_tok_mark_added(t, c->kind);
     size_t total = 0;
     int n = 0;
     for (int id = 0; id < V; id++) {
         size_t len = 0;
         const char *p = ts_tokenizer_token_bytes(t, id, &len);
         const int text = p && len > 0 && !ts_tokenizer_is_special(t, id) && len < 65535;
-        const int cand = text && !c->ok[id];
-        const int lit = text && c->ok[id] && in_literal(wsc, p, len);
-        c->ok[id] = (uint8_t)(cand ? 1 : lit ? 2 : 0);
-        if (lit) {
-            int32_t *q = ts_alloc(sizeof(int32_t) * (size_t)(c->n_lit + 1), TS_MEM_MISC);
-            if (!q) goto nomem;
-            if (c->n_lit) memcpy(q, c->lit_ids, sizeof(int32_t) * (size_t)c->n_lit);
-            ts_free(c->lit_ids);
-            c->lit_ids = q;
-            c->lit_ids[c->n_lit++] = id;
-            total += len;
-        }
+        const int cand = text && !c->kind[id];
+        c->kind[id] = (uint8_t)(cand ? 1 : text && c->kind[id] ? 2 : 0);
+        if (!c->kind[id]) continue;
+        total += len;
         if (!cand) continue;
         r[n++] = (tok_ref){(const uint8_t *)p, (uint32_t)len, id};
-        total += len;
         int open = 0, close = 0;
         for (size_t i = 0; i < len; i++) open += p[i] == '[' || p[i] == '{', close += p[i] == ']' || p[i] == '}';
         c->max_len = TS_MAX(c->max_len, (int)len);
@@ -306,28 +329,62 @@ static int constraint_new(const ts_tokenizer *t, const char *name, const ts_sche
         c->max_close = TS_MAX(c->max_close, close);
     }
     c->n_tokens = n;
-    /* the candidates' (and literal tokens') bytes, copied: the trie and the
-     * sort point into them */
+    /* the tokens' bytes, copied: the trie and the sort point into them */
     c->off = ts_alloc(sizeof(uint32_t) * ((size_t)V + 1), TS_MEM_MISC);
     c->bytes = ts_alloc(total + 1, TS_MEM_MISC);
     if (!c->off || !c->bytes || total >= UINT32_MAX) goto nomem;
     c->off[0] = 0;
     for (int k = 0, id = 0; id < V; id++) {
         c->off[id + 1] = c->off[id];
-        if (!c->ok[id]) continue;
+        if (!c->kind[id]) continue;
         size_t len = 0;
         const char *p = ts_tokenizer_token_bytes(t, id, &len);
         memcpy(c->bytes + c->off[id], p, len);
-        if (c->ok[id] == 1) r[k++].p = c->bytes + c->off[id]; /* r is in id order until the sort */
+        if (c->kind[id] == 1) r[k++].p = c->bytes + c->off[id]; /* r is in id order until the sort */
         c->off[id + 1] += (uint32_t)len;
     }
     qsort(r, (size_t)n, sizeof *r, cmp_tok);
-    if (build_trie(c, r, n, total) || build_in_str(c) || cache_init(c)) goto nomem;
+    if (build_trie(c, r, n, total) || build_in_str(c) || build_height(c)) goto nomem;
     ts_free(r);
+    return c;
+nomem:
+    ts_free(r);
+    index_release(c);
+    return NULL;
+}
+
+/* A constraint over the tokenizer's shared index; wsc, a wrapped schema,
+ * picks the literal tokens. */
+static int constraint_new(const ts_tokenizer *t, const char *name, const ts_schema *wsc, ts_constraint **out,
+                          ts_error *err) {
+    const int V = ts_tokenizer_vocab_size(t);
+    if (V <= 0) return ts_fail(err, TS_E_ARG, "%s: the tokenizer has no tokens", name);
+    ts_constraint *c = ts_alloc(sizeof *c, TS_MEM_MISC);
+    tok_index *ix = ts_tok_attached(t, index_build, NULL, index_release);
+    if (!c || !ix) goto nomem;
+    __atomic_add_fetch(&ix->refs, 1, __ATOMIC_ACQ_REL);
+    c->ix = ix;
+    c->name = name;
+    c->n_ids = V;
+    c->words = (V + 63) / 64;
+    if (wsc && wsc->wrap) {
+        for (int id = 0; id < V; id++) {
+            if (ix->kind[id] != 2 || !in_literal(wsc, (const char *)ix->bytes + ix->off[id], ix->off[id + 1] - ix->off[id]))
+                continue;
+            if (!c->lit && !(c->lit = ts_alloc(sizeof(uint64_t) * (size_t)c->words, TS_MEM_MISC))) goto nomem;
+            int32_t *q = ts_alloc(sizeof(int32_t) * (size_t)(c->n_lit + 1), TS_MEM_MISC);
+            if (!q) goto nomem;
+            if (c->n_lit) memcpy(q, c->lit_ids, sizeof(int32_t) * (size_t)c->n_lit);
+            ts_free(c->lit_ids);
+            c->lit_ids = q;
+            c->lit_ids[c->n_lit++] = id;
+            c->lit[id >> 6] |= (uint64_t)1 << (id & 63);
+        }
+    }
+    if (cache_init(c)) goto nomem;
     *out = c;
     return 0;
 nomem:
-    ts_free(r);
     ts_constraint_free(c);
     return ts_fail(err, TS_E_NOMEM, "%s: out of memory indexing %d tokens", name, V);
 }
@@ -364,10 +421,6 @@ static int schema_constraint(const ts_tokenizer *t, const char *schema, size_t l
     }
     c->kind = CK_SCHEMA;
     c->schema = sc;
-    if (build_height(c)) {
-        ts_constraint_free(c);
-        return ts_fail(err, TS_E_NOMEM, "JSON schema constraint: out of memory");
-    }
     *out = c;
     return 0;
 }
@@ -404,11 +457,11 @@ static void walk(ts_cgen *g, const ts_jfsm *st, uint64_t *out) {
     uint64_t *stk = g->stk;
     memcpy(stk, st->stack, sizeof st->stack);
     f[0].h = st->h;
-    const uint8_t *byte = c->byte;
-    const uint16_t *level = c->level;
-    const uint32_t *end = c->end, *toff = c->tok_off;
-    const int32_t *tid = c->tok_ids;
-    const uint32_t n = (uint32_t)c->n_nodes;
+    const uint8_t *byte = c->ix->byte;
+    const uint16_t *level = c->ix->level;
+    const uint32_t *end = c->ix->end, *toff = c->ix->tok_off;
+    const int32_t *tid = c->ix->tok_ids;
+    const uint32_t n = (uint32_t)c->ix->n_nodes;
     uint32_t cur = 0; /* deepest level whose saved word is live */
     for (uint32_t i = 0; i < n;) {
         const uint32_t L = level[i];
@@ -418,7 +471,7 @@ static void walk(ts_cgen *g, const ts_jfsm *st, uint64_t *out) {
         }
         ts_jhead h = f[L - 1].h;
         const int cls = ts_jfsm_string_class(&h);
-        if (cls >= 0 && ((c->in_str[i] >> cls) & 1)) { /* a subtree that stays in the string: all of it */
+        if (cls >= 0 && ((c->ix->in_str[i] >> cls) & 1)) { /* a subtree that stays in the string: all of it */
             for (uint32_t k = toff[i]; k < toff[end[i]]; k++) out[tid[k] >> 6] |= (uint64_t)1 << (tid[k] & 63);
             i = end[i];
             continue;
@@ -454,15 +507,15 @@ static void walk_schema(ts_cgen *g, const ts_sstate *st, uint64_t *out) {
     uint32_t room = 0;
     g->lcls[0] = (int16_t)(ts_sfsm_in_string(sc, &lv[0], &cls, &room) ? cls : -1);
     g->lroom[0] = room;
-    const uint8_t *byte = c->byte;
-    const uint16_t *level = c->level;
-    const uint32_t *end = c->end, *toff = c->tok_off;
-    const int32_t *tid = c->tok_ids;
-    const uint32_t n = (uint32_t)c->n_nodes;
+    const uint8_t *byte = c->ix->byte;
+    const uint16_t *level = c->ix->level;
+    const uint32_t *end = c->ix->end, *toff = c->ix->tok_off;
+    const int32_t *tid = c->ix->tok_ids;
+    const uint32_t n = (uint32_t)c->ix->n_nodes;
     for (uint32_t i = 0; i < n;) {
         const uint32_t L = level[i];
         const int pc = g->lcls[L - 1];
-        if (pc >= 0 && ((c->in_str[i] >> pc) & 1) && g->lroom[L - 1] >= c->height[i]) { /* stays in the string */
+        if (pc >= 0 && ((c->ix->in_str[i] >> pc) & 1) && g->lroom[L - 1] >= c->ix->height[i]) { /* stays in the string */
             for (uint32_t k = toff[i]; k < toff[end[i]]; k++) out[tid[k] >> 6] |= (uint64_t)1 << (tid[k] & 63);
             i = end[i];
             continue;
@@ -482,8 +535,8 @@ static void walk_schema(ts_cgen *g, const ts_sstate *st, uint64_t *out) {
     /* the literal tokens, one by one (a handful), in the step scratch */
     for (int k = 0; k < c->n_lit; k++) {
         const int32_t id = c->lit_ids[k];
-        const uint8_t *p = c->bytes + c->off[id];
-        const uint32_t len = c->off[id + 1] - c->off[id];
+        const uint8_t *p = c->ix->bytes + c->ix->off[id];
+        const uint32_t len = c->ix->off[id + 1] - c->ix->off[id];
         ts_swstate *cur = &g->sw->a, *nxt = &g->sw->b;
         ts_sfsm_lift(st, cur);
         uint32_t j = 0;
@@ -500,9 +553,9 @@ static void walk_schema(ts_cgen *g, const ts_sstate *st, uint64_t *out) {
 static void make_key(const ts_constraint *c, const ts_jfsm *st, ckey *k) {
     memset(k, 0, sizeof *k);
     k->h = ts_jfsm_norm_head(&st->h);
-    const int d = st->h.depth, reach = c->max_close + 1;
+    const int d = st->h.depth, reach = c->ix->max_close + 1;
     int from = 0; /* the stack kinds [from, d) are part of the key */
-    if (d > reach && d + c->max_open < TS_JSON_MAX_DEPTH) {
+    if (d > reach && d + c->ix->max_open < TS_JSON_MAX_DEPTH) {
         from = d - reach;
         k->h.depth = 0xFFFF;
     }
@@ -606,7 +659,7 @@ void ts_constraint_byte_mask(ts_cgen *g, const ts_jfsm *st, int use_cache, uint6
 
 void ts_constraint_schema_mask(ts_cgen *g, const ts_sstate *st, int use_cache, uint64_t *out) {
     const ts_constraint *c = g->c;
-    const uint32_t kn = use_cache ? (uint32_t)ts_sfsm_key(c->schema, st, c->max_close, c->max_open, g->key) : 0;
+    const uint32_t kn = use_cache ? (uint32_t)ts_sfsm_key(c->schema, st, c->ix->max_close, c->ix->max_open, g->key) : 0;
     cached_mask(g, g->key, kn, st, use_cache, out, walk_schema_fn);
 }
 
@@ -614,11 +667,13 @@ void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *o) {
     ts_constraint *m = (ts_constraint *)c;
     memset(o, 0, sizeof *o);
     o->n_ids = c->n_ids;
-    o->n_tokens = c->n_tokens;
-    o->n_nodes = c->n_nodes;
-    o->max_len = c->max_len;
-    o->max_close = c->max_close;
-    o->max_open = c->max_open;
+    o->n_tokens = c->ix->n_tokens;
+    o->n_nodes = c->ix->n_nodes;
+    o->max_len = c->ix->max_len;
+    o->max_close = c->ix->max_close;
+    o->max_open = c->ix->max_open;
+    o->index = c->ix;
+    o->index_refs = __atomic_load_n(&c->ix->refs, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&m->mu);
     o->cache_cap = c->cap;
     o->cache_n = c->n_ent;
@@ -637,9 +692,9 @@ void ts_constraint_cache_limit(ts_constraint *c, int n) {
     pthread_mutex_unlock(&c->mu);
 }
 
-int ts_constraint_token_ok(const ts_constraint *c, int32_t id) { return id >= 0 && id < c->n_ids && c->ok[id]; }
+int ts_constraint_token_ok(const ts_constraint *c, int32_t id) { return id >= 0 && id < c->n_ids && tok_kind(c, id); }
 int ts_constraint_token_literal(const ts_constraint *c, int32_t id) {
-    return id >= 0 && id < c->n_ids && c->ok[id] == 2;
+    return id >= 0 && id < c->n_ids && tok_kind(c, id) == 2;
 }
 
 /* ---- a generation's constraint ---- */
@@ -693,11 +748,11 @@ int ts_cgen_init(ts_cgen *g, const ts_gen_params *p, int V, ts_error *err) {
     g->stop = p->stop_ids;
     g->n_stop = p->n_stop;
     g->mask = ts_alloc(sizeof(uint64_t) * (size_t)g->words, TS_MEM_SCRATCH);
-    g->frames = ts_alloc(sizeof(ts_cframe) * ((size_t)c->max_len + 1), TS_MEM_SCRATCH);
+    g->frames = ts_alloc(sizeof(ts_cframe) * ((size_t)c->ix->max_len + 1), TS_MEM_SCRATCH);
     g->stk = ts_alloc(sizeof(uint64_t) * STACK_WORDS, TS_MEM_SCRATCH);
     int bad = !g->mask || !g->frames || !g->stk;
     if (c->kind == CK_SCHEMA && !bad) {
-        const size_t levels = (size_t)c->max_len + 1;
+        const size_t levels = (size_t)c->ix->max_len + 1;
         g->ss = ts_alloc(sizeof(ts_sstate), TS_MEM_SCRATCH);
         g->ss_look = ts_alloc(sizeof(ts_sstate), TS_MEM_SCRATCH);
         g->sw = ts_alloc(sizeof(ts_sfsm_work), TS_MEM_SCRATCH);
@@ -775,10 +830,10 @@ int ts_cgen_advance(ts_cgen *g, int32_t id, ts_error *err) {
     const ts_constraint *c = g->c;
     if (!ts_constraint_token_ok(c, id))
         return ts_fail(err, TS_E_ARG, "%s: token id %d was emitted, which the constraint never allows", c->name, id);
-    const uint32_t len = c->off[id + 1] - c->off[id];
-    const uint8_t *p = c->bytes + c->off[id];
+    const uint32_t len = c->ix->off[id + 1] - c->ix->off[id];
+    const uint8_t *p = c->ix->bytes + c->ix->off[id];
     const int ok = !g->ss            ? ts_jfsm_feed_bytes(&g->st, p, len)
-                   : c->ok[id] == 2 ? ts_sfsm_feed_literal(c->schema, g->ss, p, len, g->sw)
+                   : tok_kind(c, id) == 2 ? ts_sfsm_feed_literal(c->schema, g->ss, p, len, g->sw)
                                     : ts_sfsm_feed_token(c->schema, g->ss, p, len, g->sw);
     if (!ok)
         return ts_fail(err, TS_E_ARG, "%s: token id %d was emitted after %ld bytes (%s), which its mask did not allow",

@@ -91,6 +91,9 @@ typedef struct ts_constraint_info {
     int cache_cap;      /* masks the cache may hold */
     int cache_n;        /* masks it holds */
     long hits, misses;  /* lookups since creation */
+    const void *index;  /* the tokenizer's shared index (identity only: equal for
+                           constraints over one tokenizer) */
+    int index_refs;     /* its holders: the tokenizer (until freed) and each constraint */
 } ts_constraint_info;
 void ts_constraint_get_info(const ts_constraint *c, ts_constraint_info *out);
 /* Tests: let the cache hold at most n masks (n >= 1, at most its size);

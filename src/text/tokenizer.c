@@ -297,6 +297,12 @@ struct ts_tokenizer {
 
     pthread_mutex_t mu;
 
+    /* the attached object (ts_tok_attached), under its own lock: its build
+     * takes tens of ms and must not hold encoders up */
+    pthread_mutex_t att_mu;
+    void *att;
+    void (*att_release)(void *);
+
     /* cache (under mu) */
     cache_ent *cache;
     uint32_t cache_mask, cache_n;
@@ -358,8 +364,20 @@ void ts_tok_mark_added(const ts_tokenizer *t, uint8_t *flags) {
         if (t->added[i].id >= 0 && t->added[i].id < t->n_vocab) flags[t->added[i].id] = 1;
 }
 
+void *ts_tok_attached(const ts_tokenizer *t, void *(*build)(const ts_tokenizer *t, void *arg), void *arg,
+                      void (*release)(void *obj)) {
+    ts_tokenizer *m = (ts_tokenizer *)t; /* the slot is a cache: logically const */
+    pthread_mutex_lock(&m->att_mu);
+    if (!m->att && (m->att = build(t, arg))) m->att_release = release;
+    void *o = m->att;
+    pthread_mutex_unlock(&m->att_mu);
+    return o;
+}
+
 void ts_tokenizer_free(ts_tokenizer *t) {
     if (!t) return;
+    if (t->att) t->att_release(t->att);
+    pthread_mutex_destroy(&t->att_mu);
     ts_free(t->tok_off);
     ts_free(t->tok_len);
     ts_free(t->has_tok);
@@ -887,6 +905,7 @@ int ts_tokenizer_load_mem(const char *text, size_t len, const char *path, ts_tok
         return ts_fail(err, TS_E_NOMEM, "%s: out of memory", path);
     }
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->att_mu, NULL);
     int rc = load_json(t, root, err, path);
     cJSON_Delete(root);
     if (!rc) {

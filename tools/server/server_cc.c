@@ -7,21 +7,20 @@
  * not own: the schema text (server_req.c, server_tools.c build it),
  * applying a constraint (server_gen.c).
  *
- * Why: a constraint indexes the tokenizer (tens of ms at a 150K
- * vocabulary, most of a schema constraint's build) and fills its own
- * cache of token masks as generations walk the grammar; a client that
+ * Why: a constraint walks the tokenizer's index (built once a tokenizer
+ * and shared by every constraint over it: gen/constraint.c) and fills its
+ * own cache of token masks as generations walk the grammar; a client that
  * sends the same tools or schema with every request (the usual case) then
- * pays neither again. A miss builds outside the lock (two threads missing
+ * compiles nothing again. A miss builds outside the lock (two threads missing
  * on one key both build; the second to finish takes the first's and frees
  * its own). Entries are reference counted: a job holds its constraint
  * (srv_cc_release when the job is freed) however long it waits, so
  * eviction only drops the table's reference and the last holder frees it.
  *
- * Bounded at SRV_CC_CAP entries. Memory per entry: the tokenizer index
- * (at most 16 bytes per byte of the vocabulary's tokens: 16 MB for Qwen3's
- * 976 KB of token text) plus the masks it caches (19 KB each there, at
- * most TS_CONSTRAINT_CACHE_BYTES, allocated as states are met: a tool
- * call meets a few hundred).
+ * Bounded at SRV_CC_CAP entries. Memory per entry: the compiled schema and
+ * the masks it caches (19 KB each at Qwen3's 151,669 ids, at most
+ * TS_CONSTRAINT_CACHE_BYTES, allocated as states are met: a tool call
+ * meets a few hundred). The index (~16 MB there) is the tokenizer's, once.
  */
 #include <stdio.h>
 #include <stdlib.h>
