@@ -296,6 +296,7 @@ TS_TEST(ngram, ends_mid_block) {
         }
     }
     CHECK_MSG(acc > 0, "no draft was accepted: the ends were never inside a drafted block");
+    ts_engine_close(e);
 }
 
 /* A checkpoint without an MTP head: n-gram drafting works (output equals
