@@ -12,8 +12,10 @@
  *   alone and on one with MTP buffers; ended by the token budget, by a stop
  *   id and by the context limit inside a block;
  * - a checkpoint without an MTP head drafts n-grams (and refuses MTP);
- * - history before the prompt (gen params ngram_ctx) raises acceptance on a
- *   continued session and never changes the output;
+ * - history before the prompt (gen params ngram_ctx): looked up (a history
+ *   holding the continuation is nearly all accepted), output unchanged on a
+ *   continued session, and a resumed session's sampled draws are a cold
+ *   run's when the fed ids are handed over;
  * - constraints and log-probabilities: the same ids and entries as plain;
  * - speculative sampling: dprobs NULL (a point mass) gives the bits of
  *   one-hot rows; the first emitted token follows the target (chi-square at
@@ -407,6 +409,63 @@ TS_TEST(ngram, history_before_the_prompt) {
     fprintf(stderr, "  drafts accepted over 120 tokens: %d from the prompt alone, %d with the continuation in the history\n",
             acc[0], acc[1]);
     CHECK_MSG(acc[1] >= 72 && acc[0] < 24, "the history was not looked up: %d vs %d accepted", acc[1], acc[0]);
+    ts_engine_close(e);
+}
+
+/* A resumed session (a chat's or a server's reused prefix: the first ids
+ * fed before, the rest given to ts_generate) with the fed ids handed over
+ * as ngram_ctx has a cold run's history, hence its drafts: a sampled
+ * generation draws exactly what the cold one draws (the prefix ends on the
+ * prefill grid, so the rows are the same bits too). Without the ids the
+ * drafts differ and so do the draws (the test's power). The prompt holds
+ * every id of the vocabulary once and n-grams of one id are matched, so a
+ * draft follows every emitted id. */
+TS_TEST(ngram, resumed_history_same_draws) {
+    ts_engine *e = open_dir("tests/fixtures/tiny-dense");
+    CHECK(e);
+    const int V = ts_engine_info(e)->vocab_size, H = 1024;
+    int32_t *P = malloc(sizeof(int32_t) * (size_t)V);
+    uint64_t seed = 3;
+    for (int i = 0; i < V; i++) P[i] = i;
+    for (int i = V - 1; i > 0; i--) { /* a shuffle */
+        const int j = (int)(lcg(&seed) % (uint64_t)(i + 1));
+        const int32_t t = P[i];
+        P[i] = P[j], P[j] = t;
+    }
+    static collect out[3];
+    int drafted[3] = {0};
+    for (int mode = 0; mode < 3; mode++) { /* cold, resumed with the history, resumed without */
+        ts_session_params sp;
+        ts_session_params_default(&sp);
+        sp.n_ctx = V + 64;
+        sp.ngram_draft = 4;
+        ts_session *s = NULL;
+        ts_error err = {0};
+        CHECK(ts_session_new(e, &sp, &s, &err) == 0);
+        CHECK(H % ts_session_grid(s) == 0);
+        ts_gen_params gp;
+        ts_gen_params_default(&gp);
+        gp.n_predict = 24;
+        gp.temperature = 1.0f;
+        gp.seed = 11;
+        gp.spec_draft = 4, gp.spec_ngram = 1, gp.ngram_min = 1;
+        const int from = mode ? H : 0;
+        if (from) CHECK(ts_session_feed(s, P, H, NULL, NULL, &err) == 0);
+        if (mode == 1) gp.ngram_ctx = P, gp.n_ngram_ctx = H;
+        ts_gen_stats st;
+        out[mode].n = 0;
+        CHECK_MSG(ts_generate(s, P + from, V - from, &gp, on_tok, &out[mode], &st, &err) == 0, "%s", err.msg);
+        drafted[mode] = st.n_drafted;
+        ts_session_free(s);
+    }
+    fprintf(stderr, "  sampled, 24 tokens: drafts %d cold, %d resumed with the history, %d without\n", drafted[0], drafted[1],
+            drafted[2]);
+    CHECK_MSG(out[1].n == out[0].n && !memcmp(out[1].ids, out[0].ids, sizeof(int32_t) * (size_t)out[0].n) &&
+                  drafted[1] == drafted[0] && drafted[0] > 0,
+              "resumed with the history: not the cold run's draws");
+    CHECK_MSG(drafted[2] != drafted[0] || memcmp(out[2].ids, out[0].ids, sizeof(int32_t) * (size_t)out[0].n),
+              "without the history the same drafts and draws: the test cannot tell");
+    free(P);
     ts_engine_close(e);
 }
 
