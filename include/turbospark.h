@@ -403,7 +403,7 @@ TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidde
 #define TS_SPEC_MAX_DRAFT 8
 #define TS_DFLASH_MAX_BLOCK 16 /* DFlash: rows of a drafted block, the verify block's too */
 #define TS_NGRAM_MAX 16          /* n-gram drafting: the longest suffix matched (gen params spec_ngram) */
-#define TS_NGRAM_MIN_DEFAULT 2   /* ... the shortest, when gen params ngram_min is 0 */
+#define TS_NGRAM_MIN_DEFAULT 3   /* ... the shortest, when gen params ngram_min is 0 (bench/spec/RESULTS.md) */
 
 /* Memory categories: the one definition, used by the counted allocator
  * (src/util/util.c), the plan and its callers. */

@@ -749,7 +749,7 @@ TS_TEST(ngram, cli) {
         CHECK_MSG(strlen(plain) > 20 && !strcmp(plain, spec), "%s: output differs:\n%s\n%s", flags[i], plain, spec);
     }
     int rc = ts_test_sh(spec, sizeof spec, "%s %s --spec ngram 2>&1 >/dev/null", bin, run);
-    CHECK_MSG(rc == 0 && strstr(spec, "[spec ngram --draft 4 --ngram-max 4 --ngram-min 2:") &&
+    CHECK_MSG(rc == 0 && strstr(spec, "[spec ngram --draft 4 --ngram-max 4 --ngram-min 3:") &&
                   strstr(spec, "mean accepted length") && !strstr(spec, " 0/"),
               "stats: %s", spec);
     /* chat: the same conversation as plain chat, a drafting line a turn */
@@ -761,9 +761,9 @@ TS_TEST(ngram, cli) {
     rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m models/default --prompt 32 --gen 48 --runs 1 --bw-mib 1 --spec ngram "
                     "--draft 4 --json 2>&1", bin);
     CHECK_MSG(rc == 0 && strstr(g_out, "\"spec\": \"ngram\"") && strstr(g_out, "\"identical\": true") &&
-                  strstr(g_out, "\"ngram_max\": 4, \"ngram_min\": 2"), "bench: %s", g_out);
+                  strstr(g_out, "\"ngram_max\": 4, \"ngram_min\": 3"), "bench: %s", g_out);
     rc = ts_test_sh(g_out, sizeof g_out, "%s bench -m models/default --prompt 32 --gen 24 --runs 1 --bw-mib 1 --spec ngram", bin);
-    CHECK_MSG(rc == 0 && strstr(g_out, "spec       ngram --draft 4 --ngram-max 4 --ngram-min 2: ") &&
+    CHECK_MSG(rc == 0 && strstr(g_out, "spec       ngram --draft 4 --ngram-max 4 --ngram-min 3: ") &&
                   strstr(g_out, "output identical"), "bench: %s", g_out);
     /* errors name the problem */
     static const struct { const char *flags, *msg; } bad[] = {

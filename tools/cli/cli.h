@@ -125,7 +125,7 @@ void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_st
     "                      that followed the last earlier occurrence of its longest suffix of\n" \
     "                      --ngram-min..--ngram-max ids (any model; --draft M, default 4)\n" \
     "  --ngram-max N       n-gram: the longest suffix matched, 1..16 (default 4)\n" \
-    "  --ngram-min N       n-gram: the shortest, 1..--ngram-max (default 2)\n" \
+    "  --ngram-min N       n-gram: the shortest, 1..--ngram-max (default 3)\n" \
     "  --block B           DFlash: rows per block, the last token + B-1 drafts, 2..16\n" \
     "                      (default 16)\n" \
     "  --drafter DIR       DFlash: the drafter's directory (config.json + safetensors)\n" \
