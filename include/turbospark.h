@@ -278,7 +278,8 @@ typedef struct ts_gen_params {
     float frequency_penalty;  /* 0 = off */
     int penalty_last_n;       /* window of ids the penalties see (-1 = all) */
     uint64_t seed;
-    int spec_draft;           /* 0: no drafting; M: MTP drafts M tokens per block */
+    int spec_draft;           /* 0: no drafting; M: MTP drafts M tokens per block
+                                 (n-gram drafts with spec_ngram: up to M) */
     int draft_vocab;          /* K > 0: MTP drafts are chosen among token ids [0, K)
                                  only, so the head's product has K rows instead
                                  of vocab (BPE ids are in merge order, roughly

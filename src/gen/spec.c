@@ -244,10 +244,11 @@ static int ngram_generate(ts_session *s, const int32_t *prompt, int n_prompt, co
     if (s->st.tape_rows < M + 1)
         return ts_fail(err, TS_E_ARG, "the session was created for drafts of %d tokens, %d asked (session params "
                        "ngram_draft or spec_draft)", TS_MAX(s->st.tape_rows - 1, 0), M);
-    /* the history: the context before the prompt (its last n_ctx ids: the
-     * session holds no more), the prompt, the emitted tokens */
+    /* the history: the context before the prompt, the prompt, the emitted
+     * tokens; none of the three can exceed the session's context (a longer
+     * prompt fails to feed; of a longer context the last n_ctx ids count) */
     const int n_ctx = s->st.n_ctx, nh = TS_MIN(p->n_ngram_ctx, n_ctx);
-    const int cap = nh + n_prompt + TS_MIN(TS_MAX(p->n_predict, 0), n_ctx) + 1;
+    const int cap = nh + TS_MIN(n_prompt, n_ctx) + TS_MIN(TS_MAX(p->n_predict, 0), n_ctx) + 1;
     ts_ngram_drafter nd;
     int rc = ts_ngram_drafter_init(&nd, s, Nmin, N, M, cap, err);
     if (!rc) {
