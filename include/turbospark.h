@@ -190,6 +190,13 @@ typedef struct ts_session_params {
                          engine must have its drafter): the verify buffers
                          of B rows, the drafter's context K/V cache, the
                          hidden-state taps and its scratch. 0: none. */
+    int ngram_draft;  /* M in 1..TS_SPEC_MAX_DRAFT: buffers for n-gram (prompt
+                         lookup) drafting of M tokens per block: what
+                         verification needs and nothing else (GDN tape and
+                         snapshots, verify logits of M+1 rows, one host row
+                         for speculative sampling); no MTP head needed. 0:
+                         none. A session with spec_draft >= M drafts
+                         n-grams too (its verify buffers are the same). */
 } ts_session_params;
 
 TS_API void ts_session_params_default(ts_session_params *p);
@@ -271,7 +278,8 @@ typedef struct ts_gen_params {
     float frequency_penalty;  /* 0 = off */
     int penalty_last_n;       /* window of ids the penalties see (-1 = all) */
     uint64_t seed;
-    int spec_draft;           /* 0: no drafting; M: MTP drafts M tokens per block */
+    int spec_draft;           /* 0: no drafting; M: MTP drafts M tokens per block
+                                 (n-gram drafts with spec_ngram: up to M) */
     int draft_vocab;          /* K > 0: MTP drafts are chosen among token ids [0, K)
                                  only, so the head's product has K rows instead
                                  of vocab (BPE ids are in merge order, roughly
@@ -292,6 +300,25 @@ typedef struct ts_gen_params {
                                  pass, verified at once; 2..16, at most the
                                  session's dflash_block); spec_draft is then
                                  ignored. draft_vocab applies as for MTP. */
+    int spec_ngram;           /* N > 0: n-gram (prompt lookup) drafting instead of
+                                 MTP: each block drafts up to spec_draft tokens
+                                 copied from the context, those that followed
+                                 the most recent earlier occurrence of the
+                                 longest suffix of ngram_min..N tokens (none
+                                 found: a one-row step). N in 1..TS_NGRAM_MAX;
+                                 the session needs ngram_draft or spec_draft
+                                 >= spec_draft. No model pass drafts, so any
+                                 checkpoint can (no MTP head needed).
+                                 draft_vocab and draft_p_min do not apply. */
+    int ngram_min;            /* the shortest suffix matched, 1..spec_ngram;
+                                 0: TS_NGRAM_MIN_DEFAULT (capped at spec_ngram) */
+    /* The ids before the prompt in the session's timeline (borrowed for the
+     * call; NULL: none): the n-gram drafter looks them up too, as if they
+     * were the prompt's start. A caller that resumes a session (a chat's
+     * history, a reused prefix) passes what it fed earlier. Only which
+     * drafts are proposed depends on them, never the output. */
+    const int32_t *ngram_ctx;
+    int n_ngram_ctx;
     /* logit bias (OpenAI's logit_bias): bias[i] is added to the logit of
      * bias_ids[i] after the penalties, before the temperature (sampler
      * pipeline below); distinct ids in [0, vocab), finite values. A bias of
@@ -362,7 +389,9 @@ TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidde
  * Speculative decoding: ts_generate with gen params spec_draft = M (1..8) on
  * a session created with session params spec_draft >= M (MTP drafts), or
  * gen params dflash_block = B (2..16) on a session with dflash_block >= B
- * of an engine opened with engine params dflash = 1 (DFlash blocks). Greedy
+ * of an engine opened with engine params dflash = 1 (DFlash blocks), or
+ * gen params spec_ngram = N with spec_draft = M on a session with
+ * ngram_draft or spec_draft >= M (n-gram drafts from the context). Greedy
  * output is bit-identical to ts_generate without drafting; with temperature
  * > 0 the output distribution is the target's (speculative sampling).
  *
@@ -374,6 +403,8 @@ TS_API int ts_session_mtp(ts_session *s, const int32_t *toks, const float *hidde
 
 #define TS_SPEC_MAX_DRAFT 8
 #define TS_DFLASH_MAX_BLOCK 16 /* DFlash: rows of a drafted block, the verify block's too */
+#define TS_NGRAM_MAX 16          /* n-gram drafting: the longest suffix matched (gen params spec_ngram) */
+#define TS_NGRAM_MIN_DEFAULT 3   /* ... the shortest, when gen params ngram_min is 0 (bench/spec/RESULTS.md) */
 
 /* Memory categories: the one definition, used by the counted allocator
  * (src/util/util.c), the plan and its callers. */
@@ -402,7 +433,7 @@ typedef struct ts_mem_plan_item {
     ts_mem_cat cat;
     ts_mem_domain dom;
     int engine;       /* 1: held by the engine, 0: by the session */
-    int drafter;      /* 1: exists only because of spec_draft */
+    int drafter;      /* 1: exists only because of drafting (spec_draft, ngram_draft, dflash_block) */
     int backend;      /* 1: sized by the backend (packed weight copies, kernel workspace): depends on the
                          machine's kernel mode and thread count, not on the model alone */
     uint64_t count;   /* buffers of this kind */
@@ -417,7 +448,7 @@ typedef struct ts_mem_plan {
     uint64_t dom_bytes[TS_DOM_N];     /* by domain, all categories */
     uint64_t cat_bytes[TS_MEM_N];     /* by category, all domains */
     uint64_t engine_bytes, session_bytes, total_bytes;
-    uint64_t drafter_bytes;           /* the part that exists only because of spec_draft */
+    uint64_t drafter_bytes;           /* the part that exists only because of drafting */
     /* expert streaming (engine params expert_cache), else 0 */
     int expert_slots;                 /* experts the cache holds */
     uint64_t expert_slot_bytes;       /* one slot (the backend's prepared copy, or the file span) */
@@ -426,6 +457,7 @@ typedef struct ts_mem_plan {
                                          (so not in mapped_kept_bytes) */
     int n_ctx, max_rows, spec_draft;  /* the normalised session parameters */
     int dflash_block;                 /* DFlash block rows (0: none) */
+    int ngram_draft;                  /* n-gram drafts a block (0: none) */
     int n_items;
     ts_mem_plan_item items[64];
 } ts_mem_plan;

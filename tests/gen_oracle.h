@@ -4,11 +4,13 @@
  * (test_spec.c for MTP on the CPU, test_cuda_engine.c on the GPU,
  * test_dflash.c for DFlash) a planted drafter that proposes the plain greedy
  * output with random corruptions, so that every acceptance and rollback
- * length occurs, and the MTP session and generation they run it in. */
+ * length occurs, and the MTP session and generation they run it in; a
+ * fixture copied without its MTP head. */
 #ifndef TS_GEN_ORACLE_H
 #define TS_GEN_ORACLE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -141,6 +143,33 @@ static inline int one_wait_same(ts_engine *e, const int32_t *prompt, int T) {
         return -1;
     }
     return 0;
+}
+
+/* Copy a fixture without its mtp.* tensors (a checkpoint with no MTP head:
+ * test_spec.c, test_ngram.c): the header entries are dropped (the data
+ * stays, unreferenced) and the index loses them too. 0 or -1. */
+static inline int fx_copy_without_mtp(const char *src, const char *dst) {
+    char out[4096];
+    if (ts_test_sh(out, sizeof out, "rm -rf %s && cp -r %s %s", dst, src, dst)) return -1;
+    const char *py =
+        "import json,struct,sys,glob,os\n"
+        "d=sys.argv[1]\n"
+        "for f in glob.glob(d+'/model*.safetensors'):\n"
+        "  b=open(f,'rb').read(); n=struct.unpack('<Q',b[:8])[0]; h=json.loads(b[8:8+n])\n"
+        "  h={k:v for k,v in h.items() if not k.startswith('mtp.')}\n"
+        "  hs=json.dumps(h).encode(); hs+=b' '*((8-len(hs)%8)%8)\n"
+        "  open(f,'wb').write(struct.pack('<Q',len(hs))+hs+b[8+n:])\n"
+        "ix=d+'/model.safetensors.index.json'\n"
+        "if os.path.exists(ix):\n"
+        "  j=json.load(open(ix)); j['weight_map']={k:v for k,v in j['weight_map'].items() if not k.startswith('mtp.')}\n"
+        "  json.dump(j,open(ix,'w'))\n";
+    char path[512];
+    snprintf(path, sizeof path, "%s/strip_mtp.py", ts_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(py, f);
+    fclose(f);
+    return ts_test_sh(out, sizeof out, "python3 %s %s", path, dst);
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* test_plan.c: the memory plan (src/engine/plan.c) against the allocator's counters.
  *
- * For both tiny fixtures and a quantized MoE, with and without drafting,
+ * For both tiny fixtures and a quantized MoE, with and without drafting (MTP,
+ * n-gram: the verify buffers alone, and both),
  * several contexts and chunk sizes: ts_mem_plan_dir's bytes per domain and
  * category equal, to the byte, what ts_engine_open + ts_session_new make
  * ts_mem_used_in() count; the plan itself leaves nothing allocated; an
@@ -20,7 +21,7 @@
 #include "loader/st_writer.h"
 #include "ts_test.h"
 
-typedef struct { int ctx, chunk, draft, checkpoint, mtp; } cfg;
+typedef struct { int ctx, chunk, draft, checkpoint, mtp, ngram; } cfg;
 
 static void params(cfg c, ts_session_params *sp) {
     ts_session_params_default(sp);
@@ -29,6 +30,7 @@ static void params(cfg c, ts_session_params *sp) {
     sp->spec_draft = c.draft;
     sp->checkpoint = c.checkpoint;
     sp->mtp = c.mtp;
+    sp->ngram_draft = c.ngram;
 }
 
 static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
@@ -96,7 +98,7 @@ static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
 
 TS_TEST(plan, equals_allocations) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
-    static const cfg cfgs[] = {{0, 0, 0, 0, 0}, {300, 7, 0, 0, 0}, {1000, 1, 0, 0, 0}, {512, 64, 0, 0, 0}};
+    static const cfg cfgs[] = {{0, 0, 0, 0, 0, 0}, {300, 7, 0, 0, 0, 0}, {1000, 1, 0, 0, 0, 0}, {512, 64, 0, 0, 0, 0}};
     for (int f = 0; f < 2; f++)
         for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
             ts_mem_plan off, on;
@@ -115,6 +117,45 @@ TS_TEST(plan, equals_allocations) {
                           (unsigned long long)on.drafter_bytes);
                 CHECK(on.cat_bytes[TS_MEM_SPEC] > 0 && on.cat_bytes[TS_MEM_MTP] > 0);
                 CHECK(on.engine_bytes == off.engine_bytes);
+            }
+            /* n-gram drafting: the verify buffers alone. Against MTP of the
+             * same M: no MTP byte, one row of distributions instead of M + 1
+             * (the target's: a point-mass draft keeps none), the verify
+             * rows' scores over the context alone, every other item the
+             * same; both at once: the allocations still equal the plan */
+            for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M += 3) {
+                static ts_mem_plan mtp;
+                c.draft = M;
+                CHECK(check_one(fx[f], c, &mtp) == 0);
+                c.draft = 0;
+                c.ngram = M;
+                CHECK(check_one(fx[f], c, &on) == 0);
+                CHECK_MSG(on.total_bytes - off.total_bytes == on.drafter_bytes && on.cat_bytes[TS_MEM_MTP] == 0 &&
+                              on.cat_bytes[TS_MEM_SPEC] > 0 && on.ngram_draft == M && on.spec_draft == 0,
+                          "%s ngram %d: adds %llu bytes, drafter part %llu, mtp %llu", fx[f], M,
+                          (unsigned long long)(on.total_bytes - off.total_bytes), (unsigned long long)on.drafter_bytes,
+                          (unsigned long long)on.cat_bytes[TS_MEM_MTP]);
+                /* the lines MTP has and n-gram drafting lacks: its cache, its
+                 * hiddens, its attention rows past the context */
+                CHECK_MSG(on.n_items == mtp.n_items - 3, "%s ngram %d: %d lines, MTP's %d", fx[f], M, on.n_items, mtp.n_items);
+                for (int k = 0, j = 0; k < on.n_items; k++, j++) {
+                    while (j < mtp.n_items && strcmp(on.items[k].name, mtp.items[j].name)) {
+                        CHECK_MSG(strstr(mtp.items[j].name, "MTP"), "%s ngram %d lacks '%s'", fx[f], M, mtp.items[j].name);
+                        j++;
+                    }
+                    CHECK(j < mtp.n_items);
+                    /* (attention rows: MTP's are longer, by its rows past the context) */
+                    const int dist = !strncmp(on.items[k].name, "draft distributions", 19),
+                              att = !strncmp(on.items[k].name, "attention scores: the verify", 28);
+                    CHECK_MSG(dist ? on.items[k].bytes * (uint64_t)(M + 1) == mtp.items[j].bytes
+                              : att ? on.items[k].bytes < mtp.items[j].bytes
+                                    : on.items[k].bytes == mtp.items[j].bytes,
+                              "%s ngram %d: '%s' %llu bytes, MTP's %llu", fx[f], M, on.items[k].name,
+                              (unsigned long long)on.items[k].bytes, (unsigned long long)mtp.items[j].bytes);
+                }
+                c.draft = 3; /* with MTP drafting too */
+                CHECK(check_one(fx[f], c, &on) == 0);
+                c.ngram = 0;
             }
             /* a checkpoint adds exactly one copy of the GDN states (the
              * whole GDN category without it) */
@@ -150,8 +191,20 @@ TS_TEST(plan, cli) {
     CHECK_MSG(rc == 0 && out[0] == '{' && strstr(out, want) && strstr(out, "\"pinned\": {\"total\": 0"), "%s", out);
     rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense", ts_test_bin());
     CHECK_MSG(rc == 0 && !strstr(out, "  [drafter]"), "%s", out);
+    /* --spec ngram: the session's n-gram buffers (default 4 drafts) */
+    sp.spec_draft = 0;
+    sp.ngram_draft = 4;
+    CHECK(ts_mem_plan_dir("tests/fixtures/tiny-dense", &sp, &pl, &err) == 0);
+    rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --ctx 256 --spec ngram --json", ts_test_bin());
+    snprintf(want, sizeof want, "\"total_bytes\": %llu,", (unsigned long long)pl.total_bytes);
+    CHECK_MSG(rc == 0 && strstr(out, want) && strstr(out, "\"ngram_draft\": 4"), "%s", out);
+    rc = ts_test_sh(out, sizeof out, "%s plan -m tests/fixtures/tiny-dense --spec ngram --draft 2", ts_test_bin());
+    CHECK_MSG(rc == 0 && strstr(out, "speculative decoding: ngram") && strstr(out, "verify 3 rows") && !strstr(out, "MTP KV"),
+              "%s", out);
     static const struct { const char *args, *msg; } bad[] = {
         {"-m tests/fixtures/tiny-dense --spec mtp --draft 0", "outside 1..8"},
+        {"-m tests/fixtures/tiny-dense --spec ngram --draft 9", "outside 1..8"},
+        {"-m tests/fixtures/tiny-dense --spec eagle", "use 'mtp', 'dflash' or 'ngram'"},
         {"-m /nonexistent", "/nonexistent"},
         {"--shape /nonexistent.json", "/nonexistent.json"},
         {"--shape tests/fixtures/quant/tiny-shape.json --bits 5", "--bits 5"},
@@ -228,7 +281,7 @@ TS_TEST(plan, quantized_moe) {
     ts_error err = {0};
     if (access(dir, F_OK) != 0) CHECK_MSG(ts_convert("tests/fixtures/tiny-moe", dir, &p, &err) == 0, "%s", err.msg);
     ts_mem_plan pl;
-    cfg c0 = {300, 7, 0, 0, 0}, c3 = {300, 7, 3, 0, 0};
+    cfg c0 = {300, 7, 0, 0, 0, 0}, c3 = {300, 7, 3, 0, 0, 0};
     CHECK(check_one(dir, c0, &pl) == 0);
     CHECK(check_one(dir, c3, &pl) == 0);
     ts_kernels_release();
@@ -243,7 +296,7 @@ TS_TEST(plan, quantized_moe) {
  * allocations (check_one), for a dense and a MoE shape at every width. */
 TS_TEST(plan, shape_equals_synth) {
     static const char *shapes[] = {"tiny-shape", "tiny-moe-shape"};
-    static const cfg cfgs[] = {{300, 7, 0, 0, 0}, {300, 7, 3, 1, 0}};
+    static const cfg cfgs[] = {{300, 7, 0, 0, 0, 0}, {300, 7, 3, 1, 0, 0}};
     for (int si = 0; si < 2; si++)
         for (int bits = 4; bits <= 16; bits += 4) {
             if (bits == 12) continue;
@@ -363,7 +416,7 @@ TS_TEST(plan, options_off_add_nothing) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
     for (int f = 0; f < 2; f++) {
         static ts_mem_plan off, on;
-        cfg c = {300, 7, 0, 0, 0};
+        cfg c = {300, 7, 0, 0, 0, 0};
         CHECK(check_one(fx[f], c, &off) == 0);
         CHECK(off.drafter_bytes == 0 && off.cat_bytes[TS_MEM_MTP] == 0 && off.cat_bytes[TS_MEM_SPEC] == 0 &&
               off.cat_bytes[TS_MEM_EXPERT_CACHE] == 0);
@@ -387,6 +440,14 @@ TS_TEST(plan, options_off_add_nothing) {
         uint64_t added = 0;
         for (int j = 0; j < on.n_items; j++) added += on.items[j].drafter ? on.items[j].bytes : 0;
         CHECK(added == on.drafter_bytes && on.total_bytes - off.total_bytes == added);
+        cfg g = c; /* n-gram drafting: the verify lines, no MTP line */
+        g.ngram = 3;
+        CHECK(check_one(fx[f], g, &on) == 0);
+        off_subset_of_on(&off, &on, "n-gram drafting");
+        added = 0;
+        for (int j = 0; j < on.n_items; j++) added += on.items[j].drafter ? on.items[j].bytes : 0;
+        CHECK(added == on.drafter_bytes && on.total_bytes - off.total_bytes == added && has_item(&on, "verify") &&
+              !has_item(&on, "MTP") && on.cat_bytes[TS_MEM_MTP] == 0);
         /* one row per pass: no chunked-prefill buffers */
         cfg r = c;
         r.chunk = 1;
@@ -413,7 +474,7 @@ static const int frozen_draft[] = {0, 3};
 static int frozen_line(const char *shape, int ctx, int draft, char *buf, size_t cap) {
     char path[512];
     snprintf(path, sizeof path, "shapes/%s.json", shape);
-    cfg c = {ctx, 64, draft, 0, 0};
+    cfg c = {ctx, 64, draft, 0, 0, 0};
     ts_session_params sp;
     params(c, &sp);
     static ts_mem_plan pl;
@@ -540,7 +601,7 @@ TS_TEST(plan, shape_equals_convert) {
             ts_error err = {0};
             if (access(dir, F_OK) != 0) CHECK_MSG(ts_convert(src, dir, &p, &err) == 0, "%s", err.msg);
             ts_session_params sp;
-            params((cfg){300, 7, 2, 0, 0}, &sp);
+            params((cfg){300, 7, 2, 0, 0, 0}, &sp);
             static ts_mem_plan a, b;
             ts_kernels_release();
             CHECK_MSG(ts_mem_plan_shape(shape, bits, 0, dir, &sp, &a, &err) == 0, "%s", err.msg);

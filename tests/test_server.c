@@ -620,6 +620,47 @@ TS_TEST(server, drafting_matches_run) {
     }
 }
 
+/* --spec ngram: the same checks against `run --spec ngram`, and a sampled
+ * request on a reused prefix (the worker hands the drafter the ids the
+ * session holds, gen params ngram_ctx) draws what a cold run draws. */
+TS_TEST(server, ngram_drafting_matches_run) {
+    server s;
+    CHECK_MSG(server_start(&s, "--spec", "ngram", "--draft", "4", NULL) == 0, "the server did not start");
+    g_run_extra = "--spec ngram --draft 4";
+    greedy_matches_run(&s);
+    stream_and_stop(&s);
+    /* a sampled completion of 100 ids whose last 30 repeat ids 10..39: the
+     * same request twice (the second resumes from the checkpoint at id 64;
+     * the history handed over keeps its drafts a cold run's, which
+     * ngram.resumed_history_same_draws checks with drafts made certain)
+     * draws what run does */
+    char ids[1024], body[1400], want[4096];
+    int o = 0;
+    for (int i = 0; i < 100; i++) o += snprintf(ids + o, sizeof ids - o, "%s%d", i ? "," : "", 5 + (i < 70 ? i : i - 60) * 3);
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":16,\"temperature\":1.0,\"seed\":5}", ids);
+    char args[1200];
+    snprintf(args, sizeof args, "--ids %s -n 16 --temp 1.0 --seed 5", ids);
+    CHECK(run_text(args, want, sizeof want) == 0);
+    for (int k = 0; k < 2; k++) {
+        int st;
+        cJSON *j = http_post(s.port, "/v1/completions", body, &st);
+        const char *got = j ? str_at(j, "choices.0.text") : NULL;
+        CHECK_MSG(st == 200 && got && !strcmp(got, want), "request %d: '%s', run '%s'", k, got ? got : "(null)", want);
+        if (k) CHECK_MSG(int_at(j, "usage.prompt_tokens_details.cached_tokens") == 64, "the second request did not resume");
+        cJSON_Delete(j);
+    }
+    g_run_extra = "";
+    int blocks = metric(s.port, "turbospark_verify_blocks_total");
+    CHECK_MSG(blocks > 0, "verify blocks %d", blocks);
+    if (ts_test_failed()) print_log(&s);
+    CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+    const char *bad[] = {"--spec ngram --draft 9", "--spec ngram --ngram-max 3 --ngram-min 4", "--ngram-max 3"};
+    for (int i = 0; i < 3; i++) {
+        int rc = ts_test_sh(g_sh, sizeof g_sh, "%s serve -m %s --port 0 %s 2>&1", ts_test_bin(), model_dir(), bad[i]);
+        CHECK_MSG(rc == 2 && strstr(g_sh, "turbospark serve:"), "'%s': rc %d, %s", bad[i], rc, g_sh);
+    }
+}
+
 /* A chat's next turn: the template renders the earlier assistant turn
  * without the think block its generation prompt opened, so the session's
  * timeline never extends into the new prompt; the worker saved the state at

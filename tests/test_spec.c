@@ -763,32 +763,6 @@ TS_TEST(spec, sampling_generate) {
     ts_engine_close(e);
 }
 
-/* Copy a fixture without its mtp.* tensors: the header entries are dropped
- * (the data stays, unreferenced) and the index loses them too. */
-static int copy_without_mtp(const char *src, const char *dst) {
-    char out[4096];
-    if (ts_test_sh(out, sizeof out, "rm -rf %s && cp -r %s %s", dst, src, dst)) return -1;
-    const char *py =
-        "import json,struct,sys,glob,os\n"
-        "d=sys.argv[1]\n"
-        "for f in glob.glob(d+'/model*.safetensors'):\n"
-        "  b=open(f,'rb').read(); n=struct.unpack('<Q',b[:8])[0]; h=json.loads(b[8:8+n])\n"
-        "  h={k:v for k,v in h.items() if not k.startswith('mtp.')}\n"
-        "  hs=json.dumps(h).encode(); hs+=b' '*((8-len(hs)%8)%8)\n"
-        "  open(f,'wb').write(struct.pack('<Q',len(hs))+hs+b[8+n:])\n"
-        "ix=d+'/model.safetensors.index.json'\n"
-        "if os.path.exists(ix):\n"
-        "  j=json.load(open(ix)); j['weight_map']={k:v for k,v in j['weight_map'].items() if not k.startswith('mtp.')}\n"
-        "  json.dump(j,open(ix,'w'))\n";
-    char path[512];
-    snprintf(path, sizeof path, "%s/strip_mtp.py", ts_test_tmpdir());
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(py, f);
-    fclose(f);
-    return ts_test_sh(out, sizeof out, "python3 %s %s", path, dst);
-}
-
 TS_TEST(spec, bad_input) {
     char out[8192];
     const char *bin = ts_test_bin();
@@ -800,7 +774,7 @@ TS_TEST(spec, bad_input) {
     CHECK_MSG(rc != 0 && strstr(out, "--spec 'eagle'"), "spec eagle: rc %d, %s", rc, out);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/nomtp", ts_test_tmpdir());
-    CHECK(copy_without_mtp("tests/fixtures/tiny-dense", dir) == 0);
+    CHECK(fx_copy_without_mtp("tests/fixtures/tiny-dense", dir) == 0);
     rc = ts_test_sh(out, sizeof out, "%s run -m %s --ids 1,2 -n 4 --print-ids", bin, dir);
     CHECK_MSG(rc == 0, "plain run without mtp.*: %s", out);
     rc = ts_test_sh(out, sizeof out, "%s run -m %s --ids 1,2 -n 4 --spec mtp --draft 2", bin, dir);

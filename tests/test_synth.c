@@ -102,5 +102,5 @@ TS_TEST(synth, bench_spec) {
     rc = ts_test_sh(out, sizeof out, "%s bench -m tests/fixtures/tiny-dense --spec mtp --draft 9 2>&1", ts_test_bin());
     CHECK_MSG(rc != 0 && strstr(out, "1..8"), "%s", out);
     rc = ts_test_sh(out, sizeof out, "%s bench -m tests/fixtures/tiny-dense --spec eagle --draft 2 2>&1", ts_test_bin());
-    CHECK_MSG(rc != 0 && strstr(out, "use 'mtp' or 'dflash'"), "%s", out);
+    CHECK_MSG(rc != 0 && strstr(out, "use 'mtp', 'dflash' or 'ngram'"), "%s", out);
 }

@@ -11,8 +11,9 @@
 #   bench/spec/dflash.sh [MODEL_DIR] [THREADS] [N] [ACT_BITS]
 # Environment: TS_BIN (the binary; build/turbospark), TS_RUN_ARGS (more run
 # options, e.g. "--backend cuda"), TS_WINDOWS (the first K windows only),
-# TS_MODES (modes separated by ';', e.g. "plain;mtp 3;dflash 16"; the first
-# must be plain).
+# TS_MODES (modes separated by ';', e.g. "plain;mtp 3;dflash 16;ngram 4"; the
+# first must be plain; "ngram M N MIN": n-gram drafting, M drafts, n-grams of
+# MIN..N ids).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M_DIR=${1:-models/default}
@@ -33,6 +34,7 @@ while read -r p; do
       plain) args="" ;;
       mtp) args="--spec mtp --draft $2" ;;
       dflash) args="--spec dflash --block $2${3:+ --draft-p-min $3}" ;;
+      ngram) args="--spec ngram --draft $2${3:+ --ngram-max $3}${4:+ --ngram-min $4}" ;;
     esac
     $BIN run -m "$M_DIR" --threads "$T" ${AB:+--act-bits $AB} ${TS_RUN_ARGS:-} --ids "$p" -n "$N" $args --print-ids >>"$tmp/ids$i" 2>>"$tmp/err$i"
   done

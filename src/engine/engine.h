@@ -32,10 +32,12 @@ struct ts_session {
     int have_last;  /* logits/hidden of a last row exist */
     float *last_hidden; /* [H] final-normed hidden of the last row fed (with tensor parallelism
                            rank 0's alone: ts_session_hidden is its one reader) */
-    /* drafting (params.spec_draft > 0), else NULL */
+    /* drafting, else NULL: mtp_hid with params.spec_draft > 0, the others
+     * with any verify (spec_draft, ngram_draft or dflash_block > 0) */
     float *mtp_hid;     /* [R, H] MTP input/output hiddens */
     float *vlogits;     /* [M + 1, V] logits of a verify block */
-    float *dprobs;      /* [M + 1, V] draft distributions (sampling), then a scratch row (spec.c) */
+    float *dprobs;      /* [Mq + 1, V] draft distributions (sampling; Mq: MTP's or DFlash's drafts, none
+                           for n-gram drafts), then a scratch row (spec.c) */
     int spec_rows;      /* rows of the last verify block (its tape and snapshot) */
     float *ckpt;        /* params.checkpoint: every GDN layer's conv then recurrent state, in layer order */
     int ckpt_pos;       /* the saved position, -1 when nothing is saved */

@@ -51,6 +51,8 @@ int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *d
     if (sp.spec_draft < 0 || sp.spec_draft > TS_SPEC_MAX_DRAFT)
         return ts_fail(err, TS_E_ARG, "draft length %d is outside 1..%d", sp.spec_draft, TS_SPEC_MAX_DRAFT);
     if (sp.spec_draft) sp.mtp = 1;
+    if (sp.ngram_draft < 0 || sp.ngram_draft > TS_SPEC_MAX_DRAFT)
+        return ts_fail(err, TS_E_ARG, "n-gram draft length %d is outside 1..%d", sp.ngram_draft, TS_SPEC_MAX_DRAFT);
     if (sp.dflash_block && (sp.dflash_block < 2 || sp.dflash_block > TS_DFLASH_MAX_BLOCK))
         return ts_fail(err, TS_E_ARG, "DFlash block of %d rows is outside 2..%d", sp.dflash_block, TS_DFLASH_MAX_BLOCK);
     if (sp.dflash_block && !dc)
@@ -64,8 +66,11 @@ int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *d
     const size_t H = c->H, D = c->head_dim, kvdim = (size_t)c->nkv * D, qdim = (size_t)c->nq * D;
     const size_t Kd = (size_t)c->Hk * c->dk, Vd = (size_t)c->Hv * c->dv, C = 2 * Kd + Vd;
     const size_t max_ffn = c->is_moe ? (size_t)TS_MAX(c->Im, c->Is) : (size_t)c->I;
-    /* verify rows: the longer of an MTP block and a DFlash block */
-    const int M = TS_MAX(sp.spec_draft, sp.dflash_block ? sp.dflash_block - 1 : 0);
+    /* verify rows: the longest of an MTP, an n-gram and a DFlash block; the
+     * drafts whose distributions sampling keeps (dprobs rows): MTP's and
+     * DFlash's only, an n-gram draft's is a point mass (spec.c) */
+    const int Mq = TS_MAX(sp.spec_draft, sp.dflash_block ? sp.dflash_block - 1 : 0);
+    const int M = TS_MAX(Mq, sp.ngram_draft);
     o->Rv = M ? M + 1 : 0;
     o->R = TS_MAX(sp.max_rows, o->Rv);
     const size_t R = o->R;
@@ -117,7 +122,7 @@ int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *d
         o->vlogits = (size_t)o->Rv * c->vocab;
         /* one more row: the acceptance test's target distribution, host
          * memory (a device backend's staging holds the block's rows then) */
-        o->dprobs = (size_t)(M + 1) * c->vocab;
+        o->dprobs = (size_t)(Mq + 1) * c->vocab;
     }
     if (sp.dflash_block) {
         const size_t B = (size_t)sp.dflash_block, dq = (size_t)dc->nq * dc->D, dkv = (size_t)dc->nkv * dc->D;
@@ -311,6 +316,7 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     pl->max_rows = s.p.max_rows;
     pl->spec_draft = s.p.spec_draft;
     pl->dflash_block = s.p.dflash_block;
+    pl->ngram_draft = s.p.ngram_draft;
     const uint64_t F = sizeof(float), L = (uint64_t)c->n_layers;
     const ts_mem_domain HOST = be->dom; /* the session's buffers live in the backend's domain */
 
@@ -336,7 +342,8 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     S("verify: logits of the block", TS_MEM_SPEC, 1, 1, F * s.vlogits);
     S("verify: GDN tape (prepared rows, two blocks)", TS_MEM_SPEC, 1, ng, F * ng * s.tape_prep);
     S("verify: prepared GDN rows of a pass", TS_MEM_SPEC, 1, 1, F * s.gdn_rows);
-    add(pl, "draft distributions", TS_MEM_SPEC, TS_DOM_HOST, 0, 1, 0, 1, F * s.dprobs); /* host: the sampler's */
+    /* host: the sampler's; MTP's or DFlash's drafts' rows, then the target row (n-gram drafts: that row alone) */
+    add(pl, "draft distributions and the target row (sampling)", TS_MEM_SPEC, TS_DOM_HOST, 0, 1, 0, 1, F * s.dprobs);
     /* DFlash (session.c: ts_dflash_state and the taps) */
     const uint64_t dl = (uint64_t)s.df_layers;
     add(pl, "DFlash: per-layer layer descriptors of the context cache", TS_MEM_MISC, TS_DOM_HOST, 0, 1, 0, dl ? 1 : 0,

@@ -9,8 +9,9 @@
  * Does not own: the allocation itself (session.c), the engine's heap
  * (predicted in plan.c next to this, from the same config).
  *
- * Invariant: with spec_draft == 0 every drafter field (MTP beyond the
- * optional head cache, tape, snapshots, verify logits) is 0.
+ * Invariant: with spec_draft == ngram_draft == dflash_block == 0 every
+ * drafter field (MTP beyond the optional head cache, tape, snapshots, verify
+ * logits) is 0; with ngram_draft alone the MTP fields are 0 too.
  */
 #ifndef TS_PLAN_H
 #define TS_PLAN_H
@@ -23,8 +24,8 @@
 
 typedef struct ts_sess_plan {
     ts_session_params p;  /* normalised: defaults filled in */
-    int R;                /* scratch rows: max(max_rows, spec_draft + 1) */
-    int Rv;               /* verify rows (spec_draft + 1), 0 without drafting */
+    int R;                /* scratch rows: max(max_rows, Rv) */
+    int Rv;               /* verify rows (the longest block's drafts + 1), 0 without drafting */
     int mtp;              /* MTP head cache allocated */
     int mtp_ctx;          /* MTP cache rows */
     int att_len;          /* attention score buffer (n_ctx, or mtp_ctx) */
@@ -40,7 +41,8 @@ typedef struct ts_sess_plan {
     size_t tape_qkv, tape_ab, snap_conv, snap_S; /* drafter, per GDN layer (tape_ab: each of a, b) */
     size_t tape_prep;     /* drafter, per GDN layer: prepared rows, two halves [2, Rv, C] */
     size_t gdn_rows;      /* drafter: prepared GDN rows of a pass that is not a verify [Rv, C] */
-    size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [M, V] + a scratch row */
+    size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [Mq, V] + a scratch row
+                               (Mq: MTP's or DFlash's drafts; n-gram drafts keep none) */
     size_t ckpt;          /* checkpoint: n_gdn * (gdn_conv + gdn_S), 0 without */
     /* DFlash (p.dflash_block > 0), else 0: the drafter's per-layer K/V cache
      * (each of K, V of one layer), the target's taps, its scratch */

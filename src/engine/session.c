@@ -5,7 +5,8 @@
  * `turbospark plan` also calls): KV caches for the full-attention layers,
  * conv and recurrent state for the GDN layers, the MTP head's KV cache when
  * asked for, the drafter's buffers (GDN tape and snapshots, verify logits,
- * draft distributions) only with spec_draft > 0, and scratch for max_rows
+ * draft distributions) only with drafting (spec_draft, ngram_draft or
+ * dflash_block > 0; n-gram drafting alone: no MTP buffer), and scratch for max_rows
  * rows (the verify block when larger), and the session's backend stream
  * (its kernel workspace: sessions never share one, so they never wait for
  * each other but for the engine's thread pool). Feeding tokens allocates

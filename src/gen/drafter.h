@@ -1,7 +1,7 @@
 /* drafter.h: what the speculative loop (spec.c) asks of a drafter.
  *
  * Owns: the interface (sizes, prompt catch-up, propose, on_accept) and the
- * MTP drafter's state (mtp_draft.c). Does not own: verification,
+ * drafters' state (mtp_draft.c, dflash_draft.c, ngram_draft.c). Does not own: verification,
  * acceptance and rollback (spec.c), the forward passes (model/).
  *
  * The loop: after each prompt chunk the target fed, `prompt` lets the
@@ -16,7 +16,13 @@
  * the target's forward copies those layers' outputs for it; MTP taps only
  * the final hidden, which every forward leaves in sc.hidden). DFlash drafts
  * a whole block in one pass of its own (its attention over its context K/V
- * and the block, TS_MASK_BLOCK).
+ * and the block, TS_MASK_BLOCK). The n-gram drafter (ngram_draft.c) runs
+ * no pass at all: it copies from the context, on the host.
+ *
+ * Speculative sampling needs each draft's distribution q. MTP and DFlash
+ * write theirs into dprobs rows; a drafter whose drafts are certain (the
+ * n-gram drafter: q is a point mass at the draft) sets point_mass and
+ * writes none (spec.c's acceptance takes dprobs NULL for that).
  */
 #ifndef TS_DRAFTER_H
 #define TS_DRAFTER_H
@@ -48,6 +54,7 @@ struct ts_drafter {
     ts_sampler *smp;        /* NULL: greedy drafts */
     int K;                  /* drafting vocabulary: ids [0, K) */
     float p_min;            /* confidence floor (gen params draft_p_min) */
+    int point_mass;         /* 1: each draft's q is a point mass at it (no dprobs rows) */
 };
 
 /* The MTP drafter: the model's own multi-token-prediction head. */
@@ -75,5 +82,45 @@ typedef struct ts_dflash_drafter {
 } ts_dflash_drafter;
 
 ts_drafter *ts_dflash_drafter_init(ts_dflash_drafter *dd, ts_session *s, ts_sampler *smp, int B, int K, float p_min);
+
+/* The n-gram index (ngram_draft.c): a history of ids h[0..len) and, per
+ * n-gram size n in [n_min, n_max], a hash table from an n-gram to the end
+ * position of its most recent occurrence among those that end before the
+ * last id (the suffix looked up must find an *earlier* occurrence). The
+ * tables hold positions only; a probe compares the ids in the history, so a
+ * hash collision never proposes a wrong match. A push of k ids costs
+ * k * (n_max - n_min + 1) inserts, a proposal n_max - n_min + 1 lookups,
+ * whatever the history's length. */
+typedef struct ts_ngram_index {
+    int n_min, n_max;
+    int32_t *h;     /* [cap] the ids: context, prompt, emitted tokens (owned) */
+    int len, cap;
+    int32_t *tab;   /* [n_max - n_min + 1][mask + 1]: 1 + an end position, 0 empty (owned) */
+    uint32_t mask;  /* slots per table - 1 (a power of two, at least 2 * cap) */
+} ts_ngram_index;
+
+/* Room for cap ids, sizes 1 <= n_min <= n_max <= TS_NGRAM_MAX. 0, or
+ * TS_E_ARG / TS_E_NOMEM (err). */
+int ts_ngram_index_init(ts_ngram_index *x, int n_min, int n_max, int cap, ts_error *err);
+void ts_ngram_index_free(ts_ngram_index *x);
+/* Append ids[0..k) (those past cap are dropped: drafts are verified, so a
+ * full history costs acceptance only). */
+void ts_ngram_index_push(ts_ngram_index *x, const int32_t *ids, int k);
+/* Up to m ids that followed the most recent earlier occurrence of the
+ * longest suffix of n_min..n_max ids, into out; stops at the history's
+ * end. Returns how many (0: no such suffix occurred before). */
+int ts_ngram_index_propose(const ts_ngram_index *x, int m, int32_t *out);
+
+/* The n-gram (prompt lookup) drafter over the index: its history is gen
+ * params ngram_ctx, then the prompt, then every emitted token. */
+typedef struct ts_ngram_drafter {
+    ts_drafter base;
+    ts_ngram_index ix;
+} ts_ngram_drafter;
+
+/* cap: the most ids the generation can push. 0, or an error (err); free
+ * with ts_ngram_drafter_free either way. */
+int ts_ngram_drafter_init(ts_ngram_drafter *nd, ts_session *s, int n_min, int n_max, int M, int cap, ts_error *err);
+void ts_ngram_drafter_free(ts_ngram_drafter *nd);
 
 #endif

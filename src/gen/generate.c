@@ -184,8 +184,8 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
         ts_sampler_free(smp);
         return rc;
     }
-    if (p->spec_draft || p->dflash_block) {
-        /* MTP drafting + batched verify (spec.c); greedy output is the same ids */
+    if (p->spec_draft || p->dflash_block || p->spec_ngram) {
+        /* drafting + batched verify (spec.c); greedy output is the same ids */
         rc = ts_spec_generate(s, prompt, n_prompt, p, smp, cg.c ? &cg : NULL, cb, user, stats, err);
         ts_cgen_free(&cg);
         ts_sampler_free(smp);

@@ -1,5 +1,6 @@
-/* spec.c: speculative decoding with the model's own MTP head
- * (design.md "Speculative decoding", model-spec.md §4).
+/* spec.c: speculative decoding: the model's own MTP head, a DFlash block
+ * drafter, or n-gram lookup in the context (design.md "Speculative
+ * decoding", model-spec.md §4).
  *
  * Owns: batched verification with a GDN tape, rollback by tape replay, the
  * generation loop over a drafter, greedy acceptance and speculative sampling, and the
@@ -41,7 +42,10 @@
  *
  * Drafting is behind the drafter interface (drafter.h; the MTP head,
  * gen/mtp_draft.c, or the DFlash block drafter, gen/dflash_draft.c, when gen
- * params dflash_block > 0: blocks of B rows verified the same way): this loop asks it to catch up on the prompt, to propose
+ * params dflash_block > 0: blocks of B rows verified the same way; or the
+ * n-gram drafter, gen/ngram_draft.c, when gen params spec_ngram > 0: drafts
+ * copied from the context, which may find none: a one-row step). This loop
+ * asks the drafter to catch up on the prompt, to propose
  * a block, and tells it which rows a verify kept. Verification reads back
  * the argmax ids of the block's rows (greedy) or the rows themselves
  * (sampling), never logit planes it does not need.
@@ -145,9 +149,12 @@ int ts_spec_accept_c(const float *vlogits, const float *dprobs, const int32_t *d
     if (cg && cg->c) ts_cgen_lookahead(&g, cg), gp = &g;
     int rc;
     for (int j = 0; j < m; j++) {
-        const float *q = dprobs + (size_t)j * V;
+        /* dprobs NULL: q is a point mass at d[j] (q(d) = 1, 0 elsewhere),
+         * read through the same expressions as a row would be, so a one-hot
+         * row and NULL give the same bits (tests/test_ngram.c) */
+        const float *q = dprobs ? dprobs + (size_t)j * V : NULL;
         if ((rc = target_probs(smp, gp, vlogits + (size_t)j * V, ptmp, err))) return rc;
-        float pd = ptmp[d[j]], qd = q[d[j]];
+        float pd = ptmp[d[j]], qd = q ? q[d[j]] : 1.0f;
         /* accept with probability min(1, p/q); q(d) > 0 since d was drawn from q */
         if (qd <= 0.0f || ts_sampler_uniform(smp) * qd < pd) {
             out[j] = d[j];
@@ -161,9 +168,18 @@ int ts_spec_accept_c(const float *vlogits, const float *dprobs, const int32_t *d
         }
         /* rejected: draw from the normalised residual max(0, p - q) */
         double sum = 0;
-        for (int i = 0; i < V; i++) {
-            ptmp[i] = ptmp[i] > q[i] ? ptmp[i] - q[i] : 0.0f;
-            sum += ptmp[i];
+        if (q) {
+            for (int i = 0; i < V; i++) {
+                ptmp[i] = ptmp[i] > q[i] ? ptmp[i] - q[i] : 0.0f;
+                sum += ptmp[i];
+            }
+        } else { /* the same with q one-hot at d[j]: p - 0 elsewhere, and 0 at
+                    d[j] (rejected, so p(d) <= u < 1 = q(d)) */
+            for (int i = 0; i < V; i++) {
+                const float qi = i == d[j] ? 1.0f : 0.0f;
+                ptmp[i] = ptmp[i] > qi ? ptmp[i] - qi : 0.0f;
+                sum += ptmp[i];
+            }
         }
         if (sum > 0) {
             float inv = (float)(1.0 / sum);
@@ -203,15 +219,64 @@ int ts_spec_draft_vocab(int want, int V) {
 #define SPEC_ROWS TS_DFLASH_MAX_BLOCK
 _Static_assert(SPEC_ROWS >= TS_SPEC_MAX_DRAFT + 1, "a verify block holds an MTP block");
 
-static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
-                     ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
+static int spec_loop(ts_session *s, ts_drafter *dr, int M, const int32_t *prompt, int n_prompt, const ts_gen_params *p,
+                     ts_sampler *smp, ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err);
+
+/* The n-gram drafter's generation: its checks, its index sized for every id
+ * the generation can push, and a DFlash session's drafter context left
+ * alone (as plain generation leaves it: ts_session_feed would otherwise run
+ * the DFlash context pass over the prompt for nothing). */
+static int ngram_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
+                          ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
+    const int M = p->spec_draft, N = p->spec_ngram, Nmin = p->ngram_min ? p->ngram_min : TS_MIN(TS_NGRAM_MIN_DEFAULT, N);
+    if (M < 1 || M > TS_SPEC_MAX_DRAFT)
+        return ts_fail(err, TS_E_ARG, "n-gram drafting: draft length %d is outside 1..%d (gen params spec_draft)", M,
+                       TS_SPEC_MAX_DRAFT);
+    if (N < 1 || N > TS_NGRAM_MAX)
+        return ts_fail(err, TS_E_ARG, "n-gram drafting: the longest n-gram, %d, is outside 1..%d (gen params spec_ngram)", N,
+                       TS_NGRAM_MAX);
+    if (Nmin < 1 || Nmin > N)
+        return ts_fail(err, TS_E_ARG, "n-gram drafting: the shortest n-gram, %d, is outside 1..%d (gen params ngram_min, "
+                       "at most spec_ngram)", Nmin, N);
+    if (p->n_ngram_ctx < 0 || (p->n_ngram_ctx > 0 && !p->ngram_ctx))
+        return ts_fail(err, TS_E_ARG, "n-gram drafting: %d context ids given without ids (gen params ngram_ctx)",
+                       p->n_ngram_ctx);
+    if (s->st.tape_rows < M + 1)
+        return ts_fail(err, TS_E_ARG, "the session was created for drafts of %d tokens, %d asked (session params "
+                       "ngram_draft or spec_draft)", TS_MAX(s->st.tape_rows - 1, 0), M);
+    /* the history: the context before the prompt, the prompt, the emitted
+     * tokens; none of the three can exceed the session's context (a longer
+     * prompt fails to feed; of a longer context the last n_ctx ids count) */
+    const int n_ctx = s->st.n_ctx, nh = TS_MIN(p->n_ngram_ctx, n_ctx);
+    const int cap = nh + TS_MIN(n_prompt, n_ctx) + TS_MIN(TS_MAX(p->n_predict, 0), n_ctx) + 1;
+    ts_ngram_drafter nd;
+    int rc = ts_ngram_drafter_init(&nd, s, Nmin, N, M, cap, err);
+    if (!rc) {
+        if (nh) ts_ngram_index_push(&nd.ix, p->ngram_ctx + (p->n_ngram_ctx - nh), nh);
+        const int quiet = s->df_quiet;
+        s->df_quiet = 1;
+        rc = spec_loop(s, &nd.base, M, prompt, n_prompt, p, smp, cg, cb, user, stats, err);
+        s->df_quiet = quiet;
+    }
+    ts_ngram_drafter_free(&nd);
+    return rc;
+}
 
 /* Which drafter, and the checks of its parameters; DFlash turns the
  * target's hidden-state taps on for the generation (and only then). */
 int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
                      ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
     const ts_model *m = &s->e->model;
-    const int B = p->dflash_block;
+    const int V = m->cfg.vocab, B = p->dflash_block;
+    if (n_prompt < 1) return ts_fail(err, TS_E_ARG, "no prompt tokens");
+    if (p->draft_vocab < -1) return ts_fail(err, TS_E_ARG, "drafting vocabulary %d: use K > 0, 0 (automatic) or -1 (all)",
+                                            p->draft_vocab);
+    if (!(p->draft_p_min >= 0.0f && p->draft_p_min <= 1.0f))
+        return ts_fail(err, TS_E_ARG, "draft probability floor %g is outside [0, 1]", (double)p->draft_p_min);
+    const int K = ts_spec_draft_vocab(p->draft_vocab, V);
+    if (B && p->spec_ngram)
+        return ts_fail(err, TS_E_ARG, "gen params dflash_block and spec_ngram both ask for a drafter: choose one");
+    if (p->spec_ngram) return ngram_generate(s, prompt, n_prompt, p, smp, cg, cb, user, stats, err);
     if (B) {
         if (B < 2 || B > TS_DFLASH_MAX_BLOCK)
             return ts_fail(err, TS_E_ARG, "DFlash block of %d rows is outside 2..%d", B, TS_DFLASH_MAX_BLOCK);
@@ -225,7 +290,9 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
         st->n_taps = s->e->dflash->cfg.n_taps;
         st->tap_layer = s->e->dflash->cfg.taps;
         st->tap_out = s->df_taps;
-        int rc = spec_loop(s, prompt, n_prompt, p, smp, cg, cb, user, stats, err);
+        ts_dflash_drafter dfd;
+        ts_drafter *dr = ts_dflash_drafter_init(&dfd, s, smp, B, K, p->draft_p_min);
+        int rc = spec_loop(s, dr, B - 1, prompt, n_prompt, p, smp, cg, cb, user, stats, err);
         st->n_taps = 0;
         st->tap_layer = NULL;
         st->tap_out = NULL;
@@ -240,31 +307,23 @@ int ts_spec_generate(ts_session *s, const int32_t *prompt, int n_prompt, const t
     if (s->params.spec_draft < M)
         return ts_fail(err, TS_E_ARG, "the session was created for drafts of %d tokens, %d asked (session params spec_draft)",
                        s->params.spec_draft, M);
-    return spec_loop(s, prompt, n_prompt, p, smp, cg, cb, user, stats, err);
+    ts_mtp_drafter mtp;
+    ts_drafter *dr = ts_mtp_drafter_init(&mtp, s, smp, K, p->draft_p_min);
+    return spec_loop(s, dr, M, prompt, n_prompt, p, smp, cg, cb, user, stats, err);
 }
 
-static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_sampler *smp,
-                     ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
+/* dr: the drafter, initialised; M: the most drafts a block. Prefill in the
+ * same chunks as ts_session_feed (its grid of absolute positions,
+ * ts_session_chunk: identical rounding to plain generation); the drafter
+ * catches up on every chunk. */
+static int spec_loop(ts_session *s, ts_drafter *dr, int M, const int32_t *prompt, int n_prompt, const ts_gen_params *p,
+                     ts_sampler *smp, ts_cgen *cg, ts_token_cb cb, void *user, ts_gen_stats *stats, ts_error *err) {
     const ts_model *m = &s->e->model;
-    const int V = m->cfg.vocab, M = p->dflash_block ? p->dflash_block - 1 : p->spec_draft;
+    const int V = m->cfg.vocab;
     ts_state *st = &s->st;
     ts_stream *bs = st->s;
     const ts_backend_ops *op = bs->be->ops;
-    if (n_prompt < 1) return ts_fail(err, TS_E_ARG, "no prompt tokens");
-    if (p->draft_vocab < -1) return ts_fail(err, TS_E_ARG, "drafting vocabulary %d: use K > 0, 0 (automatic) or -1 (all)",
-                                            p->draft_vocab);
-    if (!(p->draft_p_min >= 0.0f && p->draft_p_min <= 1.0f))
-        return ts_fail(err, TS_E_ARG, "draft probability floor %g is outside [0, 1]", (double)p->draft_p_min);
-    const int K = ts_spec_draft_vocab(p->draft_vocab, V);
-    stats->draft_vocab = K;
-
-    /* Prefill in the same chunks as ts_session_feed (its grid of absolute
-     * positions, ts_session_chunk: identical rounding to plain generation);
-     * the drafter catches up on every chunk. */
-    ts_mtp_drafter mtp;
-    ts_dflash_drafter dfd;
-    ts_drafter *dr = p->dflash_block ? ts_dflash_drafter_init(&dfd, s, smp, p->dflash_block, K, p->draft_p_min)
-                                     : ts_mtp_drafter_init(&mtp, s, smp, K, p->draft_p_min);
+    stats->draft_vocab = dr->K;
     double t0 = ts_now();
     int rc;
     for (int off = 0, k; off < n_prompt; off += k) {
@@ -341,9 +400,10 @@ static int spec_loop(ts_session *s, const int32_t *prompt, int n_prompt, const t
              * the scratch row of dprobs for the target distribution (not the
              * staging: that holds vl) */
             const float *vl = ts_be_host(bs, s->vlogits, (size_t)(mm + 1) * V);
-            const int Ms = TS_MAX(s->params.spec_draft, s->params.dflash_block ? s->params.dflash_block - 1 : 0);
-            float *ptmp = s->dprobs + (size_t)Ms * V;
-            if ((a = ts_spec_accept_c(vl, s->dprobs, blk + 1, mm, V, smp, ptmp, out, cg, err)) < 0) {
+            /* the scratch row follows the distribution rows (plan.c: Mq) */
+            const int Mq = TS_MAX(s->params.spec_draft, s->params.dflash_block ? s->params.dflash_block - 1 : 0);
+            float *ptmp = s->dprobs + (size_t)Mq * V;
+            if ((a = ts_spec_accept_c(vl, dr->point_mass ? NULL : s->dprobs, blk + 1, mm, V, smp, ptmp, out, cg, err)) < 0) {
                 rc = a;
                 break;
             }

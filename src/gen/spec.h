@@ -1,10 +1,10 @@
-/* spec.h: speculative decoding with the MTP head (internal; spec.c).
+/* spec.h: speculative decoding (internal; spec.c): MTP, DFlash or n-gram drafts.
  *
  * Verify runs a block of rows through the target with the one-row kernels
  * (bit-identical to decoding them one at a time) while recording the GDN
  * tape; rollback keeps a prefix of the block: the block-start GDN snapshot
  * advanced by the kept rows of the tape, applied lazily by the next pass. The generation
- * loop (MTP drafting, acceptance, statistics) is ts_spec_generate, called by
+ * loop (drafting, acceptance, statistics) is ts_spec_generate, called by
  * ts_generate when gen params ask for drafting.
  */
 #ifndef TS_SPEC_H
@@ -30,7 +30,9 @@ void ts_spec_materialize(ts_session *s);
 
 /* The sampling acceptance rule over one block (smp not NULL; greedy:
  * ts_spec_accept_greedy). vlogits [m+1, V] target logits (host rows),
- * drafts d[0..m) drawn from dprobs [m, V]. Writes the emitted tokens
+ * drafts d[0..m) drawn from dprobs [m, V] (NULL: each draft is certain, q
+ * a point mass at it, as for n-gram drafts; the same bits as one-hot rows).
+ * Writes the emitted tokens
  * out[0..a] (a accepted drafts, then the correction or bonus token) and
  * returns a; ptmp is host scratch [V]. The target distribution of each row is the
  * sampler's (ts_sampler_probs); accept d with probability min(1, p/q), else

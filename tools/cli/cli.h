@@ -82,23 +82,32 @@ int cli_parse_sampling(int argc, char **argv, int *i, ts_gen_params *gp, const c
     "  --repeat-penalty R --presence-penalty P --frequency-penalty F\n" \
     "  --logit-bias ID=V[,ID=V...]  add V (-100..100) to token ID's logit (repeatable)\n"
 
-/* Speculative decoding flags shared by run and chat: --spec mtp, --draft M,
- * --draft-vocab K|all, --draft-p-min P. */
+/* Speculative decoding flags shared by run, chat, bench and serve: --spec
+ * mtp|dflash|ngram, --draft M, --draft-vocab K|all, --draft-p-min P,
+ * --block B, --drafter DIR, --ngram-max N, --ngram-min N. */
 typedef struct cli_spec {
-    int on;          /* --spec mtp or --spec dflash given */
-    int draft;       /* -1: not given (3 once checked) */
+    int on;          /* --spec mtp, dflash or ngram given */
+    int draft;       /* -1: not given (3 once checked; n-gram: CLI_NGRAM_DRAFT) */
     int draft_vocab; /* 0: not given (automatic) */
     float p_min;     /* -1: not given (off) */
     int dflash;      /* --spec dflash */
     int block;       /* --block B: -1 not given (16 once checked) */
     const char *drafter; /* --drafter DIR: NULL = the model's dflash/ */
+    int ngram;       /* --spec ngram */
+    int ngram_max;   /* --ngram-max N: -1 not given (CLI_NGRAM_MAX once checked) */
+    int ngram_min;   /* --ngram-min N: -1 not given (TS_NGRAM_MIN_DEFAULT, at most ngram_max) */
 } cli_spec;
-#define CLI_SPEC_INIT {0, -1, 0, -1.0f, 0, -1, NULL}
+#define CLI_SPEC_INIT {0, -1, 0, -1.0f, 0, -1, NULL, 0, -1, -1}
+/* --spec ngram's defaults: drafts a block, the longest n-gram matched */
+#define CLI_NGRAM_DRAFT 4
+#define CLI_NGRAM_MAX 4
 /* 1 if argv[*i] was one of them (its value consumed), 0 if not, -1 on a bad
  * value (after printing an error naming cmd). */
 int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd);
 /* The combination: --draft and friends need --spec mtp, M in 1..8; --block
- * and --drafter need --spec dflash, B in 2..16. Sets the default M or B:
+ * and --drafter need --spec dflash, B in 2..16; --ngram-max and --ngram-min
+ * need --spec ngram (1 <= min <= max <= 16), which takes --draft M but not
+ * --draft-vocab or --draft-p-min (no head to act on). Sets the default M or B:
  * without --draft, TURBOSPARK_MTP_DRAFT=M (1..8) drafts M a block and turns
  * MTP drafting on without --spec (0 or unset: off unless --spec mtp, then 3).
  * Returns 0, or -1 after printing an error. */
@@ -112,11 +121,16 @@ void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_st
     "  --spec mtp          speculative decoding, drafting with the MTP head\n" \
     "  --spec dflash       speculative decoding, drafting blocks with the DFlash drafter\n" \
     "                      (the model's dflash/ folder, or --drafter DIR)\n" \
+    "  --spec ngram        speculative decoding, drafting by lookup in the context: the ids\n" \
+    "                      that followed the last earlier occurrence of its longest suffix of\n" \
+    "                      --ngram-min..--ngram-max ids (any model; --draft M, default 4)\n" \
+    "  --ngram-max N       n-gram: the longest suffix matched, 1..16 (default 4)\n" \
+    "  --ngram-min N       n-gram: the shortest, 1..--ngram-max (default 3)\n" \
     "  --block B           DFlash: rows per block, the last token + B-1 drafts, 2..16\n" \
     "                      (default 16)\n" \
     "  --drafter DIR       DFlash: the drafter's directory (config.json + safetensors)\n" \
-    "  --draft M           tokens drafted per block, 1..8 (default 3; without --draft,\n" \
-    "                      $TURBOSPARK_MTP_DRAFT=M drafts M, with or without --spec)\n" \
+    "  --draft M           tokens drafted per block, 1..8 (default 3, n-gram 4; MTP without\n" \
+    "                      --draft: $TURBOSPARK_MTP_DRAFT=M drafts M, with or without --spec)\n" \
     "  --draft-vocab K|all drafts among token ids [0, K) only: a K-row head product\n" \
     "                      (default: all ids up to 32768, else max(32768, vocab/8);\n" \
     "                      output is unchanged)\n" \

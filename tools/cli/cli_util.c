@@ -130,7 +130,7 @@ int cli_parse_prob(const char *s, float *out) { return pf(s, out) && *out >= 0.0
 int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd) {
     const char *a = argv[*i];
     if (strcmp(a, "--spec") && strcmp(a, "--draft") && strcmp(a, "--draft-vocab") && strcmp(a, "--draft-p-min") &&
-        strcmp(a, "--block") && strcmp(a, "--drafter"))
+        strcmp(a, "--block") && strcmp(a, "--drafter") && strcmp(a, "--ngram-max") && strcmp(a, "--ngram-min"))
         return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "turbospark %s: %s needs a value\n", cmd, a);
@@ -139,12 +139,17 @@ int cli_parse_spec(int argc, char **argv, int *i, cli_spec *o, const char *cmd) 
     const char *v = argv[++*i];
     int ok = 1;
     if (!strcmp(a, "--spec")) {
-        if (strcmp(v, "mtp") && strcmp(v, "dflash")) {
-            fprintf(stderr, "turbospark %s: --spec '%s' is not supported (use 'mtp' or 'dflash')\n", cmd, v);
+        if (strcmp(v, "mtp") && strcmp(v, "dflash") && strcmp(v, "ngram")) {
+            fprintf(stderr, "turbospark %s: --spec '%s' is not supported (use 'mtp', 'dflash' or 'ngram')\n", cmd, v);
             return -1;
         }
         o->on = 1;
         o->dflash = !strcmp(v, "dflash");
+        o->ngram = !strcmp(v, "ngram");
+    } else if (!strcmp(a, "--ngram-max")) {
+        ok = pi(v, &o->ngram_max);
+    } else if (!strcmp(a, "--ngram-min")) {
+        ok = pi(v, &o->ngram_min);
     } else if (!strcmp(a, "--block")) {
         ok = pi(v, &o->block);
     } else if (!strcmp(a, "--drafter")) {
@@ -165,7 +170,7 @@ int cli_spec_check(cli_spec *o, const char *cmd) {
      * M drafts a block, and M >= 1 turns MTP drafting on even without
      * --spec; 0 or unset: no drafting unless --spec mtp asks (then 3) */
     const char *env = getenv("TURBOSPARK_MTP_DRAFT");
-    if (!o->dflash && o->draft == -1 && env && *env) {
+    if (!o->dflash && !o->ngram && o->draft == -1 && env && *env) {
         char *end;
         long m = strtol(env, &end, 10);
         if (*end || m < 0 || m > TS_SPEC_MAX_DRAFT) {
@@ -176,8 +181,36 @@ int cli_spec_check(cli_spec *o, const char *cmd) {
         if (m >= 1) o->on = 1, o->draft = (int)m;
     }
     if (!o->on && (o->draft != -1 || o->draft_vocab || o->p_min >= 0)) {
-        fprintf(stderr, "turbospark %s: --draft, --draft-vocab and --draft-p-min need --spec mtp (or dflash)\n", cmd);
+        fprintf(stderr, "turbospark %s: --draft, --draft-vocab and --draft-p-min need --spec mtp (or dflash, ngram)\n", cmd);
         return -1;
+    }
+    if (!o->ngram && (o->ngram_max != -1 || o->ngram_min != -1)) {
+        fprintf(stderr, "turbospark %s: --ngram-max and --ngram-min need --spec ngram\n", cmd);
+        return -1;
+    }
+    if (o->ngram) {
+        if (o->draft_vocab || o->p_min >= 0 || o->block != -1 || o->drafter) {
+            fprintf(stderr, "turbospark %s: --spec ngram copies its drafts from the context: --draft-vocab, "
+                            "--draft-p-min, --block and --drafter do not apply\n", cmd);
+            return -1;
+        }
+        if (o->draft == -1) o->draft = CLI_NGRAM_DRAFT;
+        if (o->draft < 1 || o->draft > TS_SPEC_MAX_DRAFT) {
+            fprintf(stderr, "turbospark %s: --draft %d is outside 1..%d\n", cmd, o->draft, TS_SPEC_MAX_DRAFT);
+            return -1;
+        }
+        if (o->ngram_max == -1) o->ngram_max = o->ngram_min > CLI_NGRAM_MAX ? o->ngram_min : CLI_NGRAM_MAX;
+        if (o->ngram_max < 1 || o->ngram_max > TS_NGRAM_MAX) {
+            fprintf(stderr, "turbospark %s: --ngram-max %d is outside 1..%d\n", cmd, o->ngram_max, TS_NGRAM_MAX);
+            return -1;
+        }
+        if (o->ngram_min == -1) o->ngram_min = o->ngram_max < TS_NGRAM_MIN_DEFAULT ? o->ngram_max : TS_NGRAM_MIN_DEFAULT;
+        if (o->ngram_min < 1 || o->ngram_min > o->ngram_max) {
+            fprintf(stderr, "turbospark %s: --ngram-min %d is outside 1..%d (at most --ngram-max)\n", cmd, o->ngram_min,
+                    o->ngram_max);
+            return -1;
+        }
+        return 0;
     }
     if (!o->dflash && (o->block != -1 || o->drafter)) {
         fprintf(stderr, "turbospark %s: --block and --drafter need --spec dflash\n", cmd);
@@ -208,25 +241,30 @@ void cli_spec_apply(const cli_spec *o, ts_session_params *sp, ts_gen_params *gp)
     if (!o->on) return;
     if (sp) {
         if (o->dflash) sp->dflash_block = o->block;
+        else if (o->ngram) sp->ngram_draft = o->draft; /* the verify buffers alone: no MTP head needed */
         else sp->spec_draft = o->draft;
     }
     if (!gp) return;
     if (o->dflash) gp->dflash_block = o->block;
     else gp->spec_draft = o->draft;
+    if (o->ngram) gp->spec_ngram = o->ngram_max, gp->ngram_min = o->ngram_min;
     gp->draft_vocab = o->draft_vocab;
     if (o->p_min >= 0) gp->draft_p_min = o->p_min;
 }
 
 void cli_spec_report(const cli_spec *o, const ts_gen_params *gp, const ts_gen_stats *st) {
     if (!o->on || st->n_blocks <= 0) return;
-    char what[32];
-    if (o->dflash) snprintf(what, sizeof what, "dflash --block %d", o->block);
-    else snprintf(what, sizeof what, "mtp --draft %d", o->draft);
+    char what[96];
+    if (o->dflash) snprintf(what, sizeof what, "dflash --block %d --draft-vocab %d --draft-p-min %g", o->block,
+                            st->draft_vocab, (double)gp->draft_p_min);
+    else if (o->ngram) snprintf(what, sizeof what, "ngram --draft %d --ngram-max %d --ngram-min %d", o->draft, o->ngram_max,
+                                o->ngram_min);
+    else snprintf(what, sizeof what, "mtp --draft %d --draft-vocab %d --draft-p-min %g", o->draft, st->draft_vocab,
+                  (double)gp->draft_p_min);
     fprintf(stderr,
-            "[spec %s --draft-vocab %d --draft-p-min %g: %d blocks, %d/%d drafts accepted, mean accepted "
+            "[spec %s: %d blocks, %d/%d drafts accepted, mean accepted "
             "length %.2f tokens/verify; acceptance by position:",
-            what, st->draft_vocab, (double)gp->draft_p_min, st->n_blocks, st->n_accepted, st->n_drafted,
-            (double)(st->n_accepted + st->n_blocks) / st->n_blocks);
+            what, st->n_blocks, st->n_accepted, st->n_drafted, (double)(st->n_accepted + st->n_blocks) / st->n_blocks);
     for (int j = 0; j < o->draft && j < 16; j++) {
         if (st->drafted_at[j]) fprintf(stderr, " %d:%.2f", j + 1, (double)st->accepted_at[j] / st->drafted_at[j]);
         else fprintf(stderr, " %d:-", j + 1); /* never drafted there */

@@ -1,6 +1,8 @@
 /* cmd_bench.c: `turbospark bench [-m DIR] [--prompt N] [--gen N] [--runs R] [--json] [--bw-mib M]
  *                               [--ids-file FILE] [engine options: --threads, --act-bits, --kernels,
- *                               --spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P]]`.
+ *                               --spec mtp [--draft M] [--draft-vocab K|all] [--draft-p-min P],
+ *                               --spec dflash [--block B], --spec ngram [--draft M] [--ngram-max N]
+ *                               [--ngram-min N]]`.
  *
  * Measures, on this machine, in one process:
  * - the memory read bandwidth: sum over a 1 GiB uint64 array, best of 9
@@ -18,8 +20,8 @@
  * Each phase runs --runs times (default 5) after a warm-up; the median is
  * reported (the mean of the two middle runs for an even count), with min
  * and max.
- * With --spec mtp --draft M it also generates --gen tokens greedily with MTP
- * drafting after the same prompt, interleaved with plain runs, and reports
+ * With --spec mtp --draft M (or dflash, ngram) it also generates --gen tokens
+ * greedily with that drafting after the same prompt, interleaved with plain runs, and reports
  * the speedup, per-position acceptance, mean accepted length and the draft,
  * verify and rollback times (checking that both outputs are identical),
  * and on a device whether its speculative passes ran as graphs (TSC_VGRAPH)
@@ -111,7 +113,7 @@ static void usage(FILE *f) {
                "                      non-increasing; the drafter still runs, its drafts are replaced by\n"
                "                      the plain run's greedy tokens or a wrong one): speed at that acceptance\n"
                "  (--threads N: the threads of the model and of the bandwidth measure;\n"
-               "   with --spec mtp: drafted vs plain greedy, interleaved, checked identical;\n"
+               "   with --spec mtp|dflash|ngram: drafted vs plain greedy, interleaved, checked identical;\n"
                "   on CUDA, TSC_VGRAPH=0 in the environment runs the verify, rollback and MTP passes\n"
                "   uncaptured, TS_GRAPHS=0 every pass: the report says which)\n");
     cli_engine_help(f, BENCH_OPTS);
@@ -170,22 +172,25 @@ static int parse_accept(const char *v, forced *f) {
     return f->n > 0;
 }
 
-/* Plain vs MTP-drafted greedy generation after the same prompt, `runs`
- * times interleaved (after a warm-up pair); prints the medians and the
- * speculative statistics summed over the timed runs. */
-static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, int M, int B, int K, float pmin,
-                      forced *fa, int json, ts_error *err) {
-    /* B > 0: DFlash blocks of B rows (B - 1 drafts), else MTP drafts of M */
-    char what[48];
+/* Plain vs drafted greedy generation after the same prompt (o: MTP, DFlash
+ * or n-gram drafting, checked), `runs` times interleaved (after a warm-up
+ * pair); prints the medians and the speculative statistics summed over the
+ * timed runs. */
+static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, int runs, const cli_spec *o, forced *fa,
+                      int json, ts_error *err) {
+    /* B > 0: DFlash blocks of B rows (B - 1 drafts), else MTP or n-gram drafts of M */
+    const int B = o->dflash ? o->block : 0, M = B ? B - 1 : o->draft;
+    const float pmin = o->p_min > 0 ? o->p_min : 0;
+    char what[64];
     if (B) snprintf(what, sizeof what, "dflash --block %d", B);
+    else if (o->ngram) snprintf(what, sizeof what, "ngram --draft %d --ngram-max %d --ngram-min %d", M, o->ngram_max, o->ngram_min);
     else snprintf(what, sizeof what, "mtp --draft %d", M);
-    if (B) M = B - 1;
-    ts_gen_params gp;
+    ts_gen_params gp, gs; /* plain, drafted */
     ts_gen_params_default(&gp);
-    gp.draft_vocab = K;
-    gp.draft_p_min = pmin;
     gp.n_predict = gen;
     gp.temperature = 0.0f;
+    gs = gp;
+    cli_spec_apply(o, NULL, &gs);
     double *tpl = malloc(sizeof(double) * (runs + 1)), *tsp = malloc(sizeof(double) * (runs + 1));
     collect a = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen}, b = {malloc(sizeof(int32_t) * (size_t)gen), 0, gen};
     ts_gen_stats sum = {0};
@@ -200,22 +205,18 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         ts_gen_stats st;
         ts_session_reset(s);
         a.n = 0;
-        gp.spec_draft = 0;
-        gp.dflash_block = 0;
         rc = ts_generate(s, ids, prompt, &gp, collect_cb, &a, &st, err);
         tpl[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
         if (rc) break;
         ts_session_reset(s);
         b.n = 0;
-        gp.spec_draft = B ? 0 : M;
-        gp.dflash_block = B;
         if (fa->n) {
             fa->ref = a.ids, fa->n_ref = a.n, fa->T = prompt, fa->lcg = 977u + (uint64_t)r;
             ts_session_override_drafts(s, forced_drafts, fa);
         }
         long rp0 = 0, rp1 = 0;
         ts_session_graph_stats(s, NULL, &rp0, NULL, NULL);
-        rc = ts_generate(s, ids, prompt, &gp, collect_cb, &b, &st, err);
+        rc = ts_generate(s, ids, prompt, &gs, collect_cb, &b, &st, err);
         ts_session_graph_stats(s, &graphs, &rp1, NULL, NULL);
         ts_session_override_drafts(s, NULL, NULL);
         tsp[r] = st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0;
@@ -235,10 +236,12 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
         double p = cli_median(tpl + 1, runs), q = cli_median(tsp + 1, runs), nb = sum.n_blocks > 0 ? sum.n_blocks : 1;
         double mal = (sum.n_accepted + sum.n_blocks) / nb;
         if (json) {
-            printf("{\"spec\": \"%s\", \"block\": %d, \"draft\": %d, \"draft_vocab\": %d, \"draft_p_min\": %g, \"plain_tok_s\": %.2f,"
+            printf("{\"spec\": \"%s\", \"block\": %d, \"draft\": %d, \"draft_vocab\": %d, \"draft_p_min\": %g,"
+                   " \"ngram_max\": %d, \"ngram_min\": %d, \"plain_tok_s\": %.2f,"
                    " \"spec_tok_s\": %.2f, \"speedup\": %.3f, \"identical\": %s, \"mean_accepted_length\": %.3f,"
                    " \"drafts_per_block\": %.3f, \"accept_by_position\": [",
-                   B ? "dflash" : "mtp", B, M, sum.draft_vocab, (double)pmin, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal, sum.n_drafted / nb);
+                   B ? "dflash" : o->ngram ? "ngram" : "mtp", B, M, sum.draft_vocab, (double)pmin, o->ngram ? o->ngram_max : 0,
+                   o->ngram ? o->ngram_min : 0, p, q, p > 0 ? q / p : 0, same ? "true" : "false", mal, sum.n_drafted / nb);
             for (int j = 0; j < M && j < 16; j++) {
                 if (sum.drafted_at[j]) printf("%s%.3f", j ? ", " : "", (double)sum.accepted_at[j] / sum.drafted_at[j]);
                 else printf("%snull", j ? ", " : ""); /* never drafted there */
@@ -255,8 +258,10 @@ static int bench_spec(ts_session *s, const int32_t *ids, int prompt, int gen, in
                    1e3 * sum.t_draft / nb, 1e3 * sum.t_verify / nb, 1e3 * sum.t_rollback / nb, vgraph ? "true" : "false",
                    graphs, spec_replays / nb);
         } else {
-            printf("spec       %s --draft-vocab %d --draft-p-min %g: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
-                   what, sum.draft_vocab, (double)pmin, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
+            char knobs[64] = ""; /* the head's knobs (an n-gram draft has no head) */
+            if (!o->ngram) snprintf(knobs, sizeof knobs, " --draft-vocab %d --draft-p-min %g", sum.draft_vocab, (double)pmin);
+            printf("spec       %s%s: %.1f tok/s vs plain %.1f tok/s = %.2fx (medians of %d); output %s\n",
+                   what, knobs, q, p, p > 0 ? q / p : 0, runs, same ? "identical" : "DIFFERENT");
             printf("           mean accepted length %.2f tokens/verify, %.2f drafts/verify; acceptance by position%s:", mal,
                    sum.n_drafted / nb, fa->n ? " (forced by --accept)" : "");
             for (int j = 0; j < M && j < 16; j++) {
@@ -316,12 +321,11 @@ int cmd_bench(int argc, char **argv) {
     }
     if (cli_engine_check(&eo)) return 2;
     if (fa.n && !eo.spec.on) {
-        fprintf(stderr, "turbospark bench: --accept needs --spec mtp (or dflash)\n");
+        fprintf(stderr, "turbospark bench: --accept needs --spec mtp (or dflash, ngram)\n");
         return 2;
     }
     const char *dir = eo.model;
-    const int spec = eo.spec.on, draft = eo.spec.draft, dvocab = eo.spec.draft_vocab;
-    const float pmin = eo.spec.p_min;
+    const int spec = eo.spec.on, draft = eo.spec.draft;
     int32_t *file_ids = NULL;
     if (ids_file) {
         char *txt = cli_read_file(ids_file);
@@ -363,11 +367,9 @@ int cmd_bench(int argc, char **argv) {
     const ts_model_info *in = ts_engine_info(e);
     ts_session_params sp;
     ts_session_params_default(&sp);
-    const int block = spec && eo.spec.dflash ? eo.spec.block : 0;
     sp.n_ctx = ctx ? ctx : need;
     sp.max_rows = prompt;
-    sp.spec_draft = spec && !block ? draft : 0;
-    sp.dflash_block = block;
+    cli_spec_apply(&eo.spec, &sp, NULL); /* the drafter's buffers (none without --spec) */
     ts_session *s = NULL;
     if (ts_session_new(e, &sp, &s, &err)) { fprintf(stderr, "turbospark bench: %s\n", err.msg); ts_engine_close(e); return 1; }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
@@ -510,7 +512,7 @@ int cmd_bench(int argc, char **argv) {
             printf("\n");
         }
     }
-    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, draft, block, dvocab, pmin > 0 ? pmin : 0, &fa, json, &err);
+    if (spec) rc = bench_spec(s, ids, prompt, gen, runs, &eo.spec, &fa, json, &err);
     if (rc) fprintf(stderr, "turbospark bench: %s\n", err.msg);
 out:
     free(tp); free(td); free(ids);

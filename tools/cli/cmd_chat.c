@@ -128,7 +128,7 @@ int cmd_chat(int argc, char **argv) {
         ts_session_params_default(&sp);
         sp.checkpoint = 1; /* turns return to the history before the generation prompt */
         cli_engine_apply(&eo, NULL, &sp, &gp); /* turns continue the session: drafting is exact there too (tested) */
-        if (eo.spec.on && !eo.spec.dflash && !ts_engine_info(e)->has_mtp) {
+        if (eo.spec.on && !eo.spec.dflash && !eo.spec.ngram && !ts_engine_info(e)->has_mtp) {
             rc = TS_E_UNSUPPORTED;
             snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         } else {
@@ -219,6 +219,9 @@ int cmd_chat(int argc, char **argv) {
         ts_detok_reset(dt);
         ts_gen_stats st;
         gp.n_predict = n_predict;
+        /* the ids the session holds before the fed part: the n-gram drafter
+         * looks them up too (the history is where repeats come from) */
+        gp.ngram_ctx = ids.ids, gp.n_ngram_ctx = from;
         rc = ts_generate(s, ids.ids + from, ids.n - from, &gp, on_token, &t, &st, &err);
         const char *tail;
         size_t tl;

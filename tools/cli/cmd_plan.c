@@ -3,7 +3,7 @@
  * anything is loaded.
  *
  *   turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR]) [--ctx N] [--chunk N]
- *                   [--spec mtp --draft M] [--checkpoint] [--json]
+ *                   [--spec mtp|ngram --draft M] [--checkpoint] [--json]
  *
  * -m reads config.json and the safetensors headers only (ts_mem_plan_dir);
  * --shape reads a shape file (one of shapes/) and plans the install `synth`
@@ -22,7 +22,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: turbospark plan (-m DIR | --shape FILE [--bits 4|8|16] [--group G] [--install DIR])\n"
             "                       [--ctx N] [--chunk N]"
-" [--spec mtp --draft M] [--checkpoint] [--backend cpu|cuda]\n"
+" [--spec mtp|ngram --draft M] [--checkpoint] [--backend cpu|cuda]\n"
             "                       [--expert-cache SIZE [--expert-policy P] [--expert-host-cache SIZE]] [--json]\n"
             "  Print every allocation the engine and one session will make, by owner, memory domain\n"
             "  and category, with totals, without loading any weights.\n"
@@ -37,7 +37,9 @@ static void usage(FILE *f) {
             "  --ctx N             context length in tokens (default 4096, or the model's maximum if less)\n"
             "  --chunk N           prefill rows per pass (default 64)\n"
             "  --spec mtp          speculative decoding with the MTP head ...\n"
-            "  --draft M           ... drafting M tokens per block (1..%d, default 3)\n"
+            "  --spec ngram        n-gram (prompt lookup) drafting: the verify buffers alone (no MTP\n"
+            "                      head needed) ...\n"
+            "  --draft M           ... drafting M tokens per block (1..%d, default 3; n-gram 4)\n"
             "  --spec dflash       speculative decoding with the DFlash drafter (DIR/dflash, or\n"
             "  --drafter DIR       its directory) ... --block B rows per block (2..16, default 16)\n"
             "  --checkpoint        a checkpoint copy of the GDN states (what chat's sessions hold)\n"
@@ -79,6 +81,7 @@ static void print_json(const ts_mem_plan *pl, const char *source, int bits) {
     jstr(source);
     if (bits) printf(", \"bits\": %d", bits);
     printf(", \"n_ctx\": %d, \"max_rows\": %d, \"spec_draft\": %d", pl->n_ctx, pl->max_rows, pl->spec_draft);
+    if (pl->ngram_draft) printf(", \"ngram_draft\": %d", pl->ngram_draft);
     if (pl->expert_slots)
         printf(", \"expert_cache\": {\"slots\": %d, \"slot_bytes\": %llu, \"io_threads\": %d, \"file_bytes\": %llu}",
                pl->expert_slots, (unsigned long long)pl->expert_slot_bytes, pl->expert_io_threads,
@@ -116,8 +119,11 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
     printf("memory plan for %s", source);
     if (bits) printf(" (%s)", bits == 16 ? "bf16" : bits == 8 ? "INT8" : "INT4");
     printf(": context %d, chunk %d rows, %s\n", pl->n_ctx, pl->max_rows,
-           pl->spec_draft ? "speculative decoding: mtp" : pl->dflash_block ? "speculative decoding: dflash" : "no speculative decoding");
+           pl->spec_draft ? "speculative decoding: mtp" : pl->dflash_block ? "speculative decoding: dflash"
+           : pl->ngram_draft ? "speculative decoding: ngram" : "no speculative decoding");
     if (pl->spec_draft) printf("  (draft %d tokens per block, verify %d rows)\n", pl->spec_draft, pl->spec_draft + 1);
+    if (pl->ngram_draft) printf("  (n-gram: draft %d tokens per block, verify %d rows; no MTP buffers)\n", pl->ngram_draft,
+                                pl->ngram_draft + 1);
     if (pl->dflash_block) printf("  (DFlash: blocks of %d rows, %d drafts, verify %d rows)\n", pl->dflash_block,
                                  pl->dflash_block - 1, pl->dflash_block);
     printf("\n%-8s %-7s %-13s %-58s %6s %16s %11s\n", "owner", "domain", "category", "allocation", "count", "bytes", "");
@@ -223,11 +229,11 @@ int cmd_plan(int argc, char **argv) {
         else if (!strcmp(a, "--bits")) bits = x;
         else group = x;
     }
-    if (spec && strcmp(spec, "mtp") && strcmp(spec, "dflash")) {
-        fprintf(stderr, "turbospark plan: --spec '%s' is not supported (use 'mtp' or 'dflash')\n", spec);
+    if (spec && strcmp(spec, "mtp") && strcmp(spec, "dflash") && strcmp(spec, "ngram")) {
+        fprintf(stderr, "turbospark plan: --spec '%s' is not supported (use 'mtp', 'dflash' or 'ngram')\n", spec);
         return 2;
     }
-    const int dflash = spec && !strcmp(spec, "dflash");
+    const int dflash = spec && !strcmp(spec, "dflash"), ngram = spec && !strcmp(spec, "ngram");
     if ((block != -1 || drafter) && !dflash) { fprintf(stderr, "turbospark plan: --block and --drafter need --spec dflash\n"); return 2; }
     if (dflash && shape) { fprintf(stderr, "turbospark plan: --spec dflash needs -m DIR (the drafter's files)\n"); return 2; }
     if (dflash && block == -1) block = TS_DFLASH_MAX_BLOCK;
@@ -237,8 +243,8 @@ int cmd_plan(int argc, char **argv) {
     }
     if (dflash && draft != -1) { fprintf(stderr, "turbospark plan: --draft is MTP's; DFlash takes --block\n"); return 2; }
     if (dflash) spec = NULL; /* the MTP checks below do not apply */
-    if (draft != -1 && !spec) { fprintf(stderr, "turbospark plan: --draft needs --spec mtp\n"); return 2; }
-    if (spec && draft == -1) draft = 3;
+    if (draft != -1 && !spec) { fprintf(stderr, "turbospark plan: --draft needs --spec mtp (or ngram)\n"); return 2; }
+    if (spec && draft == -1) draft = ngram ? CLI_NGRAM_DRAFT : 3;
     if (spec && (draft < 1 || draft > TS_SPEC_MAX_DRAFT)) {
         fprintf(stderr, "turbospark plan: --draft %d is outside 1..%d\n", draft, TS_SPEC_MAX_DRAFT);
         return 2;
@@ -255,7 +261,8 @@ int cmd_plan(int argc, char **argv) {
     ts_session_params_default(&sp);
     sp.n_ctx = n_ctx;
     sp.max_rows = chunk;
-    sp.spec_draft = spec ? draft : 0;
+    sp.spec_draft = spec && !ngram ? draft : 0;
+    sp.ngram_draft = ngram ? draft : 0;
     sp.dflash_block = dflash ? block : 0;
     sp.checkpoint = checkpoint;
     ts_mem_plan *pl = malloc(sizeof *pl);

@@ -245,7 +245,7 @@ static int run_main(int argc, char **argv, char **file_prompt_out) {
         n_stop = cli_stop_ids(e, tok, stops, 16);
         ts_session_params sp;
         ts_session_params_default(&sp);
-        if (eo.spec.on && !eo.spec.dflash && !ts_engine_info(e)->has_mtp) {
+        if (eo.spec.on && !eo.spec.dflash && !eo.spec.ngram && !ts_engine_info(e)->has_mtp) {
             rc = TS_E_UNSUPPORTED;
             snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         }

@@ -179,7 +179,8 @@ static void usage(FILE *f) {
             "                         may finish for S seconds (default 10), then end with an error\n"
             "  -v                     log every request on stderr\n"
             "engine options (per session; with --spec mtp every generation drafts with the MTP head,\n"
-            "as in run: output unchanged, sampled requests keep their distribution):\n");
+            "with --spec ngram by lookup in the request's ids, as in run: output unchanged, sampled\n"
+            "requests keep their distribution):\n");
     cli_engine_help(f, SERVE_OPTS);
 }
 
@@ -511,7 +512,7 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
         "# TYPE turbospark_sessions_busy gauge\nturbospark_sessions_busy %d\n"
         "# HELP turbospark_sessions Sessions in the pool.\n"
         "# TYPE turbospark_sessions gauge\nturbospark_sessions %d\n"
-        "# HELP turbospark_draft_tokens_total Drafts verified, MTP or DFlash (0 without --spec).\n"
+        "# HELP turbospark_draft_tokens_total Drafts verified, MTP, DFlash or n-gram (0 without --spec).\n"
         "# TYPE turbospark_draft_tokens_total counter\nturbospark_draft_tokens_total %llu\n"
         "# HELP turbospark_draft_tokens_accepted_total Drafts accepted.\n"
         "# TYPE turbospark_draft_tokens_accepted_total counter\nturbospark_draft_tokens_accepted_total %llu\n"
@@ -832,7 +833,7 @@ int cmd_serve(int argc, char **argv) {
     cli_engine_apply(&eo, &ep, NULL, NULL);
     struct MHD_Daemon *d = NULL;
     if ((rc = ts_engine_open(model, &ep, &s->e, &err))) goto out;
-    if (eo.spec.on && !eo.spec.dflash && !ts_engine_info(s->e)->has_mtp) {
+    if (eo.spec.on && !eo.spec.dflash && !eo.spec.ngram && !ts_engine_info(s->e)->has_mtp) {
         rc = TS_E_UNSUPPORTED;
         snprintf(err.msg, sizeof err.msg, "--spec mtp: %s has no MTP head (no mtp.* tensors)", model);
         goto out;
@@ -885,6 +886,9 @@ int cmd_serve(int argc, char **argv) {
     g_started = time(NULL);
     char drafting[64] = "";
     if (s->spec.on && s->spec.dflash) snprintf(drafting, sizeof drafting, ", drafting dflash block %d", s->spec.block);
+    else if (s->spec.on && s->spec.ngram)
+        snprintf(drafting, sizeof drafting, ", drafting ngram %d (n-grams %d..%d)", s->spec.draft, s->spec.ngram_min,
+                 s->spec.ngram_max);
     else if (s->spec.on) snprintf(drafting, sizeof drafting, ", drafting mtp %d", s->spec.draft);
     fprintf(stderr, "turbospark serve: listening on http://%s:%d (model %s, ctx %d, parallel %d, queue %d%s)\n",
             host, port, s->model_id, s->n_ctx, s->parallel, s->queue_cap, drafting);

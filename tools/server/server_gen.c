@@ -732,6 +732,7 @@ static int run_choice(slot *sl, job *j) {
 
     ts_gen_stats st;
     memset(&st, 0, sizeof st);
+    gp.ngram_ctx = j->prompt, gp.n_ngram_ctx = reuse; /* what the session holds before: n-gram drafts look there too */
     if (!rc) rc = ts_generate(sl->sess, j->prompt + reuse, j->n_prompt - reuse, &gp, on_token, &r, &st, &err);
     if (!rc) {
         const char *t;
