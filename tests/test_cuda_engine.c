@@ -1202,6 +1202,85 @@ TS_TEST(cuda_engine, spec_greedy_exact_default_model) {
     ts_engine_close(e);
 }
 
+/* n-gram (prompt lookup) drafting on the GPU: its drafts come from the
+ * host (gen/ngram_draft.c) and are verified by the device's verify pass and
+ * lazy rollback, so greedy output must equal plain greedy bit for bit. The
+ * default model copies a repeated passage (real acceptance); tiny-moe gets
+ * a planted history (gen params ngram_ctx: the plain continuation with
+ * about one id in 8 wrong), so drafts are accepted and rejected at every
+ * length on an MoE model too. */
+static int ngram_run(ts_engine *e, const int32_t *pr, int T, int M, int nmin, int nmax, const int32_t *hist, int nh,
+                     int N, collect *c, ts_gen_stats *st) {
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 2048;
+    sp.ngram_draft = M;
+    ts_session *s = NULL;
+    ts_error err = {0};
+    if (ts_session_new(e, &sp, &s, &err)) { ts_test_fail(__FILE__, __LINE__, "session: %s", err.msg); return -1; }
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = N;
+    gp.spec_draft = M;
+    gp.spec_ngram = M ? nmax : 0;
+    gp.ngram_min = nmin;
+    gp.ngram_ctx = hist, gp.n_ngram_ctx = nh;
+    c->n = 0;
+    memset(st, 0, sizeof *st);
+    const int rc = ts_generate(s, pr, T, &gp, on_tok, c, st, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "generate (n-gram M %d): %s", M, err.msg);
+    ts_session_free(s);
+    return rc;
+}
+
+TS_TEST(cuda_engine, ngram_greedy_exact) {
+    NEED_GPU();
+    ts_error err = {0};
+    static const char PASSAGE[] =
+        "The old mill stood by the river, and every morning the miller opened the gate to let the water turn the wheel. "
+        "The children of the village came to watch the stones grind the grain into flour. ";
+    char text[1024];
+    snprintf(text, sizeof text, "%s%sThe old mill stood", PASSAGE, PASSAGE);
+    ts_tokenizer *tk = NULL;
+    CHECK_MSG(!ts_tokenizer_load("models/default/tokenizer.json", &tk, &err), "%s", err.msg);
+    ts_tokens tv = {0};
+    CHECK_MSG(!ts_tokenizer_encode(tk, text, strlen(text), &tv, &err), "%s", err.msg);
+    ts_tokenizer_free(tk);
+    static collect ref, got;
+    static int32_t hist[400];
+    ts_gen_stats st;
+    for (int d = 0; d < 2; d++) {
+        const char *dir = d ? "tests/fixtures/tiny-moe" : "models/default";
+        ts_engine *e = NULL;
+        CHECK_MSG(!open_on(dir, "cuda", &e, &err), "%s: %s", dir, err.msg);
+        if (!e) continue;
+        const int N = d ? 300 : 200;
+        int32_t fpr[32];
+        for (int i = 0; i < 29; i++) fpr[i] = (int32_t)((i % 12) * 37 + 5); /* 12 ids twice and 5 again */
+        const int32_t *pr = d ? fpr : tv.ids;
+        const int T = d ? 29 : tv.n;
+        CHECK(ngram_run(e, pr, T, 0, 0, 0, NULL, 0, N, &ref, &st) == 0 && ref.n == N);
+        long acc = 0, drafted = 0;
+        for (int M = 1; M <= TS_SPEC_MAX_DRAFT; M++) {
+            uint64_t seed = 77u * (uint64_t)M + 1;
+            for (int i = 0; i < N; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                hist[i] = (seed >> 33) % 8 == 0 ? (ref.ids[i] + 1) % 7 : ref.ids[i];
+            }
+            CHECK(ngram_run(e, pr, T, M, d ? 2 : 0, 4, d ? hist : NULL, d ? N : 0, N, &got, &st) == 0);
+            CHECK_MSG(got.n == N && same_ids(&got, &ref, N), "%s M=%d (n-gram drafts): output differs from plain greedy",
+                      dir, M);
+            CHECK_MSG(st.n_accepted > 0 && (!d || st.n_accepted < st.n_drafted), "%s M=%d: %d of %d drafts accepted", dir,
+                      M, st.n_accepted, st.n_drafted);
+            acc += st.n_accepted, drafted += st.n_drafted;
+        }
+        fprintf(stderr, "  %s: M 1..8 identical to plain greedy (%d tokens), %ld of %ld n-gram drafts accepted\n", dir, N,
+                acc, drafted);
+        ts_engine_close(e);
+    }
+    ts_tokens_free(&tv);
+}
+
 /* The first layer whose device state differs between a and b (KV rows below
  * pos for attention layers, the live conv and recurrent state for GDN
  * layers, read back byte for byte; a pending lazy rollback must have been
