@@ -46,5 +46,7 @@ strip -g $bins
 mkdir -p ".gpu/$name"
 tar -C "$tmp" -cf - b | xz -9e -T1 > ".gpu/$name/pack.tar.xz"
 rm -rf "$tmp"
-grep -qx '.gpu/' .git/info/exclude 2>/dev/null || echo '.gpu/' >> .git/info/exclude
+# the exclude file of the repository (a worktree's .git is a file: its common dir holds info/)
+ex="$(git rev-parse --git-common-dir)/info/exclude"
+grep -qx '.gpu/' "$ex" 2>/dev/null || echo '.gpu/' >> "$ex"
 ls -la ".gpu/$name/pack.tar.xz"
