@@ -168,18 +168,13 @@ int ts_spec_accept_c(const float *vlogits, const float *dprobs, const int32_t *d
         }
         /* rejected: draw from the normalised residual max(0, p - q) */
         double sum = 0;
-        if (q) {
-            for (int i = 0; i < V; i++) {
-                ptmp[i] = ptmp[i] > q[i] ? ptmp[i] - q[i] : 0.0f;
-                sum += ptmp[i];
-            }
-        } else { /* the same with q one-hot at d[j]: p - 0 elsewhere, and 0 at
-                    d[j] (rejected, so p(d) <= u < 1 = q(d)) */
-            for (int i = 0; i < V; i++) {
-                const float qi = i == d[j] ? 1.0f : 0.0f;
-                ptmp[i] = ptmp[i] > qi ? ptmp[i] - qi : 0.0f;
-                sum += ptmp[i];
-            }
+        /* q one-hot at d[j] (q NULL): the residual is p itself elsewhere (p - 0
+         * is exactly p) and 0 at d[j] (rejected, so p(d) <= u < 1 = q(d)):
+         * the bits of a one-hot row */
+        if (!q) ptmp[d[j]] = 0.0f;
+        for (int i = 0; i < V; i++) {
+            if (q) ptmp[i] = ptmp[i] > q[i] ? ptmp[i] - q[i] : 0.0f;
+            sum += ptmp[i];
         }
         if (sum > 0) {
             float inv = (float)(1.0 / sum);
