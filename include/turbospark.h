@@ -197,6 +197,20 @@ typedef struct ts_session_params {
                          for speculative sampling); no MTP head needed. 0:
                          none. A session with spec_draft >= M drafts
                          n-grams too (its verify buffers are the same). */
+    int ahead;        /* run-ahead greedy decoding (ts_generate with neither
+                         a sampler nor log-probabilities): the next token's
+                         step is queued on the device before this token's id
+                         is read, and takes that id on the device; a step
+                         queued past a stop is undone by flipping the GDN
+                         state pairs back. Allocates the pairs' second
+                         buffers (a conv and a recurrent state per GDN layer,
+                         unless drafting has them) and two rows of logits
+                         and hidden. Output, logits and state are plain
+                         decoding's, bit for bit. 0: auto (on for a device
+                         backend, whose host otherwise idles the device
+                         between tokens: CUDA; off with expert streaming or
+                         several GPUs; TS_AHEAD=0 or 1 overrides it), 1: on,
+                         -1: off. */
 } ts_session_params;
 
 TS_API void ts_session_params_default(ts_session_params *p);
@@ -207,6 +221,9 @@ TS_API void ts_session_free(ts_session *s);
 TS_API void ts_session_reset(ts_session *s);
 TS_API int ts_session_pos(const ts_session *s);
 TS_API int ts_session_n_ctx(const ts_session *s);
+/* 1: the session's plain greedy generations run ahead (session params
+ * ahead, resolved; TS_AHEAD=0 in the environment turns them off) */
+TS_API int ts_session_ahead(const ts_session *s);
 /* Checkpoint (session params checkpoint = 1). The GDN state cannot be cut
  * back to an earlier position the way a KV cache can, so a caller that will
  * want to return to this point (a chat's history before the generation
@@ -458,6 +475,7 @@ typedef struct ts_mem_plan {
     int n_ctx, max_rows, spec_draft;  /* the normalised session parameters */
     int dflash_block;                 /* DFlash block rows (0: none) */
     int ngram_draft;                  /* n-gram drafts a block (0: none) */
+    int ahead;                        /* 1: run-ahead decoding's buffers are planned (session params ahead) */
     int n_items;
     ts_mem_plan_item items[64];
 } ts_mem_plan;

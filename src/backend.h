@@ -114,12 +114,21 @@ static inline ts_view tv_rows(ts_view v, int64_t r0, int64_t n) {
  * comparing function pointers). */
 typedef enum { TS_MODE_EXACT = 0, TS_MODE_PREFILL, TS_MODE_DRAFT } ts_mode;
 
+/* How a pass treats the GDN state pairs (ts_step.record). TAPE: a verify
+ * block (the block start becomes the snapshot by a trade of the pairs, the
+ * rows' inputs are taped). SWAP: a step of run-ahead decoding
+ * (gen/generate.c): the one row goes from the live buffers into the others,
+ * which the caller's parity flip makes live, so that the step is undone by
+ * flipping back (no tape; never with pending rows). */
+enum { TS_REC_NONE = 0, TS_REC_TAPE = 1, TS_REC_SWAP = 2 };
+
 /* The per-pass values a captured graph reads (ts_be_step writes them). */
 typedef struct ts_step {
     int32_t pos;     /* position of the first row */
     int32_t n;       /* rows of the pass */
     int32_t pend;    /* pending rows of a lazy rollback (GDN) */
-    int32_t record;  /* 1: a verify block records the GDN tape */
+    int32_t record;  /* TS_REC_*: a verify block records the GDN tape (TAPE);
+                        a run-ahead step only trades the pairs (SWAP) */
     int32_t par_S;   /* parity of the GDN recurrent-state pair: live = S[par_S] */
     int32_t par_conv;/* parity of the GDN conv-state pair */
     int32_t half;    /* the tape half holding the last verify's prepared rows */
@@ -194,7 +203,7 @@ typedef struct ts_gdn_args {
     const float *conv_w;   /* [K, C] tap-major */
     const float *neg_A, *dt_bias; /* [Hv] */
     const float *norm;     /* [dv] plain weight */
-    float *S[2];           /* [Hv, dk, dv] live/snapshot pair (S[1] NULL without a tape) */
+    float *S[2];           /* [Hv, dk, dv] live/snapshot pair (S[1] NULL without drafting or run-ahead) */
     float *conv[2];        /* [K-1, C] */
     float *tape_qkv, *tape_a, *tape_b; /* [Rv, C], [Rv, Hv] x 2; NULL without a tape */
     float *tape_prep;      /* [2, Rv, C] */
@@ -211,7 +220,8 @@ typedef struct ts_gdn_args {
 
 /* The parities after a GDN pass of step s (uniform over layers, so one rule
  * for the whole forward): a verify that nothing precedes swaps both pairs
- * (the block-start state becomes the snapshot without a copy); a token-path
+ * (the block-start state becomes the snapshot without a copy), as does a
+ * run-ahead step (TS_REC_SWAP, never with pending rows); a token-path
  * pass after a lazy rollback advances the snapshot buffer in place, which
  * then becomes the live one. chunked: the pass ran the chunked prefill. */
 static inline void ts_gdn_parity_after(ts_step *s, int chunked) {
@@ -421,7 +431,20 @@ struct ts_backend_ops {
      * layer's copies from host-resident experts this way, so the MoE
      * kernels that follow on s see them without any wait of the host's. */
     void (*stream_copy)(ts_stream *s, void *dst, const void *src, const ts_copy_run *runs, int n, int dir);
+
+    /* Run-ahead decoding (gen/generate.c; NULL: not supported).
+     * argmax_ahead queues the argmax of one row of logits (K of its cols;
+     * argmax's rule) into the stream's own id, whose address it returns
+     * (backend memory: embed takes it as the next pass's ids, so the id
+     * never visits the host between two steps), and a copy of it into host
+     * ticket t (0..TS_AHEAD_TICKETS-1); it returns at once. ahead_read waits
+     * for ticket t's copy and returns the id in *id (0, or the stream's
+     * error). A device backend's host then queues step n + 1 before it
+     * reads step n's id; the CPU computes at the call (the reference). */
+    const int32_t *(*argmax_ahead)(ts_stream *s, ts_view logits, int K, int t);
+    int (*ahead_read)(ts_stream *s, int t, int32_t *id);
 };
+#define TS_AHEAD_TICKETS 2
 
 /* ---- collectives (tensor parallelism: model/tp.h) ----
  * Over the ranks of one process, one stream each. Every rank calls each one

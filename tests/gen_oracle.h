@@ -145,6 +145,140 @@ static inline int one_wait_same(ts_engine *e, const int32_t *prompt, int T) {
     return 0;
 }
 
+/* ---- run-ahead decoding (gen/generate.c's ahead_loop) ---- */
+
+typedef struct {
+    int32_t ids[512];
+    int n, stop_at; /* the callback asks to stop at the stop_at-th id (0: never) */
+} ahead_col;
+
+static inline int ahead_tok(void *u, int32_t id) {
+    ahead_col *c = u;
+    if (c->n < 512) c->ids[c->n++] = id;
+    return c->stop_at && c->n == c->stop_at;
+}
+
+/* A session of n_ctx tokens, run-ahead as asked (1 on, -1 off), with the
+ * n-gram verify buffers of `ngram` drafts (0: none). NULL fails the test. */
+static inline ts_session *ahead_session(ts_engine *e, int n_ctx, int ahead, int ngram) {
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = n_ctx;
+    sp.ahead = ahead;
+    sp.ngram_draft = ngram;
+    ts_session *s = NULL;
+    ts_error err = {0};
+    if (ts_session_new(e, &sp, &s, &err)) ts_test_fail(__FILE__, __LINE__, "session (ahead %d): %s", ahead, err.msg);
+    return s;
+}
+
+/* Run-ahead greedy decoding (session params ahead = 1) against plain
+ * (ahead = -1) on engine e, with and without a drafting session's buffers
+ * (n-gram, 4: the pairs are the drafter's snapshots then), for every way a
+ * generation ends: the budget (40, 1 and 2 ids), a stop id (at the 11th id
+ * or later, at the first and at the second), the callback's stop and the
+ * context limit. Each pair of runs: the same ids, position, last logits and
+ * hidden bit for bit, and the same continuation (12 more ids from the last
+ * id, and the logits after them): a step queued past a stop and not undone,
+ * or undone wrongly, shows in one of those. check (may be NULL): a further
+ * comparison of the two sessions after the generation (the CPU's raw
+ * state: test_ahead.c), nonzero on a difference. 0, or a failure of the
+ * test. */
+static inline int ahead_same(ts_engine *e, const int32_t *prompt, int T,
+                             int (*check)(const ts_session *a, const ts_session *b)) {
+    const ts_model_info *mi = ts_engine_info(e);
+    const int V = mi->vocab_size, H = mi->hidden_size;
+    static float lg[2][1 << 20], hd[2][1 << 14], lc[2][1 << 20];
+    if (V > (1 << 20) || H > (1 << 14)) { ts_test_fail(__FILE__, __LINE__, "sizes beyond the test's buffers"); return -1; }
+    /* the ways to end: n_predict, n_ctx, stop id (-1 none; -2 the 11th-or-later
+     * first new id of the budget run, -3 its first id, -4 its second), callback stop */
+    static const struct { int n_pred, n_ctx, stop, cb_stop; const char *what; } W[] = {
+        {40, 256, -1, 0, "budget 40"}, {1, 256, -1, 0, "budget 1"}, {2, 256, -1, 0, "budget 2"},
+        {40, 256, -2, 0, "stop id"},   {40, 256, -3, 0, "stop id first"}, {40, 256, -4, 0, "stop id second"},
+        {40, 256, -1, 17, "callback stop"}, {100, 0, -1, 0, "context limit"}};
+    int32_t ref[40];
+    int n_ref = 0;
+    for (int ng = 0; ng <= 4; ng += 4)
+        for (size_t w = 0; w < sizeof W / sizeof W[0]; w++) {
+            ahead_col c[2], cont[2];
+            int pos[2];
+            int32_t stop = -1;
+            if (W[w].stop == -2)
+                for (int k = 10; k < n_ref && stop < 0; k++) {
+                    int seen = 0;
+                    for (int j = 0; j < k; j++) seen |= ref[j] == ref[k];
+                    if (!seen) stop = ref[k];
+                }
+            if (W[w].stop == -3) stop = ref[0];
+            if (W[w].stop == -4) { /* the second id, unless it is the first too */
+                stop = ref[1];
+                if (stop == ref[0]) continue;
+            }
+            if (W[w].stop < -1 && stop < 0) { ts_test_fail(__FILE__, __LINE__, "no stop id for '%s'", W[w].what); return -1; }
+            ts_session *ss[2] = {NULL, NULL};
+            int rc = 0;
+            ts_error err = {0};
+            for (int r = 0; r < 2 && !rc; r++) {
+                ts_session *s = ss[r] = ahead_session(e, W[w].n_ctx ? W[w].n_ctx : T + 21, r ? -1 : 1, ng);
+                if (!s) { rc = -1; break; }
+                ts_gen_params gp;
+                ts_gen_params_default(&gp);
+                gp.n_predict = W[w].n_pred;
+                if (stop >= 0) gp.stop_ids = &stop, gp.n_stop = 1;
+                c[r].n = 0, c[r].stop_at = W[w].cb_stop;
+                rc = ts_generate(s, prompt, T, &gp, ahead_tok, &c[r], NULL, &err);
+                pos[r] = ts_session_pos(s);
+                const float *l = ts_session_logits(s), *h = ts_session_hidden(s);
+                if (!rc && (!l || !h)) rc = -1, snprintf(err.msg, sizeof err.msg, "no logits or hidden");
+                if (!rc) memcpy(lg[r], l, sizeof(float) * (size_t)V), memcpy(hd[r], h, sizeof(float) * (size_t)H);
+            }
+            if (!rc && check && check(ss[0], ss[1])) {
+                ts_test_fail(__FILE__, __LINE__, "%s (ngram %d): the sessions' states differ", W[w].what, ng);
+                rc = -1;
+            }
+            /* go on from the last id: 12 more, where the context has room */
+            for (int r = 0; r < 2 && !rc; r++) {
+                ts_gen_params gp;
+                ts_gen_params_default(&gp);
+                gp.n_predict = 12;
+                cont[r].n = 0, cont[r].stop_at = 0;
+                if (c[r].n && ts_session_pos(ss[r]) + 1 < ts_session_n_ctx(ss[r])) {
+                    rc = ts_generate(ss[r], &c[r].ids[c[r].n - 1], 1, &gp, ahead_tok, &cont[r], NULL, &err);
+                    const float *l2 = ts_session_logits(ss[r]);
+                    if (!rc && l2) memcpy(lc[r], l2, sizeof(float) * (size_t)V);
+                }
+            }
+            ts_session_free(ss[0]);
+            ts_session_free(ss[1]);
+            if (rc) {
+                ts_test_fail(__FILE__, __LINE__, "%s (ngram %d): %s", W[w].what, ng, err.msg);
+                return -1;
+            }
+            if (w == 0 && ng == 0) {
+                n_ref = c[0].n;
+                memcpy(ref, c[0].ids, sizeof(int32_t) * (size_t)n_ref);
+            }
+            if (c[0].n != c[1].n || memcmp(c[0].ids, c[1].ids, sizeof(int32_t) * (size_t)c[0].n) || pos[0] != pos[1] ||
+                cont[0].n != cont[1].n || memcmp(cont[0].ids, cont[1].ids, sizeof(int32_t) * (size_t)cont[0].n)) {
+                ts_test_fail(__FILE__, __LINE__, "%s (ngram %d): ahead %d ids, position %d, %d more; plain %d, %d, %d", W[w].what,
+                             ng, c[0].n, pos[0], cont[0].n, c[1].n, pos[1], cont[1].n);
+                return -1;
+            }
+            if (memcmp(lg[0], lg[1], sizeof(float) * (size_t)V) || memcmp(hd[0], hd[1], sizeof(float) * (size_t)H) ||
+                (cont[0].n && memcmp(lc[0], lc[1], sizeof(float) * (size_t)V))) {
+                ts_test_fail(__FILE__, __LINE__, "%s (ngram %d): the last logits or hidden differ", W[w].what, ng);
+                return -1;
+            }
+            const int want = W[w].stop == -3 ? 1 : W[w].stop == -4 ? 2 : W[w].cb_stop ? W[w].cb_stop : -1;
+            if ((want > 0 && c[0].n != want) || (W[w].n_pred < 40 && c[0].n != W[w].n_pred) ||
+                (!W[w].n_ctx && pos[0] != T + 21) || (W[w].stop == -2 && (c[0].n < 11 || c[0].n >= 40))) {
+                ts_test_fail(__FILE__, __LINE__, "%s (ngram %d): ended after %d ids at position %d", W[w].what, ng, c[0].n, pos[0]);
+                return -1;
+            }
+        }
+    return 0;
+}
+
 /* Copy a fixture without its mtp.* tensors (a checkpoint with no MTP head:
  * test_spec.c, test_ngram.c): the header entries are dropped (the data
  * stays, unreferenced) and the index loses them too. 0 or -1. */

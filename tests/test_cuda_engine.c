@@ -657,6 +657,34 @@ TS_TEST(cuda_engine, one_wait_step) {
     }
 }
 
+/* Run-ahead greedy decoding on the GPU (gen/generate.c's ahead_loop: the
+ * argmax's id fed to the next step on the device, the step past a stop
+ * undone by flipping the GDN pairs back) against plain decoding (ahead =
+ * -1): gen_oracle.h's ahead_same, every way a generation ends, with and
+ * without a drafter's buffers, dense and MoE; and a CUDA session runs ahead
+ * by default (auto), unless TS_AHEAD=0. */
+TS_TEST(cuda_engine, ahead_exact) {
+    NEED_GPU();
+    static const int32_t pr[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
+    const char *dirs[] = {"models/default", "tests/fixtures/tiny-moe", "tests/fixtures/tiny-dense"};
+    for (int d = 0; d < 3; d++) {
+        ts_error err = {0};
+        ts_engine *eg = NULL;
+        CHECK_MSG(!open_on(dirs[d], "cuda", &eg, &err), "%s", err.msg);
+        if (!eg) continue;
+        int32_t p[9];
+        for (int i = 0; i < 9; i++) p[i] = pr[i] % ts_engine_info(eg)->vocab_size;
+        CHECK_MSG(ahead_same(eg, p, 9, NULL) == 0, "%s", dirs[d]);
+        ts_session *s = NULL;
+        CHECK(ts_session_new(eg, NULL, &s, &err) == 0);
+        const char *env = getenv("TS_AHEAD");
+        CHECK_MSG(s && !!s->ahead_rows == !(env && !strcmp(env, "0")), "%s: a default session's run-ahead buffers: %d",
+                  dirs[d], s ? !!s->ahead_rows : -1);
+        ts_session_free(s);
+        ts_engine_close(eg);
+    }
+}
+
 /* JSON-constrained generation on the GPU (the masked row read back): a
  * reply that ends by its stop id is one JSON object, and MTP drafting (1..3)
  * gives plain decoding's ids under the constraint, greedy. */

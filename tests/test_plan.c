@@ -21,7 +21,7 @@
 #include "loader/st_writer.h"
 #include "ts_test.h"
 
-typedef struct { int ctx, chunk, draft, checkpoint, mtp, ngram; } cfg;
+typedef struct { int ctx, chunk, draft, checkpoint, mtp, ngram, ahead; } cfg;
 
 static void params(cfg c, ts_session_params *sp) {
     ts_session_params_default(sp);
@@ -31,6 +31,7 @@ static void params(cfg c, ts_session_params *sp) {
     sp->checkpoint = c.checkpoint;
     sp->mtp = c.mtp;
     sp->ngram_draft = c.ngram;
+    sp->ahead = c.ahead;
 }
 
 static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
@@ -98,7 +99,7 @@ static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
 
 TS_TEST(plan, equals_allocations) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
-    static const cfg cfgs[] = {{0, 0, 0, 0, 0, 0}, {300, 7, 0, 0, 0, 0}, {1000, 1, 0, 0, 0, 0}, {512, 64, 0, 0, 0, 0}};
+    static const cfg cfgs[] = {{0, 0, 0, 0, 0, 0, 0}, {300, 7, 0, 0, 0, 0, 0}, {1000, 1, 0, 0, 0, 0, 0}, {512, 64, 0, 0, 0, 0, 0}};
     for (int f = 0; f < 2; f++)
         for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
             ts_mem_plan off, on;
@@ -167,6 +168,38 @@ TS_TEST(plan, equals_allocations) {
                       "%s: checkpoint adds %llu bytes, GDN states %llu", fx[f],
                       (unsigned long long)(on.total_bytes - off.total_bytes),
                       (unsigned long long)off.cat_bytes[TS_MEM_GDN]);
+            /* run-ahead (session params ahead = 1; auto is off on the CPU):
+             * the pairs' second buffers (the GDN states once more), two rows
+             * of logits and hidden, the pairs' descriptors; no drafter byte.
+             * With drafting, the rows alone (the snapshots are the pairs) */
+            c.checkpoint = 0;
+            c.ahead = 1;
+            CHECK(check_one(fx[f], c, &on) == 0);
+            ts_engine *e = NULL;
+            ts_error err = {0};
+            CHECK(ts_engine_open(fx[f], NULL, &e, &err) == 0);
+            const uint64_t rows = e ? sizeof(float) * 2 * (uint64_t)(e->model.cfg.vocab + e->model.cfg.H) : 0,
+                           desc = e ? sizeof(ts_gdn_tape) * (uint64_t)e->model.cfg.n_layers : 0;
+            ts_engine_close(e);
+            CHECK_MSG(on.ahead == 1 && on.drafter_bytes == 0 && on.cat_bytes[TS_MEM_GDN] == 2 * off.cat_bytes[TS_MEM_GDN] &&
+                          on.total_bytes - off.total_bytes == off.cat_bytes[TS_MEM_GDN] + rows + desc,
+                      "%s: run-ahead adds %llu bytes (GDN states %llu, rows %llu, descriptors %llu)", fx[f],
+                      (unsigned long long)(on.total_bytes - off.total_bytes),
+                      (unsigned long long)off.cat_bytes[TS_MEM_GDN], (unsigned long long)rows, (unsigned long long)desc);
+            static ts_mem_plan ng;
+            c.ahead = 0;
+            c.ngram = 4;
+            CHECK(check_one(fx[f], c, &ng) == 0);
+            c.ahead = 1;
+            CHECK(check_one(fx[f], c, &on) == 0);
+            CHECK_MSG(on.total_bytes - ng.total_bytes == rows && on.drafter_bytes == ng.drafter_bytes,
+                      "%s: run-ahead beside n-gram drafting adds %llu bytes, rows %llu", fx[f],
+                      (unsigned long long)(on.total_bytes - ng.total_bytes), (unsigned long long)rows);
+            c.ngram = 0;
+            c.draft = 3;
+            CHECK(check_one(fx[f], c, &on) == 0);
+            c.draft = 0;
+            c.ahead = 0;
         }
 }
 
@@ -281,7 +314,7 @@ TS_TEST(plan, quantized_moe) {
     ts_error err = {0};
     if (access(dir, F_OK) != 0) CHECK_MSG(ts_convert("tests/fixtures/tiny-moe", dir, &p, &err) == 0, "%s", err.msg);
     ts_mem_plan pl;
-    cfg c0 = {300, 7, 0, 0, 0, 0}, c3 = {300, 7, 3, 0, 0, 0};
+    cfg c0 = {300, 7, 0, 0, 0, 0, 0}, c3 = {300, 7, 3, 0, 0, 0, 0};
     CHECK(check_one(dir, c0, &pl) == 0);
     CHECK(check_one(dir, c3, &pl) == 0);
     ts_kernels_release();
@@ -296,7 +329,7 @@ TS_TEST(plan, quantized_moe) {
  * allocations (check_one), for a dense and a MoE shape at every width. */
 TS_TEST(plan, shape_equals_synth) {
     static const char *shapes[] = {"tiny-shape", "tiny-moe-shape"};
-    static const cfg cfgs[] = {{300, 7, 0, 0, 0, 0}, {300, 7, 3, 1, 0, 0}};
+    static const cfg cfgs[] = {{300, 7, 0, 0, 0, 0, 0}, {300, 7, 3, 1, 0, 0, 0}};
     for (int si = 0; si < 2; si++)
         for (int bits = 4; bits <= 16; bits += 4) {
             if (bits == 12) continue;
@@ -416,7 +449,7 @@ TS_TEST(plan, options_off_add_nothing) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
     for (int f = 0; f < 2; f++) {
         static ts_mem_plan off, on;
-        cfg c = {300, 7, 0, 0, 0, 0};
+        cfg c = {300, 7, 0, 0, 0, 0, 0};
         CHECK(check_one(fx[f], c, &off) == 0);
         CHECK(off.drafter_bytes == 0 && off.cat_bytes[TS_MEM_MTP] == 0 && off.cat_bytes[TS_MEM_SPEC] == 0 &&
               off.cat_bytes[TS_MEM_EXPERT_CACHE] == 0);
@@ -474,7 +507,7 @@ static const int frozen_draft[] = {0, 3};
 static int frozen_line(const char *shape, int ctx, int draft, char *buf, size_t cap) {
     char path[512];
     snprintf(path, sizeof path, "shapes/%s.json", shape);
-    cfg c = {ctx, 64, draft, 0, 0, 0};
+    cfg c = {ctx, 64, draft, 0, 0, 0, 0};
     ts_session_params sp;
     params(c, &sp);
     static ts_mem_plan pl;
@@ -601,7 +634,7 @@ TS_TEST(plan, shape_equals_convert) {
             ts_error err = {0};
             if (access(dir, F_OK) != 0) CHECK_MSG(ts_convert(src, dir, &p, &err) == 0, "%s", err.msg);
             ts_session_params sp;
-            params((cfg){300, 7, 2, 0, 0, 0}, &sp);
+            params((cfg){300, 7, 2, 0, 0, 0, 0}, &sp);
             static ts_mem_plan a, b;
             ts_kernels_release();
             CHECK_MSG(ts_mem_plan_shape(shape, bits, 0, dir, &sp, &a, &err) == 0, "%s", err.msg);

@@ -32,6 +32,8 @@ typedef struct cpu_stream {
     ts_stream base;
     ts_cpu_ws ws;
     ts_cpu_ctx cx;
+    int32_t ahead_id;                      /* run-ahead: the last argmax_ahead's id (embed's ids) */
+    int32_t ahead_ticket[TS_AHEAD_TICKETS]; /* and the tickets' copies */
 } cpu_stream;
 
 const ts_cpu_ctx *ts_cpu_stream_ctx(ts_stream *s) { return &((cpu_stream *)s)->cx; }
@@ -281,6 +283,21 @@ static void cpu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *pro
     }
 }
 
+/* Run-ahead (backend.h): the CPU computes at the call, so the ticket is
+ * ready when argmax_ahead returns; the CPU gains nothing from running ahead
+ * (a session enables it only when asked: engine/plan.c), but it is the
+ * reference the device's run-ahead is tested against. */
+static const int32_t *cpu_argmax_ahead(ts_stream *s, ts_view lg, int K, int t) {
+    cpu_stream *q = (cpu_stream *)s;
+    cpu_argmax(s, tv_rows(lg, 0, 1), K, &q->ahead_id, NULL);
+    q->ahead_ticket[t & (TS_AHEAD_TICKETS - 1)] = q->ahead_id;
+    return &q->ahead_id;
+}
+static int cpu_ahead_read(ts_stream *s, int t, int32_t *id) {
+    *id = ((cpu_stream *)s)->ahead_ticket[t & (TS_AHEAD_TICKETS - 1)];
+    return s->err;
+}
+
 /* topn, the reference (src/backend.h): one walk over the row with the
  * ascending penalty list beside it keeps the N best in a sorted array
  * (insertion: N <= 256, and after the first few hundred entries almost
@@ -364,6 +381,8 @@ static const ts_backend_ops cpu_ops = {
     .moe_route = ts_cpu_moe_route,
     .argmax = cpu_argmax,
     .topn = cpu_topn,
+    .argmax_ahead = cpu_argmax_ahead,
+    .ahead_read = cpu_ahead_read,
 };
 
 static void cpu_destroy(ts_backend *be) {

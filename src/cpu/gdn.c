@@ -236,10 +236,11 @@ void ts_cpu_gdn_materialize(ts_stream *s, const ts_gdn_args *a) {
 }
 
 /* One state pass of a GDN layer over n rows (qkv [n, C], aa/bb [n, Hv]),
- * with P pending rows of a lazy rollback first. record: a verify block
- * (n > 1, n <= Rv): the block-start state becomes the snapshot and the
- * rows' inputs and prepared rows the tape. prep: where the rows' prepared
- * values go when not recorded ([n, C]).
+ * with P pending rows of a lazy rollback first. record TS_REC_TAPE: a
+ * verify block (n > 1, n <= Rv): the block-start state becomes the snapshot
+ * and the rows' inputs and prepared rows the tape; TS_REC_SWAP: a run-ahead
+ * step (one row, P = 0): the trade alone, nothing taped. prep: where the
+ * rows' prepared values go when not taped ([n, C]).
  *
  * The three ways the state can start:
  *  - P > 0 (a lazy rollback is pending): it starts from the snapshot; the
@@ -252,9 +253,10 @@ void ts_cpu_gdn_materialize(ts_stream *s, const ts_gdn_args *a) {
  *    writes its rows to the live buffer and the post-pending state over the
  *    snapshot (its new block start), so the pending chain is cut at every
  *    verify.
- *  - verify, nothing pending: live and snapshot buffers trade places (conv
- *    and recurrent): the block-start state becomes the snapshot without a
- *    copy, and the rows are written into the other buffer.
+ *  - verify or run-ahead step, nothing pending: live and snapshot buffers
+ *    trade places (conv and recurrent): the block-start state becomes the
+ *    snapshot without a copy, and the rows are written into the other
+ *    buffer.
  *  - otherwise the state advances in place.
  * The trades are made on g (this op's view); the caller's parities follow
  * by ts_gdn_parity_after. */
@@ -265,7 +267,7 @@ static void gdn_pass(const ts_cpu_ctx *cx, const gdn_dims *d, const ts_gdn_args 
     gdn_seq q;
     const float *src;
     float *mid = NULL;
-    if (record) prep = tape_prep(d, a, st, 1); /* the other half: the pending rows may be in this one */
+    if (record == TS_REC_TAPE) prep = tape_prep(d, a, st, 1); /* the other half: the pending rows may be in this one */
     float *dst = NULL;
     if (P) {
         q = (gdn_seq){g->snap_conv, a->tape_qkv, P, qkv, n};
@@ -298,7 +300,7 @@ static void gdn_pass(const ts_cpu_ctx *cx, const gdn_dims *d, const ts_gdn_args 
         g->snap_S = g->S;
         g->S = dst;
     }
-    if (record) { /* last: the pending rows above were read from the old tape */
+    if (record == TS_REC_TAPE) { /* last: the pending rows above were read from the old tape */
         memcpy(a->tape_qkv, qkv, sizeof(float) * (size_t)n * d->C);
         memcpy(a->tape_a, aa, sizeof(float) * (size_t)n * Hv);
         memcpy(a->tape_b, bb, sizeof(float) * (size_t)n * Hv);
@@ -445,8 +447,16 @@ void ts_cpu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
     const gdn_dims d = dims_of(a);
     const int n = a->n, Hv = d.Hv, dv = d.dv;
     gdn_ptrs g = ptrs_of(a, st);
-    const int tape = a->tape_qkv != NULL;
-    const int record = tape && st->record; /* verify: snapshot + tape (n <= Rv: one pass) */
+    const int tape = a->tape_qkv != NULL, pair = a->S[1] && a->conv[1];
+    /* verify: snapshot + tape (n <= Rv: one pass); run-ahead: the trade of
+     * the pairs alone, one row with nothing pending (generate.c keeps it so) */
+    const int record = tape && st->record == TS_REC_TAPE ? TS_REC_TAPE
+                       : pair && st->record == TS_REC_SWAP && n == 1 && !(tape && st->pend) ? TS_REC_SWAP
+                                                                                            : 0;
+    if (st->record == TS_REC_SWAP && record != TS_REC_SWAP) {
+        ts_be_fail(s, TS_E_ARG, "GDN: a run-ahead step needs the state pairs, one row and no pending rows");
+        return;
+    }
     int P = tape ? st->pend : 0;
     if (m == TS_MODE_PREFILL && n > 1 && a->pf_conv) {
         /* prefill: the chunked delta rule and the gated norm, threaded over
@@ -457,7 +467,7 @@ void ts_cpu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
         return;
     }
     for (int off = 0; off < n;) {
-        int k = record ? n : TS_MIN(a->cap, n - off);
+        int k = record ? n : TS_MIN(a->cap, n - off); /* (SWAP: n = 1) */
         gdn_pass(cx, &d, a, st, &g, P, record, a->qkv + (size_t)off * d.C, a->a + (size_t)off * Hv,
                  a->b + (size_t)off * Hv, k, a->out + (size_t)off * d.Vd, a->rows);
         off += k;

@@ -227,6 +227,11 @@ struct cu_stream {
     dev_step *hstep; /* host copy of the block (step + ids), pageable */
     float *stage;    /* pinned host staging of host_rows */
     size_t stage_bytes;
+    /* run-ahead (cu_argmax_ahead): the tickets' pinned host ids and the
+     * events their copies record; made at first use, counted as pinned
+     * scratch (outside the plan, as stage is) */
+    int32_t *ahead_h;
+    cudaEvent_t ahead_ev[TS_AHEAD_TICKETS];
     uint8_t *topn_ws; /* topn's device scratch, for rows of up to topn_V (cu_topn) */
     size_t topn_bytes;
     int topn_V;
@@ -917,6 +922,12 @@ void cu_stream_free(ts_stream *st) {
         ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, -(int64_t)q->stage_bytes);
     }
     if (q->topn_ws) ts_mem_account(TS_DOM_DEVICE, TS_MEM_SCRATCH, -(int64_t)q->topn_bytes);
+    if (q->ahead_h) {
+        cudaStreamSynchronize(q->c->stream); /* (a ticket's copy may be in flight) */
+        for (int t = 0; t < TS_AHEAD_TICKETS; t++) cudaEventDestroy(q->ahead_ev[t]);
+        cudaFreeHost(q->ahead_h);
+        ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, -(int64_t)(sizeof(int32_t) * TS_AHEAD_TICKETS));
+    }
     tsc_close(q->c); /* frees the workspace (and topn's scratch) */
     free(q->hstep);
     free(q);
@@ -1585,7 +1596,9 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
  *                             flips par_S (snap S is the live one now);
  *   record, P = 0             the rows from live into snap (conv and S): the
  *                             block start stays where it was and becomes the
- *                             snapshot when the caller flips both parities;
+ *                             snapshot when the caller flips both parities
+ *                             (a run-ahead step, TS_REC_SWAP, is this without
+ *                             the tape: one row, undone by flipping back);
  *   record, P                 tape rows in place on snap (the new block
  *                             start), then the rows from snap into live;
  *                             no flip;
@@ -1709,21 +1722,28 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
     const ts_step *sp = &s->step;
     bool fused;
     if (!gdn_shape(s, a, &fused)) return;
-    const bool tape = a->tape_qkv && a->S[1] && a->conv[1];
-    const bool record = tape && sp->record;
+    /* pair: the second buffers exist (drafting or run-ahead); tape: drafting */
+    const bool pair = a->S[1] && a->conv[1];
+    const bool tape = pair && a->tape_qkv;
+    const bool record = tape && sp->record == TS_REC_TAPE;
     const int P = tape ? sp->pend : 0;
     if (P < 0 || (tape && P > a->Rv) || (record && a->n > a->Rv)) {
         fail(s, TS_E_ARG, "GDN: more pending or verified rows than the tape holds");
         return;
     }
+    if (sp->record == TS_REC_SWAP && (!pair || a->n != 1 || P)) {
+        fail(s, TS_E_ARG, "GDN: a run-ahead step needs the state pairs, one row and no pending rows");
+        return;
+    }
     const int ps = sp->par_S & 1, pc = sp->par_conv & 1;
-    if ((ps || pc) && !tape) { fail(s, TS_E_ARG, "GDN: a parity of 1 without the tape's buffers"); return; }
+    if ((ps || pc) && !pair) { fail(s, TS_E_ARG, "GDN: a parity of 1 without the second state buffers"); return; }
     float *S = a->S[ps], *conv = a->conv[pc];
     if (!S || !conv) { fail(s, TS_E_ARG, "GDN: no state buffers"); return; }
     const bool chunked = m == TS_MODE_PREFILL && a->n > 1 && a->pf_conv;
     int blk;
-    if (!tape || chunked) {
-        /* one pair (no drafting), or a prompt chunk: host-chosen buffers */
+    if (!pair || chunked) {
+        /* one buffer each (no drafting, no run-ahead), or a prompt chunk:
+         * host-chosen buffers */
         if (q->capturing && chunked) { fail(s, TS_E_ARG, "GDN: a prompt chunk inside a graph capture"); return; }
         float *ws = gdn_ws(a, a->n > P ? a->n : P, &blk);
         if (P) gdn_replay_into_live(q, a, P, conv, S, a->conv[pc ^ 1], a->S[ps ^ 1], ws, blk, fused);
@@ -1751,8 +1771,9 @@ void cu_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
         gdn_rows(q, a, own, ws, blk, fused);
         return;
     }
-    /* the token path of a drafting session: the buffers from the device
-     * record (gsel), the pending run for up to Rv rows (its count from the
+    /* the token path of a session with the pairs: the buffers from the
+     * device record (gsel; a run-ahead step's are a verify's with nothing
+     * pending), the pending run for up to Rv rows (its count from the
      * record), then the pass's rows (the table above) */
     const int need = P ? (a->n > a->Rv ? a->n : a->Rv) : a->n;
     float *ws = gdn_ws(a, need, &blk);
@@ -2306,6 +2327,66 @@ void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
     if (tsc_error(c)) memset(ids, 0, sizeof(int32_t) * (size_t)lg.rows);
 }
 
+/* ---- run-ahead (backend.h: argmax_ahead, ahead_read) ----
+ * The id stays on the device (amx_ids[0], which the next pass's embed
+ * reads in stream order before the next argmax writes it) and a 4-byte
+ * copy goes to a pinned ticket behind an event, so queuing the argmax never
+ * waits: the host launches step n + 1 and only then waits for step n's id.
+ * What that takes off a token's time is the host's part of the loop (the
+ * wake-up, the id's read, the next embed's record copy, the graph launch),
+ * which session 30 measured at 62-75 us a 9B token, 29-33 us on the
+ * default model (TSC_OPTIME: a token's time less its replay's). */
+static bool ahead_init(ts_stream *s, cu_stream *q) {
+    if (q->ahead_h) return true;
+    cudaError_t e = cudaMallocHost((void **)&q->ahead_h, sizeof(int32_t) * TS_AHEAD_TICKETS);
+    if (e != cudaSuccess) {
+        q->ahead_h = NULL;
+        io_err(s, "pinned run-ahead tickets", e);
+        return false;
+    }
+    for (int t = 0; t < TS_AHEAD_TICKETS; t++)
+        if ((e = cudaEventCreateWithFlags(&q->ahead_ev[t], cudaEventDisableTiming)) != cudaSuccess) {
+            while (t-- > 0) cudaEventDestroy(q->ahead_ev[t]);
+            cudaFreeHost(q->ahead_h);
+            q->ahead_h = NULL;
+            io_err(s, "run-ahead events", e);
+            return false;
+        }
+    ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, (int64_t)(sizeof(int32_t) * TS_AHEAD_TICKETS));
+    return true;
+}
+
+const int32_t *cu_argmax_ahead(ts_stream *s, ts_view lg, int K, int t) {
+    op_timer opt_(s, OPT_HEADSEL);
+    flush(s);
+    cu_stream *q = ST(s);
+    if (dead(s) || !ahead_init(s, q)) return q->amx_ids; /* the error is the stream's: the next op sees it */
+    tsc_ctx *c = q->c;
+    t &= TS_AHEAD_TICKETS - 1;
+    tsc_argmax(c, (const float *)lg.p, 1, K, q->amx_ids, q->amx_ws);
+    cudaError_t e = cudaMemcpyAsync(q->ahead_h + t, q->amx_ids, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(q->ahead_ev[t], c->stream);
+    if (e != cudaSuccess) io_err(s, "run-ahead id copy", e);
+    return q->amx_ids;
+}
+
+int cu_ahead_read(ts_stream *s, int t, int32_t *id) {
+    cu_stream *q = ST(s);
+    *id = 0;
+    if (dead(s) || !q->ahead_h) {
+        if (!dead(s)) fail(s, TS_E_ARG, "run-ahead: a ticket read before any argmax_ahead");
+        return s->err ? s->err : TS_E_IO;
+    }
+    t &= TS_AHEAD_TICKETS - 1;
+    cudaError_t e = cudaEventSynchronize(q->ahead_ev[t]);
+    if (e != cudaSuccess) {
+        io_err(s, "run-ahead id", e);
+        return s->err;
+    }
+    *id = q->ahead_h[t];
+    return tsc_error(q->c) ? TS_E_IO : 0;
+}
+
 /* ---- sampling candidates ----
  * topn (src/backend.h) one row at a time through tsc_topn (sample.cu), each
  * row's 16 + 8N bytes read back in one copy. The device scratch (the chunk
@@ -2476,6 +2557,7 @@ const ts_backend_ops cu_ops = {
     cu_graph_begin,  cu_graph_end, cu_graph_launch,
     cu_host_pin,
     cu_weight_parts, cu_slot_copy,   cu_stream_copy,
+    cu_argmax_ahead, cu_ahead_read,
 };
 
 void cu_destroy(ts_backend *be) {

@@ -40,6 +40,8 @@ struct ts_session {
                            for n-gram drafts), then a scratch row (spec.c) */
     int spec_rows;      /* rows of the last verify block (its tape and snapshot) */
     float *ckpt;        /* params.checkpoint: every GDN layer's conv then recurrent state, in layer order */
+    float *ahead_rows;  /* run-ahead (params.ahead resolved on): [2, V + H], two steps' logits and
+                           hidden (generate.c), else NULL */
     int ckpt_pos;       /* the saved position, -1 when nothing is saved */
     int draft_lowp;     /* 1: the MTP head drafts at int8 activation precision
                            (ts_linear_draft); TS_DRAFT_EXACT=1 turns it off */

@@ -38,6 +38,27 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     return ts_sess_plan_make_df(c, has_mtp, NULL, p, o, err);
 }
 
+int ts_ahead_resolve(const ts_backend *be, int ahead, int xs, int tp, int *on, ts_error *err) {
+    *on = 0;
+    if (ahead < -1 || ahead > 1) return ts_fail(err, TS_E_ARG, "ahead %d: use -1 (off), 0 (auto) or 1 (on)", ahead);
+    const int ops = be && be->ops->argmax_ahead && be->ops->ahead_read;
+    if (ahead == 0) {
+        const char *e = getenv("TS_AHEAD");
+        if (e && !strcmp(e, "0")) return 0;
+        if (!(e && !strcmp(e, "1")) && !(be && be->dom != TS_DOM_HOST)) return 0; /* the CPU computes at the call */
+        if (!ops || xs || tp) return 0;
+        *on = 1;
+        return 0;
+    }
+    if (ahead < 0) return 0;
+    if (!ops) return ts_fail(err, TS_E_UNSUPPORTED, "run-ahead decoding: backend %s has no run-ahead ops", be ? be->name : "(none)");
+    if (xs || tp)
+        return ts_fail(err, TS_E_UNSUPPORTED, "run-ahead decoding with %s is not built (a pass waits on the host)",
+                       xs ? "expert streaming" : "tensor parallelism");
+    *on = 1;
+    return 0;
+}
+
 int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *dc, const ts_session_params *p,
                          ts_sess_plan *o, ts_error *err) {
     memset(o, 0, sizeof *o);
@@ -57,6 +78,7 @@ int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *d
         return ts_fail(err, TS_E_ARG, "DFlash block of %d rows is outside 2..%d", sp.dflash_block, TS_DFLASH_MAX_BLOCK);
     if (sp.dflash_block && !dc)
         return ts_fail(err, TS_E_UNSUPPORTED, "DFlash drafting needs the engine's DFlash drafter (engine params dflash)");
+    if (sp.ahead < -1 || sp.ahead > 1) return ts_fail(err, TS_E_ARG, "ahead %d: use -1, 0 or 1", sp.ahead);
     if (sp.checkpoint != 0 && sp.checkpoint != 1)
         return ts_fail(err, TS_E_ARG, "checkpoint %d: use 0 or 1", sp.checkpoint);
     if (sp.mtp && !has_mtp)
@@ -123,6 +145,13 @@ int ts_sess_plan_make_df(const ts_config *c, int has_mtp, const ts_dflash_cfg *d
         /* one more row: the acceptance test's target distribution, host
          * memory (a device backend's staging holds the block's rows then) */
         o->dprobs = (size_t)(Mq + 1) * c->vocab;
+    }
+    /* run-ahead: the caller resolved p->ahead (ts_ahead_resolve: 1 on,
+     * else off) */
+    o->ahead = sp.ahead > 0;
+    if (o->ahead) {
+        o->ahead_rows = 2 * ((size_t)c->vocab + H);
+        if (!M) o->pair_conv = o->gdn_conv, o->pair_S = o->gdn_S;
     }
     if (sp.dflash_block) {
         const size_t B = (size_t)sp.dflash_block, dq = (size_t)dc->nq * dc->D, dkv = (size_t)dc->nkv * dc->D;
@@ -308,7 +337,12 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
         dc = &dcfg;
     }
     ts_sess_plan s;
-    if ((rc = ts_sess_plan_make_df(c, has_mtp, dc, sp, &s, err))) {
+    ts_session_params spa;
+    if (sp) spa = *sp;
+    else ts_session_params_default(&spa);
+    int on = 0;
+    if (!(rc = ts_ahead_resolve(be, spa.ahead, stream, 0, &on, err))) spa.ahead = on ? 1 : -1; /* resolved */
+    if (rc || (rc = ts_sess_plan_make_df(c, has_mtp, dc, &spa, &s, err))) {
         ts_backend_free(be);
         return ts_fail_prefix(err, "%s", dir);
     }
@@ -317,6 +351,7 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     pl->spec_draft = s.p.spec_draft;
     pl->dflash_block = s.p.dflash_block;
     pl->ngram_draft = s.p.ngram_draft;
+    pl->ahead = s.ahead;
     const uint64_t F = sizeof(float), L = (uint64_t)c->n_layers;
     const ts_mem_domain HOST = be->dom; /* the session's buffers live in the backend's domain */
 
@@ -327,7 +362,8 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     /* host objects whatever the backend */
     add(pl, "session object", TS_MEM_MISC, TS_DOM_HOST, 0, 0, 0, 1, sizeof(ts_session));
     add(pl, "per-layer state descriptors", TS_MEM_MISC, TS_DOM_HOST, 0, 0, 0, 2 * L, (sizeof(ts_kv) + sizeof(ts_gdn_state)) * L);
-    add(pl, "GDN tape descriptors", TS_MEM_MISC, TS_DOM_HOST, 0, 1, 0, spec ? L : 0, spec ? sizeof(ts_gdn_tape) * L : 0);
+    const int pairs = spec || s.ahead; /* the descriptors hold the pairs' second buffers too */
+    add(pl, "GDN tape descriptors", TS_MEM_MISC, TS_DOM_HOST, 0, spec, 0, pairs ? L : 0, pairs ? sizeof(ts_gdn_tape) * L : 0);
     S("KV cache (K and V, full-attention layers)", TS_MEM_KV, 0, 2 * nf, F * 2 * nf * s.kv_layer);
     S("GDN conv state", TS_MEM_GDN, 0, ng, F * ng * s.gdn_conv);
     S("GDN recurrent state", TS_MEM_GDN, 0, ng, F * ng * s.gdn_S);
@@ -342,6 +378,8 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     S("verify: logits of the block", TS_MEM_SPEC, 1, 1, F * s.vlogits);
     S("verify: GDN tape (prepared rows, two blocks)", TS_MEM_SPEC, 1, ng, F * ng * s.tape_prep);
     S("verify: prepared GDN rows of a pass", TS_MEM_SPEC, 1, 1, F * s.gdn_rows);
+    S("run-ahead: the GDN state pairs' second buffers", TS_MEM_GDN, 0, 2 * ng, F * ng * (s.pair_conv + s.pair_S));
+    S("run-ahead: two steps' logits and hidden", TS_MEM_SCRATCH, 0, 1, F * s.ahead_rows);
     /* host: the sampler's; MTP's or DFlash's drafts' rows, then the target row (n-gram drafts: that row alone) */
     add(pl, "draft distributions and the target row (sampling)", TS_MEM_SPEC, TS_DOM_HOST, 0, 1, 0, 1, F * s.dprobs);
     /* DFlash (session.c: ts_dflash_state and the taps) */

@@ -44,12 +44,26 @@ typedef struct ts_sess_plan {
     size_t vlogits, dprobs; /* drafter: verify logits [Rv, V], draft distributions [Mq, V] + a scratch row
                                (Mq: MTP's or DFlash's drafts; n-gram drafts keep none) */
     size_t ckpt;          /* checkpoint: n_gdn * (gdn_conv + gdn_S), 0 without */
+    int ahead;            /* run-ahead decoding (p.ahead resolved: ts_ahead_resolve) */
+    size_t pair_conv, pair_S; /* run-ahead without drafting, per GDN layer: the pairs' second buffers
+                                 (a drafting session's snapshots serve instead: 0) */
+    size_t ahead_rows;    /* run-ahead: two steps' logits and hidden [2, V + H] */
     /* DFlash (p.dflash_block > 0), else 0: the drafter's per-layer K/V cache
      * (each of K, V of one layer), the target's taps, its scratch */
     int df_layers, df_ctx;
     size_t df_kv, df_taps, df_feat, df_x, df_q, df_k, df_ffn, df_att;
     int64_t df_cols;      /* the drafter's widest product input (workspace) */
 } ts_sess_plan;
+
+/* Whether a session runs greedy decoding ahead (ts_session_params.ahead:
+ * 1 on, -1 off, 0 auto; auto is on for a device backend with the ops,
+ * TS_AHEAD=0/1 overriding it), on backend be, with expert streaming (xs)
+ * or tensor parallelism (tp), which wait on the host inside a pass: off.
+ * Into *on (0/1); an error where it is asked for and cannot be. Session
+ * creation and the plan both call it before ts_sess_plan_make_df and pass
+ * the answer on as 1 or -1 (never 0: a plan made again from a session's
+ * parameters, device_room's, must not resolve auto a second time). */
+int ts_ahead_resolve(const ts_backend *be, int ahead, int xs, int tp, int *on, ts_error *err);
 
 /* The widest input (columns) of any matrix product the model runs. */
 int64_t ts_plan_max_cols(const ts_config *c, int has_mtp);

@@ -75,6 +75,7 @@ void ts_session_free(ts_session *s) {
     float *dbufs[] = {s->df_taps, df->feat, df->x, df->u, df->t, df->q, df->o, df->k, df->v, df->g, df->up, df->att};
     for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++) bfree(be, dbufs[i]);
     bfree(be, s->ckpt);
+    bfree(be, s->ahead_rows);
     ts_free(s);
 }
 
@@ -122,7 +123,12 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     /* Every size below comes from the plan (plan.h): `turbospark plan`
      * predicts this function's allocations by calling the same code. */
     ts_sess_plan pl;
-    int rc = ts_sess_plan_make_df(c, m->has_mtp, e->dflash ? &e->dflash->cfg : NULL, p, &pl, err);
+    ts_session_params pa;
+    if (p) pa = *p;
+    else ts_session_params_default(&pa);
+    int on = 0, rc = ts_ahead_resolve(e->be, pa.ahead, m->xs != NULL, m->tp != NULL, &on, err);
+    pa.ahead = on ? 1 : -1; /* resolved: the plan below (and device_room's) see on or off, never auto */
+    if (!rc) rc = ts_sess_plan_make_df(c, m->has_mtp, e->dflash ? &e->dflash->cfg : NULL, &pa, &pl, err);
     if (rc) return ts_fail_prefix(err, "%s", e->dir);
     const ts_session_params sp = pl.p;
     /* (a tensor-parallel rank's state is a piece of the plan's: its own
@@ -145,7 +151,9 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     if (!(st->gdn = ts_alloc(sizeof(ts_gdn_state) * c->n_layers, TS_MEM_MISC))) goto oom;
     st->gdn_conv_n = pl.gdn_conv;
     st->gdn_S_n = pl.gdn_S;
-    if (pl.Rv && !(st->tape = ts_alloc(sizeof(ts_gdn_tape) * c->n_layers, TS_MEM_MISC))) goto oom;
+    /* the tape's descriptors hold the pairs' second buffers: a drafter's
+     * snapshots, or run-ahead's alone (no tape rows) */
+    if ((pl.Rv || pl.ahead) && !(st->tape = ts_alloc(sizeof(ts_gdn_tape) * c->n_layers, TS_MEM_MISC))) goto oom;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_full[i]) {
             ALLOC(st->kv[i].k, pl.kv_layer, TS_MEM_KV);
@@ -153,7 +161,10 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
         } else {
             ALLOC(st->gdn[i].conv, pl.gdn_conv, TS_MEM_GDN);
             ALLOC(st->gdn[i].S, pl.gdn_S, TS_MEM_GDN);
-            if (st->tape) {
+            if (st->tape && !pl.Rv) { /* run-ahead without drafting */
+                ALLOC(st->tape[i].snap_conv, pl.pair_conv, TS_MEM_GDN);
+                ALLOC(st->tape[i].snap_S, pl.pair_S, TS_MEM_GDN);
+            } else if (st->tape) {
                 ts_gdn_tape *t = &st->tape[i];
                 ALLOC(t->qkv, pl.tape_qkv, TS_MEM_SPEC);
                 ALLOC(t->a, pl.tape_ab, TS_MEM_SPEC);
@@ -198,6 +209,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
         HALLOC(sc->route_w, nroute, TS_MEM_SCRATCH);
     }
     ALLOC(s->last_hidden, pl.last_hidden, TS_MEM_SCRATCH);
+    ALLOC(s->ahead_rows, pl.ahead_rows, TS_MEM_SCRATCH);
     ALLOC(s->ckpt, pl.ckpt, TS_MEM_GDN);
     /* DFlash: the drafter's context cache, the target's taps, its scratch */
     if (pl.df_layers) {
@@ -326,6 +338,10 @@ int ts_session_restore(ts_session *s, ts_error *err) {
 
 int ts_session_saved_pos(const ts_session *s) { return s->ckpt_pos; }
 int ts_session_n_ctx(const ts_session *s) { return s->st.n_ctx; }
+int ts_session_ahead(const ts_session *s) {
+    const char *e = getenv("TS_AHEAD");
+    return s->ahead_rows && !(e && !strcmp(e, "0"));
+}
 
 static int check_ids(const ts_model *m, const int32_t *ids, int n, ts_error *err) {
     if (n <= 0) return ts_fail(err, TS_E_ARG, "no tokens to feed");

@@ -152,6 +152,132 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
     return rc;
 }
 
+/* ---- run-ahead greedy decoding (session params ahead) ----
+ *
+ * Why. A decode step on a GPU is one graph replay, and between two replays
+ * the device waits for the host: its wake-up from the wait for the id, the
+ * id's read, the callback, the next step's record copy and launch. Session
+ * 30 measured that at 62-75 us a 9B token (3% of it), 34-46 us on the
+ * 35B-A3B-8L shape (6-8%) and 29-33 us on the default model (11-13%).
+ * Here the step fed token i + 1 is queued before token i + 1 is read: the
+ * argmax leaves the id on the device (argmax_ahead), the next pass's embed
+ * reads it there, and a 4-byte copy to a host ticket tells the host. The
+ * device then runs step after step while the host reads each id a step
+ * behind.
+ *
+ * Exactness. A queued step whose input turns out to be a stop (a stop id,
+ * the callback's stop, a complete constrained reply) must leave no trace.
+ * The budget and the context limit are known before queuing and never
+ * queue a step; a stop is not, so each step of this loop is a run-ahead
+ * pass (ts_state.ahead_on, TS_REC_SWAP): its GDN rows go from the live
+ * buffers of the state pairs into the others, which the parity flip after
+ * the pass makes live, so the step is undone by flipping back; its K/V row
+ * lies past the position, which moves back, so it is never read; its logits
+ * and hidden go to a row of their own (ahead_rows: two, alternating), so
+ * the last kept step's survive. The arithmetic is a decode row's (the ops
+ * are row-exact and a row's bits do not depend on where its state lives),
+ * so the ids, the final logits, hidden and state equal plain decoding's bit
+ * for bit (tests/test_ahead.c; cuda_engine.ahead_exact on the GPU).
+ *
+ * Takes: greedy without a sampler or log-probabilities (both need the row
+ * on the host each token), no pending rows of a lazy rollback at the start
+ * (the first step is then a plain one), a session with the buffers. */
+static int ahead_applies(const ts_session *s, const ts_gen_params *p, const ts_sampler *smp) {
+    const ts_backend_ops *op = s->st.s->be->ops;
+    const char *e = getenv("TS_AHEAD"); /* (0: off for this generation too: a benchmark's A/B) */
+    return s->ahead_rows && !smp && !p->logprob_cb && op->argmax_ahead && op->ahead_read && !s->e->model.tp &&
+           !s->e->model.xs && !(s->df.B && !s->df_quiet) && !(e && !strcmp(e, "0"));
+}
+
+/* Queue the run-ahead step fed *ids (one id: host memory, or the device id
+ * of the last argmax_ahead) at the session's position; its logits and
+ * hidden into row k, its argmax into ticket k. Returns the device id. */
+static const int32_t *ahead_step(ts_session *s, const int32_t *ids, int k, int *rc) {
+    const ts_model *m = &s->e->model;
+    const int V = m->cfg.vocab, H = m->cfg.H;
+    ts_state *st = &s->st;
+    float *lg = s->ahead_rows + (size_t)k * V, *hid = s->ahead_rows + 2 * (size_t)V + (size_t)k * H;
+    st->ahead_on = 1;
+    st->defer_sync = 1; /* errors stay sticky on the stream: ahead_read or the last sync reports them */
+    *rc = ts_forward(m, st, ids, 1, s->pos, lg, 0);
+    st->defer_sync = 0;
+    st->ahead_on = 0;
+    s->pos++;
+    ts_be_copy(st->s, hid, st->sc.hidden, (size_t)H);
+    return st->s->be->ops->argmax_ahead(st->s, tv_f32(lg, 1, V), V, k);
+}
+
+/* The token loop of a greedy generation run ahead (the prompt fed, its
+ * logits in sc.logits): the same tokens, stops and final state as the
+ * plain loop in generate(). */
+static int ahead_loop(ts_session *s, const ts_gen_params *p, ts_cgen *cg, ts_token_cb cb, void *user,
+                      ts_gen_stats *stats, ts_error *err) {
+    const ts_model *m = &s->e->model;
+    const int V = m->cfg.vocab, H = m->cfg.H;
+    ts_state *st = &s->st;
+    ts_stream *bs = st->s;
+    const ts_backend_ops *op = bs->be->ops;
+    if (p->n_predict <= 0) return 0;
+    int32_t id;
+    op->argmax(bs, tv_f32(st->sc.logits, 1, V), V, &id, NULL); /* token 0, from the prompt's logits */
+    int rc = 0, kept = -1; /* kept: the row of the last step that stays (-1: none, sc.logits is the prompt's) */
+    int a = -1;            /* the row of the queued step fed the current token (-1: none yet) */
+    const int32_t *dev = NULL;
+    for (int i = 0;; i++) {
+        /* id is token i, on the host; the step fed it is queued in row a
+         * (but for token 0, below), the step fed token i + 1 not yet */
+        stats->n_gen++;
+        int stop = cb ? cb(user, id) : 0;
+        const int done = ts_cgen_advance(cg, id, err);
+        if (done < 0) { rc = done; break; }
+        if (stop || done || ts_gen_is_stop(p, id) || i + 1 == p->n_predict) {
+            if (a >= 0) { /* the step fed this token ran ahead of its read: undo it */
+                s->pos--;
+                st->par_S ^= 1;
+                st->par_conv ^= 1;
+            }
+            break;
+        }
+        if (a < 0) { /* token 0: not queued ahead (it was read from the prompt's logits) */
+            if (s->pos >= st->n_ctx) break; /* context full: stop cleanly */
+            a = 0;
+            dev = ahead_step(s, &id, a, &rc);
+            if (rc) { rc = ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg); break; }
+        }
+        kept = a; /* token i is not a stop: the step fed it stays */
+        /* the step fed token i + 1, queued before token i + 1 is read,
+         * where the budget and the context would let plain decoding feed
+         * it (a stop is the one thing not known yet) */
+        const int b = a ^ 1;
+        const int next = i + 2 < p->n_predict && s->pos < st->n_ctx;
+        const int32_t *dev_b = NULL;
+        if (next) {
+            dev_b = ahead_step(s, dev, b, &rc);
+            if (rc) { rc = ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg); break; }
+        }
+        if ((rc = op->ahead_read(bs, a, &id))) {
+            rc = ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
+            break;
+        }
+        if (!next) { /* token i + 1 ends it (budget) or the context is full: nothing queued to undo */
+            stats->n_gen++;
+            if (cb) cb(user, id);
+            if ((rc = ts_cgen_advance(cg, id, err)) > 0) rc = 0;
+            break;
+        }
+        a = b, dev = dev_b;
+    }
+    /* the last kept step's logits and hidden are the session's */
+    if (kept >= 0) {
+        ts_be_copy(bs, st->sc.logits, s->ahead_rows + (size_t)kept * V, (size_t)V);
+        ts_be_copy(bs, s->last_hidden, s->ahead_rows + 2 * (size_t)V + (size_t)kept * H, (size_t)H);
+    }
+    int rs = ts_be_sync(bs, rc ? NULL : err);
+    if (!rc && rs) rc = rs;
+    s->have_last = !rc;
+    return rc;
+}
+
 static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen_params *p, ts_token_cb cb,
                     void *user, ts_gen_stats *stats, ts_error *err) {
     ts_gen_stats local;
@@ -201,6 +327,13 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
     stats->n_prompt = n_prompt;
     stats->t_prefill = ts_now() - t0;
     t0 = ts_now();
+    if (ahead_applies(s, p, smp) && !s->st.gdn_pend) {
+        rc = ahead_loop(s, p, &cg, cb, user, stats, err);
+        stats->t_decode = ts_now() - t0;
+        s->df_quiet = 0;
+        ts_cgen_free(&cg);
+        return rc;
+    }
     /* greedy steps after the first feed the token and take the argmax of
      * its logits in one wait (ts_session_step): next holds that id */
     int32_t next = -1;

@@ -207,6 +207,10 @@ typedef struct ts_state {
     ts_gdn_tape *tape;    /* n_layers entries, NULL without drafting */
     int tape_rows;        /* Rv: rows a verify block may have (M + 1) */
     int tape_on;          /* ts_forward records the GDN tape (verify only) */
+    int ahead_on;         /* ts_forward is a run-ahead step (gen/generate.c): one row whose GDN
+                             state goes into the other buffers of the pairs (TS_REC_SWAP), so that
+                             flipping the parities back undoes it; its logits go to the caller's
+                             rows alone (not sc.logits, which keeps the last kept step's) */
     /* Lazy rollback: when gdn_pend > 0, the GDN conv and recurrent state of
      * every GDN layer is NOT in gdn[L]: it is tape[L]'s snapshot advanced by
      * the first gdn_pend taped rows. The next ts_forward applies them in the

@@ -240,7 +240,7 @@ static void head_out(const ts_model *m, ts_state *st, const float *hid, int n, f
         }
     } else if (logits) {
         linear(st, md, &head, hid, logits, n);
-        ts_be_copy(st->s, st->sc.logits, logits + (size_t)(n - 1) * V, (size_t)V);
+        if (!st->ahead_on) ts_be_copy(st->s, st->sc.logits, logits + (size_t)(n - 1) * V, (size_t)V);
     } else {
         linear(st, md, &head, hid + (size_t)(n - 1) * H, st->sc.logits, 1);
     }
@@ -252,7 +252,7 @@ static void step_begin(ts_state *st, int pos, int n) {
     sp->pos = pos;
     sp->n = n;
     sp->pend = st->gdn_pend;
-    sp->record = st->tape_on;
+    sp->record = st->tape_on ? TS_REC_TAPE : st->ahead_on ? TS_REC_SWAP : TS_REC_NONE;
     sp->par_S = st->par_S;
     sp->par_conv = st->par_conv;
     sp->half = st->tape_half;
@@ -272,7 +272,10 @@ static void step_begin(ts_state *st, int pos, int n) {
  *   verify, pending   the same after a rollback (the kept rows of the last
  *                     block first, folded into the pass);
  *   mtp               the MTP head over n rows: the catch-up over a
- *                     verify's kept rows, a draft step (one row).
+ *                     verify's kept rows, a draft step (one row);
+ *   ahead             a run-ahead decode step (one row into the other GDN
+ *                     buffers, its logits into one of two rows: a variant
+ *                     each).
  * Whether rows are pending is structure (a pending run precedes the rows),
  * not a value, hence its own kinds; how many are pending is a value. The
  * buffers a caller passes (logits rows, the MTP head's hiddens) and the
@@ -284,7 +287,7 @@ static void step_begin(ts_state *st, int pos, int n) {
  * the speculative passes (verify, after a rollback, MTP), for comparison:
  * they then run the same ops uncaptured. Both are read at every pass, so
  * a test may flip them. */
-enum { GK_DECODE = 1, GK_DECODE_PEND, GK_VERIFY, GK_VERIFY_PEND, GK_MTP };
+enum { GK_DECODE = 1, GK_DECODE_PEND, GK_VERIFY, GK_VERIFY_PEND, GK_MTP, GK_AHEAD };
 #define TS_GRAPH_KEY(kind, var, rows) ((uint32_t)(kind) << 24 | (uint32_t)(var) << 16 | (uint32_t)(rows))
 
 static int env_off(const char *name) {
@@ -405,11 +408,16 @@ static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
     const size_t nH = (size_t)n * H;
+    if (st->ahead_on && (n != 1 || st->gdn_pend || st->tape_on || !logits)) {
+        ts_be_fail(st->s, TS_E_ARG, "a run-ahead step is one row with no pending rows, no tape and its own logits row");
+        return ts_be_sync(st->s, NULL);
+    }
     step_begin(st, pos, n);
     op->embed(st->s, md, &m->embed, ids, sc->x, (size_t)H, n);
     if (st->dbg_layers) ts_be_read(st->s, st->dbg_layers, sc->x, nH);
     const int kind = st->tape_on ? (st->gdn_pend ? GK_VERIFY_PEND : GK_VERIFY)
-                                 : (st->gdn_pend ? GK_DECODE_PEND : GK_DECODE);
+                     : st->ahead_on ? GK_AHEAD
+                                    : (st->gdn_pend ? GK_DECODE_PEND : GK_DECODE);
     /* streamed experts: each MoE layer waits for its routes on the host
      * (model/xstream.h), which a graph cannot hold. DFlash's taps are
      * copies into the session's tap buffer, captured with the pass: its

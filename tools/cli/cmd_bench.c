@@ -439,12 +439,12 @@ int cmd_bench(int argc, char **argv) {
                " \"copy_probe_gb_s\": %.2f, \"pct_of_copy_probe\": %.1f, \"ms_per_token\": %.4f,\n"
                " \"graphs\": %d, \"graph_replays\": %ld, \"graph_kernels\": %d, \"graph_launch_us\": %.2f,\n"
                " \"device_mem_ours\": %llu, \"device_mem_driver_and_others\": %llu,\n"
-               " \"kernels\": \"%s\", \"act_bits\": %d, \"loadavg\": %.2f",
+               " \"kernels\": \"%s\", \"act_bits\": %d, \"ahead\": %d, \"loadavg\": %.2f",
                dir, bname, in->tp_ranks, in->quant_bits, nt, prompt, gen, runs, sp.n_ctx, pp, tp[1], tp[runs], dd, td[1], td[runs],
                (unsigned long long)wb, (unsigned long long)sb, gbs, gbs_all, bwt > 0 ? 100.0 * gbs_all / bwt : 0.0, bw1, bwt, bwt > 0 ? 100.0 * gbs / bwt : 0.0,
                probe, probe > 0 ? 100.0 * gbs / probe : 0.0, dd > 0 ? 1000.0 / dd : 0.0, graphs, replays, gkern, glaunch,
                (unsigned long long)dours, (unsigned long long)(dmem && dtot > dfree + dours ? dtot - dfree - dours : 0),
-               ts_kernels_name(), act_bits ? act_bits : TS_ACT_BITS_DEFAULT, loadavg[0]);
+               ts_kernels_name(), act_bits ? act_bits : TS_ACT_BITS_DEFAULT, ts_session_ahead(s), loadavg[0]);
         if (xs.enabled) { /* the expert cache: --expert-cache */
             uint64_t req = xs.hits + xs.misses;
             printf(", \"expert_cache\": {\"slots\": %d, \"slot_bytes\": %llu, \"prepared\": %s, \"direct_io\": %s, \"hits\": %llu,"
