@@ -167,8 +167,12 @@ TS_TEST(ahead, parameter_and_plan) {
     if (!e) return;
     static const struct { int ahead; const char *env; int on; } C[] = {
         {0, NULL, 0}, {0, "1", 1}, {0, "0", 0}, {1, NULL, 1}, {1, "0", 1}, {-1, "1", 0}, {-1, NULL, 0}};
+    char outer[16] = "";
+    const char *o = getenv("TS_AHEAD");
+    if (o) snprintf(outer, sizeof outer, "%s", o);
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         if (C[i].env) setenv("TS_AHEAD", C[i].env, 1);
+        else unsetenv("TS_AHEAD");
         ts_session_params sp;
         ts_session_params_default(&sp);
         sp.n_ctx = 64;
@@ -190,8 +194,9 @@ TS_TEST(ahead, parameter_and_plan) {
             if (!strncmp(pl.items[k].name, "run-ahead", 9)) lines += pl.items[k].bytes;
         CHECK_MSG((lines > 0) == C[i].on && pl.ahead == C[i].on, "ahead %d, TS_AHEAD %s: plan %llu bytes, ahead %d",
                   C[i].ahead, C[i].env ? C[i].env : "unset", (unsigned long long)lines, pl.ahead);
-        unsetenv("TS_AHEAD");
     }
+    if (o) setenv("TS_AHEAD", outer, 1); /* (a suite run under TS_AHEAD=1) */
+    else unsetenv("TS_AHEAD");
     ts_session_params sp;
     ts_session_params_default(&sp);
     ts_session *s = NULL;

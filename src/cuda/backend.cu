@@ -192,6 +192,10 @@ struct dev_step {
     int32_t ids[1];  /* [rows] */
 };
 constexpr size_t DSTEP_HEAD = offsetof(dev_step, ids); /* bytes before the ids */
+/* run-ahead's pinned block (cu_argmax_ahead's ahead_init): the tickets, then
+ * a ring of step records for the run-ahead passes */
+constexpr int AHEAD_RECS = 2 * TS_AHEAD_TICKETS;
+constexpr size_t AHEAD_PINNED = sizeof(int32_t) * TS_AHEAD_TICKETS + sizeof(dev_step) * AHEAD_RECS;
 
 /* A norm or SwiGLU the stream has not launched yet: the next product
  * reading its output stages it instead (one kernel instead of two), any
@@ -232,6 +236,8 @@ struct cu_stream {
      * scratch (outside the plan, as stage is) */
     int32_t *ahead_h;
     cudaEvent_t ahead_ev[TS_AHEAD_TICKETS];
+    dev_step *ahead_rec; /* [AHEAD_RECS] pinned step records of the run-ahead passes (cu_embed) */
+    int ahead_rec_i;
     uint8_t *topn_ws; /* topn's device scratch, for rows of up to topn_V (cu_topn) */
     size_t topn_bytes;
     int topn_V;
@@ -926,7 +932,7 @@ void cu_stream_free(ts_stream *st) {
         cudaStreamSynchronize(q->c->stream); /* (a ticket's copy may be in flight) */
         for (int t = 0; t < TS_AHEAD_TICKETS; t++) cudaEventDestroy(q->ahead_ev[t]);
         cudaFreeHost(q->ahead_h);
-        ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, -(int64_t)(sizeof(int32_t) * TS_AHEAD_TICKETS));
+        ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, -(int64_t)AHEAD_PINNED);
     }
     tsc_close(q->c); /* frees the workspace (and topn's scratch) */
     free(q->hstep);
@@ -1294,15 +1300,18 @@ void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, f
     const bool on_dev = cudaPointerGetAttributes(&pa, ids) == cudaSuccess &&
                         (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged);
     cudaGetLastError();
-    q->hstep->step = s->step;
-    gdn_sel_of(s->step, q->hstep->gsel);
+    /* a run-ahead pass (its ids the last argmax_ahead's): a pinned record of
+     * the ring (ahead_init says why and when reuse is safe) */
+    dev_step *hs = on_dev && ids == q->amx_ids && q->ahead_rec ? &q->ahead_rec[q->ahead_rec_i++ % AHEAD_RECS] : q->hstep;
+    hs->step = s->step;
+    gdn_sel_of(s->step, hs->gsel);
     size_t bytes = DSTEP_HEAD;
     if (!on_dev) {
-        memcpy(q->hstep->ids, ids, sizeof(int32_t) * (size_t)n);
+        memcpy(hs->ids, ids, sizeof(int32_t) * (size_t)n);
         bytes += sizeof(int32_t) * (size_t)n;
     }
     /* pageable source: the driver has staged it when the call returns */
-    cudaError_t e = cudaMemcpyAsync(q->dstep, q->hstep, bytes, cudaMemcpyHostToDevice, q->c->stream);
+    cudaError_t e = cudaMemcpyAsync(q->dstep, hs, bytes, cudaMemcpyHostToDevice, q->c->stream);
     if (e != cudaSuccess) { io_err(s, "step record to the device", e); return; }
     const int32_t *dids = on_dev ? ids : q->dstep->ids;
     if (ldx == (size_t)dw.cols) tsc_embed(q->c, &dw, dids, n, x);
@@ -2336,23 +2345,34 @@ void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
  * wake-up, the id's read, the next embed's record copy, the graph launch),
  * which session 30 measured at 62-75 us a 9B token, 29-33 us on the
  * default model (TSC_OPTIME: a token's time less its replay's). */
+/* A run-ahead pass's step record is copied from pinned memory (cu_embed),
+ * not from the pageable hstep: a pageable copy may wait for the stream
+ * (the driver stages it), which would hold the host until the queued step
+ * is done. A ring of records: the one of step n + 2 is written after the
+ * host has read step n's ticket, which follows step n's record copy in the
+ * stream, so with two steps at most in flight beyond the last read
+ * (generate.c's loop: one) a record is never rewritten while its copy is
+ * pending. */
+
 static bool ahead_init(ts_stream *s, cu_stream *q) {
     if (q->ahead_h) return true;
-    cudaError_t e = cudaMallocHost((void **)&q->ahead_h, sizeof(int32_t) * TS_AHEAD_TICKETS);
+    cudaError_t e = cudaMallocHost((void **)&q->ahead_h, AHEAD_PINNED);
     if (e != cudaSuccess) {
         q->ahead_h = NULL;
         io_err(s, "pinned run-ahead tickets", e);
         return false;
     }
+    q->ahead_rec = (dev_step *)(q->ahead_h + TS_AHEAD_TICKETS);
+    q->ahead_rec_i = 0;
     for (int t = 0; t < TS_AHEAD_TICKETS; t++)
         if ((e = cudaEventCreateWithFlags(&q->ahead_ev[t], cudaEventDisableTiming)) != cudaSuccess) {
             while (t-- > 0) cudaEventDestroy(q->ahead_ev[t]);
             cudaFreeHost(q->ahead_h);
-            q->ahead_h = NULL;
+            q->ahead_h = NULL, q->ahead_rec = NULL;
             io_err(s, "run-ahead events", e);
             return false;
         }
-    ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, (int64_t)(sizeof(int32_t) * TS_AHEAD_TICKETS));
+    ts_mem_account(TS_DOM_PINNED, TS_MEM_SCRATCH, (int64_t)AHEAD_PINNED);
     return true;
 }
 

@@ -506,6 +506,14 @@ static int plan_rank_over(const char *dir, const ts_config *cfg, const ts_st_set
     ts_free(t);
     ts_config lc;
     ts_shard_local_config(&sh, rank, &lc);
+    /* tensor parallelism never runs ahead (ts_ahead_resolve): the ranks'
+     * sessions resolve it off, whatever TS_AHEAD says */
+    if (sp && sp->ahead > 0) rc = rc ? rc : ts_fail(err, TS_E_UNSUPPORTED, "run-ahead decoding with tensor parallelism is not built");
+    ts_session_params spr;
+    if (sp) spr = *sp;
+    else ts_session_params_default(&spr);
+    spr.ahead = -1;
+    sp = &spr;
     ts_engine_params one = *ep;
     one.gpus = 0;
     one.n_threads = ts_tp_rank_threads(ep, N); /* engine.c open_tp: CPU ranks share the threads */
