@@ -440,7 +440,11 @@ struct ts_backend_ops {
      * ticket t (0..TS_AHEAD_TICKETS-1); it returns at once. ahead_read waits
      * for ticket t's copy and returns the id in *id (0, or the stream's
      * error). A device backend's host then queues step n + 1 before it
-     * reads step n's id; the CPU computes at the call (the reference). */
+     * reads step n's id; the CPU computes at the call (the reference).
+     * A run-ahead pass (ts_state.ahead_on) embeds that id and ends with its
+     * argmax_ahead inside its graph: its embed may run inside a capture
+     * (the backend stages the step record at each launch of that graph),
+     * and at most two such steps are queued beyond the last ticket read. */
     const int32_t *(*argmax_ahead)(ts_stream *s, ts_view logits, int K, int t);
     int (*ahead_read)(ts_stream *s, int t, int32_t *id);
 };

@@ -170,10 +170,13 @@ struct cu_be {
     char bad_msg[512];
 };
 
+struct dev_step;
 struct gent {
     uint32_t key;
     tsc_graph *g;
     int kernels;
+    int ahead_t; /* the run-ahead ticket whose copy the graph holds (cu_argmax_ahead), -1: none */
+    dev_step *rec; /* the pinned step record its embedding copies (a run-ahead graph), NULL: none */
 };
 
 /* graphs per stream: the token path's keys (decode, verify M+1 and the
@@ -195,7 +198,11 @@ constexpr size_t DSTEP_HEAD = offsetof(dev_step, ids); /* bytes before the ids *
 /* run-ahead's pinned block (cu_argmax_ahead's ahead_init): the tickets, then
  * a ring of step records for the run-ahead passes */
 constexpr int AHEAD_RECS = 2 * TS_AHEAD_TICKETS;
-constexpr size_t AHEAD_PINNED = sizeof(int32_t) * TS_AHEAD_TICKETS + sizeof(dev_step) * AHEAD_RECS;
+/* and one record for each captured run-ahead graph (its embedding's copy
+ * reads it; cu_graph_launch writes it): two a session's loop, and their
+ * variants with a drafter's taps */
+constexpr int AHEAD_CAP = 8;
+constexpr size_t AHEAD_PINNED = sizeof(int32_t) * TS_AHEAD_TICKETS + sizeof(dev_step) * (AHEAD_RECS + AHEAD_CAP);
 
 /* A norm or SwiGLU the stream has not launched yet: the next product
  * reading its output stages it instead (one kernel instead of two), any
@@ -232,12 +239,16 @@ struct cu_stream {
     float *stage;    /* pinned host staging of host_rows */
     size_t stage_bytes;
     /* run-ahead (cu_argmax_ahead): the tickets' pinned host ids and the
-     * events their copies record; made at first use, counted as pinned
-     * scratch (outside the plan, as stage is) */
+     * events their copies record, made with the stream (an argmax_ahead may
+     * run inside a capture, where nothing may be allocated), counted as
+     * pinned scratch (outside the plan, as stage is: a few hundred bytes) */
     int32_t *ahead_h;
     cudaEvent_t ahead_ev[TS_AHEAD_TICKETS];
     dev_step *ahead_rec; /* [AHEAD_RECS] pinned step records of the run-ahead passes (cu_embed) */
     int ahead_rec_i;
+    int cap_ahead_t; /* the ticket an argmax_ahead inside the capture copies to, -1: none */
+    dev_step *cap_rec; /* the record an embedding inside the capture copies from, NULL: none */
+    int n_cap_rec;     /* captured records handed out (of AHEAD_CAP) */
     uint8_t *topn_ws; /* topn's device scratch, for rows of up to topn_V (cu_topn) */
     size_t topn_bytes;
     int topn_V;
@@ -262,6 +273,8 @@ struct cu_stream {
     double op_ms[8]; /* TSC_OPTIME=1: device time of the uncaptured ops by kind (op_timer) */
     long op_n[8];
 };
+
+bool ahead_init(ts_stream *s, cu_stream *q); /* run-ahead's pinned block and events (below) */
 
 /* The GDN buffers of a drafting session's token-path pass (cu_gdn's
  * table below), from its step record: gsel[0..4) for the pending rows of a
@@ -964,6 +977,12 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     }
     q->ws = w, q->ws_bytes = l.total;
     ts_mem_account(TS_DOM_DEVICE, TS_MEM_SCRATCH, (int64_t)l.total);
+    q->cap_ahead_t = -1;
+    ts_stream *ps = &q->base;
+    if (!ahead_init(ps, q)) { /* (the stream's error names it) */
+        cu_stream_free(ps);
+        return TS_E_NOMEM;
+    }
     q->dstep = (dev_step *)(w + l.step);
     q->r_ids = (int32_t *)(w + l.rids);
     q->r_wts = (float *)(w + l.rwts);
@@ -1292,17 +1311,30 @@ void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, f
     flush(s);
     cu_stream *q = ST(s);
     if (dead(s) || n <= 0) return;
-    if (q->capturing) { fail(s, TS_E_ARG, "embed inside a graph capture"); return; }
+    /* a run-ahead pass: its id is argmax_ahead's, on the device */
+    const bool ahead = ids == q->amx_ids && n == 1 && q->ahead_rec;
+    if (q->capturing && !ahead) { fail(s, TS_E_ARG, "embed inside a graph capture"); return; }
     if (n > q->rows) { fail(s, TS_E_ARG, "embed: more rows than the stream was made for"); return; }
     tsc_weight dw;
     if (!dev_w(s, w, &dw)) return;
-    cudaPointerAttributes pa;
-    const bool on_dev = cudaPointerGetAttributes(&pa, ids) == cudaSuccess &&
-                        (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged);
-    cudaGetLastError();
-    /* a run-ahead pass (its ids the last argmax_ahead's): a pinned record of
-     * the ring (ahead_init says why and when reuse is safe) */
-    dev_step *hs = on_dev && ids == q->amx_ids && q->ahead_rec ? &q->ahead_rec[q->ahead_rec_i++ % AHEAD_RECS] : q->hstep;
+    bool on_dev = ahead;
+    if (!ahead) {
+        cudaPointerAttributes pa;
+        on_dev = cudaPointerGetAttributes(&pa, ids) == cudaSuccess &&
+                 (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged);
+        cudaGetLastError();
+    }
+    /* a run-ahead pass's record is pinned: inside a capture, a record of
+     * the graph's own, which cu_graph_launch writes before each launch;
+     * uncaptured, one of the ring (ahead_init says why and when reuse is
+     * safe) */
+    dev_step *hs = q->hstep;
+    if (ahead && q->capturing) {
+        if (q->n_cap_rec == AHEAD_CAP) { fail(s, TS_E_ARG, "embed: more captured run-ahead passes than records"); return; }
+        hs = q->cap_rec = &q->ahead_rec[AHEAD_RECS + q->n_cap_rec++];
+    } else if (ahead) {
+        hs = &q->ahead_rec[q->ahead_rec_i++ % AHEAD_RECS];
+    }
     hs->step = s->step;
     gdn_sel_of(s->step, hs->gsel);
     size_t bytes = DSTEP_HEAD;
@@ -2354,7 +2386,7 @@ void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
  * (generate.c's loop: one) a record is never rewritten while its copy is
  * pending. */
 
-static bool ahead_init(ts_stream *s, cu_stream *q) {
+bool ahead_init(ts_stream *s, cu_stream *q) {
     if (q->ahead_h) return true;
     cudaError_t e = cudaMallocHost((void **)&q->ahead_h, AHEAD_PINNED);
     if (e != cudaSuccess) {
@@ -2376,16 +2408,21 @@ static bool ahead_init(ts_stream *s, cu_stream *q) {
     return true;
 }
 
+/* Inside a capture (the run-ahead pass's graph: qwen35.c) the argmax and
+ * the ticket's copy are captured; the ticket's event is recorded after
+ * each launch of that graph (cu_graph_launch: gent.ahead_t), since an
+ * event recorded inside a capture marks the capture, not the replay. */
 const int32_t *cu_argmax_ahead(ts_stream *s, ts_view lg, int K, int t) {
     op_timer opt_(s, OPT_HEADSEL);
     flush(s);
     cu_stream *q = ST(s);
-    if (dead(s) || !ahead_init(s, q)) return q->amx_ids; /* the error is the stream's: the next op sees it */
+    if (dead(s) || !q->ahead_h) return q->amx_ids; /* the error is the stream's: the next op sees it */
     tsc_ctx *c = q->c;
     t &= TS_AHEAD_TICKETS - 1;
     tsc_argmax(c, (const float *)lg.p, 1, K, q->amx_ids, q->amx_ws);
     cudaError_t e = cudaMemcpyAsync(q->ahead_h + t, q->amx_ids, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
-    if (e == cudaSuccess) e = cudaEventRecord(q->ahead_ev[t], c->stream);
+    if (q->capturing) q->cap_ahead_t = t;
+    else if (e == cudaSuccess) e = cudaEventRecord(q->ahead_ev[t], c->stream);
     if (e != cudaSuccess) io_err(s, "run-ahead id copy", e);
     return q->amx_ids;
 }
@@ -2498,6 +2535,8 @@ int cu_graph_begin(ts_stream *s, uint32_t key) {
     tsc_graph_begin(q->c);
     if (tsc_error(q->c)) return TS_E_IO;
     q->capturing = 1;
+    q->cap_ahead_t = -1;
+    q->cap_rec = NULL;
     return 0;
 }
 
@@ -2514,6 +2553,10 @@ int cu_graph_end(ts_stream *s, uint32_t key) {
     }
     gent *e = &q->graphs[q->n_graphs++];
     e->key = key, e->g = g;
+    e->ahead_t = q->cap_ahead_t;
+    e->rec = q->cap_rec;
+    q->cap_ahead_t = -1;
+    q->cap_rec = NULL;
     /* the kernels of the graph (statistics: bench reports them) */
     e->kernels = tsc_graph_kernels(g);
     q->last_kernels = e->kernels;
@@ -2558,7 +2601,15 @@ int cu_graph_launch(ts_stream *s, uint32_t key) {
      * splits into the graph's and the host's (bench's ms_per_token of a run
      * without the switch, less this) */
     op_timer opt_(s, OPT_GRAPH);
+    if (e->rec) { /* a run-ahead graph: its embedding copies this record (pinned) */
+        e->rec->step = s->step;
+        gdn_sel_of(s->step, e->rec->gsel);
+    }
     tsc_graph_launch(q->c, e->g);
+    if (e->ahead_t >= 0 && !tsc_error(q->c)) { /* the ticket the graph's copy fills */
+        cudaError_t er = cudaEventRecord(q->ahead_ev[e->ahead_t], q->c->stream);
+        if (er != cudaSuccess) io_err(s, "run-ahead ticket event", er);
+    }
     q->launch_s += ts_now() - t0;
     q->replays++;
     if (tr) trace_write(q);

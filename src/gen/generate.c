@@ -189,22 +189,24 @@ static int ahead_applies(const ts_session *s, const ts_gen_params *p, const ts_s
            !s->e->model.xs && !(s->df.B && !s->df_quiet) && !(e && !strcmp(e, "0"));
 }
 
-/* Queue the run-ahead step fed *ids (one id: host memory, or the device id
- * of the last argmax_ahead) at the session's position; its logits and
- * hidden into row k, its argmax into ticket k. Returns the device id. */
+/* Queue the run-ahead step fed *ids (the device id of the last
+ * argmax_ahead) at the session's position; its logits and
+ * hidden into row k, its argmax into ticket k (all in the pass: qwen35.c,
+ * so that a device backend's graph holds them; a row's graph is a variant
+ * of its own). Returns the device id. */
 static const int32_t *ahead_step(ts_session *s, const int32_t *ids, int k, int *rc) {
     const ts_model *m = &s->e->model;
     const int V = m->cfg.vocab, H = m->cfg.H;
     ts_state *st = &s->st;
-    float *lg = s->ahead_rows + (size_t)k * V, *hid = s->ahead_rows + 2 * (size_t)V + (size_t)k * H;
     st->ahead_on = 1;
+    st->ahead_k = k;
+    st->ahead_hid = s->ahead_rows + 2 * (size_t)V + (size_t)k * H;
     st->defer_sync = 1; /* errors stay sticky on the stream: ahead_read or the last sync reports them */
-    *rc = ts_forward(m, st, ids, 1, s->pos, lg, 0);
+    *rc = ts_forward(m, st, ids, 1, s->pos, s->ahead_rows + (size_t)k * V, 0);
     st->defer_sync = 0;
     st->ahead_on = 0;
     s->pos++;
-    ts_be_copy(st->s, hid, st->sc.hidden, (size_t)H);
-    return st->s->be->ops->argmax_ahead(st->s, tv_f32(lg, 1, V), V, k);
+    return st->ahead_dev;
 }
 
 /* The token loop of a greedy generation run ahead (the prompt fed, its
@@ -218,11 +220,14 @@ static int ahead_loop(ts_session *s, const ts_gen_params *p, ts_cgen *cg, ts_tok
     ts_stream *bs = st->s;
     const ts_backend_ops *op = bs->be->ops;
     if (p->n_predict <= 0) return 0;
+    /* token 0, from the prompt's logits, into ticket 1 and onto the device,
+     * where the first step reads it as every later one does */
     int32_t id;
-    op->argmax(bs, tv_f32(st->sc.logits, 1, V), V, &id, NULL); /* token 0, from the prompt's logits */
-    int rc = 0, kept = -1; /* kept: the row of the last step that stays (-1: none, sc.logits is the prompt's) */
-    int a = -1;            /* the row of the queued step fed the current token (-1: none yet) */
-    const int32_t *dev = NULL;
+    const int32_t *dev = op->argmax_ahead(bs, tv_f32(st->sc.logits, 1, V), V, 1);
+    int rc = op->ahead_read(bs, 1, &id);
+    if (rc) return ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
+    int kept = -1; /* the row of the last step that stays (-1: none, sc.logits is the prompt's) */
+    int a = -1;    /* the row of the queued step fed the current token (-1: none yet) */
     for (int i = 0;; i++) {
         /* id is token i, on the host; the step fed it is queued in row a
          * (but for token 0, below), the step fed token i + 1 not yet */
@@ -241,7 +246,7 @@ static int ahead_loop(ts_session *s, const ts_gen_params *p, ts_cgen *cg, ts_tok
         if (a < 0) { /* token 0: not queued ahead (it was read from the prompt's logits) */
             if (s->pos >= st->n_ctx) break; /* context full: stop cleanly */
             a = 0;
-            dev = ahead_step(s, &id, a, &rc);
+            dev = ahead_step(s, dev, a, &rc);
             if (rc) { rc = ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg); break; }
         }
         kept = a; /* token i is not a stop: the step fed it stays */

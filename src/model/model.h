@@ -209,8 +209,13 @@ typedef struct ts_state {
     int tape_on;          /* ts_forward records the GDN tape (verify only) */
     int ahead_on;         /* ts_forward is a run-ahead step (gen/generate.c): one row whose GDN
                              state goes into the other buffers of the pairs (TS_REC_SWAP), so that
-                             flipping the parities back undoes it; its logits go to the caller's
-                             rows alone (not sc.logits, which keeps the last kept step's) */
+                             flipping the parities back undoes it; its final hidden goes to
+                             ahead_hid and its logits to the caller's row alone (not sc.hidden,
+                             sc.logits, which keep the last kept step's), and the pass ends with
+                             argmax_ahead into ticket ahead_k (inside its graph) */
+    float *ahead_hid;
+    int ahead_k;
+    const int32_t *ahead_dev; /* the device id argmax_ahead returned (the same every call) */
     /* Lazy rollback: when gdn_pend > 0, the GDN conv and recurrent state of
      * every GDN layer is NOT in gdn[L]: it is tape[L]'s snapshot advanced by
      * the first gdn_pend taped rows. The next ts_forward applies them in the

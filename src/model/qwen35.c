@@ -260,7 +260,9 @@ static void step_begin(ts_state *st, int pos, int n) {
 
 /* Graphs (a backend with the hooks: CUDA). A pass after the embedding
  * (the embedding copies the step record and the ids to the device, so it
- * stays outside) is captured once per key and replayed; every per-token
+ * stays outside; a run-ahead step's embedding, whose id is already on the
+ * device, is inside, and the backend stages its record at each launch) is
+ * captured once per key and replayed; every per-token
  * value is in the step record: the position (attention), the GDN parities
  * and a lazy rollback's pending rows (the backend chooses the GDN buffers
  * and walks the pending rows from it on the device). So the key is the
@@ -408,13 +410,11 @@ static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int
     ts_scratch *sc = &st->sc;
     const int H = m->cfg.H;
     const size_t nH = (size_t)n * H;
-    if (st->ahead_on && (n != 1 || st->gdn_pend || st->tape_on || !logits)) {
+    if (st->ahead_on && (n != 1 || st->gdn_pend || st->tape_on || !logits || !st->ahead_hid || !op->argmax_ahead)) {
         ts_be_fail(st->s, TS_E_ARG, "a run-ahead step is one row with no pending rows, no tape and its own logits row");
         return ts_be_sync(st->s, NULL);
     }
     step_begin(st, pos, n);
-    op->embed(st->s, md, &m->embed, ids, sc->x, (size_t)H, n);
-    if (st->dbg_layers) ts_be_read(st->s, st->dbg_layers, sc->x, nH);
     const int kind = st->tape_on ? (st->gdn_pend ? GK_VERIFY_PEND : GK_VERIFY)
                      : st->ahead_on ? GK_AHEAD
                                     : (st->gdn_pend ? GK_DECODE_PEND : GK_DECODE);
@@ -424,8 +424,15 @@ static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int
      * address is in the key (a pass with taps and one without differ) */
     const int direct = (logits && st->logits_host) || st->dbg_layers || m->xs || tp_uncapturable(m);
     const uint32_t key = direct ? 0 : pass_key(st, kind, n, md, logits, st->n_taps ? st->tap_out : NULL, NULL, 0);
-    int capture;
-    const int replay = graph_enter(st, key, &capture);
+    int capture = 0, replay = 0;
+    /* a run-ahead step's graph holds its embedding too (its id is the
+     * device's, its step record the backend's to stage at each launch), so
+     * that the whole step is one launch; any other pass embeds first (its
+     * host ids and record go to the device outside the graph) */
+    if (st->ahead_on) replay = graph_enter(st, key, &capture);
+    if (!replay) op->embed(st->s, md, &m->embed, ids, sc->x, (size_t)H, n);
+    if (st->dbg_layers) ts_be_read(st->s, st->dbg_layers, sc->x, nH);
+    if (!st->ahead_on) replay = graph_enter(st, key, &capture);
     for (int L = 0; L < m->cfg.n_layers && !replay; L++) {
         layer_forward(m, st, &m->layers[L], &st->kv[L], L, n, md);
         for (int t = 0; t < st->n_taps; t++)
@@ -442,8 +449,12 @@ static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int
     st->gdn_pend = 0;
     if (st->tape_on) st->tape_half ^= 1; /* the block just verified is the tape now */
     if (!replay) {
-        op->norm(st->s, md, sc->x, H, NULL, m->final_norm, sc->hidden, H, n, H, m->cfg.eps);
-        head_out(m, st, sc->hidden, n, logits, md, 0);
+        float *hid = st->ahead_on ? st->ahead_hid : sc->hidden;
+        op->norm(st->s, md, sc->x, H, NULL, m->final_norm, hid, H, n, H, m->cfg.eps);
+        head_out(m, st, hid, n, logits, md, 0);
+        /* a run-ahead step's argmax is part of its pass (and of its graph:
+         * the device id and the ticket's copy replay with it) */
+        if (st->ahead_on) st->ahead_dev = op->argmax_ahead(st->s, tv_f32(logits, 1, m->cfg.vocab), m->cfg.vocab, st->ahead_k);
     }
     if (capture && op->graph_end(st->s, key) == 0) op->graph_launch(st->s, key);
     return st->defer_sync ? 0 : ts_be_sync(st->s, NULL);

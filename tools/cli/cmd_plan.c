@@ -82,6 +82,7 @@ static void print_json(const ts_mem_plan *pl, const char *source, int bits) {
     if (bits) printf(", \"bits\": %d", bits);
     printf(", \"n_ctx\": %d, \"max_rows\": %d, \"spec_draft\": %d", pl->n_ctx, pl->max_rows, pl->spec_draft);
     if (pl->ngram_draft) printf(", \"ngram_draft\": %d", pl->ngram_draft);
+    printf(", \"ahead\": %d", pl->ahead);
     if (pl->expert_slots)
         printf(", \"expert_cache\": {\"slots\": %d, \"slot_bytes\": %llu, \"io_threads\": %d, \"file_bytes\": %llu}",
                pl->expert_slots, (unsigned long long)pl->expert_slot_bytes, pl->expert_io_threads,
@@ -126,6 +127,7 @@ static void print_table(const ts_mem_plan *pl, const char *source, int bits) {
                                 pl->ngram_draft + 1);
     if (pl->dflash_block) printf("  (DFlash: blocks of %d rows, %d drafts, verify %d rows)\n", pl->dflash_block,
                                  pl->dflash_block - 1, pl->dflash_block);
+    if (pl->ahead) printf("  (greedy decoding runs ahead: the GDN state pairs and two rows of logits; TS_AHEAD=0: off)\n");
     printf("\n%-8s %-7s %-13s %-58s %6s %16s %11s\n", "owner", "domain", "category", "allocation", "count", "bytes", "");
     for (int pass = 1; pass >= 0; pass--)
         for (int i = 0; i < pl->n_items; i++) {
