@@ -434,7 +434,7 @@ struct ts_backend_ops {
 
     /* Run-ahead decoding (gen/generate.c; NULL: not supported).
      * argmax_ahead queues the argmax of one row of logits (K of its cols;
-     * argmax's rule) into the stream's own id, whose address it returns
+     * argmax's rule) into the stream's id slot t, whose address it returns
      * (backend memory: embed takes it as the next pass's ids, so the id
      * never visits the host between two steps), and a copy of it into host
      * ticket t (0..TS_AHEAD_TICKETS-1); it returns at once. ahead_read waits
@@ -448,7 +448,7 @@ struct ts_backend_ops {
     const int32_t *(*argmax_ahead)(ts_stream *s, ts_view logits, int K, int t);
     int (*ahead_read)(ts_stream *s, int t, int32_t *id);
 };
-#define TS_AHEAD_TICKETS 2
+#define TS_AHEAD_TICKETS 16 /* a power of two; at most this many passes queued beyond the last ticket read */
 
 /* ---- collectives (tensor parallelism: model/tp.h) ----
  * Over the ranks of one process, one stream each. Every rank calls each one

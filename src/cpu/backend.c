@@ -32,7 +32,7 @@ typedef struct cpu_stream {
     ts_stream base;
     ts_cpu_ws ws;
     ts_cpu_ctx cx;
-    int32_t ahead_id;                      /* run-ahead: the last argmax_ahead's id (embed's ids) */
+    int32_t ahead_id[TS_AHEAD_TICKETS];     /* run-ahead: the id slots argmax_ahead writes (embed's ids) */
     int32_t ahead_ticket[TS_AHEAD_TICKETS]; /* and the tickets' copies */
 } cpu_stream;
 
@@ -289,9 +289,10 @@ static void cpu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *pro
  * reference the device's run-ahead is tested against. */
 static const int32_t *cpu_argmax_ahead(ts_stream *s, ts_view lg, int K, int t) {
     cpu_stream *q = (cpu_stream *)s;
-    cpu_argmax(s, tv_rows(lg, 0, 1), K, &q->ahead_id, NULL);
-    q->ahead_ticket[t & (TS_AHEAD_TICKETS - 1)] = q->ahead_id;
-    return &q->ahead_id;
+    t &= TS_AHEAD_TICKETS - 1;
+    cpu_argmax(s, tv_rows(lg, 0, 1), K, &q->ahead_id[t], NULL);
+    q->ahead_ticket[t] = q->ahead_id[t];
+    return &q->ahead_id[t];
 }
 static int cpu_ahead_read(ts_stream *s, int t, int32_t *id) {
     *id = ((cpu_stream *)s)->ahead_ticket[t & (TS_AHEAD_TICKETS - 1)];

@@ -242,7 +242,7 @@ struct cu_stream {
      * events their copies record, made with the stream (an argmax_ahead may
      * run inside a capture, where nothing may be allocated), counted as
      * pinned scratch (outside the plan, as stage is: a few hundred bytes) */
-    int32_t *ahead_h;
+    int32_t *ahead_h, *ahead_d; /* the block (host address, mapped: its device address) */
     cudaEvent_t ahead_ev[TS_AHEAD_TICKETS];
     dev_step *ahead_rec; /* [AHEAD_RECS] pinned step records of the run-ahead passes (cu_embed) */
     int ahead_rec_i;
@@ -275,6 +275,7 @@ struct cu_stream {
 };
 
 bool ahead_init(ts_stream *s, cu_stream *q); /* run-ahead's pinned block and events (below) */
+cudaError_t ahead_rec_in(cu_stream *q, dev_step *hs, size_t bytes);
 
 /* The GDN buffers of a drafting session's token-path pass (cu_gdn's
  * table below), from its step record: gsel[0..4) for the pending rows of a
@@ -1312,7 +1313,7 @@ void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, f
     cu_stream *q = ST(s);
     if (dead(s) || n <= 0) return;
     /* a run-ahead pass: its id is argmax_ahead's, on the device */
-    const bool ahead = ids == q->amx_ids && n == 1 && q->ahead_rec;
+    const bool ahead = ids >= q->amx_ids && ids < q->amx_ids + TS_AHEAD_TICKETS && n == 1 && q->ahead_rec;
     if (q->capturing && !ahead) { fail(s, TS_E_ARG, "embed inside a graph capture"); return; }
     if (n > q->rows) { fail(s, TS_E_ARG, "embed: more rows than the stream was made for"); return; }
     tsc_weight dw;
@@ -1343,7 +1344,8 @@ void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, f
         bytes += sizeof(int32_t) * (size_t)n;
     }
     /* pageable source: the driver has staged it when the call returns */
-    cudaError_t e = cudaMemcpyAsync(q->dstep, hs, bytes, cudaMemcpyHostToDevice, q->c->stream);
+    cudaError_t e = ahead ? ahead_rec_in(q, hs, bytes)
+                          : cudaMemcpyAsync(q->dstep, hs, bytes, cudaMemcpyHostToDevice, q->c->stream);
     if (e != cudaSuccess) { io_err(s, "step record to the device", e); return; }
     const int32_t *dids = on_dev ? ids : q->dstep->ids;
     if (ldx == (size_t)dw.cols) tsc_embed(q->c, &dw, dids, n, x);
@@ -2377,19 +2379,47 @@ void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
  * wake-up, the id's read, the next embed's record copy, the graph launch),
  * which session 30 measured at 62-75 us a 9B token, 29-33 us on the
  * default model (TSC_OPTIME: a token's time less its replay's). */
-/* A run-ahead pass's step record is copied from pinned memory (cu_embed),
+/* A run-ahead pass's step record is read from pinned memory (cu_embed),
  * not from the pageable hstep: a pageable copy may wait for the stream
  * (the driver stages it), which would hold the host until the queued step
- * is done. A ring of records: the one of step n + 2 is written after the
- * host has read step n's ticket, which follows step n's record copy in the
- * stream, so with two steps at most in flight beyond the last read
- * (generate.c's loop: one) a record is never rewritten while its copy is
- * pending. */
+ * is done. Uncaptured passes take a record of a ring: the one of a pass is
+ * rewritten AHEAD_RECS passes later, after the host has read a ticket that
+ * follows the first one's copy in the stream, since at most
+ * TS_AHEAD_TICKETS passes are queued beyond the last ticket read
+ * (generate.c's loop: one; an MTP draft chain: its drafts). A captured
+ * run-ahead graph has a record of its own (cu_graph_launch writes it).
+ *
+ * The pinned block is mapped: kernels read the record and write the ids
+ * (k_rec_in, k_id_out), one block over PCIe, instead of copy operations
+ * (a graph's copy node has a latency of its own; session 31's third call
+ * put a one-launch run-ahead step ~40 us above the old graph's replay on
+ * an H100, for six small operations). TSC_AHEAD_COPY=1 takes the copies
+ * (the A/B). */
+__global__ void k_rec_in(int32_t *dst, const volatile int32_t *src, int n) {
+    if ((int)threadIdx.x < n) dst[threadIdx.x] = src[threadIdx.x];
+}
+__global__ void k_id_out(volatile int32_t *dst, const int32_t *src) { *dst = *src; }
+
+bool ahead_copy_on() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TSC_AHEAD_COPY");
+        on = e && !strcmp(e, "1");
+    }
+    return on;
+}
+
+/* the device address of pinned byte p of the block (mapped) */
+template <typename T> T *ahead_dev_of(cu_stream *q, T *p) {
+    return (T *)((char *)q->ahead_d + ((char *)p - (char *)q->ahead_h));
+}
 
 bool ahead_init(ts_stream *s, cu_stream *q) {
     if (q->ahead_h) return true;
-    cudaError_t e = cudaMallocHost((void **)&q->ahead_h, AHEAD_PINNED);
+    cudaError_t e = cudaHostAlloc((void **)&q->ahead_h, AHEAD_PINNED, cudaHostAllocMapped);
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer((void **)&q->ahead_d, q->ahead_h, 0);
     if (e != cudaSuccess) {
+        if (q->ahead_h) cudaFreeHost(q->ahead_h);
         q->ahead_h = NULL;
         io_err(s, "pinned run-ahead tickets", e);
         return false;
@@ -2408,23 +2438,39 @@ bool ahead_init(ts_stream *s, cu_stream *q) {
     return true;
 }
 
-/* Inside a capture (the run-ahead pass's graph: qwen35.c) the argmax and
- * the ticket's copy are captured; the ticket's event is recorded after
- * each launch of that graph (cu_graph_launch: gent.ahead_t), since an
- * event recorded inside a capture marks the capture, not the replay. */
+/* The record of a run-ahead pass into the device block: read by a kernel
+ * from the mapped record (or copied: TSC_AHEAD_COPY=1). */
+cudaError_t ahead_rec_in(cu_stream *q, dev_step *hs, size_t bytes) {
+    if (ahead_copy_on()) return cudaMemcpyAsync(q->dstep, hs, bytes, cudaMemcpyHostToDevice, q->c->stream);
+    k_rec_in<<<1, 32, 0, q->c->stream>>>((int32_t *)q->dstep, (const int32_t *)ahead_dev_of(q, hs), (int)(bytes / 4));
+    return cudaGetLastError();
+}
+
+/* Ticket t's id in the stream's id slot amx_ids[t] (the next pass's
+ * embedding reads it there) and in the pinned ticket. Inside a capture (the
+ * run-ahead pass's graph: qwen35.c) the argmax and the ticket's write are
+ * captured; the ticket's event is recorded after each launch of that graph
+ * (cu_graph_launch: gent.ahead_t), since an event recorded inside a capture
+ * marks the capture, not the replay. */
 const int32_t *cu_argmax_ahead(ts_stream *s, ts_view lg, int K, int t) {
     op_timer opt_(s, OPT_HEADSEL);
     flush(s);
     cu_stream *q = ST(s);
-    if (dead(s) || !q->ahead_h) return q->amx_ids; /* the error is the stream's: the next op sees it */
-    tsc_ctx *c = q->c;
     t &= TS_AHEAD_TICKETS - 1;
-    tsc_argmax(c, (const float *)lg.p, 1, K, q->amx_ids, q->amx_ws);
-    cudaError_t e = cudaMemcpyAsync(q->ahead_h + t, q->amx_ids, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
+    if (dead(s) || !q->ahead_h) return q->amx_ids + t; /* the error is the stream's: the next op sees it */
+    tsc_ctx *c = q->c;
+    tsc_argmax(c, (const float *)lg.p, 1, K, q->amx_ids + t, q->amx_ws);
+    cudaError_t e;
+    if (ahead_copy_on()) {
+        e = cudaMemcpyAsync(q->ahead_h + t, q->amx_ids + t, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
+    } else {
+        k_id_out<<<1, 1, 0, c->stream>>>(ahead_dev_of(q, q->ahead_h + t), q->amx_ids + t);
+        e = cudaGetLastError();
+    }
     if (q->capturing) q->cap_ahead_t = t;
     else if (e == cudaSuccess) e = cudaEventRecord(q->ahead_ev[t], c->stream);
     if (e != cudaSuccess) io_err(s, "run-ahead id copy", e);
-    return q->amx_ids;
+    return q->amx_ids + t;
 }
 
 int cu_ahead_read(ts_stream *s, int t, int32_t *id) {
@@ -2440,7 +2486,7 @@ int cu_ahead_read(ts_stream *s, int t, int32_t *id) {
         io_err(s, "run-ahead id", e);
         return s->err;
     }
-    *id = q->ahead_h[t];
+    *id = ((volatile int32_t *)q->ahead_h)[t];
     return tsc_error(q->c) ? TS_E_IO : 0;
 }
 

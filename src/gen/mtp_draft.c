@@ -108,9 +108,41 @@ static int pass_error(ts_drafter *d) {
     return !d->smp && !s->e->model.tp ? ts_be_sync(s->st.s, NULL) : 0;
 }
 
+/* Greedy drafts chained on the device (issue 17: no host round trip per
+ * draft), where the session runs ahead (ts_session_ahead: a device backend)
+ * and no confidence cut asks for each draft's probability: each head pass
+ * ends with argmax_ahead into id slot j, which the next pass's embedding
+ * reads on the device; the host waits once, for the last draft's ticket,
+ * then reads the M ids (their copies precede it in the stream). The same
+ * passes and argmaxes as the loop below, so the same drafts. */
+static int mtp_propose_chain(ts_drafter *d, int mm, int32_t *out) {
+    ts_mtp_drafter *md = (ts_mtp_drafter *)d;
+    ts_session *s = d->s;
+    const ts_model *m = &s->e->model;
+    ts_state *st = &s->st;
+    ts_stream *bs = st->s;
+    const ts_backend_ops *op = bs->be->ops;
+    const int H = m->cfg.H, V = m->cfg.vocab, nr = md->nr, rpos = md->rpos;
+    float *h = s->mtp_hid + (size_t)(nr - 1) * H;
+    st->defer_sync = 1;
+    int rc = ts_mtp_forward(m, st, md->rtok, md->rhid, nr, rpos, s->mtp_hid, NULL, s->draft_lowp, d->K);
+    const int32_t *dv = rc ? NULL : op->argmax_ahead(bs, tv_f32(st->sc.logits, 1, V), d->K, 0);
+    for (int j = 1; j < mm && !rc; j++)
+        if (!(rc = ts_mtp_forward(m, st, dv, h, 1, rpos + nr - 1 + j, h, NULL, s->draft_lowp, d->K)))
+            dv = op->argmax_ahead(bs, tv_f32(st->sc.logits, 1, V), d->K, j);
+    st->defer_sync = 0;
+    if (!rc) rc = op->ahead_read(bs, mm - 1, &out[mm - 1]);
+    for (int j = 0; j + 1 < mm && !rc; j++) rc = op->ahead_read(bs, j, &out[j]);
+    int rs = ts_be_sync(bs, NULL);
+    return rc ? rc : rs ? rs : mm;
+}
+
 static int mtp_propose(ts_drafter *d, int mm, int32_t *out) {
     ts_mtp_drafter *md = (ts_mtp_drafter *)d;
     ts_session *s = d->s;
+    if (!d->smp && d->p_min <= 0 && mm > 1 && mm <= TS_AHEAD_TICKETS && !s->e->model.tp && ts_session_ahead(s) &&
+        ts_one_wait_on() && s->st.s->be->ops->argmax_ahead)
+        return mtp_propose_chain(d, mm, out);
     const int H = s->e->model.cfg.H, nr = md->nr, rpos = md->rpos;
     /* greedy: each pass of the head queues its argmax behind it and waits
      * once, for the id (mtp_pass); sampling reads the row, which waits */
