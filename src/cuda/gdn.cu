@@ -227,6 +227,16 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
  * lane-a-key scores in both). So every row count takes it by default. */
 template <bool E, int RR>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
+    /* Which buffers of the pairs (the step record's choice: a verify, a
+     * run-ahead step, a drafting session's decode) before the PDL wait: the
+     * record was written before the pass began (its copy, or the run-ahead
+     * graph's first kernel, complete before any kernel after it starts), so
+     * its loads' latency passes during the wait instead of preceding the
+     * state's loads (session 31: ~1 us a GDN layer on the 9B's run-ahead
+     * steps). Nothing returns before the wait (ordering: tsc_pdl_entry). */
+    const float *S0, *cin;
+    float *Sd = tsc_gdn_state_of(a, &S0);
+    float *cout = tsc_gdn_conv_of(a, &cin);
     TSC_ENTRY(E);
     __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
     __shared__ float redp[NW][32], redo[NW][32], ojs[TSC_ROWS_MAX][32];
@@ -241,16 +251,13 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     /* the state's loads first: they depend on nothing the prep makes, so
      * their latency passes while it runs (after it, they cost the 1-row step
      * ~0.5 us a layer: s19-run4) */
-    const float *S0;
-    float *Sh = tsc_gdn_state_of(a, &S0) + (int64_t)h * DK * DV;
+    float *Sh = Sd + (int64_t)h * DK * DV;
     const float *Si = S0 + (int64_t)h * DK * DV;
     float S[IPW];
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
     const float nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
     /* prep: q (tid < 128) or k (tid >= 128) channel of key head g; v channel j for tid < 32 */
-    const float *cin;
-    float *cout = tsc_gdn_conv_of(a, &cin);
     const bool isq = tid < DK;
     const int cqk = (isq ? 0 : Kd) + g * DK + (tid & (DK - 1)), cv = 2 * Kd + h * DV + cb * CB + lane;
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
