@@ -12,8 +12,8 @@
  *   continuation (gen_oracle.h's ahead_same);
  * - mixed with speculative decoding in one session: n-gram generations and
  *   run-ahead generations in turn, then one after a lazy rollback left rows
- *   pending (its loop then runs plainly), against the same turns with
- *   run-ahead off;
+ *   pending (its prompt's pass applies them; its loop then runs ahead),
+ *   against the same turns with run-ahead off;
  * - the parameter: auto is off on the CPU (nothing allocated), TS_AHEAD=1
  *   turns auto on, 1 is on and -1 off whatever TS_AHEAD says, a bad value
  *   is refused by name; the plan has the run-ahead lines exactly when a
@@ -92,8 +92,9 @@ TS_TEST(ahead, same_as_plain) {
 
 /* n-gram generations (verify blocks, lazy rollbacks that leave rows
  * pending) and plain generations in turn in one session: with run-ahead on
- * for the plain ones (a plain generation that starts with rows pending
- * runs its loop plainly) against the same turns with it off. */
+ * for the plain ones (a generation after a pending rollback: its prompt's
+ * pass applies the rows, then its loop runs ahead) against the same turns
+ * with it off. */
 TS_TEST(ahead, mixed_with_speculative) {
     ts_engine *e = open_cpu("models/default");
     CHECK(e);

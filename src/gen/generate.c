@@ -180,8 +180,9 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
  * for bit (tests/test_ahead.c; cuda_engine.ahead_exact on the GPU).
  *
  * Takes: greedy without a sampler or log-probabilities (both need the row
- * on the host each token), no pending rows of a lazy rollback at the start
- * (the first step is then a plain one), a session with the buffers. */
+ * on the host each token), a session with the buffers, and no rows of a
+ * lazy rollback still pending once the prompt is fed (its pass applies
+ * them; a guard: a run-ahead step may not start from them). */
 static int ahead_applies(const ts_session *s, const ts_gen_params *p, const ts_sampler *smp) {
     const ts_backend_ops *op = s->st.s->be->ops;
     const char *e = getenv("TS_AHEAD"); /* (0: off for this generation too: a benchmark's A/B) */
