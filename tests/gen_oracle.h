@@ -279,6 +279,50 @@ static inline int ahead_same(ts_engine *e, const int32_t *prompt, int T,
     return 0;
 }
 
+/* MTP drafts chained on the device (mtp_draft.c's mtp_propose_chain, taken
+ * where the session runs ahead) against one draft at a time (ahead = -1)
+ * on engine e (a trained MTP head: the default model), M = 2..4: the same
+ * drafts, so the same ids, blocks and acceptance (most drafts accepted, so
+ * a wrong draft shows). 0, or a failure of the test. */
+static inline int mtp_chain_same(ts_engine *e) {
+    static const int32_t pr[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
+    for (int M = 2; M <= 4; M++) {
+        ts_gen_stats st[2];
+        collect c[2];
+        for (int r = 0; r < 2; r++) {
+            ts_session_params sp;
+            ts_session_params_default(&sp);
+            sp.n_ctx = 256;
+            sp.spec_draft = M;
+            sp.ahead = r ? -1 : 1;
+            ts_session *s = NULL;
+            ts_error err = {0};
+            int rc = ts_session_new(e, &sp, &s, &err);
+            if (!rc) {
+                ts_gen_params gp;
+                ts_gen_params_default(&gp);
+                gp.n_predict = 64;
+                gp.spec_draft = M;
+                c[r].n = 0;
+                rc = ts_generate(s, pr, 9, &gp, on_tok, &c[r], &st[r], &err);
+            }
+            ts_session_free(s);
+            if (rc) { ts_test_fail(__FILE__, __LINE__, "M=%d (ahead %d): %s", M, r ? -1 : 1, err.msg); return -1; }
+        }
+        if (c[0].n != c[1].n || memcmp(c[0].ids, c[1].ids, sizeof(int32_t) * (size_t)c[0].n) ||
+            st[0].n_blocks != st[1].n_blocks || st[0].n_drafted != st[1].n_drafted ||
+            st[0].n_accepted != st[1].n_accepted || st[0].n_accepted <= st[0].n_blocks / 2) {
+            ts_test_fail(__FILE__, __LINE__, "M=%d: chained %d ids, %d blocks, %d of %d drafts accepted; one at a time %d, %d, "
+                         "%d of %d", M, c[0].n, st[0].n_blocks, st[0].n_accepted, st[0].n_drafted, c[1].n, st[1].n_blocks,
+                         st[1].n_accepted, st[1].n_drafted);
+            return -1;
+        }
+        fprintf(stderr, "  M=%d: %d blocks, %d of %d drafts accepted, chained and one at a time\n", M, st[0].n_blocks,
+                st[0].n_accepted, st[0].n_drafted);
+    }
+    return 0;
+}
+
 /* Copy a fixture without its mtp.* tensors (a checkpoint with no MTP head:
  * test_spec.c, test_ngram.c): the header entries are dropped (the data
  * stays, unreferenced) and the index loses them too. 0 or -1. */
