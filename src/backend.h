@@ -443,8 +443,10 @@ struct ts_backend_ops {
      * reads step n's id; the CPU computes at the call (the reference).
      * A run-ahead pass (ts_state.ahead_on) embeds that id and ends with its
      * argmax_ahead inside its graph: its embed may run inside a capture
-     * (the backend stages the step record at each launch of that graph),
-     * and at most two such steps are queued beyond the last ticket read. */
+     * (the backend stages the step record at each launch of that graph).
+     * At most TS_AHEAD_TICKETS passes that embed such ids are queued beyond
+     * the last ticket read (generate.c's loop: one; an MTP draft chain: its
+     * drafts). */
     const int32_t *(*argmax_ahead)(ts_stream *s, ts_view logits, int K, int t);
     int (*ahead_read)(ts_stream *s, int t, int32_t *id);
 };

@@ -195,7 +195,7 @@ struct dev_step {
     int32_t ids[1];  /* [rows] */
 };
 constexpr size_t DSTEP_HEAD = offsetof(dev_step, ids); /* bytes before the ids */
-/* run-ahead's pinned block (cu_argmax_ahead's ahead_init): the tickets, then
+/* run-ahead's pinned block (ahead_init, with the stream): the tickets, then
  * a ring of step records for the run-ahead passes */
 constexpr int AHEAD_RECS = 2 * TS_AHEAD_TICKETS;
 /* and one record for each captured run-ahead graph (its embedding's copy
@@ -1313,7 +1313,8 @@ void cu_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, f
     cu_stream *q = ST(s);
     if (dead(s) || n <= 0) return;
     /* a run-ahead pass: its id is argmax_ahead's, on the device */
-    const bool ahead = ids >= q->amx_ids && ids < q->amx_ids + TS_AHEAD_TICKETS && n == 1 && q->ahead_rec;
+    const uintptr_t slot0 = (uintptr_t)q->amx_ids;
+    const bool ahead = (uintptr_t)ids - slot0 < sizeof(int32_t) * TS_AHEAD_TICKETS && n == 1;
     if (q->capturing && !ahead) { fail(s, TS_E_ARG, "embed inside a graph capture"); return; }
     if (n > q->rows) { fail(s, TS_E_ARG, "embed: more rows than the stream was made for"); return; }
     tsc_weight dw;
@@ -2371,10 +2372,10 @@ void cu_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
 }
 
 /* ---- run-ahead (backend.h: argmax_ahead, ahead_read) ----
- * The id stays on the device (amx_ids[0], which the next pass's embed
- * reads in stream order before the next argmax writes it) and a 4-byte
- * copy goes to a pinned ticket behind an event, so queuing the argmax never
- * waits: the host launches step n + 1 and only then waits for step n's id.
+ * Ticket t's id stays on the device (amx_ids[t], which the next pass's
+ * embed reads in stream order) and is written to a pinned ticket behind an
+ * event, so queuing the argmax never waits: the host launches step n + 1
+ * and only then waits for step n's id.
  * What that takes off a token's time is the host's part of the loop (the
  * wake-up, the id's read, the next embed's record copy, the graph launch),
  * which session 30 measured at 62-75 us a 9B token, 29-33 us on the
@@ -2415,7 +2416,6 @@ template <typename T> T *ahead_dev_of(cu_stream *q, T *p) {
 }
 
 bool ahead_init(ts_stream *s, cu_stream *q) {
-    if (q->ahead_h) return true;
     cudaError_t e = cudaHostAlloc((void **)&q->ahead_h, AHEAD_PINNED, cudaHostAllocMapped);
     if (e == cudaSuccess) e = cudaHostGetDevicePointer((void **)&q->ahead_d, q->ahead_h, 0);
     if (e != cudaSuccess) {
@@ -2457,7 +2457,7 @@ const int32_t *cu_argmax_ahead(ts_stream *s, ts_view lg, int K, int t) {
     flush(s);
     cu_stream *q = ST(s);
     t &= TS_AHEAD_TICKETS - 1;
-    if (dead(s) || !q->ahead_h) return q->amx_ids + t; /* the error is the stream's: the next op sees it */
+    if (dead(s)) return q->amx_ids + t; /* the error is the stream's: the next op sees it */
     tsc_ctx *c = q->c;
     tsc_argmax(c, (const float *)lg.p, 1, K, q->amx_ids + t, q->amx_ws);
     cudaError_t e;
@@ -2476,10 +2476,7 @@ const int32_t *cu_argmax_ahead(ts_stream *s, ts_view lg, int K, int t) {
 int cu_ahead_read(ts_stream *s, int t, int32_t *id) {
     cu_stream *q = ST(s);
     *id = 0;
-    if (dead(s) || !q->ahead_h) {
-        if (!dead(s)) fail(s, TS_E_ARG, "run-ahead: a ticket read before any argmax_ahead");
-        return s->err ? s->err : TS_E_IO;
-    }
+    if (dead(s)) return s->err ? s->err : TS_E_IO;
     t &= TS_AHEAD_TICKETS - 1;
     cudaError_t e = cudaEventSynchronize(q->ahead_ev[t]);
     if (e != cudaSuccess) {

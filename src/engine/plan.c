@@ -38,24 +38,21 @@ int ts_sess_plan_make(const ts_config *c, int has_mtp, const ts_session_params *
     return ts_sess_plan_make_df(c, has_mtp, NULL, p, o, err);
 }
 
-int ts_ahead_resolve(const ts_backend *be, int ahead, int xs, int tp, int *on, ts_error *err) {
-    *on = 0;
+int ts_ahead_resolve(const ts_backend *be, int xs, int tp, ts_session_params *sp, ts_error *err) {
+    const int ahead = sp->ahead, ops = be && be->ops->argmax_ahead && be->ops->ahead_read;
     if (ahead < -1 || ahead > 1) return ts_fail(err, TS_E_ARG, "ahead %d: use -1 (off), 0 (auto) or 1 (on)", ahead);
-    const int ops = be && be->ops->argmax_ahead && be->ops->ahead_read;
-    if (ahead == 0) {
-        const char *e = getenv("TS_AHEAD");
-        if (e && !strcmp(e, "0")) return 0;
-        if (!(e && !strcmp(e, "1")) && !(be && be->dom != TS_DOM_HOST)) return 0; /* the CPU computes at the call */
-        if (!ops || xs || tp) return 0;
-        *on = 1;
-        return 0;
-    }
-    if (ahead < 0) return 0;
-    if (!ops) return ts_fail(err, TS_E_UNSUPPORTED, "run-ahead decoding: backend %s has no run-ahead ops", be ? be->name : "(none)");
-    if (xs || tp)
+    if (ahead > 0 && !ops)
+        return ts_fail(err, TS_E_UNSUPPORTED, "run-ahead decoding: backend %s has no run-ahead ops", be ? be->name : "(none)");
+    if (ahead > 0 && (xs || tp))
         return ts_fail(err, TS_E_UNSUPPORTED, "run-ahead decoding with %s is not built (a pass waits on the host)",
                        xs ? "expert streaming" : "tensor parallelism");
-    *on = 1;
+    int on = ahead > 0;
+    if (ahead == 0) { /* auto: a device backend (the CPU computes at the call), unless TS_AHEAD says */
+        const char *e = getenv("TS_AHEAD");
+        const int want = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : be && be->dom != TS_DOM_HOST;
+        on = want && ops && !xs && !tp;
+    }
+    sp->ahead = on ? 1 : -1;
     return 0;
 }
 
@@ -340,9 +337,7 @@ static int plan_over(const char *dir, const ts_config *c, ts_st_set *st, const h
     ts_session_params spa;
     if (sp) spa = *sp;
     else ts_session_params_default(&spa);
-    int on = 0;
-    if (!(rc = ts_ahead_resolve(be, spa.ahead, stream, 0, &on, err))) spa.ahead = on ? 1 : -1; /* resolved */
-    if (rc || (rc = ts_sess_plan_make_df(c, has_mtp, dc, &spa, &s, err))) {
+    if ((rc = ts_ahead_resolve(be, stream, 0, &spa, err)) || (rc = ts_sess_plan_make_df(c, has_mtp, dc, &spa, &s, err))) {
         ts_backend_free(be);
         return ts_fail_prefix(err, "%s", dir);
     }
@@ -486,9 +481,9 @@ static int plan_rank_over(const char *dir, const ts_config *cfg, const ts_st_set
                           const ts_session_params *sp, int rank, ts_mem_plan *pl, ts_error *err) {
     const int N = ep->gpus;
     if (rank < 0 || rank >= N) return ts_fail(err, TS_E_ARG, "rank %d of %d GPUs", rank, N);
-    if (ep->expert_cache || (sp && sp->dflash_block))
+    if (ep->expert_cache || (sp && sp->dflash_block) || (sp && sp->ahead > 0))
         return ts_fail(err, TS_E_UNSUPPORTED, "--gpus %d with %s is not built", N,
-                       ep->expert_cache ? "--expert-cache" : "DFlash drafting");
+                       ep->expert_cache ? "--expert-cache" : sp->dflash_block ? "DFlash drafting" : "run-ahead decoding");
     ts_st_set *st = NULL;
     ts_shard sh;
     ts_stw_tensor *t = NULL;
@@ -508,7 +503,6 @@ static int plan_rank_over(const char *dir, const ts_config *cfg, const ts_st_set
     ts_shard_local_config(&sh, rank, &lc);
     /* tensor parallelism never runs ahead (ts_ahead_resolve): the ranks'
      * sessions resolve it off, whatever TS_AHEAD says */
-    if (sp && sp->ahead > 0) rc = rc ? rc : ts_fail(err, TS_E_UNSUPPORTED, "run-ahead decoding with tensor parallelism is not built");
     ts_session_params spr;
     if (sp) spr = *sp;
     else ts_session_params_default(&spr);

@@ -55,15 +55,15 @@ typedef struct ts_sess_plan {
     int64_t df_cols;      /* the drafter's widest product input (workspace) */
 } ts_sess_plan;
 
-/* Whether a session runs greedy decoding ahead (ts_session_params.ahead:
- * 1 on, -1 off, 0 auto; auto is on for a device backend with the ops,
- * TS_AHEAD=0/1 overriding it), on backend be, with expert streaming (xs)
- * or tensor parallelism (tp), which wait on the host inside a pass: off.
- * Into *on (0/1); an error where it is asked for and cannot be. Session
- * creation and the plan both call it before ts_sess_plan_make_df and pass
- * the answer on as 1 or -1 (never 0: a plan made again from a session's
- * parameters, device_room's, must not resolve auto a second time). */
-int ts_ahead_resolve(const ts_backend *be, int ahead, int xs, int tp, int *on, ts_error *err);
+/* Whether a session runs greedy decoding ahead: sp->ahead (1 on, -1 off,
+ * 0 auto; auto is on for a device backend with the ops, TS_AHEAD=0/1
+ * overriding it) on backend be, off with expert streaming (xs) or tensor
+ * parallelism (tp), which wait on the host inside a pass, resolved in place
+ * to 1 or -1 (never 0: a plan made again from a session's parameters,
+ * device_room's, must not resolve auto a second time); an error where it is
+ * asked for and cannot be. Session creation and the plan both call it
+ * before ts_sess_plan_make_df. */
+int ts_ahead_resolve(const ts_backend *be, int xs, int tp, ts_session_params *sp, ts_error *err);
 
 /* The widest input (columns) of any matrix product the model runs. */
 int64_t ts_plan_max_cols(const ts_config *c, int has_mtp);

@@ -126,8 +126,7 @@ int ts_session_new(ts_engine *e, const ts_session_params *p, ts_session **out, t
     ts_session_params pa;
     if (p) pa = *p;
     else ts_session_params_default(&pa);
-    int on = 0, rc = ts_ahead_resolve(e->be, pa.ahead, m->xs != NULL, m->tp != NULL, &on, err);
-    pa.ahead = on ? 1 : -1; /* resolved: the plan below (and device_room's) see on or off, never auto */
+    int rc = ts_ahead_resolve(e->be, m->xs != NULL, m->tp != NULL, &pa, err);
     if (!rc) rc = ts_sess_plan_make_df(c, m->has_mtp, e->dflash ? &e->dflash->cfg : NULL, &pa, &pl, err);
     if (rc) return ts_fail_prefix(err, "%s", e->dir);
     const ts_session_params sp = pl.p;

@@ -184,17 +184,23 @@ int ts_generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts_gen
  * lazy rollback still pending once the prompt is fed (its pass applies
  * them; a guard: a run-ahead step may not start from them). */
 static int ahead_applies(const ts_session *s, const ts_gen_params *p, const ts_sampler *smp) {
-    const ts_backend_ops *op = s->st.s->be->ops;
-    const char *e = getenv("TS_AHEAD"); /* (0: off for this generation too: a benchmark's A/B) */
-    return s->ahead_rows && !smp && !p->logprob_cb && op->argmax_ahead && op->ahead_read && !s->e->model.tp &&
-           !s->e->model.xs && !(s->df.B && !s->df_quiet) && !(e && !strcmp(e, "0"));
+    /* ts_session_ahead: the session resolved it on (so the backend has the
+     * ops, and neither expert streaming nor tensor parallelism is in use)
+     * and TS_AHEAD is not 0 now (a benchmark's A/B) */
+    return ts_session_ahead(s) && !smp && !p->logprob_cb && !(s->df.B && !s->df_quiet);
+}
+
+/* a backend error of the stream as the generation's */
+static int be_fail(ts_error *err, const ts_stream *bs, int rc) {
+    return ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
 }
 
 /* Queue the run-ahead step fed *ids (the device id of the last
  * argmax_ahead) at the session's position; its logits and
  * hidden into row k, its argmax into ticket k (all in the pass: qwen35.c,
- * so that a device backend's graph holds them; a row's graph is a variant
- * of its own). Returns the device id. */
+ * so that a device backend's graph holds them; a graph is keyed by its
+ * logits row and its ids, so each (row, id slot) is a variant of its own).
+ * Returns the device id. */
 static const int32_t *ahead_step(ts_session *s, const int32_t *ids, int k, int *rc) {
     const ts_model *m = &s->e->model;
     const int V = m->cfg.vocab, H = m->cfg.H;
@@ -226,7 +232,7 @@ static int ahead_loop(ts_session *s, const ts_gen_params *p, ts_cgen *cg, ts_tok
     int32_t id;
     const int32_t *dev = op->argmax_ahead(bs, tv_f32(st->sc.logits, 1, V), V, 1);
     int rc = op->ahead_read(bs, 1, &id);
-    if (rc) return ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
+    if (rc) return be_fail(err, bs, rc);
     int kept = -1; /* the row of the last step that stays (-1: none, sc.logits is the prompt's) */
     int a = -1;    /* the row of the queued step fed the current token (-1: none yet) */
     for (int i = 0;; i++) {
@@ -248,7 +254,7 @@ static int ahead_loop(ts_session *s, const ts_gen_params *p, ts_cgen *cg, ts_tok
             if (s->pos >= st->n_ctx) break; /* context full: stop cleanly */
             a = 0;
             dev = ahead_step(s, dev, a, &rc);
-            if (rc) { rc = ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg); break; }
+            if (rc) { rc = be_fail(err, bs, rc); break; }
         }
         kept = a; /* token i is not a stop: the step fed it stays */
         /* the step fed token i + 1, queued before token i + 1 is read,
@@ -259,10 +265,10 @@ static int ahead_loop(ts_session *s, const ts_gen_params *p, ts_cgen *cg, ts_tok
         const int32_t *dev_b = NULL;
         if (next) {
             dev_b = ahead_step(s, dev, b, &rc);
-            if (rc) { rc = ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg); break; }
+            if (rc) { rc = be_fail(err, bs, rc); break; }
         }
         if ((rc = op->ahead_read(bs, a, &id))) {
-            rc = ts_fail(err, rc, "backend %s: %s", bs->be->name, bs->msg);
+            rc = be_fail(err, bs, rc);
             break;
         }
         if (!next) { /* token i + 1 ends it (budget) or the context is full: nothing queued to undo */
@@ -281,6 +287,48 @@ static int ahead_loop(ts_session *s, const ts_gen_params *p, ts_cgen *cg, ts_tok
     int rs = ts_be_sync(bs, rc ? NULL : err);
     if (!rc && rs) rc = rs;
     s->have_last = !rc;
+    return rc;
+}
+
+/* The token loop of a generation step by step (the prompt fed, its logits
+ * in sc.logits): sampled, or greedy with one wait a token. */
+static int plain_loop(ts_session *s, const ts_gen_params *p, ts_sampler *smp, ts_cgen *cg, ts_token_cb cb, void *user,
+                      ts_gen_stats *stats, ts_error *err) {
+    const int V = s->e->model.cfg.vocab;
+    int rc = 0;
+    /* greedy steps after the first feed the token and take the argmax of
+     * its logits in one wait (ts_session_step): next holds that id */
+    int32_t next = -1;
+    int have_next = 0;
+    for (int i = 0; i < p->n_predict; i++) {
+        int32_t id;
+        if (smp) {
+            if ((rc = ts_gen_sample_c(s, smp, cg, s->st.sc.logits, &id, err))) break;
+            ts_sampler_accept(smp, id);
+        } else if (have_next) {
+            id = next, have_next = 0;
+        } else { /* the backend's argmax, one id read back */
+            s->st.s->be->ops->argmax(s->st.s, tv_f32(s->st.sc.logits, 1, V), V, &id, NULL);
+        }
+        if (p->logprob_cb) {
+            ts_gen_lp lp;
+            if ((rc = ts_gen_logprobs(s, s->st.sc.logits, 1, &id, p->top_logprobs, &lp, err))) break;
+            p->logprob_cb(user, &lp.chosen, lp.top, lp.n_top);
+        }
+        stats->n_gen++;
+        int stop = cb ? cb(user, id) : 0;
+        const int done = ts_cgen_advance(cg, id, err); /* 1: a complete reply and no stop ids */
+        if (done < 0) { rc = done; break; }
+        if (stop || done || ts_gen_is_stop(p, id) || i + 1 == p->n_predict) break;
+        if (ts_session_pos(s) >= ts_session_n_ctx(s)) break; /* context full: stop cleanly */
+        if (!smp && ts_one_wait_on()) {
+            rc = ts_session_step(s, id, &next, err);
+            if (rc == 0) { have_next = 1; continue; }
+            if (rc != 1) break;
+            rc = 0; /* the one-wait step does not apply: feed, then the argmax above */
+        }
+        if ((rc = ts_session_feed(s, &id, 1, NULL, NULL, err))) break;
+    }
     return rc;
 }
 
@@ -333,46 +381,8 @@ static int generate(ts_session *s, const int32_t *prompt, int n_prompt, const ts
     stats->n_prompt = n_prompt;
     stats->t_prefill = ts_now() - t0;
     t0 = ts_now();
-    if (ahead_applies(s, p, smp) && !s->st.gdn_pend) {
-        rc = ahead_loop(s, p, &cg, cb, user, stats, err);
-        stats->t_decode = ts_now() - t0;
-        s->df_quiet = 0;
-        ts_cgen_free(&cg);
-        return rc;
-    }
-    /* greedy steps after the first feed the token and take the argmax of
-     * its logits in one wait (ts_session_step): next holds that id */
-    int32_t next = -1;
-    int have_next = 0;
-    for (int i = 0; i < p->n_predict; i++) {
-        int32_t id;
-        if (smp) {
-            if ((rc = ts_gen_sample_c(s, smp, &cg, s->st.sc.logits, &id, err))) break;
-            ts_sampler_accept(smp, id);
-        } else if (have_next) {
-            id = next, have_next = 0;
-        } else { /* the backend's argmax, one id read back */
-            s->st.s->be->ops->argmax(s->st.s, tv_f32(s->st.sc.logits, 1, V), V, &id, NULL);
-        }
-        if (p->logprob_cb) {
-            ts_gen_lp lp;
-            if ((rc = ts_gen_logprobs(s, s->st.sc.logits, 1, &id, p->top_logprobs, &lp, err))) break;
-            p->logprob_cb(user, &lp.chosen, lp.top, lp.n_top);
-        }
-        stats->n_gen++;
-        int stop = cb ? cb(user, id) : 0;
-        const int done = ts_cgen_advance(&cg, id, err); /* 1: a complete reply and no stop ids */
-        if (done < 0) { rc = done; break; }
-        if (stop || done || ts_gen_is_stop(p, id) || i + 1 == p->n_predict) break;
-        if (ts_session_pos(s) >= ts_session_n_ctx(s)) break; /* context full: stop cleanly */
-        if (!smp && ts_one_wait_on()) {
-            rc = ts_session_step(s, id, &next, err);
-            if (rc == 0) { have_next = 1; continue; }
-            if (rc != 1) break;
-            rc = 0; /* the one-wait step does not apply: feed, then the argmax above */
-        }
-        if ((rc = ts_session_feed(s, &id, 1, NULL, NULL, err))) break;
-    }
+    rc = ahead_applies(s, p, smp) && !s->st.gdn_pend ? ahead_loop(s, p, &cg, cb, user, stats, err)
+                                                     : plain_loop(s, p, smp, &cg, cb, user, stats, err);
     stats->t_decode = ts_now() - t0;
     s->df_quiet = 0;
     ts_cgen_free(&cg);

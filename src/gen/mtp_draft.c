@@ -140,8 +140,9 @@ static int mtp_propose_chain(ts_drafter *d, int mm, int32_t *out) {
 static int mtp_propose(ts_drafter *d, int mm, int32_t *out) {
     ts_mtp_drafter *md = (ts_mtp_drafter *)d;
     ts_session *s = d->s;
-    if (!d->smp && d->p_min <= 0 && mm > 1 && mm <= TS_AHEAD_TICKETS && !s->e->model.tp && ts_session_ahead(s) &&
-        ts_one_wait_on() && s->st.s->be->ops->argmax_ahead)
+    /* (ts_session_ahead: resolved on, so the backend has the ops and there
+     * is no tensor parallelism) */
+    if (!d->smp && d->p_min <= 0 && mm > 1 && mm <= TS_AHEAD_TICKETS && ts_session_ahead(s) && ts_one_wait_on())
         return mtp_propose_chain(d, mm, out);
     const int H = s->e->model.cfg.H, nr = md->nr, rpos = md->rpos;
     /* greedy: each pass of the head queues its argmax behind it and waits

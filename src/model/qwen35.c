@@ -423,7 +423,10 @@ static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int
      * copies into the session's tap buffer, captured with the pass: its
      * address is in the key (a pass with taps and one without differ) */
     const int direct = (logits && st->logits_host) || st->dbg_layers || m->xs || tp_uncapturable(m);
-    const uint32_t key = direct ? 0 : pass_key(st, kind, n, md, logits, st->n_taps ? st->tap_out : NULL, NULL, 0);
+    /* (a run-ahead graph embeds its ids' device address too: part of its key) */
+    const uint32_t key = direct ? 0
+                                : pass_key(st, kind, n, md, logits, st->n_taps ? st->tap_out : NULL,
+                                           st->ahead_on ? (const void *)ids : NULL, 0);
     int capture = 0, replay = 0;
     /* a run-ahead step's graph holds its embedding too (its id is the
      * device's, its step record the backend's to stage at each launch), so
