@@ -173,14 +173,15 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
  * leaves room for the neighbour's block; a 4096-row product's warps then
  * hold their whole slice before x exists. The same operations in the same
  * order either way (the loop below only skips a round's loads it has). */
-template <int NR, int ND, int U, bool PRE = false, bool N1 = false>
+template <int NR, int ND, int U, bool PRE = false, bool N1 = false, bool DX = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
     Q4DP_TRACE(0);
     const int nch = a.cols >> 5;
-    int4 *xd = sm;
-    float2 *xsb = (float2 *)(sm + NR * 2 * ND * nch);
+    /* DX: the digits are read where k_stage_digits wrote them (a.dg) */
+    const int4 *xd = DX ? a.dg : sm;
+    const float2 *xsb = (const float2 *)(xd + NR * 2 * ND * nch);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int pitch = a.cols >> 1, ng = a.cols >> a.lg;
     const int nsteps = (a.cols + 1023) >> 10; /* a step: 32 lanes x 32 columns */
@@ -219,15 +220,18 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     if constexpr (N1) {
         __shared__ double red1[32];
         float v[2][8], u[2][8];
-        stage_norm_words<ND, false>(a.x, a.add, f, a.cols, a.eps, 0, a.group >> 3, xd, xsb, 2 * ND * nch, 0, red1, v, u);
+        stage_norm_words<ND, false>(a.x, a.add, f, a.cols, a.eps, 0, a.group >> 3, sm, (float2 *)(sm + NR * 2 * ND * nch),
+                                    2 * ND * nch, 0, red1, v, u);
         __syncthreads();
         if (arrive_b0(a)) write_norm_words(a.cols, a.add, a.x_out, a.y_out, v, u);
+    } else if constexpr (DX) {
+        /* nothing to stage: the loop reads the digits */
     } else if (a.dg) {
         copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
     } else {
         __shared__ float rnorm[NR];
         if (a.xm == Q4DP_XM_NORM) row_norms(a, rnorm, NR);
-        stage_x<ND, 2>(a, NR, xd, xsb, rnorm);
+        stage_x<ND, 2>(a, NR, sm, (float2 *)(sm + NR * 2 * ND * nch), rnorm);
         __syncthreads();
         if (a.xm != Q4DP_XM_PLAIN) write_outputs_b0<NR>(a, rnorm);
     }
@@ -258,7 +262,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
                 uint32_t lo[R][4], hi[R][4];
 #pragma unroll
                 for (int r = 0; r < R; r++) nibbles(wv[u][r], lo[r], hi[r]);
-                rows_dot<NR, ND>(lo, hi, sr[u], br[u], a.sdt, xd, xsb, nch, ch, acc);
+                rows_dot<NR, ND, DX>(lo, hi, sr[u], br[u], a.sdt, xd, xsb, nch, ch, acc);
             }
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
@@ -877,6 +881,28 @@ int q4dp_pre(void) {
     return v;
 }
 
+/* DX (session 32): a one-row pass whose digits k_stage_digits made (the
+ * SwiGLU downs: 32 of a 9B step's 129 products) reads them in its dot loop
+ * from global memory (L1 after the first warp's touch) instead of copying
+ * them into each block's shared memory behind a barrier first. The copy
+ * (15 KB a 9B down, from L2) was ~1.1 us on the critical path after the PDL
+ * release (sessions 16 and 19's traces); now the first round's weights and
+ * digits load together. DX = 2 also loads the first round of weights into
+ * registers before the PDL wait (PRE): a down follows k_stage_digits, a
+ * launch of a few blocks, so its blocks are resident while that kernel runs
+ * (PRE lost as the default for every one-row launch: a product's
+ * successor is not resident before the product ends). The same values in
+ * the same operations: the same bits in every form. TSC_Q4DP_DX=0|1|2 picks
+ * the form (a benchmark switch, read once). */
+int q4dp_dx(void) {
+    static int v = -1;
+    if (v < 0) {
+        v = ks_env("TSC_Q4DP_DX", 0);
+        if (v < 0 || v > 2) v = 0;
+    }
+    return v;
+}
+
 /* k_q4dp_as for a pass of nr rows: its ring's depth S (see there), or 0
  * for k_q4dp. Several rows: 2 slots (session 16's measurement; 3 measured
  * no better in session 17), the digits made once. One row: k_q4dp, by
@@ -1003,6 +1029,11 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     }
     if constexpr (NR == 1) {
         if (!grid && q4dp_pre()) grid = launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
+        /* digits made once, read where they lie (q4dp_dx) */
+        if (!grid && a.dg && q4dp_dx() == 1)
+            grid = launch_grid(c, k_q4dp<NR, ND, U, false, false, true>, a.nvb, 0, a, q4dp_bps());
+        if (!grid && a.dg && q4dp_dx() == 2)
+            grid = launch_grid(c, k_q4dp<NR, ND, U, true, false, true>, a.nvb, 0, a, q4dp_bps());
     }
     if constexpr (NR == 1 && U <= 2) {
         /* a normed row staged in the blocks, in one pass (stage_norm_words) */
