@@ -179,6 +179,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     extern __shared__ int4 sm[];
     Q4DP_TRACE(0);
     const int nch = a.cols >> 5;
+    static_assert(!DX || NR == 1, "DX: one-row launches");
     /* DX: the digits are read where k_stage_digits wrote them (a.dg) */
     const int4 *xd = DX ? a.dg : sm;
     const float2 *xsb = (const float2 *)(xd + NR * 2 * ND * nch);
@@ -255,6 +256,21 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
          * arithmetic: one step, 2 KB a warp, in flight) */
         for (int st0 = sl; st0 < nsteps; st0 += U * ks) {
             if (!PRE || vb != (int)blockIdx.x || st0 != sl) load_round<U>(a, w, rp, gb, st0, ks, nsteps, lane, wv, sr, br, ok);
+            /* DX: the round's digits from L1 / L2, issued with its weights
+             * (read in the arithmetic, their latency would follow the
+             * weights' every round: session 32's first DX form, the 9B step
+             * +16-27 us) */
+            int4 xq[DX ? U : 1][2 * ND];
+            float2 xs[DX ? U : 1];
+            if constexpr (DX) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int ch = ok[u] ? ((st0 + u * ks) * 1024 + lane * 32) >> 5 : 0;
+#pragma unroll
+                    for (int q = 0; q < 2 * ND; q++) xq[u][q] = __ldg(xd + q * nch + ch);
+                    xs[u] = __ldg(xsb + ch);
+                }
+            }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (!ok[u]) continue;
@@ -262,7 +278,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
                 uint32_t lo[R][4], hi[R][4];
 #pragma unroll
                 for (int r = 0; r < R; r++) nibbles(wv[u][r], lo[r], hi[r]);
-                rows_dot<NR, ND, DX>(lo, hi, sr[u], br[u], a.sdt, xd, xsb, nch, ch, acc);
+                if constexpr (DX) row_terms<NR, ND>(lo, hi, sr[u], br[u], a.sdt, xq[u], xs[u], acc, 0);
+                else rows_dot<NR, ND>(lo, hi, sr[u], br[u], a.sdt, xd, xsb, nch, ch, acc);
             }
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
@@ -886,8 +903,11 @@ int q4dp_pre(void) {
  * from global memory (L1 after the first warp's touch) instead of copying
  * them into each block's shared memory behind a barrier first. The copy
  * (15 KB a 9B down, from L2) was ~1.1 us on the critical path after the PDL
- * release (sessions 16 and 19's traces); now the first round's weights and
- * digits load together. DX = 2 also loads the first round of weights into
+ * release (sessions 16 and 19's traces); now each round's digits load with
+ * its weights. (The first form read them in the arithmetic, an L2 latency
+ * after the weights' every round: H200, s32-run1, the 9B step 1.955-1.966
+ * ms against 1.939 copied; the default model's decode +1.9% and the 0.8B's
+ * +3.7% even so.) DX = 2 also loads the first round of weights into
  * registers before the PDL wait (PRE): a down follows k_stage_digits, a
  * launch of a few blocks, so its blocks are resident while that kernel runs
  * (PRE lost as the default for every one-row launch: a product's

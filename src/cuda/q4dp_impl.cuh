@@ -396,14 +396,27 @@ __device__ __forceinline__ void nibbles(const uint4 &v, uint32_t (&lo)[4], uint3
     for (int k = 0; k < 4; k++) lo[k] = q[k] & 0x0F0F0F0Fu, hi[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
 }
 
-/* One lane chunk (ch) of R weight rows (nibbles, raw scale and bias bits)
- * against the NR staged x rows: acc[r][i] += the chunk's terms (chunk_dot,
- * chunk_acc), x row by x row.
- * k_q4dp and k_q4dp_as share it: the same operations in the same order, so
- * the same bits. G: xd and xsb are the digits k_stage_digits wrote (global
- * memory, read through the non-coherent cache: k_q4dp's DX form), not a
- * block's shared copy; the same values, so the same bits. */
-template <int NR, int ND, bool G = false>
+/* One lane chunk of R weight rows (nibbles, raw scale and bias bits)
+ * against x row i's digits of that chunk (xq) and its (sx, sx * sum X):
+ * acc[r][i] += the chunk's terms (chunk_dot, chunk_acc). */
+template <int NR, int ND>
+__device__ __forceinline__ void row_terms(const uint32_t (&lo)[R][4], const uint32_t (&hi)[R][4], const uint32_t (&sr)[R],
+                                          const uint32_t (&br)[R], int sdt, const int4 (&xq)[2 * ND], float2 sb,
+                                          float (&acc)[R][NR], int i) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float D = chunk_dot<ND>(lo[r], hi[r], xq);
+        const float sc = sraw_f(sr[r], sdt), bc = sraw_f(br[r], sdt);
+        acc[r][i] = chunk_acc(sc, bc, sb, D, acc[r][i]);
+    }
+}
+
+/* One lane chunk (ch) of R weight rows against the NR staged x rows, x row
+ * by x row (row_terms).
+ * k_q4dp and k_q4dp_as share it, and k_q4dp's DX form calls row_terms with
+ * the digits it loaded with the weights: the same operations in the same
+ * order, so the same bits. */
+template <int NR, int ND>
 __device__ __forceinline__ void rows_dot(const uint32_t (&lo)[R][4], const uint32_t (&hi)[R][4], const uint32_t (&sr)[R],
                                          const uint32_t (&br)[R], int sdt, const int4 *xd, const float2 *xsb, int nch,
                                          int ch, float (&acc)[R][NR]) {
@@ -411,14 +424,8 @@ __device__ __forceinline__ void rows_dot(const uint32_t (&lo)[R][4], const uint3
     for (int i = 0; i < NR; i++) {
         int4 xq[2 * ND];
 #pragma unroll
-        for (int q = 0; q < 2 * ND; q++) xq[q] = G ? __ldg(xd + (i * 2 * ND + q) * nch + ch) : xd[(i * 2 * ND + q) * nch + ch];
-        const float2 sb = G ? __ldg(xsb + i * nch + ch) : xsb[i * nch + ch];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float D = chunk_dot<ND>(lo[r], hi[r], xq);
-            const float sc = sraw_f(sr[r], sdt), bc = sraw_f(br[r], sdt);
-            acc[r][i] = chunk_acc(sc, bc, sb, D, acc[r][i]);
-        }
+        for (int q = 0; q < 2 * ND; q++) xq[q] = xd[(i * 2 * ND + q) * nch + ch];
+        row_terms<NR, ND>(lo, hi, sr, br, sdt, xq, xsb[i * nch + ch], acc, i);
     }
 }
 

@@ -215,7 +215,12 @@ typedef struct ts_state {
                              argmax_ahead into ticket ahead_k (inside its graph) */
     float *ahead_hid;
     int ahead_k;
-    const int32_t *ahead_dev; /* the device id argmax_ahead returned (the same every call) */
+    const int32_t *ahead_dev; /* the device id of ticket ahead_k's slot, after the pass */
+    /* the slot argmax_ahead returned for each ticket (a backend's slot of a
+     * ticket is fixed): a replayed graph's argmax is not called on the host,
+     * so its pass takes its ticket's slot from here (it was captured, so
+     * argmax_ahead ran for that ticket before) */
+    const int32_t *ahead_slot[TS_AHEAD_TICKETS];
     /* Lazy rollback: when gdn_pend > 0, the GDN conv and recurrent state of
      * every GDN layer is NOT in gdn[L]: it is tape[L]'s snapshot advanced by
      * the first gdn_pend taped rows. The next ts_forward applies them in the
