@@ -670,9 +670,14 @@ inline int q4dp_bps(void) {
  * SwiGLU passes always (per block that staging was compute-bound: the 9B
  * step 2.20 -> 2.05 ms, bench/cuda/RESULTS.md session 16), normed and plain
  * passes of several rows (each block staged every row: 4 rows 4.28 -> 3.25
- * ms), not the one-row normed and plain ones (their per-block staging is
- * latency, 1.5-3.6 us, which the extra launch does not beat: one-row norm
- * once cost the step 0.14 ms). Also for narrow SwiGLU passes: staging the
+ * ms), and the one-row plain ones since the product reads the digits where
+ * they lie (k_q4dp's DX form, session 32: the launch and DX's first weights
+ * before the wait beat 1.5 us of staging in every block; H200, s32-run2,
+ * with DX: the 9B 512.9 -> 521.0 tok/s, the 0.8B 1,427 -> 1,457, the
+ * default model 4,306 -> 4,449; TSC_Q4DP_P1=0 stages them in the blocks
+ * again), not the one-row normed ones (their per-block staging is latency,
+ * ~2.3 us, which the extra launch does not beat: one-row norm once cost the
+ * step 0.14 ms in session 16, 0.09 ms with DX's first form in s32-run1). Also for narrow SwiGLU passes: staging the
  * 35B-A3B's shared-expert down (512 columns) in its blocks instead saved
  * its k_stage_digits launch (85 -> 77 kernels a step) but cost decode 0.6-2.7%
  * (35B-A3B-8L 1,636 against 1,646 tok/s, the default model 3,367 against
@@ -680,14 +685,14 @@ inline int q4dp_bps(void) {
  * division of every element in each of 64 blocks outweigh the launch.
  * (Since session 22 that down is the routed down's last slot, q4dp_moe's
  * shared form; TSC_MOE_SHARED_SLOT=0 brings the pass back.)
- * TSC_Q4DP_DIG=mask forces the modes (bit 1 << xm: 1 plain, 2 norm, 4
- * SwiGLU; 0 none), a benchmark switch. A row's bits are the same either
- * way. */
+ * TSC_Q4DP_DIG=mask forces the modes for every row count (bit 1 << xm: 1
+ * plain, 2 norm, 4 SwiGLU; 0 none), a benchmark switch. A row's bits are
+ * the same either way. */
 inline bool dig_takes(int xm, int nr) {
-    static int v = -2;
-    if (v == -2) v = ks_env("TSC_Q4DP_DIG", -1);
+    static int v = -2, p1 = -1;
+    if (v == -2) v = ks_env("TSC_Q4DP_DIG", -1), p1 = ks_env("TSC_Q4DP_P1", 1) != 0;
     if (v >= 0) return v >> xm & 1;
-    return xm == Q4DP_XM_SWIGLU || nr > 1;
+    return xm == Q4DP_XM_SWIGLU || nr > 1 || (xm == Q4DP_XM_PLAIN && p1);
 }
 
 /* The one-pass normed staging (stage_norm_words) where the row fits, or
