@@ -1,4 +1,6 @@
 #!/bin/bash
+# NOT RUN: the session's device budget ran out (149 s left, no start allowed) before this call; the two paths it
+# would have combined were each measured in s32-run4 (decode with the GDN digits, verify without: TSC_GDN_DIG=0).
 # session 32, device call 5 (the budget's last ~180 s): the GDN digits for one-row passes only (s32-run4's verify
 # lost 1.5% with them on every row count). Pack s32e = the tree to merge. The engine's exactness tests that cover
 # the change, then the 9B's MTP 3 at forced acceptance and plain decode against TSC_GDN_DIG=0, one round.
