@@ -214,6 +214,11 @@ typedef struct ts_gdn_args {
     const float *qkv, *a, *b; /* [n, C], [n, Hv] x 2 (a, b at ld Hv) */
     float *z;              /* [n, Vd] (overwritten) */
     float *out;            /* [n, Vd] */
+    /* the product that reads out next (the layer's out_proj), or NULL: a
+     * hint, so that a backend may make that product's input form with the
+     * step (CUDA: out's 8-bit digits, made by the GDN kernel); out is
+     * written either way */
+    const ts_weight *out_w;
     int n, Hk, Hv, dk, dv, K;
     float eps;
 } ts_gdn_args;

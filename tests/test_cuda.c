@@ -890,7 +890,7 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
     tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
+                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
     tsc_gdn_step(c, &A);
     tsc_set_gdn_fused(c, 0); /* the one-row calls through prep + scan: the n-row call took the one kernel */
     for (int t = 0; t < n; t++) {
@@ -921,6 +921,108 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     free(o), free(o1), free(S), free(S1), free(cs), free(cs1);
     free(g.qkv), free(g.z), free(g.b), free(g.a), free(g.cs), free(g.cw), free(g.S), free(g.nA), free(g.dtb), free(g.nw),
         free(g.o);
+    tsc_close(c);
+}
+
+/* ---- the GDN step makes out_proj's digits (gdn.cu's gdn_digits) ----
+ * With tsc_gdn_args.dg the fused kernel also writes o's 8-bit digits in the
+ * dp4a products' staged layout, so that the next product of o takes them
+ * (stage_once: no launch in between) instead of launching k_stage_digits.
+ * Checked for 1 and 3 rows, groups 32, 64 and 128, clusters of 4 and 8
+ * blocks: the bytes equal the product's own staging of o; the product that
+ * took them equals one that staged; a product after o's digits were zeroed
+ * behind the GDN step's back differs (it did take them); and with a launch
+ * in between (another product) it stages again. */
+TS_TEST(cuda, gdn_digits_same_as_staging) {
+    OPEN(c);
+    void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
+    tsc_set_digits(c, dgs, tsc_digits_ws_bytes());
+    int cases = 0;
+    for (int hv = 0; hv < 2; hv++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int ni = 0; ni < 2; ni++) {
+                const int Hk = 2, Hv = hv ? 4 : 2, dk = 128, dv = 128, K = 4, n = ni ? 3 : 1, G = 32 << gi;
+                const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
+                const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
+                float *qkv = malloc(sizeof(float) * n * C), *z = malloc(sizeof(float) * n * Vd);
+                float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * nc);
+                float *cw = malloc(sizeof(float) * K * C), *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
+                float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv);
+                frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
+                frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f), frand(S, nS, 0.05f);
+                frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
+                for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
+                float *dq = up(c, qkv, sizeof(float) * n * C), *dz = up(c, z, sizeof(float) * n * Vd);
+                float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
+                float *dcs = up(c, cs, sizeof(float) * nc), *dcw = up(c, cw, sizeof(float) * K * C);
+                float *dS = up(c, S, sizeof(float) * nS), *dnA = up(c, nA, sizeof(float) * Hv);
+                float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
+                float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
+                hw h;
+                make_w(&h, TS_DTYPE_U32, 4, G, TS_DTYPE_BF16, 40, Vd);
+                tsc_weight hd = desc(&h.w), dw;
+                hd.act_digits = 1;
+                ts_error e;
+                setenv("TSC_Q4T", "0", 1);
+                CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+                unsetenv("TSC_Q4T");
+                dw.act_digits = 1;
+                CHECK_MSG(tsc_digits_group(c, &dw, n) == G, "tsc_digits_group: %d for a group of %d, %d rows",
+                          tsc_digits_group(c, &dw, n), G, n);
+                float *y1 = tsc_alloc(c, sizeof(float) * n * 40), *y2 = tsc_alloc(c, sizeof(float) * n * 40);
+                float *y3 = tsc_alloc(c, sizeof(float) * n * 40), *y4 = tsc_alloc(c, sizeof(float) * n * 40);
+                const tsc_weight *wl[1] = {&dw};
+                const size_t nb = (size_t)n * ((size_t)Vd + (size_t)Vd / 32 * 8); /* stage_bytes(n, 1, Vd) */
+                tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
+                                  NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, dgs, G};
+                /* 1: the step's digits, the product that takes them, one that stages */
+                tsc_gdn_step(c, &A);
+                SYNC_OK(c);
+                uint8_t *gd = malloc(nb), *rd = malloc(nb);
+                tsc_read(c, gd, dgs, nb); /* (a copy, not a launch: the digits stay the next product's) */
+                tsc_linear(c, wl, 1, dout, &y1, n);
+                tsc_linear(c, wl, 1, dout, &y2, n); /* taken once: this one stages */
+                SYNC_OK(c);
+                tsc_read(c, rd, dgs, nb);
+                size_t bad = 0;
+                for (size_t i = 0; i < nb; i++) bad += gd[i] != rd[i];
+                CHECK_MSG(bad == 0, "Hv %d group %d, %d rows: %zu of %zu digit bytes differ from the product's staging", Hv,
+                          G, n, bad, nb);
+                float *h1 = down(c, y1, (size_t)n * 40), *h2 = down(c, y2, (size_t)n * 40);
+                CHECK_MSG(!memcmp(h1, h2, sizeof(float) * n * 40), "Hv %d group %d, %d rows: the product on the step's "
+                          "digits differs from the staged one", Hv, G, n);
+                /* 2: digits zeroed behind the step's back: the product took them (it differs) */
+                tsc_gdn_step(c, &A); /* (the state moved on: o is another) */
+                memset(gd, 0, nb);
+                tsc_write(c, dgs, gd, nb);
+                tsc_linear(c, wl, 1, dout, &y3, n);
+                tsc_linear(c, wl, 1, dout, &y4, n);
+                SYNC_OK(c);
+                float *h3 = down(c, y3, (size_t)n * 40), *h4 = down(c, y4, (size_t)n * 40);
+                CHECK_MSG(memcmp(h3, h4, sizeof(float) * n * 40) != 0, "Hv %d group %d, %d rows: the product after the "
+                          "step did not take its digits", Hv, G, n);
+                /* 3: a launch between the step and the product: it stages */
+                tsc_gdn_step(c, &A);
+                tsc_linear(c, wl, 1, dq, &y3, n); /* (another x: stages, over the step's digits) */
+                tsc_linear(c, wl, 1, dout, &y3, n);
+                tsc_linear(c, wl, 1, dout, &y4, n);
+                SYNC_OK(c);
+                free(h3), free(h4);
+                h3 = down(c, y3, (size_t)n * 40), h4 = down(c, y4, (size_t)n * 40);
+                CHECK_MSG(!memcmp(h3, h4, sizeof(float) * n * 40), "Hv %d group %d, %d rows: a product after another "
+                          "launch took stale digits", Hv, G, n);
+                cases++;
+                free(h1), free(h2), free(h3), free(h4), free(gd), free(rd);
+                tsc_free(c, y1), tsc_free(c, y2), tsc_free(c, y3), tsc_free(c, y4);
+                tsc_weight_free(c, &dw);
+                free_hw(&h);
+                tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcs), tsc_free(c, dcw);
+                tsc_free(c, dS), tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw), tsc_free(c, dout), tsc_free(c, ws);
+                free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
+            }
+    fprintf(stderr, "  %d cases: the step's digits are the staging's bytes, taken by the next product only\n", cases);
+    tsc_set_digits(c, NULL, 0);
+    tsc_free(c, dgs);
     tsc_close(c);
 }
 
@@ -956,7 +1058,7 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
         float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * Vd);
         float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
         tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
+                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
         tsc_gdn_prefill(c, &A);
         for (int t0 = 0; t0 < n; t0 += TSC_ROWS_MAX) {
             tsc_gdn_args B = A;
@@ -1045,7 +1147,7 @@ static void gdn_engine_forms_on(int fused) {
     /* the reference: in place */
     float *rcs = up(c, cs, sizeof(float) * nc), *rS = up(c, S, sizeof(float) * nS), *ro = tsc_alloc(c, ob);
     tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, rcs, dcw, rS, dnA, ddt, dnw, 1e-6f, ro, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
+                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
     tsc_gdn_step(c, &A);
     /* 1: from a separate source */
     float *scs = up(c, cs, sizeof(float) * nc), *sS = up(c, S, sizeof(float) * nS);
@@ -1168,7 +1270,7 @@ TS_TEST(cuda, gdn_fused_same_bits) {
             float *dcs = up(c, cs, sizeof(float) * nc), *dS = up(c, S, sizeof(float) * nS);
             float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
             tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
             tsc_set_gdn_fused(c, f);
             tsc_gdn_step(c, &A);
             SYNC_OK(c);

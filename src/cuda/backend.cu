@@ -1692,6 +1692,22 @@ struct gdn_run {
  * the destination. */
 void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, int blk, bool fused) {
     const int C = 2 * a->Hk * a->dk + a->Hv * a->dv, Vd = a->Hv * a->dv;
+    /* one row with output: the GDN kernel also makes out's digits for the
+     * product that reads out next (a->out_w), when that product would take
+     * 8-bit digits made once (tsc_digits_group). Measured (H100, s32-run4,
+     * TSC_GDN_DIG=0 the A/B): decode 9B +1.2%, 35B-A3B-8L +0.9%, the 0.8B
+     * and the default model +0.3%; but with its rows' digits made in turn
+     * (a cluster read and a warp sum a row) a 4-row verify's GDN cost more
+     * than the k_stage_digits launch it saved: the 9B's MTP verify 3.27
+     * against 3.22 ms a block, so several rows keep that launch. */
+    int dgg = 0;
+    if (fused && r.o && a->out_w && r.n == 1 && !r.n_dev)
+        if (const tsc_weight *t = wmap_get(&BE(q->base.be)->wm, a->out_w->packed)) {
+            tsc_weight d = *t;
+            d.rows = a->out_w->rows < t->rows ? a->out_w->rows : t->rows;
+            d.act_digits = a->out_w->act_digits; /* (dev_w's) */
+            if (d.cols == Vd) dgg = tsc_digits_group(q->c, &d, r.n);
+        }
     for (int r0 = 0; r0 < r.n; r0 += blk) {
         const int nr = r.n - r0 < blk ? r.n - r0 : blk;
         tsc_gdn_args g;
@@ -1706,6 +1722,7 @@ void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, i
         g.conv_alt = r.conv_alt, g.S_alt = r.S_alt;
         g.sel = r.sel, g.cont = r0 > 0;
         g.n_dev = r.n_dev, g.n_base = r0;
+        if (dgg) g.dg = q->c->dg, g.dg_group = dgg;
         if (fused) {
             tsc_gdn_step(q->c, &g);
             continue;

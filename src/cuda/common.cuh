@@ -32,6 +32,13 @@ struct tsc_ctx {
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
     size_t dg_bytes;
+    /* launches so far (tsc_launch), and what dg holds when a GDN step made
+     * them (tsc_gdn_step): the digits of dg_x's dg_n rows of dg_cols
+     * columns in groups of dg_group, valid while nlaunch == dg_seq (no
+     * launch since, so nothing has written dg or x; q4dp's stage_once) */
+    unsigned long long nlaunch, dg_seq;
+    const float *dg_x;
+    int dg_n, dg_cols, dg_group;
     void *blas; /* the cuBLAS handle of the prompt products (blas.cu), made on first use */
 };
 
@@ -88,6 +95,7 @@ static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 b
     at[0].val.programmaticStreamSerializationAllowed = c->pdl ? 1 : 0;
     cfg.attrs = at;
     cfg.numAttrs = 1;
+    c->nlaunch++;
     cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
 

@@ -155,10 +155,11 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[I
  * blocks (cluster ranks base .. base + CL - 1) in rank order through
  * distributed shared memory, then warp 0 writes column j of each row. The
  * caller keeps the cluster together until every block has read (its final
- * barrier). */
+ * barrier). gmx (o's digits, gdn_digits): each row's output also goes
+ * back to ojs and the block's largest |output| of the row to gmx[t]. */
 __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int j, int warp,
-                                             int lane, int base, float nw, const float (&ojs)[TSC_ROWS_MAX][32],
-                                             double (&ssq)[TSC_ROWS_MAX]) {
+                                             int lane, int base, float nw, float (&ojs)[TSC_ROWS_MAX][32],
+                                             double (&ssq)[TSC_ROWS_MAX], float *gmx) {
     if (warp != 0 || !a.o) return;
     const int Vd = a.Hv * DV;
     for (int t = 0; t < n; t++) {
@@ -167,7 +168,48 @@ __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_
         for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t], base + r);
         const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
         const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
-        a.o[(int64_t)t * Vd + h * DV + j] = __fmul_rn(__fmul_rn(__fmul_rn(ojs[t][lane], rr), nw), zj);
+        const float ov = __fmul_rn(__fmul_rn(__fmul_rn(ojs[t][lane], rr), nw), zj);
+        a.o[(int64_t)t * Vd + h * DV + j] = ov;
+        if (gmx) {
+            ojs[t][lane] = ov;
+            float m = fabsf(ov);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            if (lane == 0) gmx[t] = m;
+        }
+    }
+}
+
+/* o's 8-bit digits (tsc_gdn_args.dg) by warp 0 of each block, after a
+ * cluster barrier that follows gdn_rows_out: the block's 32 columns are
+ * one 32-column chunk of the staged layout (q4dp_impl.cuh: stage_bytes(n,
+ * 1, Vd), the even columns' bytes of each 8-column word at 2d and the odd
+ * ones' at 2d + 1, then (sx, sx * sum X) a chunk); a quantization group of
+ * dg_group columns is dg_group / 32 blocks of the value head (ranks first
+ * .. first + gb - 1), its max the largest of their gmx. stage_word's
+ * arithmetic for one digit (L = 127): the same max, sx, inverse and
+ * rounding, the chunk's sum of X exact, so the same bytes as the
+ * product's own staging of o. The caller keeps the cluster together until
+ * every block has read (a barrier after this). */
+__device__ __forceinline__ void gdn_digits(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int cb, int lane,
+                                           int base, const float (&ojs)[TSC_ROWS_MAX][32], float *gmx) {
+    const int nch = a.Hv * DV / 32, ch = (h * DV + cb * CB) / 32;
+    const int gb = a.dg_group / 32, first = base + cb / gb * gb;
+    const float L = 127.0f;
+    uint8_t *dg = (uint8_t *)a.dg;
+    float2 *xsb = (float2 *)(dg + (size_t)n * 2 * nch * 16);
+    for (int t = 0; t < n; t++) {
+        float m = 0.f;
+        for (int r = 0; r < gb; r++) m = fmaxf(m, *cl.map_shared_rank(&gmx[t], first + r));
+        const float sx = __fdiv_rn(m, L), inv = m > 0.f ? __fdiv_rn(L, m) : 0.f;
+        const int X = __float2int_rn(fminf(fmaxf(__fmul_rn(ojs[t][lane], inv), -L), L));
+        int sum = X;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        /* column lane: word lane / 8 of the chunk, byte (lane % 8) / 2 of
+         * that word in the even or the odd columns' int4 */
+        dg[((size_t)t * 2 * nch + (size_t)(lane & 1) * nch + ch) * 16 + (lane >> 3) * 4 + ((lane & 7) >> 1)] = (uint8_t)(X & 0xFF);
+        if (lane == 0) xsb[(size_t)t * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
     }
 }
 
@@ -195,7 +237,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
         gdn_scan_row(a, S, q, k, row + 2 * Kd + h * DV + j, t, h, warp, lane, nA, dtb, redp, redo, ojs, ssq);
     }
     cl.sync(); /* every block's sums of squares of every row are in */
-    gdn_rows_out(a, cl, n, h, j, warp, lane, 0, nw, ojs, ssq);
+    gdn_rows_out(a, cl, n, h, j, warp, lane, 0, nw, ojs, ssq, nullptr);
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
     cl.sync(); /* no block leaves while another may still read its ssq */
@@ -242,6 +284,7 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     __shared__ float redp[NW][32], redo[NW][32], ojs[TSC_ROWS_MAX][32];
     __shared__ double red[NW];
     __shared__ double ssq[TSC_ROWS_MAX];
+    __shared__ float gmx[TSC_ROWS_MAX];
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank(), g = blockIdx.x / (CL * RR), h = g * RR + rank / CL, cb = rank % CL;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = cb * CB + lane, tid = threadIdx.x;
@@ -293,10 +336,14 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
         gdn_scan_row(a, S, q, k, &vs[t][lane], t, h, warp, lane, nA, dtb, redp, redo, ojs, ssq);
     }
     cl.sync(); /* every block's sums of squares of every row are in */
-    gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq);
+    gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, a.dg ? gmx : nullptr);
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
     cl.sync(); /* no block leaves while another may still read its ssq; every block has read the conv state */
+    if (a.dg) { /* (uniform: an argument) */
+        if (warp == 0) gdn_digits(a, cl, n, h, cb, lane, base, ojs, gmx);
+        cl.sync(); /* no block leaves while another may still read its gmx */
+    }
     if (tid < CB)
 #pragma unroll
         for (int q = 0; q < KW - 1; q++) cout[(int64_t)q * C + cv] = hv[q];
@@ -753,10 +800,17 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
     const int C = 2 * a->Hk * DK + a->Hv * DV, rr = a->Hv / a->Hk;
     if (c->gdn_fused && rr <= 2) {
         const bool e = c->pdl_early;
+        tsc_gdn_args g = *a;
+        const bool dig = g.dg && g.o && !g.n_dev && (g.dg_group == 32 || g.dg_group == 64 || g.dg_group == 128);
+        const bool ws = dig && g.dg == c->dg; /* into the ctx's digits: the next product may take them */
+        if (!dig) g.dg = NULL;
         tsc_launch(c, rr == 1 ? (e ? k_gdn_fused<true, 1> : k_gdn_fused<false, 1>)
                               : (e ? k_gdn_fused<true, 2> : k_gdn_fused<false, 2>),
-                   dim3(a->Hv * CL), dim3(NW * 32), 0, *a);
+                   dim3(a->Hv * CL), dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
+        if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */
+            c->dg_seq = c->nlaunch, c->dg_x = g.o, c->dg_n = g.n, c->dg_cols = g.Hv * DV, c->dg_group = g.dg_group;
+        }
         return;
     }
     tsc_launch(c, c->pdl_early ? k_gdn_prep<true> : k_gdn_prep<false>, dim3(C / DK), dim3(DK), 0, *a, a->ws);

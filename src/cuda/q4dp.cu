@@ -1244,6 +1244,23 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
 
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
 
+/* q4dp_linear_staged's choices for a plain pass of n rows of w (one pass:
+ * the rows a pass takes, as it computes them) that lead to stage_once's
+ * k_stage_digits for 8-bit x. Switch TSC_GDN_DIG=0: never (the GDN step
+ * makes no digits; an A/B in one binary: the bits are the same). */
+extern "C" int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n) {
+    static int on = -1;
+    if (on < 0) on = ks_env("TSC_GDN_DIG", 1) != 0;
+    if (!on || !c || !c->dg || !q4dp_takes(w) || w->act_digits != 1) return 0;
+    if (w->group != 32 && w->group != 64 && w->group != 128) return 0;
+    if (mm_takes(w) || q4g_takes(&w, 1, 1) || !dig_takes(Q4DP_XM_PLAIN, n)) return 0;
+    const int cols = (int)w->cols;
+    int per = rows_per_pass(1);
+    while (per > 1 && stage_bytes(per, 1, cols) > SMEM_MAX) per--;
+    if (n < 1 || n > per || stage_bytes(n, 1, cols) > c->dg_bytes) return 0;
+    return w->group;
+}
+
 bool q4dp_takes(const tsc_weight *w) {
     if (!enabled() || w->dtype != TS_DTYPE_U32 || w->bits != 4 || w->layout != TSC_LAYOUT_MLX) return false;
     if (w->group < 32 || w->group > 256 || (w->group & (w->group - 1)) || w->cols % w->group || w->cols > (1 << 24))

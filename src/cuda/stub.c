@@ -168,6 +168,7 @@ void tsc_linear_swiglu_out(tsc_ctx *c, const tsc_weight *const *w, int nw, float
 void tsc_set_barrier(tsc_ctx *c, unsigned *dev_counter) { (void)c, (void)dev_counter; }
 size_t tsc_digits_ws_bytes(void) { return 0; }
 void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes) { (void)c, (void)dev, (void)bytes; }
+int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n) { (void)c, (void)w, (void)n; return 0; }
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)add, (void)norm_w, (void)eps, (void)x_out, (void)u_out, (void)y, (void)n;

@@ -235,6 +235,11 @@ void tsc_set_barrier(tsc_ctx *c, unsigned *dev_counter);
  * One per context: the passes of a stream use it in turn. */
 size_t tsc_digits_ws_bytes(void);
 void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes);
+/* The quantization group (32, 64 or 128) when a plain product of w over n
+ * rows would take its x's 8-bit digits made once in that scratch (the dp4a
+ * products, every switch as they read it), so that a GDN step may make them
+ * for it (tsc_gdn_args.dg); 0 otherwise. */
+int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n);
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
 
@@ -327,6 +332,13 @@ typedef struct tsc_gdn_args {
      * against 17,692 / 20,705 with the row scan). */
     float *wy;
     int wy_rows;
+    /* tsc_gdn_step (fused kernel, o set, no n_dev): also o's 8-bit digits
+     * in the dp4a products' staged layout for n rows (q4dp_impl.cuh's
+     * stage_word: per group of dg_group = 32, 64 or 128 columns), written
+     * to dg, so that the next product of o need not make them (the ctx's
+     * digits workspace, q4dp_gdn_digits); NULL: none */
+    void *dg;
+    int dg_group;
 } tsc_gdn_args;
 size_t tsc_gdn_ws_bytes(int n, int C);
 size_t tsc_gdn_wy_bytes(int rows, int Hv);

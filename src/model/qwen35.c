@@ -118,6 +118,7 @@ static void gdn_block(const ts_model *m, ts_state *st, const ts_gdn_w *w, int L,
     a.b = bb;
     a.z = z;
     a.out = o;
+    a.out_w = &w->out_proj;
     a.n = n;
     OPS(st)->gdn(st->s, md, &a);
     linear(st, md, &w->out_proj, o, sc->t, n);
