@@ -1,13 +1,37 @@
 #!/bin/bash
-# NOT RUN: the session's device budget ran out (149 s left, no start allowed) before this call; the two paths it
-# would have combined were each measured in s32-run4 (decode with the GDN digits, verify without: TSC_GDN_DIG=0).
-# session 32, device call 5 (the budget's last ~180 s): the GDN digits for one-row passes only (s32-run4's verify
-# lost 1.5% with them on every row count). Pack s32e = the tree to merge. The engine's exactness tests that cover
-# the change, then the 9B's MTP 3 at forced acceptance and plain decode against TSC_GDN_DIG=0, one round.
-# Prediction: verify back at s32-run4's TSC_GDN_DIG=0 figure (~3.22 ms a block), decode at its default (+1.2%).
+# NOT RUN: session 32's device budget ran out (149 s left, no start allowed) before this call; a later session's first
+# call. The merged tree's figures: the GDN digits for one-row passes only (s32-run4 measured decode with them on every
+# row count, +0.3..+1.2%, and verify without them: TSC_GDN_DIG=0), DX = 2 and the one-row plain passes' digits made
+# once (s32-run2/3), run-ahead fixed (s32-run2). Build: make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all, then
+# bench/cuda/pack.sh s32e (or a later name: change PACK below). Carry .gpu/s32e (bench/cuda/slim.sh out-all s32-run5
+# first). Prediction: 9B MTP 3 verify at s32-run4's TSC_GDN_DIG=0 figure (~3.22 ms a block on an H100, ~3.14 on an
+# H200), decode at s32-run4's default (H100 ~438 tok/s; H200 ~525-530); GPU suites all pass.
 PACK=.gpu/s32e/pack.tar.xz . bench/cuda/device_env.sh
+timeout 120 $B/ts_test cuda_engine.ahead_exact cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_greedy_exact_fixtures cuda.gdn_digits_same_as_staging > $O/t_first.log 2>&1; tl "first tests $?"
 synth_shape 9b shapes/qwen3.5-9B.json
-bj 9b_mtp3_d X=0 $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
-bj 9b_mtp3_g0 TSC_GDN_DIG=0 $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
-timeout 60 $B/ts_test cuda_engine.ahead_exact cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_greedy_exact_fixtures > $O/t_engine.log 2>&1; tl "engine tests $?"
+synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
+synth_shape 08b shapes/qwen3.5-0.8B.json
+for r in a b c; do
+  for v in d g0 old a0; do
+    case $v in d) ev=X=0 ;; g0) ev=TSC_GDN_DIG=0 ;; old) ev="TSC_GDN_DIG=0 TSC_Q4DP_DX=0 TSC_Q4DP_P1=0" ;; a0) ev=TS_AHEAD=0 ;; esac
+    bj 9b_${v}_$r "$ev" $S/9b --prompt 512 --gen 128 --runs 2
+    bj 08b_${v}_$r "$ev" $S/08b --prompt 512 --gen 128 --runs 2
+    bj def_${v}_$r "$ev" models/default --prompt 512 --gen 128 --runs 2
+    bj 35b8_${v}_$r "$ev" $S/35b8 --prompt 512 --gen 128 --runs 2
+  done
+done
+for r in a b; do
+  for v in d g0; do
+    case $v in d) ev=X=0 ;; g0) ev=TSC_GDN_DIG=0 ;; esac
+    bj 9b_mtp3_${v}_$r "$ev" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
+    bj def_mtp2_${v}_$r "$ev" models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft 2
+  done
+  timeout 60 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_$r.txt 2>&1; tl "cb 9b $?"
+done
+timeout 200 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
+timeout 300 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "ts_test cuda_engine $?"
+timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda.gdn_digits_same_as_staging cuda_engine.ahead_exact > $O/memcheck.log 2>&1; tl "memcheck $?"
+timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 $B/ts_test cuda.gdn_digits_same_as_staging > $O/racecheck.log 2>&1; tl "racecheck $?"
+synth_shape 35b shapes/qwen3.5-35B-A3B.json
+bj 35b_d X=0 $S/35b --prompt 512 --gen 128 --runs 2
 device_end
