@@ -890,7 +890,7 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
     tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
+                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0};
     tsc_gdn_step(c, &A);
     tsc_set_gdn_fused(c, 0); /* the one-row calls through prep + scan: the n-row call took the one kernel */
     for (int t = 0; t < n; t++) {
@@ -974,7 +974,7 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
                 const tsc_weight *wl[1] = {&dw};
                 const size_t nb = (size_t)n * ((size_t)Vd + (size_t)Vd / 32 * 8); /* stage_bytes(n, 1, Vd) */
                 tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                                  NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, dgs, G};
+                                  NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, dgs, G, 0};
                 /* 1: the step's digits, the product that takes them, one that stages */
                 tsc_gdn_step(c, &A);
                 SYNC_OK(c);
@@ -1058,7 +1058,7 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
         float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * Vd);
         float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
         tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
+                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0};
         tsc_gdn_prefill(c, &A);
         for (int t0 = 0; t0 < n; t0 += TSC_ROWS_MAX) {
             tsc_gdn_args B = A;
@@ -1147,7 +1147,7 @@ static void gdn_engine_forms_on(int fused) {
     /* the reference: in place */
     float *rcs = up(c, cs, sizeof(float) * nc), *rS = up(c, S, sizeof(float) * nS), *ro = tsc_alloc(c, ob);
     tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, rcs, dcw, rS, dnA, ddt, dnw, 1e-6f, ro, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
+                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0};
     tsc_gdn_step(c, &A);
     /* 1: from a separate source */
     float *scs = up(c, cs, sizeof(float) * nc), *sS = up(c, S, sizeof(float) * nS);
@@ -1270,7 +1270,7 @@ TS_TEST(cuda, gdn_fused_same_bits) {
             float *dcs = up(c, cs, sizeof(float) * nc), *dS = up(c, S, sizeof(float) * nS);
             float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
             tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
+                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0};
             tsc_set_gdn_fused(c, f);
             tsc_gdn_step(c, &A);
             SYNC_OK(c);

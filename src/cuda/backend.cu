@@ -1690,6 +1690,18 @@ struct gdn_run {
 /* The run in blocks of blk rows through the prepared rows' workspace ws:
  * the first block reads the source state, later ones continue in place on
  * the destination. */
+/* TSC_GDN_DIG=2: the GDN step makes out's digits for several rows too (its
+ * rows now by several warps: tsc_gdn_args.rows_par); written after the
+ * budget of session 32 ran out, to measure (s32-run5) */
+bool gdn_dig_rows() {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TSC_GDN_DIG");
+        v = e && e[0] == '2';
+    }
+    return v;
+}
+
 void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, int blk, bool fused) {
     const int C = 2 * a->Hk * a->dk + a->Hv * a->dv, Vd = a->Hv * a->dv;
     /* one row with output: the GDN kernel also makes out's digits for the
@@ -1701,7 +1713,7 @@ void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, i
      * than the k_stage_digits launch it saved: the 9B's MTP verify 3.27
      * against 3.22 ms a block, so several rows keep that launch. */
     int dgg = 0;
-    if (fused && r.o && a->out_w && r.n == 1 && !r.n_dev)
+    if (fused && r.o && a->out_w && (r.n == 1 || (r.n <= blk && gdn_dig_rows())) && !r.n_dev)
         if (const tsc_weight *t = wmap_get(&BE(q->base.be)->wm, a->out_w->packed)) {
             tsc_weight d = *t;
             d.rows = a->out_w->rows < t->rows ? a->out_w->rows : t->rows;

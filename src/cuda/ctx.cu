@@ -131,6 +131,8 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->attn_kv = ak && ak[0] == '0' ? 0 : ak && ak[0] == '1' ? 1 : 2;
     const char *gf = getenv("TSC_GDN_FUSED");
     c->gdn_fused = !(gf && gf[0] == '0');
+    const char *gr = getenv("TSC_GDN_ROWPAR"); /* opt-in until measured (bench/cuda/s32-run5) */
+    c->gdn_rowpar = gr && gr[0] == '1';
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

@@ -156,13 +156,15 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[I
  * distributed shared memory, then warp 0 writes column j of each row. The
  * caller keeps the cluster together until every block has read (its final
  * barrier). gmx (o's digits, gdn_digits): each row's output also goes
- * back to ojs and the block's largest |output| of the row to gmx[t]. */
+ * back to ojs and the block's largest |output| of the row to gmx[t].
+ * rows_par: row t by warp t % NW (a verify's rows at once; ojs and ssq are
+ * the block's after the cluster barrier), else every row by warp 0. */
 __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int j, int warp,
                                              int lane, int base, float nw, float (&ojs)[TSC_ROWS_MAX][32],
                                              double (&ssq)[TSC_ROWS_MAX], float *gmx) {
-    if (warp != 0 || !a.o) return;
+    if (!a.o) return;
     const int Vd = a.Hv * DV;
-    for (int t = 0; t < n; t++) {
+    for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1) {
         double tot = 0;
 #pragma unroll
         for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t], base + r);
@@ -189,16 +191,17 @@ __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_
  * .. first + gb - 1), its max the largest of their gmx. stage_word's
  * arithmetic for one digit (L = 127): the same max, sx, inverse and
  * rounding, the chunk's sum of X exact, so the same bytes as the
- * product's own staging of o. The caller keeps the cluster together until
- * every block has read (a barrier after this). */
-__device__ __forceinline__ void gdn_digits(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int cb, int lane,
-                                           int base, const float (&ojs)[TSC_ROWS_MAX][32], float *gmx) {
+ * product's own staging of o. Rows as gdn_rows_out shares them among the
+ * warps. The caller keeps the cluster together until every block has read
+ * (a barrier after this). */
+__device__ __forceinline__ void gdn_digits(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int cb, int warp,
+                                           int lane, int base, const float (&ojs)[TSC_ROWS_MAX][32], float *gmx) {
     const int nch = a.Hv * DV / 32, ch = (h * DV + cb * CB) / 32;
     const int gb = a.dg_group / 32, first = base + cb / gb * gb;
     const float L = 127.0f;
     uint8_t *dg = (uint8_t *)a.dg;
     float2 *xsb = (float2 *)(dg + (size_t)n * 2 * nch * 16);
-    for (int t = 0; t < n; t++) {
+    for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1) {
         float m = 0.f;
         for (int r = 0; r < gb; r++) m = fmaxf(m, *cl.map_shared_rank(&gmx[t], first + r));
         const float sx = __fdiv_rn(m, L), inv = m > 0.f ? __fdiv_rn(L, m) : 0.f;
@@ -341,7 +344,7 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
     cl.sync(); /* no block leaves while another may still read its ssq; every block has read the conv state */
     if (a.dg) { /* (uniform: an argument) */
-        if (warp == 0) gdn_digits(a, cl, n, h, cb, lane, base, ojs, gmx);
+        gdn_digits(a, cl, n, h, cb, warp, lane, base, ojs, gmx);
         cl.sync(); /* no block leaves while another may still read its gmx */
     }
     if (tid < CB)
@@ -801,6 +804,7 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
     if (c->gdn_fused && rr <= 2) {
         const bool e = c->pdl_early;
         tsc_gdn_args g = *a;
+        g.rows_par = c->gdn_rowpar;
         const bool dig = g.dg && g.o && !g.n_dev && (g.dg_group == 32 || g.dg_group == 64 || g.dg_group == 128);
         const bool ws = dig && g.dg == c->dg; /* into the ctx's digits: the next product may take them */
         if (!dig) g.dg = NULL;

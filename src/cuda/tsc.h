@@ -339,6 +339,11 @@ typedef struct tsc_gdn_args {
      * digits workspace, q4dp_gdn_digits); NULL: none */
     void *dg;
     int dg_group;
+    /* the fused kernel's rows' outputs (and digits) by warp t % 8 of each
+     * block rather than by warp 0 in turn: the same arithmetic a row, so the
+     * same bits (tsc_gdn_step sets it: TSC_GDN_ROWPAR=1; written in session
+     * 32 after its device budget ran out: opt-in until measured) */
+    int rows_par;
 } tsc_gdn_args;
 size_t tsc_gdn_ws_bytes(int n, int C);
 size_t tsc_gdn_wy_bytes(int rows, int Hv);

@@ -6,8 +6,14 @@
 # bench/cuda/pack.sh s32e (or a later name: change PACK below). Carry .gpu/s32e (bench/cuda/slim.sh out-all s32-run5
 # first). Prediction: 9B MTP 3 verify at s32-run4's TSC_GDN_DIG=0 figure (~3.22 ms a block on an H100, ~3.14 on an
 # H200), decode at s32-run4's default (H100 ~438 tok/s; H200 ~525-530); GPU suites all pass.
+# Also two opt-in forms written after the budget ran out (compiled with -Werror, never run): TSC_GDN_ROWPAR=1 (the
+# fused GDN kernel's rows' outputs and digits by warp t % 8, not warp 0 in turn: the same bits) and TSC_GDN_DIG=2 (the
+# GDN step's digits for several rows too, which s32-run4 measured a 1.5% verify loss with the rows in turn).
+# Prediction: ROWPAR alone -0.5..-1 us a verify's GDN layer (a 9B MTP 3 block -10..-25 us), nothing at one row;
+# ROWPAR + DIG=2 a 9B block -30..-50 us against the default (24 out_proj digit launches gone).
 PACK=.gpu/s32e/pack.tar.xz . bench/cuda/device_env.sh
 timeout 120 $B/ts_test cuda_engine.ahead_exact cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_greedy_exact_fixtures cuda.gdn_digits_same_as_staging > $O/t_first.log 2>&1; tl "first tests $?"
+TSC_GDN_ROWPAR=1 TSC_GDN_DIG=2 timeout 200 $B/ts_test cuda.gdn_digits_same_as_staging cuda.gdn_step_parity_and_row_exact cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_greedy_exact_fixtures cuda_engine.spec_rollback_device_state_bit_exact cuda_engine.spec_verify_graph_chain > $O/t_rowpar.log 2>&1; tl "rowpar tests $?"
 synth_shape 9b shapes/qwen3.5-9B.json
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 synth_shape 08b shapes/qwen3.5-0.8B.json
@@ -21,8 +27,8 @@ for r in a b c; do
   done
 done
 for r in a b; do
-  for v in d g0; do
-    case $v in d) ev=X=0 ;; g0) ev=TSC_GDN_DIG=0 ;; esac
+  for v in d g0 rp rpd2; do
+    case $v in d) ev=X=0 ;; g0) ev=TSC_GDN_DIG=0 ;; rp) ev=TSC_GDN_ROWPAR=1 ;; rpd2) ev="TSC_GDN_ROWPAR=1 TSC_GDN_DIG=2" ;; esac
     bj 9b_mtp3_${v}_$r "$ev" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
     bj def_mtp2_${v}_$r "$ev" models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft 2
   done
