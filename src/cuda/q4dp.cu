@@ -1245,8 +1245,9 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
 
 /* q4dp_linear_staged's choices for a plain pass of n rows of w (one pass:
- * the rows a pass takes, as it computes them) that lead to stage_once's
- * k_stage_digits for 8-bit x. Switch TSC_GDN_DIG=0: never (the GDN step
+ * the rows a pass takes, as it computes them -- a copy of its rule for
+ * `per`: change both together) that lead to stage_once's k_stage_digits
+ * for 8-bit x. Switch TSC_GDN_DIG=0: never (the GDN step
  * makes no digits; an A/B in one binary: the bits are the same). */
 extern "C" int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n) {
     static int on = -1;
@@ -1303,7 +1304,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
      * digits would not fit (the passes read the weights again; each row's
      * bits do not change) */
     int per = rows_per_pass(nd);
-    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
+    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--; /* (tsc_digits_group has this rule too) */
     for (int i0 = 0, nr; i0 < n; i0 += nr) {
         nr = n - i0 < per ? n - i0 : per;
         /* 8-bit x has kernels of 1..8 rows; 16- and 24-bit x of 1..4 (per
