@@ -22,19 +22,10 @@
 #include "ts_test.h"
 
 /* Tests whose arithmetic assumes the default buffers run with TS_AHEAD set
- * aside: run-ahead is off on the CPU unless TS_AHEAD=1 forces it, and its
- * buffers are checked where they are asked for (ahead = 1 in a session's
- * parameters; tests/test_ahead.c). So the suite passes under TS_AHEAD=1
- * too (a run that forces run-ahead through every other test). */
-static char *env_aside(const char *name) {
-    const char *v = getenv(name);
-    char *keep = v ? strdup(v) : NULL;
-    unsetenv(name);
-    return keep;
-}
-static void env_back(const char *name, char *keep) {
-    if (keep) setenv(name, keep, 1), free(keep);
-}
+ * aside (ts_env_aside): run-ahead is off on the CPU unless TS_AHEAD=1
+ * forces it, and its buffers are checked where they are asked for (ahead =
+ * 1 in a session's parameters; tests/test_ahead.c), so the suite passes
+ * under TS_AHEAD=1 too. */
 
 typedef struct { int ctx, chunk, draft, checkpoint, mtp, ngram, ahead; } cfg;
 
@@ -114,9 +105,9 @@ static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
 
 static void equals_allocations_body(void);
 TS_TEST(plan, equals_allocations) {
-    char *keep = env_aside("TS_AHEAD");
+    char *keep = ts_env_aside("TS_AHEAD");
     equals_allocations_body();
-    env_back("TS_AHEAD", keep);
+    ts_env_back("TS_AHEAD", keep);
 }
 static void equals_allocations_body(void) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
@@ -468,9 +459,9 @@ static void off_subset_of_on(const ts_mem_plan *off, const ts_mem_plan *on, cons
 
 static void options_off_add_nothing_body(void);
 TS_TEST(plan, options_off_add_nothing) {
-    char *keep = env_aside("TS_AHEAD");
+    char *keep = ts_env_aside("TS_AHEAD");
     options_off_add_nothing_body();
-    env_back("TS_AHEAD", keep);
+    ts_env_back("TS_AHEAD", keep);
 }
 static void options_off_add_nothing_body(void) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
@@ -559,9 +550,9 @@ static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const
 
 static void frozen_shapes_body(void);
 TS_TEST(plan, frozen_shapes) {
-    char *keep = env_aside("TS_AHEAD");
+    char *keep = ts_env_aside("TS_AHEAD");
     frozen_shapes_body();
-    env_back("TS_AHEAD", keep);
+    ts_env_back("TS_AHEAD", keep);
 }
 static void frozen_shapes_body(void) {
     char *names[64];

@@ -28,19 +28,10 @@
 #include "ts_test.h"
 
 /* Tests whose arithmetic assumes the default buffers run with TS_AHEAD set
- * aside: run-ahead is off on the CPU unless TS_AHEAD=1 forces it, and its
- * buffers are checked where they are asked for (ahead = 1 in a session's
- * parameters; tests/test_ahead.c). So the suite passes under TS_AHEAD=1
- * too (a run that forces run-ahead through every other test). */
-static char *env_aside(const char *name) {
-    const char *v = getenv(name);
-    char *keep = v ? strdup(v) : NULL;
-    unsetenv(name);
-    return keep;
-}
-static void env_back(const char *name, char *keep) {
-    if (keep) setenv(name, keep, 1), free(keep);
-}
+ * aside (ts_env_aside): run-ahead is off on the CPU unless TS_AHEAD=1
+ * forces it, and its buffers are checked where they are asked for (ahead =
+ * 1 in a session's parameters; tests/test_ahead.c), so the suite passes
+ * under TS_AHEAD=1 too. */
 
 static const int gpus[] = {1, 2, 4, 8};
 
@@ -441,9 +432,9 @@ TS_TEST(shard, kv_replication) {
  * shard.shapes_partition; planning the large ones live costs seconds). */
 static void one_gpu_is_the_plan_body(void);
 TS_TEST(shard, one_gpu_is_the_plan) {
-    char *keep = env_aside("TS_AHEAD");
+    char *keep = ts_env_aside("TS_AHEAD");
     one_gpu_is_the_plan_body();
-    env_back("TS_AHEAD", keep);
+    ts_env_back("TS_AHEAD", keep);
 }
 static void one_gpu_is_the_plan_body(void) {
     static const char *shapes[] = {"shapes/qwen3.5-0.8B.json", "shapes/qwen3.5-35B-A3B.json"};

@@ -46,6 +46,19 @@ float ts_test_max_abs(const float *a, const float *b, size_t n);
     }                                                                         \
     static void ts_test_##group##_##name(void)
 
+/* An environment variable set aside while a test runs (its value, or NULL
+ * when it was unset), and put back: ts_env_back frees what ts_env_aside
+ * returned. For tests whose expectations assume a switch's default. */
+static inline char *ts_env_aside(const char *name) {
+    const char *v = getenv(name);
+    char *keep = v ? strdup(v) : NULL;
+    unsetenv(name);
+    return keep;
+}
+static inline void ts_env_back(const char *name, char *keep) {
+    if (keep) setenv(name, keep, 1), free(keep);
+}
+
 #define CHECK(cond)                                                           \
     do {                                                                      \
         if (!(cond)) { ts_test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond); return; } \
