@@ -27,12 +27,13 @@
  * timeline (prompt chunks, decode, verify with forced rejections, rollback,
  * checkpoint restore, sampled drafting, plain greedy run ahead) gives the
  * plain CPU engine's outputs bit for bit, with graphs captured and replayed
- * (counted). Mutation-checked: with qwen35.c's replayed pass handing on the
+ * (counted), and so does DFlash drafting (its context and block passes). Mutation-checked: with qwen35.c's replayed pass handing on the
  * last host-run pass's slot (session 32's bug), ahead_same fails.
  */
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "dflash_fx.h"
 #include "gen_oracle.h"
 #include "ts_test.h"
 
@@ -464,4 +465,60 @@ TS_TEST(graphs, timeline_same_as_cpu) {
         ts_engine_close(a);
         ts_engine_close(b);
     }
+}
+
+/* DFlash drafting on the graph backend: its context and block passes are
+ * captured too (model/dflash.c); greedy with forced rejections and sampled
+ * generation give the plain CPU engine's ids. */
+static int dflash_timeline(ts_engine *e, collect *c) {
+    ts_error err = {0};
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 256;
+    sp.max_rows = 7;
+    sp.dflash_block = 6;
+    ts_session *s = NULL;
+    if (ts_session_new(e, &sp, &s, &err)) { ts_test_fail(__FILE__, __LINE__, "%s", err.msg); return -1; }
+    const int V = ts_engine_info(e)->vocab_size;
+    int32_t prompt[20];
+    for (int i = 0; i < 20; i++) prompt[i] = (i * 37 + 5) % V;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 40;
+    gp.dflash_block = 6;
+    ts_session_override_drafts(s, bad_drafts, NULL);
+    c->n = 0;
+    int rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
+    ts_session_reset(s);
+    gp.temperature = 0.9f;
+    gp.seed = 5;
+    ts_session_override_drafts(s, NULL, NULL);
+    if (!rc) rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    ts_session_free(s);
+    return rc;
+}
+
+TS_TEST(graphs, dflash_same_as_cpu) {
+    const char *dd = ts_test_dflash_drafter("tiny-dense", "df-graphs");
+    CHECK(dd);
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.dflash = 1;
+    ep.drafter_dir = dd;
+    ts_engine *a = NULL, *b = NULL;
+    ts_error err = {0};
+    CHECK_MSG(ts_engine_open("tests/fixtures/tiny-dense", &ep, &a, &err) == 0 &&
+                  ts_engine_open("tests/fixtures/tiny-dense", &ep, &b, &err) == 0,
+              "%s", err.msg);
+    gr_be *g = graph_engine(b);
+    CHECK(g != NULL);
+    static collect ca, cb;
+    CHECK(dflash_timeline(a, &ca) == 0 && dflash_timeline(b, &cb) == 0);
+    CHECK_MSG(ca.n == cb.n && ca.n == 80 && !memcmp(ca.ids, cb.ids, sizeof(int32_t) * (size_t)ca.n), "ids differ (%d, %d)",
+              ca.n, cb.n);
+    fprintf(stderr, "  DFlash: %d ids identical with graphs (%ld captured, %ld replays)\n", ca.n, g->captures, g->replays);
+    CHECK(g->replays > 10);
+    ts_engine_close(a);
+    ts_engine_close(b);
 }
