@@ -1161,14 +1161,13 @@ tsc_weight slot_desc(const ts_weight *w) {
     return d;
 }
 
-/* The device descriptor of a prepared weight; rows may be a prefix (the
- * head's drafting rows). */
-bool dev_w(ts_stream *s, const ts_weight *w, tsc_weight *d) {
-    const tsc_weight *t = wmap_get(&BE(s->be)->wm, w->packed);
-    if (!t) {
-        fail(s, TS_E_ARG, "a weight was not prepared for the CUDA backend");
-        return false;
-    }
+/* The device descriptor of a prepared weight into d; rows may be a prefix
+ * (the head's drafting rows). false: w was not prepared here (dev_w fails
+ * the stream; the GDN step's hint for out_proj's digits, gdn_rows, only
+ * asks). */
+bool dev_w_find(ts_backend *be, const ts_weight *w, tsc_weight *d) {
+    const tsc_weight *t = wmap_get(&BE(be)->wm, w->packed);
+    if (!t) return false;
     *d = *t;
     d->rows = w->rows < t->rows ? w->rows : t->rows;
     /* the activation precision as the engine set it (ts_model_set_act_digits
@@ -1176,6 +1175,12 @@ bool dev_w(ts_stream *s, const ts_weight *w, tsc_weight *d) {
      * this line the GPU products ran at 24 bits whatever --act-bits said) */
     d->act_digits = w->act_digits;
     return true;
+}
+
+bool dev_w(ts_stream *s, const ts_weight *w, tsc_weight *d) {
+    if (dev_w_find(s->be, w, d)) return true;
+    fail(s, TS_E_ARG, "a weight was not prepared for the CUDA backend");
+    return false;
 }
 
 /* ---- compute ---- */
@@ -1687,9 +1692,6 @@ struct gdn_run {
     const int32_t *sel, *n_dev;
 };
 
-/* The run in blocks of blk rows through the prepared rows' workspace ws:
- * the first block reads the source state, later ones continue in place on
- * the destination. */
 /* TSC_GDN_DIG=2: the GDN step makes out's digits for several rows too (its
  * rows now by several warps: tsc_gdn_args.rows_par); written after the
  * budget of session 32 ran out, to measure (s32-run5) */
@@ -1702,6 +1704,9 @@ bool gdn_dig_rows() {
     return v;
 }
 
+/* The run in blocks of blk rows through the prepared rows' workspace ws:
+ * the first block reads the source state, later ones continue in place on
+ * the destination. */
 void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, int blk, bool fused) {
     const int C = 2 * a->Hk * a->dk + a->Hv * a->dv, Vd = a->Hv * a->dv;
     /* one row with output: the GDN kernel also makes out's digits for the
@@ -1713,13 +1718,10 @@ void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, i
      * than the k_stage_digits launch it saved: the 9B's MTP verify 3.27
      * against 3.22 ms a block, so several rows keep that launch. */
     int dgg = 0;
-    if (fused && r.o && a->out_w && (r.n == 1 || (r.n <= blk && gdn_dig_rows())) && !r.n_dev)
-        if (const tsc_weight *t = wmap_get(&BE(q->base.be)->wm, a->out_w->packed)) {
-            tsc_weight d = *t;
-            d.rows = a->out_w->rows < t->rows ? a->out_w->rows : t->rows;
-            d.act_digits = a->out_w->act_digits; /* (dev_w's) */
-            if (d.cols == Vd) dgg = tsc_digits_group(q->c, &d, r.n);
-        }
+    tsc_weight d;
+    if (fused && r.o && a->out_w && (r.n == 1 || (r.n <= blk && gdn_dig_rows())) && !r.n_dev &&
+        dev_w_find(q->base.be, a->out_w, &d) && d.cols == Vd)
+        dgg = tsc_digits_group(q->c, &d, r.n);
     for (int r0 = 0; r0 < r.n; r0 += blk) {
         const int nr = r.n - r0 < blk ? r.n - r0 : blk;
         tsc_gdn_args g;

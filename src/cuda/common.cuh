@@ -210,6 +210,18 @@ __device__ __forceinline__ float rms_inv(double ss, int dim, float eps) {
 __device__ __forceinline__ float norm_mul(float v, float r, float w) { return __fmul_rn(__fmul_rn(v, r), w); }
 __device__ __forceinline__ float silu_mul_f(float g, float u) { return __fmul_rn(silu_f(g), u); }
 
+/* x's digits for the dp4a products (q4dp_impl.cuh's stage_word, and the GDN
+ * step's out_proj digits, gdn.cu's gdn_digits, which must give the same
+ * bytes): a group's scale sx = m / L from its largest |x| m, and each x as
+ * round(x * L / m) clamped to [-L, L] (0 for an all-zero group). */
+__device__ __forceinline__ void dig_scale(float m, float L, float &sx, float &inv) {
+    sx = __fdiv_rn(m, L);
+    inv = m > 0.f ? __fdiv_rn(L, m) : 0.f;
+}
+__device__ __forceinline__ int dig_round(float x, float inv, float L) {
+    return __float2int_rn(fminf(fmaxf(__fmul_rn(x, inv), -L), L));
+}
+
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 __device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }

@@ -182,16 +182,16 @@ __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_
     }
 }
 
-/* o's 8-bit digits (tsc_gdn_args.dg) by warp 0 of each block, after a
- * cluster barrier that follows gdn_rows_out: the block's 32 columns are
+/* o's 8-bit digits (tsc_gdn_args.dg), after a cluster barrier that
+ * follows gdn_rows_out: the block's 32 columns are
  * one 32-column chunk of the staged layout (q4dp_impl.cuh: stage_bytes(n,
  * 1, Vd), the even columns' bytes of each 8-column word at 2d and the odd
  * ones' at 2d + 1, then (sx, sx * sum X) a chunk); a quantization group of
  * dg_group columns is dg_group / 32 blocks of the value head (ranks first
  * .. first + gb - 1), its max the largest of their gmx. stage_word's
- * arithmetic for one digit (L = 127): the same max, sx, inverse and
- * rounding, the chunk's sum of X exact, so the same bytes as the
- * product's own staging of o. Rows as gdn_rows_out shares them among the
+ * arithmetic for one digit (L = 127; common.cuh's dig_scale, dig_round):
+ * the same max, sx, inverse and rounding, the chunk's sum of X exact, so
+ * the same bytes as the product's own staging of o. Rows as gdn_rows_out shares them among the
  * warps. The caller keeps the cluster together until every block has read
  * (a barrier after this). */
 __device__ __forceinline__ void gdn_digits(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int cb, int warp,
@@ -204,8 +204,9 @@ __device__ __forceinline__ void gdn_digits(const tsc_gdn_args &a, cg::cluster_gr
     for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1) {
         float m = 0.f;
         for (int r = 0; r < gb; r++) m = fmaxf(m, *cl.map_shared_rank(&gmx[t], first + r));
-        const float sx = __fdiv_rn(m, L), inv = m > 0.f ? __fdiv_rn(L, m) : 0.f;
-        const int X = __float2int_rn(fminf(fmaxf(__fmul_rn(ojs[t][lane], inv), -L), L));
+        float sx, inv;
+        dig_scale(m, L, sx, inv);
+        const int X = dig_round(ojs[t][lane], inv, L);
         int sum = X;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);

@@ -1143,6 +1143,13 @@ int rows_per_pass(int nd) {
     if (!v) v = ks_env("TSC_Q4DP_ROWS", 8) == 4 ? 4 : 8;
     return nd == 1 ? v : 4;
 }
+/* the x rows a pass of q4dp_linear_staged takes: rows_per_pass, fewer
+ * where the staged digits would not fit (tsc_digits_group asks the same) */
+int pass_rows(int nd, int cols) {
+    int per = rows_per_pass(nd);
+    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--;
+    return per;
+}
 int u_rows(void) {
     static int v = 0;
     if (!v) v = ks_env("TSC_Q4DP_UROWS", 1) == 2 ? 2 : 1;
@@ -1245,9 +1252,7 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
 
 /* q4dp_linear_staged's choices for a plain pass of n rows of w (one pass:
- * the rows a pass takes, as it computes them -- a copy of its rule for
- * `per`: change both together) that lead to stage_once's k_stage_digits
- * for 8-bit x. Switch TSC_GDN_DIG=0: never (the GDN step
+ * pass_rows) that lead to stage_once's k_stage_digits for 8-bit x. Switch TSC_GDN_DIG=0: never (the GDN step
  * makes no digits; an A/B in one binary: the bits are the same). */
 extern "C" int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n) {
     static int on = -1;
@@ -1256,9 +1261,7 @@ extern "C" int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n) {
     if (w->group != 32 && w->group != 64 && w->group != 128) return 0;
     if (mm_takes(w) || q4g_takes(&w, 1, 1) || !dig_takes(Q4DP_XM_PLAIN, n)) return 0;
     const int cols = (int)w->cols;
-    int per = rows_per_pass(1);
-    while (per > 1 && stage_bytes(per, 1, cols) > SMEM_MAX) per--;
-    if (n < 1 || n > per || stage_bytes(n, 1, cols) > c->dg_bytes) return 0;
+    if (n < 1 || n > pass_rows(1, cols) || stage_bytes(n, 1, cols) > c->dg_bytes) return 0;
     return w->group;
 }
 
@@ -1303,8 +1306,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     /* rows per pass: up to 4 (8: rows_per_pass), fewer where the staged
      * digits would not fit (the passes read the weights again; each row's
      * bits do not change) */
-    int per = rows_per_pass(nd);
-    while (per > 1 && stage_bytes(per, nd, cols) > SMEM_MAX) per--; /* (tsc_digits_group has this rule too) */
+    const int per = pass_rows(nd, cols);
     for (int i0 = 0, nr; i0 < n; i0 += nr) {
         nr = n - i0 < per ? n - i0 : per;
         /* 8-bit x has kernels of 1..8 rows; 16- and 24-bit x of 1..4 (per

@@ -112,11 +112,12 @@ __device__ __forceinline__ void stage_word(const float (&v)[8], bool on, int i, 
 #pragma unroll
     for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j]));
     for (int o = 1; o < gw; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float sx = __fdiv_rn(m, L), inv = m > 0.f ? __fdiv_rn(L, m) : 0.f;
+    float sx, inv;
+    dig_scale(m, L, sx, inv);
     int X[8], sum = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        X[j] = __float2int_rn(fminf(fmaxf(__fmul_rn(v[j], inv), -L), L));
+        X[j] = dig_round(v[j], inv, L);
         sum += X[j];
     }
     uint32_t dg[ND][8]; /* digit bytes, balanced: X = sum_d dg[d] * 256^d */

@@ -336,7 +336,7 @@ typedef struct tsc_gdn_args {
      * in the dp4a products' staged layout for n rows (q4dp_impl.cuh's
      * stage_word: per group of dg_group = 32, 64 or 128 columns), written
      * to dg, so that the next product of o need not make them (the ctx's
-     * digits workspace, q4dp_gdn_digits); NULL: none */
+     * digits workspace: tsc_digits_group gives the group); NULL: none */
     void *dg;
     int dg_group;
     /* the fused kernel's rows' outputs (and digits) by warp t % 8 of each

@@ -213,7 +213,7 @@ static const int32_t *ahead_step(ts_session *s, const int32_t *ids, int k, int *
     st->defer_sync = 0;
     st->ahead_on = 0;
     s->pos++;
-    return st->ahead_dev;
+    return st->ahead_slot[k & (TS_AHEAD_TICKETS - 1)]; /* (a replayed pass's too: model.h) */
 }
 
 /* The token loop of a greedy generation run ahead (the prompt fed, its

@@ -215,11 +215,12 @@ typedef struct ts_state {
                              argmax_ahead into ticket ahead_k (inside its graph) */
     float *ahead_hid;
     int ahead_k;
-    const int32_t *ahead_dev; /* the device id of ticket ahead_k's slot, after the pass */
-    /* the slot argmax_ahead returned for each ticket (a backend's slot of a
-     * ticket is fixed): a replayed graph's argmax is not called on the host,
-     * so its pass takes its ticket's slot from here (it was captured, so
-     * argmax_ahead ran for that ticket before) */
+    /* the id slot argmax_ahead returned for each ticket (a backend's slot of
+     * a ticket is fixed), which the next step embeds: a replayed graph runs
+     * no host code of its argmax, so the caller reads ticket ahead_k's slot
+     * here (it was captured, so argmax_ahead ran for that ticket before;
+     * session 32: a pointer kept from the last pass run on the host handed
+     * a replayed step's successor the other ticket's slot) */
     const int32_t *ahead_slot[TS_AHEAD_TICKETS];
     /* Lazy rollback: when gdn_pend > 0, the GDN conv and recurrent state of
      * every GDN layer is NOT in gdn[L]: it is tape[L]'s snapshot advanced by

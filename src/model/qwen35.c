@@ -458,17 +458,9 @@ static int forward_rank(const ts_model *m, ts_state *st, const int32_t *ids, int
         head_out(m, st, hid, n, logits, md, 0);
         /* a run-ahead step's argmax is part of its pass (and of its graph:
          * the device id and the ticket's copy replay with it) */
-        if (st->ahead_on) {
-            st->ahead_dev = op->argmax_ahead(st->s, tv_f32(logits, 1, m->cfg.vocab), m->cfg.vocab, st->ahead_k);
-            st->ahead_slot[st->ahead_k & (TS_AHEAD_TICKETS - 1)] = st->ahead_dev;
-        }
-    } else if (st->ahead_on) {
-        /* a replay's argmax wrote its ticket's slot on the device; the next
-         * step embeds that slot, so it must be this ticket's and not the
-         * last pass's that ran on the host (session 32: with the ids in the
-         * graph key, a stale slot made the next step a new graph fed the
-         * previous token) */
-        st->ahead_dev = st->ahead_slot[st->ahead_k & (TS_AHEAD_TICKETS - 1)];
+        if (st->ahead_on)
+            st->ahead_slot[st->ahead_k & (TS_AHEAD_TICKETS - 1)] =
+                op->argmax_ahead(st->s, tv_f32(logits, 1, m->cfg.vocab), m->cfg.vocab, st->ahead_k);
     }
     if (capture && op->graph_end(st->s, key) == 0) op->graph_launch(st->s, key);
     return st->defer_sync ? 0 : ts_be_sync(st->s, NULL);
