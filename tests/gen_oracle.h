@@ -350,4 +350,44 @@ static inline int fx_copy_without_mtp(const char *src, const char *dst) {
     return ts_test_sh(out, sizeof out, "python3 %s %s", path, dst);
 }
 
+/* every other draft wrong from a position-dependent point (a drafts
+ * override): rollbacks of every length */
+static inline void bad_drafts(void *user, int pos, int m, int32_t *d) {
+    (void)user;
+    for (int j = 0; j < m; j++)
+        if ((pos + j) % 3 == 0) d[j] = (d[j] + 1) % 7;
+}
+
+/* DFlash drafting on engine e (a drafter opened with it): greedy with
+ * forced rejections, then sampled, 40 ids each into c. test_poison.c and
+ * test_graphs.c run it on their backends against the plain CPU engine. */
+static inline int dflash_timeline(ts_engine *e, collect *c) {
+    ts_error err = {0};
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 256;
+    sp.max_rows = 7;
+    sp.dflash_block = 6;
+    ts_session *s = NULL;
+    if (ts_session_new(e, &sp, &s, &err)) { ts_test_fail(__FILE__, __LINE__, "%s", err.msg); return -1; }
+    const int V = ts_engine_info(e)->vocab_size;
+    int32_t prompt[20];
+    for (int i = 0; i < 20; i++) prompt[i] = (i * 37 + 5) % V;
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = 40;
+    gp.dflash_block = 6;
+    ts_session_override_drafts(s, bad_drafts, NULL);
+    c->n = 0;
+    int rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
+    ts_session_reset(s);
+    gp.temperature = 0.9f;
+    gp.seed = 5;
+    ts_session_override_drafts(s, NULL, NULL);
+    if (!rc) rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
+    if (rc) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    ts_session_free(s);
+    return rc;
+}
+
 #endif

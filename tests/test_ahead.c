@@ -27,16 +27,6 @@
 #include "ts_test.h"
 #include "gen_oracle.h"
 
-static ts_engine *open_cpu(const char *dir) {
-    ts_engine_params ep;
-    ts_engine_params_default(&ep);
-    ep.backend = "cpu";
-    ts_engine *e = NULL;
-    ts_error err = {0};
-    if (ts_engine_open(dir, &ep, &e, &err)) ts_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
-    return e;
-}
-
 /* The raw state of two CPU sessions: the same position, nothing pending,
  * KV rows below the position and the live buffers of each GDN pair equal
  * byte for byte (the parities may differ: run-ahead trades the pairs).
@@ -64,7 +54,7 @@ TS_TEST(ahead, same_as_plain) {
     static const char *dirs[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe", "models/default"};
     static const int32_t pr[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
     for (int d = 0; d < 3; d++) {
-        ts_engine *e = open_cpu(dirs[d]);
+        ts_engine *e = ts_test_open_cpu(dirs[d]);
         CHECK(e);
         if (!e) continue;
         int32_t p[9];
@@ -96,7 +86,7 @@ TS_TEST(ahead, same_as_plain) {
  * pass applies the rows, then its loop runs ahead) against the same turns
  * with it off. */
 TS_TEST(ahead, mixed_with_speculative) {
-    ts_engine *e = open_cpu("models/default");
+    ts_engine *e = ts_test_open_cpu("models/default");
     CHECK(e);
     if (!e) return;
     const int V = e->model.cfg.vocab;
@@ -163,7 +153,7 @@ done:
 /* The parameter's values, TS_AHEAD, the plan's lines. */
 TS_TEST(ahead, parameter_and_plan) {
     const char *dir = "tests/fixtures/tiny-moe";
-    ts_engine *e = open_cpu(dir);
+    ts_engine *e = ts_test_open_cpu(dir);
     CHECK(e);
     if (!e) return;
     static const struct { int ahead; const char *env; int on; } C[] = {
@@ -211,7 +201,7 @@ TS_TEST(ahead, parameter_and_plan) {
  * ahead_on: more than one row, rows pending, no logits row of its own),
  * and the session goes on unharmed. */
 TS_TEST(ahead, misuse_refused) {
-    ts_engine *e = open_cpu("tests/fixtures/tiny-dense");
+    ts_engine *e = ts_test_open_cpu("tests/fixtures/tiny-dense");
     CHECK(e);
     if (!e) return;
     ts_session *s = ahead_session(e, 64, 1, 0), *ref = ahead_session(e, 64, -1, 0);
@@ -241,7 +231,7 @@ TS_TEST(ahead, misuse_refused) {
  * where the session runs ahead): the same drafts as one at a time
  * (gen_oracle.h's mtp_chain_same), on the default model, M = 2..4. */
 TS_TEST(ahead, mtp_chain_same_drafts) {
-    ts_engine *e = open_cpu("models/default");
+    ts_engine *e = ts_test_open_cpu("models/default");
     CHECK(e);
     if (!e) return;
     CHECK(mtp_chain_same(e) == 0);

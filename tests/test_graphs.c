@@ -365,13 +365,27 @@ static gr_be *graph_engine(ts_engine *e) {
 
 /* ---- the engine on it ---- */
 
+/* dir's engine on the graph backend (*e), and with a, a plain CPU engine
+ * of dir beside it (*a); NULL (the test failed, naming why) when one does
+ * not open */
+static gr_be *open_graphs(const char *dir, const ts_engine_params *ep, ts_engine **e, ts_engine **a) {
+    ts_error err = {0};
+    *e = NULL;
+    if (a) *a = NULL;
+    if ((a && ts_engine_open(dir, ep, a, &err)) || ts_engine_open(dir, ep, e, &err)) {
+        ts_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
+        return NULL;
+    }
+    gr_be *g = graph_engine(*e);
+    if (!g) ts_test_fail(__FILE__, __LINE__, "%s: the graph backend: out of memory", dir);
+    return g;
+}
+
 TS_TEST(graphs, run_ahead_same_as_plain) {
     static const char *dirs[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe", "models/default"};
     for (int d = 0; d < 3; d++) {
-        ts_engine *e = NULL;
-        ts_error err = {0};
-        CHECK_MSG(ts_engine_open(dirs[d], NULL, &e, &err) == 0, "%s", err.msg);
-        gr_be *g = graph_engine(e);
+        ts_engine *e;
+        gr_be *g = open_graphs(dirs[d], NULL, &e, NULL);
         CHECK(g != NULL);
         const int32_t p[] = {1279, 355, 260, 2155, 1094, 4373, 11, 344, 257};
         const int V = ts_engine_info(e)->vocab_size;
@@ -386,21 +400,12 @@ TS_TEST(graphs, run_ahead_same_as_plain) {
 }
 
 TS_TEST(graphs, mtp_chain_same_drafts) {
-    ts_engine *e = NULL;
-    ts_error err = {0};
-    CHECK_MSG(ts_engine_open("models/default", NULL, &e, &err) == 0, "%s", err.msg);
-    gr_be *g = graph_engine(e);
+    ts_engine *e;
+    gr_be *g = open_graphs("models/default", NULL, &e, NULL);
     CHECK(g != NULL);
     CHECK(mtp_chain_same(e) == 0);
     CHECK(g->replays > 0);
     ts_engine_close(e);
-}
-
-/* every other draft wrong from a position-dependent point: rollbacks of every length */
-static void bad_drafts(void *user, int pos, int m, int32_t *d) {
-    (void)user;
-    for (int j = 0; j < m; j++)
-        if ((pos + j) % 3 == 0) d[j] = (d[j] + 1) % 7;
 }
 
 /* a prompt in chunks, decode steps, a checkpoint, greedy drafting with
@@ -446,10 +451,8 @@ static int timeline(ts_engine *e, collect *c, float *lg) {
 TS_TEST(graphs, timeline_same_as_cpu) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe", "models/default"};
     for (int f = 0; f < 3; f++) {
-        ts_engine *a = NULL, *b = NULL;
-        ts_error err = {0};
-        CHECK_MSG(ts_engine_open(fx[f], NULL, &a, &err) == 0 && ts_engine_open(fx[f], NULL, &b, &err) == 0, "%s", err.msg);
-        gr_be *g = graph_engine(b);
+        ts_engine *a, *b;
+        gr_be *g = open_graphs(fx[f], NULL, &b, &a);
         CHECK(g != NULL);
         static collect ca, cb;
         static float la[1 << 16], lb[1 << 16];
@@ -469,36 +472,8 @@ TS_TEST(graphs, timeline_same_as_cpu) {
 
 /* DFlash drafting on the graph backend: its context and block passes are
  * captured too (model/dflash.c); greedy with forced rejections and sampled
- * generation give the plain CPU engine's ids. */
-static int dflash_timeline(ts_engine *e, collect *c) {
-    ts_error err = {0};
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = 256;
-    sp.max_rows = 7;
-    sp.dflash_block = 6;
-    ts_session *s = NULL;
-    if (ts_session_new(e, &sp, &s, &err)) { ts_test_fail(__FILE__, __LINE__, "%s", err.msg); return -1; }
-    const int V = ts_engine_info(e)->vocab_size;
-    int32_t prompt[20];
-    for (int i = 0; i < 20; i++) prompt[i] = (i * 37 + 5) % V;
-    ts_gen_params gp;
-    ts_gen_params_default(&gp);
-    gp.n_predict = 40;
-    gp.dflash_block = 6;
-    ts_session_override_drafts(s, bad_drafts, NULL);
-    c->n = 0;
-    int rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
-    ts_session_reset(s);
-    gp.temperature = 0.9f;
-    gp.seed = 5;
-    ts_session_override_drafts(s, NULL, NULL);
-    if (!rc) rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
-    if (rc) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
-    ts_session_free(s);
-    return rc;
-}
-
+ * generation give the plain CPU engine's ids (gen_oracle.h's
+ * dflash_timeline). */
 TS_TEST(graphs, dflash_same_as_cpu) {
     const char *dd = ts_test_dflash_drafter("tiny-dense", "df-graphs");
     CHECK(dd);
@@ -506,12 +481,8 @@ TS_TEST(graphs, dflash_same_as_cpu) {
     ts_engine_params_default(&ep);
     ep.dflash = 1;
     ep.drafter_dir = dd;
-    ts_engine *a = NULL, *b = NULL;
-    ts_error err = {0};
-    CHECK_MSG(ts_engine_open("tests/fixtures/tiny-dense", &ep, &a, &err) == 0 &&
-                  ts_engine_open("tests/fixtures/tiny-dense", &ep, &b, &err) == 0,
-              "%s", err.msg);
-    gr_be *g = graph_engine(b);
+    ts_engine *a, *b;
+    gr_be *g = open_graphs("tests/fixtures/tiny-dense", &ep, &b, &a);
     CHECK(g != NULL);
     static collect ca, cb;
     CHECK(dflash_timeline(a, &ca) == 0 && dflash_timeline(b, &cb) == 0);
@@ -552,10 +523,8 @@ static int ngram_run(ts_engine *e, collect *c, ts_gen_stats *st) {
 TS_TEST(graphs, ngram_same_as_cpu) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "models/default"};
     for (int f = 0; f < 2; f++) {
-        ts_engine *a = NULL, *b = NULL;
-        ts_error err = {0};
-        CHECK_MSG(ts_engine_open(fx[f], NULL, &a, &err) == 0 && ts_engine_open(fx[f], NULL, &b, &err) == 0, "%s", err.msg);
-        gr_be *g = graph_engine(b);
+        ts_engine *a, *b;
+        gr_be *g = open_graphs(fx[f], NULL, &b, &a);
         CHECK(g != NULL);
         static collect ca, cb;
         ts_gen_stats sa, sb;

@@ -230,12 +230,6 @@ static int poison_engine(ts_engine *e) {
 
 /* ---- the engine on it ---- */
 
-/* every other draft wrong from a position-dependent point: rollbacks of every length */
-static void bad_drafts(void *user, int pos, int m, int32_t *d) {
-    (void)user;
-    for (int j = 0; j < m; j++)
-        if ((pos + j) % 3 == 0) d[j] = (d[j] + 1) % 7;
-}
 
 /* A whole timeline on engine e: a prompt in chunks, decode steps, a
  * checkpoint, greedy generation with drafts (rejections forced), restore,
@@ -310,38 +304,11 @@ TS_TEST(backend, poisoned_addresses_run_the_engine) {
     }
 }
 
+
 /* The DFlash drafter on the poisoned backend: its context and block passes
  * (block-mask attention, taps, its own KV cache) dereference nothing either;
- * greedy with forced rejections and sampled generation give the same ids. */
-static int dflash_timeline(ts_engine *e, collect *c) {
-    ts_error err = {0};
-    ts_session_params sp;
-    ts_session_params_default(&sp);
-    sp.n_ctx = 256;
-    sp.max_rows = 7;
-    sp.dflash_block = 6;
-    ts_session *s = NULL;
-    if (ts_session_new(e, &sp, &s, &err)) { ts_test_fail(__FILE__, __LINE__, "%s", err.msg); return -1; }
-    const int V = ts_engine_info(e)->vocab_size;
-    int32_t prompt[20];
-    for (int i = 0; i < 20; i++) prompt[i] = (i * 37 + 5) % V;
-    ts_gen_params gp;
-    ts_gen_params_default(&gp);
-    gp.n_predict = 40;
-    gp.dflash_block = 6;
-    ts_session_override_drafts(s, bad_drafts, NULL);
-    c->n = 0;
-    int rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
-    ts_session_reset(s);
-    gp.temperature = 0.9f;
-    gp.seed = 5;
-    ts_session_override_drafts(s, NULL, NULL);
-    if (!rc) rc = ts_generate(s, prompt, 20, &gp, on_tok, c, NULL, &err);
-    if (rc) ts_test_fail(__FILE__, __LINE__, "%s", err.msg);
-    ts_session_free(s);
-    return rc;
-}
-
+ * greedy with forced rejections and sampled generation give the same ids
+ * (gen_oracle.h's dflash_timeline). */
 TS_TEST(backend, poisoned_addresses_run_dflash) {
     const char *dd = ts_test_dflash_drafter("tiny-dense", "df-poison");
     CHECK(dd);

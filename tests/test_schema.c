@@ -893,16 +893,6 @@ TS_TEST(schema, mask_vs_brute_force_qwen3) {
 /* ---- generation ---- */
 
 
-static ts_engine *open_model(const char *dir) {
-    ts_engine_params ep;
-    ts_engine_params_default(&ep);
-    ep.backend = "cpu";
-    ts_engine *e = NULL;
-    ts_error err = {0};
-    if (ts_engine_open(dir, &ep, &e, &err)) ts_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
-    return e;
-}
-
 
 /* The reply's verdict: 1 complete and valid (the validator), 2 a live
  * prefix cut by the budget, 0 neither. *text receives the decoded bytes. */
@@ -1020,7 +1010,7 @@ static void run_generation(ts_engine *e, ts_tokenizer *t, const int32_t *pr, int
 }
 
 TS_TEST(schema, generate_default_model) {
-    ts_engine *e = open_model("models/default");
+    ts_engine *e = ts_test_open_cpu("models/default");
     CHECK(e);
     ts_tokenizer *t = load_tok("models/default");
     CHECK(t);
@@ -1097,7 +1087,7 @@ TS_TEST(schema, generate_tiny_fixtures) {
     const int32_t stop[1] = {2047}; /* beyond the tokenizer's ids: allowed only once complete */
     int complete = 0, cut = 0;
     for (int f = 0; f < 2; f++) {
-        ts_engine *e = open_model(fx[f]);
+        ts_engine *e = ts_test_open_cpu(fx[f]);
         CHECK(e);
         static const int32_t pr[8] = {5, 300, 77, 1024, 9, 2000, 13, 42};
         int c0 = complete;

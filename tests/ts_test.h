@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "turbospark.h"
+
 typedef void (*ts_test_fn)(void);
 void ts_test_register(const char *group, const char *name, ts_test_fn fn);
 void ts_test_fail(const char *file, int line, const char *fmt, ...)
@@ -45,6 +47,17 @@ float ts_test_max_abs(const float *a, const float *b, size_t n);
         ts_test_register(#group, #name, ts_test_##group##_##name);            \
     }                                                                         \
     static void ts_test_##group##_##name(void)
+
+/* dir's engine on the CPU backend, or NULL (the test failed, naming why) */
+static inline ts_engine *ts_test_open_cpu(const char *dir) {
+    ts_engine_params ep;
+    ts_engine_params_default(&ep);
+    ep.backend = "cpu";
+    ts_engine *e = NULL;
+    ts_error err = {0};
+    if (ts_engine_open(dir, &ep, &e, &err)) ts_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
+    return e;
+}
 
 /* An environment variable set aside while a test runs (its value, or NULL
  * when it was unset), and put back: ts_env_back frees what ts_env_aside
