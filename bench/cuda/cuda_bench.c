@@ -293,16 +293,20 @@ static int cb_env(const char *name) {
 
 static void mixer(layer *y, int n) {
     if (y->full) {
-        tsc_attn_args a = {n, POS, S->NQ, S->NKV, S->HD, 64, 1e7f, 1e-6f, QG, KB, VB, y->q_norm, y->k_norm,
-                           y->Kc, y->Vc, MAXT, AO, AWS, NULL, 0, 0, 0, 0, 0, 0};
+        /* designated: a field added to the args later starts zero/NULL */
+        tsc_attn_args a = {.n = n, .pos = POS, .nq = S->NQ, .nkv = S->NKV, .D = S->HD, .rot = 64,
+                           .theta = 1e7f, .eps = 1e-6f, .qg = QG, .k = KB, .v = VB, .q_norm = y->q_norm,
+                           .k_norm = y->k_norm, .Kc = y->Kc, .Vc = y->Vc, .max_T = MAXT, .out = AO, .ws = AWS};
         const int skip = cb_env("CB_ATTN");
         if (skip == 3) return;
         a.phase = skip == 1 ? 1 : skip == 2 ? 2 : 0;
         tsc_attn_decode(C, &a);
     } else {
         if (cb_env("CB_GDN") == 1) return;
-        tsc_gdn_args g = {n, S->HK, S->HV, S->DK, S->DK, 4, QKV, Z, BB, AA, y->conv_state, y->conv_w, y->S,
-                          y->neg_A, y->dt_bias, y->gnorm, 1e-6f, O, GWS, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0};
+        tsc_gdn_args g = {.n = n, .Hk = S->HK, .Hv = S->HV, .dk = S->DK, .dv = S->DK, .K = 4, .qkv = QKV, .z = Z,
+                          .b = BB, .a = AA, .conv_state = y->conv_state, .conv_w = y->conv_w, .S = y->S,
+                          .neg_A = y->neg_A, .dt_bias = y->dt_bias, .norm_w = y->gnorm, .eps = 1e-6f, .o = O,
+                          .ws = GWS};
         tsc_gdn_step(C, &g);
     }
 }
