@@ -889,8 +889,9 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     float *ddt = up(c, g.dtb, sizeof(float) * Hv), *dnw = up(c, g.nw, sizeof(float) * g.dv);
     float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-    tsc_gdn_args A = {n, g.Hk, Hv, g.dk, g.dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0};
+    tsc_gdn_args A = {.n = n, .Hk = g.Hk, .Hv = Hv, .dk = g.dk, .dv = g.dv, .K = K, .qkv = dq, .z = dz, .b = db,
+                      .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA, .dt_bias = ddt,
+                      .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws};
     tsc_gdn_step(c, &A);
     tsc_set_gdn_fused(c, 0); /* the one-row calls through prep + scan: the n-row call took the one kernel */
     for (int t = 0; t < n; t++) {
@@ -973,8 +974,10 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
                 float *y3 = tsc_alloc(c, sizeof(float) * n * 40), *y4 = tsc_alloc(c, sizeof(float) * n * 40);
                 const tsc_weight *wl[1] = {&dw};
                 const size_t nb = (size_t)n * ((size_t)Vd + (size_t)Vd / 32 * 8); /* stage_bytes(n, 1, Vd) */
-                tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                                  NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, dgs, G, 0};
+                tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz,
+                                  .b = db, .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA,
+                                  .dt_bias = ddt, .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws, .dg = dgs,
+                                  .dg_group = G};
                 /* 1: the step's digits, the product that takes them, one that stages */
                 tsc_gdn_step(c, &A);
                 SYNC_OK(c);
@@ -1057,8 +1060,9 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
         float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
         float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * Vd);
         float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-        tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0};
+        tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz, .b = db,
+                          .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA, .dt_bias = ddt,
+                          .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws};
         tsc_gdn_prefill(c, &A);
         for (int t0 = 0; t0 < n; t0 += TSC_ROWS_MAX) {
             tsc_gdn_args B = A;
@@ -1146,8 +1150,9 @@ static void gdn_engine_forms_on(int fused) {
     int32_t *dp1 = up(c, par1, sizeof par1), *dp0 = up(c, par0, sizeof par0);
     /* the reference: in place */
     float *rcs = up(c, cs, sizeof(float) * nc), *rS = up(c, S, sizeof(float) * nS), *ro = tsc_alloc(c, ob);
-    tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, rcs, dcw, rS, dnA, ddt, dnw, 1e-6f, ro, ws,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0};
+    tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz, .b = db, .a = da,
+                      .conv_state = rcs, .conv_w = dcw, .S = rS, .neg_A = dnA, .dt_bias = ddt, .norm_w = dnw,
+                      .eps = 1e-6f, .o = ro, .ws = ws};
     tsc_gdn_step(c, &A);
     /* 1: from a separate source */
     float *scs = up(c, cs, sizeof(float) * nc), *sS = up(c, S, sizeof(float) * nS);
@@ -1269,8 +1274,9 @@ TS_TEST(cuda, gdn_fused_same_bits) {
         for (int f = 0; f < 2; f++) {
             float *dcs = up(c, cs, sizeof(float) * nc), *dS = up(c, S, sizeof(float) * nS);
             float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-            tsc_gdn_args A = {n, Hk, Hv, dk, dv, K, dq, dz, db, da, dcs, dcw, dS, dnA, ddt, dnw, 1e-6f, dout, ws,
-                              NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0};
+            tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz, .b = db,
+                              .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA, .dt_bias = ddt,
+                              .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws};
             tsc_set_gdn_fused(c, f);
             tsc_gdn_step(c, &A);
             SYNC_OK(c);
@@ -1332,7 +1338,9 @@ TS_TEST(cuda, attn_prefill_vs_row_kernels) {
         float *dout = tsc_alloc(c, sizeof(float) * n * nq * D), *dout1 = tsc_alloc(c, sizeof(float) * (n + 1) * nq * D);
         tsc_fill(c, dout1, 7.0f, (size_t)(n + 1) * nq * D);
         float *ws = tsc_alloc(c, tsc_attn_ws_bytes(1, nq, D, max_T));
-        tsc_attn_args A = {n, pos0, nq, nkv, D, 64, 1e7f, 1e-6f, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws, NULL, 0, 1, 0, 0, 0, 0};
+        tsc_attn_args A = {.n = n, .pos = pos0, .nq = nq, .nkv = nkv, .D = D, .rot = 64, .theta = 1e7f, .eps = 1e-6f,
+                           .qg = dqg, .k = dk, .v = dv, .q_norm = dqn, .k_norm = dkn, .Kc = dK, .Vc = dV,
+                           .max_T = max_T, .out = dout, .ws = ws, .phase = 1};
         for (int r0 = 0; r0 < n; r0 += TSC_ROWS_MAX) { /* phase 1: norms, RoPE, K/V appended */
             tsc_attn_args B = A;
             B.n = n - r0 < TSC_ROWS_MAX ? n - r0 : TSC_ROWS_MAX, B.pos = pos0 + r0;
@@ -1408,8 +1416,10 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     float *ws = tsc_alloc(c, np_max ? tsc_attn_ws_bytes_np(n, nq, D, np_max) : tsc_attn_ws_bytes_split(n, nq, D, max_T, split));
     int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
     tsc_write(c, dpos, &pos0, sizeof(int32_t));
-    tsc_attn_args A = {n, devpos ? 0 : pos0, nq, nkv, D, rot, theta, eps, dqg, dk, dv, dqn, dkn, dK, dV, max_T, dout, ws,
-                       devpos ? dpos : NULL, split, 0, 0, 0, np_max, 0};
+    tsc_attn_args A = {.n = n, .pos = devpos ? 0 : pos0, .nq = nq, .nkv = nkv, .D = D, .rot = rot, .theta = theta,
+                       .eps = eps, .qg = dqg, .k = dk, .v = dv, .q_norm = dqn, .k_norm = dkn, .Kc = dK, .Vc = dV,
+                       .max_T = max_T, .out = dout, .ws = ws, .pos_dev = devpos ? dpos : NULL, .split = split,
+                       .np_max = np_max};
     tsc_attn_decode(c, &A);
     /* the same call with the keys and values read from the cache where used
      * (tsc_set_attn_kv(c, 0)) instead of through shared memory: the same bits */
@@ -1521,8 +1531,10 @@ TS_TEST(cuda, attn_same_pos_rows) {
         float *ws = tsc_alloc(c, tsc_attn_ws_bytes_np(n, nq, D, np_max));
         int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
         tsc_write(c, dpos, &pos, sizeof(int32_t));
-        tsc_attn_args A = {n, devpos ? 0 : pos, nq, nkv, D, 64, 1e7f, 1e-6f, dqg, NULL, NULL, NULL, NULL, dK, dV, max_T,
-                           dout, ws, devpos ? dpos : NULL, 0, 2, 0, 0, np_max, 1};
+        tsc_attn_args A = {.n = n, .pos = devpos ? 0 : pos, .nq = nq, .nkv = nkv, .D = D, .rot = 64, .theta = 1e7f,
+                           .eps = 1e-6f, .qg = dqg, .k = NULL, .v = NULL, .q_norm = NULL, .k_norm = NULL, .Kc = dK,
+                           .Vc = dV, .max_T = max_T, .out = dout, .ws = ws, .pos_dev = devpos ? dpos : NULL,
+                           .phase = 2, .np_max = np_max, .same_pos = 1};
         tsc_attn_decode(c, &A);
         for (int i = 0; i < n; i++) {
             tsc_attn_args B = A;
