@@ -279,6 +279,19 @@ typedef struct ts_logprob {
  * likely first (ties: lower id first). Borrowed for the call. */
 typedef void (*ts_logprob_cb)(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top);
 
+/* Feed n ids at the current position as ts_session_feed does (the same
+ * chunks on the same grid, so the session ends in the state a plain feed
+ * reaches) and score them: for i = 1..n-1, out[(i - 1) * (1 + n_top)] is
+ * ids[i] with its log-probability given everything before it (ts_logprob's
+ * raw log-probability), followed by the n_top most likely tokens of that row,
+ * most likely first ({-1, -INFINITY} past the ones with a probability).
+ * ids[0] is not scored. out holds (n - 1) * (1 + n_top) entries (NULL when
+ * n = 1); n_top in 0..TS_TOP_LOGPROBS_MAX. Ids are checked before anything
+ * is fed; after another error the session holds the chunks fed before it.
+ * Host memory while it runs: one chunk's logits (min(n, grid) x vocab f32).
+ * The server's echo with logprobs, a harness's log-likelihoods. */
+TS_API int ts_session_score(ts_session *s, const int32_t *ids, int n, int n_top, ts_logprob *out, ts_error *err);
+
 /* A constraint on generated tokens (ts_constraint_json,
  * ts_constraint_json_schema, declared with the tokenizer below); gen params
  * `constraint`. */

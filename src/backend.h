@@ -323,6 +323,11 @@ typedef struct ts_topn_args {
     double *sum_exp;         /* [n] host out */
 } ts_topn_args;
 
+/* The reference topn on host rows ([rows] rows of K floats, ld apart): the
+ * CPU backend's topn op, and what the engine runs on logits it already holds
+ * on the host (ts_session_score: a chunk's rows read back by the feed). */
+void ts_topn_host(const float *x, int64_t rows, int64_t ld, int K, const ts_topn_args *a);
+
 #define TS_LINEAR_MANY_MAX 32
 /* The chunked prefill's scratch geometry (the session allocates pf_chunk
  * for the backend from these; the plan counts it). */

@@ -11,6 +11,8 @@
  * - the bias: +100 forces a token at every greedy step, -100 on plain
  *   greedy's first token gives the next best one (the unbiased row's
  *   second), a bias of 0 changes nothing;
+ * - ts_session_score: a text's log-probabilities in one feed equal
+ *   log_softmax of the plain feed's rows, and leave the plain feed's state;
  * - bad input: top_logprobs out of range, a bias id outside the vocabulary,
  *   twice, or not finite: TS_E_ARG naming it, nothing generated.
  */
@@ -274,4 +276,105 @@ TS_TEST(logprobs, bad_input) {
     CHECK(ts_generate(s, PR, T_PR, &gp, lp_tok, &r, NULL, &err) == 0 && r.ids.n == 4 && r.n == 4);
     ts_session_free(s);
     ts_engine_close(e);
+}
+
+/* ts_session_score: a text's log-probabilities in one feed. Against
+ * log_softmax (in double) of the rows ts_session_feed gives for the same ids
+ * on a session of the same grid: every scored id's value and the top lists'
+ * ids in order; and the session after it is the one the plain feed leaves
+ * (position, last row's logits bit for bit, the greedy continuation). A grid
+ * of 7 with 30 ids from position 0 and from position 5 puts chunk cuts
+ * inside the text and at its ends. */
+static ts_session *grid_session(ts_engine *e, int grid) {
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    sp.n_ctx = 256;
+    sp.max_rows = grid;
+    ts_session *s = NULL;
+    ts_error err = {0};
+    if (ts_session_new(e, &sp, &s, &err)) ts_test_fail(__FILE__, __LINE__, "session: %s", err.msg);
+    return s;
+}
+
+static int greedy_ids(ts_session *s, const int32_t *last, int n, int32_t *out) {
+    ts_gen_params gp;
+    ts_gen_params_default(&gp);
+    gp.n_predict = n;
+    gp.temperature = 0;
+    static collect o;
+    o.n = 0;
+    ts_error err = {0};
+    int rc = ts_generate(s, last, 1, &gp, on_tok, &o, NULL, &err);
+    memcpy(out, o.ids, sizeof(int32_t) * (size_t)o.n);
+    return rc ? -1 : o.n;
+}
+
+TS_TEST(logprobs, score_matches_feed) {
+    static const char *dirs[] = {"models/default", "tests/fixtures/tiny-dense"};
+    enum { N = 30, PRE = 5, TOP = 4 };
+    for (int d = 0; d < 2; d++) {
+        ts_engine *e = open_dir(dirs[d], 0);
+        CHECK(e);
+        const int V = ts_engine_info(e)->vocab_size;
+        int32_t ids[N + PRE], next = 3 % V;
+        uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(d + 1);
+        for (int i = 0; i < N + PRE; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, ids[i] = (int32_t)(x % (uint64_t)V);
+        float *ref = malloc(sizeof(float) * (size_t)N * (size_t)V);
+        double *lp = malloc(sizeof(double) * (size_t)V);
+        static ts_logprob out[(N - 1) * (1 + TOP)];
+        for (int pre = 0; pre <= PRE; pre += PRE) {
+            ts_session *a = grid_session(e, 7), *b = grid_session(e, 7);
+            ts_error err = {0};
+            if (pre) CHECK(!ts_session_feed(a, ids, pre, NULL, NULL, &err) && !ts_session_feed(b, ids, pre, NULL, NULL, &err));
+            CHECK_MSG(ts_session_score(a, ids + pre, N, TOP, out, &err) == 0, "%s", err.msg);
+            CHECK(ts_session_feed(b, ids + pre, N, ref, NULL, &err) == 0);
+            double worst = 0;
+            int top_bad = 0;
+            for (int i = 0; i + 1 < N; i++) {
+                const float *l = ref + (size_t)i * V;
+                double m = -INFINITY, z = 0;
+                for (int k = 0; k < V; k++) m = l[k] > m ? l[k] : m;
+                for (int k = 0; k < V; k++) z += exp((double)l[k] - m);
+                for (int k = 0; k < V; k++) lp[k] = (double)l[k] - m - log(z);
+                const ts_logprob *o = out + (size_t)i * (1 + TOP);
+                CHECK_MSG(o[0].id == ids[pre + i + 1], "%s: row %d scores id %d, not the text's %d", dirs[d], i, o[0].id,
+                          ids[pre + i + 1]);
+                worst = fmax(worst, fabs(o[0].logprob - lp[o[0].id]));
+                for (int j = 0; j < TOP; j++) {
+                    const int32_t id = o[1 + j].id;
+                    int better = 0;
+                    if (id < 0 || id >= V) { top_bad++; break; }
+                    for (int k = 0; k < V; k++) better += l[k] > l[id] || (l[k] == l[id] && k < id);
+                    top_bad += better != j;
+                    worst = fmax(worst, fabs(o[1 + j].logprob - lp[id]));
+                }
+            }
+            fprintf(stderr, "  %-26s from position %d: %d ids scored, largest error %.2g, top lists %d wrong\n", dirs[d],
+                    pre, N - 1, worst, top_bad);
+            CHECK_MSG(worst < 2e-5, "%s: scores off log_softmax by %.3g", dirs[d], worst);
+            CHECK(top_bad == 0);
+            /* the session the plain feed leaves */
+            CHECK(ts_session_pos(a) == pre + N && ts_session_pos(b) == pre + N);
+            CHECK_MSG(!memcmp(ts_session_logits(a), ts_session_logits(b), sizeof(float) * (size_t)V),
+                      "%s: the last row's logits differ from the plain feed's", dirs[d]);
+            int32_t ga[12], gb[12];
+            CHECK(greedy_ids(a, &next, 12, ga) == 12 && greedy_ids(b, &next, 12, gb) == 12 && !memcmp(ga, gb, sizeof ga));
+            ts_session_free(a);
+            ts_session_free(b);
+        }
+        /* one id: nothing scored, the id fed; bad input: nothing fed */
+        ts_session *s = grid_session(e, 7);
+        ts_error err = {0};
+        CHECK(ts_session_score(s, ids, 1, 0, NULL, &err) == 0 && ts_session_pos(s) == 1);
+        int32_t bad[3] = {ids[0], V, ids[1]};
+        CHECK(ts_session_score(s, bad, 3, 0, out, &err) == TS_E_ARG && strstr(err.msg, "vocabulary") &&
+              ts_session_pos(s) == 1);
+        CHECK(ts_session_score(s, ids, 3, TS_TOP_LOGPROBS_MAX + 1, out, &err) == TS_E_ARG && ts_session_pos(s) == 1);
+        CHECK(ts_session_score(s, ids, 3, 0, NULL, &err) == TS_E_ARG && ts_session_pos(s) == 1);
+        CHECK(ts_session_score(s, ids, 0, 0, out, &err) == TS_E_ARG && ts_session_pos(s) == 1);
+        ts_session_free(s);
+        free(ref);
+        free(lp);
+        ts_engine_close(e);
+    }
 }

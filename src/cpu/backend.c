@@ -321,11 +321,10 @@ static inline int topn_before(float va, int32_t ia, float vb, int32_t ib) {
     return va > vb || (va == vb && ia < ib);
 }
 
-static void cpu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
-    (void)s;
+void ts_topn_host(const float *rows_p, int64_t rows, int64_t ld, int K, const ts_topn_args *a) {
     const int N = a->N;
-    for (int64_t r = 0; r < lg.rows; r++) {
-        const float *x = (const float *)lg.p + r * lg.ld;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = rows_p + r * ld;
         float *vo = a->vals + r * N;
         int32_t *io = a->ids + r * N;
         int cnt = 0, nv = 0, j = 0;
@@ -352,6 +351,11 @@ static void cpu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
         }
         a->sum_exp[r] = z;
     }
+}
+
+static void cpu_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
+    (void)s;
+    ts_topn_host((const float *)lg.p, lg.rows, lg.ld, K, a);
 }
 
 static const ts_backend_ops cpu_ops = {

@@ -99,6 +99,28 @@ static float lp_of(float l, int finite, double lz) {
     return l > -INFINITY ? (float)((double)l - lz) : -INFINITY; /* NaN too */
 }
 
+/* One row's entry from its topn outputs (N best raw logits v / ids t,
+ * n_valid, sum_exp) and the chosen id's logit l. */
+static void lp_entry(const float *v, const int32_t *t, int N, int n_valid, double sum_exp, int32_t id, float l,
+                     int n_top, ts_gen_lp *o) {
+    const int nk = TS_MIN(N, n_valid);
+    /* no valid entry, or an infinite maximum: nothing has a finite
+     * log-probability; the maximum's ids get 0 only when it is +inf */
+    const int finite = nk > 0 && !isinf(v[0]) && sum_exp > 0;
+    const double lz = finite ? (double)v[0] + log(sum_exp) : 0;
+    o->chosen = (ts_logprob){id, lp_of(l, finite, lz)};
+    o->n_top = TS_MIN(n_top, nk);
+    for (int k = 0; k < o->n_top; k++) o->top[k] = (ts_logprob){t[k], lp_of(v[k], finite, lz)};
+}
+
+/* The chosen id's logit from the N best; NaN when it is not among them
+ * (the caller reads it from the row). */
+static float lp_find(const float *v, const int32_t *t, int nk, int32_t id) {
+    for (int k = 0; k < nk; k++)
+        if (t[k] == id) return v[k];
+    return NAN;
+}
+
 int ts_gen_logprobs(ts_session *s, const float *logits, int rows, const int32_t *ids, int n_top, ts_gen_lp *out,
                     ts_error *err) {
     ts_stream *bs = s->st.s;
@@ -119,24 +141,58 @@ int ts_gen_logprobs(ts_session *s, const float *logits, int rows, const int32_t 
     for (int r = 0; r < rows; r++) {
         const float *v = vals + (size_t)r * N;
         const int32_t *t = tid + (size_t)r * N;
-        const int nk = TS_MIN(N, n_valid[r]);
-        /* no valid entry, or an infinite maximum: nothing has a finite
-         * log-probability; the maximum's ids get 0 only when it is +inf */
-        const int finite = nk > 0 && !isinf(v[0]) && sum_exp[r] > 0;
-        const double lz = finite ? (double)v[0] + log(sum_exp[r]) : 0;
-        float l = NAN;
-        for (int k = 0; k < nk; k++)
-            if (t[k] == ids[r]) l = v[k];
+        float l = lp_find(v, t, TS_MIN(N, n_valid[r]), ids[r]);
         if (isnan(l) && ids[r] >= 0 && ids[r] < V) {
             ts_be_read(bs, &l, logits + (size_t)r * V + ids[r], 1);
             if ((rc = ts_be_sync(bs, err))) return rc;
         }
-        ts_gen_lp *o = &out[r];
-        o->chosen = (ts_logprob){ids[r], lp_of(l, finite, lz)};
-        o->n_top = TS_MIN(n_top, nk);
-        for (int k = 0; k < o->n_top; k++) o->top[k] = (ts_logprob){t[k], lp_of(v[k], finite, lz)};
+        lp_entry(v, t, N, n_valid[r], sum_exp[r], ids[r], l, n_top, &out[r]);
     }
     return 0;
+}
+
+/* Scoring a text (turbospark.h): the feed's own chunks, each chunk's rows
+ * read back to the host by the feed (a device: row by row, the bits of the
+ * chunk's pass) and ranked there by the reference topn. Rows read back
+ * rather than ranked on the device keep the session's memory plan as it is
+ * (no chunk-sized logits buffer on the device); a row through PCIe costs
+ * less than its forward pass. */
+int ts_session_score(ts_session *s, const int32_t *ids, int n, int n_top, ts_logprob *out, ts_error *err) {
+    const int V = s->e->model.cfg.vocab, N = TS_MAX(n_top, 1), stride = 1 + n_top;
+    if (n_top < 0 || n_top > TS_TOP_LOGPROBS_MAX)
+        return ts_fail(err, TS_E_ARG, "%d alternatives asked (0..%d)", n_top, TS_TOP_LOGPROBS_MAX);
+    if (n < 1 || !ids) return ts_fail(err, TS_E_ARG, "no tokens to score");
+    if (n > 1 && !out) return ts_fail(err, TS_E_ARG, "out is NULL");
+    for (int i = 0; i < n; i++) /* all of them before any is fed: a bad id leaves the session as it was */
+        if (ids[i] < 0 || ids[i] >= V)
+            return ts_fail(err, TS_E_ARG, "token id %d (at index %d) is outside the vocabulary [0, %d)", ids[i], i, V);
+    const int rows = TS_MIN(n, ts_session_grid(s));
+    float *buf = malloc(sizeof(float) * (size_t)rows * (size_t)V);
+    if (!buf) return ts_fail(err, TS_E_NOMEM, "out of memory for %d rows of logits (%d x %d f32)", rows, rows, V);
+    int rc = 0;
+    for (int off = 0, k; off < n && !rc; off += k) {
+        k = ts_session_chunk(s, n - off);
+        if ((rc = ts_session_feed(s, ids + off, k, buf, NULL, err))) break;
+        for (int r = 0; r < k && off + r + 1 < n; r++) {
+            const float *row = buf + (size_t)r * V;
+            const int32_t id = ids[off + r + 1];
+            float v[TS_TOP_LOGPROBS_MAX];
+            int32_t t[TS_TOP_LOGPROBS_MAX], n_valid;
+            double sum_exp;
+            ts_topn_args a = {.N = N, .scale = 1.0f, .rep = 1.0f, .vals = v, .ids = t, .n_valid = &n_valid,
+                              .sum_exp = &sum_exp};
+            ts_topn_host(row, 1, V, V, &a);
+            float l = lp_find(v, t, TS_MIN(N, n_valid), id);
+            if (isnan(l)) l = row[id];
+            ts_gen_lp e;
+            lp_entry(v, t, N, n_valid, sum_exp, id, l, n_top, &e);
+            ts_logprob *o = out + (size_t)(off + r) * stride;
+            o[0] = e.chosen;
+            for (int j = 0; j < n_top; j++) o[1 + j] = j < e.n_top ? e.top[j] : (ts_logprob){-1, -INFINITY};
+        }
+    }
+    free(buf);
+    return rc;
 }
 
 /* The whole generation runs inside the backend (CPU: denormals flushed and

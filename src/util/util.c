@@ -35,7 +35,14 @@ int ts_fail_prefix(ts_error *err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
+    /* the prefix, then as much of the old message as fits (truncation is
+     * meant: written in two steps so that no build warns about it) */
+    int k = snprintf(err->msg, sizeof err->msg, "%s: ", pre);
+    if (k > 0 && (size_t)k < sizeof err->msg) {
+        const size_t n = strnlen(old, sizeof err->msg - (size_t)k - 1);
+        memcpy(err->msg + k, old, n);
+        err->msg[(size_t)k + n] = 0;
+    }
     return err->code;
 }
 
