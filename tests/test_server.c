@@ -385,7 +385,9 @@ static void errors(server *s) {
         {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"system\",\"content\":\"hi\"}]}", AUTH, 400, "No user query found in messages."},
         {"POST", "/v1/completions", "{\"prompt\": [1, 99999]}", AUTH, 400, "token ids"},
         {"POST", "/v1/completions", "{\"prompt\": {}}", AUTH, 400, "'prompt'"},
-        {"POST", "/v1/completions", "{\"prompt\": \"hi\", \"echo\": true}", AUTH, 400, "echo"},
+        {"POST", "/v1/completions", "{\"prompt\": \"hi\", \"echo\": 1}", AUTH, 400, "'echo' must be true or false"},
+        {"POST", "/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 0}", AUTH, 400, "echo only"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}], \"max_tokens\": 0}", AUTH, 400, "positive"},
         {"GET", "/v1/nothing", NULL, AUTH, 404, "no route"},
         {"GET", "/v1/chat/completions", NULL, AUTH, 405, "use POST"},
         {"POST", "/v1/models", "{}", AUTH, 405, "use GET"},
@@ -2000,4 +2002,134 @@ TS_TEST(server, tokenize_detokenize) {
     }
     if (ts_test_failed()) print_log(&s);
     CHECK_MSG(server_stop(&s) == 0, "the server did not exit cleanly");
+}
+
+/* echo on /v1/completions (vLLM's; what lm-evaluation-harness's
+ * loglikelihood requests send: echo, logprobs, max_tokens 0):
+ * - echo with generation: the text is the prompt then exactly the plain
+ *   request's text; the entries are the prompt's (the first null: nothing
+ *   predicts it) then exactly the plain request's, their offsets moved by
+ *   the prompt's characters; the prompt's tokens joined are the prompt and
+ *   each sits at its offset; streamed entries equal these; n = 2 echoes in
+ *   both choices;
+ * - max_tokens 0: the prompt alone, the same prompt entries, 0 tokens,
+ *   "length";
+ * - the scores agree with generation: the prompt extended by the plain
+ *   request's text, scored, gives each generated token within 2e-3 of the
+ *   logprob it had when generated (prefill rows against decode rows), the
+ *   greedy token first in its row's top list;
+ * - an ids prompt echoes its decoded text. */
+TS_TEST(server, echo) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    static const char P[] = "Once upon a time";
+    const int P_CHARS = (int)strlen(P);
+    int st;
+    char body[2048];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":10,\"temperature\":0,\"logprobs\":3}", P);
+    cJSON *a = http_post(s.port, "/v1/completions", body, &st);
+    CHECK_MSG(st == 200 && str_at(a, "choices.0.text"), "plain: %d", st);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":10,\"temperature\":0,\"logprobs\":3,\"echo\":true}", P);
+    cJSON *b = http_post(s.port, "/v1/completions", body, &st);
+    CHECK_MSG(st == 200 && str_at(b, "choices.0.text"), "echo: %d", st);
+    const int np = int_at(b, "usage.prompt_tokens"), ng = int_at(a, "usage.completion_tokens");
+    char want[1024];
+    snprintf(want, sizeof want, "%s%s", P, str_at(a, "choices.0.text"));
+    CHECK_MSG(!strcmp(str_at(b, "choices.0.text"), want), "echo text '%s', want '%s'", str_at(b, "choices.0.text"), want);
+    CHECK(int_at(b, "usage.completion_tokens") == ng && np == int_at(a, "usage.prompt_tokens") && np >= 3);
+    const cJSON *la = path_get(a, "choices.0.logprobs"), *lb = path_get(b, "choices.0.logprobs");
+    static const char *const lists[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    CHECK_MSG(cJSON_GetArraySize(path_get(lb, "tokens")) == np + expected_entries(a), "%d entries, want %d + %d",
+              cJSON_GetArraySize(path_get(lb, "tokens")), np, expected_entries(a));
+    for (int k = 0; k < 4; k++) {
+        const cJSON *xa = path_get(la, lists[k]), *xb = path_get(lb, lists[k]);
+        for (int i = 0; i < cJSON_GetArraySize(xa); i++) {
+            const cJSON *ea = cJSON_GetArrayItem(xa, i), *eb = cJSON_GetArrayItem(xb, np + i);
+            if (k == 3) CHECK_MSG(eb && eb->valueint == ea->valueint + P_CHARS, "entry %d: offset %d, plain %d", i,
+                                  eb ? eb->valueint : -1, ea->valueint);
+            else CHECK_MSG(cJSON_Compare(ea, eb, 1), "%s %d differs from the plain request's", lists[k], i);
+        }
+    }
+    /* the prompt's entries: the first null, the tokens joined the prompt, each at its offset */
+    CHECK(cJSON_IsNull(cJSON_GetArrayItem(path_get(lb, "token_logprobs"), 0)) &&
+          cJSON_IsNull(cJSON_GetArrayItem(path_get(lb, "top_logprobs"), 0)));
+    char joined[256] = "";
+    for (int i = 0; i < np; i++) {
+        const char *t = cJSON_GetArrayItem(path_get(lb, "tokens"), i)->valuestring;
+        const int off = cJSON_GetArrayItem(path_get(lb, "text_offset"), i)->valueint;
+        CHECK_MSG(off == (int)strlen(joined) && !strncmp(P + off, t, strlen(t)), "prompt token %d '%s' at %d", i, t, off);
+        strncat(joined, t, sizeof joined - strlen(joined) - 1);
+        if (i) CHECK(cJSON_GetArrayItem(path_get(lb, "token_logprobs"), i)->valuedouble <= 0 &&
+                     cJSON_GetArraySize(cJSON_GetArrayItem(path_get(lb, "top_logprobs"), i)) >= 3);
+    }
+    CHECK_MSG(!strcmp(joined, P), "the prompt's tokens joined: '%s'", joined);
+    check_stream_equal(s.port, "/v1/completions", body, b, NULL);
+    /* max_tokens 0: the prompt alone, the same prompt entries */
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":0,\"logprobs\":3,\"echo\":true}", P);
+    cJSON *c = http_post(s.port, "/v1/completions", body, &st);
+    CHECK_MSG(st == 200 && str_at(c, "choices.0.text") && !strcmp(str_at(c, "choices.0.text"), P) &&
+                  int_at(c, "usage.completion_tokens") == 0 && !strcmp(str_at(c, "choices.0.finish_reason"), "length"),
+              "max_tokens 0: %d %s", st, print(c));
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < np; i++)
+            CHECK_MSG(cJSON_Compare(cJSON_GetArrayItem(path_get(path_get(c, "choices.0.logprobs"), lists[k]), i),
+                                    cJSON_GetArrayItem(path_get(lb, lists[k]), i), 1),
+                      "max_tokens 0: %s %d differs", lists[k], i);
+    cJSON_Delete(c);
+    /* scores agree with generation: the prompt's ids and the plain request's
+     * (return_tokens_as_token_ids), scored */
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\"}", P);
+    resp tk;
+    CHECK(http_request(s.port, "POST", "/tokenize", NULL, body, &tk) == 0 && tk.status == 200);
+    cJSON *tj = cJSON_Parse(tk.body);
+    resp_free(&tk);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":10,\"temperature\":0,\"logprobs\":3,"
+             "\"return_tokens_as_token_ids\":true}", P);
+    cJSON *a2 = http_post(s.port, "/v1/completions", body, &st);
+    const int ne = expected_entries(a);
+    int n = snprintf(body, sizeof body, "{\"max_tokens\":0,\"logprobs\":3,\"echo\":true,\"prompt\":[");
+    for (int i = 0; i < np + ne; i++) {
+        const cJSON *id = i < np ? cJSON_GetArrayItem(path_get(tj, "tokens"), i) : NULL;
+        const cJSON *tid = i < np ? NULL : cJSON_GetArrayItem(path_get(a2, "choices.0.logprobs.tokens"), i - np);
+        CHECK_MSG(id || (tid && !strncmp(tid->valuestring, "token_id:", 9)), "no id for token %d", i);
+        n += snprintf(body + n, sizeof body - (size_t)n, "%s%d", i ? "," : "", id ? id->valueint : atoi(tid->valuestring + 9));
+    }
+    snprintf(body + n, sizeof body - (size_t)n, "]}");
+    cJSON_Delete(tj);
+    cJSON_Delete(a2);
+    c = http_post(s.port, "/v1/completions", body, &st);
+    const cJSON *lc = path_get(c, "choices.0.logprobs");
+    double worst = 0;
+    for (int i = 0; i < ne; i++) {
+        const cJSON *tok_a = cJSON_GetArrayItem(path_get(la, "tokens"), i),
+                    *tok_c = cJSON_GetArrayItem(path_get(lc, "tokens"), np + i);
+        const cJSON *top_c = cJSON_GetArrayItem(path_get(lc, "top_logprobs"), np + i);
+        CHECK_MSG(tok_c && !strcmp(tok_a->valuestring, tok_c->valuestring), "scored token %d differs", i);
+        CHECK_MSG(top_c && top_c->child && !strcmp(top_c->child->string, tok_a->valuestring),
+                  "scored row %d: the greedy token is not first", i);
+        worst = fmax(worst, fabs(cJSON_GetArrayItem(path_get(la, "token_logprobs"), i)->valuedouble -
+                                 cJSON_GetArrayItem(path_get(lc, "token_logprobs"), np + i)->valuedouble));
+    }
+    fprintf(stderr, "  %d generated tokens scored again: largest difference %.2g\n", ne, worst);
+    CHECK_MSG(st == 200 && worst < 2e-3, "%d: scores off the generation's log-probabilities by %.3g", st, worst);
+    cJSON_Delete(c);
+    /* n = 2: both choices echo; an ids prompt echoes its text */
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":3,\"echo\":true,\"n\":2,\"temperature\":0}", P);
+    c = http_post(s.port, "/v1/completions", body, &st);
+    CHECK_MSG(st == 200 && !strncmp(str_at(c, "choices.0.text"), P, strlen(P)) &&
+                  !strncmp(str_at(c, "choices.1.text"), P, strlen(P)),
+              "n = 2: %s", print(c));
+    cJSON_Delete(c);
+    c = http_post(s.port, "/v1/completions", "{\"prompt\":[5,6,7],\"max_tokens\":0,\"echo\":true}", &st);
+    resp dt;
+    CHECK(http_request(s.port, "POST", "/detokenize", NULL, "{\"tokens\":[5,6,7]}", &dt) == 0 && dt.status == 200);
+    cJSON *dj = cJSON_Parse(dt.body);
+    resp_free(&dt);
+    CHECK_MSG(st == 200 && str_at(dj, "prompt") && !strcmp(str_at(c, "choices.0.text"), str_at(dj, "prompt")),
+              "ids echo '%s', detokenized '%s'", str_at(c, "choices.0.text"), str_at(dj, "prompt"));
+    cJSON_Delete(dj);
+    cJSON_Delete(c);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    server_stop(&s);
 }

@@ -67,6 +67,12 @@ typedef struct job {
     int32_t *bias_ids;            /* logit_bias: [gp.n_bias] ids and values, malloc'd; gp.bias_ids */
     float *bias;                  /*   and gp.bias point here */
     int logprobs;                 /* 1: log-probabilities asked (gp.top_logprobs alternatives each) */
+    int token_ids;                /* return_tokens_as_token_ids (vLLM): logprobs' tokens as "token_id:N" */
+    int echo;                     /* completions: each choice's text starts with the prompt (and,
+                                     with logprobs, its entries with the prompt's tokens, scored:
+                                     ts_session_score); max_tokens 0 then scores the prompt alone */
+    char *echo_text;              /* a text prompt as the client sent it, malloc'd; NULL for ids
+                                     (the worker decodes them) */
     int json;                     /* response_format json_object or json_schema: the reply (content)
                                      is constrained (to one JSON object, or to schema's documents) */
     int tool_choice;              /* chat: SRV_TC_*; REQUIRED and NAMED hold the reply to tool calls */
@@ -87,6 +93,12 @@ typedef struct job {
     int n_choices;
     int cur;                      /* the choice the worker generates now */
     int n_gen, n_cached;          /* generated tokens (all choices), prompt tokens reused (the first) */
+    /* echo (the worker's, made with the first choice; every choice starts with them) */
+    ts_text echo_out;             /* the prompt's text: echo_text, or the ids decoded */
+    int echo_chars;               /* its characters (code points): the generated text's first offset */
+    int *echo_off;                /* [n_prompt] each prompt token's text_offset */
+    ts_logprob *echo_lp;          /* logprobs: [n_prompt - 1] scored entries (1 + top_logprobs each)
+                                     for prompt tokens 1.. (ts_session_score) */
     int err_status;               /* non-zero: the generation failed (HTTP status) */
     char err_msg[1024];
 } job;

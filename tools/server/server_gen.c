@@ -40,6 +40,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,10 @@ void srv_job_unref(job *j) {
     pthread_mutex_unlock(&j->mu);
     if (left) return;
     free(j->prompt);
+    free(j->echo_text);
+    text_free(&j->echo_out);
+    free(j->echo_off);
+    free(j->echo_lp);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->tools_json);
     srv_cc_release(j->cref);
@@ -203,12 +208,13 @@ static int utf8_chars(const char *p, size_t n) {
 /* A token's text as a JSON string: its bytes when they are valid UTF-8, else
  * vLLM's "bytes:\xe2\x80" (each byte a literal backslash, x and two hex
  * digits: part of a character split across tokens), so the JSON stays UTF-8;
- * "token_id:N" for an id the tokenizer has no token for (vLLM's spelling). */
-static void lp_token(ts_text *o, const srv *s, int32_t id) {
+ * "token_id:N" for an id the tokenizer has no token for (vLLM's spelling),
+ * and for every token when the request asked return_tokens_as_token_ids. */
+static void lp_token(ts_text *o, const srv *s, const job *j, int32_t id) {
     size_t n;
     const char *t = ts_tokenizer_token_bytes(s->tok, id, &n);
     char b[32];
-    if (!t) {
+    if (!t || j->token_ids) { /* return_tokens_as_token_ids: every token so (vLLM) */
         snprintf(b, sizeof b, "\"token_id:%d\"", (int)id);
         put(o, b);
     } else if (cli_utf8_valid(t, n)) {
@@ -251,9 +257,9 @@ static const ts_logprob *lp_row(const job *j, const choice *c, int i) {
 }
 
 /* {"token", "logprob", "bytes"} members of one token (no braces). */
-static void lp_chat_token(ts_text *o, const srv *s, const ts_logprob *t) {
+static void lp_chat_token(ts_text *o, const srv *s, const job *j, const ts_logprob *t) {
     put(o, "\"token\":");
-    lp_token(o, s, t->id);
+    lp_token(o, s, j, t->id);
     put(o, ",\"logprob\":");
     lp_num(o, t->logprob);
     put(o, ",\"bytes\":");
@@ -267,11 +273,11 @@ static void lp_chat(ts_text *o, const srv *s, const job *j, const choice *c, int
     for (int i = from; i < to; i++) {
         const ts_logprob *r = lp_row(j, c, i);
         put(o, i > from ? ",{" : "{");
-        lp_chat_token(o, s, &r[0]);
+        lp_chat_token(o, s, j, &r[0]);
         put(o, ",\"top_logprobs\":[");
         for (int k = 0; k < j->gp.top_logprobs && r[1 + k].id >= 0; k++) {
             put(o, k ? ",{" : "{");
-            lp_chat_token(o, s, &r[1 + k]);
+            lp_chat_token(o, s, j, &r[1 + k]);
             put(o, "}");
         }
         put(o, "]}");
@@ -281,10 +287,12 @@ static void lp_chat(ts_text *o, const srv *s, const job *j, const choice *c, int
 
 /* 1 when tokens a and b have the same text (one key of a completion's
  * top_logprobs object). */
-static int same_text(const srv *s, int32_t a, int32_t b) {
+static int same_text(const srv *s, const job *j, int32_t a, int32_t b) {
     size_t na, nb;
+    if (a == b) return 1;
+    if (j->token_ids) return 0; /* keys "token_id:N": one a token */
     const char *ta = ts_tokenizer_token_bytes(s->tok, a, &na), *tb = ts_tokenizer_token_bytes(s->tok, b, &nb);
-    return a == b || (ta && tb && na == nb && !memcmp(ta, tb, na));
+    return ta && tb && na == nb && !memcmp(ta, tb, na);
 }
 
 /* The completions form for entries [from, to): {"tokens", "token_logprobs",
@@ -301,31 +309,36 @@ static void lp_completion(ts_text *o, const srv *s, const job *j, const choice *
     put(o, "{\"tokens\":[");
     for (int i = from; i < to; i++) {
         if (i > from) put(o, ",");
-        lp_token(o, s, lp_row(j, c, i)->id);
+        lp_token(o, s, j, lp_row(j, c, i)->id);
     }
     put(o, "],\"token_logprobs\":[");
     for (int i = from; i < to; i++) {
         if (i > from) put(o, ",");
-        lp_num(o, lp_row(j, c, i)->logprob);
+        if (isnan(lp_row(j, c, i)->logprob)) put(o, "null"); /* an echoed prompt's first token: none predicts it */
+        else lp_num(o, lp_row(j, c, i)->logprob);
     }
     put(o, "],\"top_logprobs\":[");
     for (int i = from; i < to; i++) {
         const ts_logprob *r = lp_row(j, c, i);
+        if (isnan(r[0].logprob)) {
+            put(o, i > from ? ",null" : "null");
+            continue;
+        }
         ts_logprob keys[TS_TOP_LOGPROBS_MAX + 1];
         int n = 0, chosen_in = 0;
         for (int k = 0; k < j->gp.top_logprobs && r[1 + k].id >= 0; k++) {
             int dup = 0;
-            for (int m = 0; m < n && !dup; m++) dup = same_text(s, keys[m].id, r[1 + k].id);
+            for (int m = 0; m < n && !dup; m++) dup = same_text(s, j, keys[m].id, r[1 + k].id);
             if (!dup) keys[n++] = r[1 + k];
             chosen_in |= r[1 + k].id == r[0].id;
         }
         int dup = 0;
-        for (int m = 0; m < n && !dup && !chosen_in; m++) dup = same_text(s, keys[m].id, r[0].id);
+        for (int m = 0; m < n && !dup && !chosen_in; m++) dup = same_text(s, j, keys[m].id, r[0].id);
         if (!chosen_in && !dup) keys[n++] = r[0];
         put(o, i > from ? ",{" : "{");
         for (int m = 0; m < n; m++) {
             if (m) put(o, ",");
-            lp_token(o, s, keys[m].id);
+            lp_token(o, s, j, keys[m].id);
             put(o, ":");
             lp_num(o, keys[m].logprob);
         }
@@ -629,6 +642,95 @@ static void track_pending(run_ctx *r, const char *t, size_t n) {
     }
 }
 
+/* ---- echo ------------------------------------------------------------------ */
+
+/* A job's echo, made once (with its first choice): the prompt's text (the
+ * client's string, or the ids decoded as generated tokens are, a special
+ * token's text included: the client sent it), each prompt token's
+ * text_offset in it, and with logprobs the prompt scored (ts_session_score
+ * on the slot's session from position 0: the live timeline is never reused,
+ * so the generation's prefix reuse after it is unaffected; a checkpoint the
+ * session held is dropped by the reset). 0, or the library's error. */
+static int no_memory(ts_error *err, const char *what) {
+    err->code = TS_E_NOMEM;
+    snprintf(err->msg, sizeof err->msg, "out of memory for %s", what);
+    return TS_E_NOMEM;
+}
+
+static int echo_prepare(slot *sl, job *j, ts_error *err) {
+    srv *s = sl->s;
+    run_ctx r;
+    memset(&r, 0, sizeof r);
+    r.s = s;
+    if (!(j->echo_off = malloc(sizeof(int) * (size_t)j->n_prompt)))
+        return no_memory(err, "the echo's offsets");
+    ts_detok_reset(sl->dt);
+    ts_text dec = {0};
+    for (int i = 0; i < j->n_prompt; i++) {
+        const int32_t id = j->prompt[i];
+        const char *t;
+        size_t len, tl;
+        j->echo_off[i] = text_offset(&r, id);
+        const char *tb = ts_tokenizer_token_bytes(s->tok, id, &tl);
+        if (ts_tokenizer_is_special(s->tok, id)) {
+            ts_detok_flush(sl->dt, &t, &len);
+            text_add(&dec, t, len);
+            if (tb) text_add(&dec, tb, tl);
+            r.n_chars += utf8_chars(t, len) + (tb ? utf8_chars(tb, tl) : 0);
+            r.n_pend = 0;
+        } else if (ts_detok_push(sl->dt, id, &t, &len, err) == 0) {
+            if (tb) track_pending(&r, tb, tl);
+            r.n_chars += utf8_chars(t, len);
+            text_add(&dec, t, len);
+        }
+    }
+    const char *t;
+    size_t len;
+    ts_detok_flush(sl->dt, &t, &len);
+    text_add(&dec, t, len);
+    if (j->echo_text) {
+        text_free(&dec);
+        text_add(&j->echo_out, j->echo_text, strlen(j->echo_text));
+    } else {
+        j->echo_out = dec;
+    }
+    if (text_add(&j->echo_out, "", 0)) return no_memory(err, "the echoed prompt"); /* never NULL */
+    j->echo_chars = utf8_chars(j->echo_out.s, j->echo_out.len);
+    if (!j->logprobs || j->n_prompt < 2) return 0;
+    const size_t stride = 1 + (size_t)j->gp.top_logprobs;
+    if (!(j->echo_lp = malloc(sizeof(ts_logprob) * stride * (size_t)(j->n_prompt - 1))))
+        return no_memory(err, "the prompt's log-probabilities");
+    const double t0 = cli_now();
+    ts_session_reset(sl->sess);
+    int rc = ts_session_score(sl->sess, j->prompt, j->n_prompt, j->gp.top_logprobs, j->echo_lp, err);
+    if (rc) ts_session_reset(sl->sess);
+    pthread_mutex_lock(&s->mu);
+    s->m_prefill_tokens += (uint64_t)j->n_prompt;
+    s->m_prefill_s += cli_now() - t0;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* The echo at the start of choice j->cur: its text, its log-probability
+ * entries (the first token's logprob NaN: printed null), streamed as the
+ * choice's first chunk. 0, or -1 out of memory. */
+static int echo_start(run_ctx *r) {
+    job *j = r->j;
+    choice *c = &j->ch[j->cur];
+    pthread_mutex_lock(&j->mu);
+    int bad = text_add(&c->text, j->echo_out.s, j->echo_out.len);
+    pthread_mutex_unlock(&j->mu);
+    const int stride = 1 + j->gp.top_logprobs;
+    for (int i = 0; j->logprobs && i < j->n_prompt && !bad; i++) {
+        const ts_logprob first = {j->prompt[0], NAN};
+        const ts_logprob *e = i ? j->echo_lp + (size_t)(i - 1) * (size_t)stride : &first;
+        bad = lp_append(j, e, i ? e + 1 : NULL, i ? j->gp.top_logprobs : 0, j->echo_off[i]);
+    }
+    if (!bad && j->stream) sse_choice(r->s, j, NULL, 0, j->echo_out.s, j->echo_out.len, NULL, 0, NULL);
+    r->n_chars = j->echo_chars;
+    return bad ? -1 : 0;
+}
+
 /* ts_generate's logprob_cb, just before on_token for the same token. Every
  * generated token gets an entry but a stop id that ends the generation (its
  * text is not in the reply; with ignore_eos nothing ends there, so nothing
@@ -685,6 +787,11 @@ static int run_choice(slot *sl, job *j) {
     int rc = 0;
     if (j->kind == JOB_CHAT) rc = ts_reply_new(j->think_open, j->tools_json, &r.reply, &err);
     if (!rc && j->kind == JOB_CHAT && j->tool_choice == SRV_TC_NONE) ts_reply_no_tool_calls(r.reply);
+    if (j->echo && !rc) {
+        if (j->cur == 0) rc = echo_prepare(sl, j, &err);
+        if (!rc && echo_start(&r)) rc = no_memory(&err, "the echoed prompt");
+    }
+    const int gen = j->gp.n_predict > 0; /* 0: an echo alone (the prompt returned, or scored) */
 
     /* Prefix reuse: resume from the session's checkpoint when it starts the
      * prompt, and save the next one at the last grid point of the history
@@ -701,7 +808,7 @@ static int run_choice(slot *sl, job *j) {
     double t_fed = 0;
     if (penalties) {
         ts_session_reset(sl->sess);
-    } else if (!rc) {
+    } else if (!rc && gen) {
         const double t0 = cli_now();
         const int keep = j->kind == JOB_CHAT && j->n_history >= 0 ? j->n_history : j->n_prompt;
         const int from = cli_reuse_prepare(&sl->ru, sl->sess, j->prompt, j->n_prompt, keep, &cached, &fed, &err);
@@ -733,7 +840,7 @@ static int run_choice(slot *sl, job *j) {
     ts_gen_stats st;
     memset(&st, 0, sizeof st);
     gp.ngram_ctx = j->prompt, gp.n_ngram_ctx = reuse; /* what the session holds before: n-gram drafts look there too */
-    if (!rc) rc = ts_generate(sl->sess, j->prompt + reuse, j->n_prompt - reuse, &gp, on_token, &r, &st, &err);
+    if (!rc && gen) rc = ts_generate(sl->sess, j->prompt + reuse, j->n_prompt - reuse, &gp, on_token, &r, &st, &err);
     if (!rc) {
         const char *t;
         size_t len;

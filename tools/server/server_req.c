@@ -16,8 +16,9 @@
  *
  * max_tokens: an explicit value above --max-tokens-limit is an error; an
  * absent one means "until the context is full" for chat (capped by the limit)
- * and 16 for completions (OpenAI's default). Generation that reaches the end
- * of the context stops with finish_reason "length".
+ * and 16 for completions (OpenAI's default); 0 only on a completion with
+ * echo (the prompt returned, scored with logprobs: vLLM's rule). Generation
+ * that reaches the end of the context stops with finish_reason "length".
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -196,7 +197,9 @@ static int parse_common(srv *s, const cJSON *root, job *j, int *max_tokens, srv_
         }
         j->n_choices = (int)v->valuedouble;
     }
-    if (bool_field(root, "stream", &j->stream, e) || bool_field(root, "ignore_eos", &j->ignore_eos, e)) return -1;
+    if (bool_field(root, "stream", &j->stream, e) || bool_field(root, "ignore_eos", &j->ignore_eos, e) ||
+        bool_field(root, "return_tokens_as_token_ids", &j->token_ids, e))
+        return -1;
     if ((v = get(root, "stream_options"))) {
         if (!cJSON_IsObject(v)) {
             fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
@@ -208,7 +211,8 @@ static int parse_common(srv *s, const cJSON *root, job *j, int *max_tokens, srv_
     static const char *const mt_keys[] = {"max_completion_tokens", "max_tokens"};
     for (int i = 0; i < 2; i++) {
         if (!(v = get(root, mt_keys[i]))) continue;
-        if (!is_int(v) || v->valuedouble < 1) {
+        /* 0: a completion with echo scores its prompt alone (srv_parse_completion) */
+        if (!is_int(v) || v->valuedouble < (j->kind == JOB_COMPLETION ? 0 : 1)) {
             fail(e, 400, mt_keys[i], "invalid_value", "'%s' must be a positive integer", mt_keys[i]);
             return -1;
         }
@@ -288,8 +292,8 @@ static int finish_budget(srv *s, job *j, int max_tokens, int default_tokens, srv
         return -1;
     }
     int room = s->n_ctx - j->n_prompt + 1; /* the last token needs no slot */
-    int n = max_tokens > 0 ? max_tokens : default_tokens;
-    if (max_tokens <= 0 && n > room) n = room;
+    int n = max_tokens >= 0 ? max_tokens : default_tokens;
+    if (max_tokens < 0 && n > room) n = room;
     if (n > s->max_tokens_limit) n = s->max_tokens_limit;
     j->gp.n_predict = n;
     return 0;
@@ -435,6 +439,7 @@ static int known(const char *k, const char *const *list) {
 static const char *const COMMON_FIELDS[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "seed", "stop", "stream", "stream_options", "n", "ignore_eos", "logprobs", "logit_bias",
+    "return_tokens_as_token_ids",
     /* accepted and ignored (above) */
     "user", "safety_identifier", "metadata", "store", "prompt_cache_key", "service_tier", NULL};
 static const char *const CHAT_FIELDS[] = {
@@ -689,8 +694,11 @@ job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e) {
     if (!j) { fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
     if (check_fields(s, root, 0, e)) goto bad;
     if (parse_common(s, root, j, &max_tokens, e)) goto bad;
-    if ((v = get(root, "echo")) && !cJSON_IsFalse(v)) {
-        fail(e, 400, "echo", "unsupported_parameter", "'echo' is not supported");
+    if (bool_field(root, "echo", &j->echo, e)) goto bad;
+    if (max_tokens == 0 && !j->echo) {
+        fail(e, 400, get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens", "invalid_value",
+             "max_tokens 0 generates nothing: it is allowed with echo only (the prompt returned, and scored with "
+             "logprobs)");
         goto bad;
     }
     if ((v = get(root, "logprobs")) && !cJSON_IsFalse(v)) {
@@ -719,6 +727,10 @@ job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e) {
         p = p->child;
     if (cJSON_IsString(p)) {
         if (set_prompt_text(s, j, p->valuestring, strlen(p->valuestring), "prompt", e)) goto bad;
+        if (j->echo && !(j->echo_text = strdup(p->valuestring))) {
+            fail(e, 500, NULL, NULL, "out of memory");
+            goto bad;
+        }
     } else if (cJSON_IsArray(p)) {
         int n = cJSON_GetArraySize(p), k = 0;
         j->prompt = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
