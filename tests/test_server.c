@@ -2133,3 +2133,81 @@ TS_TEST(server, echo) {
     cJSON_Delete(b);
     server_stop(&s);
 }
+
+/* Several prompts in one completion (a list of strings and id lists, as
+ * OpenAI and vLLM take them): choice k * n + i is prompt k's choice i, the
+ * same text a request of prompt k alone gives (its seed + i), sampled and
+ * streamed too; usage sums the prompts; echo starts each choice with its
+ * own prompt; the refusals name the prompt. */
+TS_TEST(server, prompt_batch) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    static const char *const one[] = {"\"Once upon a time\"", "[5,6,7]", "\"The\""};
+    static const char TAIL[] = "\"max_tokens\":6,\"n\":2,\"seed\":7,\"temperature\":0.8,\"logprobs\":1";
+    char body[1024];
+    snprintf(body, sizeof body, "{\"prompt\":[%s,%s,%s],%s}", one[0], one[1], one[2], TAIL);
+    int st, prompt_sum = 0, gen_sum = 0;
+    cJSON *b = http_post(s.port, "/v1/completions", body, &st);
+    CHECK_MSG(st == 200 && cJSON_GetArraySize(path_get(b, "choices")) == 6, "batch: %d, %s", st, print(b));
+    for (int k = 0; k < 3; k++) {
+        char alone[512];
+        snprintf(alone, sizeof alone, "{\"prompt\":%s,%s}", one[k], TAIL);
+        cJSON *a = http_post(s.port, "/v1/completions", alone, &st);
+        CHECK(st == 200);
+        prompt_sum += int_at(a, "usage.prompt_tokens");
+        gen_sum += int_at(a, "usage.completion_tokens");
+        for (int i = 0; i < 2; i++) {
+            char pa[64], pb[64];
+            snprintf(pa, sizeof pa, "choices.%d", i);
+            snprintf(pb, sizeof pb, "choices.%d", k * 2 + i);
+            const cJSON *ca = path_get(a, pa), *cb = path_get(b, pb);
+            CHECK_MSG(int_at(cb, "index") == k * 2 + i && cJSON_Compare(path_get(ca, "text"), path_get(cb, "text"), 1) &&
+                          cJSON_Compare(path_get(ca, "logprobs"), path_get(cb, "logprobs"), 1),
+                      "prompt %d choice %d: '%s' alone, '%s' in the batch", k, i, str_at(ca, "text"), str_at(cb, "text"));
+        }
+        cJSON_Delete(a);
+    }
+    CHECK_MSG(int_at(b, "usage.prompt_tokens") == prompt_sum && int_at(b, "usage.completion_tokens") == gen_sum,
+              "usage %d / %d, the requests alone %d / %d", int_at(b, "usage.prompt_tokens"),
+              int_at(b, "usage.completion_tokens"), prompt_sum, gen_sum);
+    /* streamed: each index's texts joined are the batch's */
+    char *sb = post_stream(s.port, "/v1/completions", body);
+    CHECK(sb);
+    char texts[6][512] = {{0}};
+    for (const char *p = sb; p && (p = strstr(p, "data: {"));) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        cJSON *j = e ? cJSON_ParseWithLength(p, (size_t)(e - p)) : NULL;
+        const cJSON *c = path_get(j, "choices.0");
+        const int k = c ? int_at(c, "index") : -1;
+        if (k >= 0 && k < 6 && str_at(c, "text")) strncat(texts[k], str_at(c, "text"), sizeof texts[k] - strlen(texts[k]) - 1);
+        cJSON_Delete(j);
+    }
+    free(sb);
+    for (int k = 0; k < 6; k++) {
+        char pk[64];
+        snprintf(pk, sizeof pk, "choices.%d.text", k);
+        CHECK_MSG(!strcmp(texts[k], str_at(b, pk)), "streamed choice %d '%s', whole '%s'", k, texts[k], str_at(b, pk));
+    }
+    cJSON_Delete(b);
+    /* echo: each choice its own prompt */
+    b = http_post(s.port, "/v1/completions", "{\"prompt\":[\"Once upon\",\"A cat\"],\"max_tokens\":0,\"echo\":true}", &st);
+    CHECK_MSG(st == 200 && !strcmp(str_at(b, "choices.0.text"), "Once upon") && !strcmp(str_at(b, "choices.1.text"), "A cat"),
+              "echo batch: %s", print(b));
+    cJSON_Delete(b);
+    struct {
+        const char *body, *msg;
+    } bad[] = {
+        {"{\"prompt\":[\"a\",\"\"]}", "prompt 1 is empty"},
+        {"{\"prompt\":[\"a\",5]}", "prompt 1 must be"},
+        {"{\"prompt\":[[1,2],[3,99999]]}", "prompt 1's item 1"},
+        {"{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":16}", "above this server's 128"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        b = http_post(s.port, "/v1/completions", bad[i].body, &st);
+        CHECK_MSG(st == 400 && str_at(b, "error.message") && strstr(str_at(b, "error.message"), bad[i].msg),
+                  "bad %zu: %d %s", i, st, print(b));
+        cJSON_Delete(b);
+    }
+    server_stop(&s);
+}

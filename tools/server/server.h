@@ -52,8 +52,13 @@ typedef struct job {
     /* ---- the request (immutable once queued) ---- */
     int kind;                     /* JOB_CHAT or JOB_COMPLETION */
     int stream, include_usage;
-    int32_t *prompt;              /* [n_prompt] ids, malloc'd */
-    int n_prompt;
+    int32_t *prompt;              /* [n_prompt] ids, malloc'd: with several prompts, all of them one
+                                     after the other, prompt_at[k] where prompt k starts */
+    int n_prompt;                 /* the first prompt's ids (what a slot's reuse is matched on) */
+    int n_prompts;                /* completions: prompts in the request (a list of them); 1 */
+    int *prompt_at;               /* [n_prompts + 1] offsets into prompt, malloc'd; NULL for one */
+    int n_per;                    /* choices a prompt (the request's n): choice c is prompt c / n_per's */
+    int prompt_total;             /* every prompt's ids (usage.prompt_tokens) */
     ts_gen_params gp;             /* n_predict = max_tokens; stop ids set by the worker */
     int ignore_eos;               /* extension: generate past the stop ids */
     char *stops[SRV_MAX_STOPS];   /* stop sequences on the decoded text, malloc'd */
@@ -71,8 +76,8 @@ typedef struct job {
     int echo;                     /* completions: each choice's text starts with the prompt (and,
                                      with logprobs, its entries with the prompt's tokens, scored:
                                      ts_session_score); max_tokens 0 then scores the prompt alone */
-    char *echo_text;              /* a text prompt as the client sent it, malloc'd; NULL for ids
-                                     (the worker decodes them) */
+    char **echo_text;             /* [n_prompts]: a text prompt as the client sent it, malloc'd;
+                                     NULL for ids (the worker decodes them) */
     int json;                     /* response_format json_object or json_schema: the reply (content)
                                      is constrained (to one JSON object, or to schema's documents) */
     int tool_choice;              /* chat: SRV_TC_*; REQUIRED and NAMED hold the reply to tool calls */
@@ -89,11 +94,13 @@ typedef struct job {
     size_t sent;                  /* bytes of out already handed to the connection */
 
     /* ---- results (written by the worker, read after DONE) ---- */
-    struct choice *ch;            /* [n_choices] (the request's n), one generation each */
+    struct choice *ch;            /* [n_choices] (n_prompts x the request's n), one generation each;
+                                     cap_choices allocated (srv_job_choices) */
+    int cap_choices;
     int n_choices;
     int cur;                      /* the choice the worker generates now */
     int n_gen, n_cached;          /* generated tokens (all choices), prompt tokens reused (the first) */
-    /* echo (the worker's, made with the first choice; every choice starts with them) */
+    /* echo (the worker's, made with a prompt's first choice; its choices start with them) */
     ts_text echo_out;             /* the prompt's text: echo_text, or the ids decoded */
     int echo_chars;               /* its characters (code points): the generated text's first offset */
     int *echo_off;                /* [n_prompt] each prompt token's text_offset */
@@ -123,7 +130,14 @@ typedef struct choice {
     int lp_sent;                  /* stream: entries already sent in a chunk */
 } choice;
 
-#define SRV_MAX_N 16 /* choices a request may ask (n) */
+#define SRV_MAX_N 16        /* choices a request may ask (n) */
+#define SRV_MAX_CHOICES 128 /* choices of a completion with several prompts (prompts x n) */
+/* The prompt of a job's choice c: its ids and their count. */
+static inline const int32_t *srv_choice_prompt(const job *j, int c, int *n) {
+    const int k = j->prompt_at ? c / j->n_per : 0;
+    *n = j->prompt_at ? j->prompt_at[k + 1] - j->prompt_at[k] : j->n_prompt;
+    return j->prompt + (j->prompt_at ? j->prompt_at[k] : 0);
+}
 
 struct srv {
     const char *model_dir;
@@ -191,6 +205,8 @@ int srv_submit(srv *s, job *j);
  * ones still running then are stopped by srv_pool_stop. */
 void srv_pool_drain(srv *s, double timeout_s);
 job *srv_job_new(int kind);
+/* Room for n choices (before the job is queued); 0, or -1 out of memory. */
+int srv_job_choices(job *j, int n);
 void srv_job_unref(job *j);
 /* Mark a job cancelled (its connection went away). */
 void srv_job_cancel(job *j);

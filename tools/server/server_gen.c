@@ -135,7 +135,8 @@ job *srv_job_new(int kind) {
         free(j);
         return NULL;
     }
-    j->n_choices = 1;
+    j->cap_choices = SRV_MAX_N;
+    j->n_choices = j->n_per = j->n_prompts = 1;
     j->kind = kind;
     j->refs = 1;
     j->n_history = -1;
@@ -151,6 +152,16 @@ job *srv_job_new(int kind) {
     return j;
 }
 
+int srv_job_choices(job *j, int n) {
+    if (n <= j->cap_choices) return 0;
+    choice *ch = realloc(j->ch, sizeof *ch * (size_t)n);
+    if (!ch) return -1;
+    memset(ch + j->cap_choices, 0, sizeof *ch * (size_t)(n - j->cap_choices));
+    j->ch = ch;
+    j->cap_choices = n;
+    return 0;
+}
+
 void srv_job_unref(job *j) {
     if (!j) return;
     pthread_mutex_lock(&j->mu);
@@ -158,6 +169,8 @@ void srv_job_unref(job *j) {
     pthread_mutex_unlock(&j->mu);
     if (left) return;
     free(j->prompt);
+    free(j->prompt_at);
+    for (int k = 0; j->echo_text && k < j->n_prompts; k++) free(j->echo_text[k]);
     free(j->echo_text);
     text_free(&j->echo_out);
     free(j->echo_off);
@@ -167,7 +180,7 @@ void srv_job_unref(job *j) {
     srv_cc_release(j->cref);
     free(j->bias_ids);
     free(j->bias);
-    for (int k = 0; j->ch && k < SRV_MAX_N; k++) {
+    for (int k = 0; j->ch && k < j->cap_choices; k++) {
         choice *c = &j->ch[k];
         free(c->lp);
         free(c->lp_off);
@@ -453,9 +466,9 @@ static void sse_choice(srv *s, job *j, const char *reasoning, size_t nr, const c
 
 static cJSON *usage_json(job *j) {
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->prompt_total);
     cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + j->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", j->prompt_total + j->n_gen);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
     return u;
@@ -657,17 +670,22 @@ static int no_memory(ts_error *err, const char *what) {
     return TS_E_NOMEM;
 }
 
-static int echo_prepare(slot *sl, job *j, ts_error *err) {
+static int echo_prepare(slot *sl, job *j, const int32_t *P, int nP, ts_error *err) {
     srv *s = sl->s;
+    const char *as_sent = j->echo_text[j->cur / j->n_per];
+    text_free(&j->echo_out); /* the previous prompt's */
+    free(j->echo_off);
+    free(j->echo_lp);
+    j->echo_off = NULL, j->echo_lp = NULL;
     run_ctx r;
     memset(&r, 0, sizeof r);
     r.s = s;
-    if (!(j->echo_off = malloc(sizeof(int) * (size_t)j->n_prompt)))
+    if (!(j->echo_off = malloc(sizeof(int) * (size_t)nP)))
         return no_memory(err, "the echo's offsets");
     ts_detok_reset(sl->dt);
     ts_text dec = {0};
-    for (int i = 0; i < j->n_prompt; i++) {
-        const int32_t id = j->prompt[i];
+    for (int i = 0; i < nP; i++) {
+        const int32_t id = P[i];
         const char *t;
         size_t len, tl;
         j->echo_off[i] = text_offset(&r, id);
@@ -688,24 +706,24 @@ static int echo_prepare(slot *sl, job *j, ts_error *err) {
     size_t len;
     ts_detok_flush(sl->dt, &t, &len);
     text_add(&dec, t, len);
-    if (j->echo_text) {
+    if (as_sent) {
         text_free(&dec);
-        text_add(&j->echo_out, j->echo_text, strlen(j->echo_text));
+        text_add(&j->echo_out, as_sent, strlen(as_sent));
     } else {
         j->echo_out = dec;
     }
     if (text_add(&j->echo_out, "", 0)) return no_memory(err, "the echoed prompt"); /* never NULL */
     j->echo_chars = utf8_chars(j->echo_out.s, j->echo_out.len);
-    if (!j->logprobs || j->n_prompt < 2) return 0;
+    if (!j->logprobs || nP < 2) return 0;
     const size_t stride = 1 + (size_t)j->gp.top_logprobs;
-    if (!(j->echo_lp = malloc(sizeof(ts_logprob) * stride * (size_t)(j->n_prompt - 1))))
+    if (!(j->echo_lp = malloc(sizeof(ts_logprob) * stride * (size_t)(nP - 1))))
         return no_memory(err, "the prompt's log-probabilities");
     const double t0 = cli_now();
     ts_session_reset(sl->sess);
-    int rc = ts_session_score(sl->sess, j->prompt, j->n_prompt, j->gp.top_logprobs, j->echo_lp, err);
+    int rc = ts_session_score(sl->sess, P, nP, j->gp.top_logprobs, j->echo_lp, err);
     if (rc) ts_session_reset(sl->sess);
     pthread_mutex_lock(&s->mu);
-    s->m_prefill_tokens += (uint64_t)j->n_prompt;
+    s->m_prefill_tokens += (uint64_t)nP;
     s->m_prefill_s += cli_now() - t0;
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -714,15 +732,15 @@ static int echo_prepare(slot *sl, job *j, ts_error *err) {
 /* The echo at the start of choice j->cur: its text, its log-probability
  * entries (the first token's logprob NaN: printed null), streamed as the
  * choice's first chunk. 0, or -1 out of memory. */
-static int echo_start(run_ctx *r) {
+static int echo_start(run_ctx *r, const int32_t *P, int nP) {
     job *j = r->j;
     choice *c = &j->ch[j->cur];
     pthread_mutex_lock(&j->mu);
     int bad = text_add(&c->text, j->echo_out.s, j->echo_out.len);
     pthread_mutex_unlock(&j->mu);
     const int stride = 1 + j->gp.top_logprobs;
-    for (int i = 0; j->logprobs && i < j->n_prompt && !bad; i++) {
-        const ts_logprob first = {j->prompt[0], NAN};
+    for (int i = 0; j->logprobs && i < nP && !bad; i++) {
+        const ts_logprob first = {P[0], NAN};
         const ts_logprob *e = i ? j->echo_lp + (size_t)(i - 1) * (size_t)stride : &first;
         bad = lp_append(j, e, i ? e + 1 : NULL, i ? j->gp.top_logprobs : 0, j->echo_off[i]);
     }
@@ -778,6 +796,8 @@ static int ckpt_match(const slot *sl, const job *j) { return cli_reuse_match(&sl
 static int run_choice(slot *sl, job *j) {
     srv *s = sl->s;
     choice *c = &j->ch[j->cur];
+    int nP;
+    const int32_t *P = srv_choice_prompt(j, j->cur, &nP);
     run_ctx r;
     memset(&r, 0, sizeof r);
     r.s = s;
@@ -788,8 +808,8 @@ static int run_choice(slot *sl, job *j) {
     if (j->kind == JOB_CHAT) rc = ts_reply_new(j->think_open, j->tools_json, &r.reply, &err);
     if (!rc && j->kind == JOB_CHAT && j->tool_choice == SRV_TC_NONE) ts_reply_no_tool_calls(r.reply);
     if (j->echo && !rc) {
-        if (j->cur == 0) rc = echo_prepare(sl, j, &err);
-        if (!rc && echo_start(&r)) rc = no_memory(&err, "the echoed prompt");
+        if (j->cur % j->n_per == 0) rc = echo_prepare(sl, j, P, nP, &err);
+        if (!rc && echo_start(&r, P, nP)) rc = no_memory(&err, "the echoed prompt");
     }
     const int gen = j->gp.n_predict > 0; /* 0: an echo alone (the prompt returned, or scored) */
 
@@ -802,7 +822,9 @@ static int run_choice(slot *sl, job *j) {
      * The choices after the first resume from the checkpoint the first one
      * saved: their prefill is what lies past the prompt's last grid point. */
     ts_gen_params gp = j->gp;
-    gp.seed = j->gp.seed + (uint64_t)j->cur; /* n choices: n draws, each repeatable with the seed */
+    /* n choices: n draws, each repeatable with the seed (a prompt's choices
+     * as a request of that prompt alone would draw them) */
+    gp.seed = j->gp.seed + (uint64_t)(j->cur % j->n_per);
     int penalties = gp.repeat_penalty != 1.0f || gp.presence_penalty != 0 || gp.frequency_penalty != 0;
     int reuse = 0, cached = 0, fed = 0;
     double t_fed = 0;
@@ -810,14 +832,14 @@ static int run_choice(slot *sl, job *j) {
         ts_session_reset(sl->sess);
     } else if (!rc && gen) {
         const double t0 = cli_now();
-        const int keep = j->kind == JOB_CHAT && j->n_history >= 0 ? j->n_history : j->n_prompt;
-        const int from = cli_reuse_prepare(&sl->ru, sl->sess, j->prompt, j->n_prompt, keep, &cached, &fed, &err);
+        const int keep = j->kind == JOB_CHAT && j->n_history >= 0 ? j->n_history : nP;
+        const int from = cli_reuse_prepare(&sl->ru, sl->sess, P, nP, keep, &cached, &fed, &err);
         t_fed = cli_now() - t0;
         if (from < 0) rc = from;
         else reuse = from;
         if (fed) sl->ckpt_chat = j->kind == JOB_CHAT; /* a new save */
     }
-    if (j->cur == 0) j->n_cached = cached;
+    if (j->cur % j->n_per == 0) j->n_cached += cached; /* each prompt's first choice */
     /* drafting: exact for greedy requests, the target distribution for
      * sampled ones, and exact on a reused prefix too (tests/test_spec.c) */
     cli_spec_apply(&s->spec, NULL, &gp);
@@ -839,8 +861,8 @@ static int run_choice(slot *sl, job *j) {
 
     ts_gen_stats st;
     memset(&st, 0, sizeof st);
-    gp.ngram_ctx = j->prompt, gp.n_ngram_ctx = reuse; /* what the session holds before: n-gram drafts look there too */
-    if (!rc && gen) rc = ts_generate(sl->sess, j->prompt + reuse, j->n_prompt - reuse, &gp, on_token, &r, &st, &err);
+    gp.ngram_ctx = P, gp.n_ngram_ctx = reuse; /* what the session holds before: n-gram drafts look there too */
+    if (!rc && gen) rc = ts_generate(sl->sess, P + reuse, nP - reuse, &gp, on_token, &r, &st, &err);
     if (!rc) {
         const char *t;
         size_t len;
@@ -896,7 +918,7 @@ static int run_choice(slot *sl, job *j) {
 
     pthread_mutex_lock(&s->mu);
     s->m_generations++;
-    s->m_prompt_tokens += (uint64_t)j->n_prompt;
+    s->m_prompt_tokens += (uint64_t)nP;
     s->m_cached_tokens += (uint64_t)cached;
     s->m_gen_tokens += (uint64_t)r.n_gen;
     s->m_prefill_tokens += (uint64_t)(st.n_prompt + fed);

@@ -195,7 +195,7 @@ static int parse_common(srv *s, const cJSON *root, job *j, int *max_tokens, srv_
             fail(e, 400, "n", "invalid_value", "'n' must be an integer in [1, %d] (choices to generate)", SRV_MAX_N);
             return -1;
         }
-        j->n_choices = (int)v->valuedouble;
+        j->n_choices = j->n_per = (int)v->valuedouble;
     }
     if (bool_field(root, "stream", &j->stream, e) || bool_field(root, "ignore_eos", &j->ignore_eos, e) ||
         bool_field(root, "return_tokens_as_token_ids", &j->token_ids, e))
@@ -280,18 +280,29 @@ static int parse_common(srv *s, const cJSON *root, job *j, int *max_tokens, srv_
     return 0;
 }
 
-/* Context check and the token budget, once the prompt is known. */
+/* Context check and the token budget, once the prompts are known (every
+ * prompt checked; the budget from the longest). */
 static int finish_budget(srv *s, job *j, int max_tokens, int default_tokens, srv_err *e) {
-    if (j->n_prompt == 0) {
-        fail(e, 400, "prompt", "invalid_value", "the prompt is empty");
-        return -1;
+    int longest = 0, total = 0;
+    for (int k = 0; k < j->n_prompts; k++) {
+        int n;
+        srv_choice_prompt(j, k * j->n_per, &n);
+        char which[32] = "";
+        if (j->n_prompts > 1) snprintf(which, sizeof which, " %d", k);
+        if (n == 0) {
+            fail(e, 400, "prompt", "invalid_value", "the prompt%s is empty", which);
+            return -1;
+        }
+        if (n > s->n_ctx) {
+            fail(e, 400, j->kind == JOB_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                 "prompt%s is %d tokens, the context is %d", which, n, s->n_ctx);
+            return -1;
+        }
+        longest = n > longest ? n : longest;
+        total += n;
     }
-    if (j->n_prompt > s->n_ctx) {
-        fail(e, 400, j->kind == JOB_CHAT ? "messages" : "prompt", "context_length_exceeded",
-             "prompt is %d tokens, the context is %d", j->n_prompt, s->n_ctx);
-        return -1;
-    }
-    int room = s->n_ctx - j->n_prompt + 1; /* the last token needs no slot */
+    j->prompt_total = total;
+    int room = s->n_ctx - longest + 1; /* the last token needs no slot */
     int n = max_tokens >= 0 ? max_tokens : default_tokens;
     if (max_tokens < 0 && n > room) n = room;
     if (n > s->max_tokens_limit) n = s->max_tokens_limit;
@@ -685,6 +696,98 @@ bad:
     return NULL;
 }
 
+/* A completion's prompts: a string or a list of ids (one prompt), or a list
+ * of strings and id lists (one prompt each: OpenAI's and vLLM's batch),
+ * tokenized into j->prompt one after the other (prompt_at with several);
+ * with echo, the text prompts kept as sent. n_per becomes the request's n
+ * and n_choices prompts x n. */
+static int parse_prompts(srv *s, job *j, const cJSON *p, srv_err *e) {
+    const int multi = cJSON_IsArray(p) && cJSON_GetArraySize(p) >= 1 && (cJSON_IsString(p->child) || cJSON_IsArray(p->child));
+    const int np = multi ? cJSON_GetArraySize(p) : 1;
+    if (!multi && !cJSON_IsString(p) && !cJSON_IsArray(p)) {
+        fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string, a list of token ids, or a list of those");
+        return -1;
+    }
+    if (np * j->n_choices > SRV_MAX_CHOICES) {
+        fail(e, 400, "prompt", "invalid_value", "%d prompts with n = %d are %d choices, above this server's %d", np,
+             j->n_choices, np * j->n_choices, SRV_MAX_CHOICES);
+        return -1;
+    }
+    if ((j->echo && !(j->echo_text = calloc((size_t)np, sizeof *j->echo_text))) ||
+        (np > 1 && !(j->prompt_at = calloc((size_t)np + 1, sizeof *j->prompt_at)))) {
+        fail(e, 500, NULL, NULL, "out of memory");
+        return -1;
+    }
+    j->n_prompts = np;
+    int total = 0, cap = 0;
+    const cJSON *it = multi ? p->child : p;
+    for (int k = 0; k < np; k++, it = it->next) {
+        char which[32] = "";
+        if (multi) snprintf(which, sizeof which, " %d", k);
+        const int32_t *ids = NULL;
+        int n = 0;
+        ts_tokens t = {0};
+        ts_error err;
+        if (cJSON_IsString(it)) {
+            if (ts_tokenizer_encode(s->tok, it->valuestring, strlen(it->valuestring), &t, &err)) {
+                fail(e, 400, "prompt", "invalid_value", "prompt%s: %s", which, err.msg);
+                return -1;
+            }
+            ids = t.ids, n = t.n;
+            if (j->echo && !(j->echo_text[k] = strdup(it->valuestring))) {
+                ts_tokens_free(&t);
+                fail(e, 500, NULL, NULL, "out of memory");
+                return -1;
+            }
+        } else if (!cJSON_IsArray(it)) {
+            fail(e, 400, "prompt", "invalid_type", "prompt%s must be a string or a list of token ids", which);
+            return -1;
+        } else {
+            n = cJSON_GetArraySize(it);
+        }
+        if (total + n > cap) {
+            cap = (total + n) * 2 + 16;
+            int32_t *q = realloc(j->prompt, sizeof(int32_t) * (size_t)cap);
+            if (!q) {
+                ts_tokens_free(&t);
+                fail(e, 500, NULL, NULL, "out of memory");
+                return -1;
+            }
+            j->prompt = q;
+        }
+        if (cJSON_IsString(it)) {
+            if (n) memcpy(j->prompt + total, ids, sizeof(int32_t) * (size_t)n);
+            ts_tokens_free(&t);
+        } else {
+            int i = 0;
+            const cJSON *x;
+            cJSON_ArrayForEach(x, it) {
+                if (!is_int(x) || x->valuedouble < 0 || x->valuedouble >= s->n_vocab) {
+                    fail(e, 400, "prompt", "invalid_value",
+                         "'prompt' must be a string or a list of token ids in [0, %d); prompt%s's item %d is not",
+                         s->n_vocab, which, i);
+                    return -1;
+                }
+                j->prompt[total + i++] = (int32_t)x->valuedouble;
+            }
+        }
+        if (k == 0) j->n_prompt = n;
+        total += n;
+        if (j->prompt_at) j->prompt_at[k + 1] = total;
+    }
+    if (!j->prompt && !(j->prompt = malloc(sizeof(int32_t)))) { /* an empty prompt: finish_budget refuses it */
+        fail(e, 500, NULL, NULL, "out of memory");
+        return -1;
+    }
+    j->n_per = j->n_choices;
+    j->n_choices = np * j->n_per;
+    if (srv_job_choices(j, j->n_choices)) {
+        fail(e, 500, NULL, NULL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e) {
     cJSON *root = parse_body(body, len, e);
     if (!root) return NULL;
@@ -721,34 +824,7 @@ job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e) {
     }
     p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!p) { fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required"); goto bad; }
-    /* One prompt: a string, a list of ids, or a one-element list of either. */
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
-        (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
-        p = p->child;
-    if (cJSON_IsString(p)) {
-        if (set_prompt_text(s, j, p->valuestring, strlen(p->valuestring), "prompt", e)) goto bad;
-        if (j->echo && !(j->echo_text = strdup(p->valuestring))) {
-            fail(e, 500, NULL, NULL, "out of memory");
-            goto bad;
-        }
-    } else if (cJSON_IsArray(p)) {
-        int n = cJSON_GetArraySize(p), k = 0;
-        j->prompt = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-        if (!j->prompt) { fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
-        const cJSON *it;
-        cJSON_ArrayForEach(it, p) {
-            if (!is_int(it) || it->valuedouble < 0 || it->valuedouble >= s->n_vocab) {
-                fail(e, 400, "prompt", "invalid_value",
-                     "'prompt' must be a string or a list of token ids in [0, %d); item %d is not", s->n_vocab, k);
-                goto bad;
-            }
-            j->prompt[k++] = (int32_t)it->valuedouble;
-        }
-        j->n_prompt = k;
-    } else {
-        fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string or a list of token ids (one prompt)");
-        goto bad;
-    }
+    if (parse_prompts(s, j, p, e)) goto bad;
     if (finish_budget(s, j, max_tokens, 16, e)) goto bad;
     cJSON_Delete(root);
     return j;
