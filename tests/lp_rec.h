@@ -30,6 +30,15 @@ int lp_gen(ts_engine *e, const int32_t *pr, int T, const ts_gen_params *gp, int 
  * of e computes feeding pr then r's ids one at a time: the largest error;
  * *top_bad counts top lists that are not the best n_top ids in order. */
 double lp_check(ts_engine *e, const int32_t *pr, int T, const lp_rec *r, int n_top, int *top_bad);
+/* ts_session_score on e (test_logprobs.c, logprobs.score_matches_feed): a
+ * random text of LP_SCORE_N ids (seed) scored from position pre on a grid
+ * of 7 against log_softmax of the plain feed's rows (the largest error
+ * returned; *bad counts wrong top lists, states unlike the plain feed's and
+ * failed calls); the scores copied to out when not NULL ([LP_SCORE_N - 1]
+ * entries of 1 + LP_SCORE_TOP). */
+#define LP_SCORE_N 30
+#define LP_SCORE_TOP 4
+double lp_score_check(ts_engine *e, int pre, uint64_t seed, ts_logprob *out, int *bad);
 /* The same ids, chosen and top entries, bit for bit. */
 int lp_same(const lp_rec *a, const lp_rec *b);
 

@@ -638,6 +638,37 @@ TS_TEST(cuda_engine, logprobs_and_logit_bias) {
     ts_engine_close(eg);
 }
 
+/* ts_session_score on the GPU (the feed's rows read back, ranked on the
+ * host): against log_softmax of the GPU's own plain-feed rows, leaving the
+ * plain feed's state (lp_score_check: exact paths, 2e-5), and the CPU's
+ * scores of the same text within twice the parity tolerance (a log-
+ * probability is a logit less log Z: two logits' errors) at |logit| 30. */
+TS_TEST(cuda_engine, score_matches_feed_and_cpu) {
+    NEED_GPU();
+    static const char *const dirs[] = {"models/default", "tests/fixtures/tiny-dense"};
+    static ts_logprob og[(LP_SCORE_N - 1) * (1 + LP_SCORE_TOP)], oc[(LP_SCORE_N - 1) * (1 + LP_SCORE_TOP)];
+    for (int d = 0; d < 2; d++) {
+        ts_error err = {0};
+        ts_engine *eg = NULL, *ec = NULL;
+        CHECK_MSG(!open_on(dirs[d], "cuda", &eg, &err) && !open_on(dirs[d], "cpu", &ec, &err), "%s", err.msg);
+        int bad = 0, bad_c = 0;
+        const double worst = lp_score_check(eg, 5, (uint64_t)d + 1, og, &bad);
+        lp_score_check(ec, 5, (uint64_t)d + 1, oc, &bad_c);
+        double vs_cpu = 0;
+        for (int i = 0; i < LP_SCORE_N - 1; i++) {
+            const ts_logprob *g = og + (size_t)i * (1 + LP_SCORE_TOP), *c = oc + (size_t)i * (1 + LP_SCORE_TOP);
+            bad += g[0].id != c[0].id;
+            vs_cpu = fmax(vs_cpu, fabs((double)g[0].logprob - c[0].logprob));
+        }
+        fprintf(stderr, "  %-26s GPU scores: largest error %.2g against its rows, %.2g against the CPU's, %d wrong\n",
+                dirs[d], worst, vs_cpu, bad);
+        CHECK_MSG(worst < 2e-5 && bad == 0 && bad_c == 0, "%s: GPU scores off by %.3g, %d wrong", dirs[d], worst, bad);
+        CHECK_MSG(vs_cpu < 2 * REL_TOL * 30, "%s: GPU scores %.3g off the CPU's", dirs[d], vs_cpu);
+        ts_engine_close(eg);
+        ts_engine_close(ec);
+    }
+}
+
 /* Plain greedy decoding with one wait a token (ts_session_step: the pass,
  * the last hidden's copy and the argmax queued, the id read once) against
  * feed + argmax (three waits): the same ids and session state on the GPU,

@@ -309,60 +309,80 @@ static int greedy_ids(ts_session *s, const int32_t *last, int n, int32_t *out) {
     return rc ? -1 : o.n;
 }
 
+/* Score N ids of a fixed random text (seed) from position pre on a session
+ * of e (grid 7) against the plain feed's rows on another (test comment
+ * above); the scores into out when not NULL ([N - 1] entries of 1 + TOP).
+ * Returns the largest error against log_softmax; *bad counts wrong top
+ * lists, differing states and failed calls. */
+double lp_score_check(ts_engine *e, int pre, uint64_t seed, ts_logprob *out_copy, int *bad) {
+    enum { N = LP_SCORE_N, PRE = 5, TOP = LP_SCORE_TOP };
+    const int V = ts_engine_info(e)->vocab_size;
+    int32_t ids[N + PRE], next = 3 % V;
+    uint64_t x = 0x9E3779B97F4A7C15ull * seed;
+    for (int i = 0; i < N + PRE; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, ids[i] = (int32_t)(x % (uint64_t)V);
+    float *ref = malloc(sizeof(float) * (size_t)N * (size_t)V);
+    double *lp = malloc(sizeof(double) * (size_t)V), worst = 0;
+    static ts_logprob out[(N - 1) * (1 + TOP)];
+    ts_session *a = grid_session(e, 7), *b = grid_session(e, 7);
+    ts_error err = {0};
+    if (pre && (ts_session_feed(a, ids, pre, NULL, NULL, &err) || ts_session_feed(b, ids, pre, NULL, NULL, &err))) ++*bad;
+    if (ts_session_score(a, ids + pre, N, TOP, out, &err)) fprintf(stderr, "  score: %s\n", err.msg), ++*bad;
+    if (ts_session_feed(b, ids + pre, N, ref, NULL, &err)) ++*bad;
+    for (int i = 0; i + 1 < N && !*bad; i++) {
+        const float *l = ref + (size_t)i * V;
+        double m = -INFINITY, z = 0;
+        for (int k = 0; k < V; k++) m = l[k] > m ? l[k] : m;
+        for (int k = 0; k < V; k++) z += exp((double)l[k] - m);
+        for (int k = 0; k < V; k++) lp[k] = (double)l[k] - m - log(z);
+        const ts_logprob *o = out + (size_t)i * (1 + TOP);
+        if (o[0].id != ids[pre + i + 1]) { ++*bad; break; }
+        worst = fmax(worst, fabs(o[0].logprob - lp[o[0].id]));
+        for (int j = 0; j < TOP; j++) {
+            const int32_t id = o[1 + j].id;
+            int better = 0;
+            if (id < 0 || id >= V) { ++*bad; break; }
+            for (int k = 0; k < V; k++) better += l[k] > l[id] || (l[k] == l[id] && k < id);
+            *bad += better != j;
+            worst = fmax(worst, fabs(o[1 + j].logprob - lp[id]));
+        }
+    }
+    /* the session the plain feed leaves: position, last row, greedy continuation */
+    const float *la = ts_session_logits(a), *lb = ts_session_logits(b);
+    if (ts_session_pos(a) != pre + N || ts_session_pos(b) != pre + N || !la || !lb ||
+        memcmp(la, lb, sizeof(float) * (size_t)V)) {
+        fprintf(stderr, "  the scored session is not the plain feed's\n");
+        ++*bad;
+    }
+    int32_t ga[12], gb[12];
+    if (greedy_ids(a, &next, 12, ga) != 12 || greedy_ids(b, &next, 12, gb) != 12 || memcmp(ga, gb, sizeof ga)) {
+        fprintf(stderr, "  the greedy continuations differ\n");
+        ++*bad;
+    }
+    if (out_copy) memcpy(out_copy, out, sizeof out);
+    ts_session_free(a);
+    ts_session_free(b);
+    free(ref);
+    free(lp);
+    return worst;
+}
+
 TS_TEST(logprobs, score_matches_feed) {
     static const char *dirs[] = {"models/default", "tests/fixtures/tiny-dense"};
-    enum { N = 30, PRE = 5, TOP = 4 };
     for (int d = 0; d < 2; d++) {
         ts_engine *e = open_dir(dirs[d], 0);
         CHECK(e);
         const int V = ts_engine_info(e)->vocab_size;
-        int32_t ids[N + PRE], next = 3 % V;
-        uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(d + 1);
-        for (int i = 0; i < N + PRE; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, ids[i] = (int32_t)(x % (uint64_t)V);
-        float *ref = malloc(sizeof(float) * (size_t)N * (size_t)V);
-        double *lp = malloc(sizeof(double) * (size_t)V);
-        static ts_logprob out[(N - 1) * (1 + TOP)];
-        for (int pre = 0; pre <= PRE; pre += PRE) {
-            ts_session *a = grid_session(e, 7), *b = grid_session(e, 7);
-            ts_error err = {0};
-            if (pre) CHECK(!ts_session_feed(a, ids, pre, NULL, NULL, &err) && !ts_session_feed(b, ids, pre, NULL, NULL, &err));
-            CHECK_MSG(ts_session_score(a, ids + pre, N, TOP, out, &err) == 0, "%s", err.msg);
-            CHECK(ts_session_feed(b, ids + pre, N, ref, NULL, &err) == 0);
-            double worst = 0;
-            int top_bad = 0;
-            for (int i = 0; i + 1 < N; i++) {
-                const float *l = ref + (size_t)i * V;
-                double m = -INFINITY, z = 0;
-                for (int k = 0; k < V; k++) m = l[k] > m ? l[k] : m;
-                for (int k = 0; k < V; k++) z += exp((double)l[k] - m);
-                for (int k = 0; k < V; k++) lp[k] = (double)l[k] - m - log(z);
-                const ts_logprob *o = out + (size_t)i * (1 + TOP);
-                CHECK_MSG(o[0].id == ids[pre + i + 1], "%s: row %d scores id %d, not the text's %d", dirs[d], i, o[0].id,
-                          ids[pre + i + 1]);
-                worst = fmax(worst, fabs(o[0].logprob - lp[o[0].id]));
-                for (int j = 0; j < TOP; j++) {
-                    const int32_t id = o[1 + j].id;
-                    int better = 0;
-                    if (id < 0 || id >= V) { top_bad++; break; }
-                    for (int k = 0; k < V; k++) better += l[k] > l[id] || (l[k] == l[id] && k < id);
-                    top_bad += better != j;
-                    worst = fmax(worst, fabs(o[1 + j].logprob - lp[id]));
-                }
-            }
-            fprintf(stderr, "  %-26s from position %d: %d ids scored, largest error %.2g, top lists %d wrong\n", dirs[d],
-                    pre, N - 1, worst, top_bad);
-            CHECK_MSG(worst < 2e-5, "%s: scores off log_softmax by %.3g", dirs[d], worst);
-            CHECK(top_bad == 0);
-            /* the session the plain feed leaves */
-            CHECK(ts_session_pos(a) == pre + N && ts_session_pos(b) == pre + N);
-            CHECK_MSG(!memcmp(ts_session_logits(a), ts_session_logits(b), sizeof(float) * (size_t)V),
-                      "%s: the last row's logits differ from the plain feed's", dirs[d]);
-            int32_t ga[12], gb[12];
-            CHECK(greedy_ids(a, &next, 12, ga) == 12 && greedy_ids(b, &next, 12, gb) == 12 && !memcmp(ga, gb, sizeof ga));
-            ts_session_free(a);
-            ts_session_free(b);
+        for (int pre = 0; pre <= 5; pre += 5) {
+            int bad = 0;
+            const double worst = lp_score_check(e, pre, (uint64_t)d + 1, NULL, &bad);
+            fprintf(stderr, "  %-26s from position %d: %d ids scored, largest error %.2g, %d wrong\n", dirs[d], pre,
+                    LP_SCORE_N - 1, worst, bad);
+            CHECK_MSG(worst < 2e-5 && bad == 0, "%s: scores off log_softmax by %.3g, %d top lists, states or calls wrong",
+                      dirs[d], worst, bad);
         }
         /* one id: nothing scored, the id fed; bad input: nothing fed */
+        static ts_logprob out[8];
+        const int32_t ids[3] = {1, 2, 3};
         ts_session *s = grid_session(e, 7);
         ts_error err = {0};
         CHECK(ts_session_score(s, ids, 1, 0, NULL, &err) == 0 && ts_session_pos(s) == 1);
@@ -373,8 +393,6 @@ TS_TEST(logprobs, score_matches_feed) {
         CHECK(ts_session_score(s, ids, 3, 0, NULL, &err) == TS_E_ARG && ts_session_pos(s) == 1);
         CHECK(ts_session_score(s, ids, 0, 0, out, &err) == TS_E_ARG && ts_session_pos(s) == 1);
         ts_session_free(s);
-        free(ref);
-        free(lp);
         ts_engine_close(e);
     }
 }

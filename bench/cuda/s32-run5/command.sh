@@ -11,8 +11,10 @@
 # GDN step's digits for several rows too, which s32-run4 measured a 1.5% verify loss with the rows in turn).
 # Prediction: ROWPAR alone -0.5..-1 us a verify's GDN layer (a 9B MTP 3 block -10..-25 us), nothing at one row;
 # ROWPAR + DIG=2 a 9B block -30..-50 us against the default (24 out_proj digit launches gone).
+# Session 33 (no device time: the same stop's budget) added cuda_engine.score_matches_feed_and_cpu (ts_session_score
+# on the GPU: the feed's rows read back row by row) to the first tests; run on the CPU with a CPU engine in its place.
 PACK=.gpu/s32e/pack.tar.xz . bench/cuda/device_env.sh
-timeout 120 $B/ts_test cuda_engine.ahead_exact cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_greedy_exact_fixtures cuda.gdn_digits_same_as_staging > $O/t_first.log 2>&1; tl "first tests $?"
+timeout 120 $B/ts_test cuda_engine.ahead_exact cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_greedy_exact_fixtures cuda.gdn_digits_same_as_staging cuda_engine.score_matches_feed_and_cpu > $O/t_first.log 2>&1; tl "first tests $?"
 TSC_GDN_ROWPAR=1 TSC_GDN_DIG=2 timeout 200 $B/ts_test cuda.gdn_digits_same_as_staging cuda.gdn_step_parity_and_row_exact cuda_engine.spec_greedy_exact_default_model cuda_engine.spec_greedy_exact_fixtures cuda_engine.spec_rollback_device_state_bit_exact cuda_engine.spec_verify_graph_chain > $O/t_rowpar.log 2>&1; tl "rowpar tests $?"
 synth_shape 9b shapes/qwen3.5-9B.json
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
