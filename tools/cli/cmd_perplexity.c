@@ -90,6 +90,7 @@ int cmd_perplexity(int argc, char **argv) {
     int windows = 0, rc = 0;
     ts_session *s = NULL;
     float *lg = NULL, *hid = NULL, *ml = NULL;
+    ts_logprob *lps = NULL;
     int cap = 0;
     for (char *line = strtok(txt, "\n"); line && !rc; line = strtok(NULL, "\n")) {
         if (line[0] == '#' || !line[strspn(line, " \t\r")]) continue;
@@ -105,11 +106,16 @@ int cmd_perplexity(int argc, char **argv) {
             sp.n_ctx = n;
             sp.mtp = mtp;
             cap = n;
-            free(lg); free(hid); free(ml);
-            lg = malloc(sizeof(float) * (size_t)n * V);
-            hid = malloc(sizeof(float) * (size_t)n * H);
+            free(lg); free(hid); free(ml); free(lps);
+            /* without --mtp the window is scored (ts_session_score: one
+             * chunk's logits at a time, so a 4K window of a 248K vocabulary
+             * needs 64 rows of them, not 4 GB); --mtp reads every row's
+             * logits and hidden state */
+            lg = mtp ? malloc(sizeof(float) * (size_t)n * V) : NULL;
+            hid = mtp ? malloc(sizeof(float) * (size_t)n * H) : NULL;
             ml = mtp ? malloc(sizeof(float) * (size_t)n * V) : NULL;
-            if (!lg || !hid || (mtp && !ml) || ts_session_new(e, &sp, &s, &err)) {
+            lps = mtp ? NULL : malloc(sizeof(ts_logprob) * (size_t)n);
+            if ((mtp && (!lg || !hid || !ml)) || (!mtp && !lps) || ts_session_new(e, &sp, &s, &err)) {
                 fprintf(stderr, "turbospark perplexity: %s\n", err.msg[0] ? err.msg : "out of memory");
                 free(ids);
                 rc = 1;
@@ -120,13 +126,14 @@ int cmd_perplexity(int argc, char **argv) {
         int32_t *t = malloc(sizeof(int32_t) * n);
         for (int i = 0; i < n; i++) t[i] = ids[i];
         free(ids);
-        if (ts_session_feed(s, t, n, lg, hid, &err) || (mtp && ts_session_mtp(s, t + 1, hid, n - 1, 0, NULL, ml, &err))) {
+        if (mtp ? ts_session_feed(s, t, n, lg, hid, &err) || ts_session_mtp(s, t + 1, hid, n - 1, 0, NULL, ml, &err)
+                : ts_session_score(s, t, n, 0, lps, &err)) {
             fprintf(stderr, "turbospark perplexity: window %d: %s\n", windows, err.msg);
             free(t);
             rc = 1;
             break;
         }
-        for (int i = 1; i < n; i++) sum += nll(lg + (size_t)(i - 1) * V, V, t[i]);
+        for (int i = 1; i < n; i++) sum += mtp ? nll(lg + (size_t)(i - 1) * V, V, t[i]) : -(double)lps[i - 1].logprob;
         scored += n - 1;
         if (mtp)
             for (int i = 0; i + 2 < n; i++) {
@@ -153,7 +160,7 @@ int cmd_perplexity(int argc, char **argv) {
         }
     }
     if (!rc) cli_expert_report(e, (int)(scored + windows), 1); /* --expert-cache: hit rates over the text */
-    free(lg); free(hid); free(ml); free(txt);
+    free(lg); free(hid); free(ml); free(lps); free(txt);
     ts_session_free(s);
     ts_engine_close(e);
     return rc;
