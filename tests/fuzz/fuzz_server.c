@@ -5,8 +5,9 @@
  * Qwen3.5 chat template of tests/fixtures/server, a 512-token context.
  * Input: the body (both endpoints get it).
  * Properties: a refusal has a 4xx/5xx status and a message; an accepted job
- * has a prompt of 1..n_ctx ids inside the vocabulary, a budget of 1..limit
- * tokens and at most SRV_MAX_STOPS non-empty stop strings; a logit bias of
+ * has prompts (several on a completion: n_choices = prompts x n, at most
+ * SRV_MAX_CHOICES) of 1..n_ctx ids inside the vocabulary, usage's sum of
+ * them, a budget of 1..limit tokens (0 only with echo) and at most SRV_MAX_STOPS non-empty stop strings; a logit bias of
  * at most 1024 distinct ids inside the vocabulary with values in [-100,
  * 100], held by the job; 0..20 alternatives a token, none without logprobs;
  * a forced tool_choice ("required", a named function) holds its call's
@@ -52,11 +53,25 @@ static void check(const srv *s, job *j, const srv_err *e, const char *what) {
             fuzz_fail("%s: refusal with status %d, message '%s'", what, e->status, e->msg);
         return;
     }
-    if (j->n_prompt < 1 || j->n_prompt > s->n_ctx) fuzz_fail("%s: prompt of %d ids accepted", what, j->n_prompt);
-    for (int i = 0; i < j->n_prompt; i++)
-        if (j->prompt[i] < 0 || j->prompt[i] >= s->n_vocab) fuzz_fail("%s: id %d in the prompt", what, j->prompt[i]);
-    if (j->gp.n_predict < 1 || j->gp.n_predict > s->max_tokens_limit)
-        fuzz_fail("%s: budget %d tokens", what, j->gp.n_predict);
+    if (j->n_prompts < 1 || j->n_per < 1 || j->n_per > SRV_MAX_N || j->n_choices != j->n_prompts * j->n_per ||
+        j->n_choices > (j->n_prompts > 1 ? SRV_MAX_CHOICES : SRV_MAX_N) || j->cap_choices < j->n_choices ||
+        (j->n_prompts > 1) != (j->prompt_at != NULL) || (j->kind == JOB_CHAT && j->n_prompts != 1))
+        fuzz_fail("%s: %d prompts x %d = %d choices (%d allocated)", what, j->n_prompts, j->n_per, j->n_choices,
+                  j->cap_choices);
+    int total = 0;
+    for (int k = 0; k < j->n_prompts; k++) { /* every prompt (its first choice's) */
+        int n;
+        const int32_t *p = srv_choice_prompt(j, k * j->n_per, &n);
+        if (n < 1 || n > s->n_ctx || (k == 0 && n != j->n_prompt)) fuzz_fail("%s: prompt %d of %d ids accepted", what, k, n);
+        for (int i = 0; i < n; i++)
+            if (p[i] < 0 || p[i] >= s->n_vocab) fuzz_fail("%s: id %d in prompt %d", what, p[i], k);
+        total += n;
+    }
+    if (total != j->prompt_total) fuzz_fail("%s: usage counts %d prompt ids of %d", what, j->prompt_total, total);
+    if (j->echo && (j->kind != JOB_COMPLETION || !j->echo_text)) fuzz_fail("%s: echo without its texts", what);
+    /* 0: an echo alone (completions) */
+    if (j->gp.n_predict < (j->echo ? 0 : 1) || j->gp.n_predict > s->max_tokens_limit)
+        fuzz_fail("%s: budget %d tokens (echo %d)", what, j->gp.n_predict, j->echo);
     if (j->n_stops < 0 || j->n_stops > SRV_MAX_STOPS) fuzz_fail("%s: %d stops", what, j->n_stops);
     for (int i = 0; i < j->n_stops; i++)
         if (!j->stops[i] || !j->stops[i][0]) fuzz_fail("%s: empty stop string", what);

@@ -84,6 +84,11 @@ COMPL = [
     {"prompt": ""},
     {"prompt": [[1], [2]]},
     {"prompt": "a", "logprobs": 20, "logit_bias": {"1": -100, "2": 100}},
+    # echo (max_tokens 0 only with it), several prompts, return_tokens_as_token_ids
+    {"prompt": "Once upon a time", "max_tokens": 0, "echo": True, "logprobs": 3},
+    {"prompt": ["Once upon", [5, 6, 7], "A cat"], "n": 3, "echo": True, "max_tokens": 2, "seed": 1},
+    {"prompt": [[1, 2], [3], []], "max_tokens": 0},
+    {"prompt": ["a", "b", "c", "d", "e", "f", "g", "h", "i"], "n": 15, "return_tokens_as_token_ids": True},
 ]
 HOSTILE_BODIES = [
     deep_json(4000), deep_json(1500, "obj"), b'{"messages":' + deep_json(1100) + b"}",
