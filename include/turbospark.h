@@ -291,6 +291,11 @@ typedef void (*ts_logprob_cb)(void *user, const ts_logprob *chosen, const ts_log
  * Host memory while it runs: one chunk's logits (min(n, grid) x vocab f32).
  * The server's echo with logprobs, a harness's log-likelihoods. */
 TS_API int ts_session_score(ts_session *s, const int32_t *ids, int n, int n_top, ts_logprob *out, ts_error *err);
+/* One row of logits on the host ([vocab] f32, e.g. ts_session_logits):
+ * out[0] = {id, its log-probability}, then the n_top most likely tokens as
+ * ts_session_score gives them (a scorer that resumes from a saved state
+ * keeps the row before it to score the first id it feeds). 0, or TS_E_ARG. */
+TS_API int ts_logprobs_row(const float *logits, int vocab, int32_t id, int n_top, ts_logprob *out, ts_error *err);
 
 /* A constraint on generated tokens (ts_constraint_json,
  * ts_constraint_json_schema, declared with the tokenizer below); gen params

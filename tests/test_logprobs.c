@@ -282,7 +282,8 @@ TS_TEST(logprobs, bad_input) {
  * log_softmax (in double) of the rows ts_session_feed gives for the same ids
  * on a session of the same grid: every scored id's value and the top lists'
  * ids in order; and the session after it is the one the plain feed leaves
- * (position, last row's logits bit for bit, the greedy continuation). A grid
+ * (position, last row's logits bit for bit, the greedy continuation); and
+ * ts_logprobs_row on each plain row gives the scorer's entry bit for bit. A grid
  * of 7 with 30 ids from position 0 and from position 5 puts chunk cuts
  * inside the text and at its ends. */
 static ts_session *grid_session(ts_engine *e, int grid) {
@@ -336,6 +337,8 @@ double lp_score_check(ts_engine *e, int pre, uint64_t seed, ts_logprob *out_copy
         for (int k = 0; k < V; k++) lp[k] = (double)l[k] - m - log(z);
         const ts_logprob *o = out + (size_t)i * (1 + TOP);
         if (o[0].id != ids[pre + i + 1]) { ++*bad; break; }
+        ts_logprob one[1 + TOP]; /* the one-row form on the plain feed's row: the same entry, bit for bit */
+        if (ts_logprobs_row(l, V, ids[pre + i + 1], TOP, one, &err) || memcmp(one, o, sizeof one)) ++*bad;
         worst = fmax(worst, fabs(o[0].logprob - lp[o[0].id]));
         for (int j = 0; j < TOP; j++) {
             const int32_t id = o[1 + j].id;
@@ -392,6 +395,8 @@ TS_TEST(logprobs, score_matches_feed) {
         CHECK(ts_session_score(s, ids, 3, TS_TOP_LOGPROBS_MAX + 1, out, &err) == TS_E_ARG && ts_session_pos(s) == 1);
         CHECK(ts_session_score(s, ids, 3, 0, NULL, &err) == TS_E_ARG && ts_session_pos(s) == 1);
         CHECK(ts_session_score(s, ids, 0, 0, out, &err) == TS_E_ARG && ts_session_pos(s) == 1);
+        CHECK(ts_logprobs_row(ts_session_logits(s), V, V, 0, out, &err) == TS_E_ARG && strstr(err.msg, "id"));
+        CHECK(ts_logprobs_row(ts_session_logits(s), V, 0, TS_TOP_LOGPROBS_MAX + 1, out, &err) == TS_E_ARG);
         ts_session_free(s);
         ts_engine_close(e);
     }

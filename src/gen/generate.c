@@ -157,8 +157,32 @@ int ts_gen_logprobs(ts_session *s, const float *logits, int rows, const int32_t 
  * rather than ranked on the device keep the session's memory plan as it is
  * (no chunk-sized logits buffer on the device); a row through PCIe costs
  * less than its forward pass. */
+/* One host row's entry (ts_session_score's, ts_logprobs_row's). */
+static void score_row(const float *row, int V, int32_t id, int n_top, ts_logprob *o) {
+    const int N = TS_MAX(n_top, 1);
+    float v[TS_TOP_LOGPROBS_MAX];
+    int32_t t[TS_TOP_LOGPROBS_MAX], n_valid;
+    double sum_exp;
+    ts_topn_args a = {.N = N, .scale = 1.0f, .rep = 1.0f, .vals = v, .ids = t, .n_valid = &n_valid, .sum_exp = &sum_exp};
+    ts_topn_host(row, 1, V, V, &a);
+    float l = lp_find(v, t, TS_MIN(N, n_valid), id);
+    if (isnan(l)) l = row[id];
+    ts_gen_lp e;
+    lp_entry(v, t, N, n_valid, sum_exp, id, l, n_top, &e);
+    o[0] = e.chosen;
+    for (int j = 0; j < n_top; j++) o[1 + j] = j < e.n_top ? e.top[j] : (ts_logprob){-1, -INFINITY};
+}
+
+int ts_logprobs_row(const float *logits, int vocab, int32_t id, int n_top, ts_logprob *out, ts_error *err) {
+    if (!logits || !out || vocab < 1 || id < 0 || id >= vocab || n_top < 0 || n_top > TS_TOP_LOGPROBS_MAX)
+        return ts_fail(err, TS_E_ARG, "log-probabilities of id %d in a row of %d with %d alternatives (0..%d)", id,
+                       vocab, n_top, TS_TOP_LOGPROBS_MAX);
+    score_row(logits, vocab, id, n_top, out);
+    return 0;
+}
+
 int ts_session_score(ts_session *s, const int32_t *ids, int n, int n_top, ts_logprob *out, ts_error *err) {
-    const int V = s->e->model.cfg.vocab, N = TS_MAX(n_top, 1), stride = 1 + n_top;
+    const int V = s->e->model.cfg.vocab, stride = 1 + n_top;
     if (n_top < 0 || n_top > TS_TOP_LOGPROBS_MAX)
         return ts_fail(err, TS_E_ARG, "%d alternatives asked (0..%d)", n_top, TS_TOP_LOGPROBS_MAX);
     if (n < 1 || !ids) return ts_fail(err, TS_E_ARG, "no tokens to score");
@@ -173,23 +197,8 @@ int ts_session_score(ts_session *s, const int32_t *ids, int n, int n_top, ts_log
     for (int off = 0, k; off < n && !rc; off += k) {
         k = ts_session_chunk(s, n - off);
         if ((rc = ts_session_feed(s, ids + off, k, buf, NULL, err))) break;
-        for (int r = 0; r < k && off + r + 1 < n; r++) {
-            const float *row = buf + (size_t)r * V;
-            const int32_t id = ids[off + r + 1];
-            float v[TS_TOP_LOGPROBS_MAX];
-            int32_t t[TS_TOP_LOGPROBS_MAX], n_valid;
-            double sum_exp;
-            ts_topn_args a = {.N = N, .scale = 1.0f, .rep = 1.0f, .vals = v, .ids = t, .n_valid = &n_valid,
-                              .sum_exp = &sum_exp};
-            ts_topn_host(row, 1, V, V, &a);
-            float l = lp_find(v, t, TS_MIN(N, n_valid), id);
-            if (isnan(l)) l = row[id];
-            ts_gen_lp e;
-            lp_entry(v, t, N, n_valid, sum_exp, id, l, n_top, &e);
-            ts_logprob *o = out + (size_t)(off + r) * stride;
-            o[0] = e.chosen;
-            for (int j = 0; j < n_top; j++) o[1 + j] = j < e.n_top ? e.top[j] : (ts_logprob){-1, -INFINITY};
-        }
+        for (int r = 0; r < k && off + r + 1 < n; r++)
+            score_row(buf + (size_t)r * V, V, ids[off + r + 1], n_top, out + (size_t)(off + r) * stride);
     }
     free(buf);
     return rc;
