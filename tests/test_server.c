@@ -2211,3 +2211,93 @@ TS_TEST(server, prompt_batch) {
     }
     server_stop(&s);
 }
+
+/* Echo's scoring resumes from the slot's checkpoint, exactly: a context of
+ * 150 ids scored with one continuation, then with another (a harness's
+ * log-likelihood pair), the second takes 128 ids from the checkpoint
+ * (usage's cached_tokens; the grid is 64) and its entries are a fresh
+ * server's for the same request, bit for bit; so is a generation with echo
+ * after them (it resumes from the echo's checkpoint). A chunk of 16 puts
+ * the cut elsewhere: the same entries. */
+static void echo_reuse_bodies(char *a, char *b, char *g, size_t cap) {
+    char ctx[2048];
+    int n = 0;
+    for (int i = 0; i < 150; i++) n += snprintf(ctx + n, sizeof ctx - (size_t)n, "%s%d", i ? "," : "", 5 + (i * 37) % 400);
+    snprintf(a, cap, "{\"prompt\":[%s,11,12,13],\"max_tokens\":0,\"echo\":true,\"logprobs\":2}", ctx);
+    snprintf(b, cap, "{\"prompt\":[%s,21,22],\"max_tokens\":0,\"echo\":true,\"logprobs\":2}", ctx);
+    snprintf(g, cap, "{\"prompt\":[%s,21,22],\"max_tokens\":5,\"echo\":true,\"logprobs\":2,\"temperature\":0}", ctx);
+}
+
+static int start_chunk(server *s, const char *chunk) {
+    return chunk ? server_start(s, "--chunk", chunk, NULL) : server_start(s, NULL);
+}
+
+TS_TEST(server, echo_reuse_exact) {
+    static char a[4096], b[4096], g[4096];
+    echo_reuse_bodies(a, b, g, sizeof a);
+    static const char *const chunks[] = {NULL, "16"};
+    for (int c = 0; c < 2; c++) {
+        server s;
+        int st;
+        /* the references: each request on a fresh server */
+        CHECK_MSG(start_chunk(&s, chunks[c]) == 0, "the server did not start");
+        cJSON *jb = http_post(s.port, "/v1/completions", b, &st);
+        CHECK_MSG(st == 200 && int_at(jb, "usage.prompt_tokens_details.cached_tokens") == 0, "cold b: %d", st);
+        char *want_b = print(path_get(jb, "choices.0.logprobs"));
+        cJSON_Delete(jb);
+        server_stop(&s);
+        CHECK_MSG(start_chunk(&s, chunks[c]) == 0, "the server did not start");
+        cJSON *jg = http_post(s.port, "/v1/completions", g, &st);
+        CHECK(st == 200);
+        char *want_g = print(path_get(jg, "choices"));
+        cJSON_Delete(jg);
+        server_stop(&s);
+        /* a, b, then the generation on one server */
+        CHECK_MSG(start_chunk(&s, chunks[c]) == 0, "the server did not start");
+        cJSON *ja = http_post(s.port, "/v1/completions", a, &st);
+        CHECK(st == 200 && int_at(ja, "usage.prompt_tokens_details.cached_tokens") == 0);
+        cJSON_Delete(ja);
+        jb = http_post(s.port, "/v1/completions", b, &st);
+        char *got = print(path_get(jb, "choices.0.logprobs"));
+        const int cached = int_at(jb, "usage.prompt_tokens_details.cached_tokens");
+        fprintf(stderr, "  chunk %s: the second scoring took %d ids from the checkpoint\n", chunks[c] ? chunks[c] : "64",
+                cached);
+        CHECK_MSG(st == 200 && cached == (c ? 144 : 128), "b after a: %d, %d cached", st, cached);
+        CHECK_MSG(!strcmp(got, want_b), "b's scores after a differ from a fresh server's (chunk %s)", chunks[c]);
+        free(got);
+        cJSON_Delete(jb);
+        jg = http_post(s.port, "/v1/completions", g, &st);
+        char *gg = print(path_get(jg, "choices"));
+        CHECK_MSG(st == 200 && !strcmp(gg, want_g), "the generation after the scorings differs from a fresh server's");
+        free(gg);
+        cJSON_Delete(jg);
+        if (!c) {
+            /* a generation of another prompt saves its own checkpoint at the
+             * same position: the echo's kept scores must not serve it */
+            static char ids[2048], d[4096], d_echo[4096];
+            int n = 0;
+            for (int i = 0; i < 150; i++) n += snprintf(ids + n, sizeof ids - (size_t)n, "%s%d", i ? "," : "", 7 + (i * 53) % 400);
+            snprintf(d, sizeof d, "{\"max_tokens\":2,\"temperature\":0,\"prompt\":[%s,41,42]}", ids);
+            snprintf(d_echo, sizeof d_echo, "{\"max_tokens\":0,\"echo\":true,\"logprobs\":2,\"prompt\":[%s,31,32]}", ids);
+            cJSON *jd = http_post(s.port, "/v1/completions", d, &st);
+            CHECK(st == 200);
+            cJSON_Delete(jd);
+            jd = http_post(s.port, "/v1/completions", d_echo, &st);
+            char *dd = print(path_get(jd, "choices.0.logprobs"));
+            const int dc = int_at(jd, "usage.prompt_tokens_details.cached_tokens");
+            cJSON_Delete(jd);
+            server_stop(&s);
+            CHECK_MSG(start_chunk(&s, NULL) == 0, "the server did not start");
+            jd = http_post(s.port, "/v1/completions", d_echo, &st);
+            char *dw = print(path_get(jd, "choices.0.logprobs"));
+            cJSON_Delete(jd);
+            CHECK_MSG(st == 200 && !strcmp(dd, dw) && dc == 0,
+                      "scores after another prompt's generation (%d cached) differ from a fresh server's", dc);
+            free(dd);
+            free(dw);
+        }
+        server_stop(&s);
+        free(want_b);
+        free(want_g);
+    }
+}

@@ -58,6 +58,13 @@ typedef struct slot {
     int ckpt_chat;     /* that state is a chat's history (worth more than a completion's prompt) */
     int busy;          /* running a job (under srv.mu): its session and ids may change */
     uint64_t last_used; /* when it last took a job (a count of jobs taken; under srv.mu) */
+    /* the scores of the checkpoint's ids, when an echo saved it (echo_score):
+     * entries for ids 1..sc_pos-1 (1 + sc_top each) and the row of logits
+     * after id sc_pos-1 (scores the next prompt's first fed id); sc_pos 0:
+     * none (any other save makes them stale) */
+    ts_logprob *sc_lp;
+    float *sc_row;
+    int sc_pos, sc_top, sc_cap;
 } slot;
 
 /* ---- small text helpers --------------------------------------------------- */
@@ -670,6 +677,56 @@ static int no_memory(ts_error *err, const char *what) {
     return TS_E_NOMEM;
 }
 
+/* The prompt's scores into j->echo_lp, with the slot's checkpoint as the
+ * generation's prefix reuse has it (cli_reuse.c's rule, so the scores are a
+ * cold feed's bits): resume from the checkpoint when it starts the prompt
+ * and an echo saved it (its ids' scores and the row after them kept in the
+ * slot), and save the next one at the prompt's last grid point before its
+ * last id, keeping that part's scores. A harness's log-likelihood requests
+ * (a context and each of its continuations) feed the shared context once.
+ * *cached: the ids taken from the checkpoint. */
+static int echo_score(slot *sl, job *j, const int32_t *P, int nP, int *cached, ts_error *err) {
+    ts_session *ss = sl->sess;
+    const int T = j->gp.top_logprobs, V = sl->s->n_vocab, G = ts_session_grid(ss);
+    const size_t stride = 1 + (size_t)T;
+    ts_logprob *out = j->echo_lp;
+    int from = 0, rc = 0;
+    const int c = cli_reuse_match(&sl->ru, ss, P, nP);
+    if (c > 0 && sl->sc_pos == c && sl->sc_top == T && !ts_session_restore(ss, err)) {
+        memcpy(out, sl->sc_lp, sizeof(ts_logprob) * stride * (size_t)(c - 1));
+        if ((rc = ts_logprobs_row(sl->sc_row, V, P[c], T, out + (size_t)(c - 1) * stride, err))) return rc;
+        from = *cached = c;
+    } else {
+        ts_session_reset(ss); /* drops the checkpoint: its scores go too */
+        sl->sc_pos = 0;
+    }
+    const int h = (nP - 1) / G * G; /* the next save point (cli_reuse_prepare's, for a completion) */
+    if (h > from && h <= sl->ru.cap) {
+        /* [from, h): the ids there scored but the first (scored above, or
+         * the prompt's first), then the state saved with the row after it */
+        if ((rc = ts_session_score(ss, P + from, h - from, T, out + (size_t)from * stride, err))) return rc;
+        const float *row = ts_session_logits(ss);
+        if (!row) return ts_session_reset(ss), no_memory(err, "the row of logits kept");
+        if ((size_t)sl->sc_cap < (size_t)h) {
+            ts_logprob *lp = realloc(sl->sc_lp, sizeof *lp * stride * (size_t)h);
+            if (!lp) return no_memory(err, "the checkpoint's scores");
+            sl->sc_lp = lp;
+            sl->sc_cap = h;
+        }
+        if (!sl->sc_row && !(sl->sc_row = malloc(sizeof(float) * (size_t)V))) return no_memory(err, "the row kept");
+        if ((rc = ts_session_save(ss, err))) return rc;
+        memcpy(sl->ru.ids, P, sizeof(int32_t) * (size_t)h);
+        sl->ckpt_chat = 0;
+        memcpy(sl->sc_row, row, sizeof(float) * (size_t)V);
+        memcpy(sl->sc_lp, out, sizeof(ts_logprob) * stride * (size_t)(h - 1));
+        sl->sc_pos = h, sl->sc_top = T;
+        if ((rc = ts_logprobs_row(row, V, P[h], T, out + (size_t)(h - 1) * stride, err))) return rc;
+        from = h;
+    }
+    /* [from, nP): P[from] was scored above (or is the prompt's first) */
+    return ts_session_score(ss, P + from, nP - from, T, out + (size_t)from * stride, err);
+}
+
 static int echo_prepare(slot *sl, job *j, const int32_t *P, int nP, ts_error *err) {
     srv *s = sl->s;
     const char *as_sent = j->echo_text[j->cur / j->n_per];
@@ -716,14 +773,19 @@ static int echo_prepare(slot *sl, job *j, const int32_t *P, int nP, ts_error *er
     j->echo_chars = utf8_chars(j->echo_out.s, j->echo_out.len);
     if (!j->logprobs || nP < 2) return 0;
     const size_t stride = 1 + (size_t)j->gp.top_logprobs;
-    if (!(j->echo_lp = malloc(sizeof(ts_logprob) * stride * (size_t)(nP - 1))))
+    if (!(j->echo_lp = calloc((size_t)(nP - 1) * stride, sizeof(ts_logprob)))) /* zeros: no entry is stale memory */
         return no_memory(err, "the prompt's log-probabilities");
     const double t0 = cli_now();
-    ts_session_reset(sl->sess);
-    int rc = ts_session_score(sl->sess, P, nP, j->gp.top_logprobs, j->echo_lp, err);
-    if (rc) ts_session_reset(sl->sess);
+    int cached = 0;
+    int rc = echo_score(sl, j, P, nP, &cached, err);
+    if (rc) {
+        ts_session_reset(sl->sess);
+        sl->sc_pos = 0;
+    }
+    if (j->gp.n_predict == 0 && j->cur % j->n_per == 0) j->n_cached += cached; /* else the generation's reuse counts */
     pthread_mutex_lock(&s->mu);
-    s->m_prefill_tokens += (uint64_t)nP;
+    s->m_prefill_tokens += (uint64_t)(nP - cached);
+    if (j->gp.n_predict == 0) s->m_cached_tokens += (uint64_t)cached;
     s->m_prefill_s += cli_now() - t0;
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -837,7 +899,7 @@ static int run_choice(slot *sl, job *j) {
         t_fed = cli_now() - t0;
         if (from < 0) rc = from;
         else reuse = from;
-        if (fed) sl->ckpt_chat = j->kind == JOB_CHAT; /* a new save */
+        if (fed) sl->ckpt_chat = j->kind == JOB_CHAT, sl->sc_pos = 0; /* a new save: no echo's scores */
     }
     if (j->cur % j->n_per == 0) j->n_cached += cached; /* each prompt's first choice */
     /* drafting: exact for greedy requests, the target distribution for
@@ -1193,6 +1255,8 @@ void srv_pool_stop(srv *s) {
         ts_detok_free(sl->dt);
         ts_session_free(sl->sess);
         cli_reuse_free(&sl->ru);
+        free(sl->sc_lp);
+        free(sl->sc_row);
     }
     free(s->slots);
     free(s->queue);
