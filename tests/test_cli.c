@@ -511,7 +511,7 @@ TS_TEST(cli, help_lists_options) {
                   "--draft-vocab --draft-p-min --accept median"},
         {"plan", "-m --ctx --chunk --spec --draft --checkpoint"},
         {"logits", "-m --ids -o --head --threads --act-bits --kernels --chunk"},
-        {"perplexity", "-m -f --mtp --json --threads --act-bits --kernels --chunk"},
+        {"perplexity", "-m -f --text --window --mtp --json --threads --act-bits --kernels --chunk"},
         {"convert", "--bits --group --quiet"},
         {"synth", "--shape --out --bits --group --seed --quiet"},
         {"tokenize", "-t -m -p -f --jsonl --decode"},

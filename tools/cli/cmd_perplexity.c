@@ -1,4 +1,13 @@
 /* cmd_perplexity.c: `turbospark perplexity [-m DIR] -f IDS_FILE [--mtp] [--json] [engine options]`
+ * and `turbospark perplexity [-m DIR] --text FILE [--window N] [--json]`.
+ *
+ * --text: llama.cpp's protocol, so that a figure compares with its
+ * llama-perplexity on the same file (wikitext's wiki.test.raw, say): the
+ * text tokenized whole with the checkpoint's tokenizer, cut into windows of
+ * N ids (512 unless --window; the remainder dropped), each scored from an
+ * empty state on its second half only (ids N/2 + 1 .. N - 1, each given all
+ * before it in its window); the estimate's standard error as llama.cpp
+ * gives it.
  *
  * The held-out protocol of tools/train/heldout_eval.py, in the engine: each
  * line of IDS_FILE (comma-separated ids; '#' lines are comments) is one
@@ -35,16 +44,87 @@ static double nll(const float *row, int V, int target) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: turbospark perplexity [-m DIR] -f IDS_FILE [--mtp] [--json] [options]\n"
+               "       turbospark perplexity [-m DIR] --text FILE [--window N] [--json] [options]\n"
                "  -f IDS_FILE         one window of comma-separated ids per line ('#' lines: comments),\n"
                "                      each scored from an empty state\n"
+               "  --text FILE         a text, tokenized, in windows of N ids each scored on its second\n"
+               "                      half (llama.cpp's llama-perplexity protocol: comparable figures)\n"
+               "  --window N          --text's window (default 512)\n"
                "  --mtp               also score the MTP head (top-1, agreement with the main head)\n"
                "  --json              one JSON object instead of the text report\n");
     cli_engine_help(f, PPL_OPTS);
 }
 
+/* --text: see the file's comment. 0, or 1 after printing an error. */
+static int text_perplexity(ts_engine *e, const cli_engine *eo, const char *model, const char *path, int W, int json) {
+    ts_error err = {0};
+    size_t len;
+    char *txt = cli_read_file_len(path, &len);
+    if (!txt) { fprintf(stderr, "turbospark perplexity: cannot read %s\n", path); return 1; }
+    ts_tokenizer *tok = NULL;
+    ts_tokens t = {0};
+    if (ts_tokenizer_load(model, &tok, &err) || ts_tokenizer_encode(tok, txt, len, &t, &err)) {
+        fprintf(stderr, "turbospark perplexity: %s: %s\n", path, err.msg);
+        ts_tokenizer_free(tok);
+        free(txt);
+        return 1;
+    }
+    free(txt);
+    ts_tokenizer_free(tok);
+    const int windows = W > 0 ? t.n / W : 0;
+    if (windows < 1) {
+        fprintf(stderr, "turbospark perplexity: %s is %d tokens, less than one window of %d (--window N)\n", path, t.n, W);
+        ts_tokens_free(&t);
+        return 1;
+    }
+    ts_session_params sp;
+    ts_session_params_default(&sp);
+    cli_engine_apply(eo, NULL, &sp, NULL);
+    sp.n_ctx = W;
+    ts_session *s = NULL;
+    ts_logprob *lps = malloc(sizeof(ts_logprob) * (size_t)W);
+    if (!lps || ts_session_new(e, &sp, &s, &err)) {
+        fprintf(stderr, "turbospark perplexity: %s\n", err.msg[0] ? err.msg : "out of memory");
+        free(lps);
+        ts_tokens_free(&t);
+        return 1;
+    }
+    double sum = 0, sum2 = 0;
+    long n = 0;
+    int rc = 0;
+    const int first = W / 2; /* entries first .. W-2: ids first+1 .. W-1 */
+    for (int w = 0; w < windows && !rc; w++) {
+        ts_session_reset(s);
+        if (ts_session_score(s, t.ids + (size_t)w * W, W, 0, lps, &err)) {
+            fprintf(stderr, "turbospark perplexity: window %d: %s\n", w, err.msg);
+            rc = 1;
+            break;
+        }
+        for (int i = first; i < W - 1; i++) {
+            const double v = -(double)lps[i].logprob;
+            sum += v, sum2 += v * v, n++;
+        }
+    }
+    if (!rc && n == 0) { fprintf(stderr, "turbospark perplexity: a window of %d scores nothing\n", W); rc = 1; }
+    if (!rc) {
+        const double mean = sum / (double)n, var = sum2 / (double)n - mean * mean, ppl = exp(mean);
+        const double se = n > 1 && var > 0 ? ppl * sqrt(var / (double)(n - 1)) : 0;
+        if (json)
+            printf("{\"windows\": %d, \"window\": %d, \"tokens\": %d, \"tokens_scored\": %ld, \"ppl\": %.6f, "
+                   "\"ppl_stderr\": %.6f}\n", windows, W, t.n, n, ppl, se);
+        else
+            printf("%d tokens, %d windows of %d, tokens scored %ld (second halves): perplexity %.4f +/- %.4f\n", t.n,
+                   windows, W, n, ppl, se);
+    }
+    free(lps);
+    ts_session_free(s);
+    ts_tokens_free(&t);
+    return rc;
+}
+
 int cmd_perplexity(int argc, char **argv) {
-    const char *file = NULL;
-    int mtp = 0, json = 0;
+    const char *file = NULL, *text = NULL;
+    int mtp = 0, json = 0, window = 512;
     cli_engine eo;
     cli_engine_init(&eo, "perplexity", PPL_OPTS);
     for (int i = 1; i < argc; i++) {
@@ -55,6 +135,16 @@ int cmd_perplexity(int argc, char **argv) {
         if (sr > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "-f") && more) file = argv[++i];
+        else if (!strcmp(a, "--text") && more) text = argv[++i];
+        else if (!strcmp(a, "--window") && more) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 4 || v > 1 << 20) {
+                fprintf(stderr, "turbospark perplexity: bad value '%s' for --window (4..1048576 ids)\n", argv[i]);
+                return 2;
+            }
+            window = (int)v;
+        }
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--json")) json = 1;
         else {
@@ -63,9 +153,28 @@ int cmd_perplexity(int argc, char **argv) {
             return 2;
         }
     }
-    if (!file) { fprintf(stderr, "turbospark perplexity: -f IDS_FILE is required\n"); return 2; }
+    if (!file == !text) {
+        fprintf(stderr, "turbospark perplexity: give one of -f IDS_FILE and --text FILE\n");
+        return 2;
+    }
+    if (text && mtp) { fprintf(stderr, "turbospark perplexity: --mtp takes -f IDS_FILE windows, not --text\n"); return 2; }
     if (cli_engine_check(&eo)) return 2;
     const char *model = eo.model;
+    if (text) {
+        ts_error err = {0};
+        ts_engine_params ep;
+        ts_engine_params_default(&ep);
+        cli_engine_apply(&eo, &ep, NULL, NULL);
+        ts_engine *e = NULL;
+        if (ts_engine_open(model, &ep, &e, &err)) {
+            fprintf(stderr, "turbospark perplexity: %s\n", err.msg);
+            return 1;
+        }
+        int rc = text_perplexity(e, &eo, model, text, window, json);
+        if (!rc) cli_expert_report(e, 0, 1);
+        ts_engine_close(e);
+        return rc;
+    }
     char *txt = cli_read_file(file);
     if (!txt) { fprintf(stderr, "turbospark perplexity: cannot read %s\n", file); return 1; }
     ts_error err = {0};
