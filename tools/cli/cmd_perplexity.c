@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -93,6 +94,7 @@ static int text_perplexity(ts_engine *e, const cli_engine *eo, const char *model
     long n = 0;
     int rc = 0;
     const int first = W / 2; /* entries first .. W-2: ids first+1 .. W-1 */
+    const int tty = isatty(2);
     for (int w = 0; w < windows && !rc; w++) {
         ts_session_reset(s);
         if (ts_session_score(s, t.ids + (size_t)w * W, W, 0, lps, &err)) {
@@ -104,7 +106,10 @@ static int text_perplexity(ts_engine *e, const cli_engine *eo, const char *model
             const double v = -(double)lps[i].logprob;
             sum += v, sum2 += v * v, n++;
         }
+        if (tty) /* llama-perplexity prints its running estimate too: a long text is not a hang */
+            fprintf(stderr, "\r[%d/%d] perplexity so far %.4f", w + 1, windows, exp(sum / (double)n));
     }
+    if (tty) fprintf(stderr, "\n");
     if (!rc && n == 0) { fprintf(stderr, "turbospark perplexity: a window of %d scores nothing\n", W); rc = 1; }
     if (!rc) {
         const double mean = sum / (double)n, var = sum2 / (double)n - mean * mean, ppl = exp(mean);
