@@ -2113,6 +2113,23 @@ TS_TEST(server, echo) {
     fprintf(stderr, "  %d generated tokens scored again: largest difference %.2g\n", ne, worst);
     CHECK_MSG(st == 200 && worst < 2e-3, "%d: scores off the generation's log-probabilities by %.3g", st, worst);
     cJSON_Delete(c);
+    /* a one-token generation that is a stop id: with echo its entry is
+     * listed (prompt + output, as vLLM; a harness slices [ctx : -1]) */
+    CHECK(http_request(s.port, "POST", "/tokenize", NULL, "{\"prompt\":\"<|endoftext|>\"}", &tk) == 0 && tk.status == 200);
+    tj = cJSON_Parse(tk.body);
+    resp_free(&tk);
+    CHECK_MSG(int_at(tj, "count") == 1, "<|endoftext|> is %d ids", int_at(tj, "count"));
+    const int eos = int_at(tj, "tokens.0");
+    cJSON_Delete(tj);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":1,\"echo\":true,\"logprobs\":1,\"temperature\":0,"
+             "\"logit_bias\":{\"%d\":100}}", P, eos);
+    c = http_post(s.port, "/v1/completions", body, &st);
+    const cJSON *toks = path_get(c, "choices.0.logprobs.tokens");
+    CHECK_MSG(st == 200 && !strcmp(str_at(c, "choices.0.text"), P) && !strcmp(str_at(c, "choices.0.finish_reason"), "stop") &&
+                  cJSON_GetArraySize(toks) == np + 1 && !strcmp(cJSON_GetArrayItem(toks, np)->valuestring, "<|endoftext|>") &&
+                  cJSON_GetArrayItem(path_get(c, "choices.0.logprobs.text_offset"), np)->valueint == P_CHARS,
+              "echo + a stop id: %s", print(c));
+    cJSON_Delete(c);
     /* n = 2: both choices echo; an ids prompt echoes its text */
     snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":3,\"echo\":true,\"n\":2,\"temperature\":0}", P);
     c = http_post(s.port, "/v1/completions", body, &st);

@@ -814,12 +814,16 @@ static int echo_start(run_ctx *r, const int32_t *P, int nP) {
 /* ts_generate's logprob_cb, just before on_token for the same token. Every
  * generated token gets an entry but a stop id that ends the generation (its
  * text is not in the reply; with ignore_eos nothing ends there, so nothing
- * is left out). The tokens of a reasoning block or of a tool call are
- * included, as vLLM does: they are generated tokens, whatever the reply
- * parser makes of their text. */
+ * is left out), except with echo: its entries are the prompt's tokens and
+ * the output's, every one, as vLLM lists them (lm-evaluation-harness takes
+ * a continuation's scores by position, [context length : -1] of a one-token
+ * generation: without the stop id's entry the slice would lose the
+ * continuation's last token). The tokens of a reasoning block or of a tool
+ * call are included, as vLLM does: they are generated tokens, whatever the
+ * reply parser makes of their text. */
 static void on_logprob(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top) {
     run_ctx *r = user;
-    if (!r->j->ignore_eos && is_stop_id(r->s, chosen->id)) return;
+    if (!r->j->ignore_eos && !r->j->echo && is_stop_id(r->s, chosen->id)) return;
     if (lp_append(r->j, chosen, top, n_top, text_offset(r, chosen->id))) r->lp_oom = 1;
 }
 
