@@ -172,6 +172,21 @@ await check("completions: logprobs, logit_bias", async () => {
          `bad logit_bias: ${err && err.constructor.name} ${err && err.code}`);
 });
 
+await check("completions: echo with logprobs and max_tokens 0 (a harness's log-likelihood request), a list of prompts", async () => {
+  const a = await client.completions.create({ model: MODEL, prompt: ["Once upon a time", "The cat"], max_tokens: 0, echo: true,
+                                              logprobs: 1, temperature: 0 });
+  assert(a.choices.length === 2 && a.choices[0].text === "Once upon a time" && a.choices[1].text === "The cat" &&
+         a.choices.every((c, i) => c.index === i && c.finish_reason === "length"), JSON.stringify(a));
+  for (const c of a.choices) {
+    const lp = c.logprobs;
+    assert(lp.token_logprobs[0] === null && lp.top_logprobs[0] === null && lp.token_logprobs.slice(1).every((v) => v <= 0),
+           JSON.stringify(lp));
+    assert(lp.tokens.join("") === c.text && lp.text_offset[0] === 0, JSON.stringify(lp));
+  }
+  assert(a.usage.completion_tokens === 0 && a.usage.prompt_tokens === a.choices.reduce((n, c) => n + c.logprobs.tokens.length, 0),
+         JSON.stringify(a.usage));
+});
+
 const tools = [{
   type: "function",
   function: {
