@@ -1985,7 +1985,7 @@ TS_TEST(server, tokenize_detokenize) {
         {"POST", "/detokenize", auth, "{\"tokens\":[1,99999999]}", 400},
         {"POST", "/detokenize", auth, "{\"tokens\":[1,2.5]}", 400},
         {"POST", "/detokenize", auth, "{\"tokens\":\"1,2\"}", 400},
-        {"POST", "/tokenize", auth, "{\"prompt\":\"a\",\"add_special_tokens\":true}", 400},
+        {"POST", "/tokenize", auth, "{\"prompt\":\"a\",\"add_special_tokens\":\"yes\"}", 400},
         {"POST", "/tokenize", auth, "{\"prompt\":\"a\",\"content\":\"b\"}", 400},
         {"POST", "/tokenize", auth, "{\"prompt\":5}", 400},
         {"POST", "/tokenize", auth, "{\"prompt\":\"a\",\"model\":\"other\"}", 404},
@@ -2319,4 +2319,55 @@ TS_TEST(server, echo_reuse_exact) {
         free(want_b);
         free(want_g);
     }
+}
+
+/* GET /tokenizer_info and /tokenize's add_special_tokens (vLLM's, what
+ * lm-evaluation-harness's remote tokenizer checks before using the server's
+ * tokenizer): the key required like /tokenize's; an eos_token that
+ * tokenizes to one id; the model directory's chat template, byte for byte;
+ * model_max_length the context /tokenize reports; add_special_tokens false
+ * and true the plain ids, a non-boolean refused. */
+TS_TEST(server, tokenizer_info) {
+    server s;
+    CHECK_MSG(server_start(&s, "--api-key", "k2", NULL) == 0, "the server did not start");
+    const char *auth = "Authorization: Bearer k2\r\n";
+    resp r;
+    CHECK(http_request(s.port, "GET", "/tokenizer_info", NULL, NULL, &r) == 0 && r.status == 401);
+    resp_free(&r);
+    CHECK(http_request(s.port, "GET", "/tokenizer_info", auth, NULL, &r) == 0);
+    cJSON *info = cJSON_Parse(r.body ? r.body : "");
+    CHECK_MSG(r.status == 200 && str_at(info, "eos_token"), "status %d: %.300s", r.status, r.body);
+    resp_free(&r);
+    char path[600];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", model_dir());
+    FILE *f = fopen(path, "rb");
+    static char tpl[1 << 16];
+    const size_t n = f ? fread(tpl, 1, sizeof tpl - 1, f) : 0;
+    if (f) fclose(f);
+    tpl[n] = 0;
+    CHECK_MSG(n > 0 && str_at(info, "chat_template") && !strcmp(str_at(info, "chat_template"), tpl),
+              "the chat template differs from %s", path);
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"add_special_tokens\":false}", str_at(info, "eos_token"));
+    CHECK(http_request(s.port, "POST", "/tokenize", auth, body, &r) == 0);
+    cJSON *eos = cJSON_Parse(r.body ? r.body : "");
+    CHECK_MSG(r.status == 200 && int_at(eos, "count") == 1 && int_at(eos, "max_model_len") == int_at(info, "model_max_length"),
+              "eos '%s': %s", str_at(info, "eos_token"), r.body);
+    resp_free(&r);
+    const char *forms[] = {"{\"prompt\":\"Hello there\"}", "{\"prompt\":\"Hello there\",\"add_special_tokens\":false}",
+                           "{\"prompt\":\"Hello there\",\"add_special_tokens\":true}"};
+    char *first = NULL;
+    for (int i = 0; i < 3; i++) {
+        CHECK(http_request(s.port, "POST", "/tokenize", auth, forms[i], &r) == 0 && r.status == 200);
+        if (!first) first = strdup(r.body);
+        else CHECK_MSG(!strcmp(first, r.body), "%s: %s, plain %s", forms[i], r.body, first);
+        resp_free(&r);
+    }
+    free(first);
+    CHECK(http_request(s.port, "POST", "/tokenize", auth, "{\"prompt\":\"x\",\"add_special_tokens\":1}", &r) == 0 &&
+          r.status == 400 && strstr(r.body, "add_special_tokens"));
+    resp_free(&r);
+    cJSON_Delete(eos);
+    cJSON_Delete(info);
+    server_stop(&s);
 }

@@ -42,7 +42,7 @@
 
 #include "server.h"
 
-enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE };
+enum { R_NONE, R_CHAT, R_COMPLETIONS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_TOKINFO };
 
 typedef struct conn {
     srv *s;
@@ -594,7 +594,7 @@ static int route_of(const char *url, const char **method_needed) {
         {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPLETIONS},
         {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
         {"/metrics", "GET", R_METRICS},          {"/tokenize", "POST", R_TOKENIZE},
-        {"/detokenize", "POST", R_DETOKENIZE},
+        {"/detokenize", "POST", R_DETOKENIZE},    {"/tokenizer_info", "GET", R_TOKINFO},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) {
@@ -692,7 +692,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (route == R_NONE) return send_error(cc, c, 404, "not_found", "no route %s %s", method, url);
     if (strcmp(method, want))
         return send_error(cc, c, 405, "method_not_allowed", "%s is not allowed on %s; use %s", method, url, want);
-    if (s->api_key && (!strncmp(url, "/v1/", 4) || route == R_TOKENIZE || route == R_DETOKENIZE) && !auth_ok(s, c))
+    if (s->api_key && (!strncmp(url, "/v1/", 4) || route == R_TOKENIZE || route == R_DETOKENIZE || route == R_TOKINFO) &&
+        !auth_ok(s, c))
         return send_error(cc, c, 401, "invalid_api_key", "missing or incorrect API key (Authorization: Bearer KEY)");
     cc->responded = 1;
     switch (route) {
@@ -702,6 +703,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_MODEL: return do_model(cc, c, url + 11);
     case R_TOKENIZE:
     case R_DETOKENIZE: return do_tokens(cc, c, route);
+    case R_TOKINFO: return send_body(c, 200, "application/json", s->tok_info, strlen(s->tok_info));
     default: return do_generate(cc, c, route);
     }
 }
@@ -862,6 +864,11 @@ int cmd_serve(int argc, char **argv) {
     s->n_stop_ids = cli_stop_ids(s->e, s->tok, s->stop_ids, 16);
     s->think_end = ts_tokenizer_token_id(s->tok, "</think>");
     if ((rc = srv_pool_start(s, &err))) goto out;
+    if (!(s->tok_info = srv_tokenizer_info(s, model))) { /* after the pool: model_max_length is the session's context */
+        rc = TS_E_NOMEM;
+        snprintf(err.msg, sizeof err.msg, "out of memory");
+        goto out;
+    }
     s->max_tokens_limit = max_tokens_limit ? max_tokens_limit : s->n_ctx;
 
     g_idle.head.next = g_idle.head.prev = &g_idle.head;
@@ -927,6 +934,7 @@ out:
     srv_cc_free(s);
     ts_chat_template_free(s->tpl);
     ts_tokenizer_free(s->tok);
+    free(s->tok_info);
     ts_engine_close(s->e);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

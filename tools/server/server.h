@@ -152,6 +152,7 @@ struct srv {
     int chunk;                    /* --chunk: session max_rows, the prefill grid (0 = default) */
     const char *api_key;
     int n_vocab, verbose;
+    char *tok_info;               /* GET /tokenizer_info's body (srv_tokenizer_info) */
     cli_spec spec;                /* --spec mtp ...: every generation drafts with the MTP head */
     ts_constraint *json;          /* json_object's constraint, built on first use (srv_json_constraint) */
     pthread_mutex_t json_mu;
@@ -230,6 +231,13 @@ job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e);
  * (malloc'd), or NULL with *e filled. */
 char *srv_tokenize(srv *s, const char *body, size_t len, srv_err *e);
 char *srv_detokenize(srv *s, const char *body, size_t len, srv_err *e);
+/* GET /tokenizer_info (vLLM's; lm-evaluation-harness's remote tokenizer
+ * checks it for "eos_token"): the tokenizer_config.json fields a client
+ * tokenizes and renders with (eos/bos/pad/unk tokens, tokenizer_class,
+ * add_bos_token / add_eos_token), the chat template (chat_template.jinja, else
+ * the config's), model_max_length the server's context. Made once at start;
+ * malloc'd, NULL out of memory. */
+char *srv_tokenizer_info(srv *s, const char *model_dir);
 /* obj[key] = n bytes of UTF-8 as a JSON string (NUL bytes escaped, which a
  * cJSON string would cut; server_gen.c). */
 struct cJSON;

@@ -896,8 +896,17 @@ char *srv_tokenize(srv *s, const char *body, size_t len, srv_err *e) {
                 goto done;
             }
             text = it;
+        } else if (!strcmp(it->string, "add_special_tokens")) {
+            /* vLLM's (lm-evaluation-harness sends false): the tokenizers of
+             * this family add none (a ByteLevel post-processor), so either
+             * value gives the same ids */
+            if (!cJSON_IsBool(it)) {
+                fail(e, 400, "add_special_tokens", "invalid_type", "'add_special_tokens' must be true or false");
+                goto done;
+            }
         } else if (strcmp(it->string, "model")) {
-            unknown_field(e, it->string, "/tokenize (prompt or content, or messages as in a chat completion)");
+            unknown_field(e, it->string,
+                          "/tokenize (prompt or content, add_special_tokens, or messages as in a chat completion)");
             goto done;
         }
     }
@@ -916,6 +925,68 @@ char *srv_tokenize(srv *s, const char *body, size_t len, srv_err *e) {
     ts_tokens_free(&t);
 done:
     cJSON_Delete(root);
+    return out;
+}
+
+/* The text of a file of the model directory, NULL when there is none. */
+static char *model_file(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    size_t n = 0, cap = 0, k;
+    char chunk[8192];
+    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (n + k + 1 > cap) {
+            cap = (n + k + 1) * 2;
+            char *q = realloc(b, cap);
+            if (!q) { free(b); fclose(f); return NULL; }
+            b = q;
+        }
+        memcpy(b + n, chunk, k);
+        n += k;
+    }
+    fclose(f);
+    if (b) b[n] = 0;
+    return b;
+}
+
+char *srv_tokenizer_info(srv *s, const char *model_dir) {
+    cJSON *o = cJSON_CreateObject();
+    char *cfg_text = model_file(model_dir, "tokenizer_config.json");
+    cJSON *cfg = cfg_text ? cJSON_Parse(cfg_text) : NULL;
+    free(cfg_text);
+    static const char *const tokens[] = {"eos_token", "bos_token", "pad_token", "unk_token"};
+    for (int i = 0; i < 4; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, tokens[i]);
+        if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content"); /* an AddedToken */
+        if (cJSON_IsString(v)) cJSON_AddStringToObject(o, tokens[i], v->valuestring);
+        else if (i == 0 && s->tpl) cJSON_AddStringToObject(o, tokens[i], ts_chat_template_eos(s->tpl));
+        else if (i == 0 && s->n_stop_ids) { /* no config: the first stop id's text */
+            size_t n;
+            const char *t = ts_tokenizer_token_bytes(s->tok, s->stop_ids[0], &n);
+            char *z = t ? strndup(t, n) : NULL;
+            if (z) cJSON_AddStringToObject(o, tokens[i], z);
+            else cJSON_AddNullToObject(o, tokens[i]);
+            free(z);
+        } else cJSON_AddNullToObject(o, tokens[i]);
+    }
+    static const char *const copied[] = {"tokenizer_class", "add_bos_token", "add_eos_token", "clean_up_tokenization_spaces"};
+    for (int i = 0; i < 4; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, copied[i]);
+        if (v && (cJSON_IsString(v) || cJSON_IsBool(v))) cJSON_AddItemToObject(o, copied[i], cJSON_Duplicate(v, 1));
+    }
+    char *tpl = model_file(model_dir, "chat_template.jinja");
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    if (tpl) cJSON_AddStringToObject(o, "chat_template", tpl);
+    else if (cJSON_IsString(ct)) cJSON_AddStringToObject(o, "chat_template", ct->valuestring);
+    free(tpl);
+    cJSON_AddNumberToObject(o, "model_max_length", s->n_ctx);
+    cJSON_AddNumberToObject(o, "vocab_size", s->n_vocab);
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    cJSON_Delete(cfg);
     return out;
 }
 
