@@ -2371,3 +2371,56 @@ TS_TEST(server, tokenizer_info) {
     cJSON_Delete(info);
     server_stop(&s);
 }
+
+/* lm-evaluation-harness's local-completions log-likelihood request, as its
+ * source builds and reads it (tokenized: prompt a list of id lists; echo,
+ * logprobs 1, max_tokens 1, temperature 0, seed): for each choice (sorted by
+ * index) it sums token_logprobs[ctxlen:-1], the continuation's, and calls
+ * the pair greedy when each is its top_logprobs' largest value. Two
+ * continuations of one context: every choice lists ctxlen + continuation + 1
+ * entries (the generated one last, a stop id too), and the sums equal the
+ * ones the same prompts scored alone (max_tokens 0) give. */
+TS_TEST(server, lm_eval_loglikelihood_payload) {
+    server s;
+    CHECK_MSG(server_start(&s, NULL) == 0, "the server did not start");
+    enum { CTX = 40 };
+    char ctx[1024];
+    int n = 0;
+    for (int i = 0; i < CTX; i++) n += snprintf(ctx + n, sizeof ctx - (size_t)n, "%s%d", i ? "," : "", 9 + (i * 29) % 300);
+    static const char *const conts[2] = {"101,102,103", "201,202"};
+    static const int cont_n[2] = {3, 2};
+    char body[4096];
+    snprintf(body, sizeof body, "{\"model\":\"tsm\",\"prompt\":[[%s,%s],[%s,%s]],\"temperature\":0,\"max_tokens\":1,"
+             "\"logprobs\":1,\"seed\":1234,\"echo\":true}", ctx, conts[0], ctx, conts[1]);
+    int st;
+    cJSON *r = http_post(s.port, "/v1/completions", body, &st);
+    CHECK_MSG(st == 200 && cJSON_GetArraySize(path_get(r, "choices")) == 2, "%d: %s", st, print(r));
+    for (int k = 0; k < 2; k++) {
+        char p[64];
+        snprintf(p, sizeof p, "choices.%d", k);
+        const cJSON *c = path_get(r, p), *lps = path_get(c, "logprobs.token_logprobs"), *tops = path_get(c, "logprobs.top_logprobs");
+        CHECK_MSG(int_at(c, "index") == k && cJSON_GetArraySize(lps) == CTX + cont_n[k] + 1,
+                  "choice %d: %d entries, want %d", k, cJSON_GetArraySize(lps), CTX + cont_n[k] + 1);
+        double sum = 0;
+        int greedy = 1;
+        for (int i = CTX; i < CTX + cont_n[k]; i++) {
+            const double v = cJSON_GetArrayItem(lps, i)->valuedouble;
+            double best = -INFINITY;
+            const cJSON *t;
+            cJSON_ArrayForEach(t, cJSON_GetArrayItem(tops, i)) best = fmax(best, t->valuedouble);
+            sum += v;
+            greedy &= v == best;
+        }
+        /* the same prompt scored alone */
+        snprintf(body, sizeof body, "{\"prompt\":[%s,%s],\"max_tokens\":0,\"logprobs\":1,\"echo\":true}", ctx, conts[k]);
+        cJSON *a = http_post(s.port, "/v1/completions", body, &st);
+        double sum_a = 0;
+        for (int i = CTX; i < CTX + cont_n[k]; i++)
+            sum_a += cJSON_GetArrayItem(path_get(a, "choices.0.logprobs.token_logprobs"), i)->valuedouble;
+        fprintf(stderr, "  continuation %d: log-likelihood %.6f (alone %.6f), greedy %d\n", k, sum, sum_a, greedy);
+        CHECK_MSG(st == 200 && sum == sum_a && sum < 0, "continuation %d: %.9g against %.9g alone", k, sum, sum_a);
+        cJSON_Delete(a);
+    }
+    cJSON_Delete(r);
+    server_stop(&s);
+}
