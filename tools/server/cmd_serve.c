@@ -286,7 +286,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         wait_tick(j);
         if (peer_gone(cc->fd)) {
-            j->cancelled = 1;
+            __atomic_store_n(&j->cancelled, 1, __ATOMIC_RELAXED); /* the worker reads it unlocked, atomically */
             pthread_mutex_unlock(&j->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -320,7 +320,7 @@ static int wait_queued(conn *cc, job *j) {
     while (j->state == JOB_QUEUED) {
         wait_tick(j);
         if (j->state == JOB_QUEUED && peer_gone(cc->fd)) {
-            j->cancelled = 1;
+            __atomic_store_n(&j->cancelled, 1, __ATOMIC_RELAXED); /* the worker reads it unlocked, atomically */
             pthread_mutex_unlock(&j->mu);
             return -1;
         }
@@ -372,7 +372,7 @@ static enum MHD_Result do_generate(conn *cc, struct MHD_Connection *c, int route
     while (j->state != JOB_DONE) {
         wait_tick(j);
         if (j->state != JOB_DONE && peer_gone(cc->fd)) {
-            j->cancelled = 1;
+            __atomic_store_n(&j->cancelled, 1, __ATOMIC_RELAXED); /* the worker reads it unlocked, atomically */
             pthread_mutex_unlock(&j->mu);
             return MHD_NO; /* nobody to answer: close */
         }
@@ -517,12 +517,14 @@ static enum MHD_Result do_metrics(conn *cc, struct MHD_Connection *c) {
         "# HELP turbospark_draft_tokens_accepted_total Drafts accepted.\n"
         "# TYPE turbospark_draft_tokens_accepted_total counter\nturbospark_draft_tokens_accepted_total %llu\n"
         "# HELP turbospark_verify_blocks_total Verify passes of drafted generations.\n"
-        "# TYPE turbospark_verify_blocks_total counter\nturbospark_verify_blocks_total %llu\n",
+        "# TYPE turbospark_verify_blocks_total counter\nturbospark_verify_blocks_total %llu\n"
+        "# HELP turbospark_prompts_helped_total Prompts of a completion's list run by another idle session.\n"
+        "# TYPE turbospark_prompts_helped_total counter\nturbospark_prompts_helped_total %llu\n",
         (unsigned long long)s->m_requests, (unsigned long long)s->m_errors, (unsigned long long)s->m_rejected,
         (unsigned long long)s->m_generations, (unsigned long long)s->m_prompt_tokens,
         (unsigned long long)s->m_cached_tokens, (unsigned long long)s->m_gen_tokens, pf, dc,
         s->q_len, s->n_busy, s->parallel, (unsigned long long)s->m_drafted, (unsigned long long)s->m_accepted,
-        (unsigned long long)s->m_verify_blocks);
+        (unsigned long long)s->m_verify_blocks, (unsigned long long)s->m_helped);
     /* drafting detail (MTP or DFlash): mean accepted length, by position, times */
     if (n > 0 && (size_t)n < sizeof buf)
         n += snprintf(buf + n, sizeof buf - (size_t)n,
@@ -874,6 +876,7 @@ int cmd_serve(int argc, char **argv) {
     g_idle.head.next = g_idle.head.prev = &g_idle.head;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      (ipv6 ? MHD_USE_IPv6 : 0) | (verbose ? MHD_USE_ERROR_LOG : 0);
+    g_started = time(NULL); /* before the daemon: its threads read it (/v1/models) */
     d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -890,7 +893,6 @@ int cmd_serve(int argc, char **argv) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     if (di) port = di->port;
-    g_started = time(NULL);
     char drafting[64] = "";
     if (s->spec.on && s->spec.dflash) snprintf(drafting, sizeof drafting, ", drafting dflash block %d", s->spec.block);
     else if (s->spec.on && s->spec.ngram)

@@ -98,14 +98,10 @@ typedef struct job {
                                      cap_choices allocated (srv_job_choices) */
     int cap_choices;
     int n_choices;
-    int cur;                      /* the choice the worker generates now */
     int n_gen, n_cached;          /* generated tokens (all choices), prompt tokens reused (the first) */
-    /* echo (the worker's, made with a prompt's first choice; its choices start with them) */
-    ts_text echo_out;             /* the prompt's text: echo_text, or the ids decoded */
-    int echo_chars;               /* its characters (code points): the generated text's first offset */
-    int *echo_off;                /* [n_prompt] each prompt token's text_offset */
-    ts_logprob *echo_lp;          /* logprobs: [n_prompt - 1] scored entries (1 + top_logprobs each)
-                                     for prompt tokens 1.. (ts_session_score) */
+    /* several prompts: the next one nobody runs, and the idle slots running
+     * one beside the job's own (server_gen.c, run_job / slot_help) */
+    int next_prompt, helpers;
     int err_status;               /* non-zero: the generation failed (HTTP status) */
     char err_msg[1024];
 } job;
@@ -178,6 +174,7 @@ struct srv {
 
     /* metrics (under mu) */
     uint64_t m_requests, m_errors, m_generations, m_rejected;
+    uint64_t m_helped;            /* prompts of a list run by a helping slot (slot_help) */
     uint64_t m_prompt_tokens, m_cached_tokens, m_gen_tokens;
     uint64_t m_prefill_tokens, m_decode_tokens;
     double m_prefill_s, m_decode_s;

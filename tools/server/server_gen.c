@@ -41,6 +41,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,13 @@ typedef struct slot {
     ts_logprob *sc_lp;
     float *sc_row;
     int sc_pos, sc_top, sc_cap;
+    /* the echo of the prompt whose choices this slot runs (echo_prepare,
+     * made with that prompt's first choice) */
+    ts_text echo_out;  /* the prompt's text: as sent, or the ids decoded */
+    int echo_chars;    /* its characters (code points): the generated text's first offset */
+    int *echo_off;     /* [prompt ids] each prompt token's text_offset */
+    ts_logprob *echo_lp; /* logprobs: [prompt ids - 1] scored entries (1 + top_logprobs each) */
+    job *sharing;      /* the running job whose other prompts idle slots may take (under srv.mu) */
 } slot;
 
 /* ---- small text helpers --------------------------------------------------- */
@@ -179,9 +187,6 @@ void srv_job_unref(job *j) {
     free(j->prompt_at);
     for (int k = 0; j->echo_text && k < j->n_prompts; k++) free(j->echo_text[k]);
     free(j->echo_text);
-    text_free(&j->echo_out);
-    free(j->echo_off);
-    free(j->echo_lp);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->tools_json);
     srv_cc_release(j->cref);
@@ -204,7 +209,7 @@ void srv_job_unref(job *j) {
 
 void srv_job_cancel(job *j) {
     pthread_mutex_lock(&j->mu);
-    j->cancelled = 1;
+    __atomic_store_n(&j->cancelled, 1, __ATOMIC_RELAXED); /* the worker reads it unlocked, atomically */
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -381,9 +386,9 @@ static char *lp_json(const srv *s, const job *j, const choice *c, int from, int 
 }
 
 /* Record one generated token's entry; -1 out of memory. */
-static int lp_append(job *j, const ts_logprob *chosen, const ts_logprob *top, int n_top, int offset) {
+static int lp_append(job *j, int k, const ts_logprob *chosen, const ts_logprob *top, int n_top, int offset) {
     const int stride = 1 + j->gp.top_logprobs;
-    choice *c = &j->ch[j->cur];
+    choice *c = &j->ch[k];
     if (c->n_lp == c->cap_lp) {
         const int cap = c->cap_lp ? 2 * c->cap_lp : 64;
         ts_logprob *lp = realloc(c->lp, sizeof *lp * (size_t)cap * (size_t)stride);
@@ -396,7 +401,7 @@ static int lp_append(job *j, const ts_logprob *chosen, const ts_logprob *top, in
     }
     ts_logprob *r = c->lp + (size_t)c->n_lp * (size_t)stride;
     r[0] = *chosen;
-    for (int k = 0; k < j->gp.top_logprobs; k++) r[1 + k] = k < n_top ? top[k] : (ts_logprob){-1, 0};
+    for (int t = 0; t < j->gp.top_logprobs; t++) r[1 + t] = t < n_top ? top[t] : (ts_logprob){-1, 0};
     c->lp_off[c->n_lp++] = offset;
     return 0;
 }
@@ -434,16 +439,16 @@ static void sse_raw(job *j, const char *line) {
     pthread_mutex_unlock(&j->mu);
 }
 
-/* One chunk of the current choice: chat delta fields (reasoning, content,
- * tool_calls JSON, role) or completion text; finish = NULL for null. */
-static void sse_choice(srv *s, job *j, const char *reasoning, size_t nr, const char *content, size_t nc,
+/* One chunk of choice k: chat delta fields (reasoning, content, tool_calls
+ * JSON, role) or completion text; finish = NULL for null. */
+static void sse_choice(srv *s, job *j, int k, const char *reasoning, size_t nr, const char *content, size_t nc,
                        const char *tool_calls, int role, const char *finish) {
     cJSON *c = chunk_base(s, j);
     cJSON *choices = cJSON_AddArrayToObject(c, "choices");
     cJSON *ch = cJSON_CreateObject();
-    choice *cc = &j->ch[j->cur];
+    choice *cc = &j->ch[k];
     cJSON_AddItemToArray(choices, ch);
-    cJSON_AddNumberToObject(ch, "index", j->cur);
+    cJSON_AddNumberToObject(ch, "index", k);
     if (j->kind == JOB_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
         if (role) cJSON_AddStringToObject(d, "role", "assistant");
@@ -559,6 +564,7 @@ typedef struct run_ctx {
     unsigned char pend[4]; /* the bytes the detokenizer holds (a character's start), as it decodes */
     int n_pend;
     int lp_oom;            /* a log-probability entry could not be recorded: the job fails */
+    int cur;               /* the choice (its index in j->ch) */
 } run_ctx;
 
 static int is_stop_id(const srv *s, int32_t id) {
@@ -573,9 +579,9 @@ static void text_out(run_ctx *r, const char *p, size_t n) {
     if (j->kind == JOB_COMPLETION) {
         if (!n) return;
         pthread_mutex_lock(&j->mu);
-        text_add(&j->ch[j->cur].text, p, n);
+        text_add(&j->ch[r->cur].text, p, n);
         pthread_mutex_unlock(&j->mu);
-        if (j->stream) sse_choice(r->s, j, NULL, 0, p, n, NULL, 0, NULL);
+        if (j->stream) sse_choice(r->s, j, r->cur, NULL, 0, p, n, NULL, 0, NULL);
         return;
     }
     ts_error err;
@@ -583,11 +589,11 @@ static void text_out(run_ctx *r, const char *p, size_t n) {
     if (ts_reply_push(r->reply, p, n, &r->d_reason, &r->d_content, &err)) return;
     if (!r->d_reason.len && !r->d_content.len) return;
     pthread_mutex_lock(&j->mu);
-    text_add(&j->ch[j->cur].reasoning, r->d_reason.s, r->d_reason.len);
-    text_add(&j->ch[j->cur].text, r->d_content.s, r->d_content.len);
+    text_add(&j->ch[r->cur].reasoning, r->d_reason.s, r->d_reason.len);
+    text_add(&j->ch[r->cur].text, r->d_content.s, r->d_content.len);
     pthread_mutex_unlock(&j->mu);
     if (j->stream)
-        sse_choice(r->s, j, r->d_reason.s, r->d_reason.len, r->d_content.s, r->d_content.len, NULL, 0, NULL);
+        sse_choice(r->s, j, r->cur, r->d_reason.s, r->d_reason.len, r->d_content.s, r->d_content.len, NULL, 0, NULL);
 }
 
 /* Decoded text in: cut at the first stop sequence, hold what may begin one. */
@@ -689,7 +695,7 @@ static int echo_score(slot *sl, job *j, const int32_t *P, int nP, int *cached, t
     ts_session *ss = sl->sess;
     const int T = j->gp.top_logprobs, V = sl->s->n_vocab, G = ts_session_grid(ss);
     const size_t stride = 1 + (size_t)T;
-    ts_logprob *out = j->echo_lp;
+    ts_logprob *out = sl->echo_lp;
     int from = 0, rc = 0;
     const int c = cli_reuse_match(&sl->ru, ss, P, nP);
     if (c > 0 && sl->sc_pos == c && sl->sc_top == T && !ts_session_restore(ss, err)) {
@@ -727,17 +733,17 @@ static int echo_score(slot *sl, job *j, const int32_t *P, int nP, int *cached, t
     return ts_session_score(ss, P + from, nP - from, T, out + (size_t)from * stride, err);
 }
 
-static int echo_prepare(slot *sl, job *j, const int32_t *P, int nP, ts_error *err) {
+static int echo_prepare(slot *sl, job *j, int k, const int32_t *P, int nP, ts_error *err) {
     srv *s = sl->s;
-    const char *as_sent = j->echo_text[j->cur / j->n_per];
-    text_free(&j->echo_out); /* the previous prompt's */
-    free(j->echo_off);
-    free(j->echo_lp);
-    j->echo_off = NULL, j->echo_lp = NULL;
+    const char *as_sent = j->echo_text[k / j->n_per];
+    text_free(&sl->echo_out); /* the previous prompt's */
+    free(sl->echo_off);
+    free(sl->echo_lp);
+    sl->echo_off = NULL, sl->echo_lp = NULL;
     run_ctx r;
     memset(&r, 0, sizeof r);
     r.s = s;
-    if (!(j->echo_off = malloc(sizeof(int) * (size_t)nP)))
+    if (!(sl->echo_off = malloc(sizeof(int) * (size_t)nP)))
         return no_memory(err, "the echo's offsets");
     ts_detok_reset(sl->dt);
     ts_text dec = {0};
@@ -745,7 +751,7 @@ static int echo_prepare(slot *sl, job *j, const int32_t *P, int nP, ts_error *er
         const int32_t id = P[i];
         const char *t;
         size_t len, tl;
-        j->echo_off[i] = text_offset(&r, id);
+        sl->echo_off[i] = text_offset(&r, id);
         const char *tb = ts_tokenizer_token_bytes(s->tok, id, &tl);
         if (ts_tokenizer_is_special(s->tok, id)) {
             ts_detok_flush(sl->dt, &t, &len);
@@ -765,15 +771,15 @@ static int echo_prepare(slot *sl, job *j, const int32_t *P, int nP, ts_error *er
     text_add(&dec, t, len);
     if (as_sent) {
         text_free(&dec);
-        text_add(&j->echo_out, as_sent, strlen(as_sent));
+        text_add(&sl->echo_out, as_sent, strlen(as_sent));
     } else {
-        j->echo_out = dec;
+        sl->echo_out = dec;
     }
-    if (text_add(&j->echo_out, "", 0)) return no_memory(err, "the echoed prompt"); /* never NULL */
-    j->echo_chars = utf8_chars(j->echo_out.s, j->echo_out.len);
+    if (text_add(&sl->echo_out, "", 0)) return no_memory(err, "the echoed prompt"); /* never NULL */
+    sl->echo_chars = utf8_chars(sl->echo_out.s, sl->echo_out.len);
     if (!j->logprobs || nP < 2) return 0;
     const size_t stride = 1 + (size_t)j->gp.top_logprobs;
-    if (!(j->echo_lp = calloc((size_t)(nP - 1) * stride, sizeof(ts_logprob)))) /* zeros: no entry is stale memory */
+    if (!(sl->echo_lp = calloc((size_t)(nP - 1) * stride, sizeof(ts_logprob)))) /* zeros: no entry is stale memory */
         return no_memory(err, "the prompt's log-probabilities");
     const double t0 = cli_now();
     int cached = 0;
@@ -782,7 +788,11 @@ static int echo_prepare(slot *sl, job *j, const int32_t *P, int nP, ts_error *er
         ts_session_reset(sl->sess);
         sl->sc_pos = 0;
     }
-    if (j->gp.n_predict == 0 && j->cur % j->n_per == 0) j->n_cached += cached; /* else the generation's reuse counts */
+    if (j->gp.n_predict == 0) { /* else the generation's reuse counts */
+        pthread_mutex_lock(&j->mu);
+        j->n_cached += cached;
+        pthread_mutex_unlock(&j->mu);
+    }
     pthread_mutex_lock(&s->mu);
     s->m_prefill_tokens += (uint64_t)(nP - cached);
     if (j->gp.n_predict == 0) s->m_cached_tokens += (uint64_t)cached;
@@ -791,23 +801,24 @@ static int echo_prepare(slot *sl, job *j, const int32_t *P, int nP, ts_error *er
     return rc;
 }
 
-/* The echo at the start of choice j->cur: its text, its log-probability
+/* The echo at the start of choice r->cur: its text, its log-probability
  * entries (the first token's logprob NaN: printed null), streamed as the
  * choice's first chunk. 0, or -1 out of memory. */
 static int echo_start(run_ctx *r, const int32_t *P, int nP) {
     job *j = r->j;
-    choice *c = &j->ch[j->cur];
+    const slot *sl = r->sl;
+    choice *c = &j->ch[r->cur];
     pthread_mutex_lock(&j->mu);
-    int bad = text_add(&c->text, j->echo_out.s, j->echo_out.len);
+    int bad = text_add(&c->text, sl->echo_out.s, sl->echo_out.len);
     pthread_mutex_unlock(&j->mu);
     const int stride = 1 + j->gp.top_logprobs;
     for (int i = 0; j->logprobs && i < nP && !bad; i++) {
         const ts_logprob first = {P[0], NAN};
-        const ts_logprob *e = i ? j->echo_lp + (size_t)(i - 1) * (size_t)stride : &first;
-        bad = lp_append(j, e, i ? e + 1 : NULL, i ? j->gp.top_logprobs : 0, j->echo_off[i]);
+        const ts_logprob *e = i ? sl->echo_lp + (size_t)(i - 1) * (size_t)stride : &first;
+        bad = lp_append(j, r->cur, e, i ? e + 1 : NULL, i ? j->gp.top_logprobs : 0, sl->echo_off[i]);
     }
-    if (!bad && j->stream) sse_choice(r->s, j, NULL, 0, j->echo_out.s, j->echo_out.len, NULL, 0, NULL);
-    r->n_chars = j->echo_chars;
+    if (!bad && j->stream) sse_choice(r->s, j, r->cur, NULL, 0, sl->echo_out.s, sl->echo_out.len, NULL, 0, NULL);
+    r->n_chars = sl->echo_chars;
     return bad ? -1 : 0;
 }
 
@@ -824,7 +835,7 @@ static int echo_start(run_ctx *r, const int32_t *P, int nP) {
 static void on_logprob(void *user, const ts_logprob *chosen, const ts_logprob *top, int n_top) {
     run_ctx *r = user;
     if (!r->j->ignore_eos && !r->j->echo && is_stop_id(r->s, chosen->id)) return;
-    if (lp_append(r->j, chosen, top, n_top, text_offset(r, chosen->id))) r->lp_oom = 1;
+    if (lp_append(r->j, r->cur, chosen, top, n_top, text_offset(r, chosen->id))) r->lp_oom = 1;
 }
 
 static int on_token(void *user, int32_t id) {
@@ -856,25 +867,40 @@ static int on_token(void *user, int32_t id) {
  * its saved state start the prompt, and something is left to feed), or 0. */
 static int ckpt_match(const slot *sl, const job *j) { return cli_reuse_match(&sl->ru, sl->sess, j->prompt, j->n_prompt); }
 
-/* One choice (j->cur) of a job: prefix reuse, the generation, the reply's
- * end and, streamed, its last chunks. Returns 0 or the engine's error (the
- * job's err_status / err_msg set); adds to the metrics. */
-static int run_choice(slot *sl, job *j) {
+/* A job's failure (the first one: another slot may run its other prompts). */
+static void job_fail(job *j, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void job_fail(job *j, int status, const char *fmt, ...) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->err_status) {
+        j->err_status = status;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->err_msg, sizeof j->err_msg, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Choice k of a job: prefix reuse, the generation, the reply's end and,
+ * streamed, its last chunks. Returns 0 or the engine's error (the job's
+ * err_status / err_msg set); adds to the metrics. */
+static int run_choice(slot *sl, job *j, int k) {
     srv *s = sl->s;
-    choice *c = &j->ch[j->cur];
+    choice *c = &j->ch[k];
     int nP;
-    const int32_t *P = srv_choice_prompt(j, j->cur, &nP);
+    const int32_t *P = srv_choice_prompt(j, k, &nP);
     run_ctx r;
     memset(&r, 0, sizeof r);
     r.s = s;
     r.sl = sl;
     r.j = j;
+    r.cur = k;
     ts_error err = {0};
     int rc = 0;
     if (j->kind == JOB_CHAT) rc = ts_reply_new(j->think_open, j->tools_json, &r.reply, &err);
     if (!rc && j->kind == JOB_CHAT && j->tool_choice == SRV_TC_NONE) ts_reply_no_tool_calls(r.reply);
     if (j->echo && !rc) {
-        if (j->cur % j->n_per == 0) rc = echo_prepare(sl, j, P, nP, &err);
+        if (k % j->n_per == 0) rc = echo_prepare(sl, j, k, P, nP, &err);
         if (!rc && echo_start(&r, P, nP)) rc = no_memory(&err, "the echoed prompt");
     }
     const int gen = j->gp.n_predict > 0; /* 0: an echo alone (the prompt returned, or scored) */
@@ -890,7 +916,7 @@ static int run_choice(slot *sl, job *j) {
     ts_gen_params gp = j->gp;
     /* n choices: n draws, each repeatable with the seed (a prompt's choices
      * as a request of that prompt alone would draw them) */
-    gp.seed = j->gp.seed + (uint64_t)(j->cur % j->n_per);
+    gp.seed = j->gp.seed + (uint64_t)(k % j->n_per);
     int penalties = gp.repeat_penalty != 1.0f || gp.presence_penalty != 0 || gp.frequency_penalty != 0;
     int reuse = 0, cached = 0, fed = 0;
     double t_fed = 0;
@@ -905,7 +931,11 @@ static int run_choice(slot *sl, job *j) {
         else reuse = from;
         if (fed) sl->ckpt_chat = j->kind == JOB_CHAT, sl->sc_pos = 0; /* a new save: no echo's scores */
     }
-    if (j->cur % j->n_per == 0) j->n_cached += cached; /* each prompt's first choice */
+    if (k % j->n_per == 0) { /* each prompt's first choice */
+        pthread_mutex_lock(&j->mu);
+        j->n_cached += cached;
+        pthread_mutex_unlock(&j->mu);
+    }
     /* drafting: exact for greedy requests, the target distribution for
      * sampled ones, and exact on a reused prefix too (tests/test_spec.c) */
     cli_spec_apply(&s->spec, NULL, &gp);
@@ -923,7 +953,7 @@ static int run_choice(slot *sl, job *j) {
         gp.constraint_after = j->think_open && s->think_end > 0 ? s->think_end : 0;
     }
     ts_detok_reset(sl->dt);
-    if (j->stream && j->kind == JOB_CHAT) sse_choice(s, j, NULL, 0, NULL, 0, NULL, 1, NULL);
+    if (j->stream && j->kind == JOB_CHAT) sse_choice(s, j, k, NULL, 0, NULL, 0, NULL, 1, NULL);
 
     ts_gen_stats st;
     memset(&st, 0, sizeof st);
@@ -945,37 +975,34 @@ static int run_choice(slot *sl, job *j) {
             c->tool_calls = calls;
             pthread_mutex_unlock(&j->mu);
             if (j->stream && (r.d_reason.len || r.d_content.len))
-                sse_choice(s, j, r.d_reason.s, r.d_reason.len, r.d_content.s, r.d_content.len, NULL, 0, NULL);
+                sse_choice(s, j, k, r.d_reason.s, r.d_reason.len, r.d_content.s, r.d_content.len, NULL, 0, NULL);
         }
     } else {
         ts_session_reset(sl->sess);
     }
     c->n_gen = r.n_gen;
+    pthread_mutex_lock(&j->mu);
     j->n_gen += r.n_gen;
+    pthread_mutex_unlock(&j->mu);
     if (rc) {
-        j->err_status = rc == TS_E_CONTEXT || rc == TS_E_ARG ? 400 : 500;
-        snprintf(j->err_msg, sizeof j->err_msg, "%s", err.msg);
+        job_fail(j, rc == TS_E_CONTEXT || rc == TS_E_ARG ? 400 : 500, "%s", err.msg);
     } else if (r.lp_oom) {
         rc = TS_E_NOMEM;
-        j->err_status = 500;
-        snprintf(j->err_msg, sizeof j->err_msg, "out of memory recording log-probabilities (%d tokens generated)",
-                 r.n_gen);
+        job_fail(j, 500, "out of memory recording log-probabilities (%d tokens generated)", r.n_gen);
     } else if (r.shutdown && !r.stop_hit && !r.stop_id_hit) {
         /* cut short by the shutdown: an error, not a "length" finish a
          * client would take for the whole reply */
         rc = TS_E_IO;
-        j->err_status = 503;
-        snprintf(j->err_msg, sizeof j->err_msg, "the server shut down before the reply was complete (%d tokens generated)",
-                 r.n_gen);
+        job_fail(j, 503, "the server shut down before the reply was complete (%d tokens generated)", r.n_gen);
     }
     c->finish = c->tool_calls ? "tool_calls" : (r.stop_hit || r.stop_id_hit) ? "stop" : "length";
     if (j->stream && !rc) {
         if (c->tool_calls) {
             char *tc = openai_tool_calls(j, c->tool_calls, 1);
-            if (tc) sse_choice(s, j, NULL, 0, NULL, 0, tc, 0, NULL);
+            if (tc) sse_choice(s, j, k, NULL, 0, NULL, 0, tc, 0, NULL);
             free(tc);
         }
-        sse_choice(s, j, NULL, 0, NULL, 0, NULL, 0, c->finish);
+        sse_choice(s, j, k, NULL, 0, NULL, 0, NULL, 0, c->finish);
     }
     ts_reply_free(r.reply);
     text_free(&r.hold);
@@ -996,9 +1023,9 @@ static int run_choice(slot *sl, job *j) {
     s->m_drafted += (uint64_t)st.n_drafted;
     s->m_accepted += (uint64_t)st.n_accepted;
     s->m_verify_blocks += (uint64_t)st.n_blocks;
-    for (int k = 0; k < 16; k++) {
-        s->m_drafted_at[k] += (uint64_t)st.drafted_at[k];
-        s->m_accepted_at[k] += (uint64_t)st.accepted_at[k];
+    for (int q = 0; q < 16; q++) {
+        s->m_drafted_at[q] += (uint64_t)st.drafted_at[q];
+        s->m_accepted_at[q] += (uint64_t)st.accepted_at[q];
     }
     s->m_draft_s += st.t_draft;
     s->m_verify_s += st.t_verify;
@@ -1007,19 +1034,55 @@ static int run_choice(slot *sl, job *j) {
     return rc;
 }
 
-/* A job's choices one after the other on this slot's session (a cancelled
- * job stops between them: nobody reads the rest), then, streamed, the
- * usage chunk and [DONE], or the error chunk. */
+/* The next prompt of j nobody runs yet, or -1 (all taken, the job failed,
+ * or it was cancelled after its first prompt). */
+static int claim_prompt(job *j) {
+    pthread_mutex_lock(&j->mu);
+    const int k = j->next_prompt < j->n_prompts && !j->err_status && !(j->next_prompt && j->cancelled) ? j->next_prompt++
+                                                                                                   : -1;
+    pthread_mutex_unlock(&j->mu);
+    return k;
+}
+
+/* Prompt k's choices one after the other on this slot's session (a
+ * cancelled job stops between them: nobody reads the rest). */
+static int run_prompt(slot *sl, job *j, int k) {
+    int rc = 0;
+    for (int c = k * j->n_per; c < (k + 1) * j->n_per && !rc; c++) {
+        if (c > k * j->n_per && __atomic_load_n(&j->cancelled, __ATOMIC_RELAXED)) break;
+        rc = run_choice(sl, j, c);
+    }
+    return rc;
+}
+
+/* A job's prompts on this slot, and on idle ones that take its other
+ * prompts meanwhile (a completion with a list of prompts: slot_help); then,
+ * once every prompt has ended, streamed, the usage chunk and [DONE], or the
+ * error chunk. Each prompt's choices are what a request of that prompt alone
+ * gives, whichever slot runs it (cli_reuse.c: a reply depends on its ids
+ * alone), so spreading them changes no output, only when chunks arrive. */
 static void run_job(slot *sl, job *j) {
     srv *s = sl->s;
-    int rc = 0;
-    for (j->cur = 0; j->cur < j->n_choices && !rc; j->cur++) {
-        if (j->cur && __atomic_load_n(&j->cancelled, __ATOMIC_RELAXED)) break;
-        rc = run_choice(sl, j);
+    const int share = j->n_prompts > 1 && s->parallel > 1;
+    if (share) {
+        pthread_mutex_lock(&s->mu);
+        sl->sharing = j;
+        pthread_cond_broadcast(&s->cv); /* idle slots: a prompt to take */
+        pthread_mutex_unlock(&s->mu);
     }
-    j->cur = 0;
+    for (int k; (k = claim_prompt(j)) >= 0;)
+        if (run_prompt(sl, j, k)) break;
+    if (share) {
+        /* no slot joins after this; wait for the ones that did */
+        pthread_mutex_lock(&s->mu);
+        sl->sharing = NULL;
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&j->mu);
+        while (j->helpers) pthread_cond_wait(&j->cv, &j->mu);
+        pthread_mutex_unlock(&j->mu);
+    }
     if (!j->stream) return;
-    if (rc) {
+    if (j->err_status) {
         cJSON *e = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(e, "error");
         cJSON_AddStringToObject(eo, "message", j->err_msg);
         cJSON_AddStringToObject(eo, "type", j->err_status == 400 ? "invalid_request_error" : "server_error");
@@ -1064,6 +1127,42 @@ static int takeable(const srv *s, int me) {
     return -1;
 }
 
+/* A running job (another slot's) with a prompt nobody runs yet, joined as a
+ * helper (its helpers and refs counted, so its owner waits for this slot and
+ * it outlives the help), or NULL. Under srv.mu: the owner stops sharing under
+ * it, so no slot joins after that. */
+static job *helpable(srv *s, int me) {
+    if (s->stopping || s->draining) return NULL;
+    for (int i = 0; i < s->parallel; i++) {
+        job *j = s->slots[i].sharing;
+        if (!j || i == me) continue;
+        pthread_mutex_lock(&j->mu);
+        const int open = j->next_prompt < j->n_prompts && !j->err_status && !j->cancelled;
+        if (open) j->helpers++, j->refs++;
+        pthread_mutex_unlock(&j->mu);
+        if (open) return j;
+    }
+    return NULL;
+}
+
+/* One prompt of a job another slot runs, on this slot; busy meanwhile (a
+ * queued job waits for it, as for any running one). */
+static void slot_help(slot *sl, job *j) {
+    srv *s = sl->s;
+    const int k = claim_prompt(j);
+    if (k >= 0) run_prompt(sl, j, k);
+    pthread_mutex_lock(&s->mu);
+    s->m_helped += k >= 0;
+    s->n_busy--;
+    sl->busy = 0;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&j->mu);
+    j->helpers--;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    srv_job_unref(j);
+}
+
 static void *worker(void *arg) {
     slot *sl = arg;
     srv *s = sl->s;
@@ -1071,10 +1170,19 @@ static void *worker(void *arg) {
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int k;
+        job *help = NULL;
         for (;;) {
             k = takeable(s, me);
             if (k >= 0 || (s->stopping && !s->q_len)) break;
+            if ((help = helpable(s, me))) break; /* nothing queued for this slot: a running job's prompt */
             pthread_cond_wait(&s->cv, &s->mu);
+        }
+        if (help) {
+            s->n_busy++;
+            sl->busy = 1;
+            pthread_mutex_unlock(&s->mu);
+            slot_help(sl, help);
+            continue;
         }
         if (k < 0) { pthread_mutex_unlock(&s->mu); break; }
         job *j = s->queue[(s->q_head + k) % s->ring_cap];
@@ -1250,7 +1358,7 @@ void srv_pool_drain(srv *s, double timeout_s) {
 
 void srv_pool_stop(srv *s) {
     pthread_mutex_lock(&s->mu);
-    s->stopping = 1;
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_RELAXED); /* read unlocked, atomically, by on_token */
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; s->slots && i < s->parallel; i++) {
@@ -1261,6 +1369,9 @@ void srv_pool_stop(srv *s) {
         cli_reuse_free(&sl->ru);
         free(sl->sc_lp);
         free(sl->sc_row);
+        text_free(&sl->echo_out);
+        free(sl->echo_off);
+        free(sl->echo_lp);
     }
     free(s->slots);
     free(s->queue);
