@@ -1038,8 +1038,8 @@ static int run_choice(slot *sl, job *j, int k) {
  * or it was cancelled after its first prompt). */
 static int claim_prompt(job *j) {
     pthread_mutex_lock(&j->mu);
-    const int k = j->next_prompt < j->n_prompts && !j->err_status && !(j->next_prompt && j->cancelled) ? j->next_prompt++
-                                                                                                   : -1;
+    const int open = j->next_prompt < j->n_prompts && !j->err_status && !(j->next_prompt && j->cancelled);
+    const int k = open ? j->next_prompt++ : -1;
     pthread_mutex_unlock(&j->mu);
     return k;
 }
