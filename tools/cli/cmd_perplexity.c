@@ -165,23 +165,11 @@ int cmd_perplexity(int argc, char **argv) {
     if (text && mtp) { fprintf(stderr, "turbospark perplexity: --mtp takes -f IDS_FILE windows, not --text\n"); return 2; }
     if (cli_engine_check(&eo)) return 2;
     const char *model = eo.model;
-    if (text) {
-        ts_error err = {0};
-        ts_engine_params ep;
-        ts_engine_params_default(&ep);
-        cli_engine_apply(&eo, &ep, NULL, NULL);
-        ts_engine *e = NULL;
-        if (ts_engine_open(model, &ep, &e, &err)) {
-            fprintf(stderr, "turbospark perplexity: %s\n", err.msg);
-            return 1;
-        }
-        int rc = text_perplexity(e, &eo, model, text, window, json);
-        if (!rc) cli_expert_report(e, 0, 1);
-        ts_engine_close(e);
-        return rc;
+    char *txt = NULL;
+    if (file && !(txt = cli_read_file(file))) {
+        fprintf(stderr, "turbospark perplexity: cannot read %s\n", file);
+        return 1;
     }
-    char *txt = cli_read_file(file);
-    if (!txt) { fprintf(stderr, "turbospark perplexity: cannot read %s\n", file); return 1; }
     ts_error err = {0};
     ts_engine_params ep;
     ts_engine_params_default(&ep);
@@ -191,6 +179,12 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "turbospark perplexity: %s\n", err.msg);
         free(txt);
         return 1;
+    }
+    if (text) {
+        int rc = text_perplexity(e, &eo, model, text, window, json);
+        if (!rc) cli_expert_report(e, 0, 1);
+        ts_engine_close(e);
+        return rc;
     }
     const int V = ts_engine_info(e)->vocab_size, H = ts_engine_info(e)->hidden_size;
     if (mtp && !ts_engine_info(e)->has_mtp) {

@@ -932,24 +932,7 @@ done:
 static char *model_file(const char *dir, const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *b = NULL;
-    size_t n = 0, cap = 0, k;
-    char chunk[8192];
-    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (n + k + 1 > cap) {
-            cap = (n + k + 1) * 2;
-            char *q = realloc(b, cap);
-            if (!q) { free(b); fclose(f); return NULL; }
-            b = q;
-        }
-        memcpy(b + n, chunk, k);
-        n += k;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    return b;
+    return cli_read_file(path);
 }
 
 char *srv_tokenizer_info(srv *s, const char *model_dir) {
