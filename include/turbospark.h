@@ -286,8 +286,9 @@ typedef void (*ts_logprob_cb)(void *user, const ts_logprob *chosen, const ts_log
  * raw log-probability), followed by the n_top most likely tokens of that row,
  * most likely first ({-1, -INFINITY} past the ones with a probability).
  * ids[0] is not scored. out holds (n - 1) * (1 + n_top) entries (NULL when
- * n = 1); n_top in 0..TS_TOP_LOGPROBS_MAX. Ids are checked before anything
- * is fed; after another error the session holds the chunks fed before it.
+ * n = 1); n_top in 0..TS_TOP_LOGPROBS_MAX. Ids and the context's room are
+ * checked before anything is fed; after another error the session holds the
+ * chunks fed before it.
  * Host memory while it runs: one chunk's logits (min(n, grid) x vocab f32).
  * The server's echo with logprobs, a harness's log-likelihoods. */
 TS_API int ts_session_score(ts_session *s, const int32_t *ids, int n, int n_top, ts_logprob *out, ts_error *err);

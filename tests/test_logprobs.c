@@ -395,6 +395,11 @@ TS_TEST(logprobs, score_matches_feed) {
         CHECK(ts_session_score(s, ids, 3, TS_TOP_LOGPROBS_MAX + 1, out, &err) == TS_E_ARG && ts_session_pos(s) == 1);
         CHECK(ts_session_score(s, ids, 3, 0, NULL, &err) == TS_E_ARG && ts_session_pos(s) == 1);
         CHECK(ts_session_score(s, ids, 0, 0, out, &err) == TS_E_ARG && ts_session_pos(s) == 1);
+        static int32_t many[300]; /* more than the 255 ids of room left: refused whole */
+        static ts_logprob many_out[300];
+        for (int i = 0; i < 300; i++) many[i] = i % V;
+        CHECK(ts_session_score(s, many, 300, 0, many_out, &err) == TS_E_CONTEXT && strstr(err.msg, "context") &&
+              ts_session_pos(s) == 1);
         CHECK(ts_logprobs_row(ts_session_logits(s), V, V, 0, out, &err) == TS_E_ARG && strstr(err.msg, "id"));
         CHECK(ts_logprobs_row(ts_session_logits(s), V, 0, TS_TOP_LOGPROBS_MAX + 1, out, &err) == TS_E_ARG);
         ts_session_free(s);

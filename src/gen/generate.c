@@ -190,6 +190,9 @@ int ts_session_score(ts_session *s, const int32_t *ids, int n, int n_top, ts_log
     for (int i = 0; i < n; i++) /* all of them before any is fed: a bad id leaves the session as it was */
         if (ids[i] < 0 || ids[i] >= V)
             return ts_fail(err, TS_E_ARG, "token id %d (at index %d) is outside the vocabulary [0, %d)", ids[i], i, V);
+    if ((long)s->pos + n > s->st.n_ctx) /* so is a text longer than the room left */
+        return ts_fail(err, TS_E_CONTEXT, "%d tokens at position %d exceed the context limit of %d tokens", n, s->pos,
+                       s->st.n_ctx);
     const int rows = TS_MIN(n, ts_session_grid(s));
     float *buf = malloc(sizeof(float) * (size_t)rows * (size_t)V);
     if (!buf) return ts_fail(err, TS_E_NOMEM, "out of memory for %d rows of logits (%d x %d f32)", rows, rows, V);
