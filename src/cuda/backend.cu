@@ -1692,18 +1692,6 @@ struct gdn_run {
     const int32_t *sel, *n_dev;
 };
 
-/* TSC_GDN_DIG=2: the GDN step makes out's digits for several rows too (its
- * rows now by several warps: tsc_gdn_args.rows_par); written after the
- * budget of session 32 ran out, to measure (s32-run5) */
-bool gdn_dig_rows() {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TSC_GDN_DIG");
-        v = e && e[0] == '2';
-    }
-    return v;
-}
-
 /* The run in blocks of blk rows through the prepared rows' workspace ws:
  * the first block reads the source state, later ones continue in place on
  * the destination. */
@@ -1719,7 +1707,9 @@ void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, i
      * against 3.22 ms a block, so several rows keep that launch. */
     int dgg = 0;
     tsc_weight d;
-    if (fused && r.o && a->out_w && (r.n == 1 || (r.n <= blk && gdn_dig_rows())) && !r.n_dev &&
+    /* (several rows too with TSC_GDN_DIG=2, tsc_ctx.gdn_dig: written after
+     * session 32's budget ran out, to measure in s32-run5) */
+    if (fused && r.o && a->out_w && (r.n == 1 || (r.n <= blk && q->c->gdn_dig == 2)) && !r.n_dev &&
         dev_w_find(q->base.be, a->out_w, &d) && d.cols == Vd)
         dgg = tsc_digits_group(q->c, &d, r.n);
     for (int r0 = 0; r0 < r.n; r0 += blk) {

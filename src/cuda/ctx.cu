@@ -133,6 +133,8 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->gdn_fused = !(gf && gf[0] == '0');
     const char *gr = getenv("TSC_GDN_ROWPAR"); /* opt-in until measured (bench/cuda/s32-run5) */
     c->gdn_rowpar = gr && gr[0] == '1';
+    const char *gd = getenv("TSC_GDN_DIG"); /* read here once: tsc_digits_group and the backend's gdn_rows */
+    c->gdn_dig = !(gd && *gd) ? 1 : atoi(gd) == 0 ? 0 : gd[0] == '2' ? 2 : 1;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

@@ -1252,12 +1252,10 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
 
 /* q4dp_linear_staged's choices for a plain pass of n rows of w (one pass:
- * pass_rows) that lead to stage_once's k_stage_digits for 8-bit x. Switch TSC_GDN_DIG=0: never (the GDN step
+ * pass_rows) that lead to stage_once's k_stage_digits for 8-bit x. TSC_GDN_DIG=0 (tsc_ctx.gdn_dig): never (the GDN step
  * makes no digits; an A/B in one binary: the bits are the same). */
 extern "C" int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n) {
-    static int on = -1;
-    if (on < 0) on = ks_env("TSC_GDN_DIG", 1) != 0;
-    if (!on || !c || !c->dg || !q4dp_takes(w) || w->act_digits != 1) return 0;
+    if (!c || !c->gdn_dig || !c->dg || !q4dp_takes(w) || w->act_digits != 1) return 0;
     if (w->group != 32 && w->group != 64 && w->group != 128) return 0;
     if (mm_takes(w) || q4g_takes(&w, 1, 1) || !dig_takes(Q4DP_XM_PLAIN, n)) return 0;
     const int cols = (int)w->cols;
