@@ -36,6 +36,7 @@
 #include "dflash_fx.h"
 #include "gen_oracle.h"
 #include "ts_test.h"
+#include "wrap_be.h"
 
 enum { OP_COPY, OP_FILL, OP_LINEAR, OP_EMBED, OP_NORM, OP_SWIGLU, OP_ATTN, OP_GDN, OP_GDN_MAT, OP_MOE, OP_ARGMAX,
        OP_AHEAD };
@@ -68,15 +69,12 @@ typedef struct {
 } gr_graph;
 
 typedef struct gr_be {
-    ts_backend base;
-    ts_backend *in;
-    ts_backend_ops ops;
+    wrap_be w;              /* first: wrap_be.h's */
     long captures, replays; /* over all its streams */
 } gr_be;
 
 typedef struct gr_stream {
-    ts_stream base;
-    ts_stream *in;
+    wrap_stream w; /* first */
     int capturing;
     gr_call *rec; /* the capture's ops */
     int n_rec, cap_rec;
@@ -86,22 +84,6 @@ typedef struct gr_stream {
 } gr_stream;
 
 #define GS(s) ((gr_stream *)(s))
-#define IN(s) (GS(s)->in)
-#define INOPS(s) (GS(s)->in->be->ops)
-
-static ts_stream *enter_op(ts_stream *s) {
-    ts_stream *in = IN(s);
-    in->step = s->step; /* the launch's step record */
-    return in;
-}
-static void leave_op(ts_stream *s) {
-    ts_stream *in = IN(s);
-    if (in->err && !s->err) {
-        s->err = in->err;
-        memcpy(s->msg, in->msg, sizeof s->msg);
-        in->err = 0;
-    }
-}
 static void gr_fail(ts_stream *s, const char *msg) {
     if (s->err) return;
     s->err = TS_E_ARG;
@@ -135,8 +117,8 @@ static void free_calls(gr_call *c, int n) {
 }
 
 static void run(ts_stream *s, const gr_call *c) {
-    const ts_backend_ops *o = INOPS(s);
-    ts_stream *in = enter_op(s);
+    const ts_backend_ops *o = WRAP_INOPS(s);
+    ts_stream *in = wrap_enter_op(s);
     switch (c->op) {
     case OP_COPY: o->copy(in, c->d, c->v); break;
     case OP_FILL: o->fill(in, c->d, c->f); break;
@@ -151,7 +133,7 @@ static void run(ts_stream *s, const gr_call *c) {
     case OP_ARGMAX: o->argmax(in, c->v, c->K, c->oid, c->prob); break;
     case OP_AHEAD: o->argmax(in, c->v, c->K, &GS(s)->slot[c->t], NULL); break;
     }
-    leave_op(s);
+    wrap_leave_op(s);
 }
 
 /* record or run */
@@ -170,65 +152,45 @@ static int uncapturable(ts_stream *s, const char *what) {
 }
 
 static void *gr_alloc(ts_backend *be, size_t bytes, ts_mem_cat cat) {
-    ts_backend *in = ((gr_be *)be)->in;
-    return in->ops->alloc(in, bytes, cat);
+    return wrap_inner(be)->ops->alloc(wrap_inner(be), bytes, cat);
 }
-static void gr_free(ts_backend *be, void *p) {
-    ts_backend *in = ((gr_be *)be)->in;
-    in->ops->free(in, p);
-}
+static void gr_free(ts_backend *be, void *p) { wrap_inner(be)->ops->free(wrap_inner(be), p); }
 static void gr_write(ts_stream *s, ts_view d, const void *h) {
     if (uncapturable(s, "a write from host memory")) return;
-    INOPS(s)->write(enter_op(s), d, h);
-    leave_op(s);
+    WRAP_INOPS(s)->write(wrap_enter_op(s), d, h);
+    wrap_leave_op(s);
 }
 static void gr_read(ts_stream *s, void *h, ts_view v) {
     if (uncapturable(s, "a read to host memory")) return;
-    INOPS(s)->read(enter_op(s), h, v);
-    leave_op(s);
+    WRAP_INOPS(s)->read(wrap_enter_op(s), h, v);
+    wrap_leave_op(s);
 }
 static void gr_copy(ts_stream *s, ts_view d, ts_view v) { op(s, &(gr_call){.op = OP_COPY, .d = d, .v = v}); }
 static void gr_fill(ts_stream *s, ts_view d, float x) { op(s, &(gr_call){.op = OP_FILL, .d = d, .f = x}); }
 static const float *gr_host_rows(ts_stream *s, ts_view v) {
     if (uncapturable(s, "host rows")) return NULL;
-    const float *r = INOPS(s)->host_rows(enter_op(s), v);
-    leave_op(s);
+    const float *r = WRAP_INOPS(s)->host_rows(wrap_enter_op(s), v);
+    wrap_leave_op(s);
     return r;
 }
 static int gr_sync(ts_stream *s) {
     if (uncapturable(s, "a sync")) return s->err;
-    leave_op(s);
+    wrap_leave_op(s);
     int rc = s->err;
     s->err = 0;
     return rc;
 }
 static int gr_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream **out) {
-    ts_backend *in = ((gr_be *)be)->in;
-    gr_stream *p = calloc(1, sizeof *p);
-    if (!p) return TS_E_NOMEM;
-    int rc = in->ops->stream_new(in, rows, cols, group, &p->in);
-    if (rc) {
-        free(p);
-        return rc;
-    }
-    p->base.be = be;
-    *out = &p->base;
-    return 0;
+    return wrap_stream_new(be, sizeof(gr_stream), rows, cols, group, out);
 }
 static void gr_stream_free(ts_stream *s) {
     if (!s) return;
     gr_stream *p = GS(s);
-    p->in->be->ops->stream_free(p->in);
+    wrap_stream_free_inner(s);
     for (int i = 0; i < p->n_g; i++) free_calls(p->g[i].calls, p->g[i].n), free(p->g[i].calls);
     if (p->capturing) free_calls(p->rec, p->n_rec);
     free(p->g), free(p->rec), free(p);
 }
-static size_t gr_ws(ts_backend *be, int r, int64_t c, int g) {
-    ts_backend *in = ((gr_be *)be)->in;
-    return in->ops->workspace_bytes(in, r, c, g);
-}
-static unsigned gr_enter(ts_stream *s) { return INOPS(s)->enter(IN(s)); }
-static void gr_leave(ts_stream *s, unsigned o) { INOPS(s)->leave(IN(s), o); }
 
 static void gr_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
     gr_call c = {.op = OP_LINEAR, .m = m, .nw = nw, .cx = x, .n = n};
@@ -264,8 +226,8 @@ static void gr_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob
 }
 static void gr_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
     if (uncapturable(s, "topn (host outputs)")) return;
-    INOPS(s)->topn(enter_op(s), lg, K, a);
-    leave_op(s);
+    WRAP_INOPS(s)->topn(wrap_enter_op(s), lg, K, a);
+    wrap_leave_op(s);
 }
 static const int32_t *gr_argmax_ahead(ts_stream *s, ts_view lg, int K, int t) {
     t &= TS_AHEAD_TICKETS - 1;
@@ -325,41 +287,20 @@ static int gr_graph_launch(ts_stream *s, uint32_t key) {
     return s->err;
 }
 
-static size_t gr_wbytes(ts_backend *be, const ts_weight *w) {
-    ts_backend *in = ((gr_be *)be)->in;
-    return in->ops->weight_bytes(in, w);
-}
-static void gr_wprep(ts_backend *be, ts_weight *w, void *dst) {
-    ts_backend *in = ((gr_be *)be)->in;
-    in->ops->weight_prepare(in, w, dst);
-}
-static void gr_destroy(ts_backend *be) {
-    gr_be *p = (gr_be *)be;
-    ts_backend_free(p->in);
-    free(p);
-}
-
 /* Wrap the engine's backend: sessions created afterwards capture and replay
  * graphs, and run ahead by default (a device domain, as CUDA's). */
 static gr_be *graph_engine(ts_engine *e) {
     gr_be *p = calloc(1, sizeof *p);
     if (!p) return NULL;
-    p->in = e->be;
-    p->ops = (ts_backend_ops){
+    p->w.ops = (ts_backend_ops){
         .alloc = gr_alloc, .free = gr_free, .write = gr_write, .read = gr_read, .copy = gr_copy, .fill = gr_fill,
         .host_rows = gr_host_rows, .sync = gr_sync, .stream_new = gr_stream_new, .stream_free = gr_stream_free,
-        .workspace_bytes = gr_ws, .enter = gr_enter, .leave = gr_leave, .weight_bytes = gr_wbytes,
-        .weight_prepare = gr_wprep, .linear = gr_linear, .embed = gr_embed, .norm = gr_norm, .swiglu = gr_swiglu,
-        .attn = gr_attn, .gdn = gr_gdn, .gdn_materialize = gr_gdn_mat, .moe = gr_moe, .argmax = gr_argmax,
-        .topn = gr_topn, .graph_begin = gr_graph_begin, .graph_end = gr_graph_end, .graph_launch = gr_graph_launch,
+        .linear = gr_linear, .embed = gr_embed, .norm = gr_norm, .swiglu = gr_swiglu, .attn = gr_attn, .gdn = gr_gdn,
+        .gdn_materialize = gr_gdn_mat, .moe = gr_moe, .argmax = gr_argmax, .topn = gr_topn,
+        .graph_begin = gr_graph_begin, .graph_end = gr_graph_end, .graph_launch = gr_graph_launch,
         .argmax_ahead = gr_argmax_ahead, .ahead_read = gr_ahead_read,
     };
-    p->base.ops = &p->ops;
-    p->base.name = "graphs";
-    p->base.dom = TS_DOM_DEVICE;
-    p->base.impl = p;
-    p->base.destroy = gr_destroy;
-    e->be = &p->base;
+    wrap_install(e, &p->w, "graphs");
     return p;
 }
 

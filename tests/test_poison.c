@@ -22,6 +22,7 @@
 #include "dflash_fx.h"
 #include "gen_oracle.h" /* collect, on_tok */
 #include "ts_test.h"
+#include "wrap_be.h"
 
 #define TAG (1ull << 62)
 
@@ -32,37 +33,13 @@ static inline void *U(const void *p) {
 static inline void *T(void *p) { return p ? (void *)((uintptr_t)p | TAG) : NULL; }
 #define UF(p) ((float *)U(p))
 
-typedef struct pz_be {
-    ts_backend base;
-    ts_backend *in;
-    ts_backend_ops ops;
-} pz_be;
-
 typedef struct pz_stream {
-    ts_stream base;
-    ts_stream *in;
+    wrap_stream w; /* first: wrap_be.h's */
     float *stage[4];
     size_t cap[4];
     int next;
 } pz_stream;
 
-#define IN(s) (((pz_stream *)(s))->in)
-#define INOPS(s) (((pz_stream *)(s))->in->be->ops)
-
-/* before every op: the step record travels to the inner stream; after: its error comes back */
-static ts_stream *enter_op(ts_stream *s) {
-    ts_stream *in = IN(s);
-    in->step = s->step;
-    return in;
-}
-static void leave_op(ts_stream *s) {
-    ts_stream *in = IN(s);
-    if (in->err && !s->err) {
-        s->err = in->err;
-        memcpy(s->msg, in->msg, sizeof s->msg);
-        in->err = 0;
-    }
-}
 
 static ts_view UV(ts_view v) {
     v.p = U(v.p);
@@ -70,17 +47,25 @@ static ts_view UV(ts_view v) {
 }
 
 static void *pz_alloc(ts_backend *be, size_t bytes, ts_mem_cat cat) {
-    ts_backend *in = ((pz_be *)be)->in;
-    return T(in->ops->alloc(in, bytes, cat));
+    return T(wrap_inner(be)->ops->alloc(wrap_inner(be), bytes, cat));
 }
-static void pz_free(ts_backend *be, void *p) {
-    ts_backend *in = ((pz_be *)be)->in;
-    in->ops->free(in, U(p));
+static void pz_free(ts_backend *be, void *p) { wrap_inner(be)->ops->free(wrap_inner(be), U(p)); }
+static void pz_write(ts_stream *s, ts_view d, const void *h) {
+    WRAP_INOPS(s)->write(wrap_enter_op(s), UV(d), h);
+    wrap_leave_op(s);
 }
-static void pz_write(ts_stream *s, ts_view d, const void *h) { INOPS(s)->write(enter_op(s), UV(d), h); leave_op(s); }
-static void pz_read(ts_stream *s, void *h, ts_view v) { INOPS(s)->read(enter_op(s), U(h), UV(v)); leave_op(s); }
-static void pz_copy(ts_stream *s, ts_view d, ts_view v) { INOPS(s)->copy(enter_op(s), UV(d), UV(v)); leave_op(s); }
-static void pz_fill(ts_stream *s, ts_view d, float x) { INOPS(s)->fill(enter_op(s), UV(d), x); leave_op(s); }
+static void pz_read(ts_stream *s, void *h, ts_view v) {
+    WRAP_INOPS(s)->read(wrap_enter_op(s), U(h), UV(v));
+    wrap_leave_op(s);
+}
+static void pz_copy(ts_stream *s, ts_view d, ts_view v) {
+    WRAP_INOPS(s)->copy(wrap_enter_op(s), UV(d), UV(v));
+    wrap_leave_op(s);
+}
+static void pz_fill(ts_stream *s, ts_view d, float x) {
+    WRAP_INOPS(s)->fill(wrap_enter_op(s), UV(d), x);
+    wrap_leave_op(s);
+}
 
 /* a copy in host staging (a ring of 4: the spec loop holds two at once) */
 static const float *pz_host_rows(ts_stream *s, ts_view v) {
@@ -95,68 +80,52 @@ static const float *pz_host_rows(ts_stream *s, ts_view v) {
         p->cap[k] = p->stage[k] ? need : 0;
         if (!p->stage[k]) return NULL;
     }
-    INOPS(s)->read(enter_op(s), p->stage[k], UV(v));
-    leave_op(s);
+    WRAP_INOPS(s)->read(wrap_enter_op(s), p->stage[k], UV(v));
+    wrap_leave_op(s);
     return p->stage[k];
 }
 static int pz_sync(ts_stream *s) {
-    leave_op(s);
+    wrap_leave_op(s);
     int rc = s->err;
     s->err = 0;
     return rc;
 }
 static int pz_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream **out) {
-    ts_backend *in = ((pz_be *)be)->in;
-    pz_stream *p = calloc(1, sizeof *p);
-    if (!p) return TS_E_NOMEM;
-    int rc = in->ops->stream_new(in, rows, cols, group, &p->in);
-    if (rc) {
-        free(p);
-        return rc;
-    }
-    p->base.be = be;
-    *out = &p->base;
-    return 0;
+    return wrap_stream_new(be, sizeof(pz_stream), rows, cols, group, out);
 }
 static void pz_stream_free(ts_stream *s) {
     if (!s) return;
     pz_stream *p = (pz_stream *)s;
-    p->in->be->ops->stream_free(p->in);
+    wrap_stream_free_inner(s);
     for (int i = 0; i < 4; i++) free(p->stage[i]);
     free(p);
 }
-static size_t pz_ws(ts_backend *be, int r, int64_t c, int g) {
-    ts_backend *in = ((pz_be *)be)->in;
-    return in->ops->workspace_bytes(in, r, c, g);
-}
-static unsigned pz_enter(ts_stream *s) { return INOPS(s)->enter(IN(s)); }
-static void pz_leave(ts_stream *s, unsigned o) { INOPS(s)->leave(IN(s), o); }
 
 static void pz_linear(ts_stream *s, ts_mode m, const ts_weight *const *w, int nw, const float *x, float *const *y, int n) {
     float *yy[TS_LINEAR_MANY_MAX];
     for (int i = 0; i < nw; i++) yy[i] = UF(y[i]);
-    INOPS(s)->linear(enter_op(s), m, w, nw, UF(x), yy, n);
-    leave_op(s);
+    WRAP_INOPS(s)->linear(wrap_enter_op(s), m, w, nw, UF(x), yy, n);
+    wrap_leave_op(s);
 }
 static void pz_embed(ts_stream *s, ts_mode m, const ts_weight *w, const int32_t *ids, float *x, size_t ldx, int n) {
-    INOPS(s)->embed(enter_op(s), m, w, U(ids), UF(x), ldx, n);
-    leave_op(s);
+    WRAP_INOPS(s)->embed(wrap_enter_op(s), m, w, U(ids), UF(x), ldx, n);
+    wrap_leave_op(s);
 }
 static void pz_norm(ts_stream *s, ts_mode m, float *x, size_t ldx, const float *add, const float *w, float *y,
                     size_t ldy, int n, int dim, float eps) {
-    INOPS(s)->norm(enter_op(s), m, UF(x), ldx, UF(add), UF(w), UF(y), ldy, n, dim, eps);
-    leave_op(s);
+    WRAP_INOPS(s)->norm(wrap_enter_op(s), m, UF(x), ldx, UF(add), UF(w), UF(y), ldy, n, dim, eps);
+    wrap_leave_op(s);
 }
 static void pz_swiglu(ts_stream *s, ts_mode m, float *g, const float *u, size_t N) {
-    INOPS(s)->swiglu(enter_op(s), m, UF(g), UF(u), N);
-    leave_op(s);
+    WRAP_INOPS(s)->swiglu(wrap_enter_op(s), m, UF(g), UF(u), N);
+    wrap_leave_op(s);
 }
 static void pz_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     ts_attn_args b = *a;
     b.qg = UF(b.qg), b.k = UF(b.k), b.v = UF(b.v), b.q_norm = UF(b.q_norm), b.k_norm = UF(b.k_norm);
     b.kc = UF(b.kc), b.vc = UF(b.vc), b.att = UF(b.att), b.out = UF(b.out);
-    INOPS(s)->attn(enter_op(s), m, &b);
-    leave_op(s);
+    WRAP_INOPS(s)->attn(wrap_enter_op(s), m, &b);
+    wrap_leave_op(s);
 }
 static ts_gdn_args untag_gdn(const ts_gdn_args *a) {
     ts_gdn_args b = *a;
@@ -169,62 +138,40 @@ static ts_gdn_args untag_gdn(const ts_gdn_args *a) {
 }
 static void pz_gdn(ts_stream *s, ts_mode m, const ts_gdn_args *a) {
     ts_gdn_args b = untag_gdn(a);
-    INOPS(s)->gdn(enter_op(s), m, &b);
-    leave_op(s);
+    WRAP_INOPS(s)->gdn(wrap_enter_op(s), m, &b);
+    wrap_leave_op(s);
 }
 static void pz_gdn_mat(ts_stream *s, const ts_gdn_args *a) {
     ts_gdn_args b = untag_gdn(a);
-    INOPS(s)->gdn_materialize(enter_op(s), &b);
-    leave_op(s);
+    WRAP_INOPS(s)->gdn_materialize(wrap_enter_op(s), &b);
+    wrap_leave_op(s);
 }
 static void pz_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
     ts_moe_args b = *a;
     b.u = UF(b.u), b.t = UF(b.t), b.logits = UF(b.logits), b.acc = UF(b.acc);
     b.b0 = UF(b.b0), b.b1 = UF(b.b1), b.b2 = UF(b.b2);
-    INOPS(s)->moe(enter_op(s), m, &b);
-    leave_op(s);
+    WRAP_INOPS(s)->moe(wrap_enter_op(s), m, &b);
+    wrap_leave_op(s);
 }
 static void pz_argmax(ts_stream *s, ts_view lg, int K, int32_t *ids, float *prob) {
-    INOPS(s)->argmax(enter_op(s), UV(lg), K, U(ids), U(prob));
-    leave_op(s);
+    WRAP_INOPS(s)->argmax(wrap_enter_op(s), UV(lg), K, U(ids), U(prob));
+    wrap_leave_op(s);
 }
 static void pz_topn(ts_stream *s, ts_view lg, int K, const ts_topn_args *a) {
-    INOPS(s)->topn(enter_op(s), UV(lg), K, a); /* a's arrays are host memory */
-    leave_op(s);
+    WRAP_INOPS(s)->topn(wrap_enter_op(s), UV(lg), K, a); /* a's arrays are host memory */
+    wrap_leave_op(s);
 }
-static size_t pz_wbytes(ts_backend *be, const ts_weight *w) {
-    ts_backend *in = ((pz_be *)be)->in;
-    return in->ops->weight_bytes(in, w);
-}
-static void pz_wprep(ts_backend *be, ts_weight *w, void *dst) {
-    ts_backend *in = ((pz_be *)be)->in;
-    in->ops->weight_prepare(in, w, dst);
-}
-static void pz_destroy(ts_backend *be) {
-    pz_be *p = (pz_be *)be;
-    ts_backend_free(p->in);
-    free(p);
-}
-
 /* Wrap the engine's backend: sessions created afterwards run poisoned. */
 static int poison_engine(ts_engine *e) {
-    pz_be *p = calloc(1, sizeof *p);
+    wrap_be *p = calloc(1, sizeof *p);
     if (!p) return -1;
-    p->in = e->be;
     p->ops = (ts_backend_ops){
         .alloc = pz_alloc, .free = pz_free, .write = pz_write, .read = pz_read, .copy = pz_copy, .fill = pz_fill,
         .host_rows = pz_host_rows, .sync = pz_sync, .stream_new = pz_stream_new, .stream_free = pz_stream_free,
-        .workspace_bytes = pz_ws, .enter = pz_enter, .leave = pz_leave, .weight_bytes = pz_wbytes,
-        .weight_prepare = pz_wprep, .linear = pz_linear, .embed = pz_embed, .norm = pz_norm, .swiglu = pz_swiglu,
-        .attn = pz_attn, .gdn = pz_gdn, .gdn_materialize = pz_gdn_mat, .moe = pz_moe, .argmax = pz_argmax,
-        .topn = pz_topn,
+        .linear = pz_linear, .embed = pz_embed, .norm = pz_norm, .swiglu = pz_swiglu, .attn = pz_attn,
+        .gdn = pz_gdn, .gdn_materialize = pz_gdn_mat, .moe = pz_moe, .argmax = pz_argmax, .topn = pz_topn,
     };
-    p->base.ops = &p->ops;
-    p->base.name = "poison";
-    p->base.dom = TS_DOM_DEVICE;
-    p->base.impl = p;
-    p->base.destroy = pz_destroy;
-    e->be = &p->base;
+    wrap_install(e, p, "poison");
     return 0;
 }
 
