@@ -77,6 +77,22 @@ int lp_gen(ts_engine *e, const int32_t *pr, int T, const ts_gen_params *gp0, int
     return rc;
 }
 
+/* The reference: log_softmax of a row of logits in double. */
+static void log_softmax_d(const float *l, int V, double *lp) {
+    double m = -INFINITY, z = 0;
+    for (int i = 0; i < V; i++) m = l[i] > m ? l[i] : m;
+    for (int i = 0; i < V; i++) z += exp((double)l[i] - m);
+    for (int i = 0; i < V; i++) lp[i] = (double)l[i] - m - log(z);
+}
+
+/* id's place in its row's order (larger first, then the lower id): the ids
+ * that rank before it */
+static int rank_of(const float *l, int V, int32_t id) {
+    int better = 0;
+    for (int i = 0; i < V; i++) better += l[i] > l[id] || (l[i] == l[id] && i < id);
+    return better;
+}
+
 /* log_softmax of the logits after pr + r's first k ids, fed to a fresh
  * session one token at a time after the prompt (the rows plain decoding
  * computed), compared with r's entries: returns the largest error, counts
@@ -96,18 +112,13 @@ double lp_check(ts_engine *e, const int32_t *pr, int T, const lp_rec *r, int n_t
     double *lp = malloc(sizeof(double) * (size_t)V), worst = 0;
     for (int k = 0; k < r->n; k++) {
         const float *l = ts_session_logits(s);
-        double m = -INFINITY, z = 0;
-        for (int i = 0; i < V; i++) m = l[i] > m ? l[i] : m;
-        for (int i = 0; i < V; i++) z += exp((double)l[i] - m);
-        for (int i = 0; i < V; i++) lp[i] = (double)l[i] - m - log(z);
+        log_softmax_d(l, V, lp);
         worst = fmax(worst, fabs(r->chosen[k].logprob - lp[r->chosen[k].id]));
         /* the reference top list: larger first, then the lower id */
         int bad = r->n_top[k] != n_top;
         for (int j = 0; j < r->n_top[k] && !bad; j++) {
             const int32_t id = r->top[k][j].id;
-            int better = 0; /* ids that rank before id */
-            for (int i = 0; i < V; i++) better += l[i] > l[id] || (l[i] == l[id] && i < id);
-            bad = better != j;
+            bad = rank_of(l, V, id) != j;
             worst = fmax(worst, fabs(r->top[k][j].logprob - lp[id]));
         }
         *top_bad += bad;
@@ -331,10 +342,7 @@ double lp_score_check(ts_engine *e, int pre, uint64_t seed, ts_logprob *out_copy
     if (ts_session_feed(b, ids + pre, N, ref, NULL, &err)) ++*bad;
     for (int i = 0; i + 1 < N && !*bad; i++) {
         const float *l = ref + (size_t)i * V;
-        double m = -INFINITY, z = 0;
-        for (int k = 0; k < V; k++) m = l[k] > m ? l[k] : m;
-        for (int k = 0; k < V; k++) z += exp((double)l[k] - m);
-        for (int k = 0; k < V; k++) lp[k] = (double)l[k] - m - log(z);
+        log_softmax_d(l, V, lp);
         const ts_logprob *o = out + (size_t)i * (1 + TOP);
         if (o[0].id != ids[pre + i + 1]) { ++*bad; break; }
         ts_logprob one[1 + TOP]; /* the one-row form on the plain feed's row: the same entry, bit for bit */
@@ -342,10 +350,8 @@ double lp_score_check(ts_engine *e, int pre, uint64_t seed, ts_logprob *out_copy
         worst = fmax(worst, fabs(o[0].logprob - lp[o[0].id]));
         for (int j = 0; j < TOP; j++) {
             const int32_t id = o[1 + j].id;
-            int better = 0;
             if (id < 0 || id >= V) { ++*bad; break; }
-            for (int k = 0; k < V; k++) better += l[k] > l[id] || (l[k] == l[id] && k < id);
-            *bad += better != j;
+            *bad += rank_of(l, V, id) != j;
             worst = fmax(worst, fabs(o[1 + j].logprob - lp[id]));
         }
     }
