@@ -12,8 +12,8 @@
  * The held-out protocol of tools/train/heldout_eval.py, in the engine: each
  * line of IDS_FILE (comma-separated ids; '#' lines are comments) is one
  * window, scored from an empty state. Perplexity = exp(mean over positions
- * 1..n-1 of -log softmax(logits[i-1])[ids[i]]), log-softmax in double over the
- * full row. With --mtp, the MTP head's row i (token ids[i+1], hidden i,
+ * 1..n-1 of -log softmax(logits[i-1])[ids[i]]), the library's log-softmax over the
+ * full row (ts_session_score / ts_logprobs_row). With --mtp, the MTP head's row i (token ids[i+1], hidden i,
  * position i) is scored against ids[i+2]: top-1 accuracy, and agreement with
  * the main head's argmax at i+1 (the first-position acceptance of greedy
  * MTP drafting on this text).
@@ -33,12 +33,12 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+/* -log p(target) of a row of logits: the library's entry (ts_logprobs_row,
+ * as ts_session_score makes it without --mtp), so both paths sum the same */
 static double nll(const float *row, int V, int target) {
-    double mx = row[0];
-    for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
-    double s = 0;
-    for (int j = 0; j < V; j++) s += exp((double)row[j] - mx);
-    return -((double)row[target] - mx - log(s));
+    ts_logprob e;
+    ts_error err;
+    return ts_logprobs_row(row, V, target, 0, &e, &err) ? NAN : -(double)e.logprob;
 }
 
 #define PPL_OPTS (CLI_OPT_ENGINE | CLI_OPT_CHUNK)
