@@ -12,9 +12,10 @@
  * The held-out protocol of tools/train/heldout_eval.py, in the engine: each
  * line of IDS_FILE (comma-separated ids; '#' lines are comments) is one
  * window, scored from an empty state. Perplexity = exp(mean over positions
- * 1..n-1 of -log softmax(logits[i-1])[ids[i]]), the library's log-softmax over the
- * full row (ts_session_score / ts_logprobs_row). With --mtp, the MTP head's row i (token ids[i+1], hidden i,
- * position i) is scored against ids[i+2]: top-1 accuracy, and agreement with
+ * 1..n-1 of -log softmax(logits[i-1])[ids[i]]), the library's log-softmax
+ * over the full row (ts_session_score / ts_logprobs_row). With --mtp, the
+ * MTP head's row i (token ids[i+1], hidden i, position i) is scored against
+ * ids[i+2]: top-1 accuracy, and agreement with
  * the main head's argmax at i+1 (the first-position acceptance of greedy
  * MTP drafting on this text).
  */
