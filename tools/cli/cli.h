@@ -161,6 +161,13 @@ int cli_reuse_match(const cli_reuse *r, const ts_session *s, const int32_t *ids,
  * err set and the session reset. */
 int cli_reuse_prepare(cli_reuse *r, ts_session *s, const int32_t *ids, int n, int n_keep, int *cached, int *fed,
                       ts_error *err);
+/* cli_reuse_prepare's two steps for a caller that feeds otherwise (the
+ * server's echo scores what it feeds): the next save point of ids[0..n)
+ * with n_keep as there (0: none the checkpoint can hold), and, once the
+ * session stands there, fed from a restored checkpoint or from position 0,
+ * the save with the ids before it. 0, or the error (err set). */
+int cli_reuse_point(const cli_reuse *r, const ts_session *s, int n, int n_keep);
+int cli_reuse_save(cli_reuse *r, ts_session *s, const int32_t *ids, ts_error *err);
 
 /* The engine and session options the commands share, parsed in one place
  * (tools/cli/cli_util.c): -m/--model, --threads, --ctx, --act-bits, --chunk,

@@ -54,21 +54,32 @@ int cli_reuse_prepare(cli_reuse *r, ts_session *s, const int32_t *ids, int n, in
         c = 0;
     }
     *cached = c;
-    /* the next save point: the last grid point of the part the next request
-     * is expected to share, leaving at least one id for the caller to feed
-     * (its generation needs the last row's logits) */
-    const int G = ts_session_grid(s);
-    const int keep = n_keep < n ? n_keep : n - 1;
-    const int h = keep > 0 ? keep / G * G : 0;
-    if (h <= c || h > r->cap) return c;
+    const int h = cli_reuse_point(r, s, n, n_keep);
+    if (h <= c) return c;
     int rc = ts_session_feed(s, ids + c, h - c, NULL, NULL, err);
-    if (!rc) rc = ts_session_save(s, err);
+    if (!rc) rc = cli_reuse_save(r, s, ids, err);
     if (rc) { /* a failed feed leaves no usable timeline */
         ts_session_reset(s);
         *cached = 0;
         return rc;
     }
-    memcpy(r->ids, ids, sizeof(int32_t) * (size_t)h);
     *fed = h - c;
     return h;
+}
+
+/* the next save point: the last grid point of the part the next request is
+ * expected to share, leaving at least one id for the caller to feed (its
+ * generation needs the last row's logits) */
+int cli_reuse_point(const cli_reuse *r, const ts_session *s, int n, int n_keep) {
+    const int G = ts_session_grid(s);
+    const int keep = n_keep < n ? n_keep : n - 1;
+    const int h = keep > 0 ? keep / G * G : 0;
+    return h <= r->cap ? h : 0;
+}
+
+int cli_reuse_save(cli_reuse *r, ts_session *s, const int32_t *ids, ts_error *err) {
+    const int h = ts_session_pos(s);
+    int rc = ts_session_save(s, err);
+    if (!rc) memcpy(r->ids, ids, sizeof(int32_t) * (size_t)h);
+    return rc;
 }

@@ -670,20 +670,13 @@ static void track_pending(run_ctx *r, const char *t, size_t n) {
 
 /* ---- echo ------------------------------------------------------------------ */
 
-/* A job's echo, made once (with its first choice): the prompt's text (the
- * client's string, or the ids decoded as generated tokens are, a special
- * token's text included: the client sent it), each prompt token's
- * text_offset in it, and with logprobs the prompt scored (ts_session_score
- * on the slot's session from position 0: the live timeline is never reused,
- * so the generation's prefix reuse after it is unaffected; a checkpoint the
- * session held is dropped by the reset). 0, or the library's error. */
 static int no_memory(ts_error *err, const char *what) {
     err->code = TS_E_NOMEM;
     snprintf(err->msg, sizeof err->msg, "out of memory for %s", what);
     return TS_E_NOMEM;
 }
 
-/* The prompt's scores into j->echo_lp, with the slot's checkpoint as the
+/* The prompt's scores into sl->echo_lp, with the slot's checkpoint as the
  * generation's prefix reuse has it (cli_reuse.c's rule, so the scores are a
  * cold feed's bits): resume from the checkpoint when it starts the prompt
  * and an echo saved it (its ids' scores and the row after them kept in the
@@ -693,7 +686,7 @@ static int no_memory(ts_error *err, const char *what) {
  * *cached: the ids taken from the checkpoint. */
 static int echo_score(slot *sl, job *j, const int32_t *P, int nP, int *cached, ts_error *err) {
     ts_session *ss = sl->sess;
-    const int T = j->gp.top_logprobs, V = sl->s->n_vocab, G = ts_session_grid(ss);
+    const int T = j->gp.top_logprobs, V = sl->s->n_vocab;
     const size_t stride = 1 + (size_t)T;
     ts_logprob *out = sl->echo_lp;
     int from = 0, rc = 0;
@@ -706,8 +699,8 @@ static int echo_score(slot *sl, job *j, const int32_t *P, int nP, int *cached, t
         ts_session_reset(ss); /* drops the checkpoint: its scores go too */
         sl->sc_pos = 0;
     }
-    const int h = (nP - 1) / G * G; /* the next save point (cli_reuse_prepare's, for a completion) */
-    if (h > from && h <= sl->ru.cap) {
+    const int h = cli_reuse_point(&sl->ru, ss, nP, nP); /* a completion's, as cli_reuse_prepare's */
+    if (h > from) {
         /* [from, h): the ids there scored but the first (scored above, or
          * the prompt's first), then the state saved with the row after it */
         if ((rc = ts_session_score(ss, P + from, h - from, T, out + (size_t)from * stride, err))) return rc;
@@ -720,8 +713,7 @@ static int echo_score(slot *sl, job *j, const int32_t *P, int nP, int *cached, t
             sl->sc_cap = h;
         }
         if (!sl->sc_row && !(sl->sc_row = malloc(sizeof(float) * (size_t)V))) return no_memory(err, "the row kept");
-        if ((rc = ts_session_save(ss, err))) return rc;
-        memcpy(sl->ru.ids, P, sizeof(int32_t) * (size_t)h);
+        if ((rc = cli_reuse_save(&sl->ru, ss, P, err))) return rc;
         sl->ckpt_chat = 0;
         memcpy(sl->sc_row, row, sizeof(float) * (size_t)V);
         memcpy(sl->sc_lp, out, sizeof(ts_logprob) * stride * (size_t)(h - 1));
@@ -733,6 +725,12 @@ static int echo_score(slot *sl, job *j, const int32_t *P, int nP, int *cached, t
     return ts_session_score(ss, P + from, nP - from, T, out + (size_t)from * stride, err);
 }
 
+/* The echo of choice k's prompt P, made by the slot that runs the prompt's
+ * choices, with the first of them, into the slot: the prompt's text (the
+ * client's string, or the ids decoded as generated tokens are, a special
+ * token's text included: the client sent it), each prompt token's
+ * text_offset in it, and with logprobs the prompt scored (echo_score). 0, or
+ * the library's error. */
 static int echo_prepare(slot *sl, job *j, int k, const int32_t *P, int nP, ts_error *err) {
     srv *s = sl->s;
     const char *as_sent = j->echo_text[k / j->n_per];
