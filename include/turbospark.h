@@ -754,6 +754,13 @@ TS_API void ts_chat_template_free(ts_chat_template *t);
 /* The eos token text the template is given ("<|im_end|>"): a stop string.
  * Borrowed. */
 TS_API const char *ts_chat_template_eos(const ts_chat_template *t);
+/* The template's text as loaded (chat_template.jinja, tokenizer_config.json's
+ * or chat_template.json's, the named list's pick), and the special token
+ * `name` ("eos_token", "bos_token", "pad_token" or "unk_token") as renders
+ * are given it: NULL for None or another name. Borrowed (the server's
+ * /tokenizer_info reports them). */
+TS_API const char *ts_chat_template_source(const ts_chat_template *t);
+TS_API const char *ts_chat_template_token(const ts_chat_template *t, const char *name);
 
 typedef struct ts_chat_request {
     const char *messages_json;   /* JSON array of messages (required) */

@@ -519,6 +519,11 @@ TS_TEST(chat, load_model_dir) {
                "{\"name\": \"default\", \"template\": \"{{ bos_token }}{{ messages[0].content }}{{ eos_token }}{{ pad_token }}\"}]}");
     CHECK(ts_chat_template_load(dir, &t, &err) == 0);
     CHECK(!strcmp(ts_chat_template_eos(t), "<|eot|>"));
+    /* what it holds, as /tokenizer_info reports it: the list's pick, the tokens (pad the default, unk None) */
+    CHECK(!strcmp(ts_chat_template_source(t), "{{ bos_token }}{{ messages[0].content }}{{ eos_token }}{{ pad_token }}"));
+    CHECK(!strcmp(ts_chat_template_token(t, "eos_token"), "<|eot|>") && !strcmp(ts_chat_template_token(t, "bos_token"), "<s>") &&
+          !strcmp(ts_chat_template_token(t, "pad_token"), "<|endoftext|>") && !ts_chat_template_token(t, "unk_token") &&
+          !ts_chat_template_token(t, "sep_token"));
     char *out = NULL;
     const char *req = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
     CHECK(ts_chat_render_json(t, req, strlen(req), &out, NULL, &err) == 0);

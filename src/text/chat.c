@@ -24,6 +24,7 @@
 
 struct ts_chat_template {
     tj_template *tpl;
+    char *src;                     /* the text parsed (ts_chat_template_source) */
     char *eos, *pad, *bos, *unk;   /* NULL = None */
 };
 
@@ -51,7 +52,8 @@ static int chat_new(const char *text, size_t len, ts_chat_template **out, ts_err
     }
     t->eos = dup_or_null("<|im_end|>");
     t->pad = dup_or_null("<|endoftext|>");
-    if (!t->eos || !t->pad) {
+    if ((t->src = ts_alloc(len + 1, TS_MEM_MISC))) memcpy(t->src, text, len), t->src[len] = 0;
+    if (!t->eos || !t->pad || !t->src) {
         ts_chat_template_free(t);
         return ts_fail(err, TS_E_NOMEM, "out of memory");
     }
@@ -67,6 +69,7 @@ int ts_chat_template_parse(const char *text, size_t len, ts_chat_template **out,
 void ts_chat_template_free(ts_chat_template *t) {
     if (!t) return;
     tj_template_free(t->tpl);
+    ts_free(t->src);
     ts_free(t->eos);
     ts_free(t->pad);
     ts_free(t->bos);
@@ -75,6 +78,12 @@ void ts_chat_template_free(ts_chat_template *t) {
 }
 
 const char *ts_chat_template_eos(const ts_chat_template *t) { return t ? t->eos : NULL; }
+const char *ts_chat_template_source(const ts_chat_template *t) { return t ? t->src : NULL; }
+const char *ts_chat_template_token(const ts_chat_template *t, const char *name) {
+    if (!t || !name) return NULL;
+    return !strcmp(name, "eos_token") ? t->eos : !strcmp(name, "bos_token") ? t->bos
+         : !strcmp(name, "pad_token") ? t->pad : !strcmp(name, "unk_token") ? t->unk : NULL;
+}
 
 /* A special token in tokenizer_config.json: a string, {"content": "..."} or null. */
 static void set_token(char **slot, const cJSON *cfg, const char *key) {

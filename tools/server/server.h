@@ -229,10 +229,10 @@ job *srv_parse_completion(srv *s, const char *body, size_t len, srv_err *e);
 char *srv_tokenize(srv *s, const char *body, size_t len, srv_err *e);
 char *srv_detokenize(srv *s, const char *body, size_t len, srv_err *e);
 /* GET /tokenizer_info (vLLM's; lm-evaluation-harness's remote tokenizer
- * checks it for "eos_token"): the tokenizer_config.json fields a client
- * tokenizes and renders with (eos/bos/pad/unk tokens, tokenizer_class,
- * add_bos_token / add_eos_token), the chat template (chat_template.jinja, else
- * the config's), model_max_length the server's context. Made once at start;
+ * checks it for "eos_token"): what a client tokenizes and renders with: the
+ * eos/bos/pad/unk tokens and the chat template as the server's template
+ * holds them, tokenizer_config.json's tokenizer_class and add_bos_token /
+ * add_eos_token, model_max_length the server's context. Made once at start;
  * malloc'd, NULL out of memory. */
 char *srv_tokenizer_info(srv *s, const char *model_dir);
 /* obj[key] = n bytes of UTF-8 as a JSON string (NUL bytes escaped, which a

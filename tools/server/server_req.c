@@ -937,39 +937,34 @@ static char *model_file(const char *dir, const char *name) {
 
 char *srv_tokenizer_info(srv *s, const char *model_dir) {
     cJSON *o = cJSON_CreateObject();
+    /* the special tokens and the template as the chat template holds them
+     * (ts_chat_template_load read tokenizer_config.json and the template's
+     * file); without one, the eos token is the first stop id's text */
+    static const char *const tokens[] = {"eos_token", "bos_token", "pad_token", "unk_token"};
+    for (int i = 0; i < 4; i++) {
+        const char *v = s->tpl ? ts_chat_template_token(s->tpl, tokens[i]) : NULL;
+        size_t n;
+        const char *t = !s->tpl && i == 0 && s->n_stop_ids ? ts_tokenizer_token_bytes(s->tok, s->stop_ids[0], &n) : NULL;
+        char *z = t ? strndup(t, n) : NULL;
+        if (v || z) cJSON_AddStringToObject(o, tokens[i], v ? v : z);
+        else cJSON_AddNullToObject(o, tokens[i]);
+        free(z);
+    }
+    /* the config's fields the library does not read, as they are */
     char *cfg_text = model_file(model_dir, "tokenizer_config.json");
     cJSON *cfg = cfg_text ? cJSON_Parse(cfg_text) : NULL;
     free(cfg_text);
-    static const char *const tokens[] = {"eos_token", "bos_token", "pad_token", "unk_token"};
-    for (int i = 0; i < 4; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, tokens[i]);
-        if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content"); /* an AddedToken */
-        if (cJSON_IsString(v)) cJSON_AddStringToObject(o, tokens[i], v->valuestring);
-        else if (i == 0 && s->tpl) cJSON_AddStringToObject(o, tokens[i], ts_chat_template_eos(s->tpl));
-        else if (i == 0 && s->n_stop_ids) { /* no config: the first stop id's text */
-            size_t n;
-            const char *t = ts_tokenizer_token_bytes(s->tok, s->stop_ids[0], &n);
-            char *z = t ? strndup(t, n) : NULL;
-            if (z) cJSON_AddStringToObject(o, tokens[i], z);
-            else cJSON_AddNullToObject(o, tokens[i]);
-            free(z);
-        } else cJSON_AddNullToObject(o, tokens[i]);
-    }
     static const char *const copied[] = {"tokenizer_class", "add_bos_token", "add_eos_token", "clean_up_tokenization_spaces"};
     for (int i = 0; i < 4; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, copied[i]);
         if (v && (cJSON_IsString(v) || cJSON_IsBool(v))) cJSON_AddItemToObject(o, copied[i], cJSON_Duplicate(v, 1));
     }
-    char *tpl = model_file(model_dir, "chat_template.jinja");
-    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
-    if (tpl) cJSON_AddStringToObject(o, "chat_template", tpl);
-    else if (cJSON_IsString(ct)) cJSON_AddStringToObject(o, "chat_template", ct->valuestring);
-    free(tpl);
+    cJSON_Delete(cfg);
+    if (s->tpl) cJSON_AddStringToObject(o, "chat_template", ts_chat_template_source(s->tpl));
     cJSON_AddNumberToObject(o, "model_max_length", s->n_ctx);
     cJSON_AddNumberToObject(o, "vocab_size", s->n_vocab);
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    cJSON_Delete(cfg);
     return out;
 }
 
