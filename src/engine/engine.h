@@ -62,6 +62,10 @@ struct ts_session {
  * most max_rows, and never across a multiple of max_rows (session.c, "The
  * prefill grid"). ts_session_feed and the speculative prefill both cut here. */
 int ts_session_chunk(const ts_session *s, int n);
+/* What ts_session_feed refuses before feeding anything (no ids, an id
+ * outside the vocabulary, more than the context's room), for callers that
+ * feed in several calls and must refuse whole (ts_session_score). */
+int ts_session_check_feed(const ts_session *s, const int32_t *ids, int n, ts_error *err);
 
 /* One step of plain greedy decoding: feed id at the session's position and
  * write the argmax of its logits to *next, with one wait for the device

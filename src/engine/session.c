@@ -375,13 +375,19 @@ int ts_session_chunk(const ts_session *s, int n) {
 
 int ts_session_grid(const ts_session *s) { return s->params.max_rows; }
 
-int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, float *hidden, ts_error *err) {
-    const ts_model *m = &s->e->model;
-    int rc = check_ids(m, ids, n, err);
+int ts_session_check_feed(const ts_session *s, const int32_t *ids, int n, ts_error *err) {
+    int rc = check_ids(&s->e->model, ids, n, err);
     if (rc) return rc;
     if ((long)s->pos + n > s->st.n_ctx)
         return ts_fail(err, TS_E_CONTEXT, "%d tokens at position %d exceed the context limit of %d tokens", n, s->pos,
                        s->st.n_ctx);
+    return 0;
+}
+
+int ts_session_feed(ts_session *s, const int32_t *ids, int n, float *logits, float *hidden, ts_error *err) {
+    const ts_model *m = &s->e->model;
+    int rc = ts_session_check_feed(s, ids, n, err);
+    if (rc) return rc;
     const int V = m->cfg.vocab, H = m->cfg.H;
     ts_stream *bs = s->st.s;
     unsigned fp = bs->be->ops->enter(bs);

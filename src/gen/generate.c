@@ -151,12 +151,6 @@ int ts_gen_logprobs(ts_session *s, const float *logits, int rows, const int32_t 
     return 0;
 }
 
-/* Scoring a text (turbospark.h): the feed's own chunks, each chunk's rows
- * read back to the host by the feed (a device: row by row, the bits of the
- * chunk's pass) and ranked there by the reference topn. Rows read back
- * rather than ranked on the device keep the session's memory plan as it is
- * (no chunk-sized logits buffer on the device); a row through PCIe costs
- * less than its forward pass. */
 /* One host row's entry (ts_session_score's, ts_logprobs_row's). */
 static void score_row(const float *row, int V, int32_t id, int n_top, ts_logprob *o) {
     const int N = TS_MAX(n_top, 1);
@@ -181,22 +175,24 @@ int ts_logprobs_row(const float *logits, int vocab, int32_t id, int n_top, ts_lo
     return 0;
 }
 
+/* Scoring a text (turbospark.h): the feed's own chunks, each chunk's rows
+ * read back to the host by the feed (a device: row by row, the bits of the
+ * chunk's pass) and ranked there by the reference topn. Rows read back
+ * rather than ranked on the device keep the session's memory plan as it is
+ * (no chunk-sized logits buffer on the device); a row through PCIe costs
+ * less than its forward pass. */
 int ts_session_score(ts_session *s, const int32_t *ids, int n, int n_top, ts_logprob *out, ts_error *err) {
     const int V = s->e->model.cfg.vocab, stride = 1 + n_top;
     if (n_top < 0 || n_top > TS_TOP_LOGPROBS_MAX)
         return ts_fail(err, TS_E_ARG, "%d alternatives asked (0..%d)", n_top, TS_TOP_LOGPROBS_MAX);
-    if (n < 1 || !ids) return ts_fail(err, TS_E_ARG, "no tokens to score");
     if (n > 1 && !out) return ts_fail(err, TS_E_ARG, "out is NULL");
-    for (int i = 0; i < n; i++) /* all of them before any is fed: a bad id leaves the session as it was */
-        if (ids[i] < 0 || ids[i] >= V)
-            return ts_fail(err, TS_E_ARG, "token id %d (at index %d) is outside the vocabulary [0, %d)", ids[i], i, V);
-    if ((long)s->pos + n > s->st.n_ctx) /* so is a text longer than the room left */
-        return ts_fail(err, TS_E_CONTEXT, "%d tokens at position %d exceed the context limit of %d tokens", n, s->pos,
-                       s->st.n_ctx);
+    /* refused whole: a bad id or a text longer than the room left leaves
+     * the session as it was (the feeds below come chunk by chunk) */
+    int rc = ts_session_check_feed(s, ids, n, err);
+    if (rc) return rc;
     const int rows = TS_MIN(n, ts_session_grid(s));
     float *buf = malloc(sizeof(float) * (size_t)rows * (size_t)V);
     if (!buf) return ts_fail(err, TS_E_NOMEM, "out of memory for %d rows of logits (%d x %d f32)", rows, rows, V);
-    int rc = 0;
     for (int off = 0, k; off < n && !rc; off += k) {
         k = ts_session_chunk(s, n - off);
         if ((rc = ts_session_feed(s, ids + off, k, buf, NULL, err))) break;
