@@ -1707,8 +1707,9 @@ void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, i
      * against 3.22 ms a block, so several rows keep that launch. */
     int dgg = 0;
     tsc_weight d;
-    /* (several rows too with TSC_GDN_DIG=2, tsc_ctx.gdn_dig: written after
-     * session 32's budget ran out, to measure in s32-run5) */
+    /* (several rows too with TSC_GDN_DIG=2, tsc_ctx.gdn_dig: with the rows
+     * by several warps, the default since s34-run1, still no gain there:
+     * 3.215-3.218 ms a 9B MTP 3 block against 3.194-3.215 without) */
     if (fused && r.o && a->out_w && (r.n == 1 || (r.n <= blk && q->c->gdn_dig == 2)) && !r.n_dev &&
         dev_w_find(q->base.be, a->out_w, &d) && d.cols == Vd)
         dgg = tsc_digits_group(q->c, &d, r.n);

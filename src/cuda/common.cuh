@@ -28,9 +28,9 @@ struct tsc_ctx {
     int pdl_early; /* the kernels between products trigger their dependents first (tsc_pdl_entry) */
     int attn_kv;   /* attention decode's split: 2 K/V in shared memory, scores a lane a key (the default); 1 K/V in shared memory; 0 read where used (attn.cu; TSC_ATTN_KV) */
     int gdn_fused; /* the GDN step in one kernel (gdn.cu, k_gdn_fused; TSC_GDN_FUSED=0: prep + scan) */
-    int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; TSC_GDN_ROWPAR=1, opt-in) */
+    int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the
-                       default), 2 for several rows too (opt-in until measured: bench/cuda/s32-run5) */
+                       default), 2 for several rows too (opt-in: no gain measured, s34-run1) */
     int attn_kv_smem; /* the K/V form's dynamic shared-memory limit raised on this device (attn.cu) */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */

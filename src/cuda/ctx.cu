@@ -131,9 +131,14 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->attn_kv = ak && ak[0] == '0' ? 0 : ak && ak[0] == '1' ? 1 : 2;
     const char *gf = getenv("TSC_GDN_FUSED");
     c->gdn_fused = !(gf && gf[0] == '0');
-    const char *gr = getenv("TSC_GDN_ROWPAR"); /* opt-in until measured (bench/cuda/s32-run5) */
-    c->gdn_rowpar = gr && gr[0] == '1';
-    const char *gd = getenv("TSC_GDN_DIG"); /* read here once: tsc_digits_group and the backend's gdn_rows */
+    /* the default since s34-run1 (H100: the 9B's MTP 3 verify 3.195-3.215
+     * ms a block against 3.250, decode unchanged); TSC_GDN_ROWPAR=0: warp 0
+     * makes every row's outputs in turn (the same bits) */
+    const char *gr = getenv("TSC_GDN_ROWPAR");
+    c->gdn_rowpar = !(gr && gr[0] == '0');
+    /* read here once: tsc_digits_group and the backend's gdn_rows; =2 (several
+     * rows too) measured no gain with ROWPAR (s34-run1), so it stays opt-in */
+    const char *gd = getenv("TSC_GDN_DIG");
     c->gdn_dig = !(gd && *gd) ? 1 : atoi(gd) == 0 ? 0 : gd[0] == '2' ? 2 : 1;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {

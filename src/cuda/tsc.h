@@ -341,8 +341,8 @@ typedef struct tsc_gdn_args {
     int dg_group;
     /* the fused kernel's rows' outputs (and digits) by warp t % 8 of each
      * block rather than by warp 0 in turn: the same arithmetic a row, so the
-     * same bits (tsc_gdn_step sets it: TSC_GDN_ROWPAR=1; written in session
-     * 32 after its device budget ran out: opt-in until measured) */
+     * same bits (tsc_gdn_step sets it from the ctx: on unless
+     * TSC_GDN_ROWPAR=0; bench/cuda/RESULTS.md, session 34) */
     int rows_par;
 } tsc_gdn_args;
 size_t tsc_gdn_ws_bytes(int n, int C);
