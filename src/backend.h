@@ -188,6 +188,10 @@ typedef struct ts_attn_args {
                                    pieces (CUDA) sizes them from this, not from the score buffer, so
                                    that sessions of one context length split alike (a speculative
                                    session's score buffer is larger): the same bits either way */
+    /* the product that reads out next (the layer's o_proj), or NULL: a hint,
+     * as ts_gdn_args.out_w (CUDA: out's 8-bit digits made by the attention's
+     * last kernel); out is written either way */
+    const ts_weight *out_w;
 } ts_attn_args;
 enum { TS_MASK_CAUSAL = 0, TS_MASK_BLOCK = 1 };
 

@@ -348,7 +348,7 @@ static void run_attn(bk *b, ts_mode m, const attn_case *c, const float *qg, cons
     float *qd = up(b, qg, (size_t)c->n * c->nq * 2 * c->D), *kd = up(b, k, c->n * kvd), *vd = up(b, v, c->n * kvd);
     float *qnd = up(b, qn, c->D), *knd = up(b, kn, c->D), *kcd = up(b, kc, ctx * kvd), *vcd = up(b, vc, ctx * kvd);
     float *att = dalloc(b, (size_t)c->n * c->nq * ctx), *od = dalloc(b, (size_t)c->n * c->nq * c->D);
-    ts_attn_args a = {qd, kd, vd, qnd, knd, kcd, vcd, att, ctx, c->n, od, c->n, c->nq, c->nkv, c->D, c->rot, 0, 1e6, 1e-6f, TS_MASK_CAUSAL, 0, 0, 0};
+    ts_attn_args a = {qd, kd, vd, qnd, knd, kcd, vcd, att, ctx, c->n, od, c->n, c->nq, c->nkv, c->D, c->rot, 0, 1e6, 1e-6f, TS_MASK_CAUSAL, 0, 0, 0, NULL};
     b->s->step.pos = c->pos;
     unsigned o = enter(b);
     b->be->ops->attn(b->s, m, &a);

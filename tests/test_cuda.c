@@ -1029,6 +1029,105 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
     tsc_close(c);
 }
 
+/* ---- the attention's combine makes o_proj's digits (attn.cu's attn_digits) ----
+ * As gdn_digits_same_as_staging for tsc_attn_args.dg: head dims 128 and 256,
+ * groups 32, 64 and 128, 1 and 3 rows (the 3-row case with its last row past
+ * the cache, whose out the combine leaves as it is): the bytes equal the
+ * product's own staging of out, the product that took them equals one that
+ * staged, zeroed digits are taken (the product differs), and a launch in
+ * between makes the product stage again. */
+TS_TEST(cuda, attn_digits_same_as_staging) {
+    OPEN(c);
+    void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
+    tsc_set_digits(c, dgs, tsc_digits_ws_bytes());
+    int cases = 0;
+    for (int di = 0; di < 2; di++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int ni = 0; ni < 2; ni++) {
+                const int nq = 8, nkv = 2, D = di ? 256 : 128, n = ni ? 3 : 1, G = 32 << gi, max_T = 300, np_max = 8;
+                const int kvdim = nkv * D, cols = nq * D, pos = ni ? max_T - 2 : 211;
+                float *qg = malloc(sizeof(float) * n * nq * 2 * D), *Kc = malloc(sizeof(float) * max_T * kvdim);
+                float *Vc = malloc(sizeof(float) * max_T * kvdim), *o0 = malloc(sizeof(float) * n * cols);
+                frand(qg, (size_t)n * nq * 2 * D, 1.0f), frand(Kc, (size_t)max_T * kvdim, 1.0f);
+                frand(Vc, (size_t)max_T * kvdim, 1.0f), frand(o0, (size_t)n * cols, 1.0f);
+                float *dqg = up(c, qg, sizeof(float) * n * nq * 2 * D), *dK = up(c, Kc, sizeof(float) * max_T * kvdim);
+                float *dV = up(c, Vc, sizeof(float) * max_T * kvdim), *dout = up(c, o0, sizeof(float) * n * cols);
+                float *ws = tsc_alloc(c, tsc_attn_ws_bytes_np(n, nq, D, np_max));
+                hw h;
+                make_w(&h, TS_DTYPE_U32, 4, G, TS_DTYPE_BF16, 40, cols);
+                tsc_weight hd = desc(&h.w), dw;
+                hd.act_digits = 1;
+                ts_error e;
+                setenv("TSC_Q4T", "0", 1);
+                CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+                unsetenv("TSC_Q4T");
+                dw.act_digits = 1;
+                CHECK_MSG(tsc_digits_group(c, &dw, n) == G, "tsc_digits_group: %d for a group of %d, %d rows",
+                          tsc_digits_group(c, &dw, n), G, n);
+                float *y1 = tsc_alloc(c, sizeof(float) * n * 40), *y2 = tsc_alloc(c, sizeof(float) * n * 40);
+                float *y3 = tsc_alloc(c, sizeof(float) * n * 40), *y4 = tsc_alloc(c, sizeof(float) * n * 40);
+                const tsc_weight *wl[1] = {&dw};
+                const size_t nb = (size_t)n * ((size_t)cols + (size_t)cols / 32 * 8); /* stage_bytes(n, 1, cols) */
+                tsc_attn_args A = {.n = n, .pos = pos, .nq = nq, .nkv = nkv, .D = D, .rot = 64, .theta = 1e7f,
+                                   .eps = 1e-6f, .qg = dqg, .Kc = dK, .Vc = dV, .max_T = max_T, .out = dout, .ws = ws,
+                                   .phase = 2, .np_max = np_max, .dg = dgs, .dg_group = G};
+                /* 1: the combine's digits, the product that takes them, one that stages */
+                tsc_attn_decode(c, &A);
+                SYNC_OK(c);
+                uint8_t *gd = malloc(nb), *rd = malloc(nb);
+                tsc_read(c, gd, dgs, nb); /* (a copy, not a launch: the digits stay the next product's) */
+                tsc_linear(c, wl, 1, dout, &y1, n);
+                tsc_linear(c, wl, 1, dout, &y2, n); /* taken once: this one stages */
+                SYNC_OK(c);
+                tsc_read(c, rd, dgs, nb);
+                size_t bad = 0;
+                for (size_t i = 0; i < nb; i++) bad += gd[i] != rd[i];
+                CHECK_MSG(bad == 0, "D %d group %d, %d rows: %zu of %zu digit bytes differ from the product's staging", D,
+                          G, n, bad, nb);
+                float *h1 = down(c, y1, (size_t)n * 40), *h2 = down(c, y2, (size_t)n * 40);
+                CHECK_MSG(!memcmp(h1, h2, sizeof(float) * n * 40), "D %d group %d, %d rows: the product on the "
+                          "combine's digits differs from the staged one", D, G, n);
+                if (ni) { /* the row past the cache kept its out */
+                    float *ho = down(c, dout, (size_t)n * cols);
+                    CHECK_MSG(!memcmp(ho + (size_t)2 * cols, o0 + (size_t)2 * cols, sizeof(float) * cols),
+                              "D %d group %d: the combine wrote the row past the cache", D, G);
+                    free(ho);
+                }
+                /* 2: digits zeroed behind the combine's back: the product took them (it differs) */
+                tsc_attn_decode(c, &A);
+                memset(gd, 0, nb);
+                tsc_write(c, dgs, gd, nb);
+                tsc_linear(c, wl, 1, dout, &y3, n);
+                tsc_linear(c, wl, 1, dout, &y4, n);
+                SYNC_OK(c);
+                float *h3 = down(c, y3, (size_t)n * 40), *h4 = down(c, y4, (size_t)n * 40);
+                CHECK_MSG(memcmp(h3, h4, sizeof(float) * n * 40) != 0, "D %d group %d, %d rows: the product after the "
+                          "combine did not take its digits", D, G, n);
+                /* 3: a launch between the combine and the product: it stages */
+                tsc_attn_decode(c, &A);
+                tsc_linear(c, wl, 1, dqg, &y3, n); /* (another x: stages, over the combine's digits) */
+                tsc_linear(c, wl, 1, dout, &y3, n);
+                tsc_linear(c, wl, 1, dout, &y4, n);
+                SYNC_OK(c);
+                free(h3), free(h4);
+                h3 = down(c, y3, (size_t)n * 40), h4 = down(c, y4, (size_t)n * 40);
+                CHECK_MSG(!memcmp(h3, h4, sizeof(float) * n * 40), "D %d group %d, %d rows: a product after another "
+                          "launch took stale digits", D, G, n);
+                cases++;
+                free(h1), free(h2), free(h3), free(h4), free(gd), free(rd);
+                tsc_free(c, y1), tsc_free(c, y2), tsc_free(c, y3), tsc_free(c, y4);
+                tsc_weight_free(c, &dw);
+                free_hw(&h);
+                tsc_free(c, dqg), tsc_free(c, dK), tsc_free(c, dV), tsc_free(c, dout), tsc_free(c, ws);
+                free(qg), free(Kc), free(Vc), free(o0);
+            }
+    fprintf(stderr, "  %d cases: the combine's digits are the staging's bytes, taken by the next product only\n", cases);
+    tsc_set_digits(c, NULL, 0);
+    tsc_free(c, dgs);
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
 /* A prompt chunk's GDN (tsc_gdn_prefill: five kernels over all rows, the
  * recurrence a warp per head and 4 columns) against the step kernels in
  * 16-row calls (checked against the reference above) on the same inputs:
@@ -1614,7 +1713,7 @@ static int blk_run(ts_backend *be, ts_stream *s, const blk_case *c, const float 
     if (dq && dk && dv && dqn && dkn && dkc && dvc && datt && dout) {
         s->step.pos = c->pos; /* the op takes the position from the step record */
         ts_attn_args a = {dq, dk, dv, dqn, dkn, dkc, dvc, datt, c->ctx, 1, dout, c->n, c->nq, c->nkv, c->D, c->rot, 0,
-                          1e6, 1e-6f, TS_MASK_BLOCK, c->n_kv, c->no_gate, c->ctx};
+                          1e6, 1e-6f, TS_MASK_BLOCK, c->n_kv, c->no_gate, c->ctx, NULL};
         be->ops->attn(s, TS_MODE_EXACT, &a);
         be->ops->read(s, q_out, tv_f32(dq, 1, (int64_t)nqv));
         be->ops->read(s, kc_out, tv_f32(dkc, 1, (int64_t)ncv));

@@ -196,7 +196,7 @@ TS_TEST(dflash, block_mask_attention) {
     ts_stream *st = NULL;
     CHECK(be->ops->stream_new(be, N, 64, 0, &st) == 0);
     st->step.pos = POS;
-    ts_attn_args a = {q, k, v, qn, kn, kc, vc, att, CTX, 1, out, N, NQ, NKV, D, ROT, 0, 1e4, 1e-6f, TS_MASK_BLOCK, NC, 1, 0};
+    ts_attn_args a = {q, k, v, qn, kn, kc, vc, att, CTX, 1, out, N, NQ, NKV, D, ROT, 0, 1e4, 1e-6f, TS_MASK_BLOCK, NC, 1, 0, NULL};
     be->ops->attn(st, TS_MODE_EXACT, &a);
     CHECK(ts_be_sync(st, &err) == 0);
     /* the reference */

@@ -343,10 +343,47 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     }
 }
 
+/* o_proj's 8-bit digits (tsc_attn_args.dg) from the combine's output ov of
+ * column t of head h, row i: warp w of the block is one 32-column chunk of
+ * the staged layout (the head's D columns are whole chunks and whole
+ * groups), a group's max the largest of its dg_group / 32 warps' maxima
+ * (through gm, one barrier), then stage_word's arithmetic for one digit
+ * (L = 127; common.cuh's dig_scale, dig_round): the same max, sx, inverse
+ * and rounding, the chunk's sum of X exact, so the same bytes as the
+ * product's own staging of out (gdn.cu's gdn_digits writes the same layout
+ * from a cluster's blocks). Why: o_proj's k_stage_digits launch (a launch,
+ * its PDL hop and ~1 us of staging, 8 a 9B step and 8 a verify pass) cost
+ * more than a barrier and a few shuffles in a kernel that runs anyway; the
+ * rows are blocks of their own, so a verify's rows make theirs at once. */
+__device__ __forceinline__ void attn_digits(const tsc_attn_args &a, int i, int h, int t, float ov, float *gm) {
+    const int w = t >> 5, lane = t & 31, nch = a.nq * a.D / 32, ch = h * a.D / 32 + w;
+    float m = fabsf(ov);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) gm[w] = m;
+    __syncthreads();
+    const int gb = a.dg_group / 32, first = w / gb * gb;
+    float M = 0.f;
+    for (int r = 0; r < gb; r++) M = fmaxf(M, gm[first + r]);
+    const float L = 127.0f;
+    float sx, inv;
+    dig_scale(M, L, sx, inv);
+    const int X = dig_round(ov, inv, L);
+    int sum = X;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    uint8_t *dg = (uint8_t *)a.dg;
+    float2 *xsb = (float2 *)(dg + (size_t)a.n * 2 * nch * 16);
+    /* column lane: word lane / 8 of the chunk, byte (lane % 8) / 2 of that
+     * word in the even or the odd columns' int4 */
+    dg[((size_t)i * 2 * nch + (size_t)(lane & 1) * nch + ch) * 16 + (lane >> 3) * 4 + ((lane & 7) >> 1)] = (uint8_t)(X & 0xFF);
+    if (lane == 0) xsb[(size_t)i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
+}
+
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
  * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
- * Block: D threads. */
+ * Block: D threads. With a.dg, also out's digits (attn_digits). */
 template <bool E>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     TSC_ENTRY(E);
@@ -355,7 +392,10 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     __shared__ float Ls;
     const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
     const int pos = row_pos_of(a, i);
-    if (pos >= a.max_T) return;
+    if (pos >= a.max_T) { /* a row past the cache writes nothing; its digits are those of out as it is */
+        if (a.dg) attn_digits(a, i, h, t, a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t], red);
+        return;
+    }
     const int T = pos + 1, P = piece_at(a, T), ns = (T + P - 1) / P;
     const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);
     float M = -INFINITY;
@@ -387,11 +427,13 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     }
     if (t == 0) Ls = L;
     __syncthreads();
-    if (t < D) {
-        const float y = __fdiv_rn(o, Ls);
-        const float gate = a.no_gate ? 0.f : a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
-        a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t] = a.no_gate ? y : __fmul_rn(y, sigmoid_f(gate));
-    }
+    /* (blockDim.x is D: every thread has a column, and reaches attn_digits' barrier) */
+    const float y = __fdiv_rn(o, Ls);
+    const float gate = a.no_gate ? 0.f : a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
+    const float ov = a.no_gate ? y : __fmul_rn(y, sigmoid_f(gate));
+    a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t] = ov;
+    /* (red is free: its last reads were before the barriers above) */
+    if (a.dg) attn_digits(a, i, h, t, ov, red);
 }
 
 /* ---- prompt chunks (tsc_attn_prefill) ----
@@ -600,8 +642,15 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
                                  : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
                    sg, dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
-    tsc_launch(c, c->pdl_early ? k_attn_combine<true> : k_attn_combine<false>, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, *a, nsplit);
+    /* out's digits where asked for and the head holds whole groups (the ctx's
+     * digits: the next product may take them, q4dp's stage_once) */
+    tsc_attn_args g = *a;
+    const bool dig = a->dg && (a->dg_group == 32 || a->dg_group == 64 || a->dg_group == 128) && a->D % a->dg_group == 0;
+    if (!dig) g.dg = NULL;
+    tsc_launch(c, c->pdl_early ? k_attn_combine<true> : k_attn_combine<false>, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, g, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
+    if (dig && g.dg == c->dg)
+        c->dg_seq = c->nlaunch, c->dg_x = g.out, c->dg_n = g.n, c->dg_cols = g.nq * g.D, c->dg_group = g.dg_group;
 }
 
 extern "C" void tsc_attn_prefill(tsc_ctx *c, const tsc_attn_args *a) {

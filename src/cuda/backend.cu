@@ -1556,6 +1556,18 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
     }
 }
 
+/* The attention's combine also makes out's digits for the product that
+ * reads out next (a->out_w, o_proj) when that product would take 8-bit
+ * digits made once (tsc_digits_group) and the switch is on (tsc_ctx.attn_dig,
+ * TSC_ATTN_DIG=1): attn.cu's attn_digits, the same bytes as the product's
+ * own staging; for the call that writes all of the op's rows (t->n = a->n). */
+void attn_digits_for(cu_stream *q, const ts_attn_args *a, tsc_attn_args *t) {
+    tsc_weight d;
+    if (!q->c->attn_dig || !a->out_w || !dev_w_find(q->base.be, a->out_w, &d) || d.cols != (int64_t)a->nq * a->D) return;
+    const int g = tsc_digits_group(q->c, &d, a->n);
+    if (g && a->D % g == 0) t->dg = q->c->dg, t->dg_group = g;
+}
+
 /* One row per call: the partials of a row go to the contract's score
  * buffer (one row of att_len per query head), or to the stream's own small
  * area for contexts shorter than a head's partial. The position comes from
@@ -1613,7 +1625,9 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
      * row a call, so the same bits a row (its pieces depend on its own
      * length only); one row a call was 13.8 us a row and layer on the 9B
      * (session 19), a 4-row verify's attention 4 launch pairs a layer */
-    if (rows_at_once(q, t, a->n)) {
+    const bool once = rows_at_once(q, t, a->n);
+    if (once || a->n == 1) attn_digits_for(q, a, &t);
+    if (once) {
         t.phase = 2, t.ws = q->att_multi;
         tsc_attn_decode(q->c, &t);
         return;
@@ -1710,7 +1724,7 @@ void gdn_rows(cu_stream *q, const ts_gdn_args *a, const gdn_run &r, float *ws, i
     /* (several rows too with TSC_GDN_DIG=2, tsc_ctx.gdn_dig: with the rows
      * by several warps, the default since s34-run1, still no gain there:
      * 3.215-3.218 ms a 9B MTP 3 block against 3.194-3.215 without) */
-    if (fused && r.o && a->out_w && (r.n == 1 || (r.n <= blk && q->c->gdn_dig == 2)) && !r.n_dev &&
+    if (fused && r.o && a->out_w && q->c->gdn_dig && (r.n == 1 || (r.n <= blk && q->c->gdn_dig == 2)) && !r.n_dev &&
         dev_w_find(q->base.be, a->out_w, &d) && d.cols == Vd)
         dgg = tsc_digits_group(q->c, &d, r.n);
     for (int r0 = 0; r0 < r.n; r0 += blk) {

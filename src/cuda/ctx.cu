@@ -140,6 +140,10 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * rows too) measured no gain with ROWPAR (s34-run1), so it stays opt-in */
     const char *gd = getenv("TSC_GDN_DIG");
     c->gdn_dig = !(gd && *gd) ? 1 : atoi(gd) == 0 ? 0 : gd[0] == '2' ? 2 : 1;
+    /* the attention's combine makes o_proj's digits (attn.cu's attn_digits):
+     * opt-in (TSC_ATTN_DIG=1) until measured */
+    const char *ad = getenv("TSC_ATTN_DIG");
+    c->attn_dig = ad && ad[0] == '1';
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

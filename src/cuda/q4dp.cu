@@ -1252,10 +1252,11 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
 
 /* q4dp_linear_staged's choices for a plain pass of n rows of w (one pass:
- * pass_rows) that lead to stage_once's k_stage_digits for 8-bit x. TSC_GDN_DIG=0 (tsc_ctx.gdn_dig): never (the GDN step
- * makes no digits; an A/B in one binary: the bits are the same). */
+ * pass_rows) that lead to stage_once's k_stage_digits for 8-bit x. (Whether
+ * a kernel before the product makes them is its caller's switch:
+ * tsc_ctx.gdn_dig, tsc_ctx.attn_dig.) */
 extern "C" int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n) {
-    if (!c || !c->gdn_dig || !c->dg || !q4dp_takes(w) || w->act_digits != 1) return 0;
+    if (!c || !c->dg || !q4dp_takes(w) || w->act_digits != 1) return 0;
     if (w->group != 32 && w->group != 64 && w->group != 128) return 0;
     if (mm_takes(w) || q4g_takes(&w, 1, 1) || !dig_takes(Q4DP_XM_PLAIN, n)) return 0;
     const int cols = (int)w->cols;

@@ -237,8 +237,9 @@ size_t tsc_digits_ws_bytes(void);
 void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes);
 /* The quantization group (32, 64 or 128) when a plain product of w over n
  * rows would take its x's 8-bit digits made once in that scratch (the dp4a
- * products, every switch as they read it), so that a GDN step may make them
- * for it (tsc_gdn_args.dg); 0 otherwise. */
+ * products, every switch as they read it), so that a GDN step or an
+ * attention may make them for it (tsc_gdn_args.dg, tsc_attn_args.dg); 0
+ * otherwise. */
 int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n);
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
@@ -415,6 +416,13 @@ typedef struct tsc_attn_args {
      * attends as the row at pos (keys [0, pos + 1)), not row i at pos + i:
      * a DFlash block's rows in one call (backend.cu, attn_block) */
     int same_pos;
+    /* The combine (phase 0 or 2) also writes out's 8-bit digits in the dp4a
+     * products' staged layout for the call's n rows (q4dp_impl.cuh's
+     * stage_word, groups of dg_group = 32, 64 or 128 columns, a divisor of
+     * D), as tsc_gdn_args.dg does for the GDN step, so that the product of
+     * out next (o_proj) need not make them; NULL: none */
+    void *dg;
+    int dg_group;
 } tsc_attn_args;
 size_t tsc_attn_ws_bytes_np(int n, int nq, int D, int np_max);
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);

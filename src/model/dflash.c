@@ -404,7 +404,7 @@ static void attn(const ts_dflash *d, ts_dflash_state *ds, ts_stream *s, ts_mode 
     const ts_dflash_cfg *c = &d->cfg;
     const ts_dflash_layer *l = &d->layers[L];
     ts_attn_args a = {ds->q, ds->k, ds->v, l->q_norm, l->k_norm, ds->kv[L].k, ds->kv[L].v, ds->att, ds->ctx, 1,
-                      ds->o, n, c->nq, c->nkv, c->D, c->rot, 0, c->theta, c->eps, TS_MASK_BLOCK, n_kv, 1, ds->ctx};
+                      ds->o, n, c->nq, c->nkv, c->D, c->rot, 0, c->theta, c->eps, TS_MASK_BLOCK, n_kv, 1, ds->ctx, NULL};
     s->be->ops->attn(s, md, &a);
 }
 

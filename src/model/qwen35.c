@@ -60,7 +60,7 @@ static void attn_block(const ts_model *m, ts_state *st, const ts_attn_w *w, ts_k
     const int kv_len = kv == &st->mtp_kv ? st->mtp_ctx : st->n_ctx;
     ts_attn_args a = {qg, kb, vb, w->q_norm, w->k_norm, kv->k, kv->v, sc->att, sc->att_len, sc->att_rows,
                       sc->big2, n, c->nq, c->nkv, m->D, c->rot_dim, 0, c->rope_theta, c->eps, TS_MASK_CAUSAL, 0, 0,
-                      kv_len};
+                      kv_len, &w->o_proj};
     OPS(st)->attn(st->s, md, &a);
     linear(st, md, &w->o_proj, sc->big2, sc->t, n);
 }
