@@ -1,8 +1,8 @@
 #!/bin/bash
 # session 34, device call 2 (pack s34b: main with the GDN rows by several warps the default, and the attention's
-# combine making o_proj's digits, opt-in TSC_ATTN_DIG=1; the trace build's cuda_bench and turbospark beside it).
-# Build: make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all; make -j2 BUILD=build-cuda-trace CUDA=1
-# EXTRA_NVCC_FLAGS=-DTSC_TRACE build-cuda-trace/cuda_bench build-cuda-trace/turbospark; bench/cuda/pack.sh s34b;
+# combine making o_proj's digits, opt-in TSC_ATTN_DIG=1). The trace build's binaries did not fit beside the tree
+# (a 36.6 MB pack against the 64 MiB a call carries), so no timeline here.
+# Build: make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all; bench/cuda/pack.sh s34b;
 # bench/cuda/slim.sh out-all s34-run2; carry .gpu/s34b.
 # Prediction for TSC_ATTN_DIG=1 (8 k_stage_digits launches fewer a 9B step and a verify pass, for a barrier and a
 # few shuffles in the combine): 9B decode +0.3-0.6%, the 9B MTP 3 verify -10..-20 us a block; the 0.8B (6 attention
@@ -29,14 +29,6 @@ for r in a b; do
     bj 35b8_mtp3_${v}_$r "$ev" $S/35b8 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
   done
 done
-# where a step's time goes now (the trace build: every kernel on a timeline; bench/cuda/trace_view.py --kernels)
-CB="$B/cuda_bench_trace --mlx --digits 1"
-$CB --shape 9b --trace $O/tr_9b_r1.txt > $O/cb_9b_r1.txt 2>&1; tl "cb trace 9b 1 row $?"
-CB_TRACE_ROWS=4 $CB --shape 9b --trace $O/tr_9b_r4.txt > $O/cb_9b_r4.txt 2>&1; tl "cb trace 9b 4 rows $?"
-TSC_TRACE_FILE=$O/te_9b.txt $B/turbospark_trace bench --backend cuda -m $S/9b --prompt 512 --gen 64 --runs 1 > $O/te_9b.log 2>&1; tl "engine trace 9b $?"
-TSC_ATTN_DIG=1 TSC_TRACE_FILE=$O/te_9b_ad.txt $B/turbospark_trace bench --backend cuda -m $S/9b --prompt 512 --gen 64 --runs 1 > $O/te_9b_ad.log 2>&1; tl "engine trace 9b ad $?"
-TSC_TRACE_FILE=$O/te_35b8.txt $B/turbospark_trace bench --backend cuda -m $S/35b8 --prompt 512 --gen 64 --runs 1 > $O/te_35b8.log 2>&1; tl "engine trace 35b8 $?"
 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda.attn_digits_same_as_staging > $O/memcheck.log 2>&1; tl "memcheck $?"
 timeout 100 compute-sanitizer --tool racecheck --error-exitcode 3 $B/ts_test cuda.attn_digits_same_as_staging > $O/racecheck.log 2>&1; tl "racecheck $?"
-xz -T8 $O/tr_*.txt $O/te_*.txt 2>/dev/null; tl "xz $?"
 device_end
