@@ -1031,8 +1031,9 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
 
 /* ---- the attention's combine makes o_proj's digits (attn.cu's attn_digits) ----
  * As gdn_digits_same_as_staging for tsc_attn_args.dg: head dims 128 and 256,
- * groups 32, 64 and 128, 1 and 3 rows (the 3-row case with its last row past
- * the cache, whose out the combine leaves as it is): the bytes equal the
+ * groups 32, 64 and 128, 1 and 3 rows (the 3-row case at a device position
+ * with its last row past the cache, whose out the combine leaves as it is:
+ * its digits are those of out as it was): the bytes equal the
  * product's own staging of out, the product that took them equals one that
  * staged, zeroed digits are taken (the product differs), and a launch in
  * between makes the product stage again. */
@@ -1053,6 +1054,10 @@ TS_TEST(cuda, attn_digits_same_as_staging) {
                 float *dqg = up(c, qg, sizeof(float) * n * nq * 2 * D), *dK = up(c, Kc, sizeof(float) * max_T * kvdim);
                 float *dV = up(c, Vc, sizeof(float) * max_T * kvdim), *dout = up(c, o0, sizeof(float) * n * cols);
                 float *ws = tsc_alloc(c, tsc_attn_ws_bytes_np(n, nq, D, np_max));
+                /* the 3-row case at a device position (the engine's form; a host position past the cache is
+                 * refused before any launch) */
+                int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
+                tsc_write(c, dpos, &pos, sizeof(int32_t));
                 hw h;
                 make_w(&h, TS_DTYPE_U32, 4, G, TS_DTYPE_BF16, 40, cols);
                 tsc_weight hd = desc(&h.w), dw;
@@ -1068,9 +1073,10 @@ TS_TEST(cuda, attn_digits_same_as_staging) {
                 float *y3 = tsc_alloc(c, sizeof(float) * n * 40), *y4 = tsc_alloc(c, sizeof(float) * n * 40);
                 const tsc_weight *wl[1] = {&dw};
                 const size_t nb = (size_t)n * ((size_t)cols + (size_t)cols / 32 * 8); /* stage_bytes(n, 1, cols) */
-                tsc_attn_args A = {.n = n, .pos = pos, .nq = nq, .nkv = nkv, .D = D, .rot = 64, .theta = 1e7f,
-                                   .eps = 1e-6f, .qg = dqg, .Kc = dK, .Vc = dV, .max_T = max_T, .out = dout, .ws = ws,
-                                   .phase = 2, .np_max = np_max, .dg = dgs, .dg_group = G};
+                tsc_attn_args A = {.n = n, .pos = ni ? 0 : pos, .nq = nq, .nkv = nkv, .D = D, .rot = 64,
+                                   .theta = 1e7f, .eps = 1e-6f, .qg = dqg, .Kc = dK, .Vc = dV, .max_T = max_T,
+                                   .out = dout, .ws = ws, .pos_dev = ni ? dpos : NULL, .phase = 2, .np_max = np_max,
+                                   .dg = dgs, .dg_group = G};
                 /* 1: the combine's digits, the product that takes them, one that stages */
                 tsc_attn_decode(c, &A);
                 SYNC_OK(c);
@@ -1119,6 +1125,7 @@ TS_TEST(cuda, attn_digits_same_as_staging) {
                 tsc_weight_free(c, &dw);
                 free_hw(&h);
                 tsc_free(c, dqg), tsc_free(c, dK), tsc_free(c, dV), tsc_free(c, dout), tsc_free(c, ws);
+                tsc_free(c, dpos);
                 free(qg), free(Kc), free(Vc), free(o0);
             }
     fprintf(stderr, "  %d cases: the combine's digits are the staging's bytes, taken by the next product only\n", cases);
