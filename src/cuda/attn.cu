@@ -351,7 +351,9 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
  * (L = 127; common.cuh's dig_scale, dig_round): the same max, sx, inverse
  * and rounding, the chunk's sum of X exact, so the same bytes as the
  * product's own staging of out (gdn.cu's gdn_digits writes the same layout
- * from a cluster's blocks). Why: o_proj's k_stage_digits launch (a launch,
+ * from a cluster's blocks; the two share no helper because moving that code
+ * into one changed both kernels' machine code, which session 34 had no
+ * device time left to measure). Why: o_proj's k_stage_digits launch (a launch,
  * its PDL hop and ~1 us of staging, 8 a 9B step and 8 a verify pass) cost
  * more than a barrier and a few shuffles in a kernel that runs anyway; the
  * rows are blocks of their own, so a verify's rows make theirs at once. */
