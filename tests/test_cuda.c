@@ -925,15 +925,93 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     tsc_close(c);
 }
 
-/* ---- the GDN step makes out_proj's digits (gdn.cu's gdn_digits) ----
- * With tsc_gdn_args.dg the fused kernel also writes o's 8-bit digits in the
- * dp4a products' staged layout, so that the next product of o takes them
- * (stage_once: no launch in between) instead of launching k_stage_digits.
- * Checked for 1 and 3 rows, groups 32, 64 and 128, clusters of 4 and 8
- * blocks: the bytes equal the product's own staging of o; the product that
- * took them equals one that staged; a product after o's digits were zeroed
- * behind the GDN step's back differs (it did take them); and with a launch
- * in between (another product) it stages again. */
+/* ---- digits made before the product (gdn.cu's gdn_digits, attn.cu's attn_digits) ----
+ * What the two tests below check of a kernel `make` that also writes x's
+ * 8-bit digits (n rows of cols columns, the dp4a products' staged layout)
+ * into the ctx's digits scratch dgs, for the 4-bit product of x after it (a
+ * weight of 40 rows, group G): (1) the bytes equal the product's own staging
+ * of x, and the product that took them equals one that staged; (2) digits
+ * zeroed behind the kernel's back are taken (the product differs); (3) with
+ * a launch in between (a product of other_x) the product stages again. make
+ * runs before each; *ok is set when every check passed (on a device error
+ * the failure is reported here and the caller closes the context). */
+typedef void (*digits_maker)(tsc_ctx *c, const void *args);
+static void digits_taken_by_product(tsc_ctx *c, void *dgs, int G, int n, int cols, float *x, float *other_x,
+                                    digits_maker make, const void *args, const char *what, int *ok) {
+    *ok = 0;
+    ts_error e;
+#define SYNC_OR_FAIL()                                                                        \
+    do {                                                                                      \
+        if (tsc_sync(c, &e)) {                                                                \
+            ts_test_fail(__FILE__, __LINE__, "%s: device error: %s", what, e.msg);            \
+            return;                                                                           \
+        }                                                                                     \
+    } while (0)
+    hw h;
+    make_w(&h, TS_DTYPE_U32, 4, G, TS_DTYPE_BF16, 40, cols);
+    tsc_weight hd = desc(&h.w), dw;
+    hd.act_digits = 1;
+    setenv("TSC_Q4T", "0", 1);
+    CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+    unsetenv("TSC_Q4T");
+    dw.act_digits = 1;
+    CHECK_MSG(tsc_digits_group(c, &dw, n) == G, "tsc_digits_group: %d for a group of %d, %d rows",
+              tsc_digits_group(c, &dw, n), G, n);
+    float *y1 = tsc_alloc(c, sizeof(float) * n * 40), *y2 = tsc_alloc(c, sizeof(float) * n * 40);
+    float *y3 = tsc_alloc(c, sizeof(float) * n * 40), *y4 = tsc_alloc(c, sizeof(float) * n * 40);
+    const tsc_weight *wl[1] = {&dw};
+    const size_t nb = (size_t)n * ((size_t)cols + (size_t)cols / 32 * 8); /* stage_bytes(n, 1, cols) */
+    /* 1: the kernel's digits, the product that takes them, one that stages */
+    make(c, args);
+    SYNC_OR_FAIL();
+    uint8_t *gd = malloc(nb), *rd = malloc(nb);
+    tsc_read(c, gd, dgs, nb); /* (a copy, not a launch: the digits stay the next product's) */
+    tsc_linear(c, wl, 1, x, &y1, n);
+    tsc_linear(c, wl, 1, x, &y2, n); /* taken once: this one stages */
+    SYNC_OR_FAIL();
+    tsc_read(c, rd, dgs, nb);
+    size_t bad = 0;
+    for (size_t i = 0; i < nb; i++) bad += gd[i] != rd[i];
+    CHECK_MSG(bad == 0, "%s: %zu of %zu digit bytes differ from the product's staging", what, bad, nb);
+    float *h1 = down(c, y1, (size_t)n * 40), *h2 = down(c, y2, (size_t)n * 40);
+    CHECK_MSG(!memcmp(h1, h2, sizeof(float) * n * 40), "%s: the product on the kernel's digits differs from the "
+              "staged one", what);
+    /* 2: digits zeroed behind the kernel's back: the product took them (it differs) */
+    make(c, args);
+    memset(gd, 0, nb);
+    tsc_write(c, dgs, gd, nb);
+    tsc_linear(c, wl, 1, x, &y3, n);
+    tsc_linear(c, wl, 1, x, &y4, n);
+    SYNC_OR_FAIL();
+    float *h3 = down(c, y3, (size_t)n * 40), *h4 = down(c, y4, (size_t)n * 40);
+    CHECK_MSG(memcmp(h3, h4, sizeof(float) * n * 40) != 0, "%s: the product after the kernel did not take its "
+              "digits", what);
+    /* 3: a launch between the kernel and the product: it stages */
+    make(c, args);
+    tsc_linear(c, wl, 1, other_x, &y3, n); /* (another x: stages, over the kernel's digits) */
+    tsc_linear(c, wl, 1, x, &y3, n);
+    tsc_linear(c, wl, 1, x, &y4, n);
+    SYNC_OR_FAIL();
+    free(h3), free(h4);
+    h3 = down(c, y3, (size_t)n * 40), h4 = down(c, y4, (size_t)n * 40);
+    CHECK_MSG(!memcmp(h3, h4, sizeof(float) * n * 40), "%s: a product after another launch took stale digits", what);
+#undef SYNC_OR_FAIL
+    free(h1), free(h2), free(h3), free(h4), free(gd), free(rd);
+    tsc_free(c, y1), tsc_free(c, y2), tsc_free(c, y3), tsc_free(c, y4);
+    tsc_weight_free(c, &dw);
+    free_hw(&h);
+    *ok = 1;
+}
+
+static void gdn_step_maker(tsc_ctx *c, const void *args) { tsc_gdn_step(c, (const tsc_gdn_args *)args); }
+static void attn_decode_maker(tsc_ctx *c, const void *args) { tsc_attn_decode(c, (const tsc_attn_args *)args); }
+
+/* With tsc_gdn_args.dg the fused GDN kernel also writes o's 8-bit digits,
+ * so that the next product of o takes them (stage_once: no launch in
+ * between) instead of launching k_stage_digits: digits_taken_by_product's
+ * checks for 1 and 3 rows, groups 32, 64 and 128, clusters of 4 and 8
+ * blocks (each case runs the step three times: the state moves on, so o is
+ * another each time, which the checks allow). */
 TS_TEST(cuda, gdn_digits_same_as_staging) {
     OPEN(c);
     void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
@@ -959,66 +1037,16 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
                 float *dS = up(c, S, sizeof(float) * nS), *dnA = up(c, nA, sizeof(float) * Hv);
                 float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
                 float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-                hw h;
-                make_w(&h, TS_DTYPE_U32, 4, G, TS_DTYPE_BF16, 40, Vd);
-                tsc_weight hd = desc(&h.w), dw;
-                hd.act_digits = 1;
-                ts_error e;
-                setenv("TSC_Q4T", "0", 1);
-                CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
-                unsetenv("TSC_Q4T");
-                dw.act_digits = 1;
-                CHECK_MSG(tsc_digits_group(c, &dw, n) == G, "tsc_digits_group: %d for a group of %d, %d rows",
-                          tsc_digits_group(c, &dw, n), G, n);
-                float *y1 = tsc_alloc(c, sizeof(float) * n * 40), *y2 = tsc_alloc(c, sizeof(float) * n * 40);
-                float *y3 = tsc_alloc(c, sizeof(float) * n * 40), *y4 = tsc_alloc(c, sizeof(float) * n * 40);
-                const tsc_weight *wl[1] = {&dw};
-                const size_t nb = (size_t)n * ((size_t)Vd + (size_t)Vd / 32 * 8); /* stage_bytes(n, 1, Vd) */
                 tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz,
                                   .b = db, .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA,
                                   .dt_bias = ddt, .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws, .dg = dgs,
                                   .dg_group = G};
-                /* 1: the step's digits, the product that takes them, one that stages */
-                tsc_gdn_step(c, &A);
-                SYNC_OK(c);
-                uint8_t *gd = malloc(nb), *rd = malloc(nb);
-                tsc_read(c, gd, dgs, nb); /* (a copy, not a launch: the digits stay the next product's) */
-                tsc_linear(c, wl, 1, dout, &y1, n);
-                tsc_linear(c, wl, 1, dout, &y2, n); /* taken once: this one stages */
-                SYNC_OK(c);
-                tsc_read(c, rd, dgs, nb);
-                size_t bad = 0;
-                for (size_t i = 0; i < nb; i++) bad += gd[i] != rd[i];
-                CHECK_MSG(bad == 0, "Hv %d group %d, %d rows: %zu of %zu digit bytes differ from the product's staging", Hv,
-                          G, n, bad, nb);
-                float *h1 = down(c, y1, (size_t)n * 40), *h2 = down(c, y2, (size_t)n * 40);
-                CHECK_MSG(!memcmp(h1, h2, sizeof(float) * n * 40), "Hv %d group %d, %d rows: the product on the step's "
-                          "digits differs from the staged one", Hv, G, n);
-                /* 2: digits zeroed behind the step's back: the product took them (it differs) */
-                tsc_gdn_step(c, &A); /* (the state moved on: o is another) */
-                memset(gd, 0, nb);
-                tsc_write(c, dgs, gd, nb);
-                tsc_linear(c, wl, 1, dout, &y3, n);
-                tsc_linear(c, wl, 1, dout, &y4, n);
-                SYNC_OK(c);
-                float *h3 = down(c, y3, (size_t)n * 40), *h4 = down(c, y4, (size_t)n * 40);
-                CHECK_MSG(memcmp(h3, h4, sizeof(float) * n * 40) != 0, "Hv %d group %d, %d rows: the product after the "
-                          "step did not take its digits", Hv, G, n);
-                /* 3: a launch between the step and the product: it stages */
-                tsc_gdn_step(c, &A);
-                tsc_linear(c, wl, 1, dq, &y3, n); /* (another x: stages, over the step's digits) */
-                tsc_linear(c, wl, 1, dout, &y3, n);
-                tsc_linear(c, wl, 1, dout, &y4, n);
-                SYNC_OK(c);
-                free(h3), free(h4);
-                h3 = down(c, y3, (size_t)n * 40), h4 = down(c, y4, (size_t)n * 40);
-                CHECK_MSG(!memcmp(h3, h4, sizeof(float) * n * 40), "Hv %d group %d, %d rows: a product after another "
-                          "launch took stale digits", Hv, G, n);
+                char what[64];
+                snprintf(what, sizeof what, "Hv %d group %d, %d rows", Hv, G, n);
+                int ok;
+                digits_taken_by_product(c, dgs, G, n, Vd, dout, dq, gdn_step_maker, &A, what, &ok);
+                if (!ok) { tsc_close(c); return; }
                 cases++;
-                free(h1), free(h2), free(h3), free(h4), free(gd), free(rd);
-                tsc_free(c, y1), tsc_free(c, y2), tsc_free(c, y3), tsc_free(c, y4);
-                tsc_weight_free(c, &dw);
-                free_hw(&h);
                 tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcs), tsc_free(c, dcw);
                 tsc_free(c, dS), tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw), tsc_free(c, dout), tsc_free(c, ws);
                 free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
@@ -1029,14 +1057,13 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
     tsc_close(c);
 }
 
-/* ---- the attention's combine makes o_proj's digits (attn.cu's attn_digits) ----
- * As gdn_digits_same_as_staging for tsc_attn_args.dg: head dims 128 and 256,
- * groups 32, 64 and 128, 1 and 3 rows (the 3-row case at a device position
- * with its last row past the cache, whose out the combine leaves as it is:
- * its digits are those of out as it was): the bytes equal the
- * product's own staging of out, the product that took them equals one that
- * staged, zeroed digits are taken (the product differs), and a launch in
- * between makes the product stage again. */
+/* With tsc_attn_args.dg the attention's combine also writes out's digits
+ * (attn.cu's attn_digits): digits_taken_by_product's checks for head dims
+ * 128 and 256, groups 32, 64 and 128, 1 and 3 rows; the 3-row case at a
+ * device position (the engine's form; a host position past the cache is
+ * refused before any launch) with its last row past the cache, whose out
+ * the combine leaves as it is (checked): its digits are those of out as it
+ * was. */
 TS_TEST(cuda, attn_digits_same_as_staging) {
     OPEN(c);
     void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
@@ -1054,76 +1081,24 @@ TS_TEST(cuda, attn_digits_same_as_staging) {
                 float *dqg = up(c, qg, sizeof(float) * n * nq * 2 * D), *dK = up(c, Kc, sizeof(float) * max_T * kvdim);
                 float *dV = up(c, Vc, sizeof(float) * max_T * kvdim), *dout = up(c, o0, sizeof(float) * n * cols);
                 float *ws = tsc_alloc(c, tsc_attn_ws_bytes_np(n, nq, D, np_max));
-                /* the 3-row case at a device position (the engine's form; a host position past the cache is
-                 * refused before any launch) */
                 int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
                 tsc_write(c, dpos, &pos, sizeof(int32_t));
-                hw h;
-                make_w(&h, TS_DTYPE_U32, 4, G, TS_DTYPE_BF16, 40, cols);
-                tsc_weight hd = desc(&h.w), dw;
-                hd.act_digits = 1;
-                ts_error e;
-                setenv("TSC_Q4T", "0", 1);
-                CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
-                unsetenv("TSC_Q4T");
-                dw.act_digits = 1;
-                CHECK_MSG(tsc_digits_group(c, &dw, n) == G, "tsc_digits_group: %d for a group of %d, %d rows",
-                          tsc_digits_group(c, &dw, n), G, n);
-                float *y1 = tsc_alloc(c, sizeof(float) * n * 40), *y2 = tsc_alloc(c, sizeof(float) * n * 40);
-                float *y3 = tsc_alloc(c, sizeof(float) * n * 40), *y4 = tsc_alloc(c, sizeof(float) * n * 40);
-                const tsc_weight *wl[1] = {&dw};
-                const size_t nb = (size_t)n * ((size_t)cols + (size_t)cols / 32 * 8); /* stage_bytes(n, 1, cols) */
                 tsc_attn_args A = {.n = n, .pos = ni ? 0 : pos, .nq = nq, .nkv = nkv, .D = D, .rot = 64,
                                    .theta = 1e7f, .eps = 1e-6f, .qg = dqg, .Kc = dK, .Vc = dV, .max_T = max_T,
                                    .out = dout, .ws = ws, .pos_dev = ni ? dpos : NULL, .phase = 2, .np_max = np_max,
                                    .dg = dgs, .dg_group = G};
-                /* 1: the combine's digits, the product that takes them, one that stages */
-                tsc_attn_decode(c, &A);
-                SYNC_OK(c);
-                uint8_t *gd = malloc(nb), *rd = malloc(nb);
-                tsc_read(c, gd, dgs, nb); /* (a copy, not a launch: the digits stay the next product's) */
-                tsc_linear(c, wl, 1, dout, &y1, n);
-                tsc_linear(c, wl, 1, dout, &y2, n); /* taken once: this one stages */
-                SYNC_OK(c);
-                tsc_read(c, rd, dgs, nb);
-                size_t bad = 0;
-                for (size_t i = 0; i < nb; i++) bad += gd[i] != rd[i];
-                CHECK_MSG(bad == 0, "D %d group %d, %d rows: %zu of %zu digit bytes differ from the product's staging", D,
-                          G, n, bad, nb);
-                float *h1 = down(c, y1, (size_t)n * 40), *h2 = down(c, y2, (size_t)n * 40);
-                CHECK_MSG(!memcmp(h1, h2, sizeof(float) * n * 40), "D %d group %d, %d rows: the product on the "
-                          "combine's digits differs from the staged one", D, G, n);
-                if (ni) { /* the row past the cache kept its out */
+                char what[64];
+                snprintf(what, sizeof what, "D %d group %d, %d rows", D, G, n);
+                int ok;
+                digits_taken_by_product(c, dgs, G, n, cols, dout, dqg, attn_decode_maker, &A, what, &ok);
+                if (!ok) { tsc_close(c); return; }
+                if (ni) { /* the row past the cache kept its out (the combine ran three times) */
                     float *ho = down(c, dout, (size_t)n * cols);
                     CHECK_MSG(!memcmp(ho + (size_t)2 * cols, o0 + (size_t)2 * cols, sizeof(float) * cols),
                               "D %d group %d: the combine wrote the row past the cache", D, G);
                     free(ho);
                 }
-                /* 2: digits zeroed behind the combine's back: the product took them (it differs) */
-                tsc_attn_decode(c, &A);
-                memset(gd, 0, nb);
-                tsc_write(c, dgs, gd, nb);
-                tsc_linear(c, wl, 1, dout, &y3, n);
-                tsc_linear(c, wl, 1, dout, &y4, n);
-                SYNC_OK(c);
-                float *h3 = down(c, y3, (size_t)n * 40), *h4 = down(c, y4, (size_t)n * 40);
-                CHECK_MSG(memcmp(h3, h4, sizeof(float) * n * 40) != 0, "D %d group %d, %d rows: the product after the "
-                          "combine did not take its digits", D, G, n);
-                /* 3: a launch between the combine and the product: it stages */
-                tsc_attn_decode(c, &A);
-                tsc_linear(c, wl, 1, dqg, &y3, n); /* (another x: stages, over the combine's digits) */
-                tsc_linear(c, wl, 1, dout, &y3, n);
-                tsc_linear(c, wl, 1, dout, &y4, n);
-                SYNC_OK(c);
-                free(h3), free(h4);
-                h3 = down(c, y3, (size_t)n * 40), h4 = down(c, y4, (size_t)n * 40);
-                CHECK_MSG(!memcmp(h3, h4, sizeof(float) * n * 40), "D %d group %d, %d rows: a product after another "
-                          "launch took stale digits", D, G, n);
                 cases++;
-                free(h1), free(h2), free(h3), free(h4), free(gd), free(rd);
-                tsc_free(c, y1), tsc_free(c, y2), tsc_free(c, y3), tsc_free(c, y4);
-                tsc_weight_free(c, &dw);
-                free_hw(&h);
                 tsc_free(c, dqg), tsc_free(c, dK), tsc_free(c, dV), tsc_free(c, dout), tsc_free(c, ws);
                 tsc_free(c, dpos);
                 free(qg), free(Kc), free(Vc), free(o0);

@@ -9,7 +9,7 @@
 # bench/cuda/slim.sh out-all s34-run3; carry .gpu/s34c. The kernel test, memcheck and racecheck on it, then the 9B
 # decode and MTP 3 with and without TSC_ATTN_DIG=1 again on whatever card comes.
 PACK=.gpu/s34c/pack.tar.xz . bench/cuda/device_env.sh
-timeout 60 $B/ts_test cuda.attn_digits_same_as_staging > $O/t_first.log 2>&1; tl "attn digits test $?"
+timeout 60 $B/ts_test cuda.attn_digits_same_as_staging cuda.gdn_digits_same_as_staging > $O/t_first.log 2>&1; tl "digits tests $?"
 timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda.attn_digits_same_as_staging > $O/memcheck.log 2>&1; tl "memcheck $?"
 timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 $B/ts_test cuda.attn_digits_same_as_staging > $O/racecheck.log 2>&1; tl "racecheck $?"
 synth_shape 9b shapes/qwen3.5-9B.json
