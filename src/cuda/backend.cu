@@ -1564,8 +1564,10 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
 void attn_digits_for(cu_stream *q, const ts_attn_args *a, tsc_attn_args *t) {
     tsc_weight d;
     if (!q->c->attn_dig || !a->out_w || !dev_w_find(q->base.be, a->out_w, &d) || d.cols != (int64_t)a->nq * a->D) return;
+    /* (a group that is not a divisor of the head: tsc_attn_decode makes none,
+     * and the product stages as without) */
     const int g = tsc_digits_group(q->c, &d, a->n);
-    if (g && a->D % g == 0) t->dg = q->c->dg, t->dg_group = g;
+    if (g) t->dg = q->c->dg, t->dg_group = g;
 }
 
 /* One row per call: the partials of a row go to the contract's score
