@@ -3,6 +3,8 @@
 # If the kernel test passes here (12 cases) with memcheck and racecheck clean, make TSC_ATTN_DIG=1 the default
 # (ctx.cu's attn_dig; s34-run2 measured +0.3% 9B, +0.5% 35B-A3B-8L decode on an H100 and the engine's exactness
 # tests 7/7 under it).
+# Both digits tests share digits_taken_by_product since the review at the end of session 34 (compiled, not run on a
+# GPU): the GDN one (cuda.gdn_digits_same_as_staging, run below too) must pass here as it did in s34-run1.
 # session 34, device call 3 (pack s34c: s34b with cuda.attn_digits_same_as_staging's 3-row case at a device
 # position: s34-run2's host position past the cache was refused by tsc_attn_decode's own check, a test bug, after
 # the 1-row case had passed). Build: make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all; bench/cuda/pack.sh s34c;
