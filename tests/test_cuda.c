@@ -1593,6 +1593,74 @@ TS_TEST(cuda, attn_device_pos_big_pieces) {
     attn_case_on(8, 2, 37, 3, 64, 64, 1, 0);
 }
 
+/* tsc_attn_args.fused (the engine's one-row form under TSC_ATTN_FUSE=1):
+ * the norms, RoPE and K/V append inside the split's blocks against the prep
+ * launch, on copies of the same inputs: out and the whole cache byte for
+ * byte. Head dims 256 / 128 / 64 with G = 4, 4 and 16, a partial and a full
+ * rotation, the first key, keys at both ends of a piece, pieces from the
+ * row's length (np_max) and fixed ones, a row with more pieces than the
+ * grid's blocks (a block walks several: the append by the block holding the
+ * last), host and device positions, and a device position past the cache
+ * (nothing appended; q as given either way). */
+static void attn_fused_case(int nq, int nkv, int D, int rot, int pos, int max_T, int split, int np_max, int devpos,
+                            int *ok) {
+    OPEN(c);
+    const int kvdim = nkv * D, qd = nq * 2 * D;
+    float *qg = malloc(sizeof(float) * qd), *k = malloc(sizeof(float) * kvdim), *v = malloc(sizeof(float) * kvdim);
+    float *qn = malloc(sizeof(float) * D), *kn = malloc(sizeof(float) * D), *o0 = malloc(sizeof(float) * nq * D);
+    float *Kc = malloc(sizeof(float) * max_T * kvdim), *Vc = malloc(sizeof(float) * max_T * kvdim);
+    frand(qg, qd, 2.0f), frand(k, kvdim, 2.0f), frand(v, kvdim, 1.0f), frand(qn, D, 1.0f), frand(kn, D, 1.0f);
+    frand(Kc, (size_t)max_T * kvdim, 1.0f), frand(Vc, (size_t)max_T * kvdim, 1.0f), frand(o0, (size_t)nq * D, 1.0f);
+    float *dqn = up(c, qn, sizeof(float) * D), *dkn = up(c, kn, sizeof(float) * D), *dv = up(c, v, sizeof(float) * kvdim);
+    float *ws = tsc_alloc(c, np_max ? tsc_attn_ws_bytes_np(1, nq, D, np_max) : tsc_attn_ws_bytes_split(1, nq, D, max_T, split));
+    int32_t *dpos = tsc_alloc(c, sizeof(int32_t));
+    tsc_write(c, dpos, &pos, sizeof(int32_t));
+    float *go[2], *gK[2], *gV[2];
+    for (int f = 0; f < 2; f++) {
+        float *dqg = up(c, qg, sizeof(float) * qd), *dk = up(c, k, sizeof(float) * kvdim);
+        float *dK = up(c, Kc, sizeof(float) * max_T * kvdim), *dV = up(c, Vc, sizeof(float) * max_T * kvdim);
+        float *dout = up(c, o0, sizeof(float) * nq * D);
+        tsc_attn_args A = {.n = 1, .pos = devpos ? 0 : pos, .nq = nq, .nkv = nkv, .D = D, .rot = rot, .theta = 1e7f,
+                           .eps = 1e-6f, .qg = dqg, .k = dk, .v = dv, .q_norm = dqn, .k_norm = dkn, .Kc = dK, .Vc = dV,
+                           .max_T = max_T, .out = dout, .ws = ws, .pos_dev = devpos ? dpos : NULL, .split = split,
+                           .np_max = np_max, .fused = f};
+        tsc_attn_decode(c, &A);
+        SYNC_OK(c);
+        go[f] = down(c, dout, (size_t)nq * D), gK[f] = down(c, dK, (size_t)max_T * kvdim), gV[f] = down(c, dV, (size_t)max_T * kvdim);
+        tsc_free(c, dqg), tsc_free(c, dk), tsc_free(c, dK), tsc_free(c, dV), tsc_free(c, dout);
+    }
+    const int same = !memcmp(go[0], go[1], sizeof(float) * nq * D) && !memcmp(gK[0], gK[1], sizeof(float) * max_T * kvdim) &&
+                      !memcmp(gV[0], gV[1], sizeof(float) * max_T * kvdim);
+    /* and the case did attend: the output moved from what it held, the row's key landed (not past the cache) */
+    const int moved = pos >= max_T || (memcmp(go[1], o0, sizeof(float) * nq * D) && memcmp(gK[1] + (size_t)pos * kvdim,
+                                                                                          Kc + (size_t)pos * kvdim, sizeof(float) * kvdim));
+    fprintf(stderr, "  attn fused prep: nq %d nkv %d D %d rot %d pos %d%s cache %d %s %d: %s\n", nq, nkv, D, rot, pos,
+            devpos ? " (device)" : "", max_T, np_max ? "np_max" : "split", np_max ? np_max : split,
+            same && moved ? "same bits" : "DIFFERS");
+    CHECK_MSG(same, "fused prep: nq %d nkv %d D %d pos %d: out or cache differs from prep + split (out max %.3g)", nq,
+              nkv, D, pos, ts_test_max_abs(go[0], go[1], (size_t)nq * D));
+    CHECK_MSG(moved, "fused prep: nq %d D %d pos %d: the op wrote nothing", nq, D, pos);
+    *ok = *ok && same && moved;
+    for (int f = 0; f < 2; f++) free(go[f]), free(gK[f]), free(gV[f]);
+    free(qg), free(k), free(v), free(qn), free(kn), free(o0), free(Kc), free(Vc);
+    tsc_free(c, dqn), tsc_free(c, dkn), tsc_free(c, dv), tsc_free(c, ws), tsc_free(c, dpos);
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
+TS_TEST(cuda, attn_fused_prep_same_bits) {
+    int ok = 1;
+    attn_fused_case(16, 4, 256, 64, 511, 700, 0, 8, 1, &ok);   /* the 9B's layer at a decode position */
+    attn_fused_case(16, 4, 256, 64, 0, 700, 0, 8, 1, &ok);     /* the first key */
+    attn_fused_case(16, 4, 256, 64, 31, 300, 32, 0, 0, &ok);   /* the last key of a piece */
+    attn_fused_case(16, 4, 256, 64, 32, 300, 32, 0, 1, &ok);   /* the first of the next */
+    attn_fused_case(16, 4, 256, 64, 5000, 5100, 32, 0, 1, &ok); /* 157 pieces: blocks walk several */
+    attn_fused_case(8, 2, 128, 32, 777, 1000, 0, 12, 0, &ok);  /* D 128, a partial rotation */
+    attn_fused_case(16, 1, 64, 64, 300, 512, 64, 0, 1, &ok);   /* D 64, G 16, the full rotation */
+    attn_fused_case(8, 2, 128, 128, 400, 400, 0, 8, 1, &ok);   /* a device position past the cache */
+    CHECK(ok);
+}
+
 /* same_pos (the DFlash block's rows in one call, backend.cu attn_block):
  * n rows attending as the row at pos, each row's output bit for bit that of
  * a one-row call at pos with its query; the pieces by row length (np_max),

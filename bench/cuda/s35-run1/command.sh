@@ -1,21 +1,26 @@
 #!/bin/bash
-# session 35, device call 1: session 34's unrun s34-run3 (the attention's o_proj digits, TSC_ATTN_DIG=1: its
-# byte-equality test's 12 cases, memcheck and racecheck) with a pack of main at 127fd6b (s35a: the two digits tests
-# sharing digits_taken_by_product), then the A/B on every decode shape, the engine's GPU suite under the switch,
-# and the acceptance figures on whatever card comes. Build: make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all;
-# bench/cuda/pack.sh s35a; bench/cuda/slim.sh out-all s35-run1; carry .gpu/s35a.
-# Predictions (s34-run2's, H100): TSC_ATTN_DIG=1 9B +0.3%, 0.8B +0.3%, 35B-A3B-8L +0.5%, default model +-0;
-# on an H200 the same microseconds are a slightly larger share (9B ~+0.4%).
-PACK=.gpu/s35a/pack.tar.xz . bench/cuda/device_env.sh
-timeout 60 $B/ts_test cuda.attn_digits_same_as_staging cuda.gdn_digits_same_as_staging > $O/t_first.log 2>&1; tl "digits tests $?"
-timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda.attn_digits_same_as_staging > $O/memcheck.log 2>&1; tl "memcheck $?"
-timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 $B/ts_test cuda.attn_digits_same_as_staging > $O/racecheck.log 2>&1; tl "racecheck $?"
+# session 35, device call 1 (the first start was refused, so two calls' work in one): session 34's unrun s34-run3
+# (the attention's o_proj digits, TSC_ATTN_DIG=1: its byte-equality test's 12 cases, memcheck, racecheck) and the
+# new fused one-row attention (TSC_ATTN_FUSE=1, attn.cu's k_attn_split_lk F: the prep launch's norms, RoPE and K/V
+# append inside the split's blocks; cuda.attn_fused_prep_same_bits, 8 cases), then both A/B on every decode shape,
+# the engine's GPU suite under both, the kernel suite, on whatever card comes. Pack s35b (this commit's tree).
+# Build: make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all; bench/cuda/pack.sh s35b;
+# bench/cuda/slim.sh out-all s35-run1; carry .gpu/s35b.
+# Predictions: TSC_ATTN_DIG=1 (s34-run2, H100) 9B +0.3%, 0.8B +0.3%, 35B-A3B-8L +0.5%, default model +-0.
+# TSC_ATTN_FUSE=1: the prep launch (~3.2 us span and a ~1 us hop, session 26's H200 trace) against ~0.5-1 us more in
+# each split block (G + 1 double warp sums, two barriers, the angles in double): -2..-3 us an attention layer, so
+# the 9B (8 attention layers, ~2.3 ms a step on an H100) +0.7..1.0%, the 0.8B (6 of 24, ~0.7 ms) +1.5..2.5%, the
+# default model and 35B-A3B-8L (2 of 8) +0.5..1.5%. MTP 3 on the 9B: the drafts' attention is one row too (+~0.5%).
+PACK=.gpu/s35b/pack.tar.xz . bench/cuda/device_env.sh
+timeout 60 $B/ts_test cuda.attn_digits_same_as_staging cuda.gdn_digits_same_as_staging cuda.attn_fused_prep_same_bits > $O/t_first.log 2>&1; tl "digits + fused tests $?"
+timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 $B/ts_test cuda.attn_digits_same_as_staging cuda.attn_fused_prep_same_bits > $O/memcheck.log 2>&1; tl "memcheck $?"
+timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 $B/ts_test cuda.attn_digits_same_as_staging cuda.attn_fused_prep_same_bits > $O/racecheck.log 2>&1; tl "racecheck $?"
 synth_shape 9b shapes/qwen3.5-9B.json
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 synth_shape 08b shapes/qwen3.5-0.8B.json
 for r in a b c; do
-  for v in d ad; do
-    case $v in d) ev=X=0 ;; ad) ev=TSC_ATTN_DIG=1 ;; esac
+  for v in d ad af adf; do
+    case $v in d) ev=X=0 ;; ad) ev=TSC_ATTN_DIG=1 ;; af) ev=TSC_ATTN_FUSE=1 ;; adf) ev="TSC_ATTN_DIG=1 TSC_ATTN_FUSE=1" ;; esac
     bj 9b_${v}_$r "$ev" $S/9b --prompt 512 --gen 128 --runs 2
     bj 08b_${v}_$r "$ev" $S/08b --prompt 512 --gen 128 --runs 2
     bj def_${v}_$r "$ev" models/default --prompt 512 --gen 128 --runs 2
@@ -23,14 +28,19 @@ for r in a b c; do
   done
 done
 for r in a b; do
-  for v in d ad; do
-    case $v in d) ev=X=0 ;; ad) ev=TSC_ATTN_DIG=1 ;; esac
+  for v in d adf; do
+    case $v in d) ev=X=0 ;; adf) ev="TSC_ATTN_DIG=1 TSC_ATTN_FUSE=1" ;; esac
     bj 9b_mtp3_${v}_$r "$ev" $S/9b --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
-    env $ev timeout 60 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_${v}_$r.txt 2>&1; tl "cb 9b $v $?"
+    bj def_mtp2_${v}_$r "$ev" models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft 2
   done
 done
-TSC_ATTN_DIG=1 timeout 200 $B/ts_test cuda_engine > $O/t_engine_ad.log 2>&1; tl "ts_test cuda_engine under TSC_ATTN_DIG=1 $?"
+TSC_ATTN_DIG=1 TSC_ATTN_FUSE=1 timeout 150 $B/ts_test cuda_engine > $O/t_engine_adf.log 2>&1; tl "ts_test cuda_engine under both $?"
+timeout 120 $B/ts_test cuda > $O/t_cuda.log 2>&1; tl "ts_test cuda $?"
+for v in d adf; do
+  case $v in d) ev=X=0 ;; adf) ev="TSC_ATTN_DIG=1 TSC_ATTN_FUSE=1" ;; esac
+  env $ev timeout 30 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_$v.txt 2>&1; tl "cb 9b $v $?"
+done
 synth_shape 35b shapes/qwen3.5-35B-A3B.json
 bj 35b_d X=0 $S/35b --prompt 512 --gen 128 --runs 2
-bj 35b_ad TSC_ATTN_DIG=1 $S/35b --prompt 512 --gen 128 --runs 2
+bj 35b_adf "TSC_ATTN_DIG=1 TSC_ATTN_FUSE=1" $S/35b --prompt 512 --gen 128 --runs 2
 device_end
