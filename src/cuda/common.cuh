@@ -28,6 +28,8 @@ struct tsc_ctx {
     int pdl_early; /* the kernels between products trigger their dependents first (tsc_pdl_entry) */
     int attn_kv;   /* attention decode's split: 2 K/V in shared memory, scores a lane a key (the default); 1 K/V in shared memory; 0 read where used (attn.cu; TSC_ATTN_KV) */
     int gdn_fused; /* the GDN step in one kernel (gdn.cu, k_gdn_fused; TSC_GDN_FUSED=0: prep + scan) */
+    int gdn_pre;    /* the GDN step's state, conv state and weights loaded before its PDL wait (k_gdn_fused's P;
+                       TSC_GDN_PRE=1, opt-in) */
     int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the
                        default), 2 for several rows too (opt-in: no gain measured, s34-run1) */

@@ -136,6 +136,10 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * makes every row's outputs in turn (the same bits) */
     const char *gr = getenv("TSC_GDN_ROWPAR");
     c->gdn_rowpar = !(gr && gr[0] == '0');
+    /* the GDN step's loads before its PDL wait (gdn.cu, k_gdn_fused's P):
+     * opt-in until measured (TSC_GDN_PRE=1) */
+    const char *gp = getenv("TSC_GDN_PRE");
+    c->gdn_pre = gp && gp[0] == '1';
     /* read here once: tsc_digits_group and the backend's gdn_rows; =2 (several
      * rows too) measured no gain with ROWPAR (s34-run1), so it stays opt-in */
     const char *gd = getenv("TSC_GDN_DIG");

@@ -271,7 +271,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
  * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
  * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
  * lane-a-key scores in both). So every row count takes it by default. */
-template <bool E, int RR>
+template <bool E, int RR, bool P>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
@@ -283,42 +283,57 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     const float *S0, *cin;
     float *Sd = tsc_gdn_state_of(a, &S0);
     float *cout = tsc_gdn_conv_of(a, &cin);
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank(), g = blockIdx.x / (CL * RR), h = g * RR + rank / CL, cb = rank % CL;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = cb * CB + lane, tid = threadIdx.x;
+    const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd;
+    /* prep: q (tid < 128) or k (tid >= 128) channel of key head g; v channel j for tid < 32 */
+    const bool isq = tid < DK;
+    const int cqk = (isq ? 0 : Kd) + g * DK + (tid & (DK - 1)), cv = 2 * Kd + h * DV + cb * CB + lane;
+    /* The state, the weights and the conv state, the state's loads first
+     * (they depend on nothing the prep makes, so their latency passes while
+     * it runs: after it, they cost the 1-row step ~0.5 us a layer,
+     * s19-run4); with P all of them before the PDL wait. Why P is safe: the
+     * weights depend on no kernel, and the last kernel to write the state
+     * and the conv state is this layer's step of the previous pass (or a
+     * prompt chunk's, or a copy: stream order), with other layers' kernels
+     * in between that trigger their dependents only after their own wait
+     * (tsc_pdl_entry<false>); this kernel starts only once the previous one
+     * has triggered, i.e. once the one before that has completed, and with
+     * it every kernel before it. Not under ctx.pdl_early (kernels that
+     * trigger before their wait). Why: the conv state, its taps and the
+     * state come from DRAM after the wait, ~1-1.5 us on the step's chain
+     * where the prep's own input (the in_proj rows, in L2) takes ~0.6.
+     * Opt-in (ctx.gdn_pre, TSC_GDN_PRE=1) until measured. */
+    float *Sh = Sd + (int64_t)h * DK * DV;
+    const float *Si = S0 + (int64_t)h * DK * DV;
+    float S[IPW], hq[KW - 1], wq[KW], hv[KW - 1], wv[KW], nA, dtb, nw;
+    auto load_state = [&]() {
+#pragma unroll
+        for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
+        nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
+#pragma unroll
+        for (int q = 0; q < KW - 1; q++) hq[q] = cin[(int64_t)q * C + cqk];
+#pragma unroll
+        for (int q = 0; q < KW; q++) wq[q] = a.conv_w[(int64_t)q * C + cqk];
+        if (tid < CB) {
+#pragma unroll
+            for (int q = 0; q < KW - 1; q++) hv[q] = cin[(int64_t)q * C + cv];
+#pragma unroll
+            for (int q = 0; q < KW; q++) wv[q] = a.conv_w[(int64_t)q * C + cv];
+        }
+    };
+    if constexpr (P) load_state();
     TSC_ENTRY(E);
+    if constexpr (!P) load_state();
     __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
     __shared__ float redp[NW][32], redo[NW][32], ojs[TSC_ROWS_MAX][32];
     __shared__ double red[NW];
     __shared__ double ssq[TSC_ROWS_MAX];
     __shared__ float gmx[TSC_ROWS_MAX];
-    cg::cluster_group cl = cg::this_cluster();
-    const int rank = (int)cl.block_rank(), g = blockIdx.x / (CL * RR), h = g * RR + rank / CL, cb = rank % CL;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = cb * CB + lane, tid = threadIdx.x;
-    const int Kd = a.Hk * DK, Vd = a.Hv * DV, C = 2 * Kd + Vd;
     const int n = tsc_gdn_rows(a);
     if (!n) return;
-    /* the state's loads first: they depend on nothing the prep makes, so
-     * their latency passes while it runs (after it, they cost the 1-row step
-     * ~0.5 us a layer: s19-run4) */
-    float *Sh = Sd + (int64_t)h * DK * DV;
-    const float *Si = S0 + (int64_t)h * DK * DV;
-    float S[IPW];
-#pragma unroll
-    for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
-    const float nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
-    /* prep: q (tid < 128) or k (tid >= 128) channel of key head g; v channel j for tid < 32 */
-    const bool isq = tid < DK;
-    const int cqk = (isq ? 0 : Kd) + g * DK + (tid & (DK - 1)), cv = 2 * Kd + h * DV + cb * CB + lane;
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
-    float hq[KW - 1], wq[KW], hv[KW - 1], wv[KW];
-#pragma unroll
-    for (int q = 0; q < KW - 1; q++) hq[q] = cin[(int64_t)q * C + cqk];
-#pragma unroll
-    for (int q = 0; q < KW; q++) wq[q] = a.conv_w[(int64_t)q * C + cqk];
-    if (tid < CB) {
-#pragma unroll
-        for (int q = 0; q < KW - 1; q++) hv[q] = cin[(int64_t)q * C + cv];
-#pragma unroll
-        for (int q = 0; q < KW; q++) wv[q] = a.conv_w[(int64_t)q * C + cv];
-    }
     for (int t = 0; t < n; t++) {
         const float y = conv_silu(wq, hq, a.qkv[(int64_t)t * C + cqk]);
         const double sw = warp_sum_d((double)y * y);
@@ -809,8 +824,9 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
         const bool dig = g.dg && g.o && !g.n_dev && (g.dg_group == 32 || g.dg_group == 64 || g.dg_group == 128);
         const bool ws = dig && g.dg == c->dg; /* into the ctx's digits: the next product may take them */
         if (!dig) g.dg = NULL;
-        tsc_launch(c, rr == 1 ? (e ? k_gdn_fused<true, 1> : k_gdn_fused<false, 1>)
-                              : (e ? k_gdn_fused<true, 2> : k_gdn_fused<false, 2>),
+        const bool pre = c->gdn_pre && !e; /* (k_gdn_fused's P: not where kernels trigger before their wait) */
+        tsc_launch(c, rr == 1 ? (e ? k_gdn_fused<true, 1, false> : pre ? k_gdn_fused<false, 1, true> : k_gdn_fused<false, 1, false>)
+                              : (e ? k_gdn_fused<true, 2, false> : pre ? k_gdn_fused<false, 2, true> : k_gdn_fused<false, 2, false>),
                    dim3(a->Hv * CL), dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */
