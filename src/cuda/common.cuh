@@ -44,6 +44,9 @@ struct tsc_ctx {
      * columns in groups of dg_group, valid while nlaunch == dg_seq (no
      * launch since, so nothing has written dg or x; q4dp's stage_once) */
     unsigned long long nlaunch, dg_seq;
+    /* nlaunch after the last GDN launch (tsc_gdn_step, tsc_gdn_prefill): a
+     * step right after it may not load the state before its PDL wait */
+    unsigned long long gdn_seq;
     const float *dg_x;
     int dg_n, dg_cols, dg_group;
     void *blas; /* the cuBLAS handle of the prompt products (blas.cu), made on first use */

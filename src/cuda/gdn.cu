@@ -301,7 +301,8 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
      * (tsc_pdl_entry<false>); this kernel starts only once the previous one
      * has triggered, i.e. once the one before that has completed, and with
      * it every kernel before it. Not under ctx.pdl_early (kernels that
-     * trigger before their wait). Why: the conv state, its taps and the
+     * trigger before their wait), and not right after another GDN launch
+     * (tsc_gdn_step's rule: ctx.gdn_seq). Why: the conv state, its taps and the
      * state come from DRAM after the wait, ~1-1.5 us on the step's chain
      * where the prep's own input (the in_proj rows, in L2) takes ~0.6.
      * Opt-in (ctx.gdn_pre, TSC_GDN_PRE=1) until measured. */
@@ -824,11 +825,16 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
         const bool dig = g.dg && g.o && !g.n_dev && (g.dg_group == 32 || g.dg_group == 64 || g.dg_group == 128);
         const bool ws = dig && g.dg == c->dg; /* into the ctx's digits: the next product may take them */
         if (!dig) g.dg = NULL;
-        const bool pre = c->gdn_pre && !e; /* (k_gdn_fused's P: not where kernels trigger before their wait) */
+        /* k_gdn_fused's P: not where kernels trigger before their wait, nor
+         * right after another GDN launch (a lazy rollback's pending rows, then
+         * the pass's own: the previous kernel writes this state; s35-run1
+         * found the verify chains' logits differ without this rule) */
+        const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
         tsc_launch(c, rr == 1 ? (e ? k_gdn_fused<true, 1, false> : pre ? k_gdn_fused<false, 1, true> : k_gdn_fused<false, 1, false>)
                               : (e ? k_gdn_fused<true, 2, false> : pre ? k_gdn_fused<false, 2, true> : k_gdn_fused<false, 2, false>),
                    dim3(a->Hv * CL), dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
+        c->gdn_seq = c->nlaunch;
         if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */
             c->dg_seq = c->nlaunch, c->dg_x = g.o, c->dg_n = g.n, c->dg_cols = g.Hv * DV, c->dg_group = g.dg_group;
         }
@@ -838,6 +844,7 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
     TSC_LAUNCHED(c, "tsc_gdn_step (prep)");
     tsc_launch(c, c->pdl_early ? k_gdn_scan<true> : k_gdn_scan<false>, dim3(a->Hv * CL), dim3(NW * 32), 0, *a, a->ws);
     TSC_LAUNCHED(c, "tsc_gdn_step (scan)");
+    c->gdn_seq = c->nlaunch;
 }
 
 extern "C" void tsc_gdn_prefill(tsc_ctx *c, const tsc_gdn_args *a) {
@@ -875,4 +882,5 @@ extern "C" void tsc_gdn_prefill(tsc_ctx *c, const tsc_gdn_args *a) {
     TSC_LAUNCHED(c, "tsc_gdn_prefill (norm)");
     tsc_launch(c, k_gdnp_convstate, dim3((C + 255) / 256), dim3(256), 0, *a);
     TSC_LAUNCHED(c, "tsc_gdn_prefill (conv state)");
+    c->gdn_seq = c->nlaunch;
 }
