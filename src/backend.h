@@ -161,10 +161,8 @@ struct ts_stream {
  * the rows' K/V appended to the cache, causal attention over the cache, the
  * output gate sigmoid(gate) per element; out [n, nq*D]. */
 typedef struct ts_attn_args {
-    float *qg;                  /* [n, nq, 2D]: query | gate per head (scratch: a backend may norm and
-                                   rotate the queries in place, as the CPU's does; CUDA's one-row form
-                                   leaves them as given) */
-    float *k, *v;               /* [n, nkv*D] the rows' projections (k: scratch as qg's queries) */
+    float *qg;                  /* [n, nq, 2D]: query | gate per head (normed and rotated in place) */
+    float *k, *v;               /* [n, nkv*D] the rows' projections (k normed and rotated in place) */
     const float *q_norm, *k_norm; /* [D] 1 + w */
     float *kc, *vc;             /* caches [ctx, nkv*D] */
     float *att;                 /* scores scratch [att_rows, nq, att_len] */

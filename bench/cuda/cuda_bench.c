@@ -300,9 +300,6 @@ static void mixer(layer *y, int n) {
         const int skip = cb_env("CB_ATTN");
         if (skip == 3) return;
         a.phase = skip == 1 ? 1 : skip == 2 ? 2 : 0;
-        /* the engine's one-row form under TSC_ATTN_FUSE=1 (backend.cu's cu_attn) */
-        const char *af = getenv("TSC_ATTN_FUSE");
-        a.fused = n == 1 && af && af[0] == '1';
         tsc_attn_decode(C, &a);
     } else {
         if (cb_env("CB_GDN") == 1) return;

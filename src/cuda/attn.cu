@@ -274,95 +274,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * and combine) 1.5-1.8 us a layer less, the step 2.039 -> 2.025 ms; not the
  * predicted ~1.3 us a sub-chunk: the split's scores were not its cost either.
  * The default (ctx.attn_kv 2). */
-/* F (tsc_attn_args.fused: one row, phase 0; ctx.attn_fuse, TSC_ATTN_FUSE=1):
- * k_attn_prep's work inside the split, so the decode step's attention is two
- * launches, not three. Each block norms and rotates its KV head's G query
- * heads itself into qs4 (the pieces' blocks of a head all do: the same
- * values, nothing written back to qg, which the other blocks still read);
- * the block whose walk has the piece holding the row's own key norms and
- * rotates that key, appends it and the value to the cache, and puts both
- * into its sub-chunk in place of the cache's row (nobody else reads that
- * row in this launch). k_attn_prep's arithmetic throughout: the double sum
- * of squares as block_sum_d over D threads (warp sums, then the first D / 32
- * warps' in order), the same rsqrt, products and angles; so the same bits
- * as prep + split (cuda.attn_fused_prep_same_bits). Why: the prep launch was
- * ~3.2 us and a hop of a 9B attention layer's ~15 us (session 26's trace);
- * its work here is G + 1 warp reductions, one barrier and the angles. */
-struct fused_prep {
-    float4 kn[DMAX / 4], vn[DMAX / 4]; /* the new key (normed, rotated) and value */
-    double red[GMAX + 1][DMAX / 32];
-};
-
-/* q's G heads (and the key when kn: this block's walk holds the row's own
- * key) as k_attn_prep makes them: head hh into qs + hh * DMAX, the key and
- * its value into fp (and the cache); every thread of the block calls it
- * (its barriers), thread d taking column d */
-__device__ __forceinline__ void prep_in_block(const tsc_attn_args &a, int kh, int G, int pos, bool kn, float *qs,
-                                              fused_prep &fp) {
-    const int D = a.D, d = threadIdx.x, kvdim = a.nkv * D, nw = D >> 5, warp = d >> 5;
-    const bool on = d < D, past = pos >= a.max_T; /* past the cache: prep writes nothing, q stays as it is */
-    float v[GMAX + 1];
-    const float *qg = a.qg + (int64_t)kh * G * q_width(a);
-#pragma unroll
-    for (int hh = 0; hh < GMAX; hh++) v[hh] = on && hh < G ? qg[(int64_t)hh * q_width(a) + d] : 0.f;
-    v[GMAX] = on && kn ? a.k[(int64_t)kh * D + d] : 0.f;
-    /* block_sum_d's arithmetic over the first D threads (k_attn_prep's
-     * block): each warp's sum, then the warps' in order from 0 */
-#pragma unroll
-    for (int hh = 0; hh <= GMAX; hh++)
-        if (hh < G || (hh == GMAX && kn)) {
-            const double ss = warp_sum_d((double)v[hh] * v[hh]);
-            if ((d & 31) == 0 && warp < nw) fp.red[hh][warp] = ss;
-        }
-    __syncthreads();
-    float *kr = (float *)fp.kn;
-#pragma unroll
-    for (int hh = 0; hh <= GMAX; hh++) {
-        if (!on || !(hh < G || (hh == GMAX && kn))) continue;
-        float y = v[hh];
-        if (!past) {
-            double s = 0;
-            for (int w = 0; w < nw; w++) s += fp.red[hh][w];
-            const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(s / D), a.eps)));
-            y = __fmul_rn(__fmul_rn(v[hh], r), (hh == GMAX ? a.k_norm : a.q_norm)[d]);
-        }
-        (hh == GMAX ? kr : qs + hh * DMAX)[d] = y;
-    }
-    if (past) return; /* (the caller's barrier follows) */
-    __syncthreads();
-    /* RoPE on the first rot columns: the angle of column d once for every head */
-    const int half = a.rot / 2;
-    const bool rot = on && d < a.rot;
-    float o[GMAX + 1];
-    if (rot) {
-        const int jj = d < half ? d : d - half;
-        const float e = __fdiv_rn((float)(2 * jj), (float)a.rot);
-        const float inv = __fdiv_rn(1.0f, (float)pow((double)a.theta, (double)e));
-        const float ang = __fmul_rn((float)pos, inv);
-        const float cs = (float)cos((double)ang), sn = (float)sin((double)ang);
-#pragma unroll
-        for (int hh = 0; hh <= GMAX; hh++) {
-            if (!(hh < G || (hh == GMAX && kn))) continue;
-            const float *ys = hh == GMAX ? kr : qs + hh * DMAX;
-            if (d < half) o[hh] = __fsub_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d + half], sn));
-            else o[hh] = __fadd_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d - half], sn));
-        }
-    }
-    __syncthreads(); /* every partner column read before any is rewritten */
-    if (rot)
-#pragma unroll
-        for (int hh = 0; hh <= GMAX; hh++)
-            if (hh < G || (hh == GMAX && kn)) (hh == GMAX ? kr : qs + hh * DMAX)[d] = o[hh];
-    if (kn && on) { /* the key (each thread its own column: no barrier needed) and the value appended */
-        const int64_t off = (int64_t)pos * kvdim + (int64_t)kh * D + d;
-        const float vv = a.v[(int64_t)kh * D + d];
-        a.Kc[off] = kr[d];
-        a.Vc[off] = vv;
-        ((float *)fp.vn)[d] = vv;
-    }
-}
-
-template <bool E, bool F>
+template <bool E>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
     TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
@@ -376,19 +288,9 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
-    __shared__ fused_prep fps; /* F only (unreferenced otherwise) */
-    int newt = -1; /* F: the row's own key, where this block's walk holds it */
-    if constexpr (F) {
-        /* (pos / P: the piece of the row's own key, the last of the row) */
-        const bool kn = pos < a.max_T && (pos / P) % (int)gridDim.x == (int)blockIdx.x;
-        if (kn) newt = pos;
-        prep_in_block(a, kh, G, pos, kn, (float *)qs4, fps);
-        /* (the first sub-chunk's barrier below orders qs4 and fps before their reads) */
-    } else {
-        for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
-            const int hh = e / d4, j = e % d4;
-            qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
-        }
+    for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
+        const int hh = e / d4, j = e % d4;
+        qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
     }
     float4 *vs = kvs + SPL * (DMAX / 4 + 1);
     const int d = threadIdx.x;
@@ -409,12 +311,6 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
                     const int e = threadIdx.x + u * 256;
                     if (e < tot) {
                         const int64_t off = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
-                        if constexpr (F) {
-                            if (t0 + e / d4 == newt) { /* the row this block appended: from its registers' copy */
-                                kr4[u] = fps.kn[e % d4], vr4[u] = fps.vn[e % d4];
-                                continue;
-                            }
-                        }
                         kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
                     }
                 }
@@ -720,11 +616,7 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
             used = (T + P - 1) / P > used ? (T + P - 1) / P : used;
         }
     }
-    /* prep inside the split (k_attn_split_lk's F): one row, the whole op, the
-     * lane-a-key split; any other call takes the prep launch (and writes q
-     * and k back, which the fused form does not) */
-    const bool fuse = a->fused && a->n == 1 && a->phase == 0 && !a->no_q && !a->same_pos && c->attn_kv == 2;
-    if (a->phase != 2 && !fuse) {
+    if (a->phase != 2) {
         tsc_launch(c, c->pdl_early ? k_attn_prep<true> : k_attn_prep<false>, dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
     }
@@ -735,10 +627,8 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         const int lk = (int)lk_smem();
-        cudaFuncSetAttribute(k_attn_split_lk<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-        cudaFuncSetAttribute(k_attn_split_lk<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-        cudaFuncSetAttribute(k_attn_split_lk<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-        cudaFuncSetAttribute(k_attn_split_lk<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        cudaFuncSetAttribute(k_attn_split_lk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        cudaFuncSetAttribute(k_attn_split_lk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
@@ -748,10 +638,7 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     int cap = 2 * c->n_sm / a->nkv;
     if (cap < 1) cap = 1;
     const dim3 sg(used < cap ? used : cap, a->nkv, a->n);
-    if (c->attn_kv == 2)
-        tsc_launch(c, fuse ? (e ? k_attn_split_lk<true, true> : k_attn_split_lk<false, true>)
-                           : (e ? k_attn_split_lk<true, false> : k_attn_split_lk<false, false>),
-                   sg, dim3(256), lk_smem(), *a, nsplit);
+    if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
                                  : (e ? k_attn_split<true, false> : k_attn_split<false, false>),

@@ -1602,16 +1602,6 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     const int qd = a->nq * 2 * D, kvd = a->nkv * D;
     tsc_attn_args t = attn_common(a, L, ws, np);
     t.pos_dev = &q->dstep->step.pos;
-    if (a->n == 1 && q->c->attn_fuse) {
-        /* one row (a decode step, an MTP draft): the prep inside the split's
-         * blocks, two launches instead of three, the same bits (attn.cu's
-         * fused form; q and k are not written back, and nothing reads them
-         * after the op) */
-        t.n = 1, t.pos = 0, t.phase = 0, t.fused = 1, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
-        attn_digits_for(q, a, &t);
-        tsc_attn_decode(q->c, &t);
-        return;
-    }
     /* every row's q/k norms, RoPE and K/V append first (the output rows
      * below overwrite the v rows of later rows: the model's out is big2),
      * all rows in one launch (a block a row and head, so the same bits as

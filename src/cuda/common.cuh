@@ -34,7 +34,6 @@ struct tsc_ctx {
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the
                        default), 2 for several rows too (opt-in: no gain measured, s34-run1) */
     int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (TSC_ATTN_DIG=1, opt-in) */
-    int attn_fuse;  /* a one-row attention's prep inside its split (tsc_attn_args.fused; TSC_ATTN_FUSE=1, opt-in) */
     int attn_kv_smem; /* the K/V form's dynamic shared-memory limit raised on this device (attn.cu) */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */

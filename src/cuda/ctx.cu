@@ -151,10 +151,6 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * test bug): the default once bench/cuda/s34-run3 passes */
     const char *ad = getenv("TSC_ATTN_DIG");
     c->attn_dig = ad && ad[0] == '1';
-    /* a one-row attention in two launches, its prep inside the split (attn.cu,
-     * k_attn_split_lk's F): opt-in until measured (TSC_ATTN_FUSE=1) */
-    const char *af = getenv("TSC_ATTN_FUSE");
-    c->attn_fuse = af && af[0] == '1';
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

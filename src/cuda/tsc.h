@@ -423,13 +423,6 @@ typedef struct tsc_attn_args {
      * out next (o_proj) need not make them; NULL: none */
     void *dg;
     int dg_group;
-    /* fused (phase 0, one row, causal; honoured with the lane-a-key split,
-     * tsc_set_attn_kv 2, the default): the norms, RoPE and K/V append inside
-     * the split's blocks (no prep launch; the same bits of out and of the
-     * cache), but q and k are not written back normed and rotated as the
-     * prep launch does: for callers that do not read them after (backend.cu,
-     * ctx.attn_fuse) */
-    int fused;
 } tsc_attn_args;
 size_t tsc_attn_ws_bytes_np(int n, int nq, int D, int np_max);
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);
