@@ -1559,7 +1559,7 @@ void attn_block(ts_stream *s, const ts_attn_args *a) {
 /* The attention's combine also makes out's digits for the product that
  * reads out next (a->out_w, o_proj) when that product would take 8-bit
  * digits made once (tsc_digits_group) and the switch is on (tsc_ctx.attn_dig,
- * TSC_ATTN_DIG=1): attn.cu's attn_digits, the same bytes as the product's
+ * the default; TSC_ATTN_DIG=0 off): attn.cu's attn_digits, the same bytes as the product's
  * own staging; for the call that writes all of the op's rows (t->n = a->n). */
 void attn_digits_for(cu_stream *q, const ts_attn_args *a, tsc_attn_args *t) {
     tsc_weight d;

@@ -29,11 +29,11 @@ struct tsc_ctx {
     int attn_kv;   /* attention decode's split: 2 K/V in shared memory, scores a lane a key (the default); 1 K/V in shared memory; 0 read where used (attn.cu; TSC_ATTN_KV) */
     int gdn_fused; /* the GDN step in one kernel (gdn.cu, k_gdn_fused; TSC_GDN_FUSED=0: prep + scan) */
     int gdn_pre;    /* the GDN step's state, conv state and weights loaded before its PDL wait (k_gdn_fused's P;
-                       TSC_GDN_PRE=1, opt-in) */
+                       the default, TSC_GDN_PRE=0 off) */
     int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the
                        default), 2 for several rows too (opt-in: no gain measured, s34-run1) */
-    int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (TSC_ATTN_DIG=1, opt-in) */
+    int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (the default, TSC_ATTN_DIG=0 off) */
     int attn_kv_smem; /* the K/V form's dynamic shared-memory limit raised on this device (attn.cu) */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */

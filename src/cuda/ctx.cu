@@ -136,21 +136,24 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * makes every row's outputs in turn (the same bits) */
     const char *gr = getenv("TSC_GDN_ROWPAR");
     c->gdn_rowpar = !(gr && gr[0] == '0');
-    /* the GDN step's loads before its PDL wait (gdn.cu, k_gdn_fused's P):
-     * opt-in until measured (TSC_GDN_PRE=1) */
+    /* the GDN step's loads before its PDL wait (gdn.cu, k_gdn_fused's P): the
+     * default since s35-run2 (H100: the engine's GPU suite 30/30 under it, 9B
+     * decode +1.7% with TSC_ATTN_DIG; H200, s35-run1: +0.8% alone);
+     * TSC_GDN_PRE=0: after the wait */
     const char *gp = getenv("TSC_GDN_PRE");
-    c->gdn_pre = gp && gp[0] == '1';
+    c->gdn_pre = !(gp && gp[0] == '0');
     /* read here once: tsc_digits_group and the backend's gdn_rows; =2 (several
      * rows too) measured no gain with ROWPAR (s34-run1), so it stays opt-in */
     const char *gd = getenv("TSC_GDN_DIG");
     c->gdn_dig = !(gd && *gd) ? 1 : atoi(gd) == 0 ? 0 : gd[0] == '2' ? 2 : 1;
     /* the attention's combine makes o_proj's digits (attn.cu's attn_digits):
-     * opt-in (TSC_ATTN_DIG=1). Measured in s34-run2 (H100): 9B decode +0.3%,
-     * 35B-A3B-8L +0.5%, the engine's exactness tests under it 7/7; but its
-     * kernel test ran only its 1-row case on a GPU (the 3-row case had a
-     * test bug): the default once bench/cuda/s34-run3 passes */
+     * the default since session 35 (its byte-equality test's 12 cases,
+     * memcheck and racecheck on an H200 in s35-run1; decode +0.04% 9B, +0.5-0.8%
+     * on the smaller shapes there, +0.3-0.5% on an H100 in s34-run2; the
+     * engine's GPU suite 30/30 under it in s35-run2); TSC_ATTN_DIG=0: o_proj
+     * makes them itself */
     const char *ad = getenv("TSC_ATTN_DIG");
-    c->attn_dig = ad && ad[0] == '1';
+    c->attn_dig = !(ad && ad[0] == '0');
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

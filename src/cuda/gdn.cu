@@ -305,7 +305,8 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
      * (tsc_gdn_step's rule: ctx.gdn_seq). Why: the conv state, its taps and the
      * state come from DRAM after the wait, ~1-1.5 us on the step's chain
      * where the prep's own input (the in_proj rows, in L2) takes ~0.6.
-     * Opt-in (ctx.gdn_pre, TSC_GDN_PRE=1) until measured. */
+     * Measured (bench/cuda/RESULTS.md, session 35): 9B decode +0.8% on an
+     * H200; the default (ctx.gdn_pre; TSC_GDN_PRE=0: after the wait). */
     float *Sh = Sd + (int64_t)h * DK * DV;
     const float *Si = S0 + (int64_t)h * DK * DV;
     float S[IPW], hq[KW - 1], wq[KW], hv[KW - 1], wv[KW], nA, dtb, nw;
