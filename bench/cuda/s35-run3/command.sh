@@ -1,6 +1,6 @@
 #!/bin/bash
 # NOT RUN: session 35's device budget ran out (refused starts) before this call; the next session's first call
-# (rebuild and repack at its own HEAD: the pack named below s35e (ignored by git) may not survive the machine).
+# (rebuild and repack at its HEAD: the pack s35e named below is ignored by git and may be gone by then).
 # session 35, device call 3 (pack s35e: TSC_ATTN_DIG and TSC_GDN_PRE made the defaults after s35-run2, the fused
 # attention removed): the kernel suite and the engine's GPU suite at the committed defaults, and one 9B decode
 # figure. Build: make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all; bench/cuda/pack.sh s35e;
