@@ -310,7 +310,7 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     float *Sh = Sd + (int64_t)h * DK * DV;
     const float *Si = S0 + (int64_t)h * DK * DV;
     float S[IPW], hq[KW - 1], wq[KW], hv[KW - 1], wv[KW], nA, dtb, nw;
-    auto load_state = [&]() {
+    auto load_inputs = [&]() {
 #pragma unroll
         for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
         nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
@@ -325,9 +325,9 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
             for (int q = 0; q < KW; q++) wv[q] = a.conv_w[(int64_t)q * C + cv];
         }
     };
-    if constexpr (P) load_state();
+    if constexpr (P) load_inputs();
     TSC_ENTRY(E);
-    if constexpr (!P) load_state();
+    if constexpr (!P) load_inputs();
     __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
     __shared__ float redp[NW][32], redo[NW][32], ojs[TSC_ROWS_MAX][32];
     __shared__ double red[NW];
@@ -798,6 +798,13 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
     for (int e = tid; e < DK * WJ; e += 256) Sh[(int64_t)(e / WJ) * DV + j0 + e % WJ] = Ss[e];
 }
 
+/* k_gdn_fused's instance for RR: E (early trigger) never with P (its loads
+ * before the wait are safe only where kernels trigger after theirs) */
+template <int RR>
+void (*fused_kernel(bool e, bool pre))(const tsc_gdn_args) {
+    return e ? k_gdn_fused<true, RR, false> : pre ? k_gdn_fused<false, RR, true> : k_gdn_fused<false, RR, false>;
+}
+
 } // namespace
 
 extern "C" size_t tsc_gdn_ws_bytes(int n, int C) { return (size_t)n * (size_t)C * sizeof(float); }
@@ -831,9 +838,7 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * the pass's own: the previous kernel writes this state; s35-run1
          * found the verify chains' logits differ without this rule) */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
-        tsc_launch(c, rr == 1 ? (e ? k_gdn_fused<true, 1, false> : pre ? k_gdn_fused<false, 1, true> : k_gdn_fused<false, 1, false>)
-                              : (e ? k_gdn_fused<true, 2, false> : pre ? k_gdn_fused<false, 2, true> : k_gdn_fused<false, 2, false>),
-                   dim3(a->Hv * CL), dim3(NW * 32), 0, g);
+        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre) : fused_kernel<2>(e, pre), dim3(a->Hv * CL), dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         c->gdn_seq = c->nlaunch;
         if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */
