@@ -283,6 +283,82 @@ __device__ __forceinline__ void write_norm_words(int cols, const float *add, flo
     }
 }
 
+/* Norm mode's one-pass staging of nr rows by one block (k_q4dp_as's NB
+ * form, session 36: a several-row pass's normed products stage their rows
+ * in their own blocks, as the one-row ones do, instead of behind a
+ * k_stage_digits launch of one block a row and a copy).
+ * Why. Session 26's trace of a 9B 4-row verify on an H200: each of the 64
+ * normed products had a 5.2-5.7 us gap before it (that launch: 3.5-4.2 us of
+ * one block's latency chain a row, and a second PDL hand-off) plus 1.4 us
+ * copying the digits into its blocks, against ~2.3 us of in-block staging
+ * for one row (s27). Here the rows' loads go C at a time, all in flight
+ * together, their sums of squares through one barrier.
+ * Bits: row i's are stage_norm_words' (each thread the same two words, ss
+ * in ss_word's order; the block's sum as block_sum_d's: warp_sum_d, then
+ * the warps' partials from warp 0 up; rms_inv, norm_mul, stage_word), so
+ * the digits equal a one-row pass's and k_stage_digits'. 1 / rms of row i
+ * into rnorm[i] (thread 0) for the outputs, which write_rows makes with the
+ * same operations (k_q4dp_as: block 0, once every block has staged). red:
+ * two C x 32 doubles, used in turn (a chunk's barrier orders the reads of
+ * the one before last against its reuse). Rows of cols <= 16 * blockDim.x
+ * (norm1_fits); every lane of the block calls it. */
+template <int ND, int C>
+__device__ __forceinline__ void stage_norm_rows(const dp_args &a, int nr, const float (&f)[2][8], int4 *xd, float2 *xsb,
+                                                double (&red)[2][C][32], float *rnorm) {
+    const int cols = a.cols, nw8 = cols >> 3, nch = cols >> 5, gw = a.group >> 3, tst = 2 * ND * nch;
+    const int wp = threadIdx.x >> 5, nwp = blockDim.x >> 5;
+    for (int i0 = 0, h = 0; i0 < nr; i0 += C, h ^= 1) { /* uniform */
+        float v[C][2][8], e[C][2][8];
+#pragma unroll
+        for (int q = 0; q < C; q++) /* every load of the chunk in flight before any is used */
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int w = (int)threadIdx.x + k * (int)blockDim.x;
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[q][k][j] = e[q][k][j] = 0.f;
+                if (i0 + q < nr && w < nw8) {
+                    const int64_t o = (int64_t)(i0 + q) * cols + 8 * w;
+                    load8(a.x + o, v[q][k]);
+                    if (a.add) load8(a.add + o, e[q][k]);
+                }
+            }
+        double ss[C];
+#pragma unroll
+        for (int q = 0; q < C; q++) {
+            ss[q] = 0;
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int w = (int)threadIdx.x + k * (int)blockDim.x;
+                if (w >= nw8) continue;
+                if (a.add)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) v[q][k][j] = __fadd_rn(v[q][k][j], e[q][k][j]);
+                ss_word(v[q][k], 8, ss[q]);
+            }
+            ss[q] = warp_sum_d(ss[q]);
+            if ((threadIdx.x & 31) == 0) red[h][q][wp] = ss[q];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < C; q++) {
+            if (i0 + q >= nr) continue; /* uniform */
+            double s = 0;
+            for (int j = 0; j < nwp; j++) s += red[h][q][j];
+            const float r = rms_inv(s, cols, a.eps);
+            if (threadIdx.x == 0) rnorm[i0 + q] = r;
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int w = (int)threadIdx.x + k * (int)blockDim.x;
+                const bool on = w < nw8;
+                float u[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) u[j] = on ? norm_mul(v[q][k][j], r, f[k][j]) : 0.f;
+                stage_word<ND, false>(u, on, i0 + q, on ? w : 0, nch, gw, xd, xsb, tst, 0);
+            }
+        }
+    }
+}
+
 /* The mode's outputs (x_out, y_out may alias x): every block arrives on
  * bar once it has staged x (arrive_outputs); one block, once all have
  * arrived, writes them (write_outputs). Which block and when: the last
