@@ -339,10 +339,51 @@ size_t as_smem(int nr, int nd, int cols, int s) {
     return (as_ring_off(nr, nd, cols) + (size_t)WARPS * s * AS_SLOT_I4) * 16;
 }
 
+/* NB's outputs (x_out = x + add, y_out = the normed rows; either may alias
+ * x), each block its share of every row's 8-column words, after its
+ * products, once every block has staged (the counter at the grid): so no
+ * block waits and no block writes a whole row. (Block 0 writing them all
+ * before its products, as the one-row N1 form does from its registers,
+ * re-read x, add and the norm weights a word at a time from L2: ~6.5 us a
+ * row on the launch's tail, s36-run2.) write_rows' operations, so the same
+ * bits as k_stage_digits' outputs. Then each block counts again and the
+ * last one resets the counter for the next launch. */
+__device__ __forceinline__ void nb_outputs(const dp_args &a, int nr, const float *rnorm) {
+    const unsigned g = gridDim.x;
+    if (threadIdx.x == 0)
+        while (atomicOr(a.bar, 0u) < g) __nanosleep(64);
+    __syncthreads();
+    const int nw8 = a.cols >> 3, cw = (nw8 + (int)g - 1) / (int)g, w0 = (int)blockIdx.x * cw;
+    for (int t = threadIdx.x; t < nr * cw; t += blockDim.x) {
+        const int i = t / cw, w = w0 + t % cw;
+        if (w >= nw8) continue;
+        const int64_t o = (int64_t)i * a.cols + 8 * w;
+        /* plain loads: x may be written in this launch (by its owner, here, after this read) */
+        const float4 *xp = (const float4 *)(a.x + o), *fp = (const float4 *)(a.normw + 8 * w);
+        float4 x0 = xp[0], x1 = xp[1];
+        const float4 f0 = fp[0], f1 = fp[1];
+        if (a.add) {
+            const float4 *ap = (const float4 *)(a.add + o);
+            const float4 e0 = ap[0], e1 = ap[1];
+            x0 = make_float4(__fadd_rn(x0.x, e0.x), __fadd_rn(x0.y, e0.y), __fadd_rn(x0.z, e0.z), __fadd_rn(x0.w, e0.w));
+            x1 = make_float4(__fadd_rn(x1.x, e1.x), __fadd_rn(x1.y, e1.y), __fadd_rn(x1.z, e1.z), __fadd_rn(x1.w, e1.w));
+            if (a.x_out) ((float4 *)(a.x_out + o))[0] = x0, ((float4 *)(a.x_out + o))[1] = x1;
+        }
+        if (a.y_out) {
+            const float r = rnorm[i];
+            ((float4 *)(a.y_out + o))[0] =
+                make_float4(norm_mul(x0.x, r, f0.x), norm_mul(x0.y, r, f0.y), norm_mul(x0.z, r, f0.z), norm_mul(x0.w, r, f0.w));
+            ((float4 *)(a.y_out + o))[1] =
+                make_float4(norm_mul(x1.x, r, f1.x), norm_mul(x1.y, r, f1.y), norm_mul(x1.z, r, f1.z), norm_mul(x1.w, r, f1.w));
+        }
+    }
+    if (threadIdx.x == 0 && atomicAdd(a.bar, 1u) == 2 * g - 1) atomicExch(a.bar, 0u);
+}
+
 /* NB (several rows, norm mode, no digits made: nb_takes): the rows staged
  * in the block in one pass each (stage_norm_rows), the norm weights' words
- * loaded before the PDL wait, the outputs by block 0 once every block has
- * staged (write_outputs_b0), as k_q4dp's one-row N1 form does. */
+ * loaded before the PDL wait, the outputs by every block after its products
+ * (nb_outputs). */
 template <int NR, int ND, int S, bool NB = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
@@ -352,6 +393,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
     if (blockIdx.x >= (unsigned)a.nvb) { /* the whole block (a persistent grid has none) */
         TSC_PDL_ENTRY();
         if (!a.dg && a.xm != Q4DP_XM_PLAIN && threadIdx.x == 0) atomicAdd(a.bar, 1u); /* block 0 counts every block */
+        if constexpr (NB) nb_outputs(a, 0, nullptr); /* (and NB counts twice) */
         return;
     }
     const int nch = a.cols >> 5;
@@ -402,12 +444,14 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
     if constexpr (NB) load_norm_words(a.normw, a.cols, f);
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
+    [[maybe_unused]] float *rn = nullptr; /* NB: the rows' 1 / rms, for the outputs after the products */
     if constexpr (NB) {
         __shared__ double red1[2][NB_C][32];
         __shared__ float rnorm[NR];
+        rn = rnorm;
         stage_norm_rows<ND, NB_C>(a, NR, f, xd, xsb, red1, rnorm);
         __syncthreads();
-        write_outputs_b0<NR>(a, rnorm);
+        if (threadIdx.x == 0) atomicAdd(a.bar, 1u); /* staged: this block reads x no more */
     } else if (NR > 1 || a.dg) { /* (several rows have their digits made once but in NB: as_takes) */
         copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
     } else if constexpr (NR == 1) {
@@ -451,6 +495,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
+    if constexpr (NB) nb_outputs(a, NR, rn);
     Q4DP_TRACE(3);
 }
 

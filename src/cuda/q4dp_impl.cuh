@@ -297,10 +297,10 @@ __device__ __forceinline__ void write_norm_words(int cols, const float *add, flo
  * in ss_word's order; the block's sum as block_sum_d's: warp_sum_d, then
  * the warps' partials from warp 0 up; rms_inv, norm_mul, stage_word), so
  * the digits equal a one-row pass's and k_stage_digits'. 1 / rms of row i
- * into rnorm[i] (thread 0) for the outputs, which write_rows makes with the
- * same operations (k_q4dp_as: block 0, once every block has staged). red:
- * two C x 32 doubles, used in turn (a chunk's barrier orders the reads of
- * the one before last against its reuse). Rows of cols <= 16 * blockDim.x
+ * into rnorm[i] (thread 0) for the outputs, which write_rows' operations
+ * make (k_q4dp_as: nb_outputs, each block a share after its products).
+ * red: two C x 32 doubles, used in turn (a chunk's barrier orders the reads
+ * of the one before last against its reuse). Rows of cols <= 16 * blockDim.x
  * (norm1_fits); every lane of the block calls it. */
 template <int ND, int C>
 __device__ __forceinline__ void stage_norm_rows(const dp_args &a, int nr, const float (&f)[2][8], int4 *xd, float2 *xsb,
