@@ -329,71 +329,20 @@ constexpr size_t AS_SMEM_MAX = 224 * 1024;
 /* at most this a block for two blocks an SM (228 KB an SM, 1 KB reserved a
  * block, the static part) */
 constexpr size_t AS_SMEM_2 = 110 * 1024;
-/* NB's rows a chunk (stage_norm_rows' C): each thread holds C x 32 floats
- * of x and add while their loads fly, beside the ring's cursor and the norm
- * weights; 2 keeps k_q4dp_as within two blocks an SM's registers */
-constexpr int NB_C = 2;
 
 __host__ __device__ inline size_t as_ring_off(int nr, int nd, int cols) { return (stage_bytes(nr, nd, cols) + 15) / 16; }
 size_t as_smem(int nr, int nd, int cols, int s) {
     return (as_ring_off(nr, nd, cols) + (size_t)WARPS * s * AS_SLOT_I4) * 16;
 }
 
-/* NB's outputs (x_out = x + add, y_out = the normed rows; either may alias
- * x), each block its share of every row's 8-column words, after its
- * products, once every block has staged (the counter at the grid): so no
- * block waits and no block writes a whole row. (Block 0 writing them all
- * before its products, as the one-row N1 form does from its registers,
- * re-read x, add and the norm weights a word at a time from L2: ~6.5 us a
- * row on the launch's tail, s36-run2.) write_rows' operations, so the same
- * bits as k_stage_digits' outputs. Then each block counts again and the
- * last one resets the counter for the next launch. */
-__device__ __forceinline__ void nb_outputs(const dp_args &a, int nr, const float *rnorm) {
-    const unsigned g = gridDim.x;
-    if (threadIdx.x == 0)
-        while (atomicOr(a.bar, 0u) < g) __nanosleep(64);
-    __syncthreads();
-    const int nw8 = a.cols >> 3, cw = (nw8 + (int)g - 1) / (int)g, w0 = (int)blockIdx.x * cw;
-    for (int t = threadIdx.x; t < nr * cw; t += blockDim.x) {
-        const int i = t / cw, w = w0 + t % cw;
-        if (w >= nw8) continue;
-        const int64_t o = (int64_t)i * a.cols + 8 * w;
-        /* plain loads: x may be written in this launch (by its owner, here, after this read) */
-        const float4 *xp = (const float4 *)(a.x + o), *fp = (const float4 *)(a.normw + 8 * w);
-        float4 x0 = xp[0], x1 = xp[1];
-        const float4 f0 = fp[0], f1 = fp[1];
-        if (a.add) {
-            const float4 *ap = (const float4 *)(a.add + o);
-            const float4 e0 = ap[0], e1 = ap[1];
-            x0 = make_float4(__fadd_rn(x0.x, e0.x), __fadd_rn(x0.y, e0.y), __fadd_rn(x0.z, e0.z), __fadd_rn(x0.w, e0.w));
-            x1 = make_float4(__fadd_rn(x1.x, e1.x), __fadd_rn(x1.y, e1.y), __fadd_rn(x1.z, e1.z), __fadd_rn(x1.w, e1.w));
-            if (a.x_out) ((float4 *)(a.x_out + o))[0] = x0, ((float4 *)(a.x_out + o))[1] = x1;
-        }
-        if (a.y_out) {
-            const float r = rnorm[i];
-            ((float4 *)(a.y_out + o))[0] =
-                make_float4(norm_mul(x0.x, r, f0.x), norm_mul(x0.y, r, f0.y), norm_mul(x0.z, r, f0.z), norm_mul(x0.w, r, f0.w));
-            ((float4 *)(a.y_out + o))[1] =
-                make_float4(norm_mul(x1.x, r, f1.x), norm_mul(x1.y, r, f1.y), norm_mul(x1.z, r, f1.z), norm_mul(x1.w, r, f1.w));
-        }
-    }
-    if (threadIdx.x == 0 && atomicAdd(a.bar, 1u) == 2 * g - 1) atomicExch(a.bar, 0u);
-}
-
-/* NB (several rows, norm mode, no digits made: nb_takes): the rows staged
- * in the block in one pass each (stage_norm_rows), the norm weights' words
- * loaded before the PDL wait, the outputs by every block after its products
- * (nb_outputs). */
-template <int NR, int ND, int S, bool NB = false>
+template <int NR, int ND, int S>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
     Q4DP_TRACE(0);
-    static_assert(!NB || NR > 1, "NB: several rows");
     if (blockIdx.x >= (unsigned)a.nvb) { /* the whole block (a persistent grid has none) */
         TSC_PDL_ENTRY();
         if (!a.dg && a.xm != Q4DP_XM_PLAIN && threadIdx.x == 0) atomicAdd(a.bar, 1u); /* block 0 counts every block */
-        if constexpr (NB) nb_outputs(a, 0, nullptr); /* (and NB counts twice) */
         return;
     }
     const int nch = a.cols >> 5;
@@ -440,19 +389,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
     skip();
 #pragma unroll
     for (int s = 0; s < S - 1; s++) issue(s);
-    [[maybe_unused]] float f[2][8]; /* NB: the norm weights' words (they depend on no kernel) */
-    if constexpr (NB) load_norm_words(a.normw, a.cols, f);
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
-    [[maybe_unused]] float *rn = nullptr; /* NB: the rows' 1 / rms, for the outputs after the products */
-    if constexpr (NB) {
-        __shared__ double red1[2][NB_C][32];
-        __shared__ float rnorm[NR];
-        rn = rnorm;
-        stage_norm_rows<ND, NB_C>(a, NR, f, xd, xsb, red1, rnorm);
-        __syncthreads();
-        if (threadIdx.x == 0) atomicAdd(a.bar, 1u); /* staged: this block reads x no more */
-    } else if (NR > 1 || a.dg) { /* (several rows have their digits made once but in NB: as_takes) */
+    if (NR > 1 || a.dg) { /* (several rows always have their digits made once: as_takes) */
         copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
     } else if constexpr (NR == 1) {
         /* k_q4dp's staging (the same digits); the ring's copies fly meanwhile */
@@ -495,7 +434,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
     }
-    if constexpr (NB) nb_outputs(a, NR, rn);
     Q4DP_TRACE(3);
 }
 
@@ -989,25 +927,14 @@ int q4dp_dx(void) {
     return v;
 }
 
-/* NB: whether a several-row normed pass stages its rows in the product's
- * blocks (k_q4dp_as's NB form, stage_norm_rows) instead of behind
- * k_stage_digits' launch: passes of 2..TSC_Q4DP_NB rows (0: never, the
- * default until measured), rows that fit the one-pass staging, a device
- * counter for the outputs, 8-bit x (k_q4dp_as's), the ring at its
- * several-row depth. A benchmark switch: the same bits either way. */
-bool nb_takes(const dp_args &a, int nd, int nr) {
-    static int mx = -1;
-    if (mx < 0) {
-        mx = ks_env("TSC_Q4DP_NB", 0);
-        if (mx < 0) mx = 0;
-        if (ks_env("TSC_Q4DP_AS_S", 0) || !q4dp_n1()) mx = 0;
-    }
-    return nr > 1 && nr <= mx && nd == 1 && a.xm == Q4DP_XM_NORM && a.bar && norm1_fits(a.cols);
-}
-
 /* k_q4dp_as for a pass of nr rows: its ring's depth S (see there), or 0
  * for k_q4dp. Several rows: 2 slots (session 16's measurement; 3 measured
- * no better in session 17), the digits made once. One row: k_q4dp, by
+ * no better in session 17), the digits made once (session 36 staged a
+ * several-row normed pass in the ring's own blocks instead, as one row
+ * is: exact, but a 9B 4-row step 2.85 -> 3.42 ms on an H100, since each of
+ * the 264 blocks read every row's x and add from L2, ~34 MB a 4-row
+ * product against ~5 MB of copied digits; removed, bench/cuda/RESULTS.md).
+ * One row: k_q4dp, by
  * measurement (session 17, bench/cuda/RESULTS.md): every one-row pass on
  * the ring (TSC_Q4DP_AS1=2) took the 9B step from 2.05 to 2.54 ms, the
  * plain passes alone (TSC_Q4DP_AS1=1: out_proj, o_proj) to 2.20. The copies
@@ -1032,8 +959,8 @@ int as_takes(const dp_args &a, const tsc_weight *const *w, int nw, int nd, int n
         forced = ks_env("TSC_Q4DP_AS_S", 0);
         if (forced < 2 || forced > 4) forced = 0;
     }
-    if (!(nr == 1 ? on1 == 2 || (on1 == 1 && a.xm == Q4DP_XM_PLAIN) : on) || nd != 1 ||
-        (nr > 1 && !a.dg && !nb_takes(a, nd, nr)) || (a.cols >> a.lg) % 2)
+    if (!(nr == 1 ? on1 == 2 || (on1 == 1 && a.xm == Q4DP_XM_PLAIN) : on) || nd != 1 || (nr > 1 && !a.dg) ||
+        (a.cols >> a.lg) % 2)
         return 0;
     if (!a.dg && a.xm != Q4DP_XM_PLAIN && !a.bar) return 0; /* in-block staging writes its outputs through bar */
     for (int i = 0; i < nw; i++)
@@ -1093,10 +1020,6 @@ int launch_as(tsc_ctx *c, const dp_args &a) {
     const size_t smem = as_smem(NR, ND, a.cols, a.as);
     /* 5..7 rows (the verify of 4..6 drafts) at the several-row depth only
      * (TSC_Q4DP_AS_S forces 3 and 4 for 1..4 and 8 rows) */
-    if constexpr (NR > 1) {
-        /* NB: the rows staged in the blocks (nb_takes; as_takes gave depth 2) */
-        if (!a.dg) return launch_grid(c, k_q4dp_as<NR, ND, 2, true>, a.nvb, as_smem(NR, ND, a.cols, 2), a, 0, AS_SMEM_MAX);
-    }
     if constexpr (NR >= 5 && NR <= 7) {
         return launch_grid(c, k_q4dp_as<NR, ND, 2>, a.nvb, as_smem(NR, ND, a.cols, 2), a, 0, AS_SMEM_MAX);
     } else {
@@ -1396,15 +1319,8 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
          * against 1.46x for 4 rows (cuda_bench, session 22) */
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
-        /* NB: a several-row normed pass stages in its blocks when the ring
-         * takes it (nb_takes); else its digits are made once first */
-        a.dg = NULL;
-        a.as = nb_takes(a, nd, nr) ? as_takes(a, w, nw, nd, nr) : 0;
-        if (a.as) c->dg_x = NULL; /* (stage_once's rule: whatever dg held is stale now) */
-        else {
-            stage_once(c, a, nr, nd);
-            a.as = as_takes(a, w, nw, nd, nr);
-        }
+        stage_once(c, a, nr, nd);
+        a.as = as_takes(a, w, nw, nd, nr);
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;
         case 2: launch_nr<2>(c, a, nr, u1); break;
