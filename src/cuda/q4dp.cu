@@ -335,19 +335,8 @@ size_t as_smem(int nr, int nd, int cols, int s) {
     return (as_ring_off(nr, nd, cols) + (size_t)WARPS * s * AS_SLOT_I4) * 16;
 }
 
-/* DX (several rows, TSC_Q4DP_ASDX=1, opt-in until measured): the digits
- * k_stage_digits made are read where they lie (a.dg) in the dot loop, as
- * k_q4dp's one-row DX form does, instead of copied into the block's shared
- * memory behind a barrier after the PDL wait (session 26's 4-row trace:
- * 1.4 us a normed product, 1.9 a plain one, 3.4-3.7 a SwiGLU down of 48 KB
- * of digits, on the critical path). Each step's digits are asked into L1
- * one step ahead (prefetch.global.L1: no registers held), so only a
- * virtual block's first step waits on L2. The ring starts at the shared
- * memory's base (no staging area). The same values in the same operations
- * (rows_dot): the same bits. */
-template <int NR, int ND, int S, bool DX = false>
+template <int NR, int ND, int S>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ dp_args a) {
-    static_assert(!DX || NR > 1, "DX: several rows (one row has k_q4dp's)");
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
     Q4DP_TRACE(0);
@@ -363,10 +352,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
     const int pitch = a.cols >> 1, ng = a.cols >> a.lg;
     const int nsteps = (a.cols + 1023) >> 10;
     const bool s16 = a.sdt != TS_DTYPE_F32;
-    int4 *ring = sm + (DX ? 0 : as_ring_off(NR, ND, a.cols)) + warp * S * AS_SLOT_I4;
-    /* where the dot loop reads x's digits */
-    const int4 *xr = DX ? a.dg : xd;
-    const float2 *xsr = DX ? (const float2 *)(a.dg + NR * 2 * ND * nch) : xsb;
+    int4 *ring = sm + as_ring_off(NR, ND, a.cols) + warp * S * AS_SLOT_I4;
     uint4 *rw = (uint4 *)ring;
     uint32_t *rs = (uint32_t *)(ring + S * R * 32), *rb = rs + S * R * 32;
 
@@ -405,9 +391,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
     for (int s = 0; s < S - 1; s++) issue(s);
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
-    if constexpr (DX) {
-        /* nothing to copy: the loop reads the digits */
-    } else if (NR > 1 || a.dg) { /* (several rows always have their digits made once: as_takes) */
+    if (NR > 1 || a.dg) { /* (several rows always have their digits made once: as_takes) */
         copy_staged(a, sm, stage_bytes(NR, ND, a.cols)); /* the digits and the mode's outputs are made */
     } else if constexpr (NR == 1) {
         /* k_q4dp's staging (the same digits); the ring's copies fly meanwhile */
@@ -433,18 +417,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
             /* the step S - 1 ahead on its way (into the slot read last),
              * then this one's arrived */
             issue(slot == 0 ? S - 1 : slot - 1);
-            if constexpr (DX) {
-                /* the warp's next step's digits towards L1 */
-                const int cn = (st + ks) * 1024 + lane * 32;
-                if (st + ks < nsteps && cn < a.cols) {
-#pragma unroll
-                    for (int i = 0; i < NR; i++) {
-#pragma unroll
-                        for (int q = 0; q < 2 * ND; q++) prefetch_l1(xr + (i * 2 * ND + q) * nch + (cn >> 5));
-                        prefetch_l1(xsr + i * nch + (cn >> 5));
-                    }
-                }
-            }
             cp_async_wait<S - 1>();
             const int c = st * 1024 + lane * 32;
             if (c < a.cols) {
@@ -456,7 +428,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_as(const __grid_constant__ 
                     sw[r] = rs[(slot * R + r) * 32 + lane], bw[r] = rb[(slot * R + r) * 32 + lane];
                     if (s16) sw[r] = hs ? sw[r] >> 16 : sw[r] & 0xFFFFu, bw[r] = hs ? bw[r] >> 16 : bw[r] & 0xFFFFu;
                 }
-                rows_dot<NR, ND>(lo, hi, sw, bw, a.sdt, xr, xsr, nch, ch, acc);
+                rows_dot<NR, ND>(lo, hi, sw, bw, a.sdt, xd, xsb, nch, ch, acc);
             }
             slot = slot + 1 == S ? 0 : slot + 1;
         }
@@ -961,8 +933,10 @@ int q4dp_dx(void) {
  * several-row normed pass in the ring's own blocks instead, as one row
  * is: exact, but a 9B 4-row step 2.85 -> 3.42 ms on an H100, since each of
  * the 264 blocks read every row's x and add from L2, ~34 MB a 4-row
- * product against ~5 MB of copied digits; removed, bench/cuda/RESULTS.md).
- * One row: k_q4dp, by
+ * product against ~5 MB of copied digits; and reading the copied digits
+ * where they lie in the dot loop, as k_q4dp's one-row DX form does, took
+ * it to 4.42 ms (not profiled; likely each step waiting on those loads);
+ * both removed, bench/cuda/RESULTS.md). One row: k_q4dp, by
  * measurement (session 17, bench/cuda/RESULTS.md): every one-row pass on
  * the ring (TSC_Q4DP_AS1=2) took the 9B step from 2.05 to 2.54 ms, the
  * plain passes alone (TSC_Q4DP_AS1=1: out_proj, o_proj) to 2.20. The copies
@@ -1042,26 +1016,12 @@ int pick_ks(int64_t rows, int cols, int n_sm) {
     return best;
 }
 
-/* k_q4dp_as's DX form for several rows (TSC_Q4DP_ASDX=1; off by default
- * until measured): a benchmark switch, read once; the same bits either way */
-bool as_dx(void) {
-    static int v = -1;
-    if (v < 0) v = ks_env("TSC_Q4DP_ASDX", 0) == 1;
-    return v;
-}
-
 /* k_q4dp_as at the ring depth a.as (2, 3 or 4; as_takes) */
 template <int NR, int ND>
 int launch_as(tsc_ctx *c, const dp_args &a) {
     const size_t smem = as_smem(NR, ND, a.cols, a.as);
     /* 5..7 rows (the verify of 4..6 drafts) at the several-row depth only
      * (TSC_Q4DP_AS_S forces 3 and 4 for 1..4 and 8 rows) */
-    if constexpr (NR > 1) {
-        /* the digits read where they lie (the ring alone in shared memory) */
-        if (as_dx() && a.dg && a.as == 2)
-            return launch_grid(c, k_q4dp_as<NR, ND, 2, true>, a.nvb, (size_t)WARPS * 2 * AS_SLOT_I4 * 16, a, 0,
-                               AS_SMEM_MAX);
-    }
     if constexpr (NR >= 5 && NR <= 7) {
         return launch_grid(c, k_q4dp_as<NR, ND, 2>, a.nvb, as_smem(NR, ND, a.cols, 2), a, 0, AS_SMEM_MAX);
     } else {

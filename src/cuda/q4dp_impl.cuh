@@ -90,7 +90,6 @@ __device__ __forceinline__ float sraw_f(uint32_t v, int dt) {
     return __uint_as_float(v);
 }
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
 template <int ND> struct lim_t;
 template <> struct lim_t<1> { static constexpr float L = 127.0f; };
