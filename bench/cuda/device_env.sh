@@ -15,5 +15,23 @@ S=/tmp/syn; mkdir -p $S
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv > "$O/smi.txt" 2>&1
 synth_shape() { [ -d "$S/$1" ] || $B/turbospark synth --shape "$2" --out "$S/$1" --bits 4 --quiet; tl "synth $1 $?"; }
 bj() { local n=$1 ev=$2 m=$3; shift 3; env $ev $B/turbospark bench --backend cuda -m "$m" --json "$@" > "$O/e_$n.json" 2>>"$O/e_err.log"; tl "e_$n rc $?"; }
+# ab NAME MODEL ROUNDS [bench args]: bj NAME_V_R for ROUNDS rounds (R = a, b, ...) and, inside each round, every
+# variant V of the caller's arrays VN (names) and VE (environments; X=0 for none), interleaved, so that an A/B of a
+# call is one line: VN=(d new); VE=(X=0 "TSC_A=1 TSC_B=1"); ab 9b $S/9b 2 --prompt 512 --gen 128 --runs 2
+ab() {
+  local n=$1 m=$2 k=$3 r i; shift 3
+  for r in $(printf '%s\n' a b c d e f | head -n "$k"); do
+    for i in "${!VN[@]}"; do bj "${n}_${VN[$i]}_$r" "${VE[$i]}" "$m" "$@"; done
+  done
+}
+# abcb NAME ROUNDS [cuda_bench args]: the same for cuda_bench (its output in $O/cb_NAME_V_R.txt)
+abcb() {
+  local n=$1 k=$2 r i; shift 2
+  for r in $(printf '%s\n' a b c d e f | head -n "$k"); do
+    for i in "${!VN[@]}"; do
+      env ${VE[$i]} timeout 60 $B/cuda_bench "$@" > "$O/cb_${n}_${VN[$i]}_$r.txt" 2>&1; tl "cb_${n}_${VN[$i]}_$r rc $?"
+    done
+  done
+}
 device_end() { tl end; cd "$OUT" && tar czf r.tgz x && rm -rf x; }
 tl start
