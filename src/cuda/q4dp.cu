@@ -931,9 +931,10 @@ int q4dp_dx(void) {
  * for k_q4dp. Several rows: 2 slots (session 16's measurement; 3 measured
  * no better in session 17), the digits made once (session 36 staged a
  * several-row normed pass in the ring's own blocks instead, as one row
- * is: exact, but a 9B 4-row step 2.85 -> 3.42 ms on an H100, since each of
- * the 264 blocks read every row's x and add from L2, ~34 MB a 4-row
- * product against ~5 MB of copied digits; and reading the copied digits
+ * is: exact, but a 9B 4-row step 2.85 -> 3.42 ms on an H100; the floor
+ * its prediction missed: each of the 264 blocks reads every row's x and
+ * add from L2, ~34 MB a 4-row product against ~5 MB of copied digits; and
+ * reading the copied digits
  * where they lie in the dot loop, as k_q4dp's one-row DX form does, took
  * it to 4.42 ms (not profiled; likely each step waiting on those loads);
  * both removed, bench/cuda/RESULTS.md). One row: k_q4dp, by
