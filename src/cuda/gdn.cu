@@ -836,7 +836,12 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
         /* k_gdn_fused's P: not where kernels trigger before their wait, nor
          * right after another GDN launch (a lazy rollback's pending rows, then
          * the pass's own: the previous kernel writes this state; s35-run1
-         * found the verify chains' logits differ without this rule) */
+         * found the verify chains' logits differ without this rule). Other
+         * writers of a state need no such rule while they are not PDL
+         * launches: the fills (tsc_fill, cu_fill's k_fill2d) and copies go
+         * through <<<>>> or the copy engine, never trigger early, so a PDL
+         * kernel after one starts only once it has completed. A state
+         * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
         tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre) : fused_kernel<2>(e, pre), dim3(a->Hv * CL), dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
