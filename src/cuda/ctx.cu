@@ -98,6 +98,12 @@ void tsc_launched_(tsc_ctx *c, const char *op) {
     if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "%s: kernel launch failed: %s", op, cudaGetErrorString(e));
 }
 
+/* a default-on switch of tsc_open: off only when the variable starts with '0' */
+static int on_unless0(const char *name) {
+    const char *v = getenv(name);
+    return !(v && v[0] == '0');
+}
+
 extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     *out = NULL;
     int n = 0;
@@ -123,25 +129,21 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->n_sm = p.multiProcessorCount;
     c->cc_major = p.major;
     c->cc_minor = p.minor;
-    const char *pe = getenv("TSC_PDL");
-    c->pdl = !(pe && pe[0] == '0');
+    c->pdl = on_unless0("TSC_PDL");
     const char *pee = getenv("TSC_PDL_EARLY");
     c->pdl_early = pee && pee[0] == '1';
     const char *ak = getenv("TSC_ATTN_KV");
     c->attn_kv = ak && ak[0] == '0' ? 0 : ak && ak[0] == '1' ? 1 : 2;
-    const char *gf = getenv("TSC_GDN_FUSED");
-    c->gdn_fused = !(gf && gf[0] == '0');
+    c->gdn_fused = on_unless0("TSC_GDN_FUSED");
     /* the default since s34-run1 (H100: the 9B's MTP 3 verify 3.195-3.215
      * ms a block against 3.250, decode unchanged); TSC_GDN_ROWPAR=0: warp 0
      * makes every row's outputs in turn (the same bits) */
-    const char *gr = getenv("TSC_GDN_ROWPAR");
-    c->gdn_rowpar = !(gr && gr[0] == '0');
+    c->gdn_rowpar = on_unless0("TSC_GDN_ROWPAR");
     /* the GDN step's loads before its PDL wait (gdn.cu, k_gdn_fused's P): the
      * default since s35-run2 (H100: the engine's GPU suite 30/30 under it, 9B
      * decode +1.7% with TSC_ATTN_DIG; H200, s35-run1: +0.8% alone);
      * TSC_GDN_PRE=0: after the wait */
-    const char *gp = getenv("TSC_GDN_PRE");
-    c->gdn_pre = !(gp && gp[0] == '0');
+    c->gdn_pre = on_unless0("TSC_GDN_PRE");
     /* read here once: tsc_digits_group and the backend's gdn_rows; =2 (several
      * rows too) measured no gain with ROWPAR (s34-run1), so it stays opt-in */
     const char *gd = getenv("TSC_GDN_DIG");
@@ -152,8 +154,7 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * on the smaller shapes there, +0.3-0.5% on an H100 in s34-run2; the
      * engine's GPU suite 30/30 under it in s35-run2); TSC_ATTN_DIG=0: o_proj
      * makes them itself */
-    const char *ad = getenv("TSC_ATTN_DIG");
-    c->attn_dig = !(ad && ad[0] == '0');
+    c->attn_dig = on_unless0("TSC_ATTN_DIG");
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

@@ -933,11 +933,11 @@ int q4dp_dx(void) {
  * several-row normed pass in the ring's own blocks instead, as one row
  * is: exact, but a 9B 4-row step 2.85 -> 3.42 ms on an H100; the floor
  * its prediction missed: each of the 264 blocks reads every row's x and
- * add from L2, ~34 MB a 4-row product against ~5 MB of copied digits; and
- * reading the copied digits
- * where they lie in the dot loop, as k_q4dp's one-row DX form does, took
- * it to 4.42 ms (not profiled; likely each step waiting on those loads);
- * both removed, bench/cuda/RESULTS.md). One row: k_q4dp, by
+ * add from L2, ~34 MB a 4-row product against ~5 MB of copied digits;
+ * and reading the copied digits where they lie in the dot loop, as
+ * k_q4dp's one-row DX form does, took it to 4.42 ms (not profiled; likely
+ * each step waiting on those loads); both removed, bench/cuda/RESULTS.md).
+ * One row: k_q4dp, by
  * measurement (session 17, bench/cuda/RESULTS.md): every one-row pass on
  * the ring (TSC_Q4DP_AS1=2) took the 9B step from 2.05 to 2.54 ms, the
  * plain passes alone (TSC_Q4DP_AS1=1: out_proj, o_proj) to 2.20. The copies
