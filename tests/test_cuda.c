@@ -1978,6 +1978,97 @@ TS_TEST(cuda, graph_replay_same_bits) {
     tsc_close(c);
 }
 
+/* tsc_linear_addnorm through the plain kernel (a MoE layer's router stages
+ * its input norm: backend.cu's fused_norm_plain): the products, x + add
+ * written in place or beside, and the normed rows equal tsc_add_rmsnorm
+ * then tsc_linear bit for bit, for bf16 / f32 / 8-bit weights (two in one
+ * launch, as the router and the shared expert's gate row), the 35B-A3B's
+ * 2048 columns and others up to the form's 4096, 1..16 rows (passes of 4,
+ * each staging and writing its own rows), fresh random inputs each. The
+ * counter is back at 0 after each call; 4128 columns are refused by the
+ * form (tsc_linear_addnorm_plain_takes). */
+TS_TEST(cuda, addnorm_plain_same_bits) {
+    OPEN(c);
+    unsigned *bar = tsc_alloc(c, 256);
+    const unsigned zero[64] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
+    tsc_set_barrier(c, bar);
+    static const struct { ts_dtype dt; int bits; int64_t rows, cols; } V[] = {
+        {TS_DTYPE_BF16, 0, 256, 2048}, {TS_DTYPE_F32, 0, 130, 4096}, {TS_DTYPE_U32, 8, 77, 1056}, {TS_DTYPE_BF16, 0, 512, 64}};
+    for (size_t v = 0; v < sizeof V / sizeof V[0]; v++) {
+        const int64_t rows = V[v].rows, cols = V[v].cols;
+        hw h, h2;
+        make_w(&h, V[v].dt, V[v].bits, 32, TS_DTYPE_F32, rows, cols);
+        make_w(&h2, V[v].dt, V[v].bits, 32, TS_DTYPE_F32, 1, cols);
+        tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
+        ts_error e;
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
+        if (ts_test_failed()) return;
+        const tsc_weight *wl[2] = {&dw, &dw2};
+        const int N = TSC_ROWS_MAX;
+        const size_t nx = (size_t)N * cols;
+        float *g = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
+        frand(g, nx, 3.0f), frand(u, nx, 1.0f), frand(nw, cols, 1.0f);
+        float *dg = up(c, g, sizeof(float) * nx), *du = up(c, u, sizeof(float) * nx), *dnw = up(c, nw, sizeof(float) * cols);
+        CHECK(tsc_linear_addnorm_plain_takes(&dw, dg, du, dnw));
+        CHECK(!tsc_linear_addnorm_plain_takes(&dw, dg + 1, du, dnw)); /* a row not 16-byte aligned */
+        float *dx = tsc_alloc(c, sizeof(float) * nx), *dr = tsc_alloc(c, sizeof(float) * nx);
+        float *dn = tsc_alloc(c, sizeof(float) * nx), *dn2 = tsc_alloc(c, sizeof(float) * nx);
+        float *dy = tsc_alloc(c, sizeof(float) * N * rows), *dz = tsc_alloc(c, sizeof(float) * N);
+        float *ry = tsc_alloc(c, sizeof(float) * N * rows), *rz = tsc_alloc(c, sizeof(float) * N);
+        static const int ns[] = {1, 3, 4, 5, 16};
+        for (int k = 0; k < 5; k++)
+            for (int mode = 0; mode < 3; mode++) {
+                /* 0: x += add in place, the normed rows beside; 1: no add, the
+                 * normed rows over x; 2: add, the normed rows over x */
+                const int n = ns[k];
+                const size_t m = (size_t)n * cols;
+                const int add = mode != 1;
+                float *yl[2] = {dy, dz}, *rl[2] = {ry, rz};
+                tsc_copy(c, dr, dg, sizeof(float) * m);
+                float *ny = mode == 0 ? dn2 : dr;
+                tsc_add_rmsnorm(c, dr, add ? du : NULL, dnw, ny, n, (int)cols, 1e-6f);
+                tsc_linear(c, wl, 2, ny, rl, n);
+                tsc_copy(c, dx, dg, sizeof(float) * m);
+                tsc_fill(c, dn, NAN, m);
+                tsc_linear_addnorm(c, wl, 2, dx, add ? du : NULL, dnw, 1e-6f, add ? dx : NULL, mode == 0 ? dn : dx, yl, n);
+                SYNC_OK(c);
+                float *a = down(c, dx, m), *b = down(c, dr, m), *ya = down(c, dy, (size_t)n * rows),
+                      *yb = down(c, ry, (size_t)n * rows), *za = down(c, dz, n), *zb = down(c, rz, n);
+                CHECK_MSG(!memcmp(a, b, sizeof(float) * m), "weights %zu mode %d, %d rows: x differs", v, mode, n);
+                CHECK_MSG(!memcmp(ya, yb, sizeof(float) * n * rows) && !memcmp(za, zb, sizeof(float) * n),
+                          "weights %zu mode %d, %d rows: the normed products != the two kernels'", v, mode, n);
+                if (mode == 0) {
+                    float *na = down(c, dn, m), *nb = down(c, dn2, m);
+                    CHECK_MSG(!memcmp(na, nb, sizeof(float) * m), "weights %zu, %d rows: the normed rows differ", v, n);
+                    free(na), free(nb);
+                }
+                unsigned cnt = 1;
+                tsc_read(c, &cnt, bar, sizeof cnt);
+                CHECK_MSG(cnt == 0, "the counter is %u after a normed launch", cnt);
+                free(a), free(b), free(ya), free(yb), free(za), free(zb);
+            }
+        tsc_free(c, dg), tsc_free(c, du), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, dn), tsc_free(c, dn2);
+        tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
+        tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
+        free(g), free(u), free(nw);
+        free_hw(&h), free_hw(&h2);
+    }
+    /* past the form's columns: not taken (the router then keeps the norm kernel) */
+    hw h;
+    make_w(&h, TS_DTYPE_BF16, 0, 32, TS_DTYPE_F32, 8, 4128);
+    tsc_weight hd = desc(&h.w), dw;
+    ts_error e;
+    CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+    float *dx = tsc_alloc(c, sizeof(float) * 4128);
+    CHECK(!tsc_linear_addnorm_plain_takes(&dw, dx, dx, dx));
+    tsc_free(c, dx);
+    tsc_weight_free(c, &dw);
+    free_hw(&h);
+    tsc_free(c, bar);
+    tsc_close(c);
+}
+
 /* ---- dp4a: the fused norm and SwiGLU products (q4dp.cu) ----
  * The products of a 4-bit MLX weight with the activation staged: bit for bit
  * the two kernels they replace (tsc_add_rmsnorm or tsc_silu_mul, then

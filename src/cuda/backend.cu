@@ -2178,6 +2178,42 @@ void moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
  * the shared terms are summed inside the product). Read at every op. */
 bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
 
+/* One launch fewer a MoE layer (TSC_MOE_SHGU=1, opt-in until measured).
+ * Why: a 35B-A3B decode layer's MoE half was five dependent launches, the
+ * shared expert's gate/up first (64 blocks, ~6 us for ~1 MB: it was first
+ * only to stage the input norm, which the bf16 router could not), then the
+ * router, the route, the routed gate/up, the down (bench/cuda/RESULTS.md,
+ * session 26's engine trace: ~31 us of a ~61 us layer on that chain). Here
+ * the router stages the norm itself (tsc_linear_addnorm's plain form:
+ * fused_norm_plain) and the shared gate/up rows are slot k of the routed
+ * gate/up launch (q4dp_moe's srw), whose output the down reads as its
+ * shared slot in place: four launches. Bits: the router's and the norm's
+ * are the two kernels' (tests/test_cuda.c); the shared gate/up rows are
+ * now the stacked product's (its KS), for every row count alike, so a
+ * verify still equals its decode rows and a streamed layer its resident
+ * one. Read at every op. */
+bool moe_shgu_on() {
+    const char *e = getenv("TSC_MOE_SHGU");
+    return e && (!strcmp(e, "1") || !strcmp(e, "2")); /* 2: its gate/up at U = 1 (q4dp.cu's launch_moe) */
+}
+
+/* The pending norm staged by a product of the plain kernel's formats (the
+ * router: bf16 / f32) that reads its output, when it takes it; true when
+ * launched (the same bits as flush + lin_rows). */
+bool fused_norm_plain(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
+    pend_act &p = ST(s)->pend;
+    if (p.kind != PEND_NORM || nw > TSC_LIN_MAX || n > RB || x != p.y || n != p.n || dw[0].cols != p.dim) return false;
+    if (!tsc_linear_addnorm_plain_takes(&dw[0], p.x, p.add, p.w) || ((uintptr_t)p.y & 15)) return false;
+    const tsc_weight *pw[TSC_LIN_MAX];
+    for (int i = 0; i < nw; i++) {
+        if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
+        pw[i] = &dw[i];
+    }
+    p.kind = PEND_NONE;
+    tsc_linear_addnorm(ST(s)->c, pw, nw, p.x, p.add, p.w, p.eps, p.add ? p.x : NULL, p.y, y, n);
+    return true;
+}
+
 /* One block's (nr <= RB rows) router product and routes into r_ids /
  * r_wts: a pending norm of u fused into the product where it can be (the
  * decode path's form). rw[0] is the router, its logits y[0]; rw[1..nw-1]
@@ -2302,6 +2338,51 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
          * groups of a pass's rows; s22-run4 caught a first form that did) */
         const size_t hk = (size_t)k * (size_t)Im, room = (size_t)a->R * (size_t)a->F;
         const bool shx = dpx && hk <= room && Is <= H && shared_slot_on() && q4dp_moe_shared_takes(&d0, &sd, k);
+        /* moe_shgu_on's form: the router stages the norm, the shared
+         * gate/up rows are the routed launch's slot k (with the gate row
+         * beside the router or alone, never with them) */
+        const size_t hk2 = hk + (size_t)Is;
+        if (shx && !g_sh && hk2 <= room && moe_shgu_on() && q4dp_moe_shared_rows_takes(&g0, &sg, k) &&
+            q4dp_moe_shared_rows_takes(&u0, &su, k)) {
+            if (pool) {
+                tsc_write(c, q->r_ids, a->route_slots + (size_t)r0 * k, sizeof(int32_t) * (size_t)nr * k);
+                tsc_write(c, q->r_wts, a->route_w + (size_t)r0 * k, sizeof(float) * (size_t)nr * k);
+            }
+            /* the router (with the gate row where one launch takes both)
+             * stages the pending norm; else the gate row alone does, after
+             * it or (a pool's routes) in its place */
+            auto normed = [&](const tsc_weight *wv, int nwv, float *const *yv) {
+                if (fused_norm_plain(s, wv, nwv, u_, yv, nr)) return;
+                flush(s);
+                const tsc_weight *pv[2] = {&wv[0], nwv > 1 ? &wv[1] : NULL};
+                lin_rows(c, pv, nwv, u_, yv, nr);
+            };
+            if (!pool) {
+                const tsc_weight rg[2] = {rw, sgw};
+                float *yr[2] = {lg_, q->gl};
+                normed(rg, g_rt ? 2 : 1, yr);
+            }
+            if (pool || !g_rt) {
+                const tsc_weight g1[1] = {sgw};
+                float *y1[1] = {q->gl};
+                normed(g1, 1, y1);
+            }
+            if (!pool) tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
+            const int per = (int)(room / hk2 < (size_t)nr ? room / hk2 : (size_t)nr);
+            for (int r1 = 0; r1 < nr; r1 += per) {
+                const int m1 = nr - r1 < per ? nr - r1 : per;
+                const int32_t *ids1 = q->r_ids + (size_t)r1 * k;
+                const tsc_weight *wgu[2] = {&g0, &u0}, *sgu2[2] = {&sg, &su};
+                const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
+                float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1, NULL,
+                         NULL, NULL, sgu2);
+                const tsc_weight *wd[1] = {&d0};
+                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL, q->gl + r1,
+                         yd1, m1, &sd, NULL, NULL);
+            }
+            continue;
+        }
         float *sg1 = shx ? a->b0 : a->b1, *sg2 = shx ? a->b0 + (size_t)nr * Is : a->b2;
         float *ys[3] = {sg1, sg2, q->gl};
         const int ngu = g_sh ? 3 : 2;

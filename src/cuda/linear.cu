@@ -85,6 +85,13 @@ struct lin_args {
     const float *x;
     int n;   /* x rows of this pass (== NR) */
     int nvb; /* virtual blocks over all weights */
+    /* NORM (tsc_linear_addnorm on these formats): x staged as RMSNorm(x +
+     * add) * normw; the last block writes x_out = x + add (when add) and
+     * y_out = the normed rows once every block has staged (bar) */
+    const float *add, *normw;
+    float eps;
+    float *x_out, *y_out;
+    unsigned *bar;
 };
 
 template <int FMT> struct fmt_t;
@@ -193,16 +200,109 @@ __device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float4 *__rest
     }
 }
 
-template <int FMT, int NR, bool XS>
+/* NORM's staging of row i into xsm (XS's swizzled layout): the normed row
+ * RMSNorm(x + add) * w, thread t its words t and t + 256 (cols <= 4096),
+ * with stage_norm_words' arithmetic (q4dp_impl.cuh: row_ss8's order of the
+ * sum of squares, rms_inv, norm_mul), so the staged values have the bits
+ * of tsc_add_rmsnorm's rows and this product those of tsc_linear on them.
+ * f: the norm weights' words, loaded before the PDL wait. */
+__device__ __forceinline__ void norm_stage_row(const lin_args &a, int i, const float (&f)[2][8], float4 *xsm, double *red) {
+    const int cols = (int)a.cols, nw8 = cols >> 3;
+    const int64_t c4 = a.cols / 4, o = (int64_t)i * a.cols;
+    float v[2][8], e[2][8];
+#pragma unroll
+    for (int k = 0; k < 2; k++) { /* every load in flight before any is used */
+        const int w = (int)threadIdx.x + k * (int)blockDim.x;
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[k][j] = e[k][j] = 0.f;
+        if (w < nw8) {
+            const float4 p = __ldg((const float4 *)(a.x + o) + 2 * w), q = __ldg((const float4 *)(a.x + o) + 2 * w + 1);
+            v[k][0] = p.x, v[k][1] = p.y, v[k][2] = p.z, v[k][3] = p.w, v[k][4] = q.x, v[k][5] = q.y, v[k][6] = q.z, v[k][7] = q.w;
+            if (a.add) {
+                const float4 p2 = __ldg((const float4 *)(a.add + o) + 2 * w), q2 = __ldg((const float4 *)(a.add + o) + 2 * w + 1);
+                e[k][0] = p2.x, e[k][1] = p2.y, e[k][2] = p2.z, e[k][3] = p2.w;
+                e[k][4] = q2.x, e[k][5] = q2.y, e[k][6] = q2.z, e[k][7] = q2.w;
+            }
+        }
+    }
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int w = (int)threadIdx.x + k * (int)blockDim.x;
+        if (w >= nw8) continue;
+        if (a.add)
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[k][j] = __fadd_rn(v[k][j], e[k][j]);
+        ss_word(v[k], 8, ss);
+    }
+    const float r = rms_inv(block_sum_d(ss, red), cols, a.eps);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int w = (int)threadIdx.x + k * (int)blockDim.x;
+        if (w >= nw8) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t fq = 2 * w + h;
+            xsm[i * c4 + (fq ^ ((fq >> 3) & 7))] =
+                make_float4(norm_mul(v[k][4 * h], r, f[k][4 * h]), norm_mul(v[k][4 * h + 1], r, f[k][4 * h + 1]),
+                            norm_mul(v[k][4 * h + 2], r, f[k][4 * h + 2]), norm_mul(v[k][4 * h + 3], r, f[k][4 * h + 3]));
+        }
+    }
+    __syncthreads(); /* red is reused by the next row */
+}
+
+/* NORM's outputs, by the last block once every block has staged: x_out =
+ * x + add (the staging's __fadd_rn: the same bits; x_out may be x, which
+ * nobody reads any more), y_out = the normed rows from its shared copy. */
+template <int NR>
+__device__ __forceinline__ void norm_outputs(const lin_args &a, const float4 *xsm) {
+    if (blockIdx.x != gridDim.x - 1) return;
+    if (threadIdx.x == 0) {
+        while (atomicOr(a.bar, 0u) < gridDim.x) __nanosleep(64);
+        atomicExch(a.bar, 0u); /* every block has arrived: ready for the next launch */
+    }
+    __syncthreads();
+    const int64_t c4 = a.cols / 4;
+    for (int64_t idx = threadIdx.x; idx < NR * c4; idx += blockDim.x) {
+        const int i = (int)(idx / c4);
+        const int64_t fq = idx - i * c4;
+        if (a.add && a.x_out) {
+            const float4 p = ((const float4 *)a.x)[idx], q = ((const float4 *)a.add)[idx];
+            ((float4 *)a.x_out)[idx] = make_float4(__fadd_rn(p.x, q.x), __fadd_rn(p.y, q.y), __fadd_rn(p.z, q.z), __fadd_rn(p.w, q.w));
+        }
+        if (a.y_out) ((float4 *)a.y_out)[idx] = xsm[i * c4 + (fq ^ ((fq >> 3) & 7))];
+    }
+}
+
+template <int FMT, int NR, bool XS, bool NORM = false>
 __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ lin_args a) {
     constexpr int V = fmt_t<FMT>::V;
+    static_assert(!NORM || XS, "NORM stages x in shared memory");
     __shared__ float red[WARPS][R][NR];
     extern __shared__ float4 xsm[]; /* XS: [NR][cols/4], float4 f of a row at f ^ ((f >> 3) & 7) */
     const int64_t c4 = a.cols / 4;
     /* blockIdx.y: a group of NR rows of x and y (tsc_linear_many; 0 else) */
     const float4 *xg = (const float4 *)(a.x + (int64_t)blockIdx.y * NR * a.cols);
+    float f[2][8]; /* NORM: the norm weights' words (they depend on no kernel: before the wait) */
+    if constexpr (NORM) {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int w = (int)threadIdx.x + k * (int)blockDim.x;
+            if (w < (int)(a.cols >> 3)) {
+                const float4 p = __ldg((const float4 *)a.normw + 2 * w), q = __ldg((const float4 *)a.normw + 2 * w + 1);
+                f[k][0] = p.x, f[k][1] = p.y, f[k][2] = p.z, f[k][3] = p.w, f[k][4] = q.x, f[k][5] = q.y, f[k][6] = q.z, f[k][7] = q.w;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) f[k][j] = 0.f;
+            }
+        }
+    }
     TSC_PDL_ENTRY();
-    if constexpr (XS) {
+    if constexpr (NORM) {
+        __shared__ double nred[32];
+        for (int i = 0; i < NR; i++) norm_stage_row(a, i, f, xsm, nred);
+        if (threadIdx.x == 0) atomicAdd(a.bar, 1u); /* staged: x may be overwritten once all have */
+    } else if constexpr (XS) {
         /* the swizzle keeps the lanes' strided reads (one 16-32-value chunk per
          * lane) free of bank conflicts: 8 lanes of a phase hit 8 bank quads */
         for (int64_t idx = threadIdx.x; idx < NR * c4; idx += blockDim.x) {
@@ -261,6 +361,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y + (int64_t)blockIdx.y * NR * w.rows, w.rows);
     }
+    if constexpr (NORM) norm_outputs<NR>(a, xsm);
 }
 
 int fmt_of(const tsc_weight *w) {
@@ -286,17 +387,18 @@ constexpr size_t XS_MAX = 100 * 1024;
 
 /* groups: gridDim.y, the count of NR-row groups one launch takes (1 but for
  * tsc_linear_many); a block's work and arithmetic do not depend on it */
-template <int FMT, int NR, bool XS>
+template <int FMT, int NR, bool XS, bool NORM = false>
 void launch1(tsc_ctx *c, lin_args &a, int groups) {
     const size_t smem = XS ? (size_t)NR * a.cols * sizeof(float) : 0;
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS>, WARPS * 32, smem, XS ? XS_MAX : 0);
+    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS, NORM>, WARPS * 32, smem, XS ? XS_MAX : 0);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    tsc_launch(c, k_linear<FMT, NR, XS>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
+    tsc_launch(c, k_linear<FMT, NR, XS, NORM>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
 }
 
 template <int FMT, int NR>
 void launch_nr(tsc_ctx *c, lin_args &a, int groups) {
-    if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a, groups);
+    if (a.normw) launch1<FMT, NR, true, true>(c, a, groups); /* (norm_plain_takes: x fits) */
+    else if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a, groups);
     else launch1<FMT, NR, false>(c, a, groups);
 }
 
@@ -370,6 +472,33 @@ extern "C" void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw
     q4t_linear(c, w, nw, Q4T_XM_SWIGLU, g, u, NULL, 0.f, NULL, NULL, y, n);
 }
 
+/* The plain kernel's NORM form takes w (its formats: bf16 / f16 / f32 / 8-bit
+ * MLX, cols <= 4096, a multiple of 32) on these rows (16-byte aligned) */
+extern "C" int tsc_linear_addnorm_plain_takes(const tsc_weight *w, const float *x, const float *add, const float *norm_w) {
+    if (w->layout == TSC_LAYOUT_Q4T || q4dp_takes(w) || w->cols % 32 || w->cols > 16 * WARPS * 32) return 0;
+    return (((uintptr_t)x | (uintptr_t)(add ? add : x) | (uintptr_t)norm_w) & 15) == 0;
+}
+
+static lin_args plain_args(tsc_ctx *c, const tsc_weight *const *w, int nw, int fmt);
+static void plain_launch(tsc_ctx *c, lin_args &a, int fmt, const float *x, float *const *y, const tsc_weight *const *w,
+                         int i0, int nr, int groups);
+
+/* Passes of up to 4 rows, each staging its rows in every block (k_linear's
+ * NORM: norm_stage_row) and writing its rows' outputs (norm_outputs) */
+static void addnorm_plain(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
+                          const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
+    const int fmt = fmt_of(w[0]);
+    lin_args a = plain_args(c, w, nw, fmt);
+    a.normw = norm_w, a.eps = eps, a.bar = c->bar;
+    for (int i0 = 0; i0 < n; i0 += 4) {
+        const int64_t o = (int64_t)i0 * a.cols;
+        a.add = add ? add + o : NULL;
+        a.x_out = add && x_out ? x_out + o : NULL;
+        a.y_out = u_out ? u_out + o : NULL;
+        plain_launch(c, a, fmt, x, y, w, i0, n - i0 < 4 ? n - i0 : 4, 1);
+    }
+}
+
 extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                                    const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
     TSC_GUARD(c);
@@ -377,6 +506,14 @@ extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int n
     if (!staged_dp4a(c, "tsc_linear_addnorm", w, nw, Q4DP_XM_NORM, x, add, norm_w, NULL, eps, add ? x_out : NULL, u_out, y,
                      n))
         return;
+    if (tsc_linear_addnorm_plain_takes(w[0], x, add, norm_w)) {
+        if (!c->bar) {
+            tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm: the normed products need a device counter (tsc_set_barrier)");
+            return;
+        }
+        addnorm_plain(c, w, nw, x, add, norm_w, eps, x_out, u_out, y, n);
+        return;
+    }
     if (w[0]->layout != TSC_LAYOUT_Q4T) {
         tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_addnorm: needs Q4T weights (4-bit, cols %% 64 == 0, uploaded)");
         return;

@@ -727,6 +727,11 @@ struct dx_args {
     int64_t ssoff, sboff;
     const float *x2, *u2;
     int c2;
+    /* ROWS, the shared expert as slot k (SHR): weight i's shared matrix
+     * (its scales and biases at sbase[i] + sso[i] / sbo[i]), rows k * slot
+     * on (last here: the other kernels' argument offsets stay) */
+    const uint8_t *sbase[2];
+    int64_t sso[2], sbo[2];
 };
 
 __device__ __forceinline__ const float *x_at(const dx_args &a, int i, int col) {
@@ -743,8 +748,13 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
 /* Index arithmetic in 32 bits (q4dp_moe checks that the stacked rows and
  * columns fit): a 64-bit division per row was ~100 instructions a virtual
  * block, on a kernel that is a latency-bound instruction stream (ncu,
- * session 22: ~1,850 instructions a warp for ~2 x 4 rows x 1024 columns). */
-template <int ND, int U, int EM>
+ * session 22: ~1,850 instructions a warp for ~2 x 4 rows x 1024 columns).
+ * SHR (ROWS only): the shared expert's gate / up rows are slot k of the
+ * stack (dx_w.sbase: rows k * slot .. rows - 1), so that a MoE layer's
+ * shared gate/up is not a launch of its own (backend.cu's cu_moe, "one
+ * launch fewer": why there). A row's operations are the routed rows' own,
+ * only the matrix it reads differs. */
+template <int ND, int U, int EM, bool SHR = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
@@ -803,11 +813,15 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
          * each row's place within the slot */
         int64_t so = 0;
         int er0 = r0; /* COLS: rows of the weight, each clamped below */
+        const uint8_t *sh = nullptr; /* SHR: the shared expert's rows (slot k) */
         if constexpr (EM == Q4DP_MOE_ROWS) {
             const int rc = r0 < rows ? r0 : rows - R;
-            const int j = rc / a.slot;
+            int j = rc / a.slot;
+            if constexpr (SHR) {
+                if (j >= a.k) j = a.k, sh = a.sbase[wi]; /* its rows may be more than a slot's */
+            }
             er0 = rc - j * a.slot;
-            so = (int64_t)ids[j] * w.stride;
+            if (!SHR || !sh) so = (int64_t)ids[j] * w.stride;
         }
         float acc[R];
 #pragma unroll
@@ -825,6 +839,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
                 int ec = cc; /* COLS: the slot of this chunk and the column within it */
                 const uint8_t *e = w.base + so;
                 int64_t soff = w.soff, boff = w.boff;
+                if constexpr (SHR)
+                    if (sh) e = sh, soff = a.sso[wi], boff = a.sbo[wi];
                 wt[u] = 1.f;
                 if constexpr (EM == Q4DP_MOE_COLS) {
                     const int j = cc / a.slot;
@@ -883,11 +899,15 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
  * the second step's loads and address arithmetic were issued and thrown
  * away); the order of a lane's steps, and so the bits, are the same either
  * way */
-template <int ND, int EM>
+template <int ND, int EM, bool SHR = false>
 void launch_moe(tsc_ctx *c, const dx_args &a) {
     const int nsteps = (a.cols + 1023) >> 10;
-    if (nsteps > a.ks) launch_grid(c, k_q4dp_moe<ND, 2, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
-    else launch_grid(c, k_q4dp_moe<ND, 1, EM>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    /* TSC_MOE_SHGU=2 (a benchmark switch, the same bits): SHR at U = 1,
+     * ~80 registers against ~118, three blocks an SM, so that the shared
+     * rows' extra virtual blocks (35B-A3B: 288 for 264 two-a-SM slots)
+     * still run in one round */
+    if (nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 0) == 2)) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
 }
 
 /* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before
@@ -1349,9 +1369,15 @@ bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k) {
     return q4dp_moe_takes(d, k + 1, Q4DP_MOE_COLS) && sw->rows == d->rows && tsc_linear_one_launch(sw, d);
 }
 
+bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *sg, int k) {
+    return q4dp_moe_takes(g, k, Q4DP_MOE_ROWS) && tsc_linear_one_launch(sg, g) && sg->rows % R == 0 &&
+           (int64_t)k * g->rows + sg->rows < (1ll << 30) && sg->rows * (sg->cols / 2) < (1ll << 31);
+}
+
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2) {
+              float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2,
+              const tsc_weight *const *srw) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     dx_args a;
     memset(&a, 0, sizeof a);
@@ -1365,7 +1391,10 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         a.sdata = (const uint8_t *)sw->data;
         a.ssoff = (const uint8_t *)sw->scales - a.sdata, a.sboff = (const uint8_t *)sw->biases - a.sdata;
         a.cols += (int)w[0]->cols;
+        if (!x2) a.c2 = a.cols; /* its hidden rows after the routed ones in x and u (a SHR gate/up's output) */
     }
+    const bool shr = srw && em == Q4DP_MOE_ROWS;
+    if (shr) a.rows += srw[0]->rows; /* the shared expert's rows: slot k of the stack */
     a.group = w[0]->group;
     a.lg = 0;
     while ((1 << (a.lg + 1)) <= a.group) a.lg++;
@@ -1375,6 +1404,11 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         const uint8_t *b = (const uint8_t *)w[i]->data;
         a.w[i].base = b, a.w[i].stride = stride[i];
         a.w[i].soff = (const uint8_t *)w[i]->scales - b, a.w[i].boff = (const uint8_t *)w[i]->biases - b;
+        if (shr) {
+            const uint8_t *sb = (const uint8_t *)srw[i]->data;
+            a.sbase[i] = sb;
+            a.sso[i] = (const uint8_t *)srw[i]->scales - sb, a.sbo[i] = (const uint8_t *)srw[i]->biases - sb;
+        }
     }
     /* KS from all the launch's rows (every weight of it: gate and up are
      * one launch; one weight's rows gave the 35B-A3B's gate/up KS = 2 and
@@ -1397,14 +1431,23 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         a.u = u ? u + (int64_t)t0 * a.c2 : NULL;
         a.sadd = add && em == Q4DP_MOE_COLS ? add + (int64_t)t0 * a.rows : NULL;
         a.sgate = a.sadd || a.sdata ? gate + t0 : NULL;
-        a.x2 = a.sdata ? x2 + (int64_t)t0 * w[0]->cols : NULL;
-        a.u2 = a.sdata && u2 ? u2 + (int64_t)t0 * w[0]->cols : NULL;
+        a.x2 = a.sdata && x2 ? x2 + (int64_t)t0 * w[0]->cols : NULL;
+        a.u2 = a.sdata && x2 && u2 ? u2 + (int64_t)t0 * w[0]->cols : NULL;
         for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)t0 * a.rows;
         const bool rows = em == Q4DP_MOE_ROWS;
         switch (nd) {
-        case 1: rows ? launch_moe<1, Q4DP_MOE_ROWS>(c, a) : launch_moe<1, Q4DP_MOE_COLS>(c, a); break;
-        case 2: rows ? launch_moe<2, Q4DP_MOE_ROWS>(c, a) : launch_moe<2, Q4DP_MOE_COLS>(c, a); break;
-        default: rows ? launch_moe<3, Q4DP_MOE_ROWS>(c, a) : launch_moe<3, Q4DP_MOE_COLS>(c, a); break;
+        case 1:
+            shr ? launch_moe<1, Q4DP_MOE_ROWS, true>(c, a)
+            : rows ? launch_moe<1, Q4DP_MOE_ROWS>(c, a) : launch_moe<1, Q4DP_MOE_COLS>(c, a);
+            break;
+        case 2:
+            shr ? launch_moe<2, Q4DP_MOE_ROWS, true>(c, a)
+            : rows ? launch_moe<2, Q4DP_MOE_ROWS>(c, a) : launch_moe<2, Q4DP_MOE_COLS>(c, a);
+            break;
+        default:
+            shr ? launch_moe<3, Q4DP_MOE_ROWS, true>(c, a)
+            : rows ? launch_moe<3, Q4DP_MOE_ROWS>(c, a) : launch_moe<3, Q4DP_MOE_COLS>(c, a);
+            break;
         }
         TSC_LAUNCHED(c, rows ? "MoE experts (gate, up; dp4a)" : "MoE experts (down; dp4a)");
     }

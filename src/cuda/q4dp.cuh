@@ -43,8 +43,15 @@ bool q4dp_moe_takes(const tsc_weight *w, int k, int em);
  * combine's value, summed in another order; add must then be NULL).
  * q4dp_moe_shared_takes: sw fits (d is the routed down's slot 0). */
 bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k);
+/* The shared expert's gate and up as slot k of the routed gate/up launch
+ * (ROWS; srw[i], its matrix for w[i], given): y[i] = [ntok][k * rows +
+ * srw[i]->rows], its rows after the routed ones (rows a multiple of 4, the
+ * routed slots' format). A down then takes those hidden rows as its shared
+ * slot with x2 = NULL: x and u = [ntok][k * cols + sw->cols]. */
+bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *sg, int k);
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
-              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL);
+              float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL,
+              const tsc_weight *const *srw = NULL);
 
 #endif

@@ -44,6 +44,10 @@ void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, 
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }
 int tsc_linear_many_takes(const tsc_weight *w) { (void)w; return 0; }
+int tsc_linear_addnorm_plain_takes(const tsc_weight *w, const float *x, const float *add, const float *norm_w) {
+    (void)w, (void)x, (void)add, (void)norm_w;
+    return 0;
+}
 void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }

@@ -243,6 +243,12 @@ void tsc_set_digits(tsc_ctx *c, void *dev, size_t bytes);
 int tsc_digits_group(const tsc_ctx *c, const tsc_weight *w, int n);
 void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n);
+/* Whether tsc_linear_addnorm takes w through the plain kernel (bf16, f16,
+ * f32 or 8-bit MLX weights of at most 4096 columns, the rows 16-byte
+ * aligned): every block stages the normed rows itself and the last one
+ * writes the outputs (x_out may be x), the bits of tsc_add_rmsnorm then
+ * tsc_linear. A MoE layer's router takes its input norm so (backend.cu). */
+int tsc_linear_addnorm_plain_takes(const tsc_weight *w, const float *x, const float *add, const float *norm_w);
 
 /* MoE expert products by device ids (q4t.cu): for the n*k slots s = i*k + j
  * (ids [n, k] on the device), y[t][s, rows] = tab[t][ids[s]] . x(s) with
