@@ -1978,6 +1978,93 @@ TS_TEST(cuda, graph_replay_same_bits) {
     tsc_close(c);
 }
 
+/* The router's route tail (tsc_linear_addnorm_route: its last block
+ * routes): logits, outputs, expert ids and weights equal tsc_add_rmsnorm,
+ * tsc_linear and tsc_moe_route bit for bit, for bf16 and f32 routers of 16,
+ * 256 (the 35B-A3B's) and 512 experts, top 2 / 8 / 10, renormalised or not,
+ * 1..16 rows (passes of 4, each routing its rows), a gate row in the same
+ * launch; both counters back at 0 after each call. */
+TS_TEST(cuda, router_route_tail_same_bits) {
+    OPEN(c);
+    unsigned *bar = tsc_alloc(c, 256);
+    const unsigned zero[64] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
+    tsc_set_barrier(c, bar);
+    static const struct { ts_dtype dt; int E, k, norm; int64_t cols; } V[] = {
+        {TS_DTYPE_BF16, 256, 8, 1, 2048}, {TS_DTYPE_F32, 16, 2, 0, 1024}, {TS_DTYPE_BF16, 512, 10, 1, 4096}, {TS_DTYPE_F32, 100, 8, 1, 64}};
+    for (size_t v = 0; v < sizeof V / sizeof V[0]; v++) {
+        const int E = V[v].E, k = V[v].k;
+        const int64_t cols = V[v].cols;
+        hw h, h2;
+        make_w(&h, V[v].dt, 0, 32, TS_DTYPE_F32, E, cols);
+        make_w(&h2, V[v].dt, 0, 32, TS_DTYPE_F32, 1, cols);
+        tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
+        ts_error e;
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
+        if (ts_test_failed()) return;
+        const tsc_weight *wl[2] = {&dw, &dw2};
+        const int N = TSC_ROWS_MAX;
+        const size_t nx = (size_t)N * cols;
+        float *g = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
+        frand(g, nx, 3.0f), frand(u, nx, 1.0f), frand(nw, cols, 1.0f);
+        float *dg = up(c, g, sizeof(float) * nx), *du = up(c, u, sizeof(float) * nx), *dnw = up(c, nw, sizeof(float) * cols);
+        CHECK(tsc_linear_addnorm_route_takes(&dw, k, dg, du, dnw));
+        float *dx = tsc_alloc(c, sizeof(float) * nx), *dr = tsc_alloc(c, sizeof(float) * nx);
+        float *dn = tsc_alloc(c, sizeof(float) * nx), *dn2 = tsc_alloc(c, sizeof(float) * nx);
+        float *dy = tsc_alloc(c, sizeof(float) * N * E), *dz = tsc_alloc(c, sizeof(float) * N);
+        float *ry = tsc_alloc(c, sizeof(float) * N * E), *rz = tsc_alloc(c, sizeof(float) * N);
+        int32_t *di = tsc_alloc(c, sizeof(int32_t) * N * k), *ri = tsc_alloc(c, sizeof(int32_t) * N * k);
+        float *dwt = tsc_alloc(c, sizeof(float) * N * k), *rwt = tsc_alloc(c, sizeof(float) * N * k);
+        static const int ns[] = {1, 3, 5, 16};
+        for (int q = 0; q < 4; q++) {
+            const int n = ns[q];
+            const size_t m = (size_t)n * cols;
+            float *yl[2] = {dy, dz}, *rl[2] = {ry, rz};
+            tsc_copy(c, dr, dg, sizeof(float) * m);
+            tsc_add_rmsnorm(c, dr, du, dnw, dn2, n, (int)cols, 1e-6f);
+            tsc_linear(c, wl, 2, dn2, rl, n);
+            tsc_moe_route(c, ry, n, E, k, V[v].norm, ri, rwt);
+            tsc_copy(c, dx, dg, sizeof(float) * m);
+            tsc_fill(c, dn, NAN, m);
+            tsc_linear_addnorm_route(c, wl, 2, dx, du, dnw, 1e-6f, dx, dn, yl, n, k, V[v].norm, di, dwt);
+            SYNC_OK(c);
+            float *a = down(c, dx, m), *b = down(c, dr, m), *na = down(c, dn, m), *nb = down(c, dn2, m);
+            float *ya = down(c, dy, (size_t)n * E), *yb = down(c, ry, (size_t)n * E), *za = down(c, dz, n), *zb = down(c, rz, n);
+            int32_t *ia = (int32_t *)down(c, di, (size_t)n * k), *ib = (int32_t *)down(c, ri, (size_t)n * k);
+            float *wa = down(c, dwt, (size_t)n * k), *wb = down(c, rwt, (size_t)n * k);
+            CHECK_MSG(!memcmp(a, b, sizeof(float) * m) && !memcmp(na, nb, sizeof(float) * m),
+                      "router %zu, %d rows: x or the normed rows differ", v, n);
+            CHECK_MSG(!memcmp(ya, yb, sizeof(float) * n * E) && !memcmp(za, zb, sizeof(float) * n),
+                      "router %zu, %d rows: the logits differ", v, n);
+            CHECK_MSG(!memcmp(ia, ib, sizeof(int32_t) * n * k) && !memcmp(wa, wb, sizeof(float) * n * k),
+                      "router %zu, %d rows: the routes differ from tsc_moe_route's", v, n);
+            unsigned cnt[2] = {1, 1};
+            tsc_read(c, cnt, bar, sizeof cnt);
+            CHECK_MSG(cnt[0] == 0 && cnt[1] == 0, "the counters are %u, %u after a routed launch", cnt[0], cnt[1]);
+            free(a), free(b), free(na), free(nb), free(ya), free(yb), free(za), free(zb), free(ia), free(ib), free(wa), free(wb);
+        }
+        tsc_free(c, dg), tsc_free(c, du), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, dn), tsc_free(c, dn2);
+        tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz), tsc_free(c, di), tsc_free(c, ri);
+        tsc_free(c, dwt), tsc_free(c, rwt);
+        tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
+        free(g), free(u), free(nw);
+        free_hw(&h), free_hw(&h2);
+    }
+    /* 1024 experts: not taken (the route kernel stays) */
+    hw h;
+    make_w(&h, TS_DTYPE_BF16, 0, 32, TS_DTYPE_F32, 1024, 64);
+    tsc_weight hd = desc(&h.w), dw;
+    ts_error e;
+    CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+    float *dx = tsc_alloc(c, sizeof(float) * 64);
+    CHECK(!tsc_linear_addnorm_route_takes(&dw, 8, dx, dx, dx));
+    tsc_free(c, dx);
+    tsc_weight_free(c, &dw);
+    free_hw(&h);
+    tsc_free(c, bar);
+    tsc_close(c);
+}
+
 /* tsc_linear_addnorm through the plain kernel (a MoE layer's router stages
  * its input norm: backend.cu's fused_norm_plain): the products, x + add
  * written in place or beside, and the normed rows equal tsc_add_rmsnorm

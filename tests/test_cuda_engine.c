@@ -2322,16 +2322,18 @@ TS_TEST(cuda_engine, expert_cache_errors) {
     CHECK_MSG(dev_used() == d0, "device bytes after close: %zu, before: %zu", dev_used(), d0);
 }
 
-/* TSC_MOE_SHGU=1 (backend.cu's moe_shgu_on: the router stages its input
- * norm, the shared expert's gate/up rows ride the routed gate/up launch) on
- * the 35B-A3B's MoE widths, where it is taken: the decode graph runs one
- * kernel fewer a MoE layer than without it (so the form did run); the
- * logits against the CPU within the parity tolerance; greedy output with
- * planted drafts (every acceptance length, lazy rollbacks) identical to plain
- * greedy under it, M = 1..4. */
+/* The MoE layer's short form (backend.cu's moe_shgu_on, the default: the
+ * router stages its input norm and its last block routes, the shared
+ * expert's gate/up rows ride the routed gate/up launch) on the 35B-A3B's
+ * MoE widths, where it is taken: the decode graph runs two kernels fewer a
+ * MoE layer than with TSC_MOE_SHGU=0 (so the form did run), one fewer with
+ * the route kernel (TSC_MOE_ROUTE_TAIL=0); the logits against the CPU within
+ * the parity tolerance; greedy output with planted drafts (every acceptance
+ * length, lazy rollbacks) identical to plain greedy, M = 1..4, both forms;
+ * the same tokens with and without the route tail (the same bits). */
 static int shgu_kernels(const char *dir, int on, collect *c) {
-    if (on) setenv("TSC_MOE_SHGU", "1", 1);
-    else unsetenv("TSC_MOE_SHGU");
+    if (on) unsetenv("TSC_MOE_SHGU");
+    else setenv("TSC_MOE_SHGU", "0", 1);
     ts_engine *e = NULL;
     ts_error err = {0};
     int gk = -1;
@@ -2356,36 +2358,47 @@ static int shgu_kernels(const char *dir, int on, collect *c) {
     return gk;
 }
 
-TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
-    NEED_GPU();
-    char dir[512];
-    if (wide_moe_model(dir, sizeof dir)) return;
-    collect c0, c1;
-    const int k0 = shgu_kernels(dir, 0, &c0), k1 = shgu_kernels(dir, 1, &c1);
-    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels, %d with TSC_MOE_SHGU=1\n", k0, k1);
-    CHECK_MSG(k0 > 0 && k1 == k0 - 2, "decode graph kernels %d -> %d (2 MoE layers: 2 fewer)", k0, k1);
-    setenv("TSC_MOE_SHGU", "1", 1);
-    parity pr;
-    char why[600] = "";
-    const int rc = run_parity(dir, 40, 24, &pr, why, sizeof why);
-    CHECK_MSG(rc == 0, "wide-moe INT4 under TSC_MOE_SHGU=1: %s", why);
-    if (rc == 0) parity_report("wide-moe shgu", "INT4", dir, &pr);
+/* greedy with planted drafts, M = 1..4, against plain greedy (a failure fails the test) */
+static void shgu_spec_exact(const char *dir, const char *form) {
     ts_engine *e = NULL;
     ts_error err = {0};
     if (open_bits(dir, "cuda", 8, &e, &err)) {
         ts_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
-    } else {
-        const int32_t prompt[6] = {3, 14, 15, 92, 65, 35};
-        collect ref, got;
-        ts_gen_stats st;
-        if (!oracle_generate(e, prompt, 6, 256, 40, 0, NULL, &ref, &st))
-            for (int M = 1; M <= 4; M++) {
-                oracle orc = {ref.ids, ref.n, 6, 0x1234567ull + (uint64_t)M, 0};
-                if (oracle_generate(e, prompt, 6, 256, 40, M, &orc, &got, &st)) break;
-                CHECK_MSG(got.n == ref.n && !memcmp(got.ids, ref.ids, sizeof(int32_t) * ref.n),
-                          "draft %d under TSC_MOE_SHGU=1: output differs from plain greedy", M);
-            }
-        ts_engine_close(e);
+        return;
     }
-    unsetenv("TSC_MOE_SHGU");
+    const int32_t prompt[6] = {3, 14, 15, 92, 65, 35};
+    collect ref, got;
+    ts_gen_stats st;
+    if (!oracle_generate(e, prompt, 6, 256, 40, 0, NULL, &ref, &st))
+        for (int M = 1; M <= 4; M++) {
+            oracle orc = {ref.ids, ref.n, 6, 0x1234567ull + (uint64_t)M, 0};
+            if (oracle_generate(e, prompt, 6, 256, 40, M, &orc, &got, &st)) break;
+            CHECK_MSG(got.n == ref.n && !memcmp(got.ids, ref.ids, sizeof(int32_t) * ref.n),
+                      "draft %d (%s): output differs from plain greedy", M, form);
+        }
+    ts_engine_close(e);
+}
+
+TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
+    NEED_GPU();
+    char dir[512];
+    if (wide_moe_model(dir, sizeof dir)) return;
+    collect c0, c1, c2;
+    const int k0 = shgu_kernels(dir, 0, &c0), k1 = shgu_kernels(dir, 1, &c1);
+    setenv("TSC_MOE_ROUTE_TAIL", "0", 1);
+    const int k2 = shgu_kernels(dir, 1, &c2);
+    unsetenv("TSC_MOE_ROUTE_TAIL");
+    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_SHGU=0, %d by default, %d with the route kernel\n",
+            k0, k1, k2);
+    CHECK_MSG(k0 > 0 && k1 == k0 - 4 && k2 == k0 - 2, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
+    CHECK_MSG(c1.n == c2.n && !memcmp(c1.ids, c2.ids, sizeof(int32_t) * c1.n), "the route tail changed the tokens");
+    parity pr;
+    char why[600] = "";
+    const int rc = run_parity(dir, 40, 24, &pr, why, sizeof why);
+    CHECK_MSG(rc == 0, "wide-moe INT4: %s", why);
+    if (rc == 0) parity_report("wide-moe short", "INT4", dir, &pr);
+    shgu_spec_exact(dir, "default");
+    setenv("TSC_MOE_ROUTE_TAIL", "0", 1);
+    shgu_spec_exact(dir, "TSC_MOE_ROUTE_TAIL=0");
+    unsetenv("TSC_MOE_ROUTE_TAIL");
 }

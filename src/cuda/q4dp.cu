@@ -902,11 +902,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
 template <int ND, int EM, bool SHR = false>
 void launch_moe(tsc_ctx *c, const dx_args &a) {
     const int nsteps = (a.cols + 1023) >> 10;
-    /* TSC_MOE_SHGU=2 (a benchmark switch, the same bits): SHR at U = 1,
-     * ~80 registers against ~118, three blocks an SM, so that the shared
-     * rows' extra virtual blocks (35B-A3B: 288 for 264 two-a-SM slots)
-     * still run in one round */
-    if (nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 0) == 2)) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    /* SHR at U = 1: ~80 registers against ~118, three blocks an SM, so
+     * that the shared rows' extra virtual blocks (35B-A3B: 288 for 264
+     * two-a-SM slots) still run in one round. Measured (s37-run1, H200,
+     * 35B-A3B-8L decode): 2,144 tok/s against 2,109 at U = 2, which
+     * TSC_MOE_SHGU=1 keeps for comparison (the same bits). */
+    if (nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 2) != 1)) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
     else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
 }
 
