@@ -2323,17 +2323,17 @@ TS_TEST(cuda_engine, expert_cache_errors) {
 }
 
 /* The MoE layer's short form (backend.cu's moe_shgu_on, the default: the
- * router stages its input norm and its last block routes, the shared
- * expert's gate/up rows ride the routed gate/up launch) on the 35B-A3B's
- * MoE widths, where it is taken: the decode graph runs two kernels fewer a
- * MoE layer than with TSC_MOE_SHGU=0 (so the form did run), one fewer with
- * the route kernel (TSC_MOE_ROUTE_TAIL=0); the logits against the CPU within
+ * router stages its input norm, the shared expert's gate/up rows ride the
+ * routed gate/up launch) on the 35B-A3B's MoE widths, where it is taken:
+ * the decode graph runs one kernel fewer a MoE layer than with
+ * TSC_MOE_SHGU=0 (so the form did run); the logits against the CPU within
  * the parity tolerance; greedy output with planted drafts (every acceptance
- * length, lazy rollbacks) identical to plain greedy, M = 1..4, both forms;
- * the same tokens with and without the route tail (the same bits). */
-static int shgu_kernels(const char *dir, int on, collect *c) {
-    if (on) unsetenv("TSC_MOE_SHGU");
-    else setenv("TSC_MOE_SHGU", "0", 1);
+ * length, lazy rollbacks) identical to plain greedy, M = 1..4, at its gate/up's
+ * U = 1 (the default) and U = 2 (TSC_MOE_SHGU=1: the same bits, the same
+ * tokens). */
+static int shgu_kernels(const char *dir, const char *env, collect *c) { /* env: TSC_MOE_SHGU's value, NULL unset */
+    if (env) setenv("TSC_MOE_SHGU", env, 1);
+    else unsetenv("TSC_MOE_SHGU");
     ts_engine *e = NULL;
     ts_error err = {0};
     int gk = -1;
@@ -2384,21 +2384,17 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
     char dir[512];
     if (wide_moe_model(dir, sizeof dir)) return;
     collect c0, c1, c2;
-    const int k0 = shgu_kernels(dir, 0, &c0), k1 = shgu_kernels(dir, 1, &c1);
-    setenv("TSC_MOE_ROUTE_TAIL", "0", 1);
-    const int k2 = shgu_kernels(dir, 1, &c2);
-    unsetenv("TSC_MOE_ROUTE_TAIL");
-    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_SHGU=0, %d by default, %d with the route kernel\n",
-            k0, k1, k2);
-    CHECK_MSG(k0 > 0 && k1 == k0 - 4 && k2 == k0 - 2, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
-    CHECK_MSG(c1.n == c2.n && !memcmp(c1.ids, c2.ids, sizeof(int32_t) * c1.n), "the route tail changed the tokens");
+    const int k0 = shgu_kernels(dir, "0", &c0), k1 = shgu_kernels(dir, NULL, &c1), k2 = shgu_kernels(dir, "1", &c2);
+    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_SHGU=0, %d by default, %d at U = 2\n", k0, k1, k2);
+    CHECK_MSG(k0 > 0 && k1 == k0 - 2 && k2 == k1, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
+    CHECK_MSG(c1.n == c2.n && !memcmp(c1.ids, c2.ids, sizeof(int32_t) * c1.n), "U = 2 changed the tokens");
     parity pr;
     char why[600] = "";
     const int rc = run_parity(dir, 40, 24, &pr, why, sizeof why);
     CHECK_MSG(rc == 0, "wide-moe INT4: %s", why);
     if (rc == 0) parity_report("wide-moe short", "INT4", dir, &pr);
     shgu_spec_exact(dir, "default");
-    setenv("TSC_MOE_ROUTE_TAIL", "0", 1);
-    shgu_spec_exact(dir, "TSC_MOE_ROUTE_TAIL=0");
-    unsetenv("TSC_MOE_ROUTE_TAIL");
+    setenv("TSC_MOE_SHGU", "1", 1);
+    shgu_spec_exact(dir, "TSC_MOE_SHGU=1");
+    unsetenv("TSC_MOE_SHGU");
 }

@@ -352,7 +352,7 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.step = o, o += al256(DSTEP_HEAD + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
     l.rids = o, o += al256(sizeof(int32_t) * RB * TOPK_MAX);
     l.rwts = o, o += al256(sizeof(float) * RB * TOPK_MAX);
-    l.gl = o, o += al256(sizeof(float) * RB + 2 * sizeof(unsigned)); /* + the fused products' counters (tsc_set_barrier) */
+    l.gl = o, o += al256(sizeof(float) * RB + sizeof(unsigned)); /* + the fused products' counter (tsc_set_barrier) */
     l.dg = o, o += al256(tsc_digits_ws_bytes()); /* the products' staged digits (tsc_set_digits) */
     l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);
@@ -2178,7 +2178,7 @@ void moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
  * the shared terms are summed inside the product). Read at every op. */
 bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
 
-/* Two launches fewer a MoE layer (the default; TSC_MOE_SHGU=0: the form
+/* One launch fewer a MoE layer (the default; TSC_MOE_SHGU=0: the form
  * before, for comparison, other bits; 1: its gate/up at U = 2). Why: a 35B-A3B decode layer's MoE half was five dependent launches, the
  * shared expert's gate/up first (64 blocks, ~6 us for ~1 MB: it was first
  * only to stage the input norm, which the bf16 router could not), then the
@@ -2187,9 +2187,11 @@ bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
  * the router stages the norm itself (tsc_linear_addnorm's plain form:
  * fused_norm_plain) and the shared gate/up rows are slot k of the routed
  * gate/up launch (q4dp_moe's srw), whose output the down reads as its
- * shared slot in place, and the router's last block routes (route_tail_on):
- * three launches. Measured (s37-run1, H200, 35B-A3B-8L decode, before the
- * route tail): 2,048 -> 2,144 tok/s (+4.7%), 74 -> 66 graph kernels. Bits: the router's and the norm's
+ * shared slot in place: four launches. Measured (35B-A3B-8L decode,
+ * bench/cuda/RESULTS.md session 37): 2,048 -> 2,144 tok/s on an H200
+ * (+4.7%), 1,883 -> 1,961 on an H100 (+4.1%), 74 -> 66 graph kernels. (The
+ * route made by the router launch's last block as well, one launch fewer
+ * again, lost: 1,928 on that H100; removed.) Bits: the router's and the norm's
  * are the two kernels' (tests/test_cuda.c); the shared gate/up rows are
  * now the stacked product's (its KS), for every row count alike, so a
  * verify still equals its decode rows and a streamed layer its resident
@@ -2199,31 +2201,19 @@ bool moe_shgu_on() { return !env_is0("TSC_MOE_SHGU"); }
 /* The pending norm staged by a product of the plain kernel's formats (the
  * router: bf16 / f32) that reads its output, when it takes it; true when
  * launched (the same bits as flush + lin_rows). */
-bool fused_norm_plain(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n, int k = 0,
-                      int norm_topk = 0, int32_t *ids = NULL, float *wts = NULL) {
+bool fused_norm_plain(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
     pend_act &p = ST(s)->pend;
     if (p.kind != PEND_NORM || nw > TSC_LIN_MAX || n > RB || x != p.y || n != p.n || dw[0].cols != p.dim) return false;
     if (!tsc_linear_addnorm_plain_takes(&dw[0], p.x, p.add, p.w) || ((uintptr_t)p.y & 15)) return false;
-    if (ids && !tsc_linear_addnorm_route_takes(&dw[0], k, p.x, p.add, p.w)) return false;
     const tsc_weight *pw[TSC_LIN_MAX];
     for (int i = 0; i < nw; i++) {
         if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
         pw[i] = &dw[i];
     }
     p.kind = PEND_NONE;
-    if (ids)
-        tsc_linear_addnorm_route(ST(s)->c, pw, nw, p.x, p.add, p.w, p.eps, p.add ? p.x : NULL, p.y, y, n, k, norm_topk, ids,
-                                 wts);
-    else
-        tsc_linear_addnorm(ST(s)->c, pw, nw, p.x, p.add, p.w, p.eps, p.add ? p.x : NULL, p.y, y, n);
+    tsc_linear_addnorm(ST(s)->c, pw, nw, p.x, p.add, p.w, p.eps, p.add ? p.x : NULL, p.y, y, n);
     return true;
 }
-
-/* The routes made by the router launch's last block (tsc_linear_addnorm_route)
- * in moe_shgu_on's form, where it takes them: one launch fewer again (the
- * route's). TSC_MOE_ROUTE_TAIL=0: the route kernel, for comparison (the
- * same bits). Read at every op. */
-bool route_tail_on() { return !env_is0("TSC_MOE_ROUTE_TAIL"); }
 
 /* One block's (nr <= RB rows) router product and routes into r_ids /
  * r_wts: a pending norm of u fused into the product where it can be (the
@@ -2368,20 +2358,17 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 const tsc_weight *pv[2] = {&wv[0], nwv > 1 ? &wv[1] : NULL};
                 lin_rows(c, pv, nwv, u_, yv, nr);
             };
-            bool routed = false; /* by the router's launch (route_tail_on) */
             if (!pool) {
                 const tsc_weight rg[2] = {rw, sgw};
                 float *yr[2] = {lg_, q->gl};
-                routed = route_tail_on() &&
-                         fused_norm_plain(s, rg, g_rt ? 2 : 1, u_, yr, nr, k, a->norm_topk, q->r_ids, q->r_wts);
-                if (!routed) normed(rg, g_rt ? 2 : 1, yr);
+                normed(rg, g_rt ? 2 : 1, yr);
             }
             if (pool || !g_rt) {
                 const tsc_weight g1[1] = {sgw};
                 float *y1[1] = {q->gl};
                 normed(g1, 1, y1);
             }
-            if (!pool && !routed) tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
+            if (!pool) tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
             const int per = (int)(room / hk2 < (size_t)nr ? room / hk2 : (size_t)nr);
             for (int r1 = 0; r1 < nr; r1 += per) {
                 const int m1 = nr - r1 < per ? nr - r1 : per;

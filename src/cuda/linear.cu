@@ -62,7 +62,6 @@
 #include "cuda/q4dp.cuh"
 #include "cuda/rows.cuh"
 #include "cuda/q4t.cuh"
-#include "cuda/route.cuh"
 
 namespace {
 
@@ -93,12 +92,6 @@ struct lin_args {
     float eps;
     float *x_out, *y_out;
     unsigned *bar;
-    /* RT (tsc_linear_addnorm_route): the last block to finish routes the
-     * pass's rows of w[0]'s logits (E = its rows) into ids / wts [NR][topk]
-     * (bar[1] counts the blocks done) */
-    int topk, norm_topk;
-    int32_t *ids;
-    float *wts;
 };
 
 template <int FMT> struct fmt_t;
@@ -281,35 +274,7 @@ __device__ __forceinline__ void norm_outputs(const lin_args &a, const float4 *xs
     }
 }
 
-/* RT's tail: once every block's logits are stored, the last block to
- * finish (a fence and a count, bar[1]) routes the pass's rows, a warp a row,
- * with tsc_moe_route's arithmetic (route.cuh: the same picks and weights),
- * and leaves the count at 0 for the next launch. Why: the route was a
- * one-block launch of its own after the router (~4 us and a PDL hop on a
- * MoE layer's chain, session 26's engine trace); a fence and an atomic cost
- * less than that hand-off. */
-template <int NR, int RT>
-__device__ __forceinline__ void route_tail(const lin_args &a) {
-    __shared__ unsigned last;
-    __syncthreads(); /* this block's logits are stored */
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(a.bar + 1, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = (int)a.w[0].rows;
-    if (warp < NR) {
-        int rid;
-        float rwt;
-        route_row<RT, true>(a.w[0].y + (int64_t)warp * E, E, a.topk, a.norm_topk, lane, rid, rwt);
-        if (lane < a.topk) a.ids[warp * a.topk + lane] = rid, a.wts[warp * a.topk + lane] = rwt;
-    }
-    if (threadIdx.x == 0) atomicExch(a.bar + 1, 0u);
-}
-
-template <int FMT, int NR, bool XS, bool NORM = false, int RT = 0>
+template <int FMT, int NR, bool XS, bool NORM = false>
 __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ lin_args a) {
     constexpr int V = fmt_t<FMT>::V;
     static_assert(!NORM || XS, "NORM stages x in shared memory");
@@ -396,7 +361,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y + (int64_t)blockIdx.y * NR * w.rows, w.rows);
     }
-    if constexpr (RT > 0) route_tail<NR, RT>(a);
     if constexpr (NORM) norm_outputs<NR>(a, xsm);
 }
 
@@ -423,35 +387,17 @@ constexpr size_t XS_MAX = 100 * 1024;
 
 /* groups: gridDim.y, the count of NR-row groups one launch takes (1 but for
  * tsc_linear_many); a block's work and arithmetic do not depend on it */
-template <int FMT, int NR, bool XS, bool NORM = false, int RT = 0>
+template <int FMT, int NR, bool XS, bool NORM = false>
 void launch1(tsc_ctx *c, lin_args &a, int groups) {
     const size_t smem = XS ? (size_t)NR * a.cols * sizeof(float) : 0;
-    const int per_sm =
-        tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS, NORM, RT>, WARPS * 32, smem, XS ? XS_MAX : 0);
+    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS, NORM>, WARPS * 32, smem, XS ? XS_MAX : 0);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-    tsc_launch(c, k_linear<FMT, NR, XS, NORM, RT>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
-}
-
-/* the route tail's lanes' elements (route.cuh's EPL) for E experts: the
- * instantiated ones (E <= 32, <= 256 as the 35B-A3B's, <= 512), 0 none */
-inline int route_epl(int E) { return E <= 32 ? 1 : E <= 256 ? 8 : E <= 512 ? 16 : 0; }
-
-template <int FMT, int NR>
-void launch_route(tsc_ctx *c, lin_args &a, int groups) {
-    if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
-        switch (route_epl((int)a.w[0].rows)) {
-        case 1: launch1<FMT, NR, true, true, 1>(c, a, groups); return;
-        case 8: launch1<FMT, NR, true, true, 8>(c, a, groups); return;
-        case 16: launch1<FMT, NR, true, true, 16>(c, a, groups); return;
-        }
-    }
-    tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm_route: not taken (tsc_linear_addnorm_route_takes)");
+    tsc_launch(c, k_linear<FMT, NR, XS, NORM>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
 }
 
 template <int FMT, int NR>
 void launch_nr(tsc_ctx *c, lin_args &a, int groups) {
-    if (a.normw && a.ids) launch_route<FMT, NR>(c, a, groups);
-    else if (a.normw) launch1<FMT, NR, true, true>(c, a, groups); /* (norm_plain_takes: x fits) */
+    if (a.normw) launch1<FMT, NR, true, true>(c, a, groups); /* (norm_plain_takes: x fits) */
     else if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a, groups);
     else launch1<FMT, NR, false>(c, a, groups);
 }
@@ -540,45 +486,17 @@ static void plain_launch(tsc_ctx *c, lin_args &a, int fmt, const float *x, float
 /* Passes of up to 4 rows, each staging its rows in every block (k_linear's
  * NORM: norm_stage_row) and writing its rows' outputs (norm_outputs) */
 static void addnorm_plain(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
-                          const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n, int k = 0,
-                          int norm_topk = 0, int32_t *ids = NULL, float *wts = NULL) {
+                          const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
     const int fmt = fmt_of(w[0]);
     lin_args a = plain_args(c, w, nw, fmt);
     a.normw = norm_w, a.eps = eps, a.bar = c->bar;
-    a.topk = k, a.norm_topk = norm_topk;
     for (int i0 = 0; i0 < n; i0 += 4) {
         const int64_t o = (int64_t)i0 * a.cols;
         a.add = add ? add + o : NULL;
         a.x_out = add && x_out ? x_out + o : NULL;
         a.y_out = u_out ? u_out + o : NULL;
-        a.ids = ids ? ids + (int64_t)i0 * k : NULL;
-        a.wts = ids ? wts + (int64_t)i0 * k : NULL;
         plain_launch(c, a, fmt, x, y, w, i0, n - i0 < 4 ? n - i0 : 4, 1);
     }
-}
-
-extern "C" int tsc_linear_addnorm_route_takes(const tsc_weight *w, int k, const float *x, const float *add,
-                                             const float *norm_w) {
-    const int fmt = fmt_of(w);
-    return tsc_linear_addnorm_plain_takes(w, x, add, norm_w) && (fmt == FMT_BF16 || fmt == FMT_F32) &&
-           route_epl((int)w->rows) > 0 && k >= 1 && k <= 32 && k <= w->rows;
-}
-
-extern "C" void tsc_linear_addnorm_route(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
-                                         const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n,
-                                         int k, int norm_topk, int32_t *ids, float *wts) {
-    TSC_GUARD(c);
-    if (lin_check(c, "tsc_linear_addnorm_route", w, nw, n)) return;
-    if (!tsc_linear_addnorm_route_takes(w[0], k, x, add, norm_w) || !ids || !wts) {
-        tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_addnorm_route: %lld experts, top %d, in a form it does not take",
-                  (long long)w[0]->rows, k);
-        return;
-    }
-    if (!c->bar) {
-        tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm_route: needs the device counters (tsc_set_barrier)");
-        return;
-    }
-    addnorm_plain(c, w, nw, x, add, norm_w, eps, x_out, u_out, y, n, k, norm_topk, ids, wts);
 }
 
 extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,

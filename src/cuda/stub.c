@@ -48,16 +48,6 @@ int tsc_linear_addnorm_plain_takes(const tsc_weight *w, const float *x, const fl
     (void)w, (void)x, (void)add, (void)norm_w;
     return 0;
 }
-int tsc_linear_addnorm_route_takes(const tsc_weight *w, int k, const float *x, const float *add, const float *norm_w) {
-    (void)w, (void)k, (void)x, (void)add, (void)norm_w;
-    return 0;
-}
-void tsc_linear_addnorm_route(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
-                              const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n, int k,
-                              int norm_topk, int32_t *ids, float *wts) {
-    (void)c, (void)w, (void)nw, (void)x, (void)add, (void)norm_w, (void)eps, (void)x_out, (void)u_out, (void)y, (void)n,
-        (void)k, (void)norm_topk, (void)ids, (void)wts;
-}
 void tsc_linear_many(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
     (void)c, (void)w, (void)nw, (void)x, (void)y, (void)n;
 }

@@ -249,15 +249,6 @@ void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const fl
  * writes the outputs (x_out may be x), the bits of tsc_add_rmsnorm then
  * tsc_linear. A MoE layer's router takes its input norm so (backend.cu). */
 int tsc_linear_addnorm_plain_takes(const tsc_weight *w, const float *x, const float *add, const float *norm_w);
-/* The same with the routes of w[0]'s logits (a MoE router: E = w[0]->rows
- * experts, top k) made by the launch's last block into ids / wts [n][k],
- * tsc_moe_route's bits (bf16 or f32 routers of at most 512 experts, k <=
- * 32: tsc_linear_addnorm_route_takes). The counter of tsc_set_barrier is
- * then two: 8 bytes at 0. */
-int tsc_linear_addnorm_route_takes(const tsc_weight *w, int k, const float *x, const float *add, const float *norm_w);
-void tsc_linear_addnorm_route(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
-                              const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n, int k,
-                              int norm_topk, int32_t *ids, float *wts);
 
 /* MoE expert products by device ids (q4t.cu): for the n*k slots s = i*k + j
  * (ids [n, k] on the device), y[t][s, rows] = tab[t][ids[s]] . x(s) with
