@@ -92,6 +92,7 @@ struct lin_args {
     float eps;
     float *x_out, *y_out;
     unsigned *bar;
+    int rows1; /* NORM: norm_stage_rows1 where it takes the rows (TSC_NORM_ROWS1=0: norm_stage_row a row at a time) */
 };
 
 template <int FMT> struct fmt_t;
@@ -251,6 +252,66 @@ __device__ __forceinline__ void norm_stage_row(const lin_args &a, int i, const f
     __syncthreads(); /* red is reused by the next row */
 }
 
+/* norm_stage_row for all NR rows at once where a row is one word a thread
+ * (cols <= 8 * blockDim.x: 2048 at 256 threads, the 35B-A3B's hidden):
+ * every row's loads in flight together and the NR sums of squares reduced
+ * through one barrier, where norm_stage_row takes a load latency and a
+ * block sum a row in turn (a verify pass's router staged 4 rows so). Each
+ * row's operations are norm_stage_row's (thread t's word t, ss_word, the
+ * warps' sums added in warp order as block_sum_d does, rms_inv, norm_mul):
+ * the same bits. */
+template <int NR>
+__device__ __forceinline__ void norm_stage_rows1(const lin_args &a, const float (&f)[2][8], float4 *xsm,
+                                                 double (*red)[WARPS]) {
+    const int cols = (int)a.cols, nw8 = cols >> 3, w = (int)threadIdx.x, warp = w >> 5;
+    const int64_t c4 = a.cols / 4;
+    const bool on = w < nw8;
+    float v[NR][8], e[NR][8];
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[i][j] = e[i][j] = 0.f;
+        if (on) {
+            const int64_t o = (int64_t)i * a.cols;
+            const float4 p = __ldg((const float4 *)(a.x + o) + 2 * w), q = __ldg((const float4 *)(a.x + o) + 2 * w + 1);
+            v[i][0] = p.x, v[i][1] = p.y, v[i][2] = p.z, v[i][3] = p.w, v[i][4] = q.x, v[i][5] = q.y, v[i][6] = q.z, v[i][7] = q.w;
+            if (a.add) {
+                const float4 p2 = __ldg((const float4 *)(a.add + o) + 2 * w), q2 = __ldg((const float4 *)(a.add + o) + 2 * w + 1);
+                e[i][0] = p2.x, e[i][1] = p2.y, e[i][2] = p2.z, e[i][3] = p2.w;
+                e[i][4] = q2.x, e[i][5] = q2.y, e[i][6] = q2.z, e[i][7] = q2.w;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        double ss = 0;
+        if (on) {
+            if (a.add)
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[i][j] = __fadd_rn(v[i][j], e[i][j]);
+            ss_word(v[i], 8, ss);
+        }
+        ss = warp_sum_d(ss);
+        if ((threadIdx.x & 31) == 0) red[i][warp] = ss;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        double s = 0;
+        for (int k = 0; k < WARPS; k++) s += red[i][k];
+        const float r = rms_inv(s, cols, a.eps);
+        if (!on) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t fq = 2 * w + h;
+            xsm[i * c4 + (fq ^ ((fq >> 3) & 7))] =
+                make_float4(norm_mul(v[i][4 * h], r, f[0][4 * h]), norm_mul(v[i][4 * h + 1], r, f[0][4 * h + 1]),
+                            norm_mul(v[i][4 * h + 2], r, f[0][4 * h + 2]), norm_mul(v[i][4 * h + 3], r, f[0][4 * h + 3]));
+        }
+    }
+    __syncthreads();
+}
+
 /* NORM's outputs, by the last block once every block has staged: x_out =
  * x + add (the staging's __fadd_rn: the same bits; x_out may be x, which
  * nobody reads any more), y_out = the normed rows from its shared copy. */
@@ -299,8 +360,13 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
     }
     TSC_PDL_ENTRY();
     if constexpr (NORM) {
-        __shared__ double nred[32];
-        for (int i = 0; i < NR; i++) norm_stage_row(a, i, f, xsm, nred);
+        if (NR > 1 && a.rows1 && a.cols <= 8 * WARPS * 32) { /* (uniform: the shape) */
+            __shared__ double nred4[NR][WARPS];
+            norm_stage_rows1<NR>(a, f, xsm, nred4);
+        } else {
+            __shared__ double nred[32];
+            for (int i = 0; i < NR; i++) norm_stage_row(a, i, f, xsm, nred);
+        }
         if (threadIdx.x == 0) atomicAdd(a.bar, 1u); /* staged: x may be overwritten once all have */
     } else if constexpr (XS) {
         /* the swizzle keeps the lanes' strided reads (one 16-32-value chunk per
@@ -490,6 +556,8 @@ static void addnorm_plain(tsc_ctx *c, const tsc_weight *const *w, int nw, const 
     const int fmt = fmt_of(w[0]);
     lin_args a = plain_args(c, w, nw, fmt);
     a.normw = norm_w, a.eps = eps, a.bar = c->bar;
+    const char *r1 = getenv("TSC_NORM_ROWS1"); /* a benchmark switch: the same bits either way */
+    a.rows1 = !(r1 && !strcmp(r1, "0"));
     for (int i0 = 0; i0 < n; i0 += 4) {
         const int64_t o = (int64_t)i0 * a.cols;
         a.add = add ? add + o : NULL;
