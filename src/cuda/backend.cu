@@ -2179,7 +2179,8 @@ void moe_chunk(ts_stream *s, const ts_moe_args *a, const tsc_weight &g0, const t
 bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
 
 /* One launch fewer a MoE layer (the default; TSC_MOE_SHGU=0: the form
- * before, for comparison, other bits; 1: its gate/up at U = 2). Why: a 35B-A3B decode layer's MoE half was five dependent launches, the
+ * before, for comparison, other bits; 1: its gate/up at U = 2). Why: a
+ * 35B-A3B decode layer's MoE half was five dependent launches, the
  * shared expert's gate/up first (64 blocks, ~6 us for ~1 MB: it was first
  * only to stage the input norm, which the bf16 router could not), then the
  * router, the route, the routed gate/up, the down (bench/cuda/RESULTS.md,
