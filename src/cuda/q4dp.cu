@@ -750,7 +750,7 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
  * block, on a kernel that is a latency-bound instruction stream (ncu,
  * session 22: ~1,850 instructions a warp for ~2 x 4 rows x 1024 columns).
  * SHR (ROWS only): the shared expert's gate / up rows are slot k of the
- * stack (dx_w.sbase: rows k * slot .. rows - 1), so that a MoE layer's
+ * stack (dx_args.sbase: rows k * slot .. rows - 1), so that a MoE layer's
  * shared gate/up is not a launch of its own (backend.cu's cu_moe, "one
  * launch fewer": why there). A row's operations are the routed rows' own,
  * only the matrix it reads differs. */
@@ -907,7 +907,8 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
      * two-a-SM slots) still run in one round. Measured (s37-run1, H200,
      * 35B-A3B-8L decode): 2,144 tok/s against 2,109 at U = 2, which
      * TSC_MOE_SHGU=1 keeps for comparison (the same bits). */
-    if (nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 2) != 1)) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    const bool u2 = nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 2) != 1);
+    if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
     else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
 }
 
