@@ -1,5 +1,6 @@
 #!/bin/bash
-# session 37, device call 6 (pack s37e of 61dd60b's build, the final code): the final tree's MoE figures on whatever
+# session 37, device call 6 (pack s37e: the build of e2571f4; the commits after it to 61dd60b change comments and
+# one host line's layout only, q4dp.cu's device code text_cmp-identical): the final tree's MoE figures on whatever
 # card comes (the acceptance's is an H200): 35B-A3B-8L and the whole 40-layer 35B-A3B, the short MoE layer against
 # TSC_MOE_SHGU=0, interleaved; the 9B once. No new code: the measurement of record for the closing note.
 PACK=.gpu/s37e/pack.tar.xz . bench/cuda/device_env.sh
