@@ -1978,8 +1978,90 @@ TS_TEST(cuda, graph_replay_same_bits) {
     tsc_close(c);
 }
 
+/* What the fused-staging tests (addnorm_plain_same_bits, fused_products_dp4a)
+ * share: TSC_ROWS_MAX rows of fresh random inputs g, u and norm weights on
+ * the device, x and the reference's copy, the normed rows (fused and
+ * reference) and both weights' products (fused and reference). */
+typedef struct {
+    int64_t cols;
+    float *g, *u, *nw, *x, *r, *n, *n2, *y, *z, *ry, *rz;
+} fz_bufs;
+
+static void fz_new(tsc_ctx *c, fz_bufs *d, int64_t rows0, int64_t rows1, int64_t cols) {
+    const int N = TSC_ROWS_MAX;
+    const size_t nx = (size_t)N * cols;
+    float *g = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
+    frand(g, nx, 3.0f), frand(u, nx, 1.0f), frand(nw, cols, 1.0f);
+    d->cols = cols;
+    d->g = up(c, g, sizeof(float) * nx), d->u = up(c, u, sizeof(float) * nx), d->nw = up(c, nw, sizeof(float) * cols);
+    d->x = tsc_alloc(c, sizeof(float) * nx), d->r = tsc_alloc(c, sizeof(float) * nx);
+    d->n = tsc_alloc(c, sizeof(float) * nx), d->n2 = tsc_alloc(c, sizeof(float) * nx);
+    d->y = tsc_alloc(c, sizeof(float) * N * rows0), d->z = tsc_alloc(c, sizeof(float) * N * rows1);
+    d->ry = tsc_alloc(c, sizeof(float) * N * rows0), d->rz = tsc_alloc(c, sizeof(float) * N * rows1);
+    free(g), free(u), free(nw);
+}
+
+static void fz_free(tsc_ctx *c, fz_bufs *d) {
+    tsc_free(c, d->g), tsc_free(c, d->u), tsc_free(c, d->nw), tsc_free(c, d->x), tsc_free(c, d->r), tsc_free(c, d->n);
+    tsc_free(c, d->n2), tsc_free(c, d->y), tsc_free(c, d->z), tsc_free(c, d->ry), tsc_free(c, d->rz);
+}
+
+/* One fused call of n rows through the two weights wl against the two
+ * kernels it replaces, bit for bit: x (in place), both products, the
+ * normed rows written beside (mode 0); the counter back at 0. Modes 0:
+ * norm, x += add in place, the normed rows beside; 1: norm without add,
+ * the normed rows over x; 2: norm with add, the normed rows over x; 3:
+ * SwiGLU in place. what: the case, for the messages. A failure fails the
+ * test (on a device error the context is closed): the caller returns
+ * when ts_test_failed(). */
+static void fz_case(tsc_ctx *c, const tsc_weight *const *wl, int n, int mode, const fz_bufs *d, unsigned *bar,
+                    const char *what) {
+    const int64_t cols = d->cols, rows = wl[0]->rows, rows1 = wl[1]->rows;
+    const size_t m = (size_t)n * cols;
+    const int add = mode != 1;
+    float *yl[2] = {d->y, d->z}, *rl[2] = {d->ry, d->rz};
+    /* the reference: the two kernels */
+    tsc_copy(c, d->r, d->g, sizeof(float) * m);
+    if (mode == 3) {
+        tsc_silu_mul(c, d->r, d->u, m);
+        tsc_linear(c, wl, 2, d->r, rl, n);
+    } else {
+        float *ny = mode == 0 ? d->n2 : d->r;
+        tsc_add_rmsnorm(c, d->r, add ? d->u : NULL, d->nw, ny, n, (int)cols, 1e-6f);
+        tsc_linear(c, wl, 2, ny, rl, n);
+    }
+    /* fused */
+    tsc_copy(c, d->x, d->g, sizeof(float) * m);
+    tsc_fill(c, d->n, NAN, m);
+    tsc_set_barrier(c, bar);
+    if (mode == 3) tsc_linear_swiglu_out(c, wl, 2, d->x, d->u, d->x, yl, n);
+    else
+        tsc_linear_addnorm(c, wl, 2, d->x, add ? d->u : NULL, d->nw, 1e-6f, add ? d->x : NULL, mode == 0 ? d->n : d->x, yl,
+                           n);
+    ts_error e_;
+    if (tsc_sync(c, &e_)) {
+        ts_test_fail(__FILE__, __LINE__, "device error: %s", e_.msg);
+        tsc_close(c);
+        return;
+    }
+    float *a = down(c, d->x, m), *b = down(c, d->r, m), *ya = down(c, d->y, (size_t)n * rows),
+          *yb = down(c, d->ry, (size_t)n * rows), *za = down(c, d->z, (size_t)n * rows1), *zb = down(c, d->rz, (size_t)n * rows1);
+    CHECK_MSG(!memcmp(a, b, sizeof(float) * m), "%s mode %d, %d rows: x (in place) differs", what, mode, n);
+    CHECK_MSG(!memcmp(ya, yb, sizeof(float) * n * rows) && !memcmp(za, zb, sizeof(float) * n * rows1),
+              "%s mode %d, %d rows: fused products != the two kernels'", what, mode, n);
+    if (mode == 0) {
+        float *na = down(c, d->n, m), *nb = down(c, d->n2, m);
+        CHECK_MSG(!memcmp(na, nb, sizeof(float) * m), "%s, %d rows: the normed rows differ", what, n);
+        free(na), free(nb);
+    }
+    unsigned cnt = 1;
+    tsc_read(c, &cnt, bar, sizeof cnt);
+    CHECK_MSG(cnt == 0, "the counter is %u after a fused launch", cnt);
+    free(a), free(b), free(ya), free(yb), free(za), free(zb);
+}
+
 /* tsc_linear_addnorm through the plain kernel (a MoE layer's router stages
- * its input norm: backend.cu's fused_norm_plain): the products, x + add
+ * its input norm: backend.cu's fused_linear with plain): the products, x + add
  * written in place or beside, and the normed rows equal tsc_add_rmsnorm
  * then tsc_linear bit for bit, for bf16 / f32 / 8-bit weights (two in one
  * launch, as the router and the shared expert's gate row), the 35B-A3B's
@@ -2005,53 +2087,20 @@ TS_TEST(cuda, addnorm_plain_same_bits) {
         CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
         if (ts_test_failed()) return;
         const tsc_weight *wl[2] = {&dw, &dw2};
-        const int N = TSC_ROWS_MAX;
-        const size_t nx = (size_t)N * cols;
-        float *g = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
-        frand(g, nx, 3.0f), frand(u, nx, 1.0f), frand(nw, cols, 1.0f);
-        float *dg = up(c, g, sizeof(float) * nx), *du = up(c, u, sizeof(float) * nx), *dnw = up(c, nw, sizeof(float) * cols);
-        CHECK(tsc_linear_addnorm_plain_takes(&dw, dg, du, dnw));
-        CHECK(!tsc_linear_addnorm_plain_takes(&dw, dg + 1, du, dnw)); /* a row not 16-byte aligned */
-        float *dx = tsc_alloc(c, sizeof(float) * nx), *dr = tsc_alloc(c, sizeof(float) * nx);
-        float *dn = tsc_alloc(c, sizeof(float) * nx), *dn2 = tsc_alloc(c, sizeof(float) * nx);
-        float *dy = tsc_alloc(c, sizeof(float) * N * rows), *dz = tsc_alloc(c, sizeof(float) * N);
-        float *ry = tsc_alloc(c, sizeof(float) * N * rows), *rz = tsc_alloc(c, sizeof(float) * N);
+        fz_bufs d;
+        fz_new(c, &d, rows, 1, cols);
+        CHECK(tsc_linear_addnorm_plain_takes(&dw, d.g, d.u, d.nw));
+        CHECK(!tsc_linear_addnorm_plain_takes(&dw, d.g + 1, d.u, d.nw)); /* a row not 16-byte aligned */
         static const int ns[] = {1, 3, 4, 5, 16};
+        char what[32];
+        snprintf(what, sizeof what, "weights %zu", v);
         for (int k = 0; k < 5; k++)
             for (int mode = 0; mode < 3; mode++) {
-                /* 0: x += add in place, the normed rows beside; 1: no add, the
-                 * normed rows over x; 2: add, the normed rows over x */
-                const int n = ns[k];
-                const size_t m = (size_t)n * cols;
-                const int add = mode != 1;
-                float *yl[2] = {dy, dz}, *rl[2] = {ry, rz};
-                tsc_copy(c, dr, dg, sizeof(float) * m);
-                float *ny = mode == 0 ? dn2 : dr;
-                tsc_add_rmsnorm(c, dr, add ? du : NULL, dnw, ny, n, (int)cols, 1e-6f);
-                tsc_linear(c, wl, 2, ny, rl, n);
-                tsc_copy(c, dx, dg, sizeof(float) * m);
-                tsc_fill(c, dn, NAN, m);
-                tsc_linear_addnorm(c, wl, 2, dx, add ? du : NULL, dnw, 1e-6f, add ? dx : NULL, mode == 0 ? dn : dx, yl, n);
-                SYNC_OK(c);
-                float *a = down(c, dx, m), *b = down(c, dr, m), *ya = down(c, dy, (size_t)n * rows),
-                      *yb = down(c, ry, (size_t)n * rows), *za = down(c, dz, n), *zb = down(c, rz, n);
-                CHECK_MSG(!memcmp(a, b, sizeof(float) * m), "weights %zu mode %d, %d rows: x differs", v, mode, n);
-                CHECK_MSG(!memcmp(ya, yb, sizeof(float) * n * rows) && !memcmp(za, zb, sizeof(float) * n),
-                          "weights %zu mode %d, %d rows: the normed products != the two kernels'", v, mode, n);
-                if (mode == 0) {
-                    float *na = down(c, dn, m), *nb = down(c, dn2, m);
-                    CHECK_MSG(!memcmp(na, nb, sizeof(float) * m), "weights %zu, %d rows: the normed rows differ", v, n);
-                    free(na), free(nb);
-                }
-                unsigned cnt = 1;
-                tsc_read(c, &cnt, bar, sizeof cnt);
-                CHECK_MSG(cnt == 0, "the counter is %u after a normed launch", cnt);
-                free(a), free(b), free(ya), free(yb), free(za), free(zb);
+                fz_case(c, wl, ns[k], mode, &d, bar, what);
+                if (ts_test_failed()) return;
             }
-        tsc_free(c, dg), tsc_free(c, du), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, dn), tsc_free(c, dn2);
-        tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
+        fz_free(c, &d);
         tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
-        free(g), free(u), free(nw);
         free_hw(&h), free_hw(&h2);
     }
     /* past the form's columns: not taken (the router then keeps the norm kernel) */
@@ -2106,62 +2155,20 @@ TS_TEST(cuda, fused_products_dp4a) {
         unsetenv("TSC_Q4T");
         CHECK(dw.layout == TSC_LAYOUT_MLX);
         const tsc_weight *wl[2] = {&dw, &dw2};
-        const int N = TSC_ROWS_MAX;
-        const size_t nx = (size_t)N * cols;
-        float *g = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx), *nw = malloc(sizeof(float) * cols);
-        frand(g, nx, 3.0f), frand(u, nx, 1.0f), frand(nw, cols, 1.0f);
-        float *dg = up(c, g, sizeof(float) * nx), *du = up(c, u, sizeof(float) * nx), *dnw = up(c, nw, sizeof(float) * cols);
-        float *dx = tsc_alloc(c, sizeof(float) * nx), *dr = tsc_alloc(c, sizeof(float) * nx);
-        float *dn = tsc_alloc(c, sizeof(float) * nx), *dn2 = tsc_alloc(c, sizeof(float) * nx);
-        float *dy = tsc_alloc(c, sizeof(float) * N * rows), *dz = tsc_alloc(c, sizeof(float) * N * 40);
-        float *ry = tsc_alloc(c, sizeof(float) * N * rows), *rz = tsc_alloc(c, sizeof(float) * N * 40);
+        fz_bufs d;
+        fz_new(c, &d, rows, 40, cols);
         static const int ns[] = {1, 3, 5, 16};
+        char what[32];
+        snprintf(what, sizeof what, "variant %d", vv);
         for (int k = 0; k < 4; k++)
             for (int mode = 0; mode < 4; mode++) {
-                /* 0: norm, x += add in place, y beside; 1: norm without add, y over x;
-                 * 2: norm with add, y over x; 3: swiglu in place */
-                const int n = ns[k];
-                const size_t m = (size_t)n * cols;
-                const int add = mode != 1;
-                float *yl[2] = {dy, dz}, *rl[2] = {ry, rz};
-                /* the reference: the two kernels */
-                tsc_copy(c, dr, dg, sizeof(float) * m);
-                if (mode == 3) {
-                    tsc_silu_mul(c, dr, du, m);
-                    tsc_linear(c, wl, 2, dr, rl, n);
-                } else {
-                    float *ny = mode == 0 ? dn2 : dr;
-                    tsc_add_rmsnorm(c, dr, add ? du : NULL, dnw, ny, n, (int)cols, 1e-6f);
-                    tsc_linear(c, wl, 2, ny, rl, n);
-                }
-                /* fused */
-                tsc_copy(c, dx, dg, sizeof(float) * m);
-                tsc_fill(c, dn, NAN, m);
-                tsc_set_barrier(c, bar);
-                if (mode == 3) tsc_linear_swiglu_out(c, wl, 2, dx, du, dx, yl, n);
-                else tsc_linear_addnorm(c, wl, 2, dx, add ? du : NULL, dnw, 1e-6f, add ? dx : NULL, mode == 0 ? dn : dx, yl, n);
-                SYNC_OK(c);
-                float *a = down(c, dx, m), *b = down(c, dr, m), *ya = down(c, dy, (size_t)n * rows),
-                      *yb = down(c, ry, (size_t)n * rows), *za = down(c, dz, (size_t)n * 40), *zb = down(c, rz, (size_t)n * 40);
-                CHECK_MSG(!memcmp(a, b, sizeof(float) * m), "variant %d mode %d, %d rows: x (in place) differs", vv, mode, n);
-                CHECK_MSG(!memcmp(ya, yb, sizeof(float) * n * rows) && !memcmp(za, zb, sizeof(float) * n * 40),
-                          "variant %d mode %d, %d rows: fused products != the two kernels'", vv, mode, n);
-                if (mode == 0) {
-                    float *na = down(c, dn, m), *nb = down(c, dn2, m);
-                    CHECK_MSG(!memcmp(na, nb, sizeof(float) * m), "variant %d, %d rows: the normed rows differ", vv, n);
-                    free(na), free(nb);
-                }
-                unsigned cnt = 1;
-                tsc_read(c, &cnt, bar, sizeof cnt);
-                CHECK_MSG(cnt == 0, "the counter is %u after a fused launch", cnt);
-                free(a), free(b), free(ya), free(yb), free(za), free(zb);
+                fz_case(c, wl, ns[k], mode, &d, bar, what);
+                if (ts_test_failed()) return;
             }
-        tsc_free(c, dg), tsc_free(c, du), tsc_free(c, dnw), tsc_free(c, dx), tsc_free(c, dr), tsc_free(c, dn), tsc_free(c, dn2);
-        tsc_free(c, dy), tsc_free(c, dz), tsc_free(c, ry), tsc_free(c, rz);
+        fz_free(c, &d);
         unsetenv("TSC_Q4MM");
         unsetenv("TSC_Q4G");
         tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
-        free(g), free(u), free(nw);
         free_hw(&h), free_hw(&h2);
     }
     /* no counter set: the fused call is refused, naming what is missing */

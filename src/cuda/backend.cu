@@ -1202,10 +1202,14 @@ void lin_rows(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, fl
 /* The pending norm or SwiGLU staged by this product when it reads the
  * pending op's output and its weights take the fused dp4a kernel (one run
  * of one format, up to TSC_LIN_MAX, n <= RB rows); true when launched. The
- * fused kernels give the bits of the two kernels they replace (q4dp.cu). */
-bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
+ * fused kernels give the bits of the two kernels they replace (q4dp.cu).
+ * plain: a pending norm also by the plain kernel's formats (bf16 / f32:
+ * a MoE router, cu_moe's short form; linear.cu's NORM form, the same bits). */
+bool fused_linear(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n, bool plain = false) {
     pend_act &p = ST(s)->pend;
-    if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB || !q4dp_takes(&dw[0])) return false;
+    if ((p.kind != PEND_NORM && p.kind != PEND_SWIGLU) || nw > TSC_LIN_MAX || n > RB) return false;
+    if (!q4dp_takes(&dw[0]) && !(plain && p.kind == PEND_NORM && tsc_linear_addnorm_plain_takes(&dw[0], p.x, p.add, p.w)))
+        return false;
     if (p.kind == PEND_NORM ? (x != p.y || n != p.n || dw[0].cols != p.dim)
                             : (x != p.x || (size_t)n * (size_t)dw[0].cols != p.N))
         return false;
@@ -2186,7 +2190,7 @@ bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
  * router, the route, the routed gate/up, the down (bench/cuda/RESULTS.md,
  * session 26's engine trace: ~31 us of a ~61 us layer on that chain). Here
  * the router stages the norm itself (tsc_linear_addnorm's plain form:
- * fused_norm_plain) and the shared gate/up rows are slot k of the routed
+ * fused_linear's plain) and the shared gate/up rows are slot k of the routed
  * gate/up launch (q4dp_moe's srw), whose output the down reads as its
  * shared slot in place: four launches. Measured (35B-A3B-8L decode,
  * bench/cuda/RESULTS.md session 37): 2,048 -> 2,144 tok/s on an H200
@@ -2198,23 +2202,6 @@ bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
  * verify still equals its decode rows and a streamed layer its resident
  * one. Read at every op. */
 bool moe_shgu_on() { return !env_is0("TSC_MOE_SHGU"); }
-
-/* The pending norm staged by a product of the plain kernel's formats (the
- * router: bf16 / f32) that reads its output, when it takes it; true when
- * launched (the same bits as flush + lin_rows). */
-bool fused_norm_plain(ts_stream *s, const tsc_weight *dw, int nw, const float *x, float *const *y, int n) {
-    pend_act &p = ST(s)->pend;
-    if (p.kind != PEND_NORM || nw > TSC_LIN_MAX || n > RB || x != p.y || n != p.n || dw[0].cols != p.dim) return false;
-    if (!tsc_linear_addnorm_plain_takes(&dw[0], p.x, p.add, p.w) || ((uintptr_t)p.y & 15)) return false;
-    const tsc_weight *pw[TSC_LIN_MAX];
-    for (int i = 0; i < nw; i++) {
-        if (!tsc_linear_one_launch(&dw[i], &dw[0])) return false;
-        pw[i] = &dw[i];
-    }
-    p.kind = PEND_NONE;
-    tsc_linear_addnorm(ST(s)->c, pw, nw, p.x, p.add, p.w, p.eps, p.add ? p.x : NULL, p.y, y, n);
-    return true;
-}
 
 /* One block's (nr <= RB rows) router product and routes into r_ids /
  * r_wts: a pending norm of u fused into the product where it can be (the
@@ -2354,7 +2341,7 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
              * stages the pending norm; else the gate row alone does, after
              * it or (a pool's routes) in its place */
             auto normed = [&](const tsc_weight *wv, int nwv, float *const *yv) {
-                if (fused_norm_plain(s, wv, nwv, u_, yv, nr)) return;
+                if (fused_linear(s, wv, nwv, u_, yv, nr, true)) return;
                 flush(s);
                 const tsc_weight *pv[2] = {&wv[0], nwv > 1 ? &wv[1] : NULL};
                 lin_rows(c, pv, nwv, u_, yv, nr);

@@ -465,7 +465,7 @@ void launch1(tsc_ctx *c, lin_args &a, int groups) {
 
 template <int FMT, int NR>
 void launch_nr(tsc_ctx *c, lin_args &a, int groups) {
-    if (a.normw) launch1<FMT, NR, true, true>(c, a, groups); /* (norm_plain_takes: x fits) */
+    if (a.normw) launch1<FMT, NR, true, true>(c, a, groups); /* (tsc_linear_addnorm_plain_takes: x fits) */
     else if ((size_t)NR * a.cols * sizeof(float) <= XS_MAX) launch1<FMT, NR, true>(c, a, groups);
     else launch1<FMT, NR, false>(c, a, groups);
 }
@@ -540,60 +540,6 @@ extern "C" void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw
     q4t_linear(c, w, nw, Q4T_XM_SWIGLU, g, u, NULL, 0.f, NULL, NULL, y, n);
 }
 
-/* The plain kernel's NORM form takes w (its formats: bf16 / f16 / f32 / 8-bit
- * MLX, cols <= 4096, a multiple of 32) on these rows (16-byte aligned) */
-extern "C" int tsc_linear_addnorm_plain_takes(const tsc_weight *w, const float *x, const float *add, const float *norm_w) {
-    if (w->layout == TSC_LAYOUT_Q4T || q4dp_takes(w) || w->cols % 32 || w->cols > 16 * WARPS * 32) return 0;
-    return (((uintptr_t)x | (uintptr_t)(add ? add : x) | (uintptr_t)norm_w) & 15) == 0;
-}
-
-static lin_args plain_args(tsc_ctx *c, const tsc_weight *const *w, int nw, int fmt);
-static void plain_launch(tsc_ctx *c, lin_args &a, int fmt, const float *x, float *const *y, const tsc_weight *const *w,
-                         int i0, int nr, int groups);
-
-/* Passes of up to 4 rows, each staging its rows in every block (k_linear's
- * NORM: norm_stage_row) and writing its rows' outputs (norm_outputs) */
-static void addnorm_plain(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
-                          const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
-    const int fmt = fmt_of(w[0]);
-    lin_args a = plain_args(c, w, nw, fmt);
-    a.normw = norm_w, a.eps = eps, a.bar = c->bar;
-    const char *r1 = getenv("TSC_NORM_ROWS1"); /* a benchmark switch: the same bits either way */
-    a.rows1 = !(r1 && !strcmp(r1, "0"));
-    for (int i0 = 0; i0 < n; i0 += 4) {
-        const int64_t o = (int64_t)i0 * a.cols;
-        a.add = add ? add + o : NULL;
-        a.x_out = add && x_out ? x_out + o : NULL;
-        a.y_out = u_out ? u_out + o : NULL;
-        plain_launch(c, a, fmt, x, y, w, i0, n - i0 < 4 ? n - i0 : 4, 1);
-    }
-}
-
-extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
-                                   const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
-    TSC_GUARD(c);
-    if (lin_check(c, "tsc_linear_addnorm", w, nw, n)) return;
-    if (!staged_dp4a(c, "tsc_linear_addnorm", w, nw, Q4DP_XM_NORM, x, add, norm_w, NULL, eps, add ? x_out : NULL, u_out, y,
-                     n))
-        return;
-    if (tsc_linear_addnorm_plain_takes(w[0], x, add, norm_w)) {
-        if (!c->bar) {
-            tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm: the normed products need a device counter (tsc_set_barrier)");
-            return;
-        }
-        addnorm_plain(c, w, nw, x, add, norm_w, eps, x_out, u_out, y, n);
-        return;
-    }
-    if (w[0]->layout != TSC_LAYOUT_Q4T) {
-        tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_addnorm: needs Q4T weights (4-bit, cols %% 64 == 0, uploaded)");
-        return;
-    }
-    if (add && (!x_out || x_out == x)) {
-        tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm: with add, x_out must be given and must not be x");
-        return;
-    }
-    q4t_linear(c, w, nw, Q4T_XM_ADDNORM, x, add, norm_w, eps, x_out, u_out, y, n);
-}
 
 /* The plain kernel's arguments for nw weights (x, n and the outputs are set per launch). */
 static lin_args plain_args(tsc_ctx *c, const tsc_weight *const *w, int nw, int fmt) {
@@ -637,6 +583,57 @@ static void plain_launch(tsc_ctx *c, lin_args &a, int fmt, const float *x, float
     default: launch_fmt<FMT_F32>(c, a, nr, groups); break;
     }
     TSC_LAUNCHED(c, "tsc_linear");
+}
+
+/* The plain kernel's NORM form takes w (its formats: bf16 / f16 / f32 / 8-bit
+ * MLX, cols <= 4096, a multiple of 32) on these rows (16-byte aligned) */
+extern "C" int tsc_linear_addnorm_plain_takes(const tsc_weight *w, const float *x, const float *add, const float *norm_w) {
+    if (w->layout == TSC_LAYOUT_Q4T || q4dp_takes(w) || w->cols % 32 || w->cols > 16 * WARPS * 32) return 0;
+    return (((uintptr_t)x | (uintptr_t)(add ? add : x) | (uintptr_t)norm_w) & 15) == 0;
+}
+
+/* Passes of up to 4 rows, each staging its rows in every block (k_linear's
+ * NORM: norm_stage_row) and writing its rows' outputs (norm_outputs) */
+static void addnorm_plain(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
+                          const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
+    const int fmt = fmt_of(w[0]);
+    lin_args a = plain_args(c, w, nw, fmt);
+    a.normw = norm_w, a.eps = eps, a.bar = c->bar;
+    const char *r1 = getenv("TSC_NORM_ROWS1"); /* a benchmark switch: the same bits either way */
+    a.rows1 = !(r1 && !strcmp(r1, "0"));
+    for (int i0 = 0; i0 < n; i0 += 4) {
+        const int64_t o = (int64_t)i0 * a.cols;
+        a.add = add ? add + o : NULL;
+        a.x_out = add && x_out ? x_out + o : NULL;
+        a.y_out = u_out ? u_out + o : NULL;
+        plain_launch(c, a, fmt, x, y, w, i0, n - i0 < 4 ? n - i0 : 4, 1);
+    }
+}
+
+extern "C" void tsc_linear_addnorm(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, const float *add,
+                                   const float *norm_w, float eps, float *x_out, float *u_out, float *const *y, int n) {
+    TSC_GUARD(c);
+    if (lin_check(c, "tsc_linear_addnorm", w, nw, n)) return;
+    if (!staged_dp4a(c, "tsc_linear_addnorm", w, nw, Q4DP_XM_NORM, x, add, norm_w, NULL, eps, add ? x_out : NULL, u_out, y,
+                     n))
+        return;
+    if (tsc_linear_addnorm_plain_takes(w[0], x, add, norm_w)) {
+        if (!c->bar) {
+            tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm: the normed products need a device counter (tsc_set_barrier)");
+            return;
+        }
+        addnorm_plain(c, w, nw, x, add, norm_w, eps, x_out, u_out, y, n);
+        return;
+    }
+    if (w[0]->layout != TSC_LAYOUT_Q4T) {
+        tsc_fail_(c, TS_E_UNSUPPORTED, "tsc_linear_addnorm: needs Q4T weights (4-bit, cols %% 64 == 0, uploaded)");
+        return;
+    }
+    if (add && (!x_out || x_out == x)) {
+        tsc_fail_(c, TS_E_ARG, "tsc_linear_addnorm: with add, x_out must be given and must not be x");
+        return;
+    }
+    q4t_linear(c, w, nw, Q4T_XM_ADDNORM, x, add, norm_w, eps, x_out, u_out, y, n);
 }
 
 extern "C" void tsc_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, const float *x, float *const *y, int n) {
