@@ -1783,42 +1783,64 @@ TS_TEST(cuda, block_mask_attention_vs_cpu_backend) {
 
 TS_TEST(cuda, moe_route_exact) {
     OPEN(c);
-    /* E, k, norm, rows: a warp per row, 8 rows a block, so row counts that
-     * leave a block part empty, and the largest E and k the kernel takes;
-     * E of every register width (1, 2, 4, 8, 16, 32 elements a lane; 33: a
-     * partial second) */
-    static const int cfg[][4] = {{256, 8, 1, 5}, {64, 4, 0, 13}, {512, 10, 1, 9}, {1024, 32, 1, 17}, {33, 32, 0, 5},
-                                    {20, 6, 1, 7}, {128, 8, 1, 6}};
+    /* E, k, norm, rows, coarse: a warp per row, 8 rows a block, so row counts
+     * that leave a block part empty, and the largest E and k the kernel
+     * takes; E of every register width (1, 2, 4, 8, 16, 32 elements a lane;
+     * 33: a partial second); coarse: logits on a grid of 0.5, so most rows
+     * are full of ties. Both forms of the picks (tsc_set_route_net: the
+     * sorting network where k and E / 32 are 16 or less, else the chain),
+     * each against the CPU, and the two against each other bit for bit. */
+    static const int cfg[][5] = {{256, 8, 1, 5, 0}, {64, 4, 0, 13, 0}, {512, 10, 1, 9, 0}, {1024, 32, 1, 17, 0},
+                                 {33, 32, 0, 5, 0},  {20, 6, 1, 7, 0},  {128, 8, 1, 6, 0},  {256, 8, 1, 11, 1},
+                                 {512, 16, 0, 9, 1}, {96, 1, 1, 9, 1},  {256, 16, 1, 6, 0}, {8, 8, 1, 9, 1}};
     for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
         const int n = cfg[ci][3], E = cfg[ci][0], k = cfg[ci][1], norm = cfg[ci][2];
         float *l = malloc(sizeof(float) * n * E);
         frand(l, (size_t)n * E, 4.0f);
+        if (cfg[ci][4])
+            for (int e = 0; e < n * E; e++) l[e] = floorf(l[e] * 2.0f) * 0.5f;
         /* ties: the lower index must win, as in the CPU's scan */
-        l[3 * E + 5] = l[3 * E + 9] = l[3 * E + 2] = 9.0f;
+        l[3 * E + 5 % E] = l[3 * E + 9 % E] = l[3 * E + 2 % E] = 9.0f;
         /* a NaN logit: every p is NaN, the picks the first indices not taken */
         l[4 * E + E / 2] = NAN;
         float *dl = up(c, l, sizeof(float) * n * E), *dw = tsc_alloc(c, sizeof(float) * n * k);
         int32_t *di = tsc_alloc(c, sizeof(int32_t) * n * k);
-        tsc_moe_route(c, dl, n, E, k, norm, di, dw);
-        SYNC_OK(c);
-        int32_t *ids = malloc(sizeof(int32_t) * n * k);
-        tsc_read(c, ids, di, sizeof(int32_t) * n * k);
-        float *w = down(c, dw, (size_t)n * k);
-        for (int i = 0; i < n; i++) {
-            /* the CPU backend's routing (moe.c), the reference */
-            int sel[64];
-            float ws[64];
-            ts_cpu_moe_route_row(l + (size_t)i * E, E, k, sel, ws);
-            if (norm) ts_cpu_moe_route_norm(ws, k);
-            for (int j = 0; j < k; j++) {
-                CHECK_MSG(ids[i * k + j] == sel[j], "row %d pick %d: %d, CPU %d", i, j, ids[i * k + j], sel[j]);
-                const float ref = ws[j];
-                /* expf differs from glibc's by <= 2 ulp; the double sum's order */
-                if (isnan(ref)) CHECK_MSG(isnan(w[i * k + j]), "row %d weight %d: %.9g vs NaN", i, j, w[i * k + j]);
-                else CHECK_MSG(fabsf(w[i * k + j] - ref) <= 1e-6f * ref, "row %d weight %d: %.9g vs %.9g", i, j, w[i * k + j], ref);
+        int32_t *ids[2];
+        float *w[2];
+        for (int form = 0; form < 2; form++) {
+            tsc_set_route_net(c, form);
+            tsc_moe_route(c, dl, n, E, k, norm, di, dw);
+            SYNC_OK(c);
+            ids[form] = malloc(sizeof(int32_t) * n * k);
+            tsc_read(c, ids[form], di, sizeof(int32_t) * n * k);
+            w[form] = down(c, dw, (size_t)n * k);
+            for (int i = 0; i < n; i++) {
+                /* the CPU backend's routing (moe.c), the reference */
+                int sel[64];
+                float ws[64];
+                float *li = malloc(sizeof(float) * E);
+                memcpy(li, l + (size_t)i * E, sizeof(float) * E);
+                ts_cpu_moe_route_row(li, E, k, sel, ws);
+                free(li);
+                if (norm) ts_cpu_moe_route_norm(ws, k);
+                for (int j = 0; j < k; j++) {
+                    const int32_t id = ids[form][i * k + j];
+                    const float wj = w[form][i * k + j], ref = ws[j];
+                    CHECK_MSG(id == sel[j], "E %d k %d form %d row %d pick %d: %d, CPU %d", E, k, form, i, j, id, sel[j]);
+                    /* expf differs from glibc's by <= 2 ulp; the double sum's order */
+                    if (isnan(ref)) CHECK_MSG(isnan(wj), "form %d row %d weight %d: %.9g vs NaN", form, i, j, wj);
+                    else CHECK_MSG(fabsf(wj - ref) <= 1e-6f * ref, "form %d row %d weight %d: %.9g vs %.9g", form, i, j, wj, ref);
+                }
             }
         }
-        free(l), free(ids), free(w);
+        for (int e = 0; e < n * k; e++) {
+            uint32_t b0, b1;
+            memcpy(&b0, &w[0][e], 4), memcpy(&b1, &w[1][e], 4);
+            CHECK_MSG(ids[0][e] == ids[1][e] && (b0 == b1 || (isnan(w[0][e]) && isnan(w[1][e]))),
+                      "E %d k %d pick %d: network %d %.9g, chain %d %.9g", E, k, e, ids[1][e], w[1][e], ids[0][e], w[0][e]);
+        }
+        tsc_set_route_net(c, 1);
+        free(l), free(ids[0]), free(ids[1]), free(w[0]), free(w[1]);
         tsc_free(c, dl), tsc_free(c, dw), tsc_free(c, di);
     }
     tsc_close(c);

@@ -155,6 +155,11 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * engine's GPU suite 30/30 under it in s35-run2); TSC_ATTN_DIG=0: o_proj
      * makes them itself */
     c->attn_dig = on_unless0("TSC_ATTN_DIG");
+    c->route_net = on_unless0("TSC_ROUTE_NET");
+    {
+        const char *gh = getenv("TSC_GDN_HOIST");
+        c->gdn_hoist = gh && gh[0] == '1';
+    }
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);
@@ -496,6 +501,10 @@ extern "C" void tsc_set_pdl(tsc_ctx *c, int on) {
 
 extern "C" void tsc_set_gdn_fused(tsc_ctx *c, int on) {
     if (c) c->gdn_fused = on != 0;
+}
+
+extern "C" void tsc_set_route_net(tsc_ctx *c, int on) {
+    if (c) c->route_net = on != 0;
 }
 
 extern "C" void tsc_set_attn_kv(tsc_ctx *c, int on) {

@@ -122,12 +122,18 @@ __device__ __forceinline__ float warps_sum(float v, float (&red)[NW][32], int wa
  * chain needs none (session 20: the gated norm's barrier used to sit in
  * every row, n - 1 of them in a verify's GDN layer); the caller's state S
  * advances. */
+__device__ __forceinline__ float2 gdn_gates(const tsc_gdn_args &a, int t, int h, float nA, float dtb) {
+    return make_float2(sigmoid_f(a.b[t * a.Hv + h]), expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb)))));
+}
+/* bd: the rows' (beta, decay), gdn_gates made before (k_gdn_fused's H), or
+ * NULL: made here */
 __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[IPW], const float *q, const float *k,
                                              const float *vp, int t, int h, int warp, int lane, float nA, float dtb,
                                              float (&redp)[NW][32], float (&redo)[NW][32],
-                                             float (&ojs)[TSC_ROWS_MAX][32], double (&ssq)[TSC_ROWS_MAX]) {
-    const float beta = sigmoid_f(a.b[t * a.Hv + h]);
-    const float decay = expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb))));
+                                             float (&ojs)[TSC_ROWS_MAX][32], double (&ssq)[TSC_ROWS_MAX],
+                                             const float2 *bd = nullptr) {
+    const float2 g = bd ? bd[t] : gdn_gates(a, t, h, nA, dtb);
+    const float beta = g.x, decay = g.y;
     float p = 0.f;
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) {
@@ -158,10 +164,12 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[I
  * barrier). gmx (o's digits, gdn_digits): each row's output also goes
  * back to ojs and the block's largest |output| of the row to gmx[t].
  * rows_par: row t by warp t % NW (a verify's rows at once; ojs and ssq are
- * the block's after the cluster barrier), else every row by warp 0. */
+ * the block's after the cluster barrier), else every row by warp 0. zs: the
+ * rows' silu(z) of the block's 32 columns, [t][32], made before (k_gdn_fused's
+ * H), or NULL: made here. */
 __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int j, int warp,
                                              int lane, int base, float nw, float (&ojs)[TSC_ROWS_MAX][32],
-                                             double (&ssq)[TSC_ROWS_MAX], float *gmx) {
+                                             double (&ssq)[TSC_ROWS_MAX], float *gmx, const float *zs = nullptr) {
     if (!a.o) return;
     const int Vd = a.Hv * DV;
     for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1) {
@@ -169,7 +177,7 @@ __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_
 #pragma unroll
         for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(&ssq[t], base + r);
         const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
-        const float zj = silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
+        const float zj = zs ? zs[t * 32 + lane] : silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
         const float ov = __fmul_rn(__fmul_rn(__fmul_rn(ojs[t][lane], rr), nw), zj);
         a.o[(int64_t)t * Vd + h * DV + j] = ov;
         if (gmx) {
@@ -271,7 +279,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
  * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
  * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
  * lane-a-key scores in both). So every row count takes it by default. */
-template <bool E, int RR, bool P>
+template <bool E, int RR, bool P, bool H = false>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
@@ -335,6 +343,19 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     __shared__ float gmx[TSC_ROWS_MAX];
     const int n = tsc_gdn_rows(a);
     if (!n) return;
+    /* H (ctx.gdn_hoist): the rows' gates (a, b) and z, the in_proj's other
+     * outputs, loaded with the rows' q, k and v instead of after the conv's
+     * barriers and the scan's cluster barrier (two L2 latencies on the
+     * step's chain); the same values through the same operations. Visible
+     * to every thread after the conv loop's first barrier. */
+    __shared__ float2 bds[H ? TSC_ROWS_MAX : 1];
+    __shared__ float zsl[H ? TSC_ROWS_MAX : 1][32];
+    if constexpr (H) {
+        if (tid < n) bds[tid] = gdn_gates(a, tid, h, nA, dtb);
+        if (a.o)
+            for (int e = tid; e < n * 32; e += NW * 32)
+                zsl[e >> 5][e & 31] = silu_f(a.z[(int64_t)(e >> 5) * Vd + h * DV + cb * CB + (e & 31)]);
+    }
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
     for (int t = 0; t < n; t++) {
         const float y = conv_silu(wq, hq, a.qkv[(int64_t)t * C + cqk]);
@@ -354,10 +375,10 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     const int base = rank / CL * CL; /* this value head's first block in the cluster */
     for (int t = 0; t < n; t++) {
         const float *q = qs[t] + warp * IPW, *k = ks[t] + warp * IPW;
-        gdn_scan_row(a, S, q, k, &vs[t][lane], t, h, warp, lane, nA, dtb, redp, redo, ojs, ssq);
+        gdn_scan_row(a, S, q, k, &vs[t][lane], t, h, warp, lane, nA, dtb, redp, redo, ojs, ssq, H ? bds : nullptr);
     }
     cl.sync(); /* every block's sums of squares of every row are in */
-    gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, a.dg ? gmx : nullptr);
+    gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, a.dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr);
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
     cl.sync(); /* no block leaves while another may still read its ssq; every block has read the conv state */
@@ -801,7 +822,8 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
 /* k_gdn_fused's instance for RR: E (early trigger) never with P (its loads
  * before the wait are safe only where kernels trigger after theirs) */
 template <int RR>
-void (*fused_kernel(bool e, bool pre))(const tsc_gdn_args) {
+void (*fused_kernel(bool e, bool pre, bool hoist))(const tsc_gdn_args) {
+    if (hoist) return e ? k_gdn_fused<true, RR, false, true> : pre ? k_gdn_fused<false, RR, true, true> : k_gdn_fused<false, RR, false, true>;
     return e ? k_gdn_fused<true, RR, false> : pre ? k_gdn_fused<false, RR, true> : k_gdn_fused<false, RR, false>;
 }
 
@@ -843,7 +865,8 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * kernel after one starts only once it has completed. A state
          * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
-        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre) : fused_kernel<2>(e, pre), dim3(a->Hv * CL), dim3(NW * 32), 0, g);
+        const bool ho = c->gdn_hoist;
+        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho) : fused_kernel<2>(e, pre, ho), dim3(a->Hv * CL), dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         c->gdn_seq = c->nlaunch;
         if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */

@@ -157,8 +157,7 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { retur
  * its expert id and its weight (divided by the picks' sum when norm). Every
  * lane of the warp calls it. */
 template <int EPL>
-__device__ __forceinline__ void route_row(const float *l, int E, int k, int norm, int lane, int &rid, float &rwt) {
-    float p[EPL];
+__device__ __forceinline__ void route_probs(const float *l, int E, int lane, float (&p)[EPL]) {
 #pragma unroll
     for (int q = 0; q < EPL; q++) {
         const int e = lane + 32 * q;
@@ -180,6 +179,12 @@ __device__ __forceinline__ void route_row(const float *l, int E, int k, int norm
 #pragma unroll
     for (int q = 0; q < EPL; q++)
         if (lane + 32 * q < E) p[q] = (float)((double)p[q] / s);
+}
+
+template <int EPL>
+__device__ __forceinline__ void route_row(const float *l, int E, int k, int norm, int lane, int &rid, float &rwt) {
+    float p[EPL];
+    route_probs<EPL>(l, E, lane, p);
     uint32_t taken = 0; /* bit q: element lane + 32 q picked (or past E) */
 #pragma unroll
     for (int q = 0; q < EPL; q++)
@@ -218,6 +223,96 @@ __device__ __forceinline__ void route_row(const float *l, int E, int k, int norm
     if (norm && lane < k) rwt = __fdiv_rn(rwt, wsum);
 }
 
+/* ---- the picks by a sorting network (route_row_net; ctx.route_net, the default) ----
+ * Why: route_row's k picks are a chain: each is a scan of the lane's EPL
+ * elements, two redux.sync, a shuffle and a select, ~140 dependent
+ * instructions, so the 35B-A3B's row (E 256, k 8) issued ~1,100 instructions
+ * at ~8 cycles each on one warp (ncu, s38-run2: 8,800 cycles, 4.3 us of a
+ * 49 us MoE layer in the graph's trace, s38-run1). Here the same picks come
+ * from a network with independent compare-exchanges at every level: each
+ * element is a 64-bit key, (p's bits + 1, or 0 for NaN) above (~index), so
+ * "larger key" is route_row's order exactly (larger p, then lower index; a
+ * NaN below every number, NaNs by index; an element past E is 0, below all);
+ * a lane sorts its L keys (a bitonic network), then five butterfly rounds
+ * merge the lane's sorted L with its partner's (the half-cleaner
+ * max(a_i, b_(L-1-i)) keeps the larger L, a bitonic merge sorts them), after
+ * which every lane holds the row's L largest keys in order: picks 0..k-1.
+ * The weights are the keys' bits back (NaN: the canonical NaN that route_row's
+ * division makes), summed in pick order as route_row does. The same ids and
+ * the same bits (cuda.moe_route_forms_same_bits). L: EPL or k, whichever is
+ * larger, as a power of two, 8 or 16 (k <= L); others take route_row. */
+__device__ __forceinline__ void key_ce(unsigned long long &a, unsigned long long &b) { /* a: the larger */
+    const unsigned long long hi = a > b ? a : b, lo = a > b ? b : a;
+    a = hi, b = lo;
+}
+/* a bitonic sequence of L keys into descending order */
+template <int L>
+__device__ __forceinline__ void key_merge(unsigned long long (&k)[L]) {
+#pragma unroll
+    for (int s = L / 2; s > 0; s >>= 1)
+#pragma unroll
+        for (int i = 0; i < L; i++)
+            if (!(i & s)) key_ce(k[i], k[i + s]);
+}
+/* L keys into descending order (a bitonic sorting network) */
+template <int L>
+__device__ __forceinline__ void key_sort(unsigned long long (&k)[L]) {
+#pragma unroll
+    for (int w = 2; w <= L; w <<= 1)
+#pragma unroll
+        for (int s = w / 2; s > 0; s >>= 1)
+#pragma unroll
+            for (int i = 0; i < L; i++) {
+                const int j = i ^ s;
+                if (j > i) {
+                    if (!(i & w)) key_ce(k[i], k[j]); /* this run descending */
+                    else key_ce(k[j], k[i]);          /* the next ascending */
+                }
+            }
+}
+__device__ __forceinline__ float key_value(unsigned long long key) {
+    const unsigned v = (unsigned)(key >> 32);
+    return v ? __uint_as_float(v - 1u) : __uint_as_float(0x7fffffffu);
+}
+
+template <int EPL, int L>
+__device__ __forceinline__ void route_row_net(const float *l, int E, int k, int norm, int lane, int &rid, float &rwt) {
+    static_assert(L >= EPL && (L & (L - 1)) == 0, "L: a power of two, at least EPL");
+    float p[EPL];
+    route_probs<EPL>(l, E, lane, p);
+    unsigned long long key[L];
+#pragma unroll
+    for (int q = 0; q < L; q++) {
+        const int e = lane + 32 * q;
+        key[q] = 0ull;
+        if (q < EPL && e < E) {
+            const float v = p[q < EPL ? q : 0];
+            const unsigned hi = v == v ? __float_as_uint(v) + 1u : 0u;
+            key[q] = (unsigned long long)hi << 32 | (unsigned)~e;
+        }
+    }
+    key_sort<L>(key);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long b[L];
+#pragma unroll
+        for (int q = 0; q < L; q++) b[q] = __shfl_xor_sync(0xffffffffu, key[q], o);
+#pragma unroll
+        for (int q = 0; q < L; q++) key[q] = key[q] > b[L - 1 - q] ? key[q] : b[L - 1 - q];
+        key_merge<L>(key);
+    }
+    float wsum = 0.f; /* route_row's float sum of the picked, in pick order */
+    rid = 0, rwt = 0.f;
+#pragma unroll
+    for (int j = 0; j < L; j++) {
+        if (j >= k) break;
+        const float v = key_value(key[j]);
+        wsum = __fadd_rn(wsum, v);
+        if (lane == j) rid = (int)~(unsigned)key[j], rwt = v;
+    }
+    if (norm && lane < k) rwt = __fdiv_rn(rwt, wsum);
+}
+
 /* One row a warp (8 rows a block of 256): route_row (the
  * CPU's choices: ts_cpu_moe_route_row), the picks written by lanes 0..k-1.
  * Measured under ncu (session 22): 6.8 -> 6.1 us a 35B-A3B row, launch
@@ -231,7 +326,7 @@ __device__ __forceinline__ void route_row(const float *l, int E, int k, int norm
  * s26-run1; removed.) */
 constexpr int ROUTE_WARPS = 8;
 
-template <int EPL>
+template <int EPL, int L = 0>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route(const float *logits, int n, int E, int k, int norm,
                                                                int32_t *ids, float *wts) {
     TSC_PDL_ENTRY();
@@ -240,7 +335,8 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route(const float *log
     if (row >= n) return; /* no block barrier below */
     int rid;
     float rwt;
-    route_row<EPL>(logits + (int64_t)row * E, E, k, norm, lane, rid, rwt);
+    if constexpr (L > 0) route_row_net<EPL, L>(logits + (int64_t)row * E, E, k, norm, lane, rid, rwt);
+    else route_row<EPL>(logits + (int64_t)row * E, E, k, norm, lane, rid, rwt);
     if (lane < k) ids[(int64_t)row * k + lane] = rid, wts[(int64_t)row * k + lane] = rwt;
 }
 
@@ -252,7 +348,17 @@ extern "C" void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int
     }
     const dim3 grid((unsigned)((n + ROUTE_WARPS - 1) / ROUTE_WARPS)), block(ROUTE_WARPS * 32);
     const int epl = (E + 31) / 32;
-    if (epl <= 1) tsc_launch(c, k_moe_route<1>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+    /* the network's list length: EPL or k as a power of two, 8 or 16 */
+    const int L = epl <= 8 && k <= 8 ? 8 : epl <= 16 && k <= 16 ? 16 : 0;
+    if (c->route_net && L == 8) {
+        if (epl <= 1) tsc_launch(c, k_moe_route<1, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+        else if (epl <= 2) tsc_launch(c, k_moe_route<2, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+        else if (epl <= 4) tsc_launch(c, k_moe_route<4, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+        else tsc_launch(c, k_moe_route<8, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+    } else if (c->route_net && L == 16) {
+        if (epl <= 8) tsc_launch(c, k_moe_route<8, 16>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+        else tsc_launch(c, k_moe_route<16, 16>, grid, block, 0, logits, n, E, k, norm, ids, wts);
+    } else if (epl <= 1) tsc_launch(c, k_moe_route<1>, grid, block, 0, logits, n, E, k, norm, ids, wts);
     else if (epl <= 2) tsc_launch(c, k_moe_route<2>, grid, block, 0, logits, n, E, k, norm, ids, wts);
     else if (epl <= 4) tsc_launch(c, k_moe_route<4>, grid, block, 0, logits, n, E, k, norm, ids, wts);
     else if (epl <= 8) tsc_launch(c, k_moe_route<8>, grid, block, 0, logits, n, E, k, norm, ids, wts);

@@ -189,6 +189,7 @@ int tsc_graph_nodes(const tsc_graph *g) { (void)g; return -1; }
 void tsc_set_pdl(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_kv(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_fused(tsc_ctx *c, int on) { (void)c, (void)on; }
+void tsc_set_route_net(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_trace_reset(void) {}
 int tsc_trace_dump(tsc_ctx *c, const char *path) { (void)c, (void)path; return -1; }
 

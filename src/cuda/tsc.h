@@ -503,6 +503,10 @@ void tsc_set_attn_kv(tsc_ctx *c, int on);
  * or prep + scan (0): the same bits either way (gdn.cu, k_gdn_fused; the
  * tests compare them). Hv / Hk above 2 always takes the two kernels. */
 void tsc_set_gdn_fused(tsc_ctx *c, int on);
+/* MoE routing's picks (tsc_moe_route): by a sorting network (1, the
+ * default; TSC_ROUTE_NET=0 starts it off) or one after another (0): the same
+ * ids and weights, bit for bit (misc.cu; the tests compare them). */
+void tsc_set_route_net(tsc_ctx *c, int on);
 /* Events on the stream: mark, then elapsed milliseconds since the mark
  * (waits for the work queued in between). */
 void tsc_timer_start(tsc_ctx *c);
