@@ -156,10 +156,7 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * makes them itself */
     c->attn_dig = on_unless0("TSC_ATTN_DIG");
     c->route_net = on_unless0("TSC_ROUTE_NET");
-    {
-        const char *gh = getenv("TSC_GDN_HOIST");
-        c->gdn_hoist = gh && gh[0] == '1';
-    }
+    c->gdn_hoist = on_unless0("TSC_GDN_HOIST");
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

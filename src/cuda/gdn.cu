@@ -255,6 +255,58 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan
     cl.sync(); /* no block leaves while another may still read its ssq */
 }
 
+/* The trace build's phases of k_gdn_fused (session 38: its blocks ran 6-8.6 us
+ * for one row in the graph, ~4 MB of state): thread 0 of each block takes the
+ * global timer at its PDL release, after the conv and norms, after the scan,
+ * after each cluster barrier and at its end, written as "G block t0 .. t5"
+ * lines after the K lines (bench/cuda/trace_view.py --gdn). Nothing in a
+ * normal build. */
+#ifdef TSC_TRACE
+struct gdn_ph_rec {
+    unsigned blk, n;
+    unsigned long long t[6];
+};
+constexpr unsigned GDN_PH_N = 1u << 15;
+static __device__ gdn_ph_rec gdn_ph_ring[GDN_PH_N];
+static __device__ unsigned gdn_ph_count;
+static void gdn_ph_reset(void) {
+    const unsigned z = 0;
+    cudaMemcpyToSymbol(gdn_ph_count, &z, sizeof z);
+}
+static int gdn_ph_dump(FILE *f) {
+    unsigned n = 0;
+    if (cudaMemcpyFromSymbol(&n, gdn_ph_count, sizeof n) != cudaSuccess) return -1;
+    if (n > GDN_PH_N) n = GDN_PH_N;
+    if (!n) return 0;
+    gdn_ph_rec *r = (gdn_ph_rec *)malloc(sizeof(gdn_ph_rec) * n);
+    if (!r || cudaMemcpyFromSymbol(r, gdn_ph_ring, sizeof(gdn_ph_rec) * n) != cudaSuccess) {
+        free(r);
+        return -1;
+    }
+    for (unsigned i = 0; i < n; i++)
+        fprintf(f, "G %u %u %llu %llu %llu %llu %llu %llu\n", r[i].blk, r[i].n, r[i].t[0], r[i].t[1], r[i].t[2], r[i].t[3],
+                r[i].t[4], r[i].t[5]);
+    free(r);
+    return (int)n;
+}
+__attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gdn_ph_reset, gdn_ph_dump, "gdn phases");
+#define GDN_PH(i) (ph[i] = tsc_tr_now())
+#define GDN_PH_PUT(n_)                                                            \
+    do {                                                                         \
+        if (threadIdx.x == 0) {                                                  \
+            GDN_PH(5);                                                           \
+            const unsigned i_ = atomicAdd(&gdn_ph_count, 1u);                    \
+            if (i_ < GDN_PH_N) {                                                 \
+                gdn_ph_ring[i_].blk = blockIdx.x, gdn_ph_ring[i_].n = (unsigned)(n_); \
+                for (int q_ = 0; q_ < 6; q_++) gdn_ph_ring[i_].t[q_] = ph[q_];   \
+            }                                                                    \
+        }                                                                        \
+    } while (0)
+#else
+#define GDN_PH(i) ((void)0)
+#define GDN_PH_PUT(n_) ((void)0)
+#endif
+
 /* ---- one kernel for the step (ctx.gdn_fused; TSC_GDN_FUSED=0: the two above) ----
  * Why: inside the 9B's decode graph the GDN step costs 6.9 us a layer
  * (cuda_bench CB_GDN=1, session 19: 166 us of the 2.04 ms step over 24
@@ -335,6 +387,10 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     };
     if constexpr (P) load_inputs();
     TSC_ENTRY(E);
+#ifdef TSC_TRACE
+    unsigned long long ph[6] = {0, 0, 0, 0, 0, 0};
+#endif
+    GDN_PH(0);
     if constexpr (!P) load_inputs();
     __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
     __shared__ float redp[NW][32], redo[NW][32], ojs[TSC_ROWS_MAX][32];
@@ -343,11 +399,13 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     __shared__ float gmx[TSC_ROWS_MAX];
     const int n = tsc_gdn_rows(a);
     if (!n) return;
-    /* H (ctx.gdn_hoist): the rows' gates (a, b) and z, the in_proj's other
-     * outputs, loaded with the rows' q, k and v instead of after the conv's
-     * barriers and the scan's cluster barrier (two L2 latencies on the
-     * step's chain); the same values through the same operations. Visible
-     * to every thread after the conv loop's first barrier. */
+    /* H (ctx.gdn_hoist, the default): the rows' gates (a, b) and z, the
+     * in_proj's other outputs, loaded with the rows' q, k and v instead of
+     * after the conv's barriers and the scan's cluster barrier (two L2
+     * latencies on the step's chain); the same values through the same
+     * operations. Visible to every thread after the conv loop's first
+     * barrier. Measured (s38-run3, H100): 9B decode 445.1-445.4 -> 446.9-447.2
+     * tok/s (+0.4%; predicted +0.6-1.2%), 35B-A3B-8L unchanged. */
     __shared__ float2 bds[H ? TSC_ROWS_MAX : 1];
     __shared__ float zsl[H ? TSC_ROWS_MAX : 1][32];
     if constexpr (H) {
@@ -371,17 +429,21 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
         else ks[t][tid - DK] = __fmul_rn(y, r);
         __syncthreads(); /* red is reused by the next row; qs, ks, vs complete */
     }
+    GDN_PH(1);
     /* the scan (k_gdn_scan's arithmetic, its q, k and v from shared memory) */
     const int base = rank / CL * CL; /* this value head's first block in the cluster */
     for (int t = 0; t < n; t++) {
         const float *q = qs[t] + warp * IPW, *k = ks[t] + warp * IPW;
         gdn_scan_row(a, S, q, k, &vs[t][lane], t, h, warp, lane, nA, dtb, redp, redo, ojs, ssq, H ? bds : nullptr);
     }
+    GDN_PH(2);
     cl.sync(); /* every block's sums of squares of every row are in */
+    GDN_PH(3);
     gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, a.dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr);
 #pragma unroll
     for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
     cl.sync(); /* no block leaves while another may still read its ssq; every block has read the conv state */
+    GDN_PH(4);
     if (a.dg) { /* (uniform: an argument) */
         gdn_digits(a, cl, n, h, cb, warp, lane, base, ojs, gmx);
         cl.sync(); /* no block leaves while another may still read its gmx */
@@ -392,6 +454,7 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     if (rank == 0)
 #pragma unroll
         for (int q = 0; q < KW - 1; q++) cout[(int64_t)q * C + cqk] = hq[q];
+    GDN_PH_PUT(n);
 }
 
 /* ---- prompt chunks (tsc_gdn_prefill) ----

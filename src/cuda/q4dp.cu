@@ -173,7 +173,7 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
  * leaves room for the neighbour's block; a 4096-row product's warps then
  * hold their whole slice before x exists. The same operations in the same
  * order either way (the loop below only skips a round's loads it has). */
-template <int NR, int ND, int U, bool PRE = false, bool N1 = false, bool DX = false, bool NPF = false>
+template <int NR, int ND, int U, bool PRE = false, bool N1 = false, bool DX = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
@@ -204,10 +204,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         if constexpr (PRE) {
             /* the first round's loads themselves (the loop skips them) */
             if (sl < nsteps) load_round<U>(a, w, rp, gb, sl, ks, nsteps, lane, wv, sr, br, ok);
-        } else if constexpr (!NPF) {
+        } else {
             /* weights do not depend on the previous kernel: start their
-             * first lines towards L2 before waiting for it (NPF: not; see
-             * q4dp_npf) */
+             * first lines towards L2 before waiting for it (without: the 9B
+             * 4.6% slower, TSC_Q4DP_NPF=2 in s38-run3) */
             for (int st = sl; st < nsteps && st < sl + U * ks; st += ks) {
                 const int c = st * 1024 + lane * 32;
                 if (c < a.cols)
@@ -1084,11 +1084,7 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     }
     if constexpr (NR == 1) {
         if (!grid && q4dp_pre()) grid = launch_grid(c, k_q4dp<NR, ND, U, true>, a.nvb, smem, a, q4dp_bps());
-        /* digits made once, read where they lie (q4dp_dx); q4dp_npf: no L2
-         * prefetch before the wait */
-        const int npf = q4dp_npf();
-        if (!grid && a.dg && q4dp_dx() == 1 && (npf == 2 || (npf == 1 && a.sd)))
-            grid = launch_grid(c, k_q4dp<NR, ND, U, false, false, true, true>, a.nvb, 0, a, q4dp_bps());
+        /* digits made once, read where they lie (q4dp_dx) */
         if (!grid && a.dg && q4dp_dx() == 1)
             grid = launch_grid(c, k_q4dp<NR, ND, U, false, false, true>, a.nvb, 0, a, q4dp_bps());
         if (!grid && a.dg && q4dp_dx() == 2)
@@ -1096,8 +1092,6 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     }
     if constexpr (NR == 1 && U <= 2) {
         /* a normed row staged in the blocks, in one pass (stage_norm_words) */
-        if (!grid && a.xm == Q4DP_XM_NORM && !a.dg && norm1_fits(a.cols) && q4dp_n1() && q4dp_npf() == 2)
-            grid = launch_grid(c, k_q4dp<NR, ND, U, false, true, false, true>, a.nvb, smem, a, q4dp_bps());
         if (!grid && a.xm == Q4DP_XM_NORM && !a.dg && norm1_fits(a.cols) && q4dp_n1())
             grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, smem, a, q4dp_bps());
     }

@@ -65,7 +65,6 @@ struct dp_args {
      * made; NULL: each block makes them (see "Digits once") */
     const int4 *dg;
     int as; /* k_q4dp_as's ring depth (weights through a cp.async ring; q4dp.cu), 0: k_q4dp */
-    int sd; /* (host) the digits come from a k_stage_digits launch queued just before (stage_once) */
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif
@@ -706,17 +705,6 @@ inline bool dig_takes(int xm, int nr) {
  * block has staged, as k_q4dp's other forms do), 1.976-1.984 with the last
  * block to stage writing them instead (no block waits, but every block
  * pays a barrier to learn whether it is the last: removed). */
-/* TSC_Q4DP_NPF, a benchmark switch (session 38): the one-row products'
- * L2 prefetch of their first weights before the PDL wait left out, 1: where
- * the digits come from a k_stage_digits launch just before (the 9B's down
- * after the SwiGLU staging: its release came 2.5 us after that launch's end
- * in s38-run1's trace, against ~0.7 us after a product), 2: every one-row
- * launch of the DX and normed forms. 0 (the default): prefetched. */
-inline int q4dp_npf(void) {
-    static int v = -1;
-    if (v < 0) v = ks_env("TSC_Q4DP_NPF", 0);
-    return v;
-}
 inline bool q4dp_n1(void) {
     static int v = -1;
     if (v < 0) v = ks_env("TSC_Q4DP_N1", 1) != 0;
@@ -728,7 +716,6 @@ inline bool q4dp_n1(void) {
  * the scratch is missing or too small */
 inline void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false) {
     a.dg = NULL;
-    a.sd = 0;
     const size_t bytes = grp ? g_stage_bytes(nr, a.cols, a.group) : stage_bytes(nr, nd, a.cols);
     if (!dig_takes(a.xm, nr) || !c->dg || bytes > c->dg_bytes) {
         c->dg_x = NULL;
@@ -762,7 +749,6 @@ inline void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false)
     }
     TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a: digits)");
     a.dg = (const int4 *)c->dg;
-    a.sd = 1;
 }
 
 /* TSC_Q4DP_LATEW=0: k_q4mm's fused outputs written before its products
