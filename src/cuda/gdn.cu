@@ -166,10 +166,12 @@ __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[I
  * rows_par: row t by warp t % NW (a verify's rows at once; ojs and ssq are
  * the block's after the cluster barrier), else every row by warp 0. zs: the
  * rows' silu(z) of the block's 32 columns, [t][32], made before (k_gdn_fused's
- * H), or NULL: made here. */
+ * H), or NULL: made here. keep_o (with gmx): o only into ojs, its caller
+ * stores it (k_gdn_fused's B). */
 __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int j, int warp,
                                              int lane, int base, float nw, float (&ojs)[TSC_ROWS_MAX][32],
-                                             double (&ssq)[TSC_ROWS_MAX], float *gmx, const float *zs = nullptr) {
+                                             double (&ssq)[TSC_ROWS_MAX], float *gmx, const float *zs = nullptr,
+                                             bool keep_o = false) {
     if (!a.o) return;
     const int Vd = a.Hv * DV;
     for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1) {
@@ -179,7 +181,7 @@ __device__ __forceinline__ void gdn_rows_out(const tsc_gdn_args &a, cg::cluster_
         const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
         const float zj = zs ? zs[t * 32 + lane] : silu_f(a.z[(int64_t)t * Vd + h * DV + j]);
         const float ov = __fmul_rn(__fmul_rn(__fmul_rn(ojs[t][lane], rr), nw), zj);
-        a.o[(int64_t)t * Vd + h * DV + j] = ov;
+        if (!keep_o) a.o[(int64_t)t * Vd + h * DV + j] = ov;
         if (gmx) {
             ojs[t][lane] = ov;
             float m = fabsf(ov);
@@ -331,7 +333,7 @@ __attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gd
  * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
  * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
  * lane-a-key scores in both). So every row count takes it by default. */
-template <bool E, int RR, bool P, bool H = false>
+template <bool E, int RR, bool P, bool H = false, bool B = false>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
@@ -439,14 +441,41 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     GDN_PH(2);
     cl.sync(); /* every block's sums of squares of every row are in */
     GDN_PH(3);
-    gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, a.dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr);
+    if constexpr (B) {
+        /* B (ctx.gdn_bar): the global stores after the cluster barriers.
+         * cl.sync's arrive has release semantics, so every store issued
+         * before it (the state's 16 a thread, o) is waited for inside the
+         * barrier; the trace's phases put ~1.5 us between the first barrier
+         * and the second and ~1.2 us in the digits' (s38-run4). Here the
+         * second barrier follows shared-memory writes only (o stays in ojs,
+         * gdn_rows_out's gmx form), the third is split: a relaxed arrive once
+         * this block's reads of the others' gmx are done, then o, the state
+         * and the conv state stored, then the wait before leaving (nobody
+         * reads this block's shared memory after it has gone). The same
+         * values to the same places. */
+        const bool dg = a.dg != nullptr;
+        gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr, dg);
+        if (dg) {
+            cl.sync(); /* every block's gmx are in; its reads of the others' ssq done */
+            GDN_PH(4);
+            gdn_digits(a, cl, n, h, cb, warp, lane, base, ojs, gmx);
+        }
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+        if (dg && a.o) /* gdn_rows_out's rows and lanes: o of column j */
+            for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1)
+                a.o[(int64_t)t * a.Hv * DV + h * DV + j] = ojs[t][lane];
 #pragma unroll
-    for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
-    cl.sync(); /* no block leaves while another may still read its ssq; every block has read the conv state */
-    GDN_PH(4);
-    if (a.dg) { /* (uniform: an argument) */
-        gdn_digits(a, cl, n, h, cb, warp, lane, base, ojs, gmx);
-        cl.sync(); /* no block leaves while another may still read its gmx */
+        for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
+    } else {
+        gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, a.dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr);
+#pragma unroll
+        for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
+        cl.sync(); /* no block leaves while another may still read its ssq; every block has read the conv state */
+        GDN_PH(4);
+        if (a.dg) { /* (uniform: an argument) */
+            gdn_digits(a, cl, n, h, cb, warp, lane, base, ojs, gmx);
+            cl.sync(); /* no block leaves while another may still read its gmx */
+        }
     }
     if (tid < CB)
 #pragma unroll
@@ -454,6 +483,7 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     if (rank == 0)
 #pragma unroll
         for (int q = 0; q < KW - 1; q++) cout[(int64_t)q * C + cqk] = hq[q];
+    if constexpr (B) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     GDN_PH_PUT(n);
 }
 
@@ -884,10 +914,14 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
 
 /* k_gdn_fused's instance for RR: E (early trigger) never with P (its loads
  * before the wait are safe only where kernels trigger after theirs) */
+template <int RR, bool H, bool B>
+void (*fused_pick(bool e, bool pre))(const tsc_gdn_args) {
+    return e ? k_gdn_fused<true, RR, false, H, B> : pre ? k_gdn_fused<false, RR, true, H, B> : k_gdn_fused<false, RR, false, H, B>;
+}
 template <int RR>
-void (*fused_kernel(bool e, bool pre, bool hoist))(const tsc_gdn_args) {
-    if (hoist) return e ? k_gdn_fused<true, RR, false, true> : pre ? k_gdn_fused<false, RR, true, true> : k_gdn_fused<false, RR, false, true>;
-    return e ? k_gdn_fused<true, RR, false> : pre ? k_gdn_fused<false, RR, true> : k_gdn_fused<false, RR, false>;
+void (*fused_kernel(bool e, bool pre, bool hoist, bool bar))(const tsc_gdn_args) {
+    if (hoist) return bar ? fused_pick<RR, true, true>(e, pre) : fused_pick<RR, true, false>(e, pre);
+    return bar ? fused_pick<RR, false, true>(e, pre) : fused_pick<RR, false, false>(e, pre);
 }
 
 } // namespace
@@ -928,8 +962,9 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * kernel after one starts only once it has completed. A state
          * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
-        const bool ho = c->gdn_hoist;
-        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho) : fused_kernel<2>(e, pre, ho), dim3(a->Hv * CL), dim3(NW * 32), 0, g);
+        const bool ho = c->gdn_hoist, bar = c->gdn_bar;
+        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho, bar) : fused_kernel<2>(e, pre, ho, bar), dim3(a->Hv * CL),
+                   dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         c->gdn_seq = c->nlaunch;
         if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */
