@@ -32,8 +32,8 @@ struct tsc_ctx {
                        the default, TSC_GDN_PRE=0 off) */
     int gdn_hoist;  /* k_gdn_fused's H: the rows' gates and z loaded with q, k, v (the default, TSC_GDN_HOIST=0
                        off; the same bits) */
-    int gdn_bar;    /* k_gdn_fused's B: its global stores after the cluster barriers (TSC_GDN_BAR=1; opt-in until
-                       measured; the same bits) */
+    int gdn_bar;    /* k_gdn_fused's B: its global stores after the cluster barriers (the default, TSC_GDN_BAR=0
+                       off; the same bits) */
     int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the
                        default), 2 for several rows too (opt-in: no gain measured, s34-run1) */

@@ -157,10 +157,7 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->attn_dig = on_unless0("TSC_ATTN_DIG");
     c->route_net = on_unless0("TSC_ROUTE_NET");
     c->gdn_hoist = on_unless0("TSC_GDN_HOIST");
-    {
-        const char *gb = getenv("TSC_GDN_BAR");
-        c->gdn_bar = gb && gb[0] == '1';
-    }
+    c->gdn_bar = on_unless0("TSC_GDN_BAR");
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);

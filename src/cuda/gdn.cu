@@ -452,7 +452,11 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
          * this block's reads of the others' gmx are done, then o, the state
          * and the conv state stored, then the wait before leaving (nobody
          * reads this block's shared memory after it has gone). The same
-         * values to the same places. */
+         * values to the same places. The default (ctx.gdn_bar; TSC_GDN_BAR=0
+         * off). Measured (s38-run5, H200, interleaved): 9B decode 532.6-534.2
+         * -> 535.4-535.8 tok/s (+0.3%; predicted +1-1.3%), 35B-A3B-8L
+         * 2,200-2,202 -> 2,213-2,214 (+0.6%), 9B MTP 3 at forced acceptance
+         * 805.7 -> 820.0 (verify 3.097 -> 3.057 ms a block). */
         const bool dg = a.dg != nullptr;
         gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr, dg);
         if (dg) {
