@@ -274,47 +274,10 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * and combine) 1.5-1.8 us a layer less, the step 2.039 -> 2.025 ms; not the
  * predicted ~1.3 us a sub-chunk: the split's scores were not its cost either.
  * The default (ctx.attn_kv 2). */
-template <bool E, bool PRE = false>
+template <bool E>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
-    constexpr int PT = SPL * DMAX / 4 / 256;
-    extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
-    /* PRE (ctx.attn_pre): the block's first sub-chunk of keys and values
-     * loaded before the PDL wait, into shared memory as the loop below would
-     * put them, when every key of it is older than row 0's position, i.e.
-     * was appended by an earlier pass's prep, not by the prep just before
-     * this launch (the only writer of the cache in between: keys at pos and
-     * after). Why safe: this kernel starts once the prep has triggered, i.e.
-     * after the prep's own wait, so every kernel before the prep (and every
-     * earlier pass) has completed; the step record (pos_dev) was written
-     * before the pass began. Not under ctx.pdl_early, not for a split
-     * without its prep just before (phase 2) or for block rows (same_pos):
-     * the caller's rule. The same loads, only earlier. */
-    bool pre = false;
-    if constexpr (PRE) {
-        const int kh = blockIdx.y, T = min(row_pos_of(a, blockIdx.z) + 1, a.max_T), P = piece_at(a, T);
-        const int D = a.D, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
-        const int p0 = (int)blockIdx.x * P, nt = min(SPL, min(P, T - p0));
-        if (p0 < T && p0 + nt <= row_pos(a)) {
-            pre = true;
-            float4 *vs = kvs + SPL * (DMAX / 4 + 1);
-            const int tot = nt * d4;
-            float4 kr4[PT], vr4[PT];
-#pragma unroll
-            for (int u = 0; u < PT; u++) {
-                const int e = threadIdx.x + u * 256;
-                if (e < tot) {
-                    const int64_t off = ((int64_t)(p0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
-                    kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < PT; u++) {
-                const int e = threadIdx.x + u * 256;
-                if (e < tot) kvs[(e / d4) * kst + e % d4] = kr4[u], vs[e] = vr4[u];
-            }
-        }
-    }
     TSC_ENTRY(E);
+    extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
     __shared__ float4 qs4[GMAX][DMAX / 4];
     __shared__ float sc[GMAX][SPL];
     __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
@@ -339,7 +302,8 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
         for (int c0 = 0; c0 < pn; c0 += SPL) {
             const int t0 = p0 + c0, nt = min(SPL, pn - c0);
             __syncthreads();
-            if (!(PRE && pre && s == (int)blockIdx.x && c0 == 0)) { /* (else there before the wait) */
+            {
+                constexpr int PT = SPL * DMAX / 4 / 256;
                 const int tot = nt * d4;
                 float4 kr4[PT], vr4[PT];
 #pragma unroll
@@ -665,7 +629,6 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         const int lk = (int)lk_smem();
         cudaFuncSetAttribute(k_attn_split_lk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
         cudaFuncSetAttribute(k_attn_split_lk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-        cudaFuncSetAttribute(k_attn_split_lk<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
@@ -675,11 +638,7 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     int cap = 2 * c->n_sm / a->nkv;
     if (cap < 1) cap = 1;
     const dim3 sg(used < cap ? used : cap, a->nkv, a->n);
-    /* k_attn_split_lk's PRE: its prep just before (phase 0), rows at their own positions, no early trigger */
-    const bool pre = c->attn_pre && !e && a->phase == 0 && !a->same_pos;
-    if (c->attn_kv == 2)
-        tsc_launch(c, e ? k_attn_split_lk<true> : pre ? k_attn_split_lk<false, true> : k_attn_split_lk<false>, sg, dim3(256),
-                   lk_smem(), *a, nsplit);
+    if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
                                  : (e ? k_attn_split<true, false> : k_attn_split<false, false>),

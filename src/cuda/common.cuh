@@ -37,8 +37,6 @@ struct tsc_ctx {
     int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the
                        default), 2 for several rows too (opt-in: no gain measured, s34-run1) */
-    int attn_pre;   /* attention decode's split loads its first sub-chunk of older keys before its PDL wait
-                       (attn.cu k_attn_split_lk's PRE; TSC_ATTN_PRE=1, opt-in until measured; the same bits) */
     int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (the default, TSC_ATTN_DIG=0 off) */
     int route_net;  /* MoE routing's picks by a sorting network (misc.cu, route_row_net; the default, TSC_ROUTE_NET=0:
                        route_row's k picks one after another); the same ids and bits */

@@ -158,10 +158,6 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->route_net = on_unless0("TSC_ROUTE_NET");
     c->gdn_hoist = on_unless0("TSC_GDN_HOIST");
     c->gdn_bar = on_unless0("TSC_GDN_BAR");
-    {
-        const char *ap = getenv("TSC_ATTN_PRE");
-        c->attn_pre = ap && ap[0] == '1';
-    }
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);
