@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""trace_view.py [--kernels] FILE [FILE...]: where a decode step's dp4a products spend
+"""trace_view.py [--kernels | --gdn] FILE [FILE...]: where a decode step's dp4a products spend
 their time, from cuda_bench --trace (FILE or FILE.xz; a build with -DTSC_TRACE; q4dp.cu's
 trace_at records, per block of every k_q4dp launch, the global timer at its
 entry, when its PDL wait returns, once x is staged, and at its end).
@@ -166,11 +166,54 @@ def kernels(path, gap_us=20.0):
         print(f"  {k:<28} {n:>4} {sp:>9.1f} {g:>9.1f}")
 
 
+def gdn(path, gap_us=5.0):
+    """--gdn: k_gdn_fused's phases (gdn.cu's G lines: a block's global timer at its PDL release, after the conv
+    and norms, after the scan, after the first and second cluster barriers, at its end), over the launches of
+    the last replay (launches told apart by a pause of gap_us between two blocks' releases; the last replay's
+    are the last as many as the first replay has): each phase's 10th, 50th and 90th percentile over the blocks,
+    in us, and the median spread of a launch's releases."""
+    recs = []
+    with (lzma.open(path, 'rt') if path.endswith('.xz') else open(path)) as f:
+        for line in f:
+            p = line.split()
+            if p and p[0] == "G":
+                recs.append([int(x) for x in p[3:9]])
+    if not recs:
+        print(f"== {path}: no G lines (a trace build older than session 38)")
+        return
+    recs.sort(key=lambda r: r[0])
+    launches, cur = [], []
+    for r in recs:
+        if cur and r[0] - cur[-1][0] > gap_us * 1e3:
+            launches.append(cur)
+            cur = []
+        cur.append(r)
+    launches.append(cur)
+    # (k_gdn_fused's B, the default since session 38, stores o and the state after the second barrier: the last
+    # two phases are then the rows' outputs + barrier 2 and the digits + the stores + barrier 3)
+    names = ["conv + norms", "scan", "cluster barrier 1", "o (+ state) + barrier 2", "digits (+ stores), barrier 3"]
+    ph = [[] for _ in names]
+    spread = []
+    for L in launches[-min(len(launches), 64):]:
+        for r in L:
+            for i in range(len(names)):
+                ph[i].append((r[i + 1] - r[i]) / 1e3)
+        spread.append((max(r[0] for r in L) - min(r[0] for r in L)) / 1e3)
+    print(f"== {path}: {len(launches)} launches of k_gdn_fused, the last {min(len(launches), 64)} read")
+    for n, v in zip(names, ph):
+        v.sort()
+        print(f"  {n:<26} p10 {v[len(v) // 10]:6.2f}  median {v[len(v) // 2]:6.2f}  p90 {v[9 * len(v) // 10]:6.2f}")
+    print(f"  releases of a launch spread over {statistics.median(spread):.2f} us (median)")
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args and args[0] == "--kernels":
         for p in args[1:]:
             kernels(p)
+    elif args and args[0] == "--gdn":
+        for p in args[1:]:
+            gdn(p)
     else:
         for p in args:
             view(p)

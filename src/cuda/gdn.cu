@@ -463,6 +463,8 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
             cl.sync(); /* every block's gmx are in; its reads of the others' ssq done */
             GDN_PH(4);
             gdn_digits(a, cl, n, h, cb, warp, lane, base, ojs, gmx);
+        } else {
+            GDN_PH(4);
         }
         asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
         if (dg && a.o) /* gdn_rows_out's rows and lanes: o of column j */
