@@ -40,6 +40,8 @@ struct tsc_ctx {
     int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (the default, TSC_ATTN_DIG=0 off) */
     int route_net;  /* MoE routing's picks by a sorting network (misc.cu, route_row_net; the default, TSC_ROUTE_NET=0:
                        route_row's k picks one after another); the same ids and bits */
+    int carve;      /* one preferred shared-memory carveout, percent, for every kernel launched (tsc_launch;
+                       TSC_CARVE_ALL=P), -1: the driver's choice */
     int attn_kv_smem; /* the K/V form's dynamic shared-memory limit raised on this device (attn.cu) */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
@@ -67,6 +69,10 @@ struct tsc_blk {
 void tsc_fail_(tsc_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A launch just queued: check its configuration error. */
 void tsc_launched_(tsc_ctx *c, const char *op);
+
+/* ctx.carve's preferred shared-memory carveout set on kernel k, once a
+ * kernel and device (ctx.cu; TSC_CARVE_ALL) */
+void tsc_carve_once(const tsc_ctx *c, const void *k);
 
 /* Programmatic dependent launch (PDL). Every kernel of src/cuda launched
  * through tsc_launch starts with TSC_PDL_ENTRY: wait until the previous
@@ -111,6 +117,7 @@ static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 b
     cfg.attrs = at;
     cfg.numAttrs = 1;
     c->nlaunch++;
+    if (c->carve >= 0) tsc_carve_once(c, (const void *)k);
     cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
 
