@@ -40,8 +40,8 @@ struct tsc_ctx {
     int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (the default, TSC_ATTN_DIG=0 off) */
     int route_net;  /* MoE routing's picks by a sorting network (misc.cu, route_row_net; the default, TSC_ROUTE_NET=0:
                        route_row's k picks one after another); the same ids and bits */
-    int carve;      /* one preferred shared-memory carveout, percent, for every kernel launched (tsc_launch;
-                       TSC_CARVE_ALL=P), -1: the driver's choice */
+    int carve;      /* the decode path's preferred shared-memory carveout, percent (tsc_blocks_per_sm_dec; TSC_CARVE=P,
+                       50 by default), -1: the driver's choice */
     int attn_kv_smem; /* the K/V form's dynamic shared-memory limit raised on this device (attn.cu) */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
@@ -69,10 +69,6 @@ struct tsc_blk {
 void tsc_fail_(tsc_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A launch just queued: check its configuration error. */
 void tsc_launched_(tsc_ctx *c, const char *op);
-
-/* ctx.carve's preferred shared-memory carveout set on kernel k, once a
- * kernel and device (ctx.cu; TSC_CARVE_ALL) */
-void tsc_carve_once(const tsc_ctx *c, const void *k);
 
 /* Programmatic dependent launch (PDL). Every kernel of src/cuda launched
  * through tsc_launch starts with TSC_PDL_ENTRY: wait until the previous
@@ -117,7 +113,6 @@ static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 b
     cfg.attrs = at;
     cfg.numAttrs = 1;
     c->nlaunch++;
-    if (c->carve >= 0) tsc_carve_once(c, (const void *)k);
     cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
 
@@ -129,6 +124,18 @@ static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 b
  * passes (prompt chunks, verify blocks) launch every product anew, and the
  * occupancy query is a host call each time. Thread-safe (server workers). */
 int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max);
+/* The same for a kernel of the decode path (the one- and few-row products,
+ * the MoE experts', the bf16 products): ctx.carve set on it first, once, where
+ * that keeps its occupancy. Why one carveout: an SM runs blocks of one
+ * shared-memory / L1 split at a time, so a kernel whose split differs from the
+ * one its neighbour left waits for the SM to drain; the driver's choice
+ * differed from kernel to kernel. Measured (s38-run7, s38-run8, H100, the
+ * products at 50%: 132 KB of shared memory): 9B decode +1.9-2.0%, 35B-A3B-8L
+ * +1.8-2.0%; 25% +0.9 / +0.1%, 65% +1.8 / -1.7%, 80% -0.2 / -2.5%, 0% -7 /
+ * -5%; every kernel at 50% +1.0 / +1.8%. The prompt chunks' kernels (cuBLAS,
+ * k_q4gemm, the chunk attention and GDN) keep the driver's choice: at 50%
+ * the 9B's pp512 lost 2.6%. */
+int tsc_blocks_per_sm_dec(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max);
 
 /* bytes rounded up to the 256-byte alignment every workspace area keeps */
 inline size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }

@@ -48,16 +48,6 @@ int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem,
             seen = true;
         }
     if (!seen && smem_max > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
-    /* TSC_CARVE=P (0..100): one preferred shared-memory carveout for every
-     * persistent kernel, so that neighbouring launches can share an SM (a
-     * kernel whose carveout differs waits for the SM to drain); a benchmark
-     * switch beside TSC_Q4DP_BPS=1 */
-    static int carve = -2;
-    if (carve == -2) {
-        const char *e = getenv("TSC_CARVE");
-        carve = e && *e ? atoi(e) : -1;
-    }
-    if (!seen && carve >= 0 && carve <= 100) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carve);
     int per = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem);
     if (per < 1) per = 1;
@@ -65,11 +55,9 @@ int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem,
     return per;
 }
 
-/* TSC_CARVE_ALL=P: the carveout on every kernel (TSC_CARVE above: the
- * persistent products only). Why: a kernel whose carveout differs from the
- * one its SM runs waits for that SM to drain; s38-run7 measured TSC_CARVE=50
- * on the products +2.0% (9B) and +1.8% (35B-A3B-8L) on an H100, so the
- * kernels between them (GDN, attention, staging, routing) may gain too. */
+/* ctx.carve on a decode-path kernel (tsc_blocks_per_sm_dec), decided once
+ * a kernel and device: kept where it leaves the kernel's occupancy at that
+ * launch's shared memory as it was, else the driver's choice again. */
 namespace {
 struct carve_memo {
     int dev;
@@ -80,12 +68,22 @@ int n_carved;
 std::mutex carve_mu;
 } // namespace
 
-void tsc_carve_once(const tsc_ctx *c, const void *k) {
-    std::lock_guard<std::mutex> g(carve_mu);
-    for (int i = 0; i < n_carved; i++)
-        if (carved[i].dev == c->device && carved[i].k == k) return;
-    cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, c->carve);
-    if (n_carved < OCC_MAX) carved[n_carved++] = {c->device, k};
+int tsc_blocks_per_sm_dec(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max) {
+    if (c->carve >= 0) {
+        std::lock_guard<std::mutex> g(carve_mu);
+        bool done = false;
+        for (int i = 0; i < n_carved && !done; i++) done = carved[i].dev == c->device && carved[i].k == k;
+        if (!done) {
+            if (smem_max > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
+            int before = 0, after = 0;
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&before, k, threads, smem);
+            cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, c->carve);
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&after, k, threads, smem);
+            if (after < before) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, -1);
+            if (n_carved < OCC_MAX) carved[n_carved++] = {c->device, k};
+        }
+    }
+    return tsc_blocks_per_sm(c, k, threads, smem, smem_max);
 }
 
 #ifdef TSC_TRACE
@@ -182,8 +180,10 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->gdn_hoist = on_unless0("TSC_GDN_HOIST");
     c->gdn_bar = on_unless0("TSC_GDN_BAR");
     {
-        const char *cv = getenv("TSC_CARVE_ALL");
-        c->carve = cv && *cv ? atoi(cv) : -1;
+        /* the decode path's carveout (tsc_blocks_per_sm_dec): TSC_CARVE=P
+         * percent, -1 the driver's choice; 50 by default */
+        const char *cv = getenv("TSC_CARVE");
+        c->carve = cv && *cv ? atoi(cv) : 50;
         if (c->carve > 100) c->carve = -1;
     }
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||

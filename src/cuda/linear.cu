@@ -458,7 +458,7 @@ constexpr size_t XS_MAX = 100 * 1024;
 template <int FMT, int NR, bool XS, bool NORM = false>
 void launch1(tsc_ctx *c, lin_args &a, int groups) {
     const size_t smem = XS ? (size_t)NR * a.cols * sizeof(float) : 0;
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k_linear<FMT, NR, XS, NORM>, WARPS * 32, smem, XS ? XS_MAX : 0);
+    const int per_sm = tsc_blocks_per_sm_dec(c, (const void *)k_linear<FMT, NR, XS, NORM>, WARPS * 32, smem, XS ? XS_MAX : 0);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
     tsc_launch(c, k_linear<FMT, NR, XS, NORM>, dim3(grid, (unsigned)groups), dim3(WARPS * 32), smem, a);
 }

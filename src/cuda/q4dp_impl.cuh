@@ -644,7 +644,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_stage_digits(const __grid_consta
  * are resident at smem bytes of staging, at most nvb */
 template <typename A>
 int launch_grid(tsc_ctx *c, void (*k)(A), int nvb, size_t smem, const A &a, int cap = 0, size_t smem_max = SMEM_MAX) {
-    int per_sm = tsc_blocks_per_sm(c, (const void *)k, WARPS * 32, smem, smem_max);
+    int per_sm = tsc_blocks_per_sm_dec(c, (const void *)k, WARPS * 32, smem, smem_max);
     if (cap > 0 && per_sm > cap) per_sm = cap;
     const int grid = nvb < per_sm * c->n_sm ? nvb : per_sm * c->n_sm;
     tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a);

@@ -634,7 +634,7 @@ template <int NCB, int XM, bool GEN, bool EX>
 void launch(tsc_ctx *c, const q4_args &a, const q4_exp_tab *tb, size_t smem) {
     (void)tb;
     auto k = k_q4t<NCB, XM, GEN, EX>;
-    const int per_sm = tsc_blocks_per_sm(c, (const void *)k, WARPS * 32, smem, RING + XS_MAX);
+    const int per_sm = tsc_blocks_per_sm_dec(c, (const void *)k, WARPS * 32, smem, RING + XS_MAX);
     const int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
     if constexpr (EX) tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a, *tb);
     else tsc_launch(c, k, dim3(grid), dim3(WARPS * 32), smem, a, q4_no_tab{0});
