@@ -56,8 +56,11 @@ int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem,
 }
 
 /* ctx.carve on a decode-path kernel (tsc_blocks_per_sm_dec), decided once
- * a kernel and device: kept where it leaves the kernel's occupancy at that
- * launch's shared memory as it was, else the driver's choice again. */
+ * a kernel and device, at its first launch's shared memory: kept where it
+ * leaves the kernel's occupancy there as it was, else the driver's choice
+ * again. (A later launch with more shared memory than the carveout holds
+ * still runs: the preference is a hint the driver overrides where a block
+ * needs more; it is a question of speed only, never of results.) */
 namespace {
 struct carve_memo {
     int dev;
