@@ -202,6 +202,13 @@ __device__ __forceinline__ void chunk(const uint4 (&wv)[R], const float4 *__rest
     }
 }
 
+/* word w (8 floats) of a row through the read-only path, two 16-byte loads:
+ * the NORM stagings' loads of x and add */
+__device__ __forceinline__ void row_words(const float *row, int w, float (&v)[8]) {
+    const float4 p = __ldg((const float4 *)row + 2 * w), q = __ldg((const float4 *)row + 2 * w + 1);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+}
+
 /* NORM's staging of row i into xsm (XS's swizzled layout): the normed row
  * RMSNorm(x + add) * w, thread t its words t and t + 256 (cols <= 4096),
  * with stage_norm_words' arithmetic (q4dp_impl.cuh: row_ss8's order of the
@@ -218,13 +225,8 @@ __device__ __forceinline__ void norm_stage_row(const lin_args &a, int i, const f
 #pragma unroll
         for (int j = 0; j < 8; j++) v[k][j] = e[k][j] = 0.f;
         if (w < nw8) {
-            const float4 p = __ldg((const float4 *)(a.x + o) + 2 * w), q = __ldg((const float4 *)(a.x + o) + 2 * w + 1);
-            v[k][0] = p.x, v[k][1] = p.y, v[k][2] = p.z, v[k][3] = p.w, v[k][4] = q.x, v[k][5] = q.y, v[k][6] = q.z, v[k][7] = q.w;
-            if (a.add) {
-                const float4 p2 = __ldg((const float4 *)(a.add + o) + 2 * w), q2 = __ldg((const float4 *)(a.add + o) + 2 * w + 1);
-                e[k][0] = p2.x, e[k][1] = p2.y, e[k][2] = p2.z, e[k][3] = p2.w;
-                e[k][4] = q2.x, e[k][5] = q2.y, e[k][6] = q2.z, e[k][7] = q2.w;
-            }
+            row_words(a.x + o, w, v[k]);
+            if (a.add) row_words(a.add + o, w, e[k]);
         }
     }
     double ss = 0;
@@ -275,13 +277,8 @@ __device__ __forceinline__ void norm_stage_rows1(const lin_args &a, const float 
         for (int j = 0; j < 8; j++) v[i][j] = e[i][j] = 0.f;
         if (on) {
             const int64_t o = (int64_t)i * a.cols;
-            const float4 p = __ldg((const float4 *)(a.x + o) + 2 * w), q = __ldg((const float4 *)(a.x + o) + 2 * w + 1);
-            v[i][0] = p.x, v[i][1] = p.y, v[i][2] = p.z, v[i][3] = p.w, v[i][4] = q.x, v[i][5] = q.y, v[i][6] = q.z, v[i][7] = q.w;
-            if (a.add) {
-                const float4 p2 = __ldg((const float4 *)(a.add + o) + 2 * w), q2 = __ldg((const float4 *)(a.add + o) + 2 * w + 1);
-                e[i][0] = p2.x, e[i][1] = p2.y, e[i][2] = p2.z, e[i][3] = p2.w;
-                e[i][4] = q2.x, e[i][5] = q2.y, e[i][6] = q2.z, e[i][7] = q2.w;
-            }
+            row_words(a.x + o, w, v[i]);
+            if (a.add) row_words(a.add + o, w, e[i]);
         }
     }
 #pragma unroll
