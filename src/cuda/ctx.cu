@@ -39,9 +39,17 @@ int n_occ;
 std::mutex occ_mu;
 } // namespace
 
-int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max) {
+/* The occupancy memo of tsc_blocks_per_sm and tsc_blocks_per_sm_dec. carve
+ * (ctx.carve for the decode path's kernels, else -1): at a kernel's first
+ * launch on a device, its preferred shared-memory carveout, kept where it
+ * leaves the kernel's occupancy at that launch's shared memory as it was,
+ * else the driver's choice again. (A later launch with more shared memory
+ * than the carveout holds still runs: the preference is a hint the driver
+ * overrides where a block needs more; a question of speed only, never of
+ * results.) One lock and one search a launch either way. */
+static int occupancy(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max, int carve) {
     std::lock_guard<std::mutex> g(occ_mu);
-    bool seen = false; /* the kernel's limit already raised on this device */
+    bool seen = false; /* the kernel's limit (and carveout) already set on this device */
     for (int i = 0; i < n_occ; i++)
         if (occ[i].dev == c->device && occ[i].k == k) {
             if (occ[i].threads == threads && occ[i].smem == smem) return occ[i].per;
@@ -50,43 +58,24 @@ int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem,
     if (!seen && smem_max > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
     int per = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem);
+    if (!seen && carve >= 0) {
+        int with = 0;
+        cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carve);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&with, k, threads, smem);
+        if (with < per) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, -1);
+        else per = with;
+    }
     if (per < 1) per = 1;
     if (n_occ < OCC_MAX) occ[n_occ++] = {c->device, threads, per, k, smem};
     return per;
 }
 
-/* ctx.carve on a decode-path kernel (tsc_blocks_per_sm_dec), decided once
- * a kernel and device, at its first launch's shared memory: kept where it
- * leaves the kernel's occupancy there as it was, else the driver's choice
- * again. (A later launch with more shared memory than the carveout holds
- * still runs: the preference is a hint the driver overrides where a block
- * needs more; it is a question of speed only, never of results.) */
-namespace {
-struct carve_memo {
-    int dev;
-    const void *k;
-};
-carve_memo carved[OCC_MAX];
-int n_carved;
-std::mutex carve_mu;
-} // namespace
+int tsc_blocks_per_sm(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max) {
+    return occupancy(c, k, threads, smem, smem_max, -1);
+}
 
 int tsc_blocks_per_sm_dec(const tsc_ctx *c, const void *k, int threads, size_t smem, size_t smem_max) {
-    if (c->carve >= 0) {
-        std::lock_guard<std::mutex> g(carve_mu);
-        bool done = false;
-        for (int i = 0; i < n_carved && !done; i++) done = carved[i].dev == c->device && carved[i].k == k;
-        if (!done) {
-            if (smem_max > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
-            int before = 0, after = 0;
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&before, k, threads, smem);
-            cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, c->carve);
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&after, k, threads, smem);
-            if (after < before) cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, -1);
-            if (n_carved < OCC_MAX) carved[n_carved++] = {c->device, k};
-        }
-    }
-    return tsc_blocks_per_sm(c, k, threads, smem, smem_max);
+    return occupancy(c, k, threads, smem, smem_max, c->carve);
 }
 
 #ifdef TSC_TRACE
