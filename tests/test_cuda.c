@@ -1087,11 +1087,24 @@ TS_TEST(cuda, attn_digits_same_as_staging) {
                                    .theta = 1e7f, .eps = 1e-6f, .qg = dqg, .Kc = dK, .Vc = dV, .max_T = max_T,
                                    .out = dout, .ws = ws, .pos_dev = ni ? dpos : NULL, .phase = 2, .np_max = np_max,
                                    .dg = dgs, .dg_group = G};
-                char what[64];
-                snprintf(what, sizeof what, "D %d group %d, %d rows", D, G, n);
+                char what[80];
                 int ok;
-                digits_taken_by_product(c, dgs, G, n, cols, dout, dqg, attn_decode_maker, &A, what, &ok);
-                if (!ok) { tsc_close(c); return; }
+                /* and the combine in the split's tail (tsc_set_attn_fuse 2) */
+                unsigned *dcnt = tsc_alloc(c, sizeof(unsigned) * (2 + n * nkv));
+                const unsigned zc[2 + 3 * 2] = {0};
+                tsc_write(c, dcnt, zc, sizeof(unsigned) * (2 + n * nkv));
+                for (int tl = 0; tl < 2; tl++) {
+                    tsc_set_attn_fuse(c, tl ? 2 : 0);
+                    A.cnt = tl ? dcnt : NULL, A.cnt_n = 2 + n * nkv;
+                    snprintf(what, sizeof what, "D %d group %d, %d rows%s", D, G, n, tl ? " (combine in the tail)" : "");
+                    digits_taken_by_product(c, dgs, G, n, cols, dout, dqg, attn_decode_maker, &A, what, &ok);
+                    if (!ok) { tsc_close(c); return; }
+                }
+                unsigned hc[2 + 3 * 2];
+                tsc_read(c, hc, dcnt, sizeof(unsigned) * (2 + n * nkv));
+                CHECK_MSG(!memcmp(hc, zc, sizeof(unsigned) * (2 + n * nkv)), "%s: counters not back at 0", what);
+                tsc_set_attn_fuse(c, 0);
+                tsc_free(c, dcnt);
                 if (ni) { /* the row past the cache kept its out (the combine ran three times) */
                     float *ho = down(c, dout, (size_t)n * cols);
                     CHECK_MSG(!memcmp(ho + (size_t)2 * cols, o0 + (size_t)2 * cols, sizeof(float) * cols),
@@ -1488,6 +1501,11 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     frand(qg, (size_t)n * nq * 2 * D, 2.0f), frand(k, (size_t)n * kvdim, 2.0f), frand(v, (size_t)n * kvdim, 1.0f);
     frand(qn, D, 1.0f), frand(kn, D, 1.0f);
     frand(Kc, (size_t)pos0 * kvdim, 1.0f), frand(Vc, (size_t)pos0 * kvdim, 1.0f);
+    /* (the inputs as made: the reference below works on qg, k and the cache in place) */
+    float *qg0 = malloc(sizeof(float) * n * nq * 2 * D), *k0 = malloc(sizeof(float) * n * kvdim);
+    float *Kc0 = malloc(sizeof(float) * max_T * kvdim), *Vc0 = malloc(sizeof(float) * max_T * kvdim);
+    memcpy(qg0, qg, sizeof(float) * n * nq * 2 * D), memcpy(k0, k, sizeof(float) * n * kvdim);
+    memcpy(Kc0, Kc, sizeof(float) * max_T * kvdim), memcpy(Vc0, Vc, sizeof(float) * max_T * kvdim);
     float *dqg = up(c, qg, sizeof(float) * n * nq * 2 * D), *dk = up(c, k, sizeof(float) * n * kvdim);
     float *dqg1 = up(c, qg, sizeof(float) * n * nq * 2 * D), *dk1 = up(c, k, sizeof(float) * n * kvdim);
     float *dv = up(c, v, sizeof(float) * n * kvdim), *dqn = up(c, qn, sizeof(float) * D), *dkn = up(c, kn, sizeof(float) * D);
@@ -1579,6 +1597,51 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     fprintf(stderr, "  attn scores a lane a key: |out| %.2g\n", do3);
     CHECK_MSG(do3 <= 2e-6f, "attention output (scores a lane a key) off by %.3g", do3);
     CHECK_MSG(!memcmp(go3, go4, sizeof(float) * n * nq * D), "attn (lane a key): %d-row call != %d one-row calls", n, n);
+    /* the fused forms (tsc_set_attn_fuse: 1 the prep's work in the split's
+     * blocks, 2 the combine in its tail, 3 both): the lane-a-key form's bits
+     * for n rows in one call (w 0), a row a call (w 1) and one call whose out
+     * is over v (w 2: the engine's buffers, out is big2); the cache appended
+     * as the prep does; the counters back at 0 */
+    tsc_set_attn_kv(c, 2);
+    const int ncnt = 2 + n * nkv;
+    unsigned *dcnt = tsc_alloc(c, sizeof(unsigned) * ncnt), *zc = calloc(ncnt, sizeof(unsigned));
+    tsc_write(c, dcnt, zc, sizeof(unsigned) * ncnt);
+    float *vb = calloc((size_t)n * nq * D, sizeof(float));
+    memcpy(vb, v, sizeof(float) * n * kvdim);
+    for (int mask = 1; mask <= 3; mask++)
+        for (int w = 0; w < 3; w++) {
+            tsc_set_attn_fuse(c, mask);
+            float *fq = up(c, qg0, sizeof(float) * n * nq * 2 * D), *fk = up(c, k0, sizeof(float) * n * kvdim);
+            float *fK = up(c, Kc0, sizeof(float) * max_T * kvdim), *fV = up(c, Vc0, sizeof(float) * max_T * kvdim);
+            float *fo = w == 2 ? up(c, vb, sizeof(float) * n * nq * D) : tsc_alloc(c, sizeof(float) * n * nq * D);
+            tsc_attn_args F = A;
+            F.qg = fq, F.k = fk, F.Kc = fK, F.Vc = fV, F.out = fo, F.v = w == 2 ? fo : dv, F.cnt = dcnt, F.cnt_n = ncnt;
+            if (w != 1) tsc_attn_decode(c, &F);
+            for (int i = 0; w == 1 && i < n; i++) {
+                tsc_attn_args B = F;
+                B.n = 1, B.pos = (devpos ? 0 : pos0) + i, B.qg = fq + (size_t)i * nq * 2 * D, B.k = fk + (size_t)i * kvdim;
+                B.v = dv + (size_t)i * kvdim, B.out = fo + (size_t)i * nq * D;
+                tsc_attn_decode(c, &B);
+            }
+            SYNC_OK(c);
+            float *ho = down(c, fo, (size_t)n * nq * D), *hK = down(c, fK, (size_t)max_T * kvdim);
+            float *hV = down(c, fV, (size_t)max_T * kvdim);
+            unsigned hc[2 + TSC_ROWS_MAX * 16];
+            tsc_read(c, hc, dcnt, sizeof(unsigned) * ncnt);
+            int cz = 1;
+            for (int j = 0; j < ncnt; j++) cz &= hc[j] == 0;
+            CHECK_MSG(!memcmp(ho, go3, sizeof(float) * n * nq * D), "attn fused %d (%s): out != the three launches' "
+                      "(max %.3g)", mask, w == 0 ? "rows at once" : w == 1 ? "a row a call" : "out over v",
+                      ts_test_max_abs(ho, go3, (size_t)n * nq * D));
+            CHECK_MSG(!memcmp(hK, gK, sizeof(float) * max_T * kvdim) && !memcmp(hV, gV, sizeof(float) * max_T * kvdim),
+                      "attn fused %d (w %d): the cache differs from the prep's", mask, w);
+            CHECK_MSG(cz, "attn fused %d (w %d): counters not back at 0", mask, w);
+            free(ho), free(hK), free(hV);
+            tsc_free(c, fq), tsc_free(c, fk), tsc_free(c, fK), tsc_free(c, fV), tsc_free(c, fo);
+        }
+    fprintf(stderr, "  attn fused forms 1-3: the three launches' bits (rows at once, a row a call, out over v)\n");
+    tsc_set_attn_fuse(c, 0);
+    tsc_free(c, dcnt), free(zc), free(vb), free(qg0), free(k0), free(Kc0), free(Vc0);
     free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
     free(go), free(go1), free(go2), free(go3), free(go4), free(gK), free(gK1), free(gV), free(gq);
     tsc_close(c);
@@ -1586,7 +1649,10 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
 
 static void attn_case(int nq, int nkv, int pos0, int n, int max_T) { attn_case_on(nq, nkv, pos0, n, max_T, 0, 0, 0); }
 
-TS_TEST(cuda, attn_short_parity_and_row_exact) { attn_case(8, 2, 37, 3, 64); }
+TS_TEST(cuda, attn_short_parity_and_row_exact) {
+    attn_case(8, 2, 37, 3, 64);
+    attn_case(8, 2, 30, 4, 64); /* the rows' keys over a sub-chunk's end */
+}
 /* the engine's form: position on the device, pieces of several sub-chunks */
 TS_TEST(cuda, attn_device_pos_big_pieces) {
     attn_case_on(16, 4, 1000, 4, 1100, 288, 1, 0);

@@ -37,6 +37,7 @@
 namespace {
 
 constexpr int SPL = TSC_ATTN_SPLIT, GMAX = 16, DMAX = 256;
+static_assert(TSC_ROWS_MAX <= GMAX, "k_attn_split_lk's FP makes up to TSC_ROWS_MAX keys a sub-chunk in GMAX slots");
 
 /* The position of row 0: a.pos, plus the device step record's position when
  * a.pos_dev is set (a captured graph replays with the record's value). */
@@ -62,6 +63,27 @@ __host__ __device__ __forceinline__ int slots_of(const tsc_attn_args &a) {
     return a.np_max > 0 ? a.np_max : (a.max_T + P - 1) / P;
 }
 
+/* k_attn_prep's arithmetic, shared with FP: the (1 + w) RMSNorm's factor
+ * from a head's sum of squares, and dim d's RoPE (the CPU's f32 angle: inv
+ * = 1 / theta^(2j/rot), a = pos * inv; the power and the cosine in double,
+ * rounded once) */
+__device__ __forceinline__ float prep_factor(double ss, int D, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / D), eps)));
+}
+__device__ __forceinline__ float rope_inv(const tsc_attn_args &a, int d, int half) {
+    const int jj = d < half ? d : d - half;
+    const float e = __fdiv_rn((float)(2 * jj), (float)a.rot);
+    return __fdiv_rn(1.0f, (float)pow((double)a.theta, (double)e));
+}
+__device__ __forceinline__ void rope_cs(float inv, int p, float &cs, float &sn) {
+    const float ang = __fmul_rn((float)p, inv);
+    cs = (float)cos((double)ang), sn = (float)sin((double)ang);
+}
+__device__ __forceinline__ float rope_out(const float *ys, int d, int half, float cs, float sn) {
+    return d < half ? __fsub_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d + half], sn))
+                    : __fadd_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d - half], sn));
+}
+
 template <bool E>
 __global__ void k_attn_prep(const tsc_attn_args a) {
     TSC_ENTRY(E);
@@ -77,22 +99,15 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
     const float *w = isq ? a.q_norm : a.k_norm;
     const float v = x[d];
     const double ss = block_sum_d((double)v * v, red);
-    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / D), a.eps)));
-    const float y = __fmul_rn(__fmul_rn(v, r), w[d]);
+    const float y = __fmul_rn(__fmul_rn(v, prep_factor(ss, D, a.eps)), w[d]);
     ys[d] = y;
     __syncthreads();
     float out = y;
     const int half = a.rot / 2;
     if (d < a.rot) {
-        const int jj = d < half ? d : d - half;
-        /* the CPU's f32 angle: inv = 1 / theta^(2j/rot), a = pos * inv; the
-         * power and the cosine in double, rounded once */
-        const float e = __fdiv_rn((float)(2 * jj), (float)a.rot);
-        const float inv = __fdiv_rn(1.0f, (float)pow((double)a.theta, (double)e));
-        const float ang = __fmul_rn((float)(pos + i), inv);
-        const float cs = (float)cos((double)ang), sn = (float)sin((double)ang);
-        if (d < half) out = __fsub_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d + half], sn));
-        else out = __fadd_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d - half], sn));
+        float cs, sn;
+        rope_cs(rope_inv(a, d, half), pos + i, cs, sn);
+        out = rope_out(ys, d, half, cs, sn);
     }
     x[d] = out;
     if (!isq) {
@@ -161,6 +176,245 @@ __device__ __forceinline__ void store_partials(const tsc_attn_args &a, const flo
             p[d] = o[hh];
             if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
         }
+}
+
+/* o_proj's 8-bit digits (tsc_attn_args.dg) from the combine's output ov of
+ * column t of head h, row i: warp w of the block is one 32-column chunk of
+ * the staged layout (the head's D columns are whole chunks and whole
+ * groups), a group's max the largest of its dg_group / 32 warps' maxima
+ * (through gm, one barrier), then stage_word's arithmetic for one digit
+ * (L = 127; common.cuh's dig_scale, dig_round): the same max, sx, inverse
+ * and rounding, the chunk's sum of X exact, so the same bytes as the
+ * product's own staging of out (gdn.cu's gdn_digits writes the same layout
+ * from a cluster's blocks; the two share no helper because moving that code
+ * into one changed both kernels' machine code, which session 34 had no
+ * device time left to measure). Why: o_proj's k_stage_digits launch (a launch,
+ * its PDL hop and ~1 us of staging, 8 a 9B step and 8 a verify pass) cost
+ * more than a barrier and a few shuffles in a kernel that runs anyway; the
+ * rows are blocks of their own, so a verify's rows make theirs at once. */
+template <bool TL = false>
+__device__ __forceinline__ void attn_digits(const tsc_attn_args &a, int i, int h, int t, float ov, float *gm) {
+    const int w = t >> 5, lane = t & 31, nch = a.nq * a.D / 32, ch = h * a.D / 32 + w;
+    const bool on = !TL || t < a.D; /* TL: the threads past D take part in the barrier only */
+    float m = fabsf(ov);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0 && on) gm[w] = m;
+    __syncthreads();
+    if (!on) return;
+    const int gb = a.dg_group / 32, first = w / gb * gb;
+    float M = 0.f;
+    for (int r = 0; r < gb; r++) M = fmaxf(M, gm[first + r]);
+    const float L = 127.0f;
+    float sx, inv;
+    dig_scale(M, L, sx, inv);
+    const int X = dig_round(ov, inv, L);
+    int sum = X;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    uint8_t *dg = (uint8_t *)a.dg;
+    float2 *xsb = (float2 *)(dg + (size_t)a.n * 2 * nch * 16);
+    /* column lane: word lane / 8 of the chunk, byte (lane % 8) / 2 of that
+     * word in the even or the odd columns' int4 */
+    dg[((size_t)i * 2 * nch + (size_t)(lane & 1) * nch + ch) * 16 + (lane >> 3) * 4 + ((lane & 7) >> 1)] = (uint8_t)(X & 0xFF);
+    if (lane == 0) xsb[(size_t)i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
+}
+
+/* ---- one launch for the attention: k_attn_split_lk's FP and TL ----
+ * (ctx.attn_fuse; TSC_ATTN_FUSE, a mask: 1 FP, 2 TL; tsc_attn_args.cnt)
+ * Why: at 512 tokens the 9B's attention layer was three launches, ~21 us
+ * (H100 trace, s38-run4: prep 3.5-3.8 us, split 8.7, combine 6.5-6.7, and
+ * a PDL hop of 0.6-0.8 us before each), where its bytes (2 MB of K/V) take
+ * ~1 us: a chain of latencies, two of them launches.
+ * FP: the prep's work in the split's blocks. Each block norms and rotates
+ * its row's G query heads itself (k_attn_prep's arithmetic: the same bits)
+ * and makes the keys this call appends (positions pos0 .. pos, rows 0 .. i)
+ * from the k and v rows instead of reading them from the cache; the block
+ * holding row i's own key (its last piece) appends it, as the prep did.
+ * Nothing else reads the call's keys, so no block waits for another. Only
+ * where the whole op is one call (phase 0, rows at their own positions).
+ * TL: the combine in the split's tail. A block that has stored its pieces'
+ * partials adds their count to its (row, KV head) counter; the block whose
+ * addition completes the row's pieces combines that KV head's G query heads
+ * (k_attn_combine's arithmetic: the same bits), out's digits too, and puts
+ * the counter back to 0. With FP the output rows alias the v rows (the
+ * model's out is big2) which other blocks read: the combining blocks write
+ * out only once every block of the grid has said it is past its reads of v
+ * (cnt[0]), and the last of them puts cnt[0] and cnt[1] back to 0. That
+ * wait cannot deadlock where the combining blocks (n x nkv) leave an SM free
+ * (the host's rule): every other block ends without waiting. */
+
+/* FP: rows of nr vectors (row j at x + j * xs, D floats) normed by w and
+ * rotated at position p0 + j * dp (block_sum_d's order over D threads: each
+ * warp's shuffle tree, the warps added in order), into y (row j at y + j *
+ * ys; may be x). A block of 256 threads, thread d < D dim d; nr <= GMAX;
+ * every thread calls it (it holds barriers). norm 0: copied as they are
+ * (k_attn_prep leaves a row past the cache alone). */
+__device__ __forceinline__ void lkf_rows(const tsc_attn_args &a, const float *x, int64_t xs, int nr, const float *w,
+                                         int p0, int dp, float rinv, float *y, int ys, bool norm, double (*redd)[DMAX / 32]) {
+    const int D = a.D, d = threadIdx.x, nw = D >> 5;
+    const bool on = d < D;
+    for (int j = 0; j < nr; j++)
+        if (on) {
+            const float v = x[j * xs + d];
+            y[j * ys + d] = v;
+            const double ss = warp_sum_d((double)v * v);
+            if ((d & 31) == 0) redd[j][d >> 5] = ss;
+        }
+    if (!norm) return;
+    __syncthreads();
+    if (on)
+        for (int j = 0; j < nr; j++) {
+            double ss = 0;
+            for (int k = 0; k < nw; k++) ss += redd[j][k];
+            y[j * ys + d] = __fmul_rn(__fmul_rn(y[j * ys + d], prep_factor(ss, D, a.eps)), w[d]);
+        }
+    __syncthreads();
+    /* a row's rotation read, a barrier, written (its pairs' other halves
+     * are other threads'); the angle's cosine once a position */
+    const int half = a.rot / 2;
+    float cs = 0.f, sn = 0.f;
+    int pc = -1;
+    for (int j = 0; j < nr; j++) {
+        float ro = 0.f;
+        if (d < a.rot) {
+            if (p0 + j * dp != pc) pc = p0 + j * dp, rope_cs(rinv, pc, cs, sn);
+            ro = rope_out(y + j * ys, d, half, cs, sn);
+        }
+        __syncthreads();
+        if (d < a.rot) y[j * ys + d] = ro;
+    }
+}
+
+/* FP: keys [nold, nt) of the sub-chunk at t0 (positions pos0 + r, r = the
+ * call's row) made from the k and v rows into the shared keys kf (rows of
+ * D + 4 floats) and values vf (rows of D), and row i's own key and value
+ * appended to the cache. Every thread calls it. */
+__device__ __forceinline__ void lkf_keys(const tsc_attn_args &a, int i, int kh, int t0, int nold, int nt, int pos0,
+                                         float rinv, float *kf, float *vf, double (*redd)[DMAX / 32]) {
+    const int D = a.D, d = threadIdx.x, kvdim = a.nkv * D, r0 = t0 + nold - pos0, nn = nt - nold;
+    const int64_t off = (int64_t)r0 * kvdim + (int64_t)kh * D;
+    if (d < D)
+        for (int j = 0; j < nn; j++) vf[(nold + j) * D + d] = a.v[off + (int64_t)j * kvdim + d];
+    lkf_rows(a, a.k + off, kvdim, nn, a.k_norm, pos0 + r0, 1, rinv, kf + nold * (D + 4), D + 4, true, redd);
+    const int kk = pos0 + i - t0;
+    if (d < D && kk >= nold && kk < nt) {
+        const int64_t o = (int64_t)(pos0 + i) * kvdim + (int64_t)kh * D + d;
+        a.Kc[o] = kf[kk * (D + 4) + d];
+        a.Vc[o] = vf[kk * D + d];
+    }
+}
+
+/* FP with TL: a block is past its reads of v (release: they are done before
+ * any combining block's write of out can be seen) */
+__device__ __forceinline__ void lkf_arrive(unsigned *cnt) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt) : "memory");
+}
+
+/* TL: after the block's pieces (mine of the row's (T + P - 1) / P), the
+ * count; the completing block combines KV head kh's query heads. sm: the
+ * dynamic shared memory (free by now), gm: 8 floats of shared memory. */
+constexpr int LKF_CH = 512; /* pieces a head and round of the combine's shared arrays */
+template <bool FP>
+__device__ __forceinline__ void lkf_tail(const tsc_attn_args &a, int nsplit, int i, int kh, int G, int pos, int T,
+                                         int P, unsigned mine, float *sm, float *gm) {
+    __shared__ unsigned last_s;
+    __shared__ float Mh[GMAX], Lh[GMAX];
+    const int D = a.D, t = threadIdx.x, warp = t >> 5, lane = t & 31, ns = (T + P - 1) / P, h0 = kh * G;
+    unsigned *cnt = a.cnt;
+    __syncthreads(); /* every thread's partials stored (FP: and every read of v done) */
+    if (t == 0) {
+        __threadfence();
+        if constexpr (FP) lkf_arrive(cnt);
+        const unsigned old = atomicAdd(&cnt[2 + i * a.nkv + kh], mine);
+        last_s = old + mine == (unsigned)ns;
+        __threadfence();
+    }
+    __syncthreads();
+    if (!last_s) return;
+    const bool past = pos >= a.max_T; /* k_attn_combine: out as it is, its digits */
+    float ov[GMAX], gate[GMAX];
+#pragma unroll
+    for (int hh = 0; hh < GMAX; hh++)
+        if (hh < G && t < D)
+            gate[hh] = a.no_gate || past ? 0.f : a.qg[((int64_t)i * a.nq + h0 + hh) * 2 * D + D + t];
+    if (!past) {
+        float *es = sm, *ls = sm + GMAX * LKF_CH;
+        const int64_t hs = (int64_t)nsplit * (D + 2); /* floats from one head's partials to the next */
+        const float *p0 = a.ws + ((int64_t)i * a.nq + h0) * hs;
+        for (int hh = warp; hh < G; hh += 8) { /* M: a warp a head; the first round's m and l kept */
+            float M = -INFINITY;
+            for (int s = lane; s < ns; s += 32) {
+                const float m = __ldcg(p0 + hh * hs + (int64_t)s * (D + 2) + D);
+                M = fmaxf(M, m);
+                if (s < LKF_CH) es[hh * LKF_CH + s] = m, ls[hh * LKF_CH + s] = __ldcg(p0 + hh * hs + (int64_t)s * (D + 2) + D + 1);
+            }
+            M = warp_max(M);
+            if (lane == 0) Mh[hh] = M;
+        }
+        float o[GMAX], L = 0.f;
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
+        for (int s0 = 0; s0 < ns; s0 += LKF_CH) {
+            const int nc = min(LKF_CH, ns - s0);
+            __syncthreads();
+            for (int e = t; e < G * nc; e += blockDim.x) {
+                const int hh = e / nc, s = e % nc;
+                const float *ps = p0 + hh * hs + (int64_t)(s0 + s) * (D + 2);
+                const float m = s0 ? __ldcg(ps + D) : es[hh * LKF_CH + s];
+                if (s0) ls[hh * LKF_CH + s] = __ldcg(ps + D + 1);
+                es[hh * LKF_CH + s] = expf(__fsub_rn(m, Mh[hh]));
+            }
+            __syncthreads();
+            /* k_attn_combine's orders: L by one thread a head, o a column's
+             * FMAs in piece order */
+            if (t < G)
+                for (int s = 0; s < nc; s++) L = __fmaf_rn(ls[t * LKF_CH + s], es[t * LKF_CH + s], L);
+            if (t < D) {
+#pragma unroll 4
+                for (int s = 0; s < nc; s++)
+#pragma unroll
+                    for (int hh = 0; hh < GMAX; hh++)
+                        if (hh < G)
+                            o[hh] = __fmaf_rn(__ldcg(p0 + hh * hs + (int64_t)(s0 + s) * (D + 2) + t), es[hh * LKF_CH + s], o[hh]);
+            }
+        }
+        if (t < G) Lh[t] = L;
+        __syncthreads();
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++)
+            if (hh < G && t < D) {
+                const float y = __fdiv_rn(o[hh], Lh[hh]);
+                ov[hh] = a.no_gate ? y : __fmul_rn(y, sigmoid_f(gate[hh]));
+            }
+    } else {
+#pragma unroll
+        for (int hh = 0; hh < GMAX; hh++)
+            if (hh < G && t < D) ov[hh] = a.out[((int64_t)i * a.nq + h0 + hh) * D + t];
+    }
+    if constexpr (FP) { /* out may be v: every block past its reads of v */
+        if (t == 0) {
+            const unsigned all = gridDim.x * gridDim.y * gridDim.z;
+            unsigned got;
+            do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(got) : "l"(cnt) : "memory");
+            while (got < all);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int hh = 0; hh < GMAX; hh++)
+        if (hh < G) {
+            if (!past && t < D) a.out[((int64_t)i * a.nq + h0 + hh) * D + t] = ov[hh];
+            if (a.dg) {
+                attn_digits<true>(a, i, h0 + hh, t, ov[hh], gm);
+                __syncthreads(); /* gm is the next head's */
+            }
+        }
+    if (t == 0) {
+        cnt[2 + i * a.nkv + kh] = 0;
+        if constexpr (FP)
+            if (atomicAdd(&cnt[1], 1u) == gridDim.y * gridDim.z - 1) cnt[0] = 0, cnt[1] = 0;
+    }
 }
 
 /* KV: each sub-chunk's keys and values are first copied into shared memory
@@ -274,7 +528,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * and combine) 1.5-1.8 us a layer less, the step 2.039 -> 2.025 ms; not the
  * predicted ~1.3 us a sub-chunk: the split's scores were not its cost either.
  * The default (ctx.attn_kv 2). */
-template <bool E>
+template <bool E, bool FP = false, bool TL = false>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
     TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
@@ -284,27 +538,47 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     const int kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos_of(a, i);
     const int T = min(pos + 1, a.max_T), P = piece_at(a, T);
-    if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
+    if ((int)blockIdx.x * P >= T) { /* no piece of this row for this block */
+        if constexpr (FP && TL)
+            if (threadIdx.x == 0) lkf_arrive(a.cnt); /* (it reads no v row) */
+        return;
+    }
     const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
-    for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
-        const int hh = e / d4, j = e % d4;
-        qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
+    const int d = threadIdx.x;
+    __shared__ double redd[GMAX][DMAX / 32]; /* FP's sums of squares (unused otherwise: not allocated) */
+    /* FP: this row's keys appended by this call (positions pos0 .. pos,
+     * rows 0 .. i) are made here, never read from the cache */
+    const int pos0 = row_pos(a);
+    float rinv = 0.f; /* dim d's RoPE inverse frequency */
+    if constexpr (FP) {
+        if (d < a.rot) rinv = rope_inv(a, d, a.rot / 2);
+        /* the row's G query heads: k_attn_prep's, at the row's position */
+        lkf_rows(a, a.qg + ((int64_t)i * a.nq + kh * G) * q_width(a), q_width(a), G, a.q_norm, pos, 0, rinv,
+                 (float *)qs4, DMAX, pos < a.max_T, redd);
+    } else {
+        for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
+            const int hh = e / d4, j = e % d4;
+            qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
+        }
     }
     float4 *vs = kvs + SPL * (DMAX / 4 + 1);
-    const int d = threadIdx.x;
+    unsigned mine = 0; /* TL: pieces this block did */
     for (int s = blockIdx.x; s * P < T; s += gridDim.x) { /* k_attn_split's walk over the pieces */
         const int p0 = s * P, pn = min(P, T - p0);
+        mine++;
         float o[GMAX];
 #pragma unroll
         for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
         for (int c0 = 0; c0 < pn; c0 += SPL) {
             const int t0 = p0 + c0, nt = min(SPL, pn - c0);
+            /* FP: keys [0, nold) of the sub-chunk from the cache, the rest made here */
+            const int nold = FP ? max(0, min(nt, pos0 - t0)) : nt;
             __syncthreads();
             {
                 constexpr int PT = SPL * DMAX / 4 / 256;
-                const int tot = nt * d4;
+                const int tot = nold * d4;
                 float4 kr4[PT], vr4[PT];
 #pragma unroll
                 for (int u = 0; u < PT; u++) {
@@ -320,6 +594,8 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
                     if (e < tot) kvs[(e / d4) * kst + e % d4] = kr4[u], vs[e] = vr4[u];
                 }
             }
+            if constexpr (FP)
+                if (nold < nt) lkf_keys(a, i, kh, t0, nold, nt, pos0, rinv, (float *)kvs, (float *)vs, redd);
             __syncthreads();
             for (int hh = warp; hh < G; hh += 8) {
                 if (lane < nt) {
@@ -341,45 +617,7 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
         }
         if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
     }
-}
-
-/* o_proj's 8-bit digits (tsc_attn_args.dg) from the combine's output ov of
- * column t of head h, row i: warp w of the block is one 32-column chunk of
- * the staged layout (the head's D columns are whole chunks and whole
- * groups), a group's max the largest of its dg_group / 32 warps' maxima
- * (through gm, one barrier), then stage_word's arithmetic for one digit
- * (L = 127; common.cuh's dig_scale, dig_round): the same max, sx, inverse
- * and rounding, the chunk's sum of X exact, so the same bytes as the
- * product's own staging of out (gdn.cu's gdn_digits writes the same layout
- * from a cluster's blocks; the two share no helper because moving that code
- * into one changed both kernels' machine code, which session 34 had no
- * device time left to measure). Why: o_proj's k_stage_digits launch (a launch,
- * its PDL hop and ~1 us of staging, 8 a 9B step and 8 a verify pass) cost
- * more than a barrier and a few shuffles in a kernel that runs anyway; the
- * rows are blocks of their own, so a verify's rows make theirs at once. */
-__device__ __forceinline__ void attn_digits(const tsc_attn_args &a, int i, int h, int t, float ov, float *gm) {
-    const int w = t >> 5, lane = t & 31, nch = a.nq * a.D / 32, ch = h * a.D / 32 + w;
-    float m = fabsf(ov);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) gm[w] = m;
-    __syncthreads();
-    const int gb = a.dg_group / 32, first = w / gb * gb;
-    float M = 0.f;
-    for (int r = 0; r < gb; r++) M = fmaxf(M, gm[first + r]);
-    const float L = 127.0f;
-    float sx, inv;
-    dig_scale(M, L, sx, inv);
-    const int X = dig_round(ov, inv, L);
-    int sum = X;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    uint8_t *dg = (uint8_t *)a.dg;
-    float2 *xsb = (float2 *)(dg + (size_t)a.n * 2 * nch * 16);
-    /* column lane: word lane / 8 of the chunk, byte (lane % 8) / 2 of that
-     * word in the even or the odd columns' int4 */
-    dg[((size_t)i * 2 * nch + (size_t)(lane & 1) * nch + ch) * 16 + (lane >> 3) * 4 + ((lane & 7) >> 1)] = (uint8_t)(X & 0xFF);
-    if (lane == 0) xsb[(size_t)i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
+    if constexpr (TL) lkf_tail<FP>(a, nsplit, i, kh, G, pos, T, P, mine, (float *)kvs, sc[0]);
 }
 
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
@@ -573,6 +811,16 @@ __global__ void __launch_bounds__(PTH) k_attn_prefill(const tsc_attn_args a, int
 /* k_attn_split_lk's dynamic shared memory: padded keys and values at DMAX */
 size_t lk_smem() { return (size_t)SPL * (2 * DMAX + 4) * sizeof(float); }
 
+/* k_attn_split_lk's form: PDL trigger first (e), FP, TL */
+typedef void (*lk_fn)(const tsc_attn_args, int);
+lk_fn lk_kernel(bool e, bool fp, bool tl) {
+    static const lk_fn k[8] = {k_attn_split_lk<false>,             k_attn_split_lk<true>,
+                               k_attn_split_lk<false, true>,       k_attn_split_lk<true, true>,
+                               k_attn_split_lk<false, false, true>, k_attn_split_lk<true, false, true>,
+                               k_attn_split_lk<false, true, true>, k_attn_split_lk<true, true, true>};
+    return k[(e ? 1 : 0) + (fp ? 2 : 0) + (tl ? 4 : 0)];
+}
+
 } // namespace
 
 extern "C" size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split) {
@@ -616,7 +864,15 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
             used = (T + P - 1) / P > used ? (T + P - 1) / P : used;
         }
     }
-    if (a->phase != 2) {
+    /* the fused forms (k_attn_split_lk's FP and TL, ctx.attn_fuse): TL
+     * where the counters are given; FP for a whole op at the rows' own
+     * positions, and with TL only where the combining blocks leave an SM
+     * free (their wait for the grid's reads of v) */
+    const bool lk = c->attn_kv == 2;
+    const bool tl = lk && (c->attn_fuse & 2) && a->cnt && a->cnt_n >= 2 + a->n * a->nkv;
+    const bool fp = lk && (c->attn_fuse & 1) && a->phase == 0 && !a->no_q && !a->same_pos &&
+                    (!tl || a->n * a->nkv < c->n_sm);
+    if (a->phase != 2 && !fp) {
         tsc_launch(c, c->pdl_early ? k_attn_prep<true> : k_attn_prep<false>, dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
     }
@@ -626,9 +882,8 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         const int most = 2 * SPL * DMAX * (int)sizeof(float);
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
-        const int lk = (int)lk_smem();
-        cudaFuncSetAttribute(k_attn_split_lk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-        cudaFuncSetAttribute(k_attn_split_lk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        for (int f = 0; f < 8; f++)
+            cudaFuncSetAttribute(lk_kernel(f & 1, f & 2, f & 4), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lk_smem());
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
@@ -638,19 +893,21 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     int cap = 2 * c->n_sm / a->nkv;
     if (cap < 1) cap = 1;
     const dim3 sg(used < cap ? used : cap, a->nkv, a->n);
-    if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
-    else
-        tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
-                                 : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
-                   sg, dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a, nsplit);
-    TSC_LAUNCHED(c, "tsc_attn_decode (split)");
     /* out's digits where asked for and the head holds whole groups (the ctx's
      * digits: the next product may take them, q4dp's stage_once) */
     tsc_attn_args g = *a;
     const bool dig = a->dg && (a->dg_group == 32 || a->dg_group == 64 || a->dg_group == 128) && a->D % a->dg_group == 0;
     if (!dig) g.dg = NULL;
-    tsc_launch(c, c->pdl_early ? k_attn_combine<true> : k_attn_combine<false>, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, g, nsplit);
-    TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
+    if (lk) tsc_launch(c, lk_kernel(e, fp, tl), sg, dim3(256), lk_smem(), g, nsplit);
+    else
+        tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
+                                 : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
+                   sg, dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a, nsplit);
+    TSC_LAUNCHED(c, "tsc_attn_decode (split)");
+    if (!tl) {
+        tsc_launch(c, c->pdl_early ? k_attn_combine<true> : k_attn_combine<false>, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, g, nsplit);
+        TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
+    }
     if (dig && g.dg == c->dg)
         c->dg_seq = c->nlaunch, c->dg_x = g.out, c->dg_n = g.n, c->dg_cols = g.nq * g.D, c->dg_group = g.dg_group;
 }

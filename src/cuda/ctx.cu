@@ -172,6 +172,12 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->gdn_hoist = on_unless0("TSC_GDN_HOIST");
     c->gdn_bar = on_unless0("TSC_GDN_BAR");
     {
+        /* the attention decode's fused forms (attn.cu, tsc_set_attn_fuse):
+         * TSC_ATTN_FUSE=mask, 0 by default until measured */
+        const char *af = getenv("TSC_ATTN_FUSE");
+        c->attn_fuse = af && *af ? atoi(af) & 3 : 0;
+    }
+    {
         /* the decode path's carveout (tsc_blocks_per_sm_dec): TSC_CARVE=P
          * percent, -1 the driver's choice; 50 by default */
         const char *cv = getenv("TSC_CARVE");
@@ -527,6 +533,10 @@ extern "C" void tsc_set_route_net(tsc_ctx *c, int on) {
 
 extern "C" void tsc_set_attn_kv(tsc_ctx *c, int on) {
     if (c) c->attn_kv = on == 2 ? 2 : on != 0;
+}
+
+extern "C" void tsc_set_attn_fuse(tsc_ctx *c, int mask) {
+    if (c) c->attn_fuse = mask & 3;
 }
 
 extern "C" void tsc_graph_free(tsc_graph *g) {
