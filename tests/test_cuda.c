@@ -1089,22 +1089,14 @@ TS_TEST(cuda, attn_digits_same_as_staging) {
                                    .dg = dgs, .dg_group = G};
                 char what[80];
                 int ok;
-                /* and the combine in the split's tail (tsc_set_attn_fuse 2) */
-                unsigned *dcnt = tsc_alloc(c, sizeof(unsigned) * (2 + n * nkv));
-                const unsigned zc[2 + 3 * 2] = {0};
-                tsc_write(c, dcnt, zc, sizeof(unsigned) * (2 + n * nkv));
-                for (int tl = 0; tl < 2; tl++) {
-                    tsc_set_attn_fuse(c, tl ? 2 : 0);
-                    A.cnt = tl ? dcnt : NULL, A.cnt_n = 2 + n * nkv;
-                    snprintf(what, sizeof what, "D %d group %d, %d rows%s", D, G, n, tl ? " (combine in the tail)" : "");
+                /* and with the gate loaded before the PDL wait (tsc_set_attn_early) */
+                for (int ea = 0; ea < 2; ea++) {
+                    tsc_set_attn_early(c, ea);
+                    snprintf(what, sizeof what, "D %d group %d, %d rows%s", D, G, n, ea ? " (early)" : "");
                     digits_taken_by_product(c, dgs, G, n, cols, dout, dqg, attn_decode_maker, &A, what, &ok);
                     if (!ok) { tsc_close(c); return; }
                 }
-                unsigned hc[2 + 3 * 2];
-                tsc_read(c, hc, dcnt, sizeof(unsigned) * (2 + n * nkv));
-                CHECK_MSG(!memcmp(hc, zc, sizeof(unsigned) * (2 + n * nkv)), "%s: counters not back at 0", what);
-                tsc_set_attn_fuse(c, 0);
-                tsc_free(c, dcnt);
+                tsc_set_attn_early(c, 0);
                 if (ni) { /* the row past the cache kept its out (the combine ran three times) */
                     float *ho = down(c, dout, (size_t)n * cols);
                     CHECK_MSG(!memcmp(ho + (size_t)2 * cols, o0 + (size_t)2 * cols, sizeof(float) * cols),
@@ -1597,25 +1589,22 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     fprintf(stderr, "  attn scores a lane a key: |out| %.2g\n", do3);
     CHECK_MSG(do3 <= 2e-6f, "attention output (scores a lane a key) off by %.3g", do3);
     CHECK_MSG(!memcmp(go3, go4, sizeof(float) * n * nq * D), "attn (lane a key): %d-row call != %d one-row calls", n, n);
-    /* the fused forms (tsc_set_attn_fuse: 1 the prep's work in the split's
-     * blocks, 2 the combine in its tail, 3 both): the lane-a-key form's bits
-     * for n rows in one call (w 0), a row a call (w 1) and one call whose out
-     * is over v (w 2: the engine's buffers, out is big2); the cache appended
-     * as the prep does; the counters back at 0 */
+    /* the prep's work in the split's blocks (tsc_set_attn_fuse) and the work
+     * before the PDL waits (tsc_set_attn_early), each alone and both: the
+     * lane-a-key form's bits for n rows in one call (w 0), a row a call (w
+     * 1) and one call whose out is over v (w 2: the engine's buffers, out is
+     * big2); the cache appended as the prep does */
     tsc_set_attn_kv(c, 2);
-    const int ncnt = 2 + n * nkv;
-    unsigned *dcnt = tsc_alloc(c, sizeof(unsigned) * ncnt), *zc = calloc(ncnt, sizeof(unsigned));
-    tsc_write(c, dcnt, zc, sizeof(unsigned) * ncnt);
     float *vb = calloc((size_t)n * nq * D, sizeof(float));
     memcpy(vb, v, sizeof(float) * n * kvdim);
-    for (int mask = 1; mask <= 3; mask++)
+    for (int mode = 1; mode <= 3; mode++)
         for (int w = 0; w < 3; w++) {
-            tsc_set_attn_fuse(c, mask);
+            tsc_set_attn_fuse(c, mode & 1), tsc_set_attn_early(c, mode & 2);
             float *fq = up(c, qg0, sizeof(float) * n * nq * 2 * D), *fk = up(c, k0, sizeof(float) * n * kvdim);
             float *fK = up(c, Kc0, sizeof(float) * max_T * kvdim), *fV = up(c, Vc0, sizeof(float) * max_T * kvdim);
             float *fo = w == 2 ? up(c, vb, sizeof(float) * n * nq * D) : tsc_alloc(c, sizeof(float) * n * nq * D);
             tsc_attn_args F = A;
-            F.qg = fq, F.k = fk, F.Kc = fK, F.Vc = fV, F.out = fo, F.v = w == 2 ? fo : dv, F.cnt = dcnt, F.cnt_n = ncnt;
+            F.qg = fq, F.k = fk, F.Kc = fK, F.Vc = fV, F.out = fo, F.v = w == 2 ? fo : dv;
             if (w != 1) tsc_attn_decode(c, &F);
             for (int i = 0; w == 1 && i < n; i++) {
                 tsc_attn_args B = F;
@@ -1626,22 +1615,19 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
             SYNC_OK(c);
             float *ho = down(c, fo, (size_t)n * nq * D), *hK = down(c, fK, (size_t)max_T * kvdim);
             float *hV = down(c, fV, (size_t)max_T * kvdim);
-            unsigned hc[2 + TSC_ROWS_MAX * 16];
-            tsc_read(c, hc, dcnt, sizeof(unsigned) * ncnt);
-            int cz = 1;
-            for (int j = 0; j < ncnt; j++) cz &= hc[j] == 0;
-            CHECK_MSG(!memcmp(ho, go3, sizeof(float) * n * nq * D), "attn fused %d (%s): out != the three launches' "
-                      "(max %.3g)", mask, w == 0 ? "rows at once" : w == 1 ? "a row a call" : "out over v",
+            const char *fm = mode == 1 ? "prep in the split" : mode == 2 ? "early" : "both";
+            CHECK_MSG(!memcmp(ho, go3, sizeof(float) * n * nq * D), "attn %s (%s): out != the three launches' "
+                      "(max %.3g)", fm, w == 0 ? "rows at once" : w == 1 ? "a row a call" : "out over v",
                       ts_test_max_abs(ho, go3, (size_t)n * nq * D));
             CHECK_MSG(!memcmp(hK, gK, sizeof(float) * max_T * kvdim) && !memcmp(hV, gV, sizeof(float) * max_T * kvdim),
-                      "attn fused %d (w %d): the cache differs from the prep's", mask, w);
-            CHECK_MSG(cz, "attn fused %d (w %d): counters not back at 0", mask, w);
+                      "attn %s (w %d): the cache differs from the prep's", fm, w);
             free(ho), free(hK), free(hV);
             tsc_free(c, fq), tsc_free(c, fk), tsc_free(c, fK), tsc_free(c, fV), tsc_free(c, fo);
         }
-    fprintf(stderr, "  attn fused forms 1-3: the three launches' bits (rows at once, a row a call, out over v)\n");
-    tsc_set_attn_fuse(c, 0);
-    tsc_free(c, dcnt), free(zc), free(vb), free(qg0), free(k0), free(Kc0), free(Vc0);
+    fprintf(stderr, "  attn prep in the split, early, both: the three launches' bits (rows at once, a row a call, "
+            "out over v)\n");
+    tsc_set_attn_fuse(c, 0), tsc_set_attn_early(c, 0);
+    free(vb), free(qg0), free(k0), free(Kc0), free(Vc0);
     free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
     free(go), free(go1), free(go2), free(go3), free(go4), free(gK), free(gK1), free(gV), free(gq);
     tsc_close(c);

@@ -84,8 +84,16 @@ __device__ __forceinline__ float rope_out(const float *ys, int d, int half, floa
                     : __fadd_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d - half], sn));
 }
 
-template <bool E>
+/* EA (ctx.attn_early; TSC_ATTN_EARLY=1): dim d's RoPE (a double power and
+ * cosines, ~1-2 us of dependent double-precision arithmetic on the prep's
+ * chain) made before the PDL wait: it depends only on the row's position,
+ * whose step record was written before the pass began (gdn.cu's P). The
+ * same operations: the same bits. */
+template <bool E, bool EA = false>
 __global__ void k_attn_prep(const tsc_attn_args a) {
+    float ecs = 0.f, esn = 0.f;
+    if constexpr (EA)
+        if ((int)threadIdx.x < a.rot) rope_cs(rope_inv(a, threadIdx.x, a.rot / 2), row_pos(a) + (int)blockIdx.y, ecs, esn);
     TSC_ENTRY(E);
     __shared__ double red[32];
     __shared__ float ys[DMAX];
@@ -105,8 +113,8 @@ __global__ void k_attn_prep(const tsc_attn_args a) {
     float out = y;
     const int half = a.rot / 2;
     if (d < a.rot) {
-        float cs, sn;
-        rope_cs(rope_inv(a, d, half), pos + i, cs, sn);
+        float cs = ecs, sn = esn;
+        if constexpr (!EA) rope_cs(rope_inv(a, d, half), pos + i, cs, sn);
         out = rope_out(ys, d, half, cs, sn);
     }
     x[d] = out;
@@ -192,16 +200,13 @@ __device__ __forceinline__ void store_partials(const tsc_attn_args &a, const flo
  * its PDL hop and ~1 us of staging, 8 a 9B step and 8 a verify pass) cost
  * more than a barrier and a few shuffles in a kernel that runs anyway; the
  * rows are blocks of their own, so a verify's rows make theirs at once. */
-template <bool TL = false>
 __device__ __forceinline__ void attn_digits(const tsc_attn_args &a, int i, int h, int t, float ov, float *gm) {
     const int w = t >> 5, lane = t & 31, nch = a.nq * a.D / 32, ch = h * a.D / 32 + w;
-    const bool on = !TL || t < a.D; /* TL: the threads past D take part in the barrier only */
     float m = fabsf(ov);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0 && on) gm[w] = m;
+    if (lane == 0) gm[w] = m;
     __syncthreads();
-    if (!on) return;
     const int gb = a.dg_group / 32, first = w / gb * gb;
     float M = 0.f;
     for (int r = 0; r < gb; r++) M = fmaxf(M, gm[first + r]);
@@ -220,38 +225,34 @@ __device__ __forceinline__ void attn_digits(const tsc_attn_args &a, int i, int h
     if (lane == 0) xsb[(size_t)i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
 }
 
-/* ---- one launch for the attention: k_attn_split_lk's FP and TL ----
- * (ctx.attn_fuse; TSC_ATTN_FUSE, a mask: 1 FP, 2 TL; tsc_attn_args.cnt)
- * Why: at 512 tokens the 9B's attention layer was three launches, ~21 us
- * (H100 trace, s38-run4: prep 3.5-3.8 us, split 8.7, combine 6.5-6.7, and
- * a PDL hop of 0.6-0.8 us before each), where its bytes (2 MB of K/V) take
- * ~1 us: a chain of latencies, two of them launches.
- * FP: the prep's work in the split's blocks. Each block norms and rotates
- * its row's G query heads itself (k_attn_prep's arithmetic: the same bits)
- * and makes the keys this call appends (positions pos0 .. pos, rows 0 .. i)
- * from the k and v rows instead of reading them from the cache; the block
- * holding row i's own key (its last piece) appends it, as the prep did.
- * Nothing else reads the call's keys, so no block waits for another. Only
- * where the whole op is one call (phase 0, rows at their own positions).
- * TL: the combine in the split's tail. A block that has stored its pieces'
- * partials adds their count to its (row, KV head) counter; the block whose
- * addition completes the row's pieces combines that KV head's G query heads
- * (k_attn_combine's arithmetic: the same bits), out's digits too, and puts
- * the counter back to 0. With FP the output rows alias the v rows (the
- * model's out is big2) which other blocks read: the combining blocks write
- * out only once every block of the grid has said it is past its reads of v
- * (cnt[0]), and the last of them puts cnt[0] and cnt[1] back to 0. That
- * wait cannot deadlock where the combining blocks (n x nkv) leave an SM free
- * (the host's rule): every other block ends without waiting. */
+/* ---- the prep's work in the split's blocks: k_attn_split_lk's FP ----
+ * (ctx.attn_fuse; TSC_ATTN_FUSE=1, opt-in) Why: at 512 tokens the 9B's
+ * attention layer was three launches, ~21 us (H100 trace, s38-run4: prep
+ * 3.5-3.8 us, split 8.7, combine 6.5-6.7, a PDL hop of 0.6-0.8 us before
+ * each), where its bytes (2 MB of K/V) take ~1 us. Here each split block
+ * norms and rotates its row's G query heads itself (k_attn_prep's
+ * arithmetic: the same bits) and makes the keys this call appends
+ * (positions pos0 .. pos, rows 0 .. i) from the k and v rows instead of
+ * reading them from the cache; the block holding row i's own key (its last
+ * piece) appends it, as the prep did. Nothing else reads the call's keys,
+ * so no block waits for another. Only where the whole op is one call (phase
+ * 0, rows at their own positions). The angles' double-precision power and
+ * cosines before the PDL wait (they depend on the position alone).
+ * Measured (s39-run1, H100, with the angles after the wait): 9B decode
+ * 458.2 -> 451.5 tok/s, 35B-A3B-8L 2,056 -> 2,009: a loss. (The combine in
+ * the split's tail, the last block of a row's pieces combining its KV
+ * head's query heads, lost more: 9B 410.1, 35B-A3B-8L 1,754; removed.) */
 
 /* FP: rows of nr vectors (row j at x + j * xs, D floats) normed by w and
  * rotated at position p0 + j * dp (block_sum_d's order over D threads: each
  * warp's shuffle tree, the warps added in order), into y (row j at y + j *
  * ys; may be x). A block of 256 threads, thread d < D dim d; nr <= GMAX;
  * every thread calls it (it holds barriers). norm 0: copied as they are
- * (k_attn_prep leaves a row past the cache alone). */
+ * (k_attn_prep leaves a row past the cache alone). (cs, sn): dim d's
+ * cosine and sine at position pc, made before. */
 __device__ __forceinline__ void lkf_rows(const tsc_attn_args &a, const float *x, int64_t xs, int nr, const float *w,
-                                         int p0, int dp, float rinv, float *y, int ys, bool norm, double (*redd)[DMAX / 32]) {
+                                         int p0, int dp, float rinv, float *y, int ys, bool norm, double (*redd)[DMAX / 32],
+                                         int pc, float cs, float sn) {
     const int D = a.D, d = threadIdx.x, nw = D >> 5;
     const bool on = d < D;
     for (int j = 0; j < nr; j++)
@@ -271,10 +272,8 @@ __device__ __forceinline__ void lkf_rows(const tsc_attn_args &a, const float *x,
         }
     __syncthreads();
     /* a row's rotation read, a barrier, written (its pairs' other halves
-     * are other threads'); the angle's cosine once a position */
+     * are other threads'); the angle's cosine once a position (pc's given) */
     const int half = a.rot / 2;
-    float cs = 0.f, sn = 0.f;
-    int pc = -1;
     for (int j = 0; j < nr; j++) {
         float ro = 0.f;
         if (d < a.rot) {
@@ -291,129 +290,18 @@ __device__ __forceinline__ void lkf_rows(const tsc_attn_args &a, const float *x,
  * D + 4 floats) and values vf (rows of D), and row i's own key and value
  * appended to the cache. Every thread calls it. */
 __device__ __forceinline__ void lkf_keys(const tsc_attn_args &a, int i, int kh, int t0, int nold, int nt, int pos0,
-                                         float rinv, float *kf, float *vf, double (*redd)[DMAX / 32]) {
+                                         float rinv, float *kf, float *vf, double (*redd)[DMAX / 32], int pc, float cs,
+                                         float sn) {
     const int D = a.D, d = threadIdx.x, kvdim = a.nkv * D, r0 = t0 + nold - pos0, nn = nt - nold;
     const int64_t off = (int64_t)r0 * kvdim + (int64_t)kh * D;
     if (d < D)
         for (int j = 0; j < nn; j++) vf[(nold + j) * D + d] = a.v[off + (int64_t)j * kvdim + d];
-    lkf_rows(a, a.k + off, kvdim, nn, a.k_norm, pos0 + r0, 1, rinv, kf + nold * (D + 4), D + 4, true, redd);
+    lkf_rows(a, a.k + off, kvdim, nn, a.k_norm, pos0 + r0, 1, rinv, kf + nold * (D + 4), D + 4, true, redd, pc, cs, sn);
     const int kk = pos0 + i - t0;
     if (d < D && kk >= nold && kk < nt) {
         const int64_t o = (int64_t)(pos0 + i) * kvdim + (int64_t)kh * D + d;
         a.Kc[o] = kf[kk * (D + 4) + d];
         a.Vc[o] = vf[kk * D + d];
-    }
-}
-
-/* FP with TL: a block is past its reads of v (release: they are done before
- * any combining block's write of out can be seen) */
-__device__ __forceinline__ void lkf_arrive(unsigned *cnt) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt) : "memory");
-}
-
-/* TL: after the block's pieces (mine of the row's (T + P - 1) / P), the
- * count; the completing block combines KV head kh's query heads. sm: the
- * dynamic shared memory (free by now), gm: 8 floats of shared memory. */
-constexpr int LKF_CH = 512; /* pieces a head and round of the combine's shared arrays */
-template <bool FP>
-__device__ __forceinline__ void lkf_tail(const tsc_attn_args &a, int nsplit, int i, int kh, int G, int pos, int T,
-                                         int P, unsigned mine, float *sm, float *gm) {
-    __shared__ unsigned last_s;
-    __shared__ float Mh[GMAX], Lh[GMAX];
-    const int D = a.D, t = threadIdx.x, warp = t >> 5, lane = t & 31, ns = (T + P - 1) / P, h0 = kh * G;
-    unsigned *cnt = a.cnt;
-    __syncthreads(); /* every thread's partials stored (FP: and every read of v done) */
-    if (t == 0) {
-        __threadfence();
-        if constexpr (FP) lkf_arrive(cnt);
-        const unsigned old = atomicAdd(&cnt[2 + i * a.nkv + kh], mine);
-        last_s = old + mine == (unsigned)ns;
-        __threadfence();
-    }
-    __syncthreads();
-    if (!last_s) return;
-    const bool past = pos >= a.max_T; /* k_attn_combine: out as it is, its digits */
-    float ov[GMAX], gate[GMAX];
-#pragma unroll
-    for (int hh = 0; hh < GMAX; hh++)
-        if (hh < G && t < D)
-            gate[hh] = a.no_gate || past ? 0.f : a.qg[((int64_t)i * a.nq + h0 + hh) * 2 * D + D + t];
-    if (!past) {
-        float *es = sm, *ls = sm + GMAX * LKF_CH;
-        const int64_t hs = (int64_t)nsplit * (D + 2); /* floats from one head's partials to the next */
-        const float *p0 = a.ws + ((int64_t)i * a.nq + h0) * hs;
-        for (int hh = warp; hh < G; hh += 8) { /* M: a warp a head; the first round's m and l kept */
-            float M = -INFINITY;
-            for (int s = lane; s < ns; s += 32) {
-                const float m = __ldcg(p0 + hh * hs + (int64_t)s * (D + 2) + D);
-                M = fmaxf(M, m);
-                if (s < LKF_CH) es[hh * LKF_CH + s] = m, ls[hh * LKF_CH + s] = __ldcg(p0 + hh * hs + (int64_t)s * (D + 2) + D + 1);
-            }
-            M = warp_max(M);
-            if (lane == 0) Mh[hh] = M;
-        }
-        float o[GMAX], L = 0.f;
-#pragma unroll
-        for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
-        for (int s0 = 0; s0 < ns; s0 += LKF_CH) {
-            const int nc = min(LKF_CH, ns - s0);
-            __syncthreads();
-            for (int e = t; e < G * nc; e += blockDim.x) {
-                const int hh = e / nc, s = e % nc;
-                const float *ps = p0 + hh * hs + (int64_t)(s0 + s) * (D + 2);
-                const float m = s0 ? __ldcg(ps + D) : es[hh * LKF_CH + s];
-                if (s0) ls[hh * LKF_CH + s] = __ldcg(ps + D + 1);
-                es[hh * LKF_CH + s] = expf(__fsub_rn(m, Mh[hh]));
-            }
-            __syncthreads();
-            /* k_attn_combine's orders: L by one thread a head, o a column's
-             * FMAs in piece order */
-            if (t < G)
-                for (int s = 0; s < nc; s++) L = __fmaf_rn(ls[t * LKF_CH + s], es[t * LKF_CH + s], L);
-            if (t < D) {
-#pragma unroll 4
-                for (int s = 0; s < nc; s++)
-#pragma unroll
-                    for (int hh = 0; hh < GMAX; hh++)
-                        if (hh < G)
-                            o[hh] = __fmaf_rn(__ldcg(p0 + hh * hs + (int64_t)(s0 + s) * (D + 2) + t), es[hh * LKF_CH + s], o[hh]);
-            }
-        }
-        if (t < G) Lh[t] = L;
-        __syncthreads();
-#pragma unroll
-        for (int hh = 0; hh < GMAX; hh++)
-            if (hh < G && t < D) {
-                const float y = __fdiv_rn(o[hh], Lh[hh]);
-                ov[hh] = a.no_gate ? y : __fmul_rn(y, sigmoid_f(gate[hh]));
-            }
-    } else {
-#pragma unroll
-        for (int hh = 0; hh < GMAX; hh++)
-            if (hh < G && t < D) ov[hh] = a.out[((int64_t)i * a.nq + h0 + hh) * D + t];
-    }
-    if constexpr (FP) { /* out may be v: every block past its reads of v */
-        if (t == 0) {
-            const unsigned all = gridDim.x * gridDim.y * gridDim.z;
-            unsigned got;
-            do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(got) : "l"(cnt) : "memory");
-            while (got < all);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int hh = 0; hh < GMAX; hh++)
-        if (hh < G) {
-            if (!past && t < D) a.out[((int64_t)i * a.nq + h0 + hh) * D + t] = ov[hh];
-            if (a.dg) {
-                attn_digits<true>(a, i, h0 + hh, t, ov[hh], gm);
-                __syncthreads(); /* gm is the next head's */
-            }
-        }
-    if (t == 0) {
-        cnt[2 + i * a.nkv + kh] = 0;
-        if constexpr (FP)
-            if (atomicAdd(&cnt[1], 1u) == gridDim.y * gridDim.z - 1) cnt[0] = 0, cnt[1] = 0;
     }
 }
 
@@ -528,8 +416,13 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * and combine) 1.5-1.8 us a layer less, the step 2.039 -> 2.025 ms; not the
  * predicted ~1.3 us a sub-chunk: the split's scores were not its cost either.
  * The default (ctx.attn_kv 2). */
-template <bool E, bool FP = false, bool TL = false>
+template <bool E, bool FP = false>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
+    /* FP: dim d's RoPE at the row's position before the wait (the step
+     * record's position was written before the pass began: gdn.cu's P) */
+    float rinv = 0.f, qcs = 0.f, qsn = 0.f;
+    if constexpr (FP)
+        if ((int)threadIdx.x < a.rot) rinv = rope_inv(a, threadIdx.x, a.rot / 2), rope_cs(rinv, row_pos_of(a, blockIdx.z), qcs, qsn);
     TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
     __shared__ float4 qs4[GMAX][DMAX / 4];
@@ -538,11 +431,7 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     const int kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos_of(a, i);
     const int T = min(pos + 1, a.max_T), P = piece_at(a, T);
-    if ((int)blockIdx.x * P >= T) { /* no piece of this row for this block */
-        if constexpr (FP && TL)
-            if (threadIdx.x == 0) lkf_arrive(a.cnt); /* (it reads no v row) */
-        return;
-    }
+    if ((int)blockIdx.x * P >= T) return; /* no piece of this row for this block */
     const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
@@ -551,12 +440,10 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     /* FP: this row's keys appended by this call (positions pos0 .. pos,
      * rows 0 .. i) are made here, never read from the cache */
     const int pos0 = row_pos(a);
-    float rinv = 0.f; /* dim d's RoPE inverse frequency */
     if constexpr (FP) {
-        if (d < a.rot) rinv = rope_inv(a, d, a.rot / 2);
         /* the row's G query heads: k_attn_prep's, at the row's position */
         lkf_rows(a, a.qg + ((int64_t)i * a.nq + kh * G) * q_width(a), q_width(a), G, a.q_norm, pos, 0, rinv,
-                 (float *)qs4, DMAX, pos < a.max_T, redd);
+                 (float *)qs4, DMAX, pos < a.max_T, redd, pos, qcs, qsn);
     } else {
         for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
             const int hh = e / d4, j = e % d4;
@@ -564,10 +451,8 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
         }
     }
     float4 *vs = kvs + SPL * (DMAX / 4 + 1);
-    unsigned mine = 0; /* TL: pieces this block did */
     for (int s = blockIdx.x; s * P < T; s += gridDim.x) { /* k_attn_split's walk over the pieces */
         const int p0 = s * P, pn = min(P, T - p0);
-        mine++;
         float o[GMAX];
 #pragma unroll
         for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
@@ -595,7 +480,7 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
                 }
             }
             if constexpr (FP)
-                if (nold < nt) lkf_keys(a, i, kh, t0, nold, nt, pos0, rinv, (float *)kvs, (float *)vs, redd);
+                if (nold < nt) lkf_keys(a, i, kh, t0, nold, nt, pos0, rinv, (float *)kvs, (float *)vs, redd, pos, qcs, qsn);
             __syncthreads();
             for (int hh = warp; hh < G; hh += 8) {
                 if (lane < nt) {
@@ -617,15 +502,20 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
         }
         if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
     }
-    if constexpr (TL) lkf_tail<FP>(a, nsplit, i, kh, G, pos, T, P, mine, (float *)kvs, sc[0]);
 }
 
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
  * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
  * Block: D threads. With a.dg, also out's digits (attn_digits). */
-template <bool E>
+template <bool E, bool EA = false>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
+    /* EA: the gate (the q projection's, two launches back: complete once the
+     * split, which triggers after its own wait, lets this kernel start;
+     * never with E) loaded before the PDL wait */
+    float eg = 0.f;
+    if constexpr (EA)
+        if (!a.no_gate) eg = a.qg[((int64_t)blockIdx.y * a.nq + blockIdx.x) * 2 * a.D + a.D + threadIdx.x];
     TSC_ENTRY(E);
     __shared__ float es[1024], ls[1024];
     __shared__ float red[32];
@@ -669,7 +559,7 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     __syncthreads();
     /* (blockDim.x is D: every thread has a column, and reaches attn_digits' barrier) */
     const float y = __fdiv_rn(o, Ls);
-    const float gate = a.no_gate ? 0.f : a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
+    const float gate = EA ? eg : a.no_gate ? 0.f : a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
     const float ov = a.no_gate ? y : __fmul_rn(y, sigmoid_f(gate));
     a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t] = ov;
     /* (red is free: its last reads were before the barriers above) */
@@ -811,14 +701,12 @@ __global__ void __launch_bounds__(PTH) k_attn_prefill(const tsc_attn_args a, int
 /* k_attn_split_lk's dynamic shared memory: padded keys and values at DMAX */
 size_t lk_smem() { return (size_t)SPL * (2 * DMAX + 4) * sizeof(float); }
 
-/* k_attn_split_lk's form: PDL trigger first (e), FP, TL */
+/* k_attn_split_lk's form: PDL trigger first (e), FP */
 typedef void (*lk_fn)(const tsc_attn_args, int);
-lk_fn lk_kernel(bool e, bool fp, bool tl) {
-    static const lk_fn k[8] = {k_attn_split_lk<false>,             k_attn_split_lk<true>,
-                               k_attn_split_lk<false, true>,       k_attn_split_lk<true, true>,
-                               k_attn_split_lk<false, false, true>, k_attn_split_lk<true, false, true>,
-                               k_attn_split_lk<false, true, true>, k_attn_split_lk<true, true, true>};
-    return k[(e ? 1 : 0) + (fp ? 2 : 0) + (tl ? 4 : 0)];
+lk_fn lk_kernel(bool e, bool fp) {
+    static const lk_fn k[4] = {k_attn_split_lk<false>, k_attn_split_lk<true>, k_attn_split_lk<false, true>,
+                               k_attn_split_lk<true, true>};
+    return k[(e ? 1 : 0) + (fp ? 2 : 0)];
 }
 
 } // namespace
@@ -864,16 +752,14 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
             used = (T + P - 1) / P > used ? (T + P - 1) / P : used;
         }
     }
-    /* the fused forms (k_attn_split_lk's FP and TL, ctx.attn_fuse): TL
-     * where the counters are given; FP for a whole op at the rows' own
-     * positions, and with TL only where the combining blocks leave an SM
-     * free (their wait for the grid's reads of v) */
+    /* the prep's work in the split's blocks (k_attn_split_lk's FP,
+     * ctx.attn_fuse) for a whole op at the rows' own positions */
     const bool lk = c->attn_kv == 2;
-    const bool tl = lk && (c->attn_fuse & 2) && a->cnt && a->cnt_n >= 2 + a->n * a->nkv;
-    const bool fp = lk && (c->attn_fuse & 1) && a->phase == 0 && !a->no_q && !a->same_pos &&
-                    (!tl || a->n * a->nkv < c->n_sm);
+    const bool fp = lk && c->attn_fuse && a->phase == 0 && !a->no_q && !a->same_pos;
+    const bool ea = c->attn_early && !c->pdl_early;
     if (a->phase != 2 && !fp) {
-        tsc_launch(c, c->pdl_early ? k_attn_prep<true> : k_attn_prep<false>, dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
+        tsc_launch(c, c->pdl_early ? k_attn_prep<true> : ea ? k_attn_prep<false, true> : k_attn_prep<false>,
+                   dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
     }
     if (a->phase == 1) return;
@@ -882,8 +768,8 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         const int most = 2 * SPL * DMAX * (int)sizeof(float);
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
-        for (int f = 0; f < 8; f++)
-            cudaFuncSetAttribute(lk_kernel(f & 1, f & 2, f & 4), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lk_smem());
+        for (int f = 0; f < 4; f++)
+            cudaFuncSetAttribute(lk_kernel(f & 1, f & 2), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lk_smem());
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
@@ -898,16 +784,15 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     tsc_attn_args g = *a;
     const bool dig = a->dg && (a->dg_group == 32 || a->dg_group == 64 || a->dg_group == 128) && a->D % a->dg_group == 0;
     if (!dig) g.dg = NULL;
-    if (lk) tsc_launch(c, lk_kernel(e, fp, tl), sg, dim3(256), lk_smem(), g, nsplit);
+    if (lk) tsc_launch(c, lk_kernel(e, fp), sg, dim3(256), lk_smem(), *a, nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
                                  : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
                    sg, dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
-    if (!tl) {
-        tsc_launch(c, c->pdl_early ? k_attn_combine<true> : k_attn_combine<false>, dim3(dim3(a->nq, a->n)), dim3(a->D), 0, g, nsplit);
-        TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
-    }
+    tsc_launch(c, c->pdl_early ? k_attn_combine<true> : ea ? k_attn_combine<false, true> : k_attn_combine<false>,
+               dim3(dim3(a->nq, a->n)), dim3(a->D), 0, g, nsplit);
+    TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
     if (dig && g.dg == c->dg)
         c->dg_seq = c->nlaunch, c->dg_x = g.out, c->dg_n = g.n, c->dg_cols = g.nq * g.D, c->dg_group = g.dg_group;
 }

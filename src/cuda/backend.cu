@@ -74,7 +74,6 @@ extern "C" {
 namespace {
 
 constexpr int RB = TSC_ROWS_MAX; /* rows per block of the row ops */
-constexpr int ATT_CNT_KV = 32;    /* KV heads the attention's fused forms' counters hold for RB rows */
 constexpr int TOPK_MAX = 32;
 /* Floats of a stream's own area for attention partials (cu_attn).
  * A constant, not a multiple of the stream's columns (4 * cols until the
@@ -235,7 +234,6 @@ struct cu_stream {
     float *att_small; /* [att_small_floats()] attention partials when the score buffer is too small */
     size_t att_small_n;
     float *att_multi; /* [RB * att_small_floats()] the partials of a verify's rows at once (NULL: one row a call) */
-    unsigned *att_cnt; /* [2 + RB * ATT_CNT_KV] the attention's fused forms' counters (tsc_attn_args.cnt), at 0 */
     size_t att_multi_n;
     dev_step *hstep; /* host copy of the block (step + ids), pageable */
     float *stage;    /* pinned host staging of host_rows */
@@ -309,8 +307,7 @@ void gdn_sel_of(const ts_step &st, int32_t *g) {
 }
 
 struct ws_layout {
-    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, att_multi, att_cnt, gemm, route, maps, wy, blas,
-        total;
+    size_t step, rids, rwts, gl, dg, amx_ws, amx_ids, amx_prob, att_small, att_multi, gemm, route, maps, wy, blas, total;
 };
 
 /* A chunk MoE's row tiles of one slot at most (a partial tile per expert
@@ -365,9 +362,6 @@ ws_layout layout_of(int rows, int64_t cols) {
      * here (cu_attn): RB rows of the small area's size, streams of several
      * rows only */
     l.att_multi = o, o += rows > 1 ? al256(sizeof(float) * att_small_floats() * RB) : 0;
-    /* the attention's fused forms' counters (tsc_attn_args.cnt: 2 + rows x
-     * KV heads, a verify's RB rows of up to ATT_CNT_KV heads) */
-    l.att_cnt = o, o += al256(sizeof(unsigned) * (2 + RB * ATT_CNT_KV));
     /* the prompt chunks' tensor-core products stage x as bf16 (q4gemm.cu):
      * only streams whose rows exceed what the row kernels take */
     l.gemm = o, o += rows > RB ? al256(tsc_gemm_ws_bytes(rows + 64, cols)) : 0;
@@ -1001,8 +995,7 @@ int cu_stream_new(ts_backend *be, int rows, int64_t cols, int group, ts_stream *
     q->amx_prob = (float *)(w + l.amx_prob);
     q->att_small = (float *)(w + l.att_small);
     q->att_small_n = att_small_floats();
-    if (l.att_cnt > l.att_multi) q->att_multi = (float *)(w + l.att_multi), q->att_multi_n = (l.att_cnt - l.att_multi) / sizeof(float);
-    q->att_cnt = (unsigned *)(w + l.att_cnt); /* zeroed above with the workspace */
+    if (l.gemm > l.att_multi) q->att_multi = (float *)(w + l.att_multi), q->att_multi_n = (l.gemm - l.att_multi) / sizeof(float);
     if (rows > RB) {
         q->gemm_ws = w + l.gemm, q->gemm_bytes = l.route - l.gemm;
         q->route = (int32_t *)(w + l.route), q->maps = (int32_t *)(w + l.maps), q->maps_n = maps_ints_of(rows);
@@ -1613,7 +1606,6 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     const int qd = a->nq * 2 * D, kvd = a->nkv * D;
     tsc_attn_args t = attn_common(a, L, ws, np);
     t.pos_dev = &q->dstep->step.pos;
-    t.cnt = q->att_cnt, t.cnt_n = 2 + RB * ATT_CNT_KV;
     const bool chunk = m == TS_MODE_PREFILL && a->n > RB && attn_prefill_on();
     /* a verify's rows in one launch pair when their partials fit the
      * several-row area: the same pieces (np_max, or the fixed split) as one
@@ -1624,7 +1616,7 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     /* where the op is one call, the split's blocks may make the prep's
      * norms, RoPE and append themselves (attn.cu's FP, ctx.attn_fuse): the
      * whole op as phase 0 */
-    const bool whole = (once || (a->n == 1 && !chunk)) && (q->c->attn_fuse & 1);
+    const bool whole = (once || (a->n == 1 && !chunk)) && q->c->attn_fuse;
     /* every row's q/k norms, RoPE and K/V append first (the output rows
      * below overwrite the v rows of later rows: the model's out is big2),
      * all rows in one launch (a block a row and head, so the same bits as

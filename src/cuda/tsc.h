@@ -429,11 +429,6 @@ typedef struct tsc_attn_args {
      * out next (o_proj) need not make them; NULL: none */
     void *dg;
     int dg_group;
-    /* Device counters for the fused forms (tsc_set_attn_fuse): cnt_n >= 2 +
-     * n * nkv unsigned at 0, which each launch leaves at 0; NULL (or fewer):
-     * the combine is a launch of its own */
-    unsigned *cnt;
-    int cnt_n;
 } tsc_attn_args;
 size_t tsc_attn_ws_bytes_np(int n, int nq, int D, int np_max);
 size_t tsc_attn_ws_bytes(int n, int nq, int D, int max_T);
@@ -504,13 +499,17 @@ void tsc_set_pdl(tsc_ctx *c, int on);
  * 0 have the same bits (the tests compare them); 2 sums a score in another
  * order (tested against the CPU reference). TSC_ATTN_KV=0|1|2 starts it. */
 void tsc_set_attn_kv(tsc_ctx *c, int on);
-/* The attention decode in fewer launches (attn.cu, k_attn_split_lk's FP and
- * TL; the same bits), a mask: 1 the prep's norms, RoPE and append made by
- * the split's blocks (a whole op, phase 0), 2 the combine in the split's
- * tail (needs tsc_attn_args.cnt); 0 three launches. TSC_ATTN_FUSE sets it
- * when the context opens (default 0). Only with the scores a lane a key
- * (tsc_set_attn_kv 2). */
-void tsc_set_attn_fuse(tsc_ctx *c, int mask);
+/* The attention decode in two launches (attn.cu, k_attn_split_lk's FP; the
+ * same bits): the prep's norms, RoPE and append made by the split's blocks,
+ * for a whole op (phase 0) at the rows' own positions, with the scores a
+ * lane a key (tsc_set_attn_kv 2). TSC_ATTN_FUSE=1 sets it when the context
+ * opens (default off: a loss measured, s39-run1). */
+void tsc_set_attn_fuse(tsc_ctx *c, int on);
+/* The attention's work that depends on no earlier kernel's output done
+ * before its PDL waits (attn.cu's EA: the prep's RoPE angles, the
+ * combine's gate; the same bits). TSC_ATTN_EARLY=1 sets it when the
+ * context opens. */
+void tsc_set_attn_early(tsc_ctx *c, int on);
 /* The GDN step in one kernel (1, the default; TSC_GDN_FUSED=0 starts it off)
  * or prep + scan (0): the same bits either way (gdn.cu, k_gdn_fused; the
  * tests compare them). Hv / Hk above 2 always takes the two kernels. */
