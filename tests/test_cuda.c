@@ -1089,14 +1089,16 @@ TS_TEST(cuda, attn_digits_same_as_staging) {
                                    .dg = dgs, .dg_group = G};
                 char what[80];
                 int ok;
-                /* and with the gate loaded before the PDL wait (tsc_set_attn_early) */
-                for (int ea = 0; ea < 2; ea++) {
-                    tsc_set_attn_early(c, ea);
-                    snprintf(what, sizeof what, "D %d group %d, %d rows%s", D, G, n, ea ? " (early)" : "");
+                /* and with the gate loaded before the PDL wait (tsc_set_attn_early),
+                 * the loads in one round (tsc_set_attn_r1) */
+                for (int ea = 0; ea < 4; ea++) {
+                    tsc_set_attn_early(c, ea & 1), tsc_set_attn_r1(c, ea & 2);
+                    snprintf(what, sizeof what, "D %d group %d, %d rows%s%s", D, G, n, ea & 1 ? " (early)" : "",
+                             ea & 2 ? " (r1)" : "");
                     digits_taken_by_product(c, dgs, G, n, cols, dout, dqg, attn_decode_maker, &A, what, &ok);
                     if (!ok) { tsc_close(c); return; }
                 }
-                tsc_set_attn_early(c, 0);
+                tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 0);
                 if (ni) { /* the row past the cache kept its out (the combine ran three times) */
                     float *ho = down(c, dout, (size_t)n * cols);
                     CHECK_MSG(!memcmp(ho + (size_t)2 * cols, o0 + (size_t)2 * cols, sizeof(float) * cols),
@@ -1589,17 +1591,17 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     fprintf(stderr, "  attn scores a lane a key: |out| %.2g\n", do3);
     CHECK_MSG(do3 <= 2e-6f, "attention output (scores a lane a key) off by %.3g", do3);
     CHECK_MSG(!memcmp(go3, go4, sizeof(float) * n * nq * D), "attn (lane a key): %d-row call != %d one-row calls", n, n);
-    /* the prep's work in the split's blocks (tsc_set_attn_fuse) and the work
-     * before the PDL waits (tsc_set_attn_early), each alone and both: the
-     * lane-a-key form's bits for n rows in one call (w 0), a row a call (w
-     * 1) and one call whose out is over v (w 2: the engine's buffers, out is
-     * big2); the cache appended as the prep does */
+    /* the work before the PDL waits (tsc_set_attn_early, the default) on and
+     * off, the combine's loads in one round (tsc_set_attn_r1) on and off: the
+     * same bits for n rows in one call (w 0), a row a call (w 1)
+     * and one call whose out is over v (w 2: the engine's buffers, out is
+     * big2); the cache appended alike */
     tsc_set_attn_kv(c, 2);
     float *vb = calloc((size_t)n * nq * D, sizeof(float));
     memcpy(vb, v, sizeof(float) * n * kvdim);
-    for (int mode = 1; mode <= 3; mode++)
+    for (int ea = 0; ea < 4; ea++) /* bit 0: tsc_set_attn_early, bit 1: tsc_set_attn_r1 */
         for (int w = 0; w < 3; w++) {
-            tsc_set_attn_fuse(c, mode & 1), tsc_set_attn_early(c, mode & 2);
+            tsc_set_attn_early(c, ea & 1), tsc_set_attn_r1(c, ea & 2);
             float *fq = up(c, qg0, sizeof(float) * n * nq * 2 * D), *fk = up(c, k0, sizeof(float) * n * kvdim);
             float *fK = up(c, Kc0, sizeof(float) * max_T * kvdim), *fV = up(c, Vc0, sizeof(float) * max_T * kvdim);
             float *fo = w == 2 ? up(c, vb, sizeof(float) * n * nq * D) : tsc_alloc(c, sizeof(float) * n * nq * D);
@@ -1615,18 +1617,16 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
             SYNC_OK(c);
             float *ho = down(c, fo, (size_t)n * nq * D), *hK = down(c, fK, (size_t)max_T * kvdim);
             float *hV = down(c, fV, (size_t)max_T * kvdim);
-            const char *fm = mode == 1 ? "prep in the split" : mode == 2 ? "early" : "both";
-            CHECK_MSG(!memcmp(ho, go3, sizeof(float) * n * nq * D), "attn %s (%s): out != the three launches' "
-                      "(max %.3g)", fm, w == 0 ? "rows at once" : w == 1 ? "a row a call" : "out over v",
+            CHECK_MSG(!memcmp(ho, go3, sizeof(float) * n * nq * D), "attn early %d (%s): out differs (max %.3g)", ea,
+                      w == 0 ? "rows at once" : w == 1 ? "a row a call" : "out over v",
                       ts_test_max_abs(ho, go3, (size_t)n * nq * D));
             CHECK_MSG(!memcmp(hK, gK, sizeof(float) * max_T * kvdim) && !memcmp(hV, gV, sizeof(float) * max_T * kvdim),
-                      "attn %s (w %d): the cache differs from the prep's", fm, w);
+                      "attn early %d (w %d): the cache differs", ea, w);
             free(ho), free(hK), free(hV);
             tsc_free(c, fq), tsc_free(c, fk), tsc_free(c, fK), tsc_free(c, fV), tsc_free(c, fo);
         }
-    fprintf(stderr, "  attn prep in the split, early, both: the three launches' bits (rows at once, a row a call, "
-            "out over v)\n");
-    tsc_set_attn_fuse(c, 0), tsc_set_attn_early(c, 0);
+    fprintf(stderr, "  attn early and r1 on and off: the same bits (rows at once, a row a call, out over v)\n");
+    tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 0);
     free(vb), free(qg0), free(k0), free(Kc0), free(Vc0);
     free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
     free(go), free(go1), free(go2), free(go3), free(go4), free(gK), free(gK1), free(gV), free(gq);

@@ -37,7 +37,6 @@
 namespace {
 
 constexpr int SPL = TSC_ATTN_SPLIT, GMAX = 16, DMAX = 256;
-static_assert(TSC_ROWS_MAX <= GMAX, "k_attn_split_lk's FP makes up to TSC_ROWS_MAX keys a sub-chunk in GMAX slots");
 
 /* The position of row 0: a.pos, plus the device step record's position when
  * a.pos_dev is set (a captured graph replays with the record's value). */
@@ -63,9 +62,9 @@ __host__ __device__ __forceinline__ int slots_of(const tsc_attn_args &a) {
     return a.np_max > 0 ? a.np_max : (a.max_T + P - 1) / P;
 }
 
-/* k_attn_prep's arithmetic, shared with FP: the (1 + w) RMSNorm's factor
- * from a head's sum of squares, and dim d's RoPE (the CPU's f32 angle: inv
- * = 1 / theta^(2j/rot), a = pos * inv; the power and the cosine in double,
+/* k_attn_prep's arithmetic: the (1 + w) RMSNorm's factor from a head's sum
+ * of squares, and dim d's RoPE (the CPU's f32 angle: inv = 1 /
+ * theta^(2j/rot), a = pos * inv; the power and the cosine in double,
  * rounded once) */
 __device__ __forceinline__ float prep_factor(double ss, int D, float eps) {
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / D), eps)));
@@ -84,11 +83,20 @@ __device__ __forceinline__ float rope_out(const float *ys, int d, int half, floa
                     : __fadd_rn(__fmul_rn(ys[d], cs), __fmul_rn(ys[d - half], sn));
 }
 
-/* EA (ctx.attn_early; TSC_ATTN_EARLY=1): dim d's RoPE (a double power and
- * cosines, ~1-2 us of dependent double-precision arithmetic on the prep's
- * chain) made before the PDL wait: it depends only on the row's position,
- * whose step record was written before the pass began (gdn.cu's P). The
- * same operations: the same bits. */
+/* EA (ctx.attn_early, the default; TSC_ATTN_EARLY=0 off): dim d's RoPE (a
+ * double power and two double cosines, a chain of dependent double-precision
+ * arithmetic on the prep's path) made before the PDL wait: it depends only
+ * on the row's position, whose step record was written before the pass
+ * began (gdn.cu's P). The same operations: the same bits. With the
+ * combine's gate loaded before its wait (k_attn_combine's EA), measured
+ * (s39-run2, H100, interleaved): 9B decode 457.6 -> 460.7 tok/s (+0.7%;
+ * predicted +0.4-0.7%), 35B-A3B-8L 2,055 -> 2,074 (+0.9%), 9B MTP 3 verify
+ * 3.137 -> 3.123 ms a block. (Session 39 also put the prep's work in the
+ * split's blocks, one launch fewer, and the combine in the split's tail,
+ * the block completing a row's pieces combining its KV head's query heads:
+ * both exact, both losses, removed: the first -1.5% on the 9B with its
+ * angles after the wait and even with them before, -0.9% on 35B-A3B-8L;
+ * the second -10% on the 9B, 35B-A3B-8L -15%: bench/cuda/RESULTS.md.) */
 template <bool E, bool EA = false>
 __global__ void k_attn_prep(const tsc_attn_args a) {
     float ecs = 0.f, esn = 0.f;
@@ -184,125 +192,6 @@ __device__ __forceinline__ void store_partials(const tsc_attn_args &a, const flo
             p[d] = o[hh];
             if (d == 0) p[D] = mrow[hh], p[D + 1] = lrow[hh];
         }
-}
-
-/* o_proj's 8-bit digits (tsc_attn_args.dg) from the combine's output ov of
- * column t of head h, row i: warp w of the block is one 32-column chunk of
- * the staged layout (the head's D columns are whole chunks and whole
- * groups), a group's max the largest of its dg_group / 32 warps' maxima
- * (through gm, one barrier), then stage_word's arithmetic for one digit
- * (L = 127; common.cuh's dig_scale, dig_round): the same max, sx, inverse
- * and rounding, the chunk's sum of X exact, so the same bytes as the
- * product's own staging of out (gdn.cu's gdn_digits writes the same layout
- * from a cluster's blocks; the two share no helper because moving that code
- * into one changed both kernels' machine code, which session 34 had no
- * device time left to measure). Why: o_proj's k_stage_digits launch (a launch,
- * its PDL hop and ~1 us of staging, 8 a 9B step and 8 a verify pass) cost
- * more than a barrier and a few shuffles in a kernel that runs anyway; the
- * rows are blocks of their own, so a verify's rows make theirs at once. */
-__device__ __forceinline__ void attn_digits(const tsc_attn_args &a, int i, int h, int t, float ov, float *gm) {
-    const int w = t >> 5, lane = t & 31, nch = a.nq * a.D / 32, ch = h * a.D / 32 + w;
-    float m = fabsf(ov);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) gm[w] = m;
-    __syncthreads();
-    const int gb = a.dg_group / 32, first = w / gb * gb;
-    float M = 0.f;
-    for (int r = 0; r < gb; r++) M = fmaxf(M, gm[first + r]);
-    const float L = 127.0f;
-    float sx, inv;
-    dig_scale(M, L, sx, inv);
-    const int X = dig_round(ov, inv, L);
-    int sum = X;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    uint8_t *dg = (uint8_t *)a.dg;
-    float2 *xsb = (float2 *)(dg + (size_t)a.n * 2 * nch * 16);
-    /* column lane: word lane / 8 of the chunk, byte (lane % 8) / 2 of that
-     * word in the even or the odd columns' int4 */
-    dg[((size_t)i * 2 * nch + (size_t)(lane & 1) * nch + ch) * 16 + (lane >> 3) * 4 + ((lane & 7) >> 1)] = (uint8_t)(X & 0xFF);
-    if (lane == 0) xsb[(size_t)i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
-}
-
-/* ---- the prep's work in the split's blocks: k_attn_split_lk's FP ----
- * (ctx.attn_fuse; TSC_ATTN_FUSE=1, opt-in) Why: at 512 tokens the 9B's
- * attention layer was three launches, ~21 us (H100 trace, s38-run4: prep
- * 3.5-3.8 us, split 8.7, combine 6.5-6.7, a PDL hop of 0.6-0.8 us before
- * each), where its bytes (2 MB of K/V) take ~1 us. Here each split block
- * norms and rotates its row's G query heads itself (k_attn_prep's
- * arithmetic: the same bits) and makes the keys this call appends
- * (positions pos0 .. pos, rows 0 .. i) from the k and v rows instead of
- * reading them from the cache; the block holding row i's own key (its last
- * piece) appends it, as the prep did. Nothing else reads the call's keys,
- * so no block waits for another. Only where the whole op is one call (phase
- * 0, rows at their own positions). The angles' double-precision power and
- * cosines before the PDL wait (they depend on the position alone).
- * Measured (s39-run1, H100, with the angles after the wait): 9B decode
- * 458.2 -> 451.5 tok/s, 35B-A3B-8L 2,056 -> 2,009: a loss. (The combine in
- * the split's tail, the last block of a row's pieces combining its KV
- * head's query heads, lost more: 9B 410.1, 35B-A3B-8L 1,754; removed.) */
-
-/* FP: rows of nr vectors (row j at x + j * xs, D floats) normed by w and
- * rotated at position p0 + j * dp (block_sum_d's order over D threads: each
- * warp's shuffle tree, the warps added in order), into y (row j at y + j *
- * ys; may be x). A block of 256 threads, thread d < D dim d; nr <= GMAX;
- * every thread calls it (it holds barriers). norm 0: copied as they are
- * (k_attn_prep leaves a row past the cache alone). (cs, sn): dim d's
- * cosine and sine at position pc, made before. */
-__device__ __forceinline__ void lkf_rows(const tsc_attn_args &a, const float *x, int64_t xs, int nr, const float *w,
-                                         int p0, int dp, float rinv, float *y, int ys, bool norm, double (*redd)[DMAX / 32],
-                                         int pc, float cs, float sn) {
-    const int D = a.D, d = threadIdx.x, nw = D >> 5;
-    const bool on = d < D;
-    for (int j = 0; j < nr; j++)
-        if (on) {
-            const float v = x[j * xs + d];
-            y[j * ys + d] = v;
-            const double ss = warp_sum_d((double)v * v);
-            if ((d & 31) == 0) redd[j][d >> 5] = ss;
-        }
-    if (!norm) return;
-    __syncthreads();
-    if (on)
-        for (int j = 0; j < nr; j++) {
-            double ss = 0;
-            for (int k = 0; k < nw; k++) ss += redd[j][k];
-            y[j * ys + d] = __fmul_rn(__fmul_rn(y[j * ys + d], prep_factor(ss, D, a.eps)), w[d]);
-        }
-    __syncthreads();
-    /* a row's rotation read, a barrier, written (its pairs' other halves
-     * are other threads'); the angle's cosine once a position (pc's given) */
-    const int half = a.rot / 2;
-    for (int j = 0; j < nr; j++) {
-        float ro = 0.f;
-        if (d < a.rot) {
-            if (p0 + j * dp != pc) pc = p0 + j * dp, rope_cs(rinv, pc, cs, sn);
-            ro = rope_out(y + j * ys, d, half, cs, sn);
-        }
-        __syncthreads();
-        if (d < a.rot) y[j * ys + d] = ro;
-    }
-}
-
-/* FP: keys [nold, nt) of the sub-chunk at t0 (positions pos0 + r, r = the
- * call's row) made from the k and v rows into the shared keys kf (rows of
- * D + 4 floats) and values vf (rows of D), and row i's own key and value
- * appended to the cache. Every thread calls it. */
-__device__ __forceinline__ void lkf_keys(const tsc_attn_args &a, int i, int kh, int t0, int nold, int nt, int pos0,
-                                         float rinv, float *kf, float *vf, double (*redd)[DMAX / 32], int pc, float cs,
-                                         float sn) {
-    const int D = a.D, d = threadIdx.x, kvdim = a.nkv * D, r0 = t0 + nold - pos0, nn = nt - nold;
-    const int64_t off = (int64_t)r0 * kvdim + (int64_t)kh * D;
-    if (d < D)
-        for (int j = 0; j < nn; j++) vf[(nold + j) * D + d] = a.v[off + (int64_t)j * kvdim + d];
-    lkf_rows(a, a.k + off, kvdim, nn, a.k_norm, pos0 + r0, 1, rinv, kf + nold * (D + 4), D + 4, true, redd, pc, cs, sn);
-    const int kk = pos0 + i - t0;
-    if (d < D && kk >= nold && kk < nt) {
-        const int64_t o = (int64_t)(pos0 + i) * kvdim + (int64_t)kh * D + d;
-        a.Kc[o] = kf[kk * (D + 4) + d];
-        a.Vc[o] = vf[kk * D + d];
-    }
 }
 
 /* KV: each sub-chunk's keys and values are first copied into shared memory
@@ -416,13 +305,8 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * and combine) 1.5-1.8 us a layer less, the step 2.039 -> 2.025 ms; not the
  * predicted ~1.3 us a sub-chunk: the split's scores were not its cost either.
  * The default (ctx.attn_kv 2). */
-template <bool E, bool FP = false>
+template <bool E>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
-    /* FP: dim d's RoPE at the row's position before the wait (the step
-     * record's position was written before the pass began: gdn.cu's P) */
-    float rinv = 0.f, qcs = 0.f, qsn = 0.f;
-    if constexpr (FP)
-        if ((int)threadIdx.x < a.rot) rinv = rope_inv(a, threadIdx.x, a.rot / 2), rope_cs(rinv, row_pos_of(a, blockIdx.z), qcs, qsn);
     TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
     __shared__ float4 qs4[GMAX][DMAX / 4];
@@ -435,22 +319,12 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     const int D = a.D, G = a.nq / a.nkv, kvdim = a.nkv * D, d4 = D >> 2, kst = d4 + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
-    const int d = threadIdx.x;
-    __shared__ double redd[GMAX][DMAX / 32]; /* FP's sums of squares (unused otherwise: not allocated) */
-    /* FP: this row's keys appended by this call (positions pos0 .. pos,
-     * rows 0 .. i) are made here, never read from the cache */
-    const int pos0 = row_pos(a);
-    if constexpr (FP) {
-        /* the row's G query heads: k_attn_prep's, at the row's position */
-        lkf_rows(a, a.qg + ((int64_t)i * a.nq + kh * G) * q_width(a), q_width(a), G, a.q_norm, pos, 0, rinv,
-                 (float *)qs4, DMAX, pos < a.max_T, redd, pos, qcs, qsn);
-    } else {
-        for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
-            const int hh = e / d4, j = e % d4;
-            qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
-        }
+    for (int e = threadIdx.x; e < G * d4; e += blockDim.x) {
+        const int hh = e / d4, j = e % d4;
+        qs4[hh][j] = *((const float4 *)(a.qg + ((int64_t)i * a.nq + kh * G + hh) * q_width(a)) + j);
     }
     float4 *vs = kvs + SPL * (DMAX / 4 + 1);
+    const int d = threadIdx.x;
     for (int s = blockIdx.x; s * P < T; s += gridDim.x) { /* k_attn_split's walk over the pieces */
         const int p0 = s * P, pn = min(P, T - p0);
         float o[GMAX];
@@ -458,12 +332,10 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
         for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
         for (int c0 = 0; c0 < pn; c0 += SPL) {
             const int t0 = p0 + c0, nt = min(SPL, pn - c0);
-            /* FP: keys [0, nold) of the sub-chunk from the cache, the rest made here */
-            const int nold = FP ? max(0, min(nt, pos0 - t0)) : nt;
             __syncthreads();
             {
                 constexpr int PT = SPL * DMAX / 4 / 256;
-                const int tot = nold * d4;
+                const int tot = nt * d4;
                 float4 kr4[PT], vr4[PT];
 #pragma unroll
                 for (int u = 0; u < PT; u++) {
@@ -479,8 +351,6 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
                     if (e < tot) kvs[(e / d4) * kst + e % d4] = kr4[u], vs[e] = vr4[u];
                 }
             }
-            if constexpr (FP)
-                if (nold < nt) lkf_keys(a, i, kh, t0, nold, nt, pos0, rinv, (float *)kvs, (float *)vs, redd, pos, qcs, qsn);
             __syncthreads();
             for (int hh = warp; hh < G; hh += 8) {
                 if (lane < nt) {
@@ -504,11 +374,91 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     }
 }
 
+/* o_proj's 8-bit digits (tsc_attn_args.dg) from the combine's output ov of
+ * column t of head h, row i: warp w of the block is one 32-column chunk of
+ * the staged layout (the head's D columns are whole chunks and whole
+ * groups), a group's max the largest of its dg_group / 32 warps' maxima
+ * (through gm, one barrier), then stage_word's arithmetic for one digit
+ * (L = 127; common.cuh's dig_scale, dig_round): the same max, sx, inverse
+ * and rounding, the chunk's sum of X exact, so the same bytes as the
+ * product's own staging of out (gdn.cu's gdn_digits writes the same layout
+ * from a cluster's blocks; the two share no helper because moving that code
+ * into one changed both kernels' machine code, which session 34 had no
+ * device time left to measure). Why: o_proj's k_stage_digits launch (a launch,
+ * its PDL hop and ~1 us of staging, 8 a 9B step and 8 a verify pass) cost
+ * more than a barrier and a few shuffles in a kernel that runs anyway; the
+ * rows are blocks of their own, so a verify's rows make theirs at once. */
+__device__ __forceinline__ void attn_digits(const tsc_attn_args &a, int i, int h, int t, float ov, float *gm) {
+    const int w = t >> 5, lane = t & 31, nch = a.nq * a.D / 32, ch = h * a.D / 32 + w;
+    float m = fabsf(ov);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) gm[w] = m;
+    __syncthreads();
+    const int gb = a.dg_group / 32, first = w / gb * gb;
+    float M = 0.f;
+    for (int r = 0; r < gb; r++) M = fmaxf(M, gm[first + r]);
+    const float L = 127.0f;
+    float sx, inv;
+    dig_scale(M, L, sx, inv);
+    const int X = dig_round(ov, inv, L);
+    int sum = X;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    uint8_t *dg = (uint8_t *)a.dg;
+    float2 *xsb = (float2 *)(dg + (size_t)a.n * 2 * nch * 16);
+    /* column lane: word lane / 8 of the chunk, byte (lane % 8) / 2 of that
+     * word in the even or the odd columns' int4 */
+    dg[((size_t)i * 2 * nch + (size_t)(lane & 1) * nch + ch) * 16 + (lane >> 3) * 4 + ((lane & 7) >> 1)] = (uint8_t)(X & 0xFF);
+    if (lane == 0) xsb[(size_t)i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
+}
+
+/* R1 (ctx.attn_r1; TSC_ATTN_R1=1): k_attn_combine's row and head with all
+ * of its loads in one round when the row has at most blockDim.x pieces:
+ * piece t's max and sum by thread t, the first 16 pieces' column values by
+ * every thread, all issued together, where the loop form waits for three
+ * rounds (the maxima, then the maxima again with the sums, then the
+ * columns). The same operations in the same orders: the same bits. */
+template <bool EA>
+__device__ __forceinline__ void combine_r1(const tsc_attn_args &a, const float *p, int ns, int i, int h, int t,
+                                           float eg, float *es, float *ls, float *red, float *Ls) {
+    constexpr int PF = 16;
+    const int D = a.D;
+    float mv = -INFINITY, lv = 0.f, pv[PF];
+    if (t < ns) mv = fmaxf(mv, p[(int64_t)t * (D + 2) + D]), lv = p[(int64_t)t * (D + 2) + D + 1];
+#pragma unroll
+    for (int u = 0; u < PF; u++) pv[u] = u < ns ? p[(int64_t)u * (D + 2) + t] : 0.f;
+    const float gate = EA ? eg : a.no_gate ? 0.f : a.qg[((int64_t)i * a.nq + h) * 2 * D + D + t];
+    float M = warp_max(mv);
+    if ((t & 31) == 0) red[t >> 5] = M;
+    __syncthreads();
+    M = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
+    if (t < ns) es[t] = expf(__fsub_rn(mv, M)), ls[t] = lv;
+    __syncthreads();
+    float o = 0.f;
+    if (t == 0) {
+        float L = 0.f;
+        for (int s = 0; s < ns; s++) L = __fmaf_rn(ls[s], es[s], L);
+        *Ls = L;
+    }
+#pragma unroll
+    for (int u = 0; u < PF; u++)
+        if (u < ns) o = __fmaf_rn(pv[u], es[u], o);
+#pragma unroll 16
+    for (int s = PF; s < ns; s++) o = __fmaf_rn(p[(int64_t)s * (D + 2) + t], es[s], o);
+    __syncthreads();
+    const float y = __fdiv_rn(o, *Ls);
+    const float ov = a.no_gate ? y : __fmul_rn(y, sigmoid_f(gate));
+    a.out[(int64_t)i * a.nq * D + (int64_t)h * D + t] = ov;
+    if (a.dg) attn_digits(a, i, h, t, ov, red); /* (red's last reads were before the barrier above) */
+}
+
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
  * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
  * Block: D threads. With a.dg, also out's digits (attn_digits). */
-template <bool E, bool EA = false>
+template <bool E, bool EA = false, bool R1 = false>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     /* EA: the gate (the q projection's, two launches back: complete once the
      * split, which triggers after its own wait, lets this kernel start;
@@ -528,6 +478,12 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     }
     const int T = pos + 1, P = piece_at(a, T), ns = (T + P - 1) / P;
     const float *p = a.ws + ((int64_t)i * a.nq + h) * nsplit * (D + 2);
+    if constexpr (R1) {
+        if (ns <= (int)blockDim.x) { /* (uniform) */
+            combine_r1<EA>(a, p, ns, i, h, t, eg, es, ls, red, &Ls);
+            return;
+        }
+    }
     float M = -INFINITY;
     for (int s = t; s < ns; s += blockDim.x) M = fmaxf(M, p[(int64_t)s * (D + 2) + D]);
     M = warp_max(M);
@@ -701,13 +657,6 @@ __global__ void __launch_bounds__(PTH) k_attn_prefill(const tsc_attn_args a, int
 /* k_attn_split_lk's dynamic shared memory: padded keys and values at DMAX */
 size_t lk_smem() { return (size_t)SPL * (2 * DMAX + 4) * sizeof(float); }
 
-/* k_attn_split_lk's form: PDL trigger first (e), FP */
-typedef void (*lk_fn)(const tsc_attn_args, int);
-lk_fn lk_kernel(bool e, bool fp) {
-    static const lk_fn k[4] = {k_attn_split_lk<false>, k_attn_split_lk<true>, k_attn_split_lk<false, true>,
-                               k_attn_split_lk<true, true>};
-    return k[(e ? 1 : 0) + (fp ? 2 : 0)];
-}
 
 } // namespace
 
@@ -752,12 +701,8 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
             used = (T + P - 1) / P > used ? (T + P - 1) / P : used;
         }
     }
-    /* the prep's work in the split's blocks (k_attn_split_lk's FP,
-     * ctx.attn_fuse) for a whole op at the rows' own positions */
-    const bool lk = c->attn_kv == 2;
-    const bool fp = lk && c->attn_fuse && a->phase == 0 && !a->no_q && !a->same_pos;
-    const bool ea = c->attn_early && !c->pdl_early;
-    if (a->phase != 2 && !fp) {
+    const bool ea = c->attn_early && !c->pdl_early; /* (EA's gate needs the split to trigger after its wait) */
+    if (a->phase != 2) {
         tsc_launch(c, c->pdl_early ? k_attn_prep<true> : ea ? k_attn_prep<false, true> : k_attn_prep<false>,
                    dim3(dim3((a->no_q ? 0 : a->nq) + a->nkv, a->n)), dim3(a->D), 0, *a);
         TSC_LAUNCHED(c, "tsc_attn_decode (prep)");
@@ -768,8 +713,9 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         const int most = 2 * SPL * DMAX * (int)sizeof(float);
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
-        for (int f = 0; f < 4; f++)
-            cudaFuncSetAttribute(lk_kernel(f & 1, f & 2), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lk_smem());
+        const int lk = (int)lk_smem();
+        cudaFuncSetAttribute(k_attn_split_lk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        cudaFuncSetAttribute(k_attn_split_lk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
@@ -784,13 +730,16 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     tsc_attn_args g = *a;
     const bool dig = a->dg && (a->dg_group == 32 || a->dg_group == 64 || a->dg_group == 128) && a->D % a->dg_group == 0;
     if (!dig) g.dg = NULL;
-    if (lk) tsc_launch(c, lk_kernel(e, fp), sg, dim3(256), lk_smem(), *a, nsplit);
+    if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
                                  : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
                    sg, dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
-    tsc_launch(c, c->pdl_early ? k_attn_combine<true> : ea ? k_attn_combine<false, true> : k_attn_combine<false>,
+    const bool r1 = c->attn_r1;
+    tsc_launch(c, c->pdl_early ? (r1 ? k_attn_combine<true, false, true> : k_attn_combine<true>)
+                  : ea ? (r1 ? k_attn_combine<false, true, true> : k_attn_combine<false, true>)
+                       : (r1 ? k_attn_combine<false, false, true> : k_attn_combine<false>),
                dim3(dim3(a->nq, a->n)), dim3(a->D), 0, g, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
     if (dig && g.dg == c->dg)

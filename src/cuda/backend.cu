@@ -1606,25 +1606,14 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
     const int qd = a->nq * 2 * D, kvd = a->nkv * D;
     tsc_attn_args t = attn_common(a, L, ws, np);
     t.pos_dev = &q->dstep->step.pos;
-    const bool chunk = m == TS_MODE_PREFILL && a->n > RB && attn_prefill_on();
-    /* a verify's rows in one launch pair when their partials fit the
-     * several-row area: the same pieces (np_max, or the fixed split) as one
-     * row a call, so the same bits a row (its pieces depend on its own
-     * length only); one row a call was 13.8 us a row and layer on the 9B
-     * (session 19), a 4-row verify's attention 4 launch pairs a layer */
-    const bool once = !chunk && rows_at_once(q, t, a->n);
-    /* where the op is one call, the split's blocks may make the prep's
-     * norms, RoPE and append themselves (attn.cu's FP, ctx.attn_fuse): the
-     * whole op as phase 0 */
-    const bool whole = (once || (a->n == 1 && !chunk)) && q->c->attn_fuse;
     /* every row's q/k norms, RoPE and K/V append first (the output rows
      * below overwrite the v rows of later rows: the model's out is big2),
      * all rows in one launch (a block a row and head, so the same bits as
      * 16 rows a launch, which was 128 launches of ~6 us a 2048-row layer of
      * the 9B under ncu, session 21) */
     t.n = a->n, t.pos = 0, t.phase = 1, t.qg = a->qg, t.k = a->k, t.v = a->v, t.out = a->out;
-    if (!whole) tsc_attn_decode(q->c, &t);
-    if (chunk) {
+    tsc_attn_decode(q->c, &t);
+    if (m == TS_MODE_PREFILL && a->n > RB && attn_prefill_on()) {
         /* a prompt chunk: all rows at once, each K/V tile read once per
          * block of queries (attn.cu: another summation order than the row
          * kernels; prompt chunks only) */
@@ -1637,14 +1626,20 @@ void cu_attn(ts_stream *s, ts_mode m, const ts_attn_args *a) {
             tsc_attn_prefill(q->c, &t);
         return;
     }
+    /* a verify's rows in one launch pair when their partials fit the
+     * several-row area: the same pieces (np_max, or the fixed split) as one
+     * row a call, so the same bits a row (its pieces depend on its own
+     * length only); one row a call was 13.8 us a row and layer on the 9B
+     * (session 19), a 4-row verify's attention 4 launch pairs a layer */
+    const bool once = rows_at_once(q, t, a->n);
     if (once || a->n == 1) attn_digits_for(q, a, &t);
     if (once) {
-        t.phase = whole ? 0 : 2, t.ws = q->att_multi;
+        t.phase = 2, t.ws = q->att_multi;
         tsc_attn_decode(q->c, &t);
         return;
     }
     for (int i = 0; i < a->n; i++) {
-        t.n = 1, t.pos = i, t.phase = whole ? 0 : 2;
+        t.n = 1, t.pos = i, t.phase = 2;
         t.qg = a->qg + (size_t)i * qd, t.k = a->k + (size_t)i * kvd, t.v = a->v + (size_t)i * kvd;
         t.out = a->out + (size_t)i * a->nq * D;
         tsc_attn_decode(q->c, &t);

@@ -38,8 +38,9 @@ struct tsc_ctx {
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the
                        default), 2 for several rows too (opt-in: no gain measured, s34-run1) */
     int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (the default, TSC_ATTN_DIG=0 off) */
-    int attn_fuse;  /* the attention's prep in the split's blocks (attn.cu's FP; TSC_ATTN_FUSE=1, off by default) */
-    int attn_early; /* the attention's RoPE angles and gate before its PDL waits (attn.cu's EA; TSC_ATTN_EARLY=1) */
+    int attn_early; /* the attention's RoPE angles and gate before its PDL waits (attn.cu's EA; the default,
+                       TSC_ATTN_EARLY=0 off; the same bits) */
+    int attn_r1;    /* the attention's combine with its loads in one round (attn.cu's R1; TSC_ATTN_R1=1, opt-in) */
     int route_net;  /* MoE routing's picks by a sorting network (misc.cu, route_row_net; the default, TSC_ROUTE_NET=0:
                        route_row's k picks one after another); the same ids and bits */
     int carve;      /* the decode path's preferred shared-memory carveout, percent (tsc_blocks_per_sm_dec; TSC_CARVE=P,

@@ -188,8 +188,8 @@ void tsc_moe_combine(tsc_ctx *c, const float *ye, const float *wts, int n, int k
 int tsc_graph_nodes(const tsc_graph *g) { (void)g; return -1; }
 void tsc_set_pdl(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_kv(tsc_ctx *c, int on) { (void)c, (void)on; }
-void tsc_set_attn_fuse(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_early(tsc_ctx *c, int on) { (void)c, (void)on; }
+void tsc_set_attn_r1(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_fused(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_route_net(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_trace_reset(void) {}

@@ -499,17 +499,14 @@ void tsc_set_pdl(tsc_ctx *c, int on);
  * 0 have the same bits (the tests compare them); 2 sums a score in another
  * order (tested against the CPU reference). TSC_ATTN_KV=0|1|2 starts it. */
 void tsc_set_attn_kv(tsc_ctx *c, int on);
-/* The attention decode in two launches (attn.cu, k_attn_split_lk's FP; the
- * same bits): the prep's norms, RoPE and append made by the split's blocks,
- * for a whole op (phase 0) at the rows' own positions, with the scores a
- * lane a key (tsc_set_attn_kv 2). TSC_ATTN_FUSE=1 sets it when the context
- * opens (default off: a loss measured, s39-run1). */
-void tsc_set_attn_fuse(tsc_ctx *c, int on);
 /* The attention's work that depends on no earlier kernel's output done
  * before its PDL waits (attn.cu's EA: the prep's RoPE angles, the
- * combine's gate; the same bits). TSC_ATTN_EARLY=1 sets it when the
- * context opens. */
+ * combine's gate; the same bits): on by default, TSC_ATTN_EARLY=0 off when
+ * the context opens. */
 void tsc_set_attn_early(tsc_ctx *c, int on);
+/* The attention's combine with all of its loads in one round (attn.cu's R1;
+ * the same bits); TSC_ATTN_R1=1 sets it when the context opens. */
+void tsc_set_attn_r1(tsc_ctx *c, int on);
 /* The GDN step in one kernel (1, the default; TSC_GDN_FUSED=0 starts it off)
  * or prep + scan (0): the same bits either way (gdn.cu, k_gdn_fused; the
  * tests compare them). Hv / Hk above 2 always takes the two kernels. */
