@@ -1098,7 +1098,7 @@ TS_TEST(cuda, attn_digits_same_as_staging) {
                     digits_taken_by_product(c, dgs, G, n, cols, dout, dqg, attn_decode_maker, &A, what, &ok);
                     if (!ok) { tsc_close(c); return; }
                 }
-                tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 0);
+                tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 1);
                 if (ni) { /* the row past the cache kept its out (the combine ran three times) */
                     float *ho = down(c, dout, (size_t)n * cols);
                     CHECK_MSG(!memcmp(ho + (size_t)2 * cols, o0 + (size_t)2 * cols, sizeof(float) * cols),
@@ -1626,7 +1626,7 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
             tsc_free(c, fq), tsc_free(c, fk), tsc_free(c, fK), tsc_free(c, fV), tsc_free(c, fo);
         }
     fprintf(stderr, "  attn early and r1 on and off: the same bits (rows at once, a row a call, out over v)\n");
-    tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 0);
+    tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 1);
     free(vb), free(qg0), free(k0), free(Kc0), free(Vc0);
     free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
     free(go), free(go1), free(go2), free(go3), free(go4), free(gK), free(gK1), free(gV), free(gq);

@@ -40,7 +40,8 @@ struct tsc_ctx {
     int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (the default, TSC_ATTN_DIG=0 off) */
     int attn_early; /* the attention's RoPE angles and gate before its PDL waits (attn.cu's EA; the default,
                        TSC_ATTN_EARLY=0 off; the same bits) */
-    int attn_r1;    /* the attention's combine with its loads in one round (attn.cu's R1; TSC_ATTN_R1=1, opt-in) */
+    int attn_r1;    /* the attention's combine with its loads in one round (attn.cu's R1; the default,
+                       TSC_ATTN_R1=0 off; the same bits) */
     int route_net;  /* MoE routing's picks by a sorting network (misc.cu, route_row_net; the default, TSC_ROUTE_NET=0:
                        route_row's k picks one after another); the same ids and bits */
     int carve;      /* the decode path's preferred shared-memory carveout, percent (tsc_blocks_per_sm_dec; TSC_CARVE=P,

@@ -174,10 +174,10 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     /* the attention's pre-wait work (attn.cu's EA): the default since
      * s39-run2 (H100: 9B decode +0.7%, 35B-A3B-8L +0.9%) */
     c->attn_early = on_unless0("TSC_ATTN_EARLY");
-    {
-        const char *r1 = getenv("TSC_ATTN_R1"); /* attn.cu's R1: opt-in until measured */
-        c->attn_r1 = r1 && r1[0] == '1';
-    }
+    /* the attention combine's loads in one round (attn.cu's R1): the default
+     * since s39-run3 (H100: 9B decode +0.6%, at 4,096 tokens +3.4%,
+     * 35B-A3B-8L +0.8%) */
+    c->attn_r1 = on_unless0("TSC_ATTN_R1");
     {
         /* the decode path's carveout (tsc_blocks_per_sm_dec): TSC_CARVE=P
          * percent, -1 the driver's choice; 50 by default */

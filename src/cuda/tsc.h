@@ -505,7 +505,7 @@ void tsc_set_attn_kv(tsc_ctx *c, int on);
  * the context opens. */
 void tsc_set_attn_early(tsc_ctx *c, int on);
 /* The attention's combine with all of its loads in one round (attn.cu's R1;
- * the same bits); TSC_ATTN_R1=1 sets it when the context opens. */
+ * the same bits): on by default, TSC_ATTN_R1=0 off when the context opens. */
 void tsc_set_attn_r1(tsc_ctx *c, int on);
 /* The GDN step in one kernel (1, the default; TSC_GDN_FUSED=0 starts it off)
  * or prep + scan (0): the same bits either way (gdn.cu, k_gdn_fused; the
