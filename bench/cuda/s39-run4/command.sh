@@ -16,7 +16,6 @@ ab 9b_mtp3 $S/9b 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept
 bj 9b_4k_d_a X=0 $S/9b --prompt 4096 --gen 128 --runs 2
 TSC_GDN_Q=1 timeout 150 $B/ts_test cuda.gdn_step_parity_and_row_exact cuda.gdn_digits_same_as_staging cuda.gdn_fused_same_bits cuda.gdn_step_engine_forms > $O/t_gdn_q.log 2>&1; tl "gdn tests under Q $?"
 TSC_GDN_Q=1 timeout 200 compute-sanitizer --tool memcheck $B/ts_test cuda.gdn_fused_same_bits > $O/t_memcheck_q.log 2>&1; tl "memcheck Q $?"
-TSC_GDN_Q=1 timeout 200 compute-sanitizer --tool racecheck $B/ts_test cuda.gdn_fused_same_bits > $O/t_racecheck_q.log 2>&1; tl "racecheck Q $?"
 TSC_GDN_Q=1 timeout 150 $B/ts_test cuda_engine > $O/t_engine_q.log 2>&1; tl "cuda_engine Q $?"
 synth_shape 08b shapes/qwen3.5-0.8B.json
 bj 08b_d_a X=0 $S/08b --prompt 512 --gen 128 --runs 2
