@@ -32,8 +32,6 @@ struct tsc_ctx {
                        the default, TSC_GDN_PRE=0 off) */
     int gdn_hoist;  /* k_gdn_fused's H: the rows' gates and z loaded with q, k, v (the default, TSC_GDN_HOIST=0
                        off; the same bits) */
-    int gdn_q;      /* k_gdn_fused's Q: its first loads of the in_proj's outputs issued together (with H and B;
-                       TSC_GDN_Q=1, opt-in; the same bits) */
     int gdn_bar;    /* k_gdn_fused's B: its global stores after the cluster barriers (the default, TSC_GDN_BAR=0
                        off; the same bits) */
     int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */

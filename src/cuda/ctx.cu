@@ -171,10 +171,6 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->route_net = on_unless0("TSC_ROUTE_NET");
     c->gdn_hoist = on_unless0("TSC_GDN_HOIST");
     c->gdn_bar = on_unless0("TSC_GDN_BAR");
-    {
-        const char *gq = getenv("TSC_GDN_Q"); /* k_gdn_fused's Q: opt-in until measured */
-        c->gdn_q = gq && gq[0] == '1';
-    }
     /* the attention's pre-wait work (attn.cu's EA): the default since
      * s39-run2 (H100: 9B decode +0.7%, 35B-A3B-8L +0.9%) */
     c->attn_early = on_unless0("TSC_ATTN_EARLY");

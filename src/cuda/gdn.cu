@@ -122,11 +122,8 @@ __device__ __forceinline__ float warps_sum(float v, float (&red)[NW][32], int wa
  * chain needs none (session 20: the gated norm's barrier used to sit in
  * every row, n - 1 of them in a verify's GDN layer); the caller's state S
  * advances. */
-__device__ __forceinline__ float2 gdn_gates_of(float bv, float av, float nA, float dtb) {
-    return make_float2(sigmoid_f(bv), expf(__fmul_rn(nA, softplus_f(__fadd_rn(av, dtb)))));
-}
 __device__ __forceinline__ float2 gdn_gates(const tsc_gdn_args &a, int t, int h, float nA, float dtb) {
-    return gdn_gates_of(a.b[t * a.Hv + h], a.a[t * a.Hv + h], nA, dtb);
+    return make_float2(sigmoid_f(a.b[t * a.Hv + h]), expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb)))));
 }
 /* bd: the rows' (beta, decay), gdn_gates made before (k_gdn_fused's H), or
  * NULL: made here */
@@ -336,7 +333,7 @@ __attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gd
  * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
  * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
  * lane-a-key scores in both). So every row count takes it by default. */
-template <bool E, int RR, bool P, bool H = false, bool B = false, bool Q = false>
+template <bool E, int RR, bool P, bool H = false, bool B = false>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
@@ -410,35 +407,24 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
      * latencies on the step's chain); the same values through the same
      * operations. Visible to every thread after the conv loop's first
      * barrier. Measured (s38-run3, H100): 9B decode 445.1-445.4 -> 446.9-447.2
-     * tok/s (+0.4%; predicted +0.6-1.2%), 35B-A3B-8L unchanged. */
+     * tok/s (+0.4%; predicted +0.6-1.2%), 35B-A3B-8L unchanged. (Their
+     * loads and row 0's q/k/v channels issued together before any of the
+     * math, session 39's Q, were mixed: 9B +0.3%, 35B-A3B-8L -0.4%,
+     * s39-run4; removed.) */
     __shared__ float2 bds[H ? TSC_ROWS_MAX : 1];
     __shared__ float zsl[H ? TSC_ROWS_MAX : 1][32];
-    /* Q (ctx.gdn_q; with H): a thread's first loads of the in_proj's outputs
-     * (its row's gates, its first z, row 0's q/k and v channels) issued
-     * together right after the wait, where warp 0 took them in three rounds
-     * (the gates' loads, their math and store, then z's, then the conv's
-     * row), each waited for before the next could issue (the conditional
-     * blocks keep the compiler from moving them). The same values through
-     * the same operations: the same bits. */
-    float qb = 0.f, qa = 0.f, qz = 0.f, qx = 0.f, qv = 0.f;
-    if constexpr (Q) {
-        if (tid < n) qb = a.b[tid * a.Hv + h], qa = a.a[tid * a.Hv + h];
-        if (a.o && tid < n * 32) qz = a.z[(int64_t)(tid >> 5) * Vd + h * DV + cb * CB + (tid & 31)];
-        qx = a.qkv[cqk];
-        if (tid < CB) qv = a.qkv[cv];
-    }
     if constexpr (H) {
-        if (tid < n) bds[tid] = Q ? gdn_gates_of(qb, qa, nA, dtb) : gdn_gates(a, tid, h, nA, dtb);
+        if (tid < n) bds[tid] = gdn_gates(a, tid, h, nA, dtb);
         if (a.o)
             for (int e = tid; e < n * 32; e += NW * 32)
-                zsl[e >> 5][e & 31] = silu_f(Q && e == tid ? qz : a.z[(int64_t)(e >> 5) * Vd + h * DV + cb * CB + (e & 31)]);
+                zsl[e >> 5][e & 31] = silu_f(a.z[(int64_t)(e >> 5) * Vd + h * DV + cb * CB + (e & 31)]);
     }
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
     for (int t = 0; t < n; t++) {
-        const float y = conv_silu(wq, hq, Q && t == 0 ? qx : a.qkv[(int64_t)t * C + cqk]);
+        const float y = conv_silu(wq, hq, a.qkv[(int64_t)t * C + cqk]);
         const double sw = warp_sum_d((double)y * y);
         if (lane == 0) red[warp] = sw;
-        if (tid < CB) vs[t][lane] = conv_silu(wv, hv, Q && t == 0 ? qv : a.qkv[(int64_t)t * C + cv]);
+        if (tid < CB) vs[t][lane] = conv_silu(wv, hv, a.qkv[(int64_t)t * C + cv]);
         __syncthreads();
         double ss = 0; /* block_sum_d's order over the four warps of a 128-thread block */
         const int w0 = isq ? 0 : NW / 2;
@@ -937,15 +923,13 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
 
 /* k_gdn_fused's instance for RR: E (early trigger) never with P (its loads
  * before the wait are safe only where kernels trigger after theirs) */
-template <int RR, bool H, bool B, bool Q = false>
+template <int RR, bool H, bool B>
 void (*fused_pick(bool e, bool pre))(const tsc_gdn_args) {
-    return e ? k_gdn_fused<true, RR, false, H, B, Q> : pre ? k_gdn_fused<false, RR, true, H, B, Q> : k_gdn_fused<false, RR, false, H, B, Q>;
+    return e ? k_gdn_fused<true, RR, false, H, B> : pre ? k_gdn_fused<false, RR, true, H, B> : k_gdn_fused<false, RR, false, H, B>;
 }
-/* (Q only with H and B, the defaults it was written for) */
 template <int RR>
-void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool q))(const tsc_gdn_args) {
-    if (hoist) return bar ? (q ? fused_pick<RR, true, true, true>(e, pre) : fused_pick<RR, true, true>(e, pre))
-                          : fused_pick<RR, true, false>(e, pre);
+void (*fused_kernel(bool e, bool pre, bool hoist, bool bar))(const tsc_gdn_args) {
+    if (hoist) return bar ? fused_pick<RR, true, true>(e, pre) : fused_pick<RR, true, false>(e, pre);
     return bar ? fused_pick<RR, false, true>(e, pre) : fused_pick<RR, false, false>(e, pre);
 }
 
@@ -987,8 +971,8 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * kernel after one starts only once it has completed. A state
          * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
-        const bool ho = c->gdn_hoist, bar = c->gdn_bar, q = c->gdn_q;
-        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho, bar, q) : fused_kernel<2>(e, pre, ho, bar, q), dim3(a->Hv * CL),
+        const bool ho = c->gdn_hoist, bar = c->gdn_bar;
+        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho, bar) : fused_kernel<2>(e, pre, ho, bar), dim3(a->Hv * CL),
                    dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         c->gdn_seq = c->nlaunch;
