@@ -1,4 +1,5 @@
 #!/bin/bash
+# NOT RUN (session 39 had no device time left for it; the trace build must be rebuilt at the commit it is run from).
 # session 39, device call 5 (pack s39e: the trace build of 44d2afc: the kernels of the defaults after s39-run3, EA
 # and R1 on; this call's tree lacks models/ and the fixtures' safetensors, for the trace binaries' room): the 9B's
 # and 35B-A3B-8L's engine graphs traced at the defaults (bench/cuda/trace_view.py --kernels / --gdn), for where a
