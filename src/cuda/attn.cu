@@ -729,17 +729,17 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     int cap = 2 * c->n_sm / a->nkv;
     if (cap < 1) cap = 1;
     const dim3 sg(used < cap ? used : cap, a->nkv, a->n);
-    /* out's digits where asked for and the head holds whole groups (the ctx's
-     * digits: the next product may take them, q4dp's stage_once) */
-    tsc_attn_args g = *a;
-    const bool dig = a->dg && (a->dg_group == 32 || a->dg_group == 64 || a->dg_group == 128) && a->D % a->dg_group == 0;
-    if (!dig) g.dg = NULL;
     if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
                                  : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
                    sg, dim3(256), c->attn_kv ? 2 * (size_t)SPL * a->D * sizeof(float) : 0, *a, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (split)");
+    /* out's digits where asked for and the head holds whole groups (the ctx's
+     * digits: the next product may take them, q4dp's stage_once) */
+    tsc_attn_args g = *a;
+    const bool dig = a->dg && (a->dg_group == 32 || a->dg_group == 64 || a->dg_group == 128) && a->D % a->dg_group == 0;
+    if (!dig) g.dg = NULL;
     const bool r1 = c->attn_r1;
     tsc_launch(c, c->pdl_early ? (r1 ? k_attn_combine<true, false, true> : k_attn_combine<true>)
                   : ea ? (r1 ? k_attn_combine<false, true, true> : k_attn_combine<false, true>)
