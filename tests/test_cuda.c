@@ -1857,6 +1857,14 @@ TS_TEST(cuda, moe_route_exact) {
         l[4 * E + E / 2] = NAN;
         float *dl = up(c, l, sizeof(float) * n * E), *dw = tsc_alloc(c, sizeof(float) * n * k);
         int32_t *di = tsc_alloc(c, sizeof(int32_t) * n * k);
+        /* the CPU backend's routing (moe.c), the reference, once for both
+         * forms (it works on its row in place: after the upload) */
+        int *sel = malloc(sizeof(int) * n * k);
+        float *ws = malloc(sizeof(float) * n * k);
+        for (int i = 0; i < n; i++) {
+            ts_cpu_moe_route_row(l + (size_t)i * E, E, k, sel + (size_t)i * k, ws + (size_t)i * k);
+            if (norm) ts_cpu_moe_route_norm(ws + (size_t)i * k, k);
+        }
         int32_t *ids[2];
         float *w[2];
         for (int form = 0; form < 2; form++) {
@@ -1867,18 +1875,10 @@ TS_TEST(cuda, moe_route_exact) {
             tsc_read(c, ids[form], di, sizeof(int32_t) * n * k);
             w[form] = down(c, dw, (size_t)n * k);
             for (int i = 0; i < n; i++) {
-                /* the CPU backend's routing (moe.c), the reference */
-                int sel[64];
-                float ws[64];
-                float *li = malloc(sizeof(float) * E);
-                memcpy(li, l + (size_t)i * E, sizeof(float) * E);
-                ts_cpu_moe_route_row(li, E, k, sel, ws);
-                free(li);
-                if (norm) ts_cpu_moe_route_norm(ws, k);
                 for (int j = 0; j < k; j++) {
-                    const int32_t id = ids[form][i * k + j];
-                    const float wj = w[form][i * k + j], ref = ws[j];
-                    CHECK_MSG(id == sel[j], "E %d k %d form %d row %d pick %d: %d, CPU %d", E, k, form, i, j, id, sel[j]);
+                    const int32_t id = ids[form][i * k + j], sj = sel[i * k + j];
+                    const float wj = w[form][i * k + j], ref = ws[i * k + j];
+                    CHECK_MSG(id == sj, "E %d k %d form %d row %d pick %d: %d, CPU %d", E, k, form, i, j, id, sj);
                     /* expf differs from glibc's by <= 2 ulp; the double sum's order */
                     if (isnan(ref)) CHECK_MSG(isnan(wj), "form %d row %d weight %d: %.9g vs NaN", form, i, j, wj);
                     else CHECK_MSG(fabsf(wj - ref) <= 1e-6f * ref, "form %d row %d weight %d: %.9g vs %.9g", form, i, j, wj, ref);
@@ -1892,7 +1892,7 @@ TS_TEST(cuda, moe_route_exact) {
                       "E %d k %d pick %d: network %d %.9g, chain %d %.9g", E, k, e, ids[1][e], w[1][e], ids[0][e], w[0][e]);
         }
         tsc_set_route_net(c, 1);
-        free(l), free(ids[0]), free(ids[1]), free(w[0]), free(w[1]);
+        free(l), free(sel), free(ws), free(ids[0]), free(ids[1]), free(w[0]), free(w[1]);
         tsc_free(c, dl), tsc_free(c, dw), tsc_free(c, di);
     }
     tsc_close(c);

@@ -355,24 +355,39 @@ typedef int (*tsc_tr_dump_fn)(FILE *f);
 int tsc_tr_register(tsc_tr_reset_fn r, tsc_tr_dump_fn d, const char *file);
 void tsc_tr_reset_all(void);
 int tsc_tr_dump_all(FILE *f);
-static void tsc_tr_reset_here(void) {
+/* A device ring's count put back to 0, and its records read back: *n of
+ * them (at most the ring's size) in a malloc'd array the caller frees; NULL
+ * with *n 0 when empty, -1 on an error. The kernel timeline's ring below
+ * and gdn.cu's phases share them. */
+static inline void tsc_tr_zero(const unsigned &count) {
     const unsigned z = 0;
-    cudaMemcpyToSymbol(tsc_tr_count, &z, sizeof z);
+    cudaMemcpyToSymbol(count, &z, sizeof z);
 }
-static int tsc_tr_dump_here(FILE *f) {
-    unsigned n = 0;
-    if (cudaMemcpyFromSymbol(&n, tsc_tr_count, sizeof n) != cudaSuccess) return -1;
-    if (n > TSC_TR_N) n = TSC_TR_N;
-    if (!n) return 0;
-    tsc_tr_rec *r = (tsc_tr_rec *)malloc(sizeof(tsc_tr_rec) * n);
-    if (!r || cudaMemcpyFromSymbol(r, tsc_tr_ring, sizeof(tsc_tr_rec) * n) != cudaSuccess) {
+template <typename R, unsigned N>
+static R *tsc_tr_fetch(const unsigned &count, const R (&ring)[N], int *n) {
+    unsigned c = 0;
+    *n = -1;
+    if (cudaMemcpyFromSymbol(&c, count, sizeof c) != cudaSuccess) return NULL;
+    if (c > N) c = N;
+    *n = 0;
+    if (!c) return NULL;
+    R *r = (R *)malloc(sizeof(R) * c);
+    if (!r || cudaMemcpyFromSymbol(r, ring, sizeof(R) * c) != cudaSuccess) {
         free(r);
-        return -1;
+        *n = -1;
+        return NULL;
     }
-    for (unsigned i = 0; i < n; i++)
+    *n = (int)c;
+    return r;
+}
+static void tsc_tr_reset_here(void) { tsc_tr_zero(tsc_tr_count); }
+static int tsc_tr_dump_here(FILE *f) {
+    int n;
+    tsc_tr_rec *r = tsc_tr_fetch(tsc_tr_count, tsc_tr_ring, &n);
+    for (int i = 0; i < n; i++)
         fprintf(f, "K %s %u %u %u %llu %llu %llu\n", __BASE_FILE__, r[i].line, r[i].blk, r[i].sm, r[i].t0, r[i].t1, r[i].t2);
     free(r);
-    return (int)n;
+    return n;
 }
 __attribute__((unused)) static const int tsc_tr_registered_ = tsc_tr_register(tsc_tr_reset_here, tsc_tr_dump_here, __BASE_FILE__);
 #else

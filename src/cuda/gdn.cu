@@ -113,6 +113,12 @@ __device__ __forceinline__ float warps_sum(float v, float (&red)[NW][32], int wa
     return s;
 }
 
+/* Row t's gates of value head h: (beta, decay) = (sigmoid(b), exp(-A *
+ * softplus(a + dt_bias))), nA = -A */
+__device__ __forceinline__ float2 gdn_gates(const tsc_gdn_args &a, int t, int h, float nA, float dtb) {
+    return make_float2(sigmoid_f(a.b[t * a.Hv + h]), expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb)))));
+}
+
 /* One row of the scan, k_gdn_scan's and k_gdn_fused's arithmetic: decay, the
  * prediction p = S^T k (the warps' partials added in warp order through
  * shared memory), delta, the update, o = S^T q (the same); warp 0 keeps the
@@ -121,12 +127,8 @@ __device__ __forceinline__ float warps_sum(float v, float (&red)[NW][32], int wa
  * vp: the value of the block's column j. No cluster barrier: the state's
  * chain needs none (session 20: the gated norm's barrier used to sit in
  * every row, n - 1 of them in a verify's GDN layer); the caller's state S
- * advances. */
-__device__ __forceinline__ float2 gdn_gates(const tsc_gdn_args &a, int t, int h, float nA, float dtb) {
-    return make_float2(sigmoid_f(a.b[t * a.Hv + h]), expf(__fmul_rn(nA, softplus_f(__fadd_rn(a.a[t * a.Hv + h], dtb)))));
-}
-/* bd: the rows' (beta, decay), gdn_gates made before (k_gdn_fused's H), or
- * NULL: made here */
+ * advances. bd: the rows' gates, gdn_gates made before (k_gdn_fused's H), or
+ * NULL: made here. */
 __device__ __forceinline__ void gdn_scan_row(const tsc_gdn_args &a, float (&S)[IPW], const float *q, const float *k,
                                              const float *vp, int t, int h, int warp, int lane, float nA, float dtb,
                                              float (&redp)[NW][32], float (&redo)[NW][32],
@@ -271,25 +273,15 @@ struct gdn_ph_rec {
 constexpr unsigned GDN_PH_N = 1u << 15;
 static __device__ gdn_ph_rec gdn_ph_ring[GDN_PH_N];
 static __device__ unsigned gdn_ph_count;
-static void gdn_ph_reset(void) {
-    const unsigned z = 0;
-    cudaMemcpyToSymbol(gdn_ph_count, &z, sizeof z);
-}
+static void gdn_ph_reset(void) { tsc_tr_zero(gdn_ph_count); }
 static int gdn_ph_dump(FILE *f) {
-    unsigned n = 0;
-    if (cudaMemcpyFromSymbol(&n, gdn_ph_count, sizeof n) != cudaSuccess) return -1;
-    if (n > GDN_PH_N) n = GDN_PH_N;
-    if (!n) return 0;
-    gdn_ph_rec *r = (gdn_ph_rec *)malloc(sizeof(gdn_ph_rec) * n);
-    if (!r || cudaMemcpyFromSymbol(r, gdn_ph_ring, sizeof(gdn_ph_rec) * n) != cudaSuccess) {
-        free(r);
-        return -1;
-    }
-    for (unsigned i = 0; i < n; i++)
+    int n;
+    gdn_ph_rec *r = tsc_tr_fetch(gdn_ph_count, gdn_ph_ring, &n);
+    for (int i = 0; i < n; i++)
         fprintf(f, "G %u %u %llu %llu %llu %llu %llu %llu\n", r[i].blk, r[i].n, r[i].t[0], r[i].t[1], r[i].t[2], r[i].t[3],
                 r[i].t[4], r[i].t[5]);
     free(r);
-    return (int)n;
+    return n;
 }
 __attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gdn_ph_reset, gdn_ph_dump, "gdn phases");
 #define GDN_PH(i) (ph[i] = tsc_tr_now())
