@@ -31,6 +31,13 @@
  *                product, A = 4, 8, 16, 32
  *   gaps+A       the latency kernels alone, prefetching as in both+A (their
  *                own slowdown, with nothing else in flight)
+ *   both+sA      (session 40) A MB striped: each product block's first
+ *                A / grid bytes of its share. Why: the product's blocks
+ *                stream contiguous shares in one wave, so the first A MB
+ *                feed its first few blocks only, and the product ends with
+ *                its last block: s30-run1's both+A (-0.027 .. +0.043 ms)
+ *                could not show a gain whatever L2 gave. gaps+sA, -r: the
+ *                same forms again (the run's noise)
  * Prediction (if the prefetch costs the chain nothing): both+A saves up to
  * A MB / probe - A MB / L2 rate a gap, ~1-2 us a gap at 8-16 MB, 64 gaps: ~100
  * us of both's ~1.6 ms. Nothing is asserted (a benchmark): it prints a table. */
@@ -60,13 +67,24 @@ __global__ void __launch_bounds__(THREADS) k_prod(const uint4 *p, const __grid_c
  * with a compute chain after each (iters FMAs), a store; blocks prefetch
  * [pf, pf + pfn) (bytes, 16-aligned), split over the grid, after the first
  * round's loads are issued */
-__global__ void __launch_bounds__(GT) k_gap(float *st, int n, int iters, const char *pf, size_t pfn) {
+__global__ void __launch_bounds__(GT) k_gap(float *st, int n, int iters, const char *pf, size_t pfn, size_t sn, int pg) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int t = blockIdx.x * GT + threadIdx.x, nt = GB * GT;
     float x = 0.f; /* round 1: the whole state, coalesced (2 MB over the grid) */
     for (int k = 0; k < n / nt; k++) x += st[t + k * nt];
-    if (pfn && threadIdx.x == 0) {
+    if (pfn && pg > 0 && threadIdx.x == 0) {
+        /* striped (session 40): the first pfn / pg bytes of each of the
+         * product's pg blocks' shares (share()'s split of its sn bytes), so
+         * that every block of the product starts with lines in L2, not the
+         * first few blocks alone (whose early end the product's last block
+         * does not wait for) */
+        const size_t per = (sn / 16 + pg - 1) / pg * 16, take = (pfn / pg) & ~(size_t)15;
+        for (int b = blockIdx.x; b < pg; b += gridDim.x) {
+            const size_t lo = per * b, m = lo < sn ? (sn - lo < take ? sn - lo : take) : 0;
+            if (m) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf + lo), "r"((unsigned)m) : "memory");
+        }
+    } else if (pfn && threadIdx.x == 0) {
         const size_t per = (pfn / gridDim.x + 15) & ~(size_t)15;
         const size_t lo = per * blockIdx.x, m = lo < pfn ? (pfn - lo < per ? pfn - lo : per) : 0;
         for (size_t o = 0; o < m; o += (size_t)1 << 20) { /* a bulk request of at most 1 MB */
@@ -88,14 +106,15 @@ struct step {
     int iters[512];
 };
 
-static void launch_gap(cudaStream_t st, float *stt, int n, int iters, const char *pf, size_t pfn) {
-    launch_ex(st, dim3(GB), dim3(GT), true, k_gap, stt, n, iters, pf, pfn);
+static void launch_gap(cudaStream_t st, float *stt, int n, int iters, const char *pf, size_t pfn, size_t sn = 0,
+                       int pg = 0) {
+    launch_ex(st, dim3(GB), dim3(GT), true, k_gap, stt, n, iters, pf, pfn, sn, pg);
 }
 
 /* the step captured: products (when prod), latency kernels (when gaps),
  * each latency kernel prefetching ahead_mb of the next product */
 static cudaGraphExec_t capture(cudaStream_t st, const uint4 *p, const chain &c, const step &sp, int grid, unsigned *out,
-                               float *stt, int n, bool prod, bool gaps, double ahead_mb) {
+                               float *stt, int n, bool prod, bool gaps, double ahead_mb, bool striped) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (int i = 0; i < sp.n; i++) {
@@ -105,14 +124,15 @@ static cudaGraphExec_t capture(cudaStream_t st, const uint4 *p, const chain &c, 
         }
         if (!gaps) continue;
         const char *pf = NULL;
-        size_t pfn = 0;
+        size_t pfn = 0, sn = 0;
         if (ahead_mb > 0 && i + 1 < sp.n && sp.kind[i + 1] >= 0) {
             const int s = sp.kind[i + 1];
             const size_t bytes = (c.off[s + 1] - c.off[s]) * 16, want = (size_t)(ahead_mb * 1e6) & ~(size_t)15;
             pf = (const char *)(p + c.off[s]);
             pfn = want < bytes ? want : bytes;
+            sn = bytes;
         }
-        launch_gap(st, stt, n, sp.iters[i], pf, pfn);
+        launch_gap(st, stt, n, sp.iters[i], pf, pfn, sn, striped ? grid : 0);
     }
     CK(cudaStreamEndCapture(st, &g));
     cudaGraphExec_t e;
@@ -180,13 +200,21 @@ int main(int argc, char **argv) {
     printf("latency kernels: %d (GDN-like %d iters, attention-like %d, SwiGLU-like %d)\n\n", sp.n - c9.n, iters[0],
            iters[1], iters[2]);
     printf("%-12s %10s %12s\n", "form", "ms", "vs both");
-    struct form { const char *name; bool prod, gaps; double mb; };
-    static const form fs[] = {{"products", true, false, 0}, {"gaps", false, true, 0},   {"both", true, true, 0},
-                              {"both+4", true, true, 4},    {"both+8", true, true, 8},  {"both+16", true, true, 16},
-                              {"both+32", true, true, 32},  {"gaps+8", false, true, 8}, {"gaps+32", false, true, 32}};
+    /* +A: the next product's first A MB; s+A: A MB striped over its blocks'
+     * shares (each block's first A / grid) */
+    struct form { const char *name; bool prod, gaps; double mb; bool striped; };
+    static const form fs[] = {{"products", true, false, 0, false}, {"gaps", false, true, 0, false},
+                              {"both", true, true, 0, false},      {"both+4", true, true, 4, false},
+                              {"both+8", true, true, 8, false},    {"both+16", true, true, 16, false},
+                              {"both+32", true, true, 32, false},  {"both+s4", true, true, 4, true},
+                              {"both+s8", true, true, 8, true},    {"both+s16", true, true, 16, true},
+                              {"both+s24", true, true, 24, true},  {"both+s32", true, true, 32, true},
+                              {"gaps+8", false, true, 8, false},   {"gaps+s8", false, true, 8, true},
+                              {"gaps+s16", false, true, 16, true}, {"both-r", true, true, 0, false},
+                              {"both+s16-r", true, true, 16, true}};
     float both = 0;
     for (const form &f : fs) {
-        cudaGraphExec_t g = capture(st, p, c9, sp, grid, out, stt, nst, f.prod, f.gaps, f.mb);
+        cudaGraphExec_t g = capture(st, p, c9, sp, grid, out, stt, nst, f.prod, f.gaps, f.mb, f.striped);
         const float ms = time_ms([&] { CK(cudaGraphLaunch(g, st)); }, st);
         CK(cudaGraphExecDestroy(g));
         if (!strcmp(f.name, "both")) both = ms;
