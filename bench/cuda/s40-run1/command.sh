@@ -1,4 +1,5 @@
 #!/bin/bash
+# NOT RUN: no device started for it (session 40); its A/B and probe ran in s40-run2 instead, without the traces.
 # session 40, device call 1 (pack s40a: the normal and trace builds of this commit, plus bench/cuda/l2ahead.cu
 # built alone): (1) the acceptance card's figures at the defaults against the forms of session 38's H200 call
 # (TSC_ATTN_EARLY=0 TSC_ATTN_R1=0 TSC_CARVE=-1: the three defaults made since), interleaved; the 9B rows table
