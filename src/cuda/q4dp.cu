@@ -1115,6 +1115,7 @@ int launch_as(tsc_ctx *c, const dp_args &a) {
 struct nx_rec {
     dp_w w[TSC_LIN_MAX];
     int nw, nvb, grid, cols, lg, sdt;
+    unsigned long long seq; /* ctx.nlaunch after it: only a product launched right after an NX launch is its next */
 };
 constexpr int NX_MAX = 1024;
 struct nx_state {
@@ -1133,7 +1134,7 @@ void nx_record(tsc_ctx *c, const dp_args &a, int grid) {
     if (!st || st->n >= NX_MAX) return;
     nx_rec &r = st->r[st->n++];
     memcpy(r.w, a.w, sizeof r.w);
-    r.nw = a.nw, r.nvb = a.nvb, r.grid = grid, r.cols = a.cols, r.lg = a.lg, r.sdt = a.sdt;
+    r.nw = a.nw, r.nvb = a.nvb, r.grid = grid, r.cols = a.cols, r.lg = a.lg, r.sdt = a.sdt, r.seq = c->nlaunch;
 }
 /* the NX form of a one-row launch whose digits a mixer made (DX = 2) */
 template <int U>
@@ -1411,7 +1412,11 @@ void q4dp_nx_end(tsc_ctx *c, void *graph) {
             asked++;
             dp_args a = *(const dp_args *)p.kernelParams[0];
             const int k = a.nx_id + 1;
-            if (a.nx_id < 0 || k >= st->n) continue;
+            /* the very next launch (the 9B's gate/up after out_proj or
+             * o_proj); where other kernels come between (a MoE layer's
+             * router and experts, then the next layer's in_proj, whose own
+             * blocks start their lines early), nothing */
+            if (a.nx_id < 0 || k >= st->n || st->r[k].seq != st->r[a.nx_id].seq + 1) continue;
             const nx_rec &r = st->r[k];
             memcpy(a.nxw, r.w, sizeof a.nxw);
             a.nx_nw = r.nw, a.nx_nvb = r.nvb, a.nx_grid = r.grid, a.nx_cols = r.cols, a.nx_lg = r.lg, a.nx_sdt = r.sdt;
