@@ -26,4 +26,9 @@ ab 9b_mtp3 $S/9b 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept
 TSC_L2N=16 timeout 200 $B/ts_test cuda_engine > $O/t_engine_n16.log 2>&1; tl "cuda_engine under TSC_L2N=16 $?"
 TSC_L2N=16 timeout 120 compute-sanitizer --tool memcheck $B/turbospark bench --backend cuda -m $S/9b --prompt 16 --gen 8 --runs 1 > $O/cs_mem_n16.log 2>&1; tl "memcheck 9b n16 $?"
 bj 9b_4k_d_a X=0 $S/9b --prompt 4096 --gen 128 --runs 2
+synth_shape 08b shapes/qwen3.5-0.8B.json
+bj 08b_d_a X=0 $S/08b --prompt 512 --gen 128 --runs 2
+bj 08b_n16_a TSC_L2N=16 $S/08b --prompt 512 --gen 128 --runs 2
+synth_shape 35b shapes/qwen3.5-35B-A3B.json
+bj 35b_d_a X=0 $S/35b --prompt 512 --gen 128 --runs 2
 device_end
