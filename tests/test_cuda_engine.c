@@ -2398,39 +2398,3 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
     shgu_spec_exact(dir, "TSC_MOE_SHGU=1");
     unsetenv("TSC_MOE_SHGU");
 }
-
-/* NX (q4dp.cu, TSC_L2N=MB): the one-row products after a mixer (out_proj
- * after the GDN step, o_proj after the attention) ask the next product's
- * first lines into L2 before their PDL wait, and are given that product
- * when the graph's capture ends (q4dp_nx_end rewrites their nodes' dp_args).
- * A hint: the same greedy ids as without it, plain and with MTP drafts (the
- * decode, verify and draft graphs), dense and MoE; a node rewritten wrongly
- * (another field of its arguments moved) would change them. */
-TS_TEST(cuda_engine, l2n_hint_same_tokens) {
-    NEED_GPU();
-    const char *dirs[] = {"models/default", "tests/fixtures/tiny-moe"};
-    const int32_t prompt[6] = {3, 14, 15, 92, 65, 35};
-    for (int d = 0; d < 2; d++)
-        for (int M = 0; M <= 2; M += 2) {
-            collect ref, got;
-            ts_gen_stats st;
-            int ok = 1;
-            for (int form = 0; form < 2 && ok; form++) {
-                if (form) setenv("TSC_L2N", "16", 1);
-                else unsetenv("TSC_L2N");
-                ts_engine *e = NULL;
-                ts_error err = {0};
-                if (open_bits(dirs[d], "cuda", 8, &e, &err)) { /* 8-bit x: the digits NX's launches take */
-                    ts_test_fail(__FILE__, __LINE__, "%s: %s", dirs[d], err.msg);
-                    ok = 0;
-                } else {
-                    ok = !oracle_generate(e, prompt, 6, 256, 48, M, NULL, form ? &got : &ref, &st);
-                    ts_engine_close(e);
-                }
-            }
-            unsetenv("TSC_L2N");
-            if (!ok) continue;
-            CHECK_MSG(ref.n > 0 && got.n == ref.n && !memcmp(ref.ids, got.ids, sizeof(int32_t) * (size_t)ref.n),
-                      "%s, draft %d: TSC_L2N=16 changed the greedy ids (%d against %d tokens)", dirs[d], M, got.n, ref.n);
-        }
-}

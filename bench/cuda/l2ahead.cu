@@ -40,7 +40,15 @@
  *                same forms again (the run's noise)
  * Prediction (if the prefetch costs the chain nothing): both+A saves up to
  * A MB / probe - A MB / L2 rate a gap, ~1-2 us a gap at 8-16 MB, 64 gaps: ~100
- * us of both's ~1.6 ms. Nothing is asserted (a benchmark): it prints a table. */
+ * us of both's ~1.6 ms. Nothing is asserted (a benchmark): it prints a table.
+ * Measured: no gain in either form. s30-run1 (H100, contiguous): both 1.965
+ * ms, both+4..32 1.938..2.008. s40-run2 (H100, both forms in one run): both
+ * 2.014 (2.030 repeated), both+4 / +8 1.988 / 1.990, striped both+s4..s16
+ * 2.007..2.010, +s32 2.027; the gaps alone 0.320 ms, 0.359-0.392 while
+ * prefetching. So the striping was not what the first run missed: the
+ * prefetch's traffic costs the kernels between products about what it
+ * saves the products (the engine's own form, q4dp's NX, lost 0.4-2.1% the
+ * same way: bench/cuda/RESULTS.md, session 40). */
 #include "chain9b.cuh" /* chain, chain9b, chain9b_att, share, ld_stream, launch_ex, copy_probe_gbs; CK, time_ms */
 
 constexpr int U = 4, THREADS = 256, GB = 128, GT = 128;

@@ -47,9 +47,6 @@ struct tsc_ctx {
     int carve;      /* the decode path's preferred shared-memory carveout, percent (tsc_blocks_per_sm_dec; TSC_CARVE=P,
                        50 by default), -1: the driver's choice */
     int attn_kv_smem; /* the K/V form's dynamic shared-memory limit raised on this device (attn.cu) */
-    int l2n_mb;     /* NX: MB of the next product's first lines a one-row product after a mixer asks into L2 before
-                       its wait (q4dp.cu; TSC_L2N=MB, 0: off, the default until measured) */
-    void *nx;       /* NX: q4dp.cu's record of a capture's products (q4dp_nx_*), NULL until used */
     unsigned *bar; /* device counter of the fused dp4a products (tsc_set_barrier), NULL: none */
     void *dg;      /* the dp4a products' staged digits (tsc_set_digits), NULL: none */
     size_t dg_bytes;

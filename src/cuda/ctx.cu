@@ -14,7 +14,6 @@
 #include <mutex>
 
 #include "cuda/common.cuh"
-#include "cuda/q4dp.cuh"
 #include "cuda/q4t.cuh"
 
 extern "C" int tsc_built(void) { return 1; }
@@ -186,11 +185,6 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
         c->carve = cv && *cv ? atoi(cv) : 50;
         if (c->carve > 100) c->carve = -1;
     }
-    {
-        const char *nx = getenv("TSC_L2N"); /* q4dp.cu's NX (a hint: no value depends on it) */
-        c->l2n_mb = nx && *nx ? atoi(nx) : 0;
-        if (c->l2n_mb < 0 || c->l2n_mb > 64) c->l2n_mb = 0;
-    }
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&c->ev0)) != cudaSuccess || (e = cudaEventCreate(&c->ev1)) != cudaSuccess) {
         free(c);
@@ -215,7 +209,6 @@ extern "C" void tsc_close(tsc_ctx *c) {
     cudaEventDestroy(c->ev0);
     cudaEventDestroy(c->ev1);
     cudaStreamDestroy(c->stream);
-    q4dp_nx_free(c);
     free(c);
 }
 
@@ -475,7 +468,7 @@ extern "C" void tsc_graph_begin(tsc_ctx *c) {
     TSC_GUARD(c);
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) tsc_fail_(c, TS_E_IO, "graph capture: %s", cudaGetErrorString(e));
-    else c->capturing = 1, q4dp_nx_begin(c);
+    else c->capturing = 1;
 }
 
 extern "C" tsc_graph *tsc_graph_end(tsc_ctx *c) {
@@ -488,7 +481,6 @@ extern "C" tsc_graph *tsc_graph_end(tsc_ctx *c) {
         tsc_fail_(c, TS_E_IO, "graph capture: %s", cudaGetErrorString(e));
         return NULL;
     }
-    q4dp_nx_end(c, g); /* NX launches given the product captured after them */
     tsc_graph *r = (tsc_graph *)calloc(1, sizeof *r);
     r->g = g;
     if ((e = cudaGraphInstantiate(&r->x, g, 0)) != cudaSuccess) {

@@ -166,59 +166,6 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
     return w;
 }
 
-/* NX (session 40; ctx.l2n_mb, TSC_L2N=MB, off by default until measured):
- * the next product's first lines, striped over its slots, asked into L2 by
- * this launch's blocks before their PDL wait. Which launches: the one-row
- * products whose digits a mixer made (out_proj after the GDN step, o_proj
- * after the attention's combine: q4dp_linear_staged), whose blocks are
- * resident several us before their release (s38-run4's trace: 5.7-6.9 us)
- * and idle while the mixer runs, with the memory system nearly idle too;
- * the product after them (the FFN's gate/up, 56.6 MB on the 9B) has its
- * blocks resident only ~1 us before its own release (its predecessor's
- * blocks fill the SMs until they end), so it pays its first DRAM latency
- * and ramp on the step's chain. Why striped: a product's slots stream in
- * one wave, so it ends with its last slot; lines for every slot's first
- * virtual block shorten every slot (the first N MB of the weights would
- * shorten only the first few: s30-run1's L2-ahead probe, which gained
- * nothing). Slot s's first virtual block is s (k_q4dp's walk): its rows'
- * weights (at most nx_take bytes), scales and biases, three bulk requests
- * to the TMA unit (cp.async.bulk.prefetch.L2: nothing held by the SM). A
- * hint: no value depends on it (the loads are the same loads).
- * Floors: ~0 instructions; the bytes are the next product's own, moved
- * earlier. Prediction: the 9B's gate/up 2-4 us shorter a layer (up to
- * ~10-15 MB in L2 at its start; 32 a step), the GDN and attention kernels
- * it overlaps not slower: +3-5% decode. */
-__device__ __forceinline__ void bulk_prefetch_l2(const void *p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void nx_prefetch(const dp_args &a) {
-    /* thread 3 j + part: stripe blockIdx.x + j gridDim.x's weights (part 0),
-     * scales (1) or biases (2) */
-    const int j = (int)threadIdx.x / 3, part = (int)threadIdx.x % 3;
-    const int s = (int)blockIdx.x + j * (int)gridDim.x;
-    if (s >= a.nx_grid || s >= a.nx_nvb) return;
-    int wi = 0;
-    while (wi + 1 < a.nx_nw && s >= a.nxw[wi + 1].blk0) wi++;
-    const dp_w &w = a.nxw[wi];
-    const int64_t rpb = (int64_t)R * (WARPS / w.ks), r0 = (int64_t)(s - w.blk0) * rpb;
-    if (r0 >= w.rows) return;
-    const int64_t nrows = rpb < w.rows - r0 ? rpb : w.rows - r0;
-    const uint8_t *p;
-    int64_t n;
-    if (part == 0) {
-        const int64_t pitch = a.nx_cols >> 1;
-        p = w.data + r0 * pitch, n = nrows * pitch < a.nx_take ? nrows * pitch : a.nx_take;
-    } else {
-        const uint8_t *b = (const uint8_t *)(part == 1 ? w.scales : w.biases);
-        if (!b) return;
-        const int64_t rb = (int64_t)(a.nx_cols >> a.nx_lg) * (a.nx_sdt == TS_DTYPE_F32 ? 4 : 2);
-        p = b + r0 * rb, n = nrows * rb;
-    }
-    /* whole 16-byte units inside the range (the request's alignment), at most 1 MB */
-    const uintptr_t lo = ((uintptr_t)p + 15) & ~(uintptr_t)15, hi = ((uintptr_t)p + n) & ~(uintptr_t)15;
-    if (hi > lo) bulk_prefetch_l2((const void *)lo, (uint32_t)(hi - lo < (1u << 20) ? hi - lo : (1u << 20)));
-}
-
 /* PRE (decode's one-row launches, TSC_Q4DP_PRE=1): a block's first round
  * of weights is loaded into registers before its PDL wait, not just
  * started towards L2. It pays only where the block is resident before the
@@ -226,7 +173,7 @@ __device__ __forceinline__ void nx_prefetch(const dp_args &a) {
  * leaves room for the neighbour's block; a 4096-row product's warps then
  * hold their whole slice before x exists. The same operations in the same
  * order either way (the loop below only skips a round's loads it has). */
-template <int NR, int ND, int U, bool PRE = false, bool N1 = false, bool DX = false, bool NX = false>
+template <int NR, int ND, int U, bool PRE = false, bool N1 = false, bool DX = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_args a) {
     __shared__ float red[WARPS][R][NR];
     extern __shared__ int4 sm[];
@@ -270,7 +217,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
             }
         }
     }
-    if constexpr (NX) nx_prefetch(a);
     TSC_PDL_ENTRY();
     Q4DP_TRACE(1);
     if constexpr (N1) {
@@ -1109,47 +1055,6 @@ int launch_as(tsc_ctx *c, const dp_args &a) {
     }
 }
 
-/* NX's record of a capture's products (ctx.nx): every launch of launch<>
- * below while a capture is on, in launch order, and the NX kernels launched
- * (their nodes are found by function at the capture's end) */
-struct nx_rec {
-    dp_w w[TSC_LIN_MAX];
-    int nw, nvb, grid, cols, lg, sdt;
-    unsigned long long seq; /* ctx.nlaunch after it: only a product launched right after an NX launch is its next */
-};
-constexpr int NX_MAX = 1024;
-struct nx_state {
-    nx_rec r[NX_MAX];
-    int n;
-    const void *fn[4];
-    int nf;
-};
-nx_state *nx_of(tsc_ctx *c) {
-    if (!c->nx) c->nx = calloc(1, sizeof(nx_state));
-    return (nx_state *)c->nx;
-}
-void nx_record(tsc_ctx *c, const dp_args &a, int grid) {
-    if (!c->capturing || c->l2n_mb <= 0) return;
-    nx_state *st = nx_of(c);
-    if (!st || st->n >= NX_MAX) return;
-    nx_rec &r = st->r[st->n++];
-    memcpy(r.w, a.w, sizeof r.w);
-    r.nw = a.nw, r.nvb = a.nvb, r.grid = grid, r.cols = a.cols, r.lg = a.lg, r.sdt = a.sdt, r.seq = c->nlaunch;
-}
-/* the NX form of a one-row launch whose digits a mixer made (DX = 2) */
-template <int U>
-int nx_launch(tsc_ctx *c, const dp_args &a0) {
-    nx_state *st = nx_of(c);
-    if (!st || st->n >= NX_MAX) return 0;
-    auto k = k_q4dp<1, 1, U, true, false, true, true>;
-    bool known = false;
-    for (int f = 0; f < st->nf; f++) known |= st->fn[f] == (const void *)k;
-    if (!known && st->nf < 4) st->fn[st->nf++] = (const void *)k;
-    dp_args a = a0;
-    a.nx_id = st->n; /* the record this launch takes (nx_record, after it) */
-    return launch_grid(c, k, a.nvb, 0, a, q4dp_bps());
-}
-
 #ifdef TSC_TRACE
 struct trace_meta {
     int nr, cols, xm, nw, nvb, grid;
@@ -1182,8 +1087,6 @@ void launch(tsc_ctx *c, const dp_args &a0) {
         /* digits made once, read where they lie (q4dp_dx) */
         if (!grid && a.dg && q4dp_dx() == 1)
             grid = launch_grid(c, k_q4dp<NR, ND, U, false, false, true>, a.nvb, 0, a, q4dp_bps());
-        if constexpr (ND == 1 && U <= 2)
-            if (!grid && a.dg && q4dp_dx() == 2 && a.nx_on) grid = nx_launch<U>(c, a);
         if (!grid && a.dg && q4dp_dx() == 2)
             grid = launch_grid(c, k_q4dp<NR, ND, U, true, false, true>, a.nvb, 0, a, q4dp_bps());
     }
@@ -1193,9 +1096,10 @@ void launch(tsc_ctx *c, const dp_args &a0) {
             grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, smem, a, q4dp_bps());
     }
     if (!grid) grid = launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, smem, a, q4dp_bps());
-    nx_record(c, a, grid);
 #ifdef TSC_TRACE
     m.grid = grid; /* the launch's own */
+#else
+    (void)grid;
 #endif
 }
 
@@ -1378,59 +1282,6 @@ void mm_linear(tsc_ctx *c, const tsc_weight *const *w, int nw, dp_args &a, const
 
 extern "C" size_t tsc_digits_ws_bytes(void) { return SMEM_MAX; }
 
-void q4dp_nx_begin(tsc_ctx *c) {
-    if (c->nx) ((nx_state *)c->nx)->n = 0;
-}
-
-void q4dp_nx_free(tsc_ctx *c) {
-    free(c->nx);
-    c->nx = NULL;
-}
-
-/* Each NX launch's node (found by its function; its dp_args' nx_id is its
- * record) given the product recorded after it: that launch's weights,
- * virtual blocks and grid, and nx_take = l2n_mb over its slots. A node
- * without a product after it keeps nx_nw = 0 (nothing asked). Any failure
- * here leaves the graph as captured (a hint). */
-void q4dp_nx_end(tsc_ctx *c, void *graph) {
-    nx_state *st = (nx_state *)c->nx;
-    if (!st || !st->nf || !graph) return;
-    cudaGraph_t g = (cudaGraph_t)graph;
-    size_t n = 0;
-    if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || !n) return;
-    cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(sizeof *nodes * n);
-    int asked = 0, given = 0;
-    if (nodes && cudaGraphGetNodes(g, nodes, &n) == cudaSuccess)
-        for (size_t i = 0; i < n; i++) {
-            cudaGraphNodeType t;
-            cudaKernelNodeParams p;
-            if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess || t != cudaGraphNodeTypeKernel) continue;
-            if (cudaGraphKernelNodeGetParams(nodes[i], &p) != cudaSuccess || !p.kernelParams) continue;
-            bool ours = false;
-            for (int f = 0; f < st->nf; f++) ours |= p.func == st->fn[f];
-            if (!ours) continue;
-            asked++;
-            dp_args a = *(const dp_args *)p.kernelParams[0];
-            const int k = a.nx_id + 1;
-            /* the very next launch (the 9B's gate/up after out_proj or
-             * o_proj); where other kernels come between (a MoE layer's
-             * router and experts, then the next layer's in_proj, whose own
-             * blocks start their lines early), nothing */
-            if (a.nx_id < 0 || k >= st->n || st->r[k].seq != st->r[a.nx_id].seq + 1) continue;
-            const nx_rec &r = st->r[k];
-            memcpy(a.nxw, r.w, sizeof a.nxw);
-            a.nx_nw = r.nw, a.nx_nvb = r.nvb, a.nx_grid = r.grid, a.nx_cols = r.cols, a.nx_lg = r.lg, a.nx_sdt = r.sdt;
-            a.nx_take = (int64_t)((double)c->l2n_mb * 1e6 / (r.grid > 0 ? r.grid : 1)) & ~(int64_t)15;
-            void *args[1] = {&a};
-            p.kernelParams = args, p.extra = NULL;
-            if (cudaGraphKernelNodeSetParams(nodes[i], &p) == cudaSuccess) given++;
-        }
-    free(nodes);
-    (void)cudaGetLastError(); /* a refused query above is not the context's error */
-    if (getenv("TSC_L2N_LOG"))
-        fprintf(stderr, "turbospark: NX: %d of %d launches given their next product (%d recorded)\n", given, asked, st->n);
-}
-
 /* q4dp_linear_staged's choices for a plain pass of n rows of w (one pass:
  * pass_rows) that lead to stage_once's k_stage_digits for 8-bit x. (Whether
  * a kernel before the product makes them is its caller's switch:
@@ -1494,11 +1345,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
          * against 1.46x for 4 rows (cuda_bench, session 22) */
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
-        const unsigned long long nl0 = c->nlaunch;
         stage_once(c, a, nr, nd);
-        /* NX: one row, its digits made by the mixer before it (no staging
-         * launched), inside a capture (whose end gives it its next product) */
-        a.nx_on = c->l2n_mb > 0 && c->capturing && nr == 1 && nd == 1 && a.dg && c->nlaunch == nl0;
         a.as = as_takes(a, w, nw, nd, nr);
         switch (nd) {
         case 1: launch_nr<1>(c, a, nr, u1); break;

@@ -54,12 +54,4 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
               float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL,
               const tsc_weight *const *srw = NULL);
 
-/* NX (q4dp.cu, ctx.l2n_mb): the record of a capture's products, begun at
- * tsc_graph_begin; at tsc_graph_end (graph: the captured cudaGraph_t, not
- * yet instantiated) each NX launch's node is given the product captured
- * after it; q4dp_nx_free at tsc_close. */
-void q4dp_nx_begin(tsc_ctx *c);
-void q4dp_nx_end(tsc_ctx *c, void *graph);
-void q4dp_nx_free(tsc_ctx *c);
-
 #endif

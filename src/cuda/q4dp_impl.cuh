@@ -65,15 +65,6 @@ struct dp_args {
      * made; NULL: each block makes them (see "Digits once") */
     const int4 *dg;
     int as; /* k_q4dp_as's ring depth (weights through a cp.async ring; q4dp.cu), 0: k_q4dp */
-    /* NX (ctx.l2n_mb, q4dp.cu's "the next product's stripes"): this launch
-     * asks, before its PDL wait, for the first lines of each slot of the
-     * product captured after it (nxw etc., filled when the graph's capture
-     * ends: q4dp_nx_end; nx_nw 0: nothing). Appended last, so that the
-     * offsets of the fields above, which every kernel reads, do not move. */
-    int nx_on, nx_id; /* the NX kernel; its place in the capture's record of products */
-    dp_w nxw[TSC_LIN_MAX];
-    int nx_nw, nx_nvb, nx_grid, nx_cols, nx_lg, nx_sdt;
-    int64_t nx_take; /* weight bytes a slot at most */
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif
