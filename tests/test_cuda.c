@@ -1484,10 +1484,11 @@ TS_TEST(cuda, attn_prefill_vs_row_kernels) {
 
 /* split: keys per piece (0: TSC_ATTN_SPLIT); devpos: the position from a
  * device int (the engine's form: backend.cu, graphs replay at any position) */
+static int attn_case_D = 256; /* the head dim of attn_case_on's calls */
 static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split, int devpos, int np_max) {
     OPEN(c);
     tsc_set_attn_kv(c, 1); /* the warp-a-key form first (the default, 2, below) */
-    const int D = 256, rot = 64, kvdim = nkv * D, G = nq / nkv;
+    const int D = attn_case_D, rot = 64, kvdim = nkv * D, G = nq / nkv;
     const float theta = 1e7f, eps = 1e-6f;
     float *qg = malloc(sizeof(float) * n * nq * 2 * D), *k = malloc(sizeof(float) * n * kvdim);
     float *v = malloc(sizeof(float) * n * kvdim), *qn = malloc(sizeof(float) * D), *kn = malloc(sizeof(float) * D);
@@ -1592,16 +1593,17 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     CHECK_MSG(do3 <= 2e-6f, "attention output (scores a lane a key) off by %.3g", do3);
     CHECK_MSG(!memcmp(go3, go4, sizeof(float) * n * nq * D), "attn (lane a key): %d-row call != %d one-row calls", n, n);
     /* the work before the PDL waits (tsc_set_attn_early, the default) on and
-     * off, the combine's loads in one round (tsc_set_attn_r1) on and off: the
+     * off, the combine's loads in one round (tsc_set_attn_r1) on and off, the
+     * split's accumulators for G heads (tsc_set_attn_gc) off and on: the
      * same bits for n rows in one call (w 0), a row a call (w 1)
      * and one call whose out is over v (w 2: the engine's buffers, out is
      * big2); the cache appended alike */
     tsc_set_attn_kv(c, 2);
     float *vb = calloc((size_t)n * nq * D, sizeof(float));
     memcpy(vb, v, sizeof(float) * n * kvdim);
-    for (int ea = 0; ea < 4; ea++) /* bit 0: tsc_set_attn_early, bit 1: tsc_set_attn_r1 */
+    for (int ea = 0; ea < 8; ea++) /* bit 0: tsc_set_attn_early, bit 1: tsc_set_attn_r1, bit 2: GC off */
         for (int w = 0; w < 3; w++) {
-            tsc_set_attn_early(c, ea & 1), tsc_set_attn_r1(c, ea & 2);
+            tsc_set_attn_early(c, ea & 1), tsc_set_attn_r1(c, ea & 2), tsc_set_attn_gc(c, !(ea & 4));
             float *fq = up(c, qg0, sizeof(float) * n * nq * 2 * D), *fk = up(c, k0, sizeof(float) * n * kvdim);
             float *fK = up(c, Kc0, sizeof(float) * max_T * kvdim), *fV = up(c, Vc0, sizeof(float) * max_T * kvdim);
             float *fo = w == 2 ? up(c, vb, sizeof(float) * n * nq * D) : tsc_alloc(c, sizeof(float) * n * nq * D);
@@ -1625,8 +1627,8 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
             free(ho), free(hK), free(hV);
             tsc_free(c, fq), tsc_free(c, fk), tsc_free(c, fK), tsc_free(c, fV), tsc_free(c, fo);
         }
-    fprintf(stderr, "  attn early and r1 on and off: the same bits (rows at once, a row a call, out over v)\n");
-    tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 1);
+    fprintf(stderr, "  attn early, r1 and gc on and off: the same bits (rows at once, a row a call, out over v)\n");
+    tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 1), tsc_set_attn_gc(c, 1);
     free(vb), free(qg0), free(k0), free(Kc0), free(Vc0);
     free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
     free(go), free(go1), free(go2), free(go3), free(go4), free(gK), free(gK1), free(gV), free(gq);
@@ -1638,6 +1640,20 @@ static void attn_case(int nq, int nkv, int pos0, int n, int max_T) { attn_case_o
 TS_TEST(cuda, attn_short_parity_and_row_exact) {
     attn_case(8, 2, 37, 3, 64);
     attn_case(8, 2, 30, 4, 64); /* the rows' keys over a sub-chunk's end */
+    /* other query heads a KV head (the split's accumulators sized for them:
+     * 1, 2, 3 of 4, 8, 16) */
+    attn_case(4, 4, 21, 2, 64);
+    attn_case(4, 2, 33, 2, 64);
+    attn_case(6, 2, 40, 3, 64);
+    attn_case(16, 2, 35, 2, 64);
+    attn_case(16, 1, 29, 2, 64);
+    /* head dims whose float4 columns do not divide 256 (the GC staging's
+     * carried column) */
+    attn_case_D = 96;
+    attn_case(6, 2, 40, 3, 64);
+    attn_case_D = 160;
+    attn_case(8, 2, 37, 3, 64);
+    attn_case_D = 256;
 }
 /* the engine's form: position on the device, pieces of several sub-chunks */
 TS_TEST(cuda, attn_device_pos_big_pieces) {

@@ -164,11 +164,12 @@ __device__ __forceinline__ void chunk_softmax(float (*sc)[SPL], float *mrow, flo
 /* One output dim's running weighted V sum of every query head over a
  * sub-chunk: o rescaled by frow after the first chunk, then the nt values
  * (vc, vstride floats apart) times their weights, in key order. */
-__device__ __forceinline__ void chunk_pv(float (&o)[GMAX], float (*sc)[SPL], const float *frow, const float *vc,
+template <int GM = GMAX>
+__device__ __forceinline__ void chunk_pv(float (&o)[GM], float (*sc)[SPL], const float *frow, const float *vc,
                                          int vstride, int nt, int G, int c0) {
     if (c0) {
 #pragma unroll
-        for (int hh = 0; hh < GMAX; hh++)
+        for (int hh = 0; hh < GM; hh++)
             if (hh < G) o[hh] = __fmul_rn(o[hh], frow[hh]);
     }
     /* unrolled: the V loads of several keys in flight, not one at a time */
@@ -176,17 +177,18 @@ __device__ __forceinline__ void chunk_pv(float (&o)[GMAX], float (*sc)[SPL], con
     for (int tt = 0; tt < nt; tt++) {
         const float v = vc[(int64_t)tt * vstride];
 #pragma unroll
-        for (int hh = 0; hh < GMAX; hh++)
+        for (int hh = 0; hh < GM; hh++)
             if (hh < G) o[hh] = __fmaf_rn(sc[hh][tt], v, o[hh]);
     }
 }
 
 /* A piece's partials of output dim d: o per query head, then its max and sum */
-__device__ __forceinline__ void store_partials(const tsc_attn_args &a, const float (&o)[GMAX], const float *mrow,
+template <int GM = GMAX>
+__device__ __forceinline__ void store_partials(const tsc_attn_args &a, const float (&o)[GM], const float *mrow,
                                                const float *lrow, int i, int kh, int G, int s, int nsplit, int d) {
     const int D = a.D;
 #pragma unroll
-    for (int hh = 0; hh < GMAX; hh++)
+    for (int hh = 0; hh < GM; hh++)
         if (hh < G) {
             float *p = a.ws + (((int64_t)i * a.nq + kh * G + hh) * nsplit + s) * (D + 2);
             p[d] = o[hh];
@@ -304,9 +306,23 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * attention (17.6 us a layer in the graph at 512 tokens: 13.8 of them split
  * and combine) 1.5-1.8 us a layer less, the step 2.039 -> 2.025 ms; not the
  * predicted ~1.3 us a sub-chunk: the split's scores were not its cost either.
- * The default (ctx.attn_kv 2). */
-template <bool E>
+ * The default (ctx.attn_kv 2).
+ *
+ * GC (session 40; ctx.attn_gc, the default; TSC_ATTN_GC=0: GC = 0, the form
+ * above): the accumulators sized for the call's query heads a KV head (GC,
+ * the power of two at or above G, not GMAX = 16), and the staging's
+ * (key, column) of a thread's u-th float4 stepped from its first instead
+ * of divided out each time. Why (ncu, s40-run3, the 9B at 512 tokens):
+ * ~2,650 instructions a warp for one 32-key piece at ~6 cycles each, the
+ * chain of the whole block: 1,180 of them the weighted V sum, where each
+ * key took 16 predicated shared loads and FMAs for G = 4 heads, and ~600 the
+ * staging's divisions by the runtime D / 4. The same loads, operations and
+ * orders: the same bits (cuda.attn_* compare GC on and off). Floors: as
+ * above (the bytes ~1 us); prediction: the split 8.7 -> ~5-6 us a layer
+ * (the 9B +1-1.5%, more at long contexts). */
+template <bool E, int GC = 0>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
+    constexpr int GM = GC ? GC : GMAX; /* accumulators a thread */
     TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
     __shared__ float4 qs4[GMAX][DMAX / 4];
@@ -325,11 +341,15 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
     }
     float4 *vs = kvs + SPL * (DMAX / 4 + 1);
     const int d = threadIdx.x;
+    /* GC: thread t's u-th float4 of the staging, e = t + 256 u, is key
+     * e / d4, column e % d4: the first made once, the next ones by a step
+     * of 256 / d4 keys and 256 % d4 columns, carried */
+    const int k0 = (int)threadIdx.x / d4, col0 = (int)threadIdx.x % d4, kstep = 256 / d4, cstep = 256 % d4;
     for (int s = blockIdx.x; s * P < T; s += gridDim.x) { /* k_attn_split's walk over the pieces */
         const int p0 = s * P, pn = min(P, T - p0);
-        float o[GMAX];
+        float o[GM];
 #pragma unroll
-        for (int hh = 0; hh < GMAX; hh++) o[hh] = 0.f;
+        for (int hh = 0; hh < GM; hh++) o[hh] = 0.f;
         for (int c0 = 0; c0 < pn; c0 += SPL) {
             const int t0 = p0 + c0, nt = min(SPL, pn - c0);
             __syncthreads();
@@ -337,18 +357,38 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
                 constexpr int PT = SPL * DMAX / 4 / 256;
                 const int tot = nt * d4;
                 float4 kr4[PT], vr4[PT];
+                if constexpr (GC) {
+                    int key = k0, col = col0;
 #pragma unroll
-                for (int u = 0; u < PT; u++) {
-                    const int e = threadIdx.x + u * 256;
-                    if (e < tot) {
-                        const int64_t off = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
-                        kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
+                    for (int u = 0; u < PT; u++) {
+                        if (key < nt) { /* (e < tot) */
+                            const int64_t off = ((int64_t)(t0 + key) * kvdim + (int64_t)kh * D) / 4 + col;
+                            kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
+                        }
+                        key += kstep, col += cstep;
+                        if (col >= d4) col -= d4, key++;
                     }
-                }
+                    key = k0, col = col0;
 #pragma unroll
-                for (int u = 0; u < PT; u++) {
-                    const int e = threadIdx.x + u * 256;
-                    if (e < tot) kvs[(e / d4) * kst + e % d4] = kr4[u], vs[e] = vr4[u];
+                    for (int u = 0; u < PT; u++) {
+                        if (key < nt) kvs[key * kst + col] = kr4[u], vs[key * d4 + col] = vr4[u];
+                        key += kstep, col += cstep;
+                        if (col >= d4) col -= d4, key++;
+                    }
+                } else {
+#pragma unroll
+                    for (int u = 0; u < PT; u++) {
+                        const int e = threadIdx.x + u * 256;
+                        if (e < tot) {
+                            const int64_t off = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
+                            kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < PT; u++) {
+                        const int e = threadIdx.x + u * 256;
+                        if (e < tot) kvs[(e / d4) * kst + e % d4] = kr4[u], vs[e] = vr4[u];
+                    }
                 }
             }
             __syncthreads();
@@ -368,10 +408,19 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
             __syncthreads();
             chunk_softmax(sc, mrow, lrow, frow, G, nt, c0, warp, lane);
             __syncthreads();
-            if (d < D) chunk_pv(o, sc, frow, (const float *)vs + d, D, nt, G, c0);
+            if (d < D) chunk_pv<GM>(o, sc, frow, (const float *)vs + d, D, nt, G, c0);
         }
-        if (d < D) store_partials(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
+        if (d < D) store_partials<GM>(a, o, mrow, lrow, i, kh, G, s, nsplit, d);
     }
+}
+
+/* k_attn_split_lk for the call: GC off (ctx.attn_gc 0) or the accumulators
+ * for G query heads a KV head (G <= GMAX) */
+template <bool E>
+void (*split_lk_for(int gc_on, int G))(const tsc_attn_args, int) {
+    if (!gc_on) return k_attn_split_lk<E, 0>;
+    return G <= 1 ? k_attn_split_lk<E, 1> : G <= 2 ? k_attn_split_lk<E, 2> : G <= 4 ? k_attn_split_lk<E, 4>
+         : G <= 8 ? k_attn_split_lk<E, 8> : k_attn_split_lk<E, 16>;
 }
 
 /* o_proj's 8-bit digits (tsc_attn_args.dg) from the combine's output ov of
@@ -718,8 +767,11 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         const int lk = (int)lk_smem();
-        cudaFuncSetAttribute(k_attn_split_lk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-        cudaFuncSetAttribute(k_attn_split_lk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        for (int gc = 0; gc < 2; gc++)
+            for (int g = 1; g <= GMAX; g *= 2) {
+                cudaFuncSetAttribute(split_lk_for<true>(gc, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+                cudaFuncSetAttribute(split_lk_for<false>(gc, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+            }
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
@@ -729,7 +781,9 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     int cap = 2 * c->n_sm / a->nkv;
     if (cap < 1) cap = 1;
     const dim3 sg(used < cap ? used : cap, a->nkv, a->n);
-    if (c->attn_kv == 2) tsc_launch(c, e ? k_attn_split_lk<true> : k_attn_split_lk<false>, sg, dim3(256), lk_smem(), *a, nsplit);
+    if (c->attn_kv == 2)
+        tsc_launch(c, e ? split_lk_for<true>(c->attn_gc, a->nq / a->nkv) : split_lk_for<false>(c->attn_gc, a->nq / a->nkv),
+                   sg, dim3(256), lk_smem(), *a, nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
                                  : (e ? k_attn_split<true, false> : k_attn_split<false, false>),

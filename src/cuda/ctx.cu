@@ -178,6 +178,9 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * since s39-run3 (H100: 9B decode +0.6%, at 4,096 tokens +3.4%,
      * 35B-A3B-8L +0.8%) */
     c->attn_r1 = on_unless0("TSC_ATTN_R1");
+    /* the split's accumulators for its heads and its staging's indices
+     * stepped (attn.cu's GC): session 40, ncu s40-run3 */
+    c->attn_gc = on_unless0("TSC_ATTN_GC");
     {
         /* the decode path's carveout (tsc_blocks_per_sm_dec): TSC_CARVE=P
          * percent, -1 the driver's choice; 50 by default */
@@ -542,6 +545,10 @@ extern "C" void tsc_set_attn_early(tsc_ctx *c, int on) {
 
 extern "C" void tsc_set_attn_r1(tsc_ctx *c, int on) {
     if (c) c->attn_r1 = on != 0;
+}
+
+extern "C" void tsc_set_attn_gc(tsc_ctx *c, int on) {
+    if (c) c->attn_gc = on != 0;
 }
 
 extern "C" void tsc_graph_free(tsc_graph *g) {
