@@ -1,4 +1,5 @@
 #!/bin/bash
+# NOT RUN (session 40 had too little device time left to start it).
 # session 40, device call 5 (pack s40d, as call 4; its sources differ from this commit's in comments only): figures of
 # record at the defaults with GC (the 0.8B shape with and without it, the default model, the 40-layer 35B-A3B), and
 # ncu of the normed one-row product (in_proj, gate/up) with call 3's regular expression mended (ncu prints the
