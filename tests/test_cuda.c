@@ -1482,13 +1482,13 @@ TS_TEST(cuda, attn_prefill_vs_row_kernels) {
     tsc_close(c);
 }
 
-/* split: keys per piece (0: TSC_ATTN_SPLIT); devpos: the position from a
- * device int (the engine's form: backend.cu, graphs replay at any position) */
-static int attn_case_D = 256; /* the head dim of attn_case_on's calls */
-static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split, int devpos, int np_max) {
+/* D: the head dim; split: keys per piece (0: TSC_ATTN_SPLIT); devpos: the
+ * position from a device int (the engine's form: backend.cu, graphs replay
+ * at any position) */
+static void attn_case_d(int nq, int nkv, int D, int pos0, int n, int max_T, int split, int devpos, int np_max) {
     OPEN(c);
     tsc_set_attn_kv(c, 1); /* the warp-a-key form first (the default, 2, below) */
-    const int D = attn_case_D, rot = 64, kvdim = nkv * D, G = nq / nkv;
+    const int rot = 64, kvdim = nkv * D, G = nq / nkv;
     const float theta = 1e7f, eps = 1e-6f;
     float *qg = malloc(sizeof(float) * n * nq * 2 * D), *k = malloc(sizeof(float) * n * kvdim);
     float *v = malloc(sizeof(float) * n * kvdim), *qn = malloc(sizeof(float) * D), *kn = malloc(sizeof(float) * D);
@@ -1635,6 +1635,9 @@ static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split,
     tsc_close(c);
 }
 
+static void attn_case_on(int nq, int nkv, int pos0, int n, int max_T, int split, int devpos, int np_max) {
+    attn_case_d(nq, nkv, 256, pos0, n, max_T, split, devpos, np_max);
+}
 static void attn_case(int nq, int nkv, int pos0, int n, int max_T) { attn_case_on(nq, nkv, pos0, n, max_T, 0, 0, 0); }
 
 TS_TEST(cuda, attn_short_parity_and_row_exact) {
@@ -1649,11 +1652,8 @@ TS_TEST(cuda, attn_short_parity_and_row_exact) {
     attn_case(16, 1, 29, 2, 64);
     /* head dims whose float4 columns do not divide 256 (the GC staging's
      * carried column) */
-    attn_case_D = 96;
-    attn_case(6, 2, 40, 3, 64);
-    attn_case_D = 160;
-    attn_case(8, 2, 37, 3, 64);
-    attn_case_D = 256;
+    attn_case_d(6, 2, 96, 40, 3, 64, 0, 0, 0);
+    attn_case_d(8, 2, 160, 37, 3, 64, 0, 0, 0);
 }
 /* the engine's form: position on the device, pieces of several sub-chunks */
 TS_TEST(cuda, attn_device_pos_big_pieces) {

@@ -713,7 +713,6 @@ __global__ void __launch_bounds__(PTH) k_attn_prefill(const tsc_attn_args a, int
 /* k_attn_split_lk's dynamic shared memory: padded keys and values at DMAX */
 size_t lk_smem() { return (size_t)SPL * (2 * DMAX + 4) * sizeof(float); }
 
-
 } // namespace
 
 extern "C" size_t tsc_attn_ws_bytes_split(int n, int nq, int D, int max_T, int split) {
@@ -770,11 +769,10 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         const int lk = (int)lk_smem();
-        for (int gc = 0; gc < 2; gc++)
-            for (int g = 1; g <= GMAX; g *= 2) {
-                cudaFuncSetAttribute(split_lk_for<true>(gc, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-                cudaFuncSetAttribute(split_lk_for<false>(gc, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-            }
+        for (int g = 0; g <= GMAX; g = g ? 2 * g : 1) { /* GC off (g 0), then each GC */
+            cudaFuncSetAttribute(split_lk_for<true>(g, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+            cudaFuncSetAttribute(split_lk_for<false>(g, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        }
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
@@ -784,9 +782,10 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     int cap = 2 * c->n_sm / a->nkv;
     if (cap < 1) cap = 1;
     const dim3 sg(used < cap ? used : cap, a->nkv, a->n);
+    const int G = a->nq / a->nkv; /* query heads a KV head */
     if (c->attn_kv == 2)
-        tsc_launch(c, e ? split_lk_for<true>(c->attn_gc, a->nq / a->nkv) : split_lk_for<false>(c->attn_gc, a->nq / a->nkv),
-                   sg, dim3(256), lk_smem(), *a, nsplit);
+        tsc_launch(c, e ? split_lk_for<true>(c->attn_gc, G) : split_lk_for<false>(c->attn_gc, G), sg, dim3(256), lk_smem(), *a,
+                   nsplit);
     else
         tsc_launch(c, c->attn_kv ? (e ? k_attn_split<true, true> : k_attn_split<false, true>)
                                  : (e ? k_attn_split<true, false> : k_attn_split<false, false>),
