@@ -2144,10 +2144,138 @@ static void fz_case(tsc_ctx *c, const tsc_weight *const *wl, int n, int mode, co
         CHECK_MSG(!memcmp(na, nb, sizeof(float) * m), "%s, %d rows: the normed rows differ", what, n);
         free(na), free(nb);
     }
-    unsigned cnt = 1;
-    tsc_read(c, &cnt, bar, sizeof cnt);
-    CHECK_MSG(cnt == 0, "the counter is %u after a fused launch", cnt);
+    unsigned cnt[3] = {1, 1, 1};
+    tsc_read(c, cnt, bar, sizeof cnt);
+    CHECK_MSG(!cnt[0] && !cnt[1] && !cnt[2], "the counters are %u %u %u after a fused launch", cnt[0], cnt[1], cnt[2]);
     free(a), free(b), free(ya), free(yb), free(za), free(zb);
+}
+
+/* ---- k_q4dp's virtual blocks by a queue (tsc_set_q4dp_dyn; q4dp.cu) ----
+ * The queue changes only which block computes a virtual block, so every
+ * output has the fixed map's bits: plain, normed (x += add in place, the
+ * normed rows beside) and SwiGLU passes of 1, 2 and 4 rows, 8- and 24-bit x,
+ * x's digits made in every block and once (the one-row plain pass then reads
+ * them where they lie: the DX form), each queued call three times over
+ * (a launch that left its queue claimed would skip virtual blocks in the
+ * next) and in a graph replayed twice; the three counters back at 0 after
+ * every call. Two weights of 16384 x 2048 a launch: 1024 virtual blocks,
+ * more than two blocks an SM on any device of up to 500 SMs, so the queue
+ * is taken. That it is: a queue left with 3 claims made before the call
+ * skips 3 virtual blocks (their rows stay NaN), then is zeroed by the
+ * launch. */
+static void qd_run(tsc_ctx *c, const tsc_weight *const *wl, int mode, int n, const fz_bufs *d) {
+    const size_t m = (size_t)n * d->cols;
+    float *yl[2] = {d->y, d->z};
+    tsc_copy(c, d->x, d->g, sizeof(float) * m);
+    tsc_fill(c, d->y, NAN, (size_t)n * wl[0]->rows), tsc_fill(c, d->z, NAN, (size_t)n * wl[1]->rows);
+    if (mode == 0) tsc_linear(c, wl, 2, d->x, yl, n);
+    else if (mode == 1) tsc_linear_addnorm(c, wl, 2, d->x, d->u, d->nw, 1e-6f, d->x, d->n, yl, n);
+    else tsc_linear_swiglu_out(c, wl, 2, d->x, d->u, d->x, yl, n);
+}
+
+/* the outputs of the last qd_run: x, the normed rows (mode 1), both products */
+static float *qd_out(tsc_ctx *c, const tsc_weight *const *wl, int mode, int n, const fz_bufs *d, size_t *len) {
+    const size_t m = (size_t)n * d->cols, r0 = (size_t)n * wl[0]->rows, r1 = (size_t)n * wl[1]->rows;
+    float *o = malloc(sizeof(float) * (2 * m + r0 + r1));
+    tsc_read(c, o, d->x, sizeof(float) * m);
+    if (mode == 1) tsc_read(c, o + m, d->n, sizeof(float) * m);
+    else memset(o + m, 0, sizeof(float) * m);
+    tsc_read(c, o + 2 * m, d->y, sizeof(float) * r0);
+    tsc_read(c, o + 2 * m + r0, d->z, sizeof(float) * r1);
+    *len = 2 * m + r0 + r1;
+    return o;
+}
+
+TS_TEST(cuda, q4dp_queue_same_bits) {
+    OPEN(c);
+    unsigned *bar = tsc_alloc(c, 256);
+    const unsigned zero[64] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
+    tsc_set_barrier(c, bar);
+    void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
+    const int64_t rows = 16384, cols = 2048;
+    hw h, h2;
+    make_w(&h, TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, rows, cols);
+    make_w(&h2, TS_DTYPE_U32, 4, 64, TS_DTYPE_BF16, rows, cols);
+    fz_bufs d;
+    fz_new(c, &d, rows, rows, cols);
+    int cases = 0;
+    for (int nd = 0; nd < 2; nd++) {
+        tsc_weight hd = desc(&h.w), dw, hd2 = desc(&h2.w), dw2;
+        hd.act_digits = hd2.act_digits = nd ? 1 : 3;
+        ts_error e;
+        setenv("TSC_Q4T", "0", 1);
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0 && tsc_weight_upload(c, &hd2, &dw2, &e) == 0, "%s", e.msg);
+        unsetenv("TSC_Q4T");
+        const tsc_weight *wl[2] = {&dw, &dw2};
+        for (int once = 0; once < 2; once++) {
+            tsc_set_digits(c, once ? dgs : NULL, tsc_digits_ws_bytes());
+            static const int ns[] = {1, 2, 4};
+            for (int k = 0; k < 3; k++)
+                for (int mode = 0; mode < 3; mode++) {
+                    const int n = ns[k];
+                    tsc_set_q4dp_dyn(c, 0);
+                    qd_run(c, wl, mode, n, &d);
+                    SYNC_OK(c);
+                    size_t len;
+                    float *ref = qd_out(c, wl, mode, n, &d, &len);
+                    tsc_set_q4dp_dyn(c, 1);
+                    for (int rep = 0; rep < 3; rep++) {
+                        qd_run(c, wl, mode, n, &d);
+                        SYNC_OK(c);
+                        float *got = qd_out(c, wl, mode, n, &d, &len);
+                        CHECK_MSG(!memcmp(got, ref, sizeof(float) * len),
+                                  "%d-bit x, digits %s, mode %d, %d rows, call %d: the queue's outputs differ",
+                                  nd ? 8 : 24, once ? "once" : "in every block", mode, n, rep);
+                        unsigned cnt[3] = {1, 1, 1};
+                        tsc_read(c, cnt, bar, sizeof cnt);
+                        CHECK_MSG(!cnt[0] && !cnt[1] && !cnt[2], "the counters are %u %u %u after a queued call", cnt[0],
+                                  cnt[1], cnt[2]);
+                        free(got);
+                        if (ts_test_failed()) return;
+                    }
+                    cases++;
+                    if (mode == 0 && n == 1) {
+                        /* a replayed graph */
+                        tsc_graph_begin(c);
+                        qd_run(c, wl, mode, n, &d);
+                        tsc_graph *g = tsc_graph_end(c);
+                        CHECK(g != NULL);
+                        for (int rep = 0; rep < 2 && g; rep++) {
+                            tsc_graph_launch(c, g);
+                            SYNC_OK(c);
+                            float *got = qd_out(c, wl, mode, n, &d, &len);
+                            CHECK_MSG(!memcmp(got, ref, sizeof(float) * len), "replay %d of a queued call differs", rep);
+                            free(got);
+                        }
+                        tsc_graph_free(g);
+                        /* the queue is taken: 3 claims left in it skip 3 virtual blocks */
+                        const unsigned three = 3;
+                        tsc_write(c, bar + 1, &three, sizeof three);
+                        qd_run(c, wl, mode, n, &d);
+                        SYNC_OK(c);
+                        float *got = qd_out(c, wl, mode, n, &d, &len);
+                        size_t nan = 0;
+                        for (size_t i = 0; i < len; i++) nan += got[i] != got[i];
+                        CHECK_MSG(nan > 0 && nan < len / 4, "a queue left with 3 claims: %zu outputs unwritten of %zu", nan,
+                                  len);
+                        unsigned cnt[3] = {1, 1, 1};
+                        tsc_read(c, cnt, bar, sizeof cnt);
+                        CHECK_MSG(!cnt[0] && !cnt[1] && !cnt[2], "the counters are %u %u %u after the launch", cnt[0],
+                                  cnt[1], cnt[2]);
+                        free(got);
+                    }
+                    free(ref);
+                    if (ts_test_failed()) return;
+                }
+        }
+        tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
+    }
+    CHECK(cases == 36);
+    fz_free(c, &d);
+    free_hw(&h), free_hw(&h2);
+    tsc_free(c, bar), tsc_free(c, dgs);
+    tsc_close(c);
 }
 
 /* tsc_linear_addnorm through the plain kernel (a MoE layer's router stages
