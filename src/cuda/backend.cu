@@ -352,9 +352,7 @@ ws_layout layout_of(int rows, int64_t cols) {
     l.step = o, o += al256(DSTEP_HEAD + sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
     l.rids = o, o += al256(sizeof(int32_t) * RB * TOPK_MAX);
     l.rwts = o, o += al256(sizeof(float) * RB * TOPK_MAX);
-    /* + the fused products' counters (tsc_set_barrier: the staging's, then
-     * k_q4dp's work queue, q4dp.cu) */
-    l.gl = o, o += al256(sizeof(float) * RB + 3 * sizeof(unsigned));
+    l.gl = o, o += al256(sizeof(float) * RB + sizeof(unsigned)); /* + the fused products' counter (tsc_set_barrier) */
     l.dg = o, o += al256(tsc_digits_ws_bytes()); /* the products' staged digits (tsc_set_digits) */
     l.amx_ws = o, o += al256(tsc_argmax_ws_bytes(RB));
     l.amx_ids = o, o += al256(sizeof(int32_t) * RB);

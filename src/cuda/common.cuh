@@ -44,8 +44,6 @@ struct tsc_ctx {
                        TSC_ATTN_R1=0 off; the same bits) */
     int attn_gc;    /* the attention split's accumulators sized for its query heads a KV head, its staging's
                        indices stepped (attn.cu's GC; the default, TSC_ATTN_GC=0 off; the same bits) */
-    int q4_dyn;     /* k_q4dp's virtual blocks past the grid's first claimed from a queue (q4dp.cu, a.wq;
-                       TSC_Q4DP_DYN=1 on; the same bits) */
     int route_net;  /* MoE routing's picks by a sorting network (misc.cu, route_row_net; the default, TSC_ROUTE_NET=0:
                        route_row's k picks one after another); the same ids and bits */
     int carve;      /* the decode path's preferred shared-memory carveout, percent (tsc_blocks_per_sm_dec; TSC_CARVE=P,

@@ -182,11 +182,6 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * stepped (attn.cu's GC): the default since s40-run4 (H100: 9B decode
      * +1.2%, MTP 3 +2.2%, 35B-A3B-8L +0.9%) */
     c->attn_gc = on_unless0("TSC_ATTN_GC");
-    /* k_q4dp's virtual blocks by a queue (q4dp.cu, a.wq): opt-in until measured */
-    {
-        const char *q = getenv("TSC_Q4DP_DYN");
-        c->q4_dyn = q && atoi(q) == 1;
-    }
     {
         /* the decode path's carveout (tsc_blocks_per_sm_dec): TSC_CARVE=P
          * percent, -1 the driver's choice; 50 by default */
@@ -555,10 +550,6 @@ extern "C" void tsc_set_attn_r1(tsc_ctx *c, int on) {
 
 extern "C" void tsc_set_attn_gc(tsc_ctx *c, int on) {
     if (c) c->attn_gc = on != 0;
-}
-
-extern "C" void tsc_set_q4dp_dyn(tsc_ctx *c, int on) {
-    if (c) c->q4_dyn = on != 0;
 }
 
 extern "C" void tsc_graph_free(tsc_graph *g) {

@@ -48,21 +48,6 @@
  * head 184 us against 168 at a 64 KB cap, the short ones unchanged;
  * bench/cuda/RESULTS.md, session 11.)
  *
- * Virtual blocks by a queue (ctx.q4_dyn, TSC_Q4DP_DYN=1; a.wq). Session
- * 40's trace of the 9B step (s40-run3, H100) had a launch's blocks, doing
- * the same work, end over a spread: gate/up's blocks of three virtual
- * blocks 19.9 (p10), 21.5 (median), 24.4 us (the last), in_proj's 10.5 /
- * 11.6 / 14.0, so the launch waits ~2.5-3 us for its slowest blocks (~12%
- * of it) while the others' SMs stream nothing. With the queue a block's
- * first virtual block is its own (its lines asked into L2 before the wait,
- * as before) and each further one is claimed from a device counter, so a
- * block that streams faster takes more. Which block computes a virtual
- * block changes none of its operations, so the bits are the fixed map's.
- * Floors: nothing new (two atomics a virtual block, a block barrier).
- * Prediction: gate/up's and in_proj's tails about halved where a virtual
- * block is short against the spread; nothing where every block has one
- * (the 9B's down: 256 over 264 slots).
- *
  * Row-exactness (the verify rule): the digits of a row depend on that row
  * only; per (output, x row) the integer sums are exact and the f32
  * operations (D, the two FMAs per chunk, the shuffle tree, the KS sum) run
@@ -254,13 +239,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
     }
     Q4DP_TRACE(2);
 
-    /* the queue (uniform over the grid): only where some block takes more
-     * than one virtual block */
-    const bool dyn = a.wq && a.nvb > (int)gridDim.x;
-    __shared__ int vb_next[2];
-    unsigned grab = 0;
-    int par = 0;
-    for (int vb = blockIdx.x; vb < a.nvb;) {
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
         int ks, sl;
         int64_t r0;
         const uint8_t *rp[R];
@@ -278,10 +257,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
          * arithmetic: one step, 2 KB a warp, in flight) */
         for (int st0 = sl; st0 < nsteps; st0 += U * ks) {
             if (!PRE || vb != (int)blockIdx.x || st0 != sl) load_round<U>(a, w, rp, gb, st0, ks, nsteps, lane, wv, sr, br, ok);
-            /* the block's next virtual block claimed in warp 0's last round,
-             * its loads issued first: the atomic's latency under this
-             * round's, and no claim held longer than it takes */
-            if (dyn && threadIdx.x == 0 && st0 + U * ks >= nsteps) grab = atomicAdd(a.wq, 1u);
             /* DX: the round's digits from L1 / L2, issued with its weights
              * (read in the arithmetic, their latency would follow the
              * weights' every round: session 32's first DX form, the 9B step
@@ -309,24 +284,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
             }
         }
         rows_store<R, NR, WARPS>(acc, red, ks, warp, lane, r0, vb - w.blk0, w.y, w.rows);
-        if (dyn) {
-            /* two slots: no thread can still be reading this one when
-             * thread 0 writes it again (a barrier between) */
-            if (threadIdx.x == 0) vb_next[par] = (int)(gridDim.x + grab);
-            __syncthreads();
-            vb = vb_next[par];
-            par ^= 1;
-        } else {
-            vb += gridDim.x;
-        }
-    }
-    if (dyn && threadIdx.x == 0) {
-        /* the last block out zeroes the queue for the next launch, which
-         * (PDL or not) claims nothing before this grid has completed: its
-         * claims come after its wait. The fence orders this block's claims
-         * before its count. */
-        __threadfence();
-        if (atomicAdd(a.wq + 1, 1u) == gridDim.x - 1) atomicExch(a.wq, 0u), atomicExch(a.wq + 1, 0u);
     }
     Q4DP_TRACE(3);
 }
@@ -1362,7 +1319,6 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
     dp_args a;
     dp_setup(a, w, nw, xm, norm_w, u, eps, bar);
     if (mm_takes(w[0])) return mm_linear(c, w, nw, a, x, add, u, x_out, y_out, y, n);
-    if (c->q4_dyn && bar) a.wq = bar + 1; /* the two counters after the staging's (tsc_set_barrier) */
     int nblk = 0;
     int64_t steps = 0; /* warp steps of the launch */
     for (int i = 0; i < nw; i++) {

@@ -65,10 +65,6 @@ struct dp_args {
      * made; NULL: each block makes them (see "Digits once") */
     const int4 *dg;
     int as; /* k_q4dp_as's ring depth (weights through a cp.async ring; q4dp.cu), 0: k_q4dp */
-    /* k_q4dp's work queue (q4dp.cu, "Virtual blocks by a queue"): two device
-     * counters (the next virtual block past the grid's first ones, the
-     * blocks done), zero between launches; NULL: the fixed map */
-    unsigned *wq;
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif

@@ -191,7 +191,6 @@ void tsc_set_attn_kv(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_early(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_r1(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_gc(tsc_ctx *c, int on) { (void)c, (void)on; }
-void tsc_set_q4dp_dyn(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_fused(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_route_net(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_trace_reset(void) {}

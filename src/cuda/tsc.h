@@ -223,10 +223,9 @@ void tsc_linear_swiglu(tsc_ctx *c, const tsc_weight *const *w, int nw, const flo
  * alias x, and tsc_linear_swiglu_out also writes silu(g) * u to g_out (may
  * alias g); the activations have the bits of tsc_add_rmsnorm / tsc_silu_mul,
  * and so do the products (those of the plain product of the activation).
- * They need device counters set once with tsc_set_barrier: 12 bytes at 0,
- * which each launch leaves at 0 (the first: block 0 writes the outputs
- * after every block has read x; the other two: the products' work queue,
- * tsc_set_q4dp_dyn). */
+ * They need a device counter set once with tsc_set_barrier: 4 bytes at 0,
+ * which each launch leaves at 0 (block 0 writes the outputs after every
+ * block has read x). */
 void tsc_linear_swiglu_out(tsc_ctx *c, const tsc_weight *const *w, int nw, float *g, const float *u, float *g_out,
                            float *const *y, int n);
 void tsc_set_barrier(tsc_ctx *c, unsigned *dev_counter);
@@ -512,11 +511,6 @@ void tsc_set_attn_r1(tsc_ctx *c, int on);
  * and its staging's indices stepped, not divided (attn.cu's GC; the same
  * bits): on by default, TSC_ATTN_GC=0 off when the context opens. */
 void tsc_set_attn_gc(tsc_ctx *c, int on);
-/* The 4-bit dp4a products' virtual blocks past the grid's first claimed
- * from a device queue instead of a fixed map (q4dp.cu, "Virtual blocks by
- * a queue"; the same bits): off by default, TSC_Q4DP_DYN=1 on when the
- * context opens. */
-void tsc_set_q4dp_dyn(tsc_ctx *c, int on);
 /* The GDN step in one kernel (1, the default; TSC_GDN_FUSED=0 starts it off)
  * or prep + scan (0): the same bits either way (gdn.cu, k_gdn_fused; the
  * tests compare them). Hv / Hk above 2 always takes the two kernels. */
