@@ -921,22 +921,6 @@ int q4dp_pre(void) {
     return v;
 }
 
-/* N1P (TSC_Q4DP_N1PRE=1, session 41): the normed one-row launches that
- * stage their row in the blocks (N1: in_proj, q+k+v, gate/up) load their
- * first round into registers before the PDL wait (PRE) instead of asking
- * its lines into L2. ncu of N1 on the 9B (s41-run3): 49% of its stall
- * samples on the weights' loads, 1,002 of 2,561 on the first use of a
- * round's words; after the staging (~2 us: x and add from L2, the norm,
- * the digits) the first round is one more L2 round trip on every block's
- * chain, which PRE takes off it. The same loads and operations in the
- * same order (the loop skips the round it has), so the same bits. A
- * measurement; not the default. */
-int q4dp_n1pre(void) {
-    static int v = -1;
-    if (v < 0) v = ks_env("TSC_Q4DP_N1PRE", 0) == 1;
-    return v;
-}
-
 /* DX (session 32): a one-row pass whose digits k_stage_digits made (the
  * SwiGLU downs: 32 of a 9B step's 129 products) reads them in its dot loop
  * from global memory (L1 after the first warp's touch) instead of copying
@@ -1109,8 +1093,7 @@ void launch(tsc_ctx *c, const dp_args &a0) {
     if constexpr (NR == 1 && U <= 2) {
         /* a normed row staged in the blocks, in one pass (stage_norm_words) */
         if (!grid && a.xm == Q4DP_XM_NORM && !a.dg && norm1_fits(a.cols) && q4dp_n1())
-            grid = q4dp_n1pre() ? launch_grid(c, k_q4dp<NR, ND, U, true, true>, a.nvb, smem, a, q4dp_bps())
-                                : launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, smem, a, q4dp_bps());
+            grid = launch_grid(c, k_q4dp<NR, ND, U, false, true>, a.nvb, smem, a, q4dp_bps());
     }
     if (!grid) grid = launch_grid(c, k_q4dp<NR, ND, U>, a.nvb, smem, a, q4dp_bps());
 #ifdef TSC_TRACE
