@@ -115,7 +115,9 @@ def kernels(path, gap_us=20.0):
     release comes after every block of the current launch has ended (a dependent launch waits for its
     predecessor to complete). Per launch: the unit:line, blocks, release and end relative to the replay's
     first release, its span (last end - first release), the gap from the previous launch's end to its
-    release, and how long before its release its first block was resident."""
+    release, how long before its release its first block was resident, its median block's end after the release
+    and the tail (span - that median: the time the launch waits on its slowest blocks; session 41 read the
+    products' tails this way, ~12% of gate/up's span, and found per-SM rates that do not persist across launches)."""
     recs = []
     with (lzma.open(path, 'rt') if path.endswith('.xz') else open(path)) as f:
         for line in f:
@@ -140,30 +142,34 @@ def kernels(path, gap_us=20.0):
         if launches and launches[-1]["tag"] == r[0] and rel <= launches[-1]["end"]:
             L = launches[-1]
         else:
-            L = {"tag": r[0], "n": 0, "rel": rel, "end": 0, "ent": r[2]}
+            L = {"tag": r[0], "n": 0, "rel": rel, "end": 0, "ent": r[2], "ends": []}
             launches.append(L)
+        L["ends"].append(r[4])
         L["n"] += 1
         L["rel"] = min(L["rel"], rel)
         L["end"] = max(L["end"], r[4])
         L["ent"] = min(L["ent"], r[2])
     t0 = launches[0]["rel"]
     print(f"== {path}: {len(launches)} launches in the last replay, {(max(L['end'] for L in launches) - t0) / 1e3:.1f} us")
-    print(f"{'#':>4} {'kernel':<28} {'blocks':>6} {'release':>9} {'end':>9} {'span':>7} {'gap':>6} {'early':>6}")
+    print(f"{'#':>4} {'kernel':<28} {'blocks':>6} {'release':>9} {'end':>9} {'span':>7} {'gap':>6} {'early':>6} "
+          f"{'median':>7} {'tail':>6}")
     by = {}
     prev = None
     for i, L in enumerate(launches):
         gap = (L["rel"] - prev) / 1e3 if prev is not None else 0.0
         span = (L["end"] - L["rel"]) / 1e3
+        med = (statistics.median(L["ends"]) - L["rel"]) / 1e3
         print(f"{i:>4} {L['tag']:<28} {L['n']:>6} {(L['rel'] - t0) / 1e3:>9.2f} {(L['end'] - t0) / 1e3:>9.2f} "
-              f"{span:>7.2f} {gap:>6.2f} {(L['rel'] - L['ent']) / 1e3:>6.2f}")
-        a = by.setdefault(L["tag"], [0, 0.0, 0.0])
+              f"{span:>7.2f} {gap:>6.2f} {(L['rel'] - L['ent']) / 1e3:>6.2f} {med:>7.2f} {span - med:>6.2f}")
+        a = by.setdefault(L["tag"], [0, 0.0, 0.0, 0.0])
         a[0] += 1
         a[1] += span
         a[2] += gap
+        a[3] += span - med
         prev = L["end"]
-    print("per kernel (launches, total span us, total gap before it us):")
-    for k, (n, sp, g) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        print(f"  {k:<28} {n:>4} {sp:>9.1f} {g:>9.1f}")
+    print("per kernel (launches, total span us, total gap before it us, total tail us):")
+    for k, (n, sp, g, tl) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {k:<28} {n:>4} {sp:>9.1f} {g:>9.1f} {tl:>9.1f}")
 
 
 def gdn(path, gap_us=5.0):
