@@ -161,6 +161,23 @@ __device__ __forceinline__ void chunk_softmax(float (*sc)[SPL], float *mrow, flo
     }
 }
 
+/* The splits' staging loads: a thread's u-th float4 of the sub-chunk's nt
+ * key and value rows (e = t + 256 u: key e / d4, column e % d4, tot = nt *
+ * d4), every load issued before any is used. Each kernel stores them in
+ * its own shared-memory layout. */
+template <int PT>
+__device__ __forceinline__ void load_kv4(const tsc_attn_args &a, int t0, int kvdim, int kh, int D, int d4, int tot,
+                                         float4 (&kr4)[PT], float4 (&vr4)[PT]) {
+#pragma unroll
+    for (int u = 0; u < PT; u++) {
+        const int e = threadIdx.x + u * 256;
+        if (e < tot) {
+            const int64_t o = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
+            kr4[u] = __ldg((const float4 *)a.Kc + o), vr4[u] = __ldg((const float4 *)a.Vc + o);
+        }
+    }
+}
+
 /* One output dim's running weighted V sum of every query head over a
  * sub-chunk: o rescaled by frow after the first chunk, then the nt values
  * (vc, vstride floats apart) times their weights, in key order. */
@@ -244,14 +261,7 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
                 constexpr int PT = SPL * DMAX / 4 / 256; /* float4 a thread and tensor, at most */
                 const int d4 = D >> 2, tot = nt * d4;
                 float4 kr4[PT], vr4[PT];
-#pragma unroll
-                for (int u = 0; u < PT; u++) {
-                    const int e = threadIdx.x + u * 256;
-                    if (e < tot) {
-                        const int64_t o = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
-                        kr4[u] = __ldg((const float4 *)a.Kc + o), vr4[u] = __ldg((const float4 *)a.Vc + o);
-                    }
-                }
+                load_kv4<PT>(a, t0, kvdim, kh, D, d4, tot, kr4, vr4);
 #pragma unroll
                 for (int u = 0; u < PT; u++) {
                     const int e = threadIdx.x + u * 256;
@@ -379,14 +389,7 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
                         if (col >= d4) col -= d4, key++;
                     }
                 } else {
-#pragma unroll
-                    for (int u = 0; u < PT; u++) {
-                        const int e = threadIdx.x + u * 256;
-                        if (e < tot) {
-                            const int64_t off = ((int64_t)(t0 + e / d4) * kvdim + (int64_t)kh * D) / 4 + e % d4;
-                            kr4[u] = __ldg((const float4 *)a.Kc + off), vr4[u] = __ldg((const float4 *)a.Vc + off);
-                        }
-                    }
+                    load_kv4<PT>(a, t0, kvdim, kh, D, d4, tot, kr4, vr4);
 #pragma unroll
                     for (int u = 0; u < PT; u++) {
                         const int e = threadIdx.x + u * 256;
