@@ -33,5 +33,19 @@ abcb() {
     done
   done
 }
+# prof NAME REGEX SKIP COUNT [MODEL]: ncu with per-instruction stall sampling of the matching kernels of a short
+# decode (MODEL, default $S/9b), its details and its source page (SASS) as CSV in $O (read with bench/cuda/
+# ncu_sass.py); the report itself is not kept. REGEX matches ncu's demangled names, which print template arguments
+# as (int)1, (bool)0. (s40-run3 and s41-run3 each defined this themselves.)
+prof() {
+  local n=$1 re=$2 sk=$3 ct=$4 m=${5:-$S/9b}
+  timeout 150 ncu --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis --import-source yes \
+    --kernel-name-base demangled --kernel-name "regex:$re" --launch-skip "$sk" --launch-count "$ct" \
+    -o "$O/ncu_$n" $B/turbospark bench --backend cuda -m "$m" --prompt 512 --gen 16 --runs 1 > "$O/ncu_$n.log" 2>&1; tl "ncu $n $?"
+  ncu -i "$O/ncu_$n.ncu-rep" --page details --csv > "$O/ncu_${n}_details.csv" 2>>"$O/ncu_$n.log"; tl "details $n $?"
+  ncu -i "$O/ncu_$n.ncu-rep" --page source --csv --print-source sass > "$O/ncu_${n}_sass.csv" 2>>"$O/ncu_$n.log"; tl "source $n $?"
+  xz -T8 "$O/ncu_${n}_details.csv" "$O/ncu_${n}_sass.csv"; rm -f "$O/ncu_$n.ncu-rep"
+}
 device_end() { tl end; cd "$OUT" && tar czf r.tgz x && rm -rf x; }
 tl start
