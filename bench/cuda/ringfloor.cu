@@ -37,7 +37,8 @@
  *   ring-gaps                  the latency work alone in one kernel, with
  *                              its counter hand-offs (no bytes)
  *   ring-both-x S x C          products and latency work, XOR, ring of S
- *                              slots of C KB (4 x 16, 12 x 16, 6 x 32, 24 x 8)
+ *                              slots of C KB (4 x 16, 12 x 16, 6 x 32, 24 x 8);
+ *                              2/SM: two blocks an SM, 6 x 16 each
  *   ring-both-dp               the consumers do dp4a arithmetic as k_q4dp's
  *                              one-row passes do (nibbles to two int8x4
  *                              words, 8 dp4a against digits in shared
@@ -375,18 +376,19 @@ int main(int argc, char **argv) {
     }
 
     /* the ring: one block an SM, every block resident (checked) */
-    const int grid = pr.multiProcessorCount;
-    if (grid < GB) {
-        printf("ring forms need at least %d SMs (the latency work's blocks); this GPU has %d\n", GB, grid);
+    if (pr.multiProcessorCount < GB) {
+        printf("ring forms need at least %d SMs (the latency work's blocks); this GPU has %d\n", GB,
+               pr.multiProcessorCount);
         return 0;
     }
-    struct rform { const char *name; int mode; bool prod, gaps; int slots, kb; };
+    struct rform { const char *name; int mode; bool prod, gaps; int slots, kb, bps; };
     static const rform rf[] = {
-        {"ring-products-x", 0, true, false, 12, 16}, {"ring-gaps", 0, false, true, 12, 16},
-        {"ring-both-x 12x16", 0, true, true, 12, 16}, {"ring-both-x 4x16", 0, true, true, 4, 16},
-        {"ring-both-x 6x32", 0, true, true, 6, 32},   {"ring-both-x 24x8", 0, true, true, 24, 8},
-        {"ring-both-dp", 1, true, true, 12, 16},      {"ring-both-dps", 2, true, true, 12, 16},
-        {"ring-products-dps", 2, true, false, 12, 16}, {"ring-both-x again", 0, true, true, 12, 16},
+        {"ring-products-x", 0, true, false, 12, 16, 1},  {"ring-gaps", 0, false, true, 12, 16, 1},
+        {"ring-both-x 12x16", 0, true, true, 12, 16, 1}, {"ring-both-x 4x16", 0, true, true, 4, 16, 1},
+        {"ring-both-x 6x32", 0, true, true, 6, 32, 1},   {"ring-both-x 24x8", 0, true, true, 24, 8, 1},
+        {"ring-both-x 2/SM", 0, true, true, 6, 16, 2},   {"ring-both-dp", 1, true, true, 12, 16, 1},
+        {"ring-both-dps", 2, true, true, 12, 16, 1},     {"ring-products-dps", 2, true, false, 12, 16, 1},
+        {"ring-both-dps 2/SM", 2, true, true, 6, 16, 2}, {"ring-both-x again", 0, true, true, 12, 16, 1},
     };
     for (const rform &f : rf) {
         int kind[512], its[512], n = 0;
@@ -404,10 +406,11 @@ int main(int argc, char **argv) {
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int occ = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, RT, smem));
-        if (occ < 1) {
+        if (occ < f.bps) {
             printf("%-20s does not fit (%zu bytes of shared memory)\n", f.name, smem);
             continue;
         }
+        const int grid = f.bps * pr.multiProcessorCount;
         unsigned gen = 0;
         const float ms = time_ms(
             [&] {
