@@ -61,17 +61,24 @@ __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     return v;
 }
 
-/* k on st with programmatic stream serialization when pdl */
+/* k on st with smem bytes of dynamic shared memory, with programmatic
+ * stream serialization when pdl */
 template <typename... KArgs, typename... Args>
-static void launch_ex(cudaStream_t st, dim3 g, dim3 b, bool pdl, void (*k)(KArgs...), Args... args) {
+static void launch_ex_smem(cudaStream_t st, dim3 g, dim3 b, size_t smem, bool pdl, void (*k)(KArgs...), Args... args) {
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = g, cfg.blockDim = b, cfg.stream = st;
+    cfg.gridDim = g, cfg.blockDim = b, cfg.stream = st, cfg.dynamicSmemBytes = smem;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
     cfg.attrs = at, cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...));
+}
+
+/* the same without dynamic shared memory */
+template <typename... KArgs, typename... Args>
+static void launch_ex(cudaStream_t st, dim3 g, dim3 b, bool pdl, void (*k)(KArgs...), Args... args) {
+    launch_ex_smem(st, g, b, 0, pdl, k, args...);
 }
 
 /* the copy probe: 2 GiB device to device on st, read + write counted, GB/s */

@@ -48,11 +48,18 @@
  *                              from L2, sum its squares across the block and
  *                              make int8 digits in shared memory; the plain
  *                              ones copy their digits (4 or 12 KB) there
+ *   seg-both-x / -dps (10x16) the step as launches again (PDL): the products
+ *                              between two mixers one ring launch (its
+ *                              producer streams while the mixer before it
+ *                              runs), the GDN- and attention-like latency
+ *                              kernels between them: the form an engine can
+ *                              reach a launch at a time
  * Prediction (H100, probe ~3.0 TB/s, floor 1.478 ms): ring-products-x within
  * ~5% of the floor; ring-both-x ~1.70 ms (the ring holds ~8 us of streaming,
  * so a GDN-like gap of 5.5 us and a SwiGLU-like 1.8 hide whole and an
  * attention-like 15 us half): ~87% against pdl-both's 73%; dp and dps a few
- * per cent over it. If that holds, a persistent decode kernel in this form is
+ * per cent over it; seg a few per cent over ring (a hop at each mixer, and
+ * the ring refilled there from empty). If that holds, a persistent decode kernel in this form is
  * the road to 75% on the H200; if the counters' hand-offs or the consumers'
  * catch-up eat the gain, it is not. Nothing is asserted but the XOR check
  * (a benchmark): it prints a table. */
@@ -195,13 +202,17 @@ __device__ __forceinline__ void consume(const uint4 *r, int n, size_t cw0, int c
     }
 }
 
-/* the whole step in one launch: items 0..nitems-1 in order (kind >= 0: a
+/* the step's items i0..i1-1 in one launch, in order (kind >= 0: a
  * product's stream; -1: latency work of iters[i]); done[i] counts the
  * blocks that finished item i (gridDim.x for a product, GB for latency
- * work), want = that times gen + 1 (counters are not reset between runs) */
+ * work), want = that times gen + 1 (counters are not reset between runs).
+ * PDL (a segment of the step among other launches): item i0's input is the
+ * previous launch's output (griddepcontrol.wait, the consumers only: the
+ * producer streams from the start), and the next launch may start at once
+ * (its own wait holds it until this grid has ended) */
 template <int MODE>
 __global__ void __launch_bounds__(RT, 1)
-    k_ring(const uint4 *p, const __grid_constant__ chain c, const int *kind, const int *iters, int nitems,
+    k_ring(const uint4 *p, const __grid_constant__ chain c, const int *kind, const int *iters, int i0, int i1, bool pdl,
            unsigned *done, unsigned gen, float *stt, int nst, const float *act, const int8_t *dsrc, int chunk,
            int slots, unsigned *out, unsigned *err) {
     extern __shared__ __align__(128) unsigned char sm[];
@@ -209,6 +220,7 @@ __global__ void __launch_bounds__(RT, 1)
     unsigned char *ring = sm + ((16 * slots + 127) & ~127);
     int8_t *dig = (int8_t *)(ring + (size_t)slots * chunk);
     float *red = (float *)(dig + DIG);
+    if (pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (threadIdx.x == 0) {
         for (int i = 0; i < slots; i++) mbar_init(full + i, 1), mbar_init(empty + i, NCW);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -219,7 +231,7 @@ __global__ void __launch_bounds__(RT, 1)
     if (threadIdx.x < 32) { /* the producer: lane 0 */
         if (threadIdx.x) return;
         unsigned k = 0;
-        for (int i = 0; i < nitems; i++) {
+        for (int i = i0; i < i1; i++) {
             const int s = kind[i];
             if (s < 0) continue;
             size_t lo, hi;
@@ -239,8 +251,9 @@ __global__ void __launch_bounds__(RT, 1)
     const int ct = threadIdx.x - 32, lane = threadIdx.x & 31;
     unsigned k = 0, acc = 0;
     float facc = 0.f;
-    for (int i = 0; i < nitems; i++) {
-        if (i > 0) {
+    if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+    for (int i = i0; i < i1; i++) {
+        if (i > i0) {
             if (ct == 0) wait_count(done + i - 1, (kind[i - 1] >= 0 ? gridDim.x : GB) * (gen + 1), err);
             cbar();
         }
@@ -381,27 +394,35 @@ int main(int argc, char **argv) {
                pr.multiProcessorCount);
         return 0;
     }
-    struct rform { const char *name; int mode; bool prod, gaps; int slots, kb, bps; };
+    /* seg: the step as launches again, the products between two mixers
+     * (and the SwiGLU work among them) one ring launch, the GDN- and
+     * attention-like latency kernels launches of their own between them,
+     * all with PDL: a ring launch's producer streams while the mixer before
+     * it runs, once the ring launch before has ended */
+    struct rform { const char *name; int mode; bool prod, gaps; int slots, kb, bps; bool seg; };
     static const rform rf[] = {
-        {"ring-products-x", 0, true, false, 12, 16, 1},  {"ring-gaps", 0, false, true, 12, 16, 1},
-        {"ring-both-x 12x16", 0, true, true, 12, 16, 1}, {"ring-both-x 4x16", 0, true, true, 4, 16, 1},
-        {"ring-both-x 6x32", 0, true, true, 6, 32, 1},   {"ring-both-x 24x8", 0, true, true, 24, 8, 1},
-        {"ring-both-x 2/SM", 0, true, true, 6, 16, 2},   {"ring-both-dp", 1, true, true, 12, 16, 1},
-        {"ring-both-dps", 2, true, true, 12, 16, 1},     {"ring-products-dps", 2, true, false, 12, 16, 1},
-        {"ring-both-dps 2/SM", 2, true, true, 6, 16, 2}, {"ring-both-x again", 0, true, true, 12, 16, 1},
+        {"ring-products-x", 0, true, false, 12, 16, 1, false},  {"ring-gaps", 0, false, true, 12, 16, 1, false},
+        {"ring-both-x 12x16", 0, true, true, 12, 16, 1, false}, {"ring-both-x 4x16", 0, true, true, 4, 16, 1, false},
+        {"ring-both-x 6x32", 0, true, true, 6, 32, 1, false},   {"ring-both-x 24x8", 0, true, true, 24, 8, 1, false},
+        {"ring-both-x 2/SM", 0, true, true, 6, 16, 2, false},   {"ring-both-dp", 1, true, true, 12, 16, 1, false},
+        {"ring-both-dps", 2, true, true, 12, 16, 1, false},     {"ring-products-dps", 2, true, false, 12, 16, 1, false},
+        {"ring-both-dps 2/SM", 2, true, true, 6, 16, 2, false}, {"seg-both-x", 0, true, true, 12, 16, 1, true},
+        {"seg-both-dps", 2, true, true, 12, 16, 1, true},       {"seg-both-dps 10x16", 2, true, true, 10, 16, 1, true},
+        {"ring-both-x again", 0, true, true, 12, 16, 1, false},
     };
     for (const rform &f : rf) {
-        int kind[512], its[512], n = 0;
+        int kind[512], its[512], gk[512], n = 0;
         for (int i = 0; i < sp.n; i++)
-            if ((sp.kind[i] >= 0 && f.prod) || (sp.kind[i] < 0 && f.gaps)) kind[n] = sp.kind[i], its[n++] = sp.iters[i];
+            if ((sp.kind[i] >= 0 && f.prod) || (sp.kind[i] < 0 && f.gaps))
+                kind[n] = sp.kind[i], its[n] = sp.iters[i], gk[n++] = sp.kind[i] < 0 ? gap_of[i] : -1;
         CK(cudaMemcpyAsync(dkind, kind, n * sizeof(int), cudaMemcpyHostToDevice, st));
         CK(cudaMemcpyAsync(diters, its, n * sizeof(int), cudaMemcpyHostToDevice, st));
         CK(cudaMemsetAsync(done, 0, 1024 * sizeof(unsigned), st));
         CK(cudaMemsetAsync(out, 0, 8192 * sizeof(unsigned), st));
         const int chunk = f.kb * 1024;
         const size_t smem = ((16 * f.slots + 127) & ~127) + (size_t)f.slots * chunk + DIG + 64;
-        void (*kern)(const uint4 *, chain, const int *, const int *, int, unsigned *, unsigned, float *, int,
-                     const float *, const int8_t *, int, int, unsigned *, unsigned *) =
+        void (*kern)(const uint4 *, chain, const int *, const int *, int, int, bool, unsigned *, unsigned, float *,
+                     int, const float *, const int8_t *, int, int, unsigned *, unsigned *) =
             f.mode == 0 ? k_ring<0> : f.mode == 1 ? k_ring<1> : k_ring<2>;
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int occ = 0;
@@ -412,12 +433,39 @@ int main(int argc, char **argv) {
         }
         const int grid = f.bps * pr.multiProcessorCount;
         unsigned gen = 0;
-        const float ms = time_ms(
-            [&] {
-                kern<<<grid, RT, smem, st>>>(p, c9, dkind, diters, n, done, gen++, stt, nst, act, dsrc, chunk, f.slots,
-                                             out, err);
-            },
-            st);
+        float ms;
+        if (!f.seg) {
+            ms = time_ms(
+                [&] {
+                    kern<<<grid, RT, smem, st>>>(p, c9, dkind, diters, 0, n, false, done, gen++, stt, nst, act, dsrc,
+                                                 chunk, f.slots, out, err);
+                },
+                st);
+        } else {
+            /* the counters from 0 at each replay (a memset node), gen 0 */
+            cudaGraph_t g;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            CK(cudaMemsetAsync(done, 0, 1024 * sizeof(unsigned), st));
+            bool first = true;
+            for (int i = 0; i < n;) {
+                if (gk[i] == GAP_GDN || gk[i] == GAP_ATT) {
+                    launch_gap(st, stt, nst, its[i], NULL, 0);
+                    i++;
+                    continue;
+                }
+                int j = i;
+                while (j < n && gk[j] != GAP_GDN && gk[j] != GAP_ATT) j++;
+                launch_ex_smem(st, dim3(grid), dim3(RT), smem, !first, kern, p, c9, dkind, diters, i, j, true, done,
+                               0u, stt, nst, act, dsrc, chunk, f.slots, out, err);
+                first = false, i = j;
+            }
+            CK(cudaStreamEndCapture(st, &g));
+            cudaGraphExec_t e;
+            CK(cudaGraphInstantiate(&e, g, 0));
+            CK(cudaGraphDestroy(g));
+            ms = time_ms([&] { CK(cudaGraphLaunch(e, st)); gen++; }, st);
+            CK(cudaGraphExecDestroy(e));
+        }
         unsigned e = 0, got[1024], x = 0;
         CK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
         if (e) {
