@@ -214,7 +214,7 @@ template <int MODE>
 __global__ void __launch_bounds__(RT, 1)
     k_ring(const uint4 *p, const __grid_constant__ chain c, const int *kind, const int *iters, int i0, int i1, bool pdl,
            unsigned *done, unsigned gen, float *stt, int nst, const float *act, const int8_t *dsrc, int chunk,
-           int slots, unsigned *out, unsigned *err) {
+           int slots, unsigned *out, unsigned *err, unsigned long long *tl) {
     extern __shared__ __align__(128) unsigned char sm[];
     uint64_t *full = (uint64_t *)sm, *empty = full + slots;
     unsigned char *ring = sm + ((16 * slots + 127) & ~127);
@@ -257,6 +257,7 @@ __global__ void __launch_bounds__(RT, 1)
             if (ct == 0) wait_count(done + i - 1, (kind[i - 1] >= 0 ? gridDim.x : GB) * (gen + 1), err);
             cbar();
         }
+        if (blockIdx.x == 0 && ct == 0) tl[i] = now_ns(); /* block 0's view: item i's input ready */
         const int s = kind[i];
         if (s < 0) { /* latency work: 128 threads of each of GB blocks, as k_gap's grid */
             if (blockIdx.x < GB) {
@@ -291,6 +292,7 @@ __global__ void __launch_bounds__(RT, 1)
             atomicAdd(done + i, 1u);
         }
     }
+    if (blockIdx.x == 0 && ct == 0) tl[i1] = now_ns();
     /* every consumer's words into one per block (MODE 0's check) */
 #pragma unroll
     for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
@@ -334,6 +336,7 @@ int main(int argc, char **argv) {
     float *stt, *act;
     int8_t *dsrc;
     int *dkind, *diters;
+    unsigned long long *tl;
     const int nst = 512 * 1024; /* a 2 MB state, as l2ahead's */
     CK(cudaMalloc(&p, n16 * 16));
     k_fill<<<4 * pr.multiProcessorCount, 256, 0, st>>>(p, n16);
@@ -346,6 +349,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&dsrc, DIG));
     CK(cudaMalloc(&dkind, 512 * sizeof(int)));
     CK(cudaMalloc(&diters, 512 * sizeof(int)));
+    CK(cudaMalloc(&tl, 513 * sizeof(unsigned long long)));
     CK(cudaMemset(stt, 0, nst * sizeof(float)));
     CK(cudaMemset(act, 0x3c, 4096 * sizeof(float))); /* ~0.011 */
     CK(cudaMemset(dsrc, 3, DIG));
@@ -422,7 +426,7 @@ int main(int argc, char **argv) {
         const int chunk = f.kb * 1024;
         const size_t smem = ((16 * f.slots + 127) & ~127) + (size_t)f.slots * chunk + DIG + 64;
         void (*kern)(const uint4 *, chain, const int *, const int *, int, int, bool, unsigned *, unsigned, float *,
-                     int, const float *, const int8_t *, int, int, unsigned *, unsigned *) =
+                     int, const float *, const int8_t *, int, int, unsigned *, unsigned *, unsigned long long *) =
             f.mode == 0 ? k_ring<0> : f.mode == 1 ? k_ring<1> : k_ring<2>;
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int occ = 0;
@@ -438,7 +442,7 @@ int main(int argc, char **argv) {
             ms = time_ms(
                 [&] {
                     kern<<<grid, RT, smem, st>>>(p, c9, dkind, diters, 0, n, false, done, gen++, stt, nst, act, dsrc,
-                                                 chunk, f.slots, out, err);
+                                                 chunk, f.slots, out, err, tl);
                 },
                 st);
         } else {
@@ -456,7 +460,7 @@ int main(int argc, char **argv) {
                 int j = i;
                 while (j < n && gk[j] != GAP_GDN && gk[j] != GAP_ATT) j++;
                 launch_ex_smem(st, dim3(grid), dim3(RT), smem, !first, kern, p, c9, dkind, diters, i, j, true, done,
-                               0u, stt, nst, act, dsrc, chunk, f.slots, out, err);
+                               0u, stt, nst, act, dsrc, chunk, f.slots, out, err, tl);
                 first = false, i = j;
             }
             CK(cudaStreamEndCapture(st, &g));
@@ -482,6 +486,21 @@ int main(int argc, char **argv) {
             snprintf(check, sizeof check, "XOR of %u runs %s", gen, x == want ? "ok" : "WRONG");
         }
         row(f.name, ms, check);
+        if (!f.seg) {
+            /* where the last run's time went, by item kind, as block 0 saw
+             * it: from item i's input ready to item i + 1's (us, summed) */
+            unsigned long long t[513];
+            CK(cudaMemcpy(t, tl, (n + 1) * sizeof t[0], cudaMemcpyDeviceToHost));
+            double by[8] = {0};
+            static const char *nm[8] = {"gdn", "att", "swi", "in/qkv", "out/o", "gate/up", "down", "head"};
+            for (int i = 0; i < n; i++) {
+                const int s = kind[i], k = s < 0 ? gk[i] : s == c9.n - 1 ? 7 : 3 + s % 4;
+                by[k] += (t[i + 1] - t[i]) / 1e3;
+            }
+            printf("   by kind (us):");
+            for (int k = 0; k < 8; k++) printf(" %s %.0f", nm[k], by[k]);
+            printf("\n");
+        }
     }
     return 0;
 }
