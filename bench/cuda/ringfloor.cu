@@ -34,6 +34,11 @@
  *                              that every byte of the chain was consumed
  *                              once: the XOR of all blocks' words against
  *                              the buffer's, computed apart)
+ *   ring-products-nodep        the ring's streaming alone: consumers never
+ *                              wait for the previous item
+ *   ring-products-nobytes / ring-both-nobytes   the hand-offs alone: every
+ *                              item waits for the previous one, nothing
+ *                              streams
  *   ring-gaps                  the latency work alone in one kernel, with
  *                              its counter hand-offs (no bytes)
  *   ring-both-x S x C          products and latency work, XOR, ring of S
@@ -214,7 +219,7 @@ template <int MODE>
 __global__ void __launch_bounds__(RT, 1)
     k_ring(const uint4 *p, const __grid_constant__ chain c, const int *kind, const int *iters, int i0, int i1, bool pdl,
            unsigned *done, unsigned gen, float *stt, int nst, const float *act, const int8_t *dsrc, int chunk,
-           int slots, unsigned *out, unsigned *err, unsigned long long *tl) {
+           int slots, unsigned *out, unsigned *err, unsigned long long *tl, int flags) {
     extern __shared__ __align__(128) unsigned char sm[];
     uint64_t *full = (uint64_t *)sm, *empty = full + slots;
     unsigned char *ring = sm + ((16 * slots + 127) & ~127);
@@ -237,7 +242,7 @@ __global__ void __launch_bounds__(RT, 1)
             size_t lo, hi;
             share(c, s, lo, hi);
             const char *src = (const char *)(p + lo);
-            const size_t bytes = (hi - lo) * 16;
+            const size_t bytes = (flags & 2) ? 0 : (hi - lo) * 16;
             for (size_t o = 0; o < bytes; o += chunk, k++) {
                 const unsigned sz = (unsigned)(bytes - o < (size_t)chunk ? bytes - o : chunk), slot = k % slots;
                 mbar_wait(empty + slot, ((k / slots) & 1) ^ 1, err, 1);
@@ -253,7 +258,7 @@ __global__ void __launch_bounds__(RT, 1)
     float facc = 0.f;
     if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
     for (int i = i0; i < i1; i++) {
-        if (i > i0) {
+        if (i > i0 && !(flags & 1)) {
             if (ct == 0) wait_count(done + i - 1, (kind[i - 1] >= 0 ? gridDim.x : GB) * (gen + 1), err);
             cbar();
         }
@@ -276,7 +281,7 @@ __global__ void __launch_bounds__(RT, 1)
         if (MODE == 2) stage(c, s, act, dsrc, dig, red, ct);
         size_t lo, hi;
         share(c, s, lo, hi);
-        const size_t bytes = (hi - lo) * 16;
+        const size_t bytes = (flags & 2) ? 0 : (hi - lo) * 16;
         const int cpr = cols_of(c, s) / 32; /* uint4 a row */
         for (size_t o = 0; o < bytes; o += chunk, k++) {
             const unsigned sz = (unsigned)(bytes - o < (size_t)chunk ? bytes - o : chunk), slot = k % slots;
@@ -403,8 +408,11 @@ int main(int argc, char **argv) {
      * attention-like latency kernels launches of their own between them,
      * all with PDL: a ring launch's producer streams while the mixer before
      * it runs, once the ring launch before has ended */
-    struct rform { const char *name; int mode; bool prod, gaps; int slots, kb, bps; bool seg; };
+    struct rform { const char *name; int mode; bool prod, gaps; int slots, kb, bps; bool seg; int flags; };
     static const rform rf[] = {
+        {"ring-products-nodep", 0, true, false, 12, 16, 1, false, 1},
+        {"ring-products-nobytes", 0, true, false, 12, 16, 1, false, 2},
+        {"ring-both-nobytes", 0, true, true, 12, 16, 1, false, 2},
         {"ring-products-x", 0, true, false, 12, 16, 1, false},  {"ring-gaps", 0, false, true, 12, 16, 1, false},
         {"ring-both-x 12x16", 0, true, true, 12, 16, 1, false}, {"ring-both-x 4x16", 0, true, true, 4, 16, 1, false},
         {"ring-both-x 6x32", 0, true, true, 6, 32, 1, false},   {"ring-both-x 24x8", 0, true, true, 24, 8, 1, false},
@@ -426,7 +434,7 @@ int main(int argc, char **argv) {
         const int chunk = f.kb * 1024;
         const size_t smem = ((16 * f.slots + 127) & ~127) + (size_t)f.slots * chunk + DIG + 64;
         void (*kern)(const uint4 *, chain, const int *, const int *, int, int, bool, unsigned *, unsigned, float *,
-                     int, const float *, const int8_t *, int, int, unsigned *, unsigned *, unsigned long long *) =
+                     int, const float *, const int8_t *, int, int, unsigned *, unsigned *, unsigned long long *, int) =
             f.mode == 0 ? k_ring<0> : f.mode == 1 ? k_ring<1> : k_ring<2>;
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int occ = 0;
@@ -442,7 +450,7 @@ int main(int argc, char **argv) {
             ms = time_ms(
                 [&] {
                     kern<<<grid, RT, smem, st>>>(p, c9, dkind, diters, 0, n, false, done, gen++, stt, nst, act, dsrc,
-                                                 chunk, f.slots, out, err, tl);
+                                                 chunk, f.slots, out, err, tl, f.flags);
                 },
                 st);
         } else {
@@ -460,7 +468,7 @@ int main(int argc, char **argv) {
                 int j = i;
                 while (j < n && gk[j] != GAP_GDN && gk[j] != GAP_ATT) j++;
                 launch_ex_smem(st, dim3(grid), dim3(RT), smem, !first, kern, p, c9, dkind, diters, i, j, true, done,
-                               0u, stt, nst, act, dsrc, chunk, f.slots, out, err, tl);
+                               0u, stt, nst, act, dsrc, chunk, f.slots, out, err, tl, f.flags);
                 first = false, i = j;
             }
             CK(cudaStreamEndCapture(st, &g));
@@ -477,7 +485,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         char check[96] = "";
-        if (f.mode == 0 && f.prod) {
+        if (f.mode == 0 && f.prod && !(f.flags & 2)) {
             /* each of gen runs XORed every word once into out: an even count
              * of runs leaves 0, an odd one the buffer's XOR */
             CK(cudaMemcpy(got, out, grid * sizeof(unsigned), cudaMemcpyDeviceToHost));
