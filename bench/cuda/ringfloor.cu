@@ -67,7 +67,24 @@
  * the ring refilled there from empty). If that holds, a persistent decode kernel in this form is
  * the road to 75% on the H200; if the counters' hand-offs or the consumers'
  * catch-up eat the gain, it is not. Nothing is asserted but the XOR check
- * (a benchmark): it prints a table. */
+ * (a benchmark): it prints a table, and for each one-launch ring form the
+ * last run's time by item kind as block 0 saw it (from an item's input
+ * ready to the next item's).
+ * Measured (s42-run1..3, one H100, probe 3,030-3,035 GB/s, floor 1.471 ms;
+ * three runs within 0.3%): the prediction failed. pdl-products 1.629 ms
+ * (90%), pdl-gaps 0.321, pdl-both 1.964 (75%); ring-products-x 1.711 (86%:
+ * the ring streams 5% slower than the launches), ring-gaps 0.293 (the
+ * counters' hand-offs a little cheaper than PDL's), ring-both-x 2.02-2.08
+ * at every ring size (71-73%), dp 2.17, dps 2.26, seg-both 2.15 / 2.42. By
+ * kind (call 3), the products take the same time with the latency work as
+ * without it (in_proj / q+k+v 339 vs 330 us, out_proj / o_proj 172 vs 170,
+ * gate+up 666 vs 661, down 353 vs 351): the latency work bought the
+ * streaming nothing, and itself ran longer beside it (GDN-like 128 vs 109 us
+ * alone, SwiGLU-like 90 vs 64, attention-like 117 vs 111). So the ring does
+ * not overlap the mixers with streaming, and a persistent step in this form
+ * is not the road to 75%. Not run (no device time was left): nodep and
+ * nobytes, which split the ring's pace into its streaming alone and its
+ * hand-offs alone, to say which of the two kept the ring full at a gap. */
 #include "step9b.cuh" /* k_prod, k_gap, gap_round1, gap_rest, step, step9b, calibrate_gaps, capture; chain9b.cuh */
 
 constexpr int NCW = 8, CT = 32 * NCW, RT = CT + 32; /* consumer warps, consumer threads, block */
