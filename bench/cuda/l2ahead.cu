@@ -53,11 +53,9 @@
 
 int main(int argc, char **argv) {
     const int dev = argc > 1 ? atoi(argv[1]) : 0;
-    CK(cudaSetDevice(dev));
     cudaDeviceProp pr;
-    CK(cudaGetDeviceProperties(&pr, dev));
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    open_device(dev, pr, st);
 
     /* the 9B step's products (syncfloor.cu's chain) and where its kernels
      * between products stand: after an in_proj (GDN) or q+k+v (attention),

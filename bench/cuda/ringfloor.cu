@@ -341,11 +341,9 @@ __global__ void k_fill(uint4 *p, size_t n) {
 
 int main(int argc, char **argv) {
     const int dev = argc > 1 ? atoi(argv[1]) : 0;
-    CK(cudaSetDevice(dev));
     cudaDeviceProp pr;
-    CK(cudaGetDeviceProperties(&pr, dev));
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    open_device(dev, pr, st);
 
     chain c9;
     const size_t n16 = chain9b(c9);

@@ -1,7 +1,8 @@
 /* standalone.cuh: what the single-file GPU probes (readbw.cu, syncfloor.cu,
- * l2ahead.cu: built alone with nvcc, outside the library) share: a CUDA
- * call checked (the error named, then exit) and a timing of f() on a
- * stream: the median of 7 runs after 2 warm-ups, in ms. Their 16-byte
+ * l2ahead.cu, ringfloor.cu: built alone with nvcc, outside the library)
+ * share: a CUDA call checked (the error named, then exit), the device opened
+ * with a stream, and a timing of f() on a stream: the median of 7 runs
+ * after 2 warm-ups, in ms. Their 16-byte
  * streaming loads stay typed where they are (readbw.cu's over void *,
  * chain9b.cuh's over uint4): one shared untyped form changed syncfloor's
  * kernels' code (session 26). */
@@ -47,6 +48,13 @@ static float time_ms(F f, cudaStream_t st = 0) {
     CK(cudaEventDestroy(b));
     qsort(t, 7, sizeof t[0], cmpf);
     return t[3];
+}
+
+/* the probe's device (selected), its properties and a non-blocking stream */
+static void open_device(int dev, cudaDeviceProp &pr, cudaStream_t &st) {
+    CK(cudaSetDevice(dev));
+    CK(cudaGetDeviceProperties(&pr, dev));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 }
 
 #endif

@@ -141,11 +141,9 @@ static cudaGraphExec_t capture(cudaStream_t st, const uint4 *p, const chain &c, 
 
 int main(int argc, char **argv) {
     const int dev = argc > 1 ? atoi(argv[1]) : 0, bps = argc > 2 ? atoi(argv[2]) : 2;
-    CK(cudaSetDevice(dev));
     cudaDeviceProp pr;
-    CK(cudaGetDeviceProperties(&pr, dev));
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    open_device(dev, pr, st);
 
     /* the 9B step's products */
     chain c9;
