@@ -119,12 +119,18 @@ __device__ __forceinline__ bool mbar_try(uint64_t *b, unsigned parity) {
     return ok != 0;
 }
 
+/* until ready() holds; half a second without it is stuck(what) */
+template <typename F>
+__device__ __forceinline__ void spin_until(F ready, unsigned *err, unsigned what) {
+    if (ready()) return;
+    const unsigned long long t0 = now_ns();
+    while (!ready())
+        if (now_ns() - t0 > 500000000ull) stuck(err, what);
+}
+
 /* until the phase of parity `parity` of b has completed */
 __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity, unsigned *err, unsigned what) {
-    if (mbar_try(b, parity)) return;
-    const unsigned long long t0 = now_ns();
-    while (!mbar_try(b, parity))
-        if (now_ns() - t0 > 500000000ull) stuck(err, what);
+    spin_until([&] { return mbar_try(b, parity); }, err, what);
 }
 
 __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
@@ -155,10 +161,30 @@ __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, %0;" ::"n"(CT
 
 /* item i's input is ready once its predecessor's counter reaches want */
 __device__ __forceinline__ void wait_count(const unsigned *c, unsigned want, unsigned *err) {
-    if (ld_acq(c) >= want) return;
-    const unsigned long long t0 = now_ns();
-    while (ld_acq(c) < want)
-        if (now_ns() - t0 > 500000000ull) stuck(err, 3);
+    spin_until([&] { return ld_acq(c) >= want; }, err, 3);
+}
+
+/* this block's part of item i is done (its consumers' writes before the
+ * count, which other blocks acquire) */
+__device__ __forceinline__ void signal_done(unsigned *done, int i, int ct) {
+    cbar();
+    if (ct == 0) {
+        __threadfence();
+        atomicAdd(done + i, 1u);
+    }
+}
+
+/* the block's share of product s as the ring carries it: its first uint4
+ * (lo) and its bytes (none under the nobytes flag); the producer and the
+ * consumers walk the same chunks of it, chunk k of the launch in slot
+ * k % slots */
+__device__ __forceinline__ size_t share_bytes(const chain &c, int s, int flags, size_t &lo) {
+    size_t hi;
+    share(c, s, lo, hi);
+    return (flags & 2) ? 0 : (hi - lo) * 16;
+}
+__device__ __forceinline__ unsigned chunk_bytes(size_t bytes, size_t o, int chunk) {
+    return (unsigned)(bytes - o < (size_t)chunk ? bytes - o : chunk);
 }
 
 /* what a product reads as its input's width: the down's 12,288 columns,
@@ -256,12 +282,11 @@ __global__ void __launch_bounds__(RT, 1)
         for (int i = i0; i < i1; i++) {
             const int s = kind[i];
             if (s < 0) continue;
-            size_t lo, hi;
-            share(c, s, lo, hi);
+            size_t lo;
+            const size_t bytes = share_bytes(c, s, flags, lo);
             const char *src = (const char *)(p + lo);
-            const size_t bytes = (flags & 2) ? 0 : (hi - lo) * 16;
             for (size_t o = 0; o < bytes; o += chunk, k++) {
-                const unsigned sz = (unsigned)(bytes - o < (size_t)chunk ? bytes - o : chunk), slot = k % slots;
+                const unsigned sz = chunk_bytes(bytes, o, chunk), slot = k % slots;
                 mbar_wait(empty + slot, ((k / slots) & 1) ^ 1, err, 1);
                 mbar_expect_tx(full + slot, sz);
                 bulk_g2s(ring + (size_t)slot * chunk, src + o, sz, full + slot);
@@ -287,32 +312,23 @@ __global__ void __launch_bounds__(RT, 1)
                     const int t = blockIdx.x * GT + ct;
                     gap_rest(stt, nst, iters[i], t, GB * GT, gap_round1(stt, nst, t, GB * GT));
                 }
-                cbar();
-                if (ct == 0) {
-                    __threadfence();
-                    atomicAdd(done + i, 1u);
-                }
+                signal_done(done, i, ct);
             }
             continue;
         }
         if (MODE == 2) stage(c, s, act, dsrc, dig, red, ct);
-        size_t lo, hi;
-        share(c, s, lo, hi);
-        const size_t bytes = (flags & 2) ? 0 : (hi - lo) * 16;
+        size_t lo;
+        const size_t bytes = share_bytes(c, s, flags, lo);
         const int cpr = cols_of(c, s) / 32; /* uint4 a row */
         for (size_t o = 0; o < bytes; o += chunk, k++) {
-            const unsigned sz = (unsigned)(bytes - o < (size_t)chunk ? bytes - o : chunk), slot = k % slots;
+            const unsigned sz = chunk_bytes(bytes, o, chunk), slot = k % slots;
             mbar_wait(full + slot, (k / slots) & 1, err, 2);
             consume<MODE>((const uint4 *)(ring + (size_t)slot * chunk), (int)(sz / 16), lo - c.off[s] + o / 16, cpr,
                           dig, ct, acc, facc);
             __syncwarp();
             if (lane == 0) mbar_arrive(empty + slot);
         }
-        cbar();
-        if (ct == 0) {
-            __threadfence();
-            atomicAdd(done + i, 1u);
-        }
+        signal_done(done, i, ct);
     }
     if (blockIdx.x == 0 && ct == 0) tl[i1] = now_ns();
     /* every consumer's words into one per block (MODE 0's check) */
@@ -482,6 +498,8 @@ int main(int argc, char **argv) {
                 }
                 int j = i;
                 while (j < n && gk[j] != GAP_GDN && gk[j] != GAP_ATT) j++;
+                /* every segment waits on griddepcontrol (the first has no
+                 * programmatic edge, so its wait returns at once) */
                 launch_ex_smem(st, dim3(grid), dim3(RT), smem, !first, kern, p, c9, dkind, diters, i, j, true, done,
                                0u, stt, nst, act, dsrc, chunk, f.slots, out, err, tl, f.flags);
                 first = false, i = j;
