@@ -398,9 +398,7 @@ int main(int argc, char **argv) {
 
     const double probe = copy_probe_gbs(st);
     int iters[3];
-    calibrate_gaps(st, stt, nst, iters);
-    for (int i = 0; i < sp.n; i++)
-        if (sp.kind[i] < 0) sp.iters[i] = iters[gap_of[i]];
+    calibrate_gaps(st, stt, nst, sp, gap_of, iters);
     const double floor_ms = n16 * 16 / 1e9 / probe * 1e3;
     printf("device: %s, %d SMs; copy probe %.0f GB/s; products: %d streams, %.3f GB (floor %.3f ms)\n", pr.name,
            pr.multiProcessorCount, probe, c9.n, n16 * 16 / 1e9, floor_ms);

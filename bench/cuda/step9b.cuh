@@ -139,8 +139,9 @@ static void step9b(const chain &c9, step &sp, int *gap_of) {
 
 /* the latency kernel's iters for each kind, calibrated to the real step's
  * times (us: GDN 5.5, attention 15, SwiGLU 1.8): 64 of them in a row under
- * PDL, the median's share */
-static void calibrate_gaps(cudaStream_t st, float *stt, int nst, int iters[3]) {
+ * PDL, the median's share; then set on sp's latency launches by their kind
+ * (gap_of, step9b's) */
+static void calibrate_gaps(cudaStream_t st, float *stt, int nst, step &sp, const int *gap_of, int iters[3]) {
     const double target[3] = {5.5, 15.0, 1.8};
     for (int k = 0; k < 3; k++) {
         int lo = 0, hi = 200000;
@@ -152,6 +153,8 @@ static void calibrate_gaps(cudaStream_t st, float *stt, int nst, int iters[3]) {
         }
         iters[k] = lo;
     }
+    for (int i = 0; i < sp.n; i++)
+        if (sp.kind[i] < 0) sp.iters[i] = iters[gap_of[i]];
 }
 
 #endif
