@@ -733,6 +733,10 @@ struct dx_args {
      * on (last here: the other kernels' argument offsets stay) */
     const uint8_t *sbase[2];
     int64_t sso[2], sbo[2];
+    /* COLS with SwiGLU x: the pass's digits made once by k_stage_digits
+     * (moe_dig_on: q4dp_moe launches it), which every block copies instead
+     * of staging silu(x) * u itself; NULL: each block stages */
+    const int4 *dg;
 };
 
 __device__ __forceinline__ const float *x_at(const dx_args &a, int i, int col) {
@@ -755,7 +759,46 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
  * shared gate/up is not a launch of its own (backend.cu's cu_moe, "one
  * launch fewer": why there). A row's operations are the routed rows' own,
  * only the matrix it reads differs. */
-template <int ND, int U, int EM, bool SHR = false>
+/* P (COLS with a.dg, moe_pre_on): before the PDL wait, the block's first
+ * virtual block's weight lines (each warp's first U steps, every row's
+ * bytes, scales and biases) asked into L2 (prefetch: no registers held),
+ * so that after the wait and the digits' copy its loads find them there
+ * instead of in DRAM. Why that is safe: the ids it reads to find the
+ * slots come from a kernel at least two launches back (the gate/up and
+ * the digits launch in between), and a launch starts only once the one
+ * before it has triggered, i.e. passed its own wait, i.e. once the one
+ * before that has completed (tsc_pdl_entry<false>; not under
+ * ctx.pdl_early). The same loads afterwards: the same bits. */
+template <int U, int EM>
+__device__ __forceinline__ void moe_prefetch(const dx_args &a, int warp, int lane) {
+    const int vb = blockIdx.x;
+    if (vb >= a.nvb) return;
+    const int tok = vb / a.vpt, vt = vb - tok * a.vpt, wi = vt / a.vpw, vbl = vt - wi * a.vpw;
+    const dx_w &w = a.w[wi];
+    const int ks = a.ks, rg = warp / ks, sl = warp % ks, rows = (int)a.rows;
+    const int r0 = (vbl * (WARPS / ks) + rg) * R, nsteps = (a.cols + 1023) >> 10;
+    const int ecols = EM == Q4DP_MOE_ROWS ? a.cols : a.slot, pitch = ecols >> 1, ng = ecols >> a.lg;
+    const int esz = a.sdt == TS_DTYPE_F32 ? 4 : 2;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int st = sl + u * ks, c = st * 1024 + lane * 32;
+        if (st >= nsteps || c >= a.cols) continue;
+        const int j = c / a.slot, ec = c - j * a.slot;
+        const uint8_t *e = a.sdata;
+        int64_t soff = a.ssoff, boff = a.sboff;
+        if (j < a.k) e = w.base + (int64_t)__ldg(a.ids + tok * a.k + j) * w.stride, soff = w.soff, boff = w.boff;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int er = min(r0 + r, rows - 1);
+            const int64_t g = (int64_t)er * ng + (ec >> a.lg);
+            prefetch_l2(e + (int64_t)er * pitch + ec / 2);
+            prefetch_l2(e + soff + g * esz);
+            prefetch_l2(e + boff + g * esz);
+        }
+    }
+}
+
+template <int ND, int U, int EM, bool SHR = false, bool P = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
@@ -770,7 +813,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     /* a slot's row: bytes and groups */
     const int ecols = EM == Q4DP_MOE_ROWS ? a.cols : a.slot;
     const int pitch = ecols >> 1, ng = ecols >> a.lg;
-    TSC_PDL_ENTRY(); /* the ids come from the previous kernel: nothing to prefetch before it */
+    if constexpr (P) moe_prefetch<U, EM>(a, warp, lane);
+    TSC_PDL_ENTRY(); /* the ids come from the previous kernel (but under P: see moe_prefetch) */
     /* the routes' loads in flight with x's (they were loaded from global
      * memory right before each row's weights: an L2 round trip on the chain) */
     const int nroute = a.ntok * a.k;
@@ -786,7 +830,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     }
     float sg = 0.f;
     if (EM == Q4DP_MOE_COLS && a.sdata && threadIdx.x < a.ntok) sg = __ldg(a.sgate + threadIdx.x);
-    stage_x<ND, 2>(a, a.ntok, xd, xsb, NULL); /* ptxas keeps the words in a 64-byte local frame here (L1; staging only) */
+    if (a.dg) copy_digits(a.dg, sm, stage_bytes(a.ntok, ND, a.cols)); /* the barrier below */
+    else stage_x<ND, 2>(a, a.ntok, xd, xsb, NULL); /* ptxas keeps the words in a 64-byte local frame here (L1; staging only) */
 #pragma unroll
     for (int q = 0; q < 2; q++) {
         const int t = threadIdx.x + q * WARPS * 32;
@@ -896,6 +941,24 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     }
 }
 
+/* The routed down's digits made once (TSC_MOE_DIG=1; off until measured:
+ * every block stages silu(g) * u of all the pass's columns itself).
+ * Why: under ncu (s43-run1, H200, 35B-A3B-8L decode) the down's 256 blocks
+ * each spent 1,090 of their 1,920 instructions a warp and 55% of the stall
+ * samples on that staging (4608 columns: 576 silu words, an expf and an
+ * IEEE division an element, 36 KB from L2 a block), 13.4 us a launch at
+ * ncu's clocks for ~5.3 MB, where the GDN out_proj (2048 x 4096, digits
+ * made by the GDN step) took 5.6; in the engine's trace (s38-run1, H100)
+ * every down block took 8.0-9.5 us from its release. Session 16 found the
+ * same for the dense SwiGLU downs (stage_once's "Digits once"). Here
+ * k_stage_digits makes the pass's digits (a few blocks; the same
+ * stage_word arithmetic, so the same bytes) and every down block copies
+ * them (one L2 round trip). Read each pass (a benchmark switch, as
+ * TSC_MOE_SHGU; the bits are the same either way). */
+static bool moe_dig_on() { return ks_env("TSC_MOE_DIG", 0) == 1; }
+/* moe_prefetch's form (TSC_MOE_PRE=1; off until measured) */
+static bool moe_pre_on() { return ks_env("TSC_MOE_PRE", 0) == 1; }
+
 /* U = 2 steps a round where some warp has two or more (U = 1 otherwise:
  * the second step's loads and address arithmetic were issued and thrown
  * away); the order of a lane's steps, and so the bits, are the same either
@@ -909,8 +972,16 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
      * 35B-A3B-8L decode): 2,144 tok/s against 2,109 at U = 2, which
      * TSC_MOE_SHGU=1 keeps for comparison (the same bits). */
     const bool u2 = nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 2) != 1);
-    if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
-    else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, stage_bytes(a.ntok, ND, a.cols), a);
+    const size_t sb = stage_bytes(a.ntok, ND, a.cols);
+    if constexpr (EM == Q4DP_MOE_COLS && !SHR) {
+        if (a.dg && !c->pdl_early && moe_pre_on()) {
+            if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR, true>, a.nvb, sb, a);
+            else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR, true>, a.nvb, sb, a);
+            return;
+        }
+    }
+    if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, sb, a);
+    else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, sb, a);
 }
 
 /* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before
@@ -1438,6 +1509,20 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         a.u2 = a.sdata && x2 && u2 ? u2 + (int64_t)t0 * w[0]->cols : NULL;
         for (int i = 0; i < nw; i++) a.w[i].y = y[i] + (int64_t)t0 * a.rows;
         const bool rows = em == Q4DP_MOE_ROWS;
+        a.dg = NULL;
+        /* moe_dig_on: the pass's x and u one [ntok][cols] array each (a
+         * down whose shared hidden rows lie elsewhere, x2, stages itself) */
+        if (!rows && a.u && a.c2 == a.cols && moe_dig_on() && c->dg && stage_bytes(a.ntok, nd, a.cols) <= c->dg_bytes) {
+            sd_args s;
+            memset(&s, 0, sizeof s);
+            s.xm = Q4DP_XM_SWIGLU, s.cols = a.cols, s.group = a.group;
+            s.x = a.x, s.u = a.u;
+            s.dg = (int4 *)c->dg;
+            launch_stage_digits(c, s, a.ntok, nd);
+            TSC_LAUNCHED(c, "MoE experts (down: digits)");
+            c->dg_x = NULL; /* the scratch no longer holds what a GDN step made */
+            a.dg = (const int4 *)c->dg;
+        }
         switch (nd) {
         case 1:
             shr ? launch_moe<1, Q4DP_MOE_ROWS, true>(c, a)

@@ -456,10 +456,18 @@ __device__ __forceinline__ void write_outputs_b0(const dp_args &a, const float *
     if (arrive_b0(a)) write_rows(a, rnorm, NR);
 }
 
-/* The digits k_stage_digits made (a.dg, bytes of them) into a block's
+/* The digits k_stage_digits made (dg, bytes of them) into a block's
  * shared memory: 16-byte words, the float2 tail when bytes is not a
- * multiple of 16; then a barrier. */
+ * multiple of 16 (copy_digits; the caller's barrier follows), or with the
+ * barrier (copy_staged, a.dg's). */
+__device__ __forceinline__ void copy_digits(const int4 *dg, int4 *sm, size_t bytes) {
+    const int n8 = (int)(bytes >> 3);
+    for (int j = threadIdx.x; j < (n8 >> 1); j += blockDim.x) sm[j] = __ldcg(dg + j);
+    if ((n8 & 1) && threadIdx.x == 0) ((float2 *)sm)[n8 - 1] = __ldcg((const float2 *)dg + n8 - 1);
+}
 __device__ __forceinline__ void copy_staged(const dp_args &a, int4 *sm, size_t bytes) {
+    /* copy_digits' loop written out: through it, ptxas scheduled one k_q4dp
+     * instance (16-bit x, 8 rows) differently (text_cmp), so it stays so */
     const int n8 = (int)(bytes >> 3);
     for (int j = threadIdx.x; j < (n8 >> 1); j += blockDim.x) sm[j] = __ldcg(a.dg + j);
     if ((n8 & 1) && threadIdx.x == 0) ((float2 *)sm)[n8 - 1] = __ldcg((const float2 *)a.dg + n8 - 1);
@@ -711,6 +719,20 @@ inline bool q4dp_n1(void) {
     return v;
 }
 
+/* k_stage_digits over nr rows of s (a block per row in norm mode, else per
+ * 256 words of a row), ND = nd (0: the group numerics' layout, 8-bit x) */
+inline void launch_stage_digits(tsc_ctx *c, const sd_args &s, int nr, int nd) {
+    const int per_row = s.xm == Q4DP_XM_NORM ? 1 : (s.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
+    const dim3 grid(per_row, nr);
+    const bool e = c->pdl_early;
+    switch (nd) {
+    case 0: tsc_launch(c, e ? k_stage_digits<1, true, true> : k_stage_digits<1, false, true>, grid, dim3(WARPS * 32), 0, s); break;
+    case 1: tsc_launch(c, e ? k_stage_digits<1, true> : k_stage_digits<1, false>, grid, dim3(WARPS * 32), 0, s); break;
+    case 2: tsc_launch(c, e ? k_stage_digits<2, true> : k_stage_digits<2, false>, grid, dim3(WARPS * 32), 0, s); break;
+    default: tsc_launch(c, e ? k_stage_digits<3, true> : k_stage_digits<3, false>, grid, dim3(WARPS * 32), 0, s); break;
+    }
+}
+
 /* k_stage_digits for a pass of nr rows (at_pass's pointers in a), a.dg set
  * to the scratch; a.dg NULL when this mode's digits are made per block or
  * the scratch is missing or too small */
@@ -737,16 +759,7 @@ inline void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false)
     s.x_out = a.x_out, s.y_out = a.y_out;
     s.dg = (int4 *)c->dg;
     s.one = q4dp_n1();
-    const int per_row = a.xm == Q4DP_XM_NORM ? 1 : (a.cols / 8 + WARPS * 32 - 1) / (WARPS * 32);
-    const dim3 grid(per_row, nr);
-    const bool e = c->pdl_early;
-    if (grp) nd = 0; /* (8-bit x) */
-    switch (nd) {
-    case 0: tsc_launch(c, e ? k_stage_digits<1, true, true> : k_stage_digits<1, false, true>, grid, dim3(WARPS * 32), 0, s); break;
-    case 1: tsc_launch(c, e ? k_stage_digits<1, true> : k_stage_digits<1, false>, grid, dim3(WARPS * 32), 0, s); break;
-    case 2: tsc_launch(c, e ? k_stage_digits<2, true> : k_stage_digits<2, false>, grid, dim3(WARPS * 32), 0, s); break;
-    default: tsc_launch(c, e ? k_stage_digits<3, true> : k_stage_digits<3, false>, grid, dim3(WARPS * 32), 0, s); break;
-    }
+    launch_stage_digits(c, s, nr, grp ? 0 : nd);
     TSC_LAUNCHED(c, "tsc_linear (4-bit, dp4a: digits)");
     a.dg = (const int4 *)c->dg;
 }
