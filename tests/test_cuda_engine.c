@@ -2401,8 +2401,9 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
 }
 
 /* The routed down's digits made once by a launch of their own (q4dp.cu's
- * moe_dig_on, TSC_MOE_DIG=1) and its first weights asked into L2 before
- * the PDL wait (moe_pre_on, TSC_MOE_PRE=1), on the wide MoE: the decode
+ * moe_dig_on, TSC_MOE_DIG=1) and the experts' first weights asked into L2
+ * early (moe_pre_on, TSC_MOE_PRE: 1 the down's before its PDL wait, 2 the
+ * gate/up's before its staging), on the wide MoE: the decode
  * graph runs one kernel more a MoE layer (so the form did run), and prompt
  * logits (chunks of 1 and 5 rows: one-row and several-row passes) and
  * greedy tokens with and without MTP drafting are the in-block staging's
@@ -2439,10 +2440,10 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
     if (wide_moe_model(dir, sizeof dir)) return;
     collect c0, c1, c2;
     const int k0 = form_kernels(dir, "TSC_MOE_DIG", "0", &c0), k1 = form_kernels(dir, "TSC_MOE_DIG", "1", &c1);
-    setenv("TSC_MOE_PRE", "1", 1);
+    setenv("TSC_MOE_PRE", "3", 1);
     const int k2 = form_kernels(dir, "TSC_MOE_DIG", "1", &c2);
     unsetenv("TSC_MOE_PRE");
-    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_DIG=0, %d with 1, %d with TSC_MOE_PRE=1 too\n", k0, k1, k2);
+    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_DIG=0, %d with 1, %d with TSC_MOE_PRE=3 too\n", k0, k1, k2);
     CHECK_MSG(k0 > 0 && k1 == k0 + 2 && k2 == k1, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
     CHECK_MSG(c0.n == c1.n && !memcmp(c0.ids, c1.ids, sizeof(int32_t) * c0.n), "the digits launch changed the tokens");
     CHECK_MSG(c0.n == c2.n && !memcmp(c0.ids, c2.ids, sizeof(int32_t) * c0.n), "the prefetch changed the tokens");
@@ -2464,7 +2465,8 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
             unsetenv("TSC_MOE_DIG");
             if (!ts_test_failed()) {
                 dig_same(dir, "1", NULL, &ref, NP, prompt, chunks[ci], spec);
-                dig_same(dir, "1", "1", &ref, NP, prompt, chunks[ci], spec);
+                dig_same(dir, "1", "3", &ref, NP, prompt, chunks[ci], spec);
+                dig_same(dir, "0", "2", &ref, NP, prompt, chunks[ci], spec);
             }
             free(ref.logits);
         }
