@@ -22,7 +22,7 @@ ab 35b $S/35b 1 --prompt 512 --gen 128 --runs 2
 export TSC_MOE_DIG=1 TSC_MOE_PRE=3
 prof moedown2 'k_q4dp_moe<.int.1, .int.2, .int.2, .bool.0, .bool.1>' 40 2 $S/35b8
 prof moegu2 'k_q4dp_moe<.int.1, .int.1, .int.1, .bool.1, .bool.1>' 40 2 $S/35b8
-timeout 100 compute-sanitizer --tool memcheck $B/ts_test cuda_engine.moe_down_digits_once_same_bits > $O/cs_dig_mem.log 2>&1; tl "memcheck dig $?"
-timeout 100 compute-sanitizer --tool racecheck $B/ts_test cuda_engine.moe_down_digits_once_same_bits > $O/cs_dig_race.log 2>&1; tl "racecheck dig $?"
+timeout 80 compute-sanitizer --tool memcheck $B/ts_test cuda_engine.moe_down_digits_once_same_bits > $O/cs_dig_mem.log 2>&1; tl "memcheck dig $?"
+timeout 60 compute-sanitizer --tool racecheck $B/ts_test cuda_engine.moe_down_digits_once_same_bits > $O/cs_dig_race.log 2>&1; tl "racecheck dig $?"
 unset TSC_MOE_DIG TSC_MOE_PRE
 device_end
