@@ -759,70 +759,7 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
  * shared gate/up is not a launch of its own (backend.cu's cu_moe, "one
  * launch fewer": why there). A row's operations are the routed rows' own,
  * only the matrix it reads differs. */
-/* P: the block's first virtual block's weight lines (each warp's first U
- * steps, every row's bytes, scales and biases) asked into L2 (prefetch: no
- * registers held), so that its loads after the staging find them there
- * instead of in DRAM. The same loads afterwards: the same bits.
- * COLS (the down, with a.dg; moe_pre_on bit 1): before the PDL wait. Why
- * that is safe: the ids it reads to find the slots come from a kernel at
- * least two launches back (the gate/up and the digits launch in between),
- * and a launch starts only once the one before it has triggered, i.e.
- * passed its own wait, i.e. once the one before that has completed
- * (tsc_pdl_entry<false>; not under ctx.pdl_early).
- * ROWS (the gate/up; moe_pre_on bit 2): right after the wait (its ids come
- * from the kernel just before), ahead of x's staging, whose L2 round trip
- * and arithmetic then cover the weights' DRAM latency. */
-template <int U, int EM, bool SHR>
-__device__ __forceinline__ void moe_prefetch(const dx_args &a, int warp, int lane) {
-    const int vb = blockIdx.x;
-    if (vb >= a.nvb) return;
-    const int tok = vb / a.vpt, vt = vb - tok * a.vpt, wi = vt / a.vpw, vbl = vt - wi * a.vpw;
-    const dx_w &w = a.w[wi];
-    const int ks = a.ks, rg = warp / ks, sl = warp % ks, rows = (int)a.rows;
-    const int r0 = (vbl * (WARPS / ks) + rg) * R, nsteps = (a.cols + 1023) >> 10;
-    const int ecols = EM == Q4DP_MOE_ROWS ? a.cols : a.slot, pitch = ecols >> 1, ng = ecols >> a.lg;
-    const int esz = a.sdt == TS_DTYPE_F32 ? 4 : 2;
-    /* ROWS: one slot for the warp's R rows (the kernel's choice, below) */
-    const uint8_t *re = nullptr;
-    int64_t rso = 0, rbo = 0;
-    int er0 = r0;
-    if constexpr (EM == Q4DP_MOE_ROWS) {
-        const int rc = r0 < rows ? r0 : rows - R;
-        int j = rc / a.slot;
-        re = w.base, rso = w.soff, rbo = w.boff;
-        if (SHR && j >= a.k) {
-            j = a.k;
-            re = a.sbase[wi], rso = a.sso[wi], rbo = a.sbo[wi];
-        } else {
-            re += (int64_t)__ldg(a.ids + tok * a.k + j) * w.stride;
-        }
-        er0 = rc - j * a.slot;
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int st = sl + u * ks, c = st * 1024 + lane * 32;
-        if (st >= nsteps || c >= a.cols) continue;
-        const uint8_t *e = re;
-        int64_t soff = rso, boff = rbo;
-        int ec = c;
-        if constexpr (EM == Q4DP_MOE_COLS) {
-            const int j = c / a.slot;
-            ec = c - j * a.slot;
-            e = a.sdata, soff = a.ssoff, boff = a.sboff;
-            if (j < a.k) e = w.base + (int64_t)__ldg(a.ids + tok * a.k + j) * w.stride, soff = w.soff, boff = w.boff;
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int er = EM == Q4DP_MOE_ROWS ? er0 + r : min(er0 + r, rows - 1);
-            const int64_t g = (int64_t)er * ng + (ec >> a.lg);
-            prefetch_l2(e + (int64_t)er * pitch + ec / 2);
-            prefetch_l2(e + soff + g * esz);
-            prefetch_l2(e + boff + g * esz);
-        }
-    }
-}
-
-template <int ND, int U, int EM, bool SHR = false, bool P = false>
+template <int ND, int U, int EM, bool SHR = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
@@ -837,9 +774,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     /* a slot's row: bytes and groups */
     const int ecols = EM == Q4DP_MOE_ROWS ? a.cols : a.slot;
     const int pitch = ecols >> 1, ng = ecols >> a.lg;
-    if constexpr (P && EM == Q4DP_MOE_COLS) moe_prefetch<U, EM, SHR>(a, warp, lane);
-    TSC_PDL_ENTRY(); /* the ids come from the previous kernel (but under P: see moe_prefetch) */
-    if constexpr (P && EM == Q4DP_MOE_ROWS) moe_prefetch<U, EM, SHR>(a, warp, lane);
+    TSC_PDL_ENTRY(); /* the ids come from the previous kernel: nothing to prefetch before it (but see moe_dig_on) */
     /* the routes' loads in flight with x's (they were loaded from global
      * memory right before each row's weights: an L2 round trip on the chain) */
     const int nroute = a.ntok * a.k;
@@ -966,24 +901,29 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     }
 }
 
-/* The routed down's digits made once (TSC_MOE_DIG=1; off until measured:
- * every block stages silu(g) * u of all the pass's columns itself).
+/* The routed down's digits made once (the default; TSC_MOE_DIG=0: every
+ * block stages silu(g) * u of all the pass's columns itself, as before).
  * Why: under ncu (s43-run1, H200, 35B-A3B-8L decode) the down's 256 blocks
  * each spent 1,090 of their 1,920 instructions a warp and 55% of the stall
  * samples on that staging (4608 columns: 576 silu words, an expf and an
  * IEEE division an element, 36 KB from L2 a block), 13.4 us a launch at
  * ncu's clocks for ~5.3 MB, where the GDN out_proj (2048 x 4096, digits
- * made by the GDN step) took 5.6; in the engine's trace (s38-run1, H100)
- * every down block took 8.0-9.5 us from its release. Session 16 found the
- * same for the dense SwiGLU downs (stage_once's "Digits once"). Here
- * k_stage_digits makes the pass's digits (a few blocks; the same
- * stage_word arithmetic, so the same bytes) and every down block copies
- * them (one L2 round trip). Read each pass (a benchmark switch, as
- * TSC_MOE_SHGU; the bits are the same either way). */
-static bool moe_dig_on() { return ks_env("TSC_MOE_DIG", 0) == 1; }
-/* moe_prefetch's forms (TSC_MOE_PRE: bit 1 the down's, bit 2 the gate/up's;
- * off until measured) */
-static int moe_pre_on() { return ks_env("TSC_MOE_PRE", 0); }
+ * made by the GDN step) took 5.6. Session 16 found the same for the dense
+ * SwiGLU downs (stage_once's "Digits once"). Here k_stage_digits makes the
+ * pass's digits (3 blocks a token; the same stage_word arithmetic, so the
+ * same bytes) and every down block copies them (one L2 round trip): the
+ * down 1,142 instructions a warp and 9.25 us under ncu. Measured (s43-run2,
+ * H200, three rounds interleaved): 35B-A3B-8L decode 2,290-2,293 -> 2,423-
+ * 2,425 tok/s (+5.8%; predicted +6-7%), the 40-layer 35B-A3B 548.8 ->
+ * 587.7 (+7.1%), MTP 3 at forced acceptance 2,351 -> 2,525 (verify 0.886
+ * -> 0.813 ms a block), output identical. Two more forms measured with it
+ * and removed: the down's first weights asked into L2 before its PDL wait
+ * (2,430-2,434: +0.4% in the three rounds, -0.4% and -0.3% in the single
+ * MTP and 40-layer runs, so no clear gain) and the gate/up's right after
+ * its wait, ahead of its staging (+262 instructions a warp: 2,415-2,421).
+ * Read each pass (a benchmark switch, as TSC_MOE_SHGU; the bits are the
+ * same either way). */
+static bool moe_dig_on() { return ks_env("TSC_MOE_DIG", 1) != 0; }
 
 /* U = 2 steps a round where some warp has two or more (U = 1 otherwise:
  * the second step's loads and address arithmetic were issued and thrown
@@ -999,12 +939,6 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
      * TSC_MOE_SHGU=1 keeps for comparison (the same bits). */
     const bool u2 = nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 2) != 1);
     const size_t sb = stage_bytes(a.ntok, ND, a.cols);
-    if ((EM == Q4DP_MOE_COLS && !SHR && a.dg && !c->pdl_early && (moe_pre_on() & 1)) ||
-        (EM == Q4DP_MOE_ROWS && (moe_pre_on() & 2))) {
-        if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR, true>, a.nvb, sb, a);
-        else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR, true>, a.nvb, sb, a);
-        return;
-    }
     if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, sb, a);
     else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, sb, a);
 }
