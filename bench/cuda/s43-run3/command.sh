@@ -11,4 +11,7 @@ ab 35b8 $S/35b8 2 --prompt 512 --gen 128 --runs 2
 VN=(d); VE=(X=0)
 ab 9b $S/9b 1 --prompt 512 --gen 128 --runs 2
 ab 35b8_mtp3 $S/35b8 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
+synth_shape 35b shapes/qwen3.5-35B-A3B.json
+VN=(d old); VE=(X=0 TSC_MOE_DIG=0)
+ab 35b $S/35b 1 --prompt 512 --gen 128 --runs 2
 device_end
