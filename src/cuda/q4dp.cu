@@ -774,7 +774,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     /* a slot's row: bytes and groups */
     const int ecols = EM == Q4DP_MOE_ROWS ? a.cols : a.slot;
     const int pitch = ecols >> 1, ng = ecols >> a.lg;
-    TSC_PDL_ENTRY(); /* the ids come from the previous kernel: nothing to prefetch before it (but see moe_dig_on) */
+    TSC_PDL_ENTRY(); /* the ids come from the previous kernel: nothing to prefetch before it (a down after its
+                      * digits launch could: measured no clear gain, moe_dig_on) */
     /* the routes' loads in flight with x's (they were loaded from global
      * memory right before each row's weights: an L2 round trip on the chain) */
     const int nroute = a.ntok * a.k;
