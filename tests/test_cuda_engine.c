@@ -2424,13 +2424,16 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
 }
 
 /* The routed down's digits made once by a launch of their own (q4dp.cu's
- * moe_dig_on, the default; TSC_MOE_DIG=0 every block stages them), on the
- * wide MoE: the decode graph runs one kernel more a MoE layer (so the form
- * did run), and prompt logits (chunks of 1 and 5 rows: one-row and
+ * moe_dig_on, the default; TSC_MOE_DIG=0 every block stages them), and the
+ * gate/up's made by the route launch (TSC_MOE_GUDIG=1, misc.cu's
+ * k_moe_route_dg: no launch more; =2 fails where it cannot be taken, so
+ * these runs prove it ran), on the wide MoE: the decode graph runs
+ * one kernel more a MoE layer (so the form did run), and prompt logits (chunks of 1 and 5 rows: one-row and
  * several-row passes) and greedy tokens with and without MTP drafting are
  * the in-block staging's bit for bit. */
-static void dig_same(const char *dir, const xs_out *ref, int np, const int32_t *prompt, int chunk, int spec) {
-    char *keep = env_push("TSC_MOE_DIG", NULL);
+static void dig_same(const char *dir, const char *name, const char *val, const xs_out *ref, int np, const int32_t *prompt,
+                     int chunk, int spec) {
+    char *keep = env_push("TSC_MOE_DIG", NULL), *keep2 = name ? env_push(name, val) : NULL;
     ts_error err = {0};
     ts_engine *e = NULL;
     xs_out o = {0};
@@ -2441,13 +2444,14 @@ static void dig_same(const char *dir, const xs_out *ref, int np, const int32_t *
         if (!ts_test_failed() && ref->logits) {
             size_t diff = 0;
             for (size_t i = 0; i < (size_t)np * in->vocab_size; i++) diff += memcmp(&o.logits[i], &ref->logits[i], 4) != 0;
-            CHECK_MSG(!diff, "chunk %d: %zu prompt logits differ from in-block staging", chunk, diff);
-            CHECK_MSG(o.n_ids == ref->n_ids && !memcmp(o.ids, ref->ids, sizeof o.ids), "chunk %d spec %d: greedy ids differ",
-                      chunk, spec);
+            CHECK_MSG(!diff, "%s chunk %d: %zu prompt logits differ from in-block staging", name ? name : "", chunk, diff);
+            CHECK_MSG(o.n_ids == ref->n_ids && !memcmp(o.ids, ref->ids, sizeof o.ids), "%s chunk %d spec %d: greedy ids differ",
+                      name ? name : "", chunk, spec);
         }
         ts_engine_close(e);
     }
     free(o.logits);
+    if (name) env_pop(name, keep2);
     env_pop("TSC_MOE_DIG", keep);
 }
 
@@ -2455,11 +2459,15 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
     NEED_GPU();
     char dir[512];
     if (wide_moe_model(dir, sizeof dir)) return;
-    collect c0, c1;
+    collect c0, c1, c2;
     const int k0 = form_kernels(dir, "TSC_MOE_DIG", "0", &c0), k1 = form_kernels(dir, "TSC_MOE_DIG", NULL, &c1);
-    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_DIG=0, %d by default\n", k0, k1);
-    CHECK_MSG(k0 > 0 && k1 == k0 + 2, "decode graph kernels %d -> %d (2 MoE layers)", k0, k1);
+    /* =2: an error where the route launch cannot make them, so a pass means the form ran */
+    const int k2 = form_kernels(dir, "TSC_MOE_GUDIG", "2", &c2);
+    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_DIG=0, %d by default, %d with TSC_MOE_GUDIG=2\n",
+            k0, k1, k2);
+    CHECK_MSG(k0 > 0 && k1 == k0 + 2 && k2 == k1, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
     CHECK_MSG(c0.n == c1.n && !memcmp(c0.ids, c1.ids, sizeof(int32_t) * c0.n), "the digits launch changed the tokens");
+    CHECK_MSG(c0.n == c2.n && !memcmp(c0.ids, c2.ids, sizeof(int32_t) * c0.n), "the route's digits changed the tokens");
     enum { NP = 20 };
     int32_t prompt[NP];
     for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 1103 + 17) % 2047);
@@ -2476,7 +2484,8 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
                 ts_engine_close(e);
             }
             env_pop("TSC_MOE_DIG", keep);
-            if (!ts_test_failed()) dig_same(dir, &ref, NP, prompt, chunks[ci], spec);
+            if (!ts_test_failed()) dig_same(dir, NULL, NULL, &ref, NP, prompt, chunks[ci], spec);
+            if (!ts_test_failed()) dig_same(dir, "TSC_MOE_GUDIG", "2", &ref, NP, prompt, chunks[ci], spec);
             free(ref.logits);
         }
 }

@@ -2202,6 +2202,15 @@ bool shared_slot_on() { return !env_is0("TSC_MOE_SHARED_SLOT"); }
  * verify still equals its decode rows and a streamed layer its resident
  * one. Read at every op. */
 bool moe_shgu_on() { return !env_is0("TSC_MOE_SHGU"); }
+/* The gate/up's digits made by the route launch (tsc_moe_route_digits),
+ * TSC_MOE_GUDIG=1; off until measured (written in session 43 after the
+ * device time was spent; bench/cuda/RESULTS.md says what it should gain).
+ * The same bits either way. 2: as 1, and an error where it cannot be taken
+ * (the engine test's proof that the form ran). */
+static int moe_gudig_on() {
+    const char *e = getenv("TSC_MOE_GUDIG");
+    return e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
+}
 
 /* One block's (nr <= RB rows) router product and routes into r_ids /
  * r_wts: a pending norm of u fused into the product where it can be (the
@@ -2356,8 +2365,17 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 float *y1[1] = {q->gl};
                 normed(g1, 1, y1);
             }
-            if (!pool) tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
             const int per = (int)(room / hk2 < (size_t)nr ? room / hk2 : (size_t)nr);
+            /* moe_gudig_on: the gate/up's digits made by the route launch
+             * (one gate/up pass over 8-bit x; misc.cu's k_moe_route_dg) */
+            const int gd = pool ? 0 : moe_gudig_on();
+            if (gd && per == nr && g0.act_digits == 1 &&
+                tsc_moe_route_digits(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts, u_, (int)H, g0.group)) {
+            } else if (gd == 2) { /* (a test's way to know the form ran) */
+                tsc_fail_(c, TS_E_UNSUPPORTED, "TSC_MOE_GUDIG=2: the route launch could not make the gate/up's digits");
+            } else if (!pool) {
+                tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
+            }
             for (int r1 = 0; r1 < nr; r1 += per) {
                 const int m1 = nr - r1 < per ? nr - r1 : per;
                 const int32_t *ids1 = q->r_ids + (size_t)r1 * k;

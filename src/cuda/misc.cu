@@ -329,18 +329,95 @@ __device__ __forceinline__ void route_row_net(const float *l, int E, int k, int 
  * s26-run1; removed.) */
 constexpr int ROUTE_WARPS = 8;
 
-template <int EPL, int L = 0>
-__global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route(const float *logits, int n, int E, int k, int norm,
-                                                               int32_t *ids, float *wts) {
-    TSC_PDL_ENTRY();
+/* block blk's rows (a warp a row) */
+template <int EPL, int L>
+__device__ __forceinline__ void route_rows(const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts,
+                                           int blk) {
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row = blockIdx.x * ROUTE_WARPS + w;
+    const int row = blk * ROUTE_WARPS + w;
     if (row >= n) return; /* no block barrier below */
     int rid;
     float rwt;
     if constexpr (L > 0) route_row_net<EPL, L>(logits + (int64_t)row * E, E, k, norm, lane, rid, rwt);
     else route_row<EPL>(logits + (int64_t)row * E, E, k, norm, lane, rid, rwt);
     if (lane < k) ids[(int64_t)row * k + lane] = rid, wts[(int64_t)row * k + lane] = rwt;
+}
+
+template <int EPL, int L = 0>
+__global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route(const float *logits, int n, int E, int k, int norm,
+                                                               int32_t *ids, float *wts) {
+    TSC_PDL_ENTRY();
+    route_rows<EPL, L>(logits, n, E, k, norm, ids, wts, (int)blockIdx.x);
+}
+
+/* ---- the gate/up's digits made by the route launch (tsc_moe_route_digits) ----
+ * Why: the routed gate/up (q4dp.cu's k_q4dp_moe, ROWS) staged the router's
+ * normed rows in each of its 288 blocks (35B-A3B: 39% of its stall samples,
+ * 373 of its 1,148 instructions a warp under ncu, s43-run1), while the
+ * route launch before it is one warp's serial chain (~3-4 us a row) beside
+ * 7 idle warps. Here blocks nrb.. of the route launch stage those rows'
+ * 8-bit digits (stage_word's arithmetic: the bytes k_stage_digits and the
+ * gate/up's own staging make) into the digits scratch, in parallel with the
+ * routing blocks, and the gate/up copies them (q4dp_moe: the "made" mark of
+ * tsc_ctx.dg_x). No launch is added; the staging leaves the chain. Written
+ * in session 43 after the device time was spent: opt-in (TSC_MOE_GUDIG=1,
+ * backend.cu) until measured. */
+struct route_dg {
+    const float *x; /* [n][cols]: the rows the gate/up reads */
+    int4 *dg;       /* the digits scratch (tsc_set_digits) */
+    int cols, group, nrb;
+};
+
+template <int EPL, int L>
+__global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route_dg(const float *logits, int n, int E, int k, int norm,
+                                                                  int32_t *ids, float *wts, const route_dg d) {
+    TSC_PDL_ENTRY();
+    if ((int)blockIdx.x < d.nrb) {
+        route_rows<EPL, L>(logits, n, E, k, norm, ids, wts, (int)blockIdx.x);
+        return;
+    }
+    /* a thread a word of 8 columns, every lane of the block (the shuffles):
+     * a group's words are consecutive lanes (cols % group == 0, group <= 128) */
+    const int nw8 = d.cols >> 3, nch = d.cols >> 5, tst = 2 * nch;
+    const int idx = ((int)blockIdx.x - d.nrb) * (int)blockDim.x + (int)threadIdx.x;
+    const bool on = idx < n * nw8;
+    const int i = on ? idx / nw8 : 0, w8 = on ? idx - i * nw8 : 0;
+    float v[8];
+    if (on) {
+        const float4 a = __ldg((const float4 *)(d.x + (int64_t)i * d.cols) + 2 * w8);
+        const float4 b = __ldg((const float4 *)(d.x + (int64_t)i * d.cols) + 2 * w8 + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = 0.f;
+    }
+    stage_word<1, false>(v, on, i, w8, nch, d.group >> 3, d.dg, (float2 *)(d.dg + (size_t)n * tst), tst, 0);
+}
+
+extern "C" int tsc_moe_route_digits(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids,
+                                    float *wts, const float *x, int cols, int group) {
+    if (!c || c->err_code) return 0;
+    const int epl = (E + 31) / 32;
+    const size_t bytes = (size_t)n * ((size_t)cols + (size_t)(cols / 32) * sizeof(float2)); /* stage_bytes at 8-bit x */
+    if (n < 1 || n > 65535 || E < 1 || E > 1024 || k < 1 || k > 8 || k > E || epl > 8 || !c->route_net || !c->dg ||
+        bytes > c->dg_bytes || cols < 32 || cols % 32 || (group != 32 && group != 64 && group != 128) || cols % group ||
+        ((uintptr_t)x & 15)) {
+        tsc_moe_route(c, logits, n, E, k, norm, ids, wts);
+        return 0;
+    }
+    route_dg d;
+    d.x = x, d.dg = (int4 *)c->dg, d.cols = cols, d.group = group;
+    d.nrb = (n + ROUTE_WARPS - 1) / ROUTE_WARPS;
+    const int words = n * (cols / 8), dgb = (words + ROUTE_WARPS * 32 - 1) / (ROUTE_WARPS * 32);
+    const dim3 grid((unsigned)(d.nrb + dgb)), block(ROUTE_WARPS * 32);
+    if (epl <= 1) tsc_launch(c, k_moe_route_dg<1, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts, d);
+    else if (epl <= 2) tsc_launch(c, k_moe_route_dg<2, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts, d);
+    else if (epl <= 4) tsc_launch(c, k_moe_route_dg<4, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts, d);
+    else tsc_launch(c, k_moe_route_dg<8, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts, d);
+    TSC_LAUNCHED(c, "tsc_moe_route_digits");
+    /* what dg holds (q4dp's stage_once and q4dp_moe take them while no launch follows) */
+    c->dg_seq = c->nlaunch, c->dg_x = x, c->dg_n = n, c->dg_cols = cols, c->dg_group = group;
+    return 1;
 }
 
 extern "C" void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts) {

@@ -91,69 +91,8 @@ __device__ __forceinline__ float sraw_f(uint32_t v, int dt) {
 }
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-template <int ND> struct lim_t;
-template <> struct lim_t<1> { static constexpr float L = 127.0f; };
-template <> struct lim_t<2> { static constexpr float L = 32639.0f; };
-template <> struct lim_t<3> { static constexpr float L = 8290000.0f; };
-
 __host__ __device__ inline size_t stage_bytes(int nr, int nd, int cols) {
     return (size_t)nr * ((size_t)nd * (size_t)cols + (size_t)(cols / 32) * sizeof(float2));
-}
-
-/* One 8-column word of x row i (v, on: a real word) -> its digits in shared
- * memory (the layout: q4dp.cu's top comment). A group's words are consecutive threads of one
- * warp (group / 8 <= 32 of them, aligned), so its max is a shuffle tree;
- * every lane of the warp calls this (the shuffles). */
-template <int ND, bool MM>
-__device__ __forceinline__ void stage_word(const float (&v)[8], bool on, int i, int w, int nch, int gw, int4 *xd,
-                                           float2 *xsb, int tst, int nt) {
-    constexpr float L = lim_t<ND>::L;
-    float m = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j]));
-    for (int o = 1; o < gw; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float sx, inv;
-    dig_scale(m, L, sx, inv);
-    int X[8], sum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        X[j] = dig_round(v[j], inv, L);
-        sum += X[j];
-    }
-    uint32_t dg[ND][8]; /* digit bytes, balanced: X = sum_d dg[d] * 256^d */
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        int t = X[j];
-#pragma unroll
-        for (int d = 0; d < ND; d++) {
-            const int dd = d == ND - 1 ? t : ((t + 128) & 255) - 128;
-            dg[d][j] = (uint32_t)dd & 0xFFu;
-            t = (t - dd) >> 8;
-        }
-    }
-    /* the 4 words of a 32-column chunk are 4 consecutive, aligned threads
-     * (MM: the sum over the whole group, its gw words) */
-    if constexpr (MM) {
-        for (int o = 1; o < gw; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    } else {
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    }
-    if (on) {
-        const int ch = w >> 2, comp = w & 3;
-#pragma unroll
-        for (int d = 0; d < ND; d++) {
-            const uint32_t ev = dg[d][0] | dg[d][2] << 8 | dg[d][4] << 16 | dg[d][6] << 24;
-            const uint32_t od = dg[d][1] | dg[d][3] << 8 | dg[d][5] << 16 | dg[d][7] << 24;
-            ((uint32_t *)&xd[i * tst + 2 * d * nch + ch])[comp] = ev;
-            ((uint32_t *)&xd[i * tst + (2 * d + 1) * nch + ch])[comp] = od;
-        }
-        if constexpr (MM) {
-            if (w % gw == 0) xsb[(w / gw) * nt + i] = make_float2(sx, __fmul_rn(sx, (float)sum));
-        } else if (comp == 0) {
-            xsb[i * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
-        }
-    }
 }
 
 __device__ __forceinline__ void load8(const float *p, float (&v)[8]) {

@@ -456,6 +456,14 @@ int tsc_attn_blas_fits(const tsc_attn_args *a, int pos, size_t ws_bytes);
  * weights p_j / sum_j p_j when norm, else p_j. ids [n, k], wts [n, k].
  * E <= 1024, k <= 32. */
 void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts);
+/* tsc_moe_route, and in the same launch the 8-bit digits of x's n rows of
+ * cols columns in groups of group (the dp4a products' staging: the digits
+ * scratch, tsc_set_digits), which a MoE gate/up over x launched next copies
+ * instead of staging x in every block. 1 when it made them; 0 when the
+ * shapes or the scratch do not allow it (then it routes alone). The same
+ * ids, weights and product bits either way. */
+int tsc_moe_route_digits(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts,
+                         const float *x, int cols, int group);
 
 /* ids[i] = the first index of the largest of x[i, V] for i < n rows; NaN
  * never wins (an all-NaN row gives 0). ws: tsc_argmax_ws_bytes(n). */
