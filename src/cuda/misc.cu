@@ -401,10 +401,8 @@ extern "C" int tsc_moe_route_digits(tsc_ctx *c, const float *logits, int n, int 
     const size_t bytes = (size_t)n * ((size_t)cols + (size_t)(cols / 32) * sizeof(float2)); /* stage_bytes at 8-bit x */
     if (n < 1 || n > 65535 || E < 1 || E > 1024 || k < 1 || k > 8 || k > E || epl > 8 || !c->route_net || !c->dg ||
         bytes > c->dg_bytes || cols < 32 || cols % 32 || (group != 32 && group != 64 && group != 128) || cols % group ||
-        ((uintptr_t)x & 15)) {
-        tsc_moe_route(c, logits, n, E, k, norm, ids, wts);
-        return 0;
-    }
+        ((uintptr_t)x & 15))
+        return 0; /* nothing launched: the caller routes with tsc_moe_route */
     route_dg d;
     d.x = x, d.dg = (int4 *)c->dg, d.cols = cols, d.group = group;
     d.nrb = (n + ROUTE_WARPS - 1) / ROUTE_WARPS;

@@ -459,9 +459,10 @@ void tsc_moe_route(tsc_ctx *c, const float *logits, int n, int E, int k, int nor
 /* tsc_moe_route, and in the same launch the 8-bit digits of x's n rows of
  * cols columns in groups of group (the dp4a products' staging: the digits
  * scratch, tsc_set_digits), which a MoE gate/up over x launched next copies
- * instead of staging x in every block. 1 when it made them; 0 when the
- * shapes or the scratch do not allow it (then it routes alone). The same
- * ids, weights and product bits either way. */
+ * instead of staging x in every block. 1 when it routed and made them; 0
+ * when the shapes or the scratch do not allow it (then nothing is
+ * launched: route with tsc_moe_route). The same ids, weights and product
+ * bits either way. */
 int tsc_moe_route_digits(tsc_ctx *c, const float *logits, int n, int E, int k, int norm, int32_t *ids, float *wts,
                          const float *x, int cols, int group);
 
