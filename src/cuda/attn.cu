@@ -806,7 +806,7 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
                dim3(dim3(a->nq, a->n)), dim3(a->D), 0, g, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
     if (dig && g.dg == c->dg)
-        c->dg_seq = c->nlaunch, c->dg_x = g.out, c->dg_n = g.n, c->dg_cols = g.nq * g.D, c->dg_group = g.dg_group;
+        tsc_dg_mark(c, g.out, g.n, g.nq * g.D, g.dg_group);
 }
 
 extern "C" void tsc_attn_prefill(tsc_ctx *c, const tsc_attn_args *a) {

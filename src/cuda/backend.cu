@@ -2369,13 +2369,12 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
             /* moe_gudig_on: the gate/up's digits made by the route launch
              * (one gate/up pass over 8-bit x; misc.cu's k_moe_route_dg) */
             const int gd = pool ? 0 : moe_gudig_on();
-            if (gd && per == nr && g0.act_digits == 1 &&
-                tsc_moe_route_digits(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts, u_, (int)H, g0.group)) {
-            } else if (gd == 2) { /* (a test's way to know the form ran) */
+            const bool made = gd && per == nr && g0.act_digits == 1 &&
+                              tsc_moe_route_digits(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts, u_, (int)H, g0.group);
+            if (!made && gd == 2) /* (a test's way to know the form ran) */
                 tsc_fail_(c, TS_E_UNSUPPORTED, "TSC_MOE_GUDIG=2: the route launch could not make the gate/up's digits");
-            } else if (!pool) {
+            else if (!made && !pool)
                 tsc_moe_route(c, lg_, nr, E, k, a->norm_topk, q->r_ids, q->r_wts);
-            }
             for (int r1 = 0; r1 < nr; r1 += per) {
                 const int m1 = nr - r1 < per ? nr - r1 : per;
                 const int32_t *ids1 = q->r_ids + (size_t)r1 * k;

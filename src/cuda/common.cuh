@@ -65,6 +65,17 @@ struct tsc_ctx {
     void *blas; /* the cuBLAS handle of the prompt products (blas.cu), made on first use */
 };
 
+/* dg's "made" mark (tsc_ctx.dg_x): a kernel just launched wrote the
+ * digits of x's n rows of cols columns in groups of group into dg; a
+ * product launched next over the same rows copies them instead of staging
+ * (tsc_dg_made: no launch since). */
+static inline void tsc_dg_mark(tsc_ctx *c, const float *x, int n, int cols, int group) {
+    c->dg_seq = c->nlaunch, c->dg_x = x, c->dg_n = n, c->dg_cols = cols, c->dg_group = group;
+}
+static inline bool tsc_dg_made(const tsc_ctx *c, const float *x, int n, int cols, int group) {
+    return x && c->dg_x == x && c->dg_seq == c->nlaunch && c->dg_n == n && c->dg_cols == cols && c->dg_group == group;
+}
+
 struct tsc_blk {
     void *p;
     size_t bytes;
@@ -256,12 +267,23 @@ __device__ __forceinline__ int dig_round(float x, float inv, float L) {
     return __float2int_rn(fminf(fmaxf(__fmul_rn(x, inv), -L), L));
 }
 
-/* The digits' limit for ND digit bytes, and stage_word (q4dp_impl.cuh's
- * staging, k_stage_digits, and the MoE route's digits: misc.cu) */
+/* The digits' limit for ND digit bytes, their bytes for nr rows (the
+ * digits, then a float2 a 32-column chunk), a word's 8 floats, and
+ * stage_word (q4dp_impl.cuh's staging, k_stage_digits, and the MoE route's
+ * digits: misc.cu) */
 template <int ND> struct lim_t;
 template <> struct lim_t<1> { static constexpr float L = 127.0f; };
 template <> struct lim_t<2> { static constexpr float L = 32639.0f; };
 template <> struct lim_t<3> { static constexpr float L = 8290000.0f; };
+
+__host__ __device__ inline size_t stage_bytes(int nr, int nd, int cols) {
+    return (size_t)nr * ((size_t)nd * (size_t)cols + (size_t)(cols / 32) * sizeof(float2));
+}
+
+__device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
+    const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
 
 /* One 8-column word of x row i (v, on: a real word) -> its digits in shared
  * memory (the layout: q4dp.cu's top comment). A group's words are consecutive threads of one

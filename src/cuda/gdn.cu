@@ -969,7 +969,7 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         c->gdn_seq = c->nlaunch;
         if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */
-            c->dg_seq = c->nlaunch, c->dg_x = g.o, c->dg_n = g.n, c->dg_cols = g.Hv * DV, c->dg_group = g.dg_group;
+            tsc_dg_mark(c, g.o, g.n, g.Hv * DV, g.dg_group);
         }
         return;
     }

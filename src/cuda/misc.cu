@@ -384,9 +384,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) k_moe_route_dg(const float *
     const int i = on ? idx / nw8 : 0, w8 = on ? idx - i * nw8 : 0;
     float v[8];
     if (on) {
-        const float4 a = __ldg((const float4 *)(d.x + (int64_t)i * d.cols) + 2 * w8);
-        const float4 b = __ldg((const float4 *)(d.x + (int64_t)i * d.cols) + 2 * w8 + 1);
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        load8(d.x + (int64_t)i * d.cols + 8 * w8, v);
     } else {
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = 0.f;
@@ -398,7 +396,7 @@ extern "C" int tsc_moe_route_digits(tsc_ctx *c, const float *logits, int n, int 
                                     float *wts, const float *x, int cols, int group) {
     if (!c || c->err_code) return 0;
     const int epl = (E + 31) / 32;
-    const size_t bytes = (size_t)n * ((size_t)cols + (size_t)(cols / 32) * sizeof(float2)); /* stage_bytes at 8-bit x */
+    const size_t bytes = stage_bytes(n, 1, cols);
     if (n < 1 || n > 65535 || E < 1 || E > 1024 || k < 1 || k > 8 || k > E || epl > 8 || !c->route_net || !c->dg ||
         bytes > c->dg_bytes || cols < 32 || cols % 32 || (group != 32 && group != 64 && group != 128) || cols % group ||
         ((uintptr_t)x & 15))
@@ -414,7 +412,7 @@ extern "C" int tsc_moe_route_digits(tsc_ctx *c, const float *logits, int n, int 
     else tsc_launch(c, k_moe_route_dg<8, 8>, grid, block, 0, logits, n, E, k, norm, ids, wts, d);
     TSC_LAUNCHED(c, "tsc_moe_route_digits");
     /* what dg holds (q4dp's stage_once and q4dp_moe take them while no launch follows) */
-    c->dg_seq = c->nlaunch, c->dg_x = x, c->dg_n = n, c->dg_cols = cols, c->dg_group = group;
+    tsc_dg_mark(c, x, n, cols, group);
     return 1;
 }
 

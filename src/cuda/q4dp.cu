@@ -1473,9 +1473,7 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         /* the gate/up's digits made by the route launch just before
          * (tsc_moe_route_digits: no launch since, the same x, rows, columns
          * and group) */
-        if (rows && !a.u && nd == 1 && c->dg && c->dg_x == a.x && c->dg_seq == c->nlaunch && c->dg_n == a.ntok &&
-            c->dg_cols == a.cols && c->dg_group == a.group)
-            a.dg = (const int4 *)c->dg;
+        if (rows && !a.u && nd == 1 && c->dg && tsc_dg_made(c, a.x, a.ntok, a.cols, a.group)) a.dg = (const int4 *)c->dg;
         /* moe_dig_on: the pass's x and u one [ntok][cols] array each (a
          * down whose shared hidden rows lie elsewhere, x2, stages itself) */
         if (!rows && a.u && a.c2 == a.cols && moe_dig_on() && c->dg && stage_bytes(a.ntok, nd, a.cols) <= c->dg_bytes) {

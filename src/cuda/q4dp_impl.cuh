@@ -91,14 +91,6 @@ __device__ __forceinline__ float sraw_f(uint32_t v, int dt) {
 }
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-__host__ __device__ inline size_t stage_bytes(int nr, int nd, int cols) {
-    return (size_t)nr * ((size_t)nd * (size_t)cols + (size_t)(cols / 32) * sizeof(float2));
-}
-
-__device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
-    const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
 
 /* Norm mode: each row's 1 / rms into rnorm[NR], with tsc_add_rmsnorm's
  * arithmetic (v = x + add; row_ss8's sum of squares over the 256 threads),
@@ -685,8 +677,7 @@ inline void stage_once(tsc_ctx *c, dp_args &a, int nr, int nd, bool grp = false)
     /* made by the GDN step just before (tsc_gdn_step: no launch since, the
      * same x, rows, columns and group): the same bytes k_stage_digits would
      * write, so none is launched */
-    const bool made = !grp && nd == 1 && a.xm == Q4DP_XM_PLAIN && c->dg_x && c->dg_seq == c->nlaunch && c->dg_x == a.x &&
-                      c->dg_n == nr && c->dg_cols == a.cols && c->dg_group == a.group;
+    const bool made = !grp && nd == 1 && a.xm == Q4DP_XM_PLAIN && tsc_dg_made(c, a.x, nr, a.cols, a.group);
     c->dg_x = NULL; /* consumed, or stale */
     if (made) {
         a.dg = (const int4 *)c->dg;
