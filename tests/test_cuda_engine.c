@@ -2322,15 +2322,6 @@ TS_TEST(cuda_engine, expert_cache_errors) {
     CHECK_MSG(dev_used() == d0, "device bytes after close: %zu, before: %zu", dev_used(), d0);
 }
 
-/* The MoE layer's short form (backend.cu's moe_shgu_on, the default: the
- * router stages its input norm, the shared expert's gate/up rows ride the
- * routed gate/up launch) on the 35B-A3B's MoE widths, where it is taken:
- * the decode graph runs one kernel fewer a MoE layer than with
- * TSC_MOE_SHGU=0 (so the form did run); the logits against the CPU within
- * the parity tolerance; greedy output with planted drafts (every acceptance
- * length, lazy rollbacks) identical to plain greedy, M = 1..4, at its gate/up's
- * U = 1 (the default) and U = 2 (TSC_MOE_SHGU=1: the same bits, the same
- * tokens). */
 /* name set to val (NULL: unset) until env_pop, which gives it back the
  * value it had: a test of one form leaves a caller's switches as it found
  * them (s43-run3: a test that unset TSC_MOE_DIG ran the tests after it
@@ -2348,6 +2339,15 @@ static void env_pop(const char *name, char *keep) {
     free(keep);
 }
 
+/* The MoE layer's short form (backend.cu's moe_shgu_on, the default: the
+ * router stages its input norm, the shared expert's gate/up rows ride the
+ * routed gate/up launch) on the 35B-A3B's MoE widths, where it is taken:
+ * the decode graph runs one kernel fewer a MoE layer than with
+ * TSC_MOE_SHGU=0 (so the form did run); the logits against the CPU within
+ * the parity tolerance; greedy output with planted drafts (every acceptance
+ * length, lazy rollbacks) identical to plain greedy, M = 1..4, at its gate/up's
+ * U = 1 (the default) and U = 2 (TSC_MOE_SHGU=1: the same bits, the same
+ * tokens). */
 static int form_kernels(const char *dir, const char *name, const char *env, collect *c) { /* env: name's value, NULL unset */
     char *keep = env_push(name, env);
     ts_engine *e = NULL;
@@ -2427,9 +2427,9 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
  * moe_dig_on, the default; TSC_MOE_DIG=0 every block stages them), and the
  * gate/up's made by the route launch (TSC_MOE_GUDIG=1, misc.cu's
  * k_moe_route_dg: no launch more; =2 fails where it cannot be taken, so
- * these runs prove it ran), on the wide MoE: the decode graph runs
- * one kernel more a MoE layer (so the form did run), and prompt logits (chunks of 1 and 5 rows: one-row and
- * several-row passes) and greedy tokens with and without MTP drafting are
+ * these runs prove it ran), on the wide MoE: the decode graph runs one
+ * kernel more a MoE layer (so the down's form did run), and prompt logits
+ * (chunks of 1 and 5 rows: one-row and several-row passes) and greedy tokens with and without MTP drafting are
  * the in-block staging's bit for bit. */
 static void dig_same(const char *dir, const char *name, const char *val, const xs_out *ref, int np, const int32_t *prompt,
                      int chunk, int spec) {
