@@ -2429,8 +2429,9 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
  * k_moe_route_dg: no launch more; =2 fails where it cannot be taken, so
  * these runs prove it ran), on the wide MoE: the decode graph runs one
  * kernel more a MoE layer (so the down's form did run), and prompt logits
- * (chunks of 1 and 5 rows: one-row and several-row passes) and greedy tokens with and without MTP drafting are
- * the in-block staging's bit for bit. */
+ * (chunks of 1 and 5 rows: one-row and several-row passes) and greedy
+ * tokens with and without MTP drafting are the in-block staging's bit for
+ * bit. */
 static void dig_same(const char *dir, const char *name, const char *val, const xs_out *ref, int np, const int32_t *prompt,
                      int chunk, int spec) {
     char *keep = env_push("TSC_MOE_DIG", NULL), *keep2 = name ? env_push(name, val) : NULL;
