@@ -2424,35 +2424,41 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
 }
 
 /* The routed down's digits made once by a launch of their own (q4dp.cu's
- * moe_dig_on, the default; TSC_MOE_DIG=0 every block stages them), and the
- * gate/up's made by the route launch (TSC_MOE_GUDIG=1, misc.cu's
- * k_moe_route_dg: no launch more; =2 fails where it cannot be taken, so
- * these runs prove it ran), on the wide MoE: the decode graph runs one
- * kernel more a MoE layer (so the down's form did run), and prompt logits
- * (chunks of 1 and 5 rows: one-row and several-row passes) and greedy
- * tokens with and without MTP drafting are the in-block staging's bit for
- * bit. */
+ * moe_dig_on) and the gate/up's made by the route launch (backend.cu's
+ * moe_gudig_on, misc.cu's k_moe_route_dg: no launch more), both defaults,
+ * on the wide MoE, against the in-block staging of both (TSC_MOE_DIG=0
+ * TSC_MOE_GUDIG=0): the decode graph runs one kernel more a MoE layer (so
+ * the down's form did run); TSC_MOE_GUDIG=2 fails wherever a pass holds its
+ * rows and the form is not taken, so its runs prove the form ran (decode
+ * rows; a prompt's last 2-row pass and a 4-row verify at 5-row passes); and
+ * prompt logits (passes of 1 and 5 rows) and greedy tokens with and without
+ * MTP drafting are the in-block staging's bit for bit, each form alone and
+ * both. Checks that go on (EXPECT_MSG): a switch set here must be put back
+ * whatever fails. */
 static void dig_same(const char *dir, const char *name, const char *val, const xs_out *ref, int np, const int32_t *prompt,
                      int chunk, int spec) {
-    char *keep = env_push("TSC_MOE_DIG", NULL), *keep2 = name ? env_push(name, val) : NULL;
+    char *keep = env_push("TSC_MOE_DIG", NULL), *keep2 = env_push("TSC_MOE_GUDIG", NULL);
+    if (name) setenv(name, val, 1);
     ts_error err = {0};
     ts_engine *e = NULL;
     xs_out o = {0};
-    CHECK_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s", err.msg);
+    const char *form = name ? name : "the defaults";
+    EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s: %s", form, err.msg);
     if (e) {
-        CHECK_MSG(xs_run(e, prompt, np, chunk, 24, spec, &o, &err) == 0, "%s", err.msg);
+        const int rc = xs_run(e, prompt, np, chunk, 24, spec, &o, &err);
+        EXPECT_MSG(rc == 0, "%s chunk %d spec %d: %s", form, chunk, spec, err.msg);
         const ts_model_info *in = ts_engine_info(e);
-        if (!ts_test_failed() && ref->logits) {
+        if (rc == 0 && ref->logits) {
             size_t diff = 0;
             for (size_t i = 0; i < (size_t)np * in->vocab_size; i++) diff += memcmp(&o.logits[i], &ref->logits[i], 4) != 0;
-            CHECK_MSG(!diff, "%s chunk %d: %zu prompt logits differ from in-block staging", name ? name : "", chunk, diff);
-            CHECK_MSG(o.n_ids == ref->n_ids && !memcmp(o.ids, ref->ids, sizeof o.ids), "%s chunk %d spec %d: greedy ids differ",
-                      name ? name : "", chunk, spec);
+            EXPECT_MSG(!diff, "%s chunk %d: %zu prompt logits differ from in-block staging", form, chunk, diff);
+            EXPECT_MSG(o.n_ids == ref->n_ids && !memcmp(o.ids, ref->ids, sizeof o.ids), "%s chunk %d spec %d: greedy ids differ",
+                       form, chunk, spec);
         }
         ts_engine_close(e);
     }
     free(o.logits);
-    if (name) env_pop(name, keep2);
+    env_pop("TSC_MOE_GUDIG", keep2);
     env_pop("TSC_MOE_DIG", keep);
 }
 
@@ -2461,15 +2467,19 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
     char dir[512];
     if (wide_moe_model(dir, sizeof dir)) return;
     collect c0, c1, c2;
-    const int k0 = form_kernels(dir, "TSC_MOE_DIG", "0", &c0), k1 = form_kernels(dir, "TSC_MOE_DIG", NULL, &c1);
-    /* =2: an error where the route launch cannot make them, so a pass means the form ran */
+    char *gk = env_push("TSC_MOE_GUDIG", "0");
+    const int k0 = form_kernels(dir, "TSC_MOE_DIG", "0", &c0);
+    env_pop("TSC_MOE_GUDIG", gk);
+    const int k1 = form_kernels(dir, "TSC_MOE_DIG", NULL, &c1);
     const int k2 = form_kernels(dir, "TSC_MOE_GUDIG", "2", &c2);
-    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_DIG=0, %d by default, %d with TSC_MOE_GUDIG=2\n",
+    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with both digits forms off, %d by default, %d with TSC_MOE_GUDIG=2\n",
             k0, k1, k2);
     CHECK_MSG(k0 > 0 && k1 == k0 + 2 && k2 == k1, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
-    CHECK_MSG(c0.n == c1.n && !memcmp(c0.ids, c1.ids, sizeof(int32_t) * c0.n), "the digits launch changed the tokens");
+    CHECK_MSG(c0.n == c1.n && !memcmp(c0.ids, c1.ids, sizeof(int32_t) * c0.n), "the digits forms changed the tokens");
     CHECK_MSG(c0.n == c2.n && !memcmp(c0.ids, c2.ids, sizeof(int32_t) * c0.n), "the route's digits changed the tokens");
-    enum { NP = 20 };
+    /* 22 prompt rows: at 5-row passes the last pass holds 2 rows, which the
+     * route launch's digits serve (a 5-row pass's scratch holds 4) */
+    enum { NP = 22 };
     int32_t prompt[NP];
     for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 1103 + 17) % 2047);
     static const int chunks[2] = {1, 5};
@@ -2478,14 +2488,16 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
             xs_out ref = {0};
             ts_error err = {0};
             ts_engine *e = NULL;
-            char *keep = env_push("TSC_MOE_DIG", "0");
-            CHECK_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s", err.msg);
+            char *keep = env_push("TSC_MOE_DIG", "0"), *keep2 = env_push("TSC_MOE_GUDIG", "0");
+            EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s", err.msg);
             if (e) {
-                CHECK_MSG(xs_run(e, prompt, NP, chunks[ci], 24, spec, &ref, &err) == 0, "%s", err.msg);
+                EXPECT_MSG(xs_run(e, prompt, NP, chunks[ci], 24, spec, &ref, &err) == 0, "%s", err.msg);
                 ts_engine_close(e);
             }
+            env_pop("TSC_MOE_GUDIG", keep2);
             env_pop("TSC_MOE_DIG", keep);
             if (!ts_test_failed()) dig_same(dir, NULL, NULL, &ref, NP, prompt, chunks[ci], spec);
+            if (!ts_test_failed()) dig_same(dir, "TSC_MOE_GUDIG", "0", &ref, NP, prompt, chunks[ci], spec);
             if (!ts_test_failed()) dig_same(dir, "TSC_MOE_GUDIG", "2", &ref, NP, prompt, chunks[ci], spec);
             free(ref.logits);
         }
