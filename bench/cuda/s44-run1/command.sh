@@ -1,14 +1,14 @@
 #!/bin/bash
-# session 44, device call 1 (pack s44a: the build of 3695535, normal and trace):
+# session 44, device call 1 (pack s44b: the build of 3695535; the trace build did not fit beside the tree and the
+# test binary, 72 MB of 64 MiB: it goes in a call of its own, with the tree slimmed of the fixtures):
 # 1. the two MoE engine tests as mended (s43-run4's failures: TSC_MOE_GUDIG=2 erred at passes the scratch splits, and
 #    a returning check left it set), then the engine group at the new defaults (the gate/up's digits made by the
 #    route launch);
 # 2. the acceptance figures at the new defaults with the GUDIG A/B beside them (two rounds), on whatever card comes;
-# 3. where a MoE layer's time goes now: the engine's own graph traced (turbospark_trace, TSC_TRACE_FILE) on the
 #    35B-A3B-8L and the 9B, and ncu of the route launch (k_moe_route_dg) and the router's launch (k_linear). No
 #    prediction: measurements for the next change (the route's one-warp chain was 3-4 us of a ~45 us layer, s38);
 # 4. memcheck over a short 35B-A3B-8L MTP run: the route launch's digits at 1 row (decode) and 4 (verify).
-PACK=.gpu/s44a/pack.tar.xz . bench/cuda/device_env.sh
+PACK=.gpu/s44b/pack.tar.xz . bench/cuda/device_env.sh
 timeout 120 $B/ts_test cuda_engine.moe_down_digits_once_same_bits cuda_engine.moe_shgu_one_launch_fewer_and_exact > $O/t_moe.log 2>&1; tl "moe tests $?"
 timeout 150 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "cuda_engine $?"
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
@@ -18,9 +18,6 @@ ab 35b8 $S/35b8 2 --prompt 512 --gen 128 --runs 2
 ab 35b8_mtp3 $S/35b8 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
 VN=(d); VE=(X=0)
 ab 9b $S/9b 1 --prompt 512 --gen 128 --runs 2
-TSC_TRACE_FILE=$O/te_35b8.txt timeout 60 $B/turbospark_trace bench --backend cuda -m $S/35b8 --prompt 512 --gen 64 --runs 1 > $O/te_35b8.log 2>&1; tl "engine trace 35b8 $?"
-TSC_TRACE_FILE=$O/te_9b.txt timeout 60 $B/turbospark_trace bench --backend cuda -m $S/9b --prompt 512 --gen 64 --runs 1 > $O/te_9b.log 2>&1; tl "engine trace 9b $?"
-xz -T8 $O/te_*.txt
 prof route 'k_moe_route_dg' 16 2 $S/35b8
 prof router 'k_linear' 40 2 $S/35b8
 timeout 150 compute-sanitizer --tool memcheck $B/turbospark bench --backend cuda -m $S/35b8 --prompt 32 --gen 24 --runs 1 --spec mtp --draft 3 --accept 0.8,0.6,0.5 > $O/cs_mem.log 2>&1; tl "memcheck 35b8 mtp $?"
