@@ -2158,7 +2158,8 @@ static void fz_case(tsc_ctx *c, const tsc_weight *const *wl, int n, int mode, co
  * 2048 columns and others up to the form's 4096, 1..16 rows (passes of 4,
  * each staging and writing its own rows), fresh random inputs each. The
  * counter is back at 0 after each call; 4128 columns are refused by the
- * form (tsc_linear_addnorm_plain_takes). */
+ * form (tsc_linear_addnorm_plain_takes). Each case with the first step of
+ * weights loaded before the PDL wait (TSC_LIN_PRE=1) and without. */
 TS_TEST(cuda, addnorm_plain_same_bits) {
     OPEN(c);
     unsigned *bar = tsc_alloc(c, 256);
@@ -2182,13 +2183,17 @@ TS_TEST(cuda, addnorm_plain_same_bits) {
         CHECK(tsc_linear_addnorm_plain_takes(&dw, d.g, d.u, d.nw));
         CHECK(!tsc_linear_addnorm_plain_takes(&dw, d.g + 1, d.u, d.nw)); /* a row not 16-byte aligned */
         static const int ns[] = {1, 3, 4, 5, 16};
-        char what[32];
-        snprintf(what, sizeof what, "weights %zu", v);
-        for (int k = 0; k < 5; k++)
-            for (int mode = 0; mode < 3; mode++) {
-                fz_case(c, wl, ns[k], mode, &d, bar, what);
-                if (ts_test_failed()) return;
-            }
+        char what[48];
+        char *keep_pre = ts_env_aside("TSC_LIN_PRE");
+        for (int pre = 0; pre < 2 && !ts_test_failed(); pre++) {
+            setenv("TSC_LIN_PRE", pre ? "1" : "0", 1);
+            snprintf(what, sizeof what, "weights %zu%s", v, pre ? ", TSC_LIN_PRE=1" : "");
+            for (int k = 0; k < 5 && !ts_test_failed(); k++)
+                for (int mode = 0; mode < 3 && !ts_test_failed(); mode++) fz_case(c, wl, ns[k], mode, &d, bar, what);
+        }
+        unsetenv("TSC_LIN_PRE");
+        ts_env_back("TSC_LIN_PRE", keep_pre);
+        if (ts_test_failed()) return;
         fz_free(c, &d);
         tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);
         free_hw(&h), free_hw(&h2);

@@ -94,6 +94,7 @@ struct lin_args {
     float *x_out, *y_out;
     unsigned *bar;
     int rows1; /* NORM: norm_stage_rows1 where it takes the rows (TSC_NORM_ROWS1=0: norm_stage_row a row at a time) */
+    int pre;   /* NORM: each warp's first step of weights loaded before the PDL wait (TSC_LIN_PRE=1, k_linear) */
 };
 
 template <int FMT> struct fmt_t;
@@ -357,6 +358,41 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
             }
         }
     }
+    /* NORM with a.pre: each warp's first step of weights (its first virtual
+     * block's rows, its first column slice: R x 16 bytes a lane) loaded
+     * before the wait, as the norm weights are. Why: this form is the MoE
+     * router's (a bf16 router staging the layer's norm, one step a warp at
+     * the 35B-A3B's 256 x 2048: ks 8, 65 blocks), whose weights were read
+     * only after the wait, the staging and its two barriers, so each block
+     * paid an HBM round trip after its x's L2 round trip: ~3.2 us a block
+     * for 16 KB (s38-run1's engine trace, H100). The same words, the same
+     * arithmetic: the same bits. Written in session 44; opt-in until
+     * measured (addnorm_plain). */
+    uint4 pw[R];
+    bool pre = false;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t step_cols = 32 * V, nsteps = (a.cols + step_cols - 1) / step_cols;
+    const int64_t bpc = FMT == FMT_Q4 ? 2 : FMT == FMT_Q8 ? 1 : FMT == FMT_F32 ? -4 : -2; /* >0: cols per byte */
+    if constexpr (NORM) {
+        if (a.pre && (int)blockIdx.x < a.nvb) {
+            const int vb = blockIdx.x;
+            int wi = 0;
+            while (wi + 1 < a.nw && vb >= a.w[wi + 1].blk0) wi++;
+            const lin_w &w = a.w[wi];
+            const int ks = w.ks, rg = warp / ks, sl = warp % ks;
+            const int64_t r0 = ((int64_t)(vb - w.blk0) * (WARPS / ks) + rg) * R;
+            const int c = sl * (int)step_cols + lane * V;
+            if (sl < (int)nsteps && c < (int)a.cols) {
+                const int cb = bpc > 0 ? c / (int)bpc : c * (int)-bpc;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int64_t rr = r0 + r < w.rows ? r0 + r : w.rows - 1;
+                    pw[r] = __ldg((const uint4 *)(w.data + rr * a.pitch + cb));
+                }
+                pre = true;
+            }
+        }
+    }
     TSC_PDL_ENTRY();
     if constexpr (NORM) {
         if (NR > 1 && a.rows1 && a.cols <= 8 * WARPS * 32) { /* (uniform: the shape) */
@@ -377,9 +413,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
         }
         __syncthreads();
     }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t step_cols = 32 * V, nsteps = (a.cols + step_cols - 1) / step_cols;
-    const int64_t bpc = FMT == FMT_Q4 ? 2 : FMT == FMT_Q8 ? 1 : FMT == FMT_F32 ? -4 : -2; /* >0: cols per byte */
     const int64_t ng = (FMT == FMT_Q4 || FMT == FMT_Q8) ? a.cols / a.group : 0;
     /* virtual blocks (a fixed map from rows to work, whatever block runs it) */
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
@@ -409,8 +442,14 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
                 uint4 wv[R];
                 float sc[R], bi[R];
                 const int cb = bpc > 0 ? c / (int)bpc : c * (int)-bpc;
+                if (NORM && pre) { /* this warp's first step (vb == blockIdx.x, st == sl): loaded before the wait */
 #pragma unroll
-                for (int r = 0; r < R; r++) wv[r] = __ldg((const uint4 *)(w.data + rr[r] * a.pitch + cb));
+                    for (int r = 0; r < R; r++) wv[r] = pw[r];
+                    pre = false;
+                } else {
+#pragma unroll
+                    for (int r = 0; r < R; r++) wv[r] = __ldg((const uint4 *)(w.data + rr[r] * a.pitch + cb));
+                }
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     if constexpr (FMT == FMT_Q4 || FMT == FMT_Q8) {
@@ -598,6 +637,8 @@ static void addnorm_plain(tsc_ctx *c, const tsc_weight *const *w, int nw, const 
     a.normw = norm_w, a.eps = eps, a.bar = c->bar;
     const char *r1 = getenv("TSC_NORM_ROWS1"); /* a benchmark switch: the same bits either way */
     a.rows1 = !(r1 && !strcmp(r1, "0"));
+    const char *pr = getenv("TSC_LIN_PRE"); /* k_linear's early weights: opt-in until measured, the same bits */
+    a.pre = pr && !strcmp(pr, "1");
     for (int i0 = 0; i0 < n; i0 += 4) {
         const int64_t o = (int64_t)i0 * a.cols;
         a.add = add ? add + o : NULL;
