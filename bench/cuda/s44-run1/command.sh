@@ -27,5 +27,5 @@ VN=(d); VE=(X=0)
 ab 9b $S/9b 1 --prompt 512 --gen 128 --runs 2
 prof route 'k_moe_route_dg' 16 2 $S/35b8
 prof router 'k_linear' 40 2 $S/35b8
-TSC_LIN_PRE=1 timeout 150 compute-sanitizer --tool memcheck $B/turbospark bench --backend cuda -m $S/35b8 --prompt 32 --gen 24 --runs 1 --spec mtp --draft 3 --accept 0.8,0.6,0.5 > $O/cs_mem.log 2>&1; tl "memcheck 35b8 mtp $?"
+TSC_LIN_PRE=1 timeout 90 compute-sanitizer --tool memcheck $B/turbospark bench --backend cuda -m $S/35b8 --prompt 16 --gen 12 --runs 1 --spec mtp --draft 3 --accept 0.8,0.6,0.5 > $O/cs_mem.log 2>&1; tl "memcheck 35b8 mtp $?"
 device_end
