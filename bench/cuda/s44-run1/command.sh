@@ -11,18 +11,19 @@
 #    (~0.7-1 us) of it after the norm's staging; loaded before the wait, -0.7..-1 us a MoE layer, +1..2% decode;
 # 3. ncu of the route launch (k_moe_route_dg) and the router's launch (k_linear): no prediction, measurements for the
 #    next change;
+# (the order: what matters most first, should the call be cut short)
 # 4. memcheck over a short 35B-A3B-8L MTP run: the route launch's digits at 1 row (decode) and 4 (verify), with the
 #    router's early weights.
 PACK=.gpu/s44c/pack.tar.xz . bench/cuda/device_env.sh
 timeout 120 $B/ts_test cuda_engine.moe_down_digits_once_same_bits cuda_engine.moe_shgu_one_launch_fewer_and_exact > $O/t_moe.log 2>&1; tl "moe tests $?"
 timeout 60 $B/ts_test cuda.addnorm_plain_same_bits > $O/t_addnorm.log 2>&1; tl "addnorm $?"
-TSC_LIN_PRE=1 timeout 100 $B/ts_test cuda_engine.spec_greedy_exact_fixtures cuda_engine.parity_every_fixture_and_the_default_model > $O/t_engine_lp.log 2>&1; tl "engine lp $?"
-timeout 150 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "cuda_engine $?"
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 synth_shape 9b shapes/qwen3.5-9B.json
 VN=(d g0 lp); VE=(X=0 TSC_MOE_GUDIG=0 TSC_LIN_PRE=1)
 ab 35b8 $S/35b8 2 --prompt 512 --gen 128 --runs 2
 ab 35b8_mtp3 $S/35b8 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
+timeout 150 $B/ts_test cuda_engine > $O/t_engine.log 2>&1; tl "cuda_engine $?"
+TSC_LIN_PRE=1 timeout 100 $B/ts_test cuda_engine.spec_greedy_exact_fixtures cuda_engine.parity_every_fixture_and_the_default_model > $O/t_engine_lp.log 2>&1; tl "engine lp $?"
 VN=(d); VE=(X=0)
 ab 9b $S/9b 1 --prompt 512 --gen 128 --runs 2
 prof route 'k_moe_route_dg' 16 2 $S/35b8
