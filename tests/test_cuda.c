@@ -2184,15 +2184,14 @@ TS_TEST(cuda, addnorm_plain_same_bits) {
         CHECK(!tsc_linear_addnorm_plain_takes(&dw, d.g + 1, d.u, d.nw)); /* a row not 16-byte aligned */
         static const int ns[] = {1, 3, 4, 5, 16};
         char what[48];
-        char *keep_pre = ts_env_aside("TSC_LIN_PRE");
+        char *keep_pre = ts_env_push("TSC_LIN_PRE", NULL);
         for (int pre = 0; pre < 2 && !ts_test_failed(); pre++) {
             setenv("TSC_LIN_PRE", pre ? "1" : "0", 1);
             snprintf(what, sizeof what, "weights %zu%s", v, pre ? ", TSC_LIN_PRE=1" : "");
             for (int k = 0; k < 5 && !ts_test_failed(); k++)
                 for (int mode = 0; mode < 3 && !ts_test_failed(); mode++) fz_case(c, wl, ns[k], mode, &d, bar, what);
         }
-        unsetenv("TSC_LIN_PRE");
-        ts_env_back("TSC_LIN_PRE", keep_pre);
+        ts_env_pop("TSC_LIN_PRE", keep_pre);
         if (ts_test_failed()) return;
         fz_free(c, &d);
         tsc_weight_free(c, &dw), tsc_weight_free(c, &dw2);

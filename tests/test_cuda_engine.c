@@ -2322,23 +2322,6 @@ TS_TEST(cuda_engine, expert_cache_errors) {
     CHECK_MSG(dev_used() == d0, "device bytes after close: %zu, before: %zu", dev_used(), d0);
 }
 
-/* name set to val (NULL: unset) until env_pop, which gives it back the
- * value it had: a test of one form leaves a caller's switches as it found
- * them (s43-run3: a test that unset TSC_MOE_DIG ran the tests after it
- * without the form the whole group was run under) */
-static char *env_push(const char *name, const char *val) {
-    const char *o = getenv(name);
-    char *keep = o ? strdup(o) : NULL;
-    if (val) setenv(name, val, 1);
-    else unsetenv(name);
-    return keep;
-}
-static void env_pop(const char *name, char *keep) {
-    if (keep) setenv(name, keep, 1);
-    else unsetenv(name);
-    free(keep);
-}
-
 /* The MoE layer's short form (backend.cu's moe_shgu_on, the default: the
  * router stages its input norm, the shared expert's gate/up rows ride the
  * routed gate/up launch) on the 35B-A3B's MoE widths, where it is taken:
@@ -2349,7 +2332,7 @@ static void env_pop(const char *name, char *keep) {
  * U = 1 (the default) and U = 2 (TSC_MOE_SHGU=1: the same bits, the same
  * tokens). */
 static int form_kernels(const char *dir, const char *name, const char *env, collect *c) { /* env: name's value, NULL unset */
-    char *keep = env_push(name, env);
+    char *keep = ts_env_push(name, env);
     ts_engine *e = NULL;
     ts_error err = {0};
     int gk = -1;
@@ -2370,7 +2353,7 @@ static int form_kernels(const char *dir, const char *name, const char *env, coll
         }
         ts_engine_close(e);
     }
-    env_pop(name, keep);
+    ts_env_pop(name, keep);
     return gk;
 }
 static int shgu_kernels(const char *dir, const char *env, collect *c) { return form_kernels(dir, "TSC_MOE_SHGU", env, c); }
@@ -2405,9 +2388,9 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
      * form's down takes it (its shared hidden rows lie beside the routed
      * ones) and the other form's does not, which would hide the launch
      * this form saves (s43-run3: 24 kernels both ways) */
-    char *dig = env_push("TSC_MOE_DIG", "0");
+    char *dig = ts_env_push("TSC_MOE_DIG", "0");
     const int k0 = shgu_kernels(dir, "0", &c0), k1 = shgu_kernels(dir, NULL, &c1), k2 = shgu_kernels(dir, "1", &c2);
-    env_pop("TSC_MOE_DIG", dig);
+    ts_env_pop("TSC_MOE_DIG", dig);
     fprintf(stderr, "  wide-moe INT4 decode graph (TSC_MOE_DIG=0): %d kernels with TSC_MOE_SHGU=0, %d by default, %d at U = 2\n",
             k0, k1, k2);
     CHECK_MSG(k0 > 0 && k1 == k0 - 2 && k2 == k1, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
@@ -2418,9 +2401,9 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
     CHECK_MSG(rc == 0, "wide-moe INT4: %s", why);
     if (rc == 0) parity_report("wide-moe short", "INT4", dir, &pr);
     shgu_spec_exact(dir, "default");
-    char *shgu = env_push("TSC_MOE_SHGU", "1");
+    char *shgu = ts_env_push("TSC_MOE_SHGU", "1");
     shgu_spec_exact(dir, "TSC_MOE_SHGU=1");
-    env_pop("TSC_MOE_SHGU", shgu);
+    ts_env_pop("TSC_MOE_SHGU", shgu);
 }
 
 /* The routed down's digits made once by a launch of their own (q4dp.cu's
@@ -2437,7 +2420,7 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
  * whatever fails. */
 static void dig_same(const char *dir, const char *name, const char *val, const xs_out *ref, int np, const int32_t *prompt,
                      int chunk, int spec) {
-    char *keep = env_push("TSC_MOE_DIG", NULL), *keep2 = env_push("TSC_MOE_GUDIG", NULL);
+    char *keep = ts_env_push("TSC_MOE_DIG", NULL), *keep2 = ts_env_push("TSC_MOE_GUDIG", NULL);
     if (name) setenv(name, val, 1);
     ts_error err = {0};
     ts_engine *e = NULL;
@@ -2458,8 +2441,8 @@ static void dig_same(const char *dir, const char *name, const char *val, const x
         ts_engine_close(e);
     }
     free(o.logits);
-    env_pop("TSC_MOE_GUDIG", keep2);
-    env_pop("TSC_MOE_DIG", keep);
+    ts_env_pop("TSC_MOE_GUDIG", keep2);
+    ts_env_pop("TSC_MOE_DIG", keep);
 }
 
 TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
@@ -2467,9 +2450,9 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
     char dir[512];
     if (wide_moe_model(dir, sizeof dir)) return;
     collect c0, c1, c2;
-    char *gk = env_push("TSC_MOE_GUDIG", "0");
+    char *gk = ts_env_push("TSC_MOE_GUDIG", "0");
     const int k0 = form_kernels(dir, "TSC_MOE_DIG", "0", &c0);
-    env_pop("TSC_MOE_GUDIG", gk);
+    ts_env_pop("TSC_MOE_GUDIG", gk);
     const int k1 = form_kernels(dir, "TSC_MOE_DIG", NULL, &c1);
     const int k2 = form_kernels(dir, "TSC_MOE_GUDIG", "2", &c2);
     fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with both digits forms off, %d by default, %d with TSC_MOE_GUDIG=2\n",
@@ -2488,14 +2471,14 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
             xs_out ref = {0};
             ts_error err = {0};
             ts_engine *e = NULL;
-            char *keep = env_push("TSC_MOE_DIG", "0"), *keep2 = env_push("TSC_MOE_GUDIG", "0");
+            char *keep = ts_env_push("TSC_MOE_DIG", "0"), *keep2 = ts_env_push("TSC_MOE_GUDIG", "0");
             EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s", err.msg);
             if (e) {
                 EXPECT_MSG(xs_run(e, prompt, NP, chunks[ci], 24, spec, &ref, &err) == 0, "%s", err.msg);
                 ts_engine_close(e);
             }
-            env_pop("TSC_MOE_GUDIG", keep2);
-            env_pop("TSC_MOE_DIG", keep);
+            ts_env_pop("TSC_MOE_GUDIG", keep2);
+            ts_env_pop("TSC_MOE_DIG", keep);
             if (!ts_test_failed()) dig_same(dir, NULL, NULL, &ref, NP, prompt, chunks[ci], spec);
             if (!ts_test_failed()) dig_same(dir, "TSC_MOE_GUDIG", "0", &ref, NP, prompt, chunks[ci], spec);
             if (!ts_test_failed()) dig_same(dir, "TSC_MOE_GUDIG", "2", &ref, NP, prompt, chunks[ci], spec);

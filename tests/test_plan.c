@@ -22,7 +22,7 @@
 #include "ts_test.h"
 
 /* Tests whose arithmetic assumes the default buffers run with TS_AHEAD set
- * aside (ts_env_aside): run-ahead is off on the CPU unless TS_AHEAD=1
+ * aside (ts_env_push): run-ahead is off on the CPU unless TS_AHEAD=1
  * forces it, and its buffers are checked where they are asked for (ahead =
  * 1 in a session's parameters; tests/test_ahead.c), so the suite passes
  * under TS_AHEAD=1 too. */
@@ -105,9 +105,9 @@ static int check_one(const char *dir, cfg c, ts_mem_plan *out) {
 
 static void equals_allocations_body(void);
 TS_TEST(plan, equals_allocations) {
-    char *keep = ts_env_aside("TS_AHEAD");
+    char *keep = ts_env_push("TS_AHEAD", NULL);
     equals_allocations_body();
-    ts_env_back("TS_AHEAD", keep);
+    ts_env_pop("TS_AHEAD", keep);
 }
 static void equals_allocations_body(void) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
@@ -459,9 +459,9 @@ static void off_subset_of_on(const ts_mem_plan *off, const ts_mem_plan *on, cons
 
 static void options_off_add_nothing_body(void);
 TS_TEST(plan, options_off_add_nothing) {
-    char *keep = ts_env_aside("TS_AHEAD");
+    char *keep = ts_env_push("TS_AHEAD", NULL);
     options_off_add_nothing_body();
-    ts_env_back("TS_AHEAD", keep);
+    ts_env_pop("TS_AHEAD", keep);
 }
 static void options_off_add_nothing_body(void) {
     static const char *fx[] = {"tests/fixtures/tiny-dense", "tests/fixtures/tiny-moe"};
@@ -550,9 +550,9 @@ static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const
 
 static void frozen_shapes_body(void);
 TS_TEST(plan, frozen_shapes) {
-    char *keep = ts_env_aside("TS_AHEAD");
+    char *keep = ts_env_push("TS_AHEAD", NULL);
     frozen_shapes_body();
-    ts_env_back("TS_AHEAD", keep);
+    ts_env_pop("TS_AHEAD", keep);
 }
 static void frozen_shapes_body(void) {
     char *names[64];

@@ -28,7 +28,7 @@
 #include "ts_test.h"
 
 /* Tests whose arithmetic assumes the default buffers run with TS_AHEAD set
- * aside (ts_env_aside): run-ahead is off on the CPU unless TS_AHEAD=1
+ * aside (ts_env_push): run-ahead is off on the CPU unless TS_AHEAD=1
  * forces it, and its buffers are checked where they are asked for (ahead =
  * 1 in a session's parameters; tests/test_ahead.c), so the suite passes
  * under TS_AHEAD=1 too. */
@@ -432,9 +432,9 @@ TS_TEST(shard, kv_replication) {
  * shard.shapes_partition; planning the large ones live costs seconds). */
 static void one_gpu_is_the_plan_body(void);
 TS_TEST(shard, one_gpu_is_the_plan) {
-    char *keep = ts_env_aside("TS_AHEAD");
+    char *keep = ts_env_push("TS_AHEAD", NULL);
     one_gpu_is_the_plan_body();
-    ts_env_back("TS_AHEAD", keep);
+    ts_env_pop("TS_AHEAD", keep);
 }
 static void one_gpu_is_the_plan_body(void) {
     static const char *shapes[] = {"shapes/qwen3.5-0.8B.json", "shapes/qwen3.5-35B-A3B.json"};

@@ -59,17 +59,23 @@ static inline ts_engine *ts_test_open_cpu(const char *dir) {
     return e;
 }
 
-/* An environment variable set aside while a test runs (its value, or NULL
- * when it was unset), and put back: ts_env_back frees what ts_env_aside
- * returned. For tests whose expectations assume a switch's default. */
-static inline char *ts_env_aside(const char *name) {
+/* An environment variable set to val (NULL: unset) while a test runs, and
+ * given back the value it had (its copy, or NULL when it was unset, which
+ * ts_env_pop frees): a test leaves a caller's switches as it found them,
+ * and one whose expectations assume a switch's default pushes NULL.
+ * (s43-run3: a test that unset TSC_MOE_DIG ran the tests after it without
+ * the form the whole group was run under.) */
+static inline char *ts_env_push(const char *name, const char *val) {
     const char *v = getenv(name);
     char *keep = v ? strdup(v) : NULL;
-    unsetenv(name);
+    if (val) setenv(name, val, 1);
+    else unsetenv(name);
     return keep;
 }
-static inline void ts_env_back(const char *name, char *keep) {
-    if (keep) setenv(name, keep, 1), free(keep);
+static inline void ts_env_pop(const char *name, char *keep) {
+    if (keep) setenv(name, keep, 1);
+    else unsetenv(name);
+    free(keep);
 }
 
 #define CHECK(cond)                                                           \

@@ -2205,17 +2205,18 @@ bool moe_shgu_on() { return !env_is0("TSC_MOE_SHGU"); }
 /* The gate/up's digits made by the route launch (tsc_moe_route_digits,
  * misc.cu's k_moe_route_dg), the default; TSC_MOE_GUDIG=0 the gate/up
  * stages them in each of its blocks. Measured (s43-run4, run in session 44
- * on an H100, three rounds interleaved): 35B-A3B-8L decode 2,183 -> 2,229 tok/s (+2.1%; predicted
- * +2..3%), the 40-layer 35B-A3B 548.0 -> 561.8 (+2.5%), MTP 3 at forced
- * acceptance 2,445 -> 2,495 (verify 0.843 -> 0.823 ms a block), output
- * identical. Taken where one pass holds the block's rows (per == nr below:
- * a pass the scratch splits keeps the in-block staging). 2: as the
- * default, and an error where a pass that holds its rows cannot take it
- * (the engine test's proof that the form ran). Read at every op. */
+ * on an H100, three rounds interleaved): 35B-A3B-8L decode 2,183 -> 2,229
+ * tok/s (+2.1%; predicted +2..3%), the 40-layer 35B-A3B 548.0 -> 561.8
+ * (+2.5%), MTP 3 at forced acceptance 2,445 -> 2,495 (verify 0.843 ->
+ * 0.823 ms a block), output identical. Taken where one pass holds the
+ * block's rows (per == nr below: a pass the scratch splits keeps the
+ * in-block staging). 2: as the default, and an error where a pass that
+ * holds its rows cannot take it (the engine test's proof that the form
+ * ran). Read at every op, as env_is0's other switches. */
 static int moe_gudig_on() {
+    if (env_is0("TSC_MOE_GUDIG")) return 0;
     const char *e = getenv("TSC_MOE_GUDIG");
-    if (!e || !*e) return 1;
-    return (e[0] == '0' || e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 1;
+    return e && e[0] == '2' ? 2 : 1;
 }
 
 /* One block's (nr <= RB rows) router product and routes into r_ids /
