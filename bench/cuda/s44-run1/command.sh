@@ -1,5 +1,5 @@
 #!/bin/bash
-# session 44, device call 1 (pack s44c: the build of the commit that last changed this file; the trace build did not
+# session 44, device call 1 (pack s45a: the build of the commit that last changed this file; the trace build did not
 # fit beside the tree and the test binary, 72 MB of 64 MiB: it goes in a call of its own):
 # 1. the two MoE engine tests as mended (s43-run4's failures: TSC_MOE_GUDIG=2 erred at passes the scratch splits, and
 #    a returning check left it set), k_linear's NORM form with and without its early weights (TSC_LIN_PRE=1,
@@ -14,7 +14,7 @@
 # (the order: what matters most first, should the call be cut short)
 # 4. memcheck over a short 35B-A3B-8L MTP run: the route launch's digits at 1 row (decode) and 4 (verify), with the
 #    router's early weights.
-PACK=.gpu/s44c/pack.tar.xz . bench/cuda/device_env.sh
+PACK=.gpu/s45a/pack.tar.xz . bench/cuda/device_env.sh
 timeout 120 $B/ts_test cuda_engine.moe_down_digits_once_same_bits cuda_engine.moe_shgu_one_launch_fewer_and_exact > $O/t_moe.log 2>&1; tl "moe tests $?"
 timeout 60 $B/ts_test cuda.addnorm_plain_same_bits > $O/t_addnorm.log 2>&1; tl "addnorm $?"
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
