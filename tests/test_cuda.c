@@ -369,6 +369,79 @@ TS_TEST(cuda, linear_many_same_bits) {
     tsc_close(c);
 }
 
+/* k_q4dp's deep L2 prefetch before its PDL wait (TSC_Q4DP_PFD=n, q4dp.cu's
+ * pf_deep) moves no value: plain and normed (the norm staged in the
+ * blocks: N1) products of 1 and 4 rows give the bits of the default
+ * prefetch at several depths, on shapes with one and with several virtual
+ * blocks a persistent block, f32 and bf16 scales; fresh random inputs. */
+TS_TEST(cuda, q4dp_prefetch_same_bits) {
+    OPEN(c);
+    void *dgs = tsc_alloc(c, tsc_digits_ws_bytes());
+    tsc_set_digits(c, dgs, tsc_digits_ws_bytes());
+    unsigned *bar = tsc_alloc(c, 256);
+    const unsigned zero[64] = {0};
+    tsc_write(c, bar, zero, sizeof zero);
+    tsc_set_barrier(c, bar);
+    static const struct { int64_t rows, cols; ts_dtype sdt; } S[] = {
+        {12352, 2048, TS_DTYPE_BF16}, {300, 4096, TS_DTYPE_F32}, {77, 1024, TS_DTYPE_BF16}};
+    static const int depth[] = {1, 3, 64};
+    char *keep = ts_env_push("TSC_Q4DP_PFD", NULL);
+    for (size_t si = 0; si < sizeof S / sizeof S[0] && !ts_test_failed(); si++) {
+        const int64_t rows = S[si].rows, cols = S[si].cols;
+        const int N = 4;
+        hw h;
+        make_w(&h, TS_DTYPE_U32, 4, 64, S[si].sdt, rows, cols);
+        tsc_weight hd = desc(&h.w), dw;
+        hd.act_digits = 1;
+        ts_error e;
+        setenv("TSC_Q4T", "0", 1);
+        CHECK_MSG(tsc_weight_upload(c, &hd, &dw, &e) == 0, "%s", e.msg);
+        unsetenv("TSC_Q4T");
+        if (ts_test_failed()) break;
+        float *x = malloc(sizeof(float) * N * cols), *add = malloc(sizeof(float) * N * cols), *nw = malloc(sizeof(float) * cols);
+        frand(x, (size_t)N * cols, 1.0f), frand(add, (size_t)N * cols, 0.5f), frand(nw, (size_t)cols, 1.0f);
+        float *dx = up(c, x, sizeof(float) * N * cols), *dadd = up(c, add, sizeof(float) * N * cols);
+        float *dnw = up(c, nw, sizeof(float) * cols), *dxo = tsc_alloc(c, sizeof(float) * N * cols);
+        float *du = tsc_alloc(c, sizeof(float) * N * cols);
+        float *dy[2], *ref[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [normed][rows 1 / N] */
+        for (int k = 0; k < 2; k++) dy[k] = tsc_alloc(c, sizeof(float) * N * rows);
+        const tsc_weight *wl[1] = {&dw};
+        for (int d = -1; d < (int)(sizeof depth / sizeof depth[0]) && !ts_test_failed(); d++) {
+            char v[8];
+            snprintf(v, sizeof v, "%d", d < 0 ? 0 : depth[d]);
+            setenv("TSC_Q4DP_PFD", v, 1);
+            for (int nm = 0; nm < 2; nm++)
+                for (int k = 0; k < 2; k++) {
+                    const int n = k ? N : 1;
+                    tsc_fill(c, dy[k], NAN, (size_t)N * rows);
+                    if (nm) tsc_linear_addnorm(c, wl, 1, dx, dadd, dnw, 1e-6f, dxo, du, &dy[k], n);
+                    else tsc_linear(c, wl, 1, dx, &dy[k], n);
+                    SYNC_OK(c);
+                    float *y = down(c, dy[k], (size_t)n * rows);
+                    if (d < 0) ref[nm][k] = y;
+                    else {
+                        CHECK_MSG(!memcmp(y, ref[nm][k], sizeof(float) * n * rows),
+                                  "%lldx%lld %s, %d rows: TSC_Q4DP_PFD=%s differs from the default prefetch",
+                                  (long long)rows, (long long)cols, nm ? "normed" : "plain", n, v);
+                        free(y);
+                    }
+                }
+        }
+        for (int nm = 0; nm < 2; nm++) free(ref[nm][0]), free(ref[nm][1]);
+        for (int k = 0; k < 2; k++) tsc_free(c, dy[k]);
+        tsc_free(c, dx), tsc_free(c, dadd), tsc_free(c, dnw), tsc_free(c, dxo), tsc_free(c, du);
+        free(x), free(add), free(nw);
+        tsc_weight_free(c, &dw);
+        free_hw(&h);
+    }
+    ts_env_pop("TSC_Q4DP_PFD", keep);
+    tsc_set_digits(c, NULL, 0);
+    tsc_set_barrier(c, NULL);
+    tsc_free(c, dgs), tsc_free(c, bar);
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
+}
+
 /* x's rows rounded to bf16 (the prompt products' staging) */
 static void bf16_rows(const float *x, float *xb, size_t n) {
     for (size_t i = 0; i < n; i++) xb[i] = ts_bf16_to_f32(ts_f32_to_bf16(x[i]));
@@ -2159,7 +2232,7 @@ static void fz_case(tsc_ctx *c, const tsc_weight *const *wl, int n, int mode, co
  * each staging and writing its own rows), fresh random inputs each. The
  * counter is back at 0 after each call; 4128 columns are refused by the
  * form (tsc_linear_addnorm_plain_takes). Each case with the first step of
- * weights loaded before the PDL wait (TSC_LIN_PRE=1) and without. */
+ * weights loaded before the PDL wait (the default) and after it (TSC_LIN_PRE=0). */
 TS_TEST(cuda, addnorm_plain_same_bits) {
     OPEN(c);
     unsigned *bar = tsc_alloc(c, 256);

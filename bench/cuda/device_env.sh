@@ -14,7 +14,12 @@ export LD_LIBRARY_PATH=$B/lib TS_BIN=$B/turbospark NCCL_NVLS_ENABLE=0 TORCH_SYMM
 S=/tmp/syn; mkdir -p $S
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv > "$O/smi.txt" 2>&1
 synth_shape() { [ -d "$S/$1" ] || $B/turbospark synth --shape "$2" --out "$S/$1" --bits 4 --quiet; tl "synth $1 $?"; }
-bj() { local n=$1 ev=$2 m=$3; shift 3; env $ev $B/turbospark bench --backend cuda -m "$m" --json "$@" > "$O/e_$n.json" 2>>"$O/e_err.log"; tl "e_$n rc $?"; }
+# (an ENV holding the word REF=1 runs $B/turbospark_ref, pack.sh's reference build, for an A/B of two builds)
+bj() {
+  local n=$1 ev=$2 m=$3 exe=turbospark; shift 3
+  case " $ev " in *" REF=1 "*) exe=turbospark_ref ;; esac
+  env $ev $B/$exe bench --backend cuda -m "$m" --json "$@" > "$O/e_$n.json" 2>>"$O/e_err.log"; tl "e_$n rc $?"
+}
 # ab NAME MODEL ROUNDS [bench args]: bj NAME_V_R for ROUNDS rounds (R = a, b, ...) and, inside each round, every
 # variant V of the caller's arrays VN (names) and VE (environments; X=0 for none), interleaved, so that an A/B of a
 # call is one line: VN=(d new); VE=(X=0 "TSC_A=1 TSC_B=1"); ab 9b $S/9b 2 --prompt 512 --gen 128 --runs 2

@@ -94,7 +94,7 @@ struct lin_args {
     float *x_out, *y_out;
     unsigned *bar;
     int rows1; /* NORM: norm_stage_rows1 where it takes the rows (TSC_NORM_ROWS1=0: norm_stage_row a row at a time) */
-    int pre;   /* NORM: each warp's first step of weights loaded before the PDL wait (TSC_LIN_PRE=1, k_linear) */
+    int pre;   /* NORM: each warp's first step of weights loaded before the PDL wait (k_linear; TSC_LIN_PRE=0 off) */
 };
 
 template <int FMT> struct fmt_t;
@@ -366,8 +366,13 @@ __global__ void __launch_bounds__(WARPS * 32) k_linear(const __grid_constant__ l
      * only after the wait, the staging and its two barriers, so each block
      * paid an HBM round trip after its x's L2 round trip: ~3.2 us a block
      * for 16 KB (s38-run1's engine trace, H100). The same words, the same
-     * arithmetic: the same bits. Written in session 44; opt-in until
-     * measured (addnorm_plain). */
+     * arithmetic: the same bits. Predicted +1..2% on the 35B-A3B-8L;
+     * measured (s44-run1, H100, two rounds each, interleaved) 2,244-2,251
+     * -> 2,256 tok/s (+0.4%), MTP 3's verify 0.826 -> 0.823 ms: a third of
+     * the prediction (the trace of s44-run2: the router's median block
+     * 3.1-3.4 -> 2.5-2.8 us, its span less so: the launch's last blocks
+     * wait on the norm's staging either way). The default since session 45
+     * (TSC_LIN_PRE=0: after the wait, as before; addnorm_plain). */
     uint4 pw[R];
     bool pre = false;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -637,8 +642,8 @@ static void addnorm_plain(tsc_ctx *c, const tsc_weight *const *w, int nw, const 
     a.normw = norm_w, a.eps = eps, a.bar = c->bar;
     const char *r1 = getenv("TSC_NORM_ROWS1"); /* a benchmark switch: the same bits either way */
     a.rows1 = !(r1 && !strcmp(r1, "0"));
-    const char *pr = getenv("TSC_LIN_PRE"); /* k_linear's early weights: opt-in until measured, the same bits */
-    a.pre = pr && !strcmp(pr, "1");
+    const char *pr = getenv("TSC_LIN_PRE"); /* k_linear's early weights (0: off), the same bits either way */
+    a.pre = !(pr && !strcmp(pr, "0"));
     for (int i0 = 0; i0 < n; i0 += 4) {
         const int64_t o = (int64_t)i0 * a.cols;
         a.add = add ? add + o : NULL;
