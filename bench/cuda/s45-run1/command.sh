@@ -1,12 +1,12 @@
 #!/bin/bash
-# session 45, device call 1 (pack s45b: the build of the commit that last changed this file, and as turbospark_ref
-# the build of 4d85664 (HEAD at the session's start), for an A/B of the two builds in one call):
+# session 45, device call 1 (pack s45b: PACK_MAIN="turbospark ts_test", the build of the commit that last changed
+# this file; a reference build of 4d85664 beside them made 84 MB with the tree, over 64 MiB, so the A/B is of
+# switches in one binary):
 # 1. tests: the deep-prefetch test (cuda.q4dp_prefetch_same_bits), the router's norm form with its early weights now
 #    the default (cuda.addnorm_plain_same_bits runs both ways), the engine group at the new defaults, and its parity
 #    and drafting tests under TSC_Q4DP_PFD=8;
 # 2. k_q4dp's deep L2 prefetch before its PDL wait (TSC_Q4DP_PFD=n steps a warp, q4dp.cu's pf_deep) at 2 / 4 / 8,
-#    against the default and against the reference build (run with TSC_LIN_PRE=1, the new default's router form, so
-#    that ref vs d shows what the new build's default code costs or gains by itself: the same behaviour).
+#    against the default.
 #    Floors (35B-A3B-8L, a GDN layer's in_proj: 14 MB, 4.7 us at the copy rate; measured span 8.1-8.7 us, its blocks
 #    resident ~4 us before their release while the MoE down reads ~5 MB in ~5.4 us). Prediction: in_proj, q/k/v and
 #    o_proj -1.5..-3 us each, 35B-A3B-8L +2..4% at PFD 4-8; the 9B +0..1% (its products mostly follow products).
@@ -15,7 +15,7 @@ PACK=.gpu/s45b/pack.tar.xz . bench/cuda/device_env.sh
 timeout 60 $B/ts_test cuda.q4dp_prefetch_same_bits cuda.addnorm_plain_same_bits > $O/t_pf.log 2>&1; tl "pf+addnorm tests $?"
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 synth_shape 9b shapes/qwen3.5-9B.json
-VN=(ref d p2 p4 p8); VE=("REF=1 TSC_LIN_PRE=1" X=0 TSC_Q4DP_PFD=2 TSC_Q4DP_PFD=4 TSC_Q4DP_PFD=8)
+VN=(d p2 p4 p8); VE=(X=0 TSC_Q4DP_PFD=2 TSC_Q4DP_PFD=4 TSC_Q4DP_PFD=8)
 ab 35b8 $S/35b8 2 --prompt 512 --gen 128 --runs 2
 ab 9b $S/9b 2 --prompt 512 --gen 128 --runs 2
 VN=(d p8); VE=(X=0 TSC_Q4DP_PFD=8)
