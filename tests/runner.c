@@ -114,44 +114,36 @@ static void env_note(env_set *s) {
 }
 
 /* "NAME=VALUE" -> its value in s (NULL: absent) */
-static const char *env_find(const env_set *s, const char *name, size_t len) {
+static const char *env_find(const env_set *s, const char *kv) {
+    const size_t len = (size_t)(strchr(kv, '=') - kv);
     for (int i = 0; i < s->n; i++)
-        if (s->v[i] && !strncmp(s->v[i], name, len) && s->v[i][len] == '=') return s->v[i] + len + 1;
+        if (!strncmp(s->v[i], kv, len) && s->v[i][len] == '=') return s->v[i] + len + 1;
     return NULL;
 }
 
-/* puts the switches back as `before` had them; the count of those that differed */
-static int env_restore(env_set *before, const char *test) {
+static void env_free(env_set *s) {
+    for (int i = 0; i < s->n; i++) free(s->v[i]);
+    free(s->v);
+}
+
+/* puts the switches back as `before` had them (and frees it) */
+static void env_restore(env_set *before, const char *test) {
     env_set now;
     env_note(&now);
-    int changed = 0;
-    for (int i = 0; i < now.n; i++) { /* set by the test, or altered */
-        const char *eq = strchr(now.v[i], '=');
-        const size_t len = (size_t)(eq - now.v[i]);
-        const char *was = env_find(before, now.v[i], len);
-        if (was && !strcmp(was, eq + 1)) continue;
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(len < 255 ? len : 255), now.v[i]);
-        fprintf(stderr, "  note: %s left %s %s; put back\n", test, name, was ? "changed" : "set");
-        if (was) setenv(name, was, 1);
-        else unsetenv(name);
-        changed++;
-    }
-    for (int i = 0; i < before->n; i++) { /* unset by the test */
-        const char *eq = strchr(before->v[i], '=');
-        const size_t len = (size_t)(eq - before->v[i]);
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(len < 255 ? len : 255), before->v[i]);
-        if (getenv(name)) continue;
-        fprintf(stderr, "  note: %s left %s unset; put back\n", test, name);
-        setenv(name, eq + 1, 1);
-        changed++;
-    }
-    for (int i = 0; i < now.n; i++) free(now.v[i]);
-    free(now.v);
-    for (int i = 0; i < before->n; i++) free(before->v[i]);
-    free(before->v);
-    return changed;
+    /* what the test set or altered, then what it unset: one pass over each side */
+    const env_set *side[2] = {&now, before};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < side[k]->n; i++) {
+            const char *kv = side[k]->v[i], *was = env_find(before, kv), *is = env_find(&now, kv);
+            if (k ? is != NULL : was && !strcmp(was, is)) continue;
+            char *name = strndup(kv, (size_t)(strchr(kv, '=') - kv));
+            fprintf(stderr, "  note: %s left %s %s; put back\n", test, name, k ? "unset" : was ? "changed" : "set");
+            if (was) setenv(name, was, 1);
+            else unsetenv(name);
+            free(name);
+        }
+    env_free(&now);
+    env_free(before);
 }
 
 static int cmp_entry(const void *a, const void *b) {

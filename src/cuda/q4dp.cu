@@ -986,7 +986,7 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
 }
 
 /* TSC_Q4DP_PFD=n: k_q4dp's deep L2 prefetch (pf_deep), n steps a warp (at
- * most 64); 0 (the default) the first round's lines. Read at each launch
+ * most 64); 0 (the default) the first round's lines. Read at each call
  * (a graph keeps what its capture read), so that a test may compare the
  * depths in one process; the bits are the same at every depth
  * (cuda.q4dp_prefetch_same_bits: prefetches move no value). */
@@ -1413,6 +1413,7 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
         steps += vbs * WARPS * ((((int64_t)cols + 1023) / 1024 + lw.ks - 1) / lw.ks);
     }
     a.nvb = nblk;
+    a.pfd = q4dp_pfd(); /* once a call: the same for each of its passes */
     /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
     const int ur = pick_u((int)(steps / ((int64_t)q4dp_bps() * WARPS * c->n_sm)), nd);
     /* rows per pass: up to 4 (8: rows_per_pass), fewer where the staged
@@ -1426,7 +1427,6 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
          * every weight twice: a 5-row verify of the 9B cost 2.29x a step
          * against 1.46x for 4 rows (cuda_bench, session 22) */
         at_pass(a, w, nw, x, add, u, x_out, y_out, y, i0);
-        a.pfd = q4dp_pfd();
         const int u1 = nr == 1 ? ur : u_rows(); /* several rows: U = 2 needs 154-164 registers (1 block an SM) */
         stage_once(c, a, nr, nd);
         a.as = as_takes(a, w, nw, nd, nr);

@@ -14,6 +14,7 @@
 # (ordered by priority: the budget left for this call was ~365 s, so it may be cut)
 # (cuda.q4dp_prefetch_same_bits mended before this call ever ran: its checks between the switch's push and pop
 # record and go on, EXPECT_MSG, so a failure cannot leave TSC_Q4DP_PFD set for the tests after it; repack s45b)
+# (review mend after it: TSC_Q4DP_PFD read once a q4dp_linear_staged call, not once a pass; host code only)
 PACK=.gpu/s45b/pack.tar.xz . bench/cuda/device_env.sh
 timeout 60 $B/ts_test cuda.q4dp_prefetch_same_bits cuda.addnorm_plain_same_bits > $O/t_pf.log 2>&1; tl "pf+addnorm tests $?"
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
