@@ -166,45 +166,6 @@ __device__ __forceinline__ const dp_w &vb_place(const dp_args &a, int vb, int wa
     return w;
 }
 
-/* The deep form of k_q4dp's L2 prefetch before its PDL wait (TSC_Q4DP_PFD=n,
- * a benchmark switch until measured): a warp starts the lines of its first
- * n steps (R rows x 512 bytes each) towards L2, over its virtual blocks in
- * the order the loop takes them, with each row's scale and bias lines.
- * Why: the default starts only the first round (U steps of the first
- * virtual block). The engine's trace (s44-run2, H100, 35B-A3B-8L) has a
- * GDN layer's in_proj blocks resident ~4 us before their release, while
- * the MoE down before them reads ~5 MB in ~5.4 us (a third of the copy
- * rate): the rest of the rate is idle, and in_proj's 14 MB then stream
- * after the release at ~8.5 us. Floors: in_proj's bytes 4.7 us at the
- * copy rate; what the idle rate could bring in before the release
- * ~2 TB/s x 4-5 us, ~9 MB. Prediction: in_proj and the attention's q/k/v
- * and o_proj -1.5..-3 us each, 35B-A3B-8L +2..4%; the 9B's products
- * mostly follow products that use the rate (in_proj after the down), so
- * +0..1% there (out_proj after the GDN step, the down after its staging).
- * The risk (session 17's ring): the early requests queue ahead of the
- * previous kernel's loads and of this launch's staging. */
-__device__ __forceinline__ void pf_deep(const dp_args &a, int warp, int lane, int pitch, int ng, int nsteps) {
-    int left = a.pfd;
-    const int ssz = a.sdt == TS_DTYPE_F32 ? 4 : 2;
-    for (int vb = blockIdx.x; vb < a.nvb && left > 0; vb += gridDim.x) {
-        int ks, sl;
-        int64_t r0;
-        const dp_w &w = vb_rows(a, vb, warp, ks, sl, r0);
-        for (int st = sl; st < nsteps && left > 0; st += ks, left--) {
-            const int c = st * 1024 + lane * 32;
-            if (c >= a.cols) continue;
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                if (r0 + r < w.rows) {
-                    const int64_t g = (r0 + r) * ng + (c >> a.lg);
-                    prefetch_l2(w.data + (r0 + r) * pitch + c / 2);
-                    prefetch_l2((const uint8_t *)w.scales + g * ssz);
-                    prefetch_l2((const uint8_t *)w.biases + g * ssz);
-                }
-        }
-    }
-}
-
 /* PRE (decode's one-row launches, TSC_Q4DP_PRE=1): a block's first round
  * of weights is loaded into registers before its PDL wait, not just
  * started towards L2. It pays only where the block is resident before the
@@ -243,8 +204,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp(const __grid_constant__ dp_
         if constexpr (PRE) {
             /* the first round's loads themselves (the loop skips them) */
             if (sl < nsteps) load_round<U>(a, w, rp, gb, sl, ks, nsteps, lane, wv, sr, br, ok);
-        } else if (a.pfd > 0) {
-            pf_deep(a, warp, lane, pitch, ng, nsteps);
         } else {
             /* weights do not depend on the previous kernel: start their
              * first lines towards L2 before waiting for it (without: the 9B
@@ -985,16 +944,6 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
     else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, sb, a);
 }
 
-/* TSC_Q4DP_PFD=n: k_q4dp's deep L2 prefetch (pf_deep), n steps a warp (at
- * most 64); 0 (the default) the first round's lines. Read at each call
- * (a graph keeps what its capture read), so that a test may compare the
- * depths in one process; the bits are the same at every depth
- * (cuda.q4dp_prefetch_same_bits: prefetches move no value). */
-int q4dp_pfd(void) {
-    const int v = ks_env("TSC_Q4DP_PFD", 0);
-    return v < 0 || v > 64 ? 0 : v;
-}
-
 /* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before
  * the PDL wait (see k_q4dp; with TSC_Q4DP_BPS=1) */
 int q4dp_pre(void) {
@@ -1413,7 +1362,6 @@ void q4dp_linear_staged(tsc_ctx *c, const tsc_weight *const *w, int nw, int xm, 
         steps += vbs * WARPS * ((((int64_t)cols + 1023) / 1024 + lw.ks - 1) / lw.ks);
     }
     a.nvb = nblk;
-    a.pfd = q4dp_pfd(); /* once a call: the same for each of its passes */
     /* resident warps at 2 blocks an SM (the 1-row kernels' occupancy) */
     const int ur = pick_u((int)(steps / ((int64_t)q4dp_bps() * WARPS * c->n_sm)), nd);
     /* rows per pass: up to 4 (8: rows_per_pass), fewer where the staged

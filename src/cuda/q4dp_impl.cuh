@@ -65,8 +65,6 @@ struct dp_args {
      * made; NULL: each block makes them (see "Digits once") */
     const int4 *dg;
     int as; /* k_q4dp_as's ring depth (weights through a cp.async ring; q4dp.cu), 0: k_q4dp */
-    int pfd; /* k_q4dp: a warp's steps of weights started towards L2 before the PDL wait, over its virtual blocks
-              * (TSC_Q4DP_PFD; 0: the first round's, see k_q4dp) */
 #ifdef TSC_TRACE
     int tid; /* the launch's slot in the trace (q4dp_trace_*) */
 #endif
