@@ -2214,9 +2214,8 @@ bool moe_shgu_on() { return !env_is0("TSC_MOE_SHGU"); }
  * holds its rows cannot take it (the engine test's proof that the form
  * ran). Read at every op, as env_is0's other switches. */
 static int moe_gudig_on() {
-    if (env_is0("TSC_MOE_GUDIG")) return 0;
-    const char *e = getenv("TSC_MOE_GUDIG");
-    return e && e[0] == '2' ? 2 : 1;
+    const char *e = getenv("TSC_MOE_GUDIG"); /* env_is0's reading: a leading '0' is off */
+    return !e ? 1 : e[0] == '0' ? 0 : e[0] == '2' ? 2 : 1;
 }
 
 /* One block's (nr <= RB rows) router product and routes into r_ids /
