@@ -1,12 +1,12 @@
 #!/bin/bash
-# session 47, device call 4 (pack s46a, the build of 8815baf). scripts/gpu_check.sh as mended after s47-run2/3
-# (the spec and DFlash rows read the JSON's last line; sanitizer runs under time limits, a cut run reported as
-# CUT), without the sanitizers (s47-run2/3 ran them): the rows s47-run2's racecheck left unrun when the call's
-# limit cut it (cuda_bench's tables: the Q4T, the MLX dp4a at 8- and 24-bit x, the 9B step at 2..16 rows, the
-# group numerics, the 512-row tensor-core products), and the engine half again, whose spec and DFlash rows were
-# unreadable in s47-run3. Cut down before it ran (435 s of device time left, ~270 s of them a fresh start's):
-# the kernels' half only, 130 s (the table is written row by row, so a cut run still returns what it reached).
+# session 47, device call 4 (pack s46a, the build of 8815baf). The rows of scripts/gpu_check.sh's kernels half
+# that s47-run2 never reached (its racecheck ran until the call's limit) and that have never run since they were
+# written (662670c, f9f5b16: the group numerics' row, the 512-row tensor-core products), run directly with
+# cuda_bench rather than through the script: 435 s of device time were left, ~270 s of them a fresh start's, and
+# the script's kernels half first reruns `ts_test cuda` (~70 s), which s47-run2 has.
 PACK=.gpu/s46a/pack.tar.xz . bench/cuda/device_env.sh
-ln -sfn $B gb
-OUT=$O/gc SANITIZE=0 KERNELS=1 ENGINE=0 timeout 130 scripts/gpu_check.sh gb > $O/gc_all.txt 2>&1; tl "gpu_check $?"
+timeout 40 $B/cuda_bench --shape 9b --mlx --digits 3 > $O/cb_9b_d3.txt 2>&1; tl "cb 9b d3 $?"
+TSC_Q4G=1 timeout 40 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_q4g.txt 2>&1; tl "cb 9b q4g $?"
+timeout 40 $B/cuda_bench --shape 9b --mlx --gemm 512 > $O/cb_9b_gemm512.txt 2>&1; tl "cb 9b gemm512 $?"
+timeout 60 $B/cuda_bench --quick > $O/cb_quick.txt 2>&1; tl "cb quick $?"
 device_end
