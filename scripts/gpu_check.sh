@@ -11,7 +11,7 @@
 #   a path to a shape file works too)  SYN=dir (where the installs go)  SYN_KEEP=0 (delete each after use)
 #   BENCH_KERNELS=0 (skip cuda_bench: the Q4T tables and the dp4a ones, cuda_bench --mlx --digits 1|3)
 #   SANITIZE_KERNELS=0 (no sanitizer on the kernels' group)
-#   SAN_TIMEOUT_KERNELS=300, SAN_TIMEOUT=100 (seconds a sanitizer run may take, the kernels' and the engine's;
+#   SAN_TIMEOUT_KERNELS=300, SAN_TIMEOUT=180 (seconds a sanitizer run may take, the kernels' and the engine's;
 #   a run cut by its limit is reported as CUT with how far it got, not as clean)
 #
 # Run from the repository root (the engine tests read models/default, tests/fixtures, README.md,
@@ -269,17 +269,17 @@ PY
     [ "${SYN_KEEP:-1}" = 1 ] || rm -rf "$d"
   done
   if [ "$SANITIZE" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
+    TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-180} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
       cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.plan_equals_device_allocations_and_close_returns_all \
       cuda.attn_device_pos_big_pieces cuda.gdn_fused_same_bits cuda.attn_pieces_by_row_length cuda.blas_prefill_products \
       cuda.linear_many_same_bits >"$OUT/engine_memcheck.log" 2>&1
     san_row "memcheck (engine parity, quick set; plan; attn device pos, pieces by row; gdn fused; cuBLAS and many-row products)" "$OUT/engine_memcheck.log" $?
-    TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test \
+    TS_CUDA_ENGINE_QUICK=1 timeout ${SAN_TIMEOUT:-180} compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test \
       cuda_engine.parity_every_fixture_and_the_default_model cuda.attn_device_pos_big_pieces cuda.gdn_fused_same_bits \
       cuda.linear_many_same_bits >"$OUT/engine_racecheck.log" 2>&1
     san_row "racecheck (engine parity, quick set; attn device pos; gdn fused)" "$OUT/engine_racecheck.log" $?
     # the routed experts at the 35B-A3B's widths (the wide synthetic MoE alone: its shared-slot down)
-    TS_CUDA_ENGINE_QUICK=3 timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
+    TS_CUDA_ENGINE_QUICK=3 timeout ${SAN_TIMEOUT:-180} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test \
       cuda_engine.parity_every_fixture_and_the_default_model >"$OUT/engine_memcheck_wide.log" 2>&1
     san_row "memcheck (engine parity, the wide synthetic MoE)" "$OUT/engine_memcheck_wide.log" $?
   fi
