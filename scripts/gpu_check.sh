@@ -11,7 +11,8 @@
 #   a path to a shape file works too)  SYN=dir (where the installs go)  SYN_KEEP=0 (delete each after use)
 #   BENCH_KERNELS=0 (skip cuda_bench: the Q4T tables and the dp4a ones, cuda_bench --mlx --digits 1|3)
 #   SANITIZE_KERNELS=0 (no sanitizer on the kernels' group)
-#   SAN_TIMEOUT_KERNELS=300, SAN_TIMEOUT=180 (seconds a sanitizer run may take, the kernels' and the engine's;
+#   SAN_TIMEOUT_KERNELS=900, SAN_TIMEOUT=180 (seconds a sanitizer run may take, the kernels' and the engine's;
+#   on an H100 the kernels' memcheck took ~90 s, their racecheck more than 7 min, the engine's racecheck 140 s;
 #   a run cut by its limit is reported as CUT with how far it got, not as clean)
 #
 # Run from the repository root (the engine tests read models/default, tests/fixtures, README.md,
@@ -90,9 +91,9 @@ san_row() {
   echo "| tests (fused products, TSC_Q4DP_DIG=7) | $(tail -1 "$OUT/tests_dig7.log") (rc $rc) |"
   [ "$rc" = 0 ] || status=1
   if [ "${SANITIZE_KERNELS:-$SANITIZE}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    timeout ${SAN_TIMEOUT_KERNELS:-300} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test cuda >"$OUT/memcheck.log" 2>&1
+    timeout ${SAN_TIMEOUT_KERNELS:-900} compute-sanitizer --tool memcheck --error-exitcode 9 ./"$B"/ts_test cuda >"$OUT/memcheck.log" 2>&1
     san_row "compute-sanitizer memcheck (all cuda tests)" "$OUT/memcheck.log" $?
-    timeout ${SAN_TIMEOUT_KERNELS:-300} compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test cuda.gdn_step_parity_and_row_exact \
+    timeout ${SAN_TIMEOUT_KERNELS:-900} compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test cuda.gdn_step_parity_and_row_exact \
       cuda.attn_short_parity_and_row_exact cuda.moe_route_exact cuda.argmax_exact cuda.norm_silu_parity \
       cuda.linear_parity_and_row_exact cuda.fused_products_q4t cuda.moe_linear_parity_and_row_exact \
       cuda.fused_products_dp4a cuda.topn_matches_cpu_op cuda.block_mask_attention_vs_cpu_backend \
