@@ -1041,11 +1041,16 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
                                   .b = db, .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA,
                                   .dt_bias = ddt, .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws, .dg = dgs,
                                   .dg_group = G};
-                char what[64];
-                snprintf(what, sizeof what, "Hv %d group %d, %d rows", Hv, G, n);
+                char what[80];
                 int ok;
-                digits_taken_by_product(c, dgs, G, n, Vd, dout, dq, gdn_step_maker, &A, what, &ok);
-                if (!ok) { tsc_close(c); return; }
+                /* and without the second cluster barrier (tsc_set_gdn_nb2, k_gdn_fused's N) */
+                for (int nb = 0; nb < 2; nb++) {
+                    tsc_set_gdn_nb2(c, nb);
+                    snprintf(what, sizeof what, "Hv %d group %d, %d rows%s", Hv, G, n, nb ? " (nb2)" : "");
+                    digits_taken_by_product(c, dgs, G, n, Vd, dout, dq, gdn_step_maker, &A, what, &ok);
+                    if (!ok) { tsc_close(c); return; }
+                }
+                tsc_set_gdn_nb2(c, 0);
                 cases++;
                 tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcs), tsc_free(c, dcw);
                 tsc_free(c, dS), tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw), tsc_free(c, dout), tsc_free(c, ws);
@@ -1382,6 +1387,78 @@ TS_TEST(cuda, gdn_fused_same_bits) {
         CHECK(tsc_mem_used(c) > 0);
         tsc_close(c);
     }
+}
+
+/* k_gdn_fused's N (tsc_set_gdn_nb2: the step's outputs and out_proj's digits
+ * after one cluster barrier, each block making its quantization group's
+ * outputs itself) against the default form (two barriers) on the same
+ * inputs: the output, the digits (the whole digits buffer, filled with a
+ * pattern first), the state and the conv state bit for bit. Clusters of 4
+ * and 8 blocks, groups of 1, 2 and 4 blocks (32, 64, 128 columns), 1, 3 and
+ * 16 rows, the rows' outputs by several warps and by warp 0. */
+TS_TEST(cuda, gdn_nb2_same_bits) {
+    OPEN(c);
+    const size_t ndg = tsc_digits_ws_bytes() / sizeof(float);
+    int cases = 0;
+    for (int hv = 0; hv < 2; hv++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int ni = 0; ni < 3; ni++)
+                for (int rp = 0; rp < 2; rp++) {
+                    const int Hk = 2, Hv = hv ? 4 : 2, dk = 128, dv = 128, K = 4, n = ni == 0 ? 1 : ni == 1 ? 3 : 16;
+                    const int G = 32 << gi, Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
+                    const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
+                    float *qkv = malloc(sizeof(float) * (size_t)n * C), *z = malloc(sizeof(float) * (size_t)n * Vd);
+                    float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv);
+                    float *cs = malloc(sizeof(float) * nc), *cw = malloc(sizeof(float) * (size_t)K * C);
+                    float *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
+                    float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv);
+                    frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
+                    frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f);
+                    frand(S, nS, 0.05f), frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
+                    for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
+                    float *dq = up(c, qkv, sizeof(float) * (size_t)n * C), *dz = up(c, z, sizeof(float) * (size_t)n * Vd);
+                    float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
+                    float *dcw = up(c, cw, sizeof(float) * (size_t)K * C), *dnA = up(c, nA, sizeof(float) * Hv);
+                    float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
+                    float *got[2][4];
+                    tsc_set_gdn_rowpar(c, rp);
+                    for (int f = 0; f < 2; f++) {
+                        float *dcs = up(c, cs, sizeof(float) * nc), *dS = up(c, S, sizeof(float) * nS);
+                        float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
+                        float *dgs = tsc_alloc(c, ndg * sizeof(float));
+                        tsc_fill(c, dgs, 3.0f, ndg);
+                        tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz,
+                                          .b = db, .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA,
+                                          .dt_bias = ddt, .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws, .dg = dgs,
+                                          .dg_group = G};
+                        tsc_set_gdn_nb2(c, f);
+                        tsc_gdn_step(c, &A);
+                        SYNC_OK(c);
+                        got[f][0] = down(c, dout, (size_t)n * Vd), got[f][1] = down(c, dS, nS);
+                        got[f][2] = down(c, dcs, nc), got[f][3] = down(c, dgs, ndg);
+                        tsc_free(c, dcs), tsc_free(c, dS), tsc_free(c, dout), tsc_free(c, ws), tsc_free(c, dgs);
+                    }
+                    tsc_set_gdn_nb2(c, 0), tsc_set_gdn_rowpar(c, 1);
+                    const size_t sz[4] = {(size_t)n * Vd, nS, nc, ndg};
+                    static const char *const nm[4] = {"output", "state", "conv state", "digits"};
+                    for (int k = 0; k < 4; k++)
+                        CHECK_MSG(!memcmp(got[0][k], got[1][k], sizeof(float) * sz[k]),
+                                  "Hv %d group %d, %d rows, rows_par %d: the %s differs without the second barrier", Hv,
+                                  G, n, rp, nm[k]);
+                    /* the digits were written (the form took the digits path: not the pattern as it was) */
+                    size_t changed = 0;
+                    for (size_t e = 0; e < ndg; e++) changed += got[1][3][e] != 3.0f;
+                    CHECK_MSG(changed > 0, "Hv %d group %d, %d rows: no digits written", Hv, G, n);
+                    for (int f = 0; f < 2; f++)
+                        for (int k = 0; k < 4; k++) free(got[f][k]);
+                    tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcw);
+                    tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw);
+                    free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
+                    cases++;
+                }
+    fprintf(stderr, "  gdn nb2: %d cases, output, digits, state and conv state the same bits as two barriers\n", cases);
+    CHECK(tsc_mem_used(c) == 0);
+    tsc_close(c);
 }
 
 /* ---- attention ---- */

@@ -35,6 +35,8 @@ struct tsc_ctx {
     int gdn_bar;    /* k_gdn_fused's B: its global stores after the cluster barriers (the default, TSC_GDN_BAR=0
                        off; the same bits) */
     int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */
+    int gdn_nb2;    /* k_gdn_fused's N: with out_proj's digits, no second cluster barrier (opt-in, TSC_GDN_NB2=1;
+                       the same bits; with H and B only) */
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the
                        default), 2 for several rows too (opt-in: no gain measured, s34-run1) */
     int attn_dig;   /* the attention's combine makes o_proj's digits, every row count (the default, TSC_ATTN_DIG=0 off) */

@@ -171,6 +171,9 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->route_net = on_unless0("TSC_ROUTE_NET");
     c->gdn_hoist = on_unless0("TSC_GDN_HOIST");
     c->gdn_bar = on_unless0("TSC_GDN_BAR");
+    /* k_gdn_fused's N (gdn.cu): opt-in until a device call measures it */
+    const char *nb2 = getenv("TSC_GDN_NB2");
+    c->gdn_nb2 = nb2 && nb2[0] == '1';
     /* the attention's pre-wait work (attn.cu's EA): the default since
      * s39-run2 (H100: 9B decode +0.7%, 35B-A3B-8L +0.9%) */
     c->attn_early = on_unless0("TSC_ATTN_EARLY");
@@ -530,6 +533,14 @@ extern "C" void tsc_set_pdl(tsc_ctx *c, int on) {
 
 extern "C" void tsc_set_gdn_fused(tsc_ctx *c, int on) {
     if (c) c->gdn_fused = on != 0;
+}
+
+extern "C" void tsc_set_gdn_nb2(tsc_ctx *c, int on) {
+    if (c) c->gdn_nb2 = on != 0;
+}
+
+extern "C" void tsc_set_gdn_rowpar(tsc_ctx *c, int on) {
+    if (c) c->gdn_rowpar = on != 0;
 }
 
 extern "C" void tsc_set_route_net(tsc_ctx *c, int on) {

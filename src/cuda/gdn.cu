@@ -229,6 +229,65 @@ __device__ __forceinline__ void gdn_digits(const tsc_gdn_args &a, cg::cluster_gr
     }
 }
 
+/* k_gdn_fused's N (ctx.gdn_nb2, TSC_GDN_NB2=1; with H, B and digits only):
+ * gdn_rows_out and gdn_digits after one cluster barrier instead of two.
+ * Why: the second barrier exists so that a block can read the other blocks'
+ * largest |output| of its quantization group (gmx); but after the first,
+ * every block already holds what that needs: the head's sums of squares
+ * (ssq) and every block's raw o of the rows (ojs, the scan's), and nothing
+ * writes either after it. So a block makes its group's outputs itself: for
+ * each of the gb = dg_group / 32 blocks of its group, the same operations on
+ * the same values as that block's own gdn_rows_out (o read through
+ * distributed shared memory, times the head's 1 / rms, norm_w and silu(z)
+ * of that block's columns: zsg, the group's silu(z), made in H's loads;
+ * nwg, the group's norm_w, loaded with the state), so the same bits, and
+ * the group's max over them, which is the max of the same set as
+ * gdn_digits' (max ignores order). Its own columns' outputs go to ovs (ojs
+ * keeps the raw o the others read), its digits as gdn_digits writes them.
+ * What it saves (s44-run2's trace of the 9B, H100): the phase "o + barrier
+ * 2" took 1.12 us a block and "digits + barrier 3" 1.12, of the step's
+ * ~5.6 us; a cluster barrier waits for the slowest of the cluster's blocks.
+ * Prediction: -0.5..-1 us a GDN layer, the 9B +0.5..1%, the 35B-A3B-8L
+ * +0.3..0.8%. Costs: gb - 1 more remote loads a row, (gb - 1) x 32 more
+ * silu(z) per row in H's loads. */
+__device__ __forceinline__ void gdn_out_nb(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int cb, int rank,
+                                           int warp, int lane, int base, const float (&ojs)[TSC_ROWS_MAX][32],
+                                           const double (&ssq)[TSC_ROWS_MAX], const float (*zsg)[4 * 32],
+                                           const float (&nwg)[4], float (*ovs)[32]) {
+    const int Vd = a.Hv * DV, nch = Vd / 32, ch = (h * DV + cb * CB) / 32;
+    const int gb = a.dg_group / 32, first = base + cb / gb * gb;
+    const float L = 127.0f;
+    uint8_t *dg = (uint8_t *)a.dg;
+    float2 *xsb = (float2 *)(dg + (size_t)n * 2 * nch * 16);
+    for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1) {
+        double tot = 0; /* gdn_rows_out's sum, in rank order */
+#pragma unroll
+        for (int r = 0; r < CL; r++) tot += *cl.map_shared_rank(const_cast<double *>(&ssq[t]), base + r);
+        const float rr = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(tot / DV), a.eps)));
+        float m = 0.f, own = 0.f;
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            if (r >= gb) break;
+            const int br = first + r;
+            const float o = br == rank ? ojs[t][lane] : *cl.map_shared_rank(const_cast<float *>(&ojs[t][lane]), br);
+            const float ov = __fmul_rn(__fmul_rn(__fmul_rn(o, rr), nwg[r]), zsg[t][r * 32 + lane]);
+            if (br == rank) own = ov;
+            m = fmaxf(m, fabsf(ov));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        ovs[t][lane] = own;
+        float sx, inv; /* gdn_digits' arithmetic from here */
+        dig_scale(m, L, sx, inv);
+        const int X = dig_round(own, inv, L);
+        int sum = X;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        dg[((size_t)t * 2 * nch + (size_t)(lane & 1) * nch + ch) * 16 + (lane >> 3) * 4 + ((lane & 7) >> 1)] = (uint8_t)(X & 0xFF);
+        if (lane == 0) xsb[(size_t)t * nch + ch] = make_float2(sx, __fmul_rn(sx, (float)sum));
+    }
+}
+
 template <bool E>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NW * 32) k_gdn_scan(const tsc_gdn_args a, const float *prep) {
     TSC_ENTRY(E);
@@ -325,8 +384,9 @@ __attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gd
  * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
  * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
  * lane-a-key scores in both). So every row count takes it by default. */
-template <bool E, int RR, bool P, bool H = false, bool B = false>
+template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
+    static_assert(!N || (H && B), "k_gdn_fused's N takes H's silu(z) and B's stores");
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
      * record was written before the pass began (its copy, or the run-ahead
@@ -363,11 +423,17 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
      * H200; the default (ctx.gdn_pre; TSC_GDN_PRE=0: after the wait). */
     float *Sh = Sd + (int64_t)h * DK * DV;
     const float *Si = S0 + (int64_t)h * DK * DV;
-    float S[IPW], hq[KW - 1], wq[KW], hv[KW - 1], wv[KW], nA, dtb, nw;
+    float S[IPW], hq[KW - 1], wq[KW], hv[KW - 1], wv[KW], nA, dtb, nw, nwg[4];
+    /* N: the group's norm_w (its gb blocks' columns; gdn_out_nb) */
+    const bool nb = N && a.dg && a.o;
+    const int gbn = nb ? a.dg_group / 32 : 1, g0 = cb / gbn * gbn;
     auto load_inputs = [&]() {
 #pragma unroll
         for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
         nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
+        if (nb)
+#pragma unroll
+            for (int r = 0; r < 4; r++) nwg[r] = r < gbn ? a.norm_w[(g0 + r) * CB + lane] : 0.f;
 #pragma unroll
         for (int q = 0; q < KW - 1; q++) hq[q] = cin[(int64_t)q * C + cqk];
 #pragma unroll
@@ -405,9 +471,15 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
      * s39-run4; removed.) */
     __shared__ float2 bds[H ? TSC_ROWS_MAX : 1];
     __shared__ float zsl[H ? TSC_ROWS_MAX : 1][32];
+    /* N: silu(z) of the group's columns (gb blocks of 32, this block's among them) and this block's outputs */
+    __shared__ float zsg[N ? TSC_ROWS_MAX : 1][N ? 4 * 32 : 1], ovs[N ? TSC_ROWS_MAX : 1][N ? 32 : 1];
     if constexpr (H) {
         if (tid < n) bds[tid] = gdn_gates(a, tid, h, nA, dtb);
-        if (a.o)
+        if (nb) {
+            const int w = gbn * 32;
+            for (int e = tid; e < n * w; e += NW * 32)
+                zsg[e / w][e % w] = silu_f(a.z[(int64_t)(e / w) * Vd + h * DV + g0 * CB + e % w]);
+        } else if (a.o)
             for (int e = tid; e < n * 32; e += NW * 32)
                 zsl[e >> 5][e & 31] = silu_f(a.z[(int64_t)(e >> 5) * Vd + h * DV + cb * CB + (e & 31)]);
     }
@@ -453,18 +525,31 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
          * 2,200-2,202 -> 2,213-2,214 (+0.6%), 9B MTP 3 at forced acceptance
          * 805.7 -> 820.0 (verify 3.097 -> 3.057 ms a block). */
         const bool dg = a.dg != nullptr;
-        gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr, dg);
-        if (dg) {
-            cl.sync(); /* every block's gmx are in; its reads of the others' ssq done */
-            GDN_PH(4);
-            gdn_digits(a, cl, n, h, cb, warp, lane, base, ojs, gmx);
-        } else {
-            GDN_PH(4);
+        bool out_done = false;
+        if constexpr (N)
+            if (nb) { /* no second barrier: gdn_out_nb */
+                gdn_out_nb(a, cl, n, h, cb, rank, warp, lane, base, ojs, ssq, zsg, nwg, ovs);
+                GDN_PH(4);
+                out_done = true;
+            }
+        if (!out_done) {
+            gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr, dg);
+            if (dg) {
+                cl.sync(); /* every block's gmx are in; its reads of the others' ssq done */
+                GDN_PH(4);
+                gdn_digits(a, cl, n, h, cb, warp, lane, base, ojs, gmx);
+            } else {
+                GDN_PH(4);
+            }
         }
         asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
         if (dg && a.o) /* gdn_rows_out's rows and lanes: o of column j */
-            for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1)
-                a.o[(int64_t)t * a.Hv * DV + h * DV + j] = ojs[t][lane];
+            for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1) {
+                float ov = ojs[t][lane];
+                if constexpr (N)
+                    if (nb) ov = ovs[t][lane];
+                a.o[(int64_t)t * a.Hv * DV + h * DV + j] = ov;
+            }
 #pragma unroll
         for (int ii = 0; ii < IPW; ii++) Sh[(warp * IPW + ii) * DV + j] = S[ii];
     } else {
@@ -920,7 +1005,13 @@ void (*fused_pick(bool e, bool pre))(const tsc_gdn_args) {
     return e ? k_gdn_fused<true, RR, false, H, B> : pre ? k_gdn_fused<false, RR, true, H, B> : k_gdn_fused<false, RR, false, H, B>;
 }
 template <int RR>
-void (*fused_kernel(bool e, bool pre, bool hoist, bool bar))(const tsc_gdn_args) {
+void (*fused_pick_nb(bool e, bool pre))(const tsc_gdn_args) {
+    return e ? k_gdn_fused<true, RR, false, true, true, true>
+             : pre ? k_gdn_fused<false, RR, true, true, true, true> : k_gdn_fused<false, RR, false, true, true, true>;
+}
+template <int RR>
+void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2))(const tsc_gdn_args) {
+    if (hoist && bar && nb2) return fused_pick_nb<RR>(e, pre);
     if (hoist) return bar ? fused_pick<RR, true, true>(e, pre) : fused_pick<RR, true, false>(e, pre);
     return bar ? fused_pick<RR, false, true>(e, pre) : fused_pick<RR, false, false>(e, pre);
 }
@@ -963,8 +1054,8 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * kernel after one starts only once it has completed. A state
          * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
-        const bool ho = c->gdn_hoist, bar = c->gdn_bar;
-        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho, bar) : fused_kernel<2>(e, pre, ho, bar), dim3(a->Hv * CL),
+        const bool ho = c->gdn_hoist, bar = c->gdn_bar, nb2 = c->gdn_nb2 && g.dg; /* N only where it saves a barrier */
+        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2) : fused_kernel<2>(e, pre, ho, bar, nb2), dim3(a->Hv * CL),
                    dim3(NW * 32), 0, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         c->gdn_seq = c->nlaunch;
