@@ -1339,6 +1339,49 @@ TS_TEST(cuda, gdn_step_engine_forms) {
     gdn_engine_forms_on(1);
 }
 
+/* A GDN step's fresh random inputs (dk = dv = 128, conv 4), uploaded, with
+ * the conv state and the state kept on the host (cs, S) so that a test can
+ * start each form it compares from the same state. */
+typedef struct {
+    int n, Hk, Hv, C, Vd;
+    size_t nS, nc;
+    float *cs, *S;                                    /* host */
+    float *dq, *dz, *db, *da, *dcw, *dnA, *ddt, *dnw; /* device */
+} gdn_in;
+
+static void gdn_in_make(tsc_ctx *c, gdn_in *g, int Hk, int Hv, int n) {
+    const int dk = 128, dv = 128, K = 4, Vd = Hv * dv, C = 2 * Hk * dk + Vd;
+    const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
+    float *qkv = malloc(sizeof(float) * (size_t)n * C), *z = malloc(sizeof(float) * (size_t)n * Vd);
+    float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * nc);
+    float *cw = malloc(sizeof(float) * (size_t)K * C), *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
+    float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv);
+    frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
+    frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f), frand(S, nS, 0.05f);
+    frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
+    for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
+    *g = (gdn_in){.n = n, .Hk = Hk, .Hv = Hv, .C = C, .Vd = Vd, .nS = nS, .nc = nc, .cs = cs, .S = S};
+    g->dq = up(c, qkv, sizeof(float) * (size_t)n * C), g->dz = up(c, z, sizeof(float) * (size_t)n * Vd);
+    g->db = up(c, b, sizeof(float) * n * Hv), g->da = up(c, a, sizeof(float) * n * Hv);
+    g->dcw = up(c, cw, sizeof(float) * (size_t)K * C), g->dnA = up(c, nA, sizeof(float) * Hv);
+    g->ddt = up(c, dtb, sizeof(float) * Hv), g->dnw = up(c, nw, sizeof(float) * dv);
+    free(qkv), free(z), free(b), free(a), free(cw), free(nA), free(dtb), free(nw);
+}
+
+/* the step's arguments over a conv state dcs, a state dS, an output and a workspace */
+static tsc_gdn_args gdn_in_args(const gdn_in *g, float *dcs, float *dS, float *dout, float *ws) {
+    return (tsc_gdn_args){.n = g->n, .Hk = g->Hk, .Hv = g->Hv, .dk = 128, .dv = 128, .K = 4, .qkv = g->dq,
+                          .z = g->dz, .b = g->db, .a = g->da, .conv_state = dcs, .conv_w = g->dcw, .S = dS,
+                          .neg_A = g->dnA, .dt_bias = g->ddt, .norm_w = g->dnw, .eps = 1e-6f, .o = dout, .ws = ws};
+}
+
+/* the host's copies; with c, the device's too (NULL: left to tsc_close) */
+static void gdn_in_free(tsc_ctx *c, gdn_in *g) {
+    free(g->cs), free(g->S);
+    if (c) tsc_free(c, g->dq), tsc_free(c, g->dz), tsc_free(c, g->db), tsc_free(c, g->da), tsc_free(c, g->dcw),
+        tsc_free(c, g->dnA), tsc_free(c, g->ddt), tsc_free(c, g->dnw);
+}
+
 /* The step in one kernel (tsc_set_gdn_fused) against prep + scan on the same
  * fresh inputs, in place: output, state and conv state bit for bit (the same
  * arithmetic by construction: gdn.cu). Clusters of 4 (Hv = Hk) and 8 (Hv =
@@ -1348,28 +1391,16 @@ TS_TEST(cuda, gdn_fused_same_bits) {
     static const int cfg[][3] = {{2, 2, 3}, {2, 4, 1}, {2, 4, 16}, {3, 6, 5}, {1, 4, 5}, {4, 4, 1}};
     for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
         OPEN(c);
-        const int Hk = cfg[ci][0], Hv = cfg[ci][1], n = cfg[ci][2], dk = 128, dv = 128, K = 4;
-        const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
-        const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
-        float *qkv = malloc(sizeof(float) * (size_t)n * C), *z = malloc(sizeof(float) * (size_t)n * Vd);
-        float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * nc);
-        float *cw = malloc(sizeof(float) * (size_t)K * C), *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
-        float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv);
-        frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
-        frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f), frand(S, nS, 0.05f);
-        frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
-        for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
-        float *dq = up(c, qkv, sizeof(float) * (size_t)n * C), *dz = up(c, z, sizeof(float) * (size_t)n * Vd);
-        float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
-        float *dcw = up(c, cw, sizeof(float) * (size_t)K * C), *dnA = up(c, nA, sizeof(float) * Hv);
-        float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
+        const int Hk = cfg[ci][0], Hv = cfg[ci][1], n = cfg[ci][2];
+        gdn_in g;
+        gdn_in_make(c, &g, Hk, Hv, n);
+        const int Vd = g.Vd;
+        const size_t nS = g.nS, nc = g.nc;
         float *got[2][3];
         for (int f = 0; f < 2; f++) {
-            float *dcs = up(c, cs, sizeof(float) * nc), *dS = up(c, S, sizeof(float) * nS);
-            float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-            tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz, .b = db,
-                              .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA, .dt_bias = ddt,
-                              .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws};
+            float *dcs = up(c, g.cs, sizeof(float) * nc), *dS = up(c, g.S, sizeof(float) * nS);
+            float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, g.C));
+            tsc_gdn_args A = gdn_in_args(&g, dcs, dS, dout, ws);
             tsc_set_gdn_fused(c, f);
             tsc_gdn_step(c, &A);
             SYNC_OK(c);
@@ -1383,8 +1414,8 @@ TS_TEST(cuda, gdn_fused_same_bits) {
         CHECK_MSG(!memcmp(got[0][1], got[1][1], sizeof(float) * nS), "case %zu: fused state differs", ci);
         CHECK_MSG(!memcmp(got[0][2], got[1][2], sizeof(float) * nc), "case %zu: fused conv state differs", ci);
         for (int f = 0; f < 2; f++) free(got[f][0]), free(got[f][1]), free(got[f][2]);
-        free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
         CHECK(tsc_mem_used(c) > 0);
+        gdn_in_free(NULL, &g);
         tsc_close(c);
     }
 }
@@ -1404,33 +1435,20 @@ TS_TEST(cuda, gdn_nb2_same_bits) {
         for (int gi = 0; gi < 3; gi++)
             for (int ni = 0; ni < 3; ni++)
                 for (int rp = 0; rp < 2; rp++) {
-                    const int Hk = 2, Hv = hv ? 4 : 2, dk = 128, dv = 128, K = 4, n = ni == 0 ? 1 : ni == 1 ? 3 : 16;
-                    const int G = 32 << gi, Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
-                    const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
-                    float *qkv = malloc(sizeof(float) * (size_t)n * C), *z = malloc(sizeof(float) * (size_t)n * Vd);
-                    float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv);
-                    float *cs = malloc(sizeof(float) * nc), *cw = malloc(sizeof(float) * (size_t)K * C);
-                    float *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
-                    float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv);
-                    frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
-                    frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f);
-                    frand(S, nS, 0.05f), frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
-                    for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
-                    float *dq = up(c, qkv, sizeof(float) * (size_t)n * C), *dz = up(c, z, sizeof(float) * (size_t)n * Vd);
-                    float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
-                    float *dcw = up(c, cw, sizeof(float) * (size_t)K * C), *dnA = up(c, nA, sizeof(float) * Hv);
-                    float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
+                    const int Hv = hv ? 4 : 2, n = ni == 0 ? 1 : ni == 1 ? 3 : 16, G = 32 << gi;
+                    gdn_in g;
+                    gdn_in_make(c, &g, 2, Hv, n);
+                    const int Vd = g.Vd;
+                    const size_t nS = g.nS, nc = g.nc;
                     float *got[2][4];
                     tsc_set_gdn_rowpar(c, rp);
                     for (int f = 0; f < 2; f++) {
-                        float *dcs = up(c, cs, sizeof(float) * nc), *dS = up(c, S, sizeof(float) * nS);
-                        float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
+                        float *dcs = up(c, g.cs, sizeof(float) * nc), *dS = up(c, g.S, sizeof(float) * nS);
+                        float *dout = tsc_alloc(c, sizeof(float) * (size_t)n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, g.C));
                         float *dgs = tsc_alloc(c, ndg * sizeof(float));
                         tsc_fill(c, dgs, 3.0f, ndg);
-                        tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz,
-                                          .b = db, .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA,
-                                          .dt_bias = ddt, .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws, .dg = dgs,
-                                          .dg_group = G};
+                        tsc_gdn_args A = gdn_in_args(&g, dcs, dS, dout, ws);
+                        A.dg = dgs, A.dg_group = G;
                         tsc_set_gdn_nb2(c, f);
                         tsc_gdn_step(c, &A);
                         SYNC_OK(c);
@@ -1451,9 +1469,7 @@ TS_TEST(cuda, gdn_nb2_same_bits) {
                     CHECK_MSG(changed > 0, "Hv %d group %d, %d rows: no digits written", Hv, G, n);
                     for (int f = 0; f < 2; f++)
                         for (int k = 0; k < 4; k++) free(got[f][k]);
-                    tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcw);
-                    tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw);
-                    free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
+                    gdn_in_free(c, &g);
                     cases++;
                 }
     fprintf(stderr, "  gdn nb2: %d cases, output, digits, state and conv state the same bits as two barriers\n", cases);
