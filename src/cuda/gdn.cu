@@ -388,6 +388,7 @@ __attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gd
 template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     static_assert(!N || (H && B), "k_gdn_fused's N takes H's silu(z) and B's stores");
+    /* (N is launched only with out_proj's digits and an output: tsc_gdn_step) */
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
      * record was written before the pass began (its copy, or the run-ahead
@@ -426,13 +427,12 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     const float *Si = S0 + (int64_t)h * DK * DV;
     float S[IPW], hq[KW - 1], wq[KW], hv[KW - 1], wv[KW], nA, dtb, nw, nwg[4];
     /* N: the group's norm_w (its gb blocks' columns; gdn_out_nb) */
-    const bool nb = N && a.dg && a.o;
-    const int gbn = nb ? a.dg_group / 32 : 1, g0 = cb / gbn * gbn;
+    const int gbn = N ? a.dg_group / 32 : 1, g0 = cb / gbn * gbn;
     auto load_inputs = [&]() {
 #pragma unroll
         for (int ii = 0; ii < IPW; ii++) S[ii] = Si[(warp * IPW + ii) * DV + j];
         nA = a.neg_A[h], dtb = a.dt_bias[h], nw = a.norm_w[j];
-        if (nb)
+        if constexpr (N)
 #pragma unroll
             for (int r = 0; r < 4; r++) nwg[r] = r < gbn ? a.norm_w[(g0 + r) * CB + lane] : 0.f;
 #pragma unroll
@@ -476,7 +476,7 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
     __shared__ float zsg[N ? TSC_ROWS_MAX : 1][N ? 4 * 32 : 1], ovs[N ? TSC_ROWS_MAX : 1][N ? 32 : 1];
     if constexpr (H) {
         if (tid < n) bds[tid] = gdn_gates(a, tid, h, nA, dtb);
-        if (nb) {
+        if constexpr (N) {
             const int w = gbn * 32;
             for (int e = tid; e < n * w; e += NW * 32)
                 zsg[e / w][e % w] = silu_f(a.z[(int64_t)(e / w) * Vd + h * DV + g0 * CB + e % w]);
@@ -526,14 +526,10 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
          * 2,200-2,202 -> 2,213-2,214 (+0.6%), 9B MTP 3 at forced acceptance
          * 805.7 -> 820.0 (verify 3.097 -> 3.057 ms a block). */
         const bool dg = a.dg != nullptr;
-        bool out_done = false;
-        if constexpr (N)
-            if (nb) { /* no second barrier: gdn_out_nb */
-                gdn_out_nb(a, cl, n, h, cb, rank, warp, lane, base, ojs, ssq, zsg, nwg, ovs);
-                GDN_PH(4);
-                out_done = true;
-            }
-        if (!out_done) {
+        if constexpr (N) { /* no second barrier: gdn_out_nb */
+            gdn_out_nb(a, cl, n, h, cb, rank, warp, lane, base, ojs, ssq, zsg, nwg, ovs);
+            GDN_PH(4);
+        } else {
             gdn_rows_out(a, cl, n, h, j, warp, lane, base, nw, ojs, ssq, dg ? gmx : nullptr, H ? &zsl[0][0] : nullptr, dg);
             if (dg) {
                 cl.sync(); /* every block's gmx are in; its reads of the others' ssq done */
@@ -547,8 +543,7 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
         if (dg && a.o) /* gdn_rows_out's rows and lanes: o of column j */
             for (int t = a.rows_par ? warp : warp ? n : 0; t < n; t += a.rows_par ? NW : 1) {
                 float ov = ojs[t][lane];
-                if constexpr (N)
-                    if (nb) ov = ovs[t][lane];
+                if constexpr (N) ov = ovs[t][lane];
                 a.o[(int64_t)t * a.Hv * DV + h * DV + j] = ov;
             }
 #pragma unroll
