@@ -55,15 +55,23 @@ prof() {
 # card: the acceptance card's figures at the defaults, on whatever card comes (issues 16 and 17: the 9B and the
 # 35B-A3B-8L decode, two rounds; cuda_bench's 9B steps of 1..16 rows, whose 4-row ratio is the verify target; MTP 3
 # at forced acceptance on both). Written once here: s41-run3, s41-run5 and s43-run1 each repeated these lines.
-card() {
-  local VN=(d) VE=(X=0) # ab reads these (bash's dynamic scope); the caller's own are untouched
+# card_decode and card_mtp: its engine runs for each of the caller's variants VN / VE (an A/B of a form on the
+# card's shapes: VN=(d new); VE=(X=0 TSC_NEW=1); card_decode; card_mtp).
+card_decode() {
   synth_shape 9b shapes/qwen3.5-9B.json
   synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
   ab 9b $S/9b 2 --prompt 512 --gen 128 --runs 2
   ab 35b8 $S/35b8 2 --prompt 512 --gen 128 --runs 2
-  timeout 60 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b.txt 2>&1; tl "cuda_bench 9b $?"
+}
+card_mtp() {
   ab 9b_mtp3 $S/9b 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
   ab 35b8_mtp3 $S/35b8 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
+}
+card() {
+  local VN=(d) VE=(X=0) # ab reads these (bash's dynamic scope); the caller's own are untouched
+  card_decode
+  timeout 60 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b.txt 2>&1; tl "cuda_bench 9b $?"
+  card_mtp
 }
 device_end() { tl end; cd "$OUT" && tar czf r.tgz x && rm -rf x; }
 tl start

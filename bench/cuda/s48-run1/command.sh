@@ -17,15 +17,10 @@ timeout 120 $B/ts_test cuda.gdn_nb2_same_bits cuda.gdn_digits_same_as_staging cu
 timeout 150 compute-sanitizer --tool memcheck $B/ts_test cuda.gdn_nb2_same_bits > $O/cs_mem_nb2.log 2>&1; tl "memcheck nb2 $?"
 timeout 200 compute-sanitizer --tool racecheck $B/ts_test cuda.gdn_nb2_same_bits > $O/cs_race_nb2.log 2>&1; tl "racecheck nb2 $?"
 TSC_GDN_NB2=1 timeout 120 $B/ts_test cuda_engine.spec_greedy_exact_fixtures cuda_engine.parity_every_fixture_and_the_default_model cuda_engine.spec_greedy_exact_default_model > $O/t_engine_nb2.log 2>&1; tl "engine nb2 $?"
-synth_shape 9b shapes/qwen3.5-9B.json
-synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 VN=(d nb2); VE=(X=0 TSC_GDN_NB2=1)
-ab 9b $S/9b 2 --prompt 512 --gen 128 --runs 2
-ab 35b8 $S/35b8 2 --prompt 512 --gen 128 --runs 2
-ab 9b_mtp3 $S/9b 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
-ab 35b8_mtp3 $S/35b8 1 --prompt 512 --gen 256 --runs 2 --spec mtp --draft 3 --accept 0.8,0.6,0.5
-timeout 60 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b.txt 2>&1; tl "cuda_bench 9b $?"
-TSC_GDN_NB2=1 timeout 60 $B/cuda_bench --shape 9b --mlx --digits 1 > $O/cb_9b_nb2.txt 2>&1; tl "cuda_bench 9b nb2 $?"
+card_decode
+card_mtp
+abcb 9b 1 --shape 9b --mlx --digits 1
 VN=(d); VE=(X=0)
 synth_shape 35b shapes/qwen3.5-35B-A3B.json
 ab 35b $S/35b 1 --prompt 512 --gen 128 --runs 2
