@@ -48,14 +48,18 @@ T="$OUT/gpu_check.md"
 # san_row LABEL LOG RC: a compute-sanitizer run's row. Its summary when it has one (a nonzero count fails);
 # when the time limit cut it first (racecheck over the kernels' list takes ~7 min on an H100, s47-run2), how
 # far it got and whether it had reported anything by then (a report fails; none is "cut", not "clean").
+# san_summary LOG: the run's summary line (none: cut before it); san_reports LOG: the errors and hazards it
+# reported (of a cut run: those before the cut)
+san_summary() { grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$1" | tail -1; }
+san_reports() { grep -E '^========= ' "$1" | grep -cv 'COMPUTE-SANITIZER'; }
 san_row() {
   local sum n e
-  sum=$(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$2" | tail -1)
+  sum=$(san_summary "$2")
   if [ -n "$sum" ]; then
     echo "| $1 | rc $3 : $sum |"
     echo "$sum" | grep -Eq 'SUMMARY: 0 ' || status=1
   else
-    n=$(grep -c '^\[ RUN' "$2"); e=$(grep -E '^========= ' "$2" | grep -cv 'COMPUTE-SANITIZER')
+    n=$(grep -c '^\[ RUN' "$2"); e=$(san_reports "$2")
     echo "| $1 | CUT by its time limit (rc $3) in test $n of its list, before a summary; reports by then: $e |"
     [ "$e" = 0 ] || status=1
     cut=1
@@ -104,10 +108,10 @@ san_row() {
       cuda.gdn_prefill_vs_step cuda.attn_same_pos_rows; do
       lg="$OUT/racecheck_${t#cuda.}.log"
       timeout ${SAN_TIMEOUT_TEST:-120} compute-sanitizer --tool racecheck --error-exitcode 9 ./"$B"/ts_test "$t" >"$lg" 2>&1
-      sum=$(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$lg" | tail -1)
+      sum=$(san_summary "$lg")
       if [ -z "$sum" ]; then
         cutl="$cutl ${t#cuda.}"; cut=1
-        grep -E '^========= ' "$lg" | grep -qv 'COMPUTE-SANITIZER' && { bad="$bad ${t#cuda.}"; status=1; }
+        [ "$(san_reports "$lg")" = 0 ] || { bad="$bad ${t#cuda.}"; status=1; }
       elif echo "$sum" | grep -Eq 'SUMMARY: 0 ' && grep -q ' 0 failed' "$lg"; then clean=$((clean + 1))
       else bad="$bad ${t#cuda.}"; status=1; fi
     done
