@@ -174,6 +174,15 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     /* k_gdn_fused's N (gdn.cu): opt-in until a device call measures it */
     const char *nb2 = getenv("TSC_GDN_NB2");
     c->gdn_nb2 = nb2 && nb2[0] == '1';
+    /* a measurement switch: N's 8 KB more shared memory (33 against 25 KB a
+     * block) cost the 35B-A3B-8L 0.4% while the 9B gained 0.8% (s48-run1);
+     * the same padding on the default form tells whether the footprint is
+     * the cause (it decides how many of the next launch's blocks are
+     * resident early). At most 16 KB: with 33 KB of static shared memory a
+     * block stays under the 48 KB that needs no opt-in. */
+    const char *pad = getenv("TSC_GDN_PAD");
+    c->gdn_pad = pad ? atoi(pad) : 0;
+    if (c->gdn_pad < 0 || c->gdn_pad > 16384) c->gdn_pad = 0;
     /* the attention's pre-wait work (attn.cu's EA): the default since
      * s39-run2 (H100: 9B decode +0.7%, 35B-A3B-8L +0.9%) */
     c->attn_early = on_unless0("TSC_ATTN_EARLY");

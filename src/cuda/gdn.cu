@@ -1052,7 +1052,7 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
         const bool ho = c->gdn_hoist, bar = c->gdn_bar, nb2 = c->gdn_nb2 && g.dg; /* N only where it saves a barrier */
         tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2) : fused_kernel<2>(e, pre, ho, bar, nb2), dim3(a->Hv * CL),
-                   dim3(NW * 32), 0, g);
+                   dim3(NW * 32), (size_t)c->gdn_pad, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         c->gdn_seq = c->nlaunch;
         if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */
