@@ -178,8 +178,13 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * block) cost the 35B-A3B-8L 0.4% while the 9B gained 0.8% (s48-run1);
      * the same padding on the default form tells whether the footprint is
      * the cause (it decides how many of the next launch's blocks are
-     * resident early). At most 16 KB: with 33 KB of static shared memory a
-     * block stays under the 48 KB that needs no opt-in. */
+     * resident early). At most 16 KB, and tsc_gdn_step drops it where the
+     * block would pass the 48 KB that need no opt-in. Measured (s48-run2,
+     * H100): +8 KB cost the 35B-A3B-8L 1.2%, hence k_gdn_fused's D
+     * (TSC_GDN_DSM). */
+    /* k_gdn_fused's D (gdn.cu): opt-in until a device call measures it */
+    const char *dsm = getenv("TSC_GDN_DSM");
+    c->gdn_dsm = dsm && dsm[0] == '1';
     const char *pad = getenv("TSC_GDN_PAD");
     c->gdn_pad = pad ? atoi(pad) : 0;
     if (c->gdn_pad < 0 || c->gdn_pad > 16384) c->gdn_pad = 0;
@@ -546,6 +551,9 @@ extern "C" void tsc_set_gdn_fused(tsc_ctx *c, int on) {
 
 extern "C" void tsc_set_gdn_nb2(tsc_ctx *c, int on) {
     if (c) c->gdn_nb2 = on != 0;
+}
+extern "C" void tsc_set_gdn_dsm(tsc_ctx *c, int on) {
+    if (c) c->gdn_dsm = on != 0;
 }
 
 extern "C" void tsc_set_gdn_rowpar(tsc_ctx *c, int on) {

@@ -385,9 +385,39 @@ __attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gd
  * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
  * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
  * lane-a-key scores in both). So every row count takes it by default. */
-template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false>
-__global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
+/* k_gdn_fused's D (ctx.gdn_dsm, TSC_GDN_DSM=1; with H and B only): its
+ * per-row shared arrays (q, k, v, o, the sums of squares, the gates, silu(z),
+ * the digits' maxima) in dynamic shared memory sized by the launch's rows
+ * (a.n, the bound of a device row count too) instead of static arrays sized
+ * for TSC_ROWS_MAX: 24,960 bytes a block become ~3.6 KB for one row. Why:
+ * s48-run2 (H100) padded the default's launch with unused dynamic shared
+ * memory: +8 KB cost the 35B-A3B-8L 1.2% (2,263 -> 2,235 tok/s) and +16 KB
+ * 1.6%, the 9B 0.1% and 1.0%: the step's footprint decides how many of the
+ * next launch's blocks are resident beside it (the products launch a
+ * persistent grid sized for empty SMs, and their early blocks prefetch
+ * weights before their PDL wait). Same addresses relative to each array,
+ * same arithmetic: the same bits (cuda.gdn_dsm_same_bits). Prediction:
+ * where 8 KB more cost 1.2%, 21 KB less gains 0.5..2% on the 35B-A3B-8L,
+ * less on the 9B. The layout, 16-byte aligned, in this order (gdn_dsm_bytes):
+ * ssq (double), bds (float2), qs, ks, vs, ojs, gmx, then zsl, or N's zsg and
+ * ovs. */
+template <typename T> __device__ __forceinline__ T *dsm_take(unsigned char *&p, int count) {
+    T *r = (T *)p;
+    p += ((size_t)count * sizeof(T) + 15) & ~(size_t)15;
+    return r;
+}
+constexpr size_t dsm_round(size_t b) { return (b + 15) & ~(size_t)15; }
+size_t gdn_dsm_bytes(int n, bool nb) {
+    const size_t r = (size_t)n;
+    size_t b = dsm_round(r * 8) * 2 + dsm_round(r * DK * 4) * 2 + dsm_round(r * CB * 4) * 2 + dsm_round(r * 4);
+    b += nb ? dsm_round(r * 4 * 32 * 4) + dsm_round(r * 32 * 4) : dsm_round(r * 32 * 4);
+    return b;
+}
+
+template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false, bool D = false>
+__global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32, D ? 4 : 0) k_gdn_fused(const tsc_gdn_args a) {
     static_assert(!N || (H && B), "k_gdn_fused's N takes H's silu(z) and B's stores");
+    static_assert(!D || (H && B), "k_gdn_fused's D is made with H and B");
     /* (N is launched only with out_proj's digits and an output: tsc_gdn_step) */
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
@@ -453,11 +483,26 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
 #endif
     GDN_PH(0);
     if constexpr (!P) load_inputs();
-    __shared__ float qs[TSC_ROWS_MAX][DK], ks[TSC_ROWS_MAX][DK], vs[TSC_ROWS_MAX][CB];
-    __shared__ float redp[NW][32], redo[NW][32], ojs[TSC_ROWS_MAX][32];
+    /* (D: the static arrays of one row, unused, which the compiler drops; the
+     * references below name the dynamic ones under the same types, of which
+     * rows t < a.n are touched) */
+    constexpr int RS = D ? 1 : TSC_ROWS_MAX;
+    __shared__ float qs_[RS][DK], ks_[RS][DK], vs_[RS][CB];
+    __shared__ float redp[NW][32], redo[NW][32], ojs_[RS][32];
     __shared__ double red[NW];
-    __shared__ double ssq[TSC_ROWS_MAX];
-    __shared__ float gmx[TSC_ROWS_MAX];
+    __shared__ double ssq_[RS];
+    __shared__ float gmx_[RS];
+    extern __shared__ __align__(16) unsigned char gdn_dsm[];
+    unsigned char *dp = gdn_dsm;
+    typedef float rows_dk[TSC_ROWS_MAX][DK];
+    typedef float rows_32[TSC_ROWS_MAX][32];
+    double(&ssq)[TSC_ROWS_MAX] = D ? *(double(*)[TSC_ROWS_MAX])dsm_take<double>(dp, a.n) : *(double(*)[TSC_ROWS_MAX])ssq_;
+    float2 *bdd = D ? dsm_take<float2>(dp, a.n) : nullptr;
+    rows_dk &qs = D ? *(rows_dk *)dsm_take<float>(dp, a.n * DK) : *(rows_dk *)qs_;
+    rows_dk &ks = D ? *(rows_dk *)dsm_take<float>(dp, a.n * DK) : *(rows_dk *)ks_;
+    rows_32 &vs = D ? *(rows_32 *)dsm_take<float>(dp, a.n * CB) : *(rows_32 *)vs_;
+    rows_32 &ojs = D ? *(rows_32 *)dsm_take<float>(dp, a.n * 32) : *(rows_32 *)ojs_;
+    float *gmx = D ? dsm_take<float>(dp, a.n) : gmx_;
     const int n = tsc_gdn_rows(a);
     if (!n) return;
     /* H (ctx.gdn_hoist, the default): the rows' gates (a, b) and z, the
@@ -470,10 +515,17 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn
      * loads and row 0's q/k/v channels issued together before any of the
      * math, session 39's Q, were mixed: 9B +0.3%, 35B-A3B-8L -0.4%,
      * s39-run4; removed.) */
-    __shared__ float2 bds[H ? TSC_ROWS_MAX : 1];
-    __shared__ float zsl[H ? TSC_ROWS_MAX : 1][32];
+    __shared__ float2 bds_[H && !D ? TSC_ROWS_MAX : 1];
+    __shared__ float zsl_[H && !D ? TSC_ROWS_MAX : 1][32];
     /* N: silu(z) of the group's columns (gb blocks of 32, this block's among them) and this block's outputs */
-    __shared__ float zsg[N ? TSC_ROWS_MAX : 1][N ? 4 * 32 : 1], ovs[N ? TSC_ROWS_MAX : 1][N ? 32 : 1];
+    __shared__ float zsg_[N && !D ? TSC_ROWS_MAX : 1][N ? 4 * 32 : 1], ovs_[N && !D ? TSC_ROWS_MAX : 1][N ? 32 : 1];
+    float2 *bds = D ? bdd : bds_;
+    typedef float zsl_t[H ? TSC_ROWS_MAX : 1][32];
+    typedef float zsg_t[N ? TSC_ROWS_MAX : 1][N ? 4 * 32 : 1];
+    typedef float ovs_t[N ? TSC_ROWS_MAX : 1][N ? 32 : 1];
+    zsl_t &zsl = *(D && !N ? (zsl_t *)dsm_take<float>(dp, a.n * 32) : (zsl_t *)zsl_);
+    zsg_t &zsg = *(D && N ? (zsg_t *)dsm_take<float>(dp, a.n * 4 * 32) : (zsg_t *)zsg_);
+    ovs_t &ovs = *(D && N ? (ovs_t *)dsm_take<float>(dp, a.n * 32) : (ovs_t *)ovs_);
     if constexpr (H) {
         if (tid < n) bds[tid] = gdn_gates(a, tid, h, nA, dtb);
         if constexpr (N) {
@@ -1000,14 +1052,15 @@ template <int RR, bool H, bool B>
 void (*fused_pick(bool e, bool pre))(const tsc_gdn_args) {
     return e ? k_gdn_fused<true, RR, false, H, B> : pre ? k_gdn_fused<false, RR, true, H, B> : k_gdn_fused<false, RR, false, H, B>;
 }
-template <int RR>
-void (*fused_pick_nb(bool e, bool pre))(const tsc_gdn_args) {
-    return e ? k_gdn_fused<true, RR, false, true, true, true>
-             : pre ? k_gdn_fused<false, RR, true, true, true, true> : k_gdn_fused<false, RR, false, true, true, true>;
+template <int RR, bool N, bool D>
+void (*fused_pick_hb(bool e, bool pre))(const tsc_gdn_args) {
+    return e ? k_gdn_fused<true, RR, false, true, true, N, D>
+             : pre ? k_gdn_fused<false, RR, true, true, true, N, D> : k_gdn_fused<false, RR, false, true, true, N, D>;
 }
 template <int RR>
-void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2))(const tsc_gdn_args) {
-    if (hoist && bar && nb2) return fused_pick_nb<RR>(e, pre);
+void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2, bool dsm))(const tsc_gdn_args) {
+    if (hoist && bar && dsm) return nb2 ? fused_pick_hb<RR, true, true>(e, pre) : fused_pick_hb<RR, false, true>(e, pre);
+    if (hoist && bar && nb2) return fused_pick_hb<RR, true, false>(e, pre);
     if (hoist) return bar ? fused_pick<RR, true, true>(e, pre) : fused_pick<RR, true, false>(e, pre);
     return bar ? fused_pick<RR, false, true>(e, pre) : fused_pick<RR, false, false>(e, pre);
 }
@@ -1051,8 +1104,15 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
         const bool ho = c->gdn_hoist, bar = c->gdn_bar, nb2 = c->gdn_nb2 && g.dg; /* N only where it saves a barrier */
-        tsc_launch(c, rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2) : fused_kernel<2>(e, pre, ho, bar, nb2), dim3(a->Hv * CL),
-                   dim3(NW * 32), (size_t)c->gdn_pad, g);
+        const bool dsm = c->gdn_dsm && ho && bar;
+        void (*k)(const tsc_gdn_args) = rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2, dsm) : fused_kernel<2>(e, pre, ho, bar, nb2, dsm);
+        size_t smem = dsm ? gdn_dsm_bytes(a->n, nb2) : 0;
+        if (c->gdn_pad) { /* (the measurement's pad only where the block stays within the 48 KB that need no opt-in) */
+            cudaFuncAttributes fa;
+            if (cudaFuncGetAttributes(&fa, (const void *)k) == cudaSuccess && fa.sharedSizeBytes + smem + c->gdn_pad <= 48 * 1024)
+                smem += (size_t)c->gdn_pad;
+        }
+        tsc_launch(c, k, dim3(a->Hv * CL), dim3(NW * 32), smem, g);
         TSC_LAUNCHED(c, "tsc_gdn_step (fused)");
         c->gdn_seq = c->nlaunch;
         if (ws) { /* what the ctx's digits now hold (q4dp's stage_once takes them while no launch follows) */
