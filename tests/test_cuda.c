@@ -1420,17 +1420,20 @@ TS_TEST(cuda, gdn_fused_same_bits) {
     }
 }
 
-/* One of k_gdn_fused's forms (nb2: tsc_set_gdn_nb2, N; dsm: tsc_set_gdn_dsm,
- * D) against the default form on the same fresh inputs: the output, the
- * digits (the whole digits buffer, filled with a pattern first), the state
- * and the conv state bit for bit. Clusters of 4 and 8 blocks, groups of 1, 2
- * and 4 blocks (32, 64, 128 columns) and, with dig 0, no digits, 1, 3 and 16
- * rows, the rows' outputs by several warps and by warp 0. Adds its cases to
- * *cases. */
-static void gdn_form_same_bits(tsc_ctx *c, int nb2, int dsm, int dig, int *cases) {
+/* k_gdn_fused's N (tsc_set_gdn_nb2: the step's outputs and out_proj's
+ * digits after one cluster barrier, each block making its quantization
+ * group's outputs itself, its per-row arrays in dynamic shared memory sized
+ * by the launch) against two barriers and static arrays on the same fresh
+ * inputs: the output, the digits (the whole digits buffer, filled with a
+ * pattern first), the state and the conv state bit for bit. Clusters of 4
+ * and 8 blocks, groups of 1, 2 and 4 blocks (32, 64, 128 columns), 1, 3 and
+ * 16 rows, the rows' outputs by several warps and by warp 0. */
+TS_TEST(cuda, gdn_nb2_same_bits) {
+    OPEN(c);
     const size_t ndg = tsc_digits_ws_bytes() / sizeof(float);
+    int cases = 0;
     for (int hv = 0; hv < 2; hv++)
-        for (int gi = 0; gi < (dig ? 3 : 1); gi++)
+        for (int gi = 0; gi < 3; gi++)
             for (int ni = 0; ni < 3; ni++)
                 for (int rp = 0; rp < 2; rp++) {
                     const int Hv = hv ? 4 : 2, n = ni == 0 ? 1 : ni == 1 ? 3 : 16, G = 32 << gi;
@@ -1446,53 +1449,31 @@ static void gdn_form_same_bits(tsc_ctx *c, int nb2, int dsm, int dig, int *cases
                         float *dgs = tsc_alloc(c, ndg * sizeof(float));
                         tsc_fill(c, dgs, 3.0f, ndg);
                         tsc_gdn_args A = gdn_in_args(&g, dcs, dS, dout, ws);
-                        if (dig) A.dg = dgs, A.dg_group = G;
-                        tsc_set_gdn_nb2(c, f && nb2), tsc_set_gdn_dsm(c, f && dsm);
+                        A.dg = dgs, A.dg_group = G;
+                        tsc_set_gdn_nb2(c, f);
                         tsc_gdn_step(c, &A);
                         SYNC_OK(c);
                         got[f][0] = down(c, dout, (size_t)n * Vd), got[f][1] = down(c, dS, nS);
                         got[f][2] = down(c, dcs, nc), got[f][3] = down(c, dgs, ndg);
                         tsc_free(c, dcs), tsc_free(c, dS), tsc_free(c, dout), tsc_free(c, ws), tsc_free(c, dgs);
                     }
-                    tsc_set_gdn_nb2(c, 0), tsc_set_gdn_dsm(c, 0), tsc_set_gdn_rowpar(c, 1);
+                    tsc_set_gdn_nb2(c, 1), tsc_set_gdn_rowpar(c, 1);
                     const size_t sz[4] = {(size_t)n * Vd, nS, nc, ndg};
                     static const char *const nm[4] = {"output", "state", "conv state", "digits"};
                     for (int k = 0; k < 4; k++)
                         CHECK_MSG(!memcmp(got[0][k], got[1][k], sizeof(float) * sz[k]),
-                                  "nb2 %d dsm %d, Hv %d group %d, %d rows, rows_par %d: the %s differs from the default form",
-                                  nb2, dsm, Hv, dig ? G : 0, n, rp, nm[k]);
-                    /* with digits, they were written (the form took the digits path: not the pattern as it was);
-                     * without, the buffer is untouched */
+                                  "Hv %d group %d, %d rows, rows_par %d: the %s differs without the second barrier", Hv,
+                                  G, n, rp, nm[k]);
+                    /* the digits were written (the form took the digits path: not the pattern as it was) */
                     size_t changed = 0;
                     for (size_t e = 0; e < ndg; e++) changed += got[1][3][e] != 3.0f;
-                    CHECK_MSG(dig ? changed > 0 : changed == 0, "nb2 %d dsm %d, Hv %d group %d, %d rows: %zu digit words changed",
-                              nb2, dsm, Hv, dig ? G : 0, n, changed);
+                    CHECK_MSG(changed > 0, "Hv %d group %d, %d rows: no digits written", Hv, G, n);
                     for (int f = 0; f < 2; f++)
                         for (int k = 0; k < 4; k++) free(got[f][k]);
                     gdn_in_free(c, &g);
-                    (*cases)++;
+                    cases++;
                 }
-}
-
-/* k_gdn_fused's N: the step's outputs and out_proj's digits after one
- * cluster barrier, each block making its quantization group's outputs
- * itself, against two barriers */
-TS_TEST(cuda, gdn_nb2_same_bits) {
-    OPEN(c);
-    int cases = 0;
-    gdn_form_same_bits(c, 1, 0, 1, &cases);
     fprintf(stderr, "  gdn nb2: %d cases, output, digits, state and conv state the same bits as two barriers\n", cases);
-    CHECK(tsc_mem_used(c) == 0);
-    tsc_close(c);
-}
-
-/* k_gdn_fused's D: its per-row shared arrays in dynamic shared memory sized
- * by the launch's rows, with and without digits, alone and with N */
-TS_TEST(cuda, gdn_dsm_same_bits) {
-    OPEN(c);
-    int cases = 0;
-    gdn_form_same_bits(c, 0, 1, 1, &cases), gdn_form_same_bits(c, 0, 1, 0, &cases), gdn_form_same_bits(c, 1, 1, 1, &cases);
-    fprintf(stderr, "  gdn dsm: %d cases, output, digits, state and conv state the same bits as static arrays\n", cases);
     CHECK(tsc_mem_used(c) == 0);
     tsc_close(c);
 }

@@ -35,10 +35,8 @@ struct tsc_ctx {
     int gdn_bar;    /* k_gdn_fused's B: its global stores after the cluster barriers (the default, TSC_GDN_BAR=0
                        off; the same bits) */
     int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */
-    int gdn_nb2;    /* k_gdn_fused's N: with out_proj's digits, no second cluster barrier (opt-in, TSC_GDN_NB2=1;
-                       the same bits; with H and B only) */
-    int gdn_dsm;    /* k_gdn_fused's D: its per-row shared arrays sized by the launch's rows (opt-in, TSC_GDN_DSM=1;
-                       the same bits; with H and B only) */
+    int gdn_nb2;    /* k_gdn_fused's N: with out_proj's digits, no second cluster barrier and its per-row arrays sized
+                       by the launch (the default, TSC_GDN_NB2=0 off; the same bits; with H and B only) */
     int gdn_pad;    /* bytes of dynamic shared memory added to k_gdn_fused's launches, unused by it (TSC_GDN_PAD; 0):
                        a measurement of how its footprint weighs on the launches beside it (session 48) */
     int gdn_dig;    /* the GDN step makes out_proj's digits (TSC_GDN_DIG): 0 never, 1 for one-row passes (the

@@ -171,20 +171,19 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->route_net = on_unless0("TSC_ROUTE_NET");
     c->gdn_hoist = on_unless0("TSC_GDN_HOIST");
     c->gdn_bar = on_unless0("TSC_GDN_BAR");
-    /* k_gdn_fused's N (gdn.cu): opt-in until a device call measures it */
-    const char *nb2 = getenv("TSC_GDN_NB2");
-    c->gdn_nb2 = nb2 && nb2[0] == '1';
+    /* k_gdn_fused's N with its per-row arrays sized by the launch (gdn.cu):
+     * the default since s48-run3 (H100: 35B-A3B-8L +0.7%, 9B +0.6%, the
+     * 40-layer 35B-A3B +1.2%); TSC_GDN_NB2=0: two cluster barriers, static
+     * arrays */
+    c->gdn_nb2 = on_unless0("TSC_GDN_NB2");
     /* a measurement switch: N's 8 KB more shared memory (33 against 25 KB a
      * block) cost the 35B-A3B-8L 0.4% while the 9B gained 0.8% (s48-run1);
      * the same padding on the default form tells whether the footprint is
      * the cause (it decides how many of the next launch's blocks are
      * resident early). At most 16 KB, and tsc_gdn_step drops it where the
      * block would pass the 48 KB that need no opt-in. Measured (s48-run2,
-     * H100): +8 KB cost the 35B-A3B-8L 1.2%, hence k_gdn_fused's D
-     * (TSC_GDN_DSM). */
-    /* k_gdn_fused's D (gdn.cu): opt-in until a device call measures it */
-    const char *dsm = getenv("TSC_GDN_DSM");
-    c->gdn_dsm = dsm && dsm[0] == '1';
+     * H100): +8 KB cost the 35B-A3B-8L 1.2%, hence N's dynamic arrays
+     * (gdn.cu's D). */
     const char *pad = getenv("TSC_GDN_PAD");
     c->gdn_pad = pad ? atoi(pad) : 0;
     if (c->gdn_pad < 0 || c->gdn_pad > 16384) c->gdn_pad = 0;
@@ -551,9 +550,6 @@ extern "C" void tsc_set_gdn_fused(tsc_ctx *c, int on) {
 
 extern "C" void tsc_set_gdn_nb2(tsc_ctx *c, int on) {
     if (c) c->gdn_nb2 = on != 0;
-}
-extern "C" void tsc_set_gdn_dsm(tsc_ctx *c, int on) {
-    if (c) c->gdn_dsm = on != 0;
 }
 
 extern "C" void tsc_set_gdn_rowpar(tsc_ctx *c, int on) {

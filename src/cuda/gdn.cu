@@ -229,7 +229,8 @@ __device__ __forceinline__ void gdn_digits(const tsc_gdn_args &a, cg::cluster_gr
     }
 }
 
-/* k_gdn_fused's N (ctx.gdn_nb2, TSC_GDN_NB2=1; with H, B and digits only):
+/* k_gdn_fused's N (ctx.gdn_nb2, the default since session 48; TSC_GDN_NB2=0
+ * off; with H, B and digits only; its shared arrays D's, below):
  * gdn_rows_out and gdn_digits after one cluster barrier instead of two.
  * Why: the second barrier exists so that a block can read the other blocks'
  * largest |output| of its quantization group (gmx); but after the first,
@@ -249,7 +250,8 @@ __device__ __forceinline__ void gdn_digits(const tsc_gdn_args &a, cg::cluster_gr
  * ~5.6 us; a cluster barrier waits for the slowest of the cluster's blocks.
  * Prediction: -0.5..-1 us a GDN layer, the 9B +0.5..1%, the 35B-A3B-8L
  * +0.3..0.8%. Costs: gb - 1 more remote loads a row, (gb - 1) x 32 more
- * silu(z) per row in H's loads. */
+ * silu(z) per row in H's loads. Measured with static arrays (s48-run1, H100):
+ * 9B +0.8%, 35B-A3B-8L -0.4% (its 8 KB more shared memory: see D). */
 __device__ __forceinline__ void gdn_out_nb(const tsc_gdn_args &a, cg::cluster_group &cl, int n, int h, int cb, int rank,
                                            int warp, int lane, int base, const float (&ojs)[TSC_ROWS_MAX][32],
                                            const double (&ssq)[TSC_ROWS_MAX], const float (*zsg)[4 * 32],
@@ -385,39 +387,42 @@ __attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gd
  * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
  * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
  * lane-a-key scores in both). So every row count takes it by default. */
-/* k_gdn_fused's D (ctx.gdn_dsm, TSC_GDN_DSM=1; with H and B only): its
- * per-row shared arrays (q, k, v, o, the sums of squares, the gates, silu(z),
- * the digits' maxima) in dynamic shared memory sized by the launch's rows
- * (a.n, the bound of a device row count too) instead of static arrays sized
- * for TSC_ROWS_MAX: 24,960 bytes a block become ~3.6 KB for one row. Why:
- * s48-run2 (H100) padded the default's launch with unused dynamic shared
- * memory: +8 KB cost the 35B-A3B-8L 1.2% (2,263 -> 2,235 tok/s) and +16 KB
- * 1.6%, the 9B 0.1% and 1.0%: the step's footprint decides how many of the
- * next launch's blocks are resident beside it (the products launch a
- * persistent grid sized for empty SMs, and their early blocks prefetch
- * weights before their PDL wait). Same addresses relative to each array,
- * same arithmetic: the same bits (cuda.gdn_dsm_same_bits). Prediction:
- * where 8 KB more cost 1.2%, 21 KB less gains 0.5..2% on the 35B-A3B-8L,
- * less on the 9B. The layout, 16-byte aligned, in this order (gdn_dsm_bytes):
- * ssq (double), bds (float2), qs, ks, vs, ojs, gmx, then zsl, or N's zsg and
- * ovs. */
+/* k_gdn_fused's D, which N takes (gdn_out_nb): its per-row shared arrays
+ * (q, k, v, o, the sums of squares, the gates, the group's silu(z), the
+ * digits' maxima, the block's outputs) in dynamic shared memory sized by the
+ * launch's rows (a.n, the bound of a device row count too) instead of static
+ * arrays sized for TSC_ROWS_MAX: N's 33,088 bytes a block become ~4.3 KB for
+ * one row. Why: s48-run2 (H100) padded the default's launch with unused
+ * dynamic shared memory: +8 KB (N's own growth) cost the 35B-A3B-8L 1.2%
+ * (2,263 -> 2,235 tok/s) and +16 KB 1.6%, the 9B 0.1% and 1.0%, which is
+ * why N alone lost on the 35B-A3B-8L. Same addresses relative to each array,
+ * same arithmetic: the same bits (cuda.gdn_nb2_same_bits). Measured
+ * (s48-run3, H100, interleaved, three and two rounds), tok/s:
+ *                 default  D alone  N alone  N with D
+ *   35B-A3B-8L    2,264.3  2,255.3  2,255.6  2,280.8  (+0.7%)
+ *   9B              469.5    467.8    472.9    472.2  (+0.6%)
+ *   40-layer 35B-A3B 573.0     -        -      579.8  (+1.2%)
+ * D alone (the two-barrier form, ~3.6 KB) lost, and so did its 4-row verify
+ * (9B 3.059 -> 3.088 ms): smaller is not simply faster (its 64-register
+ * bound spills 8 bytes, N's 4), so only N takes it. The layout, 16-byte
+ * aligned, in this order (gdn_nb_smem): ssq (double), bds (float2), qs, ks,
+ * vs, ojs, gmx, zsg, ovs. */
 template <typename T> __device__ __forceinline__ T *dsm_take(unsigned char *&p, int count) {
     T *r = (T *)p;
     p += ((size_t)count * sizeof(T) + 15) & ~(size_t)15;
     return r;
 }
 constexpr size_t dsm_round(size_t b) { return (b + 15) & ~(size_t)15; }
-size_t gdn_dsm_bytes(int n, bool nb) {
+size_t gdn_nb_smem(int n) {
     const size_t r = (size_t)n;
-    size_t b = dsm_round(r * 8) * 2 + dsm_round(r * DK * 4) * 2 + dsm_round(r * CB * 4) * 2 + dsm_round(r * 4);
-    b += nb ? dsm_round(r * 4 * 32 * 4) + dsm_round(r * 32 * 4) : dsm_round(r * 32 * 4);
-    return b;
+    return dsm_round(r * 8) * 2 + dsm_round(r * DK * 4) * 2 + dsm_round(r * CB * 4) * 2 + dsm_round(r * 4) +
+           dsm_round(r * 4 * 32 * 4) + dsm_round(r * 32 * 4);
 }
 
 template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false, bool D = false>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32, D ? 4 : 0) k_gdn_fused(const tsc_gdn_args a) {
     static_assert(!N || (H && B), "k_gdn_fused's N takes H's silu(z) and B's stores");
-    static_assert(!D || (H && B), "k_gdn_fused's D is made with H and B");
+    static_assert(D == N, "k_gdn_fused's D is N's (gdn_nb_smem)");
     /* (N is launched only with out_proj's digits and an output: tsc_gdn_step) */
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
@@ -516,16 +521,17 @@ __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32, D ? 4
      * math, session 39's Q, were mixed: 9B +0.3%, 35B-A3B-8L -0.4%,
      * s39-run4; removed.) */
     __shared__ float2 bds_[H && !D ? TSC_ROWS_MAX : 1];
-    __shared__ float zsl_[H && !D ? TSC_ROWS_MAX : 1][32];
-    /* N: silu(z) of the group's columns (gb blocks of 32, this block's among them) and this block's outputs */
-    __shared__ float zsg_[N && !D ? TSC_ROWS_MAX : 1][N ? 4 * 32 : 1], ovs_[N && !D ? TSC_ROWS_MAX : 1][N ? 32 : 1];
+    __shared__ float zsl_[H && !N ? TSC_ROWS_MAX : 1][32]; /* (N reads zsg instead) */
     float2 *bds = D ? bdd : bds_;
     typedef float zsl_t[H ? TSC_ROWS_MAX : 1][32];
+    zsl_t &zsl = *(zsl_t *)zsl_;
+    /* N: silu(z) of the group's columns (gb blocks of 32, this block's among them) and this block's outputs, D's
+     * (one-element stand-ins elsewhere, unused, which the compiler drops) */
+    __shared__ float zsg_[1][1], ovs_[1][1];
     typedef float zsg_t[N ? TSC_ROWS_MAX : 1][N ? 4 * 32 : 1];
     typedef float ovs_t[N ? TSC_ROWS_MAX : 1][N ? 32 : 1];
-    zsl_t &zsl = *(D && !N ? (zsl_t *)dsm_take<float>(dp, a.n * 32) : (zsl_t *)zsl_);
-    zsg_t &zsg = *(D && N ? (zsg_t *)dsm_take<float>(dp, a.n * 4 * 32) : (zsg_t *)zsg_);
-    ovs_t &ovs = *(D && N ? (ovs_t *)dsm_take<float>(dp, a.n * 32) : (ovs_t *)ovs_);
+    zsg_t &zsg = *(N ? (zsg_t *)dsm_take<float>(dp, a.n * 4 * 32) : (zsg_t *)zsg_);
+    ovs_t &ovs = *(N ? (ovs_t *)dsm_take<float>(dp, a.n * 32) : (ovs_t *)ovs_);
     if constexpr (H) {
         if (tid < n) bds[tid] = gdn_gates(a, tid, h, nA, dtb);
         if constexpr (N) {
@@ -1058,9 +1064,8 @@ void (*fused_pick_hb(bool e, bool pre))(const tsc_gdn_args) {
              : pre ? k_gdn_fused<false, RR, true, true, true, N, D> : k_gdn_fused<false, RR, false, true, true, N, D>;
 }
 template <int RR>
-void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2, bool dsm))(const tsc_gdn_args) {
-    if (hoist && bar && dsm) return nb2 ? fused_pick_hb<RR, true, true>(e, pre) : fused_pick_hb<RR, false, true>(e, pre);
-    if (hoist && bar && nb2) return fused_pick_hb<RR, true, false>(e, pre);
+void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2))(const tsc_gdn_args) {
+    if (hoist && bar && nb2) return fused_pick_hb<RR, true, true>(e, pre);
     if (hoist) return bar ? fused_pick<RR, true, true>(e, pre) : fused_pick<RR, true, false>(e, pre);
     return bar ? fused_pick<RR, false, true>(e, pre) : fused_pick<RR, false, false>(e, pre);
 }
@@ -1104,9 +1109,8 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
         const bool ho = c->gdn_hoist, bar = c->gdn_bar, nb2 = c->gdn_nb2 && g.dg; /* N only where it saves a barrier */
-        const bool dsm = c->gdn_dsm && ho && bar;
-        void (*k)(const tsc_gdn_args) = rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2, dsm) : fused_kernel<2>(e, pre, ho, bar, nb2, dsm);
-        size_t smem = dsm ? gdn_dsm_bytes(a->n, nb2) : 0;
+        void (*k)(const tsc_gdn_args) = rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2) : fused_kernel<2>(e, pre, ho, bar, nb2);
+        size_t smem = nb2 && ho && bar ? gdn_nb_smem(a->n) : 0; /* (N's D) */
         if (c->gdn_pad) { /* (the measurement's pad only where the block stays within the 48 KB that need no opt-in) */
             cudaFuncAttributes fa;
             if (cudaFuncGetAttributes(&fa, (const void *)k) == cudaSuccess && fa.sharedSizeBytes + smem + c->gdn_pad <= 48 * 1024)

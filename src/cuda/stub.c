@@ -193,7 +193,6 @@ void tsc_set_attn_r1(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_gc(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_fused(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_nb2(tsc_ctx *c, int on) { (void)c, (void)on; }
-void tsc_set_gdn_dsm(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_rowpar(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_route_net(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_trace_reset(void) {}

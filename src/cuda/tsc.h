@@ -524,11 +524,10 @@ void tsc_set_attn_gc(tsc_ctx *c, int on);
  * or prep + scan (0): the same bits either way (gdn.cu, k_gdn_fused; the
  * tests compare them). Hv / Hk above 2 always takes the two kernels. */
 void tsc_set_gdn_fused(tsc_ctx *c, int on);
-/* k_gdn_fused's N (TSC_GDN_NB2=1), its D (TSC_GDN_DSM=1: per-row shared
- * arrays sized by the launch) and its rows' outputs by several warps
- * (TSC_GDN_ROWPAR), for the tests that compare forms in one process */
+/* k_gdn_fused's N (on by default, TSC_GDN_NB2=0 starts it off) and its
+ * rows' outputs by several warps (TSC_GDN_ROWPAR), for the tests that
+ * compare forms in one process */
 void tsc_set_gdn_nb2(tsc_ctx *c, int on);
-void tsc_set_gdn_dsm(tsc_ctx *c, int on);
 void tsc_set_gdn_rowpar(tsc_ctx *c, int on);
 /* MoE routing's picks (tsc_moe_route): by a sorting network (1, the
  * default; TSC_ROUTE_NET=0 starts it off) or one after another (0): the same
