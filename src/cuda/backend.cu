@@ -417,6 +417,21 @@ struct op_timer {
 /* The stream's sticky errors: the contract's (ours) or the context's. */
 inline bool dead(ts_stream *s) { return s->err || tsc_error(ST(s)->c); }
 
+/* The context's recorded error as the stream's, with its message, for a call
+ * that returns the error without a sync: its caller reports the stream's
+ * message (session.c), which cu_sync would have filled. (Session 48: the
+ * trace build's bench failed in a graph replay with "backend cuda: " and
+ * nothing after it.) */
+static int ctx_err(ts_stream *s) {
+    ts_error e;
+    const int rc = tsc_sync(ST(s)->c, &e); /* (with an error recorded: at once, no sync) */
+    if (rc && !s->err) {
+        s->err = rc;
+        snprintf(s->msg, sizeof s->msg, "%.250s", e.msg);
+    }
+    return rc ? rc : TS_E_IO;
+}
+
 void fail(ts_stream *s, int code, const char *msg) { ts_be_fail(s, code, msg); }
 
 /* The routed experts through q4dp.cu's dp4a products (TSC_MOE_DP4A=0: the
@@ -2615,7 +2630,7 @@ int cu_ahead_read(ts_stream *s, int t, int32_t *id) {
         return s->err;
     }
     *id = ((volatile int32_t *)q->ahead_h)[t];
-    return tsc_error(q->c) ? TS_E_IO : 0;
+    return tsc_error(q->c) ? ctx_err(s) : 0;
 }
 
 /* ---- sampling candidates ----
@@ -2787,7 +2802,7 @@ int cu_graph_launch(ts_stream *s, uint32_t key) {
     q->launch_s += ts_now() - t0;
     q->replays++;
     if (tr) trace_write(q);
-    return tsc_error(q->c) ? TS_E_IO : 0;
+    return tsc_error(q->c) ? ctx_err(s) : 0;
 }
 
 const ts_backend_ops cu_ops = {

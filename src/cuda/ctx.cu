@@ -184,6 +184,8 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * block would pass the 48 KB that need no opt-in. Measured (s48-run2,
      * H100): +8 KB cost the 35B-A3B-8L 1.2%, hence N's dynamic arrays
      * (gdn.cu's D). */
+    const char *nbu = getenv("TSC_GDN_NBU"); /* a measurement (gdn.cu's U) */
+    c->gdn_nbu = nbu && nbu[0] == '1';
     const char *pad = getenv("TSC_GDN_PAD");
     c->gdn_pad = pad ? atoi(pad) : 0;
     if (c->gdn_pad < 0 || c->gdn_pad > 16384) c->gdn_pad = 0;
