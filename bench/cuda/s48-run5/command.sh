@@ -9,7 +9,16 @@
 #    Prediction: +-0.3%; a win only if the spill sits on the step's chain.
 # 2. The engine's traces at the new defaults (9B, 35B-A3B-8L), which failed in s48-run2 with an empty message:
 #    backend.cu's ctx_err now carries the context's message to the stream, so a failure says what it is.
+# 0. On an H200 (the card; none has come since session 43): the acceptance card at the current defaults
+#    first (card, without cuda_bench, which this pack lacks), and the 40-layer 35B-A3B.
 PACK=.gpu/s48e/pack.tar.xz . bench/cuda/device_env.sh
+if grep -q H200 $O/smi.txt; then
+  VN=(d); VE=(X=0)
+  card_decode
+  card_mtp
+  synth_shape 35b shapes/qwen3.5-35B-A3B.json
+  ab 35b $S/35b 1 --prompt 512 --gen 128 --runs 2
+fi
 TSC_GDN_NBU=1 timeout 120 $B/ts_test cuda.gdn_nb2_same_bits cuda.gdn_digits_same_as_staging > $O/t_nbu.log 2>&1; tl "nbu tests $?"
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 synth_shape 9b shapes/qwen3.5-9B.json
