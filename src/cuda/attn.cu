@@ -803,7 +803,7 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     tsc_launch(c, c->pdl_early ? (r1 ? k_attn_combine<true, false, true> : k_attn_combine<true>)
                   : ea ? (r1 ? k_attn_combine<false, true, true> : k_attn_combine<false, true>)
                        : (r1 ? k_attn_combine<false, false, true> : k_attn_combine<false>),
-               dim3(dim3(a->nq, a->n)), dim3(a->D), 0, g, nsplit);
+               dim3(dim3(a->nq, a->n)), dim3(a->D), (size_t)c->attn_pad, g, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
     if (dig && g.dg == c->dg)
         tsc_dg_mark(c, g.out, g.n, g.nq * g.D, g.dg_group);

@@ -189,6 +189,13 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     const char *pad = getenv("TSC_GDN_PAD");
     c->gdn_pad = pad ? atoi(pad) : 0;
     if (c->gdn_pad < 0 || c->gdn_pad > 16384) c->gdn_pad = 0;
+    /* and the attention's combine (8,336 bytes of static shared memory: its
+     * arrays sized for the most splits and the widest head), whose blocks
+     * (nq x rows of them) sit on a few SMs just before o_proj's persistent
+     * grid: whether shrinking them could pay, before doing it */
+    const char *apad = getenv("TSC_ATTN_PAD");
+    c->attn_pad = apad ? atoi(apad) : 0;
+    if (c->attn_pad < 0 || c->attn_pad > 16384) c->attn_pad = 0;
     /* the attention's pre-wait work (attn.cu's EA): the default since
      * s39-run2 (H100: 9B decode +0.7%, 35B-A3B-8L +0.9%) */
     c->attn_early = on_unless0("TSC_ATTN_EARLY");
