@@ -50,6 +50,13 @@ T="$OUT/gpu_check.md"
 # far it got and whether it had reported anything by then (a report fails; none is "cut", not "clean").
 # san_summary LOG: the run's summary line (none: cut before it); san_reports LOG: the errors and hazards it
 # reported (of a cut run: those before the cut)
+# spec_row SPEC FILE: a drafted bench's row (bench --spec SPEC, its JSON in $OUT/FILE: the last line, the run's
+# summary); an unreadable one or drafted output not identical to plain greedy fails
+spec_row() {
+  python3 -c "import json,sys;j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]);print('| bench default --spec %s | identical %s, mean accepted %.2f, spec %.1f tok/s against plain %.1f |'%(sys.argv[2],j['identical'],j['mean_accepted_length'],j['spec_tok_s'],j['plain_tok_s']))" "$OUT/$2" "$1" 2>/dev/null ||
+    { echo "| bench --spec $1 | FAILED: its last JSON line unreadable ($2) |"; status=1; }
+  grep -q '"identical": true' "$OUT/$2" || status=1
+}
 san_summary() { grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$1" | tail -1; }
 san_reports() { grep -E '^========= ' "$1" | grep -cv 'COMPUTE-SANITIZER'; }
 san_row() {
@@ -240,9 +247,7 @@ PY
   bj default models/default
   for M in 1 2 3 4; do
     "$TS" bench --backend cuda -m models/default --prompt 512 --gen 256 --runs 2 --spec mtp --draft $M --json >"$OUT/bench_spec_d$M.json" 2>>"$OUT/engine_bench.log" || { echo "| bench --spec mtp --draft $M | FAILED |"; status=1; continue; }
-    python3 -c "import json,sys;j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]);print('| bench default --spec mtp --draft %s | identical %s, mean accepted %.2f, spec %.1f tok/s against plain %.1f |'%(sys.argv[2],j['identical'],j['mean_accepted_length'],j['spec_tok_s'],j['plain_tok_s']))" "$OUT/bench_spec_d$M.json" $M 2>/dev/null ||
-      { echo "| bench --spec mtp --draft $M | FAILED: its last JSON line unreadable (bench_spec_d$M.json) |"; status=1; }
-    grep -q '"identical": true' "$OUT/bench_spec_d$M.json" || status=1
+    spec_row "mtp --draft $M" bench_spec_d$M.json
   done
   # the speculative passes captured as graphs (the default) against run from the host (TSC_VGRAPH=0)
   for VG in 1 0; do
@@ -252,9 +257,7 @@ PY
   done
   for blk in 4 8 16; do
     "$TS" bench --backend cuda -m models/default --prompt 512 --gen 256 --runs 2 --spec dflash --block $blk --json >"$OUT/bench_dflash_b$blk.json" 2>>"$OUT/engine_bench.log" || { echo "| bench --spec dflash --block $blk | FAILED |"; status=1; continue; }
-    python3 -c "import json,sys;j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]);print('| bench default --spec dflash --block %s | identical %s, mean accepted %.2f, spec %.1f tok/s against plain %.1f |'%(sys.argv[2],j['identical'],j['mean_accepted_length'],j['spec_tok_s'],j['plain_tok_s']))" "$OUT/bench_dflash_b$blk.json" $blk 2>/dev/null ||
-      { echo "| bench --spec dflash --block $blk | FAILED: its last JSON line unreadable (bench_dflash_b$blk.json) |"; status=1; }
-    grep -q '"identical": true' "$OUT/bench_dflash_b$blk.json" || status=1
+    spec_row "dflash --block $blk" bench_dflash_b$blk.json
   done
   for sh in $SHAPES; do # a name under shapes/, or a path to a shape file
     f="shapes/$sh.json"; [ -f "$sh" ] && f=$sh && sh=$(basename "$sh" .json)

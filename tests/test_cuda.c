@@ -1050,7 +1050,7 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
                     digits_taken_by_product(c, dgs, G, n, Vd, dout, dq, gdn_step_maker, &A, what, &ok);
                     if (!ok) { tsc_close(c); return; }
                 }
-                tsc_set_gdn_nb2(c, 0);
+                tsc_set_gdn_nb2(c, 1); /* (the default) */
                 cases++;
                 tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcs), tsc_free(c, dcw);
                 tsc_free(c, dS), tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw), tsc_free(c, dout), tsc_free(c, ws);

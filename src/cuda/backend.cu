@@ -417,19 +417,19 @@ struct op_timer {
 /* The stream's sticky errors: the contract's (ours) or the context's. */
 inline bool dead(ts_stream *s) { return s->err || tsc_error(ST(s)->c); }
 
-/* The context's recorded error as the stream's, with its message, for a call
- * that returns the error without a sync: its caller reports the stream's
- * message (session.c), which cu_sync would have filled. (Session 48: the
- * trace build's bench failed in a graph replay with "backend cuda: " and
- * nothing after it.) */
-static int ctx_err(ts_stream *s) {
+/* tsc_sync's error, message too, as the stream's (a first error stays):
+ * cu_sync's, and that of a call that returns the context's recorded error
+ * without a sync (tsc_sync then returns at once), since its caller reports
+ * the stream's message (session.c). (Session 48: the trace build's bench
+ * failed in a graph replay with "backend cuda: " and nothing after it.) */
+static int sync_into(ts_stream *s) {
     ts_error e;
-    const int rc = tsc_sync(ST(s)->c, &e); /* (with an error recorded: at once, no sync) */
+    const int rc = tsc_sync(ST(s)->c, &e);
     if (rc && !s->err) {
         s->err = rc;
         snprintf(s->msg, sizeof s->msg, "%.250s", e.msg);
     }
-    return rc ? rc : TS_E_IO;
+    return rc;
 }
 
 void fail(ts_stream *s, int code, const char *msg) { ts_be_fail(s, code, msg); }
@@ -919,12 +919,7 @@ const float *cu_host_rows(ts_stream *s, ts_view v) {
 int cu_sync(ts_stream *s) {
     flush(s);
     cu_stream *q = ST(s);
-    ts_error e;
-    int rc = tsc_sync(q->c, &e);
-    if (rc && !s->err) {
-        s->err = rc;
-        snprintf(s->msg, sizeof s->msg, "%.250s", e.msg);
-    }
+    int rc = sync_into(s);
     /* a refused argument leaves the device usable; a device fault does not */
     if (rc && rc != TS_E_IO) q->c->err_code = 0, q->c->err_msg[0] = 0;
     rc = s->err;
@@ -2630,7 +2625,7 @@ int cu_ahead_read(ts_stream *s, int t, int32_t *id) {
         return s->err;
     }
     *id = ((volatile int32_t *)q->ahead_h)[t];
-    return tsc_error(q->c) ? ctx_err(s) : 0;
+    return tsc_error(q->c) ? sync_into(s) : 0;
 }
 
 /* ---- sampling candidates ----
@@ -2802,7 +2797,7 @@ int cu_graph_launch(ts_stream *s, uint32_t key) {
     q->launch_s += ts_now() - t0;
     q->replays++;
     if (tr) trace_write(q);
-    return tsc_error(q->c) ? ctx_err(s) : 0;
+    return tsc_error(q->c) ? sync_into(s) : 0;
 }
 
 const ts_backend_ops cu_ops = {

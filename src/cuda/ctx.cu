@@ -117,6 +117,14 @@ static int on_unless0(const char *name) {
     return !(v && v[0] == '0');
 }
 
+/* a measurement's padding of a launch's shared memory (TSC_GDN_PAD,
+ * TSC_ATTN_PAD): bytes 0..16384, anything else 0 */
+static int pad_bytes(const char *name) {
+    const char *v = getenv(name);
+    const int b = v ? atoi(v) : 0;
+    return b < 0 || b > 16384 ? 0 : b;
+}
+
 extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     *out = NULL;
     int n = 0;
@@ -176,26 +184,21 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * 40-layer 35B-A3B +1.2%); TSC_GDN_NB2=0: two cluster barriers, static
      * arrays */
     c->gdn_nb2 = on_unless0("TSC_GDN_NB2");
+    const char *nbu = getenv("TSC_GDN_NBU"); /* a measurement (gdn.cu's U) */
+    c->gdn_nbu = nbu && nbu[0] == '1';
     /* a measurement switch: N's 8 KB more shared memory (33 against 25 KB a
      * block) cost the 35B-A3B-8L 0.4% while the 9B gained 0.8% (s48-run1);
      * the same padding on the default form tells whether the footprint is
      * the cause (it decides how many of the next launch's blocks are
-     * resident early). At most 16 KB, and tsc_gdn_step drops it where the
-     * block would pass the 48 KB that need no opt-in. Measured (s48-run2,
-     * H100): +8 KB cost the 35B-A3B-8L 1.2%, hence N's dynamic arrays
-     * (gdn.cu's D). */
-    const char *nbu = getenv("TSC_GDN_NBU"); /* a measurement (gdn.cu's U) */
-    c->gdn_nbu = nbu && nbu[0] == '1';
-    const char *pad = getenv("TSC_GDN_PAD");
-    c->gdn_pad = pad ? atoi(pad) : 0;
-    if (c->gdn_pad < 0 || c->gdn_pad > 16384) c->gdn_pad = 0;
+     * resident early). tsc_gdn_step drops it where the block would pass the
+     * 48 KB that need no opt-in. Measured (s48-run2, H100): +8 KB cost the
+     * 35B-A3B-8L 1.2%, hence N's dynamic arrays (gdn.cu's D). */
+    c->gdn_pad = pad_bytes("TSC_GDN_PAD");
     /* and the attention's combine (8,336 bytes of static shared memory: its
      * arrays sized for the most splits and the widest head), whose blocks
      * (nq x rows of them) sit on a few SMs just before o_proj's persistent
      * grid: whether shrinking them could pay, before doing it */
-    const char *apad = getenv("TSC_ATTN_PAD");
-    c->attn_pad = apad ? atoi(apad) : 0;
-    if (c->attn_pad < 0 || c->attn_pad > 16384) c->attn_pad = 0;
+    c->attn_pad = pad_bytes("TSC_ATTN_PAD");
     /* the attention's pre-wait work (attn.cu's EA): the default since
      * s39-run2 (H100: 9B decode +0.7%, 35B-A3B-8L +0.9%) */
     c->attn_early = on_unless0("TSC_ATTN_EARLY");

@@ -387,7 +387,7 @@ __attribute__((unused)) static const int gdn_ph_registered_ = tsc_tr_register(gd
  * 1-row step 2.039 -> 2.050 ms; with the state's loads first (s19-run5) the
  * 1-row step 2.026 -> 2.019 against the two kernels (the attention's
  * lane-a-key scores in both). So every row count takes it by default. */
-/* k_gdn_fused's D, which N takes (gdn_out_nb): its per-row shared arrays
+/* k_gdn_fused's D, which is N's (gdn_out_nb): its per-row shared arrays
  * (q, k, v, o, the sums of squares, the gates, the group's silu(z), the
  * digits' maxima, the block's outputs) in dynamic shared memory sized by the
  * launch's rows (a.n, the bound of a device row count too) instead of static
@@ -413,19 +413,23 @@ template <typename T> __device__ __forceinline__ T *dsm_take(unsigned char *&p, 
     return r;
 }
 constexpr size_t dsm_round(size_t b) { return (b + 15) & ~(size_t)15; }
+/* the launch's bytes of D's arrays: the kernel's dsm_take calls, in their
+ * order (they stay where the kernel uses them: taking all of them up front
+ * in one shared function raised the bounded instances' spill from 4 to 12
+ * bytes, ptxas, session 48) */
 size_t gdn_nb_smem(int n) {
     const size_t r = (size_t)n;
     return dsm_round(r * 8) * 2 + dsm_round(r * DK * 4) * 2 + dsm_round(r * CB * 4) * 2 + dsm_round(r * 4) +
            dsm_round(r * 4 * 32 * 4) + dsm_round(r * 32 * 4);
 }
 
-/* U (a measurement, TSC_GDN_NBU=1): D without its bound of 64 registers a
+/* U (a measurement, TSC_GDN_NBU=1): N without its bound of 64 registers a
  * thread (4 blocks an SM), which costs N 4 bytes of spill (ptxas; 76
  * registers without it): whether the spill or the registers weigh more. */
-template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false, bool D = false, bool U = false>
-__global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32, D && !U ? 4 : 0) k_gdn_fused(const tsc_gdn_args a) {
+template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false, bool U = false>
+__global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32, N && !U ? 4 : 0) k_gdn_fused(const tsc_gdn_args a) {
     static_assert(!N || (H && B), "k_gdn_fused's N takes H's silu(z) and B's stores");
-    static_assert(D == N, "k_gdn_fused's D is N's (gdn_nb_smem)");
+    constexpr bool D = N; /* N's shared arrays sized by the launch (gdn_nb_smem) */
     /* (N is launched only with out_proj's digits and an output: tsc_gdn_step) */
     /* Which buffers of the pairs (the step record's choice: a verify, a
      * run-ahead step, a drafting session's decode) before the PDL wait: the
@@ -1061,14 +1065,14 @@ template <int RR, bool H, bool B>
 void (*fused_pick(bool e, bool pre))(const tsc_gdn_args) {
     return e ? k_gdn_fused<true, RR, false, H, B> : pre ? k_gdn_fused<false, RR, true, H, B> : k_gdn_fused<false, RR, false, H, B>;
 }
-template <int RR, bool N, bool D, bool U = false>
-void (*fused_pick_hb(bool e, bool pre))(const tsc_gdn_args) {
-    return e ? k_gdn_fused<true, RR, false, true, true, N, D, U>
-             : pre ? k_gdn_fused<false, RR, true, true, true, N, D, U> : k_gdn_fused<false, RR, false, true, true, N, D, U>;
+template <int RR, bool U>
+void (*fused_pick_nb(bool e, bool pre))(const tsc_gdn_args) {
+    return e ? k_gdn_fused<true, RR, false, true, true, true, U>
+             : pre ? k_gdn_fused<false, RR, true, true, true, true, U> : k_gdn_fused<false, RR, false, true, true, true, U>;
 }
 template <int RR>
 void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2, bool nbu))(const tsc_gdn_args) {
-    if (hoist && bar && nb2) return nbu ? fused_pick_hb<RR, true, true, true>(e, pre) : fused_pick_hb<RR, true, true>(e, pre);
+    if (hoist && bar && nb2) return nbu ? fused_pick_nb<RR, true>(e, pre) : fused_pick_nb<RR, false>(e, pre);
     if (hoist) return bar ? fused_pick<RR, true, true>(e, pre) : fused_pick<RR, true, false>(e, pre);
     return bar ? fused_pick<RR, false, true>(e, pre) : fused_pick<RR, false, false>(e, pre);
 }
