@@ -332,15 +332,28 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * (the 9B +1-1.5%, more at long contexts). Measured (s40-run4, H100,
  * interleaved): 9B decode 465.4 -> 470.9 tok/s (+1.2%), after a 4,096-token
  * prompt 426.5 -> 430.5, MTP 3 at forced acceptance 793.8 -> 811.3 (verify
- * 3.114 -> 3.065 ms a block), 35B-A3B-8L 2,086.6 -> 2,105.6 (+0.9%). */
-template <bool E, int GC = 0>
+ * 3.114 -> 3.065 ms a block), 35B-A3B-8L 2,086.6 -> 2,105.6 (+0.9%).
+ *
+ * SZ (session 49; ctx.attn_gc 2, TSC_ATTN_SZ=1, a measurement): GC's
+ * instances with their static shared arrays (the queries, the scores, the
+ * softmax's rows) sized for GC query heads, not GMAX = 16: 18,624 -> 4,656
+ * bytes a block at G = 4 (the 9B), 9,312 at G = 8 (the 35B-A3B; ptxas). Why:
+ * session 48 found that a latency kernel's footprint weighs on the launches
+ * beside it (8 KB of unused shared memory in the GDN step cost the
+ * 35B-A3B-8L 1.2%), and this kernel's 85 KB a block (66 KB of it the K/V
+ * staging, sized by the head) sits just before o_proj's persistent grid.
+ * The same loads, operations and orders: the same bits (cuda.attn_*).
+ * Prediction: +0-0.5% on both shapes (8 of the 9B's 32 layers, 2 of the
+ * 35B-A3B-8L's 8); D alone's loss says it could go either way. */
+template <bool E, int GC = 0, bool SZ = false>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
-    constexpr int GM = GC ? GC : GMAX; /* accumulators a thread */
+    constexpr int GM = GC ? GC : GMAX;       /* accumulators a thread */
+    constexpr int GQ = SZ && GC ? GC : GMAX; /* query heads the shared arrays hold */
     TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
-    __shared__ float4 qs4[GMAX][DMAX / 4];
-    __shared__ float sc[GMAX][SPL];
-    __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
+    __shared__ float4 qs4[GQ][DMAX / 4];
+    __shared__ float sc[GQ][SPL];
+    __shared__ float mrow[GQ], lrow[GQ], frow[GQ];
     const int kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos_of(a, i);
     const int T = min(pos + 1, a.max_T), P = piece_at(a, T);
@@ -421,12 +434,16 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
 }
 
 /* k_attn_split_lk for the call: GC off (ctx.attn_gc 0) or the accumulators
- * for G query heads a KV head (G <= GMAX) */
+ * for G query heads a KV head (G <= GMAX), with SZ's shared arrays
+ * (ctx.attn_gc 2) */
+template <bool E, bool SZ>
+void (*split_lk_gc(int G))(const tsc_attn_args, int) {
+    return G <= 1 ? k_attn_split_lk<E, 1, SZ> : G <= 2 ? k_attn_split_lk<E, 2, SZ> : G <= 4 ? k_attn_split_lk<E, 4, SZ>
+         : G <= 8 ? k_attn_split_lk<E, 8, SZ> : k_attn_split_lk<E, 16, SZ>;
+}
 template <bool E>
-void (*split_lk_for(int gc_on, int G))(const tsc_attn_args, int) {
-    if (!gc_on) return k_attn_split_lk<E, 0>;
-    return G <= 1 ? k_attn_split_lk<E, 1> : G <= 2 ? k_attn_split_lk<E, 2> : G <= 4 ? k_attn_split_lk<E, 4>
-         : G <= 8 ? k_attn_split_lk<E, 8> : k_attn_split_lk<E, 16>;
+void (*split_lk_for(int gc, int G))(const tsc_attn_args, int) {
+    return !gc ? k_attn_split_lk<E, 0> : gc == 2 ? split_lk_gc<E, true>(G) : split_lk_gc<E, false>(G);
 }
 
 /* o_proj's 8-bit digits (tsc_attn_args.dg) from the combine's output ov of
@@ -772,10 +789,11 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         const int lk = (int)lk_smem();
-        for (int g = 0; g <= GMAX; g = g ? 2 * g : 1) { /* GC off (g 0), then each GC */
-            cudaFuncSetAttribute(split_lk_for<true>(g, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-            cudaFuncSetAttribute(split_lk_for<false>(g, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-        }
+        for (int gc = 0; gc <= 2; gc++)                      /* GC off, GC, GC with SZ */
+            for (int g = 1; g <= GMAX; g *= 2) {              /* (each GC instance) */
+                cudaFuncSetAttribute(split_lk_for<true>(gc, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+                cudaFuncSetAttribute(split_lk_for<false>(gc, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+            }
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a

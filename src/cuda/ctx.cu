@@ -210,6 +210,9 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * stepped (attn.cu's GC): the default since s40-run4 (H100: 9B decode
      * +1.2%, MTP 3 +2.2%, 35B-A3B-8L +0.9%) */
     c->attn_gc = on_unless0("TSC_ATTN_GC");
+    /* GC's shared arrays sized for its query heads (attn.cu's SZ; ctx.attn_gc
+     * 2): a measurement of session 49, off unless TSC_ATTN_SZ=1 */
+    if (c->attn_gc && getenv("TSC_ATTN_SZ") && atoi(getenv("TSC_ATTN_SZ")) == 1) c->attn_gc = 2;
     {
         /* the decode path's carveout (tsc_blocks_per_sm_dec): TSC_CARVE=P
          * percent, -1 the driver's choice; 50 by default */
@@ -585,7 +588,7 @@ extern "C" void tsc_set_attn_r1(tsc_ctx *c, int on) {
 }
 
 extern "C" void tsc_set_attn_gc(tsc_ctx *c, int on) {
-    if (c) c->attn_gc = on != 0;
+    if (c) c->attn_gc = on <= 0 ? 0 : on >= 2 ? 2 : 1;
 }
 
 extern "C" void tsc_graph_free(tsc_graph *g) {
