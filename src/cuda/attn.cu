@@ -531,11 +531,22 @@ __device__ __forceinline__ void combine_r1(const tsc_attn_args &a, const float *
 }
 
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
- * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
+ * e_s = exp(m_s - M) (in shared memory, NC pieces at a time), L = sum of
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
- * Block: D threads. With a.dg, also out's digits (attn_digits). */
-template <bool E, bool EA = false, bool R1 = false>
+ * Block: D threads. With a.dg, also out's digits (attn_digits).
+ *
+ * CS (session 49; ctx.attn_cs, TSC_ATTN_CS=1, a measurement; only with R1):
+ * the factors' arrays for 256 pieces, not 1,024 (8,336 -> 2,192 bytes of
+ * static shared memory a block). R1 takes every row of at most blockDim.x
+ * = D <= 256 pieces, so only a row of more (a context past 8,192 keys)
+ * walks its pieces in more chunks; L and o still add the pieces in order,
+ * one at a time: the same bits (cuda.attn_pieces_by_row_length runs 282
+ * pieces). Why: the same question as SZ (k_attn_split_lk), for the blocks
+ * that run just before o_proj's persistent grid; s49-run1 pads this launch
+ * by 8 KB beside it (TSC_ATTN_PAD). */
+template <bool E, bool EA = false, bool R1 = false, bool CS = false>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
+    constexpr int NC = CS ? DMAX : 1024; /* pieces a chunk (CS: R1's most, blockDim.x <= DMAX) */
     /* EA: the gate (the q projection's, two launches back: complete once the
      * split, which triggers after its own wait, lets this kernel start;
      * never with E) loaded before the PDL wait */
@@ -543,7 +554,7 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     if constexpr (EA)
         if (!a.no_gate) eg = a.qg[((int64_t)blockIdx.y * a.nq + blockIdx.x) * 2 * a.D + a.D + threadIdx.x];
     TSC_ENTRY(E);
-    __shared__ float es[1024], ls[1024];
+    __shared__ float es[NC], ls[NC];
     __shared__ float red[32];
     __shared__ float Ls;
     const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
@@ -568,8 +579,8 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     M = red[0];
     for (int w = 1; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
     float o = 0.f, L = 0.f;
-    for (int s0 = 0; s0 < ns; s0 += 1024) {
-        const int nc = min(1024, ns - s0);
+    for (int s0 = 0; s0 < ns; s0 += NC) {
+        const int nc = min(NC, ns - s0);
         __syncthreads();
         for (int s = t; s < nc; s += blockDim.x) {
             const float *ps = p + (int64_t)(s0 + s) * (D + 2);
@@ -817,10 +828,10 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     tsc_attn_args g = *a;
     const bool dig = a->dg && (a->dg_group == 32 || a->dg_group == 64 || a->dg_group == 128) && a->D % a->dg_group == 0;
     if (!dig) g.dg = NULL;
-    const bool r1 = c->attn_r1;
-    tsc_launch(c, c->pdl_early ? (r1 ? k_attn_combine<true, false, true> : k_attn_combine<true>)
-                  : ea ? (r1 ? k_attn_combine<false, true, true> : k_attn_combine<false, true>)
-                       : (r1 ? k_attn_combine<false, false, true> : k_attn_combine<false>),
+    const bool r1 = c->attn_r1, cs = r1 && c->attn_cs;
+    tsc_launch(c, c->pdl_early ? (cs ? k_attn_combine<true, false, true, true> : r1 ? k_attn_combine<true, false, true> : k_attn_combine<true>)
+                  : ea ? (cs ? k_attn_combine<false, true, true, true> : r1 ? k_attn_combine<false, true, true> : k_attn_combine<false, true>)
+                       : (cs ? k_attn_combine<false, false, true, true> : r1 ? k_attn_combine<false, false, true> : k_attn_combine<false>),
                dim3(dim3(a->nq, a->n)), dim3(a->D), (size_t)c->attn_pad, g, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
     if (dig && g.dg == c->dg)

@@ -206,6 +206,9 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * since s39-run3 (H100: 9B decode +0.6%, at 4,096 tokens +3.4%,
      * 35B-A3B-8L +0.8%) */
     c->attn_r1 = on_unless0("TSC_ATTN_R1");
+    /* its factor arrays for 256 pieces (attn.cu's CS): a measurement of
+     * session 49, off unless TSC_ATTN_CS=1 */
+    c->attn_cs = getenv("TSC_ATTN_CS") && atoi(getenv("TSC_ATTN_CS")) == 1;
     /* the split's accumulators for its heads and its staging's indices
      * stepped (attn.cu's GC): the default since s40-run4 (H100: 9B decode
      * +1.2%, MTP 3 +2.2%, 35B-A3B-8L +0.9%) */
@@ -585,6 +588,10 @@ extern "C" void tsc_set_attn_early(tsc_ctx *c, int on) {
 
 extern "C" void tsc_set_attn_r1(tsc_ctx *c, int on) {
     if (c) c->attn_r1 = on != 0;
+}
+
+extern "C" void tsc_set_attn_cs(tsc_ctx *c, int on) {
+    if (c) c->attn_cs = on != 0;
 }
 
 extern "C" void tsc_set_attn_gc(tsc_ctx *c, int on) {
