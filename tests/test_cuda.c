@@ -1688,19 +1688,16 @@ static void attn_case_d(int nq, int nkv, int D, int pos0, int n, int max_T, int 
     CHECK_MSG(!memcmp(go3, go4, sizeof(float) * n * nq * D), "attn (lane a key): %d-row call != %d one-row calls", n, n);
     /* the work before the PDL waits (tsc_set_attn_early, the default) on and
      * off, the combine's loads in one round (tsc_set_attn_r1) on and off, the
-     * split's accumulators for G heads (tsc_set_attn_gc) off and on, with
-     * and without their shared arrays sized for G (tsc_set_attn_gc 2) and
-     * the combine's for 256 pieces (tsc_set_attn_cs, bit 3 too): the
+     * split's accumulators for G heads (tsc_set_attn_gc) off and on: the
      * same bits for n rows in one call (w 0), a row a call (w 1)
      * and one call whose out is over v (w 2: the engine's buffers, out is
      * big2); the cache appended alike */
     tsc_set_attn_kv(c, 2);
     float *vb = calloc((size_t)n * nq * D, sizeof(float));
     memcpy(vb, v, sizeof(float) * n * kvdim);
-    for (int ea = 0; ea < 16; ea++) /* bit 0: tsc_set_attn_early, bit 1: tsc_set_attn_r1, bit 2: GC off, bit 3: SZ, CS */
+    for (int ea = 0; ea < 8; ea++) /* bit 0: tsc_set_attn_early, bit 1: tsc_set_attn_r1, bit 2: GC off */
         for (int w = 0; w < 3; w++) {
-            tsc_set_attn_early(c, ea & 1), tsc_set_attn_r1(c, ea & 2), tsc_set_attn_gc(c, ea & 4 ? 0 : ea & 8 ? 2 : 1);
-            tsc_set_attn_cs(c, (ea & 8) != 0);
+            tsc_set_attn_early(c, ea & 1), tsc_set_attn_r1(c, ea & 2), tsc_set_attn_gc(c, !(ea & 4));
             float *fq = up(c, qg0, sizeof(float) * n * nq * 2 * D), *fk = up(c, k0, sizeof(float) * n * kvdim);
             float *fK = up(c, Kc0, sizeof(float) * max_T * kvdim), *fV = up(c, Vc0, sizeof(float) * max_T * kvdim);
             float *fo = w == 2 ? up(c, vb, sizeof(float) * n * nq * D) : tsc_alloc(c, sizeof(float) * n * nq * D);
@@ -1724,8 +1721,8 @@ static void attn_case_d(int nq, int nkv, int D, int pos0, int n, int max_T, int 
             free(ho), free(hK), free(hV);
             tsc_free(c, fq), tsc_free(c, fk), tsc_free(c, fK), tsc_free(c, fV), tsc_free(c, fo);
         }
-    fprintf(stderr, "  attn early, r1, gc, sz and cs on and off: the same bits (rows at once, a row a call, out over v)\n");
-    tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 1), tsc_set_attn_gc(c, 1), tsc_set_attn_cs(c, 0);
+    fprintf(stderr, "  attn early, r1 and gc on and off: the same bits (rows at once, a row a call, out over v)\n");
+    tsc_set_attn_early(c, 1), tsc_set_attn_r1(c, 1), tsc_set_attn_gc(c, 1);
     free(vb), free(qg0), free(k0), free(Kc0), free(Vc0);
     free(qg), free(k), free(v), free(qn), free(kn), free(Kc), free(Vc), free(out), free(att);
     free(go), free(go1), free(go2), free(go3), free(go4), free(gK), free(gK1), free(gV), free(gq);
@@ -1814,8 +1811,8 @@ TS_TEST(cuda, attn_pieces_by_row_length) {
     /* 157 pieces of 64 keys a row: more than the split's grid (2 blocks an SM
      * for the row's KV heads), so blocks walk several pieces */
     attn_case_on(16, 4, 10000, 2, 16384, 0, 1, 254);
-    /* 282 pieces of 32 keys a row: more than R1 takes (blockDim.x = D =
-     * 256), so the combine walks them in chunks (CS: 256, then 26) */
+    /* 282 pieces of 32 keys a row: more than the combine's R1 takes
+     * (blockDim.x = D = 256), so its loop form walks them (s49-run1: passed) */
     attn_case_on(16, 4, 9000, 2, 16384, 0, 1, 1024);
 }
 TS_TEST(cuda, attn_long_split_parity_and_row_exact) { attn_case(16, 4, 1000, 4, 1100); }

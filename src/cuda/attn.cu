@@ -332,28 +332,15 @@ __global__ void __launch_bounds__(256) k_attn_split(const tsc_attn_args a, int n
  * (the 9B +1-1.5%, more at long contexts). Measured (s40-run4, H100,
  * interleaved): 9B decode 465.4 -> 470.9 tok/s (+1.2%), after a 4,096-token
  * prompt 426.5 -> 430.5, MTP 3 at forced acceptance 793.8 -> 811.3 (verify
- * 3.114 -> 3.065 ms a block), 35B-A3B-8L 2,086.6 -> 2,105.6 (+0.9%).
- *
- * SZ (session 49; ctx.attn_gc 2, TSC_ATTN_SZ=1, a measurement): GC's
- * instances with their static shared arrays (the queries, the scores, the
- * softmax's rows) sized for GC query heads, not GMAX = 16: 18,624 -> 4,656
- * bytes a block at G = 4 (the 9B), 9,312 at G = 8 (the 35B-A3B; ptxas). Why:
- * session 48 found that a latency kernel's footprint weighs on the launches
- * beside it (8 KB of unused shared memory in the GDN step cost the
- * 35B-A3B-8L 1.2%), and this kernel's 85 KB a block (66 KB of it the K/V
- * staging, sized by the head) sits just before o_proj's persistent grid.
- * The same loads, operations and orders: the same bits (cuda.attn_*).
- * Prediction: +0-0.5% on both shapes (8 of the 9B's 32 layers, 2 of the
- * 35B-A3B-8L's 8); D alone's loss says it could go either way. */
-template <bool E, int GC = 0, bool SZ = false>
+ * 3.114 -> 3.065 ms a block), 35B-A3B-8L 2,086.6 -> 2,105.6 (+0.9%). */
+template <bool E, int GC = 0>
 __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, int nsplit) {
-    constexpr int GM = GC ? GC : GMAX;       /* accumulators a thread */
-    constexpr int GQ = SZ && GC ? GC : GMAX; /* query heads the shared arrays hold */
+    constexpr int GM = GC ? GC : GMAX; /* accumulators a thread */
     TSC_ENTRY(E);
     extern __shared__ float4 kvs[]; /* [SPL][D / 4 + 1] keys (padded), then [SPL][D / 4] values */
-    __shared__ float4 qs4[GQ][DMAX / 4];
-    __shared__ float sc[GQ][SPL];
-    __shared__ float mrow[GQ], lrow[GQ], frow[GQ];
+    __shared__ float4 qs4[GMAX][DMAX / 4];
+    __shared__ float sc[GMAX][SPL];
+    __shared__ float mrow[GMAX], lrow[GMAX], frow[GMAX];
     const int kh = blockIdx.y, i = blockIdx.z;
     const int pos = row_pos_of(a, i);
     const int T = min(pos + 1, a.max_T), P = piece_at(a, T);
@@ -434,16 +421,12 @@ __global__ void __launch_bounds__(256) k_attn_split_lk(const tsc_attn_args a, in
 }
 
 /* k_attn_split_lk for the call: GC off (ctx.attn_gc 0) or the accumulators
- * for G query heads a KV head (G <= GMAX), with SZ's shared arrays
- * (ctx.attn_gc 2) */
-template <bool E, bool SZ>
-void (*split_lk_gc(int G))(const tsc_attn_args, int) {
-    return G <= 1 ? k_attn_split_lk<E, 1, SZ> : G <= 2 ? k_attn_split_lk<E, 2, SZ> : G <= 4 ? k_attn_split_lk<E, 4, SZ>
-         : G <= 8 ? k_attn_split_lk<E, 8, SZ> : k_attn_split_lk<E, 16, SZ>;
-}
+ * for G query heads a KV head (G <= GMAX) */
 template <bool E>
-void (*split_lk_for(int gc, int G))(const tsc_attn_args, int) {
-    return !gc ? k_attn_split_lk<E, 0> : gc == 2 ? split_lk_gc<E, true>(G) : split_lk_gc<E, false>(G);
+void (*split_lk_for(int gc_on, int G))(const tsc_attn_args, int) {
+    if (!gc_on) return k_attn_split_lk<E, 0>;
+    return G <= 1 ? k_attn_split_lk<E, 1> : G <= 2 ? k_attn_split_lk<E, 2> : G <= 4 ? k_attn_split_lk<E, 4>
+         : G <= 8 ? k_attn_split_lk<E, 8> : k_attn_split_lk<E, 16>;
 }
 
 /* o_proj's 8-bit digits (tsc_attn_args.dg) from the combine's output ov of
@@ -531,22 +514,11 @@ __device__ __forceinline__ void combine_r1(const tsc_attn_args &a, const float *
 }
 
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
- * e_s = exp(m_s - M) (in shared memory, NC pieces at a time), L = sum of
+ * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
- * Block: D threads. With a.dg, also out's digits (attn_digits).
- *
- * CS (session 49; ctx.attn_cs, TSC_ATTN_CS=1, a measurement; only with R1):
- * the factors' arrays for 256 pieces, not 1,024 (8,336 -> 2,192 bytes of
- * static shared memory a block). R1 takes every row of at most blockDim.x
- * = D <= 256 pieces, so only a row of more (a context past 8,192 keys)
- * walks its pieces in more chunks; L and o still add the pieces in order,
- * one at a time: the same bits (cuda.attn_pieces_by_row_length runs 282
- * pieces). Why: the same question as SZ (k_attn_split_lk), for the blocks
- * that run just before o_proj's persistent grid; s49-run1 pads this launch
- * by 8 KB beside it (TSC_ATTN_PAD). */
-template <bool E, bool EA = false, bool R1 = false, bool CS = false>
+ * Block: D threads. With a.dg, also out's digits (attn_digits). */
+template <bool E, bool EA = false, bool R1 = false>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
-    constexpr int NC = CS ? DMAX : 1024; /* pieces a chunk (CS: R1's most, blockDim.x <= DMAX) */
     /* EA: the gate (the q projection's, two launches back: complete once the
      * split, which triggers after its own wait, lets this kernel start;
      * never with E) loaded before the PDL wait */
@@ -554,7 +526,7 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     if constexpr (EA)
         if (!a.no_gate) eg = a.qg[((int64_t)blockIdx.y * a.nq + blockIdx.x) * 2 * a.D + a.D + threadIdx.x];
     TSC_ENTRY(E);
-    __shared__ float es[NC], ls[NC];
+    __shared__ float es[1024], ls[1024];
     __shared__ float red[32];
     __shared__ float Ls;
     const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
@@ -579,8 +551,8 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     M = red[0];
     for (int w = 1; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
     float o = 0.f, L = 0.f;
-    for (int s0 = 0; s0 < ns; s0 += NC) {
-        const int nc = min(NC, ns - s0);
+    for (int s0 = 0; s0 < ns; s0 += 1024) {
+        const int nc = min(1024, ns - s0);
         __syncthreads();
         for (int s = t; s < nc; s += blockDim.x) {
             const float *ps = p + (int64_t)(s0 + s) * (D + 2);
@@ -800,11 +772,10 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         const int lk = (int)lk_smem();
-        for (int gc = 0; gc <= 2; gc++)                      /* GC off, GC, GC with SZ */
-            for (int g = 1; g <= GMAX; g *= 2) {              /* (each GC instance) */
-                cudaFuncSetAttribute(split_lk_for<true>(gc, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-                cudaFuncSetAttribute(split_lk_for<false>(gc, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-            }
+        for (int g = 0; g <= GMAX; g = g ? 2 * g : 1) { /* GC off (g 0), then each GC */
+            cudaFuncSetAttribute(split_lk_for<true>(g, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+            cudaFuncSetAttribute(split_lk_for<false>(g, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        }
         c->attn_kv_smem = 1;
     }
     /* at most ~2 blocks an SM for a row's KV heads (they walk the rest): a
@@ -828,10 +799,10 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
     tsc_attn_args g = *a;
     const bool dig = a->dg && (a->dg_group == 32 || a->dg_group == 64 || a->dg_group == 128) && a->D % a->dg_group == 0;
     if (!dig) g.dg = NULL;
-    const bool r1 = c->attn_r1, cs = r1 && c->attn_cs;
-    tsc_launch(c, c->pdl_early ? (cs ? k_attn_combine<true, false, true, true> : r1 ? k_attn_combine<true, false, true> : k_attn_combine<true>)
-                  : ea ? (cs ? k_attn_combine<false, true, true, true> : r1 ? k_attn_combine<false, true, true> : k_attn_combine<false, true>)
-                       : (cs ? k_attn_combine<false, false, true, true> : r1 ? k_attn_combine<false, false, true> : k_attn_combine<false>),
+    const bool r1 = c->attn_r1;
+    tsc_launch(c, c->pdl_early ? (r1 ? k_attn_combine<true, false, true> : k_attn_combine<true>)
+                  : ea ? (r1 ? k_attn_combine<false, true, true> : k_attn_combine<false, true>)
+                       : (r1 ? k_attn_combine<false, false, true> : k_attn_combine<false>),
                dim3(dim3(a->nq, a->n)), dim3(a->D), (size_t)c->attn_pad, g, nsplit);
     TSC_LAUNCHED(c, "tsc_attn_decode (combine)");
     if (dig && g.dg == c->dg)

@@ -48,11 +48,8 @@ struct tsc_ctx {
                        TSC_ATTN_EARLY=0 off; the same bits) */
     int attn_r1;    /* the attention's combine with its loads in one round (attn.cu's R1; the default,
                        TSC_ATTN_R1=0 off; the same bits) */
-    int attn_cs;    /* the attention combine's factor arrays for 256 pieces, not 1,024 (attn.cu's CS, with R1;
-                       TSC_ATTN_CS=1, a measurement of session 49; the same bits) */
     int attn_gc;    /* the attention split's accumulators sized for its query heads a KV head, its staging's
-                       indices stepped (attn.cu's GC; the default, TSC_ATTN_GC=0 off; the same bits); 2: GC with
-                       its shared arrays sized for those heads (attn.cu's SZ, TSC_ATTN_SZ=1; session 49) */
+                       indices stepped (attn.cu's GC; the default, TSC_ATTN_GC=0 off; the same bits) */
     int route_net;  /* MoE routing's picks by a sorting network (misc.cu, route_row_net; the default, TSC_ROUTE_NET=0:
                        route_row's k picks one after another); the same ids and bits */
     int carve;      /* the decode path's preferred shared-memory carveout, percent (tsc_blocks_per_sm_dec; TSC_CARVE=P,

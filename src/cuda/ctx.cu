@@ -206,16 +206,10 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * since s39-run3 (H100: 9B decode +0.6%, at 4,096 tokens +3.4%,
      * 35B-A3B-8L +0.8%) */
     c->attn_r1 = on_unless0("TSC_ATTN_R1");
-    /* its factor arrays for 256 pieces (attn.cu's CS): a measurement of
-     * session 49, off unless TSC_ATTN_CS=1 */
-    c->attn_cs = getenv("TSC_ATTN_CS") && atoi(getenv("TSC_ATTN_CS")) == 1;
     /* the split's accumulators for its heads and its staging's indices
      * stepped (attn.cu's GC): the default since s40-run4 (H100: 9B decode
      * +1.2%, MTP 3 +2.2%, 35B-A3B-8L +0.9%) */
     c->attn_gc = on_unless0("TSC_ATTN_GC");
-    /* GC's shared arrays sized for its query heads (attn.cu's SZ; ctx.attn_gc
-     * 2): a measurement of session 49, off unless TSC_ATTN_SZ=1 */
-    if (c->attn_gc && getenv("TSC_ATTN_SZ") && atoi(getenv("TSC_ATTN_SZ")) == 1) c->attn_gc = 2;
     {
         /* the decode path's carveout (tsc_blocks_per_sm_dec): TSC_CARVE=P
          * percent, -1 the driver's choice; 50 by default */
@@ -590,12 +584,8 @@ extern "C" void tsc_set_attn_r1(tsc_ctx *c, int on) {
     if (c) c->attn_r1 = on != 0;
 }
 
-extern "C" void tsc_set_attn_cs(tsc_ctx *c, int on) {
-    if (c) c->attn_cs = on != 0;
-}
-
 extern "C" void tsc_set_attn_gc(tsc_ctx *c, int on) {
-    if (c) c->attn_gc = on <= 0 ? 0 : on >= 2 ? 2 : 1;
+    if (c) c->attn_gc = on != 0;
 }
 
 extern "C" void tsc_graph_free(tsc_graph *g) {

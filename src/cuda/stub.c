@@ -191,7 +191,6 @@ void tsc_set_attn_kv(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_early(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_r1(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_attn_gc(tsc_ctx *c, int on) { (void)c, (void)on; }
-void tsc_set_attn_cs(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_fused(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_nb2(tsc_ctx *c, int on) { (void)c, (void)on; }
 void tsc_set_gdn_rowpar(tsc_ctx *c, int on) { (void)c, (void)on; }

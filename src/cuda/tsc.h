@@ -518,13 +518,8 @@ void tsc_set_attn_early(tsc_ctx *c, int on);
 void tsc_set_attn_r1(tsc_ctx *c, int on);
 /* The attention split's accumulators sized for its query heads a KV head
  * and its staging's indices stepped, not divided (attn.cu's GC; the same
- * bits): on by default, TSC_ATTN_GC=0 off when the context opens; 2: GC with
- * its shared arrays sized for those heads (attn.cu's SZ, TSC_ATTN_SZ=1). */
+ * bits): on by default, TSC_ATTN_GC=0 off when the context opens. */
 void tsc_set_attn_gc(tsc_ctx *c, int on);
-/* The attention combine's factor arrays for 256 pieces, not 1,024 (attn.cu's
- * CS, with R1; the same bits): off by default, TSC_ATTN_CS=1 on when the
- * context opens (a measurement). */
-void tsc_set_attn_cs(tsc_ctx *c, int on);
 /* The GDN step in one kernel (1, the default; TSC_GDN_FUSED=0 starts it off)
  * or prep + scan (0): the same bits either way (gdn.cu, k_gdn_fused; the
  * tests compare them). Hv / Hk above 2 always takes the two kernels. */
