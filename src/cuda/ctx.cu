@@ -116,6 +116,11 @@ static int on_unless0(const char *name) {
     const char *v = getenv(name);
     return !(v && v[0] == '0');
 }
+/* an opt-in switch: on only when the variable starts with 1 */
+static int on_if1(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] == '1';
+}
 
 /* a measurement's padding of a launch's shared memory (TSC_GDN_PAD,
  * TSC_ATTN_PAD): bytes 0..16384, anything else 0 */
@@ -151,8 +156,7 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     c->cc_major = p.major;
     c->cc_minor = p.minor;
     c->pdl = on_unless0("TSC_PDL");
-    const char *pee = getenv("TSC_PDL_EARLY");
-    c->pdl_early = pee && pee[0] == '1';
+    c->pdl_early = on_if1("TSC_PDL_EARLY");
     const char *ak = getenv("TSC_ATTN_KV");
     c->attn_kv = ak && ak[0] == '0' ? 0 : ak && ak[0] == '1' ? 1 : 2;
     c->gdn_fused = on_unless0("TSC_GDN_FUSED");
@@ -184,8 +188,7 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * 40-layer 35B-A3B +1.2%); TSC_GDN_NB2=0: two cluster barriers, static
      * arrays */
     c->gdn_nb2 = on_unless0("TSC_GDN_NB2");
-    const char *nbu = getenv("TSC_GDN_NBU"); /* a measurement (gdn.cu's U) */
-    c->gdn_nbu = nbu && nbu[0] == '1';
+    c->gdn_nbu = on_if1("TSC_GDN_NBU"); /* a measurement (gdn.cu's U) */
     /* a measurement switch: N's 8 KB more shared memory (33 against 25 KB a
      * block) cost the 35B-A3B-8L 0.4% while the 9B gained 0.8% (s48-run1);
      * the same padding on the default form tells whether the footprint is
@@ -197,7 +200,10 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
     /* and the attention's combine (8,336 bytes of static shared memory: its
      * arrays sized for the most splits and the widest head), whose blocks
      * (nq x rows of them) sit on a few SMs just before o_proj's persistent
-     * grid: whether shrinking them could pay, before doing it */
+     * grid: whether shrinking them could pay, before doing it. Measured
+     * (s49-run1, H100): +8 KB within 0.1% on both shapes, and so were the
+     * split's and the combine's arrays shrunk (attn.cu's SZ and CS, removed
+     * again: no gain) */
     c->attn_pad = pad_bytes("TSC_ATTN_PAD");
     /* the attention's pre-wait work (attn.cu's EA): the default since
      * s39-run2 (H100: 9B decode +0.7%, 35B-A3B-8L +0.9%) */

@@ -425,7 +425,10 @@ size_t gdn_nb_smem(int n) {
 
 /* U (a measurement, TSC_GDN_NBU=1): N without its bound of 64 registers a
  * thread (4 blocks an SM), which costs N 4 bytes of spill (ptxas; 76
- * registers without it): whether the spill or the registers weigh more. */
+ * registers without it): whether the spill or the registers weigh more.
+ * Measured (s49-run1, H100, two rounds): the fastest form on both shapes,
+ * +0.2% (9B) and +0.4% (35B-A3B-8L) against the neutral forms; its bits are
+ * not yet checked on a GPU (bench/cuda/s50-run1), so it is not the default. */
 template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false, bool U = false>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32, N && !U ? 4 : 0) k_gdn_fused(const tsc_gdn_args a) {
     static_assert(!N || (H && B), "k_gdn_fused's N takes H's silu(z) and B's stores");
