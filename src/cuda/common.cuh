@@ -37,7 +37,6 @@ struct tsc_ctx {
     int gdn_rowpar; /* its rows' outputs by several warps (tsc_gdn_args.rows_par; the default, TSC_GDN_ROWPAR=0 off) */
     int gdn_nb2;    /* k_gdn_fused's N: with out_proj's digits, no second cluster barrier and its per-row arrays sized
                        by the launch (the default, TSC_GDN_NB2=0 off; the same bits; with H and B only) */
-    int gdn_nbu;    /* N's instances without their register bound (a measurement, TSC_GDN_NBU=1; gdn.cu's U) */
     int gdn_pad;    /* bytes of dynamic shared memory added to k_gdn_fused's launches, unused by it (TSC_GDN_PAD; 0):
                        a measurement of how its footprint weighs on the launches beside it (session 48) */
     int attn_pad;   /* the same for the attention's combine (TSC_ATTN_PAD; 0), a measurement (session 48) */

@@ -188,7 +188,6 @@ extern "C" int tsc_open(int device, tsc_ctx **out, ts_error *err) {
      * 40-layer 35B-A3B +1.2%); TSC_GDN_NB2=0: two cluster barriers, static
      * arrays */
     c->gdn_nb2 = on_unless0("TSC_GDN_NB2");
-    c->gdn_nbu = on_if1("TSC_GDN_NBU"); /* a measurement (gdn.cu's U) */
     /* a measurement switch: N's 8 KB more shared memory (33 against 25 KB a
      * block) cost the 35B-A3B-8L 0.4% while the 9B gained 0.8% (s48-run1);
      * the same padding on the default form tells whether the footprint is

@@ -423,14 +423,14 @@ size_t gdn_nb_smem(int n) {
            dsm_round(r * 4 * 32 * 4) + dsm_round(r * 32 * 4);
 }
 
-/* U (a measurement, TSC_GDN_NBU=1): N without its bound of 64 registers a
- * thread (4 blocks an SM), which costs N 4 bytes of spill (ptxas; 76
- * registers without it): whether the spill or the registers weigh more.
- * Measured (s49-run1, H100, two rounds): the fastest form on both shapes,
- * +0.2% (9B) and +0.4% (35B-A3B-8L) against the neutral forms; its bits are
- * not yet checked on a GPU (bench/cuda/s50-run1), so it is not the default. */
-template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false, bool U = false>
-__global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32, N && !U ? 4 : 0) k_gdn_fused(const tsc_gdn_args a) {
+/* N's instances carry no register bound. Session 48 gave them one of 64
+ * registers a thread (4 blocks an SM), which cost N 4 bytes of spill
+ * (ptxas; 76 registers without it). Without the bound (then U,
+ * TSC_GDN_NBU=1; the default since s50-run1): s49-run1 (H100, two rounds)
+ * +0.2% on the 9B and +0.4% on the 35B-A3B-8L against the neutral forms,
+ * s50-run1 RESULTS_PLACEHOLDER. */
+template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false>
+__global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     static_assert(!N || (H && B), "k_gdn_fused's N takes H's silu(z) and B's stores");
     constexpr bool D = N; /* N's shared arrays sized by the launch (gdn_nb_smem) */
     /* (N is launched only with out_proj's digits and an output: tsc_gdn_step) */
@@ -1068,14 +1068,14 @@ template <int RR, bool H, bool B>
 void (*fused_pick(bool e, bool pre))(const tsc_gdn_args) {
     return e ? k_gdn_fused<true, RR, false, H, B> : pre ? k_gdn_fused<false, RR, true, H, B> : k_gdn_fused<false, RR, false, H, B>;
 }
-template <int RR, bool U>
+template <int RR>
 void (*fused_pick_nb(bool e, bool pre))(const tsc_gdn_args) {
-    return e ? k_gdn_fused<true, RR, false, true, true, true, U>
-             : pre ? k_gdn_fused<false, RR, true, true, true, true, U> : k_gdn_fused<false, RR, false, true, true, true, U>;
+    return e ? k_gdn_fused<true, RR, false, true, true, true>
+             : pre ? k_gdn_fused<false, RR, true, true, true, true> : k_gdn_fused<false, RR, false, true, true, true>;
 }
 template <int RR>
-void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2, bool nbu))(const tsc_gdn_args) {
-    if (hoist && bar && nb2) return nbu ? fused_pick_nb<RR, true>(e, pre) : fused_pick_nb<RR, false>(e, pre);
+void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2))(const tsc_gdn_args) {
+    if (hoist && bar && nb2) return fused_pick_nb<RR>(e, pre);
     if (hoist) return bar ? fused_pick<RR, true, true>(e, pre) : fused_pick<RR, true, false>(e, pre);
     return bar ? fused_pick<RR, false, true>(e, pre) : fused_pick<RR, false, false>(e, pre);
 }
@@ -1119,8 +1119,7 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
         const bool ho = c->gdn_hoist, bar = c->gdn_bar, nb2 = c->gdn_nb2 && g.dg; /* N only where it saves a barrier */
-        const bool nbu = c->gdn_nbu;
-        void (*k)(const tsc_gdn_args) = rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2, nbu) : fused_kernel<2>(e, pre, ho, bar, nb2, nbu);
+        void (*k)(const tsc_gdn_args) = rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2) : fused_kernel<2>(e, pre, ho, bar, nb2);
         size_t smem = nb2 && ho && bar ? gdn_nb_smem(a->n) : 0; /* (N's D) */
         if (c->gdn_pad) { /* (the measurement's pad only where the block stays within the 48 KB that need no opt-in) */
             cudaFuncAttributes fa;
