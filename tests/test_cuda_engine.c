@@ -2521,11 +2521,15 @@ TS_TEST(cuda_engine, moe_cluster_digits_same_bits) {
     NEED_GPU();
     char dir[512];
     if (wide_moe_model(dir, sizeof dir)) return;
-    collect c0, c1;
+    collect c0, c1, c2;
     const int k0 = form_kernels(dir, "TSC_MOE_CD", "0", &c0), k1 = form_kernels(dir, "TSC_MOE_CD", "2", &c1);
-    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_CD=0, %d with TSC_MOE_CD=2\n", k0, k1);
-    CHECK_MSG(k0 > 0 && k1 == k0 - 2, "decode graph kernels %d -> %d (2 MoE layers)", k0, k1);
+    /* (TSC_MOE_CL=4, a measurement: the default gate/up launched in clusters of 4, the same kernels and tokens) */
+    const int k2 = form_kernels(dir, "TSC_MOE_CL", "4", &c2);
+    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_CD=0, %d with TSC_MOE_CD=2, %d with TSC_MOE_CL=4\n",
+            k0, k1, k2);
+    CHECK_MSG(k0 > 0 && k1 == k0 - 2 && k2 == k0, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
     CHECK_MSG(c0.n > 0 && c0.n == c1.n && !memcmp(c0.ids, c1.ids, sizeof(int32_t) * c0.n), "the cluster form changed the tokens");
+    CHECK_MSG(c0.n == c2.n && !memcmp(c0.ids, c2.ids, sizeof(int32_t) * c0.n), "clusters of 4 changed the tokens");
     enum { NP = 22 };
     int32_t prompt[NP];
     for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 977 + 5) % 2047);

@@ -428,7 +428,9 @@ size_t gdn_nb_smem(int n) {
  * (ptxas; 76 registers without it). Without the bound (then U,
  * TSC_GDN_NBU=1; the default since s50-run1): s49-run1 (H100, two rounds)
  * +0.2% on the 9B and +0.4% on the 35B-A3B-8L against the neutral forms,
- * s50-run1 RESULTS_PLACEHOLDER. */
+ * s50-run1 (H100, three rounds in both orders) +0.3% and +0.4%, its bits
+ * the bounded form's (the cuda.gdn_* tests, the engine's parity and
+ * drafting tests). */
 template <bool E, int RR, bool P, bool H = false, bool B = false, bool N = false>
 __global__ void __cluster_dims__(CL * RR, 1, 1) __launch_bounds__(NW * 32) k_gdn_fused(const tsc_gdn_args a) {
     static_assert(!N || (H && B), "k_gdn_fused's N takes H's silu(z) and B's stores");

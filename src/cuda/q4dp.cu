@@ -1021,6 +1021,19 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
      * TSC_MOE_SHGU=1 keeps for comparison (the same bits). */
     const bool u2 = nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 2) != 1);
     const size_t sb = stage_bytes(a.ntok, ND, a.cols);
+    /* TSC_MOE_CL=n (2..8; a measurement): this gate/up launched in clusters
+     * of n blocks, its kernel and grid otherwise the same (the grid rounded
+     * down to a multiple of n), to tell what a cluster launch alone costs
+     * (CD, s50-run1) */
+    const int clx = SHR && !u2 ? ks_env("TSC_MOE_CL", 0) : 0;
+    if (clx > 1 && clx <= 8) {
+        auto k = k_q4dp_moe<ND, 1, EM, SHR>;
+        const int per_sm = tsc_blocks_per_sm_dec(c, (const void *)k, WARPS * 32, sb, SMEM_MAX);
+        int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
+        grid = grid < clx ? clx : grid - grid % clx;
+        tsc_launch_cl(c, k, dim3((unsigned)grid), dim3(WARPS * 32), sb, clx, a);
+        return;
+    }
     if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, sb, a);
     else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, sb, a);
 }
