@@ -1025,14 +1025,16 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
      * of n blocks, its kernel and grid otherwise the same (the grid rounded
      * down to a multiple of n), to tell what a cluster launch alone costs
      * (CD, s50-run1) */
-    const int clx = SHR && !u2 ? ks_env("TSC_MOE_CL", 0) : 0;
-    if (clx > 1 && clx <= 8) {
-        auto k = k_q4dp_moe<ND, 1, EM, SHR>;
-        const int per_sm = tsc_blocks_per_sm_dec(c, (const void *)k, WARPS * 32, sb, SMEM_MAX);
-        int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-        grid = grid < clx ? clx : grid - grid % clx;
-        tsc_launch_cl(c, k, dim3((unsigned)grid), dim3(WARPS * 32), sb, clx, a);
-        return;
+    if constexpr (SHR) {
+        const int clx = !u2 ? ks_env("TSC_MOE_CL", 0) : 0;
+        if (clx > 1 && clx <= 8) {
+            auto k = k_q4dp_moe<ND, 1, EM, SHR>;
+            const int per_sm = tsc_blocks_per_sm_dec(c, (const void *)k, WARPS * 32, sb, SMEM_MAX);
+            int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
+            grid = grid < clx ? clx : grid - grid % clx;
+            tsc_launch_cl(c, k, dim3((unsigned)grid), dim3(WARPS * 32), sb, clx, a);
+            return;
+        }
     }
     if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, sb, a);
     else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, sb, a);
