@@ -66,8 +66,6 @@ struct tsc_ctx {
      * step right after it may not load the state before its PDL wait */
     unsigned long long gdn_seq;
     const float *dg_x;
-    const float *dg_u; /* SwiGLU digits (silu(dg_x) * dg_u: tsc_dg_mark_sw), NULL for x's own */
-    const void *dg_at; /* where tsc_dg_mark_sw's digits lie (within dg) */
     int dg_n, dg_cols, dg_group;
     void *blas; /* the cuBLAS handle of the prompt products (blas.cu), made on first use */
 };
@@ -77,22 +75,10 @@ struct tsc_ctx {
  * product launched next over the same rows copies them instead of staging
  * (tsc_dg_made: no launch since). */
 static inline void tsc_dg_mark(tsc_ctx *c, const float *x, int n, int cols, int group) {
-    c->dg_seq = c->nlaunch, c->dg_x = x, c->dg_u = NULL, c->dg_n = n, c->dg_cols = cols, c->dg_group = group;
+    c->dg_seq = c->nlaunch, c->dg_x = x, c->dg_n = n, c->dg_cols = cols, c->dg_group = group;
 }
 static inline bool tsc_dg_made(const tsc_ctx *c, const float *x, int n, int cols, int group) {
-    return x && c->dg_x == x && !c->dg_u && c->dg_seq == c->nlaunch && c->dg_n == n && c->dg_cols == cols &&
-           c->dg_group == group;
-}
-/* the same for the digits of silu(x) * u (a SwiGLU pass's: the MoE gate/up's
- * cluster form, q4dp.cu's CD), which a plain pass over x must not take;
- * they lie at dg_at */
-static inline void tsc_dg_mark_sw(tsc_ctx *c, const float *x, const float *u, int n, int cols, int group, const void *at) {
-    tsc_dg_mark(c, x, n, cols, group);
-    c->dg_u = u, c->dg_at = at;
-}
-static inline bool tsc_dg_made_sw(const tsc_ctx *c, const float *x, const float *u, int n, int cols, int group) {
-    return x && u && c->dg_x == x && c->dg_u == u && c->dg_seq == c->nlaunch && c->dg_n == n && c->dg_cols == cols &&
-           c->dg_group == group;
+    return x && c->dg_x == x && c->dg_seq == c->nlaunch && c->dg_n == n && c->dg_cols == cols && c->dg_group == group;
 }
 
 struct tsc_blk {
@@ -148,26 +134,6 @@ static inline void tsc_launch(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 b
     at[0].val.programmaticStreamSerializationAllowed = c->pdl ? 1 : 0;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    c->nlaunch++;
-    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
-}
-/* tsc_launch in clusters of cl blocks along x (a kernel without
- * __cluster_dims__, whose cluster size is the launch's: q4dp.cu's CD) */
-template <typename... KArgs, typename... Args>
-static inline void tsc_launch_cl(tsc_ctx *c, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, int cl,
-                                 Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = c->stream;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = c->pdl ? 1 : 0;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = (unsigned)cl, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 2;
     c->nlaunch++;
     cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }

@@ -89,8 +89,6 @@
  */
 #include "cuda/q4dp_impl.cuh"
 
-#include <cooperative_groups.h>
-
 namespace {
 
 /* The trace build (EXTRA_NVCC_FLAGS=-DTSC_TRACE, cuda_bench --trace): each
@@ -739,12 +737,6 @@ struct dx_args {
      * (moe_dig_on: q4dp_moe launches it), which every block copies instead
      * of staging silu(x) * u itself; NULL: each block stages */
     const int4 *dg;
-    /* ROWS, the cluster form (CD: see "The down's digits in the gate/up's
-     * clusters"): virtual blocks a weight's share of one quantization group
-     * of the down's columns (cd_gv), that group's 8-column words (cd_gw), the
-     * down's 32-column chunks (cd_nch), where its digits go (cd_dg) */
-    int cd_gv, cd_gw, cd_nch;
-    int4 *cd_dg;
 };
 
 __device__ __forceinline__ const float *x_at(const dx_args &a, int i, int col) {
@@ -758,68 +750,6 @@ __device__ __forceinline__ const float *u_at(const dx_args &a, int i, int col) {
  * block keeps in shared memory (ntok * k <= 16 * 32) */
 constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
 
-/* ---- The down's digits in the gate/up's clusters (CD, TSC_MOE_CD) ----
- *
- * Why. A MoE layer's one-token decode runs gate/up, then k_stage_digits
- * (the down's 8-bit digits of silu(g) * u, 3 blocks), then the down. The
- * middle launch is pure latency on the chain: 1.5-1.6 us from its release
- * to its end, and a PDL hop of ~0.75 us before and after it (the 35B-A3B-8L
- * trace, bench/cuda/s49-run1: 8 of them, ~18 us of a 473 us step). Session
- * 25's SwiGLU form made a dense layer's digits in the gate/up's tail with a
- * fence and a global atomic a group, and lost 0.9 us a layer: any block
- * could complete a group, so the last one paid a device-scope chain. Here
- * the blocks that make one quantization group of the down's columns (the
- * group's gate rows and up rows: 2 * cd_gv virtual blocks) are one cluster
- * of the launch, so a group is complete at a cluster barrier, and its rows
- * are read from the cluster's shared memory (no fence, no L2 round trip):
- * rank 0's first warp takes the group's words (silu(g) * u and stage_word,
- * k_stage_digits' arithmetic, so the same bytes), a relaxed arrive once it
- * has read them (the others may then leave), its digits stored, the wait.
- * The down then copies them as it copies k_stage_digits' (tsc_dg_made_sw).
- * Floors: the launch saved is ~1.5 us of release-to-end plus a hop; the
- * cost is two cluster barriers, the group's reads over DSMEM (16 floats a
- * lane), the silu of 8 values and the stores, ~0.5 us after the cluster's
- * last product row. Prediction (35B-A3B-8L, 8 MoE layers): -1.2..-1.7 us a
- * layer, +2-3% decode; the 40-layer shape the same share.
- * Taken (q4dp_moe) for one-token passes of the stacked gate/up with the
- * shared rows (SHR, U = 1) at 8-bit x whose down takes 8-bit x too, the
- * groups whole (rows a multiple of the down's group, a power of two of 8
- * to 256 columns, each an integer number of virtual blocks of 8k rows, at
- * most 4 a weight: clusters of <= 8) and the digits scratch large enough;
- * anything else keeps k_stage_digits. A row's bits are the same either
- * way: the products' order is k_q4dp_moe's, only which block runs which
- * virtual block changes. */
-template <int ND>
-__device__ __forceinline__ void cd_digits(const dx_args &a, float *cdv, int warp, int lane) {
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync(); /* every block's rows are in its cdv */
-    const bool rd = cl.block_rank() == 0 && warp == 0;
-    const int rpb = R * (WARPS / a.ks), w = lane;
-    const bool on = rd && w < a.cd_gw;
-    float v[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) v[j] = 0.f;
-    if (on) {
-        const int row = 8 * w, q = row / rpb, o = row - q * rpb; /* the word's rows: gate block q, up block cd_gv + q */
-        const float *gs = cl.map_shared_rank(cdv, q), *us = cl.map_shared_rank(cdv, a.cd_gv + q);
-        float g[8], u[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) g[j] = gs[o + j], u[j] = us[o + j];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = silu_mul_f(g[j], u[j]);
-    }
-    /* rank 0's reads are done (the arrive's release orders them): the
-     * others may leave */
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-    if (rd) {
-        const int cid = blockIdx.x / (2 * a.cd_gv), tst = 2 * ND * a.cd_nch;
-        stage_word<ND, false>(v, on, 0, on ? cid * a.cd_gw + w : 0, a.cd_nch, a.cd_gw, a.cd_dg,
-                              (float2 *)(a.cd_dg + tst), tst, 0);
-    }
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-}
-
 /* Index arithmetic in 32 bits (q4dp_moe checks that the stacked rows and
  * columns fit): a 64-bit division per row was ~100 instructions a virtual
  * block, on a kernel that is a latency-bound instruction stream (ncu,
@@ -829,11 +759,9 @@ __device__ __forceinline__ void cd_digits(const dx_args &a, float *cdv, int warp
  * shared gate/up is not a launch of its own (backend.cu's cu_moe, "one
  * launch fewer": why there). A row's operations are the routed rows' own,
  * only the matrix it reads differs. */
-template <int ND, int U, int EM, bool SHR = false, bool CD = false>
+template <int ND, int U, int EM, bool SHR = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
-    static_assert(!CD || (EM == Q4DP_MOE_ROWS && SHR), "CD: the stacked gate/up with the shared rows");
     __shared__ float red[WARPS][R][1];
-    __shared__ float cdv[CD ? WARPS * R : 1]; /* CD: this block's rows (rows_store's ys) */
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
     __shared__ float swt[EM == Q4DP_MOE_COLS ? MOE_ROUTES : 1];
     __shared__ float ssg[EM == Q4DP_MOE_COLS ? MOE_TOK : 1]; /* the shared slot's weight a token */
@@ -878,15 +806,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
     __syncthreads();
 
     const int rows = (int)a.rows;
-    /* CD: one virtual block a block (the grid is nvb, one token): cluster c
-     * takes group c's rows, its first cd_gv blocks the gate's, the others
-     * the up's */
-    int vb0 = blockIdx.x;
-    if constexpr (CD) {
-        const int clu = 2 * a.cd_gv, cid = blockIdx.x / clu, rk = blockIdx.x - cid * clu;
-        vb0 = rk / a.cd_gv * a.vpw + cid * a.cd_gv + rk % a.cd_gv;
-    }
-    for (int vb = vb0; vb < a.nvb; vb += gridDim.x) {
+    for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
         const int tok = vb / a.vpt, vt = vb - tok * a.vpt, wi = vt / a.vpw, vbl = vt - wi * a.vpw;
         const dx_w &w = a.w[wi];
         const int ks = a.ks, rg = warp / ks, sl = warp % ks;
@@ -977,10 +897,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
             const float sg[1] = {sigmoid_f(a.sgate[tok])};
             rows_store<R, 1, WARPS, true>(acc1, red, ks, warp, lane, r0, vbl, yt, a.rows, a.sadd + (int64_t)tok * a.rows, sg);
         } else {
-            rows_store<R, 1, WARPS>(acc1, red, ks, warp, lane, r0, vbl, yt, a.rows, nullptr, nullptr, CD ? cdv : nullptr);
+            rows_store<R, 1, WARPS>(acc1, red, ks, warp, lane, r0, vbl, yt, a.rows);
         }
     }
-    if constexpr (CD) cd_digits<ND>(a, cdv, warp, lane);
 }
 
 /* The routed down's digits made once (the default; TSC_MOE_DIG=0: every
@@ -1021,74 +940,8 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
      * TSC_MOE_SHGU=1 keeps for comparison (the same bits). */
     const bool u2 = nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 2) != 1);
     const size_t sb = stage_bytes(a.ntok, ND, a.cols);
-    /* TSC_MOE_CL=n (2..8; a measurement): this gate/up launched in clusters
-     * of n blocks, its kernel and grid otherwise the same (the grid rounded
-     * down to a multiple of n), to tell what a cluster launch alone costs
-     * (CD, s50-run1) */
-    if constexpr (SHR) {
-        const int clx = !u2 ? ks_env("TSC_MOE_CL", 0) : 0;
-        if (clx > 1 && clx <= 8) {
-            auto k = k_q4dp_moe<ND, 1, EM, SHR>;
-            const int per_sm = tsc_blocks_per_sm_dec(c, (const void *)k, WARPS * 32, sb, SMEM_MAX);
-            int grid = a.nvb < per_sm * c->n_sm ? a.nvb : per_sm * c->n_sm;
-            grid = grid < clx ? clx : grid - grid % clx;
-            tsc_launch_cl(c, k, dim3((unsigned)grid), dim3(WARPS * 32), sb, clx, a);
-            return;
-        }
-    }
     if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, sb, a);
     else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, sb, a);
-}
-
-/* TSC_MOE_CD (see CD above): 1 the cluster form where q4dp_moe's rules
- * take it, 0 never (the default until it is measured on a GPU), 2 as 1
- * and a one-token gate/up pass that feeds a down and does not take it
- * fails (a test's way to know the form ran). Read each pass. */
-static int moe_cd_mode() { return ks_env("TSC_MOE_CD", 0); }
-
-/* Whether the cluster form takes gate/up pass a (q4dp_moe's, SHR, ntok
- * set) feeding down dn (nd: x's digits), and a's cd_* for it. Its digits
- * go after the pass's own x digits in the scratch (which blocks still
- * starting may be copying from while finished clusters write). */
-static bool cd_takes(tsc_ctx *c, dx_args &a, const tsc_weight *dn, int nd) {
-    const int dnd = dn ? (dn->act_digits ? dn->act_digits : 3) : 0;
-    if (!dn || a.ntok != 1 || nd != 1 || dnd != 1 || a.nw != 2 || !c->dg) return false;
-    if (ks_env("TSC_MOE_SHGU", 2) == 1) return false; /* launch_moe's U = 2: no CD instance */
-    const int64_t g = dn->group, rpb = (int64_t)R * (WARPS / a.ks);
-    if (g < 8 || g > 256 || (g & (g - 1)) || g % rpb || rpb % 8 || a.rows % g || a.rows % 32 || 2 * (g / rpb) > 8)
-        return false;
-    const size_t off = al256(stage_bytes(1, nd, a.cols));
-    if (off + stage_bytes(1, nd, (int)a.rows) > c->dg_bytes) return false;
-    /* clusters of this size fit an SM group at all (asked once a size) */
-    static int fits[9];
-    const int clu = (int)(2 * (g / rpb));
-    if (!fits[clu]) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)clu);
-        cfg.blockDim = dim3(WARPS * 32);
-        cfg.dynamicSmemBytes = stage_bytes(1, nd, a.cols);
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = (unsigned)clu, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        int n = 0;
-        const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, k_q4dp_moe<1, 1, Q4DP_MOE_ROWS, true, true>, &cfg);
-        if (e != cudaSuccess) cudaGetLastError(); /* (a refusal here is an answer, not the ctx's error) */
-        fits[clu] = e == cudaSuccess && n > 0 ? 1 : -1;
-    }
-    if (fits[clu] < 0) return false;
-    a.cd_gv = (int)(g / rpb), a.cd_gw = (int)(g / 8), a.cd_nch = (int)(a.rows / 32);
-    a.cd_dg = (int4 *)((char *)c->dg + off);
-    return true;
-}
-
-/* the cluster form's launch (8-bit x: cd_takes) */
-void launch_moe_cd(tsc_ctx *c, const dx_args &a) {
-    auto k = k_q4dp_moe<1, 1, Q4DP_MOE_ROWS, true, true>;
-    const size_t sb = stage_bytes(a.ntok, 1, a.cols);
-    tsc_blocks_per_sm_dec(c, (const void *)k, WARPS * 32, sb, SMEM_MAX); /* the decode path's carveout, set once */
-    tsc_launch_cl(c, k, dim3((unsigned)a.nvb), dim3(WARPS * 32), sb, 2 * a.cd_gv, a);
 }
 
 /* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before
@@ -1558,7 +1411,7 @@ bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *sg, int k
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
               float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2,
-              const tsc_weight *const *srw, const tsc_weight *dn) {
+              const tsc_weight *const *srw) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     dx_args a;
     memset(&a, 0, sizeof a);
@@ -1623,10 +1476,7 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         if (rows && !a.u && nd == 1 && c->dg && tsc_dg_made(c, a.x, a.ntok, a.cols, a.group)) a.dg = (const int4 *)c->dg;
         /* moe_dig_on: the pass's x and u one [ntok][cols] array each (a
          * down whose shared hidden rows lie elsewhere, x2, stages itself) */
-        /* the gate/up's clusters made them (CD, tsc_dg_made_sw: no launch since) */
-        if (!rows && a.u && tsc_dg_made_sw(c, a.x, a.u, a.ntok, a.cols, a.group)) {
-            a.dg = (const int4 *)c->dg_at;
-        } else if (!rows && a.u && a.c2 == a.cols && moe_dig_on() && c->dg && stage_bytes(a.ntok, nd, a.cols) <= c->dg_bytes) {
+        if (!rows && a.u && a.c2 == a.cols && moe_dig_on() && c->dg && stage_bytes(a.ntok, nd, a.cols) <= c->dg_bytes) {
             sd_args s;
             memset(&s, 0, sizeof s);
             s.xm = Q4DP_XM_SWIGLU, s.cols = a.cols, s.group = a.group;
@@ -1636,19 +1486,6 @@ void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
             TSC_LAUNCHED(c, "MoE experts (down: digits)");
             c->dg_x = NULL; /* the scratch no longer holds what a GDN step made */
             a.dg = (const int4 *)c->dg;
-        }
-        if (shr && dn && a.ntok == 1) {
-            const int cdm = moe_cd_mode();
-            if (cdm && cd_takes(c, a, dn, nd)) {
-                launch_moe_cd(c, a);
-                TSC_LAUNCHED(c, "MoE experts (gate, up; dp4a, the down's digits in clusters)");
-                tsc_dg_mark_sw(c, a.w[0].y, a.w[1].y, 1, (int)a.rows, dn->group, a.cd_dg);
-                continue;
-            }
-            if (cdm == 2) {
-                tsc_fail_(c, TS_E_UNSUPPORTED, "TSC_MOE_CD=2: the gate/up pass could not make the down's digits");
-                return;
-            }
         }
         switch (nd) {
         case 1:

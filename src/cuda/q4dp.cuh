@@ -47,14 +47,11 @@ bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k);
  * (ROWS; srw[i], its matrix for w[i], given): y[i] = [ntok][k * rows +
  * srw[i]->rows], its rows after the routed ones (rows a multiple of 4, the
  * routed slots' format). A down then takes those hidden rows as its shared
- * slot with x2 = NULL: x and u = [ntok][k * cols + sw->cols]. dn (ROWS
- * with srw, optional): the routed down that pass's outputs feed, whose
- * digits a one-token pass may then make itself (q4dp.cu's CD,
- * TSC_MOE_CD); the next q4dp_moe call, that down's, takes them. */
+ * slot with x2 = NULL: x and u = [ntok][k * cols + sw->cols]. */
 bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *sg, int k);
 void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
               float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL,
-              const tsc_weight *const *srw = NULL, const tsc_weight *dn = NULL);
+              const tsc_weight *const *srw = NULL);
 
 #endif

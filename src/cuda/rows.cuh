@@ -30,13 +30,11 @@ static inline int rows_pick_ks(int64_t rows, int64_t steps, int R, int warps, in
  * ks is uniform over the block, so every thread takes the same path (the
  * KS > 1 path syncs the block twice; red is free again on return).
  * ADD: y = v + sc[i] * add[i * rows + row] instead (one rounding each, the
- * MoE combine's: routed + sigmoid(gate) * shared, cu_moe). ys (shared
- * memory, or NULL): the values written also kept there, [row within the
- * virtual block][NR] (the MoE gate/up's cluster form, q4dp.cu's CD). */
+ * MoE combine's: routed + sigmoid(gate) * shared, cu_moe). */
 template <int R, int NR, int WARPS, bool ADD = false>
 __device__ __forceinline__ void rows_store(float (&acc)[R][NR], float (&red)[WARPS][R][NR], int ks, int warp, int lane,
                                            int64_t r0, int64_t vbl, float *y, int64_t rows, const float *add = nullptr,
-                                           const float *sc = nullptr, float *ys = nullptr) {
+                                           const float *sc = nullptr) {
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -51,7 +49,6 @@ __device__ __forceinline__ void rows_store(float (&acc)[R][NR], float (&red)[WAR
             if constexpr (ADD)
                 if (r0 + r < rows) v = __fadd_rn(v, __fmul_rn(sc[i], add[(int64_t)i * rows + r0 + r]));
             if (r0 + r < rows) y[(int64_t)i * rows + r0 + r] = v;
-            if (ys) ys[(r0 + r - vbl * (WARPS / ks) * R) * NR + i] = v; /* the block's rows, kept (q4dp.cu's CD) */
         }
         return;
     }
@@ -70,7 +67,6 @@ __device__ __forceinline__ void rows_store(float (&acc)[R][NR], float (&red)[WAR
         if constexpr (ADD)
             if (row < rows) v = __fadd_rn(v, __fmul_rn(sc[i], add[(int64_t)i * rows + row]));
         if (row < rows) y[(int64_t)i * rows + row] = v;
-        if (ys) ys[(g * R + r) * NR + i] = v;
     }
     __syncthreads(); /* red is reused by the next virtual block */
 }
