@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 50, call 2 (pack s50c: the build of this commit, turbospark and the trace build's turbospark_trace: make -j2
+# Session 50, call 2 (pack s50c: the build of 355d3aa, CD and TSC_MOE_CL opt-in (removed again at 1f8cbac), turbospark and the trace build's turbospark_trace: make -j2
 # BUILD=build-cuda CUDA=1 WERROR=-Werror all; make -j2 BUILD=build-cuda-trace CUDA=1 EXTRA_NVCC_FLAGS=-DTSC_TRACE
 # build-cuda-trace/turbospark; PACK_MAIN="turbospark ts_test" bash bench/cuda/pack.sh s50c; the tree without its fixtures and
 # bundled model: nothing here reads them). Why CD lost 3.1% in s50-run1 (prediction +2-3%):
