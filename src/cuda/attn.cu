@@ -514,9 +514,10 @@ __device__ __forceinline__ void combine_r1(const tsc_attn_args &a, const float *
 }
 
 /* Per row and query head: M = max of the pieces' maxima, each piece's factor
- * e_s = exp(m_s - M) (in shared memory, 1024 pieces at a time), L = sum of
+ * e_s = exp(m_s - M) (in shared memory, CNK pieces at a time), L = sum of
  * l_s e_s in piece order (one thread: a fixed order), o = sum of o_s e_s / L.
  * Block: D threads. With a.dg, also out's digits (attn_digits). */
+constexpr int CNK = 1024; /* k_attn_combine's pieces a chunk (its factor arrays) */
 template <bool E, bool EA = false, bool R1 = false>
 __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     /* EA: the gate (the q projection's, two launches back: complete once the
@@ -526,7 +527,7 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     if constexpr (EA)
         if (!a.no_gate) eg = a.qg[((int64_t)blockIdx.y * a.nq + blockIdx.x) * 2 * a.D + a.D + threadIdx.x];
     TSC_ENTRY(E);
-    __shared__ float es[1024], ls[1024];
+    __shared__ float es[CNK], ls[CNK];
     __shared__ float red[32];
     __shared__ float Ls;
     const int h = blockIdx.x, i = blockIdx.y, D = a.D, t = threadIdx.x;
@@ -551,8 +552,8 @@ __global__ void k_attn_combine(const tsc_attn_args a, int nsplit) {
     M = red[0];
     for (int w = 1; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
     float o = 0.f, L = 0.f;
-    for (int s0 = 0; s0 < ns; s0 += 1024) {
-        const int nc = min(1024, ns - s0);
+    for (int s0 = 0; s0 < ns; s0 += CNK) {
+        const int nc = min(CNK, ns - s0);
         __syncthreads();
         for (int s = t; s < nc; s += blockDim.x) {
             const float *ps = p + (int64_t)(s0 + s) * (D + 2);
@@ -772,9 +773,11 @@ extern "C" void tsc_attn_decode(tsc_ctx *c, const tsc_attn_args *a) {
         cudaFuncSetAttribute(k_attn_split<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         cudaFuncSetAttribute(k_attn_split<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
         const int lk = (int)lk_smem();
-        for (int g = 0; g <= GMAX; g = g ? 2 * g : 1) { /* GC off (g 0), then each GC */
-            cudaFuncSetAttribute(split_lk_for<true>(g, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
-            cudaFuncSetAttribute(split_lk_for<false>(g, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        cudaFuncSetAttribute(k_attn_split_lk<true, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk); /* GC off */
+        cudaFuncSetAttribute(k_attn_split_lk<false, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+        for (int g = 1; g <= GMAX; g *= 2) { /* each GC instance */
+            cudaFuncSetAttribute(split_lk_for<true>(1, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
+            cudaFuncSetAttribute(split_lk_for<false>(1, g), cudaFuncAttributeMaxDynamicSharedMemorySize, lk);
         }
         c->attn_kv_smem = 1;
     }

@@ -1066,18 +1066,15 @@ __global__ void __launch_bounds__(256) k_gdnw_scan(const tsc_gdn_args a, const f
 
 /* k_gdn_fused's instance for RR: E (early trigger) never with P (its loads
  * before the wait are safe only where kernels trigger after theirs) */
-template <int RR, bool H, bool B>
+template <int RR, bool H, bool B, bool N = false>
 void (*fused_pick(bool e, bool pre))(const tsc_gdn_args) {
-    return e ? k_gdn_fused<true, RR, false, H, B> : pre ? k_gdn_fused<false, RR, true, H, B> : k_gdn_fused<false, RR, false, H, B>;
+    return e ? k_gdn_fused<true, RR, false, H, B, N>
+             : pre ? k_gdn_fused<false, RR, true, H, B, N> : k_gdn_fused<false, RR, false, H, B, N>;
 }
+/* nb: N (with H and B; tsc_gdn_step decides, and sizes its shared memory) */
 template <int RR>
-void (*fused_pick_nb(bool e, bool pre))(const tsc_gdn_args) {
-    return e ? k_gdn_fused<true, RR, false, true, true, true>
-             : pre ? k_gdn_fused<false, RR, true, true, true, true> : k_gdn_fused<false, RR, false, true, true, true>;
-}
-template <int RR>
-void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb2))(const tsc_gdn_args) {
-    if (hoist && bar && nb2) return fused_pick_nb<RR>(e, pre);
+void (*fused_kernel(bool e, bool pre, bool hoist, bool bar, bool nb))(const tsc_gdn_args) {
+    if (nb) return fused_pick<RR, true, true, true>(e, pre);
     if (hoist) return bar ? fused_pick<RR, true, true>(e, pre) : fused_pick<RR, true, false>(e, pre);
     return bar ? fused_pick<RR, false, true>(e, pre) : fused_pick<RR, false, false>(e, pre);
 }
@@ -1120,9 +1117,10 @@ extern "C" void tsc_gdn_step(tsc_ctx *c, const tsc_gdn_args *a) {
          * kernel after one starts only once it has completed. A state
          * writer moved to tsc_launch would have to set gdn_seq too. */
         const bool pre = c->gdn_pre && !e && c->nlaunch != c->gdn_seq;
-        const bool ho = c->gdn_hoist, bar = c->gdn_bar, nb2 = c->gdn_nb2 && g.dg; /* N only where it saves a barrier */
-        void (*k)(const tsc_gdn_args) = rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb2) : fused_kernel<2>(e, pre, ho, bar, nb2);
-        size_t smem = nb2 && ho && bar ? gdn_nb_smem(a->n) : 0; /* (N's D) */
+        const bool ho = c->gdn_hoist, bar = c->gdn_bar;
+        const bool nb = c->gdn_nb2 && g.dg && ho && bar; /* N: only where it saves a barrier, and with H and B */
+        void (*k)(const tsc_gdn_args) = rr == 1 ? fused_kernel<1>(e, pre, ho, bar, nb) : fused_kernel<2>(e, pre, ho, bar, nb);
+        size_t smem = nb ? gdn_nb_smem(a->n) : 0; /* (N's D) */
         if (c->gdn_pad) { /* (the measurement's pad only where the block stays within the 48 KB that need no opt-in) */
             cudaFuncAttributes fa;
             if (cudaFuncGetAttributes(&fa, (const void *)k) == cudaSuccess && fa.sharedSizeBytes + smem + c->gdn_pad <= 48 * 1024)
