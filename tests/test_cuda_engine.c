@@ -2485,3 +2485,67 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
             free(ref.logits);
         }
 }
+
+/* The MoE gate/up writing h = silu(g) * u itself (q4dp.cu's HS, opt-in
+ * TSC_MOE_HS) on the wide MoE: 1 keeps the down's digits launch (plain
+ * words), 2 drops it for one-token passes, which stage h's digits in their
+ * blocks: the decode graph runs one kernel fewer a MoE layer (so the form
+ * ran: the down takes no u only where the gate/up wrote h), and prompt
+ * logits (passes of 1 and 5 rows) and greedy tokens with and without MTP
+ * drafting (its verify passes keep the launch) are the default's bit for
+ * bit under both. */
+static void hs_same(const char *dir, const char *val, const xs_out *ref, int np, const int32_t *prompt, int chunk, int spec) {
+    char *keep = ts_env_push("TSC_MOE_HS", val);
+    ts_error err = {0};
+    ts_engine *e = NULL;
+    xs_out o = {0};
+    EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "TSC_MOE_HS=%s: %s", val, err.msg);
+    if (e) {
+        const int rc = xs_run(e, prompt, np, chunk, 24, spec, &o, &err);
+        EXPECT_MSG(rc == 0, "TSC_MOE_HS=%s chunk %d spec %d: %s", val, chunk, spec, err.msg);
+        const ts_model_info *in = ts_engine_info(e);
+        if (rc == 0 && ref->logits) {
+            size_t diff = 0;
+            for (size_t i = 0; i < (size_t)np * in->vocab_size; i++) diff += memcmp(&o.logits[i], &ref->logits[i], 4) != 0;
+            EXPECT_MSG(!diff, "TSC_MOE_HS=%s chunk %d: %zu prompt logits differ from the default's", val, chunk, diff);
+            EXPECT_MSG(o.n_ids == ref->n_ids && !memcmp(o.ids, ref->ids, sizeof o.ids),
+                       "TSC_MOE_HS=%s chunk %d spec %d: greedy ids differ", val, chunk, spec);
+        }
+        ts_engine_close(e);
+    }
+    free(o.logits);
+    ts_env_pop("TSC_MOE_HS", keep);
+}
+
+TS_TEST(cuda_engine, moe_h_by_gate_up_same_bits) {
+    NEED_GPU();
+    char dir[512];
+    if (wide_moe_model(dir, sizeof dir)) return;
+    collect c0, c1, c2;
+    const int k0 = form_kernels(dir, "TSC_MOE_HS", "0", &c0), k1 = form_kernels(dir, "TSC_MOE_HS", "1", &c1),
+              k2 = form_kernels(dir, "TSC_MOE_HS", "2", &c2);
+    fprintf(stderr, "  wide-moe INT4 decode graph: %d kernels with TSC_MOE_HS=0, %d with 1, %d with 2\n", k0, k1, k2);
+    CHECK_MSG(k0 > 0 && k1 == k0 && k2 == k0 - 2, "decode graph kernels %d -> %d, %d (2 MoE layers)", k0, k1, k2);
+    CHECK_MSG(c0.n > 0 && c0.n == c1.n && !memcmp(c0.ids, c1.ids, sizeof(int32_t) * c0.n), "TSC_MOE_HS=1 changed the tokens");
+    CHECK_MSG(c0.n == c2.n && !memcmp(c0.ids, c2.ids, sizeof(int32_t) * c0.n), "TSC_MOE_HS=2 changed the tokens");
+    enum { NP = 22 };
+    int32_t prompt[NP];
+    for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 733 + 29) % 2047);
+    static const int chunks[2] = {1, 5};
+    for (int ci = 0; ci < 2 && !ts_test_failed(); ci++)
+        for (int spec = 0; spec <= 1 && !ts_test_failed(); spec++) {
+            xs_out ref = {0};
+            ts_error err = {0};
+            ts_engine *e = NULL;
+            char *keep = ts_env_push("TSC_MOE_HS", "0");
+            EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s", err.msg);
+            if (e) {
+                EXPECT_MSG(xs_run(e, prompt, NP, chunks[ci], 24, spec, &ref, &err) == 0, "%s", err.msg);
+                ts_engine_close(e);
+            }
+            ts_env_pop("TSC_MOE_HS", keep);
+            if (!ts_test_failed()) hs_same(dir, "1", &ref, NP, prompt, chunks[ci], spec);
+            if (!ts_test_failed()) hs_same(dir, "2", &ref, NP, prompt, chunks[ci], spec);
+            free(ref.logits);
+        }
+}
