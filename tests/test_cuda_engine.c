@@ -2406,6 +2406,41 @@ TS_TEST(cuda_engine, moe_shgu_one_launch_fewer_and_exact) {
     ts_env_pop("TSC_MOE_SHGU", shgu);
 }
 
+/* One run of the wide MoE's prompt (passes of chunk rows), 24 greedy tokens
+ * (spec: with MTP drafting) under the environment as it stands, into o;
+ * form names the run in failures. Returns 0 when it ran, and the vocabulary
+ * (V) for the logits. */
+static int form_run(const char *dir, const char *form, const int32_t *prompt, int np, int chunk, int spec, xs_out *o, int *V) {
+    ts_error err = {0};
+    ts_engine *e = NULL;
+    int rc = -1;
+    EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s: %s", form, err.msg);
+    if (e) {
+        rc = xs_run(e, prompt, np, chunk, 24, spec, o, &err);
+        EXPECT_MSG(rc == 0, "%s chunk %d spec %d: %s", form, chunk, spec, err.msg);
+        *V = ts_engine_info(e)->vocab_size;
+        ts_engine_close(e);
+    }
+    return rc;
+}
+
+/* form_run's prompt logits and greedy ids the same bits as ref's (made by
+ * the form named against). Checks that go on (EXPECT_MSG): a switch set by
+ * the caller must be put back whatever fails. */
+static void form_same(const char *dir, const char *form, const char *against, const xs_out *ref, int np,
+                      const int32_t *prompt, int chunk, int spec) {
+    xs_out o = {0};
+    int V = 0;
+    if (form_run(dir, form, prompt, np, chunk, spec, &o, &V) == 0 && ref->logits) {
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)np * V; i++) diff += memcmp(&o.logits[i], &ref->logits[i], 4) != 0;
+        EXPECT_MSG(!diff, "%s chunk %d: %zu prompt logits differ from %s", form, chunk, diff, against);
+        EXPECT_MSG(o.n_ids == ref->n_ids && !memcmp(o.ids, ref->ids, sizeof o.ids), "%s chunk %d spec %d: greedy ids differ",
+                   form, chunk, spec);
+    }
+    free(o.logits);
+}
+
 /* The routed down's digits made once by a launch of their own (q4dp.cu's
  * moe_dig_on) and the gate/up's made by the route launch (backend.cu's
  * moe_gudig_on, misc.cu's k_moe_route_dg: no launch more), both defaults,
@@ -2422,25 +2457,7 @@ static void dig_same(const char *dir, const char *name, const char *val, const x
                      int chunk, int spec) {
     char *keep = ts_env_push("TSC_MOE_DIG", NULL), *keep2 = ts_env_push("TSC_MOE_GUDIG", NULL);
     if (name) setenv(name, val, 1);
-    ts_error err = {0};
-    ts_engine *e = NULL;
-    xs_out o = {0};
-    const char *form = name ? name : "the defaults";
-    EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s: %s", form, err.msg);
-    if (e) {
-        const int rc = xs_run(e, prompt, np, chunk, 24, spec, &o, &err);
-        EXPECT_MSG(rc == 0, "%s chunk %d spec %d: %s", form, chunk, spec, err.msg);
-        const ts_model_info *in = ts_engine_info(e);
-        if (rc == 0 && ref->logits) {
-            size_t diff = 0;
-            for (size_t i = 0; i < (size_t)np * in->vocab_size; i++) diff += memcmp(&o.logits[i], &ref->logits[i], 4) != 0;
-            EXPECT_MSG(!diff, "%s chunk %d: %zu prompt logits differ from in-block staging", form, chunk, diff);
-            EXPECT_MSG(o.n_ids == ref->n_ids && !memcmp(o.ids, ref->ids, sizeof o.ids), "%s chunk %d spec %d: greedy ids differ",
-                       form, chunk, spec);
-        }
-        ts_engine_close(e);
-    }
-    free(o.logits);
+    form_same(dir, name ? name : "the defaults", "in-block staging", ref, np, prompt, chunk, spec);
     ts_env_pop("TSC_MOE_GUDIG", keep2);
     ts_env_pop("TSC_MOE_DIG", keep);
 }
@@ -2469,14 +2486,9 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
     for (int ci = 0; ci < 2 && !ts_test_failed(); ci++)
         for (int spec = 0; spec <= 1 && !ts_test_failed(); spec++) {
             xs_out ref = {0};
-            ts_error err = {0};
-            ts_engine *e = NULL;
+            int V = 0;
             char *keep = ts_env_push("TSC_MOE_DIG", "0"), *keep2 = ts_env_push("TSC_MOE_GUDIG", "0");
-            EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s", err.msg);
-            if (e) {
-                EXPECT_MSG(xs_run(e, prompt, NP, chunks[ci], 24, spec, &ref, &err) == 0, "%s", err.msg);
-                ts_engine_close(e);
-            }
+            form_run(dir, "in-block staging", prompt, NP, chunks[ci], spec, &ref, &V);
             ts_env_pop("TSC_MOE_GUDIG", keep2);
             ts_env_pop("TSC_MOE_DIG", keep);
             if (!ts_test_failed()) dig_same(dir, NULL, NULL, &ref, NP, prompt, chunks[ci], spec);
@@ -2496,24 +2508,9 @@ TS_TEST(cuda_engine, moe_down_digits_once_same_bits) {
  * bit under both. */
 static void hs_same(const char *dir, const char *val, const xs_out *ref, int np, const int32_t *prompt, int chunk, int spec) {
     char *keep = ts_env_push("TSC_MOE_HS", val);
-    ts_error err = {0};
-    ts_engine *e = NULL;
-    xs_out o = {0};
-    EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "TSC_MOE_HS=%s: %s", val, err.msg);
-    if (e) {
-        const int rc = xs_run(e, prompt, np, chunk, 24, spec, &o, &err);
-        EXPECT_MSG(rc == 0, "TSC_MOE_HS=%s chunk %d spec %d: %s", val, chunk, spec, err.msg);
-        const ts_model_info *in = ts_engine_info(e);
-        if (rc == 0 && ref->logits) {
-            size_t diff = 0;
-            for (size_t i = 0; i < (size_t)np * in->vocab_size; i++) diff += memcmp(&o.logits[i], &ref->logits[i], 4) != 0;
-            EXPECT_MSG(!diff, "TSC_MOE_HS=%s chunk %d: %zu prompt logits differ from the default's", val, chunk, diff);
-            EXPECT_MSG(o.n_ids == ref->n_ids && !memcmp(o.ids, ref->ids, sizeof o.ids),
-                       "TSC_MOE_HS=%s chunk %d spec %d: greedy ids differ", val, chunk, spec);
-        }
-        ts_engine_close(e);
-    }
-    free(o.logits);
+    char form[32];
+    snprintf(form, sizeof form, "TSC_MOE_HS=%s", val);
+    form_same(dir, form, "the default's", ref, np, prompt, chunk, spec);
     ts_env_pop("TSC_MOE_HS", keep);
 }
 
@@ -2535,14 +2532,9 @@ TS_TEST(cuda_engine, moe_h_by_gate_up_same_bits) {
     for (int ci = 0; ci < 2 && !ts_test_failed(); ci++)
         for (int spec = 0; spec <= 1 && !ts_test_failed(); spec++) {
             xs_out ref = {0};
-            ts_error err = {0};
-            ts_engine *e = NULL;
+            int V = 0;
             char *keep = ts_env_push("TSC_MOE_HS", "0");
-            EXPECT_MSG(xs_open(dir, 0, NULL, &e, &err) == 0, "%s", err.msg);
-            if (e) {
-                EXPECT_MSG(xs_run(e, prompt, NP, chunks[ci], 24, spec, &ref, &err) == 0, "%s", err.msg);
-                ts_engine_close(e);
-            }
+            form_run(dir, "TSC_MOE_HS=0", prompt, NP, chunks[ci], spec, &ref, &V);
             ts_env_pop("TSC_MOE_HS", keep);
             if (!ts_test_failed()) hs_same(dir, "1", &ref, NP, prompt, chunks[ci], spec);
             if (!ts_test_failed()) hs_same(dir, "2", &ref, NP, prompt, chunks[ci], spec);

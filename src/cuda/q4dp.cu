@@ -769,40 +769,21 @@ constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
  * down's in-block staging of plain words ~1 us against the copy of the
  * made digits (~0.6 us). Prediction: -1.5..-2 us a MoE layer, 35B-A3B-8L
  * +2..3%, the 40-layer shape +3..4%. */
-__device__ __forceinline__ void hs_store(float (&acc)[R], float (&red)[WARPS][R][1], int ks, int warp, int lane, int vbl,
+__device__ __forceinline__ void hs_store(float (&acc)[R][1], float (&red)[WARPS][R][1], int ks, int warp, int lane, int vbl,
                                          float *y, int rows) {
     __shared__ float fin[WARPS][R]; /* the virtual block's rows' sums: [row group][r] */
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
     const int ng = WARPS / ks, hg = ng / 2;
-    if (ks == 1) {
-        if (lane < R) {
-            float v = 0.f;
-#pragma unroll
-            for (int q = 0; q < R; q++)
-                if (q == lane) v = acc[q];
-            fin[warp][lane] = v;
-        }
-    } else {
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < R; r++) red[warp][r][0] = acc[r];
-        __syncthreads();
-        const int t = threadIdx.x;
-        if (t < ng * R) {
-            const int g = t / R, r = t % R;
-            float v = red[g * ks][r][0];
-            for (int q = 1; q < ks; q++) v = __fadd_rn(v, red[g * ks + q][r][0]);
-            fin[g][r] = v;
-        }
-    }
+    /* each row group's sums into fin by rows_store itself (fin as the rows
+     * of a ng x R matrix: the group's rows at (warp / ks) * R), so g and u
+     * are the bits rows_store would write */
+    rows_store<R, 1, WARPS>(acc, red, ks, warp, lane, (int64_t)(warp / ks) * R, 0, &fin[0][0], ng * R);
     __syncthreads();
     const int t = threadIdx.x;
     if (t < hg * R) {
         const int g = t / R, r = t % R, row = (vbl * hg + g) * R + r;
         if (row < rows) y[row] = silu_mul_f(fin[g][r], fin[g + hg][r]);
     }
-    __syncthreads(); /* red and fin are reused by the next virtual block */
+    __syncthreads(); /* fin is reused by the next virtual block */
 }
 
 /* Index arithmetic in 32 bits (q4dp_moe checks that the stacked rows and
@@ -949,12 +930,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
                 }
             }
         }
-        if constexpr (HS) {
-            hs_store(acc, red, ks, warp, lane, vbl, a.w[0].y + (int64_t)tok * a.rows, rows);
-        } else {
-            float acc1[R][1];
+        float acc1[R][1];
 #pragma unroll
-            for (int r = 0; r < R; r++) acc1[r][0] = acc[r];
+        for (int r = 0; r < R; r++) acc1[r][0] = acc[r];
+        if constexpr (HS) {
+            hs_store(acc1, red, ks, warp, lane, vbl, a.w[0].y + (int64_t)tok * a.rows, rows);
+        } else {
             float *yt = w.y + (int64_t)tok * a.rows;
             if (EM == Q4DP_MOE_COLS && a.sadd) {
                 const float sg[1] = {sigmoid_f(a.sgate[tok])};
@@ -1477,7 +1458,7 @@ bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *sg, int k
  * (plain words: the launch stays, the gate/up's epilogue measured alone);
  * 2 as 1, and a one-token down stages h's digits in its blocks (no launch).
  * The same bits every way. */
-int q4dp_moe_hs(void) {
+static int q4dp_moe_hs(void) {
     const int v = ks_env("TSC_MOE_HS", 0);
     return v == 1 || v == 2 ? v : 0;
 }
