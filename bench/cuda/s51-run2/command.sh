@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 51, call 2 (pack s51c: the build of 09f5c17, HS opt-in; turbospark, ts_test and cuda_bench:
+# Session 51, call 2 (never ran; pack s51c was the build of 09f5c17, before 4d85bc7 changed the HS kernels: rebuild
+# and repack from the current sources before running it. HS opt-in; turbospark, ts_test and cuda_bench:
 # make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all, and the trace build's turbospark (make -j2
 # BUILD=build-cuda-trace CUDA=1 EXTRA_NVCC_FLAGS=-DTSC_TRACE build-cuda-trace/turbospark); PACK_MAIN="turbospark
 # ts_test cuda_bench" bash bench/cuda/pack.sh s51c; the tree without its fixtures and bundled model, which nothing here reads).
