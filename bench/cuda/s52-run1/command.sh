@@ -1,9 +1,8 @@
 #!/bin/bash
-# Session 51, call 2 (never ran; pack s51c was the build of 09f5c17, before 4d85bc7 changed the HS kernels: rebuild
-# and repack from the current sources before running it. HS opt-in; turbospark, ts_test and cuda_bench:
+# Session 52, call 1: s51-run2's script, run from pack s52a, the build of 66f2abd (the review mend 4d85bc7 included):
 # make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all, and the trace build's turbospark (make -j2
 # BUILD=build-cuda-trace CUDA=1 EXTRA_NVCC_FLAGS=-DTSC_TRACE build-cuda-trace/turbospark); PACK_MAIN="turbospark
-# ts_test cuda_bench" bash bench/cuda/pack.sh s51c; the tree without its fixtures and bundled model, which nothing here reads).
+# ts_test cuda_bench" bash bench/cuda/pack.sh s52a; the tree without its fixtures and bundled model, which nothing here reads).
 # HS (q4dp.cu's hs_store, TSC_MOE_HS): the MoE gate/up writes h = silu(g) * u itself; 1 keeps the down's digits
 # launch (plain words), 2 drops it for one-token passes (the down stages h's digits in its blocks).
 # Prediction: 35B-A3B-8L +2..3% under 2 (-1.5..-2 us a MoE layer), 1 within +-0.5%; the 40-layer shape +3..4%.
@@ -11,7 +10,7 @@
 # 2. the A/B on the 35B-A3B-8L, three rounds interleaved, the order reversed in round b; the 40-layer shape, d and 2;
 # 3. engine traces of the 35B-A3B-8L, d and 2 (where the time moved);
 # 4. the card's other figures at the defaults (in case this is an H200): 9B decode, cuda_bench's 9B, MTP 3 forced.
-PACK=.gpu/s51c/pack.tar.xz . bench/cuda/device_env.sh
+PACK=.gpu/s52a/pack.tar.xz . bench/cuda/device_env.sh
 timeout 150 $B/ts_test cuda_engine.moe_h_by_gate_up_same_bits > $O/t_hs.log 2>&1; tl "t_hs $?"
 synth_shape 35b8 bench/cuda/shape-35B-A3B-8L.json
 VN=(d hs1 hs2); VE=(X=0 TSC_MOE_HS=1 TSC_MOE_HS=2)
