@@ -149,7 +149,7 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
                 r->strip_lead = 1;
                 continue;
             }
-            if (!final && (n - w < k && !memcmp(s + w, T_THINK, n - w))) { /* maybe "<think>" */
+            if (!final && (n - w < k && (!n || !memcmp(s + w, T_THINK, n - w)))) { /* maybe "<think>" */
                 r->ws_held = w;
                 return 0;
             }
@@ -171,7 +171,8 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
          * "<tool_call>" is not held) */
         const char *tag = reasoning_state ? T_END_THINK : r->no_calls ? NULL : T_CALL;
         const size_t lo = r->ws_held; /* [0, lo) is whitespace: no tag starts there */
-        const char *at = tag ? find(s + lo, n - lo, tag) : NULL;
+        /* (s is NULL while nothing was ever held: no pointer arithmetic on it) */
+        const char *at = tag && s ? find(s + lo, n - lo, tag) : NULL;
         if (at) {
             size_t m = (size_t)(at - s), e = m;
             while (e > lo && is_ws(s[e - 1])) e--; /* layout whitespace before the tag */
