@@ -2397,12 +2397,11 @@ void cu_moe(ts_stream *s, ts_mode m, const ts_moe_args *a) {
                 const tsc_weight *wgu[2] = {&g0, &u0}, *sgu2[2] = {&sg, &su};
                 const int64_t sgu[2] = {g.stride, u.stride}, sd1[1] = {d.stride};
                 float *ygu[2] = {a->b1, a->b2}, *yd1[1] = {a->t + (size_t)(r0 + r1) * H};
-                /* (h: b1 holds silu(g) * u, q4dp_moe's HS; the down then reads it as plain x) */
-                const bool h = q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL,
-                                        NULL, ygu, m1, NULL, NULL, NULL, sgu2, true);
+                q4dp_moe(c, wgu, sgu, 2, Q4DP_MOE_ROWS, ids1, NULL, k, u_ + (size_t)r1 * H, NULL, NULL, NULL, ygu, m1, NULL,
+                         NULL, NULL, sgu2);
                 const tsc_weight *wd[1] = {&d0};
-                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, h ? NULL : a->b2, NULL,
-                         q->gl + r1, yd1, m1, &sd, NULL, NULL);
+                q4dp_moe(c, wd, sd1, 1, Q4DP_MOE_COLS, ids1, q->r_wts + (size_t)r1 * k, k, a->b1, a->b2, NULL, q->gl + r1,
+                         yd1, m1, &sd, NULL, NULL);
             }
             continue;
         }

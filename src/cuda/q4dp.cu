@@ -750,42 +750,6 @@ __device__ __forceinline__ const float *u_at(const dx_args &a, int i, int col) {
  * block keeps in shared memory (ntok * k <= 16 * 32) */
 constexpr int MOE_TOK = 16, MOE_ROUTES = MOE_TOK * 32;
 
-/* HS (q4dp_moe_hs, opt-in TSC_MOE_HS): the gate/up launch writes the
- * hidden rows h = silu(g) * u themselves, into the gate's output, instead
- * of g and u. A virtual block is a pair of row sets: its first half of row
- * groups computes gate rows, the second half the up's same rows, each row's
- * sum exactly as rows_store makes it (the same warps' shuffle tree, the KS
- * partials added in warp order), so g and u keep their bits, and h is
- * silu_mul_f(g, u), k_stage_digits' SwiGLU of them: the same value that
- * launch staged. The down then reads h as plain x (no silu, no u), so its
- * digits need no launch of their own where one block can stage them (one
- * token's 4,608 columns on the 35B-A3B: a load and a max a word, where
- * SwiGLU staging cost an expf and a division an element in every block:
- * moe_dig_on's 1,090 instructions a warp).
- * Why: a 35B-A3B decode layer's down waits for k_stage_digits (1.5-1.7 us
- * from its release to its end, s50-run2's trace, H100) and one more PDL
- * hand-off (~0.75 us) on the chain. Floors: the gate/up's extra is one
- * block barrier and a shared round trip a virtual block (~0.1-0.2 us); the
- * down's in-block staging of plain words ~1 us against the copy of the
- * made digits (~0.6 us). Prediction: -1.5..-2 us a MoE layer, 35B-A3B-8L
- * +2..3%, the 40-layer shape +3..4%. */
-__device__ __forceinline__ void hs_store(float (&acc)[R][1], float (&red)[WARPS][R][1], int ks, int warp, int lane, int vbl,
-                                         float *y, int rows) {
-    __shared__ float fin[WARPS][R]; /* the virtual block's rows' sums: [row group][r] */
-    const int ng = WARPS / ks, hg = ng / 2;
-    /* each row group's sums into fin by rows_store itself (fin as the rows
-     * of a ng x R matrix: the group's rows at (warp / ks) * R), so g and u
-     * are the bits rows_store would write */
-    rows_store<R, 1, WARPS>(acc, red, ks, warp, lane, (int64_t)(warp / ks) * R, 0, &fin[0][0], ng * R);
-    __syncthreads();
-    const int t = threadIdx.x;
-    if (t < hg * R) {
-        const int g = t / R, r = t % R, row = (vbl * hg + g) * R + r;
-        if (row < rows) y[row] = silu_mul_f(fin[g][r], fin[g + hg][r]);
-    }
-    __syncthreads(); /* fin is reused by the next virtual block */
-}
-
 /* Index arithmetic in 32 bits (q4dp_moe checks that the stacked rows and
  * columns fit): a 64-bit division per row was ~100 instructions a virtual
  * block, on a kernel that is a latency-bound instruction stream (ncu,
@@ -795,9 +759,8 @@ __device__ __forceinline__ void hs_store(float (&acc)[R][1], float (&red)[WARPS]
  * shared gate/up is not a launch of its own (backend.cu's cu_moe, "one
  * launch fewer": why there). A row's operations are the routed rows' own,
  * only the matrix it reads differs. */
-template <int ND, int U, int EM, bool SHR = false, bool HS = false>
+template <int ND, int U, int EM, bool SHR = false>
 __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__ dx_args a) {
-    static_assert(!HS || EM == Q4DP_MOE_ROWS, "HS: the gate/up launch");
     __shared__ float red[WARPS][R][1];
     __shared__ int32_t sid[MOE_ROUTES]; /* the pass's routes: expert ids (swt: their weights, COLS) */
     __shared__ float swt[EM == Q4DP_MOE_COLS ? MOE_ROUTES : 1];
@@ -844,14 +807,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
 
     const int rows = (int)a.rows;
     for (int vb = blockIdx.x; vb < a.nvb; vb += gridDim.x) {
-        /* HS: the block's first hg row groups are the gate's rows, the
-         * others the up's same rows (a virtual block a pair of row sets) */
-        const int hg = WARPS / a.ks / 2;
-        const int tok = vb / a.vpt, vt = vb - tok * a.vpt, wi = HS ? warp / a.ks >= hg : vt / a.vpw,
-                  vbl = HS ? vt : vt - wi * a.vpw;
+        const int tok = vb / a.vpt, vt = vb - tok * a.vpt, wi = vt / a.vpw, vbl = vt - wi * a.vpw;
         const dx_w &w = a.w[wi];
         const int ks = a.ks, rg = warp / ks, sl = warp % ks;
-        const int r0 = HS ? (vbl * hg + rg % hg) * R : (vbl * (WARPS / ks) + rg) * R;
+        const int r0 = (vbl * (WARPS / ks) + rg) * R;
         const int32_t *ids = sid + tok * a.k;
         const int4 *xdt = xd + (int64_t)tok * 2 * ND * nch;
         const float2 *xst = xsb + (int64_t)tok * nch;
@@ -933,16 +892,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_q4dp_moe(const __grid_constant__
         float acc1[R][1];
 #pragma unroll
         for (int r = 0; r < R; r++) acc1[r][0] = acc[r];
-        if constexpr (HS) {
-            hs_store(acc1, red, ks, warp, lane, vbl, a.w[0].y + (int64_t)tok * a.rows, rows);
+        float *yt = w.y + (int64_t)tok * a.rows;
+        if (EM == Q4DP_MOE_COLS && a.sadd) {
+            const float sg[1] = {sigmoid_f(a.sgate[tok])};
+            rows_store<R, 1, WARPS, true>(acc1, red, ks, warp, lane, r0, vbl, yt, a.rows, a.sadd + (int64_t)tok * a.rows, sg);
         } else {
-            float *yt = w.y + (int64_t)tok * a.rows;
-            if (EM == Q4DP_MOE_COLS && a.sadd) {
-                const float sg[1] = {sigmoid_f(a.sgate[tok])};
-                rows_store<R, 1, WARPS, true>(acc1, red, ks, warp, lane, r0, vbl, yt, a.rows, a.sadd + (int64_t)tok * a.rows, sg);
-            } else {
-                rows_store<R, 1, WARPS>(acc1, red, ks, warp, lane, r0, vbl, yt, a.rows);
-            }
+            rows_store<R, 1, WARPS>(acc1, red, ks, warp, lane, r0, vbl, yt, a.rows);
         }
     }
 }
@@ -975,7 +930,7 @@ static bool moe_dig_on() { return ks_env("TSC_MOE_DIG", 1) != 0; }
  * the second step's loads and address arithmetic were issued and thrown
  * away); the order of a lane's steps, and so the bits, are the same either
  * way */
-template <int ND, int EM, bool SHR = false, bool HS = false>
+template <int ND, int EM, bool SHR = false>
 void launch_moe(tsc_ctx *c, const dx_args &a) {
     const int nsteps = (a.cols + 1023) >> 10;
     /* SHR at U = 1: ~80 registers against ~118, three blocks an SM, so
@@ -985,8 +940,8 @@ void launch_moe(tsc_ctx *c, const dx_args &a) {
      * TSC_MOE_SHGU=1 keeps for comparison (the same bits). */
     const bool u2 = nsteps > a.ks && !(SHR && ks_env("TSC_MOE_SHGU", 2) != 1);
     const size_t sb = stage_bytes(a.ntok, ND, a.cols);
-    if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR, HS>, a.nvb, sb, a);
-    else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR, HS>, a.nvb, sb, a);
+    if (u2) launch_grid(c, k_q4dp_moe<ND, 2, EM, SHR>, a.nvb, sb, a);
+    else launch_grid(c, k_q4dp_moe<ND, 1, EM, SHR>, a.nvb, sb, a);
 }
 
 /* TSC_Q4DP_PRE=1: k_q4dp's one-row launches load their first round before
@@ -1453,20 +1408,10 @@ bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *sg, int k
            (int64_t)k * g->rows + sg->rows < (1ll << 30) && sg->rows * (sg->cols / 2) < (1ll << 31);
 }
 
-/* HS's switch (k_q4dp_moe's hs_store), read at every pass: 0 (the default)
- * off; 1 the gate/up writes h and every down's digits are k_stage_digits'
- * (plain words: the launch stays, the gate/up's epilogue measured alone);
- * 2 as 1, and a one-token down stages h's digits in its blocks (no launch).
- * The same bits every way. */
-static int q4dp_moe_hs(void) {
-    const int v = ks_env("TSC_MOE_HS", 0);
-    return v == 1 || v == 2 ? v : 0;
-}
-
-bool q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
+void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
               float *const *y, int ntok, const tsc_weight *sw, const float *x2, const float *u2,
-              const tsc_weight *const *srw, bool h_ok) {
+              const tsc_weight *const *srw) {
     const int nd = w[0]->act_digits ? w[0]->act_digits : 3;
     dx_args a;
     memset(&a, 0, sizeof a);
@@ -1504,13 +1449,9 @@ bool q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
      * two virtual blocks a block, one after the other), still the shape's
      * alone: the same for every token count (the verify rule) */
     a.ks = pick_ks(a.rows * nw, a.cols, c->n_sm);
-    /* HS: gate and up (w[0], w[1]) in pairs of row sets, so an even count of
-     * row groups a block; 8-bit x only (the engine's default digits) */
-    const int hsm = q4dp_moe_hs();
-    const bool hs = h_ok && hsm && em == Q4DP_MOE_ROWS && nw == 2 && nd == 1 && (WARPS / a.ks) % 2 == 0;
-    const int64_t rpb = (int64_t)R * (WARPS / a.ks) / (hs ? 2 : 1);
+    const int64_t rpb = (int64_t)R * (WARPS / a.ks);
     a.vpw = (int)((a.rows + rpb - 1) / rpb);
-    a.vpt = hs ? a.vpw : nw * a.vpw;
+    a.vpt = nw * a.vpw;
     /* tokens a pass: as many as their staged digits fit, at most MOE_TOK
      * (the routes a block keeps; q4dp_moe_takes asks k <= 32) */
     int per = MOE_TOK;
@@ -1535,13 +1476,10 @@ bool q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         if (rows && !a.u && nd == 1 && c->dg && tsc_dg_made(c, a.x, a.ntok, a.cols, a.group)) a.dg = (const int4 *)c->dg;
         /* moe_dig_on: the pass's x and u one [ntok][cols] array each (a
          * down whose shared hidden rows lie elsewhere, x2, stages itself) */
-        /* HS's downs (x = h, plain): the same launch in plain mode, but for
-         * a one-token pass under TSC_MOE_HS=2, which stages in its blocks */
-        const bool dig_x = a.u || (hsm && !(hsm == 2 && a.ntok == 1));
-        if (!rows && dig_x && a.c2 == a.cols && moe_dig_on() && c->dg && stage_bytes(a.ntok, nd, a.cols) <= c->dg_bytes) {
+        if (!rows && a.u && a.c2 == a.cols && moe_dig_on() && c->dg && stage_bytes(a.ntok, nd, a.cols) <= c->dg_bytes) {
             sd_args s;
             memset(&s, 0, sizeof s);
-            s.xm = a.u ? Q4DP_XM_SWIGLU : Q4DP_XM_PLAIN, s.cols = a.cols, s.group = a.group;
+            s.xm = Q4DP_XM_SWIGLU, s.cols = a.cols, s.group = a.group;
             s.x = a.x, s.u = a.u;
             s.dg = (int4 *)c->dg;
             launch_stage_digits(c, s, a.ntok, nd);
@@ -1551,9 +1489,8 @@ bool q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         }
         switch (nd) {
         case 1:
-            if (hs) shr ? launch_moe<1, Q4DP_MOE_ROWS, true, true>(c, a) : launch_moe<1, Q4DP_MOE_ROWS, false, true>(c, a);
-            else shr ? launch_moe<1, Q4DP_MOE_ROWS, true>(c, a)
-                 : rows ? launch_moe<1, Q4DP_MOE_ROWS>(c, a) : launch_moe<1, Q4DP_MOE_COLS>(c, a);
+            shr ? launch_moe<1, Q4DP_MOE_ROWS, true>(c, a)
+            : rows ? launch_moe<1, Q4DP_MOE_ROWS>(c, a) : launch_moe<1, Q4DP_MOE_COLS>(c, a);
             break;
         case 2:
             shr ? launch_moe<2, Q4DP_MOE_ROWS, true>(c, a)
@@ -1566,7 +1503,6 @@ bool q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int
         }
         TSC_LAUNCHED(c, rows ? "MoE experts (gate, up; dp4a)" : "MoE experts (down; dp4a)");
     }
-    return hs;
 }
 
 /* The trace build's timeline (see trace_at): reset before capturing, dump

@@ -49,13 +49,9 @@ bool q4dp_moe_shared_takes(const tsc_weight *d, const tsc_weight *sw, int k);
  * routed slots' format). A down then takes those hidden rows as its shared
  * slot with x2 = NULL: x and u = [ntok][k * cols + sw->cols]. */
 bool q4dp_moe_shared_rows_takes(const tsc_weight *g, const tsc_weight *sg, int k);
-/* Returns whether y[0] holds the hidden rows h = silu(g) * u instead of g
- * (ROWS with gate and up, where the caller allows it (h_ok) and TSC_MOE_HS
- * asks for it, q4dp.cu's q4dp_moe_hs: y[1] is then not written, and the
- * down takes x = h with u = NULL). */
-bool q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
+void q4dp_moe(tsc_ctx *c, const tsc_weight *const *w, const int64_t *stride, int nw, int em, const int32_t *ids,
               const float *wts, int k, const float *x, const float *u, const float *add, const float *gate,
               float *const *y, int ntok, const tsc_weight *sw = NULL, const float *x2 = NULL, const float *u2 = NULL,
-              const tsc_weight *const *srw = NULL, bool h_ok = false);
+              const tsc_weight *const *srw = NULL);
 
 #endif
