@@ -137,7 +137,9 @@ void ts_reply_free(ts_reply *r) {
  * final set, everything goes (except TOOL text, which finish parses). */
 static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final) {
     for (;;) {
-        char *s = r->hold.s;
+        /* (the hold buffer is NULL until something is held: "" then, so that
+         * s + 0 and zero-length compares below are defined) */
+        const char *s = r->hold.s ? r->hold.s : "";
         size_t n = r->hold.len;
         if (r->state == R_START) {
             size_t w = r->ws_held;
@@ -149,7 +151,7 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
                 r->strip_lead = 1;
                 continue;
             }
-            if (!final && (n - w < k && (!n || !memcmp(s + w, T_THINK, n - w)))) { /* maybe "<think>" */
+            if (!final && (n - w < k && !memcmp(s + w, T_THINK, n - w))) { /* maybe "<think>" */
                 r->ws_held = w;
                 return 0;
             }
@@ -171,8 +173,7 @@ static int advance(ts_reply *r, ts_text *reasoning, ts_text *content, int final)
          * "<tool_call>" is not held) */
         const char *tag = reasoning_state ? T_END_THINK : r->no_calls ? NULL : T_CALL;
         const size_t lo = r->ws_held; /* [0, lo) is whitespace: no tag starts there */
-        /* (s is NULL while nothing was ever held: no pointer arithmetic on it) */
-        const char *at = tag && s ? find(s + lo, n - lo, tag) : NULL;
+        const char *at = tag ? find(s + lo, n - lo, tag) : NULL;
         if (at) {
             size_t m = (size_t)(at - s), e = m;
             while (e > lo && is_ws(s[e - 1])) e--; /* layout whitespace before the tag */
