@@ -868,30 +868,67 @@ static void gdn_ref(gdn_host *g) {
     free(seq), free(y);
 }
 
+/* A GDN step's fresh random inputs (dk = dv = 128, conv 4): the host's
+ * copies, kept (a reference takes them, and a test starts each form it
+ * compares from the same conv state cs and state S), and the device's. */
+typedef struct {
+    int n, Hk, Hv, C, Vd;
+    size_t nS, nc;
+    float *qkv, *z, *b, *a, *cs, *cw, *S, *nA, *dtb, *nw; /* host */
+    float *dq, *dz, *db, *da, *dcw, *dnA, *ddt, *dnw;     /* device */
+} gdn_in;
+
+static void gdn_in_make(tsc_ctx *c, gdn_in *g, int Hk, int Hv, int n) {
+    const int dk = 128, dv = 128, K = 4, Vd = Hv * dv, C = 2 * Hk * dk + Vd;
+    const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
+    *g = (gdn_in){.n = n, .Hk = Hk, .Hv = Hv, .C = C, .Vd = Vd, .nS = nS, .nc = nc};
+    const size_t nq = (size_t)n * C, nz = (size_t)n * Vd, nh = (size_t)n * Hv, ncw = (size_t)K * C;
+#define GA(f, cnt, sc) g->f = malloc(sizeof(float) * (cnt)), frand(g->f, (cnt), sc)
+    GA(qkv, nq, 1.0f); GA(z, nz, 2.0f); GA(b, nh, 2.0f); GA(a, nh, 2.0f); GA(cs, nc, 1.0f); GA(cw, ncw, 0.5f);
+    GA(S, nS, 0.05f); GA(nA, Hv, 1.0f); GA(dtb, Hv, 1.0f); GA(nw, dv, 1.0f);
+#undef GA
+    for (int h = 0; h < Hv; h++) g->nA[h] = -expf(g->nA[h]);
+    g->dq = up(c, g->qkv, sizeof(float) * nq), g->dz = up(c, g->z, sizeof(float) * nz);
+    g->db = up(c, g->b, sizeof(float) * nh), g->da = up(c, g->a, sizeof(float) * nh);
+    g->dcw = up(c, g->cw, sizeof(float) * ncw), g->dnA = up(c, g->nA, sizeof(float) * Hv);
+    g->ddt = up(c, g->dtb, sizeof(float) * Hv), g->dnw = up(c, g->nw, sizeof(float) * dv);
+}
+
+/* the step's arguments over a conv state dcs, a state dS, an output and a workspace */
+static tsc_gdn_args gdn_in_args(const gdn_in *g, float *dcs, float *dS, float *dout, float *ws) {
+    return (tsc_gdn_args){.n = g->n, .Hk = g->Hk, .Hv = g->Hv, .dk = 128, .dv = 128, .K = 4, .qkv = g->dq,
+                          .z = g->dz, .b = g->db, .a = g->da, .conv_state = dcs, .conv_w = g->dcw, .S = dS,
+                          .neg_A = g->dnA, .dt_bias = g->ddt, .norm_w = g->dnw, .eps = 1e-6f, .o = dout, .ws = ws};
+}
+
+/* the host's copies; with c, the device's too (NULL: left to tsc_close) */
+static void gdn_in_free(tsc_ctx *c, gdn_in *g) {
+    free(g->qkv), free(g->z), free(g->b), free(g->a), free(g->cs), free(g->cw), free(g->S), free(g->nA),
+        free(g->dtb), free(g->nw);
+    if (c) tsc_free(c, g->dq), tsc_free(c, g->dz), tsc_free(c, g->db), tsc_free(c, g->da), tsc_free(c, g->dcw),
+        tsc_free(c, g->dnA), tsc_free(c, g->ddt), tsc_free(c, g->dnw);
+}
+
 TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     OPEN(c);
-    gdn_host g = {.n = 5, .Hk = 2, .Hv = 4, .dk = 128, .dv = 128, .K = 4};
-    g.Kd = g.Hk * g.dk, g.Vd = g.Hv * g.dv, g.C = 2 * g.Kd + g.Vd;
-    const int n = g.n, C = g.C, Hv = g.Hv, K = g.K;
-    const size_t nS = (size_t)Hv * g.dk * g.dv;
-#define GA(f, cnt, sc) g.f = malloc(sizeof(float) * (cnt)), frand(g.f, (cnt), sc)
-    GA(qkv, (size_t)n * C, 1.0f); GA(z, (size_t)n * g.Vd, 2.0f); GA(b, (size_t)n * Hv, 2.0f); GA(a, (size_t)n * Hv, 2.0f);
-    GA(cs, (size_t)(K - 1) * C, 1.0f); GA(cw, (size_t)K * C, 0.5f); GA(S, nS, 0.05f); GA(nA, Hv, 1.0f);
-    GA(dtb, Hv, 1.0f); GA(nw, g.dv, 1.0f); GA(o, (size_t)n * g.Vd, 1.0f);
-#undef GA
-    for (int h = 0; h < Hv; h++) g.nA[h] = -expf(g.nA[h]);
+    const int n = 5, K = 4;
+    gdn_in in;
+    gdn_in_make(c, &in, 2, 4, n);
+    const int C = in.C, Hv = in.Hv;
+    const size_t nS = in.nS;
+    /* the reference's view of the same inputs (gdn_ref advances cs and S:
+     * its own copies) */
+    gdn_host g = {.n = n, .Hk = in.Hk, .Hv = Hv, .dk = 128, .dv = 128, .K = K, .C = C, .Kd = in.Hk * 128, .Vd = in.Vd,
+                  .qkv = in.qkv, .z = in.z, .b = in.b, .a = in.a, .cw = in.cw, .nA = in.nA, .dtb = in.dtb, .nw = in.nw};
+    g.cs = malloc(sizeof(float) * in.nc), g.S = malloc(sizeof(float) * nS), g.o = malloc(sizeof(float) * n * g.Vd);
+    memcpy(g.cs, in.cs, sizeof(float) * in.nc), memcpy(g.S, in.S, sizeof(float) * nS);
     /* device copies: state and conv state twice (one n-row call, n one-row calls) */
-    float *dq = up(c, g.qkv, sizeof(float) * n * C), *dz = up(c, g.z, sizeof(float) * n * g.Vd);
-    float *db = up(c, g.b, sizeof(float) * n * Hv), *da = up(c, g.a, sizeof(float) * n * Hv);
-    float *dcs = up(c, g.cs, sizeof(float) * (K - 1) * C), *dcs1 = up(c, g.cs, sizeof(float) * (K - 1) * C);
-    float *dS = up(c, g.S, sizeof(float) * nS), *dS1 = up(c, g.S, sizeof(float) * nS);
-    float *dcw = up(c, g.cw, sizeof(float) * K * C), *dnA = up(c, g.nA, sizeof(float) * Hv);
-    float *ddt = up(c, g.dtb, sizeof(float) * Hv), *dnw = up(c, g.nw, sizeof(float) * g.dv);
+    float *dq = in.dq, *dz = in.dz, *db = in.db, *da = in.da;
+    float *dcs = up(c, in.cs, sizeof(float) * in.nc), *dcs1 = up(c, in.cs, sizeof(float) * in.nc);
+    float *dS = up(c, in.S, sizeof(float) * nS), *dS1 = up(c, in.S, sizeof(float) * nS);
     float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-    tsc_gdn_args A = {.n = n, .Hk = g.Hk, .Hv = Hv, .dk = g.dk, .dv = g.dv, .K = K, .qkv = dq, .z = dz, .b = db,
-                      .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA, .dt_bias = ddt,
-                      .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws};
+    tsc_gdn_args A = gdn_in_args(&in, dcs, dS, dout, ws);
     tsc_gdn_step(c, &A);
     tsc_set_gdn_fused(c, 0); /* the one-row calls through prep + scan: the n-row call took the one kernel */
     for (int t = 0; t < n; t++) {
@@ -920,8 +957,8 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     CHECK_MSG(!memcmp(S, S1, sizeof(float) * nS), "gdn: %d-row call != %d one-row calls (state)", n, n);
     CHECK_MSG(!memcmp(cs, cs1, sizeof(float) * (K - 1) * C), "gdn: conv state differs between the two");
     free(o), free(o1), free(S), free(S1), free(cs), free(cs1);
-    free(g.qkv), free(g.z), free(g.b), free(g.a), free(g.cs), free(g.cw), free(g.S), free(g.nA), free(g.dtb), free(g.nw),
-        free(g.o);
+    free(g.cs), free(g.S), free(g.o);
+    gdn_in_free(NULL, &in);
     tsc_close(c);
 }
 
@@ -1020,41 +1057,27 @@ TS_TEST(cuda, gdn_digits_same_as_staging) {
     for (int hv = 0; hv < 2; hv++)
         for (int gi = 0; gi < 3; gi++)
             for (int ni = 0; ni < 2; ni++) {
-                const int Hk = 2, Hv = hv ? 4 : 2, dk = 128, dv = 128, K = 4, n = ni ? 3 : 1, G = 32 << gi;
-                const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
-                const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
-                float *qkv = malloc(sizeof(float) * n * C), *z = malloc(sizeof(float) * n * Vd);
-                float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * nc);
-                float *cw = malloc(sizeof(float) * K * C), *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
-                float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv);
-                frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
-                frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f), frand(S, nS, 0.05f);
-                frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
-                for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
-                float *dq = up(c, qkv, sizeof(float) * n * C), *dz = up(c, z, sizeof(float) * n * Vd);
-                float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
-                float *dcs = up(c, cs, sizeof(float) * nc), *dcw = up(c, cw, sizeof(float) * K * C);
-                float *dS = up(c, S, sizeof(float) * nS), *dnA = up(c, nA, sizeof(float) * Hv);
-                float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
-                float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-                tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz,
-                                  .b = db, .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA,
-                                  .dt_bias = ddt, .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws, .dg = dgs,
-                                  .dg_group = G};
+                const int Hv = hv ? 4 : 2, n = ni ? 3 : 1, G = 32 << gi;
+                gdn_in g;
+                gdn_in_make(c, &g, 2, Hv, n);
+                const int Vd = g.Vd;
+                float *dcs = up(c, g.cs, sizeof(float) * g.nc), *dS = up(c, g.S, sizeof(float) * g.nS);
+                float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, g.C));
+                tsc_gdn_args A = gdn_in_args(&g, dcs, dS, dout, ws);
+                A.dg = dgs, A.dg_group = G;
                 char what[80];
                 int ok;
                 /* and without the second cluster barrier (tsc_set_gdn_nb2, k_gdn_fused's N) */
                 for (int nb = 0; nb < 2; nb++) {
                     tsc_set_gdn_nb2(c, nb);
                     snprintf(what, sizeof what, "Hv %d group %d, %d rows%s", Hv, G, n, nb ? " (nb2)" : "");
-                    digits_taken_by_product(c, dgs, G, n, Vd, dout, dq, gdn_step_maker, &A, what, &ok);
-                    if (!ok) { tsc_close(c); return; }
+                    digits_taken_by_product(c, dgs, G, n, Vd, dout, g.dq, gdn_step_maker, &A, what, &ok);
+                    if (!ok) { gdn_in_free(NULL, &g), tsc_close(c); return; }
                 }
                 tsc_set_gdn_nb2(c, 1); /* (the default) */
                 cases++;
-                tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcs), tsc_free(c, dcw);
-                tsc_free(c, dS), tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw), tsc_free(c, dout), tsc_free(c, ws);
-                free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
+                tsc_free(c, dcs), tsc_free(c, dS), tsc_free(c, dout), tsc_free(c, ws);
+                gdn_in_free(c, &g);
             }
     fprintf(stderr, "  %d cases: the step's digits are the staging's bytes, taken by the next product only\n", cases);
     tsc_set_digits(c, NULL, 0);
@@ -1134,28 +1157,18 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
     OPEN(c);
     static const struct { int n, Hk, Hv; } cs_[] = {{100, 2, 4}, {37, 1, 4}, {150, 2, 2}};
     for (size_t ci = 0; ci < 3; ci++) {
-        const int n = cs_[ci].n, Hk = cs_[ci].Hk, Hv = cs_[ci].Hv, dk = 128, dv = 128, K = 4;
-        const int Vd = Hv * dv, C = 2 * Hk * dk + Vd;
-        const size_t nS = (size_t)Hv * dk * dv;
-        float *qkv = malloc(sizeof(float) * n * C), *z = malloc(sizeof(float) * n * Vd), *b = malloc(sizeof(float) * n * Hv);
-        float *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * (K - 1) * C), *cw = malloc(sizeof(float) * K * C);
-        float *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv), *dtb = malloc(sizeof(float) * Hv);
-        float *nw = malloc(sizeof(float) * dv);
-        frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
-        frand(a, (size_t)n * Hv, 2.0f), frand(cs, (size_t)(K - 1) * C, 1.0f), frand(cw, (size_t)K * C, 0.5f);
-        frand(S, nS, 0.05f), frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
-        for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
-        float *dq = up(c, qkv, sizeof(float) * n * C), *dz = up(c, z, sizeof(float) * n * Vd);
-        float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
+        const int n = cs_[ci].n, Hk = cs_[ci].Hk, Hv = cs_[ci].Hv, K = 4;
+        gdn_in g;
+        gdn_in_make(c, &g, Hk, Hv, n);
+        const int Vd = g.Vd, C = g.C;
+        const size_t nS = g.nS;
+        const float *S = g.S, *cs = g.cs;
+        float *dq = g.dq, *dz = g.dz, *db = g.db, *da = g.da;
         float *dcs = up(c, cs, sizeof(float) * (K - 1) * C), *dcs1 = up(c, cs, sizeof(float) * (K - 1) * C);
         float *dS = up(c, S, sizeof(float) * nS), *dS1 = up(c, S, sizeof(float) * nS);
-        float *dcw = up(c, cw, sizeof(float) * K * C), *dnA = up(c, nA, sizeof(float) * Hv);
-        float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
         float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * Vd);
         float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
-        tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz, .b = db,
-                          .a = da, .conv_state = dcs, .conv_w = dcw, .S = dS, .neg_A = dnA, .dt_bias = ddt,
-                          .norm_w = dnw, .eps = 1e-6f, .o = dout, .ws = ws};
+        tsc_gdn_args A = gdn_in_args(&g, dcs, dS, dout, ws);
         tsc_gdn_prefill(c, &A);
         for (int t0 = 0; t0 < n; t0 += TSC_ROWS_MAX) {
             tsc_gdn_args B = A;
@@ -1203,10 +1216,9 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
             tsc_free(c, wy);
         }
         free(o), free(o1), free(gS), free(gS1), free(gc), free(gc1);
-        free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw);
-        tsc_free(c, dq), tsc_free(c, dz), tsc_free(c, db), tsc_free(c, da), tsc_free(c, dcs), tsc_free(c, dcs1);
-        tsc_free(c, dS), tsc_free(c, dS1), tsc_free(c, dcw), tsc_free(c, dnA), tsc_free(c, ddt), tsc_free(c, dnw);
+        tsc_free(c, dcs), tsc_free(c, dcs1), tsc_free(c, dS), tsc_free(c, dS1);
         tsc_free(c, dout), tsc_free(c, dout1), tsc_free(c, ws);
+        gdn_in_free(c, &g);
     }
     CHECK(tsc_mem_used(c) == 0);
     tsc_close(c);
@@ -1222,30 +1234,21 @@ TS_TEST(cuda, gdn_prefill_vs_step) {
 static void gdn_engine_forms_on(int fused) {
     OPEN(c);
     tsc_set_gdn_fused(c, fused);
-    const int n = 9, Hk = 2, Hv = 4, dk = 128, dv = 128, K = 4;
-    const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd;
-    const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C, nj = nS > nc ? nS : nc;
-    float *qkv = malloc(sizeof(float) * (size_t)n * C), *z = malloc(sizeof(float) * (size_t)n * Vd);
-    float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * nc);
-    float *cw = malloc(sizeof(float) * (size_t)K * C), *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
-    float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv), *junk = malloc(sizeof(float) * nj);
-    frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
-    frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f), frand(S, nS, 0.05f);
-    frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f), frand(junk, nj, 3.0f);
-    for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
-    float *dq = up(c, qkv, sizeof(float) * (size_t)n * C), *dz = up(c, z, sizeof(float) * (size_t)n * Vd);
-    float *db = up(c, b, sizeof(float) * n * Hv), *da = up(c, a, sizeof(float) * n * Hv);
-    float *dcw = up(c, cw, sizeof(float) * (size_t)K * C), *dnA = up(c, nA, sizeof(float) * Hv);
-    float *ddt = up(c, dtb, sizeof(float) * Hv), *dnw = up(c, nw, sizeof(float) * dv);
-    float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
+    const int n = 9;
+    gdn_in g;
+    gdn_in_make(c, &g, 2, 4, n);
+    const int Vd = g.Vd;
+    const size_t nS = g.nS, nc = g.nc, nj = nS > nc ? nS : nc;
+    const float *cs = g.cs, *S = g.S;
+    float *junk = malloc(sizeof(float) * nj);
+    frand(junk, nj, 3.0f);
+    float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, g.C));
     const size_t ob = sizeof(float) * (size_t)n * Vd;
     const int32_t par1[2] = {1, 1}, par0[2] = {0, 0};
     int32_t *dp1 = up(c, par1, sizeof par1), *dp0 = up(c, par0, sizeof par0);
     /* the reference: in place */
     float *rcs = up(c, cs, sizeof(float) * nc), *rS = up(c, S, sizeof(float) * nS), *ro = tsc_alloc(c, ob);
-    tsc_gdn_args A = {.n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .qkv = dq, .z = dz, .b = db, .a = da,
-                      .conv_state = rcs, .conv_w = dcw, .S = rS, .neg_A = dnA, .dt_bias = ddt, .norm_w = dnw,
-                      .eps = 1e-6f, .o = ro, .ws = ws};
+    tsc_gdn_args A = gdn_in_args(&g, rcs, rS, ro, ws);
     tsc_gdn_step(c, &A);
     /* 1: from a separate source */
     float *scs = up(c, cs, sizeof(float) * nc), *sS = up(c, S, sizeof(float) * nS);
@@ -1329,7 +1332,8 @@ static void gdn_engine_forms_on(int fused) {
     fprintf(stderr, "  gdn step, 9 rows: separate source, parities 1 and 0, no output, device choice and counts "
             "(5, 0): %s\n", bad ? "DIFFER" : "bit-identical to the plain step");
     free(h_rcs), free(h_rS), free(h_ro), free(h_fcs), free(h_fS), free(h_fo);
-    free(qkv), free(z), free(b), free(a), free(cs), free(cw), free(S), free(nA), free(dtb), free(nw), free(junk);
+    free(junk);
+    gdn_in_free(NULL, &g);
     tsc_close(c);
 }
 
@@ -1337,49 +1341,6 @@ static void gdn_engine_forms_on(int fused) {
 TS_TEST(cuda, gdn_step_engine_forms) {
     gdn_engine_forms_on(0);
     gdn_engine_forms_on(1);
-}
-
-/* A GDN step's fresh random inputs (dk = dv = 128, conv 4), uploaded, with
- * the conv state and the state kept on the host (cs, S) so that a test can
- * start each form it compares from the same state. */
-typedef struct {
-    int n, Hk, Hv, C, Vd;
-    size_t nS, nc;
-    float *cs, *S;                                    /* host */
-    float *dq, *dz, *db, *da, *dcw, *dnA, *ddt, *dnw; /* device */
-} gdn_in;
-
-static void gdn_in_make(tsc_ctx *c, gdn_in *g, int Hk, int Hv, int n) {
-    const int dk = 128, dv = 128, K = 4, Vd = Hv * dv, C = 2 * Hk * dk + Vd;
-    const size_t nS = (size_t)Hv * dk * dv, nc = (size_t)(K - 1) * C;
-    float *qkv = malloc(sizeof(float) * (size_t)n * C), *z = malloc(sizeof(float) * (size_t)n * Vd);
-    float *b = malloc(sizeof(float) * n * Hv), *a = malloc(sizeof(float) * n * Hv), *cs = malloc(sizeof(float) * nc);
-    float *cw = malloc(sizeof(float) * (size_t)K * C), *S = malloc(sizeof(float) * nS), *nA = malloc(sizeof(float) * Hv);
-    float *dtb = malloc(sizeof(float) * Hv), *nw = malloc(sizeof(float) * dv);
-    frand(qkv, (size_t)n * C, 1.0f), frand(z, (size_t)n * Vd, 2.0f), frand(b, (size_t)n * Hv, 2.0f);
-    frand(a, (size_t)n * Hv, 2.0f), frand(cs, nc, 1.0f), frand(cw, (size_t)K * C, 0.5f), frand(S, nS, 0.05f);
-    frand(nA, Hv, 1.0f), frand(dtb, Hv, 1.0f), frand(nw, dv, 1.0f);
-    for (int h = 0; h < Hv; h++) nA[h] = -expf(nA[h]);
-    *g = (gdn_in){.n = n, .Hk = Hk, .Hv = Hv, .C = C, .Vd = Vd, .nS = nS, .nc = nc, .cs = cs, .S = S};
-    g->dq = up(c, qkv, sizeof(float) * (size_t)n * C), g->dz = up(c, z, sizeof(float) * (size_t)n * Vd);
-    g->db = up(c, b, sizeof(float) * n * Hv), g->da = up(c, a, sizeof(float) * n * Hv);
-    g->dcw = up(c, cw, sizeof(float) * (size_t)K * C), g->dnA = up(c, nA, sizeof(float) * Hv);
-    g->ddt = up(c, dtb, sizeof(float) * Hv), g->dnw = up(c, nw, sizeof(float) * dv);
-    free(qkv), free(z), free(b), free(a), free(cw), free(nA), free(dtb), free(nw);
-}
-
-/* the step's arguments over a conv state dcs, a state dS, an output and a workspace */
-static tsc_gdn_args gdn_in_args(const gdn_in *g, float *dcs, float *dS, float *dout, float *ws) {
-    return (tsc_gdn_args){.n = g->n, .Hk = g->Hk, .Hv = g->Hv, .dk = 128, .dv = 128, .K = 4, .qkv = g->dq,
-                          .z = g->dz, .b = g->db, .a = g->da, .conv_state = dcs, .conv_w = g->dcw, .S = dS,
-                          .neg_A = g->dnA, .dt_bias = g->ddt, .norm_w = g->dnw, .eps = 1e-6f, .o = dout, .ws = ws};
-}
-
-/* the host's copies; with c, the device's too (NULL: left to tsc_close) */
-static void gdn_in_free(tsc_ctx *c, gdn_in *g) {
-    free(g->cs), free(g->S);
-    if (c) tsc_free(c, g->dq), tsc_free(c, g->dz), tsc_free(c, g->db), tsc_free(c, g->da), tsc_free(c, g->dcw),
-        tsc_free(c, g->dnA), tsc_free(c, g->ddt), tsc_free(c, g->dnw);
 }
 
 /* The step in one kernel (tsc_set_gdn_fused) against prep + scan on the same
