@@ -827,47 +827,6 @@ TS_TEST(cuda, norm_silu_parity) {
 static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 static float softp(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-typedef struct {
-    int n, Hk, Hv, dk, dv, K, C, Kd, Vd;
-    float *qkv, *z, *b, *a, *cs, *cw, *S, *nA, *dtb, *nw, *o;
-} gdn_host;
-
-/* qwen35.c's gdn_prep + gdn heads + gated norm on one layer, reference
- * kernels (ts_conv_row is mode-independent; the delta step is
- * ts_gdn_step_ref). Advances g->cs and g->S, writes g->o. */
-static void gdn_ref(gdn_host *g) {
-    const int C = g->C, K = g->K, dk = g->dk, dv = g->dv, r = g->Hv / g->Hk;
-    float *seq = malloc(sizeof(float) * (size_t)(K - 1 + g->n) * C), *y = malloc(sizeof(float) * C);
-    memcpy(seq, g->cs, sizeof(float) * (K - 1) * C);
-    memcpy(seq + (size_t)(K - 1) * C, g->qkv, sizeof(float) * g->n * C);
-    const float qscale = 1.0f / sqrtf((float)dk);
-    for (int t = 0; t < g->n; t++) {
-        const float *x[8];
-        for (int j = 0; j < K; j++) x[j] = seq + (size_t)(t + j) * C;
-        ts_conv_row(x, g->cw, K, y, C);
-        for (int k = 0; k < C; k++) y[k] = silu_ref(y[k]);
-        for (int h = 0; h < g->Hk; h++) {
-            float *qh = y + h * dk, *kh = y + g->Kd + h * dk;
-            double sq = 0, sk = 0;
-            for (int i = 0; i < dk; i++) sq += (double)qh[i] * qh[i], sk += (double)kh[i] * kh[i];
-            float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
-            for (int i = 0; i < dk; i++) qh[i] = qh[i] * rq * qscale, kh[i] *= rk;
-        }
-        for (int h = 0; h < g->Hv; h++) {
-            const float beta = sigm(g->b[t * g->Hv + h]), dc = expf(g->nA[h] * softp(g->a[t * g->Hv + h] + g->dtb[h]));
-            float *oh = g->o + (size_t)t * g->Vd + h * dv;
-            ts_gdn_step_ref(g->S + (size_t)h * dk * dv, y + g->Kd + (h / r) * dk, y + 2 * g->Kd + h * dv, y + (h / r) * dk,
-                            dc, beta, oh, dk, dv);
-            double ss = 0;
-            for (int j = 0; j < dv; j++) ss += (double)oh[j] * oh[j];
-            float rr = 1.0f / sqrtf((float)(ss / dv) + 1e-6f);
-            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * g->nw[j] * silu_ref(g->z[(size_t)t * g->Vd + h * dv + j]);
-        }
-    }
-    memcpy(g->cs, seq + (size_t)g->n * C, sizeof(float) * (K - 1) * C);
-    free(seq), free(y);
-}
-
 /* A GDN step's fresh random inputs (dk = dv = 128, conv 4): the host's
  * copies, kept (a reference takes them, and a test starts each form it
  * compares from the same conv state cs and state S), and the device's. */
@@ -909,37 +868,71 @@ static void gdn_in_free(tsc_ctx *c, gdn_in *g) {
         tsc_free(c, g->dnA), tsc_free(c, g->ddt), tsc_free(c, g->dnw);
 }
 
+/* qwen35.c's gdn_prep + gdn heads + gated norm on one layer, reference
+ * kernels (ts_conv_row is mode-independent; the delta step is
+ * ts_gdn_step_ref), over g's host inputs from the conv state cs and the
+ * state S, which it advances; writes o (n x Vd). */
+static void gdn_ref(const gdn_in *g, float *cs, float *S, float *o) {
+    const int C = g->C, K = 4, dk = 128, dv = 128, r = g->Hv / g->Hk, Kd = g->Hk * dk;
+    float *seq = malloc(sizeof(float) * (size_t)(K - 1 + g->n) * C), *y = malloc(sizeof(float) * C);
+    memcpy(seq, cs, sizeof(float) * (K - 1) * C);
+    memcpy(seq + (size_t)(K - 1) * C, g->qkv, sizeof(float) * g->n * C);
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < g->n; t++) {
+        const float *x[8];
+        for (int j = 0; j < K; j++) x[j] = seq + (size_t)(t + j) * C;
+        ts_conv_row(x, g->cw, K, y, C);
+        for (int k = 0; k < C; k++) y[k] = silu_ref(y[k]);
+        for (int h = 0; h < g->Hk; h++) {
+            float *qh = y + h * dk, *kh = y + Kd + h * dk;
+            double sq = 0, sk = 0;
+            for (int i = 0; i < dk; i++) sq += (double)qh[i] * qh[i], sk += (double)kh[i] * kh[i];
+            float rq = 1.0f / sqrtf((float)sq + 1e-6f), rk = 1.0f / sqrtf((float)sk + 1e-6f);
+            for (int i = 0; i < dk; i++) qh[i] = qh[i] * rq * qscale, kh[i] *= rk;
+        }
+        for (int h = 0; h < g->Hv; h++) {
+            const float beta = sigm(g->b[t * g->Hv + h]), dc = expf(g->nA[h] * softp(g->a[t * g->Hv + h] + g->dtb[h]));
+            float *oh = o + (size_t)t * g->Vd + h * dv;
+            ts_gdn_step_ref(S + (size_t)h * dk * dv, y + Kd + (h / r) * dk, y + 2 * Kd + h * dv, y + (h / r) * dk,
+                            dc, beta, oh, dk, dv);
+            double ss = 0;
+            for (int j = 0; j < dv; j++) ss += (double)oh[j] * oh[j];
+            float rr = 1.0f / sqrtf((float)(ss / dv) + 1e-6f);
+            for (int j = 0; j < dv; j++) oh[j] = oh[j] * rr * g->nw[j] * silu_ref(g->z[(size_t)t * g->Vd + h * dv + j]);
+        }
+    }
+    memcpy(cs, seq + (size_t)g->n * C, sizeof(float) * (K - 1) * C);
+    free(seq), free(y);
+}
+
 TS_TEST(cuda, gdn_step_parity_and_row_exact) {
     OPEN(c);
     const int n = 5, K = 4;
     gdn_in in;
     gdn_in_make(c, &in, 2, 4, n);
-    const int C = in.C, Hv = in.Hv;
+    const int C = in.C, Hv = in.Hv, Vd = in.Vd;
     const size_t nS = in.nS;
-    /* the reference's view of the same inputs (gdn_ref advances cs and S:
-     * its own copies) */
-    gdn_host g = {.n = n, .Hk = in.Hk, .Hv = Hv, .dk = 128, .dv = 128, .K = K, .C = C, .Kd = in.Hk * 128, .Vd = in.Vd,
-                  .qkv = in.qkv, .z = in.z, .b = in.b, .a = in.a, .cw = in.cw, .nA = in.nA, .dtb = in.dtb, .nw = in.nw};
-    g.cs = malloc(sizeof(float) * in.nc), g.S = malloc(sizeof(float) * nS), g.o = malloc(sizeof(float) * n * g.Vd);
-    memcpy(g.cs, in.cs, sizeof(float) * in.nc), memcpy(g.S, in.S, sizeof(float) * nS);
+    /* the reference's conv state and state (gdn_ref advances them: copies) and output */
+    float *rcs = malloc(sizeof(float) * in.nc), *rS = malloc(sizeof(float) * nS), *ro = malloc(sizeof(float) * n * Vd);
+    memcpy(rcs, in.cs, sizeof(float) * in.nc), memcpy(rS, in.S, sizeof(float) * nS);
     /* device copies: state and conv state twice (one n-row call, n one-row calls) */
     float *dq = in.dq, *dz = in.dz, *db = in.db, *da = in.da;
     float *dcs = up(c, in.cs, sizeof(float) * in.nc), *dcs1 = up(c, in.cs, sizeof(float) * in.nc);
     float *dS = up(c, in.S, sizeof(float) * nS), *dS1 = up(c, in.S, sizeof(float) * nS);
-    float *dout = tsc_alloc(c, sizeof(float) * n * g.Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * g.Vd);
+    float *dout = tsc_alloc(c, sizeof(float) * n * Vd), *dout1 = tsc_alloc(c, sizeof(float) * n * Vd);
     float *ws = tsc_alloc(c, tsc_gdn_ws_bytes(n, C));
     tsc_gdn_args A = gdn_in_args(&in, dcs, dS, dout, ws);
     tsc_gdn_step(c, &A);
     tsc_set_gdn_fused(c, 0); /* the one-row calls through prep + scan: the n-row call took the one kernel */
     for (int t = 0; t < n; t++) {
         tsc_gdn_args B = A;
-        B.n = 1, B.qkv = dq + (size_t)t * C, B.z = dz + (size_t)t * g.Vd, B.b = db + t * Hv, B.a = da + t * Hv;
-        B.conv_state = dcs1, B.S = dS1, B.o = dout1 + (size_t)t * g.Vd;
+        B.n = 1, B.qkv = dq + (size_t)t * C, B.z = dz + (size_t)t * Vd, B.b = db + t * Hv, B.a = da + t * Hv;
+        B.conv_state = dcs1, B.S = dS1, B.o = dout1 + (size_t)t * Vd;
         tsc_gdn_step(c, &B);
     }
     SYNC_OK(c);
-    gdn_ref(&g);
-    float *o = down(c, dout, (size_t)n * g.Vd), *o1 = down(c, dout1, (size_t)n * g.Vd);
+    gdn_ref(&in, rcs, rS, ro);
+    float *o = down(c, dout, (size_t)n * Vd), *o1 = down(c, dout1, (size_t)n * Vd);
     float *S = down(c, dS, nS), *S1 = down(c, dS1, nS), *cs = down(c, dcs, (size_t)(K - 1) * C);
     float *cs1 = down(c, dcs1, (size_t)(K - 1) * C);
     /* tolerance: 128-term dot products summed as 8 partials of 16 with FMAs
@@ -947,17 +940,17 @@ TS_TEST(cuda, gdn_step_parity_and_row_exact) {
      * the recurrence, then a norm (gains up to ~1/rms): 1e-4 of the output's
      * scale, 1e-5 of the state's */
     float mo = 0, ms = 0, maxo = 0, maxs = 0;
-    for (size_t i = 0; i < (size_t)n * g.Vd; i++) mo = fmaxf(mo, fabsf(o[i] - g.o[i])), maxo = fmaxf(maxo, fabsf(g.o[i]));
-    for (size_t i = 0; i < nS; i++) ms = fmaxf(ms, fabsf(S[i] - g.S[i])), maxs = fmaxf(maxs, fabsf(g.S[i]));
+    for (size_t i = 0; i < (size_t)n * Vd; i++) mo = fmaxf(mo, fabsf(o[i] - ro[i])), maxo = fmaxf(maxo, fabsf(ro[i]));
+    for (size_t i = 0; i < nS; i++) ms = fmaxf(ms, fabsf(S[i] - rS[i])), maxs = fmaxf(maxs, fabsf(rS[i]));
     fprintf(stderr, "  gdn: max |o - ref| %.3g (max |o| %.3g), max |S - ref| %.3g (max |S| %.3g)\n", mo, maxo, ms, maxs);
     CHECK_MSG(mo <= 1e-4f * maxo, "gdn output off by %.3g", mo);
     CHECK_MSG(ms <= 1e-5f * maxs, "gdn state off by %.3g", ms);
-    CHECK_MSG(!memcmp(cs, g.cs, sizeof(float) * (K - 1) * C), "conv state differs from the reference");
-    CHECK_MSG(!memcmp(o, o1, sizeof(float) * n * g.Vd), "gdn: %d-row call != %d one-row calls (output)", n, n);
+    CHECK_MSG(!memcmp(cs, rcs, sizeof(float) * (K - 1) * C), "conv state differs from the reference");
+    CHECK_MSG(!memcmp(o, o1, sizeof(float) * n * Vd), "gdn: %d-row call != %d one-row calls (output)", n, n);
     CHECK_MSG(!memcmp(S, S1, sizeof(float) * nS), "gdn: %d-row call != %d one-row calls (state)", n, n);
     CHECK_MSG(!memcmp(cs, cs1, sizeof(float) * (K - 1) * C), "gdn: conv state differs between the two");
     free(o), free(o1), free(S), free(S1), free(cs), free(cs1);
-    free(g.cs), free(g.S), free(g.o);
+    free(rcs), free(rS), free(ro);
     gdn_in_free(NULL, &in);
     tsc_close(c);
 }
