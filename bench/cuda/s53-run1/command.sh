@@ -1,6 +1,6 @@
 #!/bin/bash
-# Session 53, call 1: the acceptance card's decode figures at the current defaults on an H200 (s52-run2's command,
-# never started there), the kernel test group (its four older GDN tests now take gdn_in, 27efed1), and one engine
+# Session 53, call 1: the acceptance card's decode figures at the current defaults on an H200 (s52-run2's lines: that
+# command never ran, and was removed), the kernel test group (its four older GDN tests now take gdn_in, 27efed1), and one engine
 # trace of the 9B so that the H200's step can be read kernel by kernel (the last H200 trace is session 38's, before
 # DIG, GUDIG, LIN_PRE and U). Pack s53a: the build of 27efed1 (make -j2 BUILD=build-cuda CUDA=1 WERROR=-Werror all;
 # make -j2 BUILD=build-cuda-trace CUDA=1 EXTRA_NVCC_FLAGS=-DTSC_TRACE build-cuda-trace/turbospark; PACK_MAIN="turbospark
